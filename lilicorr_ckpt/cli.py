@@ -1,0 +1,185 @@
+"""The `lilicorr-ckpt` command line.
+
+Exit codes (every command): 0 clean, 1 findings (errors, or warnings with --strict),
+2 unreadable input or internal error, 4 usage error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from . import __version__
+from .errors import InputError, UsageError
+from .profiles import RUNTIME_CHOICES
+
+EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
+
+EPILOG_EXIT = "Exit codes: 0 clean, 1 findings, 2 unreadable input or internal error, 4 usage error."
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="lilicorr-ckpt")
+def cli() -> None:
+    """Check, convert and smoke-test LiLiCorr / DFlash-family drafter checkpoints before you publish them.
+
+    \b
+    Typical flow:
+      lilicorr-ckpt inspect  ./drafter                      # what is this checkpoint?
+      lilicorr-ckpt validate ./drafter --target ./Qwen3-8B  # would SGLang/vLLM/TRT-LLM load it correctly?
+      lilicorr-ckpt rules                                   # every check, with its id
+    """
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        path = Path(out)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    else:
+        click.echo(text, nl=False)
+
+
+@cli.command(epilog=EPILOG_EXIT)
+@click.argument("path")
+@click.option("--target", "-t", metavar="DIR|REPO_ID|FILE.gguf",
+              help="The target model: a local HF directory, a repo id in the local HF cache (offline), or a GGUF file. "
+                   "Adds hidden-size, layer-id, vocabulary and mask-token checks.")
+@click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
+              help="Judge against one serving stack's loader, or all of them (a verdict per runtime).")
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif"]), default="text",
+              show_default=True, help="Report format. json follows schemas/validate-report.schema.json.")
+@click.option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+@click.option("--deep", is_flag=True,
+              help="Also read tensor data (memory-mapped, chunked): NaN/Inf and all-zero weights. Slower.")
+@click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
+def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, strict: bool, deep: bool,
+             verbose: bool) -> None:
+    """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
+
+    PATH is a checkpoint directory (config.json + *.safetensors) or a repo id already in the local
+    Hugging Face cache. Nothing is downloaded and torch is never imported.
+
+    \b
+    Checks: config geometry (the eight lilicorr_* keys, top-k, head width, block size, target layer ids,
+    mask token, convolution keys), head / backbone / convolution tensor coverage in both directions,
+    shapes and dtypes, NVFP4/FP8 scales and exclusions as each runtime matches them, the owned lm_head,
+    shard and index integrity, and (with --target) compatibility with the target model.
+    `lilicorr-ckpt rules` lists every check.
+    """
+    from .report import render
+    from .validate import validate as run
+
+    report = run(path, runtime=runtime, target=target, deep=deep, strict=strict)
+    color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    _emit(render(report, fmt, color=color, verbose=verbose), output)
+    sys.exit(report.exit_code)
+
+
+@cli.command()
+@click.argument("path")
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def inspect(path: str, fmt: str) -> None:
+    """Summarise a checkpoint: geometry, parameters per component, dtypes, quantization, runtime verdicts."""
+    import json
+
+    import msgspec
+
+    from .inspect import inspect_checkpoint, render_inspection
+
+    ins = inspect_checkpoint(path)
+    if fmt == "json":
+        click.echo(json.dumps(msgspec.to_builtins(ins), indent=2))
+    else:
+        click.echo(render_inspection(ins), nl=False)
+
+
+@cli.command()
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
+              show_default=True)
+def rules(fmt: str) -> None:
+    """List every validate rule: id, severity, what it catches and how to fix it."""
+    import json
+
+    import msgspec
+
+    from . import rules as _  # noqa: F401  (registers the catalogue)
+    from .findings import RULES
+
+    if fmt == "json":
+        click.echo(json.dumps([msgspec.to_builtins(r) for r in RULES.values()], indent=2))
+        return
+    if fmt == "markdown":
+        click.echo(rules_markdown(), nl=False)
+        return
+    for r in RULES.values():
+        click.echo(f"{r.id}  {r.severity:<7}  {r.name:<28} {r.summary}")
+
+
+def rules_markdown() -> str:
+    from . import rules as _  # noqa: F401
+    from .findings import RULES
+
+    lines = ["| id | name | severity | area | what it catches |", "|---|---|---|---|---|"]
+    for r in RULES.values():
+        lines.append(f"| {r.id} | `{r.name}` | {r.severity} | {r.area} | {r.summary} |")
+    return "\n".join(lines) + "\n"
+
+
+def _register_optional() -> None:
+    """Commands that live in other modules register themselves here (convert, smoke)."""
+    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ModuleNotFoundError as exc:
+            if exc.name == module or (exc.name and module.startswith(exc.name)):
+                continue
+            raise
+        mod.register(cli)
+
+
+_register_optional()
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="lilicorr-ckpt", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_INPUT)
+    except click.UsageError as exc:
+        exc.show()
+        sys.exit(EXIT_USAGE)
+    except UsageError as exc:
+        click.echo(f"lilicorr-ckpt: usage error: {exc}", err=True)
+        sys.exit(EXIT_USAGE)
+    except InputError as exc:
+        click.echo(f"lilicorr-ckpt: error: {exc}", err=True)
+        sys.exit(EXIT_INPUT)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(EXIT_INPUT)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:
+        if os.environ.get("LILICORR_DEBUG"):
+            raise
+        click.echo(f"lilicorr-ckpt: internal error: {type(exc).__name__}: {exc}\n"
+                   "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
+                   err=True)
+        sys.exit(EXIT_INPUT)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

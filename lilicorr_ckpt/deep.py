@@ -1,0 +1,72 @@
+"""`validate --deep`: read tensor data memory-mapped, in bounded chunks, for NaN/Inf and all-zero weights."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+from .rules import Context
+
+CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
+# (dtype, bit mask, all-ones exponent): a value is NaN/Inf when (bits & mask) == mask
+_NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (np.uint32, 0x7F800000),
+               "F64": (np.uint64, 0x7FF0000000000000)}
+
+
+def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
+    """(has non-finite, all zero) over one tensor's bytes."""
+    non_finite = False
+    all_zero = True
+    spec = _NON_FINITE.get(dtype)
+    for begin in range(0, len(view), CHUNK):
+        chunk = view[begin:begin + CHUNK]
+        if spec is not None:
+            item = np.dtype(spec[0]).itemsize
+            bits = np.frombuffer(chunk[: len(chunk) // item * item], dtype=spec[0])
+            mask = spec[0](spec[1])
+            if not non_finite and bool(((bits & mask) == mask).any()):
+                non_finite = True
+            if all_zero and bool((bits << np.uint8(1)).any()):  # ignore the sign bit: -0.0 is zero
+                all_zero = False
+        else:
+            if dtype == "F8_E4M3":
+                codes = np.frombuffer(chunk, dtype=np.uint8)
+                if not non_finite and bool(((codes & 0x7F) == 0x7F).any()):
+                    non_finite = True
+            if all_zero and any(chunk.tobytes().strip(b"\x00")):
+                all_zero = False
+        if non_finite and not all_zero:
+            break
+    return non_finite, all_zero
+
+
+def deep_checks(ctx: Context) -> None:
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for canonical, info in ctx.names.by_canonical.items():
+        by_file.setdefault(info.file, []).append((canonical, info.name))
+    for rel, names in sorted(by_file.items()):
+        path = ctx.source.root / rel
+        with open(path, "rb") as f:
+            size = path.stat().st_size
+            if size == 0:
+                continue
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    for canonical, actual in sorted(names):
+                        info = ctx.table.tensors[actual]
+                        if info.nbytes == 0:
+                            continue
+                        non_finite, all_zero = _scan(view[info.start:info.end], info.dtype)
+                        if non_finite:
+                            ctx.emit("LC701", f"`{actual}` contains NaN or Inf", file=rel, pointer=actual,
+                                     subjects=[actual])
+                        leaf = canonical.rsplit(".", 1)[-1]
+                        weightish = leaf in ("weight", "in_proj_weight", "base_kernel", "slot_embedding",
+                                             "rank_embedding") and "norm" not in canonical
+                        if all_zero and weightish:
+                            ctx.emit("LC702", f"`{actual}` is all zeros", file=rel, pointer=actual,
+                                     subjects=[actual])
+                finally:
+                    view.release()

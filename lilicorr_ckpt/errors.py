@@ -1,0 +1,11 @@
+"""Exceptions that end a command with a message for people rather than a traceback."""
+
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """The input cannot be read at all (exit code 2): not a checkpoint, corrupt file, unsafe path."""
+
+
+class UsageError(Exception):
+    """The command line asks for something impossible (exit code 4)."""

@@ -1,0 +1,44 @@
+"""Findings and the rule registry. Rules know nothing about output formats; reports know nothing
+about rules beyond this metadata."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Severity = Literal["error", "warning", "info"]
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+class Rule(msgspec.Struct, frozen=True):
+    id: str
+    name: str
+    severity: Severity
+    area: str
+    summary: str
+    fix: str
+
+
+class Finding(msgspec.Struct, frozen=True, kw_only=True):
+    rule: str
+    name: str
+    severity: Severity
+    message: str
+    fix: str | None = None
+    file: str | None = None  # checkpoint-relative file the finding is about
+    pointer: str | None = None  # JSON path or tensor name inside `file`
+    expected: str | None = None
+    actual: str | None = None
+    runtimes: list[str] = []  # empty: independent of the runtime
+    subjects: list[str] = []  # every key/tensor/module involved
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(id: str, name: str, severity: Severity, area: str, summary: str, fix: str) -> Rule:
+    if id in RULES:
+        raise ValueError(f"duplicate rule id {id}")
+    RULES[id] = Rule(id, name, severity, area, summary, fix)
+    return RULES[id]

@@ -1,0 +1,120 @@
+"""`lilicorr-ckpt inspect`: what a checkpoint is, from its headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .manifest import COMPONENTS
+from .rules import name_view, observed_scheme_of
+from .validate import Checkpoint, geometry_summary, load_checkpoint, validate
+
+
+class ComponentStats(msgspec.Struct, frozen=True):
+    component: str
+    tensors: int
+    parameters: int
+    bytes: int
+    dtypes: dict[str, int]
+
+
+class Inspection(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    architecture: str | None
+    geometry: dict[str, Any]
+    components: list[ComponentStats]
+    quantization: dict[str, Any] | None
+    quantized_modules: dict[str, str]  # module -> nvfp4 | fp8
+    files: list[str]
+    runtimes: dict[str, bool]  # runtime -> accepts
+    errors: int
+    warnings: int
+
+
+def _component(name: str, ckpt: Checkpoint) -> str:
+    expected = ckpt.manifest.tensors.get(name)
+    if expected is not None:
+        return expected.component
+    module = ckpt.manifest.module_of(name)
+    if module is not None:
+        return ckpt.manifest.modules[module].component
+    if name.startswith("lilicorr."):
+        return "head"
+    if ".attention_conv." in name or ".mlp_conv." in name:
+        return "conv"
+    if name.startswith("lm_head"):
+        return "lm_head"
+    return "backbone" if name.startswith(("layers.", "fc.", "norm.", "hidden_norm.")) else "other"
+
+
+def inspect_checkpoint(path: str) -> Inspection:
+    ckpt = load_checkpoint(path)
+    view = name_view(ckpt.table)
+    stats: dict[str, dict[str, Any]] = {}
+    for canonical, info in view.by_canonical.items():
+        comp = _component(canonical, ckpt)
+        entry = stats.setdefault(comp, {"tensors": 0, "parameters": 0, "bytes": 0, "dtypes": {}})
+        entry["tensors"] += 1
+        is_scale = canonical.rsplit(".", 1)[-1] in ("weight_scale", "weight_scale_2", "input_scale")
+        if not is_scale:
+            entry["parameters"] += info.numel * (2 if info.dtype == "U8" else 1)
+        entry["bytes"] += info.nbytes
+        entry["dtypes"][info.dtype] = entry["dtypes"].get(info.dtype, 0) + 1
+    order = {c: i for i, c in enumerate((*COMPONENTS, "other"))}
+    components = [ComponentStats(c, v["tensors"], v["parameters"], v["bytes"], dict(sorted(v["dtypes"].items())))
+                  for c, v in sorted(stats.items(), key=lambda kv: order.get(kv[0], 99))]
+    quantized = {m: s for m in ckpt.manifest.modules if (s := observed_scheme_of(view, m)) in ("nvfp4", "fp8")}
+    report = validate(path, checkpoint=ckpt)
+    quant = None
+    from .quant import parse_quant_config
+
+    for src in ("config.json", "hf_quant_config.json"):
+        if src in ckpt.quant_docs:
+            qc, _ = parse_quant_config(ckpt.quant_docs[src], src)
+            if qc is not None:
+                quant = qc.summary()
+                break
+    return Inspection(path=path, architecture=ckpt.parsed.config.architecture, geometry=geometry_summary(ckpt.geometry),
+                      components=components, quantization=quant, quantized_modules=quantized,
+                      files=ckpt.table.files, runtimes={v.runtime: v.accepted for v in report.runtimes},
+                      errors=report.summary.errors, warnings=report.summary.warnings)
+
+
+def _human(n: float) -> str:
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000:
+            return f"{n:.3g}{unit}"
+        n /= 1000
+    return f"{n:.3g}P"
+
+
+def render_inspection(ins: Inspection) -> str:
+    g = ins.geometry
+    lines = [f"{ins.path}: {ins.architecture or 'unknown architecture'}"]
+    lines.append(f"  backbone   hidden {g['hidden_size']}, {g['num_layers']} layers, heads {g['num_heads']}/"
+                 f"{g['num_kv_heads']} x {g['head_dim']}, mlp {g['intermediate_size']}, vocab {g['vocab_size']}")
+    lines.append(f"  drafting   block {g['block_size']} ({g['slots']} slots), taps {g['target_layer_ids']}, "
+                 f"mask {g['mask_token_id']}")
+    if g["lilicorr_enabled"]:
+        lines.append(f"  head       h {g['head_hidden_size']} (raw {g['head_hidden_size_raw']}), K {g['candidate_topk']}, "
+                     f"L {g['head_num_layers']}, N {g['head_num_heads']}, mlp {g['head_mlp_width']}, "
+                     f"F {g['head_factor_dim']}, eps {g['head_vector_eps']}, scale {g['head_logit_scale']}")
+    if g["conv_kernel_size"]:
+        lines.append(f"  conv       {g['conv_kernel_size']} taps, group {g['conv_group_size']}")
+    lines.append(f"  own head   {'yes' if g['has_own_lm_head'] else 'no (borrows the target lm_head)'}")
+    lines.append("")
+    lines.append(f"  {'component':<10} {'tensors':>8} {'params':>9} {'bytes':>9}  dtypes")
+    for c in ins.components:
+        dtypes = ", ".join(f"{k} x{v}" for k, v in c.dtypes.items())
+        lines.append(f"  {c.component:<10} {c.tensors:>8} {_human(c.parameters):>9} {_human(c.bytes):>9}  {dtypes}")
+    if ins.quantization:
+        q = ins.quantization
+        lines.append("")
+        lines.append(f"  quantization {q['quant_algo']} (group {q['group_size']}, {q['form']} form in {q['source']}, "
+                     f"quant_method {q['quant_method']}), {len(ins.quantized_modules)} modules quantized")
+        lines.append(f"  exclusions   {', '.join(q['exclude']) or '(none)'}")
+    lines.append("")
+    verdict = ", ".join(f"{k}: {'accepts' if v else 'refuses'}" for k, v in ins.runtimes.items())
+    lines.append(f"  runtimes     {verdict} ({ins.errors} errors, {ins.warnings} warnings; run `validate` for details)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,121 @@
+"""Torch-free codecs for the dtypes drafter checkpoints carry: bf16, float8_e4m3fn, NVFP4 (E2M1 pairs).
+
+NVFP4 follows ModelOpt's NVFP4QTensor (shared/docs/modelopt_nvfp4.md §2.3): element 2j in the low
+nibble, 2j+1 in the high nibble; code = sign<<3 | index into {0, .5, 1, 1.5, 2, 3, 4, 6};
+weight_scale_2 = amax(W) / (6*448); block scale = amax_block / (6*weight_scale_2) stored as e4m3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+E4M3_MAX = 448.0
+E4M3_MIN_SCALE = 2.0**-9
+
+
+def bf16_bits(values: np.ndarray) -> np.ndarray:
+    """float32 -> bf16 bit patterns (uint16), round to nearest even; NaN stays NaN."""
+    bits = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    rounding = ((bits >> 16) & 1) + np.uint32(0x7FFF)
+    out = ((bits + rounding) >> 16).astype(np.uint16)
+    nan = np.isnan(values)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out
+
+
+def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
+    return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _e4m3_table() -> np.ndarray:
+    codes = np.arange(256, dtype=np.int32)
+    sign = np.where(codes & 0x80, -1.0, 1.0)
+    exp = (codes >> 3) & 0xF
+    man = codes & 0x7
+    value = np.where(exp == 0, man / 8.0 * 2.0**-6, (1 + man / 8.0) * 2.0 ** (exp - 7.0))
+    value = sign * value
+    value[(exp == 15) & (man == 7)] = np.nan
+    return value.astype(np.float32)
+
+
+E4M3_TABLE = _e4m3_table()
+_E4M3_POSITIVE = E4M3_TABLE[:127]  # codes 0x00..0x7E, increasing
+
+
+def e4m3_decode(codes: np.ndarray) -> np.ndarray:
+    return E4M3_TABLE[np.asarray(codes, dtype=np.uint8)]
+
+
+def e4m3_encode(values: np.ndarray) -> np.ndarray:
+    """float32 -> float8_e4m3fn codes, round to nearest even, saturating at +-448; NaN -> 0x7F."""
+    values = np.asarray(values, dtype=np.float32)
+    mag = np.minimum(np.abs(values), E4M3_MAX)
+    hi = np.clip(np.searchsorted(_E4M3_POSITIVE, mag, side="left"), 0, 126)
+    lo = np.maximum(hi - 1, 0)
+    d_hi = _E4M3_POSITIVE[hi] - mag
+    d_lo = mag - _E4M3_POSITIVE[lo]
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = np.where(pick_hi, hi, lo).astype(np.uint8)
+    code = code | np.where(np.signbit(values) & (code != 0), 0x80, 0).astype(np.uint8)
+    code[np.isnan(values)] = 0x7F
+    return code
+
+
+def e2m1_encode(values: np.ndarray) -> np.ndarray:
+    """Already-scaled float32 -> 4-bit codes (uint8 0..15), ties to the even code as ModelOpt does."""
+    values = np.asarray(values, dtype=np.float32)
+    mag = np.minimum(np.abs(values), 6.0)
+    hi = np.clip(np.searchsorted(E2M1_VALUES, mag, side="left"), 0, 7)
+    lo = np.maximum(hi - 1, 0)
+    d_hi = E2M1_VALUES[hi] - mag
+    d_lo = mag - E2M1_VALUES[lo]
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    code = np.where(pick_hi, hi, lo).astype(np.uint8)
+    return code | np.where(values < 0, 8, 0).astype(np.uint8)
+
+
+def e2m1_decode(codes: np.ndarray) -> np.ndarray:
+    codes = np.asarray(codes, dtype=np.uint8)
+    return np.where(codes & 8, -1.0, 1.0).astype(np.float32) * E2M1_VALUES[codes & 7]
+
+
+def pack_nibbles(codes: np.ndarray) -> np.ndarray:
+    """[..., 2n] codes -> [..., n] bytes, element 2j in the low nibble."""
+    return (codes[..., 0::2] | (codes[..., 1::2] << 4)).astype(np.uint8)
+
+
+def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
+    packed = np.asarray(packed, dtype=np.uint8)
+    out = np.empty(packed.shape[:-1] + (packed.shape[-1] * 2,), dtype=np.uint8)
+    out[..., 0::2] = packed & 0x0F
+    out[..., 1::2] = packed >> 4
+    return out
+
+
+def nvfp4_quantize(weight: np.ndarray, group_size: int = 16) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """float32 [o, i] -> (packed uint8 [o, i/2], e4m3 codes [o, i/group], fp32 weight_scale_2)."""
+    weight = np.asarray(weight, dtype=np.float32)
+    o, i = weight.shape
+    if i % group_size or i % 2:
+        raise ValueError(f"NVFP4 needs in_features divisible by {group_size}, got {i}")
+    amax = float(np.abs(weight).max()) if weight.size else 0.0
+    scale_2 = np.float32(amax / (6.0 * E4M3_MAX)) if amax > 0 else np.float32(1.0)
+    blocks = weight.reshape(o, i // group_size, group_size)
+    block_amax = np.abs(blocks).max(axis=-1)
+    block_scale = np.clip(block_amax / (6.0 * scale_2), E4M3_MIN_SCALE, E4M3_MAX).astype(np.float32)
+    scale_codes = e4m3_encode(block_scale)
+    effective = e4m3_decode(scale_codes) * scale_2
+    scaled = blocks / effective[..., None]
+    codes = e2m1_encode(scaled.reshape(o, i))
+    return pack_nibbles(codes), scale_codes, scale_2
+
+
+def nvfp4_dequantize(packed: np.ndarray, scale_codes: np.ndarray, scale_2: float,
+                     group_size: int = 16) -> np.ndarray:
+    """W = lut[code] * fp32(weight_scale) * weight_scale_2, as float32 [o, i]."""
+    values = e2m1_decode(unpack_nibbles(packed))
+    o, i = values.shape
+    scale = e4m3_decode(scale_codes).astype(np.float32) * np.float32(scale_2)
+    return (values.reshape(o, i // group_size, group_size) * scale[..., None]).reshape(o, i)

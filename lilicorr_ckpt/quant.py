@@ -1,0 +1,286 @@
+"""Quantization metadata: ModelOpt's two config forms, and exclusions matched the way each runtime does.
+
+Matching follows shared/docs/modelopt_nvfp4.md §2.4:
+  vLLM   - prefix `model.<name>` (draft layers renumbered `model.layers.{num_target_layers+i}`,
+           q/k/v fused to `qkv_proj`, gate/up to `gate_up_proj`); `X*` patterns are first split into
+           `X` and `X.*`; then exact match (fused layers through their shards), legacy substring,
+           then fnmatch.
+  SGLang - prefix `<name>` (fused as vLLM, no renumbering); exact match through shards, then each
+           pattern as a regex (`.` literal, `*` -> `.*`) fullmatched against the whole prefix or
+           any single dotted component.
+  TRT    - fnmatch against `<name>` or `model.<name>` (and the fused q/k/v name).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any
+
+import msgspec
+
+from .manifest import Manifest, QuantScheme, quant_scheme
+
+TRAINING_PREFIXES = ("dflash_module.", "eagle_module.")
+_QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
+_GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
+_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
+_INDEX_COMPONENT = re.compile(r"(^|\.)\d+(\.|$|\*)")
+
+
+class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
+    source: str  # "config.json" or "hf_quant_config.json"
+    form: str  # "nested" ({producer, quantization}) or "flat" ({quant_algo, ignore, quant_method})
+    quant_algo: str | None
+    group_size: int | None
+    kv_cache_quant_algo: str | None
+    exclude: tuple[str, ...]
+    quant_method: str | None
+    producer: str | None
+    quantized_layers: dict[str, Any] | None  # MIXED_PRECISION per-layer algos
+    missing_keys: tuple[str, ...]  # keys vLLM's nested-form parser requires but the document lacks
+
+    def scheme_for(self, module: str) -> QuantScheme | None:
+        """The scheme a module is quantized with if it is not excluded (None: not quantized / unknown)."""
+        if self.quant_algo == "MIXED_PRECISION":
+            entry = (self.quantized_layers or {}).get(module) or (self.quantized_layers or {}).get("model." + module)
+            if not isinstance(entry, dict) or not isinstance(entry.get("quant_algo"), str):
+                return None
+            group = entry.get("group_size")
+            return quant_scheme(entry["quant_algo"], group if isinstance(group, int) else None)
+        if self.quant_algo is None:
+            return None
+        return quant_scheme(self.quant_algo, self.group_size)
+
+    def summary(self) -> dict[str, Any]:
+        return {"source": self.source, "form": self.form, "quant_algo": self.quant_algo,
+                "group_size": self.group_size, "quant_method": self.quant_method,
+                "exclude": list(self.exclude)}
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[str]]:
+    """(config, problems). Problems are human-readable; a None config means it cannot be used."""
+    if not isinstance(doc, dict):
+        return None, [f"{source}: quantization config must be a JSON object"]
+    problems: list[str] = []
+    if isinstance(doc.get("quantization"), dict):
+        q = doc["quantization"]
+        producer = doc.get("producer")
+        missing = tuple(k for k in ("group_size", "kv_cache_quant_algo", "exclude_modules") if k not in q)
+        exclude = _strings(q.get("exclude_modules") or [])
+        if exclude is None:
+            problems.append(f"{source}: quantization.exclude_modules must be a list of strings")
+            exclude = ()
+        group = q.get("group_size")
+        return QuantConfig(
+            source=source, form="nested",
+            quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
+            group_size=group if isinstance(group, int) and group > 0 else None,
+            kv_cache_quant_algo=q.get("kv_cache_quant_algo") if isinstance(q.get("kv_cache_quant_algo"), str) else None,
+            exclude=exclude,
+            quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
+            producer=producer.get("name") if isinstance(producer, dict) else None,
+            quantized_layers=q.get("quantized_layers") if isinstance(q.get("quantized_layers"), dict) else None,
+            missing_keys=missing,
+        ), problems
+    if "quant_algo" in doc or "ignore" in doc or "quant_method" in doc:
+        exclude = _strings(doc.get("ignore") if "ignore" in doc else doc.get("exclude_modules") or [])
+        if exclude is None:
+            problems.append(f"{source}: `ignore` must be a list of strings")
+            exclude = ()
+        group = doc.get("group_size")
+        if not isinstance(group, int):
+            weights = ((doc.get("config_groups") or {}).get("group_0") or {}).get("weights") \
+                if isinstance(doc.get("config_groups"), dict) else None
+            group = weights.get("group_size") if isinstance(weights, dict) else None
+        kv = doc.get("kv_cache_quant_algo")
+        producer = doc.get("producer")
+        return QuantConfig(
+            source=source, form="flat",
+            quant_algo=doc.get("quant_algo") if isinstance(doc.get("quant_algo"), str) else None,
+            group_size=group if isinstance(group, int) and group > 0 else None,
+            kv_cache_quant_algo=kv if isinstance(kv, str) else None,
+            exclude=exclude,
+            quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
+            producer=producer.get("name") if isinstance(producer, dict) else None,
+            quantized_layers=doc.get("quantized_layers") if isinstance(doc.get("quantized_layers"), dict) else None,
+            missing_keys=(),
+        ), problems
+    return None, [f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "
+                  f"({{quant_algo, ignore, quant_method}})"]
+
+
+# ---------------------------------------------------------------- runtime prefixes and matching
+
+
+def fused_name(module: str) -> tuple[str, tuple[str, ...]] | None:
+    """(fused module, its shards) for q/k/v and gate/up; None for unfused modules."""
+    m = _QKV.match(module)
+    if m:
+        return m.group(1) + "qkv_proj", tuple(m.group(1) + f"{x}_proj" for x in "qkv")
+    m = _GATE_UP.match(module)
+    if m:
+        return m.group(1) + "gate_up_proj", (m.group(1) + "gate_proj", m.group(1) + "up_proj")
+    return None
+
+
+def _vllm_prefix(name: str, num_target_layers: int | None) -> str:
+    if name == "lm_head" or name.startswith("lm_head."):
+        return name
+    m = _LAYER.match(name)
+    if m and num_target_layers is not None:
+        name = f"layers.{num_target_layers + int(m.group(1))}.{m.group(2)}"
+    return "model." + name
+
+
+def _vllm_patterns(patterns: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    for p in patterns:
+        if p.endswith("*") and len(p) > 1:
+            out += [p[:-1], p[:-1] + ".*"]
+        else:
+            out.append(p)
+    return out
+
+
+def _vllm_hit(prefix: str, patterns: list[str]) -> str | None:
+    candidates = [prefix]
+    if prefix.startswith("language_model."):
+        candidates.append(prefix[len("language_model."):])
+    for c in candidates:
+        for p in patterns:
+            if p == c or p in c or fnmatch.fnmatchcase(c, p):
+                return p
+    return None
+
+
+def _sglang_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def _sglang_hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
+    for p in patterns:
+        rx = _sglang_regex(p)
+        for c in (prefix, prefix[len("language_model."):] if prefix.startswith("language_model.") else None):
+            if c is None:
+                continue
+            if rx.fullmatch(c) or any(rx.fullmatch(part) for part in c.split(".")):
+                return p
+    return None
+
+
+def _trt_hit(name: str, patterns: tuple[str, ...]) -> str | None:
+    return next((p for p in patterns for c in (name, "model." + name) if fnmatch.fnmatchcase(c, p)), None)
+
+
+class Exclusion(msgspec.Struct, frozen=True):
+    excluded: bool
+    prefix: str  # the module name as that runtime matches it
+    pattern: str | None = None  # the exclusion entry that matched
+    conflict: str | None = None  # e.g. vLLM: fused shards disagree
+
+
+def excluded_by(matcher: str, module: str, patterns: tuple[str, ...],
+                num_target_layers: int | None) -> Exclusion:
+    """Whether `matcher`'s runtime would treat `module` as excluded from quantization."""
+    fused = fused_name(module)
+    if matcher == "vllm":
+        vpatterns = _vllm_patterns(patterns)
+        if fused:
+            name, shards = fused
+            prefix = _vllm_prefix(name, num_target_layers)
+            shard_prefixes = [_vllm_prefix(s, num_target_layers) for s in shards]
+            exact = [s in vpatterns for s in shard_prefixes]
+            if any(exact) and not all(exact):
+                return Exclusion(True, prefix, None, "the exclusions name some but not all shards of "
+                                 f"{prefix}, which vLLM refuses")
+            if all(exact):
+                return Exclusion(True, prefix, shard_prefixes[0])
+            hit = _vllm_hit(prefix, vpatterns)
+            return Exclusion(hit is not None, prefix, hit)
+        prefix = _vllm_prefix(module, num_target_layers)
+        hit = _vllm_hit(prefix, vpatterns)
+        return Exclusion(hit is not None, prefix, hit)
+    if matcher == "sglang":
+        name = fused[0] if fused else module
+        if (fused and all(s in patterns for s in fused[1])) or (not fused and module in patterns):
+            return Exclusion(True, name, module)
+        hit = _sglang_hit(name, patterns)
+        return Exclusion(hit is not None, name, hit)
+    if matcher == "trtllm":
+        names = [module] + ([fused[0]] if fused and module.split(".")[-1] in ("q_proj", "k_proj", "v_proj") else [])
+        hit = next((h for n in names if (h := _trt_hit(n, patterns)) is not None), None)
+        return Exclusion(hit is not None, module, hit)
+    raise ValueError(f"unknown matcher {matcher!r}")
+
+
+def matches_any(module: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
+
+
+# ---------------------------------------------------------------- pattern hygiene
+
+
+def pattern_problems(pattern: str) -> list[str]:
+    problems = []
+    if any(pattern.lstrip("*").startswith(p) or ("." + p) in pattern for p in TRAINING_PREFIXES):
+        problems.append("training_prefix")
+    elif pattern.lstrip("*").startswith("model."):
+        problems.append("base_model_name")
+    if _INDEX_COMPONENT.search(pattern.lstrip("*")):
+        problems.append("layer_index")
+    return problems
+
+
+def strip_training_prefix(pattern: str) -> str:
+    star = "*" if pattern.startswith("*") else ""
+    body = pattern.lstrip("*")
+    for p in TRAINING_PREFIXES:
+        if body.startswith(p):
+            return star + body[len(p):]
+    return pattern
+
+
+MATCHERS = ("vllm", "sglang", "trtllm")
+
+
+def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[str]) -> list[str]:
+    """Index-free suffix wildcards covering `excluded` and no module of `quantized`, under every matcher.
+
+    Each excluded module gets the shortest `*suffix` (no numeric component) that no quantized module
+    matches; fused aliases `*qkv_proj` / `*gate_up_proj` are added when every part is excluded.
+    """
+    n_target = manifest.geometry.num_target_layers
+
+    def safe(pattern: str) -> bool:
+        return not any(excluded_by(m, q, (pattern,), n_target).excluded for q in quantized for m in MATCHERS)
+
+    patterns: list[str] = []
+    for module in sorted(excluded):
+        parts = module.split(".")
+        chosen = None
+        for k in range(1, len(parts) + 1):
+            suffix = parts[-k:]
+            if any(p.isdigit() for p in suffix):
+                continue
+            candidate = "*" + ".".join(suffix)
+            if candidate in patterns or safe(candidate):
+                chosen = candidate
+                break
+        chosen = chosen or module
+        if chosen not in patterns:
+            patterns.append(chosen)
+    names = set(excluded)
+    layers = {m.split(".")[1] for m in manifest.modules if m.startswith("layers.") and ".self_attn." in m}
+    for alias, parts in (("*qkv_proj", ("q_proj", "k_proj", "v_proj")), ("*gate_up_proj", ("gate_proj", "up_proj"))):
+        sub = "self_attn" if alias == "*qkv_proj" else "mlp"
+        if layers and all(f"layers.{i}.{sub}.{p}" in names for i in layers for p in parts):
+            patterns.append(alias)
+    return sorted(patterns)
+

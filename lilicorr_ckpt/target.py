@@ -1,0 +1,161 @@
+"""What validate needs to know about the target model, read from its config and headers only."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .config import load_json_object
+from .errors import InputError
+from .source import resolve_path
+from .tensors import read_header
+
+
+class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
+    label: str
+    architecture: str | None
+    hidden_size: int | None
+    num_layers: int | None
+    vocab_size: int | None
+    embedding_rows: int | None  # rows of the input embedding table, when its header was read
+    embedding_width: int | None
+    special_ids: dict[str, int]  # bos/eos/pad ids
+    rope_theta: float | None
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_target(spec: str) -> TargetInfo:
+    path = Path(spec).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return read_gguf_target(path)
+    root, link_root = resolve_path(spec, "target")
+    config_path = root / "config.json"
+    if not config_path.is_file():
+        ggufs = sorted(root.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return read_gguf_target(ggufs[0])
+        raise InputError(f"target {spec!r} has no config.json; expected a Hugging Face model directory or a .gguf file")
+    doc, _ = load_json_object(config_path.read_bytes(), f"target {spec}/config.json")
+    text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else doc
+    special: dict[str, int] = {}
+    sources = [doc, text]
+    generation = root / "generation_config.json"
+    if generation.is_file():
+        with contextlib.suppress(InputError):
+            sources.append(load_json_object(generation.read_bytes(), "generation_config.json")[0])
+    for src in sources:
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            for i, value in enumerate(_ids(src.get(key))):
+                special.setdefault(f"{key[:-9]}{'' if i == 0 else i}", value)
+    rows = width = None
+    for st in sorted(root.glob("*.safetensors")):
+        try:
+            tensors, _ = read_header(st, st.name)
+        except InputError:
+            continue
+        for name, info in tensors.items():
+            if name.endswith("embed_tokens.weight") and len(info.shape) == 2:
+                rows, width = info.shape
+                break
+        if rows is not None:
+            break
+    archs = doc.get("architectures")
+    theta = text.get("rope_theta")
+    return TargetInfo(
+        label=spec,
+        architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None,
+        hidden_size=_int(text.get("hidden_size")),
+        num_layers=_int(text.get("num_hidden_layers")),
+        vocab_size=_int(text.get("vocab_size")),
+        embedding_rows=rows,
+        embedding_width=width,
+        special_ids=special,
+        rope_theta=float(theta) if isinstance(theta, (int, float)) and not isinstance(theta, bool) else None,
+    )
+
+
+# ---------------------------------------------------------------- GGUF (metadata only)
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+class _Reader:
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def take(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        data = self.f.read(size)
+        if len(data) != size:
+            raise InputError("truncated GGUF header")
+        return struct.unpack(fmt, data)[0]
+
+    def string(self) -> str:
+        n = self.take("<Q")
+        if n > 1 << 24:
+            raise InputError("GGUF string length is absurd")
+        return self.f.read(n).decode("utf-8", errors="replace")
+
+    def value(self, kind: int, keep_arrays: bool) -> Any:
+        if kind in _GGUF_SCALARS:
+            return self.take(_GGUF_SCALARS[kind])
+        if kind == 8:
+            return self.string()
+        if kind == 9:
+            item, n = self.take("<I"), self.take("<Q")
+            if item in _GGUF_SCALARS and not keep_arrays:
+                self.f.seek(struct.calcsize(_GGUF_SCALARS[item]) * n, 1)
+                return n
+            values = [self.value(item, keep_arrays) for _ in range(n)]
+            return values if keep_arrays else n
+        raise InputError(f"unknown GGUF value type {kind}")
+
+
+def read_gguf_target(path: Path) -> TargetInfo:
+    """Model geometry and special token ids from a GGUF file's key/value header."""
+    meta: dict[str, Any] = {}
+    try:
+        with open(path, "rb") as f:
+            r = _Reader(f)
+            if f.read(4) != b"GGUF":
+                raise InputError(f"{path.name} is not a GGUF file")
+            version = r.take("<I")
+            if version < 2:
+                raise InputError(f"{path.name}: GGUF version {version} is not supported")
+            r.take("<Q")  # tensor count
+            for _ in range(r.take("<Q")):
+                key = r.string()
+                kind = r.take("<I")
+                meta[key] = r.value(kind, keep_arrays=False)  # arrays: only their length
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    arch = meta.get("general.architecture")
+    prefix = f"{arch}." if isinstance(arch, str) else ""
+    vocab = _int(meta.get(prefix + "vocab_size")) or _int(meta.get("tokenizer.ggml.tokens"))
+    special = {name: meta[key] for name, key in (("bos", "tokenizer.ggml.bos_token_id"),
+                                                   ("eos", "tokenizer.ggml.eos_token_id"),
+                                                   ("pad", "tokenizer.ggml.padding_token_id"))
+               if isinstance(meta.get(key), int)}
+    hidden = _int(meta.get(prefix + "embedding_length"))
+    theta = meta.get(prefix + "rope.freq_base")
+    return TargetInfo(label=str(path), architecture=arch if isinstance(arch, str) else None, hidden_size=hidden,
+                      num_layers=_int(meta.get(prefix + "block_count")), vocab_size=vocab,
+                      embedding_rows=vocab, embedding_width=hidden, special_ids=special,
+                      rope_theta=float(theta) if isinstance(theta, (int, float)) else None)
