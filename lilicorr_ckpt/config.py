@@ -80,6 +80,11 @@ class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
     attention_dropout: float | None = None
     rope_theta: float | None = None
     rope_scaling: dict[str, Any] | None = None
+    rope_parameters: dict[str, Any] | None = None
+    initializer_range: float | None = None
+    attention_sink_bias: bool | None = None
+    output_multiplier: float | None = None
+    final_logit_softcapping: float | None = None
     tie_word_embeddings: bool | None = None
     torch_dtype: str | None = None
     dtype: str | None = None

@@ -1,0 +1,210 @@
+"""Unreadable or hostile input: a clear message and exit 2, never a traceback."""
+
+import json
+import os
+import struct
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.validate import validate
+
+from helpers import run_cli
+
+
+def _write_header(path, header: dict, data: bytes, length: int | None = None) -> None:
+    text = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(text) if length is None else length) + text + data)
+
+
+def _assert_exit_2(path, *needles):
+    result = run_cli("validate", str(path))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    for needle in needles:
+        assert needle in result.stderr, result.stderr
+    return result
+
+
+@pytest.fixture
+def ckpt(make_ckpt):
+    return make_ckpt()
+
+
+def test_random_bytes_instead_of_safetensors(ckpt):
+    (ckpt / "model.safetensors").write_bytes(os.urandom(64) + b"\xff" * 8)
+    _assert_exit_2(ckpt, "model.safetensors")
+
+
+def test_truncated_file(ckpt):
+    path = ckpt / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 100])
+    _assert_exit_2(ckpt, "model.safetensors", "corrupt safetensors")
+
+
+def test_file_shorter_than_the_length_prefix(ckpt):
+    (ckpt / "model.safetensors").write_bytes(b"\x01\x02")
+    _assert_exit_2(ckpt, "truncated safetensors file")
+
+
+def test_header_length_beyond_the_file(ckpt):
+    _write_header(ckpt / "model.safetensors", {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+                  b"\0" * 4, length=10_000)
+    _assert_exit_2(ckpt, "runs past the end of the file")
+
+
+def test_absurd_header_length(ckpt):
+    _write_header(ckpt / "model.safetensors", {}, b"", length=1 << 40)
+    _assert_exit_2(ckpt, "header length", "absurd")
+
+
+@pytest.mark.parametrize("offsets", [([0, 8], [4, 12]), ([0, 8], [8, 400])])
+def test_overlapping_or_out_of_range_offsets(ckpt, offsets):
+    header = {"a": {"dtype": "F32", "shape": [2], "data_offsets": offsets[0]},
+              "b": {"dtype": "F32", "shape": [2], "data_offsets": offsets[1]}}
+    _write_header(ckpt / "model.safetensors", header, b"\0" * 16)
+    _assert_exit_2(ckpt, "corrupt safetensors")
+
+
+def test_unknown_dtype(ckpt):
+    _write_header(ckpt / "model.safetensors", {"a": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}},
+                  b"\0\0")
+    _assert_exit_2(ckpt, "Q4_K")
+
+
+@pytest.mark.parametrize("content, needle", [(b"[]", "must hold a JSON object"), (b"\xc3\x28{}", "not UTF-8"),
+                                             (b"{", "not valid JSON")])
+def test_bad_config_json(ckpt, content, needle):
+    (ckpt / "config.json").write_bytes(content)
+    _assert_exit_2(ckpt, "config.json", needle)
+
+
+@pytest.mark.parametrize("shard", ["../escape.safetensors", "/etc/passwd"])
+def test_index_pointing_outside_the_checkpoint(make_ckpt, shard):
+    path = make_ckpt(shards=2)
+    index = json.loads((path / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = shard
+    (path / "model.safetensors.index.json").write_text(json.dumps(index))
+    _assert_exit_2(path, "outside the checkpoint directory")
+
+
+def test_symlink_leaving_the_checkpoint(ckpt, tmp_path):
+    outside = tmp_path / "elsewhere.safetensors"
+    (ckpt / "model.safetensors").rename(outside)
+    (ckpt / "model.safetensors").symlink_to(outside)
+    _assert_exit_2(ckpt, "symlink", "outside the checkpoint directory")
+
+
+def test_symlink_inside_the_checkpoint_is_fine(ckpt):
+    (ckpt / "weights").mkdir()
+    (ckpt / "model.safetensors").rename(ckpt / "weights" / "real.safetensors")
+    (ckpt / "model.safetensors").symlink_to(ckpt / "weights" / "real.safetensors")
+    assert validate(str(ckpt)).summary.errors == 0
+
+
+def test_empty_directory(tmp_path):
+    (tmp_path / "empty").mkdir()
+    _assert_exit_2(tmp_path / "empty", "empty directory")
+
+
+def test_file_instead_of_directory(ckpt):
+    result = _assert_exit_2(ckpt / "config.json", "is a file", "pass its folder")
+    assert str(ckpt) in result.stderr
+
+
+def test_missing_path_and_missing_config(tmp_path, ckpt):
+    _assert_exit_2(tmp_path / "nope", "does not exist")
+    (ckpt / "config.json").unlink()
+    _assert_exit_2(ckpt, "no config.json")
+
+
+def test_unknown_repo_id_is_an_offline_miss(tmp_path):
+    result = run_cli("validate", "no-such-org/no-such-drafter", env={"HF_HUB_CACHE": str(tmp_path / "hub"),
+                                                                     "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "not in the Hugging Face cache" in result.stderr
+
+
+def test_usage_errors_exit_4(ckpt):
+    result = run_cli("validate", str(ckpt), "--runtime", "tgi")
+    assert result.returncode == 4 and "tgi" in result.stderr
+    assert run_cli("validate").returncode == 4
+
+
+# ---------------------------------------------------------------- property tests
+
+_valid_bytes = {}
+
+
+def _baseline(tmp_path_factory) -> bytes:
+    if "st" not in _valid_bytes:
+        d = fixtures.write_checkpoint(tmp_path_factory.mktemp("base"), fixtures.draft_config(num_hidden_layers=1))
+        _valid_bytes["st"] = (d / "model.safetensors").read_bytes()
+        _valid_bytes["cfg"] = (d / "config.json").read_bytes()
+    return _valid_bytes["st"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_no_exception_escapes_for_mutated_headers(tmp_path_factory, data):
+    base = bytearray(_baseline(tmp_path_factory))
+    n = struct.unpack("<Q", bytes(base[:8]))[0]
+    kind = data.draw(st.sampled_from(["flip", "truncate", "length", "splice"]))
+    if kind == "flip":
+        for _ in range(data.draw(st.integers(1, 8))):
+            i = data.draw(st.integers(0, 8 + n - 1))
+            base[i] = data.draw(st.integers(0, 255))
+    elif kind == "truncate":
+        base = base[: data.draw(st.integers(0, len(base)))]
+    elif kind == "length":
+        base[:8] = struct.pack("<Q", data.draw(st.integers(0, 2**64 - 1)))
+    else:
+        junk = data.draw(st.binary(max_size=64))
+        i = data.draw(st.integers(8, 8 + n))
+        base[i:i] = junk
+    d = tmp_path_factory.mktemp("mut")
+    (d / "config.json").write_bytes(_valid_bytes["cfg"])
+    (d / "model.safetensors").write_bytes(bytes(base))
+    try:
+        validate(str(d))
+    except InputError:
+        pass
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=12)
+config_keys = st.sampled_from(["hidden_size", "num_hidden_layers", "block_size", "architectures", "vocab_size",
+                               "target_layer_ids", "has_own_lm_head", "quantization_config", "layer_types",
+                               "num_attention_heads", "head_dim", "rms_norm_eps", "torch_dtype"])
+dflash_keys = st.sampled_from(["lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers",
+                               "lilicorr_num_heads", "lilicorr_mlp_ratio", "lilicorr_factor_dim",
+                               "lilicorr_vector_eps", "lilicorr_logit_scale", "conv_kernel_size", "conv_group_size",
+                               "block_size", "mask_token_id", "target_layer_ids", "causal", "lilicorr_enabled"])
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(top=st.dictionaries(config_keys, json_values, max_size=4),
+       nested=st.dictionaries(dflash_keys, json_values, max_size=5),
+       drop=st.lists(dflash_keys, max_size=3))
+def test_no_exception_escapes_for_arbitrary_config_values(tmp_path_factory, top, nested, drop):
+    _baseline(tmp_path_factory)
+    cfg = json.loads(_valid_bytes["cfg"])
+    cfg.update(top)
+    if isinstance(cfg.get("dflash_config"), dict):
+        cfg["dflash_config"].update(nested)
+        for key in drop:
+            cfg["dflash_config"].pop(key, None)
+    d = tmp_path_factory.mktemp("cfg")
+    (d / "config.json").write_text(json.dumps(cfg, allow_nan=True))
+    (d / "model.safetensors").write_bytes(_valid_bytes["st"])
+    try:
+        report = validate(str(d))
+    except InputError:
+        return
+    assert report.exit_code in (0, 1)

@@ -1,0 +1,99 @@
+import json
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+from helpers import REPO, run_cli
+
+from lilicorr_ckpt import fixtures, schemas
+
+
+@pytest.fixture
+def broken(make_ckpt):
+    # non-power-of-two top-k: refused by SGLang and vLLM, accepted by TensorRT-LLM
+    return make_ckpt("broken", fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6}))
+
+
+@pytest.fixture
+def warned(make_ckpt):
+    # conflicting block sizes: a warning only
+    return make_ckpt("warned", fixtures.draft_config(block_size=16))
+
+
+def test_schema_files_are_in_sync_with_the_types():
+    for name, schema in schemas.all_schemas().items():
+        committed = (REPO / "schemas" / name)
+        assert committed.exists(), f"missing schemas/{name}: run python -m lilicorr_ckpt.schemas"
+        assert committed.read_text() == schemas.render(schema), f"schemas/{name} is stale: run python -m lilicorr_ckpt.schemas"
+
+
+def test_json_report_follows_its_schema_and_gives_per_runtime_verdicts(broken):
+    result = run_cli("validate", str(broken), "--format", "json")
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    jsonschema.validate(report, json.loads((REPO / "schemas" / "validate-report.schema.json").read_text()))
+    verdicts = {v["runtime"]: v["accepted"] for v in report["runtimes"]}
+    assert verdicts == {"sglang": False, "vllm": False, "trtllm": True}
+    [finding] = [f for f in report["findings"] if f["rule"] == "LC104"]
+    assert finding["expected"] == "one of 1, 2, 4, 8, 16" and finding["actual"] == "6"
+    assert finding["pointer"] == "$.dflash_config.lilicorr_candidate_topk" and finding["fix"]
+
+
+def test_runtime_selection_changes_the_verdict(broken):
+    assert run_cli("validate", str(broken), "--runtime", "trtllm").returncode == 0
+    assert run_cli("validate", str(broken), "--runtime", "vllm").returncode == 1
+
+
+def test_junit_has_a_testcase_per_runtime_and_fails_the_refusing_ones(broken):
+    result = run_cli("validate", str(broken), "--format", "junit")
+    suite = ET.fromstring(result.stdout)
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {"SGLang", "vLLM", "TensorRT-LLM"}
+    assert cases["SGLang"].find("failure") is not None and "LC104" in cases["SGLang"].find("failure").text
+    assert cases["TensorRT-LLM"].find("failure") is None
+    assert suite.get("failures") == "2"
+
+
+def test_sarif_lists_rules_and_results(broken):
+    doc = json.loads(run_cli("validate", str(broken), "--format", "sarif").stdout)
+    assert doc["version"] == "2.1.0"
+    run = doc["runs"][0]
+    rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
+    assert "LC104" in rule_ids
+    result = next(r for r in run["results"] if r["ruleId"] == "LC104")
+    assert result["level"] == "error" and rule_ids[result["ruleIndex"]] == "LC104"
+    assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("config.json")
+    assert result["properties"]["runtimes"] == ["sglang", "vllm"]
+
+
+def test_text_report_groups_by_severity_and_ends_with_a_summary(broken, warned):
+    out = run_cli("validate", str(broken)).stdout
+    assert "ERROR LC104 topk-power-of-two (sglang, vllm)" in out and "fix:" in out
+    assert out.strip().splitlines()[-1].startswith("FAIL 1 error, 0 warnings")
+    assert "TensorRT-LLM: accepts" in out and "SGLang: refuses" in out
+    result = run_cli("validate", str(warned))
+    assert result.returncode == 0 and "WARN  LC111" in result.stdout
+    assert result.stdout.strip().splitlines()[-1].startswith("PASS 0 errors, 1 warning")
+
+
+def test_strict_fails_on_warnings_and_output_writes_a_file(warned, tmp_path):
+    assert run_cli("validate", str(warned), "--strict").returncode == 1
+    out = tmp_path / "report.json"
+    result = run_cli("validate", str(warned), "--format", "json", "--output", str(out))
+    assert result.returncode == 0 and result.stdout == ""
+    assert json.loads(out.read_text())["summary"]["warnings"] == 1
+
+
+def test_inspect_json_follows_its_schema(make_ckpt):
+    path = make_ckpt(config=fixtures.draft_config(conv=(4, 16)), quant="NVFP4")
+    result = run_cli("inspect", str(path), "--format", "json")
+    assert result.returncode == 0
+    doc = json.loads(result.stdout)
+    jsonschema.validate(doc, json.loads((REPO / "schemas" / "inspect.schema.json").read_text()))
+    comps = {c["component"]: c for c in doc["components"]}
+    assert set(comps) == {"backbone", "conv", "head"}
+    assert comps["conv"]["tensors"] == 8
+    assert doc["quantization"]["quant_algo"] == "NVFP4" and doc["runtimes"] == {"sglang": True, "vllm": True,
+                                                                                "trtllm": True}
+    text = run_cli("inspect", str(path)).stdout
+    assert "conv       4 taps, group 16" in text and "NVFP4" in text
