@@ -93,6 +93,16 @@ def draft_config(*, head: bool = True, conv: tuple[int, int] | None = None, own_
     return cfg
 
 
+def qwen3_8b_drafter_config(layers: int = 5) -> dict[str, Any]:
+    """Full-size geometry of the paper's Qwen3-8B drafter (head width 1024, K 8, 2 head layers, B 16)."""
+    return draft_config(
+        hidden_size=4096, num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+        intermediate_size=12288, vocab_size=151936, num_target_layers=36, block_size=16, rope_theta=1e6,
+        dflash={"block_size": 16, "mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33],
+                "lilicorr_candidate_topk": 8, "lilicorr_hidden_size": 1024, "lilicorr_num_layers": 2,
+                "lilicorr_num_heads": 8, "lilicorr_mlp_ratio": 2.0, "lilicorr_factor_dim": 1024})
+
+
 def manifest_for(config: dict[str, Any]) -> Manifest:
     parsed = parse_config(json.dumps(config).encode())
     return build_manifest(resolve_geometry(parsed.config))

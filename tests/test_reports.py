@@ -3,9 +3,10 @@ import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
-from helpers import REPO, run_cli
 
 from lilicorr_ckpt import fixtures, schemas
+
+from helpers import REPO, run_cli
 
 
 @pytest.fixture

@@ -1,0 +1,113 @@
+import json
+import struct
+
+import numpy as np
+import pytest
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.numerics import bf16_bits
+from lilicorr_ckpt.target import read_target
+from lilicorr_ckpt.validate import validate
+
+
+def make_target(path, *, hidden=64, layers=4, vocab=512, eos=2, bos=1, pad=None, embed_rows=None, theta=10000.0):
+    path.mkdir(parents=True)
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden, "num_hidden_layers": layers,
+           "vocab_size": vocab, "eos_token_id": eos, "bos_token_id": bos, "rope_theta": theta}
+    if pad is not None:
+        cfg["pad_token_id"] = pad
+    (path / "config.json").write_text(json.dumps(cfg))
+    rows = embed_rows or vocab
+    fixtures.save(path, cfg, {"model.embed_tokens.weight": ("BF16", (rows, hidden), bytes(rows * hidden * 2))})
+    return path
+
+
+def rules(report):
+    return {f.rule for f in report.findings}
+
+
+@pytest.fixture
+def drafter(make_ckpt):
+    return make_ckpt()
+
+
+def test_matching_target_passes(drafter, tmp_path):
+    target = make_target(tmp_path / "target")
+    report = validate(str(drafter), target=str(target))
+    assert report.summary.errors == 0 and report.summary.warnings == 0
+
+
+def test_hidden_size_and_vocab_mismatch(drafter, tmp_path):
+    report = validate(str(drafter), target=str(make_target(tmp_path / "t", hidden=128, vocab=1000)))
+    assert {"LC501", "LC503"} <= rules(report)
+    msg = next(f.message for f in report.findings if f.rule == "LC501")
+    assert "64" in msg and "128" in msg
+
+
+def test_layer_ids_beyond_the_target_explain_the_convention(make_ckpt, tmp_path):
+    # ids [1, 4] on a 4-layer target: 4 looks like a +1-shifted "before layer" id
+    ckpt = make_ckpt(config=fixtures.draft_config(dflash={"target_layer_ids": [1, 4]}, num_target_layers=None))
+    report = validate(str(ckpt), target=str(make_target(tmp_path / "t", layers=4)))
+    [f] = [f for f in report.findings if f.rule == "LC502"]
+    assert "id i reads the output of target layer i" in f.message and "hidden_states[i+1]" in f.message
+    assert "[4]" in f.message and "0..3" in f.message
+
+
+def test_num_target_layers_disagreement_is_a_warning(drafter, tmp_path):
+    report = validate(str(drafter), target=str(make_target(tmp_path / "t", layers=6)))
+    assert "LC505" in rules(report) and report.summary.errors == 0
+
+
+@pytest.mark.parametrize("kwargs, needle", [
+    (dict(embed_rows=500), "outside"),  # mask 511 beyond 500 embedding rows
+    (dict(eos=511), "eos"),
+    (dict(pad=511), "pad"),
+])
+def test_mask_token_must_be_a_real_dedicated_row(drafter, tmp_path, kwargs, needle):
+    report = validate(str(drafter), target=str(make_target(tmp_path / "t", **kwargs)))
+    assert any(f.rule == "LC504" and needle in f.message for f in report.findings)
+
+
+def test_rope_theta_mismatch_warns(drafter, tmp_path):
+    report = validate(str(drafter), target=str(make_target(tmp_path / "t", theta=1e6)))
+    assert "LC506" in rules(report)
+
+
+def test_gguf_target_metadata(tmp_path, drafter):
+    # a minimal GGUF v3 header: llama geometry + token ids, no tensors
+    def s(text):
+        b = text.encode()
+        return struct.pack("<Q", len(b)) + b
+    kv = [("general.architecture", 8, s("llama")), ("llama.embedding_length", 4, struct.pack("<I", 64)),
+          ("llama.block_count", 4, struct.pack("<I", 4)), ("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 2)),
+          ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 512) + b"".join(s(f"t{i}") for i in range(512)))]
+    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv))
+    for key, kind, value in kv:
+        body += s(key) + struct.pack("<I", kind) + value
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(body)
+    info = read_target(str(gguf))
+    assert (info.hidden_size, info.num_layers, info.vocab_size, info.special_ids) == (64, 4, 512, {"eos": 2})
+    assert validate(str(drafter), target=str(gguf)).summary.errors == 0
+
+
+def test_deep_finds_nan_and_all_zero_weights(make_ckpt):
+    def mutate(t):
+        dtype, shape, _ = t["lilicorr.out_head.weight"]
+        values = np.zeros(shape, dtype=np.float32)
+        values[3, 2] = np.nan
+        t["lilicorr.out_head.weight"] = (dtype, shape, bf16_bits(values).tobytes())
+        dtype, shape, raw = t["lilicorr.in_head.weight"]
+        t["lilicorr.in_head.weight"] = (dtype, shape, bytes(len(raw)))
+        t["lilicorr.in_head.bias"] = (dtype, t["lilicorr.in_head.bias"][1], bytes(len(t["lilicorr.in_head.bias"][2])))
+    ckpt = make_ckpt(mutate=mutate)
+    assert not {"LC701", "LC702"} & rules(validate(str(ckpt)))  # header-only by default
+    report = validate(str(ckpt), deep=True)
+    assert [f.subjects for f in report.findings if f.rule == "LC701"] == [["lilicorr.out_head.weight"]]
+    # zero biases are normal; a zero weight is not
+    assert [f.subjects for f in report.findings if f.rule == "LC702"] == [["lilicorr.in_head.weight"]]
+
+
+def test_deep_is_clean_on_a_healthy_quantized_checkpoint(make_ckpt):
+    report = validate(str(make_ckpt(quant="NVFP4")), deep=True)
+    assert report.summary.errors == 0 and report.summary.warnings == 0
