@@ -1,0 +1,259 @@
+"""Triton kernels for the LiLiCorr draft step; each mirrors a torch reference in lilicorr_runtime.ops.
+
+Shared conventions (the references implement exactly the same):
+  - scores and logits are read in their dtype and compared in fp32;
+  - a NaN is ordered as -inf for every selection (a NaN logit is never a candidate ahead of a finite
+    one); `topk_lse` reports lse = NaN for a row that holds any NaN, so a broken row stays visible;
+  - ties go to the lower index (tl.argmax(tie_break_left) and torch.argmax agree).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+TILE = 1024  # elements per tile of the candidate scan
+TILES_PER_PROGRAM = 8
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------- topk_lse
+#
+# Exactness of the tile pre-selection. Order the row by (value descending, index ascending) and let x be
+# one of its k first elements. Its tile's maximum is >= x. Select the k tiles with the largest maxima,
+# ties to the lower tile index. Suppose x's tile were not selected: each of the k selected tiles then
+# holds an element >= x, and one equal to x can only sit in a selected tile of lower index (a tie on the
+# tile maximum was broken towards it), so at a lower position. Either way k elements precede x in the
+# order, contradicting x being among the first k. So the top k lie inside the k selected tiles, and the
+# second kernel only has to read k tiles, not the row. Candidates are merged in ascending tile order, so
+# among equal values the lower index still wins.
+
+
+@triton.jit
+def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, part_nan_ptr,
+               n_tiles, n_parts, TILE: tl.constexpr, TPP: tl.constexpr):
+    row = tl.program_id(0)
+    part = tl.program_id(1)
+    offs = tl.arange(0, TILE)
+    m = tl.full((), float("-inf"), tl.float32)
+    s = tl.zeros((), tl.float32)
+    nan = tl.zeros((), tl.int32)
+    base = logits_ptr + row.to(tl.int64) * stride_row
+    for t in range(TPP):
+        tile = part * TPP + t
+        cols = tile * TILE + offs
+        x = tl.load(base + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+        is_nan = x != x
+        nan += tl.sum(is_nan.to(tl.int32), axis=0)
+        x = tl.where(is_nan, float("-inf"), x)
+        tile_max = tl.max(x, axis=0)
+        tl.store(tile_max_ptr + row * n_tiles + tile, tile_max, mask=tile < n_tiles)
+        m_new = tl.maximum(m, tile_max)
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # exp(-inf - -inf) would be NaN
+        s = s * tl.exp(m - m_ref) + tl.sum(tl.exp(x - m_ref), axis=0)
+        m = m_new
+    tl.store(part_m_ptr + row * n_parts + part, m)
+    tl.store(part_s_ptr + row * n_parts + part, s)
+    tl.store(part_nan_ptr + row * n_parts + part, nan)
+
+
+@triton.jit
+def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, part_nan_ptr,
+                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
+                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+                 BLOCK_C: tl.constexpr):
+    row = tl.program_id(0)
+    base = logits_ptr + row.to(tl.int64) * stride_row
+
+    # log-partition from the per-program online-softmax partials
+    p_offs = tl.arange(0, BLOCK_P)
+    pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
+    ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0)
+    pnan = tl.load(part_nan_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0)
+    gm = tl.max(pm, axis=0)
+    gm_ref = tl.where(gm == float("-inf"), 0.0, gm)
+    lse = gm + tl.log(tl.sum(ps * tl.exp(pm - gm_ref), axis=0))
+    lse = tl.where(gm == float("-inf"), float("-inf"), lse)
+    lse = tl.where(tl.sum(pnan, axis=0) > 0, float("nan"), lse)
+    tl.store(lse_ptr + row, lse)
+
+    # pick the k tiles with the largest maxima (ties to the lower tile)
+    t_offs = tl.arange(0, BLOCK_T)
+    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
+    valid_tile = t_offs < n_tiles
+    selected = t_offs < 0
+    kt = tl.minimum(k, n_tiles)
+    for _ in range(kt):
+        key = tl.where(selected | (~valid_tile), float("-inf"), tmax)
+        best = tl.max(key, axis=0)
+        # lowest unselected valid tile holding the best maximum (also when the best is -inf)
+        pick = tl.min(tl.where((key == best) & valid_tile & (~selected), t_offs, BLOCK_T), axis=0)
+        selected = selected | (t_offs == pick)
+
+    # each selected tile's local top-k, in ascending tile order, into candidate slots
+    c_offs = tl.arange(0, BLOCK_C)
+    cand_v = tl.full((BLOCK_C,), float("-inf"), tl.float32)
+    cand_i = tl.zeros((BLOCK_C,), tl.int64)
+    cand_ok = c_offs < 0
+    offs = tl.arange(0, TILE)
+    remaining = selected
+    for r in range(kt):
+        tile = tl.min(tl.where(remaining, t_offs, BLOCK_T), axis=0)
+        remaining = remaining & (t_offs != tile)
+        cols = tile * TILE + offs
+        in_row = cols < n_cols
+        x = tl.load(base + cols, mask=in_row, other=float("-inf")).to(tl.float32)
+        x = tl.where(x != x, float("-inf"), x)
+        taken = offs < 0
+        for j in range(k):
+            key = tl.where(taken | (~in_row), float("-inf"), x)
+            best = tl.max(key, axis=0)
+            at = tl.min(tl.where((key == best) & in_row & (~taken), offs, TILE), axis=0)
+            taken = taken | (offs == at)
+            slot = r * BLOCK_K + j
+            cand_v = tl.where(c_offs == slot, best, cand_v)
+            cand_i = tl.where(c_offs == slot, (tile * TILE + at).to(tl.int64), cand_i)
+            cand_ok = cand_ok | ((c_offs == slot) & (at < TILE))
+
+    # global top-k over the candidates; slot order == column order among equal values
+    out_offs = tl.arange(0, BLOCK_K)
+    out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
+    out_i = tl.zeros((BLOCK_K,), tl.int64)
+    used = c_offs < 0
+    for j in range(k):
+        key = tl.where(used | (~cand_ok), float("-inf"), cand_v)
+        best = tl.max(key, axis=0)
+        slot = tl.min(tl.where((key == best) & cand_ok & (~used), c_offs, BLOCK_C), axis=0)
+        used = used | (c_offs == slot)
+        idx = tl.sum(tl.where(c_offs == slot, cand_i, 0), axis=0)
+        out_v = tl.where(out_offs == j, best, out_v)
+        out_i = tl.where(out_offs == j, idx, out_i)
+    tl.store(values_ptr + row * k + out_offs, out_v, mask=out_offs < k)
+    tl.store(ids_ptr + row * k + out_offs, out_i, mask=out_offs < k)
+
+
+def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """values [n, k] fp32 descending, ids [n, k] int64, lse [n] fp32, in one pass over [n, V] logits."""
+    n, v = logits.shape
+    if not 1 <= k <= 16 or k > v:
+        raise ValueError(f"topk_lse_triton supports 1 <= k <= min(16, V), got k={k}, V={v}")
+    if logits.stride(-1) != 1:
+        logits = logits.contiguous()
+    n_tiles = triton.cdiv(v, TILE)
+    tpp = min(TILES_PER_PROGRAM, n_tiles)
+    n_parts = triton.cdiv(n_tiles, tpp)
+    dev = logits.device
+    tile_max = torch.empty((n, n_tiles), device=dev, dtype=torch.float32)
+    part_m = torch.empty((n, n_parts), device=dev, dtype=torch.float32)
+    part_s = torch.empty((n, n_parts), device=dev, dtype=torch.float32)
+    part_nan = torch.empty((n, n_parts), device=dev, dtype=torch.int32)
+    values = torch.empty((n, k), device=dev, dtype=torch.float32)
+    ids = torch.empty((n, k), device=dev, dtype=torch.int64)
+    lse = torch.empty((n,), device=dev, dtype=torch.float32)
+    if n == 0:
+        return values, ids, lse
+    _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, part_nan, n_tiles, n_parts,
+                             TILE=TILE, TPP=tpp, num_warps=4)
+    block_k = triton.next_power_of_2(k)
+    _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, part_nan, values, ids, lse,
+                       n_tiles, n_parts, k, TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles),
+                       BLOCK_P=triton.next_power_of_2(n_parts), BLOCK_K=block_k,
+                       BLOCK_C=triton.next_power_of_2(block_k * min(k, n_tiles)), num_warps=4)
+    return values, ids, lse
+
+
+# ---------------------------------------------------------------- lattice walks
+
+
+@triton.jit
+def _row_argmax(x, offs, K):
+    x = tl.where((x != x) | (offs >= K), float("-inf"), x)
+    best = tl.max(x, axis=0)
+    return tl.min(tl.where((x == best) & (offs < K), offs, 1 << 30), axis=0)
+
+
+@triton.jit
+def _greedy_walk(start_ptr, pairs_ptr, ids_ptr, tokens_ptr, S, K,
+                 s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k, s_tok_b,
+                 BLOCK_K: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    row = tl.load(start_ptr + b * s_start_b + offs, mask=offs < K, other=float("-inf")).to(tl.float32)
+    c = _row_argmax(row, offs, K)
+    tl.store(tokens_ptr + b * s_tok_b, tl.load(ids_ptr + b * s_ids_b + c * s_ids_k))
+    for s in range(1, S):
+        ptr = pairs_ptr + b * s_pairs_b + (s - 1) * s_pairs_s + c * s_pairs_i + offs * s_pairs_j
+        row = tl.load(ptr, mask=offs < K, other=float("-inf")).to(tl.float32)
+        c = _row_argmax(row, offs, K)
+        tl.store(tokens_ptr + b * s_tok_b + s, tl.load(ids_ptr + b * s_ids_b + s * s_ids_s + c * s_ids_k))
+
+
+def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    b, k = start.shape
+    s = ids.shape[1]
+    tokens = torch.empty((b, s), device=start.device, dtype=ids.dtype)
+    if b == 0 or s == 0:
+        return tokens
+    _greedy_walk[(b,)](start, pairs, ids, tokens, s, k, start.stride(0), *pairs.stride(), *ids.stride(),
+                       tokens.stride(0), BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
+    return tokens
+
+
+@triton.jit
+def _sample_slot(row, offs, K, u, t, greedy):
+    """One slot of the sampled walk: (pick, q) for a row of K scores."""
+    valid = offs < K
+    row = tl.where((row != row) | (~valid), float("-inf"), row)
+    best = tl.max(row, axis=0)
+    arg = tl.min(tl.where((row == best) & valid, offs, 1 << 30), axis=0)
+    onehot = tl.where(offs == arg, 1.0, 0.0)
+    scaled = row / t
+    smax = tl.max(scaled, axis=0)
+    e = tl.where(valid, tl.exp(scaled - tl.where(smax == float("-inf"), 0.0, smax)), 0.0)
+    p = e / tl.sum(e, axis=0)
+    cdf = tl.cumsum(p, axis=0)
+    pick = tl.sum(tl.where(valid & (cdf <= u), 1, 0), axis=0)
+    pick = tl.minimum(pick, K - 1)
+    p_pick = tl.sum(tl.where(offs == pick, p, 0.0), axis=0)
+    last_in_support = tl.max(tl.where(valid & (p > 0), offs, -1), axis=0)
+    pick = tl.where(p_pick > 0, pick, last_in_support)
+    no_support = (best == float("-inf")) | greedy
+    pick = tl.where(no_support, arg, pick)
+    q = tl.where(no_support, onehot, p)
+    return pick, q
+
+
+@triton.jit
+def _sample_walk(start_ptr, pairs_ptr, ids_ptr, u_ptr, temp_ptr, greedy_ptr, tokens_ptr, q_ptr, S, K,
+                 s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k,
+                 s_u_b, s_u_s, s_tok_b, s_q_b, s_q_s, BLOCK_K: tl.constexpr):
+    b = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK_K)
+    t = tl.maximum(tl.load(temp_ptr + b).to(tl.float32), 1e-5)
+    greedy = tl.load(greedy_ptr + b) != 0
+    row = tl.load(start_ptr + b * s_start_b + offs, mask=offs < K, other=float("-inf")).to(tl.float32)
+    c, q = _sample_slot(row, offs, K, tl.load(u_ptr + b * s_u_b).to(tl.float32), t, greedy)
+    tl.store(q_ptr + b * s_q_b + offs, q, mask=offs < K)
+    tl.store(tokens_ptr + b * s_tok_b, tl.load(ids_ptr + b * s_ids_b + c * s_ids_k))
+    for s in range(1, S):
+        ptr = pairs_ptr + b * s_pairs_b + (s - 1) * s_pairs_s + c * s_pairs_i + offs * s_pairs_j
+        row = tl.load(ptr, mask=offs < K, other=float("-inf")).to(tl.float32)
+        c, q = _sample_slot(row, offs, K, tl.load(u_ptr + b * s_u_b + s * s_u_s).to(tl.float32), t, greedy)
+        tl.store(q_ptr + b * s_q_b + s * s_q_s + offs, q, mask=offs < K)
+        tl.store(tokens_ptr + b * s_tok_b + s, tl.load(ids_ptr + b * s_ids_b + s * s_ids_s + c * s_ids_k))
+
+
+def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
+                       temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b, k = start.shape
+    s = ids.shape[1]
+    tokens = torch.empty((b, s), device=start.device, dtype=ids.dtype)
+    q = torch.empty((b, s, k), device=start.device, dtype=torch.float32)
+    if b == 0 or s == 0:
+        return tokens, q
+    greedy = greedy_mask.to(torch.int8)
+    _sample_walk[(b,)](start, pairs, ids, uniforms, temperatures, greedy, tokens, q, s, k, start.stride(0),
+                       *pairs.stride(), *ids.stride(), *uniforms.stride(), tokens.stride(0), q.stride(0), q.stride(1),
+                       BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
+    return tokens, q
