@@ -1,0 +1,207 @@
+"""Exact speculative decoding with a DFlash drafter and the LiLiCorr head.
+
+One block, start to finish:
+    draft     target-embedded [anchor, mask x n] through the backbone over the cached context
+    candidates top-K of the full-vocabulary log-softmax at block positions 1..n
+    score     the LiLiCorr head -> start [K], pairs [n-1, K, K]
+    walk      greedy (T = 0) or sampled (T > 0) commit, or the per-slot argmax (control)
+    verify    one target forward over [anchor, d_1..d_n]; longest accepted prefix + the target's token
+    accept    crop the target cache, append the accepted rows to the drafter's context
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import msgspec
+import torch
+
+from .dflash import Drafter, DraftKVCache
+from .ops import categorical, control_walk, greedy_walk, sample_walk, topk_lse, verify_greedy, verify_sampled
+from .target import TargetModel
+
+Mode = Literal["head", "control", "ar"]
+
+
+class BlockRecord(msgspec.Struct, frozen=True):
+    drafted: int  # speculative tokens proposed (0 in "ar" mode)
+    accepted: int  # drafted tokens the target accepted
+    committed: int  # accepted + the target's own token
+
+
+class GenerationResult(msgspec.Struct, kw_only=True):
+    mode: str
+    prompt_tokens: int
+    tokens: list[int]  # emitted tokens (at most max_new_tokens, ending at the first eos)
+    blocks: list[BlockRecord]  # one per verification forward; the prefill's token is in no block
+    wall_time_s: float  # prefill + decoding
+    block_size: int  # the drafter's trained B (1 in "ar" mode)
+
+
+class Proposal(msgspec.Struct, frozen=True):
+    """One drafted block, every intermediate kept for inspection (b = 1 in the decoder)."""
+
+    hidden: torch.Tensor  # [b, n+1, M] final-normed draft hidden of [anchor, masks]
+    logits: torch.Tensor  # [b, n, V] fp32
+    candidate_ids: torch.Tensor | None  # [b, n, K] int64
+    candidate_log_probs: torch.Tensor | None  # [b, n, K] fp32
+    start: torch.Tensor | None  # [b, K] fp32
+    pairs: torch.Tensor | None  # [b, n-1, K, K] fp32
+
+
+def draft_block(drafter: Drafter, cache: DraftKVCache, anchor_tokens: torch.Tensor, anchor_hidden: torch.Tensor,
+                num_tokens: int, embed: Callable[[torch.Tensor], torch.Tensor],
+                lm_head: Callable[[torch.Tensor], torch.Tensor], score: bool) -> Proposal:
+    """Draft n tokens after the anchor and, with `score`, run candidates and the head.
+
+    anchor_tokens [b], anchor_hidden [b, M] (the context row that predicted the anchor).
+    """
+    b = anchor_tokens.shape[0]
+    block = torch.full((b, num_tokens + 1), drafter.mask_token_id, dtype=torch.long, device=anchor_tokens.device)
+    block[:, 0] = anchor_tokens
+    hidden = drafter(cache, embed(block))  # [b, n+1, M]
+    pass_hidden = hidden[:, 1:]  # [b, n, M]
+    logits = drafter.logits(pass_hidden, lm_head)  # [b, n, V]
+    if not score or drafter.lilicorr is None:
+        return Proposal(hidden, logits, None, None, None, None)
+    k = drafter.lilicorr.candidate_topk
+    values, ids, lse = topk_lse(logits.flatten(0, 1), k)
+    log_probs = (values - lse[:, None]).view(b, num_tokens, k)  # [b, n, K]
+    ids = ids.view(b, num_tokens, k)
+    start, pairs = drafter.lilicorr(embed(ids), log_probs, pass_hidden, anchor_hidden)
+    return Proposal(hidden, logits, ids, log_probs, start, pairs)
+
+
+class SpeculativeDecoder:
+    """Single-request decoder; `mode="ar"` is plain target decoding through the same adapter."""
+
+    def __init__(self, target: TargetModel, drafter: Drafter | None = None, *, mode: Mode = "head",
+                 num_speculative_tokens: int | None = None, temperature: float = 0.0, seed: int = 0):
+        if mode not in ("head", "control", "ar"):
+            raise ValueError(f"mode must be head, control or ar, not {mode!r}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        self.target, self.drafter, self.mode, self.temperature = target, drafter, mode, float(temperature)
+        self.generator = torch.Generator().manual_seed(seed)
+        self.num_tokens = 0
+        if mode == "ar":
+            return
+        if drafter is None:
+            raise ValueError(f"mode {mode!r} needs a drafter")
+        if mode == "head" and drafter.lilicorr is None:
+            raise ValueError("mode 'head' needs a LiLiCorr head; this drafter has none (use mode='control')")
+        g = drafter.geometry
+        slots = g.block_size - 1
+        n = slots if num_speculative_tokens is None else num_speculative_tokens
+        if not 1 <= n <= slots:
+            raise ValueError(f"num_speculative_tokens must be in [1, {slots}] (block_size {g.block_size}), got {n}")
+        self.num_tokens = n
+        problems = []
+        if g.hidden_size != target.hidden_size:
+            problems.append(f"draft hidden_size {g.hidden_size} != target hidden_size {target.hidden_size}")
+        if max(g.target_layer_ids) >= target.num_layers:
+            problems.append(f"target_layer_ids {list(g.target_layer_ids)} reach past the target's "
+                            f"{target.num_layers} layers")
+        if g.mask_token_id >= target.vocab_size:
+            problems.append(f"mask_token_id {g.mask_token_id} is outside the target vocabulary ({target.vocab_size})")
+        if drafter.lm_head is not None and drafter.lm_head.weight.shape[0] != target.vocab_size:
+            problems.append(f"the drafter's lm_head has {drafter.lm_head.weight.shape[0]} rows, "
+                            f"the target vocabulary {target.vocab_size}")
+        if problems:
+            raise ValueError("drafter and target do not match: " + "; ".join(problems))
+
+    def _uniforms(self, *shape: int) -> torch.Tensor:
+        return torch.rand(shape, generator=self.generator).to(self.target.device)
+
+    def _first_token(self, logits: torch.Tensor) -> int:
+        # logits [V] -> the target's token at the current position
+        if self.temperature == 0:
+            return int(logits.argmax())
+        probs = torch.softmax(logits / self.temperature, dim=-1)[None]  # [1, V]
+        return int(categorical(probs, self._uniforms(1))[0])
+
+    @torch.inference_mode()
+    def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int,
+                 eos_token_ids: Sequence[int] = ()) -> GenerationResult:
+        prompt = torch.as_tensor(prompt_ids, dtype=torch.long).flatten()
+        if max_new_tokens < 1 or prompt.numel() < 1:
+            raise ValueError("generate needs a non-empty prompt and max_new_tokens >= 1")
+        eos = set(eos_token_ids)
+        started = time.perf_counter()
+        target = self.target
+        target.reset()
+        layer_ids = None if self.mode == "ar" else self.drafter.target_layer_ids
+        step = target.forward(prompt, layer_ids)
+        tokens = [self._first_token(step.logits[-1])]
+        blocks: list[BlockRecord] = []
+        if self.mode == "ar":
+            while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+                step = target.forward(torch.tensor([tokens[-1]]))
+                tokens.append(self._first_token(step.logits[-1]))
+                blocks.append(BlockRecord(0, 0, 1))
+            return GenerationResult(mode=self.mode, prompt_tokens=prompt.numel(), tokens=tokens, blocks=blocks,
+                                    wall_time_s=time.perf_counter() - started, block_size=1)
+
+        drafter = self.drafter
+        cache = drafter.new_cache(batch=1, capacity=max(256, prompt.numel() + max_new_tokens + drafter.block_size))
+        context = drafter.project_context(step.features[None])  # [1, P, M]
+        drafter.append_context(cache, context)
+        anchor_hidden = context[:, -1]  # [1, M]: the row that predicted the anchor
+        while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+            accepted_tokens, next_token, record, features = self._block(cache, tokens[-1], anchor_hidden)
+            blocks.append(record)
+            tokens.extend(accepted_tokens + [next_token])
+            context = drafter.project_context(features[None])  # [1, a+1, M]
+            drafter.append_context(cache, context)
+            anchor_hidden = context[:, -1]
+        tokens = _truncate(tokens, max_new_tokens, eos)
+        return GenerationResult(mode=self.mode, prompt_tokens=prompt.numel(), tokens=tokens, blocks=blocks,
+                                wall_time_s=time.perf_counter() - started, block_size=drafter.block_size)
+
+    def _block(self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
+               ) -> tuple[list[int], int, BlockRecord, torch.Tensor]:
+        target, drafter, n = self.target, self.drafter, self.num_tokens
+        device = target.device
+        anchor_t = torch.tensor([anchor], device=device)
+        proposal = draft_block(drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.lm_head,
+                               score=self.mode == "head")
+        sampled = self.temperature > 0
+        if self.mode == "control":
+            draft = control_walk(proposal.logits)  # [1, n]
+            q_cand = None
+        elif sampled:
+            temperature = torch.full((1,), self.temperature, device=device)
+            draft, q_cand = sample_walk(proposal.start, proposal.pairs, proposal.candidate_ids,
+                                        self._uniforms(1, n), temperature, torch.zeros(1, dtype=torch.bool,
+                                                                                        device=device))
+        else:
+            draft = greedy_walk(proposal.start, proposal.pairs, proposal.candidate_ids)
+            q_cand = None
+
+        base = target.length
+        step = target.forward(torch.cat([anchor_t, draft[0]]), drafter.target_layer_ids)  # n+1 rows
+        logits = step.logits[None]  # [1, n+1, V]
+        if not sampled:
+            accepted, next_token = verify_greedy(logits, draft)
+        else:
+            vocab = logits.shape[-1]
+            q = torch.zeros(1, n, vocab, device=device)
+            if q_cand is None:  # a greedy proposal is a point mass on the drafted token
+                q.scatter_(2, draft[..., None], 1.0)
+            else:
+                q.scatter_(2, proposal.candidate_ids, q_cand)
+            probs = torch.softmax(logits / self.temperature, dim=-1)
+            accepted, next_token = verify_sampled(probs, draft, q, self._uniforms(1, n), self._uniforms(1))
+        a = int(accepted[0])
+        target.crop(base + a + 1)
+        record = BlockRecord(drafted=n, accepted=a, committed=a + 1)
+        return draft[0, :a].tolist(), int(next_token[0]), record, step.features[:a + 1]
+
+
+def _truncate(tokens: list[int], limit: int, eos: set[int]) -> list[int]:
+    for i, t in enumerate(tokens[:limit]):
+        if t in eos:
+            return tokens[:i + 1]
+    return tokens[:limit]

@@ -1,0 +1,282 @@
+"""The DFlash backbone (shared/docs/format.md §5): a Qwen3-style block drafter that attends over
+projected target features (the context) and a query block [anchor, mask x n], non-causally.
+
+Parameter names are the checkpoint's (no `model.` prefix), so a canonical tensor dict loads with
+`load_state_dict(strict=True)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lilicorr_ckpt.config import DraftConfig
+from lilicorr_ckpt.geometry import Geometry
+
+from .head import LiLiCorrHead, head_from_geometry
+from .layers import RMSNorm, apply_rope, rope_cos_sin, rope_inverse_frequencies
+
+DEFAULT_MAX_POSITIONS = 32768
+
+
+class BackboneSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """What the backbone needs beyond the manifest geometry, read from config.json."""
+
+    rope_theta: float
+    rope_scaling: dict | None
+    max_position_embeddings: int
+    windows: tuple[int | None, ...]  # per draft layer: sliding window w, or None for full attention
+
+
+def backbone_spec(config: DraftConfig, num_layers: int) -> BackboneSpec:
+    layer_types = config.layer_types or ["full_attention"] * num_layers
+    d = config.dflash
+    window = config.sliding_window or (d.swa_window_size if d.use_swa else None)
+    windows = tuple(window if t == "sliding_attention" else None for t in layer_types)
+    return BackboneSpec(rope_theta=float(config.rope_theta or 10000.0), rope_scaling=config.rope_scaling,
+                        max_position_embeddings=config.max_position_embeddings or DEFAULT_MAX_POSITIONS,
+                        windows=windows)
+
+
+class DraftKVCache:
+    """Per-layer K/V of the projected context rows, [b, kv_heads, capacity, head_dim], grown by doubling.
+
+    Context row r sits at absolute position r, so the cache length is also the next block's start.
+    """
+
+    def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                 device: torch.device | str, capacity: int = 256):
+        shape = (batch, kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.length = 0
+
+    def _reserve(self, extra: int) -> None:
+        capacity = self.keys[0].shape[2]
+        if self.length + extra <= capacity:
+            return
+        while capacity < self.length + extra:
+            capacity *= 2
+        for store in (self.keys, self.values):
+            for i, old in enumerate(store):
+                new = old.new_zeros(old.shape[0], old.shape[1], capacity, old.shape[3])
+                new[:, :, :self.length] = old[:, :, :self.length]
+                store[i] = new
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
+        # keys/values [b, kv_heads, n, hd] at positions length..length+n-1; commit() advances length
+        n = keys.shape[2]
+        self._reserve(n)
+        self.keys[layer][:, :, self.length:self.length + n] = keys
+        self.values[layer][:, :, self.length:self.length + n] = values
+
+    def commit(self, n: int) -> None:
+        self.length += n
+
+    def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.keys[i][:, :, :self.length], self.values[i][:, :, :self.length]
+
+
+class Attention(nn.Module):
+    def __init__(self, g: Geometry, window: int | None):
+        super().__init__()
+        M, hd = g.hidden_size, g.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = g.num_heads, g.num_kv_heads, hd
+        self.window = window
+        self.q_proj = nn.Linear(M, self.num_heads * hd, bias=g.attention_bias)
+        self.k_proj = nn.Linear(M, self.num_kv_heads * hd, bias=g.attention_bias)
+        self.v_proj = nn.Linear(M, self.num_kv_heads * hd, bias=g.attention_bias)
+        self.o_proj = nn.Linear(self.num_heads * hd, M, bias=g.attention_bias)
+        self.q_norm = RMSNorm(hd, g.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, g.rms_norm_eps)
+
+    def _heads(self, x: torch.Tensor, heads: int) -> torch.Tensor:
+        b, n, _ = x.shape
+        return x.view(b, n, heads, self.head_dim).transpose(1, 2)  # [b, heads, n, hd]
+
+    def context_kv(self, ctx: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Context rows [b, n, M] -> K, V [b, kv_heads, n, hd]: k_norm and RoPE, no input_layernorm."""
+        k = apply_rope(self.k_norm(self._heads(self.k_proj(ctx), self.num_kv_heads)), cos, sin)
+        return k, self._heads(self.v_proj(ctx), self.num_kv_heads)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx_k: torch.Tensor,
+                ctx_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        # x [b, Q, M] (normed block rows); keys/values span [context ; block]; no causal mask
+        b, n, _ = x.shape
+        q = apply_rope(self.q_norm(self._heads(self.q_proj(x), self.num_heads)), cos, sin)
+        k = apply_rope(self.k_norm(self._heads(self.k_proj(x), self.num_kv_heads)), cos, sin)
+        v = self._heads(self.v_proj(x), self.num_kv_heads)
+        k = torch.cat([ctx_k, k], dim=2)  # [b, kv_heads, C+Q, hd]
+        v = torch.cat([ctx_v, v], dim=2)
+        groups = self.num_heads // self.num_kv_heads
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [b, heads, Q, hd]
+        return self.o_proj(out.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, inter: int):
+        super().__init__()
+        self.gate_proj = nn.Linear(hidden, inter, bias=False)
+        self.up_proj = nn.Linear(hidden, inter, bias=False)
+        self.down_proj = nn.Linear(inter, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GroupedDynamicConv(nn.Module):
+    """Block-local causal convolution with per-row kernels, wrapped around one sublayer.
+
+    Row t's kernels are base_kernel + δ(t), δ = kernel_projection(normed sublayer input at t), one
+    coefficient per group of G consecutive channels. Side 0 convolves the sublayer's input, side 1
+    its output: y_t = Σ_i k_{t,i} ⊙ x_{t-i}, with rows before the block start contributing 0.
+    """
+
+    def __init__(self, hidden: int, taps: int, group: int):
+        super().__init__()
+        self.taps, self.group = taps, group
+        self.base_kernel = nn.Parameter(torch.zeros(2, taps, hidden))
+        self.kernel_projection = nn.Linear(hidden, 2 * taps * (hidden // group), bias=False)
+        with torch.no_grad():
+            self.base_kernel[:, 0] = 1.0  # identity at tap 0, as training initialises it
+
+    def kernels(self, normed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """normed [b, Q, M] -> (input kernel, output kernel), each [b, Q, taps, M]."""
+        b, n, m = normed.shape
+        delta = self.kernel_projection(normed).view(b, n, 2, self.taps, m // self.group)
+        delta = delta.repeat_interleave(self.group, dim=-1)  # channel c uses group c // G
+        kernel = self.base_kernel[None, None] + delta  # [b, Q, 2, taps, M]
+        return kernel[:, :, 0], kernel[:, :, 1]
+
+    @staticmethod
+    def convolve(x: torch.Tensor, kernel: torch.Tensor) -> torch.Tensor:
+        # x [b, Q, M], kernel [b, Q, taps, M] -> y [b, Q, M]
+        taps = kernel.shape[2]
+        padded = F.pad(x, (0, 0, taps - 1, 0))  # zeros stand for rows before the block start
+        n = x.shape[1]
+        y = torch.zeros_like(x)
+        for i in range(taps):
+            y = y + kernel[:, :, i] * padded[:, taps - 1 - i:taps - 1 - i + n]  # x_{t-i}
+        return y
+
+
+class DraftLayer(nn.Module):
+    def __init__(self, g: Geometry, window: int | None):
+        super().__init__()
+        M = g.hidden_size
+        self.input_layernorm = RMSNorm(M, g.rms_norm_eps)
+        self.self_attn = Attention(g, window)
+        self.post_attention_layernorm = RMSNorm(M, g.rms_norm_eps)
+        self.mlp = MLP(M, g.intermediate_size)
+        conv = g.has_conv
+        self.attention_conv = GroupedDynamicConv(M, g.conv_kernel_size, g.conv_group_size) if conv else None
+        self.mlp_conv = GroupedDynamicConv(M, g.conv_kernel_size, g.conv_group_size) if conv else None
+
+    @staticmethod
+    def _sublayer(x: torch.Tensor, normed: torch.Tensor, conv: GroupedDynamicConv | None,
+                  body: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        if conv is None:
+            return x + body(normed)
+        k_in, k_out = conv.kernels(normed)
+        return x + conv.convolve(body(conv.convolve(normed, k_in)), k_out)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx_k: torch.Tensor,
+                ctx_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self._sublayer(x, self.input_layernorm(x), self.attention_conv,
+                           lambda h: self.self_attn(h, cos, sin, ctx_k, ctx_v, mask))
+        return self._sublayer(x, self.post_attention_layernorm(x), self.mlp_conv, self.mlp)
+
+
+class Drafter(nn.Module):
+    """DFlash backbone + optional LiLiCorr head (`lilicorr`) + optional owned `lm_head`."""
+
+    def __init__(self, geometry: Geometry, spec: BackboneSpec):
+        super().__init__()
+        g = geometry
+        assert g.hidden_size and g.num_layers and g.target_layer_ids and g.block_size
+        assert g.mask_token_id is not None
+        self.geometry, self.spec = g, spec
+        M = g.hidden_size
+        self.fc = nn.Linear(len(g.target_layer_ids) * M, M, bias=False)
+        self.hidden_norm = RMSNorm(M, g.rms_norm_eps)
+        self.layers = nn.ModuleList(DraftLayer(g, spec.windows[i] if i < len(spec.windows) else None)
+                                    for i in range(g.num_layers))
+        self.norm = RMSNorm(M, g.rms_norm_eps)
+        self.lilicorr: LiLiCorrHead | None = head_from_geometry(g) if g.lilicorr_enabled else None
+        self.lm_head: nn.Linear | None = nn.Linear(M, g.vocab_size, bias=False) if g.has_own_lm_head else None
+        inv_freq, self.rope_scale = rope_inverse_frequencies(g.head_dim, spec.rope_theta, spec.rope_scaling,
+                                                             spec.max_position_embeddings)
+        self._inv_freq_fp32 = inv_freq
+        self.register_buffer("inv_freq", inv_freq.clone(), persistent=False)
+
+    def place(self, dtype: torch.dtype, device: torch.device | str) -> Drafter:
+        """Move to `device` and cast the weights to `dtype`; rotary frequencies stay fp32."""
+        self.to(device=device, dtype=dtype)
+        self.inv_freq = self._inv_freq_fp32.to(device)
+        return self
+
+    @property
+    def block_size(self) -> int:
+        return self.geometry.block_size
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.geometry.mask_token_id
+
+    @property
+    def target_layer_ids(self) -> tuple[int, ...]:
+        return self.geometry.target_layer_ids
+
+    def new_cache(self, batch: int = 1, capacity: int = 256) -> DraftKVCache:
+        g, w = self.geometry, self.fc.weight
+        return DraftKVCache(g.num_layers, batch, g.num_kv_heads, g.head_dim, w.dtype, w.device, capacity)
+
+    def project_context(self, target_features: torch.Tensor) -> torch.Tensor:
+        """[b, n, T·M] target hidden states (concatenated in target_layer_ids order) -> context [b, n, M]."""
+        return self.hidden_norm(self.fc(target_features.to(self.fc.weight.dtype)))
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return rope_cos_sin(positions, self.inv_freq, self.rope_scale, self.fc.weight.dtype)
+
+    def append_context(self, cache: DraftKVCache, context: torch.Tensor) -> None:
+        """Write K/V of new context rows [b, n, M] at the positions after the cached ones."""
+        n = context.shape[1]
+        positions = torch.arange(cache.length, cache.length + n, device=context.device)
+        cos, sin = self._rope(positions)
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.context_kv(context, cos, sin)
+            cache.write(i, k, v)
+        cache.commit(n)
+
+    def _window_mask(self, window: int | None, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
+        if window is None:
+            return None
+        # symmetric window (w-1 each side) around the query, non-causal inside it (TRT's reading)
+        return (q_pos[:, None] - k_pos[None, :]).abs() <= window - 1
+
+    def forward(self, cache: DraftKVCache, block_embeddings: torch.Tensor) -> torch.Tensor:
+        """block_embeddings [b, Q, M] of [anchor, mask x (Q-1)] at positions cache.length.. -> final-normed
+        hidden [b, Q, M]."""
+        q_len = block_embeddings.shape[1]
+        start = cache.length
+        device = block_embeddings.device
+        q_pos = torch.arange(start, start + q_len, device=device)
+        k_pos = torch.arange(start + q_len, device=device)
+        cos, sin = self._rope(q_pos)
+        x = block_embeddings.to(self.fc.weight.dtype)
+        for i, layer in enumerate(self.layers):
+            ctx_k, ctx_v = cache.layer(i)
+            mask = self._window_mask(layer.self_attn.window, q_pos, k_pos)
+            x = layer(x, cos, sin, ctx_k, ctx_v, mask)
+        return self.norm(x)
+
+    def logits(self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """hidden [b, S, M] -> fp32 logits [b, S, V] through the owned head, else the target's."""
+        if self.lm_head is not None:
+            return self.lm_head(hidden).float()
+        return target_lm_head(hidden).float()

@@ -1,0 +1,162 @@
+"""The LiLiCorr head (shared/docs/format.md §4): one bidirectional pass over the candidate lattice,
+then fp32 start and pair scores. Parameter names are the checkpoint's, minus `lilicorr.`."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from lilicorr_ckpt.geometry import Geometry
+
+from .layers import RMSNorm
+
+NUM_FEATURES = 5
+FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it
+
+
+class FeatureMLP(nn.Module):
+    def __init__(self, hidden: int):
+        super().__init__()
+        self.up_proj = nn.Linear(NUM_FEATURES, hidden)
+        self.down_proj = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.up_proj(x)))
+
+
+class LatticeMLP(nn.Module):
+    def __init__(self, hidden: int, width: int):
+        super().__init__()
+        self.up_proj = nn.Linear(hidden, width)
+        self.down_proj = nn.Linear(width, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.up_proj(x)))
+
+
+class LatticeAttention(nn.Module):
+    """nn.MultiheadAttention's parameter layout (q, k, v stacked in in_proj), with an additive bias."""
+
+    def __init__(self, hidden: int, num_heads: int):
+        super().__init__()
+        self.num_heads = num_heads
+        self.in_proj_weight = nn.Parameter(torch.empty(3 * hidden, hidden))
+        self.in_proj_bias = nn.Parameter(torch.zeros(3 * hidden))
+        self.out_proj = nn.Linear(hidden, hidden)
+        nn.init.xavier_uniform_(self.in_proj_weight)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        # x [b, n, h], bias [N, n, n]
+        b, n, h = x.shape
+        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # [b, n, 3h]
+        q, k, v = qkv.view(b, n, 3, self.num_heads, h // self.num_heads).permute(2, 0, 3, 1, 4)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype)[None])  # [b, N, n, h/N]
+        return self.out_proj(out.transpose(1, 2).reshape(b, n, h))
+
+
+class LatticeLayer(nn.Module):
+    def __init__(self, hidden: int, num_heads: int, mlp_width: int, eps: float):
+        super().__init__()
+        self.attn_norm = RMSNorm(hidden, eps)
+        self.attn = LatticeAttention(hidden, num_heads)
+        self.mlp_norm = RMSNorm(hidden, eps)
+        self.mlp = LatticeMLP(hidden, mlp_width)
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), bias)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class LiLiCorrHead(nn.Module):
+    def __init__(self, *, model_hidden_size: int, block_size: int, rms_norm_eps: float, hidden_size: int,
+                 num_layers: int, num_heads: int, mlp_ratio: float, candidate_topk: int, factor_dim: int,
+                 vector_eps: float, logit_scale: float):
+        super().__init__()
+        M, h, K, B = model_hidden_size, hidden_size, candidate_topk, block_size
+        if B < 2 or K < 1 or h % num_heads:
+            raise ValueError(f"invalid LiLiCorr geometry: block_size {B} (needs >= 2), candidate_topk {K} "
+                             f"(needs >= 1), hidden_size {h} must be divisible by num_heads {num_heads}")
+        self.block_size, self.candidate_topk = B, K
+        self.vector_eps, self.logit_scale = vector_eps, logit_scale
+        # the identity when the head is as wide as the draft: then the checkpoint has no token_proj tensors
+        self.token_proj = nn.Linear(M, h) if h != M else nn.Identity()
+        self.pass_hidden_proj = nn.Linear(M, h)
+        self.feature_norm = nn.LayerNorm(NUM_FEATURES, eps=FEATURE_NORM_EPS)
+        self.feature_mlp = FeatureMLP(h)
+        self.slot_embedding = nn.Parameter(torch.randn(1, 1, B - 1, 1, h) * 0.02)
+        self.rank_embedding = nn.Parameter(torch.randn(1, 1, 1, K, h) * 0.02)
+        self.relative_slot_bias = nn.Parameter(torch.zeros(num_heads, 2 * B - 1))
+        self.same_slot_bias = nn.Parameter(torch.zeros(num_heads))
+        self.context_proj = nn.Linear(M, h)
+        self.layers = nn.ModuleList(LatticeLayer(h, num_heads, int(h * mlp_ratio), rms_norm_eps)
+                                    for _ in range(num_layers))
+        self.output_norm = RMSNorm(h, rms_norm_eps)
+        self.anchor_norm = RMSNorm(h, rms_norm_eps)
+        self.factor_input_proj = nn.Linear(3 * h, h)
+        self.out_head = nn.Linear(h, factor_dim)
+        self.in_head = nn.Linear(h, factor_dim)
+        self.anchor_out_head = nn.Linear(h, factor_dim)
+
+    def features(self, log_probs: torch.Tensor) -> torch.Tensor:
+        """φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], fp32. [b, S, K] -> [b, S, K, 5]."""
+        lp = log_probs.float()
+        k = lp.shape[-1]
+        rank = torch.arange(k, device=lp.device, dtype=torch.float32)
+        rank_frac = (rank / (k - 1) if k > 1 else torch.zeros_like(rank)).expand_as(lp)
+        is_top = (rank == 0).float().expand_as(lp)
+        return torch.stack([lp, lp.exp(), lp - lp.amax(dim=-1, keepdim=True), rank_frac, is_top], dim=-1)
+
+    def attention_bias(self, slots: int, topk: int) -> torch.Tensor:
+        """[N, S·K, S·K]: relative_slot_bias by signed slot distance (trained offset B-1) + same_slot_bias."""
+        slot = torch.arange(slots, device=self.same_slot_bias.device).repeat_interleave(topk)  # slot-major
+        distance = (slot[:, None] - slot[None, :]).clamp(-(self.block_size - 1), self.block_size - 1)
+        bias = self.relative_slot_bias[:, distance + self.block_size - 1]  # [N, SK, SK]
+        same = (distance == 0).to(bias.dtype)
+        return bias + self.same_slot_bias[:, None, None] * same
+
+    def forward(self, candidate_embeddings: torch.Tensor, candidate_log_probs: torch.Tensor,
+                pass_hidden: torch.Tensor, anchor_hidden: torch.Tensor,
+                anchor_valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """candidate_embeddings [b, S, K, M], candidate_log_probs [b, S, K], pass_hidden [b, S, M],
+        anchor_hidden [b, M], anchor_valid [b] (None: all valid) -> start [b, K], pairs [b, S-1, K, K] fp32.
+        S may be shorter than the trained B-1 (a shorter draft uses the first S slot embeddings)."""
+        b, slots, k, _ = candidate_embeddings.shape
+        if slots > self.block_size - 1 or k != self.candidate_topk:
+            raise ValueError(f"lattice [{slots} slots x {k} candidates] does not fit the head "
+                             f"(at most {self.block_size - 1} slots, exactly {self.candidate_topk} candidates)")
+        dtype = self.pass_hidden_proj.weight.dtype
+        x = (self.token_proj(candidate_embeddings.to(dtype))
+             + self.pass_hidden_proj(pass_hidden.to(dtype))[:, :, None]
+             + self.feature_mlp(self.feature_norm(self.features(candidate_log_probs).to(dtype)))
+             + self.slot_embedding[0, :, :slots]
+             + self.rank_embedding[0])  # [b, S, K, h]
+        h = x.shape[-1]
+        x = x.reshape(b, slots * k, h)
+        bias = self.attention_bias(slots, k)
+        for layer in self.layers:
+            x = layer(x, bias)
+        c = self.output_norm(x).view(b, slots, k, h)
+
+        anchor = self.context_proj(anchor_hidden.to(dtype))  # [b, h]
+        if anchor_valid is not None:
+            # branch-free: an invalid anchor becomes exactly zero, and RMSNorm keeps it zero
+            anchor = anchor * anchor_valid.to(dtype)[:, None]
+        a = self.anchor_norm(anchor)
+        a_nodes = a[:, None, None].expand_as(c)
+        f = F.silu(self.factor_input_proj(torch.cat([c, a_nodes, c * a_nodes], dim=-1)))  # [b, S, K, h]
+
+        out_vec = F.normalize(self.out_head(f).float(), dim=-1, eps=self.vector_eps)  # [b, S, K, F]
+        in_vec = F.normalize(self.in_head(f).float(), dim=-1, eps=self.vector_eps)
+        anchor_vec = F.normalize(self.anchor_out_head(a).float(), dim=-1, eps=self.vector_eps)  # [b, F]
+        start = self.logit_scale * torch.einsum("bf,bkf->bk", anchor_vec, in_vec[:, 0])
+        pairs = self.logit_scale * torch.einsum("bsif,bsjf->bsij", out_vec[:, :-1], in_vec[:, 1:])
+        return start, pairs
+
+
+def head_from_geometry(g: Geometry) -> LiLiCorrHead:
+    assert g.head_complete() and g.head_vector_eps is not None and g.head_logit_scale is not None
+    return LiLiCorrHead(model_hidden_size=g.hidden_size, block_size=g.block_size, rms_norm_eps=g.rms_norm_eps,
+                        hidden_size=g.head_hidden_size, num_layers=g.head_num_layers, num_heads=g.head_num_heads,
+                        mlp_ratio=g.head_mlp_ratio, candidate_topk=g.candidate_topk, factor_dim=g.head_factor_dim,
+                        vector_eps=g.head_vector_eps, logit_scale=g.head_logit_scale)
