@@ -15,10 +15,10 @@ ALL = sorted(RUNTIMES)
 
 
 def edit_json(path: Path, fn: Callable[[Any], Any]) -> None:
-    """Apply `fn` to the JSON document at `path` (in place, or use its return value)."""
+    """Apply `fn` to the JSON document at `path` in place (its return value is ignored)."""
     doc = json.loads(path.read_text())
-    out = fn(doc)
-    path.write_text(json.dumps(doc if out is None else out, indent=1))
+    fn(doc)
+    path.write_text(json.dumps(doc, indent=1))
 
 
 def edit_config(ckpt: Path, fn: Callable[[dict[str, Any]], Any]) -> None:
