@@ -13,21 +13,26 @@ import torch
 import triton
 import triton.language as tl
 
-TILE = 1024  # elements per tile of the candidate scan
-TILES_PER_PROGRAM = 8
+TILE = 1024  # columns per tile: the scan stores one maximum per tile
+GROUP = 32  # columns per group inside a selected tile
+TILES_PER_PROGRAM = 4  # tiles one scan program reads in a single load
+SCAN_WARPS = 8
+SELECT_WARPS = 8
 NEG_INF = float("-inf")
 
 
 # ---------------------------------------------------------------- topk_lse
 #
-# Exactness of the tile pre-selection. Order the row by (value descending, index ascending) and let x be
-# one of its k first elements. Its tile's maximum is >= x. Select the k tiles with the largest maxima,
-# ties to the lower tile index. Suppose x's tile were not selected: each of the k selected tiles then
-# holds an element >= x, and one equal to x can only sit in a selected tile of lower index (a tie on the
-# tile maximum was broken towards it), so at a lower position. Either way k elements precede x in the
-# order, contradicting x being among the first k. So the top k lie inside the k selected tiles, and the
-# second kernel only has to read k tiles, not the row. Candidates are merged in ascending tile order, so
-# among equal values the lower index still wins.
+# Exactness of the pre-selection. Order a row by (value descending, index ascending) and let x be one of
+# its first k elements. Split the row into blocks and select the k blocks with the largest maxima, ties
+# to the lower block. Suppose x's block were not selected: each of the k selected blocks holds an
+# element >= x (its maximum is >= x's block maximum >= x), and an element equal to x can only sit in a
+# selected block of lower index (the tie on the block maximum was broken towards it), so at a lower
+# position. Either way k elements precede x in the order, contradicting x being among the first k. So
+# the first k elements lie inside the k selected blocks.
+# The select kernel applies this twice: to 1024-wide tiles (maxima from the scan) and then, inside the
+# k selected tiles, to 32-wide groups; it finally orders the k selected groups' elements. Every
+# comparison breaks ties by column, so the result is the stable descending order of the row.
 
 
 @triton.jit
@@ -35,36 +40,30 @@ def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
                n_tiles, n_parts, TILE: tl.constexpr, TPP: tl.constexpr):
     row = tl.program_id(0)
     part = tl.program_id(1)
-    offs = tl.arange(0, TILE)
-    m = tl.full((), float("-inf"), tl.float32)
-    s = tl.zeros((), tl.float32)
-    nan = tl.zeros((), tl.int32)
+    tiles = part * TPP + tl.arange(0, TPP)
+    cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE]
     base = logits_ptr + row.to(tl.int64) * stride_row
-    for t in range(TPP):
-        tile = part * TPP + t
-        cols = tile * TILE + offs
-        x = tl.load(base + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-        is_nan = x != x
-        nan += tl.sum(is_nan.to(tl.int32), axis=0)
-        x = tl.where(is_nan, float("-inf"), x)
-        tile_max = tl.max(x, axis=0)
-        tl.store(tile_max_ptr + row * n_tiles + tile, tile_max, mask=tile < n_tiles)
-        m_new = tl.maximum(m, tile_max)
-        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # exp(-inf - -inf) would be NaN
-        s = s * tl.exp(m - m_ref) + tl.sum(tl.exp(x - m_ref), axis=0)
-        m = m_new
+    x = tl.load(base + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
+    is_nan = x != x
+    x = tl.where(is_nan, float("-inf"), x)
+    tile_max = tl.max(x, axis=1)  # [TPP]
+    tl.store(tile_max_ptr + row * n_tiles + tiles, tile_max, mask=tiles < n_tiles)
+    m = tl.max(tile_max, axis=0)
+    m_ref = tl.where(m == float("-inf"), 0.0, m)  # exp(-inf - -inf) would be NaN
+    s = tl.sum(tl.sum(tl.exp(x - m_ref), axis=1), axis=0)
     tl.store(part_m_ptr + row * n_parts + part, m)
     tl.store(part_s_ptr + row * n_parts + part, s)
-    tl.store(part_nan_ptr + row * n_parts + part, nan)
+    tl.store(part_nan_ptr + row * n_parts + part, tl.sum(tl.sum(is_nan.to(tl.int32), axis=1), axis=0))
 
 
 @triton.jit
 def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, part_nan_ptr,
                  values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-                 BLOCK_C: tl.constexpr):
+                 TILE: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride_row
+    BIG: tl.constexpr = 2147483647
 
     # log-partition from the per-program online-softmax partials
     p_offs = tl.arange(0, BLOCK_P)
@@ -78,59 +77,60 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
     lse = tl.where(tl.sum(pnan, axis=0) > 0, float("nan"), lse)
     tl.store(lse_ptr + row, lse)
 
-    # pick the k tiles with the largest maxima (ties to the lower tile)
+    # level 1: the k tiles with the largest maxima (ties to the lower tile)
+    k_offs = tl.arange(0, BLOCK_K)
     t_offs = tl.arange(0, BLOCK_T)
-    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
-    valid_tile = t_offs < n_tiles
-    selected = t_offs < 0
+    t_valid = t_offs < n_tiles
+    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_valid, other=float("-inf"))
+    chosen = t_offs < 0
+    tiles = tl.zeros((BLOCK_K,), tl.int32)
     kt = tl.minimum(k, n_tiles)
-    for _ in range(kt):
-        key = tl.where(selected | (~valid_tile), float("-inf"), tmax)
-        best = tl.max(key, axis=0)
-        # lowest unselected valid tile holding the best maximum (also when the best is -inf)
-        pick = tl.min(tl.where((key == best) & valid_tile & (~selected), t_offs, BLOCK_T), axis=0)
-        selected = selected | (t_offs == pick)
-
-    # each selected tile's local top-k, in ascending tile order, into candidate slots
-    c_offs = tl.arange(0, BLOCK_C)
-    cand_v = tl.full((BLOCK_C,), float("-inf"), tl.float32)
-    cand_i = tl.zeros((BLOCK_C,), tl.int64)
-    cand_ok = c_offs < 0
-    offs = tl.arange(0, TILE)
-    remaining = selected
     for r in range(kt):
-        tile = tl.min(tl.where(remaining, t_offs, BLOCK_T), axis=0)
-        remaining = remaining & (t_offs != tile)
-        cols = tile * TILE + offs
-        in_row = cols < n_cols
-        x = tl.load(base + cols, mask=in_row, other=float("-inf")).to(tl.float32)
-        x = tl.where(x != x, float("-inf"), x)
-        taken = offs < 0
-        for j in range(k):
-            key = tl.where(taken | (~in_row), float("-inf"), x)
-            best = tl.max(key, axis=0)
-            at = tl.min(tl.where((key == best) & in_row & (~taken), offs, TILE), axis=0)
-            taken = taken | (offs == at)
-            slot = r * BLOCK_K + j
-            cand_v = tl.where(c_offs == slot, best, cand_v)
-            cand_i = tl.where(c_offs == slot, (tile * TILE + at).to(tl.int64), cand_i)
-            cand_ok = cand_ok | ((c_offs == slot) & (at < TILE))
+        key = tl.where(chosen | (~t_valid), float("-inf"), tmax)
+        best = tl.max(key, axis=0)
+        pick = tl.min(tl.where((key == best) & t_valid & (~chosen), t_offs, BIG), axis=0)
+        chosen = chosen | (t_offs == pick)
+        tiles = tl.where(k_offs == r, pick, tiles)
 
-    # global top-k over the candidates; slot order == column order among equal values
-    out_offs = tl.arange(0, BLOCK_K)
+    # level 2: inside those tiles, the k groups of GROUP columns with the largest maxima
+    NG: tl.constexpr = TILE // GROUP
+    g_offs = tl.arange(0, NG)
+    e_offs = tl.arange(0, GROUP)
+    group_start = tiles[:, None] * TILE + g_offs[None, :] * GROUP  # [BLOCK_K, NG]
+    g_valid = (k_offs[:, None] < kt) & (group_start < n_cols)
+    cols = group_start[:, :, None] + e_offs[None, None, :]  # [BLOCK_K, NG, GROUP]
+    x = tl.load(base + cols, mask=g_valid[:, :, None] & (cols < n_cols), other=float("-inf")).to(tl.float32)
+    x = tl.where(x != x, float("-inf"), x)
+    gmax = tl.max(x, axis=2)  # [BLOCK_K, NG]
+    n_groups = tl.sum(tl.sum(g_valid.to(tl.int32), axis=1), axis=0)
+    g_chosen = g_valid & False
+    groups = tl.zeros((BLOCK_K,), tl.int32)
+    kg = tl.minimum(k, n_groups)
+    for r in range(kg):
+        key = tl.where(g_chosen | (~g_valid), float("-inf"), gmax)
+        best = tl.max(tl.max(key, axis=1), axis=0)
+        hit = (key == best) & g_valid & (~g_chosen)
+        pick = tl.min(tl.min(tl.where(hit, group_start, BIG), axis=1), axis=0)
+        g_chosen = g_chosen | (group_start == pick)
+        groups = tl.where(k_offs == r, pick, groups)
+
+    # level 3: order the chosen groups' columns
+    cols = groups[:, None] + e_offs[None, :]  # [BLOCK_K, GROUP]
+    valid = (k_offs[:, None] < kg) & (cols < n_cols)
+    y = tl.load(base + cols, mask=valid, other=float("-inf")).to(tl.float32)
+    y = tl.where(y != y, float("-inf"), y)
+    taken = valid & False
     out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
     out_i = tl.zeros((BLOCK_K,), tl.int64)
-    used = c_offs < 0
     for j in range(k):
-        key = tl.where(used | (~cand_ok), float("-inf"), cand_v)
-        best = tl.max(key, axis=0)
-        slot = tl.min(tl.where((key == best) & cand_ok & (~used), c_offs, BLOCK_C), axis=0)
-        used = used | (c_offs == slot)
-        idx = tl.sum(tl.where(c_offs == slot, cand_i, 0), axis=0)
-        out_v = tl.where(out_offs == j, best, out_v)
-        out_i = tl.where(out_offs == j, idx, out_i)
-    tl.store(values_ptr + row * k + out_offs, out_v, mask=out_offs < k)
-    tl.store(ids_ptr + row * k + out_offs, out_i, mask=out_offs < k)
+        key = tl.where(taken | (~valid), float("-inf"), y)
+        best = tl.max(tl.max(key, axis=1), axis=0)
+        at = tl.min(tl.min(tl.where((key == best) & valid & (~taken), cols, BIG), axis=1), axis=0)
+        taken = taken | (cols == at)
+        out_v = tl.where(k_offs == j, best, out_v)
+        out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
+    tl.store(values_ptr + row * k + k_offs, out_v, mask=k_offs < k)
+    tl.store(ids_ptr + row * k + k_offs, out_i, mask=k_offs < k)
 
 
 def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -141,7 +141,7 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     if logits.stride(-1) != 1:
         logits = logits.contiguous()
     n_tiles = triton.cdiv(v, TILE)
-    tpp = min(TILES_PER_PROGRAM, n_tiles)
+    tpp = min(TILES_PER_PROGRAM, triton.next_power_of_2(n_tiles))
     n_parts = triton.cdiv(n_tiles, tpp)
     dev = logits.device
     tile_max = torch.empty((n, n_tiles), device=dev, dtype=torch.float32)
@@ -154,12 +154,11 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     if n == 0:
         return values, ids, lse
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, part_nan, n_tiles, n_parts,
-                             TILE=TILE, TPP=tpp, num_warps=4)
+                             TILE=TILE, TPP=tpp, num_warps=SCAN_WARPS)
     block_k = triton.next_power_of_2(k)
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, part_nan, values, ids, lse,
-                       n_tiles, n_parts, k, TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles),
-                       BLOCK_P=triton.next_power_of_2(n_parts), BLOCK_K=block_k,
-                       BLOCK_C=triton.next_power_of_2(block_k * min(k, n_tiles)), num_warps=4)
+                       n_tiles, n_parts, k, TILE=TILE, GROUP=GROUP, BLOCK_T=triton.next_power_of_2(n_tiles),
+                       BLOCK_P=triton.next_power_of_2(n_parts), BLOCK_K=block_k, num_warps=SELECT_WARPS)
     return values, ids, lse
 
 
