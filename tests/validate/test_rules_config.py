@@ -6,12 +6,15 @@ Spec: shared/docs/format.md §1 (config keys as the loaders read them).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.findings import RULES
 
 from ._support import ALL, DROP, assert_clean, describe, edit_config, hits, one, problems, refused_by, run
 
@@ -286,3 +289,11 @@ def test_dflash_architecture_with_stray_lilicorr_keys_only_warns(ckpt):
     assert one(report, "LC011").severity == "warning"
     assert problems(report) == [("LC011", "warning", ())], describe(report)
 
+
+
+def test_every_rule_has_a_trigger_test():
+    # LC5xx (target) and LC7xx (--deep) are covered by the lead's tests
+    sources = "".join(p.read_text() for p in Path(__file__).parent.glob("test_rules_*.py"))
+    tested = set(re.findall(r'"(LC\d{3})"', sources))
+    untested = sorted(r for r in RULES if r not in tested and not r.startswith(("LC5", "LC7")))
+    assert untested == [], f"rules without a test in tests/validate: {untested}"
