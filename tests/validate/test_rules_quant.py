@@ -90,7 +90,7 @@ def test_hf_quant_config_disagreeing_with_config_json(ckpt):
         assert fragment in f.message
 
 
-def nested_in_config_json(path: Path, algo: str) -> None:
+def nested_in_config_json(path: Path) -> None:
     """config.json carries the nested ModelOpt form, as the spec exporter writes it (no quant_method)."""
     nested = json.loads((path / "hf_quant_config.json").read_text())
     edit_config(path, lambda c: c.__setitem__("quantization_config", nested))
@@ -99,7 +99,7 @@ def nested_in_config_json(path: Path, algo: str) -> None:
 def test_nested_w4a16_without_quant_method_is_refused_by_vllm(ckpt):
     # vLLM derives quant_method for the nested form only for FP8* and NVFP4 ("Unknown ModelOpt quant algo")
     path = ckpt(quant="W4A16_NVFP4")
-    nested_in_config_json(path, "W4A16_NVFP4")
+    nested_in_config_json(path)
     report = run(path)
     by_runtime = {tuple(f.runtimes): f for f in hits(report, "LC302")}
     assert {k: f.severity for k, f in by_runtime.items()} == {
@@ -112,7 +112,7 @@ def test_nested_w4a16_without_quant_method_is_refused_by_vllm(ckpt):
 
 def test_nested_nvfp4_without_quant_method_only_warns(ckpt):
     path = ckpt(quant="NVFP4")
-    nested_in_config_json(path, "NVFP4")
+    nested_in_config_json(path)
     report = run(path)
     f = one(report, "LC302")
     assert (f.severity, sorted(f.runtimes)) == ("warning", ALL)
