@@ -1,0 +1,142 @@
+"""The `lilicorr-ckpt convert` command (registered by lilicorr_ckpt.cli)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+
+from ..profiles import RUNTIME_CHOICES
+from .options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
+
+HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
+
+SRC is the export directory (config.json with dflash_config, model.safetensors or a sharded index,
+optionally hf_quant_config.json). DST must not exist (or pass --force); it appears only once the output
+has been written completely and `validate` accepts it. SRC is only ever read.
+
+\b
+What it fixes:
+  - tensor names: strips dflash_module. / eagle_module. / model., writes named (or Sequential) head MLPs
+  - config.json: architectures from the head, lilicorr_* and conv keys inside dflash_config,
+    block_size in dflash_config and at the top level
+  - quantization metadata: flat quantization_config with quant_method (modelopt_fp4 / modelopt) and
+    ignore, nested hf_quant_config.json, exclusions recomputed from the tensors (index-free suffix
+    wildcards, *qkv_proj / *gate_up_proj aliases; training prefixes and base-model names gone)
+  - repairs: modules the runtimes read as raw floats (q/k/v, lilicorr factor heads, feature_mlp) that
+    were quantized are dequantized to the model dtype; their scales are dropped
+Everything changed is listed in DST/conversion.json.
+
+\b
+Examples:
+  lilicorr-ckpt convert ./export ./drafter                 # for SGLang, vLLM and TRT-LLM at once
+  lilicorr-ckpt convert ./export ./drafter --dry-run       # show the plan; write nothing
+  lilicorr-ckpt convert ./export ./drafter -r vllm --naming sequential
+  lilicorr-ckpt convert ./export ./drafter --no-repair     # refuse instead of dequantizing
+  lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'
+  lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10
+  lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force
+  lilicorr-ckpt convert ./export ./drafter --verify        # compare outputs through lilicorr_runtime
+"""
+
+EPILOG = ("Exit codes: 0 converted, 1 refused (reasons listed; nothing written), 2 unreadable input or I/O error, "
+          "4 usage error.")
+
+
+def _render(result: Any) -> str:
+    r = result.record
+    out = r["output"]
+    lines = [f"{'would convert' if not result.written else 'converted'} {result.src} -> {result.dst}"]
+    quant = f", {out['quant_algo']} ({out['quant_method']})" if out["quant_algo"] else ""
+    arch = (out["architecture"] or ["?"])[0]
+    lines.append(f"  {arch}{quant}, {out['tensors']} tensors, {out['tensor_bytes'] / 1e6:.1f} MB in "
+                 f"{', '.join(out['files'])}")
+    if r["renames"]:
+        reasons: dict[str, int] = {}
+        for item in r["renames"]:
+            reasons[item["why"]] = reasons.get(item["why"], 0) + 1
+        lines.append(f"  renamed   {len(r['renames'])} tensors (" + "; ".join(
+            f"{why}: {n}" for why, n in sorted(reasons.items())) + ")")
+    for repair in r["repairs"]:
+        if repair["action"] == "dequantized":
+            lines.append(f"  repaired  {repair['module']}: {repair['from']} -> {repair['to']} ({repair['reason']})")
+        else:
+            lines.append(f"  repaired  {repair['module']}: dropped stray {', '.join(repair['dropped'])}")
+    explicit = [d for d in r["drops"] if not d["reason"].startswith("scale of a module")]
+    for d in explicit:
+        lines.append(f"  dropped   {d['tensor']} ({d['reason']})")
+    for change in r["config"]:
+        if change["key"] == "quantization_config":
+            what = "removed" if change["action"] == "removed" else "rewritten in the flat form"
+            lines.append(f"  config    quantization_config {what}")
+        else:
+            after = json.dumps(change.get("after")) if change["action"] != "removed" else "(removed)"
+            lines.append(f"  config    {change['key']} = {after} ({change['reason']})")
+    ex = r.get("exclusions") or {}
+    if ex.get("dropped") or ex.get("stripped"):
+        lines.append(f"  exclusions: {len(ex.get('stripped', {}))} training-prefixed entries stripped, "
+                     f"{len(ex.get('dropped', {}))} base-model entries dropped")
+    if "output" in ex:
+        lines.append(f"  ignore    {ex['output']}")
+    v = r.get("validation")
+    if v:
+        verdicts = ", ".join(f"{k}: {s}" for k, s in v["verdicts"].items())
+        warn = f", {v['warnings']} warnings" if v["warnings"] else ""
+        lines.append(f"  validate  {verdicts}{warn}")
+    if r.get("verify"):
+        lines.append(f"  verify    {r['verify']['summary']}")
+    if result.written:
+        lines.append(f"  record    {result.dst}/conversion.json")
+    return "\n".join(lines) + "\n"
+
+
+def register(group: click.Group) -> None:
+    @group.command("convert", help=HELP, epilog=EPILOG)
+    @click.argument("src")
+    @click.argument("dst")
+    @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
+                  help="The serving stack(s) whose loader the output must satisfy (decides what must stay float).")
+    @click.option("--naming", type=click.Choice(NAMING_CHOICES), default="named", show_default=True,
+                  help="Head MLP names: named (feature_mlp.up_proj, SGLang/TRT/newest vLLM) or sequential "
+                       "(feature_mlp.1, older vLLM).")
+    @click.option("--max-shard-size", default="5GB", show_default=True, metavar="SIZE",
+                  help="Split the output into shards of at most SIZE (5GB, 500MB, 2GiB) with an index.")
+    @click.option("--no-repair", is_flag=True,
+                  help="Refuse instead of dequantizing modules that must stay floating point.")
+    @click.option("--dequantize", "dequantize", multiple=True, metavar="PATTERN",
+                  help="Also store these modules in float (fnmatch over module names, e.g. 'lm_head'). Repeatable.")
+    @click.option("--drop", multiple=True, metavar="PATTERN",
+                  help="Drop tensors matching PATTERN (source or converted name); reported. Repeatable.")
+    @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
+                  help="Set a config.json key (dotted path, JSON value), e.g. dflash_config.block_size=16. "
+                       "Repeatable.")
+    @click.option("--force", is_flag=True, help="Replace DST if it exists (a directory; never the source).")
+    @click.option("--dry-run", is_flag=True, help="Plan and pre-validate only; print what would change.")
+    @click.option("--verify", is_flag=True,
+                  help="Load source and output through lilicorr_runtime (needs torch) and compare draft logits "
+                       "and head scores: exact for renames, within bf16 rounding for repaired modules.")
+    @click.option("--strict", is_flag=True, help="Refuse when the output has validate warnings too.")
+    @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                  help="json prints the conversion record (conversion.json) to stdout.")
+    @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (it is off anyway when not a terminal).")
+    def convert_command(src: str, dst: str, runtime: str, naming: str, max_shard_size: str, no_repair: bool,
+                        dequantize: tuple[str, ...], drop: tuple[str, ...], set_items: tuple[str, ...], force: bool,
+                        dry_run: bool, verify: bool, strict: bool, fmt: str, quiet: bool) -> None:
+        from .errors import ConversionRefused
+        from .pipeline import convert
+
+        options = ConvertOptions(runtime=runtime, naming=naming, max_shard_size=parse_size(max_shard_size),
+                                 repair=not no_repair, drop=drop, dequantize=dequantize,
+                                 set_keys=tuple(parse_set(s) for s in set_items), force=force, verify=verify,
+                                 strict=strict, dry_run=dry_run, quiet=quiet)
+        try:
+            result = convert(src, dst, options)
+        except ConversionRefused as exc:
+            click.echo(f"lilicorr-ckpt convert: refused: {exc}\n  Nothing was written to {dst}.", err=True)
+            sys.exit(1)
+        if fmt == "json":
+            click.echo(json.dumps(result.record, indent=2))
+        else:
+            click.echo(_render(result), nl=False)

@@ -1,0 +1,74 @@
+"""What the user asked for, parsed and checked before any file is read."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+
+from ..errors import UsageError
+from ..profiles import RUNTIME_CHOICES
+
+DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5GB")
+NAMING_CHOICES = ("named", "sequential")
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
+          "t": 10**12, "tb": 10**12, "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30,
+          "gib": 2**30, "ti": 2**40, "tib": 2**40}
+
+
+class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
+    runtime: str = "all"  # sglang | vllm | trtllm | all: whose loader the output must satisfy
+    naming: str = "named"  # named | sequential (legacy nn.Sequential head names)
+    max_shard_size: int = DEFAULT_MAX_SHARD_SIZE
+    repair: bool = True  # dequantize modules that must stay float (False: refuse instead)
+    drop: tuple[str, ...] = ()  # fnmatch patterns over source or converted tensor names
+    dequantize: tuple[str, ...] = ()  # extra modules to store in float (fnmatch over module names)
+    set_keys: tuple[tuple[str, Any], ...] = ()  # (dotted config path, JSON value)
+    force: bool = False  # replace an existing DST directory
+    verify: bool = False  # compare source and output through lilicorr_runtime (needs torch)
+    strict: bool = False  # refuse when the output has validate warnings too
+    dry_run: bool = False  # plan and pre-validate only; write nothing
+    quiet: bool = False
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIME_CHOICES:
+            raise UsageError(f"--runtime must be one of {', '.join(RUNTIME_CHOICES)}, got {self.runtime!r}")
+        if self.naming not in NAMING_CHOICES:
+            raise UsageError(f"--naming must be named or sequential, got {self.naming!r}")
+        if self.max_shard_size < 1:
+            raise UsageError("--max-shard-size must be positive")
+
+    def record(self) -> dict[str, Any]:
+        """The options as conversion.json records them (everything that changes the output)."""
+        return {"runtime": self.runtime, "naming": self.naming, "max_shard_size": self.max_shard_size,
+                "repair": self.repair, "drop": list(self.drop), "dequantize": list(self.dequantize),
+                "set": {k: v for k, v in self.set_keys}}
+
+
+def parse_size(text: str) -> int:
+    """'5GB', '500MB', '2GiB', '123' (bytes) -> bytes."""
+    m = _SIZE.match(text)
+    if not m:
+        raise UsageError(f"--max-shard-size {text!r}: expected a size such as 5GB, 500MB, 2GiB or a byte count")
+    unit = (m.group(2) or "").lower()
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value < 1:
+        raise UsageError(f"--max-shard-size {text!r} is not positive")
+    return value
+
+
+def parse_set(item: str) -> tuple[str, Any]:
+    """'dflash_config.block_size=16' -> ('dflash_config.block_size', 16); non-JSON values are strings."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. dflash_config.lilicorr_logit_scale=10")
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError:
+        value = raw
+    return key, value

@@ -1,0 +1,160 @@
+"""plan -> pre-validate (virtual output) -> write to a temporary sibling -> validate -> [verify] -> rename."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from ..config import parse_config
+from ..findings import Finding
+from ..geometry import resolve_geometry
+from ..manifest import build_manifest
+from ..tensors import ShardFacts, TensorInfo, TensorTable
+from ..validate import Checkpoint, Report, validate
+from .errors import ConversionRefused
+from .options import ConvertOptions
+from .plan import Plan, build_plan, output_source
+from .progress import Progress
+from .writer import (
+    check_destination,
+    make_temporary,
+    move_into_place,
+    remove_stale_temporaries,
+    write_json,
+    write_plan,
+)
+
+SET_HINT_RULES = {"LC101", "LC110", "LC113", "LC115", "LC118", "LC122"}
+
+
+class ConvertResult(msgspec.Struct, kw_only=True):
+    src: str
+    dst: str
+    written: bool
+    record: dict[str, Any]  # conversion.json
+    report: Report  # validate on the output (the virtual output for --dry-run)
+
+
+def virtual_checkpoint(plan: Plan, root: Path) -> Checkpoint:
+    """The output as validate would read it from disk, built from the plan before anything is written."""
+    parsed = parse_config(json.dumps(plan.config, allow_nan=True).encode())
+    geometry = resolve_geometry(parsed.config)
+    tensors: dict[str, TensorInfo] = {}
+    for shard in plan.shards:
+        offset = shard.header_length
+        for e in shard.entries:
+            tensors[e.name] = TensorInfo(e.name, e.dtype, e.shape, shard.file, offset, offset + e.nbytes)
+            offset += e.nbytes
+    total = sum(s.data_bytes for s in plan.shards)
+    facts = ShardFacts(missing_shards={}, index_only={}, shard_only={}, misplaced={}, duplicates={}, unreferenced=[],
+                       total_size_declared=plan.index["metadata"]["total_size"] if plan.index else None,
+                       total_size_actual=total, has_index=plan.index is not None, both_single_and_index=False)
+    table = TensorTable(tensors=tensors, files=[s.file for s in plan.shards],
+                        metadata={s.file: {} for s in plan.shards}, shards=facts)
+    quant_docs: dict[str, Any] = {}
+    if isinstance(plan.config.get("quantization_config"), dict):
+        quant_docs["config.json"] = plan.config["quantization_config"]
+    if plan.hf_quant_config is not None:
+        quant_docs["hf_quant_config.json"] = plan.hf_quant_config
+    return Checkpoint(output_source(plan, root), parsed, geometry, build_manifest(geometry), table, quant_docs)
+
+
+def _hint(f: Finding) -> str:
+    if f.rule in SET_HINT_RULES and f.pointer and f.pointer.startswith("$."):
+        return f"supply it with --set {f.pointer[2:]}=VALUE"
+    return f.fix or ""
+
+
+def _refuse_on_findings(report: Report, options: ConvertOptions, stage: str) -> None:
+    bad = [f for f in report.findings if f.severity == "error" or (options.strict and f.severity == "warning")]
+    if not bad:
+        return
+    refused = [v.display for v in report.runtimes if not v.accepted]
+    who = f" ({', '.join(refused)} would refuse it)" if refused else ""
+    reasons = []
+    for f in bad:
+        runtimes = f" [{', '.join(f.runtimes)}]" if f.runtimes else ""
+        hint = _hint(f)
+        reasons.append(f"{f.rule} {f.message}{runtimes}" + (f"; fix: {hint}" if hint else ""))
+    raise ConversionRefused(f"the converted checkpoint {stage} validate{who}", reasons)
+
+
+def validation_record(report: Report, runtime: str) -> dict[str, Any]:
+    return {"runtime": runtime,
+            "verdicts": {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes},
+            "errors": report.summary.errors, "warnings": report.summary.warnings,
+            "findings": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings if f.severity != "info"]}
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM unwinds like Ctrl-C, so the temporary directory is removed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
+    if options.verify:
+        from .verify import require_runtime
+
+        require_runtime()
+    dst_path = Path(dst).expanduser()
+    plan = build_plan(src, options)
+    check_destination(plan.source.root, dst_path, options.force)
+    pre = validate(str(dst_path), runtime=options.runtime,
+                   checkpoint=virtual_checkpoint(plan, dst_path.resolve()))
+    _refuse_on_findings(pre, options, "would not pass")
+    record = plan.record
+    if options.dry_run:
+        record["validation"] = validation_record(pre, options.runtime)
+        return ConvertResult(src=src, dst=dst, written=False, record=record, report=pre)
+
+    remove_stale_temporaries(dst_path)
+    progress = Progress.for_terminal(plan.total_bytes, options.quiet)
+    with _terminate_as_interrupt():
+        tmp = make_temporary(dst_path)
+        try:
+            facts = write_plan(plan, tmp, progress)
+            progress.note("validating the output")
+            report = validate(str(tmp), runtime=options.runtime)
+            _refuse_on_findings(report, options, "does not pass")
+            record["source"]["files"] = facts["source_sha256"]
+            for repair in record["repairs"]:
+                err = facts["repair_rounding"].get(repair["module"] + ".weight")
+                if err is not None:
+                    repair["max_rounding_error"] = err
+            record["validation"] = validation_record(report, options.runtime)
+            if options.verify:
+                from .verify import verify_conversion
+
+                progress.note("verifying through lilicorr_runtime")
+                record["verify"] = verify_conversion(plan, tmp, options)
+                if not record["verify"]["passed"]:
+                    raise ConversionRefused("--verify: the output does not reproduce the source",
+                                            record["verify"]["problems"])
+            write_json(tmp / "conversion.json", record)
+            move_into_place(tmp, dst_path, options.force)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            progress.finish()
+    return ConvertResult(src=src, dst=dst, written=True, record=record, report=report)

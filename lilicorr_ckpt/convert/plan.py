@@ -1,0 +1,429 @@
+"""The conversion plan: every output tensor with where its bytes come from, the output configs and the
+record of every rename, drop, repair and synthesized key. Built from headers and configs only."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from .. import __version__
+from ..config import ARCHITECTURES, load_json_object, parse_config
+from ..errors import InputError, UsageError
+from ..geometry import resolve_geometry
+from ..manifest import DTYPE_BYTES, QUANT_SUFFIXES, Manifest, build_manifest
+from ..profiles import select_profiles
+from ..quant import matches_any
+from ..source import Source, open_source, read_small
+from ..stwrite import Entry, header_bytes, layout
+from ..tensors import TensorInfo, TensorTable, read_tensor_table
+from .errors import ConversionRefused
+from .naming import is_derived_buffer, map_name, matches, natural_key, output_name
+from .normalize import ConfigEditor, apply_overrides, model_dtype, normalize_config
+from .options import ConvertOptions
+from .qmeta import (
+    FP8_ALGOS,
+    NVFP4_ALGOS,
+    declared_excluded,
+    infer_algo,
+    infer_group_size,
+    module_state,
+    output_exclusions,
+    output_quant_docs,
+    quant_method,
+    read_exclusions,
+    read_source_quant,
+)
+from .repair import expected_inputs
+
+HASH_PLACEHOLDER = "0" * 64
+META_TOOL = "lilicorr_ckpt.tool"
+META_SOURCE = "lilicorr_ckpt.source_sha256"
+META_RECORD = "lilicorr_ckpt.record"
+SHOWN = 8  # names listed in a refusal before "and N more"
+
+
+class OutTensor(msgspec.Struct, frozen=True, kw_only=True):
+    name: str  # in the output (requested naming)
+    canonical: str
+    dtype: str
+    shape: tuple[int, ...]
+    op: str  # copy | dequantize
+    source: TensorInfo | None = None  # copy: the bytes to copy
+    inputs: dict[str, TensorInfo] = {}  # dequantize: weight, weight_scale[, weight_scale_2]
+    kind: str = ""  # dequantize: nvfp4 | fp8
+    group_size: int = 16
+
+    @property
+    def nbytes(self) -> int:
+        n = DTYPE_BYTES[self.dtype]
+        for d in self.shape:
+            n *= d
+        return n
+
+
+class ShardPlan(msgspec.Struct, kw_only=True):
+    file: str
+    entries: list[Entry]  # safetensors layout order
+    header_length: int  # bytes before the first tensor (8-byte length + JSON), same with real hashes
+
+    @property
+    def data_bytes(self) -> int:
+        return sum(e.nbytes for e in self.entries)
+
+
+class Plan(msgspec.Struct, kw_only=True):
+    source: Source
+    table: TensorTable
+    source_files: list[str]  # every source file read (relative), hashed for provenance
+    config: dict[str, Any]
+    hf_quant_config: dict[str, Any] | None
+    tensors: dict[str, OutTensor]  # output name -> tensor
+    shards: list[ShardPlan]
+    index: dict[str, Any] | None
+    model_dtype: str
+    manifest: Manifest
+    record: dict[str, Any]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    @property
+    def transformed(self) -> list[OutTensor]:
+        return [t for t in self.tensors.values() if t.op != "copy"]
+
+
+def _shorten(items: list[str], n: int = SHOWN) -> str:
+    shown = ", ".join(items[:n])
+    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def shard_metadata(source_hashes: dict[str, str]) -> dict[str, str]:
+    return {"format": "pt", META_TOOL: f"lilicorr-ckpt {__version__} convert",
+            META_SOURCE: json.dumps(dict(sorted(source_hashes.items())), separators=(",", ":")),
+            META_RECORD: "conversion.json"}
+
+
+def _check_layout(source: Source, raw: dict[str, Any]) -> None:
+    arch = raw.get("architectures")
+    known = isinstance(arch, list) and arch and arch[0] in ARCHITECTURES
+    if not known and not isinstance(raw.get("dflash_config"), dict):
+        found = f"architectures {arch!r}" if arch is not None else "no architectures"
+        raise InputError(
+            f"{source.label} is not a DFlash-family drafter export ({found}, no dflash_config); expected a ModelOpt "
+            f"DFlash-family export: config.json with a `dflash_config` object (or architectures one of "
+            f"{', '.join(ARCHITECTURES)}) next to model.safetensors or a sharded index")
+    if not source.safetensors and source.index is None:
+        pickles = f" (found {', '.join(p.name for p in source.pickles)}; pickle files are never unpickled)" \
+            if source.pickles else ""
+        raise InputError(f"{source.label} has no *.safetensors weights{pickles}; expected model.safetensors or "
+                         "model.safetensors.index.json with its shards")
+
+
+def _check_shards(table: TensorTable) -> None:
+    s = table.shards
+    problems: list[str] = []
+    for shard, names in s.missing_shards.items():
+        problems.append(f"the index places {len(names)} tensors in {shard}, which does not exist")
+    if s.index_only:
+        problems.append(f"the index lists tensors its shards do not hold: {_shorten(sorted(s.index_only))}")
+    for name, holders in sorted(s.duplicates.items()):
+        problems.append(f"{name} is stored in {', '.join(holders)}; keep one copy")
+    if s.shard_only:
+        problems.append(f"the shards hold tensors the index does not list (stale index?): {_shorten(sorted(s.shard_only))}")
+    if s.unreferenced:
+        problems.append(f"safetensors files the index does not reference: {', '.join(s.unreferenced)}; move them "
+                        "out so it is clear which files are the checkpoint")
+    if problems:
+        raise InputError("the source's shards and index disagree, so which tensors form the checkpoint is "
+                         "ambiguous:\n  - " + "\n  - ".join(problems))
+
+
+def build_plan(src: str, options: ConvertOptions) -> Plan:
+    source = open_source(src)
+    assert source.config is not None
+    raw, _ = load_json_object(read_small(source.config, "config.json"), "config.json")
+    _check_layout(source, raw)
+    table = read_tensor_table(source)
+    _check_shards(table)
+
+    renames: list[dict[str, str]] = []
+    drops: list[dict[str, str]] = []
+    repairs: list[dict[str, Any]] = []
+    refusals: list[str] = []
+
+    # -- names
+    used_drop: set[str] = set()
+    by_canonical: dict[str, list[str]] = {}
+    mapped_of: dict[str, str] = {}
+    for name in sorted(table.tensors, key=natural_key):
+        m = map_name(name)
+        hit = matches(options.drop, name, m.canonical)
+        if hit is not None:
+            used_drop.add(hit)
+            drops.append({"tensor": name, "reason": f"--drop {hit}"})
+            continue
+        if is_derived_buffer(m.canonical):
+            drops.append({"tensor": name, "reason": "derived buffer every loader recomputes (ModelOpt's exporter "
+                          "drops it too)"})
+            continue
+        by_canonical.setdefault(m.canonical, []).append(name)
+        mapped_of[name] = m.canonical
+    unused = [p for p in options.drop if p not in used_drop]
+    if unused:
+        raise UsageError(f"--drop {', '.join(unused)} matches no tensor of {src} (patterns match source or "
+                         "converted names, e.g. 'model.embed_tokens.*')")
+    collisions = {c: names for c, names in by_canonical.items() if len(names) > 1}
+    if collisions:
+        raise ConversionRefused(
+            "tensor names collide after renaming (prefixes stripped, legacy head names made canonical)",
+            [f"{', '.join(names)} all become {c}; keep one with --drop" for c, names in sorted(collisions.items())])
+    canonical: dict[str, TensorInfo] = {c: table.tensors[names[0]] for c, names in by_canonical.items()}
+
+    # -- config
+    pinned = {k for k, _ in options.set_keys}
+    editor = ConfigEditor(raw, pinned)
+    apply_overrides(editor, options.set_keys)
+    normalize_config(editor, canonical)
+    dtype = model_dtype(editor, canonical)
+    parsed = parse_config(json.dumps(editor.doc, allow_nan=True).encode())
+    geometry = resolve_geometry(parsed.config)
+    manifest = build_manifest(geometry)
+
+    # -- every source tensor must map to something a loader reads
+    unexplained = [c for c in canonical if c not in manifest.tensors and manifest.module_of(c) is None
+                   and not any(c.startswith(p) for p in manifest.family_prefixes)]
+    if not any(c in manifest.tensors for c in canonical):
+        raise InputError(
+            f"no tensor of {src} has a DFlash-family name (expected e.g. layers.0.self_attn.q_proj.weight, "
+            f"fc.weight, hidden_norm.weight, lilicorr.*, optionally under dflash_module./eagle_module./model.); "
+            f"found e.g. {_shorten(sorted(table.tensors), 4)}")
+    if unexplained:
+        where = "; ".join(f"{k}: {v}" for k, v in manifest.incomplete.items())
+        sources = [by_canonical[c][0] + (f" (as {c})" if by_canonical[c][0] != c else "") for c in unexplained]
+        reasons = [f"{len(unexplained)} tensors map to nothing the drafter builds: {_shorten(sources)}"]
+        if where:
+            reasons.append(f"the config leaves parts of the drafter undetermined ({where}); fix them with --set")
+        reasons.append("drop tensors that do not belong to the drafter explicitly with --drop PATTERN "
+                       "(it is reported in conversion.json)")
+        raise ConversionRefused("the source has tensors no loader reads (convert never drops silently)", reasons)
+    missing = [n for n, t in manifest.tensors.items() if n not in canonical and t.component not in manifest.incomplete]
+    if missing:
+        raise ConversionRefused("the source lacks tensors its config implies (convert cannot synthesize weights)",
+                                [f"missing {len(missing)}: {_shorten(missing)}",
+                                 "check the geometry keys in config.json (or fix them with --set)"])
+
+    # -- quantization: the tensors decide
+    docs: dict[str, Any] = {}
+    if isinstance(raw.get("quantization_config"), dict):
+        docs["config.json"] = raw["quantization_config"]
+    if source.hf_quant_config is not None:
+        docs["hf_quant_config.json"], _ = load_json_object(read_small(source.hf_quant_config, "hf_quant_config.json"),
+                                                           "hf_quant_config.json")
+    squant = read_source_quant(docs)
+    states = {mod: module_state(canonical, mod) for mod in manifest.modules}
+    other = sorted(m for m, s in states.items() if s == "other")
+    if other:
+        raise ConversionRefused("modules with a weight dtype convert does not know",
+                                [f"{m}.weight is {canonical[m + '.weight'].dtype}" for m in other])
+    quantized = {m: s for m, s in states.items() if s in ("nvfp4", "fp8")}
+    algo = squant.algo if squant else None
+    group_size = (squant.group_size if squant else None) or infer_group_size(canonical, quantized)
+    if algo == "MIXED_PRECISION":
+        raise ConversionRefused("MIXED_PRECISION exports are not supported yet",
+                                ["convert one algorithm per checkpoint (NVFP4, W4A16_NVFP4 or FP8)"])
+    if algo is not None and algo not in NVFP4_ALGOS + FP8_ALGOS:
+        raise ConversionRefused(f"quant_algo {algo} is not one the drafter loaders support",
+                                ["supported: " + ", ".join(NVFP4_ALGOS + FP8_ALGOS)])
+    kinds = set(quantized.values())
+    if len(kinds) > 1:
+        raise ConversionRefused("the source mixes NVFP4 and FP8 weights", [
+            f"{k}: {_shorten(sorted(m for m, s in quantized.items() if s == k), 4)}" for k in sorted(kinds)])
+    if quantized and algo is not None and (("nvfp4" in kinds) != (algo in NVFP4_ALGOS)):
+        raise ConversionRefused(f"the metadata says {algo} but the weights are {kinds.pop()}",
+                                ["re-export, or fix quant_algo with --set (hf_quant_config.json is rewritten)"])
+    synthesized_algo = False
+    if quantized and algo is None:
+        algo = infer_algo(canonical, quantized)
+        synthesized_algo = True
+    group = group_size or 16
+
+    profiles = select_profiles(options.runtime)
+    float_patterns = tuple(p for prof in profiles for p in prof.float_forced + prof.float_required)
+    extra = options.dequantize
+    unmatched = [p for p in extra if not any(fnmatch.fnmatchcase(m, p) for m in manifest.modules)]
+    if unmatched:
+        raise UsageError(f"--dequantize {', '.join(unmatched)} matches no module (patterns match module names "
+                         "such as lilicorr.out_head or layers.*.self_attn.o_proj)")
+    runtimes = ", ".join(p.display for p in profiles)
+    repaired: dict[str, str] = {}  # module -> why
+    for module, kind in sorted(quantized.items(), key=lambda kv: natural_key(kv[0])):
+        mod = manifest.modules[module]
+        why = None
+        if matches_any(module, float_patterns):
+            why = f"{runtimes} read it as raw floats (must stay floating point)"
+        elif kind == "nvfp4" and mod.in_features % group:
+            why = f"in_features {mod.in_features} is not a multiple of the NVFP4 group size {group}"
+        elif matches_any(module, extra):
+            why = "--dequantize"
+        if why:
+            repaired[module] = why
+    stray: dict[str, list[str]] = {}
+    for module, state in states.items():
+        if state == "float":
+            scales = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in canonical]
+            if scales:
+                stray[module] = scales
+    if not options.repair and (repaired or stray):
+        reasons = [f"{m} is stored {quantized[m].upper()} but {why}" for m, why in repaired.items()]
+        reasons += [f"{m} is float but ships {', '.join(s.rsplit('.', 1)[1] for s in scales)}"
+                    for m, scales in stray.items()]
+        raise ConversionRefused("the source needs repairs and --no-repair was given (run without it to dequantize "
+                                "them and drop stray scales)", reasons)
+
+    # -- output tensors
+    out: dict[str, OutTensor] = {}
+    dropped_by_repair: set[str] = set()
+    for module, why in repaired.items():
+        kind = quantized[module]
+        mod = manifest.modules[module]
+        shape = (mod.out_features, mod.in_features)
+        inputs: dict[str, TensorInfo] = {}
+        for suffix, (dtypes, shapes) in expected_inputs(kind, shape, group).items():
+            info = canonical.get(f"{module}.{suffix}")
+            if info is None:
+                refusals.append(f"cannot repair {module}: {module}.{suffix} is missing")
+            elif info.dtype not in dtypes or info.shape not in shapes:
+                refusals.append(f"cannot repair {module}: {module}.{suffix} is {info.dtype} {list(info.shape)}, "
+                                f"expected {'/'.join(sorted(dtypes))} {list(shapes[0])}")
+            else:
+                inputs[suffix] = info
+        dropped = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in canonical]
+        dropped_by_repair.update(dropped)
+        name = output_name(f"{module}.weight", options.naming)
+        out[name] = OutTensor(name=name, canonical=f"{module}.weight", dtype=dtype, shape=shape, op="dequantize",
+                              inputs=inputs, kind=kind, group_size=group)
+        repairs.append({"module": module, "action": "dequantized", "from": algo if algo else kind.upper(),
+                        "to": dtype, "reason": why,
+                        "dropped": [by_canonical[d][0] for d in dropped]})
+    for module, scales in sorted(stray.items()):
+        dropped_by_repair.update(scales)
+        repairs.append({"module": module, "action": "dropped stray scales", "reason": "the module is stored in "
+                        "float; runtimes that build it unquantized have no parameter for its scales",
+                        "dropped": [by_canonical[s][0] for s in scales]})
+    if refusals:
+        raise ConversionRefused("a module that must stay floating point cannot be dequantized", refusals)
+    for c, info in sorted(canonical.items(), key=lambda kv: natural_key(kv[0])):
+        if c in dropped_by_repair or (c.endswith(".weight") and c[:-7] in repaired):
+            continue
+        name = output_name(c, options.naming)
+        src_name = by_canonical[c][0]
+        out[name] = OutTensor(name=name, canonical=c, dtype=info.dtype, shape=info.shape, op="copy", source=info)
+        if name != src_name:
+            renames.append({"from": src_name, "to": name, "why": _rename_reason(src_name, c, name)})
+    for d in sorted(dropped_by_repair):
+        drops.append({"tensor": by_canonical[d][0], "reason": "scale of a module stored in float (repair)"})
+
+    # -- quantization metadata
+    quant_out = {m for m in quantized if m not in repaired}
+    float_modules = {m for m, s in states.items() if s == "float" or m in repaired}
+    float_modules = {m for m in float_modules if manifest.modules[m].component not in manifest.incomplete}
+    exclusions: dict[str, Any] = {}
+    hf_quant: dict[str, Any] | None = None
+    if squant is not None:
+        reading = read_exclusions(squant.exclude)
+        declared = declared_excluded(sorted(manifest.modules), reading.kept)
+        disagreements = sorted(
+            [f"{m}: the exclusions list it but it is stored quantized" for m in declared if m in quantized]
+            + [f"{m}: stored in float but not excluded" for m in manifest.modules
+               if states[m] == "float" and m not in declared])
+        exclusions = {"source": reading.source, "stripped": reading.stripped, "dropped": reading.dropped,
+                      "disagreements": disagreements}
+    if quant_out:
+        assert algo is not None
+        patterns = output_exclusions(manifest, float_modules, quant_out, options.naming)
+        out_group = group if algo in NVFP4_ALGOS else (squant.group_size if squant else None)
+        flat, hf_quant = output_quant_docs(algo, out_group, squant.kv_cache_quant_algo if squant else None,
+                                           squant.producer if squant else None, patterns)
+        why = ("the flat form runtimes read (quant_method + ignore); the nested form stays in hf_quant_config.json"
+               if squant else f"the weights are {algo} but the source had no quantization metadata")
+        if synthesized_algo:
+            why += f" (quant_algo {algo} inferred from the tensor layout)"
+        editor.set("quantization_config", flat, why)
+        exclusions["output"] = patterns
+    else:
+        editor.remove("quantization_config", "no module is stored quantized in the output")
+        if squant is not None:
+            exclusions["output"] = []
+
+    config = editor.doc
+    files = sorted([source.rel(source.config)]
+                   + ([source.rel(source.hf_quant_config)] if source.hf_quant_config else [])
+                   + ([source.rel(source.index)] if source.index else [])
+                   + list(table.files))
+    shards, index = _shard(out, options.max_shard_size, files)
+    record: dict[str, Any] = {
+        "tool": "lilicorr-ckpt", "version": __version__, "schema_version": 1,
+        "source": {"architecture": raw.get("architectures"), "files": {f: None for f in files},
+                   "quantization": ({"algo": squant.algo, "forms": squant.forms} if squant else None)},
+        "output": {"architecture": config.get("architectures"), "dtype": dtype,
+                   "quant_algo": algo if quant_out else None,
+                   "quant_method": quant_method(algo) if quant_out and algo else None,
+                   "files": [s.file for s in shards] + (["model.safetensors.index.json"] if index else []),
+                   "tensors": len(out), "tensor_bytes": sum(t.nbytes for t in out.values())},
+        "options": options.record(),
+        "renames": renames, "drops": drops, "repairs": repairs, "config": editor.changes,
+        "exclusions": exclusions,
+    }
+    return Plan(source=source, table=table, source_files=files, config=config, hf_quant_config=hf_quant,
+                tensors=out, shards=shards, index=index, model_dtype=dtype, manifest=manifest, record=record)
+
+
+def _rename_reason(src: str, canonical: str, out: str) -> str:
+    from .naming import strip_prefixes
+
+    bare, prefixes = strip_prefixes(src)
+    why = [f"strip {p}" for p in prefixes]
+    if bare != canonical:
+        why.append("legacy Sequential head name -> named MLP")
+    if out != canonical:
+        why.append("named MLP -> legacy Sequential head name (--naming sequential)")
+    return "; ".join(why)
+
+
+def _shard(tensors: dict[str, OutTensor], max_size: int,
+           source_files: list[str]) -> tuple[list[ShardPlan], dict[str, Any] | None]:
+    groups: list[list[OutTensor]] = [[]]
+    size = 0
+    for t in sorted(tensors.values(), key=lambda t: natural_key(t.canonical)):
+        if groups[-1] and size + t.nbytes > max_size:
+            groups.append([])
+            size = 0
+        groups[-1].append(t)
+        size += t.nbytes
+    n = len(groups)
+    # the real hashes are written last; a placeholder of the same length fixes every offset now
+    placeholder = shard_metadata(dict.fromkeys(source_files, HASH_PLACEHOLDER))
+    shards = []
+    for k, group in enumerate(groups):
+        file = "model.safetensors" if n == 1 else f"model-{k + 1:05d}-of-{n:05d}.safetensors"
+        entries = layout(Entry(t.name, t.dtype, t.shape) for t in group)
+        shards.append(ShardPlan(file=file, entries=entries, header_length=len(header_bytes(entries, placeholder))))
+    if n == 1:
+        return shards, None
+    weight_map = {e.name: s.file for s in shards for e in s.entries}
+    index = {"metadata": {"total_size": sum(s.data_bytes for s in shards)},
+             "weight_map": dict(sorted(weight_map.items()))}
+    return shards, index
+
+
+def output_source(plan: Plan, root: Path) -> Source:
+    """The output directory as `open_source` would describe it (for validating a plan before writing)."""
+    return Source(root=root, link_root=root, label=str(root), config=root / "config.json",
+                  safetensors=tuple(root / s.file for s in plan.shards),
+                  index=root / "model.safetensors.index.json" if plan.index else None,
+                  hf_quant_config=root / "hf_quant_config.json" if plan.hf_quant_config else None, pickles=())

@@ -1,0 +1,192 @@
+"""Quantization metadata: what the source declares, what its tensors say, and what the output writes.
+
+The tensors are the truth. ModelOpt's exclusion list is written for the wrapped training model
+(`dflash_module.` names next to the target's own `model.*` / `lm_head`), so it is interpreted only to
+report where it disagreed; the output's exclusions are recomputed from which modules are stored in
+float (shared/docs/modelopt_nvfp4.md §1.5, §2).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import msgspec
+
+from ..manifest import Manifest, legacy_name
+from ..quant import (
+    MATCHERS,
+    TRAINING_PREFIXES,
+    QuantConfig,
+    excluded_by,
+    parse_quant_config,
+    strip_training_prefix,
+    summarize_exclusions,
+)
+from ..tensors import TensorInfo
+from .errors import ConversionRefused
+
+NVFP4_ALGOS = ("NVFP4", "W4A16_NVFP4")
+FP8_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")
+WEIGHT_KIND = {"U8": "nvfp4", "F8_E4M3": "fp8"}
+
+
+class SourceQuant(msgspec.Struct, kw_only=True):
+    algo: str | None
+    group_size: int | None
+    kv_cache_quant_algo: str | None
+    producer: dict[str, Any] | None
+    exclude: tuple[str, ...]
+    forms: dict[str, str]  # file -> nested | flat
+
+
+def quant_method(algo: str) -> str:
+    return "modelopt_fp4" if "NVFP4" in algo or "FP4" in algo else "modelopt"
+
+
+def read_source_quant(docs: dict[str, Any]) -> SourceQuant | None:
+    """Merge config.json's quantization_config and hf_quant_config.json; refuse when they contradict."""
+    parsed: dict[str, QuantConfig] = {}
+    problems: list[str] = []
+    for src, doc in docs.items():
+        qc, issues = parse_quant_config(doc, src)
+        problems += issues
+        if qc is not None:
+            parsed[src] = qc
+    if problems:
+        raise ConversionRefused("the source's quantization metadata cannot be interpreted", problems)
+    if not parsed:
+        return None
+    algos = {qc.quant_algo for qc in parsed.values() if qc.quant_algo}
+    if len(algos) > 1:
+        raise ConversionRefused("config.json and hf_quant_config.json name different quantization algorithms",
+                                [f"{src}: quant_algo {qc.quant_algo}" for src, qc in sorted(parsed.items())])
+    groups = {qc.group_size for qc in parsed.values() if qc.group_size}
+    if len(groups) > 1:
+        raise ConversionRefused("config.json and hf_quant_config.json name different group sizes",
+                                [f"{src}: group_size {qc.group_size}" for src, qc in sorted(parsed.items())])
+    primary = parsed.get("hf_quant_config.json") or parsed["config.json"]
+    producer = None
+    for src in ("hf_quant_config.json", "config.json"):
+        doc = docs.get(src)
+        if isinstance(doc, dict) and isinstance(doc.get("producer"), dict):
+            producer = doc["producer"]
+            break
+    exclude: list[str] = []
+    for qc in parsed.values():
+        exclude += [p for p in qc.exclude if p not in exclude]
+    return SourceQuant(algo=next(iter(algos), None), group_size=next(iter(groups), None),
+                       kv_cache_quant_algo=primary.kv_cache_quant_algo, producer=producer, exclude=tuple(exclude),
+                       forms={src: qc.form for src, qc in sorted(parsed.items())})
+
+
+def module_state(tensors: dict[str, TensorInfo], module: str) -> str:
+    """float | nvfp4 | fp8 | missing | other, from the (canonical) weight's dtype."""
+    info = tensors.get(f"{module}.weight")
+    if info is None:
+        return "missing"
+    if info.dtype in ("F16", "BF16", "F32", "F64"):
+        return "float"
+    return WEIGHT_KIND.get(info.dtype, "other")
+
+
+def infer_algo(tensors: dict[str, TensorInfo], quantized: dict[str, str]) -> str:
+    """The ModelOpt quant_algo the tensor layout implies (used only when no metadata names one)."""
+    kinds = set(quantized.values())
+    if kinds == {"nvfp4"}:
+        with_input = [m for m in quantized if f"{m}.input_scale" in tensors]
+        return "NVFP4" if with_input else "W4A16_NVFP4"
+    scale_shapes = {len(tensors[f"{m}.weight_scale"].shape) for m in quantized if f"{m}.weight_scale" in tensors}
+    if scale_shapes <= {0} or scale_shapes == {0, 1} and all(
+            tensors[f"{m}.weight_scale"].shape in ((), (1,)) for m in quantized if f"{m}.weight_scale" in tensors):
+        return "FP8"
+    if scale_shapes == {4}:
+        return "FP8_PB_WO"
+    return "FP8_PER_CHANNEL_PER_TOKEN"
+
+
+def infer_group_size(tensors: dict[str, TensorInfo], quantized: dict[str, str]) -> int | None:
+    for module, kind in sorted(quantized.items()):
+        w, s = tensors.get(f"{module}.weight"), tensors.get(f"{module}.weight_scale")
+        if kind == "nvfp4" and w is not None and s is not None and len(w.shape) == 2 and len(s.shape) == 2 \
+                and s.shape[1] and (w.shape[1] * 2) % s.shape[1] == 0:
+            return (w.shape[1] * 2) // s.shape[1]
+    return None
+
+
+class ExclusionReading(msgspec.Struct, kw_only=True):
+    source: list[str]
+    stripped: dict[str, str]  # original -> pattern without the training prefix
+    dropped: dict[str, str]  # original -> why it does not describe the drafter
+    kept: list[str]  # drafter-relative patterns, ModelOpt prefix-wildcard semantics
+
+
+def read_exclusions(patterns: tuple[str, ...]) -> ExclusionReading:
+    has_training = any(p.lstrip("*").startswith(TRAINING_PREFIXES) for p in patterns)
+    stripped: dict[str, str] = {}
+    dropped: dict[str, str] = {}
+    kept: list[str] = []
+    for p in patterns:
+        body = p.lstrip("*")
+        if body.startswith(TRAINING_PREFIXES):
+            new = strip_training_prefix(p)
+            stripped[p] = new
+            kept.append(new)
+        elif has_training:
+            dropped[p] = "base-model name: ModelOpt lists the wrapped target's modules next to the drafter's"
+        elif body.startswith("model."):
+            dropped[p] = "base-model name (`model.` prefix): it describes the target, not the drafter"
+        else:
+            kept.append(p)
+    return ExclusionReading(source=list(patterns), stripped=stripped, dropped=dropped, kept=kept)
+
+
+def declared_excluded(modules: list[str], kept: list[str]) -> set[str]:
+    """Modules the source's (stripped) exclusions name, with ModelOpt's fnmatch semantics."""
+    return {m for m in modules if any(fnmatch.fnmatchcase(m, p) for p in kept)}
+
+
+def _safe_everywhere(pattern: str, quantized: set[str], manifest: Manifest) -> bool:
+    n_target = manifest.geometry.num_target_layers
+    return not any(excluded_by(matcher, q, (pattern,), n_target).excluded for q in quantized for matcher in MATCHERS)
+
+
+def output_exclusions(manifest: Manifest, float_modules: set[str], quantized: set[str], naming: str) -> list[str]:
+    """Index-free suffix wildcards for every float module (fused aliases included); with sequential naming,
+    patterns for the legacy head names too, so readers that build `feature_mlp.1` match them."""
+    patterns = summarize_exclusions(manifest, float_modules, quantized)
+    if naming != "sequential":
+        return patterns
+    legacy = {m: legacy_name(m + ".weight")[: -len(".weight")] for m in sorted(float_modules)}
+    legacy = {m: lm for m, lm in legacy.items() if lm != m}
+    quantized_all = quantized | {legacy_name(q + ".weight")[: -len(".weight")] for q in quantized}
+    extra: list[str] = []
+    for lm in legacy.values():
+        if any(fnmatch.fnmatchcase(lm, p) for p in patterns + extra):
+            continue
+        wildcard = "*" + lm.rsplit(".", 2)[-2] + "*"  # *feature_mlp*, or *mlp* for lattice layers
+        if not any(fnmatch.fnmatchcase(q, wildcard) for q in quantized_all) \
+                and _safe_everywhere(wildcard, quantized, manifest):
+            extra.append(wildcard)
+        else:
+            extra.append(lm)
+    return sorted(set(patterns) | set(extra))
+
+
+def output_quant_docs(algo: str, group_size: int | None, kv_cache_quant_algo: str | None,
+                      producer: dict[str, Any] | None, exclude: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(flat config.json quantization_config, nested hf_quant_config.json) for the output."""
+    producer = dict(producer) if producer else {"name": "modelopt"}
+    quantization: dict[str, Any] = {"quant_algo": algo, "kv_cache_quant_algo": kv_cache_quant_algo}
+    if algo in NVFP4_ALGOS or group_size is not None:
+        quantization["group_size"] = group_size or 16
+    quantization["exclude_modules"] = list(exclude)
+    nested = {"producer": producer, "quantization": quantization}
+    flat: dict[str, Any] = {"quant_method": quant_method(algo), "quant_algo": algo}
+    if "group_size" in quantization:
+        flat["group_size"] = quantization["group_size"]
+    flat["kv_cache_quant_algo"] = kv_cache_quant_algo
+    flat["kv_cache_scheme"] = kv_cache_quant_algo
+    flat["ignore"] = list(exclude)
+    flat["producer"] = producer
+    return flat, nested

@@ -1,0 +1,273 @@
+"""Execute a plan: stream tensor bytes into a temporary sibling of DST, then rename it into place.
+
+Copies go through memory-mapped windows of the source (never the whole file), written sequentially;
+a background thread hashes the source files at the same time (hashlib and file I/O release the GIL).
+Each shard's header is written last: its length was fixed with a same-length hash placeholder, so
+the bytes are deterministic. Peak memory is one window per thread plus one block of a repaired module.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import mmap
+import os
+import shutil
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, UsageError
+from ..stwrite import header_bytes
+from ..tensors import TensorInfo
+from .plan import OutTensor, Plan, shard_metadata
+from .progress import Progress
+from .repair import dequantize_blocks
+
+WINDOW = 64 << 20  # bytes of source mapped at once
+SMALL = 1 << 20  # tensors up to this size are read with pread instead of a mapping
+TMP_TAG = ".convert-tmp."
+OLD_TAG = ".convert-old."
+DELAY_ENV = "LILICORR_CONVERT_TEST_DELAY"  # seconds to sleep after each tensor (tests kill a slow write)
+
+
+def _write_all(fd: int, data: bytes | memoryview) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def hash_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size <= SMALL:
+            h.update(f.read())
+            return h.hexdigest()
+        offset = 0
+        while offset < size:
+            length = min(WINDOW, size - offset)
+            with mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ, offset=offset) as m:
+                view = memoryview(m)
+                try:
+                    h.update(view)
+                finally:
+                    view.release()
+            offset += length
+    return h.hexdigest()
+
+
+class SourceReader:
+    """Read-only access to the source files, one descriptor each."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.fds: dict[str, int] = {}
+
+    def fd(self, rel: str) -> int:
+        if rel not in self.fds:
+            self.fds[rel] = os.open(self.root / rel, os.O_RDONLY)
+        return self.fds[rel]
+
+    def read(self, info: TensorInfo, offset: int, length: int) -> bytes:
+        data = os.pread(self.fd(info.file), length, info.start + offset)
+        if len(data) != length:
+            raise InputError(f"{info.file} is shorter than its header says ({info.name})")
+        return data
+
+    def copy(self, info: TensorInfo, out_fd: int, progress: Progress) -> None:
+        if info.nbytes <= SMALL:
+            _write_all(out_fd, self.read(info, 0, info.nbytes))
+            progress.advance(info.nbytes)
+            return
+        fd = self.fd(info.file)
+        gran = mmap.ALLOCATIONGRANULARITY
+        pos, end = info.start, info.end
+        while pos < end:
+            base = pos - pos % gran
+            length = min(end, base + WINDOW) - base
+            with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=base) as m:
+                m.madvise(mmap.MADV_SEQUENTIAL)
+                view = memoryview(m)
+                try:
+                    _write_all(out_fd, view[pos - base:length])
+                finally:
+                    view.release()
+            progress.advance(base + length - pos)
+            pos = base + length
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+
+# ---------------------------------------------------------------- destination handling
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.relative_to(root)
+        return True
+    except ValueError:
+        return False
+
+
+def check_destination(src_root: Path, dst: Path, force: bool) -> None:
+    """Refuse any DST that would write into, or delete, the source; refuse an existing DST without --force."""
+    dst_abs = dst.resolve()
+    if dst_abs == src_root or _inside(dst_abs, src_root):
+        raise UsageError(f"DST {dst} is inside the source {src_root}; convert never writes into its source")
+    if dst.exists() or dst.is_symlink():
+        if not force:
+            raise UsageError(f"DST {dst} already exists; pass --force to replace it, or choose another directory")
+        if not dst.is_dir() or dst.is_symlink():
+            raise UsageError(f"DST {dst} exists and is not a directory; refusing to replace it even with --force")
+        if _inside(src_root, dst_abs):
+            raise UsageError(f"the source {src_root} is inside DST {dst}; --force would delete it")
+
+
+def remove_stale_temporaries(dst: Path) -> list[Path]:
+    """Temporary siblings left by a convert that was killed (its process is gone)."""
+    removed = []
+    parent = dst.parent
+    if not parent.is_dir():
+        return removed
+    for tag in (TMP_TAG, OLD_TAG):
+        for path in parent.glob(f".{dst.name}{tag}*"):
+            pid_text = path.name.rsplit(".", 1)[-1]
+            if pid_text.isdigit() and path.is_dir() and not _pid_alive(int(pid_text)):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
+
+
+def make_temporary(dst: Path) -> Path:
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.parent / f".{dst.name}{TMP_TAG}{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    return tmp
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
+    _fsync_dir(tmp)
+    if dst.exists():
+        if not force:
+            raise UsageError(f"DST {dst} appeared while converting; nothing was replaced")
+        old = dst.parent / f".{dst.name}{OLD_TAG}{os.getpid()}"
+        os.rename(dst, old)
+        try:
+            os.rename(tmp, dst)
+        except BaseException:
+            os.rename(old, dst)
+            raise
+        shutil.rmtree(old)
+    else:
+        os.rename(tmp, dst)
+    _fsync_dir(dst.parent)
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _dump_json(path: Path, doc: Any) -> None:
+    data = (json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=True) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        _write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, doc: Any) -> None:
+    _dump_json(path, doc)
+
+
+def _write_tensor(t: OutTensor, reader: SourceReader, fd: int, progress: Progress,
+                  repair_errors: dict[str, float]) -> None:
+    if t.op == "copy":
+        assert t.source is not None
+        reader.copy(t.source, fd, progress)
+        return
+    worst = 0.0
+    assert len(t.shape) == 2
+    for block, err in dequantize_blocks(t.kind, t.inputs, (t.shape[0], t.shape[1]), t.dtype, reader.read,
+                                        t.group_size):
+        _write_all(fd, block)
+        progress.advance(len(block))
+        worst = max(worst, err)
+    repair_errors[t.canonical] = worst
+
+
+def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
+    """Write every file of the plan into `tmp`. Returns facts for conversion.json (hashes, repair errors)."""
+    delay = float(os.environ.get(DELAY_ENV, "0") or 0)
+    root = plan.source.root
+    reader = SourceReader(root)
+    repair_errors: dict[str, float] = {}
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lilicorr-hash")
+    hashes: dict[str, Future[str]] = {f: pool.submit(hash_file, root / f) for f in plan.source_files}
+    try:
+        for shard in plan.shards:
+            path = tmp / shard.file
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                os.lseek(fd, shard.header_length, os.SEEK_SET)
+                for entry in shard.entries:
+                    _write_tensor(plan.tensors[entry.name], reader, fd, progress, repair_errors)
+                    if delay:
+                        time.sleep(delay)
+            finally:
+                os.close(fd)
+        progress.note("hashing the source")
+        source_hashes = {f: fut.result() for f, fut in hashes.items()}
+        metadata = shard_metadata(source_hashes)
+        for shard in plan.shards:
+            head = header_bytes(shard.entries, metadata)
+            if len(head) != shard.header_length:  # pragma: no cover - the placeholder guarantees it
+                raise RuntimeError(f"{shard.file}: header length changed from {shard.header_length} to {len(head)}")
+            fd = os.open(tmp / shard.file, os.O_WRONLY)
+            try:
+                os.pwrite(fd, head, 0)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _dump_json(tmp / "config.json", plan.config)
+        if plan.hf_quant_config is not None:
+            _dump_json(tmp / "hf_quant_config.json", plan.hf_quant_config)
+        if plan.index is not None:
+            _dump_json(tmp / "model.safetensors.index.json", plan.index)
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise InputError(f"cannot write the output: {exc.strerror} (nothing is left at DST)") from None
+        raise InputError(f"I/O error while converting: {exc.strerror or exc} ({exc.filename or 'a file'}); "
+                         "nothing is left at DST") from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+        reader.close()
+    return {"source_sha256": source_hashes,
+            "repair_rounding": {k: repair_errors[k] for k in sorted(repair_errors)}}
