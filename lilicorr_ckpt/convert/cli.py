@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from typing import Any
 
@@ -59,11 +60,16 @@ def _render(result: Any) -> str:
             reasons[item["why"]] = reasons.get(item["why"], 0) + 1
         lines.append(f"  renamed   {len(r['renames'])} tensors (" + "; ".join(
             f"{why}: {n}" for why, n in sorted(reasons.items())) + ")")
+    groups: dict[tuple[str, str], list[str]] = {}
     for repair in r["repairs"]:
         if repair["action"] == "dequantized":
-            lines.append(f"  repaired  {repair['module']}: {repair['from']} -> {repair['to']} ({repair['reason']})")
+            what = f"{repair['from']} -> {repair['to']}: {repair['reason']}"
         else:
-            lines.append(f"  repaired  {repair['module']}: dropped stray {', '.join(repair['dropped'])}")
+            what = "float module, dropped its stray " + ", ".join(sorted({d.rsplit(".", 1)[1] for d in repair["dropped"]}))
+        groups.setdefault((re.sub(r"\.\d+\.", ".*.", repair["module"]), what), []).append(repair["module"])
+    for (label, what), modules in groups.items():
+        count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
+        lines.append(f"  repaired  {label}{count}: {what}")
     explicit = [d for d in r["drops"] if not d["reason"].startswith("scale of a module")]
     for d in explicit:
         lines.append(f"  dropped   {d['tensor']} ({d['reason']})")

@@ -253,19 +253,18 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     group = group_size or 16
 
     profiles = select_profiles(options.runtime)
-    float_patterns = tuple(p for prof in profiles for p in prof.float_forced + prof.float_required)
     extra = options.dequantize
     unmatched = [p for p in extra if not any(fnmatch.fnmatchcase(m, p) for m in manifest.modules)]
     if unmatched:
         raise UsageError(f"--dequantize {', '.join(unmatched)} matches no module (patterns match module names "
                          "such as lilicorr.out_head or layers.*.self_attn.o_proj)")
-    runtimes = ", ".join(p.display for p in profiles)
     repaired: dict[str, str] = {}  # module -> why
     for module, kind in sorted(quantized.items(), key=lambda kv: natural_key(kv[0])):
         mod = manifest.modules[module]
         why = None
-        if matches_any(module, float_patterns):
-            why = f"{runtimes} read it as raw floats (must stay floating point)"
+        strict = [p.display for p in profiles if matches_any(module, p.float_forced + p.float_required)]
+        if strict:
+            why = f"must stay floating point for {' and '.join(strict)}"
         elif kind == "nvfp4" and mod.in_features % group:
             why = f"in_features {mod.in_features} is not a multiple of the NVFP4 group size {group}"
         elif matches_any(module, extra):

@@ -1,0 +1,311 @@
+"""What convert writes: names, config, quantization metadata, repairs, shards, the conversion record."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+from convert_helpers import EXAMPLE, bf16_to_f32, load_json, metadata_of, tensors_of, tree_digest
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.numerics import bf16_bits, e4m3_decode, nvfp4_dequantize
+from lilicorr_ckpt.quant import excluded_by, pattern_problems
+from lilicorr_ckpt.validate import validate
+
+MUST_FLOAT = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "lilicorr.factor_input_proj",
+              "lilicorr.out_head", "lilicorr.in_head", "lilicorr.feature_mlp.down_proj")
+
+
+def _module(name: str) -> str:
+    return name.rsplit(".", 1)[0]
+
+
+def test_modelopt_example_converts_and_every_runtime_accepts_it(cli, tmp_path):
+    assert validate(str(EXAMPLE)).exit_code == 1  # the export as ModelOpt writes it is refused
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst)
+    assert run.code == 0, run
+    report = validate(str(dst))
+    assert report.summary.errors == 0 and report.summary.warnings == 0, report.findings
+    assert all(v.accepted for v in report.runtimes)
+    assert "repaired  layers.*.self_attn.q_proj (2 modules): NVFP4 -> BF16" in run.out
+    assert sorted(p.name for p in dst.iterdir()) == ["config.json", "conversion.json", "hf_quant_config.json",
+                                                     "model.safetensors"]
+
+
+def test_repaired_modules_hold_the_dequantized_values_in_the_model_dtype(cli, tmp_path):
+    dst = tmp_path / "out"
+    assert cli("convert", EXAMPLE, dst).code == 0
+    src, out = tensors_of(EXAMPLE), tensors_of(dst)
+    repaired = [n for n in out if n.endswith(".weight") and any(m in n for m in MUST_FLOAT)]
+    assert len(repaired) == 10
+    for name in repaired:
+        module = _module(name)
+        dtype, shape, raw = out[name]
+        assert dtype == "BF16"
+        packed = np.frombuffer(src[name][2], np.uint8).reshape(src[name][1])
+        scales = np.frombuffer(src[module + ".weight_scale"][2], np.uint8).reshape(src[module + ".weight_scale"][1])
+        scale_2 = np.frombuffer(src[module + ".weight_scale_2"][2], np.float32)[0]
+        expected = nvfp4_dequantize(packed, scales, scale_2)
+        assert shape == expected.shape
+        assert raw == bf16_bits(expected).tobytes()
+        assert not any(f"{module}.{s}" in out for s in ("weight_scale", "weight_scale_2", "input_scale"))
+    # everything else is copied byte for byte
+    for name, value in out.items():
+        if name not in repaired:
+            assert src[name] == value, name
+
+
+def test_quant_metadata_is_rewritten_for_the_runtimes(cli, tmp_path):
+    dst = tmp_path / "out"
+    assert cli("convert", EXAMPLE, dst).code == 0
+    config, nested = load_json(dst / "config.json"), load_json(dst / "hf_quant_config.json")
+    flat = config["quantization_config"]
+    assert flat["quant_method"] == "modelopt_fp4" and flat["quant_algo"] == "NVFP4" and flat["group_size"] == 16
+    assert nested["quantization"]["exclude_modules"] == flat["ignore"]
+    assert nested["quantization"]["quant_algo"] == "NVFP4"
+    assert {"group_size", "kv_cache_quant_algo", "exclude_modules"} <= set(nested["quantization"])
+    ignore = flat["ignore"]
+    assert "*qkv_proj" in ignore  # every q/k/v part is float: the fused alias is listed
+    for pattern in ignore:
+        assert pattern_problems(pattern) == [], pattern  # no training prefix, base-model name or layer index
+        assert not pattern.startswith(("dflash_module", "model.", "lm_head"))
+    # every runtime's matcher excludes exactly the float modules
+    out = tensors_of(dst)
+    modules = {_module(n) for n, (dtype, shape, _) in out.items() if n.endswith(".weight") and len(shape) == 2
+               and not n.endswith("in_proj_weight")}
+    for module in modules:
+        is_float = out[module + ".weight"][0] == "BF16"
+        for matcher in ("vllm", "sglang", "trtllm"):
+            assert excluded_by(matcher, module, tuple(ignore), 4).excluded == is_float, (matcher, module)
+
+
+def test_conversion_record_lists_every_change(cli, tmp_path):
+    dst = tmp_path / "out"
+    assert cli("convert", EXAMPLE, dst).code == 0
+    record = load_json(dst / "conversion.json")
+    assert record["tool"] == "lilicorr-ckpt" and record["version"]
+    assert set(record["source"]["files"]) == {"config.json", "hf_quant_config.json", "model.safetensors"}
+    assert all(re.fullmatch(r"[0-9a-f]{64}", h) for h in record["source"]["files"].values())
+    assert record["source"]["files"] == {k: v for k, v in tree_digest(EXAMPLE).items()}
+    repaired = {r["module"] for r in record["repairs"]}
+    assert "lilicorr.out_head" in repaired and "layers.1.self_attn.v_proj" in repaired
+    assert all(r["to"] == "BF16" and r["max_rounding_error"] >= 0 for r in record["repairs"])
+    dropped = {d["tensor"] for d in record["drops"]}
+    assert "lilicorr.out_head.weight_scale_2" in dropped
+    assert record["exclusions"]["stripped"] == {"dflash_module.lilicorr.feature_mlp.up_proj":
+                                                "lilicorr.feature_mlp.up_proj"}
+    assert set(record["exclusions"]["dropped"]) == {"lm_head", "model.embed_tokens", "model.layers.*"}
+    assert any(c["key"] == "quantization_config" for c in record["config"])
+    assert record["validation"]["verdicts"] == {"sglang": "accepts", "vllm": "accepts", "trtllm": "accepts"}
+    meta = metadata_of(dst / "model.safetensors")
+    assert json.loads(meta["lilicorr_ckpt.source_sha256"]) == record["source"]["files"]
+    assert meta["lilicorr_ckpt.tool"].startswith("lilicorr-ckpt ") and meta["format"] == "pt"
+
+
+def test_same_input_gives_byte_identical_output(cli, tmp_path):
+    assert cli("convert", EXAMPLE, tmp_path / "a", "--max-shard-size", "40KB").code == 0
+    assert cli("convert", EXAMPLE, tmp_path / "b", "--max-shard-size", "40KB").code == 0
+    a, b = tree_digest(tmp_path / "a"), tree_digest(tmp_path / "b")
+    assert len(a) > 4 and a == b
+
+
+@pytest.mark.parametrize("prefix", ["dflash_module.", "eagle_module.", "model.", "model.dflash_module."])
+def test_prefixes_are_stripped_and_bytes_copied(cli, export, tmp_path, prefix):
+    src = export(key_prefix=prefix)
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst)
+    assert run.code == 0, run
+    before, after = tensors_of(src), tensors_of(dst)
+    assert {prefix + n for n in after} == set(before)
+    assert all(after[n] == before[prefix + n] for n in after)
+    renames = load_json(dst / "conversion.json")["renames"]
+    assert len(renames) == len(after) and renames[0]["why"].startswith("strip ")
+    assert validate(str(dst)).summary.errors == 0
+
+
+def test_legacy_head_names_become_named_and_back(cli, export, tmp_path):
+    src = export(naming="sequential")
+    assert "lilicorr.feature_mlp.1.weight" in tensors_of(src)
+    assert cli("convert", src, tmp_path / "named").code == 0
+    named = tensors_of(tmp_path / "named")
+    assert "lilicorr.feature_mlp.up_proj.weight" in named and "lilicorr.feature_norm.bias" in named
+    assert not any(re.search(r"mlp\.\d", n) for n in named)
+    report = validate(str(tmp_path / "named"))
+    assert report.summary.errors == 0 and report.summary.warnings == 0
+
+    run = cli("convert", tmp_path / "named", tmp_path / "seq", "--naming", "sequential")
+    assert run.code == 0, run
+    seq = tensors_of(tmp_path / "seq")
+    assert set(seq) == set(tensors_of(src))
+    assert validate(str(tmp_path / "seq")).summary.errors == 0
+
+
+def test_sequential_output_of_a_quantized_export_excludes_the_legacy_names(cli, tmp_path):
+    run = cli("convert", EXAMPLE, tmp_path / "seq", "--naming", "sequential")
+    assert run.code == 0, run
+    out = tensors_of(tmp_path / "seq")
+    assert out["lilicorr.feature_mlp.3.weight"][0] == "BF16"
+    ignore = load_json(tmp_path / "seq" / "config.json")["quantization_config"]["ignore"]
+    assert "*feature_mlp*" in ignore  # matches feature_mlp.1 / .3 as older vLLM names them
+
+
+def test_sharded_input_and_sharded_output(cli, export, tmp_path):
+    src = export(shards=3, quant="NVFP4")
+    assert (src / "model.safetensors.index.json").exists()
+    run = cli("convert", src, tmp_path / "one")
+    assert run.code == 0, run
+    assert [p.name for p in (tmp_path / "one").glob("*.safetensors")] == ["model.safetensors"]
+
+    run = cli("convert", src, tmp_path / "many", "--max-shard-size", "30KB")
+    assert run.code == 0, run
+    files = sorted(p.name for p in (tmp_path / "many").glob("*.safetensors"))
+    assert len(files) > 2 and files[0] == f"model-00001-of-{len(files):05d}.safetensors"
+    index = load_json(tmp_path / "many" / "model.safetensors.index.json")
+    assert sorted(set(index["weight_map"].values())) == files
+    sizes = {}
+    for f in files:
+        for name, (_, _, raw) in tensors_of(tmp_path / "many" / f).items():
+            sizes[name] = len(raw)
+    assert index["metadata"]["total_size"] == sum(sizes.values())
+    assert tensors_of(tmp_path / "many") == tensors_of(tmp_path / "one")
+    assert validate(str(tmp_path / "many")).summary.errors == 0
+
+
+def test_config_is_normalized_from_the_tensors(cli, export, tmp_path):
+    cfg = fixtures.draft_config(conv=(4, 16), architecture="Qwen3ForCausalLM")
+    d = cfg["dflash_config"]
+    cfg["lilicorr_logit_scale"] = d.pop("lilicorr_logit_scale")  # an older export: geometry at the top level
+    for key in ("lilicorr_hidden_size", "lilicorr_factor_dim", "lilicorr_candidate_topk", "conv_kernel_size",
+                "conv_group_size", "block_size", "projector_type", "lilicorr_enabled"):
+        d.pop(key)
+    del cfg["block_size"]
+    src = fixtures.save(tmp_path / "src", cfg, fixtures.checkpoint_tensors(fixtures.draft_config(conv=(4, 16))))
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst)
+    assert run.code == 0, run
+    out = load_json(dst / "config.json")
+    assert out["architectures"] == ["LiLiCorrDraftModel"]
+    assert out["block_size"] == out["dflash_config"]["block_size"] == 8
+    nested = out["dflash_config"]
+    assert nested["lilicorr_logit_scale"] == 10.0 and "lilicorr_logit_scale" not in out
+    assert (nested["lilicorr_hidden_size"], nested["lilicorr_factor_dim"], nested["lilicorr_candidate_topk"]) \
+        == (32, 16, 4)
+    assert (nested["conv_kernel_size"], nested["conv_group_size"]) == (4, 16)
+    assert nested["projector_type"] == "lilicorr" and nested["lilicorr_enabled"] is True
+    changes = {c["key"]: c for c in load_json(dst / "conversion.json")["config"]}
+    assert changes["dflash_config.block_size"]["reason"].startswith("determined by lilicorr.relative_slot_bias")
+    assert changes["lilicorr_logit_scale"]["action"] == "removed"
+    assert validate(str(dst)).summary.errors == 0
+
+
+def test_block_size_conflict_keeps_the_nested_value_at_both_levels(cli, export, tmp_path):
+    cfg = fixtures.draft_config(head=False, block_size=16)
+    src = export(config=cfg)
+    assert cli("convert", src, tmp_path / "out").code == 0
+    out = load_json(tmp_path / "out" / "config.json")
+    assert out["block_size"] == out["dflash_config"]["block_size"] == 8
+    assert out["architectures"] == ["DFlashDraftModel"]
+
+
+def test_only_the_chosen_runtimes_decide_what_is_repaired(cli, tmp_path):
+    run = cli("convert", EXAMPLE, tmp_path / "trt", "--runtime", "trtllm")
+    assert run.code == 0, run
+    out = tensors_of(tmp_path / "trt")
+    assert out["layers.0.self_attn.q_proj.weight"][0] == "U8"  # TRT-LLM loads quantized q/k/v
+    assert "repaired" not in run.out
+    report = validate(str(tmp_path / "trt"), runtime="trtllm")
+    assert report.summary.errors == 0
+
+
+def test_dequantize_option_and_fused_gate_up_alias(cli, tmp_path):
+    run = cli("convert", EXAMPLE, tmp_path / "out", "--dequantize", "layers.*.mlp.gate_proj",
+              "--dequantize", "layers.*.mlp.up_proj")
+    assert run.code == 0, run
+    ignore = load_json(tmp_path / "out" / "config.json")["quantization_config"]["ignore"]
+    assert "*gate_up_proj" in ignore
+    assert tensors_of(tmp_path / "out")["layers.1.mlp.up_proj.weight"][0] == "BF16"
+    assert validate(str(tmp_path / "out")).summary.errors == 0
+
+
+def test_fp8_export_is_repaired_with_weight_times_scale(cli, export, tmp_path):
+    src = export(quant="FP8")
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 0, run
+    config = load_json(tmp_path / "out" / "config.json")
+    assert config["quantization_config"]["quant_method"] == "modelopt"
+    assert config["quantization_config"]["quant_algo"] == "FP8"
+    before, after = tensors_of(src), tensors_of(tmp_path / "out")
+    codes = np.frombuffer(before["lilicorr.out_head.weight"][2], np.uint8)
+    scale = np.frombuffer(before["lilicorr.out_head.weight_scale"][2], np.float32)
+    expected = bf16_bits(e4m3_decode(codes) * scale[0]).tobytes()
+    assert after["lilicorr.out_head.weight"][2] == expected
+    assert after["layers.0.mlp.down_proj.weight"][0] == "F8_E4M3"
+    assert validate(str(tmp_path / "out")).summary.errors == 0
+
+
+def test_a_float_module_with_stray_scales_loses_them(cli, export, tmp_path):
+    def add_stray(tensors):
+        tensors["lilicorr.in_head.input_scale"] = ("F32", (), np.float32(0.5).tobytes())
+
+    src = export(quant="NVFP4", style="serving", mutate=add_stray)
+    assert validate(str(src)).summary.errors >= 1
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 0, run
+    assert "lilicorr.in_head.input_scale" not in tensors_of(tmp_path / "out")
+    assert "dropped its stray input_scale" in run.out
+    assert validate(str(tmp_path / "out")).summary.errors == 0
+
+
+def test_a_plain_bf16_export_keeps_no_quant_metadata(cli, export, tmp_path):
+    src = export()
+    cfg = load_json(src / "config.json")
+    cfg["quantization_config"] = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4",
+                                  "group_size": 16, "kv_cache_quant_algo": None, "exclude_modules": []}}
+    (src / "config.json").write_text(json.dumps(cfg))
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 0, run
+    assert "quantization_config" not in load_json(tmp_path / "out" / "config.json")
+    assert not (tmp_path / "out" / "hf_quant_config.json").exists()
+    assert "quantization_config removed" in run.out
+
+
+def test_quant_metadata_is_inferred_when_the_source_has_none(cli, export, tmp_path):
+    src = export(quant="W4A16_NVFP4", style="serving")
+    cfg = load_json(src / "config.json")
+    del cfg["quantization_config"]
+    (src / "config.json").write_text(json.dumps(cfg))
+    (src / "hf_quant_config.json").unlink()
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 0, run
+    flat = load_json(tmp_path / "out" / "config.json")["quantization_config"]
+    assert flat["quant_algo"] == "W4A16_NVFP4" and flat["quant_method"] == "modelopt_fp4"
+
+
+def test_converting_twice_changes_nothing_but_provenance(cli, tmp_path):
+    assert cli("convert", EXAMPLE, tmp_path / "once").code == 0
+    run = cli("convert", tmp_path / "once", tmp_path / "twice")
+    assert run.code == 0, run
+    assert tensors_of(tmp_path / "once") == tensors_of(tmp_path / "twice")
+    assert load_json(tmp_path / "once" / "config.json") == load_json(tmp_path / "twice" / "config.json")
+    record = load_json(tmp_path / "twice" / "conversion.json")
+    assert record["renames"] == record["repairs"] == record["drops"] == record["config"] == []
+
+
+def test_dry_run_writes_nothing_and_prints_the_plan(cli, tmp_path):
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst, "--dry-run")
+    assert run.code == 0, run
+    assert run.out.startswith("would convert") and "repaired" in run.out
+    assert not dst.exists() and list(tmp_path.iterdir()) == []
+    record = json.loads(cli("convert", EXAMPLE, dst, "--dry-run", "--format", "json").out)
+    assert record["validation"]["errors"] == 0 and len(record["repairs"]) == 10
+
+
+def test_repaired_bf16_weights_round_to_nearest(cli, tmp_path):
+    assert cli("convert", EXAMPLE, tmp_path / "out").code == 0
+    raw = tensors_of(tmp_path / "out")["lilicorr.out_head.weight"][2]
+    values = bf16_to_f32(raw)
+    assert np.isfinite(values).all() and np.abs(values).max() > 0
