@@ -31,15 +31,6 @@ class BlockRecord(msgspec.Struct, frozen=True):
     committed: int  # accepted + the target's own token
 
 
-class GenerationResult(msgspec.Struct, kw_only=True):
-    mode: str
-    prompt_tokens: int
-    tokens: list[int]  # emitted tokens (at most max_new_tokens, ending at the first eos)
-    blocks: list[BlockRecord]  # one per verification forward; the prefill's token is in no block
-    wall_time_s: float  # prefill + decoding
-    block_size: int  # the drafter's trained B (1 in "ar" mode)
-
-
 class Proposal(msgspec.Struct, frozen=True):
     """One drafted block, every intermediate kept for inspection (b = 1 in the decoder)."""
 
@@ -49,6 +40,16 @@ class Proposal(msgspec.Struct, frozen=True):
     candidate_log_probs: torch.Tensor | None  # [b, n, K] fp32
     start: torch.Tensor | None  # [b, K] fp32
     pairs: torch.Tensor | None  # [b, n-1, K, K] fp32
+
+
+class GenerationResult(msgspec.Struct, kw_only=True):
+    mode: str
+    prompt_tokens: int
+    tokens: list[int]  # emitted tokens (at most max_new_tokens, ending at the first eos)
+    blocks: list[BlockRecord]  # one per verification forward; the prefill's token is in no block
+    wall_time_s: float  # prefill + decoding
+    block_size: int  # the drafter's trained B (1 in "ar" mode)
+    proposals: list[Proposal] = []  # per block, only when the decoder keeps them (keep_proposals=True)
 
 
 def draft_block(drafter: Drafter, cache: DraftKVCache, anchor_tokens: torch.Tensor, anchor_hidden: torch.Tensor,
@@ -78,13 +79,15 @@ class SpeculativeDecoder:
     """Single-request decoder; `mode="ar"` is plain target decoding through the same adapter."""
 
     def __init__(self, target: TargetModel, drafter: Drafter | None = None, *, mode: Mode = "head",
-                 num_speculative_tokens: int | None = None, temperature: float = 0.0, seed: int = 0):
+                 num_speculative_tokens: int | None = None, temperature: float = 0.0, seed: int = 0,
+                 keep_proposals: bool = False):
         if mode not in ("head", "control", "ar"):
             raise ValueError(f"mode must be head, control or ar, not {mode!r}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         self.target, self.drafter, self.mode, self.temperature = target, drafter, mode, float(temperature)
         self.generator = torch.Generator().manual_seed(seed)
+        self.keep_proposals = keep_proposals
         self.num_tokens = 0
         if mode == "ar":
             return
@@ -149,19 +152,23 @@ class SpeculativeDecoder:
         context = drafter.project_context(step.features[None])  # [1, P, M]
         drafter.append_context(cache, context)
         anchor_hidden = context[:, -1]  # [1, M]: the row that predicted the anchor
+        proposals: list[Proposal] = []
         while len(tokens) < max_new_tokens and tokens[-1] not in eos:
-            accepted_tokens, next_token, record, features = self._block(cache, tokens[-1], anchor_hidden)
+            accepted_tokens, next_token, record, features, proposal = self._block(cache, tokens[-1], anchor_hidden)
             blocks.append(record)
+            if self.keep_proposals:
+                proposals.append(proposal)
             tokens.extend(accepted_tokens + [next_token])
             context = drafter.project_context(features[None])  # [1, a+1, M]
             drafter.append_context(cache, context)
             anchor_hidden = context[:, -1]
         tokens = _truncate(tokens, max_new_tokens, eos)
         return GenerationResult(mode=self.mode, prompt_tokens=prompt.numel(), tokens=tokens, blocks=blocks,
-                                wall_time_s=time.perf_counter() - started, block_size=drafter.block_size)
+                                wall_time_s=time.perf_counter() - started, block_size=drafter.block_size,
+                                proposals=proposals)
 
     def _block(self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
-               ) -> tuple[list[int], int, BlockRecord, torch.Tensor]:
+               ) -> tuple[list[int], int, BlockRecord, torch.Tensor, Proposal]:
         target, drafter, n = self.target, self.drafter, self.num_tokens
         device = target.device
         anchor_t = torch.tensor([anchor], device=device)
@@ -197,7 +204,7 @@ class SpeculativeDecoder:
         a = int(accepted[0])
         target.crop(base + a + 1)
         record = BlockRecord(drafted=n, accepted=a, committed=a + 1)
-        return draft[0, :a].tolist(), int(next_token[0]), record, step.features[:a + 1]
+        return draft[0, :a].tolist(), int(next_token[0]), record, step.features[:a + 1], proposal
 
 
 def _truncate(tokens: list[int], limit: int, eos: set[int]) -> list[int]:

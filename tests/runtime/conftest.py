@@ -21,19 +21,26 @@ ARCHS = {
 }
 
 
-def tiny_target(arch: str = "llama", *, vocab: int = 512, hidden: int = 64, layers: int = 4, seed: int = 0,
-                boost: float = 4.0) -> TargetModel:
-    """A random target whose lm_head favours tokens 0-3, so that random drafters get some blocks accepted
-    (the drafter reads logits through the same lm_head) and the partial-acceptance paths run."""
+def tiny_target(arch: str = "llama", *, vocab: int = 16, hidden: int = 64, layers: int = 4, seed: int = 0,
+                init: float = 0.3) -> TargetModel:
+    """A random target. The small vocabulary lets random drafters get blocks partly accepted, so the
+    crop-after-rejection paths run; the wide init keeps its greedy continuations from collapsing into
+    one repeated token."""
     config_cls, model_cls = ARCHS[arch]
     config = config_cls(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                         num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, vocab_size=vocab,
-                        max_position_embeddings=1024, tie_word_embeddings=False)
+                        max_position_embeddings=1024, tie_word_embeddings=False,
+                        initializer_range=init)
     torch.manual_seed(seed)
     model = model_cls(config).eval()
-    with torch.no_grad():
-        model.lm_head.weight[:4] *= boost
+    model.generation_config.eos_token_id = None  # HF generate must not stop early: tests compare fixed lengths
     return TargetModel(model, None, ())
+
+
+def small_config(**kwargs: Any) -> dict[str, Any]:
+    """fixtures.draft_config for the 16-token tiny targets (vocab 16, mask token 15)."""
+    dflash = {"mask_token_id": 15, **kwargs.pop("dflash", {})}
+    return fixtures.draft_config(vocab_size=kwargs.pop("vocab_size", 16), dflash=dflash, **kwargs)
 
 
 @pytest.fixture(scope="session")
