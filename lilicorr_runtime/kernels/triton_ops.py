@@ -13,122 +13,107 @@ import torch
 import triton
 import triton.language as tl
 
-TILE = 1024  # columns per tile: the scan stores one maximum per tile
-GROUP = 32  # columns per group inside a selected tile
-TILES_PER_PROGRAM = 4  # tiles one scan program reads in a single load
-SCAN_WARPS = 8
-SELECT_WARPS = 8
+# Tuned on an H200 (bench/kernels.py): V = 151936 bf16 gives 594 tiles, 38 scan programs per row.
+TILE = 256  # columns per tile: the scan stores one maximum per tile
+TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
+NUM_WARPS = 4
 NEG_INF = float("-inf")
 
 
 # ---------------------------------------------------------------- topk_lse
 #
-# Exactness of the pre-selection. Order a row by (value descending, index ascending) and let x be one of
-# its first k elements. Split the row into blocks and select the k blocks with the largest maxima, ties
-# to the lower block. Suppose x's block were not selected: each of the k selected blocks holds an
-# element >= x (its maximum is >= x's block maximum >= x), and an element equal to x can only sit in a
-# selected block of lower index (the tie on the block maximum was broken towards it), so at a lower
-# position. Either way k elements precede x in the order, contradicting x being among the first k. So
-# the first k elements lie inside the k selected blocks.
-# The select kernel applies this twice: to 1024-wide tiles (maxima from the scan) and then, inside the
-# k selected tiles, to 32-wide groups; it finally orders the k selected groups' elements. Every
-# comparison breaks ties by column, so the result is the stable descending order of the row.
+# Two kernels. The scan reads every logit once: per tile of TILE columns it stores the tile maximum, and
+# per program an online-softmax partial (m, s). The select kernel (one program per row) combines the
+# partials into the log-partition, picks the k tiles with the largest maxima and orders only their
+# k * TILE columns.
+#
+# Why the tile pre-selection is exact. Order a row by (value descending, column ascending) and let x be
+# one of its first k elements. Its tile's maximum is >= x. Select the k tiles with the largest maxima,
+# ties to the lower tile. Suppose x's tile were not selected: each of the k selected tiles holds an
+# element >= x (its maximum is >= x's tile maximum >= x), and an element equal to x can only sit in a
+# selected tile of lower index (the tie on the tile maximum was broken towards it), so at a lower
+# column. Either way k elements precede x in the order, contradicting x being among the first k. So the
+# first k elements lie inside the k selected tiles. Every comparison breaks ties by column, so the
+# result is the stable descending order of the row, exactly what the reference returns.
 
 
 @triton.jit
-def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, part_nan_ptr,
-               n_tiles, n_parts, TILE: tl.constexpr, TPP: tl.constexpr):
+def _order_key(x, index):
+    """int64 keys whose max is the largest value, ties to the lowest index (x fp32 without NaN)."""
+    bits = (x + 0.0).to(tl.int32, bitcast=True)  # + 0.0 turns -0.0 into +0.0
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # monotone in x as a signed integer
+    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - index).to(tl.int64)
+
+
+@triton.jit
+def _key_value(key):
+    ordered = (key >> 32).to(tl.int32)
+    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _key_index(key):
+    return 0x7FFFFFFF - (key & 0x7FFFFFFF).to(tl.int32)
+
+
+@triton.jit
+def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
+               TILE: tl.constexpr, TPP: tl.constexpr):
     row = tl.program_id(0)
     part = tl.program_id(1)
     tiles = part * TPP + tl.arange(0, TPP)
-    cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE]
-    base = logits_ptr + row.to(tl.int64) * stride_row
-    x = tl.load(base + cols, mask=cols < n_cols, other=float("-inf")).to(tl.float32)
-    is_nan = x != x
-    x = tl.where(is_nan, float("-inf"), x)
-    tile_max = tl.max(x, axis=1)  # [TPP]
+    cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE], one load
+    x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols, mask=cols < n_cols,
+                other=float("-inf")).to(tl.float32)
+    tile_max = tl.max(tl.where(x != x, float("-inf"), x), axis=1)  # [TPP]
     tl.store(tile_max_ptr + row * n_tiles + tiles, tile_max, mask=tiles < n_tiles)
     m = tl.max(tile_max, axis=0)
-    m_ref = tl.where(m == float("-inf"), 0.0, m)  # exp(-inf - -inf) would be NaN
-    s = tl.sum(tl.sum(tl.exp(x - m_ref), axis=1), axis=0)
+    m_ref = tl.where(m == float("-inf"), 0.0, m) * 1.4426950408889634  # exp(-inf - -inf) would be NaN
+    # a NaN logit makes this partial, and so the row's lse, NaN
+    s = tl.sum(tl.sum(tl.exp2(x * 1.4426950408889634 - m_ref), axis=1), axis=0)
     tl.store(part_m_ptr + row * n_parts + part, m)
     tl.store(part_s_ptr + row * n_parts + part, s)
-    tl.store(part_nan_ptr + row * n_parts + part, tl.sum(tl.sum(is_nan.to(tl.int32), axis=1), axis=0))
 
 
 @triton.jit
-def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, part_nan_ptr,
+def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
                  values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, GROUP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+    NONE: tl.constexpr = -9223372036854775808  # below every key
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride_row
-    BIG: tl.constexpr = 2147483647
-
-    # log-partition from the per-program online-softmax partials
     p_offs = tl.arange(0, BLOCK_P)
     pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
     ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0)
-    pnan = tl.load(part_nan_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0)
     gm = tl.max(pm, axis=0)
-    gm_ref = tl.where(gm == float("-inf"), 0.0, gm)
-    lse = gm + tl.log(tl.sum(ps * tl.exp(pm - gm_ref), axis=0))
-    lse = tl.where(gm == float("-inf"), float("-inf"), lse)
-    lse = tl.where(tl.sum(pnan, axis=0) > 0, float("nan"), lse)
+    total = tl.sum(ps * tl.exp(pm - tl.where(gm == float("-inf"), 0.0, gm)), axis=0)
+    lse = tl.where((gm == float("-inf")) & (total == total), float("-inf"), gm + tl.log(total))
     tl.store(lse_ptr + row, lse)
 
-    # level 1: the k tiles with the largest maxima (ties to the lower tile)
+    # the k tiles with the largest maxima
     k_offs = tl.arange(0, BLOCK_K)
     t_offs = tl.arange(0, BLOCK_T)
-    t_valid = t_offs < n_tiles
-    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_valid, other=float("-inf"))
-    chosen = t_offs < 0
+    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
+    keys = tl.where(t_offs < n_tiles, _order_key(tmax, t_offs), NONE)
     tiles = tl.zeros((BLOCK_K,), tl.int32)
     kt = tl.minimum(k, n_tiles)
     for r in range(kt):
-        key = tl.where(chosen | (~t_valid), float("-inf"), tmax)
-        best = tl.max(key, axis=0)
-        pick = tl.min(tl.where((key == best) & t_valid & (~chosen), t_offs, BIG), axis=0)
-        chosen = chosen | (t_offs == pick)
-        tiles = tl.where(k_offs == r, pick, tiles)
+        best = tl.max(keys, axis=0)
+        keys = tl.where(keys == best, NONE, keys)
+        tiles = tl.where(k_offs == r, _key_index(best), tiles)
 
-    # level 2: inside those tiles, the k groups of GROUP columns with the largest maxima
-    NG: tl.constexpr = TILE // GROUP
-    g_offs = tl.arange(0, NG)
-    e_offs = tl.arange(0, GROUP)
-    group_start = tiles[:, None] * TILE + g_offs[None, :] * GROUP  # [BLOCK_K, NG]
-    g_valid = (k_offs[:, None] < kt) & (group_start < n_cols)
-    cols = group_start[:, :, None] + e_offs[None, None, :]  # [BLOCK_K, NG, GROUP]
-    x = tl.load(base + cols, mask=g_valid[:, :, None] & (cols < n_cols), other=float("-inf")).to(tl.float32)
-    x = tl.where(x != x, float("-inf"), x)
-    gmax = tl.max(x, axis=2)  # [BLOCK_K, NG]
-    n_groups = tl.sum(tl.sum(g_valid.to(tl.int32), axis=1), axis=0)
-    g_chosen = g_valid & False
-    groups = tl.zeros((BLOCK_K,), tl.int32)
-    kg = tl.minimum(k, n_groups)
-    for r in range(kg):
-        key = tl.where(g_chosen | (~g_valid), float("-inf"), gmax)
-        best = tl.max(tl.max(key, axis=1), axis=0)
-        hit = (key == best) & g_valid & (~g_chosen)
-        pick = tl.min(tl.min(tl.where(hit, group_start, BIG), axis=1), axis=0)
-        g_chosen = g_chosen | (group_start == pick)
-        groups = tl.where(k_offs == r, pick, groups)
-
-    # level 3: order the chosen groups' columns
-    cols = groups[:, None] + e_offs[None, :]  # [BLOCK_K, GROUP]
-    valid = (k_offs[:, None] < kg) & (cols < n_cols)
+    # order their columns
+    cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [BLOCK_K, TILE]
+    valid = (k_offs[:, None] < kt) & (cols < n_cols)
     y = tl.load(base + cols, mask=valid, other=float("-inf")).to(tl.float32)
-    y = tl.where(y != y, float("-inf"), y)
-    taken = valid & False
+    ykeys = tl.where(valid, _order_key(tl.where(y != y, float("-inf"), y), cols), NONE)
     out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
     out_i = tl.zeros((BLOCK_K,), tl.int64)
     for j in range(k):
-        key = tl.where(taken | (~valid), float("-inf"), y)
-        best = tl.max(tl.max(key, axis=1), axis=0)
-        at = tl.min(tl.min(tl.where((key == best) & valid & (~taken), cols, BIG), axis=1), axis=0)
-        taken = taken | (cols == at)
-        out_v = tl.where(k_offs == j, best, out_v)
-        out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
+        best = tl.max(tl.max(ykeys, axis=1), axis=0)
+        ykeys = tl.where(ykeys == best, NONE, ykeys)
+        out_v = tl.where(k_offs == j, _key_value(best), out_v)
+        out_i = tl.where(k_offs == j, _key_index(best).to(tl.int64), out_i)
     tl.store(values_ptr + row * k + k_offs, out_v, mask=k_offs < k)
     tl.store(ids_ptr + row * k + k_offs, out_i, mask=k_offs < k)
 
@@ -147,18 +132,16 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     tile_max = torch.empty((n, n_tiles), device=dev, dtype=torch.float32)
     part_m = torch.empty((n, n_parts), device=dev, dtype=torch.float32)
     part_s = torch.empty((n, n_parts), device=dev, dtype=torch.float32)
-    part_nan = torch.empty((n, n_parts), device=dev, dtype=torch.int32)
     values = torch.empty((n, k), device=dev, dtype=torch.float32)
     ids = torch.empty((n, k), device=dev, dtype=torch.int64)
     lse = torch.empty((n,), device=dev, dtype=torch.float32)
     if n == 0:
         return values, ids, lse
-    _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, part_nan, n_tiles, n_parts,
-                             TILE=TILE, TPP=tpp, num_warps=SCAN_WARPS)
-    block_k = triton.next_power_of_2(k)
-    _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, part_nan, values, ids, lse,
-                       n_tiles, n_parts, k, TILE=TILE, GROUP=GROUP, BLOCK_T=triton.next_power_of_2(n_tiles),
-                       BLOCK_P=triton.next_power_of_2(n_parts), BLOCK_K=block_k, num_warps=SELECT_WARPS)
+    _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
+                             TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
+    _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
+                       TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
+                       BLOCK_K=triton.next_power_of_2(k), num_warps=NUM_WARPS)
     return values, ids, lse
 
 
