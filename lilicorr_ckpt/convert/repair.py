@@ -69,7 +69,8 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
             n = min(block_rows, rows - r0)
             packed = np.frombuffer(read(weight, r0 * packed_row, n * packed_row), dtype=np.uint8).reshape(n, packed_row)
             codes = np.frombuffer(read(scale, r0 * scale_row, n * scale_row), dtype=np.uint8).reshape(n, scale_row)
-            values = nvfp4_dequantize(packed, codes, scale_2, group_size)
+            # + 0.0 turns the -0.0 of code 0b1000 into +0.0, as ModelOpt's E2M1 table does
+            values = nvfp4_dequantize(packed, codes, scale_2, group_size) + np.float32(0.0)
             yield encode_float(values, out_dtype), rounding_error(values, out_dtype)
         return
     # fp8

@@ -1,0 +1,129 @@
+"""The writer: atomic (kill, SIGTERM, disk full), torch-free, memory bounded, quiet off a terminal."""
+
+from __future__ import annotations
+
+import io
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+
+from convert_helpers import EXAMPLE, REPO, tensors_of, tree_digest
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.convert.progress import Progress
+from lilicorr_ckpt.convert.writer import DELAY_ENV
+
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (pytest, with torch loaded)
+PROBE = """
+import re, sys
+from lilicorr_ckpt.cli import main
+try:
+    main(["convert", *sys.argv[1:]])
+except SystemExit as exc:
+    heavy = sorted(m for m in ("torch", "transformers", "lilicorr_runtime", "modelopt") if m in sys.modules)
+    hwm = int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1))
+    print("HEAVY", heavy, "EXIT", exc.code, "MAXRSS_MB", hwm // 1024)
+"""
+
+
+def _convert_process(*args, env=None, **kw):
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    return subprocess.Popen([sys.executable, "-m", "lilicorr_ckpt.cli", "convert", *map(str, args)], env=full_env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def _wait_for_partial_write(parent, name, proc, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for tmp in parent.glob(f".{name}.convert-tmp.*"):
+            shard = tmp / "model.safetensors"
+            if shard.exists() and shard.stat().st_size > 4096:
+                return tmp
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.02)
+    raise AssertionError("the slowed conversion never started writing")
+
+
+def test_killed_mid_write_leaves_no_destination_and_the_next_run_cleans_up(tmp_path):
+    before = tree_digest(EXAMPLE)
+    dst = tmp_path / "out"
+    proc = _convert_process(EXAMPLE, dst, env={DELAY_ENV: "0.05"})
+    tmp = _wait_for_partial_write(tmp_path, "out", proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert not dst.exists()
+    assert tmp.exists()  # a killed process cannot clean up; the next run does
+    assert tree_digest(EXAMPLE) == before
+    proc = _convert_process(EXAMPLE, dst)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert not tmp.exists() and dst.exists()
+    assert tensors_of(dst)  # complete and readable
+
+
+def test_sigterm_mid_write_removes_the_temporary_directory(tmp_path):
+    dst = tmp_path / "out"
+    proc = _convert_process(EXAMPLE, dst, env={DELAY_ENV: "0.05"})
+    _wait_for_partial_write(tmp_path, "out", proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2 and "aborted" in err and "Traceback" not in err  # the CLI's Ctrl-C path
+    assert not dst.exists() and list(tmp_path.iterdir()) == []
+
+
+def _limit_file_size():
+    resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+def test_a_full_disk_leaves_nothing_behind(tmp_path):
+    dst = tmp_path / "out"
+    proc = _convert_process(EXAMPLE, dst, preexec_fn=_limit_file_size)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, err
+    assert "cannot write the output: File too large (nothing is left at DST)" in err
+    assert "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stale_temporary_of_a_live_process_is_left_alone(tmp_path, cli):
+    live = tmp_path / f".out.convert-tmp.{os.getppid()}"
+    live.mkdir()
+    dead = tmp_path / ".out.convert-tmp.999999999"
+    dead.mkdir()
+    assert cli("convert", EXAMPLE, tmp_path / "out").code == 0
+    assert live.exists() and not dead.exists()
+
+
+def test_convert_never_imports_torch_and_memory_does_not_follow_checkpoint_size(tmp_path):
+    cfg = fixtures.draft_config(hidden_size=2048, num_hidden_layers=1, num_attention_heads=16,
+                                num_key_value_heads=4, head_dim=128, intermediate_size=8192,
+                                dflash={"lilicorr_hidden_size": 512})
+    src = fixtures.write_sparse_checkpoint(tmp_path / "src", cfg)  # real headers, data are file holes
+    size = (src / "model.safetensors").stat().st_size
+    assert size > 150e6
+    result = subprocess.run([sys.executable, "-c", PROBE, str(src), str(tmp_path / "out")], capture_output=True,
+                            text=True, timeout=120)
+    line = result.stdout.strip().splitlines()[-1]
+    assert line.startswith("HEAVY [] EXIT 0"), result.stdout + result.stderr
+    rss_mb = int(line.rsplit(" ", 1)[1])
+    assert rss_mb < 150, f"peak RSS {rss_mb} MB while converting {size / 1e6:.0f} MB"
+    assert (tmp_path / "out" / "model.safetensors").stat().st_size > size - 4096
+
+
+def test_progress_is_off_without_a_terminal_and_draws_one_line_on_one(cli, tmp_path):
+    run = cli("convert", EXAMPLE, tmp_path / "out")
+    assert run.code == 0 and run.err == ""
+    stream = io.StringIO()
+    progress = Progress(4_000_000_000, enabled=True, stream=stream, interval=0)
+    progress.advance(1_000_000_000)
+    progress.note("hashing the source")
+    progress.finish()
+    text = stream.getvalue()
+    assert "1.00 / 4.00 GB ( 25.0%)" in text and "hashing the source" in text and "\n" not in text
+    quiet = io.StringIO()
+    Progress(10, enabled=False, stream=quiet).advance(5)
+    assert quiet.getvalue() == ""
