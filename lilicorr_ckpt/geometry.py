@@ -136,7 +136,8 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         conv_kernel_size=taps,
         conv_group_size=group,
         has_own_lm_head=bool(config.has_own_lm_head),
-        lilicorr_enabled=head_declared(config) and d.lilicorr_enabled is not False,
+        lilicorr_enabled=head_declared(config) and d.lilicorr_enabled is not False
+        and config.family in ("lilicorr", None),
         candidate_topk=_positive_int(d.lilicorr_candidate_topk),
         head_hidden_size_raw=h_raw,
         head_hidden_size=h,

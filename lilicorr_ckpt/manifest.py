@@ -21,6 +21,7 @@ DTYPE_BYTES = {
 }
 
 COMPONENTS = ("backbone", "conv", "head", "lm_head")
+# `Manifest.incomplete` keys are components, plus "fc" when only fc cannot be built
 
 # Modules whose linear weights the stacks consume; "role" is the component they belong to.
 LEGACY_HEAD_MODULES = {
@@ -94,6 +95,7 @@ def quant_scheme(algo: str, group_size: int | None = None) -> QuantScheme | None
 
 
 QUANT_SUFFIXES = ("weight_scale", "weight_scale_2", "input_scale")
+KV_SCALE_SUFFIXES = ("k_scale", "v_scale")  # FP8 KV-cache scales on k_proj / v_proj
 
 
 class Manifest(msgspec.Struct, frozen=True):
@@ -138,7 +140,8 @@ class Manifest(msgspec.Struct, frozen=True):
         if tensor is not None:
             return tensor.module
         base, _, suffix = name.rpartition(".")
-        return base if suffix in QUANT_SUFFIXES and base in self.modules else None
+        known = QUANT_SUFFIXES + KV_SCALE_SUFFIXES
+        return base if suffix in known and base in self.modules else None
 
     def parameter_counts(self) -> dict[str, int]:
         counts = dict.fromkeys(COMPONENTS, 0)
@@ -148,6 +151,25 @@ class Manifest(msgspec.Struct, frozen=True):
                 n *= dim
             counts[tensor.component] += n
         return counts
+
+
+_BACKBONE_NAME = re.compile(r"^(layers\.\d+\.(self_attn|mlp|input_layernorm|post_attention_layernorm)\.|"
+                            r"(hidden_norm|norm)\.)")
+
+
+def component_of_name(name: str) -> str | None:
+    """The component a (canonical) tensor name belongs to by its name alone; None when unknown."""
+    if name.startswith("lilicorr."):
+        return "head"
+    if ".attention_conv." in name or ".mlp_conv." in name:
+        return "conv"
+    if name.startswith("lm_head."):
+        return "lm_head"
+    if name.startswith("fc."):
+        return "fc"
+    if _BACKBONE_NAME.match(name):
+        return "backbone"
+    return None
 
 
 def canonical_name(name: str) -> str:
@@ -222,7 +244,7 @@ def build_manifest(g: Geometry) -> Manifest:
             b.linear(f"{p}.mlp.up_proj", inter, M, "backbone", False)
             b.linear(f"{p}.mlp.down_proj", M, inter, "backbone", False)
         if g.target_layer_ids is None:
-            incomplete["backbone"] = "fc needs target_layer_ids"
+            incomplete["fc"] = "fc needs target_layer_ids"
         else:
             b.linear("fc", M, len(g.target_layer_ids) * M, "backbone", False)
         b.param("hidden_norm.weight", (M,), "backbone")

@@ -22,6 +22,7 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     vector_eps_below_half: bool  # vector_eps must lie in (0, 0.5)
     block_size_default: int | None  # used when block_size is absent everywhere; None = refused
     conv_keys_both_or_neither: bool
+    conv_kernel_within_block: bool  # refuses conv_kernel_size > block_size
     legacy_mlp_names: str  # "renamed" | "unconfirmed"
     owned_lm_head: str  # "supported" | "unconfirmed"
     # linear modules this runtime builds unquantized whatever the quant config says
@@ -31,7 +32,6 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # linear modules whose quantized loading is not confirmed for this runtime
     quant_unconfirmed: tuple[str, ...]
     exclusion_matcher: str  # vllm | sglang | trtllm (see quant.py)
-    input_scale_optional_w4a16: bool
     nested_quant_method_algos: tuple[str, ...] | None  # algos it derives quant_method for in the nested form
     mask_token_fallback: str  # what it does when mask_token_id is missing
     target_layer_ids_fallback: str
@@ -45,6 +45,7 @@ SGLANG = RuntimeProfile(
     vector_eps_below_half=False,
     block_size_default=16,
     conv_keys_both_or_neither=True,
+    conv_kernel_within_block=False,
     legacy_mlp_names="renamed",
     owned_lm_head="unconfirmed",
     float_forced=QKV + HEAD_RAW_LINEARS + FEATURE_MLP,
@@ -52,7 +53,6 @@ SGLANG = RuntimeProfile(
     quant_unconfirmed=("layers.*.attention_conv.kernel_projection", "layers.*.mlp_conv.kernel_projection",
                        "lm_head"),
     exclusion_matcher="sglang",
-    input_scale_optional_w4a16=True,
     nested_quant_method_algos=None,
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
@@ -67,13 +67,14 @@ VLLM = RuntimeProfile(
     vector_eps_below_half=False,
     block_size_default=None,
     conv_keys_both_or_neither=True,
+    conv_kernel_within_block=False,
     legacy_mlp_names="unconfirmed",
     owned_lm_head="supported",
-    float_forced=QKV + HEAD_RAW_LINEARS,
-    float_required=FEATURE_MLP,
+    float_forced=HEAD_RAW_LINEARS,
+    # qkv_proj follows the quant config, but the fused-KV context path runs F.linear on raw slices of it
+    float_required=QKV + FEATURE_MLP,
     quant_unconfirmed=(),
     exclusion_matcher="vllm",
-    input_scale_optional_w4a16=False,
     nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"),
     mask_token_fallback="has no fallback",
     target_layer_ids_fallback="has no fallback",
@@ -87,13 +88,13 @@ TRTLLM = RuntimeProfile(
     vector_eps_below_half=True,
     block_size_default=None,
     conv_keys_both_or_neither=False,
+    conv_kernel_within_block=True,
     legacy_mlp_names="renamed",
     owned_lm_head="supported",
     float_forced=(),
     float_required=(),
     quant_unconfirmed=(),
     exclusion_matcher="trtllm",
-    input_scale_optional_w4a16=False,
     nested_quant_method_algos=None,
     mask_token_fallback="falls back to vocab_size, an id outside the embedding",
     target_layer_ids_fallback="takes fc's input width from the checkpoint",

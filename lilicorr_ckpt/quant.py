@@ -25,7 +25,6 @@ TRAINING_PREFIXES = ("dflash_module.", "eagle_module.")
 _QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
 _GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
-_INDEX_COMPONENT = re.compile(r"(^|\.)\d+(\.|$|\*)")
 
 
 class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -227,13 +226,21 @@ def matches_any(module: str, patterns: tuple[str, ...]) -> bool:
 # ---------------------------------------------------------------- pattern hygiene
 
 
+_BACKBONE_LAYER_INDEX = re.compile(r"(^|\.)layers\.\d")
+_HEAD_LAYER_INDEX = re.compile(r"lilicorr\.layers\.\d")
+_DIGIT_GLOB = re.compile(r"\d\*")
+
+
 def pattern_problems(pattern: str) -> list[str]:
     problems = []
-    if any(pattern.lstrip("*").startswith(p) or ("." + p) in pattern for p in TRAINING_PREFIXES):
+    body = pattern.lstrip("*")
+    if any(body.startswith(p) or ("." + p) in pattern for p in TRAINING_PREFIXES):
         problems.append("training_prefix")
-    elif pattern.lstrip("*").startswith("model."):
+    elif body.startswith("model."):
         problems.append("base_model_name")
-    if _INDEX_COMPONENT.search(pattern.lstrip("*")):
+    # vLLM renumbers draft backbone layers (head layers keep their index); `N*` also hits N0..N9
+    backbone_index = _BACKBONE_LAYER_INDEX.search(body) and not _HEAD_LAYER_INDEX.search(body)
+    if backbone_index or _DIGIT_GLOB.search(body):
         problems.append("layer_index")
     return problems
 

@@ -12,8 +12,17 @@ import msgspec
 
 from .config import LILICORR_KEYS, ParsedConfig
 from .findings import RULES, Finding, Severity, rule
-from .geometry import Geometry
-from .manifest import FLOAT_DTYPES, QUANT_SUFFIXES, ExpectedTensor, Manifest, canonical_name, quant_scheme
+from .geometry import Geometry, head_declared
+from .manifest import (
+    FLOAT_DTYPES,
+    KV_SCALE_SUFFIXES,
+    QUANT_SUFFIXES,
+    ExpectedTensor,
+    Manifest,
+    canonical_name,
+    component_of_name,
+    quant_scheme,
+)
 from .profiles import RuntimeProfile
 from .quant import QuantConfig, excluded_by, matches_any, pattern_problems
 from .source import Source
@@ -150,6 +159,10 @@ rule("LC316", "quant-config-unreadable", "error", QNT, "A quantization config ca
      "Write the nested ModelOpt form in hf_quant_config.json and the flat form in config.json.")
 rule("LC317", "quant-unused", "warning", QNT, "Quantization metadata is present but no tensor is quantized.",
      "Remove the metadata, or export the quantized weights.")
+rule("LC318", "kv-cache-scales", "warning", QNT, "KV-cache scales (k_scale / v_scale) without FP8 KV-cache quantization declared.",
+     "Declare kv_cache_quant_algo, or drop the k_scale / v_scale tensors.")
+rule("LC319", "hf-quant-config-missing", "warning", QNT, "config.json declares quantization but hf_quant_config.json is absent.",
+     "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.")
 
 HEAD = "lm_head"
 rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm_head.weight is absent.",
@@ -184,7 +197,7 @@ rule("LC604", "shard-tensor-not-in-index", "error", FIL, "A shard holds a tensor
      "Regenerate the index from the shards.")
 rule("LC605", "duplicate-tensor", "error", FIL, "The same tensor is stored in more than one file.",
      "Keep one copy.")
-rule("LC606", "index-total-size", "error", FIL, "The index's total_size differs from the bytes the shards hold.",
+rule("LC606", "index-total-size", "warning", FIL, "The index's total_size differs from the bytes the shards hold.",
      "Regenerate the index.")
 rule("LC607", "unreferenced-shard", "warning", FIL, "A safetensors file the index does not reference.",
      "Delete it; loaders that glob *.safetensors may load it.")
@@ -273,7 +286,7 @@ class Context:
              file: str | None = None, pointer: str | None = None, expected: Any = None, actual: Any = None,
              runtimes: Iterable[str] = (), subjects: Iterable[str] = ()) -> None:
         r = RULES[rule_id]
-        runtimes = [p for p in runtimes if p in self.runtime_names]
+        runtimes = sorted(p for p in runtimes if p in self.runtime_names)
         self.findings.append(Finding(
             rule=r.id, name=r.name, severity=severity or r.severity, message=message, fix=fix or r.fix,
             file=file, pointer=pointer, expected=None if expected is None else str(expected),
@@ -352,7 +365,7 @@ def architecture(ctx: Context) -> None:
         ctx.emit("LC011", "LiLiCorrDraftModel declared but the checkpoint has no lilicorr.* tensors "
                  "(a draft with no LiLiCorr head should declare DFlashDraftModel)",
                  file="config.json", pointer="$.architectures[0]", expected="lilicorr.* tensors", actual="none")
-    elif cfg.family == "dflash" and ctx.geometry.lilicorr_enabled:
+    elif cfg.family == "dflash" and head_declared(cfg):
         ctx.emit("LC011", "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
                  severity="warning", file="config.json", pointer="$.architectures[0]",
                  expected="LiLiCorrDraftModel", actual=arch)
@@ -520,14 +533,16 @@ def conv_geometry(ctx: Context) -> None:
     t, gsz = taps or 0, group or 0
     if (t > 0) != (gsz > 0):
         strict = [p for p in ctx.profiles if p.conv_keys_both_or_neither or t > 0]
-        ctx.emit_for("LC116", strict, f"conv_kernel_size is {taps} and conv_group_size is {group}: both or neither",
+        shown = [("absent" if v is None else v) for v in (taps, group)]
+        ctx.emit_for("LC116", strict, f"conv_kernel_size is {shown[0]} and conv_group_size is {shown[1]}: both or neither",
                      file="config.json", pointer="$.dflash_config.conv_kernel_size",
-                     expected="both > 0 or both 0", actual=f"{taps}/{group}")
+                     expected="both > 0 or both 0", actual=f"{shown[0]}/{shown[1]}")
     if t > 0:
         b = ctx.geometry.block_size
         if b is not None and t > b:
-            ctx.emit("LC116", f"conv_kernel_size {t} exceeds block_size {b}", file="config.json",
-                     pointer="$.dflash_config.conv_kernel_size", expected=f"<= {b}", actual=t)
+            ctx.emit_for("LC116", [p for p in ctx.profiles if p.conv_kernel_within_block],
+                         f"conv_kernel_size {t} exceeds block_size {b}", file="config.json",
+                         pointer="$.dflash_config.conv_kernel_size", expected=f"<= {b}", actual=t)
     m = ctx.geometry.hidden_size
     if gsz > 0 and m is not None and m % gsz:
         ctx.emit("LC116", f"hidden_size {m} is not divisible by conv_group_size {gsz}", file="config.json",
@@ -564,6 +579,9 @@ def backbone_config(ctx: Context) -> None:
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
         ctx.emit("LC119", "a layer is sliding_attention but sliding_window is not set", file="config.json",
                  pointer="$.sliding_window")
+    if cfg.dflash.use_swa and not (cfg.dflash.swa_window_size or cfg.sliding_window):
+        ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
+                 file="config.json", pointer="$.dflash_config.swa_window_size")
     unknown = sorted({t for t in cfg.layer_types or [] if t not in ("full_attention", "sliding_attention")})
     if unknown:
         ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
@@ -626,8 +644,9 @@ def coverage(ctx: Context) -> None:
         names = missing["backbone"]
         ctx.emit("LC203", f"missing {len(names)} backbone tensors: {_shorten(names)}", subjects=names)
     if missing.get("lm_head"):
-        ctx.emit("LC401", "has_own_lm_head is true but lm_head.weight is absent: vLLM and TRT refuse the load",
-                 pointer="lm_head.weight", subjects=missing["lm_head"])
+        ctx.emit_for("LC401", [p for p in ctx.profiles if p.owned_lm_head == "supported"],
+                     "has_own_lm_head is true but lm_head.weight is absent: vLLM and TRT refuse the load",
+                     pointer="lm_head.weight", subjects=missing["lm_head"])
     if conv_expected and "conv" not in m.incomplete:
         gone = missing.get("conv", [])
         if len(gone) == len(conv_expected):
@@ -645,15 +664,15 @@ def coverage(ctx: Context) -> None:
     for name in present:
         if name in expected or _family_tensor(ctx, name):
             continue
-        module = m.module_of(name)
-        if module is not None:
+        if m.module_of(name) is not None:
             continue  # a scale tensor of a known module: judged by the quantization checks
-        if name.startswith("lilicorr."):
-            key = "head" if "head" not in m.incomplete and ctx.geometry.lilicorr_enabled else None
-        elif ".attention_conv." in name or ".mlp_conv." in name:
-            key = "conv"
-        elif name.startswith("lm_head."):
-            key = "lm_head"
+        component = component_of_name(name)
+        if component in m.incomplete or (component == "fc" and "backbone" in m.incomplete):
+            continue  # its geometry is unknown: LC215 says so, and the geometry findings say why
+        if component == "head":
+            key = "head" if ctx.geometry.lilicorr_enabled else None  # LC011 / LC108 cover undeclared heads
+        elif component in ("conv", "lm_head"):
+            key = component
         else:
             key = "other"
         if key:
@@ -738,8 +757,8 @@ def observed_scheme_of(view: NameView, module: str) -> str:
 
 def _expected_quant_form(ctx: Context, module: str, kind: str) -> dict[str, ExpectedTensor] | None:
     qc = ctx.quant
-    scheme = qc.scheme_for(module) if qc else None
-    if scheme is None or (kind == "nvfp4") != scheme.nvfp4:
+    scheme = qc.scheme_for(module) if qc else None  # the declared layout wins over what is on disk
+    if scheme is None:
         scheme = quant_scheme("NVFP4" if kind == "nvfp4" else "FP8")
     assert scheme is not None
     return ctx.manifest.quantized_form(module, scheme)
@@ -777,6 +796,9 @@ def _shape_message(ctx: Context, name: str, tensor: ExpectedTensor, info: Tensor
         taps = info.shape[1] / g.hidden_size
         return (base + f": fc reads {taps:g} target layers but target_layer_ids lists {len(g.target_layer_ids)} "
                 f"({list(g.target_layer_ids)})")
+    if tensor.component == "conv":
+        return base + (f" (conv_kernel_size {g.conv_kernel_size}, conv_group_size {g.conv_group_size}: base_kernel is "
+                       "[2, taps, M], kernel_projection [2*taps*M/group, M])")
     if name.startswith("lilicorr.") and g.head_hidden_size and len(info.shape) == len(tensor.shape):
         return base + (f" (lilicorr_hidden_size resolves to {g.head_hidden_size}; K={g.candidate_topk}, "
                        f"B={g.block_size}, N={g.head_num_heads}, F={g.head_factor_dim}, R={g.head_mlp_width})")
@@ -811,6 +833,9 @@ def quantization(ctx: Context) -> None:
         if diffs:
             ctx.emit("LC301", "hf_quant_config.json and config.json quantization_config disagree: " + "; ".join(diffs),
                      file="config.json", pointer="$.quantization_config")
+    if "config.json" in docs and "hf_quant_config.json" not in docs:
+        ctx.emit("LC319", "config.json has a quantization_config but there is no hf_quant_config.json",
+                 file="hf_quant_config.json")
     qc = ctx.quant
     quantized = {mod: observed_scheme(ctx, mod) for mod in m.modules}
     quantized = {mod: s for mod, s in quantized.items() if s in ("nvfp4", "fp8")}
@@ -859,8 +884,8 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
                          file="config.json", pointer="$.quantization_config.quant_method")
         if others or (derivers and not failing):
             ctx.emit_for("LC302", others + ([] if failing else derivers),
-                         "config.json quantization_config has no quant_method (the nested ModelOpt form); "
-                         "write the flat form", severity="warning", file="config.json",
+                         f"config.json quantization_config ({cfg_qc.form} form) has no quant_method; "
+                         "write the flat form with one", severity="warning", file="config.json",
                          pointer="$.quantization_config.quant_method")
     for src, doc in ctx.quant_configs.items():
         if doc.form == "nested" and doc.missing_keys and doc.quant_algo and "NVFP4" in doc.quant_algo:
@@ -880,6 +905,10 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
         if detail:
             notes.setdefault(key, detail)
 
+    kv = [f"{mod}.{s}" for mod in m.modules for s in KV_SCALE_SUFFIXES if f"{mod}.{s}" in present]
+    if kv and not qc.kv_cache_quant_algo:
+        ctx.emit("LC318", f"{len(kv)} KV-cache scale tensors ({_shorten(kv, 3)}) but {qc.source} sets no "
+                 "kv_cache_quant_algo", subjects=kv)
     for module, mod in m.modules.items():
         state = observed_scheme(ctx, module)
         if state == "missing" or mod.component in m.incomplete:
@@ -903,6 +932,8 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
             if state in ("nvfp4", "fp8"):
                 if forced or required:
                     note("LC306", module, [p.name])
+                elif scheme is None:
+                    note("LC308", module, [p.name], f"{qc.quant_algo} in {qc.source} does not quantize it")
                 elif exclusion.excluded:
                     note("LC308", module, [p.name], f"`{exclusion.pattern}` matches it as `{exclusion.prefix}`")
                 elif matches_any(module, p.quant_unconfirmed):
@@ -952,14 +983,9 @@ def _scale_tensors(ctx: Context, module: str, state: str) -> None:
         info = present.get(name)
         if info is None:
             if name.endswith(".input_scale"):
-                optional = [p for p in ctx.profiles if p.input_scale_optional_w4a16]
-                strict = [p for p in ctx.profiles if not p.input_scale_optional_w4a16]
-                ctx.emit_for("LC304", strict, f"`{module}` is quantized with activation scaling but has no "
-                             "input_scale (static formats without it degrade silently or fail with KeyError)",
-                             pointer=name, subjects=[name])
-                if optional:
-                    ctx.emit_for("LC304", optional, f"`{module}` has no input_scale (accepted for W4A16)",
-                                 severity="info", pointer=name, subjects=[name])
+                ctx.emit("LC304", f"`{module}` is quantized with activation scaling but has no input_scale "
+                         "(static formats without it degrade silently or fail with KeyError)",
+                         pointer=name, subjects=[name])
             else:
                 ctx.emit("LC304", f"`{module}` is quantized but `{name}` is missing", pointer=name, subjects=[name])
             continue
@@ -1058,8 +1084,8 @@ def files(ctx: Context) -> None:
                  file="model.safetensors.index.json", pointer=name, subjects=[name])
     if s.shard_only:
         names = sorted(s.shard_only)
-        ctx.emit("LC604", f"{len(names)} tensors in the shards are missing from the index (loaders using the index "
-                 f"never see them): {_shorten(names)}", file="model.safetensors.index.json", subjects=names)
+        ctx.emit("LC604", f"{len(names)} tensors in the shards are missing from the index (a loader that trusts "
+                 f"the index skips them): {_shorten(names)}", file="model.safetensors.index.json", subjects=names)
     for name, holders in sorted(s.duplicates.items()):
         ctx.emit("LC605", f"`{name}` is stored in {', '.join(holders)}", pointer=name, subjects=[name])
     if s.total_size_declared is not None and s.total_size_declared != s.total_size_actual:

@@ -17,7 +17,7 @@ def _bash_blocks(text: str) -> list[str]:
 def test_readme_rule_table_is_generated_from_the_catalogue():
     block = re.search(r"<!-- rules:begin[^\n]*-->\n(.*?)<!-- rules:end -->", README, flags=re.S)
     assert block, "README lost its rules markers"
-    assert block.group(1) == rules_markdown(), "README rules table is stale: regenerate it from `lilicorr-ckpt rules --format markdown`"
+    assert block.group(1) == rules_markdown(), "README rules table is stale: run python scripts/sync_docs.py"
     assert all(f"| {rid} |" in README for rid in RULES)
 
 

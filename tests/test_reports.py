@@ -24,8 +24,8 @@ def warned(make_ckpt):
 def test_schema_files_are_in_sync_with_the_types():
     for name, schema in schemas.all_schemas().items():
         committed = (REPO / "schemas" / name)
-        assert committed.exists(), f"missing schemas/{name}: run python -m lilicorr_ckpt.schemas"
-        assert committed.read_text() == schemas.render(schema), f"schemas/{name} is stale: run python -m lilicorr_ckpt.schemas"
+        assert committed.exists(), f"missing schemas/{name}: run python scripts/sync_docs.py"
+        assert committed.read_text() == schemas.render(schema), f"schemas/{name} is stale: run python scripts/sync_docs.py"
 
 
 def test_json_report_follows_its_schema_and_gives_per_runtime_verdicts(broken):

@@ -267,8 +267,6 @@ def test_runtime_selection_filters_runtime_specific_rules(ckpt):
     assert [f.runtimes for f in hits(run(path, runtime="vllm"), "LC104")] == [["vllm"]]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: conv_kernel_size > block_size is refused only by TRT (format.md §1.3), "
-                   "LC116 refuses it for every runtime")
 def test_conv_kernel_longer_than_block_is_a_trtllm_refusal(ckpt):
     path = ckpt(fixtures.draft_config(conv=(9, 16)))
     report = run(path)
@@ -278,8 +276,6 @@ def test_conv_kernel_longer_than_block_is_a_trtllm_refusal(ckpt):
     assert refused_by(report) == ["trtllm"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: DFlashDraftModel never builds a head, yet lilicorr_* keys make the "
-                   "manifest expect one and LC201 reports 46 missing head tensors")
 def test_dflash_architecture_with_stray_lilicorr_keys_only_warns(ckpt):
     path = ckpt(fixtures.draft_config(head=False))
     keys = {k: v for k, v in fixtures.draft_config()["dflash_config"].items()

@@ -154,7 +154,7 @@ CASES = [
     Case("geometry-incomplete", "LC215", "info", [], None, dflash_edit(lilicorr_factor_dim=DROP),
          contains=("head tensors not checked",), also=frozenset({"LC101"})),
     # ---- owned lm_head
-    Case("own-head-flag-without-tensor", "LC401", "error", [], drop("lm_head.weight"), config={"own_lm_head": True},
+    Case("own-head-flag-without-tensor", "LC401", "error", ["vllm", "trtllm"], drop("lm_head.weight"), config={"own_lm_head": True},
          contains=("has_own_lm_head", "lm_head.weight"), subjects=("lm_head.weight",), also=frozenset({"LC403"})),
     Case("lm-head-without-flag", "LC402", "error", [], add("lm_head.weight", (512, 64)),
          contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true"),
@@ -220,17 +220,12 @@ def test_own_head_flag_without_tensor_refused_by_vllm_and_trtllm(ckpt):
     assert {"vllm", "trtllm"} <= set(refused_by(report))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: LC401 says only vLLM and TRT refuse a declared head that is absent "
-                   "(format.md §2.4: SGLang drops lm_head.* and uses the target head) but it carries no runtimes, "
-                   "so SGLang's verdict is refused too")
 def test_own_head_flag_without_tensor_is_scoped_to_vllm_and_trtllm(ckpt):
     report = run(ckpt(fixtures.draft_config(own_lm_head=True), mutate=drop("lm_head.weight")))
     assert one(report, "LC401", "error").runtimes == ["trtllm", "vllm"]
     assert refused_by(report) == ["trtllm", "vllm"]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: LC208 on a conv tensor does not name conv_kernel_size / "
-                   "conv_group_size (format.md §3: a conv mismatch names the conv keys and num_hidden_layers)")
 def test_conv_shape_mismatch_names_the_conv_keys(ckpt):
     path = ckpt(fixtures.draft_config(conv=(4, 16)))
     edit_config(path, dflash_edit(conv_kernel_size=3))
@@ -238,24 +233,18 @@ def test_conv_shape_mismatch_names_the_conv_keys(ckpt):
     assert "conv_kernel_size 3" in f.message and "conv_group_size 16" in f.message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: without target_layer_ids the whole backbone is marked incomplete, so "
-                   "a missing backbone tensor goes unreported (only fc's width depends on the ids)")
 def test_missing_target_layer_ids_does_not_hide_missing_backbone_tensors(ckpt):
     path = ckpt(mutate=drop("layers.1.mlp.down_proj.weight"))
     edit_config(path, dflash_edit(target_layer_ids=DROP))
     assert "layers.1.mlp.down_proj.weight" in one(run(path), "LC203").subjects
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: without target_layer_ids, fc.weight is reported as LC204 'no loader "
-                   "reads' although every loader reads fc (TRT even infers the tap count from it)")
 def test_missing_target_layer_ids_does_not_call_fc_unread(ckpt):
     path = ckpt()
     edit_config(path, dflash_edit(target_layer_ids=DROP))
     assert hits(run(path), "LC204") == []
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: when backbone geometry is invalid, every backbone tensor is reported "
-                   "as LC204 'no loader reads' instead of being left unchecked (LC215)")
 def test_invalid_hidden_size_does_not_call_backbone_tensors_unread(ckpt):
     path = ckpt()
     edit_config(path, lambda c: c.__setitem__("hidden_size", "64"))

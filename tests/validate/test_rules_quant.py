@@ -126,8 +126,6 @@ def test_flat_form_without_quant_method_is_refused_by_vllm(ckpt):
     assert f.runtimes == ["vllm"] and "flat form" in f.message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: for a flat quantization_config without quant_method the SGLang/TRT "
-                   "LC302 warning says 'the nested ModelOpt form' although the document is flat")
 def test_flat_form_without_quant_method_warning_does_not_call_it_nested(ckpt):
     path = ckpt(quant="NVFP4")
     edit_config(path, lambda c: c["quantization_config"].pop("quant_method"))
@@ -231,11 +229,9 @@ def test_nvfp4_w4a4_without_input_scale_is_refused(ckpt):
     report = run(ckpt(quant="NVFP4", mutate=lambda t: t.pop("lilicorr.context_proj.input_scale")))
     f = one(report, "LC304", "error")
     assert "lilicorr.context_proj" in f.message and "input_scale" in f.message
-    assert {"vllm", "trtllm"} <= set(f.runtimes)
+    assert f.runtimes == []  # every runtime
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: SGLang accepts a missing input_scale only for W4A16 (format.md §3), "
-                   "but LC304 downgrades it to info for SGLang under NVFP4 W4A4 and FP8 too")
 @pytest.mark.parametrize("quant, module", [("NVFP4", "lilicorr.context_proj"), ("FP8", "fc")])
 def test_missing_input_scale_under_activation_quantization_is_refused_by_sglang_too(ckpt, quant, module):
     report = run(ckpt(quant=quant, mutate=lambda t: t.pop(f"{module}.input_scale")))
@@ -255,8 +251,6 @@ def test_fp8_module_with_nvfp4_scale(ckpt):
     assert "fc.weight_scale_2" in f.message and "fp8" in f.message
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: with kv_cache_quant_algo FP8 the KV-cache scales k_proj.k_scale / "
-                   "v_proj.v_scale (modelopt_nvfp4.md §2.5) are reported as LC204 'no loader reads'")
 def test_fp8_kv_cache_scales_are_expected(ckpt):
     def mutate(t: Tensors) -> None:
         for i in (0, 1):
@@ -268,6 +262,23 @@ def test_fp8_kv_cache_scales_are_expected(ckpt):
     assert_clean(run(path))
 
 
+def test_kv_cache_scales_without_kv_cache_quantization_warn(ckpt):
+    def mutate(t: Tensors) -> None:
+        t["layers.0.self_attn.k_proj.k_scale"] = ("F32", (), SCALAR)
+    report = run(ckpt(quant="FP8", mutate=mutate))
+    f = one(report, "LC318", "warning")
+    assert f.subjects == ["layers.0.self_attn.k_proj.k_scale"] and "kv_cache_quant_algo" in f.message
+    assert problems(report) == [("LC318", "warning", ())]
+
+
+def test_quantized_config_without_hf_quant_config_warns(ckpt):
+    path = ckpt(quant="NVFP4")
+    (path / "hf_quant_config.json").unlink()
+    report = run(path)
+    assert problems(report) == [("LC319", "warning", ())]
+    assert_clean(run(ckpt()))  # no quantization: nothing to pair
+
+
 def test_w4a16_module_shipping_input_scale(ckpt):
     def mutate(t: Tensors) -> None:
         t["fc.input_scale"] = ("F32", (), SCALAR)
@@ -277,9 +288,6 @@ def test_w4a16_module_shipping_input_scale(ckpt):
     assert problems(report) == [("LC315", "warning", ())]
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: tensors stored in a different format than quant_algo declares "
-                   "(NVFP4 packed weights under quant_algo FP8) pass: _expected_quant_form falls back to the "
-                   "observed format instead of checking against the declared one")
 def test_stored_format_must_match_declared_algo(ckpt):
     path = ckpt(quant="NVFP4")
     edit_config(path, lambda c: c["quantization_config"].update(quant_algo="FP8", quant_method="modelopt"))
@@ -352,9 +360,6 @@ def test_qkv_float_protected_for_vllm_by_v_proj_glob(ckpt):
     assert_clean(run(path))
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: profiles.VLLM lists q/k/v in float_forced, but vLLM builds qkv_proj "
-                   "from the quant config (only factor_input_proj/out_head/in_head are forced, format.md §2.5, "
-                   "modelopt_nvfp4.md §1.5), so float q/k/v that no exclusion protects load into an NVFP4 layer")
 def test_qkv_float_without_a_matching_exclusion_refused_by_vllm(ckpt):
     path = ckpt(quant="NVFP4")
     set_exclusions(path, lambda ex: [p for p in ex if p not in ("*qkv_proj", "*v_proj")] + ["*self_attn.v_proj"])
@@ -453,9 +458,6 @@ def test_exclusion_with_base_model_name_is_informational(ckpt):
     assert_clean(report)
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: pattern_problems flags any numeric component as a layer index; an "
-                   "exact `lilicorr.layers.N...` name is matched by all three runtimes (vLLM renumbers only "
-                   "backbone layers) and is what summarize_exclusions itself emits")
 def test_exact_head_layer_exclusion_is_not_flagged(ckpt):
     config = fixtures.draft_config(dflash={"lilicorr_hidden_size": 40})
     report = run(ckpt(config, quant="NVFP4"))
