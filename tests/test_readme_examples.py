@@ -1,11 +1,11 @@
 import re
 import shlex
 
-from helpers import REPO, run_cli
-
 from lilicorr_ckpt import rules as _rules  # noqa: F401  (registers the catalogue)
 from lilicorr_ckpt.cli import rules_markdown
 from lilicorr_ckpt.findings import RULES
+
+from helpers import REPO, run_cli
 
 README = (REPO / "README.md").read_text()
 
