@@ -6,7 +6,7 @@ from typing import Any
 
 import msgspec
 
-from .manifest import COMPONENTS
+from .manifest import COMPONENTS, component_of_name
 from .rules import name_view, observed_scheme_of
 from .validate import Checkpoint, geometry_summary, load_checkpoint, validate
 
@@ -39,13 +39,8 @@ def _component(name: str, ckpt: Checkpoint) -> str:
     module = ckpt.manifest.module_of(name)
     if module is not None:
         return ckpt.manifest.modules[module].component
-    if name.startswith("lilicorr."):
-        return "head"
-    if ".attention_conv." in name or ".mlp_conv." in name:
-        return "conv"
-    if name.startswith("lm_head"):
-        return "lm_head"
-    return "backbone" if name.startswith(("layers.", "fc.", "norm.", "hidden_norm.")) else "other"
+    component = component_of_name(name)
+    return "backbone" if component == "fc" else component or "other"
 
 
 def inspect_checkpoint(path: str) -> Inspection:

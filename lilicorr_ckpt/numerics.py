@@ -48,16 +48,20 @@ def e4m3_decode(codes: np.ndarray) -> np.ndarray:
     return E4M3_TABLE[np.asarray(codes, dtype=np.uint8)]
 
 
+def _nearest_code(mag: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Index of the nearest entry of an increasing table of magnitudes, ties to the even index."""
+    hi = np.clip(np.searchsorted(table, mag, side="left"), 0, len(table) - 1)
+    lo = np.maximum(hi - 1, 0)
+    d_hi = table[hi] - mag
+    d_lo = mag - table[lo]
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
+    return np.where(pick_hi, hi, lo).astype(np.uint8)
+
+
 def e4m3_encode(values: np.ndarray) -> np.ndarray:
     """float32 -> float8_e4m3fn codes, round to nearest even, saturating at +-448; NaN -> 0x7F."""
     values = np.asarray(values, dtype=np.float32)
-    mag = np.minimum(np.abs(values), E4M3_MAX)
-    hi = np.clip(np.searchsorted(_E4M3_POSITIVE, mag, side="left"), 0, 126)
-    lo = np.maximum(hi - 1, 0)
-    d_hi = _E4M3_POSITIVE[hi] - mag
-    d_lo = mag - _E4M3_POSITIVE[lo]
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
-    code = np.where(pick_hi, hi, lo).astype(np.uint8)
+    code = _nearest_code(np.minimum(np.abs(values), E4M3_MAX), _E4M3_POSITIVE)
     code = code | np.where(np.signbit(values) & (code != 0), 0x80, 0).astype(np.uint8)
     code[np.isnan(values)] = 0x7F
     return code
@@ -66,13 +70,7 @@ def e4m3_encode(values: np.ndarray) -> np.ndarray:
 def e2m1_encode(values: np.ndarray) -> np.ndarray:
     """Already-scaled float32 -> 4-bit codes (uint8 0..15), ties to the even code as ModelOpt does."""
     values = np.asarray(values, dtype=np.float32)
-    mag = np.minimum(np.abs(values), 6.0)
-    hi = np.clip(np.searchsorted(E2M1_VALUES, mag, side="left"), 0, 7)
-    lo = np.maximum(hi - 1, 0)
-    d_hi = E2M1_VALUES[hi] - mag
-    d_lo = mag - E2M1_VALUES[lo]
-    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (hi % 2 == 0))
-    code = np.where(pick_hi, hi, lo).astype(np.uint8)
+    code = _nearest_code(np.minimum(np.abs(values), 6.0), E2M1_VALUES)
     return code | np.where(values < 0, 8, 0).astype(np.uint8)
 
 
@@ -104,7 +102,9 @@ def nvfp4_quantize(weight: np.ndarray, group_size: int = 16) -> tuple[np.ndarray
     scale_2 = np.float32(amax / (6.0 * E4M3_MAX)) if amax > 0 else np.float32(1.0)
     blocks = weight.reshape(o, i // group_size, group_size)
     block_amax = np.abs(blocks).max(axis=-1)
-    block_scale = np.clip(block_amax / (6.0 * scale_2), E4M3_MIN_SCALE, E4M3_MAX).astype(np.float32)
+    block_scale = block_amax / (6.0 * scale_2)
+    block_scale[block_scale == 0] = 1.0  # an all-zero block: ModelOpt stores scale 1.0 (its codes are 0)
+    block_scale = np.clip(block_scale, E4M3_MIN_SCALE, E4M3_MAX).astype(np.float32)
     scale_codes = e4m3_encode(block_scale)
     effective = e4m3_decode(scale_codes) * scale_2
     scaled = blocks / effective[..., None]

@@ -58,9 +58,6 @@ def test_nvfp4_pack_and_scales_match_nvfp4qtensor(shape, seed, spread):
     assert np.array_equal(nvfp4_dequantize(packed, codes, ours_2, 16), theirs.numpy())
 
 
-@pytest.mark.xfail(strict=True, reason="lilicorr_ckpt.numerics.nvfp4_quantize clamps an all-zero block's scale to "
-                   "2^-9 (e4m3 0x01); ModelOpt's get_weights_scaling_factor sets it to 1.0 (0x38). Dequantized "
-                   "values agree (all zeros); the packed scale bytes do not.")
 def test_an_all_zero_block_gets_modelopts_scale():
     weight = (np.random.default_rng(4).standard_normal((4, 32)) * 0.1).astype(np.float32)
     weight[0, :16] = 0.0
