@@ -14,6 +14,10 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
+from lilicorr_ckpt.source import resolve_path
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
 
 class TargetStep:
     """One target forward: fp32 logits [n, V] and, when asked for, features [n, T·M]."""
@@ -91,26 +95,27 @@ def _eos_ids(model: PreTrainedModel) -> tuple[int, ...]:
 
 def load_target(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
                 tokenizer: bool = True) -> TargetModel:
-    """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file."""
+    """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
+
+    The tokenizer is loaded when the source has one (and `tokenizer`); otherwise `tokenizer` is None
+    and the caller works in token ids."""
     path = Path(spec).expanduser()
     kwargs: dict[str, Any] = {"local_files_only": True}
     if path.is_file() and path.suffix == ".gguf":
         source, kwargs["gguf_file"] = str(path.parent), path.name
-    elif path.is_dir():
-        source = str(path)
-    elif path.exists():
+        has_tokenizer = True  # the GGUF carries its tokenizer
+    elif path.is_file():
         raise ValueError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id or a GGUF")
     else:
-        source = str(spec)  # a repo id, resolved in the local HF cache only
+        directory, _ = resolve_path(str(spec), "target")  # a directory, or a repo id in the local HF cache
+        source = str(directory)
+        has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
     model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
     eos = _eos_ids(model)
     tok = None
-    if tokenizer:
-        try:
-            tok = AutoTokenizer.from_pretrained(source, **kwargs)
-        except (OSError, ValueError):
-            tok = None  # a bare weights directory: token ids only
-        if tok is not None and eos and tok.eos_token_id not in eos:
+    if tokenizer and has_tokenizer:
+        tok = AutoTokenizer.from_pretrained(source, **kwargs)
+        if eos and tok.eos_token_id not in eos:
             # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
             tok.eos_token = tok.convert_ids_to_tokens(eos[0])
     return TargetModel(model, tok, eos)

