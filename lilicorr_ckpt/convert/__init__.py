@@ -5,13 +5,22 @@
 
 Planning (plan.py) reads headers and configs only; writing (writer.py) streams tensor bytes into a
 temporary sibling directory that is renamed into place after `validate` accepts it. Torch is never
-imported on this path; `--verify` (verify.py) is the only part that needs it.
+imported on this path; `--verify` (verify.py) is the only part that needs it. Attributes load lazily so
+that registering the command does not slow down the other commands.
 """
 
 from __future__ import annotations
 
-from .errors import ConversionRefused
-from .options import ConvertOptions
-from .pipeline import ConvertResult, convert
+from typing import Any
 
-__all__ = ["ConversionRefused", "ConvertOptions", "ConvertResult", "convert"]
+_EXPORTS = {"ConversionRefused": ".errors", "ConvertOptions": ".options", "ConvertResult": ".pipeline",
+            "convert": ".pipeline"}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

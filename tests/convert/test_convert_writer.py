@@ -127,3 +127,17 @@ def test_progress_is_off_without_a_terminal_and_draws_one_line_on_one(cli, tmp_p
     quiet = io.StringIO()
     Progress(10, enabled=False, stream=quiet).advance(5)
     assert quiet.getvalue() == ""
+
+
+def test_mapped_window_copies_write_the_same_bytes_as_kernel_copies(cli, tmp_path, monkeypatch):
+    import lilicorr_ckpt.convert.writer as writer
+
+    monkeypatch.setattr(writer, "SMALL", 256)  # route most tensors through the large-copy paths
+    monkeypatch.setattr(writer, "WINDOW", 4096)  # and through several windows each
+    src = fixtures.write_checkpoint(tmp_path / "src", key_prefix="dflash_module.")
+    assert cli("convert", src, tmp_path / "kernel").code == 0
+    monkeypatch.setenv(writer.MMAP_ENV, "1")
+    assert cli("convert", src, tmp_path / "mapped").code == 0
+    assert tree_digest(tmp_path / "kernel") == tree_digest(tmp_path / "mapped")
+    before = tensors_of(src)
+    assert all(before["dflash_module." + n] == v for n, v in tensors_of(tmp_path / "mapped").items())
