@@ -87,6 +87,8 @@ class Plan(msgspec.Struct, kw_only=True):
     model_dtype: str
     manifest: Manifest
     record: dict[str, Any]
+    quant_algo: str | None = None  # of the source's quantized weights (before repairs)
+    group_size: int = 16
 
     @property
     def total_bytes(self) -> int:
@@ -379,7 +381,8 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         "exclusions": exclusions,
     }
     return Plan(source=source, table=table, source_files=files, config=config, hf_quant_config=hf_quant,
-                tensors=out, shards=shards, index=index, model_dtype=dtype, manifest=manifest, record=record)
+                tensors=out, shards=shards, index=index, model_dtype=dtype, manifest=manifest, record=record,
+                quant_algo=algo if quantized else None, group_size=group)
 
 
 def _rename_reason(src: str, canonical: str, out: str) -> str:

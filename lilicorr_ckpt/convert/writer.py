@@ -30,6 +30,7 @@ WINDOW = 64 << 20  # bytes of source mapped at once
 SMALL = 1 << 20  # tensors up to this size are read with pread instead of a mapping
 TMP_TAG = ".convert-tmp."
 OLD_TAG = ".convert-old."
+REF_TAG = ".convert-ref."  # --verify's loadable copy of the source
 DELAY_ENV = "LILICORR_CONVERT_TEST_DELAY"  # seconds to sleep after each tensor (tests kill a slow write)
 MMAP_ENV = "LILICORR_CONVERT_MMAP_COPY"  # set: copy through mapped windows even where copy_file_range works
 
@@ -171,7 +172,7 @@ def remove_stale_temporaries(dst: Path) -> list[Path]:
     parent = dst.parent
     if not parent.is_dir():
         return removed
-    for tag in (TMP_TAG, OLD_TAG):
+    for tag in (TMP_TAG, OLD_TAG, REF_TAG):
         for path in parent.glob(f".{dst.name}{tag}*"):
             pid_text = path.name.rsplit(".", 1)[-1]
             if pid_text.isdigit() and path.is_dir() and not _pid_alive(int(pid_text)):
