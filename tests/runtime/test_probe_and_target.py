@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import small_config, tiny_target
+from runtime_helpers import small_config, tiny_target
 
 from lilicorr_ckpt import fixtures
 from lilicorr_runtime import SpeculativeDecoder, load_drafter, load_target

@@ -6,6 +6,7 @@ import itertools
 
 import pytest
 import torch
+from runtime_helpers import chi_square_p_value
 
 from lilicorr_runtime.ops import (
     categorical,
@@ -16,19 +17,6 @@ from lilicorr_runtime.ops import (
     verify_greedy,
     verify_sampled,
 )
-
-
-def chi_square_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> float:
-    """Pearson's test; cells with tiny expectation are pooled so the chi-square approximation holds."""
-    n = observed.sum()
-    expected = expected_probs.double() * n
-    big = expected >= 5
-    obs = torch.cat([observed.double()[big], observed.double()[~big].sum()[None]])
-    exp = torch.cat([expected[big], expected[~big].sum()[None]])
-    keep = exp > 0
-    stat = ((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()
-    dof = int(keep.sum()) - 1
-    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
 
 
 @pytest.mark.parametrize("vocab,k", [(1000, 8), (1025, 4), (37, 1), (8, 8)])

@@ -7,8 +7,7 @@ import itertools
 
 import pytest
 import torch
-from conftest import small_config, tiny_target
-from test_ops import chi_square_p_value
+from runtime_helpers import chi_square_p_value, small_config, tiny_target
 
 from lilicorr_runtime import BlockRecord, GenerationResult, SpeculativeDecoder, acceptance_stats, draft_block
 
