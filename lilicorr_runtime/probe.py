@@ -40,8 +40,10 @@ def reference_outputs(drafter: Drafter, seed: int = 0) -> dict[str, torch.Tensor
     def embed(ids: torch.Tensor) -> torch.Tensor:
         return _rows(ids.cpu(), M, seed).to(device=device, dtype=dtype)
 
+    head_u, head_v = head_u.to(device), head_v.to(device)
+
     def lm_head(hidden: torch.Tensor) -> torch.Tensor:
-        return (hidden.float().cpu() @ head_v) @ head_u.T
+        return (hidden.float() @ head_v) @ head_u.T
 
     cache = drafter.new_cache(batch=1)
     context = drafter.project_context(features.to(device))

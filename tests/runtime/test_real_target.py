@@ -18,6 +18,7 @@ QUESTIONS = [
     "Give three tips for staying healthy.",
 ]
 
+pytest.importorskip("gguf", reason="GGUF targets need the gguf package (the runtime extra)")
 pytestmark = [pytest.mark.real_target,
               pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")]
 
