@@ -109,6 +109,9 @@ class SpeculativeDecoder:
                             f"{target.num_layers} layers")
         if g.mask_token_id >= target.vocab_size:
             problems.append(f"mask_token_id {g.mask_token_id} is outside the target vocabulary ({target.vocab_size})")
+        if drafter.lilicorr is not None and drafter.lilicorr.candidate_topk > target.vocab_size:
+            problems.append(f"candidate_topk {drafter.lilicorr.candidate_topk} exceeds the target vocabulary "
+                            f"({target.vocab_size})")
         if drafter.lm_head is not None and drafter.lm_head.weight.shape[0] != target.vocab_size:
             problems.append(f"the drafter's lm_head has {drafter.lm_head.weight.shape[0]} rows, "
                             f"the target vocabulary {target.vocab_size}")

@@ -69,6 +69,11 @@ def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype =
         lines = _error_lines(render_text(report))
         raise CheckpointRefused(f"{path} is refused for runtime {runtime!r}:\n" + "\n".join(lines))
     manifest = ckpt.manifest
+    if manifest.family_prefixes:
+        # the sibling heads (DFlash2, DSpark, Domino) are not implemented: running only their backbone
+        # would silently compute a different drafter
+        raise CheckpointRefused(f"{path}: {ckpt.parsed.config.architecture} carries a {ckpt.geometry.family} head, "
+                                "which the reference runtime does not implement (LiLiCorr and plain DFlash only)")
     if manifest.incomplete:
         raise CheckpointRefused(f"{path}: geometry is incomplete: {manifest.incomplete}")
     try:

@@ -145,3 +145,10 @@ def test_dtype_and_rotary_precision(drafter_dir):
 def test_head_free_drafter_loads_without_head(drafter_dir):
     d = load_drafter(drafter_dir(fixtures.draft_config(head=False)))
     assert d.lilicorr is None
+
+
+def test_refuses_a_sibling_family_head(drafter_dir):
+    path = drafter_dir(fixtures.draft_config(head=False, architecture="DFlash2DraftModel"))
+    assert not refusal_lines(path, "all")  # validate checks only its backbone ...
+    with pytest.raises(CheckpointRefused, match="dflash2 head"):
+        load_drafter(path)  # ... but running the backbone alone would be a different drafter
