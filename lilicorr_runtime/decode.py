@@ -175,7 +175,7 @@ class SpeculativeDecoder:
         target, drafter, n = self.target, self.drafter, self.num_tokens
         device = target.device
         anchor_t = torch.tensor([anchor], device=device)
-        proposal = draft_block(drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.lm_head,
+        proposal = draft_block(drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.logits,
                                score=self.mode == "head")
         sampled = self.temperature > 0
         if self.mode == "control":

@@ -278,5 +278,5 @@ class Drafter(nn.Module):
     def logits(self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """hidden [b, S, M] -> fp32 logits [b, S, V] through the owned head, else the target's."""
         if self.lm_head is not None:
-            return self.lm_head(hidden).float()
+            return self.lm_head(hidden.to(self.lm_head.weight.dtype)).float()
         return target_lm_head(hidden).float()

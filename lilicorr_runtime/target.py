@@ -62,6 +62,10 @@ class TargetModel:
         """ids [...] -> raw embedding rows [..., M] (no model-specific input scaling)."""
         return self.embed_tokens(ids.to(self.device))
 
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The target's lm_head on hidden [..., M] of any dtype -> fp32 logits [..., V]."""
+        return self.lm_head(hidden.to(self.dtype)).float()
+
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, layer_ids: Sequence[int] | None = None) -> TargetStep:
         """Run ids [n] at the positions after the cached ones and extend the cache."""

@@ -32,9 +32,10 @@ def drafter_dir(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def drafter(drafter_dir):
-    """drafter(config=None, **write_kwargs) -> a loaded fp32 Drafter."""
+    """drafter(config=None, load_dtype=torch.float32, **write_kwargs) -> a loaded Drafter."""
 
-    def make(config: dict[str, Any] | None = None, **kwargs: Any):
-        return load_drafter(drafter_dir(config, **kwargs))
+    def make(config: dict[str, Any] | None = None, load_dtype: Any = None, **kwargs: Any):
+        path = drafter_dir(config, **kwargs)
+        return load_drafter(path) if load_dtype is None else load_drafter(path, dtype=load_dtype)
 
     return make

@@ -41,6 +41,8 @@ GREEDY_CASES = {
     "qwen3-conv-n5": ("qwen3", small_config(conv=(3, 8)), {"num_speculative_tokens": 5}),
     "llama-own-head": ("llama", small_config(own_lm_head=True), {}),
     "qwen2-h-equals-M": ("qwen2", small_config(dflash={"lilicorr_hidden_size": 64}), {}),
+    "qwen3-bf16-drafter": ("qwen3", small_config(conv=(4, 16)), {"load_dtype": torch.bfloat16}),
+    "llama-nvfp4-drafter": ("llama", small_config(), {"quant": "NVFP4"}),
     "llama-control": ("llama", small_config(head=False), {"mode": "control"}),
     "qwen3-control-with-head": ("qwen3", small_config(), {"mode": "control"}),
 }
@@ -49,8 +51,10 @@ GREEDY_CASES = {
 @pytest.mark.parametrize("case", list(GREEDY_CASES))
 def test_greedy_speculative_decoding_is_lossless(case, drafter):
     arch, config, kwargs = GREEDY_CASES[case]
+    kwargs = dict(kwargs)
     target = tiny_target(arch)
-    d = drafter(config)
+    d = drafter(config, load_dtype=kwargs.pop("load_dtype", None), **({"quant": kwargs.pop("quant")}
+                                                                      if "quant" in kwargs else {}))
     decoder = SpeculativeDecoder(target, d, **kwargs)
     reference = SpeculativeDecoder(target, mode="ar")
     results = []
@@ -170,7 +174,7 @@ def test_incremental_context_equals_a_fresh_draft(drafter, conv):
             cache = d.new_cache()
             context = d.project_context(step.features[None])
             d.append_context(cache, context)
-            fresh = draft_block(d, cache, torch.tensor([anchor]), context[:, -1], 7, target.embed, target.lm_head,
+            fresh = draft_block(d, cache, torch.tensor([anchor]), context[:, -1], 7, target.embed, target.logits,
                                 score=True)
         torch.testing.assert_close(proposal.logits, fresh.logits, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(proposal.pairs, fresh.pairs, rtol=1e-4, atol=1e-4)
