@@ -123,8 +123,11 @@ def exact_distribution(target, prompt, steps, temperature):
 @pytest.mark.parametrize("mode,temperature,samples", [("head", 1.0, 2000), ("control", 0.8, 1000)])
 def test_sampled_decoding_follows_the_target_distribution(drafter, mode, temperature, samples):
     # vocabulary of 5, three emitted tokens: the prefill's, then one block of 2 drafted tokens
-    config = small_config(vocab_size=5, dflash={"mask_token_id": 4, "lilicorr_candidate_topk": 4})
-    target = tiny_target("llama", vocab=5, init=0.1)
+    # (a 2-layer target and a 1-layer drafter keep the thousands of runs cheap)
+    config = small_config(vocab_size=5, num_hidden_layers=1, num_target_layers=2,
+                          dflash={"mask_token_id": 4, "lilicorr_candidate_topk": 4, "target_layer_ids": [0, 1],
+                                  "lilicorr_num_layers": 1})
+    target = tiny_target("llama", vocab=5, init=0.1, layers=2)
     prompt = [1, 2, 3, 0]
     decoder = SpeculativeDecoder(target, drafter(config), mode=mode, num_speculative_tokens=2,
                                  temperature=temperature, seed=1)
