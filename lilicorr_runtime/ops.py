@@ -1,7 +1,7 @@
 """Torch reference implementations of the per-block decoding ops (shared/docs/format.md §4-6).
 
-These are the functions CPU runs and the oracle later Triton kernels are tested against, so they
-stay pure torch, deterministic, and free of host syncs. Scores are fp32 throughout.
+Each `*_reference` is what CPU runs and the oracle its Triton kernel is tested against; the
+undecorated name dispatches on device (CUDA -> Triton, otherwise -> reference). Scores are fp32.
 """
 
 from __future__ import annotations
@@ -10,18 +10,68 @@ import torch
 
 MIN_TEMPERATURE = 1e-5
 
+# Conventions shared with the Triton kernels (lilicorr_runtime/kernels/triton_ops.py), so both paths
+# return identical results: scores are compared in fp32; a NaN is ordered as -inf for every selection;
+# ties go to the lower index; `topk_lse` reports lse = NaN for a row holding any NaN.
 
-def topk_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Top-k of each row and the row's full-vocabulary log-partition.
+
+def _use_triton(*tensors: torch.Tensor) -> bool:
+    if not all(t.is_cuda for t in tensors):
+        return False
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def kernel_backend(device: torch.device | str) -> str:
+    """"triton" when the draft-step ops run as Triton kernels on `device`, else "torch"."""
+    return "triton" if _use_triton(torch.empty(0, device=device)) else "torch"
+
+
+def topk_lse_reference(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Top-k of each row (stable: equal values in column order) and the row's full-vocabulary log-partition.
 
     logits [n, V] -> values [n, k] fp32 descending, ids [n, k] int64, lse [n] fp32.
     `values - lse[:, None]` are the candidates' full-vocabulary log-probs.
     """
     x = logits.float()
+    nan = torch.isnan(x)
+    x = torch.where(nan, float("-inf"), x)
     values, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)
+    # torch.topk leaves the order of equal values unspecified: restore column order among them, and at the
+    # k-th value keep the lowest columns holding it
+    kth = values[:, -1:]  # [n, 1]
+    boundary_ties = (x == kth).sum(dim=-1) != (values == kth).sum(dim=-1)
+    for row in torch.nonzero(boundary_ties).flatten().tolist():
+        above = torch.nonzero(x[row] > kth[row]).flatten()
+        equal = torch.nonzero(x[row] == kth[row]).flatten()[: k - above.numel()]
+        ids[row] = torch.cat([above, equal])
+    order = torch.argsort(ids, dim=-1)
+    ids = ids.gather(1, order)
+    values = x.gather(1, ids)
+    resort = torch.sort(values, dim=-1, descending=True, stable=True).indices  # stable: columns stay ascending
+    values, ids = values.gather(1, resort), ids.gather(1, resort)
     row_max = x.amax(dim=-1, keepdim=True)  # [n, 1]
-    lse = row_max.squeeze(-1) + torch.log(torch.exp(x - row_max).sum(dim=-1))
+    safe_max = torch.where(torch.isinf(row_max), 0.0, row_max)
+    lse = (safe_max + torch.log(torch.exp(x - safe_max).sum(dim=-1, keepdim=True))).squeeze(-1)
+    lse = torch.where(nan.any(dim=-1), float("nan"), lse)
     return values, ids.long(), lse
+
+
+def topk_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """`topk_lse_reference`, as one Triton pass over the logits on CUDA (k a power of two <= 16)."""
+    if 1 <= k <= 16 and k & (k - 1) == 0 and k <= logits.shape[-1] and _use_triton(logits):
+        from .kernels.triton_ops import topk_lse_triton
+
+        return topk_lse_triton(logits, k)
+    return topk_lse_reference(logits, k)
+
+
+def _clean(scores: torch.Tensor) -> torch.Tensor:
+    x = scores.float()
+    return torch.where(torch.isnan(x), float("-inf"), x)
 
 
 def _pick_rows(pairs_s: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
@@ -30,50 +80,81 @@ def _pick_rows(pairs_s: torch.Tensor, prev: torch.Tensor) -> torch.Tensor:
     return pairs_s.gather(1, index).squeeze(1)
 
 
-def greedy_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+def greedy_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """Left-to-right greedy commit through the lattice (ties go to the lower candidate index).
 
     start [b, K], pairs [b, S-1, K, K], ids [b, S, K] -> tokens [b, S].
     """
     slots = ids.shape[1]
-    row = start.float()
+    row = _clean(start)
     picks = []
     for s in range(slots):
         pick = row.argmax(dim=-1)  # [b]; torch.argmax returns the first maximum
         picks.append(pick)
         if s + 1 < slots:
-            row = _pick_rows(pairs[:, s].float(), pick)
+            row = _clean(_pick_rows(pairs[:, s], pick))
     chosen = torch.stack(picks, dim=1)  # [b, S]
     return ids.gather(2, chosen[..., None]).squeeze(-1)
 
 
-def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
-                temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def greedy_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """`greedy_walk_reference`, as one Triton program per row on CUDA."""
+    if _use_triton(start, pairs, ids):
+        from .kernels.triton_ops import greedy_walk_triton
+
+        return greedy_walk_triton(start, pairs, ids)
+    return greedy_walk_reference(start, pairs, ids)
+
+
+def sample_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
+                          temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Sampled commit: each slot draws from softmax(row / T) over its K candidates by inverse CDF.
 
     start [b, K], pairs [b, S-1, K, K], ids [b, S, K], uniforms [b, S] in [0, 1), temperatures [b],
     greedy_mask [b] bool -> tokens [b, S], q [b, S, K] (the distribution each slot was drawn from).
-    Greedy rows walk the same argmax path as greedy_walk and report a one-hot q, so verification
-    treats them as the point mass they are.
+    The pick is the number of CDF entries <= u (at most K-1); if round-off lands it on a zero-probability
+    entry, the last candidate in the support is taken instead. Greedy rows, and rows without a finite
+    score, walk the argmax path of greedy_walk and report a one-hot q, so verification treats them as
+    the point mass they are.
     """
     slots, k = ids.shape[1], ids.shape[2]
-    inv_t = 1.0 / temperatures.float().clamp_min(MIN_TEMPERATURE)  # [b]
-    greedy = greedy_mask.bool()[:, None]  # [b, 1]
-    row = start.float()
+    temperature = temperatures.float().clamp_min(MIN_TEMPERATURE)[:, None]  # [b, 1]
+    greedy = greedy_mask.bool()  # [b]
+    columns = torch.arange(k, device=start.device)
+    row = _clean(start)
     picks, proposals = [], []
     for s in range(slots):
-        probs = torch.softmax(row * inv_t[:, None], dim=-1)  # [b, K]
+        argmax = row.argmax(dim=-1)  # [b]
+        best = row.amax(dim=-1)
+        scaled = row / temperature
+        top = scaled.amax(dim=-1, keepdim=True)
+        weights = torch.exp(scaled - torch.where(torch.isinf(top), 0.0, top))
+        probs = weights / weights.sum(dim=-1, keepdim=True)  # [b, K]
         cdf = probs.cumsum(dim=-1)
-        sampled = (cdf <= uniforms[:, s, None].float()).sum(dim=-1).clamp_max(k - 1)
-        argmax = row.argmax(dim=-1)
-        pick = torch.where(greedy[:, 0], argmax, sampled)  # [b]
+        pick = (cdf <= uniforms[:, s, None].float()).sum(dim=-1).clamp_max(k - 1)
+        in_support = probs.gather(1, pick[:, None]).squeeze(1) > 0
+        last_support = torch.where(probs > 0, columns, -1).amax(dim=-1)
+        pick = torch.where(in_support, pick, last_support)
+        point_mass = greedy | torch.isinf(best)
+        pick = torch.where(point_mass, argmax, pick)
         one_hot = torch.nn.functional.one_hot(argmax, k).float()
-        proposals.append(torch.where(greedy, one_hot, probs))
+        proposals.append(torch.where(point_mass[:, None], one_hot, probs))
         picks.append(pick)
         if s + 1 < slots:
-            row = _pick_rows(pairs[:, s].float(), pick)
+            row = _clean(_pick_rows(pairs[:, s], pick))
     chosen = torch.stack(picks, dim=1)  # [b, S]
     return ids.gather(2, chosen[..., None]).squeeze(-1), torch.stack(proposals, dim=1)
+
+
+def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
+                temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`sample_walk_reference`, as one Triton program per row on CUDA."""
+    if _use_triton(start, pairs, ids, uniforms):
+        from .kernels.triton_ops import sample_walk_triton
+
+        return sample_walk_triton(start, pairs, ids, uniforms, temperatures.to(start.device),
+                                  greedy_mask.to(start.device))
+    return sample_walk_reference(start, pairs, ids, uniforms, temperatures, greedy_mask)
 
 
 def control_walk(logits: torch.Tensor) -> torch.Tensor:
