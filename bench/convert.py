@@ -1,13 +1,14 @@
 """Benchmark `lilicorr-ckpt convert` against a plain copy of the same bytes on the same disk.
 
-    python bench/convert.py                 # ~4 GB bf16 export + ~1 GB NVFP4 export, 3 runs each
+    python bench/convert.py                 # ~4 GB bf16 export + ~1.8 GB NVFP4 export, 5 runs each
     python bench/convert.py --layers 4 --runs 1 --workdir /mnt/fast
 
 Builds synthetic ModelOpt-style exports with real (random) bytes on disk, not file holes, in a
 temporary directory (on the disk of --workdir), then for each:
   copy     shutil.copyfile of every source file + fsync (what "copying the checkpoint" costs)
-  convert  the CLI in a fresh interpreter (startup, planning, writing, fsync, validate included)
-and prints a markdown table: seconds (median), MB/s, convert/copy throughput ratio, and the convert
+  convert  the CLI in a fresh interpreter (startup, planning, writing, source sha256, fsync, validate)
+Runs alternate copy/convert; each starts after `sync` and a 1 s pause, so neither pays for the other's
+write-back.and prints a markdown table: seconds (median), MB/s, convert/copy throughput ratio, and the convert
 process's peak resident memory (VmHWM). Targets: ratio >= 0.70, peak RSS < 512 MB.
 """
 
@@ -36,6 +37,7 @@ from lilicorr_ckpt.manifest import legacy_name  # noqa: E402
 from lilicorr_ckpt.stwrite import Entry, StreamWriter  # noqa: E402
 
 CHUNK = 16 << 20
+SETTLE_S = 1.0
 PROBE = """
 import re, sys
 from lilicorr_ckpt.cli import main
@@ -108,7 +110,14 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
+def settle() -> None:
+    """Start every measurement with no dirty pages from the previous one still being written back."""
+    os.sync()
+    time.sleep(SETTLE_S)
+
+
 def plain_copy(src: Path, dst: Path) -> float:
+    settle()
     start = time.perf_counter()
     dst.mkdir()
     for f in sorted(src.iterdir()):
@@ -120,6 +129,7 @@ def plain_copy(src: Path, dst: Path) -> float:
 
 def run_convert(src: Path, dst: Path) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    settle()
     start = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", PROBE, str(src), str(dst), "--quiet"], capture_output=True,
                             text=True, env=env)
@@ -153,7 +163,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=10, help="draft layers of the bf16 export (10 = ~4.1 GB)")
     ap.add_argument("--nvfp4-layers", type=int, default=16, help="draft layers of the NVFP4 export (0: skip)")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--workdir", default=None, help="directory on the disk to measure (default: system temp)")
     ap.add_argument("--json", action="store_true", help="also print the raw results as JSON")
     args = ap.parse_args()

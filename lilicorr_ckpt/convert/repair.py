@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..numerics import bf16_bits, e4m3_decode, from_bf16_bits, nvfp4_dequantize
+from ..numerics import E2M1_VALUES, bf16_bits, e4m3_decode, from_bf16_bits
 from ..tensors import TensorInfo
 
 CHUNK_ELEMENTS = 4 << 20  # rows per block are chosen so one block holds about this many weights
@@ -30,25 +30,40 @@ def decode_float(raw: bytes, dtype: str) -> np.ndarray:
     raise ValueError(f"not a float dtype: {dtype}")
 
 
-def encode_float(values: np.ndarray, dtype: str) -> bytes:
-    if dtype == "BF16":
-        return bf16_bits(values).tobytes()
-    if dtype == "F16":
-        return values.astype("<f2").tobytes()
+def _pair_table() -> np.ndarray:
+    """packed byte -> its two E2M1 values (low nibble first); code 0b1000 decodes to +0.0 as in ModelOpt."""
+    values = np.where(np.arange(16) & 8, -1.0, 1.0).astype(np.float32) * E2M1_VALUES[np.arange(16) & 7]
+    values[8] = 0.0
+    byte = np.arange(256)
+    return np.stack([values[byte & 0x0F], values[byte >> 4]], axis=1).astype(np.float32)
+
+
+PAIRS = _pair_table()  # [256, 2]
+
+
+def nvfp4_rows(packed: np.ndarray, scale_codes: np.ndarray, scale_2: float, group_size: int) -> np.ndarray:
+    """W = lut[code] * fp32(weight_scale) * weight_scale_2 for a block of rows, as float32 [n, i]."""
+    n = packed.shape[0]
+    values = PAIRS[packed].reshape(n, scale_codes.shape[1], group_size)  # one gather: byte -> 2 values
+    values *= (e4m3_decode(scale_codes) * np.float32(scale_2))[..., None]
+    return values.reshape(n, -1)
+
+
+def encode_with_error(values: np.ndarray, dtype: str) -> tuple[bytes, float]:
+    """(encoded bytes, largest |rounding error|) for float32 values written as `dtype`."""
     if dtype == "F32":
-        return values.astype("<f4").tobytes()
-    raise ValueError(f"cannot write repaired weights as {dtype}")
-
-
-def rounding_error(values: np.ndarray, dtype: str) -> float:
+        return values.astype("<f4").tobytes(), 0.0
     if dtype == "BF16":
-        back = from_bf16_bits(bf16_bits(values))
-    elif dtype == "F16":
-        back = values.astype(np.float16).astype(np.float32)
+        bits = bf16_bits(values)
+        back = bits.astype(np.uint32)
+        back <<= 16
+        diff = back.view(np.float32)
     else:
-        return 0.0
-    finite = np.isfinite(values)
-    return float(np.abs(back[finite] - values[finite]).max()) if finite.any() else 0.0
+        bits = values.astype("<f2")
+        diff = bits.astype(np.float32)
+    diff -= values
+    worst = float(np.nanmax(np.abs(diff))) if diff.size else 0.0
+    return bits.tobytes(), worst if np.isfinite(worst) else 0.0
 
 
 def _read_all(read: Reader, info: TensorInfo) -> bytes:
@@ -69,9 +84,7 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
             n = min(block_rows, rows - r0)
             packed = np.frombuffer(read(weight, r0 * packed_row, n * packed_row), dtype=np.uint8).reshape(n, packed_row)
             codes = np.frombuffer(read(scale, r0 * scale_row, n * scale_row), dtype=np.uint8).reshape(n, scale_row)
-            # + 0.0 turns the -0.0 of code 0b1000 into +0.0, as ModelOpt's E2M1 table does
-            values = nvfp4_dequantize(packed, codes, scale_2, group_size) + np.float32(0.0)
-            yield encode_float(values, out_dtype), rounding_error(values, out_dtype)
+            yield encode_with_error(nvfp4_rows(packed, codes, scale_2, group_size), out_dtype)
         return
     # fp8
     scale_values = decode_float(_read_all(read, scale), scale.dtype)
@@ -89,8 +102,7 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
             values = values * np.repeat(block[row_block], 128, axis=1)[:, :cols]
         else:
             values = values * scale_values[r0:r0 + n, None]
-        values = values.astype(np.float32)
-        yield encode_float(values, out_dtype), rounding_error(values, out_dtype)
+        yield encode_with_error(values.astype(np.float32), out_dtype)
 
 
 def expected_inputs(kind: str, out_shape: tuple[int, int], group_size: int) -> dict[str, tuple[set[str], list[tuple]]]:
