@@ -19,6 +19,7 @@ import msgspec
 import torch
 
 from .dflash import Drafter, DraftKVCache
+from .graph import DraftStep
 from .ops import categorical, control_walk, greedy_walk, sample_walk, topk_lse, verify_greedy, verify_sampled
 from .target import TargetModel
 
@@ -80,7 +81,7 @@ class SpeculativeDecoder:
 
     def __init__(self, target: TargetModel, drafter: Drafter | None = None, *, mode: Mode = "head",
                  num_speculative_tokens: int | None = None, temperature: float = 0.0, seed: int = 0,
-                 keep_proposals: bool = False):
+                 keep_proposals: bool = False, cuda_graph: bool = True):
         if mode not in ("head", "control", "ar"):
             raise ValueError(f"mode must be head, control or ar, not {mode!r}")
         if temperature < 0:
@@ -89,6 +90,10 @@ class SpeculativeDecoder:
         self.generator = torch.Generator().manual_seed(seed)
         self.keep_proposals = keep_proposals
         self.num_tokens = 0
+        # on CUDA the draft step replays a captured graph over a fixed-capacity cache, reused across requests
+        self.use_graph = cuda_graph and target.device.type == "cuda"
+        self._static_cache: DraftKVCache | None = None
+        self._steps: dict[str, DraftStep] = {}
         if mode == "ar":
             return
         if drafter is None:
@@ -151,7 +156,7 @@ class SpeculativeDecoder:
                                     wall_time_s=time.perf_counter() - started, block_size=1)
 
         drafter = self.drafter
-        cache = drafter.new_cache(batch=1, capacity=max(256, prompt.numel() + max_new_tokens + drafter.block_size))
+        cache = self._cache(prompt.numel() + max_new_tokens + drafter.block_size)
         context = drafter.project_context(step.features[None])  # [1, P, M]
         drafter.append_context(cache, context)
         anchor_hidden = context[:, -1]  # [1, M]: the row that predicted the anchor
@@ -170,25 +175,51 @@ class SpeculativeDecoder:
                                 wall_time_s=time.perf_counter() - started, block_size=drafter.block_size,
                                 proposals=proposals)
 
+    def _cache(self, rows: int) -> DraftKVCache:
+        capacity = max(256, 1 << (rows - 1).bit_length())
+        if not self.use_graph:
+            return self.drafter.new_cache(batch=1, capacity=capacity)
+        cache = self._static_cache
+        if cache is None or cache.keys[0].shape[2] < capacity:  # graphs hold the buffers: recapture on growth
+            cache = self._static_cache = self.drafter.new_cache(batch=1, capacity=capacity)
+            self._steps = {}
+        cache.length = 0  # stale rows beyond the length are masked out
+        return cache
+
+    def _draft(self, cache: DraftKVCache, anchor_t: torch.Tensor, anchor_hidden: torch.Tensor, walk: str,
+               uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, Proposal]:
+        """The draft step: (draft tokens [1, n], proposal q over the candidates [1, n, K] or None, proposal)."""
+        target, drafter, n = self.target, self.drafter, self.num_tokens
+        if self.use_graph:
+            step = self._steps.get(walk)
+            if step is None:
+                step = self._steps[walk] = DraftStep(drafter, cache, target.embed, target.logits, num_tokens=n,
+                                                     walk=walk)
+            out = {k: v.clone() for k, v in step.run(anchor_t, anchor_hidden, cache.length, uniforms,
+                                                      self.temperature if walk == "sample" else None).items()}
+            proposal = Proposal(torch.empty(0), out["logits"], out.get("candidate_ids"), out.get("candidate_log_probs"),
+                                out.get("start"), out.get("pairs"))
+            return out["tokens"], out.get("q"), proposal
+        proposal = draft_block(drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.logits,
+                               score=walk != "control")
+        if walk == "control":
+            return control_walk(proposal.logits), None, proposal
+        if walk == "sample":
+            temperature = torch.full((1,), self.temperature, device=anchor_t.device)
+            draft, q_cand = sample_walk(proposal.start, proposal.pairs, proposal.candidate_ids, uniforms, temperature,
+                                        torch.zeros(1, dtype=torch.bool, device=anchor_t.device))
+            return draft, q_cand, proposal
+        return greedy_walk(proposal.start, proposal.pairs, proposal.candidate_ids), None, proposal
+
     def _block(self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
                ) -> tuple[list[int], int, BlockRecord, torch.Tensor, Proposal]:
         target, drafter, n = self.target, self.drafter, self.num_tokens
         device = target.device
         anchor_t = torch.tensor([anchor], device=device)
-        proposal = draft_block(drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.logits,
-                               score=self.mode == "head")
         sampled = self.temperature > 0
-        if self.mode == "control":
-            draft = control_walk(proposal.logits)  # [1, n]
-            q_cand = None
-        elif sampled:
-            temperature = torch.full((1,), self.temperature, device=device)
-            draft, q_cand = sample_walk(proposal.start, proposal.pairs, proposal.candidate_ids,
-                                        self._uniforms(1, n), temperature, torch.zeros(1, dtype=torch.bool,
-                                                                                        device=device))
-        else:
-            draft = greedy_walk(proposal.start, proposal.pairs, proposal.candidate_ids)
-            q_cand = None
+        walk = "control" if self.mode == "control" else "sample" if sampled else "greedy"
+        uniforms = self._uniforms(1, n) if walk == "sample" else None
+        draft, q_cand, proposal = self._draft(cache, anchor_t, anchor_hidden, walk, uniforms)  # [1, n]
 
         base = target.length
         step = target.forward(torch.cat([anchor_t, draft[0]]), drafter.target_layer_ids)  # n+1 rows

@@ -275,6 +275,29 @@ class Drafter(nn.Module):
             x = layer(x, cos, sin, ctx_k, ctx_v, mask)
         return self.norm(x)
 
+    def forward_static(self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor) -> torch.Tensor:
+        """`forward` with shapes that do not depend on the context length, for CUDA-graph capture.
+
+        Attends over the cache's whole capacity and masks rows >= `length` (an int64 device scalar), so
+        the same captured graph serves every block; the cache must not grow while a graph uses it.
+        """
+        q_len = block_embeddings.shape[1]
+        capacity = cache.keys[0].shape[2]
+        device = block_embeddings.device
+        ctx_pos = torch.arange(capacity, device=device)
+        q_pos = length + torch.arange(q_len, device=device)  # [Q]
+        k_pos = torch.cat([ctx_pos, q_pos])  # [C+Q]
+        valid = torch.cat([ctx_pos < length, torch.ones(q_len, dtype=torch.bool, device=device)])
+        cos, sin = self._rope(q_pos)
+        x = block_embeddings.to(self.fc.weight.dtype)
+        for i, layer in enumerate(self.layers):
+            mask = valid[None, :].expand(q_len, -1)
+            window = self._window_mask(layer.self_attn.window, q_pos, k_pos)
+            if window is not None:
+                mask = mask & window
+            x = layer(x, cos, sin, cache.keys[i], cache.values[i], mask)
+        return self.norm(x)
+
     def logits(self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """hidden [b, S, M] -> fp32 logits [b, S, V] through the owned head, else the target's."""
         if self.lm_head is not None:
