@@ -125,7 +125,7 @@ def qwen3_8b_draft_step(walk: str):
     embed_table = torch.nn.Embedding(g.vocab_size, g.hidden_size).to("cuda", torch.bfloat16)
     lm_head = torch.nn.Linear(g.hidden_size, g.vocab_size, bias=False).to("cuda", torch.bfloat16)
     cache = drafter.new_cache(capacity=2048)
-    for keys, values in zip(cache.keys, cache.values):
+    for keys, values in zip(cache.keys, cache.values, strict=True):
         keys.normal_()
         values.normal_()
     cache.length = 1024
