@@ -32,7 +32,7 @@ from .writer import (
     write_plan,
 )
 
-SET_HINT_RULES = {"LC101", "LC110", "LC113", "LC115", "LC118", "LC122"}
+SET_HINT_RULES = {"LC101", "LC102", "LC110", "LC113", "LC115", "LC118", "LC122"}
 
 
 class ConvertResult(msgspec.Struct, kw_only=True):

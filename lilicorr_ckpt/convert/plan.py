@@ -145,6 +145,32 @@ def _check_shards(table: TensorTable) -> None:
                          "ambiguous:\n  - " + "\n  - ".join(problems))
 
 
+REWRITTEN_KEYS = ("$.architectures", "$.quantization_config")  # convert replaces these whatever they hold
+
+
+def _refuse_mistyped(doc: dict[str, Any]) -> None:
+    issues = [i for i in parse_config(json.dumps(doc, allow_nan=True).encode()).issues
+              if not i.path.startswith(REWRITTEN_KEYS)]
+    if issues:
+        raise ConversionRefused("config.json has fields of the wrong type", [
+            f"{i.describe()}; fix: --set {i.path[2:].split('[')[0]}=VALUE" for i in issues])
+
+
+def _config_errors(source: Source, parsed: Any, geometry: Any, manifest: Manifest, runtime: str) -> list[str]:
+    """validate's config findings (errors) for a config, without looking at any tensor."""
+    from ..findings import RULES
+    from ..tensors import ShardFacts
+    from ..validate import Checkpoint, validate
+
+    facts = ShardFacts(missing_shards={}, index_only={}, shard_only={}, misplaced={}, duplicates={}, unreferenced=[],
+                       total_size_declared=None, total_size_actual=0, has_index=False, both_single_and_index=False)
+    empty = TensorTable(tensors={}, files=[], metadata={}, shards=facts)
+    report = validate(source.label, runtime=runtime,
+                      checkpoint=Checkpoint(source, parsed, geometry, manifest, empty, {}))
+    return [f"{f.rule} {f.message}" for f in report.findings
+            if f.severity == "error" and RULES[f.rule].area == "config"]
+
+
 def build_plan(src: str, options: ConvertOptions) -> Plan:
     source = open_source(src)
     assert source.config is not None
@@ -190,11 +216,17 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     pinned = {k for k, _ in options.set_keys}
     editor = ConfigEditor(raw, pinned)
     apply_overrides(editor, options.set_keys)
+    _refuse_mistyped(editor.doc)
     normalize_config(editor, canonical)
     dtype = model_dtype(editor, canonical)
     parsed = parse_config(json.dumps(editor.doc, allow_nan=True).encode())
     geometry = resolve_geometry(parsed.config)
     manifest = build_manifest(geometry)
+    if manifest.incomplete:
+        reasons = _config_errors(source, parsed, geometry, manifest, options.runtime)
+        reasons += [f"the {component} tensors cannot be named: {why}" for component, why in manifest.incomplete.items()]
+        raise ConversionRefused("config.json does not determine the drafter's tensors (fix the keys with "
+                                "--set KEY=VALUE)", reasons)
 
     # -- every source tensor must map to something a loader reads
     unexplained = [c for c in canonical if c not in manifest.tensors and manifest.module_of(c) is None
@@ -253,6 +285,10 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         algo = infer_algo(canonical, quantized)
         synthesized_algo = True
     group = group_size or 16
+    implied = infer_group_size(canonical, quantized) if "nvfp4" in kinds else None
+    if implied is not None and implied != group:
+        raise ConversionRefused(f"the quantization metadata says group_size {group} but the NVFP4 weight scales "
+                                f"imply {implied}", ["re-export, or correct group_size in the source's metadata"])
 
     profiles = select_profiles(options.runtime)
     extra = options.dequantize

@@ -239,3 +239,32 @@ def test_values_survive_a_float32_source(cli, export, tmp_path):
     out = tensors_of(tmp_path / "out")
     assert out["lilicorr.out_head.weight"][0] == "F32"
     assert np.isfinite(np.frombuffer(out["lilicorr.out_head.weight"][2], np.float32)).all()
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda c: c.__setitem__("hidden_size", "64"), "$.hidden_size: expected an integer, found \"64\""),
+    (lambda c: c.__setitem__("dflash_config", [1, 2]), "$.dflash_config: expected an object"),
+    (lambda c: c.__setitem__("num_hidden_layers", 0), "LC118 num_hidden_layers is 0"),
+    (lambda c: c["dflash_config"].__setitem__("block_size", -3), "LC112 block_size is -3"),
+    (lambda c: c["dflash_config"].__setitem__("lilicorr_logit_scale", float("nan")),
+     "--set dflash_config.lilicorr_logit_scale=VALUE"),
+])
+def test_a_bad_config_is_refused_with_the_key_to_fix(cli, export, tmp_path, edit, expected):
+    src = export(quant="NVFP4")
+    cfg = load_json(src / "config.json")
+    edit(cfg)
+    (src / "config.json").write_text(json.dumps(cfg))
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 1, run
+    assert expected in run.err and "Traceback" not in run.err
+    _nothing_written(run, tmp_path / "out")
+
+
+def test_a_group_size_the_scales_contradict_is_refused(cli, export, tmp_path):
+    src = export(quant="NVFP4")
+    for name in ("config.json", "hf_quant_config.json"):
+        doc = load_json(src / name)
+        (doc.get("quantization_config") or doc)["quantization"]["group_size"] = 32
+        (src / name).write_text(json.dumps(doc))
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 1 and "says group_size 32 but the NVFP4 weight scales imply 16" in run.err
