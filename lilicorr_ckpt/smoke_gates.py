@@ -1,0 +1,223 @@
+"""The `smoke` gates: each turns measurements into a pass / fail / skip verdict with a reason. Torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from .errors import InputError
+from .smoke_report import BaselineComparison, BaselineItem, Gate, MeasurementConditions, TargetModel
+
+DEFAULT_MIN_HEAD_GAIN = 0.05
+DEFAULT_TOLERANCE = 0.05
+
+
+class Divergence(msgspec.Struct, frozen=True, kw_only=True):
+    """The first token where an arm left target-only greedy decoding."""
+
+    request: str
+    seed: int
+    arm: str
+    position: int  # index into the emitted tokens
+    expected: int  # the "ar" arm's token
+    emitted: int
+    logit_gap: float | None  # target logit(expected) - logit(emitted) at that position, recomputed
+    tie: bool  # the gap is within the dtype's round-off: two kernels may pick either token
+    expected_text: str = ""
+    emitted_text: str = ""
+
+
+class ParityCheck(msgspec.Struct, frozen=True, kw_only=True):
+    block: int
+    op: str  # topk_lse | greedy_walk | sample_walk
+    passed: bool
+    detail: str = ""
+
+
+def measured_gate(blocks: int, requests: int, arm: str) -> Gate:
+    if blocks > 0:
+        return Gate(name="measured", status="pass", summary=f"{blocks} verification blocks over {requests} "
+                    f"request(s) in the {arm} arm")
+    return Gate(name="measured", status="fail",
+                summary=f"no verification block ran in the {arm} arm: every generation ended at its first token",
+                details=["raise --max-new-tokens, or check that the target does not emit eos right away"])
+
+
+def lossless_gate(checked: int, divergences: Sequence[Divergence], temperature: float, dtype: str) -> Gate:
+    if temperature > 0:
+        return Gate(name="lossless", status="skip",
+                    summary=f"sampled decoding (T={temperature:g}) is lossless in distribution, not token for "
+                            "token; run with --temperature 0 for this gate")
+    bugs = [d for d in divergences if not d.tie]
+    ties = [d for d in divergences if d.tie]
+    details = [_divergence_line(d, dtype) for d in bugs + ties]
+    if bugs:
+        arms = sorted({d.arm for d in bugs})
+        return Gate(name="lossless", status="fail",
+                    summary=f"{len(bugs)} of {checked} speculative generations differ from target-only greedy "
+                            f"decoding ({', '.join(arms)}): a runtime bug, not a checkpoint defect; report it "
+                            "with this command line",
+                    details=details)
+    tail = f"; {len(ties)} diverged on a numerical tie and were compared up to it" if ties else ""
+    return Gate(name="lossless", status="pass",
+                summary=f"{checked} speculative generations equal target-only greedy tokens{tail}", details=details)
+
+
+def _divergence_line(d: Divergence, dtype: str) -> str:
+    gap = "" if d.logit_gap is None else f", target logit gap {d.logit_gap:.4g}"
+    kind = f"numerical tie in {dtype}" if d.tie else "not a tie"
+    texts = f" ({d.expected_text!r} vs {d.emitted_text!r})" if d.expected_text or d.emitted_text else ""
+    return (f"{d.request} seed {d.seed} {d.arm}: token {d.position} is {d.emitted}, target-only gives "
+            f"{d.expected}{texts}{gap} ({kind})")
+
+
+def head_gate(has_head: bool, head_tau: float | None, control_tau: float, min_gain: float,
+              per_category: dict[str, float | None]) -> Gate:
+    if not has_head or head_tau is None:
+        return Gate(name="head-loaded", status="skip",
+                    summary="the checkpoint has no LiLiCorr head (a plain DFlash drafter): nothing to compare")
+    need = control_tau * (1.0 + min_gain)
+    gain = head_tau / control_tau - 1.0 if control_tau > 0 else None
+    gain_text = "n/a" if gain is None else f"{gain:+.1%}"
+    if head_tau >= need:
+        return Gate(name="head-loaded", status="pass",
+                    summary=f"tau(head) {head_tau:.3f} >= tau(control) {control_tau:.3f} x {1.0 + min_gain:.3f} "
+                            f"= {need:.3f} (gain {gain_text})")
+    equal = "; equal: the head took the control's top-1 candidates, as a zero or missing head does" \
+        if head_tau == control_tau else ""
+    categories = ", ".join(f"{c} {'n/a' if g is None else f'{g:+.1%}'}" for c, g in per_category.items())
+    return Gate(name="head-loaded", status="fail",
+                summary=f"tau(head) {head_tau:.3f} < tau(control) {control_tau:.3f} x {1.0 + min_gain:.3f} = "
+                        f"{need:.3f} (gain {gain_text}{equal})",
+                details=([f"gain per category: {categories}"] if categories else [])
+                + ["a trained head clears the head-free DFlash control; check that the lilicorr.* weights are the "
+                   "trained ones, then the target layer ids and mask token "
+                   "(`lilicorr-ckpt validate PATH --target T --deep`)"])
+
+
+def tau_floor_gate(min_tau: float, tau: float, arm: str) -> Gate:
+    ok = tau >= min_tau
+    return Gate(name="min-tau", status="pass" if ok else "fail",
+                summary=f"tau({arm}) {tau:.3f} {'>=' if ok else '<'} {min_tau:.3f}")
+
+
+def position_gate(floors: Sequence[float], marginal: Sequence[float], arm: str) -> Gate:
+    low = [f"position {i + 1}: {marginal[i]:.3f} < {floor:.3f}" for i, floor in enumerate(floors)
+           if i >= len(marginal) or marginal[i] < floor]
+    shown = ", ".join(f"{m:.3f}" for m in marginal[:len(floors)])
+    if low:
+        return Gate(name="min-accept-rates", status="fail",
+                    summary=f"{len(low)} of {len(floors)} positions below their floor ({arm}, marginal)",
+                    details=low)
+    return Gate(name="min-accept-rates", status="pass",
+                summary=f"marginal acceptance ({arm}) [{shown}] >= [{', '.join(f'{f:.3f}' for f in floors)}]")
+
+
+def parity_gate(gpu: bool, checks: Sequence[ParityCheck] | None, reason: str = "") -> Gate:
+    if not gpu:
+        return Gate(name="kernel-parity", status="skip",
+                    summary="needs --gpu (on the CPU the draft step runs the torch references only)")
+    if checks is None:
+        return Gate(name="kernel-parity", status="skip", summary=reason or "not checked")
+    failed = [c for c in checks if not c.passed]
+    blocks = len({c.block for c in checks})
+    if failed:
+        return Gate(name="kernel-parity", status="fail",
+                    summary=f"{len(failed)} of {len(checks)} kernel checks over {blocks} blocks differ from the torch "
+                            "reference (a runtime bug)",
+                    details=[f"block {c.block} {c.op}: {c.detail}" for c in failed])
+    ops = ", ".join(dict.fromkeys(c.op for c in checks))
+    return Gate(name="kernel-parity", status="pass",
+                summary=f"Triton and reference agree on {blocks} blocks of this run's logits ({ops})")
+
+
+# -- baseline ---------------------------------------------------------------------------------------------
+
+class _ArmTau(msgspec.Struct):
+    mean_accept_length: float
+
+
+class _CategoryArms(msgspec.Struct):
+    arms: dict[str, _ArmTau] = {}
+
+
+class BaselineView(msgspec.Struct):
+    """The part of a saved smoke profile a comparison reads (other fields are ignored)."""
+
+    schema_version: str
+    num_speculative_tokens: int
+    arms: dict[str, _ArmTau]
+    measurement_conditions: MeasurementConditions
+    target_model: TargetModel
+    per_category: dict[str, _CategoryArms] = {}
+
+
+def read_baseline(path: str) -> BaselineView:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"baseline {path!r} does not exist") from None
+    except OSError as exc:
+        raise InputError(f"baseline {path!r} cannot be read: {exc}") from None
+    try:
+        return msgspec.json.decode(data, type=BaselineView)
+    except msgspec.DecodeError as exc:
+        raise InputError(f"baseline {path!r} is not a smoke profile (written by `smoke --out`): {exc}") from None
+
+
+def compare_baseline(file: str, baseline: BaselineView, *, taus: dict[str, float],
+                     category_taus: dict[str, dict[str, float]], conditions: MeasurementConditions,
+                     num_speculative_tokens: int, target: TargetModel, tolerance: float) -> BaselineComparison:
+    """tau per arm and per category against the baseline; a drop by more than `tolerance` (relative) fails."""
+    b = baseline.measurement_conditions
+    differences = [f"{name}: baseline {old}, now {new}" for name, old, new in (
+        ("probes", b.probe_digest[:12], conditions.probe_digest[:12]),
+        ("max_new_tokens", b.max_new_tokens, conditions.max_new_tokens),
+        ("temperature", b.temperature, conditions.temperature),
+        ("seeds", b.seeds, conditions.seeds),
+        ("num_speculative_tokens", baseline.num_speculative_tokens, num_speculative_tokens),
+        ("target", _target_key(baseline.target_model), _target_key(target)),
+    ) if old != new]
+    items = []
+    for arm, tau in taus.items():
+        if arm != "ar" and arm in baseline.arms:
+            items.append(_item(f"{arm} tau", baseline.arms[arm].mean_accept_length, tau, tolerance))
+    for category, arms in category_taus.items():
+        old_arms = baseline.per_category.get(category)
+        for arm, tau in arms.items():
+            if arm != "ar" and old_arms is not None and arm in old_arms.arms:
+                items.append(_item(f"{arm} tau [{category}]", old_arms.arms[arm].mean_accept_length, tau, tolerance))
+    return BaselineComparison(file=file, tolerance=tolerance, conditions_match=not differences,
+                              condition_differences=differences, items=items)
+
+
+def _target_key(t: TargetModel) -> str:
+    return f"{t.architecture} hidden {t.hidden_size} layers {t.num_layers} vocab {t.vocab_size}"
+
+
+def _item(metric: str, old: float, new: float, tolerance: float) -> BaselineItem:
+    delta = new / old - 1.0 if old > 0 else (0.0 if new == old else float("inf"))
+    return BaselineItem(metric=metric, baseline=old, measured=new, relative_delta=round(delta, 6),
+                        passed=new >= old * (1.0 - tolerance))
+
+
+def baseline_gate(cmp: BaselineComparison) -> Gate:
+    failed = [i for i in cmp.items if not i.passed]
+    if not cmp.conditions_match:
+        return Gate(name="baseline", status="fail",
+                    summary=f"{cmp.file} was measured under other conditions; re-record it (smoke --out) or rerun "
+                            "with its settings",
+                    details=cmp.condition_differences)
+    if not cmp.items:
+        return Gate(name="baseline", status="fail", summary=f"{cmp.file} shares no arm with this run")
+    lines = [f"{i.metric}: {i.measured:.3f} vs {i.baseline:.3f} ({i.relative_delta:+.1%})" for i in failed]
+    if failed:
+        return Gate(name="baseline", status="fail",
+                    summary=f"{len(failed)} of {len(cmp.items)} metrics dropped more than {cmp.tolerance:.1%} "
+                            f"below {cmp.file}", details=lines)
+    risen = [i for i in cmp.items if i.relative_delta > cmp.tolerance]
+    note = [f"{i.metric} rose {i.relative_delta:+.1%}: the baseline may be stale" for i in risen]
+    return Gate(name="baseline", status="pass",
+                summary=f"{len(cmp.items)} metrics within -{cmp.tolerance:.1%} of {cmp.file}", details=note)
