@@ -152,9 +152,10 @@ def bench_case(label: str, src: Path, tensor_bytes: int, work: Path, runs: int) 
         seconds, peak = run_convert(src, conv_dst)
         converts.append(seconds)
         peaks.append(peak)
+        written = sum(f.stat().st_size for f in conv_dst.iterdir())
         shutil.rmtree(conv_dst)
     copy_s, conv_s = statistics.median(copies), statistics.median(converts)
-    return {"case": label, "bytes": total, "tensor_bytes": tensor_bytes, "copy_s": copy_s, "convert_s": conv_s,
+    return {"case": label, "bytes": total, "written": written, "tensor_bytes": tensor_bytes, "copy_s": copy_s, "convert_s": conv_s,
             "copy_mbs": total / copy_s / 1e6, "convert_mbs": total / conv_s / 1e6, "ratio": copy_s / conv_s,
             "peak_rss_mb": max(peaks) / 2**20, "runs": runs, "copies": copies, "converts": converts}
 
@@ -186,10 +187,11 @@ def main() -> None:
     cpu = platform.processor() or platform.machine()
     print(f"# convert benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs ({cpu}), Python "
           f"{platform.python_version()}, workdir {args.workdir or tempfile.gettempdir()}, median of {args.runs}\n")
-    print("| case | source | copy s | convert s | copy MB/s | convert MB/s | convert/copy | peak RSS |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| case | source | output | copy s | convert s | copy MB/s | convert MB/s | convert/copy | peak RSS |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in cases:
-        print(f"| {c['case']} | {c['bytes'] / 1e9:.2f} GB | {c['copy_s']:.2f} | {c['convert_s']:.2f} | "
+        print(f"| {c['case']} | {c['bytes'] / 1e9:.2f} GB | {c['written'] / 1e9:.2f} GB | {c['copy_s']:.2f} | "
+              f"{c['convert_s']:.2f} | "
               f"{c['copy_mbs']:.0f} | {c['convert_mbs']:.0f} | {c['ratio']:.2f} | {c['peak_rss_mb']:.0f} MB |")
     ok = all(c["ratio"] >= 0.70 and c["peak_rss_mb"] < 512 for c in cases[:1]) and all(
         c["peak_rss_mb"] < 512 for c in cases)

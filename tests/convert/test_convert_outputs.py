@@ -309,3 +309,30 @@ def test_repaired_bf16_weights_round_to_nearest(cli, tmp_path):
     raw = tensors_of(tmp_path / "out")["lilicorr.out_head.weight"][2]
     values = bf16_to_f32(raw)
     assert np.isfinite(values).all() and np.abs(values).max() > 0
+
+
+@pytest.mark.parametrize("layout", ["scalar", "per_channel", "block128"])
+def test_fp8_repairs_apply_every_scale_layout(layout, monkeypatch):
+    import lilicorr_ckpt.convert.repair as repair
+    from lilicorr_ckpt.numerics import e4m3_encode
+    from lilicorr_ckpt.tensors import TensorInfo
+
+    monkeypatch.setattr(repair, "CHUNK_ELEMENTS", 100 * 256)  # several row blocks
+    rng = np.random.default_rng(5)
+    o, i = 256, 256
+    codes = e4m3_encode(rng.standard_normal((o, i)).astype(np.float32) * 50)
+    shape = {"scalar": (), "per_channel": (o,), "block128": (2, 1, 2, 1)}[layout]
+    scale = (np.asarray(rng.random(shape)) + 0.5).astype(np.float32)
+    if layout == "scalar":
+        full = np.full((o, i), scale, np.float32)
+    elif layout == "per_channel":
+        full = np.repeat(scale[:, None], i, 1)
+    else:
+        full = np.kron(scale.reshape(2, 2), np.ones((128, 128), np.float32))
+    expected = bf16_bits(e4m3_decode(codes) * full).tobytes()
+    blobs = {"w": codes.tobytes(), "s": np.ascontiguousarray(scale).tobytes()}
+    infos = {"weight": TensorInfo("x.weight", "F8_E4M3", (o, i), "w", 0, o * i),
+             "weight_scale": TensorInfo("x.weight_scale", "F32", scale.shape, "s", 0, scale.nbytes)}
+    out = b"".join(b for b, _ in repair.dequantize_blocks("fp8", infos, (o, i), "BF16",
+                                                          lambda t, off, n: blobs[t.file][off:off + n], 16))
+    assert out == expected
