@@ -21,7 +21,7 @@ from ..source import Source, open_source, read_small
 from ..stwrite import Entry, header_bytes, layout
 from ..tensors import TensorInfo, TensorTable, read_tensor_table
 from .errors import ConversionRefused
-from .naming import is_derived_buffer, map_name, matches, natural_key, output_name
+from .naming import is_derived_buffer, map_name, matches, natural_key, output_name, strip_prefixes
 from .normalize import ConfigEditor, apply_overrides, model_dtype, normalize_config
 from .options import ConvertOptions
 from .qmeta import (
@@ -187,20 +187,18 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     # -- names
     used_drop: set[str] = set()
     by_canonical: dict[str, list[str]] = {}
-    mapped_of: dict[str, str] = {}
     for name in sorted(table.tensors, key=natural_key):
         m = map_name(name)
-        hit = matches(options.drop, name, m.canonical)
-        if hit is not None:
-            used_drop.add(hit)
-            drops.append({"tensor": name, "reason": f"--drop {hit}"})
+        hits = [p for p in options.drop if matches((p,), name, m.canonical)]
+        if hits:
+            used_drop.update(hits)
+            drops.append({"tensor": name, "reason": f"--drop {hits[0]}"})
             continue
         if is_derived_buffer(m.canonical):
             drops.append({"tensor": name, "reason": "derived buffer every loader recomputes (ModelOpt's exporter "
                           "drops it too)"})
             continue
         by_canonical.setdefault(m.canonical, []).append(name)
-        mapped_of[name] = m.canonical
     unused = [p for p in options.drop if p not in used_drop]
     if unused:
         raise UsageError(f"--drop {', '.join(unused)} matches no tensor of {src} (patterns match source or "
@@ -422,8 +420,6 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
 
 
 def _rename_reason(src: str, canonical: str, out: str) -> str:
-    from .naming import strip_prefixes
-
     bare, prefixes = strip_prefixes(src)
     why = [f"strip {p}" for p in prefixes]
     if bare != canonical:
