@@ -14,6 +14,7 @@ import json
 import mmap
 import os
 import shutil
+import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -42,7 +43,11 @@ def _write_all(fd: int, data: bytes | memoryview) -> None:
         view = view[n:]
 
 
-def hash_file(path: Path) -> str:
+class Cancelled(Exception):
+    pass
+
+
+def hash_file(path: Path, stop: threading.Event | None = None) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -51,6 +56,8 @@ def hash_file(path: Path) -> str:
             return h.hexdigest()
         offset = 0
         while offset < size:
+            if stop is not None and stop.is_set():
+                raise Cancelled(path.name)
             length = min(WINDOW, size - offset)
             with mmap.mmap(f.fileno(), length, access=mmap.ACCESS_READ, offset=offset) as m:
                 view = memoryview(m)
@@ -256,7 +263,8 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
     reader = SourceReader(root)
     repair_errors: dict[str, float] = {}
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lilicorr-hash")
-    hashes: dict[str, Future[str]] = {f: pool.submit(hash_file, root / f) for f in plan.source_files}
+    stop = threading.Event()
+    hashes: dict[str, Future[str]] = {f: pool.submit(hash_file, root / f, stop) for f in plan.source_files}
     try:
         for shard in plan.shards:
             path = tmp / shard.file
@@ -293,6 +301,7 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
         raise InputError(f"I/O error while converting: {exc.strerror or exc} ({exc.filename or 'a file'}); "
                          "nothing is left at DST") from None
     finally:
+        stop.set()  # an interrupted run does not wait for a multi-GB hash to finish
         pool.shutdown(wait=True, cancel_futures=True)
         reader.close()
     return {"source_sha256": source_hashes,
