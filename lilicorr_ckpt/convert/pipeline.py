@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 from ..config import parse_config
+from ..errors import InputError
 from ..findings import Finding
 from ..geometry import resolve_geometry
 from ..manifest import build_manifest
@@ -150,8 +151,12 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                 if not record["verify"]["passed"]:
                     raise ConversionRefused("--verify: the output does not reproduce the source",
                                             record["verify"]["problems"])
-            write_json(tmp / "conversion.json", record)
-            move_into_place(tmp, dst_path, options.force)
+            try:
+                write_json(tmp / "conversion.json", record)
+                move_into_place(tmp, dst_path, options.force)
+            except OSError as exc:
+                raise InputError(f"cannot finish writing {dst}: {exc.strerror or exc} (nothing is left at DST"
+                                 f"{'; the previous DST is unchanged' if options.force else ''})") from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
