@@ -217,7 +217,7 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
         except BaseException:
             os.rename(old, dst)
             raise
-        shutil.rmtree(old)
+        shutil.rmtree(old, ignore_errors=True)  # the new DST is in place; a leftover is cleaned next run
     else:
         os.rename(tmp, dst)
     _fsync_dir(dst.parent)
