@@ -5,7 +5,9 @@ Imports torch and lilicorr_runtime (the runtime extra) when `run_smoke` is calle
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import platform
 import sys
 import time
@@ -370,7 +372,8 @@ def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[An
     else:
         kind, shown = "hf_cache", spec
     try:
-        target = rt.load_target(spec, dtype=dtype, device=device)
+        with contextlib.redirect_stderr(io.StringIO()):  # GGUF dequantization draws its own bar; ours says "loading"
+            target = rt.load_target(spec, dtype=dtype, device=device)
     except InputError:
         raise
     except (OSError, ValueError, ImportError, KeyError) as exc:

@@ -1,0 +1,248 @@
+"""`lilicorr-ckpt smoke` end to end on tiny random targets (CPU, torch reference)."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import jsonschema
+import pytest
+import torch
+from conftest import QUICK
+from smoke_helpers import PLAIN_TEMPLATE, drafter_config, write_target
+
+import lilicorr_runtime
+from lilicorr_ckpt import fixtures
+
+from helpers import REPO, run_cli
+
+SCHEMA = json.loads((REPO / "schemas" / "smoke-profile.schema.json").read_text())
+
+
+def test_profile_follows_its_schema_and_describes_every_arm(smoke, drafter, target, tmp_path):
+    out = tmp_path / "profile.json"
+    result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json", "--out", out)
+    assert result.code == 0, result.stderr
+    report = result.report
+    jsonschema.validate(report, SCHEMA)
+    assert json.loads(out.read_text()) == report
+    assert set(report["arms"]) == {"head", "control", "ar"} and report["primary_arm"] == "head"
+    assert report["method"] == "lilicorr" and report["verification_method"] == "longest_prefix"
+    n, b = report["num_speculative_tokens"], report["block_size"]
+    assert (n, b, report["max_supported_k"]) == (7, 8, 7)
+    assert list(report["per_category"]) == ["code", "chat", "math"]
+    head = report["arms"]["head"]
+    assert report["mean_accept_length"] == head["mean_accept_length"]
+    assert len(report["conditional_accept_rates"]) == len(report["marginal_accept_rates"]) == n
+    assert list(report["acceptance_length_histogram"]) == [str(c) for c in range(1, b + 1)]
+    # block-weighted tau is the histogram's mean and 1 + the survival function's sum
+    hist = {int(k): v for k, v in report["acceptance_length_histogram"].items()}
+    assert report["mean_accept_length"] == pytest.approx(sum(k * v for k, v in hist.items()) / sum(hist.values()),
+                                                         abs=1e-6)
+    assert report["validation"]["mean_consistency"]["passed"]
+    assert report["validation"]["marginal_monotonicity"]["passed"]
+    ar = report["arms"]["ar"]
+    assert ar["mean_accept_length"] == 1.0 and ar["speedup_vs_ar"] is None and ar["marginal_accept_rates"] == []
+    assert len(report["requests"]) == 3 and all(r["lossless"] for r in report["requests"])
+    assert all(r["new_tokens"] == {"head": 24, "control": 24, "ar": 24} for r in report["requests"])
+    # code prompts are raw completions; chat and math go through the template with thinking switched off
+    chat = report["chat_template"]
+    assert (chat["present"], chat["applied_prompts"], chat["raw_prompts"]) == (True, 2, 1)
+    assert chat["thinking"] == "disabled" and chat["template_kwargs"] == {"enable_thinking": False}
+    assert chat["eos_token_ids"] == []
+    assert report["measurement_conditions"]["probe_counts"] == {"code": 1, "chat": 1, "math": 1}
+    assert {g["name"]: g["status"] for g in report["gates"]} == {
+        "measured": "pass", "lossless": "pass", "head-loaded": "pass", "kernel-parity": "skip"}
+
+
+def test_a_zero_head_ties_the_control_exactly_and_fails_the_head_gate(smoke, zero_head_drafter, target):
+    failed = smoke(zero_head_drafter, "-t", target, *QUICK, "--format", "json")
+    assert failed.code == 1
+    arms = failed.report["arms"]
+    assert arms["head"]["mean_accept_length"] == arms["control"]["mean_accept_length"]
+    assert arms["head"]["acceptance_length_histogram"] == arms["control"]["acceptance_length_histogram"]
+    gate = failed.gate("head-loaded")
+    assert gate["status"] == "fail" and "top-1 candidates" in gate["summary"]
+    assert failed.report["passed"] is False
+
+    waived = smoke(zero_head_drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
+    assert waived.code == 0 and waived.gate("head-loaded")["status"] == "pass"
+
+
+def test_a_head_that_picks_the_targets_token_clears_the_control(smoke, good_head_drafter, constant_target):
+    # the target always emits token 0; the constructed head always commits token 0 (K spans the vocabulary),
+    # while the control takes the drafter's argmax
+    result = smoke(good_head_drafter, "-t", constant_target, *QUICK, "--min-head-gain", "2", "--format", "json")
+    assert result.code == 0, result.stdout
+    arms = result.report["arms"]
+    assert arms["head"]["mean_accept_length"] == 8.0 and arms["head"]["marginal_accept_rates"] == [1.0] * 7
+    assert arms["control"]["mean_accept_length"] < 8.0 / 3
+    assert result.report["head_gain"]["overall"] > 2
+
+
+def test_a_speculative_arm_that_leaves_greedy_decoding_fails_as_a_runtime_bug(smoke, drafter, target, monkeypatch):
+    class Corrupting(lilicorr_runtime.SpeculativeDecoder):
+        def generate(self, prompt_ids, max_new_tokens, eos_token_ids=()):
+            result = super().generate(prompt_ids, max_new_tokens, eos_token_ids=eos_token_ids)
+            if self.mode == "control":
+                result.tokens[5] = (result.tokens[5] + 1) % 15
+            return result
+
+    monkeypatch.setattr(lilicorr_runtime, "SpeculativeDecoder", Corrupting)
+    result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
+    assert result.code == 1
+    gate = result.gate("lossless")
+    assert gate["status"] == "fail" and "runtime bug" in gate["summary"] and "3 of 6" in gate["summary"]
+    assert all("control" in d and "token 5" in d and "not a tie" in d for d in gate["details"])
+    assert all(r["lossless"] is False for r in result.report["requests"])
+
+
+def test_baseline_passes_unchanged_fails_on_a_drop_and_on_other_conditions(smoke, drafter, target, tmp_path):
+    base = tmp_path / "base.json"
+    common = (drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
+    assert smoke(*common, "--out", base).code == 0
+    same = smoke(*common, "--baseline", base)
+    assert same.code == 0 and same.gate("baseline")["status"] == "pass"
+    assert all(i["relative_delta"] == 0 for i in same.report["baseline"]["items"])
+
+    better = json.loads(base.read_text())
+    better["arms"]["control"]["mean_accept_length"] *= 1.2
+    raised = tmp_path / "raised.json"
+    raised.write_text(json.dumps(better))
+    dropped = smoke(*common, "--baseline", raised, "--tolerance", "0.1")
+    assert dropped.code == 1
+    gate = dropped.gate("baseline")
+    assert gate["status"] == "fail" and gate["details"][0].startswith("control tau:")
+    assert smoke(*common, "--baseline", raised, "--tolerance", "0.2").code == 0
+
+    other = smoke(drafter, "-t", target, *QUICK[:2], "--max-new-tokens", "16", "--no-warmup", "--min-head-gain", "-1",
+                  "--format", "json", "--baseline", base)
+    assert other.code == 1 and "max_new_tokens: baseline 24, now 16" in other.gate("baseline")["details"]
+
+
+def test_user_probe_file_with_its_own_categories(smoke, drafter, target, tmp_path):
+    probes = tmp_path / "mine.jsonl"
+    lines = [{"id": f"q{i}", "category": "short" if i < 3 else "long", "prompt": "tell me a tale " * (i + 1),
+              "chat": i % 2 == 0} for i in range(5)]
+    probes.write_text("\n".join(json.dumps(x) for x in lines) + "\n\n")
+    result = smoke(drafter, "-t", target, "--probes", probes, "--limit", "2", "--max-new-tokens", "12", "--quiet",
+                   "--min-head-gain", "-1", "--format", "json")
+    assert result.code == 0
+    report = result.report
+    assert [r["id"] for r in report["requests"]] == ["q0", "q1", "q3", "q4"]
+    assert list(report["per_category"]) == ["short", "long"]
+    assert report["measurement_conditions"]["probe_counts"] == {"short": 2, "long": 2}
+    assert report["chat_template"]["applied_prompts"] == 2 and report["chat_template"]["raw_prompts"] == 2
+
+
+def test_a_template_without_a_thinking_switch_is_recorded_as_such(smoke, drafter, tmp_path):
+    target = write_target(tmp_path / "plain", chat_template=PLAIN_TEMPLATE, eos=True)
+    report = smoke(drafter, "-t", target, *QUICK, "--probes", "chat", "--min-head-gain", "-1", "--format", "json").report
+    chat = report["chat_template"]
+    assert chat["thinking"] == "no-switch" and chat["template_kwargs"] == {}
+    assert chat["eos_token_ids"] == [2] and chat["eos_tokens"] == ["<|im_end|>"]
+
+
+def test_sampled_runs_pool_the_seeds_and_skip_the_lossless_gate(smoke, drafter, target):
+    args = (drafter, "-t", target, *QUICK, "--probes", "math", "--temperature", "0.8", "--seeds", "3,4",
+            "--min-head-gain", "-1", "--format", "json")
+    first = smoke(*args)
+    assert first.code == 0
+    report = first.report
+    assert [r["seed"] for r in report["requests"]] == [3, 4]
+    assert report["measurement_conditions"]["seeds"] == [3, 4] and report["arms"]["head"]["requests"] == 2
+    assert first.gate("lossless")["status"] == "skip"
+    # seeded: a rerun accepts exactly the same tokens (only the timings differ)
+    again = smoke(*args).report
+    assert [r["tau"] for r in again["requests"]] == [r["tau"] for r in report["requests"]]
+    assert again["acceptance_length_histogram"] == report["acceptance_length_histogram"]
+
+
+def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target):
+    common = (zero_head_drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
+    report = smoke(*common).report
+    tau, first = report["mean_accept_length"], report["marginal_accept_rates"][0]
+    ok = smoke(*common, "--min-tau", str(tau), "--min-accept-rates", f"{first},0")
+    assert ok.code == 0 and ok.gate("min-tau")["status"] == "pass" and ok.gate("min-accept-rates")["status"] == "pass"
+    low = smoke(*common, "--min-tau", str(tau + 0.01), "--min-accept-rates", f"{first + 0.01}")
+    assert low.code == 1
+    assert low.gate("min-tau")["status"] == "fail" and low.gate("min-accept-rates")["status"] == "fail"
+
+
+def test_text_and_junit_reports(smoke, zero_head_drafter, target):
+    text = smoke(zero_head_drafter, "-t", target, *QUICK)
+    assert text.code == 1
+    lines = text.stdout.splitlines()
+    assert lines[-1] == "FAIL 1 of 3 gates failed (1 skipped)"
+    assert any(line.startswith("head ") for line in lines) and any(line.startswith("control ") for line in lines)
+    assert "enable_thinking=False" in text.stdout and "FAIL  head-loaded" in text.stdout
+    junit = ET.fromstring(smoke(zero_head_drafter, "-t", target, *QUICK, "--format", "junit").stdout)
+    cases = {c.get("name"): c for c in junit.iter("testcase")}
+    assert set(cases) == {"measured", "lossless", "head-loaded", "kernel-parity"}
+    assert cases["head-loaded"].find("failure") is not None and cases["kernel-parity"].find("skipped") is not None
+    assert junit.get("failures") == "1" and junit.get("skipped") == "1"
+
+
+# -- refusals and bad input ---------------------------------------------------------------------------------
+
+def test_a_checkpoint_validate_refuses_exits_1_with_its_error_lines(smoke, target, tmp_path):
+    refused = fixtures.write_checkpoint(tmp_path / "k6", drafter_config(lilicorr_candidate_topk=6))
+    result = smoke(refused, "-t", target, *QUICK)
+    assert result.code == 1 and result.stdout == ""
+    assert "ERROR LC104" in result.stderr and "fix:" in result.stderr
+    junit = ET.fromstring(smoke(refused, "-t", target, *QUICK, "--format", "junit").stdout)
+    assert junit.get("failures") == "1" and "LC104" in junit.find("testcase/failure").text
+    # TensorRT-LLM accepts any top-k, and the run goes ahead
+    assert smoke(refused, "-t", target, *QUICK, "--runtime", "trtllm", "--min-head-gain", "-1").code == 0
+
+
+def test_a_drafter_built_for_another_target_exits_1(smoke, target, tmp_path):
+    other = fixtures.write_checkpoint(tmp_path / "wide", fixtures.draft_config())  # vocabulary 512, mask 511
+    result = smoke(other, "-t", target, *QUICK)
+    assert result.code == 1 and "mask_token_id 511 is outside the target vocabulary (16)" in result.stderr
+    assert "lilicorr-ckpt validate" in result.stderr
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (("-t", "{tmp}/nowhere"), 2, "does not exist"),
+    (("-t", "{tmp}/model.bin"), 2, "is a file but not a .gguf"),
+    (("-t", "{target}", "--probes", "{tmp}/bad.jsonl"), 2, "bad.jsonl:2: not JSON"),
+    (("-t", "{target}", "--probes", "{tmp}/missing.jsonl"), 2, "missing.jsonl' does not exist"),
+    (("-t", "{target}", "--probes", "{tmp}/keyless.jsonl"), 2, "keyless.jsonl:1: missing key 'chat'"),
+    (("-t", "{target}", "--probes", "code,poetry"), 4, "unknown category poetry"),
+    (("-t", "{target}", "--seeds", "1,2"), 4, "needs --temperature > 0"),
+    (("-t", "{target}", "-k", "9"), 4, "exceeds the drafter's 7 slots"),
+    (("-t", "{target}", "--min-accept-rates", "0.5,x"), 4, "comma-separated numbers"),
+    (("-t", "{target}", "--baseline", "{tmp}/bad.jsonl"), 2, "is not a smoke profile"),
+])
+def test_bad_input_exits_with_a_message(smoke, drafter, target, tmp_path, args, code, message):
+    (tmp_path / "model.bin").write_bytes(b"\0")
+    (tmp_path / "bad.jsonl").write_text('{"id": "a", "category": "c", "prompt": "p", "chat": true}\n{oops\n')
+    (tmp_path / "keyless.jsonl").write_text('{"id": "a", "category": "c", "prompt": "p"}\n')
+    filled = [a.format(tmp=tmp_path, target=target) for a in args]
+    result = smoke(drafter, *filled, *QUICK)
+    assert result.code == code, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_target_without_tokenizer_exits_2(smoke, drafter, tmp_path):
+    bare = write_target(tmp_path / "bare", save_tokenizer=False)
+    result = smoke(drafter, "-t", bare, *QUICK)
+    assert result.code == 2 and "has no tokenizer" in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_gpu_without_cuda_exits_2_with_a_message(drafter, target):
+    result = run_cli("smoke", str(drafter), "-t", str(target), "--gpu", "--quiet")
+    assert result.returncode == 2
+    assert "--gpu needs a CUDA device" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_command_line_stays_torch_free_until_smoke_runs():
+    import subprocess
+    import sys
+
+    code = ("import sys, lilicorr_ckpt.cli, lilicorr_ckpt.smoke_report, lilicorr_ckpt.smoke_cli; "
+            "assert 'torch' not in sys.modules and 'lilicorr_runtime' not in sys.modules; "
+            "assert 'smoke' in lilicorr_ckpt.cli.cli.commands")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
