@@ -75,8 +75,9 @@ def e2m1_encode(values: np.ndarray) -> np.ndarray:
 
 
 def e2m1_decode(codes: np.ndarray) -> np.ndarray:
+    """4-bit codes -> float32; code 8 (negative zero) decodes to +0.0, as ModelOpt's table does."""
     codes = np.asarray(codes, dtype=np.uint8)
-    return np.where(codes & 8, -1.0, 1.0).astype(np.float32) * E2M1_VALUES[codes & 7]
+    return np.where(codes & 8, -E2M1_VALUES[codes & 7], E2M1_VALUES[codes & 7]) + np.float32(0.0)
 
 
 def pack_nibbles(codes: np.ndarray) -> np.ndarray:

@@ -236,8 +236,6 @@ def pattern_problems(pattern: str) -> list[str]:
     body = pattern.lstrip("*")
     if any(body.startswith(p) or ("." + p) in pattern for p in TRAINING_PREFIXES):
         problems.append("training_prefix")
-    elif body.startswith("model."):
-        problems.append("base_model_name")
     # vLLM renumbers draft backbone layers (head layers keep their index); `N*` also hits N0..N9
     backbone_index = _BACKBONE_LAYER_INDEX.search(body) and not _HEAD_LAYER_INDEX.search(body)
     if backbone_index or _DIGIT_GLOB.search(body):
@@ -258,36 +256,35 @@ MATCHERS = ("vllm", "sglang", "trtllm")
 
 
 def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[str]) -> list[str]:
-    """Index-free suffix wildcards covering `excluded` and no module of `quantized`, under every matcher.
+    """Exclusion patterns covering `excluded` and no module of `quantized`, under every runtime's matcher.
 
-    Each excluded module gets the shortest `*suffix` (no numeric component) that no quantized module
-    matches; fused aliases `*qkv_proj` / `*gate_up_proj` are added when every part is excluded.
+    Each excluded module gets the shortest index-free `*suffix` that is safe; when none is (a backbone
+    `layers.N.mlp.up_proj` float while the head's `lilicorr.layers.N.mlp.up_proj` is quantized), its name
+    with `*` for the layer index, anchored at the start, plus the `model.` form vLLM's prefixes need.
+    Fused aliases `*qkv_proj` / `*gate_up_proj` are added when every part is excluded.
     """
     n_target = manifest.geometry.num_target_layers
 
     def safe(pattern: str) -> bool:
         return not any(excluded_by(m, q, (pattern,), n_target).excluded for q in quantized for m in MATCHERS)
 
+    def covered(module: str, patterns: list[str]) -> bool:
+        return all(excluded_by(m, module, tuple(patterns), n_target).excluded for m in MATCHERS)
+
     patterns: list[str] = []
+    layers = {m.split(".")[1] for m in manifest.modules if m.startswith("layers.") and ".self_attn." in m}
+    for alias, sub, parts in (("*qkv_proj", "self_attn", ("q_proj", "k_proj", "v_proj")),
+                              ("*gate_up_proj", "mlp", ("gate_proj", "up_proj"))):
+        if layers and all(f"layers.{i}.{sub}.{p}" in excluded for i in layers for p in parts):
+            patterns.append(alias)
     for module in sorted(excluded):
         parts = module.split(".")
-        chosen = None
-        for k in range(1, len(parts) + 1):
-            suffix = parts[-k:]
-            if any(p.isdigit() for p in suffix):
-                continue
-            candidate = "*" + ".".join(suffix)
-            if candidate in patterns or safe(candidate):
-                chosen = candidate
+        candidates = [["*" + ".".join(parts[-k:])] for k in range(1, len(parts) + 1)
+                      if not any(p.isdigit() for p in parts[-k:])]
+        anchored = ".".join("*" if part.isdigit() else part for part in parts)
+        candidates += [[anchored], [anchored, "model." + anchored], [module]]
+        for candidate in candidates:
+            if all(safe(p) for p in candidate) and covered(module, patterns + candidate):
+                patterns += [p for p in candidate if p not in patterns]
                 break
-        chosen = chosen or module
-        if chosen not in patterns:
-            patterns.append(chosen)
-    names = set(excluded)
-    layers = {m.split(".")[1] for m in manifest.modules if m.startswith("layers.") and ".self_attn." in m}
-    for alias, parts in (("*qkv_proj", ("q_proj", "k_proj", "v_proj")), ("*gate_up_proj", ("gate_proj", "up_proj"))):
-        sub = "self_attn" if alias == "*qkv_proj" else "mlp"
-        if layers and all(f"layers.{i}.{sub}.{p}" in names for i in layers for p in parts):
-            patterns.append(alias)
-    return sorted(patterns)
-
+    return sorted(set(patterns))

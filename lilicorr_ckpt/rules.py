@@ -24,7 +24,7 @@ from .manifest import (
     quant_scheme,
 )
 from .profiles import RuntimeProfile
-from .quant import QuantConfig, excluded_by, matches_any, pattern_problems
+from .quant import MATCHERS, QuantConfig, excluded_by, matches_any, pattern_problems
 from .source import Source
 from .target import TargetInfo
 from .tensors import TensorInfo, TensorTable
@@ -864,10 +864,10 @@ def quantization(ctx: Context) -> None:
             ctx.emit("LC310", f"exclusion `{pattern}` names a layer index; vLLM renumbers draft layers "
                      "(model.layers.{num_target_layers+i}) and a glob like `layers.1*` also hits layers.1x",
                      file=qc.source, subjects=[pattern])
-        elif "base_model_name" in problems:
-            ctx.emit("LC310", f"exclusion `{pattern}` is a base-model name (`model.` prefix): it describes the "
-                     "target, and vLLM's prefixed draft names may match it by accident", severity="info",
-                     file=qc.source, subjects=[pattern])
+        elif not any(excluded_by(matcher, module, (pattern,), m.geometry.num_target_layers).excluded
+                     for module in m.modules for matcher in MATCHERS):
+            ctx.emit("LC310", f"exclusion `{pattern}` matches no module of this drafter under any runtime "
+                     "(a base-model or training-time name?)", severity="info", file=qc.source, subjects=[pattern])
     _module_states(ctx, qc, quantized)
 
 

@@ -57,6 +57,11 @@ class StreamWriter:
         self._file.write(header_bytes(self.entries, metadata))
         self._index = 0
         self._written = 0
+        self._skip_empty()
+
+    def _skip_empty(self) -> None:
+        while self._index < len(self.entries) and self.entries[self._index].nbytes == 0:
+            self._index += 1
 
     def write(self, name: str, chunk: bytes | memoryview) -> None:
         entry = self.entries[self._index]
@@ -69,8 +74,7 @@ class StreamWriter:
         if self._written == entry.nbytes:
             self._index += 1
             self._written = 0
-            while self._index < len(self.entries) and self.entries[self._index].nbytes == 0:
-                self._index += 1
+            self._skip_empty()
 
     def next_name(self) -> str | None:
         return self.entries[self._index].name if self._index < len(self.entries) else None

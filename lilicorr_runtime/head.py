@@ -10,6 +10,7 @@ from torch import nn
 from lilicorr_ckpt.geometry import Geometry
 
 from .layers import RMSNorm
+from .ops import lattice_scores
 
 NUM_FEATURES = 5
 FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it
@@ -97,6 +98,7 @@ class LiLiCorrHead(nn.Module):
         self.out_head = nn.Linear(h, factor_dim)
         self.in_head = nn.Linear(h, factor_dim)
         self.anchor_out_head = nn.Linear(h, factor_dim)
+        self._bias_cache: dict[tuple[int, int], tuple[tuple, torch.Tensor]] = {}
 
     def features(self, log_probs: torch.Tensor) -> torch.Tensor:
         """φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], fp32. [b, S, K] -> [b, S, K, 5]."""
@@ -106,6 +108,17 @@ class LiLiCorrHead(nn.Module):
         rank_frac = (rank / (k - 1) if k > 1 else torch.zeros_like(rank)).expand_as(lp)
         is_top = (rank == 0).float().expand_as(lp)
         return torch.stack([lp, lp.exp(), lp - lp.amax(dim=-1, keepdim=True), rank_frac, is_top], dim=-1)
+
+    def cached_attention_bias(self, slots: int, topk: int) -> torch.Tensor:
+        """`attention_bias`, rebuilt only when the bias parameters change (it is per-geometry constant, and
+        recomputing it costs a dozen small kernels per block)."""
+        key = (slots, topk, self.relative_slot_bias.device, self.relative_slot_bias.dtype,
+               self.relative_slot_bias._version, self.same_slot_bias._version)
+        cached = self._bias_cache.get(key[:2])
+        if cached is None or cached[0] != key:
+            cached = (key, self.attention_bias(slots, topk).detach())
+            self._bias_cache[key[:2]] = cached
+        return cached[1]
 
     def attention_bias(self, slots: int, topk: int) -> torch.Tensor:
         """[N, S·K, S·K]: relative_slot_bias by signed slot distance (trained offset B-1) + same_slot_bias."""
@@ -133,7 +146,7 @@ class LiLiCorrHead(nn.Module):
              + self.rank_embedding[0])  # [b, S, K, h]
         h = x.shape[-1]
         x = x.reshape(b, slots * k, h)
-        bias = self.attention_bias(slots, k)
+        bias = self.cached_attention_bias(slots, k)
         for layer in self.layers:
             x = layer(x, bias)
         c = self.output_norm(x).view(b, slots, k, h)
@@ -146,12 +159,9 @@ class LiLiCorrHead(nn.Module):
         a_nodes = a[:, None, None].expand_as(c)
         f = F.silu(self.factor_input_proj(torch.cat([c, a_nodes, c * a_nodes], dim=-1)))  # [b, S, K, h]
 
-        out_vec = F.normalize(self.out_head(f).float(), dim=-1, eps=self.vector_eps)  # [b, S, K, F]
-        in_vec = F.normalize(self.in_head(f).float(), dim=-1, eps=self.vector_eps)
-        anchor_vec = F.normalize(self.anchor_out_head(a).float(), dim=-1, eps=self.vector_eps)  # [b, F]
-        start = self.logit_scale * torch.einsum("bf,bkf->bk", anchor_vec, in_vec[:, 0])
-        pairs = self.logit_scale * torch.einsum("bsif,bsjf->bsij", out_vec[:, :-1], in_vec[:, 1:])
-        return start, pairs
+        # unit out/in/anchor vectors and their scaled dot products, fp32: start [b, K], pairs [b, S-1, K, K]
+        return lattice_scores(self.out_head(f), self.in_head(f), self.anchor_out_head(a), self.vector_eps,
+                              self.logit_scale)
 
 
 def head_from_geometry(g: Geometry) -> LiLiCorrHead:

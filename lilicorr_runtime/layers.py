@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from .ops import rms_norm
+
 
 class RMSNorm(nn.Module):
     """Qwen3RMSNorm semantics (as training and TRT compute it): fp32 reduction, cast back, then x weight."""
@@ -18,10 +20,7 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class RopeUnsupported(ValueError):

@@ -17,7 +17,7 @@ from .dflash import Drafter, backbone_spec
 from .layers import RopeUnsupported
 
 # E2M1 code -> value: sign bit 3, magnitude index into {0, .5, 1, 1.5, 2, 3, 4, 6}
-E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
 
 class CheckpointRefused(Exception):

@@ -69,6 +69,47 @@ def topk_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, 
     return topk_lse_reference(logits, k)
 
 
+def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3RMSNorm semantics (as training and TRT compute it): fp32 reduction, cast back, then x weight."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """`rms_norm_reference`, as one Triton kernel on CUDA (one launch instead of seven)."""
+    if _use_triton(x, weight):
+        from .kernels.triton_ops import rms_norm_triton
+
+        return rms_norm_triton(x, weight, eps)
+    return rms_norm_reference(x, weight, eps)
+
+
+def lattice_scores_reference(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
+                             vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's last step (format.md §4 steps 6-7), in fp32: n(v) = v / max(|v|, eps),
+    start[b, j] = s·<n(anchor[b]), n(in[b, 0, j])>, pairs[b, t, i, j] = s·<n(out[b, t, i]), n(in[b, t+1, j])>.
+
+    out_vectors, in_vectors [b, S, K, F], anchor_vector [b, F] -> start [b, K], pairs [b, S-1, K, K].
+    """
+    out_vec = torch.nn.functional.normalize(out_vectors.float(), dim=-1, eps=vector_eps)
+    in_vec = torch.nn.functional.normalize(in_vectors.float(), dim=-1, eps=vector_eps)
+    anchor_vec = torch.nn.functional.normalize(anchor_vector.float(), dim=-1, eps=vector_eps)
+    start = logit_scale * torch.einsum("bf,bkf->bk", anchor_vec, in_vec[:, 0])
+    pairs = logit_scale * torch.einsum("bsif,bsjf->bsij", out_vec[:, :-1], in_vec[:, 1:])
+    return start, pairs
+
+
+def lattice_scores(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
+                   vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`lattice_scores_reference`, as one Triton kernel on CUDA (normalisation, dots and scale fused)."""
+    if _use_triton(out_vectors, in_vectors, anchor_vector):
+        from .kernels.triton_ops import lattice_scores_triton
+
+        return lattice_scores_triton(out_vectors, in_vectors, anchor_vector, vector_eps, logit_scale)
+    return lattice_scores_reference(out_vectors, in_vectors, anchor_vector, vector_eps, logit_scale)
+
+
 def _clean(scores: torch.Tensor) -> torch.Tensor:
     x = scores.float()
     return torch.where(torch.isnan(x), float("-inf"), x)

@@ -168,49 +168,10 @@ def exclusion_errors(manifest: Manifest, patterns: list[str], float_modules: set
     return errors
 
 
-def _anchored(module: str) -> str:
-    return ".".join("*" if part.isdigit() else part for part in module.split("."))
-
-
-def summarize_anchored(manifest: Manifest, float_modules: set[str], quantized: set[str]) -> list[str]:
-    """Like quant.summarize_exclusions, but when no `*suffix` is safe (a backbone `layers.N.mlp.up_proj`
-    float while the head's `lilicorr.layers.N.mlp.up_proj` is quantized) it falls back to the module name
-    with `*` for its layer index, anchored at the start, plus its `model.` form for vLLM's prefixes."""
-    n_target = manifest.geometry.num_target_layers
-
-    def safe(pattern: str) -> bool:
-        return not any(excluded_by(m, q, (pattern,), n_target).excluded for q in quantized for m in MATCHERS)
-
-    def covered(module: str, patterns: list[str]) -> bool:
-        return all(excluded_by(m, module, tuple(patterns), n_target).excluded for m in MATCHERS)
-
-    patterns: list[str] = []
-    layers = {m.split(".")[1] for m in manifest.modules if m.startswith("layers.") and ".self_attn." in m}
-    for alias, sub, parts in (("*qkv_proj", "self_attn", ("q_proj", "k_proj", "v_proj")),
-                              ("*gate_up_proj", "mlp", ("gate_proj", "up_proj"))):
-        if layers and all(f"layers.{i}.{sub}.{p}" in float_modules for i in layers for p in parts):
-            patterns.append(alias)
-    for module in sorted(float_modules):
-        if covered(module, patterns):
-            continue
-        parts = module.split(".")
-        candidates = [["*" + ".".join(parts[-k:])] for k in range(1, len(parts) + 1)
-                      if not any(p.isdigit() for p in parts[-k:])]
-        anchored = _anchored(module)
-        candidates += [[anchored], [anchored, "model." + anchored], [module]]
-        for cand in candidates:
-            if all(safe(p) for p in cand) and covered(module, patterns + cand):
-                patterns += [p for p in cand if p not in patterns]
-                break
-    return sorted(set(patterns))
-
-
 def output_exclusions(manifest: Manifest, float_modules: set[str], quantized: set[str], naming: str) -> list[str]:
     """Index-free suffix wildcards for every float module (fused aliases included); with sequential naming,
     patterns for the legacy head names too, so readers that build `feature_mlp.1` match them."""
     patterns = summarize_exclusions(manifest, float_modules, quantized)
-    if exclusion_errors(manifest, patterns, float_modules, quantized):
-        patterns = summarize_anchored(manifest, float_modules, quantized)
     if naming != "sequential":
         return patterns
     legacy = {m: legacy_name(m + ".weight")[: -len(".weight")] for m in sorted(float_modules)}

@@ -239,3 +239,91 @@ def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
                        *pairs.stride(), *ids.stride(), *uniforms.stride(), tokens.stride(0), q.stride(0), q.stride(1),
                        BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
     return tokens, q
+
+
+# ---------------------------------------------------------------- RMSNorm (Qwen3 semantics)
+
+
+@triton.jit
+def _rms_norm(x_ptr, w_ptr, y_ptr, n_cols, eps, stride_x, stride_y, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < n_cols
+    x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
+    y = (x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps))).to(y_ptr.dtype.element_ty)
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    # Qwen3RMSNorm: normalise in fp32, cast back to the input dtype, then multiply by the weight
+    tl.store(y_ptr + row * stride_y + offs, (w * y.to(tl.float32)).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., D], weight [D] -> [..., D] in torch.result_type(weight, x), one program per row."""
+    d = x.shape[-1]
+    rows = x.reshape(-1, d)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    out = torch.empty(rows.shape, device=x.device, dtype=torch.result_type(weight, x))
+    if rows.shape[0]:
+        block = triton.next_power_of_2(d)
+        _rms_norm[(rows.shape[0],)](rows, weight, out, d, eps, rows.stride(0), out.stride(0), BLOCK=block,
+                                    num_warps=4 if block <= 1024 else 8)
+    return out.view(x.shape)
+
+
+# ---------------------------------------------------------------- lattice scores
+#
+# start[b, j] = s * <n(anchor[b]), n(in[b, 0, j])>, pairs[b, t, i, j] = s * <n(out[b, t, i]), n(in[b, t+1, j])>
+# with n(v) = v / max(|v|, eps): normalisation, dot products and scale in one program per (row, slot).
+
+
+@triton.jit
+def _lattice_scores(out_ptr, in_ptr, anchor_ptr, start_ptr, pairs_ptr, S, K, F, eps, scale,
+                    s_out_b, s_out_s, s_out_k, s_in_b, s_in_s, s_in_k, s_anchor_b,
+                    BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr):
+    pid = tl.program_id(0)
+    b = (pid // S).to(tl.int64)
+    s = pid % S  # 0: the anchor against slot 0; t >= 1: slot t-1 against slot t
+    rows = tl.arange(0, BLOCK_K)
+    cols = tl.arange(0, BLOCK_F)
+    row_ok = rows < K
+    from_anchor = (rows * 0 + s) == 0  # [BLOCK_K], the same flag in every lane
+    from_slot = (rows * 0 + s) > 0
+    acc = tl.zeros((BLOCK_K, BLOCK_K), tl.float32)
+    out_sq = tl.zeros((BLOCK_K,), tl.float32)
+    in_sq = tl.zeros((BLOCK_K,), tl.float32)
+    for f0 in range(0, F, BLOCK_F):
+        f_ok = (f0 + cols) < F
+        prev = tl.load(out_ptr + b * s_out_b + (s - 1) * s_out_s + rows[:, None] * s_out_k + (f0 + cols)[None, :],
+                       mask=from_slot[:, None] & row_ok[:, None] & f_ok[None, :], other=0.0).to(tl.float32)
+        anchor = tl.load(anchor_ptr + b * s_anchor_b + (f0 + cols)[None, :] + rows[:, None] * 0,
+                         mask=from_anchor[:, None] & (rows[:, None] == 0) & f_ok[None, :], other=0.0).to(tl.float32)
+        left = prev + anchor  # [BLOCK_K, BLOCK_F]
+        right = tl.load(in_ptr + b * s_in_b + s * s_in_s + rows[:, None] * s_in_k + (f0 + cols)[None, :],
+                        mask=row_ok[:, None] & f_ok[None, :], other=0.0).to(tl.float32)
+        acc += tl.sum(left[:, None, :] * right[None, :, :], axis=2)
+        out_sq += tl.sum(left * left, axis=1)
+        in_sq += tl.sum(right * right, axis=1)
+    scores = acc / (tl.maximum(tl.sqrt(out_sq), eps)[:, None] * tl.maximum(tl.sqrt(in_sq), eps)[None, :]) * scale
+    ok = row_ok[:, None] & row_ok[None, :]
+    pair_ptr = pairs_ptr + (b * (S - 1) + s - 1) * K * K + rows[:, None] * K + rows[None, :]
+    tl.store(pair_ptr, scores, mask=ok & from_slot[:, None])
+    start_ptr_row = start_ptr + b * K + rows[None, :] + rows[:, None] * 0
+    tl.store(start_ptr_row, scores, mask=ok & from_anchor[:, None] & (rows[:, None] == 0))
+
+
+def lattice_scores_triton(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
+                          vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """out/in [b, S, K, F] and anchor [b, F] (unnormalised) -> start [b, K], pairs [b, S-1, K, K] fp32."""
+    b, s, k, f = in_vectors.shape
+    start = torch.empty((b, k), device=in_vectors.device, dtype=torch.float32)
+    pairs = torch.empty((b, max(s - 1, 0), k, k), device=in_vectors.device, dtype=torch.float32)
+    if b and s:
+        out_vectors = out_vectors if out_vectors.stride(-1) == 1 else out_vectors.contiguous()
+        in_vectors = in_vectors if in_vectors.stride(-1) == 1 else in_vectors.contiguous()
+        anchor_vector = anchor_vector if anchor_vector.stride(-1) == 1 else anchor_vector.contiguous()
+        _lattice_scores[(b * s,)](out_vectors, in_vectors, anchor_vector, start, pairs, s, k, f, vector_eps,
+                                  logit_scale, out_vectors.stride(0), out_vectors.stride(1), out_vectors.stride(2),
+                                  in_vectors.stride(0), in_vectors.stride(1), in_vectors.stride(2),
+                                  anchor_vector.stride(0), BLOCK_K=triton.next_power_of_2(k),
+                                  BLOCK_F=max(16, min(128, 4096 // triton.next_power_of_2(k) ** 2)), num_warps=4)
+    return start, pairs

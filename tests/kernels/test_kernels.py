@@ -191,3 +191,32 @@ def test_gpu_walks_full_shapes(batch):
     ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temps, greedy)
     assert torch.equal(tokens.cpu(), ref_tokens)
     torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [16, 100, 128])
+def test_rms_norm_matches_the_reference(dtype, width):
+    x = (torch.randn(3, 5, width, generator=_gen(width)) * 3).to(dtype)
+    weight = (1 + 0.1 * torch.randn(width, generator=_gen(1))).to(dtype)
+    got = triton_ops.rms_norm_triton(x.to(DEVICE), weight.to(DEVICE), 1e-6).cpu()
+    ref = ops.rms_norm_reference(x, weight, 1e-6)
+    assert got.dtype == ref.dtype and got.shape == ref.shape
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    else:  # two bf16 roundings, and Triton's interpreter rounds fp32 -> bf16 its own way: within 2 ulps
+        ulp = torch.finfo(torch.bfloat16).eps * ref.float().abs().clamp_min(1e-3)
+        assert ((got.float() - ref.float()).abs() <= 2.01 * ulp).all()
+
+
+@pytest.mark.parametrize("k, slots, width", [(1, 2, 16), (4, 5, 48), (8, 3, 300), (16, 4, 64)])
+def test_lattice_scores_match_the_reference(k, slots, width):
+    g = _gen(k * 100 + slots)
+    out_vec = torch.randn(2, slots, k, width, generator=g)
+    in_vec = torch.randn(2, slots, k, width, generator=g)
+    anchor = torch.randn(2, width, generator=g)
+    anchor[1] = 0.0  # an invalid anchor: its vector is the zero vector, normalised with eps
+    start, pairs = triton_ops.lattice_scores_triton(out_vec.to(DEVICE), in_vec.to(DEVICE), anchor.to(DEVICE), 1e-6,
+                                                    10.0)
+    ref_start, ref_pairs = ops.lattice_scores_reference(out_vec, in_vec, anchor, 1e-6, 10.0)
+    torch.testing.assert_close(start.cpu(), ref_start, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(pairs.cpu(), ref_pairs, rtol=1e-5, atol=1e-5)
