@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
@@ -27,7 +28,11 @@ class Probe(msgspec.Struct, frozen=True):
 
 
 def is_probe_file(spec: str) -> bool:
-    return spec.endswith(".jsonl") or Path(spec).is_file()
+    """A file unless every comma-separated item names a bundled category (so a stray file called `code`
+    in the working directory does not shadow the bundled set)."""
+    if all(n.strip() in BUNDLED for n in spec.split(",") if n.strip()):
+        return False
+    return spec.endswith((".jsonl", ".json")) or "/" in spec or os.sep in spec or Path(spec).is_file()
 
 
 def load_probes(spec: str, limit: int = 0) -> list[Probe]:

@@ -120,6 +120,17 @@ def test_baseline_passes_unchanged_fails_on_a_drop_and_on_other_conditions(smoke
     assert other.code == 1 and "max_new_tokens: baseline 24, now 16" in other.gate("baseline")["details"]
 
 
+def test_a_head_free_dflash_checkpoint_runs_control_and_target_only(smoke, target, tmp_path):
+    dflash = fixtures.write_checkpoint(tmp_path / "dflash", drafter_config(head=False))
+    result = smoke(dflash, "-t", target, *QUICK, "--format", "json")
+    assert result.code == 0
+    report = result.report
+    assert report["method"] == "dflash" and report["primary_arm"] == "control"
+    assert set(report["arms"]) == {"control", "ar"} and report["head_gain"]["overall"] is None
+    assert report["mean_accept_length"] == report["arms"]["control"]["mean_accept_length"]
+    assert result.gate("head-loaded")["status"] == "skip"
+
+
 def test_user_probe_file_with_its_own_categories(smoke, drafter, target, tmp_path):
     probes = tmp_path / "mine.jsonl"
     lines = [{"id": f"q{i}", "category": "short" if i < 3 else "long", "prompt": "tell me a tale " * (i + 1),

@@ -66,6 +66,13 @@ def test_bundled_probes_and_their_licences_ship_in_the_package():
     assert smoke_probes.counts(smoke_probes.load_probes("math,code", 3)) == {"math": 3, "code": 3}
 
 
+def test_a_file_named_like_a_category_does_not_shadow_the_bundled_set(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "math").write_text("not a probe file")
+    assert smoke_probes.counts(smoke_probes.load_probes("math")) == {"math": 8}
+    assert smoke_probes.is_probe_file("mine.jsonl") and smoke_probes.is_probe_file("./math")
+
+
 def test_probe_file_errors_name_the_line(tmp_path):
     bad = tmp_path / "p.jsonl"
     bad.write_text(json.dumps({"id": "a", "category": "c", "prompt": "p", "chat": "yes"}) + "\n")
