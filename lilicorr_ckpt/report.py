@@ -20,6 +20,15 @@ def _where(f: Finding) -> str:
     return f"  [{':'.join(parts)}]" if parts else ""
 
 
+def finding_lines(f: Finding) -> list[str]:
+    """A finding as the text report prints it: one line, plus its fix for errors and warnings."""
+    runtimes = f" ({', '.join(f.runtimes)})" if f.runtimes else ""
+    lines = [f"{_LABEL[f.severity]} {f.rule} {f.name}{runtimes}: {f.message}{_where(f)}"]
+    if f.fix and f.severity != "info":
+        lines.append(f"      fix: {f.fix}")
+    return lines
+
+
 def render_text(report: Report, *, color: bool = False, verbose: bool = False) -> str:
     def paint(text: str, fg: str | None, bold: bool = False) -> str:
         if not color:
@@ -45,11 +54,10 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
             continue
         lines.append("")
         for f in group:
-            runtimes = f" ({', '.join(f.runtimes)})" if f.runtimes else ""
-            label = paint(_LABEL[severity], colors[severity], bold=severity == "error")
-            lines.append(f"{label} {f.rule} {f.name}{runtimes}: {f.message}{_where(f)}")
-            if f.fix and severity != "info":
-                lines.append(f"      fix: {f.fix}")
+            first, *rest = finding_lines(f)
+            label = _LABEL[severity]
+            lines.append(paint(label, colors[severity], bold=severity == "error") + first[len(label):])
+            lines.extend(rest)
     s = report.summary
     verdict = ", ".join(f"{v.display}: {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
     hidden = f" ({s.infos} info, shown with -v)" if s.infos and not verbose else (f", {s.infos} info" if s.infos else "")

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from lilicorr_ckpt.report import render_text
+from lilicorr_ckpt.report import finding_lines
 from lilicorr_ckpt.rules import name_view, observed_scheme_of
 from lilicorr_ckpt.validate import load_checkpoint, validate
 
@@ -47,26 +47,13 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (w.view(o // 128, 128, i // 128, 128) * blocks[:, None, :, None]).reshape(o, i)
 
 
-def _error_lines(text: str) -> list[str]:
-    lines, keep = [], False
-    for line in text.splitlines():
-        if line.startswith("ERROR"):
-            keep = True
-            lines.append(line)
-        elif keep and line.startswith("      fix:"):
-            lines.append(line)
-        else:
-            keep = False
-    return lines
-
-
 def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype = torch.float32,
                  device: str | torch.device = "cpu") -> Drafter:
     """Build the drafter a checkpoint describes and load its tensors (quantized weights dequantized)."""
     ckpt = load_checkpoint(str(path))
     report = validate(str(path), runtime=runtime, checkpoint=ckpt)
     if report.summary.errors:
-        lines = _error_lines(render_text(report))
+        lines = [line for f in report.findings if f.severity == "error" for line in finding_lines(f)]
         raise CheckpointRefused(f"{path} is refused for runtime {runtime!r}:\n" + "\n".join(lines))
     manifest = ckpt.manifest
     if manifest.family_prefixes:
