@@ -6,6 +6,7 @@ import json
 
 import jsonschema
 import pytest
+import torch
 
 from lilicorr_ckpt import fixtures
 
@@ -18,7 +19,17 @@ pytestmark = [pytest.mark.real_target,
               pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")]
 
 
-def test_smoke_on_smollm2_is_lossless_and_records_the_chat_setup(smoke, tmp_path):
+@pytest.fixture
+def one_thread():
+    # other suites share the 2-core box: two intra-op threads per process oversubscribe it, and a run that
+    # takes a minute alone took seven; one thread keeps the time near the idle one
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_smoke_on_smollm2_is_lossless_and_records_the_chat_setup(smoke, tmp_path, one_thread):
     config = fixtures.draft_config(
         block_size=4, hidden_size=576, num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3,
         head_dim=64, intermediate_size=1536, vocab_size=49152, num_target_layers=30, rope_theta=100000.0,
