@@ -90,7 +90,7 @@ def render_junit(r: SmokeReport) -> str:
         else:
             body = f"<system-out>{escape(chr(10).join([g.summary, *g.details]))}</system-out>"
         cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={quoteattr(g.name)}>{body}</testcase>')
-    return junit_suite(r.draft_checkpoint.path, cases, sum(g.status == "fail" for g in r.gates),
+    return junit_suite(r.draft_checkpoint.id, cases, sum(g.status == "fail" for g in r.gates),
                        sum(g.status == "skip" for g in r.gates))
 
 

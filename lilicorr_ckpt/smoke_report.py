@@ -49,8 +49,9 @@ class CategoryProfile(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class DraftCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
-    id: str  # the last two path components, as specdec_bench publishes it
-    path: str
+    """What was measured; no full paths, so a profile can be published beside the checkpoint."""
+
+    id: str  # the last two path components (a repo id stays a repo id), as specdec_bench publishes it
     architecture: str | None
     head: bool
     candidate_topk: int | None
@@ -60,8 +61,7 @@ class DraftCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TargetModel(msgspec.Struct, frozen=True, kw_only=True):
-    id: str
-    path: str
+    id: str  # the repo id, the GGUF file name, or the directory's last two components
     source: Literal["directory", "hf_cache", "gguf"]
     architecture: str | None
     hidden_size: int

@@ -359,7 +359,8 @@ def _draft_info(path: str, runtime: str, drafter: Any) -> DraftCheckpoint:
             quant_algo = parsed.quant_algo
             break
     g = drafter.geometry
-    return DraftCheckpoint(id=checkpoint_id(str(ckpt.source.root)), path=str(ckpt.source.root),
+    local = Path(path).expanduser()
+    return DraftCheckpoint(id=checkpoint_id(str(local.resolve())) if local.is_dir() else path,
                            architecture=ckpt.parsed.config.architecture, head=drafter.lilicorr is not None,
                            candidate_topk=g.candidate_topk if drafter.lilicorr is not None else None,
                            conv_kernel_size=g.conv_kernel_size or None, quant_algo=quant_algo, runtime=runtime)
@@ -368,14 +369,14 @@ def _draft_info(path: str, runtime: str, drafter: Any) -> DraftCheckpoint:
 def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
-        kind, shown = "gguf", str(path.resolve())
+        kind, ident = "gguf", path.name
     elif path.is_dir():
-        kind, shown = "directory", str(path.resolve())
+        kind, ident = "directory", checkpoint_id(str(path.resolve()))
     elif path.exists():
         raise InputError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the local "
                          "Hugging Face cache, or a GGUF file")
     else:
-        kind, shown = "hf_cache", spec
+        kind, ident = "hf_cache", spec
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # GGUF dequantization draws its own bar; ours says "loading"
             target = rt.load_target(spec, dtype=dtype, device=device)
@@ -385,8 +386,7 @@ def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[An
         raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {exc}") from None
     config = target.config
     architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
-    ident = spec if kind == "hf_cache" else (path.name if kind == "gguf" else checkpoint_id(shown))
-    return target, TargetModel(id=ident, path=shown, source=kind, architecture=architectures[0],
+    return target, TargetModel(id=ident, source=kind, architecture=architectures[0],
                                hidden_size=int(config.hidden_size), num_layers=int(config.num_hidden_layers),
                                vocab_size=int(target.vocab_size))
 

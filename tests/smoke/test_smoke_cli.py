@@ -237,6 +237,26 @@ def test_bad_input_exits_with_a_message(smoke, drafter, target, tmp_path, args, 
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_target_by_repo_id_from_the_local_hf_cache(drafter, target, tmp_path):
+    import shutil
+
+    snapshot = tmp_path / "hub" / "models--tiny-org--tiny-target" / "snapshots" / "0123abcd"
+    shutil.copytree(target, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    result = run_cli("smoke", str(drafter), "-t", "tiny-org/tiny-target", *QUICK, "--probes", "math",
+                     "--min-head-gain", "-1", "--format", "json",
+                     env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 0, result.stderr
+    model = json.loads(result.stdout)["target_model"]
+    assert (model["source"], model["id"], model["vocab_size"]) == ("hf_cache", "tiny-org/tiny-target", 16)
+
+
+def test_a_repo_id_missing_from_the_cache_exits_2(smoke, drafter):
+    result = smoke(drafter, "-t", "no-such-org/no-such-target", *QUICK)
+    assert result.code == 2 and "not in the Hugging Face cache" in result.stderr
+
+
 def test_a_target_without_tokenizer_exits_2(smoke, drafter, tmp_path):
     bare = write_target(tmp_path / "bare", save_tokenizer=False)
     result = smoke(drafter, "-t", bare, *QUICK)
