@@ -10,7 +10,14 @@ import torch
 
 from lilicorr_ckpt import smoke_probes
 from lilicorr_ckpt.errors import InputError, UsageError
-from lilicorr_ckpt.smoke_gates import Divergence, head_gate, lossless_gate, position_gate
+from lilicorr_ckpt.smoke_gates import (
+    Divergence,
+    ParityCheck,
+    head_gate,
+    lossless_gate,
+    parity_gate,
+    position_gate,
+)
 from lilicorr_ckpt.smoke_report import dense_histogram, dense_rates, marginal_monotonicity, mean_consistency
 from lilicorr_ckpt.smoke_run import kernel_parity
 from lilicorr_runtime import SpeculativeDecoder, load_drafter, load_target, ops
@@ -23,6 +30,16 @@ def test_head_gate_threshold_is_control_times_one_plus_gain():
     assert head_gate(False, None, 2.0, 0.05, {}).status == "skip"
     tied = head_gate(True, 2.0, 2.0, 0.05, {"code": 0.0})
     assert tied.status == "fail" and "top-1 candidates" in tied.summary and "code +0.0%" in tied.details[0]
+
+
+def test_parity_gate_needs_gpu_and_at_least_one_block():
+    assert parity_gate(False, None).status == "skip"
+    assert parity_gate(True, []).status == "skip"
+    ok = ParityCheck(block=0, op="topk_lse", passed=True)
+    bad = ParityCheck(block=1, op="greedy_walk", passed=False, detail="output 0 differs")
+    assert parity_gate(True, [ok]).status == "pass"
+    failed = parity_gate(True, [ok, bad])
+    assert failed.status == "fail" and failed.details == ["block 1 greedy_walk: output 0 differs"]
 
 
 def test_position_floors_use_the_marginal_rates():
