@@ -99,15 +99,23 @@ class LiLiCorrHead(nn.Module):
         self.in_head = nn.Linear(h, factor_dim)
         self.anchor_out_head = nn.Linear(h, factor_dim)
         self._bias_cache: dict[tuple[int, int], tuple[tuple, torch.Tensor]] = {}
+        self._rank_cache: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
 
     def features(self, log_probs: torch.Tensor) -> torch.Tensor:
         """φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], fp32. [b, S, K] -> [b, S, K, 5]."""
         lp = log_probs.float()
-        k = lp.shape[-1]
-        rank = torch.arange(k, device=lp.device, dtype=torch.float32)
-        rank_frac = (rank / (k - 1) if k > 1 else torch.zeros_like(rank)).expand_as(lp)
-        is_top = (rank == 0).float().expand_as(lp)
-        return torch.stack([lp, lp.exp(), lp - lp.amax(dim=-1, keepdim=True), rank_frac, is_top], dim=-1)
+        rank_frac, is_top = self._rank_features(lp.shape[-1], lp.device)
+        return torch.stack([lp, lp.exp(), lp - lp.amax(dim=-1, keepdim=True), rank_frac.expand_as(lp),
+                            is_top.expand_as(lp)], dim=-1)
+
+    def _rank_features(self, k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(k/(K-1) (0 when K = 1), 1{k = 0}) as fp32 [K] constants, built once per device."""
+        cached = self._rank_cache.get((k, device))
+        if cached is None:
+            rank = torch.arange(k, device=device, dtype=torch.float32)
+            cached = ((rank / (k - 1) if k > 1 else torch.zeros_like(rank)), (rank == 0).float())
+            self._rank_cache[(k, device)] = cached
+        return cached
 
     def cached_attention_bias(self, slots: int, topk: int) -> torch.Tensor:
         """`attention_bias`, rebuilt only when the bias parameters change (it is per-geometry constant, and
