@@ -10,7 +10,6 @@ Values are deterministic: each tensor is drawn from a generator seeded by (seed,
 from __future__ import annotations
 
 import copy
-import fnmatch
 import json
 import zlib
 from collections.abc import Callable
@@ -130,10 +129,8 @@ def encode(values: np.ndarray, dtype: str) -> bytes:
 
 # modules any of the three stacks may load quantized (see profiles.py); the default NVFP4 set
 def servable_quantized(manifest: Manifest, group_size: int = 16) -> set[str]:
-    forbidden = [p for prof in PROFILES.values() for p in prof.float_forced + prof.float_required
-                 + prof.quant_unconfirmed]
     return {m for m, mod in manifest.modules.items()
-            if not any(fnmatch.fnmatchcase(m, p) for p in forbidden) and mod.in_features % group_size == 0}
+            if all(p.may_quantize(m) for p in PROFILES.values()) and mod.in_features % group_size == 0}
 
 
 # what ModelOpt's presets quantize in a drafter: every linear it can (all but the lm_head)

@@ -6,6 +6,8 @@ Patterns are fnmatch patterns over canonical module names (checkpoint names with
 
 from __future__ import annotations
 
+import fnmatch
+
 import msgspec
 
 QKV = ("layers.*.self_attn.q_proj", "layers.*.self_attn.k_proj", "layers.*.self_attn.v_proj")
@@ -35,6 +37,18 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     nested_quant_method_algos: tuple[str, ...] | None  # algos it derives quant_method for in the nested form
     mask_token_fallback: str  # what it does when mask_token_id is missing
     target_layer_ids_fallback: str
+
+    def must_stay_float(self, module: str) -> bool:
+        """The linear `module` (canonical name) must be stored in float for this runtime."""
+        return _matches(module, self.float_forced + self.float_required)
+
+    def may_quantize(self, module: str) -> bool:
+        """The runtime is known to load `module` quantized (when its config quantizes it)."""
+        return not self.must_stay_float(module) and not _matches(module, self.quant_unconfirmed)
+
+
+def _matches(module: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
 
 
 SGLANG = RuntimeProfile(

@@ -298,7 +298,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     for module, kind in sorted(quantized.items(), key=lambda kv: natural_key(kv[0])):
         mod = manifest.modules[module]
         why = None
-        strict = [p.display for p in profiles if matches_any(module, p.float_forced + p.float_required)]
+        strict = [p.display for p in profiles if p.must_stay_float(module)]
         if strict:
             why = f"must stay floating point for {' and '.join(strict)}"
         elif kind == "nvfp4" and mod.in_features % group:
