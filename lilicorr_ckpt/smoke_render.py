@@ -73,8 +73,9 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     skipped = sum(g.status == "skip" for g in r.gates)
     ran = len(r.gates) - skipped
     tail = f" ({skipped} skipped)" if skipped else ""
-    verdict = (paint("FAIL", "fail") + f" {failed} of {ran} gates failed" if failed
-               else paint("PASS", "pass") + f" {ran} gates passed")
+    gates = "gate" if ran == 1 else "gates"
+    verdict = (paint("FAIL", "fail") + f" {failed} of {ran} {gates} failed" if failed
+               else paint("PASS", "pass") + f" {ran} {gates} passed")
     lines += ["", verdict + tail]
     return "\n".join(lines) + "\n"
 
