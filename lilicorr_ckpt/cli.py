@@ -29,7 +29,9 @@ def cli() -> None:
     \b
     Typical flow:
       lilicorr-ckpt inspect  ./drafter                      # what is this checkpoint?
+      lilicorr-ckpt convert  ./modelopt-export ./drafter    # ModelOpt export -> the layout the runtimes load
       lilicorr-ckpt validate ./drafter --target ./Qwen3-8B  # would SGLang/vLLM/TRT-LLM load it correctly?
+      lilicorr-ckpt smoke    ./drafter --target ./Qwen3-8B --gpu   # does the head work? acceptance + gates
       lilicorr-ckpt rules                                   # every check, with its id
     """
 
