@@ -64,14 +64,6 @@ def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
     return snapshot.resolve(), snapshot.parent.parent.resolve()
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(root)
-        return True
-    except ValueError:
-        return False
-
-
 def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
     """A file named relative to the checkpoint, refused if it escapes the checkpoint."""
     if os.path.isabs(rel) or ".." in Path(rel).parts:
@@ -79,7 +71,7 @@ def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
     path = root / rel
     if path.is_symlink() or path.exists():
         target = path.resolve()
-        if not _inside(target, link_root):
+        if not target.is_relative_to(link_root):
             raise InputError(f"{rel} is a symlink to {target}, outside the checkpoint directory; "
                              f"copy the file in instead")
     return path

@@ -151,25 +151,17 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.relative_to(root)
-        return True
-    except ValueError:
-        return False
-
-
 def check_destination(src_root: Path, dst: Path, force: bool) -> None:
     """Refuse any DST that would write into, or delete, the source; refuse an existing DST without --force."""
     dst_abs = dst.resolve()
-    if dst_abs == src_root or _inside(dst_abs, src_root):
+    if dst_abs == src_root or dst_abs.is_relative_to(src_root):
         raise UsageError(f"DST {dst} is inside the source {src_root}; convert never writes into its source")
     if dst.exists() or dst.is_symlink():
         if not force:
             raise UsageError(f"DST {dst} already exists; pass --force to replace it, or choose another directory")
         if not dst.is_dir() or dst.is_symlink():
             raise UsageError(f"DST {dst} exists and is not a directory; refusing to replace it even with --force")
-        if _inside(src_root, dst_abs):
+        if src_root.is_relative_to(dst_abs):
             raise UsageError(f"the source {src_root} is inside DST {dst}; --force would delete it")
 
 

@@ -25,15 +25,19 @@ def edit_config(ckpt: Path, fn: Callable[[dict[str, Any]], Any]) -> None:
     edit_json(ckpt / "config.json", fn)
 
 
-def edit_dflash(ckpt: Path, **changes: Any) -> None:
-    """Set dflash_config keys; a value of DROP removes the key."""
+def dflash_edit(**changes: Any) -> Callable[[dict[str, Any]], None]:
+    """A config edit setting dflash_config keys; a value of DROP removes the key."""
     def apply(cfg: dict[str, Any]) -> None:
         for key, value in changes.items():
             if value is DROP:
                 cfg["dflash_config"].pop(key, None)
             else:
                 cfg["dflash_config"][key] = value
-    edit_config(ckpt, apply)
+    return apply
+
+
+def edit_dflash(ckpt: Path, **changes: Any) -> None:
+    edit_config(ckpt, dflash_edit(**changes))
 
 
 DROP = object()

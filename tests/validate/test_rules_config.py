@@ -16,19 +16,24 @@ import pytest
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.findings import RULES
 
-from ._support import ALL, DROP, assert_clean, describe, edit_config, hits, one, problems, refused_by, run
+from ._support import (
+    ALL,
+    DROP,
+    assert_clean,
+    describe,
+    dflash_edit,
+    edit_config,
+    hits,
+    one,
+    problems,
+    refused_by,
+    run,
+)
 
 Edit = Callable[[dict[str, Any]], Any]
 
 
-def nested(**changes: Any) -> Edit:
-    def apply(cfg: dict[str, Any]) -> None:
-        for key, value in changes.items():
-            if value is DROP:
-                cfg["dflash_config"].pop(key, None)
-            else:
-                cfg["dflash_config"][key] = value
-    return apply
+nested = dflash_edit
 
 
 def top(**changes: Any) -> Edit:

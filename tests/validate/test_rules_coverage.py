@@ -13,7 +13,19 @@ import pytest
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.manifest import DTYPE_BYTES
 
-from ._support import ALL, DROP, assert_clean, describe, edit_config, hits, one, problems, refused_by, run
+from ._support import (
+    ALL,
+    DROP,
+    assert_clean,
+    describe,
+    dflash_edit,
+    edit_config,
+    hits,
+    one,
+    problems,
+    refused_by,
+    run,
+)
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]
 Mutate = Callable[[Tensors], None]
@@ -50,16 +62,6 @@ def retype(name: str, dtype: str, shape: tuple[int, ...] | None = None) -> Mutat
     def apply(t: Tensors) -> None:
         new_shape = shape if shape is not None else t[name][1]
         t[name] = (dtype, new_shape, bytes(nbytes(dtype, new_shape)))
-    return apply
-
-
-def dflash_edit(**changes: Any) -> Callable[[dict[str, Any]], None]:
-    def apply(cfg: dict[str, Any]) -> None:
-        for key, value in changes.items():
-            if value is DROP:
-                cfg["dflash_config"].pop(key, None)
-            else:
-                cfg["dflash_config"][key] = value
     return apply
 
 
