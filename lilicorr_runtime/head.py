@@ -16,21 +16,13 @@ NUM_FEATURES = 5
 FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it
 
 
-class FeatureMLP(nn.Module):
-    def __init__(self, hidden: int):
+class SiluMLP(nn.Module):
+    """down(SiLU(up(x))), both Linears with bias: the feature MLP (5 -> h -> h) and the lattice MLP (h -> R -> h)."""
+
+    def __init__(self, in_features: int, width: int, out_features: int):
         super().__init__()
-        self.up_proj = nn.Linear(NUM_FEATURES, hidden)
-        self.down_proj = nn.Linear(hidden, hidden)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.up_proj(x)))
-
-
-class LatticeMLP(nn.Module):
-    def __init__(self, hidden: int, width: int):
-        super().__init__()
-        self.up_proj = nn.Linear(hidden, width)
-        self.down_proj = nn.Linear(width, hidden)
+        self.up_proj = nn.Linear(in_features, width)
+        self.down_proj = nn.Linear(width, out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(F.silu(self.up_proj(x)))
@@ -62,7 +54,7 @@ class LatticeLayer(nn.Module):
         self.attn_norm = RMSNorm(hidden, eps)
         self.attn = LatticeAttention(hidden, num_heads)
         self.mlp_norm = RMSNorm(hidden, eps)
-        self.mlp = LatticeMLP(hidden, mlp_width)
+        self.mlp = SiluMLP(hidden, mlp_width, hidden)
 
     def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), bias)
@@ -84,7 +76,7 @@ class LiLiCorrHead(nn.Module):
         self.token_proj = nn.Linear(M, h) if h != M else nn.Identity()
         self.pass_hidden_proj = nn.Linear(M, h)
         self.feature_norm = nn.LayerNorm(NUM_FEATURES, eps=FEATURE_NORM_EPS)
-        self.feature_mlp = FeatureMLP(h)
+        self.feature_mlp = SiluMLP(NUM_FEATURES, h, h)
         self.slot_embedding = nn.Parameter(torch.randn(1, 1, B - 1, 1, h) * 0.02)
         self.rank_embedding = nn.Parameter(torch.randn(1, 1, 1, K, h) * 0.02)
         self.relative_slot_bias = nn.Parameter(torch.zeros(num_heads, 2 * B - 1))
