@@ -3,6 +3,8 @@ then fp32 start and pair scores. Parameter names are the checkpoint's, minus `li
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -10,7 +12,7 @@ from torch import nn
 from lilicorr_ckpt.geometry import Geometry
 
 from .layers import RMSNorm
-from .ops import lattice_scores
+from .ops import candidate_features, lattice_scores
 
 NUM_FEATURES = 5
 FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it
@@ -90,35 +92,18 @@ class LiLiCorrHead(nn.Module):
         self.out_head = nn.Linear(h, factor_dim)
         self.in_head = nn.Linear(h, factor_dim)
         self.anchor_out_head = nn.Linear(h, factor_dim)
-        self._bias_cache: dict[tuple[int, int], tuple[tuple, torch.Tensor]] = {}
-        self._rank_cache: dict[tuple[int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+        self._derived_cache: dict[tuple, tuple[tuple, torch.Tensor]] = {}
 
-    def features(self, log_probs: torch.Tensor) -> torch.Tensor:
-        """φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], fp32. [b, S, K] -> [b, S, K, 5]."""
-        lp = log_probs.float()
-        rank_frac, is_top = self._rank_features(lp.shape[-1], lp.device)
-        return torch.stack([lp, lp.exp(), lp - lp.amax(dim=-1, keepdim=True), rank_frac.expand_as(lp),
-                            is_top.expand_as(lp)], dim=-1)
-
-    def _rank_features(self, k: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """(k/(K-1) (0 when K = 1), 1{k = 0}) as fp32 [K] constants, built once per device."""
-        cached = self._rank_cache.get((k, device))
-        if cached is None:
-            rank = torch.arange(k, device=device, dtype=torch.float32)
-            cached = ((rank / (k - 1) if k > 1 else torch.zeros_like(rank)), (rank == 0).float())
-            self._rank_cache[(k, device)] = cached
-        return cached
-
-    def cached_attention_bias(self, slots: int, topk: int) -> torch.Tensor:
-        """`attention_bias`, rebuilt only when the bias parameters change (it is per-geometry constant, and
-        recomputing it costs a dozen small kernels per block)."""
-        key = (slots, topk, self.relative_slot_bias.device, self.relative_slot_bias.dtype,
-               self.relative_slot_bias._version, self.same_slot_bias._version)
-        cached = self._bias_cache.get(key[:2])
-        if cached is None or cached[0] != key:
-            cached = (key, self.attention_bias(slots, topk).detach())
-            self._bias_cache[key[:2]] = cached
-        return cached[1]
+    def _derived(self, name: str, args: tuple, params: tuple[torch.Tensor, ...],
+                 build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """A tensor derived from parameters only (constant per geometry), rebuilt when they change:
+        rebuilding it every block would cost a dozen small kernels."""
+        stamp = tuple((p.device, p.dtype, p._version) for p in params)
+        hit = self._derived_cache.get((name, *args))
+        if hit is None or hit[0] != stamp:
+            hit = (stamp, build().detach())
+            self._derived_cache[(name, *args)] = hit
+        return hit[1]
 
     def attention_bias(self, slots: int, topk: int) -> torch.Tensor:
         """[N, S·K, S·K]: relative_slot_bias by signed slot distance (trained offset B-1) + same_slot_bias."""
@@ -139,14 +124,18 @@ class LiLiCorrHead(nn.Module):
             raise ValueError(f"lattice [{slots} slots x {k} candidates] does not fit the head "
                              f"(at most {self.block_size - 1} slots, exactly {self.candidate_topk} candidates)")
         dtype = self.pass_hidden_proj.weight.dtype
+        features = candidate_features(candidate_log_probs, self.feature_norm.weight, self.feature_norm.bias,
+                                      self.feature_norm.eps, dtype)  # [b, S, K, 5]
+        positions = self._derived("positions", (slots,), (self.slot_embedding, self.rank_embedding),
+                                  lambda: self.slot_embedding[0, :, :slots] + self.rank_embedding[0])  # [1, S, K, h]
         x = (self.token_proj(candidate_embeddings.to(dtype))
              + self.pass_hidden_proj(pass_hidden.to(dtype))[:, :, None]
-             + self.feature_mlp(self.feature_norm(self.features(candidate_log_probs).to(dtype)))
-             + self.slot_embedding[0, :, :slots]
-             + self.rank_embedding[0])  # [b, S, K, h]
+             + self.feature_mlp(features)
+             + positions)  # [b, S, K, h]
         h = x.shape[-1]
         x = x.reshape(b, slots * k, h)
-        bias = self.cached_attention_bias(slots, k)
+        bias = self._derived("bias", (slots, k), (self.relative_slot_bias, self.same_slot_bias),
+                             lambda: self.attention_bias(slots, k))
         for layer in self.layers:
             x = layer(x, bias)
         c = self.output_norm(x).view(b, slots, k, h)

@@ -110,6 +110,32 @@ def lattice_scores(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_v
     return lattice_scores_reference(out_vectors, in_vectors, anchor_vector, vector_eps, logit_scale)
 
 
+def candidate_features_reference(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                                 dtype: torch.dtype) -> torch.Tensor:
+    """The head's per-candidate features, normalised: LayerNorm(5)(φ) with
+    φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}] computed in fp32 and cast to `dtype` first.
+
+    log_probs [..., K] -> [..., K, 5] in `dtype`.
+    """
+    lp = log_probs.float()
+    k = lp.shape[-1]
+    rank = torch.arange(k, device=lp.device, dtype=torch.float32)
+    rank_frac = (rank / (k - 1) if k > 1 else torch.zeros_like(rank)).expand_as(lp)
+    is_top = (rank == 0).float().expand_as(lp)
+    phi = torch.stack([lp, lp.exp(), lp - lp.amax(dim=-1, keepdim=True), rank_frac, is_top], dim=-1)
+    return torch.nn.functional.layer_norm(phi.to(dtype), (5,), weight, bias, eps)
+
+
+def candidate_features(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """`candidate_features_reference`, as one Triton kernel on CUDA."""
+    if _use_triton(log_probs, weight):
+        from .kernels.triton_ops import candidate_features_triton
+
+        return candidate_features_triton(log_probs, weight, bias, eps, dtype)
+    return candidate_features_reference(log_probs, weight, bias, eps, dtype)
+
+
 def _clean(scores: torch.Tensor) -> torch.Tensor:
     x = scores.float()
     return torch.where(torch.isnan(x), float("-inf"), x)

@@ -327,3 +327,45 @@ def lattice_scores_triton(out_vectors: torch.Tensor, in_vectors: torch.Tensor, a
                                   anchor_vector.stride(0), BLOCK_K=triton.next_power_of_2(k),
                                   BLOCK_F=max(16, min(128, 4096 // triton.next_power_of_2(k) ** 2)), num_warps=4)
     return start, pairs
+
+
+# ---------------------------------------------------------------- candidate features + LayerNorm(5)
+
+
+@triton.jit
+def _candidate_features(lp_ptr, w_ptr, b_ptr, out_ptr, K, eps, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)  # one (batch, slot) row of K candidates
+    offs = tl.arange(0, BLOCK_K)
+    ok = offs < K
+    lp = tl.load(lp_ptr + row * K + offs, mask=ok, other=0.0).to(tl.float32)
+    top = tl.max(tl.where(ok, lp, float("-inf")), axis=0)
+    rank = offs.to(tl.float32)
+    dtype = out_ptr.dtype.element_ty
+    # φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], rounded to the model dtype as the reference
+    f0 = lp.to(dtype).to(tl.float32)
+    f1 = tl.exp(lp).to(dtype).to(tl.float32)
+    f2 = (lp - top).to(dtype).to(tl.float32)
+    f3 = (rank / tl.maximum(K - 1, 1).to(tl.float32)).to(dtype).to(tl.float32)
+    f4 = tl.where(offs == 0, 1.0, 0.0)
+    mean = (f0 + f1 + f2 + f3 + f4) / 5.0
+    var = ((f0 - mean) * (f0 - mean) + (f1 - mean) * (f1 - mean) + (f2 - mean) * (f2 - mean)
+           + (f3 - mean) * (f3 - mean) + (f4 - mean) * (f4 - mean)) / 5.0
+    inv = 1.0 / tl.sqrt(var + eps)
+    base = out_ptr + (row * K + offs) * 5
+    tl.store(base + 0, ((f0 - mean) * inv * tl.load(w_ptr + 0).to(tl.float32) + tl.load(b_ptr + 0).to(tl.float32)).to(dtype), mask=ok)
+    tl.store(base + 1, ((f1 - mean) * inv * tl.load(w_ptr + 1).to(tl.float32) + tl.load(b_ptr + 1).to(tl.float32)).to(dtype), mask=ok)
+    tl.store(base + 2, ((f2 - mean) * inv * tl.load(w_ptr + 2).to(tl.float32) + tl.load(b_ptr + 2).to(tl.float32)).to(dtype), mask=ok)
+    tl.store(base + 3, ((f3 - mean) * inv * tl.load(w_ptr + 3).to(tl.float32) + tl.load(b_ptr + 3).to(tl.float32)).to(dtype), mask=ok)
+    tl.store(base + 4, ((f4 - mean) * inv * tl.load(w_ptr + 4).to(tl.float32) + tl.load(b_ptr + 4).to(tl.float32)).to(dtype), mask=ok)
+
+
+def candidate_features_triton(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+                              dtype: torch.dtype) -> torch.Tensor:
+    """log_probs [..., K] -> LayerNorm(5)(φ) [..., K, 5] in `dtype`, one program per row of K candidates."""
+    k = log_probs.shape[-1]
+    rows = log_probs.reshape(-1, k).contiguous()
+    out = torch.empty((*log_probs.shape, 5), device=log_probs.device, dtype=dtype)
+    if rows.shape[0]:
+        _candidate_features[(rows.shape[0],)](rows, weight, bias, out, k, eps,
+                                              BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
+    return out
