@@ -40,14 +40,15 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
 
     def must_stay_float(self, module: str) -> bool:
         """The linear `module` (canonical name) must be stored in float for this runtime."""
-        return _matches(module, self.float_forced + self.float_required)
+        return matches_any(module, self.float_forced + self.float_required)
 
     def may_quantize(self, module: str) -> bool:
         """The runtime is known to load `module` quantized (when its config quantizes it)."""
-        return not self.must_stay_float(module) and not _matches(module, self.quant_unconfirmed)
+        return not self.must_stay_float(module) and not matches_any(module, self.quant_unconfirmed)
 
 
-def _matches(module: str, patterns: tuple[str, ...]) -> bool:
+def matches_any(module: str, patterns: tuple[str, ...]) -> bool:
+    """`module` (a canonical name) matches one of these fnmatch patterns."""
     return any(fnmatch.fnmatchcase(module, p) for p in patterns)
 
 

@@ -219,9 +219,6 @@ def excluded_by(matcher: str, module: str, patterns: tuple[str, ...],
     raise ValueError(f"unknown matcher {matcher!r}")
 
 
-def matches_any(module: str, patterns: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
-
 
 # ---------------------------------------------------------------- pattern hygiene
 

@@ -23,8 +23,8 @@ from .manifest import (
     component_of_name,
     quant_scheme,
 )
-from .profiles import RuntimeProfile
-from .quant import MATCHERS, QuantConfig, excluded_by, matches_any, pattern_problems
+from .profiles import RuntimeProfile, matches_any
+from .quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
 from .source import Source
 from .target import TargetInfo
 from .tensors import TensorInfo, TensorTable
@@ -936,7 +936,7 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
                     note("LC308", module, [p.name], f"{qc.quant_algo} in {qc.source} does not quantize it")
                 elif exclusion.excluded:
                     note("LC308", module, [p.name], f"`{exclusion.pattern}` matches it as `{exclusion.prefix}`")
-                elif matches_any(module, p.quant_unconfirmed):
+                elif not p.may_quantize(module):
                     note("LC314", module, [p.name])
             elif state == "float":
                 would_quantize = scheme is not None and not forced and not exclusion.excluded

@@ -45,7 +45,7 @@ def read_target(spec: str) -> TargetInfo:
     path = Path(spec).expanduser()
     if path.is_file() and path.suffix == ".gguf":
         return read_gguf_target(path)
-    root, link_root = resolve_path(spec, "target")
+    root, _ = resolve_path(spec, "target")
     config_path = root / "config.json"
     if not config_path.is_file():
         ggufs = sorted(root.glob("*.gguf"))

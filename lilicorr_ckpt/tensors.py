@@ -88,8 +88,8 @@ def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str
         with safe_open(str(path), framework="numpy") as handle:
             names = list(handle.keys())
             library_metadata = handle.metadata() or {}
-            library = {name: (handle.get_slice(name).get_dtype(), tuple(handle.get_slice(name).get_shape()))
-                       for name in names}
+            slices = {name: handle.get_slice(name) for name in names}
+            library = {name: (view.get_dtype(), tuple(view.get_shape())) for name, view in slices.items()}
     except SafetensorError as exc:
         raise InputError(f"{label}: corrupt safetensors: {exc}") from None
     except Exception as exc:  # the binding also raises OSError/ValueError on odd files

@@ -15,8 +15,7 @@ from ..config import ARCHITECTURES, load_json_object, parse_config
 from ..errors import InputError, UsageError
 from ..geometry import resolve_geometry
 from ..manifest import DTYPE_BYTES, QUANT_SUFFIXES, Manifest, build_manifest
-from ..profiles import select_profiles
-from ..quant import matches_any
+from ..profiles import matches_any, select_profiles
 from ..source import Source, open_source, read_small
 from ..stwrite import Entry, header_bytes, layout
 from ..tensors import TensorInfo, TensorTable, read_tensor_table
