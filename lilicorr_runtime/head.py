@@ -12,7 +12,7 @@ from torch import nn
 from lilicorr_ckpt.geometry import Geometry
 
 from .layers import RMSNorm
-from .ops import candidate_features, lattice_scores
+from .ops import feature_hidden, lattice_attention, lattice_scores, residual_norm
 
 NUM_FEATURES = 5
 FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it
@@ -41,16 +41,15 @@ class LatticeAttention(nn.Module):
         self.out_proj = nn.Linear(hidden, hidden)
         nn.init.xavier_uniform_(self.in_proj_weight)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        # x [b, n, h], bias [N, n, n]
-        b, n, h = x.shape
-        qkv = F.linear(x, self.in_proj_weight, self.in_proj_bias)  # [b, n, 3h]
-        q, k, v = qkv.view(b, n, 3, self.num_heads, h // self.num_heads).permute(2, 0, 3, 1, 4)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype)[None])  # [b, N, n, h/N]
-        return self.out_proj(out.transpose(1, 2).reshape(b, n, h))
+    def mixed(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """The heads' outputs before out_proj: x [b, n, h], bias [N, n, n] -> [b, n, h]."""
+        return lattice_attention(F.linear(x, self.in_proj_weight, self.in_proj_bias), bias, self.num_heads)
 
 
 class LatticeLayer(nn.Module):
+    """x + attn(attn_norm(x)), then x + mlp(mlp_norm(x)). The forward takes attn_norm(x) ready-made and
+    returns the next norm of its output, so each residual add runs fused with the norm that follows it."""
+
     def __init__(self, hidden: int, num_heads: int, mlp_width: int, eps: float):
         super().__init__()
         self.attn_norm = RMSNorm(hidden, eps)
@@ -58,9 +57,15 @@ class LatticeLayer(nn.Module):
         self.mlp_norm = RMSNorm(hidden, eps)
         self.mlp = SiluMLP(hidden, mlp_width, hidden)
 
-    def forward(self, x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.attn_norm(x), bias)
-        return x + self.mlp(self.mlp_norm(x))
+    def forward(self, x: torch.Tensor, x_normed: torch.Tensor, bias: torch.Tensor, next_norm: RMSNorm,
+                anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """x [b, n, h] and attn_norm(x) -> (the layer's output x', next_norm(x')), or with anchor [b, h]
+        the factor input [x'', a, x'' ⊙ a] (x'' = next_norm(x')) in place of next_norm(x')."""
+        out_proj, down = self.attn.out_proj, self.mlp.down_proj
+        x, y = residual_norm(x, F.linear(self.attn.mixed(x_normed, bias), out_proj.weight), out_proj.bias,
+                             self.mlp_norm.weight, self.mlp_norm.eps)
+        hidden = F.silu(self.mlp.up_proj(y))
+        return residual_norm(x, F.linear(hidden, down.weight), down.bias, next_norm.weight, next_norm.eps, anchor)
 
 
 class LiLiCorrHead(nn.Module):
@@ -98,7 +103,7 @@ class LiLiCorrHead(nn.Module):
                  build: Callable[[], torch.Tensor]) -> torch.Tensor:
         """A tensor derived from parameters only (constant per geometry), rebuilt when they change:
         rebuilding it every block would cost a dozen small kernels."""
-        stamp = tuple((p.device, p.dtype, p._version) for p in params)
+        stamp = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in params)
         hit = self._derived_cache.get((name, *args))
         if hit is None or hit[0] != stamp:
             hit = (stamp, build().detach())
@@ -124,32 +129,59 @@ class LiLiCorrHead(nn.Module):
             raise ValueError(f"lattice [{slots} slots x {k} candidates] does not fit the head "
                              f"(at most {self.block_size - 1} slots, exactly {self.candidate_topk} candidates)")
         dtype = self.pass_hidden_proj.weight.dtype
-        features = candidate_features(candidate_log_probs, self.feature_norm.weight, self.feature_norm.bias,
-                                      self.feature_norm.eps, dtype)  # [b, S, K, 5]
-        positions = self._derived("positions", (slots,), (self.slot_embedding, self.rank_embedding),
-                                  lambda: self.slot_embedding[0, :, :slots] + self.rank_embedding[0])  # [1, S, K, h]
-        x = (self.token_proj(candidate_embeddings.to(dtype))
-             + self.pass_hidden_proj(pass_hidden.to(dtype))[:, :, None]
-             + self.feature_mlp(features)
-             + positions)  # [b, S, K, h]
-        h = x.shape[-1]
-        x = x.reshape(b, slots * k, h)
-        bias = self._derived("bias", (slots, k), (self.relative_slot_bias, self.same_slot_bias),
-                             lambda: self.attention_bias(slots, k))
-        for layer in self.layers:
-            x = layer(x, bias)
-        c = self.output_norm(x).view(b, slots, k, h)
+        rows, h = b * slots * k, self.pass_hidden_proj.weight.shape[0]
 
+        # the anchor first: the last lattice layer writes the factor input with it
         anchor = self.context_proj(anchor_hidden.to(dtype))  # [b, h]
         if anchor_valid is not None:
             # branch-free: an invalid anchor becomes exactly zero, and RMSNorm keeps it zero
             anchor = anchor * anchor_valid.to(dtype)[:, None]
         a = self.anchor_norm(anchor)
-        a_nodes = a[:, None, None].expand_as(c)
-        f = F.silu(self.factor_input_proj(torch.cat([c, a_nodes, c * a_nodes], dim=-1)))  # [b, S, K, h]
 
+        # node inputs: token_proj(E) + pass_hidden_proj(P) + feature_mlp(φ) + slot and rank embeddings. The
+        # three biases and the embeddings are one cached constant, and the two large products accumulate
+        # into the sum in place (GEMMs with beta = 1), so no add kernel runs for them.
+        token, passing, down = self.token_proj, self.pass_hidden_proj, self.feature_mlp.down_proj
+        linear_token = isinstance(token, nn.Linear)
+        constant = self._derived(
+            "inputs", (slots,),
+            (self.slot_embedding, self.rank_embedding, passing.bias, down.bias) + ((token.bias,) if linear_token else ()),
+            lambda: (self.slot_embedding[0, 0, :slots] + self.rank_embedding[0, 0, 0] + passing.bias + down.bias
+                     + (token.bias if linear_token else 0)))  # [S, K, h]
+        x = (F.linear(pass_hidden.to(dtype), passing.weight)[:, :, None] + constant).view(rows, h)
+        embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
+        if linear_token:
+            x.addmm_(embeddings, token.weight.t())
+        else:
+            x.add_(embeddings)
+        up = self.feature_mlp.up_proj
+        features = feature_hidden(candidate_log_probs, self.feature_norm.weight, self.feature_norm.bias,
+                                  self.feature_norm.eps, up.weight, up.bias)  # [b, S, K, h]
+        x.addmm_(features.view(rows, h), down.weight.t())
+        x = x.view(b, slots * k, h)
+
+        bias = self._derived("bias", (slots, k), (self.relative_slot_bias, self.same_slot_bias),
+                             lambda: self.attention_bias(slots, k))
+        layers = list(self.layers)
+        if layers:
+            x_normed = layers[0].attn_norm(x)
+            for i, layer in enumerate(layers):
+                last = i + 1 == len(layers)
+                x, x_normed = layer(x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm,
+                                    a if last else None)
+            factor_input = x_normed
+        else:
+            _, factor_input = residual_norm(x, None, None, self.output_norm.weight, self.output_norm.eps, a)
+        f = F.silu(self.factor_input_proj(factor_input))  # [b, S·K, h]: SiLU(W [c, a, c ⊙ a] + b)
+
+        # out_head and in_head read the same f: one GEMM over their stacked weights
+        fd = self.out_head.weight.shape[0]
+        pair = (self.out_head.weight, self.out_head.bias, self.in_head.weight, self.in_head.bias)
+        weight = self._derived("vector_weight", (), pair, lambda: torch.cat([pair[0], pair[2]]))
+        vector_bias = self._derived("vector_bias", (), pair, lambda: torch.cat([pair[1], pair[3]]))
+        vectors = F.linear(f, weight, vector_bias).view(b, slots, k, 2 * fd)
         # unit out/in/anchor vectors and their scaled dot products, fp32: start [b, K], pairs [b, S-1, K, K]
-        return lattice_scores(self.out_head(f), self.in_head(f), self.anchor_out_head(a), self.vector_eps,
+        return lattice_scores(vectors[..., :fd], vectors[..., fd:], self.anchor_out_head(a), self.vector_eps,
                               self.logit_scale)
 
 

@@ -136,6 +136,73 @@ def candidate_features(log_probs: torch.Tensor, weight: torch.Tensor, bias: torc
     return candidate_features_reference(log_probs, weight, bias, eps, dtype)
 
 
+def feature_hidden_reference(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
+                             up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
+    """The feature MLP's hidden layer: SiLU(up(LayerNorm(5)(φ))). log_probs [..., K] -> [..., K, H] in
+    up_weight's dtype."""
+    features = candidate_features_reference(log_probs, norm_weight, norm_bias, eps, up_weight.dtype)
+    return torch.nn.functional.silu(torch.nn.functional.linear(features, up_weight, up_bias))
+
+
+def feature_hidden(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
+                   up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
+    """`feature_hidden_reference`, as one Triton kernel on CUDA (features, LayerNorm, the 5-input Linear, SiLU)."""
+    if _use_triton(log_probs, up_weight):
+        from .kernels.triton_ops import feature_hidden_triton
+
+        return feature_hidden_triton(log_probs, norm_weight, norm_bias, eps, up_weight, up_bias)
+    return feature_hidden_reference(log_probs, norm_weight, norm_bias, eps, up_weight, up_bias)
+
+
+def residual_norm_reference(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None,
+                            weight: torch.Tensor, eps: float,
+                            anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """A residual update and the next RMSNorm: x [b, n, H] += delta + bias (None: no update), y = RMSNorm(x).
+
+    With anchor [b, H] (the normalised anchor), y is the factor input [b, n, 3H] = [y, a, y ⊙ a] instead.
+    Returns (x, y). Each sum is rounded to x's dtype as the unfused module computes it.
+    """
+    if delta is not None:
+        x = x + (delta if bias is None else delta + bias)
+    y = rms_norm_reference(x, weight, eps)
+    if anchor is not None:
+        a = anchor[:, None].expand_as(y).to(y.dtype)
+        y = torch.cat([y, a, y * a], dim=-1)
+    return x, y
+
+
+def residual_norm(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None, weight: torch.Tensor,
+                  eps: float, anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """`residual_norm_reference`, as one Triton kernel per row on CUDA."""
+    if _use_triton(x, weight):
+        from .kernels.triton_ops import residual_norm_triton
+
+        return residual_norm_triton(x, delta, bias, weight, eps, anchor)
+    return residual_norm_reference(x, delta, bias, weight, eps, anchor)
+
+
+def lattice_attention_reference(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Bidirectional multi-head attention over the lattice nodes with an additive bias.
+
+    qkv [b, n, 3h] (q, k, v stacked, as nn.MultiheadAttention's in_proj), bias [N, n, n] -> [b, n, h]:
+    softmax(q kᵀ / sqrt(h/N) + bias) v per head.
+    """
+    b, n, three_h = qkv.shape
+    h = three_h // 3
+    q, k, v = qkv.view(b, n, 3, num_heads, h // num_heads).permute(2, 0, 3, 1, 4)
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype)[None])
+    return out.transpose(1, 2).reshape(b, n, h)
+
+
+def lattice_attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """`lattice_attention_reference`, as one Triton kernel on CUDA (reads q, k, v in place, writes [b, n, h])."""
+    if _use_triton(qkv, bias) and (qkv.shape[-1] // 3) % num_heads == 0:
+        from .kernels.triton_ops import lattice_attention_triton
+
+        return lattice_attention_triton(qkv, bias, num_heads)
+    return lattice_attention_reference(qkv, bias, num_heads)
+
+
 def _clean(scores: torch.Tensor) -> torch.Tensor:
     x = scores.float()
     return torch.where(torch.isnan(x), float("-inf"), x)

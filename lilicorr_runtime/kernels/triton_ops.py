@@ -9,6 +9,8 @@ Shared conventions (the references implement exactly the same):
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -17,6 +19,7 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
+ATTENTION_BLOCK_M = 32  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 4 blocks)
 NEG_INF = float("-inf")
 
 
@@ -146,6 +149,11 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
 
 
 # ---------------------------------------------------------------- lattice walks
+#
+# One program per row. The whole lattice of the row ([S-1, K, K] pair scores and [S, K] ids, a few
+# thousand values) is loaded once, up front, into registers: the walk is a chain of S dependent picks,
+# and fetching each picked row from memory would put S global-memory round trips on that chain. A row is
+# selected out of the registers with an exact masked sum (every other entry contributes +0.0).
 
 
 @triton.jit
@@ -156,19 +164,58 @@ def _row_argmax(x, offs, K):
 
 
 @triton.jit
+def _load_lattice(pairs_ptr, ids_ptr, b, S, K, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s,
+                  s_ids_k, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
+    """pair rows [BLOCK_R, BLOCK_K] (row r = (slot-1)·K + i) and ids [BLOCK_S, BLOCK_K] of one batch row."""
+    offs = tl.arange(0, BLOCK_K)
+    r = tl.arange(0, BLOCK_R)
+    r_ok = r < (S - 1) * K
+    ptr = pairs_ptr + b * s_pairs_b + (r // K)[:, None] * s_pairs_s + (r % K)[:, None] * s_pairs_i \
+        + offs[None, :] * s_pairs_j
+    pairs = tl.load(ptr, mask=r_ok[:, None] & (offs[None, :] < K), other=float("-inf")).to(tl.float32)
+    slots = tl.arange(0, BLOCK_S)
+    ids = tl.load(ids_ptr + b * s_ids_b + slots[:, None] * s_ids_s + offs[None, :] * s_ids_k,
+                  mask=(slots[:, None] < S) & (offs[None, :] < K), other=0)
+    return pairs, ids
+
+
+@triton.jit
+def _pair_row(pairs, s, c, K, BLOCK_R: tl.constexpr):
+    """The scores following pick c at slot s-1: row (s-1)·K + c of the register-resident pairs, exactly."""
+    r = tl.arange(0, BLOCK_R)
+    return tl.sum(tl.where(r[:, None] == (s - 1) * K + c, pairs, 0.0), axis=0)
+
+
+@triton.jit
+def _pick_id(ids, s, c, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
+    slots = tl.arange(0, BLOCK_S)
+    offs = tl.arange(0, BLOCK_K)
+    return tl.sum(tl.sum(tl.where((slots[:, None] == s) & (offs[None, :] == c), ids, 0), axis=1), axis=0)
+
+
+@triton.jit
 def _greedy_walk(start_ptr, pairs_ptr, ids_ptr, tokens_ptr, S, K,
                  s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k, s_tok_b,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
+    slots = tl.arange(0, BLOCK_S)
+    pairs, ids = _load_lattice(pairs_ptr, ids_ptr, b, S, K, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b,
+                               s_ids_s, s_ids_k, BLOCK_R, BLOCK_S, BLOCK_K)
     row = tl.load(start_ptr + b * s_start_b + offs, mask=offs < K, other=float("-inf")).to(tl.float32)
     c = _row_argmax(row, offs, K)
-    tl.store(tokens_ptr + b * s_tok_b, tl.load(ids_ptr + b * s_ids_b + c * s_ids_k))
+    tokens = tl.where(slots == 0, _pick_id(ids, 0, c, BLOCK_S, BLOCK_K), tl.zeros((BLOCK_S,), ids.dtype))
     for s in range(1, S):
-        ptr = pairs_ptr + b * s_pairs_b + (s - 1) * s_pairs_s + c * s_pairs_i + offs * s_pairs_j
-        row = tl.load(ptr, mask=offs < K, other=float("-inf")).to(tl.float32)
-        c = _row_argmax(row, offs, K)
-        tl.store(tokens_ptr + b * s_tok_b + s, tl.load(ids_ptr + b * s_ids_b + s * s_ids_s + c * s_ids_k))
+        c = _row_argmax(_pair_row(pairs, s, c, K, BLOCK_R), offs, K)
+        tokens = tl.where(slots == s, _pick_id(ids, s, c, BLOCK_S, BLOCK_K), tokens)
+    tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
+
+
+def _walk_blocks(s: int, k: int) -> dict[str, int]:
+    block_k = max(16, triton.next_power_of_2(k))
+    block_r = max(16, triton.next_power_of_2(max((s - 1) * k, 1)))
+    return {"BLOCK_R": block_r, "BLOCK_S": max(16, triton.next_power_of_2(s)), "BLOCK_K": block_k,
+            "num_warps": 4 if block_r * block_k <= 8192 else 8}
 
 
 def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -178,7 +225,7 @@ def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
     if b == 0 or s == 0:
         return tokens
     _greedy_walk[(b,)](start, pairs, ids, tokens, s, k, start.stride(0), *pairs.stride(), *ids.stride(),
-                       tokens.stride(0), BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
+                       tokens.stride(0), **_walk_blocks(s, k))
     return tokens
 
 
@@ -209,21 +256,26 @@ def _sample_slot(row, offs, K, u, t, greedy):
 @triton.jit
 def _sample_walk(start_ptr, pairs_ptr, ids_ptr, u_ptr, temp_ptr, greedy_ptr, tokens_ptr, q_ptr, S, K,
                  s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k,
-                 s_u_b, s_u_s, s_tok_b, s_q_b, s_q_s, BLOCK_K: tl.constexpr):
+                 s_u_b, s_u_s, s_tok_b, s_q_b, s_q_s,
+                 BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
+    slots = tl.arange(0, BLOCK_S)
     t = tl.maximum(tl.load(temp_ptr + b).to(tl.float32), 1e-5)
     greedy = tl.load(greedy_ptr + b) != 0
+    pairs, ids = _load_lattice(pairs_ptr, ids_ptr, b, S, K, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b,
+                               s_ids_s, s_ids_k, BLOCK_R, BLOCK_S, BLOCK_K)
+    uniforms = tl.load(u_ptr + b * s_u_b + slots * s_u_s, mask=slots < S, other=0.0).to(tl.float32)
     row = tl.load(start_ptr + b * s_start_b + offs, mask=offs < K, other=float("-inf")).to(tl.float32)
-    c, q = _sample_slot(row, offs, K, tl.load(u_ptr + b * s_u_b).to(tl.float32), t, greedy)
+    c, q = _sample_slot(row, offs, K, tl.sum(tl.where(slots == 0, uniforms, 0.0), axis=0), t, greedy)
     tl.store(q_ptr + b * s_q_b + offs, q, mask=offs < K)
-    tl.store(tokens_ptr + b * s_tok_b, tl.load(ids_ptr + b * s_ids_b + c * s_ids_k))
+    tokens = tl.where(slots == 0, _pick_id(ids, 0, c, BLOCK_S, BLOCK_K), tl.zeros((BLOCK_S,), ids.dtype))
     for s in range(1, S):
-        ptr = pairs_ptr + b * s_pairs_b + (s - 1) * s_pairs_s + c * s_pairs_i + offs * s_pairs_j
-        row = tl.load(ptr, mask=offs < K, other=float("-inf")).to(tl.float32)
-        c, q = _sample_slot(row, offs, K, tl.load(u_ptr + b * s_u_b + s * s_u_s).to(tl.float32), t, greedy)
+        u = tl.sum(tl.where(slots == s, uniforms, 0.0), axis=0)
+        c, q = _sample_slot(_pair_row(pairs, s, c, K, BLOCK_R), offs, K, u, t, greedy)
         tl.store(q_ptr + b * s_q_b + s * s_q_s + offs, q, mask=offs < K)
-        tl.store(tokens_ptr + b * s_tok_b + s, tl.load(ids_ptr + b * s_ids_b + s * s_ids_s + c * s_ids_k))
+        tokens = tl.where(slots == s, _pick_id(ids, s, c, BLOCK_S, BLOCK_K), tokens)
+    tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
 
 
 def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
@@ -237,7 +289,7 @@ def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
     greedy = greedy_mask.to(torch.int8)
     _sample_walk[(b,)](start, pairs, ids, uniforms, temperatures, greedy, tokens, q, s, k, start.stride(0),
                        *pairs.stride(), *ids.stride(), *uniforms.stride(), tokens.stride(0), q.stride(0), q.stride(1),
-                       BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
+                       **_walk_blocks(s, k))
     return tokens, q
 
 
@@ -273,7 +325,9 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 # ---------------------------------------------------------------- lattice scores
 #
 # start[b, j] = s * <n(anchor[b]), n(in[b, 0, j])>, pairs[b, t, i, j] = s * <n(out[b, t, i]), n(in[b, t+1, j])>
-# with n(v) = v / max(|v|, eps): normalisation, dot products and scale in one program per (row, slot).
+# with n(v) = v / max(|v|, eps). One program per (row, slot, left vector): it loads the left vector and
+# the K right vectors of the next slot in one go (no dependent loop on the critical path), and computes
+# norms, dots and scale. Slot 0's left vector is the anchor; only its first program has work.
 
 
 @triton.jit
@@ -281,34 +335,34 @@ def _lattice_scores(out_ptr, in_ptr, anchor_ptr, start_ptr, pairs_ptr, S, K, F, 
                     s_out_b, s_out_s, s_out_k, s_in_b, s_in_s, s_in_k, s_anchor_b,
                     BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr):
     pid = tl.program_id(0)
-    b = (pid // S).to(tl.int64)
-    s = pid % S  # 0: the anchor against slot 0; t >= 1: slot t-1 against slot t
+    i = pid % K
+    s = (pid // K) % S  # 0: the anchor against slot 0; t >= 1: slot t-1 (vector i) against slot t
+    b = (pid // (K * S)).to(tl.int64)
     rows = tl.arange(0, BLOCK_K)
     cols = tl.arange(0, BLOCK_F)
+    # the flags as vectors (the same value in every lane): masks must be tensors in Triton's interpreter
+    from_slot = (cols * 0 + s) > 0
+    from_anchor = (cols * 0 + s + i) == 0
+    slot_rows = (rows * 0 + s) > 0
+    anchor_rows = (rows * 0 + s + i) == 0
     row_ok = rows < K
-    from_anchor = (rows * 0 + s) == 0  # [BLOCK_K], the same flag in every lane
-    from_slot = (rows * 0 + s) > 0
-    acc = tl.zeros((BLOCK_K, BLOCK_K), tl.float32)
-    out_sq = tl.zeros((BLOCK_K,), tl.float32)
-    in_sq = tl.zeros((BLOCK_K,), tl.float32)
+    dots = tl.zeros((BLOCK_K,), tl.float32)
+    right_sq = tl.zeros((BLOCK_K,), tl.float32)
+    left_sq = tl.zeros((BLOCK_F,), tl.float32)
     for f0 in range(0, F, BLOCK_F):
         f_ok = (f0 + cols) < F
-        prev = tl.load(out_ptr + b * s_out_b + (s - 1) * s_out_s + rows[:, None] * s_out_k + (f0 + cols)[None, :],
-                       mask=from_slot[:, None] & row_ok[:, None] & f_ok[None, :], other=0.0).to(tl.float32)
-        anchor = tl.load(anchor_ptr + b * s_anchor_b + (f0 + cols)[None, :] + rows[:, None] * 0,
-                         mask=from_anchor[:, None] & (rows[:, None] == 0) & f_ok[None, :], other=0.0).to(tl.float32)
-        left = prev + anchor  # [BLOCK_K, BLOCK_F]
+        left = tl.load(out_ptr + b * s_out_b + (s - 1) * s_out_s + i * s_out_k + f0 + cols,
+                       mask=f_ok & from_slot, other=0.0).to(tl.float32) \
+            + tl.load(anchor_ptr + b * s_anchor_b + f0 + cols, mask=f_ok & from_anchor, other=0.0).to(tl.float32)
         right = tl.load(in_ptr + b * s_in_b + s * s_in_s + rows[:, None] * s_in_k + (f0 + cols)[None, :],
-                        mask=row_ok[:, None] & f_ok[None, :], other=0.0).to(tl.float32)
-        acc += tl.sum(left[:, None, :] * right[None, :, :], axis=2)
-        out_sq += tl.sum(left * left, axis=1)
-        in_sq += tl.sum(right * right, axis=1)
-    scores = acc / (tl.maximum(tl.sqrt(out_sq), eps)[:, None] * tl.maximum(tl.sqrt(in_sq), eps)[None, :]) * scale
-    ok = row_ok[:, None] & row_ok[None, :]
-    pair_ptr = pairs_ptr + (b * (S - 1) + s - 1) * K * K + rows[:, None] * K + rows[None, :]
-    tl.store(pair_ptr, scores, mask=ok & from_slot[:, None])
-    start_ptr_row = start_ptr + b * K + rows[None, :] + rows[:, None] * 0
-    tl.store(start_ptr_row, scores, mask=ok & from_anchor[:, None] & (rows[:, None] == 0))
+                        mask=row_ok[:, None] & (f_ok & (from_slot | from_anchor))[None, :], other=0.0).to(tl.float32)
+        dots += tl.sum(left[None, :] * right, axis=1)
+        right_sq += tl.sum(right * right, axis=1)
+        left_sq += left * left
+    left_norm = tl.maximum(tl.sqrt(tl.sum(left_sq, axis=0)), eps)
+    scores = dots / (left_norm * tl.maximum(tl.sqrt(right_sq), eps)) * scale
+    tl.store(pairs_ptr + ((b * (S - 1) + s - 1) * K + i) * K + rows, scores, mask=row_ok & slot_rows)
+    tl.store(start_ptr + b * K + rows, scores, mask=row_ok & anchor_rows)
 
 
 def lattice_scores_triton(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
@@ -321,15 +375,40 @@ def lattice_scores_triton(out_vectors: torch.Tensor, in_vectors: torch.Tensor, a
         out_vectors = out_vectors if out_vectors.stride(-1) == 1 else out_vectors.contiguous()
         in_vectors = in_vectors if in_vectors.stride(-1) == 1 else in_vectors.contiguous()
         anchor_vector = anchor_vector if anchor_vector.stride(-1) == 1 else anchor_vector.contiguous()
-        _lattice_scores[(b * s,)](out_vectors, in_vectors, anchor_vector, start, pairs, s, k, f, vector_eps,
-                                  logit_scale, out_vectors.stride(0), out_vectors.stride(1), out_vectors.stride(2),
-                                  in_vectors.stride(0), in_vectors.stride(1), in_vectors.stride(2),
-                                  anchor_vector.stride(0), BLOCK_K=triton.next_power_of_2(k),
-                                  BLOCK_F=max(16, min(128, 4096 // triton.next_power_of_2(k) ** 2)), num_warps=4)
+        block_k = triton.next_power_of_2(k)
+        _lattice_scores[(b * s * k,)](out_vectors, in_vectors, anchor_vector, start, pairs, s, k, f, vector_eps,
+                                      logit_scale, out_vectors.stride(0), out_vectors.stride(1),
+                                      out_vectors.stride(2), in_vectors.stride(0), in_vectors.stride(1),
+                                      in_vectors.stride(2), anchor_vector.stride(0), BLOCK_K=block_k,
+                                      BLOCK_F=max(16, min(triton.next_power_of_2(f), 8192 // block_k)), num_warps=4)
     return start, pairs
 
 
 # ---------------------------------------------------------------- candidate features + LayerNorm(5)
+
+
+@triton.jit
+def _normalized_features(lp, offs, ok, K, w_ptr, b_ptr, eps, dtype: tl.constexpr):
+    """LayerNorm(5)(φ) of one row of K candidates as five [BLOCK_K] fp32 vectors (each rounded to dtype).
+
+    φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], rounded to the model dtype as the reference.
+    """
+    top = tl.max(tl.where(ok, lp, float("-inf")), axis=0)
+    f0 = lp.to(dtype).to(tl.float32)
+    f1 = tl.exp(lp).to(dtype).to(tl.float32)
+    f2 = (lp - top).to(dtype).to(tl.float32)
+    f3 = (offs.to(tl.float32) / tl.maximum(K - 1, 1).to(tl.float32)).to(dtype).to(tl.float32)
+    f4 = tl.where(offs == 0, 1.0, 0.0)
+    mean = (f0 + f1 + f2 + f3 + f4) / 5.0
+    var = ((f0 - mean) * (f0 - mean) + (f1 - mean) * (f1 - mean) + (f2 - mean) * (f2 - mean)
+           + (f3 - mean) * (f3 - mean) + (f4 - mean) * (f4 - mean)) / 5.0
+    inv = 1.0 / tl.sqrt(var + eps)
+    n0 = ((f0 - mean) * inv * tl.load(w_ptr + 0).to(tl.float32) + tl.load(b_ptr + 0).to(tl.float32)).to(dtype)
+    n1 = ((f1 - mean) * inv * tl.load(w_ptr + 1).to(tl.float32) + tl.load(b_ptr + 1).to(tl.float32)).to(dtype)
+    n2 = ((f2 - mean) * inv * tl.load(w_ptr + 2).to(tl.float32) + tl.load(b_ptr + 2).to(tl.float32)).to(dtype)
+    n3 = ((f3 - mean) * inv * tl.load(w_ptr + 3).to(tl.float32) + tl.load(b_ptr + 3).to(tl.float32)).to(dtype)
+    n4 = ((f4 - mean) * inv * tl.load(w_ptr + 4).to(tl.float32) + tl.load(b_ptr + 4).to(tl.float32)).to(dtype)
+    return n0.to(tl.float32), n1.to(tl.float32), n2.to(tl.float32), n3.to(tl.float32), n4.to(tl.float32)
 
 
 @triton.jit
@@ -338,25 +417,14 @@ def _candidate_features(lp_ptr, w_ptr, b_ptr, out_ptr, K, eps, BLOCK_K: tl.const
     offs = tl.arange(0, BLOCK_K)
     ok = offs < K
     lp = tl.load(lp_ptr + row * K + offs, mask=ok, other=0.0).to(tl.float32)
-    top = tl.max(tl.where(ok, lp, float("-inf")), axis=0)
-    rank = offs.to(tl.float32)
     dtype = out_ptr.dtype.element_ty
-    # φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}], rounded to the model dtype as the reference
-    f0 = lp.to(dtype).to(tl.float32)
-    f1 = tl.exp(lp).to(dtype).to(tl.float32)
-    f2 = (lp - top).to(dtype).to(tl.float32)
-    f3 = (rank / tl.maximum(K - 1, 1).to(tl.float32)).to(dtype).to(tl.float32)
-    f4 = tl.where(offs == 0, 1.0, 0.0)
-    mean = (f0 + f1 + f2 + f3 + f4) / 5.0
-    var = ((f0 - mean) * (f0 - mean) + (f1 - mean) * (f1 - mean) + (f2 - mean) * (f2 - mean)
-           + (f3 - mean) * (f3 - mean) + (f4 - mean) * (f4 - mean)) / 5.0
-    inv = 1.0 / tl.sqrt(var + eps)
+    n0, n1, n2, n3, n4 = _normalized_features(lp, offs, ok, K, w_ptr, b_ptr, eps, dtype)
     base = out_ptr + (row * K + offs) * 5
-    tl.store(base + 0, ((f0 - mean) * inv * tl.load(w_ptr + 0).to(tl.float32) + tl.load(b_ptr + 0).to(tl.float32)).to(dtype), mask=ok)
-    tl.store(base + 1, ((f1 - mean) * inv * tl.load(w_ptr + 1).to(tl.float32) + tl.load(b_ptr + 1).to(tl.float32)).to(dtype), mask=ok)
-    tl.store(base + 2, ((f2 - mean) * inv * tl.load(w_ptr + 2).to(tl.float32) + tl.load(b_ptr + 2).to(tl.float32)).to(dtype), mask=ok)
-    tl.store(base + 3, ((f3 - mean) * inv * tl.load(w_ptr + 3).to(tl.float32) + tl.load(b_ptr + 3).to(tl.float32)).to(dtype), mask=ok)
-    tl.store(base + 4, ((f4 - mean) * inv * tl.load(w_ptr + 4).to(tl.float32) + tl.load(b_ptr + 4).to(tl.float32)).to(dtype), mask=ok)
+    tl.store(base + 0, n0.to(dtype), mask=ok)
+    tl.store(base + 1, n1.to(dtype), mask=ok)
+    tl.store(base + 2, n2.to(dtype), mask=ok)
+    tl.store(base + 3, n3.to(dtype), mask=ok)
+    tl.store(base + 4, n4.to(dtype), mask=ok)
 
 
 def candidate_features_triton(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
@@ -368,4 +436,180 @@ def candidate_features_triton(log_probs: torch.Tensor, weight: torch.Tensor, bia
     if rows.shape[0]:
         _candidate_features[(rows.shape[0],)](rows, weight, bias, out, k, eps,
                                               BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
+    return out
+
+
+# ---------------------------------------------------------------- feature MLP input: SiLU(up(LayerNorm(5)(φ)))
+#
+# The feature MLP's first Linear has five inputs: as a GEMM it is all overhead, so it is five FMAs per
+# output here, fused with the features, their LayerNorm and the SiLU. Grid: (row of K candidates, block of
+# hidden columns).
+
+
+@triton.jit
+def _feature_hidden(lp_ptr, nw_ptr, nb_ptr, up_w_ptr, up_b_ptr, out_ptr, K, H, eps, s_up_w,
+                    BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    offs = tl.arange(0, BLOCK_K)
+    ok = offs < K
+    c_ok = cols < H
+    dtype = out_ptr.dtype.element_ty
+    lp = tl.load(lp_ptr + row * K + offs, mask=ok, other=0.0).to(tl.float32)
+    n0, n1, n2, n3, n4 = _normalized_features(lp, offs, ok, K, nw_ptr, nb_ptr, eps, dtype)
+    w = up_w_ptr + cols * s_up_w
+    acc = tl.load(up_b_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
+        + n0[:, None] * tl.load(w + 0, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
+        + n1[:, None] * tl.load(w + 1, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
+        + n2[:, None] * tl.load(w + 2, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
+        + n3[:, None] * tl.load(w + 3, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
+        + n4[:, None] * tl.load(w + 4, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+    up = acc.to(dtype).to(tl.float32)  # the Linear's output in the model dtype, then SiLU as torch computes it
+    tl.store(out_ptr + (row * K + offs)[:, None] * H + cols[None, :], (up / (1.0 + tl.exp(-up))).to(dtype),
+             mask=ok[:, None] & c_ok[None, :])
+
+
+def feature_hidden_triton(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
+                          up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
+    """log_probs [..., K] -> SiLU(up(LayerNorm(5)(φ))) [..., K, H] in up_weight's dtype."""
+    k = log_probs.shape[-1]
+    h = up_weight.shape[0]
+    rows = log_probs.reshape(-1, k).contiguous()
+    out = torch.empty((*log_probs.shape, h), device=log_probs.device, dtype=up_weight.dtype)
+    if rows.shape[0] and h:
+        block_k = max(16, triton.next_power_of_2(k))
+        block_h = min(triton.next_power_of_2(h), 4096 // block_k)
+        _feature_hidden[(rows.shape[0], triton.cdiv(h, block_h))](
+            rows, norm_weight, norm_bias, up_weight, up_bias, out, k, h, eps, up_weight.stride(0),
+            BLOCK_K=block_k, BLOCK_H=block_h, num_warps=4)
+    return out
+
+
+# ---------------------------------------------------------------- residual update + RMSNorm (+ factor input)
+#
+# x' = x + (delta + bias) and y = RMSNorm(x') in one pass over the row, with the roundings of the unfused
+# torch code (the Linear's output and the sum each rounded to the model dtype). The last lattice layer
+# writes the factor input [y, a, y ⊙ a] (a: the row's normalised anchor) instead of y, so no concatenation
+# kernel runs either.
+
+
+@triton.jit
+def _residual_norm(x_ptr, d_ptr, bias_ptr, w_ptr, a_ptr, x_out_ptr, y_ptr, H, eps, rows_per_batch,
+                   s_x, s_d, s_xo, s_y, s_a,
+                   HAS_DELTA: tl.constexpr, HAS_BIAS: tl.constexpr, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    ok = cols < H
+    dtype = x_ptr.dtype.element_ty
+    x = tl.load(x_ptr + row * s_x + cols, mask=ok, other=0.0)
+    if HAS_DELTA:
+        update = tl.load(d_ptr + row * s_d + cols, mask=ok, other=0.0).to(tl.float32)
+        if HAS_BIAS:
+            update = (update + tl.load(bias_ptr + cols, mask=ok, other=0.0).to(tl.float32)).to(dtype)
+        x = (x.to(tl.float32) + update.to(tl.float32)).to(dtype)
+        tl.store(x_out_ptr + row * s_xo + cols, x, mask=ok)
+    x = x.to(tl.float32)
+    normed = (x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / H + eps))).to(dtype).to(tl.float32)
+    y = (tl.load(w_ptr + cols, mask=ok, other=0.0).to(tl.float32) * normed).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + row * s_y + cols, y, mask=ok)
+    if FACTOR:
+        a = tl.load(a_ptr + (row // rows_per_batch) * s_a + cols, mask=ok, other=0.0)
+        tl.store(y_ptr + row * s_y + H + cols, a.to(y_ptr.dtype.element_ty), mask=ok)
+        tl.store(y_ptr + row * s_y + 2 * H + cols, (y.to(tl.float32) * a.to(tl.float32)).to(y_ptr.dtype.element_ty),
+                 mask=ok)
+
+
+def residual_norm_triton(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None,
+                         weight: torch.Tensor, eps: float,
+                         anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """x, delta [b, n, H] -> (x + (delta + bias), RMSNorm(that)) or, with anchor [b, H], the factor input
+    [b, n, 3H] in place of the norm."""
+    b, n, h = x.shape
+    rows = x.reshape(b * n, h)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    d = None
+    if delta is not None:
+        d = delta.reshape(b * n, h)
+        d = d if d.stride(-1) == 1 else d.contiguous()
+    x_out = torch.empty_like(rows) if delta is not None else rows
+    y_dtype = torch.result_type(weight, x)
+    y = torch.empty((b * n, 3 * h if anchor is not None else h), device=x.device, dtype=y_dtype)
+    a = anchor if anchor is None or anchor.stride(-1) == 1 else anchor.contiguous()
+    if b * n:
+        block = triton.next_power_of_2(h)
+        _residual_norm[(b * n,)](rows, d if d is not None else rows, bias if bias is not None else weight, weight,
+                                 a if a is not None else weight, x_out, y, h, eps, n, rows.stride(0),
+                                 d.stride(0) if d is not None else 0, x_out.stride(0), y.stride(0),
+                                 a.stride(0) if a is not None else 0, HAS_DELTA=delta is not None,
+                                 HAS_BIAS=bias is not None, FACTOR=anchor is not None, BLOCK=block,
+                                 num_warps=4 if block <= 1024 else 8)
+    return x_out.view(b, n, h), y.view(b, n, y.shape[-1])
+
+
+# ---------------------------------------------------------------- lattice attention
+#
+# Bidirectional attention over the S·K lattice nodes with the additive slot bias [N, n, n], reading q, k, v
+# straight out of the in_proj output [b, n, 3h] and writing [b, n, h] (no transposes or copies). A
+# flash-style loop over key blocks with an online softmax; at the head's sizes (n = S·K <= a few hundred)
+# it is one or two iterations.
+
+
+@triton.jit
+def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_b, s_qkv_n, s_bias_h, s_bias_i,
+                       s_out_b, s_out_n, PRECISION: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    # Operands go to the dots as fp32: "tf32" is exact for bf16/fp16 inputs (10 mantissa bits >= 7), "ieee"
+    # keeps fp32 inputs fp32; and Triton's interpreter miscomputes bf16 dots.
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    b = (tl.program_id(1) // NH).to(tl.int64)
+    head = tl.program_id(1) % NH
+    d = tl.arange(0, BLOCK_D)
+    r_ok = rows < n
+    d_ok = d < D
+    base = qkv_ptr + b * s_qkv_b + head * D
+    q = tl.load(base + rows[:, None] * s_qkv_n + d[None, :], mask=r_ok[:, None] & d_ok[None, :],
+                other=0.0).to(tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    for start in range(0, n, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        c_ok = cols < n
+        kv_mask = c_ok[:, None] & d_ok[None, :]
+        k = tl.load(base + H + cols[:, None] * s_qkv_n + d[None, :], mask=kv_mask, other=0.0).to(tl.float32)
+        v = tl.load(base + 2 * H + cols[:, None] * s_qkv_n + d[None, :], mask=kv_mask, other=0.0).to(tl.float32)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+        bias = tl.load(bias_ptr + head * s_bias_h + rows[:, None] * s_bias_i + cols[None, :],
+                       mask=r_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+        scores = tl.where(c_ok[None, :], scores * sm_scale + bias, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(out_ptr + b * s_out_b + rows[:, None] * s_out_n + head * D + d[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
+
+
+def lattice_attention_triton(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """qkv [b, n, 3h] (q, k, v stacked as nn.MultiheadAttention's in_proj), bias [N, n, n] -> [b, n, h]."""
+    b, n, three_h = qkv.shape
+    h = three_h // 3
+    d = h // num_heads
+    if qkv.stride(-1) != 1:
+        qkv = qkv.contiguous()
+    if bias.stride(-1) != 1:
+        bias = bias.contiguous()
+    out = torch.empty((b, n, h), device=qkv.device, dtype=qkv.dtype)
+    if b and n:
+        block_m = ATTENTION_BLOCK_M
+        block_n = max(16, min(128, triton.next_power_of_2(n)))
+        _lattice_attention[(triton.cdiv(n, block_m), b * num_heads)](
+            qkv, bias, out, n, h, d, num_heads, 1.0 / math.sqrt(d), qkv.stride(0), qkv.stride(1), bias.stride(0),
+            bias.stride(1), out.stride(0), out.stride(1),
+            PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", BLOCK_M=block_m,
+            BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=4)
     return out

@@ -234,3 +234,128 @@ def test_candidate_features_match_the_reference(k, dtype):
     assert got.shape == (2, 5, k, 5) and got.dtype == dtype
     tol = 1e-5 if dtype == torch.float32 else 3e-2
     torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("slots", [1, 2, 17, 33])
+@pytest.mark.parametrize("k", [3, 8])
+def test_walks_any_lattice_length(slots, k):
+    # more slots than one 16-wide block, a lattice without pairs, and infinite scores in rows the walk
+    # does not take (the register-resident row select must stay exact around them)
+    start, pairs, ids = _lattice(3, slots, k, seed=slots * 10 + k)
+    if slots > 2:
+        pairs[0, 1, :, 0] = float("inf")
+        pairs[1, 0, 2 % k] = float("-inf")
+    uniforms = torch.rand(3, slots, generator=_gen(slots))
+    temperatures = torch.tensor([1.0, 0.7, 1.0])
+    greedy = torch.tensor([False, False, True])
+    got = triton_ops.greedy_walk_triton(start.to(DEVICE), pairs.to(DEVICE), ids.to(DEVICE)).cpu()
+    assert torch.equal(got, ops.greedy_walk_reference(start, pairs, ids))
+    pairs = torch.where(pairs == float("inf"), 1e4, pairs)  # a softmax over +inf has no distribution: sampled walks take it finite
+    tokens, q = triton_ops.sample_walk_triton(*(t.to(DEVICE) for t in (start, pairs, ids, uniforms, temperatures,
+                                                                       greedy)))
+    ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temperatures, greedy)
+    assert torch.equal(tokens.cpu(), ref_tokens)
+    torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
+
+
+def _within_bf16_ulps(got: torch.Tensor, ref: torch.Tensor, ulps: float, floor: float = 1e-2) -> None:
+    scale = ref.float().abs().clamp_min(floor)
+    err = ((got.float() - ref.float()).abs() / scale).max().item()
+    assert err <= ulps * torch.finfo(torch.bfloat16).eps, f"max relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("k", [1, 4, 8])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("width", [24, 100])
+def test_feature_hidden_matches_the_reference(k, dtype, width):
+    g = _gen(k + width)
+    log_probs = -torch.rand(2, 3, k, generator=g).sort(dim=-1).values * 6
+    norm_w = (1 + 0.1 * torch.randn(5, generator=g)).to(dtype)
+    norm_b = (0.1 * torch.randn(5, generator=g)).to(dtype)
+    up_w = torch.randn(width, 5, generator=g).to(dtype)
+    up_b = (0.1 * torch.randn(width, generator=g)).to(dtype)
+    got = triton_ops.feature_hidden_triton(*(t.to(DEVICE) for t in (log_probs, norm_w, norm_b)), 1e-5,
+                                           up_w.to(DEVICE), up_b.to(DEVICE)).cpu()
+    ref = ops.feature_hidden_reference(log_probs, norm_w, norm_b, 1e-5, up_w, up_b)
+    assert got.shape == (2, 3, k, width) and got.dtype == dtype
+    if dtype == torch.float32:
+        torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    else:  # bf16 features feed a LayerNorm over five values, which magnifies an ulp of rounding
+        torch.testing.assert_close(got.float(), ref.float(), rtol=5e-2, atol=5e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("mode", ["delta+bias", "delta", "norm only", "factor input"])
+@pytest.mark.parametrize("width", [32, 100])
+def test_residual_norm_matches_the_reference(dtype, mode, width):
+    g = _gen(width)
+    x = (torch.randn(2, 7, width, generator=g) * 2).to(dtype)
+    delta = torch.randn(2, 7, width, generator=g).to(dtype) if mode != "norm only" else None
+    bias = (0.3 * torch.randn(width, generator=g)).to(dtype) if mode in ("delta+bias", "factor input") else None
+    weight = (1 + 0.1 * torch.randn(width, generator=g)).to(dtype)
+    anchor = torch.randn(2, width, generator=g).to(dtype) if mode == "factor input" else None
+    got_x, got_y = triton_ops.residual_norm_triton(x.to(DEVICE), None if delta is None else delta.to(DEVICE),
+                                                   None if bias is None else bias.to(DEVICE), weight.to(DEVICE),
+                                                   1e-6, None if anchor is None else anchor.to(DEVICE))
+    ref_x, ref_y = ops.residual_norm_reference(x, delta, bias, weight, 1e-6, anchor)
+    assert got_y.shape == ref_y.shape == (2, 7, 3 * width if anchor is not None else width)
+    assert got_x.dtype == ref_x.dtype and got_y.dtype == ref_y.dtype
+    if dtype == torch.float32:
+        torch.testing.assert_close(got_x.cpu(), ref_x, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(got_y.cpu(), ref_y, rtol=1e-5, atol=1e-5)
+    else:
+        if CUDA or delta is None:
+            assert torch.equal(got_x.cpu(), ref_x)  # the same two roundings
+        else:  # Triton's interpreter rounds fp32 -> bf16 its own way: an ulp per rounding
+            terms = x.float().abs() + delta.float().abs() + (0 if bias is None else bias.float().abs())
+            bound = 2.01 * torch.finfo(torch.bfloat16).eps * (terms + ref_x.float().abs())
+            assert ((got_x.cpu().float() - ref_x.float()).abs() <= bound).all()
+        # the norm (and factor input) of the kernel's own residual sum
+        _, ref_y = ops.residual_norm_reference(got_x.cpu(), None, None, weight, 1e-6, anchor)
+        _within_bf16_ulps(got_y.cpu(), ref_y, 3.01, floor=1e-3)
+    if anchor is not None:  # [y, a, y ⊙ a]: the anchor block is the row's own anchor, copied
+        assert torch.equal(got_y.cpu()[1, :, width:2 * width], anchor[1].expand(7, width))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("n, hidden, heads", [(6, 32, 4), (40, 48, 2), (130, 32, 2)])
+def test_lattice_attention_matches_the_reference(dtype, n, hidden, heads):
+    # head widths 8 and 24 are padded to 16 and 32; n = 130 takes two key blocks (the online softmax)
+    g = _gen(n + hidden)
+    qkv = torch.randn(2, n, 3 * hidden, generator=g).to(dtype)
+    bias = (torch.randn(heads, n, n, generator=g) * 2).to(dtype)
+    got = triton_ops.lattice_attention_triton(qkv.to(DEVICE), bias.to(DEVICE), heads).cpu()
+    ref = ops.lattice_attention_reference(qkv.float(), bias.float(), heads)
+    assert got.shape == (2, n, hidden) and got.dtype == dtype
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), ref, rtol=tol, atol=tol)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("batch", [1, 4])
+def test_gpu_head_kernels_at_qwen3_8b_geometry(dtype, batch):
+    # h 1024, 8 heads, K 8, S 15: n = 120 nodes
+    g = _gen(batch)
+    n, h, k, s = 120, 1024, 8, 15
+    qkv = torch.randn(batch, n, 3 * h, generator=g).to(dtype)
+    bias = torch.randn(8, n, n, generator=g).to(dtype)
+    got = triton_ops.lattice_attention_triton(qkv.cuda(), bias.cuda(), 8).cpu()
+    tol = 1e-4 if dtype == torch.float32 else 2e-2
+    torch.testing.assert_close(got.float(), ops.lattice_attention_reference(qkv.float(), bias.float(), 8),
+                               rtol=tol, atol=tol)
+    x, delta = torch.randn(batch, n, h, generator=g).to(dtype), torch.randn(batch, n, h, generator=g).to(dtype)
+    bvec, w, a = (torch.randn(h, generator=g).to(dtype) for _ in range(3))
+    a = a.expand(batch, h).contiguous()
+    got_x, got_y = triton_ops.residual_norm_triton(x.cuda(), delta.cuda(), bvec.cuda(), w.cuda(), 1e-6, a.cuda())
+    ref_x, ref_y = ops.residual_norm_reference(x, delta, bvec, w, 1e-6, a)
+    assert torch.equal(got_x.cpu(), ref_x)
+    torch.testing.assert_close(got_y.cpu().float(), ref_y.float(), rtol=tol, atol=tol)
+    log_probs = -torch.rand(batch, s, k, generator=g).sort(dim=-1).values * 6
+    nw, nb, up_b = torch.randn(5, generator=g), torch.randn(5, generator=g), torch.randn(h, generator=g)
+    up_w = torch.randn(h, 5, generator=g)
+    got = triton_ops.feature_hidden_triton(log_probs.cuda(), nw.to(dtype).cuda(), nb.to(dtype).cuda(), 1e-5,
+                                           up_w.to(dtype).cuda(), up_b.to(dtype).cuda()).cpu()
+    ref = ops.feature_hidden_reference(log_probs, nw.to(dtype), nb.to(dtype), 1e-5, up_w.to(dtype), up_b.to(dtype))
+    torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)

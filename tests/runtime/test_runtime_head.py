@@ -166,3 +166,25 @@ def test_parameter_names_are_the_manifest_head_names(h):
     expected = {n[len("lilicorr."):]: t.shape for n, t in manifest.tensors.items() if n.startswith("lilicorr.")}
     assert {n: tuple(p.shape) for n, p in head.state_dict().items()} == expected
     head.load_state_dict({n: torch.zeros(s) for n, s in expected.items()}, strict=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("h,N", [(32, 4), (256, 2)])
+def test_gpu_head_matches_the_cpu_head(h, N):
+    # the CUDA path runs the Triton kernels (features, attention, residual norms, scores); fp32 must agree
+    # with the CPU references to round-off, bf16 to its own precision
+    head = make_head(M=48, B=9, h=h, N=N, K=8)
+    E, lp, pas, anc = inputs(3, 8, 8, 48)
+    valid = torch.tensor([True, False, True])
+    with torch.no_grad():
+        start, pairs = head(E, lp, pas, anc, valid)
+        gpu = head.cuda()
+        args = [t.cuda() for t in (E, lp, pas, anc, valid)]
+        g_start, g_pairs = gpu(*args)
+        torch.testing.assert_close(g_start.cpu(), start, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(g_pairs.cpu(), pairs, rtol=1e-4, atol=1e-4)
+        b_start, b_pairs = gpu.to(torch.bfloat16)(*args)
+        assert b_start.dtype == torch.float32
+        torch.testing.assert_close(b_start.cpu(), start, rtol=0, atol=0.35)
+        torch.testing.assert_close(b_pairs.cpu(), pairs, rtol=0, atol=0.35)
