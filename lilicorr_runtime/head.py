@@ -3,6 +3,7 @@ then fp32 start and pair scores. Parameter names are the checkpoint's, minus `li
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 import torch
@@ -16,6 +17,46 @@ from .ops import feature_hidden, lattice_attention, lattice_scores, residual_nor
 
 NUM_FEATURES = 5
 FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it
+
+
+_SIDE_STREAMS: dict[torch.device, list] = {}
+
+
+def _fork(device: torch.device, count: int) -> list:
+    """`count` side streams that have waited for the current stream on a CUDA device, else Nones."""
+    if device.type != "cuda":
+        return [None] * count
+    device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
+    streams = _SIDE_STREAMS.get(device)
+    if streams is None or len(streams) < count:
+        streams = _SIDE_STREAMS[device] = [torch.cuda.Stream(device) for _ in range(count)]
+    main = torch.cuda.current_stream(device)
+    for stream in streams[:count]:
+        stream.wait_stream(main)
+    return streams[:count]
+
+
+def _on(stream) -> contextlib.AbstractContextManager:
+    return torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext()
+
+
+def _mark(stream):
+    if stream is None:
+        return None
+    event = torch.cuda.Event()
+    event.record(stream)
+    return event
+
+
+def _wait(event) -> None:
+    if event is not None:
+        torch.cuda.current_stream().wait_event(event)
+
+
+def _join(stream) -> None:
+    """Make the current stream wait for a side stream (every branch joins before forward returns)."""
+    if stream is not None:
+        torch.cuda.current_stream(stream.device).wait_stream(stream)
 
 
 class SiluMLP(nn.Module):
@@ -130,48 +171,56 @@ class LiLiCorrHead(nn.Module):
                              f"(at most {self.block_size - 1} slots, exactly {self.candidate_topk} candidates)")
         dtype = self.pass_hidden_proj.weight.dtype
         rows, h = b * slots * k, self.pass_hidden_proj.weight.shape[0]
-
-        # the anchor first: the last lattice layer writes the factor input with it
-        anchor = self.context_proj(anchor_hidden.to(dtype))  # [b, h]
-        if anchor_valid is not None:
-            # branch-free: an invalid anchor becomes exactly zero, and RMSNorm keeps it zero
-            anchor = anchor * anchor_valid.to(dtype)[:, None]
-        a = self.anchor_norm(anchor)
-
-        # node inputs: token_proj(E) + pass_hidden_proj(P) + feature_mlp(φ) + slot and rank embeddings. The
-        # three biases and the embeddings are one cached constant, and the two large products accumulate
-        # into the sum in place (GEMMs with beta = 1), so no add kernel runs for them.
         token, passing, down = self.token_proj, self.pass_hidden_proj, self.feature_mlp.down_proj
         linear_token = isinstance(token, nn.Linear)
-        constant = self._derived(
-            "inputs", (slots,),
-            (self.slot_embedding, self.rank_embedding, passing.bias, down.bias) + ((token.bias,) if linear_token else ()),
-            lambda: (self.slot_embedding[0, 0, :slots] + self.rank_embedding[0, 0, 0] + passing.bias + down.bias
-                     + (token.bias if linear_token else 0)))  # [S, K, h]
-        x = (F.linear(pass_hidden.to(dtype), passing.weight)[:, :, None] + constant).view(rows, h)
+        # Two branches that only meet later run on side streams on CUDA (parallel branches of a captured
+        # graph; in order on the CPU): the anchor path, and the per-slot and feature terms of the node inputs.
+        anchor_branch, input_branch = _fork(candidate_embeddings.device, 2)
+
+        with _on(anchor_branch):
+            anchor = self.context_proj(anchor_hidden.to(dtype))  # [b, h]
+            if anchor_valid is not None:
+                # branch-free: an invalid anchor becomes exactly zero, and RMSNorm keeps it zero
+                anchor = anchor * anchor_valid.to(dtype)[:, None]
+            a = self.anchor_norm(anchor)
+            anchor_vector = self.anchor_out_head(a)
+
+        # node inputs: token_proj(E) + pass_hidden_proj(P) + feature_mlp(φ) + slot and rank embeddings, with
+        # the three biases and the embeddings folded into one cached constant
+        with _on(input_branch):
+            up = self.feature_mlp.up_proj
+            features = feature_hidden(candidate_log_probs, self.feature_norm.weight, self.feature_norm.bias,
+                                      self.feature_norm.eps, up.weight, up.bias)  # [b, S, K, h]
+            features_ready = _mark(input_branch)
+            constant = self._derived(
+                "inputs", (slots,),
+                (self.slot_embedding, self.rank_embedding, passing.bias, down.bias)
+                + ((token.bias,) if linear_token else ()),
+                lambda: (self.slot_embedding[0, 0, :slots] + self.rank_embedding[0, 0, 0] + passing.bias
+                         + down.bias + (token.bias if linear_token else 0)))  # [S, K, h]
+            x = F.linear(pass_hidden.to(dtype), passing.weight)[:, :, None] + constant  # [b, S, K, h]
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
-        if linear_token:
-            x.addmm_(embeddings, token.weight.t())
-        else:
-            x.add_(embeddings)
-        up = self.feature_mlp.up_proj
-        features = feature_hidden(candidate_log_probs, self.feature_norm.weight, self.feature_norm.bias,
-                                  self.feature_norm.eps, up.weight, up.bias)  # [b, S, K, h]
-        x.addmm_(features.view(rows, h), down.weight.t())
+        terms = F.linear(embeddings, token.weight) if linear_token else embeddings.clone()
+        _wait(features_ready)
+        terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
+        _join(input_branch)
         x = x.view(b, slots * k, h)
+        terms = terms.view(b, slots * k, h)
 
         bias = self._derived("bias", (slots, k), (self.relative_slot_bias, self.same_slot_bias),
                              lambda: self.attention_bias(slots, k))
         layers = list(self.layers)
-        if layers:
-            x_normed = layers[0].attn_norm(x)
-            for i, layer in enumerate(layers):
-                last = i + 1 == len(layers)
-                x, x_normed = layer(x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm,
-                                    a if last else None)
-            factor_input = x_normed
-        else:
-            _, factor_input = residual_norm(x, None, None, self.output_norm.weight, self.output_norm.eps, a)
+        first_norm = layers[0].attn_norm if layers else self.output_norm
+        if not layers:
+            _join(anchor_branch)
+        x, x_normed = residual_norm(x, terms, None, first_norm.weight, first_norm.eps, None if layers else a)
+        for i, layer in enumerate(layers):
+            last = i + 1 == len(layers)
+            if last:
+                _join(anchor_branch)
+            x, x_normed = layer(x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm,
+                                a if last else None)
+        factor_input = x_normed
         f = F.silu(self.factor_input_proj(factor_input))  # [b, S·K, h]: SiLU(W [c, a, c ⊙ a] + b)
 
         # out_head and in_head read the same f: one GEMM over their stacked weights
@@ -181,7 +230,7 @@ class LiLiCorrHead(nn.Module):
         vector_bias = self._derived("vector_bias", (), pair, lambda: torch.cat([pair[1], pair[3]]))
         vectors = F.linear(f, weight, vector_bias).view(b, slots, k, 2 * fd)
         # unit out/in/anchor vectors and their scaled dot products, fp32: start [b, K], pairs [b, S-1, K, K]
-        return lattice_scores(vectors[..., :fd], vectors[..., fd:], self.anchor_out_head(a), self.vector_eps,
+        return lattice_scores(vectors[..., :fd], vectors[..., fd:], anchor_vector, self.vector_eps,
                               self.logit_scale)
 
 

@@ -10,6 +10,7 @@ Shared conventions (the references implement exactly the same):
 from __future__ import annotations
 
 import math
+import os
 
 import torch
 import triton
@@ -19,6 +20,8 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
+SELECT_WARPS = 4  # the per-row select
+WALK_WARPS = 1  # one warp: the walk's per-slot reductions stay within the warp
 ATTENTION_BLOCK_M = 32  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 4 blocks)
 NEG_INF = float("-inf")
 
@@ -144,7 +147,7 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
                              TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
                        TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
-                       BLOCK_K=triton.next_power_of_2(k), num_warps=NUM_WARPS)
+                       BLOCK_K=triton.next_power_of_2(k), num_warps=SELECT_WARPS)
     return values, ids, lse
 
 
@@ -215,7 +218,7 @@ def _walk_blocks(s: int, k: int) -> dict[str, int]:
     block_k = max(16, triton.next_power_of_2(k))
     block_r = max(16, triton.next_power_of_2(max((s - 1) * k, 1)))
     return {"BLOCK_R": block_r, "BLOCK_S": max(16, triton.next_power_of_2(s)), "BLOCK_K": block_k,
-            "num_warps": 4 if block_r * block_k <= 8192 else 8}
+            "num_warps": WALK_WARPS if block_r * block_k <= 8192 else 8}
 
 
 def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -557,10 +560,10 @@ def residual_norm_triton(x: torch.Tensor, delta: torch.Tensor | None, bias: torc
 
 @triton.jit
 def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_b, s_qkv_n, s_bias_h, s_bias_i,
-                       s_out_b, s_out_n, PRECISION: tl.constexpr,
+                       s_out_b, s_out_n, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
-    # Operands go to the dots as fp32: "tf32" is exact for bf16/fp16 inputs (10 mantissa bits >= 7), "ieee"
-    # keeps fp32 inputs fp32; and Triton's interpreter miscomputes bf16 dots.
+    # UPCAST (fp32 inputs, and Triton's interpreter, whose bf16 dots are wrong): operands go to the dots
+    # as fp32 with PRECISION "ieee". Otherwise bf16/fp16 operands and fp32 accumulation, as flash attention.
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     b = (tl.program_id(1) // NH).to(tl.int64)
     head = tl.program_id(1) % NH
@@ -568,8 +571,9 @@ def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_
     r_ok = rows < n
     d_ok = d < D
     base = qkv_ptr + b * s_qkv_b + head * D
-    q = tl.load(base + rows[:, None] * s_qkv_n + d[None, :], mask=r_ok[:, None] & d_ok[None, :],
-                other=0.0).to(tl.float32)
+    q = tl.load(base + rows[:, None] * s_qkv_n + d[None, :], mask=r_ok[:, None] & d_ok[None, :], other=0.0)
+    if UPCAST:
+        q = q.to(tl.float32)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
@@ -577,8 +581,11 @@ def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_
         cols = start + tl.arange(0, BLOCK_N)
         c_ok = cols < n
         kv_mask = c_ok[:, None] & d_ok[None, :]
-        k = tl.load(base + H + cols[:, None] * s_qkv_n + d[None, :], mask=kv_mask, other=0.0).to(tl.float32)
-        v = tl.load(base + 2 * H + cols[:, None] * s_qkv_n + d[None, :], mask=kv_mask, other=0.0).to(tl.float32)
+        k = tl.load(base + H + cols[:, None] * s_qkv_n + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(base + 2 * H + cols[:, None] * s_qkv_n + d[None, :], mask=kv_mask, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
         bias = tl.load(bias_ptr + head * s_bias_h + rows[:, None] * s_bias_i + cols[None, :],
                        mask=r_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
@@ -587,11 +594,16 @@ def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_
         p = tl.exp(scores - m_new[:, None])
         alpha = tl.exp(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=PRECISION)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     out = acc / l_i[:, None]
     tl.store(out_ptr + b * s_out_b + rows[:, None] * s_out_n + head * D + d[None, :],
              out.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
+
+
+def _interpreted() -> bool:
+    knobs = getattr(triton, "knobs", None)
+    return bool(knobs.runtime.interpret) if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def lattice_attention_triton(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -610,6 +622,6 @@ def lattice_attention_triton(qkv: torch.Tensor, bias: torch.Tensor, num_heads: i
         _lattice_attention[(triton.cdiv(n, block_m), b * num_heads)](
             qkv, bias, out, n, h, d, num_heads, 1.0 / math.sqrt(d), qkv.stride(0), qkv.stride(1), bias.stride(0),
             bias.stride(1), out.stride(0), out.stride(1),
-            PRECISION="ieee" if qkv.dtype == torch.float32 else "tf32", BLOCK_M=block_m,
-            BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=4)
+            UPCAST=qkv.dtype == torch.float32 or _interpreted(), PRECISION="ieee", BLOCK_M=block_m,
+            BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=4, num_stages=1)
     return out
