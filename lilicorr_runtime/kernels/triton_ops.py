@@ -21,7 +21,7 @@ TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
 SELECT_WARPS = 4  # the per-row select
-WALK_WARPS = 1  # one warp: the walk's per-slot reductions stay within the warp
+WALK_WARPS = 4
 ATTENTION_BLOCK_M = 32  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 4 blocks)
 NEG_INF = float("-inf")
 
@@ -153,47 +153,53 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
 
 # ---------------------------------------------------------------- lattice walks
 #
-# One program per row. The whole lattice of the row ([S-1, K, K] pair scores and [S, K] ids, a few
-# thousand values) is loaded once, up front, into registers: the walk is a chain of S dependent picks,
-# and fetching each picked row from memory would put S global-memory round trips on that chain. A row is
-# selected out of the registers with an exact masked sum (every other entry contributes +0.0).
+# One program per row, in two phases. A walk is a chain of S dependent picks; fetching each picked row from
+# memory would put S memory round trips on that chain. So first every row of the lattice (row 0: the start
+# scores; row 1 + (s-1)·K + i: the scores following candidate i of slot s-1) is loaded at once and its pick
+# computed in parallel: a table of what the walk would choose after each candidate. The walk then only
+# follows that table (S lookups in a [1 + (S-1)·K] int vector held in registers), and the ids of the chosen
+# candidates are gathered in one load at the end.
 
 
 @triton.jit
-def _row_argmax(x, offs, K):
-    x = tl.where((x != x) | (offs >= K), float("-inf"), x)
-    best = tl.max(x, axis=0)
-    return tl.min(tl.where((x == best) & (offs < K), offs, 1 << 30), axis=0)
-
-
-@triton.jit
-def _load_lattice(pairs_ptr, ids_ptr, b, S, K, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s,
-                  s_ids_k, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
-    """pair rows [BLOCK_R, BLOCK_K] (row r = (slot-1)·K + i) and ids [BLOCK_S, BLOCK_K] of one batch row."""
+def _lattice_rows(start_ptr, pairs_ptr, b, r, K, n_rows, s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j,
+                  BLOCK_K: tl.constexpr):
+    """Lattice rows r (a vector; see above) as [len(r), BLOCK_K] fp32, NaN and padding as -inf."""
     offs = tl.arange(0, BLOCK_K)
-    r = tl.arange(0, BLOCK_R)
-    r_ok = r < (S - 1) * K
-    ptr = pairs_ptr + b * s_pairs_b + (r // K)[:, None] * s_pairs_s + (r % K)[:, None] * s_pairs_i \
-        + offs[None, :] * s_pairs_j
-    pairs = tl.load(ptr, mask=r_ok[:, None] & (offs[None, :] < K), other=float("-inf")).to(tl.float32)
-    slots = tl.arange(0, BLOCK_S)
-    ids = tl.load(ids_ptr + b * s_ids_b + slots[:, None] * s_ids_s + offs[None, :] * s_ids_k,
-                  mask=(slots[:, None] < S) & (offs[None, :] < K), other=0)
-    return pairs, ids
+    col_ok = offs[None, :] < K
+    pair = tl.maximum(r - 1, 0)
+    from_pairs = (r >= 1) & (r < n_rows)
+    x = tl.load(pairs_ptr + b * s_pairs_b + (pair // K)[:, None] * s_pairs_s + (pair % K)[:, None] * s_pairs_i
+                + offs[None, :] * s_pairs_j, mask=from_pairs[:, None] & col_ok, other=float("-inf")).to(tl.float32)
+    first = tl.load(start_ptr + b * s_start_b + offs[None, :] + r[:, None] * 0, mask=(r[:, None] == 0) & col_ok,
+                    other=float("-inf")).to(tl.float32)
+    x = tl.where(r[:, None] == 0, first, x)
+    return tl.where(x != x, float("-inf"), x)  # a NaN score is never picked ahead of a finite one
 
 
 @triton.jit
-def _pair_row(pairs, s, c, K, BLOCK_R: tl.constexpr):
-    """The scores following pick c at slot s-1: row (s-1)·K + c of the register-resident pairs, exactly."""
-    r = tl.arange(0, BLOCK_R)
-    return tl.sum(tl.where(r[:, None] == (s - 1) * K + c, pairs, 0.0), axis=0)
+def _rows_argmax(x, K, BLOCK_K: tl.constexpr):
+    """Per row: the first index of the maximum among the first K columns."""
+    offs = tl.arange(0, BLOCK_K)[None, :]
+    x = tl.where(offs < K, x, float("-inf"))
+    best = tl.max(x, axis=1)
+    return tl.min(tl.where((x == best[:, None]) & (offs < K), offs, 1 << 30), axis=1)
 
 
 @triton.jit
-def _pick_id(ids, s, c, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
+def _follow(picks, S, K, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
+    """Walk the pick table: (candidate chosen at each slot [BLOCK_S], the lattice row it was drawn from)."""
+    r = tl.arange(0, BLOCK_R)
     slots = tl.arange(0, BLOCK_S)
-    offs = tl.arange(0, BLOCK_K)
-    return tl.sum(tl.sum(tl.where((slots[:, None] == s) & (offs[None, :] == c), ids, 0), axis=1), axis=0)
+    c = tl.sum(tl.where(r == 0, picks, 0), axis=0)
+    chosen = tl.where(slots == 0, c, 0)
+    drawn_from = tl.zeros((BLOCK_S,), tl.int32)
+    for s in range(1, S):
+        row = 1 + (s - 1) * K + c
+        c = tl.sum(tl.where(r == row, picks, 0), axis=0)
+        chosen = tl.where(slots == s, c, chosen)
+        drawn_from = tl.where(slots == s, row, drawn_from)
+    return chosen, drawn_from
 
 
 @triton.jit
@@ -201,24 +207,19 @@ def _greedy_walk(start_ptr, pairs_ptr, ids_ptr, tokens_ptr, S, K,
                  s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k, s_tok_b,
                  BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
     b = tl.program_id(0).to(tl.int64)
-    offs = tl.arange(0, BLOCK_K)
     slots = tl.arange(0, BLOCK_S)
-    pairs, ids = _load_lattice(pairs_ptr, ids_ptr, b, S, K, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b,
-                               s_ids_s, s_ids_k, BLOCK_R, BLOCK_S, BLOCK_K)
-    row = tl.load(start_ptr + b * s_start_b + offs, mask=offs < K, other=float("-inf")).to(tl.float32)
-    c = _row_argmax(row, offs, K)
-    tokens = tl.where(slots == 0, _pick_id(ids, 0, c, BLOCK_S, BLOCK_K), tl.zeros((BLOCK_S,), ids.dtype))
-    for s in range(1, S):
-        c = _row_argmax(_pair_row(pairs, s, c, K, BLOCK_R), offs, K)
-        tokens = tl.where(slots == s, _pick_id(ids, s, c, BLOCK_S, BLOCK_K), tokens)
+    rows = _lattice_rows(start_ptr, pairs_ptr, b, tl.arange(0, BLOCK_R), K, 1 + (S - 1) * K, s_start_b, s_pairs_b,
+                         s_pairs_s, s_pairs_i, s_pairs_j, BLOCK_K)
+    chosen, _ = _follow(_rows_argmax(rows, K, BLOCK_K), S, K, BLOCK_R, BLOCK_S)
+    tokens = tl.load(ids_ptr + b * s_ids_b + slots * s_ids_s + chosen * s_ids_k, mask=slots < S)
     tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
 
 
 def _walk_blocks(s: int, k: int) -> dict[str, int]:
     block_k = max(16, triton.next_power_of_2(k))
-    block_r = max(16, triton.next_power_of_2(max((s - 1) * k, 1)))
+    block_r = max(16, triton.next_power_of_2(1 + (s - 1) * k))
     return {"BLOCK_R": block_r, "BLOCK_S": max(16, triton.next_power_of_2(s)), "BLOCK_K": block_k,
-            "num_warps": WALK_WARPS if block_r * block_k <= 8192 else 8}
+            "num_warps": WALK_WARPS if block_r * block_k <= 4096 else 8}
 
 
 def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -233,26 +234,26 @@ def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
 
 
 @triton.jit
-def _sample_slot(row, offs, K, u, t, greedy):
-    """One slot of the sampled walk: (pick, q) for a row of K scores."""
+def _sample_rows(x, K, u, t, greedy, BLOCK_K: tl.constexpr):
+    """Per row of scores x [R, BLOCK_K] (no NaN) with uniforms u [R]: (pick [R], q [R, BLOCK_K])."""
+    offs = tl.arange(0, BLOCK_K)[None, :]
     valid = offs < K
-    row = tl.where((row != row) | (~valid), float("-inf"), row)
-    best = tl.max(row, axis=0)
-    arg = tl.min(tl.where((row == best) & valid, offs, 1 << 30), axis=0)
-    onehot = tl.where(offs == arg, 1.0, 0.0)
-    scaled = row / t
-    smax = tl.max(scaled, axis=0)
-    e = tl.where(valid, tl.exp(scaled - tl.where(smax == float("-inf"), 0.0, smax)), 0.0)
-    p = e / tl.sum(e, axis=0)
-    cdf = tl.cumsum(p, axis=0)
-    pick = tl.sum(tl.where(valid & (cdf <= u), 1, 0), axis=0)
-    pick = tl.minimum(pick, K - 1)
-    p_pick = tl.sum(tl.where(offs == pick, p, 0.0), axis=0)
-    last_in_support = tl.max(tl.where(valid & (p > 0), offs, -1), axis=0)
+    x = tl.where(valid, x, float("-inf"))
+    best = tl.max(x, axis=1)
+    arg = tl.min(tl.where((x == best[:, None]) & valid, offs, 1 << 30), axis=1)
+    scaled = x / t
+    smax = tl.max(scaled, axis=1)
+    e = tl.where(valid, tl.exp(scaled - tl.where(smax == float("-inf"), 0.0, smax)[:, None]), 0.0)
+    total = tl.sum(e, axis=1)  # >= 1 whenever the row has a finite score; rows without one are no_support
+    p = e / tl.where(total > 0, total, 1.0)[:, None]
+    cdf = tl.cumsum(p, axis=1)
+    pick = tl.minimum(tl.sum(tl.where(valid & (cdf <= u[:, None]), 1, 0), axis=1), K - 1)
+    p_pick = tl.sum(tl.where(offs == pick[:, None], p, 0.0), axis=1)
+    last_in_support = tl.max(tl.where(valid & (p > 0), offs, -1), axis=1)
     pick = tl.where(p_pick > 0, pick, last_in_support)
     no_support = (best == float("-inf")) | greedy
     pick = tl.where(no_support, arg, pick)
-    q = tl.where(no_support, onehot, p)
+    q = tl.where(no_support[:, None], tl.where(offs == arg[:, None], 1.0, 0.0), p)
     return pick, q
 
 
@@ -264,20 +265,23 @@ def _sample_walk(start_ptr, pairs_ptr, ids_ptr, u_ptr, temp_ptr, greedy_ptr, tok
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
     slots = tl.arange(0, BLOCK_S)
+    r = tl.arange(0, BLOCK_R)
+    n_rows = 1 + (S - 1) * K
     t = tl.maximum(tl.load(temp_ptr + b).to(tl.float32), 1e-5)
     greedy = tl.load(greedy_ptr + b) != 0
-    pairs, ids = _load_lattice(pairs_ptr, ids_ptr, b, S, K, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b,
-                               s_ids_s, s_ids_k, BLOCK_R, BLOCK_S, BLOCK_K)
-    uniforms = tl.load(u_ptr + b * s_u_b + slots * s_u_s, mask=slots < S, other=0.0).to(tl.float32)
-    row = tl.load(start_ptr + b * s_start_b + offs, mask=offs < K, other=float("-inf")).to(tl.float32)
-    c, q = _sample_slot(row, offs, K, tl.sum(tl.where(slots == 0, uniforms, 0.0), axis=0), t, greedy)
-    tl.store(q_ptr + b * s_q_b + offs, q, mask=offs < K)
-    tokens = tl.where(slots == 0, _pick_id(ids, 0, c, BLOCK_S, BLOCK_K), tl.zeros((BLOCK_S,), ids.dtype))
-    for s in range(1, S):
-        u = tl.sum(tl.where(slots == s, uniforms, 0.0), axis=0)
-        c, q = _sample_slot(_pair_row(pairs, s, c, K, BLOCK_R), offs, K, u, t, greedy)
-        tl.store(q_ptr + b * s_q_b + s * s_q_s + offs, q, mask=offs < K)
-        tokens = tl.where(slots == s, _pick_id(ids, s, c, BLOCK_S, BLOCK_K), tokens)
+    rows = _lattice_rows(start_ptr, pairs_ptr, b, r, K, n_rows, s_start_b, s_pairs_b, s_pairs_s, s_pairs_i,
+                         s_pairs_j, BLOCK_K)
+    slot_of_row = tl.where(r == 0, 0, (tl.maximum(r - 1, 0) // K) + 1)  # a row is drawn with its slot's uniform
+    u = tl.load(u_ptr + b * s_u_b + slot_of_row * s_u_s, mask=r < n_rows, other=0.0).to(tl.float32)
+    picks, _ = _sample_rows(rows, K, u, t, greedy, BLOCK_K)
+    chosen, drawn_from = _follow(picks, S, K, BLOCK_R, BLOCK_S)
+    # q: the distributions the picks were drawn from, recomputed from the same rows and uniforms
+    u = tl.load(u_ptr + b * s_u_b + slots * s_u_s, mask=slots < S, other=0.0).to(tl.float32)
+    _, q = _sample_rows(_lattice_rows(start_ptr, pairs_ptr, b, drawn_from, K, n_rows, s_start_b, s_pairs_b,
+                                      s_pairs_s, s_pairs_i, s_pairs_j, BLOCK_K), K, u, t, greedy, BLOCK_K)
+    tl.store(q_ptr + b * s_q_b + slots[:, None] * s_q_s + offs[None, :], q,
+             mask=(slots[:, None] < S) & (offs[None, :] < K))
+    tokens = tl.load(ids_ptr + b * s_ids_b + slots * s_ids_s + chosen * s_ids_k, mask=slots < S)
     tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
 
 
