@@ -20,9 +20,9 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
-SELECT_WARPS = 4  # the per-row select
+SELECT_WARPS = 1  # the per-row select: a latency-bound chain of reductions, kept within one warp
 WALK_WARPS = 4
-ATTENTION_BLOCK_M = 32  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 4 blocks)
+ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
 NEG_INF = float("-inf")
 
 
@@ -41,25 +41,6 @@ NEG_INF = float("-inf")
 # column. Either way k elements precede x in the order, contradicting x being among the first k. So the
 # first k elements lie inside the k selected tiles. Every comparison breaks ties by column, so the
 # result is the stable descending order of the row, exactly what the reference returns.
-
-
-@triton.jit
-def _order_key(x, index):
-    """int64 keys whose max is the largest value, ties to the lowest index (x fp32 without NaN)."""
-    bits = (x + 0.0).to(tl.int32, bitcast=True)  # + 0.0 turns -0.0 into +0.0
-    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # monotone in x as a signed integer
-    return (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - index).to(tl.int64)
-
-
-@triton.jit
-def _key_value(key):
-    ordered = (key >> 32).to(tl.int32)
-    return tl.where(ordered >= 0, ordered, ordered ^ 0x7FFFFFFF).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _key_index(key):
-    return 0x7FFFFFFF - (key & 0x7FFFFFFF).to(tl.int32)
 
 
 @triton.jit
@@ -82,10 +63,30 @@ def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
 
 
 @triton.jit
+def _take_largest(x, index, alive):
+    """(value, index) of the largest alive entry, ties to the lowest index; and `alive` without it.
+    An entry leaves through `alive`, not by overwriting its value, so -inf entries stay selectable."""
+    BIG: tl.constexpr = 1 << 30
+    x = tl.where(alive, x, float("-inf"))
+    best = tl.max(x, axis=0)
+    at = tl.min(tl.where(alive & (x == best), index, BIG), axis=0)
+    return best, at, alive & (index != at)
+
+
+@triton.jit
+def _take_largest_2d(x, index, alive):
+    """`_take_largest` over a 2-D block."""
+    BIG: tl.constexpr = 1 << 30
+    x = tl.where(alive, x, float("-inf"))
+    best = tl.max(tl.max(x, axis=1), axis=0)
+    at = tl.min(tl.min(tl.where(alive & (x == best), index, BIG), axis=1), axis=0)
+    return best, at, alive & (index != at)
+
+
+@triton.jit
 def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
                  values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
                  TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
-    NONE: tl.constexpr = -9223372036854775808  # below every key
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride_row
     p_offs = tl.arange(0, BLOCK_P)
@@ -96,30 +97,28 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
     lse = tl.where((gm == float("-inf")) & (total == total), float("-inf"), gm + tl.log(total))
     tl.store(lse_ptr + row, lse)
 
-    # the k tiles with the largest maxima
+    # the k tiles with the largest maxima (ties: lower tile)
     k_offs = tl.arange(0, BLOCK_K)
     t_offs = tl.arange(0, BLOCK_T)
     tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
-    keys = tl.where(t_offs < n_tiles, _order_key(tmax, t_offs), NONE)
+    alive = t_offs < n_tiles
     tiles = tl.zeros((BLOCK_K,), tl.int32)
     kt = tl.minimum(k, n_tiles)
     for r in range(kt):
-        best = tl.max(keys, axis=0)
-        keys = tl.where(keys == best, NONE, keys)
-        tiles = tl.where(k_offs == r, _key_index(best), tiles)
+        _, at, alive = _take_largest(tmax, t_offs, alive)
+        tiles = tl.where(k_offs == r, at, tiles)
 
-    # order their columns
+    # order their columns (ties: lower column)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [BLOCK_K, TILE]
-    valid = (k_offs[:, None] < kt) & (cols < n_cols)
-    y = tl.load(base + cols, mask=valid, other=float("-inf")).to(tl.float32)
-    ykeys = tl.where(valid, _order_key(tl.where(y != y, float("-inf"), y), cols), NONE)
+    alive = (k_offs[:, None] < kt) & (cols < n_cols)
+    y = tl.load(base + cols, mask=alive, other=float("-inf")).to(tl.float32)
+    y = tl.where(y != y, float("-inf"), y)
     out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
     out_i = tl.zeros((BLOCK_K,), tl.int64)
     for j in range(k):
-        best = tl.max(tl.max(ykeys, axis=1), axis=0)
-        ykeys = tl.where(ykeys == best, NONE, ykeys)
-        out_v = tl.where(k_offs == j, _key_value(best), out_v)
-        out_i = tl.where(k_offs == j, _key_index(best).to(tl.int64), out_i)
+        best, at, alive = _take_largest_2d(y, cols, alive)
+        out_v = tl.where(k_offs == j, best, out_v)
+        out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
     tl.store(values_ptr + row * k + k_offs, out_v, mask=k_offs < k)
     tl.store(ids_ptr + row * k + k_offs, out_i, mask=k_offs < k)
 

@@ -70,6 +70,21 @@ def test_topk_lse_nan_rows():
     assert 5 not in ids[0].cpu().tolist()
 
 
+@pytest.mark.parametrize("k", [4, 8, 16])
+def test_topk_lse_rows_with_fewer_finite_values_than_k(k):
+    # -inf fills the rest of the top-k in column order; a selected entry must not be selected twice
+    logits = torch.full((3, 1300), float("-inf"))
+    logits[0, [900, 3, 640]] = torch.tensor([1.0, 2.0, 1.0])
+    logits[1, 700] = 0.5
+    logits[1, 0:2] = float("nan")
+    logits[2] = torch.randn(1300, generator=_gen(k))
+    logits[2, 256:1300] = float("-inf")
+    assert_topk_identical(logits, k)
+    _, ids, _ = triton_ops.topk_lse_triton(logits.to(DEVICE), k)
+    assert ids.cpu()[0, :3].tolist() == [3, 640, 900]
+    assert all(len(set(row)) == k for row in ids.cpu().tolist())
+
+
 def test_topk_lse_non_contiguous_rows():
     logits = torch.randn(6, 900, generator=_gen(5))[::2]
     assert not logits.is_contiguous()
