@@ -20,6 +20,7 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
+FUSED_SELECT = False  # scan and select as one kernel (last program of a row selects)
 SELECT_WARPS = 1  # the per-row select: a latency-bound chain of reductions, kept within one warp
 WALK_WARPS = 4
 ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
@@ -44,15 +45,14 @@ NEG_INF = float("-inf")
 
 
 @triton.jit
-def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
+def _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts, row, part,
                TILE: tl.constexpr, TPP: tl.constexpr):
-    row = tl.program_id(0)
-    part = tl.program_id(1)
     tiles = part * TPP + tl.arange(0, TPP)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE], one load
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols, mask=cols < n_cols,
                 other=float("-inf")).to(tl.float32)
-    tile_max = tl.max(tl.where(x != x, float("-inf"), x), axis=1)  # [TPP]
+    # tl.max skips NaN (maxNum): a tile's maximum is NaN only when every entry is; the select reads it as -inf
+    tile_max = tl.max(x, axis=1)  # [TPP]
     tl.store(tile_max_ptr + row * n_tiles + tiles, tile_max, mask=tiles < n_tiles)
     m = tl.max(tile_max, axis=0)
     m_ref = tl.where(m == float("-inf"), 0.0, m) * 1.4426950408889634  # exp(-inf - -inf) would be NaN
@@ -63,35 +63,40 @@ def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
 
 
 @triton.jit
-def _take_largest(x, index, alive):
-    """(value, index) of the largest alive entry, ties to the lowest index; and `alive` without it.
-    An entry leaves through `alive`, not by overwriting its value, so -inf entries stay selectable."""
-    BIG: tl.constexpr = 1 << 30
-    x = tl.where(alive, x, float("-inf"))
-    best = tl.max(x, axis=0)
-    at = tl.min(tl.where(alive & (x == best), index, BIG), axis=0)
-    return best, at, alive & (index != at)
+def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
+               TILE: tl.constexpr, TPP: tl.constexpr):
+    _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
+               tl.program_id(0), tl.program_id(1), TILE, TPP)
 
 
 @triton.jit
-def _take_largest_2d(x, index, alive):
+def _take_largest(x, index):
+    """(value, index) of the largest entry of x (NaN-free, -inf allowed), ties to the lowest index; and x
+    with that entry taken out. A taken entry becomes NaN, which the NaN-skipping tl.max and the equality
+    test both pass over, so -inf entries stay selectable in column order."""
+    BIG: tl.constexpr = 1 << 30
+    best = tl.max(x, axis=0)
+    at = tl.min(tl.where(x == best, index, BIG), axis=0)
+    return best, at, tl.where(index == at, float("nan"), x)
+
+
+@triton.jit
+def _take_largest_2d(x, index):
     """`_take_largest` over a 2-D block."""
     BIG: tl.constexpr = 1 << 30
-    x = tl.where(alive, x, float("-inf"))
     best = tl.max(tl.max(x, axis=1), axis=0)
-    at = tl.min(tl.min(tl.where(alive & (x == best), index, BIG), axis=1), axis=0)
-    return best, at, alive & (index != at)
+    at = tl.min(tl.min(tl.where(x == best, index, BIG), axis=1), axis=0)
+    return best, at, tl.where(index == at, float("nan"), x)
 
 
 @triton.jit
-def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
-                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
-    row = tl.program_id(0)
+def _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
+                values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k, row,
+                TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
     base = logits_ptr + row.to(tl.int64) * stride_row
     p_offs = tl.arange(0, BLOCK_P)
-    pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
-    ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0)
+    pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"), cache_modifier=".cg")
+    ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0, cache_modifier=".cg")
     gm = tl.max(pm, axis=0)
     total = tl.sum(ps * tl.exp(pm - tl.where(gm == float("-inf"), 0.0, gm)), axis=0)
     lse = tl.where((gm == float("-inf")) & (total == total), float("-inf"), gm + tl.log(total))
@@ -100,27 +105,54 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
     # the k tiles with the largest maxima (ties: lower tile)
     k_offs = tl.arange(0, BLOCK_K)
     t_offs = tl.arange(0, BLOCK_T)
-    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
-    alive = t_offs < n_tiles
+    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"),
+                   cache_modifier=".cg")
+    tmax = tl.where(tmax != tmax, float("-inf"), tmax)
     tiles = tl.zeros((BLOCK_K,), tl.int32)
     kt = tl.minimum(k, n_tiles)
     for r in range(kt):
-        _, at, alive = _take_largest(tmax, t_offs, alive)
+        _, at, tmax = _take_largest(tmax, t_offs)
         tiles = tl.where(k_offs == r, at, tiles)
 
     # order their columns (ties: lower column)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [BLOCK_K, TILE]
-    alive = (k_offs[:, None] < kt) & (cols < n_cols)
-    y = tl.load(base + cols, mask=alive, other=float("-inf")).to(tl.float32)
+    y = tl.load(base + cols, mask=(k_offs[:, None] < kt) & (cols < n_cols), other=float("-inf")).to(tl.float32)
     y = tl.where(y != y, float("-inf"), y)
     out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
     out_i = tl.zeros((BLOCK_K,), tl.int64)
     for j in range(k):
-        best, at, alive = _take_largest_2d(y, cols, alive)
+        best, at, y = _take_largest_2d(y, cols)
         out_v = tl.where(k_offs == j, best, out_v)
         out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
     tl.store(values_ptr + row * k + k_offs, out_v, mask=k_offs < k)
     tl.store(ids_ptr + row * k + k_offs, out_i, mask=k_offs < k)
+
+
+@triton.jit
+def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
+                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
+                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+    _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, values_ptr, ids_ptr, lse_ptr,
+                n_tiles, n_parts, k, tl.program_id(0), TILE, BLOCK_T, BLOCK_P, BLOCK_K)
+
+
+@triton.jit
+def _scan_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, done_ptr,
+                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
+                 TILE: tl.constexpr, TPP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """The scan, and the select by whichever program of a row finishes last: the selects of early rows run
+    while later rows are still being read. Programs of one row are adjacent in launch order (part fastest)."""
+    part = tl.program_id(0)
+    row = tl.program_id(1)
+    _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts, row, part,
+               TILE, TPP)
+    tl.debug_barrier()  # every thread's partials are written before the release below
+    finished = tl.atomic_add(done_ptr + row, 1, sem="acq_rel", scope="gpu")
+    if finished == n_parts - 1:
+        _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, values_ptr, ids_ptr,
+                    lse_ptr, n_tiles, n_parts, k, row, TILE, BLOCK_T, BLOCK_P, BLOCK_K)
+        tl.store(done_ptr + row, 0)  # ready for the next call (the counters persist; see _done_counters)
 
 
 def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -142,12 +174,31 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     lse = torch.empty((n,), device=dev, dtype=torch.float32)
     if n == 0:
         return values, ids, lse
+    blocks = {"TILE": TILE, "BLOCK_T": triton.next_power_of_2(n_tiles), "BLOCK_P": triton.next_power_of_2(n_parts),
+              "BLOCK_K": triton.next_power_of_2(k)}
+    if FUSED_SELECT:
+        _scan_select[(n_parts, n)](logits, logits.stride(0), v, tile_max, part_m, part_s, _done_counters(dev, n),
+                                   values, ids, lse, n_tiles, n_parts, k, TPP=tpp, **blocks, num_warps=NUM_WARPS)
+        return values, ids, lse
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
                              TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
-                       TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
-                       BLOCK_K=triton.next_power_of_2(k), num_warps=SELECT_WARPS)
+                       **blocks, num_warps=SELECT_WARPS)
     return values, ids, lse
+
+
+_DONE: dict[tuple, torch.Tensor] = {}
+
+
+def _done_counters(device: torch.device, n: int) -> torch.Tensor:
+    """Per-row arrival counters for the fused scan+select, zero between calls (the last arriver resets its
+    row). One buffer per (device, stream), so calls on different streams never share counters."""
+    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
+    key = (device, stream)
+    counters = _DONE.get(key)
+    if counters is None or counters.numel() < n:
+        counters = _DONE[key] = torch.zeros(max(n, 1024), device=device, dtype=torch.int32)
+    return counters
 
 
 # ---------------------------------------------------------------- lattice walks
