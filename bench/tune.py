@@ -23,21 +23,17 @@ def tune_topk() -> None:
     n, v, k = 480, 151936, 8
     logits = torch.randn(n, v, device="cuda", dtype=torch.bfloat16) * 3
     print(f"\ntopk_lse n={n} V={v} bf16 k={k}, ten calls per graph replay (copy bandwidth {bw / 1e12:.2f} TB/s)")
-    print(f"{'tiles/prog':>10} {'warps':>5} {'select warps':>12} {'fused':>5} {'us':>7} {'% copy':>7}")
+    print(f"{'tiles/prog':>10} {'warps':>5} {'select warps':>12} {'us':>7} {'% copy':>7}")
     ref = triton_ops.topk_lse_triton(logits, k)
-    defaults = (triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS, triton_ops.FUSED_SELECT)
-    for config in [(16, 4, 1, False), (16, 4, 4, False), (16, 4, 0, True), (32, 4, 0, True), (32, 8, 0, True),
-                   (8, 4, 0, True), (16, 8, 0, True), (16, 4, 1, False)]:
-        tpp, warps, select_warps, fused = config
-        triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS = tpp, warps, max(select_warps, 1)
-        triton_ops.FUSED_SELECT = fused
+    defaults = (triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS)
+    for tpp, warps, select_warps in [(16, 4, 1), (16, 4, 2), (16, 4, 4), (32, 4, 1), (8, 4, 1), (16, 8, 1)]:
+        triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS = tpp, warps, select_warps
         got = triton_ops.topk_lse_triton(logits, k)
         same = all(torch.equal(a, b) for a, b in zip(got[:2], ref[:2], strict=True))
         t = cuda_time(graphed(lambda: [triton_ops.topk_lse_triton(logits, k) for _ in range(10)])) / 10
-        print(f"{tpp:>10} {warps:>5} {select_warps or '-':>12} {str(fused):>5} {t * 1e6:>7.1f} "
-              f"{100 * n * v * 2 / t / bw:>6.0f}%{'' if same else '  MISMATCH'}")
-    (triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS,
-     triton_ops.FUSED_SELECT) = defaults
+        print(f"{tpp:>10} {warps:>5} {select_warps:>12} {t * 1e6:>7.1f} {100 * n * v * 2 / t / bw:>6.0f}%"
+              f"{'' if same else '  MISMATCH'}")
+    triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS = defaults
 
 
 def tune_head() -> None:

@@ -20,7 +20,6 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
-FUSED_SELECT = False  # scan and select as one kernel (last program of a row selects)
 SELECT_WARPS = 1  # the per-row select: a latency-bound chain of reductions, kept within one warp
 WALK_WARPS = 4
 ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
@@ -95,8 +94,8 @@ def _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s
                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
     base = logits_ptr + row.to(tl.int64) * stride_row
     p_offs = tl.arange(0, BLOCK_P)
-    pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"), cache_modifier=".cg")
-    ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0, cache_modifier=".cg")
+    pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
+    ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0)
     gm = tl.max(pm, axis=0)
     total = tl.sum(ps * tl.exp(pm - tl.where(gm == float("-inf"), 0.0, gm)), axis=0)
     lse = tl.where((gm == float("-inf")) & (total == total), float("-inf"), gm + tl.log(total))
@@ -105,8 +104,7 @@ def _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s
     # the k tiles with the largest maxima (ties: lower tile)
     k_offs = tl.arange(0, BLOCK_K)
     t_offs = tl.arange(0, BLOCK_T)
-    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"),
-                   cache_modifier=".cg")
+    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
     tmax = tl.where(tmax != tmax, float("-inf"), tmax)
     tiles = tl.zeros((BLOCK_K,), tl.int32)
     kt = tl.minimum(k, n_tiles)
@@ -136,25 +134,6 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
                 n_tiles, n_parts, k, tl.program_id(0), TILE, BLOCK_T, BLOCK_P, BLOCK_K)
 
 
-@triton.jit
-def _scan_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, done_ptr,
-                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, TPP: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
-    """The scan, and the select by whichever program of a row finishes last: the selects of early rows run
-    while later rows are still being read. Programs of one row are adjacent in launch order (part fastest)."""
-    part = tl.program_id(0)
-    row = tl.program_id(1)
-    _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts, row, part,
-               TILE, TPP)
-    tl.debug_barrier()  # every thread's partials are written before the release below
-    finished = tl.atomic_add(done_ptr + row, 1, sem="acq_rel", scope="gpu")
-    if finished == n_parts - 1:
-        _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, values_ptr, ids_ptr,
-                    lse_ptr, n_tiles, n_parts, k, row, TILE, BLOCK_T, BLOCK_P, BLOCK_K)
-        tl.store(done_ptr + row, 0)  # ready for the next call (the counters persist; see _done_counters)
-
-
 def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """values [n, k] fp32 descending, ids [n, k] int64, lse [n] fp32, in one pass over [n, V] logits."""
     n, v = logits.shape
@@ -176,29 +155,11 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
         return values, ids, lse
     blocks = {"TILE": TILE, "BLOCK_T": triton.next_power_of_2(n_tiles), "BLOCK_P": triton.next_power_of_2(n_parts),
               "BLOCK_K": triton.next_power_of_2(k)}
-    if FUSED_SELECT:
-        _scan_select[(n_parts, n)](logits, logits.stride(0), v, tile_max, part_m, part_s, _done_counters(dev, n),
-                                   values, ids, lse, n_tiles, n_parts, k, TPP=tpp, **blocks, num_warps=NUM_WARPS)
-        return values, ids, lse
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
                              TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
                        **blocks, num_warps=SELECT_WARPS)
     return values, ids, lse
-
-
-_DONE: dict[tuple, torch.Tensor] = {}
-
-
-def _done_counters(device: torch.device, n: int) -> torch.Tensor:
-    """Per-row arrival counters for the fused scan+select, zero between calls (the last arriver resets its
-    row). One buffer per (device, stream), so calls on different streams never share counters."""
-    stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-    key = (device, stream)
-    counters = _DONE.get(key)
-    if counters is None or counters.numel() < n:
-        counters = _DONE[key] = torch.zeros(max(n, 1024), device=device, dtype=torch.int32)
-    return counters
 
 
 # ---------------------------------------------------------------- lattice walks

@@ -85,18 +85,6 @@ def test_topk_lse_rows_with_fewer_finite_values_than_k(k):
     assert all(len(set(row)) == k for row in ids.cpu().tolist())
 
 
-@pytest.mark.parametrize("k", [1, 8, 16])
-def test_topk_lse_fused_scan_and_select(monkeypatch, k):
-    # the single-kernel variant (the last program of a row selects) returns the same, call after call
-    monkeypatch.setattr(triton_ops, "FUSED_SELECT", True)
-    logits = torch.randn(5, 1500, generator=_gen(k)) * 3
-    logits[1] = float("-inf")
-    logits[1, 900] = 2.0
-    logits[2, 3] = float("nan")
-    for _ in range(2):  # the arrival counters reset themselves
-        assert_topk_identical(logits, k)
-
-
 def test_topk_lse_non_contiguous_rows():
     logits = torch.randn(6, 900, generator=_gen(5))[::2]
     assert not logits.is_contiguous()
@@ -183,17 +171,6 @@ def test_sample_walk_stays_in_support_at_round_off():
 def test_gpu_topk_lse_full_vocabularies(vocab, dtype, k):
     logits = (torch.randn(40, vocab, generator=_gen(vocab)) * 3).to(dtype)
     assert_topk_identical(logits, k)
-
-
-@gpu
-@needs_cuda
-@pytest.mark.parametrize("vocab", [49152, 151936])
-def test_gpu_topk_lse_fused_full_vocabularies(monkeypatch, vocab):
-    monkeypatch.setattr(triton_ops, "FUSED_SELECT", True)
-    logits = (torch.randn(480, vocab, generator=_gen(vocab)) * 3).to(torch.bfloat16)
-    logits[7, 100:] = float("-inf")
-    for _ in range(3):
-        assert_topk_identical(logits, 8)
 
 
 @gpu
