@@ -9,6 +9,7 @@ Shared conventions (the references implement exactly the same):
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 
@@ -20,7 +21,10 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
-SELECT_WARPS = 1  # the per-row select: a latency-bound chain of reductions, kept within one warp
+# The per-row select is a latency-bound chain of reductions. With many rows one warp per row is fastest (more
+# rows in flight); with no more rows than SMs, four warps shorten each row's chain (bench/tune.py).
+SELECT_WARPS = 1
+SELECT_WARPS_FEW_ROWS = 4
 WALK_WARPS = 4
 ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
 NEG_INF = float("-inf")
@@ -158,8 +162,13 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
                              TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
-                       **blocks, num_warps=SELECT_WARPS)
+                       **blocks, num_warps=SELECT_WARPS_FEW_ROWS if n <= _sm_count(dev) else SELECT_WARPS)
     return values, ids, lse
+
+
+@functools.cache
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
 # ---------------------------------------------------------------- lattice walks
