@@ -126,16 +126,6 @@ def candidate_features_reference(log_probs: torch.Tensor, weight: torch.Tensor, 
     return torch.nn.functional.layer_norm(phi.to(dtype), (5,), weight, bias, eps)
 
 
-def candidate_features(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
-                       dtype: torch.dtype) -> torch.Tensor:
-    """`candidate_features_reference`, as one Triton kernel on CUDA."""
-    if _use_triton(log_probs, weight):
-        from .kernels.triton_ops import candidate_features_triton
-
-        return candidate_features_triton(log_probs, weight, bias, eps, dtype)
-    return candidate_features_reference(log_probs, weight, bias, eps, dtype)
-
-
 def feature_hidden_reference(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
                              up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
     """The feature MLP's hidden layer: SiLU(up(LayerNorm(5)(φ))). log_probs [..., K] -> [..., K, H] in

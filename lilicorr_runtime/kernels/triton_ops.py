@@ -438,34 +438,6 @@ def _normalized_features(lp, offs, ok, K, w_ptr, b_ptr, eps, dtype: tl.constexpr
     return n0.to(tl.float32), n1.to(tl.float32), n2.to(tl.float32), n3.to(tl.float32), n4.to(tl.float32)
 
 
-@triton.jit
-def _candidate_features(lp_ptr, w_ptr, b_ptr, out_ptr, K, eps, BLOCK_K: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)  # one (batch, slot) row of K candidates
-    offs = tl.arange(0, BLOCK_K)
-    ok = offs < K
-    lp = tl.load(lp_ptr + row * K + offs, mask=ok, other=0.0).to(tl.float32)
-    dtype = out_ptr.dtype.element_ty
-    n0, n1, n2, n3, n4 = _normalized_features(lp, offs, ok, K, w_ptr, b_ptr, eps, dtype)
-    base = out_ptr + (row * K + offs) * 5
-    tl.store(base + 0, n0.to(dtype), mask=ok)
-    tl.store(base + 1, n1.to(dtype), mask=ok)
-    tl.store(base + 2, n2.to(dtype), mask=ok)
-    tl.store(base + 3, n3.to(dtype), mask=ok)
-    tl.store(base + 4, n4.to(dtype), mask=ok)
-
-
-def candidate_features_triton(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
-                              dtype: torch.dtype) -> torch.Tensor:
-    """log_probs [..., K] -> LayerNorm(5)(φ) [..., K, 5] in `dtype`, one program per row of K candidates."""
-    k = log_probs.shape[-1]
-    rows = log_probs.reshape(-1, k).contiguous()
-    out = torch.empty((*log_probs.shape, 5), device=log_probs.device, dtype=dtype)
-    if rows.shape[0]:
-        _candidate_features[(rows.shape[0],)](rows, weight, bias, out, k, eps,
-                                              BLOCK_K=max(16, triton.next_power_of_2(k)), num_warps=1)
-    return out
-
-
 # ---------------------------------------------------------------- feature MLP input: SiLU(up(LayerNorm(5)(φ)))
 #
 # The feature MLP's first Linear has five inputs: as a GEMM it is all overhead, so it is five FMAs per
