@@ -45,18 +45,34 @@ def _mark(stream):
         return None
     event = torch.cuda.Event()
     event.record(stream)
-    return event
+    return event, stream.device
 
 
-def _wait(event) -> None:
-    if event is not None:
-        torch.cuda.current_stream().wait_event(event)
+def _wait(mark, *produced: torch.Tensor) -> None:
+    """Make the current stream of the mark's device wait for it; `produced` (tensors the side stream
+    allocated) are then in use on that stream too."""
+    if mark is not None:
+        event, device = mark
+        main = torch.cuda.current_stream(device)
+        main.wait_event(event)
+        _in_use_on(main, produced)
 
 
-def _join(stream) -> None:
+def _join(stream, *produced: torch.Tensor) -> None:
     """Make the current stream wait for a side stream (every branch joins before forward returns)."""
     if stream is not None:
-        torch.cuda.current_stream(stream.device).wait_stream(stream)
+        main = torch.cuda.current_stream(stream.device)
+        main.wait_stream(stream)
+        _in_use_on(main, produced)
+
+
+def _in_use_on(stream, tensors) -> None:
+    # Tell the caching allocator that tensors allocated on a side stream are read on `stream`, so their
+    # memory is not handed out again before that stream is done with it. (Inside a graph capture, memory
+    # comes from the graph's private pool and this bookkeeping does not apply.)
+    if not torch.cuda.is_current_stream_capturing():
+        for t in tensors:
+            t.record_stream(stream)
 
 
 class SiluMLP(nn.Module):
@@ -138,18 +154,39 @@ class LiLiCorrHead(nn.Module):
         self.out_head = nn.Linear(h, factor_dim)
         self.in_head = nn.Linear(h, factor_dim)
         self.anchor_out_head = nn.Linear(h, factor_dim)
-        self._derived_cache: dict[tuple, tuple[tuple, torch.Tensor]] = {}
+        self._derived_cache: dict[tuple, tuple[tuple | None, torch.Tensor]] = {}
+        self.register_load_state_dict_post_hook(lambda module, incompatible: module.invalidate_derived())
 
     def _derived(self, name: str, args: tuple, params: tuple[torch.Tensor, ...],
                  build: Callable[[], torch.Tensor]) -> torch.Tensor:
-        """A tensor derived from parameters only (constant per geometry), rebuilt when they change:
-        rebuilding it every block would cost a dozen small kernels."""
+        """A tensor derived from parameters only (constant per geometry), cached: rebuilding it every block
+        would cost kernels. It is rebuilt when a parameter changes through torch (in-place ops bump its
+        version; load_state_dict invalidates; .to() and friends clear). Writes through `.data` are invisible
+        to both: call `invalidate_derived()` after them. A rebuild writes into the cached tensor when shape,
+        dtype and device still match, so a captured CUDA graph keeps reading valid memory (it sees the new
+        values once one forward has run outside the graph). While autograd records and a parameter requires
+        grad, the tensor is built fresh, so gradients reach the parameters."""
+        if torch.is_grad_enabled() and any(p.requires_grad for p in params):
+            return build()
         stamp = tuple((p.data_ptr(), p.device, p.dtype, p._version) for p in params)
-        hit = self._derived_cache.get((name, *args))
+        key = (name, *args)
+        hit = self._derived_cache.get(key)
         if hit is None or hit[0] != stamp:
-            hit = (stamp, build().detach())
-            self._derived_cache[(name, *args)] = hit
+            value = build().detach()
+            if hit is not None and (hit[1].shape, hit[1].dtype, hit[1].device) == (value.shape, value.dtype,
+                                                                                    value.device):
+                value = hit[1].copy_(value)
+            self._derived_cache[key] = hit = (stamp, value)
         return hit[1]
+
+    def invalidate_derived(self) -> None:
+        """Rebuild every cached parameter-derived tensor on the next forward (in place; see `_derived`)."""
+        for key, (_, value) in self._derived_cache.items():
+            self._derived_cache[key] = (None, value)
+
+    def _apply(self, fn, *args, **kwargs):  # .to(), .cuda(), .half(), ...: the cached tensors would be stale
+        self._derived_cache.clear()
+        return super()._apply(fn, *args, **kwargs)
 
     def attention_bias(self, slots: int, topk: int) -> torch.Tensor:
         """[N, S·K, S·K]: relative_slot_bias by signed slot distance (trained offset B-1) + same_slot_bias."""
@@ -201,9 +238,9 @@ class LiLiCorrHead(nn.Module):
             x = F.linear(pass_hidden.to(dtype), passing.weight)[:, :, None] + constant  # [b, S, K, h]
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
         terms = F.linear(embeddings, token.weight) if linear_token else embeddings.clone()
-        _wait(features_ready)
+        _wait(features_ready, features)
         terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
-        _join(input_branch)
+        _join(input_branch, x)
         x = x.view(b, slots * k, h)
         terms = terms.view(b, slots * k, h)
 
@@ -212,12 +249,12 @@ class LiLiCorrHead(nn.Module):
         layers = list(self.layers)
         first_norm = layers[0].attn_norm if layers else self.output_norm
         if not layers:
-            _join(anchor_branch)
+            _join(anchor_branch, a, anchor_vector)
         x, x_normed = residual_norm(x, terms, None, first_norm.weight, first_norm.eps, None if layers else a)
         for i, layer in enumerate(layers):
             last = i + 1 == len(layers)
             if last:
-                _join(anchor_branch)
+                _join(anchor_branch, a, anchor_vector)
             x, x_normed = layer(x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm,
                                 a if last else None)
         factor_input = x_normed

@@ -164,7 +164,8 @@ def residual_norm_reference(x: torch.Tensor, delta: torch.Tensor | None, bias: t
 def residual_norm(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None, weight: torch.Tensor,
                   eps: float, anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`residual_norm_reference`, as one Triton kernel per row on CUDA."""
-    if _use_triton(x, weight):
+    same_dtype = all(t is None or t.dtype == x.dtype for t in (delta, bias))  # the kernel keeps x's dtype
+    if same_dtype and _use_triton(x, weight):
         from .kernels.triton_ops import residual_norm_triton
 
         return residual_norm_triton(x, delta, bias, weight, eps, anchor)
@@ -221,9 +222,15 @@ def greedy_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
     return ids.gather(2, chosen[..., None]).squeeze(-1)
 
 
+def _walk_fits_a_program(ids: torch.Tensor) -> bool:
+    """The walk kernels hold a row's whole lattice ([1 + (S-1)·K, K] scores) in registers."""
+    slots, k = ids.shape[1], ids.shape[2]
+    return (1 + max(slots - 1, 0) * k) * k <= 1 << 16
+
+
 def greedy_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """`greedy_walk_reference`, as one Triton program per row on CUDA."""
-    if _use_triton(start, pairs, ids):
+    if _walk_fits_a_program(ids) and _use_triton(start, pairs, ids):
         from .kernels.triton_ops import greedy_walk_triton
 
         return greedy_walk_triton(start, pairs, ids)
@@ -273,7 +280,7 @@ def sample_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
 def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
                 temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample_walk_reference`, as one Triton program per row on CUDA."""
-    if _use_triton(start, pairs, ids, uniforms):
+    if _walk_fits_a_program(ids) and _use_triton(start, pairs, ids, uniforms):
         from .kernels.triton_ops import sample_walk_triton
 
         return sample_walk_triton(start, pairs, ids, uniforms, temperatures.to(start.device),

@@ -58,7 +58,8 @@ def _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
     tile_max = tl.max(x, axis=1)  # [TPP]
     tl.store(tile_max_ptr + row * n_tiles + tiles, tile_max, mask=tiles < n_tiles)
     m = tl.max(tile_max, axis=0)
-    m_ref = tl.where(m == float("-inf"), 0.0, m) * 1.4426950408889634  # exp(-inf - -inf) would be NaN
+    # an infinite maximum is no reference point (inf - inf is NaN): 0 instead, as the reference does
+    m_ref = tl.where(tl.abs(m) == float("inf"), 0.0, m) * 1.4426950408889634
     # a NaN logit makes this partial, and so the row's lse, NaN
     s = tl.sum(tl.sum(tl.exp2(x * 1.4426950408889634 - m_ref), axis=1), axis=0)
     tl.store(part_m_ptr + row * n_parts + part, m)
@@ -101,8 +102,11 @@ def _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s
     pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
     ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0)
     gm = tl.max(pm, axis=0)
-    total = tl.sum(ps * tl.exp(pm - tl.where(gm == float("-inf"), 0.0, gm)), axis=0)
-    lse = tl.where((gm == float("-inf")) & (total == total), float("-inf"), gm + tl.log(total))
+    # each partial was summed relative to its own maximum, or 0 where that is infinite; so is the total
+    part_ref = tl.where(tl.abs(pm) == float("inf"), 0.0, pm)
+    row_ref = tl.where(tl.abs(gm) == float("inf"), 0.0, gm)
+    total = tl.sum(tl.where(ps != 0, ps * tl.exp(part_ref - row_ref), ps), axis=0)
+    lse = row_ref + tl.log(total)  # -inf for a row of -inf, +inf with a +inf logit, NaN with a NaN
     tl.store(lse_ptr + row, lse)
 
     # the k tiles with the largest maxima (ties: lower tile)
@@ -248,6 +252,7 @@ def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
     tokens = torch.empty((b, s), device=start.device, dtype=ids.dtype)
     if b == 0 or s == 0:
         return tokens
+    start = start if start.stride(-1) == 1 else start.contiguous()
     _greedy_walk[(b,)](start, pairs, ids, tokens, s, k, start.stride(0), *pairs.stride(), *ids.stride(),
                        tokens.stride(0), **_walk_blocks(s, k))
     return tokens
@@ -313,7 +318,9 @@ def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
     q = torch.empty((b, s, k), device=start.device, dtype=torch.float32)
     if b == 0 or s == 0:
         return tokens, q
-    greedy = greedy_mask.to(torch.int8)
+    start = start if start.stride(-1) == 1 else start.contiguous()
+    temperatures = temperatures.contiguous()
+    greedy = greedy_mask.to(torch.int8).contiguous()
     _sample_walk[(b,)](start, pairs, ids, uniforms, temperatures, greedy, tokens, q, s, k, start.stride(0),
                        *pairs.stride(), *ids.stride(), *uniforms.stride(), tokens.stride(0), q.stride(0), q.stride(1),
                        **_walk_blocks(s, k))
@@ -534,7 +541,10 @@ def residual_norm_triton(x: torch.Tensor, delta: torch.Tensor | None, bias: torc
     x_out = torch.empty_like(rows) if delta is not None else rows
     y_dtype = torch.result_type(weight, x)
     y = torch.empty((b * n, 3 * h if anchor is not None else h), device=x.device, dtype=y_dtype)
-    a = anchor if anchor is None or anchor.stride(-1) == 1 else anchor.contiguous()
+    a = None
+    if anchor is not None:
+        a = anchor.expand(b, h)  # a [1, H] anchor serves every row (stride 0)
+        a = a if a.stride(-1) == 1 else a.contiguous()
     if b * n:
         block = triton.next_power_of_2(h)
         _residual_norm[(b * n,)](rows, d if d is not None else rows, bias if bias is not None else weight, weight,

@@ -85,6 +85,16 @@ def test_topk_lse_rows_with_fewer_finite_values_than_k(k):
     assert all(len(set(row)) == k for row in ids.cpu().tolist())
 
 
+def test_topk_lse_infinite_logits():
+    # +inf: lse +inf (the reference's reference point is 0, not inf - inf); a row of -inf: lse -inf
+    logits = torch.randn(3, 900, generator=_gen(9))
+    logits[0, 17] = float("inf")
+    logits[1] = float("-inf")
+    assert_topk_identical(logits, 8)
+    _, ids, lse = triton_ops.topk_lse_triton(logits.to(DEVICE), 8)
+    assert lse[0].item() == float("inf") and lse[1].item() == float("-inf") and ids[0, 0].item() == 17
+
+
 def test_topk_lse_non_contiguous_rows():
     logits = torch.randn(6, 900, generator=_gen(5))[::2]
     assert not logits.is_contiguous()
@@ -129,6 +139,24 @@ def test_greedy_walk_non_contiguous_pairs():
     assert not transposed.is_contiguous()
     got = triton_ops.greedy_walk_triton(start.to(DEVICE), transposed.to(DEVICE), ids.to(DEVICE)).cpu()
     assert torch.equal(got, ops.greedy_walk_reference(start, pairs, ids))
+
+
+def test_walks_strided_start_temperatures_and_mask():
+    start, pairs, ids = _lattice(4, 6, 8, seed=4)
+    wide = torch.randn(4, 16, generator=_gen(5))
+    wide[:, ::2] = start
+    strided_start = wide[:, ::2]
+    temps = torch.tensor([0.5, 9.0, 1.0, 9.0, 2.0, 9.0, 0.7, 9.0])[::2]
+    mask = torch.tensor([1, 0, 0, 1, 1, 0, 0, 0], dtype=torch.int8)[::2]
+    uniforms = torch.rand(4, 6, generator=_gen(6))
+    assert not (strided_start.is_contiguous() or temps.is_contiguous() or mask.is_contiguous())
+    got = triton_ops.greedy_walk_triton(strided_start.to(DEVICE), pairs.to(DEVICE), ids.to(DEVICE)).cpu()
+    assert torch.equal(got, ops.greedy_walk_reference(start, pairs, ids))
+    tokens, q = triton_ops.sample_walk_triton(*(t.to(DEVICE) for t in (strided_start, pairs, ids, uniforms, temps,
+                                                                       mask)))
+    ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temps.contiguous(), mask.bool())
+    assert torch.equal(tokens.cpu(), ref_tokens)
+    torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("k", [1, 2, 4, 8, 16])
@@ -316,6 +344,16 @@ def test_residual_norm_matches_the_reference(dtype, mode, width):
         _within_bf16_ulps(got_y.cpu(), ref_y, 3.01, floor=1e-3)
     if anchor is not None:  # [y, a, y ⊙ a]: the anchor block is the row's own anchor, copied
         assert torch.equal(got_y.cpu()[1, :, width:2 * width], anchor[1].expand(7, width))
+
+
+def test_residual_norm_one_anchor_for_every_row():
+    x, delta = torch.randn(3, 5, 32, generator=_gen(1)), torch.randn(3, 5, 32, generator=_gen(2))
+    weight, anchor = torch.randn(32, generator=_gen(3)), torch.randn(1, 32, generator=_gen(4))
+    got_x, got_y = triton_ops.residual_norm_triton(x.to(DEVICE), delta.to(DEVICE), None, weight.to(DEVICE), 1e-6,
+                                                   anchor.to(DEVICE))
+    ref_x, ref_y = ops.residual_norm_reference(x, delta, None, weight, 1e-6, anchor)
+    torch.testing.assert_close(got_y.cpu(), ref_y, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got_y.cpu()[2, :, 32:64], anchor.expand(5, 32))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
