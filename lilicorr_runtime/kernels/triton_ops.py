@@ -336,7 +336,7 @@ def _rms_norm(x_ptr, w_ptr, y_ptr, n_cols, eps, stride_x, stride_y, BLOCK: tl.co
     offs = tl.arange(0, BLOCK)
     mask = offs < n_cols
     x = tl.load(x_ptr + row * stride_x + offs, mask=mask, other=0.0).to(tl.float32)
-    y = (x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps))).to(y_ptr.dtype.element_ty)
+    y = (x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + eps))).to(x_ptr.dtype.element_ty)
     w = tl.load(w_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     # Qwen3RMSNorm: normalise in fp32, cast back to the input dtype, then multiply by the weight
     tl.store(y_ptr + row * stride_y + offs, (w * y.to(tl.float32)).to(y_ptr.dtype.element_ty), mask=mask)

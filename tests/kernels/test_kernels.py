@@ -251,6 +251,17 @@ def test_rms_norm_matches_the_reference(dtype, width):
         assert ((got.float() - ref.float()).abs() <= 2.01 * ulp).all()
 
 
+def test_rms_norm_casts_back_to_the_input_dtype_before_an_fp32_weight():
+    x = (torch.randn(4, 64, generator=_gen(8)) * 3).to(torch.bfloat16)
+    weight = torch.full((64,), 2.0)  # fp32 weight, bf16 activations; a power of two keeps the check exact
+    got = triton_ops.rms_norm_triton(x.to(DEVICE), weight.to(DEVICE), 1e-6).cpu()
+    ref = ops.rms_norm_reference(x, weight, 1e-6)
+    assert got.dtype == ref.dtype == torch.float32
+    normalised = got / 2
+    assert torch.equal(normalised.to(torch.bfloat16).float(), normalised)  # rounded to bf16 before the weight
+    _within_bf16_ulps(got, ref, 1.01, floor=1e-3)
+
+
 @pytest.mark.parametrize("k, slots, width", [(1, 2, 16), (4, 5, 48), (8, 3, 300), (16, 4, 64)])
 def test_lattice_scores_match_the_reference(k, slots, width):
     g = _gen(k * 100 + slots)
