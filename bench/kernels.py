@@ -137,11 +137,14 @@ def qwen3_8b_draft_step(walk: str):
     return step, (lambda: step.run(anchor, anchor_hidden, 1024)), drafter
 
 
-def bench_head() -> None:
+def head_workload():
+    """The LiLiCorr head at Qwen3-8B geometry (random weights, bf16, batch 1) and its inputs; returns a closure
+    running head + greedy walk."""
     from lilicorr_runtime import LiLiCorrHead
 
     m, h, layers, heads, k, b_size, f = 4096, 1024, 2, 8, 8, 16, 1024
     s = b_size - 1
+    torch.manual_seed(0)
     head = LiLiCorrHead(model_hidden_size=m, block_size=b_size, rms_norm_eps=1e-6, hidden_size=h, num_layers=layers,
                         num_heads=heads, mlp_ratio=2.0, candidate_topk=k, factor_dim=f, vector_eps=1e-6,
                         logit_scale=10.0).to("cuda", torch.bfloat16).eval()
@@ -155,7 +158,11 @@ def bench_head() -> None:
         with torch.inference_mode():
             start, pairs = head(emb, logp, pass_hidden, anchor)
             return ops.greedy_walk(start, pairs, ids)
+    return head_and_walk
 
+
+def bench_head() -> None:
+    head_and_walk = head_workload()
     head_eager = cuda_time(head_and_walk)
     head_graph = cuda_time(graphed(head_and_walk))
     head_graph10 = cuda_time(graphed(lambda: [head_and_walk() for _ in range(10)])) / 10

@@ -14,9 +14,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, "bench")
-from kernels import cuda_time, graphed  # noqa: E402
+from kernels import cuda_time, graphed, head_workload  # noqa: E402
 
-from lilicorr_runtime import LiLiCorrHead, ops  # noqa: E402
+from lilicorr_runtime import ops  # noqa: E402
 
 
 def kernel_table(title: str, fn, calls: int = 20) -> float:
@@ -40,26 +40,6 @@ def kernel_table(title: str, fn, calls: int = 20) -> float:
     n_kernels = sum(len(ts) for ts in rows.values()) / calls
     print(f"total: {n_kernels:.0f} kernels, {total:.1f} us of kernel time per call")
     return total
-
-
-def head_workload():
-    m, h, layers, heads, k, b_size, f = 4096, 1024, 2, 8, 8, 16, 1024
-    s = b_size - 1
-    torch.manual_seed(0)
-    head = LiLiCorrHead(model_hidden_size=m, block_size=b_size, rms_norm_eps=1e-6, hidden_size=h, num_layers=layers,
-                        num_heads=heads, mlp_ratio=2.0, candidate_topk=k, factor_dim=f, vector_eps=1e-6,
-                        logit_scale=10.0).to("cuda", torch.bfloat16).eval()
-    emb = torch.randn(1, s, k, m, device="cuda", dtype=torch.bfloat16)
-    logp = -torch.rand(1, s, k, device="cuda").sort(-1).values
-    pass_hidden = torch.randn(1, s, m, device="cuda", dtype=torch.bfloat16)
-    anchor = torch.randn(1, m, device="cuda", dtype=torch.bfloat16)
-    ids = torch.randint(0, 151936, (1, s, k), device="cuda")
-
-    def run():
-        with torch.inference_mode():
-            start, pairs = head(emb, logp, pass_hidden, anchor)
-            return ops.greedy_walk(start, pairs, ids)
-    return run
 
 
 def main() -> None:

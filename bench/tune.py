@@ -12,8 +12,7 @@ import sys
 import torch
 
 sys.path.insert(0, "bench")
-from kernels import copy_bandwidth, cuda_time, graphed  # noqa: E402
-from profile_head import head_workload  # noqa: E402
+from kernels import copy_bandwidth, cuda_time, graphed, head_workload  # noqa: E402
 
 from lilicorr_runtime.kernels import triton_ops  # noqa: E402
 

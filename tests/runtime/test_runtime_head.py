@@ -91,6 +91,16 @@ def reference(sd, cfg, E, lp, pas, anc, valid):
     return start, pairs
 
 
+def assert_matches_reference(head, cfg, args, start, pairs):
+    """Every request's scores against the float64 spec implementation."""
+    E, lp, pas, anc, valid = args
+    sd = head.state_dict()
+    for r in range(E.shape[0]):
+        ref_start, ref_pairs = reference(sd, cfg, E[r], lp[r], pas[r], anc[r], bool(valid[r]))
+        torch.testing.assert_close(start[r].double(), ref_start, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(pairs[r].double(), ref_pairs, rtol=1e-4, atol=1e-4)
+
+
 def inputs(b, S, K, M, seed=1):
     g = torch.Generator().manual_seed(seed)
     E = torch.randn(b, S, K, M, generator=g)
@@ -109,11 +119,7 @@ def test_head_matches_float64_reference(K, S, h):
         start, pairs = head(E, lp, pas, anc, valid)
     assert start.dtype == pairs.dtype == torch.float32
     assert start.shape == (2, K) and pairs.shape == (2, S - 1, K, K)
-    sd = head.state_dict()
-    for r in range(2):
-        ref_start, ref_pairs = reference(sd, cfg, E[r], lp[r], pas[r], anc[r], bool(valid[r]))
-        torch.testing.assert_close(start[r].double(), ref_start, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(pairs[r].double(), ref_pairs, rtol=1e-4, atol=1e-4)
+    assert_matches_reference(head, cfg, (E, lp, pas, anc, valid), start, pairs)
 
 
 def test_invalid_anchor_scores_with_the_normalized_anchor_out_bias():
@@ -209,11 +215,7 @@ def test_head_through_the_triton_kernels_matches_float64_reference(monkeypatch, 
     valid = torch.tensor([True, False])
     with torch.no_grad():
         start, pairs = head(E, lp, pas, anc, valid)
-    sd = head.state_dict()
-    for r in range(2):
-        ref_start, ref_pairs = reference(sd, cfg, E[r], lp[r], pas[r], anc[r], bool(valid[r]))
-        torch.testing.assert_close(start[r].double(), ref_start, rtol=1e-4, atol=1e-4)
-        torch.testing.assert_close(pairs[r].double(), ref_pairs, rtol=1e-4, atol=1e-4)
+    assert_matches_reference(head, cfg, (E, lp, pas, anc, valid), start, pairs)
 
 
 def test_cached_constants_follow_weight_changes():
