@@ -257,8 +257,7 @@ class LiLiCorrHead(nn.Module):
                 _join(anchor_branch, a, anchor_vector)
             x, x_normed = layer(x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm,
                                 a if last else None)
-        factor_input = x_normed
-        f = F.silu(self.factor_input_proj(factor_input))  # [b, S·K, h]: SiLU(W [c, a, c ⊙ a] + b)
+        f = F.silu(self.factor_input_proj(x_normed))  # [b, S·K, h]: SiLU(W [c, a, c ⊙ a] + b), x_normed the factor input
 
         # out_head and in_head read the same f: one GEMM over their stacked weights
         fd = self.out_head.weight.shape[0]

@@ -222,18 +222,13 @@ def greedy_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
     return ids.gather(2, chosen[..., None]).squeeze(-1)
 
 
-def _walk_fits_a_program(ids: torch.Tensor) -> bool:
-    """The walk kernels hold a row's whole lattice ([1 + (S-1)·K, K] scores) in registers."""
-    slots, k = ids.shape[1], ids.shape[2]
-    return (1 + max(slots - 1, 0) * k) * k <= 1 << 16
-
-
 def greedy_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """`greedy_walk_reference`, as one Triton program per row on CUDA."""
-    if _walk_fits_a_program(ids) and _use_triton(start, pairs, ids):
-        from .kernels.triton_ops import greedy_walk_triton
+    if _use_triton(start, pairs, ids):
+        from .kernels.triton_ops import greedy_walk_triton, walk_fits
 
-        return greedy_walk_triton(start, pairs, ids)
+        if walk_fits(*ids.shape[1:]):
+            return greedy_walk_triton(start, pairs, ids)
     return greedy_walk_reference(start, pairs, ids)
 
 
@@ -280,11 +275,12 @@ def sample_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
 def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
                 temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample_walk_reference`, as one Triton program per row on CUDA."""
-    if _walk_fits_a_program(ids) and _use_triton(start, pairs, ids, uniforms):
-        from .kernels.triton_ops import sample_walk_triton
+    if _use_triton(start, pairs, ids, uniforms):
+        from .kernels.triton_ops import sample_walk_triton, walk_fits
 
-        return sample_walk_triton(start, pairs, ids, uniforms, temperatures.to(start.device),
-                                  greedy_mask.to(start.device))
+        if walk_fits(*ids.shape[1:]):
+            return sample_walk_triton(start, pairs, ids, uniforms, temperatures.to(start.device),
+                                      greedy_mask.to(start.device))
     return sample_walk_reference(start, pairs, ids, uniforms, temperatures, greedy_mask)
 
 

@@ -27,7 +27,6 @@ SELECT_WARPS = 1
 SELECT_WARPS_FEW_ROWS = 4
 WALK_WARPS = 4
 ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
-NEG_INF = float("-inf")
 
 
 # ---------------------------------------------------------------- topk_lse
@@ -48,8 +47,10 @@ NEG_INF = float("-inf")
 
 
 @triton.jit
-def _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts, row, part,
+def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
                TILE: tl.constexpr, TPP: tl.constexpr):
+    row = tl.program_id(0)
+    part = tl.program_id(1)
     tiles = part * TPP + tl.arange(0, TPP)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE], one load
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols, mask=cols < n_cols,
@@ -67,36 +68,21 @@ def _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
 
 
 @triton.jit
-def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
-               TILE: tl.constexpr, TPP: tl.constexpr):
-    _scan_part(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
-               tl.program_id(0), tl.program_id(1), TILE, TPP)
-
-
-@triton.jit
 def _take_largest(x, index):
-    """(value, index) of the largest entry of x (NaN-free, -inf allowed), ties to the lowest index; and x
-    with that entry taken out. A taken entry becomes NaN, which the NaN-skipping tl.max and the equality
-    test both pass over, so -inf entries stay selectable in column order."""
+    """(value, index) of the largest entry of x (any shape; NaN-free, -inf allowed), ties to the lowest index;
+    and x with that entry taken out. A taken entry becomes NaN, which the NaN-skipping tl.max and the
+    equality test both pass over, so -inf entries stay selectable in column order."""
     BIG: tl.constexpr = 1 << 30
-    best = tl.max(x, axis=0)
-    at = tl.min(tl.where(x == best, index, BIG), axis=0)
+    best = tl.max(x)
+    at = tl.min(tl.where(x == best, index, BIG))
     return best, at, tl.where(index == at, float("nan"), x)
 
 
 @triton.jit
-def _take_largest_2d(x, index):
-    """`_take_largest` over a 2-D block."""
-    BIG: tl.constexpr = 1 << 30
-    best = tl.max(tl.max(x, axis=1), axis=0)
-    at = tl.min(tl.min(tl.where(x == best, index, BIG), axis=1), axis=0)
-    return best, at, tl.where(index == at, float("nan"), x)
-
-
-@triton.jit
-def _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
-                values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k, row,
-                TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
+                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
+                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+    row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride_row
     p_offs = tl.arange(0, BLOCK_P)
     pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
@@ -127,19 +113,11 @@ def _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s
     out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
     out_i = tl.zeros((BLOCK_K,), tl.int64)
     for j in range(k):
-        best, at, y = _take_largest_2d(y, cols)
+        best, at, y = _take_largest(y, cols)
         out_v = tl.where(k_offs == j, best, out_v)
         out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
     tl.store(values_ptr + row * k + k_offs, out_v, mask=k_offs < k)
     tl.store(ids_ptr + row * k + k_offs, out_i, mask=k_offs < k)
-
-
-@triton.jit
-def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
-                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
-    _select_row(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, values_ptr, ids_ptr, lse_ptr,
-                n_tiles, n_parts, k, tl.program_id(0), TILE, BLOCK_T, BLOCK_P, BLOCK_K)
 
 
 def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -161,12 +139,12 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     lse = torch.empty((n,), device=dev, dtype=torch.float32)
     if n == 0:
         return values, ids, lse
-    blocks = {"TILE": TILE, "BLOCK_T": triton.next_power_of_2(n_tiles), "BLOCK_P": triton.next_power_of_2(n_parts),
-              "BLOCK_K": triton.next_power_of_2(k)}
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
                              TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
-                       **blocks, num_warps=SELECT_WARPS_FEW_ROWS if n <= _sm_count(dev) else SELECT_WARPS)
+                       TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
+                       BLOCK_K=triton.next_power_of_2(k),
+                       num_warps=SELECT_WARPS_FEW_ROWS if n <= _sm_count(dev) else SELECT_WARPS)
     return values, ids, lse
 
 
@@ -239,6 +217,11 @@ def _greedy_walk(start_ptr, pairs_ptr, ids_ptr, tokens_ptr, S, K,
     tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
 
 
+def walk_fits(slots: int, k: int) -> bool:
+    """Whether a row's whole lattice ([1 + (S-1)·K, K] scores) fits one walk program's registers."""
+    return (1 + max(slots - 1, 0) * k) * k <= 1 << 16
+
+
 def _walk_blocks(s: int, k: int) -> dict[str, int]:
     block_k = max(16, triton.next_power_of_2(k))
     block_r = max(16, triton.next_power_of_2(1 + (s - 1) * k))
@@ -265,7 +248,7 @@ def _sample_rows(x, K, u, t, greedy, BLOCK_K: tl.constexpr):
     valid = offs < K
     x = tl.where(valid, x, float("-inf"))
     best = tl.max(x, axis=1)
-    arg = tl.min(tl.where((x == best[:, None]) & valid, offs, 1 << 30), axis=1)
+    arg = _rows_argmax(x, K, BLOCK_K)  # the greedy walk's pick, so greedy rows follow exactly its path
     scaled = x / t
     smax = tl.max(scaled, axis=1)
     e = tl.where(valid, tl.exp(scaled - tl.where(smax == float("-inf"), 0.0, smax)[:, None]), 0.0)
