@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from lilicorr_ckpt import fixtures  # noqa: E402
+from lilicorr_ckpt.convert.writer import fsync_path  # noqa: E402
 from lilicorr_ckpt.manifest import legacy_name  # noqa: E402
 from lilicorr_ckpt.stwrite import Entry, StreamWriter  # noqa: E402
 
@@ -102,14 +103,6 @@ def make_export(path: Path, layers: int, quant: str | None) -> int:
     return sum(e.nbytes for e in entries)
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def settle() -> None:
     """Start every measurement with no dirty pages from the previous one still being written back."""
     os.sync()
@@ -122,8 +115,8 @@ def plain_copy(src: Path, dst: Path) -> float:
     dst.mkdir()
     for f in sorted(src.iterdir()):
         shutil.copyfile(f, dst / f.name)
-        _fsync(dst / f.name)
-    _fsync(dst)
+        fsync_path(dst / f.name)
+    fsync_path(dst)
     return time.perf_counter() - start
 
 

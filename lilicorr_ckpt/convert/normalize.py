@@ -107,21 +107,23 @@ def _dim(tensors: dict[str, TensorInfo], name: str, axis: int, ndim: int) -> int
     return info.shape[axis]
 
 
+# (config key, tensor, axis, rank): the head tensor dimension each lilicorr_* key is read from
+_HEAD_DIMS = (
+    ("lilicorr_hidden_size", "lilicorr.pass_hidden_proj.weight", 0, 2),  # [h, M]
+    ("lilicorr_candidate_topk", "lilicorr.rank_embedding", 3, 5),  # [1, 1, 1, K, h]
+    ("lilicorr_num_heads", "lilicorr.relative_slot_bias", 0, 2),  # [N, 2B-1]
+    ("lilicorr_factor_dim", "lilicorr.out_head.weight", 0, 2),  # [F, h]
+)
+
+
 def head_geometry_from_tensors(tensors: dict[str, TensorInfo]) -> dict[str, Any]:
     """The lilicorr_* keys the head's tensor shapes determine (canonical names)."""
     out: dict[str, Any] = {}
-    h = _dim(tensors, "lilicorr.pass_hidden_proj.weight", 0, 2)
-    if h is not None:
-        out["lilicorr_hidden_size"] = h
-    k = _dim(tensors, "lilicorr.rank_embedding", 3, 5)
-    if k is not None:
-        out["lilicorr_candidate_topk"] = k
-    n = _dim(tensors, "lilicorr.relative_slot_bias", 0, 2)
-    if n is not None:
-        out["lilicorr_num_heads"] = n
-    f = _dim(tensors, "lilicorr.out_head.weight", 0, 2)
-    if f is not None:
-        out["lilicorr_factor_dim"] = f
+    for key, name, axis, rank in _HEAD_DIMS:
+        size = _dim(tensors, name, axis, rank)
+        if size is not None:
+            out[key] = size
+    h = out.get("lilicorr_hidden_size")
     layers = {int(m.group(1)) for name in tensors if (m := _HEAD_LAYER.match(name))}
     if layers:
         out["lilicorr_num_layers"] = max(layers) + 1

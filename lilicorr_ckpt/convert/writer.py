@@ -189,7 +189,8 @@ def make_temporary(dst: Path) -> Path:
     return tmp
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_path(path: Path) -> None:
+    """Flush a file or a directory entry to disk."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -198,7 +199,7 @@ def _fsync_dir(path: Path) -> None:
 
 
 def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
-    _fsync_dir(tmp)
+    fsync_path(tmp)
     if dst.exists():
         if not force:
             raise UsageError(f"DST {dst} appeared while converting; nothing was replaced")
@@ -212,7 +213,7 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)  # the new DST is in place; a leftover is cleaned next run
     else:
         os.rename(tmp, dst)
-    _fsync_dir(dst.parent)
+    fsync_path(dst.parent)
 
 
 # ---------------------------------------------------------------- writing
