@@ -21,9 +21,9 @@ import triton.language as tl
 TILE = 256  # columns per tile: the scan stores one maximum per tile
 TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
 NUM_WARPS = 4
-# The per-row select is a latency-bound chain of reductions. With many rows one warp per row is fastest (more
-# rows in flight); with no more rows than SMs, four warps shorten each row's chain (bench/tune.py).
-SELECT_WARPS = 1
+# The per-row select is a latency-bound chain of reductions: two warps per row with many rows, four when there
+# are no more rows than SMs (bench/topk_probe.py, bench/tune.py).
+SELECT_WARPS = 2
 SELECT_WARPS_FEW_ROWS = 4
 WALK_WARPS = 4
 ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
@@ -44,6 +44,14 @@ ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Q
 # column. Either way k elements precede x in the order, contradicting x being among the first k. So the
 # first k elements lie inside the k selected tiles. Every comparison breaks ties by column, so the
 # result is the stable descending order of the row, exactly what the reference returns.
+#
+# The select compares int32 keys, never floats: an int32 max over a warp is one redux.sync instruction,
+# where an fp32 max is five shuffles. A value becomes its "ordered" bits (the float's bits, with the
+# magnitude bits flipped for negatives, so integer order is float order; -0.0 is read as +0.0, NaN as
+# -inf). For 16-bit logits the value takes 16 bits and a position the low 16 (inverted, so that a tie goes
+# to the lower position): one reduction per round picks both. fp32 logits use two reductions per round
+# (the value, then the lowest column holding it). A taken entry becomes INT32_MIN, below every real key, so
+# -inf entries stay selectable in column order.
 
 
 @triton.jit
@@ -53,8 +61,9 @@ def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
     part = tl.program_id(1)
     tiles = part * TPP + tl.arange(0, TPP)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE], one load
+    # read once and never again by this kernel: evict_first keeps the select's inputs in L2 (-0.9 us at n = 480)
     x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols, mask=cols < n_cols,
-                other=float("-inf")).to(tl.float32)
+                other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
     # tl.max skips NaN (maxNum): a tile's maximum is NaN only when every entry is; the select reads it as -inf
     tile_max = tl.max(x, axis=1)  # [TPP]
     tl.store(tile_max_ptr + row * n_tiles + tiles, tile_max, mask=tiles < n_tiles)
@@ -67,26 +76,45 @@ def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_
     tl.store(part_s_ptr + row * n_parts + part, s)
 
 
+INT32_MIN = tl.constexpr(-(1 << 31))
+
+
 @triton.jit
-def _take_largest(x, index):
-    """(value, index) of the largest entry of x (any shape; NaN-free, -inf allowed), ties to the lowest index;
-    and x with that entry taken out. A taken entry becomes NaN, which the NaN-skipping tl.max and the
-    equality test both pass over, so -inf entries stay selectable in column order."""
-    BIG: tl.constexpr = 1 << 30
-    best = tl.max(x)
-    at = tl.min(tl.where(x == best, index, BIG))
-    return best, at, tl.where(index == at, float("nan"), x)
+def _ordered32(v):
+    """fp32 without NaN -> int32 in the same order; -0.0 as +0.0."""
+    b = tl.where(v == 0, 0.0, v).to(tl.int32, bitcast=True)
+    return tl.where(b >= 0, b, b ^ 0x7FFFFFFF)
+
+
+@triton.jit
+def _ordered16(v, NEG_INF_BITS: tl.constexpr):
+    """16-bit floats -> their ordered bits in int32 [-32768, 32767]; NaN as -inf, -0.0 as +0.0."""
+    raw = v.to(tl.int16, bitcast=True).to(tl.int32)
+    raw = tl.where(v.to(tl.float32) != v.to(tl.float32), NEG_INF_BITS, raw)
+    raw = tl.where(raw == -32768, 0, raw)
+    return tl.where(raw >= 0, raw, raw ^ 0x7FFF)
+
+
+@triton.jit
+def _take_largest(key, index):
+    """The largest int32 key, the lowest index holding it, and key with that entry taken out."""
+    best = tl.max(key)
+    at = tl.min(tl.where(key == best, index, 1 << 30))
+    return best, at, tl.where(index == at, INT32_MIN, key)
 
 
 @triton.jit
 def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
                  values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr):
+                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+                 PACK16: tl.constexpr, NEG_INF_BITS: tl.constexpr):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride_row
     p_offs = tl.arange(0, BLOCK_P)
     pm = tl.load(part_m_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=float("-inf"))
     ps = tl.load(part_s_ptr + row * n_parts + p_offs, mask=p_offs < n_parts, other=0.0)
+    t_offs = tl.arange(0, BLOCK_T)
+    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
     gm = tl.max(pm, axis=0)
     # each partial was summed relative to its own maximum, or 0 where that is infinite; so is the total
     part_ref = tl.where(tl.abs(pm) == float("inf"), 0.0, pm)
@@ -95,29 +123,60 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
     lse = row_ref + tl.log(total)  # -inf for a row of -inf, +inf with a +inf logit, NaN with a NaN
     tl.store(lse_ptr + row, lse)
 
-    # the k tiles with the largest maxima (ties: lower tile)
+    # the k tiles with the largest maxima (ties: lower tile); an all-NaN tile has a NaN maximum, read as -inf
     k_offs = tl.arange(0, BLOCK_K)
-    t_offs = tl.arange(0, BLOCK_T)
-    tmax = tl.load(tile_max_ptr + row * n_tiles + t_offs, mask=t_offs < n_tiles, other=float("-inf"))
     tmax = tl.where(tmax != tmax, float("-inf"), tmax)
     tiles = tl.zeros((BLOCK_K,), tl.int32)
     kt = tl.minimum(k, n_tiles)
-    for r in range(kt):
-        _, at, tmax = _take_largest(tmax, t_offs)
-        tiles = tl.where(k_offs == r, at, tiles)
+    if PACK16:  # a tile maximum of 16-bit logits is a 16-bit value: (value, tile) in one key (< 65536 tiles)
+        tkey = _ordered16(tmax.to(logits_ptr.dtype.element_ty), NEG_INF_BITS)
+        tkey = tl.where(t_offs < n_tiles, (tkey << 16) | (0xFFFF - t_offs), INT32_MIN)
+        for r in range(kt):
+            best = tl.max(tkey)
+            tkey = tl.where(tkey == best, INT32_MIN, tkey)
+            tiles = tl.where(k_offs == r, 0xFFFF - (best & 0xFFFF), tiles)
+    else:
+        tkey = tl.where(t_offs < n_tiles, _ordered32(tmax), INT32_MIN)
+        for r in range(kt):
+            _, at, tkey = _take_largest(tkey, t_offs)
+            tiles = tl.where(k_offs == r, at, tiles)
 
     # order their columns (ties: lower column)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [BLOCK_K, TILE]
-    y = tl.load(base + cols, mask=(k_offs[:, None] < kt) & (cols < n_cols), other=float("-inf")).to(tl.float32)
-    y = tl.where(y != y, float("-inf"), y)
-    out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
-    out_i = tl.zeros((BLOCK_K,), tl.int64)
-    for j in range(k):
-        best, at, y = _take_largest(y, cols)
-        out_v = tl.where(k_offs == j, best, out_v)
-        out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
+    ok = (k_offs[:, None] < kt) & (cols < n_cols)
+    y = tl.load(base + cols, mask=ok, other=float("-inf"))
+    if PACK16:
+        # the position must follow the column, and the tiles were chosen by maximum: rank them by index
+        by_index = tl.where(k_offs < kt, tiles, 1 << 30)
+        rank = tl.sum((by_index[None, :] < by_index[:, None]).to(tl.int32), axis=1)
+        pos = rank[:, None] * TILE + tl.arange(0, TILE)[None, :]
+        key = tl.where(ok, (_ordered16(y, NEG_INF_BITS) << 16) | (0xFFFF - pos), INT32_MIN)
+        out = tl.full((BLOCK_K,), INT32_MIN, tl.int32)
+        for j in range(k):
+            best = tl.max(key)
+            key = tl.where(key == best, INT32_MIN, key)
+            out = tl.where(k_offs == j, best, out)
+        o16 = out >> 16
+        out_v = tl.where(o16 >= 0, o16, o16 ^ 0x7FFF).to(tl.int16).to(y.dtype, bitcast=True).to(tl.float32)
+        pos = 0xFFFF - (out & 0xFFFF)
+        tile = tl.sum(tl.where((pos // TILE)[:, None] == rank[None, :], tiles[None, :], 0), axis=1)
+        out_i = (tile * TILE + pos % TILE).to(tl.int64)
+    else:
+        y = y.to(tl.float32)
+        key = tl.where(ok, _ordered32(tl.where(y != y, float("-inf"), y)), INT32_MIN)
+        out_v = tl.full((BLOCK_K,), float("-inf"), tl.float32)
+        out_i = tl.zeros((BLOCK_K,), tl.int64)
+        for j in range(k):
+            best, at, key = _take_largest(key, cols)
+            o = tl.where(best >= 0, best, best ^ 0x7FFFFFFF)
+            out_v = tl.where(k_offs == j, o.to(tl.float32, bitcast=True), out_v)
+            out_i = tl.where(k_offs == j, at.to(tl.int64), out_i)
     tl.store(values_ptr + row * k + k_offs, out_v, mask=k_offs < k)
     tl.store(ids_ptr + row * k + k_offs, out_i, mask=k_offs < k)
+
+
+# -inf as 16-bit patterns (sign-extended to int32), for NaN entries of 16-bit logits
+_NEG_INF_BITS = {torch.bfloat16: -128, torch.float16: -1024}
 
 
 def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -141,9 +200,12 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
         return values, ids, lse
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
                              TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
+    block_k = triton.next_power_of_2(k)
+    # 16-bit keys hold a tile index and a position among the chosen tiles' columns
+    pack16 = logits.dtype in _NEG_INF_BITS and n_tiles <= 1 << 16 and block_k * TILE <= 1 << 16
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
                        TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
-                       BLOCK_K=triton.next_power_of_2(k),
+                       BLOCK_K=block_k, PACK16=pack16, NEG_INF_BITS=_NEG_INF_BITS.get(logits.dtype, 0),
                        num_warps=SELECT_WARPS_FEW_ROWS if n <= _sm_count(dev) else SELECT_WARPS)
     return values, ids, lse
 

@@ -43,14 +43,19 @@ def assert_topk_identical(logits: torch.Tensor, k: int) -> None:
 # ---------------------------------------------------------------- CPU (interpreter) and GPU, small shapes
 
 
+# float32 rows take the select's two-reduction path; bfloat16 and float16 rows its packed 16-bit keys
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("vocab", [256, 257, 1000, 1025])
 @pytest.mark.parametrize("k", [1, 2, 4, 8, 16])
-def test_topk_lse_matches_the_reference(vocab, k):
-    logits = torch.randn(3, vocab, generator=_gen(vocab + k)) * 4
+def test_topk_lse_matches_the_reference(vocab, k, dtype):
+    logits = (torch.randn(3, vocab, generator=_gen(vocab + k)) * 4).to(dtype)
     assert_topk_identical(logits, k)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_topk_lse_ties_return_the_lowest_columns(dtype):
     # 64 distinct values over 2000 columns: every top-k boundary is a tie
     logits = torch.randint(0, 64, (4, 2000), generator=_gen(7)).to(dtype)
@@ -59,8 +64,9 @@ def test_topk_lse_ties_return_the_lowest_columns(dtype):
     assert torch.equal(logits.gather(1, ids.cpu()).float(), values.cpu())  # every id holds its value
 
 
-def test_topk_lse_nan_rows():
-    logits = torch.randn(3, 700, generator=_gen(3))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_lse_nan_rows(dtype):
+    logits = torch.randn(3, 700, generator=_gen(3)).to(dtype)
     logits[0, 5] = float("nan")  # one NaN: never a candidate, but the row's lse is NaN
     logits[1] = float("nan")  # all NaN: -inf values, columns 0..k-1
     assert_topk_identical(logits, 4)
@@ -70,14 +76,15 @@ def test_topk_lse_nan_rows():
     assert 5 not in ids[0].cpu().tolist()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [4, 8, 16])
-def test_topk_lse_rows_with_fewer_finite_values_than_k(k):
+def test_topk_lse_rows_with_fewer_finite_values_than_k(k, dtype):
     # -inf fills the rest of the top-k in column order; a selected entry must not be selected twice
-    logits = torch.full((3, 1300), float("-inf"))
-    logits[0, [900, 3, 640]] = torch.tensor([1.0, 2.0, 1.0])
+    logits = torch.full((3, 1300), float("-inf"), dtype=dtype)
+    logits[0, [900, 3, 640]] = torch.tensor([1.0, 2.0, 1.0], dtype=dtype)
     logits[1, 700] = 0.5
     logits[1, 0:2] = float("nan")
-    logits[2] = torch.randn(1300, generator=_gen(k))
+    logits[2] = torch.randn(1300, generator=_gen(k)).to(dtype)
     logits[2, 256:1300] = float("-inf")
     assert_topk_identical(logits, k)
     _, ids, _ = triton_ops.topk_lse_triton(logits.to(DEVICE), k)
@@ -85,9 +92,10 @@ def test_topk_lse_rows_with_fewer_finite_values_than_k(k):
     assert all(len(set(row)) == k for row in ids.cpu().tolist())
 
 
-def test_topk_lse_infinite_logits():
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_lse_infinite_logits(dtype):
     # +inf: lse +inf (the reference's reference point is 0, not inf - inf); a row of -inf: lse -inf
-    logits = torch.randn(3, 900, generator=_gen(9))
+    logits = torch.randn(3, 900, generator=_gen(9)).to(dtype)
     logits[0, 17] = float("inf")
     logits[1] = float("-inf")
     assert_topk_identical(logits, 8)
@@ -95,10 +103,35 @@ def test_topk_lse_infinite_logits():
     assert lse[0].item() == float("inf") and lse[1].item() == float("-inf") and ids[0, 0].item() == 17
 
 
-def test_topk_lse_non_contiguous_rows():
-    logits = torch.randn(6, 900, generator=_gen(5))[::2]
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_lse_non_contiguous_rows(dtype):
+    logits = torch.randn(6, 900, generator=_gen(5)).to(dtype)[::2]
     assert not logits.is_contiguous()
     assert_topk_identical(logits, 8)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_lse_equal_values_in_tiles_chosen_out_of_column_order(dtype):
+    # tiles are chosen by maximum (tile 6 before tile 1 here), but equal values must come out in column order
+    logits = torch.full((1, 2048), -3.0, dtype=dtype)
+    logits[0, 1700] = 9.0  # tile 6's maximum
+    logits[0, 1600] = 5.0  # tile 6 again
+    logits[0, 300] = 5.0  # tile 1's maximum
+    logits[0, 301] = 5.0
+    assert_topk_identical(logits, 4)
+    _, ids, _ = triton_ops.topk_lse_triton(logits.to(DEVICE), 4)
+    assert ids.cpu()[0].tolist() == [1700, 300, 301, 1600]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_topk_lse_signed_zeros_tie_in_column_order(dtype):
+    # -0.0 == +0.0: the integer keys must not order them by sign
+    logits = torch.full((2, 600), -1.0, dtype=dtype)
+    logits[0, [10, 20, 30]] = torch.tensor([0.0, -0.0, 0.0], dtype=dtype)
+    logits[1, [5, 400]] = torch.tensor([-0.0, 0.0], dtype=dtype)
+    assert_topk_identical(logits, 4)
+    _, ids, _ = triton_ops.topk_lse_triton(logits.to(DEVICE), 4)
+    assert ids.cpu()[0, :3].tolist() == [10, 20, 30] and ids.cpu()[1, :2].tolist() == [5, 400]
 
 
 def test_topk_lse_values_minus_lse_are_full_vocabulary_log_probs():
@@ -194,7 +227,7 @@ def test_sample_walk_stays_in_support_at_round_off():
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("vocab", [1024, 1025, 2047, 3072, 49152, 151936])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("k", [1, 2, 4, 8, 16])
 def test_gpu_topk_lse_full_vocabularies(vocab, dtype, k):
     logits = (torch.randn(40, vocab, generator=_gen(vocab)) * 3).to(dtype)
@@ -203,9 +236,14 @@ def test_gpu_topk_lse_full_vocabularies(vocab, dtype, k):
 
 @gpu
 @needs_cuda
-def test_gpu_topk_lse_bf16_ties_at_full_vocabulary():
-    logits = torch.randint(0, 64, (16, 151936), generator=_gen(1)).to(torch.bfloat16)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_topk_lse_16_bit_ties_at_full_vocabulary(dtype):
+    logits = torch.randint(0, 64, (16, 151936), generator=_gen(1)).to(dtype)
     assert_topk_identical(logits, 8)
+    logits[:, ::7] = -0.0  # signed zeros among the maxima
+    logits[:, 1::7] = 0.0
+    logits = logits.clamp(max=0.0)
+    assert_topk_identical(logits, 16)
 
 
 @gpu
