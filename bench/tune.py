@@ -25,7 +25,7 @@ def tune_topk() -> None:
     defaults = (triton_ops.TILES_PER_PROGRAM, triton_ops.NUM_WARPS, triton_ops.SELECT_WARPS,
                 triton_ops.SELECT_WARPS_FEW_ROWS)
     for n, configs in [(15, [(16, 4, 1), (16, 4, 2), (16, 4, 4)]),
-                       (480, [(16, 4, 1), (16, 4, 2), (16, 4, 4), (32, 4, 1), (8, 4, 1), (16, 8, 1)])]:
+                       (480, [(16, 4, 1), (16, 4, 2), (16, 4, 4), (8, 4, 2), (16, 8, 2), (32, 8, 2)])]:
         logits = torch.randn(n, v, device="cuda", dtype=torch.bfloat16) * 3
         ref = triton_ops.topk_lse_triton(logits, k)
         for tpp, warps, select_warps in configs:
