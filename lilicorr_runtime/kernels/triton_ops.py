@@ -104,6 +104,13 @@ def _take_largest(key, index):
 
 
 @triton.jit
+def _next_below(ukey, bound):
+    """The largest of the unique uint32 keys `ukey` below bound + 1, as one unsigned min: bound - ukey wraps
+    the keys above the bound past every key below it, so no entry has to be taken out between rounds."""
+    return bound - tl.min(bound - ukey)
+
+
+@triton.jit
 def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
                  values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
                  TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -131,10 +138,12 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
     if PACK16:  # a tile maximum of 16-bit logits is a 16-bit value: (value, tile) in one key (< 65536 tiles)
         tkey = _ordered16(tmax.to(logits_ptr.dtype.element_ty), NEG_INF_BITS)
         tkey = tl.where(t_offs < n_tiles, (tkey << 16) | (0xFFFF - t_offs), INT32_MIN)
+        ukey = tkey.to(tl.uint32, bitcast=True) ^ 0x80000000  # unsigned order = signed order; low bits kept
+        bound = 0xFFFFFFFF
         for r in range(kt):
-            best = tl.max(tkey)
-            tkey = tl.where(tkey == best, INT32_MIN, tkey)
-            tiles = tl.where(k_offs == r, 0xFFFF - (best & 0xFFFF), tiles)
+            best = _next_below(ukey, bound)
+            tiles = tl.where(k_offs == r, 0xFFFF - (best & 0xFFFF).to(tl.int32), tiles)
+            bound = best - 1
     else:
         tkey = tl.where(t_offs < n_tiles, _ordered32(tmax), INT32_MIN)
         for r in range(kt):
@@ -151,11 +160,14 @@ def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_
         rank = tl.sum((by_index[None, :] < by_index[:, None]).to(tl.int32), axis=1)
         pos = rank[:, None] * TILE + tl.arange(0, TILE)[None, :]
         key = tl.where(ok, (_ordered16(y, NEG_INF_BITS) << 16) | (0xFFFF - pos), INT32_MIN)
-        out = tl.full((BLOCK_K,), INT32_MIN, tl.int32)
-        for j in range(k):
-            best = tl.max(key)
-            key = tl.where(key == best, INT32_MIN, key)
-            out = tl.where(k_offs == j, best, out)
+        ukey = key.to(tl.uint32, bitcast=True) ^ 0x80000000
+        out_u = tl.zeros((BLOCK_K,), tl.uint32)
+        bound = 0xFFFFFFFF
+        for j in range(k):  # (at least k real entries were gathered, so no round runs dry)
+            best = _next_below(ukey, bound)
+            out_u = tl.where(k_offs == j, best, out_u)
+            bound = best - 1
+        out = (out_u ^ 0x80000000).to(tl.int32, bitcast=True)
         o16 = out >> 16
         out_v = tl.where(o16 >= 0, o16, o16 ^ 0x7FFF).to(tl.int16).to(y.dtype, bitcast=True).to(tl.float32)
         pos = 0xFFFF - (out & 0xFFFF)
