@@ -9,7 +9,6 @@ Shared conventions (the references implement exactly the same):
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 
@@ -17,14 +16,14 @@ import torch
 import triton
 import triton.language as tl
 
-# Tuned on an H200 (bench/kernels.py): V = 151936 bf16 gives 594 tiles, 38 scan programs per row.
+# Tuned on an H200 (bench/tune.py --topk): V = 151936 bf16 gives 594 tiles, 75 scan programs per row.
 TILE = 256  # columns per tile: the scan stores one maximum per tile
-TILES_PER_PROGRAM = 16  # tiles one scan program reads in a single load
-NUM_WARPS = 4
-# The per-row select is a latency-bound chain of reductions: two warps per row with many rows, four when there
-# are no more rows than SMs (bench/topk_probe.py, bench/tune.py).
-SELECT_WARPS = 2
-SELECT_WARPS_FEW_ROWS = 4
+TILES_PER_PROGRAM = 8  # tiles one scan program reads in a single load (2048 columns, 4 KiB of bf16)
+# One warp per scan program: every reduction stays inside the warp (shuffles, no barrier, no shared memory),
+# and many small programs keep more bytes in flight than fewer wide ones (n = 480: 37.9 -> 35.0 us alone).
+SCAN_WARPS = 1
+# The per-row select is a latency-bound chain of reductions (bench/tune.py --topk).
+SELECT_WARPS = 4
 WALK_WARPS = 4
 ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Qwen3-8B geometry: 8 blocks)
 
@@ -211,20 +210,15 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     if n == 0:
         return values, ids, lse
     _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
-                             TILE=TILE, TPP=tpp, num_warps=NUM_WARPS)
+                             TILE=TILE, TPP=tpp, num_warps=SCAN_WARPS)
     block_k = triton.next_power_of_2(k)
     # 16-bit keys hold a tile index and a position among the chosen tiles' columns
     pack16 = logits.dtype in _NEG_INF_BITS and n_tiles <= 1 << 16 and block_k * TILE <= 1 << 16
     _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
                        TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
                        BLOCK_K=block_k, PACK16=pack16, NEG_INF_BITS=_NEG_INF_BITS.get(logits.dtype, 0),
-                       num_warps=SELECT_WARPS_FEW_ROWS if n <= _sm_count(dev) else SELECT_WARPS)
+                       num_warps=SELECT_WARPS)
     return values, ids, lse
-
-
-@functools.cache
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
 
 
 # ---------------------------------------------------------------- lattice walks
