@@ -17,6 +17,8 @@ import datetime
 import sys
 
 import torch
+import triton
+import triton.language as tl
 
 from lilicorr_runtime import ops
 from lilicorr_runtime.kernels import triton_ops
@@ -60,10 +62,45 @@ def copy_bandwidth() -> float:
     return 2 * src.numel() / t  # bytes read + written per second
 
 
+@triton.jit
+def _read_sum(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0, eviction_policy="evict_first")
+    tl.store(out_ptr + tl.program_id(0), tl.sum(x.to(tl.float32), axis=0))
+
+
+def read_bandwidth(rows: int = 480, cols: int = 151936) -> float:
+    """Bytes per second of a kernel that only reads [rows, cols] bf16 (one sum per 2048 values, one warp):
+    what the topk scan could reach at best, which is above the copy bandwidth (no writes)."""
+    x = torch.randn(rows * cols, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(triton.cdiv(x.numel(), 2048), device="cuda")
+    t = cuda_time(graphed(lambda: [_read_sum[(out.numel(),)](x, out, x.numel(), BLOCK=2048, num_warps=1)
+                                   for _ in range(10)])) / 10
+    return x.numel() * x.element_size() / t
+
+
+def scan_alone(logits: torch.Tensor) -> float:
+    """Seconds per call of topk_lse's first kernel alone (the one pass over the logits), in a graph."""
+    n, v = logits.shape
+    n_tiles = triton.cdiv(v, triton_ops.TILE)
+    tpp = min(triton_ops.TILES_PER_PROGRAM, triton.next_power_of_2(n_tiles))
+    n_parts = triton.cdiv(n_tiles, tpp)
+    tile_max = torch.empty((n, n_tiles), device="cuda")
+    part_m, part_s = torch.empty((2, n, n_parts), device="cuda")
+
+    def scan():
+        triton_ops._tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
+                                            TILE=triton_ops.TILE, TPP=tpp, num_warps=triton_ops.SCAN_WARPS)
+    return cuda_time(graphed(lambda: [scan() for _ in range(10)])) / 10
+
+
 def bench_topk(copy_bw: float, quick: bool) -> None:
     v, k = 151936, 8
-    print(f"\ntopk_lse  V={v} bf16 k={k}   (copy bandwidth {copy_bw / 1e12:.2f} TB/s)")
-    print(f"{'n':>5} {'eager us':>9} {'graph us':>9} {'torch us':>9} {'speedup':>8} {'TB/s':>6} {'% copy':>7}  exact")
+    read_bw = read_bandwidth(480, v)
+    print(f"\ntopk_lse  V={v} bf16 k={k}   (copy bandwidth {copy_bw / 1e12:.2f} TB/s; a read-only kernel over "
+          f"the n = 480 logits: {read_bw / 1e12:.2f} TB/s, {100 * read_bw / copy_bw:.0f}% of copy)")
+    print(f"{'n':>5} {'eager us':>9} {'graph us':>9} {'torch us':>9} {'speedup':>8} {'TB/s':>6} {'% copy':>7} "
+          f"{'scan us':>8} {'scan % read':>11}  exact")
     for n in (15, 120, 480):
         logits = torch.randn(n, v, device="cuda", dtype=torch.bfloat16) * 3
 
@@ -78,9 +115,12 @@ def bench_topk(copy_bw: float, quick: bool) -> None:
         ref_vals, ref_ids, ref_lse = ops.topk_lse_reference(logits.cpu(), k)
         exact = torch.equal(vals.cpu(), ref_vals) and torch.equal(ids.cpu(), ref_ids) and torch.allclose(
             lse.cpu(), ref_lse, rtol=1e-5, atol=1e-4)
-        bw = n * v * logits.element_size() / t_graph
+        nbytes = n * v * logits.element_size()
+        bw = nbytes / t_graph
+        t_scan = scan_alone(logits)
         print(f"{n:>5} {t_tri * 1e6:>9.1f} {t_graph * 1e6:>9.1f} {t_torch * 1e6:>9.1f} {t_torch / t_graph:>7.1f}x "
-              f"{bw / 1e12:>6.2f} {100 * bw / copy_bw:>6.0f}%  {exact}")
+              f"{bw / 1e12:>6.2f} {100 * bw / copy_bw:>6.0f}% {t_scan * 1e6:>8.1f} "
+              f"{100 * nbytes / t_scan / read_bw:>10.0f}%  {exact}")
         if quick:
             break
 
