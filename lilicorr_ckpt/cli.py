@@ -1,24 +1,32 @@
 """The `lilicorr-ckpt` command line.
 
 Exit codes (every command): 0 clean, 1 findings (errors, or warnings with --strict),
-2 unreadable input or internal error, 4 usage error.
+2 unreadable input, I/O error or internal error, 4 usage error, 130 interrupted (Ctrl-C), 143 terminated
+(SIGTERM).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import click
 
 from . import __version__
-from .errors import InputError, UsageError
+from .errors import InputError, Terminated, UsageError
 from .profiles import RUNTIME_CHOICES
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
+EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
 
-EPILOG_EXIT = "Exit codes: 0 clean, 1 findings, 2 unreadable input or internal error, 4 usage error."
+EPILOG_EXIT = ("Exit codes: 0 clean, 1 findings, 2 unreadable input or I/O error, 4 usage error, "
+               "130 interrupted, 143 terminated.")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -36,12 +44,35 @@ def cli() -> None:
     """
 
 
-def _emit(text: str, out: str | None) -> None:
-    if out:
-        path = Path(out)
-        tmp = path.with_name(path.name + ".tmp")
+def check_output_path(out: str) -> Path:
+    """Refuse an output path that cannot be written, before any work is done (exit 4)."""
+    path = Path(out)
+    parent = path.parent
+    if path.is_dir():
+        raise UsageError(f"--output {out} is a directory; give a file name")
+    if not parent.is_dir():
+        raise UsageError(f"--output {out}: directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--output {out}: directory {parent} is not writable")
+    return path
+
+
+def write_output(text: str, out: str) -> None:
+    """Write text to out atomically (a temporary sibling renamed over it); nothing is left on failure."""
+    path = check_output_path(out)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
         tmp.write_text(text)
         tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
+
+
+def _emit(text: str, out: str | None) -> None:
+    if out:
+        write_output(text, out)
     else:
         click.echo(text, nl=False)
 
@@ -73,21 +104,40 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
     shapes and dtypes, NVFP4/FP8 scales and exclusions as each runtime matches them, the owned lm_head,
     shard and index integrity, and (with --target) compatibility with the target model.
     `lilicorr-ckpt rules` lists every check.
+
+    \b
+    Examples:
+      lilicorr-ckpt validate ./drafter
+      lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
+      lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
     """
     from .report import render
     from .validate import validate as run
 
+    if output:
+        check_output_path(output)
     report = run(path, runtime=runtime, target=target, deep=deep, strict=strict)
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     _emit(render(report, fmt, color=color, verbose=verbose), output)
     sys.exit(report.exit_code)
 
 
-@cli.command()
+@cli.command(epilog="Exit codes: 0 summarised (whatever the verdicts say: `validate` is the gate), 2 unreadable "
+                    "input, 4 usage error.")
 @click.argument("path")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text for people; json for scripts (the same fields, machine-readable).")
 def inspect(path: str, fmt: str) -> None:
-    """Summarise a checkpoint: geometry, parameters per component, dtypes, quantization, runtime verdicts."""
+    """Summarise a checkpoint: geometry, parameters per component, dtypes, quantization, runtime verdicts.
+
+    PATH is a checkpoint directory or a repo id in the local Hugging Face cache; only headers are read.
+    The runtime verdicts are a one-line digest of `validate` (run it for the findings behind them).
+
+    \b
+    Examples:
+      lilicorr-ckpt inspect ./drafter
+      lilicorr-ckpt inspect ./drafter -f json | jq .geometry.candidate_topk
+    """
     import json
 
     import msgspec
@@ -103,7 +153,8 @@ def inspect(path: str, fmt: str) -> None:
 
 @cli.command()
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
-              show_default=True)
+              show_default=True, help="text: one line per rule; markdown: the README table; json: every field, "
+                                      "including the fix.")
 def rules(fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it."""
     import json
@@ -148,14 +199,38 @@ def _register_optional() -> None:
 _register_optional()
 
 
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """SIGTERM raises Terminated where the process is, so `finally` blocks clean up as for Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stdout_closed() -> bool:
+    """click swaps in its flush-pacifying wrapper when a write to stdout hit a closed pipe (`| head`)."""
+    return isinstance(sys.stdout, click.utils.PacifyFlushWrapper)
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
-        rv = cli.main(args=argv, prog_name="lilicorr-ckpt", standalone_mode=False)
+        with _sigterm_unwinds():
+            rv = cli.main(args=argv, prog_name="lilicorr-ckpt", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        sys.exit(EXIT_INPUT)
+    except click.exceptions.Abort as exc:  # click turns Ctrl-C (and our SIGTERM) into Abort
+        terminated = isinstance(exc.__cause__, Terminated)
+        click.echo("terminated" if terminated else "interrupted", err=True)
+        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
     except click.UsageError as exc:
         exc.show()
         sys.exit(EXIT_USAGE)
@@ -168,11 +243,21 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(EXIT_INPUT)
+    except Terminated:
+        click.echo("terminated", err=True)
+        sys.exit(EXIT_TERMINATED)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except SystemExit as exc:
+        # a reader that stops early (`| head`) is not a failure of ours: click exits 1 after the broken pipe
+        sys.exit(0 if _stdout_closed() else exc.code)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # the environment, not the checkpoint: a full disk, a permission, a vanished file
+        where = f": {exc.filename}" if exc.filename else ""
+        click.echo(f"lilicorr-ckpt: error: {exc.strerror or exc}{where}", err=True)
+        sys.exit(EXIT_INPUT)
     except Exception as exc:
         if os.environ.get("LILICORR_DEBUG"):
             raise
@@ -180,6 +265,8 @@ def main(argv: list[str] | None = None) -> None:
                    "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
                    err=True)
         sys.exit(EXIT_INPUT)
+    if _stdout_closed():
+        sys.exit(0)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

@@ -9,3 +9,7 @@ class InputError(Exception):
 
 class UsageError(Exception):
     """The command line asks for something impossible (exit code 4)."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is so that it unwinds (temporary files removed) like Ctrl-C does."""

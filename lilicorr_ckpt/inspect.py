@@ -86,18 +86,21 @@ def _human(n: float) -> str:
 
 def render_inspection(ins: Inspection) -> str:
     g = ins.geometry
+    d = {key: "?" if value is None else value for key, value in g.items()}  # what the text shows
     lines = [f"{ins.path}: {ins.architecture or 'unknown architecture'}"]
-    lines.append(f"  backbone   hidden {g['hidden_size']}, {g['num_layers']} layers, heads {g['num_heads']}/"
-                 f"{g['num_kv_heads']} x {g['head_dim']}, mlp {g['intermediate_size']}, vocab {g['vocab_size']}")
-    lines.append(f"  drafting   block {g['block_size']} ({g['slots']} slots), taps {g['target_layer_ids']}, "
-                 f"mask {g['mask_token_id']}")
+    lines.append(f"  backbone   hidden {d['hidden_size']}, {d['num_layers']} layers, heads {d['num_heads']}/"
+                 f"{d['num_kv_heads']} x {d['head_dim']}, mlp {d['intermediate_size']}, vocab {d['vocab_size']}")
+    lines.append(f"  drafting   block {d['block_size']} ({d['slots']} slots), taps {d['target_layer_ids']}, "
+                 f"mask {d['mask_token_id']}")
     if g["lilicorr_enabled"]:
-        lines.append(f"  head       h {g['head_hidden_size']} (raw {g['head_hidden_size_raw']}), K {g['candidate_topk']}, "
-                     f"L {g['head_num_layers']}, N {g['head_num_heads']}, mlp {g['head_mlp_width']}, "
-                     f"F {g['head_factor_dim']}, eps {g['head_vector_eps']}, scale {g['head_logit_scale']}")
+        lines.append(f"  head       h {d['head_hidden_size']} (raw {d['head_hidden_size_raw']}), K {d['candidate_topk']}, "
+                     f"L {d['head_num_layers']}, N {d['head_num_heads']}, mlp {d['head_mlp_width']}, "
+                     f"F {d['head_factor_dim']}, eps {d['head_vector_eps']}, scale {d['head_logit_scale']}")
     if g["conv_kernel_size"]:
-        lines.append(f"  conv       {g['conv_kernel_size']} taps, group {g['conv_group_size']}")
+        lines.append(f"  conv       {d['conv_kernel_size']} taps, group {d['conv_group_size']}")
     lines.append(f"  own head   {'yes' if g['has_own_lm_head'] else 'no (borrows the target lm_head)'}")
+    if any(value is None for value in g.values()):
+        lines.append("  (? = missing or invalid in config.json; `lilicorr-ckpt validate` says which and why)")
     lines.append("")
     lines.append(f"  {'component':<10} {'tensors':>8} {'params':>9} {'bytes':>9}  dtypes")
     for c in ins.components:

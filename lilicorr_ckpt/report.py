@@ -39,15 +39,15 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
 
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
     lines = [f"lilicorr-ckpt validate {report.path}" + (f" --target {report.target}" if report.target else "")]
-    g = report.geometry
+    g = {key: "?" if value is None else value for key, value in report.geometry.items()}  # ? = missing or invalid
     arch = report.architecture or "unknown architecture"
     head = ""
-    if g.get("lilicorr_enabled"):
-        head = (f", head h={g.get('head_hidden_size')} K={g.get('candidate_topk')} L={g.get('head_num_layers')} "
-                f"N={g.get('head_num_heads')} F={g.get('head_factor_dim')}")
-    conv = f", conv {g['conv_kernel_size']}x{g['conv_group_size']}" if g.get("conv_kernel_size") else ""
-    lines.append(f"  {arch}: hidden {g.get('hidden_size')}, {g.get('num_layers')} layers, "
-                 f"block {g.get('block_size')}{head}{conv}")
+    if report.geometry.get("lilicorr_enabled"):
+        head = (f", head h={g.get('head_hidden_size', '?')} K={g.get('candidate_topk', '?')} "
+                f"L={g.get('head_num_layers', '?')} N={g.get('head_num_heads', '?')} F={g.get('head_factor_dim', '?')}")
+    conv = f", conv {g['conv_kernel_size']}x{g.get('conv_group_size', '?')}" if report.geometry.get("conv_kernel_size") else ""
+    lines.append(f"  {arch}: hidden {g.get('hidden_size', '?')}, {g.get('num_layers', '?')} layers, "
+                 f"block {g.get('block_size', '?')}{head}{conv}")
     for severity in ("error", "warning", "info"):
         group = [f for f in report.findings if f.severity == severity]
         if not group or (severity == "info" and not verbose):

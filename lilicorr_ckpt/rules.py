@@ -185,6 +185,9 @@ rule("LC505", "target-layer-count", "warning", TGT, "num_target_layers differs f
      "Write the target's num_hidden_layers.")
 rule("LC506", "target-rope", "warning", TGT, "rope_theta differs from the target's (the exporter copies it).",
      "Check that this is the right target.")
+rule("LC507", "target-unchecked", "warning", TGT,
+     "A target compatibility check did not run: the target's config lacks the value it needs, or gives it with the "
+     "wrong type.", "Point --target at the target's own Hugging Face directory (or GGUF file), with integer geometry.")
 
 FIL = "files"
 rule("LC601", "pickle-files", "warning", FIL, "Pickle weight files (*.bin, *.pt, ...) next to the safetensors; never unpickled here.",
@@ -833,7 +836,7 @@ def quantization(ctx: Context) -> None:
         if diffs:
             ctx.emit("LC301", "hf_quant_config.json and config.json quantization_config disagree: " + "; ".join(diffs),
                      file="config.json", pointer="$.quantization_config")
-    if "config.json" in docs and "hf_quant_config.json" not in docs:
+    if "config.json" in docs and "hf_quant_config.json" not in docs and "hf_quant_config.json" not in ctx.quant_problems:
         ctx.emit("LC319", "config.json has a quantization_config but there is no hf_quant_config.json",
                  file="hf_quant_config.json")
     qc = ctx.quant
@@ -1022,6 +1025,16 @@ def target_compat(ctx: Context) -> None:
     if t is None:
         return
     where = f"target {t.label}"
+    if t.unreadable:
+        what = "; ".join(f"{key} {found}" for key, found in t.unreadable.items())
+        skipped = [check for keys, check in ((("hidden_size", "embedding_length"), "hidden size"),
+                                             (("num_hidden_layers", "block_count"), "layer ids and count"),
+                                             (("vocab_size",), "vocabulary"))
+                   if any(k.rsplit(".", 1)[-1] in keys for k in t.unreadable)]
+        if t.vocab_size is None and t.embedding_rows is None:
+            skipped.append("mask token range")
+        ctx.emit("LC507", f"{where}: {what}; not checked against the drafter: {', '.join(skipped)}",
+                 subjects=sorted(t.unreadable))
     if t.hidden_size is not None and g.hidden_size is not None and t.hidden_size != g.hidden_size:
         ctx.emit("LC501", f"draft hidden_size {g.hidden_size} != {where} hidden_size {t.hidden_size}",
                  file="config.json", pointer="$.hidden_size", expected=t.hidden_size, actual=g.hidden_size)

@@ -95,6 +95,8 @@ def open_source(spec: str) -> Source:
             files.append(entry)
     names = {p.name: p for p in files}
     config = names.get("config.json")
+    if config is None and (root / "config.json").exists():
+        raise InputError(f"{spec}/config.json is not a regular file; expected the drafter's JSON config")
     if config is None:
         shown = ", ".join(p.name for p in entries[:6]) + (" ..." if len(entries) > 6 else "")
         raise InputError(f"{spec} has no config.json (found: {shown}); expected a drafter checkpoint directory")

@@ -25,6 +25,8 @@ class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
     embedding_width: int | None
     special_ids: dict[str, int]  # bos/eos/pad ids
     rope_theta: float | None
+    # geometry keys the target's config lacks or gives with the wrong type: key -> what was found
+    unreadable: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def _ids(value: Any) -> list[int]:
@@ -39,6 +41,18 @@ def _ids(value: Any) -> list[int]:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _geometry(source: dict[str, Any], keys: dict[str, str]) -> tuple[dict[str, int | None], dict[str, str]]:
+    """The integer values of keys (field -> source key), and for each one that is not an integer what was there."""
+    values: dict[str, int | None] = {}
+    unreadable: dict[str, str] = {}
+    for field, key in keys.items():
+        raw = source.get(key)
+        values[field] = _int(raw)
+        if values[field] is None:
+            unreadable[key] = "missing" if raw is None else f"{msgspec.json.encode(raw).decode()[:40]} (not an integer)"
+    return values, unreadable
 
 
 def read_target(spec: str) -> TargetInfo:
@@ -78,12 +92,15 @@ def read_target(spec: str) -> TargetInfo:
             break
     archs = doc.get("architectures")
     theta = text.get("rope_theta")
+    geo, unreadable = _geometry(text, {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
+                                       "vocab_size": "vocab_size"})
     return TargetInfo(
         label=spec,
         architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None,
-        hidden_size=_int(text.get("hidden_size")),
-        num_layers=_int(text.get("num_hidden_layers")),
-        vocab_size=_int(text.get("vocab_size")),
+        hidden_size=geo["hidden_size"],
+        num_layers=geo["num_layers"],
+        vocab_size=geo["vocab_size"],
+        unreadable=unreadable,
         embedding_rows=rows,
         embedding_width=width,
         special_ids=special,
@@ -148,14 +165,17 @@ def read_gguf_target(path: Path) -> TargetInfo:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
     arch = meta.get("general.architecture")
     prefix = f"{arch}." if isinstance(arch, str) else ""
+    geo, unreadable = _geometry(meta, {"hidden_size": prefix + "embedding_length", "num_layers": prefix + "block_count"})
     vocab = _int(meta.get(prefix + "vocab_size")) or _int(meta.get("tokenizer.ggml.tokens"))
+    if vocab is None:
+        unreadable[prefix + "vocab_size"] = "missing (and no tokenizer.ggml.tokens)"
     special = {name: meta[key] for name, key in (("bos", "tokenizer.ggml.bos_token_id"),
                                                    ("eos", "tokenizer.ggml.eos_token_id"),
                                                    ("pad", "tokenizer.ggml.padding_token_id"))
                if isinstance(meta.get(key), int)}
-    hidden = _int(meta.get(prefix + "embedding_length"))
+    hidden = geo["hidden_size"]
     theta = meta.get(prefix + "rope.freq_base")
     return TargetInfo(label=str(path), architecture=arch if isinstance(arch, str) else None, hidden_size=hidden,
-                      num_layers=_int(meta.get(prefix + "block_count")), vocab_size=vocab,
+                      num_layers=geo["num_layers"], vocab_size=vocab, unreadable=unreadable,
                       embedding_rows=vocab, embedding_width=hidden, special_ids=special,
                       rope_theta=float(theta) if isinstance(theta, (int, float)) else None)

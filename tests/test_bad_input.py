@@ -207,3 +207,9 @@ def test_no_exception_escapes_for_arbitrary_config_values(tmp_path_factory, top,
     except InputError:
         return
     assert report.exit_code in (0, 1)
+
+
+def test_config_json_that_is_a_directory(ckpt):
+    (ckpt / "config.json").unlink()
+    (ckpt / "config.json").mkdir()
+    _assert_exit_2(ckpt, "config.json is not a regular file")

@@ -73,6 +73,34 @@ def test_rope_theta_mismatch_warns(drafter, tmp_path):
     assert "LC506" in rules(report)
 
 
+@pytest.mark.parametrize("edit, found, skipped", [
+    ({"hidden_size": "64"}, 'hidden_size "64" (not an integer)', "hidden size"),
+    ({"num_hidden_layers": 4.5}, "num_hidden_layers 4.5 (not an integer)", "layer ids and count"),
+    ({"vocab_size": None}, "vocab_size missing", "vocabulary"),
+])
+def test_a_target_geometry_that_cannot_be_read_is_reported_not_skipped(drafter, tmp_path, edit, found, skipped):
+    target = make_target(tmp_path / "t")
+    cfg = json.loads((target / "config.json").read_text())
+    for key, value in edit.items():
+        if value is None:
+            del cfg[key]
+        else:
+            cfg[key] = value
+    (target / "config.json").write_text(json.dumps(cfg))
+    report = validate(str(drafter), target=str(target))
+    [f] = [f for f in report.findings if f.rule == "LC507"]
+    assert found in f.message and f"not checked against the drafter: {skipped}" in f.message
+    assert report.summary.errors == 0 and report.summary.warnings == 1
+
+
+def test_a_target_with_no_vocabulary_at_all_skips_the_mask_range_check_visibly(drafter, tmp_path):
+    target = tmp_path / "t"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"hidden_size": 64, "num_hidden_layers": 4}))
+    [f] = [f for f in validate(str(drafter), target=str(target)).findings if f.rule == "LC507"]
+    assert "vocabulary, mask token range" in f.message
+
+
 def test_gguf_target_metadata(tmp_path, drafter):
     # a minimal GGUF v3 header: llama geometry + token ids, no tensors
     def s(text):

@@ -279,6 +279,13 @@ def test_quantized_config_without_hf_quant_config_warns(ckpt):
     assert_clean(run(ckpt()))  # no quantization: nothing to pair
 
 
+def test_an_unreadable_hf_quant_config_is_not_also_called_missing(ckpt):
+    path = ckpt(quant="NVFP4")
+    (path / "hf_quant_config.json").write_text("{}")
+    rules_hit = {f.rule for f in run(path).findings}
+    assert "LC316" in rules_hit and "LC319" not in rules_hit
+
+
 def test_w4a16_module_shipping_input_scale(ckpt):
     def mutate(t: Tensors) -> None:
         t["fc.input_scale"] = ("F32", (), SCALAR)
