@@ -15,8 +15,9 @@ from .options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
 
 SRC is the export directory (config.json with dflash_config, model.safetensors or a sharded index,
-optionally hf_quant_config.json). DST must not exist (or pass --force); it appears only once the output
-has been written completely and `validate` accepts it. SRC is only ever read.
+optionally hf_quant_config.json). DST must not exist (or, with --force, be empty or an earlier convert
+output); it appears only once the output has been written completely and `validate` accepts it. SRC is
+only ever read.
 
 \b
 What it fixes:
@@ -28,7 +29,10 @@ What it fixes:
     wildcards, *qkv_proj / *gate_up_proj aliases; training prefixes and base-model names gone)
   - repairs: modules the runtimes read as raw floats (q/k/v, lilicorr factor heads, feature_mlp) that
     were quantized are dequantized to the model dtype; their scales are dropped
-Everything changed is listed in DST/conversion.json.
+Other files of SRC (model card, licence, tokenizer, chat template, generation_config.json, ...) are
+copied unchanged; weights in other formats (*.bin, *.pt, *.gguf, ...), safetensors files and indexes that
+are not part of the checkpoint, and subdirectories are left out. Everything changed, copied or left out is
+listed in the summary and in DST/conversion.json.
 
 \b
 Examples:
@@ -41,6 +45,8 @@ Examples:
   lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force
   lilicorr-ckpt convert ./export ./drafter --verify        # compare outputs through lilicorr_runtime
 """
+
+SHOWN_FILES = 6  # other files of SRC listed one per line in the summary before they are counted
 
 EPILOG = ("Exit codes: 0 converted, 1 refused (reasons listed; nothing written), 2 unreadable input or I/O error, "
           "4 usage error.")
@@ -86,6 +92,7 @@ def _render(result: Any) -> str:
                      f"{len(ex.get('dropped', {}))} base-model entries dropped")
     if "output" in ex:
         lines.append(f"  ignore    {ex['output']}")
+    lines += _render_other_files(r.get("other_files") or {})
     v = r.get("validation")
     if v:
         verdicts = ", ".join(f"{k}: {s}" for k, s in v["verdicts"].items())
@@ -96,6 +103,35 @@ def _render(result: Any) -> str:
     if result.written:
         lines.append(f"  record    {result.dst}/conversion.json")
     return "\n".join(lines) + "\n"
+
+
+def _names(names: list[str], n: int = SHOWN_FILES) -> str:
+    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
+def _render_other_files(other: dict[str, Any]) -> list[str]:
+    """One line per file, or per reason with a count and the first few names when there are many."""
+    lines: list[str] = []
+    copied, dropped = other.get("copied", []), other.get("dropped", [])
+    if len(copied) <= SHOWN_FILES:
+        lines += [f"  copied    {name} (unchanged)" for name in copied]
+    else:
+        lines.append(f"  copied    {len(copied)} other files unchanged: {_names(copied)}")
+    if len(dropped) <= SHOWN_FILES:
+        lines += [f"  left out  {d['file']}: {d['reason']}" for d in dropped]
+    else:
+        by_reason: dict[str, list[str]] = {}
+        for d in dropped:
+            by_reason.setdefault(d["reason"], []).append(d["file"])
+        for reason, names in by_reason.items():
+            count = f"{len(names)} files" if len(names) > 1 else names[0]
+            shown = f" ({_names(names, 3)})" if len(names) > 1 else ""
+            lines.append(f"  left out  {count}{shown}: {reason}")
+    return lines
+
+
+def _emit_json(doc: dict[str, Any]) -> None:
+    click.echo(json.dumps(doc, indent=2))
 
 
 def register(group: click.Group) -> None:
@@ -116,33 +152,64 @@ def register(group: click.Group) -> None:
     @click.option("--drop", multiple=True, metavar="PATTERN",
                   help="Drop tensors matching PATTERN (source or converted name); reported. Repeatable.")
     @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
-                  help="Set a config.json key (dotted path, JSON value), e.g. dflash_config.block_size=16. "
-                       "Repeatable.")
-    @click.option("--force", is_flag=True, help="Replace DST if it exists (a directory; never the source).")
+                  help="Set a config.json key (dotted path, JSON value), e.g. dflash_config.block_size=16; quote "
+                       "strings as JSON: dflash_config.name='\"x\"'. Repeatable.")
+    @click.option("--force", is_flag=True,
+                  help="Replace DST if it is an empty directory or the output of an earlier convert (it holds "
+                       "conversion.json); anything else is refused. The old DST stays until the new one is "
+                       "complete.")
     @click.option("--dry-run", is_flag=True, help="Plan and pre-validate only; print what would change.")
     @click.option("--verify", is_flag=True,
                   help="Load source and output through lilicorr_runtime (needs torch) and compare draft logits "
                        "and head scores: exact for renames, within bf16 rounding for repaired modules.")
     @click.option("--strict", is_flag=True, help="Refuse when the output has validate warnings too.")
     @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-                  help="json prints the conversion record (conversion.json) to stdout.")
+                  help="json prints one JSON document to stdout whatever happens: the conversion record "
+                       "(conversion.json) with status converted / dry-run, or status refused / error with the "
+                       "reasons.")
     @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (it is off anyway when not a terminal).")
     def convert_command(src: str, dst: str, runtime: str, naming: str, max_shard_size: str, no_repair: bool,
                         dequantize: tuple[str, ...], drop: tuple[str, ...], set_items: tuple[str, ...], force: bool,
                         dry_run: bool, verify: bool, strict: bool, fmt: str, quiet: bool) -> None:
+        from ..errors import InputError, UsageError
         from .errors import ConversionRefused
         from .pipeline import convert
 
-        options = ConvertOptions(runtime=runtime, naming=naming, max_shard_size=parse_size(max_shard_size),
-                                 repair=not no_repair, drop=drop, dequantize=dequantize,
-                                 set_keys=tuple(parse_set(s) for s in set_items), force=force, verify=verify,
-                                 strict=strict, dry_run=dry_run, quiet=quiet)
+        as_json = fmt == "json"
+        head = {"src": src, "dst": dst, "written": False}
         try:
+            options = ConvertOptions(runtime=runtime, naming=naming, max_shard_size=parse_size(max_shard_size),
+                                     repair=not no_repair, drop=drop, dequantize=dequantize,
+                                     set_keys=tuple(parse_set(s) for s in set_items), force=force, verify=verify,
+                                     strict=strict, dry_run=dry_run, quiet=quiet)
             result = convert(src, dst, options)
         except ConversionRefused as exc:
             click.echo(f"lilicorr-ckpt convert: refused: {exc}\n  Nothing was written to {dst}.", err=True)
+            if as_json:
+                _emit_json({"status": "refused", "exit_code": 1, **head, "summary": exc.summary,
+                            "reasons": exc.reasons})
             sys.exit(1)
-        if fmt == "json":
-            click.echo(json.dumps(result.record, indent=2))
+        except (UsageError, InputError) as exc:  # the top-level handler prints it on stderr and sets the code
+            if as_json:
+                _emit_json({"status": "error", "exit_code": 4 if isinstance(exc, UsageError) else 2, **head,
+                            "error": str(exc)})
+            raise
+        except OSError as exc:  # not expected (the pipeline names its I/O errors); still no traceback
+            error = InputError(f"I/O error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+            if as_json:
+                _emit_json({"status": "error", "exit_code": 2, **head, "error": str(error)})
+            raise error from None
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM where the command line raises a subclass for it
+            if as_json:
+                how = "terminated" if type(exc).__name__ == "Terminated" else "interrupted"
+                _emit_json({"status": how, **head, "error": f"{how} before DST was written"})
+            raise
+        except Exception as exc:
+            if as_json:
+                _emit_json({"status": "error", "exit_code": 2, **head,
+                            "error": f"internal error: {type(exc).__name__}: {exc}"})
+            raise
+        if as_json:
+            _emit_json({"status": "converted" if result.written else "dry-run", **result.record})
         else:
             click.echo(_render(result), nl=False)

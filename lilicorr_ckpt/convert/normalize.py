@@ -9,11 +9,13 @@ validate then refuses the output and the user supplies them with --set.
 from __future__ import annotations
 
 import copy
+import json
 import re
 from collections import Counter
 from typing import Any
 
 from ..config import LILICORR_KEYS
+from ..errors import UsageError
 from ..tensors import TensorInfo
 
 MOVED_TO_DFLASH = (*LILICORR_KEYS, "lilicorr_enabled", "projector_type", "conv_kernel_size", "conv_group_size")
@@ -82,8 +84,30 @@ class ConfigEditor:
         self.changes.append({"key": path, "action": "removed", "before": before, "reason": reason})
 
 
+JSON_KINDS = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"), (list, "an array"))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    return next((name for t, name in JSON_KINDS if isinstance(value, t)), type(value).__name__)
+
+
 def apply_overrides(editor: ConfigEditor, overrides: tuple[tuple[str, Any], ...]) -> None:
+    """--set, in order. A key under a value that is not an object is a usage error (never replaced by one)."""
     for path, value in overrides:
+        parts = path.split(".")
+        node: Any = editor.doc
+        for depth, part in enumerate(parts[:-1]):
+            if part not in node:
+                break  # the rest of the path is created
+            node = node[part]
+            if not isinstance(node, dict):
+                parent = ".".join(parts[: depth + 1])
+                shown = json.dumps(node, allow_nan=True)
+                shown = shown if len(shown) <= 40 else shown[:37] + "..."
+                raise UsageError(f"--set {path}={json.dumps(value, allow_nan=True)}: {parent} is {shown} ({_kind(node)}), not an object, so it has no "
+                                 f"key {parts[depth + 1]!r}; set {parent} itself, e.g. --set {parent}=VALUE")
         editor.set(path, value, "--set on the command line", force=True)
 
 

@@ -62,13 +62,16 @@ def parse_size(text: str) -> int:
 
 
 def parse_set(item: str) -> tuple[str, Any]:
-    """'dflash_config.block_size=16' -> ('dflash_config.block_size', 16); non-JSON values are strings."""
+    """'dflash_config.block_size=16' -> ('dflash_config.block_size', 16). VALUE must be JSON: a string is
+    quoted (dflash_config.name='"x"'), so a typo never becomes a string silently."""
     key, sep, raw = item.partition("=")
     key = key.strip()
     if not sep or not key or any(not part for part in key.split(".")):
         raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. dflash_config.lilicorr_logit_scale=10")
     try:
         value = json.loads(raw)
-    except json.JSONDecodeError:
-        value = raw
+    except ValueError:
+        quoted = json.dumps(raw.strip())
+        raise UsageError(f"--set {item!r}: VALUE must be JSON (e.g. 10, 0.5, true, null, [1, 2]); strings must be "
+                         f"quoted: {key}='{quoted}'") from None
     return key, value

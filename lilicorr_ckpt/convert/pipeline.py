@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from ..config import parse_config
-from ..errors import InputError
+from ..errors import Terminated
 from ..findings import Finding
 from ..geometry import resolve_geometry
 from ..manifest import build_manifest
@@ -28,6 +28,8 @@ from .writer import (
     check_destination,
     make_temporary,
     move_into_place,
+    output_error,
+    remove_created,
     remove_stale_temporaries,
     write_json,
     write_plan,
@@ -97,13 +99,14 @@ def validation_record(report: Report, runtime: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the temporary directory is removed."""
-    if threading.current_thread() is not threading.main_thread():
+    """SIGTERM unwinds like Ctrl-C, so the temporary directory is removed. A Python-level SIGTERM handler that is
+    already installed (the command line's own, which raises) is left in charge."""
+    if threading.current_thread() is not threading.main_thread() or callable(signal.getsignal(signal.SIGTERM)):
         yield
         return
 
     def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        raise Terminated
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
@@ -129,36 +132,37 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
         return ConvertResult(src=src, dst=dst, written=False, record=record, report=pre)
 
     remove_stale_temporaries(dst_path)
+    replacing = options.force and dst_path.is_dir()
     progress = Progress.for_terminal(plan.total_bytes, options.quiet)
     with _terminate_as_interrupt():
-        tmp = make_temporary(dst_path)
+        tmp, created = make_temporary(dst_path)
         try:
-            facts = write_plan(plan, tmp, progress)
-            progress.note("validating the output")
-            report = validate(str(tmp), runtime=options.runtime)
-            _refuse_on_findings(report, options, "does not pass")
-            record["source"]["files"] = facts["source_sha256"]
-            for repair in record["repairs"]:
-                err = facts["repair_rounding"].get(repair["module"] + ".weight")
-                if err is not None:
-                    repair["max_rounding_error"] = err
-            record["validation"] = validation_record(report, options.runtime)
-            if options.verify:
-                from .verify import verify_conversion
-
-                progress.note("verifying through lilicorr_runtime")
-                record["verify"] = verify_conversion(plan, tmp, options)
-                if not record["verify"]["passed"]:
-                    raise ConversionRefused("--verify: the output does not reproduce the source",
-                                            record["verify"]["problems"])
             try:
+                facts = write_plan(plan, tmp, progress)
+                progress.note("validating the output")
+                report = validate(str(tmp), runtime=options.runtime)
+                _refuse_on_findings(report, options, "does not pass")
+                record["source"]["files"] = facts["source_sha256"]
+                for repair in record["repairs"]:
+                    err = facts["repair_rounding"].get(repair["module"] + ".weight")
+                    if err is not None:
+                        repair["max_rounding_error"] = err
+                record["validation"] = validation_record(report, options.runtime)
+                if options.verify:
+                    from .verify import verify_conversion
+
+                    progress.note("verifying through lilicorr_runtime")
+                    record["verify"] = verify_conversion(plan, tmp, options)
+                    if not record["verify"]["passed"]:
+                        raise ConversionRefused("--verify: the output does not reproduce the source",
+                                                record["verify"]["problems"])
                 write_json(tmp / "conversion.json", record)
                 move_into_place(tmp, dst_path, options.force)
-            except OSError as exc:
-                raise InputError(f"cannot finish writing {dst}: {exc.strerror or exc} (nothing is left at DST"
-                                 f"{'; the previous DST is unchanged' if options.force else ''})") from None
+            except OSError as exc:  # ENOSPC, EFBIG, EIO, ...: the real cause, never a traceback
+                raise output_error(exc, dst_path, tmp, keeps_previous=replacing) from None
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
+            remove_created(created)
             raise
         finally:
             progress.finish()

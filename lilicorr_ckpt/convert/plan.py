@@ -19,6 +19,7 @@ from ..profiles import matches_any, select_profiles
 from ..source import Source, open_source, read_small
 from ..stwrite import Entry, header_bytes, layout
 from ..tensors import TensorInfo, TensorTable, read_tensor_table
+from . import extras
 from .errors import ConversionRefused
 from .naming import is_derived_buffer, map_name, matches, natural_key, output_name, strip_prefixes
 from .normalize import ConfigEditor, apply_overrides, model_dtype, normalize_config
@@ -88,6 +89,7 @@ class Plan(msgspec.Struct, kw_only=True):
     record: dict[str, Any]
     quant_algo: str | None = None  # of the source's quantized weights (before repairs)
     group_size: int = 16
+    copies: list[str] = []  # other files of the source, copied unchanged (relative names)
 
     @property
     def total_bytes(self) -> int:
@@ -400,6 +402,9 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
                    + ([source.rel(source.index)] if source.index else [])
                    + list(table.files))
     shards, index = _shard(out, options.max_shard_size, files)
+    written = {s.file for s in shards} | {"model.safetensors.index.json", "config.json", "hf_quant_config.json",
+                                          extras.RECORD_NAME}
+    copies, left_out = extras.classify(source.root, {f.split("/", 1)[0] for f in files}, written)
     record: dict[str, Any] = {
         "tool": "lilicorr-ckpt", "version": __version__, "schema_version": 1,
         "source": {"architecture": raw.get("architectures"), "files": {f: None for f in files},
@@ -411,11 +416,11 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
                    "tensors": len(out), "tensor_bytes": sum(t.nbytes for t in out.values())},
         "options": options.record(),
         "renames": renames, "drops": drops, "repairs": repairs, "config": editor.changes,
-        "exclusions": exclusions,
+        "exclusions": exclusions, "other_files": extras.record(copies, left_out),
     }
     return Plan(source=source, table=table, source_files=files, config=config, hf_quant_config=hf_quant,
                 tensors=out, shards=shards, index=index, model_dtype=dtype, manifest=manifest, record=record,
-                quant_algo=algo if quantized else None, group_size=group)
+                quant_algo=algo if quantized else None, group_size=group, copies=copies)
 
 
 def _rename_reason(src: str, canonical: str, out: str) -> str:

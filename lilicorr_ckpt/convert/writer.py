@@ -8,6 +8,7 @@ the bytes are deterministic. Peak memory is one window per thread plus one block
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -34,13 +35,21 @@ OLD_TAG = ".convert-old."
 REF_TAG = ".convert-ref."  # --verify's loadable copy of the source
 DELAY_ENV = "LILICORR_CONVERT_TEST_DELAY"  # seconds to sleep after each tensor (tests kill a slow write)
 MMAP_ENV = "LILICORR_CONVERT_MMAP_COPY"  # set: copy through mapped windows even where copy_file_range works
+FALLBACK_ERRNOS = (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF)  # copy_file_range
 
 
 def _write_all(fd: int, data: bytes | memoryview) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
+    """Write all of `data`. Every view taken here is released before an error propagates: a memory map with
+    a live view cannot be closed, and the BufferError would hide the real error (ENOSPC)."""
+    with memoryview(data) as view, view.cast("B") as whole:
+        done, total = 0, whole.nbytes
+        while done < total:
+            with whole[done:] as rest:
+                done += os.write(fd, rest)
+
+
+def source_error(exc: OSError, path: Path | str) -> InputError:
+    return InputError(f"cannot read the source: {exc.strerror or exc}: {path}")
 
 
 class Cancelled(Exception):
@@ -48,6 +57,13 @@ class Cancelled(Exception):
 
 
 def hash_file(path: Path, stop: threading.Event | None = None) -> str:
+    try:
+        return _hash_file(path, stop)
+    except OSError as exc:
+        raise source_error(exc, path) from None
+
+
+def _hash_file(path: Path, stop: threading.Event | None) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
@@ -80,11 +96,17 @@ class SourceReader:
 
     def fd(self, rel: str) -> int:
         if rel not in self.fds:
-            self.fds[rel] = os.open(self.root / rel, os.O_RDONLY)
+            try:
+                self.fds[rel] = os.open(self.root / rel, os.O_RDONLY)
+            except OSError as exc:
+                raise source_error(exc, self.root / rel) from None
         return self.fds[rel]
 
     def read(self, info: TensorInfo, offset: int, length: int) -> bytes:
-        data = os.pread(self.fd(info.file), length, info.start + offset)
+        try:
+            data = os.pread(self.fd(info.file), length, info.start + offset)
+        except OSError as exc:
+            raise source_error(exc, self.root / info.file) from None
         if len(data) != length:
             raise InputError(f"{info.file} is shorter than its header says ({info.name})")
         return data
@@ -100,7 +122,7 @@ class SourceReader:
                 self._kernel_copy(fd, info, out_fd, progress)
                 return
             except OSError as exc:  # another filesystem or kernel: fall back to mapped windows
-                if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP, errno.EBADF):
+                if exc.errno not in FALLBACK_ERRNOS:
                     raise
                 self.kernel_copy = False
                 os.lseek(out_fd, -self._copied, os.SEEK_CUR)
@@ -110,13 +132,14 @@ class SourceReader:
         while pos < end:
             base = pos - pos % gran
             length = min(end, base + WINDOW) - base
-            with mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=base) as m:
+            try:
+                m = mmap.mmap(fd, length, access=mmap.ACCESS_READ, offset=base)
+            except OSError as exc:
+                raise source_error(exc, self.root / info.file) from None
+            with m:  # closing needs every view released first (the with-blocks below do it, errors included)
                 m.madvise(mmap.MADV_SEQUENTIAL)
-                view = memoryview(m)
-                try:
-                    _write_all(out_fd, view[pos - base:length])
-                finally:
-                    view.release()
+                with memoryview(m) as view, view[pos - base:length] as window:
+                    _write_all(out_fd, window)
             progress.advance(base + length - pos)
             pos = base + length
 
@@ -140,6 +163,21 @@ class SourceReader:
 
 # ---------------------------------------------------------------- destination handling
 
+RECORD_NAME = "conversion.json"
+SHOWN_ENTRIES = 4  # entries of a non-empty DST named when --force refuses to replace it
+
+
+def output_error(exc: OSError, dst: Path, tmp: Path | None = None, *, keeps_previous: bool = False) -> InputError:
+    """`cannot write the output: <reason>: <path>`; a path inside the temporary directory is named as it would
+    be in DST (the temporary directory is gone by the time the user reads this)."""
+    where: Path = dst
+    if exc.filename:
+        where = Path(os.fsdecode(exc.filename))
+        if tmp is not None and (where == tmp or where.is_relative_to(tmp)):
+            where = dst / where.relative_to(tmp)
+    previous = "; the previous DST is unchanged" if keeps_previous else ""
+    return InputError(f"cannot write the output: {exc.strerror or exc}: {where} (nothing is left at DST{previous})")
+
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -151,8 +189,37 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def is_convert_output(path: Path) -> bool:
+    """Whether a directory holds the conversion.json this tool writes (so --force may replace it)."""
+    record = path / RECORD_NAME
+    try:
+        if not record.is_file() or record.stat().st_size > 64 << 20:
+            return False
+        doc = json.loads(record.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and doc.get("tool") == "lilicorr-ckpt" and isinstance(doc.get("output"), dict)
+
+
+def _check_replaceable(dst: Path) -> None:
+    """--force replaces an empty directory or an earlier convert output, nothing else."""
+    try:
+        entries = sorted(os.scandir(dst), key=lambda e: e.name)
+    except OSError as exc:
+        raise InputError(f"cannot read DST {dst}: {exc.strerror or exc}") from None
+    if not entries or is_convert_output(dst):
+        return
+    names = [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries]
+    shown = ", ".join(names[:SHOWN_ENTRIES]) + (f" and {len(names) - SHOWN_ENTRIES} more" if len(names) >
+                                                SHOWN_ENTRIES else "")
+    raise UsageError(f"DST {dst} is not empty and is not an earlier convert output (it has no {RECORD_NAME} "
+                     f"from lilicorr-ckpt; it holds {shown}); --force replaces only an empty directory or a "
+                     "previous convert output: choose another DST, or move its contents away first")
+
+
 def check_destination(src_root: Path, dst: Path, force: bool) -> None:
-    """Refuse any DST that would write into, or delete, the source; refuse an existing DST without --force."""
+    """Refuse any DST that would write into, or delete, the source; refuse an existing DST without --force, and
+    with --force one that is neither empty nor an earlier convert output."""
     dst_abs = dst.resolve()
     if dst_abs == src_root or dst_abs.is_relative_to(src_root):
         raise UsageError(f"DST {dst} is inside the source {src_root}; convert never writes into its source")
@@ -163,30 +230,77 @@ def check_destination(src_root: Path, dst: Path, force: bool) -> None:
             raise UsageError(f"DST {dst} exists and is not a directory; refusing to replace it even with --force")
         if src_root.is_relative_to(dst_abs):
             raise UsageError(f"the source {src_root} is inside DST {dst}; --force would delete it")
+        _check_replaceable(dst)
 
 
 def remove_stale_temporaries(dst: Path) -> list[Path]:
     """Temporary siblings left by a convert that was killed (its process is gone)."""
-    removed = []
+    removed: list[Path] = []
     parent = dst.parent
-    if not parent.is_dir():
+    try:
+        if not parent.is_dir():
+            return removed
+        candidates = [path for tag in (TMP_TAG, OLD_TAG, REF_TAG) for path in parent.glob(f".{dst.name}{tag}*")]
+    except OSError:  # an unreadable parent: make_temporary reports it
         return removed
-    for tag in (TMP_TAG, OLD_TAG, REF_TAG):
-        for path in parent.glob(f".{dst.name}{tag}*"):
-            pid_text = path.name.rsplit(".", 1)[-1]
-            if pid_text.isdigit() and path.is_dir() and not _pid_alive(int(pid_text)):
-                shutil.rmtree(path, ignore_errors=True)
-                removed.append(path)
+    for path in candidates:
+        pid_text = path.name.rsplit(".", 1)[-1]
+        if pid_text.isdigit() and path.is_dir() and not _pid_alive(int(pid_text)):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
     return removed
 
 
-def make_temporary(dst: Path) -> Path:
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dst.parent / f".{dst.name}{TMP_TAG}{os.getpid()}"
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir()
-    return tmp
+def make_temporary(dst: Path) -> tuple[Path, list[Path]]:
+    """(the temporary sibling of DST, the missing parent directories created for it, outermost first).
+    Errors are `cannot write the output: <reason>: <path>`, with nothing left behind."""
+    missing: list[Path] = []
+    parent = dst.parent
+    try:
+        while not parent.is_dir():
+            if parent.exists() or parent.is_symlink():  # a file (or a dangling link) where a directory must be
+                raise output_error(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent)), dst)
+            missing.append(parent)
+            if parent.parent == parent:
+                break
+            parent = parent.parent
+    except OSError as exc:  # an ancestor that cannot be looked into
+        raise output_error(exc, dst) from None
+    created: list[Path] = []
+    try:
+        for directory in reversed(missing):
+            try:
+                directory.mkdir()
+            except OSError as exc:
+                raise output_error(_named(exc, directory.parent), dst) from None
+            created.append(directory)
+        tmp = dst.parent / f".{dst.name}{TMP_TAG}{os.getpid()}"
+        try:
+            if tmp.exists():
+                shutil.rmtree(tmp)
+            tmp.mkdir()
+        except OSError as exc:
+            raise output_error(_named(exc, dst.parent), dst) from None
+    except BaseException:
+        remove_created(created)
+        raise
+    return tmp, created
+
+
+def _named(exc: OSError, path: Path) -> OSError:
+    """The error about creating an entry, reported for the directory it was created in (what the user fixes)."""
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT):
+        return OSError(exc.errno, exc.strerror, str(path))
+    return exc
+
+
+def remove_created(created: list[Path]) -> None:
+    """Remove the parent directories make_temporary created (innermost first) if they are still empty."""
+    for directory in reversed(created):
+        try:
+            directory.rmdir()
+        except OSError:
+            break
 
 
 def fsync_path(path: Path) -> None:
@@ -200,9 +314,13 @@ def fsync_path(path: Path) -> None:
 
 def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
     fsync_path(tmp)
-    if dst.exists():
+    if dst.exists() or dst.is_symlink():
         if not force:
             raise UsageError(f"DST {dst} appeared while converting; nothing was replaced")
+        if not dst.is_dir() or dst.is_symlink():
+            raise UsageError(f"DST {dst} was replaced by something that is not a directory while converting; "
+                             "nothing was replaced")
+        _check_replaceable(dst)  # again: it may have changed while converting
         old = dst.parent / f".{dst.name}{OLD_TAG}{os.getpid()}"
         os.rename(dst, old)
         try:
@@ -213,7 +331,9 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
         shutil.rmtree(old, ignore_errors=True)  # the new DST is in place; a leftover is cleaned next run
     else:
         os.rename(tmp, dst)
-    fsync_path(dst.parent)
+    # DST is complete and in place; a failure here leaves only the durability of its directory entry unconfirmed
+    with contextlib.suppress(OSError):
+        fsync_path(dst.parent)
 
 
 # ---------------------------------------------------------------- writing
@@ -249,8 +369,48 @@ def _write_tensor(t: OutTensor, reader: SourceReader, fd: int, progress: Progres
     repair_errors[t.canonical] = worst
 
 
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy a whole file (copy_file_range, or pread/write across filesystems). Read errors name the source;
+    write errors propagate as OSError for the caller to report."""
+    try:
+        in_fd = os.open(src, os.O_RDONLY)
+    except OSError as exc:
+        raise source_error(exc, src) from None
+    try:
+        out_fd = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            size = os.fstat(in_fd).st_size
+            kernel = hasattr(os, "copy_file_range") and not os.environ.get(MMAP_ENV)
+            pos = 0
+            while pos < size:
+                if kernel:
+                    try:
+                        n = os.copy_file_range(in_fd, out_fd, min(WINDOW, size - pos), pos)
+                    except OSError as exc:
+                        if exc.errno not in FALLBACK_ERRNOS:
+                            raise
+                        kernel = False
+                        continue
+                else:
+                    try:
+                        data = os.pread(in_fd, min(SMALL, size - pos), pos)
+                    except OSError as exc:
+                        raise source_error(exc, src) from None
+                    _write_all(out_fd, data)
+                    n = len(data)
+                if n <= 0:
+                    raise InputError(f"cannot read the source: {src} shrank while it was copied")
+                pos += n
+            os.fsync(out_fd)
+        finally:
+            os.close(out_fd)
+    finally:
+        os.close(in_fd)
+
+
 def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
-    """Write every file of the plan into `tmp`. Returns facts for conversion.json (hashes, repair errors)."""
+    """Write every file of the plan into `tmp` (other files of the source included). Returns facts for
+    conversion.json (hashes, repair errors). A write error propagates as OSError (see output_error)."""
     delay = float(os.environ.get(DELAY_ENV, "0") or 0)
     root = plan.source.root
     reader = SourceReader(root)
@@ -288,11 +448,10 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
             _dump_json(tmp / "hf_quant_config.json", plan.hf_quant_config)
         if plan.index is not None:
             _dump_json(tmp / "model.safetensors.index.json", plan.index)
-    except OSError as exc:
-        if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
-            raise InputError(f"cannot write the output: {exc.strerror} (nothing is left at DST)") from None
-        raise InputError(f"I/O error while converting: {exc.strerror or exc} ({exc.filename or 'a file'}); "
-                         "nothing is left at DST") from None
+        if plan.copies:
+            progress.note(f"copying {len(plan.copies)} other files")
+        for name in plan.copies:
+            copy_file(root / name, tmp / name)
     finally:
         stop.set()  # an interrupted run does not wait for a multi-GB hash to finish
         pool.shutdown(wait=True, cancel_futures=True)

@@ -336,3 +336,113 @@ def test_fp8_repairs_apply_every_scale_layout(layout, monkeypatch):
     out = b"".join(b for b, _ in repair.dequantize_blocks("fp8", infos, (o, i), "BF16",
                                                           lambda t, off, n: blobs[t.file][off:off + n], 16))
     assert out == expected
+
+
+# ---------------------------------------------------------------- other files of SRC: copied or left out
+
+KEPT = {"README.md": "# drafter\n", "LICENSE": "Apache-2.0\n", "generation_config.json": '{"do_sample": false}\n',
+        "tokenizer.json": '{"version": "1.0"}\n', "tokenizer_config.json": "{}\n", "chat_template.jinja": "{{ x }}\n",
+        ".gitattributes": "*.safetensors filter=lfs\n", "notes.txt": "trained 3 epochs\n",
+        "special_tokens_map.json": "{}\n"}
+LEFT_OUT = {"pytorch_model.bin": "pickle format", "training_args.bin": "pickle format", "optimizer.pt": "pickle format",
+            "model.gguf": "(gguf)",
+            "pytorch_model.bin.index.json": "weight index that is not part of the source checkpoint",
+            "conversion.json": "the record of an earlier conversion", "runs/": "subdirectory"}
+
+
+def _with_other_files(src, files=KEPT):
+    for name, text in files.items():
+        (src / name).write_text(text)
+    (src / "pytorch_model.bin").write_bytes(b"not really a pickle")
+    (src / "training_args.bin").write_bytes(b"\x80\x04")
+    (src / "optimizer.pt").write_bytes(b"\x80\x04")
+    (src / "model.gguf").write_bytes(b"GGUF")
+    (src / "pytorch_model.bin.index.json").write_text('{"weight_map": {}}')
+    (src / "conversion.json").write_text('{"tool": "lilicorr-ckpt", "output": {}}')
+    (src / "runs").mkdir()
+    (src / "runs" / "events.out").write_text("x")
+    return src
+
+
+def test_other_files_are_copied_unchanged_or_left_out_and_every_one_is_recorded(cli, export, tmp_path):
+    src = _with_other_files(export(quant="NVFP4"))
+    before = tree_digest(src)
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst)
+    assert run.code == 0, run
+    assert tree_digest(src) == before
+    for name, text in KEPT.items():
+        assert (dst / name).read_text() == text, name
+    assert sorted(p.name for p in dst.iterdir()) == sorted([*KEPT, "config.json", "conversion.json",
+                                                            "hf_quant_config.json", "model.safetensors"])
+    assert load_json(dst / "conversion.json")["tool"] == "lilicorr-ckpt"  # its own record, not the source's
+    other = load_json(dst / "conversion.json")["other_files"]
+    assert other["copied"] == sorted(KEPT)
+    reasons = {d["file"]: d["reason"] for d in other["dropped"]}
+    assert set(reasons) == set(LEFT_OUT)
+    for name, why in LEFT_OUT.items():
+        assert why in reasons[name], (name, reasons[name])
+    assert "(never opened)" in reasons["pytorch_model.bin"]
+    # the summary: the files are many, so a count and the first names, and a line per reason left out
+    assert "  copied    9 other files unchanged: .gitattributes, LICENSE, README.md," in run.out
+    assert "  left out  3 files (optimizer.pt, pytorch_model.bin, training_args.bin): weights in a pickle format" in run.out
+    assert "  left out  runs/: subdirectory" in run.out
+    assert validate(str(dst)).summary.errors == 0
+
+
+def test_a_few_other_files_get_a_line_each_and_the_json_output_lists_them(cli, export, tmp_path):
+    src = export()
+    (src / "README.md").write_text("card")
+    (src / "pytorch_model.bin").write_bytes(b"x")
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 0, run
+    assert "  copied    README.md (unchanged)\n" in run.out
+    assert "  left out  pytorch_model.bin: weights in a pickle format (never opened)" in run.out
+    doc = json.loads(cli("convert", src, tmp_path / "again", "-f", "json").out)
+    assert doc["status"] == "converted"
+    assert doc["other_files"]["copied"] == ["README.md"]
+    assert [d["file"] for d in doc["other_files"]["dropped"]] == ["pytorch_model.bin"]
+    assert (tmp_path / "again" / "README.md").read_text() == "card"
+
+
+def test_dry_run_lists_the_other_files_and_writes_nothing(cli, export, tmp_path):
+    src = export()
+    (src / "README.md").write_text("card")
+    (src / "model.npz").write_bytes(b"PK")
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst, "--dry-run")
+    assert run.code == 0, run
+    assert "  copied    README.md (unchanged)" in run.out and "  left out  model.npz: weights in another format (npz)" \
+        in run.out
+    doc = json.loads(cli("convert", src, dst, "--dry-run", "-f", "json").out)
+    assert doc["status"] == "dry-run" and doc["other_files"]["copied"] == ["README.md"]
+    assert not dst.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_a_plain_export_records_no_other_files(cli, tmp_path):
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst)
+    assert run.code == 0, run
+    assert load_json(dst / "conversion.json")["other_files"] == {"copied": [], "dropped": []}
+    assert "copied" not in run.out and "left out" not in run.out
+
+
+def test_a_disk_full_while_copying_other_files_leaves_nothing(cli, export, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    import lilicorr_ckpt.convert.writer as writer
+
+    src = export()
+    (src / "README.md").write_text("card" * 1000)
+    real = writer.copy_file
+
+    def copy_file(a, b):
+        real(a, b)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer, "copy_file", copy_file)
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst)
+    assert run.code == 2 and "cannot write the output: No space left on device" in run.err, run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]

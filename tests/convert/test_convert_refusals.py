@@ -180,9 +180,9 @@ def test_a_repair_input_with_the_wrong_shape_is_refused(cli, export, tmp_path):
     assert "cannot repair lilicorr.out_head: lilicorr.out_head.weight_scale is F8_E4M3 [16, 1]" in run.err
 
 
-def test_existing_destination_needs_force_and_force_replaces_it(cli, tmp_path):
+def test_existing_destination_needs_force_and_force_replaces_an_earlier_output(cli, tmp_path):
     dst = tmp_path / "out"
-    dst.mkdir()
+    assert cli("convert", EXAMPLE, dst, "--naming", "sequential").code == 0
     (dst / "old.txt").write_text("old")
     run = cli("convert", EXAMPLE, dst)
     assert run.code == 4 and "already exists" in run.err and "--force" in run.err
@@ -190,7 +190,42 @@ def test_existing_destination_needs_force_and_force_replaces_it(cli, tmp_path):
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 0, run
     assert not (dst / "old.txt").exists() and (dst / "model.safetensors").exists()
+    assert "lilicorr.feature_mlp.up_proj.weight" in tensors_of(dst)  # the new output, not the old one
     assert not list(tmp_path.glob(".out.convert-*"))
+
+
+def test_force_replaces_an_empty_directory(cli, tmp_path):
+    dst = tmp_path / "out"
+    dst.mkdir()
+    run = cli("convert", EXAMPLE, dst, "--force")
+    assert run.code == 0, run
+    assert (dst / "conversion.json").exists() and not list(tmp_path.glob(".out.convert-*"))
+
+
+@pytest.mark.parametrize("record", [None, '{"tool": "something-else", "output": {}}', "not json"])
+def test_force_never_deletes_a_directory_that_is_not_a_convert_output(cli, tmp_path, record):
+    dst = tmp_path / "victim"
+    (dst / "sub").mkdir(parents=True)
+    (dst / "notes.txt").write_text("important")
+    (dst / "sub" / "data.csv").write_text("1,2")
+    for i in range(5):
+        (dst / f"z{i}.txt").write_text("x")
+    if record is not None:
+        (dst / "conversion.json").write_text(record)
+    before = tree_digest(dst)
+    run = cli("convert", EXAMPLE, dst, "--force")
+    assert run.code == 4, run
+    assert run.err.count("\n") == 1 and "Traceback" not in run.err
+    assert "is not empty and is not an earlier convert output" in run.err
+    assert "notes.txt, sub/" in run.err and "more" in run.err  # a few names, then a count
+    assert "choose another DST, or move its contents away" in run.err
+    assert tree_digest(dst) == before
+    assert not list(tmp_path.glob(".victim.convert-*"))
+
+
+def test_force_help_says_what_it_replaces(cli):
+    out = " ".join(cli("convert", "--help").out.split())
+    assert "Replace DST if it is an empty directory or the output of an earlier convert" in out
 
 
 @pytest.mark.parametrize("where", ["same", "inside", "contains"])
@@ -269,3 +304,78 @@ def test_a_group_size_the_scales_contradict_is_refused(cli, export, tmp_path):
         (src / name).write_text(json.dumps(doc))
     run = cli("convert", src, tmp_path / "out")
     assert run.code == 1 and "says group_size 32 but the NVFP4 weight scales imply 16" in run.err
+
+
+# ---------------------------------------------------------------- -f json: one JSON document on stdout, always
+
+
+def test_a_refusal_in_json_format_still_prints_one_json_document(cli, tmp_path):
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst, "--no-repair", "-f", "json")
+    assert run.code == 1
+    doc = json.loads(run.out)
+    assert doc["status"] == "refused" and doc["exit_code"] == 1 and doc["written"] is False
+    assert doc["summary"].startswith("the source needs repairs and --no-repair was given")
+    assert "lilicorr.out_head is stored NVFP4 but must stay floating point for SGLang and vLLM" in doc["reasons"]
+    assert "refused:" in run.err  # the message for people stays on stderr
+    _nothing_written(run, dst)
+
+
+@pytest.mark.parametrize("args,code,text", [
+    (["--set", "dflash_config.lilicorr_logit_scale=abc"], 4, "VALUE must be JSON"),
+    (["--drop", "nothing.matches.*"], 4, "matches no tensor"),
+])
+def test_usage_errors_in_json_format_print_a_json_document(cli, tmp_path, args, code, text):
+    run = cli("convert", EXAMPLE, tmp_path / "out", *args, "-f", "json")
+    assert run.code == code, run
+    doc = json.loads(run.out)
+    assert doc["status"] == "error" and doc["exit_code"] == code and text in doc["error"]
+    assert text in run.err
+
+
+def test_unreadable_input_in_json_format_prints_a_json_document(cli, tmp_path):
+    run = cli("convert", tmp_path / "missing", tmp_path / "out", "-f", "json")
+    assert run.code == 2, run
+    doc = json.loads(run.out)
+    assert doc["status"] == "error" and doc["exit_code"] == 2 and "does not exist" in doc["error"]
+
+
+def test_a_conversion_in_json_format_carries_its_status(cli, tmp_path):
+    run = cli("convert", EXAMPLE, tmp_path / "out", "-f", "json")
+    assert run.code == 0, run
+    doc = json.loads(run.out)
+    assert doc.pop("status") == "converted"
+    assert doc == load_json(tmp_path / "out" / "conversion.json")
+
+
+# ---------------------------------------------------------------- --set: JSON values, objects only
+
+
+def test_a_set_value_that_is_not_json_is_a_usage_error_showing_the_quoted_form(cli, tmp_path):
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst, "--set", "dflash_config.lilicorr_logit_scale=abc")
+    assert run.code == 4, run
+    assert "VALUE must be JSON" in run.err
+    assert "strings must be quoted: dflash_config.lilicorr_logit_scale='\"abc\"'" in run.err
+    assert run.err.count("\n") == 1
+    _nothing_written(run, dst)
+    assert cli("convert", EXAMPLE, dst, "--set", "dflash_config.note=").code == 4
+
+
+def test_setting_a_key_under_a_value_that_is_not_an_object_is_a_usage_error(cli, tmp_path):
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst, "--set", "dflash_config.block_size.x=1")
+    assert run.code == 4, run
+    assert "dflash_config.block_size is 8 (a number), not an object" in run.err
+    assert "--set dflash_config.block_size=VALUE" in run.err
+    _nothing_written(run, dst)
+    run = cli("convert", EXAMPLE, dst, "--set", "extra=1", "--set", "extra.inner=2")  # the earlier --set counts
+    assert run.code == 4 and "extra is 1 (a number), not an object" in run.err, run
+
+
+def test_set_accepts_quoted_strings_and_creates_missing_objects(cli, tmp_path):
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst, "--set", 'dflash_config.note="x"', "--set", "provenance.run.id=7")
+    assert run.code == 0, run
+    config = load_json(dst / "config.json")
+    assert config["dflash_config"]["note"] == "x" and config["provenance"] == {"run": {"id": 7}}
