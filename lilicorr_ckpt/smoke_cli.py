@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
 
 import click
 
+from .errors import InputError, UsageError
 from .profiles import RUNTIME_CHOICES
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
@@ -30,6 +32,7 @@ Gates (exit 1 when one fails):
 
 \b
 Examples:
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target   # the bundled tiny pair, CPU, seconds
   lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --out profile.json
   lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
@@ -39,8 +42,10 @@ A probe file has one JSON object per line: {"id": "...", "category": "...", "pro
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
 """
 
-EPILOG = "Exit codes: 0 every gate passed, 1 a gate failed or the checkpoint was refused, 2 unreadable input " \
-         "or internal error, 4 usage error."
+EPILOG = ("Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
+          "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
+          "without CUDA, --out could not be written); 4 usage error (a bad option value, or an --out path whose "
+          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated.")
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -65,31 +70,36 @@ def register(group: click.Group) -> None:
 
 @click.command(help=HELP, epilog=EPILOG)
 @click.argument("path")
-@click.option("--target", "-t", required=True, metavar="DIR|REPO_ID|FILE.gguf", help="The target model.")
+@click.option("--target", "-t", required=True, metavar="DIR|REPO_ID|FILE.gguf",
+              help="The target model the drafter was trained for: a local HF directory (with its tokenizer), a repo "
+                   "id already in the local HF cache (offline), or a GGUF file.")
 @click.option("--gpu", is_flag=True, help="Run on CUDA (Triton draft-step kernels, bfloat16) and check kernel parity.")
 @click.option("--probes", "-p", default="code,chat,math", show_default=True, metavar="CATEGORIES|FILE.jsonl",
               help="Bundled categories (code: HumanEval, chat: MT-Bench turn 1, math: GSM8K CoT questions) or a "
                    "JSONL file of your own.")
-@click.option("--limit", "-n", type=int, default=8, show_default=True,
+@click.option("--limit", "-n", type=int, default=8, show_default=True, metavar="N",
               help="At most N prompts per category, in file order (0: all).")
-@click.option("--max-new-tokens", type=int, default=128, show_default=True)
-@click.option("--temperature", type=float, default=0.0, show_default=True,
+@click.option("--max-new-tokens", type=int, default=128, show_default=True, metavar="N",
+              help="Stop each generation after N new tokens (>= 2), or earlier at the target's eos.")
+@click.option("--temperature", type=float, default=0.0, show_default=True, metavar="T",
               help="0 decodes greedily; above 0 samples (exact rejection sampling) and skips the lossless gate.")
 @click.option("--seeds", default="0", show_default=True, callback=_ints, metavar="S1,S2,...",
               help="Sampling seeds; every prompt runs once per seed (needs --temperature > 0 for more than one).")
-@click.option("--num-speculative-tokens", "-k", type=int, default=None,
-              help="Tokens drafted per block  [default: block_size - 1]")
-@click.option("--min-tau", type=float, default=None, help="Fail when tau of the head (or the control) is below X.")
+@click.option("--num-speculative-tokens", "-k", type=int, default=None, metavar="N",
+              help="Tokens drafted per block, at most block_size - 1.  [default: block_size - 1]")
+@click.option("--min-tau", type=float, default=None, metavar="X",
+              help="Fail when tau of the head (or of the control, for a head-free checkpoint) is below X.")
 @click.option("--min-accept-rates", callback=_floats, default=None, metavar="R1,R2,...",
               help="Fail when the marginal acceptance at position i (all of drafts 1..i accepted) is below Ri.")
-@click.option("--min-head-gain", type=float, default=0.05, show_default=True,
+@click.option("--min-head-gain", type=float, default=0.05, show_default=True, metavar="G",
               help="Required relative tau gain of the head over the control (-1 disables the gate in effect).")
 @click.option("--baseline", metavar="PROFILE.json", help="A profile from an earlier `smoke --out` to compare against.")
-@click.option("--tolerance", type=float, default=0.05, show_default=True,
+@click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
               help="With --baseline: the relative tau drop that fails.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
               help="Report on stdout; json follows schemas/smoke-profile.schema.json.")
-@click.option("--out", "-o", metavar="PROFILE.json", help="Also write the JSON profile to this file.")
+@click.option("--out", "-o", metavar="PROFILE.json",
+              help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
@@ -104,6 +114,8 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
     from .smoke_report import encode
     from .smoke_run import Progress, SmokeOptions, SmokeRefused, run_smoke
 
+    if out:
+        check_out_path(out)  # before any model loads: a bad path must not cost a whole run
     options = SmokeOptions(path=path, target=target, gpu=gpu, probes=probes, limit=limit,
                            max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
@@ -121,11 +133,7 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
     finally:
         progress.finish()
     profile = encode(report)
-    if out:
-        dest = Path(out)
-        tmp = dest.with_name(dest.name + ".tmp")
-        tmp.write_bytes(profile)
-        tmp.replace(dest)
+    # the report goes to stdout first, so a failed --out write loses no measurement
     if fmt == "json":
         click.echo(profile.decode(), nl=False)
     elif fmt == "junit":
@@ -133,4 +141,37 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
     else:
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(report, color=color), nl=False)
+    if out:
+        write_out(profile, out)
     sys.exit(0 if report.passed else 1)
+
+
+def check_out_path(out: str) -> Path:
+    """Refuse an --out path that cannot be written (exit 4), before anything is measured."""
+    path = Path(out).expanduser()
+    if path.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name, e.g. {Path(out) / 'profile.json'}")
+    parent = path.parent
+    if not parent.exists():
+        raise UsageError(f"--out {out}: directory {parent} does not exist")
+    if not parent.is_dir():
+        raise UsageError(f"--out {out}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {out}: directory {parent} is not writable")
+    if path.exists() and not path.is_file():
+        raise UsageError(f"--out {out} exists and is not a regular file")
+    return path
+
+
+def write_out(data: bytes, out: str) -> None:
+    """Write data to out atomically: a hidden temporary sibling renamed over it, removed whatever goes wrong."""
+    path = Path(out).expanduser()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(data)
+        tmp.replace(path)
+    except OSError as exc:
+        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)

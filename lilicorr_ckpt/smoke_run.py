@@ -24,6 +24,7 @@ from .errors import InputError, UsageError
 from .smoke_gates import (
     DEFAULT_MIN_HEAD_GAIN,
     DEFAULT_TOLERANCE,
+    ArmAgreement,
     Divergence,
     ParityCheck,
     baseline_gate,
@@ -319,7 +320,7 @@ def assemble(*, opts: SmokeOptions, rt: ModuleType, runs: Sequence[tuple[Probe, 
     gates = [measured_gate(main.blocks, main.requests, primary),
              lossless_gate(spec_runs, divergences, opts.temperature, conditions.dtype),
              head_gate(has_head, tau(overall, "head") if has_head else None, tau(overall, "control"),
-                       opts.min_head_gain, gains)]
+                       opts.min_head_gain, gains, agreement(runs, opts.temperature) if has_head else None)]
     if opts.min_tau is not None:
         gates.append(tau_floor_gate(opts.min_tau, main.mean_accept_length, primary))
     if opts.min_accept_rates:
@@ -345,6 +346,21 @@ def assemble(*, opts: SmokeOptions, rt: ModuleType, runs: Sequence[tuple[Probe, 
         measurement_conditions=conditions, validation=validation_of(main), primary_arm=primary, arms=overall,
         head_gain=head_gain, chat_template=chat, requests=requests, gates=gates, baseline=comparison,
         passed=all(gate.status != "fail" for gate in gates))
+
+
+def agreement(runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]], temperature: float) -> ArmAgreement:
+    """The head arm's blocks against the control's. Under greedy decoding both arms emit the target's tokens, so
+    equal accepted counts in every block of every request is what a head that takes the control's top-1 candidate
+    (a zero or missing head) produces; sampled arms draw differently, and only the accepted totals are compared."""
+    def accepted(result: Any) -> list[int]:
+        return [b.accepted for b in result.blocks]
+
+    identical = None
+    if temperature == 0:
+        identical = sum(accepted(r[3]["head"]) == accepted(r[3]["control"]) for r in runs)
+    return ArmAgreement(requests=len(runs), identical=identical,
+                        head_accepted=sum(sum(accepted(r[3]["head"])) for r in runs),
+                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs))
 
 
 def _draft_info(path: str, runtime: str, drafter: Any) -> DraftCheckpoint:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import xml.etree.ElementTree as ET
 
 import jsonschema
@@ -78,6 +79,20 @@ def test_a_head_that_picks_the_targets_token_clears_the_control(smoke, good_head
     assert arms["head"]["mean_accept_length"] == 8.0 and arms["head"]["marginal_accept_rates"] == [1.0] * 7
     assert arms["control"]["mean_accept_length"] < 8.0 / 3
     assert result.report["head_gain"]["overall"] > 2
+
+
+def test_a_random_head_that_ties_the_control_by_coincidence_is_not_called_a_zero_head(smoke, drafter, target):
+    # the reviewer's run: overall tau equal, per-category gains -16.7% / +15.4%, the blocks differ
+    result = smoke(drafter, "-t", target, "--limit", "1", "--max-new-tokens", "16", "--no-warmup", "--quiet",
+                   "--format", "json")
+    arms = result.report["arms"]
+    assert arms["head"]["mean_accept_length"] == arms["control"]["mean_accept_length"]
+    assert any(g != 0 for g in result.report["head_gain"]["per_category"].values())
+    gate = result.gate("head-loaded")
+    assert result.code == 1 and gate["status"] == "fail"
+    assert "top-1" not in gate["summary"] and "zero or missing head" not in gate["summary"]
+    assert "no gain over the control" in gate["summary"]
+    assert any("blocks differ from the control's in 3 of 3 request(s)" in d for d in gate["details"])
 
 
 def test_a_speculative_arm_that_leaves_greedy_decoding_fails_as_a_runtime_bug(smoke, drafter, target, monkeypatch):
@@ -235,6 +250,104 @@ def test_bad_input_exits_with_a_message(smoke, drafter, target, tmp_path, args, 
     result = smoke(drafter, *filled, *QUICK)
     assert result.code == code, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(("out", "message"), [
+    ("nodir/p.json", "--out {tmp}/nodir/p.json: directory {tmp}/nodir does not exist"),
+    ("adir", "--out {tmp}/adir is a directory; give a file name, e.g. {tmp}/adir/profile.json"),
+    ("afile/p.json", "--out {tmp}/afile/p.json: {tmp}/afile is not a directory"),
+])
+def test_an_unwritable_out_path_is_refused_before_anything_loads(smoke, drafter, target, tmp_path, monkeypatch, out,
+                                                                  message):
+    import lilicorr_ckpt.smoke_run
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("smoke measured although --out cannot be written")
+
+    monkeypatch.setattr(lilicorr_ckpt.smoke_run, "run_smoke", must_not_run)
+    (tmp_path / "adir").mkdir()
+    (tmp_path / "afile").write_text("")
+    result = smoke(drafter, "-t", target, *QUICK, "-o", tmp_path / out)
+    assert result.code == 4, result.stderr
+    assert result.stderr.strip() == f"lilicorr-ckpt: usage error: {message.format(tmp=tmp_path)}"
+    assert result.stdout == ""
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write into any directory")
+def test_an_out_path_in_a_read_only_directory_is_refused_before_anything_loads(smoke, drafter, target, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        result = smoke(drafter, "-t", target, *QUICK, "--out", locked / "p.json")
+    finally:
+        locked.chmod(0o700)
+    assert result.code == 4 and "is not writable" in result.stderr and result.stdout == ""
+
+
+def test_a_failed_profile_write_says_so_keeps_the_report_and_leaves_no_temporary_file(smoke, drafter, target, tmp_path,
+                                                                                      monkeypatch):
+    import pathlib
+
+    real_replace = pathlib.Path.replace
+
+    def disk_full(self, dest):
+        if self.name.endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        return real_replace(self, dest)
+
+    monkeypatch.setattr(pathlib.Path, "replace", disk_full)
+    out = tmp_path / "p.json"
+    result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json", "--out", out)
+    assert result.code == 2
+    assert result.stderr.strip() == f"lilicorr-ckpt: error: cannot write {out}: No space left on device"
+    assert result.report["passed"] is True  # the measurement reached stdout before the write failed
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_help_describes_every_option_and_shows_examples_and_exit_codes():
+    import click
+
+    from lilicorr_ckpt.cli import cli
+
+    command = cli.commands["smoke"]
+    undocumented = [p.name for p in command.params if isinstance(p, click.Option) and not (p.help or "").strip()]
+    assert undocumented == []
+    result = run_cli("smoke", "--help")
+    assert result.returncode == 0
+    text = " ".join(result.stdout.split())
+    assert "--max-new-tokens N Stop each generation after N new tokens" in text
+    assert "Examples: lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target" in text
+    assert "Exit codes: 0 every gate passed; 1 a gate failed" in text and "4 usage error" in text
+
+
+def test_the_bundled_example_pair_runs_as_documented():
+    # docs/smoke.md: `lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target`, seconds on a CPU
+    result = run_cli("smoke", "examples/tiny-lilicorr", "--target", "examples/tiny-target", cwd=REPO,
+                     env={"OMP_NUM_THREADS": "1"})
+    assert result.returncode == 1, result.stderr  # a random drafter: the head gate cannot pass
+    assert "Traceback" not in result.stderr
+    lines = result.stdout.splitlines()
+    status = {line.split()[1]: line.split()[0] for line in lines if line.startswith("  ") and
+              line.split()[:1] in (["PASS"], ["FAIL"], ["SKIP"])}
+    assert status == {"measured": "PASS", "lossless": "PASS", "head-loaded": "FAIL", "kernel-parity": "SKIP"}
+    head = next(line for line in lines if "head-loaded" in line)
+    assert "inconclusive" in head and "the drafter alone rarely predicts this target" in head
+    assert "waive this gate with --min-head-gain -1" in result.stdout
+    assert "vocab 512" in result.stdout and "eos 2 <|im_end|>" in result.stdout
+    validated = run_cli("validate", "examples/tiny-lilicorr", "--target", "examples/tiny-target", cwd=REPO)
+    assert validated.returncode == 0 and "PASS 0 errors, 0 warnings" in validated.stdout, validated.stdout
+
+
+def test_the_bundled_target_stays_small_and_matches_the_drafter():
+    target = REPO / "examples" / "tiny-target"
+    assert sum(f.stat().st_size for f in target.iterdir()) < 600_000
+    config = json.loads((target / "config.json").read_text())
+    drafter = json.loads((REPO / "examples" / "tiny-lilicorr" / "config.json").read_text())
+    assert (config["hidden_size"], config["vocab_size"], config["num_hidden_layers"]) == (
+        drafter["hidden_size"], drafter["vocab_size"], drafter["num_target_layers"])
+    vocab = json.loads((target / "tokenizer.json").read_text())["model"]["vocab"]
+    assert len(vocab) == 512 and vocab["<|mask|>"] == drafter["dflash_config"]["mask_token_id"]
 
 
 def test_a_target_by_repo_id_from_the_local_hf_cache(drafter, target, tmp_path):

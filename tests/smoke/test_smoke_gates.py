@@ -11,6 +11,7 @@ import torch
 from lilicorr_ckpt import smoke_probes
 from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.smoke_gates import (
+    ArmAgreement,
     Divergence,
     ParityCheck,
     head_gate,
@@ -28,8 +29,38 @@ def test_head_gate_threshold_is_control_times_one_plus_gain():
     assert head_gate(True, 2.0999, 2.0, 0.05, {}).status == "fail"
     assert head_gate(True, 1.0, 2.0, -1.0, {}).status == "pass"
     assert head_gate(False, None, 2.0, 0.05, {}).status == "skip"
-    tied = head_gate(True, 2.0, 2.0, 0.05, {"code": 0.0})
+    same = ArmAgreement(requests=3, identical=3, head_accepted=40, control_accepted=40)
+    tied = head_gate(True, 2.0, 2.0, 0.05, {"code": 0.0}, same)
     assert tied.status == "fail" and "top-1 candidates" in tied.summary and "code +0.0%" in tied.details[0]
+    assert "block for block in all 3 request(s)" in tied.details[1]
+
+
+def test_head_gate_claims_a_zero_head_only_when_every_block_matched_the_control():
+    # equal overall tau by coincidence: the blocks differ, so the head did rerank (the reviewer's case)
+    differ = ArmAgreement(requests=3, identical=0, head_accepted=7, control_accepted=7)
+    gate = head_gate(True, 1.184, 1.184, 0.05, {"code": -0.167, "chat": 0.0, "math": 0.154}, differ)
+    assert gate.status == "fail" and "top-1" not in gate.summary and "zero" not in gate.summary
+    assert "(gain +0.0%: no gain over the control)" in gate.summary
+    assert "code -16.7%, chat +0.0%, math +15.4%" in gate.details[0]
+    assert "differ from the control's in 3 of 3 request(s)" in gate.details[1]
+    # sampled arms draw differently whatever the head does: no block-level evidence, no diagnosis
+    sampled = ArmAgreement(requests=3, identical=None, head_accepted=7, control_accepted=7)
+    assert "top-1" not in head_gate(True, 1.5, 1.5, 0.05, {}, sampled).summary
+    assert "top-1" not in head_gate(True, 1.5, 1.5, 0.05, {}).summary  # no evidence given
+    # a head just below the required gain is not called gain-less
+    assert "below the required +5.0%" in head_gate(True, 1.52, 1.5, 0.05, {}, differ).summary
+
+
+def test_head_gate_is_inconclusive_when_the_drafter_alone_barely_predicts_the_target():
+    nothing = ArmAgreement(requests=4, identical=4, head_accepted=0, control_accepted=0)
+    gate = head_gate(True, 1.0, 1.0, 0.05, {}, nothing)
+    assert gate.status == "fail" and "inconclusive: no drafted token was accepted in either arm" in gate.summary
+    assert "top-1" not in gate.summary and "--min-head-gain -1" in gate.details[-1]
+    weak = ArmAgreement(requests=4, identical=1, head_accepted=3, control_accepted=2)
+    gate = head_gate(True, 1.005, 1.003, 0.05, {}, weak)
+    assert "inconclusive: tau(control) is barely above 1" in gate.summary
+    assert "differ from the control's in 3 of 4" in gate.details[0] and "random or untrained drafter" in gate.details[1]
+    assert head_gate(True, 1.005, 1.003, -1.0, {}, weak).status == "pass"
 
 
 def test_parity_gate_needs_gpu_and_at_least_one_block():
