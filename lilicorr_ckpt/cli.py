@@ -9,17 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 
 from . import __version__
-from .errors import InputError, Terminated, UsageError
+from .errors import InputError, Terminated, UsageError, sigterm_unwinds
 from .profiles import RUNTIME_CHOICES
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
@@ -199,23 +195,6 @@ def _register_optional() -> None:
 _register_optional()
 
 
-@contextlib.contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """SIGTERM raises Terminated where the process is, so `finally` blocks clean up as for Ctrl-C."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def _stdout_closed() -> bool:
     """click swaps in its flush-pacifying wrapper when a write to stdout hit a closed pipe (`| head`)."""
     return type(sys.stdout).__name__.endswith("PacifyFlushWrapper")  # by name: click made the class private
@@ -223,7 +202,7 @@ def _stdout_closed() -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        with _sigterm_unwinds():
+        with sigterm_unwinds():
             rv = cli.main(args=argv, prog_name="lilicorr-ckpt", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)

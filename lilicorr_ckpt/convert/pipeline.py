@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from ..config import parse_config
-from ..errors import Terminated
+from ..errors import sigterm_unwinds
 from ..findings import Finding
 from ..geometry import resolve_geometry
 from ..manifest import build_manifest
@@ -97,24 +93,6 @@ def validation_record(report: Report, runtime: str) -> dict[str, Any]:
             "findings": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings if f.severity != "info"]}
 
 
-@contextlib.contextmanager
-def _terminate_as_interrupt() -> Iterator[None]:
-    """SIGTERM unwinds like Ctrl-C, so the temporary directory is removed. A Python-level SIGTERM handler that is
-    already installed (the command line's own, which raises) is left in charge."""
-    if threading.current_thread() is not threading.main_thread() or callable(signal.getsignal(signal.SIGTERM)):
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise Terminated
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
     if options.verify:
         from .verify import require_runtime
@@ -134,7 +112,7 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
     remove_stale_temporaries(dst_path)
     replacing = options.force and dst_path.is_dir()
     progress = Progress.for_terminal(plan.total_bytes, options.quiet)
-    with _terminate_as_interrupt():
+    with sigterm_unwinds():  # the temporary directory is removed on SIGTERM too
         tmp, created = make_temporary(dst_path)
         try:
             try:
