@@ -46,6 +46,8 @@ def check_output_path(out: str) -> Path:
     parent = path.parent
     if path.is_dir():
         raise UsageError(f"--output {out} is a directory; give a file name")
+    if parent.exists() and not parent.is_dir():
+        raise UsageError(f"--output {out}: {parent} is not a directory")
     if not parent.is_dir():
         raise UsageError(f"--output {out}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
@@ -81,7 +83,8 @@ def _emit(text: str, out: str | None) -> None:
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="Judge against one serving stack's loader, or all of them (a verdict per runtime).")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif"]), default="text",
-              show_default=True, help="Report format. json follows schemas/validate-report.schema.json.")
+              show_default=True, help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` "
+                                      "prints.")
 @click.option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--deep", is_flag=True,
@@ -168,6 +171,30 @@ def rules(fmt: str) -> None:
         return
     for r in RULES.values():
         click.echo(f"{r.id}  {r.severity:<7}  {r.name:<28} {r.summary}")
+
+
+@cli.command(epilog="Exit codes: 0 printed, 4 unknown name.")
+@click.argument("name", required=False, type=click.Choice(["validate-report", "inspect", "smoke-profile"]))
+def schema(name: str | None) -> None:
+    """Print the JSON Schema (draft 2020-12) of a machine-readable output, or list their names.
+
+    \b
+    validate-report  validate -f json
+    inspect          inspect -f json
+    smoke-profile    smoke -f json and smoke --out
+
+    \b
+    Example:
+      lilicorr-ckpt schema validate-report > validate-report.schema.json
+    """
+    from .schemas import all_schemas, render
+
+    schemas = all_schemas()
+    if name is None:
+        for file_name in schemas:
+            click.echo(file_name.removesuffix(".schema.json"))
+        return
+    click.echo(render(schemas[f"{name}.schema.json"]), nl=False)
 
 
 def rules_markdown() -> str:

@@ -95,11 +95,11 @@ def render_junit(report: Report) -> str:
 
 
 def render_sarif(report: Report) -> str:
-    used = sorted({f.rule for f in report.findings})
+    catalogue = sorted(RULES)  # every rule, so dashboards can show what passed as well as what fired
     rules = [{"id": r.id, "name": r.name, "shortDescription": {"text": r.summary}, "help": {"text": r.fix},
               "defaultConfiguration": {"level": {"error": "error", "warning": "warning", "info": "note"}[r.severity]},
-              "properties": {"area": r.area}} for r in (RULES[i] for i in used)]
-    index = {rid: i for i, rid in enumerate(used)}
+              "properties": {"area": r.area}} for r in (RULES[i] for i in catalogue)]
+    index = {rid: i for i, rid in enumerate(catalogue)}
     results = []
     base = report.path.rstrip("/")
     for f in report.findings:

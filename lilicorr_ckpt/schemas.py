@@ -1,12 +1,13 @@
 """JSON Schemas of every machine-readable output, generated from the msgspec types.
 
-`python -m lilicorr_ckpt.schemas` rewrites schemas/; tests/test_reports.py fails when they drift.
+`lilicorr-ckpt schema NAME` prints one (any install). In a source checkout `python -m lilicorr_ckpt.schemas`
+rewrites schemas/ (or `--out DIR`); tests/test_reports.py fails when they drift.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,21 @@ def write(directory: Path = SCHEMA_DIR) -> list[Path]:
     return written
 
 
-if __name__ == "__main__":
-    for p in write(Path(sys.argv[1]) if len(sys.argv) > 1 else SCHEMA_DIR):
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m lilicorr_ckpt.schemas",
+                                     description="Write the JSON Schemas of the machine-readable outputs.")
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
+                        help="where to write them (default: schemas/ of the source checkout this module is in)")
+    args = parser.parse_args(argv)
+    out = args.out
+    if out is None:
+        if not (SCHEMA_DIR.parent / "pyproject.toml").is_file():
+            parser.error("not running from a source checkout; pass --out DIR (or print one with "
+                         "`lilicorr-ckpt schema NAME`)")
+        out = SCHEMA_DIR
+    for p in write(out):
         print(f"wrote {p}")
+
+
+if __name__ == "__main__":
+    main()

@@ -97,7 +97,7 @@ def register(group: click.Group) -> None:
 @click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
               help="With --baseline: the relative tau drop that fails.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
-              help="Report on stdout; json follows schemas/smoke-profile.schema.json.")
+              help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
 @click.option("--out", "-o", metavar="PROFILE.json",
               help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,

@@ -47,6 +47,20 @@ def resolve_path(spec: str, what: str = "checkpoint") -> tuple[Path, Path]:
                      f"org/name that is already in the local Hugging Face cache)")
 
 
+def _not_in_cache(repo_id: str, what: str) -> str:
+    """Why an offline lookup failed: the repo is absent, or present without a `main` ref to resolve."""
+    from huggingface_hub import constants
+
+    repo_dir = Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
+    snapshots = sorted(p for p in (repo_dir / "snapshots").glob("*") if p.is_dir()) if repo_dir.is_dir() else []
+    if snapshots:
+        shown = ", ".join(str(p) for p in snapshots[:3]) + (" ..." if len(snapshots) > 3 else "")
+        return (f"{what} {repo_id!r} is in the Hugging Face cache ({repo_dir}) but has no refs/main to say which "
+                f"snapshot is current; pass a snapshot directory instead: {shown}")
+    return (f"{what} {repo_id!r} is not a local directory and is not in the Hugging Face cache "
+            f"(offline lookup; fetch it first with `hf download {repo_id}`)")
+
+
 def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
     try:
         from huggingface_hub import snapshot_download
@@ -56,8 +70,7 @@ def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
     try:
         snapshot = Path(snapshot_download(repo_id, local_files_only=True))
     except LocalEntryNotFoundError:
-        raise InputError(f"{what} {repo_id!r} is not a local directory and is not in the Hugging Face cache "
-                         f"(offline lookup; fetch it first with `hf download {repo_id}`)") from None
+        raise InputError(_not_in_cache(repo_id, what)) from None
     except Exception as exc:  # the hub raises many types for bad ids
         raise InputError(f"{what} {repo_id!r}: cannot resolve in the Hugging Face cache: {exc}") from None
     # snapshots/<rev>/file -> ../../blobs/<hash>: links stay inside models--org--name

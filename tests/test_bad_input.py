@@ -130,6 +130,15 @@ def test_unknown_repo_id_is_an_offline_miss(tmp_path):
     assert result.returncode == 2 and "not in the Hugging Face cache" in result.stderr
 
 
+def test_a_cached_repo_without_a_main_ref_names_its_snapshots(tmp_path, ckpt):
+    snapshot = tmp_path / "hub" / "models--acme--drafter" / "snapshots" / "0123abcd"
+    snapshot.parent.mkdir(parents=True)
+    ckpt.rename(snapshot)  # no refs/main beside it
+    result = run_cli("validate", "acme/drafter", env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
+    assert result.returncode == 2 and "has no refs/main" in result.stderr and str(snapshot) in result.stderr
+    assert run_cli("validate", str(snapshot)).returncode == 0  # the way out it suggests
+
+
 def test_usage_errors_exit_4(ckpt):
     result = run_cli("validate", str(ckpt), "--runtime", "tgi")
     assert result.returncode == 4 and "tgi" in result.stderr

@@ -32,6 +32,12 @@ def test_output_into_a_missing_directory_is_refused_before_any_work(ckpt, tmp_pa
     assert result.returncode == 4 and "does not exist" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_output_under_a_file_is_refused_as_such(ckpt, tmp_path):
+    (tmp_path / "afile").write_text("")
+    result = run_cli("validate", str(ckpt), "-o", str(tmp_path / "afile" / "report.txt"))
+    assert result.returncode == 4 and "afile is not a directory" in result.stderr
+
+
 def test_output_onto_a_directory_is_refused_and_leaves_nothing(ckpt, tmp_path):
     target = tmp_path / "out"
     target.mkdir()

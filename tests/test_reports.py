@@ -28,6 +28,16 @@ def test_schema_files_are_in_sync_with_the_types():
         assert committed.read_text() == schemas.render(schema), f"schemas/{name} is stale: run python scripts/sync_docs.py"
 
 
+def test_the_schema_command_prints_the_committed_schemas(tmp_path):
+    assert run_cli("schema").stdout.split() == ["validate-report", "inspect", "smoke-profile"]
+    for name in ("validate-report", "inspect", "smoke-profile"):
+        printed = run_cli("schema", name)
+        assert printed.returncode == 0 and printed.stdout == (REPO / "schemas" / f"{name}.schema.json").read_text()
+    assert run_cli("schema", "nope").returncode == 4
+    schemas.main(["--out", str(tmp_path)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(schemas.all_schemas())
+
+
 def test_json_report_follows_its_schema_and_gives_per_runtime_verdicts(broken):
     result = run_cli("validate", str(broken), "--format", "json")
     assert result.returncode == 1
@@ -60,7 +70,8 @@ def test_sarif_lists_rules_and_results(broken):
     assert doc["version"] == "2.1.0"
     run = doc["runs"][0]
     rule_ids = [r["id"] for r in run["tool"]["driver"]["rules"]]
-    assert "LC104" in rule_ids
+    catalogue = [r["id"] for r in json.loads(run_cli("rules", "-f", "json").stdout)]
+    assert sorted(rule_ids) == sorted(catalogue)  # the whole catalogue, not only the rules that fired
     result = next(r for r in run["results"] if r["ruleId"] == "LC104")
     assert result["level"] == "error" and rule_ids[result["ruleIndex"]] == "LC104"
     assert result["locations"][0]["physicalLocation"]["artifactLocation"]["uri"].endswith("config.json")
