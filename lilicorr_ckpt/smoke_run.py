@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import math
 import platform
 import sys
 import time
@@ -132,8 +133,8 @@ def check_options(opts: SmokeOptions) -> None:
     if opts.max_new_tokens < 2:
         raise UsageError(f"--max-new-tokens must be >= 2 (the first token comes from the prefill), "
                          f"got {opts.max_new_tokens}")
-    if opts.temperature < 0:
-        raise UsageError(f"--temperature must be >= 0, got {opts.temperature}")
+    if not math.isfinite(opts.temperature) or opts.temperature < 0:  # the decoder refuses nan and inf too
+        raise UsageError(f"--temperature must be a finite number >= 0, got {opts.temperature}")
     if not opts.seeds:
         raise UsageError("--seeds needs at least one seed")
     if opts.temperature == 0 and len(opts.seeds) > 1:

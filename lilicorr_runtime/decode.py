@@ -11,6 +11,7 @@ One block, start to finish:
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -18,6 +19,7 @@ from typing import Literal
 import msgspec
 import torch
 
+from .arguments import as_int
 from .dflash import Drafter, DraftKVCache
 from .graph import DraftStep
 from .ops import categorical, control_walk, greedy_walk, sample_walk, topk_lse, verify_greedy, verify_sampled
@@ -84,9 +86,12 @@ class SpeculativeDecoder:
                  keep_proposals: bool = False, cuda_graph: bool = True):
         if mode not in ("head", "control", "ar"):
             raise ValueError(f"mode must be head, control or ar, not {mode!r}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        self.target, self.drafter, self.mode, self.temperature = target, drafter, mode, float(temperature)
+        if not isinstance(target, TargetModel):
+            raise TypeError(f"target must be a TargetModel (load_target), got {type(target).__name__}")
+        if drafter is not None and not isinstance(drafter, Drafter):
+            raise TypeError(f"drafter must be a Drafter (load_drafter) or None, got {type(drafter).__name__}")
+        temperature = _temperature(temperature)
+        self.target, self.drafter, self.mode, self.temperature = target, drafter, mode, temperature
         self.generator = torch.Generator().manual_seed(seed)
         self.keep_proposals = keep_proposals
         self.num_tokens = 0
@@ -103,21 +108,29 @@ class SpeculativeDecoder:
         g = drafter.geometry
         slots = g.block_size - 1
         n = slots if num_speculative_tokens is None else num_speculative_tokens
-        if not 1 <= n <= slots:
+        if as_int(n) is None or not 1 <= n <= slots:
             raise ValueError(f"num_speculative_tokens must be in [1, {slots}] (block_size {g.block_size}), got {n}")
-        self.num_tokens = n
+        self.num_tokens = int(n)
         problems = []
         if g.hidden_size != target.hidden_size:
             problems.append(f"draft hidden_size {g.hidden_size} != target hidden_size {target.hidden_size}")
         if max(g.target_layer_ids) >= target.num_layers:
             problems.append(f"target_layer_ids {list(g.target_layer_ids)} reach past the target's "
                             f"{target.num_layers} layers")
+        # the drafter's candidates are embedded with the target's table and scored with its lm_head (or an owned
+        # one of the draft vocabulary), and verification compares them with the target's logits: one vocabulary
+        vocab_differs = g.vocab_size is not None and g.vocab_size != target.vocab_size
+        if vocab_differs:
+            problems.append(f"draft vocab_size {g.vocab_size} != target vocab_size {target.vocab_size}")
+        head_rows = _rows(target.lm_head)
+        if head_rows is not None and head_rows != target.vocab_size:
+            problems.append(f"the target's lm_head has {head_rows} rows but its embedding table {target.vocab_size}")
         if g.mask_token_id >= target.vocab_size:
             problems.append(f"mask_token_id {g.mask_token_id} is outside the target vocabulary ({target.vocab_size})")
         if drafter.lilicorr is not None and drafter.lilicorr.candidate_topk > target.vocab_size:
             problems.append(f"candidate_topk {drafter.lilicorr.candidate_topk} exceeds the target vocabulary "
                             f"({target.vocab_size})")
-        if drafter.lm_head is not None and drafter.lm_head.weight.shape[0] != target.vocab_size:
+        if not vocab_differs and drafter.lm_head is not None and drafter.lm_head.weight.shape[0] != target.vocab_size:
             problems.append(f"the drafter's lm_head has {drafter.lm_head.weight.shape[0]} rows, "
                             f"the target vocabulary {target.vocab_size}")
         if problems:
@@ -135,11 +148,16 @@ class SpeculativeDecoder:
 
     @torch.inference_mode()
     def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int,
-                 eos_token_ids: Sequence[int] = ()) -> GenerationResult:
-        prompt = torch.as_tensor(prompt_ids, dtype=torch.long).flatten()
-        if max_new_tokens < 1 or prompt.numel() < 1:
-            raise ValueError("generate needs a non-empty prompt and max_new_tokens >= 1")
-        eos = set(eos_token_ids)
+                 eos_token_ids: Sequence[int] | int = ()) -> GenerationResult:
+        """Decode one request. prompt_ids: one non-empty sequence of integer token ids in [0, vocab): a list or
+        tuple of ints, or a 1-D integer tensor ([1, n], one tokenizer row, is accepted too). eos_token_ids: the ids
+        that end the output (inclusive), a sequence or a single int."""
+        prompt = _prompt_ids(prompt_ids, self.target.vocab_size)
+        if as_int(max_new_tokens) is None or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+        max_new_tokens = int(max_new_tokens)
+        single = as_int(eos_token_ids)
+        eos = {single} if single is not None else set(eos_token_ids)
         started = time.perf_counter()
         target = self.target
         target.reset()
@@ -239,6 +257,57 @@ class SpeculativeDecoder:
         target.crop(base + a + 1)
         record = BlockRecord(drafted=n, accepted=a, committed=a + 1)
         return draft[0, :a].tolist(), int(next_token[0]), record, step.features[:a + 1], proposal
+
+
+def _temperature(value: float) -> float:
+    if isinstance(value, (bool, str, bytes)):
+        raise TypeError(f"temperature must be a number, got {value!r}")
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"temperature must be a number, got {value!r}") from None
+    if not math.isfinite(t) or t < 0:
+        raise ValueError(f"temperature must be a finite number >= 0 (0 decodes greedily), got {value!r}")
+    return t
+
+
+def _rows(module: torch.nn.Module | None) -> int | None:
+    weight = getattr(module, "weight", None)
+    return int(weight.shape[0]) if isinstance(weight, torch.Tensor) and weight.dim() == 2 else None
+
+
+def _prompt_ids(prompt_ids: Sequence[int] | torch.Tensor, vocab: int) -> torch.Tensor:
+    """One request's prompt as a 1-D int64 tensor, or ValueError: a 1-D sequence of integer ids in [0, vocab)."""
+    one = "a prompt is one sequence of token ids (a list or tuple of ints, or a 1-D integer tensor)"
+    if isinstance(prompt_ids, torch.Tensor):
+        ids = prompt_ids
+        if ids.dim() == 2 and ids.shape[0] == 1:  # a tokenizer's return_tensors="pt" row
+            ids = ids[0]
+        if ids.dim() != 1:
+            raise ValueError(f"{one}; got a tensor of shape {list(prompt_ids.shape)} (the decoder serves one "
+                             "request: decode the rows of a batch one at a time)")
+        if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+            raise ValueError(f"{one}; got a {ids.dtype} tensor, and token ids are integers")
+        ids = ids.to(torch.long)
+    else:
+        if isinstance(prompt_ids, (str, bytes)):
+            raise ValueError(f"{one}, not text; tokenize it first (target.tokenizer)")
+        try:
+            items = list(prompt_ids)
+        except TypeError:
+            raise ValueError(f"{one}; got {type(prompt_ids).__name__}") from None
+        values = [as_int(item) for item in items]
+        if None in values:
+            i = values.index(None)
+            raise ValueError(f"{one}; prompt_ids[{i}] is {items[i]!r}, not an integer token id")
+        ids = torch.tensor(values, dtype=torch.long)
+    if ids.numel() == 0:
+        raise ValueError("generate needs a non-empty prompt")
+    outside = (ids < 0) | (ids >= vocab)
+    if bool(outside.any()):
+        i = int(outside.nonzero()[0, 0])
+        raise ValueError(f"prompt id {int(ids[i])} (position {i}) is outside the target vocabulary [0, {vocab})")
+    return ids
 
 
 def _truncate(tokens: list[int], limit: int, eos: set[int]) -> list[int]:

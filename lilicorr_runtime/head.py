@@ -202,10 +202,24 @@ class LiLiCorrHead(nn.Module):
         """candidate_embeddings [b, S, K, M], candidate_log_probs [b, S, K], pass_hidden [b, S, M],
         anchor_hidden [b, M], anchor_valid [b] (None: all valid) -> start [b, K], pairs [b, S-1, K, K] fp32.
         S may be shorter than the trained B-1 (a shorter draft uses the first S slot embeddings)."""
+        m = self.pass_hidden_proj.weight.shape[1]
+        if candidate_embeddings.dim() != 4:
+            raise ValueError(f"candidate_embeddings must be [b, S, K, M = {m}], got {list(candidate_embeddings.shape)}")
         b, slots, k, _ = candidate_embeddings.shape
-        if slots > self.block_size - 1 or k != self.candidate_topk:
+        if not 1 <= slots <= self.block_size - 1 or k != self.candidate_topk:
             raise ValueError(f"lattice [{slots} slots x {k} candidates] does not fit the head "
-                             f"(at most {self.block_size - 1} slots, exactly {self.candidate_topk} candidates)")
+                             f"(at least 1 and at most {self.block_size - 1} slots, exactly {self.candidate_topk} "
+                             "candidates)")
+        if candidate_embeddings.shape[3] != m or candidate_log_probs.shape != (b, slots, k) \
+                or pass_hidden.shape != (b, slots, m) or anchor_hidden.shape != (b, m) \
+                or (anchor_valid is not None and anchor_valid.shape != (b,)):
+            got = ", ".join(f"{name} {list(t.shape)}" for name, t in (
+                ("candidate_embeddings", candidate_embeddings), ("candidate_log_probs", candidate_log_probs),
+                ("pass_hidden", pass_hidden), ("anchor_hidden", anchor_hidden), ("anchor_valid", anchor_valid))
+                if t is not None)
+            raise ValueError(f"the head expects candidate_embeddings [b, S, K, M], candidate_log_probs [b, S, K], "
+                             f"pass_hidden [b, S, M], anchor_hidden [b, M], anchor_valid [b] or None (M = {m}); "
+                             f"got {got}")
         dtype = self.pass_hidden_proj.weight.dtype
         rows, h = b * slots * k, self.pass_hidden_proj.weight.shape[0]
         token, passing, down = self.token_proj, self.pass_hidden_proj, self.feature_mlp.down_proj

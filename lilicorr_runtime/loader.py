@@ -9,10 +9,12 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 from lilicorr_ckpt.report import finding_lines
 from lilicorr_ckpt.rules import name_view, observed_scheme_of
 from lilicorr_ckpt.validate import load_checkpoint, validate
 
+from .arguments import resolve_dtype
 from .dflash import Drafter, backbone_spec
 from .layers import RopeUnsupported
 
@@ -47,9 +49,15 @@ def dequantize_fp8(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
     return (w.view(o // 128, 128, i // 128, 128) * blocks[:, None, :, None]).reshape(o, i)
 
 
-def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype = torch.float32,
+def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype | str = torch.float32,
                  device: str | torch.device = "cpu") -> Drafter:
-    """Build the drafter a checkpoint describes and load its tensors (quantized weights dequantized)."""
+    """Build the drafter a checkpoint describes and load its tensors (quantized weights dequantized).
+
+    runtime: the validate profile the checkpoint must pass (sglang, vllm, trtllm or all); dtype: a torch.dtype
+    or a name (float32/fp32, bfloat16/bf16, float16/fp16). Either one out of range raises ValueError."""
+    if not isinstance(runtime, str) or runtime not in RUNTIME_CHOICES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIME_CHOICES)}; got {runtime!r}")
+    dtype = resolve_dtype(dtype)
     ckpt = load_checkpoint(str(path))
     report = validate(str(path), runtime=runtime, checkpoint=ckpt)
     if report.summary.errors:

@@ -2,17 +2,30 @@
 
 Each `*_reference` is what CPU runs and the oracle its Triton kernel is tested against; the
 undecorated name dispatches on device (CUDA -> Triton, otherwise -> reference). Scores are fp32.
+The dispatching functions check their arguments' shapes first (ValueError stating the expected shapes):
+comparisons of sizes only, no device work, so they cost nothing inside a CUDA graph capture.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .arguments import as_int
+
 MIN_TEMPERATURE = 1e-5
 
 # Conventions shared with the Triton kernels (lilicorr_runtime/kernels/triton_ops.py), so both paths
 # return identical results: scores are compared in fp32; a NaN is ordered as -inf for every selection;
 # ties go to the lower index; `topk_lse` reports lse = NaN for a row holding any NaN.
+
+
+def _shape_error(op: str, expected: str, **tensors: torch.Tensor | None) -> ValueError:
+    got = ", ".join(f"{name} {list(t.shape)}" for name, t in tensors.items() if t is not None)
+    return ValueError(f"{op} expects {expected}; got {got}")
+
+
+def _integer(t: torch.Tensor) -> bool:
+    return not (t.is_floating_point() or t.is_complex() or t.dtype == torch.bool)
 
 
 def _use_triton(*tensors: torch.Tensor) -> bool:
@@ -62,6 +75,12 @@ def topk_lse_reference(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
 
 def topk_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """`topk_lse_reference`, as one Triton pass over the logits on CUDA (k a power of two <= 16)."""
+    if logits.dim() != 2:
+        raise _shape_error("topk_lse", "logits [n, V]", logits=logits)
+    k_int = as_int(k)
+    if k_int is None or not 1 <= k_int <= logits.shape[1]:
+        raise ValueError(f"topk_lse needs an integer k in [1, V = {logits.shape[1]}], got k={k!r}")
+    k = k_int
     if 1 <= k <= 16 and k & (k - 1) == 0 and k <= logits.shape[-1] and _use_triton(logits):
         from .kernels.triton_ops import topk_lse_triton
 
@@ -78,6 +97,8 @@ def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> tor
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """`rms_norm_reference`, as one Triton kernel on CUDA (one launch instead of seven)."""
+    if weight.dim() != 1 or x.dim() < 1 or x.shape[-1] != weight.shape[0]:
+        raise _shape_error("rms_norm", "x [..., D], weight [D]", x=x, weight=weight)
     if _use_triton(x, weight):
         from .kernels.triton_ops import rms_norm_triton
 
@@ -103,6 +124,10 @@ def lattice_scores_reference(out_vectors: torch.Tensor, in_vectors: torch.Tensor
 def lattice_scores(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
                    vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     """`lattice_scores_reference`, as one Triton kernel on CUDA (normalisation, dots and scale fused)."""
+    if out_vectors.dim() != 4 or in_vectors.shape != out_vectors.shape or out_vectors.shape[1] < 1 \
+            or anchor_vector.shape != (out_vectors.shape[0], out_vectors.shape[3]):
+        raise _shape_error("lattice_scores", "out_vectors and in_vectors [b, S, K, F] (S >= 1), anchor_vector [b, F]",
+                           out_vectors=out_vectors, in_vectors=in_vectors, anchor_vector=anchor_vector)
     if _use_triton(out_vectors, in_vectors, anchor_vector):
         from .kernels.triton_ops import lattice_scores_triton
 
@@ -137,6 +162,11 @@ def feature_hidden_reference(log_probs: torch.Tensor, norm_weight: torch.Tensor,
 def feature_hidden(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
                    up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
     """`feature_hidden_reference`, as one Triton kernel on CUDA (features, LayerNorm, the 5-input Linear, SiLU)."""
+    if log_probs.dim() < 1 or log_probs.shape[-1] < 1 or norm_weight.shape != (5,) or norm_bias.shape != (5,) \
+            or up_weight.dim() != 2 or up_weight.shape[1] != 5 or up_bias.shape != up_weight.shape[:1]:
+        raise _shape_error("feature_hidden", "log_probs [..., K] (K >= 1), norm_weight [5], norm_bias [5], "
+                           "up_weight [H, 5], up_bias [H]", log_probs=log_probs, norm_weight=norm_weight,
+                           norm_bias=norm_bias, up_weight=up_weight, up_bias=up_bias)
     if _use_triton(log_probs, up_weight):
         from .kernels.triton_ops import feature_hidden_triton
 
@@ -164,6 +194,11 @@ def residual_norm_reference(x: torch.Tensor, delta: torch.Tensor | None, bias: t
 def residual_norm(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None, weight: torch.Tensor,
                   eps: float, anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """`residual_norm_reference`, as one Triton kernel per row on CUDA."""
+    if x.dim() != 3 or weight.shape != x.shape[2:] or (delta is not None and delta.shape != x.shape) \
+            or (bias is not None and bias.shape != x.shape[2:]) \
+            or (anchor is not None and anchor.shape != (x.shape[0], x.shape[2])):
+        raise _shape_error("residual_norm", "x [b, n, H], delta [b, n, H] or None, bias [H] or None, weight [H], "
+                           "anchor [b, H] or None", x=x, delta=delta, bias=bias, weight=weight, anchor=anchor)
     same_dtype = all(t is None or t.dtype == x.dtype for t in (delta, bias))  # the kernel keeps x's dtype
     if same_dtype and _use_triton(x, weight):
         from .kernels.triton_ops import residual_norm_triton
@@ -187,7 +222,12 @@ def lattice_attention_reference(qkv: torch.Tensor, bias: torch.Tensor, num_heads
 
 def lattice_attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
     """`lattice_attention_reference`, as one Triton kernel on CUDA (reads q, k, v in place, writes [b, n, h])."""
-    if _use_triton(qkv, bias) and (qkv.shape[-1] // 3) % num_heads == 0:
+    heads = as_int(num_heads)
+    if heads is None or heads < 1 or qkv.dim() != 3 \
+            or qkv.shape[2] % (3 * heads) or bias.shape != (heads, qkv.shape[1], qkv.shape[1]):
+        raise _shape_error("lattice_attention", f"qkv [b, n, 3h] with h divisible by num_heads = {num_heads!r}, "
+                           "bias [num_heads, n, n]", qkv=qkv, bias=bias)
+    if _use_triton(qkv, bias):
         from .kernels.triton_ops import lattice_attention_triton
 
         return lattice_attention_triton(qkv, bias, num_heads)
@@ -222,8 +262,20 @@ def greedy_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
     return ids.gather(2, chosen[..., None]).squeeze(-1)
 
 
+WALK_SHAPES = "start [b, K], pairs [b, S-1, K, K], ids [b, S, K] (integer ids; S, K >= 1)"
+
+
+def _walk_fits_shapes(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> bool:
+    if ids.dim() != 3 or start.dim() != 2 or pairs.dim() != 4 or not _integer(ids):
+        return False
+    b, s, k = ids.shape
+    return s >= 1 and k >= 1 and start.shape == (b, k) and pairs.shape == (b, s - 1, k, k)
+
+
 def greedy_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     """`greedy_walk_reference`, as one Triton program per row on CUDA."""
+    if not _walk_fits_shapes(start, pairs, ids):
+        raise _shape_error("greedy_walk", WALK_SHAPES, start=start, pairs=pairs, ids=ids)
     if _use_triton(start, pairs, ids):
         from .kernels.triton_ops import greedy_walk_triton, walk_fits
 
@@ -275,6 +327,11 @@ def sample_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
 def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
                 temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample_walk_reference`, as one Triton program per row on CUDA."""
+    if not _walk_fits_shapes(start, pairs, ids) or uniforms.shape != ids.shape[:2] \
+            or temperatures.shape != ids.shape[:1] or greedy_mask.shape != ids.shape[:1]:
+        raise _shape_error("sample_walk", WALK_SHAPES + ", uniforms [b, S], temperatures [b], greedy_mask [b]",
+                           start=start, pairs=pairs, ids=ids, uniforms=uniforms, temperatures=temperatures,
+                           greedy_mask=greedy_mask)
     if _use_triton(start, pairs, ids, uniforms):
         from .kernels.triton_ops import sample_walk_triton, walk_fits
 
@@ -286,6 +343,8 @@ def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uni
 
 def control_walk(logits: torch.Tensor) -> torch.Tensor:
     """DFlash without a head: the per-slot argmax of the draft logits. logits [b, S, V] -> tokens [b, S]."""
+    if logits.dim() != 3 or logits.shape[2] < 1:
+        raise _shape_error("control_walk", "logits [b, S, V] (V >= 1)", logits=logits)
     return logits.float().argmax(dim=-1)
 
 
@@ -294,6 +353,8 @@ def categorical(probs: torch.Tensor, uniforms: torch.Tensor) -> torch.Tensor:
 
     The pick is the number of CDF entries <= u * total, so a zero-probability entry is never drawn.
     """
+    if probs.dim() != 2 or probs.shape[1] < 1 or uniforms.shape != probs.shape[:1]:
+        raise _shape_error("categorical", "probs [b, V] (V >= 1), uniforms [b]", probs=probs, uniforms=uniforms)
     cdf = probs.float().cumsum(dim=-1)
     threshold = uniforms.float() * cdf[:, -1]
     return (cdf <= threshold[:, None]).sum(dim=-1).clamp_max(probs.shape[-1] - 1)
@@ -306,6 +367,10 @@ def verify_greedy(target_logits: torch.Tensor, draft_tokens: torch.Tensor) -> tu
     -> accepted [b] (longest prefix equal to the target's argmax), next_token [b] (the target's
     argmax right after the accepted prefix).
     """
+    if draft_tokens.dim() != 2 or not _integer(draft_tokens) or target_logits.dim() != 3 \
+            or target_logits.shape[:2] != (draft_tokens.shape[0], draft_tokens.shape[1] + 1):
+        raise _shape_error("verify_greedy", "target_logits [b, n+1, V], draft_tokens [b, n] (integer ids)",
+                           target_logits=target_logits, draft_tokens=draft_tokens)
     choice = target_logits.float().argmax(dim=-1)  # [b, n+1]
     n = draft_tokens.shape[1]
     match = (choice[:, :n] == draft_tokens).long()
@@ -323,6 +388,14 @@ def verify_sampled(target_probs: torch.Tensor, draft_tokens: torch.Tensor, draft
     after the first rejection the next token is drawn from norm(max(0, p_j - q_j)), and after a fully
     accepted block from p_n. The emitted tokens are then distributed exactly as the target's.
     """
+    if draft_tokens.dim() != 2 or not _integer(draft_tokens) or target_probs.dim() != 3 \
+            or target_probs.shape[:2] != (draft_tokens.shape[0], draft_tokens.shape[1] + 1) \
+            or draft_q.shape != (*draft_tokens.shape, target_probs.shape[2]) \
+            or accept_uniforms.shape != draft_tokens.shape or residual_uniforms.shape != draft_tokens.shape[:1]:
+        raise _shape_error("verify_sampled", "target_probs [b, n+1, V], draft_tokens [b, n] (integer ids), "
+                           "draft_q [b, n, V], accept_uniforms [b, n], residual_uniforms [b]",
+                           target_probs=target_probs, draft_tokens=draft_tokens, draft_q=draft_q,
+                           accept_uniforms=accept_uniforms, residual_uniforms=residual_uniforms)
     b, n = draft_tokens.shape
     p = target_probs.float()
     q = draft_q.float()

@@ -6,8 +6,10 @@ embedding table, the lm_head, and a KV cache that is cropped after partial accep
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Sequence
+import logging
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from lilicorr_ckpt.source import resolve_path
+
+from .arguments import resolve_dtype
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -97,12 +101,53 @@ def _eos_ids(model: PreTrainedModel) -> tuple[int, ...]:
     return ()
 
 
-def load_target(spec: str | Path, *, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu",
+class _DropLoadReport(logging.Filter):
+    """Drops transformers' weight-loading report (v5 "LOAD REPORT", v4 "Some weights of ..."): load_target raises
+    its own error naming what is missing or misshapen, and ignores unexpected extra tensors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "LOAD REPORT" not in message and not message.startswith("Some weights of")
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    logger, drop = logging.getLogger("transformers.modeling_utils"), _DropLoadReport()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def _unloaded_weights(info: dict[str, Any]) -> list[str]:
+    """What transformers' loading info says was not loaded from the checkpoint: missing tensors (they would run
+    randomly initialised) and tensors whose stored shape differs from the model's. Tied weights
+    (tie_word_embeddings) are not reported missing by transformers; unexpected extra tensors are ignored."""
+    problems = []
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+        problems.append(f"missing {shown}")
+    for entry in sorted(info.get("mismatched_keys") or (), key=str):
+        if isinstance(entry, (tuple, list)) and len(entry) == 3:
+            name, stored, expected = entry
+            problems.append(f"{name} has shape {list(stored)} in the checkpoint, the config needs {list(expected)}")
+        else:
+            problems.append(f"{entry} has an unexpected shape")
+    problems.extend(str(m) for m in info.get("error_msgs") or ())
+    return problems
+
+
+def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
                 tokenizer: bool = True) -> TargetModel:
     """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
 
-    The tokenizer is loaded when the source has one (and `tokenizer`); otherwise `tokenizer` is None
-    and the caller works in token ids."""
+    dtype is a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16). The checkpoint must hold every
+    weight the config describes, in its shape: a missing or misshapen tensor (which transformers would initialise
+    at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
+    otherwise `tokenizer` is None and the caller works in token ids."""
+    dtype = resolve_dtype(dtype)
     path = Path(spec).expanduser()
     kwargs: dict[str, Any] = {"local_files_only": True}
     if path.is_file() and path.suffix == ".gguf":
@@ -114,7 +159,18 @@ def load_target(spec: str | Path, *, dtype: torch.dtype = torch.float32, device:
         directory, _ = resolve_path(str(spec), "target")  # a directory, or a repo id in the local HF cache
         source = str(directory)
         has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs).to(device)
+    # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
+    with _quiet_load_report():
+        model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True,
+                                                           ignore_mismatched_sizes=True, **kwargs)
+    problems = _unloaded_weights(info)
+    if problems:
+        drafter = getattr(model.config, "dflash_config", None) is not None
+        hint = " (its config has a dflash_config: this looks like a drafter checkpoint, not a target)" if drafter \
+            else ""
+        raise ValueError(f"target {str(spec)!r} does not hold the weights its config describes{hint}: "
+                         + "; ".join(problems) + " (transformers would fill them with random values)")
+    model = model.to(device)
     eos = _eos_ids(model)
     tok = None
     if tokenizer and has_tokenizer:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import xml.etree.ElementTree as ET
 
 import jsonschema
 import pytest
 import torch
+import transformers
 from conftest import QUICK
-from smoke_helpers import PLAIN_TEMPLATE, drafter_config, write_target
+from smoke_helpers import PLAIN_TEMPLATE, drafter_config, tokenizer, write_target
 
 import lilicorr_runtime
 from lilicorr_ckpt import fixtures
@@ -230,6 +232,43 @@ def test_a_drafter_built_for_another_target_exits_1(smoke, target, tmp_path):
     assert "lilicorr-ckpt validate" in result.stderr
 
 
+def test_a_target_of_another_vocabulary_exits_1(smoke, drafter, tmp_path):
+    # the target's embedding and lm_head are padded to 32 rows beyond its 16-token tokenizer; the drafter (vocabulary
+    # 16, mask token 15) fits everything else, but scoring its candidates needs the target's 32-row vocabulary
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=32,
+                                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=None)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(tmp_path / "padded")
+    tokenizer().save_pretrained(tmp_path / "padded")
+    result = smoke(drafter, "-t", tmp_path / "padded", *QUICK, "--min-head-gain", "-1")
+    assert result.code == 1 and result.stdout == ""
+    assert "drafter and target do not match: draft vocab_size 16 != target vocab_size 32" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    # a drafter declaring the padded vocabulary fits it
+    wide = fixtures.write_checkpoint(tmp_path / "wide32", fixtures.draft_config(vocab_size=32,
+                                                                                dflash={"mask_token_id": 15}))
+    assert smoke(wide, "-t", tmp_path / "padded", *QUICK, "--min-head-gain", "-1").code == 0
+
+
+def test_a_target_with_missing_weights_exits_2_naming_them(smoke, drafter, target, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = tmp_path / "no-lm-head"
+    shutil.copytree(target, broken)
+    tensors = load_file(broken / "model.safetensors")
+    del tensors["lm_head.weight"]
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    result = smoke(drafter, "-t", broken, *QUICK, "--min-head-gain", "-1")
+    assert result.code == 2 and result.stdout == ""
+    assert "does not hold the weights its config describes: missing lm_head.weight" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+    # a drafter checkpoint passed as the target has no embedding table or lm_head of its own
+    mistaken = smoke(drafter, "-t", drafter, *QUICK)
+    assert mistaken.code == 2 and "looks like a drafter checkpoint" in mistaken.stderr
+    assert "model.embed_tokens.weight" in mistaken.stderr
+
+
 @pytest.mark.parametrize(("args", "code", "message"), [
     (("-t", "{tmp}/nowhere"), 2, "does not exist"),
     (("-t", "{tmp}/model.bin"), 2, "is a file but not a .gguf"),
@@ -238,6 +277,8 @@ def test_a_drafter_built_for_another_target_exits_1(smoke, target, tmp_path):
     (("-t", "{target}", "--probes", "{tmp}/keyless.jsonl"), 2, "keyless.jsonl:1: missing key 'chat'"),
     (("-t", "{target}", "--probes", "code,poetry"), 4, "unknown category poetry"),
     (("-t", "{target}", "--seeds", "1,2"), 4, "needs --temperature > 0"),
+    (("-t", "{target}", "--temperature", "nan"), 4, "--temperature must be a finite number >= 0, got nan"),
+    (("-t", "{target}", "--temperature", "inf"), 4, "--temperature must be a finite number >= 0, got inf"),
     (("-t", "{target}", "-k", "9"), 4, "exceeds the drafter's 7 slots"),
     (("-t", "{target}", "--min-accept-rates", "0.5,x"), 4, "comma-separated numbers"),
     (("-t", "{target}", "--baseline", "{tmp}/bad.jsonl"), 2, "is not a smoke profile"),

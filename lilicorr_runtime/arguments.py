@@ -1,0 +1,44 @@
+"""Argument normalisation shared by the public entry points: the dtype spellings `load_drafter` and
+`load_target` accept, and integer arguments."""
+
+from __future__ import annotations
+
+import operator
+
+import torch
+
+# name (lower case, an optional "torch." prefix stripped) -> dtype
+DTYPE_NAMES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+}
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+SPELLINGS = "float32 (fp32), bfloat16 (bf16) or float16 (fp16)"
+
+
+def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
+    """A supported torch.dtype from a torch.dtype or one of its names ("bfloat16", "bf16", "torch.float16", ...).
+
+    Raises ValueError naming the value for anything else."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in SUPPORTED_DTYPES:
+            return dtype
+        raise ValueError(f"dtype {dtype} is not supported; use torch.float32, torch.bfloat16 or torch.float16 "
+                         f"(or a name: {SPELLINGS})")
+    if isinstance(dtype, str):
+        key = dtype.strip().lower()
+        key = key.removeprefix("torch.")
+        if key in DTYPE_NAMES:
+            return DTYPE_NAMES[key]
+    raise ValueError(f"dtype must be a torch.dtype or a name: {SPELLINGS}; got {dtype!r}")
+
+
+def as_int(value: object) -> int | None:
+    """An integer argument (a Python or numpy int, not a bool) as int, else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
