@@ -199,6 +199,10 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     arms = [a for a in ARMS if a != "head" or has_head]
     eos = list(target.eos_token_ids)  # the generation config's, as HF generate stops
     prompts, chat = _tokenize(target.tokenizer, probes, eos)
+    for probe, ids in zip(probes, prompts, strict=True):
+        if max(ids) >= target.vocab_size:
+            raise InputError(f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
+                             f"table ({target.vocab_size} rows): the tokenizer does not belong to this model")
 
     def decoder(arm: str, seed: int, keep: bool = False) -> Any:
         try:

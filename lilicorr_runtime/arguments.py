@@ -1,5 +1,5 @@
-"""Argument normalisation shared by the public entry points: the dtype spellings `load_drafter` and
-`load_target` accept, and integer arguments."""
+"""Argument normalisation shared by the public entry points: the dtype spellings and devices `load_drafter`
+and `load_target` accept, and integer arguments."""
 
 from __future__ import annotations
 
@@ -42,3 +42,18 @@ def as_int(value: object) -> int | None:
         return operator.index(value)
     except TypeError:
         return None
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A torch.device this machine has; ValueError for a bad spelling or a CUDA device torch cannot see."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device must be a torch.device or a name such as 'cpu' or 'cuda:0'; got {device!r}") \
+            from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device {device!r}: torch {torch.__version__} sees no CUDA device")
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {device!r}: there are {torch.cuda.device_count()} CUDA devices")
+    return dev

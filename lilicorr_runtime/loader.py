@@ -14,7 +14,7 @@ from lilicorr_ckpt.report import finding_lines
 from lilicorr_ckpt.rules import name_view, observed_scheme_of
 from lilicorr_ckpt.validate import load_checkpoint, validate
 
-from .arguments import resolve_dtype
+from .arguments import resolve_device, resolve_dtype
 from .dflash import Drafter, backbone_spec
 from .layers import RopeUnsupported
 
@@ -57,7 +57,7 @@ def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype |
     or a name (float32/fp32, bfloat16/bf16, float16/fp16). Either one out of range raises ValueError."""
     if not isinstance(runtime, str) or runtime not in RUNTIME_CHOICES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIME_CHOICES)}; got {runtime!r}")
-    dtype = resolve_dtype(dtype)
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
     ckpt = load_checkpoint(str(path))
     report = validate(str(path), runtime=runtime, checkpoint=ckpt)
     if report.summary.errors:

@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreT
 
 from lilicorr_ckpt.source import resolve_path
 
-from .arguments import resolve_dtype
+from .arguments import resolve_device, resolve_dtype
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -147,7 +147,7 @@ def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, d
     weight the config describes, in its shape: a missing or misshapen tensor (which transformers would initialise
     at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
     otherwise `tokenizer` is None and the caller works in token ids."""
-    dtype = resolve_dtype(dtype)
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
     path = Path(spec).expanduser()
     kwargs: dict[str, Any] = {"local_files_only": True}
     if path.is_file() and path.suffix == ".gguf":

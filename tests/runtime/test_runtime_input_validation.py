@@ -188,6 +188,16 @@ def test_load_drafter_and_load_target_refuse_other_dtypes(drafter_dir, saved_tar
         load_target(saved_target, dtype=dtype)
 
 
+@pytest.mark.parametrize("device, needle", [("gpu", "device must be"), ("cuda:7", "CUDA")])
+def test_load_drafter_and_load_target_refuse_a_device_this_machine_lacks(drafter_dir, saved_target, device, needle):
+    if device.startswith("cuda") and torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    with pytest.raises(ValueError, match=needle):
+        load_drafter(drafter_dir(), device=device)
+    with pytest.raises(ValueError, match=needle):
+        load_target(saved_target, device=device)
+
+
 # -- the head: K is the trained candidate_topk ---------------------------------------------------------------------
 
 def small_head() -> LiLiCorrHead:

@@ -417,6 +417,15 @@ def test_a_target_without_tokenizer_exits_2(smoke, drafter, tmp_path):
     assert result.code == 2 and "has no tokenizer" in result.stderr
 
 
+def test_a_tokenizer_that_does_not_belong_to_the_target_exits_2(smoke, drafter, tmp_path):
+    target = write_target(tmp_path / "mixed", save_tokenizer=False)  # 16 embedding rows
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):  # a 512-token tokenizer
+        shutil.copy(REPO / "examples" / "tiny-target" / name, target / name)
+    result = smoke(drafter, "-t", target, *QUICK)
+    assert result.code == 2 and "outside its embedding table (16 rows)" in result.stderr
+    assert "internal error" not in result.stderr
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_gpu_without_cuda_exits_2_with_a_message(drafter, target):
     result = run_cli("smoke", str(drafter), "-t", str(target), "--gpu", "--quiet")
