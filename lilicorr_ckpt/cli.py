@@ -25,7 +25,8 @@ EPILOG_EXIT = ("Exit codes: 0 clean, 1 findings, 2 unreadable input or I/O error
                "130 interrupted, 143 terminated.")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+             epilog=EPILOG_EXIT + " `lilicorr-ckpt COMMAND --help` explains each command.")
 @click.version_option(__version__, prog_name="lilicorr-ckpt")
 def cli() -> None:
     """Check, convert and smoke-test LiLiCorr / DFlash-family drafter checkpoints before you publish them.
