@@ -168,10 +168,15 @@ def exclusion_errors(manifest: Manifest, patterns: list[str], float_modules: set
     return errors
 
 
+EMBED_EXCLUSION = "*embed_tokens*"
+
+
 def output_exclusions(manifest: Manifest, float_modules: set[str], quantized: set[str], naming: str) -> list[str]:
     """Index-free suffix wildcards for every float module (fused aliases included); with sequential naming,
     patterns for the legacy head names too, so readers that build `feature_mlp.1` match them."""
-    patterns = summarize_exclusions(manifest, float_modules, quantized)
+    # the drafter has no embed_tokens (it reads the target's), but a runtime that builds one must not build it
+    # quantized: ModelOpt's own drafter export excludes it by default, and so does this one
+    patterns = sorted(set(summarize_exclusions(manifest, float_modules, quantized)) | {EMBED_EXCLUSION})
     if naming != "sequential":
         return patterns
     legacy = {m: legacy_name(m + ".weight")[: -len(".weight")] for m in sorted(float_modules)}
