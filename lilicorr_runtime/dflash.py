@@ -238,7 +238,20 @@ class Drafter(nn.Module):
 
     def project_context(self, target_features: torch.Tensor) -> torch.Tensor:
         """[b, n, T·M] target hidden states (concatenated in target_layer_ids order) -> context [b, n, M]."""
+        width = self.fc.weight.shape[1]
+        if target_features.dim() != 3 or target_features.shape[2] != width:
+            raise ValueError(f"project_context expects target features [b, n, {width}] (the hidden states of the "
+                             f"{len(self.target_layer_ids)} target layers {list(self.target_layer_ids)}, concatenated); "
+                             f"got {list(target_features.shape)}")
         return self.hidden_norm(self.fc(target_features.to(self.fc.weight.dtype)))
+
+    def _check_block(self, cache: DraftKVCache, block_embeddings: torch.Tensor) -> None:
+        """A query block is [b, Q, M] with 1 <= Q <= block_size and the cache's batch (shapes only: no sync)."""
+        m, b = self.fc.weight.shape[0], cache.keys[0].shape[0]
+        if block_embeddings.dim() != 3 or block_embeddings.shape[0] != b or block_embeddings.shape[2] != m \
+                or not 1 <= block_embeddings.shape[1] <= self.block_size:
+            raise ValueError(f"the drafter expects block embeddings [{b}, Q, {m}] with 1 <= Q <= block_size "
+                             f"{self.block_size} (the cache holds {b} rows); got {list(block_embeddings.shape)}")
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_cos_sin(positions, self.inv_freq, self.rope_scale, self.fc.weight.dtype)
@@ -262,6 +275,7 @@ class Drafter(nn.Module):
     def forward(self, cache: DraftKVCache, block_embeddings: torch.Tensor) -> torch.Tensor:
         """block_embeddings [b, Q, M] of [anchor, mask x (Q-1)] at positions cache.length.. -> final-normed
         hidden [b, Q, M]."""
+        self._check_block(cache, block_embeddings)
         q_len = block_embeddings.shape[1]
         start = cache.length
         device = block_embeddings.device
@@ -281,6 +295,7 @@ class Drafter(nn.Module):
         Attends over the cache's whole capacity and masks rows >= `length` (an int64 device scalar), so
         the same captured graph serves every block; the cache must not grow while a graph uses it.
         """
+        self._check_block(cache, block_embeddings)
         q_len = block_embeddings.shape[1]
         capacity = cache.keys[0].shape[2]
         device = block_embeddings.device

@@ -323,3 +323,26 @@ def test_the_decoder_ops_run_unchanged_at_their_documented_shapes():
                        torch.rand(2))
     assert accepted.shape == (2,)
 
+
+
+# -- the drafter's own entry points: context width and query blocks ---------------------------------------------------
+
+def test_project_context_names_the_width_it_needs(drafter):
+    drafter = drafter()
+    width = drafter.fc.weight.shape[1]
+    assert drafter.project_context(torch.zeros(1, 3, width)).shape == (1, 3, drafter.fc.weight.shape[0])
+    with pytest.raises(ValueError, match=rf"target features \[b, n, {width}\].*got \[1, 3, {width - 1}\]"):
+        drafter.project_context(torch.zeros(1, 3, width - 1))
+
+
+@pytest.mark.parametrize("shape", ["too long", "wrong width", "wrong batch", "empty"])
+def test_a_query_block_must_fit_the_block_and_the_cache(drafter, shape):
+    drafter = drafter()
+    m, b = drafter.fc.weight.shape[0], drafter.block_size
+    cache = drafter.new_cache(batch=1, capacity=32)
+    bad = {"too long": (1, b + 1, m), "wrong width": (1, b, m + 1), "wrong batch": (2, b, m), "empty": (1, 0, m)}
+    with pytest.raises(ValueError, match="block embeddings"):
+        drafter(cache, torch.zeros(bad[shape]))
+    with pytest.raises(ValueError, match="block embeddings"):
+        drafter.forward_static(cache, torch.tensor(0), torch.zeros(bad[shape]))
+    assert drafter(cache, torch.zeros(1, b, m)).shape == (1, b, m)
