@@ -8,6 +8,7 @@ import numpy as np
 
 from .rules import Context
 
+SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales (modelopt_nvfp4.md §2.3, §2.5)
 CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
 # (dtype, bit mask, all-ones exponent): a value is NaN/Inf when (bits & mask) == mask
 _NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (np.uint32, 0x7F800000),
@@ -65,7 +66,13 @@ def deep_checks(ctx: Context) -> None:
                         leaf = canonical.rsplit(".", 1)[-1]
                         weightish = leaf in ("weight", "in_proj_weight", "base_kernel", "slot_embedding",
                                              "rank_embedding") and "norm" not in canonical
-                        if all_zero and weightish:
+                        if all_zero and leaf in SCALES:
+                            module = canonical.rsplit(".", 1)[0]
+                            effect = ("its activations are quantized with a zero scale" if leaf == "input_scale"
+                                      else "its weight dequantizes to zero, so it outputs only its bias")
+                            ctx.emit("LC703", f"`{actual}` is all zeros: {effect} (`{module}`)", file=rel,
+                                     pointer=actual, subjects=[actual])
+                        elif all_zero and weightish:
                             ctx.emit("LC702", f"`{actual}` is all zeros", file=rel, pointer=actual,
                                      subjects=[actual])
                 finally:

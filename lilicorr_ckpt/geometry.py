@@ -93,6 +93,13 @@ def head_declared(config: DraftConfig) -> bool:
             or any(fields[key] is not None for key in LILICORR_KEYS))
 
 
+def routed_by_projector(config: DraftConfig) -> bool:
+    """DFlashDraftModel whose dflash_config selects LiLiCorr: TensorRT-LLM routes it to LiLiCorr through
+    projector_type "lilicorr" or lilicorr_enabled true (format.md §1.2); the others follow `architectures`."""
+    d = config.dflash
+    return config.family == "dflash" and (d.projector_type == "lilicorr" or d.lilicorr_enabled is True)
+
+
 def resolve_geometry(config: DraftConfig) -> Geometry:
     d = config.dflash
     hidden = _positive_int(config.hidden_size)
@@ -137,7 +144,7 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         conv_group_size=group,
         has_own_lm_head=bool(config.has_own_lm_head),
         lilicorr_enabled=head_declared(config) and d.lilicorr_enabled is not False
-        and config.family in ("lilicorr", None),
+        and (config.family in ("lilicorr", None) or routed_by_projector(config)),
         candidate_topk=_positive_int(d.lilicorr_candidate_topk),
         head_hidden_size_raw=h_raw,
         head_hidden_size=h,

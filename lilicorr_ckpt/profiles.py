@@ -37,6 +37,18 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     nested_quant_method_algos: tuple[str, ...] | None  # algos it derives quant_method for in the nested form
     mask_token_fallback: str  # what it does when mask_token_id is missing
     target_layer_ids_fallback: str
+    # flat quantization_config: the exclusion list it reads (None: unconfirmed, `exclude_modules` taken as a fallback)
+    flat_exclusions_key: str | None = None
+    # flat quantization_config: the group size it uses when there is no top-level group_size
+    # (None: unconfirmed, config_groups.group_0.weights.group_size taken as a fallback)
+    flat_group_size_default: int | None = None
+    # reads the nested hf_quant_config.json when config.json has no quantization_config
+    reads_hf_quant_config: bool = False
+    refuses_causal: bool = False  # refuses is_causal / dflash_config.causal true ("requires non-causal")
+    output_multiplier_positive: bool = False  # parses output_multiplier and requires it > 0
+    embedding_rows_equal_vocab: bool = False  # the target's input embedding must have exactly V rows
+    accepts_fused_qkv: bool = False  # accepts (and splits) a fused self_attn.qkv_proj.weight
+    projector_type_routes: bool = False  # dflash_config.projector_type "lilicorr" selects LiLiCorr
 
     def must_stay_float(self, module: str) -> bool:
         """The linear `module` (canonical name) must be stored in float for this runtime."""
@@ -69,6 +81,7 @@ SGLANG = RuntimeProfile(
                        "lm_head"),
     exclusion_matcher="sglang",
     nested_quant_method_algos=None,
+    output_multiplier_positive=True,  # format.md §1.3: output_multiplier > 0, default 1
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
     "checkpoints, sglang#37475)",
@@ -86,13 +99,18 @@ VLLM = RuntimeProfile(
     legacy_mlp_names="unconfirmed",
     owned_lm_head="supported",
     float_forced=HEAD_RAW_LINEARS,
-    # qkv_proj follows the quant config, but the fused-KV context path runs F.linear on raw slices of it
-    float_required=QKV + FEATURE_MLP,
+    # qkv_proj follows the quant config, but the fused-KV context path runs F.linear on raw slices of it.
+    # feature_mlp follows the draft quant config in the newest revision (format.md §2.5); up_proj's
+    # in_features 5 cannot be NVFP4, which LC305 reports.
+    float_required=QKV,
     quant_unconfirmed=(),
     exclusion_matcher="vllm",
     nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"),
     mask_token_fallback="has no fallback",
     target_layer_ids_fallback="has no fallback",
+    flat_exclusions_key="ignore",  # modelopt_nvfp4.md §2.2
+    flat_group_size_default=16,  # modelopt_nvfp4.md §2.2: top-level group_size, default 16
+    reads_hf_quant_config=True,  # modelopt_nvfp4.md §1.5: derives quant_method for the nested form
 )
 
 TRTLLM = RuntimeProfile(
@@ -113,6 +131,10 @@ TRTLLM = RuntimeProfile(
     nested_quant_method_algos=None,
     mask_token_fallback="falls back to vocab_size, an id outside the embedding",
     target_layer_ids_fallback="takes fc's input width from the checkpoint",
+    refuses_causal=True,  # format.md §1.3
+    embedding_rows_equal_vocab=True,  # format.md §3
+    accepts_fused_qkv=True,  # format.md §2.1
+    projector_type_routes=True,  # format.md §1.2
 )
 
 PROFILES = {p.name: p for p in (SGLANG, VLLM, TRTLLM)}

@@ -20,6 +20,7 @@ from typing import Any
 import msgspec
 
 from .manifest import Manifest, QuantScheme, quant_scheme
+from .profiles import RuntimeProfile
 
 TRAINING_PREFIXES = ("dflash_module.", "eagle_module.")
 _QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
@@ -38,6 +39,22 @@ class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
     producer: str | None
     quantized_layers: dict[str, Any] | None  # MIXED_PRECISION per-layer algos
     missing_keys: tuple[str, ...]  # keys vLLM's nested-form parser requires but the document lacks
+    # flat form only: where the exclusions and the group size were found
+    exclude_key: str | None = None  # "ignore", "exclude_modules" (no `ignore`), or None (neither)
+    top_group_size: int | None = None  # the top-level group_size (None: absent or invalid)
+    nested_group_size: int | None = None  # config_groups.group_0.weights.group_size
+
+    def read_by(self, profile: RuntimeProfile) -> QuantConfig:
+        """This config as `profile`'s runtime reads it (the flat form's exclusions and group size)."""
+        if self.form != "flat":
+            return self
+        qc = self
+        if profile.flat_exclusions_key is not None and self.exclude_key not in (None, profile.flat_exclusions_key):
+            qc = msgspec.structs.replace(qc, exclude=())
+        if profile.flat_group_size_default is not None:
+            group = self.top_group_size if self.top_group_size is not None else profile.flat_group_size_default
+            qc = msgspec.structs.replace(qc, group_size=group)
+        return qc
 
     def scheme_for(self, module: str) -> QuantScheme | None:
         """The scheme a module is quantized with if it is not excluded (None: not quantized / unknown)."""
@@ -93,11 +110,15 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
         if exclude is None:
             problems.append(f"{source}: `ignore` must be a list of strings")
             exclude = ()
-        group = doc.get("group_size")
-        if not isinstance(group, int):
-            weights = ((doc.get("config_groups") or {}).get("group_0") or {}).get("weights") \
-                if isinstance(doc.get("config_groups"), dict) else None
-            group = weights.get("group_size") if isinstance(weights, dict) else None
+        top = doc.get("group_size")
+        top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else None
+        groups = doc.get("config_groups")
+        group_0 = groups.get("group_0") if isinstance(groups, dict) else None
+        weights = group_0.get("weights") if isinstance(group_0, dict) else None
+        inner = weights.get("group_size") if isinstance(weights, dict) else None
+        inner = inner if isinstance(inner, int) and not isinstance(inner, bool) and inner > 0 else None
+        group = top if top is not None else inner
+        exclude_key = "ignore" if "ignore" in doc else "exclude_modules" if "exclude_modules" in doc else None
         kv = doc.get("kv_cache_quant_algo")
         producer = doc.get("producer")
         return QuantConfig(
@@ -109,7 +130,7 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
             quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
             producer=producer.get("name") if isinstance(producer, dict) else None,
             quantized_layers=doc.get("quantized_layers") if isinstance(doc.get("quantized_layers"), dict) else None,
-            missing_keys=(),
+            missing_keys=(), exclude_key=exclude_key, top_group_size=top, nested_group_size=inner,
         ), problems
     return None, [f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "
                   f"({{quant_algo, ignore, quant_method}})"]

@@ -12,7 +12,7 @@ import msgspec
 
 from .config import LILICORR_KEYS, ParsedConfig
 from .findings import RULES, Finding, Severity, rule
-from .geometry import Geometry, head_declared
+from .geometry import Geometry, head_declared, routed_by_projector
 from .manifest import (
     FLOAT_DTYPES,
     KV_SCALE_SUFFIXES,
@@ -79,7 +79,8 @@ rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside t
 rule("LC116", "conv-geometry", "error", CFG,
      "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
      "Write both keys as trained, or neither for a convolution-free drafter.")
-rule("LC117", "causal", "error", CFG, "The draft is declared causal; DFlash drafting is non-causal within the block.",
+rule("LC117", "causal", "error", CFG, "The draft is declared causal; TensorRT-LLM refuses it (an error for TRT, a "
+     "warning for the others, which draft non-causally within the block).",
      "Set dflash_config.causal (and is_causal) to false.")
 rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
      "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.")
@@ -91,6 +92,8 @@ rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, whi
      "Export bfloat16.")
 rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
      "Write the target's vocab_size.")
+rule("LC123", "output-multiplier", "error", CFG, "output_multiplier is not > 0, which SGLang's DFlash config parser "
+     "requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
 
 COV = "coverage"
 rule("LC201", "head-missing", "error", COV, "Head tensors the geometry requires are missing.",
@@ -135,7 +138,7 @@ rule("LC304", "quant-tensors", "error", QNT, "A quantized module lacks a scale t
      "Re-export the module with its weight, weight_scale, weight_scale_2 (and input_scale for W4A4).")
 rule("LC305", "nvfp4-in-features", "error", QNT, "An NVFP4 module's in_features is not a multiple of the group size.",
      "Exclude the module from quantization.")
-rule("LC306", "must-be-float", "error", QNT, "A module the runtime reads as raw floats is stored quantized.",
+rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquantized (or whose raw weight it slices) is stored quantized.",
      "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).")
 rule("LC307", "unprotected-float", "error", QNT, "A module stored in float that the runtime would build quantized (no exclusion matches it).",
      "Add an exclusion pattern that matches the module as the runtime names it (index-free, e.g. `*self_attn.q_proj`).")
@@ -161,6 +164,15 @@ rule("LC317", "quant-unused", "warning", QNT, "Quantization metadata is present 
      "Remove the metadata, or export the quantized weights.")
 rule("LC318", "kv-cache-scales", "warning", QNT, "KV-cache scales (k_scale / v_scale) without FP8 KV-cache quantization declared.",
      "Declare kv_cache_quant_algo, or drop the k_scale / v_scale tensors.")
+rule("LC320", "flat-exclusions-key", "error", QNT,
+     "The flat quantization_config lists its exclusions under `exclude_modules`, but the runtime reads only `ignore` "
+     "from the flat form: it would build the float modules quantized.",
+     "Rename `exclude_modules` to `ignore` in config.json's quantization_config (keep `exclude_modules` in "
+     "hf_quant_config.json).")
+rule("LC321", "flat-group-size", "error", QNT,
+     "The flat quantization_config has no top-level group_size, and the runtime's default (16) differs from the "
+     "group size the weights were quantized with.",
+     "Write the group size at the top level of config.json's quantization_config.")
 rule("LC319", "hf-quant-config-missing", "warning", QNT, "config.json declares quantization but hf_quant_config.json is absent.",
      "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.")
 
@@ -210,6 +222,10 @@ DEEP = "deep"
 rule("LC701", "non-finite", "error", DEEP, "A tensor contains NaN or Inf.", "Re-export from a healthy training checkpoint.")
 rule("LC702", "all-zero", "warning", DEEP, "A weight tensor is all zeros (untrained or lost in export).",
      "Check the export; an all-zero kernel_projection is the untrained initialisation.")
+rule("LC703", "all-zero-scale", "error", DEEP,
+     "A quantization scale tensor is all zeros: the module dequantizes to zero and outputs only its bias.",
+     "Re-export the module; ModelOpt clamps NVFP4 weight_scale to [2^-9, 448] and derives the other scales from "
+     "non-zero amax values.")
 
 
 # ---------------------------------------------------------------- context
@@ -360,7 +376,24 @@ def architecture(ctx: Context) -> None:
         ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: SGLang parses the "
                  "config as plain DFlash and the model then raises; vLLM refuses it",
                  file="config.json", pointer="$.dflash_config.lilicorr_enabled", expected="true", actual="false")
-    if cfg.family != "lilicorr" and has_head_tensors:
+    routers = [p for p in ctx.profiles if p.projector_type_routes]
+    others = [p for p in ctx.profiles if not p.projector_type_routes]
+    if routed_by_projector(cfg) and has_head_tensors:
+        ctx.emit_for("LC011", others, f"architectures declares {arch} but the checkpoint has lilicorr.* head "
+                     "tensors: these loaders select the class from architectures, build no head and drop them "
+                     "silently (TensorRT-LLM routes it to LiLiCorr through dflash_config.projector_type / "
+                     "lilicorr_enabled)", file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel", actual=arch)
+    elif routed_by_projector(cfg) and head_declared(cfg):
+        ctx.emit_for("LC011", others, "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                     severity="warning", file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel", actual=arch)
+        if ctx.table.tensors:
+            ctx.emit_for("LC011", routers, "DFlashDraftModel with dflash_config.projector_type \"lilicorr\" (or "
+                         "lilicorr_enabled true): TensorRT-LLM routes it to LiLiCorr, but the checkpoint has no "
+                         "lilicorr.* tensors", file="config.json", pointer="$.dflash_config.projector_type",
+                         expected="lilicorr.* tensors", actual="none")
+    elif cfg.family != "lilicorr" and has_head_tensors:
         ctx.emit("LC011", f"architectures declares {arch} but the checkpoint has lilicorr.* head tensors: the "
                  "loader builds no head and drops them silently", file="config.json", pointer="$.architectures[0]",
                  expected="LiLiCorrDraftModel", actual=arch)
@@ -377,7 +410,7 @@ def architecture(ctx: Context) -> None:
 @check
 def lilicorr_geometry(ctx: Context) -> None:
     g = ctx.geometry
-    if not g.lilicorr_enabled or ctx.config.family not in ("lilicorr", None):
+    if not g.lilicorr_enabled or not (ctx.config.family in ("lilicorr", None) or routed_by_projector(ctx.config)):
         return
     d = msgspec.structs.asdict(ctx.config.dflash)
     for key in LILICORR_KEYS:
@@ -420,8 +453,11 @@ def lilicorr_geometry(ctx: Context) -> None:
                          file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
                          expected="one of 1, 2, 4, 8, 16", actual=k)
         if g.vocab_size is not None and k > g.vocab_size:
-            ctx.emit("LC103", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}", file="config.json",
-                     pointer="$.dflash_config.lilicorr_candidate_topk", expected=f"<= {g.vocab_size}", actual=k)
+            # format.md §1.2: only MLX (not a --runtime profile) is documented to refuse K > V
+            ctx.emit("LC103", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
+                     "SGLang, vLLM and TensorRT-LLM document no check (a top-K over fewer than K tokens)",
+                     severity="warning", file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                     expected=f"<= {g.vocab_size}", actual=k)
     n, h = g.head_num_heads, g.head_hidden_size
     if n is not None and h is not None and h % n:
         ctx.emit("LC106", f"lilicorr_num_heads {n} does not divide the head width {h}", file="config.json",
@@ -557,8 +593,17 @@ def backbone_config(ctx: Context) -> None:
     cfg = ctx.config
     if cfg.dflash.causal is True or cfg.is_causal is True:
         key = "$.dflash_config.causal" if cfg.dflash.causal else "$.is_causal"
-        ctx.emit("LC117", "the draft is declared causal; TensorRT-LLM refuses it and the others draft non-causally",
-                 file="config.json", pointer=key, expected="false", actual="true")
+        refuse = [p for p in ctx.profiles if p.refuses_causal]
+        others = [p for p in ctx.profiles if not p.refuses_causal]
+        for group, severity in ((refuse, "error"), (others, "warning")):
+            ctx.emit_for("LC117", group, "the draft is declared causal; TensorRT-LLM refuses it (\"requires "
+                         "non-causal\"), the other stacks draft non-causally within the block whatever it says",
+                         severity=severity, file="config.json", pointer=key, expected="false", actual="true")
+    if cfg.output_multiplier is not None and not (cfg.output_multiplier > 0):
+        ctx.emit_for("LC123", [p for p in ctx.profiles if p.output_multiplier_positive],
+                     f"output_multiplier is {cfg.output_multiplier}: SGLang's DFlash config parser requires it "
+                     "> 0 (default 1)", file="config.json", pointer="$.output_multiplier", expected="> 0",
+                     actual=cfg.output_multiplier)
     for key, value in (("hidden_size", cfg.hidden_size), ("num_hidden_layers", cfg.num_hidden_layers),
                        ("num_attention_heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)):
         if ctx.parsed.invalid(f"$.{key}"):
@@ -638,14 +683,23 @@ def coverage(ctx: Context) -> None:
             missing.setdefault(tensor.component, []).append(name)
     [n for n in present if ".attention_conv." in n or ".mlp_conv." in n]
     conv_expected = [n for n, t in expected.items() if t.component == "conv"]
-    if missing.get("head"):
+    if missing.get("head") and not (routed_by_projector(ctx.config) and not any(
+            n.startswith("lilicorr.") for n in present)):  # LC011 says the head is absent
         names = missing["head"]
         ctx.emit("LC201", f"missing {len(names)} head tensors: {_shorten(names)}", subjects=names,
                  expected=f"{len(m.names('head'))} lilicorr.* tensors",
                  actual=f"{len(m.names('head')) - len(names)} present")
+    fused = _fused_qkv(ctx)  # fused qkv_proj tensor -> the q/k/v tensors it stands for
+    split = {n for parts in fused.values() for n in parts}
+    strict = [p for p in ctx.profiles if not p.accepts_fused_qkv]
     if missing.get("backbone"):
-        names = missing["backbone"]
-        ctx.emit("LC203", f"missing {len(names)} backbone tensors: {_shorten(names)}", subjects=names)
+        names = [n for n in missing["backbone"] if n not in split]
+        if names:
+            ctx.emit("LC203", f"missing {len(names)} backbone tensors: {_shorten(names)}", subjects=names)
+        names = [n for n in missing["backbone"] if n in split]
+        if names:
+            ctx.emit_for("LC203", strict, f"missing {len(names)} backbone tensors: {_shorten(names)} (stored fused "
+                         f"as {_shorten(sorted(fused), 2)}, which only TensorRT-LLM splits)", subjects=names)
     if missing.get("lm_head"):
         ctx.emit_for("LC401", [p for p in ctx.profiles if p.owned_lm_head == "supported"],
                      "has_own_lm_head is true but lm_head.weight is absent: vLLM and TRT refuse the load",
@@ -700,10 +754,18 @@ def coverage(ctx: Context) -> None:
         if not ctx.geometry.has_conv:
             d = ctx.config.dflash
             hint = _conv_hint(ctx, names)
-            ctx.emit("LC205", f"{len(names)} convolution tensors are present but conv_kernel_size is "
-                     f"{d.conv_kernel_size if d.conv_kernel_size is not None else 'absent'}: every one would be "
-                     f"dropped silently and the draft would serve as its convolution-free parent{hint}",
-                     file="config.json", pointer="$.dflash_config.conv_kernel_size", subjects=names)
+            if ctx.geometry.conv_kernel_size > 0:
+                # the kernel size is set: the missing/zero group size is the cause (LC116), not the kernel size
+                group = d.conv_group_size if d.conv_group_size is not None else "absent"
+                ctx.emit("LC205", f"{len(names)} convolution tensors are present and conv_kernel_size is "
+                         f"{d.conv_kernel_size}, but conv_group_size is {group}: no convolution is built for these "
+                         f"tensors until conv_group_size is set{hint}", file="config.json",
+                         pointer="$.dflash_config.conv_group_size", subjects=names)
+            else:
+                ctx.emit("LC205", f"{len(names)} convolution tensors are present but conv_kernel_size is "
+                         f"{d.conv_kernel_size if d.conv_kernel_size is not None else 'absent'}: every one would be "
+                         f"dropped silently and the draft would serve as its convolution-free parent{hint}",
+                         file="config.json", pointer="$.dflash_config.conv_kernel_size", subjects=names)
         else:
             ctx.emit("LC207", f"convolution tensors the geometry does not build: {_shorten(names)} (check "
                      "conv_kernel_size, conv_group_size and num_hidden_layers)", subjects=names)
@@ -713,7 +775,12 @@ def coverage(ctx: Context) -> None:
                  "and uses the target's head, vLLM treats any lm_head tensor as owned", file="config.json",
                  pointer="$.has_own_lm_head", subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
     if surplus.get("other"):
-        names = surplus["other"]
+        names = [n for n in surplus["other"] if n not in fused]
+        if len(names) < len(surplus["other"]):
+            qkv = [n for n in surplus["other"] if n in fused]
+            ctx.emit_for("LC204", strict, f"{len(qkv)} fused q/k/v tensors ({_shorten(qkv)}): TensorRT-LLM splits "
+                         "them, the other loaders read only separate q_proj/k_proj/v_proj", subjects=qkv)
+    if surplus.get("other") and names:
         embed = [n for n in names if "embed_tokens" in n]
         note = " (drafters borrow the target's embeddings; embed_tokens is never loaded)" if embed else ""
         ctx.emit("LC204", f"{len(names)} tensors no loader reads{note}: {_shorten(names)}", subjects=names)
@@ -721,6 +788,25 @@ def coverage(ctx: Context) -> None:
         ctx.emit("LC608", "the checkpoint holds no tensors")
 
     _shapes_and_dtypes(ctx)
+
+
+def _fused_qkv(ctx: Context) -> dict[str, list[str]]:
+    """Float `layers.i.self_attn.qkv_proj.{weight,bias}` standing in for absent q/k/v tensors (format.md §2.1:
+    TensorRT-LLM accepts and splits them), with the shape the separate tensors would stack to."""
+    g, present, expected = ctx.geometry, ctx.names.by_canonical, ctx.manifest.tensors
+    if None in (g.num_heads, g.num_kv_heads, g.head_dim, g.hidden_size):
+        return {}
+    rows = (g.num_heads + 2 * g.num_kv_heads) * g.head_dim  # type: ignore[operator]
+    out: dict[str, list[str]] = {}
+    for name, info in present.items():
+        m = re.fullmatch(r"(layers\.\d+\.self_attn\.)qkv_proj\.(weight|bias)", name)
+        if not m or info.dtype not in FLOAT_DTYPES:
+            continue
+        parts = [f"{m.group(1)}{x}_proj.{m.group(2)}" for x in "qkv"]
+        shape = (rows, g.hidden_size) if m.group(2) == "weight" else (rows,)
+        if tuple(info.shape) == shape and all(p in expected and p not in present for p in parts):
+            out[name] = parts
+    return out
 
 
 def _token_proj_width(ctx: Context) -> int | None:
@@ -890,10 +976,51 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
                          f"config.json quantization_config ({cfg_qc.form} form) has no quant_method; "
                          "write the flat form with one", severity="warning", file="config.json",
                          pointer="$.quantization_config.quant_method")
+    hf_qc = ctx.quant_configs.get("hf_quant_config.json")
+    if cfg_qc is None and "config.json" not in ctx.quant_problems and hf_qc is not None and hf_qc.quant_method is None:
+        # config.json has no quantization_config: vLLM reads hf_quant_config.json and derives quant_method only
+        # for some algorithms (modelopt_nvfp4.md §1.5)
+        failing = [p for p in ctx.profiles if p.reads_hf_quant_config and p.nested_quant_method_algos is not None
+                   and (hf_qc.form == "flat" or hf_qc.producer != "modelopt"
+                        or hf_qc.quant_algo not in p.nested_quant_method_algos)]
+        ctx.emit_for("LC302", failing, f"config.json has no quantization_config and hf_quant_config.json "
+                     f"({hf_qc.form} form, {hf_qc.quant_algo}, producer {hf_qc.producer}) has no quant_method: vLLM "
+                     f"derives one only for modelopt {', '.join(failing[0].nested_quant_method_algos or ())} "
+                     "(\"Unknown ModelOpt quant algo\")" if failing else "", file="hf_quant_config.json",
+                     pointer="$.quant_method")
+    if cfg_qc is not None and cfg_qc.form == "flat":
+        _flat_form_reading(ctx, cfg_qc)
     for src, doc in ctx.quant_configs.items():
         if doc.form == "nested" and doc.missing_keys and doc.quant_algo and "NVFP4" in doc.quant_algo:
             ctx.emit_for("LC303", [p for p in ctx.profiles if p.name == "vllm"],
                          f"{src}: the nested form lacks {list(doc.missing_keys)}", file=src)
+
+
+def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
+    """What the runtimes that read only part of the flat form see (modelopt_nvfp4.md §2.2)."""
+    if qc.exclude_key == "exclude_modules" and qc.exclude:
+        readers = [p for p in ctx.profiles if p.flat_exclusions_key not in (None, "exclude_modules")]
+        for key in sorted({p.flat_exclusions_key for p in readers if p.flat_exclusions_key}):
+            mine = [p for p in readers if p.flat_exclusions_key == key]
+            ctx.emit_for("LC320", mine, f"config.json quantization_config (flat form) lists {len(qc.exclude)} "
+                         f"exclusions under `exclude_modules` and has no `{key}`: "
+                         f"{' and '.join(p.display for p in mine)} reads `{key}` only, so it sees no exclusion and "
+                         "would build every float module quantized", file="config.json",
+                         pointer=f"$.quantization_config.{key}", expected=f"`{key}`", actual="`exclude_modules`")
+    scheme = qc.scheme_for("") if qc.quant_algo != "MIXED_PRECISION" else None
+    if scheme is None or not scheme.nvfp4 or qc.top_group_size is not None:
+        return
+    hf_qc = ctx.quant_configs.get("hf_quant_config.json")
+    intended = qc.nested_group_size or (hf_qc.group_size if hf_qc is not None else None)
+    for p in ctx.profiles:
+        default = p.flat_group_size_default
+        if default is None or intended is None or intended == default:
+            continue
+        where = ("config_groups.group_0.weights" if qc.nested_group_size else "hf_quant_config.json")
+        ctx.emit("LC321", f"config.json quantization_config (flat form) has no top-level group_size: {p.display} "
+                 f"uses {default}, but the group size is {intended} (in {where}), so every NVFP4 weight_scale "
+                 f"fails its [out, in/{default}] shape", runtimes=[p.name], file="config.json",
+                 pointer="$.quantization_config.group_size", expected=intended, actual="absent")
 
 
 def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> None:
@@ -929,7 +1056,7 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
         for p in ctx.profiles:
             forced = matches_any(module, p.float_forced)
             required = matches_any(module, p.float_required)
-            exclusion = excluded_by(p.exclusion_matcher, module, qc.exclude, n_target)
+            exclusion = excluded_by(p.exclusion_matcher, module, qc.read_by(p).exclude, n_target)
             if exclusion.conflict:
                 note("LC313", module, [p.name], exclusion.conflict)
             if state in ("nvfp4", "fp8"):
@@ -950,7 +1077,8 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
 
     messages = {
         "LC305": "NVFP4 needs in_features divisible by the group size",
-        "LC306": "must stay floating point for this runtime (it is read as raw floats), but is stored quantized",
+        "LC306": "must stay floating point for this runtime (it builds the module unquantized whatever the quant "
+                 "config says, or slices its raw weight), but is stored quantized",
         "LC307": "is stored in float but the runtime would build it quantized: no exclusion matches it",
         "LC308": "is excluded from quantization but stored quantized: the runtime builds a float layer and the "
                  "packed weight fails its shape check",
@@ -1057,6 +1185,12 @@ def target_compat(ctx: Context) -> None:
     if t.vocab_size is not None and g.vocab_size is not None and t.vocab_size != g.vocab_size:
         ctx.emit("LC503", f"draft vocab_size {g.vocab_size} != {where} vocab_size {t.vocab_size}",
                  file="config.json", pointer="$.vocab_size", expected=t.vocab_size, actual=g.vocab_size)
+    if t.embedding_rows is not None and g.vocab_size is not None and t.embedding_rows != g.vocab_size:
+        strict = [p for p in ctx.profiles if p.embedding_rows_equal_vocab]
+        ctx.emit_for("LC503", strict, f"{where}'s input embedding has {t.embedding_rows} rows but the draft "
+                     f"vocab_size is {g.vocab_size}: {' and '.join(p.display for p in strict)} requires "
+                     "num_embeddings == V", pointer="embed_tokens.weight",
+                     expected=g.vocab_size, actual=t.embedding_rows)
     rows = t.embedding_rows if t.embedding_rows is not None else t.vocab_size
     mask = g.mask_token_id
     if mask is not None and rows is not None and mask >= rows:

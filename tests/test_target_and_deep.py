@@ -139,3 +139,29 @@ def test_deep_finds_nan_and_all_zero_weights(make_ckpt):
 def test_deep_is_clean_on_a_healthy_quantized_checkpoint(make_ckpt):
     report = validate(str(make_ckpt(quant="NVFP4")), deep=True)
     assert report.summary.errors == 0 and report.summary.warnings == 0
+
+
+def test_deep_finds_all_zero_nvfp4_scales(make_ckpt):
+    # an all-zero weight_scale / weight_scale_2 zeroes the dequantized weight: the module outputs only its bias
+    def mutate(t):
+        dtype, shape, raw = t["lilicorr.context_proj.weight_scale"]
+        t["lilicorr.context_proj.weight_scale"] = (dtype, shape, bytes(len(raw)))
+        t["lilicorr.pass_hidden_proj.weight_scale_2"] = ("F32", (), np.float32(0).tobytes())
+    ckpt = make_ckpt(quant="NVFP4", mutate=mutate)
+    assert "LC703" not in rules(validate(str(ckpt)))  # header-only by default
+    report = validate(str(ckpt), deep=True)
+    found = [f for f in report.findings if f.rule == "LC703"]
+    assert sorted(s for f in found for s in f.subjects) == [
+        "lilicorr.context_proj.weight_scale", "lilicorr.pass_hidden_proj.weight_scale_2"]
+    assert all(f.severity == "error" for f in found) and "only its bias" in found[0].message
+    assert not any(v.accepted for v in report.runtimes)
+
+
+def test_target_embedding_rows_must_equal_vocab_for_trtllm(drafter, tmp_path):
+    # format.md §3: TRT also needs num_embeddings == V; the config vocab_size agrees here
+    target = make_target(tmp_path / "t", vocab=512, embed_rows=520)
+    report = validate(str(drafter), target=str(target))
+    found = [f for f in report.findings if f.rule == "LC503"]
+    assert [(f.runtimes, f.severity) for f in found] == [(["trtllm"], "error")]
+    assert "520" in found[0].message and "512" in found[0].message
+    assert {v.runtime: v.accepted for v in report.runtimes} == {"sglang": True, "vllm": True, "trtllm": False}

@@ -82,7 +82,13 @@ CASES = [
          contains=("architectures",), actual="absent"),
     Case("architecture-unknown", "LC010", "error", [], top(architectures=["LlamaForCausalLM"]),
          contains=("LlamaForCausalLM",), actual="LlamaForCausalLM"),
-    Case("dflash-arch-with-head-tensors", "LC011", "error", [], top(architectures=["DFlashDraftModel"]),
+    # format.md §1.2: TRT routes projector_type "lilicorr" / lilicorr_enabled true to LiLiCorr whatever
+    # architectures says; SGLang and vLLM follow architectures and drop the head
+    Case("dflash-arch-with-head-tensors", "LC011", "error", ["sglang", "vllm"], top(architectures=["DFlashDraftModel"]),
+         contains=("DFlashDraftModel", "lilicorr.*", "projector_type"), expected="LiLiCorrDraftModel",
+         actual="DFlashDraftModel"),
+    Case("dflash-arch-with-head-tensors-unrouted", "LC011", "error", [],
+         both(top(architectures=["DFlashDraftModel"]), nested(projector_type=DROP, lilicorr_enabled=DROP)),
          contains=("DFlashDraftModel", "lilicorr.*"), expected="LiLiCorrDraftModel", actual="DFlashDraftModel"),
     Case("lilicorr-arch-without-head", "LC011", "error", [], top(architectures=["LiLiCorrDraftModel"]),
          config={"head": False}, contains=("no lilicorr.* tensors", "DFlashDraftModel"),
@@ -107,9 +113,10 @@ CASES = [
          contains=("lilicorr_vector_eps is 0",)),
     Case("mlp-width-rounds-to-zero", "LC103", "error", [], nested(lilicorr_mlp_ratio=0.01),
          contains=("int(lilicorr_hidden_size * lilicorr_mlp_ratio) is 0",), also=frozenset({"LC208"})),
-    Case("topk-above-vocab", "LC103", "error", [], None,
+    # format.md §1.2: only MLX (no --runtime profile) requires K <= V
+    Case("topk-above-vocab", "LC103", "warning", [], None,
          config={"vocab_size": 8, "dflash": {"lilicorr_candidate_topk": 16, "mask_token_id": 7}},
-         contains=("lilicorr_candidate_topk 16 exceeds vocab_size 8",)),
+         contains=("lilicorr_candidate_topk 16 exceeds vocab_size 8", "MLX")),
     Case("topk-not-power-of-two", "LC104", "error", ["sglang", "vllm"], None,
          config={"dflash": {"lilicorr_candidate_topk": 3}},
          contains=("lilicorr_candidate_topk is 3", "power of two"), actual="3"),
@@ -157,9 +164,17 @@ CASES = [
          contains=("conv_kernel_size is -1",), expected=">= 0", actual="-1"),
     Case("conv-group-does-not-divide", "LC116", "error", [], nested(conv_kernel_size=4, conv_group_size=24),
          contains=("hidden_size 64", "conv_group_size 24")),
-    Case("causal-nested", "LC117", "error", [], nested(causal=True),
+    # format.md §1.3: only TRT refuses a causal draft; the others draft non-causally whatever it says
+    Case("causal-nested", "LC117", "error", ["trtllm"], nested(causal=True),
          contains=("causal",), expected="false", actual="true"),
-    Case("causal-top-level", "LC117", "error", [], top(is_causal=True), contains=("causal",)),
+    Case("causal-nested-warns-others", "LC117", "warning", ["sglang", "vllm"], nested(causal=True),
+         contains=("causal",), also=frozenset({"LC117"})),
+    Case("causal-top-level", "LC117", "error", ["trtllm"], top(is_causal=True), contains=("causal",)),
+    # format.md §1.3: SGLang parses output_multiplier as > 0 (default 1)
+    Case("output-multiplier-zero", "LC123", "error", ["sglang"], top(output_multiplier=0.0),
+         contains=("output_multiplier is 0.0", "> 0"), expected="> 0"),
+    Case("output-multiplier-negative", "LC123", "error", ["sglang"], top(output_multiplier=-1.5),
+         contains=("output_multiplier is -1.5",)),
     Case("kv-heads-do-not-divide", "LC118", "error", [], None, config={"num_key_value_heads": 3},
          contains=("num_key_value_heads 3", "num_attention_heads 4")),
     Case("layer-types-length", "LC119", "error", [], top(layer_types=["full_attention"] * 3),
@@ -284,11 +299,23 @@ def test_conv_kernel_longer_than_block_is_a_trtllm_refusal(ckpt):
 def test_dflash_architecture_with_stray_lilicorr_keys_only_warns(ckpt):
     path = ckpt(fixtures.draft_config(head=False))
     keys = {k: v for k, v in fixtures.draft_config()["dflash_config"].items()
-            if k.startswith("lilicorr_") or k == "projector_type"}
+            if k.startswith("lilicorr_") and k != "lilicorr_enabled"}
     edit_config(path, nested(**keys))
     report = run(path)
     assert one(report, "LC011").severity == "warning"
     assert problems(report) == [("LC011", "warning", ())], describe(report)
+
+
+def test_dflash_architecture_routed_by_projector_type_without_head_is_refused_by_trtllm(ckpt):
+    # format.md §1.2: TRT routes projector_type "lilicorr" to LiLiCorr, which then finds no head tensors
+    path = ckpt(fixtures.draft_config(head=False))
+    keys = {k: v for k, v in fixtures.draft_config()["dflash_config"].items()
+            if k.startswith("lilicorr_") or k == "projector_type"}
+    edit_config(path, nested(**keys))
+    report = run(path)
+    assert problems(report) == [("LC011", "error", ("trtllm",)), ("LC011", "warning", ("sglang", "vllm"))], \
+        describe(report)
+    assert refused_by(report) == ["trtllm"]
 
 
 

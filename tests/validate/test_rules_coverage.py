@@ -253,3 +253,40 @@ def test_invalid_hidden_size_does_not_call_backbone_tensors_unread(ckpt):
     report = run(path)
     one(report, "LC001", "error")
     assert hits(report, "LC204") == [], describe(report)
+
+
+def test_conv_tensors_with_kernel_size_but_no_group_size_blame_the_group_size(ckpt):
+    # conv_kernel_size 4 is set: the cause is the missing conv_group_size (LC116), so LC205 must not say the
+    # kernel size drops the tensors
+    path = ckpt(fixtures.draft_config(conv=(4, 16)))
+    edit_config(path, dflash_edit(conv_group_size=DROP))
+    report = run(path)
+    assert [f.runtimes for f in hits(report, "LC116", "error")] == [ALL]
+    f = one(report, "LC205", "error")
+    assert "conv_group_size is absent" in f.message and "conv_kernel_size is 4:" not in f.message
+    assert "dropped silently" not in f.message and f.pointer == "$.dflash_config.conv_group_size"
+
+
+def fuse_qkv(t: Tensors) -> None:
+    for i in (0, 1):
+        p = f"layers.{i}.self_attn."
+        q, k, v = (t.pop(p + f"{x}_proj.weight") for x in "qkv")
+        t[p + "qkv_proj.weight"] = (q[0], (q[1][0] + k[1][0] + v[1][0], q[1][1]), q[2] + k[2] + v[2])
+
+
+def test_fused_qkv_is_accepted_by_trtllm_only(ckpt):
+    # format.md §2.1: TRT also accepts (and splits) a fused self_attn.qkv_proj.weight
+    report = run(ckpt(mutate=fuse_qkv))
+    assert refused_by(report) == ["sglang", "vllm"], describe(report)
+    assert all(f.runtimes == ["sglang", "vllm"] for f in hits(report, "LC203") + hits(report, "LC204"))
+    assert_clean(run(ckpt(mutate=fuse_qkv), runtime="trtllm"))
+
+
+def test_fused_qkv_with_wrong_rows_is_refused_by_trtllm_too(ckpt):
+    def bad(t: Tensors) -> None:
+        fuse_qkv(t)
+        dtype, shape, raw = t["layers.0.self_attn.qkv_proj.weight"]
+        t["layers.0.self_attn.qkv_proj.weight"] = (dtype, (shape[0] - 16, shape[1]), raw[: (shape[0] - 16) * shape[1] * 2])
+    report = run(ckpt(mutate=bad), runtime="trtllm")
+    assert [f.subjects for f in hits(report, "LC204")] == [["layers.0.self_attn.qkv_proj.weight"]], describe(report)
+    assert refused_by(report) == ["trtllm"]

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.manifest import quant_scheme
 
 from ._support import (
     ALL,
@@ -132,6 +133,95 @@ def test_flat_form_without_quant_method_warning_does_not_call_it_nested(ckpt):
     warning = one(run(path), "LC302", "warning")
     assert sorted(warning.runtimes) == ["sglang", "trtllm"]
     assert "nested" not in warning.message and "quant_method" in warning.message
+
+
+def test_w4a16_with_only_nested_hf_quant_config_is_refused_by_vllm(ckpt):
+    # no quantization_config in config.json: vLLM reads hf_quant_config.json and derives quant_method only for
+    # FP8* and NVFP4 (modelopt_nvfp4.md §1.5), so W4A16_NVFP4 raises "Unknown ModelOpt quant algo"
+    path = ckpt(quant="W4A16_NVFP4")
+    edit_config(path, lambda c: c.pop("quantization_config"))
+    report = run(path)
+    f = one(report, "LC302", "error")
+    assert f.runtimes == ["vllm"] and f.file == "hf_quant_config.json"
+    assert "W4A16_NVFP4" in f.message and "Unknown ModelOpt quant algo" in f.message
+    assert refused_by(report) == ["vllm"]
+    assert problems(report, ignore={"LC302"}) == []
+
+
+def test_nvfp4_with_only_nested_hf_quant_config_is_derived_by_vllm(ckpt):
+    path = ckpt(quant="NVFP4")
+    edit_config(path, lambda c: c.pop("quantization_config"))
+    assert hits(run(path), "LC302") == []
+
+
+def test_flat_form_exclusions_under_exclude_modules_are_invisible_to_vllm(ckpt):
+    # vLLM's flat-form parser reads `ignore` only (modelopt_nvfp4.md §2.2, peers.md): it sees no exclusion
+    path = ckpt(quant="NVFP4")
+    edit_config(path, lambda c: c["quantization_config"].__setitem__(
+        "exclude_modules", c["quantization_config"].pop("ignore")))
+    report = run(path)
+    f = one(report, "LC320", "error")
+    assert f.runtimes == ["vllm"] and f.pointer == "$.quantization_config.ignore"
+    assert "exclude_modules" in f.message and "ignore" in f.message
+    # the float modules vLLM now builds quantized (q/k/v, feature_mlp) are reported for vLLM alone
+    unprotected = hits(report, "LC307", "error")
+    assert unprotected and all(x.runtimes == ["vllm"] for x in unprotected), describe(report)
+    assert any("feature_mlp" in s for x in unprotected for s in x.subjects)
+    assert refused_by(report) == ["vllm"]
+
+
+def test_flat_form_with_ignore_and_exclude_modules_is_read_through_ignore(ckpt):
+    path = ckpt(quant="NVFP4")
+    edit_config(path, lambda c: c["quantization_config"].__setitem__(
+        "exclude_modules", list(c["quantization_config"]["ignore"])))
+    assert_clean(run(path))
+
+
+def flat_group_in_config_groups(path: Path) -> None:
+    def move(c: dict[str, Any]) -> None:
+        qc = c["quantization_config"]
+        w = {"num_bits": 4, "type": "float", "group_size": qc.pop("group_size"), "dynamic": False}
+        qc["config_groups"] = {"group_0": {"weights": w, "input_activations": dict(w), "targets": ["Linear"]}}
+    edit_config(path, move)
+
+
+def nvfp4_group_32(path: Path) -> Path:
+    """A serving-style NVFP4 checkpoint quantized with group size 32 (ModelOpt's metadata says 32)."""
+    cfg = fixtures.draft_config()
+    manifest = fixtures.manifest_for(cfg)
+    quantized = fixtures.servable_quantized(manifest, 32)
+    flat, nested = fixtures.quant_metadata(manifest, "NVFP4", quantized, group_size=32)
+    cfg["quantization_config"] = flat
+    scheme = quant_scheme("NVFP4", 32)
+    tensors: Tensors = {}
+    for name, expected in manifest.tensors.items():
+        values = fixtures._values(name, expected.shape, 0)
+        if expected.module in quantized and name == f"{expected.module}.weight":
+            tensors.update(fixtures._quantized(expected.module, values, scheme, 0))
+        else:
+            tensors[name] = ("BF16", expected.shape, fixtures.encode(values, "BF16"))
+    return fixtures.save(path, cfg, tensors, hf_quant_config=nested)
+
+
+def test_nvfp4_group_32_with_top_level_group_size_passes(tmp_path):
+    assert_clean(run(nvfp4_group_32(tmp_path / "g32")))
+
+
+def test_flat_group_size_only_in_config_groups_is_refused_by_vllm(tmp_path):
+    # vLLM reads the flat form's top-level group_size, default 16 (modelopt_nvfp4.md §2.2)
+    path = nvfp4_group_32(tmp_path / "g32")
+    flat_group_in_config_groups(path)
+    report = run(path)
+    f = one(report, "LC321", "error")
+    assert f.runtimes == ["vllm"] and "32" in f.message and "16" in f.message and "config_groups" in f.message
+    assert refused_by(report) == ["vllm"]
+    assert problems(report, ignore={"LC321"}) == []
+
+
+def test_flat_group_size_16_only_in_config_groups_matches_vllm_default(ckpt):
+    path = ckpt(quant="NVFP4")
+    flat_group_in_config_groups(path)
+    assert hits(run(path), "LC321") == []
 
 
 def test_nested_nvfp4_missing_keys_vllm_requires(ckpt):
@@ -335,7 +425,6 @@ QKV = {f"layers.{i}.self_attn.{p}_proj" for i in (0, 1) for p in "qkv"}
     pytest.param({"lilicorr.factor_input_proj"}, id="factor_input_proj"),
     pytest.param({"lilicorr.out_head"}, id="out_head"),
     pytest.param({"lilicorr.in_head"}, id="in_head"),
-    pytest.param({"lilicorr.feature_mlp.down_proj"}, id="feature_mlp"),
     pytest.param(QKV, id="backbone-qkv"),
 ])
 def test_quantized_raw_float_module_refused_by_sglang_and_vllm(ckpt, modules):
@@ -345,6 +434,17 @@ def test_quantized_raw_float_module_refused_by_sglang_and_vllm(ckpt, modules):
     assert {s for f in found for s in f.subjects} == modules
     assert all(sorted(f.runtimes) == ["sglang", "vllm"] for f in found)
     assert refused_by(report) == ["sglang", "vllm"]  # TRT quantizes any head nn.Linear (format.md §2.5)
+    assert problems(report, ignore={"LC306"}) == []
+
+
+def test_quantized_feature_mlp_down_proj_refused_by_sglang_only(ckpt):
+    # format.md §2.5: SGLang builds feature_mlp unquantized; vLLM (newest revision) and TRT follow the config.
+    # Only up_proj (in_features 5) cannot be NVFP4, which LC305 reports.
+    report = run(ckpt(quant="NVFP4", quantize=servable() | {"lilicorr.feature_mlp.down_proj"}))
+    found = hits(report, "LC306", "error")
+    assert [f.runtimes for f in found] == [["sglang"]], describe(report)
+    assert "read as raw floats" not in found[0].message and "unquantized" in found[0].message
+    assert refused_by(report) == ["sglang"]
     assert problems(report, ignore={"LC306"}) == []
 
 
