@@ -300,10 +300,13 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         mod = manifest.modules[module]
         why = None
         strict = [p.display for p in profiles if p.must_stay_float(module)]
+        if kind == "nvfp4" and mod.in_features % group:
+            # ModelOpt's exporter asserts on this (modelopt_nvfp4.md 2.3): the blocks cannot be decoded reliably
+            raise ConversionRefused(f"{module} is stored NVFP4 but its in_features {mod.in_features} is not a "
+                                    f"multiple of the group size {group}; no ModelOpt export has this shape",
+                                    [f"re-export with {module} excluded from quantization"])
         if strict:
             why = f"must stay floating point for {' and '.join(strict)}"
-        elif kind == "nvfp4" and mod.in_features % group:
-            why = f"in_features {mod.in_features} is not a multiple of the NVFP4 group size {group}"
         elif matches_any(module, extra):
             why = "--dequantize"
         if why:

@@ -49,6 +49,18 @@ def nvfp4_rows(packed: np.ndarray, scale_codes: np.ndarray, scale_2: float, grou
     return values.reshape(n, -1)
 
 
+class BadScales(ValueError):
+    """A quantized module's scales decode to weights that are not finite, or carry a sign they never have."""
+
+
+def _check_decoded(values: np.ndarray, what: str) -> np.ndarray:
+    if not np.isfinite(values).all():
+        bad = int(values.size - np.isfinite(values).sum())
+        raise BadScales(f"{what}: {bad} dequantized weights are NaN or infinite (a NaN or infinite scale); "
+                        "the source checkpoint is corrupt")
+    return values
+
+
 def encode_with_error(values: np.ndarray, dtype: str) -> tuple[bytes, float]:
     """(encoded bytes, largest |rounding error|) for float32 values written as `dtype`."""
     if dtype == "F32":
@@ -77,17 +89,28 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
     weight = inputs["weight"]
     scale = inputs["weight_scale"]
     block_rows = max(1, CHUNK_ELEMENTS // max(cols, 1))
+    name = weight.name.removesuffix(".weight")
     if kind == "nvfp4":
         scale_2 = float(decode_float(_read_all(read, inputs["weight_scale_2"]), inputs["weight_scale_2"].dtype)[0])
+        # modelopt_nvfp4.md 2.3: weight_scale_2 = amax(W) / (6 * 448), block scales clamped to [2^-9, 448]
+        if not np.isfinite(scale_2) or scale_2 < 0:
+            raise BadScales(f"{name}: weight_scale_2 is {scale_2:g} (it is amax / (6 * 448): finite and >= 0); "
+                            "the source checkpoint is corrupt")
         packed_row, scale_row = cols // 2, cols // group_size
         for r0 in range(0, rows, block_rows):
             n = min(block_rows, rows - r0)
             packed = np.frombuffer(read(weight, r0 * packed_row, n * packed_row), dtype=np.uint8).reshape(n, packed_row)
             codes = np.frombuffer(read(scale, r0 * scale_row, n * scale_row), dtype=np.uint8).reshape(n, scale_row)
-            yield encode_with_error(nvfp4_rows(packed, codes, scale_2, group_size), out_dtype)
+            if (codes & 0x80).any():
+                raise BadScales(f"{name}: negative weight_scale block scales (they are clamped to [2^-9, 448]); "
+                                "the source checkpoint is corrupt")
+            yield encode_with_error(_check_decoded(nvfp4_rows(packed, codes, scale_2, group_size), name), out_dtype)
         return
     # fp8
     scale_values = decode_float(_read_all(read, scale), scale.dtype)
+    if not np.isfinite(scale_values).all() or (scale_values < 0).any():
+        raise BadScales(f"{name}: weight_scale holds NaN, infinite or negative values; the source checkpoint is "
+                        "corrupt")
     if len(scale.shape) == 4:  # [rows/128, 1, cols/128, 1]
         block = scale_values.reshape(scale.shape[0], scale.shape[2])
         block_rows = max(128, block_rows - block_rows % 128)
@@ -102,7 +125,7 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
             values = values * np.repeat(block[row_block], 128, axis=1)[:, :cols]
         else:
             values = values * scale_values[r0:r0 + n, None]
-        yield encode_with_error(values.astype(np.float32), out_dtype)
+        yield encode_with_error(_check_decoded(values.astype(np.float32), name), out_dtype)
 
 
 def expected_inputs(kind: str, out_shape: tuple[int, int], group_size: int) -> dict[str, tuple[set[str], list[tuple]]]:

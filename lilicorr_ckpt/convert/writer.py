@@ -24,9 +24,10 @@ from typing import Any
 from ..errors import InputError, UsageError
 from ..stwrite import header_bytes
 from ..tensors import TensorInfo
+from .errors import ConversionRefused
 from .plan import OutTensor, Plan, shard_metadata
 from .progress import Progress
-from .repair import dequantize_blocks
+from .repair import BadScales, dequantize_blocks
 
 WINDOW = 64 << 20  # bytes of source mapped at once
 SMALL = 1 << 20  # tensors up to this size are read with pread instead of a mapping
@@ -361,11 +362,15 @@ def _write_tensor(t: OutTensor, reader: SourceReader, fd: int, progress: Progres
         return
     worst = 0.0
     assert len(t.shape) == 2
-    for block, err in dequantize_blocks(t.kind, t.inputs, (t.shape[0], t.shape[1]), t.dtype, reader.read,
-                                        t.group_size):
-        _write_all(fd, block)
-        progress.advance(len(block))
-        worst = max(worst, err)
+    try:
+        for block, err in dequantize_blocks(t.kind, t.inputs, (t.shape[0], t.shape[1]), t.dtype, reader.read,
+                                            t.group_size):
+            _write_all(fd, block)
+            progress.advance(len(block))
+            worst = max(worst, err)
+    except BadScales as exc:
+        raise ConversionRefused(f"cannot repair {t.canonical.removesuffix('.weight')}: its scales are corrupt",
+                                [str(exc)]) from None
     repair_errors[t.canonical] = worst
 
 

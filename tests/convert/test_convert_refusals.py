@@ -379,3 +379,49 @@ def test_set_accepts_quoted_strings_and_creates_missing_objects(cli, tmp_path):
     assert run.code == 0, run
     config = load_json(dst / "config.json")
     assert config["dflash_config"]["note"] == "x" and config["provenance"] == {"run": {"id": 7}}
+
+
+# ---------------------------------------------------------------- corrupt scales on a module that needs a repair
+
+
+def _patch_tensor(src, name, data: bytes):
+    """Overwrite the bytes of one tensor of src/model.safetensors in place."""
+    path = src / "model.safetensors"
+    raw = bytearray(path.read_bytes())
+    n = int.from_bytes(raw[:8], "little")
+    begin, end = json.loads(raw[8:8 + n])[name]["data_offsets"]
+    assert len(data) == end - begin
+    raw[8 + n + begin:8 + n + end] = data
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.parametrize("tensor, data, needle", [
+    ("weight_scale_2", np.float32(np.nan).tobytes(), "weight_scale_2 is nan"),
+    ("weight_scale_2", np.float32(np.inf).tobytes(), "weight_scale_2 is inf"),
+    ("weight_scale_2", np.float32(-1e-3).tobytes(), "weight_scale_2 is -0.001"),
+    ("weight_scale", bytes([0x7F]) * 256, "NaN or infinite"),  # the E4M3 NaN code in every block
+    ("weight_scale", bytes([0xB8]) * 256, "negative weight_scale"),  # -1.0 in E4M3
+])
+def test_a_repair_whose_scales_are_corrupt_is_refused(cli, tmp_path, tensor, data, needle):
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE, src)
+    _patch_tensor(src, f"layers.0.self_attn.q_proj.{tensor}", data)  # q_proj is repaired for SGLang and vLLM
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst)
+    assert run.code == 1, run
+    assert "cannot repair layers.0.self_attn.q_proj: its scales are corrupt" in run.err and needle in run.err
+    _nothing_written(run, dst)
+
+
+def test_nvfp4_in_features_off_the_group_size_is_refused_not_crashed(cli, export, tmp_path):
+    def mutate(t: fixtures.Tensors) -> None:  # down_proj 136 -> 64 stored NVFP4 with floor(136 / 16) block scales
+        t["layers.0.mlp.down_proj.weight"] = ("U8", (64, 68), bytes(64 * 68))
+        t["layers.0.mlp.down_proj.weight_scale"] = ("F8_E4M3", (64, 8), bytes([0x38]) * (64 * 8))
+        t["layers.0.mlp.down_proj.weight_scale_2"] = ("F32", (), np.float32(1e-3).tobytes())
+    src = export(config=fixtures.draft_config(intermediate_size=136), quant="NVFP4", mutate=mutate)
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 1, run  # it crashed with an internal error (a reshape) before
+    assert "in_features 136 is not a multiple of the group size 16" in run.err
+    _nothing_written(run, tmp_path / "out")
