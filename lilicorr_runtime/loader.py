@@ -99,6 +99,12 @@ def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype |
                 state[name] = dequantize_fp8(raw[name], raw[f"{module}.weight_scale"])
                 continue
         state[name] = raw[name].float()
+    # a NaN or infinite weight (from a corrupt scale, or stored so) would decode silently to garbage tokens
+    broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if broken:
+        shown = ", ".join(broken[:5]) + (f" and {len(broken) - 5} more" if len(broken) > 5 else "")
+        raise CheckpointRefused(f"{path}: NaN or infinite values in {shown} (for a quantized module: a NaN, infinite "
+                                "or corrupt scale); `lilicorr-ckpt validate --deep` lists them")
     # activations are not fake-quantized: input_scale tensors are validated but unused
     drafter.load_state_dict(state, strict=True)
     return drafter.place(dtype, device).eval()

@@ -159,6 +159,20 @@ def test_decoder_refuses_a_temperature_that_is_not_a_number():
 
 # -- load_drafter's runtime and dtype; load_target's dtype ---------------------------------------------------------
 
+@pytest.mark.parametrize("scale_2", [float("nan"), float("inf")])
+def test_load_drafter_refuses_weights_a_corrupt_scale_makes_non_finite(drafter_dir, scale_2):
+    import numpy as np
+
+    from lilicorr_ckpt import fixtures
+    from lilicorr_runtime import CheckpointRefused
+
+    def mutate(t):
+        t["layers.0.self_attn.o_proj.weight_scale_2"] = ("F32", (), np.float32(scale_2).tobytes())
+    path = drafter_dir(fixtures.draft_config(), quant="NVFP4", mutate=mutate)
+    with pytest.raises(CheckpointRefused, match=r"NaN or infinite values in layers\.0\.self_attn\.o_proj\.weight"):
+        load_drafter(path)
+
+
 def test_load_drafter_refuses_an_unknown_runtime(drafter_dir):
     with pytest.raises(ValueError, match=r"runtime must be one of sglang, vllm, trtllm, all; got 'tensorrt'"):
         load_drafter(drafter_dir(), runtime="tensorrt")
