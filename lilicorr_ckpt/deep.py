@@ -15,9 +15,10 @@ _NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (
                "F64": (np.uint64, 0x7FF0000000000000)}
 
 
-def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
-    """(has non-finite, all zero) over one tensor's bytes."""
-    non_finite = False
+def _scan(view: memoryview, dtype: str, signs: bool = False) -> tuple[bool, bool, bool]:
+    """(has non-finite, all zero, has a negative non-zero value: only looked for with `signs`) over one tensor's
+    bytes."""
+    non_finite = negative = False
     all_zero = True
     spec = _NON_FINITE.get(dtype)
     for begin in range(0, len(view), CHUNK):
@@ -28,18 +29,23 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
             mask = spec[0](spec[1])
             if not non_finite and bool(((bits & mask) == mask).any()):
                 non_finite = True
-            if all_zero and bool((bits << np.uint8(1)).any()):  # ignore the sign bit: -0.0 is zero
+            magnitude = bits << np.uint8(1)  # the sign bit shifted out: -0.0 is zero
+            if all_zero and bool(magnitude.any()):
                 all_zero = False
+            if signs and not negative:
+                negative = bool(((bits >> np.uint8(8 * item - 1)) & (magnitude != 0)).any())
         else:
             if dtype == "F8_E4M3":
                 codes = np.frombuffer(chunk, dtype=np.uint8)
                 if not non_finite and bool(((codes & 0x7F) == 0x7F).any()):
                     non_finite = True
+                if signs and not negative:
+                    negative = bool((((codes & 0x80) != 0) & ((codes & 0x7F) != 0)).any())
             if all_zero and any(chunk.tobytes().strip(b"\x00")):
                 all_zero = False
-        if non_finite and not all_zero:
+        if non_finite and not all_zero and (negative or not signs):
             break
-    return non_finite, all_zero
+    return non_finite, all_zero, negative
 
 
 def deep_checks(ctx: Context) -> None:
@@ -59,11 +65,16 @@ def deep_checks(ctx: Context) -> None:
                         info = ctx.table.tensors[actual]
                         if info.nbytes == 0:
                             continue
-                        non_finite, all_zero = _scan(view[info.start:info.end], info.dtype)
+                        leaf = canonical.rsplit(".", 1)[-1]
+                        non_finite, all_zero, negative = _scan(view[info.start:info.end], info.dtype,
+                                                               signs=leaf in SCALES)
                         if non_finite:
                             ctx.emit("LC701", f"`{actual}` contains NaN or Inf", file=rel, pointer=actual,
                                      subjects=[actual])
-                        leaf = canonical.rsplit(".", 1)[-1]
+                        if negative:
+                            ctx.emit("LC704", f"`{actual}` holds negative values: the signs of "
+                                     f"`{canonical.rsplit('.', 1)[0]}`'s {'activations' if leaf == 'input_scale' else 'weights'} "
+                                     "flip where it applies", file=rel, pointer=actual, subjects=[actual])
                         weightish = leaf in ("weight", "in_proj_weight", "base_kernel", "slot_embedding",
                                              "rank_embedding") and "norm" not in canonical
                         if all_zero and leaf in SCALES:

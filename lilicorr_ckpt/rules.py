@@ -226,6 +226,10 @@ rule("LC703", "all-zero-scale", "error", DEEP,
      "A quantization scale tensor is all zeros: the module dequantizes to zero and outputs only its bias.",
      "Re-export the module; ModelOpt clamps NVFP4 weight_scale to [2^-9, 448] and derives the other scales from "
      "non-zero amax values.")
+rule("LC704", "negative-scale", "error", DEEP,
+     "A quantization scale holds negative values: the weights (or activations) it scales change sign.",
+     "Re-export the module; every ModelOpt scale is an amax ratio (>= 0), and NVFP4 block scales are clamped to "
+     "[2^-9, 448].")
 
 
 # ---------------------------------------------------------------- context

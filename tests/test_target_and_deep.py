@@ -157,6 +157,20 @@ def test_deep_finds_all_zero_nvfp4_scales(make_ckpt):
     assert not any(v.accepted for v in report.runtimes)
 
 
+def test_deep_finds_negative_scales(make_ckpt):
+    # a negative weight_scale_2, or E4M3 block scales with the sign bit, flip the module's weights
+    def mutate(t):
+        dtype, shape, raw = t["lilicorr.context_proj.weight_scale"]
+        t["lilicorr.context_proj.weight_scale"] = (dtype, shape, bytes([0xB8]) + raw[1:])  # one block at -1.0
+        t["lilicorr.pass_hidden_proj.weight_scale_2"] = ("F32", (), np.float32(-1e-3).tobytes())
+        t["lilicorr.token_proj.weight_scale_2"] = ("F32", (), np.float32(-0.0).tobytes())  # -0.0: zero, not negative
+    report = validate(str(make_ckpt(quant="NVFP4", mutate=mutate)), deep=True)
+    found = [f for f in report.findings if f.rule == "LC704"]
+    assert sorted(s for f in found for s in f.subjects) == [
+        "lilicorr.context_proj.weight_scale", "lilicorr.pass_hidden_proj.weight_scale_2"]
+    assert all(f.severity == "error" for f in found) and "flip" in found[0].message
+
+
 def test_target_embedding_rows_must_equal_vocab_for_trtllm(drafter, tmp_path):
     # format.md §3: TRT also needs num_embeddings == V; the config vocab_size agrees here
     target = make_target(tmp_path / "t", vocab=512, embed_rows=520)
