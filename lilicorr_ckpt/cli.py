@@ -7,15 +7,14 @@ Exit codes (every command): 0 clean, 1 findings (errors, or warnings with --stri
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from pathlib import Path
 
 import click
 
 from . import __version__
 from .errors import InputError, Terminated, UsageError, sigterm_unwinds
+from .outfile import check_output_path, write_output
 from .profiles import RUNTIME_CHOICES
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
@@ -39,34 +38,6 @@ def cli() -> None:
       lilicorr-ckpt smoke    ./drafter --target ./Qwen3-8B --gpu   # does the head work? acceptance + gates
       lilicorr-ckpt rules                                   # every check, with its id
     """
-
-
-def check_output_path(out: str) -> Path:
-    """Refuse an output path that cannot be written, before any work is done (exit 4)."""
-    path = Path(out)
-    parent = path.parent
-    if path.is_dir():
-        raise UsageError(f"--output {out} is a directory; give a file name")
-    if parent.exists() and not parent.is_dir():
-        raise UsageError(f"--output {out}: {parent} is not a directory")
-    if not parent.is_dir():
-        raise UsageError(f"--output {out}: directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--output {out}: directory {parent} is not writable")
-    return path
-
-
-def write_output(text: str, out: str) -> None:
-    """Write text to out atomically (a temporary sibling renamed over it); nothing is left on failure."""
-    path = check_output_path(out)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        tmp.replace(path)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from exc
 
 
 def _emit(text: str, out: str | None) -> None:
@@ -115,7 +86,7 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
     from .validate import validate as run
 
     if output:
-        check_output_path(output)
+        check_output_path(output, "--output", "report.txt")
     report = run(path, runtime=runtime, target=target, deep=deep, strict=strict)
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     _emit(render(report, fmt, color=color, verbose=verbose), output)

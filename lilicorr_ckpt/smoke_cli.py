@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
-from pathlib import Path
 
 import click
 
-from .errors import InputError, UsageError
+from .outfile import check_output_path, write_output
 from .profiles import RUNTIME_CHOICES
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
@@ -115,7 +113,7 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
     from .smoke_run import Progress, SmokeOptions, SmokeRefused, run_smoke
 
     if out:
-        check_out_path(out)  # before any model loads: a bad path must not cost a whole run
+        check_output_path(out, "--out", "profile.json")  # before any model loads: a bad path must not cost a whole run
     options = SmokeOptions(path=path, target=target, gpu=gpu, probes=probes, limit=limit,
                            max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
@@ -142,36 +140,6 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
         color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
         click.echo(render_text(report, color=color), nl=False)
     if out:
-        write_out(profile, out)
+        write_output(profile, out)
     sys.exit(0 if report.passed else 1)
 
-
-def check_out_path(out: str) -> Path:
-    """Refuse an --out path that cannot be written (exit 4), before anything is measured."""
-    path = Path(out).expanduser()
-    if path.is_dir():
-        raise UsageError(f"--out {out} is a directory; give a file name, e.g. {Path(out) / 'profile.json'}")
-    parent = path.parent
-    if not parent.exists():
-        raise UsageError(f"--out {out}: directory {parent} does not exist")
-    if not parent.is_dir():
-        raise UsageError(f"--out {out}: {parent} is not a directory")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {out}: directory {parent} is not writable")
-    if path.exists() and not path.is_file():
-        raise UsageError(f"--out {out} exists and is not a regular file")
-    return path
-
-
-def write_out(data: bytes, out: str) -> None:
-    """Write data to out atomically: a hidden temporary sibling renamed over it, removed whatever goes wrong."""
-    path = Path(out).expanduser()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    except OSError as exc:
-        raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)

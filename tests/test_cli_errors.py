@@ -3,6 +3,7 @@ cannot be written, I/O errors, Ctrl-C, SIGTERM and a reader that stops early."""
 
 import errno
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -56,7 +57,7 @@ def test_output_is_written_whole(ckpt, tmp_path):
 def test_a_failed_write_reports_the_reason_and_removes_its_temporary_file(ckpt, tmp_path, capsys, monkeypatch):
     def full_disk(self, *args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(cli.Path, "write_text", full_disk)
+    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
     code, out = _main(capsys, "validate", str(ckpt), "-o", str(tmp_path / "report.txt"))
     assert code == 2 and "cannot write" in out.err and "No space left on device" in out.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
