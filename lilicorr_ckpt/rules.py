@@ -796,19 +796,18 @@ def coverage(ctx: Context) -> None:
 
 def _fused_qkv(ctx: Context) -> dict[str, list[str]]:
     """Float `layers.i.self_attn.qkv_proj.{weight,bias}` standing in for absent q/k/v tensors (format.md §2.1:
-    TensorRT-LLM accepts and splits them), with the shape the separate tensors would stack to."""
-    g, present, expected = ctx.geometry, ctx.names.by_canonical, ctx.manifest.tensors
-    if None in (g.num_heads, g.num_kv_heads, g.head_dim, g.hidden_size):
-        return {}
-    rows = (g.num_heads + 2 * g.num_kv_heads) * g.head_dim  # type: ignore[operator]
+    TensorRT-LLM accepts and splits them), with the shape the manifest's separate tensors stack to."""
+    present, expected = ctx.names.by_canonical, ctx.manifest.tensors
     out: dict[str, list[str]] = {}
     for name, info in present.items():
         m = re.fullmatch(r"(layers\.\d+\.self_attn\.)qkv_proj\.(weight|bias)", name)
         if not m or info.dtype not in FLOAT_DTYPES:
             continue
         parts = [f"{m.group(1)}{x}_proj.{m.group(2)}" for x in "qkv"]
-        shape = (rows, g.hidden_size) if m.group(2) == "weight" else (rows,)
-        if tuple(info.shape) == shape and all(p in expected and p not in present for p in parts):
+        if not all(p in expected and p not in present for p in parts):
+            continue
+        shapes = [expected[p].shape for p in parts]
+        if tuple(info.shape) == (sum(s[0] for s in shapes), *shapes[0][1:]):
             out[name] = parts
     return out
 
