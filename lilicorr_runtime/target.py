@@ -49,6 +49,8 @@ class TargetModel:
         self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.cache: DynamicCache | None = None
         self.length = 0  # tokens whose K/V the cache holds
+        self.path = "transformers"  # which forward runs: "fast" (fast_target.FastTarget) or transformers' eager one
+        self.path_note = "transformers eager forward"
 
     @property
     def device(self) -> torch.device:
@@ -57,6 +59,9 @@ class TargetModel:
     @property
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
+
+    def reserve(self, rows: int) -> None:
+        """A hint that the next request needs `rows` cached tokens (a static cache allocates them once)."""
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
@@ -140,13 +145,17 @@ def _unloaded_weights(info: dict[str, Any]) -> list[str]:
 
 
 def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
-                tokenizer: bool = True) -> TargetModel:
+                tokenizer: bool = True, fast: bool | None = None) -> TargetModel:
     """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
 
     dtype is a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16). The checkpoint must hold every
     weight the config describes, in its shape: a missing or misshapen tensor (which transformers would initialise
     at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
-    otherwise `tokenizer` is None and the caller works in token ids."""
+    otherwise `tokenizer` is None and the caller works in token ids.
+
+    fast: None (default) runs the fast path (`fast_target.FastTarget`: static KV cache, CUDA graphs on a GPU)
+    whenever the architecture has one and transformers' eager forward otherwise (`path_note` says which and
+    why); True requires the fast path (ValueError naming why not); False always runs transformers."""
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     path = Path(spec).expanduser()
     kwargs: dict[str, Any] = {"local_files_only": True}
@@ -178,4 +187,15 @@ def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, d
         if eos and tok.eos_token_id not in eos:
             # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
             tok.eos_token = tok.convert_ids_to_tokens(eos[0])
+    if fast is not False:
+        from .fast_target import FastTarget, fast_path_problem  # it imports this module
+
+        problem = fast_path_problem(model)
+        if problem is None:
+            return FastTarget(model, tok, eos)
+        if fast:
+            raise ValueError(f"target {str(spec)!r} has no fast path: {problem}")
+        target = TargetModel(model, tok, eos)
+        target.path_note = f"transformers eager forward ({problem})"
+        return target
     return TargetModel(model, tok, eos)
