@@ -24,7 +24,7 @@ _SIDE_STREAMS: dict[torch.device, list] = {}
 
 def _fork(device: torch.device, count: int) -> list:
     """`count` side streams that have waited for the current stream on a CUDA device, else Nones."""
-    if device.type != "cuda":
+    if device.type != "cuda" or torch.is_grad_enabled():  # training: one stream, autograd's simplest case
         return [None] * count
     device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
     streams = _SIDE_STREAMS.get(device)
