@@ -253,7 +253,10 @@ class LiLiCorrHead(nn.Module):
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
         terms = F.linear(embeddings, token.weight) if linear_token else embeddings.clone()
         _wait(features_ready, features)
-        terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
+        if torch.is_grad_enabled():  # training (under autocast the in-place GEMM would mix dtypes)
+            terms = terms + F.linear(features.view(rows, h), down.weight)
+        else:
+            terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
         _join(input_branch, x)
         x = x.view(b, slots * k, h)
         terms = terms.view(b, slots * k, h)

@@ -81,10 +81,12 @@ def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch
 @click.option("--layers", type=click.IntRange(1), default=1, show_default=True, help="Draft layers.")
 @click.option("--mask-token-id", type=int, required=False, help="A special id that never occurs in the data.")
 @click.option("--init-layer", type=int, default=None, help="Start the draft layers from this target layer.")
+@click.option("--plan-seconds", type=click.FloatRange(1), default=None,
+              help="New run: time ten steps and set --steps to what fits in this many seconds of training.")
 @click.option("--device", default=None)
 def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: int | None, time_budget: float,
           batch_size: int, anchors: int, lr_drafter: float, lr_head: float, block_size: int, layers: int,
-          mask_token_id: int | None, init_layer: int | None, device: str | None) -> None:
+          mask_token_id: int | None, init_layer: int | None, plan_seconds: float | None, device: str | None) -> None:
     target = _target(target_spec, device or _default_device())
     data = Dataset.concat([Dataset.load(p) for p in data_paths])
     config = None
@@ -100,7 +102,8 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
     run_dir.mkdir(parents=True, exist_ok=True)
     click.echo(f"fit: step {run.step}/{run.train.steps}, {len(data)} sequences, settings "
                f"{json.dumps(structs.asdict(run.train))}", err=True)
-    done = fit(run, run_dir, target, data, time_budget_s=time_budget,
+    planning = plan_seconds if run.step == 0 else None
+    done = fit(run, run_dir, target, data, time_budget_s=time_budget, plan_seconds=planning,
                log=lambda r: click.echo(json.dumps(r), err=True))
     click.echo(f"{'finished' if done else 'paused'} at step {run.step}/{run.train.steps} "
                f"(log: {run_dir / LOG})")

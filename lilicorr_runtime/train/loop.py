@@ -22,6 +22,7 @@ from .export import build_drafter
 from .objective import LossWeights, TrainBatch, sample_anchors, training_step
 
 STATE = "state.pt"
+PLAN_FROM, PLAN_TO = 4, 14  # the steps timed to plan a run's length
 LOG = "log.jsonl"
 
 
@@ -157,9 +158,12 @@ def save_run(run: Run, run_dir: Path) -> None:
 
 
 def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_budget_s: float = float("inf"),
-        save_every_s: float = 120.0, log: Callable[[dict[str, Any]], None] | None = None) -> bool:
+        save_every_s: float = 120.0, plan_seconds: float | None = None,
+        log: Callable[[dict[str, Any]], None] | None = None) -> bool:
     """Train until the run's last step or the time budget; saves the state at the end and every
-    `save_every_s`. Returns True when the run is finished."""
+    `save_every_s`. Returns True when the run is finished. plan_seconds (a new run only): time steps 4..13
+    and set the run's total steps to what fits in that many seconds of training, so the schedule's cosine
+    ends when the planned device time does."""
     cfg, drafter, device = run.train, run.drafter, target.device
     weights = LossWeights(beta=cfg.beta, gamma=cfg.gamma, lam=cfg.lam)
     embed_w = target.embed_tokens.weight.detach()
@@ -169,6 +173,7 @@ def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_b
     drafter.train()
     totals: dict[str, float] = {}
     seen = 0
+    plan_start = 0.0
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
         "cpu", enabled=False)
     with (run_dir / LOG).open("a") as log_file:
@@ -188,6 +193,16 @@ def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_b
             norm = torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.clip)
             run.optimizer.step()
             run.step += 1
+            if plan_seconds is not None and run.step in (PLAN_FROM, PLAN_TO):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                if run.step == PLAN_FROM:
+                    plan_start = time.monotonic()
+                else:
+                    rate = (PLAN_TO - PLAN_FROM) / (time.monotonic() - plan_start)
+                    run.train = cfg = structs.replace(cfg, steps=max(PLAN_TO + 1, int(rate * plan_seconds)))
+                    if log is not None:
+                        log({"planned_steps": cfg.steps, "steps_per_s": round(rate, 3)})
             for key, value in out.metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             seen += 1
