@@ -35,17 +35,18 @@ PY
         --max-new-tokens "${NEW_TOKENS:-256}" --batch-size 512
       cp "$WORK/data.npz" "$OUT/" ;;
     fit)
-      python -m lilicorr_runtime.train train "$WORK/run" --target "$T" --data "$WORK/data.npz" --mask-token-id 16 \
-        --init-layer 29 --batch-size "${BATCH:-32}" --anchors 48 --plan-seconds "${PLAN:-720}" --time-budget "${BUDGET:-400}"
+      python -m lilicorr_runtime.train train "$WORK/run" --target "$T" --data "$WORK/data.npz" --mask-token-id "${MASK:-16}" \
+        --init-layer "${INIT_LAYER:-29}" --batch-size "${BATCH:-32}" --anchors 48 --plan-seconds "${PLAN:-720}" --time-budget "${BUDGET:-400}"
       cp "$WORK/run/log.jsonl" "$OUT/" ;;
     export)
       python -m lilicorr_runtime.train export "$WORK/run" --out "$WORK/export"
       $LC convert "$WORK/export" "$WORK/drafter" --force
-      $LC validate "$WORK/drafter" --target "$T" --strict | tee "$OUT/validate.txt"
-      cp "$WORK/drafter/model.safetensors" "$WORK/drafter/config.json" "$OUT/" ;;
+      cp "$WORK/drafter/model.safetensors" "$WORK/drafter/config.json" "$OUT/"
+      $LC validate "$WORK/drafter" --target "$T" --strict | tee "$OUT/validate.txt" || echo "validate: exit $?" ;;
     smoke)
       $LC smoke "$WORK/drafter" --target "$T" --gpu --limit "${LIMIT:-0}" --max-new-tokens "${SMOKE_TOKENS:-128}" \
-        --temperature "${TEMPERATURE:-0}" --out "$OUT/smoke-t${TEMPERATURE:-0}.json" | tee "$OUT/smoke-t${TEMPERATURE:-0}.txt" ;;
+        --temperature "${TEMPERATURE:-0}" --out "$OUT/smoke-t${TEMPERATURE:-0}.json" | tee "$OUT/smoke-t${TEMPERATURE:-0}.txt" \
+        || echo "smoke: exit $?" ;;
     *) echo "unknown step $step" >&2; exit 4 ;;
   esac
 done
