@@ -276,8 +276,8 @@ class FastTarget(TargetModel):
             key = (b, n, taps)
             entry = graphs.get(key)
             if entry is None:
-                static = {"ids": torch.zeros_like(ids), "start": torch.zeros((), dtype=torch.long, device=self.device),
-                          "pad": torch.zeros_like(pad)}
+                # the real inputs go in before capture: warm-up runs write their K/V rows, which must be right
+                static = {"ids": ids.clone(), "start": torch.tensor(start, device=self.device), "pad": pad.clone()}
                 graph = _Graph(lambda: self._eager(cache, static["ids"], static["start"], static["pad"], taps,
                                                    last_only))
                 entry = graphs[key] = (graph, static)
