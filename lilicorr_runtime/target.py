@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
-from lilicorr_ckpt.source import resolve_path
+from lilicorr_ckpt.checkpoint.source import resolve_path
 
 from .arguments import resolve_device, resolve_dtype
 

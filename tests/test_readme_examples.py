@@ -1,9 +1,9 @@
 import re
 import shlex
 
-from lilicorr_ckpt import rules as _rules  # noqa: F401  (registers the catalogue)
+from lilicorr_ckpt.checks import rules as _rules  # noqa: F401  (registers the catalogue)
+from lilicorr_ckpt.checks.findings import RULES
 from lilicorr_ckpt.cli import rules_markdown
-from lilicorr_ckpt.findings import RULES
 
 from helpers import REPO, run_cli
 

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.findings import RULES
+from lilicorr_ckpt.checks.findings import RULES
 
 from ._support import (
     ALL,

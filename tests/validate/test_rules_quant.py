@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.manifest import quant_scheme
+from lilicorr_ckpt.checkpoint.manifest import quant_scheme
 
 from ._support import (
     ALL,

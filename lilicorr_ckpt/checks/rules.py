@@ -10,24 +10,23 @@ from typing import Any
 
 import msgspec
 
-from .config import LILICORR_KEYS, ParsedConfig
-from .findings import RULES, Finding, Severity, rule
-from .geometry import Geometry, head_declared, routed_by_projector
-from .manifest import (
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
+from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
+from lilicorr_ckpt.checkpoint.load import Checkpoint
+from lilicorr_ckpt.checkpoint.manifest import (
     FLOAT_DTYPES,
     KV_SCALE_SUFFIXES,
     QUANT_SUFFIXES,
     ExpectedTensor,
-    Manifest,
-    canonical_name,
     component_of_name,
     quant_scheme,
 )
-from .profiles import RuntimeProfile, matches_any
-from .quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
-from .source import Source
-from .target import TargetInfo
-from .tensors import TensorInfo, TensorTable
+from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
+from lilicorr_ckpt.checkpoint.quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
+from lilicorr_ckpt.checkpoint.target import TargetInfo
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.checks.findings import RULES, Finding, Severity, rule
+from lilicorr_ckpt.profiles import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
 CFG = "config"
@@ -235,71 +234,26 @@ rule("LC704", "negative-scale", "error", DEEP,
 # ---------------------------------------------------------------- context
 
 
-class NameView(msgspec.Struct):
-    """The checkpoint's tensors as the loaders see them: `model.` stripped, legacy names renamed."""
-
-    by_canonical: dict[str, TensorInfo]
-    actual: dict[str, str]  # canonical -> name in the file
-    legacy: list[str]
-    model_prefixed: list[str]
-    training_prefixed: list[str]
-    collisions: dict[str, list[str]]
-
-
-def name_view(table: TensorTable) -> NameView:
-    by: dict[str, TensorInfo] = {}
-    actual: dict[str, str] = {}
-    legacy: list[str] = []
-    model_prefixed: list[str] = []
-    training: list[str] = []
-    collisions: dict[str, list[str]] = {}
-    for name, info in table.tensors.items():
-        n = name
-        if n.startswith("model."):
-            model_prefixed.append(name)
-            n = n[len("model."):]
-        for p in ("dflash_module.", "eagle_module."):
-            if n.startswith(p):
-                training.append(name)
-                n = n[len(p):]
-        c = canonical_name(n)
-        if c != n:
-            legacy.append(name)
-        if c in by:
-            collisions.setdefault(c, [actual[c]]).append(name)
-            continue
-        by[c] = info
-        actual[c] = name
-    return NameView(by, actual, legacy, model_prefixed, training, collisions)
-
-
 class Context:
-    def __init__(self, *, source: Source, parsed: ParsedConfig, geometry: Geometry, manifest: Manifest,
-                 table: TensorTable, profiles: list[RuntimeProfile], quant_docs: dict[str, Any],
-                 target: TargetInfo | None, deep: bool):
-        self.source = source
-        self.parsed = parsed
-        self.config = parsed.config
-        self.geometry = geometry
-        self.manifest = manifest
-        self.table = table
+    """One checkpoint being judged: what was read, the runtimes it is judged for, and the findings so far."""
+
+    def __init__(self, checkpoint: Checkpoint, *, profiles: list[RuntimeProfile], target: TargetInfo | None,
+                 deep: bool):
+        self.checkpoint = checkpoint
+        self.source = checkpoint.source
+        self.parsed = checkpoint.parsed
+        self.config = checkpoint.parsed.config
+        self.geometry = checkpoint.geometry
+        self.manifest = checkpoint.manifest
+        self.table = checkpoint.table
+        self.names = checkpoint.names
+        self.quant_configs = checkpoint.quant_configs
+        self.quant_problems = checkpoint.quant_problems
+        self.quant = checkpoint.quant
         self.profiles = profiles
         self.target = target
         self.deep = deep
-        self.names = name_view(table)
         self.findings: list[Finding] = []
-        self.quant_docs = quant_docs  # source file -> raw quantization config document
-        self.quant_configs: dict[str, QuantConfig] = {}
-        self.quant_problems: dict[str, list[str]] = {}
-        from .quant import parse_quant_config
-
-        for src, doc in quant_docs.items():
-            qc, problems = parse_quant_config(doc, src)
-            if qc is not None:
-                self.quant_configs[src] = qc
-            if problems:
-                self.quant_problems[src] = problems
-        self.quant = self.quant_configs.get("config.json") or self.quant_configs.get("hf_quant_config.json")
 
     @property
     def runtime_names(self) -> list[str]:
@@ -837,16 +791,6 @@ def observed_scheme(ctx: Context, module: str) -> str:
     return observed_scheme_of(ctx.names, module)
 
 
-def observed_scheme_of(view: NameView, module: str) -> str:
-    """float | nvfp4 | fp8 | missing | other, from the weight tensor's dtype."""
-    info = view.by_canonical.get(f"{module}.weight")
-    if info is None:
-        return "missing"
-    if info.dtype in FLOAT_DTYPES:
-        return "float"
-    return {"U8": "nvfp4", "F8_E4M3": "fp8"}.get(info.dtype, "other")
-
-
 def _expected_quant_form(ctx: Context, module: str, kind: str) -> dict[str, ExpectedTensor] | None:
     qc = ctx.quant
     scheme = qc.scheme_for(module) if qc else None  # the declared layout wins over what is on disk
@@ -1250,7 +1194,7 @@ def run_checks(ctx: Context) -> list[Finding]:
     for fn in CHECKS:
         fn(ctx)
     if ctx.deep:
-        from .deep import deep_checks
+        from lilicorr_ckpt.checks.deep import deep_checks
 
         deep_checks(ctx)
     return ctx.findings
