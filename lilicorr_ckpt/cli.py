@@ -122,18 +122,26 @@ def inspect(path: str, fmt: str) -> None:
         click.echo(render_inspection(ins), nl=False)
 
 
-@cli.command()
+@cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
+@click.argument("rule_id", required=False, metavar="[ID]")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
               show_default=True, help="text: one line per rule; markdown: the README table; json: every field, "
                                       "including the fix.")
-def rules(fmt: str) -> None:
-    """List every validate rule: id, severity, what it catches and how to fix it."""
+def rules(rule_id: str | None, fmt: str) -> None:
+    """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
+    long form: what it checks, why it breaks a loader, an example and the fix."""
     import json
 
     import msgspec
 
     from lilicorr_ckpt.checks import RULES
 
+    if rule_id is not None:
+        found = RULES.get(rule_id.upper())
+        if found is None:
+            raise UsageError(f"no rule {rule_id!r}; `lilicorr-ckpt rules` lists them")
+        click.echo(json.dumps(msgspec.to_builtins(found), indent=2) if fmt == "json" else found.long_doc(), nl=False)
+        return
     if fmt == "json":
         click.echo(json.dumps([msgspec.to_builtins(r) for r in RULES.values()], indent=2))
         return

@@ -159,7 +159,15 @@ rule("LC304", "quant-tensors", "error", QNT, "A quantized module lacks a scale t
 rule("LC305", "nvfp4-in-features", "error", QNT, "An NVFP4 module's in_features is not a multiple of the group size.",
      "Exclude the module from quantization.")
 rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquantized (or whose raw weight it slices) is stored quantized.",
-     "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).")
+     "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).",
+     doc="""Some modules are always built as plain floating-point layers by the runtime, whatever the quantization
+config says (the LiLiCorr head's small projections, norms, fc), or the runtime slices their raw weight
+(e.g. splitting a fused projection by rows). A packed NVFP4 weight (uint8, two values per byte) or an FP8
+weight then meets a float parameter of twice (or the same) width and a different dtype: the loader
+refuses the checkpoint with a shape or dtype mismatch, or, where it copies bytes, loads garbage.
+
+Example: `lilicorr.feature_mlp.up_proj.weight` stored as U8 [R, F/2] with weight_scale / weight_scale_2,
+while vLLM builds feature_mlp unquantized: the load fails on the [R, F] float parameter.""")
 rule("LC307", "unprotected-float", "error", QNT, "A module stored in float that the runtime would build quantized (no exclusion matches it).",
      "Add an exclusion pattern that matches the module as the runtime names it (index-free, e.g. `*self_attn.q_proj`).")
 rule("LC308", "excluded-but-quantized", "error", QNT, "An excluded or float module ships quantized weights or scale tensors.",

@@ -52,3 +52,12 @@ def test_legacy_names_every_selected_runtime_renames_are_informational(ckpt):
     f = one(run(path, runtime="sglang"), "LC216")
     assert f.severity == "info" and f.subjects
     assert hits(run(path, runtime="sglang"), "LC210") == []
+
+
+def test_rules_id_prints_one_rules_long_doc():
+    from helpers import run_cli
+
+    result = run_cli("rules", "LC306")
+    assert result.returncode == 0 and result.stdout.startswith("LC306 must-be-float (error, quantization)")
+    assert "Example:" in result.stdout and "Fix:" in result.stdout
+    assert run_cli("rules", "LC999").returncode == 4
