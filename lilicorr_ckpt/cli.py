@@ -12,10 +12,10 @@ import sys
 
 import click
 
-from . import __version__
-from .errors import InputError, Terminated, UsageError, sigterm_unwinds
-from .outfile import check_output_path, write_output
-from .profiles import RUNTIME_CHOICES
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
+from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -82,8 +82,8 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
     """
-    from .report import render
-    from .validate import validate as run
+    from lilicorr_ckpt.checks.run import validate as run
+    from lilicorr_ckpt.report.validate import render
 
     if output:
         check_output_path(output, "--output", "report.txt")
@@ -113,7 +113,7 @@ def inspect(path: str, fmt: str) -> None:
 
     import msgspec
 
-    from .inspect import inspect_checkpoint, render_inspection
+    from lilicorr_ckpt.report.inspect import inspect_checkpoint, render_inspection
 
     ins = inspect_checkpoint(path)
     if fmt == "json":
@@ -122,19 +122,26 @@ def inspect(path: str, fmt: str) -> None:
         click.echo(render_inspection(ins), nl=False)
 
 
-@cli.command()
+@cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
+@click.argument("rule_id", required=False, metavar="[ID]")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
               show_default=True, help="text: one line per rule; markdown: the README table; json: every field, "
                                       "including the fix.")
-def rules(fmt: str) -> None:
-    """List every validate rule: id, severity, what it catches and how to fix it."""
+def rules(rule_id: str | None, fmt: str) -> None:
+    """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
+    long form: what it checks, why it breaks a loader, an example and the fix."""
     import json
 
     import msgspec
 
-    from . import rules as _  # noqa: F401  (registers the catalogue)
-    from .findings import RULES
+    from lilicorr_ckpt.checks import RULES
 
+    if rule_id is not None:
+        found = RULES.get(rule_id.upper())
+        if found is None:
+            raise UsageError(f"no rule {rule_id!r}; `lilicorr-ckpt rules` lists them")
+        click.echo(json.dumps(msgspec.to_builtins(found), indent=2) if fmt == "json" else found.long_doc(), nl=False)
+        return
     if fmt == "json":
         click.echo(json.dumps([msgspec.to_builtins(r) for r in RULES.values()], indent=2))
         return
@@ -159,7 +166,7 @@ def schema(name: str | None) -> None:
     Example:
       lilicorr-ckpt schema validate-report > validate-report.schema.json
     """
-    from .schemas import all_schemas, render
+    from lilicorr_ckpt.report.schemas import all_schemas, render
 
     schemas = all_schemas()
     if name is None:
@@ -170,8 +177,7 @@ def schema(name: str | None) -> None:
 
 
 def rules_markdown() -> str:
-    from . import rules as _  # noqa: F401
-    from .findings import RULES
+    from lilicorr_ckpt.checks import RULES
 
     lines = ["| id | name | severity | area | what it catches |", "|---|---|---|---|---|"]
     for r in RULES.values():
@@ -181,7 +187,7 @@ def rules_markdown() -> str:
 
 def _register_optional() -> None:
     """Commands that live in other modules register themselves here (convert, smoke)."""
-    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli"):
+    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke.cli"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:

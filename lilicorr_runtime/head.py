@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lilicorr_ckpt.geometry import Geometry
+from lilicorr_ckpt.checkpoint.geometry import Geometry
 
 from .layers import RMSNorm
 from .ops import feature_hidden, lattice_attention, lattice_scores, residual_norm

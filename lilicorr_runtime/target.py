@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
-from lilicorr_ckpt.source import resolve_path
+from lilicorr_ckpt.checkpoint import resolve_target_spec
 
 from .arguments import resolve_device, resolve_dtype
 
@@ -157,17 +157,14 @@ def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, d
     whenever the architecture has one and transformers' eager forward otherwise (`path_note` says which and
     why); True requires the fast path (ValueError naming why not); False always runs transformers."""
     dtype, device = resolve_dtype(dtype), resolve_device(device)
-    path = Path(spec).expanduser()
+    resolved = resolve_target_spec(str(spec))  # TargetSpecError (a ValueError) for a non-GGUF file
     kwargs: dict[str, Any] = {"local_files_only": True}
-    if path.is_file() and path.suffix == ".gguf":
-        source, kwargs["gguf_file"] = str(path.parent), path.name
+    if resolved.kind == "gguf":
+        source, kwargs["gguf_file"] = str(resolved.path.parent), resolved.path.name
         has_tokenizer = True  # the GGUF carries its tokenizer
-    elif path.is_file():
-        raise ValueError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id or a GGUF")
     else:
-        directory, _ = resolve_path(str(spec), "target")  # a directory, or a repo id in the local HF cache
-        source = str(directory)
-        has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
+        source = str(resolved.path)
+        has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
     # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
     with _quiet_load_report():
         model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True,

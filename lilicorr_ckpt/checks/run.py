@@ -6,16 +6,14 @@ from typing import Any
 
 import msgspec
 
-from . import __version__
-from .config import ParsedConfig, load_json_object, parse_config
-from .findings import SEVERITY_ORDER, Finding
-from .geometry import Geometry, resolve_geometry
-from .manifest import Manifest, build_manifest
-from .profiles import RuntimeProfile, select_profiles
-from .rules import Context, run_checks
-from .source import Source, open_source, read_small
-from .target import TargetInfo, read_target
-from .tensors import TensorTable, read_tensor_table
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.checkpoint.geometry import Geometry
+from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
+from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
+from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
+from lilicorr_ckpt.checks.rules import Context, run_checks
+from lilicorr_ckpt.errors import CheckpointInvalid
+from lilicorr_ckpt.profiles import RuntimeProfile, select_profiles
 
 
 class Summary(msgspec.Struct, frozen=True):
@@ -48,33 +46,6 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int
 
 
-class Checkpoint(msgspec.Struct, frozen=True):
-    """Everything read from a checkpoint directory (headers only)."""
-
-    source: Source
-    parsed: ParsedConfig
-    geometry: Geometry
-    manifest: Manifest
-    table: TensorTable
-    quant_docs: dict[str, Any]
-
-
-def load_checkpoint(path: str) -> Checkpoint:
-    source = open_source(path)
-    assert source.config is not None
-    parsed = parse_config(read_small(source.config, "config.json"))
-    geometry = resolve_geometry(parsed.config)
-    manifest = build_manifest(geometry)
-    table = read_tensor_table(source)
-    quant_docs: dict[str, Any] = {}
-    if parsed.config.quantization_config is not None:
-        quant_docs["config.json"] = parsed.config.quantization_config
-    if source.hf_quant_config is not None:
-        quant_docs["hf_quant_config.json"], _ = load_json_object(
-            read_small(source.hf_quant_config, "hf_quant_config.json"), "hf_quant_config.json")
-    return Checkpoint(source, parsed, geometry, manifest, table, quant_docs)
-
-
 def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[RuntimeVerdict]:
     out = []
     for p in profiles:
@@ -102,8 +73,7 @@ def validate(path: str, *, runtime: str = "all", target: str | None = None, deep
     ckpt = checkpoint or load_checkpoint(path)
     profiles = select_profiles(runtime)
     target_info: TargetInfo | None = read_target(target) if target else None
-    ctx = Context(source=ckpt.source, parsed=ckpt.parsed, geometry=ckpt.geometry, manifest=ckpt.manifest,
-                  table=ckpt.table, profiles=profiles, quant_docs=ckpt.quant_docs, target=target_info, deep=deep)
+    ctx = Context(ckpt, profiles=profiles, target=target_info, deep=deep)
     findings = sorted(run_checks(ctx), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
     summary = Summary(errors=sum(f.severity == "error" for f in findings),
                       warnings=sum(f.severity == "warning" for f in findings),
@@ -111,3 +81,12 @@ def validate(path: str, *, runtime: str = "all", target: str | None = None, deep
     return Report(path=path, architecture=ckpt.parsed.config.architecture, target=target,
                   runtimes=verdicts(findings, profiles), summary=summary, findings=findings,
                   geometry=geometry_summary(ckpt.geometry), exit_code=exit_code_for(summary, strict))
+
+
+def require_valid(checkpoint: Checkpoint, runtime: str = "all") -> Report:
+    """validate's report for a checkpoint already read; CheckpointInvalid when it has errors for `runtime`."""
+    report = validate(checkpoint.source.label, runtime=runtime, checkpoint=checkpoint)
+    if report.summary.errors:
+        raise CheckpointInvalid(f"{checkpoint.source.label} is refused for runtime {runtime!r}:",
+                                [f"{f.rule} {f.message}" for f in report.findings if f.severity == "error"], report)
+    return report

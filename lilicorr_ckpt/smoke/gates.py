@@ -7,8 +7,14 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import InputError
-from .smoke_report import BaselineComparison, BaselineItem, Gate, MeasurementConditions, TargetModel
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.smoke.profile import (
+    BaselineComparison,
+    BaselineItem,
+    Gate,
+    MeasurementConditions,
+    TargetModel,
+)
 
 DEFAULT_MIN_HEAD_GAIN = 0.05
 DEFAULT_TOLERANCE = 0.05

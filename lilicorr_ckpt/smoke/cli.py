@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from .outfile import check_output_path, write_output
-from .profiles import RUNTIME_CHOICES
+from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
 
@@ -108,9 +108,10 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
           seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
           fmt: str, out: str | None, dtype: str | None, runtime: str, no_warmup: bool, quiet: bool) -> None:
-    from .smoke_render import junit_refusal, render_junit, render_text
-    from .smoke_report import encode
-    from .smoke_run import Progress, SmokeOptions, SmokeRefused, run_smoke
+    from lilicorr_ckpt.errors import SmokeRefused
+    from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
+    from lilicorr_ckpt.smoke.profile import encode
+    from lilicorr_ckpt.smoke.run import Progress, SmokeOptions, run_smoke
 
     if out:
         check_output_path(out, "--out", "profile.json")  # before any model loads: a bad path must not cost a whole run

@@ -19,10 +19,10 @@ from typing import Any
 
 import msgspec
 
-from .manifest import Manifest, QuantScheme, quant_scheme
-from .profiles import RuntimeProfile
+from lilicorr_ckpt.checkpoint.manifest import Manifest, QuantScheme, quant_scheme
+from lilicorr_ckpt.checkpoint.names import TRAINING_PREFIXES, strip_prefixes
+from lilicorr_ckpt.profiles import RuntimeProfile
 
-TRAINING_PREFIXES = ("dflash_module.", "eagle_module.")
 _QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
 _GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
@@ -264,10 +264,8 @@ def pattern_problems(pattern: str) -> list[str]:
 def strip_training_prefix(pattern: str) -> str:
     star = "*" if pattern.startswith("*") else ""
     body = pattern.lstrip("*")
-    for p in TRAINING_PREFIXES:
-        if body.startswith(p):
-            return star + body[len(p):]
-    return pattern
+    bare, stripped = strip_prefixes(body, TRAINING_PREFIXES)
+    return star + bare if stripped else pattern
 
 
 MATCHERS = ("vllm", "sglang", "trtllm")

@@ -6,9 +6,10 @@ from typing import Any
 
 import msgspec
 
-from .manifest import COMPONENTS, component_of_name
-from .rules import name_view, observed_scheme_of
-from .validate import Checkpoint, geometry_summary, load_checkpoint, validate
+from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
+from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
+from lilicorr_ckpt.checkpoint.names import observed_scheme
+from lilicorr_ckpt.checks.run import geometry_summary, validate
 
 
 class ComponentStats(msgspec.Struct, frozen=True):
@@ -45,7 +46,7 @@ def _component(name: str, ckpt: Checkpoint) -> str:
 
 def inspect_checkpoint(path: str) -> Inspection:
     ckpt = load_checkpoint(path)
-    view = name_view(ckpt.table)
+    view = ckpt.names
     stats: dict[str, dict[str, Any]] = {}
     for canonical, info in view.by_canonical.items():
         comp = _component(canonical, ckpt)
@@ -59,17 +60,9 @@ def inspect_checkpoint(path: str) -> Inspection:
     order = {c: i for i, c in enumerate((*COMPONENTS, "other"))}
     components = [ComponentStats(c, v["tensors"], v["parameters"], v["bytes"], dict(sorted(v["dtypes"].items())))
                   for c, v in sorted(stats.items(), key=lambda kv: order.get(kv[0], 99))]
-    quantized = {m: s for m in ckpt.manifest.modules if (s := observed_scheme_of(view, m)) in ("nvfp4", "fp8")}
+    quantized = {m: s for m in ckpt.manifest.modules if (s := observed_scheme(view, m)) in ("nvfp4", "fp8")}
     report = validate(path, checkpoint=ckpt)
-    quant = None
-    from .quant import parse_quant_config
-
-    for src in ("config.json", "hf_quant_config.json"):
-        if src in ckpt.quant_docs:
-            qc, _ = parse_quant_config(ckpt.quant_docs[src], src)
-            if qc is not None:
-                quant = qc.summary()
-                break
+    quant = ckpt.quant.summary() if ckpt.quant is not None else None
     return Inspection(path=path, architecture=ckpt.parsed.config.architecture, geometry=geometry_summary(ckpt.geometry),
                       components=components, quantization=quant, quantized_modules=quantized,
                       files=ckpt.table.files, runtimes={v.runtime: v.accepted for v in report.runtimes},

@@ -11,7 +11,7 @@ import re
 
 import msgspec
 
-from .geometry import Geometry
+from lilicorr_ckpt.checkpoint.geometry import Geometry
 
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 DTYPE_BYTES = {

@@ -7,9 +7,9 @@ from xml.sax.saxutils import escape, quoteattr
 
 import msgspec
 
-from . import __version__
-from .findings import RULES, Finding
-from .validate import Report
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.checks.findings import RULES, Finding
+from lilicorr_ckpt.checks.run import Report
 
 FORMATS = ("text", "json", "junit", "sarif")
 _LABEL = {"error": "ERROR", "warning": "WARN ", "info": "info "}

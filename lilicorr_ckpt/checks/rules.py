@@ -10,24 +10,23 @@ from typing import Any
 
 import msgspec
 
-from .config import LILICORR_KEYS, ParsedConfig
-from .findings import RULES, Finding, Severity, rule
-from .geometry import Geometry, head_declared, routed_by_projector
-from .manifest import (
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
+from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
+from lilicorr_ckpt.checkpoint.load import Checkpoint
+from lilicorr_ckpt.checkpoint.manifest import (
     FLOAT_DTYPES,
     KV_SCALE_SUFFIXES,
     QUANT_SUFFIXES,
     ExpectedTensor,
-    Manifest,
-    canonical_name,
     component_of_name,
     quant_scheme,
 )
-from .profiles import RuntimeProfile, matches_any
-from .quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
-from .source import Source
-from .target import TargetInfo
-from .tensors import TensorInfo, TensorTable
+from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
+from lilicorr_ckpt.checkpoint.quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
+from lilicorr_ckpt.checkpoint.target import TargetInfo
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.checks.findings import RULES, Finding, rule
+from lilicorr_ckpt.profiles import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
 CFG = "config"
@@ -45,6 +44,9 @@ rule("LC011", "architecture-head-mismatch", "error", CFG,
 rule("LC012", "family-backbone-only", "info", CFG,
      "A sibling DFlash-family head (DFlash2, DSpark, Domino): only the backbone is checked.",
      "Nothing to do; head checks for this family are not implemented yet.")
+rule("LC013", "head-geometry-unused", "warning", CFG,
+     "DFlashDraftModel is declared with lilicorr_* geometry: the loaders that select the class from architectures "
+     "never build the head.", "Declare LiLiCorrDraftModel, or drop the lilicorr_* keys for a head-free draft.")
 rule("LC101", "lilicorr-key-missing", "error", CFG, "A required lilicorr_* geometry key is missing from dflash_config.",
      "Add every lilicorr_* key to dflash_config with the values the head was trained with.")
 rule("LC102", "lilicorr-key-not-finite", "error", CFG, "A lilicorr_* value is NaN or infinite.",
@@ -62,7 +64,7 @@ rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside 
      "Write the trained vector_eps; it must lie in (0, 0.5).")
 rule("LC108", "lilicorr-disabled", "error", CFG, "lilicorr_enabled is false on a LiLiCorrDraftModel.",
      "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.")
-rule("LC110", "block-size-missing", "error", CFG, "block_size is absent; runtimes disagree on what to do.",
+rule("LC110", "block-size-missing", "error", CFG, "block_size is absent and the runtime refuses the config (see LC125 for those that assume a default).",
      "Write dflash_config.block_size (and the top-level block_size for older readers).")
 rule("LC111", "block-size-conflict", "warning", CFG,
      "dflash_config.block_size and the top-level block_size disagree (the nested one wins).",
@@ -79,8 +81,7 @@ rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside t
 rule("LC116", "conv-geometry", "error", CFG,
      "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
      "Write both keys as trained, or neither for a convolution-free drafter.")
-rule("LC117", "causal", "error", CFG, "The draft is declared causal; TensorRT-LLM refuses it (an error for TRT, a "
-     "warning for the others, which draft non-causally within the block).",
+rule("LC117", "causal", "error", CFG, "The draft is declared causal, which TensorRT-LLM refuses.",
      "Set dflash_config.causal (and is_causal) to false.")
 rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
      "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.")
@@ -94,6 +95,21 @@ rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and
      "Write the target's vocab_size.")
 rule("LC123", "output-multiplier", "error", CFG, "output_multiplier is not > 0, which SGLang's DFlash config parser "
      "requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
+
+rule("LC124", "topk-exceeds-vocab", "warning", CFG,
+     "lilicorr_candidate_topk exceeds vocab_size: MLX refuses it; the other runtimes document no check.",
+     "Write the trained K; it cannot exceed the vocabulary.")
+rule("LC125", "block-size-defaulted", "warning", CFG,
+     "block_size is absent and the runtime silently assumes its default.",
+     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at the top level of config.json.",
+     "Write it in dflash_config too.")
+rule("LC127", "mask-token-top-level-only", "info", CFG,
+     "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
+     "Write dflash_config.mask_token_id too.")
+rule("LC128", "causal-ignored", "warning", CFG,
+     "The draft is declared causal; this runtime drafts non-causally within the block whatever it says.",
+     "Set dflash_config.causal (and is_causal) to false.")
 
 COV = "coverage"
 rule("LC201", "head-missing", "error", COV, "Head tensors the geometry requires are missing.",
@@ -127,6 +143,10 @@ rule("LC214", "mixed-float-dtypes", "warning", COV, "Floating-point tensors use 
 rule("LC215", "coverage-skipped", "info", COV, "Coverage of a component was not checked because its geometry is incomplete.",
      "Fix the geometry findings first.")
 
+rule("LC216", "legacy-names-renamed", "info", COV,
+     "Legacy Sequential MLP names in the head, which every selected runtime renames.",
+     "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.")
+
 QNT = "quantization"
 rule("LC301", "quant-config-disagree", "error", QNT, "hf_quant_config.json and config.json quantization_config disagree.",
      "Make both describe the same algorithm, group size and exclusions (`lilicorr-ckpt convert` rewrites both).")
@@ -139,7 +159,15 @@ rule("LC304", "quant-tensors", "error", QNT, "A quantized module lacks a scale t
 rule("LC305", "nvfp4-in-features", "error", QNT, "An NVFP4 module's in_features is not a multiple of the group size.",
      "Exclude the module from quantization.")
 rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquantized (or whose raw weight it slices) is stored quantized.",
-     "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).")
+     "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).",
+     doc="""Some modules are always built as plain floating-point layers by the runtime, whatever the quantization
+config says (the LiLiCorr head's small projections, norms, fc), or the runtime slices their raw weight
+(e.g. splitting a fused projection by rows). A packed NVFP4 weight (uint8, two values per byte) or an FP8
+weight then meets a float parameter of twice (or the same) width and a different dtype: the loader
+refuses the checkpoint with a shape or dtype mismatch, or, where it copies bytes, loads garbage.
+
+Example: `lilicorr.feature_mlp.up_proj.weight` stored as U8 [R, F/2] with weight_scale / weight_scale_2,
+while vLLM builds feature_mlp unquantized: the load fails on the [R, F] float parameter.""")
 rule("LC307", "unprotected-float", "error", QNT, "A module stored in float that the runtime would build quantized (no exclusion matches it).",
      "Add an exclusion pattern that matches the module as the runtime names it (index-free, e.g. `*self_attn.q_proj`).")
 rule("LC308", "excluded-but-quantized", "error", QNT, "An excluded or float module ships quantized weights or scale tensors.",
@@ -175,6 +203,13 @@ rule("LC321", "flat-group-size", "error", QNT,
      "Write the group size at the top level of config.json's quantization_config.")
 rule("LC319", "hf-quant-config-missing", "warning", QNT, "config.json declares quantization but hf_quant_config.json is absent.",
      "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.")
+
+rule("LC322", "quant-method-missing", "warning", QNT,
+     "config.json quantization_config has no quant_method; this runtime derives one, others may not.",
+     'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).')
+rule("LC323", "exclusion-unmatched", "info", QNT,
+     "An exclusion pattern matches no module of this drafter under any runtime (a base-model or training-time name).",
+     "Nothing to do unless it was meant to exclude a drafter module.")
 
 HEAD = "lm_head"
 rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm_head.weight is absent.",
@@ -235,83 +270,38 @@ rule("LC704", "negative-scale", "error", DEEP,
 # ---------------------------------------------------------------- context
 
 
-class NameView(msgspec.Struct):
-    """The checkpoint's tensors as the loaders see them: `model.` stripped, legacy names renamed."""
-
-    by_canonical: dict[str, TensorInfo]
-    actual: dict[str, str]  # canonical -> name in the file
-    legacy: list[str]
-    model_prefixed: list[str]
-    training_prefixed: list[str]
-    collisions: dict[str, list[str]]
-
-
-def name_view(table: TensorTable) -> NameView:
-    by: dict[str, TensorInfo] = {}
-    actual: dict[str, str] = {}
-    legacy: list[str] = []
-    model_prefixed: list[str] = []
-    training: list[str] = []
-    collisions: dict[str, list[str]] = {}
-    for name, info in table.tensors.items():
-        n = name
-        if n.startswith("model."):
-            model_prefixed.append(name)
-            n = n[len("model."):]
-        for p in ("dflash_module.", "eagle_module."):
-            if n.startswith(p):
-                training.append(name)
-                n = n[len(p):]
-        c = canonical_name(n)
-        if c != n:
-            legacy.append(name)
-        if c in by:
-            collisions.setdefault(c, [actual[c]]).append(name)
-            continue
-        by[c] = info
-        actual[c] = name
-    return NameView(by, actual, legacy, model_prefixed, training, collisions)
-
-
 class Context:
-    def __init__(self, *, source: Source, parsed: ParsedConfig, geometry: Geometry, manifest: Manifest,
-                 table: TensorTable, profiles: list[RuntimeProfile], quant_docs: dict[str, Any],
-                 target: TargetInfo | None, deep: bool):
-        self.source = source
-        self.parsed = parsed
-        self.config = parsed.config
-        self.geometry = geometry
-        self.manifest = manifest
-        self.table = table
+    """One checkpoint being judged: what was read, the runtimes it is judged for, and the findings so far."""
+
+    def __init__(self, checkpoint: Checkpoint, *, profiles: list[RuntimeProfile], target: TargetInfo | None,
+                 deep: bool):
+        self.checkpoint = checkpoint
+        self.source = checkpoint.source
+        self.parsed = checkpoint.parsed
+        self.config = checkpoint.parsed.config
+        self.geometry = checkpoint.geometry
+        self.manifest = checkpoint.manifest
+        self.table = checkpoint.table
+        self.names = checkpoint.names
+        self.quant_configs = checkpoint.quant_configs
+        self.quant_problems = checkpoint.quant_problems
+        self.quant = checkpoint.quant
         self.profiles = profiles
         self.target = target
         self.deep = deep
-        self.names = name_view(table)
         self.findings: list[Finding] = []
-        self.quant_docs = quant_docs  # source file -> raw quantization config document
-        self.quant_configs: dict[str, QuantConfig] = {}
-        self.quant_problems: dict[str, list[str]] = {}
-        from .quant import parse_quant_config
-
-        for src, doc in quant_docs.items():
-            qc, problems = parse_quant_config(doc, src)
-            if qc is not None:
-                self.quant_configs[src] = qc
-            if problems:
-                self.quant_problems[src] = problems
-        self.quant = self.quant_configs.get("config.json") or self.quant_configs.get("hf_quant_config.json")
 
     @property
     def runtime_names(self) -> list[str]:
         return [p.name for p in self.profiles]
 
-    def emit(self, rule_id: str, message: str, *, severity: Severity | None = None, fix: str | None = None,
+    def emit(self, rule_id: str, message: str, *, fix: str | None = None,
              file: str | None = None, pointer: str | None = None, expected: Any = None, actual: Any = None,
              runtimes: Iterable[str] = (), subjects: Iterable[str] = ()) -> None:
         r = RULES[rule_id]
         runtimes = sorted(p for p in runtimes if p in self.runtime_names)
         self.findings.append(Finding(
-            rule=r.id, name=r.name, severity=severity or r.severity, message=message, fix=fix or r.fix,
+            rule=r.id, name=r.name, severity=r.severity, message=message, fix=fix or r.fix,
             file=file, pointer=pointer, expected=None if expected is None else str(expected),
             actual=None if actual is None else str(actual), runtimes=runtimes, subjects=list(subjects)))
 
@@ -389,8 +379,8 @@ def architecture(ctx: Context) -> None:
                      "lilicorr_enabled)", file="config.json", pointer="$.architectures[0]",
                      expected="LiLiCorrDraftModel", actual=arch)
     elif routed_by_projector(cfg) and head_declared(cfg):
-        ctx.emit_for("LC011", others, "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
-                     severity="warning", file="config.json", pointer="$.architectures[0]",
+        ctx.emit_for("LC013", others, "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                     file="config.json", pointer="$.architectures[0]",
                      expected="LiLiCorrDraftModel", actual=arch)
         if ctx.table.tensors:
             ctx.emit_for("LC011", routers, "DFlashDraftModel with dflash_config.projector_type \"lilicorr\" (or "
@@ -406,8 +396,8 @@ def architecture(ctx: Context) -> None:
                  "(a draft with no LiLiCorr head should declare DFlashDraftModel)",
                  file="config.json", pointer="$.architectures[0]", expected="lilicorr.* tensors", actual="none")
     elif cfg.family == "dflash" and head_declared(cfg):
-        ctx.emit("LC011", "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
-                 severity="warning", file="config.json", pointer="$.architectures[0]",
+        ctx.emit("LC013", "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                 file="config.json", pointer="$.architectures[0]",
                  expected="LiLiCorrDraftModel", actual=arch)
 
 
@@ -458,9 +448,9 @@ def lilicorr_geometry(ctx: Context) -> None:
                          expected="one of 1, 2, 4, 8, 16", actual=k)
         if g.vocab_size is not None and k > g.vocab_size:
             # format.md §1.2: only MLX (not a --runtime profile) is documented to refuse K > V
-            ctx.emit("LC103", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
+            ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
                      "SGLang, vLLM and TensorRT-LLM document no check (a top-K over fewer than K tokens)",
-                     severity="warning", file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                     file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
                      expected=f"<= {g.vocab_size}", actual=k)
     n, h = g.head_num_heads, g.head_hidden_size
     if n is not None and h is not None and h % n:
@@ -488,8 +478,8 @@ def block_size(ctx: Context) -> None:
                 ctx.emit("LC110", f"block_size is absent: {p.display} refuses the config", runtimes=[p.name],
                          file="config.json", pointer="$.dflash_config.block_size", expected="present", actual="absent")
             else:
-                ctx.emit("LC110", f"block_size is absent: {p.display} silently assumes {p.block_size_default}",
-                         severity="warning", runtimes=[p.name], file="config.json",
+                ctx.emit("LC125", f"block_size is absent: {p.display} silently assumes {p.block_size_default}",
+                         runtimes=[p.name], file="config.json",
                          pointer="$.dflash_config.block_size", expected="present", actual="absent")
         return
     if nested is not None and top is not None and nested != top:
@@ -503,8 +493,8 @@ def block_size(ctx: Context) -> None:
                  pointer="$.dflash_config.block_size" if nested is not None else "$.block_size",
                  expected=f">= {minimum}", actual=value)
     elif nested is None:
-        ctx.emit("LC110", "block_size is only at the top level; write it in dflash_config too",
-                 severity="info", file="config.json", pointer="$.dflash_config.block_size")
+        ctx.emit("LC126", "block_size is only at the top level; write it in dflash_config too",
+                 file="config.json", pointer="$.dflash_config.block_size")
 
 
 @check
@@ -561,8 +551,8 @@ def mask_token(ctx: Context) -> None:
         ctx.emit("LC115", f"mask_token_id {mask} is not below vocab_size {cfg.vocab_size}", file="config.json",
                  pointer="$.dflash_config.mask_token_id", expected=f"< {cfg.vocab_size}", actual=mask)
     elif cfg.dflash.mask_token_id is None:
-        ctx.emit("LC115", "mask_token_id is only at the top level; MLX-style readers require it in dflash_config",
-                 severity="info", file="config.json", pointer="$.dflash_config.mask_token_id")
+        ctx.emit("LC127", "mask_token_id is only at the top level; MLX-style readers require it in dflash_config",
+                 file="config.json", pointer="$.dflash_config.mask_token_id")
 
 
 @check
@@ -599,10 +589,10 @@ def backbone_config(ctx: Context) -> None:
         key = "$.dflash_config.causal" if cfg.dflash.causal else "$.is_causal"
         refuse = [p for p in ctx.profiles if p.refuses_causal]
         others = [p for p in ctx.profiles if not p.refuses_causal]
-        for group, severity in ((refuse, "error"), (others, "warning")):
-            ctx.emit_for("LC117", group, "the draft is declared causal; TensorRT-LLM refuses it (\"requires "
+        for group, rule_id in ((refuse, "LC117"), (others, "LC128")):
+            ctx.emit_for(rule_id, group, "the draft is declared causal; TensorRT-LLM refuses it (\"requires "
                          "non-causal\"), the other stacks draft non-causally within the block whatever it says",
-                         severity=severity, file="config.json", pointer=key, expected="false", actual="true")
+                         file="config.json", pointer=key, expected="false", actual="true")
     if cfg.output_multiplier is not None and not (cfg.output_multiplier > 0):
         ctx.emit_for("LC123", [p for p in ctx.profiles if p.output_multiplier_positive],
                      f"output_multiplier is {cfg.output_multiplier}: SGLang's DFlash config parser requires it "
@@ -675,7 +665,7 @@ def coverage(ctx: Context) -> None:
         if unconfirmed:
             ctx.emit_for("LC210", unconfirmed, message, subjects=view.legacy)
         else:
-            ctx.emit("LC210", message, severity="info", subjects=view.legacy)
+            ctx.emit("LC216", message, subjects=view.legacy)
 
     expected = m.tensors
     # quantized modules legitimately replace .weight's dtype/shape and add scale tensors
@@ -788,8 +778,6 @@ def coverage(ctx: Context) -> None:
         embed = [n for n in names if "embed_tokens" in n]
         note = " (drafters borrow the target's embeddings; embed_tokens is never loaded)" if embed else ""
         ctx.emit("LC204", f"{len(names)} tensors no loader reads{note}: {_shorten(names)}", subjects=names)
-    if not ctx.table.tensors:
-        ctx.emit("LC608", "the checkpoint holds no tensors")
 
     _shapes_and_dtypes(ctx)
 
@@ -835,16 +823,6 @@ def _conv_hint(ctx: Context, names: list[str]) -> str:
 
 def observed_scheme(ctx: Context, module: str) -> str:
     return observed_scheme_of(ctx.names, module)
-
-
-def observed_scheme_of(view: NameView, module: str) -> str:
-    """float | nvfp4 | fp8 | missing | other, from the weight tensor's dtype."""
-    info = view.by_canonical.get(f"{module}.weight")
-    if info is None:
-        return "missing"
-    if info.dtype in FLOAT_DTYPES:
-        return "float"
-    return {"U8": "nvfp4", "F8_E4M3": "fp8"}.get(info.dtype, "other")
 
 
 def _expected_quant_form(ctx: Context, module: str, kind: str) -> dict[str, ExpectedTensor] | None:
@@ -958,8 +936,8 @@ def quantization(ctx: Context) -> None:
                      file=qc.source, subjects=[pattern])
         elif not any(excluded_by(matcher, module, (pattern,), m.geometry.num_target_layers).excluded
                      for module in m.modules for matcher in MATCHERS):
-            ctx.emit("LC310", f"exclusion `{pattern}` matches no module of this drafter under any runtime "
-                     "(a base-model or training-time name?)", severity="info", file=qc.source, subjects=[pattern])
+            ctx.emit("LC323", f"exclusion `{pattern}` matches no module of this drafter under any runtime "
+                     "(a base-model or training-time name?)", file=qc.source, subjects=[pattern])
     _module_states(ctx, qc, quantized)
 
 
@@ -975,9 +953,9 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
                          "has no quant_method and vLLM cannot derive one (\"Unknown ModelOpt quant algo\")",
                          file="config.json", pointer="$.quantization_config.quant_method")
         if others or (derivers and not failing):
-            ctx.emit_for("LC302", others + ([] if failing else derivers),
+            ctx.emit_for("LC322", others + ([] if failing else derivers),
                          f"config.json quantization_config ({cfg_qc.form} form) has no quant_method; "
-                         "write the flat form with one", severity="warning", file="config.json",
+                         "write the flat form with one", file="config.json",
                          pointer="$.quantization_config.quant_method")
     hf_qc = ctx.quant_configs.get("hf_quant_config.json")
     if cfg_qc is None and "config.json" not in ctx.quant_problems and hf_qc is not None and hf_qc.quant_method is None:
@@ -1221,6 +1199,8 @@ def files(ctx: Context) -> None:
                  subjects=[src.rel(p) for p in src.pickles])
     if not src.safetensors and not s.has_index:
         ctx.emit("LC608", "no *.safetensors file in the checkpoint")
+    elif not ctx.table.tensors:
+        ctx.emit("LC608", "the checkpoint holds no tensors")
     for shard, names in s.missing_shards.items():
         ctx.emit("LC602", f"the index places {len(names)} tensors in `{shard}`, which does not exist",
                  file="model.safetensors.index.json", pointer=shard, subjects=names)
@@ -1250,7 +1230,7 @@ def run_checks(ctx: Context) -> list[Finding]:
     for fn in CHECKS:
         fn(ctx)
     if ctx.deep:
-        from .deep import deep_checks
+        from lilicorr_ckpt.checks.deep import deep_checks
 
         deep_checks(ctx)
     return ctx.findings

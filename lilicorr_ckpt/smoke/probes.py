@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import InputError, UsageError
+from lilicorr_ckpt.errors import InputError, UsageError
 
 BUNDLED = ("code", "chat", "math")
 

@@ -12,7 +12,7 @@ from typing import Literal
 
 import msgspec
 
-from . import __version__
+from lilicorr_ckpt import __version__
 
 SCHEMA_VERSION = "1.0"
 CONSISTENCY_TOLERANCE = 0.02  # specdec_bench's default for the mean-consistency check

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from .errors import InputError
+from lilicorr_ckpt.errors import InputError
 
 LILICORR_KEYS = (
     "lilicorr_candidate_topk",

@@ -20,9 +20,10 @@ from typing import Any, TextIO
 
 import msgspec
 
-from . import __version__
-from .errors import InputError, UsageError
-from .smoke_gates import (
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
+from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
+from lilicorr_ckpt.smoke.gates import (
     DEFAULT_MIN_HEAD_GAIN,
     DEFAULT_TOLERANCE,
     ArmAgreement,
@@ -38,8 +39,8 @@ from .smoke_gates import (
     read_baseline,
     tau_floor_gate,
 )
-from .smoke_probes import Probe, counts, digest, load_probes
-from .smoke_report import (
+from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
+from lilicorr_ckpt.smoke.profile import (
     ARMS,
     ArmStats,
     CategoryProfile,
@@ -84,11 +85,6 @@ class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str | None = None  # float32 on the CPU, bfloat16 with --gpu
     runtime: str = "all"
     warmup: bool = True
-
-
-class SmokeRefused(Exception):
-    """The checkpoint cannot be measured against this target (exit 1): validate refuses it, or the
-    drafter and target do not fit together."""
 
 
 class Progress:
@@ -176,11 +172,14 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     dtype = getattr(torch, dtype_name)
 
     progress.note("loading the drafter")
+    from lilicorr_ckpt.smoke.load import build_valid_drafter  # torch: importable once _runtime() succeeded
+
+    ckpt = load_checkpoint(opts.path)
     try:
-        drafter = rt.load_drafter(opts.path, runtime=opts.runtime, dtype=dtype, device=device)
+        drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
     except rt.CheckpointRefused as exc:
         raise SmokeRefused(str(exc)) from None
-    draft_info = _draft_info(opts.path, opts.runtime, drafter)
+    draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
     progress.note("loading the target")
     target, target_info = _load_target(rt, opts.target, dtype, device)
     if target.tokenizer is None:
@@ -368,34 +367,22 @@ def agreement(runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]], temp
                         control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs))
 
 
-def _draft_info(path: str, runtime: str, drafter: Any) -> DraftCheckpoint:
-    from .quant import parse_quant_config
-    from .validate import load_checkpoint
-
-    ckpt = load_checkpoint(path)
-    quant_algo = None
-    for source, doc in ckpt.quant_docs.items():
-        parsed, _ = parse_quant_config(doc, source)
-        if parsed is not None and parsed.quant_algo:
-            quant_algo = parsed.quant_algo
-            break
+def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> DraftCheckpoint:
     g = drafter.geometry
     local = Path(path).expanduser()
     return DraftCheckpoint(id=checkpoint_id(str(local.resolve())) if local.is_dir() else path,
                            architecture=ckpt.parsed.config.architecture, head=drafter.lilicorr is not None,
                            candidate_topk=g.candidate_topk if drafter.lilicorr is not None else None,
-                           conv_kernel_size=g.conv_kernel_size or None, quant_algo=quant_algo, runtime=runtime)
+                           conv_kernel_size=g.conv_kernel_size or None,
+                           quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None, runtime=runtime)
 
 
 def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
-    path = Path(spec).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        kind, ident = "gguf", path.name
-    elif path.is_dir():
-        kind, ident = "directory", checkpoint_id(str(path.resolve()))
-    elif path.exists():
-        raise InputError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the local "
-                         "Hugging Face cache, or a GGUF file")
+    resolved = resolve_target_spec(spec)
+    if resolved.kind == "gguf":
+        kind, ident = "gguf", resolved.path.name
+    elif resolved.kind == "directory":
+        kind, ident = "directory", checkpoint_id(str(resolved.path))
     else:
         kind, ident = "hf_cache", spec
     try:

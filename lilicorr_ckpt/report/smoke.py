@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from .smoke_report import SmokeReport
+from lilicorr_ckpt.smoke.profile import SmokeReport
 
 FORMATS = ("text", "json", "junit")
 _LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}

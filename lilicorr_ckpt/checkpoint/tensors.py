@@ -14,10 +14,10 @@ from pathlib import Path
 import msgspec
 from safetensors import SafetensorError, safe_open
 
-from .config import load_json_object
-from .errors import InputError
-from .manifest import DTYPE_BYTES
-from .source import Source, checked_file, read_small
+from lilicorr_ckpt.checkpoint.config import load_json_object
+from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
+from lilicorr_ckpt.checkpoint.source import Source, checked_file, read_small
+from lilicorr_ckpt.errors import InputError
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import msgspec
 
-from .config import load_json_object
-from .errors import InputError
-from .source import resolve_path
-from .tensors import read_header
+from lilicorr_ckpt.checkpoint.config import load_json_object
+from lilicorr_ckpt.checkpoint.source import resolve_path
+from lilicorr_ckpt.checkpoint.tensors import read_header
+from lilicorr_ckpt.errors import InputError
 
 
 class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,17 +55,40 @@ def _geometry(source: dict[str, Any], keys: dict[str, str]) -> tuple[dict[str, i
     return values, unreadable
 
 
-def read_target(spec: str) -> TargetInfo:
+class TargetSpecError(InputError, ValueError):
+    """A --target that names no model (exit 2 on the command line; a ValueError for library callers)."""
+
+
+class TargetSpec(msgspec.Struct, frozen=True):
+    kind: str  # gguf | directory | hf_cache
+    path: Path  # the .gguf file, or the model directory
+
+
+def resolve_target_spec(spec: str) -> TargetSpec:
+    """A .gguf file, a Hugging Face model directory (one holding a single .gguf and no config.json counts as that
+    GGUF), or a repo id in the local Hugging Face cache."""
     path = Path(spec).expanduser()
-    if path.is_file() and path.suffix == ".gguf":
-        return read_gguf_target(path)
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return TargetSpec("gguf", path)
+        raise TargetSpecError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the "
+                              "local Hugging Face cache, or a GGUF file")
     root, _ = resolve_path(spec, "target")
-    config_path = root / "config.json"
-    if not config_path.is_file():
+    if not (root / "config.json").is_file():
         ggufs = sorted(root.glob("*.gguf"))
         if len(ggufs) == 1:
-            return read_gguf_target(ggufs[0])
-        raise InputError(f"target {spec!r} has no config.json; expected a Hugging Face model directory or a .gguf file")
+            return TargetSpec("gguf", ggufs[0])
+        raise TargetSpecError(f"target {spec!r} has no config.json; expected a Hugging Face model directory or a "
+                              ".gguf file")
+    return TargetSpec("directory" if path.is_dir() else "hf_cache", root)
+
+
+def read_target(spec: str) -> TargetInfo:
+    resolved = resolve_target_spec(spec)
+    if resolved.kind == "gguf":
+        return read_gguf_target(resolved.path)
+    root = resolved.path
+    config_path = root / "config.json"
     doc, _ = load_json_object(config_path.read_bytes(), f"target {spec}/config.json")
     text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else doc
     special: dict[str, int] = {}

@@ -11,13 +11,21 @@ Severity = Literal["error", "warning", "info"]
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
-class Rule(msgspec.Struct, frozen=True):
+class Rule(msgspec.Struct, frozen=True, omit_defaults=True):
     id: str
     name: str
     severity: Severity
     area: str
     summary: str
     fix: str
+    doc: str = ""  # the long form `lilicorr-ckpt rules ID` prints: why it breaks a loader, an example
+
+    def long_doc(self) -> str:
+        lines = [f"{self.id} {self.name} ({self.severity}, {self.area})", "", self.summary, ""]
+        if self.doc:
+            lines += [self.doc.strip(), ""]
+        lines += [f"Fix: {self.fix}"]
+        return "\n".join(lines) + "\n"
 
 
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,8 +45,8 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 RULES: dict[str, Rule] = {}
 
 
-def rule(id: str, name: str, severity: Severity, area: str, summary: str, fix: str) -> Rule:
+def rule(id: str, name: str, severity: Severity, area: str, summary: str, fix: str, doc: str = "") -> Rule:
     if id in RULES:
         raise ValueError(f"duplicate rule id {id}")
-    RULES[id] = Rule(id, name, severity, area, summary, fix)
+    RULES[id] = Rule(id, name, severity, area, summary, fix, doc)
     return RULES[id]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from .errors import InputError
+from lilicorr_ckpt.errors import InputError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 INDEX_NAME = "model.safetensors.index.json"

@@ -1,6 +1,6 @@
 """JSON Schemas of every machine-readable output, generated from the msgspec types.
 
-`lilicorr-ckpt schema NAME` prints one (any install). In a source checkout `python -m lilicorr_ckpt.schemas`
+`lilicorr-ckpt schema NAME` prints one (any install). In a source checkout `python -m lilicorr_ckpt.report.schemas`
 rewrites schemas/ (or `--out DIR`); tests/test_reports.py fails when they drift.
 """
 
@@ -22,15 +22,15 @@ def _schema(kind: Any, title: str) -> dict[str, Any]:
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:
-    from .inspect import Inspection
-    from .validate import Report
+    from lilicorr_ckpt.checks.run import Report
+    from lilicorr_ckpt.report.inspect import Inspection
 
     out = {
         "validate-report.schema.json": _schema(Report, "lilicorr-ckpt validate report"),
         "inspect.schema.json": _schema(Inspection, "lilicorr-ckpt inspect output"),
     }
     try:
-        from .smoke_report import SmokeReport  # added with the smoke command
+        from lilicorr_ckpt.smoke.profile import SmokeReport  # added with the smoke command
     except ImportError:
         pass
     else:
@@ -53,7 +53,7 @@ def write(directory: Path = SCHEMA_DIR) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lilicorr_ckpt.schemas",
+    parser = argparse.ArgumentParser(prog="python -m lilicorr_ckpt.report.schemas",
                                      description="Write the JSON Schemas of the machine-readable outputs.")
     parser.add_argument("--out", type=Path, default=None, metavar="DIR",
                         help="where to write them (default: schemas/ of the source checkout this module is in)")

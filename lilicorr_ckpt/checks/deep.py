@@ -6,7 +6,7 @@ import mmap
 
 import numpy as np
 
-from .rules import Context
+from lilicorr_ckpt.checks.rules import Context
 
 SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales (modelopt_nvfp4.md §2.3, §2.5)
 CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size

@@ -10,7 +10,7 @@ import math
 
 import msgspec
 
-from .config import LILICORR_KEYS, DraftConfig
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS, DraftConfig
 
 DEFAULT_BLOCK_SIZE = 16  # SGLang's resolve_block_size(default=16); the other stacks refuse a missing block_size
 

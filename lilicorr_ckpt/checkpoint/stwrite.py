@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from .manifest import DTYPE_BYTES
+from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
 
 
 class Entry(msgspec.Struct, frozen=True):
