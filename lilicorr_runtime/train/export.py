@@ -15,9 +15,9 @@ import torch
 from msgspec import Struct
 from safetensors.torch import save_file
 
-from lilicorr_ckpt.config import parse_config
-from lilicorr_ckpt.geometry import resolve_geometry
-from lilicorr_ckpt.manifest import legacy_name
+from lilicorr_ckpt.checkpoint.config import parse_config
+from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
+from lilicorr_ckpt.checkpoint.manifest import legacy_name
 
 from ..dflash import Drafter, backbone_spec
 
