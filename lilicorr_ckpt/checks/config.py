@@ -1,0 +1,402 @@
+"""Config rules (LC0xx: schema and architecture; LC1xx: geometry keys): catalogue rows and checks."""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
+from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
+from lilicorr_ckpt.checks.context import Context, check, is_pow2
+from lilicorr_ckpt.checks.findings import rule
+
+# ---------------------------------------------------------------- catalogue
+CFG = "config"
+rule("LC001", "config-field-type", "error", CFG, "A config.json field has the wrong JSON type.",
+     "Write the value with the type the loaders cast to (integers for sizes and ids, numbers for eps/scale).")
+rule("LC002", "config-duplicate-key", "warning", CFG, "config.json repeats a key; readers keep only the last one.",
+     "Remove the duplicate so every reader sees the same value.")
+rule("LC003", "config-unknown-key", "info", CFG, "A key no loader reads (kept, not an error).",
+     "Nothing to do unless it is a misspelling of a key the loaders read.")
+rule("LC010", "architecture", "error", CFG, "`architectures` is missing or names no DFlash-family drafter.",
+     'Set "architectures": ["LiLiCorrDraftModel"] (or DFlashDraftModel for a head-free draft).')
+rule("LC011", "architecture-head-mismatch", "error", CFG,
+     "The declared architecture and the head it carries disagree.",
+     "Declare LiLiCorrDraftModel for a checkpoint with lilicorr.* tensors, DFlashDraftModel for one without.")
+rule("LC012", "family-backbone-only", "info", CFG,
+     "A sibling DFlash-family head (DFlash2, DSpark, Domino): only the backbone is checked.",
+     "Nothing to do; head checks for this family are not implemented yet.")
+rule("LC013", "head-geometry-unused", "warning", CFG,
+     "DFlashDraftModel is declared with lilicorr_* geometry: the loaders that select the class from architectures "
+     "never build the head.", "Declare LiLiCorrDraftModel, or drop the lilicorr_* keys for a head-free draft.")
+rule("LC101", "lilicorr-key-missing", "error", CFG, "A required lilicorr_* geometry key is missing from dflash_config.",
+     "Add every lilicorr_* key to dflash_config with the values the head was trained with.")
+rule("LC102", "lilicorr-key-not-finite", "error", CFG, "A lilicorr_* value is NaN or infinite.",
+     "Write the finite value the head was trained with.")
+rule("LC103", "lilicorr-value-range", "error", CFG, "A lilicorr_* value is out of its range (must be > 0).",
+     "Write the trained value; every lilicorr_* key except hidden_size must be positive.")
+rule("LC104", "topk-power-of-two", "error", CFG,
+     "lilicorr_candidate_topk is not a power of two <= 16, which the runtime's fused top-k requires.",
+     "Retrain/export with K in {1, 2, 4, 8, 16}, or serve with a runtime that accepts any K.")
+rule("LC105", "head-width", "error", CFG, "lilicorr_hidden_size is negative, or 0 where the runtime refuses 0.",
+     "Write the head's real width (the exporter writes the width, never 0).")
+rule("LC106", "heads-divide-width", "error", CFG, "lilicorr_num_heads does not divide the head width.",
+     "Use a head count that divides lilicorr_hidden_size.")
+rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside (0, 0.5), which TensorRT-LLM refuses.",
+     "Write the trained vector_eps; it must lie in (0, 0.5).")
+rule("LC108", "lilicorr-disabled", "error", CFG, "lilicorr_enabled is false on a LiLiCorrDraftModel.",
+     "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.")
+rule("LC110", "block-size-missing", "error", CFG, "block_size is absent and the runtime refuses the config (see LC125 for those that assume a default).",
+     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+rule("LC111", "block-size-conflict", "warning", CFG,
+     "dflash_config.block_size and the top-level block_size disagree (the nested one wins).",
+     "Make both keys hold the trained block size.")
+rule("LC112", "block-size-range", "error", CFG, "block_size must be an integer >= 2 for a LiLiCorr drafter.",
+     "Write the trained block size (16 for the published recipes).")
+rule("LC113", "target-layer-ids", "error", CFG,
+     "target_layer_ids is missing, empty, negative, duplicated or out of range.",
+     "Write the exact target layer ids the drafter was trained on (HF convention: id i reads the output of layer i).")
+rule("LC114", "target-layer-ids-order", "warning", CFG, "target_layer_ids is not ascending.",
+     "Check the order: fc's input columns follow the list order, so the order must be the trained one.")
+rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside the vocabulary.",
+     "Write dflash_config.mask_token_id: the id the drafter was trained with, < vocab_size.")
+rule("LC116", "conv-geometry", "error", CFG,
+     "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
+     "Write both keys as trained, or neither for a convolution-free drafter.")
+rule("LC117", "causal", "error", CFG, "The draft is declared causal, which TensorRT-LLM refuses.",
+     "Set dflash_config.causal (and is_causal) to false.")
+rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
+     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.")
+rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
+     "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.")
+rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
+     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.")
+rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
+     "Export bfloat16.")
+rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
+     "Write the target's vocab_size.")
+rule("LC123", "output-multiplier", "error", CFG, "output_multiplier is not > 0, which SGLang's DFlash config parser "
+     "requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
+
+rule("LC124", "topk-exceeds-vocab", "warning", CFG,
+     "lilicorr_candidate_topk exceeds vocab_size: MLX refuses it; the other runtimes document no check.",
+     "Write the trained K; it cannot exceed the vocabulary.")
+rule("LC125", "block-size-defaulted", "warning", CFG,
+     "block_size is absent and the runtime silently assumes its default.",
+     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at the top level of config.json.",
+     "Write it in dflash_config too.")
+rule("LC127", "mask-token-top-level-only", "info", CFG,
+     "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
+     "Write dflash_config.mask_token_id too.")
+rule("LC128", "causal-ignored", "warning", CFG,
+     "The draft is declared causal; this runtime drafts non-causally within the block whatever it says.",
+     "Set dflash_config.causal (and is_causal) to false.")
+
+
+
+# ---------------------------------------------------------------- checks
+
+
+@check
+def config_schema(ctx: Context) -> None:
+    for issue in ctx.parsed.issues:
+        ctx.emit("LC001", f"config.json {issue.describe()}", file="config.json", pointer=issue.path,
+                 expected=issue.expected, actual=issue.found)
+    for key in ctx.parsed.duplicate_keys:
+        ctx.emit("LC002", f"config.json repeats the key `{key}`; JSON readers keep the last value",
+                 file="config.json", subjects=[key])
+    interesting = [k for k in ctx.parsed.unknown_keys if "lilicorr" in k or "conv" in k or "block" in k
+                   or "target" in k or "mask" in k]
+    for key in interesting:
+        ctx.emit("LC003", f"config.json key {key} is not read by any loader (misspelt?)", file="config.json",
+                 pointer=key)
+
+
+@check
+def architecture(ctx: Context) -> None:
+    cfg = ctx.config
+    arch = cfg.architecture
+    has_head_tensors = any(n.startswith("lilicorr.") for n in ctx.names.by_canonical)
+    if cfg.architectures is None or not cfg.architectures:
+        if not ctx.parsed.invalid("$.architectures"):
+            ctx.emit("LC010", "config.json has no `architectures`; loaders select the drafter class from it",
+                     file="config.json", pointer="$.architectures", expected='["LiLiCorrDraftModel"]', actual="absent")
+        return
+    if cfg.family is None:
+        ctx.emit("LC010", f"architectures[0] is `{arch}`, not a DFlash-family drafter the loaders know",
+                 file="config.json", pointer="$.architectures[0]",
+                 expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
+        return
+    if cfg.family in ("dflash2", "dspark", "domino"):
+        ctx.emit("LC012", f"{arch} recognised: backbone, convolution and file checks only; its head is not checked",
+                 file="config.json", pointer="$.architectures[0]")
+    if cfg.family == "lilicorr" and cfg.dflash.lilicorr_enabled is False:
+        ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: SGLang parses the "
+                 "config as plain DFlash and the model then raises; vLLM refuses it",
+                 file="config.json", pointer="$.dflash_config.lilicorr_enabled", expected="true", actual="false")
+    routers = [p for p in ctx.profiles if p.projector_type_routes]
+    others = [p for p in ctx.profiles if not p.projector_type_routes]
+    if routed_by_projector(cfg) and has_head_tensors:
+        ctx.emit_for("LC011", others, f"architectures declares {arch} but the checkpoint has lilicorr.* head "
+                     "tensors: these loaders select the class from architectures, build no head and drop them "
+                     "silently (TensorRT-LLM routes it to LiLiCorr through dflash_config.projector_type / "
+                     "lilicorr_enabled)", file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel", actual=arch)
+    elif routed_by_projector(cfg) and head_declared(cfg):
+        ctx.emit_for("LC013", others, "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                     file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel", actual=arch)
+        if ctx.table.tensors:
+            ctx.emit_for("LC011", routers, "DFlashDraftModel with dflash_config.projector_type \"lilicorr\" (or "
+                         "lilicorr_enabled true): TensorRT-LLM routes it to LiLiCorr, but the checkpoint has no "
+                         "lilicorr.* tensors", file="config.json", pointer="$.dflash_config.projector_type",
+                         expected="lilicorr.* tensors", actual="none")
+    elif cfg.family != "lilicorr" and has_head_tensors:
+        ctx.emit("LC011", f"architectures declares {arch} but the checkpoint has lilicorr.* head tensors: the "
+                 "loader builds no head and drops them silently", file="config.json", pointer="$.architectures[0]",
+                 expected="LiLiCorrDraftModel", actual=arch)
+    elif cfg.family == "lilicorr" and not has_head_tensors and ctx.table.tensors:
+        ctx.emit("LC011", "LiLiCorrDraftModel declared but the checkpoint has no lilicorr.* tensors "
+                 "(a draft with no LiLiCorr head should declare DFlashDraftModel)",
+                 file="config.json", pointer="$.architectures[0]", expected="lilicorr.* tensors", actual="none")
+    elif cfg.family == "dflash" and head_declared(cfg):
+        ctx.emit("LC013", "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                 file="config.json", pointer="$.architectures[0]",
+                 expected="LiLiCorrDraftModel", actual=arch)
+
+
+@check
+def lilicorr_geometry(ctx: Context) -> None:
+    g = ctx.geometry
+    if not g.lilicorr_enabled or not (ctx.config.family in ("lilicorr", None) or routed_by_projector(ctx.config)):
+        return
+    d = msgspec.structs.asdict(ctx.config.dflash)
+    for key in LILICORR_KEYS:
+        path = f"$.dflash_config.{key}"
+        value = d[key]
+        if value is None:
+            if ctx.parsed.invalid(path):
+                continue
+            top = ctx.parsed.raw.get(key)
+            where = " (it is at the top level; loaders read it only from dflash_config)" if top is not None else ""
+            ctx.emit("LC101", f"dflash_config.{key} is missing{where}: every loader refuses a LiLiCorr config "
+                     "without it (no default: a guess would load cleanly and score a different function)",
+                     file="config.json", pointer=path, expected="present", actual="absent", subjects=[key])
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            ctx.emit("LC102", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                     expected="a finite number", actual=value, subjects=[key])
+            continue
+        if key == "lilicorr_hidden_size":
+            if value < 0:
+                ctx.emit("LC105", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                         expected=">= 0", actual=value, subjects=[key])
+            elif value == 0:
+                refuse = [p for p in ctx.profiles if not p.hidden_size_zero_ok]
+                ctx.emit_for("LC105", refuse, f"dflash_config.{key} is 0, which TensorRT-LLM refuses "
+                             f"(SGLang and vLLM read it as the draft width {g.hidden_size})",
+                             file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
+                             actual=0, subjects=[key])
+            continue
+        if value <= 0:
+            ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                     expected="> 0", actual=value, subjects=[key])
+    k = d["lilicorr_candidate_topk"]
+    if isinstance(k, int) and k > 0:
+        bad = [p for p in ctx.profiles if p.topk_power_of_two_max is not None
+               and (not is_pow2(k) or k > p.topk_power_of_two_max)]
+        if bad:
+            ctx.emit_for("LC104", bad, f"lilicorr_candidate_topk is {k}: the fused candidate top-k holds its tiles "
+                         "in one Triton lane group, so it must be a power of two <= 16",
+                         file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                         expected="one of 1, 2, 4, 8, 16", actual=k)
+        if g.vocab_size is not None and k > g.vocab_size:
+            # format.md §1.2: only MLX (not a --runtime profile) is documented to refuse K > V
+            ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
+                     "SGLang, vLLM and TensorRT-LLM document no check (a top-K over fewer than K tokens)",
+                     file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                     expected=f"<= {g.vocab_size}", actual=k)
+    n, h = g.head_num_heads, g.head_hidden_size
+    if n is not None and h is not None and h % n:
+        ctx.emit("LC106", f"lilicorr_num_heads {n} does not divide the head width {h}", file="config.json",
+                 pointer="$.dflash_config.lilicorr_num_heads", expected=f"a divisor of {h}", actual=n)
+    if g.head_mlp_width == 0:
+        ctx.emit("LC103", f"int(lilicorr_hidden_size * lilicorr_mlp_ratio) is 0 (h={h}, ratio={g.head_mlp_ratio})",
+                 file="config.json", pointer="$.dflash_config.lilicorr_mlp_ratio", expected="> 0", actual=0)
+    eps = d["lilicorr_vector_eps"]
+    if isinstance(eps, float) and math.isfinite(eps) and eps > 0 and eps >= 0.5:
+        ctx.emit_for("LC107", [p for p in ctx.profiles if p.vector_eps_below_half],
+                     f"lilicorr_vector_eps is {eps}", file="config.json",
+                     pointer="$.dflash_config.lilicorr_vector_eps", expected="in (0, 0.5)", actual=eps)
+
+
+@check
+def block_size(ctx: Context) -> None:
+    cfg = ctx.config
+    nested, top = cfg.dflash.block_size, cfg.block_size
+    if nested is None and top is None:
+        if ctx.parsed.invalid("$.block_size") or ctx.parsed.invalid("$.dflash_config.block_size"):
+            return
+        for p in ctx.profiles:
+            if p.block_size_default is None:
+                ctx.emit("LC110", f"block_size is absent: {p.display} refuses the config", runtimes=[p.name],
+                         file="config.json", pointer="$.dflash_config.block_size", expected="present", actual="absent")
+            else:
+                ctx.emit("LC125", f"block_size is absent: {p.display} silently assumes {p.block_size_default}",
+                         runtimes=[p.name], file="config.json",
+                         pointer="$.dflash_config.block_size", expected="present", actual="absent")
+        return
+    if nested is not None and top is not None and nested != top:
+        ctx.emit("LC111", f"dflash_config.block_size is {nested} but the top-level block_size is {top}; "
+                 f"SGLang, vLLM and TRT use {nested}, older readers {top}", file="config.json",
+                 pointer="$.block_size", expected=nested, actual=top)
+    value = nested if nested is not None else top
+    minimum = 2 if ctx.geometry.lilicorr_enabled else 1
+    if value < minimum:
+        ctx.emit("LC112", f"block_size is {value}", file="config.json",
+                 pointer="$.dflash_config.block_size" if nested is not None else "$.block_size",
+                 expected=f">= {minimum}", actual=value)
+    elif nested is None:
+        ctx.emit("LC126", "block_size is only at the top level; write it in dflash_config too",
+                 file="config.json", pointer="$.dflash_config.block_size")
+
+
+@check
+def target_layer_ids(ctx: Context) -> None:
+    cfg = ctx.config
+    ids = cfg.dflash.target_layer_ids if cfg.dflash.target_layer_ids is not None else cfg.target_layer_ids
+    path = "$.dflash_config.target_layer_ids" if cfg.dflash.target_layer_ids is not None else "$.target_layer_ids"
+    if ids is None:
+        if ctx.parsed.invalid("$.target_layer_ids") or ctx.parsed.invalid("$.dflash_config.target_layer_ids"):
+            return
+        fallbacks = "; ".join(f"{p.display} {p.target_layer_ids_fallback}" for p in ctx.profiles)
+        ctx.emit("LC113", f"target_layer_ids is missing ({fallbacks}); wrong taps load cleanly and collapse acceptance",
+                 file="config.json", pointer="$.dflash_config.target_layer_ids", expected="the trained ids",
+                 actual="absent")
+        return
+    if not ids:
+        ctx.emit("LC113", "target_layer_ids is empty", file="config.json", pointer=path,
+                 expected="at least one id", actual="[]")
+        return
+    negative = [i for i in ids if i < 0]
+    if negative:
+        ctx.emit("LC113", f"target_layer_ids has negative ids {negative} (they would wrap around silently)",
+                 file="config.json", pointer=path, expected="ids >= 0", actual=ids)
+    dups = sorted({i for i in ids if ids.count(i) > 1})
+    if dups:
+        ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
+                 expected="unique ids", actual=ids)
+    n = ctx.geometry.num_target_layers
+    if n is not None:
+        out = [i for i in ids if i >= n]
+        if out:
+            shifted = " (they look shifted by +1: ids are 'output of layer i', 0-based)" if max(ids) == n else ""
+            ctx.emit("LC113", f"target_layer_ids {out} are >= num_target_layers {n}{shifted}", file="config.json",
+                     pointer=path, expected=f"ids in 0..{n - 1}", actual=ids)
+    if not negative and not dups and list(ids) != sorted(ids):
+        ctx.emit("LC114", f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+
+
+@check
+def mask_token(ctx: Context) -> None:
+    cfg = ctx.config
+    mask = cfg.dflash.mask_token_id if cfg.dflash.mask_token_id is not None else cfg.mask_token_id
+    if mask is None:
+        if ctx.parsed.invalid("$.dflash_config.mask_token_id") or ctx.parsed.invalid("$.mask_token_id"):
+            return
+        what = "; ".join(f"{p.display} {p.mask_token_fallback}" for p in ctx.profiles)
+        ctx.emit("LC115", f"mask_token_id is missing ({what})", file="config.json",
+                 pointer="$.dflash_config.mask_token_id", expected="the trained mask id", actual="absent")
+        return
+    if mask < 0:
+        ctx.emit("LC115", f"mask_token_id is {mask}", file="config.json", pointer="$.dflash_config.mask_token_id",
+                 expected=">= 0", actual=mask)
+    elif cfg.vocab_size is not None and mask >= cfg.vocab_size:
+        ctx.emit("LC115", f"mask_token_id {mask} is not below vocab_size {cfg.vocab_size}", file="config.json",
+                 pointer="$.dflash_config.mask_token_id", expected=f"< {cfg.vocab_size}", actual=mask)
+    elif cfg.dflash.mask_token_id is None:
+        ctx.emit("LC127", "mask_token_id is only at the top level; MLX-style readers require it in dflash_config",
+                 file="config.json", pointer="$.dflash_config.mask_token_id")
+
+
+@check
+def conv_geometry(ctx: Context) -> None:
+    d = ctx.config.dflash
+    taps, group = d.conv_kernel_size, d.conv_group_size
+    for key, value in (("conv_kernel_size", taps), ("conv_group_size", group)):
+        if value is not None and value < 0:
+            ctx.emit("LC116", f"dflash_config.{key} is {value}", file="config.json",
+                     pointer=f"$.dflash_config.{key}", expected=">= 0", actual=value)
+    t, gsz = taps or 0, group or 0
+    if (t > 0) != (gsz > 0):
+        strict = [p for p in ctx.profiles if p.conv_keys_both_or_neither or t > 0]
+        shown = [("absent" if v is None else v) for v in (taps, group)]
+        ctx.emit_for("LC116", strict, f"conv_kernel_size is {shown[0]} and conv_group_size is {shown[1]}: both or neither",
+                     file="config.json", pointer="$.dflash_config.conv_kernel_size",
+                     expected="both > 0 or both 0", actual=f"{shown[0]}/{shown[1]}")
+    if t > 0:
+        b = ctx.geometry.block_size
+        if b is not None and t > b:
+            ctx.emit_for("LC116", [p for p in ctx.profiles if p.conv_kernel_within_block],
+                         f"conv_kernel_size {t} exceeds block_size {b}", file="config.json",
+                         pointer="$.dflash_config.conv_kernel_size", expected=f"<= {b}", actual=t)
+    m = ctx.geometry.hidden_size
+    if gsz > 0 and m is not None and m % gsz:
+        ctx.emit("LC116", f"hidden_size {m} is not divisible by conv_group_size {gsz}", file="config.json",
+                 pointer="$.dflash_config.conv_group_size", expected=f"a divisor of {m}", actual=gsz)
+
+
+@check
+def backbone_config(ctx: Context) -> None:
+    cfg = ctx.config
+    if cfg.dflash.causal is True or cfg.is_causal is True:
+        key = "$.dflash_config.causal" if cfg.dflash.causal else "$.is_causal"
+        refuse = [p for p in ctx.profiles if p.refuses_causal]
+        others = [p for p in ctx.profiles if not p.refuses_causal]
+        for group, rule_id in ((refuse, "LC117"), (others, "LC128")):
+            ctx.emit_for(rule_id, group, "the draft is declared causal; TensorRT-LLM refuses it (\"requires "
+                         "non-causal\"), the other stacks draft non-causally within the block whatever it says",
+                         file="config.json", pointer=key, expected="false", actual="true")
+    if cfg.output_multiplier is not None and not (cfg.output_multiplier > 0):
+        ctx.emit_for("LC123", [p for p in ctx.profiles if p.output_multiplier_positive],
+                     f"output_multiplier is {cfg.output_multiplier}: SGLang's DFlash config parser requires it "
+                     "> 0 (default 1)", file="config.json", pointer="$.output_multiplier", expected="> 0",
+                     actual=cfg.output_multiplier)
+    for key, value in (("hidden_size", cfg.hidden_size), ("num_hidden_layers", cfg.num_hidden_layers),
+                       ("num_attention_heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)):
+        if ctx.parsed.invalid(f"$.{key}"):
+            continue
+        if value is None or value < 1:
+            ctx.emit("LC118", f"{key} is {'absent' if value is None else value}", file="config.json",
+                     pointer=f"$.{key}", expected=">= 1", actual="absent" if value is None else value)
+    g = ctx.geometry
+    if cfg.num_key_value_heads is not None and g.num_heads and (cfg.num_key_value_heads < 1
+                                                               or g.num_heads % cfg.num_key_value_heads):
+        ctx.emit("LC118", f"num_key_value_heads {cfg.num_key_value_heads} does not divide num_attention_heads "
+                 f"{g.num_heads}", file="config.json", pointer="$.num_key_value_heads")
+    if cfg.head_dim is None and g.hidden_size and g.num_heads and g.hidden_size % g.num_heads:
+        ctx.emit("LC118", "head_dim is absent and hidden_size is not divisible by num_attention_heads",
+                 file="config.json", pointer="$.head_dim")
+    if cfg.vocab_size is None and not ctx.parsed.invalid("$.vocab_size"):
+        ctx.emit("LC122", "vocab_size is absent", file="config.json", pointer="$.vocab_size")
+    if cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) != g.num_layers:
+        ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
+                 file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+    if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
+        ctx.emit("LC119", "a layer is sliding_attention but sliding_window is not set", file="config.json",
+                 pointer="$.sliding_window")
+    if cfg.dflash.use_swa and not (cfg.dflash.swa_window_size or cfg.sliding_window):
+        ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
+                 file="config.json", pointer="$.dflash_config.swa_window_size")
+    unknown = sorted({t for t in cfg.layer_types or [] if t not in ("full_attention", "sliding_attention")})
+    if unknown:
+        ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
+    if cfg.draft_id_to_target_id is not None or (cfg.draft_vocab_size is not None and cfg.vocab_size is not None
+                                                 and cfg.draft_vocab_size != cfg.vocab_size):
+        ctx.emit("LC120", "the config declares a reduced/remapped draft vocabulary; LiLiCorr drafts over the full "
+                 "target vocabulary", file="config.json", pointer="$.draft_vocab_size")
+    if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
+        ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
+                 "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
