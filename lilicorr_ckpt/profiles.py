@@ -25,8 +25,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     block_size_default: int | None  # used when block_size is absent everywhere; None = refused
     conv_keys_both_or_neither: bool
     conv_kernel_within_block: bool  # refuses conv_kernel_size > block_size
-    legacy_mlp_names: str  # "renamed" | "unconfirmed"
-    owned_lm_head: str  # "supported" | "unconfirmed"
+    legacy_mlp_names: str  # "renamed" | "refused" (no parameter for the Sequential names)
+    owned_lm_head: str  # "supported" | "dropped" (no lm_head parameter: the target's head is used)
     # linear modules this runtime builds unquantized whatever the quant config says
     float_forced: tuple[str, ...]
     # linear modules that must be float and excluded, because the runtime follows the config for them
@@ -44,11 +44,33 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     flat_group_size_default: int | None = None
     # reads the nested hf_quant_config.json when config.json has no quantization_config
     reads_hf_quant_config: bool = False
-    refuses_causal: bool = False  # refuses is_causal / dflash_config.causal true ("requires non-causal")
-    output_multiplier_positive: bool = False  # parses output_multiplier and requires it > 0
+    # is_causal / dflash_config.causal true: "refuses" ("requires non-causal"), "honours" (drafts causally as
+    # declared) or "ignores" (runs full layers bidirectionally whatever the config says: a silent mis-load)
+    causal: str = "refuses"
+    # reads output_multiplier from dflash_config only and requires it > 0 (None: does not read it)
+    output_multiplier_nested_positive: bool = False
     embedding_rows_equal_vocab: bool = False  # the target's input embedding must have exactly V rows
-    accepts_fused_qkv: bool = False  # accepts (and splits) a fused self_attn.qkv_proj.weight
-    projector_type_routes: bool = False  # dflash_config.projector_type "lilicorr" selects LiLiCorr
+    accepts_fused_qkv: bool = True  # accepts (and splits) a float fused self_attn.qkv_proj.weight
+    # DFlashDraftModel (and the backbones in projector_routed_architectures) with dflash_config.projector_type
+    # "lilicorr" / lilicorr_enabled true selects LiLiCorr
+    projector_type_routes: bool = False
+    projector_routed_architectures: tuple[str, ...] = ()
+    # with num_target_layers absent, checks target_layer_ids against the draft's own num_hidden_layers
+    taps_checked_against_draft_layers: bool = False
+    num_target_layers_positive: bool = False  # refuses num_target_layers < 1
+    hidden_act: str = "silu-only"  # "silu-only" (refuses others) | "unconfirmed"
+    # a sliding_attention layer takes its window from dflash_config.swa_window_size when sliding_window is absent
+    swa_window_size_read: bool = False
+    # dflash_config.use_swa (outside layer_types): "applied" (every layer sliding) | "ignored" (full attention)
+    use_swa: str = "applied"
+    # dflash_config.swa_window_size < 1 with use_swa: "refuses" | "literal" (a window of 0) | "ignored"
+    swa_window_zero: str = "refuses"
+    # whole-number floats (4.0) where an integer is needed: "casts" (int()), "crashes" (used raw: TypeError),
+    # "refuses" (an explicit integer check) or "unconfirmed"
+    integral_float_lilicorr: str = "casts"  # lilicorr_* integer geometry
+    integral_float_backbone: str = "casts"  # hidden_size, num_hidden_layers, block_size, ...
+    integral_float_mask_token: str = "casts"  # mask_token_id
+    embed_tokens_copy: str = "dropped"  # a draft embed_tokens.weight: "dropped" | "used" | "replaced"
 
     def must_stay_float(self, module: str) -> bool:
         """The linear `module` (canonical name) must be stored in float for this runtime."""
@@ -74,14 +96,20 @@ SGLANG = RuntimeProfile(
     conv_keys_both_or_neither=True,
     conv_kernel_within_block=False,
     legacy_mlp_names="renamed",
-    owned_lm_head="unconfirmed",
+    owned_lm_head="dropped",  # dflash.py DFlashDraftModel has no lm_head parameter; load_weights drops it
     float_forced=QKV + HEAD_RAW_LINEARS + FEATURE_MLP,
     float_required=(),
     quant_unconfirmed=("layers.*.attention_conv.kernel_projection", "layers.*.mlp_conv.kernel_projection",
                        "lm_head"),
     exclusion_matcher="sglang",
     nested_quant_method_algos=None,
-    output_multiplier_positive=True,  # format.md §1.3: output_multiplier > 0, default 1
+    output_multiplier_nested_positive=True,  # parse_dflash_draft_config reads dflash_config only
+    causal="ignores",  # full layers run ENCODER_ONLY; dflash_config.causal is never read
+    taps_checked_against_draft_layers=True,  # DFlashDraftModel.__init__ falls back to num_hidden_layers
+    num_target_layers_positive=True,
+    use_swa="ignored",  # read only for the Nemotron-3.5 layout
+    swa_window_zero="ignored",
+    integral_float_mask_token="refuses",  # parse_dflash_draft_config: "mask_token_id must be an integer"
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
     "checkpoints, sglang#37475)",
@@ -96,7 +124,7 @@ VLLM = RuntimeProfile(
     block_size_default=None,
     conv_keys_both_or_neither=True,
     conv_kernel_within_block=False,
-    legacy_mlp_names="unconfirmed",
+    legacy_mlp_names="refused",  # lilicorr.py named-MLP revision: no renaming, no Sequential parameters
     owned_lm_head="supported",
     float_forced=HEAD_RAW_LINEARS,
     # qkv_proj follows the quant config, but the fused-KV context path runs F.linear on raw slices of it.
@@ -111,6 +139,12 @@ VLLM = RuntimeProfile(
     flat_exclusions_key="ignore",  # modelopt_nvfp4.md §2.2
     flat_group_size_default=16,  # modelopt_nvfp4.md §2.2: top-level group_size, default 16
     reads_hf_quant_config=True,  # modelopt_nvfp4.md §1.5: derives quant_method for the nested form
+    causal="honours",  # qwen3_dflash.py _dflash_layer_causal: is_causal, then dflash_config.causal
+    swa_window_size_read=True,  # qwen3_dflash.py _resolve_layer_attention reads swa_window_size first
+    swa_window_zero="literal",
+    integral_float_lilicorr="crashes",  # candidate_topk & (candidate_topk - 1), range(num_layers)
+    integral_float_backbone="crashes",  # range(config.num_hidden_layers)
+    embed_tokens_copy="used",  # includes_embed_tokens: the draft's own input table
 )
 
 TRTLLM = RuntimeProfile(
@@ -124,17 +158,24 @@ TRTLLM = RuntimeProfile(
     conv_kernel_within_block=True,
     legacy_mlp_names="renamed",
     owned_lm_head="supported",
-    float_forced=(),
+    # modeling_dflash.py _build_fused_kv_buffers slices the raw qkv_proj weight into its context-KV buffer
+    float_forced=QKV,
     float_required=(),
     quant_unconfirmed=(),
     exclusion_matcher="trtllm",
     nested_quant_method_algos=None,
     mask_token_fallback="falls back to vocab_size, an id outside the embedding",
     target_layer_ids_fallback="takes fc's input width from the checkpoint",
-    refuses_causal=True,  # format.md §1.3
+    causal="refuses",  # "LiLiCorr requires non-causal draft attention"
     embedding_rows_equal_vocab=True,  # format.md §3
-    accepts_fused_qkv=True,  # format.md §2.1
-    projector_type_routes=True,  # format.md §1.2
+    projector_type_routes=True,
+    # its LiLiCorr test routes Qwen3ForCausalLM + projector_type / lilicorr_enabled to LiLiCorr (a Laguna backbone
+    # is refused: "generic GQA DFlash backbone")
+    projector_routed_architectures=("Qwen3ForCausalLM",),
+    hidden_act="unconfirmed",  # GatedMLP activation from the HF backbone: not traced
+    integral_float_lilicorr="crashes",  # LiLiCorrHead uses the raw values (torch.zeros, range)
+    integral_float_backbone="unconfirmed",  # range(num_draft_layers) would crash; not traced
+    embed_tokens_copy="replaced",  # load_weights_from_target_model swaps in the target's
 )
 
 PROFILES = {p.name: p for p in (SGLANG, VLLM, TRTLLM)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgspec
 
@@ -10,6 +11,7 @@ from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checks.context import Context, check, is_pow2
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.profiles import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
 CFG = "config"
@@ -64,8 +66,8 @@ rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside t
 rule("LC116", "conv-geometry", "error", CFG,
      "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
      "Write both keys as trained, or neither for a convolution-free drafter.")
-rule("LC117", "causal", "error", CFG, "The draft is declared causal, which TensorRT-LLM refuses.",
-     "Set dflash_config.causal (and is_causal) to false.")
+rule("LC117", "causal", "error", CFG, "The draft is declared causal, which the runtime refuses (\"requires "
+     "non-causal\").", "Set dflash_config.causal (and is_causal) to false.")
 rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
      "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.")
 rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
@@ -76,8 +78,8 @@ rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, whi
      "Export bfloat16.")
 rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
      "Write the target's vocab_size.")
-rule("LC123", "output-multiplier", "error", CFG, "output_multiplier is not > 0, which SGLang's DFlash config parser "
-     "requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
+rule("LC123", "output-multiplier", "error", CFG, "dflash_config.output_multiplier is not > 0, which the runtime's "
+     "DFlash config parser requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
 
 rule("LC124", "topk-exceeds-vocab", "warning", CFG,
      "lilicorr_candidate_topk exceeds vocab_size: MLX refuses it; the other runtimes document no check.",
@@ -90,10 +92,50 @@ rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at t
 rule("LC127", "mask-token-top-level-only", "info", CFG,
      "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
      "Write dflash_config.mask_token_id too.")
-rule("LC128", "causal-ignored", "warning", CFG,
-     "The draft is declared causal; this runtime drafts non-causally within the block whatever it says.",
-     "Set dflash_config.causal (and is_causal) to false.")
-
+rule("LC129", "output-multiplier-not-read", "info", CFG,
+     "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
+     "Move it into dflash_config (or drop it: the default is 1).")
+rule("LC130", "taps-vs-draft-layers", "error", CFG,
+     "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
+     "checks the ids against the draft's own layer count and refuses them.",
+     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.")
+rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
+     "Train/export with silu (the DFlash backbone supports no other activation).")
+rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
+     "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
+     "Use silu, or test the runtime yourself.")
+rule("LC133", "causal-run-bidirectionally", "error", CFG,
+     "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
+     "config says: it loads cleanly and serves a different function than the one trained.",
+     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.")
+rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
+     "declared.", "Nothing to do for this runtime.")
+rule("LC135", "swa-window-zero", "error", CFG,
+     "use_swa is true with swa_window_size < 1, which the runtime refuses.",
+     "Write the trained window (>= 1), or set use_swa false.")
+rule("LC136", "swa-window-zero-literal", "warning", CFG,
+     "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
+     "Write the trained window (>= 1), or set use_swa false.")
+rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_window_size are not read by the "
+     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.")
+rule("LC138", "use-swa-ignored", "error", CFG,
+     "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
+     "attention, a different function than the one trained.",
+     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.")
+rule("LC139", "integral-float", "error", CFG,
+     "An integer setting is written as a whole-number float (4.0), which the runtime does not cast: it refuses it "
+     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).")
+rule("LC140", "integral-float-unconfirmed", "warning", CFG,
+     "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
+     "Write the value as a JSON integer (4, not 4.0).")
+rule("LC141", "integral-float-cast", "info", CFG,
+     "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
+     "Write the value as a JSON integer for the runtimes that do not cast.")
+rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
+     "Write the target's layer count.")
+rule("LC143", "layer-types-long", "warning", CFG,
+     "layer_types has more entries than the draft has layers; the extra entries are ignored.",
+     "Give exactly one entry per draft layer.")
 
 
 # ---------------------------------------------------------------- checks
@@ -125,9 +167,16 @@ def architecture(ctx: Context) -> None:
                      file="config.json", pointer="$.architectures", expected='["LiLiCorrDraftModel"]', actual="absent")
         return
     if cfg.family is None:
-        ctx.emit("LC010", f"architectures[0] is `{arch}`, not a DFlash-family drafter the loaders know",
-                 file="config.json", pointer="$.architectures[0]",
-                 expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
+        d = cfg.dflash
+        projector = d.projector_type == "lilicorr" or d.lilicorr_enabled is True
+        routers = [p for p in ctx.profiles if projector and p.projector_type_routes
+                   and arch in p.projector_routed_architectures]
+        strict = [p for p in ctx.profiles if p not in routers]
+        tail = (f" ({_names(routers, 'routes')} it to LiLiCorr through dflash_config.projector_type / "
+                "lilicorr_enabled; the others select the class from architectures)") if projector and routers else ""
+        ctx.emit_for("LC010", strict, f"architectures[0] is `{arch}`, not a DFlash-family drafter the loaders "
+                     f"know{tail}", file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
         return
     if cfg.family in ("dflash2", "dspark", "domino"):
         ctx.emit("LC012", f"{arch} recognised: backbone, convolution and file checks only; its head is not checked",
@@ -289,6 +338,22 @@ def target_layer_ids(ctx: Context) -> None:
         ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
                  expected="unique ids", actual=ids)
     n = ctx.geometry.num_target_layers
+    declared = [v for v in (cfg.dflash.num_target_layers, cfg.num_target_layers) if v is not None]
+    for v in declared:
+        if v < 1:
+            ctx.emit_for("LC142", [p for p in ctx.profiles if p.num_target_layers_positive],
+                         f"num_target_layers is {v}", file="config.json", pointer="$.num_target_layers",
+                         expected=">= 1", actual=v)
+            break
+    draft_layers = ctx.geometry.num_layers
+    if not declared and draft_layers is not None and not ctx.parsed.invalid("$.num_target_layers"):
+        beyond = [i for i in ids if i >= draft_layers]
+        checkers = [p for p in ctx.profiles if p.taps_checked_against_draft_layers]
+        if beyond:
+            ctx.emit_for("LC130", checkers, f"num_target_layers is absent, so {_names(checkers, 'checks|check')} "
+                         f"target_layer_ids against the draft's num_hidden_layers {draft_layers} and refuses "
+                         f"{beyond} (\"out-of-range layer id\")", file="config.json", pointer="$.num_target_layers",
+                         expected="present", actual="absent")
     if n is not None:
         out = [i for i in ids if i >= n]
         if out:
@@ -352,18 +417,45 @@ def conv_geometry(ctx: Context) -> None:
 def backbone_config(ctx: Context) -> None:
     cfg = ctx.config
     if cfg.dflash.causal is True or cfg.is_causal is True:
-        key = "$.dflash_config.causal" if cfg.dflash.causal else "$.is_causal"
-        refuse = [p for p in ctx.profiles if p.refuses_causal]
-        others = [p for p in ctx.profiles if not p.refuses_causal]
-        for group, rule_id in ((refuse, "LC117"), (others, "LC128")):
-            ctx.emit_for(rule_id, group, "the draft is declared causal; TensorRT-LLM refuses it (\"requires "
-                         "non-causal\"), the other stacks draft non-causally within the block whatever it says",
-                         file="config.json", pointer=key, expected="false", actual="true")
-    if cfg.output_multiplier is not None and not (cfg.output_multiplier > 0):
-        ctx.emit_for("LC123", [p for p in ctx.profiles if p.output_multiplier_positive],
-                     f"output_multiplier is {cfg.output_multiplier}: SGLang's DFlash config parser requires it "
-                     "> 0 (default 1)", file="config.json", pointer="$.output_multiplier", expected="> 0",
-                     actual=cfg.output_multiplier)
+        nested = cfg.dflash.causal is True
+        key = "$.dflash_config.causal" if nested else "$.is_causal"
+        what = "dflash_config.causal" if nested else "is_causal"
+        by = {mode: [p for p in ctx.profiles if p.causal == mode] for mode in ("refuses", "ignores", "honours")}
+        if by["refuses"]:
+            ctx.emit_for("LC117", by["refuses"], f"{what} is true: {_names(by['refuses'], 'refuses|refuse')} a causal LiLiCorr "
+                         "draft (\"requires non-causal draft attention\")", file="config.json", pointer=key,
+                         expected="false", actual="true")
+        if by["ignores"]:
+            revision = ("" if nested else "; a later revision that reads top-level is_causal runs them causally, so "
+                        "the result depends on the version")
+            ctx.emit_for("LC133", by["ignores"], f"{what} is true but {_names(by['ignores'], 'never reads|never read')} it "
+                         f"and runs full-attention layers bidirectionally{revision}: the draft loads cleanly and scores a "
+                         "different function than the one trained", file="config.json", pointer=key,
+                         expected="false", actual="true")
+        if by["honours"]:
+            ctx.emit_for("LC134", by["honours"], f"{what} is true: {_names(by['honours'], 'drafts|draft')} causally as "
+                         "declared", file="config.json", pointer=key)
+    nested_mult = ctx.parsed.raw.get("dflash_config", {}).get("output_multiplier") \
+        if isinstance(ctx.parsed.raw.get("dflash_config"), dict) else None
+    readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
+    if _is_number(nested_mult) and not (nested_mult > 0):
+        ctx.emit_for("LC123", readers, f"dflash_config.output_multiplier is {nested_mult}: "
+                     f"{_names(readers, 'requires|require')} it > 0 (default 1)", file="config.json", pointer="$.dflash_config.output_multiplier",
+                     expected="> 0", actual=nested_mult)
+    if cfg.output_multiplier is not None:
+        ctx.emit_for("LC129", readers, f"the top-level output_multiplier ({cfg.output_multiplier}) is not read: "
+                     f"{_names(readers, 'reads|read')} output_multiplier from dflash_config only", file="config.json",
+                     pointer="$.output_multiplier")
+    act = cfg.hidden_act
+    if act is not None and act.lower() != "silu":
+        for mode, rule_id, verb in (("silu-only", "LC131", "refuses|refuse"),
+                                    ("unconfirmed", "LC132", "is|are")):
+            mine = [p for p in ctx.profiles if p.hidden_act == mode]
+            ctx.emit_for(rule_id, mine, f"hidden_act is {act!r}: {_names(mine, verb)} "
+                         + ("it (the DFlash MLP supports only silu)" if rule_id == "LC131" else "not confirmed to "
+                            "support it"), file="config.json",
+                         pointer="$.hidden_act", expected='"silu"', actual=act)
+    _integral_floats(ctx)
     for key, value in (("hidden_size", cfg.hidden_size), ("num_hidden_layers", cfg.num_hidden_layers),
                        ("num_attention_heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)):
         if ctx.parsed.invalid(f"$.{key}"):
@@ -381,15 +473,38 @@ def backbone_config(ctx: Context) -> None:
                  file="config.json", pointer="$.head_dim")
     if cfg.vocab_size is None and not ctx.parsed.invalid("$.vocab_size"):
         ctx.emit("LC122", "vocab_size is absent", file="config.json", pointer="$.vocab_size")
-    if cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) != g.num_layers:
+    if cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) < g.num_layers:
         ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
                  file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+    elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
+        ctx.emit("LC143", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; the "
+                 "loaders read the first ones", file="config.json", pointer="$.layer_types",
+                 expected=g.num_layers, actual=len(cfg.layer_types))
+    swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
-        ctx.emit("LC119", "a layer is sliding_attention but sliding_window is not set", file="config.json",
-                 pointer="$.sliding_window")
-    if cfg.dflash.use_swa and not (cfg.dflash.swa_window_size or cfg.sliding_window):
-        ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
-                 file="config.json", pointer="$.dflash_config.swa_window_size")
+        strict = [p for p in ctx.profiles if not (p.swa_window_size_read and swa is not None and swa >= 1)]
+        ctx.emit_for("LC119", strict, "a layer is sliding_attention but sliding_window is not set"
+                     + (f" ({_names(strict, 'reads')} no window from dflash_config.swa_window_size)"
+                        if swa is not None and swa >= 1 else ""), file="config.json", pointer="$.sliding_window")
+    if cfg.dflash.use_swa:
+        if swa is None and not cfg.sliding_window:
+            ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
+                     file="config.json", pointer="$.dflash_config.swa_window_size")
+        if swa is not None and swa < 1:
+            for mode, rule_id, verb, text in (
+                    ("refuses", "LC135", "refuses|refuse", "it"),
+                    ("literal", "LC136", "passes|pass", f"{swa} through as the layers' window"),
+                    ("ignored", "LC137", "does not read|do not read", "use_swa / swa_window_size")):
+                mine = [p for p in ctx.profiles if p.swa_window_zero == mode]
+                ctx.emit_for(rule_id, mine, f"dflash_config.use_swa is true with swa_window_size {swa}: "
+                             f"{_names(mine, verb)} {text}", file="config.json",
+                             pointer="$.dflash_config.swa_window_size", expected=">= 1", actual=swa)
+        if cfg.layer_types is None:
+            ignoring = [p for p in ctx.profiles if p.use_swa == "ignored"]
+            ctx.emit_for("LC138", ignoring, f"dflash_config.use_swa is true and layer_types is absent: "
+                         f"{_names(ignoring, 'does not read|do not read')} use_swa: every layer is served with full attention "
+                         "(the others make every layer sliding)", file="config.json", pointer="$.layer_types",
+                         expected="layer_types", actual="absent")
     unknown = sorted({t for t in cfg.layer_types or [] if t not in ("full_attention", "sliding_attention")})
     if unknown:
         ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
@@ -400,3 +515,52 @@ def backbone_config(ctx: Context) -> None:
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
         ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
                  "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
+
+
+def _names(profiles: list[RuntimeProfile], verb: str = "") -> str:
+    """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
+    names = " and ".join(p.display for p in profiles)
+    if "|" in verb:
+        one, several = verb.split("|")
+        verb = several if len(profiles) > 1 else one
+    return f"{names} {verb}".rstrip()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# integer settings by the class of code that reads them (RuntimeProfile.integral_float_*)
+_INT_LILICORR = ("lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers", "lilicorr_num_heads",
+                 "lilicorr_factor_dim")
+_INT_BACKBONE_TOP = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "intermediate_size", "vocab_size", "block_size", "num_target_layers")
+_INT_BACKBONE_NESTED = ("block_size", "num_target_layers", "conv_kernel_size", "conv_group_size")
+
+
+def _integral_floats(ctx: Context) -> None:
+    """Whole-number floats where the runtimes need integers: config.py reads 4.0 as 4 for every other check;
+    each runtime casts, crashes or refuses (the audit in docs/validate.md)."""
+    raw = ctx.parsed.raw
+    nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "mask_token": []}
+
+    def floaty(v: Any) -> bool:
+        return isinstance(v, float) and math.isfinite(v) and v.is_integer()
+
+    found["lilicorr"] = [f"dflash_config.{k}" for k in _INT_LILICORR if floaty(nested.get(k))]
+    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k))]
+                         + [f"dflash_config.{k}" for k in _INT_BACKBONE_NESTED if floaty(nested.get(k))])
+    found["mask_token"] = ([k for k in ("mask_token_id",) if floaty(raw.get(k))]
+                           + [f"dflash_config.{k}" for k in ("mask_token_id",) if floaty(nested.get(k))])
+    verbs = {"crashes": ("LC139", "uses|use", "it uncast (a TypeError at build)"),
+             "refuses": ("LC139", "refuses|refuse", "it (an explicit integer check)"),
+             "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
+             "casts": ("LC141", "casts|cast", "it with int()")}
+    for kind, keys in found.items():
+        if not keys:
+            continue
+        for mode, (rule_id, verb, rest) in verbs.items():
+            mine = [p for p in ctx.profiles if getattr(p, f"integral_float_{kind}") == mode]
+            ctx.emit_for(rule_id, mine, f"{', '.join(keys)} written as a whole-number float: {_names(mine, verb)} "
+                         f"{rest}", file="config.json", pointer=f"$.{keys[0]}", subjects=keys)

@@ -30,8 +30,6 @@ rule("LC208", "shape", "error", COV, "A tensor's shape differs from what the con
      "Fix the config geometry or re-export the tensor.")
 rule("LC209", "dtype", "error", COV, "A tensor's dtype is not allowed for it.",
      "Store floating-point tensors as bf16/fp16/fp32; quantized weights need their scales and metadata.")
-rule("LC210", "legacy-names", "warning", COV, "Legacy Sequential MLP names in the head (not every runtime renames them).",
-     "Run `lilicorr-ckpt convert` to write the named-MLP layout.")
 rule("LC211", "name-collision", "error", COV, "Two tensors map to the same name after the loaders' renaming.",
      "Keep one of them.")
 rule("LC212", "training-prefix", "error", COV, "Tensor names still carry a training prefix (dflash_module./eagle_module.) no loader strips.",
@@ -43,6 +41,13 @@ rule("LC214", "mixed-float-dtypes", "warning", COV, "Floating-point tensors use 
 rule("LC215", "coverage-skipped", "info", COV, "Coverage of a component was not checked because its geometry is incomplete.",
      "Fix the geometry findings first.")
 
+rule("LC217", "legacy-names-refused", "error", COV,
+     "Legacy Sequential MLP names in the head, for which the runtime has no parameter (it does not rename them).",
+     "Run `lilicorr-ckpt convert` to write the named-MLP layout.")
+rule("LC218", "embed-tokens-copy", "warning", COV,
+     "The draft carries its own embed_tokens.weight: the runtimes disagree on using it (dropped, used as the "
+     "draft's input table, or replaced by the target's).",
+     "Drop it unless it is the target's table; drafters borrow the target's embeddings.")
 rule("LC216", "legacy-names-renamed", "info", COV,
      "Legacy Sequential MLP names in the head, which every selected runtime renames.",
      "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.")
@@ -72,13 +77,13 @@ def coverage(ctx: Context) -> None:
         ctx.emit("LC211", f"{shorten(names)} all map to `{canonical}` after renaming; TensorRT-LLM refuses this",
                  subjects=names)
     if view.legacy:
-        unconfirmed = [p for p in ctx.profiles if p.legacy_mlp_names != "renamed"]
-        message = (f"{len(view.legacy)} head tensors use the legacy Sequential names ({shorten(view.legacy, 3)}); "
-                   "SGLang and TRT rename them, vLLM's newest revision expects the named form")
-        if unconfirmed:
-            ctx.emit_for("LC210", unconfirmed, message, subjects=view.legacy)
-        else:
-            ctx.emit("LC216", message, subjects=view.legacy)
+        refusing = [p for p in ctx.profiles if p.legacy_mlp_names == "refused"]
+        renaming = [p for p in ctx.profiles if p.legacy_mlp_names == "renamed"]
+        head = f"{len(view.legacy)} head tensors use the legacy Sequential names ({shorten(view.legacy, 3)})"
+        ctx.emit_for("LC217", refusing, f"{head}: {' and '.join(p.display for p in refusing)} does not rename "
+                     "them and has no parameter for them", subjects=view.legacy)
+        ctx.emit_for("LC216", renaming, f"{head}: {' and '.join(p.display for p in renaming)} renames them to the "
+                     "named-MLP layout", subjects=view.legacy)
 
     expected = m.tensors
     # quantized modules legitimately replace .weight's dtype/shape and add scale tensors
@@ -106,7 +111,8 @@ def coverage(ctx: Context) -> None:
         names = [n for n in missing["backbone"] if n in split]
         if names:
             ctx.emit_for("LC203", strict, f"missing {len(names)} backbone tensors: {shorten(names)} (stored fused "
-                         f"as {shorten(sorted(fused), 2)}, which only TensorRT-LLM splits)", subjects=names)
+                         f"as {shorten(sorted(fused), 2)}, which " + " and ".join(p.display for p in strict)
+                         + " does not split)", subjects=names)
     if missing.get("lm_head"):
         ctx.emit_for("LC401", [p for p in ctx.profiles if p.owned_lm_head == "supported"],
                      "has_own_lm_head is true but lm_head.weight is absent: vLLM and TRT refuse the load",
@@ -185,12 +191,19 @@ def coverage(ctx: Context) -> None:
         names = [n for n in surplus["other"] if n not in fused]
         if len(names) < len(surplus["other"]):
             qkv = [n for n in surplus["other"] if n in fused]
-            ctx.emit_for("LC204", strict, f"{len(qkv)} fused q/k/v tensors ({shorten(qkv)}): TensorRT-LLM splits "
-                         "them, the other loaders read only separate q_proj/k_proj/v_proj", subjects=qkv)
+            ctx.emit_for("LC204", strict, f"{len(qkv)} fused q/k/v tensors ({shorten(qkv)}) that "
+                         + " and ".join(p.display for p in strict) + " does not split", subjects=qkv)
     if surplus.get("other") and names:
-        embed = [n for n in names if "embed_tokens" in n]
-        note = " (drafters borrow the target's embeddings; embed_tokens is never loaded)" if embed else ""
-        ctx.emit("LC204", f"{len(names)} tensors no loader reads{note}: {shorten(names)}", subjects=names)
+        embed = [n for n in names if n == "embed_tokens.weight"]
+        if embed:
+            uses = {"dropped": "drops it", "used": "uses it as the draft's own input embedding",
+                    "replaced": "loads it, then replaces it with the target's"}
+            ctx.emit("LC218", "the draft carries embed_tokens.weight: "
+                     + "; ".join(f"{p.display} {uses[p.embed_tokens_copy]}" for p in ctx.profiles),
+                     pointer="embed_tokens.weight", subjects=embed)
+            names = [n for n in names if n not in embed]
+    if surplus.get("other") and names:
+        ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
 
     _shapes_and_dtypes(ctx)
 

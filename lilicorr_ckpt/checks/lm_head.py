@@ -11,10 +11,10 @@ rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm
      "Export lm_head.weight [vocab, hidden], or drop has_own_lm_head to borrow the target's head.")
 rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true: TRT ignores them, vLLM uses them.",
      'Set "has_own_lm_head": true, or remove lm_head.*.')
-rule("LC403", "own-head-unconfirmed", "warning", HEAD, "The runtime's support for a drafter-owned lm_head is not confirmed.",
-     "Test the runtime, or borrow the target's head.")
-
-
+rule("LC404", "own-head-dropped", "error", HEAD,
+     "The checkpoint owns its lm_head but the runtime's DFlash draft has no lm_head parameter: the head is dropped "
+     "and the target's is used, so the draft serves a different function than the one trained.",
+     "Serve an owned-head drafter with a runtime that loads it, or retrain with the target's head.")
 
 # ---------------------------------------------------------------- checks
 
@@ -22,6 +22,8 @@ rule("LC403", "own-head-unconfirmed", "warning", HEAD, "The runtime's support fo
 @check
 def owned_head(ctx: Context) -> None:
     if ctx.geometry.has_own_lm_head and "lm_head.weight" in ctx.names.by_canonical:
-        ctx.emit_for("LC403", [p for p in ctx.profiles if p.owned_lm_head != "supported"],
-                     "the checkpoint owns its lm_head; SGLang's LiLiCorr candidate path resolves the target's head "
-                     "(owned-head support unconfirmed)", pointer="lm_head.weight")
+        dropping = [p for p in ctx.profiles if p.owned_lm_head == "dropped"]
+        ctx.emit_for("LC404", dropping, "the checkpoint owns its lm_head (has_own_lm_head true), but "
+                     + " and ".join(p.display for p in dropping) + " builds no lm_head parameter for the draft, "
+                     "drops lm_head.weight and scores candidates with the target's head", pointer="lm_head.weight",
+                     subjects=["lm_head.weight"])
