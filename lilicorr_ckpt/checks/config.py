@@ -174,9 +174,9 @@ def architecture(ctx: Context) -> None:
         strict = [p for p in ctx.profiles if p not in routers]
         tail = (f" ({_names(routers, 'routes')} it to LiLiCorr through dflash_config.projector_type / "
                 "lilicorr_enabled; the others select the class from architectures)") if projector and routers else ""
-        ctx.emit_for("LC010", strict, f"architectures[0] is `{arch}`, not a DFlash-family drafter the loaders "
-                     f"know{tail}", file="config.json", pointer="$.architectures[0]",
-                     expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
+        ctx.emit("LC010", f"architectures[0] is `{arch}`, not a DFlash-family drafter the loaders know{tail}",
+                 runtimes=[p.name for p in strict] if routers else (), file="config.json",
+                 pointer="$.architectures[0]", expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
         return
     if cfg.family in ("dflash2", "dspark", "domino"):
         ctx.emit("LC012", f"{arch} recognised: backbone, convolution and file checks only; its head is not checked",
@@ -482,10 +482,14 @@ def backbone_config(ctx: Context) -> None:
                  expected=g.num_layers, actual=len(cfg.layer_types))
     swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
-        strict = [p for p in ctx.profiles if not (p.swa_window_size_read and swa is not None and swa >= 1)]
-        ctx.emit_for("LC119", strict, "a layer is sliding_attention but sliding_window is not set"
-                     + (f" ({_names(strict, 'reads')} no window from dflash_config.swa_window_size)"
-                        if swa is not None and swa >= 1 else ""), file="config.json", pointer="$.sliding_window")
+        readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
+        strict = [p for p in ctx.profiles if p not in readers]
+        if strict:
+            ctx.emit("LC119", "a layer is sliding_attention but sliding_window is not set"
+                     + (f" ({_names(strict, 'reads|read')} no window from dflash_config.swa_window_size; "
+                        f"{_names(readers, 'takes|take')} it from there)" if readers else ""),
+                     runtimes=[p.name for p in strict] if readers else (), file="config.json",
+                     pointer="$.sliding_window")
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
