@@ -71,6 +71,23 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     integral_float_backbone: str = "casts"  # hidden_size, num_hidden_layers, block_size, ...
     integral_float_mask_token: str = "casts"  # mask_token_id
     embed_tokens_copy: str = "dropped"  # a draft embed_tokens.weight: "dropped" | "used" | "replaced"
+    # Sibling heads: (family, architectures[0] or "*", "loads" | "refuses" | "unconfirmed", why). A family and
+    # architecture with no row is not loaded as that head.
+    sibling_routes: tuple[tuple[str, str, str, str], ...] = ()
+    # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V)
+    selector_check: str = ""
+    markov_rank_top_level: bool = False  # DSpark: reads markov_rank from the top level and requires it > 0
+    markov_head_types: tuple[str, ...] = ()  # DSpark markov_head_type values it builds; others refused
+    markov_head_types_unconfirmed: tuple[str, ...] = ()
+    domino_checks: bool = False  # shift_label bool, pure_draft_prefix_len 1, emb_dim agreement, block_size > 1
+    domino_dims_required: bool = False  # gru_hidden_dim and emb_dim >= 1
+
+    def sibling_route(self, family: str, architecture: str | None) -> tuple[str, str]:
+        """(verdict, why) for a sibling head declared under `architecture`."""
+        for fam, arch, verdict, why in self.sibling_routes:
+            if fam == family and arch in ("*", architecture):
+                return verdict, why
+        return "refuses", f"{self.display} does not load a {family} head declared as {architecture}"
 
     def must_stay_float(self, module: str) -> bool:
         """The linear `module` (canonical name) must be stored in float for this runtime."""
@@ -110,6 +127,27 @@ SGLANG = RuntimeProfile(
     use_swa="ignored",  # read only for the Nemotron-3.5 layout
     swa_window_zero="ignored",
     integral_float_mask_token="refuses",  # parse_dflash_draft_config: "mask_token_id must be an integer"
+    sibling_routes=(
+        ("dflash2", "DFlash2DraftModel", "unconfirmed", "SGLang main dispatches on DFlash2DraftModel, but no tagged "
+         "release is known to register it, and whether its loader refuses missing selector or conv tensors is "
+         "UNCONFIRMED"),
+        ("dflash2", "DFlashDraftModel", "unconfirmed", "SGLang switches the convolution and selector on from the "
+         "dflash_config keys; Model-Optimizer warns a DFlash2 head declared as DFlashDraftModel loads as plain "
+         "DFlash, which loader it means is UNCONFIRMED"),
+        ("dspark", "Qwen3DSparkModel", "loads", "the entry class of SGLang's dspark model"),
+        ("dspark", "DSparkDraftModel", "unconfirmed", "SGLang's DSpark entry class is Qwen3DSparkModel (SpecForge "
+         "rewrites DSparkDraftModel to it before SGLang loads it); loading DSparkDraftModel directly is UNCONFIRMED"),
+        ("dspark", "DFlashDraftModel", "refuses", "SGLang routes DFlashDraftModel as plain DFlash and drops the flat "
+         "Model-Optimizer Markov names, leaving the Markov head at its initialisation"),
+        ("domino", "DFlashDraftModel", "loads", "SGLang loads Domino as DFlashDraftModel with projector_type domino"),
+        ("domino", "DominoDraftModel", "refuses", "SGLang loads Domino only as DFlashDraftModel with "
+         "dflash_config.projector_type \"domino\""),
+    ),
+    selector_check="pair",  # parse_dflash_draft_config: "selector needs rank and top_k together"
+    markov_rank_top_level=True,  # build_markov_head: "DSpark requires markov_rank > 0"
+    markov_head_types=("vanilla", "gated", "rnn"),
+    domino_checks=True,  # parse_dflash_draft_config and the Domino model tests
+    domino_dims_required=True,
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
     "checkpoints, sglang#37475)",
@@ -145,6 +183,21 @@ VLLM = RuntimeProfile(
     integral_float_lilicorr="crashes",  # candidate_topk & (candidate_topk - 1), range(num_layers)
     integral_float_backbone="crashes",  # range(config.num_hidden_layers)
     embed_tokens_copy="used",  # includes_embed_tokens: the draft's own input table
+    sibling_routes=(
+        ("dflash2", "DFlash2DraftModel", "unconfirmed", "vLLM's DFlash2DraftModel registry key is asserted only by "
+         "registry-verification scripts (its registry file was not read)"),
+        ("dspark", "Qwen3DSparkModel", "loads", "vLLM's registry maps Qwen3DSparkModel to qwen3_dspark"),
+        ("dspark", "DSparkDraftModel", "refuses", "vLLM's registry routes DSparkDraftModel to its DeepSeek-V4 DSpark "
+         "class, not the Qwen3 one"),
+        ("dspark", "DFlashDraftModel", "refuses", "no vLLM loader reads the flat Model-Optimizer DSpark layout"),
+        ("domino", "*", "unconfirmed", "vLLM's Domino model asserts projector_type domino; which registry key maps "
+         "to it is UNCONFIRMED"),
+    ),
+    selector_check="range",  # qwen3_dflash2: selector_rank >= 1, 2 <= selector_top_k <= V
+    markov_rank_top_level=True,  # qwen3_dspark reads config.markov_rank
+    markov_head_types=("vanilla",),
+    markov_head_types_unconfirmed=("gated", "rnn"),
+    domino_dims_required=True,  # gru_hidden_dim / emb_dim from the merged config (KeyError when absent)
 )
 
 TRTLLM = RuntimeProfile(
@@ -176,6 +229,13 @@ TRTLLM = RuntimeProfile(
     integral_float_lilicorr="crashes",  # LiLiCorrHead uses the raw values (torch.zeros, range)
     integral_float_backbone="unconfirmed",  # range(num_draft_layers) would crash; not traced
     embed_tokens_copy="replaced",  # load_weights_from_target_model swaps in the target's
+    sibling_routes=(
+        ("dflash2", "*", "unconfirmed", "TensorRT-LLM has a DFlash2 path on DFlashForCausalLM; its config keys and "
+         "tensors were not read"),
+        ("dspark", "*", "unconfirmed", "TensorRT-LLM's Qwen3 DSpark drafter follows the DeepSpec layout; its "
+         "routing and checks were not read"),
+        ("domino", "*", "unconfirmed", "TensorRT-LLM's Domino support was not read"),
+    ),
 )
 
 PROFILES = {p.name: p for p in (SGLANG, VLLM, TRTLLM)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -9,6 +10,7 @@ import msgspec
 
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
+from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
 from lilicorr_ckpt.checks.context import Context, check, is_pow2
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.profiles import RuntimeProfile
@@ -26,9 +28,18 @@ rule("LC010", "architecture", "error", CFG, "`architectures` is missing or names
 rule("LC011", "architecture-head-mismatch", "error", CFG,
      "The declared architecture and the head it carries disagree.",
      "Declare LiLiCorrDraftModel for a checkpoint with lilicorr.* tensors, DFlashDraftModel for one without.")
-rule("LC012", "family-backbone-only", "info", CFG,
-     "A sibling DFlash-family head (DFlash2, DSpark, Domino): only the backbone is checked.",
-     "Nothing to do; head checks for this family are not implemented yet.")
+rule("LC014", "sibling-route", "error", CFG,
+     "A DFlash2, DSpark or Domino head declared under an architecture the runtime does not load as that head (it "
+     "routes it elsewhere, or loads it as plain DFlash and drops the head).",
+     "Declare the architecture each runtime loads: Qwen3DSparkModel for a Qwen3 DSpark, DFlashDraftModel with "
+     "projector_type \"domino\" for Domino, DFlash2DraftModel for DFlash2 (`lilicorr-ckpt convert` writes them).")
+rule("LC015", "sibling-unconfirmed", "warning", CFG,
+     "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
+     "only patch scripts show it).", "Test the runtime yourself before publishing for it.")
+rule("LC016", "sibling-head-undeclared", "error", CFG,
+     "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
+     "builds no such head: every loader drops or refuses them.",
+     "Declare the sibling architecture (or projector_type) the tensors belong to, or remove them.")
 rule("LC013", "head-geometry-unused", "warning", CFG,
      "DFlashDraftModel is declared with lilicorr_* geometry: the loaders that select the class from architectures "
      "never build the head.", "Declare LiLiCorrDraftModel, or drop the lilicorr_* keys for a head-free draft.")
@@ -133,6 +144,30 @@ rule("LC141", "integral-float-cast", "info", CFG,
      "Write the value as a JSON integer for the runtimes that do not cast.")
 rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
      "Write the target's layer count.")
+rule("LC150", "selector-geometry", "error", CFG,
+     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative (SGLang), or "
+     "rank < 1 or top_k outside [2, vocab_size] (vLLM).", "Write the trained selector_rank and selector_top_k.")
+rule("LC151", "dflash2-conv-required", "error", CFG,
+     "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
+     "Write the trained conv_kernel_size and conv_group_size in dflash_config.")
+rule("LC152", "markov-rank", "error", CFG,
+     "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
+     "Write the trained markov_rank at the top level (DeepSpec's layout).")
+rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
+     "Write vanilla, gated or rnn as trained.")
+rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
+     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.")
+rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
+     "Write true (the trained setting) or false.")
+rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len is not 1, the only value the "
+     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).")
+rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
+     "Write the trained gru_hidden_dim and emb_dim in dflash_config.")
+rule("LC158", "domino-emb-dim-conflict", "error", CFG,
+     "dflash_config.emb_dim and the top-level emb_dim differ, which the runtime refuses.",
+     "Make both hold the trained emb_dim.")
+rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
+     "Write the trained block size (16 for the reference checkpoint).")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
      "Give exactly one entry per draft layer.")
@@ -178,9 +213,20 @@ def architecture(ctx: Context) -> None:
                  runtimes=[p.name for p in strict] if routers else (), file="config.json",
                  pointer="$.architectures[0]", expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
         return
-    if cfg.family in ("dflash2", "dspark", "domino"):
-        ctx.emit("LC012", f"{arch} recognised: backbone, convolution and file checks only; its head is not checked",
-                 file="config.json", pointer="$.architectures[0]")
+    sibling = ctx.geometry.family if ctx.geometry.family in ("dflash2", "dspark", "domino") else None
+    if sibling:
+        _sibling_route(ctx, sibling, arch)
+    stray = sorted({n.split(".", 1)[0] + "." for n in ctx.names.by_canonical if n.startswith(SIBLING_HEAD_PREFIXES)
+                    or n in DSPARK_FLAT_NAMES})
+    owner = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",
+             "prefix_gru.": "domino", "embed_proj.": "domino"}
+    foreign = [s for s in stray if owner.get(s, "dspark") != sibling]
+    if foreign:
+        ctx.emit("LC016", f"tensors under {', '.join(f'`{s}*`' for s in foreign)} belong to a "
+                 f"{'/'.join(sorted({owner.get(s, 'dspark') for s in foreign}))} head, but the config declares "
+                 f"{arch}{' (' + sibling + ')' if sibling else ''}: no loader builds that head here, so they are "
+                 "dropped or refused", file="config.json", pointer="$.architectures[0]",
+                 subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)])
     if cfg.family == "lilicorr" and cfg.dflash.lilicorr_enabled is False:
         ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: SGLang parses the "
                  "config as plain DFlash and the model then raises; vLLM refuses it",
@@ -568,3 +614,90 @@ def _integral_floats(ctx: Context) -> None:
             mine = [p for p in ctx.profiles if getattr(p, f"integral_float_{kind}") == mode]
             ctx.emit_for(rule_id, mine, f"{', '.join(keys)} written as a whole-number float: {_names(mine, verb)} "
                          f"{rest}", file="config.json", pointer=f"$.{keys[0]}", subjects=keys)
+
+
+def _sibling_route(ctx: Context, family: str, arch: str | None) -> None:
+    """Which runtimes load this sibling head under this architecture (RuntimeProfile.sibling_routes)."""
+    by: dict[str, list[tuple[RuntimeProfile, str]]] = {"refuses": [], "unconfirmed": []}
+    for p in ctx.profiles:
+        verdict, why = p.sibling_route(family, arch)
+        if verdict in by:
+            by[verdict].append((p, why))
+    for verdict, rule_id in (("refuses", "LC014"), ("unconfirmed", "LC015")):
+        for p, why in by[verdict]:
+            ctx.emit(rule_id, f"{family} head declared as {arch}: {why}", runtimes=[p.name], file="config.json",
+                     pointer="$.architectures[0]", actual=arch)
+
+
+@check
+def sibling_config(ctx: Context) -> None:
+    g, cfg = ctx.geometry, ctx.config
+    d = cfg.dflash
+    if g.family == "dflash2":
+        rank, top_k = d.selector_rank, d.selector_top_k
+        pair = [p for p in ctx.profiles if p.selector_check == "pair"]
+        ranged = [p for p in ctx.profiles if p.selector_check == "range"]
+        if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
+            ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
+                         f"{_names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
+                         pointer="$.dflash_config.selector_rank")
+        bad = []
+        if rank is None or rank < 1:
+            bad.append(f"selector_rank {rank} < 1")
+        if top_k is None or top_k < 2 or (g.vocab_size is not None and top_k > g.vocab_size):
+            bad.append(f"selector_top_k {top_k} outside [2, {g.vocab_size}]")
+        if bad:
+            ctx.emit_for("LC150", ranged, f"{'; '.join(bad)}: {_names(ranged, 'refuses|refuse')} it",
+                         file="config.json", pointer="$.dflash_config.selector_top_k")
+        if not g.has_conv and not ctx.parsed.invalid("$.dflash_config.conv_kernel_size"):
+            ctx.emit("LC151", "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
+                     "mandatory (vLLM reads both with a plain index; Model-Optimizer refuses the export)",
+                     file="config.json", pointer="$.dflash_config.conv_kernel_size", expected="both > 0")
+    if g.family == "dspark":
+        readers = [p for p in ctx.profiles if p.markov_rank_top_level]
+        top = cfg.markov_rank
+        if top is None or top <= 0:
+            where = (f" (dflash_config.markov_rank is {d.markov_rank}, but {_names(readers, 'reads|read')} the top "
+                     "level only)") if d.markov_rank is not None and top is None else ""
+            ctx.emit_for("LC152", readers, f"markov_rank is {top if top is not None else 'absent'} at the top "
+                         f"level{where}: {_names(readers, 'requires|require')} markov_rank > 0",
+                         file="config.json", pointer="$.markov_rank", expected="> 0",
+                         actual=top if top is not None else "absent")
+        kind = g.markov_head_type
+        if kind is not None:
+            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types
+                      and kind not in p.markov_head_types_unconfirmed]
+            unsure = [p for p in ctx.profiles if kind in p.markov_head_types_unconfirmed]
+            ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {_names(refuse, 'builds|build')} only "
+                         + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
+                         file="config.json", pointer="$.markov_head_type", actual=kind)
+            ctx.emit_for("LC154", unsure, f"markov_head_type {kind!r}: {_names(unsure, 'is|are')} UNCONFIRMED to "
+                         "build it (only the vanilla pair was read)", file="config.json",
+                         pointer="$.markov_head_type", actual=kind)
+    if g.family == "domino":
+        checkers = [p for p in ctx.profiles if p.domino_checks]
+        if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:
+            raw = ctx.parsed.raw.get("dflash_config", {}) if isinstance(ctx.parsed.raw.get("dflash_config"),
+                                                                         dict) else {}
+            shown = json.dumps(raw.get("shift_label")) if "shift_label" in raw else "absent"
+            ctx.emit_for("LC155", checkers, f"dflash_config.shift_label is {shown}: "
+                         f"{_names(checkers, 'requires|require')} a JSON bool", file="config.json",
+                         pointer="$.dflash_config.shift_label", expected="true | false", actual=shown)
+        if d.pure_draft_prefix_len != 1:
+            ctx.emit_for("LC156", checkers, f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
+                         f"{_names(checkers, 'serves|serve')} only 1", file="config.json",
+                         pointer="$.dflash_config.pure_draft_prefix_len", expected=1, actual=d.pure_draft_prefix_len)
+        dims = [p for p in ctx.profiles if p.domino_dims_required]
+        for key, value in (("gru_hidden_dim", g.gru_hidden_dim), ("emb_dim", g.emb_dim)):
+            if value is None:
+                ctx.emit_for("LC157", dims, f"{key} is missing or < 1: {_names(dims, 'requires|require')} it",
+                             file="config.json", pointer=f"$.dflash_config.{key}", expected=">= 1")
+        if d.emb_dim is not None and cfg.emb_dim is not None and d.emb_dim != cfg.emb_dim:
+            ctx.emit_for("LC158", checkers, f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
+                         f"{cfg.emb_dim} differ: {_names(checkers, 'refuses|refuse')} it (\"emb_dim differs\")",
+                         file="config.json", pointer="$.emb_dim", expected=d.emb_dim, actual=cfg.emb_dim)
+        block = d.block_size if d.block_size is not None else cfg.block_size
+        if block is not None and block <= 1:
+            ctx.emit_for("LC159", checkers, f"block_size is {block}: {_names(checkers, 'refuses|refuse')} "
+                         "a Domino draft with block_size <= 1", file="config.json", pointer="$.block_size",
+                         expected="> 1", actual=block)

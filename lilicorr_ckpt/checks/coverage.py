@@ -98,8 +98,11 @@ def coverage(ctx: Context) -> None:
     if missing.get("head") and not (routed_by_projector(ctx.config) and not any(
             n.startswith("lilicorr.") for n in present)):  # LC011 says the head is absent
         names = missing["head"]
-        ctx.emit("LC201", f"missing {len(names)} head tensors: {shorten(names)}", subjects=names,
-                 expected=f"{len(m.names('head'))} lilicorr.* tensors",
+        family = ctx.geometry.family if ctx.geometry.family in SIBLINGS else None
+        what = f"{family} head" if family else "lilicorr.*"
+        ctx.emit("LC201", f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}",
+                 subjects=names,
+                 expected=f"{len(m.names('head'))} {what} tensors",
                  actual=f"{len(m.names('head')) - len(names)} present")
     fused = _fused_qkv(ctx)  # fused qkv_proj tensor -> the q/k/v tensors it stands for
     split = {n for parts in fused.values() for n in parts}
@@ -140,7 +143,10 @@ def coverage(ctx: Context) -> None:
         if component in m.incomplete or (component == "fc" and "backbone" in m.incomplete):
             continue  # its geometry is unknown: LC215 says so, and the geometry findings say why
         if component == "head":
-            key = "head" if ctx.geometry.lilicorr_enabled else None  # LC011 / LC108 cover undeclared heads
+            sibling_name = not name.startswith("lilicorr.")
+            # LC011 / LC108 / LC016 cover heads the architecture does not declare
+            key = "head" if (ctx.geometry.lilicorr_enabled and not sibling_name) or (
+                sibling_name and ctx.geometry.family in SIBLINGS and not _foreign(ctx, name)) else None
         elif component in ("conv", "lm_head"):
             key = component
         else:
@@ -206,6 +212,17 @@ def coverage(ctx: Context) -> None:
         ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
 
     _shapes_and_dtypes(ctx)
+
+
+SIBLINGS = ("dflash2", "dspark", "domino")
+_OWNER = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",
+          "prefix_gru.": "domino", "embed_proj.": "domino"}
+
+
+def _foreign(ctx: Context, name: str) -> bool:
+    """A sibling-head tensor of another family than the one declared (LC016 reports it)."""
+    owner = next((f for prefix, f in _OWNER.items() if name.startswith(prefix)), "dspark")
+    return owner != ctx.geometry.family
 
 
 def _fused_qkv(ctx: Context) -> dict[str, list[str]]:

@@ -46,6 +46,8 @@ RULES: dict[str, Rule] = {}
 
 # ids no longer in the catalogue, with the condition they named and what replaced them; never reused
 RETIRED: dict[str, str] = {
+    "LC012": "family-backbone-only (info): the DFlash2, DSpark and Domino heads are checked now: LC014 / LC015 "
+             "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
     "LC128": "causal-ignored (warning): split by what each runtime does with causal: LC117 refused, LC133 run "
              "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "

@@ -1,7 +1,7 @@
 """The catalogue against behaviour: every rule id fires on some checkpoint these tests build.
 
-The ids that fire are collected by running validate over the loader-audit corpus, the config and coverage case
-tables, and the checkpoints below (one per rule those tables do not reach). A rule no checkpoint triggers is
+The ids that fire are collected by running validate over the loader-audit corpus, the sibling-head cases, the
+config and coverage case tables, and the checkpoints below (one per rule those tables do not reach). A rule no checkpoint triggers is
 dead code or a missing test; a retired id must stay out of the catalogue.
 """
 
@@ -24,6 +24,7 @@ from lilicorr_ckpt.checks.findings import RETIRED, rule
 from . import test_loader_audit as audit
 from . import test_rules_config as config_cases
 from . import test_rules_coverage as coverage_cases
+from . import test_sibling_heads as sibling_cases
 from ._support import edit_config, edit_json, run, set_exclusions
 
 SCALAR = np.float32(0.01).tobytes()
@@ -203,6 +204,8 @@ def fired_by_tables(tmp: Path) -> set[str]:
     fired: set[str] = set()
     for row in audit.ROWS:
         fired |= {f.rule for f in run(audit.build(tmp / "audit", row)).findings}
+    for sib in sibling_cases.CASES:
+        fired |= {f.rule for f in run(sibling_cases.build(tmp / "sibling", sib)).findings}
     for k, case in enumerate(config_cases.CASES + coverage_cases.CASES):
         path = write(tmp / f"case{k}", fixtures.draft_config(**case.config), mutate=getattr(case, "mutate", None),
                      **case.write)

@@ -93,8 +93,7 @@ CASES = [
     Case("lilicorr-arch-without-head", "LC011", "error", [], top(architectures=["LiLiCorrDraftModel"]),
          config={"head": False}, contains=("no lilicorr.* tensors", "DFlashDraftModel"),
          also=frozenset({"LC101"})),
-    Case("dflash2-family", "LC012", "info", [], None, config={"head": False, "architecture": "DFlash2DraftModel"},
-         contains=("DFlash2DraftModel",)),
+    # sibling heads (DFlash2, DSpark, Domino): test_sibling_heads.py
     # ---- LC10x: LiLiCorr geometry
     Case("key-missing", "LC101", "error", [], nested(lilicorr_factor_dim=DROP),
          contains=("dflash_config.lilicorr_factor_dim",), expected="present", actual="absent"),
