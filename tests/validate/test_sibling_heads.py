@@ -169,3 +169,65 @@ def test_inspect_geometry_shows_the_sibling_head(tmp_path, layout, keys):
     path = fixtures.write_checkpoint(tmp_path / layout, fixtures.sibling_config(layout))
     geometry = geometry_summary(load_checkpoint(str(path)).geometry)
     assert {k: geometry[k] for k in keys} == keys
+
+
+@pytest.mark.parametrize("layout, line", [
+    ("dflash2", "selector   rank 8, top-k 4 (DFlash2)"),
+    ("dspark-deepspec", "markov     rank 8, vanilla head, with confidence head on [h ; W1[x]], served layout"),
+    ("domino", "domino     GRU hidden 16, emb_dim 8"),
+])
+def test_inspect_text_shows_the_sibling_head(tmp_path, layout, line):
+    from lilicorr_ckpt.report.inspect import inspect_checkpoint, render_inspection
+
+    text = render_inspection(inspect_checkpoint(str(fixtures.write_checkpoint(tmp_path / layout,
+                                                                             fixtures.sibling_config(layout)))))
+    assert line in text and "? = missing" not in text, text
+
+
+@pytest.mark.parametrize("layout, architecture, projector, served_names", [
+    ("dflash2", "DFlash2DraftModel", "dflash2", ("candidate_selector.predecessor_codebook",)),
+    ("dspark-deepspec", "Qwen3DSparkModel", None, ("markov_head.markov_w1.weight",)),
+    # vLLM routes DSparkDraftModel to DeepSeek-V4: convert writes the Qwen3 class
+    ("dspark-specforge", "Qwen3DSparkModel", None, ("markov_head.markov_w1.weight",)),
+    # no serving loader reads Model-Optimizer's flat names: convert nests them and hoists the Markov keys
+    ("dspark-modelopt", "Qwen3DSparkModel", "dspark", ("markov_head.markov_w1.weight",
+                                                       "confidence_head.proj.weight")),
+    ("domino", "DFlashDraftModel", "domino", ("prefix_gru.weight_ih_l0",)),
+])
+def test_convert_writes_the_architecture_and_layout_the_runtimes_load(tmp_path, layout, architecture, projector,
+                                                                      served_names):
+    import json
+
+    from lilicorr_ckpt.checkpoint.source import open_source
+    from lilicorr_ckpt.checkpoint.tensors import read_tensor_table
+    from lilicorr_ckpt.convert.options import ConvertOptions
+    from lilicorr_ckpt.convert.pipeline import convert
+
+    cfg = fixtures.sibling_config(layout)
+    if layout == "domino":
+        cfg["architectures"] = ["DominoDraftModel"]  # as the reference checkpoint declares it; SGLang refuses it
+    src = fixtures.write_checkpoint(tmp_path / "src", cfg)
+    convert(str(src), str(tmp_path / "out"), ConvertOptions(quiet=True))
+    out = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert out["architectures"] == [architecture]
+    assert out["dflash_config"].get("projector_type") == projector
+    names = set(read_tensor_table(open_source(str(tmp_path / "out"))).tensors)
+    assert set(served_names) <= names
+    assert not names & {"markov_w1.weight", "confidence_proj.weight"}
+    if layout.startswith("dspark"):
+        assert out["markov_rank"] == 8  # where SGLang and vLLM read it
+    report = run(tmp_path / "out")
+    assert [v.runtime for v in report.runtimes if not v.accepted] == [], describe(report)
+
+
+def test_convert_refuses_a_dspark_layout_no_runtime_loads(tmp_path):
+    from lilicorr_ckpt.convert.options import ConvertOptions
+    from lilicorr_ckpt.convert.pipeline import convert
+    from lilicorr_ckpt.errors import ConversionRefused
+
+    src = fixtures.write_checkpoint(tmp_path / "src", fixtures.sibling_config("dspark-modelopt",
+                                                                              model_type="deepseek_v3"))
+    with pytest.raises(ConversionRefused) as info:
+        convert(str(src), str(tmp_path / "out"), ConvertOptions(quiet=True))
+    assert "no runtime loads this DSpark layout" in str(info.value)
+    assert not (tmp_path / "out").exists()
