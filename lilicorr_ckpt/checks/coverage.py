@@ -188,7 +188,12 @@ def coverage(ctx: Context) -> None:
         else:
             ctx.emit("LC207", f"convolution tensors the geometry does not build: {shorten(names)} (check "
                      "conv_kernel_size, conv_group_size and num_hidden_layers)", subjects=names)
-    if surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
+    if surplus.get("lm_head") and not ctx.geometry.has_own_lm_head and ctx.geometry.family == "dspark":
+        ctx.emit("LC405", "a DSpark drafter carries lm_head tensors without has_own_lm_head, as DeepSpec exports a "
+                 "frozen copy of the target's head: TensorRT-LLM skips it and uses the target's, vLLM keeps it as "
+                 "the draft's own; the same function only if it is the target's head unchanged", file="config.json",
+                 pointer="$.has_own_lm_head", subjects=surplus["lm_head"])
+    elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
         names = surplus["lm_head"]
         ctx.emit("LC402", "lm_head tensors are present but has_own_lm_head is not true: TensorRT-LLM ignores them "
                  "and uses the target's head, vLLM treats any lm_head tensor as owned", file="config.json",

@@ -16,6 +16,11 @@ rule("LC404", "own-head-dropped", "error", HEAD,
      "and the target's is used, so the draft serves a different function than the one trained.",
      "Serve an owned-head drafter with a runtime that loads it, or retrain with the target's head.")
 
+rule("LC405", "lm-head-copy", "warning", HEAD,
+     "A DSpark drafter ships lm_head tensors without has_own_lm_head (DeepSpec's frozen copy of the target's head): "
+     "the runtimes disagree on using it.", "Drop the copy, or set has_own_lm_head if the head was trained.")
+
+
 # ---------------------------------------------------------------- checks
 
 

@@ -111,6 +111,10 @@ CASES = [
     Sib("domino_gru_quantized_must_be_float", "domino", (1, 1, 1), ("LC209",), mutate=reshape(GRU, (48, 32), "U8")),
     Sib("dflash2_conv_tensors_missing", "dflash2", (1, 1, 1), ("LC206",),
         mutate=lambda t: [t.pop(n) for n in [n for n in t if "_conv." in n]]),
+    Sib("dspark_deepspec_frozen_lm_head_copy_warns", "dspark-deepspec", ("w", "w", "w"), ("LC405",),
+        mutate=add("lm_head.weight", (512, 64))),
+    Sib("dspark_deepspec_frozen_embed_tokens_copy_warns", "dspark-deepspec", ("w", "w", "w"), ("LC218",),
+        mutate=add("embed_tokens.weight", (512, 64))),
     # config keys
     Sib("dflash2_selector_top_k_dropped", "dflash2", (1, 1, "w"), ("LC150",), edit=nested(selector_top_k=DROP)),
     Sib("dflash2_selector_top_k_one_refused_by_vllm", "dflash2", ("w", 1, "w"), ("LC150",),
