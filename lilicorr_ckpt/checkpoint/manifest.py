@@ -39,7 +39,12 @@ SIBLING_HEAD_PREFIXES = ("candidate_selector.", "markov_head.", "confidence_head
 # Model-Optimizer's flat DSpark names (top level, beside the backbone)
 DSPARK_FLAT_NAMES = ("markov_w1.weight", "markov_w2.weight", "gate_proj.weight", "gate_proj.bias",
                      "joint_proj.weight", "joint_proj.bias", "confidence_proj.weight", "confidence_proj.bias")
-FAMILY_HEAD_PREFIXES: dict[str, tuple[str, ...]] = {}
+# per family, the prefixes of its head's tensors (the reference runtime refuses to build a sibling head)
+FAMILY_HEAD_PREFIXES: dict[str, tuple[str, ...]] = {
+    "dflash2": ("candidate_selector.",),
+    "dspark": ("markov_head.", "confidence_head.", *DSPARK_FLAT_NAMES),
+    "domino": ("prefix_gru.", "embed_proj."),
+}
 
 
 class ExpectedTensor(msgspec.Struct, frozen=True):

@@ -57,10 +57,6 @@ rule("LC216", "legacy-names-renamed", "info", COV,
 # ---------------------------------------------------------------- checks
 
 
-def _family_tensor(ctx: Context, name: str) -> bool:
-    return any(name.startswith(p) for p in ctx.manifest.family_prefixes)
-
-
 @check
 def coverage(ctx: Context) -> None:
     m, view = ctx.manifest, ctx.names
@@ -135,7 +131,7 @@ def coverage(ctx: Context) -> None:
     # surplus: present tensors the manifest does not explain
     surplus: dict[str, list[str]] = {}
     for name in present:
-        if name in expected or _family_tensor(ctx, name):
+        if name in expected:
             continue
         if m.module_of(name) is not None:
             continue  # a scale tensor of a known module: judged by the quantization checks
