@@ -1,4 +1,5 @@
-"""What each serving stack accepts, as data (shared/docs/format.md §1-3, modelopt_nvfp4.md §2.4, §5).
+"""What each serving stack accepts, as data (the loader audit in docs/validate.md says which loader code each
+field comes from).
 
 Rules consult these records; nothing else in the code branches on a runtime's name.
 Patterns are fnmatch patterns over canonical module names (checkpoint names without `model.`).
@@ -166,7 +167,7 @@ VLLM = RuntimeProfile(
     owned_lm_head="supported",
     float_forced=HEAD_RAW_LINEARS,
     # qkv_proj follows the quant config, but the fused-KV context path runs F.linear on raw slices of it.
-    # feature_mlp follows the draft quant config in the newest revision (format.md §2.5); up_proj's
+    # feature_mlp follows the draft quant config in the newest revision; up_proj's
     # in_features 5 cannot be NVFP4, which LC305 reports.
     float_required=QKV,
     quant_unconfirmed=(),
@@ -174,9 +175,9 @@ VLLM = RuntimeProfile(
     nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"),
     mask_token_fallback="has no fallback",
     target_layer_ids_fallback="has no fallback",
-    flat_exclusions_key="ignore",  # modelopt_nvfp4.md §2.2
-    flat_group_size_default=16,  # modelopt_nvfp4.md §2.2: top-level group_size, default 16
-    reads_hf_quant_config=True,  # modelopt_nvfp4.md §1.5: derives quant_method for the nested form
+    flat_exclusions_key="ignore",  # its flat-form parser reads `ignore` only
+    flat_group_size_default=16,  # the flat form's top-level group_size, default 16
+    reads_hf_quant_config=True,  # derives quant_method for the nested form
     causal="honours",  # qwen3_dflash.py _dflash_layer_causal: is_causal, then dflash_config.causal
     swa_window_size_read=True,  # qwen3_dflash.py _resolve_layer_attention reads swa_window_size first
     swa_window_zero="literal",
@@ -220,7 +221,7 @@ TRTLLM = RuntimeProfile(
     mask_token_fallback="falls back to vocab_size, an id outside the embedding",
     target_layer_ids_fallback="takes fc's input width from the checkpoint",
     causal="refuses",  # "LiLiCorr requires non-causal draft attention"
-    embedding_rows_equal_vocab=True,  # format.md §3
+    embedding_rows_equal_vocab=True,  # num_embeddings must equal V
     projector_type_routes=True,
     # its LiLiCorr test routes Qwen3ForCausalLM + projector_type / lilicorr_enabled to LiLiCorr (a Laguna backbone
     # is refused: "generic GQA DFlash backbone")

@@ -45,7 +45,7 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
     head_factor_dim: int | None  # F
     head_vector_eps: float | None
     head_logit_scale: float | None
-    # sibling heads (shared/docs in words: the DFlash2 selector, the DSpark Markov head, the Domino GRU)
+    # sibling heads: the DFlash2 selector, the DSpark Markov head, the Domino GRU
     selector_rank: int | None = None  # DFlash2 r; 0 / None = no selector
     selector_top_k: int | None = None
     markov_rank: int | None = None  # DSpark r, from the top level (where SGLang and vLLM read it)

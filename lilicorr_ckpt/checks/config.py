@@ -308,7 +308,7 @@ def lilicorr_geometry(ctx: Context) -> None:
                          file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
                          expected="one of 1, 2, 4, 8, 16", actual=k)
         if g.vocab_size is not None and k > g.vocab_size:
-            # format.md §1.2: only MLX (not a --runtime profile) is documented to refuse K > V
+            # only MLX (not a --runtime profile) is known to refuse K > V
             ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
                      "SGLang, vLLM and TensorRT-LLM document no check (a top-K over fewer than K tokens)",
                      file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",

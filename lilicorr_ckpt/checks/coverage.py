@@ -227,8 +227,8 @@ def _foreign(ctx: Context, name: str) -> bool:
 
 
 def _fused_qkv(ctx: Context) -> dict[str, list[str]]:
-    """Float `layers.i.self_attn.qkv_proj.{weight,bias}` standing in for absent q/k/v tensors (format.md §2.1:
-    TensorRT-LLM accepts and splits them), with the shape the manifest's separate tensors stack to."""
+    """Float `layers.i.self_attn.qkv_proj.{weight,bias}` standing in for absent q/k/v tensors (every runtime
+    resolves it to its fused qkv_proj and splits it), with the shape the manifest's separate tensors stack to."""
     present, expected = ctx.names.by_canonical, ctx.manifest.tensors
     out: dict[str, list[str]] = {}
     for name, info in present.items():

@@ -178,7 +178,7 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
     hf_qc = ctx.quant_configs.get("hf_quant_config.json")
     if cfg_qc is None and "config.json" not in ctx.quant_problems and hf_qc is not None and hf_qc.quant_method is None:
         # config.json has no quantization_config: vLLM reads hf_quant_config.json and derives quant_method only
-        # for some algorithms (modelopt_nvfp4.md §1.5)
+        # for some algorithms
         failing = [p for p in ctx.profiles if p.reads_hf_quant_config and p.nested_quant_method_algos is not None
                    and (hf_qc.form == "flat" or hf_qc.producer != "modelopt"
                         or hf_qc.quant_algo not in p.nested_quant_method_algos)]
@@ -196,7 +196,7 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
 
 
 def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
-    """What the runtimes that read only part of the flat form see (modelopt_nvfp4.md §2.2)."""
+    """What the runtimes that read only part of the flat form see (vLLM: `ignore` and the top-level group_size)."""
     if qc.exclude_key == "exclude_modules" and qc.exclude:
         readers = [p for p in ctx.profiles if p.flat_exclusions_key not in (None, "exclude_modules")]
         for key in sorted({p.flat_exclusions_key for p in readers if p.flat_exclusions_key}):

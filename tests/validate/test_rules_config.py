@@ -163,7 +163,7 @@ CASES = [
          contains=("conv_kernel_size is -1",), expected=">= 0", actual="-1"),
     Case("conv-group-does-not-divide", "LC116", "error", [], nested(conv_kernel_size=4, conv_group_size=24),
          contains=("hidden_size 64", "conv_group_size 24")),
-    # format.md §1.3: only TRT refuses a causal draft; the others draft non-causally whatever it says
+    # TRT refuses a causal draft; SGLang never reads it (full layers bidirectional); vLLM honours it
     Case("causal-nested", "LC117", "error", ["trtllm"], nested(causal=True),
          contains=("causal", "TensorRT-LLM refuses"), expected="false", actual="true",
          also=frozenset({"LC133"})),
