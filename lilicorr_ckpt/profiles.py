@@ -43,6 +43,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # flat quantization_config: the group size it uses when there is no top-level group_size
     # (None: unconfirmed, config_groups.group_0.weights.group_size taken as a fallback)
     flat_group_size_default: int | None = None
+    # the nested NVFP4 form must carry group_size, kv_cache_quant_algo and exclude_modules (null allowed)
+    nested_form_keys_required: bool = False
     # reads the nested hf_quant_config.json when config.json has no quantization_config
     reads_hf_quant_config: bool = False
     # is_causal / dflash_config.causal true: "refuses" ("requires non-causal"), "honours" (drafts causally as
@@ -178,6 +180,7 @@ VLLM = RuntimeProfile(
     flat_exclusions_key="ignore",  # its flat-form parser reads `ignore` only
     flat_group_size_default=16,  # the flat form's top-level group_size, default 16
     reads_hf_quant_config=True,  # derives quant_method for the nested form
+    nested_form_keys_required=True,
     causal="honours",  # qwen3_dflash.py _dflash_layer_causal: is_causal, then dflash_config.causal
     swa_window_size_read=True,  # qwen3_dflash.py _resolve_layer_attention reads swa_window_size first
     swa_window_zero="literal",

@@ -290,8 +290,10 @@ def lilicorr_geometry(ctx: Context) -> None:
                          expected=">= 0", actual=value, subjects=[key])
             elif value == 0:
                 refuse = [p for p in ctx.profiles if not p.hidden_size_zero_ok]
-                ctx.emit_for("LC105", refuse, f"dflash_config.{key} is 0, which TensorRT-LLM refuses "
-                             f"(SGLang and vLLM read it as the draft width {g.hidden_size})",
+                width = [p for p in ctx.profiles if p.hidden_size_zero_ok]
+                ctx.emit_for("LC105", refuse, f"dflash_config.{key} is 0, which {_names(refuse, 'refuses|refuse')} it"
+                             + (f" ({_names(width, 'reads|read')} it as the draft width {g.hidden_size})"
+                                if width else ""),
                              file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
                              actual=0, subjects=[key])
             continue

@@ -113,8 +113,9 @@ def coverage(ctx: Context) -> None:
                          f"as {shorten(sorted(fused), 2)}, which " + " and ".join(p.display for p in strict)
                          + " does not split)", subjects=names)
     if missing.get("lm_head"):
-        ctx.emit_for("LC401", [p for p in ctx.profiles if p.owned_lm_head == "supported"],
-                     "has_own_lm_head is true but lm_head.weight is absent: vLLM and TRT refuse the load",
+        loaders = [p for p in ctx.profiles if p.owned_lm_head == "supported"]
+        ctx.emit_for("LC401", loaders, "has_own_lm_head is true but lm_head.weight is absent: "
+                     + " and ".join(p.display for p in loaders) + " refuse the load" if loaders else "",
                      pointer="lm_head.weight", subjects=missing["lm_head"])
     if conv_expected and "conv" not in m.incomplete:
         gone = missing.get("conv", [])

@@ -191,7 +191,7 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
         _flat_form_reading(ctx, cfg_qc)
     for src, doc in ctx.quant_configs.items():
         if doc.form == "nested" and doc.missing_keys and doc.quant_algo and "NVFP4" in doc.quant_algo:
-            ctx.emit_for("LC303", [p for p in ctx.profiles if p.name == "vllm"],
+            ctx.emit_for("LC303", [p for p in ctx.profiles if p.nested_form_keys_required],
                          f"{src}: the nested form lacks {list(doc.missing_keys)}", file=src)
 
 
