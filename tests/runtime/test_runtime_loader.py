@@ -149,7 +149,7 @@ def test_head_free_drafter_loads_without_head(drafter_dir):
 
 
 def test_refuses_a_sibling_family_head(drafter_dir):
-    path = drafter_dir(fixtures.draft_config(head=False, architecture="DFlash2DraftModel"))
-    assert not refusal_lines(path, "all")  # validate checks only its backbone ...
+    path = drafter_dir(fixtures.sibling_config("dflash2"))
+    assert not refusal_lines(path, "all")  # validate accepts a complete DFlash2 checkpoint ...
     with pytest.raises(CheckpointRefused, match="dflash2 head"):
         load_drafter(path)  # ... but running the backbone alone would be a different drafter
