@@ -45,6 +45,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     flat_group_size_default: int | None = None
     # the nested NVFP4 form must carry group_size, kv_cache_quant_algo and exclude_modules (null allowed)
     nested_form_keys_required: bool = False
+    # flat form: refuses NVFP4 when neither the top level nor config_groups' weights give a group size
+    flat_group_size_required: bool = False
     # reads the nested hf_quant_config.json when config.json has no quantization_config
     reads_hf_quant_config: bool = False
     # is_causal / dflash_config.causal true: "refuses" ("requires non-causal"), "honours" (drafts causally as
@@ -124,6 +126,10 @@ SGLANG = RuntimeProfile(
     exclusion_matcher="sglang",
     nested_quant_method_algos=None,
     output_multiplier_nested_positive=True,  # parse_dflash_draft_config reads dflash_config only
+    # ModelOptFp4Config.from_config, flat form: exclusions from `ignore` only (default none); group_size from the
+    # top level or the first config group's weights, else "NVFP4 quantization requires group_size"
+    flat_exclusions_key="ignore",
+    flat_group_size_required=True,
     causal="ignores",  # full layers run ENCODER_ONLY; dflash_config.causal is never read
     taps_checked_against_draft_layers=True,  # DFlashDraftModel.__init__ falls back to num_hidden_layers
     num_target_layers_positive=True,

@@ -66,6 +66,10 @@ rule("LC321", "flat-group-size", "error", QNT,
      "The flat quantization_config has no top-level group_size, and the runtime's default (16) differs from the "
      "group size the weights were quantized with.",
      "Write the group size at the top level of config.json's quantization_config.")
+rule("LC324", "flat-group-size-missing", "error", QNT,
+     "The flat NVFP4 quantization_config gives no group size (neither top-level group_size nor config_groups' "
+     "weights), which the runtime refuses (\"requires group_size\").",
+     "Write the group size at the top level of config.json's quantization_config.")
 rule("LC319", "hf-quant-config-missing", "warning", QNT, "config.json declares quantization but hf_quant_config.json is absent.",
      "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.")
 
@@ -196,7 +200,8 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
 
 
 def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
-    """What the runtimes that read only part of the flat form see (vLLM: `ignore` and the top-level group_size)."""
+    """What the runtimes that read only part of the flat form see (SGLang and vLLM read `ignore` only; vLLM the
+    top-level group_size, default 16; SGLang the top level or config_groups, no default)."""
     if qc.exclude_key == "exclude_modules" and qc.exclude:
         readers = [p for p in ctx.profiles if p.flat_exclusions_key not in (None, "exclude_modules")]
         for key in sorted({p.flat_exclusions_key for p in readers if p.flat_exclusions_key}):
@@ -209,6 +214,12 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
     scheme = qc.scheme_for("") if qc.quant_algo != "MIXED_PRECISION" else None
     if scheme is None or not scheme.nvfp4 or qc.top_group_size is not None:
         return
+    if qc.nested_group_size is None:
+        strict = [p for p in ctx.profiles if p.flat_group_size_required]
+        ctx.emit_for("LC324", strict, "config.json quantization_config (flat form) gives no group size: "
+                     + " and ".join(p.display for p in strict) + " refuses NVFP4 without one (\"requires "
+                     "group_size\")", file="config.json", pointer="$.quantization_config.group_size",
+                     expected="group_size", actual="absent")
     hf_qc = ctx.quant_configs.get("hf_quant_config.json")
     intended = qc.nested_group_size or (hf_qc.group_size if hf_qc is not None else None)
     for p in ctx.profiles:

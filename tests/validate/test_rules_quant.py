@@ -159,20 +159,21 @@ def test_nvfp4_with_only_nested_hf_quant_config_is_derived_by_vllm(ckpt):
     assert hits(run(path), "LC302") == []
 
 
-def test_flat_form_exclusions_under_exclude_modules_are_invisible_to_vllm(ckpt):
-    # vLLM's flat-form parser reads `ignore` only (modelopt_nvfp4.md §2.2, peers.md): it sees no exclusion
+def test_flat_form_exclusions_under_exclude_modules_are_invisible_to_sglang_and_vllm(ckpt):
+    # both flat-form parsers read `ignore` only (SGLang's ModelOptFp4Config.from_config, vLLM's): no exclusion
     path = ckpt(quant="NVFP4")
     edit_config(path, lambda c: c["quantization_config"].__setitem__(
         "exclude_modules", c["quantization_config"].pop("ignore")))
     report = run(path)
     f = one(report, "LC320", "error")
-    assert f.runtimes == ["vllm"] and f.pointer == "$.quantization_config.ignore"
+    assert f.runtimes == ["sglang", "vllm"] and f.pointer == "$.quantization_config.ignore"
     assert "exclude_modules" in f.message and "ignore" in f.message
-    # the float modules vLLM now builds quantized (q/k/v, feature_mlp) are reported for vLLM alone
+    # the float modules vLLM now builds quantized (q/k/v, feature_mlp) are reported for vLLM alone: SGLang
+    # builds them in float whatever the config says
     unprotected = hits(report, "LC307", "error")
     assert unprotected and all(x.runtimes == ["vllm"] for x in unprotected), describe(report)
     assert any("feature_mlp" in s for x in unprotected for s in x.subjects)
-    assert refused_by(report) == ["vllm"]
+    assert refused_by(report) == ["sglang", "vllm"]
 
 
 def test_flat_form_with_ignore_and_exclude_modules_is_read_through_ignore(ckpt):
