@@ -8,6 +8,7 @@ Index <-> shard disagreements are recorded as facts for the rules, not raised.
 from __future__ import annotations
 
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from safetensors import SafetensorError, safe_open
 
 from lilicorr_ckpt.checkpoint.config import load_json_object
 from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
-from lilicorr_ckpt.checkpoint.source import Source, checked_file, read_small
+from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, Source, checked_file, read_small, require_regular
 from lilicorr_ckpt.errors import InputError
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
@@ -69,8 +70,8 @@ class TensorTable(msgspec.Struct, frozen=True):
 
 def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """All tensors of one safetensors file (validated by the safetensors library) and its metadata."""
+    size = require_regular(path, label)  # a FIFO or device would block: named, never opened
     try:
-        size = path.stat().st_size
         with open(path, "rb") as f:
             prefix = f.read(8)
             if len(prefix) < 8:
@@ -108,7 +109,7 @@ def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str
 
 def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
     assert source.index is not None
-    doc, _ = load_json_object(read_small(source.index, source.index.name), source.index.name)
+    doc, _ = load_json_object(read_small(source.index, source.index.name, INDEX_LIMIT), source.index.name)
     weight_map = doc.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise InputError(f"{source.index.name}: expected an object `weight_map` of tensor name -> shard file")
@@ -116,8 +117,10 @@ def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
         checked_file(source.root, source.link_root, shard, source.index.name)
     total = None
     meta = doc.get("metadata")
-    if isinstance(meta, dict) and isinstance(meta.get("total_size"), (int, float)):
-        total = int(meta["total_size"])
+    value = meta.get("total_size") if isinstance(meta, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 <= value < 2**63:
+        total = int(value)  # Infinity, NaN or a negative total is no total: LC606 compares a real one only
     return weight_map, total
 
 

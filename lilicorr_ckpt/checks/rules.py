@@ -518,7 +518,8 @@ def target_layer_ids(ctx: Context) -> None:
     if negative:
         ctx.emit("LC113", f"target_layer_ids has negative ids {negative} (they would wrap around silently)",
                  file="config.json", pointer=path, expected="ids >= 0", actual=ids)
-    dups = sorted({i for i in ids if ids.count(i) > 1})
+    seen: set[int] = set()
+    dups = sorted({i for i in ids if i in seen or seen.add(i)})
     if dups:
         ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
                  expected="unique ids", actual=ids)
@@ -649,6 +650,8 @@ def coverage(ctx: Context) -> None:
     present = view.by_canonical
     for component, reason in m.incomplete.items():
         ctx.emit("LC215", f"{component} tensors not checked: {reason}")
+    for key, reason in m.implausible.items():  # a layer count the files cannot hold: reported, never expanded
+        ctx.emit("LC118" if key == "num_hidden_layers" else "LC103", reason, file="config.json", pointer=f"$.{key}")
     if view.training_prefixed:
         ctx.emit("LC212", f"{len(view.training_prefixed)} tensor names keep a training prefix, e.g. "
                  f"{_shorten(view.training_prefixed, 3)}: no loader strips it, so SGLang drops them all",

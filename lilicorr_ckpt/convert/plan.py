@@ -219,10 +219,11 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     dtype = model_dtype(editor, canonical)
     parsed = parse_config(json.dumps(editor.doc, allow_nan=True).encode())
     geometry = resolve_geometry(parsed.config)
-    manifest = build_manifest(geometry)
+    manifest = build_manifest(geometry, len(canonical))
     if manifest.incomplete:
         reasons = _config_errors(source, parsed, options.runtime)
         reasons += [f"the {component} tensors cannot be named: {why}" for component, why in manifest.incomplete.items()]
+        reasons += list(manifest.implausible.values())
         raise ConversionRefused("config.json does not determine the drafter's tensors (fix the keys with "
                                 "--set KEY=VALUE)", reasons)
 

@@ -9,6 +9,7 @@ import contextlib
 import hashlib
 import io
 import math
+import os
 import platform
 import sys
 import time
@@ -158,6 +159,22 @@ def _runtime() -> tuple[ModuleType, ModuleType, ModuleType]:
     return torch, lilicorr_runtime, ops
 
 
+CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
+
+
+def cpu_threads(torch: ModuleType) -> int:
+    """Token-by-token decoding of small models gains nothing from many intra-op threads and loses much to their
+    contention on a shared machine, so smoke on the CPU uses min(cores, CPU_THREADS) unless OMP_NUM_THREADS is set
+    (torch reads it itself)."""
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, min(cores, CPU_THREADS))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
+
+
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
     check_options(opts)
     progress = progress or Progress(enabled=False)
@@ -168,6 +185,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         raise InputError(f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
                          "(torch.cuda.is_available() is False); run without --gpu for the CPU reference")
     device = "cuda" if opts.gpu else "cpu"
+    if not opts.gpu:
+        cpu_threads(torch)
     dtype_name = opts.dtype or ("bfloat16" if opts.gpu else "float32")
     dtype = getattr(torch, dtype_name)
 

@@ -11,11 +11,13 @@ import jsonschema
 import pytest
 import torch
 import transformers
-from conftest import QUICK
+from conftest import QUICK, Outcome
 from smoke_helpers import PLAIN_TEMPLATE, drafter_config, tokenizer, write_target
 
 import lilicorr_runtime
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.report.smoke import render_junit, render_text
+from lilicorr_ckpt.smoke.profile import encode
 
 from helpers import REPO, run_cli
 
@@ -58,9 +60,11 @@ def test_profile_follows_its_schema_and_describes_every_arm(smoke, drafter, targ
         "measured": "pass", "lossless": "pass", "head-loaded": "pass", "kernel-parity": "skip"}
 
 
-def test_a_zero_head_ties_the_control_exactly_and_fails_the_head_gate(smoke, zero_head_drafter, target):
-    failed = smoke(zero_head_drafter, "-t", target, *QUICK, "--format", "json")
-    assert failed.code == 1
+def test_a_zero_head_ties_the_control_exactly_and_fails_the_head_gate(smoke, zero_head_drafter, target,
+                                                                      zero_head_report):
+    failed = Outcome(1, encode(zero_head_report).decode(), "")
+    assert zero_head_report.passed is False
+    jsonschema.validate(failed.report, SCHEMA)
     arms = failed.report["arms"]
     assert arms["head"]["mean_accept_length"] == arms["control"]["mean_accept_length"]
     assert arms["head"]["acceptance_length_histogram"] == arms["control"]["acceptance_length_histogram"]
@@ -187,9 +191,9 @@ def test_sampled_runs_pool_the_seeds_and_skip_the_lossless_gate(smoke, drafter, 
     assert warmed["acceptance_length_histogram"] == report["acceptance_length_histogram"]
 
 
-def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target):
+def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target, zero_head_report):
     common = (zero_head_drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
-    report = smoke(*common).report
+    report = json.loads(encode(zero_head_report))
     tau, first = report["mean_accept_length"], report["marginal_accept_rates"][0]
     ok = smoke(*common, "--min-tau", str(tau), "--min-accept-rates", f"{first},0")
     assert ok.code == 0 and ok.gate("min-tau")["status"] == "pass" and ok.gate("min-accept-rates")["status"] == "pass"
@@ -198,14 +202,13 @@ def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target):
     assert low.gate("min-tau")["status"] == "fail" and low.gate("min-accept-rates")["status"] == "fail"
 
 
-def test_text_and_junit_reports(smoke, zero_head_drafter, target):
-    text = smoke(zero_head_drafter, "-t", target, *QUICK)
-    assert text.code == 1
-    lines = text.stdout.splitlines()
+def test_text_and_junit_reports(zero_head_report):
+    text = render_text(zero_head_report)
+    lines = text.splitlines()
     assert lines[-1] == "FAIL 1 of 3 gates failed (1 skipped)"
     assert any(line.startswith("head ") for line in lines) and any(line.startswith("control ") for line in lines)
-    assert "enable_thinking=False" in text.stdout and "FAIL  head-loaded" in text.stdout
-    junit = ET.fromstring(smoke(zero_head_drafter, "-t", target, *QUICK, "--format", "junit").stdout)
+    assert "enable_thinking=False" in text and "FAIL  head-loaded" in text
+    junit = ET.fromstring(render_junit(zero_head_report))
     cases = {c.get("name"): c for c in junit.iter("testcase")}
     assert set(cases) == {"measured", "lossless", "head-loaded", "kernel-parity"}
     assert cases["head-loaded"].find("failure") is not None and cases["kernel-parity"].find("skipped") is not None
