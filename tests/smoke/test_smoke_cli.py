@@ -331,16 +331,14 @@ def test_an_out_path_in_a_read_only_directory_is_refused_before_anything_loads(s
 
 def test_a_failed_profile_write_says_so_keeps_the_report_and_leaves_no_temporary_file(smoke, drafter, target, tmp_path,
                                                                                       monkeypatch):
-    import pathlib
+    real_replace = os.replace
 
-    real_replace = pathlib.Path.replace
-
-    def disk_full(self, dest):
-        if self.name.endswith(".tmp"):
+    def disk_full(src, dest):
+        if str(src).endswith(".tmp"):
             raise OSError(28, "No space left on device")
-        return real_replace(self, dest)
+        return real_replace(src, dest)
 
-    monkeypatch.setattr(pathlib.Path, "replace", disk_full)
+    monkeypatch.setattr("lilicorr_ckpt.outfile.os.replace", disk_full)
     out = tmp_path / "p.json"
     result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json", "--out", out)
     assert result.code == 2
