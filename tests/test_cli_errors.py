@@ -3,7 +3,6 @@ cannot be written, I/O errors, Ctrl-C, SIGTERM and a reader that stops early."""
 
 import errno
 import os
-import pathlib
 import signal
 import subprocess
 import sys
