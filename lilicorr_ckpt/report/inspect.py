@@ -9,8 +9,8 @@ import msgspec
 from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
 from lilicorr_ckpt.checkpoint.names import observed_scheme
-from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.checks.run import geometry_summary, validate
+from lilicorr_ckpt.report.escape import printable
 
 
 class ComponentStats(msgspec.Struct, frozen=True):
