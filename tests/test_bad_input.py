@@ -245,3 +245,25 @@ def test_config_json_that_is_a_directory(ckpt):
     (ckpt / "config.json").unlink()
     (ckpt / "config.json").mkdir()
     _assert_exit_2(ckpt, "config.json is not a regular file")
+
+
+def _duplicate_a_header_key(path):
+    """Rewrite model.safetensors so that its header names the first tensor twice (both entries valid)."""
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    text = json.dumps(header)
+    entry = json.dumps({name: header[name]})[1:-1]
+    forged = text[:-1] + ", " + entry + "}"
+    path.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+    return name
+
+
+def test_a_header_naming_a_tensor_twice_is_an_error_in_validate_and_convert(ckpt, tmp_path):
+    name = _duplicate_a_header_key(ckpt / "model.safetensors")
+    result = run_cli("validate", str(ckpt))
+    assert result.returncode == 1 and "LC609" in result.stdout and name in result.stdout, result.stdout
+    converted = run_cli("convert", str(ckpt), str(tmp_path / "out"))
+    assert converted.returncode == 1 and "names a tensor twice" in converted.stderr and name in converted.stderr
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ Index <-> shard disagreements are recorded as facts for the rules, not raised.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import struct
@@ -63,13 +64,38 @@ class TensorTable(msgspec.Struct, frozen=True):
     files: list[str]
     metadata: dict[str, dict[str, str]]  # file -> __metadata__
     shards: ShardFacts
+    # file -> keys its header repeats (every reader keeps one entry silently, not necessarily the same one)
+    duplicate_keys: dict[str, list[str]] = {}
 
     def total_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
 
 
+def header_duplicate_keys(header_bytes: bytes) -> list[str]:
+    """The top-level keys a safetensors header JSON repeats (msgspec, json and the library all keep one)."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
+        for key, value in items:
+            if key in seen and isinstance(value, dict) and "data_offsets" in value:
+                repeated.append(key)
+            seen[key] = value
+        return seen
+
+    with contextlib.suppress(ValueError, RecursionError):
+        json.loads(header_bytes, object_pairs_hook=pairs)
+    return sorted(set(repeated))
+
+
 def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """All tensors of one safetensors file (validated by the safetensors library) and its metadata."""
+    tensors, metadata, _ = read_header_keys(path, label)
+    return tensors, metadata
+
+
+def read_header_keys(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
+    """read_header, plus the tensor names the header repeats (the library keeps one silently)."""
     size = require_regular(path, label)  # a FIFO or device would block: named, never opened
     try:
         with open(path, "rb") as f:
@@ -104,7 +130,7 @@ def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str
     for name, (dtype, shape) in library.items():
         begin, end = header[name]["data_offsets"]
         out[name] = TensorInfo(name=name, dtype=dtype, shape=shape, file=label, start=base + begin, end=base + end)
-    return out, {str(k): str(v) for k, v in library_metadata.items()}
+    return out, {str(k): str(v) for k, v in library_metadata.items()}, header_duplicate_keys(header_bytes)
 
 
 def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
@@ -137,9 +163,12 @@ def read_tensor_table(source: Source) -> TensorTable:
 
     per_file: dict[str, dict[str, TensorInfo]] = {}
     metadata: dict[str, dict[str, str]] = {}
+    repeated: dict[str, list[str]] = {}
     for rel in to_read:
         path = checked_file(source.root, source.link_root, rel, "checkpoint")
-        per_file[rel], metadata[rel] = read_header(path, rel)
+        per_file[rel], metadata[rel], dups = read_header_keys(path, rel)
+        if dups:
+            repeated[rel] = dups
 
     tensors: dict[str, TensorInfo] = {}
     holders: dict[str, list[str]] = {}
@@ -178,7 +207,7 @@ def read_tensor_table(source: Source) -> TensorTable:
         both_single_and_index=source.index is not None and "model.safetensors" in on_disk
         and "model.safetensors" not in referenced,
     )
-    return TensorTable(tensors=tensors, files=to_read, metadata=metadata, shards=shards)
+    return TensorTable(tensors=tensors, files=to_read, metadata=metadata, shards=shards, duplicate_keys=repeated)
 
 
 def expected_nbytes(dtype: str, shape: tuple[int, ...]) -> int | None:

@@ -177,6 +177,9 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     raw, _ = load_json_object(read_small(source.config, "config.json"), "config.json")
     _check_layout(source, raw)
     table = read_tensor_table(source)
+    if table.duplicate_keys:  # LC609: which entry a loader keeps is not defined, so there is nothing to copy
+        raise ConversionRefused("a safetensors header names a tensor twice (convert cannot tell which entry is "
+                                "meant)", [f"{rel}: {', '.join(names)}" for rel, names in table.duplicate_keys.items()])
     _check_shards(table)
 
     renames: list[dict[str, str]] = []
