@@ -280,8 +280,16 @@ def test_a_target_with_missing_weights_exits_2_naming_them(smoke, drafter, targe
     (("-t", "{target}", "--probes", "{tmp}/keyless.jsonl"), 2, "keyless.jsonl:1: missing key 'chat'"),
     (("-t", "{target}", "--probes", "code,poetry"), 4, "unknown category poetry"),
     (("-t", "{target}", "--seeds", "1,2"), 4, "needs --temperature > 0"),
-    (("-t", "{target}", "--temperature", "nan"), 4, "--temperature must be a finite number >= 0, got nan"),
-    (("-t", "{target}", "--temperature", "inf"), 4, "--temperature must be a finite number >= 0, got inf"),
+    (("-t", "{target}", "--temperature", "nan"), 4, "--temperature must be a finite number in [0, 100], got nan"),
+    (("-t", "{target}", "--temperature", "inf"), 4, "--temperature must be a finite number in [0, 100], got inf"),
+    (("-t", "{target}", "--temperature", "1e308"), 4, "--temperature must be a finite number in [0, 100]"),
+    (("-t", "{target}", "--temperature", "0.5", "--seeds", "18446744073709551616"), 4,
+     "--seeds must be integers in [0, 2**63 - 1], got 18446744073709551616"),
+    (("-t", "{target}", "--temperature", "0.5", "--seeds", "-1"), 4, "--seeds must be integers in [0, 2**63 - 1]"),
+    (("-t", "{target}", "--min-tau", "nan"), 4, "--min-tau must be a finite number, got nan"),
+    (("-t", "{target}", "--min-head-gain", "inf"), 4, "--min-head-gain must be a finite number"),
+    (("-t", "{target}", "--tolerance", "nan"), 4, "--tolerance must be a finite number"),
+    (("-t", "{target}", "-k", str(2**63)), 4, "--num-speculative-tokens must be >= 1"),
     (("-t", "{target}", "-k", "9"), 4, "exceeds the drafter's 7 slots"),
     (("-t", "{target}", "--min-accept-rates", "0.5,x"), 4, "comma-separated numbers"),
     (("-t", "{target}", "--baseline", "{tmp}/bad.jsonl"), 2, "is not a smoke profile"),
@@ -442,3 +450,57 @@ def test_the_command_line_stays_torch_free_until_smoke_runs():
             "assert 'torch' not in sys.modules and 'lilicorr_runtime' not in sys.modules; "
             "assert 'smoke' in lilicorr_ckpt.cli.cli.commands")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _target_copy(target, tmp_path, name):
+    copy = tmp_path / name
+    shutil.copytree(target, copy)
+    return copy
+
+
+def test_a_target_with_only_pickle_weights_is_refused_by_name_never_unpickled(smoke, drafter, target, tmp_path):
+    pickled = _target_copy(target, tmp_path, "pickled")
+    (pickled / "model.safetensors").unlink()
+    (pickled / "pytorch_model.bin").write_bytes(b"not a pickle: opening it would fail loudly")
+    result = smoke(drafter, "-t", pickled, *QUICK)
+    assert result.code == 2 and "holds only pickle weights (pytorch_model.bin)" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("num_hidden_layers", 1_000_000, "num_hidden_layers is 1000000, but the weights hold layers 0..3"),
+    ("vocab_size", 10**9, "vocab_size is 1000000000, but the embedding has 16 rows"),
+])
+def test_a_target_config_that_overstates_its_weights_is_refused_before_allocation(smoke, drafter, target, tmp_path,
+                                                                                  key, value, message):
+    lying = _target_copy(target, tmp_path, "lying")
+    config = json.loads((lying / "config.json").read_text())
+    config[key] = value
+    (lying / "config.json").write_text(json.dumps(config))
+    result = smoke(drafter, "-t", lying, *QUICK)
+    assert result.code == 2 and message in result.stderr, result.stderr
+
+
+def test_a_prompt_beyond_the_targets_positions_is_refused(smoke, drafter, target, tmp_path):
+    short = _target_copy(target, tmp_path, "short")
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = 16
+    (short / "config.json").write_text(json.dumps(config))
+    result = smoke(drafter, "-t", short, *QUICK)
+    assert result.code == 2 and "exceed the target's 16 positions" in result.stderr, result.stderr
+
+
+def test_a_target_with_nan_logits_is_refused_on_the_first_forward(smoke, drafter, target, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = _target_copy(target, tmp_path, "nan-head")
+    tensors = load_file(broken / "model.safetensors")
+    tensors["lm_head.weight"] = torch.full_like(tensors["lm_head.weight"], float("nan"))
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    result = smoke(drafter, "-t", broken, *QUICK)
+    assert result.code == 1 and "non-finite logits" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", [str(2**63 - 1), "1", "65537"])
+def test_max_new_tokens_out_of_range_is_a_usage_error(smoke, drafter, target, value):
+    result = smoke(drafter, "-t", target, "--limit", "1", "--no-warmup", "--quiet", "--max-new-tokens", value)
+    assert result.code == 4 and "--max-new-tokens must be in [2, 65536]" in result.stderr, result.stderr
