@@ -116,3 +116,25 @@ def test_a_symlink_at_the_destination_is_replaced_never_followed(ckpt, tmp_path)
     assert victim.read_text() == "precious"
     assert not out.is_symlink() and "PASS" in out.read_text()
     assert oct(out.stat().st_mode & 0o777) != oct(0o600)  # a report file keeps the usual mode
+
+
+INTERRUPT_EARLY = """
+import os, signal, sys
+from lilicorr_ckpt._entry import main  # what the console script imports first (pyproject [project.scripts])
+# Ctrl-C after DELAY seconds, counted from before the command line's own imports
+signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))
+signal.setitimer(signal.ITIMER_REAL, float(sys.argv[1]))
+sys.argv = ["lilicorr-ckpt", "validate", sys.argv[2]]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("delay", [0.001, 0.005, 0.01, 0.02, 0.035, 0.05, 0.08])
+def test_ctrl_c_in_the_first_milliseconds_is_a_clean_interrupt(ckpt, delay):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_EARLY, str(delay), str(ckpt)], capture_output=True,
+                            text=True, timeout=60)
+    assert "Traceback" not in result.stderr, result.stderr[-1500:]
+    assert result.returncode in (0, 130), result.stderr  # 0: validate finished first
