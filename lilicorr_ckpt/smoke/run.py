@@ -240,6 +240,10 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     has_head = drafter.lilicorr is not None
     arms = [a for a in ARMS if a != "head" or has_head]
     eos = list(target.eos_token_ids)  # the generation config's, as HF generate stops
+    outside = [e for e in eos if not isinstance(e, int) or not 0 <= e < target.vocab_size]
+    if outside:
+        raise InputError(f"target {opts.target!r}: eos_token_id {outside[0]} is outside its vocabulary "
+                         f"({target.vocab_size} tokens); fix eos_token_id in config.json / generation_config.json")
     prompts, chat = _tokenize(target.tokenizer, probes, eos)
     positions = getattr(target.model.config, "max_position_embeddings", None)
     for probe, ids in zip(probes, prompts, strict=True):
@@ -460,6 +464,11 @@ def check_target_files(resolved: Any, spec: str) -> None:
         problems.append(f"hidden_size is {info.hidden_size}, but the embedding is {info.embedding_width} wide")
     if problems:
         raise InputError(f"target {spec!r}: its config.json does not describe its weights: " + "; ".join(problems))
+    vocab = info.embedding_rows or info.vocab_size
+    for name, value in info.special_ids.items():
+        if vocab is not None and not 0 <= value < vocab:
+            raise InputError(f"target {spec!r}: {name}_token_id {value} is outside its vocabulary ({vocab} tokens); "
+                             "fix it in config.json / generation_config.json")
 
 
 def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:

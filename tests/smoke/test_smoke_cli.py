@@ -504,3 +504,12 @@ def test_a_target_with_nan_logits_is_refused_on_the_first_forward(smoke, drafter
 def test_max_new_tokens_out_of_range_is_a_usage_error(smoke, drafter, target, value):
     result = smoke(drafter, "-t", target, "--limit", "1", "--no-warmup", "--quiet", "--max-new-tokens", value)
     assert result.code == 4 and "--max-new-tokens must be in [2, 65536]" in result.stderr, result.stderr
+
+
+def test_an_eos_token_id_outside_the_vocabulary_is_an_input_error(smoke, drafter, target, tmp_path):
+    odd = _target_copy(target, tmp_path, "odd-eos")
+    generation = json.loads((odd / "generation_config.json").read_text())
+    generation["eos_token_id"] = [10**12]
+    (odd / "generation_config.json").write_text(json.dumps(generation))
+    result = smoke(drafter, "-t", odd, *QUICK)
+    assert result.code == 2 and "eos_token_id 1000000000000 is outside its vocabulary (16 tokens)" in result.stderr, result.stderr
