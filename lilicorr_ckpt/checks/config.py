@@ -381,7 +381,8 @@ def target_layer_ids(ctx: Context) -> None:
     if negative:
         ctx.emit("LC113", f"target_layer_ids has negative ids {negative} (they would wrap around silently)",
                  file="config.json", pointer=path, expected="ids >= 0", actual=ids)
-    dups = sorted({i for i in ids if ids.count(i) > 1})
+    seen: set[int] = set()
+    dups = sorted({i for i in ids if i in seen or seen.add(i)})
     if dups:
         ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
                  expected="unique ids", actual=ids)

@@ -63,6 +63,8 @@ def coverage(ctx: Context) -> None:
     present = view.by_canonical
     for component, reason in m.incomplete.items():
         ctx.emit("LC215", f"{component} tensors not checked: {reason}")
+    for key, reason in m.implausible.items():  # a layer count the files cannot hold: reported, never expanded
+        ctx.emit("LC118" if key == "num_hidden_layers" else "LC103", reason, file="config.json", pointer=f"$.{key}")
     if view.training_prefixed:
         ctx.emit("LC212", f"{len(view.training_prefixed)} tensor names keep a training prefix, e.g. "
                  f"{shorten(view.training_prefixed, 3)}: no loader strips it, so SGLang drops them all",

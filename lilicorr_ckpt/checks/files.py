@@ -22,6 +22,9 @@ rule("LC606", "index-total-size", "warning", FIL, "The index's total_size differ
 rule("LC607", "unreferenced-shard", "warning", FIL, "A safetensors file the index does not reference.",
      "Delete it; loaders that glob *.safetensors may load it.")
 rule("LC608", "no-weights", "error", FIL, "No safetensors weights found.", "Export model.safetensors.")
+rule("LC609", "header-duplicate-key", "error", FIL,
+     "A safetensors header names the same tensor twice; every loader keeps one entry silently, not the same one.",
+     "Re-export the file: each tensor name once per header.")
 
 
 
@@ -61,3 +64,5 @@ def files(ctx: Context) -> None:
                  expected=s.total_size_actual, actual=s.total_size_declared)
     for rel in s.unreferenced:
         ctx.emit("LC607", f"`{rel}` is not referenced by the index", file=rel)
+    for rel, names in ctx.table.duplicate_keys.items():
+        ctx.emit("LC609", f"the header of `{rel}` names {shorten(names)} more than once", file=rel, subjects=names)

@@ -10,22 +10,24 @@ import msgspec
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checks.findings import RULES, Finding
 from lilicorr_ckpt.checks.run import Report
+from lilicorr_ckpt.report.escape import printable
 
 FORMATS = ("text", "json", "junit", "sarif")
 _LABEL = {"error": "ERROR", "warning": "WARN ", "info": "info "}
 
 
 def _where(f: Finding) -> str:
-    parts = [p for p in (f.file, f.pointer) if p]
+    parts = [printable(p) for p in (f.file, f.pointer) if p]
     return f"  [{':'.join(parts)}]" if parts else ""
 
 
 def finding_lines(f: Finding) -> list[str]:
-    """A finding as the text report prints it: one line, plus its fix for errors and warnings."""
+    """A finding as the text report prints it: one line (names from the checkpoint escaped, so none can start
+    another line), plus its fix for errors and warnings."""
     runtimes = f" ({', '.join(f.runtimes)})" if f.runtimes else ""
-    lines = [f"{_LABEL[f.severity]} {f.rule} {f.name}{runtimes}: {f.message}{_where(f)}"]
+    lines = [f"{_LABEL[f.severity]} {f.rule} {f.name}{runtimes}: {printable(f.message)}{_where(f)}"]
     if f.fix and f.severity != "info":
-        lines.append(f"      fix: {f.fix}")
+        lines.append(f"      fix: {printable(f.fix)}")
     return lines
 
 
@@ -38,9 +40,10 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
         return click.style(text, fg=fg, bold=bold)
 
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
-    lines = [f"lilicorr-ckpt validate {report.path}" + (f" --target {report.target}" if report.target else "")]
+    lines = [f"lilicorr-ckpt validate {printable(report.path)}"
+             + (f" --target {printable(report.target)}" if report.target else "")]
     g = {key: "?" if value is None else value for key, value in report.geometry.items()}  # ? = missing or invalid
-    arch = report.architecture or "unknown architecture"
+    arch = printable(report.architecture or "unknown architecture")
     head = ""
     if report.geometry.get("lilicorr_enabled"):
         head = (f", head h={g.get('head_hidden_size', '?')} K={g.get('candidate_topk', '?')} "
@@ -81,16 +84,17 @@ def render_junit(report: Report) -> str:
         warnings = [f for f in mine if f.severity == "warning"]
         body = ""
         if errors:
-            text = "\n".join(f"{f.rule} {f.name}: {f.message}{_where(f)}" for f in errors)
-            body += (f'<failure message={quoteattr(f"{len(errors)} error(s): {errors[0].message[:200]}")} '
+            text = "\n".join(f"{f.rule} {f.name}: {printable(f.message)}{_where(f)}" for f in errors)
+            first = printable(errors[0].message)[:200]
+            body += (f'<failure message={quoteattr(f"{len(errors)} error(s): {first}")} '
                      f'type="lilicorr-ckpt">{escape(text)}</failure>')
         if warnings:
-            body += "<system-out>" + escape("\n".join(f"{f.rule} {f.name}: {f.message}" for f in warnings)) + \
-                    "</system-out>"
+            body += "<system-out>" + escape("\n".join(f"{f.rule} {f.name}: {printable(f.message)}"
+                                                      for f in warnings)) + "</system-out>"
         cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={quoteattr(v.display)}>{body}</testcase>')
     failures = sum(not v.accepted for v in report.runtimes)
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name={quoteattr("lilicorr-ckpt validate " + report.path)} tests="{len(cases)}" '
+            f'<testsuite name={quoteattr("lilicorr-ckpt validate " + printable(report.path))} tests="{len(cases)}" '
             f'failures="{failures}" errors="0">\n' + "\n".join(cases) + "\n</testsuite>\n")
 
 

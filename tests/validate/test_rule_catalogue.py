@@ -128,6 +128,18 @@ def duplicated_in_two_shards(path: Path) -> None:
                {"format": "pt"})
 
 
+def duplicate_header_key(path: Path) -> None:
+    import struct
+
+    file = path / "model.safetensors"
+    data = file.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    forged = json.dumps(header)[:-1] + ", " + json.dumps({name: header[name]})[1:-1] + "}"
+    file.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+
+
 def deep(mutate: Callable[[fixtures.Tensors], None], **kw: Any) -> Build:
     return lambda tmp: (write(tmp, mutate=mutate, **kw), {"deep": True})
 
@@ -193,6 +205,7 @@ EXTRA: dict[str, Build] = {
     "LC606": sharded(index(lambda d: d["metadata"].__setitem__("total_size", d["metadata"]["total_size"] + 8))),
     "LC607": sharded(lambda p: write_file(p / "model-00004-of-00003.safetensors", {}, {"format": "pt"})),
     "LC608": then(lambda tmp: write(tmp), lambda p: (p / "model.safetensors").unlink()),
+    "LC609": then(lambda tmp: write(tmp), duplicate_header_key),
     "LC701": deep(nan_and_zero),
     "LC702": deep(nan_and_zero),
     "LC703": deep(bad_scales, quant="NVFP4"),
