@@ -62,12 +62,16 @@ def _emit(text: str, out: str | None) -> None:
 @click.option("--deep", is_flag=True,
               help="Also read tensor data (memory-mapped, chunked): NaN/Inf and all-zero weights. Slower.")
 @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
+@click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
+                                                "`org/name@REV` says the same).")
 def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, strict: bool, deep: bool,
-             verbose: bool) -> None:
+             verbose: bool, revision: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
-    PATH is a checkpoint directory (config.json + *.safetensors) or a repo id already in the local
-    Hugging Face cache. Nothing is downloaded and torch is never imported.
+    PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
+    org/name[@REV]. A repo is read from the Hub at one resolved commit (recorded in the report): its JSON
+    files, and each safetensors header by HTTP range reads, never the weights (HF_ENDPOINT and HF_TOKEN
+    apply). With HF_HUB_OFFLINE=1 it must be in the local Hugging Face cache. torch is never imported.
 
     \b
     Checks: config geometry (the eight lilicorr_* keys, top-k, head width, block size, target layer ids,
@@ -81,13 +85,18 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter
       lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
+      lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
     """
     from .report import render
     from .validate import validate as run
 
     if output:
         check_output_path(output, "--output", "report.txt")
-    report = run(path, runtime=runtime, target=target, deep=deep, strict=strict)
+    from .remote import hub_spec, validate_hub
+
+    hub = hub_spec(path, revision, deep=deep)  # None: a local directory
+    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
+              else run(path, runtime=runtime, target=target, deep=deep, strict=strict))
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     _emit(render(report, fmt, color=color, verbose=verbose), output)
     sys.exit(report.exit_code)

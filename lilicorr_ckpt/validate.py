@@ -12,6 +12,7 @@ from .findings import SEVERITY_ORDER, Finding
 from .geometry import Geometry, resolve_geometry
 from .manifest import Manifest, build_manifest
 from .profiles import RuntimeProfile, select_profiles
+from .remote import HubOrigin
 from .rules import Context, run_checks
 from .source import Source, open_source, read_small
 from .target import TargetInfo, read_target
@@ -46,6 +47,7 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     findings: list[Finding]
     geometry: dict[str, Any]
     exit_code: int
+    hub: HubOrigin | None = None  # set when PATH was a Hub repo id: the commit it was read at
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
