@@ -16,6 +16,7 @@ from . import __version__
 from .errors import InputError, Terminated, UsageError, sigterm_unwinds
 from .outfile import check_output_path, write_output
 from .profiles import RUNTIME_CHOICES
+from .report_ci import CI_FORMATS, render_ci
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -54,9 +55,11 @@ def _emit(text: str, out: str | None) -> None:
                    "Adds hidden-size, layer-id, vocabulary and mask-token checks.")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="Judge against one serving stack's loader, or all of them (a verdict per runtime).")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif"]), default="text",
-              show_default=True, help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` "
-                                      "prints.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif", *CI_FORMATS]),
+              default="text", show_default=True,
+              help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` prints; github: "
+                   "::error/::warning annotations (file and line); markdown: the verdict table for a step summary; "
+                   "github-output: key=value lines for $GITHUB_OUTPUT.")
 @click.option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--deep", is_flag=True,
@@ -98,7 +101,7 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
     report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
               else run(path, runtime=runtime, target=target, deep=deep, strict=strict))
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    _emit(render(report, fmt, color=color, verbose=verbose), output)
+    _emit(render_ci(report, fmt) if fmt in CI_FORMATS else render(report, fmt, color=color, verbose=verbose), output)
     sys.exit(report.exit_code)
 
 
@@ -190,7 +193,7 @@ def rules_markdown() -> str:
 
 def _register_optional() -> None:
     """Commands that live in other modules register themselves here (convert, smoke)."""
-    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli"):
+    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli", "lilicorr_ckpt.report_ci"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:
