@@ -16,7 +16,7 @@ from . import __version__
 from .errors import InputError, Terminated, UsageError, sigterm_unwinds
 from .outfile import check_output_path, write_output
 from .profiles import RUNTIME_CHOICES
-from .report_ci import CI_FORMATS, render_ci
+from .report_ci import CI_FORMATS, render_report
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -67,8 +67,13 @@ def _emit(text: str, out: str | None) -> None:
 @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
 @click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
                                                 "`org/name@REV` says the same).")
+@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC403): still reported, "
+                                              "marked waived, not counted. Waivers with reasons: [tool.lilicorr-ckpt] "
+                                              "in pyproject.toml or lilicorr.toml beside the checkpoint (docs/ci.md).")
+@click.option("--select", metavar="RULES", help="Only these rule ids or prefixes (LC1,LC2) count; other findings "
+                                              "are left out.")
 def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, strict: bool, deep: bool,
-             verbose: bool, revision: str | None) -> None:
+             verbose: bool, revision: str | None, ignore: str | None, select: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
     PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
@@ -89,19 +94,22 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
       lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
+      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC403       # waived, still reported
     """
-    from .report import render
     from .validate import validate as run
+    from .waivers import check_rule_options, waive_report
 
     if output:
         check_output_path(output, "--output", "report.txt")
+    check_rule_options(ignore, select)
     from .remote import hub_spec, validate_hub
 
     hub = hub_spec(path, revision, deep=deep)  # None: a local directory
     report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
               else run(path, runtime=runtime, target=target, deep=deep, strict=strict))
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    _emit(render_ci(report, fmt) if fmt in CI_FORMATS else render(report, fmt, color=color, verbose=verbose), output)
+    report = waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict)
+    _emit(render_report(report, fmt, color=color, verbose=verbose), output)
     sys.exit(report.exit_code)
 
 

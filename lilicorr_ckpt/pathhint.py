@@ -17,10 +17,10 @@ _PATH_PREFIXES = ("./", "../", ".\\", "..\\", "/", "~", "\\")
 def looks_like_path(spec: str) -> bool:
     """True when spec can only be (or most plausibly is) a local path rather than `org/name`.
 
-    A path: `.`/`..`, anything starting with ./ ../ / ~ (or their Windows forms), a drive letter,
+    A path: no / at all, `.`/`..`, anything starting with ./ ../ / ~ (or their Windows forms), a drive letter,
     more than one separator, a trailing separator, or a first component that is an existing local
     directory (`examples/x` while ./examples exists)."""
-    if spec in (".", "..") or spec.startswith(_PATH_PREFIXES):
+    if spec in (".", "..") or spec.startswith(_PATH_PREFIXES) or "/" not in spec:  # a repo id has one /
         return True
     if len(spec) >= 2 and spec[1] == ":" and spec[0].isalpha():  # C:\... or C:/...
         return True

@@ -199,7 +199,7 @@ def _cell(text: str) -> str:
 
 
 def _suppressed(f: Finding) -> bool:
-    return bool(getattr(f, "suppressed", None))
+    return f.waived is not None
 
 
 def render_markdown(report: Report) -> str:
@@ -227,6 +227,8 @@ def render_markdown(report: Report) -> str:
             where = ":".join(p for p in (f.file, f.pointer) if p)
             mark = "🔕 waived" if _suppressed(f) else _MARK[f.severity] + " " + f.severity
             message = f.message + (f"<br>**fix:** {f.fix}" if f.fix and not _suppressed(f) else "")
+            if f.waived is not None:
+                message += f"<br>**waived:** {f.waived.reason} ({f.waived.source})"
             lines.append(f"| {mark} | `{f.rule}` {f.name} | {', '.join(f.runtimes) or 'all'} | "
                          f"{_cell(message)} | {('`' + _cell(where) + '`') if where else ''} |")
         if len(shown) > MAX_SUMMARY_ROWS:
@@ -248,6 +250,15 @@ def render_github_output(report: Report) -> str:
     if report.hub is not None:
         lines.append(f"commit={report.hub.commit}")
     return "\n".join(lines) + "\n"
+
+
+def render_report(report: Report, fmt: str, *, color: bool = False, verbose: bool = False) -> str:
+    """Any validate format: the CI ones here, the others through report.render with waived findings marked."""
+    if fmt in CI_FORMATS:
+        return render_ci(report, fmt)
+    from .waivers import render_with_waivers
+
+    return render_with_waivers(report, fmt, color=color, verbose=verbose)
 
 
 def render_ci(report: Report, fmt: str) -> str:
@@ -303,12 +314,9 @@ def register(cli: Any) -> None:
           lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"
           lilicorr-ckpt report report.json -f sarif -o validate.sarif
         """
-        from .report import render
-
         if output:
             check_output_path(output, "--output", "report.sarif")
-        loaded = load_report(report_file)
-        text = render_ci(loaded, fmt) if fmt in CI_FORMATS else render(loaded, fmt, verbose=verbose)
+        text = render_report(load_report(report_file), fmt, verbose=verbose)
         if output:
             write_output(text, output)
         else:

@@ -23,6 +23,7 @@ class Summary(msgspec.Struct, frozen=True):
     errors: int
     warnings: int
     infos: int
+    waived: int = 0  # findings a waiver suppressed (not in the counts above)
 
 
 class RuntimeVerdict(msgspec.Struct, frozen=True):

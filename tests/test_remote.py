@@ -255,7 +255,7 @@ def test_a_mistyped_local_path_is_no_such_directory_with_a_suggestion(tmp_path):
 
 @pytest.mark.parametrize("spec, expected", [
     ("acme/drafter", False), ("acme/drafter@v1", False), ("./x", True), ("../x", True), ("/abs/x", True),
-    ("~/x", True), (".", True), ("a/b/c", True), ("a/b/", True), ("C:\\models\\x", True), ("tests/nope", True),
+    ("~/x", True), (".", True), ("a/b/c", True), ("a/b/", True), ("C:\\models\\x", True), ("tests/nope", True), ("drafter", True),
 ])
 def test_looks_like_path(spec, expected, monkeypatch):
     monkeypatch.chdir(REPO)  # `tests` is a directory here
