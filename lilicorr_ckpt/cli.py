@@ -201,7 +201,7 @@ def rules_markdown() -> str:
 
 def _register_optional() -> None:
     """Commands that live in other modules register themselves here (convert, smoke)."""
-    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli", "lilicorr_ckpt.report_ci"):
+    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli", "lilicorr_ckpt.report_ci", "lilicorr_ckpt.card"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:
