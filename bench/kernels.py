@@ -153,8 +153,8 @@ def qwen3_8b_draft_step(walk: str):
     import json
 
     from lilicorr_ckpt import fixtures
-    from lilicorr_ckpt.config import parse_config
-    from lilicorr_ckpt.geometry import resolve_geometry
+    from lilicorr_ckpt.checkpoint.config import parse_config
+    from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
     from lilicorr_runtime.dflash import Drafter, backbone_spec
     from lilicorr_runtime.graph import DraftStep
 

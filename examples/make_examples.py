@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.stwrite import write_file
+from lilicorr_ckpt.checkpoint.stwrite import write_file
 
 HERE = Path(__file__).resolve().parent
 

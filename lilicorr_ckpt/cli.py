@@ -12,11 +12,11 @@ import sys
 
 import click
 
-from . import __version__
-from .errors import InputError, Terminated, UsageError, sigterm_unwinds
-from .outfile import check_output_path, write_output
-from .profiles import RUNTIME_CHOICES
-from .report_ci import CI_FORMATS, render_report
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
+from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+from lilicorr_ckpt.report.ci import CI_FORMATS
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -96,19 +96,14 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
       lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC403       # waived, still reported
     """
-    from .validate import validate as run
-    from .waivers import check_rule_options, waive_report
+    from lilicorr_ckpt.checks.run import validate_spec
+    from lilicorr_ckpt.report.ci import render_report
 
     if output:
         check_output_path(output, "--output", "report.txt")
-    check_rule_options(ignore, select)
-    from .remote import hub_spec, validate_hub
-
-    hub = hub_spec(path, revision, deep=deep)  # None: a local directory
-    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
-              else run(path, runtime=runtime, target=target, deep=deep, strict=strict))
+    report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
+                           ignore=ignore, select=select)
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    report = waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict)
     _emit(render_report(report, fmt, color=color, verbose=verbose), output)
     sys.exit(report.exit_code)
 
@@ -133,7 +128,7 @@ def inspect(path: str, fmt: str) -> None:
 
     import msgspec
 
-    from .inspect import inspect_checkpoint, render_inspection
+    from lilicorr_ckpt.report.inspect import inspect_checkpoint, render_inspection
 
     ins = inspect_checkpoint(path)
     if fmt == "json":
@@ -142,19 +137,26 @@ def inspect(path: str, fmt: str) -> None:
         click.echo(render_inspection(ins), nl=False)
 
 
-@cli.command()
+@cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
+@click.argument("rule_id", required=False, metavar="[ID]")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
               show_default=True, help="text: one line per rule; markdown: the README table; json: every field, "
                                       "including the fix.")
-def rules(fmt: str) -> None:
-    """List every validate rule: id, severity, what it catches and how to fix it."""
+def rules(rule_id: str | None, fmt: str) -> None:
+    """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
+    long form: what it checks, why it breaks a loader, an example and the fix."""
     import json
 
     import msgspec
 
-    from . import rules as _  # noqa: F401  (registers the catalogue)
-    from .findings import RULES
+    from lilicorr_ckpt.checks import RULES
 
+    if rule_id is not None:
+        found = RULES.get(rule_id.upper())
+        if found is None:
+            raise UsageError(f"no rule {rule_id!r}; `lilicorr-ckpt rules` lists them")
+        click.echo(json.dumps(msgspec.to_builtins(found), indent=2) if fmt == "json" else found.long_doc(), nl=False)
+        return
     if fmt == "json":
         click.echo(json.dumps([msgspec.to_builtins(r) for r in RULES.values()], indent=2))
         return
@@ -179,7 +181,7 @@ def schema(name: str | None) -> None:
     Example:
       lilicorr-ckpt schema validate-report > validate-report.schema.json
     """
-    from .schemas import all_schemas, render
+    from lilicorr_ckpt.report.schemas import all_schemas, render
 
     schemas = all_schemas()
     if name is None:
@@ -190,8 +192,7 @@ def schema(name: str | None) -> None:
 
 
 def rules_markdown() -> str:
-    from . import rules as _  # noqa: F401
-    from .findings import RULES
+    from lilicorr_ckpt.checks import RULES
 
     lines = ["| id | name | severity | area | what it catches |", "|---|---|---|---|---|"]
     for r in RULES.values():
@@ -201,7 +202,8 @@ def rules_markdown() -> str:
 
 def _register_optional() -> None:
     """Commands that live in other modules register themselves here (convert, smoke)."""
-    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke_cli", "lilicorr_ckpt.report_ci", "lilicorr_ckpt.card"):
+    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke.cli", "lilicorr_ckpt.report.ci",
+                   "lilicorr_ckpt.report.card"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -1,4 +1,5 @@
-"""Exceptions that end a command with a message for people rather than a traceback."""
+"""Exceptions that end a command with a message for people rather than a traceback: InputError (exit 2),
+UsageError (exit 4), Refused and its kinds (exit 1)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,35 @@ class InputError(Exception):
 
 class UsageError(Exception):
     """The command line asks for something impossible (exit code 4)."""
+
+
+class Refused(Exception):
+    """The input can be read but not used as asked (exit code 1); nothing was written. Reasons a person can act on."""
+
+    def __init__(self, summary: str, reasons: list[str] | None = None):
+        super().__init__(summary)
+        self.summary = summary
+        self.reasons = list(reasons or [])
+
+    def __str__(self) -> str:
+        return "\n".join([self.summary] + [f"  - {r}" for r in self.reasons])
+
+
+class ConversionRefused(Refused):
+    """`convert` cannot convert the source as asked."""
+
+
+class SmokeRefused(Refused):
+    """`smoke` cannot measure the checkpoint against this target: validate refuses it, or the drafter and target do
+    not fit together."""
+
+
+class CheckpointInvalid(Refused):
+    """validate finds errors for the runtime the checkpoint is to be served by."""
+
+    def __init__(self, summary: str, reasons: list[str], report: object):
+        super().__init__(summary, reasons)
+        self.report = report
 
 
 class Terminated(KeyboardInterrupt):

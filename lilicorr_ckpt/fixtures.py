@@ -18,13 +18,13 @@ from typing import Any
 
 import numpy as np
 
-from .config import parse_config
-from .geometry import resolve_geometry
-from .manifest import Manifest, build_manifest, legacy_name, quant_scheme
-from .numerics import bf16_bits, e4m3_encode, nvfp4_quantize
-from .profiles import PROFILES
-from .quant import summarize_exclusions
-from .stwrite import Entry, write_file, write_sparse
+from lilicorr_ckpt.checkpoint.config import parse_config
+from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
+from lilicorr_ckpt.checkpoint.manifest import Manifest, build_manifest, legacy_name, quant_scheme
+from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_encode, nvfp4_quantize
+from lilicorr_ckpt.checkpoint.quant import summarize_exclusions
+from lilicorr_ckpt.checkpoint.stwrite import Entry, write_file, write_sparse
+from lilicorr_ckpt.profiles import PROFILES
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]  # name -> (dtype, shape, raw bytes)
 

@@ -7,7 +7,7 @@ import contextlib
 import os
 from pathlib import Path
 
-from .errors import InputError, UsageError
+from lilicorr_ckpt.errors import InputError, UsageError
 
 
 def check_output_path(out: str, option: str, example: str) -> Path:

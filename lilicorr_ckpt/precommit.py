@@ -62,9 +62,9 @@ def skip_reason(directory: Path) -> str | None:
 def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: bool, deep: bool,
                  ignore: str | None, select: str | None, verbose: bool) -> tuple[int, str]:
     """(exit code, text report) for one directory; unreadable input is exit 2 with its reason."""
-    from .errors import InputError, UsageError
-    from .report_ci import render_report
-    from .validate import validate
+    from lilicorr_ckpt.checks.run import validate
+    from lilicorr_ckpt.errors import InputError, UsageError
+    from lilicorr_ckpt.report.validate import render
 
     try:
         report = validate(str(directory), runtime=runtime, target=target, strict=strict, deep=deep)
@@ -73,11 +73,11 @@ def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: b
         return 2, f"{directory}: error: {exc}\n"
     except UsageError as exc:
         return 4, f"{directory}: usage error: {exc}\n"
-    return report.exit_code, render_report(report, "text", verbose=verbose)
+    return report.exit_code, render(report, "text", verbose=verbose)
 
 
 def _apply_waivers(report, directory: Path, *, ignore: str | None, select: str | None, strict: bool):  # noqa: ANN001
-    from .waivers import waive_report
+    from lilicorr_ckpt.checks.waivers import waive_report
 
     return waive_report(report, checkpoint_dir=directory, ignore=ignore, select=select, strict=strict)
 
@@ -108,9 +108,9 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
           - id: lilicorr-ckpt-validate-dir      # or: one directory, on every commit
             args: [./drafter, --target, ./target]
     """
-    from .errors import UsageError
-    from .profiles import RUNTIME_CHOICES
-    from .waivers import check_rule_options
+    from lilicorr_ckpt.checks.waivers import check_rule_options
+    from lilicorr_ckpt.errors import UsageError
+    from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
     try:
         check_rule_options(ignore, select)

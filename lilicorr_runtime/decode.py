@@ -160,6 +160,8 @@ class SpeculativeDecoder:
         eos = {single} if single is not None else set(eos_token_ids)
         started = time.perf_counter()
         target = self.target
+        block = 1 if self.drafter is None else self.drafter.block_size
+        target.reserve(prompt.numel() + max_new_tokens + block + 1)
         target.reset()
         layer_ids = None if self.mode == "ar" else self.drafter.target_layer_ids
         step = target.forward(prompt, layer_ids)

@@ -14,8 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lilicorr_ckpt.config import DraftConfig
-from lilicorr_ckpt.geometry import Geometry
+from lilicorr_ckpt.checkpoint.config import DraftConfig
+from lilicorr_ckpt.checkpoint.geometry import Geometry
 
 from .head import LiLiCorrHead, head_from_geometry
 from .layers import RMSNorm, apply_rope, rope_cos_sin, rope_inverse_frequencies

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from lilicorr_ckpt.geometry import Geometry
+from lilicorr_ckpt.checkpoint.geometry import Geometry
 
 from .layers import RMSNorm
 from .ops import feature_hidden, lattice_attention, lattice_scores, residual_norm
@@ -24,7 +24,7 @@ _SIDE_STREAMS: dict[torch.device, list] = {}
 
 def _fork(device: torch.device, count: int) -> list:
     """`count` side streams that have waited for the current stream on a CUDA device, else Nones."""
-    if device.type != "cuda":
+    if device.type != "cuda" or torch.is_grad_enabled():  # training: one stream, autograd's simplest case
         return [None] * count
     device = torch.device("cuda", device.index if device.index is not None else torch.cuda.current_device())
     streams = _SIDE_STREAMS.get(device)
@@ -253,7 +253,10 @@ class LiLiCorrHead(nn.Module):
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
         terms = F.linear(embeddings, token.weight) if linear_token else embeddings.clone()
         _wait(features_ready, features)
-        terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
+        if torch.is_grad_enabled():  # training (under autocast the in-place GEMM would mix dtypes)
+            terms = terms + F.linear(features.view(rows, h), down.weight)
+        else:
+            terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
         _join(input_branch, x)
         x = x.view(b, slots * k, h)
         terms = terms.view(b, slots * k, h)

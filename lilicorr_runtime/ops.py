@@ -31,6 +31,8 @@ def _integer(t: torch.Tensor) -> bool:
 def _use_triton(*tensors: torch.Tensor) -> bool:
     if not all(t.is_cuda for t in tensors):
         return False
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return False  # the kernels have no backward: training runs the differentiable references
     try:
         import triton  # noqa: F401
     except ImportError:

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
-from lilicorr_ckpt.source import resolve_path
+from lilicorr_ckpt.checkpoint import resolve_target_spec
 
 from .arguments import resolve_device, resolve_dtype
 
@@ -49,6 +49,8 @@ class TargetModel:
         self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.cache: DynamicCache | None = None
         self.length = 0  # tokens whose K/V the cache holds
+        self.path = "transformers"  # which forward runs: "fast" (fast_target.FastTarget) or transformers' eager one
+        self.path_note = "transformers eager forward"
 
     @property
     def device(self) -> torch.device:
@@ -57,6 +59,9 @@ class TargetModel:
     @property
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
+
+    def reserve(self, rows: int) -> None:
+        """A hint that the next request needs `rows` cached tokens (a static cache allocates them once)."""
 
     def reset(self) -> None:
         self.cache = DynamicCache(config=self.model.config)
@@ -140,25 +145,26 @@ def _unloaded_weights(info: dict[str, Any]) -> list[str]:
 
 
 def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
-                tokenizer: bool = True) -> TargetModel:
+                tokenizer: bool = True, fast: bool | None = None) -> TargetModel:
     """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
 
     dtype is a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16). The checkpoint must hold every
     weight the config describes, in its shape: a missing or misshapen tensor (which transformers would initialise
     at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
-    otherwise `tokenizer` is None and the caller works in token ids."""
+    otherwise `tokenizer` is None and the caller works in token ids.
+
+    fast: None (default) runs the fast path (`fast_target.FastTarget`: static KV cache, CUDA graphs on a GPU)
+    whenever the architecture has one and transformers' eager forward otherwise (`path_note` says which and
+    why); True requires the fast path (ValueError naming why not); False always runs transformers."""
     dtype, device = resolve_dtype(dtype), resolve_device(device)
-    path = Path(spec).expanduser()
+    resolved = resolve_target_spec(str(spec))  # TargetSpecError (a ValueError) for a non-GGUF file
     kwargs: dict[str, Any] = {"local_files_only": True}
-    if path.is_file() and path.suffix == ".gguf":
-        source, kwargs["gguf_file"] = str(path.parent), path.name
+    if resolved.kind == "gguf":
+        source, kwargs["gguf_file"] = str(resolved.path.parent), resolved.path.name
         has_tokenizer = True  # the GGUF carries its tokenizer
-    elif path.is_file():
-        raise ValueError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id or a GGUF")
     else:
-        directory, _ = resolve_path(str(spec), "target")  # a directory, or a repo id in the local HF cache
-        source = str(directory)
-        has_tokenizer = any((directory / name).is_file() for name in TOKENIZER_FILES)
+        source = str(resolved.path)
+        has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
     # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
     with _quiet_load_report():
         model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True,
@@ -178,4 +184,15 @@ def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, d
         if eos and tok.eos_token_id not in eos:
             # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
             tok.eos_token = tok.convert_ids_to_tokens(eos[0])
+    if fast is not False:
+        from .fast_target import FastTarget, fast_path_problem  # it imports this module
+
+        problem = fast_path_problem(model)
+        if problem is None:
+            return FastTarget(model, tok, eos)
+        if fast:
+            raise ValueError(f"target {str(spec)!r} has no fast path: {problem}")
+        target = TargetModel(model, tok, eos)
+        target.path_note = f"transformers eager forward ({problem})"
+        return target
     return TargetModel(model, tok, eos)

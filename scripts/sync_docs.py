@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lilicorr_ckpt import schemas
 from lilicorr_ckpt.cli import rules_markdown
+from lilicorr_ckpt.report import schemas
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

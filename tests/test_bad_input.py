@@ -10,8 +10,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.errors import InputError
-from lilicorr_ckpt.validate import validate
 
 from helpers import run_cli
 

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from lilicorr_ckpt import cli
-from lilicorr_ckpt import validate as validate_module
+from lilicorr_ckpt.checks import run as validate_module
 
 from helpers import run_cli
 

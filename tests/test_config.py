@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from lilicorr_ckpt.config import parse_config
+from lilicorr_ckpt.checkpoint.config import parse_config
 from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.fixtures import draft_config
 

@@ -15,7 +15,7 @@ import pytest
 from fakehub import FakeHub
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.pathhint import looks_like_path, no_such_directory
+from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
 
 from helpers import REPO
 

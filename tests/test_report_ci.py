@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.report_ci import json_key_lines, pointer_line
+from lilicorr_ckpt.report.ci import json_key_lines, pointer_line
 
 from helpers import REPO, run_cli
 

@@ -4,7 +4,8 @@ import xml.etree.ElementTree as ET
 import jsonschema
 import pytest
 
-from lilicorr_ckpt import fixtures, schemas
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.report import schemas
 
 from helpers import REPO, run_cli
 

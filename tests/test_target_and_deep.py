@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.numerics import bf16_bits
-from lilicorr_ckpt.target import read_target
-from lilicorr_ckpt.validate import validate
+from lilicorr_ckpt.checkpoint.numerics import bf16_bits
+from lilicorr_ckpt.checkpoint.target import read_target
+from lilicorr_ckpt.checks.run import validate
 
 
 def make_target(path, *, hidden=64, layers=4, vocab=512, eos=2, bos=1, pad=None, embed_rows=None, theta=10000.0):

@@ -8,10 +8,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from lilicorr_ckpt import fixtures, schemas
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.checks.findings import Finding
+from lilicorr_ckpt.checks.waivers import WaiverRule, apply_waivers, find_config, parse_config
 from lilicorr_ckpt.errors import UsageError
-from lilicorr_ckpt.findings import Finding
-from lilicorr_ckpt.waivers import WaiverRule, apply_waivers, find_config, parse_config
+from lilicorr_ckpt.report import schemas
 
 from helpers import REPO, run_cli
 

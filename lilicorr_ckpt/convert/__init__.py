@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-_EXPORTS = {"ConversionRefused": ".errors", "ConvertOptions": ".options", "ConvertResult": ".pipeline",
+_EXPORTS = {"ConversionRefused": "lilicorr_ckpt.errors", "ConvertOptions": ".options", "ConvertResult": ".pipeline",
             "convert": ".pipeline"}
 __all__ = sorted(_EXPORTS)
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import click
 
-from ..profiles import RUNTIME_CHOICES
-from .options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
+from lilicorr_ckpt.convert.options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
 
@@ -171,9 +171,8 @@ def register(group: click.Group) -> None:
     def convert_command(src: str, dst: str, runtime: str, naming: str, max_shard_size: str, no_repair: bool,
                         dequantize: tuple[str, ...], drop: tuple[str, ...], set_items: tuple[str, ...], force: bool,
                         dry_run: bool, verify: bool, strict: bool, fmt: str, quiet: bool) -> None:
-        from ..errors import InputError, UsageError
-        from .errors import ConversionRefused
-        from .pipeline import convert
+        from lilicorr_ckpt.convert.pipeline import convert
+        from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
 
         as_json = fmt == "json"
         head = {"src": src, "dst": dst, "written": False}

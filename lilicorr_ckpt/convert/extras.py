@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from lilicorr_ckpt.errors import InputError
 
 PICKLE_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 OTHER_WEIGHTS = (".gguf", ".npz", ".npy", ".h5", ".hdf5", ".msgpack", ".onnx", ".tflite")

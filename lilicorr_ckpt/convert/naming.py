@@ -1,48 +1,14 @@
-"""Source tensor names -> canonical checkpoint names (and back to the requested naming).
-
-ModelOpt's DFlashExporter strips `dflash_module.`; older or hand-made exports keep it, EAGLE-style
-wrappers use `eagle_module.`, and some writers add `model.`. The head may use the training module's
-nn.Sequential names (`feature_mlp.1`) instead of the named MLPs (`feature_mlp.up_proj`).
-"""
+"""What convert adds to checkpoint/names: derived buffers it drops, the output naming, pattern matching."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
 
-import msgspec
+from lilicorr_ckpt.checkpoint.manifest import legacy_name
 
-from ..manifest import canonical_name, legacy_name
-
-STRIPPED_PREFIXES = ("dflash_module.", "eagle_module.", "model.")
 # buffers every loader recomputes; ModelOpt's exporter drops them too
 DERIVED_BUFFERS = (re.compile(r"(^|\.)rotary_emb\.inv_freq$"), re.compile(r"(^|\.)rotary_emb\.(cos|sin)_cached$"))
-
-
-class Mapped(msgspec.Struct, frozen=True):
-    source: str
-    canonical: str
-    prefixes: tuple[str, ...]  # prefixes stripped, outermost first
-    legacy: bool  # the head name was a Sequential (legacy) name
-
-
-def strip_prefixes(name: str) -> tuple[str, tuple[str, ...]]:
-    stripped: list[str] = []
-    changed = True
-    while changed:
-        changed = False
-        for prefix in STRIPPED_PREFIXES:
-            if name.startswith(prefix):
-                name = name[len(prefix):]
-                stripped.append(prefix)
-                changed = True
-    return name, tuple(stripped)
-
-
-def map_name(source: str) -> Mapped:
-    bare, prefixes = strip_prefixes(source)
-    canonical = canonical_name(bare)
-    return Mapped(source, canonical, prefixes, canonical != bare)
 
 
 def is_derived_buffer(canonical: str) -> bool:

@@ -14,9 +14,9 @@ import re
 from collections import Counter
 from typing import Any
 
-from ..config import LILICORR_KEYS
-from ..errors import UsageError
-from ..tensors import TensorInfo
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.errors import UsageError
 
 MOVED_TO_DFLASH = (*LILICORR_KEYS, "lilicorr_enabled", "projector_type", "conv_kernel_size", "conv_group_size")
 COPIED_TO_DFLASH = ("mask_token_id", "target_layer_ids")

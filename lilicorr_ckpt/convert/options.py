@@ -8,8 +8,8 @@ from typing import Any
 
 import msgspec
 
-from ..errors import UsageError
-from ..profiles import RUNTIME_CHOICES
+from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5GB")
 NAMING_CHOICES = ("named", "sequential")

@@ -9,18 +9,15 @@ from typing import Any
 
 import msgspec
 
-from ..config import parse_config
-from ..errors import sigterm_unwinds
-from ..findings import Finding
-from ..geometry import resolve_geometry
-from ..manifest import build_manifest
-from ..tensors import ShardFacts, TensorInfo, TensorTable
-from ..validate import Checkpoint, Report, validate
-from .errors import ConversionRefused
-from .options import ConvertOptions
-from .plan import Plan, build_plan, output_source
-from .progress import Progress
-from .writer import (
+from lilicorr_ckpt.checkpoint.config import parse_config
+from lilicorr_ckpt.checkpoint.load import Checkpoint, assemble
+from lilicorr_ckpt.checkpoint.tensors import ShardFacts, TensorInfo, TensorTable
+from lilicorr_ckpt.checks.findings import Finding
+from lilicorr_ckpt.checks.run import Report, validate
+from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.convert.options import ConvertOptions
+from lilicorr_ckpt.convert.plan import Plan, build_plan, output_source
+from lilicorr_ckpt.convert.writer import (
     check_destination,
     make_temporary,
     move_into_place,
@@ -30,6 +27,7 @@ from .writer import (
     write_json,
     write_plan,
 )
+from lilicorr_ckpt.errors import ConversionRefused, sigterm_unwinds
 
 SET_HINT_RULES = {"LC101", "LC102", "LC110", "LC113", "LC115", "LC118", "LC122"}
 
@@ -45,7 +43,6 @@ class ConvertResult(msgspec.Struct, kw_only=True):
 def virtual_checkpoint(plan: Plan, root: Path) -> Checkpoint:
     """The output as validate would read it from disk, built from the plan before anything is written."""
     parsed = parse_config(json.dumps(plan.config, allow_nan=True).encode())
-    geometry = resolve_geometry(parsed.config)
     tensors: dict[str, TensorInfo] = {}
     for shard in plan.shards:
         offset = shard.header_length
@@ -63,7 +60,7 @@ def virtual_checkpoint(plan: Plan, root: Path) -> Checkpoint:
         quant_docs["config.json"] = plan.config["quantization_config"]
     if plan.hf_quant_config is not None:
         quant_docs["hf_quant_config.json"] = plan.hf_quant_config
-    return Checkpoint(output_source(plan, root), parsed, geometry, build_manifest(geometry), table, quant_docs)
+    return assemble(output_source(plan, root), parsed, table, quant_docs)
 
 
 def _hint(f: Finding) -> str:
@@ -95,7 +92,7 @@ def validation_record(report: Report, runtime: str) -> dict[str, Any]:
 
 def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
     if options.verify:
-        from .verify import require_runtime
+        from lilicorr_ckpt.convert.verify import require_runtime
 
         require_runtime()
     dst_path = Path(dst).expanduser()
@@ -127,7 +124,7 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                         repair["max_rounding_error"] = err
                 record["validation"] = validation_record(report, options.runtime)
                 if options.verify:
-                    from .verify import verify_conversion
+                    from lilicorr_ckpt.convert.verify import verify_conversion
 
                     progress.note("verifying through lilicorr_runtime")
                     record["verify"] = verify_conversion(plan, tmp, options)

@@ -10,21 +10,22 @@ from typing import Any
 
 import msgspec
 
-from .. import __version__
-from ..config import ARCHITECTURES, load_json_object, parse_config
-from ..errors import InputError, UsageError
-from ..geometry import resolve_geometry
-from ..manifest import DTYPE_BYTES, QUANT_SUFFIXES, Manifest, build_manifest
-from ..profiles import matches_any, select_profiles
-from ..source import Source, open_source, read_small
-from ..stwrite import Entry, header_bytes, layout
-from ..tensors import TensorInfo, TensorTable, read_tensor_table
-from . import extras
-from .errors import ConversionRefused
-from .naming import is_derived_buffer, map_name, matches, natural_key, output_name, strip_prefixes
-from .normalize import ConfigEditor, apply_overrides, model_dtype, normalize_config
-from .options import ConvertOptions
-from .qmeta import (
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.checkpoint.config import ARCHITECTURES, load_json_object, parse_config
+from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
+from lilicorr_ckpt.checkpoint.load import assemble
+from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES, QUANT_SUFFIXES, Manifest, build_manifest
+from lilicorr_ckpt.checkpoint.names import map_name, strip_prefixes
+from lilicorr_ckpt.checkpoint.source import Source, open_source, read_small
+from lilicorr_ckpt.checkpoint.stwrite import Entry, header_bytes, layout
+from lilicorr_ckpt.checkpoint.tensors import ShardFacts, TensorInfo, TensorTable, read_tensor_table
+from lilicorr_ckpt.checks.findings import RULES
+from lilicorr_ckpt.checks.run import validate
+from lilicorr_ckpt.convert import extras
+from lilicorr_ckpt.convert.naming import is_derived_buffer, matches, natural_key, output_name
+from lilicorr_ckpt.convert.normalize import ConfigEditor, apply_overrides, model_dtype, normalize_config
+from lilicorr_ckpt.convert.options import ConvertOptions
+from lilicorr_ckpt.convert.qmeta import (
     FP8_ALGOS,
     NVFP4_ALGOS,
     declared_excluded,
@@ -37,7 +38,9 @@ from .qmeta import (
     read_exclusions,
     read_source_quant,
 )
-from .repair import expected_inputs
+from lilicorr_ckpt.convert.repair import expected_inputs
+from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
+from lilicorr_ckpt.profiles import matches_any, select_profiles
 
 HASH_PLACEHOLDER = "0" * 64
 META_TOOL = "lilicorr_ckpt.tool"
@@ -157,17 +160,13 @@ def _refuse_mistyped(doc: dict[str, Any]) -> None:
             f"{i.describe()}; fix: --set {i.path[2:].split('[')[0]}=VALUE" for i in issues])
 
 
-def _config_errors(source: Source, parsed: Any, geometry: Any, manifest: Manifest, runtime: str) -> list[str]:
+def _config_errors(source: Source, parsed: Any, runtime: str) -> list[str]:
     """validate's config findings (errors) for a config, without looking at any tensor."""
-    from ..findings import RULES
-    from ..tensors import ShardFacts
-    from ..validate import Checkpoint, validate
-
     facts = ShardFacts(missing_shards={}, index_only={}, shard_only={}, misplaced={}, duplicates={}, unreferenced=[],
                        total_size_declared=None, total_size_actual=0, has_index=False, both_single_and_index=False)
     empty = TensorTable(tensors={}, files=[], metadata={}, shards=facts)
     report = validate(source.label, runtime=runtime,
-                      checkpoint=Checkpoint(source, parsed, geometry, manifest, empty, {}))
+                      checkpoint=assemble(source, parsed, empty, {}))
     return [f"{f.rule} {f.message}" for f in report.findings
             if f.severity == "error" and RULES[f.rule].area == "config"]
 
@@ -222,7 +221,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     geometry = resolve_geometry(parsed.config)
     manifest = build_manifest(geometry)
     if manifest.incomplete:
-        reasons = _config_errors(source, parsed, geometry, manifest, options.runtime)
+        reasons = _config_errors(source, parsed, options.runtime)
         reasons += [f"the {component} tensors cannot be named: {why}" for component, why in manifest.incomplete.items()]
         raise ConversionRefused("config.json does not determine the drafter's tensors (fix the keys with "
                                 "--set KEY=VALUE)", reasons)

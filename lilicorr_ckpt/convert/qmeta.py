@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from ..manifest import Manifest, legacy_name
-from ..quant import (
+from lilicorr_ckpt.checkpoint.manifest import Manifest, legacy_name
+from lilicorr_ckpt.checkpoint.quant import (
     MATCHERS,
     TRAINING_PREFIXES,
     QuantConfig,
@@ -23,8 +23,8 @@ from ..quant import (
     strip_training_prefix,
     summarize_exclusions,
 )
-from ..tensors import TensorInfo
-from .errors import ConversionRefused
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.errors import ConversionRefused
 
 NVFP4_ALGOS = ("NVFP4", "W4A16_NVFP4")
 FP8_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..numerics import E2M1_VALUES, bf16_bits, e4m3_decode, from_bf16_bits
-from ..tensors import TensorInfo
+from lilicorr_ckpt.checkpoint.numerics import E2M1_VALUES, bf16_bits, e4m3_decode, from_bf16_bits
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 
 CHUNK_ELEMENTS = 4 << 20  # rows per block are chosen so one block holds about this many weights
 

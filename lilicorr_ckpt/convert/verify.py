@@ -5,7 +5,7 @@ Needs torch and `lilicorr_runtime` (`load_drafter(path, runtime=, dtype=, device
 
 The runtime's loader is strict (it refuses what validate refuses), so a ModelOpt export cannot be loaded
 as it is. The reference is therefore the source's own tensor bytes, renamed by the validator's
-independent name mapping (rules.name_view), quantized modules left quantized, next to the output's
+independent name mapping (checkpoint/names.py), quantized modules left quantized, next to the output's
 config with quantization metadata that describes them; it is loaded under the TensorRT-LLM profile
 (the one that accepts quantized q/k/v and factor heads), and the runtime dequantizes with its own torch
 codec. Both drafters run in float32, so a correct conversion differs only by the rounding of the
@@ -22,14 +22,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
-from ..manifest import QUANT_SUFFIXES
-from ..rules import name_view
-from ..stwrite import Entry, StreamWriter
-from .options import ConvertOptions
-from .plan import Plan
-from .qmeta import module_state, output_exclusions, output_quant_docs
-from .writer import REF_TAG
+from lilicorr_ckpt.checkpoint.manifest import QUANT_SUFFIXES
+from lilicorr_ckpt.checkpoint.names import name_view
+from lilicorr_ckpt.checkpoint.stwrite import Entry, StreamWriter
+from lilicorr_ckpt.convert.options import ConvertOptions
+from lilicorr_ckpt.convert.plan import Plan
+from lilicorr_ckpt.convert.qmeta import module_state, output_exclusions, output_quant_docs
+from lilicorr_ckpt.convert.writer import REF_TAG
+from lilicorr_ckpt.errors import UsageError
 
 REPAIR_RTOL = 2.0**-5  # a few bf16 ulps (2^-8 relative) after a handful of layers
 REPAIR_ATOL = 1e-3

@@ -21,13 +21,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, UsageError
-from ..stwrite import header_bytes
-from ..tensors import TensorInfo
-from .errors import ConversionRefused
-from .plan import OutTensor, Plan, shard_metadata
-from .progress import Progress
-from .repair import BadScales, dequantize_blocks
+from lilicorr_ckpt.checkpoint.stwrite import header_bytes
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.convert.plan import OutTensor, Plan, shard_metadata
+from lilicorr_ckpt.convert.repair import BadScales, dequantize_blocks
+from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
 
 WINDOW = 64 << 20  # bytes of source mapped at once
 SMALL = 1 << 20  # tensors up to this size are read with pread instead of a mapping

@@ -17,11 +17,11 @@ import pytest
 from convert_helpers import load_json, tensors_of
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.checkpoint.numerics import nvfp4_dequantize, nvfp4_quantize
+from lilicorr_ckpt.checkpoint.quant import excluded_by, summarize_exclusions
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.convert.repair import dequantize_blocks
-from lilicorr_ckpt.numerics import nvfp4_dequantize, nvfp4_quantize
-from lilicorr_ckpt.quant import excluded_by, summarize_exclusions
-from lilicorr_ckpt.tensors import TensorInfo
-from lilicorr_ckpt.validate import validate
 
 torch = pytest.importorskip("torch", reason="the ModelOpt oracle needs torch (CPU is enough)")
 with warnings.catch_warnings():
@@ -250,7 +250,7 @@ def test_output_exclusions_exclude_what_modelopt_left_unquantized_plus_the_repai
     assert cli("convert", path, dst).code == 0
     record = load_json(dst / "conversion.json")
     ignore = tuple(load_json(dst / "config.json")["quantization_config"]["ignore"])
-    from lilicorr_ckpt.validate import load_checkpoint
+    from lilicorr_ckpt.checks.run import load_checkpoint
 
     manifest = load_checkpoint(str(dst)).manifest
     # ModelOpt's exclusions name the wrapped model's modules; the drafter's carry dflash_module.

@@ -10,9 +10,9 @@ import pytest
 from convert_helpers import EXAMPLE, bf16_to_f32, load_json, metadata_of, tensors_of, tree_digest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.numerics import bf16_bits, e4m3_decode, nvfp4_dequantize
-from lilicorr_ckpt.quant import excluded_by, pattern_problems
-from lilicorr_ckpt.validate import validate
+from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_decode, nvfp4_dequantize
+from lilicorr_ckpt.checkpoint.quant import excluded_by, pattern_problems
+from lilicorr_ckpt.checks.run import validate
 
 MUST_FLOAT = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "lilicorr.factor_input_proj",
               "lilicorr.out_head", "lilicorr.in_head", "lilicorr.feature_mlp.down_proj")
@@ -315,8 +315,8 @@ def test_repaired_bf16_weights_round_to_nearest(cli, tmp_path):
 @pytest.mark.parametrize("layout", ["scalar", "per_channel", "block128"])
 def test_fp8_repairs_apply_every_scale_layout(layout, monkeypatch):
     import lilicorr_ckpt.convert.repair as repair
-    from lilicorr_ckpt.numerics import e4m3_encode
-    from lilicorr_ckpt.tensors import TensorInfo
+    from lilicorr_ckpt.checkpoint.numerics import e4m3_encode
+    from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 
     monkeypatch.setattr(repair, "CHUNK_ELEMENTS", 100 * 256)  # several row blocks
     rng = np.random.default_rng(5)

@@ -8,7 +8,7 @@ import pytest
 from convert_helpers import EXAMPLE, load_json
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.convert import naming
+from lilicorr_ckpt.checkpoint import names
 
 
 def test_verify_without_the_runtime_is_a_usage_error(cli, tmp_path, monkeypatch):
@@ -50,7 +50,7 @@ def test_repairs_stay_within_bf16_rounding_of_the_quantized_source(cli, tmp_path
 
 def test_a_swapped_tensor_is_caught_and_nothing_is_written(cli, export, tmp_path, monkeypatch):
     src = export()
-    real = naming.map_name
+    real = names.map_name
     swap = {"lilicorr.out_head.bias": "lilicorr.in_head.bias", "lilicorr.in_head.bias": "lilicorr.out_head.bias"}
 
     def buggy(source):  # a renaming bug that validate cannot see: same names, same shapes

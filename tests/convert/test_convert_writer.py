@@ -16,7 +16,7 @@ import pytest
 from convert_helpers import EXAMPLE, REPO, tensors_of, tree_digest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.convert.progress import Progress
+from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.convert.writer import DELAY_ENV
 
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (pytest, with torch loaded)

@@ -25,7 +25,12 @@ pytestmark = [pytest.mark.real_target,
 
 @pytest.fixture(scope="module")
 def smollm2():
-    return load_target(GGUF, dtype=torch.float32)
+    return load_target(GGUF, dtype=torch.float32)  # the fast path: a Llama
+
+
+@pytest.fixture(scope="module")
+def smollm2_transformers():
+    return load_target(GGUF, dtype=torch.float32, fast=False)
 
 
 def smollm2_drafter_config():
@@ -37,8 +42,9 @@ def smollm2_drafter_config():
                 "lilicorr_candidate_topk": 8, "lilicorr_hidden_size": 256, "lilicorr_num_heads": 4})
 
 
-def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, tmp_path):
+def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, smollm2_transformers, tmp_path):
     target = smollm2
+    assert target.path == "fast"
     assert (target.hidden_size, target.vocab_size, target.num_layers) == (576, 49152, 30)
     assert target.eos_token_ids == (2,) and target.tokenizer.eos_token_id == 2  # <|im_end|>, not <|im_start|>
     drafter = load_drafter(fixtures.write_checkpoint(tmp_path / "drafter", smollm2_drafter_config()))
@@ -49,7 +55,7 @@ def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, tmp_path):
                                                       add_generation_prompt=True, tokenize=True,
                                                       return_dict=True)["input_ids"]
         ids = torch.tensor([prompt])
-        reference = target.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64,
+        reference = smollm2_transformers.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=64,
                                           do_sample=False)[0, len(prompt):].tolist()
         result = decoder.generate(prompt, 64, eos_token_ids=target.eos_token_ids)
         assert result.tokens == reference, target.tokenizer.decode(reference)

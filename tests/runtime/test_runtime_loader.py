@@ -9,11 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.numerics import e4m3_decode, nvfp4_dequantize
-from lilicorr_ckpt.report import render_text
-from lilicorr_ckpt.validate import validate
+from lilicorr_ckpt.checkpoint.numerics import e4m3_decode, nvfp4_dequantize
+from lilicorr_ckpt.checks.run import validate
+from lilicorr_ckpt.report.validate import render_text
 from lilicorr_runtime import CheckpointRefused, load_drafter
-from lilicorr_runtime.loader import dequantize_nvfp4
+from lilicorr_runtime.codecs import nvfp4_dequantize as torch_nvfp4_dequantize
 
 
 def file_tensors(path):
@@ -75,7 +75,7 @@ def test_torch_nvfp4_decoder_agrees_with_the_numpy_codec():
     packed = rng.integers(0, 256, (6, 16), dtype=np.uint8)
     scales = rng.integers(0, 0x7E, (6, 2), dtype=np.uint8)
     expected = nvfp4_dequantize(packed, scales, 0.37)
-    got = dequantize_nvfp4(torch.from_numpy(packed), torch.from_numpy(scales).view(torch.float8_e4m3fn),
+    got = torch_nvfp4_dequantize(torch.from_numpy(packed), torch.from_numpy(scales).view(torch.float8_e4m3fn),
                            torch.tensor(0.37))
     torch.testing.assert_close(got, torch.from_numpy(expected), rtol=1e-6, atol=0)
 

@@ -300,12 +300,12 @@ def test_bad_input_exits_with_a_message(smoke, drafter, target, tmp_path, args, 
 ])
 def test_an_unwritable_out_path_is_refused_before_anything_loads(smoke, drafter, target, tmp_path, monkeypatch, out,
                                                                   message):
-    import lilicorr_ckpt.smoke_run
+    import lilicorr_ckpt.smoke.run
 
     def must_not_run(*args, **kwargs):
         raise AssertionError("smoke measured although --out cannot be written")
 
-    monkeypatch.setattr(lilicorr_ckpt.smoke_run, "run_smoke", must_not_run)
+    monkeypatch.setattr(lilicorr_ckpt.smoke.run, "run_smoke", must_not_run)
     (tmp_path / "adir").mkdir()
     (tmp_path / "afile").write_text("")
     result = smoke(drafter, "-t", target, *QUICK, "-o", tmp_path / out)
@@ -437,7 +437,7 @@ def test_the_command_line_stays_torch_free_until_smoke_runs():
     import subprocess
     import sys
 
-    code = ("import sys, lilicorr_ckpt.cli, lilicorr_ckpt.smoke_report, lilicorr_ckpt.smoke_cli; "
+    code = ("import sys, lilicorr_ckpt.cli, lilicorr_ckpt.smoke.profile, lilicorr_ckpt.smoke.cli; "
             "assert 'torch' not in sys.modules and 'lilicorr_runtime' not in sys.modules; "
             "assert 'smoke' in lilicorr_ckpt.cli.cli.commands")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)

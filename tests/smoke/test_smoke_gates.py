@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from lilicorr_ckpt import smoke_probes
 from lilicorr_ckpt.errors import InputError, UsageError
-from lilicorr_ckpt.smoke_gates import (
+from lilicorr_ckpt.smoke import probes as smoke_probes
+from lilicorr_ckpt.smoke.gates import (
     ArmAgreement,
     Divergence,
     ParityCheck,
@@ -19,8 +19,8 @@ from lilicorr_ckpt.smoke_gates import (
     parity_gate,
     position_gate,
 )
-from lilicorr_ckpt.smoke_report import dense_histogram, dense_rates, marginal_monotonicity, mean_consistency
-from lilicorr_ckpt.smoke_run import kernel_parity
+from lilicorr_ckpt.smoke.profile import dense_histogram, dense_rates, marginal_monotonicity, mean_consistency
+from lilicorr_ckpt.smoke.run import kernel_parity
 from lilicorr_runtime import SpeculativeDecoder, load_drafter, load_target, ops
 
 

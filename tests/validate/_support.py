@@ -7,8 +7,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from lilicorr_ckpt.findings import Finding
-from lilicorr_ckpt.validate import Report, validate
+from lilicorr_ckpt.checks.findings import Finding
+from lilicorr_ckpt.checks.run import Report, validate
 
 RUNTIMES = ("sglang", "vllm", "trtllm")
 ALL = sorted(RUNTIMES)

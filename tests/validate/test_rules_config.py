@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.findings import RULES
+from lilicorr_ckpt.checks.findings import RULES
 
 from ._support import (
     ALL,
@@ -114,7 +114,7 @@ CASES = [
     Case("mlp-width-rounds-to-zero", "LC103", "error", [], nested(lilicorr_mlp_ratio=0.01),
          contains=("int(lilicorr_hidden_size * lilicorr_mlp_ratio) is 0",), also=frozenset({"LC208"})),
     # format.md §1.2: only MLX (no --runtime profile) requires K <= V
-    Case("topk-above-vocab", "LC103", "warning", [], None,
+    Case("topk-above-vocab", "LC124", "warning", [], None,
          config={"vocab_size": 8, "dflash": {"lilicorr_candidate_topk": 16, "mask_token_id": 7}},
          contains=("lilicorr_candidate_topk 16 exceeds vocab_size 8", "MLX")),
     Case("topk-not-power-of-two", "LC104", "error", ["sglang", "vllm"], None,
@@ -154,7 +154,7 @@ CASES = [
     Case("mask-at-vocab-size", "LC115", "error", [], nested(mask_token_id=512),
          contains=("mask_token_id 512", "vocab_size 512"), expected="< 512", actual="512"),
     Case("mask-negative", "LC115", "error", [], nested(mask_token_id=-1), expected=">= 0", actual="-1"),
-    Case("mask-top-level-only", "LC115", "info", [], both(nested(mask_token_id=DROP), top(mask_token_id=511)),
+    Case("mask-top-level-only", "LC127", "info", [], both(nested(mask_token_id=DROP), top(mask_token_id=511)),
          contains=("top level",)),
     Case("conv-taps-without-group", "LC116", "error", ["sglang", "trtllm", "vllm"], nested(conv_kernel_size=4),
          contains=("conv_kernel_size is 4",)),
@@ -166,10 +166,11 @@ CASES = [
          contains=("hidden_size 64", "conv_group_size 24")),
     # format.md §1.3: only TRT refuses a causal draft; the others draft non-causally whatever it says
     Case("causal-nested", "LC117", "error", ["trtllm"], nested(causal=True),
-         contains=("causal",), expected="false", actual="true"),
-    Case("causal-nested-warns-others", "LC117", "warning", ["sglang", "vllm"], nested(causal=True),
+         contains=("causal",), expected="false", actual="true", also=frozenset({"LC128"})),
+    Case("causal-nested-warns-others", "LC128", "warning", ["sglang", "vllm"], nested(causal=True),
          contains=("causal",), also=frozenset({"LC117"})),
-    Case("causal-top-level", "LC117", "error", ["trtllm"], top(is_causal=True), contains=("causal",)),
+    Case("causal-top-level", "LC117", "error", ["trtllm"], top(is_causal=True), contains=("causal",),
+         also=frozenset({"LC128"})),
     # format.md §1.3: SGLang parses output_multiplier as > 0 (default 1)
     Case("output-multiplier-zero", "LC123", "error", ["sglang"], top(output_multiplier=0.0),
          contains=("output_multiplier is 0.0", "> 0"), expected="> 0"),
@@ -246,12 +247,13 @@ def test_block_size_absent_differs_per_runtime(ckpt):
     path = ckpt(fixtures.draft_config(block_size=16, dflash={"block_size": 16}))
     edit_config(path, both(top(block_size=DROP), nested(block_size=DROP)))
     report = run(path)
-    found = {tuple(f.runtimes): f for f in hits(report, "LC110")}
+    found = {(f.rule, tuple(f.runtimes)): f for f in hits(report, "LC110") + hits(report, "LC125")}
     assert {k: f.severity for k, f in found.items()} == {
-        ("sglang",): "warning", ("vllm",): "error", ("trtllm",): "error"}, describe(report)
-    assert "16" in found[("sglang",)].message
+        ("LC125", ("sglang",)): "warning", ("LC110", ("vllm",)): "error", ("LC110", ("trtllm",)): "error"}, \
+        describe(report)
+    assert "16" in found[("LC125", ("sglang",))].message
     assert refused_by(report) == ["trtllm", "vllm"]
-    assert problems(report, ignore={"LC110"}) == []
+    assert problems(report, ignore={"LC110", "LC125"}) == []
 
 
 def test_block_size_absent_with_other_trained_size_breaks_sglang_too(ckpt):
@@ -268,7 +270,7 @@ def test_block_size_only_top_level_is_informational(ckpt):
     path = ckpt()
     edit_config(path, nested(block_size=DROP))
     report = run(path)
-    assert one(report, "LC110").severity == "info"
+    assert one(report, "LC126").severity == "info"
     assert_clean(report)
 
 
@@ -302,8 +304,8 @@ def test_dflash_architecture_with_stray_lilicorr_keys_only_warns(ckpt):
             if k.startswith("lilicorr_") and k != "lilicorr_enabled"}
     edit_config(path, nested(**keys))
     report = run(path)
-    assert one(report, "LC011").severity == "warning"
-    assert problems(report) == [("LC011", "warning", ())], describe(report)
+    assert one(report, "LC013").severity == "warning"
+    assert problems(report) == [("LC013", "warning", ())], describe(report)
 
 
 def test_dflash_architecture_routed_by_projector_type_without_head_is_refused_by_trtllm(ckpt):
@@ -313,7 +315,7 @@ def test_dflash_architecture_routed_by_projector_type_without_head_is_refused_by
             if k.startswith("lilicorr_") or k == "projector_type"}
     edit_config(path, nested(**keys))
     report = run(path)
-    assert problems(report) == [("LC011", "error", ("trtllm",)), ("LC011", "warning", ("sglang", "vllm"))], \
+    assert problems(report) == [("LC011", "error", ("trtllm",)), ("LC013", "warning", ("sglang", "vllm"))], \
         describe(report)
     assert refused_by(report) == ["trtllm"]
 
@@ -321,7 +323,7 @@ def test_dflash_architecture_routed_by_projector_type_without_head_is_refused_by
 
 def test_every_rule_has_a_trigger_test():
     # LC5xx (target) and LC7xx (--deep) are covered by the lead's tests
-    sources = "".join(p.read_text() for p in Path(__file__).parent.glob("test_rules_*.py"))
+    sources = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
     tested = set(re.findall(r'"(LC\d{3})"', sources))
     untested = sorted(r for r in RULES if r not in tested and not r.startswith(("LC5", "LC7")))
     assert untested == [], f"rules without a test in tests/validate: {untested}"

@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.manifest import DTYPE_BYTES
+from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
 
 from ._support import (
     ALL,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.stwrite import write_file
+from lilicorr_ckpt.checkpoint.stwrite import write_file
 
 from ._support import ALL, assert_clean, describe, edit_json, hits, one, problems, refused_by, run
 

@@ -1,0 +1,278 @@
+"""The draft config.json as typed msgspec Structs.
+
+Parsing never raises for a field of the wrong type: the field is recorded as a `ConfigIssue`
+(JSON path, value found, type expected), treated as absent, and the rest of the document is
+still read, so one bad key does not hide every other finding. Only input that is not a JSON
+object at all (or not UTF-8) raises `InputError`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import msgspec
+
+from lilicorr_ckpt.errors import InputError
+
+LILICORR_KEYS = (
+    "lilicorr_candidate_topk",
+    "lilicorr_hidden_size",
+    "lilicorr_num_layers",
+    "lilicorr_num_heads",
+    "lilicorr_mlp_ratio",
+    "lilicorr_factor_dim",
+    "lilicorr_vector_eps",
+    "lilicorr_logit_scale",
+)
+
+# architecture name -> family. The families after "dflash" are recognised, and get backbone checks only.
+ARCHITECTURES = {
+    "LiLiCorrDraftModel": "lilicorr",
+    "DFlashDraftModel": "dflash",
+    "DFlash2DraftModel": "dflash2",
+    "DSparkDraftModel": "dspark",
+    "DominoDraftModel": "domino",
+}
+
+
+class DFlashConfig(msgspec.Struct, kw_only=True, frozen=True):
+    mask_token_id: int | None = None
+    target_layer_ids: list[int] | None = None
+    block_size: int | None = None
+    num_target_layers: int | None = None
+    causal: bool | None = None
+    use_swa: bool | None = None
+    swa_window_size: int | None = None
+    attention_sink_bias: bool | None = None
+    projector_type: str | None = None
+    lilicorr_enabled: bool | None = None
+    lilicorr_candidate_topk: int | None = None
+    lilicorr_hidden_size: int | None = None
+    lilicorr_num_layers: int | None = None
+    lilicorr_num_heads: int | None = None
+    lilicorr_mlp_ratio: float | None = None
+    lilicorr_factor_dim: int | None = None
+    lilicorr_vector_eps: float | None = None
+    lilicorr_logit_scale: float | None = None
+    conv_kernel_size: int | None = None
+    conv_group_size: int | None = None
+    selector_rank: int | None = None
+    selector_top_k: int | None = None
+
+
+class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
+    architectures: list[str] | None = None
+    model_type: str | None = None
+    hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    vocab_size: int | None = None
+    max_position_embeddings: int | None = None
+    hidden_act: str | None = None
+    rms_norm_eps: float | None = None
+    attention_bias: bool | None = None
+    attention_dropout: float | None = None
+    rope_theta: float | None = None
+    rope_scaling: dict[str, Any] | None = None
+    rope_parameters: dict[str, Any] | None = None
+    initializer_range: float | None = None
+    attention_sink_bias: bool | None = None
+    output_multiplier: float | None = None
+    final_logit_softcapping: float | None = None
+    tie_word_embeddings: bool | None = None
+    torch_dtype: str | None = None
+    dtype: str | None = None
+    num_target_layers: int | None = None
+    layer_types: list[str] | None = None
+    sliding_window: int | None = None
+    block_size: int | None = None
+    target_layer_ids: list[int] | None = None
+    mask_token_id: int | None = None
+    is_causal: bool | None = None
+    has_own_lm_head: bool | None = None
+    draft_vocab_size: int | None = None
+    draft_id_to_target_id: Any = None
+    quantization_config: dict[str, Any] | None = None
+    dflash_config: DFlashConfig | None = None
+
+    @property
+    def dflash(self) -> DFlashConfig:
+        return self.dflash_config if self.dflash_config is not None else _EMPTY_DFLASH
+
+    @property
+    def family(self) -> str | None:
+        """Architecture family from `architectures[0]`, or None when absent/unknown."""
+        if not self.architectures:
+            return None
+        return ARCHITECTURES.get(self.architectures[0])
+
+    @property
+    def architecture(self) -> str | None:
+        return self.architectures[0] if self.architectures else None
+
+    @property
+    def model_dtype(self) -> str | None:
+        return self.torch_dtype or self.dtype
+
+
+_EMPTY_DFLASH = DFlashConfig()
+
+
+class ConfigIssue(msgspec.Struct, frozen=True):
+    path: str  # JSON path, e.g. "$.dflash_config.block_size"
+    found: Any
+    expected: str
+
+    def describe(self) -> str:
+        return f"{self.path}: expected {self.expected}, found {_show(self.found)}"
+
+
+class ParsedConfig(msgspec.Struct, frozen=True):
+    config: DraftConfig
+    raw: dict[str, Any]
+    issues: list[ConfigIssue]
+    unknown_keys: list[str]  # JSON paths of keys no model field reads (kept in `raw`)
+    duplicate_keys: list[str]
+
+    def invalid(self, path: str) -> bool:
+        return any(i.path == path or i.path.startswith(path + "[") for i in self.issues)
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, allow_nan=True) if _jsonable(value) else repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({_json_type(value)})"
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=True)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number" if math.isfinite(value) else "non-finite number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+_MSGSPEC_PATH = re.compile(r"- at `(\$[^`]*)`")
+_MSGSPEC_EXPECTED = re.compile(r"Expected `([^`]*)`")
+_PATH_TOKEN = re.compile(r"\.([A-Za-z_0-9\-]+)|\[(\d+)\]")
+
+
+def _path_tokens(path: str) -> list[str | int]:
+    return [name if name is not None and name != "" else int(index)
+            for name, index in _PATH_TOKEN.findall(path[1:])]
+
+
+def _lookup(doc: Any, tokens: list[str | int]) -> Any:
+    for token in tokens:
+        doc = doc[token]
+    return doc
+
+
+def _drop(doc: dict[str, Any], tokens: list[str | int]) -> None:
+    """Delete the object member that holds the bad value, so the rest can still be parsed."""
+    last_key = max(i for i, t in enumerate(tokens) if isinstance(t, str))
+    parent = _lookup(doc, tokens[:last_key])
+    del parent[tokens[last_key]]
+
+
+def _expected_from(message: str) -> str:
+    match = _MSGSPEC_EXPECTED.search(message)
+    if not match:
+        return message.split(" - at")[0]
+    text = match.group(1).replace(" | null", "")
+    return {"int": "an integer", "float": "a number", "bool": "a boolean", "str": "a string",
+            "array": "an array", "object": "an object"}.get(text, text)
+
+
+def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], list[str]]:
+    """Decode a JSON object; returns (document, duplicate keys). NaN/Infinity are accepted."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    duplicates: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                duplicates.append(key)
+            out[key] = value
+        return out
+
+    try:
+        doc = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise InputError(f"{what} is nested too deeply to be a config") from None
+    if not isinstance(doc, dict):
+        raise InputError(f"{what} must hold a JSON object, found {_json_type(doc)}")
+    return doc, duplicates
+
+
+def _integral_floats_to_int(doc: Any) -> Any:
+    if isinstance(doc, float) and math.isfinite(doc) and doc.is_integer():
+        return int(doc)
+    if isinstance(doc, list):
+        return [_integral_floats_to_int(v) for v in doc]
+    if isinstance(doc, dict):
+        return {k: _integral_floats_to_int(v) for k, v in doc.items()}
+    return doc
+
+
+def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
+    raw, duplicates = load_json_object(data, what)
+    # Loaders cast with int(), so an integral 2.0 is an integer; a string "2" is not accepted.
+    work = _integral_floats_to_int(json.loads(json.dumps(raw, allow_nan=True)))
+    issues: list[ConfigIssue] = []
+    for _ in range(256):
+        try:
+            config = msgspec.convert(work, DraftConfig)
+            break
+        except msgspec.ValidationError as exc:
+            message = str(exc)
+            match = _MSGSPEC_PATH.search(message)
+            if not match:
+                raise InputError(f"{what}: {message}") from None
+            tokens = _path_tokens(match.group(1))
+            found = _lookup(work, tokens)
+            if not any(isinstance(t, str) for t in tokens):
+                raise InputError(f"{what}: {message}") from None
+            _drop(work, tokens)
+            issues.append(ConfigIssue(path=match.group(1), found=found, expected=_expected_from(message)))
+    else:  # pragma: no cover - 256 distinct bad keys
+        raise InputError(f"{what}: too many invalid fields")
+    unknown = [f"$.{k}" for k in raw if k not in DraftConfig.__struct_fields__]
+    nested = raw.get("dflash_config")
+    if isinstance(nested, dict):
+        unknown += [f"$.dflash_config.{k}" for k in nested if k not in DFlashConfig.__struct_fields__]
+    return ParsedConfig(config=config, raw=raw, issues=issues, unknown_keys=unknown,
+                        duplicate_keys=duplicates)

@@ -1,0 +1,162 @@
+"""Resolved drafter geometry: every dimension the manifest and the runtime need, read once.
+
+A value is None when the config does not determine it (missing or invalid key); the rules
+report why, and the manifest leaves the components that need it unchecked.
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS, DraftConfig
+
+DEFAULT_BLOCK_SIZE = 16  # SGLang's resolve_block_size(default=16); the other stacks refuse a missing block_size
+
+
+class Geometry(msgspec.Struct, kw_only=True, frozen=True):
+    family: str | None  # lilicorr | dflash | dflash2 | dspark | domino | None
+    hidden_size: int | None  # M
+    num_layers: int | None  # Ld
+    num_heads: int | None  # nh
+    num_kv_heads: int | None  # nkv
+    head_dim: int | None  # hd
+    intermediate_size: int | None  # I
+    vocab_size: int | None  # V
+    rms_norm_eps: float
+    attention_bias: bool
+    block_size: int | None  # B as the stacks that have a default resolve it
+    block_size_declared: bool
+    target_layer_ids: tuple[int, ...] | None
+    num_target_layers: int | None
+    mask_token_id: int | None
+    conv_kernel_size: int  # taps, 0 = no convolution
+    conv_group_size: int  # G
+    has_own_lm_head: bool
+    lilicorr_enabled: bool  # the head is declared (architecture or keys) and not disabled
+    # LiLiCorr head; None when the key is missing/invalid
+    candidate_topk: int | None  # K
+    head_hidden_size_raw: int | None  # as written; 0 means "draft width" for SGLang/vLLM
+    head_hidden_size: int | None  # h, resolved
+    head_num_layers: int | None  # L
+    head_num_heads: int | None  # N
+    head_mlp_ratio: float | None
+    head_factor_dim: int | None  # F
+    head_vector_eps: float | None
+    head_logit_scale: float | None
+
+    @property
+    def slots(self) -> int | None:
+        return None if self.block_size is None else self.block_size - 1
+
+    @property
+    def head_mlp_width(self) -> int | None:  # R = int(h * mlp_ratio)
+        if self.head_hidden_size is None or self.head_mlp_ratio is None:
+            return None
+        return int(self.head_hidden_size * self.head_mlp_ratio)
+
+    @property
+    def has_conv(self) -> bool:
+        return self.conv_kernel_size > 0 and self.conv_group_size > 0
+
+    @property
+    def num_taps(self) -> int | None:
+        return None if self.target_layer_ids is None else len(self.target_layer_ids)
+
+    def head_complete(self) -> bool:
+        return None not in (self.candidate_topk, self.head_hidden_size, self.head_num_layers,
+                            self.head_num_heads, self.head_mlp_ratio, self.head_factor_dim,
+                            self.block_size, self.hidden_size)
+
+
+def _positive_int(value: int | None) -> int | None:
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+def resolve_block_size(config: DraftConfig) -> tuple[int | None, bool]:
+    """dflash_config.block_size wins over the top-level key (SGLang, vLLM, TRT)."""
+    declared = config.dflash.block_size if config.dflash.block_size is not None else config.block_size
+    if declared is not None:
+        return declared, True
+    return DEFAULT_BLOCK_SIZE, False
+
+
+def head_declared(config: DraftConfig) -> bool:
+    d = config.dflash
+    fields = msgspec.structs.asdict(d)
+    return (config.family == "lilicorr" or d.projector_type == "lilicorr"
+            or any(fields[key] is not None for key in LILICORR_KEYS))
+
+
+def routed_by_projector(config: DraftConfig) -> bool:
+    """DFlashDraftModel whose dflash_config selects LiLiCorr: TensorRT-LLM routes it to LiLiCorr through
+    projector_type "lilicorr" or lilicorr_enabled true (format.md §1.2); the others follow `architectures`."""
+    d = config.dflash
+    return config.family == "dflash" and (d.projector_type == "lilicorr" or d.lilicorr_enabled is True)
+
+
+def resolve_geometry(config: DraftConfig) -> Geometry:
+    d = config.dflash
+    hidden = _positive_int(config.hidden_size)
+    heads = _positive_int(config.num_attention_heads)
+    head_dim = _positive_int(config.head_dim)
+    if head_dim is None and config.head_dim is None and hidden and heads and hidden % heads == 0:
+        head_dim = hidden // heads
+    kv_heads = _positive_int(config.num_key_value_heads)
+    if kv_heads is None and config.num_key_value_heads is None:
+        kv_heads = heads
+    block_size, declared = resolve_block_size(config)
+    if block_size is not None and block_size < 2:
+        block_size = None
+    layer_ids = d.target_layer_ids if d.target_layer_ids is not None else config.target_layer_ids
+    mask = d.mask_token_id if d.mask_token_id is not None else config.mask_token_id
+    num_target = d.num_target_layers if d.num_target_layers is not None else config.num_target_layers
+    h_raw = d.lilicorr_hidden_size
+    if h_raw is None or h_raw < 0:
+        h = None
+    else:
+        h = h_raw if h_raw > 0 else hidden
+    taps = d.conv_kernel_size if isinstance(d.conv_kernel_size, int) and d.conv_kernel_size > 0 else 0
+    group = d.conv_group_size if isinstance(d.conv_group_size, int) and d.conv_group_size > 0 else 0
+    eps = _finite(config.rms_norm_eps)
+    return Geometry(
+        family=config.family,
+        hidden_size=hidden,
+        num_layers=_positive_int(config.num_hidden_layers),
+        num_heads=heads,
+        num_kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate_size=_positive_int(config.intermediate_size),
+        vocab_size=_positive_int(config.vocab_size),
+        rms_norm_eps=eps if eps is not None and eps > 0 else 1e-6,
+        attention_bias=bool(config.attention_bias),
+        block_size=block_size,
+        block_size_declared=declared,
+        target_layer_ids=tuple(layer_ids) if layer_ids else None,
+        num_target_layers=_positive_int(num_target),
+        mask_token_id=mask if isinstance(mask, int) and mask >= 0 else None,
+        conv_kernel_size=taps,
+        conv_group_size=group,
+        has_own_lm_head=bool(config.has_own_lm_head),
+        lilicorr_enabled=head_declared(config) and d.lilicorr_enabled is not False
+        and (config.family in ("lilicorr", None) or routed_by_projector(config)),
+        candidate_topk=_positive_int(d.lilicorr_candidate_topk),
+        head_hidden_size_raw=h_raw,
+        head_hidden_size=h,
+        head_num_layers=_positive_int(d.lilicorr_num_layers),
+        head_num_heads=_positive_int(d.lilicorr_num_heads),
+        head_mlp_ratio=_positive_or_none(d.lilicorr_mlp_ratio),
+        head_factor_dim=_positive_int(d.lilicorr_factor_dim),
+        head_vector_eps=_positive_or_none(d.lilicorr_vector_eps),
+        head_logit_scale=_positive_or_none(d.lilicorr_logit_scale),
+    )
+
+
+def _positive_or_none(value: float | None) -> float | None:
+    value = _finite(value)
+    return value if value is not None and value > 0 else None

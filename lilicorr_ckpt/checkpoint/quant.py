@@ -1,0 +1,306 @@
+"""Quantization metadata: ModelOpt's two config forms, and exclusions matched the way each runtime does.
+
+Matching follows shared/docs/modelopt_nvfp4.md §2.4:
+  vLLM   - prefix `model.<name>` (draft layers renumbered `model.layers.{num_target_layers+i}`,
+           q/k/v fused to `qkv_proj`, gate/up to `gate_up_proj`); `X*` patterns are first split into
+           `X` and `X.*`; then exact match (fused layers through their shards), legacy substring,
+           then fnmatch.
+  SGLang - prefix `<name>` (fused as vLLM, no renumbering); exact match through shards, then each
+           pattern as a regex (`.` literal, `*` -> `.*`) fullmatched against the whole prefix or
+           any single dotted component.
+  TRT    - fnmatch against `<name>` or `model.<name>` (and the fused q/k/v name).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Any
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.manifest import Manifest, QuantScheme, quant_scheme
+from lilicorr_ckpt.checkpoint.names import TRAINING_PREFIXES, strip_prefixes
+from lilicorr_ckpt.profiles import RuntimeProfile
+
+_QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
+_GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
+_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
+
+
+class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
+    source: str  # "config.json" or "hf_quant_config.json"
+    form: str  # "nested" ({producer, quantization}) or "flat" ({quant_algo, ignore, quant_method})
+    quant_algo: str | None
+    group_size: int | None
+    kv_cache_quant_algo: str | None
+    exclude: tuple[str, ...]
+    quant_method: str | None
+    producer: str | None
+    quantized_layers: dict[str, Any] | None  # MIXED_PRECISION per-layer algos
+    missing_keys: tuple[str, ...]  # keys vLLM's nested-form parser requires but the document lacks
+    # flat form only: where the exclusions and the group size were found
+    exclude_key: str | None = None  # "ignore", "exclude_modules" (no `ignore`), or None (neither)
+    top_group_size: int | None = None  # the top-level group_size (None: absent or invalid)
+    nested_group_size: int | None = None  # config_groups.group_0.weights.group_size
+
+    def read_by(self, profile: RuntimeProfile) -> QuantConfig:
+        """This config as `profile`'s runtime reads it (the flat form's exclusions and group size)."""
+        if self.form != "flat":
+            return self
+        qc = self
+        if profile.flat_exclusions_key is not None and self.exclude_key not in (None, profile.flat_exclusions_key):
+            qc = msgspec.structs.replace(qc, exclude=())
+        if profile.flat_group_size_default is not None:
+            group = self.top_group_size if self.top_group_size is not None else profile.flat_group_size_default
+            qc = msgspec.structs.replace(qc, group_size=group)
+        return qc
+
+    def scheme_for(self, module: str) -> QuantScheme | None:
+        """The scheme a module is quantized with if it is not excluded (None: not quantized / unknown)."""
+        if self.quant_algo == "MIXED_PRECISION":
+            entry = (self.quantized_layers or {}).get(module) or (self.quantized_layers or {}).get("model." + module)
+            if not isinstance(entry, dict) or not isinstance(entry.get("quant_algo"), str):
+                return None
+            group = entry.get("group_size")
+            return quant_scheme(entry["quant_algo"], group if isinstance(group, int) else None)
+        if self.quant_algo is None:
+            return None
+        return quant_scheme(self.quant_algo, self.group_size)
+
+    def summary(self) -> dict[str, Any]:
+        return {"source": self.source, "form": self.form, "quant_algo": self.quant_algo,
+                "group_size": self.group_size, "quant_method": self.quant_method,
+                "exclude": list(self.exclude)}
+
+
+def _strings(value: Any) -> tuple[str, ...] | None:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return None
+
+
+def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[str]]:
+    """(config, problems). Problems are human-readable; a None config means it cannot be used."""
+    if not isinstance(doc, dict):
+        return None, [f"{source}: quantization config must be a JSON object"]
+    problems: list[str] = []
+    if isinstance(doc.get("quantization"), dict):
+        q = doc["quantization"]
+        producer = doc.get("producer")
+        missing = tuple(k for k in ("group_size", "kv_cache_quant_algo", "exclude_modules") if k not in q)
+        exclude = _strings(q.get("exclude_modules") or [])
+        if exclude is None:
+            problems.append(f"{source}: quantization.exclude_modules must be a list of strings")
+            exclude = ()
+        group = q.get("group_size")
+        return QuantConfig(
+            source=source, form="nested",
+            quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
+            group_size=group if isinstance(group, int) and group > 0 else None,
+            kv_cache_quant_algo=q.get("kv_cache_quant_algo") if isinstance(q.get("kv_cache_quant_algo"), str) else None,
+            exclude=exclude,
+            quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
+            producer=producer.get("name") if isinstance(producer, dict) else None,
+            quantized_layers=q.get("quantized_layers") if isinstance(q.get("quantized_layers"), dict) else None,
+            missing_keys=missing,
+        ), problems
+    if "quant_algo" in doc or "ignore" in doc or "quant_method" in doc:
+        exclude = _strings(doc.get("ignore") if "ignore" in doc else doc.get("exclude_modules") or [])
+        if exclude is None:
+            problems.append(f"{source}: `ignore` must be a list of strings")
+            exclude = ()
+        top = doc.get("group_size")
+        top = top if isinstance(top, int) and not isinstance(top, bool) and top > 0 else None
+        groups = doc.get("config_groups")
+        group_0 = groups.get("group_0") if isinstance(groups, dict) else None
+        weights = group_0.get("weights") if isinstance(group_0, dict) else None
+        inner = weights.get("group_size") if isinstance(weights, dict) else None
+        inner = inner if isinstance(inner, int) and not isinstance(inner, bool) and inner > 0 else None
+        group = top if top is not None else inner
+        exclude_key = "ignore" if "ignore" in doc else "exclude_modules" if "exclude_modules" in doc else None
+        kv = doc.get("kv_cache_quant_algo")
+        producer = doc.get("producer")
+        return QuantConfig(
+            source=source, form="flat",
+            quant_algo=doc.get("quant_algo") if isinstance(doc.get("quant_algo"), str) else None,
+            group_size=group if isinstance(group, int) and group > 0 else None,
+            kv_cache_quant_algo=kv if isinstance(kv, str) else None,
+            exclude=exclude,
+            quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
+            producer=producer.get("name") if isinstance(producer, dict) else None,
+            quantized_layers=doc.get("quantized_layers") if isinstance(doc.get("quantized_layers"), dict) else None,
+            missing_keys=(), exclude_key=exclude_key, top_group_size=top, nested_group_size=inner,
+        ), problems
+    return None, [f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "
+                  f"({{quant_algo, ignore, quant_method}})"]
+
+
+# ---------------------------------------------------------------- runtime prefixes and matching
+
+
+def fused_name(module: str) -> tuple[str, tuple[str, ...]] | None:
+    """(fused module, its shards) for q/k/v and gate/up; None for unfused modules."""
+    m = _QKV.match(module)
+    if m:
+        return m.group(1) + "qkv_proj", tuple(m.group(1) + f"{x}_proj" for x in "qkv")
+    m = _GATE_UP.match(module)
+    if m:
+        return m.group(1) + "gate_up_proj", (m.group(1) + "gate_proj", m.group(1) + "up_proj")
+    return None
+
+
+def _vllm_prefix(name: str, num_target_layers: int | None) -> str:
+    if name == "lm_head" or name.startswith("lm_head."):
+        return name
+    m = _LAYER.match(name)
+    if m and num_target_layers is not None:
+        name = f"layers.{num_target_layers + int(m.group(1))}.{m.group(2)}"
+    return "model." + name
+
+
+def _vllm_patterns(patterns: tuple[str, ...]) -> list[str]:
+    out: list[str] = []
+    for p in patterns:
+        if p.endswith("*") and len(p) > 1:
+            out += [p[:-1], p[:-1] + ".*"]
+        else:
+            out.append(p)
+    return out
+
+
+def _vllm_hit(prefix: str, patterns: list[str]) -> str | None:
+    candidates = [prefix]
+    if prefix.startswith("language_model."):
+        candidates.append(prefix[len("language_model."):])
+    for c in candidates:
+        for p in patterns:
+            if p == c or p in c or fnmatch.fnmatchcase(c, p):
+                return p
+    return None
+
+
+def _sglang_regex(pattern: str) -> re.Pattern[str]:
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
+
+
+def _sglang_hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
+    for p in patterns:
+        rx = _sglang_regex(p)
+        for c in (prefix, prefix[len("language_model."):] if prefix.startswith("language_model.") else None):
+            if c is None:
+                continue
+            if rx.fullmatch(c) or any(rx.fullmatch(part) for part in c.split(".")):
+                return p
+    return None
+
+
+def _trt_hit(name: str, patterns: tuple[str, ...]) -> str | None:
+    return next((p for p in patterns for c in (name, "model." + name) if fnmatch.fnmatchcase(c, p)), None)
+
+
+class Exclusion(msgspec.Struct, frozen=True):
+    excluded: bool
+    prefix: str  # the module name as that runtime matches it
+    pattern: str | None = None  # the exclusion entry that matched
+    conflict: str | None = None  # e.g. vLLM: fused shards disagree
+
+
+def excluded_by(matcher: str, module: str, patterns: tuple[str, ...],
+                num_target_layers: int | None) -> Exclusion:
+    """Whether `matcher`'s runtime would treat `module` as excluded from quantization."""
+    fused = fused_name(module)
+    if matcher == "vllm":
+        vpatterns = _vllm_patterns(patterns)
+        if fused:
+            name, shards = fused
+            prefix = _vllm_prefix(name, num_target_layers)
+            shard_prefixes = [_vllm_prefix(s, num_target_layers) for s in shards]
+            exact = [s in vpatterns for s in shard_prefixes]
+            if any(exact) and not all(exact):
+                return Exclusion(True, prefix, None, "the exclusions name some but not all shards of "
+                                 f"{prefix}, which vLLM refuses")
+            if all(exact):
+                return Exclusion(True, prefix, shard_prefixes[0])
+            hit = _vllm_hit(prefix, vpatterns)
+            return Exclusion(hit is not None, prefix, hit)
+        prefix = _vllm_prefix(module, num_target_layers)
+        hit = _vllm_hit(prefix, vpatterns)
+        return Exclusion(hit is not None, prefix, hit)
+    if matcher == "sglang":
+        name = fused[0] if fused else module
+        if (fused and all(s in patterns for s in fused[1])) or (not fused and module in patterns):
+            return Exclusion(True, name, module)
+        hit = _sglang_hit(name, patterns)
+        return Exclusion(hit is not None, name, hit)
+    if matcher == "trtllm":
+        names = [module] + ([fused[0]] if fused and module.split(".")[-1] in ("q_proj", "k_proj", "v_proj") else [])
+        hit = next((h for n in names if (h := _trt_hit(n, patterns)) is not None), None)
+        return Exclusion(hit is not None, module, hit)
+    raise ValueError(f"unknown matcher {matcher!r}")
+
+
+
+# ---------------------------------------------------------------- pattern hygiene
+
+
+_BACKBONE_LAYER_INDEX = re.compile(r"(^|\.)layers\.\d")
+_HEAD_LAYER_INDEX = re.compile(r"lilicorr\.layers\.\d")
+_DIGIT_GLOB = re.compile(r"\d\*")
+
+
+def pattern_problems(pattern: str) -> list[str]:
+    problems = []
+    body = pattern.lstrip("*")
+    if any(body.startswith(p) or ("." + p) in pattern for p in TRAINING_PREFIXES):
+        problems.append("training_prefix")
+    # vLLM renumbers draft backbone layers (head layers keep their index); `N*` also hits N0..N9
+    backbone_index = _BACKBONE_LAYER_INDEX.search(body) and not _HEAD_LAYER_INDEX.search(body)
+    if backbone_index or _DIGIT_GLOB.search(body):
+        problems.append("layer_index")
+    return problems
+
+
+def strip_training_prefix(pattern: str) -> str:
+    star = "*" if pattern.startswith("*") else ""
+    body = pattern.lstrip("*")
+    bare, stripped = strip_prefixes(body, TRAINING_PREFIXES)
+    return star + bare if stripped else pattern
+
+
+MATCHERS = ("vllm", "sglang", "trtllm")
+
+
+def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[str]) -> list[str]:
+    """Exclusion patterns covering `excluded` and no module of `quantized`, under every runtime's matcher.
+
+    Each excluded module gets the shortest index-free `*suffix` that is safe; when none is (a backbone
+    `layers.N.mlp.up_proj` float while the head's `lilicorr.layers.N.mlp.up_proj` is quantized), its name
+    with `*` for the layer index, anchored at the start, plus the `model.` form vLLM's prefixes need.
+    Fused aliases `*qkv_proj` / `*gate_up_proj` are added when every part is excluded.
+    """
+    n_target = manifest.geometry.num_target_layers
+
+    def safe(pattern: str) -> bool:
+        return not any(excluded_by(m, q, (pattern,), n_target).excluded for q in quantized for m in MATCHERS)
+
+    def covered(module: str, patterns: list[str]) -> bool:
+        return all(excluded_by(m, module, tuple(patterns), n_target).excluded for m in MATCHERS)
+
+    patterns: list[str] = []
+    layers = {m.split(".")[1] for m in manifest.modules if m.startswith("layers.") and ".self_attn." in m}
+    for alias, sub, parts in (("*qkv_proj", "self_attn", ("q_proj", "k_proj", "v_proj")),
+                              ("*gate_up_proj", "mlp", ("gate_proj", "up_proj"))):
+        if layers and all(f"layers.{i}.{sub}.{p}" in excluded for i in layers for p in parts):
+            patterns.append(alias)
+    for module in sorted(excluded):
+        parts = module.split(".")
+        candidates = [["*" + ".".join(parts[-k:])] for k in range(1, len(parts) + 1)
+                      if not any(p.isdigit() for p in parts[-k:])]
+        anchored = ".".join("*" if part.isdigit() else part for part in parts)
+        candidates += [[anchored], [anchored, "model." + anchored], [module]]
+        for candidate in candidates:
+            if all(safe(p) for p in candidate) and covered(module, patterns + candidate):
+                patterns += [p for p in candidate if p not in patterns]
+                break
+    return sorted(set(patterns))

@@ -1,0 +1,138 @@
+"""Which files a checkpoint has: a local directory or a repo id in the local Hugging Face cache."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
+from lilicorr_ckpt.errors import InputError
+
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+INDEX_NAME = "model.safetensors.index.json"
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
+
+
+class Source(msgspec.Struct, frozen=True):
+    root: Path  # the checkpoint directory
+    link_root: Path  # symlinks may point anywhere below this (the repo folder for HF cache snapshots)
+    label: str  # how the user named it
+    config: Path | None
+    safetensors: tuple[Path, ...]
+    index: Path | None
+    hf_quant_config: Path | None
+    pickles: tuple[Path, ...]
+
+    def rel(self, path: Path) -> str:
+        try:
+            return str(path.relative_to(self.root))
+        except ValueError:
+            return str(path)
+
+
+def resolve_path(spec: str, what: str = "checkpoint") -> tuple[Path, Path]:
+    """(directory, link root) for a local directory or an offline HF cache repo id."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        return path.resolve(), path.resolve()
+    if path.exists():
+        hint = f"; pass its folder {str(path.parent) or '.'}" if path.name.endswith(
+            (".json", ".safetensors")) else ""
+        raise InputError(f"{what} {spec!r} is a file, expected a checkpoint directory{hint}")
+    if looks_like_path(spec):  # `./x`, `examples/x`: a typo, not a repo id
+        raise InputError(no_such_directory(spec, what))
+    if _REPO_ID.match(spec) and not spec.startswith((".", "/")):
+        return _from_hf_cache(spec, what)
+    raise InputError(f"{what} {spec!r} does not exist (expected a directory, or a repo id such as "
+                     f"org/name that is already in the local Hugging Face cache)")
+
+
+def _not_in_cache(repo_id: str, what: str) -> str:
+    """Why an offline lookup failed: the repo is absent, or present without a `main` ref to resolve."""
+    from huggingface_hub import constants
+
+    repo_dir = Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
+    snapshots = sorted(p for p in (repo_dir / "snapshots").glob("*") if p.is_dir()) if repo_dir.is_dir() else []
+    if snapshots:
+        shown = ", ".join(str(p) for p in snapshots[:3]) + (" ..." if len(snapshots) > 3 else "")
+        return (f"{what} {repo_id!r} is in the Hugging Face cache ({repo_dir}) but has no refs/main to say which "
+                f"snapshot is current; pass a snapshot directory instead: {shown}")
+    return (f"{what} {repo_id!r} is not a local directory and is not in the Hugging Face cache "
+            f"(offline lookup; fetch it first with `hf download {repo_id}`)")
+
+
+def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError
+    except ImportError:  # pragma: no cover - huggingface-hub is a base dependency
+        raise InputError(f"{what} {repo_id!r}: huggingface-hub is not installed") from None
+    try:
+        snapshot = Path(snapshot_download(repo_id, local_files_only=True))
+    except LocalEntryNotFoundError:
+        raise InputError(_not_in_cache(repo_id, what)) from None
+    except Exception as exc:  # the hub raises many types for bad ids
+        raise InputError(f"{what} {repo_id!r}: cannot resolve in the Hugging Face cache: {exc}") from None
+    # snapshots/<rev>/file -> ../../blobs/<hash>: links stay inside models--org--name
+    return snapshot.resolve(), snapshot.parent.parent.resolve()
+
+
+def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
+    """A file named relative to the checkpoint, refused if it escapes the checkpoint."""
+    if os.path.isabs(rel) or ".." in Path(rel).parts:
+        raise InputError(f"{what} names {rel!r}, which is outside the checkpoint directory")
+    path = root / rel
+    if path.is_symlink() or path.exists():
+        target = path.resolve()
+        if not target.is_relative_to(link_root):
+            raise InputError(f"{rel} is a symlink to {target}, outside the checkpoint directory; "
+                             f"copy the file in instead")
+    return path
+
+
+def open_source(spec: str) -> Source:
+    root, link_root = resolve_path(spec)
+    try:
+        entries = sorted(root.iterdir())
+    except OSError as exc:
+        raise InputError(f"cannot list {spec}: {exc.strerror}") from None
+    if not entries:
+        raise InputError(f"{spec} is an empty directory; expected config.json and *.safetensors")
+    files: list[Path] = []
+    for entry in entries:
+        if entry.is_symlink():
+            checked_file(root, link_root, entry.name, "directory listing")
+            if not entry.exists():
+                raise InputError(f"{entry.name} is a dangling symlink")
+        if entry.is_file():
+            files.append(entry)
+    names = {p.name: p for p in files}
+    config = names.get("config.json")
+    if config is None and (root / "config.json").exists():
+        raise InputError(f"{spec}/config.json is not a regular file; expected the drafter's JSON config")
+    if config is None:
+        shown = ", ".join(p.name for p in entries[:6]) + (" ..." if len(entries) > 6 else "")
+        raise InputError(f"{spec} has no config.json (found: {shown}); expected a drafter checkpoint directory")
+    return Source(
+        root=root,
+        link_root=link_root,
+        label=spec,
+        config=config,
+        safetensors=tuple(p for p in files if p.name.endswith(".safetensors")),
+        index=names.get(INDEX_NAME),
+        hf_quant_config=names.get("hf_quant_config.json"),
+        pickles=tuple(p for p in files if p.name.endswith(PICKLE_SUFFIXES)),
+    )
+
+
+def read_small(path: Path, what: str, limit: int = 64 << 20) -> bytes:
+    try:
+        size = path.stat().st_size
+        if size > limit:
+            raise InputError(f"{what} is {size} bytes; a JSON config this large is not a config")
+        return path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror}") from None

@@ -1,0 +1,204 @@
+"""What validate needs to know about the target model, read from its config and headers only."""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.config import load_json_object
+from lilicorr_ckpt.checkpoint.source import resolve_path
+from lilicorr_ckpt.checkpoint.tensors import read_header
+from lilicorr_ckpt.errors import InputError
+
+
+class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
+    label: str
+    architecture: str | None
+    hidden_size: int | None
+    num_layers: int | None
+    vocab_size: int | None
+    embedding_rows: int | None  # rows of the input embedding table, when its header was read
+    embedding_width: int | None
+    special_ids: dict[str, int]  # bos/eos/pad ids
+    rope_theta: float | None
+    # geometry keys the target's config lacks or gives with the wrong type: key -> what was found
+    unreadable: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def _ids(value: Any) -> list[int]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int) and not isinstance(v, bool)]
+    return []
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _geometry(source: dict[str, Any], keys: dict[str, str]) -> tuple[dict[str, int | None], dict[str, str]]:
+    """The integer values of keys (field -> source key), and for each one that is not an integer what was there."""
+    values: dict[str, int | None] = {}
+    unreadable: dict[str, str] = {}
+    for field, key in keys.items():
+        raw = source.get(key)
+        values[field] = _int(raw)
+        if values[field] is None:
+            unreadable[key] = "missing" if raw is None else f"{msgspec.json.encode(raw).decode()[:40]} (not an integer)"
+    return values, unreadable
+
+
+class TargetSpecError(InputError, ValueError):
+    """A --target that names no model (exit 2 on the command line; a ValueError for library callers)."""
+
+
+class TargetSpec(msgspec.Struct, frozen=True):
+    kind: str  # gguf | directory | hf_cache
+    path: Path  # the .gguf file, or the model directory
+
+
+def resolve_target_spec(spec: str) -> TargetSpec:
+    """A .gguf file, a Hugging Face model directory (one holding a single .gguf and no config.json counts as that
+    GGUF), or a repo id in the local Hugging Face cache."""
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix == ".gguf":
+            return TargetSpec("gguf", path)
+        raise TargetSpecError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the "
+                              "local Hugging Face cache, or a GGUF file")
+    root, _ = resolve_path(spec, "target")
+    if not (root / "config.json").is_file():
+        ggufs = sorted(root.glob("*.gguf"))
+        if len(ggufs) == 1:
+            return TargetSpec("gguf", ggufs[0])
+        raise TargetSpecError(f"target {spec!r} has no config.json; expected a Hugging Face model directory or a "
+                              ".gguf file")
+    return TargetSpec("directory" if path.is_dir() else "hf_cache", root)
+
+
+def read_target(spec: str) -> TargetInfo:
+    resolved = resolve_target_spec(spec)
+    if resolved.kind == "gguf":
+        return read_gguf_target(resolved.path)
+    root = resolved.path
+    config_path = root / "config.json"
+    doc, _ = load_json_object(config_path.read_bytes(), f"target {spec}/config.json")
+    text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else doc
+    special: dict[str, int] = {}
+    sources = [doc, text]
+    generation = root / "generation_config.json"
+    if generation.is_file():
+        with contextlib.suppress(InputError):
+            sources.append(load_json_object(generation.read_bytes(), "generation_config.json")[0])
+    for src in sources:
+        for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
+            for i, value in enumerate(_ids(src.get(key))):
+                special.setdefault(f"{key[:-9]}{'' if i == 0 else i}", value)
+    rows = width = None
+    for st in sorted(root.glob("*.safetensors")):
+        try:
+            tensors, _ = read_header(st, st.name)
+        except InputError:
+            continue
+        for name, info in tensors.items():
+            if name.endswith("embed_tokens.weight") and len(info.shape) == 2:
+                rows, width = info.shape
+                break
+        if rows is not None:
+            break
+    archs = doc.get("architectures")
+    theta = text.get("rope_theta")
+    geo, unreadable = _geometry(text, {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
+                                       "vocab_size": "vocab_size"})
+    return TargetInfo(
+        label=spec,
+        architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None,
+        hidden_size=geo["hidden_size"],
+        num_layers=geo["num_layers"],
+        vocab_size=geo["vocab_size"],
+        unreadable=unreadable,
+        embedding_rows=rows,
+        embedding_width=width,
+        special_ids=special,
+        rope_theta=float(theta) if isinstance(theta, (int, float)) and not isinstance(theta, bool) else None,
+    )
+
+
+# ---------------------------------------------------------------- GGUF (metadata only)
+
+_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+
+class _Reader:
+    def __init__(self, f: Any) -> None:
+        self.f = f
+
+    def take(self, fmt: str) -> Any:
+        size = struct.calcsize(fmt)
+        data = self.f.read(size)
+        if len(data) != size:
+            raise InputError("truncated GGUF header")
+        return struct.unpack(fmt, data)[0]
+
+    def string(self) -> str:
+        n = self.take("<Q")
+        if n > 1 << 24:
+            raise InputError("GGUF string length is absurd")
+        return self.f.read(n).decode("utf-8", errors="replace")
+
+    def value(self, kind: int, keep_arrays: bool) -> Any:
+        if kind in _GGUF_SCALARS:
+            return self.take(_GGUF_SCALARS[kind])
+        if kind == 8:
+            return self.string()
+        if kind == 9:
+            item, n = self.take("<I"), self.take("<Q")
+            if item in _GGUF_SCALARS and not keep_arrays:
+                self.f.seek(struct.calcsize(_GGUF_SCALARS[item]) * n, 1)
+                return n
+            values = [self.value(item, keep_arrays) for _ in range(n)]
+            return values if keep_arrays else n
+        raise InputError(f"unknown GGUF value type {kind}")
+
+
+def read_gguf_target(path: Path) -> TargetInfo:
+    """Model geometry and special token ids from a GGUF file's key/value header."""
+    meta: dict[str, Any] = {}
+    try:
+        with open(path, "rb") as f:
+            r = _Reader(f)
+            if f.read(4) != b"GGUF":
+                raise InputError(f"{path.name} is not a GGUF file")
+            version = r.take("<I")
+            if version < 2:
+                raise InputError(f"{path.name}: GGUF version {version} is not supported")
+            r.take("<Q")  # tensor count
+            for _ in range(r.take("<Q")):
+                key = r.string()
+                kind = r.take("<I")
+                meta[key] = r.value(kind, keep_arrays=False)  # arrays: only their length
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    arch = meta.get("general.architecture")
+    prefix = f"{arch}." if isinstance(arch, str) else ""
+    geo, unreadable = _geometry(meta, {"hidden_size": prefix + "embedding_length", "num_layers": prefix + "block_count"})
+    vocab = _int(meta.get(prefix + "vocab_size")) or _int(meta.get("tokenizer.ggml.tokens"))
+    if vocab is None:
+        unreadable[prefix + "vocab_size"] = "missing (and no tokenizer.ggml.tokens)"
+    special = {name: meta[key] for name, key in (("bos", "tokenizer.ggml.bos_token_id"),
+                                                   ("eos", "tokenizer.ggml.eos_token_id"),
+                                                   ("pad", "tokenizer.ggml.padding_token_id"))
+               if isinstance(meta.get(key), int)}
+    hidden = geo["hidden_size"]
+    theta = meta.get(prefix + "rope.freq_base")
+    return TargetInfo(label=str(path), architecture=arch if isinstance(arch, str) else None, hidden_size=hidden,
+                      num_layers=geo["num_layers"], vocab_size=vocab, unreadable=unreadable,
+                      embedding_rows=vocab, embedding_width=hidden, special_ids=special,
+                      rope_theta=float(theta) if isinstance(theta, (int, float)) else None)

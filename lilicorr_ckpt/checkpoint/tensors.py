@@ -1,0 +1,192 @@
+"""The tensor table: every safetensors header of a checkpoint, read without touching tensor data.
+
+The safetensors library validates each header (offsets in range, contiguous, no overlap, known
+dtypes); we then read the same header JSON for the byte ranges the library does not expose.
+Index <-> shard disagreements are recorded as facts for the rules, not raised.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import msgspec
+from safetensors import SafetensorError, safe_open
+
+from lilicorr_ckpt.checkpoint.config import load_json_object
+from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
+from lilicorr_ckpt.checkpoint.source import Source, checked_file, read_small
+from lilicorr_ckpt.errors import InputError
+
+MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
+
+
+class TensorInfo(msgspec.Struct, frozen=True):
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str  # relative to the checkpoint directory
+    start: int  # absolute byte offset of the data in `file`
+    end: int
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for dim in self.shape:
+            n *= dim
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.end - self.start
+
+
+class ShardFacts(msgspec.Struct, frozen=True):
+    """What the index and the shards say about each other (empty when there is no index)."""
+
+    missing_shards: dict[str, list[str]]  # shard file -> tensors the index places there
+    index_only: dict[str, str]  # tensor -> shard that does not contain it
+    shard_only: dict[str, str]  # tensor -> shard it is in, absent from the index
+    misplaced: dict[str, tuple[str, str]]  # tensor -> (shard in index, shard it is really in)
+    duplicates: dict[str, list[str]]  # tensor -> every shard holding it
+    unreferenced: list[str]  # *.safetensors files the index never names
+    total_size_declared: int | None
+    total_size_actual: int
+    has_index: bool
+    both_single_and_index: bool
+
+
+class TensorTable(msgspec.Struct, frozen=True):
+    tensors: dict[str, TensorInfo]
+    files: list[str]
+    metadata: dict[str, dict[str, str]]  # file -> __metadata__
+    shards: ShardFacts
+
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+
+def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """All tensors of one safetensors file (validated by the safetensors library) and its metadata."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise InputError(f"{label}: truncated safetensors file ({size} bytes, no header length)")
+            (n,) = struct.unpack("<Q", prefix)
+            if n > MAX_HEADER_BYTES:
+                raise InputError(f"{label}: header length {n} is absurd (limit {MAX_HEADER_BYTES}); not a safetensors file")
+            if 8 + n > size:
+                raise InputError(f"{label}: header length {n} runs past the end of the file ({size} bytes); "
+                                 f"the file is truncated or not safetensors")
+            header_bytes = f.read(n)
+    except OSError as exc:
+        raise InputError(f"cannot read {label}: {exc.strerror}") from None
+    try:
+        with safe_open(str(path), framework="numpy") as handle:
+            names = list(handle.keys())
+            library_metadata = handle.metadata() or {}
+            slices = {name: handle.get_slice(name) for name in names}
+            library = {name: (view.get_dtype(), tuple(view.get_shape())) for name, view in slices.items()}
+    except SafetensorError as exc:
+        raise InputError(f"{label}: corrupt safetensors: {exc}") from None
+    except Exception as exc:  # the binding also raises OSError/ValueError on odd files
+        raise InputError(f"{label}: cannot open as safetensors: {exc}") from None
+    try:
+        header = msgspec.json.decode(header_bytes)
+    except msgspec.DecodeError as exc:  # pragma: no cover - the library already parsed it
+        raise InputError(f"{label}: header is not JSON: {exc}") from None
+    base = 8 + n
+    out: dict[str, TensorInfo] = {}
+    for name, (dtype, shape) in library.items():
+        begin, end = header[name]["data_offsets"]
+        out[name] = TensorInfo(name=name, dtype=dtype, shape=shape, file=label, start=base + begin, end=base + end)
+    return out, {str(k): str(v) for k, v in library_metadata.items()}
+
+
+def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
+    assert source.index is not None
+    doc, _ = load_json_object(read_small(source.index, source.index.name), source.index.name)
+    weight_map = doc.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise InputError(f"{source.index.name}: expected an object `weight_map` of tensor name -> shard file")
+    for shard in set(weight_map.values()):
+        checked_file(source.root, source.link_root, shard, source.index.name)
+    total = None
+    meta = doc.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("total_size"), (int, float)):
+        total = int(meta["total_size"])
+    return weight_map, total
+
+
+def read_tensor_table(source: Source) -> TensorTable:
+    weight_map: dict[str, str] = {}
+    declared_total = None
+    if source.index is not None:
+        weight_map, declared_total = _read_index(source)
+    on_disk = {source.rel(p): p for p in source.safetensors}
+    referenced = sorted(set(weight_map.values()))
+    missing = {shard: sorted(n for n, s in weight_map.items() if s == shard)
+               for shard in referenced if shard not in on_disk and not (source.root / shard).exists()}
+    to_read = sorted(set(on_disk) | {s for s in referenced if s not in missing})
+
+    per_file: dict[str, dict[str, TensorInfo]] = {}
+    metadata: dict[str, dict[str, str]] = {}
+    for rel in to_read:
+        path = checked_file(source.root, source.link_root, rel, "checkpoint")
+        per_file[rel], metadata[rel] = read_header(path, rel)
+
+    tensors: dict[str, TensorInfo] = {}
+    holders: dict[str, list[str]] = {}
+    for rel in to_read:
+        for name, info in per_file[rel].items():
+            holders.setdefault(name, []).append(rel)
+            tensors.setdefault(name, info)
+    duplicates = {n: files for n, files in holders.items() if len(files) > 1}
+
+    index_only: dict[str, str] = {}
+    misplaced: dict[str, tuple[str, str]] = {}
+    shard_only: dict[str, str] = {}
+    if source.index is not None:
+        for name, shard in weight_map.items():
+            if shard in missing:
+                continue
+            if name not in per_file.get(shard, {}):
+                if name in holders:
+                    misplaced[name] = (shard, holders[name][0])
+                else:
+                    index_only[name] = shard
+        for name, files in holders.items():
+            if name not in weight_map:
+                shard_only[name] = files[0]
+    unreferenced = sorted(set(on_disk) - set(referenced)) if source.index is not None else []
+    shards = ShardFacts(
+        missing_shards=missing,
+        index_only=index_only,
+        shard_only=shard_only,
+        misplaced=misplaced,
+        duplicates=duplicates,
+        unreferenced=unreferenced,
+        total_size_declared=declared_total,
+        total_size_actual=sum(t.nbytes for t in tensors.values()),
+        has_index=source.index is not None,
+        both_single_and_index=source.index is not None and "model.safetensors" in on_disk
+        and "model.safetensors" not in referenced,
+    )
+    return TensorTable(tensors=tensors, files=to_read, metadata=metadata, shards=shards)
+
+
+def expected_nbytes(dtype: str, shape: tuple[int, ...]) -> int | None:
+    size = DTYPE_BYTES.get(dtype)
+    if size is None:
+        return None
+    n = size
+    for dim in shape:
+        n *= dim
+    return n
+
+
+def describe_shape(shape: tuple[int, ...]) -> str:
+    return json.dumps(list(shape))

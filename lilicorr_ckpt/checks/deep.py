@@ -1,0 +1,90 @@
+"""`validate --deep`: read tensor data memory-mapped, in bounded chunks, for NaN/Inf and all-zero weights."""
+
+from __future__ import annotations
+
+import mmap
+
+import numpy as np
+
+from lilicorr_ckpt.checks.rules import Context
+
+SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales (modelopt_nvfp4.md §2.3, §2.5)
+CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
+# (dtype, bit mask, all-ones exponent): a value is NaN/Inf when (bits & mask) == mask
+_NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (np.uint32, 0x7F800000),
+               "F64": (np.uint64, 0x7FF0000000000000)}
+
+
+def _scan(view: memoryview, dtype: str, signs: bool = False) -> tuple[bool, bool, bool]:
+    """(has non-finite, all zero, has a negative non-zero value: only looked for with `signs`) over one tensor's
+    bytes."""
+    non_finite = negative = False
+    all_zero = True
+    spec = _NON_FINITE.get(dtype)
+    for begin in range(0, len(view), CHUNK):
+        chunk = view[begin:begin + CHUNK]
+        if spec is not None:
+            item = np.dtype(spec[0]).itemsize
+            bits = np.frombuffer(chunk[: len(chunk) // item * item], dtype=spec[0])
+            mask = spec[0](spec[1])
+            if not non_finite and bool(((bits & mask) == mask).any()):
+                non_finite = True
+            magnitude = bits << np.uint8(1)  # the sign bit shifted out: -0.0 is zero
+            if all_zero and bool(magnitude.any()):
+                all_zero = False
+            if signs and not negative:
+                negative = bool(((bits >> np.uint8(8 * item - 1)) & (magnitude != 0)).any())
+        else:
+            if dtype == "F8_E4M3":
+                codes = np.frombuffer(chunk, dtype=np.uint8)
+                if not non_finite and bool(((codes & 0x7F) == 0x7F).any()):
+                    non_finite = True
+                if signs and not negative:
+                    negative = bool((((codes & 0x80) != 0) & ((codes & 0x7F) != 0)).any())
+            if all_zero and any(chunk.tobytes().strip(b"\x00")):
+                all_zero = False
+        if non_finite and not all_zero and (negative or not signs):
+            break
+    return non_finite, all_zero, negative
+
+
+def deep_checks(ctx: Context) -> None:
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for canonical, info in ctx.names.by_canonical.items():
+        by_file.setdefault(info.file, []).append((canonical, info.name))
+    for rel, names in sorted(by_file.items()):
+        path = ctx.source.root / rel
+        with open(path, "rb") as f:
+            size = path.stat().st_size
+            if size == 0:
+                continue
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+                view = memoryview(mapped)
+                try:
+                    for canonical, actual in sorted(names):
+                        info = ctx.table.tensors[actual]
+                        if info.nbytes == 0:
+                            continue
+                        leaf = canonical.rsplit(".", 1)[-1]
+                        non_finite, all_zero, negative = _scan(view[info.start:info.end], info.dtype,
+                                                               signs=leaf in SCALES)
+                        if non_finite:
+                            ctx.emit("LC701", f"`{actual}` contains NaN or Inf", file=rel, pointer=actual,
+                                     subjects=[actual])
+                        if negative:
+                            ctx.emit("LC704", f"`{actual}` holds negative values: the signs of "
+                                     f"`{canonical.rsplit('.', 1)[0]}`'s {'activations' if leaf == 'input_scale' else 'weights'} "
+                                     "flip where it applies", file=rel, pointer=actual, subjects=[actual])
+                        weightish = leaf in ("weight", "in_proj_weight", "base_kernel", "slot_embedding",
+                                             "rank_embedding") and "norm" not in canonical
+                        if all_zero and leaf in SCALES:
+                            module = canonical.rsplit(".", 1)[0]
+                            effect = ("its activations are quantized with a zero scale" if leaf == "input_scale"
+                                      else "its weight dequantizes to zero, so it outputs only its bias")
+                            ctx.emit("LC703", f"`{actual}` is all zeros: {effect} (`{module}`)", file=rel,
+                                     pointer=actual, subjects=[actual])
+                        elif all_zero and weightish:
+                            ctx.emit("LC702", f"`{actual}` is all zeros", file=rel, pointer=actual,
+                                     subjects=[actual])
+                finally:
+                    view.release()

@@ -1,0 +1,120 @@
+"""The validate pipeline: source -> config -> tensor table -> manifest -> rules -> report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.checkpoint.geometry import Geometry
+from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
+from lilicorr_ckpt.checkpoint.remote import HubOrigin, HubSpec, hub_label, hub_spec, offline_mode, open_hub
+from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
+from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
+from lilicorr_ckpt.checks.rules import Context, run_checks
+from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
+from lilicorr_ckpt.profiles import RuntimeProfile, select_profiles
+
+
+class Summary(msgspec.Struct, frozen=True):
+    errors: int
+    warnings: int
+    infos: int
+    waived: int = 0  # findings a waiver suppressed (not in the counts above)
+
+
+class RuntimeVerdict(msgspec.Struct, frozen=True):
+    runtime: str
+    display: str
+    accepted: bool
+    errors: int
+    warnings: int
+
+
+class Report(msgspec.Struct, frozen=True, kw_only=True):
+    """The validate result; `lilicorr-ckpt validate --format json` prints exactly this."""
+
+    tool: str = "lilicorr-ckpt"
+    version: str = __version__
+    schema_version: int = 1
+    path: str
+    architecture: str | None
+    target: str | None
+    runtimes: list[RuntimeVerdict]
+    summary: Summary
+    findings: list[Finding]
+    geometry: dict[str, Any]
+    exit_code: int
+    hub: HubOrigin | None = None  # set when PATH was a Hub repo id: the commit it was read at
+
+
+def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[RuntimeVerdict]:
+    out = []
+    for p in profiles:
+        mine = [f for f in findings if not f.runtimes or p.name in f.runtimes]
+        errors = sum(f.severity == "error" for f in mine)
+        warnings = sum(f.severity == "warning" for f in mine)
+        out.append(RuntimeVerdict(p.name, p.display, errors == 0, errors, warnings))
+    return out
+
+
+def exit_code_for(summary: Summary, strict: bool) -> int:
+    return 1 if summary.errors or (strict and summary.warnings) else 0
+
+
+def geometry_summary(g: Geometry) -> dict[str, Any]:
+    out = msgspec.structs.asdict(g)
+    out["target_layer_ids"] = list(g.target_layer_ids) if g.target_layer_ids is not None else None
+    out["slots"] = g.slots
+    out["head_mlp_width"] = g.head_mlp_width
+    return out
+
+
+def validate(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
+             strict: bool = False, checkpoint: Checkpoint | None = None) -> Report:
+    ckpt = checkpoint or load_checkpoint(path)
+    profiles = select_profiles(runtime)
+    target_info: TargetInfo | None = read_target(target) if target else None
+    ctx = Context(ckpt, profiles=profiles, target=target_info, deep=deep)
+    findings = sorted(run_checks(ctx), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
+    summary = Summary(errors=sum(f.severity == "error" for f in findings),
+                      warnings=sum(f.severity == "warning" for f in findings),
+                      infos=sum(f.severity == "info" for f in findings))
+    return Report(path=path, architecture=ckpt.parsed.config.architecture, target=target,
+                  runtimes=verdicts(findings, profiles), summary=summary, findings=findings,
+                  geometry=geometry_summary(ckpt.geometry), exit_code=exit_code_for(summary, strict))
+
+
+def validate_hub(spec: HubSpec, *, runtime: str = "all", target: str | None = None, strict: bool = False,
+                 deep: bool = False) -> Report:
+    """validate() for a Hub repo id: headers read from the Hub, or the cached snapshot in offline mode."""
+    if deep and not offline_mode():
+        raise UsageError(f"--deep cannot read {spec.label} from the Hub (headers only)")
+    with open_hub(spec) as (ckpt, origin):
+        report = validate(hub_label(spec, origin), runtime=runtime, target=target, strict=strict, deep=deep,
+                          checkpoint=ckpt)
+    return msgspec.structs.replace(report, hub=origin)
+
+
+def validate_spec(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
+                  strict: bool = False, revision: str | None = None, ignore: str | None = None,
+                  select: str | None = None) -> Report:
+    """What `lilicorr-ckpt validate` runs: PATH a local directory or a Hub repo id `org/name[@REV]`, then the
+    waivers (--ignore, --select, lilicorr.toml / pyproject.toml beside a local checkpoint) applied."""
+    from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
+
+    check_rule_options(ignore, select)
+    hub = hub_spec(path, revision, deep=deep)  # None: a local directory
+    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
+              else validate(path, runtime=runtime, target=target, deep=deep, strict=strict))
+    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict)
+
+
+def require_valid(checkpoint: Checkpoint, runtime: str = "all") -> Report:
+    """validate's report for a checkpoint already read; CheckpointInvalid when it has errors for `runtime`."""
+    report = validate(checkpoint.source.label, runtime=runtime, checkpoint=checkpoint)
+    if report.summary.errors:
+        raise CheckpointInvalid(f"{checkpoint.source.label} is refused for runtime {runtime!r}:",
+                                [f"{f.rule} {f.message}" for f in report.findings if f.severity == "error"], report)
+    return report

@@ -1,0 +1,1 @@
+"""What people and machines read: validate formats, inspect, smoke renderings, JSON schemas."""

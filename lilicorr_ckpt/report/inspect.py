@@ -1,0 +1,111 @@
+"""`lilicorr-ckpt inspect`: what a checkpoint is, from its headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
+from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
+from lilicorr_ckpt.checkpoint.names import observed_scheme
+from lilicorr_ckpt.checks.run import geometry_summary, validate
+
+
+class ComponentStats(msgspec.Struct, frozen=True):
+    component: str
+    tensors: int
+    parameters: int
+    bytes: int
+    dtypes: dict[str, int]
+
+
+class Inspection(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    architecture: str | None
+    geometry: dict[str, Any]
+    components: list[ComponentStats]
+    quantization: dict[str, Any] | None
+    quantized_modules: dict[str, str]  # module -> nvfp4 | fp8
+    files: list[str]
+    runtimes: dict[str, bool]  # runtime -> accepts
+    errors: int
+    warnings: int
+
+
+def _component(name: str, ckpt: Checkpoint) -> str:
+    expected = ckpt.manifest.tensors.get(name)
+    if expected is not None:
+        return expected.component
+    module = ckpt.manifest.module_of(name)
+    if module is not None:
+        return ckpt.manifest.modules[module].component
+    component = component_of_name(name)
+    return "backbone" if component == "fc" else component or "other"
+
+
+def inspect_checkpoint(path: str) -> Inspection:
+    ckpt = load_checkpoint(path)
+    view = ckpt.names
+    stats: dict[str, dict[str, Any]] = {}
+    for canonical, info in view.by_canonical.items():
+        comp = _component(canonical, ckpt)
+        entry = stats.setdefault(comp, {"tensors": 0, "parameters": 0, "bytes": 0, "dtypes": {}})
+        entry["tensors"] += 1
+        is_scale = canonical.rsplit(".", 1)[-1] in ("weight_scale", "weight_scale_2", "input_scale")
+        if not is_scale:
+            entry["parameters"] += info.numel * (2 if info.dtype == "U8" else 1)
+        entry["bytes"] += info.nbytes
+        entry["dtypes"][info.dtype] = entry["dtypes"].get(info.dtype, 0) + 1
+    order = {c: i for i, c in enumerate((*COMPONENTS, "other"))}
+    components = [ComponentStats(c, v["tensors"], v["parameters"], v["bytes"], dict(sorted(v["dtypes"].items())))
+                  for c, v in sorted(stats.items(), key=lambda kv: order.get(kv[0], 99))]
+    quantized = {m: s for m in ckpt.manifest.modules if (s := observed_scheme(view, m)) in ("nvfp4", "fp8")}
+    report = validate(path, checkpoint=ckpt)
+    quant = ckpt.quant.summary() if ckpt.quant is not None else None
+    return Inspection(path=path, architecture=ckpt.parsed.config.architecture, geometry=geometry_summary(ckpt.geometry),
+                      components=components, quantization=quant, quantized_modules=quantized,
+                      files=ckpt.table.files, runtimes={v.runtime: v.accepted for v in report.runtimes},
+                      errors=report.summary.errors, warnings=report.summary.warnings)
+
+
+def _human(n: float) -> str:
+    for unit in ("", "K", "M", "G", "T"):
+        if abs(n) < 1000:
+            return f"{n:.3g}{unit}"
+        n /= 1000
+    return f"{n:.3g}P"
+
+
+def render_inspection(ins: Inspection) -> str:
+    g = ins.geometry
+    d = {key: "?" if value is None else value for key, value in g.items()}  # what the text shows
+    lines = [f"{ins.path}: {ins.architecture or 'unknown architecture'}"]
+    lines.append(f"  backbone   hidden {d['hidden_size']}, {d['num_layers']} layers, heads {d['num_heads']}/"
+                 f"{d['num_kv_heads']} x {d['head_dim']}, mlp {d['intermediate_size']}, vocab {d['vocab_size']}")
+    lines.append(f"  drafting   block {d['block_size']} ({d['slots']} slots), taps {d['target_layer_ids']}, "
+                 f"mask {d['mask_token_id']}")
+    if g["lilicorr_enabled"]:
+        lines.append(f"  head       h {d['head_hidden_size']} (raw {d['head_hidden_size_raw']}), K {d['candidate_topk']}, "
+                     f"L {d['head_num_layers']}, N {d['head_num_heads']}, mlp {d['head_mlp_width']}, "
+                     f"F {d['head_factor_dim']}, eps {d['head_vector_eps']}, scale {d['head_logit_scale']}")
+    if g["conv_kernel_size"]:
+        lines.append(f"  conv       {d['conv_kernel_size']} taps, group {d['conv_group_size']}")
+    lines.append(f"  own head   {'yes' if g['has_own_lm_head'] else 'no (borrows the target lm_head)'}")
+    if any(value is None for value in g.values()):
+        lines.append("  (? = missing or invalid in config.json; `lilicorr-ckpt validate` says which and why)")
+    lines.append("")
+    lines.append(f"  {'component':<10} {'tensors':>8} {'params':>9} {'bytes':>9}  dtypes")
+    for c in ins.components:
+        dtypes = ", ".join(f"{k} x{v}" for k, v in c.dtypes.items())
+        lines.append(f"  {c.component:<10} {c.tensors:>8} {_human(c.parameters):>9} {_human(c.bytes):>9}  {dtypes}")
+    if ins.quantization:
+        q = ins.quantization
+        lines.append("")
+        lines.append(f"  quantization {q['quant_algo']} (group {q['group_size']}, {q['form']} form in {q['source']}, "
+                     f"quant_method {q['quant_method']}), {len(ins.quantized_modules)} modules quantized")
+        lines.append(f"  exclusions   {', '.join(q['exclude']) or '(none)'}")
+    lines.append("")
+    verdict = ", ".join(f"{k}: {'accepts' if v else 'refuses'}" for k, v in ins.runtimes.items())
+    lines.append(f"  runtimes     {verdict} ({ins.errors} errors, {ins.warnings} warnings; run `validate` for details)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,107 @@
+"""`smoke` reports as text (a table for people) and JUnit (a testcase per gate). Torch-free."""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape, quoteattr
+
+from lilicorr_ckpt.smoke.profile import SmokeReport
+
+FORMATS = ("text", "json", "junit")
+_LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
+_COLOR = {"pass": "green", "fail": "red", "skip": "yellow"}
+
+
+def render_text(r: SmokeReport, *, color: bool = False) -> str:
+    def paint(text: str, status: str) -> str:
+        if not color:
+            return text
+        import click
+
+        return click.style(text, fg=_COLOR[status], bold=status == "fail")
+
+    d, t, m, c = r.draft_checkpoint, r.target_model, r.measurement_conditions, r.chat_template
+    head = f", K={d.candidate_topk}" if d.head else ", no head"
+    lines = [f"lilicorr-ckpt smoke {d.id}",
+             f"  drafter  {d.architecture or 'unknown architecture'}: B={r.block_size}{head}, "
+             f"{r.num_speculative_tokens} drafted per block" + (f", {d.quant_algo}" if d.quant_algo else "")
+             + f" (loaded under runtime {d.runtime})",
+             f"  target   {t.architecture} {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size}"]
+    probe_counts = ", ".join(f"{k} {v}" for k, v in m.probe_counts.items())
+    sampling = "greedy" if m.temperature == 0 else f"T={m.temperature:g}, seeds {','.join(map(str, m.seeds))}"
+    lines.append(f"  prompts  {probe_counts} ({sum(m.probe_counts.values())}), up to {m.max_new_tokens} new tokens, "
+                 f"{sampling}; {m.device}, {m.dtype}, {m.kernel_backend} draft ops")
+    if c.applied_prompts:
+        thinking = {"disabled": "enable_thinking=False", "no-switch": "no thinking switch in the template"}[c.thinking]
+        chat = f"chat template on {c.applied_prompts} prompt(s) ({thinking})"
+    else:
+        chat = "no chat template applied" + ("" if c.present else " (the tokenizer has none)")
+    raw = f", {c.raw_prompts} raw" if c.raw_prompts else ""
+    eos = " ".join(f"{i} {tok}" for i, tok in zip(c.eos_token_ids, c.eos_tokens, strict=True)) or "none"
+    lines.append(f"  template {chat}{raw}; eos {eos}")
+
+    categories = list(r.per_category)
+    lines += ["", "arm        tau   tau/req    tok/s  speedup" + "".join(f"  {cat[:8]:>8}" for cat in categories)]
+    for arm, s in r.arms.items():
+        speed = "1.00x" if arm == "ar" else (f"{s.speedup_vs_ar:.2f}x" if s.speedup_vs_ar is not None else "n/a")
+        cells = "".join(f"  {r.per_category[cat].arms[arm].mean_accept_length:8.3f}" for cat in categories)
+        lines.append(f"{arm:<8} {s.mean_accept_length:6.3f} {s.mean_accept_length_per_request:8.3f} "
+                     f"{s.tokens_per_second:8.1f} {speed:>8}{cells}")
+    if r.head_gain.overall is not None:
+        per = "".join(f"  {cat} {'n/a' if g is None else f'{g:+.1%}'}" for cat, g in r.head_gain.per_category.items())
+        lines.append(f"head gain over control {r.head_gain.overall:+.1%}" + (f" ({per.strip()})" if per else ""))
+
+    spec_arms = [a for a in r.arms if a != "ar"]
+    if r.num_speculative_tokens:
+        lines += ["", "acceptance by position (cond = given the earlier ones; marg = all up to it)",
+                  "pos" + "".join(f"  {a + ' cond':>12} {a + ' marg':>12}" for a in spec_arms)]
+        for i in range(r.num_speculative_tokens):
+            lines.append(f"{i + 1:>3}" + "".join(
+                f"  {r.arms[a].conditional_accept_rates[i]:12.3f} {r.arms[a].marginal_accept_rates[i]:12.3f}"
+                for a in spec_arms))
+    hist = " ".join(f"{k}:{v}" for k, v in r.acceptance_length_histogram.items())
+    lines.append(f"accept lengths ({r.primary_arm}, bonus token included): {hist}")
+    mc, mono = r.validation.mean_consistency, r.validation.marginal_monotonicity
+    lines.append(f"profile: 1 + sum(marginal) = {mc.implied_mean_accept_length:.3f} vs tau "
+                 f"{mc.reported_mean_accept_length:.3f} ({'ok' if mc.passed else 'INCONSISTENT'}); marginals "
+                 f"{'non-increasing' if mono.passed else 'INCREASE at ' + str([v.position for v in mono.violations])}")
+
+    lines += ["", "gates"]
+    for g in r.gates:
+        lines.append(f"  {paint(_LABEL[g.status], g.status)}  {g.name:<17} {g.summary}")
+        lines += [f"        {detail}" for detail in g.details]
+    failed = sum(g.status == "fail" for g in r.gates)
+    skipped = sum(g.status == "skip" for g in r.gates)
+    ran = len(r.gates) - skipped
+    tail = f" ({skipped} skipped)" if skipped else ""
+    gates = "gate" if ran == 1 else "gates"
+    verdict = (paint("FAIL", "fail") + f" {failed} of {ran} {gates} failed" if failed
+               else paint("PASS", "pass") + f" {ran} {gates} passed")
+    lines += ["", verdict + tail]
+    return "\n".join(lines) + "\n"
+
+
+def render_junit(r: SmokeReport) -> str:
+    cases = []
+    for g in r.gates:
+        if g.status == "fail":
+            body = (f"<failure message={quoteattr(g.summary[:300])} type=\"lilicorr-ckpt\">"
+                    f"{escape(chr(10).join([g.summary, *g.details]))}</failure>")
+        elif g.status == "skip":
+            body = f"<skipped message={quoteattr(g.summary[:300])}/>"
+        else:
+            body = f"<system-out>{escape(chr(10).join([g.summary, *g.details]))}</system-out>"
+        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={quoteattr(g.name)}>{body}</testcase>')
+    return junit_suite(r.draft_checkpoint.id, cases, sum(g.status == "fail" for g in r.gates),
+                       sum(g.status == "skip" for g in r.gates))
+
+
+def junit_suite(path: str, cases: list[str], failures: int, skipped: int = 0) -> str:
+    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
+            f'<testsuite name={quoteattr("lilicorr-ckpt smoke " + path)} tests="{len(cases)}" '
+            f'failures="{failures}" errors="0" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+
+
+def junit_refusal(path: str, message: str) -> str:
+    case = (f'  <testcase classname="lilicorr-ckpt.smoke" name="loads"><failure message='
+            f'{quoteattr(message.splitlines()[0][:300])} type="lilicorr-ckpt">{escape(message)}</failure></testcase>')
+    return junit_suite(path, [case], 1)

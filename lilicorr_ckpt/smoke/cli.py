@@ -1,0 +1,146 @@
+"""The `lilicorr-ckpt smoke` command (registered by lilicorr_ckpt.cli). Torch is imported only when it runs."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+
+HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
+
+PATH is the drafter checkpoint (as for validate); it is loaded only if validate accepts it for --runtime.
+--target is a local HF model directory, a repo id already in the local HF cache, or a .gguf file.
+
+\b
+Three arms decode the same prompts in one process:
+  head     the LiLiCorr head commits a path through the top-K candidates
+  control  the same checkpoint with the head bypassed (per-slot argmax: plain DFlash)
+  ar       the target alone: the speed-up denominator and the losslessness reference
+
+\b
+Gates (exit 1 when one fails):
+  lossless       greedy tokens of every arm equal the target-only tokens (a mismatch is a runtime bug)
+  head-loaded    tau(head) >= tau(control) x (1 + --min-head-gain): the head did load and does rerank
+  min-tau, min-accept-rates, baseline   when asked for
+  kernel-parity  with --gpu: Triton and torch references give the same candidates and paths
+
+\b
+Examples:
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target   # the bundled tiny pair, CPU, seconds
+  lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --out profile.json
+  lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
+  lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
+  lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
+
+A probe file has one JSON object per line: {"id": "...", "category": "...", "prompt": "...", "chat": true}
+(chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
+"""
+
+EPILOG = ("Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
+          "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
+          "without CUDA, --out could not be written); 4 usage error (a bad option value, or an --out path whose "
+          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated.")
+
+
+def _ints(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated integers, got {value!r}") from None
+
+
+def _floats(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...]:
+    if not value:
+        return ()
+    try:
+        return tuple(float(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated numbers, got {value!r}") from None
+
+
+def register(group: click.Group) -> None:
+    group.add_command(smoke)
+
+
+@click.command(help=HELP, epilog=EPILOG)
+@click.argument("path")
+@click.option("--target", "-t", required=True, metavar="DIR|REPO_ID|FILE.gguf",
+              help="The target model the drafter was trained for: a local HF directory (with its tokenizer), a repo "
+                   "id already in the local HF cache (offline), or a GGUF file.")
+@click.option("--gpu", is_flag=True, help="Run on CUDA (Triton draft-step kernels, bfloat16) and check kernel parity.")
+@click.option("--probes", "-p", default="code,chat,math", show_default=True, metavar="CATEGORIES|FILE.jsonl",
+              help="Bundled categories (code: HumanEval, chat: MT-Bench turn 1, math: GSM8K CoT questions) or a "
+                   "JSONL file of your own.")
+@click.option("--limit", "-n", type=int, default=8, show_default=True, metavar="N",
+              help="At most N prompts per category, in file order (0: all).")
+@click.option("--max-new-tokens", type=int, default=128, show_default=True, metavar="N",
+              help="Stop each generation after N new tokens (>= 2), or earlier at the target's eos.")
+@click.option("--temperature", type=float, default=0.0, show_default=True, metavar="T",
+              help="0 decodes greedily; above 0 samples (exact rejection sampling) and skips the lossless gate.")
+@click.option("--seeds", default="0", show_default=True, callback=_ints, metavar="S1,S2,...",
+              help="Sampling seeds; every prompt runs once per seed (needs --temperature > 0 for more than one).")
+@click.option("--num-speculative-tokens", "-k", type=int, default=None, metavar="N",
+              help="Tokens drafted per block, at most block_size - 1.  [default: block_size - 1]")
+@click.option("--min-tau", type=float, default=None, metavar="X",
+              help="Fail when tau of the head (or of the control, for a head-free checkpoint) is below X.")
+@click.option("--min-accept-rates", callback=_floats, default=None, metavar="R1,R2,...",
+              help="Fail when the marginal acceptance at position i (all of drafts 1..i accepted) is below Ri.")
+@click.option("--min-head-gain", type=float, default=0.05, show_default=True, metavar="G",
+              help="Required relative tau gain of the head over the control (-1 disables the gate in effect).")
+@click.option("--baseline", metavar="PROFILE.json", help="A profile from an earlier `smoke --out` to compare against.")
+@click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
+              help="With --baseline: the relative tau drop that fails.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
+              help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
+@click.option("--out", "-o", metavar="PROFILE.json",
+              help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
+@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
+              help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]")
+@click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
+              help="The validate profile the drafter must pass to load.")
+@click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
+def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
+          seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
+          min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
+          fmt: str, out: str | None, dtype: str | None, runtime: str, no_warmup: bool, quiet: bool) -> None:
+    from lilicorr_ckpt.errors import SmokeRefused
+    from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
+    from lilicorr_ckpt.smoke.profile import encode
+    from lilicorr_ckpt.smoke.run import Progress, SmokeOptions, run_smoke
+
+    if out:
+        check_output_path(out, "--out", "profile.json")  # before any model loads: a bad path must not cost a whole run
+    options = SmokeOptions(path=path, target=target, gpu=gpu, probes=probes, limit=limit,
+                           max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
+                           num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
+                           min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
+                           tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup)
+    progress = Progress.for_terminal(quiet)
+    try:
+        report = run_smoke(options, progress)
+    except SmokeRefused as exc:
+        progress.finish()
+        click.echo(f"lilicorr-ckpt smoke: {exc}", err=True)
+        if fmt == "junit":
+            click.echo(junit_refusal(path, str(exc)), nl=False)
+        sys.exit(1)
+    finally:
+        progress.finish()
+    profile = encode(report)
+    # the report goes to stdout first, so a failed --out write loses no measurement
+    if fmt == "json":
+        click.echo(profile.decode(), nl=False)
+    elif fmt == "junit":
+        click.echo(render_junit(report), nl=False)
+    else:
+        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
+        click.echo(render_text(report, color=color), nl=False)
+    if out:
+        write_output(profile, out)
+    sys.exit(0 if report.passed else 1)
+

@@ -1,0 +1,268 @@
+"""The `smoke` gates: each turns measurements into a pass / fail / skip verdict with a reason. Torch-free."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import msgspec
+
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.smoke.profile import (
+    BaselineComparison,
+    BaselineItem,
+    Gate,
+    MeasurementConditions,
+    TargetModel,
+)
+
+DEFAULT_MIN_HEAD_GAIN = 0.05
+DEFAULT_TOLERANCE = 0.05
+# below this control tau (about one accepted draft per ten blocks) the drafter alone barely predicts the target,
+# and the head gate's verdict is reported as inconclusive rather than blamed on the head
+WEAK_DRAFTER_TAU = 1.1
+
+
+class Divergence(msgspec.Struct, frozen=True, kw_only=True):
+    """The first token where an arm left target-only greedy decoding."""
+
+    request: str
+    seed: int
+    arm: str
+    position: int  # index into the emitted tokens
+    expected: int  # the "ar" arm's token
+    emitted: int
+    logit_gap: float | None  # target logit(expected) - logit(emitted) at that position, recomputed
+    tie: bool  # the gap is within the dtype's round-off: two kernels may pick either token
+    expected_text: str = ""
+    emitted_text: str = ""
+
+
+class ParityCheck(msgspec.Struct, frozen=True, kw_only=True):
+    block: int
+    op: str  # topk_lse | greedy_walk | sample_walk
+    passed: bool
+    detail: str = ""
+
+
+def measured_gate(blocks: int, requests: int, arm: str) -> Gate:
+    if blocks > 0:
+        return Gate(name="measured", status="pass", summary=f"{blocks} verification blocks over {requests} "
+                    f"request(s) in the {arm} arm")
+    return Gate(name="measured", status="fail",
+                summary=f"no verification block ran in the {arm} arm: every generation ended at its first token",
+                details=["raise --max-new-tokens, or check that the target does not emit eos right away"])
+
+
+def lossless_gate(checked: int, divergences: Sequence[Divergence], temperature: float, dtype: str) -> Gate:
+    if temperature > 0:
+        return Gate(name="lossless", status="skip",
+                    summary=f"sampled decoding (T={temperature:g}) is lossless in distribution, not token for "
+                            "token; run with --temperature 0 for this gate")
+    bugs = [d for d in divergences if not d.tie]
+    ties = [d for d in divergences if d.tie]
+    details = [_divergence_line(d, dtype) for d in bugs + ties]
+    if bugs:
+        arms = sorted({d.arm for d in bugs})
+        return Gate(name="lossless", status="fail",
+                    summary=f"{len(bugs)} of {checked} speculative generations differ from target-only greedy "
+                            f"decoding ({', '.join(arms)}): a runtime bug, not a checkpoint defect; report it "
+                            "with this command line",
+                    details=details)
+    tail = f"; {len(ties)} diverged on a numerical tie and were compared up to it" if ties else ""
+    return Gate(name="lossless", status="pass",
+                summary=f"{checked} speculative generations equal target-only greedy tokens{tail}", details=details)
+
+
+def _divergence_line(d: Divergence, dtype: str) -> str:
+    gap = "" if d.logit_gap is None else f", target logit gap {d.logit_gap:.4g}"
+    kind = f"numerical tie in {dtype}" if d.tie else "not a tie"
+    texts = f" ({d.expected_text!r} vs {d.emitted_text!r})" if d.expected_text or d.emitted_text else ""
+    return (f"{d.request} seed {d.seed} {d.arm}: token {d.position} is {d.emitted}, target-only gives "
+            f"{d.expected}{texts}{gap} ({kind})")
+
+
+class ArmAgreement(msgspec.Struct, frozen=True, kw_only=True):
+    """How the head arm's verification blocks compare with the control's, request by request: the evidence the
+    head gate's diagnosis rests on (not part of the profile)."""
+
+    requests: int  # requests both arms decoded
+    identical: int | None  # greedy only: requests whose blocks (accepted drafts per block) equal the control's
+    head_accepted: int  # drafted tokens the target accepted, over every block of the arm
+    control_accepted: int
+
+
+def head_gate(has_head: bool, head_tau: float | None, control_tau: float, min_gain: float,
+              per_category: dict[str, float | None], agreement: ArmAgreement | None = None) -> Gate:
+    if not has_head or head_tau is None:
+        return Gate(name="head-loaded", status="skip",
+                    summary="the checkpoint has no LiLiCorr head (a plain DFlash drafter): nothing to compare")
+    need = control_tau * (1.0 + min_gain)
+    gain = head_tau / control_tau - 1.0 if control_tau > 0 else None
+    gain_text = "n/a" if gain is None else f"{gain:+.1%}"
+    threshold = f"tau(control) {control_tau:.3f} x {1.0 + min_gain:.3f} = {need:.3f}"
+    if head_tau >= need:
+        return Gate(name="head-loaded", status="pass",
+                    summary=f"tau(head) {head_tau:.3f} >= {threshold} (gain {gain_text})")
+    categories = ", ".join(f"{c} {'n/a' if g is None else f'{g:+.1%}'}" for c, g in per_category.items())
+    details = [f"gain per category: {categories}"] if categories else []
+    head = f"tau(head) {head_tau:.3f} < {threshold}"
+    check = ("a trained head clears the head-free DFlash control; check that the lilicorr.* weights are the "
+             "trained ones, then the target layer ids and mask token (`lilicorr-ckpt validate PATH --target T --deep`)")
+    weak_drafter = [
+        "the head only reorders the drafter's top-K candidates, and they rarely hold the target's token: a random "
+        "or untrained drafter, one trained for another target, or wrong target layer ids or mask token "
+        "(`lilicorr-ckpt validate PATH --target T --deep`), so this run cannot tell whether the head works",
+        "to check only the pipeline (losslessness, the profile), waive this gate with --min-head-gain -1"]
+    requests = agreement.requests if agreement is not None else 0
+    identical = agreement.identical if agreement is not None else None  # None: sampled, or not compared
+    if agreement is not None and requests and agreement.head_accepted == agreement.control_accepted == 0:
+        return Gate(name="head-loaded", status="fail",
+                    summary=f"{head} (gain {gain_text}; inconclusive: no drafted token was accepted in either arm, "
+                            "every block committed only the target's own token)",
+                    details=details + weak_drafter)
+    if identical is not None and requests and identical == requests and head_tau == control_tau:
+        return Gate(name="head-loaded", status="fail",
+                    summary=f"{head} (gain {gain_text}; equal: the head took the control's top-1 candidates, as a "
+                            "zero or missing head does)",
+                    details=details + [f"the head arm's blocks equal the control's block for block in all {requests} "
+                                       "request(s)", check])
+    if identical is not None and identical < requests:
+        details.append(f"the head arm's blocks differ from the control's in {requests - identical} of {requests} "
+                       "request(s): the head is loaded and reorders the candidates, but not into a clear gain")
+    if control_tau < WEAK_DRAFTER_TAU:
+        return Gate(name="head-loaded", status="fail",
+                    summary=f"{head} (gain {gain_text}; inconclusive: tau(control) is barely above 1, the drafter "
+                            "alone rarely predicts this target)",
+                    details=details + weak_drafter)
+    verdict = "no gain over the control" if gain is None or gain <= 0 else f"below the required {min_gain:+.1%}"
+    return Gate(name="head-loaded", status="fail", summary=f"{head} (gain {gain_text}: {verdict})",
+                details=details + [check])
+
+
+def tau_floor_gate(min_tau: float, tau: float, arm: str) -> Gate:
+    ok = tau >= min_tau
+    return Gate(name="min-tau", status="pass" if ok else "fail",
+                summary=f"tau({arm}) {tau:.3f} {'>=' if ok else '<'} {min_tau:.3f}")
+
+
+def position_gate(floors: Sequence[float], marginal: Sequence[float], arm: str) -> Gate:
+    low = [f"position {i + 1}: {marginal[i]:.3f} < {floor:.3f}" for i, floor in enumerate(floors)
+           if i >= len(marginal) or marginal[i] < floor]
+    shown = ", ".join(f"{m:.3f}" for m in marginal[:len(floors)])
+    if low:
+        return Gate(name="min-accept-rates", status="fail",
+                    summary=f"{len(low)} of {len(floors)} positions below their floor ({arm}, marginal)",
+                    details=low)
+    return Gate(name="min-accept-rates", status="pass",
+                summary=f"marginal acceptance ({arm}) [{shown}] >= [{', '.join(f'{f:.3f}' for f in floors)}]")
+
+
+def parity_gate(gpu: bool, checks: Sequence[ParityCheck] | None, reason: str = "") -> Gate:
+    if not gpu:
+        return Gate(name="kernel-parity", status="skip",
+                    summary="needs --gpu (on the CPU the draft step runs the torch references only)")
+    if checks is None:
+        return Gate(name="kernel-parity", status="skip", summary=reason or "not checked")
+    if not checks:
+        return Gate(name="kernel-parity", status="skip", summary="the first prompt ended before its first block")
+    failed = [c for c in checks if not c.passed]
+    blocks = len({c.block for c in checks})
+    if failed:
+        return Gate(name="kernel-parity", status="fail",
+                    summary=f"{len(failed)} of {len(checks)} kernel checks over {blocks} blocks differ from the torch "
+                            "reference (a runtime bug)",
+                    details=[f"block {c.block} {c.op}: {c.detail}" for c in failed])
+    ops = ", ".join(dict.fromkeys(c.op for c in checks))
+    return Gate(name="kernel-parity", status="pass",
+                summary=f"Triton and reference agree on {blocks} blocks of this run's logits ({ops})")
+
+
+# -- baseline ---------------------------------------------------------------------------------------------
+
+class _ArmTau(msgspec.Struct):
+    mean_accept_length: float
+
+
+class _CategoryArms(msgspec.Struct):
+    arms: dict[str, _ArmTau] = {}
+
+
+class BaselineView(msgspec.Struct):
+    """The part of a saved smoke profile a comparison reads (other fields are ignored)."""
+
+    schema_version: str
+    num_speculative_tokens: int
+    arms: dict[str, _ArmTau]
+    measurement_conditions: MeasurementConditions
+    target_model: TargetModel
+    per_category: dict[str, _CategoryArms] = {}
+
+
+def read_baseline(path: str) -> BaselineView:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError(f"baseline {path!r} does not exist") from None
+    except OSError as exc:
+        raise InputError(f"baseline {path!r} cannot be read: {exc}") from None
+    try:
+        return msgspec.json.decode(data, type=BaselineView)
+    except msgspec.DecodeError as exc:
+        raise InputError(f"baseline {path!r} is not a smoke profile (written by `smoke --out`): {exc}") from None
+
+
+def compare_baseline(file: str, baseline: BaselineView, *, taus: dict[str, float],
+                     category_taus: dict[str, dict[str, float]], conditions: MeasurementConditions,
+                     num_speculative_tokens: int, target: TargetModel, tolerance: float) -> BaselineComparison:
+    """tau per arm and per category against the baseline; a drop by more than `tolerance` (relative) fails."""
+    b = baseline.measurement_conditions
+    differences = [f"{name}: baseline {old}, now {new}" for name, old, new in (
+        ("probes", b.probe_digest[:12], conditions.probe_digest[:12]),
+        ("max_new_tokens", b.max_new_tokens, conditions.max_new_tokens),
+        ("temperature", b.temperature, conditions.temperature),
+        ("seeds", b.seeds, conditions.seeds),
+        ("num_speculative_tokens", baseline.num_speculative_tokens, num_speculative_tokens),
+        ("target", _target_key(baseline.target_model), _target_key(target)),
+    ) if old != new]
+    items = []
+    for arm, tau in taus.items():
+        if arm != "ar" and arm in baseline.arms:
+            items.append(_item(f"{arm} tau", baseline.arms[arm].mean_accept_length, tau, tolerance))
+    for category, arms in category_taus.items():
+        old_arms = baseline.per_category.get(category)
+        for arm, tau in arms.items():
+            if arm != "ar" and old_arms is not None and arm in old_arms.arms:
+                items.append(_item(f"{arm} tau [{category}]", old_arms.arms[arm].mean_accept_length, tau, tolerance))
+    return BaselineComparison(file=file, tolerance=tolerance, conditions_match=not differences,
+                              condition_differences=differences, items=items)
+
+
+def _target_key(t: TargetModel) -> str:
+    return f"{t.architecture} hidden {t.hidden_size} layers {t.num_layers} vocab {t.vocab_size}"
+
+
+def _item(metric: str, old: float, new: float, tolerance: float) -> BaselineItem:
+    delta = new / old - 1.0 if old > 0 else (0.0 if new == old else float("inf"))
+    return BaselineItem(metric=metric, baseline=old, measured=new, relative_delta=round(delta, 6),
+                        passed=new >= old * (1.0 - tolerance))
+
+
+def baseline_gate(cmp: BaselineComparison) -> Gate:
+    failed = [i for i in cmp.items if not i.passed]
+    if not cmp.conditions_match:
+        return Gate(name="baseline", status="fail",
+                    summary=f"{cmp.file} was measured under other conditions; re-record it (smoke --out) or rerun "
+                            "with its settings",
+                    details=cmp.condition_differences)
+    if not cmp.items:
+        return Gate(name="baseline", status="fail", summary=f"{cmp.file} shares no arm with this run")
+    lines = [f"{i.metric}: {i.measured:.3f} vs {i.baseline:.3f} ({i.relative_delta:+.1%})" for i in failed]
+    if failed:
+        return Gate(name="baseline", status="fail",
+                    summary=f"{len(failed)} of {len(cmp.items)} metrics dropped more than {cmp.tolerance:.1%} "
+                            f"below {cmp.file}", details=lines)
+    risen = [i for i in cmp.items if i.relative_delta > cmp.tolerance]
+    note = [f"{i.metric} rose {i.relative_delta:+.1%}: the baseline may be stale" for i in risen]
+    return Gate(name="baseline", status="pass",
+                summary=f"{len(cmp.items)} metrics within -{cmp.tolerance:.1%} of {cmp.file}", details=note)

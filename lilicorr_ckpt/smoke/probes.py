@@ -1,0 +1,123 @@
+"""Probe prompts for `smoke`: the bundled sets (lilicorr_ckpt/probes/, licences beside them) or a user JSONL.
+
+One JSON object per line: {"id": str, "category": str, "prompt": str, "chat": bool}; other keys are kept
+out of the way. Torch-free.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import msgspec
+
+from lilicorr_ckpt.errors import InputError, UsageError
+
+BUNDLED = ("code", "chat", "math")
+
+
+class Probe(msgspec.Struct, frozen=True):
+    id: str
+    category: str
+    prompt: str
+    chat: bool
+
+
+def is_probe_file(spec: str) -> bool:
+    """A file unless every comma-separated item names a bundled category (so a stray file called `code`
+    in the working directory does not shadow the bundled set)."""
+    if all(n.strip() in BUNDLED for n in spec.split(",") if n.strip()):
+        return False
+    return spec.endswith((".jsonl", ".json")) or "/" in spec or os.sep in spec or Path(spec).is_file()
+
+
+def load_probes(spec: str, limit: int = 0) -> list[Probe]:
+    """`code,chat,math` (any subset of the bundled categories) or a JSONL file; at most `limit` prompts per
+    category, in file order (0: all)."""
+    if limit < 0:
+        raise UsageError(f"--limit must be >= 0 (0 runs every prompt), got {limit}")
+    if is_probe_file(spec):
+        probes = read_jsonl(Path(spec))
+    else:
+        names = [n.strip() for n in spec.split(",") if n.strip()]
+        unknown = [n for n in names if n not in BUNDLED]
+        if unknown or not names:
+            raise UsageError(f"--probes {spec!r}: unknown categor{'ies' if len(unknown) > 1 else 'y'} "
+                             f"{', '.join(unknown) or '(none given)'}; choose from {', '.join(BUNDLED)} "
+                             "(comma-separated), or give a .jsonl file")
+        probes = []
+        for name in dict.fromkeys(names):
+            text = resources.files("lilicorr_ckpt").joinpath("probes", f"{name}.jsonl").read_text("utf-8")
+            probes.extend(parse_lines(text.splitlines(), f"bundled {name}.jsonl"))
+    return select(probes, limit)
+
+
+def read_jsonl(path: Path) -> list[Probe]:
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except FileNotFoundError:
+        raise InputError(f"probe file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"probe file {str(path)!r} cannot be read: {exc}") from None
+    probes = parse_lines(lines, str(path))
+    if not probes:
+        raise InputError(f"probe file {str(path)!r} holds no prompts (expected one JSON object per line: "
+                         '{"id": ..., "category": ..., "prompt": ..., "chat": true|false})')
+    return probes
+
+
+def parse_lines(lines: Sequence[str], where: str) -> list[Probe]:
+    probes, seen = [], set()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        at = f"{where}:{number}"
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{at}: not JSON ({exc.msg} at column {exc.colno}); each line must be one object "
+                             '{"id": ..., "category": ..., "prompt": ..., "chat": true|false}') from None
+        if not isinstance(obj, dict):
+            raise InputError(f"{at}: expected a JSON object, found {type(obj).__name__}")
+        for key, kind in (("id", str), ("category", str), ("prompt", str), ("chat", bool)):
+            if key not in obj:
+                raise InputError(f"{at}: missing key {key!r} (every line needs id, category, prompt and chat)")
+            if not isinstance(obj[key], kind):
+                raise InputError(f"{at}: {key!r} must be a {'boolean' if kind is bool else 'string'}, "
+                                 f"found {json.dumps(obj[key])[:60]}")
+        if not obj["prompt"].strip() or not obj["category"].strip():
+            raise InputError(f"{at}: 'prompt' and 'category' must not be empty")
+        if obj["id"] in seen:
+            raise InputError(f"{at}: duplicate id {obj['id']!r}")
+        seen.add(obj["id"])
+        probes.append(Probe(obj["id"], obj["category"], obj["prompt"], obj["chat"]))
+    return probes
+
+
+def select(probes: Sequence[Probe], limit: int) -> list[Probe]:
+    taken: dict[str, int] = {}
+    out = []
+    for p in probes:
+        if limit and taken.get(p.category, 0) >= limit:
+            continue
+        taken[p.category] = taken.get(p.category, 0) + 1
+        out.append(p)
+    return out
+
+
+def digest(probes: Sequence[Probe]) -> str:
+    h = hashlib.sha256()
+    for p in probes:
+        h.update(json.dumps([p.id, p.category, p.chat, p.prompt]).encode())
+    return h.hexdigest()
+
+
+def counts(probes: Sequence[Probe]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for p in probes:
+        out[p.category] = out.get(p.category, 0) + 1
+    return out

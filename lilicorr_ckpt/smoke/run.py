@@ -1,0 +1,516 @@
+"""`smoke`: decode the probe prompts with the head, the head-free control and the target alone, in one process.
+
+Imports torch and lilicorr_runtime (the runtime extra) when `run_smoke` is called, never at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import math
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from types import ModuleType
+from typing import Any, TextIO
+
+import msgspec
+
+from lilicorr_ckpt import __version__
+from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
+from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
+from lilicorr_ckpt.smoke.gates import (
+    DEFAULT_MIN_HEAD_GAIN,
+    DEFAULT_TOLERANCE,
+    ArmAgreement,
+    Divergence,
+    ParityCheck,
+    baseline_gate,
+    compare_baseline,
+    head_gate,
+    lossless_gate,
+    measured_gate,
+    parity_gate,
+    position_gate,
+    read_baseline,
+    tau_floor_gate,
+)
+from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
+from lilicorr_ckpt.smoke.profile import (
+    ARMS,
+    ArmStats,
+    CategoryProfile,
+    ChatTemplate,
+    DraftCheckpoint,
+    HeadGain,
+    MeasurementConditions,
+    RequestRecord,
+    SmokeReport,
+    TargetModel,
+    checkpoint_id,
+    dense_histogram,
+    dense_rates,
+    per_request_mean,
+    relative_gain,
+    validation_of,
+)
+
+INSTALL_HINT = "smoke needs the runtime extra: pip install 'lilicorr-ckpt[runtime]' (torch, transformers, gguf, accelerate)"
+DTYPES = ("float32", "bfloat16", "float16")
+# Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
+# of the logit's magnitude (at least 1.0) is a tie-flip, not a bug: a few ulps of the dtype, accumulated.
+TIE_RELATIVE = {"float32": 2.0 ** -14, "float16": 2.0 ** -8, "bfloat16": 2.0 ** -5}
+PARITY_BLOCKS = 4
+
+
+class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
+    path: str
+    target: str
+    gpu: bool = False
+    probes: str = "code,chat,math"
+    limit: int = 8
+    max_new_tokens: int = 128
+    temperature: float = 0.0
+    seeds: tuple[int, ...] = (0,)
+    num_speculative_tokens: int | None = None
+    min_tau: float | None = None
+    min_accept_rates: tuple[float, ...] = ()
+    min_head_gain: float = DEFAULT_MIN_HEAD_GAIN
+    baseline: str | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+    dtype: str | None = None  # float32 on the CPU, bfloat16 with --gpu
+    runtime: str = "all"
+    warmup: bool = True
+
+
+class Progress:
+    """One self-overwriting status line on stderr, only on a terminal."""
+
+    def __init__(self, total: int = 0, *, enabled: bool, stream: TextIO | None = None):
+        self.total, self.done, self.enabled = total, 0, enabled
+        self.stream = stream or sys.stderr
+        self.started = time.monotonic()
+        self._dirty = False
+
+    @classmethod
+    def for_terminal(cls, quiet: bool) -> Progress:
+        return cls(enabled=not quiet and sys.stderr.isatty())
+
+    def _write(self, text: str) -> None:
+        if self.enabled:
+            self.stream.write("\r\033[K" + text)
+            self.stream.flush()
+            self._dirty = True
+
+    def note(self, text: str) -> None:
+        self._write(f"  smoke: {text}...")
+
+    def advance(self, label: str) -> None:
+        self.done += 1
+        width = 24
+        filled = width * self.done // max(self.total, 1)
+        elapsed = time.monotonic() - self.started
+        self._write(f"  smoke [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label} "
+                    f"({elapsed:.0f} s)")
+
+    def finish(self) -> None:
+        if self.enabled and self._dirty:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+            self._dirty = False
+
+
+def check_options(opts: SmokeOptions) -> None:
+    """Usage errors that need no model (exit 4)."""
+    if opts.max_new_tokens < 2:
+        raise UsageError(f"--max-new-tokens must be >= 2 (the first token comes from the prefill), "
+                         f"got {opts.max_new_tokens}")
+    if not math.isfinite(opts.temperature) or opts.temperature < 0:  # the decoder refuses nan and inf too
+        raise UsageError(f"--temperature must be a finite number >= 0, got {opts.temperature}")
+    if not opts.seeds:
+        raise UsageError("--seeds needs at least one seed")
+    if opts.temperature == 0 and len(opts.seeds) > 1:
+        raise UsageError("--seeds with more than one seed needs --temperature > 0: greedy decoding is deterministic")
+    if opts.dtype is not None and opts.dtype not in DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
+    if opts.tolerance < 0:
+        raise UsageError(f"--tolerance must be >= 0, got {opts.tolerance}")
+    if any(not 0 <= f <= 1 for f in opts.min_accept_rates):
+        raise UsageError("--min-accept-rates takes probabilities in [0, 1]")
+    if opts.num_speculative_tokens is not None and opts.num_speculative_tokens < 1:
+        raise UsageError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
+
+
+def _runtime() -> tuple[ModuleType, ModuleType, ModuleType]:
+    try:
+        import torch
+        import transformers
+
+        import lilicorr_runtime
+        from lilicorr_runtime import ops
+    except ImportError as exc:
+        raise UsageError(f"{INSTALL_HINT} ({exc})") from None
+    transformers.utils.logging.disable_progress_bar()  # our own progress line stands for the loading steps
+    return torch, lilicorr_runtime, ops
+
+
+def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
+    check_options(opts)
+    progress = progress or Progress(enabled=False)
+    probes = load_probes(opts.probes, opts.limit)
+    baseline = read_baseline(opts.baseline) if opts.baseline else None
+    torch, rt, ops = _runtime()
+    if opts.gpu and not torch.cuda.is_available():
+        raise InputError(f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
+                         "(torch.cuda.is_available() is False); run without --gpu for the CPU reference")
+    device = "cuda" if opts.gpu else "cpu"
+    dtype_name = opts.dtype or ("bfloat16" if opts.gpu else "float32")
+    dtype = getattr(torch, dtype_name)
+
+    progress.note("loading the drafter")
+    from lilicorr_ckpt.smoke.load import build_valid_drafter  # torch: importable once _runtime() succeeded
+
+    ckpt = load_checkpoint(opts.path)
+    try:
+        drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
+    except rt.CheckpointRefused as exc:
+        raise SmokeRefused(str(exc)) from None
+    draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
+    progress.note("loading the target")
+    target, target_info = _load_target(rt, opts.target, dtype, device)
+    if target.tokenizer is None:
+        raise InputError(f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
+                         "tokenizes the probe prompts with it")
+
+    g = drafter.geometry
+    slots = g.block_size - 1
+    n = slots if opts.num_speculative_tokens is None else opts.num_speculative_tokens
+    if n > slots:
+        raise UsageError(f"--num-speculative-tokens {n} exceeds the drafter's {slots} slots (block_size {g.block_size})")
+    if len(opts.min_accept_rates) > n:
+        raise UsageError(f"--min-accept-rates gives {len(opts.min_accept_rates)} floors, but only {n} positions "
+                         "are drafted")
+    has_head = drafter.lilicorr is not None
+    arms = [a for a in ARMS if a != "head" or has_head]
+    eos = list(target.eos_token_ids)  # the generation config's, as HF generate stops
+    prompts, chat = _tokenize(target.tokenizer, probes, eos)
+    for probe, ids in zip(probes, prompts, strict=True):
+        if max(ids) >= target.vocab_size:
+            raise InputError(f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
+                             f"table ({target.vocab_size} rows): the tokenizer does not belong to this model")
+
+    def decoder(arm: str, seed: int, keep: bool = False) -> Any:
+        try:
+            return rt.SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm,
+                                         num_speculative_tokens=None if arm == "ar" else n,
+                                         temperature=opts.temperature, seed=seed, keep_proposals=keep)
+        except ValueError as exc:
+            raise SmokeRefused(f"{exc}\n  `lilicorr-ckpt validate {opts.path} --target {opts.target}` "
+                               "lists every mismatch") from None
+
+    # one decoder per arm, re-seeded for each seed: a warm-up on the longest prompt sizes the draft cache (and
+    # captures the CUDA graphs) once, outside the timed runs
+    decoders = {arm: decoder(arm, opts.seeds[0]) for arm in arms}
+    if opts.warmup:
+        progress.note("warming up")
+        longest = max(prompts, key=len)
+        for arm in arms:
+            decoders[arm].generate(longest, opts.max_new_tokens, eos_token_ids=eos)
+
+    progress.total, progress.started = len(prompts) * len(opts.seeds) * len(arms), time.monotonic()
+    runs: list[tuple[Probe, int, list[int], dict[str, Any]]] = []  # probe, seed, prompt ids, arm -> result
+    for seed in opts.seeds:
+        for arm in arms:
+            decoders[arm].generator.manual_seed(seed)
+        for probe, ids in zip(probes, prompts, strict=True):
+            by_arm = {}
+            for arm in arms:  # interleaved, so machine drift lands on every arm alike
+                by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
+                progress.advance(f"{arm} {probe.id}")
+            runs.append((probe, seed, ids, by_arm))
+
+    divergences: list[Divergence] = []
+    if opts.temperature == 0:
+        progress.note("checking losslessness")
+        divergences = _divergences(torch, target, runs, dtype_name)
+    parity: list[ParityCheck] | None = None
+    parity_reason = ""
+    if opts.gpu:
+        progress.note("kernel parity")
+        if ops.kernel_backend(device) != "triton":
+            parity_reason = "Triton is not importable here: the draft step ran the torch references"
+        elif not has_head:
+            parity_reason = "the checkpoint has no head: the control's per-slot argmax runs no kernel"
+        else:
+            parity = kernel_parity(torch, ops, decoder("head", 0, keep=True), prompts[0], n, opts.temperature,
+                                   eos, PARITY_BLOCKS)
+    progress.finish()
+
+    conditions = MeasurementConditions(
+        probes=opts.probes, probe_counts=counts(probes), probe_digest=digest(probes), limit=opts.limit,
+        max_new_tokens=opts.max_new_tokens, temperature=opts.temperature, seeds=list(opts.seeds),
+        warmup=opts.warmup, device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
+        dtype=dtype_name, kernel_backend=ops.kernel_backend(device),
+        versions=_versions(torch), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return assemble(opts=opts, rt=rt, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size,
+                    draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
+                    divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline)
+
+
+def assemble(*, opts: SmokeOptions, rt: ModuleType, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+             arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
+             target_info: TargetModel, chat: ChatTemplate, conditions: MeasurementConditions,
+             divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
+             baseline: Any) -> SmokeReport:
+    primary = "head" if has_head else "control"
+
+    def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None) -> ArmStats:
+        s = rt.acceptance_stats(results)
+        width = 0 if arm == "ar" else n
+        return ArmStats(
+            requests=s.requests, blocks=s.blocks, tokens=s.tokens, mean_accept_length=round(s.tau, 6),
+            mean_accept_length_per_request=round(per_request_mean(s.tau_per_request,
+                                                                   [len(r.blocks) for r in results]), 6),
+            conditional_accept_rates=[round(x, 6) for x in dense_rates(s.conditional_acceptance, width)],
+            marginal_accept_rates=[round(x, 6) for x in dense_rates(s.marginal_acceptance, width)],
+            acceptance_length_histogram=dense_histogram(s.committed_histogram, 1 if arm == "ar" else block_size),
+            wall_time_s=round(s.wall_time_s, 6), tokens_per_second=round(s.tokens_per_second, 3),
+            speedup_vs_ar=None if not ar_tps else round(s.tokens_per_second / ar_tps, 4))
+
+    def arms_for(selected: Sequence[Any]) -> dict[str, ArmStats]:
+        ar = arm_stats([r[3]["ar"] for r in selected], "ar", None)
+        out = {arm: arm_stats([r[3][arm] for r in selected], arm, ar.tokens_per_second) for arm in arms if arm != "ar"}
+        return {**out, "ar": ar}
+
+    overall = arms_for(runs)
+    categories = list(dict.fromkeys(r[0].category for r in runs))
+    per_category = {}
+    for c in categories:
+        c_arms = arms_for([r for r in runs if r[0].category == c])
+        p = c_arms[primary]
+        per_category[c] = CategoryProfile(
+            requests=p.requests, mean_accept_length=p.mean_accept_length,
+            mean_accept_length_per_request=p.mean_accept_length_per_request,
+            conditional_accept_rates=p.conditional_accept_rates, marginal_accept_rates=p.marginal_accept_rates,
+            acceptance_length_histogram=p.acceptance_length_histogram, arms=c_arms)
+    main = overall[primary]
+
+    def tau(arms_: dict[str, ArmStats], arm: str) -> float:
+        return arms_[arm].mean_accept_length
+
+    gains = {c: relative_gain(tau(p.arms, "head"), tau(p.arms, "control")) if has_head else None
+             for c, p in per_category.items()}
+    head_gain = HeadGain(overall=relative_gain(tau(overall, "head"), tau(overall, "control")) if has_head else None,
+                         per_category=gains)
+
+    diverged = {(d.request, d.seed, d.arm) for d in divergences}
+    requests = []
+    for probe, seed, ids, by_arm in runs:
+        lossless = None if opts.temperature > 0 else not any((probe.id, seed, a) in diverged for a in by_arm)
+        requests.append(RequestRecord(
+            id=probe.id, category=probe.category, seed=seed, prompt_tokens=len(ids),
+            new_tokens={a: len(r.tokens) for a, r in by_arm.items()},
+            tau={a: round(sum(b.committed for b in r.blocks) / len(r.blocks), 6) if r.blocks else 0.0
+                 for a, r in by_arm.items()},
+            tokens_per_second={a: round(len(r.tokens) / r.wall_time_s, 3) if r.wall_time_s > 0 else 0.0
+                               for a, r in by_arm.items()},
+            lossless=lossless))
+
+    spec_runs = len(runs) * (len(arms) - 1)
+    gates = [measured_gate(main.blocks, main.requests, primary),
+             lossless_gate(spec_runs, divergences, opts.temperature, conditions.dtype),
+             head_gate(has_head, tau(overall, "head") if has_head else None, tau(overall, "control"),
+                       opts.min_head_gain, gains, agreement(runs, opts.temperature) if has_head else None)]
+    if opts.min_tau is not None:
+        gates.append(tau_floor_gate(opts.min_tau, main.mean_accept_length, primary))
+    if opts.min_accept_rates:
+        gates.append(position_gate(opts.min_accept_rates, main.marginal_accept_rates, primary))
+    comparison = None
+    if baseline is not None:
+        assert opts.baseline is not None
+        comparison = compare_baseline(
+            opts.baseline, baseline, taus={a: s.mean_accept_length for a, s in overall.items()},
+            category_taus={c: {a: s.mean_accept_length for a, s in p.arms.items()} for c, p in per_category.items()},
+            conditions=conditions, num_speculative_tokens=n, target=target_info, tolerance=opts.tolerance)
+        gates.append(baseline_gate(comparison))
+    gates.append(parity_gate(opts.gpu, parity, parity_reason))
+
+    return SmokeReport(
+        measured=main.blocks > 0, method="lilicorr" if has_head else "dflash", draft_checkpoint=draft_info,
+        target_model=target_info, num_speculative_tokens=n, block_size=block_size, max_supported_k=block_size - 1,
+        conditional_accept_rates=main.conditional_accept_rates, marginal_accept_rates=main.marginal_accept_rates,
+        mean_accept_length=main.mean_accept_length,
+        mean_accept_length_per_request=main.mean_accept_length_per_request,
+        accept_length_by_k={str(n): main.mean_accept_length},
+        acceptance_length_histogram=main.acceptance_length_histogram, per_category=per_category,
+        measurement_conditions=conditions, validation=validation_of(main), primary_arm=primary, arms=overall,
+        head_gain=head_gain, chat_template=chat, requests=requests, gates=gates, baseline=comparison,
+        passed=all(gate.status != "fail" for gate in gates))
+
+
+def agreement(runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]], temperature: float) -> ArmAgreement:
+    """The head arm's blocks against the control's. Under greedy decoding both arms emit the target's tokens, so
+    equal accepted counts in every block of every request is what a head that takes the control's top-1 candidate
+    (a zero or missing head) produces; sampled arms draw differently, and only the accepted totals are compared."""
+    def accepted(result: Any) -> list[int]:
+        return [b.accepted for b in result.blocks]
+
+    identical = None
+    if temperature == 0:
+        identical = sum(accepted(r[3]["head"]) == accepted(r[3]["control"]) for r in runs)
+    return ArmAgreement(requests=len(runs), identical=identical,
+                        head_accepted=sum(sum(accepted(r[3]["head"])) for r in runs),
+                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs))
+
+
+def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> DraftCheckpoint:
+    g = drafter.geometry
+    local = Path(path).expanduser()
+    return DraftCheckpoint(id=checkpoint_id(str(local.resolve())) if local.is_dir() else path,
+                           architecture=ckpt.parsed.config.architecture, head=drafter.lilicorr is not None,
+                           candidate_topk=g.candidate_topk if drafter.lilicorr is not None else None,
+                           conv_kernel_size=g.conv_kernel_size or None,
+                           quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None, runtime=runtime)
+
+
+def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
+    resolved = resolve_target_spec(spec)
+    if resolved.kind == "gguf":
+        kind, ident = "gguf", resolved.path.name
+    elif resolved.kind == "directory":
+        kind, ident = "directory", checkpoint_id(str(resolved.path))
+    else:
+        kind, ident = "hf_cache", spec
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):  # GGUF dequantization draws its own bar; ours says "loading"
+            target = rt.load_target(spec, dtype=dtype, device=device)
+    except InputError:
+        raise
+    except (OSError, ValueError, ImportError, KeyError) as exc:
+        raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {exc}") from None
+    config = target.config
+    architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
+    return target, TargetModel(id=ident, source=kind, architecture=architectures[0],
+                               hidden_size=int(config.hidden_size), num_layers=int(config.num_hidden_layers),
+                               vocab_size=int(target.vocab_size))
+
+
+def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tuple[list[list[int]], ChatTemplate]:
+    template = tokenizer.chat_template
+    if isinstance(template, dict):  # named templates: the default one serves plain chat
+        template = template.get("default") or next(iter(template.values()), None)
+    switch = isinstance(template, str) and "enable_thinking" in template
+    kwargs = {"enable_thinking": False} if switch else {}
+    prompts, applied = [], 0
+    for p in probes:
+        try:
+            if p.chat and template:
+                ids = tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}], add_generation_prompt=True,
+                                                    tokenize=True, return_dict=True, **kwargs)["input_ids"]
+                applied += 1
+            else:
+                ids = tokenizer(p.prompt)["input_ids"]
+        except Exception as exc:  # template errors come from jinja with many types
+            raise InputError(f"probe {p.id}: the target's tokenizer cannot encode it: {type(exc).__name__}: {exc}") \
+                from None
+        ids = [int(i) for i in ids]
+        if not ids:
+            raise InputError(f"probe {p.id} tokenizes to no tokens")
+        prompts.append(ids)
+    thinking = "not-applied" if not applied else ("disabled" if switch else "no-switch")
+    info = ChatTemplate(
+        present=bool(template), applied_prompts=applied, raw_prompts=len(probes) - applied, thinking=thinking,
+        template_kwargs=kwargs if applied else {},
+        template_sha256=hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None,
+        eos_token_ids=list(eos), eos_tokens=[str(t) for t in tokenizer.convert_ids_to_tokens(list(eos))])
+    return prompts, info
+
+
+def _divergences(torch: ModuleType, target: Any, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+                 dtype: str) -> list[Divergence]:
+    out = []
+    for probe, seed, ids, by_arm in runs:
+        expected = by_arm["ar"].tokens
+        for arm, result in by_arm.items():
+            if arm == "ar" or result.tokens == expected:
+                continue
+            got = result.tokens
+            i = next((j for j, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), min(len(expected), len(got)))
+            want = expected[i] if i < len(expected) else -1
+            emitted = got[i] if i < len(got) else -1
+            gap, tie = None, False
+            if want >= 0 and emitted >= 0:
+                target.reset()
+                logits = target.forward(torch.tensor(ids + expected[:i]), None).logits[-1]  # [V] fp32
+                gap = float(logits[want] - logits[emitted])
+                tie = abs(gap) <= TIE_RELATIVE[dtype] * max(1.0, float(logits[want].abs()))
+                target.reset()
+            tok = target.tokenizer
+            out.append(Divergence(request=probe.id, seed=seed, arm=arm, position=i, expected=want, emitted=emitted,
+                                  logit_gap=gap, tie=tie,
+                                  expected_text=tok.decode([want]) if want >= 0 else "<end>",
+                                  emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>"))
+    return out
+
+
+def kernel_parity(torch: ModuleType, ops: Any, head_decoder: Any, prompt: Sequence[int], n: int,
+                  temperature: float, eos: Sequence[int], blocks: int) -> list[ParityCheck]:
+    """Rerun the first blocks of a prompt keeping the drafter's real logits and head scores, and compare
+    each draft-step op with its torch reference on them: same candidates, same greedy and sampled paths."""
+    result = head_decoder.generate(prompt, blocks * (n + 1) + 1, eos_token_ids=eos)
+    generator = torch.Generator().manual_seed(0)
+    checks = []
+    for b, p in enumerate(result.proposals[:blocks]):
+        logits = p.logits.flatten(0, 1)  # [n, V]
+        k = p.candidate_ids.shape[-1]
+        ref, got = ops.topk_lse_reference(logits, k), ops.topk_lse(logits, k)
+        checks.append(_compare(b, "topk_lse", torch, ref, got, exact=(1,)))
+        ref_path = ops.greedy_walk_reference(p.start, p.pairs, p.candidate_ids)
+        got_path = ops.greedy_walk(p.start, p.pairs, p.candidate_ids)
+        checks.append(_compare(b, "greedy_walk", torch, (ref_path,), (got_path,), exact=(0,)))
+        device = p.start.device
+        uniforms = torch.rand(1, p.candidate_ids.shape[1], generator=generator).to(device)  # [1, n]
+        temps = torch.full((1,), temperature if temperature > 0 else 1.0, device=device)
+        greedy = torch.zeros(1, dtype=torch.bool, device=device)
+        ref_s = ops.sample_walk_reference(p.start, p.pairs, p.candidate_ids, uniforms, temps, greedy)
+        got_s = ops.sample_walk(p.start, p.pairs, p.candidate_ids, uniforms, temps, greedy)
+        checks.append(_compare(b, "sample_walk", torch, ref_s, got_s, exact=(0,)))
+    return checks
+
+
+def _compare(block: int, op: str, torch: ModuleType, ref: Sequence[Any], got: Sequence[Any],
+             exact: Sequence[int]) -> ParityCheck:
+    for i, (a, b) in enumerate(zip(ref, got, strict=True)):
+        if a.shape != b.shape:
+            return ParityCheck(block=block, op=op, passed=False, detail=f"output {i}: shape {tuple(b.shape)}, "
+                               f"reference {tuple(a.shape)}")
+        a, b = a.cpu(), b.cpu()
+        if i in exact:
+            same = bool(torch.equal(a, b))
+        else:
+            same = bool(torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-5, equal_nan=True))
+        if not same:
+            where = (a != b).nonzero()
+            first = tuple(where[0].tolist()) if len(where) else ()
+            return ParityCheck(block=block, op=op, passed=False,
+                               detail=f"output {i} differs first at {first}: kernel {b[first].tolist() if first else b}, "
+                                      f"reference {a[first].tolist() if first else a}")
+    return ParityCheck(block=block, op=op, passed=True)
+
+
+def _versions(torch: ModuleType) -> dict[str, str]:
+    import transformers
+
+    out = {"lilicorr-ckpt": __version__, "torch": str(torch.__version__), "transformers": transformers.__version__,
+           "python": platform.python_version()}
+    try:
+        import triton
+
+        out["triton"] = str(triton.__version__)
+    except ImportError:
+        pass
+    return out

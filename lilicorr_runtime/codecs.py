@@ -1,0 +1,34 @@
+"""Torch dequantizers with the names and signatures of lilicorr_ckpt.checkpoint.numerics (the numpy ones, which
+the tests hold these to): NVFP4 weight = E2M1 code value x e4m3 block scale x weight_scale_2; FP8 weight = e4m3
+value x its scale (a scalar, one per output channel, or one per 128x128 block)."""
+
+from __future__ import annotations
+
+import torch
+
+# E2M1 code -> value: sign bit 3, magnitude index into {0, .5, 1, 1.5, 2, 3, 4, 6}; code 8 (-0) decodes to +0
+E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+
+
+def nvfp4_dequantize(packed: torch.Tensor, scale_codes: torch.Tensor, scale_2: torch.Tensor | float,
+                     group_size: int = 16) -> torch.Tensor:
+    """uint8 [o, i/2] (element 2j in the low nibble), e4m3 block scales [o, i/group], fp32 scalar -> fp32 [o, i]."""
+    o, half = packed.shape
+    codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(o, 2 * half).long()
+    values = E2M1_VALUES.to(packed.device)[codes]  # [o, i]
+    block = scale_codes.float() * torch.as_tensor(scale_2, dtype=torch.float32).reshape(())  # [o, i/group]
+    return (values.view(o, -1, group_size) * block[..., None]).reshape(o, 2 * half)
+
+
+def fp8_dequantize(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """float8_e4m3fn [o, i] with a scalar, per-channel [o] / [o, 1] or 128x128-block [o/128, 1, i/128, 1] scale."""
+    w = codes.float()
+    s = scale.float()
+    if s.numel() == 1:
+        return w * s.reshape(())
+    if s.dim() == 4:
+        o, i = w.shape
+        blocks = s.reshape(s.shape[0], s.shape[2])  # [ceil(o/128), ceil(i/128)]
+        full = blocks.repeat_interleave(128, 0).repeat_interleave(128, 1)[:o, :i]
+        return w * full
+    return w * s.reshape(-1)[:, None]

@@ -1,0 +1,375 @@
+"""A fast target for the Llama, Qwen2 and Qwen3 families: a preallocated KV cache, the tapped hidden states
+captured inside the same forward, and the one-token and verify steps replayed from CUDA graphs.
+
+transformers stays the loader (HF directory, cache id or GGUF) and the fallback for every other architecture:
+`fast_path_problem` names what keeps a model off this path. The weights are the loaded model's (q/k/v and
+gate/up are fused into one GEMM each, and the transformers parameters become views of the fused tensors, so
+the transformers model still runs, on the same memory).
+
+Cache layout: K and V per layer [b, kv_heads, capacity, head_dim]. Row r of the cache is the r-th token fed
+(after `pad[b]` left-padding rows in a batch), at rotary position r - pad[b]. A forward over n rows at cache
+index `start` writes rows start..start+n-1 and attends, for query row i, to the rows pad[b]..start+i; rows
+past that are masked, so stale rows after a crop never leak. Shapes do not depend on `start` (a device
+scalar), which is what lets one captured graph serve every step.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from transformers import PreTrainedModel
+
+from .ops import rms_norm
+from .target import TargetModel, TargetStep
+
+FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
+# the step sizes whose graphs are captured: the AR step and every verify block a drafter can ask for
+GRAPH_MAX_ROWS = 32
+
+
+def fast_path_problem(model: PreTrainedModel) -> str | None:
+    """None when `model` runs on the fast path, else why not (a phrase for the one-line report note)."""
+    config = model.config.get_text_config()
+    kind = getattr(config, "model_type", None)
+    if kind not in FAMILIES:
+        return f"model_type {kind!r} has no fast path (Llama, Qwen2 and Qwen3 do)"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"hidden_act {config.hidden_act!r} (the fast path computes SiLU)"
+    if getattr(config, "mlp_bias", False):
+        return "mlp_bias is set"
+    if kind == "qwen2" and getattr(config, "use_sliding_window", False):
+        return "sliding-window attention"
+    layer_types = getattr(config, "layer_types", None) or ()
+    if any(t != "full_attention" for t in layer_types):
+        return "sliding-window attention layers"
+    rotary = getattr(model.model, "rotary_emb", None)
+    if rotary is None or not isinstance(getattr(rotary, "inv_freq", None), torch.Tensor):
+        return "no rotary embedding module to read the frequencies from"
+    rope_type = getattr(rotary, "rope_type", "default")
+    if rope_type not in ("default", "linear", "llama3", "yarn"):
+        return f"rope type {rope_type!r} (frequencies that change with the sequence length)"
+    return None
+
+
+def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
+    """One tensor stacking the parameters along dim 0; each parameter then views its slice of it, so the
+    fused GEMM weight costs no extra memory and the transformers model keeps working on the same storage."""
+    fused = torch.cat([p.detach() for p in parameters])
+    offset = 0
+    for p in parameters:
+        p.data = fused[offset:offset + p.shape[0]]
+        offset += p.shape[0]
+    return fused
+
+
+class StaticKVCache:
+    """Per-layer K/V [b, kv_heads, capacity, head_dim], allocated once."""
+
+    def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
+                 dtype: torch.dtype, device: torch.device):
+        shape = (batch, kv_heads, capacity, head_dim)
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @property
+    def batch(self) -> int:
+        return self.keys[0].shape[0]
+
+    @property
+    def capacity(self) -> int:
+        return self.keys[0].shape[2]
+
+
+class StaticDecoder:
+    """The decoder stack of a Llama / Qwen2 / Qwen3 model as plain tensors, forward over a StaticKVCache."""
+
+    def __init__(self, model: PreTrainedModel):
+        problem = fast_path_problem(model)
+        if problem is not None:
+            raise ValueError(f"no fast path: {problem}")
+        config = model.config.get_text_config()
+        self.num_layers = config.num_hidden_layers
+        self.hidden_size = config.hidden_size
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
+        self.head_dim = getattr(config, "head_dim", None) or self.hidden_size // self.num_heads
+        self.eps = float(config.rms_norm_eps)
+        inner = model.model
+        rotary = inner.rotary_emb
+        self.inv_freq = rotary.inv_freq.detach().float().clone()  # [hd/2]
+        self.rope_scale = float(getattr(rotary, "attention_scaling", 1.0) or 1.0)
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.splits = (q, kv, kv)
+        self.layers: list[dict[str, torch.Tensor | None]] = []
+        for layer in inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
+            q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3 only
+            qkv = _fuse(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
+            qkv_bias = _fuse(*biases) if all(b is not None for b in biases) else None
+            self.layers.append({
+                "input_norm": layer.input_layernorm.weight.detach(),
+                "qkv": qkv,
+                "qkv_bias": qkv_bias,
+                "q_norm": None if q_norm is None else q_norm.weight.detach(),
+                "k_norm": None if k_norm is None else k_norm.weight.detach(),
+                "o": attn.o_proj.weight.detach(),
+                "o_bias": None if attn.o_proj.bias is None else attn.o_proj.bias.detach(),
+                "post_norm": layer.post_attention_layernorm.weight.detach(),
+                "gate_up": _fuse(mlp.gate_proj.weight, mlp.up_proj.weight),
+                "down": mlp.down_proj.weight.detach(),
+            })
+        self.norm = inner.norm.weight.detach()
+        self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
+        self.device, self.dtype = self.norm.device, self.norm.dtype
+        self.inv_freq = self.inv_freq.to(self.device)
+
+    def new_cache(self, batch: int, capacity: int) -> StaticKVCache:
+        return StaticKVCache(self.num_layers, batch, self.num_kv_heads, self.head_dim, capacity, self.dtype,
+                             self.device)
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # positions [b, n] int64 -> cos, sin [b, 1, n, hd] (NeoX halves), computed in fp32 then cast
+        freqs = positions.float()[..., None] * self.inv_freq  # [b, n, hd/2]
+        emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * self.rope_scale).to(self.dtype)
+
+    @staticmethod
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        half = x.shape[-1] // 2
+        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+
+    def forward(self, cache: StaticKVCache, x: torch.Tensor, start: torch.Tensor, pad: torch.Tensor,
+                taps: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """x [b, n, M] input embeddings at cache rows start..start+n-1 (start: an int64 device scalar; pad [b]
+        int64) -> (final-normed hidden [b, n, M], the hidden after each layer in `taps`, concatenated
+        [b, n, T·M], or None). The tap after the last layer is taken after the final norm, as transformers'
+        `hidden_states[-1]` is."""
+        b, n, _ = x.shape
+        capacity = cache.capacity
+        rows = start + torch.arange(n, device=x.device)  # [n] cache rows written
+        positions = rows[None, :] - pad[:, None]  # [b, n]
+        cos, sin = self._rope(positions)
+        key_rows = torch.arange(capacity, device=x.device)
+        # query i sees cache rows pad..start+i: [b, 1, n, capacity]
+        keys_seen = key_rows[None, None, :]
+        visible = (keys_seen <= rows[None, :, None]) & (keys_seen >= pad[:, None, None])
+        # a padding row sees itself, so no softmax row is empty (an empty one is NaN, and NaN values in the
+        # cache would poison every later query through 0 x NaN)
+        mask = (visible | (keys_seen == rows[None, :, None]))[:, None]
+        wanted = {t: i for i, t in enumerate(taps)}
+        captured: list[torch.Tensor | None] = [None] * len(taps)
+        hd, heads, kv_heads = self.head_dim, self.num_heads, self.num_kv_heads
+        last = self.num_layers - 1
+        for index, (layer, keys, values) in enumerate(zip(self.layers, cache.keys, cache.values, strict=True)):
+            h = rms_norm(x, layer["input_norm"], self.eps)
+            qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])  # [b, n, (heads + 2 kv_heads)·hd]
+            q, k, v = qkv.split(self.splits, dim=-1)
+            q, k = q.view(b, n, heads, hd), k.view(b, n, kv_heads, hd)
+            if layer["q_norm"] is not None:
+                q = rms_norm(q, layer["q_norm"], self.eps)
+                k = rms_norm(k, layer["k_norm"], self.eps)
+            q = self._rotate(q.transpose(1, 2), cos, sin)  # [b, heads, n, hd]
+            k = self._rotate(k.transpose(1, 2), cos, sin)
+            v = v.view(b, n, kv_heads, hd).transpose(1, 2)
+            keys.index_copy_(2, rows, k)
+            values.index_copy_(2, rows, v)
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
+                                                  enable_gqa=heads != kv_heads)  # [b, heads, n, hd]
+            x = x + F.linear(attn.transpose(1, 2).reshape(b, n, heads * hd), layer["o"], layer["o_bias"])
+            h = rms_norm(x, layer["post_norm"], self.eps)
+            gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
+            x = x + F.linear(F.silu(gate) * up, layer["down"])
+            if index in wanted and index != last:
+                captured[wanted[index]] = x
+        out = rms_norm(x, self.norm, self.eps)
+        if last in wanted:
+            captured[wanted[last]] = out
+        features = torch.cat(captured, dim=-1) if taps else None  # type: ignore[arg-type]
+        return out, features
+
+
+class _Graph:
+    """One captured target step of fixed (batch, rows, taps): static inputs in, static outputs out."""
+
+    def __init__(self, run: Callable[[], tuple[torch.Tensor, torch.Tensor | None]], warmup: int = 2):
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(warmup):
+                run()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.outputs = run()
+
+    def replay(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        self.graph.replay()
+        return self.outputs
+
+
+class FastTarget(TargetModel):
+    """`TargetModel` on the fast path: same interface, a static cache, graph replay on CUDA."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer=None, eos_token_ids: Sequence[int] = (), *,
+                 cuda_graphs: bool = True):
+        super().__init__(model, tokenizer, eos_token_ids)
+        self.core = StaticDecoder(model)
+        self.path = "fast"
+        self.use_graphs = cuda_graphs and self.device.type == "cuda"
+        self.static_cache: StaticKVCache | None = None
+        self._zero_pad = torch.zeros(1, dtype=torch.long, device=self.device)
+        self._graphs: dict[tuple, tuple[_Graph, dict[str, torch.Tensor]]] = {}
+
+    # the decoder's single-request interface -------------------------------------------------------------
+
+    def reserve(self, rows: int) -> None:
+        """Make the cache hold at least `rows` tokens (prompt + output + one block); graphs are recaptured
+        only when it grows."""
+        capacity = max(256, 1 << max(rows - 1, 1).bit_length())
+        cache = self.static_cache
+        if cache is None or cache.batch != 1 or cache.capacity < capacity:
+            self.static_cache = self.core.new_cache(1, capacity)
+            self._graphs = {}  # captured over the old cache
+
+    def reset(self) -> None:
+        if self.static_cache is None:
+            self.reserve(256)
+        self.length = 0
+
+    def crop(self, length: int) -> None:
+        # rows past `length` stay in the cache but are never visible: the next forward overwrites them
+        self.length = min(self.length, length)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, layer_ids: Sequence[int] | None = None) -> TargetStep:
+        if self.static_cache is None:
+            self.reset()
+        ids = ids.to(self.device).view(1, -1)
+        n = ids.shape[1]
+        if self.length + n > self.static_cache.capacity:
+            self._grow(self.length + n)
+        taps = tuple(layer_ids) if layer_ids is not None else ()
+        logits, features = self._step(self.static_cache, ids, self.length, self._zero_pad, taps)
+        self.length += n
+        return TargetStep(logits[0], None if features is None else features[0])
+
+    def _grow(self, rows: int) -> None:
+        old, length = self.static_cache, self.length
+        self.reserve(rows)
+        new = self.static_cache
+        for store_old, store_new in ((old.keys, new.keys), (old.values, new.values)):
+            for a, b in zip(store_old, store_new, strict=True):
+                b[:, :, :length] = a[:, :, :length]
+
+    def _step(self, cache: StaticKVCache, ids: torch.Tensor, start: int, pad: torch.Tensor, taps: tuple[int, ...],
+              graphs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """ids [b, n] at cache row `start` -> fp32 logits [b, n, V], features [b, n, T·M] or None. Steps of at
+        most GRAPH_MAX_ROWS rows replay a graph captured over `cache` (kept in `graphs`)."""
+        b, n = ids.shape
+        graphs = self._graphs if graphs is None else graphs
+        last_only = False
+        if self.use_graphs and n <= GRAPH_MAX_ROWS:
+            key = (b, n, taps)
+            entry = graphs.get(key)
+            if entry is None:
+                # the real inputs go in before capture: warm-up runs write their K/V rows, which must be right
+                static = {"ids": ids.clone(), "start": torch.tensor(start, device=self.device), "pad": pad.clone()}
+                graph = _Graph(lambda: self._eager(cache, static["ids"], static["start"], static["pad"], taps,
+                                                   last_only))
+                entry = graphs[key] = (graph, static)
+            graph, static = entry
+            static["ids"].copy_(ids)
+            static["start"].fill_(start)
+            static["pad"].copy_(pad)
+            logits, features = graph.replay()
+            return logits.clone(), None if features is None else features.clone()
+        return self._eager(cache, ids, torch.tensor(start, device=self.device), pad, taps, last_only)
+
+    def _eager(self, cache: StaticKVCache, ids: torch.Tensor, start: torch.Tensor, pad: torch.Tensor,
+               taps: tuple[int, ...], last_only: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        hidden, features = self.core.forward(cache, self.embed_tokens(ids), start, pad, taps)
+        if last_only:
+            hidden = hidden[:, -1:]
+        return self.lm_head(hidden).float(), features
+
+    # batched greedy generation (data generation) -----------------------------------------------------------
+
+    @torch.inference_mode()
+    def generate_greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+                        eos_token_ids: Sequence[int] | None = None, batch_size: int = 256,
+                        progress: Callable[[int, int], None] | None = None) -> list[list[int]]:
+        """Greedy continuations of many prompts, `batch_size` at a time (left-padded, one graph per batch
+        shape). Each output ends at its first eos (inclusive) or after max_new_tokens."""
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        eos = tuple(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
+        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
+        results: list[list[int]] = [[] for _ in prompts]
+        done_count = 0
+        for first in range(0, len(order), batch_size):
+            chunk = order[first:first + batch_size]
+            for index, tokens in zip(chunk, self._generate_batch([prompts[i] for i in chunk], max_new_tokens, eos),
+                                     strict=True):
+                results[index] = tokens
+            done_count += len(chunk)
+            if progress is not None:
+                progress(done_count, len(prompts))
+        return results
+
+    def _generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
+                        eos: tuple[int, ...]) -> list[list[int]]:
+        b = len(prompts)
+        width = max(len(p) for p in prompts)
+        if min(len(p) for p in prompts) < 1:
+            raise ValueError("every prompt needs at least one token")
+        capacity = width + max_new_tokens
+        capacity = 1 << (capacity - 1).bit_length()
+        cache = self.core.new_cache(b, capacity)
+        ids = torch.zeros(b, width, dtype=torch.long)
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+        pad = torch.tensor([width - len(p) for p in prompts], dtype=torch.long, device=self.device)
+        logits, _ = self._eager(cache, ids.to(self.device), torch.tensor(0, device=self.device), pad, (), True)
+        token = logits[:, -1].argmax(-1)  # [b]
+        out = torch.empty(b, max_new_tokens, dtype=torch.long, device=self.device)
+        out[:, 0] = token
+        eos_t = torch.tensor(eos or (-1,), device=self.device)
+        finished = torch.isin(token, eos_t)
+        graphs: dict = {}  # captured over this batch's cache
+        for step in range(1, max_new_tokens):
+            logits, _ = self._step(cache, token[:, None], width + step - 1, pad, (), graphs)
+            token = logits[:, -1].argmax(-1)
+            out[:, step] = token
+            finished |= torch.isin(token, eos_t)
+            if step % 16 == 0 and bool(finished.all()):
+                out = out[:, :step + 1]
+                break
+        rows = out.tolist()
+        results = []
+        for row in rows:
+            cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
+            results.append(row[:cut])
+        return results
+
+
+def tokens_per_second(target: TargetModel, prompt: Sequence[int], new_tokens: int) -> float:
+    """Target-only greedy decoding speed (after one warm-up run), tokens per second."""
+    for attempt in range(2):
+        target.reserve(len(prompt) + new_tokens + 1)
+        target.reset()
+        begin = time.perf_counter()
+        step = target.forward(torch.tensor(list(prompt)))
+        token = int(step.logits[-1].argmax())
+        for _ in range(new_tokens - 1):
+            step = target.forward(torch.tensor([token]))
+            token = int(step.logits[-1].argmax())
+        if target.device.type == "cuda":
+            torch.cuda.synchronize()
+        elapsed = time.perf_counter() - begin
+        if attempt == 1:
+            return new_tokens / elapsed
+    raise AssertionError("unreachable")

@@ -1,0 +1,78 @@
+"""Build the drafter a checkpoint describes and load its tensors through the manifest (quantized weights
+dequantized). Judging the checkpoint is not done here: the caller validates first (lilicorr_ckpt.smoke.load)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+from safetensors import safe_open
+
+from lilicorr_ckpt.checkpoint import Checkpoint
+from lilicorr_ckpt.checkpoint.names import observed_scheme
+
+from .arguments import resolve_device, resolve_dtype
+from .codecs import fp8_dequantize, nvfp4_dequantize
+from .dflash import Drafter, backbone_spec
+from .layers import RopeUnsupported
+
+
+class CheckpointRefused(Exception):
+    """The checkpoint cannot be served: validate refuses it for the runtime profile, or the reference runtime
+    cannot build what it describes (message: what was found and what to do)."""
+
+
+def _shorten(items: list[str], n: int = 5) -> str:
+    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
+
+
+def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float32,
+                  device: str | torch.device = "cpu") -> Drafter:
+    """The drafter of a checkpoint already read (and, by the caller, validated)."""
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    ckpt, label = checkpoint, checkpoint.source.label
+    manifest = ckpt.manifest
+    if manifest.family_prefixes:
+        # the sibling heads (DFlash2, DSpark, Domino) are not implemented: running only their backbone
+        # would silently compute a different drafter
+        raise CheckpointRefused(f"{label}: {ckpt.parsed.config.architecture} carries a {ckpt.geometry.family} head, "
+                                "which the reference runtime does not implement (LiLiCorr and plain DFlash only)")
+    if manifest.incomplete:
+        raise CheckpointRefused(f"{label}: geometry is incomplete: {manifest.incomplete}")
+    try:
+        drafter = Drafter(ckpt.geometry, backbone_spec(ckpt.parsed.config, ckpt.geometry.num_layers or 0))
+    except RopeUnsupported as e:
+        raise CheckpointRefused(f"{label}: {e}") from None
+
+    view = ckpt.names
+    by_file: dict[str, list[str]] = defaultdict(list)
+    for canonical, info in view.by_canonical.items():
+        by_file[info.file].append(canonical)
+    raw: dict[str, torch.Tensor] = {}
+    for file, names in by_file.items():
+        with safe_open(str(ckpt.source.root / file), framework="pt") as f:
+            for canonical in names:
+                raw[canonical] = f.get_tensor(view.actual[canonical])
+
+    state: dict[str, torch.Tensor] = {}
+    for name, expected in manifest.tensors.items():
+        module = expected.module
+        if module is not None and name == f"{module}.weight":
+            kind = observed_scheme(view, module)
+            if kind == "nvfp4":
+                scales = raw[f"{module}.weight_scale"]
+                state[name] = nvfp4_dequantize(raw[name], scales, raw[f"{module}.weight_scale_2"],
+                                               raw[name].shape[1] * 2 // scales.shape[1])
+                continue
+            if kind == "fp8":
+                state[name] = fp8_dequantize(raw[name], raw[f"{module}.weight_scale"])
+                continue
+        state[name] = raw[name].float()
+    # a NaN or infinite weight (from a corrupt scale, or stored so) would decode silently to garbage tokens
+    broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
+    if broken:
+        raise CheckpointRefused(f"{label}: NaN or infinite values in {_shorten(broken)} (for a quantized module: a "
+                                "NaN, infinite or corrupt scale); `lilicorr-ckpt validate --deep` lists them")
+    # activations are not fake-quantized: input_scale tensors are validated but unused
+    drafter.load_state_dict(state, strict=True)
+    return drafter.place(dtype, device).eval()

@@ -1,0 +1,225 @@
+"""The training loop: batches of target-generated sequences, the target's taps computed on the fly, AdamW with
+a cosine schedule, and a state file that lets a run stop at a time budget and resume where it left off."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from msgspec import Struct, structs
+
+from ..dflash import Drafter
+from ..fast_target import FastTarget
+from .data import Dataset
+from .export import build_drafter
+from .objective import LossWeights, TrainBatch, sample_anchors, training_step
+
+STATE = "state.pt"
+PLAN_FROM, PLAN_TO = 4, 14  # the steps timed to plan a run's length
+LOG = "log.jsonl"
+
+
+class TrainConfig(Struct, frozen=True, kw_only=True):
+    steps: int = 4000
+    batch_size: int = 16  # sequences per step
+    anchors: int = 48  # blocks per sequence
+    max_length: int = 640  # tokens per sequence (longer ones are cut)
+    lr_drafter: float = 6e-4
+    lr_head: float = 3e-4
+    weight_decay_head: float = 0.01
+    warmup: float = 0.04  # share of the steps
+    clip: float = 1.0
+    seed: int = 0
+    log_every: int = 25
+    beta: float = 7.0
+    gamma: float = 0.25
+    lam: float = 1.0
+
+
+def init_from_target(drafter: Drafter, target: FastTarget, layer: int) -> None:
+    """Start the draft layers from one target layer's attention and MLP (same shapes), and fc from the mean of
+    the taps: a warm start that keeps the per-tap statistics the context rows see."""
+    hf_layers = target.model.model.layers
+    source = hf_layers[layer]
+    with torch.no_grad():
+        for draft_layer in drafter.layers:
+            pairs = [(draft_layer.self_attn.q_proj, source.self_attn.q_proj),
+                     (draft_layer.self_attn.k_proj, source.self_attn.k_proj),
+                     (draft_layer.self_attn.v_proj, source.self_attn.v_proj),
+                     (draft_layer.self_attn.o_proj, source.self_attn.o_proj),
+                     (draft_layer.mlp.gate_proj, source.mlp.gate_proj), (draft_layer.mlp.up_proj, source.mlp.up_proj),
+                     (draft_layer.mlp.down_proj, source.mlp.down_proj),
+                     (draft_layer.input_layernorm, source.input_layernorm),
+                     (draft_layer.post_attention_layernorm, source.post_attention_layernorm)]
+            for mine, theirs in pairs:
+                if mine.weight.shape == theirs.weight.shape:
+                    mine.weight.copy_(theirs.weight.float())
+        m = drafter.geometry.hidden_size
+        taps = len(drafter.target_layer_ids)
+        eye = torch.eye(m) / taps
+        drafter.fc.weight.copy_(torch.cat([eye] * taps, dim=1) + 0.01 * torch.randn(m, m * taps) / math.sqrt(m))
+    if drafter.lilicorr is not None:
+        drafter.lilicorr.invalidate_derived()
+
+
+def _optimizer(drafter: Drafter, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    head = [p for n, p in drafter.named_parameters() if n.startswith("lilicorr.")]
+    backbone = [p for n, p in drafter.named_parameters() if not n.startswith("lilicorr.")]
+    groups = [{"params": backbone, "lr": cfg.lr_drafter, "weight_decay": 0.0, "base_lr": cfg.lr_drafter},
+              {"params": head, "lr": cfg.lr_head, "weight_decay": cfg.weight_decay_head, "base_lr": cfg.lr_head}]
+    return torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=device.type == "cuda")
+
+
+def _schedule(step: int, cfg: TrainConfig) -> float:
+    warm = max(1, int(cfg.warmup * cfg.steps))
+    if step < warm:
+        return (step + 1) / warm
+    progress = (step - warm) / max(1, cfg.steps - warm)
+    return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
+
+
+def _batch(dataset: Dataset, rows: np.ndarray, cfg: TrainConfig, generator: torch.Generator,
+           device: torch.device) -> TrainBatch:
+    seqs = [dataset.sequence(int(i))[:cfg.max_length].astype(np.int64) for i in rows]
+    width = max(len(s) for s in seqs)
+    tokens = torch.zeros(len(seqs), width, dtype=torch.long)
+    for r, s in enumerate(seqs):
+        tokens[r, :len(s)] = torch.from_numpy(s)
+    lengths = torch.tensor([len(s) for s in seqs])
+    prompts = torch.from_numpy(dataset.prompt_lengths[rows].astype(np.int64))
+    anchors, valid = sample_anchors(lengths, prompts, cfg.anchors, generator)
+    return TrainBatch(tokens.to(device), lengths.to(device), anchors.to(device), valid.to(device))
+
+
+@torch.no_grad()
+def target_pass(target: FastTarget, tokens: torch.Tensor, taps: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target over right-padded tokens [b, L]: (final-normed hidden [b, L, M], taps [b, L, T·M])."""
+    b, length = tokens.shape
+    cache = target.core.new_cache(b, length)
+    zero = torch.zeros((), dtype=torch.long, device=tokens.device)
+    return target.core.forward(cache, target.embed_tokens(tokens), zero, torch.zeros(b, dtype=torch.long,
+                                                                                     device=tokens.device), taps)
+
+
+class Run(Struct):
+    drafter: Drafter
+    config: dict[str, Any]  # the drafter's config.json
+    train: TrainConfig
+    step: int
+    optimizer: torch.optim.AdamW
+    generator: torch.Generator
+
+
+def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainConfig, target: FastTarget,
+             init_layer: int | None, steps: int | None = None) -> Run:
+    """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
+    `train` (drafter_config required then)."""
+    device = target.device
+    state_path = run_dir / STATE
+    if state_path.is_file():
+        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        drafter = build_drafter(state["config"])
+        drafter.load_state_dict(state["model"])
+        drafter.to(device)
+        train = TrainConfig(**state["train"])
+        if steps is not None:
+            train = structs.replace(train, steps=steps)
+        optimizer = _optimizer(drafter, train, device)
+        optimizer.load_state_dict(state["optimizer"])
+        generator = torch.Generator().manual_seed(train.seed)
+        generator.set_state(state["rng"])
+        return Run(drafter, state["config"], train, state["step"], optimizer, generator)
+    if drafter_config is None:
+        raise ValueError(f"{run_dir} holds no run to resume; give a drafter config to start one")
+    if steps is not None:
+        train = structs.replace(train, steps=steps)
+    torch.manual_seed(train.seed)
+    drafter = build_drafter(drafter_config)
+    if init_layer is not None:
+        init_from_target(drafter, target, init_layer)
+    drafter.to(device)
+    return Run(drafter, drafter_config, train, 0, _optimizer(drafter, train, device),
+               torch.Generator().manual_seed(train.seed))
+
+
+def save_run(run: Run, run_dir: Path) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / f".{STATE}.{os.getpid()}.tmp"
+    torch.save({"model": run.drafter.state_dict(), "optimizer": run.optimizer.state_dict(), "step": run.step,
+                "rng": run.generator.get_state(), "config": run.config, "train": structs.asdict(run.train)}, tmp)
+    tmp.replace(run_dir / STATE)
+
+
+def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_budget_s: float = float("inf"),
+        save_every_s: float = 120.0, plan_seconds: float | None = None,
+        log: Callable[[dict[str, Any]], None] | None = None) -> bool:
+    """Train until the run's last step or the time budget; saves the state at the end and every
+    `save_every_s`. Returns True when the run is finished. plan_seconds (a new run only): time steps 4..13
+    and set the run's total steps to what fits in that many seconds of training, so the schedule's cosine
+    ends when the planned device time does."""
+    cfg, drafter, device = run.train, run.drafter, target.device
+    weights = LossWeights(beta=cfg.beta, gamma=cfg.gamma, lam=cfg.lam)
+    embed_w = target.embed_tokens.weight.detach()
+    head_w = target.lm_head.weight.detach()
+    taps = drafter.target_layer_ids
+    started = last_save = time.monotonic()
+    drafter.train()
+    totals: dict[str, float] = {}
+    seen = 0
+    plan_start = 0.0
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
+        "cpu", enabled=False)
+    with (run_dir / LOG).open("a") as log_file:
+        while run.step < cfg.steps:
+            if time.monotonic() - started > time_budget_s:
+                break
+            scale = _schedule(run.step, cfg)
+            for group in run.optimizer.param_groups:
+                group["lr"] = group["base_lr"] * scale
+            rng = np.random.default_rng([cfg.seed, run.step])  # per step, so a resumed run draws the same batches
+            batch = _batch(dataset, rng.integers(0, len(dataset), cfg.batch_size), cfg, run.generator, device)
+            hidden, features = target_pass(target, batch.tokens, taps)
+            with autocast:
+                out = training_step(drafter, embed_w, head_w, features, hidden, batch, weights)
+            run.optimizer.zero_grad(set_to_none=True)
+            out.loss.backward()
+            norm = torch.nn.utils.clip_grad_norm_(drafter.parameters(), cfg.clip)
+            run.optimizer.step()
+            run.step += 1
+            if plan_seconds is not None and run.step in (PLAN_FROM, PLAN_TO):
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                if run.step == PLAN_FROM:
+                    plan_start = time.monotonic()
+                else:
+                    rate = (PLAN_TO - PLAN_FROM) / (time.monotonic() - plan_start)
+                    run.train = cfg = structs.replace(cfg, steps=max(PLAN_TO + 1, int(rate * plan_seconds)))
+                    if log is not None:
+                        log({"planned_steps": cfg.steps, "steps_per_s": round(rate, 3)})
+            for key, value in out.metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+            seen += 1
+            if run.step % cfg.log_every == 0 or run.step == cfg.steps:
+                record = {"step": run.step, "lr_scale": round(scale, 4), "grad_norm": round(float(norm), 4),
+                          "elapsed_s": round(time.monotonic() - started, 1),
+                          **{k: round(v / seen, 4) for k, v in totals.items()}}
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+                if log is not None:
+                    log(record)
+                totals, seen = {}, 0
+            if time.monotonic() - last_save > save_every_s:
+                save_run(run, run_dir)
+                last_save = time.monotonic()
+    drafter.eval()
+    if drafter.lilicorr is not None:
+        drafter.lilicorr.invalidate_derived()
+    save_run(run, run_dir)
+    return run.step >= cfg.steps

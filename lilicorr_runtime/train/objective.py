@@ -1,0 +1,199 @@
+"""The joint DFlash + LiLiCorr training objective (LiLiCorr paper, section 3.3 and appendix A).
+
+One batch of sequences, many blocks each. For an anchor at position a (the token x_a, slot 0), the block
+[x_a, mask x S] attends to the projected target features of positions < a and to itself (non-causally), at
+rotary positions a..a+S, exactly as decoding drafts it; slot s predicts x_{a+s}. All the blocks of a batch run
+in one drafter pass, with a mask that gives each block its own context prefix.
+
+    L = L_dflash + gamma * (L_ce + lambda * L_dist)
+
+L_dflash: per-slot cross-entropy of the drafter's full-vocabulary marginals, slot s weighted exp(-(s-1)/beta).
+The head scores the drafter's top-K candidates per slot; on the oracle prefix (the leading slots whose true
+token is among the candidates) each slot's row is conditioned on the true previous candidate: start for slot 1,
+pairs[s-1, true(s-1)] after. L_ce: cross-entropy of that row at the true candidate. L_dist: the expected
+target-relative cost sum_k P(k) ReLU(log q(true) - log q(k)) under the head's row, q the target's own
+probabilities of the candidates at that position. The candidate set is fixed (no gradient through top-K), but
+gradients reach the backbone through the candidates' log-probabilities and the slot hidden states.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from msgspec import Struct
+
+from ..dflash import Drafter
+
+
+class LossWeights(Struct, frozen=True):
+    beta: float = 7.0  # decay of the per-slot DFlash cross-entropy
+    gamma: float = 0.25  # weight of the reranker objective
+    lam: float = 1.0  # weight of the distractor penalty within it
+
+
+class TrainBatch(Struct):
+    tokens: torch.Tensor  # [b, L] int64 (right-padded)
+    lengths: torch.Tensor  # [b] int64
+    anchors: torch.Tensor  # [b, m] int64 anchor positions (sorted), each in [1, length - 2]
+    anchor_valid: torch.Tensor  # [b, m] bool (rows with fewer usable positions than m)
+
+
+def sample_anchors(lengths: torch.Tensor, prompt_lengths: torch.Tensor, per_sequence: int,
+                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Up to `per_sequence` distinct anchors per sequence among the answer positions [prompt_length, length-2]
+    (the first drafted block of a request is anchored at the first answer token). -> anchors [b, m] (sorted),
+    valid [b, m]."""
+    b = lengths.shape[0]
+    anchors = torch.ones(b, per_sequence, dtype=torch.long)
+    valid = torch.zeros(b, per_sequence, dtype=torch.bool)
+    for row in range(b):
+        low = max(int(prompt_lengths[row]), 1)
+        high = int(lengths[row]) - 2
+        count = high - low + 1
+        if count <= 0:
+            continue
+        take = min(count, per_sequence)
+        picked = torch.randperm(count, generator=generator)[:take].sort().values + low
+        anchors[row, :take] = picked
+        valid[row, :take] = True
+    return anchors, valid
+
+
+class StepOutput(Struct):
+    loss: torch.Tensor
+    metrics: dict[str, float]
+
+
+def _block_rope(drafter: Drafter, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    # positions [b, n] -> cos, sin [b, 1, n, hd], as layers.rope_cos_sin computes them per row
+    freqs = positions.float()[..., None] * drafter.inv_freq  # [b, n, hd/2]
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
+    dtype = drafter.fc.weight.dtype
+    return (emb.cos() * drafter.rope_scale).to(dtype), (emb.sin() * drafter.rope_scale).to(dtype)
+
+
+def draft_blocks(drafter: Drafter, features: torch.Tensor, block_embeddings: torch.Tensor,
+                 anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """features [b, L, T·M] (target taps of every position), block_embeddings [b, m, B, M] of
+    [x_a, mask x S], anchors [b, m] -> (final-normed block hidden [b, m, B, M], context rows [b, L, M])."""
+    b, m, block, width = block_embeddings.shape
+    length = features.shape[1]
+    context = drafter.project_context(features)  # [b, L, M]
+    device = context.device
+    ctx_positions = torch.arange(length, device=device)
+    ctx_cos, ctx_sin = drafter._rope(ctx_positions)
+    offsets = torch.arange(block, device=device)
+    q_positions = (anchors[:, :, None] + offsets).reshape(b, m * block)  # [b, n]
+    q_cos, q_sin = _block_rope(drafter, q_positions)
+    # block j sees the context rows before its anchor and its own B rows: [b, 1, n, L + n]
+    sees_context = ctx_positions[None, None, :] < anchors.repeat_interleave(block, dim=1)[:, :, None]
+    block_of = torch.arange(m, device=device).repeat_interleave(block)
+    same_block = (block_of[:, None] == block_of[None, :]).expand(b, -1, -1)
+    mask = torch.cat([sees_context, same_block], dim=2)[:, None]
+    x = block_embeddings.reshape(b, m * block, width).to(drafter.fc.weight.dtype)
+    for layer in drafter.layers:
+        if layer.attention_conv is not None or layer.self_attn.window is not None:
+            raise ValueError("training supports full-attention drafters without convolution")
+        ctx_k, ctx_v = layer.self_attn.context_kv(context, ctx_cos, ctx_sin)
+        x = layer(x, q_cos, q_sin, ctx_k, ctx_v, mask)
+    return drafter.norm(x).view(b, m, block, width), context
+
+
+def training_step(drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
+                  features: torch.Tensor, target_hidden: torch.Tensor | None, batch: TrainBatch,
+                  weights: LossWeights) -> StepOutput:
+    """The loss of one batch and its metrics. features [b, L, T·M]: the target's taps; target_hidden
+    [b, L, M]: its final-normed hidden (position p predicts p+1), or None to leave out L_dist;
+    embed_weight [V, M] / lm_head_weight [V, M]: the target's (frozen)."""
+    tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
+    b, m = anchors.shape
+    block = drafter.block_size
+    slots = block - 1
+    device = tokens.device
+    offsets = torch.arange(block, device=device)
+    positions = anchors[:, :, None] + offsets  # [b, m, B]
+    in_sequence = positions < batch.lengths[:, None, None]
+    gathered = tokens.gather(1, positions.clamp(max=tokens.shape[1] - 1).view(b, -1)).view(b, m, block)
+    truth = gathered[:, :, 1:]  # [b, m, S]: x_{a+s}
+    slot_valid = in_sequence[:, :, 1:] & anchor_valid[:, :, None]  # [b, m, S]
+    block_ids = torch.full_like(gathered, drafter.mask_token_id)
+    block_ids[:, :, 0] = gathered[:, :, 0]
+    block_embeddings = F.embedding(block_ids, embed_weight)  # [b, m, B, M] frozen
+    hidden, context = draft_blocks(drafter, features, block_embeddings, anchors)
+    pass_hidden = hidden[:, :, 1:]  # [b, m, S, M]
+    logits = F.linear(pass_hidden, lm_head_weight).float()  # [b, m, S, V]
+    lse = torch.logsumexp(logits, dim=-1)  # [b, m, S]
+    truth_logit = logits.gather(-1, truth[..., None])[..., 0]
+    ce = lse - truth_logit  # [b, m, S]
+    decay = torch.exp(-torch.arange(slots, device=device, dtype=torch.float32) / weights.beta)  # slot 1 -> 1
+    slot_weight = decay * slot_valid
+    dflash_loss = (ce * slot_weight).sum() / slot_weight.sum().clamp(min=1)
+
+    metrics = {"dflash": float(dflash_loss.detach())}
+    argmax_hit = (logits.detach().argmax(-1) == truth) & slot_valid
+    metrics["control_accept"] = float(argmax_hit.long().cumprod(-1).sum(-1).float()[anchor_valid].mean())
+    metrics["slot1_top1"] = float(argmax_hit[:, :, 0][anchor_valid].float().mean())
+    head = drafter.lilicorr
+    if head is None:
+        return StepOutput(dflash_loss, metrics)
+
+    k = head.candidate_topk
+    ids = logits.detach().topk(k, dim=-1).indices  # [b, m, S, K], rank 0 = best
+    candidate_log_probs = logits.gather(-1, ids) - lse[..., None]  # gradients reach the backbone here
+    anchor_rows = context.gather(1, (anchors - 1).clamp(min=0)[..., None].expand(-1, -1, context.shape[2]))
+    rows = b * m
+    start, pairs = head(F.embedding(ids, embed_weight).reshape(rows, slots, k, -1),
+                        candidate_log_probs.reshape(rows, slots, k), pass_hidden.reshape(rows, slots, -1),
+                        anchor_rows.reshape(rows, -1))
+    truth_flat, valid_flat = truth.reshape(rows, slots), slot_valid.reshape(rows, slots)
+    matches = ids.reshape(rows, slots, k) == truth_flat[..., None]  # [rows, S, K]
+    covered = matches.any(-1) & valid_flat
+    true_index = matches.float().argmax(-1)  # the true candidate's rank (0 where uncovered: masked)
+    prefix = covered.long().cumprod(-1).bool()  # the oracle prefix
+    # each slot's row conditioned on the true previous candidate: [rows, S, K]
+    previous = true_index[:, :-1]
+    conditioned = pairs.gather(2, previous[:, :, None, None].expand(-1, -1, 1, k))[:, :, 0]
+    scores = torch.cat([start[:, None], conditioned], dim=1)
+    log_p = torch.log_softmax(scores, dim=-1)
+    supervised = prefix.float()
+    count = supervised.sum().clamp(min=1)
+    head_ce = -(log_p.gather(-1, true_index[..., None])[..., 0] * supervised).sum() / count
+    loss_terms = head_ce
+    metrics["head_ce"] = float(head_ce.detach())
+    if target_hidden is not None:
+        # q at slot s is the target's distribution at position a+s-1: the row that predicts x_{a+s}
+        with torch.no_grad():
+            q_positions = (anchors[:, :, None] + offsets[:slots]).clamp(max=target_hidden.shape[1] - 1)
+            q_hidden = target_hidden.gather(1, q_positions.reshape(b, -1, 1).expand(-1, -1, target_hidden.shape[2]))
+            target_logits = F.linear(q_hidden, lm_head_weight).float().view(b, m, slots, -1)
+            log_q = (target_logits.gather(-1, ids) - torch.logsumexp(target_logits, -1, keepdim=True))
+            log_q = log_q.reshape(rows, slots, k)
+        log_q_true = log_q.gather(-1, true_index[..., None])
+        cost = torch.relu(log_q_true - log_q)  # [rows, S, K]
+        distractor = ((log_p.exp() * cost).sum(-1) * supervised).sum() / count
+        loss_terms = loss_terms + weights.lam * distractor
+        metrics["distractor"] = float(distractor.detach())
+    with torch.no_grad():
+        metrics["coverage1"] = float(covered[:, 0][anchor_valid.reshape(-1)].float().mean())
+        metrics["oracle_prefix"] = float(prefix.sum(-1).float()[anchor_valid.reshape(-1)].mean())
+        metrics["head_accept"] = float(_walk_accept(start, pairs, ids.reshape(rows, slots, k), truth_flat,
+                                                    valid_flat)[anchor_valid.reshape(-1)].mean())
+    loss = dflash_loss + weights.gamma * loss_terms
+    if not math.isfinite(float(loss.detach())):
+        raise FloatingPointError(f"non-finite training loss: {metrics}")
+    return StepOutput(loss, metrics)
+
+
+def _walk_accept(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, truth: torch.Tensor,
+                 valid: torch.Tensor) -> torch.Tensor:
+    """Accepted length of the greedy walk against the true tokens, per lattice: [rows] float."""
+    pick = start.argmax(-1)  # [rows]
+    chosen = [ids[:, 0].gather(1, pick[:, None])[:, 0]]
+    for s in range(1, ids.shape[1]):
+        row = pairs[:, s - 1].gather(1, pick[:, None, None].expand(-1, 1, pairs.shape[-1]))[:, 0]
+        pick = row.argmax(-1)
+        chosen.append(ids[:, s].gather(1, pick[:, None])[:, 0])
+    hits = (torch.stack(chosen, dim=1) == truth) & valid
+    return hits.long().cumprod(-1).sum(-1).float()
