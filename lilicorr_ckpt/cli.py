@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -41,13 +42,6 @@ def cli() -> None:
     """
 
 
-def _emit(text: str, out: str | None) -> None:
-    if out:
-        write_output(text, out)
-    else:
-        click.echo(text, nl=False)
-
-
 @cli.command(epilog=EPILOG_EXIT)
 @click.argument("path")
 @click.option("--target", "-t", metavar="DIR|REPO_ID|FILE.gguf",
@@ -60,11 +54,16 @@ def _emit(text: str, out: str | None) -> None:
               help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` prints; github: "
                    "::error/::warning annotations (file and line); markdown: the verdict table for a step summary; "
                    "github-output: key=value lines for $GITHUB_OUTPUT.")
-@click.option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("--output", "-o", metavar="FILE", help="Write the --format report to FILE instead of stdout.")
+@click.option("--json", "json_file", metavar="FILE", help="Also write the JSON report to FILE.")
+@click.option("--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE.")
+@click.option("--sarif", "sarif_file", metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (code scanning).")
+@click.option("--markdown", "markdown_file", metavar="FILE", help="Also write the Markdown summary to FILE.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--deep", is_flag=True,
               help="Also read tensor data (memory-mapped, chunked): NaN/Inf and all-zero weights. Slower.")
 @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
+@click.option("--quiet", "-q", is_flag=True, help="Text report: the verdict line only; no summary line on stderr.")
 @click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
                                                 "`org/name@REV` says the same).")
 @click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC403): still reported, "
@@ -72,8 +71,9 @@ def _emit(text: str, out: str | None) -> None:
                                               "in pyproject.toml or lilicorr.toml beside the checkpoint (docs/ci.md).")
 @click.option("--select", metavar="RULES", help="Only these rule ids or prefixes (LC1,LC2) count; other findings "
                                               "are left out.")
-def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, strict: bool, deep: bool,
-             verbose: bool, revision: str | None, ignore: str | None, select: str | None) -> None:
+def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, json_file: str | None,
+             junit_file: str | None, sarif_file: str | None, markdown_file: str | None, strict: bool, deep: bool,
+             verbose: bool, quiet: bool, revision: str | None, ignore: str | None, select: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
     PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
@@ -93,18 +93,48 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter
       lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
+      lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml  # text log + report files
       lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
       lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC403       # waived, still reported
     """
-    from lilicorr_ckpt.checks.run import validate_spec
+    from lilicorr_ckpt.checks.run import error_report, validate_spec
     from lilicorr_ckpt.report.ci import render_report
+    from lilicorr_ckpt.report.validate import summary_line
 
-    if output:
-        check_output_path(output, "--output", "report.txt")
-    report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                           ignore=ignore, select=select)
+    asked = (("--output", fmt, output), ("--json", "json", json_file), ("--junit", "junit", junit_file),
+             ("--sarif", "sarif", sarif_file), ("--markdown", "markdown", markdown_file))
+    files = [(f, p) for _, f, p in asked if p]
+    seen: dict[str, str] = {}
+    for option, f, p in asked:
+        if not p:
+            continue
+        key = str(Path(p).expanduser().resolve())
+        if key in seen:
+            raise UsageError(f"{option} {p}: {seen[key]} writes that file too; give each report its own file")
+        seen[key] = option
+        check_output_path(p, option, {"junit": "report.xml", "sarif": "report.sarif", "json": "report.json",
+                                      "markdown": "summary.md"}.get(f, "report.txt"))
+    try:
+        report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
+                               ignore=ignore, select=select)
+    except InputError as exc:
+        # unreadable input: every report asked for still says why (the next CI step finds its file)
+        failed = error_report(path, str(exc), target=target, strict=strict)
+        for f, p in files:
+            write_output(render_report(failed, f), p)
+        if output is None and fmt != "text":
+            click.echo(render_report(failed, fmt), nl=False)
+        raise
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    _emit(render_report(report, fmt, color=color, verbose=verbose), output)
+    for f, p in files:
+        write_output(render_report(report, f, verbose=verbose), p)
+    if output is None:
+        text = render_report(report, fmt, color=color, verbose=verbose)
+        if quiet and fmt == "text":
+            text = text.rstrip("\n").rpartition("\n")[2] + "\n"
+        click.echo(text, nl=False)
+    if not quiet and (output is not None or fmt != "text"):
+        click.echo(summary_line(report), err=True)  # the log says why, whatever went to the files
     sys.exit(report.exit_code)
 
 
@@ -198,6 +228,21 @@ def rules_markdown() -> str:
     for r in RULES.values():
         lines.append(f"| {r.id} | `{r.name}` | {r.severity} | {r.area} | {r.summary} |")
     return "\n".join(lines) + "\n"
+
+
+def rules_page() -> str:
+    """docs/rules.md: every rule's long form under an anchor of its id (SARIF helpUri points here)."""
+    from lilicorr_ckpt.checks import RULES
+
+    lines = ["# Rules", "", "Generated from the rule catalogue by `python scripts/sync_docs.py` (a test keeps it in sync);",
+             "`lilicorr-ckpt rules ID` prints the same text.", ""]
+    for r in RULES.values():
+        lines += [f'<a id="{r.id.lower()}"></a>', "", f"## {r.id} `{r.name}`", "",
+                  f"**{r.severity}** · {r.area} · {r.summary}", ""]
+        if r.doc:
+            lines += [r.doc.strip(), ""]
+        lines += [f"**Fix:** {r.fix}", ""]
+    return "\n".join(lines)
 
 
 def _register_optional() -> None:

@@ -83,6 +83,8 @@ def _evaluate(expr: str, inputs: dict[str, str], steps: dict[str, dict[str, str]
     m = re.fullmatch(r"steps\.([\w-]+)\.outcome", expr)
     if m:
         return steps.get(m.group(1), {}).get("__outcome__", "")
+    if expr in ("github.action_repository", "github.action_ref"):
+        return ""  # `uses: ./`: a local action has neither
     raise AssertionError(f"expression the local runner does not know: ${{{{ {expr} }}}}")
 
 

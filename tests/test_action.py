@@ -87,7 +87,10 @@ def test_a_warning_only_checkpoint_passes_unless_strict(tmp_path):
     strict = run_action({**PRE, "path": str(ckpt), "strict": "true"}, tmp_path / "strict")
     assert lax.returncode == 0 and lax.outputs["result"] == "pass"
     assert strict.returncode == 1 and strict.outputs["result"] == "fail"
-    warning = [line for line in strict.stdout.splitlines() if line.startswith("::warning ")]
+    assert any(line.startswith("::warning ") for line in lax.stdout.splitlines())
+    # under --strict the warning fails the job, so it is annotated as an error (as SARIF and JUnit have it)
+    assert not any(line.startswith("::warning ") for line in strict.stdout.splitlines())
+    warning = [line for line in strict.stdout.splitlines() if line.startswith("::error ") and "LC114" in line]
     # the annotation points at the key in config.json
     text = (ckpt / "config.json").read_text().splitlines()
     line = int(re.search(r",line=(\d+),", warning[0]).group(1))
@@ -98,10 +101,13 @@ def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
     run = run_action({**PRE, "path": "examples/tiny-lilicorrr"}, tmp_path)
     assert run.returncode == 2
     assert run.outputs["exit-code"] == "2" and run.outputs["result"] == "error"
-    assert "::error title=lilicorr-ckpt validate (exit 2)::lilicorr-ckpt: error: checkpoint " \
+    assert "::error title=lilicorr-ckpt validate (exit 2)::checkpoint " \
            "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'?" \
         in run.stdout
     assert "not validated (exit 2)" in run.summary and "no such directory" in run.summary
+    # the report files exist all the same: the JSON with the reason (the SARIF, when asked, says
+    # executionSuccessful false; tests/test_ci_outputs.py)
+    assert "no such directory" in json.loads(Path(run.outputs["report-json"]).read_text())["error"]
 
 
 def test_inputs_are_data_never_code(tmp_path):
@@ -227,7 +233,9 @@ def test_the_ignore_input_waives_and_the_summary_says_so(tmp_path):
     (tmp_path / "b").mkdir()
     strict = run_action({**PRE, "path": str(owned), "strict": "true"}, tmp_path / "a")
     waived = run_action({**PRE, "path": str(owned), "strict": "true", "ignore": "LC314,LC403"}, tmp_path / "b")
-    assert strict.returncode == 1 and any(line.startswith("::warning ") for line in strict.stdout.splitlines())
+    assert strict.returncode == 1 and any(line.startswith("::error ") and "LC403" in line
+                                          for line in strict.stdout.splitlines())
     assert waived.returncode == 0 and waived.outputs["result"] == "pass"
-    assert "::warning" not in waived.stdout
+    assert "::warning" not in waived.stdout and "LC403" not in "".join(
+        line for line in waived.stdout.splitlines() if line.startswith("::"))
     assert "0 errors, 0 warnings, 0 info; 1 waived" in waived.summary and "🔕 waived" in waived.summary

@@ -92,8 +92,8 @@ def test_options_reach_validate(tmp_path):
 def test_dir_mode_validates_what_it_is_given(tree):
     assert hook("--dir", "drafter", cwd=tree).returncode == 0
     assert hook("--dir", "drafter", "export", cwd=tree).returncode == 1
-    target = hook("--dir", "target", cwd=tree)  # explicit: not skipped, and validate says why it fails
-    assert target.returncode == 1 and "LC010" in target.stdout
+    target = hook("--dir", "target", cwd=tree)  # explicit: not skipped, and validate says what it is
+    assert target.returncode == 2 and "is a target model, not a drafter" in target.stdout + target.stderr
     missing = hook("--dir", "drafterr", cwd=tree)
     assert missing.returncode == 2 and "no such directory; did you mean 'drafter'?" in missing.stderr
     usage = hook("--dir", cwd=tree)

@@ -5,17 +5,20 @@
     validate -f github-output   key=value lines for $GITHUB_OUTPUT (exit-code, verdict-<runtime>, counts)
     lilicorr-ckpt report REPORT.json -f FMT   any format, re-rendered from a saved `validate -f json`
 
-Annotation lines point into config.json at the key a finding names (its JSON pointer), found by a small
-position-keeping JSON scanner; findings about a tensor point at the safetensors file.
+Annotation lines point into config.json at the key a finding names (its JSON pointer), found by
+report/locate.py's position-keeping JSON scanner; findings about a tensor point at the safetensors file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from lilicorr_ckpt.report.locate import LineFinder, json_key_lines, pointer_line
+
+__all__ = ["CI_FORMATS", "json_key_lines", "pointer_line", "render_report"]
 
 if TYPE_CHECKING:  # pragma: no cover
     from lilicorr_ckpt.checks.findings import Finding
@@ -25,106 +28,6 @@ CI_FORMATS = ("github", "markdown", "github-output")
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 _MARK = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}  # noqa: RUF001
 MAX_SUMMARY_ROWS = 100
-
-
-# --- JSON key positions ---------------------------------------------------------------------------------------
-
-class _Scanner:
-    """Walks JSON text and records the 1-based line of every value, keyed by its JSONPath ($.a.b[0])."""
-
-    _WS = re.compile(r"[ \t\n\r]*")
-    _STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
-    _SCALAR = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?|true|false|null|NaN|-?Infinity")
-
-    def __init__(self, text: str):
-        self.text = text
-        self.pos = 0
-        self.lines: dict[str, int] = {}
-
-    def line(self, pos: int) -> int:
-        return self.text.count("\n", 0, pos) + 1
-
-    def ws(self) -> None:
-        self.pos = self._WS.match(self.text, self.pos).end()  # type: ignore[union-attr]
-
-    def value(self, path: str, line: int) -> None:
-        self.lines.setdefault(path, line)
-        self.ws()
-        c = self.text[self.pos:self.pos + 1]
-        if c == "{":
-            self.pos += 1
-            self.ws()
-            if self.text.startswith("}", self.pos):
-                self.pos += 1
-                return
-            while True:
-                self.ws()
-                m = self._STRING.match(self.text, self.pos)
-                if m is None:
-                    raise ValueError("expected a key")
-                key = json.loads(m.group())
-                key_line = self.line(self.pos)
-                self.pos = m.end()
-                self.ws()
-                if not self.text.startswith(":", self.pos):
-                    raise ValueError("expected ':'")
-                self.pos += 1
-                self.value(f"{path}.{key}", key_line)
-                self.ws()
-                if self.text.startswith(",", self.pos):
-                    self.pos += 1
-                    continue
-                if self.text.startswith("}", self.pos):
-                    self.pos += 1
-                    return
-                raise ValueError("expected ',' or '}'")
-        if c == "[":
-            self.pos += 1
-            self.ws()
-            if self.text.startswith("]", self.pos):
-                self.pos += 1
-                return
-            i = 0
-            while True:
-                self.ws()
-                self.value(f"{path}[{i}]", self.line(self.pos))
-                i += 1
-                self.ws()
-                if self.text.startswith(",", self.pos):
-                    self.pos += 1
-                    continue
-                if self.text.startswith("]", self.pos):
-                    self.pos += 1
-                    return
-                raise ValueError("expected ',' or ']'")
-        m = self._STRING.match(self.text, self.pos) or self._SCALAR.match(self.text, self.pos)
-        if m is None:
-            raise ValueError("expected a value")
-        self.pos = m.end()
-
-
-def json_key_lines(text: str) -> dict[str, int]:
-    """JSONPath -> line of its key (of the element, in arrays); {} when the text is not JSON."""
-    scanner = _Scanner(text)
-    try:
-        scanner.ws()
-        scanner.value("$", scanner.line(scanner.pos))
-    except (ValueError, IndexError):
-        return {}
-    return scanner.lines
-
-
-def pointer_line(lines: dict[str, int], pointer: str | None) -> int | None:
-    """The line of pointer, or of its nearest ancestor that exists (a missing key points at its parent)."""
-    if not pointer or not lines:
-        return None
-    path = pointer if pointer.startswith("$") else "$." + pointer
-    while path:
-        if path in lines:
-            return lines[path] if path != "$" else None
-        cut = max(path.rfind("."), path.rfind("["))
-        path = path[:cut] if cut > 0 else ""
-    return None
 
 
 # --- GitHub workflow commands ---------------------------------------------------------------------------------
@@ -164,8 +67,12 @@ def _message(f: Finding) -> str:
 
 def render_github(report: Report) -> str:
     """One workflow command per finding; waived findings are not annotated. A last line sums up."""
+    if report.error is not None:
+        return (f"::error title={_escape_property(f'lilicorr-ckpt validate (exit {report.exit_code})')}::"
+                f"{_escape_data(report.error)}\nlilicorr-ckpt validate {report.path}: not validated "
+                f"(exit {report.exit_code})\n")
     root = _local_root(report)
-    line_cache: dict[str, dict[str, int]] = {}
+    lines = LineFinder(root)
     out = []
     for f in report.findings:
         if _suppressed(f):
@@ -174,16 +81,11 @@ def render_github(report: Report) -> str:
         file = f.file or "config.json"
         if root is not None and (root / file).is_file():
             props.insert(0, f"file={_escape_property(_workspace_relative(root / file))}")
-            if file.endswith(".json"):
-                if file not in line_cache:
-                    try:
-                        line_cache[file] = json_key_lines((root / file).read_text(errors="replace"))
-                    except OSError:
-                        line_cache[file] = {}
-                line = pointer_line(line_cache[file], f.pointer)
-                if line is not None:
-                    props.insert(1, f"line={line}")
-        out.append(f"::{_LEVEL[f.severity]} {','.join(props)}::{_escape_data(_message(f))}")
+            line = lines.line(file, f.pointer)
+            if line is not None:
+                props.insert(1, f"line={line}")
+        level = "error" if report.strict and f.severity == "warning" else _LEVEL[f.severity]  # --strict fails on it
+        out.append(f"::{level} {','.join(props)}::{_escape_data(_message(f))}")
     s = report.summary
     verdict = ", ".join(f"{v.display} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
     status = "PASS" if report.exit_code == 0 else "FAIL"
@@ -203,6 +105,9 @@ def _suppressed(f: Finding) -> bool:
 
 
 def render_markdown(report: Report) -> str:
+    if report.error is not None:
+        return (f"### ❌ lilicorr-ckpt validate `{report.path}`: not validated (exit {report.exit_code})\n\n"
+                f"```\n{report.error}\n```\n")
     s = report.summary
     status = "PASS" if report.exit_code == 0 else "FAIL"
     icon = "✅" if status == "PASS" else "❌"
@@ -243,7 +148,8 @@ def render_github_output(report: Report) -> str:
     """key=value lines: exit-code, result (pass|fail), errors, warnings, verdict-<runtime> (accepts|refuses),
     and verdicts (a JSON object runtime -> verdict)."""
     verdicts = {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes}
-    lines = [f"exit-code={report.exit_code}", f"result={'pass' if report.exit_code == 0 else 'fail'}",
+    result = "error" if report.error is not None else "pass" if report.exit_code == 0 else "fail"
+    lines = [f"exit-code={report.exit_code}", f"result={result}",
              f"errors={report.summary.errors}", f"warnings={report.summary.warnings}"]
     lines += [f"verdict-{runtime}={verdict}" for runtime, verdict in verdicts.items()]
     lines.append("verdicts=" + json.dumps(verdicts, separators=(",", ":")))
