@@ -143,7 +143,9 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
 @click.argument("path")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people; json for scripts (the same fields, machine-readable).")
-def inspect(path: str, fmt: str) -> None:
+@click.option("--output", "-o", metavar="FILE", help="Write the summary to FILE instead of stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="Text: the runtime verdicts line only.")
+def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
     """Summarise a checkpoint: geometry, parameters per component, dtypes, quantization, runtime verdicts.
 
     PATH is a checkpoint directory or a repo id in the local Hugging Face cache; only headers are read.
@@ -160,11 +162,19 @@ def inspect(path: str, fmt: str) -> None:
 
     from lilicorr_ckpt.report.inspect import inspect_checkpoint, render_inspection
 
+    if output:
+        check_output_path(output, "--output", "inspect.json" if fmt == "json" else "inspect.txt")
     ins = inspect_checkpoint(path)
     if fmt == "json":
-        click.echo(json.dumps(msgspec.to_builtins(ins), indent=2))
+        text = json.dumps(msgspec.to_builtins(ins), indent=2) + "\n"
     else:
-        click.echo(render_inspection(ins), nl=False)
+        text = render_inspection(ins)
+        if quiet:
+            text = "".join(line.strip() + "\n" for line in text.splitlines() if line.lstrip().startswith("runtimes"))
+    if output:
+        write_output(text, output)
+    else:
+        click.echo(text, nl=False)
 
 
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")

@@ -83,7 +83,7 @@ def load_profile(path: str) -> dict[str, Any]:
     except ValueError as exc:
         raise InputError(f"--profile {path} is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("tool") != "lilicorr-ckpt smoke" or "per_category" not in doc:
-        raise InputError(f"--profile {path} is not a smoke profile (write one with `lilicorr-ckpt smoke ... --out "
+        raise InputError(f"--profile {path} is not a smoke profile (write one with `lilicorr-ckpt smoke ... --output "
                          f"profile.json`; schema: `lilicorr-ckpt schema smoke-profile`)")
     return doc
 
@@ -242,7 +242,7 @@ def register(cli: Any) -> None:
     @click.option("--target", "-t", required=True, metavar="DIR|REPO_ID|FILE.gguf",
                   help="The target model. A Hub repo id (or a directory whose config.json names one in "
                        "_name_or_path) becomes base_model.")
-    @click.option("--profile", "-p", metavar="PROFILE.json", help="A `smoke --out` profile: adds the acceptance "
+    @click.option("--profile", "-p", metavar="PROFILE.json", help="A `smoke --output` profile: adds the acceptance "
                                                                   "tables (per category, per position).")
     @click.option("--repo-id", metavar="ORG/NAME", help="The drafter's own Hub repo id, for the serving commands "
                                                         "(default: PATH's directory name).")
@@ -250,8 +250,9 @@ def register(cli: Any) -> None:
     @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
                   help="The runtimes to judge (their verdicts and tags).")
     @click.option("--output", "-o", metavar="FILE", help="Write here instead of PATH/README.md ('-' for stdout).")
+    @click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line or notes on stderr.")
     def card(path: str, target: str, profile: str | None, repo_id: str | None, base_model: str | None,
-             runtime: str, output: str | None) -> None:
+             runtime: str, output: str | None, quiet: bool) -> None:
         """Write or update the drafter's README.md: Hub metadata, geometry, verdicts, serving commands.
 
         The metadata is what the Hub reads: base_model (the target), tags (speculative-decoding, draft-model,
@@ -262,7 +263,7 @@ def register(cli: Any) -> None:
         \b
         Examples:
           lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B
-          lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --out profile.json
+          lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --output profile.json
           lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json
         """
         from lilicorr_ckpt.checks.run import validate
@@ -289,6 +290,7 @@ def register(cli: Any) -> None:
             click.echo(text, nl=False)
         else:
             write_output(text, str(dest))
-            click.echo(f"{'updated' if existing is not None else 'wrote'} {dest}", err=True)
-        for note in notes:
+            if not quiet:
+                click.echo(f"{'updated' if existing is not None else 'wrote'} {dest}", err=True)
+        for note in notes if not quiet else ():
             click.echo(f"note: {note}", err=True)

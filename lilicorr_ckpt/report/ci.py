@@ -207,7 +207,8 @@ def register(cli: Any) -> None:
                   help="The format to render (as validate --format).")
     @click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
     @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
-    def report(report_file: str, fmt: str, output: str | None, verbose: bool) -> None:
+    @click.option("--quiet", "-q", is_flag=True, help="Text: the verdict line only.")
+    def report(report_file: str, fmt: str, output: str | None, verbose: bool, quiet: bool) -> None:
         """Render a saved `validate -f json` report (or - for stdin) in another format.
 
         Validate once, publish many: the GitHub Action runs validate once to JSON, then renders the
@@ -223,6 +224,8 @@ def register(cli: Any) -> None:
         if output:
             check_output_path(output, "--output", "report.sarif")
         text = render_report(load_report(report_file), fmt, verbose=verbose)
+        if quiet and fmt == "text":
+            text = text.rstrip("\n").rpartition("\n")[2] + "\n"
         if output:
             write_output(text, output)
         else:
