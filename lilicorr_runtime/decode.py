@@ -21,8 +21,8 @@ import torch
 
 from .arguments import as_int
 from .dflash import Drafter, DraftKVCache
-from .graph import DraftStep
-from .ops import categorical, control_walk, greedy_walk, sample_walk, topk_lse, verify_greedy, verify_sampled
+from .graph import DraftStep, propose
+from .ops import categorical, control_walk, greedy_walk, sample_walk, verify_greedy, verify_sampled
 from .target import TargetModel
 
 Mode = Literal["head", "control", "ar"]
@@ -58,7 +58,8 @@ class GenerationResult(msgspec.Struct, kw_only=True):
 def draft_block(drafter: Drafter, cache: DraftKVCache, anchor_tokens: torch.Tensor, anchor_hidden: torch.Tensor,
                 num_tokens: int, embed: Callable[[torch.Tensor], torch.Tensor],
                 lm_head: Callable[[torch.Tensor], torch.Tensor], score: bool) -> Proposal:
-    """Draft n tokens after the anchor and, with `score`, run candidates and the head.
+    """Draft n tokens after the anchor and, with `score`, run candidates and the head (the eager draft step;
+    `graph.DraftStep` runs the same `propose` over a static cache).
 
     anchor_tokens [b], anchor_hidden [b, M] (the context row that predicted the anchor).
     """
@@ -66,16 +67,9 @@ def draft_block(drafter: Drafter, cache: DraftKVCache, anchor_tokens: torch.Tens
     block = torch.full((b, num_tokens + 1), drafter.mask_token_id, dtype=torch.long, device=anchor_tokens.device)
     block[:, 0] = anchor_tokens
     hidden = drafter(cache, embed(block))  # [b, n+1, M]
-    pass_hidden = hidden[:, 1:]  # [b, n, M]
-    logits = drafter.logits(pass_hidden, lm_head)  # [b, n, V]
-    if not score or drafter.lilicorr is None:
-        return Proposal(hidden, logits, None, None, None, None)
-    k = drafter.lilicorr.candidate_topk
-    values, ids, lse = topk_lse(logits.flatten(0, 1), k)
-    log_probs = (values - lse[:, None]).view(b, num_tokens, k)  # [b, n, K]
-    ids = ids.view(b, num_tokens, k)
-    start, pairs = drafter.lilicorr(embed(ids), log_probs, pass_hidden, anchor_hidden)
-    return Proposal(hidden, logits, ids, log_probs, start, pairs)
+    out = propose(drafter, hidden, anchor_hidden, embed, lm_head, score)
+    return Proposal(hidden, out["logits"], out.get("candidate_ids"), out.get("candidate_log_probs"), out.get("start"),
+                    out.get("pairs"))
 
 
 class SpeculativeDecoder:

@@ -1,4 +1,4 @@
-"""The DFlash backbone (shared/docs/format.md §5): a Qwen3-style block drafter that attends over
+"""The DFlash backbone (as SGLang, vLLM and TensorRT-LLM compute it): a Qwen3-style block drafter that attends over
 projected target features (the context) and a query block [anchor, mask x n], non-causally.
 
 Parameter names are the checkpoint's (no `model.` prefix), so a canonical tensor dict loads with

@@ -219,6 +219,8 @@ class FastTarget(TargetModel):
         super().__init__(model, tokenizer, eos_token_ids)
         self.core = StaticDecoder(model)
         self.path = "fast"
+        self.path_note = "fast path (static KV cache" + (", CUDA graphs)" if cuda_graphs and self.device.type == "cuda"
+                                                         else ")")
         self.use_graphs = cuda_graphs and self.device.type == "cuda"
         self.static_cache: StaticKVCache | None = None
         self._zero_pad = torch.zeros(1, dtype=torch.long, device=self.device)

@@ -4,7 +4,7 @@ The head is a long tail of small kernels, so its cost is host dispatch unless th
 graph replay (the seed PR measured -8.4% end to end when the head was forced out of the draft graph).
 Everything the step reads lives in static buffers: the anchor token and row, the context length (a
 device scalar: attention spans the cache's whole capacity and masks the unused rows), the sampling
-uniforms and temperature. One graph is captured per (batch bucket, speculative tokens, walk).
+uniforms and temperature. One graph is captured per (batch, speculative tokens, walk).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import torch
 from .dflash import Drafter, DraftKVCache
 from .ops import control_walk, greedy_walk, sample_walk, topk_lse
 
-BATCH_BUCKETS = (1, 2, 4, 8, 16, 32)
 _warned: set[str] = set()
 
 
@@ -27,15 +26,31 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def batch_bucket(batch: int) -> int:
-    for bucket in BATCH_BUCKETS:
-        if batch <= bucket:
-            return bucket
-    raise ValueError(f"batch {batch} exceeds the largest graph bucket {BATCH_BUCKETS[-1]}")
+def propose(drafter: Drafter, hidden: torch.Tensor, anchor_hidden: torch.Tensor,
+            embed: Callable[[torch.Tensor], torch.Tensor], lm_head: Callable[[torch.Tensor], torch.Tensor],
+            score: bool) -> dict[str, torch.Tensor]:
+    """What follows the backbone in every draft step, eager or captured: logits at block positions 1..n and,
+    with `score`, the top-K candidates of the full-vocabulary log-softmax and the head's lattice scores.
+
+    hidden [b, n+1, M] (final-normed draft hidden of [anchor, masks]), anchor_hidden [b, M] -> logits
+    [b, n, V] fp32 and, scored, candidate_ids [b, n, K], candidate_log_probs [b, n, K], start [b, K],
+    pairs [b, n-1, K, K]."""
+    b, n = hidden.shape[0], hidden.shape[1] - 1
+    pass_hidden = hidden[:, 1:]  # [b, n, M]
+    logits = drafter.logits(pass_hidden, lm_head)  # [b, n, V]
+    if not score or drafter.lilicorr is None:
+        return {"logits": logits}
+    k = drafter.lilicorr.candidate_topk
+    values, ids, lse = topk_lse(logits.flatten(0, 1), k)
+    log_probs = (values - lse[:, None]).view(b, n, k)  # [b, n, K]
+    ids = ids.view(b, n, k)
+    start, pairs = drafter.lilicorr(embed(ids), log_probs, pass_hidden, anchor_hidden)
+    return {"logits": logits, "candidate_ids": ids, "candidate_log_probs": log_probs, "start": start,
+            "pairs": pairs}
 
 
 class DraftStep:
-    """One draft step for a fixed (bucket, num_tokens, walk); `run` replays the graph, or runs eagerly."""
+    """One draft step for a fixed (batch, num_tokens, walk); `run` replays the graph, or runs eagerly."""
 
     def __init__(self, drafter: Drafter, cache: DraftKVCache, embed: Callable[[torch.Tensor], torch.Tensor],
                  lm_head: Callable[[torch.Tensor], torch.Tensor], *, num_tokens: int, walk: str, batch: int = 1,
@@ -62,25 +77,17 @@ class DraftStep:
             self._capture()
 
     def _body(self) -> dict[str, torch.Tensor]:
-        drafter, b, n = self.drafter, self.batch, self.num_tokens
         block = torch.cat([self.anchor[:, None], self.masks], dim=1)  # [b, n+1]
-        hidden = drafter.forward_static(self.cache, self.length, self.embed(block))  # [b, n+1, M]
-        pass_hidden = hidden[:, 1:]  # [b, n, M]
-        logits = drafter.logits(pass_hidden, self.lm_head)  # [b, n, V] fp32
+        hidden = self.drafter.forward_static(self.cache, self.length, self.embed(block))  # [b, n+1, M]
+        out = propose(self.drafter, hidden, self.anchor_hidden, self.embed, self.lm_head,
+                      score=self.walk != "control")
         if self.walk == "control":
-            return {"tokens": control_walk(logits), "logits": logits}
-        head = drafter.lilicorr
-        k = head.candidate_topk
-        values, ids, lse = topk_lse(logits.flatten(0, 1), k)
-        log_probs = (values - lse[:, None]).view(b, n, k)  # [b, n, K]
-        ids = ids.view(b, n, k)
-        start, pairs = head(self.embed(ids), log_probs, pass_hidden, self.anchor_hidden)
-        out = {"logits": logits, "candidate_ids": ids, "candidate_log_probs": log_probs, "start": start,
-               "pairs": pairs}
-        if self.walk == "greedy":
-            out["tokens"] = greedy_walk(start, pairs, ids)
+            out["tokens"] = control_walk(out["logits"])
+        elif self.walk == "greedy":
+            out["tokens"] = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
         else:
-            out["tokens"], out["q"] = sample_walk(start, pairs, ids, self.uniforms, self.temperature, self.greedy)
+            out["tokens"], out["q"] = sample_walk(out["start"], out["pairs"], out["candidate_ids"], self.uniforms,
+                                                  self.temperature, self.greedy)
         return out
 
     @torch.inference_mode()
@@ -105,11 +112,11 @@ class DraftStep:
     @torch.inference_mode()
     def run(self, anchor_tokens: torch.Tensor, anchor_hidden: torch.Tensor, length: int,
             uniforms: torch.Tensor | None = None, temperature: float | None = None) -> dict[str, torch.Tensor]:
-        """anchor_tokens [b'], anchor_hidden [b', M] with b' <= bucket -> outputs (views of static buffers for
+        """anchor_tokens [b'], anchor_hidden [b', M] with b' <= batch -> outputs (views of static buffers for
         the first b' rows; copy what must outlive the next call)."""
         rows = anchor_tokens.shape[0]
         if rows > self.batch:
-            raise ValueError(f"{rows} rows exceed this step's batch bucket {self.batch}")
+            raise ValueError(f"{rows} rows exceed this step's batch {self.batch}")
         if not 0 <= length <= self.cache.keys[0].shape[2]:
             raise ValueError(f"context length {length} is outside the cache (capacity {self.cache.keys[0].shape[2]})")
         self.anchor[:rows].copy_(anchor_tokens)

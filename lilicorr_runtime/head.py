@@ -1,4 +1,4 @@
-"""The LiLiCorr head (shared/docs/format.md §4): one bidirectional pass over the candidate lattice,
+"""The LiLiCorr head (the scoring head as the serving stacks compute it): one bidirectional pass over the candidate lattice,
 then fp32 start and pair scores. Parameter names are the checkpoint's, minus `lilicorr.`."""
 
 from __future__ import annotations

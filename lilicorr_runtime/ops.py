@@ -1,4 +1,4 @@
-"""Torch reference implementations of the per-block decoding ops (shared/docs/format.md §4-6).
+"""Torch reference implementations of the per-block decoding ops.
 
 Each `*_reference` is what CPU runs and the oracle its Triton kernel is tested against; the
 undecorated name dispatches on device (CUDA -> Triton, otherwise -> reference). Scores are fp32.
@@ -110,7 +110,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def lattice_scores_reference(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
                              vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """The head's last step (format.md §4 steps 6-7), in fp32: n(v) = v / max(|v|, eps),
+    """The head's last step (the unit out/in/anchor vectors and their scaled dot products), in fp32: n(v) = v / max(|v|, eps),
     start[b, j] = s·<n(anchor[b]), n(in[b, 0, j])>, pairs[b, t, i, j] = s·<n(out[b, t, i]), n(in[b, t+1, j])>.
 
     out_vectors, in_vectors [b, S, K, F], anchor_vector [b, F] -> start [b, K], pairs [b, S-1, K, K].

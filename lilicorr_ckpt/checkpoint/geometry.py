@@ -95,7 +95,7 @@ def head_declared(config: DraftConfig) -> bool:
 
 def routed_by_projector(config: DraftConfig) -> bool:
     """DFlashDraftModel whose dflash_config selects LiLiCorr: TensorRT-LLM routes it to LiLiCorr through
-    projector_type "lilicorr" or lilicorr_enabled true (format.md §1.2); the others follow `architectures`."""
+    projector_type "lilicorr" or lilicorr_enabled true (TensorRT-LLM routes on either); the others follow `architectures`."""
     d = config.dflash
     return config.family == "dflash" and (d.projector_type == "lilicorr" or d.lilicorr_enabled is True)
 

@@ -2,7 +2,7 @@
 
 `validate` diffs a checkpoint against it, `convert` writes against it, the runtime loads
 through it and the fixture factory generates checkpoints from it. Names are the checkpoint's
-(no `model.` prefix). Shapes follow shared/docs/format.md §2.
+(no `model.` prefix). Shapes are the ones the loaders check.
 """
 
 from __future__ import annotations

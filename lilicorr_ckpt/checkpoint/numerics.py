@@ -1,6 +1,6 @@
 """Torch-free codecs for the dtypes drafter checkpoints carry: bf16, float8_e4m3fn, NVFP4 (E2M1 pairs).
 
-NVFP4 follows ModelOpt's NVFP4QTensor (shared/docs/modelopt_nvfp4.md §2.3): element 2j in the low
+NVFP4 follows ModelOpt's NVFP4QTensor: element 2j in the low
 nibble, 2j+1 in the high nibble; code = sign<<3 | index into {0, .5, 1, 1.5, 2, 3, 4, 6};
 weight_scale_2 = amax(W) / (6*448); block scale = amax_block / (6*weight_scale_2) stored as e4m3.
 """

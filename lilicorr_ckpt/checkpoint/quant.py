@@ -1,6 +1,6 @@
 """Quantization metadata: ModelOpt's two config forms, and exclusions matched the way each runtime does.
 
-Matching follows shared/docs/modelopt_nvfp4.md §2.4:
+Matching follows what each runtime does with an exclusion name:
   vLLM   - prefix `model.<name>` (draft layers renumbered `model.layers.{num_target_layers+i}`,
            q/k/v fused to `qkv_proj`, gate/up to `gate_up_proj`); `X*` patterns are first split into
            `X` and `X.*`; then exact match (fused layers through their shards), legacy substring,

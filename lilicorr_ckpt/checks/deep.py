@@ -8,7 +8,7 @@ import numpy as np
 
 from lilicorr_ckpt.checks.rules import Context
 
-SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales (modelopt_nvfp4.md §2.3, §2.5)
+SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales
 CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
 # (dtype, bit mask, all-ones exponent): a value is NaN/Inf when (bits & mask) == mask
 _NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (np.uint32, 0x7F800000),

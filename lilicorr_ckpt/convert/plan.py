@@ -300,7 +300,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         why = None
         strict = [p.display for p in profiles if p.must_stay_float(module)]
         if kind == "nvfp4" and mod.in_features % group:
-            # ModelOpt's exporter asserts on this (modelopt_nvfp4.md 2.3): the blocks cannot be decoded reliably
+            # ModelOpt's exporter asserts on this (its NVFP4 packing checks the width): the blocks cannot be decoded reliably
             raise ConversionRefused(f"{module} is stored NVFP4 but its in_features {mod.in_features} is not a "
                                     f"multiple of the group size {group}; no ModelOpt export has this shape",
                                     [f"re-export with {module} excluded from quantization"])

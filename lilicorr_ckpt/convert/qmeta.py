@@ -3,7 +3,7 @@
 The tensors are the truth. ModelOpt's exclusion list is written for the wrapped training model
 (`dflash_module.` names next to the target's own `model.*` / `lm_head`), so it is interpreted only to
 report where it disagreed; the output's exclusions are recomputed from which modules are stored in
-float (shared/docs/modelopt_nvfp4.md §1.5, §2).
+float.
 """
 
 from __future__ import annotations

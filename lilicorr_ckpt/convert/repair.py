@@ -1,6 +1,6 @@
 """Dequantize a module that must stay floating point, a block of rows at a time (numpy, no torch).
 
-NVFP4: W = lut[code] * fp32(weight_scale) * weight_scale_2   (shared/docs/modelopt_nvfp4.md §2.3)
+NVFP4: W = lut[code] * fp32(weight_scale) * weight_scale_2   (ModelOpt's NVFP4QTensor)
 FP8:   W = fp32(weight) * weight_scale   (scalar, per output channel, or per 128x128 block)
 """
 
@@ -92,7 +92,7 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
     name = weight.name.removesuffix(".weight")
     if kind == "nvfp4":
         scale_2 = float(decode_float(_read_all(read, inputs["weight_scale_2"]), inputs["weight_scale_2"].dtype)[0])
-        # modelopt_nvfp4.md 2.3: weight_scale_2 = amax(W) / (6 * 448), block scales clamped to [2^-9, 448]
+        # as ModelOpt quantizes: weight_scale_2 = amax(W) / (6 * 448), block scales clamped to [2^-9, 448]
         if not np.isfinite(scale_2) or scale_2 < 0:
             raise BadScales(f"{name}: weight_scale_2 is {scale_2:g} (it is amax / (6 * 448): finite and >= 0); "
                             "the source checkpoint is corrupt")

@@ -13,7 +13,7 @@ from typing import Any
 
 import msgspec
 
-SCHEMA_DIR = Path(__file__).resolve().parents[1] / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
 def _schema(kind: Any, title: str) -> dict[str, Any]:

@@ -25,7 +25,8 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
              f"  drafter  {d.architecture or 'unknown architecture'}: B={r.block_size}{head}, "
              f"{r.num_speculative_tokens} drafted per block" + (f", {d.quant_algo}" if d.quant_algo else "")
              + f" (loaded under runtime {d.runtime})",
-             f"  target   {t.architecture} {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size}"]
+             f"  target   {t.architecture} {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size}; "
+             f"{t.forward}"]
     probe_counts = ", ".join(f"{k} {v}" for k, v in m.probe_counts.items())
     sampling = "greedy" if m.temperature == 0 else f"T={m.temperature:g}, seeds {','.join(map(str, m.seeds))}"
     lines.append(f"  prompts  {probe_counts} ({sum(m.probe_counts.values())}), up to {m.max_new_tokens} new tokens, "

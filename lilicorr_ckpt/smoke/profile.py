@@ -67,6 +67,7 @@ class TargetModel(msgspec.Struct, frozen=True, kw_only=True):
     hidden_size: int
     num_layers: int
     vocab_size: int
+    forward: str = "transformers eager forward"  # the runtime's target path: "fast path (...)" or transformers'
 
 
 class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):

@@ -396,7 +396,7 @@ def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[An
     architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
     return target, TargetModel(id=ident, source=kind, architecture=architectures[0],
                                hidden_size=int(config.hidden_size), num_layers=int(config.num_hidden_layers),
-                               vocab_size=int(target.vocab_size))
+                               vocab_size=int(target.vocab_size), forward=target.path_note)
 
 
 def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tuple[list[list[int]], ChatTemplate]:

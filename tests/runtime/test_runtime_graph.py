@@ -10,7 +10,7 @@ from runtime_helpers import small_config, tiny_target
 from lilicorr_ckpt import fixtures
 from lilicorr_runtime import SpeculativeDecoder, load_drafter
 from lilicorr_runtime.decode import draft_block
-from lilicorr_runtime.graph import DraftStep, batch_bucket
+from lilicorr_runtime.graph import DraftStep
 from lilicorr_runtime.ops import greedy_walk
 
 CUDA = torch.cuda.is_available()
@@ -66,12 +66,6 @@ def test_static_step_ignores_stale_rows_beyond_the_length(tmp_path):
             cache.values[i][:, :, cache.length:] = -1e4
         after = step.run(torch.tensor([3]), anchor_hidden, cache.length)["logits"]
     assert torch.equal(before, after)
-
-
-def test_batch_buckets():
-    assert [batch_bucket(b) for b in (1, 2, 3, 5, 32)] == [1, 2, 4, 8, 32]
-    with pytest.raises(ValueError, match="largest graph bucket"):
-        batch_bucket(33)
 
 
 @pytest.mark.gpu
