@@ -102,7 +102,7 @@ def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
     assert run.returncode == 2
     assert run.outputs["exit-code"] == "2" and run.outputs["result"] == "error"
     assert "::error title=lilicorr-ckpt validate (exit 2)::checkpoint " \
-           "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'?" \
+           "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'" \
         in run.stdout
     assert "not validated (exit 2)" in run.summary and "no such directory" in run.summary
     # the report files exist all the same: the JSON with the reason (the SARIF, when asked, says

@@ -244,7 +244,7 @@ def test_a_mistyped_local_path_is_no_such_directory_with_a_suggestion(tmp_path):
         nowhere = cli("validate", "./nothing/at/all", hub=hub, tmp=tmp_path, cwd=tmp_path)
         rev_on_dir = cli("validate", str(TINY), "--revision", "v1", hub=hub, tmp=tmp_path)
     assert typo.returncode == 2
-    assert "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'?" \
+    assert "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'" \
         in typo.stderr
     assert "hf download" not in typo.stderr
     assert dotted.returncode == 2 and "did you mean './tiny-lilicorr'?" in dotted.stderr

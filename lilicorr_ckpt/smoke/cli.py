@@ -98,7 +98,8 @@ def register(group: click.Group) -> None:
               help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
 @click.option("--output", "-o", "out", metavar="PROFILE.json",
               help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
-@click.option("--out", "out_alias", metavar="PROFILE.json", hidden=True)  # the old spelling of --output
+@click.option("--out", "out_alias", metavar="PROFILE.json", hidden=True,
+              help="The old spelling of --output (hidden; still accepted).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
@@ -117,9 +118,10 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
 
     if out and out_alias and out != out_alias:
         raise click.UsageError("--output and --out (its old spelling) name different files; give one")
+    option = "--output" if out else "--out"  # errors name the spelling the user typed
     out = out or out_alias
     if out:
-        check_output_path(out, "--output", "profile.json")  # before any model loads: a bad path must not cost a whole run
+        check_output_path(out, option, "profile.json")  # before any model loads: a bad path must not cost a whole run
     options = SmokeOptions(path=path, target=target, gpu=gpu, probes=probes, limit=limit,
                            max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,

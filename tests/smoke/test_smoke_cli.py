@@ -294,9 +294,9 @@ def test_bad_input_exits_with_a_message(smoke, drafter, target, tmp_path, args, 
 
 
 @pytest.mark.parametrize(("out", "message"), [
-    ("nodir/p.json", "--out {tmp}/nodir/p.json: directory {tmp}/nodir does not exist"),
-    ("adir", "--out {tmp}/adir is a directory; give a file name, e.g. {tmp}/adir/profile.json"),
-    ("afile/p.json", "--out {tmp}/afile/p.json: {tmp}/afile is not a directory"),
+    ("nodir/p.json", "--output {tmp}/nodir/p.json: directory {tmp}/nodir does not exist"),
+    ("adir", "--output {tmp}/adir is a directory; give a file name, e.g. {tmp}/adir/profile.json"),
+    ("afile/p.json", "--output {tmp}/afile/p.json: {tmp}/afile is not a directory"),
 ])
 def test_an_unwritable_out_path_is_refused_before_anything_loads(smoke, drafter, target, tmp_path, monkeypatch, out,
                                                                   message):
