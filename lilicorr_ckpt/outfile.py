@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from pathlib import Path
 
 from lilicorr_ckpt.errors import InputError, UsageError
@@ -27,18 +28,30 @@ def check_output_path(out: str, option: str, example: str) -> Path:
     return path
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_output(data: str | bytes, out: str) -> None:
-    """Write data to out through a hidden temporary sibling renamed over it; an OSError is exit 2, naming out."""
+    """Write data to out through a temporary sibling renamed over it; an OSError is exit 2, naming out.
+
+    The temporary comes from tempfile in out's directory: an unpredictable name created with O_EXCL (never
+    through a planted symlink), renamed into place, so a symlink already at `out` is replaced, never followed."""
     path = Path(out).expanduser()
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    payload = data.encode() if isinstance(data, str) else data
+    tmp: str | None = None
     try:
-        if isinstance(data, str):
-            tmp.write_text(data)
-        else:
-            tmp.write_bytes(data)
-        tmp.replace(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent or ".")
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o666 & ~_umask())  # a report file, not a secret: the usual mode
+            f.write(payload)
+        os.replace(tmp, path)
+        tmp = None
     except OSError as exc:
         raise InputError(f"cannot write {out}: {exc.strerror or exc}") from None
     finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

@@ -1,9 +1,10 @@
 """Unreadable or hostile input: a clear message and exit 2, never a traceback."""
 
-import contextlib
 import json
 import os
 import struct
+import time
+import tracemalloc
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -146,6 +147,28 @@ def test_usage_errors_exit_4(ckpt):
 
 
 # ---------------------------------------------------------------- property tests
+# The strategies draw the sizes hostile configs state (layer counts of 2**62, vocabularies of 1e18, thousands of
+# taps): each example must finish within the validate budget instead of building what the number says.
+
+EXAMPLE_SECONDS = 2.0
+EXAMPLE_PEAK_BYTES = 64 << 20
+
+
+def _validate_within_budget(path) -> object | None:
+    """validate(path) (None for an InputError), asserting the per-example time and allocation budget."""
+    tracemalloc.start()
+    started = time.monotonic()
+    try:
+        return validate(str(path))
+    except InputError:
+        return None
+    finally:
+        elapsed = time.monotonic() - started
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+        assert elapsed < EXAMPLE_SECONDS, f"validate took {elapsed:.2f} s"
+        assert peak < EXAMPLE_PEAK_BYTES, f"validate allocated {peak >> 20} MB at its peak"
+
 
 _valid_bytes = {}
 
@@ -179,12 +202,14 @@ def test_no_exception_escapes_for_mutated_headers(tmp_path_factory, data):
     d = tmp_path_factory.mktemp("mut")
     (d / "config.json").write_bytes(_valid_bytes["cfg"])
     (d / "model.safetensors").write_bytes(bytes(base))
-    with contextlib.suppress(InputError):
-        validate(str(d))
+    _validate_within_budget(d)
 
 
+sizes = st.one_of(st.integers(-2, 64), st.integers(2**20, 2**70), st.sampled_from([10**7, 2**62, 2**63 - 1, 2**63]),
+                  st.sampled_from([1e9, 1e300, 1.5, -0.0]),
+                  st.lists(st.integers(0, 2**40), min_size=500, max_size=3000))  # many (duplicated) taps
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=True) | st.text(max_size=8),
+    st.none() | st.booleans() | sizes | st.floats(allow_nan=True) | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12)
 config_keys = st.sampled_from(["hidden_size", "num_hidden_layers", "block_size", "architectures", "vocab_size",
@@ -211,14 +236,34 @@ def test_no_exception_escapes_for_arbitrary_config_values(tmp_path_factory, top,
     d = tmp_path_factory.mktemp("cfg")
     (d / "config.json").write_text(json.dumps(cfg, allow_nan=True))
     (d / "model.safetensors").write_bytes(_valid_bytes["st"])
-    try:
-        report = validate(str(d))
-    except InputError:
-        return
-    assert report.exit_code in (0, 1)
+    report = _validate_within_budget(d)
+    if report is not None:
+        assert report.exit_code in (0, 1)
 
 
 def test_config_json_that_is_a_directory(ckpt):
     (ckpt / "config.json").unlink()
     (ckpt / "config.json").mkdir()
     _assert_exit_2(ckpt, "config.json is not a regular file")
+
+
+def _duplicate_a_header_key(path):
+    """Rewrite model.safetensors so that its header names the first tensor twice (both entries valid)."""
+    data = path.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    text = json.dumps(header)
+    entry = json.dumps({name: header[name]})[1:-1]
+    forged = text[:-1] + ", " + entry + "}"
+    path.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+    return name
+
+
+def test_a_header_naming_a_tensor_twice_is_an_error_in_validate_and_convert(ckpt, tmp_path):
+    name = _duplicate_a_header_key(ckpt / "model.safetensors")
+    result = run_cli("validate", str(ckpt))
+    assert result.returncode == 1 and "LC609" in result.stdout and name in result.stdout, result.stdout
+    converted = run_cli("convert", str(ckpt), str(tmp_path / "out"))
+    assert converted.returncode == 1 and "names a tensor twice" in converted.stderr and name in converted.stderr
+    assert not (tmp_path / "out").exists()

@@ -3,7 +3,6 @@ cannot be written, I/O errors, Ctrl-C, SIGTERM and a reader that stops early."""
 
 import errno
 import os
-import pathlib
 import signal
 import subprocess
 import sys
@@ -55,9 +54,9 @@ def test_output_is_written_whole(ckpt, tmp_path):
 
 
 def test_a_failed_write_reports_the_reason_and_removes_its_temporary_file(ckpt, tmp_path, capsys, monkeypatch):
-    def full_disk(self, *args, **kwargs):
+    def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr(pathlib.Path, "write_text", full_disk)
+    monkeypatch.setattr("lilicorr_ckpt.outfile.os.replace", full_disk)  # the temporary is written, then this fails
     code, out = _main(capsys, "validate", str(ckpt), "-o", str(tmp_path / "report.txt"))
     assert code == 2 and "cannot write" in out.err and "No space left on device" in out.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
@@ -94,3 +93,48 @@ def test_a_reader_that_stops_early_is_not_a_failure():
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
     assert b"Traceback" not in err
+
+
+def test_a_symlink_planted_at_the_predictable_temporary_is_never_written_through(ckpt, tmp_path):
+    # main's `.NAME.PID.tmp` was predictable: a link planted there for a range of pids overwrote its target
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for pid in range(os.getpid(), os.getpid() + 3000):
+        (tmp_path / f".report.json.{pid}.tmp").symlink_to(victim)
+    out = tmp_path / "report.json"
+    result = run_cli("validate", str(ckpt), "-f", "json", "-o", str(out))
+    assert result.returncode == 0, result.stderr
+    assert victim.read_text() == "precious" and not out.is_symlink() and out.read_text().startswith("{")
+
+
+def test_a_symlink_at_the_destination_is_replaced_never_followed(ckpt, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    out = tmp_path / "report.txt"
+    out.symlink_to(victim)
+    assert run_cli("validate", str(ckpt), "-o", str(out)).returncode == 0
+    assert victim.read_text() == "precious"
+    assert not out.is_symlink() and "PASS" in out.read_text()
+    assert oct(out.stat().st_mode & 0o777) != oct(0o600)  # a report file keeps the usual mode
+
+
+INTERRUPT_EARLY = """
+import os, signal, sys
+from lilicorr_ckpt._entry import main  # what the console script imports first (pyproject [project.scripts])
+# Ctrl-C after DELAY seconds, counted from before the command line's own imports
+signal.signal(signal.SIGALRM, lambda *a: os.kill(os.getpid(), signal.SIGINT))
+signal.setitimer(signal.ITIMER_REAL, float(sys.argv[1]))
+sys.argv = ["lilicorr-ckpt", "validate", sys.argv[2]]
+sys.exit(main())
+"""
+
+
+@pytest.mark.parametrize("delay", [0.001, 0.005, 0.01, 0.02, 0.035, 0.05, 0.08])
+def test_ctrl_c_in_the_first_milliseconds_is_a_clean_interrupt(ckpt, delay):
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", INTERRUPT_EARLY, str(delay), str(ckpt)], capture_output=True,
+                            text=True, timeout=60)
+    assert "Traceback" not in result.stderr, result.stderr[-1500:]
+    assert result.returncode in (0, 130), result.stderr  # 0: validate finished first

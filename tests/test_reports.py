@@ -110,3 +110,27 @@ def test_inspect_json_follows_its_schema(make_ckpt):
                                                                                 "trtllm": True}
     text = run_cli("inspect", str(path)).stdout
     assert "conv       4 taps, group 16" in text and "NVFP4" in text
+
+
+def test_names_from_the_checkpoint_are_escaped_and_cannot_forge_a_line(make_ckpt):
+    # a tensor named to forge a PASS line, with an ANSI escape and an XML-invalid control character
+    import xml.etree.ElementTree as ET
+
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from helpers import run_cli
+
+    path = make_ckpt()
+    evil = "x\nPASS 0 errors, 0 warnings\x1b[2J\x01"
+    save_file({evil: np.zeros(2, dtype=np.float32)}, str(path / "extra.safetensors"))
+    text = run_cli("validate", str(path))
+    assert text.returncode == 1
+    lines = text.stdout.splitlines()
+    assert not any(line.startswith("PASS") for line in lines) and "\x1b" not in text.stdout and "\x01" not in text.stdout
+    assert "x\\x0aPASS 0 errors, 0 warnings\\x1b[2J\\x01" in text.stdout
+    junit = run_cli("validate", str(path), "-f", "junit")
+    ET.fromstring(junit.stdout)  # well-formed XML despite the control characters
+    assert "\\x01" in junit.stdout
+    shown = run_cli("inspect", str(path))
+    assert "\x1b" not in shown.stdout and "\x01" not in shown.stdout

@@ -231,8 +231,55 @@ def _expected_from(message: str) -> str:
             "array": "an array", "object": "an object"}.get(text, text)
 
 
+MAX_JSON_DEPTH = 64  # far below Python's recursion limit: every reader of the document may recurse
+MAX_NUMBER_DIGITS = 100  # no config value needs more; Python refuses int() beyond 4,300 digits
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_LONG_NUMBER = re.compile(rb"[0-9]{%d,}" % (MAX_NUMBER_DIGITS + 1))
+
+
+def check_json_shape(data: bytes, what: str) -> None:
+    """Refuse (InputError) a JSON text nested deeper than MAX_JSON_DEPTH or holding a number longer than
+    MAX_NUMBER_DIGITS digits, before any parser recurses or converts: linear in the bytes, whatever they say."""
+    import numpy as np
+
+    bare = _JSON_STRING.sub(b'""', data)  # brackets and digits inside strings do not count
+    codes = np.frombuffer(bare, dtype=np.uint8)
+    steps = np.zeros(codes.shape, dtype=np.int32)
+    steps[(codes == ord("[")) | (codes == ord("{"))] = 1
+    steps[(codes == ord("]")) | (codes == ord("}"))] = -1
+    depth = int(np.cumsum(steps).max()) if len(steps) else 0
+    if depth > MAX_JSON_DEPTH:
+        raise InputError(f"{what} is nested {depth} levels deep; the limit is {MAX_JSON_DEPTH}")
+    long_number = _LONG_NUMBER.search(bare)
+    if long_number:
+        run = len(long_number.group(0))
+        raise InputError(f"{what} holds a number of {run} digits; the limit is {MAX_NUMBER_DIGITS}")
+
+
+def _lone_surrogate(doc: Any) -> str | None:
+    """The first string (key or value) holding an unpaired UTF-16 surrogate such as \\ud800, which no UTF-8
+    writer can encode."""
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, value in item.items():
+                stack.append(key)
+                stack.append(value)
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return item.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")[:60]
+    return None
+
+
 def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], list[str]]:
-    """Decode a JSON object; returns (document, duplicate keys). NaN/Infinity are accepted."""
+    """Decode a JSON object; returns (document, duplicate keys). NaN/Infinity are accepted; nesting, number
+    length and unpaired surrogates are refused with a message (InputError)."""
+    check_json_shape(data, what)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -257,6 +304,10 @@ def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], list[str]]
         raise InputError(f"{what} is nested too deeply to be a config") from None
     if not isinstance(doc, dict):
         raise InputError(f"{what} must hold a JSON object, found {_json_type(doc)}")
+    lone = _lone_surrogate(doc)
+    if lone is not None:
+        raise InputError(f"{what} holds a string with an unpaired UTF-16 surrogate ({lone!r}); "
+                         "it is not valid Unicode")
     return doc, duplicates
 
 
@@ -270,11 +321,33 @@ def _integral_floats_to_int(doc: Any) -> Any:
     return doc
 
 
+INT_LIMIT = 2**63  # what every loader's int64 holds; a config integer beyond it is a wrong type, not a size
+
+
+def _out_of_range(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(_out_of_range(v) for v in value)
+    return isinstance(value, int) and not isinstance(value, bool) and not -INT_LIMIT <= value < INT_LIMIT
+
+
+def _drop_out_of_range_ints(work: dict[str, Any], issues: list[ConfigIssue]) -> None:
+    """Integers of the typed fields beyond int64 are recorded as issues and treated as absent, so no size the
+    config states is larger than a loader could hold."""
+    scopes: list[tuple[str, dict[str, Any], Any]] = [("$", work, DraftConfig.__struct_fields__)]
+    if isinstance(work.get("dflash_config"), dict):
+        scopes.append(("$.dflash_config", work["dflash_config"], DFlashConfig.__struct_fields__))
+    for prefix, doc, fields in scopes:
+        for key in [k for k in fields if k in doc and _out_of_range(doc[k])]:
+            issues.append(ConfigIssue(path=f"{prefix}.{key}", found=doc.pop(key),
+                                      expected="an integer in the int64 range (|n| < 2**63)"))
+
+
 def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
     raw, duplicates = load_json_object(data, what)
     # Loaders cast with int(), so an integral 2.0 is an integer; a string "2" is not accepted.
     work = _integral_floats_to_int(json.loads(json.dumps(raw, allow_nan=True)))
     issues: list[ConfigIssue] = []
+    _drop_out_of_range_ints(work, issues)
     for _ in range(256):
         try:
             config = msgspec.convert(work, DraftConfig)

@@ -53,7 +53,8 @@ def assemble(source: Source, parsed: ParsedConfig, table: TensorTable, quant_doc
             configs[src] = qc
         if issues:
             problems[src] = issues
-    return Checkpoint(source=source, parsed=parsed, geometry=geometry, manifest=build_manifest(geometry), table=table,
+    return Checkpoint(source=source, parsed=parsed, geometry=geometry, manifest=build_manifest(geometry, len(table.tensors)),
+                      table=table,
                       names=name_view(table), quant_docs=quant_docs, quant_configs=configs, quant_problems=problems)
 
 

@@ -105,6 +105,8 @@ class Manifest(msgspec.Struct, frozen=True):
     # component -> why it could not be built (missing geometry); absent when complete
     incomplete: dict[str, str]
     family_prefixes: tuple[str, ...]
+    # config key -> why its count was not expanded: it names more layers than the files hold tensors
+    implausible: dict[str, str] = {}
 
     def names(self, component: str) -> list[str]:
         return [n for n, t in self.tensors.items() if t.component == component]
@@ -216,10 +218,32 @@ class _Builder:
                                                           component, name)
 
 
-def build_manifest(g: Geometry) -> Manifest:
+LAYER_SLACK = 64  # layers a config may state beyond the tensors present (each is reported missing, one by one)
+
+
+def layer_budget(tensors_present: int | None) -> int | None:
+    """The most layers a manifest expands for a checkpoint holding `tensors_present` tensors: every layer needs
+    at least one tensor, so a count beyond it (plus slack) cannot be satisfied, and is reported rather than built."""
+    return None if tensors_present is None else tensors_present + LAYER_SLACK
+
+
+def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
+    """The expected tensors of `g`. With `tensors_present` (what the files hold), a layer count beyond
+    `layer_budget` is recorded in `implausible` instead of expanded: work follows the bytes, not the config."""
     b = _Builder()
     incomplete: dict[str, str] = {}
+    implausible: dict[str, str] = {}
+    budget = layer_budget(tensors_present)
     M = g.hidden_size
+
+    def too_many(key: str, count: int | None, component: str) -> bool:
+        if budget is None or count is None or count <= budget:
+            return False
+        shown = str(count) if count < 10**12 else f"a {len(str(count))}-digit number"
+        implausible[key] = (f"{key} is {shown}, but the files hold {tensors_present} tensors in all: "
+                            f"at most {budget} layers can be checked")
+        incomplete[component] = f"{key} {shown} exceeds the tensors present"
+        return True
 
     backbone_missing = [k for k, v in (("hidden_size", M), ("num_hidden_layers", g.num_layers),
                                        ("num_attention_heads", g.num_heads), ("head_dim", g.head_dim),
@@ -227,6 +251,8 @@ def build_manifest(g: Geometry) -> Manifest:
                                        ("intermediate_size", g.intermediate_size)) if v is None]
     if backbone_missing:
         incomplete["backbone"] = "needs " + ", ".join(backbone_missing)
+    elif too_many("num_hidden_layers", g.num_layers, "backbone"):
+        pass
     else:
         assert M and g.num_layers and g.num_heads and g.head_dim and g.num_kv_heads and g.intermediate_size
         q_out, kv_out, inter = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim, g.intermediate_size
@@ -253,6 +279,8 @@ def build_manifest(g: Geometry) -> Manifest:
     if g.has_conv:
         if M is None or g.num_layers is None:
             incomplete["conv"] = "needs hidden_size and num_hidden_layers"
+        elif budget is not None and g.num_layers > budget:
+            incomplete["conv"] = "num_hidden_layers exceeds the tensors present"
         elif M % g.conv_group_size:
             incomplete["conv"] = f"hidden_size {M} is not divisible by conv_group_size {g.conv_group_size}"
         else:
@@ -265,6 +293,8 @@ def build_manifest(g: Geometry) -> Manifest:
     if g.lilicorr_enabled:
         if not g.head_complete():
             incomplete["head"] = "LiLiCorr geometry is incomplete"
+        elif too_many("dflash_config.lilicorr_num_layers", g.head_num_layers, "head"):
+            pass
         else:
             _head(b, g)
 
@@ -275,7 +305,7 @@ def build_manifest(g: Geometry) -> Manifest:
             b.linear("lm_head", g.vocab_size, M, "lm_head", False)
 
     return Manifest(geometry=g, tensors=b.tensors, modules=b.modules, incomplete=incomplete,
-                    family_prefixes=FAMILY_HEAD_PREFIXES.get(g.family or "", ()))
+                    family_prefixes=FAMILY_HEAD_PREFIXES.get(g.family or "", ()), implausible=implausible)
 
 
 def _head(b: _Builder, g: Geometry) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path
 
 import msgspec
@@ -86,11 +87,21 @@ def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
         raise InputError(f"{what} names {rel!r}, which is outside the checkpoint directory")
     path = root / rel
     if path.is_symlink() or path.exists():
-        target = path.resolve()
+        try:
+            target = path.resolve(strict=True)
+        except (OSError, RuntimeError) as exc:  # RuntimeError: pathlib's symlink loop
+            why = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 \
+                else "a dangling symlink" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+            raise InputError(f"{rel} is {why}; cannot read it") from None
         if not target.is_relative_to(link_root):
             raise InputError(f"{rel} is a symlink to {target}, outside the checkpoint directory; "
                              f"copy the file in instead")
     return path
+
+
+def _read_by_name(name: str) -> bool:
+    """The entries a checkpoint's readers open because of their name."""
+    return name in ("config.json", "hf_quant_config.json", INDEX_NAME) or name.endswith(".safetensors")
 
 
 def open_source(spec: str) -> Source:
@@ -107,8 +118,14 @@ def open_source(spec: str) -> Source:
             checked_file(root, link_root, entry.name, "directory listing")
             if not entry.exists():
                 raise InputError(f"{entry.name} is a dangling symlink")
-        if entry.is_file():
+        try:
+            mode = entry.stat().st_mode
+        except OSError as exc:  # a symlink loop, or a file that vanished
+            raise InputError(f"cannot read {entry.name}: {exc.strerror or exc}") from None
+        if stat.S_ISREG(mode):
             files.append(entry)
+        elif _read_by_name(entry.name) and not stat.S_ISDIR(mode):
+            raise InputError(f"{entry.name} is {file_kind(mode)}, not a regular file; refusing to open it")
     names = {p.name: p for p in files}
     config = names.get("config.json")
     if config is None and (root / "config.json").exists():
@@ -128,11 +145,49 @@ def open_source(spec: str) -> Source:
     )
 
 
-def read_small(path: Path, what: str, limit: int = 64 << 20) -> bytes:
+def file_kind(mode: int) -> str | None:
+    """What a non-regular file is, by name (None for a regular file)."""
+    for test, name in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def require_regular(path: Path, what: str) -> int:
+    """The size of `path`, refused (InputError) unless it is a regular file: a FIFO, device or socket would block
+    or never end, so it is named and never opened. Symlink loops and other OSErrors are exit-2 messages too."""
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise InputError(f"{what} is {size} bytes; a JSON config this large is not a config")
-        return path.read_bytes()
+        st = path.stat()
     except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror}") from None
+        raise InputError(f"cannot read {what}: {exc.strerror or exc}") from None
+    except RuntimeError:  # pathlib's "Symlink loop" on some versions
+        raise InputError(f"cannot read {what}: symlink loop") from None
+    kind = file_kind(st.st_mode)
+    if kind is not None:
+        raise InputError(f"{what} is {kind}, not a regular file; refusing to open it")
+    return st.st_size
+
+
+JSON_LIMIT = 4 << 20  # config.json, hf_quant_config.json, probe and baseline files
+INDEX_LIMIT = 32 << 20  # model.safetensors.index.json: a weight_map line per tensor
+
+
+def read_small(path: Path, what: str, limit: int = JSON_LIMIT) -> bytes:
+    """A small file read whole, refused when it is not a regular file or larger than `limit` (read with a cap
+    too, so a file that grows while read cannot exceed it)."""
+    size = require_regular(path, what)
+    if size > limit:
+        raise InputError(f"{what} is {size} bytes; the limit for this file is {limit} bytes ({limit >> 20} MiB)")
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        with os.fdopen(fd, "rb") as f:
+            if file_kind(os.fstat(f.fileno()).st_mode) is not None:  # swapped between stat and open
+                raise InputError(f"{what} is not a regular file; refusing to read it")
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror or exc}") from None
+    if len(data) > limit:
+        raise InputError(f"{what} grew past {limit} bytes while being read")
+    return data

@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from lilicorr_ckpt.checkpoint.config import is_drafter_config, load_json_object
-from lilicorr_ckpt.checkpoint.source import resolve_path
+from lilicorr_ckpt.checkpoint.source import read_small, require_regular, resolve_path
 from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.errors import InputError
 
@@ -89,7 +89,7 @@ def read_target(spec: str) -> TargetInfo:
         return read_gguf_target(resolved.path)
     root = resolved.path
     config_path = root / "config.json"
-    doc, _ = load_json_object(config_path.read_bytes(), f"target {spec}/config.json")
+    doc, _ = load_json_object(read_small(config_path, f"target {spec}/config.json"), f"target {spec}/config.json")
     if is_drafter_config(doc):  # the drafter passed twice, or PATH and --target swapped
         raise TargetSpecError(f"target {spec!r} is a drafter, not a target (its config.json has "
                               f"{'dflash_config' if 'dflash_config' in doc else 'a drafter architecture'}); "
@@ -100,7 +100,7 @@ def read_target(spec: str) -> TargetInfo:
     generation = root / "generation_config.json"
     if generation.is_file():
         with contextlib.suppress(InputError):
-            sources.append(load_json_object(generation.read_bytes(), "generation_config.json")[0])
+            sources.append(load_json_object(read_small(generation, "generation_config.json"), "generation_config.json")[0])
     for src in sources:
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
             for i, value in enumerate(_ids(src.get(key))):
@@ -141,8 +141,9 @@ _GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 
 
 
 class _Reader:
-    def __init__(self, f: Any) -> None:
+    def __init__(self, f: Any, size: int) -> None:
         self.f = f
+        self.size = size
 
     def take(self, fmt: str) -> Any:
         size = struct.calcsize(fmt)
@@ -165,8 +166,13 @@ class _Reader:
         if kind == 9:
             item, n = self.take("<I"), self.take("<Q")
             if item in _GGUF_SCALARS and not keep_arrays:
-                self.f.seek(struct.calcsize(_GGUF_SCALARS[item]) * n, 1)
+                skip = struct.calcsize(_GGUF_SCALARS[item]) * n
+                if self.f.tell() + skip > self.size:  # an overflowing count cannot be seeked past
+                    raise InputError(f"GGUF array of {n} items runs past the end of the file ({self.size} bytes)")
+                self.f.seek(skip, 1)
                 return n
+            if n > self.size:  # every item takes at least one byte
+                raise InputError(f"GGUF array of {n} items is longer than the file ({self.size} bytes)")
             values = [self.value(item, keep_arrays) for _ in range(n)]
             return values if keep_arrays else n
         raise InputError(f"unknown GGUF value type {kind}")
@@ -175,9 +181,10 @@ class _Reader:
 def read_gguf_target(path: Path) -> TargetInfo:
     """Model geometry and special token ids from a GGUF file's key/value header."""
     meta: dict[str, Any] = {}
+    size = require_regular(path, path.name)
     try:
         with open(path, "rb") as f:
-            r = _Reader(f)
+            r = _Reader(f, size)
             if f.read(4) != b"GGUF":
                 raise InputError(f"{path.name} is not a GGUF file")
             version = r.take("<I")

@@ -7,7 +7,9 @@ Index <-> shard disagreements are recorded as facts for the rules, not raised.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import struct
 from pathlib import Path
 
@@ -16,7 +18,7 @@ from safetensors import SafetensorError, safe_open
 
 from lilicorr_ckpt.checkpoint.config import load_json_object
 from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
-from lilicorr_ckpt.checkpoint.source import Source, checked_file, read_small
+from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, Source, checked_file, read_small, require_regular
 from lilicorr_ckpt.errors import InputError
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
@@ -62,15 +64,40 @@ class TensorTable(msgspec.Struct, frozen=True):
     files: list[str]
     metadata: dict[str, dict[str, str]]  # file -> __metadata__
     shards: ShardFacts
+    # file -> keys its header repeats (every reader keeps one entry silently, not necessarily the same one)
+    duplicate_keys: dict[str, list[str]] = {}
 
     def total_bytes(self) -> int:
         return sum(t.nbytes for t in self.tensors.values())
 
 
+def header_duplicate_keys(header_bytes: bytes) -> list[str]:
+    """The top-level keys a safetensors header JSON repeats (msgspec, json and the library all keep one)."""
+    repeated: list[str] = []
+
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
+        for key, value in items:
+            if key in seen and isinstance(value, dict) and "data_offsets" in value:
+                repeated.append(key)
+            seen[key] = value
+        return seen
+
+    with contextlib.suppress(ValueError, RecursionError):
+        json.loads(header_bytes, object_pairs_hook=pairs)
+    return sorted(set(repeated))
+
+
 def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str]]:
     """All tensors of one safetensors file (validated by the safetensors library) and its metadata."""
+    tensors, metadata, _ = read_header_keys(path, label)
+    return tensors, metadata
+
+
+def read_header_keys(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
+    """read_header, plus the tensor names the header repeats (the library keeps one silently)."""
+    size = require_regular(path, label)  # a FIFO or device would block: named, never opened
     try:
-        size = path.stat().st_size
         with open(path, "rb") as f:
             prefix = f.read(8)
             if len(prefix) < 8:
@@ -103,12 +130,12 @@ def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str
     for name, (dtype, shape) in library.items():
         begin, end = header[name]["data_offsets"]
         out[name] = TensorInfo(name=name, dtype=dtype, shape=shape, file=label, start=base + begin, end=base + end)
-    return out, {str(k): str(v) for k, v in library_metadata.items()}
+    return out, {str(k): str(v) for k, v in library_metadata.items()}, header_duplicate_keys(header_bytes)
 
 
 def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
     assert source.index is not None
-    doc, _ = load_json_object(read_small(source.index, source.index.name), source.index.name)
+    doc, _ = load_json_object(read_small(source.index, source.index.name, INDEX_LIMIT), source.index.name)
     weight_map = doc.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise InputError(f"{source.index.name}: expected an object `weight_map` of tensor name -> shard file")
@@ -116,8 +143,10 @@ def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
         checked_file(source.root, source.link_root, shard, source.index.name)
     total = None
     meta = doc.get("metadata")
-    if isinstance(meta, dict) and isinstance(meta.get("total_size"), (int, float)):
-        total = int(meta["total_size"])
+    value = meta.get("total_size") if isinstance(meta, dict) else None
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and 0 <= value < 2**63:
+        total = int(value)  # Infinity, NaN or a negative total is no total: LC606 compares a real one only
     return weight_map, total
 
 
@@ -134,9 +163,12 @@ def read_tensor_table(source: Source) -> TensorTable:
 
     per_file: dict[str, dict[str, TensorInfo]] = {}
     metadata: dict[str, dict[str, str]] = {}
+    repeated: dict[str, list[str]] = {}
     for rel in to_read:
         path = checked_file(source.root, source.link_root, rel, "checkpoint")
-        per_file[rel], metadata[rel] = read_header(path, rel)
+        per_file[rel], metadata[rel], dups = read_header_keys(path, rel)
+        if dups:
+            repeated[rel] = dups
 
     tensors: dict[str, TensorInfo] = {}
     holders: dict[str, list[str]] = {}
@@ -175,7 +207,7 @@ def read_tensor_table(source: Source) -> TensorTable:
         both_single_and_index=source.index is not None and "model.safetensors" in on_disk
         and "model.safetensors" not in referenced,
     )
-    return TensorTable(tensors=tensors, files=to_read, metadata=metadata, shards=shards)
+    return TensorTable(tensors=tensors, files=to_read, metadata=metadata, shards=shards, duplicate_keys=repeated)
 
 
 def expected_nbytes(dtype: str, shape: tuple[int, ...]) -> int | None:

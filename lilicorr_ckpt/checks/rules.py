@@ -252,6 +252,9 @@ rule("LC606", "index-total-size", "warning", FIL, "The index's total_size differ
 rule("LC607", "unreferenced-shard", "warning", FIL, "A safetensors file the index does not reference.",
      "Delete it; loaders that glob *.safetensors may load it.")
 rule("LC608", "no-weights", "error", FIL, "No safetensors weights found.", "Export model.safetensors.")
+rule("LC609", "header-duplicate-key", "error", FIL,
+     "A safetensors header names the same tensor twice; every loader keeps one entry silently, not the same one.",
+     "Re-export the file: each tensor name once per header.")
 
 DEEP = "deep"
 rule("LC701", "non-finite", "error", DEEP, "A tensor contains NaN or Inf.", "Re-export from a healthy training checkpoint.")
@@ -518,7 +521,8 @@ def target_layer_ids(ctx: Context) -> None:
     if negative:
         ctx.emit("LC113", f"target_layer_ids has negative ids {negative} (they would wrap around silently)",
                  file="config.json", pointer=path, expected="ids >= 0", actual=ids)
-    dups = sorted({i for i in ids if ids.count(i) > 1})
+    seen: set[int] = set()
+    dups = sorted({i for i in ids if i in seen or seen.add(i)})
     if dups:
         ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
                  expected="unique ids", actual=ids)
@@ -649,6 +653,8 @@ def coverage(ctx: Context) -> None:
     present = view.by_canonical
     for component, reason in m.incomplete.items():
         ctx.emit("LC215", f"{component} tensors not checked: {reason}")
+    for key, reason in m.implausible.items():  # a layer count the files cannot hold: reported, never expanded
+        ctx.emit("LC118" if key == "num_hidden_layers" else "LC103", reason, file="config.json", pointer=f"$.{key}")
     if view.training_prefixed:
         ctx.emit("LC212", f"{len(view.training_prefixed)} tensor names keep a training prefix, e.g. "
                  f"{_shorten(view.training_prefixed, 3)}: no loader strips it, so SGLang drops them all",
@@ -1224,6 +1230,8 @@ def files(ctx: Context) -> None:
                  expected=s.total_size_actual, actual=s.total_size_declared)
     for rel in s.unreferenced:
         ctx.emit("LC607", f"`{rel}` is not referenced by the index", file=rel)
+    for rel, names in ctx.table.duplicate_keys.items():
+        ctx.emit("LC609", f"the header of `{rel}` names {_shorten(names)} more than once", file=rel, subjects=names)
 
 
 def run_checks(ctx: Context) -> list[Finding]:

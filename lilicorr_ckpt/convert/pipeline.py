@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from lilicorr_ckpt.convert.writer import (
     output_error,
     remove_created,
     remove_stale_temporaries,
+    restore_interrupted_replacement,
     write_json,
     write_plan,
 )
@@ -96,6 +98,8 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
 
         require_runtime()
     dst_path = Path(dst).expanduser()
+    for note in restore_interrupted_replacement(dst_path):  # before anything else, even a refusal
+        print(f"lilicorr-ckpt convert: {note}", file=sys.stderr)
     plan = build_plan(src, options)
     check_destination(plan.source.root, dst_path, options.force)
     pre = validate(str(dst_path), runtime=options.runtime,

@@ -177,6 +177,9 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     raw, _ = load_json_object(read_small(source.config, "config.json"), "config.json")
     _check_layout(source, raw)
     table = read_tensor_table(source)
+    if table.duplicate_keys:  # LC609: which entry a loader keeps is not defined, so there is nothing to copy
+        raise ConversionRefused("a safetensors header names a tensor twice (convert cannot tell which entry is "
+                                "meant)", [f"{rel}: {', '.join(names)}" for rel, names in table.duplicate_keys.items()])
     _check_shards(table)
 
     renames: list[dict[str, str]] = []
@@ -219,10 +222,11 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     dtype = model_dtype(editor, canonical)
     parsed = parse_config(json.dumps(editor.doc, allow_nan=True).encode())
     geometry = resolve_geometry(parsed.config)
-    manifest = build_manifest(geometry)
+    manifest = build_manifest(geometry, len(canonical))
     if manifest.incomplete:
         reasons = _config_errors(source, parsed, options.runtime)
         reasons += [f"the {component} tensors cannot be named: {why}" for component, why in manifest.incomplete.items()]
+        reasons += list(manifest.implausible.values())
         raise ConversionRefused("config.json does not determine the drafter's tensors (fix the keys with "
                                 "--set KEY=VALUE)", reasons)
 

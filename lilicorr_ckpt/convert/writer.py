@@ -233,21 +233,56 @@ def check_destination(src_root: Path, dst: Path, force: bool) -> None:
         _check_replaceable(dst)
 
 
-def remove_stale_temporaries(dst: Path) -> list[Path]:
-    """Temporary siblings left by a convert that was killed (its process is gone)."""
-    removed: list[Path] = []
+def _dead_siblings(dst: Path, tags: tuple[str, ...]) -> list[Path]:
+    """Directories `.DST<tag><pid>` beside DST whose process is gone, matched literally (DST may hold glob
+    characters such as `model[v2]`: no pattern is ever built from it)."""
     parent = dst.parent
+    prefixes = [f".{dst.name}{tag}" for tag in tags]
     try:
-        if not parent.is_dir():
-            return removed
-        candidates = [path for tag in (TMP_TAG, OLD_TAG, REF_TAG) for path in parent.glob(f".{dst.name}{tag}*")]
+        entries = list(os.scandir(parent)) if parent.is_dir() else []
     except OSError:  # an unreadable parent: make_temporary reports it
-        return removed
-    for path in candidates:
-        pid_text = path.name.rsplit(".", 1)[-1]
-        if pid_text.isdigit() and path.is_dir() and not _pid_alive(int(pid_text)):
-            shutil.rmtree(path, ignore_errors=True)
-            removed.append(path)
+        return []
+    found = []
+    for entry in entries:
+        for prefix in prefixes:
+            pid_text = entry.name[len(prefix):]
+            if entry.name.startswith(prefix) and pid_text.isdigit() and entry.is_dir(follow_symlinks=False) \
+                    and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+                found.append(Path(entry.path))
+    return sorted(found)
+
+
+def restore_interrupted_replacement(dst: Path) -> list[str]:
+    """First thing convert does: a `convert --force` killed between its two renames left the previous output in
+    `.DST.convert-old.PID` and no DST; put it back (and say so). With a DST in place the new output was moved
+    in before the kill, and the old copy is what was being deleted: it is removed."""
+    notes = []
+    for old in _dead_siblings(dst, (OLD_TAG,)):
+        if not dst.exists() and not dst.is_symlink():
+            try:
+                os.rename(old, dst)
+            except OSError as exc:
+                raise InputError(f"an interrupted `convert --force` left the previous output in {old}, and it "
+                                 f"cannot be moved back to {dst}: {exc.strerror or exc}; move it back by hand") from None
+            notes.append(f"restored the previous output {dst} from {old.name} (an earlier `convert --force` "
+                         "was interrupted while replacing it)")
+        elif dst.is_dir() and not dst.is_symlink() and is_convert_output(dst):
+            shutil.rmtree(old, ignore_errors=True)
+            notes.append(f"removed {old.name}: the previous output an interrupted `convert --force` had already "
+                         f"replaced with the new {dst}")
+        else:
+            notes.append(f"left {old.name} in place: it holds the output an interrupted `convert --force` was "
+                         f"replacing, and {dst} is not a convert output; move one of them away")
+    return notes
+
+
+def remove_stale_temporaries(dst: Path) -> list[Path]:
+    """Temporary siblings left by a convert that was killed (its process is gone); never the previous output
+    (`restore_interrupted_replacement` runs first and puts that back)."""
+    removed = []
+    for path in _dead_siblings(dst, (TMP_TAG, REF_TAG)):
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
     return removed
 
 

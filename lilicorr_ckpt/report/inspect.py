@@ -11,6 +11,7 @@ from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoi
 from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
 from lilicorr_ckpt.checkpoint.names import observed_scheme
 from lilicorr_ckpt.checks.run import geometry_summary, validate
+from lilicorr_ckpt.report.escape import printable
 
 
 class ComponentStats(msgspec.Struct, frozen=True):
@@ -118,4 +119,4 @@ def render_inspection(ins: Inspection) -> str:
     lines.append("")
     verdict = ", ".join(f"{k}: {'accepts' if v else 'refuses'}" for k, v in ins.runtimes.items())
     lines.append(f"  runtimes     {verdict} ({ins.errors} errors, {ins.warnings} warnings; run `validate` for details)")
-    return "\n".join(lines) + "\n"
+    return "\n".join(printable(line) for line in lines) + "\n"  # names from the checkpoint cannot forge a line

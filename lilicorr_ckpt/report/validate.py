@@ -12,6 +12,7 @@ import msgspec
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checks.findings import RULES, Finding
 from lilicorr_ckpt.checks.run import Report
+from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.report.locate import LineFinder
 
 FORMATS = ("text", "json", "junit", "sarif")
@@ -40,31 +41,33 @@ def summary_line(report: Report) -> str:
     """One line for a log: the verdict and, on failure, the first reason (what a CI job prints when the report
     itself goes to a file)."""
     if report.error is not None:
-        return f"lilicorr-ckpt validate {report.path}: not validated (exit {report.exit_code}): {report.error}"
+        return (f"lilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code}): "
+                f"{printable(report.error)}")
     verdict = ", ".join(f"{v.display} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
     status = "PASS" if report.exit_code == 0 else "FAIL"
-    line = f"lilicorr-ckpt validate {report.path}: {status} - {_counts(report)}"
+    line = f"lilicorr-ckpt validate {printable(report.path)}: {status} - {_counts(report)}"
     if report.summary.waived:
         line += f", {report.summary.waived} waived"
     line += f" ({verdict})"
     first = next((f for f in report.findings if f.waived is None and fails(report, f.severity)), None)
     if report.exit_code and first is not None:
         strict = " (--strict)" if first.severity == "warning" else ""
-        line += f"; first{strict}: {first.rule} {first.name}: {first.message}"
+        line += f"; first{strict}: {first.rule} {first.name}: {printable(first.message)}"
     return line
 
 
 def _where(f: Finding) -> str:
-    parts = [p for p in (f.file, f.pointer) if p]
+    parts = [printable(p) for p in (f.file, f.pointer) if p]
     return f"  [{':'.join(parts)}]" if parts else ""
 
 
 def finding_lines(f: Finding) -> list[str]:
-    """A finding as the text report prints it: one line, plus its fix for errors and warnings."""
+    """A finding as the text report prints it: one line (names from the checkpoint escaped, so none can start
+    another line), plus its fix for errors and warnings."""
     runtimes = f" ({', '.join(f.runtimes)})" if f.runtimes else ""
-    lines = [f"{_LABEL[f.severity]} {f.rule} {f.name}{runtimes}: {f.message}{_where(f)}"]
+    lines = [f"{_LABEL[f.severity]} {f.rule} {f.name}{runtimes}: {printable(f.message)}{_where(f)}"]
     if f.fix and f.severity != "info":
-        lines.append(f"      fix: {f.fix}")
+        lines.append(f"      fix: {printable(f.fix)}")
     return lines
 
 
@@ -74,7 +77,7 @@ def waived_lines(report: Report, verbose: bool = False) -> list[str]:
     for f in report.findings:
         if f.waived is not None and (verbose or f.severity != "info"):
             runtimes = f" ({', '.join(f.runtimes)})" if f.runtimes else ""
-            out.append(f"waived {f.rule} {f.name}{runtimes}: {f.message}")
+            out.append(f"waived {f.rule} {f.name}{runtimes}: {printable(f.message)}")
             if f.waived.source == "--ignore":
                 out.append("      waived by --ignore")
             else:
@@ -91,11 +94,12 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
         return click.style(text, fg=fg, bold=bold)
 
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
-    lines = [f"lilicorr-ckpt validate {report.path}" + (f" --target {report.target}" if report.target else "")]
+    lines = [f"lilicorr-ckpt validate {printable(report.path)}"
+             + (f" --target {printable(report.target)}" if report.target else "")]
     if report.error is not None:
-        return "\n".join([*lines, "", paint("ERROR", "red", bold=True) + f" not validated: {report.error}"]) + "\n"
+        return "\n".join([*lines, "", paint("ERROR", "red", bold=True) + f" not validated: {printable(report.error)}"]) + "\n"
     g = {key: "?" if value is None else value for key, value in report.geometry.items()}  # ? = missing or invalid
-    arch = report.architecture or "unknown architecture"
+    arch = printable(report.architecture or "unknown architecture")
     head = ""
     if report.geometry.get("lilicorr_enabled"):
         head = (f", head h={g.get('head_hidden_size', '?')} K={g.get('candidate_topk', '?')} "
@@ -136,11 +140,11 @@ def render_json(report: Report) -> str:
 def render_junit(report: Report) -> str:
     """A testcase per runtime, failed by its errors (and, under --strict, its warnings), so that the failure
     count is non-zero exactly when the exit code is 1; unreadable input is one testcase with an <error>."""
-    suite = quoteattr("lilicorr-ckpt validate " + report.path)
+    suite = quoteattr("lilicorr-ckpt validate " + printable(report.path))
     head = '<?xml version="1.0" encoding="UTF-8"?>\n'
     if report.error is not None:
         case = (f'  <testcase classname="lilicorr-ckpt.validate" name="read checkpoint">'
-                f'<error message={quoteattr(report.error[:500])} type="unreadable-input">{escape(report.error)}'
+                f'<error message={quoteattr(printable(report.error)[:500])} type="unreadable-input">{escape(printable(report.error))}'
                 f"</error></testcase>")
         return head + f'<testsuite name={suite} tests="1" failures="0" errors="1">\n{case}\n</testsuite>\n'
     cases = []
@@ -155,12 +159,12 @@ def render_junit(report: Report) -> str:
             errors = sum(f.severity == "error" for f in failing)
             what = f"{errors} error(s)" if errors == len(failing) else \
                 f"{errors} error(s), {len(failing) - errors} warning(s) (--strict)"
-            text = "\n".join(f"{f.rule} {f.name} ({f.severity}): {f.message}{_where(f)}" for f in failing)
-            body += (f'<failure message={quoteattr(f"{what}: {failing[0].message[:200]}")} '
+            text = "\n".join(f"{f.rule} {f.name} ({f.severity}): {printable(f.message)}{_where(f)}" for f in failing)
+            body += (f'<failure message={quoteattr(f"{what}: {printable(failing[0].message)[:200]}")} '
                      f'type="lilicorr-ckpt">{escape(text)}</failure>')
         if warnings:
-            body += "<system-out>" + escape("\n".join(f"{f.rule} {f.name}: {f.message}" for f in warnings)) + \
-                    "</system-out>"
+            body += "<system-out>" + escape("\n".join(f"{f.rule} {f.name}: {printable(f.message)}"
+                                                      for f in warnings)) + "</system-out>"
         cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={quoteattr(v.display)}>{body}</testcase>')
     return (head + f'<testsuite name={suite} tests="{len(cases)}" failures="{failures}" errors="0">\n'
             + "\n".join(cases) + "\n</testsuite>\n")

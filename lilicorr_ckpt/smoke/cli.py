@@ -36,6 +36,10 @@ Examples:
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
 
+On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
+contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
+set OMP_NUM_THREADS to choose another count.
+
 A probe file has one JSON object per line: {"id": "...", "category": "...", "prompt": "...", "chat": true}
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
 """

@@ -200,12 +200,13 @@ class BaselineView(msgspec.Struct):
 
 
 def read_baseline(path: str) -> BaselineView:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError(f"baseline {path!r} does not exist") from None
-    except OSError as exc:
-        raise InputError(f"baseline {path!r} cannot be read: {exc}") from None
+    from lilicorr_ckpt.checkpoint.config import check_json_shape
+    from lilicorr_ckpt.checkpoint.source import read_small
+
+    if not Path(path).exists() and not Path(path).is_symlink():
+        raise InputError(f"baseline {path!r} does not exist")
+    data = read_small(Path(path), f"baseline {path!r}", 16 << 20)
+    check_json_shape(data, f"baseline {path!r}")
     try:
         return msgspec.json.decode(data, type=BaselineView)
     except msgspec.DecodeError as exc:

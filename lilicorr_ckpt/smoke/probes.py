@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from lilicorr_ckpt.checkpoint.source import read_small
 from lilicorr_ckpt.errors import InputError, UsageError
 
 BUNDLED = ("code", "chat", "math")
@@ -25,6 +26,8 @@ class Probe(msgspec.Struct, frozen=True):
     category: str
     prompt: str
     chat: bool
+
+PROBE_LIMIT = 16 << 20  # a probe file is prompts, not a corpus
 
 
 def is_probe_file(spec: str) -> bool:
@@ -57,11 +60,12 @@ def load_probes(spec: str, limit: int = 0) -> list[Probe]:
 
 
 def read_jsonl(path: Path) -> list[Probe]:
+    if not path.exists() and not path.is_symlink():
+        raise InputError(f"probe file {str(path)!r} does not exist")
+    data = read_small(path, f"probe file {str(path)!r}", PROBE_LIMIT)
     try:
-        lines = path.read_text("utf-8").splitlines()
-    except FileNotFoundError:
-        raise InputError(f"probe file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:
         raise InputError(f"probe file {str(path)!r} cannot be read: {exc}") from None
     probes = parse_lines(lines, str(path))
     if not probes:

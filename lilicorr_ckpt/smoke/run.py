@@ -9,7 +9,9 @@ import contextlib
 import hashlib
 import io
 import math
+import os
 import platform
+import re
 import sys
 import time
 from collections.abc import Sequence
@@ -22,6 +24,9 @@ import msgspec
 
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
+from lilicorr_ckpt.checkpoint.source import PICKLE_SUFFIXES
+from lilicorr_ckpt.checkpoint.target import read_target
+from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
 from lilicorr_ckpt.smoke.gates import (
     DEFAULT_MIN_HEAD_GAIN,
@@ -124,15 +129,35 @@ class Progress:
             self._dirty = False
 
 
+MAX_NEW_TOKENS = 1 << 16  # far beyond any probe; the target's positions bound it further once it is read
+MAX_TEMPERATURE = 100.0  # softmax(logits / T) is uniform to float precision long before this
+MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes on every platform
+
+
+def _finite(value: float | None) -> bool:
+    return value is None or math.isfinite(value)
+
+
 def check_options(opts: SmokeOptions) -> None:
-    """Usage errors that need no model (exit 4)."""
-    if opts.max_new_tokens < 2:
-        raise UsageError(f"--max-new-tokens must be >= 2 (the first token comes from the prefill), "
-                         f"got {opts.max_new_tokens}")
-    if not math.isfinite(opts.temperature) or opts.temperature < 0:  # the decoder refuses nan and inf too
-        raise UsageError(f"--temperature must be a finite number >= 0, got {opts.temperature}")
+    """Usage errors that need no model (exit 4): every option's range, so no value reaches torch unchecked."""
+    if not 2 <= opts.max_new_tokens <= MAX_NEW_TOKENS:
+        raise UsageError(f"--max-new-tokens must be in [2, {MAX_NEW_TOKENS}] (the first token comes from the "
+                         f"prefill), got {opts.max_new_tokens}")
+    if not math.isfinite(opts.temperature) or not 0 <= opts.temperature <= MAX_TEMPERATURE:
+        raise UsageError(f"--temperature must be a finite number in [0, {MAX_TEMPERATURE:g}], got {opts.temperature}")
     if not opts.seeds:
         raise UsageError("--seeds needs at least one seed")
+    bad_seeds = [s for s in opts.seeds if not 0 <= s <= MAX_SEED]
+    if bad_seeds:
+        raise UsageError(f"--seeds must be integers in [0, 2**63 - 1], got {bad_seeds[0]}")
+    for option, value in (("--min-tau", opts.min_tau), ("--min-head-gain", opts.min_head_gain),
+                          ("--tolerance", opts.tolerance)):
+        if not _finite(value):
+            raise UsageError(f"{option} must be a finite number, got {value}")
+    if opts.min_tau is not None and opts.min_tau < 0:
+        raise UsageError(f"--min-tau must be >= 0, got {opts.min_tau}")
+    if opts.limit is not None and opts.limit > 1 << 20:
+        raise UsageError(f"--limit must be at most {1 << 20}, got {opts.limit}")
     if opts.temperature == 0 and len(opts.seeds) > 1:
         raise UsageError("--seeds with more than one seed needs --temperature > 0: greedy decoding is deterministic")
     if opts.dtype is not None and opts.dtype not in DTYPES:
@@ -141,7 +166,7 @@ def check_options(opts: SmokeOptions) -> None:
         raise UsageError(f"--tolerance must be >= 0, got {opts.tolerance}")
     if any(not 0 <= f <= 1 for f in opts.min_accept_rates):
         raise UsageError("--min-accept-rates takes probabilities in [0, 1]")
-    if opts.num_speculative_tokens is not None and opts.num_speculative_tokens < 1:
+    if opts.num_speculative_tokens is not None and not 1 <= opts.num_speculative_tokens <= 1 << 16:
         raise UsageError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
 
 
@@ -158,6 +183,22 @@ def _runtime() -> tuple[ModuleType, ModuleType, ModuleType]:
     return torch, lilicorr_runtime, ops
 
 
+CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
+
+
+def cpu_threads(torch: ModuleType) -> int:
+    """Token-by-token decoding of small models gains nothing from many intra-op threads and loses much to their
+    contention on a shared machine, so smoke on the CPU uses min(cores, CPU_THREADS) unless OMP_NUM_THREADS is set
+    (torch reads it itself)."""
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return torch.get_num_threads()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = max(1, min(cores, CPU_THREADS))
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+    return threads
+
+
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
     check_options(opts)
     progress = progress or Progress(enabled=False)
@@ -168,6 +209,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         raise InputError(f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
                          "(torch.cuda.is_available() is False); run without --gpu for the CPU reference")
     device = "cuda" if opts.gpu else "cpu"
+    if not opts.gpu:
+        cpu_threads(torch)
     dtype_name = opts.dtype or ("bfloat16" if opts.gpu else "float32")
     dtype = getattr(torch, dtype_name)
 
@@ -197,11 +240,22 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     has_head = drafter.lilicorr is not None
     arms = [a for a in ARMS if a != "head" or has_head]
     eos = list(target.eos_token_ids)  # the generation config's, as HF generate stops
+    outside = [e for e in eos if not isinstance(e, int) or not 0 <= e < target.vocab_size]
+    if outside:
+        raise InputError(f"target {opts.target!r}: eos_token_id {outside[0]} is outside its vocabulary "
+                         f"({target.vocab_size} tokens); fix eos_token_id in config.json / generation_config.json")
     prompts, chat = _tokenize(target.tokenizer, probes, eos)
+    positions = getattr(target.model.config, "max_position_embeddings", None)
     for probe, ids in zip(probes, prompts, strict=True):
+        if isinstance(positions, int) and len(ids) + opts.max_new_tokens + g.block_size > positions:
+            raise InputError(f"probe {probe.id}: {len(ids)} prompt tokens + --max-new-tokens {opts.max_new_tokens} "
+                             f"+ one block ({g.block_size}) exceed the target's {positions} positions; lower "
+                             "--max-new-tokens or shorten the prompt")
         if max(ids) >= target.vocab_size:
             raise InputError(f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
                              f"table ({target.vocab_size} rows): the tokenizer does not belong to this model")
+
+    first_logits_finite(torch, target, prompts[0], drafter.target_layer_ids, opts.target)
 
     def decoder(arm: str, seed: int, keep: bool = False) -> Any:
         try:
@@ -377,8 +431,49 @@ def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> Draf
                            quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None, runtime=runtime)
 
 
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def check_target_files(resolved: Any, spec: str) -> None:
+    """Before anything is allocated: a target directory must hold safetensors weights (pickles are never opened,
+    not even by a library), and the sizes its config states must match what those weights hold, so a config
+    saying 10**6 layers or a vocabulary of 10**9 is refused instead of built."""
+    if resolved.kind == "gguf":
+        return
+    root = resolved.path
+    weights = sorted(root.glob("*.safetensors"))
+    if not weights:
+        pickles = sorted(p.name for p in root.iterdir() if p.name.endswith(PICKLE_SUFFIXES))
+        if pickles:
+            raise InputError(f"target {spec!r} holds only pickle weights ({', '.join(pickles[:3])}); pickles are never "
+                             "opened (unpickling runs code): convert the target to safetensors first")
+        raise InputError(f"target {spec!r} has no *.safetensors weights")
+    info = read_target(spec)  # config plus the embedding's header shape, no tensor data
+    layers: set[int] = set()
+    for path in weights:
+        tensors, _ = read_header(path, path.name)
+        layers.update(int(m.group(1)) for name in tensors if (m := _LAYER_INDEX.search(name)))
+    problems = []
+    if info.unreadable:
+        problems += [f"{key}: {why}" for key, why in info.unreadable.items()]
+    if info.num_layers is not None and layers and info.num_layers != max(layers) + 1:
+        problems.append(f"num_hidden_layers is {info.num_layers}, but the weights hold layers 0..{max(layers)}")
+    if info.embedding_rows is not None and info.vocab_size is not None and info.vocab_size != info.embedding_rows:
+        problems.append(f"vocab_size is {info.vocab_size}, but the embedding has {info.embedding_rows} rows")
+    if info.embedding_width is not None and info.hidden_size is not None and info.hidden_size != info.embedding_width:
+        problems.append(f"hidden_size is {info.hidden_size}, but the embedding is {info.embedding_width} wide")
+    if problems:
+        raise InputError(f"target {spec!r}: its config.json does not describe its weights: " + "; ".join(problems))
+    vocab = info.embedding_rows or info.vocab_size
+    for name, value in info.special_ids.items():
+        if vocab is not None and not 0 <= value < vocab:
+            raise InputError(f"target {spec!r}: {name}_token_id {value} is outside its vocabulary ({vocab} tokens); "
+                             "fix it in config.json / generation_config.json")
+
+
 def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
     resolved = resolve_target_spec(spec)
+    check_target_files(resolved, spec)
     if resolved.kind == "gguf":
         kind, ident = "gguf", resolved.path.name
     elif resolved.kind == "directory":
@@ -397,6 +492,19 @@ def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[An
     return target, TargetModel(id=ident, source=kind, architecture=architectures[0],
                                hidden_size=int(config.hidden_size), num_layers=int(config.num_hidden_layers),
                                vocab_size=int(target.vocab_size), forward=target.path_note)
+
+
+def first_logits_finite(torch: ModuleType, target: Any, prompt: Sequence[int], layer_ids: Any, spec: str) -> None:
+    """One forward of the first prompt: a target whose logits are NaN or infinite (an all-NaN lm_head or
+    embedding) makes every comparison meaningless, so it is refused instead of measured."""
+    with torch.inference_mode():
+        target.reset()
+        step = target.forward(torch.tensor(list(prompt), device=target.device), layer_ids)
+        finite = bool(torch.isfinite(step.logits).all())
+        target.reset()
+    if not finite:
+        raise SmokeRefused(f"target {spec!r} gives non-finite logits (NaN or Inf) on the first prompt: its weights "
+                           "are broken (check lm_head and embed_tokens); nothing was measured")
 
 
 def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tuple[list[list[int]], ChatTemplate]:

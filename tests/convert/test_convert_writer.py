@@ -251,3 +251,40 @@ def test_an_unwritable_parent_for_real_when_not_root(tmp_path):
         assert list(parent.iterdir()) == []
     finally:
         parent.chmod(0o755)
+
+
+def _earlier_output(cli, tmp_path, name):
+    dst = tmp_path / name
+    assert cli("convert", EXAMPLE, dst).code == 0
+    (dst / "notes.txt").write_text("the user's own file")  # what an unrestored backup would lose
+    return dst, tree_digest(dst)
+
+
+def test_a_force_killed_between_its_renames_is_restored_by_the_next_run(cli, tmp_path):
+    # kill -9 after `rename(DST, .DST.convert-old.PID)`, before the new output moved in: no DST, the old aside
+    dst, before = _earlier_output(cli, tmp_path, "out")
+    old = tmp_path / ".out.convert-old.999999999"
+    dst.rename(old)
+    result = cli("convert", EXAMPLE, dst)  # even a run that is then refused puts it back first
+    assert result.code == 4 and "already exists; pass --force" in result.err, result
+    assert "restored the previous output" in result.err and ".out.convert-old.999999999" in result.err
+    assert not old.exists() and tree_digest(dst) == before
+
+
+def test_a_force_killed_after_the_new_output_moved_in_drops_the_old_copy(cli, tmp_path):
+    dst, _ = _earlier_output(cli, tmp_path, "out")
+    old = tmp_path / ".out.convert-old.999999999"
+    (old / "half-deleted").mkdir(parents=True)
+    result = cli("convert", EXAMPLE, dst, "--force")
+    assert result.code == 0 and not old.exists() and "removed .out.convert-old.999999999" in result.err
+
+
+def test_temporaries_are_matched_literally_never_as_glob_patterns(cli, tmp_path):
+    # DST `model[v2]` as a pattern matches `.model2.convert-tmp.N`: another conversion's leftovers
+    other = tmp_path / ".modelv.convert-old.999999999"
+    other.mkdir()
+    (other / "keep").write_text("another directory's backup")
+    stale = tmp_path / ".model[v2].convert-tmp.999999999"
+    stale.mkdir()
+    assert cli("convert", EXAMPLE, tmp_path / "model[v2]").code == 0
+    assert (other / "keep").exists() and not stale.exists()

@@ -50,6 +50,18 @@ def good_head_drafter(smoke_dir: Path) -> Path:
                                      mutate=good_head)
 
 
+@pytest.fixture(scope="session")
+def zero_head_report(zero_head_drafter: Path, target: Path):
+    """One QUICK smoke run of the zero-head drafter, shared by the format tests (json, text, junit render the
+    same SmokeReport the CLI would print)."""
+    from lilicorr_ckpt.smoke.run import SmokeOptions, run_smoke
+
+    return run_smoke(SmokeOptions(path=str(zero_head_drafter), target=str(target), gpu=False,
+                                  probes="code,chat,math", limit=1, max_new_tokens=24, temperature=0.0, seeds=(0,),
+                                  num_speculative_tokens=None, min_tau=None, min_accept_rates=(), min_head_gain=0.05,
+                                  baseline=None, tolerance=0.05, dtype=None, runtime="all", warmup=False))
+
+
 class Outcome:
     def __init__(self, code: int, stdout: str, stderr: str):
         self.code, self.stdout, self.stderr = code, stdout, stderr

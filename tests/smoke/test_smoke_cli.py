@@ -11,11 +11,13 @@ import jsonschema
 import pytest
 import torch
 import transformers
-from conftest import QUICK
+from conftest import QUICK, Outcome
 from smoke_helpers import PLAIN_TEMPLATE, drafter_config, tokenizer, write_target
 
 import lilicorr_runtime
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.report.smoke import render_junit, render_text
+from lilicorr_ckpt.smoke.profile import encode
 
 from helpers import REPO, run_cli
 
@@ -58,9 +60,11 @@ def test_profile_follows_its_schema_and_describes_every_arm(smoke, drafter, targ
         "measured": "pass", "lossless": "pass", "head-loaded": "pass", "kernel-parity": "skip"}
 
 
-def test_a_zero_head_ties_the_control_exactly_and_fails_the_head_gate(smoke, zero_head_drafter, target):
-    failed = smoke(zero_head_drafter, "-t", target, *QUICK, "--format", "json")
-    assert failed.code == 1
+def test_a_zero_head_ties_the_control_exactly_and_fails_the_head_gate(smoke, zero_head_drafter, target,
+                                                                      zero_head_report):
+    failed = Outcome(1, encode(zero_head_report).decode(), "")
+    assert zero_head_report.passed is False
+    jsonschema.validate(failed.report, SCHEMA)
     arms = failed.report["arms"]
     assert arms["head"]["mean_accept_length"] == arms["control"]["mean_accept_length"]
     assert arms["head"]["acceptance_length_histogram"] == arms["control"]["acceptance_length_histogram"]
@@ -187,9 +191,9 @@ def test_sampled_runs_pool_the_seeds_and_skip_the_lossless_gate(smoke, drafter, 
     assert warmed["acceptance_length_histogram"] == report["acceptance_length_histogram"]
 
 
-def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target):
+def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target, zero_head_report):
     common = (zero_head_drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
-    report = smoke(*common).report
+    report = json.loads(encode(zero_head_report))
     tau, first = report["mean_accept_length"], report["marginal_accept_rates"][0]
     ok = smoke(*common, "--min-tau", str(tau), "--min-accept-rates", f"{first},0")
     assert ok.code == 0 and ok.gate("min-tau")["status"] == "pass" and ok.gate("min-accept-rates")["status"] == "pass"
@@ -198,14 +202,13 @@ def test_floors_on_tau_and_positions(smoke, zero_head_drafter, target):
     assert low.gate("min-tau")["status"] == "fail" and low.gate("min-accept-rates")["status"] == "fail"
 
 
-def test_text_and_junit_reports(smoke, zero_head_drafter, target):
-    text = smoke(zero_head_drafter, "-t", target, *QUICK)
-    assert text.code == 1
-    lines = text.stdout.splitlines()
+def test_text_and_junit_reports(zero_head_report):
+    text = render_text(zero_head_report)
+    lines = text.splitlines()
     assert lines[-1] == "FAIL 1 of 3 gates failed (1 skipped)"
     assert any(line.startswith("head ") for line in lines) and any(line.startswith("control ") for line in lines)
-    assert "enable_thinking=False" in text.stdout and "FAIL  head-loaded" in text.stdout
-    junit = ET.fromstring(smoke(zero_head_drafter, "-t", target, *QUICK, "--format", "junit").stdout)
+    assert "enable_thinking=False" in text and "FAIL  head-loaded" in text
+    junit = ET.fromstring(render_junit(zero_head_report))
     cases = {c.get("name"): c for c in junit.iter("testcase")}
     assert set(cases) == {"measured", "lossless", "head-loaded", "kernel-parity"}
     assert cases["head-loaded"].find("failure") is not None and cases["kernel-parity"].find("skipped") is not None
@@ -265,8 +268,9 @@ def test_a_target_with_missing_weights_exits_2_naming_them(smoke, drafter, targe
     assert "internal error" not in result.stderr and "Traceback" not in result.stderr
     # a drafter checkpoint passed as the target has no embedding table or lm_head of its own
     mistaken = smoke(drafter, "-t", drafter, *QUICK)
-    assert mistaken.code == 2 and "looks like a drafter checkpoint" in mistaken.stderr
-    assert "model.embed_tokens.weight" in mistaken.stderr
+    # named as validate names it (issue 15): read_target refuses it before smoke's own weight check runs
+    assert mistaken.code == 2 and "is a drafter, not a target" in mistaken.stderr
+    assert "--target takes the model the drafter drafts for" in mistaken.stderr
 
 
 @pytest.mark.parametrize(("args", "code", "message"), [
@@ -277,8 +281,16 @@ def test_a_target_with_missing_weights_exits_2_naming_them(smoke, drafter, targe
     (("-t", "{target}", "--probes", "{tmp}/keyless.jsonl"), 2, "keyless.jsonl:1: missing key 'chat'"),
     (("-t", "{target}", "--probes", "code,poetry"), 4, "unknown category poetry"),
     (("-t", "{target}", "--seeds", "1,2"), 4, "needs --temperature > 0"),
-    (("-t", "{target}", "--temperature", "nan"), 4, "--temperature must be a finite number >= 0, got nan"),
-    (("-t", "{target}", "--temperature", "inf"), 4, "--temperature must be a finite number >= 0, got inf"),
+    (("-t", "{target}", "--temperature", "nan"), 4, "--temperature must be a finite number in [0, 100], got nan"),
+    (("-t", "{target}", "--temperature", "inf"), 4, "--temperature must be a finite number in [0, 100], got inf"),
+    (("-t", "{target}", "--temperature", "1e308"), 4, "--temperature must be a finite number in [0, 100]"),
+    (("-t", "{target}", "--temperature", "0.5", "--seeds", "18446744073709551616"), 4,
+     "--seeds must be integers in [0, 2**63 - 1], got 18446744073709551616"),
+    (("-t", "{target}", "--temperature", "0.5", "--seeds", "-1"), 4, "--seeds must be integers in [0, 2**63 - 1]"),
+    (("-t", "{target}", "--min-tau", "nan"), 4, "--min-tau must be a finite number, got nan"),
+    (("-t", "{target}", "--min-head-gain", "inf"), 4, "--min-head-gain must be a finite number"),
+    (("-t", "{target}", "--tolerance", "nan"), 4, "--tolerance must be a finite number"),
+    (("-t", "{target}", "-k", str(2**63)), 4, "--num-speculative-tokens must be >= 1"),
     (("-t", "{target}", "-k", "9"), 4, "exceeds the drafter's 7 slots"),
     (("-t", "{target}", "--min-accept-rates", "0.5,x"), 4, "comma-separated numbers"),
     (("-t", "{target}", "--baseline", "{tmp}/bad.jsonl"), 2, "is not a smoke profile"),
@@ -328,16 +340,14 @@ def test_an_out_path_in_a_read_only_directory_is_refused_before_anything_loads(s
 
 def test_a_failed_profile_write_says_so_keeps_the_report_and_leaves_no_temporary_file(smoke, drafter, target, tmp_path,
                                                                                       monkeypatch):
-    import pathlib
+    real_replace = os.replace
 
-    real_replace = pathlib.Path.replace
-
-    def disk_full(self, dest):
-        if self.name.endswith(".tmp"):
+    def disk_full(src, dest):
+        if str(src).endswith(".tmp"):
             raise OSError(28, "No space left on device")
-        return real_replace(self, dest)
+        return real_replace(src, dest)
 
-    monkeypatch.setattr(pathlib.Path, "replace", disk_full)
+    monkeypatch.setattr("lilicorr_ckpt.outfile.os.replace", disk_full)
     out = tmp_path / "p.json"
     result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json", "--out", out)
     assert result.code == 2
@@ -441,3 +451,66 @@ def test_the_command_line_stays_torch_free_until_smoke_runs():
             "assert 'torch' not in sys.modules and 'lilicorr_runtime' not in sys.modules; "
             "assert 'smoke' in lilicorr_ckpt.cli.cli.commands")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def _target_copy(target, tmp_path, name):
+    copy = tmp_path / name
+    shutil.copytree(target, copy)
+    return copy
+
+
+def test_a_target_with_only_pickle_weights_is_refused_by_name_never_unpickled(smoke, drafter, target, tmp_path):
+    pickled = _target_copy(target, tmp_path, "pickled")
+    (pickled / "model.safetensors").unlink()
+    (pickled / "pytorch_model.bin").write_bytes(b"not a pickle: opening it would fail loudly")
+    result = smoke(drafter, "-t", pickled, *QUICK)
+    assert result.code == 2 and "holds only pickle weights (pytorch_model.bin)" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("num_hidden_layers", 1_000_000, "num_hidden_layers is 1000000, but the weights hold layers 0..3"),
+    ("vocab_size", 10**9, "vocab_size is 1000000000, but the embedding has 16 rows"),
+])
+def test_a_target_config_that_overstates_its_weights_is_refused_before_allocation(smoke, drafter, target, tmp_path,
+                                                                                  key, value, message):
+    lying = _target_copy(target, tmp_path, "lying")
+    config = json.loads((lying / "config.json").read_text())
+    config[key] = value
+    (lying / "config.json").write_text(json.dumps(config))
+    result = smoke(drafter, "-t", lying, *QUICK)
+    assert result.code == 2 and message in result.stderr, result.stderr
+
+
+def test_a_prompt_beyond_the_targets_positions_is_refused(smoke, drafter, target, tmp_path):
+    short = _target_copy(target, tmp_path, "short")
+    config = json.loads((short / "config.json").read_text())
+    config["max_position_embeddings"] = 16
+    (short / "config.json").write_text(json.dumps(config))
+    result = smoke(drafter, "-t", short, *QUICK)
+    assert result.code == 2 and "exceed the target's 16 positions" in result.stderr, result.stderr
+
+
+def test_a_target_with_nan_logits_is_refused_on_the_first_forward(smoke, drafter, target, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    broken = _target_copy(target, tmp_path, "nan-head")
+    tensors = load_file(broken / "model.safetensors")
+    tensors["lm_head.weight"] = torch.full_like(tensors["lm_head.weight"], float("nan"))
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    result = smoke(drafter, "-t", broken, *QUICK)
+    assert result.code == 1 and "non-finite logits" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("value", [str(2**63 - 1), "1", "65537"])
+def test_max_new_tokens_out_of_range_is_a_usage_error(smoke, drafter, target, value):
+    result = smoke(drafter, "-t", target, "--limit", "1", "--no-warmup", "--quiet", "--max-new-tokens", value)
+    assert result.code == 4 and "--max-new-tokens must be in [2, 65536]" in result.stderr, result.stderr
+
+
+def test_an_eos_token_id_outside_the_vocabulary_is_an_input_error(smoke, drafter, target, tmp_path):
+    odd = _target_copy(target, tmp_path, "odd-eos")
+    generation = json.loads((odd / "generation_config.json").read_text())
+    generation["eos_token_id"] = [10**12]
+    (odd / "generation_config.json").write_text(json.dumps(generation))
+    result = smoke(drafter, "-t", odd, *QUICK)
+    assert result.code == 2 and "eos_token_id 1000000000000 is outside its vocabulary (16 tokens)" in result.stderr, result.stderr

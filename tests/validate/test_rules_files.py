@@ -160,3 +160,18 @@ def test_only_pickle_weights(ckpt):
     assert hits(report, "LC608", "error"), describe(report)
     assert one(report, "LC601").subjects == ["pytorch_model.bin"]
     assert refused_by(report) == ALL
+
+
+def test_a_header_that_names_a_tensor_twice_is_lc609(tmp_path):
+    import struct
+
+    path = fixtures.write_checkpoint(tmp_path / "dup", fixtures.draft_config(num_hidden_layers=1))
+    file = path / "model.safetensors"
+    data = file.read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    name = next(k for k in header if k != "__metadata__")
+    forged = json.dumps(header)[:-1] + ", " + json.dumps({name: header[name]})[1:-1] + "}"
+    file.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+    finding = one(run(path), "LC609", "error")
+    assert finding.subjects == [name] and finding.file == "model.safetensors"
