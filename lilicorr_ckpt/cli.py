@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends as cleanly as later on
     import click
@@ -17,6 +18,7 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
     from lilicorr_ckpt.outfile import check_output_path, write_output
     from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+    from lilicorr_ckpt.report.ci import CI_FORMATS
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None  # EXIT_INTERRUPTED, defined below
@@ -44,13 +46,6 @@ def cli() -> None:
     """
 
 
-def _emit(text: str, out: str | None) -> None:
-    if out:
-        write_output(text, out)
-    else:
-        click.echo(text, nl=False)
-
-
 @cli.command(epilog=EPILOG_EXIT)
 @click.argument("path")
 @click.option("--target", "-t", metavar="DIR|REPO_ID|FILE.gguf",
@@ -58,20 +53,37 @@ def _emit(text: str, out: str | None) -> None:
                    "Adds hidden-size, layer-id, vocabulary and mask-token checks.")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="Judge against one serving stack's loader, or all of them (a verdict per runtime).")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif"]), default="text",
-              show_default=True, help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` "
-                                      "prints.")
-@click.option("--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout.")
+@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif", *CI_FORMATS]),
+              default="text", show_default=True,
+              help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` prints; github: "
+                   "::error/::warning annotations (file and line); markdown: the verdict table for a step summary; "
+                   "github-output: key=value lines for $GITHUB_OUTPUT.")
+@click.option("--output", "-o", metavar="FILE", help="Write the --format report to FILE instead of stdout.")
+@click.option("--json", "json_file", metavar="FILE", help="Also write the JSON report to FILE.")
+@click.option("--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE.")
+@click.option("--sarif", "sarif_file", metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (code scanning).")
+@click.option("--markdown", "markdown_file", metavar="FILE", help="Also write the Markdown summary to FILE.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
 @click.option("--deep", is_flag=True,
               help="Also read tensor data (memory-mapped, chunked): NaN/Inf and all-zero weights. Slower.")
 @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
-def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, strict: bool, deep: bool,
-             verbose: bool) -> None:
+@click.option("--quiet", "-q", is_flag=True, help="Text report: the verdict line only; no summary line on stderr.")
+@click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
+                                                "`org/name@REV` says the same).")
+@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC403): still reported, "
+                                              "marked waived, not counted. Waivers with reasons: [tool.lilicorr-ckpt] "
+                                              "in pyproject.toml or lilicorr.toml beside the checkpoint (docs/ci.md).")
+@click.option("--select", metavar="RULES", help="Only these rule ids or prefixes (LC1,LC2) count; other findings "
+                                              "are left out.")
+def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, json_file: str | None,
+             junit_file: str | None, sarif_file: str | None, markdown_file: str | None, strict: bool, deep: bool,
+             verbose: bool, quiet: bool, revision: str | None, ignore: str | None, select: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
-    PATH is a checkpoint directory (config.json + *.safetensors) or a repo id already in the local
-    Hugging Face cache. Nothing is downloaded and torch is never imported.
+    PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
+    org/name[@REV]. A repo is read from the Hub at one resolved commit (recorded in the report): its JSON
+    files, and each safetensors header by HTTP range reads, never the weights (HF_ENDPOINT and HF_TOKEN
+    apply). With HF_HUB_OFFLINE=1 it must be in the local Hugging Face cache. torch is never imported.
 
     \b
     Checks: config geometry (the eight lilicorr_* keys, top-k, head width, block size, target layer ids,
@@ -85,15 +97,48 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter
       lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
+      lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml  # text log + report files
+      lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
+      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC403       # waived, still reported
     """
-    from lilicorr_ckpt.checks.run import validate as run
-    from lilicorr_ckpt.report.validate import render
+    from lilicorr_ckpt.checks.run import error_report, validate_spec
+    from lilicorr_ckpt.report.ci import render_report
+    from lilicorr_ckpt.report.validate import summary_line
 
-    if output:
-        check_output_path(output, "--output", "report.txt")
-    report = run(path, runtime=runtime, target=target, deep=deep, strict=strict)
+    asked = (("--output", fmt, output), ("--json", "json", json_file), ("--junit", "junit", junit_file),
+             ("--sarif", "sarif", sarif_file), ("--markdown", "markdown", markdown_file))
+    files = [(f, p) for _, f, p in asked if p]
+    seen: dict[str, str] = {}
+    for option, f, p in asked:
+        if not p:
+            continue
+        key = str(Path(p).expanduser().resolve())
+        if key in seen:
+            raise UsageError(f"{option} {p}: {seen[key]} writes that file too; give each report its own file")
+        seen[key] = option
+        check_output_path(p, option, {"junit": "report.xml", "sarif": "report.sarif", "json": "report.json",
+                                      "markdown": "summary.md"}.get(f, "report.txt"))
+    try:
+        report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
+                               ignore=ignore, select=select)
+    except InputError as exc:
+        # unreadable input: every report asked for still says why (the next CI step finds its file)
+        failed = error_report(path, str(exc), target=target, strict=strict)
+        for f, p in files:
+            write_output(render_report(failed, f), p)
+        if output is None and fmt != "text":
+            click.echo(render_report(failed, fmt), nl=False)
+        raise
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    _emit(render(report, fmt, color=color, verbose=verbose), output)
+    for f, p in files:
+        write_output(render_report(report, f, verbose=verbose), p)
+    if output is None:
+        text = render_report(report, fmt, color=color, verbose=verbose)
+        if quiet and fmt == "text":
+            text = text.rstrip("\n").rpartition("\n")[2] + "\n"
+        click.echo(text, nl=False)
+    if not quiet and (output is not None or fmt != "text"):
+        click.echo(summary_line(report), err=True)  # the log says why, whatever went to the files
     sys.exit(report.exit_code)
 
 
@@ -102,7 +147,9 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
 @click.argument("path")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text for people; json for scripts (the same fields, machine-readable).")
-def inspect(path: str, fmt: str) -> None:
+@click.option("--output", "-o", metavar="FILE", help="Write the summary to FILE instead of stdout.")
+@click.option("--quiet", "-q", is_flag=True, help="Text: the runtime verdicts line only.")
+def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
     """Summarise a checkpoint: geometry, parameters per component, dtypes, quantization, runtime verdicts.
 
     PATH is a checkpoint directory or a repo id in the local Hugging Face cache; only headers are read.
@@ -119,11 +166,19 @@ def inspect(path: str, fmt: str) -> None:
 
     from lilicorr_ckpt.report.inspect import inspect_checkpoint, render_inspection
 
+    if output:
+        check_output_path(output, "--output", "inspect.json" if fmt == "json" else "inspect.txt")
     ins = inspect_checkpoint(path)
     if fmt == "json":
-        click.echo(json.dumps(msgspec.to_builtins(ins), indent=2))
+        text = json.dumps(msgspec.to_builtins(ins), indent=2) + "\n"
     else:
-        click.echo(render_inspection(ins), nl=False)
+        text = render_inspection(ins)
+        if quiet:
+            text = "".join(line.strip() + "\n" for line in text.splitlines() if line.lstrip().startswith("runtimes"))
+    if output:
+        write_output(text, output)
+    else:
+        click.echo(text, nl=False)
 
 
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
@@ -189,9 +244,25 @@ def rules_markdown() -> str:
     return "\n".join(lines) + "\n"
 
 
+def rules_page() -> str:
+    """docs/rules.md: every rule's long form under an anchor of its id (SARIF helpUri points here)."""
+    from lilicorr_ckpt.checks import RULES
+
+    lines = ["# Rules", "", "Generated from the rule catalogue by `python scripts/sync_docs.py` (a test keeps it in sync);",
+             "`lilicorr-ckpt rules ID` prints the same text.", ""]
+    for r in RULES.values():
+        lines += [f'<a id="{r.id.lower()}"></a>', "", f"## {r.id} `{r.name}`", "",
+                  f"**{r.severity}** · {r.area} · {r.summary}", ""]
+        if r.doc:
+            lines += [r.doc.strip(), ""]
+        lines += [f"**Fix:** {r.fix}", ""]
+    return "\n".join(lines)
+
+
 def _register_optional() -> None:
     """Commands that live in other modules register themselves here (convert, smoke)."""
-    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke.cli"):
+    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke.cli", "lilicorr_ckpt.report.ci",
+                   "lilicorr_ckpt.report.card"):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -2,7 +2,7 @@ import re
 import shlex
 
 from lilicorr_ckpt.checks import RULES
-from lilicorr_ckpt.cli import rules_markdown
+from lilicorr_ckpt.cli import rules_markdown, rules_page
 
 from helpers import REPO, run_cli
 
@@ -18,6 +18,12 @@ def test_readme_rule_table_is_generated_from_the_catalogue():
     assert block, "README lost its rules markers"
     assert block.group(1) == rules_markdown(), "README rules table is stale: run python scripts/sync_docs.py"
     assert all(f"| {rid} |" in README for rid in RULES)
+
+
+def test_rules_page_has_an_anchor_per_rule_for_sarif_help_links():
+    page = (REPO / "docs" / "rules.md").read_text()
+    assert page == rules_page(), "docs/rules.md is stale: run python scripts/sync_docs.py"
+    assert all(f'<a id="{rid.lower()}"></a>' in page for rid in RULES)
 
 
 def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one():

@@ -141,6 +141,28 @@ class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
 
 _EMPTY_DFLASH = DFlashConfig()
 
+_MODEL_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Model")
+
+
+def target_model_architecture(raw: dict[str, Any]) -> str | None:
+    """architectures[0] when a config.json describes a plain model rather than a drafter: no dflash_config, an
+    architecture that is no DFlash-family drafter and reads like a transformers model class (LlamaForCausalLM).
+    None for anything drafter-like, however broken (the checks explain those)."""
+    archs = raw.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if "dflash_config" in raw or arch is None or arch in ARCHITECTURES or "Draft" in arch:
+        return None
+    if any(k.startswith("lilicorr_") for k in raw):
+        return None
+    return arch if arch.endswith(_MODEL_SUFFIXES) else None
+
+
+def is_drafter_config(raw: dict[str, Any]) -> bool:
+    """A config.json a drafter would have: a dflash_config, or an architecture of the DFlash family."""
+    archs = raw.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    return isinstance(raw.get("dflash_config"), dict) or arch in ARCHITECTURES
+
 
 class ConfigIssue(msgspec.Struct, frozen=True):
     path: str  # JSON path, e.g. "$.dflash_config.block_size"

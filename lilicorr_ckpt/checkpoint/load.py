@@ -6,13 +6,23 @@ from typing import Any
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.config import ParsedConfig, load_json_object, parse_config
+from lilicorr_ckpt.checkpoint.config import (
+    ParsedConfig,
+    load_json_object,
+    parse_config,
+    target_model_architecture,
+)
 from lilicorr_ckpt.checkpoint.geometry import Geometry, resolve_geometry
 from lilicorr_ckpt.checkpoint.manifest import Manifest, build_manifest
 from lilicorr_ckpt.checkpoint.names import NameView, name_view
 from lilicorr_ckpt.checkpoint.quant import QuantConfig, parse_quant_config
 from lilicorr_ckpt.checkpoint.source import Source, open_source, read_small
 from lilicorr_ckpt.checkpoint.tensors import TensorTable, read_tensor_table
+from lilicorr_ckpt.errors import InputError
+
+
+class NotADrafter(InputError):
+    """The directory holds a plain model (a target), not a drafter checkpoint."""
 
 
 class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
@@ -52,6 +62,10 @@ def load_checkpoint(path: str) -> Checkpoint:
     source = open_source(path)
     assert source.config is not None
     parsed = parse_config(read_small(source.config, "config.json"))
+    arch = target_model_architecture(parsed.raw)
+    if arch is not None:  # a Llama passed where the drafter goes: say so, not "set architectures: ..."
+        raise NotADrafter(f"{source.label} is a target model, not a drafter ({arch}; its config.json has no "
+                          f"dflash_config)")
     quant_docs: dict[str, Any] = {}
     if parsed.config.quantization_config is not None:
         quant_docs["config.json"] = parsed.config.quantization_config

@@ -28,6 +28,13 @@ class Rule(msgspec.Struct, frozen=True, omit_defaults=True):
         return "\n".join(lines) + "\n"
 
 
+class Waiver(msgspec.Struct, frozen=True, kw_only=True):
+    """Why a finding is waived (lilicorr_ckpt/checks/waivers.py): still reported, no longer counted."""
+
+    reason: str
+    source: str  # "--ignore", or the config file (and its entry) the waiver comes from
+
+
 class Finding(msgspec.Struct, frozen=True, kw_only=True):
     rule: str
     name: str
@@ -40,6 +47,7 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     actual: str | None = None
     runtimes: list[str] = []  # empty: independent of the runtime
     subjects: list[str] = []  # every key/tensor/module involved
+    waived: Waiver | None = None  # set by a waiver: shown as suppressed, not in the summary or the verdicts
 
 
 RULES: dict[str, Rule] = {}

@@ -8,11 +8,12 @@ import msgspec
 
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.geometry import Geometry
-from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
+from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
+from lilicorr_ckpt.checkpoint.remote import HubOrigin, HubSpec, hub_label, hub_spec, offline_mode, open_hub
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
 from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
-from lilicorr_ckpt.errors import CheckpointInvalid
+from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.profiles import RuntimeProfile, select_profiles
 
 
@@ -20,6 +21,7 @@ class Summary(msgspec.Struct, frozen=True):
     errors: int
     warnings: int
     infos: int
+    waived: int = 0  # findings a waiver suppressed (not in the counts above)
 
 
 class RuntimeVerdict(msgspec.Struct, frozen=True):
@@ -44,6 +46,9 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     findings: list[Finding]
     geometry: dict[str, Any]
     exit_code: int
+    hub: HubOrigin | None = None  # set when PATH was a Hub repo id: the commit it was read at
+    strict: bool = False  # judged with --strict: warnings count as failures (JUnit failures, SARIF errors)
+    error: str | None = None  # the input could not be read (exit 2): no findings, no verdicts, this reason
 
 
 def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[RuntimeVerdict]:
@@ -70,7 +75,10 @@ def geometry_summary(g: Geometry) -> dict[str, Any]:
 
 def validate(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
              strict: bool = False, checkpoint: Checkpoint | None = None) -> Report:
-    ckpt = checkpoint or load_checkpoint(path)
+    try:
+        ckpt = checkpoint or load_checkpoint(path)
+    except NotADrafter as exc:
+        raise NotADrafter(f"{exc} (did you swap PATH and --target?)") from None
     profiles = select_profiles(runtime)
     target_info: TargetInfo | None = read_target(target) if target else None
     ctx = Context(ckpt, profiles=profiles, target=target_info, deep=deep)
@@ -80,7 +88,39 @@ def validate(path: str, *, runtime: str = "all", target: str | None = None, deep
                       infos=sum(f.severity == "info" for f in findings))
     return Report(path=path, architecture=ckpt.parsed.config.architecture, target=target,
                   runtimes=verdicts(findings, profiles), summary=summary, findings=findings,
-                  geometry=geometry_summary(ckpt.geometry), exit_code=exit_code_for(summary, strict))
+                  geometry=geometry_summary(ckpt.geometry), exit_code=exit_code_for(summary, strict), strict=strict)
+
+
+def error_report(path: str, error: str, *, target: str | None = None, strict: bool = False) -> Report:
+    """The report of a validate that could not read its input (exit 2), so that every report file a CI job
+    asked for still exists and says why (JUnit <error>, SARIF executionSuccessful false, JSON `error`)."""
+    return Report(path=path, architecture=None, target=target, runtimes=[], summary=Summary(0, 0, 0), findings=[],
+                  geometry={}, exit_code=2, strict=strict, error=error)
+
+
+def validate_hub(spec: HubSpec, *, runtime: str = "all", target: str | None = None, strict: bool = False,
+                 deep: bool = False) -> Report:
+    """validate() for a Hub repo id: headers read from the Hub, or the cached snapshot in offline mode."""
+    if deep and not offline_mode():
+        raise UsageError(f"--deep cannot read {spec.label} from the Hub (headers only)")
+    with open_hub(spec) as (ckpt, origin):
+        report = validate(hub_label(spec, origin), runtime=runtime, target=target, strict=strict, deep=deep,
+                          checkpoint=ckpt)
+    return msgspec.structs.replace(report, hub=origin)
+
+
+def validate_spec(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
+                  strict: bool = False, revision: str | None = None, ignore: str | None = None,
+                  select: str | None = None) -> Report:
+    """What `lilicorr-ckpt validate` runs: PATH a local directory or a Hub repo id `org/name[@REV]`, then the
+    waivers (--ignore, --select, lilicorr.toml / pyproject.toml beside a local checkpoint) applied."""
+    from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
+
+    check_rule_options(ignore, select)
+    hub = hub_spec(path, revision, deep=deep)  # None: a local directory
+    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
+              else validate(path, runtime=runtime, target=target, deep=deep, strict=strict))
+    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict)
 
 
 def require_valid(checkpoint: Checkpoint, runtime: str = "all") -> Report:

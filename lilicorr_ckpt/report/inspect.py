@@ -6,7 +6,8 @@ from typing import Any
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
+from lilicorr_ckpt.checkpoint.config import is_drafter_config
+from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
 from lilicorr_ckpt.checkpoint.names import observed_scheme
 from lilicorr_ckpt.checks.run import geometry_summary, validate
@@ -46,7 +47,16 @@ def _component(name: str, ckpt: Checkpoint) -> str:
 
 
 def inspect_checkpoint(path: str) -> Inspection:
-    ckpt = load_checkpoint(path)
+    try:
+        ckpt = load_checkpoint(path)
+    except NotADrafter as exc:
+        raise NotADrafter(f"{exc}; inspect summarises drafter checkpoints (a DFlash-family config with "
+                          f"dflash_config)") from None
+    if not is_drafter_config(ckpt.parsed.raw):  # no dflash_config, no drafter architecture: nothing to summarise
+        archs = ckpt.parsed.raw.get("architectures")
+        raise NotADrafter(f"{ckpt.source.label} is not a drafter checkpoint (no dflash_config; architectures: "
+                          f"{archs if archs is not None else 'absent'}); inspect summarises drafters, "
+                          f"`lilicorr-ckpt validate` says what a drafter config needs")
     view = ckpt.names
     stats: dict[str, dict[str, Any]] = {}
     for canonical, info in view.by_canonical.items():

@@ -31,7 +31,7 @@ Gates (exit 1 when one fails):
 \b
 Examples:
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target   # the bundled tiny pair, CPU, seconds
-  lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --out profile.json
+  lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json
   lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
@@ -46,7 +46,7 @@ A probe file has one JSON object per line: {"id": "...", "category": "...", "pro
 
 EPILOG = ("Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
           "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
-          "without CUDA, --out could not be written); 4 usage error (a bad option value, or an --out path whose "
+          "without CUDA, --output could not be written); 4 usage error (a bad option value, or an --output path whose "
           "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated.")
 
 
@@ -100,8 +100,10 @@ def register(group: click.Group) -> None:
               help="With --baseline: the relative tau drop that fails.")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
               help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
-@click.option("--out", "-o", metavar="PROFILE.json",
+@click.option("--output", "-o", "out", metavar="PROFILE.json",
               help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
+@click.option("--out", "out_alias", metavar="PROFILE.json", hidden=True,
+              help="The old spelling of --output (hidden; still accepted).")
 @click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
               help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
@@ -111,14 +113,19 @@ def register(group: click.Group) -> None:
 def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
           seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
-          fmt: str, out: str | None, dtype: str | None, runtime: str, no_warmup: bool, quiet: bool) -> None:
+          fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, no_warmup: bool,
+          quiet: bool) -> None:
     from lilicorr_ckpt.errors import SmokeRefused
     from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
     from lilicorr_ckpt.smoke.profile import encode
     from lilicorr_ckpt.smoke.run import Progress, SmokeOptions, run_smoke
 
+    if out and out_alias and out != out_alias:
+        raise click.UsageError("--output and --out (its old spelling) name different files; give one")
+    option = "--output" if out else "--out"  # errors name the spelling the user typed
+    out = out or out_alias
     if out:
-        check_output_path(out, "--out", "profile.json")  # before any model loads: a bad path must not cost a whole run
+        check_output_path(out, option, "profile.json")  # before any model loads: a bad path must not cost a whole run
     options = SmokeOptions(path=path, target=target, gpu=gpu, probes=probes, limit=limit,
                            max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
@@ -136,7 +143,7 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
     finally:
         progress.finish()
     profile = encode(report)
-    # the report goes to stdout first, so a failed --out write loses no measurement
+    # the report goes to stdout first, so a failed --output write loses no measurement
     if fmt == "json":
         click.echo(profile.decode(), nl=False)
     elif fmt == "junit":

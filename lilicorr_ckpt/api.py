@@ -1,0 +1,27 @@
+"""The library entry point of validate (docs/api.md): what `lilicorr-ckpt validate` runs, without the printing.
+
+`convert` and `smoke` have theirs in their packages: `lilicorr_ckpt.convert.convert` and
+`lilicorr_ckpt.smoke.smoke` (a name that is a subpackage cannot also be a function of the top package).
+"""
+
+from __future__ import annotations
+
+from lilicorr_ckpt.checks.run import Report, validate_spec
+
+
+def validate(path: str, *, runtime: str = "all", target: str | None = None, strict: bool = False,
+             deep: bool = False, revision: str | None = None, ignore: str | None = None,
+             select: str | None = None) -> Report:
+    """Judge a drafter checkpoint as SGLang, vLLM and TensorRT-LLM load it; the Report `validate -f json` prints.
+
+    path: a checkpoint directory, or a Hugging Face repo id `org/name[@REV]` (headers only).
+    runtime: "sglang", "vllm", "trtllm" or "all" (a verdict per runtime in `report.runtimes`).
+    target: the target model (directory, cached repo id or .gguf file) for the compatibility checks.
+    strict: warnings count as failures (`report.exit_code` 1).  deep: also read tensor data (local only).
+    ignore / select: rule ids or prefixes, comma-separated, as the command line's --ignore / --select;
+    waivers in lilicorr.toml or pyproject.toml beside a local checkpoint apply as on the command line.
+
+    Raises InputError for unreadable input (the command line's exit 2) and UsageError for bad arguments (4).
+    """
+    return validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
+                         ignore=ignore, select=select)

@@ -1,0 +1,241 @@
+"""The GitHub Action (action.yml) and its example workflow, run locally through their bash steps."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+
+from actionrunner import REPO, load_yaml, run_action, run_bash, run_workflow_job, runner_env  # noqa: E402
+
+ACTION = REPO / "action.yml"
+WORKFLOW = REPO / ".github" / "workflows" / "drafter-gate.yml"
+PRE = {"version": "preinstalled"}
+
+
+def test_the_action_declares_what_the_gate_needs_and_passes_inputs_through_env_only():
+    doc = load_yaml(ACTION)
+    assert doc["runs"]["using"] == "composite"
+    for name in ("path", "target", "runtime", "strict", "deep", "ignore", "smoke", "sarif-file", "upload-sarif",
+                 "summary", "version"):
+        assert name in doc["inputs"], name
+        assert doc["inputs"][name].get("description")
+    assert doc["inputs"]["smoke"]["default"] == "false"
+    for name in ("exit-code", "verdicts", "verdict-sglang", "verdict-vllm", "verdict-trtllm"):
+        assert name in doc["outputs"]
+    for step in doc["runs"]["steps"]:
+        if "run" in step:
+            assert step["shell"] == "bash"
+            assert "${{" not in step["run"], f"step {step.get('id')}: an expression pasted into a script"
+    upload = [s for s in doc["runs"]["steps"] if "uses" in s]
+    assert len(upload) == 1 and upload[0]["uses"].startswith("github/codeql-action/upload-sarif@")
+    assert upload[0]["with"]["category"] and upload[0]["with"]["sarif_file"]
+    assert "inputs.upload-sarif == 'true'" in upload[0]["if"]
+
+
+def test_an_accepted_drafter_passes_with_outputs_summary_and_sarif(tmp_path):
+    sarif = tmp_path / "out" / "validate.sarif"
+    run = run_action({**PRE, "path": "examples/tiny-lilicorr", "target": "examples/tiny-target", "strict": "true",
+                      "sarif-file": str(sarif)}, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.outputs["exit-code"] == "0" and run.outputs["result"] == "pass"
+    assert (run.outputs["verdict-sglang"], run.outputs["verdict-vllm"], run.outputs["verdict-trtllm"]) == \
+        ("accepts",) * 3
+    assert json.loads(run.outputs["verdicts"]) == {"sglang": "accepts", "vllm": "accepts", "trtllm": "accepts"}
+    assert "### ✅ lilicorr-ckpt validate `examples/tiny-lilicorr` against `examples/tiny-target`: PASS" in run.summary
+    assert "| SGLang | ✅ accepts | 0 | 0 |" in run.summary
+    doc = json.loads(sarif.read_text())
+    assert doc["version"] == "2.1.0" and doc["runs"][0]["results"] == []
+    assert run.outputs["sarif-file"] == str(sarif)
+    assert "PASS 0 errors, 0 warnings" in run.stdout  # the readable log
+    assert "::error" not in run.stdout
+    assert run.step("gate").stdout.strip() == "lilicorr-ckpt: the gate passes"
+
+
+def test_a_refused_checkpoint_fails_the_gate_with_annotations(tmp_path):
+    run = run_action({**PRE, "path": "examples/tiny-modelopt-nvfp4", "upload-sarif": "true"}, tmp_path)
+    assert run.returncode == 1
+    assert run.outputs["exit-code"] == "1" and run.outputs["result"] == "fail"
+    assert run.outputs["verdict-vllm"] == "refuses"
+    errors = [line for line in run.stdout.splitlines() if line.startswith("::error ")]
+    assert errors and all("file=examples/tiny-modelopt-nvfp4/" in line for line in errors)
+    assert any("title=LC306 must-be-float::" in line for line in errors)
+    assert any(line.startswith("::warning ") for line in run.stdout.splitlines())
+    assert "| vLLM | ❌ refuses |" in run.summary and "`LC306` must-be-float" in run.summary
+    validate = run.step("validate").outputs
+    assert validate["sarif-written"] == "true" and Path(validate["sarif-file"]).is_file()
+    assert validate["sarif-category"] == "lilicorr-ckpt/all/examples-tiny-modelopt-nvfp4"
+    assert run.step("gate").returncode == 1
+
+
+def test_a_warning_only_checkpoint_passes_unless_strict(tmp_path):
+    from lilicorr_ckpt import fixtures
+
+    cfg = fixtures.draft_config()
+    cfg["dflash_config"]["target_layer_ids"] = list(reversed(cfg["dflash_config"]["target_layer_ids"]))  # LC114
+    ckpt = fixtures.write_checkpoint(tmp_path / "warn", cfg)
+    (tmp_path / "lax").mkdir()
+    (tmp_path / "strict").mkdir()
+    lax = run_action({**PRE, "path": str(ckpt)}, tmp_path / "lax")
+    strict = run_action({**PRE, "path": str(ckpt), "strict": "true"}, tmp_path / "strict")
+    assert lax.returncode == 0 and lax.outputs["result"] == "pass"
+    assert strict.returncode == 1 and strict.outputs["result"] == "fail"
+    assert any(line.startswith("::warning ") for line in lax.stdout.splitlines())
+    # under --strict the warning fails the job, so it is annotated as an error (as SARIF and JUnit have it)
+    assert not any(line.startswith("::warning ") for line in strict.stdout.splitlines())
+    warning = [line for line in strict.stdout.splitlines() if line.startswith("::error ") and "LC114" in line]
+    # the annotation points at the key in config.json
+    text = (ckpt / "config.json").read_text().splitlines()
+    line = int(re.search(r",line=(\d+),", warning[0]).group(1))
+    assert "target_layer_ids" in text[line - 1]
+
+
+def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
+    run = run_action({**PRE, "path": "examples/tiny-lilicorrr"}, tmp_path)
+    assert run.returncode == 2
+    assert run.outputs["exit-code"] == "2" and run.outputs["result"] == "error"
+    assert "::error title=lilicorr-ckpt validate (exit 2)::checkpoint " \
+           "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'" \
+        in run.stdout
+    assert "not validated (exit 2)" in run.summary and "no such directory" in run.summary
+    # the report files exist all the same: the JSON with the reason (the SARIF, when asked, says
+    # executionSuccessful false; tests/test_ci_outputs.py)
+    assert "no such directory" in json.loads(Path(run.outputs["report-json"]).read_text())["error"]
+
+
+def test_inputs_are_data_never_code(tmp_path):
+    marker = tmp_path / "pwned"
+    for evil in (f"$(touch {marker})", f"`touch {marker}`", f'"; touch {marker}; echo "', f"x'; touch {marker}; '"):
+        sub = tmp_path / str(abs(hash(evil)))
+        sub.mkdir()
+        run = run_action({**PRE, "path": evil, "target": evil, "ignore": evil, "runtime": evil,
+                          "smoke-args": evil}, sub)
+        assert run.returncode in (2, 4)
+        assert not marker.exists(), evil
+
+
+def test_smoke_without_a_target_is_an_error_and_a_failing_validate_does_not_skip_smoke(tmp_path):
+    run = run_action({**PRE, "path": "examples/tiny-lilicorr", "smoke": "true"}, tmp_path)
+    assert run.returncode == 4
+    assert run.step("smoke").outputs["exit-code"] == "4"
+    assert "::error title=lilicorr-ckpt smoke::smoke needs the target input" in run.stdout
+    # validate failing still runs the smoke step (it decides nothing until the gate)
+    sub = tmp_path / "fail"
+    sub.mkdir()
+    failing = run_action({**PRE, "path": "examples/tiny-modelopt-nvfp4", "smoke": "true"}, sub)
+    assert [s.id for s in failing.steps] == ["install", "validate", "smoke", "gate"]
+    assert failing.returncode == 1
+
+
+def _fake_python(tmp: Path) -> tuple[Path, Path]:
+    """python3 on PATH that records what it is asked and makes a venv whose python records pip calls."""
+    log = tmp / "calls.log"
+    bindir = tmp / "fakebin"
+    bindir.mkdir()
+    script = f"""#!{sys.executable}
+import os, sys
+log = {str(log)!r}
+with open(log, "a") as f:
+    f.write(os.path.basename(sys.argv[0]) + " " + " ".join(sys.argv[1:]) + "\\n")
+if sys.argv[1:3] == ["-m", "venv"]:
+    d = os.path.join(sys.argv[3], "bin")
+    os.makedirs(d, exist_ok=True)
+    me = open(sys.argv[0]).read()
+    for name in ("python", "lilicorr-ckpt"):
+        p = os.path.join(d, name)
+        open(p, "w").write(me)
+        os.chmod(p, 0o755)
+"""
+    for name in ("python3",):
+        p = bindir / name
+        p.write_text(script)
+        p.chmod(p.stat().st_mode | stat.S_IEXEC)
+    return bindir, log
+
+
+@pytest.mark.parametrize("version, smoke, expected", [
+    ("", "false", ["{REPO}"]),
+    ("0.1.0", "false", ["lilicorr-ckpt==0.1.0"]),
+    ("", "true", ["torch --index-url https://download.pytorch.org/whl/cpu", "{REPO}[runtime]"]),
+    ("0.2.0", "true", ["torch --index-url https://download.pytorch.org/whl/cpu", "lilicorr-ckpt[runtime]==0.2.0"]),
+])
+def test_the_install_step_uses_a_venv_and_cpu_torch_only_for_smoke(tmp_path, version, smoke, expected):
+    bindir, log = _fake_python(tmp_path)
+    env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+    run = run_action({"path": "x", "version": version, "smoke": smoke}, tmp_path, env=env, only={"install"})
+    assert run.returncode == 0, run.stderr
+    calls = log.read_text().splitlines()
+    venv = f"{tmp_path}/runner-temp/lilicorr-ckpt-venv"
+    assert calls[0] == f"python3 -m venv {venv}"
+    installs = [c.split("install --quiet ", 1)[1] for c in calls if " install --quiet " in c and "--upgrade" not in c]
+    assert installs == [e.format(REPO=REPO) for e in expected]
+    assert run.step("install").outputs["bin"] == f"{venv}/bin"
+
+
+def test_the_install_step_refuses_a_version_that_is_not_one(tmp_path):
+    bindir, log = _fake_python(tmp_path)
+    env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
+    run = run_action({"path": "x", "version": "1.0; rm -rf ~"}, tmp_path, env=env, only={"install"})
+    assert run.returncode == 1
+    assert "::error title=lilicorr-ckpt::version must be empty, 'preinstalled' or a version number" in run.stdout
+    assert not log.exists()
+
+
+def test_the_gate_step_alone_fails_without_a_validate_result(tmp_path):
+    doc = load_yaml(ACTION)
+    gate = next(s for s in doc["runs"]["steps"] if s.get("id") == "gate")
+    proc, _ = run_bash(gate["run"], {**runner_env(tmp_path), "VALIDATE_RC": "", "SMOKE_RC": ""}, tmp_path, REPO)
+    assert proc.returncode == 2
+
+
+@pytest.mark.parametrize("job", ["gate", "refuses"])
+def test_the_example_workflow_passes_on_the_bundled_examples(tmp_path, job):
+    ran = run_workflow_job(WORKFLOW, job, tmp_path, input_overrides=PRE)
+    assert ran[-1][1] == 0, ran
+    assert len(ran) == 2
+
+
+@pytest.mark.slow
+def test_the_example_workflow_smoke_job(tmp_path):
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    ran = run_workflow_job(WORKFLOW, "smoke", tmp_path,
+                           input_overrides={**PRE, "smoke-args": "--limit 1 --max-new-tokens 4 --probes code "
+                                                                 "--no-warmup --min-head-gain -1"})
+    assert ran == [("smoke", 0), ("smoke ran and passed", 0)]
+
+
+def test_the_readme_snippet_is_the_example_workflow():
+    import re
+
+    readme = (REPO / "README.md").read_text()
+    section = readme.split("## A pre-publish gate", 1)[1].split("\n## ", 1)[0]
+    snippet = yaml.safe_load(re.search(r"```yaml\n(.*?)\n```", section, flags=re.S).group(1))
+    workflow = load_yaml(WORKFLOW)
+    assert snippet["permissions"] == workflow["permissions"]
+    step_keys = [{k: v for k, v in s.items()} for s in workflow["jobs"]["gate"]["steps"] if "uses" in s]
+    assert snippet["jobs"]["gate"]["steps"] == step_keys
+    assert snippet["jobs"]["gate"]["runs-on"] == workflow["jobs"]["gate"]["runs-on"]
+
+
+def test_the_ignore_input_waives_and_the_summary_says_so(tmp_path):
+    from lilicorr_ckpt import fixtures
+
+    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC403 warning
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    strict = run_action({**PRE, "path": str(owned), "strict": "true"}, tmp_path / "a")
+    waived = run_action({**PRE, "path": str(owned), "strict": "true", "ignore": "LC314,LC403"}, tmp_path / "b")
+    assert strict.returncode == 1 and any(line.startswith("::error ") and "LC403" in line
+                                          for line in strict.stdout.splitlines())
+    assert waived.returncode == 0 and waived.outputs["result"] == "pass"
+    assert "::warning" not in waived.stdout and "LC403" not in "".join(
+        line for line in waived.stdout.splitlines() if line.startswith("::"))
+    assert "0 errors, 0 warnings, 0 info; 1 waived" in waived.summary and "🔕 waived" in waived.summary

@@ -1,0 +1,143 @@
+"""The pre-commit hook: changed files -> their checkpoint directories -> validate each once."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.precommit import checkpoint_dirs, skip_reason
+
+from helpers import REPO
+
+EXAMPLES = REPO / "examples"
+
+
+def hook(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "lilicorr_ckpt.precommit", *args], capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=300)
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """A drafter repo: a good drafter, a refused export, the target, and a config.json that is not a model's."""
+    shutil.copytree(EXAMPLES / "tiny-lilicorr", tmp_path / "drafter")
+    shutil.copytree(EXAMPLES / "tiny-modelopt-nvfp4", tmp_path / "export")
+    shutil.copytree(EXAMPLES / "tiny-target", tmp_path / "target")
+    (tmp_path / "tools").mkdir()
+    (tmp_path / "tools" / "config.json").write_text('{"lint": true}\n')
+    return tmp_path
+
+
+def test_files_are_grouped_by_the_directory_that_holds_them():
+    files = ["a/config.json", "a/model-00001-of-00002.safetensors", "b/hf_quant_config.json", "a/README.md",
+             "model.safetensors.index.json", "a/model.safetensors.index.json", "c/notes.txt"]
+    assert checkpoint_dirs(files) == [Path("a"), Path("b"), Path(".")]
+
+
+def test_what_is_skipped_and_why(tree):
+    assert skip_reason(tree / "drafter") is None and skip_reason(tree / "export") is None
+    assert skip_reason(tree / "target") == "not a drafter (no dflash_config; architectures: LlamaForCausalLM)"
+    assert skip_reason(tree / "tools") == "not a drafter (no dflash_config; architectures: none)"
+    assert skip_reason(tree / "gone") == "removed in this commit"
+    (tree / "weights").mkdir()
+    (tree / "weights" / "model.safetensors").write_bytes(b"")
+    assert skip_reason(tree / "weights") is None  # weights without config.json: validate says what is missing
+
+
+def test_changed_files_validate_each_checkpoint_once(tree):
+    result = hook("drafter/config.json", "drafter/model.safetensors", "target/config.json", "tools/config.json",
+                  cwd=tree)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("lilicorr-ckpt validate drafter") == 1
+    assert "PASS 0 errors, 0 warnings" in result.stdout
+    assert "skipped target: not a drafter" in result.stdout and "skipped tools: not a drafter" in result.stdout
+    failing = hook("export/model.safetensors", "drafter/config.json", cwd=tree)
+    assert failing.returncode == 1
+    assert "lilicorr-ckpt validate export" in failing.stdout and "FAIL" in failing.stdout
+    assert "lilicorr-ckpt validate drafter" in failing.stdout  # the others are still reported
+
+
+def test_nothing_to_check_passes(tree):
+    result = hook("tools/config.json", cwd=tree)
+    assert result.returncode == 0
+    assert "no drafter checkpoint among the changed files" in result.stdout
+
+
+def test_unreadable_checkpoint_is_exit_2_with_its_reason(tree):
+    (tree / "drafter" / "model.safetensors").write_bytes(b"\x00" * 4)
+    result = hook("drafter/model.safetensors", cwd=tree)
+    assert result.returncode == 2
+    assert "drafter: error: model.safetensors: truncated safetensors file" in result.stderr
+
+
+def test_options_reach_validate(tmp_path):
+    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))
+    assert hook("owned/config.json", cwd=tmp_path).returncode == 0
+    assert hook("owned/config.json", "--strict", cwd=tmp_path).returncode == 1
+    waived = hook("owned/config.json", "--strict", "--ignore", "LC403", cwd=tmp_path)
+    assert waived.returncode == 0 and "waived LC403" in waived.stdout
+    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC403"\nreason = "checked on SGLang"\n')
+    # the waiver file beside the checkpoint applies to the hook as to validate
+    assert hook("owned/config.json", "--strict", cwd=tmp_path).returncode == 0
+    assert hook("owned/config.json", "--runtime", "tensorrt", cwd=tmp_path).returncode == 4
+
+
+def test_dir_mode_validates_what_it_is_given(tree):
+    assert hook("--dir", "drafter", cwd=tree).returncode == 0
+    assert hook("--dir", "drafter", "export", cwd=tree).returncode == 1
+    target = hook("--dir", "target", cwd=tree)  # explicit: not skipped, and validate says what it is
+    assert target.returncode == 2 and "is a target model, not a drafter" in target.stdout + target.stderr
+    missing = hook("--dir", "drafterr", cwd=tree)
+    assert missing.returncode == 2 and "no such directory; did you mean 'drafter'?" in missing.stderr
+    usage = hook("--dir", cwd=tree)
+    assert usage.returncode == 4 and "--dir needs at least one checkpoint directory" in usage.stderr
+
+
+def test_the_hook_manifest_matches_the_entry_point():
+    yaml = pytest.importorskip("yaml")
+    hooks = {h["id"]: h for h in yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())}
+    assert set(hooks) == {"lilicorr-ckpt-validate", "lilicorr-ckpt-validate-dir"}
+    import re
+
+    pattern = re.compile(hooks["lilicorr-ckpt-validate"]["files"])
+    for name in ("config.json", "a/b/config.json", "x/model-00001-of-00003.safetensors", "hf_quant_config.json",
+                 "d/model.safetensors.index.json"):
+        assert pattern.search(name), name
+    for name in ("config.json.bak", "README.md", "a/myconfig.json", "tokenizer_config.json"):
+        assert not pattern.search(name), name
+    assert hooks["lilicorr-ckpt-validate"]["require_serial"] is True  # one run sees every file: one per directory
+    assert hooks["lilicorr-ckpt-validate-dir"]["pass_filenames"] is False
+    pyproject = (REPO / "pyproject.toml").read_text()
+    assert 'lilicorr-ckpt-pre-commit = "lilicorr_ckpt.precommit:main"' in pyproject
+    assert hooks["lilicorr-ckpt-validate"]["entry"] == "lilicorr-ckpt-pre-commit"
+
+
+@pytest.mark.slow
+def test_pre_commit_try_repo(tree, tmp_path_factory):
+    if shutil.which("pre-commit") is None:
+        pytest.skip("pre-commit is not installed")
+    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path_factory.mktemp("pre-commit-home")), "NO_COLOR": "1",
+           "HF_HUB_OFFLINE": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e"}
+    env.pop("PYTHONPATH", None)  # the hook runs from the environment pre-commit builds, not this checkout
+    subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
+    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+
+    def try_repo(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["pre-commit", "try-repo", str(REPO), *args], cwd=tree, env=env, capture_output=True,
+                              text=True, timeout=900)
+
+    good = try_repo("lilicorr-ckpt-validate", "--files", "drafter/config.json", "drafter/model.safetensors",
+                    "target/config.json")
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "lilicorr-ckpt validate" in good.stdout and "Passed" in good.stdout
+    bad = try_repo("lilicorr-ckpt-validate", "--all-files", "--verbose")
+    assert bad.returncode == 1
+    assert "FAIL" in bad.stdout and "skipped target: not a drafter" in bad.stdout
