@@ -92,6 +92,43 @@ def draft_config(*, head: bool = True, conv: tuple[int, int] | None = None, own_
     return cfg
 
 
+SIBLING_LAYOUTS = ("dflash2", "dspark-deepspec", "dspark-specforge", "dspark-modelopt", "domino")
+
+
+def sibling_config(layout: str, **top: Any) -> dict[str, Any]:
+    """A small, valid sibling-head draft config in one published layout (override anything at the top level):
+
+    - `dflash2`: DFlash2DraftModel, grouped convolutions plus the candidate selector (rank 8, top-k 4);
+    - `dspark-deepspec`: Qwen3DSparkModel with the Markov keys at the top level and `markov_head.*` /
+      `confidence_head.*` tensors (DeepSpec; what SGLang and vLLM serve);
+    - `dspark-specforge`: DSparkDraftModel + auto_map, the Markov keys also in dflash_config, the same tensors;
+    - `dspark-modelopt`: DFlashDraftModel + projector_type "dspark", flat `markov_w1` / `confidence_proj` names
+      (Model-Optimizer's export, which no serving loader read accepts);
+    - `domino`: DFlashDraftModel + projector_type "domino", prefix GRU and embed_proj (Gh 16, E 8).
+    """
+    if layout not in SIBLING_LAYOUTS:
+        raise ValueError(f"unknown sibling layout {layout!r}; one of {', '.join(SIBLING_LAYOUTS)}")
+    markov = {"markov_rank": 8, "markov_head_type": "vanilla"}
+    if layout == "dflash2":
+        cfg = draft_config(head=False, conv=(2, 16), architecture="DFlash2DraftModel", is_causal=False,
+                           dflash={"projector_type": "dflash2", "selector_rank": 8, "selector_top_k": 4})
+    elif layout == "dspark-deepspec":
+        cfg = draft_config(head=False, architecture="Qwen3DSparkModel", enable_confidence_head=True,
+                           confidence_head_with_markov=True, **markov)
+    elif layout == "dspark-specforge":
+        cfg = draft_config(head=False, architecture="DSparkDraftModel", enable_confidence_head=True,
+                           confidence_head_with_markov=True, auto_map={"AutoModel": "dspark.DSparkDraftModel"},
+                           dflash={**markov}, **markov)
+    elif layout == "dspark-modelopt":
+        cfg = draft_config(head=False, dflash={"projector_type": "dspark", "use_confidence_head": True, **markov})
+    else:
+        cfg = draft_config(head=False, emb_dim=8, dflash={"projector_type": "domino", "gru_hidden_dim": 16,
+                                                          "emb_dim": 8, "shift_label": True,
+                                                          "pure_draft_prefix_len": 1})
+    cfg.update(top)
+    return cfg
+
+
 def qwen3_8b_drafter_config(layers: int = 5) -> dict[str, Any]:
     """Full-size geometry of the paper's Qwen3-8B drafter (head width 1024, K 8, 2 head layers, B 16)."""
     return draft_config(

@@ -228,14 +228,14 @@ def test_the_readme_snippet_is_the_example_workflow():
 def test_the_ignore_input_waives_and_the_summary_says_so(tmp_path):
     from lilicorr_ckpt import fixtures
 
-    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC403 warning
+    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404: an error for SGLang
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     strict = run_action({**PRE, "path": str(owned), "strict": "true"}, tmp_path / "a")
-    waived = run_action({**PRE, "path": str(owned), "strict": "true", "ignore": "LC314,LC403"}, tmp_path / "b")
-    assert strict.returncode == 1 and any(line.startswith("::error ") and "LC403" in line
+    waived = run_action({**PRE, "path": str(owned), "strict": "true", "ignore": "LC314,LC404"}, tmp_path / "b")
+    assert strict.returncode == 1 and any(line.startswith("::error ") and "LC404" in line
                                           for line in strict.stdout.splitlines())
     assert waived.returncode == 0 and waived.outputs["result"] == "pass"
-    assert "::warning" not in waived.stdout and "LC403" not in "".join(
+    assert "::warning" not in waived.stdout and "LC404" not in "".join(
         line for line in waived.stdout.splitlines() if line.startswith("::"))
     assert "0 errors, 0 warnings, 0 info; 1 waived" in waived.summary and "🔕 waived" in waived.summary

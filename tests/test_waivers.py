@@ -10,7 +10,13 @@ import pytest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checks.findings import Finding
-from lilicorr_ckpt.checks.waivers import WaiverRule, apply_waivers, find_config, parse_config
+from lilicorr_ckpt.checks.waivers import (
+    WaiverRule,
+    apply_waivers,
+    check_rule_options,
+    find_config,
+    parse_config,
+)
 from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.report import schemas
 
@@ -29,13 +35,18 @@ def waiver(*rules, runtimes=(), paths=(), base=None) -> WaiverRule:
                       base=base)
 
 
+def test_a_retired_rule_id_is_a_usage_error_naming_its_replacement():
+    with pytest.raises(UsageError, match="LC403 is a retired rule id.*LC404"):
+        check_rule_options("LC314,LC403", None)
+
+
 def test_apply_waivers_marks_splits_and_selects():
-    fs = [finding("LC314", ["sglang", "vllm"]), finding("LC403", ["sglang"]), finding("LC110"), finding("LC210")]
+    fs = [finding("LC314", ["sglang", "vllm"]), finding("LC404", ["sglang"]), finding("LC110"), finding("LC210")]
     out = apply_waivers(fs, [waiver("LC314", runtimes=["vllm"]), waiver("LC40"), waiver("LC110", runtimes=["trtllm"])],
                         runtimes=ALL)
     by = [(f.rule, tuple(f.runtimes), f.waived is not None) for f in out]
     assert by == [("LC314", ("sglang",), False), ("LC314", ("vllm",), True),  # split by runtime
-                  ("LC403", ("sglang",), True),  # a prefix
+                  ("LC404", ("sglang",), True),  # a prefix
                   ("LC110", ("sglang", "vllm"), False), ("LC110", ("trtllm",), True),  # runtime-independent, split
                   ("LC210", (), False)]
     # a whole runtime-independent finding stays runtime-independent when all of it is waived
@@ -57,7 +68,7 @@ def test_config_is_found_upward_and_lilicorr_toml_wins(tmp_path):
     ckpt = tmp_path / "models" / "drafter"
     ckpt.mkdir(parents=True)
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[[tool.lilicorr-ckpt.waivers]]\n'
-                                             'rule = "LC403"\nreason = "root"\n')
+                                             'rule = "LC404"\nreason = "root"\n')
     path, table = find_config(ckpt)
     assert path == tmp_path / "pyproject.toml" and parse_config(path, table)[0].reason == "root"
     (ckpt / "pyproject.toml").write_text('[project]\nname = "no table here"\n')  # skipped: no [tool.lilicorr-ckpt]
@@ -70,12 +81,12 @@ def test_config_is_found_upward_and_lilicorr_toml_wins(tmp_path):
 
 
 @pytest.mark.parametrize("entry, needle", [
-    ('rule = "LC403"', "a `reason` is required"),
-    ('rule = "LC403"\nreason = "  "', "a `reason` is required"),
+    ('rule = "LC404"', "a `reason` is required"),
+    ('rule = "LC404"\nreason = "  "', "a `reason` is required"),
     ('reason = "r"', 'needs `rule = "LC314"`'),
     ('rule = "LC9999"\nreason = "r"', "'LC9999' is not a rule id"),
-    ('rule = "LC403"\nreason = "r"\nruntimes = ["tensorrt"]', "`runtimes` must list runtimes among"),
-    ('rule = "LC403"\nreason = "r"\nexpires = 2026-01-01', "unknown key(s) expires"),
+    ('rule = "LC404"\nreason = "r"\nruntimes = ["tensorrt"]', "`runtimes` must list runtimes among"),
+    ('rule = "LC404"\nreason = "r"\nexpires = 2026-01-01', "unknown key(s) expires"),
 ])
 def test_config_mistakes_are_usage_errors_naming_the_entry(tmp_path, entry, needle):
     path = tmp_path / "lilicorr.toml"
@@ -87,39 +98,39 @@ def test_config_mistakes_are_usage_errors_naming_the_entry(tmp_path, entry, need
 
 @pytest.fixture
 def owned(tmp_path) -> Path:
-    """A checkpoint whose only finding is LC403 (an owned lm_head, unconfirmed on SGLang): a warning."""
+    """A checkpoint whose only finding is LC404 (an owned lm_head, which SGLang drops): an error for SGLang."""
     return fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))
 
 
 def test_ignore_lets_strict_pass_and_keeps_the_finding_visible(owned):
     strict = run_cli("validate", str(owned), "--strict")
-    assert strict.returncode == 1 and "WARN  LC403" in strict.stdout
-    waived = run_cli("validate", str(owned), "--strict", "--ignore", "LC314,LC403")
+    assert strict.returncode == 1 and "ERROR LC404" in strict.stdout
+    waived = run_cli("validate", str(owned), "--strict", "--ignore", "LC314,LC404")
     assert waived.returncode == 0, waived.stdout
-    assert "waived LC403 own-head-unconfirmed (sglang):" in waived.stdout and "waived by --ignore" in waived.stdout
+    assert "waived LC404 own-head-dropped (sglang):" in waived.stdout and "waived by --ignore" in waived.stdout
     assert "PASS 0 errors, 0 warnings, 1 waived" in waived.stdout
-    report = json.loads(run_cli("validate", str(owned), "--strict", "--ignore", "LC403", "-f", "json").stdout)
-    assert report["exit_code"] == 0 and report["summary"]["waived"] == 1 and report["summary"]["warnings"] == 0
+    report = json.loads(run_cli("validate", str(owned), "--strict", "--ignore", "LC404", "-f", "json").stdout)
+    assert report["exit_code"] == 0 and report["summary"]["waived"] == 1 and report["summary"]["errors"] == 0
     [f] = report["findings"]
-    assert f["rule"] == "LC403" and f["waived"] == {"reason": "--ignore on the command line", "source": "--ignore"}
+    assert f["rule"] == "LC404" and f["waived"] == {"reason": "--ignore on the command line", "source": "--ignore"}
     jsonschema.validate(report, schemas.all_schemas()["validate-report.schema.json"])
 
 
 def test_a_config_waiver_needs_its_runtime_and_its_reason_shows_everywhere(owned):
-    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC403"\nruntimes = ["vllm"]\nreason = "not vllm"\n')
-    assert run_cli("validate", str(owned), "--strict").returncode == 1  # LC403 is SGLang's: not waived
-    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC403"\nruntimes = ["sglang"]\n'
+    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\nruntimes = ["vllm"]\nreason = "not vllm"\n')
+    assert run_cli("validate", str(owned), "--strict").returncode == 1  # LC404 is SGLang's: not waived
+    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\nruntimes = ["sglang"]\n'
                                          'reason = "SGLang 0.5.4 loads the owned head (checked by hand)"\n')
     text = run_cli("validate", str(owned), "--strict")
     assert text.returncode == 0
     assert "reason: SGLang 0.5.4 loads the owned head (checked by hand) [lilicorr.toml waiver 1]" in text.stdout
     sarif = json.loads(run_cli("validate", str(owned), "--strict", "-f", "sarif").stdout)
     [result] = sarif["runs"][0]["results"]
-    assert result["ruleId"] == "LC403"
+    assert result["ruleId"] == "LC404"
     assert result["suppressions"] == [{"kind": "external", "status": "accepted", "justification":
                                        "SGLang 0.5.4 loads the owned head (checked by hand) (lilicorr.toml waiver 1)"}]
     junit = run_cli("validate", str(owned), "--strict", "-f", "junit").stdout
-    assert "LC403" not in junit
+    assert "LC404" not in junit
     md = run_cli("validate", str(owned), "--strict", "-f", "markdown").stdout
     assert "🔕 waived" in md and "**waived:** SGLang 0.5.4" in md
     gh = run_cli("validate", str(owned), "--strict", "-f", "github").stdout

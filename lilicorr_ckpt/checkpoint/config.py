@@ -35,6 +35,7 @@ ARCHITECTURES = {
     "DFlash2DraftModel": "dflash2",
     "DSparkDraftModel": "dspark",
     "DominoDraftModel": "domino",
+    "Qwen3DSparkModel": "dspark",  # DeepSpec's class, what SGLang and vLLM load for a Qwen3-backbone DSpark
 }
 
 
@@ -61,6 +62,15 @@ class DFlashConfig(msgspec.Struct, kw_only=True, frozen=True):
     conv_group_size: int | None = None
     selector_rank: int | None = None
     selector_top_k: int | None = None
+    # DSpark (Model-Optimizer and SpecForge write these here; SGLang and vLLM read the top-level copies)
+    markov_rank: int | None = None
+    markov_head_type: str | None = None
+    use_confidence_head: bool | None = None
+    # Domino
+    gru_hidden_dim: int | None = None
+    emb_dim: int | None = None
+    shift_label: Any = None  # SGLang requires a JSON bool: judged by the Domino rules, not the schema
+    pure_draft_prefix_len: int | None = None
 
 
 class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -98,6 +108,14 @@ class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
     has_own_lm_head: bool | None = None
     draft_vocab_size: int | None = None
     draft_id_to_target_id: Any = None
+    # DSpark (DeepSpec writes them at the top level)
+    markov_rank: int | None = None
+    markov_head_type: str | None = None
+    enable_confidence_head: bool | None = None
+    confidence_head_with_markov: bool | None = None
+    # Domino (the reference checkpoint also writes emb_dim here)
+    gru_hidden_dim: int | None = None
+    emb_dim: int | None = None
     quantization_config: dict[str, Any] | None = None
     dflash_config: DFlashConfig | None = None
 

@@ -16,7 +16,7 @@ DEFAULT_BLOCK_SIZE = 16  # SGLang's resolve_block_size(default=16); the other st
 
 
 class Geometry(msgspec.Struct, kw_only=True, frozen=True):
-    family: str | None  # lilicorr | dflash | dflash2 | dspark | domino | None
+    family: str | None  # lilicorr | dflash | dflash2 | dspark | domino | None (the head, with projector_type)
     hidden_size: int | None  # M
     num_layers: int | None  # Ld
     num_heads: int | None  # nh
@@ -45,6 +45,16 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
     head_factor_dim: int | None  # F
     head_vector_eps: float | None
     head_logit_scale: float | None
+    # sibling heads: the DFlash2 selector, the DSpark Markov head, the Domino GRU
+    selector_rank: int | None = None  # DFlash2 r; 0 / None = no selector
+    selector_top_k: int | None = None
+    markov_rank: int | None = None  # DSpark r, from the top level (where SGLang and vLLM read it)
+    markov_head_type: str | None = None  # vanilla | gated | rnn (lower-cased)
+    confidence_head: bool = False
+    confidence_with_markov: bool = False
+    dspark_layout: str | None = None  # "served" (markov_head.*) | "modelopt" (flat names) for the DSpark family
+    gru_hidden_dim: int | None = None  # Domino Gh
+    emb_dim: int | None = None  # Domino E
 
     @property
     def slots(self) -> int | None:
@@ -100,6 +110,14 @@ def routed_by_projector(config: DraftConfig) -> bool:
     return config.family == "dflash" and (d.projector_type == "lilicorr" or d.lilicorr_enabled is True)
 
 
+def head_family(config: DraftConfig) -> str | None:
+    """The head a checkpoint carries: the architecture's family, or for DFlashDraftModel the sibling its
+    dflash_config.projector_type names (Model-Optimizer's DSpark and Domino exporters keep DFlashDraftModel)."""
+    if config.family == "dflash" and config.dflash.projector_type in ("dspark", "domino", "dflash2"):
+        return config.dflash.projector_type
+    return config.family
+
+
 def resolve_geometry(config: DraftConfig) -> Geometry:
     d = config.dflash
     hidden = _positive_int(config.hidden_size)
@@ -124,8 +142,12 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
     taps = d.conv_kernel_size if isinstance(d.conv_kernel_size, int) and d.conv_kernel_size > 0 else 0
     group = d.conv_group_size if isinstance(d.conv_group_size, int) and d.conv_group_size > 0 else 0
     eps = _finite(config.rms_norm_eps)
+    family = head_family(config)
+    markov_type = config.markov_head_type or d.markov_head_type
+    confidence = config.enable_confidence_head if config.enable_confidence_head is not None \
+        else d.use_confidence_head
     return Geometry(
-        family=config.family,
+        family=family,
         hidden_size=hidden,
         num_layers=_positive_int(config.num_hidden_layers),
         num_heads=heads,
@@ -154,6 +176,18 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         head_factor_dim=_positive_int(d.lilicorr_factor_dim),
         head_vector_eps=_positive_or_none(d.lilicorr_vector_eps),
         head_logit_scale=_positive_or_none(d.lilicorr_logit_scale),
+        selector_rank=_positive_int(d.selector_rank) if family == "dflash2" else None,
+        selector_top_k=_positive_int(d.selector_top_k) if family == "dflash2" else None,
+        markov_rank=_positive_int(config.markov_rank if config.markov_rank is not None else d.markov_rank)
+        if family == "dspark" else None,
+        markov_head_type=(markov_type or "vanilla").lower() if family == "dspark" else None,
+        confidence_head=bool(confidence) and family == "dspark",
+        confidence_with_markov=bool(config.confidence_head_with_markov) and family == "dspark",
+        dspark_layout=("served" if config.family == "dspark" else "modelopt") if family == "dspark" else None,
+        gru_hidden_dim=_positive_int(d.gru_hidden_dim if d.gru_hidden_dim is not None else config.gru_hidden_dim)
+        if family == "domino" else None,
+        emb_dim=_positive_int(d.emb_dim if d.emb_dim is not None else config.emb_dim)
+        if family == "domino" else None,
     )
 
 

@@ -33,10 +33,16 @@ LEGACY_HEAD_MODULES = {
 _LEGACY_LAYER_MLP = re.compile(r"^lilicorr\.layers\.(\d+)\.mlp\.(0|2)\.")
 _LEGACY_LAYER_NAMES = {"0": "up_proj", "2": "down_proj"}
 
-# Heads of the sibling families: recognised and left unchecked (backbone checks only for now).
-FAMILY_HEAD_PREFIXES = {
+# Name prefixes of the sibling heads' tensors (DFlash2 selector, DSpark served layout, Domino): judged as the
+# family's head (coverage, surplus, shape, dtype) when the checkpoint declares that family.
+SIBLING_HEAD_PREFIXES = ("candidate_selector.", "markov_head.", "confidence_head.", "prefix_gru.", "embed_proj.")
+# Model-Optimizer's flat DSpark names (top level, beside the backbone)
+DSPARK_FLAT_NAMES = ("markov_w1.weight", "markov_w2.weight", "gate_proj.weight", "gate_proj.bias",
+                     "joint_proj.weight", "joint_proj.bias", "confidence_proj.weight", "confidence_proj.bias")
+# per family, the prefixes of its head's tensors (the reference runtime refuses to build a sibling head)
+FAMILY_HEAD_PREFIXES: dict[str, tuple[str, ...]] = {
     "dflash2": ("candidate_selector.",),
-    "dspark": ("markov_w1", "markov_w2", "gate_proj.", "joint_proj.", "confidence_proj."),
+    "dspark": ("markov_head.", "confidence_head.", *DSPARK_FLAT_NAMES),
     "domino": ("prefix_gru.", "embed_proj."),
 }
 
@@ -161,7 +167,7 @@ _BACKBONE_NAME = re.compile(r"^(layers\.\d+\.(self_attn|mlp|input_layernorm|post
 
 def component_of_name(name: str) -> str | None:
     """The component a (canonical) tensor name belongs to by its name alone; None when unknown."""
-    if name.startswith("lilicorr."):
+    if name.startswith("lilicorr.") or name.startswith(SIBLING_HEAD_PREFIXES) or name in DSPARK_FLAT_NAMES:
         return "head"
     if ".attention_conv." in name or ".mlp_conv." in name:
         return "conv"
@@ -298,6 +304,11 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
         else:
             _head(b, g)
 
+    if g.family in ("dflash2", "dspark", "domino"):
+        reason = _sibling_head(b, g)
+        if reason:
+            incomplete["head"] = reason
+
     if g.has_own_lm_head:
         if M is None or g.vocab_size is None:
             incomplete["lm_head"] = "needs hidden_size and vocab_size"
@@ -306,6 +317,50 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
 
     return Manifest(geometry=g, tensors=b.tensors, modules=b.modules, incomplete=incomplete,
                     family_prefixes=FAMILY_HEAD_PREFIXES.get(g.family or "", ()), implausible=implausible)
+
+
+def _sibling_head(b: _Builder, g: Geometry) -> str | None:
+    """The DFlash2 / DSpark / Domino head tensors; a reason when the geometry does not determine them.
+    Every one is a plain float parameter in every loader read (the selector projection, the Markov tables and the
+    Domino GRU/projections are never quantized there), so they are registered as float-only parameters."""
+    M, V = g.hidden_size, g.vocab_size
+    if M is None or V is None:
+        return "needs hidden_size and vocab_size"
+    if g.family == "dflash2":
+        r = g.selector_rank
+        if r is None:
+            return "DFlash2 needs dflash_config.selector_rank"
+        b.param("candidate_selector.hidden_projection.weight", (r, M), "head")
+        b.param("candidate_selector.predecessor_codebook", (V, r), "head")  # bare parameters: no .weight
+        b.param("candidate_selector.successor_codebook", (V, r), "head")
+    elif g.family == "dspark":
+        r = g.markov_rank
+        if r is None:
+            return "DSpark needs markov_rank > 0"
+        flat = g.dspark_layout == "modelopt"
+        mk = "" if flat else "markov_head."
+        b.param(f"{mk}markov_w1.weight", (V, r), "head")
+        b.param(f"{mk}markov_w2.weight", (V, r), "head")
+        if g.markov_head_type == "gated":
+            b.param(f"{mk}gate_proj.weight", (r, M + r), "head")
+            b.param(f"{mk}gate_proj.bias", (r,), "head")
+        elif g.markov_head_type == "rnn":
+            b.param(f"{mk}joint_proj.weight", (3 * r, 2 * r + M), "head")
+            b.param(f"{mk}joint_proj.bias", (3 * r,), "head")
+        if g.confidence_head:
+            width = M + r if (g.confidence_with_markov or flat) else M
+            conf = "confidence_proj" if flat else "confidence_head.proj"
+            b.param(f"{conf}.weight", (1, width), "head")
+            b.param(f"{conf}.bias", (1,), "head")
+    elif g.family == "domino":
+        gh, e = g.gru_hidden_dim, g.emb_dim
+        if gh is None or e is None:
+            return "Domino needs gru_hidden_dim and emb_dim"
+        b.param("prefix_gru.weight_ih_l0", (3 * gh, M), "head")
+        b.param("prefix_gru.weight_hh_l0", (3 * gh, gh), "head")
+        b.param("embed_proj.0.weight", (e, M + gh), "head")
+        b.param("embed_proj.2.weight", (V, e), "head")
+    return None
 
 
 def _head(b: _Builder, g: Geometry) -> None:

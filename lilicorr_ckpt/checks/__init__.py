@@ -1,6 +1,18 @@
-"""Judging a checkpoint: one module per rule family, each rule's catalogue row beside its check."""
+"""Judging a checkpoint: one module per rule family, each rule's catalogue row beside its check.
 
-from lilicorr_ckpt.checks import rules  # noqa: F401  (registers the catalogue and the checks)
+Importing the package registers the catalogue and the checks, family by family in id order (the README table
+and `lilicorr-ckpt rules` follow it)."""
+
+# isort: off
+from lilicorr_ckpt.checks import config  # noqa: F401 (LC0xx, LC1xx)
+from lilicorr_ckpt.checks import coverage  # noqa: F401 (LC2xx)
+from lilicorr_ckpt.checks import quantization  # noqa: F401 (LC3xx)
+from lilicorr_ckpt.checks import lm_head  # noqa: F401 (LC4xx)
+from lilicorr_ckpt.checks import target  # noqa: F401 (LC5xx)
+from lilicorr_ckpt.checks import files  # noqa: F401 (LC6xx)
+from lilicorr_ckpt.checks import deep  # noqa: F401 (LC7xx; its check runs only with --deep)
+
+# isort: on
 from lilicorr_ckpt.checks.findings import RULES
 
 __all__ = ["RULES"]

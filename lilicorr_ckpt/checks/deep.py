@@ -1,4 +1,5 @@
-"""`validate --deep`: read tensor data memory-mapped, in bounded chunks, for NaN/Inf and all-zero weights."""
+"""Deep rules (LC7xx, `validate --deep`): read tensor data memory-mapped, in bounded chunks, for NaN/Inf,
+all-zero weights and bad scales."""
 
 from __future__ import annotations
 
@@ -6,7 +7,23 @@ import mmap
 
 import numpy as np
 
-from lilicorr_ckpt.checks.rules import Context
+from lilicorr_ckpt.checks.context import Context, check
+from lilicorr_ckpt.checks.findings import rule
+
+# ---------------------------------------------------------------- catalogue
+DEEP = "deep"
+rule("LC701", "non-finite", "error", DEEP, "A tensor contains NaN or Inf.", "Re-export from a healthy training checkpoint.")
+rule("LC702", "all-zero", "warning", DEEP, "A weight tensor is all zeros (untrained or lost in export).",
+     "Check the export; an all-zero kernel_projection is the untrained initialisation.")
+rule("LC703", "all-zero-scale", "error", DEEP,
+     "A quantization scale tensor is all zeros: the module dequantizes to zero and outputs only its bias.",
+     "Re-export the module; ModelOpt clamps NVFP4 weight_scale to [2^-9, 448] and derives the other scales from "
+     "non-zero amax values.")
+rule("LC704", "negative-scale", "error", DEEP,
+     "A quantization scale holds negative values: the weights (or activations) it scales change sign.",
+     "Re-export the module; every ModelOpt scale is an amax ratio (>= 0), and NVFP4 block scales are clamped to "
+     "[2^-9, 448].")
+
 
 SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales
 CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
@@ -48,7 +65,10 @@ def _scan(view: memoryview, dtype: str, signs: bool = False) -> tuple[bool, bool
     return non_finite, all_zero, negative
 
 
+@check
 def deep_checks(ctx: Context) -> None:
+    if not ctx.deep:
+        return
     by_file: dict[str, list[tuple[str, str]]] = {}
     for canonical, info in ctx.names.by_canonical.items():
         by_file.setdefault(info.file, []).append((canonical, info.name))

@@ -52,9 +52,22 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 
 RULES: dict[str, Rule] = {}
 
+# ids no longer in the catalogue, with the condition they named and what replaced them; never reused
+RETIRED: dict[str, str] = {
+    "LC012": "family-backbone-only (info): the DFlash2, DSpark and Domino heads are checked now: LC014 / LC015 "
+             "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
+    "LC128": "causal-ignored (warning): split by what each runtime does with causal: LC117 refused, LC133 run "
+             "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
+    "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
+             "where the runtime renames them",
+    "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
+}
+
 
 def rule(id: str, name: str, severity: Severity, area: str, summary: str, fix: str, doc: str = "") -> Rule:
     if id in RULES:
         raise ValueError(f"duplicate rule id {id}")
+    if id in RETIRED:
+        raise ValueError(f"rule id {id} is retired ({RETIRED[id]}); ids are never reused")
     RULES[id] = Rule(id, name, severity, area, summary, fix, doc)
     return RULES[id]

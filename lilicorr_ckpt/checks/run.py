@@ -11,8 +11,8 @@ from lilicorr_ckpt.checkpoint.geometry import Geometry
 from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
 from lilicorr_ckpt.checkpoint.remote import HubOrigin, HubSpec, hub_label, hub_spec, offline_mode, open_hub
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
+from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
-from lilicorr_ckpt.checks.rules import Context, run_checks
 from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.profiles import RuntimeProfile, select_profiles
 

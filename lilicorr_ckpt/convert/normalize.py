@@ -111,17 +111,61 @@ def apply_overrides(editor: ConfigEditor, overrides: tuple[tuple[str, Any], ...]
         editor.set(path, value, "--set on the command line", force=True)
 
 
+# Model-Optimizer's flat DSpark names -> the served layout (DeepSpec's nesting), which SGLang and vLLM load
+DSPARK_FLAT_TO_SERVED = {
+    "markov_w1.weight": "markov_head.markov_w1.weight", "markov_w2.weight": "markov_head.markov_w2.weight",
+    "gate_proj.weight": "markov_head.gate_proj.weight", "gate_proj.bias": "markov_head.gate_proj.bias",
+    "joint_proj.weight": "markov_head.joint_proj.weight", "joint_proj.bias": "markov_head.joint_proj.bias",
+    "confidence_proj.weight": "confidence_head.proj.weight", "confidence_proj.bias": "confidence_head.proj.bias",
+}
+
+
 def architecture_for(tensors: dict[str, TensorInfo]) -> str:
+    """The architecture the runtimes load for the head the tensors carry: DFlash2DraftModel; Qwen3DSparkModel
+    for DSpark (vLLM routes DSparkDraftModel to DeepSeek-V4; SGLang's entry class is Qwen3DSparkModel);
+    DFlashDraftModel with projector_type "domino" for Domino (what SGLang loads)."""
     names = tensors.keys()
     if any(n.startswith("lilicorr.") for n in names):
         return "LiLiCorrDraftModel"
     if any(n.startswith("candidate_selector.") for n in names):
         return "DFlash2DraftModel"
-    if any(n.startswith(("markov_w1", "markov_w2", "joint_proj.", "confidence_proj.")) for n in names):
-        return "DSparkDraftModel"
-    if any(n.startswith(("prefix_gru.", "embed_proj.")) for n in names):
-        return "DominoDraftModel"
+    if any(n.startswith(("markov_head.", "confidence_head.")) or n in DSPARK_FLAT_TO_SERVED for n in names):
+        return "Qwen3DSparkModel"
     return "DFlashDraftModel"
+
+
+def sibling_of(tensors: dict[str, TensorInfo]) -> str | None:
+    names = tensors.keys()
+    if any(n.startswith(("prefix_gru.", "embed_proj.")) for n in names):
+        return "domino"
+    if architecture_for(tensors) == "Qwen3DSparkModel":
+        return "dspark"
+    if architecture_for(tensors) == "DFlash2DraftModel":
+        return "dflash2"
+    return None
+
+
+def _sibling_config(editor: ConfigEditor, family: str) -> None:
+    """The config keys where the loaders that serve each sibling read them (docs/validate.md, sibling heads)."""
+    if family == "dflash2":
+        editor.set("dflash_config.projector_type", "dflash2", "DFlash2 head present")
+    elif family == "domino":
+        editor.set("dflash_config.projector_type", "domino", "SGLang loads Domino as DFlashDraftModel with "
+                   "projector_type domino")
+        nested, top = editor.get("dflash_config.emb_dim"), editor.get("emb_dim")
+        if nested is _ABSENT and top is not _ABSENT:
+            editor.set("dflash_config.emb_dim", top, "Domino readers take emb_dim from dflash_config")
+        elif top is _ABSENT and nested is not _ABSENT:
+            editor.set("emb_dim", nested, "the reference checkpoint writes emb_dim at both levels")
+    elif family == "dspark":
+        for key in ("markov_rank", "markov_head_type"):
+            nested = editor.get(f"dflash_config.{key}")
+            if nested is not _ABSENT and not editor.has(key):
+                editor.set(key, nested, "SGLang and vLLM read it from the top level")
+        conf = editor.get("dflash_config.use_confidence_head")
+        if conf is not _ABSENT and not editor.has("enable_confidence_head"):
+            editor.set("enable_confidence_head", conf, "the served layout's confidence switch")
+            editor.set("confidence_head_with_markov", True, "Model-Optimizer's confidence head reads [h ; W1[x]]")
 
 
 def _dim(tensors: dict[str, TensorInfo], name: str, axis: int, ndim: int) -> int | None:
@@ -214,6 +258,9 @@ def normalize_config(editor: ConfigEditor, tensors: dict[str, TensorInfo]) -> No
         if top is not _ABSENT and not editor.has(f"dflash_config.{key}"):
             editor.set(f"dflash_config.{key}", top, "MLX-style readers require it in dflash_config")
 
+    family = sibling_of(tensors)
+    if family:
+        _sibling_config(editor, family)
     if arch == "LiLiCorrDraftModel":
         editor.set("dflash_config.projector_type", "lilicorr", "LiLiCorr head present")
         editor.set("dflash_config.lilicorr_enabled", True, "LiLiCorr head present")

@@ -23,7 +23,13 @@ from lilicorr_ckpt.checks.findings import RULES
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.convert import extras
 from lilicorr_ckpt.convert.naming import is_derived_buffer, matches, natural_key, output_name
-from lilicorr_ckpt.convert.normalize import ConfigEditor, apply_overrides, model_dtype, normalize_config
+from lilicorr_ckpt.convert.normalize import (
+    DSPARK_FLAT_TO_SERVED,
+    ConfigEditor,
+    apply_overrides,
+    model_dtype,
+    normalize_config,
+)
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.qmeta import (
     FP8_ALGOS,
@@ -202,6 +208,16 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
                           "drops it too)"})
             continue
         by_canonical.setdefault(m.canonical, []).append(name)
+    # Model-Optimizer's flat DSpark names: no serving loader reads them; write the served (nested) layout
+    if any(c in DSPARK_FLAT_TO_SERVED for c in by_canonical):
+        if str(raw.get("model_type", "qwen3")).lower() not in ("qwen3", "qwen3_moe"):
+            raise ConversionRefused(
+                "no runtime loads this DSpark layout", [f"model_type {raw.get('model_type')!r}: the served DSpark "
+                "layout (Qwen3DSparkModel) is the Qwen3 one; vLLM's DSparkDraftModel is its DeepSeek-V4 class"])
+        merged: dict[str, list[str]] = {}
+        for c, names in by_canonical.items():
+            merged.setdefault(DSPARK_FLAT_TO_SERVED.get(c, c), []).extend(names)
+        by_canonical = merged
     unused = [p for p in options.drop if p not in used_drop]
     if unused:
         raise UsageError(f"--drop {', '.join(unused)} matches no tensor of {src} (patterns match source or "
@@ -434,6 +450,8 @@ def _rename_reason(src: str, canonical: str, out: str) -> str:
     why = [f"strip {p}" for p in prefixes]
     if bare != canonical:
         why.append("legacy Sequential head name -> named MLP")
+    if canonical in DSPARK_FLAT_TO_SERVED.values() and bare != canonical:
+        why.append("Model-Optimizer's flat DSpark name -> the served markov_head / confidence_head layout")
     if out != canonical:
         why.append("named MLP -> legacy Sequential head name (--naming sequential)")
     return "; ".join(why)

@@ -6,9 +6,9 @@ Needs torch and `lilicorr_runtime` (`load_drafter(path, runtime=, dtype=, device
 The runtime's loader is strict (it refuses what validate refuses), so a ModelOpt export cannot be loaded
 as it is. The reference is therefore the source's own tensor bytes, renamed by the validator's
 independent name mapping (checkpoint/names.py), quantized modules left quantized, next to the output's
-config with quantization metadata that describes them; it is loaded under the TensorRT-LLM profile
-(the one that accepts quantized q/k/v and factor heads), and the runtime dequantizes with its own torch
-codec. Both drafters run in float32, so a correct conversion differs only by the rounding of the
+config with quantization metadata that describes them; it is built without validation (no serving
+runtime accepts every module quantized: TensorRT-LLM also slices the raw q/k/v weight), and the runtime
+dequantizes with its own torch codec. Both drafters run in float32, so a correct conversion differs only by the rounding of the
 repaired modules to the model dtype; renames must reproduce the source bit for bit.
 """
 
@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lilicorr_ckpt.checkpoint.load import load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import QUANT_SUFFIXES
 from lilicorr_ckpt.checkpoint.names import name_view
 from lilicorr_ckpt.checkpoint.stwrite import Entry, StreamWriter
@@ -33,7 +34,6 @@ from lilicorr_ckpt.errors import UsageError
 
 REPAIR_RTOL = 2.0**-5  # a few bf16 ulps (2^-8 relative) after a handful of layers
 REPAIR_ATOL = 1e-3
-REFERENCE_RUNTIME = "trtllm"
 CHUNK = 16 << 20
 INSTALL_HINT = "--verify needs torch and lilicorr_runtime: pip install 'lilicorr-ckpt[runtime]'"
 
@@ -138,7 +138,9 @@ def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict
     try:
         build_reference(plan, ref)
         try:
-            source = runtime.load_drafter(str(ref), runtime=REFERENCE_RUNTIME, dtype=torch.float32, device="cpu")
+            from lilicorr_runtime.load import build_drafter
+
+            source = build_drafter(load_checkpoint(str(ref)), dtype=torch.float32, device="cpu")
         except Exception as exc:  # the runtime's own refusal: a verification problem, not a crash
             return {"passed": False, "summary": "the reference runtime cannot load the source's tensors",
                     "problems": [f"lilicorr_runtime.load_drafter(source tensors) failed: {type(exc).__name__}: "

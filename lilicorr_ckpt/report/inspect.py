@@ -88,6 +88,11 @@ def _human(n: float) -> str:
     return f"{n:.3g}P"
 
 
+# geometry keys every drafter has; a None among them (or among its head's) earns the "?" note
+_BASE_KEYS = ("hidden_size", "num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size",
+              "vocab_size", "block_size", "target_layer_ids", "mask_token_id")
+
+
 def render_inspection(ins: Inspection) -> str:
     g = ins.geometry
     d = {key: "?" if value is None else value for key, value in g.items()}  # what the text shows
@@ -100,10 +105,26 @@ def render_inspection(ins: Inspection) -> str:
         lines.append(f"  head       h {d['head_hidden_size']} (raw {d['head_hidden_size_raw']}), K {d['candidate_topk']}, "
                      f"L {d['head_num_layers']}, N {d['head_num_heads']}, mlp {d['head_mlp_width']}, "
                      f"F {d['head_factor_dim']}, eps {d['head_vector_eps']}, scale {d['head_logit_scale']}")
+    family = g.get("family")
+    shown = set(_BASE_KEYS)
+    if family == "dflash2":
+        shown |= {"selector_rank", "selector_top_k"}
+        lines.append(f"  selector   rank {d['selector_rank']}, top-k {d['selector_top_k']} (DFlash2)")
+    elif family == "dspark":
+        shown |= {"markov_rank", "markov_head_type"}
+        confidence = ("with confidence head" + (" on [h ; W1[x]]" if g["confidence_with_markov"] else "")
+                      if g["confidence_head"] else "no confidence head")
+        lines.append(f"  markov     rank {d['markov_rank']}, {d['markov_head_type']} head, {confidence}, "
+                     f"{d['dspark_layout']} layout (DSpark)")
+    elif family == "domino":
+        shown |= {"gru_hidden_dim", "emb_dim"}
+        lines.append(f"  domino     GRU hidden {d['gru_hidden_dim']}, emb_dim {d['emb_dim']}")
     if g["conv_kernel_size"]:
         lines.append(f"  conv       {d['conv_kernel_size']} taps, group {d['conv_group_size']}")
     lines.append(f"  own head   {'yes' if g['has_own_lm_head'] else 'no (borrows the target lm_head)'}")
-    if any(value is None for value in g.values()):
+    if g["lilicorr_enabled"]:
+        shown |= {k for k in g if k.startswith(("head_", "candidate_"))}
+    if any(g.get(key) is None for key in shown):
         lines.append("  (? = missing or invalid in config.json; `lilicorr-ckpt validate` says which and why)")
     lines.append("")
     lines.append(f"  {'component':<10} {'tensors':>8} {'params':>9} {'bytes':>9}  dtypes")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -182,7 +183,7 @@ def test_a_repair_input_with_the_wrong_shape_is_refused(cli, export, tmp_path):
 
 def test_existing_destination_needs_force_and_force_replaces_an_earlier_output(cli, tmp_path):
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst, "--naming", "sequential").code == 0
+    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "sglang").code == 0
     (dst / "old.txt").write_text("old")
     run = cli("convert", EXAMPLE, dst)
     assert run.code == 4 and "already exists" in run.err and "--force" in run.err
@@ -255,10 +256,22 @@ def test_bad_options_are_usage_errors(cli, tmp_path):
 
 
 def test_strict_refuses_warnings(cli, tmp_path):
-    # sequential names are unconfirmed for vLLM: a warning, refused under --strict
-    assert cli("convert", EXAMPLE, tmp_path / "a", "--naming", "sequential").code == 0
-    run = cli("convert", EXAMPLE, tmp_path / "b", "--naming", "sequential", "--strict")
-    assert run.code == 1 and "LC210" in run.err
+    # one layer_types entry too many: a warning (LC143), refused under --strict
+    src = tmp_path / "src"
+    shutil.copytree(EXAMPLE, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["layer_types"] = ["full_attention"] * (cfg["num_hidden_layers"] + 1)
+    (src / "config.json").write_text(json.dumps(cfg))
+    assert cli("convert", src, tmp_path / "a").code == 0
+    run = cli("convert", src, tmp_path / "b", "--strict")
+    assert run.code == 1 and "LC143" in run.err
+
+
+def test_sequential_names_are_refused_for_vllm_only(cli, tmp_path):
+    # vLLM's named-MLP revision has no parameter for the Sequential names (LC217); SGLang renames them
+    run = cli("convert", EXAMPLE, tmp_path / "a", "--naming", "sequential")
+    assert run.code == 1 and "LC217" in run.err
+    assert cli("convert", EXAMPLE, tmp_path / "b", "--naming", "sequential", "--runtime", "sglang").code == 0
 
 
 def test_help_teaches_with_examples(cli):

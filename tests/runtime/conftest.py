@@ -32,10 +32,13 @@ def drafter_dir(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def drafter(drafter_dir):
-    """drafter(config=None, load_dtype=torch.float32, **write_kwargs) -> a loaded Drafter."""
+    """drafter(config=None, load_dtype=torch.float32, runtime="all", **write_kwargs) -> a loaded Drafter
+    (validated for `runtime`: an owned lm_head is refused for SGLang, Sequential names for vLLM)."""
 
-    def make(config: dict[str, Any] | None = None, load_dtype: Any = None, **kwargs: Any):
+    def make(config: dict[str, Any] | None = None, load_dtype: Any = None, runtime: str = "all", **kwargs: Any):
         path = drafter_dir(config, **kwargs)
-        return load_drafter(path) if load_dtype is None else load_drafter(path, dtype=load_dtype)
+        if load_dtype is None:
+            return load_drafter(path, runtime=runtime)
+        return load_drafter(path, dtype=load_dtype, runtime=runtime)
 
     return make

@@ -38,7 +38,7 @@ GREEDY_CASES = {
     "qwen3-n1": ("qwen3", small_config(), {"num_speculative_tokens": 1}),
     "llama-conv": ("llama", small_config(conv=(4, 16)), {}),
     "qwen3-conv-n5": ("qwen3", small_config(conv=(3, 8)), {"num_speculative_tokens": 5}),
-    "llama-own-head": ("llama", small_config(own_lm_head=True), {}),
+    "llama-own-head": ("llama", small_config(own_lm_head=True), {"runtime": "vllm"}),
     "qwen2-h-equals-M": ("qwen2", small_config(dflash={"lilicorr_hidden_size": 64}), {}),
     "qwen3-bf16-drafter": ("qwen3", small_config(conv=(4, 16)), {"load_dtype": torch.bfloat16}),
     "llama-nvfp4-drafter": ("llama", small_config(), {"quant": "NVFP4"}),
@@ -52,8 +52,8 @@ def test_greedy_speculative_decoding_is_lossless(case, drafter):
     arch, config, kwargs = GREEDY_CASES[case]
     kwargs = dict(kwargs)
     target = tiny_target(arch)
-    d = drafter(config, load_dtype=kwargs.pop("load_dtype", None), **({"quant": kwargs.pop("quant")}
-                                                                      if "quant" in kwargs else {}))
+    d = drafter(config, load_dtype=kwargs.pop("load_dtype", None), runtime=kwargs.pop("runtime", "all"),
+                **({"quant": kwargs.pop("quant")} if "quant" in kwargs else {}))
     decoder = SpeculativeDecoder(target, d, **kwargs)
     reference = SpeculativeDecoder(target, mode="ar")
     results = []

@@ -46,7 +46,8 @@ def of_rule(report, rule: str, severity: str | None = None, module: str | None =
 
 
 OWNED = fixtures.draft_config(own_lm_head=True)
-SGLANG_OWNED_HEAD = ("LC403", "warning", ("sglang",))
+# SGLang drops an owned lm_head and scores with the target's (loader audit E11)
+SGLANG_OWNED_HEAD = ("LC404", "error", ("sglang",))
 
 
 @pytest.mark.parametrize("kw, allowed", [
@@ -54,7 +55,7 @@ SGLANG_OWNED_HEAD = ("LC403", "warning", ("sglang",))
     pytest.param({"quant": "W4A16_NVFP4"}, [], id="w4a16-nvfp4"),
     pytest.param({"quant": "FP8"}, [], id="fp8"),
     pytest.param({"quant": "NVFP4", "config": fixtures.draft_config(conv=(4, 16))}, [], id="nvfp4-conv"),
-    pytest.param({"quant": "NVFP4", "naming": "sequential"}, [("LC210", "warning", ("vllm",))],
+    pytest.param({"quant": "NVFP4", "naming": "sequential"}, [("LC217", "error", ("vllm",))],
                  id="nvfp4-sequential"),
     pytest.param({"quant": "NVFP4", "key_prefix": "model."}, [], id="nvfp4-model-prefix"),
     # a bf16 owned head listed in the exclusions, as every ModelOpt preset leaves it (modelopt_nvfp4.md §4)
@@ -66,7 +67,10 @@ SGLANG_OWNED_HEAD = ("LC403", "warning", ("sglang",))
                  [SGLANG_OWNED_HEAD, ("LC314", "warning", ("sglang",))], id="w4a16-owned-nvfp4-head"),
 ])
 def test_valid_quantized_checkpoints_pass(ckpt, kw, allowed):
-    assert_clean(run(ckpt(**kw)), allowed)
+    # valid quantized layouts: nothing but the listed findings, and only their runtimes refuse
+    report = run(ckpt(**kw))
+    assert problems(report) == sorted(allowed), describe(report)
+    assert refused_by(report) == sorted({r for _, severity, rts in allowed if severity == "error" for r in rts})
 
 
 def test_w4a16_without_input_scale_is_accepted_by_every_runtime(ckpt):
@@ -155,20 +159,21 @@ def test_nvfp4_with_only_nested_hf_quant_config_is_derived_by_vllm(ckpt):
     assert hits(run(path), "LC302") == []
 
 
-def test_flat_form_exclusions_under_exclude_modules_are_invisible_to_vllm(ckpt):
-    # vLLM's flat-form parser reads `ignore` only (modelopt_nvfp4.md §2.2, peers.md): it sees no exclusion
+def test_flat_form_exclusions_under_exclude_modules_are_invisible_to_sglang_and_vllm(ckpt):
+    # both flat-form parsers read `ignore` only (SGLang's ModelOptFp4Config.from_config, vLLM's): no exclusion
     path = ckpt(quant="NVFP4")
     edit_config(path, lambda c: c["quantization_config"].__setitem__(
         "exclude_modules", c["quantization_config"].pop("ignore")))
     report = run(path)
     f = one(report, "LC320", "error")
-    assert f.runtimes == ["vllm"] and f.pointer == "$.quantization_config.ignore"
+    assert f.runtimes == ["sglang", "vllm"] and f.pointer == "$.quantization_config.ignore"
     assert "exclude_modules" in f.message and "ignore" in f.message
-    # the float modules vLLM now builds quantized (q/k/v, feature_mlp) are reported for vLLM alone
+    # the float modules vLLM now builds quantized (q/k/v, feature_mlp) are reported for vLLM alone: SGLang
+    # builds them in float whatever the config says
     unprotected = hits(report, "LC307", "error")
     assert unprotected and all(x.runtimes == ["vllm"] for x in unprotected), describe(report)
     assert any("feature_mlp" in s for x in unprotected for s in x.subjects)
-    assert refused_by(report) == ["vllm"]
+    assert refused_by(report) == ["sglang", "vllm"]
 
 
 def test_flat_form_with_ignore_and_exclude_modules_is_read_through_ignore(ckpt):
@@ -426,7 +431,6 @@ QKV = {f"layers.{i}.self_attn.{p}_proj" for i in (0, 1) for p in "qkv"}
     pytest.param({"lilicorr.factor_input_proj"}, id="factor_input_proj"),
     pytest.param({"lilicorr.out_head"}, id="out_head"),
     pytest.param({"lilicorr.in_head"}, id="in_head"),
-    pytest.param(QKV, id="backbone-qkv"),
 ])
 def test_quantized_raw_float_module_refused_by_sglang_and_vllm(ckpt, modules):
     report = run(ckpt(quant="NVFP4", quantize=servable() | modules))
@@ -591,3 +595,13 @@ def test_quantized_conv_projection_unconfirmed_for_sglang(ckpt):
     assert found and all(f.runtimes == ["sglang"] for f in found)
     assert {s for f in found for s in f.subjects} == conv
     assert refused_by(report) == []
+
+
+def test_quantized_qkv_is_refused_by_every_runtime(ckpt):
+    # SGLang builds q/k/v unquantized; vLLM and TensorRT-LLM slice the raw qkv_proj weight into their fused
+    # context-KV buffers (loader audit E6)
+    report = run(ckpt(quant="NVFP4", quantize=servable() | QKV))
+    found = hits(report, "LC306", "error")
+    assert {s for f in found for s in f.subjects} == QKV, describe(report)
+    assert sorted({r for f in found for r in f.runtimes}) == ["sglang", "trtllm", "vllm"]
+    assert problems(report, ignore={"LC306"}) == []

@@ -1,0 +1,706 @@
+"""Config rules (LC0xx: schema and architecture; LC1xx: geometry keys): catalogue rows and checks."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import msgspec
+
+from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
+from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
+from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
+from lilicorr_ckpt.checks.context import Context, check, is_pow2
+from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.profiles import RuntimeProfile
+
+# ---------------------------------------------------------------- catalogue
+CFG = "config"
+rule("LC001", "config-field-type", "error", CFG, "A config.json field has the wrong JSON type.",
+     "Write the value with the type the loaders cast to (integers for sizes and ids, numbers for eps/scale).")
+rule("LC002", "config-duplicate-key", "warning", CFG, "config.json repeats a key; readers keep only the last one.",
+     "Remove the duplicate so every reader sees the same value.")
+rule("LC003", "config-unknown-key", "info", CFG, "A key no loader reads (kept, not an error).",
+     "Nothing to do unless it is a misspelling of a key the loaders read.")
+rule("LC010", "architecture", "error", CFG, "`architectures` is missing or names no DFlash-family drafter.",
+     'Set "architectures": ["LiLiCorrDraftModel"] (or DFlashDraftModel for a head-free draft).')
+rule("LC011", "architecture-head-mismatch", "error", CFG,
+     "The declared architecture and the head it carries disagree.",
+     "Declare LiLiCorrDraftModel for a checkpoint with lilicorr.* tensors, DFlashDraftModel for one without.")
+rule("LC014", "sibling-route", "error", CFG,
+     "A DFlash2, DSpark or Domino head declared under an architecture the runtime does not load as that head (it "
+     "routes it elsewhere, or loads it as plain DFlash and drops the head).",
+     "Declare the architecture each runtime loads: Qwen3DSparkModel for a Qwen3 DSpark, DFlashDraftModel with "
+     "projector_type \"domino\" for Domino, DFlash2DraftModel for DFlash2 (`lilicorr-ckpt convert` writes them).")
+rule("LC015", "sibling-unconfirmed", "warning", CFG,
+     "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
+     "only patch scripts show it).", "Test the runtime yourself before publishing for it.")
+rule("LC016", "sibling-head-undeclared", "error", CFG,
+     "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
+     "builds no such head: every loader drops or refuses them.",
+     "Declare the sibling architecture (or projector_type) the tensors belong to, or remove them.")
+rule("LC013", "head-geometry-unused", "warning", CFG,
+     "DFlashDraftModel is declared with lilicorr_* geometry: the loaders that select the class from architectures "
+     "never build the head.", "Declare LiLiCorrDraftModel, or drop the lilicorr_* keys for a head-free draft.")
+rule("LC101", "lilicorr-key-missing", "error", CFG, "A required lilicorr_* geometry key is missing from dflash_config.",
+     "Add every lilicorr_* key to dflash_config with the values the head was trained with.")
+rule("LC102", "lilicorr-key-not-finite", "error", CFG, "A lilicorr_* value is NaN or infinite.",
+     "Write the finite value the head was trained with.")
+rule("LC103", "lilicorr-value-range", "error", CFG, "A lilicorr_* value is out of its range (must be > 0).",
+     "Write the trained value; every lilicorr_* key except hidden_size must be positive.")
+rule("LC104", "topk-power-of-two", "error", CFG,
+     "lilicorr_candidate_topk is not a power of two <= 16, which the runtime's fused top-k requires.",
+     "Retrain/export with K in {1, 2, 4, 8, 16}, or serve with a runtime that accepts any K.")
+rule("LC105", "head-width", "error", CFG, "lilicorr_hidden_size is negative, or 0 where the runtime refuses 0.",
+     "Write the head's real width (the exporter writes the width, never 0).")
+rule("LC106", "heads-divide-width", "error", CFG, "lilicorr_num_heads does not divide the head width.",
+     "Use a head count that divides lilicorr_hidden_size.")
+rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside (0, 0.5), which TensorRT-LLM refuses.",
+     "Write the trained vector_eps; it must lie in (0, 0.5).")
+rule("LC108", "lilicorr-disabled", "error", CFG, "lilicorr_enabled is false on a LiLiCorrDraftModel.",
+     "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.")
+rule("LC110", "block-size-missing", "error", CFG, "block_size is absent and the runtime refuses the config (see LC125 for those that assume a default).",
+     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+rule("LC111", "block-size-conflict", "warning", CFG,
+     "dflash_config.block_size and the top-level block_size disagree (the nested one wins).",
+     "Make both keys hold the trained block size.")
+rule("LC112", "block-size-range", "error", CFG, "block_size must be an integer >= 2 for a LiLiCorr drafter.",
+     "Write the trained block size (16 for the published recipes).")
+rule("LC113", "target-layer-ids", "error", CFG,
+     "target_layer_ids is missing, empty, negative, duplicated or out of range.",
+     "Write the exact target layer ids the drafter was trained on (HF convention: id i reads the output of layer i).")
+rule("LC114", "target-layer-ids-order", "warning", CFG, "target_layer_ids is not ascending.",
+     "Check the order: fc's input columns follow the list order, so the order must be the trained one.")
+rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside the vocabulary.",
+     "Write dflash_config.mask_token_id: the id the drafter was trained with, < vocab_size.")
+rule("LC116", "conv-geometry", "error", CFG,
+     "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
+     "Write both keys as trained, or neither for a convolution-free drafter.")
+rule("LC117", "causal", "error", CFG, "The draft is declared causal, which the runtime refuses (\"requires "
+     "non-causal\").", "Set dflash_config.causal (and is_causal) to false.")
+rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
+     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.")
+rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
+     "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.")
+rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
+     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.")
+rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
+     "Export bfloat16.")
+rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
+     "Write the target's vocab_size.")
+rule("LC123", "output-multiplier", "error", CFG, "dflash_config.output_multiplier is not > 0, which the runtime's "
+     "DFlash config parser requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
+
+rule("LC124", "topk-exceeds-vocab", "warning", CFG,
+     "lilicorr_candidate_topk exceeds vocab_size: MLX refuses it; the other runtimes document no check.",
+     "Write the trained K; it cannot exceed the vocabulary.")
+rule("LC125", "block-size-defaulted", "warning", CFG,
+     "block_size is absent and the runtime silently assumes its default.",
+     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at the top level of config.json.",
+     "Write it in dflash_config too.")
+rule("LC127", "mask-token-top-level-only", "info", CFG,
+     "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
+     "Write dflash_config.mask_token_id too.")
+rule("LC129", "output-multiplier-not-read", "info", CFG,
+     "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
+     "Move it into dflash_config (or drop it: the default is 1).")
+rule("LC130", "taps-vs-draft-layers", "error", CFG,
+     "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
+     "checks the ids against the draft's own layer count and refuses them.",
+     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.")
+rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
+     "Train/export with silu (the DFlash backbone supports no other activation).")
+rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
+     "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
+     "Use silu, or test the runtime yourself.")
+rule("LC133", "causal-run-bidirectionally", "error", CFG,
+     "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
+     "config says: it loads cleanly and serves a different function than the one trained.",
+     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.")
+rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
+     "declared.", "Nothing to do for this runtime.")
+rule("LC135", "swa-window-zero", "error", CFG,
+     "use_swa is true with swa_window_size < 1, which the runtime refuses.",
+     "Write the trained window (>= 1), or set use_swa false.")
+rule("LC136", "swa-window-zero-literal", "warning", CFG,
+     "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
+     "Write the trained window (>= 1), or set use_swa false.")
+rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_window_size are not read by the "
+     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.")
+rule("LC138", "use-swa-ignored", "error", CFG,
+     "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
+     "attention, a different function than the one trained.",
+     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.")
+rule("LC139", "integral-float", "error", CFG,
+     "An integer setting is written as a whole-number float (4.0), which the runtime does not cast: it refuses it "
+     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).")
+rule("LC140", "integral-float-unconfirmed", "warning", CFG,
+     "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
+     "Write the value as a JSON integer (4, not 4.0).")
+rule("LC141", "integral-float-cast", "info", CFG,
+     "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
+     "Write the value as a JSON integer for the runtimes that do not cast.")
+rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
+     "Write the target's layer count.")
+rule("LC150", "selector-geometry", "error", CFG,
+     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative (SGLang), or "
+     "rank < 1 or top_k outside [2, vocab_size] (vLLM).", "Write the trained selector_rank and selector_top_k.")
+rule("LC151", "dflash2-conv-required", "error", CFG,
+     "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
+     "Write the trained conv_kernel_size and conv_group_size in dflash_config.")
+rule("LC152", "markov-rank", "error", CFG,
+     "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
+     "Write the trained markov_rank at the top level (DeepSpec's layout).")
+rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
+     "Write vanilla, gated or rnn as trained.")
+rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
+     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.")
+rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
+     "Write true (the trained setting) or false.")
+rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len is not 1, the only value the "
+     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).")
+rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
+     "Write the trained gru_hidden_dim and emb_dim in dflash_config.")
+rule("LC158", "domino-emb-dim-conflict", "error", CFG,
+     "dflash_config.emb_dim and the top-level emb_dim differ, which the runtime refuses.",
+     "Make both hold the trained emb_dim.")
+rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
+     "Write the trained block size (16 for the reference checkpoint).")
+rule("LC143", "layer-types-long", "warning", CFG,
+     "layer_types has more entries than the draft has layers; the extra entries are ignored.",
+     "Give exactly one entry per draft layer.")
+
+
+# ---------------------------------------------------------------- checks
+
+
+@check
+def config_schema(ctx: Context) -> None:
+    for issue in ctx.parsed.issues:
+        ctx.emit("LC001", f"config.json {issue.describe()}", file="config.json", pointer=issue.path,
+                 expected=issue.expected, actual=issue.found)
+    for key in ctx.parsed.duplicate_keys:
+        ctx.emit("LC002", f"config.json repeats the key `{key}`; JSON readers keep the last value",
+                 file="config.json", subjects=[key])
+    interesting = [k for k in ctx.parsed.unknown_keys if "lilicorr" in k or "conv" in k or "block" in k
+                   or "target" in k or "mask" in k]
+    for key in interesting:
+        ctx.emit("LC003", f"config.json key {key} is not read by any loader (misspelt?)", file="config.json",
+                 pointer=key)
+
+
+@check
+def architecture(ctx: Context) -> None:
+    cfg = ctx.config
+    arch = cfg.architecture
+    has_head_tensors = any(n.startswith("lilicorr.") for n in ctx.names.by_canonical)
+    if cfg.architectures is None or not cfg.architectures:
+        if not ctx.parsed.invalid("$.architectures"):
+            ctx.emit("LC010", "config.json has no `architectures`; loaders select the drafter class from it",
+                     file="config.json", pointer="$.architectures", expected='["LiLiCorrDraftModel"]', actual="absent")
+        return
+    if cfg.family is None:
+        d = cfg.dflash
+        projector = d.projector_type == "lilicorr" or d.lilicorr_enabled is True
+        routers = [p for p in ctx.profiles if projector and p.projector_type_routes
+                   and arch in p.projector_routed_architectures]
+        strict = [p for p in ctx.profiles if p not in routers]
+        tail = (f" ({_names(routers, 'routes')} it to LiLiCorr through dflash_config.projector_type / "
+                "lilicorr_enabled; the others select the class from architectures)") if projector and routers else ""
+        ctx.emit("LC010", f"architectures[0] is `{arch}`, not a DFlash-family drafter the loaders know{tail}",
+                 runtimes=[p.name for p in strict] if routers else (), file="config.json",
+                 pointer="$.architectures[0]", expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
+        return
+    sibling = ctx.geometry.family if ctx.geometry.family in ("dflash2", "dspark", "domino") else None
+    if sibling:
+        _sibling_route(ctx, sibling, arch)
+    stray = sorted({n.split(".", 1)[0] + "." for n in ctx.names.by_canonical if n.startswith(SIBLING_HEAD_PREFIXES)
+                    or n in DSPARK_FLAT_NAMES})
+    owner = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",
+             "prefix_gru.": "domino", "embed_proj.": "domino"}
+    foreign = [s for s in stray if owner.get(s, "dspark") != sibling]
+    if foreign:
+        ctx.emit("LC016", f"tensors under {', '.join(f'`{s}*`' for s in foreign)} belong to a "
+                 f"{'/'.join(sorted({owner.get(s, 'dspark') for s in foreign}))} head, but the config declares "
+                 f"{arch}{' (' + sibling + ')' if sibling else ''}: no loader builds that head here, so they are "
+                 "dropped or refused", file="config.json", pointer="$.architectures[0]",
+                 subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)])
+    if cfg.family == "lilicorr" and cfg.dflash.lilicorr_enabled is False:
+        ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: SGLang parses the "
+                 "config as plain DFlash and the model then raises; vLLM refuses it",
+                 file="config.json", pointer="$.dflash_config.lilicorr_enabled", expected="true", actual="false")
+    routers = [p for p in ctx.profiles if p.projector_type_routes]
+    others = [p for p in ctx.profiles if not p.projector_type_routes]
+    if routed_by_projector(cfg) and has_head_tensors:
+        ctx.emit_for("LC011", others, f"architectures declares {arch} but the checkpoint has lilicorr.* head "
+                     "tensors: these loaders select the class from architectures, build no head and drop them "
+                     "silently (TensorRT-LLM routes it to LiLiCorr through dflash_config.projector_type / "
+                     "lilicorr_enabled)", file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel", actual=arch)
+    elif routed_by_projector(cfg) and head_declared(cfg):
+        ctx.emit_for("LC013", others, "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                     file="config.json", pointer="$.architectures[0]",
+                     expected="LiLiCorrDraftModel", actual=arch)
+        if ctx.table.tensors:
+            ctx.emit_for("LC011", routers, "DFlashDraftModel with dflash_config.projector_type \"lilicorr\" (or "
+                         "lilicorr_enabled true): TensorRT-LLM routes it to LiLiCorr, but the checkpoint has no "
+                         "lilicorr.* tensors", file="config.json", pointer="$.dflash_config.projector_type",
+                         expected="lilicorr.* tensors", actual="none")
+    elif cfg.family != "lilicorr" and has_head_tensors:
+        ctx.emit("LC011", f"architectures declares {arch} but the checkpoint has lilicorr.* head tensors: the "
+                 "loader builds no head and drops them silently", file="config.json", pointer="$.architectures[0]",
+                 expected="LiLiCorrDraftModel", actual=arch)
+    elif cfg.family == "lilicorr" and not has_head_tensors and ctx.table.tensors:
+        ctx.emit("LC011", "LiLiCorrDraftModel declared but the checkpoint has no lilicorr.* tensors "
+                 "(a draft with no LiLiCorr head should declare DFlashDraftModel)",
+                 file="config.json", pointer="$.architectures[0]", expected="lilicorr.* tensors", actual="none")
+    elif cfg.family == "dflash" and head_declared(cfg):
+        ctx.emit("LC013", "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
+                 file="config.json", pointer="$.architectures[0]",
+                 expected="LiLiCorrDraftModel", actual=arch)
+
+
+@check
+def lilicorr_geometry(ctx: Context) -> None:
+    g = ctx.geometry
+    if not g.lilicorr_enabled or not (ctx.config.family in ("lilicorr", None) or routed_by_projector(ctx.config)):
+        return
+    d = msgspec.structs.asdict(ctx.config.dflash)
+    for key in LILICORR_KEYS:
+        path = f"$.dflash_config.{key}"
+        value = d[key]
+        if value is None:
+            if ctx.parsed.invalid(path):
+                continue
+            top = ctx.parsed.raw.get(key)
+            where = " (it is at the top level; loaders read it only from dflash_config)" if top is not None else ""
+            ctx.emit("LC101", f"dflash_config.{key} is missing{where}: every loader refuses a LiLiCorr config "
+                     "without it (no default: a guess would load cleanly and score a different function)",
+                     file="config.json", pointer=path, expected="present", actual="absent", subjects=[key])
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            ctx.emit("LC102", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                     expected="a finite number", actual=value, subjects=[key])
+            continue
+        if key == "lilicorr_hidden_size":
+            if value < 0:
+                ctx.emit("LC105", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                         expected=">= 0", actual=value, subjects=[key])
+            elif value == 0:
+                refuse = [p for p in ctx.profiles if not p.hidden_size_zero_ok]
+                width = [p for p in ctx.profiles if p.hidden_size_zero_ok]
+                ctx.emit_for("LC105", refuse, f"dflash_config.{key} is 0, which {_names(refuse, 'refuses|refuse')} it"
+                             + (f" ({_names(width, 'reads|read')} it as the draft width {g.hidden_size})"
+                                if width else ""),
+                             file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
+                             actual=0, subjects=[key])
+            continue
+        if value <= 0:
+            ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                     expected="> 0", actual=value, subjects=[key])
+    k = d["lilicorr_candidate_topk"]
+    if isinstance(k, int) and k > 0:
+        bad = [p for p in ctx.profiles if p.topk_power_of_two_max is not None
+               and (not is_pow2(k) or k > p.topk_power_of_two_max)]
+        if bad:
+            ctx.emit_for("LC104", bad, f"lilicorr_candidate_topk is {k}: the fused candidate top-k holds its tiles "
+                         "in one Triton lane group, so it must be a power of two <= 16",
+                         file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                         expected="one of 1, 2, 4, 8, 16", actual=k)
+        if g.vocab_size is not None and k > g.vocab_size:
+            # only MLX (not a --runtime profile) is known to refuse K > V
+            ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
+                     "SGLang, vLLM and TensorRT-LLM document no check (a top-K over fewer than K tokens)",
+                     file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                     expected=f"<= {g.vocab_size}", actual=k)
+    n, h = g.head_num_heads, g.head_hidden_size
+    if n is not None and h is not None and h % n:
+        ctx.emit("LC106", f"lilicorr_num_heads {n} does not divide the head width {h}", file="config.json",
+                 pointer="$.dflash_config.lilicorr_num_heads", expected=f"a divisor of {h}", actual=n)
+    if g.head_mlp_width == 0:
+        ctx.emit("LC103", f"int(lilicorr_hidden_size * lilicorr_mlp_ratio) is 0 (h={h}, ratio={g.head_mlp_ratio})",
+                 file="config.json", pointer="$.dflash_config.lilicorr_mlp_ratio", expected="> 0", actual=0)
+    eps = d["lilicorr_vector_eps"]
+    if isinstance(eps, float) and math.isfinite(eps) and eps > 0 and eps >= 0.5:
+        ctx.emit_for("LC107", [p for p in ctx.profiles if p.vector_eps_below_half],
+                     f"lilicorr_vector_eps is {eps}", file="config.json",
+                     pointer="$.dflash_config.lilicorr_vector_eps", expected="in (0, 0.5)", actual=eps)
+
+
+@check
+def block_size(ctx: Context) -> None:
+    cfg = ctx.config
+    nested, top = cfg.dflash.block_size, cfg.block_size
+    if nested is None and top is None:
+        if ctx.parsed.invalid("$.block_size") or ctx.parsed.invalid("$.dflash_config.block_size"):
+            return
+        for p in ctx.profiles:
+            if p.block_size_default is None:
+                ctx.emit("LC110", f"block_size is absent: {p.display} refuses the config", runtimes=[p.name],
+                         file="config.json", pointer="$.dflash_config.block_size", expected="present", actual="absent")
+            else:
+                ctx.emit("LC125", f"block_size is absent: {p.display} silently assumes {p.block_size_default}",
+                         runtimes=[p.name], file="config.json",
+                         pointer="$.dflash_config.block_size", expected="present", actual="absent")
+        return
+    if nested is not None and top is not None and nested != top:
+        ctx.emit("LC111", f"dflash_config.block_size is {nested} but the top-level block_size is {top}; "
+                 f"SGLang, vLLM and TRT use {nested}, older readers {top}", file="config.json",
+                 pointer="$.block_size", expected=nested, actual=top)
+    value = nested if nested is not None else top
+    minimum = 2 if ctx.geometry.lilicorr_enabled else 1
+    if value < minimum:
+        ctx.emit("LC112", f"block_size is {value}", file="config.json",
+                 pointer="$.dflash_config.block_size" if nested is not None else "$.block_size",
+                 expected=f">= {minimum}", actual=value)
+    elif nested is None:
+        ctx.emit("LC126", "block_size is only at the top level; write it in dflash_config too",
+                 file="config.json", pointer="$.dflash_config.block_size")
+
+
+@check
+def target_layer_ids(ctx: Context) -> None:
+    cfg = ctx.config
+    ids = cfg.dflash.target_layer_ids if cfg.dflash.target_layer_ids is not None else cfg.target_layer_ids
+    path = "$.dflash_config.target_layer_ids" if cfg.dflash.target_layer_ids is not None else "$.target_layer_ids"
+    if ids is None:
+        if ctx.parsed.invalid("$.target_layer_ids") or ctx.parsed.invalid("$.dflash_config.target_layer_ids"):
+            return
+        fallbacks = "; ".join(f"{p.display} {p.target_layer_ids_fallback}" for p in ctx.profiles)
+        ctx.emit("LC113", f"target_layer_ids is missing ({fallbacks}); wrong taps load cleanly and collapse acceptance",
+                 file="config.json", pointer="$.dflash_config.target_layer_ids", expected="the trained ids",
+                 actual="absent")
+        return
+    if not ids:
+        ctx.emit("LC113", "target_layer_ids is empty", file="config.json", pointer=path,
+                 expected="at least one id", actual="[]")
+        return
+    negative = [i for i in ids if i < 0]
+    if negative:
+        ctx.emit("LC113", f"target_layer_ids has negative ids {negative} (they would wrap around silently)",
+                 file="config.json", pointer=path, expected="ids >= 0", actual=ids)
+    seen: set[int] = set()
+    dups = sorted({i for i in ids if i in seen or seen.add(i)})
+    if dups:
+        ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
+                 expected="unique ids", actual=ids)
+    n = ctx.geometry.num_target_layers
+    declared = [v for v in (cfg.dflash.num_target_layers, cfg.num_target_layers) if v is not None]
+    for v in declared:
+        if v < 1:
+            ctx.emit_for("LC142", [p for p in ctx.profiles if p.num_target_layers_positive],
+                         f"num_target_layers is {v}", file="config.json", pointer="$.num_target_layers",
+                         expected=">= 1", actual=v)
+            break
+    draft_layers = ctx.geometry.num_layers
+    if not declared and draft_layers is not None and not ctx.parsed.invalid("$.num_target_layers"):
+        beyond = [i for i in ids if i >= draft_layers]
+        checkers = [p for p in ctx.profiles if p.taps_checked_against_draft_layers]
+        if beyond:
+            ctx.emit_for("LC130", checkers, f"num_target_layers is absent, so {_names(checkers, 'checks|check')} "
+                         f"target_layer_ids against the draft's num_hidden_layers {draft_layers} and refuses "
+                         f"{beyond} (\"out-of-range layer id\")", file="config.json", pointer="$.num_target_layers",
+                         expected="present", actual="absent")
+    if n is not None:
+        out = [i for i in ids if i >= n]
+        if out:
+            shifted = " (they look shifted by +1: ids are 'output of layer i', 0-based)" if max(ids) == n else ""
+            ctx.emit("LC113", f"target_layer_ids {out} are >= num_target_layers {n}{shifted}", file="config.json",
+                     pointer=path, expected=f"ids in 0..{n - 1}", actual=ids)
+    if not negative and not dups and list(ids) != sorted(ids):
+        ctx.emit("LC114", f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+
+
+@check
+def mask_token(ctx: Context) -> None:
+    cfg = ctx.config
+    mask = cfg.dflash.mask_token_id if cfg.dflash.mask_token_id is not None else cfg.mask_token_id
+    if mask is None:
+        if ctx.parsed.invalid("$.dflash_config.mask_token_id") or ctx.parsed.invalid("$.mask_token_id"):
+            return
+        what = "; ".join(f"{p.display} {p.mask_token_fallback}" for p in ctx.profiles)
+        ctx.emit("LC115", f"mask_token_id is missing ({what})", file="config.json",
+                 pointer="$.dflash_config.mask_token_id", expected="the trained mask id", actual="absent")
+        return
+    if mask < 0:
+        ctx.emit("LC115", f"mask_token_id is {mask}", file="config.json", pointer="$.dflash_config.mask_token_id",
+                 expected=">= 0", actual=mask)
+    elif cfg.vocab_size is not None and mask >= cfg.vocab_size:
+        ctx.emit("LC115", f"mask_token_id {mask} is not below vocab_size {cfg.vocab_size}", file="config.json",
+                 pointer="$.dflash_config.mask_token_id", expected=f"< {cfg.vocab_size}", actual=mask)
+    elif cfg.dflash.mask_token_id is None:
+        ctx.emit("LC127", "mask_token_id is only at the top level; MLX-style readers require it in dflash_config",
+                 file="config.json", pointer="$.dflash_config.mask_token_id")
+
+
+@check
+def conv_geometry(ctx: Context) -> None:
+    d = ctx.config.dflash
+    taps, group = d.conv_kernel_size, d.conv_group_size
+    for key, value in (("conv_kernel_size", taps), ("conv_group_size", group)):
+        if value is not None and value < 0:
+            ctx.emit("LC116", f"dflash_config.{key} is {value}", file="config.json",
+                     pointer=f"$.dflash_config.{key}", expected=">= 0", actual=value)
+    t, gsz = taps or 0, group or 0
+    if (t > 0) != (gsz > 0):
+        strict = [p for p in ctx.profiles if p.conv_keys_both_or_neither or t > 0]
+        shown = [("absent" if v is None else v) for v in (taps, group)]
+        ctx.emit_for("LC116", strict, f"conv_kernel_size is {shown[0]} and conv_group_size is {shown[1]}: both or neither",
+                     file="config.json", pointer="$.dflash_config.conv_kernel_size",
+                     expected="both > 0 or both 0", actual=f"{shown[0]}/{shown[1]}")
+    if t > 0:
+        b = ctx.geometry.block_size
+        if b is not None and t > b:
+            ctx.emit_for("LC116", [p for p in ctx.profiles if p.conv_kernel_within_block],
+                         f"conv_kernel_size {t} exceeds block_size {b}", file="config.json",
+                         pointer="$.dflash_config.conv_kernel_size", expected=f"<= {b}", actual=t)
+    m = ctx.geometry.hidden_size
+    if gsz > 0 and m is not None and m % gsz:
+        ctx.emit("LC116", f"hidden_size {m} is not divisible by conv_group_size {gsz}", file="config.json",
+                 pointer="$.dflash_config.conv_group_size", expected=f"a divisor of {m}", actual=gsz)
+
+
+@check
+def backbone_config(ctx: Context) -> None:
+    cfg = ctx.config
+    if cfg.dflash.causal is True or cfg.is_causal is True:
+        nested = cfg.dflash.causal is True
+        key = "$.dflash_config.causal" if nested else "$.is_causal"
+        what = "dflash_config.causal" if nested else "is_causal"
+        by = {mode: [p for p in ctx.profiles if p.causal == mode] for mode in ("refuses", "ignores", "honours")}
+        if by["refuses"]:
+            ctx.emit_for("LC117", by["refuses"], f"{what} is true: {_names(by['refuses'], 'refuses|refuse')} a causal LiLiCorr "
+                         "draft (\"requires non-causal draft attention\")", file="config.json", pointer=key,
+                         expected="false", actual="true")
+        if by["ignores"]:
+            revision = ("" if nested else "; a later revision that reads top-level is_causal runs them causally, so "
+                        "the result depends on the version")
+            ctx.emit_for("LC133", by["ignores"], f"{what} is true but {_names(by['ignores'], 'never reads|never read')} it "
+                         f"and runs full-attention layers bidirectionally{revision}: the draft loads cleanly and scores a "
+                         "different function than the one trained", file="config.json", pointer=key,
+                         expected="false", actual="true")
+        if by["honours"]:
+            ctx.emit_for("LC134", by["honours"], f"{what} is true: {_names(by['honours'], 'drafts|draft')} causally as "
+                         "declared", file="config.json", pointer=key)
+    nested_mult = ctx.parsed.raw.get("dflash_config", {}).get("output_multiplier") \
+        if isinstance(ctx.parsed.raw.get("dflash_config"), dict) else None
+    readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
+    if _is_number(nested_mult) and not (nested_mult > 0):
+        ctx.emit_for("LC123", readers, f"dflash_config.output_multiplier is {nested_mult}: "
+                     f"{_names(readers, 'requires|require')} it > 0 (default 1)", file="config.json", pointer="$.dflash_config.output_multiplier",
+                     expected="> 0", actual=nested_mult)
+    if cfg.output_multiplier is not None:
+        ctx.emit_for("LC129", readers, f"the top-level output_multiplier ({cfg.output_multiplier}) is not read: "
+                     f"{_names(readers, 'reads|read')} output_multiplier from dflash_config only", file="config.json",
+                     pointer="$.output_multiplier")
+    act = cfg.hidden_act
+    if act is not None and act.lower() != "silu":
+        for mode, rule_id, verb in (("silu-only", "LC131", "refuses|refuse"),
+                                    ("unconfirmed", "LC132", "is|are")):
+            mine = [p for p in ctx.profiles if p.hidden_act == mode]
+            ctx.emit_for(rule_id, mine, f"hidden_act is {act!r}: {_names(mine, verb)} "
+                         + ("it (the DFlash MLP supports only silu)" if rule_id == "LC131" else "not confirmed to "
+                            "support it"), file="config.json",
+                         pointer="$.hidden_act", expected='"silu"', actual=act)
+    _integral_floats(ctx)
+    for key, value in (("hidden_size", cfg.hidden_size), ("num_hidden_layers", cfg.num_hidden_layers),
+                       ("num_attention_heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)):
+        if ctx.parsed.invalid(f"$.{key}"):
+            continue
+        if value is None or value < 1:
+            ctx.emit("LC118", f"{key} is {'absent' if value is None else value}", file="config.json",
+                     pointer=f"$.{key}", expected=">= 1", actual="absent" if value is None else value)
+    g = ctx.geometry
+    if cfg.num_key_value_heads is not None and g.num_heads and (cfg.num_key_value_heads < 1
+                                                               or g.num_heads % cfg.num_key_value_heads):
+        ctx.emit("LC118", f"num_key_value_heads {cfg.num_key_value_heads} does not divide num_attention_heads "
+                 f"{g.num_heads}", file="config.json", pointer="$.num_key_value_heads")
+    if cfg.head_dim is None and g.hidden_size and g.num_heads and g.hidden_size % g.num_heads:
+        ctx.emit("LC118", "head_dim is absent and hidden_size is not divisible by num_attention_heads",
+                 file="config.json", pointer="$.head_dim")
+    if cfg.vocab_size is None and not ctx.parsed.invalid("$.vocab_size"):
+        ctx.emit("LC122", "vocab_size is absent", file="config.json", pointer="$.vocab_size")
+    if cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) < g.num_layers:
+        ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
+                 file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+    elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
+        ctx.emit("LC143", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; the "
+                 "loaders read the first ones", file="config.json", pointer="$.layer_types",
+                 expected=g.num_layers, actual=len(cfg.layer_types))
+    swa = cfg.dflash.swa_window_size
+    if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
+        readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
+        strict = [p for p in ctx.profiles if p not in readers]
+        if strict:
+            ctx.emit("LC119", "a layer is sliding_attention but sliding_window is not set"
+                     + (f" ({_names(strict, 'reads|read')} no window from dflash_config.swa_window_size; "
+                        f"{_names(readers, 'takes|take')} it from there)" if readers else ""),
+                     runtimes=[p.name for p in strict] if readers else (), file="config.json",
+                     pointer="$.sliding_window")
+    if cfg.dflash.use_swa:
+        if swa is None and not cfg.sliding_window:
+            ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
+                     file="config.json", pointer="$.dflash_config.swa_window_size")
+        if swa is not None and swa < 1:
+            for mode, rule_id, verb, text in (
+                    ("refuses", "LC135", "refuses|refuse", "it"),
+                    ("literal", "LC136", "passes|pass", f"{swa} through as the layers' window"),
+                    ("ignored", "LC137", "does not read|do not read", "use_swa / swa_window_size")):
+                mine = [p for p in ctx.profiles if p.swa_window_zero == mode]
+                ctx.emit_for(rule_id, mine, f"dflash_config.use_swa is true with swa_window_size {swa}: "
+                             f"{_names(mine, verb)} {text}", file="config.json",
+                             pointer="$.dflash_config.swa_window_size", expected=">= 1", actual=swa)
+        if cfg.layer_types is None:
+            ignoring = [p for p in ctx.profiles if p.use_swa == "ignored"]
+            ctx.emit_for("LC138", ignoring, f"dflash_config.use_swa is true and layer_types is absent: "
+                         f"{_names(ignoring, 'does not read|do not read')} use_swa: every layer is served with full attention "
+                         "(the others make every layer sliding)", file="config.json", pointer="$.layer_types",
+                         expected="layer_types", actual="absent")
+    unknown = sorted({t for t in cfg.layer_types or [] if t not in ("full_attention", "sliding_attention")})
+    if unknown:
+        ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
+    if cfg.draft_id_to_target_id is not None or (cfg.draft_vocab_size is not None and cfg.vocab_size is not None
+                                                 and cfg.draft_vocab_size != cfg.vocab_size):
+        ctx.emit("LC120", "the config declares a reduced/remapped draft vocabulary; LiLiCorr drafts over the full "
+                 "target vocabulary", file="config.json", pointer="$.draft_vocab_size")
+    if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
+        ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
+                 "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
+
+
+def _names(profiles: list[RuntimeProfile], verb: str = "") -> str:
+    """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
+    names = " and ".join(p.display for p in profiles)
+    if "|" in verb:
+        one, several = verb.split("|")
+        verb = several if len(profiles) > 1 else one
+    return f"{names} {verb}".rstrip()
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# integer settings by the class of code that reads them (RuntimeProfile.integral_float_*)
+_INT_LILICORR = ("lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers", "lilicorr_num_heads",
+                 "lilicorr_factor_dim")
+_INT_BACKBONE_TOP = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+                     "intermediate_size", "vocab_size", "block_size", "num_target_layers")
+_INT_BACKBONE_NESTED = ("block_size", "num_target_layers", "conv_kernel_size", "conv_group_size")
+
+
+def _integral_floats(ctx: Context) -> None:
+    """Whole-number floats where the runtimes need integers: config.py reads 4.0 as 4 for every other check;
+    each runtime casts, crashes or refuses (the audit in docs/validate.md)."""
+    raw = ctx.parsed.raw
+    nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "mask_token": []}
+
+    def floaty(v: Any) -> bool:
+        return isinstance(v, float) and math.isfinite(v) and v.is_integer()
+
+    found["lilicorr"] = [f"dflash_config.{k}" for k in _INT_LILICORR if floaty(nested.get(k))]
+    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k))]
+                         + [f"dflash_config.{k}" for k in _INT_BACKBONE_NESTED if floaty(nested.get(k))])
+    found["mask_token"] = ([k for k in ("mask_token_id",) if floaty(raw.get(k))]
+                           + [f"dflash_config.{k}" for k in ("mask_token_id",) if floaty(nested.get(k))])
+    verbs = {"crashes": ("LC139", "uses|use", "it uncast (a TypeError at build)"),
+             "refuses": ("LC139", "refuses|refuse", "it (an explicit integer check)"),
+             "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
+             "casts": ("LC141", "casts|cast", "it with int()")}
+    for kind, keys in found.items():
+        if not keys:
+            continue
+        for mode, (rule_id, verb, rest) in verbs.items():
+            mine = [p for p in ctx.profiles if getattr(p, f"integral_float_{kind}") == mode]
+            ctx.emit_for(rule_id, mine, f"{', '.join(keys)} written as a whole-number float: {_names(mine, verb)} "
+                         f"{rest}", file="config.json", pointer=f"$.{keys[0]}", subjects=keys)
+
+
+def _sibling_route(ctx: Context, family: str, arch: str | None) -> None:
+    """Which runtimes load this sibling head under this architecture (RuntimeProfile.sibling_routes)."""
+    by: dict[str, list[tuple[RuntimeProfile, str]]] = {"refuses": [], "unconfirmed": []}
+    for p in ctx.profiles:
+        verdict, why = p.sibling_route(family, arch)
+        if verdict in by:
+            by[verdict].append((p, why))
+    for verdict, rule_id in (("refuses", "LC014"), ("unconfirmed", "LC015")):
+        for p, why in by[verdict]:
+            ctx.emit(rule_id, f"{family} head declared as {arch}: {why}", runtimes=[p.name], file="config.json",
+                     pointer="$.architectures[0]", actual=arch)
+
+
+@check
+def sibling_config(ctx: Context) -> None:
+    g, cfg = ctx.geometry, ctx.config
+    d = cfg.dflash
+    if g.family == "dflash2":
+        rank, top_k = d.selector_rank, d.selector_top_k
+        pair = [p for p in ctx.profiles if p.selector_check == "pair"]
+        ranged = [p for p in ctx.profiles if p.selector_check == "range"]
+        if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
+            ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
+                         f"{_names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
+                         pointer="$.dflash_config.selector_rank")
+        bad = []
+        if rank is None or rank < 1:
+            bad.append(f"selector_rank {rank} < 1")
+        if top_k is None or top_k < 2 or (g.vocab_size is not None and top_k > g.vocab_size):
+            bad.append(f"selector_top_k {top_k} outside [2, {g.vocab_size}]")
+        if bad:
+            ctx.emit_for("LC150", ranged, f"{'; '.join(bad)}: {_names(ranged, 'refuses|refuse')} it",
+                         file="config.json", pointer="$.dflash_config.selector_top_k")
+        if not g.has_conv and not ctx.parsed.invalid("$.dflash_config.conv_kernel_size"):
+            ctx.emit("LC151", "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
+                     "mandatory (vLLM reads both with a plain index; Model-Optimizer refuses the export)",
+                     file="config.json", pointer="$.dflash_config.conv_kernel_size", expected="both > 0")
+    if g.family == "dspark":
+        readers = [p for p in ctx.profiles if p.markov_rank_top_level]
+        top = cfg.markov_rank
+        if top is None or top <= 0:
+            where = (f" (dflash_config.markov_rank is {d.markov_rank}, but {_names(readers, 'reads|read')} the top "
+                     "level only)") if d.markov_rank is not None and top is None else ""
+            ctx.emit_for("LC152", readers, f"markov_rank is {top if top is not None else 'absent'} at the top "
+                         f"level{where}: {_names(readers, 'requires|require')} markov_rank > 0",
+                         file="config.json", pointer="$.markov_rank", expected="> 0",
+                         actual=top if top is not None else "absent")
+        kind = g.markov_head_type
+        if kind is not None:
+            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types
+                      and kind not in p.markov_head_types_unconfirmed]
+            unsure = [p for p in ctx.profiles if kind in p.markov_head_types_unconfirmed]
+            ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {_names(refuse, 'builds|build')} only "
+                         + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
+                         file="config.json", pointer="$.markov_head_type", actual=kind)
+            ctx.emit_for("LC154", unsure, f"markov_head_type {kind!r}: {_names(unsure, 'is|are')} UNCONFIRMED to "
+                         "build it (only the vanilla pair was read)", file="config.json",
+                         pointer="$.markov_head_type", actual=kind)
+    if g.family == "domino":
+        checkers = [p for p in ctx.profiles if p.domino_checks]
+        if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:
+            raw = ctx.parsed.raw.get("dflash_config", {}) if isinstance(ctx.parsed.raw.get("dflash_config"),
+                                                                         dict) else {}
+            shown = json.dumps(raw.get("shift_label")) if "shift_label" in raw else "absent"
+            ctx.emit_for("LC155", checkers, f"dflash_config.shift_label is {shown}: "
+                         f"{_names(checkers, 'requires|require')} a JSON bool", file="config.json",
+                         pointer="$.dflash_config.shift_label", expected="true | false", actual=shown)
+        if d.pure_draft_prefix_len != 1:
+            ctx.emit_for("LC156", checkers, f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
+                         f"{_names(checkers, 'serves|serve')} only 1", file="config.json",
+                         pointer="$.dflash_config.pure_draft_prefix_len", expected=1, actual=d.pure_draft_prefix_len)
+        dims = [p for p in ctx.profiles if p.domino_dims_required]
+        for key, value in (("gru_hidden_dim", g.gru_hidden_dim), ("emb_dim", g.emb_dim)):
+            if value is None:
+                ctx.emit_for("LC157", dims, f"{key} is missing or < 1: {_names(dims, 'requires|require')} it",
+                             file="config.json", pointer=f"$.dflash_config.{key}", expected=">= 1")
+        if d.emb_dim is not None and cfg.emb_dim is not None and d.emb_dim != cfg.emb_dim:
+            ctx.emit_for("LC158", checkers, f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
+                         f"{cfg.emb_dim} differ: {_names(checkers, 'refuses|refuse')} it (\"emb_dim differs\")",
+                         file="config.json", pointer="$.emb_dim", expected=d.emb_dim, actual=cfg.emb_dim)
+        block = d.block_size if d.block_size is not None else cfg.block_size
+        if block is not None and block <= 1:
+            ctx.emit_for("LC159", checkers, f"block_size is {block}: {_names(checkers, 'refuses|refuse')} "
+                         "a Domino draft with block_size <= 1", file="config.json", pointer="$.block_size",
+                         expected="> 1", actual=block)

@@ -1,0 +1,90 @@
+"""Target compatibility rules (LC5xx): the drafter against the target's config or GGUF metadata."""
+
+from __future__ import annotations
+
+import math
+
+from lilicorr_ckpt.checks.context import Context, check
+from lilicorr_ckpt.checks.findings import rule
+
+# ---------------------------------------------------------------- catalogue
+TGT = "target"
+rule("LC501", "target-hidden-size", "error", TGT, "The draft and target hidden sizes differ.",
+     "Validate against the target the drafter was trained for.")
+rule("LC502", "target-layer-range", "error", TGT, "A target_layer_id is not a layer of the target.",
+     "Ids use the HF convention: id i reads the output of target layer i (hidden_states[i+1]); valid ids are 0..L-1.")
+rule("LC503", "target-vocab", "error", TGT, "The draft and target vocabularies differ.",
+     "LiLiCorr scores candidates with the target's embeddings; the vocabularies must be identical.")
+rule("LC504", "target-mask-token", "error", TGT, "mask_token_id is outside the target's embedding table or is a special token.",
+     "Use a dedicated mask token that exists in the target embedding and is not eos/bos/pad.")
+rule("LC505", "target-layer-count", "warning", TGT, "num_target_layers differs from the target's layer count.",
+     "Write the target's num_hidden_layers.")
+rule("LC506", "target-rope", "warning", TGT, "rope_theta differs from the target's (the exporter copies it).",
+     "Check that this is the right target.")
+rule("LC507", "target-unchecked", "warning", TGT,
+     "A target compatibility check did not run: the target's config lacks the value it needs, or gives it with the "
+     "wrong type.", "Point --target at the target's own Hugging Face directory (or GGUF file), with integer geometry.")
+
+
+
+# ---------------------------------------------------------------- checks
+
+
+@check
+def target_compat(ctx: Context) -> None:
+    t, g = ctx.target, ctx.geometry
+    if t is None:
+        return
+    where = f"target {t.label}"
+    if t.unreadable:
+        what = "; ".join(f"{key} {found}" for key, found in t.unreadable.items())
+        skipped = [check for keys, check in ((("hidden_size", "embedding_length"), "hidden size"),
+                                             (("num_hidden_layers", "block_count"), "layer ids and count"),
+                                             (("vocab_size",), "vocabulary"))
+                   if any(k.rsplit(".", 1)[-1] in keys for k in t.unreadable)]
+        if t.vocab_size is None and t.embedding_rows is None:
+            skipped.append("mask token range")
+        ctx.emit("LC507", f"{where}: {what}; not checked against the drafter: {', '.join(skipped)}",
+                 subjects=sorted(t.unreadable))
+    if t.hidden_size is not None and g.hidden_size is not None and t.hidden_size != g.hidden_size:
+        ctx.emit("LC501", f"draft hidden_size {g.hidden_size} != {where} hidden_size {t.hidden_size}",
+                 file="config.json", pointer="$.hidden_size", expected=t.hidden_size, actual=g.hidden_size)
+    if t.embedding_width is not None and g.hidden_size is not None and t.embedding_width != g.hidden_size \
+            and t.embedding_width != t.hidden_size:
+        ctx.emit("LC501", f"{where} embedding width {t.embedding_width} != draft hidden_size {g.hidden_size}",
+                 expected=g.hidden_size, actual=t.embedding_width)
+    if t.num_layers is not None and g.target_layer_ids:
+        out = [i for i in g.target_layer_ids if i >= t.num_layers]
+        if out:
+            shifted = (" — the ids look shifted by +1 (a 'before layer i' convention); id i reads the output of "
+                       "target layer i, i.e. HF hidden_states[i+1]") if max(g.target_layer_ids) == t.num_layers else ""
+            ctx.emit("LC502", f"target_layer_ids {out} are not layers of {where}, which has {t.num_layers} layers "
+                     f"(valid ids 0..{t.num_layers - 1}; id i reads the output of target layer i){shifted}",
+                     file="config.json", pointer="$.dflash_config.target_layer_ids",
+                     expected=f"ids < {t.num_layers}", actual=list(g.target_layer_ids))
+    if t.num_layers is not None and g.num_target_layers is not None and t.num_layers != g.num_target_layers:
+        ctx.emit("LC505", f"num_target_layers is {g.num_target_layers} but {where} has {t.num_layers} layers",
+                 file="config.json", pointer="$.num_target_layers", expected=t.num_layers, actual=g.num_target_layers)
+    if t.vocab_size is not None and g.vocab_size is not None and t.vocab_size != g.vocab_size:
+        ctx.emit("LC503", f"draft vocab_size {g.vocab_size} != {where} vocab_size {t.vocab_size}",
+                 file="config.json", pointer="$.vocab_size", expected=t.vocab_size, actual=g.vocab_size)
+    if t.embedding_rows is not None and g.vocab_size is not None and t.embedding_rows != g.vocab_size:
+        strict = [p for p in ctx.profiles if p.embedding_rows_equal_vocab]
+        ctx.emit_for("LC503", strict, f"{where}'s input embedding has {t.embedding_rows} rows but the draft "
+                     f"vocab_size is {g.vocab_size}: {' and '.join(p.display for p in strict)} requires "
+                     "num_embeddings == V", pointer="embed_tokens.weight",
+                     expected=g.vocab_size, actual=t.embedding_rows)
+    rows = t.embedding_rows if t.embedding_rows is not None else t.vocab_size
+    mask = g.mask_token_id
+    if mask is not None and rows is not None and mask >= rows:
+        ctx.emit("LC504", f"mask_token_id {mask} is outside {where}'s embedding table ({rows} rows)",
+                 file="config.json", pointer="$.dflash_config.mask_token_id", expected=f"< {rows}", actual=mask)
+    if mask is not None:
+        hits = sorted(k for k, v in t.special_ids.items() if v == mask)
+        if hits:
+            ctx.emit("LC504", f"mask_token_id {mask} is {where}'s {'/'.join(hits)} token; the mask must be a "
+                     "dedicated token", file="config.json", pointer="$.dflash_config.mask_token_id", actual=mask)
+    theta = ctx.config.rope_theta
+    if t.rope_theta is not None and theta is not None and not math.isclose(t.rope_theta, theta, rel_tol=1e-6):
+        ctx.emit("LC506", f"rope_theta {theta:g} differs from {where}'s {t.rope_theta:g}", file="config.json",
+                 pointer="$.rope_theta", expected=t.rope_theta, actual=theta)

@@ -1,0 +1,271 @@
+"""The loader audit (docs/validate.md) as a corpus: one checkpoint per audited row, named after what the peer
+loaders do with it, with the verdict each runtime gets.
+
+Verdicts: 0 = accepted with no warning, "w" = accepted with a warning, 1 = refused (an error). Every case starts
+from the valid LiLiCorr fixture and changes one thing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.checkpoint.manifest import legacy_name
+from lilicorr_ckpt.profiles import QKV
+
+from ._support import DROP, RUNTIMES, describe, edit_config, run
+
+Tensors = fixtures.Tensors
+Edit = Callable[[dict[str, Any]], Any]
+
+
+class Row(NamedTuple):
+    name: str  # the peer behaviour
+    audit: str  # the audit row (docs/validate.md)
+    expect: tuple[Any, Any, Any]  # sglang, vllm, trtllm
+    config: dict[str, Any] = {}  # draft_config(**config): what the tensors are written for
+    edit: Edit | None = None  # then applied to config.json
+    mutate: Callable[[Tensors], None] | None = None
+    write: dict[str, Any] = {}
+    raw: Callable[[str], str] | None = None  # then applied to config.json's text (whole-number floats)
+    rules: tuple[str, ...] = ()  # rule ids that must be among the findings
+
+
+def nested(**changes: Any) -> Edit:
+    def apply(cfg: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            if value is DROP:
+                cfg["dflash_config"].pop(key, None)
+            else:
+                cfg["dflash_config"][key] = value
+    return apply
+
+
+def top(**changes: Any) -> Edit:
+    def apply(cfg: dict[str, Any]) -> None:
+        for key, value in changes.items():
+            if value is DROP:
+                cfg.pop(key, None)
+            else:
+                cfg[key] = value
+    return apply
+
+
+def both(*edits: Edit) -> Edit:
+    def apply(cfg: dict[str, Any]) -> None:
+        for e in edits:
+            e(cfg)
+    return apply
+
+
+def fuse_qkv(t: Tensors) -> None:
+    for i in (0, 1):
+        p = f"layers.{i}.self_attn."
+        q, k, v = (t.pop(p + f"{x}_proj.weight") for x in "qkv")
+        t[p + "qkv_proj.weight"] = (q[0], (q[1][0] + k[1][0] + v[1][0], q[1][1]), q[2] + k[2] + v[2])
+
+
+def add(name: str, shape: tuple[int, ...], dtype: str = "BF16") -> Callable[[Tensors], None]:
+    size = 2 if dtype == "BF16" else 1
+    n = 1
+    for s in shape:
+        n *= s
+    return lambda t: t.__setitem__(name, (dtype, shape, b"\0" * (n * size)))
+
+
+def drop(*names: str) -> Callable[[Tensors], None]:
+    def apply(t: Tensors) -> None:
+        for n in names:
+            del t[n]
+    return apply
+
+
+def retype(name: str, dtype: str, shape: tuple[int, ...]) -> Callable[[Tensors], None]:
+    n = 1
+    for s in shape:
+        n *= s
+    return lambda t: t.__setitem__(name, (dtype, shape, b"\1" * (n * (2 if dtype == "BF16" else 1))))
+
+
+def legacy_duplicate(t: Tensors) -> None:
+    name = "lilicorr.feature_norm.weight"
+    t[legacy_name(name)] = t[name]
+
+
+def no_quant_metadata(path: Path) -> None:
+    edit_config(path, top(quantization_config=DROP))
+    (path / "hf_quant_config.json").unlink()
+
+
+def servable_plus(*modules: str) -> set[str]:
+    manifest = fixtures.manifest_for(fixtures.draft_config())
+    return fixtures.servable_quantized(manifest) | set(modules)
+
+
+QKV_MODULES = tuple(f"layers.{i}.self_attn.{x}_proj" for i in (0, 1) for x in "qkv")
+assert all(any(m.endswith(p.rsplit(".", 1)[-1]) for p in QKV) for m in QKV_MODULES)
+SLIDING = top(layer_types=["sliding_attention", "sliding_attention"])
+
+ROWS = [
+    # 1.a issue examples
+    Row("fused_qkv_split_by_qkvparallellinear", "E1", (0, 0, 0), mutate=fuse_qkv),
+    Row("nested_output_multiplier_zero_refused_by_sglang", "E2", (1, 0, 0), edit=nested(output_multiplier=0),
+        rules=("LC123",)),
+    Row("top_level_output_multiplier_ignored_by_sglang", "E2", (0, 0, 0), edit=top(output_multiplier=0),
+        rules=("LC129",)),
+    Row("sglang_checks_taps_against_draft_layers_without_num_target_layers", "E3", (1, 0, 0),
+        edit=both(top(num_target_layers=DROP), nested(num_target_layers=DROP)), rules=("LC130",)),
+    Row("trt_slices_raw_qkv", "E6", (1, 1, 1), write={"quant": "NVFP4", "quantize": servable_plus(*QKV_MODULES)},
+        rules=("LC306",)),
+    Row("hidden_act_gelu_refused_by_dflash_mlp", "E7", (1, 1, "w"), edit=top(hidden_act="gelu"),
+        rules=("LC131", "LC132")),
+    Row("trt_routes_qwen3_with_projector_type", "E8", (1, 1, 0),
+        edit=both(top(architectures=["Qwen3ForCausalLM"]), nested(lilicorr_enabled=DROP)), rules=("LC010",)),
+    Row("trt_routes_qwen3_with_lilicorr_enabled", "E8", (1, 1, 0),
+        edit=both(top(architectures=["Qwen3ForCausalLM"]), nested(projector_type=DROP)), rules=("LC010",)),
+    Row("vllm_honours_causal_sglang_runs_bidirectionally", "E9a/E10", (1, 0, 1), edit=nested(causal=True),
+        rules=("LC117", "LC133", "LC134")),
+    Row("sglang_ignores_top_level_is_causal", "E10", (1, 0, 1), edit=top(is_causal=True),
+        rules=("LC117", "LC133", "LC134")),
+    Row("swa_window_zero_refused_by_trt_literal_in_vllm", "E9b", (0, "w", 1),
+        edit=both(SLIDING, top(sliding_window=8), nested(use_swa=True, swa_window_size=0)),
+        rules=("LC135", "LC136", "LC137")),
+    Row("sglang_drops_owned_lm_head", "E11", (1, 0, 0), config={"own_lm_head": True}, rules=("LC404",)),
+    # 1.b config keys, geometry, routing
+    Row("lilicorr_key_missing_refused", "C1", (1, 1, 1), edit=nested(lilicorr_logit_scale=DROP), rules=("LC101",)),
+    Row("lilicorr_disabled_refused", "C3", (1, 1, 1), edit=nested(lilicorr_enabled=False), rules=("LC108",)),
+    Row("topk_not_power_of_two_refused_by_fused_topk", "C4", (1, 1, 0),
+        config={"dflash": {"lilicorr_candidate_topk": 3}}, rules=("LC104",)),
+    Row("head_width_zero_means_draft_width_except_trt", "C5", (0, 0, 1),
+        config={"dflash": {"lilicorr_hidden_size": 0}}, rules=("LC105",)),
+    Row("heads_do_not_divide_width", "C6", (1, 1, 1), edit=nested(lilicorr_num_heads=3), rules=("LC106",)),
+    Row("vector_eps_half_refused_by_trt", "C7", (0, 0, 1), edit=nested(lilicorr_vector_eps=0.5), rules=("LC107",)),
+    Row("logit_scale_nonpositive", "C8", (1, 1, 1), edit=nested(lilicorr_logit_scale=0.0), rules=("LC103",)),
+    Row("integral_float_topk_cast_by_sglang_only", "C9", (0, 1, 1),
+        raw=lambda s: s.replace('"lilicorr_candidate_topk": 4', '"lilicorr_candidate_topk": 4.0'),
+        rules=("LC139", "LC141")),
+    Row("integral_float_num_layers_crashes_vllm", "C10", (0, 1, "w"),
+        raw=lambda s: s.replace('"num_hidden_layers": 2', '"num_hidden_layers": 2.0'),
+        rules=("LC139", "LC140", "LC141")),
+    Row("integral_float_mask_token_refused_by_sglang", "C11", (1, 0, 0),
+        raw=lambda s: s.replace('"mask_token_id": 511', '"mask_token_id": 511.0'), rules=("LC139",)),
+    Row("target_layer_ids_not_a_list", "C13", (1, 1, 1), edit=nested(target_layer_ids="0,2"), rules=("LC001",)),
+    Row("target_layer_ids_out_of_range", "C15", (1, 1, 1), edit=nested(target_layer_ids=[0, 4]), rules=("LC113",)),
+    Row("num_target_layers_zero_refused_by_sglang", "C17", (1, 0, 0), edit=top(num_target_layers=0),
+        rules=("LC142",)),
+    Row("block_size_absent_defaulted_by_sglang", "C18", ("w", 1, 1),
+        config={"block_size": 16, "dflash": {"block_size": 16}}, edit=both(top(block_size=DROP), nested(block_size=DROP)), rules=("LC110", "LC125")),
+    Row("block_size_conflict_nested_wins", "C19", ("w", "w", "w"), config={"dflash": {"block_size": 16}},
+        rules=("LC111",)),
+    Row("block_size_one_refused", "C20", (1, 1, 1), edit=both(top(block_size=1), nested(block_size=1)),
+        rules=("LC112",)),
+    Row("mask_token_absent", "C21", (1, 1, 1), edit=nested(mask_token_id=DROP), rules=("LC115",)),
+    Row("mask_token_negative", "C22", (1, 1, 1), edit=nested(mask_token_id=-1), rules=("LC115",)),
+    Row("vllm_asserts_no_mask_hidden", "C23", (1, 1, 1), mutate=add("mask_hidden", (64,)), rules=("LC204",)),
+    Row("conv_half_declared", "C24", (1, 1, 1), edit=nested(conv_kernel_size=2), rules=("LC116",)),
+    Row("conv_kernel_exceeds_block_refused_by_trt", "C25", (0, 0, 1), config={"conv": (16, 16)},
+        rules=("LC116",)),
+    Row("conv_group_not_dividing_width", "C26", (1, 1, 1), config={"conv": (2, 16)},
+        edit=nested(conv_group_size=3), rules=("LC116",)),
+    Row("layer_types_short", "C28", (1, 1, 1), edit=top(layer_types=["full_attention"]), rules=("LC119",)),
+    Row("layer_types_long_extra_entries_ignored", "C29", ("w", "w", "w"),
+        edit=top(layer_types=["full_attention"] * 3), rules=("LC143",)),
+    Row("unknown_layer_type", "C30", (1, 1, 1), edit=top(layer_types=["full_attention", "linear_attention"]),
+        rules=("LC119",)),
+    Row("sliding_without_window_vllm_reads_swa_window_size", "C31", (1, 0, 1),
+        edit=both(SLIDING, nested(swa_window_size=8)), rules=("LC119",)),
+    Row("use_swa_ignored_by_sglang", "C33", (1, 0, 0),
+        edit=both(top(layer_types=DROP), nested(use_swa=True, swa_window_size=8)), rules=("LC138",)),
+    Row("attention_sink_bias_not_bool", "C37", (1, 1, 1), edit=nested(attention_sink_bias=1), rules=("LC001",)),
+    Row("reduced_vocab_refused", "C38", (1, 1, 1), edit=top(draft_vocab_size=511), rules=("LC120",)),
+    Row("qwen3_architecture_without_projector_refused", "C39", (1, 1, 1),
+        edit=both(top(architectures=["Qwen3ForCausalLM"]), nested(projector_type=DROP, lilicorr_enabled=DROP)),
+        rules=("LC010",)),
+    Row("dflash_architecture_with_head_tensors_drops_them", "C40", (1, 1, 1),
+        edit=both(top(architectures=["DFlashDraftModel"]), nested(projector_type=DROP, lilicorr_enabled=DROP)),
+        rules=("LC011",)),
+    Row("laguna_backbone_refused_by_trt_generic_gqa", "C41", (1, 1, 1),
+        edit=top(architectures=["LagunaForCausalLM", "LiLiCorrDraftModel"]), rules=("LC010",)),
+    # 1.c tensors, coverage, dtypes
+    Row("head_tensor_missing", "T1", (1, 1, 1), mutate=drop("lilicorr.out_head.weight"), rules=("LC201",)),
+    Row("head_tensor_surplus", "T2", (1, 1, 1), mutate=add("lilicorr.layers.9.attn_norm.weight", (32,)),
+        rules=("LC202",)),
+    Row("identity_token_proj_surplus", "T3", (1, 1, 1), config={"dflash": {"lilicorr_hidden_size": 64}},
+        mutate=add("lilicorr.token_proj.weight", (64, 64)), rules=("LC202",)),
+    Row("legacy_sequential_names_refused_by_vllm_named_mlp", "T4", (0, 1, 0), write={"naming": "sequential"},
+        rules=("LC216", "LC217")),
+    Row("legacy_and_named_duplicate", "T5", (1, 1, 1), mutate=legacy_duplicate, rules=("LC211",)),
+    Row("conv_tensors_without_keys_dropped", "T7", (1, 1, 1), config={"conv": (2, 16)},
+        edit=nested(conv_kernel_size=DROP, conv_group_size=DROP), rules=("LC205",)),
+    Row("conv_keys_without_tensors_random_kernels", "T8", (1, 1, 1),
+        edit=nested(conv_kernel_size=2, conv_group_size=16), rules=("LC206",)),
+    Row("fc_width_mismatch", "T10", (1, 1, 1), mutate=retype("fc.weight", "BF16", (64, 192)), rules=("LC208",)),
+    Row("embed_tokens_copy_dropped_used_or_replaced", "T11", ("w", "w", "w"),
+        mutate=add("embed_tokens.weight", (512, 64)), rules=("LC218",)),
+    Row("undeclared_lm_head", "T12", (1, 1, 1), mutate=add("lm_head.weight", (512, 64)), rules=("LC402",)),
+    Row("own_head_flag_without_tensor", "T13", (0, 1, 1), edit=top(has_own_lm_head=True), rules=("LC401",)),
+    Row("training_prefix_not_stripped", "T16", (1, 1, 1), write={"key_prefix": "dflash_module."},
+        rules=("LC212",)),
+    Row("model_prefix_stripped", "T17", (0, 0, 0), write={"key_prefix": "model."}, rules=("LC213",)),
+    Row("fp16_dtype_overflows", "T18", ("w", "w", "w"), write={"dtype": "F16"}, rules=("LC121",)),
+    Row("packed_without_metadata", "T19", (1, 1, 1), write={"quant": "NVFP4"}, rules=("LC311",)),
+    # 1.d quantization
+    Row("feature_mlp_down_proj_quantized_forced_float_by_sglang", "Q2", (1, 0, 0),
+        write={"quant": "NVFP4", "quantize": servable_plus("lilicorr.feature_mlp.down_proj")}, rules=("LC306",)),
+    Row("factor_heads_fp8_raw_linear_except_trt", "Q3", (1, 1, 0),
+        write={"quant": "FP8", "quantize": servable_plus("lilicorr.out_head")}, rules=("LC306",)),
+    Row("in_proj_quantized_bare_parameter", "Q4", (1, 1, 1),
+        mutate=retype("lilicorr.layers.0.attn.in_proj_weight", "U8", (96, 16)), rules=("LC209",)),
+    Row("sglang_and_vllm_flat_quant_read_ignore_only", "E4", (1, 1, 0), write={"quant": "NVFP4"},
+        edit=lambda c: c["quantization_config"].__setitem__("exclude_modules",
+                                                            c["quantization_config"].pop("ignore")),
+        rules=("LC320",)),
+    Row("sglang_flat_quant_requires_a_group_size", "E4", (1, 0, 0), write={"quant": "NVFP4"},
+        edit=lambda c: c["quantization_config"].pop("group_size"), rules=("LC324",)),
+    Row("w4a16_without_input_scale_loads", "Q6", (0, 0, 0), write={"quant": "W4A16_NVFP4"}),
+    Row("nvfp4_missing_weight_scale_2", "Q7", (1, 1, 1), write={"quant": "NVFP4"},
+        mutate=drop("lilicorr.token_proj.weight_scale_2"), rules=("LC304",)),
+]
+
+
+def build(tmp_path: Path, row: Row) -> Path:
+    path = fixtures.write_checkpoint(tmp_path / row.name, fixtures.draft_config(**row.config), mutate=row.mutate,
+                                     **row.write)
+    if row.edit:
+        edit_config(path, row.edit)
+    if row.raw:
+        text = (path / "config.json").read_text()
+        new = row.raw(text)
+        assert new != text, "the raw edit changed nothing"
+        (path / "config.json").write_text(new)
+    if row.name == "packed_without_metadata":
+        no_quant_metadata(path)
+    return path
+
+
+def verdicts(report) -> tuple[Any, ...]:
+    by = {v.runtime: v for v in report.runtimes}
+    return tuple(1 if not by[r].accepted else ("w" if by[r].warnings else 0) for r in RUNTIMES)
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_loader_audit(tmp_path, row: Row):
+    report = run(build(tmp_path, row))
+    assert verdicts(report) == row.expect, describe(report)
+    fired = {f.rule for f in report.findings}
+    assert set(row.rules) <= fired, (row.rules, describe(report))
+
+
+def test_the_corpus_names_each_case_once():
+    assert len({r.name for r in ROWS}) == len(ROWS)
+
+
+def test_packed_without_metadata_really_has_no_metadata(tmp_path):
+    path = build(tmp_path, next(r for r in ROWS if r.name == "packed_without_metadata"))
+    assert "quantization_config" not in json.loads((path / "config.json").read_text())
+    assert not (path / "hf_quant_config.json").exists()
