@@ -228,7 +228,7 @@ def test_the_readme_snippet_is_the_example_workflow():
 def test_the_ignore_input_waives_and_the_summary_says_so(tmp_path):
     from lilicorr_ckpt import fixtures
 
-    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404 warning
+    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404: an error for SGLang
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     strict = run_action({**PRE, "path": str(owned), "strict": "true"}, tmp_path / "a")

@@ -78,9 +78,12 @@ def test_unreadable_checkpoint_is_exit_2_with_its_reason(tree):
 
 
 def test_options_reach_validate(tmp_path):
-    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))
-    assert hook("owned/config.json", cwd=tmp_path).returncode == 1  # LC404: an error for SGLang
-    assert hook("owned/config.json", "--strict", cwd=tmp_path).returncode == 1
+    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404: SGLang
+    warned = fixtures.write_checkpoint(tmp_path / "warned", fixtures.draft_config(block_size=16))  # LC111 warning
+    assert hook("owned/config.json", cwd=tmp_path).returncode == 1
+    assert hook("owned/config.json", "--runtime", "vllm", cwd=tmp_path).returncode == 0
+    assert hook(str(warned / "config.json"), cwd=tmp_path).returncode == 0
+    assert hook(str(warned / "config.json"), "--strict", cwd=tmp_path).returncode == 1
     waived = hook("owned/config.json", "--strict", "--ignore", "LC404", cwd=tmp_path)
     assert waived.returncode == 0 and "waived LC404" in waived.stdout
     (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\nreason = "checked on SGLang"\n')

@@ -10,7 +10,13 @@ import pytest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checks.findings import Finding
-from lilicorr_ckpt.checks.waivers import WaiverRule, apply_waivers, find_config, parse_config
+from lilicorr_ckpt.checks.waivers import (
+    WaiverRule,
+    apply_waivers,
+    check_rule_options,
+    find_config,
+    parse_config,
+)
 from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.report import schemas
 
@@ -27,6 +33,11 @@ def finding(rule: str, runtimes=(), severity="warning") -> Finding:
 def waiver(*rules, runtimes=(), paths=(), base=None) -> WaiverRule:
     return WaiverRule(rules=rules, reason="because", source="test", runtimes=tuple(runtimes), paths=tuple(paths),
                       base=base)
+
+
+def test_a_retired_rule_id_is_a_usage_error_naming_its_replacement():
+    with pytest.raises(UsageError, match="LC403 is a retired rule id.*LC404"):
+        check_rule_options("LC314,LC403", None)
 
 
 def test_apply_waivers_marks_splits_and_selects():
@@ -87,7 +98,7 @@ def test_config_mistakes_are_usage_errors_naming_the_entry(tmp_path, entry, need
 
 @pytest.fixture
 def owned(tmp_path) -> Path:
-    """A checkpoint whose only finding is LC404 (an owned lm_head, unconfirmed on SGLang): a warning."""
+    """A checkpoint whose only finding is LC404 (an owned lm_head, which SGLang drops): an error for SGLang."""
     return fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))
 
 
@@ -99,7 +110,7 @@ def test_ignore_lets_strict_pass_and_keeps_the_finding_visible(owned):
     assert "waived LC404 own-head-dropped (sglang):" in waived.stdout and "waived by --ignore" in waived.stdout
     assert "PASS 0 errors, 0 warnings, 1 waived" in waived.stdout
     report = json.loads(run_cli("validate", str(owned), "--strict", "--ignore", "LC404", "-f", "json").stdout)
-    assert report["exit_code"] == 0 and report["summary"]["waived"] == 1 and report["summary"]["warnings"] == 0
+    assert report["exit_code"] == 0 and report["summary"]["waived"] == 1 and report["summary"]["errors"] == 0
     [f] = report["findings"]
     assert f["rule"] == "LC404" and f["waived"] == {"reason": "--ignore on the command line", "source": "--ignore"}
     jsonschema.validate(report, schemas.all_schemas()["validate-report.schema.json"])

@@ -2,7 +2,7 @@
 
 Sources, all applied by `waive_report`, a pure function of a Report:
 
-- `--ignore LC314,LC403`: waive these rule ids (or id prefixes such as LC3) everywhere;
+- `--ignore LC314,LC015`: waive these rule ids (or id prefixes such as LC3) everywhere;
 - `--select LC1,LC2`: only these rules count; findings of the others are left out of the report entirely
   (they were not asked for), which is what --select means in linters;
 - a configuration file found from the checkpoint directory upward (stopping at a directory holding `.git`):
@@ -74,19 +74,23 @@ def _known_rules() -> set[str]:
 
 
 def parse_rule_list(text: str | None, option: str) -> tuple[str, ...]:
-    """`LC314,LC403` (spaces and repeated commas allowed) -> ids, each an id or a prefix of some id."""
+    """`LC314,LC015` (spaces and repeated commas allowed) -> ids, each an id or a prefix of some id."""
     if text is None:
         return ()
     items = tuple(dict.fromkeys(p.strip().upper() for p in text.replace(" ", ",").split(",") if p.strip()))
     if not items:
-        raise UsageError(f"{option} needs rule ids, e.g. {option} LC314,LC403")
+        raise UsageError(f"{option} needs rule ids, e.g. {option} LC314,LC015")
     _check_rules(items, option)
     return items
 
 
 def _check_rules(items: tuple[str, ...], where: str) -> None:
+    from lilicorr_ckpt.checks.findings import RETIRED
+
     known = _known_rules()
     for item in items:
+        if item in RETIRED:  # waiving it would waive nothing: say what replaced it
+            raise UsageError(f"{where}: {item} is a retired rule id, never emitted now ({RETIRED[item]})")
         if not any(rid.startswith(item) for rid in known) or len(item) < 3:
             import difflib
 
