@@ -29,7 +29,7 @@ from lilicorr_ckpt.checkpoint.stwrite import Entry, StreamWriter
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan
 from lilicorr_ckpt.convert.qmeta import module_state, output_exclusions, output_quant_docs
-from lilicorr_ckpt.convert.writer import REF_TAG
+from lilicorr_ckpt.convert.writer import REF_TAG, TMP_TAG
 from lilicorr_ckpt.errors import UsageError
 
 REPAIR_RTOL = 2.0**-5  # a few bf16 ulps (2^-8 relative) after a handful of layers
@@ -134,7 +134,8 @@ def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict
     import torch
 
     exact = not plan.transformed
-    ref = output.parent / f".{output.name.split('.convert-tmp.')[0].lstrip('.')}{REF_TAG}{os.getpid()}"
+    stem, _, pid = output.name.rpartition(TMP_TAG)
+    ref = output.with_name(stem + REF_TAG + pid)  # as long as the temporary's name: it fits where that fits
     try:
         build_reference(plan, ref)
         try:

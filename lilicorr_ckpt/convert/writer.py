@@ -233,11 +233,34 @@ def check_destination(src_root: Path, dst: Path, force: bool) -> None:
         _check_replaceable(dst)
 
 
+NAME_MAX = 255  # bytes in one path component on Linux and macOS file systems
+_PID_DIGITS = 10
+
+
+def _sibling_stem(dst: Path) -> str:
+    """`.DST`, the start of every hidden sibling's name. A DST name so long that `.DST.convert-tmp.PID` would
+    not fit in one path component is cut at a character boundary and told apart by a hash of the whole name."""
+    stem = f".{dst.name}"
+    room = NAME_MAX - max(len(tag) for tag in (TMP_TAG, OLD_TAG, REF_TAG)) - _PID_DIGITS
+    if len(os.fsencode(stem)) <= room:
+        return stem
+    digest = "~" + hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:8]
+    cut = stem
+    while len(os.fsencode(cut)) > room - len(digest):
+        cut = cut[:-1]
+    return cut + digest
+
+
+def sibling(dst: Path, tag: str, pid: int | None = None) -> Path:
+    """The hidden sibling `.DST<tag><pid>` of DST (this process's by default)."""
+    return dst.parent / f"{_sibling_stem(dst)}{tag}{os.getpid() if pid is None else pid}"
+
+
 def _dead_siblings(dst: Path, tags: tuple[str, ...]) -> list[Path]:
     """Directories `.DST<tag><pid>` beside DST whose process is gone, matched literally (DST may hold glob
     characters such as `model[v2]`: no pattern is ever built from it)."""
     parent = dst.parent
-    prefixes = [f".{dst.name}{tag}" for tag in tags]
+    prefixes = [f"{_sibling_stem(dst)}{tag}" for tag in tags]
     try:
         entries = list(os.scandir(parent)) if parent.is_dir() else []
     except OSError:  # an unreadable parent: make_temporary reports it
@@ -309,7 +332,7 @@ def make_temporary(dst: Path) -> tuple[Path, list[Path]]:
             except OSError as exc:
                 raise output_error(_named(exc, directory.parent), dst) from None
             created.append(directory)
-        tmp = dst.parent / f".{dst.name}{TMP_TAG}{os.getpid()}"
+        tmp = sibling(dst, TMP_TAG)
         try:
             if tmp.exists():
                 shutil.rmtree(tmp)
@@ -347,6 +370,18 @@ def fsync_path(path: Path) -> None:
         os.close(fd)
 
 
+def _rename_new(tmp: Path, dst: Path) -> None:
+    """Rename the finished output onto DST. Another process (a second convert into the same DST, say) may have
+    put a directory there since the checks: that one is left as it is, and the error says so."""
+    try:
+        os.rename(tmp, dst)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+        raise UsageError(f"DST {dst} was written by another process while converting (a second convert into the "
+                         "same DST?); it was left as that process wrote it, and this output was discarded") from None
+
+
 def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
     fsync_path(tmp)
     if dst.exists() or dst.is_symlink():
@@ -356,16 +391,20 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
             raise UsageError(f"DST {dst} was replaced by something that is not a directory while converting; "
                              "nothing was replaced")
         _check_replaceable(dst)  # again: it may have changed while converting
-        old = dst.parent / f".{dst.name}{OLD_TAG}{os.getpid()}"
-        os.rename(dst, old)
+        old = sibling(dst, OLD_TAG)
         try:
-            os.rename(tmp, dst)
-        except BaseException:
-            os.rename(old, dst)
-            raise
-        shutil.rmtree(old, ignore_errors=True)  # the new DST is in place; a leftover is cleaned next run
+            os.rename(dst, old)
+        except FileNotFoundError:  # another process moved DST away since the check: nothing to keep
+            _rename_new(tmp, dst)
+        else:
+            try:
+                _rename_new(tmp, dst)
+            except BaseException:
+                os.rename(old, dst)
+                raise
+            shutil.rmtree(old, ignore_errors=True)  # the new DST is in place; a leftover is cleaned next run
     else:
-        os.rename(tmp, dst)
+        _rename_new(tmp, dst)
     # DST is complete and in place; a failure here leaves only the durability of its directory entry unconfirmed
     with contextlib.suppress(OSError):
         fsync_path(dst.parent)

@@ -7,16 +7,21 @@ import io
 import mmap
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from convert_helpers import EXAMPLE, REPO, tensors_of, tree_digest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.convert import writer
+from lilicorr_ckpt.convert.options import ConvertOptions
+from lilicorr_ckpt.convert.pipeline import convert
 from lilicorr_ckpt.convert.writer import DELAY_ENV
 
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (pytest, with torch loaded)
@@ -288,3 +293,55 @@ def test_temporaries_are_matched_literally_never_as_glob_patterns(cli, tmp_path)
     stale.mkdir()
     assert cli("convert", EXAMPLE, tmp_path / "model[v2]").code == 0
     assert (other / "keep").exists() and not stale.exists()
+
+
+def test_a_destination_name_near_the_length_limit_gets_a_temporary_that_fits(cli, tmp_path):
+    # `.NAME.convert-tmp.PID` for a 240-byte NAME is over 255 bytes: the temporary's name is cut and hashed
+    for length in (230, 240, 255):
+        dst = tmp_path / ("d" * (length - 4) + "é" * 2)  # multi-byte characters at the cut
+        assert len(dst.name.encode()) == length
+        result = cli("convert", EXAMPLE, dst)
+        assert result.code == 0, result
+        assert (dst / "conversion.json").is_file()
+        assert cli("convert", EXAMPLE, dst, "--force").code == 0  # the replacement's hidden copy fits too
+        assert sorted(p.name for p in tmp_path.iterdir()) == [dst.name]
+        shutil.rmtree(dst)
+
+
+def test_stale_temporaries_of_a_long_destination_name_are_found(tmp_path):
+    dst = tmp_path / ("x" * 250)
+    stale = writer.sibling(dst, writer.TMP_TAG, pid=999999999)
+    old = writer.sibling(dst, writer.OLD_TAG, pid=999999998)
+    assert len(stale.name.encode()) <= 255 and len(old.name.encode()) <= 255
+    stale.mkdir()
+    old.mkdir()
+    (old / "config.json").write_text("{}")
+    other = writer.sibling(tmp_path / ("x" * 249 + "y"), writer.TMP_TAG, pid=999999997)  # same cut, other hash
+    other.mkdir()
+    assert writer.restore_interrupted_replacement(dst) and (dst / "config.json").is_file()
+    assert writer.remove_stale_temporaries(dst) == [stale]
+    assert other.exists()
+
+
+def test_a_second_convert_that_loses_the_race_for_dst_says_what_dst_holds(cli, tmp_path, monkeypatch):
+    # two converts into one DST: the other one renames its output into place just before this one does
+    dst = tmp_path / "out"
+    real_rename = os.rename
+    winner: dict[str, str] = {}
+
+    def racing_rename(src, target):
+        if Path(target) == dst and not winner:
+            monkeypatch.setattr(writer.os, "rename", real_rename)  # the winner runs unhindered,
+            with monkeypatch.context() as m:  # as another process (its own temporary)
+                m.setattr(writer.os, "getpid", lambda: 1)
+                convert(str(EXAMPLE), str(dst), ConvertOptions(quiet=True))
+            winner.update(tree_digest(dst))
+        return real_rename(src, target)
+
+    monkeypatch.setattr(writer.os, "rename", racing_rename)
+    result = cli("convert", EXAMPLE, dst)
+    assert winner and result.code == 4, result
+    assert "was written by another process while converting" in result.err
+    assert "nothing is left at DST" not in result.err and "Traceback" not in result.err
+    assert tree_digest(dst) == winner  # the winner's output is intact
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # the loser's temporary is gone
