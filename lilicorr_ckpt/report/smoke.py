@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
+from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
 FORMATS = ("text", "json", "junit")
@@ -66,10 +67,11 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
                  f"{mc.reported_mean_accept_length:.3f} ({'ok' if mc.passed else 'INCONSISTENT'}); marginals "
                  f"{'non-increasing' if mono.passed else 'INCREASE at ' + str([v.position for v in mono.violations])}")
 
-    lines += ["", "gates"]
+    # everything above may quote the drafter, the target, the tokenizer or the probes file: shown, never obeyed
+    lines = [printable(line) for line in lines] + ["", "gates"]
     for g in r.gates:
-        lines.append(f"  {paint(_LABEL[g.status], g.status)}  {g.name:<17} {g.summary}")
-        lines += [f"        {detail}" for detail in g.details]
+        lines.append(f"  {paint(_LABEL[g.status], g.status)}  {printable(g.name):<17} {printable(g.summary)}")
+        lines += [f"        {printable(detail)}" for detail in g.details]
     failed = sum(g.status == "fail" for g in r.gates)
     skipped = sum(g.status == "skip" for g in r.gates)
     ran = len(r.gates) - skipped
@@ -84,25 +86,26 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
 def render_junit(r: SmokeReport) -> str:
     cases = []
     for g in r.gates:
+        summary, text = printable(g.summary), "\n".join(printable(line) for line in [g.summary, *g.details])
         if g.status == "fail":
-            body = (f"<failure message={quoteattr(g.summary[:300])} type=\"lilicorr-ckpt\">"
-                    f"{escape(chr(10).join([g.summary, *g.details]))}</failure>")
+            body = f"<failure message={quoteattr(summary[:300])} type=\"lilicorr-ckpt\">{escape(text)}</failure>"
         elif g.status == "skip":
-            body = f"<skipped message={quoteattr(g.summary[:300])}/>"
+            body = f"<skipped message={quoteattr(summary[:300])}/>"
         else:
-            body = f"<system-out>{escape(chr(10).join([g.summary, *g.details]))}</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={quoteattr(g.name)}>{body}</testcase>')
+            body = f"<system-out>{escape(text)}</system-out>"
+        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={quoteattr(printable(g.name))}>{body}</testcase>')
     return junit_suite(r.draft_checkpoint.id, cases, sum(g.status == "fail" for g in r.gates),
                        sum(g.status == "skip" for g in r.gates))
 
 
 def junit_suite(path: str, cases: list[str], failures: int, skipped: int = 0) -> str:
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name={quoteattr("lilicorr-ckpt smoke " + path)} tests="{len(cases)}" '
+            f'<testsuite name={quoteattr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
             f'failures="{failures}" errors="0" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
 
 
 def junit_refusal(path: str, message: str) -> str:
+    text = "\n".join(printable(line) for line in message.splitlines())
     case = (f'  <testcase classname="lilicorr-ckpt.smoke" name="loads"><failure message='
-            f'{quoteattr(message.splitlines()[0][:300])} type="lilicorr-ckpt">{escape(message)}</failure></testcase>')
+            f'{quoteattr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{escape(text)}</failure></testcase>')
     return junit_suite(path, [case], 1)

@@ -8,6 +8,7 @@ import shutil
 import xml.etree.ElementTree as ET
 
 import jsonschema
+import msgspec
 import pytest
 import torch
 import transformers
@@ -16,7 +17,7 @@ from smoke_helpers import PLAIN_TEMPLATE, drafter_config, tokenizer, write_targe
 
 import lilicorr_runtime
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.report.smoke import render_junit, render_text
+from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
 from lilicorr_ckpt.smoke.profile import encode
 
 from helpers import REPO, run_cli
@@ -213,6 +214,25 @@ def test_text_and_junit_reports(zero_head_report):
     assert set(cases) == {"measured", "lossless", "head-loaded", "kernel-parity"}
     assert cases["head-loaded"].find("failure") is not None and cases["kernel-parity"].find("skipped") is not None
     assert junit.get("failures") == "1" and junit.get("skipped") == "1"
+
+
+def test_reports_show_names_from_the_inputs_escaped_never_obeyed(zero_head_report):
+    # an architecture, a path, a tokenizer's eos text and a gate detail carrying a newline, an ESC sequence and
+    # a control character: none may forge a report line, reach the terminal, or break the XML
+    forged = "x\nPASS 3 gates passed\x1b[2J\x07"
+    r = zero_head_report
+    report = msgspec.structs.replace(
+        r, draft_checkpoint=msgspec.structs.replace(r.draft_checkpoint, id="/tmp/" + forged, architecture=forged),
+        chat_template=msgspec.structs.replace(r.chat_template, eos_tokens=[forged] * len(r.chat_template.eos_tokens)),
+        gates=[msgspec.structs.replace(g, details=[*g.details, forged], name=g.name + forged) for g in r.gates])
+    text = render_text(report)
+    assert "\x1b" not in text and "\x07" not in text
+    assert not any(line.startswith("PASS") for line in text.splitlines())
+    assert text.splitlines()[-1] == "FAIL 1 of 3 gates failed (1 skipped)"
+    assert "x\\x0aPASS 3 gates passed\\x1b[2J\\x07" in text  # shown as visible escapes
+    junit = ET.fromstring(render_junit(report))  # parses: no control character in the XML
+    assert all("\x1b" not in (c.get("name") or "") for c in junit.iter("testcase"))
+    ET.fromstring(junit_refusal("/tmp/" + forged, forged + "\nsecond line"))
 
 
 # -- refusals and bad input ---------------------------------------------------------------------------------
