@@ -15,8 +15,6 @@ The Python API (docs/api.md), loaded on first use so that `import lilicorr_ckpt`
 
 from __future__ import annotations
 
-from typing import Any
-
 __version__ = "0.1.0"
 
 _EXPORTS = {"validate": "lilicorr_ckpt.api", "Report": "lilicorr_ckpt.checks.run",
@@ -25,7 +23,7 @@ _EXPORTS = {"validate": "lilicorr_ckpt.api", "Report": "lilicorr_ckpt.checks.run
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:  # no typing import: this runs before the entry's Ctrl-C handler
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib

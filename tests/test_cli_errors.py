@@ -138,3 +138,16 @@ def test_ctrl_c_in_the_first_milliseconds_is_a_clean_interrupt(ckpt, delay):
                             text=True, timeout=60)
     assert "Traceback" not in result.stderr, result.stderr[-1500:]
     assert result.returncode in (0, 130), result.stderr  # 0: validate finished first
+
+
+def test_the_console_script_imports_nothing_before_its_ctrl_c_handler():
+    # the generated script runs `from lilicorr_ckpt._entry import main` outside any handler: importing the
+    # package and the entry module must not pull in anything else (each module is a window for a traceback)
+    import subprocess
+    import sys
+
+    probe = ("import sys; before = set(sys.modules); import lilicorr_ckpt._entry; "
+             "print(sorted(set(sys.modules) - before))")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['lilicorr_ckpt', 'lilicorr_ckpt._entry']"
