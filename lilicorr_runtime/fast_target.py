@@ -132,15 +132,18 @@ class StaticDecoder:
                              self.device)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # positions [b, n] int64 -> cos, sin [b, 1, n, hd] (NeoX halves), computed in fp32 then cast
+        # positions [b, n] int64 -> cos, sin [b, n, 1, hd] (NeoX halves; broadcast over heads), computed in fp32
+        # then cast; sin carries the rotation's sign (-sin on the first half), so _rotate needs no negation
         freqs = positions.float()[..., None] * self.inv_freq  # [b, n, hd/2]
-        emb = torch.cat([freqs, freqs], dim=-1)[:, None]
-        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * self.rope_scale).to(self.dtype)
+        emb = torch.cat([freqs, freqs], dim=-1)[:, :, None]
+        sign = torch.ones(emb.shape[-1], device=emb.device)
+        sign[: emb.shape[-1] // 2] = -1.0
+        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * (self.rope_scale * sign)).to(self.dtype)
 
     @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
+    def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+        """x [b, n, heads, hd] rotated in NeoX halves: x·cos + (x2, x1)·(-sin, sin)."""
+        return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
 
     def forward(self, cache: StaticKVCache, x: torch.Tensor, start: torch.Tensor, pad: torch.Tensor,
                 taps: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -167,14 +170,16 @@ class StaticDecoder:
         for index, (layer, keys, values) in enumerate(zip(self.layers, cache.keys, cache.values, strict=True)):
             h = rms_norm(x, layer["input_norm"], self.eps)
             qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])  # [b, n, (heads + 2 kv_heads)·hd]
-            q, k, v = qkv.split(self.splits, dim=-1)
-            q, k = q.view(b, n, heads, hd), k.view(b, n, kv_heads, hd)
-            if layer["q_norm"] is not None:
-                q = rms_norm(q, layer["q_norm"], self.eps)
-                k = rms_norm(k, layer["k_norm"], self.eps)
-            q = self._rotate(q.transpose(1, 2), cos, sin)  # [b, heads, n, hd]
-            k = self._rotate(k.transpose(1, 2), cos, sin)
-            v = v.view(b, n, kv_heads, hd).transpose(1, 2)
+            if layer["q_norm"] is None:
+                # q and k side by side in qkv: one rotation over both heads (half the kernel launches)
+                qk = self._rotate(qkv[..., :(heads + kv_heads) * hd].view(b, n, heads + kv_heads, hd), cos, sin)
+                q, k = qk.split((heads, kv_heads), dim=2)
+            else:  # Qwen3: each normed with its own weight first
+                q, k, _ = qkv.split(self.splits, dim=-1)
+                q = self._rotate(rms_norm(q.view(b, n, heads, hd), layer["q_norm"], self.eps), cos, sin)
+                k = self._rotate(rms_norm(k.view(b, n, kv_heads, hd), layer["k_norm"], self.eps), cos, sin)
+            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [b, heads, n, hd]
+            v = qkv[..., (heads + kv_heads) * hd:].view(b, n, kv_heads, hd).transpose(1, 2)
             keys.index_copy_(2, rows, k)
             values.index_copy_(2, rows, v)
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
@@ -300,29 +305,39 @@ class FastTarget(TargetModel):
     # batched greedy generation (data generation) -----------------------------------------------------------
 
     @torch.inference_mode()
-    def generate_greedy(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
+    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
                         eos_token_ids: Sequence[int] | None = None, batch_size: int = 256,
-                        progress: Callable[[int, int], None] | None = None) -> list[list[int]]:
+                        progress: Callable[[int, int], None] | None = None, temperature: float = 0.0,
+                        seed: int = 0) -> list[list[int]]:
         """Greedy continuations of many prompts, `batch_size` at a time (left-padded, one graph per batch
-        shape). Each output ends at its first eos (inclusive) or after max_new_tokens."""
+        shape). Each output ends at its first eos (inclusive) or after max_new_tokens. `temperature` > 0
+        samples instead (seeded; the training recipe uses it to let the target write its own requests)."""
         if max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        generator = torch.Generator(device=self.device).manual_seed(seed) if temperature > 0 else None
         eos = tuple(self.eos_token_ids if eos_token_ids is None else eos_token_ids)
         order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))  # similar lengths share a batch
         results: list[list[int]] = [[] for _ in prompts]
         done_count = 0
         for first in range(0, len(order), batch_size):
             chunk = order[first:first + batch_size]
-            for index, tokens in zip(chunk, self._generate_batch([prompts[i] for i in chunk], max_new_tokens, eos),
-                                     strict=True):
+            batch = self._generate_batch([prompts[i] for i in chunk], max_new_tokens, eos, temperature, generator)
+            for index, tokens in zip(chunk, batch, strict=True):
                 results[index] = tokens
             done_count += len(chunk)
             if progress is not None:
                 progress(done_count, len(prompts))
         return results
 
-    def _generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int,
-                        eos: tuple[int, ...]) -> list[list[int]]:
+    def _generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: tuple[int, ...],
+                        temperature: float = 0.0, generator: torch.Generator | None = None) -> list[list[int]]:
+        def pick(logits: torch.Tensor) -> torch.Tensor:  # [b, V] -> [b]
+            if temperature == 0:
+                return logits.argmax(-1)
+            return torch.multinomial(torch.softmax(logits / temperature, -1), 1, generator=generator)[:, 0]
+
         b = len(prompts)
         width = max(len(p) for p in prompts)
         if min(len(p) for p in prompts) < 1:
@@ -335,7 +350,7 @@ class FastTarget(TargetModel):
             ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
         pad = torch.tensor([width - len(p) for p in prompts], dtype=torch.long, device=self.device)
         logits, _ = self._eager(cache, ids.to(self.device), torch.tensor(0, device=self.device), pad, (), True)
-        token = logits[:, -1].argmax(-1)  # [b]
+        token = pick(logits[:, -1])  # [b]
         out = torch.empty(b, max_new_tokens, dtype=torch.long, device=self.device)
         out[:, 0] = token
         eos_t = torch.tensor(eos or (-1,), device=self.device)
@@ -343,7 +358,7 @@ class FastTarget(TargetModel):
         graphs: dict = {}  # captured over this batch's cache
         for step in range(1, max_new_tokens):
             logits, _ = self._step(cache, token[:, None], width + step - 1, pad, (), graphs)
-            token = logits[:, -1].argmax(-1)
+            token = pick(logits[:, -1])
             out[:, step] = token
             finished |= torch.isin(token, eos_t)
             if step % 16 == 0 and bool(finished.all()):

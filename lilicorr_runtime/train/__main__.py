@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -18,10 +19,10 @@ from msgspec import structs
 
 from ..fast_target import FastTarget
 from ..target import load_target
-from .data import Dataset, generate_dataset
+from .data import Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, build_drafter, drafter_config, export_modelopt
 from .loop import LOG, TrainConfig, fit, open_run
-from .prompts import training_prompts
+from .prompts import request_openers, stdlib_code_prompts, training_prompts
 
 
 def _target(spec: str, device: str) -> FastTarget:
@@ -40,25 +41,65 @@ def main() -> None:
     pass
 
 
-@main.command(help="Generate training data: the target answers --prompts self-written prompts greedily.")
+SOURCES = ("templates", "stdlib", "self")
+
+
+def _parse_mix(text: str) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        name = name.strip()
+        if name not in SOURCES:
+            raise click.BadParameter(f"unknown source {name!r} (choose from {', '.join(SOURCES)})")
+        try:
+            shares[name] = float(value) if value else 1.0
+        except ValueError:
+            raise click.BadParameter(f"{part!r}: a share must be a number, as in templates=0.5") from None
+        if not 0 <= shares[name] < float("inf"):
+            raise click.BadParameter(f"{part!r}: a share must be >= 0")
+    if sum(shares.values()) <= 0:
+        raise click.BadParameter("the shares add up to 0")
+    return shares
+
+
+@main.command(help="Generate training data: the target answers --prompts prompts greedily. --mix picks where the "
+                   "prompts come from: templates (word lists), stdlib (this interpreter's documented standard-"
+                   "library functions: complete, explain, rewrite) and self (the target writes the request "
+                   "itself from an opener, sampled at T=0.9).")
 @click.option("--target", "target_spec", required=True, help="Target: HF directory, cached repo id or .gguf.")
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .npz.")
 @click.option("--prompts", "count", type=click.IntRange(1, 10_000_000), default=16384, show_default=True)
 @click.option("--max-new-tokens", type=click.IntRange(1, 8192), default=256, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1, 4096), default=512, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--code-share", type=click.FloatRange(0, 1), default=0.35, show_default=True)
+@click.option("--code-share", type=click.FloatRange(0, 1), default=0.35, show_default=True,
+              help="Of the template prompts, the share that is code.")
+@click.option("--mix", default="templates", show_default=True,
+              help="Prompt sources and their shares, e.g. templates=0.4,stdlib=0.3,self=0.3.")
 @click.option("--device", default=None, help="cuda or cpu (default: cuda when available).")
 def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch_size: int, seed: int,
-             code_share: float, device: str | None) -> None:
+             code_share: float, mix: str, device: str | None) -> None:
+    shares = _parse_mix(mix)
     target = _target(target_spec, device or _default_device())
     begin = time.perf_counter()
 
     def progress(done: int, total: int) -> None:
         click.echo(f"generate: {done}/{total} prompts, {time.perf_counter() - begin:.0f} s", err=True)
 
-    data = generate_dataset(target, training_prompts(count, seed, code_share), max_new_tokens,
-                            batch_size=batch_size, progress=progress)
+    total = sum(shares.values())
+    counts = {name: int(round(count * share / total)) for name, share in shares.items()}
+    rng = random.Random(seed)
+    prompts = []
+    if counts.get("templates"):
+        prompts += training_prompts(counts["templates"], seed, code_share)
+    if counts.get("stdlib"):
+        prompts += stdlib_code_prompts(rng, counts["stdlib"])
+    if counts.get("self"):
+        written = self_written_prompts(target, request_openers(rng, counts["self"]), seed=seed, batch_size=batch_size)
+        click.echo(f"generate: the target wrote {len(written)} usable requests of {counts['self']}", err=True)
+        prompts += written
+    rng.shuffle(prompts)
+    data = generate_dataset(target, prompts, max_new_tokens, batch_size=batch_size, progress=progress)
     data.save(out)
     answer = int(data.lengths().sum() - data.prompt_lengths.sum())
     click.echo(f"wrote {out}: {len(data)} sequences, {int(data.offsets[-1])} tokens ({answer} answer tokens) "
@@ -81,12 +122,16 @@ def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch
 @click.option("--layers", type=click.IntRange(1), default=1, show_default=True, help="Draft layers.")
 @click.option("--mask-token-id", type=int, required=False, help="A special id that never occurs in the data.")
 @click.option("--init-layer", type=int, default=None, help="Start the draft layers from this target layer.")
+@click.option("--init-from", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
+              help="New run: start from this drafter checkpoint's weights (a converted LiLiCorr drafter of the "
+                   "same shape), e.g. to fine-tune it on new data.")
 @click.option("--plan-seconds", type=click.FloatRange(1), default=None,
               help="New run: time ten steps and set --steps to what fits in this many seconds of training.")
 @click.option("--device", default=None)
 def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: int | None, time_budget: float,
           batch_size: int, anchors: int, lr_drafter: float, lr_head: float, block_size: int, layers: int,
-          mask_token_id: int | None, init_layer: int | None, plan_seconds: float | None, device: str | None) -> None:
+          mask_token_id: int | None, init_layer: int | None, init_from: Path | None, plan_seconds: float | None,
+          device: str | None) -> None:
     target = _target(target_spec, device or _default_device())
     data = Dataset.concat([Dataset.load(p) for p in data_paths])
     config = None
@@ -98,7 +143,9 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
         config = drafter_config(target.config, DrafterShape(block_size=block_size, num_layers=layers,
                                                              mask_token_id=mask_token_id))
     settings = TrainConfig(batch_size=batch_size, anchors=anchors, lr_drafter=lr_drafter, lr_head=lr_head)
-    run = open_run(run_dir, config, settings, target, init_layer, steps)
+    if init_from is not None and config is None:
+        raise click.UsageError(f"--init-from starts a new run, but {run_dir} holds one to resume")
+    run = open_run(run_dir, config, settings, target, init_layer, steps, init_from=init_from)
     run_dir.mkdir(parents=True, exist_ok=True)
     click.echo(f"fit: step {run.step}/{run.train.steps}, {len(data)} sequences, settings "
                f"{json.dumps(structs.asdict(run.train))}", err=True)

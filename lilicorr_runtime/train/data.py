@@ -70,9 +70,35 @@ def generate_dataset(target: FastTarget, prompts: Sequence[Prompt], max_new_toke
         if tuple(ids) not in seen:
             seen.add(tuple(ids))
             encoded.append(ids)
-    answers = target.generate_greedy(encoded, max_new_tokens, batch_size=batch_size, progress=progress)
+    answers = target.generate_batch(encoded, max_new_tokens, batch_size=batch_size, progress=progress)
     dtype = np.uint16 if target.vocab_size <= 65536 else np.int32
     sequences = [np.asarray(p + a, dtype=dtype) for p, a in zip(encoded, answers, strict=True)]
     offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(s) for s in sequences])
     return Dataset(np.concatenate(sequences), offsets, np.asarray([len(p) for p in encoded], dtype=np.int32))
+
+
+def self_written_prompts(target: FastTarget, openers: Sequence[str], *, max_tokens: int = 48,
+                         temperature: float = 0.9, seed: int = 0, batch_size: int = 512) -> list[Prompt]:
+    """User requests the target writes itself: each opener is put in the user turn of its chat template and
+    the target samples the rest of the turn. Requests that do not end their turn within `max_tokens`, and
+    ones shorter than a few words, are dropped."""
+    tokenizer = target.tokenizer
+    if tokenizer is None or not getattr(tokenizer, "chat_template", None):
+        raise ValueError("self-written prompts need the target's tokenizer and its chat template")
+    mark = "\u2063REQUEST\u2063"
+    rendered = tokenizer.apply_chat_template([{"role": "user", "content": mark}], tokenize=False)
+    if mark not in rendered:
+        raise ValueError("the chat template does not show the user's text verbatim")
+    prefix = rendered[:rendered.index(mark)]
+    starts = [list(tokenizer(prefix + opener, add_special_tokens=False)["input_ids"]) for opener in openers]
+    written = target.generate_batch(starts, max_tokens, batch_size=batch_size, temperature=temperature, seed=seed)
+    eos = set(target.eos_token_ids)
+    prompts = []
+    for opener, tokens in zip(openers, written, strict=True):
+        if not tokens or tokens[-1] not in eos:
+            continue
+        text = (opener + tokenizer.decode(tokens[:-1], skip_special_tokens=True)).strip()
+        if len(text.split()) >= 4:
+            prompts.append(Prompt(text, True, "self"))
+    return prompts

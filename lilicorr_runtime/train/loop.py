@@ -15,8 +15,11 @@ import numpy as np
 import torch
 from msgspec import Struct, structs
 
+from lilicorr_ckpt.checkpoint import load_checkpoint
+
 from ..dflash import Drafter
 from ..fast_target import FastTarget
+from ..load import build_drafter as build_runtime_drafter
 from .data import Dataset
 from .export import build_drafter
 from .objective import LossWeights, TrainBatch, sample_anchors, training_step
@@ -41,6 +44,18 @@ class TrainConfig(Struct, frozen=True, kw_only=True):
     beta: float = 7.0
     gamma: float = 0.25
     lam: float = 1.0
+
+
+def init_from_checkpoint(drafter: Drafter, path: Path) -> None:
+    """Copy a drafter checkpoint's weights into `drafter`; every tensor must match by name and shape."""
+    trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
+    ours, theirs = drafter.state_dict(), trained.state_dict()
+    mismatched = sorted(k for k in ours.keys() | theirs.keys()
+                        if k not in ours or k not in theirs or ours[k].shape != theirs[k].shape)
+    if mismatched:
+        raise ValueError(f"{path} is not a drafter of this shape: {len(mismatched)} tensors differ "
+                         f"(first: {', '.join(mismatched[:4])})")
+    drafter.load_state_dict(theirs)
 
 
 def init_from_target(drafter: Drafter, target: FastTarget, layer: int) -> None:
@@ -118,9 +133,10 @@ class Run(Struct):
 
 
 def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainConfig, target: FastTarget,
-             init_layer: int | None, steps: int | None = None) -> Run:
+             init_layer: int | None, steps: int | None = None, *, init_from: Path | None = None) -> Run:
     """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
-    `train` (drafter_config required then)."""
+    `train` (drafter_config required then), from the target's layer `init_layer` or from the weights of the
+    drafter checkpoint `init_from` (which must have the shape drafter_config gives)."""
     device = target.device
     state_path = run_dir / STATE
     if state_path.is_file():
@@ -142,7 +158,9 @@ def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainC
         train = structs.replace(train, steps=steps)
     torch.manual_seed(train.seed)
     drafter = build_drafter(drafter_config)
-    if init_layer is not None:
+    if init_from is not None:
+        init_from_checkpoint(drafter, init_from)
+    elif init_layer is not None:
         init_from_target(drafter, target, init_layer)
     drafter.to(device)
     return Run(drafter, drafter_config, train, 0, _optimizer(drafter, train, device),

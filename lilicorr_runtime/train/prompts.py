@@ -1,10 +1,17 @@
-"""Self-written training prompts: chat requests (written, explained, listed, compared, solved) and Python code
-stubs to complete. Built from templates and word lists in this file, never from the evaluation probe sets, so
-the bundled probes stay held out. Deterministic for a seed."""
+"""Training prompts, never the evaluation probe sets (the bundled probes stay held out); deterministic for a seed:
+
+- templates: chat requests (written, explained, listed, compared, solved) and Python stubs, from the templates
+  and word lists in this file;
+- stdlib: real documented functions of this interpreter's standard library, to complete, explain or rewrite;
+- self: openers that the target finishes into user requests itself (sampled; `data.self_written_prompts`)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import random
+import sysconfig
+from pathlib import Path
 
 from msgspec import Struct
 
@@ -179,3 +186,82 @@ def training_prompts(count: int, seed: int = 0, code_share: float = 0.35) -> lis
     prompts = chat_prompts(rng, count - code) + code_prompts(rng, code)
     rng.shuffle(prompts)
     return prompts
+
+
+# ---------------------------------------------------------------- real code: the Python standard library
+
+STDLIB_FILES = 4000  # source files read at most (the whole standard library)
+
+
+@functools.cache
+def _stdlib_functions(limit_files: int) -> tuple[tuple[str, str, str], ...]:
+    """(header + docstring, whole function source, first docstring line) of the documented top-level and
+    method functions in this interpreter's standard library (tests and idlelib left out), in a fixed order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    found: list[tuple[str, str, str]] = []
+    files = sorted(p for p in root.rglob("*.py") if not ({"test", "tests", "idlelib", "site-packages", "lib2to3"}
+                                                        & set(p.relative_to(root).parts)))
+    for path in files[:limit_files]:
+        try:
+            source = path.read_text(encoding="utf-8")
+            tree = ast.parse(source)
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        lines = source.splitlines()
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
+                continue
+            doc = ast.get_docstring(node)
+            body_end = node.end_lineno or node.lineno
+            if not doc or len(doc) < 20 or not node.body or body_end - node.lineno > 40:
+                continue
+            first = node.body[0]
+            if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)) or len(node.body) < 2:
+                continue
+            indent = node.col_offset
+            start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
+            head = "\n".join(line[indent:] for line in lines[start:first.end_lineno])
+            whole = "\n".join(line[indent:] for line in lines[start:body_end])
+            found.append((head + "\n", whole + "\n", doc.strip().splitlines()[0]))
+    return tuple(found)
+
+
+def stdlib_code_prompts(rng: random.Random, count: int) -> list[Prompt]:
+    """Code prompts from real functions: a documented signature to complete (raw text), or a chat request to
+    explain a whole function or to write one from its first docstring line."""
+    functions = _stdlib_functions(STDLIB_FILES)
+    if not functions:
+        raise ValueError("no documented functions found in the standard library of this interpreter")
+    out = []
+    for _ in range(count):
+        head, whole, summary = rng.choice(functions)
+        roll = rng.random()
+        if roll < 0.5:
+            out.append(Prompt(head, False, "code"))
+        elif roll < 0.75:
+            ask = rng.choice(["Explain what this Python function does:", "What does this code do?",
+                              "Review this Python function and suggest an improvement:",
+                              "Add comments to this function:"])
+            out.append(Prompt(f"{ask}\n\n```python\n{whole}```", True, "code"))
+        else:
+            signature = head.split("\n", 1)[0].removeprefix("def ").rstrip(":")
+            out.append(Prompt(f"Write a Python function `{signature}`: {summary}", True, "code"))
+    return out
+
+
+# ---------------------------------------------------------------- requests the target writes itself
+
+OPENERS = [
+    "How", "What", "Why", "Can you", "Could you", "Please", "Write", "Explain", "Describe", "Give me", "Tell me",
+    "I", "My", "I'm", "Help me", "Create", "Summarize", "Compare", "List", "Solve", "Calculate", "If", "A",
+    "There are", "Which", "When", "Where", "Who", "Is it", "Should I", "Do you", "Imagine", "Suppose", "Translate",
+    "Rewrite", "Generate", "Design", "Plan", "Suggest", "Find", "Show me", "What is the difference between",
+    "What are the best", "How many", "How much", "John has", "A train", "Sarah bought", "In Python,",
+    "Write a function that", "Write a program", "Debug this", "Fix the", "What happens when",
+]
+
+
+def request_openers(rng: random.Random, count: int) -> list[str]:
+    """The first words of `count` user requests the target is asked to finish (sampled), for variety beyond
+    any template."""
+    return [rng.choice(OPENERS) for _ in range(count)]

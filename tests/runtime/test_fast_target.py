@@ -79,14 +79,33 @@ def test_greedy_tokens_identical_and_cache_grows(arch):
 def test_batched_greedy_matches_one_at_a_time():
     ref, fast = _pair("llama", vocab=64)
     prompts = [[1, 2, 3], [7, 8, 9, 10, 11, 12], [5], [40, 41]]
-    outputs = fast.generate_greedy(prompts, 12, eos_token_ids=[], batch_size=3)
+    outputs = fast.generate_batch(prompts, 12, eos_token_ids=[], batch_size=3)
     assert outputs == [_greedy(ref, p, 12) for p in prompts]
     # an eos ends that row's output (inclusive) and no other
     eos = outputs[1][4]
-    cut = fast.generate_greedy(prompts, 12, eos_token_ids=[eos], batch_size=4)
+    cut = fast.generate_batch(prompts, 12, eos_token_ids=[eos], batch_size=4)
     for full, short in zip(outputs, cut, strict=True):
         stop = full.index(eos) + 1 if eos in full else len(full)
         assert short == full[:stop]
+
+
+def test_batched_sampling_draws_from_the_targets_distribution():
+    ref, fast = _pair("llama", vocab=64)
+    prompt = [3, 14, 15, 9]
+    probs = torch.softmax(ref.forward(torch.tensor(prompt)).logits[-1].double() / 0.8, -1)
+    rows = fast.generate_batch([prompt] * 4000, 1, eos_token_ids=[], batch_size=4000, temperature=0.8, seed=1)
+    counts = torch.bincount(torch.tensor([r[0] for r in rows]), minlength=64).double()
+    expected = probs * 4000
+    keep = expected >= 5  # chi-square over the cells with enough mass; the rest pooled
+    observed = torch.cat([counts[keep], counts[~keep].sum()[None]])
+    wanted = torch.cat([expected[keep], expected[~keep].sum()[None]])
+    chi2 = float(((observed - wanted) ** 2 / wanted.clamp_min(1e-9)).sum())
+    assert chi2 < 2.0 * observed.numel() + 30, chi2  # far above a chi-square's mean (df) only when wrong
+    again = fast.generate_batch([prompt] * 8, 6, eos_token_ids=[], temperature=0.8, seed=1)
+    assert again == fast.generate_batch([prompt] * 8, 6, eos_token_ids=[], temperature=0.8, seed=1)
+    assert again != fast.generate_batch([prompt] * 8, 6, eos_token_ids=[], temperature=0.8, seed=2)
+    greedy = fast.generate_batch([prompt], 6, eos_token_ids=[])
+    assert fast.generate_batch([prompt], 6, eos_token_ids=[], temperature=1e-6, seed=5) == greedy
 
 
 @pytest.mark.parametrize("mode", ["ar", "control", "head"])
@@ -140,5 +159,5 @@ def test_graph_replay_matches_eager_and_transformers_on_gpu(arch):
     a, b = fast.forward(torch.tensor([5, 6, 7, 8]), [1, 3]), eager.forward(torch.tensor([5, 6, 7, 8]), [1, 3])
     torch.testing.assert_close(a.logits, b.logits)
     torch.testing.assert_close(a.features, b.features)
-    assert fast.generate_greedy([prompt, prompt[:3]], 16, eos_token_ids=[]) == \
-        eager.generate_greedy([prompt, prompt[:3]], 16, eos_token_ids=[])
+    assert fast.generate_batch([prompt, prompt[:3]], 16, eos_token_ids=[]) == \
+        eager.generate_batch([prompt, prompt[:3]], 16, eos_token_ids=[])
