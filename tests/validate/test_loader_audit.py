@@ -376,3 +376,30 @@ def test_every_audit_row_has_a_case():
 
 def test_every_case_names_an_audit_row():
     assert sorted(corpus_ids() - audit_table_ids()) == []
+
+
+def _row(name: str) -> Row:
+    return next(r for r in ROWS if r.name == name)
+
+
+def test_rope_theta_defaults_are_named_per_runtime(tmp_path):
+    path = build(tmp_path, _row("rope_theta_absent_vllm_assumes_1e6"))
+    both = next(f for f in run(path).findings if f.rule == "LC146")
+    assert "vLLM assumes 1e6" in both.message and "SGLang and TensorRT-LLM assume" in both.message
+    alone = run(path, runtime="vllm")
+    assert [(f.rule, f.severity) for f in alone.findings if f.rule in ("LC146", "LC147")] == [("LC147", "info")]
+
+
+def test_sliding_semantics_warn_only_where_the_selected_runtimes_differ(tmp_path):
+    path = build(tmp_path, _row("sliding_layers_causal_in_sglang_vllm_symmetric_in_trt"))
+    f = next(f for f in run(path).findings if f.rule == "LC144")
+    assert "SGLang and vLLM run them causally" in f.message and "TensorRT-LLM runs them non-causally" in f.message
+    assert not [f for f in run(path, runtime="sglang").findings if f.rule == "LC144"]
+
+
+def test_each_runtime_is_judged_on_the_quantization_copy_it_reads(tmp_path):
+    report = run(build(tmp_path, _row("trt_reads_hf_quant_config_sglang_vllm_the_inline_copy")))
+    lc307 = [f for f in report.findings if f.rule == "LC307"]
+    assert lc307 and all(f.runtimes == ["vllm"] for f in lc307), describe(report)
+    lc301 = next(f for f in report.findings if f.rule == "LC301")
+    assert "TensorRT-LLM acts on hf_quant_config.json" in lc301.message

@@ -89,10 +89,17 @@ def test_hf_quant_config_disagreeing_with_config_json(ckpt):
     path = ckpt(quant="NVFP4")
     edit_json(path / "hf_quant_config.json", lambda d: d["quantization"].update(
         quant_algo="W4A16_NVFP4", group_size=32, exclude_modules=d["quantization"]["exclude_modules"] + ["*fc"]))
-    f = one(run(path), "LC301", "error")
+    report = run(path)
+    f = one(report, "LC301", "warning")
     assert f.runtimes == []
-    for fragment in ("quant_algo NVFP4 vs W4A16_NVFP4", "group_size 16 vs 32", "only in hf_quant_config.json: ['*fc']"):
+    for fragment in ("quant_algo NVFP4 vs W4A16_NVFP4", "group_size 16 vs 32", "only in hf_quant_config.json: ['*fc']",
+                     "TensorRT-LLM acts on hf_quant_config.json", "SGLang and vLLM act on config.json"):
         assert fragment in f.message
+    # TensorRT-LLM reads the file (authoritative): its group size 32 and `*fc` do not fit the tensors; SGLang and
+    # vLLM read config.json's copy, which does
+    assert refused_by(report) == ["trtllm"], describe(report)
+    assert {f.rule for f in report.findings if f.severity == "error"} == {"LC304", "LC308"}
+    assert all(f.runtimes == ["trtllm"] for f in report.findings if f.severity == "error")
 
 
 def nested_in_config_json(path: Path) -> None:
