@@ -238,7 +238,7 @@ def architecture(ctx: Context) -> None:
                  subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)])
     if cfg.family == "lilicorr" and cfg.dflash.lilicorr_enabled is False:
         ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: " + "; ".join(
-                 f"{p.display} {p.lilicorr_disabled or 'is not established to load it (kept refused)'}"
+                 f"{p.display}: {p.lilicorr_disabled or 'not established (validate keeps it refused)'}"
                  for p in ctx.profiles),
                  file="config.json", pointer="$.dflash_config.lilicorr_enabled", expected="true", actual="false")
     routers = [p for p in ctx.profiles if p.projector_type_routes]
@@ -361,7 +361,7 @@ def block_size(ctx: Context) -> None:
         ctx.emit("LC111", f"dflash_config.block_size is {nested} but the top-level block_size is {top}; "
                  f"{names(ctx.profiles, 'uses|use')} {nested}"
                  + (f" (older {names(older)} revisions read the top-level {top})" if older else "")
-                 + f", readers of the top level only {top}", file="config.json",
+                 + f"; a reader of the top level only would use {top}", file="config.json",
                  pointer="$.block_size", expected=nested, actual=top)
     value = nested if nested is not None else top
     minimum = 2 if ctx.geometry.lilicorr_enabled else 1

@@ -69,7 +69,8 @@ def shorten(items: list[str], n: int = 6) -> str:
 
 def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
     """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
-    shown = " and ".join(p.display for p in profiles)
+    shown = ", ".join(p.display for p in profiles[:-1]) + (" and " if len(profiles) > 1 else "") + (
+        profiles[-1].display if profiles else "")
     if "|" in verb:
         one, several = verb.split("|")
         verb = several if len(profiles) > 1 else one
