@@ -76,6 +76,30 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     integral_float_backbone: str = "casts"  # hidden_size, num_hidden_layers, block_size, ...
     integral_float_mask_token: str = "casts"  # mask_token_id
     embed_tokens_copy: str = "dropped"  # a draft embed_tokens.weight: "dropped" | "used" | "replaced"
+    # which quantization config it acts on when both exist: "config.json" (the inline quantization_config;
+    # hf_quant_config.json only when config.json has none) or "hf_quant_config.json" (the file is authoritative,
+    # the inline copy is read only when the file sets no global quant_algo, and a differing inline copy only warns)
+    quant_config_read: str = "config.json"
+    # lilicorr.slot_embedding / rank_embedding stored 4-D ([1, S, 1, h] / [1, 1, K, h], without the leading
+    # singleton): False = refused (the 5-D parameter's loader checks the shape), True = loaded (its own layout)
+    embeddings_4d: bool = False
+    # what a sliding_attention layer of window w computes (None: not established)
+    sliding_semantics: str | None = None
+    # the rope_theta it uses when config.json has none (None: not established)
+    rope_theta_default: str | None = None
+    # what it does with lilicorr_enabled false on LiLiCorrDraftModel (None: not established)
+    lilicorr_disabled: str | None = None
+    # older revisions read the top-level block_size only (the newest prefers dflash_config's)
+    block_size_top_level_in_older: bool = False
+    # DFlash2: reads conv_kernel_size / conv_group_size with a plain index (a KeyError without them)
+    dflash2_conv_indexed: bool = False
+    # a tensor name it has no parameter for: "dropped" (unresolved names ignored) | "refused" | None (not established)
+    unknown_tensors: str | None = None
+    # a legacy and a named-MLP name for one head tensor: "overwrites" (the second wins) | "refuses"
+    legacy_duplicate: str = "refuses"
+    # lm_head tensors without has_own_lm_head: "dropped" (no parameter) | "owned" (any lm_head tensor makes the
+    # head the draft's own) | "ignored" (the target's head is swapped in)
+    undeclared_lm_head: str = "dropped"
     # Sibling heads: (family, architectures[0] or "*", "loads" | "refuses" | "unconfirmed", why). A family and
     # architecture with no row is not loaded as that head.
     sibling_routes: tuple[tuple[str, str, str, str], ...] = ()
@@ -136,6 +160,14 @@ SGLANG = RuntimeProfile(
     use_swa="ignored",  # read only for the Nemotron-3.5 layout
     swa_window_zero="ignored",
     integral_float_mask_token="refuses",  # parse_dflash_draft_config: "mask_token_id must be an integer"
+    # weight_utils.get_quant_config: hf_config.quantization_config first, the config files only without it
+    quant_config_read="config.json",
+    sliding_semantics="causally, over the last w tokens",  # dflash.py: sliding layers DECODER, window_left w-1
+    rope_theta_default="the transformers config class's default (10000 for Qwen3)",
+    lilicorr_disabled="parses the config as plain DFlash and then raises (\"requires the lilicorr_* geometry fields\")",
+    unknown_tensors="dropped",  # DFlashDraftModel.load_weights: "Ignore unexpected weights"
+    legacy_duplicate="overwrites",  # the renaming maps both to one parameter; the second loaded wins
+    undeclared_lm_head="dropped",  # no lm_head parameter
     sibling_routes=(
         ("dflash2", "DFlash2DraftModel", "unconfirmed", "SGLang main dispatches on DFlash2DraftModel, but no tagged "
          "release is known to register it, and whether its loader refuses missing selector or conv tensors is "
@@ -193,6 +225,15 @@ VLLM = RuntimeProfile(
     integral_float_lilicorr="crashes",  # candidate_topk & (candidate_topk - 1), range(num_layers)
     integral_float_backbone="crashes",  # range(config.num_hidden_layers)
     embed_tokens_copy="used",  # includes_embed_tokens: the draft's own input table
+    quant_config_read="config.json",  # get_quant_config: hf_config.quantization_config, else hf_quant_config.json
+    # qwen3_dflash.py _resolve_layer_attention: sliding layers causal unless causal / is_causal says otherwise
+    sliding_semantics="causally, over the last w tokens",
+    rope_theta_default="1e6 (set_default_rope_theta)",
+    lilicorr_disabled="refuses it (\"requires lilicorr_enabled=True\")",
+    dflash2_conv_indexed=True,  # qwen3_dflash2 reads both conv keys with a plain index
+    unknown_tensors="refused",  # AutoWeightsLoader raises on a name with no parameter
+    legacy_duplicate="refuses",  # no parameter for the legacy name
+    undeclared_lm_head="owned",  # includes_lm_head: any lm_head tensor
     sibling_routes=(
         ("dflash2", "DFlash2DraftModel", "unconfirmed", "vLLM's DFlash2DraftModel registry key is asserted only by "
          "registry-verification scripts (its registry file was not read)"),
@@ -239,6 +280,16 @@ TRTLLM = RuntimeProfile(
     integral_float_lilicorr="crashes",  # LiLiCorrHead uses the raw values (torch.zeros, range)
     integral_float_backbone="unconfirmed",  # range(num_draft_layers) would crash; not traced
     embed_tokens_copy="replaced",  # load_weights_from_target_model swaps in the target's
+    # _torch/model_config.py ModelConfig.from_pretrained: hf_quant_config.json first ("the file is authoritative"),
+    # warn_if_inline_diverges only logs; config.json's copy is used when the file sets no global quant_algo
+    quant_config_read="hf_quant_config.json",
+    embeddings_4d=True,  # modeling_lilicorr.py: the parameters are 4-D; _normalize_lilicorr_weights squeezes 5-D
+    # its LiLiCorr test: sliding layers non-causal with a symmetric window (w-1, w-1)
+    sliding_semantics="non-causally, over w-1 tokens on each side (a symmetric window)",
+    rope_theta_default="the transformers config class's default (10000 for Qwen3)",
+    block_size_top_level_in_older=True,  # modeling_dflash.py 009d8fa4 reads the top-level block_size only
+    legacy_duplicate="refuses",  # _normalize_lilicorr_weights: "Duplicate LiLiCorr parameter"
+    undeclared_lm_head="ignored",  # load_weights_from_target_model uses the target's head unless has_own_lm_head
     sibling_routes=(
         ("dflash2", "*", "unconfirmed", "TensorRT-LLM has a DFlash2 path on DFlashForCausalLM; its config keys and "
          "tensors were not read"),

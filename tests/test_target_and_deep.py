@@ -172,7 +172,7 @@ def test_deep_finds_negative_scales(make_ckpt):
 
 
 def test_target_embedding_rows_must_equal_vocab_for_trtllm(drafter, tmp_path):
-    # format.md §3: TRT also needs num_embeddings == V; the config vocab_size agrees here
+    # TensorRT-LLM also needs the target embedding to have exactly V rows; the config vocab_size agrees here
     target = make_target(tmp_path / "t", vocab=512, embed_rows=520)
     report = validate(str(drafter), target=str(target))
     found = [f for f in report.findings if f.rule == "LC503"]

@@ -11,7 +11,7 @@ import msgspec
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
-from lilicorr_ckpt.checks.context import Context, check, is_pow2
+from lilicorr_ckpt.checks.context import Context, check, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.profiles import RuntimeProfile
 
@@ -56,7 +56,7 @@ rule("LC105", "head-width", "error", CFG, "lilicorr_hidden_size is negative, or 
      "Write the head's real width (the exporter writes the width, never 0).")
 rule("LC106", "heads-divide-width", "error", CFG, "lilicorr_num_heads does not divide the head width.",
      "Use a head count that divides lilicorr_hidden_size.")
-rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside (0, 0.5), which TensorRT-LLM refuses.",
+rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside (0, 0.5), which the runtime refuses.",
      "Write the trained vector_eps; it must lie in (0, 0.5).")
 rule("LC108", "lilicorr-disabled", "error", CFG, "lilicorr_enabled is false on a LiLiCorrDraftModel.",
      "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.")
@@ -145,8 +145,8 @@ rule("LC141", "integral-float-cast", "info", CFG,
 rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
      "Write the target's layer count.")
 rule("LC150", "selector-geometry", "error", CFG,
-     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative (SGLang), or "
-     "rank < 1 or top_k outside [2, vocab_size] (vLLM).", "Write the trained selector_rank and selector_top_k.")
+     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative, or "
+     "rank < 1 or top_k outside [2, vocab_size], as its config parser requires.", "Write the trained selector_rank and selector_top_k.")
 rule("LC151", "dflash2-conv-required", "error", CFG,
      "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
      "Write the trained conv_kernel_size and conv_group_size in dflash_config.")
@@ -168,6 +168,15 @@ rule("LC158", "domino-emb-dim-conflict", "error", CFG,
      "Make both hold the trained emb_dim.")
 rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
      "Write the trained block size (16 for the reference checkpoint).")
+rule("LC144", "window-semantics", "warning", CFG,
+     "A LiLiCorr draft has sliding-window layers, and the selected runtimes serve them with different attention "
+     "(causal over the last w tokens, or non-causal over a symmetric window): at most one matches training.",
+     "Serve the drafter with the runtime whose sliding-window semantics it was trained with.")
+rule("LC146", "rope-theta-absent", "warning", CFG,
+     "rope_theta is absent and the selected runtimes assume different defaults, so at most one serves the trained "
+     "rotary embedding.", "Write the trained rope_theta (the target's) in config.json.")
+rule("LC147", "rope-theta-defaulted", "info", CFG, "rope_theta is absent; the runtime assumes its default.",
+     "Write the trained rope_theta (the target's) in config.json.")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
      "Give exactly one entry per draft layer.")
@@ -228,16 +237,18 @@ def architecture(ctx: Context) -> None:
                  "dropped or refused", file="config.json", pointer="$.architectures[0]",
                  subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)])
     if cfg.family == "lilicorr" and cfg.dflash.lilicorr_enabled is False:
-        ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: SGLang parses the "
-                 "config as plain DFlash and the model then raises; vLLM refuses it",
+        ctx.emit("LC108", "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: " + "; ".join(
+                 f"{p.display}: {p.lilicorr_disabled or 'not established (validate keeps it refused)'}"
+                 for p in ctx.profiles),
                  file="config.json", pointer="$.dflash_config.lilicorr_enabled", expected="true", actual="false")
     routers = [p for p in ctx.profiles if p.projector_type_routes]
     others = [p for p in ctx.profiles if not p.projector_type_routes]
     if routed_by_projector(cfg) and has_head_tensors:
         ctx.emit_for("LC011", others, f"architectures declares {arch} but the checkpoint has lilicorr.* head "
                      "tensors: these loaders select the class from architectures, build no head and drop them "
-                     "silently (TensorRT-LLM routes it to LiLiCorr through dflash_config.projector_type / "
-                     "lilicorr_enabled)", file="config.json", pointer="$.architectures[0]",
+                     "silently" + (f" ({names(routers, 'routes|route')} it to LiLiCorr through "
+                                   "dflash_config.projector_type / lilicorr_enabled)" if routers else ""),
+                     file="config.json", pointer="$.architectures[0]",
                      expected="LiLiCorrDraftModel", actual=arch)
     elif routed_by_projector(cfg) and head_declared(cfg):
         ctx.emit_for("LC013", others, "DFlashDraftModel declared with lilicorr_* geometry: the head is never built",
@@ -245,8 +256,8 @@ def architecture(ctx: Context) -> None:
                      expected="LiLiCorrDraftModel", actual=arch)
         if ctx.table.tensors:
             ctx.emit_for("LC011", routers, "DFlashDraftModel with dflash_config.projector_type \"lilicorr\" (or "
-                         "lilicorr_enabled true): TensorRT-LLM routes it to LiLiCorr, but the checkpoint has no "
-                         "lilicorr.* tensors", file="config.json", pointer="$.dflash_config.projector_type",
+                         f"lilicorr_enabled true): {names(routers, 'routes|route')} it to LiLiCorr, but the "
+                         "checkpoint has no lilicorr.* tensors", file="config.json", pointer="$.dflash_config.projector_type",
                          expected="lilicorr.* tensors", actual="none")
     elif cfg.family != "lilicorr" and has_head_tensors:
         ctx.emit("LC011", f"architectures declares {arch} but the checkpoint has lilicorr.* head tensors: the "
@@ -312,7 +323,7 @@ def lilicorr_geometry(ctx: Context) -> None:
         if g.vocab_size is not None and k > g.vocab_size:
             # only MLX (not a --runtime profile) is known to refuse K > V
             ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
-                     "SGLang, vLLM and TensorRT-LLM document no check (a top-K over fewer than K tokens)",
+                     f"{names(ctx.profiles, 'documents|document')} no check (a top-K over fewer than K tokens)",
                      file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
                      expected=f"<= {g.vocab_size}", actual=k)
     n, h = g.head_num_heads, g.head_hidden_size
@@ -346,8 +357,11 @@ def block_size(ctx: Context) -> None:
                          pointer="$.dflash_config.block_size", expected="present", actual="absent")
         return
     if nested is not None and top is not None and nested != top:
+        older = [p for p in ctx.profiles if p.block_size_top_level_in_older]
         ctx.emit("LC111", f"dflash_config.block_size is {nested} but the top-level block_size is {top}; "
-                 f"SGLang, vLLM and TRT use {nested}, older readers {top}", file="config.json",
+                 f"{names(ctx.profiles, 'uses|use')} {nested}"
+                 + (f" (older {names(older)} revisions read the top-level {top})" if older else "")
+                 + f"; a reader of the top level only would use {top}", file="config.json",
                  pointer="$.block_size", expected=nested, actual=top)
     value = nested if nested is not None else top
     minimum = 2 if ctx.geometry.lilicorr_enabled else 1
@@ -558,6 +572,8 @@ def backbone_config(ctx: Context) -> None:
                          f"{_names(ignoring, 'does not read|do not read')} use_swa: every layer is served with full attention "
                          "(the others make every layer sliding)", file="config.json", pointer="$.layer_types",
                          expected="layer_types", actual="absent")
+    _window_semantics(ctx)
+    _rope_theta(ctx)
     unknown = sorted({t for t in cfg.layer_types or [] if t not in ("full_attention", "sliding_attention")})
     if unknown:
         ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
@@ -570,13 +586,48 @@ def backbone_config(ctx: Context) -> None:
                  "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
 
 
-def _names(profiles: list[RuntimeProfile], verb: str = "") -> str:
-    """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
-    names = " and ".join(p.display for p in profiles)
-    if "|" in verb:
-        one, several = verb.split("|")
-        verb = several if len(profiles) > 1 else one
-    return f"{names} {verb}".rstrip()
+_names = names
+
+
+def _window_semantics(ctx: Context) -> None:
+    """Sliding-window layers mean different functions on different runtimes (RuntimeProfile.sliding_semantics)."""
+    cfg = ctx.config
+    if not ctx.geometry.lilicorr_enabled:
+        return
+    swa = cfg.dflash.swa_window_size
+    listed = bool(cfg.layer_types) and "sliding_attention" in (cfg.layer_types or [])
+    serving = []
+    for p in ctx.profiles:
+        window = cfg.sliding_window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
+        by_use_swa = cfg.dflash.use_swa is True and cfg.layer_types is None and p.use_swa == "applied" and bool(
+            swa if swa is not None and swa >= 1 else cfg.sliding_window)
+        if (listed and window) or by_use_swa:
+            serving.append(p)
+    known = [p for p in serving if p.sliding_semantics]
+    if len({p.sliding_semantics for p in known}) > 1:
+        by: dict[str, list[RuntimeProfile]] = {}
+        for p in known:
+            by.setdefault(p.sliding_semantics or "", []).append(p)
+        ctx.emit("LC144", "sliding-window layers are served differently: " + "; ".join(
+            f"{names(ps, 'runs|run')} them {what}" for what, ps in by.items()) + ": the draft computes the trained "
+            "function only on the runtimes matching its training", runtimes=[p.name for p in known],
+            file="config.json", pointer="$.layer_types" if listed else "$.dflash_config.use_swa")
+
+
+def _rope_theta(ctx: Context) -> None:
+    """rope_theta absent: each runtime assumes its own default (RuntimeProfile.rope_theta_default)."""
+    cfg = ctx.config
+    params = cfg.rope_parameters if isinstance(cfg.rope_parameters, dict) else {}
+    if cfg.rope_theta is not None or "rope_theta" in params or ctx.parsed.invalid("$.rope_theta"):
+        return
+    known = [p for p in ctx.profiles if p.rope_theta_default]
+    by: dict[str, list[RuntimeProfile]] = {}
+    for p in known:
+        by.setdefault(p.rope_theta_default or "", []).append(p)
+    text = "rope_theta is absent: " + "; ".join(f"{names(ps, 'assumes|assume')} {what}" for what, ps in by.items())
+    rule_id = "LC146" if len(by) > 1 else "LC147"
+    ctx.emit_for(rule_id, known, text, file="config.json", pointer="$.rope_theta", expected="the trained rope_theta",
+                 actual="absent")
 
 
 def _is_number(value: Any) -> bool:
@@ -653,8 +704,10 @@ def sibling_config(ctx: Context) -> None:
             ctx.emit_for("LC150", ranged, f"{'; '.join(bad)}: {_names(ranged, 'refuses|refuse')} it",
                          file="config.json", pointer="$.dflash_config.selector_top_k")
         if not g.has_conv and not ctx.parsed.invalid("$.dflash_config.conv_kernel_size"):
+            indexed = [p for p in ctx.profiles if p.dflash2_conv_indexed]
             ctx.emit("LC151", "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
-                     "mandatory (vLLM reads both with a plain index; Model-Optimizer refuses the export)",
+                     "mandatory (" + (f"{names(indexed, 'reads|read')} both with a plain index; " if indexed else "")
+                     + "Model-Optimizer refuses the export)",
                      file="config.json", pointer="$.dflash_config.conv_kernel_size", expected="both > 0")
     if g.family == "dspark":
         readers = [p for p in ctx.profiles if p.markov_rank_top_level]

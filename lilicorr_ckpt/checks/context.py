@@ -67,6 +67,16 @@ def shorten(items: list[str], n: int = 6) -> str:
     return shown + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
+def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
+    """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
+    shown = ", ".join(p.display for p in profiles[:-1]) + (" and " if len(profiles) > 1 else "") + (
+        profiles[-1].display if profiles else "")
+    if "|" in verb:
+        one, several = verb.split("|")
+        verb = several if len(profiles) > 1 else one
+    return f"{shown} {verb}".rstrip()
+
+
 def is_pow2(k: int) -> bool:
     return k > 0 and k & (k - 1) == 0
 

@@ -8,6 +8,7 @@ from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES, ExpectedTensor, component_of_name
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.checks.context import Context, check, shorten
+from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
 
 # ---------------------------------------------------------------- catalogue
@@ -18,7 +19,7 @@ rule("LC202", "head-surplus", "error", COV, "Head tensors the geometry does not 
      "Check lilicorr_hidden_size, lilicorr_num_layers and lilicorr_factor_dim against the tensors.")
 rule("LC203", "backbone-missing", "error", COV, "Backbone tensors are missing.",
      "Export every layer's attention, MLP and norm weights plus fc, hidden_norm and norm.")
-rule("LC204", "unexpected-tensor", "error", COV, "A tensor no loader reads; SGLang drops it silently.",
+rule("LC204", "unexpected-tensor", "error", COV, "A tensor no loader reads; some runtimes drop it silently, others refuse it.",
      "Remove it, or fix the config so that the module it belongs to is built.")
 rule("LC205", "conv-dropped", "error", COV, "Convolution tensors are present but the conv keys are absent or 0: every one would be dropped silently.",
      "Write conv_kernel_size and conv_group_size in dflash_config.")
@@ -48,6 +49,9 @@ rule("LC218", "embed-tokens-copy", "warning", COV,
      "The draft carries its own embed_tokens.weight: the runtimes disagree on using it (dropped, used as the "
      "draft's input table, or replaced by the target's).",
      "Drop it unless it is the target's table; drafters borrow the target's embeddings.")
+rule("LC219", "embedding-4d-loaded", "info", COV,
+     "lilicorr.slot_embedding / rank_embedding stored 4-D (without the leading singleton), which this runtime loads "
+     "(its own parameter layout).", "Nothing to do for this runtime; `lilicorr-ckpt convert` writes the 5-D layout.")
 rule("LC216", "legacy-names-renamed", "info", COV,
      "Legacy Sequential MLP names in the head, which every selected runtime renames.",
      "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.")
@@ -67,20 +71,25 @@ def coverage(ctx: Context) -> None:
         ctx.emit("LC118" if key == "num_hidden_layers" else "LC103", reason, file="config.json", pointer=f"$.{key}")
     if view.training_prefixed:
         ctx.emit("LC212", f"{len(view.training_prefixed)} tensor names keep a training prefix, e.g. "
-                 f"{shorten(view.training_prefixed, 3)}: no loader strips it, so SGLang drops them all",
+                 f"{shorten(view.training_prefixed, 3)}: no loader strips it" + _unknown_tensors(ctx),
                  subjects=view.training_prefixed)
     if view.model_prefixed:
         ctx.emit("LC213", f"{len(view.model_prefixed)} tensor names carry a `model.` prefix (stripped by loaders)")
     for canonical, names in view.collisions.items():
-        ctx.emit("LC211", f"{shorten(names)} all map to `{canonical}` after renaming; TensorRT-LLM refuses this",
+        overwrite = [p for p in ctx.profiles if p.legacy_duplicate == "overwrites"]
+        refuse = [p for p in ctx.profiles if p.legacy_duplicate == "refuses"]
+        ctx.emit("LC211", f"{shorten(names)} all map to `{canonical}` after renaming: "
+                 + "; ".join(part for part in (
+                     f"{names_of(refuse, 'refuses|refuse')} this" if refuse else "",
+                     f"{names_of(overwrite, 'keeps|keep')} whichever loads last" if overwrite else "") if part),
                  subjects=names)
     if view.legacy:
         refusing = [p for p in ctx.profiles if p.legacy_mlp_names == "refused"]
         renaming = [p for p in ctx.profiles if p.legacy_mlp_names == "renamed"]
         head = f"{len(view.legacy)} head tensors use the legacy Sequential names ({shorten(view.legacy, 3)})"
-        ctx.emit_for("LC217", refusing, f"{head}: {' and '.join(p.display for p in refusing)} does not rename "
+        ctx.emit_for("LC217", refusing, f"{head}: {names_of(refusing, 'does not rename|do not rename')} "
                      "them and has no parameter for them", subjects=view.legacy)
-        ctx.emit_for("LC216", renaming, f"{head}: {' and '.join(p.display for p in renaming)} renames them to the "
+        ctx.emit_for("LC216", renaming, f"{head}: {names_of(renaming, 'renames|rename')} them to the "
                      "named-MLP layout", subjects=view.legacy)
 
     expected = m.tensors
@@ -117,7 +126,7 @@ def coverage(ctx: Context) -> None:
     if missing.get("lm_head"):
         loaders = [p for p in ctx.profiles if p.owned_lm_head == "supported"]
         ctx.emit_for("LC401", loaders, "has_own_lm_head is true but lm_head.weight is absent: "
-                     + " and ".join(p.display for p in loaders) + " refuse the load" if loaders else "",
+                     + names_of(loaders, "refuses|refuse") + " the load" if loaders else "",
                      pointer="lm_head.weight", subjects=missing["lm_head"])
     if conv_expected and "conv" not in m.incomplete:
         gone = missing.get("conv", [])
@@ -189,13 +198,13 @@ def coverage(ctx: Context) -> None:
                      "conv_kernel_size, conv_group_size and num_hidden_layers)", subjects=names)
     if surplus.get("lm_head") and not ctx.geometry.has_own_lm_head and ctx.geometry.family == "dspark":
         ctx.emit("LC405", "a DSpark drafter carries lm_head tensors without has_own_lm_head, as DeepSpec exports a "
-                 "frozen copy of the target's head: TensorRT-LLM skips it and uses the target's, vLLM keeps it as "
-                 "the draft's own; the same function only if it is the target's head unchanged", file="config.json",
+                 f"frozen copy of the target's head: {_undeclared_head(ctx)}; the same function only if it is the "
+                 "target's head unchanged", file="config.json",
                  pointer="$.has_own_lm_head", subjects=surplus["lm_head"])
     elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
         names = surplus["lm_head"]
-        ctx.emit("LC402", "lm_head tensors are present but has_own_lm_head is not true: TensorRT-LLM ignores them "
-                 "and uses the target's head, vLLM treats any lm_head tensor as owned", file="config.json",
+        ctx.emit("LC402", f"lm_head tensors are present but has_own_lm_head is not true: {_undeclared_head(ctx)}",
+                 file="config.json",
                  pointer="$.has_own_lm_head", subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
     if surplus.get("other"):
         names = [n for n in surplus["other"] if n not in fused]
@@ -216,6 +225,21 @@ def coverage(ctx: Context) -> None:
         ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
 
     _shapes_and_dtypes(ctx)
+
+
+def _unknown_tensors(ctx: Context) -> str:
+    """What each runtime does with tensors it has no parameter for (RuntimeProfile.unknown_tensors)."""
+    said = {"dropped": "drops them all (the draft serves its initialisation)", "refused": "refuses them"}
+    parts = [f"{p.display} {said[p.unknown_tensors]}" for p in ctx.profiles if p.unknown_tensors in said]
+    return ": " + "; ".join(parts) if parts else ""
+
+
+def _undeclared_head(ctx: Context) -> str:
+    """What each runtime does with lm_head tensors when has_own_lm_head is not true."""
+    said = {"dropped": "drops them (no lm_head parameter) and uses the target's head",
+            "owned": "treats any lm_head tensor as the draft's own head",
+            "ignored": "ignores them and uses the target's head"}
+    return "; ".join(f"{p.display} {said[p.undeclared_lm_head]}" for p in ctx.profiles)
 
 
 SIBLINGS = ("dflash2", "dspark", "domino")
@@ -286,12 +310,29 @@ def _shapes_and_dtypes(ctx: Context) -> None:
                      expected="/".join(sorted(tensor.dtypes)), actual=info.dtype, subjects=[name])
         else:
             float_dtypes[info.dtype] = float_dtypes.get(info.dtype, 0) + 1
-        if not tensor.shape_ok(info.shape):
+        if not tensor.shape_ok(info.shape) and not _embedding_4d(ctx, name, tensor, info):
             ctx.emit("LC208", _shape_message(ctx, name, tensor, info), file=info.file, pointer=name,
                      expected=list(tensor.shape), actual=list(info.shape), subjects=[name])
     if len(float_dtypes) > 1:
         ctx.emit("LC214", "floating-point tensors mix dtypes: " + ", ".join(f"{k} x{v}" for k, v in
                                                                             sorted(float_dtypes.items())))
+
+
+def _embedding_4d(ctx: Context, name: str, tensor: ExpectedTensor, info: TensorInfo) -> bool:
+    """A slot/rank embedding stored 4-D: LC208 for the runtimes whose 5-D parameter refuses it, LC219 for those that
+    load it (RuntimeProfile.embeddings_4d). False when the shape is not the 4-D layout."""
+    if name not in ("lilicorr.slot_embedding", "lilicorr.rank_embedding") or len(tensor.shape) != 5 \
+            or tuple(info.shape) != tensor.shape[:1] + tensor.shape[2:]:
+        return False
+    refuse = [p for p in ctx.profiles if not p.embeddings_4d]
+    load = [p for p in ctx.profiles if p.embeddings_4d]
+    base = f"`{name}` is {list(info.shape)}, the 5-D layout is {list(tensor.shape)}"
+    ctx.emit_for("LC208", refuse, f"{base}: {names_of(refuse, 'builds|build')} the 5-D parameter and its weight "
+                 "loader refuses the 4-D tensor" + (f" ({names_of(load, 'loads|load')} it)" if load else ""),
+                 file=info.file, pointer=name, expected=list(tensor.shape), actual=list(info.shape), subjects=[name])
+    ctx.emit_for("LC219", load, f"{base}: {names_of(load, 'loads|load')} the 4-D layout, its own parameter shape",
+                 file=info.file, pointer=name, subjects=[name])
+    return True
 
 
 def _shape_message(ctx: Context, name: str, tensor: ExpectedTensor, info: TensorInfo) -> str:

@@ -9,7 +9,7 @@ from lilicorr_ckpt.checks.findings import rule
 HEAD = "lm_head"
 rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm_head.weight is absent.",
      "Export lm_head.weight [vocab, hidden], or drop has_own_lm_head to borrow the target's head.")
-rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true: TRT ignores them, vLLM uses them.",
+rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true: runtimes disagree (some ignore or drop them, others use them as the draft's head).",
      'Set "has_own_lm_head": true, or remove lm_head.*.')
 rule("LC404", "own-head-dropped", "error", HEAD,
      "The checkpoint owns its lm_head but the runtime's DFlash draft has no lm_head parameter: the head is dropped "

@@ -8,16 +8,17 @@ from lilicorr_ckpt.checkpoint.manifest import KV_SCALE_SUFFIXES, QUANT_SUFFIXES,
 from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
 from lilicorr_ckpt.checkpoint.quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
 from lilicorr_ckpt.checks.context import Context, check, shorten
+from lilicorr_ckpt.checks.context import names as _names
 from lilicorr_ckpt.checks.findings import rule
-from lilicorr_ckpt.profiles import matches_any
+from lilicorr_ckpt.profiles import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
 QNT = "quantization"
-rule("LC301", "quant-config-disagree", "error", QNT, "hf_quant_config.json and config.json quantization_config disagree.",
+rule("LC301", "quant-config-disagree", "warning", QNT, "hf_quant_config.json and config.json quantization_config disagree; runtimes that read different copies see different quantization.",
      "Make both describe the same algorithm, group size and exclusions (`lilicorr-ckpt convert` rewrites both).")
 rule("LC302", "quant-method", "error", QNT, "config.json quantization_config has no quant_method the runtime can use.",
      'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).')
-rule("LC303", "quant-config-keys", "error", QNT, "The nested quantization form lacks keys vLLM requires.",
+rule("LC303", "quant-config-keys", "error", QNT, "The nested quantization form lacks keys the runtime's nested-form parser requires.",
      "Write group_size, kv_cache_quant_algo and exclude_modules (null is allowed).")
 rule("LC304", "quant-tensors", "error", QNT, "A quantized module lacks a scale tensor, or a scale/weight has the wrong dtype or shape.",
      "Re-export the module with its weight, weight_scale, weight_scale_2 (and input_scale for W4A4).")
@@ -32,7 +33,7 @@ weight then meets a float parameter of twice (or the same) width and a different
 refuses the checkpoint with a shape or dtype mismatch, or, where it copies bytes, loads garbage.
 
 Example: `lilicorr.feature_mlp.up_proj.weight` stored as U8 [R, F/2] with weight_scale / weight_scale_2,
-while vLLM builds feature_mlp unquantized: the load fails on the [R, F] float parameter.""")
+while SGLang builds feature_mlp unquantized: the load fails on the [R, F] float parameter.""")
 rule("LC307", "unprotected-float", "error", QNT, "A module stored in float that the runtime would build quantized (no exclusion matches it).",
      "Add an exclusion pattern that matches the module as the runtime names it (index-free, e.g. `*self_attn.q_proj`).")
 rule("LC308", "excluded-but-quantized", "error", QNT, "An excluded or float module ships quantized weights or scale tensors.",
@@ -89,8 +90,7 @@ def observed_scheme(ctx: Context, module: str) -> str:
     return observed_scheme_of(ctx.names, module)
 
 
-def _expected_quant_form(ctx: Context, module: str, kind: str) -> dict[str, ExpectedTensor] | None:
-    qc = ctx.quant
+def _expected_quant_form(ctx: Context, module: str, kind: str, qc: QuantConfig | None) -> dict[str, ExpectedTensor] | None:
     scheme = qc.scheme_for(module) if qc else None  # the declared layout wins over what is on disk
     if scheme is None:
         scheme = quant_scheme("NVFP4" if kind == "nvfp4" else "FP8")
@@ -104,13 +104,22 @@ def _module_group(module: str) -> str:
     return re.sub(r"\.\d+\.", ".*.", module)
 
 
+def copy_read_by(ctx: Context, p: RuntimeProfile) -> QuantConfig | None:
+    """The quantization config `p`'s runtime acts on (RuntimeProfile.quant_config_read)."""
+    inline, file = ctx.quant_configs.get("config.json"), ctx.quant_configs.get("hf_quant_config.json")
+    if p.quant_config_read == "hf_quant_config.json" and file is not None and (
+            file.quant_algo is not None or inline is None):
+        return file
+    return inline or file
+
+
 @check
 def quantization(ctx: Context) -> None:
-    m = ctx.manifest
     for src, problems in ctx.quant_problems.items():
         for problem in problems:
             ctx.emit("LC316", problem, file=src)
     docs = ctx.quant_configs
+    disagree = False
     if "config.json" in docs and "hf_quant_config.json" in docs:
         a, b = docs["config.json"], docs["hf_quant_config.json"]
         diffs = []
@@ -123,44 +132,73 @@ def quantization(ctx: Context) -> None:
             diffs.append(f"exclusions differ (only in config.json: {only_a[:4]}, only in hf_quant_config.json: "
                          f"{only_b[:4]})")
         if diffs:
-            ctx.emit("LC301", "hf_quant_config.json and config.json quantization_config disagree: " + "; ".join(diffs),
+            disagree = True
+            who = []
+            for src in ("hf_quant_config.json", "config.json"):
+                mine = [p for p in ctx.profiles if copy_read_by(ctx, p) is docs[src]]
+                authority = [p for p in mine if p.quant_config_read == src == "hf_quant_config.json"]
+                if mine:
+                    who.append(f"{_names(mine, 'acts|act')} on {src}" + (
+                        f" ({_names(authority, 'treats|treat')} it as authoritative and only logs a warning about the "
+                        "inline copy)" if authority else ""))
+            ctx.emit("LC301", "hf_quant_config.json and config.json quantization_config disagree: " + "; ".join(diffs)
+                     + ". " + ", ".join(who) + "; each runtime is judged on the copy it reads",
                      file="config.json", pointer="$.quantization_config")
     if "config.json" in docs and "hf_quant_config.json" not in docs and "hf_quant_config.json" not in ctx.quant_problems:
         ctx.emit("LC319", "config.json has a quantization_config but there is no hf_quant_config.json",
                  file="hf_quant_config.json")
-    qc = ctx.quant
-    quantized = {mod: observed_scheme(ctx, mod) for mod in m.modules}
+    if ctx.quant is not None:
+        _quant_config_form(ctx, ctx.quant)
+    quantized = {mod: observed_scheme(ctx, mod) for mod in ctx.manifest.modules}
     quantized = {mod: s for mod, s in quantized.items() if s in ("nvfp4", "fp8")}
+    if not disagree:
+        _judge(ctx, ctx.quant, ctx.profiles, [], quantized)
+        return
+    groups: dict[int, tuple[QuantConfig | None, list[RuntimeProfile]]] = {}
+    for p in ctx.profiles:
+        qc = copy_read_by(ctx, p)
+        groups.setdefault(id(qc), (qc, []))[1].append(p)
+    for qc, profiles in groups.values():
+        _judge(ctx, qc, profiles, [p.name for p in profiles] if len(groups) > 1 else [], quantized)
+
+
+def _judge(ctx: Context, qc: QuantConfig | None, profiles: list[RuntimeProfile], scope: list[str],
+           quantized: dict[str, str]) -> None:
+    """The quantized state of every module against `qc`, for the runtimes that read it (`scope`: their names when
+    the runtimes read different copies, else empty: the findings hold for every runtime)."""
+    m = ctx.manifest
     if qc is None:
         if quantized:
             ctx.emit("LC311", f"{len(quantized)} modules hold quantized weights ({shorten(sorted(quantized), 3)}) "
                      "but there is no quantization_config / hf_quant_config.json: \"Packed or FP8 LiLiCorr weights "
-                     "require quantization metadata\"", subjects=sorted(quantized))
+                     "require quantization metadata\"", subjects=sorted(quantized), runtimes=scope)
         return
-    _quant_config_form(ctx, qc)
     if qc.quant_algo is None:
-        ctx.emit("LC312", f"{qc.source} names no quant_algo", file=qc.source)
+        ctx.emit("LC312", f"{qc.source} names no quant_algo", file=qc.source, runtimes=scope)
         return
     if qc.quant_algo != "MIXED_PRECISION" and quant_scheme(qc.quant_algo) is None:
         ctx.emit("LC312", f"quant_algo {qc.quant_algo} is not one the drafter loaders support", file=qc.source,
-                 expected="NVFP4 | W4A16_NVFP4 | FP8", actual=qc.quant_algo)
+                 expected="NVFP4 | W4A16_NVFP4 | FP8", actual=qc.quant_algo, runtimes=scope)
         return
     if not quantized:
-        ctx.emit("LC317", f"{qc.source} declares {qc.quant_algo} but no tensor is quantized", file=qc.source)
+        ctx.emit("LC317", f"{qc.source} declares {qc.quant_algo} but no tensor is quantized", file=qc.source,
+                 runtimes=scope)
     for pattern in qc.exclude:
         problems = pattern_problems(pattern)
         if "training_prefix" in problems:
             ctx.emit("LC310", f"exclusion `{pattern}` keeps a training prefix; no runtime matches it",
-                     file=qc.source, subjects=[pattern])
+                     file=qc.source, subjects=[pattern], runtimes=scope)
         elif "layer_index" in problems:
-            ctx.emit("LC310", f"exclusion `{pattern}` names a layer index; vLLM renumbers draft layers "
-                     "(model.layers.{num_target_layers+i}) and a glob like `layers.1*` also hits layers.1x",
-                     file=qc.source, subjects=[pattern])
+            renumber = [p for p in ctx.profiles if p.exclusion_matcher == "vllm"]
+            ctx.emit("LC310", f"exclusion `{pattern}` names a layer index"
+                     + (f"; {_names(renumber, 'renumbers|renumber')} draft layers (model.layers.{{num_target_layers+i}})"
+                        if renumber else "") + " and a glob like `layers.1*` also hits layers.1x",
+                     file=qc.source, subjects=[pattern], runtimes=scope)
         elif not any(excluded_by(matcher, module, (pattern,), m.geometry.num_target_layers).excluded
                      for module in m.modules for matcher in MATCHERS):
             ctx.emit("LC323", f"exclusion `{pattern}` matches no module of this drafter under any runtime "
-                     "(a base-model or training-time name?)", file=qc.source, subjects=[pattern])
-    _module_states(ctx, qc, quantized)
+                     "(a base-model or training-time name?)", file=qc.source, subjects=[pattern], runtimes=scope)
+    _module_states(ctx, qc, quantized, profiles, scope)
 
 
 def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
@@ -172,7 +210,8 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
         others = [p for p in ctx.profiles if p.nested_quant_method_algos is None]
         if failing:
             ctx.emit_for("LC302", failing, f"config.json quantization_config ({cfg_qc.form} form, {cfg_qc.quant_algo}) "
-                         "has no quant_method and vLLM cannot derive one (\"Unknown ModelOpt quant algo\")",
+                         f"has no quant_method and {_names(failing, 'cannot derive|cannot derive')} one "
+                         "(\"Unknown ModelOpt quant algo\")",
                          file="config.json", pointer="$.quantization_config.quant_method")
         if others or (derivers and not failing):
             ctx.emit_for("LC322", others + ([] if failing else derivers),
@@ -187,8 +226,8 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
                    and (hf_qc.form == "flat" or hf_qc.producer != "modelopt"
                         or hf_qc.quant_algo not in p.nested_quant_method_algos)]
         ctx.emit_for("LC302", failing, f"config.json has no quantization_config and hf_quant_config.json "
-                     f"({hf_qc.form} form, {hf_qc.quant_algo}, producer {hf_qc.producer}) has no quant_method: vLLM "
-                     f"derives one only for modelopt {', '.join(failing[0].nested_quant_method_algos or ())} "
+                     f"({hf_qc.form} form, {hf_qc.quant_algo}, producer {hf_qc.producer}) has no quant_method: "
+                     f"{_names(failing, 'derives|derive')} one only for modelopt {', '.join(failing[0].nested_quant_method_algos or ())} "
                      "(\"Unknown ModelOpt quant algo\")" if failing else "", file="hf_quant_config.json",
                      pointer="$.quant_method")
     if cfg_qc is not None and cfg_qc.form == "flat":
@@ -208,7 +247,7 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
             mine = [p for p in readers if p.flat_exclusions_key == key]
             ctx.emit_for("LC320", mine, f"config.json quantization_config (flat form) lists {len(qc.exclude)} "
                          f"exclusions under `exclude_modules` and has no `{key}`: "
-                         f"{' and '.join(p.display for p in mine)} reads `{key}` only, so it sees no exclusion and "
+                         f"{_names(mine, 'reads|read')} `{key}` only, so it sees no exclusion and "
                          "would build every float module quantized", file="config.json",
                          pointer=f"$.quantization_config.{key}", expected=f"`{key}`", actual="`exclude_modules`")
     scheme = qc.scheme_for("") if qc.quant_algo != "MIXED_PRECISION" else None
@@ -217,7 +256,7 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
     if qc.nested_group_size is None:
         strict = [p for p in ctx.profiles if p.flat_group_size_required]
         ctx.emit_for("LC324", strict, "config.json quantization_config (flat form) gives no group size: "
-                     + " and ".join(p.display for p in strict) + " refuses NVFP4 without one (\"requires "
+                     + _names(strict, "refuses|refuse") + " NVFP4 without one (\"requires "
                      "group_size\")", file="config.json", pointer="$.quantization_config.group_size",
                      expected="group_size", actual="absent")
     hf_qc = ctx.quant_configs.get("hf_quant_config.json")
@@ -233,7 +272,8 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
                  pointer="$.quantization_config.group_size", expected=intended, actual="absent")
 
 
-def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> None:
+def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], profiles: list[RuntimeProfile],
+                   scope: list[str]) -> None:
     m, present = ctx.manifest, ctx.names.by_canonical
     n_target = ctx.geometry.num_target_layers
     grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
@@ -248,7 +288,7 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
     kv = [f"{mod}.{s}" for mod in m.modules for s in KV_SCALE_SUFFIXES if f"{mod}.{s}" in present]
     if kv and not qc.kv_cache_quant_algo:
         ctx.emit("LC318", f"{len(kv)} KV-cache scale tensors ({shorten(kv, 3)}) but {qc.source} sets no "
-                 "kv_cache_quant_algo", subjects=kv)
+                 "kv_cache_quant_algo", subjects=kv, runtimes=scope)
     for module, mod in m.modules.items():
         state = observed_scheme(ctx, module)
         if state == "missing" or mod.component in m.incomplete:
@@ -256,14 +296,14 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
         scales = [s for s in QUANT_SUFFIXES if f"{module}.{s}" in present]
         scheme = qc.scheme_for(module)
         if state in ("nvfp4", "fp8"):
-            _scale_tensors(ctx, module, state)
+            _scale_tensors(ctx, module, state, qc, scope)
             if state == "nvfp4" and scheme is not None and mod.in_features % scheme.group_size:
-                note("LC305", module, [], f"in_features {mod.in_features} % {scheme.group_size} != 0")
+                note("LC305", module, scope, f"in_features {mod.in_features} % {scheme.group_size} != 0")
         elif scales:
             ctx.emit("LC308", f"`{module}` is stored in float but ships {', '.join(scales)}: runtimes that build it "
                      f"unquantized have no parameter for them (the lm_head.input_scale trap)",
-                     pointer=module, subjects=[f"{module}.{s}" for s in scales])
-        for p in ctx.profiles:
+                     pointer=module, subjects=[f"{module}.{s}" for s in scales], runtimes=scope)
+        for p in profiles:
             forced = matches_any(module, p.float_forced)
             required = matches_any(module, p.float_required)
             exclusion = excluded_by(p.exclusion_matcher, module, qc.read_by(p).exclude, n_target)
@@ -316,9 +356,9 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str]) -> 
                  file=qc.source if rule_id in ("LC307", "LC309") else None)
 
 
-def _scale_tensors(ctx: Context, module: str, state: str) -> None:
+def _scale_tensors(ctx: Context, module: str, state: str, qc: QuantConfig, scope: list[str]) -> None:
     present = ctx.names.by_canonical
-    form = _expected_quant_form(ctx, module, state)
+    form = _expected_quant_form(ctx, module, state, qc)
     assert form is not None
     for name, tensor in form.items():
         info = present.get(name)
@@ -326,18 +366,18 @@ def _scale_tensors(ctx: Context, module: str, state: str) -> None:
             if name.endswith(".input_scale"):
                 ctx.emit("LC304", f"`{module}` is quantized with activation scaling but has no input_scale "
                          "(static formats without it degrade silently or fail with KeyError)",
-                         pointer=name, subjects=[name])
+                         pointer=name, subjects=[name], runtimes=scope)
             else:
-                ctx.emit("LC304", f"`{module}` is quantized but `{name}` is missing", pointer=name, subjects=[name])
+                ctx.emit("LC304", f"`{module}` is quantized but `{name}` is missing", pointer=name, subjects=[name], runtimes=scope)
             continue
         if info.dtype not in tensor.dtypes or not tensor.shape_ok(info.shape):
             ctx.emit("LC304", f"`{name}` is {info.dtype} {list(info.shape)}, expected "
                      f"{'/'.join(sorted(tensor.dtypes))} {list(tensor.shape)}", file=info.file, pointer=name,
                      expected=f"{'/'.join(sorted(tensor.dtypes))} {list(tensor.shape)}",
-                     actual=f"{info.dtype} {list(info.shape)}", subjects=[name])
+                     actual=f"{info.dtype} {list(info.shape)}", subjects=[name], runtimes=scope)
     extra = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in present and f"{module}.{s}" not in form]
     for name in extra:
         if name.endswith("input_scale"):
-            ctx.emit("LC315", f"`{name}` is present but the scheme is weight-only", pointer=name, subjects=[name])
+            ctx.emit("LC315", f"`{name}` is present but the scheme is weight-only", pointer=name, subjects=[name], runtimes=scope)
         else:
-            ctx.emit("LC304", f"`{name}` does not belong to the {state} layout", pointer=name, subjects=[name])
+            ctx.emit("LC304", f"`{name}` does not belong to the {state} layout", pointer=name, subjects=[name], runtimes=scope)

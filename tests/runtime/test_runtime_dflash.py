@@ -1,4 +1,5 @@
-"""The DFlash backbone against a float64 re-implementation of shared/docs/format.md §5."""
+"""The DFlash backbone against a float64 re-implementation of its forward (attention over the target context and
+the block, RoPE, gated MLP) as the DFlash loaders compute it."""
 
 from __future__ import annotations
 

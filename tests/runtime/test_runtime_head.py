@@ -1,4 +1,5 @@
-"""The LiLiCorr head against a plain float64 re-implementation of shared/docs/format.md §4."""
+"""The LiLiCorr head against a plain float64 re-implementation of its forward (candidate features, lattice
+attention, factor heads, start and transition logits) as the LiLiCorr loaders compute it."""
 
 from __future__ import annotations
 

@@ -8,6 +8,8 @@ from the valid LiLiCorr fixture and changes one thing.
 from __future__ import annotations
 
 import json
+import re
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,7 +20,7 @@ from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.manifest import legacy_name
 from lilicorr_ckpt.profiles import QKV
 
-from ._support import DROP, RUNTIMES, describe, edit_config, run
+from ._support import DROP, RUNTIMES, describe, edit_config, edit_json, run
 
 Tensors = fixtures.Tensors
 Edit = Callable[[dict[str, Any]], Any]
@@ -34,6 +36,8 @@ class Row(NamedTuple):
     write: dict[str, Any] = {}
     raw: Callable[[str], str] | None = None  # then applied to config.json's text (whole-number floats)
     rules: tuple[str, ...] = ()  # rule ids that must be among the findings
+    base: Callable[[], dict[str, Any]] | None = None  # the config to start from instead of draft_config(**config)
+    edit_hf: Edit | None = None  # applied to hf_quant_config.json
 
 
 def nested(**changes: Any) -> Edit:
@@ -102,6 +106,45 @@ def no_quant_metadata(path: Path) -> None:
     (path / "hf_quant_config.json").unlink()
 
 
+def drop_lilicorr_geometry(cfg: dict[str, Any]) -> None:
+    for key in [k for k in cfg["dflash_config"] if k.startswith("lilicorr_") and k != "lilicorr_enabled"]:
+        del cfg["dflash_config"][key]
+
+
+def embedding_4d(t: Tensors) -> None:
+    """slot_embedding [1, 1, S, 1, h] stored as [1, S, 1, h] (the leading singleton dropped)."""
+    dtype, shape, data = t["lilicorr.slot_embedding"]
+    t["lilicorr.slot_embedding"] = (dtype, shape[:1] + shape[2:], data)
+
+
+def drop_first(fragment: str) -> Callable[[Tensors], None]:
+    def apply(t: Tensors) -> None:
+        del t[next(n for n in sorted(t) if fragment in n)]
+    return apply
+
+
+def rescale(name: str, value: float) -> Callable[[Tensors], None]:
+    def apply(t: Tensors) -> None:
+        dtype, shape, _ = t[name]
+        t[name] = (dtype, shape, struct.pack("<f", value))
+    return apply
+
+
+def inline_exclusions(fn: Callable[[list[str]], list[str]]) -> Edit:
+    return lambda c: c["quantization_config"].__setitem__("ignore", fn(c["quantization_config"]["ignore"]))
+
+
+def file_exclusions(fn: Callable[[list[str]], list[str]]) -> Edit:
+    return lambda d: d["quantization"].__setitem__("exclude_modules", fn(d["quantization"]["exclude_modules"]))
+
+
+def without(pattern: str) -> Callable[[list[str]], list[str]]:
+    def apply(patterns: list[str]) -> list[str]:
+        assert pattern in patterns
+        return [p for p in patterns if p != pattern]
+    return apply
+
+
 def servable_plus(*modules: str) -> set[str]:
     manifest = fixtures.manifest_for(fixtures.draft_config())
     return fixtures.servable_quantized(manifest) | set(modules)
@@ -120,7 +163,7 @@ ROWS = [
         rules=("LC129",)),
     Row("sglang_checks_taps_against_draft_layers_without_num_target_layers", "E3", (1, 0, 0),
         edit=both(top(num_target_layers=DROP), nested(num_target_layers=DROP)), rules=("LC130",)),
-    Row("trt_slices_raw_qkv", "E6", (1, 1, 1), write={"quant": "NVFP4", "quantize": servable_plus(*QKV_MODULES)},
+    Row("trt_slices_raw_qkv", "E6/Q1", (1, 1, 1), write={"quant": "NVFP4", "quantize": servable_plus(*QKV_MODULES)},
         rules=("LC306",)),
     Row("hidden_act_gelu_refused_by_dflash_mlp", "E7", (1, 1, "w"), edit=top(hidden_act="gelu"),
         rules=("LC131", "LC132")),
@@ -133,7 +176,7 @@ ROWS = [
     Row("sglang_ignores_top_level_is_causal", "E10", (1, 0, 1), edit=top(is_causal=True),
         rules=("LC117", "LC133", "LC134")),
     Row("swa_window_zero_refused_by_trt_literal_in_vllm", "E9b", (0, "w", 1),
-        edit=both(SLIDING, top(sliding_window=8), nested(use_swa=True, swa_window_size=0)),
+        edit=both(top(sliding_window=8), nested(use_swa=True, swa_window_size=0)),
         rules=("LC135", "LC136", "LC137")),
     Row("sglang_drops_owned_lm_head", "E11", (1, 0, 0), config={"own_lm_head": True}, rules=("LC404",)),
     # 1.b config keys, geometry, routing
@@ -179,8 +222,8 @@ ROWS = [
         rules=("LC119",)),
     Row("sliding_without_window_vllm_reads_swa_window_size", "C31", (1, 0, 1),
         edit=both(SLIDING, nested(swa_window_size=8)), rules=("LC119",)),
-    Row("use_swa_ignored_by_sglang", "C33", (1, 0, 0),
-        edit=both(top(layer_types=DROP), nested(use_swa=True, swa_window_size=8)), rules=("LC138",)),
+    Row("use_swa_ignored_by_sglang", "C33", (1, "w", "w"),
+        edit=both(top(layer_types=DROP), nested(use_swa=True, swa_window_size=8)), rules=("LC138", "LC144")),
     Row("attention_sink_bias_not_bool", "C37", (1, 1, 1), edit=nested(attention_sink_bias=1), rules=("LC001",)),
     Row("reduced_vocab_refused", "C38", (1, 1, 1), edit=top(draft_vocab_size=511), rules=("LC120",)),
     Row("qwen3_architecture_without_projector_refused", "C39", (1, 1, 1),
@@ -230,14 +273,49 @@ ROWS = [
     Row("w4a16_without_input_scale_loads", "Q6", (0, 0, 0), write={"quant": "W4A16_NVFP4"}),
     Row("nvfp4_missing_weight_scale_2", "Q7", (1, 1, 1), write={"quant": "NVFP4"},
         mutate=drop("lilicorr.token_proj.weight_scale_2"), rules=("LC304",)),
+    # rows added by the second audit pass
+    Row("trt_reads_hf_quant_config_sglang_vllm_the_inline_copy", "E5/Q11", ("w", 1, "w"), write={"quant": "NVFP4"},
+        edit=inline_exclusions(without("*feature_mlp.down_proj")), rules=("LC301", "LC307", "LC309")),
+    Row("inline_copy_right_file_wrong_refused_by_trt", "E5/Q11", ("w", "w", 1), write={"quant": "NVFP4"},
+        edit_hf=file_exclusions(without("*feature_mlp.down_proj")), rules=("LC301", "LC307")),
+    Row("no_lilicorr_geometry_at_all", "C2", (1, 1, 1), edit=drop_lilicorr_geometry, rules=("LC101",)),
+    Row("target_layer_ids_whole_number_floats_cast", "C12", (0, 0, 0), edit=nested(target_layer_ids=[0.0, 2.0])),
+    Row("target_layer_ids_empty", "C14", (1, 1, 1), edit=nested(target_layer_ids=[]), rules=("LC113",)),
+    Row("target_layer_ids_absent_guessed_or_width_from_checkpoint", "C16", (1, 1, 1),
+        edit=both(nested(target_layer_ids=DROP), top(target_layer_ids=DROP)), rules=("LC113",)),
+    Row("dflash2_selector_top_k_alone_refused", "C27", (1, 1, "w"), base=lambda: fixtures.sibling_config("dflash2"),
+        edit=nested(selector_top_k=DROP), rules=("LC150", "LC015")),
+    Row("sliding_layers_causal_in_sglang_vllm_symmetric_in_trt", "C32", ("w", "w", "w"),
+        edit=both(SLIDING, top(sliding_window=8)), rules=("LC144",)),
+    Row("mixed_sliding_and_full_layers_runner_dependent", "C34", ("w", "w", "w"),
+        edit=top(layer_types=["sliding_attention", "full_attention"], sliding_window=8), rules=("LC144",)),
+    Row("rope_theta_absent_vllm_assumes_1e6", "C35", ("w", "w", "w"), edit=top(rope_theta=DROP),
+        rules=("LC146",)),
+    Row("max_position_embeddings_absent_defaulted", "C36", (0, 0, 0), edit=top(max_position_embeddings=DROP)),
+    Row("servable_modules_quantized_load", "Q5", (0, 0, 0), write={"quant": "NVFP4"}),
+    Row("unsupported_head_quant_algo_refused", "Q8", (1, 1, 1), write={"quant": "NVFP4"},
+        edit=lambda c: c["quantization_config"].__setitem__("quant_algo", "W8A16"),
+        edit_hf=lambda d: d["quantization"].__setitem__("quant_algo", "W8A16"), rules=("LC312",)),
+    Row("layer_index_exclusion_renumbered_by_vllm", "Q9", ("w", "w", "w"), write={"quant": "NVFP4"},
+        edit=inline_exclusions(lambda p: [*p, "layers.7.*"]), edit_hf=file_exclusions(lambda p: [*p, "layers.7.*"]),
+        rules=("LC310",)),
+    Row("gate_and_up_calibrated_independently_load", "Q10", (0, 0, 0), write={"quant": "NVFP4"},
+        mutate=rescale("layers.0.mlp.up_proj.weight_scale_2", 0.25)),
+    Row("slot_embedding_4d_loaded_by_trt_only", "T6", (1, 1, 0), mutate=embedding_4d, rules=("LC208", "LC219")),
+    Row("conv_partial", "T9", (1, 1, 1), config={"conv": (2, 16)}, mutate=drop_first(".attention_conv."),
+        rules=("LC207",)),
+    Row("t2d_tensor_not_read", "T14", (1, 1, 1), mutate=add("t2d", (512,)), rules=("LC204",)),
+    Row("rotary_buffer_not_read", "T15", (1, 1, 1), mutate=add("rotary_emb.inv_freq", (8,)), rules=("LC204",)),
 ]
 
 
 def build(tmp_path: Path, row: Row) -> Path:
-    path = fixtures.write_checkpoint(tmp_path / row.name, fixtures.draft_config(**row.config), mutate=row.mutate,
-                                     **row.write)
+    config = row.base() if row.base else fixtures.draft_config(**row.config)
+    path = fixtures.write_checkpoint(tmp_path / row.name, config, mutate=row.mutate, **row.write)
     if row.edit:
         edit_config(path, row.edit)
+    if row.edit_hf:
+        edit_json(path / "hf_quant_config.json", row.edit_hf)
     if row.raw:
         text = (path / "config.json").read_text()
         new = row.raw(text)
@@ -269,3 +347,59 @@ def test_packed_without_metadata_really_has_no_metadata(tmp_path):
     path = build(tmp_path, next(r for r in ROWS if r.name == "packed_without_metadata"))
     assert "quantization_config" not in json.loads((path / "config.json").read_text())
     assert not (path / "hf_quant_config.json").exists()
+
+
+AUDIT_DOC = Path(__file__).resolve().parents[2] / "docs" / "validate.md"
+
+
+def audit_table_ids() -> set[str]:
+    """Every row id of the loader-audit table in docs/validate.md (a row may name several: `E9a, E10`)."""
+    text = AUDIT_DOC.read_text()
+    section = text.split("## The loader audit", 1)[1].split("\n## ", 1)[0]
+    ids: set[str] = set()
+    for line in section.splitlines():
+        m = re.match(r"\| ((?:[ECTQ]\d+[a-z]?)(?:, [ECTQ]\d+[a-z]?)*) \|", line)
+        if m:
+            ids.update(m.group(1).split(", "))
+    return ids
+
+
+def corpus_ids() -> set[str]:
+    return {i for r in ROWS for i in r.audit.split("/")}
+
+
+def test_every_audit_row_has_a_case():
+    ids = audit_table_ids()
+    assert len(ids) >= 80, sorted(ids)
+    assert sorted(ids - corpus_ids()) == [], "audit rows without a corpus case"
+
+
+def test_every_case_names_an_audit_row():
+    assert sorted(corpus_ids() - audit_table_ids()) == []
+
+
+def _row(name: str) -> Row:
+    return next(r for r in ROWS if r.name == name)
+
+
+def test_rope_theta_defaults_are_named_per_runtime(tmp_path):
+    path = build(tmp_path, _row("rope_theta_absent_vllm_assumes_1e6"))
+    both = next(f for f in run(path).findings if f.rule == "LC146")
+    assert "vLLM assumes 1e6" in both.message and "SGLang and TensorRT-LLM assume" in both.message
+    alone = run(path, runtime="vllm")
+    assert [(f.rule, f.severity) for f in alone.findings if f.rule in ("LC146", "LC147")] == [("LC147", "info")]
+
+
+def test_sliding_semantics_warn_only_where_the_selected_runtimes_differ(tmp_path):
+    path = build(tmp_path, _row("sliding_layers_causal_in_sglang_vllm_symmetric_in_trt"))
+    f = next(f for f in run(path).findings if f.rule == "LC144")
+    assert "SGLang and vLLM run them causally" in f.message and "TensorRT-LLM runs them non-causally" in f.message
+    assert not [f for f in run(path, runtime="sglang").findings if f.rule == "LC144"]
+
+
+def test_each_runtime_is_judged_on_the_quantization_copy_it_reads(tmp_path):
+    report = run(build(tmp_path, _row("trt_reads_hf_quant_config_sglang_vllm_the_inline_copy")))
+    lc307 = [f for f in report.findings if f.rule == "LC307"]
+    assert lc307 and all(f.runtimes == ["vllm"] for f in lc307), describe(report)
+    lc301 = next(f for f in report.findings if f.rule == "LC301")
+    assert "TensorRT-LLM acts on hf_quant_config.json" in lc301.message

@@ -164,6 +164,7 @@ EXTRA: dict[str, Build] = {
                   cfg(lambda c: c["dflash_config"].__setitem__("lilicorr_candidate_topk", 4))),
     "LC126": then(lambda tmp: write(tmp), cfg(lambda c: c["dflash_config"].pop("block_size"))),
     "LC301": then(quant(), hfq(lambda d: d["quantization"].__setitem__("group_size", 32))),
+    "LC147": lambda tmp: (then(write, cfg(lambda c: c.pop("rope_theta")))(tmp)[0], {"runtime": "vllm"}),
     "LC302": then(quant(), cfg(lambda c: c["quantization_config"].pop("quant_method"))),
     "LC303": then(quant(), hfq(lambda d: d["quantization"].pop("kv_cache_quant_algo"))),
     "LC305": plain(odd_width_nvfp4),

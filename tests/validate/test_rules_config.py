@@ -1,6 +1,6 @@
 """Config rules (LC0xx, LC1xx): each triggered by one realistic defect in an otherwise valid checkpoint.
 
-Spec: shared/docs/format.md §1 (config keys as the loaders read them).
+Each config key as the loaders read it (where they look, what they default, what they refuse).
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ CASES = [
          contains=("architectures",), actual="absent"),
     Case("architecture-unknown", "LC010", "error", [], top(architectures=["LlamaForCausalLM"]),
          contains=("LlamaForCausalLM",), actual="LlamaForCausalLM"),
-    # format.md §1.2: TRT routes projector_type "lilicorr" / lilicorr_enabled true to LiLiCorr whatever
+    # TensorRT-LLM routes projector_type "lilicorr" / lilicorr_enabled true to LiLiCorr whatever
     # architectures says; SGLang and vLLM follow architectures and drop the head
     Case("dflash-arch-with-head-tensors", "LC011", "error", ["sglang", "vllm"], top(architectures=["DFlashDraftModel"]),
          contains=("DFlashDraftModel", "lilicorr.*", "projector_type"), expected="LiLiCorrDraftModel",
@@ -109,7 +109,7 @@ CASES = [
          contains=("lilicorr_vector_eps is 0",)),
     Case("mlp-width-rounds-to-zero", "LC103", "error", [], nested(lilicorr_mlp_ratio=0.01),
          contains=("int(lilicorr_hidden_size * lilicorr_mlp_ratio) is 0",), also=frozenset({"LC208"})),
-    # format.md §1.2: only MLX (no --runtime profile) requires K <= V
+    # only MLX (no --runtime profile) requires K <= V
     Case("topk-above-vocab", "LC124", "warning", [], None,
          config={"vocab_size": 8, "dflash": {"lilicorr_candidate_topk": 16, "mask_token_id": 7}},
          contains=("lilicorr_candidate_topk 16 exceeds vocab_size 8", "MLX")),
@@ -310,7 +310,7 @@ def test_dflash_architecture_with_stray_lilicorr_keys_only_warns(ckpt):
 
 
 def test_dflash_architecture_routed_by_projector_type_without_head_is_refused_by_trtllm(ckpt):
-    # format.md §1.2: TRT routes projector_type "lilicorr" to LiLiCorr, which then finds no head tensors
+    # TensorRT-LLM routes projector_type "lilicorr" to LiLiCorr, which then finds no head tensors
     path = ckpt(fixtures.draft_config(head=False))
     keys = {k: v for k, v in fixtures.draft_config()["dflash_config"].items()
             if k.startswith("lilicorr_") or k == "projector_type"}

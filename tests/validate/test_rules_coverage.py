@@ -1,6 +1,7 @@
 """Coverage rules (LC2xx) and the owned lm_head (LC4xx): the checkpoint's tensors against the manifest, both ways.
 
-Spec: shared/docs/format.md §2 (tensors) and §3 (coverage refused in both directions).
+The loaders build every tensor the geometry implies and refuse a checkpoint that misses one or carries a surplus
+one (coverage in both directions).
 """
 
 from __future__ import annotations

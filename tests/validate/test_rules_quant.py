@@ -1,6 +1,7 @@
 """Quantization rules (LC3xx) and the quantized owned lm_head.
 
-Spec: shared/docs/format.md §2.5, shared/docs/modelopt_nvfp4.md §1.5, §2, §4-6. Every checkpoint here is a
+Which modules each runtime quantizes, how it reads the flat and nested ModelOpt forms and matches exclusions,
+and the scale tensors NVFP4 / FP8 need. Every checkpoint here is a
 serving-style fixture (flat `ignore` in config.json, nested hf_quant_config.json) with one defect added.
 """
 
@@ -58,7 +59,7 @@ SGLANG_OWNED_HEAD = ("LC404", "error", ("sglang",))
     pytest.param({"quant": "NVFP4", "naming": "sequential"}, [("LC217", "error", ("vllm",))],
                  id="nvfp4-sequential"),
     pytest.param({"quant": "NVFP4", "key_prefix": "model."}, [], id="nvfp4-model-prefix"),
-    # a bf16 owned head listed in the exclusions, as every ModelOpt preset leaves it (modelopt_nvfp4.md §4)
+    # a bf16 owned head listed in the exclusions, as every ModelOpt preset leaves it
     pytest.param({"quant": "NVFP4", "config": OWNED}, [SGLANG_OWNED_HEAD], id="nvfp4-owned-bf16-head"),
     # an owned NVFP4 head: weight, weight_scale, weight_scale_2, input_scale, not excluded
     pytest.param({"quant": "NVFP4", "config": OWNED, "quantize": servable(OWNED) | {"lm_head"}},
@@ -89,10 +90,17 @@ def test_hf_quant_config_disagreeing_with_config_json(ckpt):
     path = ckpt(quant="NVFP4")
     edit_json(path / "hf_quant_config.json", lambda d: d["quantization"].update(
         quant_algo="W4A16_NVFP4", group_size=32, exclude_modules=d["quantization"]["exclude_modules"] + ["*fc"]))
-    f = one(run(path), "LC301", "error")
+    report = run(path)
+    f = one(report, "LC301", "warning")
     assert f.runtimes == []
-    for fragment in ("quant_algo NVFP4 vs W4A16_NVFP4", "group_size 16 vs 32", "only in hf_quant_config.json: ['*fc']"):
+    for fragment in ("quant_algo NVFP4 vs W4A16_NVFP4", "group_size 16 vs 32", "only in hf_quant_config.json: ['*fc']",
+                     "TensorRT-LLM acts on hf_quant_config.json", "SGLang and vLLM act on config.json"):
         assert fragment in f.message
+    # TensorRT-LLM reads the file (authoritative): its group size 32 and `*fc` do not fit the tensors; SGLang and
+    # vLLM read config.json's copy, which does
+    assert refused_by(report) == ["trtllm"], describe(report)
+    assert {f.rule for f in report.findings if f.severity == "error"} == {"LC304", "LC308"}
+    assert all(f.runtimes == ["trtllm"] for f in report.findings if f.severity == "error")
 
 
 def nested_in_config_json(path: Path) -> None:
@@ -142,7 +150,7 @@ def test_flat_form_without_quant_method_warning_does_not_call_it_nested(ckpt):
 
 def test_w4a16_with_only_nested_hf_quant_config_is_refused_by_vllm(ckpt):
     # no quantization_config in config.json: vLLM reads hf_quant_config.json and derives quant_method only for
-    # FP8* and NVFP4 (modelopt_nvfp4.md §1.5), so W4A16_NVFP4 raises "Unknown ModelOpt quant algo"
+    # FP8* and NVFP4, so W4A16_NVFP4 raises "Unknown ModelOpt quant algo"
     path = ckpt(quant="W4A16_NVFP4")
     edit_config(path, lambda c: c.pop("quantization_config"))
     report = run(path)
@@ -214,7 +222,7 @@ def test_nvfp4_group_32_with_top_level_group_size_passes(tmp_path):
 
 
 def test_flat_group_size_only_in_config_groups_is_refused_by_vllm(tmp_path):
-    # vLLM reads the flat form's top-level group_size, default 16 (modelopt_nvfp4.md §2.2)
+    # vLLM reads the flat form's top-level group_size, default 16
     path = nvfp4_group_32(tmp_path / "g32")
     flat_group_in_config_groups(path)
     report = run(path)
@@ -438,12 +446,12 @@ def test_quantized_raw_float_module_refused_by_sglang_and_vllm(ckpt, modules):
     assert found, describe(report)
     assert {s for f in found for s in f.subjects} == modules
     assert all(sorted(f.runtimes) == ["sglang", "vllm"] for f in found)
-    assert refused_by(report) == ["sglang", "vllm"]  # TRT quantizes any head nn.Linear (format.md §2.5)
+    assert refused_by(report) == ["sglang", "vllm"]  # TRT quantizes any head nn.Linear (_load_linear)
     assert problems(report, ignore={"LC306"}) == []
 
 
 def test_quantized_feature_mlp_down_proj_refused_by_sglang_only(ckpt):
-    # format.md §2.5: SGLang builds feature_mlp unquantized; vLLM (newest revision) and TRT follow the config.
+    # SGLang builds feature_mlp unquantized; vLLM (newest revision) and TRT follow the config.
     # Only up_proj (in_features 5) cannot be NVFP4, which LC305 reports.
     report = run(ckpt(quant="NVFP4", quantize=servable() | {"lilicorr.feature_mlp.down_proj"}))
     found = hits(report, "LC306", "error")
@@ -499,7 +507,7 @@ def test_owned_nvfp4_head_missing_weight_scale_2(ckpt):
 
 
 def test_owned_nvfp4_head_that_is_excluded(ckpt):
-    # packed tensors while lm_head is still in `ignore`: the runtime builds a bf16 head (modelopt_nvfp4.md §4)
+    # packed tensors while lm_head is still in `ignore`: the runtime builds a bf16 head
     path = ckpt(OWNED, quant="NVFP4", quantize=servable(OWNED) | {"lm_head"})
     set_exclusions(path, lambda ex: [*ex, "lm_head"])
     f = one(run(path), "LC308", "error")
@@ -539,7 +547,7 @@ def test_quantized_module_that_is_excluded(ckpt):
 
 
 def test_exclusion_with_training_prefix(ckpt):
-    # ModelOpt writes `dflash_module.`-prefixed names (modelopt_nvfp4.md §1.5); no runtime matches them
+    # ModelOpt writes `dflash_module.`-prefixed names; no runtime matches them
     path = ckpt(quant="NVFP4")
     set_exclusions(path, lambda ex: [p for p in ex if p != "*lilicorr.out_head"] + ["dflash_module.lilicorr.out_head"])
     report = run(path)
