@@ -360,80 +360,259 @@ rule("LC124", "topk-exceeds-vocab", "warning", CFG,
      example="\"vocab_size\": 8, \"dflash_config\": {\"lilicorr_candidate_topk\": 16}")
 rule("LC125", "block-size-defaulted", "warning", CFG,
      "block_size is absent and the runtime silently assumes its default.",
-     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+     "Write dflash_config.block_size (and the top-level block_size for older readers).",
+     doc="Fires when block_size is absent from dflash_config and the top level (and neither has the wrong "
+         "type), once for each selected runtime that assumes a default instead of refusing: SGLang, which uses "
+         "16. vLLM and TensorRT-LLM refuse (LC110).",
+     why="SGLang loads the config without a word and drafts 16 positions per step. A drafter trained with "
+         "another block size then serves with a block it never saw: it loads cleanly and acceptance drops.",
+     example="    \"dflash_config\": {\"mask_token_id\": 151669, \"target_layer_ids\": [1, 9, 17, 25, 33]}\n\n"
+             "for a drafter trained with block_size 8: SGLang serves it with 16.")
 rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at the top level of config.json.",
-     "Write it in dflash_config too.")
+     "Write it in dflash_config too.",
+     doc="Fires when the block size is only at the top level of config.json (no `dflash_config.block_size`) "
+         "and its value is valid.",
+     why="The audited loaders read `dflash_config.block_size` first and accept the top-level key as a "
+         "fallback, so this loads today. Writing it in dflash_config as well keeps readers that look only in "
+         "dflash_config (as SGLang does for output_multiplier) in agreement.",
+     example="\"block_size\": 16, \"dflash_config\": {\"mask_token_id\": 151669, \"target_layer_ids\": [1, 9, "
+             "17, 25, 33]}")
 rule("LC127", "mask-token-top-level-only", "info", CFG,
      "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
-     "Write dflash_config.mask_token_id too.")
+     "Write dflash_config.mask_token_id too.",
+     doc="Fires when mask_token_id is only at the top level of config.json (a valid id, but no "
+         "`dflash_config.mask_token_id`).",
+     why="MLX-style readers take the mask token from dflash_config only and refuse the config without it. The "
+         "runtimes judged here accept the top-level key, so this is informational.",
+     example="\"mask_token_id\": 151669, \"dflash_config\": {\"block_size\": 16}")
 rule("LC129", "output-multiplier-not-read", "info", CFG,
      "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
-     "Move it into dflash_config (or drop it: the default is 1).")
+     "Move it into dflash_config (or drop it: the default is 1).",
+     doc="Fires when config.json has a top-level `output_multiplier`, for the runtimes that read the "
+         "multiplier only from dflash_config: SGLang.",
+     why="SGLang never reads the top-level key: a drafter trained with a multiplier other than 1 is served "
+         "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
+         "TensorRT-LLM does not read it.",
+     example="\"output_multiplier\": 2.0, \"dflash_config\": {\"block_size\": 16}")
 rule("LC130", "taps-vs-draft-layers", "error", CFG,
      "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
      "checks the ids against the draft's own layer count and refuses them.",
-     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.")
+     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.",
+     doc="Fires when num_target_layers is absent (at both levels) and a target_layer_id is >= the draft's own "
+         "num_hidden_layers, for the runtimes that then check the ids against the draft's layer count: SGLang.",
+     why="SGLang's DFlash draft model falls back to the draft's num_hidden_layers when num_target_layers is "
+         "absent, so ids that are right for the target (a 36-layer model) are out of range for the draft (2 "
+         "layers), and it refuses them (\"out-of-range layer id\"). vLLM and TensorRT-LLM load the same config.",
+     example="    \"num_hidden_layers\": 2,\n    \"dflash_config\": {\"target_layer_ids\": [1, 9, 17, 25, "
+             "33]}\n\n"
+             "and no num_target_layers: SGLang refuses ids 9, 17, 25 and 33.")
 rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
-     "Train/export with silu (the DFlash backbone supports no other activation).")
+     "Train/export with silu (the DFlash backbone supports no other activation).",
+     doc="Fires when `hidden_act` is present and is not \"silu\" (any case), for the runtimes whose DFlash MLP "
+         "supports silu only: SGLang and vLLM.",
+     why="SGLang's DFlash MLP refuses it (\"Unsupported DFlash activation\"); vLLM passes it to its Qwen2 MLP, "
+         "which supports silu only. The DFlash backbone has no other activation, so a different value is a "
+         "mis-export or a different model.",
+     example="\"hidden_act\": \"gelu\"")
 rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
      "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
-     "Use silu, or test the runtime yourself.")
+     "Use silu, or test the runtime yourself.",
+     doc="Fires when `hidden_act` is present and is not \"silu\", for the runtimes whose support for other "
+         "activations is not confirmed: TensorRT-LLM.",
+     why="TensorRT-LLM builds the draft MLP with the activation of the Hugging Face backbone; whether a "
+         "non-silu value is honoured, refused or replaced was not traced. It may load and serve a different "
+         "function.",
+     example="\"hidden_act\": \"gelu_pytorch_tanh\"")
 rule("LC133", "causal-run-bidirectionally", "error", CFG,
      "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
      "config says: it loads cleanly and serves a different function than the one trained.",
-     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.")
+     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
+     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that run "
+         "the draft's full-attention layers bidirectionally whatever the config says: SGLang.",
+     why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
+         "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
+         "one trained: a silent mis-load, hence an error. For the top-level is_causal the result depends on "
+         "the SGLang version (a later revision reads it).",
+     example="\"dflash_config\": {\"causal\": true}")
 rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
-     "declared.", "Nothing to do for this runtime.")
+     "declared.", "Nothing to do for this runtime.",
+     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
+         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal).",
+     why="Nothing breaks on this runtime: the draft serves as trained. It is reported so that the per-runtime "
+         "verdicts show the one runtime where a causal drafter is served as declared; SGLang ignores the flag "
+         "(LC133) and TensorRT-LLM refuses it (LC117).",
+     example="\"is_causal\": true")
 rule("LC135", "swa-window-zero", "error", CFG,
      "use_swa is true with swa_window_size < 1, which the runtime refuses.",
-     "Write the trained window (>= 1), or set use_swa false.")
+     "Write the trained window (>= 1), or set use_swa false.",
+     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+         "runtimes that refuse it: TensorRT-LLM.",
+     why="TensorRT-LLM refuses the config at build (\"swa_window_size=0 is invalid\"). vLLM passes the value "
+         "through (LC136) and SGLang does not read it (LC137), so the three runtimes disagree on one key.",
+     example="\"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC136", "swa-window-zero-literal", "warning", CFG,
      "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
-     "Write the trained window (>= 1), or set use_swa false.")
+     "Write the trained window (>= 1), or set use_swa false.",
+     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+         "runtimes that pass the value through as the layers' window: vLLM.",
+     why="vLLM builds the sliding layers with a literal window of that size (0) instead of refusing it, so the "
+         "draft loads and attends with a window it was not trained with.",
+     example="\"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_window_size are not read by the "
-     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.")
+     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.",
+     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+         "runtimes that do not read these keys: SGLang (it takes windows from layer_types and sliding_window; "
+         "use_swa is read only for the Nemotron-3.5 layout).",
+     why="Nothing is refused on this runtime: the keys are ignored. It is reported so the per-runtime verdicts "
+         "show why SGLang loads what TensorRT-LLM refuses (LC135) and vLLM mis-builds (LC136).",
+     example="\"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC138", "use-swa-ignored", "error", CFG,
      "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
      "attention, a different function than the one trained.",
-     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.")
+     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.",
+     doc="Fires when `dflash_config.use_swa` is true and config.json has no `layer_types`, for the runtimes "
+         "that do not read use_swa: SGLang.",
+     why="vLLM and TensorRT-LLM make every layer sliding; SGLang does not read use_swa (outside the "
+         "Nemotron-3.5 layout) and serves every layer with full attention. The draft loads cleanly there and "
+         "computes a different function than the one trained.",
+     example="    \"sliding_window\": 2048,\n    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": "
+             "2048}\n\n"
+             "and no layer_types.")
 rule("LC139", "integral-float", "error", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime does not cast: it refuses it "
-     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).")
+     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).",
+     doc="Fires when an integer setting is written as a whole-number float (`4.0`), for each runtime that does "
+         "not cast it. Three groups of keys, each judged by how the runtime's code reads it: the LiLiCorr "
+         "integers in dflash_config (lilicorr_candidate_topk, lilicorr_hidden_size, lilicorr_num_layers, "
+         "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
+         "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
+         "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
+         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM; mask_token_id, which "
+         "SGLang checks to be an integer.",
+     why="A float where Python needs an int fails at build with an untyped error: vLLM computes "
+         "`candidate_topk & (candidate_topk - 1)` and `range(num_hidden_layers)`, TensorRT-LLM's LiLiCorr head "
+         "uses the raw values for tensor sizes and ranges (a TypeError). SGLang refuses a float mask_token_id "
+         "(\"must be an integer\").",
+     example="\"num_hidden_layers\": 2.0, \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
 rule("LC140", "integral-float-unconfirmed", "warning", CFG,
      "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
-     "Write the value as a JSON integer (4, not 4.0).")
+     "Write the value as a JSON integer (4, not 4.0).",
+     doc="The same keys as LC139; fires for each runtime for which it is not confirmed whether it casts them: "
+         "TensorRT-LLM for the backbone integers.",
+     why="TensorRT-LLM's draft builder would fail on a float layer count in `range(num_draft_layers)` if it "
+         "used the value uncast; that path was not traced, so the load may work or fail with a TypeError.",
+     example="\"num_hidden_layers\": 2.0")
 rule("LC141", "integral-float-cast", "info", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
-     "Write the value as a JSON integer for the runtimes that do not cast.")
+     "Write the value as a JSON integer for the runtimes that do not cast.",
+     doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
+         "and backbone integers, vLLM and TensorRT-LLM for mask_token_id.",
+     why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
+         "not cast (LC139), so the value should still be written as an integer.",
+     example="\"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
 rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
-     "Write the target's layer count.")
+     "Write the target's layer count.",
+     doc="Fires when num_target_layers (dflash_config's or the top-level one) is < 1, for the runtimes that "
+         "refuse it: SGLang.",
+     why="SGLang refuses the config (\"must be positive\"); vLLM and TensorRT-LLM load it. A zero or negative "
+         "layer count is never the target's, so every target_layer_id is then also out of range (LC113).",
+     example="\"num_target_layers\": 0")
 rule("LC150", "selector-geometry", "error", CFG,
      "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative (SGLang), or "
-     "rank < 1 or top_k outside [2, vocab_size] (vLLM).", "Write the trained selector_rank and selector_top_k.")
+     "rank < 1 or top_k outside [2, vocab_size] (vLLM).", "Write the trained selector_rank and selector_top_k.",
+     doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
+         "SGLang it fires when only one of them is set or either is negative; for vLLM when selector_rank is "
+         "missing or < 1, or selector_top_k is missing, < 2 or larger than vocab_size.",
+     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"); "
+         "vLLM's DFlash2 model refuses a rank below 1 or a top_k outside [2, vocab_size]. The selector's "
+         "tensors are sized by these values, so they cannot be guessed.",
+     example="    \"dflash_config\": {\"projector_type\": \"dflash2\", \"selector_rank\": 64}\n\n"
+             "(no selector_top_k): refused by both.")
 rule("LC151", "dflash2-conv-required", "error", CFG,
      "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
-     "Write the trained conv_kernel_size and conv_group_size in dflash_config.")
+     "Write the trained conv_kernel_size and conv_group_size in dflash_config.",
+     doc="Fires for a DFlash2 head when `dflash_config.conv_kernel_size` and `conv_group_size` are not both > "
+         "0.",
+     why="DFlash2's grouped convolutions are part of the head, not an option: vLLM reads both keys with a "
+         "plain index (a KeyError without them) and Model-Optimizer refuses to export a DFlash2 head without "
+         "them.",
+     example="\"architectures\": [\"DFlash2DraftModel\"], \"dflash_config\": {\"selector_rank\": 64, "
+             "\"selector_top_k\": 32}")
 rule("LC152", "markov-rank", "error", CFG,
      "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
-     "Write the trained markov_rank at the top level (DeepSpec's layout).")
+     "Write the trained markov_rank at the top level (DeepSpec's layout).",
+     doc="For a DSpark head, fires when the top-level `markov_rank` of config.json is absent or <= 0, for the "
+         "runtimes that read it from the top level and require it > 0: SGLang and vLLM. When only "
+         "`dflash_config.markov_rank` is present (Model-Optimizer and SpecForge write it there) the message "
+         "says so.",
+     why="SGLang's Markov head builder refuses the config (\"DSpark requires markov_rank > 0\"); vLLM's "
+         "qwen3_dspark reads config.markov_rank at the top level. A rank only in dflash_config is invisible to "
+         "both.",
+     example="    \"architectures\": [\"Qwen3DSparkModel\"],\n    \"dflash_config\": {\"markov_rank\": 256}\n\n"
+             "and no top-level markov_rank.")
 rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
-     "Write vanilla, gated or rnn as trained.")
+     "Write vanilla, gated or rnn as trained.",
+     doc="For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; \"vanilla\" when "
+         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla "
+         "(gated and rnn are LC154).",
+     why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
+         "refuses the config, so the drafter cannot be served there.",
+     example="\"markov_head_type\": \"lstm\"")
 rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
-     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.")
+     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.",
+     doc="For a DSpark head, fires when `markov_head_type` is one whose support in the runtime is unconfirmed: "
+         "gated and rnn in vLLM (only its vanilla Markov pair was read).",
+     why="Whether vLLM builds the gated or rnn Markov head, builds the vanilla one in its place, or refuses "
+         "the config was not established. A vanilla head in place of a gated one would load only part of the "
+         "tensors and serve a different function.",
+     example="\"markov_head_type\": \"gated\"")
 rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
-     "Write true (the trained setting) or false.")
+     "Write true (the trained setting) or false.",
+     doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
+         "runtimes that check it: SGLang.",
+     why="SGLang's DFlash config parser requires a JSON bool and refuses anything else, including 1 / 0 and "
+         "strings such as \"true\".",
+     example="\"dflash_config\": {\"projector_type\": \"domino\", \"shift_label\": 1}")
 rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len is not 1, the only value the "
-     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).")
+     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).",
+     doc="For a Domino head, fires when `dflash_config.pure_draft_prefix_len` is not 1 (absent included), for "
+         "the runtimes that check it: SGLang.",
+     why="SGLang serves Domino only with a pure draft prefix of one position and refuses the config otherwise.",
+     example="\"dflash_config\": {\"projector_type\": \"domino\", \"pure_draft_prefix_len\": 2}")
 rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
-     "Write the trained gru_hidden_dim and emb_dim in dflash_config.")
+     "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
+     doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
+         "one) is missing or < 1, for the runtimes that require them: SGLang and vLLM.",
+     why="They size the prefix GRU and the embedding projection. SGLang refuses the config; vLLM reads them "
+         "from the merged config and fails with a KeyError when they are absent.",
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 512}\n\n"
+             "(no gru_hidden_dim).")
 rule("LC158", "domino-emb-dim-conflict", "error", CFG,
      "dflash_config.emb_dim and the top-level emb_dim differ, which the runtime refuses.",
-     "Make both hold the trained emb_dim.")
+     "Make both hold the trained emb_dim.",
+     doc="For a Domino head, fires when `dflash_config.emb_dim` and the top-level `emb_dim` are both present "
+         "and differ, for the runtimes that compare them: SGLang.",
+     why="SGLang refuses the config (\"emb_dim differs\"). The reference Domino checkpoint writes emb_dim at "
+         "both levels, so readers take it from either; two values make the embedding projection's width "
+         "ambiguous.",
+     example="\"emb_dim\": 512, \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 256}")
 rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
-     "Write the trained block size (16 for the reference checkpoint).")
+     "Write the trained block size (16 for the reference checkpoint).",
+     doc="For a Domino head, fires when the block size (dflash_config's, else the top-level one) is <= 1, for "
+         "the runtimes that check it: SGLang.",
+     why="SGLang refuses a Domino draft with a block of one position; there is nothing to draft after the "
+         "anchor.",
+     example="\"dflash_config\": {\"projector_type\": \"domino\", \"block_size\": 1}")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
-     "Give exactly one entry per draft layer.")
+     "Give exactly one entry per draft layer.",
+     doc="Fires when `layer_types` has more entries than num_hidden_layers.",
+     why="The loaders read the first num_hidden_layers entries and ignore the rest (SGLang and vLLM both load "
+         "it), so it serves. But a list of the wrong length is usually another model's (the target's "
+         "layer_types copied into the draft), and its first entries need not be the pattern the draft was "
+         "trained with.",
+     example="\"num_hidden_layers\": 2, \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+             "\"sliding_attention\", \"full_attention\"]")
 
 
 # ---------------------------------------------------------------- checks
