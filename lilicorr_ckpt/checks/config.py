@@ -41,7 +41,7 @@ rule("LC002", "config-duplicate-key", "warning", CFG, "config.json repeats a key
      why="JSON leaves duplicate keys undefined. Python's json module keeps the last value without a word; "
          "other parsers, editors and the person reviewing the file may see the first. The checkpoint then has "
          "two geometries, and which one a reader gets depends on its parser, with no error anywhere.",
-     example="{\"vocab_size\": 151936, \"hidden_size\": 2048, \"vocab_size\": 151669}")
+     example="    {\"vocab_size\": 151936, \"hidden_size\": 2048, \"vocab_size\": 151669}")
 rule("LC003", "config-unknown-key", "info", CFG, "A key no loader reads (kept, not an error).",
      "Nothing to do unless it is a misspelling of a key the loaders read.",
      doc="Fires for a config.json key that no field of the draft config reads, at the top level or inside "
@@ -168,7 +168,7 @@ rule("LC102", "lilicorr-key-not-finite", "error", CFG, "A lilicorr_* value is Na
          "comparisons such as `value <= 0` unnoticed, so a positivity check does not stop it, and it then "
          "spreads through every candidate score: the draft serves, and proposes nothing useful. An infinite "
          "size cannot build at all.",
-     example="\"dflash_config\": {\"lilicorr_logit_scale\": NaN}")
+     example="    \"dflash_config\": {\"lilicorr_logit_scale\": NaN}")
 rule("LC103", "lilicorr-value-range", "error", CFG, "A lilicorr_* value is out of its range (must be > 0).",
      "Write the trained value; every lilicorr_* key except hidden_size must be positive.",
      doc="Fires for a lilicorr_* key in dflash_config that is <= 0 (every one except lilicorr_hidden_size, "
@@ -205,22 +205,22 @@ rule("LC106", "heads-divide-width", "error", CFG, "lilicorr_num_heads does not d
          "when lilicorr_hidden_size is 0.",
      why="The head's attention splits its width into lilicorr_num_heads equal heads. Every runtime refuses a "
          "count that does not divide it (\"must be divisible\"), before any weight is loaded.",
-     example="\"dflash_config\": {\"lilicorr_hidden_size\": 1024, \"lilicorr_num_heads\": 12}")
+     example="    \"dflash_config\": {\"lilicorr_hidden_size\": 1024, \"lilicorr_num_heads\": 12}")
 rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside (0, 0.5), which TensorRT-LLM refuses.",
      "Write the trained vector_eps; it must lie in (0, 0.5).",
      doc="Fires when lilicorr_vector_eps is a finite number >= 0.5, for the runtimes that require it inside "
          "(0, 0.5): TensorRT-LLM. Values <= 0 are LC103's, non-finite ones LC102's.",
      why="TensorRT-LLM refuses the config (\"Invalid LiLiCorr normalization epsilon\"); SGLang and vLLM load "
          "it. The checkpoint is unservable on one runtime for a single constant.",
-     example="\"dflash_config\": {\"lilicorr_vector_eps\": 0.5}")
+     example="    \"dflash_config\": {\"lilicorr_vector_eps\": 0.5}")
 rule("LC108", "lilicorr-disabled", "error", CFG, "lilicorr_enabled is false on a LiLiCorrDraftModel.",
      "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.",
      doc="Fires when `architectures[0]` is LiLiCorrDraftModel and `dflash_config.lilicorr_enabled` is false.",
      why="The class and the switch contradict each other, and the loaders refuse rather than pick one: SGLang "
          "parses the config as plain DFlash and the model then requires the lilicorr_* geometry it ignored; "
          "vLLM refuses with \"requires lilicorr_enabled=True\".",
-     example="\"architectures\": [\"LiLiCorrDraftModel\"], \"dflash_config\": {\"lilicorr_enabled\": false, "
-             "\"lilicorr_candidate_topk\": 8, ...}")
+     example="    \"architectures\": [\"LiLiCorrDraftModel\"],\n    \"dflash_config\": {\"lilicorr_enabled\": "
+             "false, \"lilicorr_candidate_topk\": 8, ...}")
 rule("LC110", "block-size-missing", "error", CFG, "block_size is absent and the runtime refuses the config (see LC125 for those that assume a default).",
      "Write dflash_config.block_size (and the top-level block_size for older readers).",
      doc="Fires when neither `dflash_config.block_size` nor the top-level `block_size` is present (and neither "
@@ -238,14 +238,14 @@ rule("LC111", "block-size-conflict", "warning", CFG,
      why="SGLang, vLLM and TensorRT-LLM use the nested value; older TensorRT-LLM revisions read the top-level "
          "one. The block size served then depends on the reader's version, and one of the two values is not "
          "the trained one.",
-     example="\"block_size\": 8, \"dflash_config\": {\"block_size\": 16}")
+     example="    \"block_size\": 8,\n    \"dflash_config\": {\"block_size\": 16}")
 rule("LC112", "block-size-range", "error", CFG, "block_size must be an integer >= 2 for a LiLiCorr drafter.",
      "Write the trained block size (16 for the published recipes).",
      doc="Fires when the block size (dflash_config's, else the top-level one) is below 2 for a LiLiCorr "
          "drafter, or below 1 for any other drafter.",
      why="A LiLiCorr head scores candidates across the positions of a block; a block of one position leaves "
          "nothing to draft. Every runtime refuses it (TensorRT-LLM: \"Invalid LiLiCorr attention, block\").",
-     example="\"dflash_config\": {\"block_size\": 1}")
+     example="    \"dflash_config\": {\"block_size\": 1}")
 rule("LC113", "target-layer-ids", "error", CFG,
      "target_layer_ids is missing, empty, negative, duplicated or out of range.",
      "Write the exact target layer ids the drafter was trained on (HF convention: id i reads the output of layer i).",
@@ -267,7 +267,7 @@ rule("LC114", "target-layer-ids-order", "warning", CFG, "target_layer_ids is not
      why="No loader refuses it. fc.weight's input columns are laid out in list order, so a reordered list "
          "loads cleanly and feeds each column block another layer's hidden state. That is only right if the "
          "drafter was trained with exactly this order; an unsorted list is usually a hand edit.",
-     example="\"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}")
+     example="    \"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}")
 rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside the vocabulary.",
      "Write dflash_config.mask_token_id: the id the drafter was trained with, < vocab_size.",
      doc="Looks at `mask_token_id` (dflash_config's, else the top-level one) and fires when it is absent, "
@@ -277,7 +277,7 @@ rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside t
          "tokenizer, TensorRT-LLM falls back to vocab_size, an id outside the embedding, vLLM has no fallback. "
          "SGLang refuses a negative id (\"must be non-negative\"); an id >= vocab_size is outside the "
          "embedding table.",
-     example="\"vocab_size\": 151936, \"dflash_config\": {\"mask_token_id\": 151936}")
+     example="    \"vocab_size\": 151936,\n    \"dflash_config\": {\"mask_token_id\": 151936}")
 rule("LC116", "conv-geometry", "error", CFG,
      "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
      "Write both keys as trained, or neither for a convolution-free drafter.",
@@ -297,7 +297,7 @@ rule("LC117", "causal", "error", CFG, "The draft is declared causal, which the r
      why="TensorRT-LLM refuses the config (\"requires non-causal draft attention\"). The same checkpoint loads "
          "on the other runtimes, with different results (see LC133 and LC134), so the flag decides where the "
          "drafter can be served at all.",
-     example="\"dflash_config\": {\"causal\": true}")
+     example="    \"dflash_config\": {\"causal\": true}")
 rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
      "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.",
      doc="Fires when hidden_size, num_hidden_layers, num_attention_heads or intermediate_size is absent or < "
@@ -307,7 +307,7 @@ rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is mis
      why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
          "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
          "attention needs the key/value heads to divide the query heads.",
-     example="\"num_attention_heads\": 16, \"num_key_value_heads\": 6")
+     example="    \"num_attention_heads\": 16, \"num_key_value_heads\": 6")
 rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
      "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
      doc="Fires when `layer_types` has fewer entries than num_hidden_layers; when an entry is neither "
@@ -319,7 +319,7 @@ rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window a
          "full attention; SGLang refuses a sliding layer without sliding_window (\"require "
          "config.sliding_window\"), vLLM takes the window from swa_window_size. TensorRT-LLM's reading was not "
          "established and is judged as SGLang's.",
-     example="\"num_hidden_layers\": 2, \"layer_types\": [\"sliding_attention\"]")
+     example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\"]")
 rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
      "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
      doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
@@ -327,13 +327,13 @@ rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft voc
      why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
          "(\"LiLiCorr candidates require the full target vocabulary\"); what SGLang and TensorRT-LLM do with "
          "it was not established.",
-     example="\"vocab_size\": 151936, \"draft_vocab_size\": 32000")
+     example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
 rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
      "Export bfloat16.",
      doc="Fires when config.json's `torch_dtype` (or `dtype`) is float16 (\"float16\", \"fp16\" or \"half\").",
      why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in lmdeploy#4991 "
-         "acceptance fell to 0.06 tokens of 15. The drafter serves and barely helps, with no error.",
-     example="\"torch_dtype\": \"float16\"")
+         "acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
+     example="    \"torch_dtype\": \"float16\"")
 rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
      "Write the target's vocab_size.",
      doc="Fires when config.json has no `vocab_size` (one of the wrong type is LC001's).",
@@ -349,7 +349,7 @@ rule("LC123", "output-multiplier", "error", CFG, "dflash_config.output_multiplie
          "and require it positive: SGLang.",
      why="SGLang's DFlash config parser refuses the config (\"must be positive\"). vLLM does not apply the "
          "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
-     example="\"dflash_config\": {\"output_multiplier\": 0}")
+     example="    \"dflash_config\": {\"output_multiplier\": 0}")
 
 rule("LC124", "topk-exceeds-vocab", "warning", CFG,
      "lilicorr_candidate_topk exceeds vocab_size: MLX refuses it; the other runtimes document no check.",
@@ -357,7 +357,7 @@ rule("LC124", "topk-exceeds-vocab", "warning", CFG,
      doc="Fires when lilicorr_candidate_topk (>= 1) is larger than vocab_size.",
      why="The head takes the top K candidates of the vocabulary; there are fewer than K. MLX refuses it; "
          "SGLang, vLLM and TensorRT-LLM document no check, so what they serve is not established.",
-     example="\"vocab_size\": 8, \"dflash_config\": {\"lilicorr_candidate_topk\": 16}")
+     example="    \"vocab_size\": 8,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 16}")
 rule("LC125", "block-size-defaulted", "warning", CFG,
      "block_size is absent and the runtime silently assumes its default.",
      "Write dflash_config.block_size (and the top-level block_size for older readers).",
@@ -375,8 +375,8 @@ rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at t
      why="The audited loaders read `dflash_config.block_size` first and accept the top-level key as a "
          "fallback, so this loads today. Writing it in dflash_config as well keeps readers that look only in "
          "dflash_config (as SGLang does for output_multiplier) in agreement.",
-     example="\"block_size\": 16, \"dflash_config\": {\"mask_token_id\": 151669, \"target_layer_ids\": [1, 9, "
-             "17, 25, 33]}")
+     example="    \"block_size\": 16,\n    \"dflash_config\": {\"mask_token_id\": 151669, "
+             "\"target_layer_ids\": [1, 9, 17, 25, 33]}")
 rule("LC127", "mask-token-top-level-only", "info", CFG,
      "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
      "Write dflash_config.mask_token_id too.",
@@ -384,7 +384,7 @@ rule("LC127", "mask-token-top-level-only", "info", CFG,
          "`dflash_config.mask_token_id`).",
      why="MLX-style readers take the mask token from dflash_config only and refuse the config without it. The "
          "runtimes judged here accept the top-level key, so this is informational.",
-     example="\"mask_token_id\": 151669, \"dflash_config\": {\"block_size\": 16}")
+     example="    \"mask_token_id\": 151669,\n    \"dflash_config\": {\"block_size\": 16}")
 rule("LC129", "output-multiplier-not-read", "info", CFG,
      "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
      "Move it into dflash_config (or drop it: the default is 1).",
@@ -393,7 +393,7 @@ rule("LC129", "output-multiplier-not-read", "info", CFG,
      why="SGLang never reads the top-level key: a drafter trained with a multiplier other than 1 is served "
          "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
          "TensorRT-LLM does not read it.",
-     example="\"output_multiplier\": 2.0, \"dflash_config\": {\"block_size\": 16}")
+     example="    \"output_multiplier\": 2.0,\n    \"dflash_config\": {\"block_size\": 16}")
 rule("LC130", "taps-vs-draft-layers", "error", CFG,
      "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
      "checks the ids against the draft's own layer count and refuses them.",
@@ -413,7 +413,7 @@ rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the run
      why="SGLang's DFlash MLP refuses it (\"Unsupported DFlash activation\"); vLLM passes it to its Qwen2 MLP, "
          "which supports silu only. The DFlash backbone has no other activation, so a different value is a "
          "mis-export or a different model.",
-     example="\"hidden_act\": \"gelu\"")
+     example="    \"hidden_act\": \"gelu\"")
 rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
      "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
      "Use silu, or test the runtime yourself.",
@@ -422,7 +422,7 @@ rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
      why="TensorRT-LLM builds the draft MLP with the activation of the Hugging Face backbone; whether a "
          "non-silu value is honoured, refused or replaced was not traced. It may load and serve a different "
          "function.",
-     example="\"hidden_act\": \"gelu_pytorch_tanh\"")
+     example="    \"hidden_act\": \"gelu_pytorch_tanh\"")
 rule("LC133", "causal-run-bidirectionally", "error", CFG,
      "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
      "config says: it loads cleanly and serves a different function than the one trained.",
@@ -433,7 +433,7 @@ rule("LC133", "causal-run-bidirectionally", "error", CFG,
          "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
          "one trained: a silent mis-load, hence an error. For the top-level is_causal the result depends on "
          "the SGLang version (a later revision reads it).",
-     example="\"dflash_config\": {\"causal\": true}")
+     example="    \"dflash_config\": {\"causal\": true}")
 rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
      "declared.", "Nothing to do for this runtime.",
      doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
@@ -441,7 +441,7 @@ rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and 
      why="Nothing breaks on this runtime: the draft serves as trained. It is reported so that the per-runtime "
          "verdicts show the one runtime where a causal drafter is served as declared; SGLang ignores the flag "
          "(LC133) and TensorRT-LLM refuses it (LC117).",
-     example="\"is_causal\": true")
+     example="    \"is_causal\": true")
 rule("LC135", "swa-window-zero", "error", CFG,
      "use_swa is true with swa_window_size < 1, which the runtime refuses.",
      "Write the trained window (>= 1), or set use_swa false.",
@@ -449,7 +449,7 @@ rule("LC135", "swa-window-zero", "error", CFG,
          "runtimes that refuse it: TensorRT-LLM.",
      why="TensorRT-LLM refuses the config at build (\"swa_window_size=0 is invalid\"). vLLM passes the value "
          "through (LC136) and SGLang does not read it (LC137), so the three runtimes disagree on one key.",
-     example="\"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
+     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC136", "swa-window-zero-literal", "warning", CFG,
      "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
      "Write the trained window (>= 1), or set use_swa false.",
@@ -457,7 +457,7 @@ rule("LC136", "swa-window-zero-literal", "warning", CFG,
          "runtimes that pass the value through as the layers' window: vLLM.",
      why="vLLM builds the sliding layers with a literal window of that size (0) instead of refusing it, so the "
          "draft loads and attends with a window it was not trained with.",
-     example="\"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
+     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_window_size are not read by the "
      "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.",
      doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
@@ -465,7 +465,7 @@ rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_wind
          "use_swa is read only for the Nemotron-3.5 layout).",
      why="Nothing is refused on this runtime: the keys are ignored. It is reported so the per-runtime verdicts "
          "show why SGLang loads what TensorRT-LLM refuses (LC135) and vLLM mis-builds (LC136).",
-     example="\"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
+     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC138", "use-swa-ignored", "error", CFG,
      "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
      "attention, a different function than the one trained.",
@@ -493,7 +493,7 @@ rule("LC139", "integral-float", "error", CFG,
          "`candidate_topk & (candidate_topk - 1)` and `range(num_hidden_layers)`, TensorRT-LLM's LiLiCorr head "
          "uses the raw values for tensor sizes and ranges (a TypeError). SGLang refuses a float mask_token_id "
          "(\"must be an integer\").",
-     example="\"num_hidden_layers\": 2.0, \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
+     example="    \"num_hidden_layers\": 2.0,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
 rule("LC140", "integral-float-unconfirmed", "warning", CFG,
      "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
      "Write the value as a JSON integer (4, not 4.0).",
@@ -501,7 +501,7 @@ rule("LC140", "integral-float-unconfirmed", "warning", CFG,
          "TensorRT-LLM for the backbone integers.",
      why="TensorRT-LLM's draft builder would fail on a float layer count in `range(num_draft_layers)` if it "
          "used the value uncast; that path was not traced, so the load may work or fail with a TypeError.",
-     example="\"num_hidden_layers\": 2.0")
+     example="    \"num_hidden_layers\": 2.0")
 rule("LC141", "integral-float-cast", "info", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
      "Write the value as a JSON integer for the runtimes that do not cast.",
@@ -509,14 +509,14 @@ rule("LC141", "integral-float-cast", "info", CFG,
          "and backbone integers, vLLM and TensorRT-LLM for mask_token_id.",
      why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
          "not cast (LC139), so the value should still be written as an integer.",
-     example="\"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
+     example="    \"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
 rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
      "Write the target's layer count.",
      doc="Fires when num_target_layers (dflash_config's or the top-level one) is < 1, for the runtimes that "
          "refuse it: SGLang.",
      why="SGLang refuses the config (\"must be positive\"); vLLM and TensorRT-LLM load it. A zero or negative "
          "layer count is never the target's, so every target_layer_id is then also out of range (LC113).",
-     example="\"num_target_layers\": 0")
+     example="    \"num_target_layers\": 0")
 rule("LC150", "selector-geometry", "error", CFG,
      "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative (SGLang), or "
      "rank < 1 or top_k outside [2, vocab_size] (vLLM).", "Write the trained selector_rank and selector_top_k.",
@@ -536,7 +536,7 @@ rule("LC151", "dflash2-conv-required", "error", CFG,
      why="DFlash2's grouped convolutions are part of the head, not an option: vLLM reads both keys with a "
          "plain index (a KeyError without them) and Model-Optimizer refuses to export a DFlash2 head without "
          "them.",
-     example="\"architectures\": [\"DFlash2DraftModel\"], \"dflash_config\": {\"selector_rank\": 64, "
+     example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"selector_rank\": 64, "
              "\"selector_top_k\": 32}")
 rule("LC152", "markov-rank", "error", CFG,
      "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
@@ -557,28 +557,27 @@ rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the
          "(gated and rnn are LC154).",
      why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
          "refuses the config, so the drafter cannot be served there.",
-     example="\"markov_head_type\": \"lstm\"")
+     example="    \"markov_head_type\": \"lstm\"")
 rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
      "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.",
      doc="For a DSpark head, fires when `markov_head_type` is one whose support in the runtime is unconfirmed: "
          "gated and rnn in vLLM (only its vanilla Markov pair was read).",
      why="Whether vLLM builds the gated or rnn Markov head, builds the vanilla one in its place, or refuses "
-         "the config was not established. A vanilla head in place of a gated one would load only part of the "
-         "tensors and serve a different function.",
-     example="\"markov_head_type\": \"gated\"")
+         "the config was not established.",
+     example="    \"markov_head_type\": \"gated\"")
 rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
      "Write true (the trained setting) or false.",
      doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
          "runtimes that check it: SGLang.",
      why="SGLang's DFlash config parser requires a JSON bool and refuses anything else, including 1 / 0 and "
          "strings such as \"true\".",
-     example="\"dflash_config\": {\"projector_type\": \"domino\", \"shift_label\": 1}")
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"shift_label\": 1}")
 rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len is not 1, the only value the "
      "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).",
      doc="For a Domino head, fires when `dflash_config.pure_draft_prefix_len` is not 1 (absent included), for "
          "the runtimes that check it: SGLang.",
      why="SGLang serves Domino only with a pure draft prefix of one position and refuses the config otherwise.",
-     example="\"dflash_config\": {\"projector_type\": \"domino\", \"pure_draft_prefix_len\": 2}")
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"pure_draft_prefix_len\": 2}")
 rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
      "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
      doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
@@ -595,14 +594,14 @@ rule("LC158", "domino-emb-dim-conflict", "error", CFG,
      why="SGLang refuses the config (\"emb_dim differs\"). The reference Domino checkpoint writes emb_dim at "
          "both levels, so readers take it from either; two values make the embedding projection's width "
          "ambiguous.",
-     example="\"emb_dim\": 512, \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 256}")
+     example="    \"emb_dim\": 512,\n    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 256}")
 rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
      "Write the trained block size (16 for the reference checkpoint).",
      doc="For a Domino head, fires when the block size (dflash_config's, else the top-level one) is <= 1, for "
          "the runtimes that check it: SGLang.",
-     why="SGLang refuses a Domino draft with a block of one position; there is nothing to draft after the "
-         "anchor.",
-     example="\"dflash_config\": {\"projector_type\": \"domino\", \"block_size\": 1}")
+     why="SGLang refuses a Domino draft whose block size is 1 or less, so the checkpoint cannot be served "
+         "there.",
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"block_size\": 1}")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
      "Give exactly one entry per draft layer.",
@@ -611,7 +610,7 @@ rule("LC143", "layer-types-long", "warning", CFG,
          "it), so it serves. But a list of the wrong length is usually another model's (the target's "
          "layer_types copied into the draft), and its first entries need not be the pattern the draft was "
          "trained with.",
-     example="\"num_hidden_layers\": 2, \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+     example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
              "\"sliding_attention\", \"full_attention\"]")
 
 
