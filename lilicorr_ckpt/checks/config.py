@@ -607,9 +607,8 @@ rule("LC143", "layer-types-long", "warning", CFG,
      "Give exactly one entry per draft layer.",
      doc="Fires when `layer_types` has more entries than num_hidden_layers.",
      why="The loaders read the first num_hidden_layers entries and ignore the rest (SGLang and vLLM both load "
-         "it), so it serves. But a list of the wrong length is usually another model's (the target's "
-         "layer_types copied into the draft), and its first entries need not be the pattern the draft was "
-         "trained with.",
+         "it), so it serves. But a list of the wrong length can be another model's (the target's layer_types "
+         "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
              "\"sliding_attention\", \"full_attention\"]")
 

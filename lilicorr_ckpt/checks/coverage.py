@@ -34,8 +34,8 @@ rule("LC202", "head-surplus", "error", COV, "Head tensors the geometry does not 
          "modules are judged by the quantization rules instead.",
      why="Every loader refuses a head tensor it has no parameter for: SGLang (\"has no parameter for\"), vLLM, "
          "TensorRT-LLM (\"unexpected=\"). When the head is as wide as the draft, token_proj is the identity "
-         "and has no parameter. Surplus head tensors usually mean the config describes another head than the "
-         "one trained (narrower, fewer layers).",
+         "and has no parameter. Surplus head tensors often mean the config describes another head than the one "
+         "trained (narrower, fewer layers).",
      example="    \"hidden_size\": 2048,\n    \"dflash_config\": {\"lilicorr_hidden_size\": 0, ...}\n\n"
              "with `lilicorr.token_proj.weight` [1024, 2048]: the head was trained 1024 wide, so "
              "lilicorr_hidden_size should be 1024.")
@@ -91,7 +91,7 @@ rule("LC207", "conv-partial", "error", COV, "Only some convolution tensors are p
          "present, and when convolution tensors are present that the geometry does not build (a layer beyond "
          "num_hidden_layers, a name the convolution does not have).",
      why="A convolution with part of its tensors serves partly at its initialisation, and extra ones are "
-         "another geometry's; loaders that check convolution coverage refuse both. Usually conv_kernel_size, "
+         "another geometry's; loaders that check convolution coverage refuse both. Often conv_kernel_size, "
          "conv_group_size or num_hidden_layers differs from the trained value.",
      example="    \"num_hidden_layers\": 2, \"dflash_config\": {\"conv_kernel_size\": 4, \"conv_group_size\": "
              "64}\n\n"

@@ -45,7 +45,7 @@ rule("LC303", "quant-config-keys", "error", QNT, "The nested quantization form l
          "\"quantization\": {...}}`, in either file) whose NVFP4 `quantization` object lacks `group_size`, "
          "`kv_cache_quant_algo` or `exclude_modules`, for the runtimes that require them: vLLM.",
      why="vLLM's nested-form parser reads these three keys directly and refuses the document when one is "
-         "absent; null is accepted. Older exporters leave out the ones they do not use.",
+         "absent; null is accepted.",
      example="    hf_quant_config.json:\n    {\"producer\": {\"name\": \"modelopt\"},\n     \"quantization\": "
              "{\"quant_algo\": \"NVFP4\", \"group_size\": 16, \"exclude_modules\": [\"lm_head\"]}}\n\n"
              "(no kv_cache_quant_algo; write \"kv_cache_quant_algo\": null).")
@@ -196,8 +196,8 @@ rule("LC317", "quant-unused", "warning", QNT, "Quantization metadata is present 
      doc="Fires when a quantization config with a supported algorithm is in effect but no linear module's "
          "weight is stored quantized (all are float).",
      why="Runtimes follow the metadata: they build quantized layers for every module not excluded and then "
-         "find float weights without scales, so the load fails (LC307 names the modules). Usually the metadata "
-         "is left over from an export that was dequantized afterwards.",
+         "find float weights without scales, so the load fails (LC307 names the modules). The metadata can be "
+         "left over from an export that was dequantized afterwards.",
      example="    hf_quant_config.json  \"quantization\": {\"quant_algo\": \"NVFP4\", ...}\n\n"
              "with every weight in BF16.")
 rule("LC318", "kv-cache-scales", "warning", QNT, "KV-cache scales (k_scale / v_scale) without FP8 KV-cache quantization declared.",
@@ -273,7 +273,7 @@ rule("LC323", "exclusion-unmatched", "info", QNT,
      "Nothing to do unless it was meant to exclude a drafter module.",
      doc="Fires for an exclusion pattern (with no training prefix or layer index: those are LC310) that "
          "matches no linear module of this drafter under any runtime's matching.",
-     why="Harmless by itself: usually a base-model pattern carried over from the target's export. But a "
+     why="Harmless by itself: typically a base-model pattern carried over from the target's export. But a "
          "pattern meant for a drafter module that matches nothing is silent too, and that module is then "
          "quantized (LC307 says where that fails).",
      example="    \"ignore\": [..., \"model.embed_tokens\"]")
