@@ -260,15 +260,16 @@ def rules_page() -> str:
     lines = ["# Rules", "", "Generated from the rule catalogue by `python scripts/sync_docs.py` (a test keeps it in sync);",
              "`lilicorr-ckpt rules ID` prints the same text. Each rule: what it checks, why it breaks or silently",
              "degrades a loader (per runtime where they differ), an example that triggers it, and the fix.", ""]
+    ordered = [RULES[rule_id] for rule_id in sorted(RULES)]
     areas: dict[str, list[str]] = {}
-    for r in RULES.values():
+    for r in ordered:
         areas.setdefault(r.area, []).append(f"[{r.id}](#{r.id.lower()})")
     lines += [f"- **{area}**: {', '.join(ids)}" for area, ids in areas.items()]
-    lines += ["- **retired**: " + ", ".join(f"[{i}](#{i.lower()})" for i in RETIRED), ""]
-    for r in RULES.values():
+    lines += ["- **retired**: " + ", ".join(f"[{i}](#{i.lower()})" for i in sorted(RETIRED)), ""]
+    for r in ordered:
         lines.append(r.markdown())
     lines += ["## Retired ids", ""]
-    for rule_id in RETIRED:
+    for rule_id in sorted(RETIRED):
         lines.append(retired_markdown(rule_id))
     return "\n".join(lines)
 
