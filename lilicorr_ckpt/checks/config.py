@@ -372,9 +372,9 @@ rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at t
      "Write it in dflash_config too.",
      doc="Fires when the block size is only at the top level of config.json (no `dflash_config.block_size`) "
          "and its value is valid.",
-     why="The audited loaders read `dflash_config.block_size` first and accept the top-level key as a "
-         "fallback, so this loads today. Writing it in dflash_config as well keeps readers that look only in "
-         "dflash_config (as SGLang does for output_multiplier) in agreement.",
+     why="Where both keys are present the audited loaders use dflash_config's (LC111); a top-level key alone "
+         "relies on each reader falling back to it. Writing it in dflash_config as well keeps readers that "
+         "look only in dflash_config (as SGLang does for output_multiplier) in agreement.",
      example="    \"block_size\": 16,\n    \"dflash_config\": {\"mask_token_id\": 151669, "
              "\"target_layer_ids\": [1, 9, 17, 25, 33]}")
 rule("LC127", "mask-token-top-level-only", "info", CFG,

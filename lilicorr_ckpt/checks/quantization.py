@@ -159,7 +159,7 @@ rule("LC313", "fused-shards-disagree", "error", QNT, "The exclusions name some b
      doc="For vLLM, fires when the exclusions name some but not all shards of a fused module exactly (q_proj / "
          "k_proj / v_proj of `qkv_proj`, gate_proj / up_proj of `gate_up_proj`), as vLLM names them.",
      why="A fused layer has one quantization state for all its shards; vLLM refuses exclusions that split it. "
-         "SGLang and TensorRT-LLM match per module and do not have this failure.",
+         "The conflict is judged for vLLM's matching only.",
      example="    \"num_target_layers\": 4,\n    \"quantization_config\": {\"ignore\": "
              "[\"model.layers.4.self_attn.q_proj\"], ...}\n\n"
              "excludes the q shard of draft layer 0 (vLLM's `model.layers.4.self_attn.qkv_proj`) but not k and "

@@ -15,8 +15,8 @@ rule("LC501", "target-hidden-size", "error", TGT, "The draft and target hidden s
          "the GGUF metadata), and when the target's input embedding table (its header) is neither as wide as "
          "the draft nor as wide as the target's own hidden_size says.",
      why="The draft reads the target's hidden states (fc takes T x hidden_size columns of them) and borrows "
-         "its embeddings; with another width the first draft step fails on a shape, whatever the runtime. A "
-         "different width means the drafter was trained for another target.",
+         "its embeddings; with another width the target's hidden states do not fit fc's input. A different "
+         "width means the drafter was trained for another target.",
      example="    drafter config.json  \"hidden_size\": 2048\n    target config.json   \"hidden_size\": 4096")
 rule("LC502", "target-layer-range", "error", TGT, "A target_layer_id is not a layer of the target.",
      "Ids use the HF convention: id i reads the output of target layer i (hidden_states[i+1]); valid ids are 0..L-1.",
