@@ -184,8 +184,9 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
 @click.argument("rule_id", required=False, metavar="[ID]")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
-              show_default=True, help="text: one line per rule; markdown: the README table; json: every field, "
-                                      "including the fix.")
+              show_default=True, help="text: one line per rule (with ID: its long form); markdown: the README "
+                                      "table (with ID: its docs/rules.md section); json: every field, including "
+                                      "the fix and the long form.")
 def rules(rule_id: str | None, fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
     long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it)."""

@@ -136,7 +136,7 @@ def retired_long_doc(rule_id: str) -> str:
     """`lilicorr-ckpt rules ID` for a retired id: what it named and what replaced it."""
     named, replaced = retired_parts(rule_id)
     name, _, severity = named.partition(" (")
-    head = f"{rule_id} {name} (retired; it was {severity[:-1]})" if named else f"{rule_id} (retired)"
+    head = f"{rule_id} {name} (retired; was: {severity[:-1]})" if named else f"{rule_id} (retired)"
     lines = [head, "", *_wrap("No longer in the catalogue: no finding carries this id, and it is never reused.", ""),
              "", "Replaced by:", *_wrap(replaced, "  "), ""]
     return "\n".join(lines)
@@ -147,6 +147,7 @@ def retired_markdown(rule_id: str) -> str:
     named, replaced = retired_parts(rule_id)
     name, _, severity = named.partition(" (")
     title = f"### {rule_id} `{name}` (retired)" if named else f"### {rule_id} (retired)"
-    was = f"It was {severity[:-1]}. " if named else ""
+    was = f" (was: {severity[:-1]})" if named else ""
     return "\n".join([f'<a id="{rule_id.lower()}"></a>', "", title, "",
-                      f"No longer in the catalogue; the id is never reused. {was}Replaced by: {replaced}", ""])
+                      f"No longer in the catalogue{was}; the id is never reused. Replaced by: {replaced.rstrip('.')}.",
+                      ""])
