@@ -103,7 +103,8 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
 
 RULES: dict[str, Rule] = {}
 
-# ids no longer in the catalogue, with the condition they named and what replaced them; never reused
+# ids no longer in the catalogue, never reused: "name (severity): what replaced it" (`rules ID` and docs/rules.md
+# print the two parts)
 RETIRED: dict[str, str] = {
     "LC012": "family-backbone-only (info): the DFlash2, DSpark and Domino heads are checked now: LC014 / LC015 "
              "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
