@@ -184,22 +184,30 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
 @click.argument("rule_id", required=False, metavar="[ID]")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
-              show_default=True, help="text: one line per rule; markdown: the README table; json: every field, "
-                                      "including the fix.")
+              show_default=True, help="text: one line per rule (with ID: its long form); markdown: the README "
+                                      "table (with ID: its docs/rules.md section); json: every field, including "
+                                      "the fix and the long form.")
 def rules(rule_id: str | None, fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
-    long form: what it checks, why it breaks a loader, an example and the fix."""
+    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it)."""
     import json
 
     import msgspec
 
     from lilicorr_ckpt.checks import RULES
+    from lilicorr_ckpt.checks.findings import RETIRED, retired_long_doc, retired_markdown
 
     if rule_id is not None:
-        found = RULES.get(rule_id.upper())
+        wanted = rule_id.upper()
+        found = RULES.get(wanted)
+        if found is None and wanted in RETIRED:
+            click.echo(json.dumps({"id": wanted, "retired": RETIRED[wanted]}, indent=2) if fmt == "json" else
+                       retired_markdown(wanted) if fmt == "markdown" else retired_long_doc(wanted), nl=fmt == "json")
+            return
         if found is None:
             raise UsageError(f"no rule {rule_id!r}; `lilicorr-ckpt rules` lists them")
-        click.echo(json.dumps(msgspec.to_builtins(found), indent=2) if fmt == "json" else found.long_doc(), nl=False)
+        click.echo(json.dumps(msgspec.to_builtins(found), indent=2) if fmt == "json" else
+                   found.markdown() if fmt == "markdown" else found.long_doc(), nl=fmt == "json")
         return
     if fmt == "json":
         click.echo(json.dumps([msgspec.to_builtins(r) for r in RULES.values()], indent=2))
@@ -245,17 +253,25 @@ def rules_markdown() -> str:
 
 
 def rules_page() -> str:
-    """docs/rules.md: every rule's long form under an anchor of its id (SARIF helpUri points here)."""
+    """docs/rules.md: every rule's long form under an anchor of its id (SARIF helpUri points here), then the
+    retired ids."""
     from lilicorr_ckpt.checks import RULES
+    from lilicorr_ckpt.checks.findings import RETIRED, retired_markdown
 
     lines = ["# Rules", "", "Generated from the rule catalogue by `python scripts/sync_docs.py` (a test keeps it in sync);",
-             "`lilicorr-ckpt rules ID` prints the same text.", ""]
-    for r in RULES.values():
-        lines += [f'<a id="{r.id.lower()}"></a>', "", f"## {r.id} `{r.name}`", "",
-                  f"**{r.severity}** · {r.area} · {r.summary}", ""]
-        if r.doc:
-            lines += [r.doc.strip(), ""]
-        lines += [f"**Fix:** {r.fix}", ""]
+             "`lilicorr-ckpt rules ID` prints the same text. Each rule: what it checks, why it breaks or silently",
+             "degrades a loader (per runtime where they differ), an example that triggers it, and the fix.", ""]
+    ordered = [RULES[rule_id] for rule_id in sorted(RULES)]
+    areas: dict[str, list[str]] = {}
+    for r in ordered:
+        areas.setdefault(r.area, []).append(f"[{r.id}](#{r.id.lower()})")
+    lines += [f"- **{area}**: {', '.join(ids)}" for area, ids in areas.items()]
+    lines += ["- **retired**: " + ", ".join(f"[{i}](#{i.lower()})" for i in sorted(RETIRED)), ""]
+    for r in ordered:
+        lines.append(r.markdown())
+    lines += ["## Retired ids", ""]
+    for rule_id in sorted(RETIRED):
+        lines.append(retired_markdown(rule_id))
     return "\n".join(lines)
 
 

@@ -1,5 +1,6 @@
-"""Regenerate what the docs derive from code: the README rule table, docs/rules.md (each rule's long form, the
-page SARIF helpUri links point at) and schemas/*.json.
+"""Regenerate what the docs derive from code: the README rule table, docs/rules.md (each rule's long form from its
+catalogue row: what it does, why it matters, an example and the fix, then the retired ids; the page SARIF helpUri
+links point at) and schemas/*.json.
 
     python scripts/sync_docs.py
 """

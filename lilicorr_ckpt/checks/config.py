@@ -18,168 +18,632 @@ from lilicorr_ckpt.profiles import RuntimeProfile
 # ---------------------------------------------------------------- catalogue
 CFG = "config"
 rule("LC001", "config-field-type", "error", CFG, "A config.json field has the wrong JSON type.",
-     "Write the value with the type the loaders cast to (integers for sizes and ids, numbers for eps/scale).")
+     "Write the value with the type the loaders cast to (integers for sizes and ids, numbers for eps/scale).",
+     doc="Parses config.json into the typed draft config and fires once for every field whose JSON type is not "
+         "the one the loaders read: a string where an integer is expected (`\"block_size\": \"16\"`), a number "
+         "where a list is (`target_layer_ids`), a string where a bool is (`attention_sink_bias`), an integer "
+         "beyond the int64 range. A whole-number float such as `4.0` is not a type error here (it is read as "
+         "4; LC139-LC141 say what each runtime does with it). The field is then treated as absent, so the "
+         "other checks still run, and the rules that need it stay silent about it.",
+     why="The loaders read these keys with plain casts and type checks. SGLang's DFlash config parser refuses "
+         "a `target_layer_ids` that is not a list of integers and an `attention_sink_bias` that is not a bool; "
+         "vLLM uses `attention_sink_bias` as a flag, so a string such as \"false\" counts as true there. "
+         "Elsewhere a string reaches arithmetic and the load stops with an untyped error far from the key that "
+         "caused it.",
+     example="    \"dflash_config\": {\"block_size\": \"16\", \"target_layer_ids\": 1}\n\n"
+             "reports `$.dflash_config.block_size: expected an integer, found \"16\" (string)` and the same "
+             "for `target_layer_ids` (expected an array).")
 rule("LC002", "config-duplicate-key", "warning", CFG, "config.json repeats a key; readers keep only the last one.",
-     "Remove the duplicate so every reader sees the same value.")
+     "Remove the duplicate so every reader sees the same value.",
+     doc="Fires for every key written twice in the same JSON object of config.json, at any depth (two "
+         "`vocab_size` entries at the top level, two `block_size` entries inside dflash_config). The checks "
+         "use the last value, as Python's json module does.",
+     why="JSON leaves duplicate keys undefined. Python's json module keeps the last value without a word; "
+         "other parsers, editors and the person reviewing the file may see the first. The checkpoint then has "
+         "two geometries, and which one a reader gets depends on its parser, with no error anywhere.",
+     example="    {\"vocab_size\": 151936, \"hidden_size\": 2048, \"vocab_size\": 151669}")
 rule("LC003", "config-unknown-key", "info", CFG, "A key no loader reads (kept, not an error).",
-     "Nothing to do unless it is a misspelling of a key the loaders read.")
+     "Nothing to do unless it is a misspelling of a key the loaders read.",
+     doc="Fires for a config.json key that no field of the draft config reads, at the top level or inside "
+         "dflash_config, when its name contains `lilicorr`, `conv`, `block`, `target` or `mask`: the words of "
+         "the keys the loaders do read, so the key is probably a misspelling of one. Other unknown keys "
+         "(training metadata, transformers' own fields) are passed over.",
+     why="No loader refuses an unknown key: it is ignored, and the key it was meant to be is absent. The "
+         "loader then falls back where it has a fallback (SGLang assumes a block size of 16, resolves the mask "
+         "token through the tokenizer, guesses the target layers) or refuses with a message about the missing "
+         "key rather than the misspelt one.",
+     example="    \"dflash_config\": {\"lilicorr_topk\": 8}\n\n"
+             "where `lilicorr_candidate_topk` was meant (LC101 then reports the real key as missing).")
 rule("LC010", "architecture", "error", CFG, "`architectures` is missing or names no DFlash-family drafter.",
-     'Set "architectures": ["LiLiCorrDraftModel"] (or DFlashDraftModel for a head-free draft).')
+     'Set "architectures": ["LiLiCorrDraftModel"] (or DFlashDraftModel for a head-free draft).',
+     doc="Fires when `architectures` is absent or empty, or when `architectures[0]` is not a drafter class of "
+         "the DFlash family (LiLiCorrDraftModel, DFlashDraftModel, DFlash2DraftModel, DSparkDraftModel, "
+         "DominoDraftModel, Qwen3DSparkModel). For `Qwen3ForCausalLM` with `dflash_config.projector_type: "
+         "\"lilicorr\"` or `lilicorr_enabled: true` it fires only for the runtimes that do not route that pair "
+         "to LiLiCorr (SGLang and vLLM). An `architectures` of the wrong JSON type is LC001's.",
+     why="Every runtime picks the draft model class from `architectures[0]`. With no name, or a name outside "
+         "its registry of drafters, there is nothing to build and the load is refused before a weight is read. "
+         "TensorRT-LLM routes `Qwen3ForCausalLM` with a LiLiCorr projector marker to its LiLiCorr model; "
+         "SGLang and vLLM see a plain model class, not a drafter, and refuse it.",
+     example="    \"architectures\": [\"Qwen3ForCausalLM\"]\n\n"
+             "with no `projector_type` in dflash_config: refused by every runtime. With `\"projector_type\": "
+             "\"lilicorr\"` only SGLang and vLLM refuse it.")
 rule("LC011", "architecture-head-mismatch", "error", CFG,
      "The declared architecture and the head it carries disagree.",
-     "Declare LiLiCorrDraftModel for a checkpoint with lilicorr.* tensors, DFlashDraftModel for one without.")
+     "Declare LiLiCorrDraftModel for a checkpoint with lilicorr.* tensors, DFlashDraftModel for one without.",
+     doc="Fires when the architecture and the `lilicorr.*` tensors disagree: head tensors under an "
+         "architecture that builds no LiLiCorr head (DFlashDraftModel, a sibling-head class); "
+         "LiLiCorrDraftModel declared while the checkpoint has tensors but none under `lilicorr.`. For "
+         "DFlashDraftModel with `projector_type: \"lilicorr\"` or `lilicorr_enabled: true` it is judged per "
+         "runtime: with head tensors it fires for SGLang and vLLM, which ignore the marker; without them (but "
+         "with lilicorr_* geometry) for TensorRT-LLM, which follows the marker and expects a head.",
+     why="The architecture decides which modules exist. Head tensors under DFlashDraftModel load into nothing: "
+         "SGLang drops them and serves the plain DFlash draft, a different function than the one trained, "
+         "without an error; vLLM has no parameter for them and refuses. TensorRT-LLM loads them only when a "
+         "projector marker routes the class to LiLiCorr. A LiLiCorrDraftModel without head tensors fails every "
+         "loader's head coverage check.",
+     example="    \"architectures\": [\"DFlashDraftModel\"]\n\n"
+             "with `lilicorr.out_head.weight`, `lilicorr.in_head.weight`, ... in model.safetensors.")
 rule("LC014", "sibling-route", "error", CFG,
      "A DFlash2, DSpark or Domino head declared under an architecture the runtime does not load as that head (it "
      "routes it elsewhere, or loads it as plain DFlash and drops the head).",
      "Declare the architecture each runtime loads: Qwen3DSparkModel for a Qwen3 DSpark, DFlashDraftModel with "
-     "projector_type \"domino\" for Domino, DFlash2DraftModel for DFlash2 (`lilicorr-ckpt convert` writes them).")
+     "projector_type \"domino\" for Domino, DFlash2DraftModel for DFlash2 (`lilicorr-ckpt convert` writes them).",
+     doc="For a DFlash2, DSpark or Domino head (the family comes from `architectures[0]`, or from "
+         "DFlashDraftModel's `dflash_config.projector_type` \"dflash2\" / \"dspark\" / \"domino\"), looks up "
+         "how each selected runtime routes that family under that architecture, and fires once per runtime "
+         "that refuses the pair or routes it to another model. A pair that no route lists counts as refused.",
+     why="The runtimes register each sibling head under one class name. Under another name the checkpoint is "
+         "refused, or, worse, loads as something else: SGLang routes a DSpark head declared as "
+         "DFlashDraftModel as plain DFlash and drops Model-Optimizer's flat Markov names, serving the Markov "
+         "head at its initialisation; vLLM's registry sends DSparkDraftModel to its DeepSeek-V4 DSpark class, "
+         "not the Qwen3 one; SGLang loads Domino only as DFlashDraftModel with projector_type \"domino\".",
+     example="    \"architectures\": [\"DSparkDraftModel\"]\n\n"
+             "for a Qwen3 DSpark drafter: vLLM routes it to the wrong class. `lilicorr-ckpt convert` writes "
+             "`Qwen3DSparkModel`, which SGLang and vLLM both load.")
 rule("LC015", "sibling-unconfirmed", "warning", CFG,
      "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
-     "only patch scripts show it).", "Test the runtime yourself before publishing for it.")
+     "only patch scripts show it).", "Test the runtime yourself before publishing for it.",
+     doc="The same lookup as LC014; fires once per runtime whose route for the head's family and architecture "
+         "is recorded as unconfirmed: the loader was not read, or only registry-verification or patch scripts "
+         "show it.",
+     why="Whether the checkpoint loads with its head, loads without it, or is refused was not established from "
+         "that runtime's code. Examples: DFlash2DraftModel in SGLang (main dispatches on it, but no tagged "
+         "release is known to register it) and in vLLM (the registry key appears only in registry-verification "
+         "scripts); every sibling head in TensorRT-LLM (its paths were not read).",
+     example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
+             "\"dflash2\", \"selector_rank\": 64, \"selector_top_k\": 32, ...}\n\n"
+             "gives one LC015 warning per runtime.")
 rule("LC016", "sibling-head-undeclared", "error", CFG,
      "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
      "builds no such head: every loader drops or refuses them.",
-     "Declare the sibling architecture (or projector_type) the tensors belong to, or remove them.")
+     "Declare the sibling architecture (or projector_type) the tensors belong to, or remove them.",
+     doc="Fires when tensors of a sibling head are present but the config declares no head of that family: "
+         "`candidate_selector.*` (DFlash2), `markov_head.*`, `confidence_head.*` or Model-Optimizer's flat "
+         "DSpark names (`markov_w1.weight`, `gate_proj.weight`, `confidence_proj.weight`, ...) (DSpark), "
+         "`prefix_gru.*` and `embed_proj.*` (Domino), under LiLiCorrDraftModel, plain DFlashDraftModel or "
+         "another sibling's architecture.",
+     why="A loader builds the head the architecture (and projector_type) declares, and has no parameter for "
+         "another head's tensors: loaders that skip unknown names serve the draft without the head, strict "
+         "ones refuse the checkpoint. Either way the trained head is not served.",
+     example="    \"architectures\": [\"DFlashDraftModel\"]\n\n"
+             "(no projector_type) with `markov_head.markov_w1.weight` [V, r] and "
+             "`markov_head.markov_w2.weight` [V, r] in the files: a DSpark head nobody builds.")
 rule("LC013", "head-geometry-unused", "warning", CFG,
      "DFlashDraftModel is declared with lilicorr_* geometry: the loaders that select the class from architectures "
-     "never build the head.", "Declare LiLiCorrDraftModel, or drop the lilicorr_* keys for a head-free draft.")
+     "never build the head.", "Declare LiLiCorrDraftModel, or drop the lilicorr_* keys for a head-free draft.",
+     doc="Fires for DFlashDraftModel whose dflash_config carries LiLiCorr geometry (any `lilicorr_*` key, or "
+         "`projector_type: \"lilicorr\"`) while the checkpoint has no `lilicorr.*` tensor. With a projector "
+         "marker (`projector_type: \"lilicorr\"` or `lilicorr_enabled: true`) it fires only for SGLang and "
+         "vLLM: TensorRT-LLM then expects a head, which LC011 reports.",
+     why="SGLang and vLLM select the class from `architectures` and build a plain DFlash draft: the lilicorr_* "
+         "keys are never read. That loads and serves, but the config says a head was trained: either it was "
+         "lost in export, or the keys were copied from another drafter. Either way the served draft is not the "
+         "one the config describes.",
+     example="    \"architectures\": [\"DFlashDraftModel\"],\n    \"dflash_config\": {\"block_size\": 16, "
+             "\"lilicorr_candidate_topk\": 8, \"lilicorr_hidden_size\": 1024}\n\n"
+             "and no `lilicorr.*` tensor in the files.")
 rule("LC101", "lilicorr-key-missing", "error", CFG, "A required lilicorr_* geometry key is missing from dflash_config.",
-     "Add every lilicorr_* key to dflash_config with the values the head was trained with.")
+     "Add every lilicorr_* key to dflash_config with the values the head was trained with.",
+     doc="For a declared LiLiCorr head (LiLiCorrDraftModel, or DFlashDraftModel with `projector_type: "
+         "\"lilicorr\"` / `lilicorr_enabled: true`, not disabled), fires once for each of the eight geometry "
+         "keys missing from dflash_config: lilicorr_candidate_topk, lilicorr_hidden_size, lilicorr_num_layers, "
+         "lilicorr_num_heads, lilicorr_mlp_ratio, lilicorr_factor_dim, lilicorr_vector_eps, "
+         "lilicorr_logit_scale. A copy at the top level of config.json does not count (the message says when "
+         "one is there).",
+     why="The head's shapes and its scoring come from these values, and no loader has defaults for them: "
+         "SGLang refuses (\"is required\"), TensorRT-LLM refuses (\"missing config fields\"), vLLM fails with "
+         "a KeyError (a later revision says \"Missing dflash_config.X\"). A guessed value could load tensors "
+         "of matching shape and score a different function, which is why nobody guesses.",
+     example="    \"dflash_config\": {\"lilicorr_candidate_topk\": 8, \"lilicorr_hidden_size\": 1024, "
+             "\"lilicorr_num_layers\": 2,\n                      \"lilicorr_num_heads\": 8, "
+             "\"lilicorr_mlp_ratio\": 2.0, \"lilicorr_factor_dim\": 64,\n                      "
+             "\"lilicorr_vector_eps\": 1e-6}\n\n"
+             "lacks lilicorr_logit_scale; writing it at the top level of config.json instead does not help.")
 rule("LC102", "lilicorr-key-not-finite", "error", CFG, "A lilicorr_* value is NaN or infinite.",
-     "Write the finite value the head was trained with.")
+     "Write the finite value the head was trained with.",
+     doc="Fires for a lilicorr_* key in dflash_config whose value is NaN or infinite (config.json may hold the "
+         "non-standard tokens `NaN` and `Infinity`, which Python's json module accepts).",
+     why="These values set the head's normalisation epsilon, its logit scale and its geometry. A NaN passes "
+         "comparisons such as `value <= 0` unnoticed, so a positivity check does not stop it, and it then "
+         "spreads through every candidate score: the draft serves, and proposes nothing useful. An infinite "
+         "size cannot build at all.",
+     example="    \"dflash_config\": {\"lilicorr_logit_scale\": NaN}")
 rule("LC103", "lilicorr-value-range", "error", CFG, "A lilicorr_* value is out of its range (must be > 0).",
-     "Write the trained value; every lilicorr_* key except hidden_size must be positive.")
+     "Write the trained value; every lilicorr_* key except hidden_size must be positive.",
+     doc="Fires for a lilicorr_* key in dflash_config that is <= 0 (every one except lilicorr_hidden_size, "
+         "which LC105 judges), and when `int(lilicorr_hidden_size * lilicorr_mlp_ratio)` rounds down to 0, "
+         "which leaves the head MLP without a width. It also reports `dflash_config.lilicorr_num_layers` when "
+         "it names more layers than the files hold tensors (that count is not expanded).",
+     why="Counts and widths <= 0 give shapes no loader can build. For lilicorr_logit_scale the runtimes "
+         "differ: SGLang and TensorRT-LLM refuse a value <= 0 (\"must be positive\"), vLLM does not check it "
+         "and scores candidates with a zero or negated scale, a silently different function.",
+     example="    \"dflash_config\": {\"lilicorr_logit_scale\": 0.0}\n\n"
+             "or lilicorr_hidden_size 64 with lilicorr_mlp_ratio 0.01 (int(0.64) is 0).")
 rule("LC104", "topk-power-of-two", "error", CFG,
      "lilicorr_candidate_topk is not a power of two <= 16, which the runtime's fused top-k requires.",
-     "Retrain/export with K in {1, 2, 4, 8, 16}, or serve with a runtime that accepts any K.")
+     "Retrain/export with K in {1, 2, 4, 8, 16}, or serve with a runtime that accepts any K.",
+     doc="Fires when lilicorr_candidate_topk (an integer >= 1) is not a power of two or is above 16, for each "
+         "runtime with that limit: SGLang and vLLM. TensorRT-LLM accepts any K >= 1.",
+     why="SGLang and vLLM refuse the config at load (\"must be a power of two\"): their fused candidate top-k "
+         "holds its tiles in one Triton lane group. Every tensor can be right and the drafter is still "
+         "unservable there; TensorRT-LLM serves the same checkpoint.",
+     example="    \"dflash_config\": {\"lilicorr_candidate_topk\": 12}\n\n"
+             "(also 32: a power of two, but above 16).")
 rule("LC105", "head-width", "error", CFG, "lilicorr_hidden_size is negative, or 0 where the runtime refuses 0.",
-     "Write the head's real width (the exporter writes the width, never 0).")
+     "Write the head's real width (the exporter writes the width, never 0).",
+     doc="Fires when lilicorr_hidden_size is negative (every runtime), or exactly 0 for the runtimes that "
+         "refuse 0 (TensorRT-LLM). SGLang and vLLM read 0 as \"as wide as the draft\" (hidden_size).",
+     why="TensorRT-LLM refuses a 0 width (\"dimensions must be positive\") while SGLang and vLLM resolve it to "
+         "hidden_size, so the same checkpoint serves on two runtimes and is refused on the third. A negative "
+         "width builds nowhere.",
+     example="    \"hidden_size\": 2048,\n    \"dflash_config\": {\"lilicorr_hidden_size\": 0}\n\n"
+             "Write 2048, the width the head really has.")
 rule("LC106", "heads-divide-width", "error", CFG, "lilicorr_num_heads does not divide the head width.",
-     "Use a head count that divides lilicorr_hidden_size.")
+     "Use a head count that divides lilicorr_hidden_size.",
+     doc="Fires when lilicorr_num_heads does not divide the head width: lilicorr_hidden_size, or hidden_size "
+         "when lilicorr_hidden_size is 0.",
+     why="The head's attention splits its width into lilicorr_num_heads equal heads. Every runtime refuses a "
+         "count that does not divide it (\"must be divisible\"), before any weight is loaded.",
+     example="    \"dflash_config\": {\"lilicorr_hidden_size\": 1024, \"lilicorr_num_heads\": 12}")
 rule("LC107", "vector-eps-range", "error", CFG, "lilicorr_vector_eps is outside (0, 0.5), which the runtime refuses.",
-     "Write the trained vector_eps; it must lie in (0, 0.5).")
+     "Write the trained vector_eps; it must lie in (0, 0.5).",
+     doc="Fires when lilicorr_vector_eps is a finite number >= 0.5, for the runtimes that require it inside "
+         "(0, 0.5): TensorRT-LLM. Values <= 0 are LC103's, non-finite ones LC102's.",
+     why="TensorRT-LLM refuses the config (\"Invalid LiLiCorr normalization epsilon\"); SGLang and vLLM load "
+         "it. The checkpoint is unservable on one runtime for a single constant.",
+     example="    \"dflash_config\": {\"lilicorr_vector_eps\": 0.5}")
 rule("LC108", "lilicorr-disabled", "error", CFG, "lilicorr_enabled is false on a LiLiCorrDraftModel.",
-     "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.")
+     "Set lilicorr_enabled true, or declare DFlashDraftModel and drop the head tensors.",
+     doc="Fires when `architectures[0]` is LiLiCorrDraftModel and `dflash_config.lilicorr_enabled` is false.",
+     why="The class and the switch contradict each other, and the loaders refuse rather than pick one: SGLang "
+         "parses the config as plain DFlash and the model then requires the lilicorr_* geometry it ignored; "
+         "vLLM refuses with \"requires lilicorr_enabled=True\".",
+     example="    \"architectures\": [\"LiLiCorrDraftModel\"],\n    \"dflash_config\": {\"lilicorr_enabled\": "
+             "false, \"lilicorr_candidate_topk\": 8, ...}")
 rule("LC110", "block-size-missing", "error", CFG, "block_size is absent and the runtime refuses the config (see LC125 for those that assume a default).",
-     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+     "Write dflash_config.block_size (and the top-level block_size for older readers).",
+     doc="Fires when neither `dflash_config.block_size` nor the top-level `block_size` is present (and neither "
+         "has the wrong type, which is LC001's), once for each selected runtime without a default: vLLM and "
+         "TensorRT-LLM. SGLang's default is LC125.",
+     why="The block size is the number of positions drafted per step, fixed at training. vLLM refuses the "
+         "config (\"requires 1 <= num_speculative_tokens < trained block_size\"), TensorRT-LLM too (\"requires "
+         "dflash_config.block_size or block_size\").",
+     example="    \"dflash_config\": {\"mask_token_id\": 151669, \"target_layer_ids\": [1, 9, 17, 25, 33]}\n\n"
+             "and no `block_size` anywhere in config.json.")
 rule("LC111", "block-size-conflict", "warning", CFG,
      "dflash_config.block_size and the top-level block_size disagree (the nested one wins).",
-     "Make both keys hold the trained block size.")
+     "Make both keys hold the trained block size.",
+     doc="Fires when `dflash_config.block_size` and the top-level `block_size` are both present and differ.",
+     why="SGLang, vLLM and TensorRT-LLM use the nested value; older TensorRT-LLM revisions read the top-level "
+         "one. The block size served then depends on the reader's version, and one of the two values is not "
+         "the trained one.",
+     example="    \"block_size\": 8,\n    \"dflash_config\": {\"block_size\": 16}")
 rule("LC112", "block-size-range", "error", CFG, "block_size must be an integer >= 2 for a LiLiCorr drafter.",
-     "Write the trained block size (16 for the published recipes).")
+     "Write the trained block size (16 for the published recipes).",
+     doc="Fires when the block size (dflash_config's, else the top-level one) is below 2 for a LiLiCorr "
+         "drafter, or below 1 for any other drafter.",
+     why="A LiLiCorr head scores candidates across the positions of a block; a block of one position leaves "
+         "nothing to draft. Every runtime refuses it (TensorRT-LLM: \"Invalid LiLiCorr attention, block\").",
+     example="    \"dflash_config\": {\"block_size\": 1}")
 rule("LC113", "target-layer-ids", "error", CFG,
      "target_layer_ids is missing, empty, negative, duplicated or out of range.",
-     "Write the exact target layer ids the drafter was trained on (HF convention: id i reads the output of layer i).")
+     "Write the exact target layer ids the drafter was trained on (HF convention: id i reads the output of layer i).",
+     doc="Looks at `target_layer_ids` (dflash_config's, else the top-level one) and fires when it is missing, "
+         "empty, holds a negative id, repeats an id, or holds an id >= num_target_layers. When the largest id "
+         "equals num_target_layers the message says the ids look shifted by one.",
+     why="The draft reads the hidden states of exactly these target layers, and fc.weight's input columns "
+         "follow them. Without the list SGLang guesses the ids with build_target_layer_ids (wrong for 14 of 20 "
+         "published checkpoints, sglang#37475), vLLM has no fallback, TensorRT-LLM takes fc's input width from "
+         "the checkpoint. An id beyond the target is refused by SGLang (\"out-of-range layer id\") and fails "
+         "vLLM at run time. Wrong ids that happen to be in range load cleanly and collapse acceptance; a "
+         "negative id would index from the end.",
+     example="    \"num_target_layers\": 36,\n    \"dflash_config\": {\"target_layer_ids\": [2, 10, 18, 26, "
+             "36]}\n\n"
+             "36 is not a layer of a 36-layer target (ids are 0..35: id i reads the output of layer i).")
 rule("LC114", "target-layer-ids-order", "warning", CFG, "target_layer_ids is not ascending.",
-     "Check the order: fc's input columns follow the list order, so the order must be the trained one.")
+     "Check the order: fc's input columns follow the list order, so the order must be the trained one.",
+     doc="Fires when `target_layer_ids` (with no negative or repeated ids) is not in ascending order.",
+     why="No loader refuses it. fc.weight's input columns are laid out in list order, so a reordered list "
+         "loads cleanly and feeds each column block another layer's hidden state. That is only right if the "
+         "drafter was trained with exactly this order; an unsorted list is usually a hand edit.",
+     example="    \"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}")
 rule("LC115", "mask-token", "error", CFG, "mask_token_id is missing or outside the vocabulary.",
-     "Write dflash_config.mask_token_id: the id the drafter was trained with, < vocab_size.")
+     "Write dflash_config.mask_token_id: the id the drafter was trained with, < vocab_size.",
+     doc="Looks at `mask_token_id` (dflash_config's, else the top-level one) and fires when it is absent, "
+         "negative, or not below vocab_size.",
+     why="The mask token fills the draft positions of every block, so a wrong one serves a different function. "
+         "Without it the runtimes fall back differently: SGLang resolves the `<|MASK|>` token through the "
+         "tokenizer, TensorRT-LLM falls back to vocab_size, an id outside the embedding, vLLM has no fallback. "
+         "SGLang refuses a negative id (\"must be non-negative\"); an id >= vocab_size is outside the "
+         "embedding table.",
+     example="    \"vocab_size\": 151936,\n    \"dflash_config\": {\"mask_token_id\": 151936}")
 rule("LC116", "conv-geometry", "error", CFG,
      "conv_kernel_size / conv_group_size are inconsistent (set alone, negative, kernel > block, width not divisible).",
-     "Write both keys as trained, or neither for a convolution-free drafter.")
+     "Write both keys as trained, or neither for a convolution-free drafter.",
+     doc="Checks dflash_config's `conv_kernel_size` / `conv_group_size` and fires when either is negative; "
+         "when only one of them is > 0 (for SGLang and vLLM, which need both or neither; for TensorRT-LLM when "
+         "the kernel size is set without a group size); when conv_kernel_size exceeds the block size "
+         "(TensorRT-LLM); and when hidden_size is not divisible by conv_group_size.",
+     why="Each runtime refuses these at load: SGLang \"needs conv_kernel_size and conv_group_size together\" "
+         "and its grouped convolution says the group size \"must divide hidden_size\"; vLLM \"must enable "
+         "both\"; TensorRT-LLM wants a group > 0 when taps > 0 and a kernel size \"between 0 and block_size\".",
+     example="    \"dflash_config\": {\"block_size\": 16, \"conv_kernel_size\": 4}\n\n"
+             "(no conv_group_size).")
 rule("LC117", "causal", "error", CFG, "The draft is declared causal, which the runtime refuses (\"requires "
-     "non-causal\").", "Set dflash_config.causal (and is_causal) to false.")
+     "non-causal\").", "Set dflash_config.causal (and is_causal) to false.",
+     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that refuse "
+         "a causal draft: TensorRT-LLM. SGLang's behaviour is LC133, vLLM's LC134.",
+     why="TensorRT-LLM refuses the config (\"requires non-causal draft attention\"). The same checkpoint loads "
+         "on the other runtimes, with different results (see LC133 and LC134), so the flag decides where the "
+         "drafter can be served at all.",
+     example="    \"dflash_config\": {\"causal\": true}")
 rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
-     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.")
+     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.",
+     doc="Fires when hidden_size, num_hidden_layers, num_attention_heads or intermediate_size is absent or < "
+         "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
+         "and hidden_size is not divisible by num_attention_heads; and when num_hidden_layers names more "
+         "layers than the files hold tensors (that count is not expanded).",
+     why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
+         "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
+         "attention needs the key/value heads to divide the query heads.",
+     example="    \"num_attention_heads\": 16, \"num_key_value_heads\": 6")
 rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
-     "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.")
+     "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
+     doc="Fires when `layer_types` has fewer entries than num_hidden_layers; when an entry is neither "
+         "\"full_attention\" nor \"sliding_attention\"; when a layer is sliding_attention but `sliding_window` "
+         "is unset (not for vLLM when `dflash_config.swa_window_size` >= 1, which it reads instead); and when "
+         "`dflash_config.use_swa` is true with neither swa_window_size nor sliding_window.",
+     why="SGLang refuses a short list (\"one entry per draft layer\"), where vLLM fails with an IndexError; "
+         "SGLang refuses an unknown entry (\"Unsupported DFLASH draft layer type\") while vLLM builds it as "
+         "full attention; SGLang refuses a sliding layer without sliding_window (\"require "
+         "config.sliding_window\"), vLLM takes the window from swa_window_size. TensorRT-LLM's reading was not "
+         "established and is judged as SGLang's.",
+     example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\"]")
 rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
-     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.")
+     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
+     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
+         "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 drafters use.",
+     why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
+         "(\"LiLiCorr candidates require the full target vocabulary\"); what SGLang and TensorRT-LLM do with "
+         "it was not established.",
+     example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
 rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
-     "Export bfloat16.")
+     "Export bfloat16.",
+     doc="Fires when config.json's `torch_dtype` (or `dtype`) is float16 (\"float16\", \"fp16\" or \"half\").",
+     why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in lmdeploy#4991 "
+         "acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
+     example="    \"torch_dtype\": \"float16\"")
 rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
-     "Write the target's vocab_size.")
+     "Write the target's vocab_size.",
+     doc="Fires when config.json has no `vocab_size` (one of the wrong type is LC001's).",
+     why="The vocabulary sizes the mask-token range, the candidate top-K bound, an owned lm_head and the "
+         "sibling heads' tables. Without it those checks cannot run, and nothing ties the draft to its "
+         "target's vocabulary (LC503 needs it too).",
+     example="    {\"architectures\": [\"LiLiCorrDraftModel\"], \"hidden_size\": 2048, \"num_hidden_layers\": "
+             "2, ...}\n\n"
+             "with no \"vocab_size\" key.")
 rule("LC123", "output-multiplier", "error", CFG, "dflash_config.output_multiplier is not > 0, which the runtime's "
-     "DFlash config parser requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.")
+     "DFlash config parser requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
+     doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
+         "and require it positive: SGLang.",
+     why="SGLang's DFlash config parser refuses the config (\"must be positive\"). vLLM does not apply the "
+         "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
+     example="    \"dflash_config\": {\"output_multiplier\": 0}")
 
 rule("LC124", "topk-exceeds-vocab", "warning", CFG,
      "lilicorr_candidate_topk exceeds vocab_size: MLX refuses it; the other runtimes document no check.",
-     "Write the trained K; it cannot exceed the vocabulary.")
+     "Write the trained K; it cannot exceed the vocabulary.",
+     doc="Fires when lilicorr_candidate_topk (>= 1) is larger than vocab_size.",
+     why="The head takes the top K candidates of the vocabulary; there are fewer than K. MLX refuses it; "
+         "SGLang, vLLM and TensorRT-LLM document no check, so what they serve is not established.",
+     example="    \"vocab_size\": 8,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 16}")
 rule("LC125", "block-size-defaulted", "warning", CFG,
      "block_size is absent and the runtime silently assumes its default.",
-     "Write dflash_config.block_size (and the top-level block_size for older readers).")
+     "Write dflash_config.block_size (and the top-level block_size for older readers).",
+     doc="Fires when block_size is absent from dflash_config and the top level (and neither has the wrong "
+         "type), once for each selected runtime that assumes a default instead of refusing: SGLang, which uses "
+         "16. vLLM and TensorRT-LLM refuse (LC110).",
+     why="SGLang loads the config without a word and drafts 16 positions per step. A drafter trained with "
+         "another block size then serves with a block it never saw: it loads cleanly and acceptance drops.",
+     example="    \"dflash_config\": {\"mask_token_id\": 151669, \"target_layer_ids\": [1, 9, 17, 25, 33]}\n\n"
+             "for a drafter trained with block_size 8: SGLang serves it with 16.")
 rule("LC126", "block-size-top-level-only", "info", CFG, "block_size is only at the top level of config.json.",
-     "Write it in dflash_config too.")
+     "Write it in dflash_config too.",
+     doc="Fires when the block size is only at the top level of config.json (no `dflash_config.block_size`) "
+         "and its value is valid.",
+     why="Where both keys are present the audited loaders use dflash_config's (LC111); a top-level key alone "
+         "relies on each reader falling back to it. Writing it in dflash_config as well keeps readers that "
+         "look only in dflash_config (as SGLang does for output_multiplier) in agreement.",
+     example="    \"block_size\": 16,\n    \"dflash_config\": {\"mask_token_id\": 151669, "
+             "\"target_layer_ids\": [1, 9, 17, 25, 33]}")
 rule("LC127", "mask-token-top-level-only", "info", CFG,
      "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
-     "Write dflash_config.mask_token_id too.")
+     "Write dflash_config.mask_token_id too.",
+     doc="Fires when mask_token_id is only at the top level of config.json (a valid id, but no "
+         "`dflash_config.mask_token_id`).",
+     why="MLX-style readers take the mask token from dflash_config only and refuse the config without it. The "
+         "runtimes judged here accept the top-level key, so this is informational.",
+     example="    \"mask_token_id\": 151669,\n    \"dflash_config\": {\"block_size\": 16}")
 rule("LC129", "output-multiplier-not-read", "info", CFG,
      "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
-     "Move it into dflash_config (or drop it: the default is 1).")
+     "Move it into dflash_config (or drop it: the default is 1).",
+     doc="Fires when config.json has a top-level `output_multiplier`, for the runtimes that read the "
+         "multiplier only from dflash_config: SGLang.",
+     why="SGLang never reads the top-level key: a drafter trained with a multiplier other than 1 is served "
+         "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
+         "TensorRT-LLM does not read it.",
+     example="    \"output_multiplier\": 2.0,\n    \"dflash_config\": {\"block_size\": 16}")
 rule("LC130", "taps-vs-draft-layers", "error", CFG,
      "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
      "checks the ids against the draft's own layer count and refuses them.",
-     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.")
+     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.",
+     doc="Fires when num_target_layers is absent (at both levels) and a target_layer_id is >= the draft's own "
+         "num_hidden_layers, for the runtimes that then check the ids against the draft's layer count: SGLang.",
+     why="SGLang's DFlash draft model falls back to the draft's num_hidden_layers when num_target_layers is "
+         "absent, so ids that are right for the target (a 36-layer model) are out of range for the draft (2 "
+         "layers), and it refuses them (\"out-of-range layer id\"). vLLM and TensorRT-LLM load the same config.",
+     example="    \"num_hidden_layers\": 2,\n    \"dflash_config\": {\"target_layer_ids\": [1, 9, 17, 25, "
+             "33]}\n\n"
+             "and no num_target_layers: SGLang refuses ids 9, 17, 25 and 33.")
 rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
-     "Train/export with silu (the DFlash backbone supports no other activation).")
+     "Train/export with silu (the DFlash backbone supports no other activation).",
+     doc="Fires when `hidden_act` is present and is not \"silu\" (any case), for the runtimes whose DFlash MLP "
+         "supports silu only: SGLang and vLLM.",
+     why="SGLang's DFlash MLP refuses it (\"Unsupported DFlash activation\"); vLLM passes it to its Qwen2 MLP, "
+         "which supports silu only. The DFlash backbone has no other activation, so a different value is a "
+         "mis-export or a different model.",
+     example="    \"hidden_act\": \"gelu\"")
 rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
      "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
-     "Use silu, or test the runtime yourself.")
+     "Use silu, or test the runtime yourself.",
+     doc="Fires when `hidden_act` is present and is not \"silu\", for the runtimes whose support for other "
+         "activations is not confirmed: TensorRT-LLM.",
+     why="TensorRT-LLM builds the draft MLP with the activation of the Hugging Face backbone; whether a "
+         "non-silu value is honoured, refused or replaced was not traced. It may load and serve a different "
+         "function.",
+     example="    \"hidden_act\": \"gelu_pytorch_tanh\"")
 rule("LC133", "causal-run-bidirectionally", "error", CFG,
      "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
      "config says: it loads cleanly and serves a different function than the one trained.",
-     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.")
+     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
+     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that run "
+         "the draft's full-attention layers bidirectionally whatever the config says: SGLang.",
+     why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
+         "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
+         "one trained: a silent mis-load, hence an error. For the top-level is_causal the result depends on "
+         "the SGLang version (a later revision reads it).",
+     example="    \"dflash_config\": {\"causal\": true}")
 rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
-     "declared.", "Nothing to do for this runtime.")
+     "declared.", "Nothing to do for this runtime.",
+     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
+         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal).",
+     why="Nothing breaks on this runtime: the draft serves as trained. It is reported so that the per-runtime "
+         "verdicts show the one runtime where a causal drafter is served as declared; SGLang ignores the flag "
+         "(LC133) and TensorRT-LLM refuses it (LC117).",
+     example="    \"is_causal\": true")
 rule("LC135", "swa-window-zero", "error", CFG,
      "use_swa is true with swa_window_size < 1, which the runtime refuses.",
-     "Write the trained window (>= 1), or set use_swa false.")
+     "Write the trained window (>= 1), or set use_swa false.",
+     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+         "runtimes that refuse it: TensorRT-LLM.",
+     why="TensorRT-LLM refuses the config at build (\"swa_window_size=0 is invalid\"). vLLM passes the value "
+         "through (LC136) and SGLang does not read it (LC137), so the three runtimes disagree on one key.",
+     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC136", "swa-window-zero-literal", "warning", CFG,
      "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
-     "Write the trained window (>= 1), or set use_swa false.")
+     "Write the trained window (>= 1), or set use_swa false.",
+     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+         "runtimes that pass the value through as the layers' window: vLLM.",
+     why="vLLM builds the sliding layers with a literal window of that size (0) instead of refusing it, so the "
+         "draft loads and attends with a window it was not trained with.",
+     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_window_size are not read by the "
-     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.")
+     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.",
+     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+         "runtimes that do not read these keys: SGLang (it takes windows from layer_types and sliding_window; "
+         "use_swa is read only for the Nemotron-3.5 layout).",
+     why="Nothing is refused on this runtime: the keys are ignored. It is reported so the per-runtime verdicts "
+         "show why SGLang loads what TensorRT-LLM refuses (LC135) and vLLM mis-builds (LC136).",
+     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
 rule("LC138", "use-swa-ignored", "error", CFG,
      "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
      "attention, a different function than the one trained.",
-     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.")
+     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.",
+     doc="Fires when `dflash_config.use_swa` is true and config.json has no `layer_types`, for the runtimes "
+         "that do not read use_swa: SGLang.",
+     why="vLLM and TensorRT-LLM make every layer sliding; SGLang does not read use_swa (outside the "
+         "Nemotron-3.5 layout) and serves every layer with full attention. The draft loads cleanly there and "
+         "computes a different function than the one trained.",
+     example="    \"sliding_window\": 2048,\n    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": "
+             "2048}\n\n"
+             "and no layer_types.")
 rule("LC139", "integral-float", "error", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime does not cast: it refuses it "
-     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).")
+     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).",
+     doc="Fires when an integer setting is written as a whole-number float (`4.0`), for each runtime that does "
+         "not cast it. Three groups of keys, each judged by how the runtime's code reads it: the LiLiCorr "
+         "integers in dflash_config (lilicorr_candidate_topk, lilicorr_hidden_size, lilicorr_num_layers, "
+         "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
+         "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
+         "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
+         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM; mask_token_id, which "
+         "SGLang checks to be an integer.",
+     why="A float where Python needs an int fails at build with an untyped error: vLLM computes "
+         "`candidate_topk & (candidate_topk - 1)` and `range(num_hidden_layers)`, TensorRT-LLM's LiLiCorr head "
+         "uses the raw values for tensor sizes and ranges (a TypeError). SGLang refuses a float mask_token_id "
+         "(\"must be an integer\").",
+     example="    \"num_hidden_layers\": 2.0,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
 rule("LC140", "integral-float-unconfirmed", "warning", CFG,
      "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
-     "Write the value as a JSON integer (4, not 4.0).")
+     "Write the value as a JSON integer (4, not 4.0).",
+     doc="The same keys as LC139; fires for each runtime for which it is not confirmed whether it casts them: "
+         "TensorRT-LLM for the backbone integers.",
+     why="TensorRT-LLM's draft builder would fail on a float layer count in `range(num_draft_layers)` if it "
+         "used the value uncast; that path was not traced, so the load may work or fail with a TypeError.",
+     example="    \"num_hidden_layers\": 2.0")
 rule("LC141", "integral-float-cast", "info", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
-     "Write the value as a JSON integer for the runtimes that do not cast.")
+     "Write the value as a JSON integer for the runtimes that do not cast.",
+     doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
+         "and backbone integers, vLLM and TensorRT-LLM for mask_token_id.",
+     why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
+         "not cast (LC139), so the value should still be written as an integer.",
+     example="    \"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
 rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1, which the runtime refuses.",
-     "Write the target's layer count.")
+     "Write the target's layer count.",
+     doc="Fires when num_target_layers (dflash_config's or the top-level one) is < 1, for the runtimes that "
+         "refuse it: SGLang.",
+     why="SGLang refuses the config (\"must be positive\"); vLLM and TensorRT-LLM load it. A zero or negative "
+         "layer count is never the target's, so every target_layer_id is then also out of range (LC113).",
+     example="    \"num_target_layers\": 0")
 rule("LC150", "selector-geometry", "error", CFG,
      "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative, or "
-     "rank < 1 or top_k outside [2, vocab_size], as its config parser requires.", "Write the trained selector_rank and selector_top_k.")
+     "rank < 1 or top_k outside [2, vocab_size], as its config parser requires.", "Write the trained selector_rank and selector_top_k.",
+     doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
+         "SGLang it fires when only one of them is set or either is negative; for vLLM when selector_rank is "
+         "missing or < 1, or selector_top_k is missing, < 2 or larger than vocab_size.",
+     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"); "
+         "vLLM's DFlash2 model refuses a rank below 1 or a top_k outside [2, vocab_size]. The selector's "
+         "tensors are sized by these values, so they cannot be guessed.",
+     example="    \"dflash_config\": {\"projector_type\": \"dflash2\", \"selector_rank\": 64}\n\n"
+             "(no selector_top_k): refused by both.")
 rule("LC151", "dflash2-conv-required", "error", CFG,
      "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
-     "Write the trained conv_kernel_size and conv_group_size in dflash_config.")
+     "Write the trained conv_kernel_size and conv_group_size in dflash_config.",
+     doc="Fires for a DFlash2 head when `dflash_config.conv_kernel_size` and `conv_group_size` are not both > "
+         "0.",
+     why="DFlash2's grouped convolutions are part of the head, not an option: vLLM reads both keys with a "
+         "plain index (a KeyError without them) and Model-Optimizer refuses to export a DFlash2 head without "
+         "them.",
+     example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"selector_rank\": 64, "
+             "\"selector_top_k\": 32}")
 rule("LC152", "markov-rank", "error", CFG,
      "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
-     "Write the trained markov_rank at the top level (DeepSpec's layout).")
+     "Write the trained markov_rank at the top level (DeepSpec's layout).",
+     doc="For a DSpark head, fires when the top-level `markov_rank` of config.json is absent or <= 0, for the "
+         "runtimes that read it from the top level and require it > 0: SGLang and vLLM. When only "
+         "`dflash_config.markov_rank` is present (Model-Optimizer and SpecForge write it there) the message "
+         "says so.",
+     why="SGLang's Markov head builder refuses the config (\"DSpark requires markov_rank > 0\"); vLLM's "
+         "qwen3_dspark reads config.markov_rank at the top level. A rank only in dflash_config is invisible to "
+         "both.",
+     example="    \"architectures\": [\"Qwen3DSparkModel\"],\n    \"dflash_config\": {\"markov_rank\": 256}\n\n"
+             "and no top-level markov_rank.")
 rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
-     "Write vanilla, gated or rnn as trained.")
+     "Write vanilla, gated or rnn as trained.",
+     doc="For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; \"vanilla\" when "
+         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla "
+         "(gated and rnn are LC154).",
+     why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
+         "refuses the config, so the drafter cannot be served there.",
+     example="    \"markov_head_type\": \"lstm\"")
 rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
-     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.")
+     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.",
+     doc="For a DSpark head, fires when `markov_head_type` is one whose support in the runtime is unconfirmed: "
+         "gated and rnn in vLLM (only its vanilla Markov pair was read).",
+     why="Whether vLLM builds the gated or rnn Markov head, builds the vanilla one in its place, or refuses "
+         "the config was not established.",
+     example="    \"markov_head_type\": \"gated\"")
 rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
-     "Write true (the trained setting) or false.")
+     "Write true (the trained setting) or false.",
+     doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
+         "runtimes that check it: SGLang.",
+     why="SGLang's DFlash config parser requires a JSON bool and refuses anything else, including 1 / 0 and "
+         "strings such as \"true\".",
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"shift_label\": 1}")
 rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len is not 1, the only value the "
-     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).")
+     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).",
+     doc="For a Domino head, fires when `dflash_config.pure_draft_prefix_len` is not 1 (absent included), for "
+         "the runtimes that check it: SGLang.",
+     why="SGLang serves Domino only with a pure draft prefix of one position and refuses the config otherwise.",
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"pure_draft_prefix_len\": 2}")
 rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
-     "Write the trained gru_hidden_dim and emb_dim in dflash_config.")
+     "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
+     doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
+         "one) is missing or < 1, for the runtimes that require them: SGLang and vLLM.",
+     why="They size the prefix GRU and the embedding projection. SGLang refuses the config; vLLM reads them "
+         "from the merged config and fails with a KeyError when they are absent.",
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 512}\n\n"
+             "(no gru_hidden_dim).")
 rule("LC158", "domino-emb-dim-conflict", "error", CFG,
      "dflash_config.emb_dim and the top-level emb_dim differ, which the runtime refuses.",
-     "Make both hold the trained emb_dim.")
+     "Make both hold the trained emb_dim.",
+     doc="For a Domino head, fires when `dflash_config.emb_dim` and the top-level `emb_dim` are both present "
+         "and differ, for the runtimes that compare them: SGLang.",
+     why="SGLang refuses the config (\"emb_dim differs\"). The reference Domino checkpoint writes emb_dim at "
+         "both levels, so readers take it from either; two values make the embedding projection's width "
+         "ambiguous.",
+     example="    \"emb_dim\": 512,\n    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 256}")
 rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
-     "Write the trained block size (16 for the reference checkpoint).")
+     "Write the trained block size (16 for the reference checkpoint).",
+     doc="For a Domino head, fires when the block size (dflash_config's, else the top-level one) is <= 1, for "
+         "the runtimes that check it: SGLang.",
+     why="SGLang refuses a Domino draft whose block size is 1 or less, so the checkpoint cannot be served "
+         "there.",
+     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"block_size\": 1}")
 rule("LC144", "window-semantics", "warning", CFG,
      "A LiLiCorr draft has sliding-window layers, and the selected runtimes serve them with different attention "
      "(causal over the last w tokens, or non-causal over a symmetric window): at most one matches training.",
-     "Serve the drafter with the runtime whose sliding-window semantics it was trained with.")
+     "Serve the drafter with the runtime whose sliding-window semantics it was trained with.",
+     doc="For a LiLiCorr drafter, fires when some draft layers use sliding-window attention (a "
+         "`sliding_attention` entry in layer_types with a window from sliding_window, or from "
+         "dflash_config.swa_window_size where the runtime reads it; or dflash_config.use_swa where the runtime "
+         "applies it to every layer) and the selected runtimes that serve those layers run them differently.",
+     why="SGLang and vLLM run a sliding layer causally over the last w tokens; TensorRT-LLM's LiLiCorr drafter "
+         "runs it non-causally over a symmetric window (w-1 tokens on each side). The same weights then "
+         "compute two different functions: acceptance is lower, silently, wherever the semantics differ "
+         "from the ones the drafter was trained with.",
+     example='    "layer_types": ["sliding_attention", "full_attention"],\n    "sliding_window": 8\n\n'
+             "validated for all runtimes.")
 rule("LC146", "rope-theta-absent", "warning", CFG,
      "rope_theta is absent and the selected runtimes assume different defaults, so at most one serves the trained "
-     "rotary embedding.", "Write the trained rope_theta (the target's) in config.json.")
+     "rotary embedding.", "Write the trained rope_theta (the target's) in config.json.",
+     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters) and the "
+         "selected runtimes whose default is recorded assume different values.",
+     why="The draft's rotary embedding must use the target's base, which the drafter was trained with. "
+         "Without the key each runtime falls back to its own default (vLLM 1e6; SGLang and TensorRT-LLM the "
+         "transformers default of their config class; these defaults are recorded from the audit and not "
+         "confirmed for every revision), so the positions the draft sees differ by runtime and acceptance "
+         "drops silently where the default is not the trained base.",
+     example="    config.json without \"rope_theta\" (and without rope_parameters.rope_theta), validated "
+             "for all runtimes.")
 rule("LC147", "rope-theta-defaulted", "info", CFG, "rope_theta is absent; the runtime assumes its default.",
-     "Write the trained rope_theta (the target's) in config.json.")
+     "Write the trained rope_theta (the target's) in config.json.",
+     doc="The same condition as LC146 when the selected runtimes (typically one, with --runtime) agree on the "
+         "default: the finding names the value assumed.",
+     why="The drafter loads, with the runtime's default base. That is right only if the drafter was trained "
+         "with that base; writing the key makes the checkpoint say what it was trained with.",
+     example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 1e6).")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
-     "Give exactly one entry per draft layer.")
+     "Give exactly one entry per draft layer.",
+     doc="Fires when `layer_types` has more entries than num_hidden_layers.",
+     why="The loaders read the first num_hidden_layers entries and ignore the rest (SGLang and vLLM both load "
+         "it), so it serves. But a list of the wrong length can be another model's (the target's layer_types "
+         "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
+     example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
+             "\"sliding_attention\", \"full_attention\"]")
 
 
 # ---------------------------------------------------------------- checks

@@ -14,47 +14,194 @@ from lilicorr_ckpt.checks.findings import rule
 # ---------------------------------------------------------------- catalogue
 COV = "coverage"
 rule("LC201", "head-missing", "error", COV, "Head tensors the geometry requires are missing.",
-     "Export the full head; a draft with no LiLiCorr head should declare DFlashDraftModel.")
+     "Export the full head; a draft with no LiLiCorr head should declare DFlashDraftModel.",
+     doc="Lists the tensors the declared head implies (from the config: the LiLiCorr head's `lilicorr.*` "
+         "modules, per head layer and per projection, or the DFlash2 / DSpark / Domino head's) and fires when "
+         "any of them is absent, naming them. Skipped when the head's geometry is incomplete (LC215) and for "
+         "DFlashDraftModel with a LiLiCorr projector marker but no `lilicorr.*` tensor at all (LC011 reports "
+         "that).",
+     why="A head parameter without its tensor would serve at its random initialisation, so every loader checks "
+         "head coverage and refuses: SGLang's head weight coverage check, vLLM (\"coverage mismatch\"), "
+         "TensorRT-LLM (\"head weight mismatch\").",
+     example="    \"dflash_config\": {\"lilicorr_num_layers\": 2, ...}\n\n"
+             "with `lilicorr.layers.0.*` present and `lilicorr.layers.1.attn.in_proj_weight`, "
+             "`lilicorr.layers.1.mlp.up_proj.weight`, ... missing.")
 rule("LC202", "head-surplus", "error", COV, "Head tensors the geometry does not build (they would be dropped or refused).",
-     "Check lilicorr_hidden_size, lilicorr_num_layers and lilicorr_factor_dim against the tensors.")
+     "Check lilicorr_hidden_size, lilicorr_num_layers and lilicorr_factor_dim against the tensors.",
+     doc="Fires for head tensors that the declared geometry does not build: `lilicorr.*` names outside the "
+         "expected list (a head layer beyond lilicorr_num_layers, a module the head does not have), "
+         "`lilicorr.token_proj.*` when the head is as wide as the draft (lilicorr_hidden_size equal to "
+         "hidden_size, or 0), and a sibling head's tensors beyond its geometry. Scale tensors of quantized "
+         "modules are judged by the quantization rules instead.",
+     why="Every loader refuses a head tensor it has no parameter for: SGLang (\"has no parameter for\"), vLLM, "
+         "TensorRT-LLM (\"unexpected=\"). When the head is as wide as the draft, token_proj is the identity "
+         "and has no parameter. Surplus head tensors often mean the config describes another head than the one "
+         "trained (narrower, fewer layers).",
+     example="    \"hidden_size\": 2048,\n    \"dflash_config\": {\"lilicorr_hidden_size\": 0, ...}\n\n"
+             "with `lilicorr.token_proj.weight` [1024, 2048]: the head was trained 1024 wide, so "
+             "lilicorr_hidden_size should be 1024.")
 rule("LC203", "backbone-missing", "error", COV, "Backbone tensors are missing.",
-     "Export every layer's attention, MLP and norm weights plus fc, hidden_norm and norm.")
+     "Export every layer's attention, MLP and norm weights plus fc, hidden_norm and norm.",
+     doc="Fires when backbone tensors the config implies are absent: per draft layer `input_layernorm`, "
+         "`self_attn.q_proj` / `k_proj` / `v_proj` / `o_proj` (with biases under attention_bias), `q_norm`, "
+         "`k_norm`, `post_attention_layernorm`, `mlp.gate_proj` / `up_proj` / `down_proj`; then `fc.weight`, "
+         "`hidden_norm.weight` and `norm.weight`. A float fused `layers.i.self_attn.qkv_proj.weight` of the "
+         "stacked q/k/v shape stands in for the three (every audited runtime splits it).",
+     why="The draft layers are the DFlash backbone the head reads. A parameter without its tensor keeps its "
+         "random initialisation in a loader that does not check coverage, and is refused by one that does; "
+         "either way the draft is not served as trained.",
+     example="    \"num_hidden_layers\": 2\n\n"
+             "with `layers.1.mlp.down_proj.weight` (or `fc.weight`) missing from the files.")
 rule("LC204", "unexpected-tensor", "error", COV, "A tensor no loader reads; some runtimes drop it silently, others refuse it.",
-     "Remove it, or fix the config so that the module it belongs to is built.")
+     "Remove it, or fix the config so that the module it belongs to is built.",
+     doc="Fires for tensors that no module of the declared drafter reads: not in the expected list, not a "
+         "scale tensor of a known linear module, and not a head, convolution or lm_head tensor (those have "
+         "their own rules; a draft `embed_tokens.weight` is LC218). A layer beyond num_hidden_layers and a "
+         "`mask_hidden` tensor are typical.",
+     why="What the loaders do with an unknown tensor differs: SGLang drops it silently, so whatever it was "
+         "trained to do is lost; vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
+         "Often the tensor belongs to a module the config does not build, which means the config is not the "
+         "trained one.",
+     example="    mask_hidden                             [1, 2048]\n    layers.2.self_attn.q_proj.weight      "
+             "  with \"num_hidden_layers\": 2")
 rule("LC205", "conv-dropped", "error", COV, "Convolution tensors are present but the conv keys are absent or 0: every one would be dropped silently.",
-     "Write conv_kernel_size and conv_group_size in dflash_config.")
+     "Write conv_kernel_size and conv_group_size in dflash_config.",
+     doc="Fires when convolution tensors (`layers.i.attention_conv.*` and `layers.i.mlp_conv.*`: base_kernel "
+         "and kernel_projection.weight) are present but the convolution is not configured: conv_kernel_size "
+         "absent or 0, or conv_kernel_size set while conv_group_size is absent or 0. The message says which "
+         "values the tensors' shapes imply.",
+     why="The convolution is built only from the two keys. SGLang's convolution coverage check refuses the "
+         "checkpoint (the geometry \"cannot be inferred\") and vLLM refuses it; a loader without that check "
+         "drops the tensors and serves the convolution-free parent, a different function.",
+     example="    layers.0.attention_conv.base_kernel              [2, 4, 2048]\n    "
+             "layers.0.attention_conv.kernel_projection.weight [256, 2048]\n\n"
+             "with no conv_kernel_size / conv_group_size: the shapes imply conv_kernel_size 4, conv_group_size "
+             "64.")
 rule("LC206", "conv-missing", "error", COV, "The conv keys are set but the checkpoint has no convolution tensors (kernel_projection would stay random).",
-     "Export the convolution tensors, or remove conv_kernel_size / conv_group_size.")
+     "Export the convolution tensors, or remove conv_kernel_size / conv_group_size.",
+     doc="Fires when conv_kernel_size and conv_group_size are both set (and hidden_size divides by the group "
+         "size) but the checkpoint holds none of the convolution tensors they imply (4 per draft layer: "
+         "base_kernel and kernel_projection.weight of attention_conv and mlp_conv).",
+     why="The convolution would serve at its random initialisation, so every loader refuses: SGLang says the "
+         "convolution \"would serve at its random initialization\", vLLM and TensorRT-LLM refuse too.",
+     example="    \"dflash_config\": {\"conv_kernel_size\": 4, \"conv_group_size\": 64}\n\n"
+             "and no `*_conv.*` tensor in the files.")
 rule("LC207", "conv-partial", "error", COV, "Only some convolution tensors are present.",
-     "Export all 4 tensors per layer (base_kernel and kernel_projection for attention_conv and mlp_conv).")
+     "Export all 4 tensors per layer (base_kernel and kernel_projection for attention_conv and mlp_conv).",
+     doc="With the convolution configured, fires when only some of the expected convolution tensors are "
+         "present, and when convolution tensors are present that the geometry does not build (a layer beyond "
+         "num_hidden_layers, a name the convolution does not have).",
+     why="A convolution with part of its tensors serves partly at its initialisation, and extra ones are "
+         "another geometry's; loaders that check convolution coverage refuse both. Often conv_kernel_size, "
+         "conv_group_size or num_hidden_layers differs from the trained value.",
+     example="    \"num_hidden_layers\": 2, \"dflash_config\": {\"conv_kernel_size\": 4, \"conv_group_size\": "
+             "64}\n\n"
+             "with `layers.1.mlp_conv.kernel_projection.weight` missing.")
 rule("LC208", "shape", "error", COV, "A tensor's shape differs from what the config implies.",
-     "Fix the config geometry or re-export the tensor.")
+     "Fix the config geometry or re-export the tensor.",
+     doc="Compares every expected tensor that is present with the shape the config implies and fires on each "
+         "difference. Quantized weights (U8 / F8_E4M3) are compared in their quantized form by LC304 instead. "
+         "The message explains the common cases: fc.weight's width against the number of target_layer_ids, the "
+         "convolution shapes, the head's dimensions (K, B, N, F, R).",
+     why="Loaders copy each tensor into a parameter built from the config and refuse a mismatch: for fc.weight "
+         "SGLang says \"fc.weight shape mismatch\" and vLLM refuses too. TensorRT-LLM takes fc's input width "
+         "from the checkpoint instead, so a wrong target_layer_ids loads there and is wrong at run time.",
+     example="    \"dflash_config\": {\"target_layer_ids\": [1, 9, 17, 25, 33]}\n\n"
+             "with `fc.weight` [2048, 8192]: fc reads 4 target layers but the list names 5 (expected [2048, "
+             "10240]).")
 rule("LC209", "dtype", "error", COV, "A tensor's dtype is not allowed for it.",
-     "Store floating-point tensors as bf16/fp16/fp32; quantized weights need their scales and metadata.")
+     "Store floating-point tensors as bf16/fp16/fp32; quantized weights need their scales and metadata.",
+     doc="Fires when an expected tensor's dtype is not one allowed for it: the floating-point dtypes (F16, "
+         "BF16, F32, F64) for norms, biases, embeddings, bare parameters such as "
+         "`lilicorr.layers.i.attn.in_proj_weight` and every sibling head tensor, or a quantized dtype (U8, "
+         "F8_E4M3) on a tensor that is not a quantizable linear weight. Quantized linear weights themselves "
+         "are judged by the quantization rules.",
+     why="These tensors are plain float parameters in every loader read. A quantized in_proj_weight is refused "
+         "by SGLang (a bare parameter), vLLM and TensorRT-LLM (a size mismatch); an FP8 copy of the same shape "
+         "could be cast silently, which is worse. The sibling heads' selector, Markov and GRU tensors are "
+         "never quantized by the loaders either.",
+     example="    lilicorr.layers.0.attn.in_proj_weight   F8_E4M3 [3072, 1024]")
 rule("LC211", "name-collision", "error", COV, "Two tensors map to the same name after the loaders' renaming.",
-     "Keep one of them.")
+     "Keep one of them.",
+     doc="Fires when two tensor names become the same name after the loaders' renaming: the prefixes "
+         "`dflash_module.`, `eagle_module.` and `model.` stripped, and the legacy Sequential head names mapped "
+         "to the named-MLP ones.",
+     why="SGLang loads both and the second overwrites the first, so which copy serves depends on file order; "
+         "vLLM refuses; TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
+     example="    lilicorr.feature_mlp.1.weight\n    lilicorr.feature_mlp.up_proj.weight\n\n"
+             "(the legacy and the new name of one tensor), or `fc.weight` beside `model.fc.weight`.")
 rule("LC212", "training-prefix", "error", COV, "Tensor names still carry a training prefix (dflash_module./eagle_module.) no loader strips.",
-     "Run `lilicorr-ckpt convert` (it strips training prefixes).")
+     "Run `lilicorr-ckpt convert` (it strips training prefixes).",
+     doc="Fires when tensor names still carry a training-wrapper prefix, `dflash_module.` or `eagle_module.` "
+         "(also under `model.`), as a checkpoint saved from the training module does.",
+     why="No loader strips these prefixes. SGLang matches no parameter and drops every tensor, serving the "
+         "draft at its initialisation without an error; vLLM refuses the checkpoint.",
+     example="    dflash_module.fc.weight\n    dflash_module.lilicorr.out_head.weight")
 rule("LC213", "model-prefix", "info", COV, "Tensor names carry a `model.` prefix (every loader strips it).",
-     "Nothing to do.")
+     "Nothing to do.",
+     doc="Fires when tensor names carry a `model.` prefix.",
+     why="Every audited loader (SGLang, vLLM, TensorRT-LLM) strips it, so nothing breaks. It is reported "
+         "because the checks judge the stripped names, and a tool that does not strip the prefix sees other "
+         "names than the report.",
+     example="    model.layers.0.self_attn.q_proj.weight")
 rule("LC214", "mixed-float-dtypes", "warning", COV, "Floating-point tensors use more than one dtype.",
-     "Export every float tensor in the model dtype.")
+     "Export every float tensor in the model dtype.",
+     doc="Counts the floating-point dtypes of the expected tensors (those whose dtype is allowed for them) and "
+         "fires when there is more than one.",
+     why="A loader copying into parameters of the serving dtype casts each tensor, so a mix loads. It can mean "
+         "that part of the checkpoint comes from another export or a merge, and float32 tensors take twice the "
+         "bytes of bfloat16 ones.",
+     example="    floating-point tensors mix dtypes: BF16 x210, F32 x14")
 rule("LC215", "coverage-skipped", "info", COV, "Coverage of a component was not checked because its geometry is incomplete.",
-     "Fix the geometry findings first.")
+     "Fix the geometry findings first.",
+     doc="Fires for each component (backbone, fc, convolution, head, lm_head) whose expected tensors could not "
+         "be listed because the geometry is incomplete: a key missing, a layer count beyond the tensors "
+         "present, hidden_size not divisible by conv_group_size. That component's missing and surplus tensors "
+         "are then not judged.",
+     why="By itself it breaks nothing: the geometry findings (LC1xx) explain the gap. It says which coverage "
+         "checks did not run, so that an empty coverage section is not mistaken for a complete one.",
+     example="    head tensors not checked: LiLiCorr geometry is incomplete")
 
 rule("LC217", "legacy-names-refused", "error", COV,
      "Legacy Sequential MLP names in the head, for which the runtime has no parameter (it does not rename them).",
-     "Run `lilicorr-ckpt convert` to write the named-MLP layout.")
+     "Run `lilicorr-ckpt convert` to write the named-MLP layout.",
+     doc="Fires when head tensors use the legacy Sequential names (`lilicorr.feature_mlp.0` / `.1` / `.3`, "
+         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: vLLM.",
+     why="vLLM's named-MLP revision has no parameter for the Sequential names and refuses the checkpoint. "
+         "SGLang and TensorRT-LLM rename them (LC216).",
+     example="    lilicorr.feature_mlp.0.weight\n    lilicorr.feature_mlp.1.weight\n    "
+             "lilicorr.feature_mlp.3.weight")
 rule("LC218", "embed-tokens-copy", "warning", COV,
      "The draft carries its own embed_tokens.weight: the runtimes disagree on using it (dropped, used as the "
      "draft's input table, or replaced by the target's).",
-     "Drop it unless it is the target's table; drafters borrow the target's embeddings.")
+     "Drop it unless it is the target's table; drafters borrow the target's embeddings.",
+     doc="Fires when the draft carries its own `embed_tokens.weight` (after prefix stripping).",
+     why="The runtimes disagree on it: SGLang drops it, vLLM uses it as the draft's own input embedding, "
+         "TensorRT-LLM loads it and then replaces it with the target's. The same checkpoint serves the same "
+         "function on all three only if the table is the target's, unchanged.",
+     example="    model.embed_tokens.weight   BF16 [151936, 2048]")
 rule("LC219", "embedding-4d-loaded", "info", COV,
      "lilicorr.slot_embedding / rank_embedding stored 4-D (without the leading singleton), which this runtime loads "
-     "(its own parameter layout).", "Nothing to do for this runtime; `lilicorr-ckpt convert` writes the 5-D layout.")
+     "(its own parameter layout).", "Nothing to do for this runtime; `lilicorr-ckpt convert` writes the 5-D layout.",
+     doc="Fires when `lilicorr.slot_embedding` or `lilicorr.rank_embedding` is stored as the 4-D layout "
+         "(the 5-D shape without its leading singleton), for the runtimes whose own parameter is 4-D: "
+         "TensorRT-LLM. The runtimes with a 5-D parameter report the same tensor as LC208.",
+     why="TensorRT-LLM builds these embeddings 4-D and squeezes a 5-D tensor to fit, so it loads either "
+         "layout. SGLang and vLLM build them 5-D and their weight loaders refuse the 4-D tensor: a checkpoint "
+         "stored this way serves only on TensorRT-LLM.",
+     example="    lilicorr.slot_embedding   BF16 [1, 15, 1, 1024]\n\n"
+             "where the 5-D layout for block size 16 and head width 1024 is [1, 1, 15, 1, 1024].")
 rule("LC216", "legacy-names-renamed", "info", COV,
      "Legacy Sequential MLP names in the head, which every selected runtime renames.",
-     "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.")
+     "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.",
+     doc="Fires when head tensors use the legacy Sequential names of the training module "
+         "(`lilicorr.feature_mlp.0` / `.1` / `.3`, `lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that "
+         "rename them to the named-MLP layout: SGLang and TensorRT-LLM.",
+     why="Nothing breaks on these runtimes: SGLang (the revision with legacy renaming) and TensorRT-LLM rename "
+         "them on load. vLLM's named-MLP revision does not (LC217), so the checkpoint is portable only once "
+         "renamed.",
+     example="    lilicorr.feature_mlp.1.weight     (read as lilicorr.feature_mlp.up_proj.weight)\n    "
+             "lilicorr.layers.0.mlp.2.weight    (read as lilicorr.layers.0.mlp.down_proj.weight)")
 
 
 

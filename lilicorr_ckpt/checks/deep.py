@@ -12,17 +12,40 @@ from lilicorr_ckpt.checks.findings import rule
 
 # ---------------------------------------------------------------- catalogue
 DEEP = "deep"
-rule("LC701", "non-finite", "error", DEEP, "A tensor contains NaN or Inf.", "Re-export from a healthy training checkpoint.")
+rule("LC701", "non-finite", "error", DEEP, "A tensor contains NaN or Inf.", "Re-export from a healthy training checkpoint.",
+     doc="With `--deep`, scans every floating-point tensor's data (memory-mapped, in 16 MiB chunks) and fires "
+         "for each one that holds a NaN or an infinity; for F8_E4M3 tensors the NaN code (0x7F / 0xFF).",
+     why="A non-finite weight spreads to every activation it touches: the draft proposes nothing useful and "
+         "acceptance collapses, while every loader loads it without complaint.",
+     example="    `lilicorr.out_head.weight` contains NaN or Inf")
 rule("LC702", "all-zero", "warning", DEEP, "A weight tensor is all zeros (untrained or lost in export).",
-     "Check the export; an all-zero kernel_projection is the untrained initialisation.")
+     "Check the export; an all-zero kernel_projection is the untrained initialisation.",
+     doc="With `--deep`, fires for a weight-like tensor (a `.weight`, `in_proj_weight`, `base_kernel`, "
+         "`slot_embedding` or `rank_embedding`, not a norm) whose bytes are all zero (-0.0 counts as zero).",
+     why="It loads everywhere, and the module outputs nothing (or only its bias): usually an untrained module "
+         "or one lost in export. An all-zero convolution kernel_projection is the convolution's untrained "
+         "initialisation.",
+     example="    `lilicorr.in_head.weight` is all zeros")
 rule("LC703", "all-zero-scale", "error", DEEP,
      "A quantization scale tensor is all zeros: the module dequantizes to zero and outputs only its bias.",
      "Re-export the module; ModelOpt clamps NVFP4 weight_scale to [2^-9, 448] and derives the other scales from "
-     "non-zero amax values.")
+     "non-zero amax values.",
+     doc="With `--deep`, fires for a quantization scale tensor (`weight_scale`, `weight_scale_2`, "
+         "`input_scale`) whose values are all zero.",
+     why="A zero weight scale dequantizes the whole weight to zero, so the module outputs only its bias; a "
+         "zero input_scale quantizes its activations with a zero scale. The checkpoint loads everywhere and "
+         "serves a broken module.",
+     example="    lilicorr.pass_hidden_proj.weight_scale_2   F32 []   0.0")
 rule("LC704", "negative-scale", "error", DEEP,
      "A quantization scale holds negative values: the weights (or activations) it scales change sign.",
      "Re-export the module; every ModelOpt scale is an amax ratio (>= 0), and NVFP4 block scales are clamped to "
-     "[2^-9, 448].")
+     "[2^-9, 448].",
+     doc="With `--deep`, fires for a quantization scale tensor (`weight_scale`, `weight_scale_2`, "
+         "`input_scale`) that holds a negative non-zero value (for F8_E4M3 scales: a set sign bit on a "
+         "non-zero code).",
+     why="Every ModelOpt scale is an amax ratio and cannot be negative; a negative scale flips the sign of the "
+         "weights (or activations) it applies to, silently, on every runtime.",
+     example="    lilicorr.token_proj.weight_scale_2   F32 []   -0.001")
 
 
 SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales

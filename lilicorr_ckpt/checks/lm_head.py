@@ -8,17 +8,44 @@ from lilicorr_ckpt.checks.findings import rule
 # ---------------------------------------------------------------- catalogue
 HEAD = "lm_head"
 rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm_head.weight is absent.",
-     "Export lm_head.weight [vocab, hidden], or drop has_own_lm_head to borrow the target's head.")
+     "Export lm_head.weight [vocab, hidden], or drop has_own_lm_head to borrow the target's head.",
+     doc="Fires when `has_own_lm_head` is true (with hidden_size and vocab_size known) but `lm_head.weight` is "
+         "absent, for the runtimes that load an owned head: vLLM and TensorRT-LLM.",
+     why="vLLM expects the owned head's tensor and refuses without it; TensorRT-LLM \"requires checkpoint "
+         "lm_head weights\". SGLang does not read the flag and loads the checkpoint with the target's head.",
+     example="    \"has_own_lm_head\": true\n\n"
+             "and no `lm_head.weight` in the files.")
 rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true: runtimes disagree (some ignore or drop them, others use them as the draft's head).",
-     'Set "has_own_lm_head": true, or remove lm_head.*.')
+     'Set "has_own_lm_head": true, or remove lm_head.*.',
+     doc="Fires when lm_head tensors are present but `has_own_lm_head` is not true, for drafters other than "
+         "DSpark (a DSpark drafter's copy is LC405).",
+     why="The runtimes read the same files differently: SGLang drops the tensor, TensorRT-LLM ignores it and "
+         "uses the target's head, vLLM treats any lm_head tensor as the draft's own. The candidates are then "
+         "scored with a different head depending on where the drafter is served.",
+     example="    lm_head.weight   BF16 [151936, 2048]\n\n"
+             "with no \"has_own_lm_head\" in config.json.")
 rule("LC404", "own-head-dropped", "error", HEAD,
      "The checkpoint owns its lm_head but the runtime's DFlash draft has no lm_head parameter: the head is dropped "
      "and the target's is used, so the draft serves a different function than the one trained.",
-     "Serve an owned-head drafter with a runtime that loads it, or retrain with the target's head.")
+     "Serve an owned-head drafter with a runtime that loads it, or retrain with the target's head.",
+     doc="Fires when the checkpoint owns its head (`has_own_lm_head` true and `lm_head.weight` present), for "
+         "the runtimes whose DFlash draft has no lm_head parameter: SGLang.",
+     why="SGLang's DFlash draft model has no lm_head parameter: its weight loader drops lm_head.weight and "
+         "scores candidates with the target's head. The drafter loads cleanly and serves a different function "
+         "than the one trained. vLLM and TensorRT-LLM load the owned head.",
+     example="    \"has_own_lm_head\": true\n\n"
+             "with `lm_head.weight` BF16 [151936, 2048].")
 
 rule("LC405", "lm-head-copy", "warning", HEAD,
      "A DSpark drafter ships lm_head tensors without has_own_lm_head (DeepSpec's frozen copy of the target's head): "
-     "the runtimes disagree on using it.", "Drop the copy, or set has_own_lm_head if the head was trained.")
+     "the runtimes disagree on using it.", "Drop the copy, or set has_own_lm_head if the head was trained.",
+     doc="Fires for a DSpark drafter that ships lm_head tensors without `has_own_lm_head`, as DeepSpec exports "
+         "a frozen copy of the target's head.",
+     why="TensorRT-LLM skips the copy and uses the target's head; vLLM keeps it as the draft's own. Both serve "
+         "the same function only if the copy is the target's head unchanged, which nothing in the checkpoint "
+         "proves.",
+     example="    \"architectures\": [\"Qwen3DSparkModel\"]\n\n"
+             "with `lm_head.weight` [V, M] and no has_own_lm_head.")
 
 
 # ---------------------------------------------------------------- checks

@@ -15,71 +15,270 @@ from lilicorr_ckpt.profiles import RuntimeProfile, matches_any
 # ---------------------------------------------------------------- catalogue
 QNT = "quantization"
 rule("LC301", "quant-config-disagree", "warning", QNT, "hf_quant_config.json and config.json quantization_config disagree; runtimes that read different copies see different quantization.",
-     "Make both describe the same algorithm, group size and exclusions (`lilicorr-ckpt convert` rewrites both).")
+     "Make both describe the same algorithm, group size and exclusions (`lilicorr-ckpt convert` rewrites both).",
+     doc="When both config.json's `quantization_config` and hf_quant_config.json are present and readable, "
+         "compares them and fires when the algorithm (`quant_algo`), the group size (absent counts as 16) or "
+         "the set of exclusions differ.",
+     why="The runtimes do not read the same file: SGLang and vLLM read config.json's quantization_config and "
+         "fall back to hf_quant_config.json only when config.json has none; TensorRT-LLM reads "
+         "hf_quant_config.json first and only warns when the inline copy differs. Two descriptions mean one "
+         "runtime may quantize a module that another keeps in float, or use another group size. Each runtime's "
+         "modules and scales are judged on the copy it reads, so what breaks a loader is reported for that "
+         "runtime (LC304-LC318); this warning says the two copies describe different checkpoints.",
+     example="    config.json           \"quantization_config\": {\"quant_algo\": \"NVFP4\", \"group_size\": "
+             "16, \"ignore\": [\"*q_proj\", ...]}\n    hf_quant_config.json  \"quantization\": "
+             "{\"quant_algo\": \"NVFP4\", \"group_size\": 32, \"exclude_modules\": [\"*q_proj\", ...]}")
 rule("LC302", "quant-method", "error", QNT, "config.json quantization_config has no quant_method the runtime can use.",
-     'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).')
+     'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).',
+     doc="Fires when config.json's quantization_config has no `quant_method`, for the runtimes that derive one "
+         "but cannot here: vLLM derives it only for the nested ModelOpt form (producer modelopt) of FP8, "
+         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO and NVFP4, so it fires for the flat form, another producer or "
+         "another algorithm. Also fires when config.json has no quantization_config and vLLM, reading "
+         "hf_quant_config.json instead, cannot derive a method from it. Where vLLM can derive the method, "
+         "LC322 applies.",
+     why="vLLM picks its quantization method from quant_method. Without one, and without a method it can "
+         "derive, it refuses the checkpoint (\"Unknown ModelOpt quant algo\").",
+     example="    \"quantization_config\": {\"quant_algo\": \"NVFP4\", \"group_size\": 16, \"ignore\": "
+             "[\"*q_proj\", \"*k_proj\", \"*v_proj\"]}\n\n"
+             "(the flat form with no \"quant_method\": \"modelopt_fp4\").")
 rule("LC303", "quant-config-keys", "error", QNT, "The nested quantization form lacks keys the runtime's nested-form parser requires.",
-     "Write group_size, kv_cache_quant_algo and exclude_modules (null is allowed).")
+     "Write group_size, kv_cache_quant_algo and exclude_modules (null is allowed).",
+     doc="Fires for a quantization document in the nested ModelOpt form (`{\"producer\": ..., "
+         "\"quantization\": {...}}`, in either file) whose NVFP4 `quantization` object lacks `group_size`, "
+         "`kv_cache_quant_algo` or `exclude_modules`, for the runtimes that require them: vLLM.",
+     why="vLLM's nested-form parser reads these three keys directly and refuses the document when one is "
+         "absent; null is accepted.",
+     example="    hf_quant_config.json:\n    {\"producer\": {\"name\": \"modelopt\"},\n     \"quantization\": "
+             "{\"quant_algo\": \"NVFP4\", \"group_size\": 16, \"exclude_modules\": [\"lm_head\"]}}\n\n"
+             "(no kv_cache_quant_algo; write \"kv_cache_quant_algo\": null).")
 rule("LC304", "quant-tensors", "error", QNT, "A quantized module lacks a scale tensor, or a scale/weight has the wrong dtype or shape.",
-     "Re-export the module with its weight, weight_scale, weight_scale_2 (and input_scale for W4A4).")
+     "Re-export the module with its weight, weight_scale, weight_scale_2 (and input_scale for W4A4).",
+     doc="For every linear module whose weight is stored quantized (U8: packed NVFP4; F8_E4M3: FP8), compares "
+         "its tensors with the layout of the scheme the config declares for it: the weight ([out, in/2] U8 for "
+         "NVFP4, [out, in] F8_E4M3 for FP8), `weight_scale` (F8_E4M3 [out, in/group] for NVFP4, F32 scalar, "
+         "per-channel [out] or 128-block per FP8 variant), `weight_scale_2` (F32 scalar, NVFP4) and "
+         "`input_scale` (F32 scalar, schemes that quantize activations). Fires for each missing tensor, each "
+         "wrong dtype or shape, and each scale tensor the layout does not have (an input_scale on a "
+         "weight-only scheme is LC315).",
+     why="The scales are trained checkpoint data, not something a loader can recompute. Without weight_scale_2 "
+         "an NVFP4 module is refused everywhere: SGLang, vLLM (\"NVFP4 scales are trained checkpoint data\"), "
+         "TensorRT-LLM (\"linear layer is missing\"). A missing input_scale in a static-activation format "
+         "fails with a KeyError or degrades silently where a default is used.",
+     example="    lilicorr.context_proj.weight         U8      [1024, 1024]\n    "
+             "lilicorr.context_proj.weight_scale   F8_E4M3 [1024, 128]\n\n"
+             "and no `lilicorr.context_proj.weight_scale_2`.")
 rule("LC305", "nvfp4-in-features", "error", QNT, "An NVFP4 module's in_features is not a multiple of the group size.",
-     "Exclude the module from quantization.")
+     "Exclude the module from quantization.",
+     doc="Fires for a module stored as NVFP4 whose in_features is not a multiple of the scheme's group size "
+         "(16 unless the config says otherwise).",
+     why="NVFP4 stores one block scale per group_size input columns; a width that does not divide cannot be "
+         "packed in whole blocks, so the weight_scale shape the runtimes expect does not exist and the load "
+         "fails. The LiLiCorr head's feature_mlp.up_proj reads 5 features and can never be NVFP4.",
+     example="    lilicorr.layers.0.attn.out_proj.weight   U8 [40, 20]     (in_features 40, group size 16)")
 rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquantized (or whose raw weight it slices) is stored quantized.",
      "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).",
-     doc="""Some modules are always built as plain floating-point layers by the runtime, whatever the quantization
-config says (the LiLiCorr head's small projections, norms, fc), or the runtime slices their raw weight
-(e.g. splitting a fused projection by rows). A packed NVFP4 weight (uint8, two values per byte) or an FP8
-weight then meets a float parameter of twice (or the same) width and a different dtype: the loader
-refuses the checkpoint with a shape or dtype mismatch, or, where it copies bytes, loads garbage.
-
-Example: `lilicorr.feature_mlp.up_proj.weight` stored as U8 [R, F/2] with weight_scale / weight_scale_2,
-while SGLang builds feature_mlp unquantized: the load fails on the [R, F] float parameter.""")
+     doc="For each selected runtime, fires for every linear module stored quantized (U8 or F8_E4M3 weight) "
+         "that the runtime builds in floating point whatever the quantization config says, or whose raw weight "
+         "it slices and so needs in float. SGLang builds the draft layers' q/k/v projections, "
+         "`lilicorr.factor_input_proj`, `out_head`, `in_head` and `lilicorr.feature_mlp.*` unquantized; vLLM "
+         "builds `factor_input_proj`, `out_head` and `in_head` unquantized and slices the raw q/k/v weight in "
+         "its fused-KV context path; TensorRT-LLM slices the raw q/k/v weight into its fused context-KV buffer.",
+     why="A packed NVFP4 weight (uint8, two values per byte) or an FP8 weight meets a float parameter of "
+         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), vLLM and TensorRT-LLM "
+         "crash with an untyped error when they slice the raw weight. For factor_input_proj / out_head / "
+         "in_head: SGLang and vLLM refuse (plain linears); TensorRT-LLM loads them quantized. For feature_mlp: "
+         "SGLang refuses; vLLM and TensorRT-LLM follow the config.",
+     example="    lilicorr.out_head.weight           U8      [F, h/2]\n    lilicorr.out_head.weight_scale     "
+             "F8_E4M3 [F, h/16]\n    lilicorr.out_head.weight_scale_2   F32     []\n\n"
+             "SGLang and vLLM build out_head as a float [F, h] layer and refuse it.")
 rule("LC307", "unprotected-float", "error", QNT, "A module stored in float that the runtime would build quantized (no exclusion matches it).",
-     "Add an exclusion pattern that matches the module as the runtime names it (index-free, e.g. `*self_attn.q_proj`).")
+     "Add an exclusion pattern that matches the module as the runtime names it (index-free, e.g. `*self_attn.q_proj`).",
+     doc="For each selected runtime, fires for every linear module stored in float that the runtime would "
+         "build quantized: the config's scheme applies to it, the runtime does not force it to float, and no "
+         "exclusion pattern matches the module as that runtime names it. The names differ per runtime: vLLM "
+         "prefixes `model.`, renumbers draft layer i to `model.layers.{num_target_layers+i}` and fuses q/k/v "
+         "into `qkv_proj`; SGLang fuses without renumbering; TensorRT-LLM matches `name` or `model.name`. The "
+         "message gives the name the pattern has to match.",
+     why="The runtime builds a quantized layer and expects a packed weight and its scales; it finds a float "
+         "weight and no scales, and the load fails. An exclusion that looks right (a base-model name, a "
+         "pattern with a layer index) often matches nothing in one runtime's naming.",
+     example="    \"ignore\": [\"*q_proj\", \"*k_proj\", \"*v_proj\", \"*qkv_proj\", \"*in_head\", "
+             "\"*lilicorr.out_head\", \"*factor_input_proj\"]\n\n"
+             "with `lilicorr.feature_mlp.up_proj.weight` stored in BF16: vLLM and TensorRT-LLM would build "
+             "feature_mlp quantized (SGLang builds it in float: LC309).")
 rule("LC308", "excluded-but-quantized", "error", QNT, "An excluded or float module ships quantized weights or scale tensors.",
-     "Drop the scales (the lm_head.input_scale trap) or remove the module from the exclusions.")
+     "Drop the scales (the lm_head.input_scale trap) or remove the module from the exclusions.",
+     doc="Fires for a module stored in float that ships `weight_scale`, `weight_scale_2` or `input_scale` "
+         "tensors (for every runtime), and, per runtime, for a module stored quantized that the runtime builds "
+         "in float because an exclusion matches it as that runtime names it, or because the config's scheme "
+         "does not quantize it (a MIXED_PRECISION config without an entry for it).",
+     why="The runtime builds a float layer: a packed weight fails its shape check, and scale tensors have no "
+         "parameter to load into, so strict loaders refuse them (the classic case is an `lm_head.input_scale` "
+         "left beside a bfloat16 lm_head).",
+     example="    \"ignore\": [..., \"*self_attn.o_proj\"]\n\n"
+             "with `layers.0.self_attn.o_proj.weight` stored as U8: every runtime builds o_proj in float.")
 rule("LC309", "float-not-excluded", "warning", QNT, "A module the runtime always builds in float is not in the exclusions.",
-     "List it in `ignore`/`exclude_modules` so other readers agree.")
+     "List it in `ignore`/`exclude_modules` so other readers agree.",
+     doc="Per runtime, fires for a module stored in float that the runtime always builds in float (or needs in "
+         "float), while the config's scheme would apply to it and no exclusion lists it.",
+     why="It loads on this runtime, which ignores the config for the module. But the config says the module is "
+         "quantized: a runtime that follows the config for it builds a quantized layer and fails (LC307), and "
+         "tools that read the config (converters, inspectors) are misled. Listing it makes every reader agree.",
+     example="    \"ignore\": [\"*q_proj\", \"*k_proj\", \"*v_proj\", \"*qkv_proj\", \"*in_head\", "
+             "\"*lilicorr.out_head\", \"*factor_input_proj\"]\n\n"
+             "with feature_mlp stored in BF16: SGLang builds it in float anyway (LC309); vLLM and TensorRT-LLM "
+             "fail on it (LC307).")
 rule("LC310", "exclusion-pattern", "warning", QNT, "An exclusion pattern no runtime can match as written (training prefix, layer index, base-model name).",
-     "Strip training prefixes, drop base-model names and use index-free suffix wildcards.")
+     "Strip training prefixes, drop base-model names and use index-free suffix wildcards.",
+     doc="Fires for an exclusion pattern that keeps a training prefix (`dflash_module.` or `eagle_module.`, at "
+         "the start or after a dot), or that names a draft backbone layer index (`layers.0.`, not "
+         "`lilicorr.layers.N`), or that has a digit followed by `*`.",
+     why="No runtime strips training prefixes from exclusion patterns, so such a pattern matches nothing. vLLM "
+         "renumbers draft layers to `model.layers.{num_target_layers+i}`, so an index written for the draft "
+         "never matches there, and a glob such as `layers.1*` also hits layers 10-19. The module the pattern "
+         "was meant to keep in float is then built quantized (LC307, LC306).",
+     example="    \"ignore\": [\"dflash_module.lilicorr.out_head\", \"model.layers.0.self_attn.q_proj\"]")
 rule("LC311", "quant-without-metadata", "error", QNT, "Quantized tensors but no quantization metadata.",
-     "Write hf_quant_config.json and config.json quantization_config.")
+     "Write hf_quant_config.json and config.json quantization_config.",
+     doc="Fires when linear modules are stored quantized (U8 or F8_E4M3 weights) but there is no quantization "
+         "metadata: neither config.json's quantization_config nor hf_quant_config.json.",
+     why="Without metadata every runtime builds float layers and refuses the packed weights (TensorRT-LLM: "
+         "\"Packed or FP8 LiLiCorr weights require quantization metadata\").",
+     example="    lilicorr.context_proj.weight         U8 [1024, 1024]\n\n"
+             "with no quantization_config in config.json and no hf_quant_config.json.")
 rule("LC312", "quant-algo", "error", QNT, "The quantization algorithm is missing or not one the drafter loaders support.",
-     "Use NVFP4, W4A16_NVFP4 or FP8.")
+     "Use NVFP4, W4A16_NVFP4 or FP8.",
+     doc="Fires when the quantization config in effect (config.json's quantization_config, else "
+         "hf_quant_config.json) names no `quant_algo`, or one whose tensor layout the drafter loaders do not "
+         "support (NVFP4, W4A16_NVFP4, FP8 and its per-channel and block variants, or MIXED_PRECISION with "
+         "per-layer entries). The per-module checks do not run then.",
+     why="A runtime cannot build quantized layers for an algorithm it does not know, and refuses the config; "
+         "an absent algorithm leaves nothing to build from.",
+     example="    \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"W8A16\", "
+             "\"ignore\": [\"lm_head\"]}")
 rule("LC313", "fused-shards-disagree", "error", QNT, "The exclusions name some but not all parts of a fused module.",
-     "Exclude all of q/k/v (gate/up) or none.")
+     "Exclude all of q/k/v (gate/up) or none.",
+     doc="For vLLM, fires when the exclusions name some but not all shards of a fused module exactly (q_proj / "
+         "k_proj / v_proj of `qkv_proj`, gate_proj / up_proj of `gate_up_proj`), as vLLM names them.",
+     why="A fused layer has one quantization state for all its shards; vLLM refuses exclusions that split it. "
+         "The conflict is judged for vLLM's matching only.",
+     example="    \"num_target_layers\": 4,\n    \"quantization_config\": {\"ignore\": "
+             "[\"model.layers.4.self_attn.q_proj\"], ...}\n\n"
+             "excludes the q shard of draft layer 0 (vLLM's `model.layers.4.self_attn.qkv_proj`) but not k and "
+             "v.")
 rule("LC314", "quant-unconfirmed", "warning", QNT, "A quantized module whose quantized loading is not confirmed for this runtime.",
-     "Keep it in the model dtype, or test the runtime yourself.")
+     "Keep it in the model dtype, or test the runtime yourself.",
+     doc="Per runtime, fires for a module stored quantized, with the config quantizing it and no exclusion "
+         "matching, whose quantized loading is not confirmed for that runtime: for SGLang the convolution "
+         "`kernel_projection` layers and an owned `lm_head`.",
+     why="Whether SGLang builds these modules quantized, and so loads the packed weight, was not established "
+         "from its code. It may load, or refuse on the weight's shape.",
+     example="    layers.0.attention_conv.kernel_projection.weight   U8 [256, 1024]\n\n"
+             "under an NVFP4 config that does not exclude it.")
 rule("LC315", "w4a16-input-scale", "warning", QNT, "A W4A16 module ships an input_scale the runtime has no parameter for.",
-     "Drop input_scale for weight-only NVFP4.")
+     "Drop input_scale for weight-only NVFP4.",
+     doc="Fires for a quantized module that has an `input_scale` tensor when its scheme quantizes weights only "
+         "(W4A16_NVFP4; also FP8_PER_CHANNEL_PER_TOKEN and FP8_PB_WO, whose activations are not statically "
+         "scaled).",
+     why="The runtime's layer for a weight-only scheme has no input_scale parameter: a loader that refuses "
+         "unknown tensors refuses the checkpoint, one that skips them drops the scale. Weight-only NVFP4 "
+         "without input_scale loads on every audited runtime.",
+     example="    \"quant_algo\": \"W4A16_NVFP4\"\n\n"
+             "with `fc.input_scale` F32 [] beside `fc.weight` U8.")
 rule("LC316", "quant-config-unreadable", "error", QNT, "A quantization config cannot be interpreted.",
-     "Write the nested ModelOpt form in hf_quant_config.json and the flat form in config.json.")
+     "Write the nested ModelOpt form in hf_quant_config.json and the flat form in config.json.",
+     doc="Fires for each quantization document that cannot be interpreted: not a JSON object, neither the "
+         "nested ModelOpt form (`{producer, quantization}`) nor the flat form (`{quant_algo, ignore, "
+         "quant_method}`), or an exclusion list (`exclude_modules`, `ignore`) that is not a list of strings.",
+     why="A runtime that reads the document cannot tell which modules are quantized or how, and refuses the "
+         "checkpoint or treats it as unquantized; the checker cannot judge the modules against it either.",
+     example="    hf_quant_config.json:  {\"algo\": \"NVFP4\"}")
 rule("LC317", "quant-unused", "warning", QNT, "Quantization metadata is present but no tensor is quantized.",
-     "Remove the metadata, or export the quantized weights.")
+     "Remove the metadata, or export the quantized weights.",
+     doc="Fires when a quantization config with a supported algorithm is in effect but no linear module's "
+         "weight is stored quantized (all are float).",
+     why="Runtimes follow the metadata: they build quantized layers for every module not excluded and then "
+         "find float weights without scales, so the load fails (LC307 names the modules). The metadata can be "
+         "left over from an export that was dequantized afterwards.",
+     example="    hf_quant_config.json  \"quantization\": {\"quant_algo\": \"NVFP4\", ...}\n\n"
+             "with every weight in BF16.")
 rule("LC318", "kv-cache-scales", "warning", QNT, "KV-cache scales (k_scale / v_scale) without FP8 KV-cache quantization declared.",
-     "Declare kv_cache_quant_algo, or drop the k_scale / v_scale tensors.")
+     "Declare kv_cache_quant_algo, or drop the k_scale / v_scale tensors.",
+     doc="Fires when `k_scale` / `v_scale` tensors are present on the draft's attention modules but the "
+         "quantization config in effect sets no `kv_cache_quant_algo`.",
+     why="These scales calibrate an FP8 KV cache. With no KV-cache quantization declared the runtime runs an "
+         "unquantized cache and has no parameter for them: a strict loader refuses them, another drops them. "
+         "If the cache was meant to be FP8, the declaration is what is missing.",
+     example="    layers.0.self_attn.k_proj.k_scale   F32 []\n\n"
+             "with \"kv_cache_quant_algo\": null.")
 rule("LC320", "flat-exclusions-key", "error", QNT,
      "The flat quantization_config lists its exclusions under `exclude_modules`, but the runtime reads only `ignore` "
      "from the flat form: it would build the float modules quantized.",
      "Rename `exclude_modules` to `ignore` in config.json's quantization_config (keep `exclude_modules` in "
-     "hf_quant_config.json).")
+     "hf_quant_config.json).",
+     doc="Fires when config.json's quantization_config is in the flat form and lists its exclusions under "
+         "`exclude_modules` with no `ignore`, for the runtimes that read only `ignore` from the flat form: "
+         "SGLang and vLLM.",
+     why="SGLang's ModelOpt FP4 config reads the flat form's exclusions from `ignore` only (default: none), "
+         "and so does vLLM's flat-form parser. They see no exclusion and would build every float module "
+         "quantized; the load then fails on the modules stored in float (LC307).",
+     example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
+             "\"group_size\": 16,\n                            \"exclude_modules\": [\"lm_head\", \"*q_proj\", "
+             "\"*k_proj\", \"*v_proj\"]}")
 rule("LC321", "flat-group-size", "error", QNT,
      "The flat quantization_config has no top-level group_size, and the runtime's default (16) differs from the "
      "group size the weights were quantized with.",
-     "Write the group size at the top level of config.json's quantization_config.")
+     "Write the group size at the top level of config.json's quantization_config.",
+     doc="For config.json's flat NVFP4 quantization_config without a top-level `group_size`, fires for each "
+         "runtime that then uses a default (vLLM: 16) when the group size the weights were quantized with "
+         "differs: the one in `config_groups.group_0.weights.group_size`, else hf_quant_config.json's.",
+     why="vLLM reads the flat form's top-level group_size only, defaulting to 16, and expects every NVFP4 "
+         "weight_scale to be [out, in/16]; weights quantized with 32-column groups have [out, in/32] and fail "
+         "the shape check.",
+     example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
+             "\"ignore\": [...],\n                            \"config_groups\": {\"group_0\": {\"weights\": "
+             "{\"group_size\": 32}}}}")
 rule("LC324", "flat-group-size-missing", "error", QNT,
      "The flat NVFP4 quantization_config gives no group size (neither top-level group_size nor config_groups' "
      "weights), which the runtime refuses (\"requires group_size\").",
-     "Write the group size at the top level of config.json's quantization_config.")
+     "Write the group size at the top level of config.json's quantization_config.",
+     doc="For config.json's flat NVFP4 quantization_config, fires when no group size is given at all (no "
+         "top-level `group_size` and no `config_groups.group_0.weights.group_size`), for the runtimes that "
+         "refuse it then: SGLang.",
+     why="SGLang's ModelOpt FP4 config takes the group size from the top level or the first config group's "
+         "weights and otherwise refuses: \"NVFP4 quantization requires group_size\". vLLM assumes 16 instead "
+         "(LC321 when that is wrong).",
+     example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
+             "\"ignore\": [\"lm_head\"]}")
 rule("LC319", "hf-quant-config-missing", "warning", QNT, "config.json declares quantization but hf_quant_config.json is absent.",
-     "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.")
+     "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.",
+     doc="Fires when config.json has a quantization_config but the checkpoint has no hf_quant_config.json.",
+     why="ModelOpt exports write both files. A reader that looks only at hf_quant_config.json sees an "
+         "unquantized checkpoint and builds float layers for the packed weights.",
+     example="    config.json  \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": "
+             "\"NVFP4\", ...}\n\n"
+             "and no hf_quant_config.json beside it.")
 
 rule("LC322", "quant-method-missing", "warning", QNT,
      "config.json quantization_config has no quant_method; this runtime derives one, others may not.",
-     'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).')
+     'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).',
+     doc="Fires when config.json's quantization_config has no `quant_method`, for the runtimes not known to "
+         "derive one (SGLang, TensorRT-LLM), and also for vLLM when it can derive one (the nested ModelOpt "
+         "form of FP8 or NVFP4; where it cannot, LC302 applies).",
+     why="Only vLLM is known to derive a method (for ModelOpt's nested FP8 and NVFP4 forms); for SGLang and "
+         "TensorRT-LLM no derivation is recorded. Whether the checkpoint loads then depends on each reader's "
+         "fallback, where the flat form with an explicit quant_method reads the same everywhere.",
+     example="    \"quantization_config\": {\"producer\": {\"name\": \"modelopt\"},\n                          "
+             "  \"quantization\": {\"quant_algo\": \"NVFP4\", \"group_size\": 16, ...}}")
 rule("LC323", "exclusion-unmatched", "info", QNT,
      "An exclusion pattern matches no module of this drafter under any runtime (a base-model or training-time name).",
-     "Nothing to do unless it was meant to exclude a drafter module.")
+     "Nothing to do unless it was meant to exclude a drafter module.",
+     doc="Fires for an exclusion pattern (with no training prefix or layer index: those are LC310) that "
+         "matches no linear module of this drafter under any runtime's matching.",
+     why="Harmless by itself: typically a base-model pattern carried over from the target's export. But a "
+         "pattern meant for a drafter module that matches nothing is silent too, and that module is then "
+         "quantized (LC307 says where that fails).",
+     example="    \"ignore\": [..., \"model.embed_tokens\"]")
 
 
 

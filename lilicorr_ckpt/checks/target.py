@@ -10,20 +10,70 @@ from lilicorr_ckpt.checks.findings import rule
 # ---------------------------------------------------------------- catalogue
 TGT = "target"
 rule("LC501", "target-hidden-size", "error", TGT, "The draft and target hidden sizes differ.",
-     "Validate against the target the drafter was trained for.")
+     "Validate against the target the drafter was trained for.",
+     doc="With `--target`, fires when the draft's hidden_size differs from the target's (its config.json, or "
+         "the GGUF metadata), and when the target's input embedding table (its header) is neither as wide as "
+         "the draft nor as wide as the target's own hidden_size says.",
+     why="The draft reads the target's hidden states (fc takes T x hidden_size columns of them) and borrows "
+         "its embeddings; with another width the target's hidden states do not fit fc's input. A different "
+         "width means the drafter was trained for another target.",
+     example="    drafter config.json  \"hidden_size\": 2048\n    target config.json   \"hidden_size\": 4096")
 rule("LC502", "target-layer-range", "error", TGT, "A target_layer_id is not a layer of the target.",
-     "Ids use the HF convention: id i reads the output of target layer i (hidden_states[i+1]); valid ids are 0..L-1.")
+     "Ids use the HF convention: id i reads the output of target layer i (hidden_states[i+1]); valid ids are 0..L-1.",
+     doc="With `--target`, fires when a target_layer_id is >= the target's layer count (num_hidden_layers, or "
+         "the GGUF block_count). When the largest id equals the layer count, the message says the ids look "
+         "shifted by one.",
+     why="There is no such layer to read. Either the drafter was trained for a deeper target, or the ids "
+         "follow a \"before layer i\" convention: id i reads the output of layer i (Hugging Face's "
+         "hidden_states[i+1]), so valid ids are 0..L-1. Depending on where the runtime takes the layer count "
+         "from, the load is refused or the draft fails when it gathers the hidden states.",
+     example="    target  \"num_hidden_layers\": 28\n    drafter \"dflash_config\": {\"target_layer_ids\": [1, "
+             "7, 14, 21, 28]}")
 rule("LC503", "target-vocab", "error", TGT, "The draft and target vocabularies differ.",
-     "LiLiCorr scores candidates with the target's embeddings; the vocabularies must be identical.")
+     "LiLiCorr scores candidates with the target's embeddings; the vocabularies must be identical.",
+     doc="With `--target`, fires when the draft's vocab_size differs from the target's, and, for the runtimes "
+         "that require it (TensorRT-LLM), when the target's input embedding has another number of rows than "
+         "the draft's vocab_size.",
+     why="LiLiCorr scores candidates with the target's embeddings and the target verifies them, so a token id "
+         "must mean the same token in both. TensorRT-LLM refuses an embedding whose num_embeddings is not V.",
+     example="    drafter \"vocab_size\": 128256\n    target  \"vocab_size\": 151936")
 rule("LC504", "target-mask-token", "error", TGT, "mask_token_id is outside the target's embedding table or is a special token.",
-     "Use a dedicated mask token that exists in the target embedding and is not eos/bos/pad.")
+     "Use a dedicated mask token that exists in the target embedding and is not eos/bos/pad.",
+     doc="With `--target`, fires when mask_token_id is not below the target's embedding rows (or its "
+         "vocab_size when the embedding header was not read), and when it equals the target's bos, eos or pad "
+         "token id.",
+     why="The mask token's embedding fills every draft position. An id outside the table cannot be looked up; "
+         "a special token the target also uses (eos, bos, pad) is not a dedicated mask, and its embedding "
+         "carries that token's meaning.",
+     example="    target generation_config.json  \"eos_token_id\": 151645\n    drafter  \"dflash_config\": "
+             "{\"mask_token_id\": 151645}")
 rule("LC505", "target-layer-count", "warning", TGT, "num_target_layers differs from the target's layer count.",
-     "Write the target's num_hidden_layers.")
+     "Write the target's num_hidden_layers.",
+     doc="With `--target`, fires when the draft's num_target_layers differs from the target's layer count.",
+     why="Runtimes that size or check the tapped layers with num_target_layers (SGLang checks target_layer_ids "
+         "against it) work with a wrong depth; often the value was copied from another target. The ids "
+         "themselves are judged by LC502.",
+     example="    target  \"num_hidden_layers\": 36\n    drafter \"num_target_layers\": 28")
 rule("LC506", "target-rope", "warning", TGT, "rope_theta differs from the target's (the exporter copies it).",
-     "Check that this is the right target.")
+     "Check that this is the right target.",
+     doc="With `--target`, fires when the draft's rope_theta differs from the target's (relative tolerance "
+         "1e-6).",
+     why="The exporter copies rope_theta from the target, and the draft attends over positions encoded like "
+         "the target's. A different value loads everywhere and shifts the draft's position encoding, or means "
+         "this is not the drafter's target.",
+     example="    target  \"rope_theta\": 1000000.0\n    drafter \"rope_theta\": 10000.0")
 rule("LC507", "target-unchecked", "warning", TGT,
      "A target compatibility check did not run: the target's config lacks the value it needs, or gives it with the "
-     "wrong type.", "Point --target at the target's own Hugging Face directory (or GGUF file), with integer geometry.")
+     "wrong type.", "Point --target at the target's own Hugging Face directory (or GGUF file), with integer geometry.",
+     doc="With `--target`, fires when the target's config or GGUF metadata lacks a value a compatibility check "
+         "needs (hidden_size / embedding_length, num_hidden_layers / block_count, vocab_size) or gives it with "
+         "the wrong type, and names the checks that did not run (hidden size, layer ids and count, vocabulary, "
+         "mask token range).",
+     why="The drafter was not compared with the target on those points, so a mismatch there (LC501-LC504) "
+         "would go unreported. Often --target points at something other than the target's own directory or "
+         "file.",
+     example="    target config.json  \"hidden_size\": \"4096\"\n\n"
+             "(a string): the hidden-size check is skipped.")
 
 
 
