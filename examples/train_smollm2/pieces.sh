@@ -4,9 +4,11 @@
 #   TARGET=path/to/SmolLM2 WORK=scratch OUT=results examples/train_smollm2/pieces.sh STEP [STEP...]
 #
 # STEP: hf (a bf16 copy of a GGUF target as an HF directory, so later steps load it in seconds), data
-# (the target answers 16384 self-written prompts greedily), fit (train or resume for BUDGET seconds; a new
-# run plans its length to PLAN seconds), export (ModelOpt layout -> convert -> validate --strict),
-# smoke (all bundled probes on the GPU). Every step can be rerun; fit resumes from $WORK/run/state.pt.
+# (the target answers PROMPTS prompts greedily, once per seed in SEEDS, from the sources in MIX), fit (train
+# or resume for BUDGET seconds on every $WORK/data-*.npz; a new run plans its length to PLAN seconds and
+# starts from INIT_FROM's weights when set, else from target layer INIT_LAYER), export (ModelOpt layout ->
+# convert -> validate --strict), smoke (the bundled probes on the GPU). Every step can be rerun; fit resumes
+# from $WORK/run/state.pt.
 set -euo pipefail
 : "${TARGET:?set TARGET}" "${WORK:?set WORK}" "${OUT:=$WORK/out}"
 mkdir -p "$WORK" "$OUT"
@@ -31,12 +33,17 @@ t.tokenizer.save_pretrained(sys.argv[2])
 PY
       T=$WORK/target ;;
     data)
-      python -m lilicorr_runtime.train generate --target "$T" --out "$WORK/data.npz" --prompts "${PROMPTS:-16384}" \
-        --max-new-tokens "${NEW_TOKENS:-256}" --batch-size 512
-      cp "$WORK/data.npz" "$OUT/" ;;
+      for seed in ${SEEDS:-0}; do
+        python -m lilicorr_runtime.train generate --target "$T" --out "$WORK/data-$seed.npz" --prompts "${PROMPTS:-16384}" \
+          --max-new-tokens "${NEW_TOKENS:-256}" --batch-size 512 --seed "$seed" --mix "${MIX:-templates}"
+      done ;;
     fit)
-      python -m lilicorr_runtime.train train "$WORK/run" --target "$T" --data "$WORK/data.npz" --mask-token-id "${MASK:-16}" \
-        --init-layer "${INIT_LAYER:-29}" --batch-size "${BATCH:-32}" --anchors 48 --plan-seconds "${PLAN:-720}" --time-budget "${BUDGET:-400}"
+      start=(--init-layer "${INIT_LAYER:-29}")
+      [ -n "${INIT_FROM:-}" ] && start=(--init-from "$INIT_FROM")
+      data=(); for f in "$WORK"/data-*.npz; do data+=(--data "$f"); done
+      python -m lilicorr_runtime.train train "$WORK/run" --target "$T" "${data[@]}" --mask-token-id "${MASK:-16}" \
+        "${start[@]}" --batch-size "${BATCH:-32}" --anchors 48 --plan-seconds "${PLAN:-720}" --time-budget "${BUDGET:-400}" \
+        --lr-drafter "${LR_DRAFTER:-6e-4}" --lr-head "${LR_HEAD:-3e-4}"
       cp "$WORK/run/log.jsonl" "$OUT/" ;;
     export)
       python -m lilicorr_runtime.train export "$WORK/run" --out "$WORK/export"
