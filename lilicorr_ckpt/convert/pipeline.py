@@ -112,7 +112,7 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
 
     remove_stale_temporaries(dst_path)
     replacing = options.force and dst_path.is_dir()
-    progress = Progress.for_terminal(plan.total_bytes, options.quiet)
+    progress = Progress.for_terminal(options.quiet, total=plan.total_bytes)
     with sigterm_unwinds():  # the temporary directory is removed on SIGTERM too
         tmp, created = make_temporary(dst_path)
         try:

@@ -12,13 +12,11 @@ import math
 import os
 import platform
 import re
-import sys
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TextIO
+from typing import Any
 
 import msgspec
 
@@ -27,6 +25,7 @@ from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target
 from lilicorr_ckpt.checkpoint.source import PICKLE_SUFFIXES
 from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.checkpoint.tensors import read_header
+from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
 from lilicorr_ckpt.smoke.gates import (
     DEFAULT_MIN_HEAD_GAIN,
@@ -90,43 +89,6 @@ class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str | None = None  # float32 on the CPU, bfloat16 with --gpu
     runtime: str = "all"
     warmup: bool = True
-
-
-class Progress:
-    """One self-overwriting status line on stderr, only on a terminal."""
-
-    def __init__(self, total: int = 0, *, enabled: bool, stream: TextIO | None = None):
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.stream = stream or sys.stderr
-        self.started = time.monotonic()
-        self._dirty = False
-
-    @classmethod
-    def for_terminal(cls, quiet: bool) -> Progress:
-        return cls(enabled=not quiet and sys.stderr.isatty())
-
-    def _write(self, text: str) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K" + text)
-            self.stream.flush()
-            self._dirty = True
-
-    def note(self, text: str) -> None:
-        self._write(f"  smoke: {text}...")
-
-    def advance(self, label: str) -> None:
-        self.done += 1
-        width = 24
-        filled = width * self.done // max(self.total, 1)
-        elapsed = time.monotonic() - self.started
-        self._write(f"  smoke [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label} "
-                    f"({elapsed:.0f} s)")
-
-    def finish(self) -> None:
-        if self.enabled and self._dirty:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self._dirty = False
 
 
 MAX_NEW_TOKENS = 1 << 16  # far beyond any probe; the target's positions bound it further once it is read
@@ -201,7 +163,7 @@ def cpu_threads(torch: ModuleType) -> int:
 
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
     check_options(opts)
-    progress = progress or Progress(enabled=False)
+    progress = progress or Progress(enabled=False, name="smoke")
     probes = load_probes(opts.probes, opts.limit)
     baseline = read_baseline(opts.baseline) if opts.baseline else None
     torch, rt, ops = _runtime()
@@ -275,7 +237,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         for arm in arms:
             decoders[arm].generate(longest, opts.max_new_tokens, eos_token_ids=eos)
 
-    progress.total, progress.started = len(prompts) * len(opts.seeds) * len(arms), time.monotonic()
+    progress.start(len(prompts) * len(opts.seeds) * len(arms))
     runs: list[tuple[Probe, int, list[int], dict[str, Any]]] = []  # probe, seed, prompt ids, arm -> result
     for seed in opts.seeds:
         for arm in arms:
@@ -284,7 +246,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             by_arm = {}
             for arm in arms:  # interleaved, so machine drift lands on every arm alike
                 by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
-                progress.advance(f"{arm} {probe.id}")
+                progress.step(f"{arm} {probe.id}")
             runs.append((probe, seed, ids, by_arm))
 
     divergences: list[Divergence] = []

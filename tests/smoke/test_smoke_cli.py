@@ -514,3 +514,24 @@ def test_an_eos_token_id_outside_the_vocabulary_is_an_input_error(smoke, drafter
     (odd / "generation_config.json").write_text(json.dumps(generation))
     result = smoke(drafter, "-t", odd, *QUICK)
     assert result.code == 2 and "eos_token_id 1000000000000 is outside its vocabulary (16 tokens)" in result.stderr, result.stderr
+
+
+def test_smokes_progress_line_is_consoles_step_count(drafter, target):
+    import io
+
+    from lilicorr_ckpt.console import Progress
+    from lilicorr_ckpt.smoke.run import SmokeOptions, run_smoke
+
+    stream = io.StringIO()
+    progress = Progress(enabled=True, stream=stream, name="smoke")
+    run_smoke(SmokeOptions(path=str(drafter), target=str(target), probes="chat", limit=1, max_new_tokens=4,
+                           warmup=False), progress)
+    text = stream.getvalue()
+    assert "  smoke: loading the drafter..." in text and "\n" not in text
+    arms = progress.total
+    assert arms in (2, 3) and progress.done == arms  # one step per arm of the one prompt
+    assert f"] {arms}/{arms} ar " in text and f"  smoke [{'#' * 24}]" in text
+    quiet = Progress(3, enabled=False, stream=io.StringIO(), name="smoke")
+    quiet.step("x")
+    quiet.note("y")
+    assert quiet.stream.getvalue() == "" and quiet.done == 1
