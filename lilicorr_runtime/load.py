@@ -10,6 +10,7 @@ from safetensors import safe_open
 
 from lilicorr_ckpt.checkpoint import Checkpoint
 from lilicorr_ckpt.checkpoint.names import observed_scheme
+from lilicorr_ckpt.checkpoint.text import shorten
 
 from .arguments import resolve_device, resolve_dtype
 from .codecs import fp8_dequantize, nvfp4_dequantize
@@ -20,10 +21,6 @@ from .layers import RopeUnsupported
 class CheckpointRefused(Exception):
     """The checkpoint cannot be served: validate refuses it for the runtime profile, or the reference runtime
     cannot build what it describes (message: what was found and what to do)."""
-
-
-def _shorten(items: list[str], n: int = 5) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float32,
@@ -71,7 +68,7 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
     # a NaN or infinite weight (from a corrupt scale, or stored so) would decode silently to garbage tokens
     broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
     if broken:
-        raise CheckpointRefused(f"{label}: NaN or infinite values in {_shorten(broken)} (for a quantized module: a "
+        raise CheckpointRefused(f"{label}: NaN or infinite values in {shorten(broken, 5, quote='')} (for a quantized module: a "
                                 "NaN, infinite or corrupt scale); `lilicorr-ckpt validate --deep` lists them")
     # activations are not fake-quantized: input_scale tensors are validated but unused
     drafter.load_state_dict(state, strict=True)

@@ -61,12 +61,6 @@ def check(fn: Callable[[Context], None]) -> Callable[[Context], None]:
     return fn
 
 
-def shorten(items: list[str], n: int = 6) -> str:
-    items = list(items)
-    shown = ", ".join(f"`{x}`" for x in items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
 def is_pow2(k: int) -> bool:
     return k > 0 and k & (k - 1) == 0
 

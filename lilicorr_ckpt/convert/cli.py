@@ -9,7 +9,9 @@ from typing import Any
 
 import click
 
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.convert.options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
+from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
 from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
@@ -105,10 +107,6 @@ def _render(result: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _names(names: list[str], n: int = SHOWN_FILES) -> str:
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
 def _render_other_files(other: dict[str, Any]) -> list[str]:
     """One line per file, or per reason with a count and the first few names when there are many."""
     lines: list[str] = []
@@ -116,7 +114,7 @@ def _render_other_files(other: dict[str, Any]) -> list[str]:
     if len(copied) <= SHOWN_FILES:
         lines += [f"  copied    {name} (unchanged)" for name in copied]
     else:
-        lines.append(f"  copied    {len(copied)} other files unchanged: {_names(copied)}")
+        lines.append(f"  copied    {len(copied)} other files unchanged: {shorten(copied, SHOWN_FILES, quote='')}")
     if len(dropped) <= SHOWN_FILES:
         lines += [f"  left out  {d['file']}: {d['reason']}" for d in dropped]
     else:
@@ -125,7 +123,7 @@ def _render_other_files(other: dict[str, Any]) -> list[str]:
             by_reason.setdefault(d["reason"], []).append(d["file"])
         for reason, names in by_reason.items():
             count = f"{len(names)} files" if len(names) > 1 else names[0]
-            shown = f" ({_names(names, 3)})" if len(names) > 1 else ""
+            shown = f" ({shorten(names, 3, quote='')})" if len(names) > 1 else ""
             lines.append(f"  left out  {count}{shown}: {reason}")
     return lines
 
@@ -172,7 +170,6 @@ def register(group: click.Group) -> None:
                         dequantize: tuple[str, ...], drop: tuple[str, ...], set_items: tuple[str, ...], force: bool,
                         dry_run: bool, verify: bool, strict: bool, fmt: str, quiet: bool) -> None:
         from lilicorr_ckpt.convert.pipeline import convert
-        from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
 
         as_json = fmt == "json"
         head = {"src": src, "dst": dst, "written": False}
