@@ -18,7 +18,6 @@ from .codecs import fp8_dequantize, nvfp4_dequantize
 from .dflash import Drafter, backbone_spec
 from .layers import RopeUnsupported
 
-
 SCALES = ("weight_scale", "weight_scale_2")  # the scales dequantization reads (input_scale is unused)
 
 
