@@ -118,8 +118,8 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
           fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, no_warmup: bool,
           quiet: bool) -> None:
     from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
+    from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
-    from lilicorr_ckpt.smoke.run import SmokeOptions, run_smoke
 
     if out and out_alias and out != out_alias:
         raise click.UsageError("--output and --out (its old spelling) name different files; give one")
@@ -132,6 +132,8 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
                            min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
                            tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup)
+    check_options(options)  # usage errors before the runtime is imported
+    run_smoke = runner()
     progress = Progress.for_terminal(quiet, name="smoke")
     try:
         report = run_smoke(options, progress)

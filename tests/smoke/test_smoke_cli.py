@@ -14,6 +14,7 @@ import transformers
 from conftest import QUICK, Outcome
 from smoke_helpers import PLAIN_TEMPLATE, drafter_config, tokenizer, write_target
 
+import lilicorr_ckpt.smoke.run
 import lilicorr_runtime
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.report.smoke import render_junit, render_text
@@ -109,7 +110,7 @@ def test_a_speculative_arm_that_leaves_greedy_decoding_fails_as_a_runtime_bug(sm
                 result.tokens[5] = (result.tokens[5] + 1) % 15
             return result
 
-    monkeypatch.setattr(lilicorr_runtime, "SpeculativeDecoder", Corrupting)
+    monkeypatch.setattr(lilicorr_ckpt.smoke.run, "SpeculativeDecoder", Corrupting)
     result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
     assert result.code == 1
     gate = result.gate("lossless")
@@ -448,6 +449,8 @@ def test_the_command_line_stays_torch_free_until_smoke_runs():
     import sys
 
     code = ("import sys, lilicorr_ckpt.cli, lilicorr_ckpt.smoke.profile, lilicorr_ckpt.smoke.cli; "
+            "from lilicorr_ckpt.smoke import SmokeOptions; from lilicorr_ckpt.smoke.options import check_options; "
+            "check_options(SmokeOptions(path='a', target='b')); "
             "assert 'torch' not in sys.modules and 'lilicorr_runtime' not in sys.modules; "
             "assert 'smoke' in lilicorr_ckpt.cli.cli.commands")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -520,7 +523,8 @@ def test_smokes_progress_line_is_consoles_step_count(drafter, target):
     import io
 
     from lilicorr_ckpt.console import Progress
-    from lilicorr_ckpt.smoke.run import SmokeOptions, run_smoke
+    from lilicorr_ckpt.smoke.options import SmokeOptions
+    from lilicorr_ckpt.smoke.run import run_smoke
 
     stream = io.StringIO()
     progress = Progress(enabled=True, stream=stream, name="smoke")
