@@ -11,6 +11,8 @@ The Python API (docs/api.md), loaded on first use so that `import lilicorr_ckpt`
 
     from lilicorr_ckpt.smoke import smoke
     profile = smoke("./drafter", target="./Qwen3-8B", limit=4)                          # -> SmokeReport
+
+    drafter = lilicorr_ckpt.load_drafter("./drafter", runtime="vllm")  # validate, then build (needs torch)
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {"validate": "lilicorr_ckpt.api", "Report": "lilicorr_ckpt.checks.run",
             "Finding": "lilicorr_ckpt.checks.findings", "InputError": "lilicorr_ckpt.errors",
-            "UsageError": "lilicorr_ckpt.errors"}
+            "UsageError": "lilicorr_ckpt.errors", "load_drafter": "lilicorr_ckpt.smoke.load"}
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 

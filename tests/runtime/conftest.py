@@ -12,7 +12,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from lilicorr_ckpt import fixtures  # noqa: E402
-from lilicorr_runtime import load_drafter  # noqa: E402
+from lilicorr_ckpt.smoke.load import load_drafter  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -11,7 +11,8 @@ import transformers
 from runtime_helpers import small_config, tiny_target
 from safetensors.torch import load_file, save_file
 
-from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_drafter, load_target, ops
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_target, ops
 from lilicorr_runtime.arguments import resolve_dtype
 
 PROMPT = [3, 1, 4, 1, 5]

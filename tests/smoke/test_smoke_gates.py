@@ -18,9 +18,10 @@ from lilicorr_ckpt.smoke.gates import (
     parity_gate,
     position_gate,
 )
+from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_ckpt.smoke.profile import dense_histogram, dense_rates, marginal_monotonicity, mean_consistency
 from lilicorr_ckpt.smoke.run import kernel_parity
-from lilicorr_runtime import SpeculativeDecoder, load_drafter, load_target, ops
+from lilicorr_runtime import SpeculativeDecoder, load_target, ops
 
 
 def test_head_gate_threshold_is_control_times_one_plus_gain():
