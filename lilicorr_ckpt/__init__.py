@@ -17,6 +17,7 @@ The Python API (docs/api.md), loaded on first use so that `import lilicorr_ckpt`
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 __version__ = "0.1.0"
@@ -30,6 +31,4 @@ __all__ = ["__version__", *sorted(_EXPORTS)]
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from lilicorr_ckpt.errors import UsageError
@@ -33,6 +34,4 @@ def smoke(path: str, *, target: str, **options: Any) -> Any:
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(_EXPORTS[name], __name__), name)
