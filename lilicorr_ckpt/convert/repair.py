@@ -60,10 +60,6 @@ def encode_with_error(values: np.ndarray, dtype: str) -> tuple[bytes, float]:
     return bits.tobytes(), worst if np.isfinite(worst) else 0.0
 
 
-def _read_all(read: Reader, info: TensorInfo) -> bytes:
-    return read(info, 0, info.nbytes)
-
-
 def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple[int, int], out_dtype: str,
                       read: Reader, group_size: int) -> Iterator[tuple[bytes, float]]:
     """Yield (encoded rows, largest rounding error in them) for the float weight of one module."""
@@ -74,7 +70,7 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
     name = weight.name.removesuffix(".weight")
     if kind == "nvfp4":
         scale_2_info = inputs["weight_scale_2"]
-        scale_2 = float(decode(_read_all(read, scale_2_info), scale_2_info.dtype)[0])
+        scale_2 = float(decode(read(scale_2_info, 0, scale_2_info.nbytes), scale_2_info.dtype)[0])
         # as ModelOpt quantizes: weight_scale_2 = amax(W) / (6 * 448), block scales clamped to [2^-9, 448]
         defects = scale_defects([np.float32(scale_2)])
         if defects:
@@ -93,7 +89,7 @@ def dequantize_blocks(kind: str, inputs: dict[str, TensorInfo], out_shape: tuple
             yield encode_with_error(_check_decoded(nvfp4_rows(packed, codes, scale_2, group_size), name), out_dtype)
         return
     # fp8
-    scale_values = decode(_read_all(read, scale), scale.dtype)
+    scale_values = decode(read(scale, 0, scale.nbytes), scale.dtype)
     defects = scale_defects([scale_values])
     if defects:
         raise BadScales(f"{name}: weight_scale holds {defects.describe()} values; the source checkpoint is corrupt")
