@@ -261,3 +261,13 @@ def test_the_local_import_rule_tells_a_boundary_from_none():
     ]) == ["lilicorr_ckpt.convert.plan:build_plan imports lilicorr_ckpt.errors",
            "lilicorr_runtime.decode:draft_block imports lilicorr_runtime.ops",
            "lilicorr_ckpt.smoke.gates:read_baseline imports json"]
+
+
+def test_one_list_shortening():
+    from lilicorr_ckpt.checkpoint.text import shorten
+
+    assert shorten(["a", "b", "c"], 2) == "`a`, `b` and 1 more" and shorten(iter("ab"), quote="") == "a, b"
+    # no other "and N more" in the packages (convert/writer.py's DST listing is still to fold in)
+    others = sorted(str(p.relative_to(REPO)) for package in PACKAGES for p in (REPO / package).rglob("*.py")
+                    if re.search(r'f" and \{len\(', p.read_text()))
+    assert others == ["lilicorr_ckpt/checkpoint/text.py", "lilicorr_ckpt/convert/writer.py"]
