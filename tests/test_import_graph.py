@@ -270,4 +270,5 @@ def test_one_list_shortening():
     # no other "and N more" in the packages (convert/writer.py's DST listing is still to fold in)
     others = sorted(str(p.relative_to(REPO)) for package in PACKAGES for p in (REPO / package).rglob("*.py")
                     if re.search(r'f" and \{len\(', p.read_text()))
-    assert others == ["lilicorr_ckpt/checkpoint/text.py", "lilicorr_ckpt/convert/writer.py"]
+    assert "lilicorr_ckpt/checkpoint/text.py" in others
+    assert set(others) <= {"lilicorr_ckpt/checkpoint/text.py", "lilicorr_ckpt/convert/writer.py"}
