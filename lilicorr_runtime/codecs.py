@@ -4,10 +4,13 @@ value x its scale (a scalar, one per output channel, or one per 128x128 block)."
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
-# E2M1 code -> value: sign bit 3, magnitude index into {0, .5, 1, 1.5, 2, 3, 4, 6}; code 8 (-0) decodes to +0
-E2M1_VALUES = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
+from lilicorr_ckpt.checkpoint.numerics import e2m1_decode
+
+# E2M1 code -> value, numerics' decoding of the 16 codes (code 8, -0, decodes to +0 as in ModelOpt)
+E2M1_VALUES = torch.from_numpy(e2m1_decode(np.arange(16, dtype=np.uint8)))
 
 
 def nvfp4_dequantize(packed: torch.Tensor, scale_codes: torch.Tensor, scale_2: torch.Tensor | float,

@@ -10,20 +10,20 @@ from safetensors import safe_open
 
 from lilicorr_ckpt.checkpoint import Checkpoint
 from lilicorr_ckpt.checkpoint.names import observed_scheme
+from lilicorr_ckpt.checkpoint.numerics import scale_defects
+from lilicorr_ckpt.checkpoint.text import shorten
 
 from .arguments import resolve_device, resolve_dtype
 from .codecs import fp8_dequantize, nvfp4_dequantize
 from .dflash import Drafter, backbone_spec
 from .layers import RopeUnsupported
 
+SCALES = ("weight_scale", "weight_scale_2")  # the scales dequantization reads (input_scale is unused)
+
 
 class CheckpointRefused(Exception):
     """The checkpoint cannot be served: validate refuses it for the runtime profile, or the reference runtime
     cannot build what it describes (message: what was found and what to do)."""
-
-
-def _shorten(items: list[str], n: int = 5) -> str:
-    return ", ".join(items[:n]) + (f" and {len(items) - n} more" if len(items) > n else "")
 
 
 def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float32,
@@ -54,6 +54,12 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
             for canonical in names:
                 raw[canonical] = f.get_tensor(view.actual[canonical])
 
+    # numerics' scale policy, as validate --deep and convert's repairs apply it
+    bad_scales = [f"{key} ({defects.describe()})" for key in sorted(raw) if key.rpartition(".")[2] in SCALES
+                  and (defects := scale_defects([raw[key].float().numpy()]))]
+    if bad_scales:
+        raise CheckpointRefused(f"{label}: quantization scales that are NaN, infinite, negative or all zero: "
+                                f"{shorten(bad_scales, 5, quote='')}; `lilicorr-ckpt validate --deep` lists them")
     state: dict[str, torch.Tensor] = {}
     for name, expected in manifest.tensors.items():
         module = expected.module
@@ -68,11 +74,11 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
                 state[name] = fp8_dequantize(raw[name], raw[f"{module}.weight_scale"])
                 continue
         state[name] = raw[name].float()
-    # a NaN or infinite weight (from a corrupt scale, or stored so) would decode silently to garbage tokens
+    # a NaN or infinite weight (stored so, or scales whose product overflows) would decode to garbage tokens
     broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
     if broken:
-        raise CheckpointRefused(f"{label}: NaN or infinite values in {_shorten(broken)} (for a quantized module: a "
-                                "NaN, infinite or corrupt scale); `lilicorr-ckpt validate --deep` lists them")
+        raise CheckpointRefused(f"{label}: NaN or infinite values in {shorten(broken, 5, quote='')}; "
+                                "`lilicorr-ckpt validate --deep` lists them")
     # activations are not fake-quantized: input_scale tensors are validated but unused
     drafter.load_state_dict(state, strict=True)
     return drafter.place(dtype, device).eval()

@@ -17,6 +17,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, PreTrainedModel
 
 from lilicorr_ckpt.checkpoint import resolve_target_spec
+from lilicorr_ckpt.checkpoint.text import shorten
 
 from .arguments import resolve_device, resolve_dtype
 
@@ -132,8 +133,7 @@ def _unloaded_weights(info: dict[str, Any]) -> list[str]:
     problems = []
     missing = sorted(info.get("missing_keys") or ())
     if missing:
-        shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
-        problems.append(f"missing {shown}")
+        problems.append(f"missing {shorten(missing, 8, quote='')}")
     for entry in sorted(info.get("mismatched_keys") or (), key=str):
         if isinstance(entry, (tuple, list)) and len(entry) == 3:
             name, stored, expected = entry

@@ -56,6 +56,20 @@ def test_convert_and_smoke_entry_points_exist_and_refuse_unknown_options():
         smoke(DRAFTER, target=TARGET, bogus=1)
 
 
+def test_load_drafter_is_the_tooling_s_validating_loader_and_not_the_runtime_s(make_ckpt):
+    torch = pytest.importorskip("torch")
+    import lilicorr_runtime
+    from lilicorr_ckpt.smoke.load import load_drafter
+
+    assert lilicorr_ckpt.load_drafter is load_drafter and "load_drafter" in lilicorr_ckpt.__all__
+    assert not hasattr(lilicorr_runtime, "load_drafter") and "load_drafter" not in lilicorr_runtime.__all__
+    drafter = lilicorr_ckpt.load_drafter(DRAFTER, runtime="vllm", dtype="bf16")
+    assert next(drafter.parameters()).dtype == torch.bfloat16
+    broken = make_ckpt("b", fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6}))
+    with pytest.raises(lilicorr_runtime.CheckpointRefused, match="LC104"):
+        lilicorr_ckpt.load_drafter(str(broken), runtime="vllm")
+
+
 def test_python_dash_m_runs_the_cli_and_importing_the_package_stays_light():
     code = ("import sys, lilicorr_ckpt; assert not any(m.startswith('lilicorr_ckpt.') for m in sys.modules), "
             "sorted(m for m in sys.modules if m.startswith('lilicorr_ckpt.'))")

@@ -7,6 +7,9 @@ weight_scale_2 = amax(W) / (6*448); block scale = amax_block / (6*weight_scale_2
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+import msgspec
 import numpy as np
 
 E2M1_VALUES = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
@@ -27,6 +30,53 @@ def bf16_bits(values: np.ndarray) -> np.ndarray:
 
 def from_bf16_bits(bits: np.ndarray) -> np.ndarray:
     return (np.ascontiguousarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def decode(raw: bytes, dtype: str) -> np.ndarray:
+    """Little-endian safetensors bytes of a float dtype (F32, F16, BF16, F64, F8_E4M3) -> float32 values."""
+    if dtype == "F32":
+        return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+    if dtype == "F16":
+        return np.frombuffer(raw, dtype="<f2").astype(np.float32)
+    if dtype == "BF16":
+        return from_bf16_bits(np.frombuffer(raw, dtype="<u2"))
+    if dtype == "F64":
+        return np.frombuffer(raw, dtype="<f8").astype(np.float32)
+    if dtype == "F8_E4M3":
+        return e4m3_decode(np.frombuffer(raw, dtype=np.uint8))
+    raise ValueError(f"not a float dtype: {dtype}")
+
+
+DECODABLE = frozenset({"F32", "F16", "BF16", "F64", "F8_E4M3"})
+
+
+class ScaleDefects(msgspec.Struct, frozen=True):
+    """What makes a tensor of quantization scales unusable: the one policy, applied by validate --deep, convert's
+    repairs and the runtime's loader. A scale is an amax ratio: finite and >= 0 (-0.0 is zero, not negative); a
+    tensor whose scales are all zero dequantizes its module to zero (it outputs only its bias)."""
+
+    non_finite: bool = False
+    negative: bool = False
+    all_zero: bool = False
+
+    def __bool__(self) -> bool:
+        return self.non_finite or self.negative or self.all_zero
+
+    def describe(self) -> str:
+        return ", ".join(what for flag, what in ((self.non_finite, "NaN or infinite"), (self.negative, "negative"),
+                                                 (self.all_zero, "all zero")) if flag)
+
+
+def scale_defects(chunks: Iterable[np.ndarray]) -> ScaleDefects:
+    """The policy over one scale tensor's decoded values, given whole or in chunks."""
+    non_finite = negative = False
+    all_zero = True
+    for values in chunks:
+        values = np.asarray(values)
+        non_finite = non_finite or not bool(np.isfinite(values).all())
+        negative = negative or bool((values < 0).any())  # NaN compares false; -0.0 is not < 0
+        all_zero = all_zero and not bool((values != 0).any())  # NaN != 0
+    return ScaleDefects(non_finite=non_finite, negative=negative, all_zero=all_zero)
 
 
 def _e4m3_table() -> np.ndarray:

@@ -61,12 +61,6 @@ def check(fn: Callable[[Context], None]) -> Callable[[Context], None]:
     return fn
 
 
-def shorten(items: list[str], n: int = 6) -> str:
-    items = list(items)
-    shown = ", ".join(f"`{x}`" for x in items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
 def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
     """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
     shown = ", ".join(p.display for p in profiles[:-1]) + (" and " if len(profiles) > 1 else "") + (

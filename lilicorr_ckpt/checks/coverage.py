@@ -7,7 +7,8 @@ import re
 from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES, ExpectedTensor, component_of_name
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
-from lilicorr_ckpt.checks.context import Context, check, shorten
+from lilicorr_ckpt.checkpoint.text import shorten
+from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
 

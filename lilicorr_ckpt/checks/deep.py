@@ -7,6 +7,7 @@ import mmap
 
 import numpy as np
 
+from lilicorr_ckpt.checkpoint.numerics import DECODABLE, ScaleDefects, decode, scale_defects
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.findings import rule
 
@@ -55,10 +56,9 @@ _NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (
                "F64": (np.uint64, 0x7FF0000000000000)}
 
 
-def _scan(view: memoryview, dtype: str, signs: bool = False) -> tuple[bool, bool, bool]:
-    """(has non-finite, all zero, has a negative non-zero value: only looked for with `signs`) over one tensor's
-    bytes."""
-    non_finite = negative = False
+def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
+    """(has non-finite, all zero) over one tensor's bytes."""
+    non_finite = False
     all_zero = True
     spec = _NON_FINITE.get(dtype)
     for begin in range(0, len(view), CHUNK):
@@ -72,20 +72,21 @@ def _scan(view: memoryview, dtype: str, signs: bool = False) -> tuple[bool, bool
             magnitude = bits << np.uint8(1)  # the sign bit shifted out: -0.0 is zero
             if all_zero and bool(magnitude.any()):
                 all_zero = False
-            if signs and not negative:
-                negative = bool(((bits >> np.uint8(8 * item - 1)) & (magnitude != 0)).any())
         else:
             if dtype == "F8_E4M3":
                 codes = np.frombuffer(chunk, dtype=np.uint8)
                 if not non_finite and bool(((codes & 0x7F) == 0x7F).any()):
                     non_finite = True
-                if signs and not negative:
-                    negative = bool((((codes & 0x80) != 0) & ((codes & 0x7F) != 0)).any())
             if all_zero and any(chunk.tobytes().strip(b"\x00")):
                 all_zero = False
-        if non_finite and not all_zero and (negative or not signs):
+        if non_finite and not all_zero:
             break
-    return non_finite, all_zero, negative
+    return non_finite, all_zero
+
+
+def _scale_defects(view: memoryview, dtype: str) -> ScaleDefects:
+    """numerics' scale policy over a scale tensor's values, decoded a chunk at a time."""
+    return scale_defects(decode(view[begin:begin + CHUNK], dtype) for begin in range(0, len(view), CHUNK))
 
 
 @check
@@ -109,8 +110,11 @@ def deep_checks(ctx: Context) -> None:
                         if info.nbytes == 0:
                             continue
                         leaf = canonical.rsplit(".", 1)[-1]
-                        non_finite, all_zero, negative = _scan(view[info.start:info.end], info.dtype,
-                                                               signs=leaf in SCALES)
+                        if leaf in SCALES and info.dtype in DECODABLE:
+                            defects = _scale_defects(view[info.start:info.end], info.dtype)
+                            non_finite, all_zero, negative = defects.non_finite, defects.all_zero, defects.negative
+                        else:
+                            (non_finite, all_zero), negative = _scan(view[info.start:info.end], info.dtype), False
                         if non_finite:
                             ctx.emit("LC701", f"`{actual}` contains NaN or Inf", file=rel, pointer=actual,
                                      subjects=[actual])

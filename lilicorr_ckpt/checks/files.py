@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from lilicorr_ckpt.checks.context import Context, check, shorten
+from lilicorr_ckpt.checkpoint.text import shorten
+from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.findings import rule
 
 # ---------------------------------------------------------------- catalogue

@@ -7,7 +7,8 @@ import re
 from lilicorr_ckpt.checkpoint.manifest import KV_SCALE_SUFFIXES, QUANT_SUFFIXES, ExpectedTensor, quant_scheme
 from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
 from lilicorr_ckpt.checkpoint.quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
-from lilicorr_ckpt.checks.context import Context, check, shorten
+from lilicorr_ckpt.checkpoint.text import shorten
+from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as _names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.profiles import RuntimeProfile, matches_any

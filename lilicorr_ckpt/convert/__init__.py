@@ -11,6 +11,7 @@ that registering the command does not slow down the other commands.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 _EXPORTS = {"ConversionRefused": "lilicorr_ckpt.errors", "ConvertOptions": ".options", "ConvertResult": ".pipeline",
@@ -21,6 +22,4 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Any
 
 import click
 
 from lilicorr_ckpt.convert.options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
+from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
 from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
@@ -46,88 +46,8 @@ Examples:
   lilicorr-ckpt convert ./export ./drafter --verify        # compare outputs through lilicorr_runtime
 """
 
-SHOWN_FILES = 6  # other files of SRC listed one per line in the summary before they are counted
-
 EPILOG = ("Exit codes: 0 converted, 1 refused (reasons listed; nothing written), 2 unreadable input or I/O error, "
           "4 usage error.")
-
-
-def _render(result: Any) -> str:
-    r = result.record
-    out = r["output"]
-    lines = [f"{'would convert' if not result.written else 'converted'} {result.src} -> {result.dst}"]
-    quant = f", {out['quant_algo']} ({out['quant_method']})" if out["quant_algo"] else ""
-    arch = (out["architecture"] or ["?"])[0]
-    lines.append(f"  {arch}{quant}, {out['tensors']} tensors, {out['tensor_bytes'] / 1e6:.1f} MB in "
-                 f"{', '.join(out['files'])}")
-    if r["renames"]:
-        reasons: dict[str, int] = {}
-        for item in r["renames"]:
-            reasons[item["why"]] = reasons.get(item["why"], 0) + 1
-        lines.append(f"  renamed   {len(r['renames'])} tensors (" + "; ".join(
-            f"{why}: {n}" for why, n in sorted(reasons.items())) + ")")
-    groups: dict[tuple[str, str], list[str]] = {}
-    for repair in r["repairs"]:
-        if repair["action"] == "dequantized":
-            what = f"{repair['from']} -> {repair['to']}: {repair['reason']}"
-        else:
-            what = "float module, dropped its stray " + ", ".join(sorted({d.rsplit(".", 1)[1] for d in repair["dropped"]}))
-        groups.setdefault((re.sub(r"\.\d+\.", ".*.", repair["module"]), what), []).append(repair["module"])
-    for (label, what), modules in groups.items():
-        count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
-        lines.append(f"  repaired  {label}{count}: {what}")
-    explicit = [d for d in r["drops"] if not d["reason"].startswith("scale of a module")]
-    for d in explicit:
-        lines.append(f"  dropped   {d['tensor']} ({d['reason']})")
-    for change in r["config"]:
-        if change["key"] == "quantization_config":
-            what = "removed" if change["action"] == "removed" else "rewritten in the flat form"
-            lines.append(f"  config    quantization_config {what}")
-        else:
-            after = json.dumps(change.get("after")) if change["action"] != "removed" else "(removed)"
-            lines.append(f"  config    {change['key']} = {after} ({change['reason']})")
-    ex = r.get("exclusions") or {}
-    if ex.get("dropped") or ex.get("stripped"):
-        lines.append(f"  exclusions: {len(ex.get('stripped', {}))} training-prefixed entries stripped, "
-                     f"{len(ex.get('dropped', {}))} base-model entries dropped")
-    if "output" in ex:
-        lines.append(f"  ignore    {ex['output']}")
-    lines += _render_other_files(r.get("other_files") or {})
-    v = r.get("validation")
-    if v:
-        verdicts = ", ".join(f"{k}: {s}" for k, s in v["verdicts"].items())
-        warn = f", {v['warnings']} warnings" if v["warnings"] else ""
-        lines.append(f"  validate  {verdicts}{warn}")
-    if r.get("verify"):
-        lines.append(f"  verify    {r['verify']['summary']}")
-    if result.written:
-        lines.append(f"  record    {result.dst}/conversion.json")
-    return "\n".join(lines) + "\n"
-
-
-def _names(names: list[str], n: int = SHOWN_FILES) -> str:
-    return ", ".join(names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
-
-
-def _render_other_files(other: dict[str, Any]) -> list[str]:
-    """One line per file, or per reason with a count and the first few names when there are many."""
-    lines: list[str] = []
-    copied, dropped = other.get("copied", []), other.get("dropped", [])
-    if len(copied) <= SHOWN_FILES:
-        lines += [f"  copied    {name} (unchanged)" for name in copied]
-    else:
-        lines.append(f"  copied    {len(copied)} other files unchanged: {_names(copied)}")
-    if len(dropped) <= SHOWN_FILES:
-        lines += [f"  left out  {d['file']}: {d['reason']}" for d in dropped]
-    else:
-        by_reason: dict[str, list[str]] = {}
-        for d in dropped:
-            by_reason.setdefault(d["reason"], []).append(d["file"])
-        for reason, names in by_reason.items():
-            count = f"{len(names)} files" if len(names) > 1 else names[0]
-            shown = f" ({_names(names, 3)})" if len(names) > 1 else ""
-            lines.append(f"  left out  {count}{shown}: {reason}")
-    return lines
 
 
 def _emit_json(doc: dict[str, Any]) -> None:
@@ -172,7 +92,7 @@ def register(group: click.Group) -> None:
                         dequantize: tuple[str, ...], drop: tuple[str, ...], set_items: tuple[str, ...], force: bool,
                         dry_run: bool, verify: bool, strict: bool, fmt: str, quiet: bool) -> None:
         from lilicorr_ckpt.convert.pipeline import convert
-        from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
+        from lilicorr_ckpt.convert.summary import render_summary
 
         as_json = fmt == "json"
         head = {"src": src, "dst": dst, "written": False}
@@ -211,4 +131,4 @@ def register(group: click.Group) -> None:
         if as_json:
             _emit_json({"status": "converted" if result.written else "dry-run", **result.record})
         else:
-            click.echo(_render(result), nl=False)
+            click.echo(render_summary(result), nl=False)

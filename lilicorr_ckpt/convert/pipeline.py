@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,7 @@ from lilicorr_ckpt.convert.writer import (
     write_json,
     write_plan,
 )
-from lilicorr_ckpt.errors import ConversionRefused, sigterm_unwinds
+from lilicorr_ckpt.errors import ConversionRefused, UsageError, sigterm_unwinds
 
 SET_HINT_RULES = {"LC101", "LC102", "LC110", "LC113", "LC115", "LC118", "LC122"}
 
@@ -92,11 +93,21 @@ def validation_record(report: Report, runtime: str) -> dict[str, Any]:
             "findings": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings if f.severity != "info"]}
 
 
-def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
-    if options.verify:
-        from lilicorr_ckpt.convert.verify import require_runtime
+VERIFY_INSTALL_HINT = "--verify needs torch and lilicorr_runtime: pip install 'lilicorr-ckpt[runtime]'"
 
-        require_runtime()
+
+def _verifier() -> Callable[[Plan, Path, ConvertOptions], dict[str, Any]]:
+    """verify.verify_conversion, or a usage error saying what to install: the verifier imports torch and the
+    runtime, which convert without --verify never does."""
+    try:
+        from lilicorr_ckpt.convert.verify import verify_conversion
+    except ImportError as exc:
+        raise UsageError(f"{VERIFY_INSTALL_HINT} ({exc})") from None
+    return verify_conversion
+
+
+def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
+    verify = _verifier() if options.verify else None  # before anything is read
     dst_path = Path(dst).expanduser()
     for note in restore_interrupted_replacement(dst_path):  # before anything else, even a refusal
         print(f"lilicorr-ckpt convert: {note}", file=sys.stderr)
@@ -112,7 +123,7 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
 
     remove_stale_temporaries(dst_path)
     replacing = options.force and dst_path.is_dir()
-    progress = Progress.for_terminal(plan.total_bytes, options.quiet)
+    progress = Progress.for_terminal(options.quiet, total=plan.total_bytes)
     with sigterm_unwinds():  # the temporary directory is removed on SIGTERM too
         tmp, created = make_temporary(dst_path)
         try:
@@ -127,11 +138,9 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                     if err is not None:
                         repair["max_rounding_error"] = err
                 record["validation"] = validation_record(report, options.runtime)
-                if options.verify:
-                    from lilicorr_ckpt.convert.verify import verify_conversion
-
+                if verify is not None:
                     progress.note("verifying through lilicorr_runtime")
-                    record["verify"] = verify_conversion(plan, tmp, options)
+                    record["verify"] = verify(plan, tmp, options)
                     if not record["verify"]["passed"]:
                         raise ConversionRefused("--verify: the output does not reproduce the source",
                                                 record["verify"]["problems"])

@@ -14,11 +14,18 @@ from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.config import ARCHITECTURES, load_json_object, parse_config
 from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
 from lilicorr_ckpt.checkpoint.load import assemble
-from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES, QUANT_SUFFIXES, Manifest, build_manifest
+from lilicorr_ckpt.checkpoint.manifest import (
+    DTYPE_BYTES,
+    QUANT_SUFFIXES,
+    Manifest,
+    build_manifest,
+    quant_scheme,
+)
 from lilicorr_ckpt.checkpoint.names import map_name, strip_prefixes
 from lilicorr_ckpt.checkpoint.source import Source, open_source, read_small
 from lilicorr_ckpt.checkpoint.stwrite import Entry, header_bytes, layout
 from lilicorr_ckpt.checkpoint.tensors import ShardFacts, TensorInfo, TensorTable, read_tensor_table
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.findings import RULES
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.convert import extras
@@ -44,7 +51,7 @@ from lilicorr_ckpt.convert.qmeta import (
     read_exclusions,
     read_source_quant,
 )
-from lilicorr_ckpt.convert.repair import expected_inputs
+from lilicorr_ckpt.convert.repair import expected_inputs, input_fits
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
 from lilicorr_ckpt.profiles import matches_any, select_profiles
 
@@ -109,11 +116,6 @@ class Plan(msgspec.Struct, kw_only=True):
         return [t for t in self.tensors.values() if t.op != "copy"]
 
 
-def _shorten(items: list[str], n: int = SHOWN) -> str:
-    shown = ", ".join(items[:n])
-    return shown + (f" and {len(items) - n} more" if len(items) > n else "")
-
-
 def shard_metadata(source_hashes: dict[str, str]) -> dict[str, str]:
     return {"format": "pt", META_TOOL: f"lilicorr-ckpt {__version__} convert",
             META_SOURCE: json.dumps(dict(sorted(source_hashes.items())), separators=(",", ":")),
@@ -142,11 +144,11 @@ def _check_shards(table: TensorTable) -> None:
     for shard, names in s.missing_shards.items():
         problems.append(f"the index places {len(names)} tensors in {shard}, which does not exist")
     if s.index_only:
-        problems.append(f"the index lists tensors its shards do not hold: {_shorten(sorted(s.index_only))}")
+        problems.append(f"the index lists tensors its shards do not hold: {shorten(sorted(s.index_only), SHOWN, quote='')}")
     for name, holders in sorted(s.duplicates.items()):
         problems.append(f"{name} is stored in {', '.join(holders)}; keep one copy")
     if s.shard_only:
-        problems.append(f"the shards hold tensors the index does not list (stale index?): {_shorten(sorted(s.shard_only))}")
+        problems.append(f"the shards hold tensors the index does not list (stale index?): {shorten(sorted(s.shard_only), SHOWN, quote='')}")
     if s.unreferenced:
         problems.append(f"safetensors files the index does not reference: {', '.join(s.unreferenced)}; move them "
                         "out so it is clear which files are the checkpoint")
@@ -253,11 +255,11 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         raise InputError(
             f"no tensor of {src} has a DFlash-family name (expected e.g. layers.0.self_attn.q_proj.weight, "
             f"fc.weight, hidden_norm.weight, lilicorr.*, optionally under dflash_module./eagle_module./model.); "
-            f"found e.g. {_shorten(sorted(table.tensors), 4)}")
+            f"found e.g. {shorten(sorted(table.tensors), 4, quote='')}")
     if unexplained:
         where = "; ".join(f"{k}: {v}" for k, v in manifest.incomplete.items())
         sources = [by_canonical[c][0] + (f" (as {c})" if by_canonical[c][0] != c else "") for c in unexplained]
-        reasons = [f"{len(unexplained)} tensors map to nothing the drafter builds: {_shorten(sources)}"]
+        reasons = [f"{len(unexplained)} tensors map to nothing the drafter builds: {shorten(sources, SHOWN, quote='')}"]
         if where:
             reasons.append(f"the config leaves parts of the drafter undetermined ({where}); fix them with --set")
         reasons.append("drop tensors that do not belong to the drafter explicitly with --drop PATTERN "
@@ -266,7 +268,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     missing = [n for n, t in manifest.tensors.items() if n not in canonical and t.component not in manifest.incomplete]
     if missing:
         raise ConversionRefused("the source lacks tensors its config implies (convert cannot synthesize weights)",
-                                [f"missing {len(missing)}: {_shorten(missing)}",
+                                [f"missing {len(missing)}: {shorten(missing, SHOWN, quote='')}",
                                  "check the geometry keys in config.json (or fix them with --set)"])
 
     # -- quantization: the tensors decide
@@ -294,7 +296,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     kinds = set(quantized.values())
     if len(kinds) > 1:
         raise ConversionRefused("the source mixes NVFP4 and FP8 weights", [
-            f"{k}: {_shorten(sorted(m for m, s in quantized.items() if s == k), 4)}" for k in sorted(kinds)])
+            f"{k}: {shorten(sorted(m for m, s in quantized.items() if s == k), 4, quote='')}" for k in sorted(kinds)])
     if quantized and algo is not None and (("nvfp4" in kinds) != (algo in NVFP4_ALGOS)):
         raise ConversionRefused(f"the metadata says {algo} but the weights are {kinds.pop()}",
                                 ["re-export, or fix quant_algo with --set (hf_quant_config.json is rewritten)"])
@@ -346,18 +348,20 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     # -- output tensors
     out: dict[str, OutTensor] = {}
     dropped_by_repair: set[str] = set()
+    scheme = quant_scheme(algo, group) if algo else None  # the layout the repairs read the source's modules in
     for module, why in repaired.items():
+        assert scheme is not None  # a quantized module implies an algorithm, named or inferred
         kind = quantized[module]
         mod = manifest.modules[module]
         shape = (mod.out_features, mod.in_features)
         inputs: dict[str, TensorInfo] = {}
-        for suffix, (dtypes, shapes) in expected_inputs(kind, shape, group).items():
+        for suffix, expected in expected_inputs(manifest, module, scheme).items():
             info = canonical.get(f"{module}.{suffix}")
             if info is None:
                 refusals.append(f"cannot repair {module}: {module}.{suffix} is missing")
-            elif info.dtype not in dtypes or info.shape not in shapes:
+            elif not input_fits(expected, info):
                 refusals.append(f"cannot repair {module}: {module}.{suffix} is {info.dtype} {list(info.shape)}, "
-                                f"expected {'/'.join(sorted(dtypes))} {list(shapes[0])}")
+                                f"expected {'/'.join(sorted(expected.dtypes))} {list(expected.shape)}")
             else:
                 inputs[suffix] = info
         dropped = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in canonical]

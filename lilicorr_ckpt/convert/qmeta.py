@@ -151,23 +151,6 @@ def _safe_everywhere(pattern: str, quantized: set[str], manifest: Manifest) -> b
     return not any(excluded_by(matcher, q, (pattern,), n_target).excluded for q in quantized for matcher in MATCHERS)
 
 
-def exclusion_errors(manifest: Manifest, patterns: list[str], float_modules: set[str],
-                     quantized: set[str]) -> list[str]:
-    """Where a runtime would read `patterns` differently from how the modules are stored."""
-    n_target = manifest.geometry.num_target_layers
-    errors = []
-    for module in sorted(float_modules | quantized):
-        for matcher in MATCHERS:
-            hit = excluded_by(matcher, module, tuple(patterns), n_target)
-            if hit.conflict:
-                errors.append(f"{module} ({matcher}): {hit.conflict}")
-            elif hit.excluded != (module in float_modules):
-                state = "stored in float but not excluded" if module in float_modules else \
-                    f"stored quantized but `{hit.pattern}` excludes it"
-                errors.append(f"{module} ({matcher}): {state}")
-    return errors
-
-
 EMBED_EXCLUSION = "*embed_tokens*"
 
 

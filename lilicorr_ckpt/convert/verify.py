@@ -1,7 +1,9 @@
 """--verify: run the source and the output through the reference runtime and compare what they compute.
 
-Needs torch and `lilicorr_runtime` (`load_drafter(path, runtime=, dtype=, device=)`,
-`probe.reference_outputs(drafter, seed=0)`: draft logits and head scores on fixed random inputs).
+Imports torch and `lilicorr_runtime` at import time: convert imports this module only for --verify (a missing
+runtime is a usage error there). The converted output is loaded as smoke loads a drafter (validate, then build:
+`lilicorr_ckpt.smoke.load.load_drafter`), and `lilicorr_runtime.probe.reference_outputs(drafter, seed=0)` gives
+draft logits and head scores on fixed random inputs.
 
 The runtime's loader is strict (it refuses what validate refuses), so a ModelOpt export cannot be loaded
 as it is. The reference is therefore the source's own tensor bytes, renamed by the validator's
@@ -15,12 +17,13 @@ repaired modules to the model dtype; renames must reproduce the source bit for b
 from __future__ import annotations
 
 import copy
-import importlib
 import json
 import os
 import shutil
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from lilicorr_ckpt.checkpoint.load import load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import QUANT_SUFFIXES
@@ -30,31 +33,17 @@ from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan
 from lilicorr_ckpt.convert.qmeta import module_state, output_exclusions, output_quant_docs
 from lilicorr_ckpt.convert.writer import REF_TAG, TMP_TAG
-from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime.load import build_drafter
+from lilicorr_runtime.probe import reference_outputs
 
 REPAIR_RTOL = 2.0**-5  # a few bf16 ulps (2^-8 relative) after a handful of layers
 REPAIR_ATOL = 1e-3
 CHUNK = 16 << 20
-INSTALL_HINT = "--verify needs torch and lilicorr_runtime: pip install 'lilicorr-ckpt[runtime]'"
-
-
-def require_runtime() -> Any:
-    """The runtime module, or a usage error saying what to install."""
-    try:
-        importlib.import_module("torch")
-        runtime = importlib.import_module("lilicorr_runtime")
-        probe = importlib.import_module("lilicorr_runtime.probe")
-    except ImportError as exc:
-        raise UsageError(f"{INSTALL_HINT} ({exc})") from None
-    if not callable(getattr(runtime, "load_drafter", None)) or not callable(getattr(probe, "reference_outputs", None)):
-        raise UsageError(f"{INSTALL_HINT}: this lilicorr_runtime has no load_drafter / probe.reference_outputs")
-    return runtime
 
 
 def compare(reference: dict[str, Any], converted: dict[str, Any], exact: bool) -> tuple[dict[str, Any], list[str]]:
     """Per-output differences, and the problems that fail verification."""
-    import torch
-
     stats: dict[str, Any] = {}
     problems: list[str] = []
     for key in sorted(set(reference) | set(converted)):
@@ -129,26 +118,20 @@ def build_reference(plan: Plan, ref: Path) -> None:
 
 
 def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict[str, Any]:
-    runtime = require_runtime()
-    probe = importlib.import_module("lilicorr_runtime.probe")
-    import torch
-
     exact = not plan.transformed
     stem, _, pid = output.name.rpartition(TMP_TAG)
     ref = output.with_name(stem + REF_TAG + pid)  # as long as the temporary's name: it fits where that fits
     try:
         build_reference(plan, ref)
         try:
-            from lilicorr_runtime.load import build_drafter
-
             source = build_drafter(load_checkpoint(str(ref)), dtype=torch.float32, device="cpu")
         except Exception as exc:  # the runtime's own refusal: a verification problem, not a crash
             return {"passed": False, "summary": "the reference runtime cannot load the source's tensors",
-                    "problems": [f"lilicorr_runtime.load_drafter(source tensors) failed: {type(exc).__name__}: "
+                    "problems": [f"lilicorr_runtime.build_drafter(source tensors) failed: {type(exc).__name__}: "
                                  f"{str(exc).splitlines()[0]}"]}
-        converted = runtime.load_drafter(str(output), runtime=options.runtime, dtype=torch.float32, device="cpu")
-        expected = probe.reference_outputs(source, seed=0)
-        actual = probe.reference_outputs(converted, seed=0)
+        converted = load_drafter(str(output), runtime=options.runtime, dtype=torch.float32, device="cpu")
+        expected = reference_outputs(source, seed=0)
+        actual = reference_outputs(converted, seed=0)
     finally:
         shutil.rmtree(ref, ignore_errors=True)
     stats, problems = compare(expected, actual, exact)

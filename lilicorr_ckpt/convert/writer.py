@@ -23,6 +23,7 @@ from typing import Any
 
 from lilicorr_ckpt.checkpoint.stwrite import header_bytes
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.convert.plan import OutTensor, Plan, shard_metadata
 from lilicorr_ckpt.convert.repair import BadScales, dequantize_blocks
@@ -210,8 +211,7 @@ def _check_replaceable(dst: Path) -> None:
     if not entries or is_convert_output(dst):
         return
     names = [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries]
-    shown = ", ".join(names[:SHOWN_ENTRIES]) + (f" and {len(names) - SHOWN_ENTRIES} more" if len(names) >
-                                                SHOWN_ENTRIES else "")
+    shown = shorten(names, SHOWN_ENTRIES, quote="")
     raise UsageError(f"DST {dst} is not empty and is not an earlier convert output (it has no {RECORD_NAME} "
                      f"from lilicorr-ckpt; it holds {shown}); --force replaces only an empty directory or a "
                      "previous convert output: choose another DST, or move its contents away first")

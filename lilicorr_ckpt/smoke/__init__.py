@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-_EXPORTS = {"SmokeOptions": ".run", "run_smoke": ".run", "SmokeReport": ".profile", "SmokeRefused": "lilicorr_ckpt.errors"}
+from lilicorr_ckpt.errors import UsageError
+
+_EXPORTS = {"SmokeOptions": ".options", "run_smoke": ".run", "SmokeReport": ".profile", "SmokeRefused": "lilicorr_ckpt.errors"}
 __all__ = sorted([*_EXPORTS, "smoke"])
 
 
@@ -18,19 +21,17 @@ def smoke(path: str, *, target: str, **options: Any) -> Any:
     options: the SmokeOptions fields (gpu, probes, limit, max_new_tokens, temperature, seeds, runtime, ...),
     named as the command line's flags with `_` for `-`. Raises SmokeRefused when the drafter is refused
     before it runs, InputError for unreadable input, UsageError for bad options."""
-    from lilicorr_ckpt.errors import UsageError
-    from lilicorr_ckpt.smoke.run import SmokeOptions, run_smoke
+    from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
 
     try:
         opts = SmokeOptions(path=path, target=target, **options)
     except TypeError as exc:  # an option SmokeOptions has no field for
         raise UsageError(f"smoke(): {exc}") from None
-    return run_smoke(opts)
+    check_options(opts)
+    return runner()(opts, None)
 
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
     return getattr(importlib.import_module(_EXPORTS[name], __name__), name)

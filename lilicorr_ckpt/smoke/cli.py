@@ -7,6 +7,8 @@ import sys
 
 import click
 
+from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
 from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 
@@ -115,10 +117,9 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
           fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, no_warmup: bool,
           quiet: bool) -> None:
-    from lilicorr_ckpt.errors import SmokeRefused
     from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
+    from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
-    from lilicorr_ckpt.smoke.run import Progress, SmokeOptions, run_smoke
 
     if out and out_alias and out != out_alias:
         raise click.UsageError("--output and --out (its old spelling) name different files; give one")
@@ -131,7 +132,9 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
                            min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
                            tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup)
-    progress = Progress.for_terminal(quiet)
+    check_options(options)  # usage errors before the runtime is imported
+    run_smoke = runner()
+    progress = Progress.for_terminal(quiet, name="smoke")
     try:
         report = run_smoke(options, progress)
     except SmokeRefused as exc:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import msgspec
 
+from lilicorr_ckpt.checkpoint.config import check_json_shape
+from lilicorr_ckpt.checkpoint.source import read_small
 from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.smoke.profile import (
     BaselineComparison,
@@ -200,9 +202,6 @@ class BaselineView(msgspec.Struct):
 
 
 def read_baseline(path: str) -> BaselineView:
-    from lilicorr_ckpt.checkpoint.config import check_json_shape
-    from lilicorr_ckpt.checkpoint.source import read_small
-
     if not Path(path).exists() and not Path(path).is_symlink():
         raise InputError(f"baseline {path!r} does not exist")
     data = read_small(Path(path), f"baseline {path!r}", 16 << 20)

@@ -1,6 +1,7 @@
 """`smoke`: decode the probe prompts with the head, the head-free control and the target alone, in one process.
 
-Imports torch and lilicorr_runtime (the runtime extra) when `run_smoke` is called, never at import time.
+Imports torch, transformers and lilicorr_runtime (the runtime extra) at import time: the command line and
+`lilicorr_ckpt.smoke.smoke` import it through `smoke.options.runner` only when smoke runs.
 """
 
 from __future__ import annotations
@@ -8,29 +9,25 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import math
 import os
 import platform
 import re
-import sys
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from types import ModuleType
-from typing import Any, TextIO
+from typing import Any
 
-import msgspec
+import torch
+import transformers
 
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
 from lilicorr_ckpt.checkpoint.source import PICKLE_SUFFIXES
 from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.checkpoint.tensors import read_header
+from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
 from lilicorr_ckpt.smoke.gates import (
-    DEFAULT_MIN_HEAD_GAIN,
-    DEFAULT_TOLERANCE,
     ArmAgreement,
     Divergence,
     ParityCheck,
@@ -44,6 +41,8 @@ from lilicorr_ckpt.smoke.gates import (
     read_baseline,
     tau_floor_gate,
 )
+from lilicorr_ckpt.smoke.load import build_valid_drafter
+from lilicorr_ckpt.smoke.options import SmokeOptions, check_options
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
 from lilicorr_ckpt.smoke.profile import (
     ARMS,
@@ -63,130 +62,18 @@ from lilicorr_ckpt.smoke.profile import (
     relative_gain,
     validation_of,
 )
+from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
 
-INSTALL_HINT = "smoke needs the runtime extra: pip install 'lilicorr-ckpt[runtime]' (torch, transformers, gguf, accelerate)"
-DTYPES = ("float32", "bfloat16", "float16")
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
 # of the logit's magnitude (at least 1.0) is a tie-flip, not a bug: a few ulps of the dtype, accumulated.
 TIE_RELATIVE = {"float32": 2.0 ** -14, "float16": 2.0 ** -8, "bfloat16": 2.0 ** -5}
 PARITY_BLOCKS = 4
 
 
-class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
-    path: str
-    target: str
-    gpu: bool = False
-    probes: str = "code,chat,math"
-    limit: int = 8
-    max_new_tokens: int = 128
-    temperature: float = 0.0
-    seeds: tuple[int, ...] = (0,)
-    num_speculative_tokens: int | None = None
-    min_tau: float | None = None
-    min_accept_rates: tuple[float, ...] = ()
-    min_head_gain: float = DEFAULT_MIN_HEAD_GAIN
-    baseline: str | None = None
-    tolerance: float = DEFAULT_TOLERANCE
-    dtype: str | None = None  # float32 on the CPU, bfloat16 with --gpu
-    runtime: str = "all"
-    warmup: bool = True
-
-
-class Progress:
-    """One self-overwriting status line on stderr, only on a terminal."""
-
-    def __init__(self, total: int = 0, *, enabled: bool, stream: TextIO | None = None):
-        self.total, self.done, self.enabled = total, 0, enabled
-        self.stream = stream or sys.stderr
-        self.started = time.monotonic()
-        self._dirty = False
-
-    @classmethod
-    def for_terminal(cls, quiet: bool) -> Progress:
-        return cls(enabled=not quiet and sys.stderr.isatty())
-
-    def _write(self, text: str) -> None:
-        if self.enabled:
-            self.stream.write("\r\033[K" + text)
-            self.stream.flush()
-            self._dirty = True
-
-    def note(self, text: str) -> None:
-        self._write(f"  smoke: {text}...")
-
-    def advance(self, label: str) -> None:
-        self.done += 1
-        width = 24
-        filled = width * self.done // max(self.total, 1)
-        elapsed = time.monotonic() - self.started
-        self._write(f"  smoke [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label} "
-                    f"({elapsed:.0f} s)")
-
-    def finish(self) -> None:
-        if self.enabled and self._dirty:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
-            self._dirty = False
-
-
-MAX_NEW_TOKENS = 1 << 16  # far beyond any probe; the target's positions bound it further once it is read
-MAX_TEMPERATURE = 100.0  # softmax(logits / T) is uniform to float precision long before this
-MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes on every platform
-
-
-def _finite(value: float | None) -> bool:
-    return value is None or math.isfinite(value)
-
-
-def check_options(opts: SmokeOptions) -> None:
-    """Usage errors that need no model (exit 4): every option's range, so no value reaches torch unchecked."""
-    if not 2 <= opts.max_new_tokens <= MAX_NEW_TOKENS:
-        raise UsageError(f"--max-new-tokens must be in [2, {MAX_NEW_TOKENS}] (the first token comes from the "
-                         f"prefill), got {opts.max_new_tokens}")
-    if not math.isfinite(opts.temperature) or not 0 <= opts.temperature <= MAX_TEMPERATURE:
-        raise UsageError(f"--temperature must be a finite number in [0, {MAX_TEMPERATURE:g}], got {opts.temperature}")
-    if not opts.seeds:
-        raise UsageError("--seeds needs at least one seed")
-    bad_seeds = [s for s in opts.seeds if not 0 <= s <= MAX_SEED]
-    if bad_seeds:
-        raise UsageError(f"--seeds must be integers in [0, 2**63 - 1], got {bad_seeds[0]}")
-    for option, value in (("--min-tau", opts.min_tau), ("--min-head-gain", opts.min_head_gain),
-                          ("--tolerance", opts.tolerance)):
-        if not _finite(value):
-            raise UsageError(f"{option} must be a finite number, got {value}")
-    if opts.min_tau is not None and opts.min_tau < 0:
-        raise UsageError(f"--min-tau must be >= 0, got {opts.min_tau}")
-    if opts.limit is not None and opts.limit > 1 << 20:
-        raise UsageError(f"--limit must be at most {1 << 20}, got {opts.limit}")
-    if opts.temperature == 0 and len(opts.seeds) > 1:
-        raise UsageError("--seeds with more than one seed needs --temperature > 0: greedy decoding is deterministic")
-    if opts.dtype is not None and opts.dtype not in DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
-    if opts.tolerance < 0:
-        raise UsageError(f"--tolerance must be >= 0, got {opts.tolerance}")
-    if any(not 0 <= f <= 1 for f in opts.min_accept_rates):
-        raise UsageError("--min-accept-rates takes probabilities in [0, 1]")
-    if opts.num_speculative_tokens is not None and not 1 <= opts.num_speculative_tokens <= 1 << 16:
-        raise UsageError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
-
-
-def _runtime() -> tuple[ModuleType, ModuleType, ModuleType]:
-    try:
-        import torch
-        import transformers
-
-        import lilicorr_runtime
-        from lilicorr_runtime import ops
-    except ImportError as exc:
-        raise UsageError(f"{INSTALL_HINT} ({exc})") from None
-    transformers.utils.logging.disable_progress_bar()  # our own progress line stands for the loading steps
-    return torch, lilicorr_runtime, ops
-
-
 CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
 
 
-def cpu_threads(torch: ModuleType) -> int:
+def cpu_threads() -> int:
     """Token-by-token decoding of small models gains nothing from many intra-op threads and loses much to their
     contention on a shared machine, so smoke on the CPU uses min(cores, CPU_THREADS) unless OMP_NUM_THREADS is set
     (torch reads it itself)."""
@@ -201,30 +88,28 @@ def cpu_threads(torch: ModuleType) -> int:
 
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
     check_options(opts)
-    progress = progress or Progress(enabled=False)
+    progress = progress or Progress(enabled=False, name="smoke")
     probes = load_probes(opts.probes, opts.limit)
     baseline = read_baseline(opts.baseline) if opts.baseline else None
-    torch, rt, ops = _runtime()
+    transformers.utils.logging.disable_progress_bar()  # our own progress line stands for the loading steps
     if opts.gpu and not torch.cuda.is_available():
         raise InputError(f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
                          "(torch.cuda.is_available() is False); run without --gpu for the CPU reference")
     device = "cuda" if opts.gpu else "cpu"
     if not opts.gpu:
-        cpu_threads(torch)
+        cpu_threads()
     dtype_name = opts.dtype or ("bfloat16" if opts.gpu else "float32")
     dtype = getattr(torch, dtype_name)
 
     progress.note("loading the drafter")
-    from lilicorr_ckpt.smoke.load import build_valid_drafter  # torch: importable once _runtime() succeeded
-
     ckpt = load_checkpoint(opts.path)
     try:
         drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
-    except rt.CheckpointRefused as exc:
+    except CheckpointRefused as exc:
         raise SmokeRefused(str(exc)) from None
     draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
     progress.note("loading the target")
-    target, target_info = _load_target(rt, opts.target, dtype, device)
+    target, target_info = _load_target(opts.target, dtype, device)
     if target.tokenizer is None:
         raise InputError(f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
                          "tokenizes the probe prompts with it")
@@ -255,11 +140,11 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             raise InputError(f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
                              f"table ({target.vocab_size} rows): the tokenizer does not belong to this model")
 
-    first_logits_finite(torch, target, prompts[0], drafter.target_layer_ids, opts.target)
+    first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
 
     def decoder(arm: str, seed: int, keep: bool = False) -> Any:
         try:
-            return rt.SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm,
+            return SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm,
                                          num_speculative_tokens=None if arm == "ar" else n,
                                          temperature=opts.temperature, seed=seed, keep_proposals=keep)
         except ValueError as exc:
@@ -275,7 +160,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         for arm in arms:
             decoders[arm].generate(longest, opts.max_new_tokens, eos_token_ids=eos)
 
-    progress.total, progress.started = len(prompts) * len(opts.seeds) * len(arms), time.monotonic()
+    progress.start(len(prompts) * len(opts.seeds) * len(arms))
     runs: list[tuple[Probe, int, list[int], dict[str, Any]]] = []  # probe, seed, prompt ids, arm -> result
     for seed in opts.seeds:
         for arm in arms:
@@ -284,13 +169,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             by_arm = {}
             for arm in arms:  # interleaved, so machine drift lands on every arm alike
                 by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
-                progress.advance(f"{arm} {probe.id}")
+                progress.step(f"{arm} {probe.id}")
             runs.append((probe, seed, ids, by_arm))
 
     divergences: list[Divergence] = []
     if opts.temperature == 0:
         progress.note("checking losslessness")
-        divergences = _divergences(torch, target, runs, dtype_name)
+        divergences = _divergences(target, runs, dtype_name)
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -300,7 +185,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         elif not has_head:
             parity_reason = "the checkpoint has no head: the control's per-slot argmax runs no kernel"
         else:
-            parity = kernel_parity(torch, ops, decoder("head", 0, keep=True), prompts[0], n, opts.temperature,
+            parity = kernel_parity(decoder("head", 0, keep=True), prompts[0], n, opts.temperature,
                                    eos, PARITY_BLOCKS)
     progress.finish()
 
@@ -309,13 +194,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         max_new_tokens=opts.max_new_tokens, temperature=opts.temperature, seeds=list(opts.seeds),
         warmup=opts.warmup, device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
         dtype=dtype_name, kernel_backend=ops.kernel_backend(device),
-        versions=_versions(torch), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    return assemble(opts=opts, rt=rt, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size,
+        versions=_versions(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size,
                     draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
                     divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline)
 
 
-def assemble(*, opts: SmokeOptions, rt: ModuleType, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
              arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
              target_info: TargetModel, chat: ChatTemplate, conditions: MeasurementConditions,
              divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
@@ -323,7 +208,7 @@ def assemble(*, opts: SmokeOptions, rt: ModuleType, runs: Sequence[tuple[Probe, 
     primary = "head" if has_head else "control"
 
     def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None) -> ArmStats:
-        s = rt.acceptance_stats(results)
+        s = acceptance_stats(results)
         width = 0 if arm == "ar" else n
         return ArmStats(
             requests=s.requests, blocks=s.blocks, tokens=s.tokens, mean_accept_length=round(s.tau, 6),
@@ -471,7 +356,7 @@ def check_target_files(resolved: Any, spec: str) -> None:
                              "fix it in config.json / generation_config.json")
 
 
-def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
+def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
     resolved = resolve_target_spec(spec)
     check_target_files(resolved, spec)
     if resolved.kind == "gguf":
@@ -482,7 +367,7 @@ def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[An
         kind, ident = "hf_cache", spec
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # GGUF dequantization draws its own bar; ours says "loading"
-            target = rt.load_target(spec, dtype=dtype, device=device)
+            target = load_target(spec, dtype=dtype, device=device)
     except InputError:
         raise
     except (OSError, ValueError, ImportError, KeyError) as exc:
@@ -494,7 +379,7 @@ def _load_target(rt: ModuleType, spec: str, dtype: Any, device: str) -> tuple[An
                                vocab_size=int(target.vocab_size), forward=target.path_note)
 
 
-def first_logits_finite(torch: ModuleType, target: Any, prompt: Sequence[int], layer_ids: Any, spec: str) -> None:
+def first_logits_finite(target: Any, prompt: Sequence[int], layer_ids: Any, spec: str) -> None:
     """One forward of the first prompt: a target whose logits are NaN or infinite (an all-NaN lm_head or
     embedding) makes every comparison meaningless, so it is refused instead of measured."""
     with torch.inference_mode():
@@ -538,7 +423,7 @@ def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tu
     return prompts, info
 
 
-def _divergences(torch: ModuleType, target: Any, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+def _divergences(target: Any, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
                  dtype: str) -> list[Divergence]:
     out = []
     for probe, seed, ids, by_arm in runs:
@@ -565,7 +450,7 @@ def _divergences(torch: ModuleType, target: Any, runs: Sequence[tuple[Probe, int
     return out
 
 
-def kernel_parity(torch: ModuleType, ops: Any, head_decoder: Any, prompt: Sequence[int], n: int,
+def kernel_parity(head_decoder: Any, prompt: Sequence[int], n: int,
                   temperature: float, eos: Sequence[int], blocks: int) -> list[ParityCheck]:
     """Rerun the first blocks of a prompt keeping the drafter's real logits and head scores, and compare
     each draft-step op with its torch reference on them: same candidates, same greedy and sampled paths."""
@@ -576,21 +461,21 @@ def kernel_parity(torch: ModuleType, ops: Any, head_decoder: Any, prompt: Sequen
         logits = p.logits.flatten(0, 1)  # [n, V]
         k = p.candidate_ids.shape[-1]
         ref, got = ops.topk_lse_reference(logits, k), ops.topk_lse(logits, k)
-        checks.append(_compare(b, "topk_lse", torch, ref, got, exact=(1,)))
+        checks.append(_compare(b, "topk_lse", ref, got, exact=(1,)))
         ref_path = ops.greedy_walk_reference(p.start, p.pairs, p.candidate_ids)
         got_path = ops.greedy_walk(p.start, p.pairs, p.candidate_ids)
-        checks.append(_compare(b, "greedy_walk", torch, (ref_path,), (got_path,), exact=(0,)))
+        checks.append(_compare(b, "greedy_walk", (ref_path,), (got_path,), exact=(0,)))
         device = p.start.device
         uniforms = torch.rand(1, p.candidate_ids.shape[1], generator=generator).to(device)  # [1, n]
         temps = torch.full((1,), temperature if temperature > 0 else 1.0, device=device)
         greedy = torch.zeros(1, dtype=torch.bool, device=device)
         ref_s = ops.sample_walk_reference(p.start, p.pairs, p.candidate_ids, uniforms, temps, greedy)
         got_s = ops.sample_walk(p.start, p.pairs, p.candidate_ids, uniforms, temps, greedy)
-        checks.append(_compare(b, "sample_walk", torch, ref_s, got_s, exact=(0,)))
+        checks.append(_compare(b, "sample_walk", ref_s, got_s, exact=(0,)))
     return checks
 
 
-def _compare(block: int, op: str, torch: ModuleType, ref: Sequence[Any], got: Sequence[Any],
+def _compare(block: int, op: str, ref: Sequence[Any], got: Sequence[Any],
              exact: Sequence[int]) -> ParityCheck:
     for i, (a, b) in enumerate(zip(ref, got, strict=True)):
         if a.shape != b.shape:
@@ -610,9 +495,7 @@ def _compare(block: int, op: str, torch: ModuleType, ref: Sequence[Any], got: Se
     return ParityCheck(block=block, op=op, passed=True)
 
 
-def _versions(torch: ModuleType) -> dict[str, str]:
-    import transformers
-
+def _versions() -> dict[str, str]:
     out = {"lilicorr-ckpt": __version__, "torch": str(torch.__version__), "transformers": transformers.__version__,
            "python": platform.python_version()}
     try:

@@ -451,3 +451,35 @@ def test_a_disk_full_while_copying_other_files_leaves_nothing(cli, export, tmp_p
     run = cli("convert", src, dst)
     assert run.code == 2 and "cannot write the output: No space left on device" in run.err, run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_repairs_apply_numerics_scale_policy_with_negative_zero_as_zero():
+    import lilicorr_ckpt.convert.repair as repair
+    from lilicorr_ckpt.checkpoint.numerics import ScaleDefects, e2m1_decode, scale_defects
+    from lilicorr_ckpt.checkpoint.tensors import TensorInfo
+
+    assert scale_defects([np.array([0.5, -0.0, 0.0], np.float32)]) == ScaleDefects()
+    assert scale_defects([np.zeros(2, np.float32), np.array([-0.0], np.float32)]).all_zero
+    assert scale_defects([np.array([np.nan], np.float32)]) == ScaleDefects(non_finite=True)
+    assert scale_defects([np.array([1.0], np.float32), np.array([-1e-3], np.float32)]).negative
+    assert not np.signbit(repair.PAIRS[[0x08, 0x80], [0, 1]]).any()  # E2M1 code 0b1000 is +0.0, as in ModelOpt
+    assert (repair.PAIRS.reshape(-1) == e2m1_decode(np.array([b >> (4 * h) & 15 for b in range(256)
+                                                              for h in (0, 1)], np.uint8))).all()
+    o, i = 2, 32
+    packed = np.full((o, i // 2), 0x22, np.uint8)  # every element 1.0
+    blobs = {"w": packed.tobytes(), "s2": np.float32(0.5).tobytes()}
+    infos = {"weight": TensorInfo("x.weight", "U8", (o, i // 2), "w", 0, packed.nbytes),
+             "weight_scale": TensorInfo("x.weight_scale", "F8_E4M3", (o, 2), "s", 0, 4),
+             "weight_scale_2": TensorInfo("x.weight_scale_2", "F32", (), "s2", 0, 4)}
+
+    def run(scale_codes: bytes) -> np.ndarray:
+        blobs["s"] = scale_codes
+        out = b"".join(b for b, _ in repair.dequantize_blocks("nvfp4", infos, (o, i), "F32",
+                                                              lambda t, off, n: blobs[t.file][off:off + n], 16))
+        return np.frombuffer(out, np.float32).reshape(o, i)
+
+    # one block scale -0.0 (0x80) beside 1.0 (0x38): zero, not negative (as validate --deep reads it)
+    got = run(bytes([0x80, 0x38, 0x38, 0x38]))
+    assert (got[0, :16] == 0).all() and (got[0, 16:] == 0.5).all() and (got[1] == 0.5).all()
+    with pytest.raises(repair.BadScales, match="all zero weight_scale"):
+        run(bytes([0x80, 0x00, 0x00, 0x80]))

@@ -414,6 +414,9 @@ def _patch_tensor(src, name, data: bytes):
     ("weight_scale_2", np.float32(-1e-3).tobytes(), "weight_scale_2 is -0.001"),
     ("weight_scale", bytes([0x7F]) * 256, "NaN or infinite"),  # the E4M3 NaN code in every block
     ("weight_scale", bytes([0xB8]) * 256, "negative weight_scale"),  # -1.0 in E4M3
+    # numerics' scale policy, as validate --deep applies it (LC703): an all-zero scale zeroes the module
+    ("weight_scale_2", np.float32(0).tobytes(), "weight_scale_2 is 0 (all zero"),
+    ("weight_scale", bytes(256), "all zero weight_scale"),
 ])
 def test_a_repair_whose_scales_are_corrupt_is_refused(cli, tmp_path, tensor, data, needle):
     import shutil

@@ -10,7 +10,8 @@ import transformers
 from runtime_helpers import ARCHS, small_config
 
 from lilicorr_ckpt import fixtures
-from lilicorr_runtime import SpeculativeDecoder, TargetModel, load_drafter
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime import SpeculativeDecoder, TargetModel
 from lilicorr_runtime.fast_target import FastTarget, fast_path_problem
 
 CUDA = torch.cuda.is_available()

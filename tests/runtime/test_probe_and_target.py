@@ -7,7 +7,8 @@ import torch
 from runtime_helpers import small_config, tiny_target
 
 from lilicorr_ckpt import fixtures
-from lilicorr_runtime import SpeculativeDecoder, load_drafter, load_target
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime import SpeculativeDecoder, load_target
 from lilicorr_runtime.probe import reference_outputs
 
 

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_ckpt.smoke.probes import load_probes
-from lilicorr_runtime import SpeculativeDecoder, acceptance_stats, load_drafter, load_target
+from lilicorr_runtime import SpeculativeDecoder, acceptance_stats, load_target
 
 GGUF = Path(__file__).resolve().parents[2] / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUESTIONS = [

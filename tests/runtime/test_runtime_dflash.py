@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from lilicorr_ckpt import fixtures
-from lilicorr_runtime import load_drafter
+from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime.layers import rope_inverse_frequencies
 
 

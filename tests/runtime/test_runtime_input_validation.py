@@ -11,7 +11,8 @@ import transformers
 from runtime_helpers import small_config, tiny_target
 from safetensors.torch import load_file, save_file
 
-from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_drafter, load_target, ops
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_target, ops
 from lilicorr_runtime.arguments import resolve_dtype
 
 PROMPT = [3, 1, 4, 1, 5]
@@ -159,18 +160,21 @@ def test_decoder_refuses_a_temperature_that_is_not_a_number():
 
 # -- load_drafter's runtime and dtype; load_target's dtype ---------------------------------------------------------
 
-@pytest.mark.parametrize("scale_2", [float("nan"), float("inf")])
-def test_load_drafter_refuses_weights_a_corrupt_scale_makes_non_finite(drafter_dir, scale_2):
+@pytest.mark.parametrize("scale_2, defect", [(float("nan"), "NaN or infinite"), (float("inf"), "NaN or infinite"),
+                                             (-1e-3, "negative"), (0.0, "all zero")])
+def test_load_drafter_refuses_scales_numerics_policy_refuses(drafter_dir, scale_2, defect):
     import numpy as np
 
     from lilicorr_ckpt import fixtures
-    from lilicorr_runtime import CheckpointRefused
+    from lilicorr_ckpt.checkpoint import load_checkpoint
+    from lilicorr_runtime import CheckpointRefused, build_drafter
 
     def mutate(t):
         t["layers.0.self_attn.o_proj.weight_scale_2"] = ("F32", (), np.float32(scale_2).tobytes())
     path = drafter_dir(fixtures.draft_config(), quant="NVFP4", mutate=mutate)
-    with pytest.raises(CheckpointRefused, match=r"NaN or infinite values in layers\.0\.self_attn\.o_proj\.weight"):
-        load_drafter(path)
+    # built without validation (validate header-only does not read the scale's value): the loader's own refusal
+    with pytest.raises(CheckpointRefused, match=rf"layers\.0\.self_attn\.o_proj\.weight_scale_2 \({defect}\)"):
+        build_drafter(load_checkpoint(str(path)))
 
 
 def test_load_drafter_refuses_an_unknown_runtime(drafter_dir):

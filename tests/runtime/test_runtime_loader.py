@@ -12,7 +12,8 @@ from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.numerics import e4m3_decode, nvfp4_dequantize
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.report.validate import render_text
-from lilicorr_runtime import CheckpointRefused, load_drafter
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime import CheckpointRefused
 from lilicorr_runtime.codecs import nvfp4_dequantize as torch_nvfp4_dequantize
 
 

@@ -54,7 +54,8 @@ def good_head_drafter(smoke_dir: Path) -> Path:
 def zero_head_report(zero_head_drafter: Path, target: Path):
     """One QUICK smoke run of the zero-head drafter, shared by the format tests (json, text, junit render the
     same SmokeReport the CLI would print)."""
-    from lilicorr_ckpt.smoke.run import SmokeOptions, run_smoke
+    from lilicorr_ckpt.smoke.options import SmokeOptions
+    from lilicorr_ckpt.smoke.run import run_smoke
 
     return run_smoke(SmokeOptions(path=str(zero_head_drafter), target=str(target), gpu=False,
                                   probes="code,chat,math", limit=1, max_new_tokens=24, temperature=0.0, seeds=(0,),

@@ -15,6 +15,7 @@ import transformers
 from conftest import QUICK, Outcome
 from smoke_helpers import PLAIN_TEMPLATE, drafter_config, tokenizer, write_target
 
+import lilicorr_ckpt.smoke.run
 import lilicorr_runtime
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
@@ -110,7 +111,7 @@ def test_a_speculative_arm_that_leaves_greedy_decoding_fails_as_a_runtime_bug(sm
                 result.tokens[5] = (result.tokens[5] + 1) % 15
             return result
 
-    monkeypatch.setattr(lilicorr_runtime, "SpeculativeDecoder", Corrupting)
+    monkeypatch.setattr(lilicorr_ckpt.smoke.run, "SpeculativeDecoder", Corrupting)
     result = smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1", "--format", "json")
     assert result.code == 1
     gate = result.gate("lossless")
@@ -468,6 +469,8 @@ def test_the_command_line_stays_torch_free_until_smoke_runs():
     import sys
 
     code = ("import sys, lilicorr_ckpt.cli, lilicorr_ckpt.smoke.profile, lilicorr_ckpt.smoke.cli; "
+            "from lilicorr_ckpt.smoke import SmokeOptions; from lilicorr_ckpt.smoke.options import check_options; "
+            "check_options(SmokeOptions(path='a', target='b')); "
             "assert 'torch' not in sys.modules and 'lilicorr_runtime' not in sys.modules; "
             "assert 'smoke' in lilicorr_ckpt.cli.cli.commands")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
@@ -534,3 +537,25 @@ def test_an_eos_token_id_outside_the_vocabulary_is_an_input_error(smoke, drafter
     (odd / "generation_config.json").write_text(json.dumps(generation))
     result = smoke(drafter, "-t", odd, *QUICK)
     assert result.code == 2 and "eos_token_id 1000000000000 is outside its vocabulary (16 tokens)" in result.stderr, result.stderr
+
+
+def test_smokes_progress_line_is_consoles_step_count(drafter, target):
+    import io
+
+    from lilicorr_ckpt.console import Progress
+    from lilicorr_ckpt.smoke.options import SmokeOptions
+    from lilicorr_ckpt.smoke.run import run_smoke
+
+    stream = io.StringIO()
+    progress = Progress(enabled=True, stream=stream, name="smoke")
+    run_smoke(SmokeOptions(path=str(drafter), target=str(target), probes="chat", limit=1, max_new_tokens=4,
+                           warmup=False), progress)
+    text = stream.getvalue()
+    assert "  smoke: loading the drafter..." in text and "\n" not in text
+    arms = progress.total
+    assert arms in (2, 3) and progress.done == arms  # one step per arm of the one prompt
+    assert f"] {arms}/{arms} ar " in text and f"  smoke [{'#' * 24}]" in text
+    quiet = Progress(3, enabled=False, stream=io.StringIO(), name="smoke")
+    quiet.step("x")
+    quiet.note("y")
+    assert quiet.stream.getvalue() == "" and quiet.done == 1

@@ -1,0 +1,86 @@
+"""The convert command's text summary of a ConvertResult (its record)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from lilicorr_ckpt.checkpoint.text import shorten
+
+SHOWN_FILES = 6  # other files of SRC listed one per line in the summary before they are counted
+
+
+def render_summary(result: Any) -> str:
+    """The text `convert` prints: what was written (or would be), renamed, repaired, dropped and validated."""
+    r = result.record
+    out = r["output"]
+    lines = [f"{'would convert' if not result.written else 'converted'} {result.src} -> {result.dst}"]
+    quant = f", {out['quant_algo']} ({out['quant_method']})" if out["quant_algo"] else ""
+    arch = (out["architecture"] or ["?"])[0]
+    lines.append(f"  {arch}{quant}, {out['tensors']} tensors, {out['tensor_bytes'] / 1e6:.1f} MB in "
+                 f"{', '.join(out['files'])}")
+    if r["renames"]:
+        reasons: dict[str, int] = {}
+        for item in r["renames"]:
+            reasons[item["why"]] = reasons.get(item["why"], 0) + 1
+        lines.append(f"  renamed   {len(r['renames'])} tensors (" + "; ".join(
+            f"{why}: {n}" for why, n in sorted(reasons.items())) + ")")
+    groups: dict[tuple[str, str], list[str]] = {}
+    for repair in r["repairs"]:
+        if repair["action"] == "dequantized":
+            what = f"{repair['from']} -> {repair['to']}: {repair['reason']}"
+        else:
+            what = "float module, dropped its stray " + ", ".join(sorted({d.rsplit(".", 1)[1] for d in repair["dropped"]}))
+        groups.setdefault((re.sub(r"\.\d+\.", ".*.", repair["module"]), what), []).append(repair["module"])
+    for (label, what), modules in groups.items():
+        count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
+        lines.append(f"  repaired  {label}{count}: {what}")
+    explicit = [d for d in r["drops"] if not d["reason"].startswith("scale of a module")]
+    for d in explicit:
+        lines.append(f"  dropped   {d['tensor']} ({d['reason']})")
+    for change in r["config"]:
+        if change["key"] == "quantization_config":
+            what = "removed" if change["action"] == "removed" else "rewritten in the flat form"
+            lines.append(f"  config    quantization_config {what}")
+        else:
+            after = json.dumps(change.get("after")) if change["action"] != "removed" else "(removed)"
+            lines.append(f"  config    {change['key']} = {after} ({change['reason']})")
+    ex = r.get("exclusions") or {}
+    if ex.get("dropped") or ex.get("stripped"):
+        lines.append(f"  exclusions: {len(ex.get('stripped', {}))} training-prefixed entries stripped, "
+                     f"{len(ex.get('dropped', {}))} base-model entries dropped")
+    if "output" in ex:
+        lines.append(f"  ignore    {ex['output']}")
+    lines += _render_other_files(r.get("other_files") or {})
+    v = r.get("validation")
+    if v:
+        verdicts = ", ".join(f"{k}: {s}" for k, s in v["verdicts"].items())
+        warn = f", {v['warnings']} warnings" if v["warnings"] else ""
+        lines.append(f"  validate  {verdicts}{warn}")
+    if r.get("verify"):
+        lines.append(f"  verify    {r['verify']['summary']}")
+    if result.written:
+        lines.append(f"  record    {result.dst}/conversion.json")
+    return "\n".join(lines) + "\n"
+
+
+def _render_other_files(other: dict[str, Any]) -> list[str]:
+    """One line per file, or per reason with a count and the first few names when there are many."""
+    lines: list[str] = []
+    copied, dropped = other.get("copied", []), other.get("dropped", [])
+    if len(copied) <= SHOWN_FILES:
+        lines += [f"  copied    {name} (unchanged)" for name in copied]
+    else:
+        lines.append(f"  copied    {len(copied)} other files unchanged: {shorten(copied, SHOWN_FILES, quote='')}")
+    if len(dropped) <= SHOWN_FILES:
+        lines += [f"  left out  {d['file']}: {d['reason']}" for d in dropped]
+    else:
+        by_reason: dict[str, list[str]] = {}
+        for d in dropped:
+            by_reason.setdefault(d["reason"], []).append(d["file"])
+        for reason, names in by_reason.items():
+            count = f"{len(names)} files" if len(names) > 1 else names[0]
+            shown = f" ({shorten(names, 3, quote='')})" if len(names) > 1 else ""
+            lines.append(f"  left out  {count}{shown}: {reason}")
+    return lines
