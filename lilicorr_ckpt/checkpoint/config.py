@@ -14,6 +14,7 @@ import re
 from typing import Any
 
 import msgspec
+import numpy as np
 
 from lilicorr_ckpt.errors import InputError
 
@@ -258,8 +259,6 @@ _LONG_NUMBER = re.compile(rb"[0-9]{%d,}" % (MAX_NUMBER_DIGITS + 1))
 def check_json_shape(data: bytes, what: str) -> None:
     """Refuse (InputError) a JSON text nested deeper than MAX_JSON_DEPTH or holding a number longer than
     MAX_NUMBER_DIGITS digits, before any parser recurses or converts: linear in the bytes, whatever they say."""
-    import numpy as np
-
     bare = _JSON_STRING.sub(b'""', data)  # brackets and digits inside strings do not count
     codes = np.frombuffer(bare, dtype=np.uint8)
     steps = np.zeros(codes.shape, dtype=np.int32)

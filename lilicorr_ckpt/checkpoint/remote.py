@@ -30,16 +30,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 import msgspec
 
+from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
 from lilicorr_ckpt.checkpoint.pathhint import looks_like_path
-from lilicorr_ckpt.checkpoint.source import INDEX_NAME, PICKLE_SUFFIXES
+from lilicorr_ckpt.checkpoint.source import INDEX_NAME, PICKLE_SUFFIXES, resolve_path
 from lilicorr_ckpt.errors import InputError, UsageError
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lilicorr_ckpt.checkpoint.load import Checkpoint
 
 HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
 SMALL_FILES = ("config.json", "hf_quant_config.json", INDEX_NAME)
@@ -331,8 +329,6 @@ def _cached_snapshot(spec: HubSpec) -> Path:
     """The cached snapshot of spec in offline mode, or an InputError that names offline mode."""
     offline = "offline mode (HF_HUB_OFFLINE is set), so only the local Hugging Face cache is read"
     if spec.revision is None:
-        from lilicorr_ckpt.checkpoint.source import resolve_path
-
         try:
             root, _ = resolve_path(spec.repo_id)
         except InputError as exc:
@@ -352,8 +348,6 @@ def _cached_snapshot(spec: HubSpec) -> Path:
 def open_hub(spec: HubSpec) -> Iterator[tuple[Checkpoint, HubOrigin]]:
     """The checkpoint spec names, read headers-only (from the Hub, or the cached snapshot in offline mode),
     and where it came from. Valid inside the `with` only: a Hub read lives in a temporary directory."""
-    from lilicorr_ckpt.checkpoint.load import load_checkpoint
-
     if offline_mode():
         root = _cached_snapshot(spec)
         origin = HubOrigin(repo_id=spec.repo_id, revision=spec.revision or "main", commit=root.name,

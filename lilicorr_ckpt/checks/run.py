@@ -13,6 +13,7 @@ from lilicorr_ckpt.checkpoint.remote import HubOrigin, HubSpec, hub_label, hub_s
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
 from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
+from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
 from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.profiles import RuntimeProfile, select_profiles
 
@@ -114,8 +115,6 @@ def validate_spec(path: str, *, runtime: str = "all", target: str | None = None,
                   select: str | None = None) -> Report:
     """What `lilicorr-ckpt validate` runs: PATH a local directory or a Hub repo id `org/name[@REV]`, then the
     waivers (--ignore, --select, lilicorr.toml / pyproject.toml beside a local checkpoint) applied."""
-    from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
-
     check_rule_options(ignore, select)
     hub = hub_spec(path, revision, deep=deep)  # None: a local directory
     report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub

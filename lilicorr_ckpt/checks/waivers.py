@@ -24,6 +24,7 @@ some runtimes splits a finding: the other runtimes keep it.
 
 from __future__ import annotations
 
+import difflib
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
@@ -31,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from lilicorr_ckpt.checks.findings import Finding, Waiver
+from lilicorr_ckpt.checks import RULES  # the package, imported before this module, registers the catalogue
+from lilicorr_ckpt.checks.findings import RETIRED, SEVERITY_ORDER, Finding, Waiver
 from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.profiles import PROFILES
 
 if TYPE_CHECKING:  # pragma: no cover
     from lilicorr_ckpt.checks.run import Report
@@ -67,12 +70,6 @@ class WaiverRule(msgspec.Struct, frozen=True, kw_only=True):
 
 # --- rule ids -------------------------------------------------------------------------------------------------
 
-def _known_rules() -> set[str]:
-    from lilicorr_ckpt.checks import RULES  # the package registers the catalogue
-
-    return set(RULES)
-
-
 def parse_rule_list(text: str | None, option: str) -> tuple[str, ...]:
     """`LC314,LC015` (spaces and repeated commas allowed) -> ids, each an id or a prefix of some id."""
     if text is None:
@@ -85,15 +82,11 @@ def parse_rule_list(text: str | None, option: str) -> tuple[str, ...]:
 
 
 def _check_rules(items: tuple[str, ...], where: str) -> None:
-    from lilicorr_ckpt.checks.findings import RETIRED
-
-    known = _known_rules()
+    known = set(RULES)
     for item in items:
         if item in RETIRED:  # waiving it would waive nothing: say what replaced it
             raise UsageError(f"{where}: {item} is a retired rule id, never emitted now ({RETIRED[item]})")
         if not any(rid.startswith(item) for rid in known) or len(item) < 3:
-            import difflib
-
             close = difflib.get_close_matches(item, sorted(known), n=2)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
             raise UsageError(f"{where}: {item!r} is not a rule id or id prefix{hint}; `lilicorr-ckpt rules` lists them")
@@ -139,8 +132,6 @@ def find_config(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:
 
 def parse_config(path: Path, table: dict[str, Any]) -> list[WaiverRule]:
     """The waivers of a [tool.lilicorr-ckpt] table (or lilicorr.toml); every mistake is a usage error naming it."""
-    from lilicorr_ckpt.profiles import PROFILES
-
     where = f"{path.name}" + ("" if path.name == "lilicorr.toml" else f" [tool.{TOOL_TABLE}]")
     unknown = set(table) - {"waivers"}
     if unknown:
@@ -224,10 +215,8 @@ def apply_waivers(findings: list[Finding], waivers: list[WaiverRule], *, runtime
 def waive_report(report: Report, *, checkpoint_dir: str | Path | None, ignore: str | None = None,
                  select: str | None = None, strict: bool = False) -> Report:
     """The report with --ignore/--select and the configuration file's waivers applied; summary, verdicts and
-    exit code recounted from what is not waived. Unchanged when there is nothing to apply."""
-    from lilicorr_ckpt.checks.findings import SEVERITY_ORDER
-    from lilicorr_ckpt.checks.run import RuntimeVerdict, Summary
-
+    exit code recounted from what is not waived (the report's own records, replaced: checks.run imports this
+    module). Unchanged when there is nothing to apply."""
     ignored = parse_rule_list(ignore, "--ignore")
     selected = parse_rule_list(select, "--select")
     checkpoint = Path(checkpoint_dir) if checkpoint_dir is not None else None
@@ -239,15 +228,15 @@ def waive_report(report: Report, *, checkpoint_dir: str | Path | None, ignore: s
     findings = apply_waivers(report.findings, waivers, runtimes=judged, select=selected, checkpoint=checkpoint)
     findings.sort(key=lambda f: (f.waived is not None, SEVERITY_ORDER[f.severity], f.rule))
     live = [f for f in findings if f.waived is None]
-    summary = Summary(errors=sum(f.severity == "error" for f in live),
-                      warnings=sum(f.severity == "warning" for f in live),
-                      infos=sum(f.severity == "info" for f in live), waived=len(findings) - len(live))
+    summary = msgspec.structs.replace(report.summary, errors=sum(f.severity == "error" for f in live),
+                                      warnings=sum(f.severity == "warning" for f in live),
+                                      infos=sum(f.severity == "info" for f in live), waived=len(findings) - len(live))
     verdicts = []
     for v in report.runtimes:
         mine = [f for f in live if not f.runtimes or v.runtime in f.runtimes]
         errors = sum(f.severity == "error" for f in mine)
-        verdicts.append(RuntimeVerdict(v.runtime, v.display, errors == 0, errors,
-                                       sum(f.severity == "warning" for f in mine)))
+        verdicts.append(msgspec.structs.replace(v, accepted=errors == 0, errors=errors,
+                                                warnings=sum(f.severity == "warning" for f in mine)))
     exit_code = 1 if summary.errors or (strict and summary.warnings) else 0
     if report.exit_code > 1:
         exit_code = report.exit_code

@@ -19,6 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from lilicorr_ckpt import __version__
 from lilicorr_ckpt.errors import InputError, UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -163,8 +164,6 @@ def _profile_section(profile: dict[str, Any]) -> list[str]:
 
 def card_section(report: Report, *, repo: str, base: str | None, quant: str | None,
                  profile: dict[str, Any] | None) -> str:
-    from lilicorr_ckpt import __version__
-
     lines = [BEGIN, "", "## Speculative decoding drafter", ""]
     what = f"for [`{base}`](https://huggingface.co/{base})" if base else "for its target model"
     lines.append(f"A DFlash-family draft model {what}: it drafts a block of tokens that the target verifies, "

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
+from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.report.locate import LineFinder, json_key_lines, pointer_line
 
 __all__ = ["CI_FORMATS", "json_key_lines", "pointer_line", "render_report"]
@@ -180,13 +184,10 @@ def render_ci(report: Report, fmt: str) -> str:
 # --- `lilicorr-ckpt report`: re-render a saved JSON report ----------------------------------------------------
 
 def load_report(path: str) -> Report:
-    import msgspec
-
     from lilicorr_ckpt.checks.run import Report
-    from lilicorr_ckpt.errors import InputError
 
     try:
-        data = Path(path).read_bytes() if path != "-" else __import__("sys").stdin.buffer.read()
+        data = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
     try:

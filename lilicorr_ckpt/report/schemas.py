@@ -13,6 +13,10 @@ from typing import Any
 
 import msgspec
 
+from lilicorr_ckpt.checks.run import Report
+from lilicorr_ckpt.report.inspect import Inspection
+from lilicorr_ckpt.smoke.profile import SmokeReport
+
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 
 
@@ -22,20 +26,11 @@ def _schema(kind: Any, title: str) -> dict[str, Any]:
 
 
 def all_schemas() -> dict[str, dict[str, Any]]:
-    from lilicorr_ckpt.checks.run import Report
-    from lilicorr_ckpt.report.inspect import Inspection
-
-    out = {
+    return {
         "validate-report.schema.json": _schema(Report, "lilicorr-ckpt validate report"),
         "inspect.schema.json": _schema(Inspection, "lilicorr-ckpt inspect output"),
+        "smoke-profile.schema.json": _schema(SmokeReport, "lilicorr-ckpt smoke profile"),
     }
-    try:
-        from lilicorr_ckpt.smoke.profile import SmokeReport  # added with the smoke command
-    except ImportError:
-        pass
-    else:
-        out["smoke-profile.schema.json"] = _schema(SmokeReport, "lilicorr-ckpt smoke profile")
-    return out
 
 
 def render(schema: dict[str, Any]) -> str:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
+import click
+
 from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
@@ -16,8 +18,6 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     def paint(text: str, status: str) -> str:
         if not color:
             return text
-        import click
-
         return click.style(text, fg=_COLOR[status], bold=status == "fail")
 
     d, t, m, c = r.draft_checkpoint, r.target_model, r.measurement_conditions, r.chat_template

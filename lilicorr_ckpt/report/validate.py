@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 from xml.sax.saxutils import escape, quoteattr
 
+import click
 import msgspec
 
 from lilicorr_ckpt import __version__
@@ -89,8 +90,6 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
     def paint(text: str, fg: str | None, bold: bool = False) -> str:
         if not color:
             return text
-        import click
-
         return click.style(text, fg=fg, bold=bold)
 
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
