@@ -1,7 +1,7 @@
 """JSON Schemas of every machine-readable output, generated from the msgspec types.
 
 `lilicorr-ckpt schema NAME` prints one (any install). In a source checkout `python -m lilicorr_ckpt.report.schemas`
-rewrites schemas/ (or `--out DIR`); tests/test_reports.py fails when they drift.
+rewrites schemas/ (or `--out DIR`); tests/report/test_reports.py fails when they drift.
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
         in run.stdout
     assert "not validated (exit 2)" in run.summary and "no such directory" in run.summary
     # the report files exist all the same: the JSON with the reason (the SARIF, when asked, says
-    # executionSuccessful false; tests/test_ci_outputs.py)
+    # executionSuccessful false; tests/report/test_ci_outputs.py)
     assert "no such directory" in json.loads(Path(run.outputs["report-json"]).read_text())["error"]
 
 

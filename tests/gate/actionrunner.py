@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 
 
