@@ -15,7 +15,7 @@ from lilicorr_ckpt.smoke.profile import (
     BaselineItem,
     Gate,
     MeasurementConditions,
-    TargetModel,
+    TargetRecord,
 )
 
 DEFAULT_MIN_HEAD_GAIN = 0.05
@@ -197,7 +197,7 @@ class BaselineView(msgspec.Struct):
     num_speculative_tokens: int
     arms: dict[str, _ArmTau]
     measurement_conditions: MeasurementConditions
-    target_model: TargetModel
+    target_model: TargetRecord
     per_category: dict[str, _CategoryArms] = {}
 
 
@@ -214,7 +214,7 @@ def read_baseline(path: str) -> BaselineView:
 
 def compare_baseline(file: str, baseline: BaselineView, *, taus: dict[str, float],
                      category_taus: dict[str, dict[str, float]], conditions: MeasurementConditions,
-                     num_speculative_tokens: int, target: TargetModel, tolerance: float) -> BaselineComparison:
+                     num_speculative_tokens: int, target: TargetRecord, tolerance: float) -> BaselineComparison:
     """tau per arm and per category against the baseline; a drop by more than `tolerance` (relative) fails."""
     b = baseline.measurement_conditions
     differences = [f"{name}: baseline {old}, now {new}" for name, old, new in (
@@ -238,7 +238,7 @@ def compare_baseline(file: str, baseline: BaselineView, *, taus: dict[str, float
                               condition_differences=differences, items=items)
 
 
-def _target_key(t: TargetModel) -> str:
+def _target_key(t: TargetRecord) -> str:
     return f"{t.architecture} hidden {t.hidden_size} layers {t.num_layers} vocab {t.vocab_size}"
 
 

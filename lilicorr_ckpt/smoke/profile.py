@@ -60,7 +60,7 @@ class DraftCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
     runtime: str  # the validate profile the checkpoint was loaded under
 
 
-class TargetModel(msgspec.Struct, frozen=True, kw_only=True):
+class TargetRecord(msgspec.Struct, frozen=True, kw_only=True):
     id: str  # the repo id, the GGUF file name, or the directory's last two components
     source: Literal["directory", "hf_cache", "gguf"]
     architecture: str | None
@@ -174,7 +174,7 @@ class SmokeReport(msgspec.Struct, frozen=True, kw_only=True):
     measured: bool
     method: Literal["lilicorr", "dflash"]
     draft_checkpoint: DraftCheckpoint
-    target_model: TargetModel
+    target_model: TargetRecord
     num_speculative_tokens: int
     block_size: int
     max_supported_k: int

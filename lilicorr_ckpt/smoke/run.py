@@ -54,7 +54,7 @@ from lilicorr_ckpt.smoke.profile import (
     MeasurementConditions,
     RequestRecord,
     SmokeReport,
-    TargetModel,
+    TargetRecord,
     checkpoint_id,
     dense_histogram,
     dense_rates,
@@ -202,7 +202,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
 def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
              arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
-             target_info: TargetModel, chat: ChatTemplate, conditions: MeasurementConditions,
+             target_info: TargetRecord, chat: ChatTemplate, conditions: MeasurementConditions,
              divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
              baseline: Any) -> SmokeReport:
     primary = "head" if has_head else "control"
@@ -356,7 +356,7 @@ def check_target_files(resolved: Any, spec: str) -> None:
                              "fix it in config.json / generation_config.json")
 
 
-def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
+def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]:
     resolved = resolve_target_spec(spec)
     check_target_files(resolved, spec)
     if resolved.kind == "gguf":
@@ -374,7 +374,7 @@ def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetModel]:
         raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {exc}") from None
     config = target.config
     architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
-    return target, TargetModel(id=ident, source=kind, architecture=architectures[0],
+    return target, TargetRecord(id=ident, source=kind, architecture=architectures[0],
                                hidden_size=int(config.hidden_size), num_layers=int(config.num_hidden_layers),
                                vocab_size=int(target.vocab_size), forward=target.path_note)
 

@@ -31,8 +31,11 @@ def smollm2():
 
 
 @pytest.fixture(scope="module")
-def smollm2_transformers():
-    return load_target(GGUF, dtype=torch.float32, fast=False)
+def smollm2_transformers(smollm2):
+    """transformers' own model, the one the fast path runs on: its weights are views of the fast path's fused
+    GEMM weights, so its generate() is the independent reference without a second 40-second GGUF load."""
+    assert smollm2.model.__class__.__name__ == "LlamaForCausalLM"
+    return smollm2
 
 
 def smollm2_drafter_config():
