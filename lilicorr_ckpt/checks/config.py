@@ -1098,7 +1098,9 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-# integer settings by the class of code that reads them (RuntimeProfile.integral_float_*)
+# integer settings by the class of code that reads them, and the profile field saying what that code does
+_INTEGRAL_FLOAT = {"lilicorr": lambda p: p.integral_float_lilicorr, "backbone": lambda p: p.integral_float_backbone,
+                   "mask_token": lambda p: p.integral_float_mask_token}
 _INT_LILICORR = ("lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers", "lilicorr_num_heads",
                  "lilicorr_factor_dim")
 _INT_BACKBONE_TOP = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -1129,7 +1131,7 @@ def _integral_floats(ctx: Context) -> None:
         if not keys:
             continue
         for mode, (rule_id, verb, rest) in verbs.items():
-            mine = [p for p in ctx.profiles if getattr(p, f"integral_float_{kind}") == mode]
+            mine = [p for p in ctx.profiles if _INTEGRAL_FLOAT[kind](p) == mode]
             ctx.emit_for(rule_id, mine, f"{', '.join(keys)} written as a whole-number float: {_names(mine, verb)} "
                          f"{rest}", file="config.json", pointer=f"$.{keys[0]}", subjects=keys)
 

@@ -17,9 +17,9 @@ from click.testing import CliRunner
 from lilicorr_ckpt.checkpoint import load_checkpoint
 from lilicorr_ckpt.cli import main as lilicorr
 from lilicorr_runtime.load import build_drafter
+from lilicorr_runtime.train import prompts
 from lilicorr_runtime.train.__main__ import main as train_cli
 from lilicorr_runtime.train.data import Dataset
-from lilicorr_runtime.train import prompts
 from lilicorr_runtime.train.prompts import stdlib_code_prompts, training_prompts
 
 REPO = Path(__file__).resolve().parents[2]
