@@ -47,7 +47,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     nested_form_keys_required: bool = False
     # flat form: refuses NVFP4 when neither the top level nor config_groups' weights give a group size
     flat_group_size_required: bool = False
-    # reads the nested hf_quant_config.json when config.json has no quantization_config
+    # with no quantization_config in config.json, derives a quant_method from hf_quant_config.json (and refuses
+    # what it cannot derive one for: LC302); which copy a runtime reads at all is quant_config_read
     reads_hf_quant_config: bool = False
     # is_causal / dflash_config.causal true: "refuses" ("requires non-causal"), "honours" (drafts causally as
     # declared) or "ignores" (runs full layers bidirectionally whatever the config says: a silent mis-load)

@@ -149,8 +149,8 @@ rule("LC311", "quant-without-metadata", "error", QNT, "Quantized tensors but no 
              "with no quantization_config in config.json and no hf_quant_config.json.")
 rule("LC312", "quant-algo", "error", QNT, "The quantization algorithm is missing or not one the drafter loaders support.",
      "Use NVFP4, W4A16_NVFP4 or FP8.",
-     doc="Fires when the quantization config in effect (config.json's quantization_config, else "
-         "hf_quant_config.json) names no `quant_algo`, or one whose tensor layout the drafter loaders do not "
+     doc="Fires when the quantization config a runtime reads (config.json's quantization_config first for "
+         "SGLang and vLLM, hf_quant_config.json first for TensorRT-LLM) names no `quant_algo`, or one whose tensor layout the drafter loaders do not "
          "support (NVFP4, W4A16_NVFP4, FP8 and its per-channel and block variants, or MIXED_PRECISION with "
          "per-layer entries). The per-module checks do not run then.",
      why="A runtime cannot build quantized layers for an algorithm it does not know, and refuses the config; "

@@ -382,6 +382,19 @@ def _rename_new(tmp: Path, dst: Path) -> None:
                          "same DST?); it was left as that process wrote it, and this output was discarded") from None
 
 
+def _lost_race(dst: Path, old: Path) -> UsageError:
+    """--force moved the previous output aside, then another process put its own output at DST. That output is
+    left as it is; the previous one is dropped as --force asked, unless DST is not a convert output (then it is
+    kept beside DST, and named)."""
+    if is_convert_output(dst):
+        shutil.rmtree(old, ignore_errors=True)
+        kept = "the previous output was removed, as --force asked"
+    else:
+        kept = f"the previous output is kept in {old}"
+    return UsageError(f"DST {dst} was written by another process while converting (a second convert into the "
+                      f"same DST?); it was left as that process wrote it, {kept}, and this output was discarded")
+
+
 def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
     fsync_path(tmp)
     if dst.exists() or dst.is_symlink():
@@ -399,6 +412,8 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
         else:
             try:
                 _rename_new(tmp, dst)
+            except UsageError:  # another process wrote DST after the previous output was moved aside
+                raise _lost_race(dst, old) from None
             except BaseException:
                 os.rename(old, dst)
                 raise

@@ -27,8 +27,12 @@ from .prompts import request_openers, stdlib_code_prompts, training_prompts
 
 def _target(spec: str, device: str) -> FastTarget:
     dtype = "bfloat16" if device.startswith("cuda") else "float32"
-    target = load_target(spec, dtype=dtype, device=device, fast=True)
-    assert isinstance(target, FastTarget)
+    try:
+        target = load_target(spec, dtype=dtype, device=device, fast=True)
+    except Exception as exc:  # a missing or unreadable target: its loader's own message, not a traceback
+        raise click.ClickException(f"--target {spec}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(target, FastTarget):
+        raise click.ClickException(f"--target {spec}: training needs the fast target path ({target.path_note})")
     return target
 
 
@@ -62,6 +66,16 @@ def _parse_mix(text: str) -> dict[str, float]:
     return shares
 
 
+def _split(count: int, shares: dict[str, float]) -> dict[str, int]:
+    """`count` prompts split by `shares`, summing to `count` exactly (largest remainders get the rest)."""
+    total = sum(shares.values())
+    exact = {name: count * share / total for name, share in shares.items()}
+    counts = {name: int(value) for name, value in exact.items()}
+    for name in sorted(exact, key=lambda n: exact[n] - counts[n], reverse=True)[:count - sum(counts.values())]:
+        counts[name] += 1
+    return counts
+
+
 @main.command(help="Generate training data: the target answers --prompts prompts greedily. --mix picks where the "
                    "prompts come from: templates (word lists), stdlib (this interpreter's documented standard-"
                    "library functions: complete, explain, rewrite) and self (the target writes the request "
@@ -86,8 +100,7 @@ def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch
     def progress(done: int, total: int) -> None:
         click.echo(f"generate: {done}/{total} prompts, {time.perf_counter() - begin:.0f} s", err=True)
 
-    total = sum(shares.values())
-    counts = {name: int(round(count * share / total)) for name, share in shares.items()}
+    counts = _split(count, shares)
     rng = random.Random(seed)
     prompts = []
     if counts.get("templates"):
@@ -95,9 +108,16 @@ def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch
     if counts.get("stdlib"):
         prompts += stdlib_code_prompts(rng, counts["stdlib"])
     if counts.get("self"):
-        written = self_written_prompts(target, request_openers(rng, counts["self"]), seed=seed, batch_size=batch_size)
+        try:
+            written = self_written_prompts(target, request_openers(rng, counts["self"]), seed=seed,
+                                           batch_size=batch_size)
+        except ValueError as exc:  # no tokenizer or no chat template
+            raise click.ClickException(f"--mix self: {exc}") from None
         click.echo(f"generate: the target wrote {len(written)} usable requests of {counts['self']}", err=True)
         prompts += written
+    if not prompts:
+        raise click.ClickException("no prompts to answer: every source gave none (the target wrote no usable "
+                                   "request?); raise --prompts or add a source to --mix")
     rng.shuffle(prompts)
     data = generate_dataset(target, prompts, max_new_tokens, batch_size=batch_size, progress=progress)
     data.save(out)
@@ -145,7 +165,12 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
     settings = TrainConfig(batch_size=batch_size, anchors=anchors, lr_drafter=lr_drafter, lr_head=lr_head)
     if init_from is not None and config is None:
         raise click.UsageError(f"--init-from starts a new run, but {run_dir} holds one to resume")
-    run = open_run(run_dir, config, settings, target, init_layer, steps, init_from=init_from)
+    if init_from is not None and init_layer is not None:
+        raise click.UsageError("--init-from and --init-layer both say where a new run starts: give one")
+    try:
+        run = open_run(run_dir, config, settings, target, init_layer, steps, init_from=init_from)
+    except ValueError as exc:  # a drafter of another shape, a config the tooling refuses
+        raise click.ClickException(str(exc)) from None
     run_dir.mkdir(parents=True, exist_ok=True)
     click.echo(f"fit: step {run.step}/{run.train.steps}, {len(data)} sequences, settings "
                f"{json.dumps(structs.asdict(run.train))}", err=True)

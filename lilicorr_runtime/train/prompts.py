@@ -194,8 +194,8 @@ STDLIB_FILES = 4000  # source files read at most (the whole standard library)
 
 
 @functools.cache
-def _stdlib_functions(limit_files: int) -> tuple[tuple[str, str, str], ...]:
-    """(header + docstring, whole function source, first docstring line) of the documented top-level and
+def _stdlib_functions(limit_files: int) -> tuple[tuple[str, str, str, str], ...]:
+    """(header + docstring, whole function source, first docstring line, signature) of the documented top-level and
     method functions in this interpreter's standard library (tests and idlelib left out), in a fixed order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     found: list[tuple[str, str, str]] = []
@@ -222,7 +222,8 @@ def _stdlib_functions(limit_files: int) -> tuple[tuple[str, str, str], ...]:
             start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
             head = "\n".join(line[indent:] for line in lines[start:first.end_lineno])
             whole = "\n".join(line[indent:] for line in lines[start:body_end])
-            found.append((head + "\n", whole + "\n", doc.strip().splitlines()[0]))
+            signature = f"{node.name}({ast.unparse(node.args)})"  # one line, whatever the source's layout
+            found.append((head + "\n", whole + "\n", doc.strip().splitlines()[0], signature))
     return tuple(found)
 
 
@@ -234,7 +235,7 @@ def stdlib_code_prompts(rng: random.Random, count: int) -> list[Prompt]:
         raise ValueError("no documented functions found in the standard library of this interpreter")
     out = []
     for _ in range(count):
-        head, whole, summary = rng.choice(functions)
+        head, whole, summary, signature = rng.choice(functions)
         roll = rng.random()
         if roll < 0.5:
             out.append(Prompt(head, False, "code"))
@@ -244,7 +245,6 @@ def stdlib_code_prompts(rng: random.Random, count: int) -> list[Prompt]:
                               "Add comments to this function:"])
             out.append(Prompt(f"{ask}\n\n```python\n{whole}```", True, "code"))
         else:
-            signature = head.split("\n", 1)[0].removeprefix("def ").rstrip(":")
             out.append(Prompt(f"Write a Python function `{signature}`: {summary}", True, "code"))
     return out
 

@@ -323,9 +323,13 @@ def test_stale_temporaries_of_a_long_destination_name_are_found(tmp_path):
     assert other.exists()
 
 
-def test_a_second_convert_that_loses_the_race_for_dst_says_what_dst_holds(cli, tmp_path, monkeypatch):
-    # two converts into one DST: the other one renames its output into place just before this one does
+@pytest.mark.parametrize("force", [False, True])
+def test_a_second_convert_that_loses_the_race_for_dst_says_what_dst_holds(cli, tmp_path, monkeypatch, force):
+    # two converts into one DST: the other one renames its output into place just before this one does (with
+    # --force: after this one moved the previous output aside)
     dst = tmp_path / "out"
+    if force:
+        assert cli("convert", EXAMPLE, dst).code == 0
     real_rename = os.rename
     winner: dict[str, str] = {}
 
@@ -339,7 +343,7 @@ def test_a_second_convert_that_loses_the_race_for_dst_says_what_dst_holds(cli, t
         return real_rename(src, target)
 
     monkeypatch.setattr(writer.os, "rename", racing_rename)
-    result = cli("convert", EXAMPLE, dst)
+    result = cli("convert", EXAMPLE, dst, *(["--force"] if force else []))
     assert winner and result.code == 4, result
     assert "was written by another process while converting" in result.err
     assert "nothing is left at DST" not in result.err and "Traceback" not in result.err

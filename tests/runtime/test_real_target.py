@@ -33,7 +33,9 @@ def smollm2():
 @pytest.fixture(scope="module")
 def smollm2_transformers(smollm2):
     """transformers' own model, the one the fast path runs on: its weights are views of the fast path's fused
-    GEMM weights, so its generate() is the independent reference without a second 40-second GGUF load."""
+    GEMM weights, so its generate() (transformers' forward, not ours) is the reference without a second
+    20-second GGUF load. A weight-fusion bug would not show here: tests/runtime/test_fast_target.py compares
+    the fast path with an independent transformers copy for that."""
     assert smollm2.model.__class__.__name__ == "LlamaForCausalLM"
     return smollm2
 

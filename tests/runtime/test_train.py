@@ -16,10 +16,12 @@ from click.testing import CliRunner
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
 from lilicorr_ckpt.cli import main as lilicorr
+from lilicorr_runtime import load_target
 from lilicorr_runtime.load import build_drafter
 from lilicorr_runtime.train import prompts
+from lilicorr_runtime.train.__main__ import _split
 from lilicorr_runtime.train.__main__ import main as train_cli
-from lilicorr_runtime.train.data import Dataset
+from lilicorr_runtime.train.data import Dataset, self_written_prompts
 from lilicorr_runtime.train.prompts import stdlib_code_prompts, training_prompts
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,6 +64,11 @@ def test_prompt_sources_are_deterministic_and_real():
     assert code == stdlib_code_prompts(random.Random(0), 40)
     raw = [p for p in code if not p.chat]
     assert raw
+    for p in code:  # a request to write a function names it by its one-line signature, never a decorator
+        if p.text.startswith("Write a Python function `"):
+            signature = p.text.split("`")[1]
+            assert not signature.startswith("@") and "\n" not in signature
+            ast.parse(f"def {signature}: pass")
     for p in raw:  # a real signature and its docstring: with a body, it parses as a documented function
         tree = ast.parse(p.text + "    pass\n")
         assert isinstance(tree.body[0], ast.FunctionDef) and ast.get_docstring(tree.body[0]), p.text
@@ -97,11 +104,54 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
     trained = build_drafter(load_checkpoint(str(tmp_path / "drafter"))).state_dict()
     assert started.keys() == trained.keys()
     for name, value in trained.items():
-        torch.testing.assert_close(started[name].float(), value.float(), rtol=0, atol=1e-2, msg=name)
+        torch.testing.assert_close(started[name].float(), value.float(), rtol=0, atol=0, msg=name)
 
 
 def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
-    result = CliRunner().invoke(train_cli, ["train", str(tmp_path / "r"), "--target", TARGET, "--data", str(data),
-                                            "--device", "cpu", "--mask-token-id", "511", "--layers", "2",
-                                            "--init-from", str(REPO / "examples" / "tiny-lilicorr")])
-    assert result.exit_code != 0 and "not a drafter of this shape" in str(result.exception or result.output)
+    common = ["train", str(tmp_path / "r"), "--target", TARGET, "--data", str(data), "--device", "cpu",
+              "--mask-token-id", "511"]
+    result = CliRunner().invoke(train_cli, [*common, "--layers", "2", "--init-from",
+                                            str(REPO / "examples" / "tiny-lilicorr")])
+    assert result.exit_code == 1 and "not a drafter of this shape" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)  # a message, not a traceback
+    both = CliRunner().invoke(train_cli, [*common, "--init-layer", "1", "--init-from", str(tmp_path / "r")])
+    assert both.exit_code == 2
+
+
+def test_prompt_counts_add_up_and_an_empty_mix_is_a_clean_error(tmp_path):
+    assert sum(_split(1, {"templates": 1, "stdlib": 1, "self": 1}).values()) == 1
+    assert _split(2, {"templates": 1, "stdlib": 1, "self": 1}) in ({"templates": 1, "stdlib": 1, "self": 0},
+                                                                   {"templates": 1, "stdlib": 0, "self": 1},
+                                                                   {"templates": 0, "stdlib": 1, "self": 1})
+    assert sum(_split(16384, {"templates": 0.35, "stdlib": 0.3, "self": 0.35}).values()) == 16384
+    # the tiny target writes no usable request: nothing to answer is a message, not a traceback
+    result = CliRunner().invoke(train_cli, ["generate", "--target", TARGET, "--out", str(tmp_path / "d.npz"),
+                                            "--prompts", "4", "--max-new-tokens", "4", "--mix", "self",
+                                            "--device", "cpu"])
+    assert result.exit_code == 1 and "no prompts to answer" in result.output, result.output
+    assert not (tmp_path / "d.npz").exists()
+    bad = CliRunner().invoke(train_cli, ["generate", "--target", str(tmp_path / "nope"), "--out",
+                                         str(tmp_path / "d.npz"), "--device", "cpu"])
+    assert bad.exit_code == 1 and "--target" in bad.output and "Traceback" not in bad.output
+
+
+def test_self_written_requests_keep_finished_turns_of_a_few_words(monkeypatch):
+    target = load_target(TARGET, dtype=torch.float32, fast=True)
+    tok = target.tokenizer
+    eos = target.eos_token_ids[0]
+    replies = [tok(" is the sky blue on most days?", add_special_tokens=False)["input_ids"] + [eos],
+               tok(" me", add_special_tokens=False)["input_ids"] + [eos],  # too short
+               tok(" write a poem about the sea and", add_special_tokens=False)["input_ids"]]  # never ended
+    seen = {}
+
+    def fake_generate(starts, max_tokens, **kw):
+        seen.update(kw, starts=starts)
+        return replies
+
+    monkeypatch.setattr(target, "generate_batch", fake_generate)
+    prompts = self_written_prompts(target, ["Why", "Help", "Please"], seed=3)
+    assert [p.text for p in prompts] == ["Why is the sky blue on most days?"]
+    assert prompts[0].chat and prompts[0].kind == "self"
+    assert seen["temperature"] > 0 and seen["seed"] == 3
+    # each start is the chat template's user turn up to the opener
+    assert tok.decode(seen["starts"][0]).endswith("Why")
