@@ -126,19 +126,22 @@ class StaticDecoder:
         self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
         self.device, self.dtype = self.norm.device, self.norm.dtype
         self.inv_freq = self.inv_freq.to(self.device)
+        # the rotation's sign per channel (-1 on the first half, NeoX halves) times the attention scaling: sin
+        # carries it, so _rotate needs no negation
+        half = self.inv_freq.shape[0]
+        self.signed_scale = torch.cat([torch.full((half,), -self.rope_scale), torch.full((half,), self.rope_scale)])
+        self.signed_scale = self.signed_scale.to(self.device)
 
     def new_cache(self, batch: int, capacity: int) -> StaticKVCache:
         return StaticKVCache(self.num_layers, batch, self.num_kv_heads, self.head_dim, capacity, self.dtype,
                              self.device)
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # positions [b, n] int64 -> cos, sin [b, n, 1, hd] (NeoX halves; broadcast over heads), computed in fp32
-        # then cast; sin carries the rotation's sign (-sin on the first half), so _rotate needs no negation
+        # positions [b, n] int64 -> cos, signed sin [b, n, 1, hd] (NeoX halves; broadcast over heads), in fp32
+        # then cast
         freqs = positions.float()[..., None] * self.inv_freq  # [b, n, hd/2]
         emb = torch.cat([freqs, freqs], dim=-1)[:, :, None]
-        sign = torch.ones(emb.shape[-1], device=emb.device)
-        sign[: emb.shape[-1] // 2] = -1.0
-        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * (self.rope_scale * sign)).to(self.dtype)
+        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * self.signed_scale).to(self.dtype)
 
     @staticmethod
     def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,8 @@ from lilicorr_runtime.train.__main__ import main as train_cli
 from lilicorr_runtime.train.data import Dataset, self_written_prompts
 from lilicorr_runtime.train.prompts import stdlib_code_prompts, training_prompts
 
-REPO = Path(__file__).resolve().parents[2]
+from helpers import REPO
+
 TARGET = str(REPO / "examples" / "tiny-target")
 
 
