@@ -1,0 +1,74 @@
+"""The released engine wheels the conformance suite judges validate by.
+
+Each pinned wheel is downloaded once into `.cache/engines/` (gitignored, never committed) and only its
+Python sources are unpacked beside it. No engine code lives in this repository: the suite reads the wheel at
+test time. Under `CI=true` a failed download fails the run instead of skipping it.
+
+To bump an engine: change its pin here, run `python -m pytest tests/conformance -q`, and read the verdicts
+that changed (docs/validate.md, "Bumping an engine").
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CACHE = REPO / ".cache" / "engines"
+
+# engine -> the release this project's runtime profiles model
+PINS = {"sglang": "0.5.23", "vllm": "0.33.0", "dflash": "0.1.0"}
+
+
+def _fail_or_skip(message: str):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message, pytrace=False)
+    pytest.skip(message)
+
+
+def wheel(name: str) -> Path:
+    """The pinned wheel of `name`, downloaded on first use."""
+    version = PINS[name]
+    folder = CACHE / "wheels"
+    stem = name.replace("-", "_")
+    found = sorted(folder.glob(f"{stem}-{version}-*.whl"))
+    if found:
+        return found[0]
+    folder.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(folder),
+           f"{name}=={version}"]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        _fail_or_skip(f"could not download {name}=={version}: {exc}")
+    found = sorted(folder.glob(f"{stem}-{version}-*.whl"))
+    if done.returncode != 0 or not found:
+        _fail_or_skip(f"could not download {name}=={version}: {done.stderr.strip()[-500:]}")
+    return found[0]
+
+
+def sources(name: str) -> Path:
+    """A directory holding the pinned wheel's Python sources (the wheel's top-level packages inside it)."""
+    version = PINS[name]
+    root = CACHE / f"{name}-{version}"
+    marker = root / ".complete"
+    if marker.exists():
+        return root
+    whl = wheel(name)
+    partial = CACHE / f".{name}-{version}.partial-{os.getpid()}"
+    with zipfile.ZipFile(whl) as z:
+        for member in z.namelist():
+            if member.endswith((".py", ".json")) and ".dist-info/" not in member:
+                z.extract(member, partial)
+    (partial / ".complete").write_text(f"{whl.name}\n")
+    try:
+        partial.rename(root)
+    except OSError:  # another process unpacked it first
+        if not marker.exists():
+            raise
+    return root
