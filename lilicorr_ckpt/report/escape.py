@@ -41,13 +41,20 @@ def printable(text: str) -> str:
 
 # --- Markdown (GitHub-flavoured: step summaries, the model card) ---------------------------------------------
 
-_MD_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character CommonMark lets \ escape
+# what starts an inline construct (code, emphasis, strikethrough, link or image, HTML or autolink, entity,
+# math, a table cell's end); \ escapes each of them
+_MD_INLINE = re.compile(r"([\\`*_\[\]<>!|~&$])")
+# what makes a line a block (heading, list item, quote, setext underline, thematic break) when it starts one
+_MD_BLOCK_START = re.compile(r"^(\s*)([#+=>-]|\d+(?=[.)]))")
 
 
 def markdown_text(text: str) -> str:
-    """text as literal Markdown inline text: one line (printable), every ASCII punctuation character
-    backslash-escaped, so no emphasis, link, HTML tag, entity, heading, list, table cell or code span starts."""
-    return _MD_PUNCTUATION.sub(r"\\\1", printable(text))
+    """text as literal Markdown text: one line (printable); every character that could start emphasis, a link,
+    an HTML tag, an entity, code, math or a table cell backslash-escaped, and a leading heading or list marker
+    too, so that it reads as written wherever it lands (a heading, a table cell, the start of a line)."""
+    out = _MD_INLINE.sub(r"\\\1", printable(text))
+    return _MD_BLOCK_START.sub(lambda m: m.group(1) + (m.group(2) + "\\" if m.group(2)[0].isdigit()
+                                                       else "\\" + m.group(2)), out, count=1)
 
 
 def markdown_code(text: str) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ghrunner import parse_github_output
 
 REPO = Path(__file__).resolve().parents[2]
 _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -56,21 +57,8 @@ def load_yaml(path: Path) -> dict[str, Any]:
 
 
 def parse_outputs(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    lines = iter(text.splitlines())
-    for line in lines:
-        if "<<" in line and "=" not in line.split("<<", 1)[0]:
-            key, delim = line.split("<<", 1)
-            value = []
-            for nxt in lines:
-                if nxt == delim:
-                    break
-                value.append(nxt)
-            out[key] = "\n".join(value)
-        elif "=" in line:
-            key, value = line.split("=", 1)
-            out[key] = value
-    return out
+    """A step's $GITHUB_OUTPUT as the runner reads it (strict: a malformed entry fails the test)."""
+    return parse_github_output(text)
 
 
 def _evaluate(expr: str, inputs: dict[str, str], steps: dict[str, dict[str, str]]) -> str:
