@@ -16,7 +16,7 @@ def parse_github_output(text: str) -> dict[str, str]:
     """The outputs a step sets; a later entry of a key replaces an earlier one. An unterminated multiline
     entry is an error, as on the runner."""
     out: dict[str, str] = {}
-    lines = text.split("\n")
+    lines = re.split(r"\r?\n", text)
     if lines and lines[-1] == "":
         lines.pop()
     i = 0
