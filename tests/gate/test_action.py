@@ -340,7 +340,7 @@ def test_the_smoke_step_forges_nothing_from_the_path_or_its_log(tmp_path):
     assert command.message.startswith("smoke failed on examples/tiny-lilicorrr\\x0a::error")
     assert "::stop-commands::" in smoke.stdout  # smoke's own output is shown, not obeyed
     headings = [line for line in run.summary.splitlines() if line.startswith("#")]
-    assert len(headings) == 1 and headings[0].startswith("### ❌ lilicorr-ckpt smoke ``")
+    assert len(headings) == 1 and headings[0].startswith("### ❌ lilicorr-ckpt smoke `examples/tiny-lilicorrr\\x0a")
 
 
 def test_the_package_builds_without_setuptools_warnings():
