@@ -196,7 +196,15 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
                                       "the fix and the long form.")
 def rules(rule_id: str | None, fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
-    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it)."""
+    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it).
+
+    \b
+    Examples:
+      lilicorr-ckpt rules                        # one line per rule
+      lilicorr-ckpt rules LC314                  # its long form
+      lilicorr-ckpt rules LC403                  # a retired id: what replaced it
+      lilicorr-ckpt rules -f json | jq '.[] | select(.severity == "error") | .id'
+    """
     import json
 
     import msgspec
