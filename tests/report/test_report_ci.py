@@ -117,3 +117,20 @@ def test_report_refuses_what_is_not_a_report(tmp_path):
     assert usage.returncode == 4
     for r in (bad, missing, usage):
         assert "Traceback" not in r.stderr
+
+
+def test_strict_says_so_and_says_why_a_warning_fails(tmp_path, capsys):
+    warned = fixtures.write_checkpoint(tmp_path / "warned", fixtures.draft_config(block_size=16))  # LC111 only
+    text = _in_process(capsys, "validate", str(warned), "--strict")
+    assert text.splitlines()[0] == f"lilicorr-ckpt validate {warned} --strict"
+    assert text.splitlines()[-1].startswith("FAIL 0 errors, 1 warning")
+    md = _in_process(capsys, "validate", str(warned), "--strict", "-f", "markdown")
+    lines = md.splitlines()
+    assert lines[0] == f"### ❌ lilicorr-ckpt validate `{warned}` `--strict`: FAIL"
+    assert lines[2].startswith("Failed under `--strict`: every runtime's verdict below is *accepts*, and 1 warning "
+                               "fails the gate")
+    rows = [line for line in lines if line.startswith("| ") and "accepts" in line]
+    assert rows and all("⚠️ accepts (its warnings fail `--strict`)" in row for row in rows)
+    assert any("⚠️ warning (fails `--strict`)" in line for line in lines)
+    lax = _in_process(capsys, "validate", str(warned), "-f", "markdown").splitlines()
+    assert lax[0].endswith(": PASS") and "--strict" not in "\n".join(lax) and "✅ accepts" in "\n".join(lax)
