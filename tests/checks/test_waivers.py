@@ -17,7 +17,6 @@ from lilicorr_ckpt.checks.waivers import (
     check_rule_options,
     find_config,
     parse_config,
-    search_root,
 )
 from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.report import schemas
@@ -186,6 +185,8 @@ def test_a_file_above_a_checkpoint_outside_any_work_tree_waives_nothing(owned, t
 
 
 def test_inside_a_work_tree_the_search_stops_at_its_root(tmp_path):
+    from lilicorr_ckpt.checks.waivers import search_root
+
     repo = tmp_path / "repo"
     ckpt = repo / "models" / "drafter"
     ckpt.mkdir(parents=True)
@@ -200,6 +201,8 @@ def test_inside_a_work_tree_the_search_stops_at_its_root(tmp_path):
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files as another user")
 def test_a_work_tree_or_waiver_file_of_another_user_is_not_trusted(tmp_path):
+    from lilicorr_ckpt.checks.waivers import search_root
+
     stranger = 54321
     top = tmp_path / "shared"
     ckpt = top / "ckpt"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from lilicorr_ckpt import fixtures
-from lilicorr_ckpt.precommit import checkpoint_dirs, skip_reason, split_arguments
+from lilicorr_ckpt.precommit import checkpoint_dirs, skip_reason
 
 from helpers import REPO
 
@@ -93,6 +93,8 @@ def test_options_reach_validate(tmp_path):
 
 
 def test_file_names_that_look_like_options_are_files(tree):
+    from lilicorr_ckpt.precommit import split_arguments
+
     shutil.copytree(tree / "drafter", tree / "-rf")
     shutil.copytree(tree / "export", tree / "--strict")
     # what pre-commit runs with the manifest's default args ([--]) and with a repo's own args lacking the --
