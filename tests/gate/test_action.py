@@ -184,10 +184,12 @@ def test_the_install_step_uses_a_venv_and_cpu_torch_only_for_smoke(tmp_path, ver
 def test_the_install_step_refuses_a_version_that_is_not_one(tmp_path):
     bindir, log = _fake_python(tmp_path)
     env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
-    run = run_action({"path": "x", "version": "1.0; rm -rf ~"}, tmp_path, env=env, only={"install"})
+    # an injection attempt whose payload is harmless: it only leaves a marker file if it ever runs
+    marker = tmp_path / "injected"
+    run = run_action({"path": "x", "version": f"1.0; touch {marker}"}, tmp_path, env=env, only={"install"})
     assert run.returncode == 1
     assert "::error title=lilicorr-ckpt::version must be empty, 'preinstalled' or a version number" in run.stdout
-    assert not log.exists()
+    assert not log.exists() and not marker.exists()
 
 
 def test_the_gate_step_alone_fails_without_a_validate_result(tmp_path):
