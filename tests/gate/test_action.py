@@ -16,6 +16,9 @@ yaml = pytest.importorskip("yaml")
 from actionrunner import REPO, load_workflow, load_yaml, run_action, run_bash, run_workflow_job, runner_env  # noqa: E402
 from ghrunner import obeyed_commands  # noqa: E402
 
+from lilicorr_ckpt.report.escape import markdown_text  # noqa: E402
+from lilicorr_ckpt.runtimes import PROFILES  # noqa: E402
+
 ACTION = REPO / "action.yml"
 WORKFLOW = REPO / ".github" / "workflows" / "drafter-gate.yml"
 SELFTEST = REPO / ".github" / "workflows" / "action-selftest.yml"
@@ -53,7 +56,7 @@ def test_an_accepted_drafter_passes_with_outputs_summary_and_sarif(tmp_path):
     assert json.loads(run.outputs["verdicts"]) == {"sglang": "accepts", "vllm": "accepts", "trtllm": "accepts"}
     assert "### ✅ lilicorr-ckpt validate `examples/tiny-lilicorr` against `examples/tiny-target` `--strict`: PASS" \
         in run.summary
-    assert "| SGLang | ✅ accepts | 0 | 0 |" in run.summary
+    assert f"| {markdown_text(PROFILES['sglang'].display)} | ✅ accepts | 0 | 0 |" in run.summary
     doc = json.loads(sarif.read_text())
     assert doc["version"] == "2.1.0" and doc["runs"][0]["results"] == []
     assert run.outputs["sarif-file"] == str(sarif)
@@ -73,7 +76,7 @@ def test_a_refused_checkpoint_fails_the_gate_with_annotations(tmp_path):
     assert errors and all("file=examples/tiny-modelopt-nvfp4/" in line for line in errors)
     assert any("title=LC306 must-be-float::" in line for line in errors)
     assert any(line.startswith("::warning ") for line in run.stdout.splitlines())
-    assert "| vLLM | ❌ refuses |" in run.summary and "`LC306` must-be-float" in run.summary
+    assert f"| {markdown_text(PROFILES['vllm'].display)} | ❌ refuses |" in run.summary and "`LC306` must-be-float" in run.summary
     validate = run.step("validate").outputs
     assert validate["sarif-written"] == "true" and Path(validate["sarif-file"]).is_file()
     assert validate["sarif-category"] == "lilicorr-ckpt/all/examples-tiny-modelopt-nvfp4"
@@ -200,12 +203,15 @@ def test_the_install_step_uses_a_venv_and_cpu_torch_only_for_smoke(tmp_path, ver
 def test_the_install_step_refuses_a_version_that_is_not_one(tmp_path):
     bindir, log = _fake_python(tmp_path)
     env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
-    run = run_action({"path": "x", "version": "1.0\n::error title=forged::x"}, tmp_path, env=env, only={"install"})
+    # an injection attempt: a command whose payload only leaves a marker file, and a forged workflow command
+    marker = tmp_path / "injected"
+    run = run_action({"path": "x", "version": f"1.0; touch {marker}\n::error title=forged::x"}, tmp_path, env=env,
+                     only={"install"})
     assert run.returncode == 1
     [command] = obeyed_commands(run.stdout)
     assert command.message == "the version input must be empty, 'preinstalled' or a version number"
-    assert "version input given: $'1.0\\n::error title=forged::x'" in run.stdout  # shown, quoted, one line
-    assert not log.exists()
+    assert f"version input given: $'1.0; touch {marker}\\n::error title=forged::x'" in run.stdout  # one line
+    assert not log.exists() and not marker.exists()
 
 
 def test_the_gate_step_alone_fails_without_a_validate_result(tmp_path):
