@@ -200,3 +200,12 @@ def test_workflow_plumbing_encodes_what_the_action_writes(tmp_path, capsys):
     assert set(fence) == {"`"} and len(fence) > 3 and lines[-1] == fence  # longer than the ``` inside
     code, _, err = run(capsys, "workflow", "output", "bad name", "x")
     assert code == 4 and "not an output name" in err
+
+
+def test_a_saved_report_naming_a_runtime_that_is_no_output_name_is_refused(refused, tmp_path, capsys):
+    saved = json.loads(render(validate(str(refused)), "json"))
+    saved["runtimes"][0]["runtime"] = "sglang\nexit-code=0"
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(saved))
+    code, out, err = run(capsys, "report", str(path), "-f", "github-output")
+    assert code == 2 and out == "" and "runtime id 'sglang\\nexit-code=0' is not one validate writes" in err
