@@ -95,8 +95,8 @@ def workflow_property(text: str) -> str:
 
 def workflow_command(command: str, message: str, **properties: str | int | None) -> str:
     """`::command k=v,...::message` as one line. The message's own line breaks survive as %0A (the annotation
-    shows them); nothing in message or properties can end the line or start another command. Property names
-    are Python identifiers with `_` for nothing else (file, line, title, end_line -> endLine)."""
+    shows them); nothing in message or properties can end the line or start another command. Properties are
+    keyword arguments, snake_case for the runner's camelCase (end_line -> endLine); None leaves one out."""
     if not _NAME.fullmatch(command):
         raise ValueError(f"not a workflow command name: {command!r}")
     props = []
