@@ -198,7 +198,7 @@ def test_pre_commit_try_repo(tree, tmp_path_factory):
     assert "lilicorr-ckpt validate" in good.stdout and "Passed" in good.stdout
     shutil.copytree(tree / "drafter", tree / "-rf")
     subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-    dashed = try_repo("lilicorr-ckpt-validate", "--files", "-rf/config.json", "--verbose")
+    dashed = try_repo("lilicorr-ckpt-validate", "--verbose", "--files=-rf/config.json")  # one value: not an option
     assert dashed.returncode == 0, dashed.stdout + dashed.stderr
     assert "lilicorr-ckpt validate -rf" in dashed.stdout
     bad = try_repo("lilicorr-ckpt-validate", "--all-files", "--verbose")
