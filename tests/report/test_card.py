@@ -281,7 +281,7 @@ def test_markdown_escaping_renders_as_the_text():
         assert not re.search(r"(?<!\\)[*_|~$\[\]]", escaped.replace("a_b", "")), escaped
 
 
-@pytest.mark.parametrize("name", ["my drafter; rm -rf ~", "$(touch pwned)", "it's", "tab\there", "new\nline",
+@pytest.mark.parametrize("name", ["my drafter; touch pwned", "$(touch pwned)", "it's", "tab\there", "new\nline",
                                   "é\u202e<!-- x -->`y`"])
 def test_a_shell_unsafe_directory_name_is_quoted_in_the_serving_commands(tmp_path, card, name):
     try:
