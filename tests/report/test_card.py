@@ -450,3 +450,20 @@ def test_help_names_every_option_and_exit_code():
         assert option in result.stdout
     text = " ".join(result.stdout.split())
     assert "1 refused, nothing written" in text and "4 usage error" in text
+
+
+GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.real_target
+@pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")
+def test_the_bundled_card_is_what_its_own_card_command_writes(card, monkeypatch):
+    readme = REPO / "examples" / "smollm2-lilicorr" / "README.md"
+    committed = readme.read_text()
+    command = next(b for b in bash_blocks(committed) if b.startswith("lilicorr-ckpt card "))
+    args = shlex.split(command.replace("\\\n", " "))  # parsed as bash would, never run by a shell
+    assert args[:2] == ["lilicorr-ckpt", "card"] and "-o" not in args
+    monkeypatch.chdir(REPO)
+    code, out, err = card(*args[2:], "-o", "-")
+    assert code == 0, err
+    assert out == committed, "examples/smollm2-lilicorr/README.md is stale: run the card command it shows"
