@@ -31,7 +31,7 @@ EPILOG = ("Exit codes: 0 written (whatever the verdicts: `validate` is the gate)
 def register(cli: Any) -> None:
     import click
 
-    from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
     @cli.command(epilog=EPILOG)
     @click.argument("path")

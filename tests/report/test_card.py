@@ -18,7 +18,7 @@ from huggingface_hub import ModelCard
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.cli import main
-from lilicorr_ckpt.profiles import PROFILES
+from lilicorr_ckpt.runtimes import PROFILES
 from lilicorr_ckpt.report.modelcard import BEGIN, END, md, sh, split_front_matter
 
 from helpers import REPO, run_cli
