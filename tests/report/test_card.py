@@ -15,11 +15,13 @@ import sys
 import pytest
 import yaml
 from huggingface_hub import ModelCard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.cli import main
-from lilicorr_ckpt.runtimes import PROFILES
 from lilicorr_ckpt.report.modelcard import BEGIN, END, md, sh, split_front_matter
+from lilicorr_ckpt.runtimes import PROFILES
 
 from helpers import REPO, run_cli
 
@@ -467,3 +469,32 @@ def test_the_bundled_card_is_what_its_own_card_command_writes(card, monkeypatch)
     code, out, err = card(*args[2:], "-o", "-")
     assert code == 0, err
     assert out == committed, "examples/smollm2-lilicorr/README.md is stale: run the card command it shows"
+
+
+@pytest.fixture(scope="module")
+def tiny_report():
+    from lilicorr_ckpt.checks.run import validate
+
+    return validate(str(TINY), target=str(TARGET))
+
+
+README_PIECES = st.sampled_from(["---", "\n", "\r\n", "license: mit", "tags: [a, b]", "title: x", "# Head", "prose",
+                                 "| a | b |", "<b>", BEGIN, END, "<!-- lilicorr-ckpt card:begin -->", "\u202e", " ",
+                                 ":", "- item", "```", "\ufeff"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(pieces=st.lists(README_PIECES, max_size=24))
+def test_any_readme_the_card_accepts_it_rewrites_to_a_fixed_point(tiny_report, pieces):
+    from lilicorr_ckpt.errors import InputError, Refused
+    from lilicorr_ckpt.report.modelcard import CardOptions, build_card
+
+    opts = CardOptions(repo="acme/tiny", base="acme/target", quant_algo=None, license=None)
+    try:
+        once, _ = build_card("".join(pieces), tiny_report, opts)
+    except (InputError, Refused):
+        return  # refused with a message (stray markers, front matter that is no mapping): nothing written
+    twice, _ = build_card(once, tiny_report, opts)
+    assert twice == once
+    meta, body = split_front_matter(once, "README.md")
+    assert body.count(BEGIN) == 1 and body.count(END) == 1 and meta["base_model"] == "acme/target"
