@@ -227,6 +227,20 @@ def test_the_profile_adds_acceptance_per_benchmark_with_counts_hardware_and_vers
     assert "Gates: measured PASS, lossless PASS, head-loaded PASS, kernel-parity PASS" in out
 
 
+def test_a_head_free_drafter_s_profile_shows_its_one_arm(tmp_path, card):
+    plain = fixtures.write_checkpoint(tmp_path / "plain", fixtures.draft_config(head=False))
+    doc = gpu_profile()
+    doc.update(method="dflash", primary_arm="control")
+    doc["draft_checkpoint"].update(architecture="DFlashDraftModel", head=False, candidate_topk=None)
+    for entry in [doc, *doc["per_category"].values()]:
+        entry["arms"].pop("head")
+    code, out, err = card(plain, "--target", TARGET, "--profile", write_json(tmp_path / "p.json", doc), "-o", "-")
+    assert code == 0, err
+    assert "| benchmark | prompts | τ | position 1 accepted |" in out and "LiLiCorr head" not in out
+    assert "| **all** | 6 | 1.000 (119/119) | 0.000 (0/119) |" in out
+    assert "| control | conditional | 0.000 (0/119) |" in out and "| head |" not in out
+
+
 def test_a_failed_or_cpu_profile_is_refused_unless_allowed(drafter, tmp_path, card):
     cpu = write_json(tmp_path / "cpu.json", CPU_PROFILE)
     code, _, err = card(drafter, "--target", TARGET, "--profile", cpu)
