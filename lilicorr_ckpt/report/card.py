@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lilicorr_ckpt.errors import Refused, UsageError
+from lilicorr_ckpt.report.escape import printable
 
 EPILOG = ("Exit codes: 0 written (whatever the verdicts: `validate` is the gate); 1 refused, nothing written (a "
           "profile from a failed, CPU or other drafter's run without --allow-unverified, a read-only README, "
@@ -105,9 +106,9 @@ def register(cli: Any) -> None:
                 if dest.exists():
                     mode = dest.stat().st_mode & 0o7777
                     if not mode & 0o200 or not os.access(dest, os.W_OK):
-                        raise Refused(f"{dest} is read-only (mode {mode:04o}); card leaves it as it is",
-                                      ["make it writable (chmod u+w) to update it, or write the card elsewhere with "
-                                       "-o FILE (or -o - to print it)"])
+                        raise Refused(f"{printable(str(dest))} is read-only (mode {mode:04o}); card leaves it as "
+                                      "it is", ["make it writable (chmod u+w) to update it, or write the card "
+                                                "elsewhere with -o FILE (or -o - to print it)"])
             repo = modelcard.hub_repo_id(repo_id, "--repo-id") if repo_id else root.resolve().name
             base = modelcard.base_model_of(target, base_model)
             licence = modelcard.license_id(license_) if license_ else None
@@ -130,7 +131,7 @@ def register(cli: Any) -> None:
             opts = modelcard.CardOptions(repo=repo, base=base, quant_algo=ckpt.quant.quant_algo if ckpt.quant else None,
                                          license=licence, profile=prof, unverified=unverified, stages=stages,
                                          training_data=training_data, training_recipe=training_recipe)
-            text, notes = modelcard.build_card(existing, report, opts, what=str(readme))
+            text, notes = modelcard.build_card(existing, report, opts, what=printable(str(readme)))
             warnings = []
             if repo_id is None:
                 warnings.append(f"no --repo-id: the serving commands name the drafter {repo!r} (PATH's directory "
@@ -142,7 +143,8 @@ def register(cli: Any) -> None:
             else:
                 write_output(text, str(dest), mode=mode)
                 if not quiet:
-                    click.echo(f"{'updated' if existing is not None and dest == readme else 'wrote'} {dest}", err=True)
+                    verb = "updated" if existing is not None and dest == readme else "wrote"
+                    click.echo(f"{verb} {printable(str(dest))}", err=True)
             for warning in warnings:
                 click.echo(f"warning: {warning}", err=True)
             for note in notes if not quiet else ():

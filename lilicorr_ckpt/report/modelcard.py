@@ -170,7 +170,7 @@ def base_model_of(target: str | None, explicit: str | None) -> str | None:
     config = local / "config.json"
     if not local.is_dir() or not config.exists():
         return None  # a GGUF file, or a directory validate will refuse with its own message
-    raw = read_small(config, f"target config {config}")
+    raw = read_small(config, f"target config {printable(str(config))}")
     try:
         doc = json.loads(raw)
     except (ValueError, RecursionError):
@@ -190,18 +190,20 @@ def read_readme(path: Path) -> str | None:
     """The existing card's text, or None when there is none (a FIFO or device is refused, never opened)."""
     if not path.exists() and not path.is_symlink():
         return None
-    return _decode_utf8(read_small(path, str(path), README_LIMIT), str(path))
+    what = printable(str(path))
+    return _decode_utf8(read_small(path, what, README_LIMIT), what)
 
 
 def load_profile(path: str) -> SmokeReport:
     """A `smoke --output` profile, decoded into its own type: every field has the type it is read as."""
-    what = f"--profile {path}"
+    what = f"--profile {printable(path)}"
     data = read_small(Path(path).expanduser(), what, PROFILE_LIMIT)
     try:
         doc = msgspec.json.decode(data)
     except (msgspec.DecodeError, RecursionError) as exc:
-        raise InputError(f"{what} is not JSON: {'nested too deeply' if isinstance(exc, RecursionError) else exc}") \
-            from None
+        if isinstance(exc, RecursionError):
+            raise InputError(f"{what} is nested too deeply to read") from None
+        raise InputError(f"{what} is not JSON: {exc}") from None
     hint = ("write one with `lilicorr-ckpt smoke PATH --target T --gpu --output profile.json`; schema: "
             "`lilicorr-ckpt schema smoke-profile`")
     if not isinstance(doc, dict) or doc.get("tool") != "lilicorr-ckpt smoke":
@@ -282,7 +284,7 @@ class TrainingStage(msgspec.Struct, frozen=True, kw_only=True):
 def load_training_log(path: str) -> TrainingStage:
     """A log.jsonl as `python -m lilicorr_runtime.train train` writes it: one JSON object per line, those with a
     `step` being training records (step, elapsed_s and the metrics averaged since the previous record)."""
-    what = f"--training-log {path}"
+    what = f"--training-log {printable(path)}"
     text = _decode_utf8(read_small(Path(path).expanduser(), what, LOG_LIMIT), what)
     records: list[dict[str, Any]] = []
     for number, line in enumerate(text.splitlines(), 1):

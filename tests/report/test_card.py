@@ -398,7 +398,7 @@ def test_a_malformed_profile_is_named(drafter, tmp_path, card, label, doc, needl
 def test_unreadable_profiles_are_named(drafter, tmp_path, card):
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
-    for path, needle in ((tmp_path / "deep.json", "is not JSON: nested too deeply"), (tmp_path / "binary.json", "is not JSON"),
+    for path, needle in ((tmp_path / "deep.json", "is nested too deeply to read"), (tmp_path / "binary.json", "is not JSON"),
                          (tmp_path, "is a directory"), ("/dev/zero", "is a character device"),
                          (tmp_path / "missing.json", "cannot read --profile")):
         code, _, err = card(drafter, "--target", TARGET, "--profile", path)
