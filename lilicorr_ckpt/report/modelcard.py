@@ -36,6 +36,7 @@ from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.source import read_small
 from lilicorr_ckpt.errors import InputError, Refused, UsageError
 from lilicorr_ckpt.report.escape import printable
+from lilicorr_ckpt.runtimes import PROFILES
 from lilicorr_ckpt.smoke.probes import BUNDLED, is_probe_file
 from lilicorr_ckpt.smoke.profile import ArmStats, PositionCount, SmokeReport
 
@@ -465,9 +466,11 @@ def _serving(report: Report, repo: str, base: str | None) -> list[str]:
             out += [f"{md(v.display)}:", "", "```bash", f"vllm serve {target} \\",
                     f"  --speculative-config {sh(spec)}", "```", ""]
         elif v.runtime == "trtllm":
+            unreleased = "" if PROFILES[v.runtime].released else (
+                " This loader is in no TensorRT-LLM release yet: it needs a build of the revision named.")
             out += [f"{md(v.display)}: save the speculative configuration as `dflash.yaml`, then start "
                     "`trtllm-serve` with it (releases before `--config` call the option "
-                    "`--extra_llm_api_options`):", "", "```yaml", "speculative_config:", "  decoding_type: DFlash",
+                    f"`--extra_llm_api_options`).{unreleased}", "", "```yaml", "speculative_config:", "  decoding_type: DFlash",
                     f"  speculative_model: {_code_json(repo)}", f"  max_draft_len: {n}", "```", "", "```bash",
                     f"trtllm-serve {target} --config dflash.yaml", "```", ""]
     refused = [md(v.display) for v in report.runtimes if not v.accepted]
