@@ -2,6 +2,7 @@
 
 Bound to 127.0.0.1 only. Serves, for repos added with `FakeHub.add`:
   GET  /api/models/{repo}[/revision/{rev}]   model info: sha, siblings (sizes and LFS info with ?blobs=true)
+  GET  /api/models/{repo}/tree/{rev}          the recursive file listing (what snapshot_download reads)
   GET  /{repo}/resolve/{rev}/{file}          file bytes, with Range (206 + Content-Range), ETag, X-Repo-Commit
   HEAD /{repo}/resolve/{rev}/{file}          the same headers, no body (X-Linked-Size / X-Linked-Etag for LFS)
   GET  /cdn/{sha}/{file}                     where LFS files redirect to when `redirect_lfs` is set
@@ -152,6 +153,9 @@ class FakeHub:
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
         if m:
             return self._model_info(req, method, m.group(1), m.group(2) or "main")
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path)
+        if m:
+            return self._tree(req, method, m.group(1), m.group(2))
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if m:
             return self._resolve(req, method, m.group(1), m.group(2), unquote(m.group(3)))
@@ -185,6 +189,23 @@ class FakeHub:
                            repo.token is not None, "gated": repo.gated, "disabled": False, "tags": [],
                            "siblings": siblings, "lastModified": "2026-01-01T00:00:00.000Z"}).encode()
         self._send(req, method, 200, body, {"Content-Type": "application/json"})
+
+    def _tree(self, req, method, repo_id: str, rev: str) -> None:
+        """The recursive file listing snapshot_download asks for (one page: no Link header)."""
+        repo = self._repo(req, method, repo_id)
+        if repo is None:
+            return
+        sha = self._commit(req, method, repo, rev)
+        if sha is None:
+            return
+        entries = []
+        for name, data in sorted(repo.commits[sha].items()):
+            entry: dict[str, object] = {"type": "file", "path": name, "size": len(data),
+                                        "oid": hashlib.sha1(data).hexdigest()}
+            if name.endswith(LFS_SUFFIXES):
+                entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data), "pointerSize": 134}
+            entries.append(entry)
+        self._send(req, method, 200, json.dumps(entries).encode(), {"Content-Type": "application/json"})
 
     def _resolve(self, req, method, repo_id: str, rev: str, filename: str) -> None:
         repo = self._repo(req, method, repo_id)
