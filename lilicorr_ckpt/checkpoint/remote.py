@@ -165,9 +165,10 @@ def hub_spec(path: str, revision: str | None = None, *, deep: bool = False) -> H
         raise InputError(f"{path!r} is not a local directory, and {repo_part!r} is not a Hub repo id "
                          f"({_REPO_ID_RULES})") from None
     for given in (inline, revision):
-        if given and not _REVISION.match(given):
+        # git refuses `..` in a ref name too; here it would also walk out of the cache's refs/ in offline mode
+        if given and (not _REVISION.match(given) or ".." in given or given.startswith("/") or "\\" in given):
             raise UsageError(f"{printable(given)!r} is not a revision: expected a branch, tag, commit or refs/pr/N "
-                             f"(no spaces, no control characters, no @, at most 255 characters)")
+                             f"(no spaces, control characters, @, .., leading / or \\; at most 255 characters)")
     if revision is not None and not revision:
         raise UsageError("--revision is empty; name a branch, tag, commit or refs/pr/N")
     if inline and revision and inline != revision:

@@ -36,6 +36,8 @@ def cache(tmp_path_factory):
         hub.add("acme/target", TARGET)
         snapshot = fill_cache(hub, tmp / "hf-cache", "acme/drafter")
         fill_cache(hub, tmp / "hf-cache", "acme/drafter", "v1")
+        hub.add("acme/drafter", TINY, ref="refs/pr/1")
+        fill_cache(hub, tmp / "hf-cache", "acme/drafter", "refs/pr/1")
         fill_cache(hub, tmp / "hf-cache", "acme/target")
         downloads = len(hub.hits)
     return {"tmp": tmp, "snapshot": snapshot, "main": main, "v1": v1, "downloads": downloads}
@@ -68,6 +70,9 @@ def test_offline_validate_reads_the_cache_by_repo_id_revision_and_directory(cach
     assert json.loads(at_tag.stdout)["hub"]["commit"] == cache["v1"]
     at_sha = offline("validate", f"acme/drafter@{cache['main']}", cache=cache)
     assert at_sha.returncode == 0, at_sha.stderr
+    at_pr = offline("validate", "acme/drafter@refs/pr/1", "-f", "json", cache=cache)
+    assert at_pr.returncode == 0, at_pr.stderr
+    assert json.loads(at_pr.stdout)["hub"]["revision"] == "refs/pr/1"
     deep = offline("validate", "acme/drafter", "--deep", cache=cache)
     assert deep.returncode == 0, deep.stderr  # --deep reads tensor data through the links into blobs/
     direct = cli("validate", str(cache["snapshot"]), "--deep", "-f", "json", tmp=cache["tmp"])

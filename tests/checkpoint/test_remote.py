@@ -97,6 +97,22 @@ def test_revisions_inline_or_as_an_option(tmp_path):
         assert "Traceback" not in r.stderr
 
 
+def test_a_pull_request_revision_is_a_hub_revision_and_a_missing_default_branch_is_named(tmp_path):
+    with FakeHub() as hub:
+        pr = hub.add("acme/drafter", TINY, ref="refs/pr/1")
+        inline = cli("validate", "acme/drafter@refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path)
+        option = cli("validate", "acme/drafter", "--revision", "refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path)
+        no_main = cli("validate", "acme/drafter", hub=hub, tmp=tmp_path)  # only refs/pr/1 exists
+    for result in (inline, option):
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["hub"]["revision"] == "refs/pr/1"
+        assert json.loads(result.stdout)["hub"]["commit"] == pr
+    assert "/api/models/acme/drafter/revision/refs%2Fpr%2F1" in [h.path for h in hub.hits]
+    assert no_main.returncode == 2 and "None" not in no_main.stderr
+    assert ("acme/drafter has no branch 'main' (no revision was given, so the default branch was asked for; name "
+            "one with @REV)") in no_main.stderr
+
+
 def test_a_sharded_quantized_repo_reads_index_quant_config_and_every_shard_header(tmp_path):
     ckpt = fixtures.write_checkpoint(tmp_path / "sharded", quant="NVFP4", shards=3)
     shards = sorted(ckpt.glob("*.safetensors"))

@@ -337,7 +337,8 @@ def test_an_invalid_repo_id_on_the_command_line_exits_2(tmp_path):
 
 
 @pytest.mark.parametrize("args", [("acme/drafter@x\x01y",), ("acme/drafter", "--revision", "a b"),
-                                  ("acme/drafter", "--revision", ""), ("acme/drafter@",)])
+                                  ("acme/drafter", "--revision", ""), ("acme/drafter@",),
+                                  ("acme/drafter@../../../etc/passwd",), ("acme/drafter", "--revision", "/x")])
 def test_an_unusable_revision_is_a_usage_error(hub_env, args):
     hub, _, _ = hub_env
     with pytest.raises(UsageError):
