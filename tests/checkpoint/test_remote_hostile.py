@@ -372,3 +372,27 @@ def test_fuzzed_model_info_never_crashes(hub_env, doc):
     else:
         assert report.exit_code in (0, 1)
     assert leftovers(tmp) == []
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(prefix=st.binary(max_size=40) | st.builds(lambda n, tail: struct.pack("<Q", n) + tail,
+                                                  st.integers(0, 2**64 - 1) | st.integers(0, 4096),
+                                                  st.binary(max_size=64)),
+       size=st.integers(0, 1 << 34), listed=st.none() | st.integers(-1, 1 << 34))
+def test_fuzzed_shard_bytes_and_sizes_never_crash(hub_env, prefix, size, listed):
+    hub, _, tmp = hub_env
+    shard = Sparse(prefix, size)
+    sha = hub.add("acme/fuzz", {"config.json": CONFIG, "model.safetensors": shard})
+    siblings = [{"rfilename": "config.json", "size": len(CONFIG)}, {"rfilename": "model.safetensors", "size": listed}]
+    hub.raw_info["acme/fuzz"] = Reply(body=info(sha, siblings))
+    before = hub.bytes_sent("model.safetensors")  # the hub serves every example
+    try:
+        report = validate_spec("acme/fuzz", timeout=20)
+    except (InputError, UsageError) as exc:
+        assert "Traceback" not in str(exc) and "lilicorr-hub-" not in str(exc)
+    else:
+        assert report.exit_code in (0, 1)
+    # the length prefix and at most the header it states: never tensor data
+    stated = struct.unpack("<Q", prefix[:8])[0] if len(prefix) >= 8 else 0
+    assert hub.bytes_sent("model.safetensors") - before <= 8 + min(stated, MAX_HEADER_BYTES)
+    assert leftovers(tmp) == []
