@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
-from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.errors import InputError, UsageError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 INDEX_NAME = "model.safetensors.index.json"
@@ -74,6 +74,9 @@ def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface-hub is a base dependency
         raise InputError(f"{what} {repo_id!r}: huggingface-hub is not installed") from None
+    except ValueError as exc:  # it parses its HF_* variables when imported
+        raise UsageError(f"{what} {repo_id!r}: huggingface_hub cannot start: {exc}; check the HF_* environment "
+                         f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)") from None
     try:
         snapshot = Path(snapshot_download(repo_id, local_files_only=True))
     except LocalEntryNotFoundError:

@@ -180,6 +180,14 @@ def test_a_stalled_request_meets_its_own_timeout(tmp_path):
         in fractional.stderr
 
 
+def test_a_bad_hf_variable_is_named_by_every_command_that_reads_the_cache(tmp_path):
+    bad = {"HF_HUB_DOWNLOAD_TIMEOUT": "0.5"}  # huggingface_hub parses it as an int when imported
+    for args in (("inspect", "acme/drafter"), ("validate", str(TINY), "--target", "acme/target")):
+        result = cli(*args, tmp=tmp_path, env=bad)
+        assert result.returncode == 4, result.stderr
+        assert "huggingface_hub cannot start" in result.stderr and "internal error" not in result.stderr
+
+
 def test_timeout_option_is_checked_and_documented(tmp_path):
     bad = cli("validate", "acme/drafter", "--timeout", "0", tmp=tmp_path)
     assert bad.returncode == 4 and "--timeout" in bad.stderr
@@ -393,6 +401,7 @@ def test_fuzzed_shard_bytes_and_sizes_never_crash(hub_env, prefix, size, listed)
     else:
         assert report.exit_code in (0, 1)
     # the length prefix and at most the header it states: never tensor data
-    stated = struct.unpack("<Q", prefix[:8])[0] if len(prefix) >= 8 else 0
+    first = shard[0:8]  # the prefix, then the zeros the file goes on with
+    stated = struct.unpack("<Q", first)[0] if len(first) == 8 else 0
     assert hub.bytes_sent("model.safetensors") - before <= 8 + min(stated, MAX_HEADER_BYTES)
     assert leftovers(tmp) == []
