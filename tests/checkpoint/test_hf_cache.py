@@ -12,6 +12,11 @@ import pytest
 from fakehub import FakeHub
 from test_remote import TINY, cli
 
+from lilicorr_ckpt.checkpoint.target import read_target
+from lilicorr_ckpt.checks.run import validate, validate_spec
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.report.inspect import inspect_checkpoint
+
 from helpers import REPO
 
 TARGET = REPO / "examples" / "tiny-target"
@@ -47,6 +52,16 @@ def offline(*args: str, cache: dict) -> object:
     return cli(*args, tmp=cache["tmp"], env=OFFLINE)
 
 
+@pytest.fixture
+def offline_here(cache, monkeypatch):
+    """In this process: offline mode on, and huggingface_hub's cache pointed at the fixture's."""
+    from huggingface_hub import constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache["tmp"] / "hf-cache"))
+    return cache
+
+
 def test_the_cache_is_the_real_layout(cache):
     snapshot = cache["snapshot"]
     assert snapshot.parent.name == "snapshots" and snapshot.name == cache["main"]
@@ -55,66 +70,68 @@ def test_the_cache_is_the_real_layout(cache):
     assert (snapshot / "model.safetensors").is_symlink()
 
 
-def test_offline_validate_reads_the_cache_by_repo_id_revision_and_directory(cache):
+def test_the_commands_a_newcomer_types_work_offline(cache):
     # the fake Hub is closed by now: a run that asked it would fail to connect
-    local = json.loads(cli("validate", str(TINY), "-f", "json", tmp=cache["tmp"]).stdout)
     by_id = offline("validate", "acme/drafter", "-f", "json", cache=cache)
     assert by_id.returncode == 0, by_id.stderr
     report = json.loads(by_id.stdout)
     assert report["hub"] == {"repo_id": "acme/drafter", "revision": "main", "commit": cache["main"],
                              "read_from": "hf_cache", "endpoint": None, "header_bytes": 0}
-    assert report["findings"] == local["findings"] and report["geometry"] == local["geometry"]
-
-    at_tag = offline("validate", "acme/drafter@v1", "-f", "json", cache=cache)
-    assert at_tag.returncode == 1, at_tag.stderr  # the NVFP4 example has findings: it was read, and judged
-    assert json.loads(at_tag.stdout)["hub"]["commit"] == cache["v1"]
-    at_sha = offline("validate", f"acme/drafter@{cache['main']}", cache=cache)
-    assert at_sha.returncode == 0, at_sha.stderr
-    at_pr = offline("validate", "acme/drafter@refs/pr/1", "-f", "json", cache=cache)
-    assert at_pr.returncode == 0, at_pr.stderr
-    assert json.loads(at_pr.stdout)["hub"]["revision"] == "refs/pr/1"
-    deep = offline("validate", "acme/drafter", "--deep", cache=cache)
-    assert deep.returncode == 0, deep.stderr  # --deep reads tensor data through the links into blobs/
-    direct = cli("validate", str(cache["snapshot"]), "--deep", "-f", "json", tmp=cache["tmp"])
-    assert direct.returncode == 0, direct.stderr
-    assert json.loads(direct.stdout)["findings"] == local["findings"]
+    assert report["findings"] == validate(str(TINY)).findings == []
+    ins = offline("inspect", "acme/drafter", "-f", "json", cache=cache)
+    assert ins.returncode == 0, ins.stderr
+    assert json.loads(ins.stdout)["runtimes"] == {"sglang": True, "vllm": True, "trtllm": True}
 
 
-def test_a_cached_target_and_inspect_read_the_same_cache(cache):
-    with_target = offline("validate", "acme/drafter", "--target", "acme/target", cache=cache)
-    local = cli("validate", str(TINY), "--target", str(TARGET), tmp=cache["tmp"])
-    assert with_target.returncode == local.returncode, with_target.stderr
-    assert with_target.stdout.splitlines()[2:] == local.stdout.splitlines()[2:]
-    for spec in ("acme/drafter", str(cache["snapshot"])):
-        ins = offline("inspect", spec, "-f", "json", cache=cache)
-        assert ins.returncode == 0, ins.stderr
-        assert json.loads(ins.stdout)["runtimes"] == {"sglang": True, "vllm": True, "trtllm": True}
+def test_offline_validate_reads_the_cache_by_revision_directory_and_with_deep(offline_here):
+    cache = offline_here
+    local = validate(str(NVFP4))
+    at_tag = validate_spec("acme/drafter@v1")
+    assert at_tag.hub.commit == cache["v1"] and at_tag.hub.read_from == "hf_cache"
+    assert at_tag.findings == local.findings and at_tag.exit_code == 1  # read, and judged as the local copy
+    assert validate_spec("acme/drafter", revision="v1").hub.commit == cache["v1"]
+    assert validate_spec(f"acme/drafter@{cache['main']}").exit_code == 0
+    at_pr = validate_spec("acme/drafter@refs/pr/1")
+    assert at_pr.hub.revision == "refs/pr/1" and at_pr.exit_code == 0
+    # --deep reads tensor data through the links into blobs/, by repo id and from the snapshot directory
+    assert validate_spec("acme/drafter", deep=True).exit_code == 0
+    direct = validate_spec(str(cache["snapshot"]), deep=True)
+    assert direct.hub is None and direct.exit_code == 0 and direct.findings == validate(str(TINY), deep=True).findings
 
 
-def test_links_out_of_a_snapshot_or_a_checkpoint_directory_stay_refused(tmp_path):
+def test_a_cached_target_and_inspect_of_a_snapshot_read_the_same_cache(offline_here):
+    cache = offline_here
+    with_target = validate_spec("acme/drafter", target="acme/target")
+    assert with_target.findings == validate(str(TINY), target=str(TARGET)).findings
+    assert read_target("acme/target").hidden_size == read_target(str(TARGET)).hidden_size
+    assert inspect_checkpoint(str(cache["snapshot"])).runtimes == {"sglang": True, "vllm": True, "trtllm": True}
+
+
+def test_links_out_of_a_snapshot_or_a_checkpoint_directory_stay_refused(tmp_path, monkeypatch):
+    from huggingface_hub import constants
+
     with FakeHub() as hub:
         hub.add("acme/drafter", TINY)
         hub.add("acme/other", NVFP4)
         snapshot = fill_cache(hub, tmp_path / "hf-cache", "acme/drafter")
         other = fill_cache(hub, tmp_path / "hf-cache", "acme/other")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     outside = tmp_path / "planted.json"
     outside.write_text((TINY / "config.json").read_text())
     (snapshot / "config.json").unlink()
     (snapshot / "config.json").symlink_to(outside)
-    planted = cli("validate", "acme/drafter", tmp=tmp_path, env=OFFLINE)
-    assert planted.returncode == 2
-    assert f"config.json is a symlink to {outside}, outside the checkpoint directory" in planted.stderr
+    with pytest.raises(InputError, match=f"config.json is a symlink to {outside}, outside the checkpoint directory"):
+        validate_spec("acme/drafter")
     # another cache repo's blob is not this repo's: refused too
     (snapshot / "config.json").unlink()
     (snapshot / "config.json").symlink_to((other / "config.json").resolve())
-    foreign = cli("validate", str(snapshot), tmp=tmp_path)
-    assert foreign.returncode == 2 and "outside the checkpoint directory" in foreign.stderr
+    with pytest.raises(InputError, match="outside the checkpoint directory"):
+        validate_spec(str(snapshot))
     # a user's directory: a link to a file beside it is refused, as before
     user = tmp_path / "drafter"
     user.mkdir()
     (user / "model.safetensors").symlink_to(TINY / "model.safetensors")
     (user / "config.json").write_text((TINY / "config.json").read_text())
-    linked = cli("validate", str(user), tmp=tmp_path)
-    assert linked.returncode == 2 and "model.safetensors is a symlink to" in linked.stderr
-    for r in (planted, foreign, linked):
-        assert "Traceback" not in r.stderr
+    with pytest.raises(InputError, match="model.safetensors is a symlink to .*, outside the checkpoint directory"):
+        validate_spec(str(user))
