@@ -243,6 +243,14 @@ class _Deadline:
         return max(0.05, min(_request_timeout(), self.remaining()))
 
 
+class _BadBody(Exception):
+    """A reply body that cannot be decoded: an encoding not asked for, or a corrupt compressed stream."""
+
+
+class HubReadBug(RuntimeError):
+    """An exception no HTTP failure explains, raised during a Hub read: a bug, reported as one (redacted)."""
+
+
 class _TooLarge(Exception):
     def __init__(self, limit: int, decompressed: bool):
         super().__init__(limit)
@@ -281,7 +289,7 @@ def _decoder(encoding: str) -> Any:
         return None
     if encoding in ("gzip", "x-gzip", "deflate"):
         return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib framing, by the stream's own header
-    raise InputError(f"Content-Encoding {printable(encoding)[:40]!r}, which was not asked for")
+    raise _BadBody(f"Content-Encoding {printable(encoding)[:40]!r}, which was not asked for")
 
 
 def _read_body(chunks: Iterator[bytes], encoding: str, *, skip: int, want: int | None, limit: int,
@@ -302,7 +310,10 @@ def _read_body(chunks: Iterator[bytes], encoding: str, *, skip: int, want: int |
         else:
             data = chunk
             while data:
-                out += decoder.decompress(data, cap + 1 - len(out))  # never 0, which would mean "unbounded"
+                try:
+                    out += decoder.decompress(data, cap + 1 - len(out))  # never 0, which would mean "unbounded"
+                except zlib.error as exc:
+                    raise _BadBody(f"a corrupt {encoding.strip().lower()} body ({exc})") from None
                 if len(out) > cap:
                     break
                 data = decoder.unconsumed_tail
@@ -356,10 +367,10 @@ def _run_all(deadline: _Deadline, tasks: list[tuple[str, Callable[[], T]]],
             if not ok:
                 if isinstance(value, _Stopped):
                     raise on_timeout(tasks[i][0])
-                if isinstance(value, (InputError, UsageError)):
+                if isinstance(value, (InputError, UsageError, HubReadBug)):
                     raise value
                 # a bug, not the Hub: its text may still quote a URL, so it is redacted too
-                raise RuntimeError(redact(f"{type(value).__name__}: {value}")) from None
+                raise HubReadBug(redact(f"{type(value).__name__}: {value}")) from value
             on_result(i, value)
     finally:
         if pending:  # a failure, the deadline or a signal ended the wait: the workers left stop at their next chunk
@@ -454,7 +465,7 @@ class _Hub:
             return self.fail(f"{name}: cannot reach the Hub at {ep} ({detail}); check the network or HF_ENDPOINT, "
                              f"or set HF_HUB_OFFLINE=1 to validate a copy in the local Hugging Face cache "
                              f"(`hf download {self.spec.repo_id}` fills it)")
-        return RuntimeError(redact(f"{type(exc).__name__}: {exc}"))
+        return HubReadBug(redact(f"{type(exc).__name__}: {exc}"))
 
     # HTTP (called in worker threads: no filesystem access here)
 
@@ -473,7 +484,7 @@ class _Hub:
                 h = {k.lower(): v for k, v in raw_headers.items()}
                 if status >= (400 if method == "HEAD" else 300):  # HEAD may stop at the LFS redirect
                     body = b""
-                    with contextlib.suppress(InputError, _TooLarge):  # the message is a courtesy, the status not
+                    with contextlib.suppress(_BadBody, _TooLarge):  # the message is a courtesy, the status not
                         body = _read_body(chunks, h.get("content-encoding", ""), skip=0, want=ERROR_BODY_LIMIT,
                                           limit=ERROR_BODY_LIMIT, deadline=self.deadline)
                     raise self.status_error(_Reply(status, h, body, None), what)
@@ -503,12 +514,14 @@ class _Hub:
                 return _Reply(status, h, body, total)
         except (InputError, _Stopped):
             raise
+        except _BadBody as exc:
+            raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} sent {what} with {exc}") from None
         except _TooLarge as exc:
             raise self.fail(f"{self.spec.label}: {what} from the Hub at {self.shown_endpoint} is over {exc.limit} "
                             f"bytes{' decompressed' if exc.decompressed else ''}, the limit for it "
                             f"({exc.limit >> 20} MiB); refusing to read more") from None
         except Exception as exc:
-            raise self.transport_error(exc, what) from None
+            raise self.transport_error(exc, what) from exc
 
     def url(self, filename: str) -> str:
         return f"{self.endpoint}/{self.spec.repo_id}/resolve/{self.commit}/{quote(filename)}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import resource
 import signal
 import struct
@@ -328,6 +329,17 @@ def test_a_hostile_model_info_is_a_message(hub_env, case):
         assert expected is None, "read as a repo"
         assert isinstance(report, Report)
     assert leftovers(tmp) == []
+
+
+@pytest.mark.parametrize("encoding, body, expected", [
+    ("br", b"\x0b\x02\x80{}\x03", "sent model info with Content-Encoding 'br', which was not asked for"),
+    ("gzip", b"\x1f\x8b\x08\x00 not a gzip stream", "sent model info with a corrupt gzip body"),
+])
+def test_a_reply_that_cannot_be_decoded_is_a_message(hub_env, encoding, body, expected):
+    hub, _, _ = hub_env
+    hub.raw_info["acme/drafter"] = Reply(body=body, headers={"Content-Encoding": encoding})
+    with pytest.raises(InputError, match=re.escape(expected)):
+        validate_spec("acme/drafter")
 
 
 @pytest.mark.parametrize("spec", ["adv/..", "a..b/c", "-x/y", "x/-y", "a--b/c", "org/name.git", "org/" + "n" * 100,
