@@ -42,19 +42,28 @@ def env_for(hub: FakeHub, tmp: Path, **extra: str) -> dict[str, str]:
     return base
 
 
+_PEAK_RSS = """
+import atexit, sys
+def peak():  # VmHWM is this process's own high-water mark; ru_maxrss would count the parent forked from
+    with open(sys.argv[1], "w") as out, open("/proc/self/status") as status:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+atexit.register(peak)
+from lilicorr_ckpt.cli import main
+main(sys.argv[2:])
+"""
+
+
 def measured(args: list[str], env: dict[str, str], tmp: Path, limit_fsize: int | None = None) -> tuple[int, str, str, int]:
     """(exit code, stdout, stderr, peak RSS in MiB) of one command line run."""
-    out, err = tmp / "out.txt", tmp / "err.txt"
+    out, err, peak = tmp / "out.txt", tmp / "err.txt", tmp / "peak.txt"
 
     def limits() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit_fsize, limit_fsize))
 
     with open(out, "wb") as o, open(err, "wb") as e:
-        proc = subprocess.Popen([sys.executable, "-m", "lilicorr_ckpt.cli", *args], stdout=o, stderr=e, env=env,
-                                preexec_fn=limits if limit_fsize is not None else None)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, out.read_text(), err.read_text(), usage.ru_maxrss // 1024
+        proc = subprocess.run([sys.executable, "-c", _PEAK_RSS, str(peak), *args], stdout=o, stderr=e, env=env,
+                              preexec_fn=limits if limit_fsize is not None else None, timeout=120)
+    return proc.returncode, out.read_text(), err.read_text(), int(peak.read_text()) // 1024
 
 
 def leftovers(tmp: Path) -> list[Path]:
