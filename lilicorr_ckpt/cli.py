@@ -70,6 +70,10 @@ def cli() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Text report: the verdict line only; no summary line on stderr.")
 @click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
                                                 "`org/name@REV` says the same).")
+@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), default=60.0, show_default=True,
+              metavar="SECONDS", help="For a Hub repo id: the most seconds the whole remote read may take (model "
+                                      "info, JSON files, headers); past it validate exits 2 and says so. Each "
+                                      "request also gives up after HF_HUB_DOWNLOAD_TIMEOUT seconds (default 10).")
 @click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC015): still reported, "
                                               "marked waived, not counted. Waivers with reasons: lilicorr.toml or "
                                               "[tool.lilicorr-ckpt] in pyproject.toml, in the checkpoint directory or "
@@ -82,8 +86,8 @@ def cli() -> None:
                                               "are left out.")
 def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, json_file: str | None,
              junit_file: str | None, sarif_file: str | None, markdown_file: str | None, strict: bool, deep: bool,
-             verbose: bool, quiet: bool, revision: str | None, ignore: str | None, config_file: str | None,
-             select: str | None) -> None:
+             verbose: bool, quiet: bool, revision: str | None, timeout: float, ignore: str | None,
+             config_file: str | None, select: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
     PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
@@ -127,7 +131,7 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
                                       "markdown": "summary.md"}.get(f, "report.txt"))
     try:
         report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                               ignore=ignore, select=select, config=config_file)
+                               ignore=ignore, select=select, config=config_file, timeout=timeout)
     except InputError as exc:
         # unreadable input: every report asked for still says why (the next CI step finds its file)
         failed = error_report(path, str(exc), target=target, strict=strict)

@@ -68,7 +68,7 @@ def help_examples() -> list[tuple[str, str]]:
     helps.append(("lilicorr-ckpt-pre-commit --help", _help(hook, "lilicorr-ckpt-pre-commit")))
     out = []
     for where, text in helps:
-        for line in text.splitlines():
+        for line in re.sub(r"\\\n\s*", "", text).splitlines():  # a `\` continues the example on the next line
             stripped = line.strip()
             if stripped.startswith(("lilicorr-ckpt ", "lilicorr-ckpt-pre-commit ")) or stripped == "lilicorr-ckpt":
                 out.append((where, stripped))
@@ -124,6 +124,8 @@ def sandbox(root: Path, drafter: Path = EXAMPLES / "tiny-lilicorr", *, embedding
                                                    for i, p in enumerate(["hello there", "a tiny test"])))
     if GGUF.is_file():
         (root / "SmolLM2.gguf").symlink_to(GGUF)
+    (root / "run").mkdir()
+    shutil.copy(EXAMPLES / "train_smollm2" / "log.jsonl", root / "run" / "log.jsonl")  # a training log
     cache = root / "hf-cache"
     _cache_repo(cache, "Qwen/Qwen3-8B", EXAMPLES / "tiny-target")
     _cache_repo(cache, "acme/my-drafter", EXAMPLES / "tiny-lilicorr", refs=("main", "v1.0"))
@@ -306,11 +308,6 @@ def _smoke_ran(ran: Ran) -> None:
     assert _smoke_consistent(ran)["lossless"] == "PASS"
 
 
-def _smoke_profile(ran: Ran) -> None:
-    _smoke_ran(ran)
-    assert json.loads((ran.root / "profile.json").read_text())["gates"]
-
-
 def _gpu(ran: Ran) -> None:
     if _cuda():
         assert ran.code in (0, 1) and _gates(ran.out).get("kernel-parity") == "PASS", ran.out + ran.err
@@ -335,13 +332,22 @@ def _smoke_sampled(ran: Ran) -> None:
     assert "prompts  mine 1 (1)" in ran.out and "seeds 0,1,2" in ran.out
 
 
-def _card(profile: bool) -> Callable[[Ran], None]:
-    def expect(ran: Ran) -> None:
+def _card_repo_id(ran: Ran) -> None:
+    _ok(ran)
+    card = (ran.root / "drafter" / "README.md").read_text()
+    assert "base_model: Qwen/Qwen3-8B" in card and "license: apache-2.0" in card
+    assert "me/Qwen3-8B-LiLiCorr" in card and "<!-- lilicorr-ckpt card:begin" in card
+
+
+def _card_with_profile(ran: Ran) -> None:
+    if _cuda():
         _ok(ran)
         card = (ran.root / "drafter" / "README.md").read_text()
-        assert "base_model: Qwen/Qwen3-8B" in card and "<!-- lilicorr-ckpt card:begin" in card
-        assert ("acceptance" in card.lower()) == profile
-    return expect
+        assert "base_model: Qwen/Qwen3-8B" in card and "acceptance" in card.lower() and "65k prompts" in card
+    else:  # a CPU profile is not published without --allow-unverified
+        _ok(ran, 1)
+        assert "is not a verified measurement" in ran.err and "--allow-unverified" in ran.err
+        assert not (ran.root / "drafter" / "README.md").exists()
 
 
 def _saved_report(ran: Ran) -> None:
@@ -444,6 +450,7 @@ class Expect:
 NO_DST = ["rm -r drafter"]  # convert writes ./drafter
 SAVED = ["lilicorr-ckpt validate ./drafter -f json -o report.json"]
 PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --output profile.json"]
+GPU_PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --gpu --output profile.json"]
 
 EXPECTED: dict[str, Expect] = {
     # lilicorr-ckpt --help: the typical flow
@@ -484,12 +491,14 @@ EXPECTED: dict[str, Expect] = {
         _smoke_baseline, before=PROFILE, needs_torch=True),
     "lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
         _smoke_sampled, needs_torch=True),
-    # card --help
-    "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B": Expect(_card(profile=False), fresh_process=True),
-    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --output profile.json": Expect(_smoke_profile,
-                                                                                      needs_torch=True),
-    "lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json": Expect(
-        _card(profile=True), before=PROFILE, needs_torch=True),
+    # card --help (the profile of its last example comes from the GPU smoke before it; without a GPU the CPU
+    # profile made instead must be refused as unverified)
+    "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0":
+        Expect(_card_repo_id, fresh_process=True),
+    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu --output profile.json": Expect(_gpu, needs_torch=True),
+    "lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json "
+    '--training-log run/log.jsonl --training-data "answers Qwen3-8B wrote to 65k prompts"': Expect(
+        _card_with_profile, before=GPU_PROFILE if _cuda() else PROFILE, needs_torch=True),
     # report --help: its first example leaves report.json
     "lilicorr-ckpt validate ./drafter -f json -o report.json": Expect(_saved_report),
     "lilicorr-ckpt report report.json -f github": Expect(_report_github, before=SAVED),
