@@ -9,7 +9,7 @@ from pathlib import Path
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
+from lilicorr_ckpt.checkpoint.pathhint import file_not_a_directory, looks_like_path, no_such_directory
 from lilicorr_ckpt.errors import InputError, UsageError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -43,9 +43,7 @@ def resolve_path(spec: str, what: str = "checkpoint") -> tuple[Path, Path]:
         root = path.resolve()
         return root, hf_cache_blobs(root) or root
     if path.exists():
-        hint = f"; pass its folder {str(path.parent) or '.'}" if path.name.endswith(
-            (".json", ".safetensors")) else ""
-        raise InputError(f"{what} {spec!r} is a file, expected a checkpoint directory{hint}")
+        raise InputError(file_not_a_directory(spec, what))
     if looks_like_path(spec):  # `./x`, `examples/x`: a typo, not a repo id
         raise InputError(no_such_directory(spec, what))
     if _REPO_ID.match(spec) and not spec.startswith((".", "/")):
