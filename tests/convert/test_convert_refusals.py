@@ -190,7 +190,7 @@ def test_existing_destination_needs_force_and_force_replaces_an_earlier_output(c
     assert (dst / "old.txt").exists()
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 0, run
-    assert not (dst / "old.txt").exists() and (dst / "model.safetensors").exists()
+    assert (dst / "old.txt").read_text() == "old" and (dst / "model.safetensors").exists()  # the user's file stays
     assert "lilicorr.feature_mlp.up_proj.weight" in tensors_of(dst)  # the new output, not the old one
     assert not list(tmp_path.glob(".out.convert-*"))
 
