@@ -36,7 +36,7 @@ RECORD_JSONS = ("config.json", "hf_quant_config.json", "model.safetensors.index.
 SHOWN_ENTRIES = 4  # entries of DST named in a refusal
 HASH_BLOCK = 8 << 20
 
-Signature = tuple[int, int, int, int]  # (device, inode, size, mtime_ns) of a file when it was hashed
+Signature = tuple[int, int, int, int, int]  # (device, inode, size, mtime_ns, ctime_ns) of a file when hashed
 
 
 class EarlierOutput(msgspec.Struct, kw_only=True):
@@ -50,7 +50,7 @@ class EarlierOutput(msgspec.Struct, kw_only=True):
 
 
 def _signature(st: os.stat_result) -> Signature:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)  # ctime: no utime() can reset it
 
 
 def file_sha256(path: Path) -> str:
@@ -136,7 +136,7 @@ def survey(dst: Path, generated: set[str], earlier: EarlierOutput | None = None)
 
     `generated` are the weight, index and config files the new conversion writes (a kept entry of DST of such
     a name is refused; one that SRC has a copy of is kept, and the copy skipped). `earlier` (the survey made before converting): files
-    whose (device, inode, size, mtime) did not change since are not hashed again."""
+    whose (device, inode, size, mtime, ctime) did not change since are not hashed again."""
     entries = _entries(dst)
     if not entries:
         return EarlierOutput(record=b"", replaced=[], kept=[], changed_copies=[], signatures={})

@@ -16,9 +16,9 @@ from lilicorr_ckpt.checkpoint.tensors import ShardFacts, TensorInfo, TensorTable
 from lilicorr_ckpt.checks.findings import Finding
 from lilicorr_ckpt.checks.run import Report, validate
 from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.convert.earlier import EarlierOutput
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan, build_plan, output_source
-from lilicorr_ckpt.convert.earlier import EarlierOutput
 from lilicorr_ckpt.convert.writer import (
     check_destination,
     discard_temporary,
