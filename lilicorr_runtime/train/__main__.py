@@ -9,11 +9,11 @@ The steps, in order:
   then      lilicorr-ckpt convert EXPORT DRAFTER; lilicorr-ckpt validate DRAFTER --target T
 
 \b
-A tiny run on the CPU, in seconds (the bundled 4-layer target):
+A tiny run on the CPU, in seconds (the bundled 4-layer target; docs/training.md has the same):
   python -m lilicorr_runtime.train generate --target examples/tiny-target --out data.npz \\
-      --prompts 16 --max-new-tokens 12 --device cpu
+      --prompts 8 --max-new-tokens 12 --device cpu
   python -m lilicorr_runtime.train train run --target examples/tiny-target --data data.npz \\
-      --mask-token-id 511 --init-layer 3 --steps 4 --batch-size 2 --anchors 4 --device cpu
+      --mask-token-id 511 --init-layer 3 --steps 2 --batch-size 2 --anchors 4 --device cpu
   python -m lilicorr_runtime.train export run --out export
 
 `python -m lilicorr_runtime.train COMMAND --help` explains each command.
@@ -66,7 +66,7 @@ class TrainGroup(click.Group):
              standalone_mode: bool = True, **extra: Any) -> Any:
         _reading.clear()
         try:
-            rv = super().main(args, prog_name or PROG, complete_var, standalone_mode=False, **extra)
+            rv = super().main(args, PROG, complete_var, standalone_mode=False, **extra)  # as `python -m` shows it
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
