@@ -39,7 +39,7 @@ from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
 from .loop import LOG, TrainConfig, fit, load_run_drafter, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
-from .state import StateError, read_state, state_path
+from .state import StateError, check_log, read_state, state_path
 
 PROG = "python -m lilicorr_runtime.train"
 EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 4, 130
@@ -275,6 +275,7 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
     if not resuming and mask_token_id is None:
         raise click.UsageError("a new run needs --mask-token-id (a special token id absent from the data)")
     state = read_state(found) if found is not None else None  # a state that is not ours: refused before the target
+    check_log(run_dir / LOG)
     data = Dataset.concat([Dataset.load(p) for p in data_paths])
     target = _target(target_spec, device or _default_device())
     top = int(data.tokens.max()) if len(data.tokens) else -1

@@ -89,6 +89,19 @@ def save_state(run_dir: Path, state: TrainState) -> Path:
     return run_dir / STATE
 
 
+def check_log(path: Path) -> None:
+    """The run's log, appended to by training: a FIFO or device there would block or never end, so anything
+    but a regular file (or nothing yet) is refused by name."""
+    if not os.path.lexists(path):
+        return
+    try:
+        kind = file_kind(os.stat(path).st_mode)
+    except OSError as exc:
+        raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if kind is not None:
+        raise StateError(f"{path} is {kind}, not a regular file; the run's log is appended to it: move it away")
+
+
 def _refuse(path: Path, why: str) -> StateError:
     return StateError(f"{path} is not a training state this tool can resume: {why}")
 

@@ -199,6 +199,14 @@ def test_data_that_is_not_ours_is_refused_by_name(data, tmp_path, problem):
     assert not (tmp_path / "run").exists()
 
 
+def test_a_fifo_for_the_log_is_refused_not_waited_on(trained, data, tmp_path):
+    run = _copy_run(trained, tmp_path)
+    (run / "log.jsonl").unlink()
+    os.mkfifo(run / "log.jsonl")
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 2 and f"{run / 'log.jsonl'} is a FIFO (named pipe), not a regular file" in out, out
+
+
 def test_data_of_another_vocabulary_is_refused(tmp_path):
     path = tmp_path / "data.npz"
     np.savez(path, tokens=np.full(48, 60000, dtype=np.uint16), offsets=np.array([0, 24, 48]),
