@@ -19,6 +19,7 @@ from safetensors.torch import save_file
 from lilicorr_ckpt.checkpoint.config import parse_config
 from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
 from lilicorr_ckpt.checkpoint.manifest import legacy_name
+from lilicorr_ckpt.checkpoint.text import shorten
 
 from ..dflash import Drafter, backbone_spec
 
@@ -122,8 +123,7 @@ def _check_output(out_dir: Path) -> None:
     others = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in os.scandir(out_dir)
                     if e.name not in EXPORT_FILES or not e.is_file(follow_symlinks=False))
     if others:
-        shown = ", ".join(others[:4]) + (f" and {len(others) - 4} more" if len(others) > 4 else "")
-        raise OutputExists(f"{out_dir} holds {shown}, which an export did not write; export replaces only an "
+        raise OutputExists(f"{out_dir} holds {shorten(others, 4, quote='')}, which an export did not write; export replaces only an "
                            "earlier export (config.json and model.safetensors): choose another --out")
 
 
