@@ -131,6 +131,7 @@ def register(group: click.Group) -> None:
                             "error": f"internal error: {type(exc).__name__}: {exc}"})
             raise
         if as_json:
-            _emit_json({"status": "converted" if result.written else "dry-run", **result.record})
+            _emit_json({"status": "converted" if result.written else "dry-run", **result.record,
+                        "kept": result.kept})  # entries of DST that --force kept (not part of conversion.json)
         else:
             click.echo(render_summary(result), nl=False)

@@ -187,6 +187,8 @@ def test_a_dry_run_says_what_force_would_keep(cli, tmp_path):
     before = tree_digest(dst)
     run = cli("convert", EXAMPLE, dst, "--force", "--dry-run")
     assert run.code == 0 and "would keep .git, .gitattributes, notes.txt in" in run.out, run
+    doc = json.loads(cli("convert", EXAMPLE, dst, "--force", "--dry-run", "-f", "json").out)
+    assert doc["status"] == "dry-run" and doc["kept"] == [".git", ".gitattributes", "notes.txt"]
     assert tree_digest(dst) == before
 
 
