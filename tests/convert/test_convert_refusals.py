@@ -360,7 +360,7 @@ def test_a_conversion_in_json_format_carries_its_status(cli, tmp_path):
     run = cli("convert", EXAMPLE, tmp_path / "out", "-f", "json")
     assert run.code == 0, run
     doc = json.loads(run.out)
-    assert doc.pop("status") == "converted"
+    assert doc.pop("status") == "converted" and doc.pop("kept") == []  # kept: what --force kept of DST
     assert doc == load_json(tmp_path / "out" / "conversion.json")
 
 

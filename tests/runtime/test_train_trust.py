@@ -145,7 +145,19 @@ def test_a_code_payload_is_named_as_refused_by_the_restricted_unpickler(trained,
     assert not marker.exists()
 
 
-def test_a_run_saved_by_the_earlier_pickle_format_still_resumes_and_exports(trained, data, tmp_path):
+def _save_without_training(monkeypatch) -> None:
+    """`fit` replaced by its final save: what a command does before and after training, without the steps."""
+    import lilicorr_runtime.train.__main__ as cli
+    from lilicorr_runtime.train.loop import save_run
+
+    def fit(run, run_dir, *args, **kwargs):
+        save_run(run, run_dir)
+        return False
+
+    monkeypatch.setattr(cli, "fit", fit)
+
+
+def test_a_run_saved_by_the_earlier_pickle_format_still_resumes_and_exports(trained, data, tmp_path, monkeypatch):
     run = _copy_run(trained, tmp_path)
     state = read_state(run / STATE)
     (run / STATE).unlink()
@@ -155,9 +167,13 @@ def test_a_run_saved_by_the_earlier_pickle_format_still_resumes_and_exports(trai
                run / LEGACY_STATE)  # as save_run wrote it before
     code, out = invoke("export", run, "--out", tmp_path / "export")
     assert code == 0, out
+    _save_without_training(monkeypatch)
     code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
-    assert code == 0 and "finished at step 2/2" in out, out
-    assert not (run / LEGACY_STATE).exists() and read_state(run / STATE).step == 2  # rewritten as safetensors
+    assert code == 0 and "fit: step 1/2" in out, out  # resumed: its weights, moments and random state loaded
+    assert not (run / LEGACY_STATE).exists()  # rewritten as safetensors
+    again = read_state(run / STATE)
+    assert again.step == 1 and again.train["steps"] == 2
+    assert all(torch.equal(again.model[k], v) for k, v in state.model.items())
 
 
 def test_the_state_is_safetensors_with_a_json_header(trained):
@@ -260,7 +276,8 @@ def test_usage_errors_exit_4(data, tmp_path, args):
     assert "Traceback" not in out and not (tmp_path / "run").exists()
 
 
-def test_a_start_from_random_weights_is_warned_about(data, tmp_path):
+def test_a_start_from_random_weights_is_warned_about(data, tmp_path, monkeypatch):
+    _save_without_training(monkeypatch)
     code, out = invoke("train", tmp_path / "cold", "--data", data, *TRAIN, "--mask-token-id", MASK, "--steps", "1")
     assert code == 0 and "warning: the drafter starts from random weights" in out and "--init-layer 3" in out, out
 
