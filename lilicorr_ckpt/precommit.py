@@ -21,6 +21,11 @@ from pathlib import Path
 
 import click
 
+from lilicorr_ckpt.checkpoint.readfile import read_regular_file
+from lilicorr_ckpt.checkpoint.source import JSON_LIMIT
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.exits import run_command
+
 WATCHED = ("config.json", "hf_quant_config.json", "model.safetensors.index.json")
 DRAFTER_MARKERS = ("dflash", "lilicorr", "dspark", "domino")
 
@@ -43,9 +48,9 @@ def skip_reason(directory: Path) -> str | None:
         return "removed in this commit"
     if not config.exists():
         return None if has_weights else "no config.json and no weights"
-    try:
-        doc = json.loads(config.read_text(errors="replace"))
-    except (OSError, ValueError):
+    try:  # a FIFO or /dev/zero named config.json is refused by the reader, never read
+        doc = json.loads(read_regular_file(config, what=str(config), max_bytes=JSON_LIMIT).decode(errors="replace"))
+    except (InputError, ValueError, RecursionError):
         return None  # an unreadable config is validate's to report
     if not isinstance(doc, dict):
         return None
@@ -142,16 +147,8 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
 
 
 def main(argv: list[str] | None = None) -> None:
-    try:
-        hook.main(args=argv, prog_name="lilicorr-ckpt-pre-commit", standalone_mode=False)
-    except click.UsageError as exc:
-        exc.show()
-        sys.exit(4)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        click.echo("interrupted", err=True)
-        sys.exit(130)
+    # every exception a message and an exit code (exits.py): an internal error is exit 2, never 1 ("findings")
+    run_command(hook, argv, prog_name="lilicorr-ckpt-pre-commit")
 
 
 if __name__ == "__main__":  # pragma: no cover

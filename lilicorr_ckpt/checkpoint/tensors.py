@@ -18,7 +18,8 @@ from safetensors import SafetensorError, safe_open
 
 from lilicorr_ckpt.checkpoint.config import load_json_object
 from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
-from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, Source, checked_file, read_small, require_regular
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file, regular_size
+from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, Source, checked_file, read_small
 from lilicorr_ckpt.errors import InputError
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
@@ -96,9 +97,9 @@ def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str
 
 def read_header_keys(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
     """read_header, plus the tensor names the header repeats (the library keeps one silently)."""
-    size = require_regular(path, label)  # a FIFO or device would block: named, never opened
+    size = regular_size(path, what=label)  # a FIFO or device would block: named, never opened
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path, what=label) as f:
             prefix = f.read(8)
             if len(prefix) < 8:
                 raise InputError(f"{label}: truncated safetensors file ({size} bytes, no header length)")

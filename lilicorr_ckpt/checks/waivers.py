@@ -32,9 +32,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from lilicorr_ckpt.checkpoint.readfile import read_regular_text
 from lilicorr_ckpt.checks import RULES  # the package, imported before this module, registers the catalogue
 from lilicorr_ckpt.checks.findings import RETIRED, SEVERITY_ORDER, Finding, Waiver
-from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.profiles import PROFILES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,16 +101,18 @@ def check_rule_options(ignore: str | None, select: str | None) -> None:
 
 # --- configuration files --------------------------------------------------------------------------------------
 
+WAIVER_FILE_LIMIT = 4 << 20  # a lilicorr.toml or pyproject.toml is a few kilobytes
+
+
 def _load_toml(path: Path) -> dict[str, Any]:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - 3.10
         import tomli as tomllib
-    try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    try:  # a FIFO, a device or a huge file is refused by name, never read
+        return tomllib.loads(read_regular_text(path, what=str(path), max_bytes=WAIVER_FILE_LIMIT))
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path} is not valid TOML: {exc}") from None
 

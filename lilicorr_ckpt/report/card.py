@@ -48,10 +48,12 @@ def base_model_of(target: str | None, explicit: str | None) -> str | None:
         return None
     if _is_repo_id(target):
         return target
+    from lilicorr_ckpt.checkpoint.readfile import read_regular_file  # the reader: not at start-up
+
     config = Path(target).expanduser() / "config.json"
     try:
-        name = json.loads(config.read_text()).get("_name_or_path")
-    except (OSError, ValueError, AttributeError):
+        name = json.loads(read_regular_file(config, what=str(config), max_bytes=PROFILE_LIMIT)).get("_name_or_path")
+    except (InputError, ValueError, AttributeError, RecursionError):
         return None
     return name if isinstance(name, str) and _REPO_ID.match(name) and not name.startswith((".", "/")) else None
 
@@ -76,12 +78,15 @@ def _quant_tag(quant: dict[str, Any] | None) -> str | None:
     return algo or None
 
 
+PROFILE_LIMIT = 16 << 20  # a smoke profile (or a target's config.json) is a few kilobytes
+
+
 def load_profile(path: str) -> dict[str, Any]:
+    from lilicorr_ckpt.checkpoint.readfile import read_regular_file  # the reader: not at start-up
+
     try:
-        doc = json.loads(Path(path).expanduser().read_text())
-    except OSError as exc:
-        raise InputError(f"cannot read --profile {path}: {exc.strerror}") from None
-    except ValueError as exc:
+        doc = json.loads(read_regular_file(Path(path).expanduser(), what=f"--profile {path}", max_bytes=PROFILE_LIMIT))
+    except (ValueError, RecursionError) as exc:
         raise InputError(f"--profile {path} is not JSON: {exc}") from None
     if not isinstance(doc, dict) or doc.get("tool") != "lilicorr-ckpt smoke" or "per_category" not in doc:
         raise InputError(f"--profile {path} is not a smoke profile (write one with `lilicorr-ckpt smoke ... --output "

@@ -6,6 +6,8 @@ import json
 import re
 from pathlib import Path
 
+from lilicorr_ckpt.errors import InputError
+
 # --- JSON key positions ---------------------------------------------------------------------------------------
 
 class _Scanner:
@@ -106,6 +108,9 @@ def pointer_line(lines: dict[str, int], pointer: str | None) -> int | None:
     return None
 
 
+LINE_SCAN_LIMIT = 32 << 20  # as the largest JSON a checkpoint reader reads (the index)
+
+
 class LineFinder:
     """Lines of JSON keys in a local checkpoint's files, each file scanned once; None when unknown."""
 
@@ -117,8 +122,11 @@ class LineFinder:
         if self.root is None or not file or not file.endswith(".json"):
             return None
         if file not in self._cache:
-            try:
-                self._cache[file] = json_key_lines((self.root / file).read_text(errors="replace"))
-            except OSError:
+            from lilicorr_ckpt.checkpoint.readfile import read_regular_file  # the reader: not at start-up
+
+            try:  # a FIFO or device where a report says a JSON file is: no line numbers, never a hang
+                data = read_regular_file(self.root / file, what=file, max_bytes=LINE_SCAN_LIMIT)
+                self._cache[file] = json_key_lines(data.decode("utf-8", errors="replace"))
+            except InputError:
                 self._cache[file] = {}
         return pointer_line(self._cache[file], pointer)

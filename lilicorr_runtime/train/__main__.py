@@ -17,6 +17,8 @@ import click
 import torch
 from msgspec import structs
 
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file
+
 from ..fast_target import FastTarget
 from ..target import load_target
 from .data import Dataset, generate_dataset, self_written_prompts
@@ -185,7 +187,8 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
 @click.argument("run_dir", type=click.Path(file_okay=False, exists=True, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True)
 def export(run_dir: Path, out: Path) -> None:
-    state = torch.load(run_dir / "state.pt", map_location="cpu", weights_only=False)
+    with open_regular_file(run_dir / "state.pt", what=str(run_dir / "state.pt")) as f:  # a FIFO: refused
+        state = torch.load(f, map_location="cpu", weights_only=False)
     drafter = build_drafter(state["config"])
     drafter.load_state_dict(state["model"])
     export_modelopt(drafter, state["config"], out)

@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 from msgspec import Struct
 
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file
+
 from ..fast_target import FastTarget
 from .prompts import Prompt
 
@@ -35,7 +37,7 @@ class Dataset(Struct):
 
     @classmethod
     def load(cls, path: str | Path) -> Dataset:
-        with np.load(path) as z:
+        with open_regular_file(path, what=str(path)) as f, np.load(f) as z:  # a FIFO or device: refused, not read
             return cls(z["tokens"], z["offsets"].astype(np.int64), z["prompt_lengths"].astype(np.int32))
 
     @classmethod

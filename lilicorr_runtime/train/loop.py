@@ -16,6 +16,7 @@ import torch
 from msgspec import Struct, structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file
 
 from ..dflash import Drafter
 from ..fast_target import FastTarget
@@ -140,7 +141,8 @@ def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainC
     device = target.device
     state_path = run_dir / STATE
     if state_path.is_file():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
+        with open_regular_file(state_path, what=str(state_path)) as f:  # a FIFO or device: refused, not read
+            state = torch.load(f, map_location="cpu", weights_only=False)
         drafter = build_drafter(state["config"])
         drafter.load_state_dict(state["model"])
         drafter.to(device)
