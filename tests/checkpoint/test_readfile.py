@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import threading
 from pathlib import Path
 
 from lilicorr_ckpt.checkpoint import readfile
@@ -17,23 +16,14 @@ from lilicorr_ckpt.checkpoint.readfile import (
 )
 from lilicorr_ckpt.errors import InputError
 
+from helpers import raised_within
+
 
 def _refusal(fn, *args, **kw) -> str:
     """The InputError message of fn(*args, **kw), which must come back within 5 s (a FIFO read would block)."""
-    outcome: list[BaseException | object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(fn(*args, **kw))
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(5)
-    assert outcome, f"{fn.__name__}{args} blocked for 5 s"
-    assert isinstance(outcome[0], InputError), outcome[0]
-    return str(outcome[0])
+    raised = raised_within(5, fn, *args, **kw)
+    assert isinstance(raised, InputError), raised
+    return str(raised)
 
 
 def test_a_regular_file_is_read_whole(tmp_path):
