@@ -11,6 +11,7 @@ name) names the command line it came from, so a CI log that runs several command
 
 from __future__ import annotations
 
+import io
 import os
 import shlex
 import sys
@@ -61,26 +62,41 @@ def _silence_stdout() -> None:
         pass
 
 
+def _buffered_stdout() -> None:
+    """Under `python -u` or PYTHONUNBUFFERED stdout writes straight to its descriptor, and a short write (a full disk,
+    `ulimit -f`) silently drops the rest of the report. A buffered writer over the same descriptor retries a short
+    write and raises on the failure, which run_command reports; line buffering keeps the output as prompt."""
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and isinstance(stream.buffer, io.FileIO):
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(stream.buffer), encoding=stream.encoding,
+                                      errors=stream.errors, line_buffering=True)
+
+
 def run_command(command: click.Command, argv: list[str] | None = None, *, prog_name: str,
                 debug_env: str = "LILICORR_DEBUG") -> NoReturn:
     """Run `command` with argv (None: sys.argv[1:]) and exit with its code; every exception ends as a message.
     Standard output is flushed before the exit, so a report cut short by a full disk or `ulimit -f` is exit 2,
     never a silent 0. With `debug_env` set in the environment an internal error re-raises (a traceback for a bug
     report)."""
-    code = _outcome(command, argv, prog_name, debug_env)
+    original = sys.stdout  # kept referenced: the wrapper _buffered_stdout replaces must not close the descriptor
+    _buffered_stdout()
     try:
-        sys.stdout.flush()
-    except BrokenPipeError:
-        _silence_stdout()
-        code = EXIT_OK
-    except OSError as exc:
-        _silence_stdout()
-        click.echo(f"{prog_name}: error: cannot write standard output: {exc.strerror or exc}", err=True)
-        code = EXIT_INPUT
-    except ValueError:  # stdout already closed by the caller: nothing left to flush
-        pass
-    if _stdout_closed():
-        code = EXIT_OK
+        code = _outcome(command, argv, prog_name, debug_env)
+        try:
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _silence_stdout()
+            code = EXIT_OK
+        except OSError as exc:
+            _silence_stdout()
+            click.echo(f"{prog_name}: error: cannot write standard output: {exc.strerror or exc}", err=True)
+            code = EXIT_INPUT
+        except ValueError:  # stdout already closed by the caller: nothing left to flush
+            pass
+        if _stdout_closed():
+            code = EXIT_OK
+    finally:
+        sys.stdout = original
     sys.exit(code)
 
 

@@ -82,20 +82,20 @@ def test_report_reads_standard_input_with_a_cap():
                     "the report on standard input is larger than the limit for this input, 268435456 bytes (256 MiB)")
 
 
-def test_the_report_line_finder_skips_a_fifo_where_a_finding_names_a_json_file(tmp_path, capsys):
+def test_the_report_line_finder_does_not_read_a_huge_file_a_finding_names(tmp_path, capsys):
     ckpt = tmp_path / "ckpt"
-    (ckpt / "model.safetensors").parent.mkdir()
+    ckpt.mkdir()
     os.link(DRAFTER / "model.safetensors", ckpt / "model.safetensors")
     config = json.loads((DRAFTER / "config.json").read_text())
     config["dflash_config"]["lilicorr_candidate_topk"] = 3  # a finding that points into config.json
     (ckpt / "config.json").write_text(json.dumps(config))
     saved = tmp_path / "report.json"
     assert _in_process(capsys, main, "validate", str(ckpt), "-f", "json", "-o", str(saved)).returncode == 1
-    (ckpt / "config.json").unlink()
-    os.mkfifo(ckpt / "config.json")  # what the report says is a JSON file to take line numbers from
-    result = _in_process(capsys, main, "report", str(saved), "-f", "github")
+    with (ckpt / "config.json").open("wb") as f:  # now 3 GiB (sparse): where the line numbers would come from
+        f.truncate(3 << 30)
+    result = _bounded("lilicorr_ckpt", "report", str(saved), "-f", "github")
     assert result.returncode == 0, result.stderr
-    assert "::error title=LC104" in result.stdout  # the annotation, without a line number it cannot take
+    assert "::error file=" in result.stdout and "title=LC104" in result.stdout  # the file named, no line taken
 
 
 def test_card_refuses_a_fifo_profile(fifo, capsys):
