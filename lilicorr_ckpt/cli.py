@@ -18,8 +18,8 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     from lilicorr_ckpt.errors import InputError, UsageError
     from lilicorr_ckpt.exits import EXIT_INTERRUPTED, run_command
     from lilicorr_ckpt.outfile import check_output_path, write_output
-    from lilicorr_ckpt.profiles import RUNTIME_CHOICES
     from lilicorr_ckpt.report.ci import CI_FORMATS
+    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None  # EXIT_INTERRUPTED (exits.py), not imported yet
