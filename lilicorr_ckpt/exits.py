@@ -152,6 +152,6 @@ def _outcome(command: click.Command, argv: list[str] | None, prog_name: str, deb
     except Exception as exc:
         if os.environ.get(debug_env):
             raise
-        return fail(f"internal error while running `{shown_command(prog_name, argv)}`: {type(exc).__name__}: "
-                    f"{str(exc)[:500]}\n  This is a bug in {prog_name}; rerun with {debug_env}=1 for a traceback "
-                    "and report it.", EXIT_INPUT)
+        return fail(f"internal error: {type(exc).__name__}: {str(exc)[:500]} (while running "
+                    f"`{shown_command(prog_name, argv)}`)\n  This is a bug in {prog_name}; rerun with {debug_env}=1 "
+                    "for a traceback and report it.", EXIT_INPUT)

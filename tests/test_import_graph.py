@@ -126,6 +126,7 @@ LAZY = {
     "lilicorr_ckpt.cli:rules_markdown", "lilicorr_ckpt.cli:rules_page",
     "lilicorr_ckpt.convert.cli:register.convert_command", "lilicorr_ckpt.smoke.cli:smoke",
     "lilicorr_ckpt.report.card:register", "lilicorr_ckpt.report.card:register.card", "lilicorr_ckpt.report.ci:register",
+    "lilicorr_ckpt.report.ci:register_workflow",
     "lilicorr_ckpt.precommit:validate_dir", "lilicorr_ckpt.precommit:_apply_waivers", "lilicorr_ckpt.precommit:hook",
     "lilicorr_ckpt.smoke:smoke",  # the package's API function: `import lilicorr_ckpt.smoke.cli` stays light
 }
@@ -139,9 +140,7 @@ EXCEPTIONS = {
     # the guarded reader lives with the checkpoint reader (the runtime may import nothing else), which the command
     # line does not load at start-up: the modules it imports then read their files through it when they run
     ("lilicorr_ckpt.report.ci:load_report", "lilicorr_ckpt.checkpoint.readfile"),
-    ("lilicorr_ckpt.report.locate:line", "lilicorr_ckpt.checkpoint.readfile"),
-    ("lilicorr_ckpt.report.card:base_model_of", "lilicorr_ckpt.checkpoint.readfile"),
-    ("lilicorr_ckpt.report.card:load_profile", "lilicorr_ckpt.checkpoint.readfile"),
+    ("lilicorr_ckpt.report.locate:_lines", "lilicorr_ckpt.checkpoint.readfile"),
 }
 
 

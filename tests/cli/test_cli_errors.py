@@ -156,7 +156,7 @@ def test_the_console_script_imports_nothing_before_its_ctrl_c_handler():
 # ---------------------------------------------------------------- the catch-all (exits.run_command)
 
 @pytest.mark.parametrize("raised, message", [
-    (TypeError("boom"), "internal error while running `lilicorr-ckpt validate {ckpt}`: TypeError: boom\n"
+    (TypeError("boom"), "internal error: TypeError: boom (while running `lilicorr-ckpt validate {ckpt}`)\n"
                         "  This is a bug in lilicorr-ckpt"),
     (MemoryError(), "error: out of memory while running `lilicorr-ckpt validate {ckpt}`; the input is larger than "
                     "this machine can read"),
@@ -184,8 +184,8 @@ def test_the_hook_has_the_same_catch_all(ckpt, capsys, monkeypatch):
         precommit.main([str(ckpt / "config.json")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err  # never 1, which a hook reads as "findings"
-    assert (f"lilicorr-ckpt-pre-commit: internal error while running `lilicorr-ckpt-pre-commit {ckpt}/config.json`: "
-            "KeyError: 'surprise'") in err
+    assert ("lilicorr-ckpt-pre-commit: internal error: KeyError: 'surprise' (while running "
+            f"`lilicorr-ckpt-pre-commit -- {ckpt}/config.json`)") in err
 
 
 def _file_size_limit(limit: int):

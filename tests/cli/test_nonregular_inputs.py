@@ -113,8 +113,8 @@ def test_the_hook_does_not_read_a_fifo_config(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("content, needle", [
-    (None, "is 3221225472 bytes; the limit for this file is 4194304 bytes (4 MiB)"),  # sparse: 3 GiB of nothing
-    (b"[tool.lilicorr-ckpt]\n# \xff\n", "is not UTF-8 text (byte 23: b'\\xff')"),
+    (None, "waiver file {path} is 3221225472 bytes; the limit for this file is 4194304 bytes (4 MiB)"),  # sparse
+    (b"[tool.lilicorr-ckpt]\n# \xff\n", "{path} is not valid TOML: not UTF-8 (byte 0xff at offset 23)"),
 ])
 def test_a_huge_or_binary_waiver_file_is_a_usage_error_naming_it(tmp_path, content, needle):
     ckpt = tmp_path / "drafter"
@@ -128,7 +128,7 @@ def test_a_huge_or_binary_waiver_file_is_a_usage_error_naming_it(tmp_path, conte
             f.truncate(3 << 30)
     else:
         pyproject.write_bytes(content)
-    _clean_exit(_bounded("lilicorr_ckpt", "validate", str(ckpt)), 4, f"{pyproject} {needle}")
+    _clean_exit(_bounded("lilicorr_ckpt", "validate", str(ckpt)), 4, needle.format(path=pyproject))
 
 
 def _target_copy(tmp_path: Path) -> Path:
