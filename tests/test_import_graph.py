@@ -137,6 +137,10 @@ EXCEPTIONS = {
     # catalogue and numpy: at module level, `import lilicorr_ckpt.cli` went from 158 to 336 modules (~70 -> ~300 ms)
     ("lilicorr_ckpt.report.ci:render_report", "lilicorr_ckpt.report.validate"),
     ("lilicorr_ckpt.report.ci:load_report", "lilicorr_ckpt.checks.run"),
+    # the guarded reader lives with the checkpoint reader (the runtime may import nothing else), which the command
+    # line does not load at start-up: the modules it imports then read their files through it when they run
+    ("lilicorr_ckpt.report.ci:load_report", "lilicorr_ckpt.checkpoint.readfile"),
+    ("lilicorr_ckpt.report.locate:_lines", "lilicorr_ckpt.checkpoint.readfile"),
 }
 
 

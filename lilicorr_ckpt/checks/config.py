@@ -11,6 +11,7 @@ import msgspec
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
@@ -649,14 +650,23 @@ rule("LC143", "layer-types-long", "warning", CFG,
 # ---------------------------------------------------------------- checks
 
 
+LISTED_DUPLICATE_KEYS = 20  # LC002 findings of their own; the rest are one finding
+
+
 @check
 def config_schema(ctx: Context) -> None:
     for issue in ctx.parsed.issues:
         ctx.emit("LC001", f"config.json {issue.describe()}", file="config.json", pointer=issue.path,
                  expected=issue.expected, actual=issue.found)
-    for key in ctx.parsed.duplicate_keys:
-        ctx.emit("LC002", f"config.json repeats the key `{key}`; JSON readers keep the last value",
+    repeated = list(ctx.parsed.duplicate_keys.items())  # one entry per key, with its count
+    for key, count in repeated[:LISTED_DUPLICATE_KEYS]:
+        ctx.emit("LC002", f"config.json repeats the key `{key}` ({count} times); JSON readers keep the last value",
                  file="config.json", subjects=[key])
+    rest = repeated[LISTED_DUPLICATE_KEYS:]
+    if rest:  # a config repeating 690k keys is one more finding, not 690k of them
+        ctx.emit("LC002", f"config.json repeats {len(rest)} more keys ({sum(c for _, c in rest)} occurrences): "
+                 f"{shorten(k for k, _ in rest)}; JSON readers keep the last value of each", file="config.json",
+                 subjects=[k for k, _ in rest])
     interesting = [k for k in ctx.parsed.unknown_keys if "lilicorr" in k or "conv" in k or "block" in k
                    or "target" in k or "mask" in k]
     for key in interesting:
