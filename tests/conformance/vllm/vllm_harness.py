@@ -36,10 +36,12 @@ from typing import Any, NamedTuple
 
 import torch
 import vllm_stubs as S
-from vllm_sandbox import SandboxError
+from huggingface_hub.errors import StrictDataclassError
 from safetensors import safe_open
+from vllm_sandbox import SandboxError
 
-TYPED = (ValueError, RuntimeError, NotImplementedError)  # a refusal with a message
+# a refusal with a message (transformers' config classes validate their fields as strict dataclasses)
+TYPED = (ValueError, RuntimeError, NotImplementedError, StrictDataclassError)
 
 
 class Outcome(NamedTuple):
@@ -140,19 +142,18 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
 
 
-def serve(release: Any, path: Path, manifest_tensors: set[str], *, num_speculative_tokens: int | None = None,
+def serve(release: Any, path: Path, *, num_speculative_tokens: int | None = None,
           method: str | None = None) -> Outcome:
-    """What the released vLLM does with the draft checkpoint at `path`. `manifest_tensors` are the tensor
-    names the checkpoint's declared geometry trains (validate's manifest): a dropped one is a silent change."""
+    """What the released vLLM does with the draft checkpoint at `path`."""
     facts: dict[str, Any] = {}
     try:
-        return _serve(release, path, manifest_tensors, facts, num_speculative_tokens, method)
+        return _serve(release, path, facts, num_speculative_tokens, method)
     except Stop as stop:
         return Outcome(stop.verdict, stop.stage, stop.detail, facts)
 
 
-def _serve(release: Any, path: Path, manifest_tensors: set[str], facts: dict[str, Any],
-           num_speculative_tokens: int | None, method: str | None) -> Outcome:
+def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_tokens: int | None,
+           method: str | None) -> Outcome:
     raw = json.loads((path / "config.json").read_text())
     target = target_for(raw)
 
@@ -217,8 +218,8 @@ def _serve(release: Any, path: Path, manifest_tensors: set[str], facts: dict[str
     with S.current_vllm_config(vllm_config), _default_dtype(torch.bfloat16):
         # 4. the speculator the runner builds first (v1/worker/gpu/spec_decode/__init__.py)
         with stage("speculator"):
-            speculator = _speculator_class(release, method, architectures)
-            speculator(vllm_config, torch.device("cpu"))
+            speculator = _speculator_class(release, method, architectures)(vllm_config, torch.device("cpu"))
+        facts["mask_token_id"] = speculator.parallel_drafting_token_id
 
         # 5. the model
         with stage("build"):
@@ -251,11 +252,13 @@ def _serve(release: Any, path: Path, manifest_tensors: set[str], facts: dict[str
     facts["quantized"] = sorted(
         name for name, module in model.named_modules()
         if "quant_method" in module.__dict__ and type(module.quant_method).__name__ == "ModelOptLinearMethod")
-    dropped = sorted(n for n in manifest_tensors & set(tensors) if n not in log.written
-                     and _canonical(n) not in _own_copies(model))
+    facts["layer_types"] = list(getattr(hf, "layer_types", None) or [])
+    declared = raw.get("layer_types") if isinstance(raw.get("layer_types"), list) else []
+    dropped = sorted(n for n in tensors if n not in log.written and not _inert(n))
     written = set().union(*log.written.values()) if log.written else set()
+    unused = _unused_after_loading(model)
     unloaded = sorted(n for n, p in params.items()
-                      if n not in written and _same(before[n], p.detach()) and _served(model, n))
+                      if n not in written and _same(before[n], p.detach()) and _served(model, n) and n not in unused)
     facts["dropped"] = dropped
     facts["unloaded"] = unloaded
     if dropped:
@@ -263,6 +266,14 @@ def _serve(release: Any, path: Path, manifest_tensors: set[str], facts: dict[str
     if unloaded:
         return Outcome("SW", "function", f"parameters served at their initialisation: {', '.join(unloaded[:6])}",
                        facts)
+    if not 0 <= facts["mask_token_id"] < target.vocab_size:
+        # vocab_parallel_embedding.py get_masked_input_and_mask: an id outside the table embeds as zeros
+        return Outcome("SW", "function", f"mask_token_id {facts['mask_token_id']} lies outside the embedding "
+                       f"[0, {target.vocab_size}): every mask slot embeds as a zero vector", facts)
+    # qwen3_dflash.py _resolve_layer_attention: a layer type other than sliding_attention runs full attention
+    unknown = sorted({t for t in declared if t not in ("full_attention", "sliding_attention")})
+    if unknown:
+        return Outcome("SW", "function", f"layer type(s) {unknown} served as full attention", facts)
     return Outcome("L", "function", "loaded", facts)
 
 
@@ -288,14 +299,12 @@ def _speculator_class(release: Any, method: str, architectures: list[str]) -> An
     return release.speculators["dflash"]
 
 
-def _canonical(name: str) -> str:
-    return name.removeprefix("model.")
-
-
-def _own_copies(model: Any) -> set[str]:
-    """Checkpoint copies of the target's tables that vLLM replaces by the target's own (not a change of the
-    trained function: the draft was trained against the target's)."""
-    return set()
+def _inert(name: str) -> bool:
+    """Checkpoint tensors the released loader drops that take no part in the drafted function: qwen3_dflash.py
+    `load_weights` skips `t2d` ("training-only"), and AutoWeightsLoader drops recomputed rotary caches
+    (REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER)."""
+    return "t2d" in name or name.endswith(
+        ("rotary_pos_emb.inv_freq", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"))
 
 
 # parameters a served draft does not read from its checkpoint: shared from the target, unused placeholders,
@@ -311,11 +320,18 @@ def _served(model: Any, name: str) -> bool:
     if name.startswith("lm_head.") and not (getattr(model, "has_own_lm_head", False)
                                             or getattr(model.config, "has_own_lm_head", False)):
         return False  # dflash/utils.py load_dflash_model shares the target's lm_head
-    if name == "draft_id_to_target_id":
-        return False
-    if leaf == "input_scale" and name.endswith(".input_scale"):
-        return True
-    return True
+    return name != "draft_id_to_target_id"
+
+
+def _unused_after_loading(model: Any) -> set[str]:
+    """Parameters a quant method registers for old exports and discards unread after loading: modelopt.py
+    `_DropInputScale` (a W4A16 module's input_scale)."""
+    out = set()
+    for name, module in model.named_modules():
+        spec = getattr(module.__dict__.get("quant_method"), "spec", None)
+        if spec is not None and spec.activation is None:
+            out.add(f"{name}.input_scale")
+    return out
 
 
 def _taps(release: Any, model: Any, raw: dict[str, Any], speculative_config: Any, target: TargetShape
@@ -324,13 +340,18 @@ def _taps(release: Any, model: Any, raw: dict[str, Any], speculative_config: Any
     out: dict[str, Any] = {}
     aux = release.eagle3_utils.get_eagle3_aux_layers_from_config(speculative_config)
     out["aux_layers"] = list(aux) if aux else None
-    if not getattr(model.model, "use_aux_hidden_state", False) or not aux:
+    if not getattr(model.model, "use_aux_hidden_state", False):
         return out
 
     class TargetModel(release.interfaces.EagleModelMixin):
         start_layer = 0
+        layers = [None] * target.num_layers
 
     holder = TargetModel()
+    if not aux:
+        # eagle3_utils.py set_eagle3_aux_hidden_state_layers: the target's own default taps
+        aux = release.interfaces.SupportsEagle3.get_eagle3_default_aux_hidden_state_layers(holder)
+        out["default_taps"] = list(aux)
     holder._set_aux_hidden_state_layers(tuple(aux))
     # the target captures the input of layer i for aux id i, 0 < i <= num_layers (qwen2.py `forward`)
     captured = [i for i in holder.aux_hidden_state_layers if 0 <= i <= target.num_layers]
@@ -344,7 +365,9 @@ def _taps(release: Any, model: Any, raw: dict[str, Any], speculative_config: Any
         return out
     except S.InfrastructureCalled:
         pass  # fc's GEMM: the width matched
-    if trained and captured != trained:
+    if out.get("default_taps"):
+        out["taps_problem"] = ("SW", f"the checkpoint names no target layers: fc reads vLLM's default taps {captured}")
+    elif trained and captured != trained:
         out["taps_problem"] = ("SW", f"fc reads target layers {captured} (aux ids) where the checkpoint was "
                                      f"trained on {trained}")
     return out

@@ -143,7 +143,6 @@ def attention_stub(module) -> None:
     """vLLM's Attention as far as a checkpoint is concerned: the kv-cache scales it registers through the quant
     config (attention.py `_init_kv_cache_quant`, run as released); the backend itself is not built."""
     import torch.nn as nn
-
     from vllm.model_executor.layers.attention.attention import _init_kv_cache_quant
 
     class Attention(nn.Module):

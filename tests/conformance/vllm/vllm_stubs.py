@@ -135,7 +135,7 @@ class _Platform:
 
     def has_device_capability(self, capability: Any, device_id: int = 0) -> bool:
         value = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
-        return 90 >= value
+        return value <= 90
 
     def is_device_capability(self, capability: Any, device_id: int = 0) -> bool:
         value = capability if isinstance(capability, int) else capability[0] * 10 + capability[1]
