@@ -168,6 +168,7 @@ class Release:
 
     def __init__(self, root: Path, sandbox: Sandbox):
         self.root = root
+        self.version = wheel_version(root)
         self.sandbox = sandbox
         m = sandbox.module
         self.models = {name: m(f"{MODELS}.{name}") for name in ("qwen3_dflash", "qwen3_dflash2", "qwen3_dspark",
@@ -201,6 +202,16 @@ class Release:
         self.vllm_config.VllmConfig = S.VllmConfig
         S.VllmConfig._get_quantization_config = staticmethod(self.vllm_config._get_quantization_config)
         S.VllmConfig.get_quantization_config = staticmethod(self.vllm_config.get_quantization_config)
+
+
+def wheel_version(root: Path) -> str:
+    """The wheel's own version string (vllm/_version.py)."""
+    tree = ast.parse((root / "vllm" / "_version.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("__version__", "version")
+                                                for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{root}: no __version__ in vllm/_version.py")
 
 
 def modelopt_registry(release: Release) -> Any:
