@@ -645,6 +645,61 @@ rule("LC143", "layer-types-long", "warning", CFG,
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
              "\"sliding_attention\", \"full_attention\"]")
 
+rule("LC170", "logit-scale-served", "warning", CFG,
+     "lilicorr_logit_scale is <= 0 and the runtime serves it as declared (no check): candidate scores are flat (0) "
+     "or inverted (< 0).", "Write the trained lilicorr_logit_scale (a positive number).",
+     doc="Fires when dflash_config.lilicorr_logit_scale is <= 0, for the runtimes that do not check it: vLLM. "
+         "The runtimes that refuse it report LC103.",
+     why="vLLM 0.33.0 stores the scale as it is (lilicorr.py `LiLiCorrHead`) and multiplies every candidate "
+         "score by it, so the checkpoint loads and drafts with the function its config declares: a scale of 0 "
+         "scores every candidate path alike, a negative one prefers the worst. That is rarely what was trained; "
+         "SGLang and TensorRT-LLM refuse it.",
+     example="    \"dflash_config\": {\"lilicorr_logit_scale\": 0.0}")
+rule("LC172", "target-layer-ids-permuted", "error", CFG,
+     "target_layer_ids is not ascending, and the runtime captures the target layers in layer order: fc reads a "
+     "permuted concatenation.", "Write target_layer_ids in ascending order, with fc.weight's column blocks in "
+     "that order (retrain or permute the columns).",
+     doc="Fires when `target_layer_ids` (with no negative or repeated ids) is not in ascending order, for the "
+         "runtimes that capture the target's hidden states in layer order whatever the list's order: vLLM. "
+         "The others read the list in its order (LC114, a warning).",
+     why="vLLM 0.33.0 turns the ids into the target's capture points with `sorted(set(...))` "
+         "(interfaces.py `EagleModelMixin._set_aux_hidden_state_layers`) and concatenates the captured states "
+         "in that order. fc.weight's column blocks follow the order the drafter was trained with, so each block "
+         "then multiplies another layer's hidden state. The checkpoint loads without a word and serves a "
+         "different function.",
+     example="    \"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}\n\n"
+             "vLLM feeds fc the states of layers 1, 17, 33, in that order.")
+rule("LC173", "eagle-aux-layer-ids", "error", CFG,
+     "A top-level eagle_aux_hidden_state_layer_ids names other target layers than target_layer_ids, and the "
+     "runtime reads it first.", "Remove eagle_aux_hidden_state_layer_ids, or make it target_layer_ids + 1.",
+     doc="Fires when config.json has a non-empty top-level `eagle_aux_hidden_state_layer_ids` that is not "
+         "dflash_config.target_layer_ids with 1 added to each id, for the runtimes that read it before the "
+         "DFlash taps: vLLM.",
+     why="vLLM 0.33.0 takes the target layers fc reads from `eagle_aux_hidden_state_layer_ids` when it is set "
+         "(eagle3_utils.py `get_eagle3_aux_layers_from_config`), in its capture convention (id + 1), and only "
+         "otherwise from dflash_config.target_layer_ids. A stale EAGLE-3 key left in the config then replaces "
+         "the trained taps: the drafter loads and reads other layers' states.",
+     example="    \"eagle_aux_hidden_state_layer_ids\": [2, 18, 34],\n    \"dflash_config\": "
+             "{\"target_layer_ids\": [1, 9, 17, 25, 33]}")
+rule("LC174", "sample-from-anchor", "error", CFG,
+     "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
+     "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
+     doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
+     why="vLLM 0.33.0's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
+         "the config at start-up: \"sample_from_anchor=True is not supported for DFlash\" "
+         "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
+         "top level, which is read elsewhere.",
+     example="    \"dflash_config\": {\"sample_from_anchor\": true}")
+rule("LC175", "no-aux-hidden-state", "error", CFG,
+     "use_aux_hidden_state is false: the runtime builds no fc and drops fc.weight, so the draft runs without the "
+     "target's hidden states.", "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
+     doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
+         "runtimes that read it: vLLM.",
+     why="vLLM 0.33.0 builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
+         "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
+         "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
+     example="    \"dflash_config\": {\"use_aux_hidden_state\": false}")
+
 
 # ---------------------------------------------------------------- checks
 
@@ -772,7 +827,16 @@ def lilicorr_geometry(ctx: Context) -> None:
                              file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
                              actual=0, subjects=[key])
             continue
-        if value <= 0:
+        if value <= 0 and key == "lilicorr_logit_scale":
+            checked = [p for p in ctx.profiles if p.logit_scale_checked]
+            served = [p for p in ctx.profiles if not p.logit_scale_checked]
+            ctx.emit_for("LC103", checked, f"dflash_config.{key} is {value}: {_names(checked, 'refuses|refuse')} it",
+                         file="config.json", pointer=path, expected="> 0", actual=value, subjects=[key])
+            ctx.emit_for("LC170", served, f"dflash_config.{key} is {value}: {_names(served, 'serves|serve')} it "
+                         "as declared (no check), scoring every candidate path " + (
+                             "alike" if value == 0 else "in reverse"), file="config.json", pointer=path,
+                         expected="> 0", actual=value, subjects=[key])
+        elif value <= 0:
             ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
                      expected="> 0", actual=value, subjects=[key])
     k = d["lilicorr_candidate_topk"]
@@ -888,7 +952,27 @@ def target_layer_ids(ctx: Context) -> None:
             ctx.emit("LC113", f"target_layer_ids {out} are >= num_target_layers {n}{shifted}", file="config.json",
                      pointer=path, expected=f"ids in 0..{n - 1}", actual=ids)
     if not negative and not dups and list(ids) != sorted(ids):
-        ctx.emit("LC114", f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+        sorting = [p for p in ctx.profiles if p.taps_in_layer_order]
+        in_order = [p for p in ctx.profiles if not p.taps_in_layer_order]
+        ctx.emit_for("LC172", sorting, f"target_layer_ids {ids} is not ascending: {_names(sorting, 'captures|capture')} "
+                     f"the target layers in layer order ({sorted(ids)}), so fc's column blocks read a permuted "
+                     "concatenation", file="config.json", pointer=path, expected=sorted(ids), actual=ids)
+        ctx.emit_for("LC114", in_order, f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+    _eagle_aux_layer_ids(ctx, ids)
+
+
+def _eagle_aux_layer_ids(ctx: Context, ids: list[int]) -> None:
+    """A top-level eagle_aux_hidden_state_layer_ids replacing the DFlash taps where the runtime reads it first."""
+    aux = ctx.config.eagle_aux_hidden_state_layer_ids
+    if not aux or ctx.config.dflash.target_layer_ids is None:
+        return
+    trained = [i + 1 for i in ctx.config.dflash.target_layer_ids]
+    if list(aux) != trained:
+        readers = [p for p in ctx.profiles if p.reads_eagle_aux_layer_ids]
+        ctx.emit_for("LC173", readers, f"eagle_aux_hidden_state_layer_ids {list(aux)} is not target_layer_ids + 1 "
+                     f"({trained}): {_names(readers, 'reads|read')} it first, so fc reads the target layers it "
+                     "names instead of the trained ones", file="config.json",
+                     pointer="$.eagle_aux_hidden_state_layer_ids", expected=trained, actual=list(aux))
 
 
 @check
@@ -1004,9 +1088,15 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
                  file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
-        ctx.emit("LC143", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; the "
-                 "loaders read the first ones", file="config.json", pointer="$.layer_types",
-                 expected=g.num_layers, actual=len(cfg.layer_types))
+        exact = [p for p in ctx.profiles if p.layer_types_length_exact]
+        lenient = [p for p in ctx.profiles if not p.layer_types_length_exact]
+        ctx.emit_for("LC119", exact, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers: "
+                     f"{_names(exact, 'reads|read')} the config through transformers' Qwen3Config, which refuses it "
+                     "(\"num_hidden_layers must be equal to the number of layer_types\")", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+        ctx.emit_for("LC143", lenient, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
+                     f"layers; {_names(lenient, 'reads|read')} the first ones", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
         readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
@@ -1017,10 +1107,27 @@ def backbone_config(ctx: Context) -> None:
                         f"{_names(readers, 'takes|take')} it from there)" if readers else ""),
                      runtimes=[p.name for p in strict] if readers else (), file="config.json",
                      pointer="$.sliding_window")
+    elif cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.use_sliding_window:
+        # transformers' Qwen3Config keeps sliding_window only with use_sliding_window true
+        dropping = [p for p in ctx.profiles if p.sliding_window_needs_use_sliding_window
+                    and not (p.swa_window_size_read and swa is not None and swa >= 1)]
+        ctx.emit_for("LC119", dropping, f"a layer is sliding_attention and sliding_window is {cfg.sliding_window}, "
+                     f"but use_sliding_window is not true: {_names(dropping, 'reads|read')} the config through "
+                     "transformers' Qwen3Config, which then drops sliding_window, and refuses the sliding layers "
+                     "(\"requires a window size\")", file="config.json", pointer="$.use_sliding_window",
+                     expected="true", actual=cfg.use_sliding_window)
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
                      file="config.json", pointer="$.dflash_config.swa_window_size")
+        elif swa is None and not cfg.use_sliding_window:
+            dropping = [p for p in ctx.profiles if p.sliding_window_needs_use_sliding_window]
+            ctx.emit_for("LC119", dropping, f"dflash_config.use_swa is true with no swa_window_size, and "
+                         f"sliding_window {cfg.sliding_window} without use_sliding_window: "
+                         f"{_names(dropping, 'reads|read')} the config through transformers' Qwen3Config, which "
+                         "drops sliding_window, and refuses the sliding layers (\"requires a window size\")",
+                         file="config.json", pointer="$.use_sliding_window", expected="true",
+                         actual=cfg.use_sliding_window)
         if swa is not None and swa < 1:
             for mode, rule_id, verb, text in (
                     ("refuses", "LC135", "refuses|refuse", "it"),
@@ -1150,6 +1257,29 @@ def _sibling_route(ctx: Context, family: str, arch: str | None) -> None:
 
 
 @check
+def speculator_keys(ctx: Context) -> None:
+    """Keys the runtimes' speculators and backbones read beyond the head geometry."""
+    cfg = ctx.config
+    if cfg.dflash.sample_from_anchor:
+        refusing = [p for p in ctx.profiles if p.sample_from_anchor_refused]
+        ctx.emit_for("LC174", refusing, f"dflash_config.sample_from_anchor is true: {_names(refusing, 'refuses|refuse')} "
+                     "it (\"sample_from_anchor=True is not supported for DFlash\")", file="config.json",
+                     pointer="$.dflash_config.sample_from_anchor", expected="absent or false", actual=True)
+    eagle = ctx.parsed.raw.get("eagle_config")
+    declared = [("$.dflash_config.use_aux_hidden_state", cfg.dflash.use_aux_hidden_state),
+                ("$.eagle_config.use_aux_hidden_state",
+                 eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None),
+                ("$.use_aux_hidden_state", cfg.use_aux_hidden_state)]
+    # qwen3_dflash.py: dflash_config over eagle_config, then the top level
+    path, value = next(((k, v) for k, v in declared if v is not None), (None, None))
+    if value is False:
+        readers = [p for p in ctx.profiles if p.use_aux_hidden_state_read]
+        ctx.emit_for("LC175", readers, f"use_aux_hidden_state is false ({path[2:]}): {_names(readers, 'builds|build')} "
+                     "no fc and drops fc.weight, so the draft runs without the target's hidden states",
+                     file="config.json", pointer=path, expected="true or absent", actual=False)
+
+
+@check
 def sibling_config(ctx: Context) -> None:
     g, cfg = ctx.geometry, ctx.config
     d = cfg.dflash
@@ -1157,6 +1287,16 @@ def sibling_config(ctx: Context) -> None:
         rank, top_k = d.selector_rank, d.selector_top_k
         pair = [p for p in ctx.profiles if p.selector_check == "pair"]
         ranged = [p for p in ctx.profiles if p.selector_check == "range"]
+        indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
+        problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
+        problems += [f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0]
+        if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
+            problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
+        if problems:
+            ctx.emit_for("LC150", indexed, f"{'; '.join(problems)}: {_names(indexed, 'reads|read')} both keys with a "
+                         "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
+                         "top selector_top_k of the vocabulary at every step", file="config.json",
+                         pointer="$.dflash_config.selector_top_k")
         if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
             ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
                          f"{_names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
