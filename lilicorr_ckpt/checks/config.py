@@ -1115,7 +1115,8 @@ def backbone_config(ctx: Context) -> None:
                      f"but use_sliding_window is not true: {_names(dropping, 'reads|read')} the config through "
                      "transformers' Qwen3Config, which then drops sliding_window, and refuses the sliding layers "
                      "(\"requires a window size\")", file="config.json", pointer="$.use_sliding_window",
-                     expected="true", actual=cfg.use_sliding_window)
+                     expected="true",
+                         actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window)
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
@@ -1127,7 +1128,7 @@ def backbone_config(ctx: Context) -> None:
                          f"{_names(dropping, 'reads|read')} the config through transformers' Qwen3Config, which "
                          "drops sliding_window, and refuses the sliding layers (\"requires a window size\")",
                          file="config.json", pointer="$.use_sliding_window", expected="true",
-                         actual=cfg.use_sliding_window)
+                         actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window)
         if swa is not None and swa < 1:
             for mode, rule_id, verb, text in (
                     ("refuses", "LC135", "refuses|refuse", "it"),

@@ -112,6 +112,9 @@ RETIRED: dict[str, str] = {
              "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
              "where the runtime renames them",
+    "LC313": "fused-shards-disagree (error): vLLM 0.33.0's draft quant config has no packed-module mapping, so a "
+             "fused qkv_proj / gate_up_proj is matched by its fused name alone and shards named in the exclusions "
+             "exclude nothing: LC307 where the module is then built quantized",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
 }
 

@@ -11,8 +11,9 @@ naming `layers.N` at its root (optionally after `model.` or `*`) is renumbered t
 names are `model.<name>` with the same renumbering, q/k/v fused to `qkv_proj` and gate/up to `gate_up_proj`; the
 draft's quant config has no packed-module mapping, so a fused module matches only under its fused name: exact
 match, then substring, then fnmatch. The lm_head's quant config is a fresh copy: its patterns are matched as
-written. (vLLM renumbers only indices below the draft's layer count; an index beyond them is renumbered here too,
-which differs only for a pattern that names a target layer whose index a draft layer happens to take.)
+written. (vLLM renumbers the indices below the draft's layer count; here those below num_target_layers are, which
+decides the same: a pattern left at an index below num_target_layers names no draft module either way, and one at
+or above it is a runtime index, left as written by both.)
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def draft_patterns(patterns: tuple[str, ...], num_target_layers: int | None) -> 
     mapped = []
     for p in _split(out):
         if num_target_layers:
-            p = _ROOT_LAYER.sub(lambda m: f"{m.group(1)}layers.{num_target_layers + int(m.group(2))}", p, count=1)
+            p = _ROOT_LAYER.sub(lambda m: f"{m.group(1)}layers.{num_target_layers + int(m.group(2))}"
+                                if int(m.group(2)) < num_target_layers else m.group(0), p, count=1)
         mapped.append(_NOT_ROOTED.sub("model.", p, count=1))
     return mapped
 
