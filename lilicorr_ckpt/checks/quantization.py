@@ -33,7 +33,8 @@ rule("LC302", "quant-method", "error", QNT, "config.json quantization_config has
      'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).',
      doc="Fires when config.json's quantization_config has no `quant_method`, for the runtimes that derive one "
          "but cannot here: vLLM derives it only for the nested ModelOpt form (producer modelopt) of FP8, "
-         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO and NVFP4, so it fires for the flat form, another producer or "
+         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4 and MIXED_PRECISION (model_arch_config_convertor.py "
+         "`_normalize_quantization_config`), so it fires for the flat form, another producer or "
          "another algorithm. Also fires when config.json has no quantization_config and vLLM, reading "
          "hf_quant_config.json instead, cannot derive a method from it. Where vLLM can derive the method, "
          "LC322 applies.",
@@ -82,11 +83,12 @@ rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquan
          "that the runtime builds in floating point whatever the quantization config says, or whose raw weight "
          "it slices and so needs in float. SGLang builds the draft layers' q/k/v projections, "
          "`lilicorr.factor_input_proj`, `out_head`, `in_head` and `lilicorr.feature_mlp.*` unquantized; vLLM "
-         "builds `factor_input_proj`, `out_head` and `in_head` unquantized and slices the raw q/k/v weight in "
-         "its fused-KV context path; TensorRT-LLM slices the raw q/k/v weight into its fused context-KV buffer.",
+         "builds `factor_input_proj`, `out_head` and `in_head` unquantized; TensorRT-LLM slices the raw q/k/v "
+         "weight into its fused context-KV buffer.",
      why="A packed NVFP4 weight (uint8, two values per byte) or an FP8 weight meets a float parameter of "
-         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), vLLM and TensorRT-LLM "
-         "crash with an untyped error when they slice the raw weight. For factor_input_proj / out_head / "
+         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), TensorRT-LLM crashes with "
+         "an untyped error when it slices the raw weight; vLLM 0.33.0 loads it (qwen3_dflash.py "
+         "`_build_context_kv_buffers` runs a quantized qkv_proj through its quant method). For factor_input_proj / out_head / "
          "in_head: SGLang and vLLM refuse (plain linears); TensorRT-LLM loads them quantized. For feature_mlp: "
          "SGLang refuses; vLLM and TensorRT-LLM follow the config.",
      example="    lilicorr.out_head.weight           U8      [F, h/2]\n    lilicorr.out_head.weight_scale     "
@@ -211,10 +213,11 @@ rule("LC320", "flat-exclusions-key", "error", QNT,
      "hf_quant_config.json).",
      doc="Fires when config.json's quantization_config is in the flat form and lists its exclusions under "
          "`exclude_modules` with no `ignore`, for the runtimes that read only `ignore` from the flat form: "
-         "SGLang and vLLM.",
-     why="SGLang's ModelOpt FP4 config reads the flat form's exclusions from `ignore` only (default: none), "
-         "and so does vLLM's flat-form parser. They see no exclusion and would build every float module "
-         "quantized; the load then fails on the modules stored in float (LC307).",
+         "SGLang.",
+     why="SGLang's ModelOpt FP4 config reads the flat form's exclusions from `ignore` only (default: none): it "
+         "sees no exclusion and would build every float module quantized; the load then fails on the modules "
+         "stored in float (LC307). vLLM 0.33.0 falls back to `exclude_modules` (modelopt.py "
+         "`ModelOptQuantConfigBase.from_config`).",
      example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
              "\"group_size\": 16,\n                            \"exclude_modules\": [\"lm_head\", \"*q_proj\", "
              "\"*k_proj\", \"*v_proj\"]}")

@@ -63,7 +63,9 @@ PROFILE = RuntimeProfile(
     quant_config_read="config.json",  # get_quant_config: hf_config.quantization_config, else hf_quant_config.json
     # qwen3_dflash.py _resolve_layer_attention: sliding layers causal unless causal / is_causal says otherwise
     sliding_semantics="causally, over the last w tokens",
-    rope_theta_default="1e6 (set_default_rope_theta)",
+    # transformers' Qwen3Config fills rope_parameters (rope_theta 10000) before qwen3_dflash.py
+    # set_default_rope_theta(config, 1e6) looks, so its 1e6 never applies to a Qwen3 draft
+    rope_theta_default="the transformers config class's default (10000 for Qwen3)",
     lilicorr_disabled="refuses it (\"requires lilicorr_enabled=True\")",
     dflash2_conv_indexed=True,  # qwen3_dflash2.py DFlash2Qwen3DecoderLayer: draft_config["conv_kernel_size"]
     unknown_tensors="refused",  # AutoWeightsLoader._load_module: "There is no module or parameter named"
@@ -82,7 +84,6 @@ PROFILE = RuntimeProfile(
     selector_check="indexed",  # qwen3_dflash2.py DFlash2Qwen3Model: int(draft_config["selector_rank"]), no range check
     markov_rank_top_level=True,  # qwen3_dspark.py Qwen3DSparkModel reads config.markov_rank
     markov_head_types=("vanilla",),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read
-    domino_dims_required=True,
     logit_scale_checked=False,  # LiLiCorrHead stores lilicorr_logit_scale without a check
     layer_types_length_exact=True,  # transformers' Qwen3Config: "num_hidden_layers must be equal to layer_types"
     sliding_window_needs_use_sliding_window=True,  # Qwen3Config keeps sliding_window only with use_sliding_window
