@@ -2,7 +2,7 @@
 verdict per runtime (0 accepted without warning, "w" accepted with a warning, 1 refused).
 
 What the loaders do with each layout is in docs/validate.md (sibling heads); what is UNCONFIRMED there is a
-warning (LC015, LC154) for that runtime, never silence.
+warning (LC015) for that runtime, never silence.
 """
 
 from __future__ import annotations
