@@ -1,4 +1,5 @@
-"""The released vLLM, loaded once per session from the pinned wheel (tests/conformance/engines.py).
+"""The released vLLM, loaded once from the pinned wheel (tests/conformance/engines.py) for the conformance module,
+and unloaded after it: no `vllm` module stays importable for the rest of the suite.
 
 Without the wheel (and no network) the vLLM conformance tests skip; under CI=true a failed download fails.
 """
@@ -29,7 +30,7 @@ def _engines():
     return sys.modules[name]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def released_vllm():
     import vllm_release
 

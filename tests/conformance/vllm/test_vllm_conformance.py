@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import vllm_harness
+from checks import test_sibling_heads as siblings
 from checks.test_loader_audit import ROWS, build
 
 from lilicorr_ckpt import fixtures
@@ -113,6 +114,65 @@ RELEASED = {
     "conv_partial": "R",
     "t2d_tensor_not_read": "L",
     "rotary_buffer_not_read": "L",
+    "vllm_captures_taps_in_layer_order": "SW",
+    "vllm_reads_eagle_aux_layer_ids_first": "SW",
+    "eagle_aux_layer_ids_equal_to_the_taps": "L",
+    "vllm_refuses_sample_from_anchor": "R",
+    "vllm_drops_fc_without_aux_hidden_state": "SW",
+    "sliding_window_kept_with_use_sliding_window": "L",
+    "target_layer_ids_duplicated": "R",
+    "mask_token_id_at_the_top_level_only": "L",
+    "vllm_renames_midlayer": "L",
+    "vllm_renames_encoder_aliases": "L",
+    "backbone_tensor_missing_served_uninitialised": "SW",
+    "surplus_bias_dropped_by_ignore_suffix": "SW",
+    "tensor_of_a_layer_not_built": "R",
+    "qkv_shards_named_exactly_do_not_exclude_fused_qkv": "C",
+    "draft_layer_index_exclusion_renumbered_by_vllm": "L",
+    "backbone_weight_scale_2_missing_served_from_garbage": "SW",
+    "nested_w4a16_in_hf_quant_config_only": "R",
+    "nested_inline_nvfp4_without_group_size": "R",
+    "flat_w4a16_loads": "L",
+}
+
+# the sibling-head cases (tests/checks/test_sibling_heads.py)
+RELEASED_SIBLINGS = {
+    "dflash2_published_layout_loads_unconfirmed_everywhere": "L",
+    "dspark_deepspec_qwen3dsparkmodel_served_by_sglang_and_vllm": "L",
+    "dspark_specforge_draftmodel_rewritten_to_qwen3_by_vllm": "L",
+    "dspark_modelopt_flat_layout_loaded_by_no_serving_stack": "R",
+    "domino_as_dflash_with_projector_served_by_sglang": "R",
+    "domino_draftmodel_refused_by_sglang": "R",
+    "dflash2_tensors_under_plain_dflash_are_dropped": "R",
+    "markov_head_under_lilicorr_is_dropped": "C",
+    "dflash2_selector_projection_missing": "SW",
+    "dspark_markov_w1_missing": "SW",
+    "domino_gru_missing": "R",
+    "dflash2_selector_surplus": "SW",
+    "dspark_gated_projection_surplus_on_vanilla": "R",
+    "domino_gru_bias_surplus": "R",
+    "dflash2_codebook_misshaped": "C",
+    "dspark_markov_w2_misshaped": "R",
+    "domino_embed_proj_misshaped": "R",
+    "dflash2_selector_quantized_must_be_float": "C",
+    "dspark_markov_table_quantized_must_be_float": "C",
+    "domino_gru_quantized_must_be_float": "R",
+    "dflash2_conv_tensors_missing": "SW",
+    "dspark_deepspec_frozen_lm_head_copy_warns": "L",
+    "dspark_deepspec_frozen_embed_tokens_copy_warns": "L",
+    "dflash2_selector_top_k_dropped": "C",
+    "dflash2_selector_top_k_one_loaded_by_vllm": "L",
+    "dflash2_selector_top_k_above_vocab_refused": "R",
+    "dflash2_without_conv_keys": "C",
+    "dspark_markov_rank_zero": "C",
+    "dspark_rnn_head_refused_by_vllm": "R",
+    "dspark_gated_head_refused_by_vllm": "R",
+    "dspark_unknown_head_type_refused": "SW",
+    "domino_shift_label_not_bool": "R",
+    "domino_prefix_len_two": "R",
+    "domino_emb_dim_conflict": "R",
+    "domino_missing_gru_dim": "R",
+    "domino_block_size_one": "R",
 }
 
 # routed to model code the harness does not execute: (what reading it says vLLM does, why not executed)
@@ -129,27 +189,36 @@ def verdict_of(report) -> bool:
     return vllm.accepted
 
 
-@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
-def test_validate_agrees_with_released_vllm(tmp_path, released_vllm, row):
-    path = build(tmp_path, row)
-    outcome = vllm_harness.serve(released_vllm, path)
-    pinned = RELEASED.get(row.name)
+def judge(release, path: Path, pinned: str | None, row: str) -> None:
+    """The released loader's verdict equals the pinned one, and validate accepts exactly what it loads."""
+    outcome = vllm_harness.serve(release, path)
     if pinned is not None:
         assert outcome.verdict == pinned, (
-            f"vLLM {released_vllm.version} now does {outcome} where the audit (row {row.audit}) says {pinned}")
+            f"vLLM {release.version} now does {outcome} where the audit ({row}) says {pinned}")
     released = outcome.verdict
     if released == "U":
-        released, why = READ_NOT_EXECUTED[row.name]
+        released, _why = READ_NOT_EXECUTED[path.name]
     report = validate(str(path), runtime="vllm")
     findings = [f"{f.rule} {f.severity}: {f.message}" for f in report.findings if f.severity != "info"]
     assert verdict_of(report) == (released == "L"), (
-        f"row {row.audit}: validate {'accepts' if verdict_of(report) else 'refuses'} for vLLM, but vLLM "
-        f"{released_vllm.version} does {outcome}\n" + "\n".join(findings))
+        f"{row}: validate {'accepts' if verdict_of(report) else 'refuses'} for vLLM, but vLLM "
+        f"{release.version} does {outcome}\n" + "\n".join(findings))
 
 
-def test_every_corpus_row_has_a_pinned_vllm_verdict():
+@pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
+def test_validate_agrees_with_released_vllm(tmp_path, released_vllm, row):
+    judge(released_vllm, build(tmp_path, row), RELEASED.get(row.name), f"row {row.audit}")
+
+
+@pytest.mark.parametrize("case", siblings.CASES, ids=[c.name for c in siblings.CASES])
+def test_validate_agrees_with_released_vllm_on_sibling_heads(tmp_path, released_vllm, case):
+    judge(released_vllm, siblings.build(tmp_path, case), RELEASED_SIBLINGS.get(case.name), f"case {case.name}")
+
+
+def test_every_corpus_case_has_a_pinned_vllm_verdict():
     assert sorted({r.name for r in ROWS} - set(RELEASED)) == []
     assert sorted(set(RELEASED) - {r.name for r in ROWS}) == []
+    assert sorted({c.name for c in siblings.CASES} ^ set(RELEASED_SIBLINGS)) == []
 
 
 # ---------------------------------------------------------------- convert's outputs load in the release

@@ -270,6 +270,18 @@ def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_toke
         # vocab_parallel_embedding.py get_masked_input_and_mask: an id outside the table embeds as zeros
         return Outcome("SW", "function", f"mask_token_id {facts['mask_token_id']} lies outside the embedding "
                        f"[0, {target.vocab_size}): every mask slot embeds as a zero vector", facts)
+    # qwen3_dspark.py DSparkMarkovHead: the vanilla head whatever markov_head_type declares
+    head_type = getattr(hf, "markov_head_type", None)
+    if hasattr(model.model, "markov_head") and head_type not in (None, "vanilla"):
+        return Outcome("SW", "function", f"markov_head_type {head_type!r} served as the vanilla Markov head", facts)
+    # logits_processor.py get_top_k_tokens: the candidate top-k runs over the lm_head's (padded) rows each step
+    top_k = getattr(speculator, "top_k", None)
+    if top_k is not None:
+        rows = model.lm_head.weight.shape[0] if hasattr(model, "lm_head") else target.vocab_size
+        try:
+            torch.topk(torch.zeros(1, max(rows, target.vocab_size)), int(top_k))
+        except RuntimeError as exc:
+            return Outcome("R", "first step", f"candidate top-{top_k} over {rows} rows: {exc}", facts)
     # qwen3_dflash.py _resolve_layer_attention: a layer type other than sliding_attention runs full attention
     unknown = sorted({t for t in declared if t not in ("full_attention", "sliding_attention")})
     if unknown:
