@@ -262,3 +262,21 @@ def test_convert_output_loads_in_released_vllm(tmp_path, released_vllm, modelopt
         pytest.fail(f"convert --runtime {runtime} refused the {export} export: {exc}")
     outcome = vllm_harness.serve(released_vllm, dst)
     assert outcome.verdict == "L", f"convert --runtime {runtime} of {export}: vLLM {released_vllm.version} {outcome}"
+
+
+# ---------------------------------------------------------------- the harness itself
+
+def test_a_released_module_neither_loaded_nor_stubbed_fails_loudly(released_vllm):
+    # nothing of the release is stubbed by accident: an unlisted module is an error naming it
+    from vllm_sandbox import SandboxError
+
+    with pytest.raises(SandboxError, match="vllm.entrypoints.llm"):
+        released_vllm.sandbox.module("vllm.entrypoints.llm")
+
+
+def test_infrastructure_stubs_refuse_to_compute(released_vllm):
+    # a load that reached a CUDA kernel would fail, not pass
+    import vllm_stubs
+
+    with pytest.raises(vllm_stubs.InfrastructureCalled):
+        released_vllm.sandbox.module("vllm._custom_ops").rms_norm()
