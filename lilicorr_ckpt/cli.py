@@ -70,14 +70,24 @@ def cli() -> None:
 @click.option("--quiet", "-q", is_flag=True, help="Text report: the verdict line only; no summary line on stderr.")
 @click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
                                                 "`org/name@REV` says the same).")
-@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC403): still reported, "
-                                              "marked waived, not counted. Waivers with reasons: [tool.lilicorr-ckpt] "
-                                              "in pyproject.toml or lilicorr.toml beside the checkpoint (docs/ci.md).")
+@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), default=60.0, show_default=True,
+              metavar="SECONDS", help="For a Hub repo id: the most seconds the whole remote read may take (model "
+                                      "info, JSON files, headers); past it validate exits 2 and says so. Each "
+                                      "request also gives up after HF_HUB_DOWNLOAD_TIMEOUT seconds (default 10).")
+@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC015): still reported, "
+                                              "marked waived, not counted. Waivers with reasons: lilicorr.toml or "
+                                              "[tool.lilicorr-ckpt] in pyproject.toml, in the checkpoint directory or "
+                                              "above it up to its git work tree's root (docs/ci.md).")
+@click.option("--config", "config_file", metavar="FILE",
+              help="Apply the waivers of FILE (lilicorr.toml form, or a pyproject.toml with [tool.lilicorr-ckpt]) "
+                   "instead of searching for one; the way to use a waiver file outside the checkpoint's work tree, "
+                   "or for a Hub repo.")
 @click.option("--select", metavar="RULES", help="Only these rule ids or prefixes (LC1,LC2) count; other findings "
                                               "are left out.")
 def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, json_file: str | None,
              junit_file: str | None, sarif_file: str | None, markdown_file: str | None, strict: bool, deep: bool,
-             verbose: bool, quiet: bool, revision: str | None, ignore: str | None, select: str | None) -> None:
+             verbose: bool, quiet: bool, revision: str | None, timeout: float, ignore: str | None,
+             config_file: str | None, select: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
     PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
@@ -99,7 +109,8 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
       lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml  # text log + report files
       lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
-      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC403       # waived, still reported
+      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC015       # waived, still reported
+      lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml  # waivers, with reasons, from a file
     """
     from lilicorr_ckpt.checks.run import error_report, validate_spec
     from lilicorr_ckpt.report.ci import render_report
@@ -120,7 +131,7 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
                                       "markdown": "summary.md"}.get(f, "report.txt"))
     try:
         report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                               ignore=ignore, select=select)
+                               ignore=ignore, select=select, config=config_file, timeout=timeout)
     except InputError as exc:
         # unreadable input: every report asked for still says why (the next CI step finds its file)
         failed = error_report(path, str(exc), target=target, strict=strict)
@@ -189,7 +200,15 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
                                       "the fix and the long form.")
 def rules(rule_id: str | None, fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
-    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it)."""
+    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it).
+
+    \b
+    Examples:
+      lilicorr-ckpt rules                        # one line per rule
+      lilicorr-ckpt rules LC314                  # its long form
+      lilicorr-ckpt rules LC403                  # a retired id: what replaced it
+      lilicorr-ckpt rules -f json | jq '.[] | select(.severity == "error") | .id'
+    """
     import json
 
     import msgspec

@@ -34,8 +34,9 @@ def _umask() -> int:
     return mask
 
 
-def write_output(data: str | bytes, out: str) -> None:
-    """Write data to out through a temporary sibling renamed over it; an OSError is exit 2, naming out.
+def write_output(data: str | bytes, out: str, mode: int | None = None) -> None:
+    """Write data to out through a temporary sibling renamed over it; an OSError is exit 2, naming out. `mode`:
+    the permissions the file gets (default: the usual 0666 less the umask), e.g. those of the file it replaces.
 
     The temporary comes from tempfile in out's directory: an unpredictable name created with O_EXCL (never
     through a planted symlink), renamed into place, so a symlink already at `out` is replaced, never followed."""
@@ -45,7 +46,7 @@ def write_output(data: str | bytes, out: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent or ".")
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask())  # a report file, not a secret: the usual mode
+            os.fchmod(f.fileno(), 0o666 & ~_umask() if mode is None else mode)  # a report file: the usual mode
             f.write(payload)
         os.replace(tmp, path)
         tmp = None

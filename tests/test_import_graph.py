@@ -126,6 +126,7 @@ LAZY = {
     "lilicorr_ckpt.cli:rules_markdown", "lilicorr_ckpt.cli:rules_page",
     "lilicorr_ckpt.convert.cli:register.convert_command", "lilicorr_ckpt.smoke.cli:smoke",
     "lilicorr_ckpt.report.card:register", "lilicorr_ckpt.report.card:register.card", "lilicorr_ckpt.report.ci:register",
+    "lilicorr_ckpt.report.ci:register_workflow",
     "lilicorr_ckpt.precommit:validate_dir", "lilicorr_ckpt.precommit:_apply_waivers", "lilicorr_ckpt.precommit:hook",
     "lilicorr_ckpt.smoke:smoke",  # the package's API function: `import lilicorr_ckpt.smoke.cli` stays light
 }

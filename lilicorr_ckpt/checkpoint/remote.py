@@ -15,6 +15,18 @@ validation against the file size) then reads that directory. Only `--deep` would
 refuses Hub input. The report names the repo at its resolved commit (`path` = `org/name@<sha>`, and
 `hub` with the revision asked for, the commit and the endpoint).
 
+A Hub is input like any other, so nothing it says is trusted:
+- bounds: the whole read has one deadline (`--timeout`, DEFAULT_TIMEOUT) besides each request's own timeout;
+  every reply is read with a byte cap, decompressed bytes included (MODEL_INFO_LIMIT, the local JSON limits,
+  the local header limit per file, MAX_TOTAL_HEADER_BYTES for all headers together, checked from the length
+  prefixes before any header is fetched);
+- shapes: the model info is decoded into typed structs; the commit must be 40 hex digits; file names must be
+  plain repo paths and sizes plausible; anything else is an InputError that names what was wrong;
+- signals: the requests run in daemon threads, and the main thread only waits, so SIGTERM / Ctrl-C end the
+  read at once and the stand-in directory is removed on the way out. Workers never touch the filesystem: the
+  main thread writes every stand-in file, so an abandoned worker cannot recreate what was cleaned up;
+- credentials: every message and the report's endpoint go through `lilicorr_ckpt.redact.redact`.
+
 With HF_HUB_OFFLINE set the Hub is never asked: the repo must be in the local Hugging Face cache (the
 revision, when given, must be cached too), and a miss says offline mode is why.
 """
@@ -23,26 +35,48 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import queue
 import re
 import struct
 import tempfile
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, TypeVar
+from urllib.parse import quote
 
 import msgspec
 
 from lilicorr_ckpt.checkpoint.load import Checkpoint, load_checkpoint
 from lilicorr_ckpt.checkpoint.pathhint import looks_like_path
-from lilicorr_ckpt.checkpoint.source import INDEX_NAME, PICKLE_SUFFIXES, resolve_path
+from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, INDEX_NAME, JSON_LIMIT, PICKLE_SUFFIXES, resolve_path
+from lilicorr_ckpt.checkpoint.tensors import MAX_HEADER_BYTES
 from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.redact import redact, remember
+from lilicorr_ckpt.report.escape import printable
 
 HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
-SMALL_FILES = ("config.json", "hf_quant_config.json", INDEX_NAME)
-SMALL_FILE_LIMIT = 64 << 20  # as source.read_small: a JSON config this large is not a config
-MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit (tensors.MAX_HEADER_BYTES)
+_REPO_CHARS = re.compile(r"^[\w.\-]+/[\w.\-]+$")
+_REVISION = re.compile(r"^[^\s@\x00-\x1f\x7f]{1,255}$")
+COMMIT_ID = re.compile(r"^[0-9a-fA-F]{40}$")
+# what each small file may weigh: the limits a local checkpoint's files have (source.read_small)
+SMALL_FILES = {"config.json": JSON_LIMIT, "hf_quant_config.json": JSON_LIMIT, INDEX_NAME: INDEX_LIMIT}
+MODEL_INFO_LIMIT = 16 << 20  # decompressed; the listing of a repo of ~50k files
+ERROR_BODY_LIMIT = 64 << 10  # of an error reply: enough for its message
+_RAW_SLACK = 1 << 20  # compressed bytes may exceed the decompressed cap by this much (framing), no more
+# one header is bounded as a local one is (tensors.MAX_HEADER_BYTES); all of a checkpoint's headers together
+# get the same budget, so a remote tensor table is never larger than the largest local one
+MAX_TOTAL_HEADER_BYTES = MAX_HEADER_BYTES
+MAX_SHARDS = 10_000
+MAX_FILE_SIZE = 1 << 50  # 1 PiB: a listed size past this is no real file
+DEFAULT_TIMEOUT = 60.0  # seconds for the whole remote read
+REQUEST_TIMEOUT = 10.0  # seconds per request unless HF_HUB_DOWNLOAD_TIMEOUT says otherwise
+WORKERS = 8
+_CHUNK = 65536
 _TRUE = {"1", "on", "yes", "true"}
 
 T = TypeVar("T")
@@ -52,10 +86,10 @@ class HubOrigin(msgspec.Struct, frozen=True, kw_only=True):
     """Where a validated checkpoint came from when it was not a local directory."""
 
     repo_id: str
-    revision: str  # as asked for (a branch, tag or commit); "main" when none was given
-    commit: str  # the commit every file was read at (for the cache: the snapshot's name)
+    revision: str  # as asked for (a branch, tag, refs/pr/N or commit); "main" when none was given
+    commit: str  # the commit every file was read at (for the cache: the snapshot's name); 40 hex digits
     read_from: Literal["hub", "hf_cache"]
-    endpoint: str | None = None  # the Hub endpoint asked (HF_ENDPOINT), None for the cache
+    endpoint: str | None = None  # the Hub endpoint asked (HF_ENDPOINT, credentials redacted), None for the cache
     header_bytes: int = 0  # bytes of safetensors files read: their length prefixes and headers, nothing else
 
 
@@ -84,30 +118,62 @@ def hub_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/")
 
 
-def _timeout() -> float:
+def _request_timeout() -> float:
     try:
-        return float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT", "10"))
+        value = float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT", REQUEST_TIMEOUT))
     except ValueError:
-        return 10.0
+        return REQUEST_TIMEOUT
+    return value if math.isfinite(value) and value > 0 else REQUEST_TIMEOUT
+
+
+def _import_huggingface_hub() -> None:
+    """huggingface_hub parses its HF_* variables when imported: a bad one (HF_HUB_DOWNLOAD_TIMEOUT=0.5, it wants
+    whole seconds) is named here rather than ending as an internal error."""
+    try:
+        import huggingface_hub.constants  # noqa: F401
+    except ValueError as exc:
+        raise UsageError(f"huggingface_hub cannot start: {printable(str(exc))[:200]}; check the HF_* environment "
+                         f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)") from None
+
+
+_REPO_ID_RULES = ("a repo id is org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
+                  "letter or digit, no '--' or '..', at most 96 characters, not ending in .git")
 
 
 def hub_spec(path: str, revision: str | None = None, *, deep: bool = False) -> HubSpec | None:
     """The Hub repo PATH names, or None when PATH is (or looks like) a local path.
 
-    Raises UsageError for --revision on a local directory, two different revisions, and --deep on a repo
-    that would be read from the Hub (only headers are fetched)."""
+    `org/name@REV` takes any revision the Hub does: a branch, a tag, a commit, refs/pr/N. Raises UsageError
+    for --revision on a local directory, two different revisions, an unusable revision, and --deep on a repo
+    that would be read from the Hub (only headers are fetched); InputError for a repo-id-shaped PATH that
+    huggingface_hub would refuse (`adv/..`, `a..b/c`, `-x/y`), which is no directory either."""
     local = Path(path).expanduser()
-    if local.exists() or looks_like_path(path):
+    repo_part, at, inline = path.partition("@")
+    if local.exists() or looks_like_path(repo_part) or not _REPO_CHARS.match(repo_part):
         if revision is not None:
             raise UsageError(f"--revision applies to a Hub repo id (org/name); {path!r} is a local path")
-        return None
-    match = HUB_SPEC.match(path)
-    if match is None:
         return None  # neither: source.resolve_path explains
-    inline = match.group("rev")
+    _import_huggingface_hub()
+    if at and not HUB_SPEC.match(path):
+        raise UsageError(f"{path!r}: the revision after @ is empty or has spaces or a second @; write "
+                         f"org/name@REV (a branch, tag, commit or refs/pr/N)")
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_part)
+    except HFValidationError:
+        raise InputError(f"{path!r} is not a local directory, and {repo_part!r} is not a Hub repo id "
+                         f"({_REPO_ID_RULES})") from None
+    for given in (inline, revision):
+        # git refuses `..` in a ref name too; here it would also walk out of the cache's refs/ in offline mode
+        if given and (not _REVISION.match(given) or ".." in given or given.startswith("/") or "\\" in given):
+            raise UsageError(f"{printable(given)!r} is not a revision: expected a branch, tag, commit or refs/pr/N "
+                             f"(no spaces, control characters, @, .., leading / or \\; at most 255 characters)")
+    if revision is not None and not revision:
+        raise UsageError("--revision is empty; name a branch, tag, commit or refs/pr/N")
     if inline and revision and inline != revision:
         raise UsageError(f"two revisions: {path!r} and --revision {revision}; give one")
-    spec = HubSpec(match.group("repo"), inline or revision)
+    spec = HubSpec(repo_part, inline or revision)
     if deep and not offline_mode():
         raise UsageError(f"--deep reads tensor data, and {spec.label} would be read from the Hub headers-only "
                          f"(its weights are never downloaded); download it first (`hf download {spec.repo_id}"
@@ -116,173 +182,418 @@ def hub_spec(path: str, revision: str | None = None, *, deep: bool = False) -> H
     return spec
 
 
-# --- errors ------------------------------------------------------------------------------------------------
+# --- the model info, as typed structs ---------------------------------------------------------------------
 
-def _hub_error(exc: Exception, spec: HubSpec, endpoint: str, what: str) -> InputError:
-    """A huggingface_hub / HTTP exception as one line for people."""
-    from huggingface_hub import errors
-
-    name = spec.label
-    if isinstance(exc, errors.OfflineModeIsEnabled):
-        return InputError(f"{name}: offline mode (HF_HUB_OFFLINE is set), so the Hub is not asked; unset it to "
-                          f"read the repo from {endpoint}")
-    if isinstance(exc, errors.GatedRepoError):
-        return InputError(f"{name} is a gated repo on {endpoint}: accept its terms on the Hub, then set HF_TOKEN to "
-                          f"a token of that account")
-    if isinstance(exc, errors.RevisionNotFoundError):
-        return InputError(f"{spec.repo_id} has no revision {spec.revision!r} on {endpoint} (expected a branch, "
-                          f"a tag or a commit sha)")
-    if isinstance(exc, errors.RepositoryNotFoundError):
-        token = "HF_TOKEN is set but has no access to it" if os.environ.get("HF_TOKEN") else "HF_TOKEN is not set"
-        return InputError(f"{spec.repo_id} was not found on {endpoint} (it does not exist, or it is private and "
-                          f"{token}); a local directory would need ./ in front")
-    if isinstance(exc, errors.EntryNotFoundError):
-        return InputError(f"{name}: {what} is listed by the Hub but cannot be fetched (removed meanwhile?)")
-    if isinstance(exc, errors.HfHubHTTPError):
-        status = getattr(getattr(exc, "response", None), "status_code", None)
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        return InputError(f"{name}: the Hub at {endpoint} answered {status or 'an error'} for {what}: {first}")
-    module = type(exc).__module__.split(".")[0]
-    if isinstance(exc, OSError) or module in ("httpx", "httpx2", "httpcore", "httpcore2", "requests", "urllib3"):
-        detail = str(exc) or type(exc).__name__
-        return InputError(f"{name}: cannot reach the Hub at {endpoint} ({detail}); check the network or "
-                          f"HF_ENDPOINT, or set HF_HUB_OFFLINE=1 to validate a copy in the local cache")
-    raise exc  # not an HTTP problem: a bug, reported as one
+class _Lfs(msgspec.Struct, kw_only=True):
+    size: int | None = None
 
 
-def _calling(spec: HubSpec, endpoint: str, what: str, fn: Callable[[], T]) -> T:
+class _Sibling(msgspec.Struct, kw_only=True):
+    rfilename: str
+    size: int | None = None
+    lfs: _Lfs | None = None
+
+
+class _ModelInfo(msgspec.Struct, kw_only=True):
+    sha: str | None = None
+    siblings: list[_Sibling] | None = None
+
+
+def _bad_name(name: str) -> str | None:
+    """Why `name` is not a plain repo path (None when it is one)."""
+    if not name:
+        return "an empty name"
+    if any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 or c in "\u2028\u2029" for c in name):
+        return "a control character"
     try:
-        return fn()
-    except InputError:
-        raise
-    except Exception as exc:
-        raise _hub_error(exc, spec, endpoint, what) from None
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a lone surrogate (not UTF-8)"
+    if name.startswith("/") or "\\" in name:
+        return "an absolute or backslashed path"
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "an empty, '.' or '..' component"
+    if len(name) > 1024 or any(len(p.encode("utf-8", "surrogatepass")) > 255 for p in parts):
+        return "a name too long for a file system"
+    return None
 
 
-# --- HTTP --------------------------------------------------------------------------------------------------
+# --- deadline and worker threads --------------------------------------------------------------------------
 
-def _read(url: str, headers: dict[str, str], start: int, length: int | None, limit: int) -> tuple[bytes, int | None]:
-    """Bytes [start, start+length) of url (all of it from start when length is None, refused past `limit`),
-    and the file's full size when the server states it. Reads only what it returns: a server that ignores
-    Range is read up to the end of the wanted bytes and then hung up on."""
-    from huggingface_hub.utils import get_session, hf_raise_for_status
+class _Stopped(Exception):
+    """The read was abandoned (the deadline passed, the process is interrupted, or another read failed)."""
 
-    want = length if length is not None else limit + 1
-    range_header = f"bytes={start}-{start + length - 1}" if length is not None else f"bytes={start}-"
-    h = {**headers, "Range": range_header, "Accept-Encoding": "identity"}
+
+class _Deadline:
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds
+        self.stop = threading.Event()
+
+    def remaining(self) -> float:
+        return self.end - time.monotonic()
+
+    def check(self) -> None:
+        if self.stop.is_set() or self.remaining() <= 0:
+            raise _Stopped
+
+    def request_timeout(self) -> float:
+        """A request may wait this long: its own timeout, never past the overall deadline."""
+        return max(0.05, min(_request_timeout(), self.remaining()))
+
+
+class _BadBody(Exception):
+    """A reply body that cannot be decoded: an encoding not asked for, or a corrupt compressed stream."""
+
+
+class HubReadBug(RuntimeError):
+    """An exception no HTTP failure explains, raised during a Hub read: a bug, reported as one (redacted)."""
+
+
+class _TooLarge(Exception):
+    def __init__(self, limit: int, decompressed: bool):
+        super().__init__(limit)
+        self.limit = limit
+        self.decompressed = decompressed
+
+
+class _Reply(msgspec.Struct, frozen=True):
+    status: int
+    headers: dict[str, str]  # lower-case names
+    body: bytes
+    total: int | None  # the file's full size, when the answer states it
+
+
+@contextlib.contextmanager
+def _stream(method: str, url: str, headers: dict[str, str],
+            timeout: float) -> Iterator[tuple[int, Mapping[str, str], Iterator[bytes]]]:
+    """One request through huggingface_hub's session: (status, headers, the body's raw, still encoded, chunks)."""
+    from huggingface_hub.utils import get_session
+
     session = get_session()
-    if hasattr(session, "stream"):  # httpx (huggingface_hub >= 1.0)
-        cm = session.stream("GET", url, headers=h, timeout=_timeout())
-        iterate = "iter_bytes"
-    else:  # requests (huggingface_hub < 1.0)
-        cm = contextlib.closing(session.get(url, headers=h, timeout=_timeout(), stream=True))
-        iterate = "iter_content"
-    with cm as response:
-        if response.status_code >= 400:
-            if hasattr(response, "read"):  # httpx: a streamed body must be read before it is inspected
-                response.read()
-            hf_raise_for_status(response)
-        total = None
-        skip = 0
-        if response.status_code == 206:
-            content_range = response.headers.get("Content-Range", "")
-            tail = content_range.rpartition("/")[2]
-            total = int(tail) if tail.isdigit() else None
-            if not content_range.startswith(f"bytes {start}-"):
-                raise InputError(f"{url}: the server answered range {content_range!r} for {range_header!r}")
-        else:  # 200: the whole file from byte 0
-            cl = response.headers.get("Content-Length", "")
-            total = int(cl) if cl.isdigit() else None
-            skip = start
-        buf = bytearray()
-        for chunk in getattr(response, iterate)(*((65536,) if iterate == "iter_content" else ())):
-            if skip:
-                drop = min(skip, len(chunk))
-                chunk, skip = chunk[drop:], skip - drop
-            buf += chunk
-            if len(buf) >= want:
-                break
-    if length is None and len(buf) > limit:
-        raise InputError(f"{url} is over {limit} bytes; a JSON config this large is not a config")
-    return bytes(buf[:want]), total
+    if type(session).__module__.split(".")[0] == "requests":  # huggingface_hub < 1.0
+        response = session.request(method, url, headers=headers, timeout=timeout, stream=True)
+        try:
+            yield response.status_code, response.headers, response.raw.stream(_CHUNK, decode_content=False)
+        finally:
+            response.close()
+        return
+    with session.stream(method, url, headers=headers, timeout=timeout) as response:  # httpx (>= 1.0)
+        yield response.status_code, response.headers, response.iter_raw(_CHUNK)
 
+
+def _decoder(encoding: str) -> Any:
+    encoding = encoding.strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    if encoding in ("gzip", "x-gzip", "deflate"):
+        return zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib framing, by the stream's own header
+    raise _BadBody(f"Content-Encoding {printable(encoding)[:40]!r}, which was not asked for")
+
+
+def _read_body(chunks: Iterator[bytes], encoding: str, *, skip: int, want: int | None, limit: int,
+               deadline: _Deadline) -> bytes:
+    """The body's bytes [skip, skip+want) (all of it when want is None: _TooLarge past `limit`), decompressed
+    with a cap, reading no further than needed; the deadline is checked between chunks."""
+    decoder = _decoder(encoding)
+    out = bytearray()
+    raw = 0
+    cap = limit + skip
+    for chunk in chunks:
+        deadline.check()
+        raw += len(chunk)
+        if raw > cap + _RAW_SLACK:
+            raise _TooLarge(limit, decoder is not None)
+        if decoder is None:
+            out += chunk
+        else:
+            data = chunk
+            while data:
+                try:
+                    out += decoder.decompress(data, cap + 1 - len(out))  # never 0, which would mean "unbounded"
+                except zlib.error as exc:
+                    raise _BadBody(f"a corrupt {encoding.strip().lower()} body ({exc})") from None
+                if len(out) > cap:
+                    break
+                data = decoder.unconsumed_tail
+        if want is not None and len(out) >= skip + want:
+            break
+        if len(out) > cap:
+            raise _TooLarge(limit, decoder is not None)
+    if decoder is not None and len(out) <= cap:
+        out += decoder.flush()[: cap + 1 - len(out)]
+    if want is None and len(out) > cap:
+        raise _TooLarge(limit, decoder is not None)
+    return bytes(out[skip: skip + want] if want is not None else out[skip:])
+
+
+def _run_all(deadline: _Deadline, tasks: list[tuple[str, Callable[[], T]]],
+             on_result: Callable[[int, T], None], on_timeout: Callable[[str], InputError]) -> None:
+    """Run tasks (what, fn) in daemon threads, WORKERS at a time, handing each result to on_result in this
+    thread. The first failure stops the rest and is raised; so is on_timeout(what is still pending) once the
+    deadline passes. This thread only waits, interruptibly: SIGTERM and Ctrl-C end the wait at once."""
+    if not tasks:
+        return
+    todo: queue.SimpleQueue[int] = queue.SimpleQueue()
+    for i in range(len(tasks)):
+        todo.put(i)
+    done: queue.SimpleQueue[tuple[int, bool, Any]] = queue.SimpleQueue()
+
+    def work() -> None:
+        while not deadline.stop.is_set():
+            try:
+                i = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((i, True, tasks[i][1]()))
+            except BaseException as exc:  # handed to the main thread, which decides
+                done.put((i, False, exc))
+
+    for _ in range(min(WORKERS, len(tasks))):
+        threading.Thread(target=work, name="lilicorr-hub-read", daemon=True).start()
+    pending = set(range(len(tasks)))
+    try:
+        while pending:
+            left = deadline.remaining()
+            if left <= 0:
+                raise on_timeout(tasks[min(pending)][0])
+            try:
+                i, ok, value = done.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                continue
+            pending.discard(i)
+            if not ok:
+                if isinstance(value, _Stopped):
+                    raise on_timeout(tasks[i][0])
+                if isinstance(value, (InputError, UsageError, HubReadBug)):
+                    raise value
+                # a bug, not the Hub: its text may still quote a URL, so it is redacted too
+                raise HubReadBug(redact(f"{type(value).__name__}: {value}")) from value
+            on_result(i, value)
+    finally:
+        if pending:  # a failure, the deadline or a signal ended the wait: the workers left stop at their next chunk
+            deadline.stop.set()
+
+
+# --- the Hub ----------------------------------------------------------------------------------------------
 
 class _Hub:
-    """One repo at one commit, read through huggingface_hub."""
+    """One repo at one commit, read through huggingface_hub's HTTP session, within one deadline."""
 
-    def __init__(self, spec: HubSpec):
-        from huggingface_hub import HfApi
+    def __init__(self, spec: HubSpec, deadline: _Deadline):
         from huggingface_hub.utils import build_hf_headers
 
         self.spec = spec
+        self.deadline = deadline
         self.endpoint = hub_endpoint()
-        self.api = HfApi(endpoint=self.endpoint)
+        self.shown_endpoint = redact(self.endpoint)
         self.headers = build_hf_headers()  # HF_TOKEN (or the saved token) when there is one
+        authorization = self.headers.get("authorization") or self.headers.get("Authorization")
+        if authorization:
+            remember(authorization.partition(" ")[2] or authorization)
+        self.revision = spec.revision or "main"
+        self.commit = ""
+        self.sizes: dict[str, int | None] = {}
         self.header_bytes = 0
-        revision = spec.revision or "main"
-        info = _calling(spec, self.endpoint, f"revision {revision}",
-                        lambda: self.api.model_info(spec.repo_id, revision=revision, files_metadata=True,
-                                                    timeout=_timeout()))
-        if not info.sha:
-            raise InputError(f"{spec.label}: the Hub at {self.endpoint} did not say which commit {revision} is")
-        self.revision = revision
-        self.commit: str = info.sha
-        self.sizes: dict[str, int | None] = {
-            s.rfilename: (s.lfs.size if s.lfs else s.size) for s in (info.siblings or [])}
+
+    # messages
+
+    def fail(self, text: str) -> InputError:
+        return InputError(redact(text))
+
+    def timed_out(self, what: str) -> InputError:
+        seconds = f"{self.deadline.seconds:g}"
+        return self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} did not finish within {seconds} s "
+                         f"(still reading {what}); a slow or stalled server or network. Raise the limit with "
+                         f"--timeout SECONDS (default {DEFAULT_TIMEOUT:g})")
+
+    def status_error(self, reply: _Reply, what: str) -> InputError:
+        """An HTTP error answer as one line for people, by the X-Error-Code huggingface_hub also reads."""
+        name, ep, status = self.spec.label, self.shown_endpoint, reply.status
+        code = reply.headers.get("x-error-code", "")
+        detail = reply.headers.get("x-error-message", "")
+        if not detail and reply.body:
+            text = reply.body.decode("utf-8", "replace")
+            with contextlib.suppress(ValueError, RecursionError):
+                doc = json.loads(text)
+                text = str(doc.get("error", text)) if isinstance(doc, dict) else text
+            detail = text.strip().splitlines()[0] if text.strip() else ""
+        detail = printable(redact(detail.strip()))[:200]  # redacted whole: a cut token would no longer match
+        if code == "GatedRepo" or (status == 403 and "gated" in detail.lower()):
+            return self.fail(f"{name} is a gated repo on {ep}: accept its terms on the Hub, then set HF_TOKEN to "
+                             f"a token of that account")
+        if code == "RevisionNotFound":
+            asked = (f"revision {self.revision!r}" if self.spec.revision else
+                     "branch 'main' (no revision was given, so the default branch was asked for; name one with "
+                     "@REV)")
+            return self.fail(f"{self.spec.repo_id} has no {asked} on {ep} (expected a branch, a tag, a commit "
+                             f"or refs/pr/N)")
+        if code == "EntryNotFound" and what != "model info":
+            return self.fail(f"{name}: {what} is listed by the Hub but cannot be fetched (removed meanwhile?)")
+        if code == "RepoNotFound" or (what == "model info" and status in (401, 404)):
+            token = "HF_TOKEN is set but has no access to it" if self.headers.get("authorization") or \
+                self.headers.get("Authorization") else "HF_TOKEN is not set"
+            return self.fail(f"{self.spec.repo_id} was not found on {ep} (it does not exist, or it is private and "
+                             f"{token}); a local directory would need ./ in front")
+        if status == 429:
+            return self.fail(f"{name}: the Hub at {ep} is rate-limiting requests (429) for {what}; wait and retry, "
+                             f"or set HF_TOKEN (authenticated requests get a larger quota)")
+        kind = "a server error; try again later" if status >= 500 else "refused"
+        return self.fail(f"{name}: the Hub at {ep} answered {status} for {what} ({kind})"
+                         f"{': ' + detail if detail else ''}")
+
+    def transport_error(self, exc: BaseException, what: str) -> Exception:
+        """A network-level failure as an InputError; anything else is a bug (redacted: it may quote a URL)."""
+        from huggingface_hub import errors
+
+        name, ep = self.spec.label, self.shown_endpoint
+        if isinstance(exc, errors.OfflineModeIsEnabled):
+            return self.fail(f"{name}: offline mode (HF_HUB_OFFLINE is set), so the Hub is not asked; unset it to "
+                             f"read the repo from {ep}")
+        module = type(exc).__module__.split(".")[0]
+        if isinstance(exc, OSError) or module in ("httpx", "httpx2", "httpcore", "httpcore2", "requests", "urllib3",
+                                                  "h11", "ssl", "socket"):
+            if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
+                if self.deadline.remaining() <= 0.05:  # the request waited as long as the whole read had left
+                    return self.timed_out(what)
+                return self.fail(f"{name}: the Hub at {ep} did not answer within {_request_timeout():g} "
+                                 f"s for {what} (HF_HUB_DOWNLOAD_TIMEOUT sets how long one request may wait; "
+                                 f"--timeout the whole read)")
+            detail = printable(redact(str(exc) or type(exc).__name__))[:300]
+            return self.fail(f"{name}: cannot reach the Hub at {ep} ({detail}); check the network or HF_ENDPOINT, "
+                             f"or set HF_HUB_OFFLINE=1 to validate a copy in the local Hugging Face cache "
+                             f"(`hf download {self.spec.repo_id}` fills it)")
+        return HubReadBug(redact(f"{type(exc).__name__}: {exc}"))
+
+    # HTTP (called in worker threads: no filesystem access here)
+
+    def get(self, url: str, what: str, *, limit: int, start: int = 0, length: int | None = None,
+            method: str = "GET") -> _Reply:
+        """Bytes [start, start+length) of url, or all of it (a JSON document, up to `limit` decompressed)."""
+        self.deadline.check()
+        headers = dict(self.headers)
+        if length is not None:
+            headers["Range"] = f"bytes={start}-{start + length - 1}"
+            headers["Accept-Encoding"] = "identity"
+        else:
+            headers["Accept-Encoding"] = "gzip, deflate"
+        try:
+            with _stream(method, url, headers, self.deadline.request_timeout()) as (status, raw_headers, chunks):
+                h = {k.lower(): v for k, v in raw_headers.items()}
+                if status >= (400 if method == "HEAD" else 300):  # HEAD may stop at the LFS redirect
+                    body = b""
+                    with contextlib.suppress(_BadBody, _TooLarge):  # the message is a courtesy, the status not
+                        body = _read_body(chunks, h.get("content-encoding", ""), skip=0, want=ERROR_BODY_LIMIT,
+                                          limit=ERROR_BODY_LIMIT, deadline=self.deadline)
+                    raise self.status_error(_Reply(status, h, body, None), what)
+                if method == "HEAD":
+                    return _Reply(status, h, b"", _int_header(h.get("x-linked-size")) or
+                                  _int_header(h.get("content-length")))
+                skip = 0
+                total: int | None = None
+                encoding = h.get("content-encoding", "")
+                if status == 206:
+                    content_range = h.get("content-range", "")
+                    tail = content_range.rpartition("/")[2]
+                    total = int(tail) if tail.isdigit() else None
+                    if not content_range.startswith(f"bytes {start}-"):
+                        raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} answered range "
+                                        f"{printable(content_range)[:80]!r} for {what} bytes {start}-")
+                elif length is not None:  # 200: the whole file from byte 0, of which we take what was asked
+                    skip = start
+                    total = _int_header(h.get("content-length")) if encoding.strip().lower() in ("", "identity") \
+                        else None
+                if length is not None and encoding.strip().lower() not in ("", "identity"):
+                    raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} compressed {what} "
+                                    f"(Content-Encoding {printable(encoding)[:40]!r}) though a byte range was "
+                                    f"asked for")
+                body = _read_body(chunks, encoding, skip=skip, want=length, limit=limit if length is None else
+                                  length, deadline=self.deadline)
+                return _Reply(status, h, body, total)
+        except (InputError, _Stopped):
+            raise
+        except _BadBody as exc:
+            raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} sent {what} with {exc}") from None
+        except _TooLarge as exc:
+            raise self.fail(f"{self.spec.label}: {what} from the Hub at {self.shown_endpoint} is over {exc.limit} "
+                            f"bytes{' decompressed' if exc.decompressed else ''}, the limit for it "
+                            f"({exc.limit >> 20} MiB); refusing to read more") from None
+        except Exception as exc:
+            raise self.transport_error(exc, what) from exc
 
     def url(self, filename: str) -> str:
-        from huggingface_hub import hf_hub_url
+        return f"{self.endpoint}/{self.spec.repo_id}/resolve/{self.commit}/{quote(filename)}"
 
-        return hf_hub_url(self.spec.repo_id, filename, revision=self.commit, endpoint=self.endpoint)
+    # the model info
 
-    def read_whole(self, filename: str) -> bytes:
-        data, _ = _calling(self.spec, self.endpoint, filename,
-                           lambda: _read(self.url(filename), self.headers, 0, None, SMALL_FILE_LIMIT))
-        return data
+    def resolve(self) -> None:
+        """The commit the revision names, and the repo's files with their sizes."""
+        url = f"{self.endpoint}/api/models/{self.spec.repo_id}/revision/{quote(self.revision, safe='')}?blobs=true"
+        replies: list[_Reply] = []
+        _run_all(self.deadline, [("model info", lambda: self.get(url, "model info", limit=MODEL_INFO_LIMIT))],
+                 lambda _, reply: replies.append(reply), self.timed_out)
+        where = f"{self.spec.label}: the Hub at {self.shown_endpoint}"
+        try:
+            info = msgspec.json.decode(replies[0].body, type=_ModelInfo)
+        except msgspec.ValidationError as exc:
+            raise self.fail(f"{where} sent model info that does not describe a repo ({printable(str(exc))[:200]})") \
+                from None
+        except msgspec.DecodeError as exc:
+            raise self.fail(f"{where} sent model info that is not JSON ({printable(str(exc))[:200]})") from None
+        if not info.sha:
+            raise self.fail(f"{where} did not say which commit {self.revision} is")
+        if not COMMIT_ID.match(info.sha):
+            raise self.fail(f"{where} named {printable(info.sha)[:80]!r} as the commit of {self.revision}, which is "
+                            f"not a commit id (40 hex digits); refusing to read the repo")
+        if info.siblings is None:
+            raise self.fail(f"{where} did not list the files of {self.revision}")
+        self.commit = info.sha.lower()
+        for sibling in info.siblings:
+            name = sibling.rfilename
+            why = _bad_name(name)
+            if why is not None:
+                raise self.fail(f"{where} lists a file {printable(name)[:120]!r} with {why}, which no repo holds; "
+                                f"refusing the listing")
+            size = sibling.lfs.size if sibling.lfs is not None and sibling.lfs.size is not None else sibling.size
+            if size is not None and not 0 <= size <= MAX_FILE_SIZE:
+                raise self.fail(f"{where} lists {printable(name)[:120]} as {size} bytes, which is no file's size")
+            self.sizes[name] = size
 
-    def read_range(self, filename: str, start: int, length: int) -> tuple[bytes, int | None]:
-        data, total = _calling(self.spec, self.endpoint, filename,
-                               lambda: _read(self.url(filename), self.headers, start, length, length))
-        if filename.endswith(".safetensors"):
-            self.header_bytes += len(data)
-        return data, total
+    # the files
 
-    def size_of(self, filename: str, stated: int | None) -> int:
-        """The file's size: as listed, as the range answer stated, or from a HEAD request."""
-        if self.sizes.get(filename) is not None:
-            return int(self.sizes[filename])  # type: ignore[arg-type]
-        if stated is not None:
-            return stated
-        from huggingface_hub import get_hf_file_metadata
+    def read_small(self, names: list[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        _run_all(self.deadline, [(n, lambda n=n: self.get(self.url(n), n, limit=SMALL_FILES[n]).body) for n in names],
+                 lambda i, body: out.__setitem__(names[i], body), self.timed_out)
+        return out
 
-        meta = _calling(self.spec, self.endpoint, filename,
-                        lambda: get_hf_file_metadata(self.url(filename), timeout=_timeout()))
-        if meta.size is None:
-            raise InputError(f"{self.spec.label}: the Hub did not say how large {filename} is")
-        return int(meta.size)
+    def prefix(self, name: str) -> tuple[bytes, int]:
+        """The first 8 bytes of a safetensors file and the file's size."""
+        reply = self.get(self.url(name), name, limit=8, start=0, length=8)
+        size = reply.total if reply.total is not None else self.sizes.get(name)
+        if size is None:  # neither the listing nor the answer said: ask with HEAD
+            size = self.get(self.url(name), name, limit=0, method="HEAD").total
+        if size is None:
+            raise self.fail(f"{self.spec.label}: the Hub did not say how large {name} is")
+        if not 0 <= size <= MAX_FILE_SIZE:
+            raise self.fail(f"{self.spec.label}: the Hub says {name} is {size} bytes, which is no file's size")
+        return reply.body, size
 
-    def mirror_header(self, filename: str, dest: Path) -> None:
-        """dest: filename's length prefix and header, then a hole to the real size (see the module doc)."""
-        prefix, stated = self.read_range(filename, 0, 8)
-        size = self.size_of(filename, stated)
-        data = prefix
-        if len(prefix) == 8:
-            (n,) = struct.unpack("<Q", prefix)
-            if 0 < n <= MAX_HEADER_BYTES and 8 + n <= size:
-                header, _ = self.read_range(filename, 8, n)
-                data = prefix + header
-            # otherwise the prefix alone: tensors.read_header names the absurd or overlong length
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with open(dest, "wb") as f:
-            f.write(data)
-            f.truncate(max(size, len(data)))
+    def header(self, name: str, length: int) -> bytes:
+        return self.get(self.url(name), name, limit=length, start=8, length=length).body
+
+
+def _int_header(value: str | None) -> int | None:
+    return int(value) if value is not None and value.strip().isdigit() else None
 
 
 def _index_shards(index_bytes: bytes) -> set[str]:
     """Shard names the index references (leniently: the pipeline reports a malformed index itself)."""
     try:
         doc = json.loads(index_bytes)
-    except ValueError:
+    except (ValueError, RecursionError):
         return set()
     weight_map = doc.get("weight_map") if isinstance(doc, dict) else None
     if not isinstance(weight_map, dict):
@@ -294,35 +605,83 @@ def _index_shards(index_bytes: bytes) -> set[str]:
     return out
 
 
+def _header_length(prefix: bytes) -> int | None:
+    return struct.unpack("<Q", prefix)[0] if len(prefix) == 8 else None
+
+
 @contextlib.contextmanager
-def hub_checkout(spec: HubSpec) -> Iterator[tuple[Path, HubOrigin]]:
-    """A header-only stand-in directory for spec at its resolved commit, removed on exit."""
-    hub = _Hub(spec)
+def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tuple[Path, HubOrigin]]:
+    """A header-only stand-in directory for spec at its resolved commit, removed on exit (also on SIGTERM or
+    Ctrl-C). The whole read finishes within `timeout` seconds or is an InputError that says so."""
+    hub = _Hub(spec, _Deadline(timeout))
+    hub.resolve()
     label = f"{spec.repo_id}@{hub.commit}"
     files = hub.sizes
     if "config.json" not in files:
         top = sorted(n for n in files if "/" not in n)
-        shown = ", ".join(top[:6]) + (" ..." if len(top) > 6 else "") if top else "no files"
-        raise InputError(f"{label} has no config.json (found: {shown}); expected a drafter checkpoint repo")
+        shown = ", ".join(printable(n) for n in top[:6]) + (" ..." if len(top) > 6 else "") if top else "no files"
+        raise hub.fail(f"{label} has no config.json (found: {shown}); expected a drafter checkpoint repo")
+    small = hub.read_small([n for n in SMALL_FILES if n in files])
+    shards = {n for n in files if "/" not in n and n.endswith(".safetensors")}
+    shards |= {s for s in _index_shards(small.get(INDEX_NAME, b"")) if s in files}
+    ordered = sorted(shards)
+    if len(ordered) > MAX_SHARDS:
+        raise hub.fail(f"{label} has {len(ordered)} safetensors files; more than {MAX_SHARDS} is no drafter "
+                       f"checkpoint")
+    prefixes: dict[str, tuple[bytes, int]] = {}
+    _run_all(hub.deadline, [(n, lambda n=n: hub.prefix(n)) for n in ordered],
+             lambda i, got: prefixes.__setitem__(ordered[i], got), hub.timed_out)
+    # the header budget, from the length prefixes alone: in name order, so the shard named is always the same
+    wanted: dict[str, int] = {}
+    total = 0
+    for name in ordered:
+        prefix, size = prefixes[name]
+        n = _header_length(prefix)
+        if n is not None and 0 < n <= MAX_HEADER_BYTES and 8 + n <= size:
+            total += n
+            if total > MAX_TOTAL_HEADER_BYTES:
+                raise hub.fail(f"{label}: the safetensors headers come to over {MAX_TOTAL_HEADER_BYTES} bytes "
+                               f"({MAX_TOTAL_HEADER_BYTES >> 20} MiB, the limit for one checkpoint's tensor table) "
+                               f"by {name} ({n} bytes of header, {total} in all so far); refusing to fetch them")
+            wanted[name] = n
+        # otherwise the prefix alone: tensors.read_header names the absurd or overlong length, as for a local file
+    hub.header_bytes = sum(len(p) for p, _ in prefixes.values())
     with tempfile.TemporaryDirectory(prefix="lilicorr-hub-") as tmp:
         root = Path(tmp)
-        index_bytes = b""
-        for name in SMALL_FILES:
-            if name in files:
-                data = hub.read_whole(name)
-                (root / name).write_bytes(data)
-                if name == INDEX_NAME:
-                    index_bytes = data
-        shards = {n for n in files if "/" not in n and n.endswith(".safetensors")}
-        shards |= {s for s in _index_shards(index_bytes) if s in files}
-        with ThreadPoolExecutor(max_workers=min(8, max(1, len(shards)))) as pool:
-            for future in [pool.submit(hub.mirror_header, s, root / s) for s in sorted(shards)]:
-                future.result()
+
+        def lay_out(name: str, data: bytes, size: int | None = None) -> None:
+            """One stand-in file (in this thread only): data, then a hole up to size."""
+            dest = root / name
+            try:
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                with open(dest, "wb") as f:
+                    f.write(data)
+                    if size is not None:
+                        f.truncate(max(size, len(data)))
+            except OSError as exc:
+                raise hub.fail(f"{label}: cannot lay out the header-only stand-in of {printable(name)}"
+                               f"{f' ({size} bytes, sparse)' if size is not None else ''} in the temporary "
+                               f"directory: {exc.strerror or exc}") from None
+
+        for name, data in small.items():
+            lay_out(name, data)
+        for name in ordered:
+            if name not in wanted:
+                lay_out(name, prefixes[name][0], prefixes[name][1])
+
+        def got_header(i: int, header: bytes) -> None:
+            name = headered[i]
+            hub.header_bytes += len(header)
+            lay_out(name, prefixes[name][0] + header, prefixes[name][1])
+
+        headered = sorted(wanted)
+        _run_all(hub.deadline, [(n, lambda n=n: hub.header(n, wanted[n])) for n in headered], got_header,
+                 hub.timed_out)
         for name in files:  # present, never fetched: LC601 sees them
             if "/" not in name and name.endswith(PICKLE_SUFFIXES):
-                (root / name).touch()
+                lay_out(name, b"")
         yield root, HubOrigin(repo_id=spec.repo_id, revision=hub.revision, commit=hub.commit, read_from="hub",
-                              endpoint=hub.endpoint, header_bytes=hub.header_bytes)
+                              endpoint=hub.shown_endpoint, header_bytes=hub.header_bytes)
 
 
 def _cached_snapshot(spec: HubSpec) -> Path:
@@ -333,28 +692,33 @@ def _cached_snapshot(spec: HubSpec) -> Path:
             root, _ = resolve_path(spec.repo_id)
         except InputError as exc:
             raise InputError(f"{exc} [{offline}]") from None
-        return root
-    from huggingface_hub import snapshot_download
+    else:
+        from huggingface_hub import snapshot_download
 
-    try:
-        return Path(snapshot_download(spec.repo_id, revision=spec.revision, local_files_only=True)).resolve()
-    except Exception:
-        raise InputError(f"{spec.label}: revision {spec.revision!r} of {spec.repo_id} is not in the Hugging Face "
-                         f"cache; {offline}; fetch it with `hf download {spec.repo_id} --revision "
-                         f"{spec.revision}`") from None
+        try:
+            root = Path(snapshot_download(spec.repo_id, revision=spec.revision, local_files_only=True)).resolve()
+        except Exception:
+            raise InputError(f"{spec.label}: revision {spec.revision!r} of {spec.repo_id} is not in the Hugging Face "
+                             f"cache; {offline}; fetch it with `hf download {spec.repo_id} --revision "
+                             f"{spec.revision}`") from None
+    if not COMMIT_ID.match(root.name):
+        raise InputError(f"{spec.label}: the Hugging Face cache resolves it to {printable(str(root))!r}, which is not "
+                         f"a snapshot named by its commit (40 hex digits); refusing it")
+    return root
 
 
 @contextlib.contextmanager
-def open_hub(spec: HubSpec) -> Iterator[tuple[Checkpoint, HubOrigin]]:
+def open_hub(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tuple[Checkpoint, HubOrigin]]:
     """The checkpoint spec names, read headers-only (from the Hub, or the cached snapshot in offline mode),
-    and where it came from. Valid inside the `with` only: a Hub read lives in a temporary directory."""
+    and where it came from. Valid inside the `with` only: a Hub read lives in a temporary directory.
+    `timeout`: seconds the whole remote read may take."""
     if offline_mode():
         root = _cached_snapshot(spec)
-        origin = HubOrigin(repo_id=spec.repo_id, revision=spec.revision or "main", commit=root.name,
+        origin = HubOrigin(repo_id=spec.repo_id, revision=spec.revision or "main", commit=root.name.lower(),
                            read_from="hf_cache")
         yield _load(load_checkpoint, root, spec.label), origin
         return
-    with hub_checkout(spec) as (root, origin):
+    with hub_checkout(spec, timeout) as (root, origin):
         yield _load(load_checkpoint, root, f"{spec.repo_id}@{origin.commit}"), origin
 
 
@@ -367,4 +731,4 @@ def _load(load: Callable[[str], Any], root: Path, label: str) -> Any:
     try:
         return load(str(root))
     except InputError as exc:  # name the repo, not the stand-in directory
-        raise InputError(str(exc).replace(str(root), label)) from None
+        raise InputError(redact(str(exc).replace(str(root), label))) from None

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
-from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.checkpoint.pathhint import file_not_a_directory, looks_like_path, no_such_directory
+from lilicorr_ckpt.errors import InputError, UsageError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
 INDEX_NAME = "model.safetensors.index.json"
@@ -19,7 +19,9 @@ _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")
 
 class Source(msgspec.Struct, frozen=True):
     root: Path  # the checkpoint directory
-    link_root: Path  # symlinks may point anywhere below this (the repo folder for HF cache snapshots)
+    # symlinks may point below root, or below this: the cache repo's blobs/ for a Hugging Face cache snapshot
+    # (whose files are all links into it), root itself for any other directory
+    link_root: Path
     label: str  # how the user named it
     config: Path | None
     safetensors: tuple[Path, ...]
@@ -38,11 +40,10 @@ def resolve_path(spec: str, what: str = "checkpoint") -> tuple[Path, Path]:
     """(directory, link root) for a local directory or an offline HF cache repo id."""
     path = Path(spec).expanduser()
     if path.is_dir():
-        return path.resolve(), path.resolve()
+        root = path.resolve()
+        return root, hf_cache_blobs(root) or root
     if path.exists():
-        hint = f"; pass its folder {str(path.parent) or '.'}" if path.name.endswith(
-            (".json", ".safetensors")) else ""
-        raise InputError(f"{what} {spec!r} is a file, expected a checkpoint directory{hint}")
+        raise InputError(file_not_a_directory(spec, what))
     if looks_like_path(spec):  # `./x`, `examples/x`: a typo, not a repo id
         raise InputError(no_such_directory(spec, what))
     if _REPO_ID.match(spec) and not spec.startswith((".", "/")):
@@ -71,18 +72,41 @@ def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
         from huggingface_hub.errors import LocalEntryNotFoundError
     except ImportError:  # pragma: no cover - huggingface-hub is a base dependency
         raise InputError(f"{what} {repo_id!r}: huggingface-hub is not installed") from None
+    except ValueError as exc:  # it parses its HF_* variables when imported
+        raise UsageError(f"{what} {repo_id!r}: huggingface_hub cannot start: {exc}; check the HF_* environment "
+                         f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)") from None
     try:
         snapshot = Path(snapshot_download(repo_id, local_files_only=True))
     except LocalEntryNotFoundError:
         raise InputError(_not_in_cache(repo_id, what)) from None
     except Exception as exc:  # the hub raises many types for bad ids
         raise InputError(f"{what} {repo_id!r}: cannot resolve in the Hugging Face cache: {exc}") from None
-    # snapshots/<rev>/file -> ../../blobs/<hash>: links stay inside models--org--name
-    return snapshot.resolve(), snapshot.parent.parent.resolve()
+    root = snapshot.resolve()
+    return root, hf_cache_blobs(root) or root
+
+
+_CACHE_REPO_PREFIXES = ("models--", "datasets--", "spaces--")
+
+
+def hf_cache_blobs(directory: Path) -> Path | None:
+    """The blobs/ folder of the Hugging Face cache repo that `directory` (resolved) is a snapshot of, or lies in.
+
+    huggingface_hub lays a cached repo out as models--org--name/{blobs,refs,snapshots/<commit>}, and every file
+    of a snapshot is a symlink into ../../blobs/<hash>: those links are the cache working as designed, so they
+    are followed, whether the snapshot was named by repo id or passed as a directory. Links anywhere else (a
+    user's checkpoint directory pointing at /etc, or a snapshot pointing at another repo's blobs) are not."""
+    for snapshot in (directory, *directory.parents):
+        snapshots = snapshot.parent
+        repo = snapshots.parent
+        if snapshots.name == "snapshots" and snapshot != snapshots and repo.name.startswith(_CACHE_REPO_PREFIXES):
+            blobs = repo / "blobs"
+            return blobs.resolve() if blobs.is_dir() else None
+    return None
 
 
 def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
-    """A file named relative to the checkpoint, refused if it escapes the checkpoint."""
+    """A file named relative to the checkpoint, refused if it escapes the checkpoint: a symlink must resolve
+    below root, or below link_root (the cache's blobs/ for a Hugging Face cache snapshot)."""
     if os.path.isabs(rel) or ".." in Path(rel).parts:
         raise InputError(f"{what} names {rel!r}, which is outside the checkpoint directory")
     path = root / rel
@@ -93,7 +117,7 @@ def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
             why = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 \
                 else "a dangling symlink" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
             raise InputError(f"{rel} is {why}; cannot read it") from None
-        if not target.is_relative_to(link_root):
+        if not (target.is_relative_to(root) or target.is_relative_to(link_root)):
             raise InputError(f"{rel} is a symlink to {target}, outside the checkpoint directory; "
                              f"copy the file in instead")
     return path

@@ -9,11 +9,19 @@ import msgspec
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
-from lilicorr_ckpt.checkpoint.remote import HubOrigin, HubSpec, hub_label, hub_spec, offline_mode, open_hub
+from lilicorr_ckpt.checkpoint.remote import (
+    DEFAULT_TIMEOUT,
+    HubOrigin,
+    HubSpec,
+    hub_label,
+    hub_spec,
+    offline_mode,
+    open_hub,
+)
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
 from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
-from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
+from lilicorr_ckpt.checks.waivers import check_rule_options, explicit_config, parse_config, waive_report
 from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.runtimes import RuntimeProfile, select_profiles
 
@@ -104,11 +112,12 @@ def error_report(path: str, error: str, *, target: str | None = None, strict: bo
 
 
 def validate_hub(spec: HubSpec, *, runtime: str = "all", target: str | None = None, strict: bool = False,
-                 deep: bool = False) -> Report:
-    """validate() for a Hub repo id: headers read from the Hub, or the cached snapshot in offline mode."""
+                 deep: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Report:
+    """validate() for a Hub repo id: headers read from the Hub (within `timeout` seconds in all), or the cached
+    snapshot in offline mode."""
     if deep and not offline_mode():
         raise UsageError(f"--deep cannot read {spec.label} from the Hub (headers only)")
-    with open_hub(spec) as (ckpt, origin):
+    with open_hub(spec, timeout) as (ckpt, origin):
         report = validate(hub_label(spec, origin), runtime=runtime, target=target, strict=strict, deep=deep,
                           checkpoint=ckpt)
     return msgspec.structs.replace(report, hub=origin)
@@ -116,14 +125,19 @@ def validate_hub(spec: HubSpec, *, runtime: str = "all", target: str | None = No
 
 def validate_spec(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
                   strict: bool = False, revision: str | None = None, ignore: str | None = None,
-                  select: str | None = None) -> Report:
+                  select: str | None = None, config: str | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> Report:
     """What `lilicorr-ckpt validate` runs: PATH a local directory or a Hub repo id `org/name[@REV]`, then the
-    waivers (--ignore, --select, lilicorr.toml / pyproject.toml beside a local checkpoint) applied."""
+    waivers (--ignore, --select, and --config FILE or else the lilicorr.toml / pyproject.toml found from a local
+    checkpoint up to its git work tree's root) applied."""
     check_rule_options(ignore, select)
+    if config is not None:
+        parse_config(*explicit_config(config))  # a bad waiver file is a usage error before any work
     hub = hub_spec(path, revision, deep=deep)  # None: a local directory
-    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep) if hub
+    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep, timeout=timeout) if hub
               else validate(path, runtime=runtime, target=target, deep=deep, strict=strict))
-    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict)
+    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict,
+                        config=config)
 
 
 def require_valid(checkpoint: Checkpoint, runtime: str = "all") -> Report:

@@ -22,6 +22,15 @@ ARMS: tuple[Arm, ...] = ("head", "control", "ar")
 GateStatus = Literal["pass", "fail", "skip"]
 
 
+class PositionCount(msgspec.Struct, frozen=True, kw_only=True):
+    """The counts behind one draft position's rates: conditional = accepted / reached, marginal = accepted /
+    drafted (so a published rate can be shown with the sample it came from)."""
+
+    drafted: int  # blocks that drafted this position
+    reached: int  # ... of which every earlier position was accepted
+    accepted: int  # ... of which this position was accepted
+
+
 class ArmStats(msgspec.Struct, frozen=True, kw_only=True):
     """One decoding arm over a set of requests (all prompts, or one category)."""
 
@@ -36,6 +45,7 @@ class ArmStats(msgspec.Struct, frozen=True, kw_only=True):
     wall_time_s: float
     tokens_per_second: float
     speedup_vs_ar: float | None  # tokens/s over the "ar" arm's on the same prompts
+    position_counts: list[PositionCount] = []  # [i]: the counts behind the rates at draft position i+1
 
 
 class CategoryProfile(msgspec.Struct, frozen=True, kw_only=True):
@@ -205,6 +215,16 @@ class SmokeReport(msgspec.Struct, frozen=True, kw_only=True):
 def dense_rates(rates: Sequence[float], length: int) -> list[float]:
     """A per-position vector cut or zero-padded to `length` (positions never drafted were never accepted)."""
     return [float(rates[i]) if i < len(rates) else 0.0 for i in range(length)]
+
+
+def position_counts(blocks: Sequence[tuple[int, int]], length: int) -> list[PositionCount]:
+    """Per draft position 1..length, from (drafted, accepted) per block: the same definitions as the rates."""
+    out = []
+    for j in range(1, length + 1):
+        drafted = [a for d, a in blocks if d >= j]
+        out.append(PositionCount(drafted=len(drafted), reached=sum(a >= j - 1 for a in drafted),
+                                 accepted=sum(a >= j for a in drafted)))
+    return out
 
 
 def dense_histogram(counts: Sequence[int], block_size: int) -> dict[int, int]:

@@ -59,6 +59,7 @@ from lilicorr_ckpt.smoke.profile import (
     dense_histogram,
     dense_rates,
     per_request_mean,
+    position_counts,
     relative_gain,
     validation_of,
 )
@@ -218,7 +219,8 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
             marginal_accept_rates=[round(x, 6) for x in dense_rates(s.marginal_acceptance, width)],
             acceptance_length_histogram=dense_histogram(s.committed_histogram, 1 if arm == "ar" else block_size),
             wall_time_s=round(s.wall_time_s, 6), tokens_per_second=round(s.tokens_per_second, 3),
-            speedup_vs_ar=None if not ar_tps else round(s.tokens_per_second / ar_tps, 4))
+            speedup_vs_ar=None if not ar_tps else round(s.tokens_per_second / ar_tps, 4),
+            position_counts=position_counts([(b.drafted, b.accepted) for r in results for b in r.blocks], width))
 
     def arms_for(selected: Sequence[Any]) -> dict[str, ArmStats]:
         ar = arm_stats([r[3]["ar"] for r in selected], "ar", None)

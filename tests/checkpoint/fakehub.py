@@ -2,12 +2,20 @@
 
 Bound to 127.0.0.1 only. Serves, for repos added with `FakeHub.add`:
   GET  /api/models/{repo}[/revision/{rev}]   model info: sha, siblings (sizes and LFS info with ?blobs=true)
+  GET  /api/models/{repo}/tree/{rev}          the recursive file listing (what snapshot_download reads)
   GET  /{repo}/resolve/{rev}/{file}          file bytes, with Range (206 + Content-Range), ETag, X-Repo-Commit
   HEAD /{repo}/resolve/{rev}/{file}          the same headers, no body (X-Linked-Size / X-Linked-Etag for LFS)
   GET  /cdn/{sha}/{file}                     where LFS files redirect to when `redirect_lfs` is set
 Errors carry the X-Error-Code header huggingface_hub maps to its exceptions (RepoNotFound, RevisionNotFound,
 EntryNotFound, GatedRepo). Every request is logged with the bytes of body it sent, so tests can assert
 that no tensor data left the server.
+
+Hostile behaviour, for the tests that a Hub cannot hang, flood or crash the tool:
+  raw_info[repo_id] = Reply(...)        the model info reply, verbatim (a gzip bomb, wrong JSON types, ...)
+  stall=fn(path, range) -> bool         matching requests are never answered (until the hub closes); `stalled`
+                                        is set once one arrives
+  drip=(REGEX, SECONDS)                 bodies of matching paths are sent one byte every SECONDS (slow loris)
+  Sparse(prefix, size)                  a file of `size` bytes, `prefix` then zeros, never held in memory
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ import hashlib
 import json
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,12 +33,46 @@ from urllib.parse import unquote, urlsplit
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 
 
+class Sparse:
+    """A large file as `prefix` followed by zeros up to `size` bytes: only the parts asked for are built."""
+
+    def __init__(self, prefix: bytes, size: int):
+        self.prefix = prefix
+        self.size = max(size, len(prefix))
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, part: slice) -> bytes:
+        start, stop, _ = part.indices(self.size)
+        head = self.prefix[start:stop]
+        return head + bytes(max(0, stop - max(start, len(self.prefix))))
+
+    def digest(self) -> bytes:
+        return hashlib.sha1(self.prefix + str(self.size).encode()).digest()
+
+
+def _digest(data) -> str:
+    return data.digest().hex() if isinstance(data, Sparse) else hashlib.sha1(data).hexdigest()
+
+
+def _sha256(data) -> str:
+    return hashlib.sha256(data.digest() if isinstance(data, Sparse) else data).hexdigest()
+
+
 @dataclass
 class Repo:
-    commits: dict[str, dict[str, bytes]] = field(default_factory=dict)  # sha -> files
+    commits: dict[str, dict[str, bytes | Sparse]] = field(default_factory=dict)  # sha -> files
     refs: dict[str, str] = field(default_factory=dict)  # branch/tag -> sha
     token: str | None = None  # private: this bearer token is required
     gated: bool = False
+
+
+@dataclass
+class Reply:
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    status: int = 200
 
 
 @dataclass
@@ -41,16 +84,22 @@ class Hit:
     body_bytes: int
 
 
-def _sha(files: dict[str, bytes], salt: str) -> str:
+def _sha(files: dict[str, bytes | Sparse], salt: str) -> str:
     h = hashlib.sha1(salt.encode())
     for name in sorted(files):
-        h.update(name.encode() + b"\0" + hashlib.sha1(files[name]).digest())
+        h.update(name.encode() + b"\0" + bytes.fromhex(_digest(files[name])))
     return h.hexdigest()
 
 
 class FakeHub:
-    def __init__(self, *, ignore_range: bool = False, redirect_lfs: bool = False, list_sizes: bool = True):
+    def __init__(self, *, ignore_range: bool = False, redirect_lfs: bool = False, list_sizes: bool = True,
+                 stall: Callable[[str, str | None], bool] | None = None, drip: tuple[str, float] | None = None):
         self.repos: dict[str, Repo] = {}
+        self.raw_info: dict[str, Reply] = {}
+        self.stall = stall
+        self.drip = (re.compile(drip[0]), drip[1]) if drip else None
+        self.stalled = threading.Event()
+        self._closing = threading.Event()
         self.hits: list[Hit] = []
         self.ignore_range = ignore_range
         self.redirect_lfs = redirect_lfs
@@ -76,7 +125,7 @@ class FakeHub:
 
     # --- setup ---------------------------------------------------------------------------------------------
 
-    def add(self, repo_id: str, files: dict[str, bytes] | Path, *, ref: str = "main", token: str | None = None,
+    def add(self, repo_id: str, files: dict[str, bytes | Sparse] | Path, *, ref: str = "main", token: str | None = None,
             gated: bool = False) -> str:
         """Add a commit (files, or every file of a directory) to repo_id and point ref at it; returns its sha."""
         if isinstance(files, Path):
@@ -94,6 +143,7 @@ class FakeHub:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._closing.set()  # stalled and dripping handlers give up
         self.server.shutdown()
         self.server.server_close()
 
@@ -110,11 +160,18 @@ class FakeHub:
         req.send_header("Content-Length", str(len(body)))  # for HEAD: the length GET would send
         req.end_headers()
         sent = 0
+        path = urlsplit(req.path).path
+        step, pause = (1, self.drip[1]) if self.drip and self.drip[0].search(path) else (4096, 0.0)
         if method == "GET" and body:
             try:
-                for i in range(0, len(body), 4096):  # in chunks, so a client that hangs up stops the count
-                    req.wfile.write(body[i:i + 4096])
-                    sent += len(body[i:i + 4096])
+                for i in range(0, len(body), step):  # in chunks, so a client that hangs up stops the count
+                    if pause:
+                        if self._closing.wait(pause):
+                            break
+                        req.wfile.flush()
+                    req.wfile.write(body[i:i + step])
+                    sent += len(body[i:i + step])
+                req.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 pass
         with self._lock:
@@ -149,9 +206,16 @@ class FakeHub:
 
     def _handle(self, req: BaseHTTPRequestHandler, method: str) -> None:
         path = urlsplit(req.path).path
+        if self.stall is not None and self.stall(path, req.headers.get("Range")):
+            self.stalled.set()
+            self._closing.wait(120)
+            return
         m = re.fullmatch(r"/api/models/([^/]+/[^/]+)(?:/revision/([^/]+))?", path)
         if m:
             return self._model_info(req, method, m.group(1), m.group(2) or "main")
+        m = re.fullmatch(r"/api/models/([^/]+/[^/]+)/tree/([^/]+)", path)
+        if m:
+            return self._tree(req, method, m.group(1), m.group(2))
         m = re.fullmatch(r"/([^/]+/[^/]+)/resolve/([^/]+)/(.+)", path)
         if m:
             return self._resolve(req, method, m.group(1), m.group(2), unquote(m.group(3)))
@@ -165,6 +229,10 @@ class FakeHub:
         self._error(req, method, 404, "NotFound")
 
     def _model_info(self, req, method, repo_id: str, rev: str) -> None:
+        if repo_id in self.raw_info:
+            reply = self.raw_info[repo_id]
+            return self._send(req, method, reply.status, reply.body, {"Content-Type": "application/json",
+                                                                      **reply.headers})
         repo = self._repo(req, method, repo_id)
         if repo is None:
             return
@@ -177,14 +245,31 @@ class FakeHub:
             sib: dict[str, object] = {"rfilename": name}
             if blobs and self.list_sizes:
                 sib["size"] = len(data)
-                sib["blobId"] = hashlib.sha1(data).hexdigest()
+                sib["blobId"] = _digest(data)
                 if name.endswith(LFS_SUFFIXES):
-                    sib["lfs"] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest(), "pointerSize": 134}
+                    sib["lfs"] = {"size": len(data), "sha256": _sha256(data), "pointerSize": 134}
             siblings.append(sib)
         body = json.dumps({"_id": sha[:24], "id": repo_id, "modelId": repo_id, "sha": sha, "private":
                            repo.token is not None, "gated": repo.gated, "disabled": False, "tags": [],
                            "siblings": siblings, "lastModified": "2026-01-01T00:00:00.000Z"}).encode()
         self._send(req, method, 200, body, {"Content-Type": "application/json"})
+
+    def _tree(self, req, method, repo_id: str, rev: str) -> None:
+        """The recursive file listing snapshot_download asks for (one page: no Link header)."""
+        repo = self._repo(req, method, repo_id)
+        if repo is None:
+            return
+        sha = self._commit(req, method, repo, rev)
+        if sha is None:
+            return
+        entries = []
+        for name, data in sorted(repo.commits[sha].items()):
+            entry: dict[str, object] = {"type": "file", "path": name, "size": len(data),
+                                        "oid": _digest(data)}
+            if name.endswith(LFS_SUFFIXES):
+                entry["lfs"] = {"oid": _sha256(data), "size": len(data), "pointerSize": 134}
+            entries.append(entry)
+        self._send(req, method, 200, json.dumps(entries).encode(), {"Content-Type": "application/json"})
 
     def _resolve(self, req, method, repo_id: str, rev: str, filename: str) -> None:
         repo = self._repo(req, method, repo_id)
@@ -196,9 +281,9 @@ class FakeHub:
         data = repo.commits[sha].get(filename)
         if data is None:
             return self._error(req, method, 404, "EntryNotFound", f"{filename} does not exist")
-        headers = {"X-Repo-Commit": sha, "ETag": f'"{hashlib.sha1(data).hexdigest()}"', "Accept-Ranges": "bytes"}
+        headers = {"X-Repo-Commit": sha, "ETag": f'"{_digest(data)}"', "Accept-Ranges": "bytes"}
         if filename.endswith(LFS_SUFFIXES):
-            headers["X-Linked-Etag"] = f'"{hashlib.sha256(data).hexdigest()}"'
+            headers["X-Linked-Etag"] = f'"{_sha256(data)}"'
             headers["X-Linked-Size"] = str(len(data))
             if self.redirect_lfs:
                 headers["Location"] = f"{self.url}/cdn/{sha}/{filename}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import struct
 import subprocess
@@ -96,6 +95,22 @@ def test_revisions_inline_or_as_an_option(tmp_path):
     assert both.returncode == 4 and "two revisions" in both.stderr
     for r in (unknown, both):
         assert "Traceback" not in r.stderr
+
+
+def test_a_pull_request_revision_is_a_hub_revision_and_a_missing_default_branch_is_named(tmp_path):
+    with FakeHub() as hub:
+        pr = hub.add("acme/drafter", TINY, ref="refs/pr/1")
+        inline = cli("validate", "acme/drafter@refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path)
+        option = cli("validate", "acme/drafter", "--revision", "refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path)
+        no_main = cli("validate", "acme/drafter", hub=hub, tmp=tmp_path)  # only refs/pr/1 exists
+    for result in (inline, option):
+        assert result.returncode == 0, result.stderr
+        assert json.loads(result.stdout)["hub"]["revision"] == "refs/pr/1"
+        assert json.loads(result.stdout)["hub"]["commit"] == pr
+    assert "/api/models/acme/drafter/revision/refs%2Fpr%2F1" in [h.path for h in hub.hits]
+    assert no_main.returncode == 2 and "None" not in no_main.stderr
+    assert ("acme/drafter has no branch 'main' (no revision was given, so the default branch was asked for; name "
+            "one with @REV)") in no_main.stderr
 
 
 def test_a_sharded_quantized_repo_reads_index_quant_config_and_every_shard_header(tmp_path):
@@ -201,21 +216,6 @@ def test_offline_mode_never_asks_the_hub_and_says_so(tmp_path):
     assert "not in the Hugging Face cache" in result.stderr
     assert at_rev.returncode == 2 and "offline mode" in at_rev.stderr and "--revision v1" in at_rev.stderr
     assert hub.hits == []
-
-
-def test_offline_mode_reads_a_cached_snapshot_and_records_it(tmp_path):
-    repo = tmp_path / "hf-cache" / "models--acme--drafter"
-    snapshot = repo / "snapshots" / ("ab" * 20)
-    shutil.copytree(TINY, snapshot)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text("ab" * 20)
-    result = cli("validate", "acme/drafter", "-f", "json", tmp=tmp_path, env={"HF_HUB_OFFLINE": "1"})
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["path"] == "acme/drafter"
-    assert report["hub"]["read_from"] == "hf_cache" and report["hub"]["commit"] == "ab" * 20
-    deep = cli("validate", "acme/drafter", "--deep", tmp=tmp_path, env={"HF_HUB_OFFLINE": "1"})
-    assert deep.returncode == 0, deep.stderr  # a cached snapshot has its weights: --deep works
 
 
 def test_deep_refuses_a_hub_repo_with_the_way_out(tmp_path):

@@ -193,7 +193,7 @@ def test_existing_destination_needs_force_and_force_replaces_an_earlier_output(c
     assert (dst / "old.txt").exists()
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 0, run
-    assert not (dst / "old.txt").exists() and (dst / "model.safetensors").exists()
+    assert (dst / "old.txt").read_text() == "old" and (dst / "model.safetensors").exists()  # the user's file stays
     assert "lilicorr.feature_mlp.up_proj.weight" in tensors_of(dst)  # the new output, not the old one
     assert not list(tmp_path.glob(".out.convert-*"))
 
@@ -361,7 +361,7 @@ def test_a_conversion_in_json_format_carries_its_status(cli, tmp_path):
     run = cli("convert", EXAMPLE, tmp_path / "out", "-f", "json")
     assert run.code == 0, run
     doc = json.loads(run.out)
-    assert doc.pop("status") == "converted"
+    assert doc.pop("status") == "converted" and doc.pop("kept") == []  # kept: what --force kept of DST
     assert doc == load_json(tmp_path / "out" / "conversion.json")
 
 
