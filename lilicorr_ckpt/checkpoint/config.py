@@ -49,6 +49,8 @@ class DFlashConfig(msgspec.Struct, kw_only=True, frozen=True):
     use_swa: bool | None = None
     swa_window_size: int | None = None
     attention_sink_bias: bool | None = None
+    sample_from_anchor: bool | None = None
+    use_aux_hidden_state: bool | None = None
     projector_type: str | None = None
     lilicorr_enabled: bool | None = None
     lilicorr_candidate_topk: int | None = None
@@ -102,6 +104,9 @@ class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
     num_target_layers: int | None = None
     layer_types: list[str] | None = None
     sliding_window: int | None = None
+    use_sliding_window: bool | None = None
+    use_aux_hidden_state: bool | None = None
+    eagle_aux_hidden_state_layer_ids: list[int] | None = None
     block_size: int | None = None
     target_layer_ids: list[int] | None = None
     mask_token_id: int | None = None

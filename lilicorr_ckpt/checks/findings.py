@@ -111,8 +111,16 @@ RETIRED: dict[str, str] = {
              "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
     "LC128": "causal-ignored (warning): split by what each runtime does with causal: LC117 refused, LC133 run "
              "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
+    "LC146": "rope-theta-absent (warning, the runtimes assume different defaults): vLLM 0.33.0 takes the config "
+             "class's default like SGLang and TensorRT-LLM (transformers' Qwen3Config fills rope_parameters before "
+             "set_default_rope_theta's 1e6 could apply), so no selected runtimes differ: LC147 (info)",
+    "LC154": "markov-head-type-unconfirmed (warning): vLLM 0.33.0 builds the vanilla Markov head only and has no "
+             "parameter for the gated or rnn tensors (qwen3_dspark.py): LC153 (error)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
              "where the runtime renames them",
+    "LC313": "fused-shards-disagree (error): vLLM 0.33.0's draft quant config has no packed-module mapping, so a "
+             "fused qkv_proj / gate_up_proj is matched by its fused name alone and shards named in the exclusions "
+             "exclude nothing: LC307 where the module is then built quantized",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
 }
 
