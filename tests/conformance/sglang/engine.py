@@ -31,6 +31,7 @@ import ast
 import contextlib
 import copy
 import json
+import logging
 import math
 import re
 import types
@@ -84,6 +85,8 @@ class Engine:
         self.root = root
         srt = root / "sglang" / "srt"
         install(root, infra.WHOLE, infra.PARTIAL, infra.stubs(root))
+        # the wheel logs hardware advice (no flashinfer, experimental FP8) that says nothing about the checkpoint
+        logging.getLogger("sglang").setLevel(logging.ERROR)
         import importlib
 
         # dflash.py decorates its forward-only helpers with torch.compile at import; compiling is serving
@@ -134,6 +137,8 @@ class Engine:
             return self._serve(Path(path), target_layers, target_vocab)
         except Decided as d:
             return d.outcome
+        except NotExecuted as exc:
+            return Outcome("?", str(exc), "not executed")
 
     def _serve(self, path: Path, target_layers: int | None, target_vocab: int | None) -> Outcome:
         from transformers import AutoConfig
@@ -229,7 +234,7 @@ class Engine:
                 p._weight_loader = wrap(p._weight_loader)
             elif hasattr(p, "weight_loader"):
                 p.weight_loader = wrap(p.weight_loader)
-        for module in (self.dflash, self.lilicorr):
+        for module in (self.dflash, self.lilicorr, self.dspark):
             if "default_weight_loader" in module.__dict__:
                 stack.enter_context(_patched(module, "default_weight_loader", wrap(module.default_weight_loader)))
         return stack
@@ -264,7 +269,11 @@ class Engine:
         unwritten = [n for n, p in model.named_parameters() if _still_sentinel(p.data)]
         if unwritten:
             wrong.append(f"{len(unwritten)} parameters keep their constructor's values (e.g. {unwritten[:4]})")
-        dropped = [n for n, t in tensors.items() if id(t) not in taken and not _discardable(n, raw)]
+        # DSpark's confidence head only drives ragged verify, off by default (SGLANG_RAGGED_VERIFY_MODE=static):
+        # the model then builds none and skips its tensors
+        unused = ("confidence_head.",) if "confidence_head" in model.__dict__ and model.confidence_head is None else ()
+        dropped = [n for n, t in tensors.items() if id(t) not in taken and not _discardable(n, raw)
+                   and not n.startswith(unused)]
         if dropped:
             wrong.append(f"{len(dropped)} checkpoint tensors are dropped (e.g. {dropped[:4]})")
         cast = [f"{name} ({t.dtype} into {pdtype})" for t in tensors.values()
