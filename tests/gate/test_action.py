@@ -15,6 +15,8 @@ yaml = pytest.importorskip("yaml")
 
 from actionrunner import REPO, load_yaml, run_action, run_bash, run_workflow_job, runner_env  # noqa: E402
 
+from lilicorr_ckpt.runtimes import PROFILES  # noqa: E402
+
 ACTION = REPO / "action.yml"
 WORKFLOW = REPO / ".github" / "workflows" / "drafter-gate.yml"
 PRE = {"version": "preinstalled"}
