@@ -167,7 +167,8 @@ def encode(values: np.ndarray, dtype: str) -> bytes:
 # modules any of the three stacks may load quantized (see lilicorr_ckpt/runtimes/); the default NVFP4 set
 def servable_quantized(manifest: Manifest, group_size: int = 16) -> set[str]:
     return {m for m, mod in manifest.modules.items()
-            if all(p.may_quantize(m) for p in PROFILES.values()) and mod.in_features % group_size == 0}
+            if all(p.may_quantize(m, manifest.geometry.family) for p in PROFILES.values())
+            and mod.in_features % group_size == 0}
 
 
 # what ModelOpt's presets quantize in a drafter: every linear it can (all but the lm_head)

@@ -394,18 +394,6 @@ rule("LC129", "output-multiplier-not-read", "info", CFG,
          "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
          "TensorRT-LLM does not read it.",
      example="    \"output_multiplier\": 2.0,\n    \"dflash_config\": {\"block_size\": 16}")
-rule("LC130", "taps-vs-draft-layers", "error", CFG,
-     "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
-     "checks the ids against the draft's own layer count and refuses them.",
-     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.",
-     doc="Fires when num_target_layers is absent (at both levels) and a target_layer_id is >= the draft's own "
-         "num_hidden_layers, for the runtimes that then check the ids against the draft's layer count: SGLang.",
-     why="SGLang's DFlash draft model falls back to the draft's num_hidden_layers when num_target_layers is "
-         "absent, so ids that are right for the target (a 36-layer model) are out of range for the draft (2 "
-         "layers), and it refuses them (\"out-of-range layer id\"). vLLM and TensorRT-LLM load the same config.",
-     example="    \"num_hidden_layers\": 2,\n    \"dflash_config\": {\"target_layer_ids\": [1, 9, 17, 25, "
-             "33]}\n\n"
-             "and no num_target_layers: SGLang refuses ids 9, 17, 25 and 33.")
 rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
      "Train/export with silu (the DFlash backbone supports no other activation).",
      doc="Fires when `hidden_act` is present and is not \"silu\" (any case), for the runtimes whose DFlash MLP "
@@ -635,12 +623,45 @@ rule("LC147", "rope-theta-defaulted", "info", CFG, "rope_theta is absent; the ru
      why="The drafter loads, with the runtime's default base. That is right only if the drafter was trained "
          "with that base; writing the key makes the checkpoint say what it was trained with.",
      example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 1e6).")
+rule("LC145", "target-layer-ids-permuted", "error", CFG,
+     "target_layer_ids is not ascending, and the runtime captures the target's layers in layer order: fc reads a "
+     "permuted concatenation, a different function than the one trained.",
+     "Write target_layer_ids in ascending order, with fc.weight's column blocks permuted to match (or retrain).",
+     doc="Fires when `target_layer_ids` (with no negative or repeated ids) is not ascending, for the runtimes "
+         "that capture the target's hidden states in layer order whatever the list order: SGLang.",
+     why="SGLang's target models capture a layer's hidden state while their forward pass walks the layers in "
+         "order (models/qwen3.py Qwen3Model.forward: `if i in self.layers_to_capture`), and the captures are "
+         "concatenated in that order. fc.weight's column blocks were trained in list order, so with [17, 1, 33] "
+         "the block trained on layer 17 reads layer 1: the draft loads cleanly and serves another function.",
+     example="    \"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}")
+rule("LC148", "target-layer-ids-last-layer", "error", CFG,
+     "A target_layer_id is the target's last layer, whose output the runtime's target model never captures: the "
+     "first batch fails.",
+     "Tap a layer below the last one (and retrain), or serve with a runtime whose target captures it.",
+     doc="Fires when `target_layer_ids` holds num_target_layers - 1 (the target's layer count from --target "
+         "when given), for the runtimes whose target model captures layer i's output as layer i+1's input: "
+         "SGLang, except for the target architectures it captures after the last layer (Gemma 3 / 4, gpt-oss, "
+         "Laguna, LFM2, MiniMax-M3, Nemotron-H; --target names the architecture).",
+     why="SGLang's set_dflash_layers_to_capture records `id + 1` for each id, and Qwen2, Qwen3, Llama and most "
+         "other targets capture inside their layer loop, which has no layer num_layers. The last layer's "
+         "output is never captured, the target hands fc one feature block fewer than fc.weight expects, and "
+         "project_target_hidden refuses the first batch (\"target_hidden feature dim mismatch\").",
+     example="    \"num_target_layers\": 36,\n    \"dflash_config\": {\"target_layer_ids\": [1, 17, 35]}")
+rule("LC149", "draft-vocabulary-ignored", "warning", CFG,
+     "A reduced or remapped draft vocabulary, which the runtime never reads: candidates come from the target's full "
+     "head.", "Drop draft_vocab_size / draft_id_to_target_id if the drafter was trained over the full vocabulary.",
+     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
+         "vocab_size, for the runtimes that read neither: SGLang (LC120 for the others).",
+     why="SGLang's DFlash-family drafts take their candidates from the target's lm_head over the full "
+         "vocabulary and never read the draft vocabulary keys. That is the trained function only if the "
+         "drafter was trained over the full vocabulary, which the keys say it was not.",
+     example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
      "Give exactly one entry per draft layer.",
-     doc="Fires when `layer_types` has more entries than num_hidden_layers.",
-     why="The loaders read the first num_hidden_layers entries and ignore the rest (SGLang and vLLM both load "
-         "it), so it serves. But a list of the wrong length can be another model's (the target's layer_types "
+     doc="Fires when `layer_types` has more entries than num_hidden_layers, for the runtimes that read the "
+         "first entries (LC119 for SGLang, whose transformers config class refuses the length).",
+     why="These loaders read the first num_hidden_layers entries and ignore the rest, so it serves. But a list of the wrong length can be another model's (the target's layer_types "
          "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
              "\"sliding_attention\", \"full_attention\"]")
@@ -872,15 +893,6 @@ def target_layer_ids(ctx: Context) -> None:
                          f"num_target_layers is {v}", file="config.json", pointer="$.num_target_layers",
                          expected=">= 1", actual=v)
             break
-    draft_layers = ctx.geometry.num_layers
-    if not declared and draft_layers is not None and not ctx.parsed.invalid("$.num_target_layers"):
-        beyond = [i for i in ids if i >= draft_layers]
-        checkers = [p for p in ctx.profiles if p.taps_checked_against_draft_layers]
-        if beyond:
-            ctx.emit_for("LC130", checkers, f"num_target_layers is absent, so {_names(checkers, 'checks|check')} "
-                         f"target_layer_ids against the draft's num_hidden_layers {draft_layers} and refuses "
-                         f"{beyond} (\"out-of-range layer id\")", file="config.json", pointer="$.num_target_layers",
-                         expected="present", actual="absent")
     if n is not None:
         out = [i for i in ids if i >= n]
         if out:
@@ -888,7 +900,24 @@ def target_layer_ids(ctx: Context) -> None:
             ctx.emit("LC113", f"target_layer_ids {out} are >= num_target_layers {n}{shifted}", file="config.json",
                      pointer=path, expected=f"ids in 0..{n - 1}", actual=ids)
     if not negative and not dups and list(ids) != sorted(ids):
-        ctx.emit("LC114", f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+        ordered = [p for p in ctx.profiles if p.captures_in_layer_order]
+        ctx.emit_for("LC145", ordered, f"target_layer_ids {ids} is not ascending: {_names(ordered, 'captures|capture')} "
+                     f"the target's layers in layer order, so fc receives the hidden states of {sorted(ids)} "
+                     "concatenated and each of its column blocks reads another layer than the one trained",
+                     file="config.json", pointer=path, expected=sorted(ids), actual=ids)
+        ctx.emit_for("LC114", [p for p in ctx.profiles if not p.captures_in_layer_order],
+                     f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+    target = ctx.target.num_layers if ctx.target is not None and ctx.target.num_layers else n
+    if target is not None and not negative and target - 1 in ids:
+        arch = ctx.target.architecture if ctx.target is not None else None
+        blind = [p for p in ctx.profiles if p.final_layer_capture_architectures is not None
+                 and arch not in p.final_layer_capture_architectures]
+        ctx.emit_for("LC148", blind, f"target_layer_ids includes {target - 1}, the target's last layer: "
+                     f"{_names(blind, 'captures|capture')} the hidden state of layer i as the input of layer i+1, "
+                     f"which the last layer has none of, so {'a ' + arch if arch else 'a Qwen2/Qwen3/Llama'} target "
+                     f"hands fc {len(ids) - 1} of its {len(ids)} features and the first batch fails (\"target_hidden "
+                     "feature dim mismatch\")", file="config.json", pointer=path, actual=ids,
+                     expected=f"ids below {target - 1}, or a target that captures its last layer's output")
 
 
 @check
@@ -944,19 +973,22 @@ def conv_geometry(ctx: Context) -> None:
 def backbone_config(ctx: Context) -> None:
     cfg = ctx.config
     if cfg.dflash.causal is True or cfg.is_causal is True:
-        nested = cfg.dflash.causal is True
+        nested = cfg.is_causal is not True
         key = "$.dflash_config.causal" if nested else "$.is_causal"
         what = "dflash_config.causal" if nested else "is_causal"
-        by = {mode: [p for p in ctx.profiles if p.causal == mode] for mode in ("refuses", "ignores", "honours")}
+        # a true top-level is_causal is read by its own statement where a runtime has one (causal_top_level)
+        by = {mode: [p for p in ctx.profiles if (p.causal if nested else p.causal_top_level or p.causal) == mode]
+              for mode in ("refuses", "ignores", "honours")}
         if by["refuses"]:
             ctx.emit_for("LC117", by["refuses"], f"{what} is true: {_names(by['refuses'], 'refuses|refuse')} a causal LiLiCorr "
                          "draft (\"requires non-causal draft attention\")", file="config.json", pointer=key,
                          expected="false", actual="true")
         if by["ignores"]:
-            revision = ("" if nested else "; a later revision that reads top-level is_causal runs them causally, so "
-                        "the result depends on the version")
+            readers = [p for p in by["ignores"] if p.causal_top_level == "honours"]
+            hint = (f" ({_names(readers, 'reads|read')} the top-level is_causal instead: write it there)"
+                    if readers else "")
             ctx.emit_for("LC133", by["ignores"], f"{what} is true but {_names(by['ignores'], 'never reads|never read')} it "
-                         f"and runs full-attention layers bidirectionally{revision}: the draft loads cleanly and scores a "
+                         f"and runs full-attention layers bidirectionally{hint}: the draft loads cleanly and scores a "
                          "different function than the one trained", file="config.json", pointer=key,
                          expected="false", actual="true")
         if by["honours"]:
@@ -975,9 +1007,15 @@ def backbone_config(ctx: Context) -> None:
                      pointer="$.output_multiplier")
     act = cfg.hidden_act
     if act is not None and act.lower() != "silu":
+        supporting = [p for p in ctx.profiles if act.lower() in p.extra_hidden_acts]
+        absent = [k for k in _ACT_KEYS.get(act.lower(), ()) if not _is_number(ctx.parsed.raw.get(k))]
+        if absent:
+            ctx.emit_for("LC131", supporting, f"hidden_act is {act!r} without {' and '.join(absent)}: "
+                         f"{_names(supporting, 'reads|read')} config.{absent[0]} to build the MLP (an AttributeError)",
+                         file="config.json", pointer=f"$.{absent[0]}", expected="a number", actual="absent")
         for mode, rule_id, verb in (("silu-only", "LC131", "refuses|refuse"),
                                     ("unconfirmed", "LC132", "is|are")):
-            mine = [p for p in ctx.profiles if p.hidden_act == mode]
+            mine = [p for p in ctx.profiles if p.hidden_act == mode and p not in supporting]
             ctx.emit_for(rule_id, mine, f"hidden_act is {act!r}: {_names(mine, verb)} "
                          + ("it (the DFlash MLP supports only silu)" if rule_id == "LC131" else "not confirmed to "
                             "support it"), file="config.json",
@@ -1004,9 +1042,16 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
                  file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
-        ctx.emit("LC143", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; the "
-                 "loaders read the first ones", file="config.json", pointer="$.layer_types",
-                 expected=g.num_layers, actual=len(cfg.layer_types))
+        exact = [p for p in ctx.profiles if p.layer_types_length_exact]
+        ctx.emit_for("LC119", exact, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
+                     f"layers: {_names(exact, 'refuses|refuse')} the config (transformers' validate_layer_type: "
+                     "\"num_hidden_layers must be equal to the number of layer_types\")", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+        ctx.emit_for("LC143", [p for p in ctx.profiles if not p.layer_types_length_exact],
+                     f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; "
+                     f"{_names([p for p in ctx.profiles if not p.layer_types_length_exact], 'reads|read')} the "
+                     "first ones", file="config.json", pointer="$.layer_types",
+                     expected=g.num_layers, actual=len(cfg.layer_types))
     swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
         readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
@@ -1017,6 +1062,14 @@ def backbone_config(ctx: Context) -> None:
                         f"{_names(readers, 'takes|take')} it from there)" if readers else ""),
                      runtimes=[p.name for p in strict] if readers else (), file="config.json",
                      pointer="$.sliding_window")
+    if (cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window
+            and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES and ctx.parsed.raw.get("use_sliding_window") is not True):
+        dropping = [p for p in ctx.profiles if p.sliding_window_needs_flag]
+        ctx.emit_for("LC119", dropping, f"a layer is sliding_attention but use_sliding_window is not true: the "
+                     f"{cfg.model_type} config class then sets sliding_window to None, and "
+                     f"{_names(dropping, 'refuses|refuse')} the sliding layers (\"DFLASH sliding_attention layers "
+                     "require config.sliding_window\")", file="config.json", pointer="$.use_sliding_window",
+                     expected="true", actual=json.dumps(ctx.parsed.raw.get("use_sliding_window")))
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
@@ -1043,14 +1096,23 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
     if cfg.draft_id_to_target_id is not None or (cfg.draft_vocab_size is not None and cfg.vocab_size is not None
                                                  and cfg.draft_vocab_size != cfg.vocab_size):
-        ctx.emit("LC120", "the config declares a reduced/remapped draft vocabulary; LiLiCorr drafts over the full "
-                 "target vocabulary", file="config.json", pointer="$.draft_vocab_size")
+        ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
+        ctx.emit_for("LC120", [p for p in ctx.profiles if p.reads_draft_vocab], "the config declares a "
+                     "reduced/remapped draft vocabulary; LiLiCorr drafts over the full target vocabulary",
+                     file="config.json", pointer="$.draft_vocab_size")
+        ctx.emit_for("LC149", ignoring, f"the config declares a reduced/remapped draft vocabulary, which "
+                     f"{_names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
+                     "the function trained only if the drafter was trained over the full vocabulary",
+                     file="config.json", pointer="$.draft_vocab_size")
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
         ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
                  "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
 
 
 _names = names
+
+# model types whose transformers config class keeps sliding_window only with use_sliding_window true
+SLIDING_WINDOW_FLAG_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
 def _window_semantics(ctx: Context) -> None:
@@ -1061,8 +1123,10 @@ def _window_semantics(ctx: Context) -> None:
     swa = cfg.dflash.swa_window_size
     listed = bool(cfg.layer_types) and "sliding_attention" in (cfg.layer_types or [])
     serving = []
+    dropped = cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES and ctx.parsed.raw.get("use_sliding_window") is not True
     for p in ctx.profiles:
-        window = cfg.sliding_window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
+        window = None if p.sliding_window_needs_flag and dropped else cfg.sliding_window  # LC119 for those
+        window = window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
         by_use_swa = cfg.dflash.use_swa is True and cfg.layer_types is None and p.use_swa == "applied" and bool(
             swa if swa is not None and swa >= 1 else cfg.sliding_window)
         if (listed and window) or by_use_swa:
@@ -1094,13 +1158,22 @@ def _rope_theta(ctx: Context) -> None:
                  actual="absent")
 
 
+# activations beyond silu that read their own constants from config.json (dflash.py DFlashMLP: swigluoai)
+_ACT_KEYS = {"swigluoai": ("swiglu_alpha", "swiglu_limit")}
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # integer settings by the class of code that reads them, and the profile field saying what that code does
 _INTEGRAL_FLOAT = {"lilicorr": lambda p: p.integral_float_lilicorr, "backbone": lambda p: p.integral_float_backbone,
+                   "typed": lambda p: p.integral_float_typed or p.integral_float_backbone,
                    "mask_token": lambda p: p.integral_float_mask_token}
+# the backbone integers the transformers config class declares as int fields (the rest are extra keys it keeps as
+# written)
+_INT_TYPED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "vocab_size")
 _INT_LILICORR = ("lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers", "lilicorr_num_heads",
                  "lilicorr_factor_dim")
 _INT_BACKBONE_TOP = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -1113,18 +1186,21 @@ def _integral_floats(ctx: Context) -> None:
     each runtime casts, crashes or refuses (the audit in docs/validate.md)."""
     raw = ctx.parsed.raw
     nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
-    found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "mask_token": []}
+    found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "typed": [], "mask_token": []}
 
     def floaty(v: Any) -> bool:
         return isinstance(v, float) and math.isfinite(v) and v.is_integer()
 
     found["lilicorr"] = [f"dflash_config.{k}" for k in _INT_LILICORR if floaty(nested.get(k))]
-    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k))]
+    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k)) and k not in _INT_TYPED]
                          + [f"dflash_config.{k}" for k in _INT_BACKBONE_NESTED if floaty(nested.get(k))])
+    found["typed"] = [k for k in _INT_TYPED if floaty(raw.get(k))]
     found["mask_token"] = ([k for k in ("mask_token_id",) if floaty(raw.get(k))]
                            + [f"dflash_config.{k}" for k in ("mask_token_id",) if floaty(nested.get(k))])
     verbs = {"crashes": ("LC139", "uses|use", "it uncast (a TypeError at build)"),
              "refuses": ("LC139", "refuses|refuse", "it (an explicit integer check)"),
+             "config-class": ("LC139", "refuses|refuse", "it: transformers' config class declares these fields int "
+                              "and its strict validation rejects a float (\"expected int, got float\")"),
              "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
              "casts": ("LC141", "casts|cast", "it with int()")}
     for kind, keys in found.items():
@@ -1161,6 +1237,12 @@ def sibling_config(ctx: Context) -> None:
             ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
                          f"{_names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
                          pointer="$.dflash_config.selector_rank")
+        elif not rank:
+            required = [p for p in ctx.profiles if p.selector_required]
+            ctx.emit_for("LC150", required, f"selector_rank is {rank}: {_names(required, 'refuses|refuse')} a "
+                         "DFlash2 draft without a candidate selector (\"DFlash selector draft requires "
+                         "dflash_config.selector_rank\")", file="config.json", pointer="$.dflash_config.selector_rank",
+                         expected=">= 1", actual=rank)
         bad = []
         if rank is None or rank < 1:
             bad.append(f"selector_rank {rank} < 1")

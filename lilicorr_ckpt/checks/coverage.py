@@ -262,8 +262,23 @@ def coverage(ctx: Context) -> None:
     fused = _fused_qkv(ctx)  # fused qkv_proj tensor -> the q/k/v tensors it stands for
     split = {n for parts in fused.values() for n in parts}
     strict = [p for p in ctx.profiles if not p.accepts_fused_qkv]
+    # a backbone tensor stored under a vendor alias (RuntimeProfile.tensor_aliases): missing for the runtimes
+    # that do not read the alias, the alias unread by them
+    aliased = {target: alias for p in ctx.profiles for alias, target in p.tensor_aliases
+               if alias in present and target not in present and target in expected}
+    for target, alias in aliased.items():
+        readers = [p for p in ctx.profiles if (alias, target) in p.tensor_aliases]
+        others = [p for p in ctx.profiles if p not in readers]
+        ctx.emit_for("LC203", others, f"missing backbone tensor `{target}`: it is stored as `{alias}`, which "
+                     f"{names_of(readers, 'reads|read')} as `{target}` and {names_of(others, 'does not|do not')}",
+                     subjects=[target, alias])
+        info, want = present[alias], expected[target]
+        if not want.shape_ok(info.shape):
+            ctx.emit_for("LC208", readers, f"`{alias}` (read as `{target}`) is {list(info.shape)}, the config "
+                         f"implies {list(want.shape)}", file=info.file, pointer=alias, expected=list(want.shape),
+                         actual=list(info.shape), subjects=[alias])
     if missing.get("backbone"):
-        names = [n for n in missing["backbone"] if n not in split]
+        names = [n for n in missing["backbone"] if n not in split and n not in aliased]
         if names:
             ctx.emit("LC203", f"missing {len(names)} backbone tensors: {shorten(names)}", subjects=names)
         names = [n for n in missing["backbone"] if n in split]
@@ -351,9 +366,13 @@ def coverage(ctx: Context) -> None:
                  pointer="$.has_own_lm_head", subjects=surplus["lm_head"])
     elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
         names = surplus["lm_head"]
-        ctx.emit("LC402", f"lm_head tensors are present but has_own_lm_head is not true: {_undeclared_head(ctx)}",
-                 file="config.json",
-                 pointer="$.has_own_lm_head", subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+        dropping = [p for p in ctx.profiles if p.undeclared_lm_head == "dropped"]
+        ctx.emit_for("LC402", [p for p in ctx.profiles if p not in dropping], "lm_head tensors are present but "
+                     f"has_own_lm_head is not true: {_undeclared_head(ctx)}", file="config.json",
+                     pointer="$.has_own_lm_head", subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+        ctx.emit_for("LC406", dropping, f"lm_head tensors without has_own_lm_head: {names_of(dropping, 'has|have')} "
+                     "no lm_head parameter for the draft, drops them and scores candidates with the target's head, as "
+                     "the config declares", file="config.json", pointer="$.has_own_lm_head", subjects=names)
     if surplus.get("other"):
         names = [n for n in surplus["other"] if n not in fused]
         if len(names) < len(surplus["other"]):
@@ -369,6 +388,14 @@ def coverage(ctx: Context) -> None:
                      + "; ".join(f"{p.display} {uses[p.embed_tokens_copy]}" for p in ctx.profiles),
                      pointer="embed_tokens.weight", subjects=embed)
             names = [n for n in names if n not in embed]
+    if surplus.get("other") and names:
+        names = [n for n in names if n not in aliased.values()]
+        derived = [n for n in names if n.endswith(DERIVED_BUFFERS)]
+        keeping = [p for p in ctx.profiles if p.unknown_tensors != "dropped"]
+        ctx.emit_for("LC204", keeping, f"{len(derived)} rotary buffers ({shorten(derived)}) that "
+                     f"{names_of(keeping, 'has|have')} no parameter for (the others drop them and rebuild the buffer "
+                     "from the rope config)" if derived else "", subjects=derived)
+        names = [n for n in names if n not in derived]
     if surplus.get("other") and names:
         ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
 
@@ -389,6 +416,10 @@ def _undeclared_head(ctx: Context) -> str:
             "ignored": "ignores them and uses the target's head"}
     return "; ".join(f"{p.display} {said[p.undeclared_lm_head]}" for p in ctx.profiles)
 
+
+# buffers a model derives from its config (the rotary inverse frequencies): a runtime that drops unknown tensors
+# loses nothing by dropping them
+DERIVED_BUFFERS = ("rotary_emb.inv_freq",)
 
 SIBLINGS = ("dflash2", "dspark", "domino")
 _OWNER = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",

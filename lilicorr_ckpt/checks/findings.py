@@ -113,6 +113,11 @@ RETIRED: dict[str, str] = {
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
              "where the runtime renames them",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
+    "LC130": "taps-vs-draft-layers (error): SGLang 0.5.23's DFlashDraftModel.__init__ takes num_target_layers as "
+             "max(target_layer_ids) + 1 when it is absent, so the ids are never checked against the draft's layers",
+    "LC324": "flat-group-size-missing (error): SGLang 0.5.23's ModelOptFp4Config.from_config defaults NVFP4's group "
+             "size to 16 when the flat form gives none: LC321 where the weights used another, LC325 where the "
+             "group size is not 16",
 }
 
 

@@ -18,7 +18,8 @@ rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm
 rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true: runtimes disagree (some ignore or drop them, others use them as the draft's head).",
      'Set "has_own_lm_head": true, or remove lm_head.*.',
      doc="Fires when lm_head tensors are present but `has_own_lm_head` is not true, for drafters other than "
-         "DSpark (a DSpark drafter's copy is LC405).",
+         "DSpark (a DSpark drafter's copy is LC405), for the runtimes that read the tensor: vLLM and "
+         "TensorRT-LLM (SGLang, which drops it, gets LC406).",
      why="The runtimes read the same files differently: SGLang drops the tensor, TensorRT-LLM ignores it and "
          "uses the target's head, vLLM treats any lm_head tensor as the draft's own. The candidates are then "
          "scored with a different head depending on where the drafter is served.",
@@ -36,6 +37,17 @@ rule("LC404", "own-head-dropped", "error", HEAD,
      example="    \"has_own_lm_head\": true\n\n"
              "with `lm_head.weight` BF16 [151936, 2048].")
 
+rule("LC406", "lm-head-copy-dropped", "warning", HEAD,
+     "lm_head tensors without has_own_lm_head, which the runtime drops: candidates are scored with the target's "
+     "head, as the config declares.", "Drop the copy, or set has_own_lm_head if the head was trained.",
+     doc="Fires when lm_head tensors are present but `has_own_lm_head` is not true (a drafter other than "
+         "DSpark), for the runtimes whose draft has no lm_head parameter: SGLang (LC402 for the others).",
+     why="SGLang's DFlash draft model has no lm_head parameter; load_weights drops the tensors and the worker "
+         "points the draft at the target's head, which is what a config without has_own_lm_head asks for. "
+         "The tensors are then dead weight, or a trained head the config forgot to declare (LC404 if it is "
+         "declared: SGLang drops that too).",
+     example="    lm_head.weight   BF16 [151936, 2048]\n\n"
+             "with no \"has_own_lm_head\" in config.json.")
 rule("LC405", "lm-head-copy", "warning", HEAD,
      "A DSpark drafter ships lm_head tensors without has_own_lm_head (DeepSpec's frozen copy of the target's head): "
      "the runtimes disagree on using it.", "Drop the copy, or set has_own_lm_head if the head was trained.",

@@ -240,10 +240,11 @@ class Engine:
         return stack
 
     def _postprocess(self, model) -> None:
-        """The post-load steps that check something without a GPU: NVFP4 W4A16's group size (Marlin)."""
+        """process_weights_after_loading of the NVFP4 linear methods, as on an SM80-SM90 GPU (Marlin kernels,
+        whose repacking is stubbed): where they check the group size."""
         for module in model.modules():
             method = getattr(module, "quant_method", None)
-            if isinstance(method, self.modelopt.ModelOptNvFp4A16LinearMethod):
+            if isinstance(method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)):
                 method.process_weights_after_loading(module)
 
     def _worker(self, model, hf_config, block_size: int, target_vocab: int) -> None:

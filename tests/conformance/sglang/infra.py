@@ -240,7 +240,7 @@ PARTIAL = {
         "default_weight_loader", "sharded_weight_loader", "get_quant_config", "_resolve_explicit_draft_quant_config",
         "_quark_draft_online_quant_config", "_modelopt_quant_section", "replace_prefix"]),
     "sglang.srt.configs.model_config": Partial(
-        ["_quant_config_to_dict", "unwrap_modelopt_quantization_config", "REQUANTIZATION_METHODS",
+        ["logger", "_quant_config_to_dict", "unwrap_modelopt_quantization_config", "REQUANTIZATION_METHODS",
          "_get_and_verify_dtype", "_STR_DTYPE_TO_TORCH_DTYPE"],
         methods={"ModelConfig": ["_parse_quant_hf_config", "_find_quant_modelslim_config",
                                  "_parse_modelopt_quant_config", "_verify_quantization"]}),

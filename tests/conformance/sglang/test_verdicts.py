@@ -36,31 +36,6 @@ NOT_EXECUTED = {
                                "depends on that tokenizer, not on the checkpoint (validate refuses: LC115)",
 }
 
-# Disagreements found by this suite and not fixed yet: case -> what differs.
-DISAGREEMENTS: dict[str, str] = {
-    "audit-sglang_checks_taps_against_draft_layers_without_num_target_layers":
-        "SGLang takes num_target_layers as max(target_layer_ids)+1 when it is absent",
-    "audit-trt_slices_raw_qkv": "SGLang builds q/k/v through the quant config and serves them quantized",
-    "audit-sglang_ignores_top_level_is_causal": "SGLang honours a top-level is_causal",
-    "audit-integral_float_num_layers_crashes_vllm":
-        "transformers 5's strict Qwen3Config refuses a float num_hidden_layers before SGLang reads it",
-    "audit-layer_types_long_extra_entries_ignored":
-        "transformers 5's Qwen3Config refuses layer_types longer than num_hidden_layers",
-    "audit-reduced_vocab_refused": "SGLang never reads draft_vocab_size: candidates come from the target's head",
-    "audit-legacy_sequential_names_refused_by_vllm_named_mlp":
-        "SGLang 0.5.23 has no legacy-name renaming: check_head_weight_coverage refuses",
-    "audit-undeclared_lm_head": "SGLang drops an lm_head copy and serves the target's head, which the config asks for",
-    "audit-sglang_and_vllm_flat_quant_read_ignore_only":
-        "ModelOptFp4Config.from_config falls back to modules_to_not_convert, then exclude_modules",
-    "audit-sglang_flat_quant_requires_a_group_size": "ModelOptFp4Config.from_config defaults NVFP4's group size to 16",
-    "audit-sliding_layers_causal_in_sglang_vllm_symmetric_in_trt":
-        "Qwen3Config drops sliding_window without use_sliding_window: SGLang refuses the sliding layers",
-    "audit-mixed_sliding_and_full_layers_runner_dependent":
-        "Qwen3Config drops sliding_window without use_sliding_window: SGLang refuses the sliding layers",
-    "audit-rotary_buffer_not_read": "SGLang drops a rotary inv_freq buffer, which the rope config rebuilds",
-}
-
-
 def validate_verdict(path: Path) -> tuple[bool, str]:
     report = validate(str(path), runtime="sglang")
     (verdict,) = report.runtimes
@@ -78,8 +53,6 @@ def test_validate_agrees_with_the_released_loader(sglang, tmp_path, case: Case):
         assert outcome.verdict == "?", f"{case.name} now runs through the harness: {outcome}"
         assert not accepted, why
         return
-    if case.name in DISAGREEMENTS:
-        pytest.xfail(DISAGREEMENTS[case.name])
     loads = outcome.verdict == "L"
     assert accepted == loads, (
         f"[{case.row}] SGLang 0.5.23: {outcome.verdict} at {outcome.step or 'the end'}: "
@@ -89,5 +62,5 @@ def test_validate_agrees_with_the_released_loader(sglang, tmp_path, case: Case):
 
 def test_the_lists_name_real_cases():
     names = {c.name for c in CASES}
-    assert set(NOT_EXECUTED) <= names and set(DISAGREEMENTS) <= names
+    assert set(NOT_EXECUTED) <= names
     assert len(names) == len(CASES)
