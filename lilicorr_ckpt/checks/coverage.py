@@ -392,9 +392,10 @@ def coverage(ctx: Context) -> None:
         names = [n for n in names if n not in aliased.values()]
         derived = [n for n in names if n.endswith(DERIVED_BUFFERS)]
         keeping = [p for p in ctx.profiles if p.unknown_tensors != "dropped"]
-        ctx.emit_for("LC204", keeping, f"{len(derived)} rotary buffers ({shorten(derived)}) that "
-                     f"{names_of(keeping, 'has|have')} no parameter for (the others drop them and rebuild the buffer "
-                     "from the rope config)" if derived else "", subjects=derived)
+        if derived:
+            ctx.emit_for("LC204", keeping, f"{len(derived)} rotary buffers ({shorten(derived)}) that "
+                         f"{names_of(keeping, 'has|have')} no parameter for (the others drop them and rebuild the "
+                         "buffer from the rope config)", subjects=derived)
         names = [n for n in names if n not in derived]
     if surplus.get("other") and names:
         ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)

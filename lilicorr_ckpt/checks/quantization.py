@@ -490,11 +490,14 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
         count = sum(len(patterns) for _, patterns in listed)
         for keys, mine in lost.items():
             read = ", else ".join(f"`{k}`" for k in keys)
+            used = qc.flat_exclusions_for(mine[0])[0]
+            how = (f"`{used}`, present and empty, the first of {read}" if used else
+                   f"{read}, none of which is present")
             ctx.emit_for("LC320", mine, f"config.json quantization_config (flat form) lists {count} exclusions "
-                         f"under {where}, but {_names(mine, 'reads|read')} them from {read} (the first present "
-                         "one): it sees no exclusion and would build every float module quantized",
-                         file="config.json", pointer=f"$.quantization_config.{keys[0]}", expected=f"`{keys[0]}`",
-                         actual=where)
+                         f"under {where}, but {_names(mine, 'reads|read')} them from {how}: it sees no exclusion "
+                         "and would build every float module quantized",
+                         file="config.json", pointer=f"$.quantization_config.{used or keys[0]}",
+                         expected=f"`{keys[0]}`", actual=where)
     scheme = qc.scheme_for("") if qc.quant_algo != "MIXED_PRECISION" else None
     if scheme is None or not scheme.nvfp4 or qc.top_group_size is not None:
         return

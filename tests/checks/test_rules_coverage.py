@@ -148,8 +148,8 @@ CASES = [
          retype("lilicorr.layers.0.attn.in_proj_weight", "U8", (96, 16)),
          contains=("lilicorr.layers.0.attn.in_proj_weight", "U8", "cannot carry quantization"),
          actual="U8", also=frozenset({"LC208"})),
-    Case("legacy-sequential-names", "LC217", "error", ["vllm"], write={"naming": "sequential"},
-         contains=("legacy Sequential", "lilicorr.feature_mlp.0", f"{VL} does not rename them")),
+    Case("legacy-sequential-names", "LC217", "error", ["sglang", "vllm"], write={"naming": "sequential"},
+         contains=("legacy Sequential", "lilicorr.feature_mlp.0", f"{SG} and {VL} do not rename them")),
     Case("legacy-and-named-collide", "LC211", "error", [], add("lilicorr.feature_mlp.up_proj.bias", (32,)),
          write={"naming": "sequential"},
          contains=("lilicorr.feature_mlp.1.bias", "lilicorr.feature_mlp.up_proj.bias"),
@@ -163,10 +163,13 @@ CASES = [
     # ---- owned lm_head
     Case("own-head-flag-without-tensor", "LC401", "error", ["vllm", "trtllm"], drop("lm_head.weight"), config={"own_lm_head": True},
          contains=("has_own_lm_head", "lm_head.weight"), subjects=("lm_head.weight",), also=frozenset({"LC403"})),
-    Case("lm-head-without-flag", "LC402", "error", [], add("lm_head.weight", (512, 64)),
-         contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true"),
-    Case("lm-head-flag-false", "LC402", "error", [], add("lm_head.weight", (512, 64)),
-         edit=lambda c: c.__setitem__("has_own_lm_head", False), expected="true", actual="False"),
+    Case("lm-head-without-flag", "LC402", "error", ["trtllm", "vllm"], add("lm_head.weight", (512, 64)),
+         contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true", also=frozenset({"LC406"})),
+    Case("lm-head-flag-false", "LC402", "error", ["trtllm", "vllm"], add("lm_head.weight", (512, 64)),
+         edit=lambda c: c.__setitem__("has_own_lm_head", False), expected="true", actual="False",
+         also=frozenset({"LC406"})),
+    Case("lm-head-copy-dropped-by-sglang", "LC406", "warning", ["sglang"], add("lm_head.weight", (512, 64)),
+         contains=("drops them", "target's head"), subjects=("lm_head.weight",), also=frozenset({"LC402"})),
 ]
 
 
