@@ -61,6 +61,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     quant_algos: tuple[str, ...] | None = None
     # NVFP4 / W4A16_NVFP4 must use this group size (None: any the weights were quantized with; LC325)
     nvfp4_group_size: int | None = None
+    # the NVFP4 global scale of a fused q/k/v or gate/up linear: "max" (every shard served with the largest
+    # weight_scale_2: LC327 with --deep) or "per-shard" (each keeps its own)
+    fused_global_scale: str = "per-shard"
     # flat quantization_config: the group size it uses when there is no top-level group_size
     # (None: unconfirmed, config_groups.group_0.weights.group_size taken as a fallback)
     flat_group_size_default: int | None = None

@@ -66,6 +66,8 @@ PROFILE = RuntimeProfile(
     # ModelOptNvFp4A16LinearMethod / ModelOptFp4LinearMethod.process_weights_after_loading (Marlin: every W4A16
     # model, NVFP4 below SM100): "NVFP4 Marlin requires group_size=16"
     nvfp4_group_size=16,
+    # the same methods take weight_scale_2.max() for a fused qkv_proj / gate_up_proj
+    fused_global_scale="max",
     flat_group_size_default=16,
     flat_group_size_from_config_groups=True,
     causal="ignores",  # dflash.py: dflash_config.causal is never read; full layers run ENCODER_ONLY
@@ -178,7 +180,7 @@ def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: i
         # shards of ... are quantized", a ValueError at model construction)
         hits = [next((p for p in patterns if _on_path(p, shard)), None) for shard in shards]
         if any(hits) and not all(hits):
-            named = [s for s, h in zip(shards, hits) if h]
+            named = [s for s, h in zip(shards, hits, strict=True) if h]
             return Exclusion(True, name, None, f"the exclusions name {', '.join(f'`{s}`' for s in named)} but not "
                              f"every shard of `{name}`: SGLang refuses the model (\"Detected some but not all shards "
                              f"of {name} are quantized\")")

@@ -211,6 +211,8 @@ EXTRA: dict[str, Build] = {
     "LC702": deep(nan_and_zero),
     "LC703": deep(bad_scales, quant="NVFP4"),
     "LC704": deep(bad_scales, quant="NVFP4"),
+    "LC327": deep(lambda t: t.__setitem__("layers.0.mlp.up_proj.weight_scale_2",
+                                          ("F32", (), np.float32(0.25).tobytes())), quant="NVFP4"),
 }
 
 

@@ -83,7 +83,6 @@ class ForeignQuantMethod:
 class Engine:
     def __init__(self, root: Path):
         self.root = root
-        srt = root / "sglang" / "srt"
         install(root, infra.WHOLE, infra.PARTIAL, infra.stubs(root))
         # the wheel logs hardware advice (no flashinfer, experimental FP8) that says nothing about the checkpoint
         logging.getLogger("sglang").setLevel(logging.ERROR)
@@ -169,9 +168,10 @@ class Engine:
         taken: dict[int, tuple[str, torch.dtype]] = {}
         with self._recording(model, taken):
             self._step("load_weights", lambda: model.load_weights(iter(list(tensors.items()))))
+        rescaled = self._fused_global_scales(model)
         self._step("postprocess", lambda: self._postprocess(model))
         self._step("worker", lambda: self._worker(model, hf_config, block_size, target_vocab))
-        return self._judge(model, hf_config, raw, tensors, taken, captured, expected_layers)
+        return self._judge(model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled)
 
     def _step(self, step: str, fn):
         try:
@@ -239,6 +239,18 @@ class Engine:
                 stack.enter_context(_patched(module, "default_weight_loader", wrap(module.default_weight_loader)))
         return stack
 
+    def _fused_global_scales(self, model) -> list[str]:
+        """NVFP4 linears fused from shards whose loaded weight_scale_2 differ: process_weights_after_loading serves
+        every shard with the largest (`weight_scale_2.max()`), which rescales the others' weights."""
+        out = []
+        for name, module in model.named_modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)):
+                scales = module.weight_scale_2.detach().float()
+                if scales.numel() > 1 and not bool((scales == scales[0]).all()):
+                    out.append(f"{name} {[round(float(v), 6) for v in scales]}")
+        return out
+
     def _postprocess(self, model) -> None:
         """process_weights_after_loading of the NVFP4 linear methods, as on an SM80-SM90 GPU (Marlin kernels,
         whose repacking is stubbed): where they check the group size."""
@@ -265,8 +277,10 @@ class Engine:
     # ------------------------------------------------------------------ what is served
 
     def _judge(self, model, hf_config, raw: dict[str, Any], tensors, taken, captured: list[int],
-               expected_layers: list[int]) -> Outcome:
+               expected_layers: list[int], rescaled: list[str]) -> Outcome:
         wrong: list[str] = []
+        if rescaled:
+            wrong.append(f"fused NVFP4 shards with different weight_scale_2 are served with the largest: {rescaled[:2]}")
         unwritten = [n for n, p in model.named_parameters() if _still_sentinel(p.data)]
         if unwritten:
             wrong.append(f"{len(unwritten)} parameters keep their constructor's values (e.g. {unwritten[:4]})")
