@@ -108,12 +108,11 @@ rule("LC015", "sibling-unconfirmed", "warning", CFG,
          "is recorded as unconfirmed: the loader was not read, or only registry-verification or patch scripts "
          "show it.",
      why="Whether the checkpoint loads with its head, loads without it, or is refused was not established from "
-         "that runtime's code. Examples: DFlash2DraftModel in SGLang (main dispatches on it, but no tagged "
-         "release is known to register it) and in vLLM (the registry key appears only in registry-verification "
-         "scripts); every sibling head in TensorRT-LLM (its paths were not read).",
+         "that runtime's code. Examples: DFlash2DraftModel in vLLM (the registry key appears only in "
+         "registry-verification scripts); every sibling head in TensorRT-LLM (its paths were not read).",
      example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
              "\"dflash2\", \"selector_rank\": 64, \"selector_top_k\": 32, ...}\n\n"
-             "gives one LC015 warning per runtime.")
+             "gives one LC015 warning for vLLM and one for TensorRT-LLM.")
 rule("LC016", "sibling-head-undeclared", "error", CFG,
      "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
      "builds no such head: every loader drops or refuses them.",
@@ -310,14 +309,17 @@ rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is mis
      example="    \"num_attention_heads\": 16, \"num_key_value_heads\": 6")
 rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
      "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
-     doc="Fires when `layer_types` has fewer entries than num_hidden_layers; when an entry is neither "
-         "\"full_attention\" nor \"sliding_attention\"; when a layer is sliding_attention but `sliding_window` "
-         "is unset (not for vLLM when `dflash_config.swa_window_size` >= 1, which it reads instead); and when "
-         "`dflash_config.use_swa` is true with neither swa_window_size nor sliding_window.",
-     why="SGLang refuses a short list (\"one entry per draft layer\"), where vLLM fails with an IndexError; "
-         "SGLang refuses an unknown entry (\"Unsupported DFLASH draft layer type\") while vLLM builds it as "
+     doc="Fires when `layer_types` has fewer entries than num_hidden_layers (for SGLang also more); when an "
+         "entry is neither \"full_attention\" nor \"sliding_attention\"; when a layer is sliding_attention but "
+         "`sliding_window` is unset (not for vLLM when `dflash_config.swa_window_size` >= 1, which it reads "
+         "instead), or, for SGLang and a qwen2 / qwen3 model_type, set without `use_sliding_window: true`; and "
+         "when `dflash_config.use_swa` is true with neither swa_window_size nor sliding_window.",
+     why="SGLang's transformers config class refuses a list of another length than num_hidden_layers "
+         "(validate_layer_type), where vLLM fails with an IndexError on a short one; SGLang refuses an "
+         "unknown entry (\"Unsupported DFLASH draft layer type\") while vLLM builds it as "
          "full attention; SGLang refuses a sliding layer without sliding_window (\"require "
-         "config.sliding_window\"), vLLM takes the window from swa_window_size. TensorRT-LLM's reading was not "
+         "config.sliding_window\"), which Qwen2 / Qwen3 config classes also drop without use_sliding_window: "
+         "true, vLLM takes the window from swa_window_size. TensorRT-LLM's reading was not "
          "established and is judged as SGLang's.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\"]")
 rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
@@ -325,8 +327,8 @@ rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft voc
      doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
          "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 drafters use.",
      why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
-         "(\"LiLiCorr candidates require the full target vocabulary\"); what SGLang and TensorRT-LLM do with "
-         "it was not established.",
+         "(\"LiLiCorr candidates require the full target vocabulary\"); what TensorRT-LLM does with it was not "
+         "established. SGLang never reads the keys (LC149).",
      example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
 rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
      "Export bfloat16.",
@@ -397,10 +399,11 @@ rule("LC129", "output-multiplier-not-read", "info", CFG,
 rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
      "Train/export with silu (the DFlash backbone supports no other activation).",
      doc="Fires when `hidden_act` is present and is not \"silu\" (any case), for the runtimes whose DFlash MLP "
-         "supports silu only: SGLang and vLLM.",
-     why="SGLang's DFlash MLP refuses it (\"Unsupported DFlash activation\"); vLLM passes it to its Qwen2 MLP, "
-         "which supports silu only. The DFlash backbone has no other activation, so a different value is a "
-         "mis-export or a different model.",
+         "supports silu only: vLLM; and SGLang, whose MLP also builds \"swigluoai\", unless it is that one "
+         "(then it fires when `swiglu_alpha` or `swiglu_limit` is missing).",
+     why="SGLang's DFlash MLP refuses other activations (\"Unsupported DFlash activation\") and reads "
+         "config.swiglu_alpha / swiglu_limit for swigluoai (an AttributeError without them); vLLM passes it to "
+         "its Qwen2 MLP, which supports silu only.",
      example="    \"hidden_act\": \"gelu\"")
 rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
      "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
@@ -415,20 +418,21 @@ rule("LC133", "causal-run-bidirectionally", "error", CFG,
      "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
      "config says: it loads cleanly and serves a different function than the one trained.",
      "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
-     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that run "
-         "the draft's full-attention layers bidirectionally whatever the config says: SGLang.",
+     doc="Fires when `dflash_config.causal` is true (and the top-level `is_causal` is not), for the runtimes "
+         "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang.",
      why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
          "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
-         "one trained: a silent mis-load, hence an error. For the top-level is_causal the result depends on "
-         "the SGLang version (a later revision reads it).",
+         "one trained: a silent mis-load, hence an error. SGLang does read the top-level is_causal (writing "
+         "the flag there is the fix).",
      example="    \"dflash_config\": {\"causal\": true}")
 rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
      "declared.", "Nothing to do for this runtime.",
      doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
-         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal).",
-     why="Nothing breaks on this runtime: the draft serves as trained. It is reported so that the per-runtime "
-         "verdicts show the one runtime where a causal drafter is served as declared; SGLang ignores the flag "
-         "(LC133) and TensorRT-LLM refuses it (LC117).",
+         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal), and SGLang for the "
+         "top-level is_causal (models/dflash.py _get_dflash_attention_type).",
+     why="Nothing breaks on these runtimes: the draft serves as trained. It is reported so that the per-runtime "
+         "verdicts show where a causal drafter is served as declared; SGLang ignores dflash_config.causal "
+         "(LC133) and TensorRT-LLM refuses the flag (LC117).",
      example="    \"is_causal\": true")
 rule("LC135", "swa-window-zero", "error", CFG,
      "use_swa is true with swa_window_size < 1, which the runtime refuses.",
@@ -475,7 +479,9 @@ rule("LC139", "integral-float", "error", CFG,
          "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
          "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
          "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
-         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM; mask_token_id, which "
+         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones its "
+         "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
+         "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang; mask_token_id, which "
          "SGLang checks to be an integer.",
      why="A float where Python needs an int fails at build with an untyped error: vLLM computes "
          "`candidate_topk & (candidate_topk - 1)` and `range(num_hidden_layers)`, TensorRT-LLM's LiLiCorr head "
@@ -494,7 +500,8 @@ rule("LC141", "integral-float-cast", "info", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
      "Write the value as a JSON integer for the runtimes that do not cast.",
      doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
-         "and backbone integers, vLLM and TensorRT-LLM for mask_token_id.",
+         "integers and the ones its DFlash parser reads (block_size, num_target_layers, the conv keys), vLLM "
+         "and TensorRT-LLM for mask_token_id.",
      why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
          "not cast (LC139), so the value should still be written as an integer.",
      example="    \"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
@@ -509,9 +516,11 @@ rule("LC150", "selector-geometry", "error", CFG,
      "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative, or "
      "rank < 1 or top_k outside [2, vocab_size], as its config parser requires.", "Write the trained selector_rank and selector_top_k.",
      doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
-         "SGLang it fires when only one of them is set or either is negative; for vLLM when selector_rank is "
-         "missing or < 1, or selector_top_k is missing, < 2 or larger than vocab_size.",
-     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"); "
+         "SGLang it fires when only one of them is set or either is negative, and when neither is (its "
+         "DFlash2DraftModel needs a selector); for vLLM when selector_rank is missing or < 1, or "
+         "selector_top_k is missing, < 2 or larger than vocab_size.",
+     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"), and "
+         "DFlash2DraftModel.__init__ refuses one without them (\"requires dflash_config.selector_rank\"); "
          "vLLM's DFlash2 model refuses a rank below 1 or a top_k outside [2, vocab_size]. The selector's "
          "tensors are sized by these values, so they cannot be guessed.",
      example="    \"dflash_config\": {\"projector_type\": \"dflash2\", \"selector_rank\": 64}\n\n"

@@ -60,7 +60,8 @@ rule("LC204", "unexpected-tensor", "error", COV, "A tensor no loader reads; some
          "their own rules; a draft `embed_tokens.weight` is LC218). A layer beyond num_hidden_layers and a "
          "`mask_hidden` tensor are typical.",
      why="What the loaders do with an unknown tensor differs: SGLang drops it silently, so whatever it was "
-         "trained to do is lost; vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
+         "trained to do is lost (a rotary `inv_freq` buffer, which it rebuilds from the rope config, is the "
+         "one tensor it may drop harmlessly, so it is not reported for SGLang); vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
          "Often the tensor belongs to a module the config does not build, which means the config is not the "
          "trained one.",
      example="    mask_hidden                             [1, 2048]\n    layers.2.self_attn.q_proj.weight      "
@@ -127,8 +128,8 @@ rule("LC211", "name-collision", "error", COV, "Two tensors map to the same name 
      doc="Fires when two tensor names become the same name after the loaders' renaming: the prefixes "
          "`dflash_module.`, `eagle_module.` and `model.` stripped, and the legacy Sequential head names mapped "
          "to the named-MLP ones.",
-     why="SGLang loads both and the second overwrites the first, so which copy serves depends on file order; "
-         "vLLM refuses; TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
+     why="SGLang refuses (the legacy name has no parameter: check_head_weight_coverage); vLLM refuses; "
+         "TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
      example="    lilicorr.feature_mlp.1.weight\n    lilicorr.feature_mlp.up_proj.weight\n\n"
              "(the legacy and the new name of one tensor), or `fc.weight` beside `model.fc.weight`.")
 rule("LC212", "training-prefix", "error", COV, "Tensor names still carry a training prefix (dflash_module./eagle_module.) no loader strips.",
@@ -167,9 +168,10 @@ rule("LC217", "legacy-names-refused", "error", COV,
      "Legacy Sequential MLP names in the head, for which the runtime has no parameter (it does not rename them).",
      "Run `lilicorr-ckpt convert` to write the named-MLP layout.",
      doc="Fires when head tensors use the legacy Sequential names (`lilicorr.feature_mlp.0` / `.1` / `.3`, "
-         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: vLLM.",
-     why="vLLM's named-MLP revision has no parameter for the Sequential names and refuses the checkpoint. "
-         "SGLang and TensorRT-LLM rename them (LC216).",
+         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: SGLang and vLLM.",
+     why="SGLang 0.5.23's LiLiCorrDraftModel.load_weights renames nothing, so check_head_weight_coverage finds "
+         "the named-MLP parameters missing; vLLM's named-MLP revision has no parameter for the Sequential "
+         "names. Both refuse the checkpoint. TensorRT-LLM renames them (LC216).",
      example="    lilicorr.feature_mlp.0.weight\n    lilicorr.feature_mlp.1.weight\n    "
              "lilicorr.feature_mlp.3.weight")
 rule("LC218", "embed-tokens-copy", "warning", COV,
@@ -197,10 +199,9 @@ rule("LC216", "legacy-names-renamed", "info", COV,
      "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.",
      doc="Fires when head tensors use the legacy Sequential names of the training module "
          "(`lilicorr.feature_mlp.0` / `.1` / `.3`, `lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that "
-         "rename them to the named-MLP layout: SGLang and TensorRT-LLM.",
-     why="Nothing breaks on these runtimes: SGLang (the revision with legacy renaming) and TensorRT-LLM rename "
-         "them on load. vLLM's named-MLP revision does not (LC217), so the checkpoint is portable only once "
-         "renamed.",
+         "rename them to the named-MLP layout: TensorRT-LLM.",
+     why="Nothing breaks on this runtime: TensorRT-LLM renames them on load. SGLang and vLLM do not (LC217), "
+         "so the checkpoint is portable only once renamed.",
      example="    lilicorr.feature_mlp.1.weight     (read as lilicorr.feature_mlp.up_proj.weight)\n    "
              "lilicorr.layers.0.mlp.2.weight    (read as lilicorr.layers.0.mlp.down_proj.weight)")
 

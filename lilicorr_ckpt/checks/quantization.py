@@ -80,13 +80,14 @@ rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquan
      "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).",
      doc="For each selected runtime, fires for every linear module stored quantized (U8 or F8_E4M3 weight) "
          "that the runtime builds in floating point whatever the quantization config says, or whose raw weight "
-         "it slices and so needs in float. SGLang builds the draft layers' q/k/v projections, "
-         "`lilicorr.factor_input_proj`, `out_head`, `in_head` and `lilicorr.feature_mlp.*` unquantized; vLLM "
+         "it slices and so needs in float. SGLang builds `lilicorr.factor_input_proj`, `out_head`, `in_head`, "
+         "`lilicorr.feature_mlp.*` and the convolutions' `kernel_projection` unquantized (and, outside "
+         "LiLiCorr, `fc`); vLLM "
          "builds `factor_input_proj`, `out_head` and `in_head` unquantized and slices the raw q/k/v weight in "
          "its fused-KV context path; TensorRT-LLM slices the raw q/k/v weight into its fused context-KV buffer.",
      why="A packed NVFP4 weight (uint8, two values per byte) or an FP8 weight meets a float parameter of "
-         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), vLLM and TensorRT-LLM "
-         "crash with an untyped error when they slice the raw weight. For factor_input_proj / out_head / "
+         "another shape or dtype. For q/k/v: vLLM and TensorRT-LLM crash with an untyped error when they "
+         "slice the raw weight (SGLang serves them quantized). For factor_input_proj / out_head / "
          "in_head: SGLang and vLLM refuse (plain linears); TensorRT-LLM loads them quantized. For feature_mlp: "
          "SGLang refuses; vLLM and TensorRT-LLM follow the config.",
      example="    lilicorr.out_head.weight           U8      [F, h/2]\n    lilicorr.out_head.weight_scale     "
@@ -170,12 +171,12 @@ rule("LC313", "fused-shards-disagree", "error", QNT, "The exclusions name some b
 rule("LC314", "quant-unconfirmed", "warning", QNT, "A quantized module whose quantized loading is not confirmed for this runtime.",
      "Keep it in the model dtype, or test the runtime yourself.",
      doc="Per runtime, fires for a module stored quantized, with the config quantizing it and no exclusion "
-         "matching, whose quantized loading is not confirmed for that runtime: for SGLang the convolution "
-         "`kernel_projection` layers and an owned `lm_head`.",
-     why="Whether SGLang builds these modules quantized, and so loads the packed weight, was not established "
-         "from its code. It may load, or refuse on the weight's shape.",
-     example="    layers.0.attention_conv.kernel_projection.weight   U8 [256, 1024]\n\n"
-             "under an NVFP4 config that does not exclude it.")
+         "matching, whose quantized loading is not confirmed for that runtime: for SGLang an owned `lm_head` "
+         "(which it drops anyway: LC404).",
+     why="SGLang's draft builds no lm_head, so how a quantized one would load is not established from its "
+         "code; the drafter is refused for the owned head itself (LC404).",
+     example="    lm_head.weight   U8 [512, 32]\n\n"
+             "with has_own_lm_head true, under an NVFP4 config that does not exclude it.")
 rule("LC315", "w4a16-input-scale", "warning", QNT, "A W4A16 module ships an input_scale the runtime has no parameter for.",
      "Drop input_scale for weight-only NVFP4.",
      doc="Fires for a quantized module that has an `input_scale` tensor when its scheme quantizes weights only "
@@ -478,8 +479,9 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
 
 
 def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
-    """What the runtimes that read only part of the flat form see (SGLang and vLLM read `ignore` only; vLLM the
-    top-level group_size, default 16; SGLang the top level or config_groups, no default)."""
+    """What the runtimes that read only part of the flat form see (RuntimeProfile.flat_exclusion_keys: vLLM reads
+    `ignore` only, SGLang `ignore`, `modules_to_not_convert`, `exclude_modules` for NVFP4; the group size from
+    the top level, SGLang also config_groups, default 16)."""
     listed = [(key, patterns) for key, patterns in qc.flat_lists if patterns]
     if listed:
         lost: dict[tuple[str, ...], list[RuntimeProfile]] = {}
