@@ -34,7 +34,7 @@ Gates (exit 1 when one fails):
 Examples:
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target   # the bundled tiny pair, CPU, seconds
   lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json
-  lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
+  lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
 
