@@ -75,6 +75,13 @@ class StaticKVCache:
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
 
+    @classmethod
+    def over(cls, keys: list[torch.Tensor], values: list[torch.Tensor]) -> StaticKVCache:
+        """A cache over existing per-layer tensors (e.g. one slot's rows of a batch cache), allocating nothing."""
+        cache = cls.__new__(cls)
+        cache.keys, cache.values = list(keys), list(values)
+        return cache
+
     @property
     def batch(self) -> int:
         return self.keys[0].shape[0]
