@@ -105,35 +105,49 @@ class DecodeLoop:
         self.graph: torch.cuda.CUDAGraph | None = None
         self._captured = False
         self.started: dict[int, float] = {}
+        self.steps = 0  # blocks run, and the wall time spent in step() (bench/decode.py reads both)
+        self.step_seconds = 0.0
         self._host_active = torch.zeros(batch, dtype=torch.bool, pin_memory=device.type == "cuda")
 
     # -- one block ------------------------------------------------------------------------------------------
 
     def _body(self) -> None:
-        st, target, drafter, n = self.state, self.target, self.drafter, self.n
-        b = self.batch
-        anchor, active = st["anchor"], st["active"]
-        sampled = self.temperature > 0
-        q_cand = candidate_ids = None
-        if drafter is not None:
-            block = torch.cat([anchor[:, None], self.masks], dim=1)  # [b, n+1]
-            hidden = drafter.forward_static(self.draft_cache, st["length"], target.embed(block))
-            out = propose(drafter, hidden, st["anchor_hidden"], target.embed, target.logits,
-                          score=self.walk != "control")
-            if self.walk == "control":
-                draft = control_walk(out["logits"])
-            elif self.walk == "greedy":
-                draft = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
-            else:
-                draft, q_cand = sample_walk(out["start"], out["pairs"], out["candidate_ids"], self.uniforms["walk"],
-                                            self.temperatures, self.no_greedy)
-                candidate_ids = out["candidate_ids"]
-            ids = torch.cat([anchor[:, None], draft], dim=1)  # [b, n+1]
+        self._accept(self._verify(self._draft()))
+
+    def _draft(self) -> dict[str, torch.Tensor]:
+        """The draft step for every slot: ids [b, n+1] = [anchor, d_1..d_n] (the anchor alone in "ar"), and for
+        sampled verification the proposal q_cand / candidate_ids."""
+        st, target, drafter = self.state, self.target, self.drafter
+        anchor = st["anchor"]
+        if drafter is None:
+            return {"ids": anchor[:, None]}
+        block = torch.cat([anchor[:, None], self.masks], dim=1)  # [b, n+1]
+        hidden = drafter.forward_static(self.draft_cache, st["length"], target.embed(block))
+        out = propose(drafter, hidden, st["anchor_hidden"], target.embed, target.logits, score=self.walk != "control")
+        drafted = {}
+        if self.walk == "control":
+            draft = control_walk(out["logits"])
+        elif self.walk == "greedy":
+            draft = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
         else:
-            draft = None
-            ids = anchor[:, None]
-        logits, features = target._eager(self.target_cache, ids, st["length"], self.pad, self.taps, False)
-        if draft is None:  # ar: the target's own token
+            draft, drafted["q_cand"] = sample_walk(out["start"], out["pairs"], out["candidate_ids"],
+                                                   self.uniforms["walk"], self.temperatures, self.no_greedy)
+            drafted["candidate_ids"] = out["candidate_ids"]
+        drafted["ids"] = torch.cat([anchor[:, None], draft], dim=1)
+        return drafted
+
+    def _verify(self, drafted: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One target step over every slot's [anchor, d_1..d_n] at its rows length..length+n."""
+        logits, features = self.target._eager(self.target_cache, drafted["ids"], self.state["length"], self.pad,
+                                              self.taps, False)
+        return {**drafted, "logits": logits, **({} if features is None else {"features": features})}
+
+    def _accept(self, verified: dict[str, torch.Tensor]) -> None:
+        """Acceptance, then the commit (see `_commit`)."""
+        b, n = self.batch, self.n
+        logits, ids = verified["logits"], verified["ids"]
+        sampled = self.temperature > 0
+        if self.drafter is None:  # ar: the target's own token
             if sampled:
                 probs = torch.softmax(logits[:, 0] / self.temperature, dim=-1)
                 bonus = categorical(probs, self.uniforms["residual"])
@@ -142,22 +156,22 @@ class DecodeLoop:
             accepted = torch.zeros(b, dtype=torch.long, device=self.device)
             emitted = bonus[:, None]
         else:
+            draft = ids[:, 1:]
             if not sampled:
                 accepted, bonus = verify_greedy(logits, draft)
             else:
                 q = torch.zeros(b, n, logits.shape[-1], device=self.device)
-                if q_cand is None:  # a greedy proposal is a point mass on the drafted token
+                if "q_cand" not in verified:  # a greedy proposal is a point mass on the drafted token
                     q.scatter_(2, draft[..., None], 1.0)
                 else:
-                    q.scatter_(2, candidate_ids, q_cand)
+                    q.scatter_(2, verified["candidate_ids"], verified["q_cand"])
                 probs = torch.softmax(logits / self.temperature, dim=-1)
                 accepted, bonus = verify_sampled(probs, draft, q, self.uniforms["accept"], self.uniforms["residual"])
             # emitted[j] = d_{j+1} for j < a, the bonus at j = a (positions past a are not written)
             j = torch.arange(n + 1, device=self.device)[None, :]
-            drafted = torch.cat([draft, draft[:, :1]], dim=1)
-            emitted = torch.where(j < accepted[:, None], drafted, bonus[:, None])
-        accepted = torch.where(active, accepted, 0)
-        self._commit(emitted, accepted, bonus, features)
+            emitted = torch.where(j < accepted[:, None], torch.cat([draft, draft[:, :1]], dim=1), bonus[:, None])
+        accepted = torch.where(self.state["active"], accepted, 0)
+        self._commit(emitted, accepted, bonus, verified.get("features"))
 
     def _commit(self, emitted: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
                 features: torch.Tensor | None) -> None:
@@ -221,6 +235,7 @@ class DecodeLoop:
 
     def step(self) -> list[int]:
         """Run one block for every slot; returns the slots whose request ended in it (one host sync)."""
+        begin = time.perf_counter()
         before = self._host_active.clone()
         self._draw_uniforms()
         if self.use_graph and not self._captured:
@@ -232,7 +247,10 @@ class DecodeLoop:
         self._host_active.copy_(self.state["active"], non_blocking=True)
         if self.device.type == "cuda":
             torch.cuda.current_stream().synchronize()
-        return torch.nonzero(before & ~self._host_active).flatten().tolist()
+        ended = torch.nonzero(before & ~self._host_active).flatten().tolist()
+        self.steps += 1
+        self.step_seconds += time.perf_counter() - begin
+        return ended
 
     # -- requests ---------------------------------------------------------------------------------------------
 
