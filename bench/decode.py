@@ -39,9 +39,20 @@ CHAT = ["Write a Python function that checks whether a string is a palindrome.",
         "What is the capital of Australia, and why is it not Sydney?"]
 
 
+CUDA = torch.cuda.is_available()
+
+
 def cuda_median(fn, iters: int = 30, warmup: int = 3) -> float:
+    """Median seconds per call: CUDA events on the GPU; on the CPU (a dry run of this script) the host clock."""
     for _ in range(warmup):
         fn()
+    if not CUDA:
+        times = []
+        for _ in range(iters):
+            begin = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - begin)
+        return sorted(times)[len(times) // 2]
     torch.cuda.synchronize()
     times = []
     for _ in range(iters):
@@ -55,7 +66,15 @@ def cuda_median(fn, iters: int = 30, warmup: int = 3) -> float:
     return times[len(times) // 2]
 
 
+class _Eager:
+    def __init__(self, fn):
+        self.replay = fn
+
+
 def capture(fn):
+    """(a graph whose replay runs fn, fn's outputs); on the CPU an object whose replay calls fn."""
+    if not CUDA:
+        return _Eager(fn), fn()
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -91,14 +110,19 @@ def pieces(loop: DecodeLoop) -> dict[str, float]:
     return out
 
 
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
 def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int, batch: int, eos) -> dict:
     rows = max(len(p) for p in prompts) + max_new + decoder.num_tokens + 2
     loop = decoder.device_loop(batch, rows, max_new, set(eos))
     steps, step_seconds = loop.steps, loop.step_seconds
-    torch.cuda.synchronize()
+    sync()
     begin = time.perf_counter()
     results = decoder.generate_many(prompts, max_new, eos, batch=batch)
-    torch.cuda.synchronize()
+    sync()
     wall = time.perf_counter() - begin
     blocks = max(sum(len(r.blocks) for r in results), 1)
     tokens = sum(len(r.tokens) for r in results)
@@ -154,16 +178,18 @@ def main() -> None:
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     rows: list = []
-    print(f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name()}  torch {torch.__version__}", flush=True)
+    device, dtype = ("cuda", torch.bfloat16) if CUDA else ("cpu", torch.float32)
+    print(f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name() if CUDA else 'cpu (a dry run)'}  "
+          f"torch {torch.__version__}", flush=True)
     if args.target:
         from lilicorr_ckpt import load_drafter
         from lilicorr_runtime import load_target
 
-        target = load_target(args.target, dtype="bfloat16", device="cuda")
-        drafter = load_drafter(args.drafter, dtype=torch.bfloat16, device="cuda")
+        target = load_target(args.target, dtype=dtype, device=device)
+        drafter = load_drafter(args.drafter, dtype=dtype, device=device)
         tok = target.tokenizer
-        prompts = [tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
-                                           tokenize=True, return_dict=True)["input_ids"]
+        prompts = [list(tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
+                                                tokenize=True, return_dict=True)["input_ids"])
                    for c in (CHAT * 4)[:args.prompts]]
         bench(args.target.rsplit("/", 1)[-1], target, drafter, prompts, batches, args.max_new_tokens,
               list(target.eos_token_ids), None, rows)

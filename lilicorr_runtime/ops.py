@@ -523,14 +523,15 @@ def rope_kv(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rows: t
 
 def step_attention_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor,
                              first: torch.Tensor) -> torch.Tensor:
-    """Causal attention of a step over the cache: query (b, i) attends to cache rows first[b]..last[b, i] (and
-    always to its own row last[b, i], so a row is never without a key), softmax scale 1/sqrt(hd), GQA.
+    """Causal attention of a step over the cache: query (b, i) attends to cache rows first[b]..last[b, i],
+    softmax scale 1/sqrt(hd), GQA. A left-padding query row (last < first) attends to row first[b] alone, so no
+    softmax row is empty (an empty one is NaN, and NaN K/V rows would poison later queries through 0 x NaN).
 
     q [b, n, H, hd], keys/values [b, KV, capacity, hd], last [b, n], first [b] -> [b, n, H·hd]."""
     b, n, heads, hd = q.shape
     key_rows = torch.arange(keys.shape[2], device=q.device)[None, None, :]
+    last = torch.maximum(last, first[:, None])
     visible = (key_rows >= first[:, None, None]) & (key_rows <= last[:, :, None])
-    visible = visible | (key_rows == last[:, :, None])
     out = torch.nn.functional.scaled_dot_product_attention(
         q.transpose(1, 2), keys, values, attn_mask=visible[:, None], enable_gqa=heads != keys.shape[1])
     return out.transpose(1, 2).reshape(b, n, heads * hd)

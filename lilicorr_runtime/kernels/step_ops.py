@@ -233,8 +233,9 @@ def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, 
     q = tl.load(q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :], mask=r_ok[:, None] & d_ok[None, :],
                 other=0.0)
     first = tl.load(first_ptr + batch)
-    # rows past the group see the first row only (never stored): no row is ever without a visible key
-    last = tl.where(r_ok, tl.load(last_ptr + m, mask=r_ok, other=0), first)
+    # a left-padding query row (last < first) and the rows past the group see the first row only: no row is ever
+    # without a visible key (an empty softmax row is NaN, and NaN K/V in the cache would poison later queries)
+    last = tl.maximum(tl.where(r_ok, tl.load(last_ptr + m, mask=r_ok, other=0), first), first)
     if UPCAST:
         q = q.to(tl.float32)
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
@@ -245,7 +246,7 @@ def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, 
     hi = tl.max(last, axis=0) + 1
     for start in range(lo, hi, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
-        kv_mask = (keys < hi)[:, None] & d_ok[None, :]
+        kv_mask = ((keys >= first) & (keys < hi))[:, None] & d_ok[None, :]  # rows before `first` are never read
         k = tl.load(kc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(vc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
         if UPCAST:

@@ -81,3 +81,71 @@ def test_the_device_loop_needs_a_fast_target(pair):
         SpeculativeDecoder(tiny_target("qwen3"), drafter, loop="device")
     with pytest.raises(ValueError, match="keep_proposals"):
         SpeculativeDecoder(pair[0], drafter, loop="device", keep_proposals=True)
+
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+
+def _cuda_pair(tmp_path, dtype: torch.dtype, vocab: int = 16):
+    target = _fast_target(vocab=vocab)
+    target.model.to("cuda", dtype)
+    target = FastTarget(target.model)
+    cfg = small_config(conv=(4, 16), vocab_size=vocab, dflash={"mask_token_id": vocab - 1})
+    return target, load_drafter(fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32"), dtype=dtype,
+                                device="cuda")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("mode", ["head", "control", "ar"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_gpu_graph_replayed_blocks_commit_the_eager_tokens(tmp_path, mode, temperature):
+    target, drafter = _cuda_pair(tmp_path, torch.float32)
+    kwargs = {"mode": mode, "temperature": temperature, "seed": 1}
+    eager = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="eager", **kwargs)
+    device = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="device", **kwargs)
+    assert device.loop == "device"
+    a = [eager.generate(p, 20) for p in PROMPTS]
+    b = device.generate_many(PROMPTS, 20, batch=1)
+    loop = next(iter(device._loops.values()))
+    assert loop.graph is not None, "the block was not captured"
+    assert [r.tokens for r in a] == [r.tokens for r in b]
+    assert [_records(r) for r in a] == [_records(r) for r in b]
+    if temperature == 0:  # side by side, refilled: the same tokens and blocks
+        c = device.generate_many(PROMPTS, 20, batch=3)
+        assert [r.tokens for r in c] == [r.tokens for r in b]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gpu_bf16_speculative_tokens_equal_target_only_bit_for_bit(tmp_path, batch):
+    """The fast path computes a verify row exactly as the one-token step (batch-invariant step kernels), so greedy
+    speculative decoding emits the target-only tokens even in bf16, where near-ties abound."""
+    target, drafter = _cuda_pair(tmp_path, torch.bfloat16, vocab=64)
+    prompts = [[(7 * i + j) % 60 for j in range(5 + 3 * i)] for i in range(6)]
+    ar = SpeculativeDecoder(target, mode="ar").generate_many(prompts, 48, batch=batch)
+    for mode in ("head", "control"):
+        spec = SpeculativeDecoder(target, drafter, mode=mode).generate_many(prompts, 48, batch=batch)
+        assert [r.tokens for r in spec] == [r.tokens for r in ar], mode
+    one = SpeculativeDecoder(target, mode="ar").generate_many(prompts, 48, batch=1)
+    assert [r.tokens for r in one] == [r.tokens for r in ar]  # and across batch sizes
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_verify_rows_equal_one_token_steps_bit_for_bit():
+    target = _fast_target(vocab=64)
+    target.model.to("cuda", torch.bfloat16)
+    target = FastTarget(target.model)
+    prompt, block = [3, 9, 27, 17, 51, 2, 8], [5, 6, 7, 8, 40, 41, 42, 43]
+    target.reserve(64)
+    target.reset()
+    target.forward(torch.tensor(prompt), [1, 3])
+    verify = target.forward(torch.tensor(block), [1, 3])
+    target.crop(len(prompt))
+    for i, token in enumerate(block):
+        step = target.forward(torch.tensor([token]), [1, 3])
+        assert torch.equal(step.logits[0], verify.logits[i])
+        assert torch.equal(step.features[0], verify.features[i])

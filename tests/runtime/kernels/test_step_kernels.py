@@ -134,3 +134,18 @@ def test_step_attention_rows_do_not_depend_on_the_step_length():
     for i in range(8):
         one = step_ops.step_attention_triton(q[:, i:i + 1], keys, values, last[:, i:i + 1], first)
         assert_same_row(one[0, 0], block[0, i])
+
+
+def test_step_attention_left_padding_rows_stay_finite_and_garbage_before_the_first_row_is_never_read():
+    heads, kv_heads, hd, capacity = 2, 1, 16, 80
+    keys, values = _randn(1, kv_heads, capacity, hd, seed=19), _randn(1, kv_heads, capacity, hd, seed=20)
+    q = _randn(1, 6, heads, hd, seed=21)
+    last = torch.arange(0, 6, device=DEVICE)[None]  # rows 0..2 are padding (before first = 3)
+    first = torch.tensor([3], device=DEVICE)
+    want = ops.step_attention_reference(q, keys, values, last, first)
+    poisoned_k, poisoned_v = keys.clone(), values.clone()
+    poisoned_k[:, :, :3] = float("nan")  # the padding rows: never read (SDPA, the reference, would be poisoned)
+    poisoned_v[:, :, :3] = float("nan")
+    got = step_ops.step_attention_triton(q, poisoned_k, poisoned_v, last, first)
+    assert torch.isfinite(want).all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
