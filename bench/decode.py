@@ -166,6 +166,7 @@ def bench(label: str, target, drafter, prompts: list[list[int]], batches: list[i
         print(json.dumps(rows[-1]), flush=True)
 
 
+@torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", help="a target (GGUF, HF directory)")

@@ -150,6 +150,11 @@ def main() -> None:
     fast_tps = table[-1][1]
     print(f"fast path at {fast_tps * floor_s * 100:.1f}% of the floor; kernels/step (one-token eager step): "
           f"{kernels if kernels is not None else 'n/a'}")
+    from lilicorr_runtime.kernels import step_ops
+
+    for key, config in step_ops.TUNED.items():  # the tile shape each step GEMM settled on
+        print(f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "
+              f"{config}")
 
 
 if __name__ == "__main__":

@@ -210,6 +210,7 @@ class SpeculativeDecoder:
                                 wall_time_s=time.perf_counter() - started, block_size=drafter.block_size,
                                 proposals=proposals)
 
+    @torch.inference_mode()
     def generate_many(self, prompts: Sequence[Sequence[int] | torch.Tensor], max_new_tokens: int,
                       eos_token_ids: Sequence[int] | int = (), *, batch: int = 1) -> list[GenerationResult]:
         """Decode many requests, results in prompt order. On the device loop, `batch` of them run side by side

@@ -233,6 +233,7 @@ class DecodeLoop:
             self.uniforms["accept"].copy_(torch.rand(b, n, generator=self.generator))
         self.uniforms["residual"].copy_(torch.rand(b, generator=self.generator))
 
+    @torch.inference_mode()
     def step(self) -> list[int]:
         """Run one block for every slot; returns the slots whose request ended in it (one host sync)."""
         begin = time.perf_counter()
@@ -254,6 +255,7 @@ class DecodeLoop:
 
     # -- requests ---------------------------------------------------------------------------------------------
 
+    @torch.inference_mode()
     def admit(self, slot: int, prompt: torch.Tensor, max_new_tokens: int) -> bool:
         """Prefill `prompt` (1-D int64) into `slot` and emit its first token; False when the request ended there
         (its first token is an eos, or max_new_tokens is 1): `take` it at once."""
