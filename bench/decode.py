@@ -139,6 +139,8 @@ def bench(label: str, target, drafter, prompts: list[list[int]], batches: list[i
         arms = {}
         for arm in ("head", "ar"):
             decoder = SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm, loop="device")
+            rows = max(len(p) for p in reqs) + max_new + decoder.num_tokens + 2
+            decoder.device_loop(batch, rows, max_new, set(eos))  # sized for every request: never rebuilt below
             run_loop(decoder, reqs[:batch], max_new, batch, eos)  # warm-up: capture, compile
             measured = run_loop(decoder, reqs, max_new, batch, eos)
             loop = measured["loop"]
@@ -166,7 +168,6 @@ def bench(label: str, target, drafter, prompts: list[list[int]], batches: list[i
         print(json.dumps(rows[-1]), flush=True)
 
 
-@torch.inference_mode()
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", help="a target (GGUF, HF directory)")
