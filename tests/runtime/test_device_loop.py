@@ -25,6 +25,15 @@ def _fast_target(vocab: int = 16, seed: int = 0) -> FastTarget:
     return FastTarget(model_cls(config).eval())
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Token-by-token decoding of tiny models: more intra-op threads only contend (docs/performance.md)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     path = fixtures.write_checkpoint(tmp_path_factory.mktemp("d"), small_config(conv=(4, 16)), dtype="F32")
@@ -42,25 +51,23 @@ def test_device_loop_decodes_as_the_eager_loop(pair, mode, temperature):
     kwargs = {"mode": mode, "temperature": temperature, "seed": 3}
     eager = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="eager", **kwargs)
     device = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="device", **kwargs)
-    for prompt in PROMPTS[:2]:  # the generator carries over from one request to the next in both
-        a, b = eager.generate(prompt, 24), device.generate(prompt, 24)
+    prompts = PROMPTS[:2] if temperature > 0 else PROMPTS[:1]  # sampled: the generator carries over requests
+    for prompt in prompts:
+        a, b = eager.generate(prompt, 16), device.generate(prompt, 16)
         assert a.tokens == b.tokens
         assert _records(a) == _records(b)
-        assert len(b.tokens) == 24 and b.wall_time_s > 0
+        assert len(b.tokens) == 16 and b.wall_time_s > 0
 
 
 def test_a_batch_of_different_lengths_decodes_as_one_at_a_time(pair):
     target, drafter = pair
     eager = SpeculativeDecoder(target, drafter, loop="eager")
     device = SpeculativeDecoder(target, drafter, loop="device")
-    # 2 slots for 4 requests: the two short ones end first and their slots take the waiting ones
-    budgets = [30, 9, 30, 12]
-    for max_new in (30, 9):
-        got = device.generate_many(PROMPTS, max_new, batch=2)
-        want = [eager.generate(p, max_new) for p in PROMPTS]
-        assert [g.tokens for g in got] == [w.tokens for w in want]
-        assert [_records(g) for g in got] == [_records(w) for w in want]
-    assert budgets  # (documents the refill case above)
+    # 2 slots for 4 requests: a slot is refilled as soon as its request ends
+    got = device.generate_many(PROMPTS, 20, batch=2)
+    want = [eager.generate(p, 20) for p in PROMPTS]
+    assert [g.tokens for g in got] == [w.tokens for w in want]
+    assert [_records(g) for g in got] == [_records(w) for w in want]
 
 
 def test_an_eos_in_the_middle_of_a_block_ends_the_request(pair):

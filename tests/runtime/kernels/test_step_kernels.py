@@ -39,7 +39,7 @@ def _randn(*shape: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torc
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(DEVICE, dtype)
 
 
-@pytest.mark.parametrize("rows", [1, 5, 17])
+@pytest.mark.parametrize("rows", [1, 17])
 @pytest.mark.parametrize("kind", ["plain", "norm", "norm_bias", "gated", "residual"])
 def test_step_linear_matches_the_reference(rows, kind):
     k, n = 80, 40  # neither a multiple of the tiles: every mask is exercised
