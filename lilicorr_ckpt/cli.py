@@ -17,8 +17,8 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     from lilicorr_ckpt import __version__
     from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
     from lilicorr_ckpt.outfile import check_output_path, write_output
-    from lilicorr_ckpt.profiles import RUNTIME_CHOICES
     from lilicorr_ckpt.report.ci import CI_FORMATS
+    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None  # EXIT_INTERRUPTED, defined below

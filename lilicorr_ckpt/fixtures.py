@@ -24,7 +24,7 @@ from lilicorr_ckpt.checkpoint.manifest import Manifest, build_manifest, legacy_n
 from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_encode, nvfp4_quantize
 from lilicorr_ckpt.checkpoint.quant import summarize_exclusions
 from lilicorr_ckpt.checkpoint.stwrite import Entry, write_file, write_sparse
-from lilicorr_ckpt.profiles import PROFILES
+from lilicorr_ckpt.runtimes import PROFILES
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]  # name -> (dtype, shape, raw bytes)
 
@@ -164,7 +164,7 @@ def encode(values: np.ndarray, dtype: str) -> bytes:
     return np.ascontiguousarray(values, dtype=NUMPY_DTYPES[dtype]).tobytes()
 
 
-# modules any of the three stacks may load quantized (see profiles.py); the default NVFP4 set
+# modules any of the three stacks may load quantized (see lilicorr_ckpt/runtimes/); the default NVFP4 set
 def servable_quantized(manifest: Manifest, group_size: int = 16) -> set[str]:
     return {m for m, mod in manifest.modules.items()
             if all(p.may_quantize(m) for p in PROFILES.values()) and mod.in_features % group_size == 0}

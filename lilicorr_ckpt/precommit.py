@@ -110,7 +110,7 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
     """
     from lilicorr_ckpt.checks.waivers import check_rule_options
     from lilicorr_ckpt.errors import UsageError
-    from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
     try:
         check_rule_options(ignore, select)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,15 @@ import pytest
 if not any(Path("/dev").glob("nvidia[0-9]*")):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from lilicorr_ckpt import fixtures
+# The tests run hostile inputs through shells and file writers: none of them may reach the user's home. They
+# get a private HOME (and so private Hugging Face, XDG and git settings); pip's and pre-commit's caches stay
+# shared so that the tests which install packages do not download them again.
+_REAL_HOME = Path.home()
+os.environ.setdefault("PIP_CACHE_DIR", str(_REAL_HOME / ".cache" / "pip"))
+os.environ.setdefault("PRE_COMMIT_HOME", str(_REAL_HOME / ".cache" / "pre-commit"))
+os.environ["HOME"] = tempfile.mkdtemp(prefix="lilicorr-tests-home-")
+
+from lilicorr_ckpt import fixtures  # noqa: E402
 
 
 @pytest.fixture

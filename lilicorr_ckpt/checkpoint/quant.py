@@ -1,19 +1,10 @@
-"""Quantization metadata: ModelOpt's two config forms, and exclusions matched the way each runtime does.
+"""Quantization metadata: ModelOpt's two config forms, and exclusion patterns that hold under every runtime.
 
-Matching follows what each runtime does with an exclusion name:
-  vLLM   - prefix `model.<name>` (draft layers renumbered `model.layers.{num_target_layers+i}`,
-           q/k/v fused to `qkv_proj`, gate/up to `gate_up_proj`); `X*` patterns are first split into
-           `X` and `X.*`; then exact match (fused layers through their shards), legacy substring,
-           then fnmatch.
-  SGLang - prefix `<name>` (fused as vLLM, no renumbering); exact match through shards, then each
-           pattern as a regex (`.` literal, `*` -> `.*`) fullmatched against the whole prefix or
-           any single dotted component.
-  TRT    - fnmatch against `<name>` or `model.<name>` (and the fused q/k/v name).
+How each runtime matches an exclusion name is its engine module's `match_exclusion` (lilicorr_ckpt/runtimes/).
 """
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from typing import Any
 
@@ -21,11 +12,7 @@ import msgspec
 
 from lilicorr_ckpt.checkpoint.manifest import Manifest, QuantScheme, quant_scheme
 from lilicorr_ckpt.checkpoint.names import TRAINING_PREFIXES, strip_prefixes
-from lilicorr_ckpt.profiles import RuntimeProfile
-
-_QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
-_GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
-_LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
+from lilicorr_ckpt.runtimes import MATCHERS, RuntimeProfile, excluded_by
 
 
 class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,111 +123,6 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
                   f"({{quant_algo, ignore, quant_method}})"]
 
 
-# ---------------------------------------------------------------- runtime prefixes and matching
-
-
-def fused_name(module: str) -> tuple[str, tuple[str, ...]] | None:
-    """(fused module, its shards) for q/k/v and gate/up; None for unfused modules."""
-    m = _QKV.match(module)
-    if m:
-        return m.group(1) + "qkv_proj", tuple(m.group(1) + f"{x}_proj" for x in "qkv")
-    m = _GATE_UP.match(module)
-    if m:
-        return m.group(1) + "gate_up_proj", (m.group(1) + "gate_proj", m.group(1) + "up_proj")
-    return None
-
-
-def _vllm_prefix(name: str, num_target_layers: int | None) -> str:
-    if name == "lm_head" or name.startswith("lm_head."):
-        return name
-    m = _LAYER.match(name)
-    if m and num_target_layers is not None:
-        name = f"layers.{num_target_layers + int(m.group(1))}.{m.group(2)}"
-    return "model." + name
-
-
-def _vllm_patterns(patterns: tuple[str, ...]) -> list[str]:
-    out: list[str] = []
-    for p in patterns:
-        if p.endswith("*") and len(p) > 1:
-            out += [p[:-1], p[:-1] + ".*"]
-        else:
-            out.append(p)
-    return out
-
-
-def _vllm_hit(prefix: str, patterns: list[str]) -> str | None:
-    candidates = [prefix]
-    if prefix.startswith("language_model."):
-        candidates.append(prefix[len("language_model."):])
-    for c in candidates:
-        for p in patterns:
-            if p == c or p in c or fnmatch.fnmatchcase(c, p):
-                return p
-    return None
-
-
-def _sglang_regex(pattern: str) -> re.Pattern[str]:
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
-
-
-def _sglang_hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
-    for p in patterns:
-        rx = _sglang_regex(p)
-        for c in (prefix, prefix[len("language_model."):] if prefix.startswith("language_model.") else None):
-            if c is None:
-                continue
-            if rx.fullmatch(c) or any(rx.fullmatch(part) for part in c.split(".")):
-                return p
-    return None
-
-
-def _trt_hit(name: str, patterns: tuple[str, ...]) -> str | None:
-    return next((p for p in patterns for c in (name, "model." + name) if fnmatch.fnmatchcase(c, p)), None)
-
-
-class Exclusion(msgspec.Struct, frozen=True):
-    excluded: bool
-    prefix: str  # the module name as that runtime matches it
-    pattern: str | None = None  # the exclusion entry that matched
-    conflict: str | None = None  # e.g. vLLM: fused shards disagree
-
-
-def excluded_by(matcher: str, module: str, patterns: tuple[str, ...],
-                num_target_layers: int | None) -> Exclusion:
-    """Whether `matcher`'s runtime would treat `module` as excluded from quantization."""
-    fused = fused_name(module)
-    if matcher == "vllm":
-        vpatterns = _vllm_patterns(patterns)
-        if fused:
-            name, shards = fused
-            prefix = _vllm_prefix(name, num_target_layers)
-            shard_prefixes = [_vllm_prefix(s, num_target_layers) for s in shards]
-            exact = [s in vpatterns for s in shard_prefixes]
-            if any(exact) and not all(exact):
-                return Exclusion(True, prefix, None, "the exclusions name some but not all shards of "
-                                 f"{prefix}, which vLLM refuses")
-            if all(exact):
-                return Exclusion(True, prefix, shard_prefixes[0])
-            hit = _vllm_hit(prefix, vpatterns)
-            return Exclusion(hit is not None, prefix, hit)
-        prefix = _vllm_prefix(module, num_target_layers)
-        hit = _vllm_hit(prefix, vpatterns)
-        return Exclusion(hit is not None, prefix, hit)
-    if matcher == "sglang":
-        name = fused[0] if fused else module
-        if (fused and all(s in patterns for s in fused[1])) or (not fused and module in patterns):
-            return Exclusion(True, name, module)
-        hit = _sglang_hit(name, patterns)
-        return Exclusion(hit is not None, name, hit)
-    if matcher == "trtllm":
-        names = [module] + ([fused[0]] if fused and module.split(".")[-1] in ("q_proj", "k_proj", "v_proj") else [])
-        hit = next((h for n in names if (h := _trt_hit(n, patterns)) is not None), None)
-        return Exclusion(hit is not None, module, hit)
-    raise ValueError(f"unknown matcher {matcher!r}")
-
-
-
 # ---------------------------------------------------------------- pattern hygiene
 
 
@@ -266,9 +148,6 @@ def strip_training_prefix(pattern: str) -> str:
     body = pattern.lstrip("*")
     bare, stripped = strip_prefixes(body, TRAINING_PREFIXES)
     return star + bare if stripped else pattern
-
-
-MATCHERS = ("vllm", "sglang", "trtllm")
 
 
 def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[str]) -> list[str]:

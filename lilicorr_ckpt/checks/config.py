@@ -13,7 +13,7 @@ from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
 from lilicorr_ckpt.checks.context import Context, check, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
-from lilicorr_ckpt.profiles import RuntimeProfile
+from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
 CFG = "config"

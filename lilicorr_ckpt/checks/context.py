@@ -8,7 +8,7 @@ from typing import Any
 from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.target import TargetInfo
 from lilicorr_ckpt.checks.findings import RULES, Finding
-from lilicorr_ckpt.profiles import RuntimeProfile
+from lilicorr_ckpt.runtimes import RuntimeProfile
 
 
 class Context:

@@ -6,12 +6,12 @@ import re
 
 from lilicorr_ckpt.checkpoint.manifest import KV_SCALE_SUFFIXES, QUANT_SUFFIXES, ExpectedTensor, quant_scheme
 from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
-from lilicorr_ckpt.checkpoint.quant import MATCHERS, QuantConfig, excluded_by, pattern_problems
+from lilicorr_ckpt.checkpoint.quant import QuantConfig, pattern_problems
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as _names
 from lilicorr_ckpt.checks.findings import rule
-from lilicorr_ckpt.profiles import RuntimeProfile, matches_any
+from lilicorr_ckpt.runtimes import MATCHERS, RuntimeProfile, excluded_by, matches_any
 
 # ---------------------------------------------------------------- catalogue
 QNT = "quantization"
@@ -389,7 +389,7 @@ def _judge(ctx: Context, qc: QuantConfig | None, profiles: list[RuntimeProfile],
             ctx.emit("LC310", f"exclusion `{pattern}` keeps a training prefix; no runtime matches it",
                      file=qc.source, subjects=[pattern], runtimes=scope)
         elif "layer_index" in problems:
-            renumber = [p for p in ctx.profiles if p.exclusion_matcher == "vllm"]
+            renumber = [p for p in ctx.profiles if p.renumbers_draft_layers]
             ctx.emit("LC310", f"exclusion `{pattern}` names a layer index"
                      + (f"; {_names(renumber, 'renumbers|renumber')} draft layers (model.layers.{{num_target_layers+i}})"
                         if renumber else "") + " and a glob like `layers.1*` also hits layers.1x",
@@ -506,7 +506,7 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
         for p in profiles:
             forced = matches_any(module, p.float_forced)
             required = matches_any(module, p.float_required)
-            exclusion = excluded_by(p.exclusion_matcher, module, qc.read_by(p).exclude, n_target)
+            exclusion = excluded_by(p.name, module, qc.read_by(p).exclude, n_target)
             if exclusion.conflict:
                 note("LC313", module, [p.name], exclusion.conflict)
             if state in ("nvfp4", "fp8"):

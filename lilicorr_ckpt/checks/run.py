@@ -15,7 +15,7 @@ from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
 from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
 from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
-from lilicorr_ckpt.profiles import RuntimeProfile, select_profiles
+from lilicorr_ckpt.runtimes import RuntimeProfile, select_profiles
 
 
 class Summary(msgspec.Struct, frozen=True):
@@ -27,10 +27,13 @@ class Summary(msgspec.Struct, frozen=True):
 
 class RuntimeVerdict(msgspec.Struct, frozen=True):
     runtime: str
-    display: str
+    display: str  # the engine and the version judged, e.g. "SGLang 0.5.23"
     accepted: bool
     errors: int
     warnings: int
+    version: str = ""  # the release modelled, or the unreleased revision (empty in reports older than 0.1.1)
+    released: bool = True  # False: the verdict models code no release has yet
+    source: str = ""  # where the modelled loader code comes from
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):
@@ -58,7 +61,8 @@ def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[Ru
         mine = [f for f in findings if not f.runtimes or p.name in f.runtimes]
         errors = sum(f.severity == "error" for f in mine)
         warnings = sum(f.severity == "warning" for f in mine)
-        out.append(RuntimeVerdict(p.name, p.display, errors == 0, errors, warnings))
+        out.append(RuntimeVerdict(p.name, p.display, errors == 0, errors, warnings, version=p.version,
+                                   released=p.released, source=p.source))
     return out
 
 

@@ -35,7 +35,7 @@ import msgspec
 from lilicorr_ckpt.checks import RULES  # the package, imported before this module, registers the catalogue
 from lilicorr_ckpt.checks.findings import RETIRED, SEVERITY_ORDER, Finding, Waiver
 from lilicorr_ckpt.errors import UsageError
-from lilicorr_ckpt.profiles import PROFILES
+from lilicorr_ckpt.runtimes import PROFILES
 
 if TYPE_CHECKING:  # pragma: no cover
     from lilicorr_ckpt.checks.run import Report

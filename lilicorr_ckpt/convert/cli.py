@@ -10,7 +10,7 @@ import click
 
 from lilicorr_ckpt.convert.options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
-from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
 

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from lilicorr_ckpt.errors import UsageError
-from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5GB")
 NAMING_CHOICES = ("named", "sequential")

@@ -53,7 +53,7 @@ from lilicorr_ckpt.convert.qmeta import (
 )
 from lilicorr_ckpt.convert.repair import expected_inputs, input_fits
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
-from lilicorr_ckpt.profiles import matches_any, select_profiles
+from lilicorr_ckpt.runtimes import matches_any, select_profiles
 
 HASH_PLACEHOLDER = "0" * 64
 META_TOOL = "lilicorr_ckpt.tool"

@@ -15,16 +15,15 @@ import msgspec
 
 from lilicorr_ckpt.checkpoint.manifest import Manifest, legacy_name
 from lilicorr_ckpt.checkpoint.quant import (
-    MATCHERS,
     TRAINING_PREFIXES,
     QuantConfig,
-    excluded_by,
     parse_quant_config,
     strip_training_prefix,
     summarize_exclusions,
 )
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.errors import ConversionRefused
+from lilicorr_ckpt.runtimes import MATCHERS, excluded_by
 
 NVFP4_ALGOS = ("NVFP4", "W4A16_NVFP4")
 FP8_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO")

@@ -233,7 +233,7 @@ def register(cli: Any) -> None:
     import click
 
     from lilicorr_ckpt.outfile import check_output_path, write_output
-    from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
     @cli.command(epilog="Exit codes: 0 written (whatever the verdicts: `validate` is the gate), 2 unreadable input "
                         "or profile, 4 usage error.")

@@ -213,7 +213,12 @@ def render_sarif(report: Report) -> str:
         "version": "2.1.0",
         "runs": [{"tool": {"driver": {"name": "lilicorr-ckpt", "version": __version__, "informationUri": docs,
                                       "rules": rules}},
-                  "invocations": [invocation], "results": results}],
+                  "invocations": [invocation], "results": results,
+                  # the verdict per runtime, each naming the engine version it models
+                  "properties": {"verdicts": [{"runtime": v.runtime, "engine": v.display, "version": v.version,
+                                               "released": v.released, "accepted": v.accepted,
+                                               "errors": v.errors, "warnings": v.warnings}
+                                              for v in report.runtimes]}}],
     }
     return json.dumps(doc, indent=2) + "\n"
 

@@ -10,7 +10,7 @@ import click
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
-from lilicorr_ckpt.profiles import RUNTIME_CHOICES
+from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
 

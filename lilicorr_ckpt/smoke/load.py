@@ -9,8 +9,8 @@ import torch
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint
 from lilicorr_ckpt.checks.run import require_valid
 from lilicorr_ckpt.errors import CheckpointInvalid
-from lilicorr_ckpt.profiles import RUNTIME_CHOICES
 from lilicorr_ckpt.report.validate import finding_lines
+from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 from lilicorr_runtime.arguments import resolve_device, resolve_dtype
 from lilicorr_runtime.dflash import Drafter
 from lilicorr_runtime.load import CheckpointRefused, build_drafter

@@ -18,12 +18,14 @@ import pytest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.manifest import legacy_name
-from lilicorr_ckpt.profiles import QKV
+from lilicorr_ckpt.runtimes import PROFILES, QKV
 
 from ._support import DROP, RUNTIMES, describe, edit_config, edit_json, run
 
 Tensors = fixtures.Tensors
 Edit = Callable[[dict[str, Any]], Any]
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 class Row(NamedTuple):
@@ -385,7 +387,7 @@ def _row(name: str) -> Row:
 def test_rope_theta_defaults_are_named_per_runtime(tmp_path):
     path = build(tmp_path, _row("rope_theta_absent_vllm_assumes_1e6"))
     both = next(f for f in run(path).findings if f.rule == "LC146")
-    assert "vLLM assumes 1e6" in both.message and "SGLang and TensorRT-LLM assume" in both.message
+    assert f"{VL} assumes 1e6" in both.message and f"{SG} and {TR} assume" in both.message
     alone = run(path, runtime="vllm")
     assert [(f.rule, f.severity) for f in alone.findings if f.rule in ("LC146", "LC147")] == [("LC147", "info")]
 
@@ -393,7 +395,7 @@ def test_rope_theta_defaults_are_named_per_runtime(tmp_path):
 def test_sliding_semantics_warn_only_where_the_selected_runtimes_differ(tmp_path):
     path = build(tmp_path, _row("sliding_layers_causal_in_sglang_vllm_symmetric_in_trt"))
     f = next(f for f in run(path).findings if f.rule == "LC144")
-    assert "SGLang and vLLM run them causally" in f.message and "TensorRT-LLM runs them non-causally" in f.message
+    assert f"{SG} and {VL} run them causally" in f.message and f"{TR} runs them non-causally" in f.message
     assert not [f for f in run(path, runtime="sglang").findings if f.rule == "LC144"]
 
 
@@ -402,4 +404,4 @@ def test_each_runtime_is_judged_on_the_quantization_copy_it_reads(tmp_path):
     lc307 = [f for f in report.findings if f.rule == "LC307"]
     assert lc307 and all(f.runtimes == ["vllm"] for f in lc307), describe(report)
     lc301 = next(f for f in report.findings if f.rule == "LC301")
-    assert "TensorRT-LLM acts on hf_quant_config.json" in lc301.message
+    assert f"{TR} acts on hf_quant_config.json" in lc301.message

@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import pytest
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.runtimes import PROFILES
 
 from ._support import (
     ALL,
@@ -28,6 +29,8 @@ from ._support import (
 )
 
 Edit = Callable[[dict[str, Any]], Any]
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 nested = dflash_edit
@@ -162,11 +165,11 @@ CASES = [
          contains=("hidden_size 64", "conv_group_size 24")),
     # TRT refuses a causal draft; SGLang never reads it (full layers bidirectional); vLLM honours it
     Case("causal-nested", "LC117", "error", ["trtllm"], nested(causal=True),
-         contains=("causal", "TensorRT-LLM refuses"), expected="false", actual="true",
+         contains=("causal", f"{TR} refuses"), expected="false", actual="true",
          also=frozenset({"LC133"})),
     # SGLang never reads dflash_config.causal: its full layers run bidirectionally (a silent mis-load)
     Case("causal-nested-run-bidirectionally-by-sglang", "LC133", "error", ["sglang"], nested(causal=True),
-         contains=("SGLang never reads it", "bidirectionally"), also=frozenset({"LC117"})),
+         contains=(f"{SG} never reads it", "bidirectionally"), also=frozenset({"LC117"})),
     Case("causal-top-level", "LC117", "error", ["trtllm"], top(is_causal=True), contains=("is_causal",),
          also=frozenset({"LC133"})),
     # SGLang's parse_dflash_draft_config reads output_multiplier from dflash_config only, > 0 (default 1)

@@ -13,6 +13,7 @@ import pytest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
+from lilicorr_ckpt.runtimes import PROFILES
 
 from ._support import (
     ALL,
@@ -30,6 +31,8 @@ from ._support import (
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]
 Mutate = Callable[[Tensors], None]
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 def nbytes(dtype: str, shape: tuple[int, ...]) -> int:
@@ -112,8 +115,8 @@ CASES = [
     Case("backbone-tensor-missing", "LC203", "error", [], drop("layers.1.mlp.down_proj.weight"),
          contains=("layers.1.mlp.down_proj.weight",), subjects=("layers.1.mlp.down_proj.weight",)),
     Case("embed-tokens-shipped", "LC218", "warning", [], add("embed_tokens.weight", (512, 64)),
-         contains=("SGLang drops it", "vLLM uses it as the draft's own input embedding",
-                   "TensorRT-LLM loads it, then replaces it with the target's"), subjects=("embed_tokens.weight",)),
+         contains=(f"{SG} drops it", f"{VL} uses it as the draft's own input embedding",
+                   f"{TR} loads it, then replaces it with the target's"), subjects=("embed_tokens.weight",)),
     Case("backbone-layer-beyond-config", "LC204", "error", [], add("layers.2.input_layernorm.weight", (64,)),
          contains=("layers.2.input_layernorm.weight",)),
     Case("conv-keys-absent", "LC205", "error", [], None,
@@ -146,7 +149,7 @@ CASES = [
          contains=("lilicorr.layers.0.attn.in_proj_weight", "U8", "cannot carry quantization"),
          actual="U8", also=frozenset({"LC208"})),
     Case("legacy-sequential-names", "LC217", "error", ["vllm"], write={"naming": "sequential"},
-         contains=("legacy Sequential", "lilicorr.feature_mlp.0", "vLLM does not rename them")),
+         contains=("legacy Sequential", "lilicorr.feature_mlp.0", f"{VL} does not rename them")),
     Case("legacy-and-named-collide", "LC211", "error", [], add("lilicorr.feature_mlp.up_proj.bias", (32,)),
          write={"naming": "sequential"},
          contains=("lilicorr.feature_mlp.1.bias", "lilicorr.feature_mlp.up_proj.bias"),

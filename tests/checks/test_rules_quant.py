@@ -16,6 +16,7 @@ import pytest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.manifest import quant_scheme
+from lilicorr_ckpt.runtimes import PROFILES
 
 from ._support import (
     ALL,
@@ -33,6 +34,8 @@ from ._support import (
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]
 SCALAR = np.float32(0.01).tobytes()
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 def servable(config: dict[str, Any] | None = None) -> set[str]:
@@ -94,7 +97,7 @@ def test_hf_quant_config_disagreeing_with_config_json(ckpt):
     f = one(report, "LC301", "warning")
     assert f.runtimes == []
     for fragment in ("quant_algo NVFP4 vs W4A16_NVFP4", "group_size 16 vs 32", "only in hf_quant_config.json: ['*fc']",
-                     "TensorRT-LLM acts on hf_quant_config.json", "SGLang and vLLM act on config.json"):
+                     f"{TR} acts on hf_quant_config.json", f"{SG} and {VL} act on config.json"):
         assert fragment in f.message
     # TensorRT-LLM reads the file (authoritative): its group size 32 and `*fc` do not fit the tensors; SGLang and
     # vLLM read config.json's copy, which does

@@ -18,10 +18,11 @@ from convert_helpers import load_json, tensors_of
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.numerics import nvfp4_dequantize, nvfp4_quantize
-from lilicorr_ckpt.checkpoint.quant import excluded_by, summarize_exclusions
+from lilicorr_ckpt.checkpoint.quant import summarize_exclusions
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.convert.repair import dequantize_blocks
+from lilicorr_ckpt.runtimes import excluded_by
 
 torch = pytest.importorskip("torch", reason="the ModelOpt oracle needs torch (CPU is enough)")
 with warnings.catch_warnings():

@@ -11,8 +11,9 @@ from convert_helpers import EXAMPLE, bf16_to_f32, load_json, metadata_of, tensor
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_decode, nvfp4_dequantize
-from lilicorr_ckpt.checkpoint.quant import excluded_by, pattern_problems
+from lilicorr_ckpt.checkpoint.quant import pattern_problems
 from lilicorr_ckpt.checks.run import validate
+from lilicorr_ckpt.runtimes import excluded_by
 
 MUST_FLOAT = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "lilicorr.factor_input_proj",
               "lilicorr.out_head", "lilicorr.in_head", "lilicorr.feature_mlp.down_proj")

@@ -10,6 +10,9 @@ import pytest
 from convert_helpers import EXAMPLE, load_json, tensors_of, tree_digest
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.runtimes import PROFILES
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 def _nothing_written(run, dst):
@@ -329,7 +332,7 @@ def test_a_refusal_in_json_format_still_prints_one_json_document(cli, tmp_path):
     doc = json.loads(run.out)
     assert doc["status"] == "refused" and doc["exit_code"] == 1 and doc["written"] is False
     assert doc["summary"].startswith("the source needs repairs and --no-repair was given")
-    assert "lilicorr.out_head is stored NVFP4 but must stay floating point for SGLang and vLLM" in doc["reasons"]
+    assert f"lilicorr.out_head is stored NVFP4 but must stay floating point for {SG} and {VL}" in doc["reasons"]
     assert "refused:" in run.err  # the message for people stays on stderr
     _nothing_written(run, dst)
 

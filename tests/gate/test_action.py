@@ -15,6 +15,8 @@ yaml = pytest.importorskip("yaml")
 
 from actionrunner import REPO, load_yaml, run_action, run_bash, run_workflow_job, runner_env  # noqa: E402
 
+from lilicorr_ckpt.runtimes import PROFILES  # noqa: E402
+
 ACTION = REPO / "action.yml"
 WORKFLOW = REPO / ".github" / "workflows" / "drafter-gate.yml"
 PRE = {"version": "preinstalled"}
@@ -50,7 +52,7 @@ def test_an_accepted_drafter_passes_with_outputs_summary_and_sarif(tmp_path):
         ("accepts",) * 3
     assert json.loads(run.outputs["verdicts"]) == {"sglang": "accepts", "vllm": "accepts", "trtllm": "accepts"}
     assert "### ✅ lilicorr-ckpt validate `examples/tiny-lilicorr` against `examples/tiny-target`: PASS" in run.summary
-    assert "| SGLang | ✅ accepts | 0 | 0 |" in run.summary
+    assert f"| {PROFILES['sglang'].display} | ✅ accepts | 0 | 0 |" in run.summary
     doc = json.loads(sarif.read_text())
     assert doc["version"] == "2.1.0" and doc["runs"][0]["results"] == []
     assert run.outputs["sarif-file"] == str(sarif)
@@ -68,7 +70,7 @@ def test_a_refused_checkpoint_fails_the_gate_with_annotations(tmp_path):
     assert errors and all("file=examples/tiny-modelopt-nvfp4/" in line for line in errors)
     assert any("title=LC306 must-be-float::" in line for line in errors)
     assert any(line.startswith("::warning ") for line in run.stdout.splitlines())
-    assert "| vLLM | ❌ refuses |" in run.summary and "`LC306` must-be-float" in run.summary
+    assert f"| {PROFILES['vllm'].display} | ❌ refuses |" in run.summary and "`LC306` must-be-float" in run.summary
     validate = run.step("validate").outputs
     assert validate["sarif-written"] == "true" and Path(validate["sarif-file"]).is_file()
     assert validate["sarif-category"] == "lilicorr-ckpt/all/examples-tiny-modelopt-nvfp4"
@@ -182,10 +184,12 @@ def test_the_install_step_uses_a_venv_and_cpu_torch_only_for_smoke(tmp_path, ver
 def test_the_install_step_refuses_a_version_that_is_not_one(tmp_path):
     bindir, log = _fake_python(tmp_path)
     env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
-    run = run_action({"path": "x", "version": "1.0; rm -rf ~"}, tmp_path, env=env, only={"install"})
+    # an injection attempt whose payload is harmless: it only leaves a marker file if it ever runs
+    marker = tmp_path / "injected"
+    run = run_action({"path": "x", "version": f"1.0; touch {marker}"}, tmp_path, env=env, only={"install"})
     assert run.returncode == 1
     assert "::error title=lilicorr-ckpt::version must be empty, 'preinstalled' or a version number" in run.stdout
-    assert not log.exists()
+    assert not log.exists() and not marker.exists()
 
 
 def test_the_gate_step_alone_fails_without_a_validate_result(tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from huggingface_hub import ModelCard
 
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.runtimes import PROFILES
 
 from helpers import REPO, run_cli
 
@@ -24,6 +25,8 @@ PROFILE = {
     "per_category": {"code": {"requests": 2, "mean_accept_length": 3.0, "conditional_accept_rates": [0.95, 0.6, 0.3]},
                      "chat": {"requests": 1, "mean_accept_length": 1.5, "conditional_accept_rates": [0.7, 0.2, 0.1]}},
 }
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 @pytest.fixture
@@ -44,7 +47,7 @@ def test_a_new_card_has_hub_metadata_geometry_verdicts_and_serving(drafter):
     assert "pipeline_tag" not in meta and "library_name" not in meta
     text = card.text
     assert "| block size | 8 |" in text and "| candidates K | 4 |" in text and "| convolution | kernel 4, group 16 |" in text
-    assert "| SGLang | accepts | 0 | 0 |" in text
+    assert f"| {SG} | accepts | 0 | 0 |" in text
     assert "--speculative-algorithm DFLASH" in text and "--speculative-draft-model-path acme/tiny-lilicorr" in text
     assert '"method": "dflash", "model": "acme/tiny-lilicorr", "num_speculative_tokens": 7' in text
     assert "vllm serve acme/target" in text
@@ -99,7 +102,7 @@ def test_base_model_from_the_target_config_and_quantization_and_refusals(tmp_pat
     assert card.data.base_model == "acme/target-from-config"
     assert "nvfp4" in card.data.tags
     assert not {"sglang", "vllm", "tensorrt-llm"} & set(card.data.tags)  # no runtime accepts it
-    assert "| vLLM | refuses |" in card.text
+    assert f"| {VL} | refuses |" in card.text
     quantized = fixtures.write_checkpoint(tmp_path / "fp8", quant="FP8")
     assert run_cli("card", str(quantized), "--target", str(target)).returncode == 0
     assert "fp8" in ModelCard.load(quantized / "README.md").data.tags

@@ -6,10 +6,13 @@ import json
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.report.ci import json_key_lines, pointer_line
+from lilicorr_ckpt.runtimes import PROFILES
 
 from helpers import REPO, run_cli
 
 NVFP4 = REPO / "examples" / "tiny-modelopt-nvfp4"
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 def test_json_key_lines_follow_nesting_arrays_and_escapes():
@@ -48,7 +51,7 @@ def test_markdown_summary_and_github_output(tmp_path):
     md = run_cli("validate", str(NVFP4), "-f", "markdown", "--runtime", "vllm")
     assert md.returncode == 1
     assert md.stdout.startswith(f"### ❌ lilicorr-ckpt validate `{NVFP4}`: FAIL")
-    assert "| vLLM | ❌ refuses |" in md.stdout and "SGLang" not in md.stdout
+    assert f"| {VL} | ❌ refuses |" in md.stdout and "SGLang" not in md.stdout
     assert "<br>**fix:**" in md.stdout
     out = run_cli("validate", str(NVFP4), "-f", "github-output", "--runtime", "vllm")
     pairs = dict(line.split("=", 1) for line in out.stdout.splitlines())

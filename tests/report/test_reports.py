@@ -6,8 +6,11 @@ import pytest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.report import schemas
+from lilicorr_ckpt.runtimes import PROFILES
 
 from helpers import REPO, run_cli
+
+SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 @pytest.fixture
@@ -60,9 +63,9 @@ def test_junit_has_a_testcase_per_runtime_and_fails_the_refusing_ones(broken):
     result = run_cli("validate", str(broken), "--format", "junit")
     suite = ET.fromstring(result.stdout)
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert set(cases) == {"SGLang", "vLLM", "TensorRT-LLM"}
-    assert cases["SGLang"].find("failure") is not None and "LC104" in cases["SGLang"].find("failure").text
-    assert cases["TensorRT-LLM"].find("failure") is None
+    assert set(cases) == {SG, VL, TR}
+    assert cases[SG].find("failure") is not None and "LC104" in cases[SG].find("failure").text
+    assert cases[TR].find("failure") is None
     assert suite.get("failures") == "2"
 
 
@@ -83,7 +86,7 @@ def test_text_report_groups_by_severity_and_ends_with_a_summary(broken, warned):
     out = run_cli("validate", str(broken)).stdout
     assert "ERROR LC104 topk-power-of-two (sglang, vllm)" in out and "fix:" in out
     assert out.strip().splitlines()[-1].startswith("FAIL 1 error, 0 warnings")
-    assert "TensorRT-LLM: accepts" in out and "SGLang: refuses" in out
+    assert f"{TR}: accepts" in out and f"{SG}: refuses" in out
     result = run_cli("validate", str(warned))
     assert result.returncode == 0 and "WARN  LC111" in result.stdout
     assert result.stdout.strip().splitlines()[-1].startswith("PASS 0 errors, 1 warning")

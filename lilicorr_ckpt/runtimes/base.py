@@ -1,0 +1,167 @@
+"""The record every engine module fills in: what one release of a serving stack accepts, as data.
+
+Rules consult these records; nothing else in the code branches on a runtime's name. Patterns are fnmatch
+patterns over canonical module names (checkpoint names without `model.`). The loader audit in
+docs/validate.md says which statement of the released code each field comes from.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+import msgspec
+
+QKV = ("layers.*.self_attn.q_proj", "layers.*.self_attn.k_proj", "layers.*.self_attn.v_proj")
+HEAD_RAW_LINEARS = ("lilicorr.factor_input_proj", "lilicorr.out_head", "lilicorr.in_head")
+FEATURE_MLP = ("lilicorr.feature_mlp.*",)
+
+
+class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
+    name: str  # the --runtime choice
+    engine: str  # the stack's own name, e.g. "SGLang"
+    version: str  # the release modelled ("0.5.23"), or the unreleased revision ("main@8d62b3e")
+    released: bool  # False: the profile models code no release has yet
+    source: str  # where the modelled code comes from: the wheel, or the repository and commits
+    # lilicorr_candidate_topk: power of two and <= this, or None for "any K >= 1"
+    topk_power_of_two_max: int | None
+    hidden_size_zero_ok: bool  # lilicorr_hidden_size 0 means "use the draft width"
+    vector_eps_below_half: bool  # vector_eps must lie in (0, 0.5)
+    block_size_default: int | None  # used when block_size is absent everywhere; None = refused
+    conv_keys_both_or_neither: bool
+    conv_kernel_within_block: bool  # refuses conv_kernel_size > block_size
+    legacy_mlp_names: str  # "renamed" | "refused" (no parameter for the Sequential names)
+    owned_lm_head: str  # "supported" | "dropped" (no lm_head parameter: the target's head is used)
+    # linear modules this runtime builds unquantized whatever the quant config says
+    float_forced: tuple[str, ...]
+    # linear modules that must be float and excluded, because the runtime follows the config for them
+    float_required: tuple[str, ...]
+    # linear modules whose quantized loading is not confirmed for this runtime
+    quant_unconfirmed: tuple[str, ...]
+    # matches exclusions against draft layers renumbered after the target's (model.layers.{num_target_layers+i})
+    renumbers_draft_layers: bool = False
+    nested_quant_method_algos: tuple[str, ...] | None  # algos it derives quant_method for in the nested form
+    mask_token_fallback: str  # what it does when mask_token_id is missing
+    target_layer_ids_fallback: str
+    # flat quantization_config: the exclusion list it reads (None: unconfirmed, `exclude_modules` taken as a fallback)
+    flat_exclusions_key: str | None = None
+    # flat quantization_config: the group size it uses when there is no top-level group_size
+    # (None: unconfirmed, config_groups.group_0.weights.group_size taken as a fallback)
+    flat_group_size_default: int | None = None
+    # the nested NVFP4 form must carry group_size, kv_cache_quant_algo and exclude_modules (null allowed)
+    nested_form_keys_required: bool = False
+    # flat form: refuses NVFP4 when neither the top level nor config_groups' weights give a group size
+    flat_group_size_required: bool = False
+    # with no quantization_config in config.json, derives a quant_method from hf_quant_config.json (and refuses
+    # what it cannot derive one for: LC302); which copy a runtime reads at all is quant_config_read
+    reads_hf_quant_config: bool = False
+    # is_causal / dflash_config.causal true: "refuses" ("requires non-causal"), "honours" (drafts causally as
+    # declared) or "ignores" (runs full layers bidirectionally whatever the config says: a silent mis-load)
+    causal: str = "refuses"
+    # reads output_multiplier from dflash_config only and requires it > 0 (None: does not read it)
+    output_multiplier_nested_positive: bool = False
+    embedding_rows_equal_vocab: bool = False  # the target's input embedding must have exactly V rows
+    accepts_fused_qkv: bool = True  # accepts (and splits) a float fused self_attn.qkv_proj.weight
+    # DFlashDraftModel (and the backbones in projector_routed_architectures) with dflash_config.projector_type
+    # "lilicorr" / lilicorr_enabled true selects LiLiCorr
+    projector_type_routes: bool = False
+    projector_routed_architectures: tuple[str, ...] = ()
+    # with num_target_layers absent, checks target_layer_ids against the draft's own num_hidden_layers
+    taps_checked_against_draft_layers: bool = False
+    num_target_layers_positive: bool = False  # refuses num_target_layers < 1
+    hidden_act: str = "silu-only"  # "silu-only" (refuses others) | "unconfirmed"
+    # a sliding_attention layer takes its window from dflash_config.swa_window_size when sliding_window is absent
+    swa_window_size_read: bool = False
+    # dflash_config.use_swa (outside layer_types): "applied" (every layer sliding) | "ignored" (full attention)
+    use_swa: str = "applied"
+    # dflash_config.swa_window_size < 1 with use_swa: "refuses" | "literal" (a window of 0) | "ignored"
+    swa_window_zero: str = "refuses"
+    # whole-number floats (4.0) where an integer is needed: "casts" (int()), "crashes" (used raw: TypeError),
+    # "refuses" (an explicit integer check) or "unconfirmed"
+    integral_float_lilicorr: str = "casts"  # lilicorr_* integer geometry
+    integral_float_backbone: str = "casts"  # hidden_size, num_hidden_layers, block_size, ...
+    integral_float_mask_token: str = "casts"  # mask_token_id
+    embed_tokens_copy: str = "dropped"  # a draft embed_tokens.weight: "dropped" | "used" | "replaced"
+    # which quantization config it acts on when both exist: "config.json" (the inline quantization_config;
+    # hf_quant_config.json only when config.json has none) or "hf_quant_config.json" (the file is authoritative,
+    # the inline copy is read only when the file sets no global quant_algo, and a differing inline copy only warns)
+    quant_config_read: str = "config.json"
+    # lilicorr.slot_embedding / rank_embedding stored 4-D ([1, S, 1, h] / [1, 1, K, h], without the leading
+    # singleton): False = refused (the 5-D parameter's loader checks the shape), True = loaded (its own layout)
+    embeddings_4d: bool = False
+    # what a sliding_attention layer of window w computes (None: not established)
+    sliding_semantics: str | None = None
+    # the rope_theta it uses when config.json has none (None: not established)
+    rope_theta_default: str | None = None
+    # what it does with lilicorr_enabled false on LiLiCorrDraftModel (None: not established)
+    lilicorr_disabled: str | None = None
+    # older revisions read the top-level block_size only (the newest prefers dflash_config's)
+    block_size_top_level_in_older: bool = False
+    # DFlash2: reads conv_kernel_size / conv_group_size with a plain index (a KeyError without them)
+    dflash2_conv_indexed: bool = False
+    # a tensor name it has no parameter for: "dropped" (unresolved names ignored) | "refused" | None (not established)
+    unknown_tensors: str | None = None
+    # a legacy and a named-MLP name for one head tensor: "overwrites" (the second wins) | "refuses"
+    legacy_duplicate: str = "refuses"
+    # lm_head tensors without has_own_lm_head: "dropped" (no parameter) | "owned" (any lm_head tensor makes the
+    # head the draft's own) | "ignored" (the target's head is swapped in)
+    undeclared_lm_head: str = "dropped"
+    # Sibling heads: (family, architectures[0] or "*", "loads" | "refuses" | "unconfirmed", why). A family and
+    # architecture with no row is not loaded as that head.
+    sibling_routes: tuple[tuple[str, str, str, str], ...] = ()
+    # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V)
+    selector_check: str = ""
+    markov_rank_top_level: bool = False  # DSpark: reads markov_rank from the top level and requires it > 0
+    markov_head_types: tuple[str, ...] = ()  # DSpark markov_head_type values it builds; others refused
+    markov_head_types_unconfirmed: tuple[str, ...] = ()
+    domino_checks: bool = False  # shift_label bool, pure_draft_prefix_len 1, emb_dim agreement, block_size > 1
+    domino_dims_required: bool = False  # gru_hidden_dim and emb_dim >= 1
+
+    @property
+    def display(self) -> str:
+        """The engine and the version its verdicts are about, as every report names it."""
+        return f"{self.engine} {self.version}" + ("" if self.released else " (unreleased)")
+
+    def sibling_route(self, family: str, architecture: str | None) -> tuple[str, str]:
+        """(verdict, why) for a sibling head declared under `architecture`."""
+        for fam, arch, verdict, why in self.sibling_routes:
+            if fam == family and arch in ("*", architecture):
+                return verdict, why
+        return "refuses", f"{self.display} does not load a {family} head declared as {architecture}"
+
+    def must_stay_float(self, module: str) -> bool:
+        """The linear `module` (canonical name) must be stored in float for this runtime."""
+        return matches_any(module, self.float_forced + self.float_required)
+
+    def may_quantize(self, module: str) -> bool:
+        """The runtime is known to load `module` quantized (when its config quantizes it)."""
+        return not self.must_stay_float(module) and not matches_any(module, self.quant_unconfirmed)
+
+
+def matches_any(module: str, patterns: tuple[str, ...]) -> bool:
+    """`module` (a canonical name) matches one of these fnmatch patterns."""
+    return any(fnmatch.fnmatchcase(module, p) for p in patterns)
+
+
+class Exclusion(msgspec.Struct, frozen=True):
+    """Whether one runtime treats a module as excluded from quantization, and why."""
+
+    excluded: bool
+    prefix: str  # the module name as that runtime matches it
+    pattern: str | None = None  # the exclusion entry that matched
+    conflict: str | None = None  # e.g. vLLM: fused shards disagree
+
+
+_QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
+_GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
+
+
+def fused_name(module: str) -> tuple[str, tuple[str, ...]] | None:
+    """(fused module, its shards) for q/k/v and gate/up, as the runtimes build them; None for unfused modules."""
+    m = _QKV.match(module)
+    if m:
+        return m.group(1) + "qkv_proj", tuple(m.group(1) + f"{x}_proj" for x in "qkv")
+    m = _GATE_UP.match(module)
+    if m:
+        return m.group(1) + "gate_up_proj", (m.group(1) + "gate_proj", m.group(1) + "up_proj")
+    return None
