@@ -10,10 +10,10 @@ import msgspec
 
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
-from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.families import SIBLINGS, sibling_owner
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
@@ -763,17 +763,16 @@ def architecture(ctx: Context) -> None:
                  runtimes=[p.name for p in strict] if routers else (), file="config.json",
                  pointer="$.architectures[0]", expected="LiLiCorrDraftModel | DFlashDraftModel", actual=arch)
         return
-    sibling = ctx.geometry.family if ctx.geometry.family in ("dflash2", "dspark", "domino") else None
+    sibling = ctx.geometry.family if ctx.geometry.family in SIBLINGS else None
     if sibling:
         _sibling_route(ctx, sibling, arch)
-    stray = sorted({n.split(".", 1)[0] + "." for n in ctx.names.by_canonical if n.startswith(SIBLING_HEAD_PREFIXES)
-                    or n in DSPARK_FLAT_NAMES})
-    owner = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",
-             "prefix_gru.": "domino", "embed_proj.": "domino"}
-    foreign = [s for s in stray if owner.get(s, "dspark") != sibling]
+    # sibling-head tensors by their first name segment ("markov_head.", or a flat "markov_w1."), and their family
+    owner = {n.split(".", 1)[0] + ".": family for n in ctx.names.by_canonical
+             if (family := sibling_owner(n)) is not None}
+    foreign = [s for s in sorted(owner) if owner[s] != sibling]
     if foreign:
         ctx.emit("LC016", f"tensors under {', '.join(f'`{s}*`' for s in foreign)} belong to a "
-                 f"{'/'.join(sorted({owner.get(s, 'dspark') for s in foreign}))} head, but the config declares "
+                 f"{'/'.join(sorted({owner[s] for s in foreign}))} head, but the config declares "
                  f"{arch}{' (' + sibling + ')' if sibling else ''}: no loader builds that head here, so they are "
                  "dropped or refused", file="config.json", pointer="$.architectures[0]",
                  subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)])

@@ -11,6 +11,7 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.families import SIBLINGS, sibling_owner
 from lilicorr_ckpt.runtimes import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
@@ -463,15 +464,9 @@ def _undeclared_head(ctx: Context) -> str:
 # buffers a model derives from its config (the rotary inverse frequencies): a runtime that drops unknown tensors
 # loses nothing by dropping them
 
-SIBLINGS = ("dflash2", "dspark", "domino")
-_OWNER = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",
-          "prefix_gru.": "domino", "embed_proj.": "domino"}
-
-
 def _foreign(ctx: Context, name: str) -> bool:
     """A sibling-head tensor of another family than the one declared (LC016 reports it)."""
-    owner = next((f for prefix, f in _OWNER.items() if name.startswith(prefix)), "dspark")
-    return owner != ctx.geometry.family
+    return sibling_owner(name) != ctx.geometry.family
 
 
 def _fused_qkv(ctx: Context) -> dict[str, list[str]]:

@@ -35,6 +35,7 @@ from huggingface_hub.utils import validate_repo_id
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.source import read_small
 from lilicorr_ckpt.errors import InputError, Refused, UsageError
+from lilicorr_ckpt.families import HEAD_TAGS
 from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.runtimes import PROFILES
 from lilicorr_ckpt.smoke.probes import BUNDLED, is_probe_file
@@ -49,7 +50,6 @@ _BEGIN_RE = re.compile(r"<!-- lilicorr-ckpt card:begin[^>]*-->")
 _MARKER_RE = re.compile(r"<!--\s*lilicorr-ckpt card:(begin|end)")
 
 BASE_TAGS = ("speculative-decoding", "draft-model", "dflash")
-HEAD_TAGS = ("lilicorr", "dflash2", "dspark", "domino")
 RUNTIME_TAGS = {"sglang": "sglang", "vllm": "vllm", "trtllm": "tensorrt-llm"}
 QUANT_TAGS = {"W4A16_NVFP4": "w4a16-nvfp4", "NVFP4": "nvfp4", "FP8": "fp8"}  # ModelOpt quant_algo -> tag
 MANAGED_TAGS = frozenset((*BASE_TAGS, *HEAD_TAGS, *RUNTIME_TAGS.values(), *QUANT_TAGS.values()))
