@@ -224,6 +224,23 @@ rule("LC175", "no-aux-hidden-state", "error", CFG,
 # ---------------------------------------------------------------- checks
 
 def backbone_config(ctx: Context) -> None:
+    _causal(ctx)
+    _output_multiplier(ctx)
+    _hidden_act(ctx)
+    integral_floats(ctx)
+    _sizes(ctx)
+    _layer_types_length(ctx)
+    _sliding_window(ctx)
+    _use_swa(ctx)
+    _window_semantics(ctx)
+    _rope_theta(ctx)
+    _unknown_layer_types(ctx)
+    _draft_vocabulary(ctx)
+    _fp16(ctx)
+
+
+def _causal(ctx: Context) -> None:
+    """LC117 / LC133 / LC134: a causal draft, refused, run bidirectionally or honoured per runtime."""
     cfg = ctx.config
     if cfg.dflash.causal is True or cfg.is_causal is True:
         nested = cfg.is_causal is not True
@@ -247,6 +264,11 @@ def backbone_config(ctx: Context) -> None:
         if by["honours"]:
             ctx.emit_for("LC134", by["honours"], f"{what} is true: {names(by['honours'], 'drafts|draft')} causally as "
                          "declared", file="config.json", pointer=key)
+
+
+def _output_multiplier(ctx: Context) -> None:
+    """LC123 / LC129: dflash_config.output_multiplier not > 0, or a top-level one nobody reads."""
+    cfg = ctx.config
     nested_mult = ctx.parsed.raw.get("dflash_config", {}).get("output_multiplier") \
         if isinstance(ctx.parsed.raw.get("dflash_config"), dict) else None
     readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
@@ -258,6 +280,11 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit_for("LC129", readers, f"the top-level output_multiplier ({cfg.output_multiplier}) is not read: "
                      f"{names(readers, 'reads|read')} output_multiplier from dflash_config only", file="config.json",
                      pointer="$.output_multiplier")
+
+
+def _hidden_act(ctx: Context) -> None:
+    """LC131 / LC132: an activation other than silu, refused, unconfirmed or missing its keys."""
+    cfg = ctx.config
     act = cfg.hidden_act
     if act is not None and act.lower() != "silu":
         supporting = [p for p in ctx.profiles if act.lower() in p.extra_hidden_acts]
@@ -273,7 +300,12 @@ def backbone_config(ctx: Context) -> None:
                          + ("it (the DFlash MLP supports only silu)" if rule_id == "LC131" else "not confirmed to "
                             "support it"), file="config.json",
                          pointer="$.hidden_act", expected='"silu"', actual=act)
-    integral_floats(ctx)
+
+
+def _sizes(ctx: Context) -> None:
+    """LC118 / LC122: the backbone sizes missing, invalid or not dividing; vocab_size absent."""
+    cfg = ctx.config
+    g = ctx.geometry
     for key, value in (("hidden_size", cfg.hidden_size), ("num_hidden_layers", cfg.num_hidden_layers),
                        ("num_attention_heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)):
         if ctx.parsed.invalid(f"$.{key}"):
@@ -291,6 +323,12 @@ def backbone_config(ctx: Context) -> None:
                  file="config.json", pointer="$.head_dim")
     if cfg.vocab_size is None and not ctx.parsed.invalid("$.vocab_size"):
         ctx.emit("LC122", "vocab_size is absent", file="config.json", pointer="$.vocab_size")
+
+
+def _layer_types_length(ctx: Context) -> None:
+    """LC119 / LC143: layer_types shorter or longer than the draft layers."""
+    cfg = ctx.config
+    g = ctx.geometry
     if cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) < g.num_layers:
         ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
                  file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
@@ -304,6 +342,11 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit_for("LC143", lenient, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
                      f"layers; {names(lenient, 'reads|read')} the first ones", file="config.json",
                      pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+
+
+def _sliding_window(ctx: Context) -> None:
+    """LC119: sliding layers without a window, or with one the config class drops."""
+    cfg = ctx.config
     swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
         readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
@@ -324,6 +367,12 @@ def backbone_config(ctx: Context) -> None:
                      f"{names(dropping, 'refuses|refuse')} the sliding layers (no window)", file="config.json",
                      pointer="$.use_sliding_window", expected="true",
                      actual=json.dumps(ctx.parsed.raw.get("use_sliding_window")))
+
+
+def _use_swa(ctx: Context) -> None:
+    """LC119 / LC135-LC138: dflash_config.use_swa and swa_window_size as each runtime reads them."""
+    cfg = ctx.config
+    swa = ctx.config.dflash.swa_window_size
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
@@ -352,11 +401,19 @@ def backbone_config(ctx: Context) -> None:
                          f"{names(ignoring, 'does not read|do not read')} use_swa: every layer is served with full attention "
                          "(the others make every layer sliding)", file="config.json", pointer="$.layer_types",
                          expected="layer_types", actual="absent")
-    _window_semantics(ctx)
-    _rope_theta(ctx)
+
+
+def _unknown_layer_types(ctx: Context) -> None:
+    """LC119: layer_types values no runtime knows."""
+    cfg = ctx.config
     unknown = sorted({t for t in cfg.layer_types or [] if t not in ("full_attention", "sliding_attention")})
     if unknown:
         ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
+
+
+def _draft_vocabulary(ctx: Context) -> None:
+    """LC120 / LC149: a reduced or remapped draft vocabulary."""
+    cfg = ctx.config
     if cfg.draft_id_to_target_id is not None or (cfg.draft_vocab_size is not None and cfg.vocab_size is not None
                                                  and cfg.draft_vocab_size != cfg.vocab_size):
         ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
@@ -367,6 +424,11 @@ def backbone_config(ctx: Context) -> None:
                      f"{names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
                      "the function trained only if the drafter was trained over the full vocabulary",
                      file="config.json", pointer="$.draft_vocab_size")
+
+
+def _fp16(ctx: Context) -> None:
+    """LC121: a float16 draft."""
+    cfg = ctx.config
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
         ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
                  "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")

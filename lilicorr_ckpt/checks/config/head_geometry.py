@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import msgspec
 
@@ -110,61 +111,8 @@ def lilicorr_geometry(ctx: Context) -> None:
         return
     d = msgspec.structs.asdict(ctx.config.dflash)
     for key in LILICORR_KEYS:
-        path = f"$.dflash_config.{key}"
-        value = d[key]
-        if value is None:
-            if ctx.parsed.invalid(path):
-                continue
-            top = ctx.parsed.raw.get(key)
-            where = " (it is at the top level; loaders read it only from dflash_config)" if top is not None else ""
-            ctx.emit("LC101", f"dflash_config.{key} is missing{where}: every loader refuses a LiLiCorr config "
-                     "without it (no default: a guess would load cleanly and score a different function)",
-                     file="config.json", pointer=path, expected="present", actual="absent", subjects=[key])
-            continue
-        if isinstance(value, float) and not math.isfinite(value):
-            ctx.emit("LC102", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
-                     expected="a finite number", actual=value, subjects=[key])
-            continue
-        if key == "lilicorr_hidden_size":
-            if value < 0:
-                ctx.emit("LC105", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
-                         expected=">= 0", actual=value, subjects=[key])
-            elif value == 0:
-                refuse = [p for p in ctx.profiles if not p.hidden_size_zero_ok]
-                width = [p for p in ctx.profiles if p.hidden_size_zero_ok]
-                ctx.emit_for("LC105", refuse, f"dflash_config.{key} is 0, which {names(refuse, 'refuses|refuse')} it"
-                             + (f" ({names(width, 'reads|read')} it as the draft width {g.hidden_size})"
-                                if width else ""),
-                             file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
-                             actual=0, subjects=[key])
-            continue
-        if value <= 0 and key == "lilicorr_logit_scale":
-            checked = [p for p in ctx.profiles if p.logit_scale_checked]
-            served = [p for p in ctx.profiles if not p.logit_scale_checked]
-            ctx.emit_for("LC103", checked, f"dflash_config.{key} is {value}: {names(checked, 'refuses|refuse')} it",
-                         file="config.json", pointer=path, expected="> 0", actual=value, subjects=[key])
-            ctx.emit_for("LC170", served, f"dflash_config.{key} is {value}: {names(served, 'serves|serve')} it "
-                         "as declared (no check), scoring every candidate path " + (
-                             "alike" if value == 0 else "in reverse"), file="config.json", pointer=path,
-                         expected="> 0", actual=value, subjects=[key])
-        elif value <= 0:
-            ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
-                     expected="> 0", actual=value, subjects=[key])
-    k = d["lilicorr_candidate_topk"]
-    if isinstance(k, int) and k > 0:
-        bad = [p for p in ctx.profiles if p.topk_power_of_two_max is not None
-               and (not is_pow2(k) or k > p.topk_power_of_two_max)]
-        if bad:
-            ctx.emit_for("LC104", bad, f"lilicorr_candidate_topk is {k}: the fused candidate top-k holds its tiles "
-                         "in one Triton lane group, so it must be a power of two <= 16",
-                         file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
-                         expected="one of 1, 2, 4, 8, 16", actual=k)
-        if g.vocab_size is not None and k > g.vocab_size:
-            # only MLX (not a --runtime profile) is known to refuse K > V
-            ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
-                     f"{names(ctx.profiles, 'documents|document')} no check (a top-K over fewer than K tokens)",
-                     file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
-                     expected=f"<= {g.vocab_size}", actual=k)
+        _lilicorr_key(ctx, key, d[key])
+    _candidate_topk(ctx, d["lilicorr_candidate_topk"])
     n, h = g.head_num_heads, g.head_hidden_size
     if n is not None and h is not None and h % n:
         ctx.emit("LC106", f"lilicorr_num_heads {n} does not divide the head width {h}", file="config.json",
@@ -177,3 +125,67 @@ def lilicorr_geometry(ctx: Context) -> None:
         ctx.emit_for("LC107", [p for p in ctx.profiles if p.vector_eps_below_half],
                      f"lilicorr_vector_eps is {eps}", file="config.json",
                      pointer="$.dflash_config.lilicorr_vector_eps", expected="in (0, 0.5)", actual=eps)
+
+
+def _lilicorr_key(ctx: Context, key: str, value: Any) -> None:
+    """LC101 / LC102 / LC103 / LC105 / LC170: one lilicorr_* key missing, not finite or out of its range."""
+    g = ctx.geometry
+    path = f"$.dflash_config.{key}"
+    if value is None:
+        if ctx.parsed.invalid(path):
+            return
+        top = ctx.parsed.raw.get(key)
+        where = " (it is at the top level; loaders read it only from dflash_config)" if top is not None else ""
+        ctx.emit("LC101", f"dflash_config.{key} is missing{where}: every loader refuses a LiLiCorr config "
+                 "without it (no default: a guess would load cleanly and score a different function)",
+                 file="config.json", pointer=path, expected="present", actual="absent", subjects=[key])
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        ctx.emit("LC102", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                 expected="a finite number", actual=value, subjects=[key])
+        return
+    if key == "lilicorr_hidden_size":
+        if value < 0:
+            ctx.emit("LC105", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                     expected=">= 0", actual=value, subjects=[key])
+        elif value == 0:
+            refuse = [p for p in ctx.profiles if not p.hidden_size_zero_ok]
+            width = [p for p in ctx.profiles if p.hidden_size_zero_ok]
+            ctx.emit_for("LC105", refuse, f"dflash_config.{key} is 0, which {names(refuse, 'refuses|refuse')} it"
+                         + (f" ({names(width, 'reads|read')} it as the draft width {g.hidden_size})"
+                            if width else ""),
+                         file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
+                         actual=0, subjects=[key])
+        return
+    if value <= 0 and key == "lilicorr_logit_scale":
+        checked = [p for p in ctx.profiles if p.logit_scale_checked]
+        served = [p for p in ctx.profiles if not p.logit_scale_checked]
+        ctx.emit_for("LC103", checked, f"dflash_config.{key} is {value}: {names(checked, 'refuses|refuse')} it",
+                     file="config.json", pointer=path, expected="> 0", actual=value, subjects=[key])
+        ctx.emit_for("LC170", served, f"dflash_config.{key} is {value}: {names(served, 'serves|serve')} it "
+                     "as declared (no check), scoring every candidate path " + (
+                         "alike" if value == 0 else "in reverse"), file="config.json", pointer=path,
+                     expected="> 0", actual=value, subjects=[key])
+    elif value <= 0:
+        ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
+                 expected="> 0", actual=value, subjects=[key])
+
+
+def _candidate_topk(ctx: Context, k: Any) -> None:
+    """LC104 / LC124: a candidate top-k the fused kernel cannot hold, or larger than the vocabulary."""
+    g = ctx.geometry
+    if not (isinstance(k, int) and k > 0):
+        return
+    bad = [p for p in ctx.profiles if p.topk_power_of_two_max is not None
+           and (not is_pow2(k) or k > p.topk_power_of_two_max)]
+    if bad:
+        ctx.emit_for("LC104", bad, f"lilicorr_candidate_topk is {k}: the fused candidate top-k holds its tiles "
+                     "in one Triton lane group, so it must be a power of two <= 16",
+                     file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                     expected="one of 1, 2, 4, 8, 16", actual=k)
+    if g.vocab_size is not None and k > g.vocab_size:
+        # only MLX (not a --runtime profile) is known to refuse K > V
+        ctx.emit("LC124", f"lilicorr_candidate_topk {k} exceeds vocab_size {g.vocab_size}: MLX refuses it; "
+                 f"{names(ctx.profiles, 'documents|document')} no check (a top-K over fewer than K tokens)",
+                 file="config.json", pointer="$.dflash_config.lilicorr_candidate_topk",
+                 expected=f"<= {g.vocab_size}", actual=k)

@@ -7,7 +7,7 @@ import json
 from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
-from lilicorr_ckpt.families import sibling_owner
+from lilicorr_ckpt.families import dflash2, domino, dspark, sibling_owner
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
@@ -171,86 +171,112 @@ def sibling_route(ctx: Context, family: str, arch: str | None) -> None:
 
 
 def sibling_config(ctx: Context) -> None:
+    """The config keys of the sibling head the config declares (its family's own rules)."""
+    family = ctx.geometry.family
+    if family == dflash2.NAME:
+        _selector(ctx)
+        _dflash2_conv(ctx)
+    if family == dspark.NAME:
+        _markov(ctx)
+    if family == domino.NAME:
+        _domino(ctx)
+
+
+def _selector(ctx: Context) -> None:
+    """LC150: DFlash2's selector_rank / selector_top_k as each runtime reads them."""
+    g, d = ctx.geometry, ctx.config.dflash
+    rank, top_k = d.selector_rank, d.selector_top_k
+    pair = [p for p in ctx.profiles if p.selector_check == "pair"]
+    ranged = [p for p in ctx.profiles if p.selector_check == "range"]
+    indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
+    problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
+    problems += [f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0]
+    if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
+        problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
+    if problems:
+        ctx.emit_for("LC150", indexed, f"{'; '.join(problems)}: {names(indexed, 'reads|read')} both keys with a "
+                     "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
+                     "top selector_top_k of the vocabulary at every step", file="config.json",
+                     pointer="$.dflash_config.selector_top_k")
+    if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
+        ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
+                     f"{names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
+                     pointer="$.dflash_config.selector_rank")
+    elif not rank:
+        required = [p for p in ctx.profiles if p.selector_required]
+        ctx.emit_for("LC150", required, f"selector_rank is {rank}: {names(required, 'refuses|refuse')} a "
+                     "DFlash2 draft without a candidate selector (\"DFlash selector draft requires "
+                     "dflash_config.selector_rank\")", file="config.json", pointer="$.dflash_config.selector_rank",
+                     expected=">= 1", actual=rank)
+    bad = []
+    if rank is None or rank < 1:
+        bad.append(f"selector_rank {rank} < 1")
+    if top_k is None or top_k < 2 or (g.vocab_size is not None and top_k > g.vocab_size):
+        bad.append(f"selector_top_k {top_k} outside [2, {g.vocab_size}]")
+    if bad:
+        ctx.emit_for("LC150", ranged, f"{'; '.join(bad)}: {names(ranged, 'refuses|refuse')} it",
+                     file="config.json", pointer="$.dflash_config.selector_top_k")
+
+
+def _dflash2_conv(ctx: Context) -> None:
+    """LC151: a DFlash2 head without its mandatory convolutions."""
+    g = ctx.geometry
+    if not g.has_conv and not ctx.parsed.invalid("$.dflash_config.conv_kernel_size"):
+        indexed = [p for p in ctx.profiles if p.dflash2_conv_indexed]
+        ctx.emit("LC151", "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
+                 "mandatory (" + (f"{names(indexed, 'reads|read')} both with a plain index; " if indexed else "")
+                 + "Model-Optimizer refuses the export)",
+                 file="config.json", pointer="$.dflash_config.conv_kernel_size", expected="both > 0")
+
+
+def _markov(ctx: Context) -> None:
+    """LC152 / LC153: DSpark's markov_rank where the runtime reads it, and a head type it builds."""
     g, cfg = ctx.geometry, ctx.config
     d = cfg.dflash
-    if g.family == "dflash2":
-        rank, top_k = d.selector_rank, d.selector_top_k
-        pair = [p for p in ctx.profiles if p.selector_check == "pair"]
-        ranged = [p for p in ctx.profiles if p.selector_check == "range"]
-        indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
-        problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
-        problems += [f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0]
-        if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
-            problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
-        if problems:
-            ctx.emit_for("LC150", indexed, f"{'; '.join(problems)}: {names(indexed, 'reads|read')} both keys with a "
-                         "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
-                         "top selector_top_k of the vocabulary at every step", file="config.json",
-                         pointer="$.dflash_config.selector_top_k")
-        if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
-            ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
-                         f"{names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
-                         pointer="$.dflash_config.selector_rank")
-        elif not rank:
-            required = [p for p in ctx.profiles if p.selector_required]
-            ctx.emit_for("LC150", required, f"selector_rank is {rank}: {names(required, 'refuses|refuse')} a "
-                         "DFlash2 draft without a candidate selector (\"DFlash selector draft requires "
-                         "dflash_config.selector_rank\")", file="config.json", pointer="$.dflash_config.selector_rank",
-                         expected=">= 1", actual=rank)
-        bad = []
-        if rank is None or rank < 1:
-            bad.append(f"selector_rank {rank} < 1")
-        if top_k is None or top_k < 2 or (g.vocab_size is not None and top_k > g.vocab_size):
-            bad.append(f"selector_top_k {top_k} outside [2, {g.vocab_size}]")
-        if bad:
-            ctx.emit_for("LC150", ranged, f"{'; '.join(bad)}: {names(ranged, 'refuses|refuse')} it",
-                         file="config.json", pointer="$.dflash_config.selector_top_k")
-        if not g.has_conv and not ctx.parsed.invalid("$.dflash_config.conv_kernel_size"):
-            indexed = [p for p in ctx.profiles if p.dflash2_conv_indexed]
-            ctx.emit("LC151", "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
-                     "mandatory (" + (f"{names(indexed, 'reads|read')} both with a plain index; " if indexed else "")
-                     + "Model-Optimizer refuses the export)",
-                     file="config.json", pointer="$.dflash_config.conv_kernel_size", expected="both > 0")
-    if g.family == "dspark":
-        readers = [p for p in ctx.profiles if p.markov_rank_top_level]
-        top = cfg.markov_rank
-        if top is None or top <= 0:
-            where = (f" (dflash_config.markov_rank is {d.markov_rank}, but {names(readers, 'reads|read')} the top "
-                     "level only)") if d.markov_rank is not None and top is None else ""
-            ctx.emit_for("LC152", readers, f"markov_rank is {top if top is not None else 'absent'} at the top "
-                         f"level{where}: {names(readers, 'requires|require')} markov_rank > 0",
-                         file="config.json", pointer="$.markov_rank", expected="> 0",
-                         actual=top if top is not None else "absent")
-        kind = g.markov_head_type
-        if kind is not None:
-            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
-            ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {names(refuse, 'builds|build')} only "
-                         + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
-                         file="config.json", pointer="$.markov_head_type", actual=kind)
-    if g.family == "domino":
-        checkers = [p for p in ctx.profiles if p.domino_checks]
-        if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:
-            raw = ctx.parsed.raw.get("dflash_config", {}) if isinstance(ctx.parsed.raw.get("dflash_config"),
-                                                                         dict) else {}
-            shown = json.dumps(raw.get("shift_label")) if "shift_label" in raw else "absent"
-            ctx.emit_for("LC155", checkers, f"dflash_config.shift_label is {shown}: "
-                         f"{names(checkers, 'requires|require')} a JSON bool", file="config.json",
-                         pointer="$.dflash_config.shift_label", expected="true | false", actual=shown)
-        if d.pure_draft_prefix_len != 1:
-            ctx.emit_for("LC156", checkers, f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
-                         f"{names(checkers, 'serves|serve')} only 1", file="config.json",
-                         pointer="$.dflash_config.pure_draft_prefix_len", expected=1, actual=d.pure_draft_prefix_len)
-        dims = [p for p in ctx.profiles if p.domino_dims_required]
-        for key, value in (("gru_hidden_dim", g.gru_hidden_dim), ("emb_dim", g.emb_dim)):
-            if value is None:
-                ctx.emit_for("LC157", dims, f"{key} is missing or < 1: {names(dims, 'requires|require')} it",
-                             file="config.json", pointer=f"$.dflash_config.{key}", expected=">= 1")
-        if d.emb_dim is not None and cfg.emb_dim is not None and d.emb_dim != cfg.emb_dim:
-            ctx.emit_for("LC158", checkers, f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
-                         f"{cfg.emb_dim} differ: {names(checkers, 'refuses|refuse')} it (\"emb_dim differs\")",
-                         file="config.json", pointer="$.emb_dim", expected=d.emb_dim, actual=cfg.emb_dim)
-        block = d.block_size if d.block_size is not None else cfg.block_size
-        if block is not None and block <= 1:
-            ctx.emit_for("LC159", checkers, f"block_size is {block}: {names(checkers, 'refuses|refuse')} "
-                         "a Domino draft with block_size <= 1", file="config.json", pointer="$.block_size",
-                         expected="> 1", actual=block)
+    readers = [p for p in ctx.profiles if p.markov_rank_top_level]
+    top = cfg.markov_rank
+    if top is None or top <= 0:
+        where = (f" (dflash_config.markov_rank is {d.markov_rank}, but {names(readers, 'reads|read')} the top "
+                 "level only)") if d.markov_rank is not None and top is None else ""
+        ctx.emit_for("LC152", readers, f"markov_rank is {top if top is not None else 'absent'} at the top "
+                     f"level{where}: {names(readers, 'requires|require')} markov_rank > 0",
+                     file="config.json", pointer="$.markov_rank", expected="> 0",
+                     actual=top if top is not None else "absent")
+    kind = g.markov_head_type
+    if kind is not None:
+        refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
+        ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {names(refuse, 'builds|build')} only "
+                     + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
+                     file="config.json", pointer="$.markov_head_type", actual=kind)
+
+
+def _domino(ctx: Context) -> None:
+    """LC155-LC159: the Domino keys SGLang checks."""
+    g, cfg = ctx.geometry, ctx.config
+    d = cfg.dflash
+    checkers = [p for p in ctx.profiles if p.domino_checks]
+    if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:
+        raw = ctx.parsed.raw.get("dflash_config", {}) if isinstance(ctx.parsed.raw.get("dflash_config"),
+                                                                     dict) else {}
+        shown = json.dumps(raw.get("shift_label")) if "shift_label" in raw else "absent"
+        ctx.emit_for("LC155", checkers, f"dflash_config.shift_label is {shown}: "
+                     f"{names(checkers, 'requires|require')} a JSON bool", file="config.json",
+                     pointer="$.dflash_config.shift_label", expected="true | false", actual=shown)
+    if d.pure_draft_prefix_len != 1:
+        ctx.emit_for("LC156", checkers, f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
+                     f"{names(checkers, 'serves|serve')} only 1", file="config.json",
+                     pointer="$.dflash_config.pure_draft_prefix_len", expected=1, actual=d.pure_draft_prefix_len)
+    dims = [p for p in ctx.profiles if p.domino_dims_required]
+    for key, value in (("gru_hidden_dim", g.gru_hidden_dim), ("emb_dim", g.emb_dim)):
+        if value is None:
+            ctx.emit_for("LC157", dims, f"{key} is missing or < 1: {names(dims, 'requires|require')} it",
+                         file="config.json", pointer=f"$.dflash_config.{key}", expected=">= 1")
+    if d.emb_dim is not None and cfg.emb_dim is not None and d.emb_dim != cfg.emb_dim:
+        ctx.emit_for("LC158", checkers, f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
+                     f"{cfg.emb_dim} differ: {names(checkers, 'refuses|refuse')} it (\"emb_dim differs\")",
+                     file="config.json", pointer="$.emb_dim", expected=d.emb_dim, actual=cfg.emb_dim)
+    block = d.block_size if d.block_size is not None else cfg.block_size
+    if block is not None and block <= 1:
+        ctx.emit_for("LC159", checkers, f"block_size is {block}: {names(checkers, 'refuses|refuse')} "
+                     "a Domino draft with block_size <= 1", file="config.json", pointer="$.block_size",
+                     expected="> 1", actual=block)
