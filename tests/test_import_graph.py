@@ -82,9 +82,33 @@ def test_the_runtime_rule_sees_local_imports_and_lazy_tables():
         "lilicorr_ckpt.smoke.load", "lilicorr_ckpt.checks.run"]
 
 
-def test_module_level_imports_have_no_cycle():
-    graph = {m: {t for t, top in edges.items() if top} for m, edges in _graph().items()}
+def _type_checking_block(node: ast.stmt) -> bool:
+    """`if TYPE_CHECKING:` (or `typing.TYPE_CHECKING`) at module level: imports only the type checker follows."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
+
+def _type_only_imports(source: str, module: str, is_package: bool) -> set[str]:
+    """The first-party modules a file imports under `if TYPE_CHECKING:`, relative ones resolved."""
+    package = module if is_package else module.rpartition(".")[0]
+    out = set()
+    for block in (n for n in ast.parse(source).body if _type_checking_block(n)):
+        for node in ast.walk(block):
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                out.add(base)
+    return {t for t in out if t.startswith(PACKAGES)}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     def resolve(target: str) -> str | None:
         while target and target not in graph:
             target = target.rpartition(".")[0]
@@ -109,7 +133,37 @@ def test_module_level_imports_have_no_cycle():
     for mod in sorted(graph):
         if mod not in state:
             visit(mod, [mod])
-    assert cycles == []
+    return cycles
+
+
+def test_module_level_imports_have_no_cycle():
+    graph = {m: {t for t, top in edges.items() if top} for m, edges in _graph().items()}
+    assert _cycles(graph) == []
+
+
+# The one type-only cycle left: checks.run defines Report and imports waivers, which names Report for its types.
+# Moving Report, Summary and RuntimeVerdict into a data-only module (issue 23, part A: lilicorr_ckpt/results.py)
+# removes it; drop this entry with that change.
+KNOWN_TYPE_ONLY_CYCLES = [["lilicorr_ckpt.checks.run", "lilicorr_ckpt.checks.waivers", "lilicorr_ckpt.checks.run"]]
+
+
+def test_type_only_imports_close_no_cycle_either():
+    """What the type checker follows (module level plus `if TYPE_CHECKING:` blocks) has no cycle: a type-only
+    import that closes one is a layering fault deferred, not removed (the data module is imported by both)."""
+    graph = {m: {t for t, top in edges.items() if top} for m, edges in _graph().items()}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            graph[_module(path)] |= _type_only_imports(path.read_text(), _module(path), path.name == "__init__.py")
+    assert [c for c in _cycles(graph) if c not in KNOWN_TYPE_ONLY_CYCLES] == []
+
+
+def test_the_type_only_rule_sees_type_checking_blocks():
+    source = ("from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n"
+              "    from lilicorr_ckpt.checks.run import Report\nif typing.TYPE_CHECKING:\n    from .findings import Finding\n"
+              "def f():\n    from lilicorr_ckpt.smoke import run\n")
+    assert _type_only_imports(source, "lilicorr_ckpt.checks.waivers", False) == {
+        "lilicorr_ckpt.checks.run", "lilicorr_ckpt.checks.findings"}
+    assert _cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]
 
 
 # ---------------------------------------------------------------- function-local imports
