@@ -141,7 +141,8 @@ def read_target(spec: str) -> TargetInfo:
         raise TargetSpecError(f"target {spec!r} is a drafter, not a target (its config.json has "
                               f"{'dflash_config' if 'dflash_config' in doc else 'a drafter architecture'}); "
                               f"--target takes the model the drafter drafts for")
-    text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else doc
+    nested = doc.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else doc
     special: dict[str, int] = {}
     sources = [doc, text]
     generation = root / "generation_config.json"

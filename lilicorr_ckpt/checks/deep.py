@@ -103,7 +103,9 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
 
 def _scale_defects(view: memoryview, dtype: str) -> ScaleDefects:
     """numerics' scale policy over a scale tensor's values, decoded a chunk at a time."""
-    return scale_defects(decode(view[begin:begin + CHUNK], dtype) for begin in range(0, len(view), CHUNK))
+    # decode reads its input through np.frombuffer, which takes any buffer: the slice is not copied
+    chunks = (view[begin:begin + CHUNK] for begin in range(0, len(view), CHUNK))
+    return scale_defects(decode(chunk, dtype) for chunk in chunks)  # type: ignore[arg-type]
 
 
 @check

@@ -561,10 +561,10 @@ class _Notes:
             # fold runtimes that flag the same modules into one finding
             key = (rule_id, group, tuple(sorted(modules)))
             merged.setdefault(key, []).extend(runtimes)
-        for (rule_id, group, modules), runtimes in merged.items():
+        for (rule_id, group, flagged), flagging in merged.items():
             detail = next((self.details[k] for k in self.details if k[0] == rule_id and k[1] == group), "")
-            label = group if len(modules) > 1 else modules[0]
-            count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
+            label = group if len(flagged) > 1 else flagged[0]
+            count = f" ({len(flagged)} modules)" if len(flagged) > 1 else ""
             text = f"`{label}`{count} {_STATE_MESSAGES[rule_id]}".rstrip()
             if rule_id == "LC313":
                 text = f"`{label}`: {detail}"
@@ -572,7 +572,7 @@ class _Notes:
                 text += f" ({detail})"
             if label.startswith("lm_head") and rule_id == "LC307":
                 text += "; a bf16 owned head must be listed in the exclusions"
-            ctx.emit(rule_id, text, pointer=label, runtimes=sorted(set(runtimes)), subjects=list(modules),
+            ctx.emit(rule_id, text, pointer=label, runtimes=sorted(set(flagging)), subjects=list(flagged),
                      file=qc.source if rule_id in ("LC307", "LC309") else None)
 
 

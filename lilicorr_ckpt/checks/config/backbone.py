@@ -269,8 +269,8 @@ def _causal(ctx: Context) -> None:
 def _output_multiplier(ctx: Context) -> None:
     """LC123 / LC129: dflash_config.output_multiplier not > 0, or a top-level one nobody reads."""
     cfg = ctx.config
-    nested_mult = ctx.parsed.raw.get("dflash_config", {}).get("output_multiplier") \
-        if isinstance(ctx.parsed.raw.get("dflash_config"), dict) else None
+    declared = ctx.parsed.raw.get("dflash_config")
+    nested_mult = declared.get("output_multiplier") if isinstance(declared, dict) else None
     readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
     if is_number(nested_mult) and not (nested_mult > 0):
         ctx.emit_for("LC123", readers, f"dflash_config.output_multiplier is {nested_mult}: "
@@ -498,7 +498,7 @@ def speculator_keys(ctx: Context) -> None:
                  eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None),
                 ("$.use_aux_hidden_state", cfg.use_aux_hidden_state)]
     # qwen3_dflash.py: dflash_config over eagle_config, then the top level
-    path, value = next(((k, v) for k, v in declared if v is not None), (None, None))
+    path, value = next(((k, v) for k, v in declared if v is not None), ("", None))
     if value is False:
         readers = [p for p in ctx.profiles if p.use_aux_hidden_state_read]
         ctx.emit_for("LC175", readers, f"use_aux_hidden_state is false ({path[2:]}): {names(readers, 'builds|build')} "

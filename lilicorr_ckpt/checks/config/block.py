@@ -78,6 +78,7 @@ def block_size(ctx: Context) -> None:
                  + f"; a reader of the top level only would use {top}", file="config.json",
                  pointer="$.block_size", expected=nested, actual=top)
     value = nested if nested is not None else top
+    assert value is not None  # both absent returned above
     minimum = 2 if ctx.geometry.lilicorr_enabled else 1
     if value < minimum:
         ctx.emit("LC112", f"block_size is {value}", file="config.json",

@@ -139,7 +139,8 @@ def integral_floats(ctx: Context) -> None:
     """Whole-number floats where the runtimes need integers: config.py reads 4.0 as 4 for every other check;
     each runtime casts, crashes or refuses (the audit in docs/validate.md)."""
     raw = ctx.parsed.raw
-    nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    declared = raw.get("dflash_config")
+    nested: dict[str, Any] = declared if isinstance(declared, dict) else {}
     found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "typed": [], "mask_token": []}
 
     def floaty(v: Any) -> bool:

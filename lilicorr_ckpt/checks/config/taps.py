@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
@@ -100,8 +102,7 @@ def target_layer_ids(ctx: Context) -> None:
     if negative:
         ctx.emit("LC113", f"target_layer_ids has negative ids {negative} (they would wrap around silently)",
                  file="config.json", pointer=path, expected="ids >= 0", actual=ids)
-    seen: set[int] = set()
-    dups = sorted({i for i in ids if i in seen or seen.add(i)})
+    dups = sorted(i for i, count in Counter(ids).items() if count > 1)
     if dups:
         ctx.emit("LC113", f"target_layer_ids repeats {dups}", file="config.json", pointer=path,
                  expected="unique ids", actual=ids)
