@@ -112,11 +112,28 @@ def register(group: click.Group) -> None:
               help="The validate profile the drafter must pass to load.")
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
-def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
-          seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
+@click.option("--engine", "-e", "engine", metavar="sglang=URL|vllm=URL",
+              help="Measure against a running SGLang or vLLM server started with this drafter, instead of the "
+                   "reference runtime (torch not needed). See 'Against a running engine' in docs/smoke.md.")
+@click.option("--api-key", envvar="LILICORR_ENGINE_API_KEY", show_envvar=True, metavar="KEY",
+              help="With --engine: the server's API key (sent as a Bearer token, never printed). Prefer the "
+                   "environment variable: a command line is visible to other users.")
+@click.option("--concurrency", "-c", type=int, default=1, show_default=True, metavar="N",
+              help="With --engine: requests in flight at once. vLLM gives per-request acceptance only at 1.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
+              help="With --engine: the longest one request may take, answer included.")
+@click.option("--served-drafter", metavar="NAME",
+              help="With --engine: the name the server gives the drafter, when its copy goes by another name.")
+@click.option("--reference", is_flag=True,
+              help="With --engine: also decode the probes with the reference runtime here (with --gpu on CUDA) "
+                   "and compare, instead of --baseline.")
+@click.pass_context
+def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int,
+          temperature: float, seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
           fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, no_warmup: bool,
-          quiet: bool) -> None:
+          quiet: bool, engine: str | None, api_key: str | None, concurrency: int, timeout: float,
+          served_drafter: str | None, reference: bool) -> None:
     from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
@@ -133,6 +150,15 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
                            min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
                            tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup)
     check_options(options)  # usage errors before the runtime is imported
+    if engine is not None:
+        from lilicorr_ckpt.smoke.engine.cli import run_engine_command
+
+        given = ctx.get_parameter_source("tolerance") is not click.core.ParameterSource.DEFAULT
+        run_engine_command(options, engine=engine, api_key=api_key, concurrency=concurrency, timeout=timeout,
+                           served_drafter=served_drafter, reference=reference,
+                           tolerance=tolerance if given else None, fmt=fmt, out=out, quiet=quiet)
+    elif reference or concurrency != 1 or served_drafter:
+        raise click.UsageError("--reference, --concurrency and --served-drafter apply with --engine only")
     run_smoke = runner()
     progress = Progress.for_terminal(quiet, name="smoke")
     try:
