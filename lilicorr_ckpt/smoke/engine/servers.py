@@ -44,6 +44,7 @@ METRICS_LIMIT = 8 << 20
 SMALL_LIMIT = 1 << 20
 METRICS_SETTLE_S = 2.0  # how long per-request counters may lag the reply before the run gives up waiting
 METRICS_POLL_S = 0.05
+METRICS_QUIET_S = 0.5  # counters unchanged this long have settled
 
 
 def generate_limit(max_new_tokens: int) -> int:
@@ -102,7 +103,8 @@ def checkpoint_names(location: str) -> set[str]:
         names.add("/".join(parts[-2:]))
     for i, part in enumerate(parts):
         if part.startswith("models--") and part.count("--") >= 2:
-            names.add(part[len("models--"):].replace("--", "/", 1))
+            repo = part[len("models--"):].replace("--", "/", 1)
+            names |= {repo, repo.rsplit("/", 1)[-1]}  # org/name, and name: a local copy's directory
             if i + 2 < len(parts) and parts[i + 1] == "snapshots":
                 names.discard(parts[-1])  # a commit hash names nothing by itself
     return {n.casefold() for n in names if n}
@@ -147,8 +149,9 @@ def _ids(values: Sequence[int], vocab: int, client: Client, what: str) -> list[i
 # ---- SGLang --------------------------------------------------------------------------------------------------
 
 class SGLangServerInfo(msgspec.Struct, frozen=True):
-    model_path: str | None = None
-    speculative_algorithm: str | None = None
+    # UNSET (the key absent, not null): not SGLang's reply, which lists every server argument
+    model_path: str | None | msgspec.UnsetType = msgspec.UNSET
+    speculative_algorithm: str | None | msgspec.UnsetType = msgspec.UNSET
     speculative_draft_model_path: str | None = None
     speculative_num_draft_tokens: int | None = None
     context_length: int | None = None
@@ -200,6 +203,9 @@ class SGLang:
             raise EngineError(f"{c.endpoint.url} has no /server_info or /get_server_info: it is not an SGLang server "
                               "(for vLLM use --engine vllm=URL)")
         info = c.decode(reply, SGLangServerInfo, f"{c.where('/server_info')}")
+        if info.model_path is msgspec.UNSET or info.speculative_algorithm is msgspec.UNSET:
+            raise EngineError(f"{c.where('/server_info')} does not list SGLang's server arguments (model_path, "
+                              "speculative_algorithm): it is not an SGLang server (for vLLM use --engine vllm=URL)")
         algorithm = info.speculative_algorithm
         if not algorithm:
             raise EngineRefused("the SGLang server decodes without a drafter (its speculative_algorithm is unset)",
@@ -220,7 +226,7 @@ class SGLang:
         self.n = window - 1
         self.context_length = info.context_length
         return ServerRecord(kind="sglang", url=c.endpoint.url, version=_text(c, info.version),
-                            served_target=_text(c, info.model_path), served_drafter=c.scrub(served),
+                            served_target=_text(c, info.model_path or None), served_drafter=c.scrub(served),
                             method=c.scrub(algorithm), num_speculative_tokens=self.n,
                             drafter_check=(f"/server_info: speculative_algorithm {c.scrub(algorithm)}, draft model "
                                            f"{c.scrub(served)!r}, {window} tokens verified per step"),
@@ -467,18 +473,27 @@ class VLLM:
                           stop_token=stop, latency_s=latency)
 
     def steady_counters(self) -> SpecCounters:
-        """The counters once two reads in a row agree (at most METRICS_SETTLE_S): what an earlier request (the
-        warm-up) still adds must not land in the first measured one."""
+        """The counters once they have not moved for METRICS_QUIET_S (at most METRICS_SETTLE_S): what an earlier
+        request (the warm-up) still adds must not land in the first measured one."""
+        now = self._counters_or_fail()
+        return self._quiet(now, lambda counters: False)
+
+    def _counters_or_fail(self) -> SpecCounters:
+        now = self.counters()
+        if now is None:
+            raise EngineError(f"{self.client.where('/metrics')} no longer exports the speculative-decoding counters")
+        return now
+
+    def _quiet(self, now: SpecCounters, done: Any) -> SpecCounters:
+        """Read again until done(counters) or they stay unchanged for METRICS_QUIET_S, within METRICS_SETTLE_S."""
         deadline = time.monotonic() + METRICS_SETTLE_S
-        last = self.counters()
-        while True:
+        since = time.monotonic()
+        while not done(now) and time.monotonic() < deadline and time.monotonic() - since < METRICS_QUIET_S:
             time.sleep(METRICS_POLL_S)
-            now = self.counters()
-            if now is None:
-                raise EngineError(f"{self.client.where('/metrics')} no longer exports the speculative-decoding counters")
-            if now == last or time.monotonic() > deadline:
-                return now
-            last = now
+            later = self._counters_or_fail()
+            if later != now:
+                now, since = later, time.monotonic()
+        return now
 
     def settled_delta(self, before: SpecCounters, generation: Generation,
                       requests: int = 1) -> tuple[SpecCounters, SpecCounters]:
@@ -487,19 +502,12 @@ class VLLM:
         server logs the step, which may come a moment after the reply: they are read again until they account for
         the tokens or stop moving (at most METRICS_SETTLE_S)."""
         c = self.client
-        deadline = time.monotonic() + METRICS_SETTLE_S
-        last: SpecCounters | None = None
-        while True:
-            now = self.counters()
-            if now is None:
-                raise EngineError(f"{c.where('/metrics')} no longer exports the speculative-decoding counters")
-            delta = now.minus(before)
-            if delta.drafts + delta.accepted >= generation.completion_tokens - 1:
-                break  # every token after the prefill's came out of a counted step
-            if now == last or time.monotonic() > deadline:
-                break  # steady: the request had steps without drafts (the counters count drafted steps only)
-            last = now
-            time.sleep(METRICS_POLL_S)
+        # every token after the prefill's came out of a counted step, or the counters stopped moving (a request may
+        # have steps without drafts: the counters count drafted steps only)
+        now = self._quiet(self._counters_or_fail(), lambda counters: (
+            counters.drafts - before.drafts + counters.accepted - before.accepted
+            >= generation.completion_tokens - 1))
+        delta = now.minus(before)
         if min(delta.drafts, delta.draft_tokens, delta.accepted, *delta.per_position, 0) < 0:
             raise EngineError(f"{c.where('/metrics')}: the speculative-decoding counters went down: the server "
                               "restarted during the run")
