@@ -37,6 +37,12 @@ Examples:
   lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
+  lilicorr-ckpt smoke ./drafter -t ./Qwen3-235B --engine sglang=http://gpu-box:30000 --baseline profile.json
+  lilicorr-ckpt smoke ./drafter -t ./Qwen3-235B --engine vllm=http://gpu-box:8000 --concurrency 8
+
+With --engine the probes go, as token ids, to a server the user started with the drafter (smoke prints its
+launch command); acceptance is read as that engine counts it and compared with a reference profile
+(--baseline, or --reference to decode it here too). Torch is not needed: only the target's tokenizer.
 
 On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
 contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
@@ -49,7 +55,9 @@ A probe file has one JSON object per line: {"id": "...", "category": "...", "pro
 EPILOG = ("Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
           "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
           "without CUDA, --output could not be written); 4 usage error (a bad option value, or an --output path whose "
-          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated.")
+          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated. With "
+          "--engine: 1 also when the server does not serve this drafter; 2 when it is unreachable, misconfigured or "
+          "answers nonsense.")
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -99,7 +107,8 @@ def register(group: click.Group) -> None:
               help="Required relative tau gain of the head over the control (-1 disables the gate in effect).")
 @click.option("--baseline", metavar="PROFILE.json", help="A profile from an earlier `smoke --out` to compare against.")
 @click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
-              help="With --baseline: the relative tau drop that fails.")
+              help="With --baseline: the relative tau drop that fails. With --engine: the relative tau difference "
+                   "allowed between engine and reference (default there: derived from the prompts).")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
               help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
 @click.option("--output", "-o", "out", metavar="PROFILE.json",

@@ -48,7 +48,7 @@ from lilicorr_ckpt.smoke.engine.servers import (
 )
 from lilicorr_ckpt.smoke.engine.transport import DEFAULT_TIMEOUT, Client, Endpoint, EngineError
 from lilicorr_ckpt.smoke.gates import measured_gate, position_gate, tau_floor_gate
-from lilicorr_ckpt.smoke.options import SmokeOptions, check_options
+from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
 from lilicorr_ckpt.smoke.profile import DraftCheckpoint, MeasurementConditions, SmokeReport, checkpoint_id
 from lilicorr_ckpt.smoke.tokenize import load_tokenizer, tokenize_probes
@@ -179,8 +179,6 @@ def run_engine(opts: SmokeOptions, engine: EngineOptions, progress: Progress | N
 
     source = opts.baseline or ""
     if engine.reference:
-        from lilicorr_ckpt.smoke.options import runner
-
         progress.note("decoding the probes with the reference runtime")
         reference = runner()(msgspec.structs.replace(opts, baseline=None, min_tau=None, min_accept_rates=(),
                                                      min_head_gain=-1.0), progress)
