@@ -116,12 +116,17 @@ def _drafter_matches(served: str, expect: Expectation) -> bool:
     return bool(checkpoint_names(served) & set(expect.drafter_names))
 
 
+def _indented(command: str) -> str:
+    """A multi-line command under a refusal's reason line."""
+    return "".join(f"\n      {line}" for line in command.split("\n"))
+
+
 def _not_this_drafter(kind: str, served: str, expect: Expectation) -> EngineRefused:
     return EngineRefused(f"the {kind} server serves another drafter: {printable(served)!r}",
                          [f"this run measures {printable(expect.drafter_names[0])!r} (names it may go by: "
                           f"{', '.join(sorted(printable(n) for n in expect.drafter_names))})",
                           "if the server's copy is this checkpoint under another name, pass --served-drafter NAME",
-                          f"otherwise restart the server with this drafter:\n      {expect.launch}"])
+                          f"otherwise restart the server with this drafter:{_indented(expect.launch)}"])
 
 
 def sampling(temperature: float) -> dict[str, float]:
@@ -209,11 +214,11 @@ class SGLang:
         algorithm = info.speculative_algorithm
         if not algorithm:
             raise EngineRefused("the SGLang server decodes without a drafter (its speculative_algorithm is unset)",
-                                [f"restart it with this drafter:\n      {expect.launch}"])
+                                [f"restart it with this drafter:{_indented(expect.launch)}"])
         if algorithm.upper() != "DFLASH":
             raise EngineRefused(f"the SGLang server runs speculative algorithm {c.scrub(algorithm)!r}, not DFLASH "
                                 "(the algorithm that serves DFlash-family drafters)",
-                                [f"restart it with this drafter:\n      {expect.launch}"])
+                                [f"restart it with this drafter:{_indented(expect.launch)}"])
         served = info.speculative_draft_model_path or ""
         if not _drafter_matches(served, expect):
             raise _not_this_drafter("SGLang", c.scrub(served) or "(none)", expect)
@@ -222,7 +227,7 @@ class SGLang:
             raise EngineRefused(f"the SGLang server verifies {window} tokens per step (speculative_num_draft_tokens), "
                                 f"but this drafter's block is {expect.block_size}",
                                 ["start it without --speculative-num-draft-tokens (DFLASH reads the block size from "
-                                 f"the drafter's config):\n      {expect.launch}"])
+                                 f"the drafter's config):{_indented(expect.launch)}"])
         self.n = window - 1
         self.context_length = info.context_length
         return ServerRecord(kind="sglang", url=c.endpoint.url, version=_text(c, info.version),
@@ -384,12 +389,12 @@ class VLLM:
         if counters is None:
             raise EngineRefused("the vLLM server decodes without a drafter: its /metrics has no "
                                 f"{ACCEPTED_PER_POS}{COUNTER_SUFFIX} counters",
-                                [f"restart it with this drafter:\n      {expect.launch}"])
+                                [f"restart it with this drafter:{_indented(expect.launch)}"])
         self.n = len(counters.per_position)
         if self.n != expect.num_speculative_tokens:
             raise EngineRefused(f"the vLLM server drafts {self.n} tokens per step (num_speculative_tokens), this run "
                                 f"measures {expect.num_speculative_tokens}",
-                                [f"restart it with:\n      {expect.launch}",
+                                [f"restart it with:{_indented(expect.launch)}",
                                  "or pass --num-speculative-tokens to measure at the server's setting"])
         info_reply = c.get("/server_info?config_format=json", SERVER_INFO_LIMIT, accept=(200, 404))
         served_drafter = method = None
@@ -397,11 +402,11 @@ class VLLM:
             spec = c.decode(info_reply, VLLMServerInfo, c.where("/server_info")).vllm_config.speculative_config
             if spec is None or not spec.model:
                 raise EngineRefused("the vLLM server's /server_info shows no speculative_config",
-                                    [f"restart it with this drafter:\n      {expect.launch}"])
+                                    [f"restart it with this drafter:{_indented(expect.launch)}"])
             served_drafter, method = c.scrub(spec.model), c.scrub(spec.method or "")
             if (spec.method or "").lower() != "dflash":
                 raise EngineRefused(f"the vLLM server runs speculative method {method!r}, not dflash (the method that "
-                                    "serves DFlash-family drafters)", [f"restart it with:\n      {expect.launch}"])
+                                    "serves DFlash-family drafters)", [f"restart it with:{_indented(expect.launch)}"])
             if not _drafter_matches(spec.model, expect):
                 raise _not_this_drafter("vLLM", served_drafter, expect)
             check = (f"/server_info: speculative_config method {method}, model {served_drafter!r}; /metrics: "
