@@ -474,3 +474,32 @@ def test_engine_mode_runs_without_torch(pair, tmp_path):
                               env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert done.returncode == 0, done.stderr
     assert "TORCH False" in done.stderr and "PASS  engine-tau" in done.stdout
+
+
+def test_an_sglang_without_the_per_request_histogram_still_gives_tau(smoke, pair):
+    state = sglang_state(pair, histogram=False)
+    with es.sglang(state) as server:
+        result = smoke(*engine_args(pair, "sglang", server.url, "--format", "json"))
+    assert result.code == 0, result.stderr
+    steps, accepted, _ = true_counts(state.model)
+    acc = result.report["acceptance"]
+    assert (acc["blocks"], acc["accepted"]) == (steps, accepted) and acc["marginal_accept_rates"] is None
+    with es.sglang(sglang_state(pair, histogram=False)) as server:
+        floors = smoke(*engine_args(pair, "sglang", server.url, "--min-accept-rates", "0.0", "--format", "json"))
+    assert floors.gate("min-accept-rates")["status"] == "fail"  # no per-position counts to hold to a floor
+
+
+def test_progress_and_the_launch_command_go_to_stderr(pair):
+    import io
+
+    from lilicorr_ckpt.console import Progress
+    from lilicorr_ckpt.smoke.engine.run import EngineOptions, run_engine
+    from lilicorr_ckpt.smoke.engine.transport import parse_engine
+
+    stream, said = io.StringIO(), []
+    with es.vllm(vllm_state(pair)) as server:
+        report = run_engine(SmokeOptions(path=str(pair.drafter), target=str(pair.target), limit=2, max_new_tokens=24),
+                            EngineOptions(endpoint=parse_engine(f"vllm={server.url}")),
+                            Progress(enabled=True, stream=stream, interval=0, name="smoke"), said.append)
+    assert report.passed and "6/6" in stream.getvalue() and "checking the server" in stream.getvalue()
+    assert said and said[0].startswith(f"engine: {server.url} must serve this drafter") and "vllm serve" in said[0]

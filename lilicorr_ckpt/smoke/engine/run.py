@@ -50,7 +50,13 @@ from lilicorr_ckpt.smoke.engine.transport import DEFAULT_TIMEOUT, Client, Endpoi
 from lilicorr_ckpt.smoke.gates import measured_gate, position_gate, tau_floor_gate
 from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
-from lilicorr_ckpt.smoke.profile import DraftCheckpoint, MeasurementConditions, SmokeReport, checkpoint_id
+from lilicorr_ckpt.smoke.profile import (
+    DraftCheckpoint,
+    Gate,
+    MeasurementConditions,
+    SmokeReport,
+    checkpoint_id,
+)
 from lilicorr_ckpt.smoke.tokenize import load_tokenizer, tokenize_probes
 
 MAX_CONCURRENCY = 256
@@ -318,7 +324,11 @@ def _assemble(opts: SmokeOptions, engine: EngineOptions, record: Any, draft: Dra
              cmp.tokens_gate(comparison, opts.temperature)]
     if opts.min_tau is not None:
         gates.append(tau_floor_gate(opts.min_tau, overall.mean_accept_length, "engine"))
-    if opts.min_accept_rates:
+    if opts.min_accept_rates and overall.marginal_accept_rates is None:
+        gates.append(Gate(name="min-accept-rates", status="fail",
+                          summary="the engine reported no per-position counts (an SGLang release without "
+                                  "spec_correct_drafts_histogram), so no position can be held to a floor"))
+    elif opts.min_accept_rates:
         gates.append(position_gate(opts.min_accept_rates, overall.marginal_accept_rates or [], "engine"))
     return EngineReport(
         engine=record, draft_checkpoint=draft, target_model=target, method="lilicorr" if draft.head else "dflash",
