@@ -11,6 +11,7 @@ import msgspec
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
@@ -96,11 +97,13 @@ rule("LC014", "sibling-route", "error", CFG,
      why="The runtimes register each sibling head under one class name. Under another name the checkpoint is "
          "refused, or, worse, loads as something else: SGLang routes a DSpark head declared as "
          "DFlashDraftModel as plain DFlash and drops Model-Optimizer's flat Markov names, serving the Markov "
-         "head at its initialisation; vLLM's registry sends DSparkDraftModel to its DeepSeek-V4 DSpark class, "
-         "not the Qwen3 one; SGLang loads Domino only as DFlashDraftModel with projector_type \"domino\".",
-     example="    \"architectures\": [\"DSparkDraftModel\"]\n\n"
-             "for a Qwen3 DSpark drafter: vLLM routes it to the wrong class. `lilicorr-ckpt convert` writes "
-             "`Qwen3DSparkModel`, which SGLang and vLLM both load.")
+         "head at its initialisation; SGLang loads Domino only as DFlashDraftModel with projector_type "
+         "\"domino\"; vLLM 0.33.0 has no Domino model at all (its DFlash model has no parameter for the "
+         "prefix GRU).",
+     example="    \"architectures\": [\"DFlashDraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
+             "\"dspark\", ...}\n\n"
+             "with Model-Optimizer's flat Markov names: no serving loader reads them. `lilicorr-ckpt convert` "
+             "writes `Qwen3DSparkModel` with the Markov head nested, which SGLang and vLLM both load.")
 rule("LC015", "sibling-unconfirmed", "warning", CFG,
      "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
      "only patch scripts show it).", "Test the runtime yourself before publishing for it.",
@@ -109,8 +112,7 @@ rule("LC015", "sibling-unconfirmed", "warning", CFG,
          "show it.",
      why="Whether the checkpoint loads with its head, loads without it, or is refused was not established from "
          "that runtime's code. Examples: DFlash2DraftModel in SGLang (main dispatches on it, but no tagged "
-         "release is known to register it) and in vLLM (the registry key appears only in registry-verification "
-         "scripts); every sibling head in TensorRT-LLM (its paths were not read).",
+         "release is known to register it); every sibling head in TensorRT-LLM (its paths were not read).",
      example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
              "\"dflash2\", \"selector_rank\": 64, \"selector_top_k\": 32, ...}\n\n"
              "gives one LC015 warning per runtime.")
@@ -176,8 +178,8 @@ rule("LC103", "lilicorr-value-range", "error", CFG, "A lilicorr_* value is out o
          "which leaves the head MLP without a width. It also reports `dflash_config.lilicorr_num_layers` when "
          "it names more layers than the files hold tensors (that count is not expanded).",
      why="Counts and widths <= 0 give shapes no loader can build. For lilicorr_logit_scale the runtimes "
-         "differ: SGLang and TensorRT-LLM refuse a value <= 0 (\"must be positive\"), vLLM does not check it "
-         "and scores candidates with a zero or negated scale, a silently different function.",
+         "differ: SGLang and TensorRT-LLM refuse a value <= 0 (\"must be positive\"), so LC103 fires for them; "
+         "vLLM does not check it and scores candidates with the declared scale (LC170).",
      example="    \"dflash_config\": {\"lilicorr_logit_scale\": 0.0}\n\n"
              "or lilicorr_hidden_size 64 with lilicorr_mlp_ratio 0.01 (int(0.64) is 0).")
 rule("LC104", "topk-power-of-two", "error", CFG,
@@ -254,7 +256,8 @@ rule("LC113", "target-layer-ids", "error", CFG,
          "equals num_target_layers the message says the ids look shifted by one.",
      why="The draft reads the hidden states of exactly these target layers, and fc.weight's input columns "
          "follow them. Without the list SGLang guesses the ids with build_target_layer_ids (wrong for 14 of 20 "
-         "published checkpoints, sglang#37475), vLLM has no fallback, TensorRT-LLM takes fc's input width from "
+         "published checkpoints, sglang#37475), vLLM feeds fc the target's default taps (layers 2, L/2 and L-3: "
+         "interfaces.py `get_eagle3_default_aux_hidden_state_layers`), TensorRT-LLM takes fc's input width from "
          "the checkpoint. An id beyond the target is refused by SGLang (\"out-of-range layer id\") and fails "
          "vLLM at run time. Wrong ids that happen to be in range load cleanly and collapse acceptance; a "
          "negative id would index from the end.",
@@ -313,12 +316,17 @@ rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window a
      doc="Fires when `layer_types` has fewer entries than num_hidden_layers; when an entry is neither "
          "\"full_attention\" nor \"sliding_attention\"; when a layer is sliding_attention but `sliding_window` "
          "is unset (not for vLLM when `dflash_config.swa_window_size` >= 1, which it reads instead); and when "
-         "`dflash_config.use_swa` is true with neither swa_window_size nor sliding_window.",
-     why="SGLang refuses a short list (\"one entry per draft layer\"), where vLLM fails with an IndexError; "
-         "SGLang refuses an unknown entry (\"Unsupported DFLASH draft layer type\") while vLLM builds it as "
-         "full attention; SGLang refuses a sliding layer without sliding_window (\"require "
-         "config.sliding_window\"), vLLM takes the window from swa_window_size. TensorRT-LLM's reading was not "
-         "established and is judged as SGLang's.",
+         "`dflash_config.use_swa` is true with neither swa_window_size nor sliding_window. For vLLM it also "
+         "fires when layer_types is longer than the layers, and when a sliding layer's window would come from "
+         "a top-level sliding_window without `use_sliding_window: true`.",
+     why="SGLang refuses a short list (\"one entry per draft layer\"); SGLang refuses an unknown entry "
+         "(\"Unsupported DFLASH draft layer type\") while vLLM builds it as full attention, another function; "
+         "SGLang refuses a sliding layer without sliding_window (\"require config.sliding_window\"), vLLM "
+         "takes the window from swa_window_size. vLLM 0.33.0 reads config.json through transformers' "
+         "Qwen3Config, which refuses a layer_types list of another length than num_hidden_layers and keeps "
+         "sliding_window only when use_sliding_window is true; its DFlash layer then refuses a sliding layer "
+         "without a window (qwen3_dflash.py `_resolve_layer_attention`: \"requires a window size\"). "
+         "TensorRT-LLM's reading was not established and is judged as SGLang's.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\"]")
 rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
      "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
@@ -487,11 +495,13 @@ rule("LC139", "integral-float", "error", CFG,
          "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
          "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
          "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
-         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM; mask_token_id, which "
-         "SGLang checks to be an integer.",
-     why="A float where Python needs an int fails at build with an untyped error: vLLM computes "
-         "`candidate_topk & (candidate_topk - 1)` and `range(num_hidden_layers)`, TensorRT-LLM's LiLiCorr head "
-         "uses the raw values for tensor sizes and ranges (a TypeError). SGLang refuses a float mask_token_id "
+         "num_target_layers, conv_kernel_size, conv_group_size) refused or used uncast by vLLM; mask_token_id, "
+         "which SGLang checks to be an integer.",
+     why="A float where Python needs an int fails at build: vLLM 0.33.0 reads config.json through "
+         "transformers' Qwen3Config, which refuses a float in its integer fields (hidden_size, "
+         "num_hidden_layers, ...: \"expected int, got float\"), and computes `candidate_topk & (candidate_topk "
+         "- 1)` and the block's slot count with the raw values (a TypeError); TensorRT-LLM's LiLiCorr head uses "
+         "the raw values for tensor sizes and ranges (a TypeError). SGLang refuses a float mask_token_id "
          "(\"must be an integer\").",
      example="    \"num_hidden_layers\": 2.0,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
 rule("LC140", "integral-float-unconfirmed", "warning", CFG,
@@ -518,14 +528,17 @@ rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1
          "layer count is never the target's, so every target_layer_id is then also out of range (LC113).",
      example="    \"num_target_layers\": 0")
 rule("LC150", "selector-geometry", "error", CFG,
-     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative, or "
-     "rank < 1 or top_k outside [2, vocab_size], as its config parser requires.", "Write the trained selector_rank and selector_top_k.",
+     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone, missing or "
+     "negative, or a top_k above vocab_size.", "Write the trained selector_rank and selector_top_k.",
      doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
-         "SGLang it fires when only one of them is set or either is negative; for vLLM when selector_rank is "
-         "missing or < 1, or selector_top_k is missing, < 2 or larger than vocab_size.",
-     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"); "
-         "vLLM's DFlash2 model refuses a rank below 1 or a top_k outside [2, vocab_size]. The selector's "
-         "tensors are sized by these values, so they cannot be guessed.",
+         "SGLang it fires when only one of them is set or either is negative; for vLLM when either is "
+         "missing or negative, or selector_top_k is larger than vocab_size.",
+     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"). "
+         "vLLM 0.33.0 reads both with a plain index and checks no range (qwen3_dflash2.py "
+         "`DFlash2Qwen3Model.__init__`, spec_decode/dflash2/speculator.py `DFlash2Speculator.__init__`): a "
+         "missing key is a KeyError, a negative size fails to build, and a top_k above the vocabulary fails "
+         "the top-k at the first draft step. The selector's tensors are sized by these values, so they cannot "
+         "be guessed.",
      example="    \"dflash_config\": {\"projector_type\": \"dflash2\", \"selector_rank\": 64}\n\n"
              "(no selector_top_k): refused by both.")
 rule("LC151", "dflash2-conv-required", "error", CFG,
@@ -553,18 +566,12 @@ rule("LC152", "markov-rank", "error", CFG,
 rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
      "Write vanilla, gated or rnn as trained.",
      doc="For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; \"vanilla\" when "
-         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla "
-         "(gated and rnn are LC154).",
+         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla only "
+         "(qwen3_dspark.py `DSparkMarkovHead`: it does not read markov_head_type, and has no parameter for the "
+         "gated or rnn tensors).",
      why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
          "refuses the config, so the drafter cannot be served there.",
      example="    \"markov_head_type\": \"lstm\"")
-rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
-     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.",
-     doc="For a DSpark head, fires when `markov_head_type` is one whose support in the runtime is unconfirmed: "
-         "gated and rnn in vLLM (only its vanilla Markov pair was read).",
-     why="Whether vLLM builds the gated or rnn Markov head, builds the vanilla one in its place, or refuses "
-         "the config was not established.",
-     example="    \"markov_head_type\": \"gated\"")
 rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
      "Write true (the trained setting) or false.",
      doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
@@ -581,9 +588,8 @@ rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len
 rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
      "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
      doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
-         "one) is missing or < 1, for the runtimes that require them: SGLang and vLLM.",
-     why="They size the prefix GRU and the embedding projection. SGLang refuses the config; vLLM reads them "
-         "from the merged config and fails with a KeyError when they are absent.",
+         "one) is missing or < 1, for the runtimes that require them: SGLang.",
+     why="They size the prefix GRU and the embedding projection; SGLang refuses the config without them.",
      example="    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 512}\n\n"
              "(no gru_hidden_dim).")
 rule("LC158", "domino-emb-dim-conflict", "error", CFG,
@@ -616,37 +622,87 @@ rule("LC144", "window-semantics", "warning", CFG,
          "from the ones the drafter was trained with.",
      example='    "layer_types": ["sliding_attention", "full_attention"],\n    "sliding_window": 8\n\n'
              "validated for all runtimes.")
-rule("LC146", "rope-theta-absent", "warning", CFG,
-     "rope_theta is absent and the selected runtimes assume different defaults, so at most one serves the trained "
-     "rotary embedding.", "Write the trained rope_theta (the target's) in config.json.",
-     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters) and the "
-         "selected runtimes whose default is recorded assume different values.",
-     why="The draft's rotary embedding must use the target's base, which the drafter was trained with. "
-         "Without the key each runtime falls back to its own default (vLLM 1e6; SGLang and TensorRT-LLM the "
-         "transformers default of their config class; these defaults are recorded from the audit and not "
-         "confirmed for every revision), so the positions the draft sees differ by runtime and acceptance "
-         "drops silently where the default is not the trained base.",
-     example="    config.json without \"rope_theta\" (and without rope_parameters.rope_theta), validated "
-             "for all runtimes.")
 rule("LC147", "rope-theta-defaulted", "info", CFG, "rope_theta is absent; the runtime assumes its default.",
      "Write the trained rope_theta (the target's) in config.json.",
-     doc="The same condition as LC146 when the selected runtimes (typically one, with --runtime) agree on the "
-         "default: the finding names the value assumed.",
-     why="The drafter loads, with the runtime's default base. That is right only if the drafter was trained "
-         "with that base; writing the key makes the checkpoint say what it was trained with.",
-     example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 1e6).")
+     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters): the "
+         "finding names the value each selected runtime assumes.",
+     why="The drafter loads, with the runtime's default base: the transformers default of its config class "
+         "(10000 for Qwen3) in SGLang, vLLM and TensorRT-LLM. vLLM 0.33.0's own 1e6 "
+         "(`set_default_rope_theta` in qwen3_dflash.py) applies only to a config class that leaves "
+         "rope_parameters without a base, which transformers' Qwen3Config never does. That is right only if "
+         "the drafter was trained with that base; writing the key makes the checkpoint say what it was "
+         "trained with.",
+     example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 10000).")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
      "Give exactly one entry per draft layer.",
      doc="Fires when `layer_types` has more entries than num_hidden_layers.",
-     why="The loaders read the first num_hidden_layers entries and ignore the rest (SGLang and vLLM both load "
-         "it), so it serves. But a list of the wrong length can be another model's (the target's layer_types "
+     why="SGLang reads the first num_hidden_layers entries and ignores the rest, so it serves (vLLM refuses "
+         "the length: LC119). But a list of the wrong length can be another model's (the target's layer_types "
          "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
              "\"sliding_attention\", \"full_attention\"]")
 
+rule("LC170", "logit-scale-served", "warning", CFG,
+     "lilicorr_logit_scale is <= 0 and the runtime serves it as declared (no check): candidate scores are flat (0) "
+     "or inverted (< 0).", "Write the trained lilicorr_logit_scale (a positive number).",
+     doc="Fires when dflash_config.lilicorr_logit_scale is <= 0, for the runtimes that do not check it: vLLM. "
+         "The runtimes that refuse it report LC103.",
+     why="vLLM 0.33.0 stores the scale as it is (lilicorr.py `LiLiCorrHead`) and multiplies every candidate "
+         "score by it, so the checkpoint loads and drafts with the function its config declares: a scale of 0 "
+         "scores every candidate path alike, a negative one prefers the worst. That is rarely what was trained; "
+         "SGLang and TensorRT-LLM refuse it.",
+     example="    \"dflash_config\": {\"lilicorr_logit_scale\": 0.0}")
+rule("LC172", "target-layer-ids-permuted", "error", CFG,
+     "target_layer_ids is not ascending, and the runtime captures the target layers in layer order: fc reads a "
+     "permuted concatenation.", "Write target_layer_ids in ascending order, with fc.weight's column blocks in "
+     "that order (retrain or permute the columns).",
+     doc="Fires when `target_layer_ids` (with no negative or repeated ids) is not in ascending order, for the "
+         "runtimes that capture the target's hidden states in layer order whatever the list's order: vLLM. "
+         "The others read the list in its order (LC114, a warning).",
+     why="vLLM 0.33.0 turns the ids into the target's capture points with `sorted(set(...))` "
+         "(interfaces.py `EagleModelMixin._set_aux_hidden_state_layers`) and concatenates the captured states "
+         "in that order. fc.weight's column blocks follow the order the drafter was trained with, so each block "
+         "then multiplies another layer's hidden state. The checkpoint loads without a word and serves a "
+         "different function.",
+     example="    \"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}\n\n"
+             "vLLM feeds fc the states of layers 1, 17, 33, in that order.")
+rule("LC173", "eagle-aux-layer-ids", "error", CFG,
+     "A top-level eagle_aux_hidden_state_layer_ids names other target layers than target_layer_ids, and the "
+     "runtime reads it first.", "Remove eagle_aux_hidden_state_layer_ids, or make it target_layer_ids + 1.",
+     doc="Fires when config.json has a non-empty top-level `eagle_aux_hidden_state_layer_ids` that is not "
+         "dflash_config.target_layer_ids with 1 added to each id, for the runtimes that read it before the "
+         "DFlash taps: vLLM.",
+     why="vLLM 0.33.0 takes the target layers fc reads from `eagle_aux_hidden_state_layer_ids` when it is set "
+         "(eagle3_utils.py `get_eagle3_aux_layers_from_config`), in its capture convention (id + 1), and only "
+         "otherwise from dflash_config.target_layer_ids. A stale EAGLE-3 key left in the config then replaces "
+         "the trained taps: the drafter loads and reads other layers' states.",
+     example="    \"eagle_aux_hidden_state_layer_ids\": [2, 18, 34],\n    \"dflash_config\": "
+             "{\"target_layer_ids\": [1, 9, 17, 25, 33]}")
+rule("LC174", "sample-from-anchor", "error", CFG,
+     "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
+     "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
+     doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
+     why="vLLM 0.33.0's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
+         "the config at start-up: \"sample_from_anchor=True is not supported for DFlash\" "
+         "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
+         "top level, which is read elsewhere.",
+     example="    \"dflash_config\": {\"sample_from_anchor\": true}")
+rule("LC175", "no-aux-hidden-state", "error", CFG,
+     "use_aux_hidden_state is false: the runtime builds no fc and drops fc.weight, so the draft runs without the "
+     "target's hidden states.", "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
+     doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
+         "runtimes that read it: vLLM.",
+     why="vLLM 0.33.0 builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
+         "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
+         "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
+     example="    \"dflash_config\": {\"use_aux_hidden_state\": false}")
+
 
 # ---------------------------------------------------------------- checks
+
+
+LISTED_DUPLICATE_KEYS = 20  # LC002 findings of their own; the rest are one finding
 
 
 @check
@@ -654,9 +710,15 @@ def config_schema(ctx: Context) -> None:
     for issue in ctx.parsed.issues:
         ctx.emit("LC001", f"config.json {issue.describe()}", file="config.json", pointer=issue.path,
                  expected=issue.expected, actual=issue.found)
-    for key in ctx.parsed.duplicate_keys:
-        ctx.emit("LC002", f"config.json repeats the key `{key}`; JSON readers keep the last value",
+    repeated = list(ctx.parsed.duplicate_keys.items())  # one entry per key, with its count
+    for key, count in repeated[:LISTED_DUPLICATE_KEYS]:
+        ctx.emit("LC002", f"config.json repeats the key `{key}` ({count} times); JSON readers keep the last value",
                  file="config.json", subjects=[key])
+    rest = repeated[LISTED_DUPLICATE_KEYS:]
+    if rest:  # a config repeating 690k keys is one more finding, not 690k of them
+        ctx.emit("LC002", f"config.json repeats {len(rest)} more keys ({sum(c for _, c in rest)} occurrences): "
+                 f"{shorten(k for k, _ in rest)}; JSON readers keep the last value of each", file="config.json",
+                 subjects=[k for k, _ in rest])
     interesting = [k for k in ctx.parsed.unknown_keys if "lilicorr" in k or "conv" in k or "block" in k
                    or "target" in k or "mask" in k]
     for key in interesting:
@@ -772,7 +834,16 @@ def lilicorr_geometry(ctx: Context) -> None:
                              file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
                              actual=0, subjects=[key])
             continue
-        if value <= 0:
+        if value <= 0 and key == "lilicorr_logit_scale":
+            checked = [p for p in ctx.profiles if p.logit_scale_checked]
+            served = [p for p in ctx.profiles if not p.logit_scale_checked]
+            ctx.emit_for("LC103", checked, f"dflash_config.{key} is {value}: {_names(checked, 'refuses|refuse')} it",
+                         file="config.json", pointer=path, expected="> 0", actual=value, subjects=[key])
+            ctx.emit_for("LC170", served, f"dflash_config.{key} is {value}: {_names(served, 'serves|serve')} it "
+                         "as declared (no check), scoring every candidate path " + (
+                             "alike" if value == 0 else "in reverse"), file="config.json", pointer=path,
+                         expected="> 0", actual=value, subjects=[key])
+        elif value <= 0:
             ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
                      expected="> 0", actual=value, subjects=[key])
     k = d["lilicorr_candidate_topk"]
@@ -888,7 +959,27 @@ def target_layer_ids(ctx: Context) -> None:
             ctx.emit("LC113", f"target_layer_ids {out} are >= num_target_layers {n}{shifted}", file="config.json",
                      pointer=path, expected=f"ids in 0..{n - 1}", actual=ids)
     if not negative and not dups and list(ids) != sorted(ids):
-        ctx.emit("LC114", f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+        sorting = [p for p in ctx.profiles if p.taps_in_layer_order]
+        in_order = [p for p in ctx.profiles if not p.taps_in_layer_order]
+        ctx.emit_for("LC172", sorting, f"target_layer_ids {ids} is not ascending: {_names(sorting, 'captures|capture')} "
+                     f"the target layers in layer order ({sorted(ids)}), so fc's column blocks read a permuted "
+                     "concatenation", file="config.json", pointer=path, expected=sorted(ids), actual=ids)
+        ctx.emit_for("LC114", in_order, f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+    _eagle_aux_layer_ids(ctx, ids)
+
+
+def _eagle_aux_layer_ids(ctx: Context, ids: list[int]) -> None:
+    """A top-level eagle_aux_hidden_state_layer_ids replacing the DFlash taps where the runtime reads it first."""
+    aux = ctx.config.eagle_aux_hidden_state_layer_ids
+    if not aux or ctx.config.dflash.target_layer_ids is None:
+        return
+    trained = [i + 1 for i in ctx.config.dflash.target_layer_ids]
+    if list(aux) != trained:
+        readers = [p for p in ctx.profiles if p.reads_eagle_aux_layer_ids]
+        ctx.emit_for("LC173", readers, f"eagle_aux_hidden_state_layer_ids {list(aux)} is not target_layer_ids + 1 "
+                     f"({trained}): {_names(readers, 'reads|read')} it first, so fc reads the target layers it "
+                     "names instead of the trained ones", file="config.json",
+                     pointer="$.eagle_aux_hidden_state_layer_ids", expected=trained, actual=list(aux))
 
 
 @check
@@ -1004,9 +1095,15 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
                  file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
-        ctx.emit("LC143", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; the "
-                 "loaders read the first ones", file="config.json", pointer="$.layer_types",
-                 expected=g.num_layers, actual=len(cfg.layer_types))
+        exact = [p for p in ctx.profiles if p.layer_types_length_exact]
+        lenient = [p for p in ctx.profiles if not p.layer_types_length_exact]
+        ctx.emit_for("LC119", exact, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers: "
+                     f"{_names(exact, 'reads|read')} the config through transformers' Qwen3Config, which refuses it "
+                     "(\"num_hidden_layers must be equal to the number of layer_types\")", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+        ctx.emit_for("LC143", lenient, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
+                     f"layers; {_names(lenient, 'reads|read')} the first ones", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
         readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
@@ -1017,10 +1114,28 @@ def backbone_config(ctx: Context) -> None:
                         f"{_names(readers, 'takes|take')} it from there)" if readers else ""),
                      runtimes=[p.name for p in strict] if readers else (), file="config.json",
                      pointer="$.sliding_window")
+    elif cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.use_sliding_window:
+        # transformers' Qwen3Config keeps sliding_window only with use_sliding_window true
+        dropping = [p for p in ctx.profiles if p.sliding_window_needs_use_sliding_window
+                    and not (p.swa_window_size_read and swa is not None and swa >= 1)]
+        ctx.emit_for("LC119", dropping, f"a layer is sliding_attention and sliding_window is {cfg.sliding_window}, "
+                     f"but use_sliding_window is not true: {_names(dropping, 'reads|read')} the config through "
+                     "transformers' Qwen3Config, which then drops sliding_window, and refuses the sliding layers "
+                     "(\"requires a window size\")", file="config.json", pointer="$.use_sliding_window",
+                     expected="true",
+                         actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window)
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
                      file="config.json", pointer="$.dflash_config.swa_window_size")
+        elif swa is None and not cfg.use_sliding_window:
+            dropping = [p for p in ctx.profiles if p.sliding_window_needs_use_sliding_window]
+            ctx.emit_for("LC119", dropping, f"dflash_config.use_swa is true with no swa_window_size, and "
+                         f"sliding_window {cfg.sliding_window} without use_sliding_window: "
+                         f"{_names(dropping, 'reads|read')} the config through transformers' Qwen3Config, which "
+                         "drops sliding_window, and refuses the sliding layers (\"requires a window size\")",
+                         file="config.json", pointer="$.use_sliding_window", expected="true",
+                         actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window)
         if swa is not None and swa < 1:
             for mode, rule_id, verb, text in (
                     ("refuses", "LC135", "refuses|refuse", "it"),
@@ -1089,8 +1204,7 @@ def _rope_theta(ctx: Context) -> None:
     for p in known:
         by.setdefault(p.rope_theta_default or "", []).append(p)
     text = "rope_theta is absent: " + "; ".join(f"{names(ps, 'assumes|assume')} {what}" for what, ps in by.items())
-    rule_id = "LC146" if len(by) > 1 else "LC147"
-    ctx.emit_for(rule_id, known, text, file="config.json", pointer="$.rope_theta", expected="the trained rope_theta",
+    ctx.emit_for("LC147", known, text, file="config.json", pointer="$.rope_theta", expected="the trained rope_theta",
                  actual="absent")
 
 
@@ -1150,6 +1264,29 @@ def _sibling_route(ctx: Context, family: str, arch: str | None) -> None:
 
 
 @check
+def speculator_keys(ctx: Context) -> None:
+    """Keys the runtimes' speculators and backbones read beyond the head geometry."""
+    cfg = ctx.config
+    if cfg.dflash.sample_from_anchor:
+        refusing = [p for p in ctx.profiles if p.sample_from_anchor_refused]
+        ctx.emit_for("LC174", refusing, f"dflash_config.sample_from_anchor is true: {_names(refusing, 'refuses|refuse')} "
+                     "it (\"sample_from_anchor=True is not supported for DFlash\")", file="config.json",
+                     pointer="$.dflash_config.sample_from_anchor", expected="absent or false", actual=True)
+    eagle = ctx.parsed.raw.get("eagle_config")
+    declared = [("$.dflash_config.use_aux_hidden_state", cfg.dflash.use_aux_hidden_state),
+                ("$.eagle_config.use_aux_hidden_state",
+                 eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None),
+                ("$.use_aux_hidden_state", cfg.use_aux_hidden_state)]
+    # qwen3_dflash.py: dflash_config over eagle_config, then the top level
+    path, value = next(((k, v) for k, v in declared if v is not None), (None, None))
+    if value is False:
+        readers = [p for p in ctx.profiles if p.use_aux_hidden_state_read]
+        ctx.emit_for("LC175", readers, f"use_aux_hidden_state is false ({path[2:]}): {_names(readers, 'builds|build')} "
+                     "no fc and drops fc.weight, so the draft runs without the target's hidden states",
+                     file="config.json", pointer=path, expected="true or absent", actual=False)
+
+
+@check
 def sibling_config(ctx: Context) -> None:
     g, cfg = ctx.geometry, ctx.config
     d = cfg.dflash
@@ -1157,6 +1294,16 @@ def sibling_config(ctx: Context) -> None:
         rank, top_k = d.selector_rank, d.selector_top_k
         pair = [p for p in ctx.profiles if p.selector_check == "pair"]
         ranged = [p for p in ctx.profiles if p.selector_check == "range"]
+        indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
+        problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
+        problems += [f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0]
+        if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
+            problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
+        if problems:
+            ctx.emit_for("LC150", indexed, f"{'; '.join(problems)}: {_names(indexed, 'reads|read')} both keys with a "
+                         "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
+                         "top selector_top_k of the vocabulary at every step", file="config.json",
+                         pointer="$.dflash_config.selector_top_k")
         if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
             ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
                          f"{_names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
@@ -1187,15 +1334,10 @@ def sibling_config(ctx: Context) -> None:
                          actual=top if top is not None else "absent")
         kind = g.markov_head_type
         if kind is not None:
-            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types
-                      and kind not in p.markov_head_types_unconfirmed]
-            unsure = [p for p in ctx.profiles if kind in p.markov_head_types_unconfirmed]
+            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
             ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {_names(refuse, 'builds|build')} only "
                          + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
                          file="config.json", pointer="$.markov_head_type", actual=kind)
-            ctx.emit_for("LC154", unsure, f"markov_head_type {kind!r}: {_names(unsure, 'is|are')} UNCONFIRMED to "
-                         "build it (only the vanilla pair was read)", file="config.json",
-                         pointer="$.markov_head_type", actual=kind)
     if g.family == "domino":
         checkers = [p for p in ctx.profiles if p.domino_checks]
         if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:

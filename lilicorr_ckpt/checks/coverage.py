@@ -11,6 +11,7 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.runtimes import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
 COV = "coverage"
@@ -192,6 +193,36 @@ rule("LC219", "embedding-4d-loaded", "info", COV,
          "stored this way serves only on TensorRT-LLM.",
      example="    lilicorr.slot_embedding   BF16 [1, 15, 1, 1024]\n\n"
              "where the 5-D layout for block size 16 and head width 1024 is [1, 1, 15, 1, 1024].")
+rule("LC225", "inert-tensor-dropped", "info", COV,
+     "A tensor no module reads, which the runtime drops knowingly: it takes no part in the drafted function.",
+     "Nothing to do for this runtime; remove it for the runtimes that refuse it (LC204).",
+     doc="Fires for tensors no module of the declared drafter reads that the runtime drops on purpose, as no "
+         "part of the drafted function: for vLLM a `t2d` table (training-only) and recomputed rotary caches "
+         "(`rotary_emb.inv_freq`, `cos_cached`, `sin_cached`). The runtimes that do not drop them report LC204.",
+     why="vLLM 0.33.0's DFlash loader skips any name containing `t2d` (qwen3_dflash.py `load_weights`) and its "
+         "AutoWeightsLoader drops the rotary caches it recomputes, so the checkpoint loads and serves the "
+         "trained function there.",
+     example="    t2d                       BOOL [151936]\n    rotary_emb.inv_freq        F32 [64]")
+rule("LC226", "tensor-alias-renamed", "info", COV,
+     "Backbone tensors use an alias (midlayer.*, encoder.fc, encoder.output_norm_enc) that the runtime renames.",
+     "Nothing to do for this runtime; `lilicorr-ckpt convert` writes the canonical names.",
+     doc="Fires when tensor names use an alias of a backbone module: `midlayer.*` for the draft's layer 0, "
+         "`encoder.fc.*` for fc, `encoder.output_norm_enc.*` for hidden_norm, for the runtimes that rename that "
+         "alias on load: vLLM (both families).",
+     why="vLLM 0.33.0's DFlash model renames them before loading (qwen3_dflash.py "
+         "`DFlashQwen3Model.hf_to_vllm_mapper`), so the checkpoint loads there. A runtime without the rename "
+         "has no parameter for the alias (LC227).",
+     example="    midlayer.self_attn.q_proj.weight   (read as layers.0.self_attn.q_proj.weight)\n    "
+             "encoder.fc.weight                  (read as fc.weight)")
+rule("LC227", "tensor-alias-refused", "error", COV,
+     "Backbone tensors use an alias (midlayer.*, encoder.fc, encoder.output_norm_enc) the runtime does not rename: "
+     "it has no parameter for them.", "Run `lilicorr-ckpt convert` to write the canonical names.",
+     doc="Fires when tensor names use an alias of a backbone module (see LC226) that the runtime does not "
+         "rename.",
+     why="Without the rename the loader finds no module of that name: it refuses the tensor or drops it, and "
+         "the module it stands for is then missing. Which aliases each runtime renames is recorded from its "
+         "loader (RuntimeProfile.tensor_aliases).",
+     example="    midlayer.mlp.down_proj.weight   (no midlayer module: the draft's layer is layers.0)")
 rule("LC216", "legacy-names-renamed", "info", COV,
      "Legacy Sequential MLP names in the head, which every selected runtime renames.",
      "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.",
@@ -239,6 +270,14 @@ def coverage(ctx: Context) -> None:
                      "them and has no parameter for them", subjects=view.legacy)
         ctx.emit_for("LC216", renaming, f"{head}: {names_of(renaming, 'renames|rename')} them to the "
                      "named-MLP layout", subjects=view.legacy)
+    for family, aliased in view.aliased.items():
+        renaming = [p for p in ctx.profiles if family in p.tensor_aliases]
+        refusing = [p for p in ctx.profiles if family not in p.tensor_aliases]
+        what = f"{len(aliased)} tensors use the `{family}` alias ({shorten(aliased, 3)})"
+        ctx.emit_for("LC226", renaming, f"{what}: {names_of(renaming, 'renames|rename')} them on load",
+                     subjects=aliased)
+        ctx.emit_for("LC227", refusing, f"{what}: {names_of(refusing, 'does not rename|do not rename')} them and has "
+                     "no parameter of that name", subjects=aliased)
 
     expected = m.tensors
     # quantized modules legitimately replace .weight's dtype/shape and add scale tensors
@@ -351,9 +390,12 @@ def coverage(ctx: Context) -> None:
                  pointer="$.has_own_lm_head", subjects=surplus["lm_head"])
     elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
         names = surplus["lm_head"]
-        ctx.emit("LC402", f"lm_head tensors are present but has_own_lm_head is not true: {_undeclared_head(ctx)}",
-                 file="config.json",
-                 pointer="$.has_own_lm_head", subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+        owning = [p for p in ctx.profiles if p.undeclared_lm_head == "owned"]
+        others = [p for p in ctx.profiles if p.undeclared_lm_head != "owned"]
+        for rule_id, profiles in (("LC402", others), ("LC406", owning)):
+            ctx.emit_for(rule_id, profiles, f"lm_head tensors are present but has_own_lm_head is not true: "
+                         f"{_undeclared_head(ctx)}", file="config.json", pointer="$.has_own_lm_head",
+                         subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
     if surplus.get("other"):
         names = [n for n in surplus["other"] if n not in fused]
         if len(names) < len(surplus["other"]):
@@ -370,9 +412,33 @@ def coverage(ctx: Context) -> None:
                      pointer="embed_tokens.weight", subjects=embed)
             names = [n for n in names if n not in embed]
     if surplus.get("other") and names:
-        ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
+        _unread(ctx, names)
 
     _shapes_and_dtypes(ctx)
+
+
+def _unread(ctx: Context, names: list[str]) -> None:
+    """Tensors no module reads: LC204 where the runtime refuses or silently loses them, LC225 where it drops them
+    knowingly (RuntimeProfile.inert_tensors)."""
+    dropped = {p.name: [n for n in names if matches_any(n, p.inert_tensors)] for p in ctx.profiles}
+    if not any(dropped.values()):
+        ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
+        return
+    refused: dict[tuple[str, ...], list[RuntimeProfile]] = {}
+    inert: dict[tuple[str, ...], list[RuntimeProfile]] = {}
+    for p in ctx.profiles:
+        rest = tuple(n for n in names if n not in dropped[p.name])
+        if rest:
+            refused.setdefault(rest, []).append(p)
+        if dropped[p.name]:
+            inert.setdefault(tuple(dropped[p.name]), []).append(p)
+    for group, profiles in refused.items():
+        ctx.emit_for("LC204", profiles, f"{len(group)} tensors no loader reads: {shorten(list(group))}",
+                     subjects=list(group))
+    for group, profiles in inert.items():
+        ctx.emit_for("LC225", profiles, f"{len(group)} tensors no module reads ({shorten(list(group))}): "
+                     f"{names_of(profiles, 'drops|drop')} them, as no part of the drafted function",
+                     subjects=list(group))
 
 
 def _unknown_tensors(ctx: Context) -> str:

@@ -15,15 +15,29 @@ rule("LC401", "own-head-missing", "error", HEAD, "has_own_lm_head is true but lm
          "lm_head weights\". SGLang does not read the flag and loads the checkpoint with the target's head.",
      example="    \"has_own_lm_head\": true\n\n"
              "and no `lm_head.weight` in the files.")
-rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true: runtimes disagree (some ignore or drop them, others use them as the draft's head).",
+rule("LC402", "own-head-undeclared", "error", HEAD, "lm_head tensors are present but has_own_lm_head is not true, and the runtime drops or ignores them (the target's head is used).",
      'Set "has_own_lm_head": true, or remove lm_head.*.',
      doc="Fires when lm_head tensors are present but `has_own_lm_head` is not true, for drafters other than "
-         "DSpark (a DSpark drafter's copy is LC405).",
+         "DSpark (a DSpark drafter's copy is LC405), for the runtimes that then use the target's head: SGLang "
+         "and TensorRT-LLM. vLLM, which serves the shipped head, reports LC406.",
      why="The runtimes read the same files differently: SGLang drops the tensor, TensorRT-LLM ignores it and "
          "uses the target's head, vLLM treats any lm_head tensor as the draft's own. The candidates are then "
          "scored with a different head depending on where the drafter is served.",
      example="    lm_head.weight   BF16 [151936, 2048]\n\n"
              "with no \"has_own_lm_head\" in config.json.")
+rule("LC406", "own-head-undeclared-owned", "warning", HEAD,
+     "lm_head tensors are present but has_own_lm_head is not true, and the runtime serves them as the draft's own "
+     "head.", 'Set "has_own_lm_head": true if the head was trained, or remove lm_head.* to borrow the target\'s.',
+     doc="Fires when lm_head tensors are present but `has_own_lm_head` is not true (drafters other than DSpark), "
+         "for the runtimes that make any lm_head tensor the draft's own head: vLLM. The runtimes that drop or "
+         "ignore it report LC402.",
+     why="vLLM 0.33.0 marks the draft as owning its head as soon as it loads an lm_head tensor (models/utils.py "
+         "`process_eagle_weight`) and keeps it unless it equals the target's (spec_decode/dflash/utils.py "
+         "`load_dflash_model`): the checkpoint loads and scores candidates with the head it ships. That is the "
+         "trained function if the head was trained (or is the target's copy); the missing flag makes the other "
+         "runtimes use the target's head instead.",
+     example="    lm_head.weight   BF16 [151936, 2048]\n\n"
+             "with no \"has_own_lm_head\" in config.json, validated with --runtime vllm.")
 rule("LC404", "own-head-dropped", "error", HEAD,
      "The checkpoint owns its lm_head but the runtime's DFlash draft has no lm_head parameter: the head is dropped "
      "and the target's is used, so the draft serves a different function than the one trained.",

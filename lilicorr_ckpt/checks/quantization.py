@@ -33,7 +33,8 @@ rule("LC302", "quant-method", "error", QNT, "config.json quantization_config has
      'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).',
      doc="Fires when config.json's quantization_config has no `quant_method`, for the runtimes that derive one "
          "but cannot here: vLLM derives it only for the nested ModelOpt form (producer modelopt) of FP8, "
-         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO and NVFP4, so it fires for the flat form, another producer or "
+         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4 and MIXED_PRECISION (model_arch_config_convertor.py "
+         "`_normalize_quantization_config`), so it fires for the flat form, another producer or "
          "another algorithm. Also fires when config.json has no quantization_config and vLLM, reading "
          "hf_quant_config.json instead, cannot derive a method from it. Where vLLM can derive the method, "
          "LC322 applies.",
@@ -82,11 +83,12 @@ rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquan
          "that the runtime builds in floating point whatever the quantization config says, or whose raw weight "
          "it slices and so needs in float. SGLang builds the draft layers' q/k/v projections, "
          "`lilicorr.factor_input_proj`, `out_head`, `in_head` and `lilicorr.feature_mlp.*` unquantized; vLLM "
-         "builds `factor_input_proj`, `out_head` and `in_head` unquantized and slices the raw q/k/v weight in "
-         "its fused-KV context path; TensorRT-LLM slices the raw q/k/v weight into its fused context-KV buffer.",
+         "builds `factor_input_proj`, `out_head` and `in_head` unquantized; TensorRT-LLM slices the raw q/k/v "
+         "weight into its fused context-KV buffer.",
      why="A packed NVFP4 weight (uint8, two values per byte) or an FP8 weight meets a float parameter of "
-         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), vLLM and TensorRT-LLM "
-         "crash with an untyped error when they slice the raw weight. For factor_input_proj / out_head / "
+         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), TensorRT-LLM crashes with "
+         "an untyped error when it slices the raw weight; vLLM 0.33.0 loads it (qwen3_dflash.py "
+         "`_build_context_kv_buffers` runs a quantized qkv_proj through its quant method). For factor_input_proj / out_head / "
          "in_head: SGLang and vLLM refuse (plain linears); TensorRT-LLM loads them quantized. For feature_mlp: "
          "SGLang refuses; vLLM and TensorRT-LLM follow the config.",
      example="    lilicorr.out_head.weight           U8      [F, h/2]\n    lilicorr.out_head.weight_scale     "
@@ -134,10 +136,12 @@ rule("LC310", "exclusion-pattern", "warning", QNT, "An exclusion pattern no runt
      doc="Fires for an exclusion pattern that keeps a training prefix (`dflash_module.` or `eagle_module.`, at "
          "the start or after a dot), or that names a draft backbone layer index (`layers.0.`, not "
          "`lilicorr.layers.N`), or that has a digit followed by `*`.",
-     why="No runtime strips training prefixes from exclusion patterns, so such a pattern matches nothing. vLLM "
-         "renumbers draft layers to `model.layers.{num_target_layers+i}`, so an index written for the draft "
-         "never matches there, and a glob such as `layers.1*` also hits layers 10-19. The module the pattern "
-         "was meant to keep in float is then built quantized (LC307, LC306).",
+     why="No runtime strips training prefixes from exclusion patterns, so such a pattern matches nothing. A "
+         "layer index is matched differently per runtime: vLLM names draft layer i `model.layers.{num_target_"
+         "layers+i}` and renumbers an index below num_target_layers in the pattern alike (models/utils.py "
+         "`map_draft_quant_config`), so `layers.0.` means the draft's layer 0 there while `model.layers.4.` is "
+         "taken as written; a glob such as `layers.1*` also hits layers 10-19. Where the pattern misses, the "
+         "module it was meant to keep in float is built quantized (LC307, LC306).",
      example="    \"ignore\": [\"dflash_module.lilicorr.out_head\", \"model.layers.0.self_attn.q_proj\"]")
 rule("LC311", "quant-without-metadata", "error", QNT, "Quantized tensors but no quantization metadata.",
      "Write hf_quant_config.json and config.json quantization_config.",
@@ -157,16 +161,6 @@ rule("LC312", "quant-algo", "error", QNT, "The quantization algorithm is missing
          "an absent algorithm leaves nothing to build from.",
      example="    \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"W8A16\", "
              "\"ignore\": [\"lm_head\"]}")
-rule("LC313", "fused-shards-disagree", "error", QNT, "The exclusions name some but not all parts of a fused module.",
-     "Exclude all of q/k/v (gate/up) or none.",
-     doc="For vLLM, fires when the exclusions name some but not all shards of a fused module exactly (q_proj / "
-         "k_proj / v_proj of `qkv_proj`, gate_proj / up_proj of `gate_up_proj`), as vLLM names them.",
-     why="A fused layer has one quantization state for all its shards; vLLM refuses exclusions that split it. "
-         "The conflict is judged for vLLM's matching only.",
-     example="    \"num_target_layers\": 4,\n    \"quantization_config\": {\"ignore\": "
-             "[\"model.layers.4.self_attn.q_proj\"], ...}\n\n"
-             "excludes the q shard of draft layer 0 (vLLM's `model.layers.4.self_attn.qkv_proj`) but not k and "
-             "v.")
 rule("LC314", "quant-unconfirmed", "warning", QNT, "A quantized module whose quantized loading is not confirmed for this runtime.",
      "Keep it in the model dtype, or test the runtime yourself.",
      doc="Per runtime, fires for a module stored quantized, with the config quantizing it and no exclusion "
@@ -219,10 +213,11 @@ rule("LC320", "flat-exclusions-key", "error", QNT,
      "hf_quant_config.json).",
      doc="Fires when config.json's quantization_config is in the flat form and lists its exclusions under "
          "`exclude_modules` with no `ignore`, for the runtimes that read only `ignore` from the flat form: "
-         "SGLang and vLLM.",
-     why="SGLang's ModelOpt FP4 config reads the flat form's exclusions from `ignore` only (default: none), "
-         "and so does vLLM's flat-form parser. They see no exclusion and would build every float module "
-         "quantized; the load then fails on the modules stored in float (LC307).",
+         "SGLang.",
+     why="SGLang's ModelOpt FP4 config reads the flat form's exclusions from `ignore` only (default: none): it "
+         "sees no exclusion and would build every float module quantized; the load then fails on the modules "
+         "stored in float (LC307). vLLM 0.33.0 falls back to `exclude_modules` (modelopt.py "
+         "`ModelOptQuantConfigBase.from_config`).",
      example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
              "\"group_size\": 16,\n                            \"exclude_modules\": [\"lm_head\", \"*q_proj\", "
              "\"*k_proj\", \"*v_proj\"]}")
@@ -391,8 +386,9 @@ def _judge(ctx: Context, qc: QuantConfig | None, profiles: list[RuntimeProfile],
         elif "layer_index" in problems:
             renumber = [p for p in ctx.profiles if p.renumbers_draft_layers]
             ctx.emit("LC310", f"exclusion `{pattern}` names a layer index"
-                     + (f"; {_names(renumber, 'renumbers|renumber')} draft layers (model.layers.{{num_target_layers+i}})"
-                        if renumber else "") + " and a glob like `layers.1*` also hits layers.1x",
+                     + (f"; {_names(renumber, 'names|name')} draft layer i model.layers.{{num_target_layers+i}} and "
+                        "renumbers an index below num_target_layers in the pattern alike" if renumber else "")
+                     + "; a glob like `layers.1*` also hits layers.1x",
                      file=qc.source, subjects=[pattern], runtimes=scope)
         elif not any(excluded_by(matcher, module, (pattern,), m.geometry.num_target_layers).excluded
                      for module in m.modules for matcher in MATCHERS):
@@ -507,8 +503,6 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
             forced = matches_any(module, p.float_forced)
             required = matches_any(module, p.float_required)
             exclusion = excluded_by(p.name, module, qc.read_by(p).exclude, n_target)
-            if exclusion.conflict:
-                note("LC313", module, [p.name], exclusion.conflict)
             if state in ("nvfp4", "fp8"):
                 if forced or required:
                     note("LC306", module, [p.name])
@@ -533,7 +527,6 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
         "LC308": "is excluded from quantization but stored quantized: the runtime builds a float layer and the "
                  "packed weight fails its shape check",
         "LC309": "is always built in float by the runtime but is not in the exclusions",
-        "LC313": "",
         "LC314": "is quantized, and this runtime's support for that is not confirmed",
     }
     merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
@@ -546,9 +539,7 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
         label = group if len(modules) > 1 else modules[0]
         count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
         text = f"`{label}`{count} {messages[rule_id]}".rstrip()
-        if rule_id == "LC313":
-            text = f"`{label}`: {detail}"
-        elif detail:
+        if detail:
             text += f" ({detail})"
         if label.startswith("lm_head") and rule_id == "LC307":
             text += "; a bf16 owned head must be listed in the exclusions"

@@ -43,7 +43,7 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     nested_quant_method_algos: tuple[str, ...] | None  # algos it derives quant_method for in the nested form
     mask_token_fallback: str  # what it does when mask_token_id is missing
     target_layer_ids_fallback: str
-    # flat quantization_config: the exclusion list it reads (None: unconfirmed, `exclude_modules` taken as a fallback)
+    # flat quantization_config: the only exclusion list it reads (None: `ignore`, else `exclude_modules`)
     flat_exclusions_key: str | None = None
     # flat quantization_config: the group size it uses when there is no top-level group_size
     # (None: unconfirmed, config_groups.group_0.weights.group_size taken as a fallback)
@@ -109,13 +109,32 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # Sibling heads: (family, architectures[0] or "*", "loads" | "refuses" | "unconfirmed", why). A family and
     # architecture with no row is not loaded as that head.
     sibling_routes: tuple[tuple[str, str, str, str], ...] = ()
-    # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V)
+    # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V),
+    # "indexed" (both read with a plain index, no range check: a KeyError without them, a negative size fails to build)
     selector_check: str = ""
     markov_rank_top_level: bool = False  # DSpark: reads markov_rank from the top level and requires it > 0
     markov_head_types: tuple[str, ...] = ()  # DSpark markov_head_type values it builds; others refused
-    markov_head_types_unconfirmed: tuple[str, ...] = ()
     domino_checks: bool = False  # shift_label bool, pure_draft_prefix_len 1, emb_dim agreement, block_size > 1
     domino_dims_required: bool = False  # gru_hidden_dim and emb_dim >= 1
+    # refuses lilicorr_logit_scale <= 0 (False: serves it as declared, LC170)
+    logit_scale_checked: bool = True
+    # its config class (transformers' Qwen3Config) refuses layer_types whose length differs from num_hidden_layers
+    layer_types_length_exact: bool = False
+    # reads the top-level sliding_window through transformers' Qwen3Config, which keeps it only with
+    # use_sliding_window true (else a sliding layer has no window)
+    sliding_window_needs_use_sliding_window: bool = False
+    # tensors it drops that take no part in the drafted function (fnmatch over canonical names): LC225, not LC204
+    inert_tensors: tuple[str, ...] = ()
+    # captures the target layers fc reads in layer order (sorted, deduplicated), whatever target_layer_ids' order
+    taps_in_layer_order: bool = False
+    # a top-level eagle_aux_hidden_state_layer_ids replaces target_layer_ids (+1) as the layers fc reads
+    reads_eagle_aux_layer_ids: bool = False
+    # tensor-name aliases it renames on load: "midlayer" (midlayer.* -> layers.0.*), "encoder" (encoder.fc.* ->
+    # fc.*, encoder.output_norm_enc.* -> hidden_norm.*); LC226 where renamed, LC227 where not
+    tensor_aliases: tuple[str, ...] = ()
+    sample_from_anchor_refused: bool = False  # refuses dflash_config.sample_from_anchor true
+    # use_aux_hidden_state false builds no fc and drops fc.weight (the draft runs without the target's features)
+    use_aux_hidden_state_read: bool = False
 
     @property
     def display(self) -> str:

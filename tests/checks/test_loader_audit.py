@@ -113,6 +113,28 @@ def drop_lilicorr_geometry(cfg: dict[str, Any]) -> None:
         del cfg["dflash_config"][key]
 
 
+def rename(old: str, new: str) -> Callable[[Tensors], None]:
+    """Rename the tensors whose name starts with `old`."""
+    def apply(t: Tensors) -> None:
+        for n in [n for n in t if n.startswith(old)]:
+            t[new + n[len(old):]] = t.pop(n)
+    return apply
+
+
+def chain(*fns: Callable[[Tensors], None]) -> Callable[[Tensors], None]:
+    def apply(t: Tensors) -> None:
+        for fn in fns:
+            fn(t)
+    return apply
+
+
+def nested_inline_without_group_size(cfg: dict[str, Any]) -> None:
+    """config.json's quantization_config in ModelOpt's nested form, without its group_size."""
+    flat = cfg["quantization_config"]
+    cfg["quantization_config"] = {"producer": flat["producer"], "quantization": {
+        "quant_algo": flat["quant_algo"], "kv_cache_quant_algo": None, "exclude_modules": flat["ignore"]}}
+
+
 def embedding_4d(t: Tensors) -> None:
     """slot_embedding [1, 1, S, 1, h] stored as [1, S, 1, h] (the leading singleton dropped)."""
     dtype, shape, data = t["lilicorr.slot_embedding"]
@@ -165,7 +187,7 @@ ROWS = [
         rules=("LC129",)),
     Row("sglang_checks_taps_against_draft_layers_without_num_target_layers", "E3", (1, 0, 0),
         edit=both(top(num_target_layers=DROP), nested(num_target_layers=DROP)), rules=("LC130",)),
-    Row("trt_slices_raw_qkv", "E6/Q1", (1, 1, 1), write={"quant": "NVFP4", "quantize": servable_plus(*QKV_MODULES)},
+    Row("trt_slices_raw_qkv", "E6/Q1", (1, 0, 1), write={"quant": "NVFP4", "quantize": servable_plus(*QKV_MODULES)},
         rules=("LC306",)),
     Row("hidden_act_gelu_refused_by_dflash_mlp", "E7", (1, 1, "w"), edit=top(hidden_act="gelu"),
         rules=("LC131", "LC132")),
@@ -190,7 +212,8 @@ ROWS = [
         config={"dflash": {"lilicorr_hidden_size": 0}}, rules=("LC105",)),
     Row("heads_do_not_divide_width", "C6", (1, 1, 1), edit=nested(lilicorr_num_heads=3), rules=("LC106",)),
     Row("vector_eps_half_refused_by_trt", "C7", (0, 0, 1), edit=nested(lilicorr_vector_eps=0.5), rules=("LC107",)),
-    Row("logit_scale_nonpositive", "C8", (1, 1, 1), edit=nested(lilicorr_logit_scale=0.0), rules=("LC103",)),
+    Row("logit_scale_nonpositive", "C8", (1, "w", 1), edit=nested(lilicorr_logit_scale=0.0),
+        rules=("LC103", "LC170")),
     Row("integral_float_topk_cast_by_sglang_only", "C9", (0, 1, 1),
         raw=lambda s: s.replace('"lilicorr_candidate_topk": 4', '"lilicorr_candidate_topk": 4.0'),
         rules=("LC139", "LC141")),
@@ -218,7 +241,7 @@ ROWS = [
     Row("conv_group_not_dividing_width", "C26", (1, 1, 1), config={"conv": (2, 16)},
         edit=nested(conv_group_size=3), rules=("LC116",)),
     Row("layer_types_short", "C28", (1, 1, 1), edit=top(layer_types=["full_attention"]), rules=("LC119",)),
-    Row("layer_types_long_extra_entries_ignored", "C29", ("w", "w", "w"),
+    Row("layer_types_long_extra_entries_ignored", "C29", ("w", 1, "w"),
         edit=top(layer_types=["full_attention"] * 3), rules=("LC143",)),
     Row("unknown_layer_type", "C30", (1, 1, 1), edit=top(layer_types=["full_attention", "linear_attention"]),
         rules=("LC119",)),
@@ -252,7 +275,7 @@ ROWS = [
     Row("fc_width_mismatch", "T10", (1, 1, 1), mutate=retype("fc.weight", "BF16", (64, 192)), rules=("LC208",)),
     Row("embed_tokens_copy_dropped_used_or_replaced", "T11", ("w", "w", "w"),
         mutate=add("embed_tokens.weight", (512, 64)), rules=("LC218",)),
-    Row("undeclared_lm_head", "T12", (1, 1, 1), mutate=add("lm_head.weight", (512, 64)), rules=("LC402",)),
+    Row("undeclared_lm_head", "T12", (1, "w", 1), mutate=add("lm_head.weight", (512, 64)), rules=("LC402", "LC406")),
     Row("own_head_flag_without_tensor", "T13", (0, 1, 1), edit=top(has_own_lm_head=True), rules=("LC401",)),
     Row("training_prefix_not_stripped", "T16", (1, 1, 1), write={"key_prefix": "dflash_module."},
         rules=("LC212",)),
@@ -266,7 +289,7 @@ ROWS = [
         write={"quant": "FP8", "quantize": servable_plus("lilicorr.out_head")}, rules=("LC306",)),
     Row("in_proj_quantized_bare_parameter", "Q4", (1, 1, 1),
         mutate=retype("lilicorr.layers.0.attn.in_proj_weight", "U8", (96, 16)), rules=("LC209",)),
-    Row("sglang_and_vllm_flat_quant_read_ignore_only", "E4", (1, 1, 0), write={"quant": "NVFP4"},
+    Row("flat_quant_exclusions_under_exclude_modules", "E4", (1, 0, 0), write={"quant": "NVFP4"},
         edit=lambda c: c["quantization_config"].__setitem__("exclude_modules",
                                                             c["quantization_config"].pop("ignore")),
         rules=("LC320",)),
@@ -287,12 +310,12 @@ ROWS = [
         edit=both(nested(target_layer_ids=DROP), top(target_layer_ids=DROP)), rules=("LC113",)),
     Row("dflash2_selector_top_k_alone_refused", "C27", (1, 1, "w"), base=lambda: fixtures.sibling_config("dflash2"),
         edit=nested(selector_top_k=DROP), rules=("LC150", "LC015")),
-    Row("sliding_layers_causal_in_sglang_vllm_symmetric_in_trt", "C32", ("w", "w", "w"),
+    Row("sliding_layers_causal_in_sglang_vllm_symmetric_in_trt", "C32", ("w", 1, "w"),
         edit=both(SLIDING, top(sliding_window=8)), rules=("LC144",)),
-    Row("mixed_sliding_and_full_layers_runner_dependent", "C34", ("w", "w", "w"),
+    Row("mixed_sliding_and_full_layers_runner_dependent", "C34", ("w", 1, "w"),
         edit=top(layer_types=["sliding_attention", "full_attention"], sliding_window=8), rules=("LC144",)),
-    Row("rope_theta_absent_vllm_assumes_1e6", "C35", ("w", "w", "w"), edit=top(rope_theta=DROP),
-        rules=("LC146",)),
+    Row("rope_theta_absent_defaulted_by_the_config_class", "C35", (0, 0, 0), edit=top(rope_theta=DROP),
+        rules=("LC147",)),
     Row("max_position_embeddings_absent_defaulted", "C36", (0, 0, 0), edit=top(max_position_embeddings=DROP)),
     Row("servable_modules_quantized_load", "Q5", (0, 0, 0), write={"quant": "NVFP4"}),
     Row("unsupported_head_quant_algo_refused", "Q8", (1, 1, 1), write={"quant": "NVFP4"},
@@ -306,8 +329,51 @@ ROWS = [
     Row("slot_embedding_4d_loaded_by_trt_only", "T6", (1, 1, 0), mutate=embedding_4d, rules=("LC208", "LC219")),
     Row("conv_partial", "T9", (1, 1, 1), config={"conv": (2, 16)}, mutate=drop_first(".attention_conv."),
         rules=("LC207",)),
-    Row("t2d_tensor_not_read", "T14", (1, 1, 1), mutate=add("t2d", (512,)), rules=("LC204",)),
-    Row("rotary_buffer_not_read", "T15", (1, 1, 1), mutate=add("rotary_emb.inv_freq", (8,)), rules=("LC204",)),
+    Row("t2d_tensor_not_read", "T14", (1, 0, 1), mutate=add("t2d", (512,)), rules=("LC204", "LC225")),
+    Row("rotary_buffer_not_read", "T15", (1, 0, 1), mutate=add("rotary_emb.inv_freq", (8,)),
+        rules=("LC204", "LC225")),
+    # ---- vLLM 0.33.0: conditions of the released wheel (docs/validate.md, the vLLM table; ids from 60)
+    Row("vllm_captures_taps_in_layer_order", "C60", ("w", 1, "w"), edit=nested(target_layer_ids=[2, 0]),
+        rules=("LC114", "LC172")),
+    Row("vllm_reads_eagle_aux_layer_ids_first", "C61", (0, 1, 0), edit=top(eagle_aux_hidden_state_layer_ids=[2, 4]),
+        rules=("LC173",)),
+    Row("eagle_aux_layer_ids_equal_to_the_taps", "C62", (0, 0, 0), edit=top(eagle_aux_hidden_state_layer_ids=[1, 3])),
+    Row("vllm_refuses_sample_from_anchor", "C63", (0, 1, 0), edit=nested(sample_from_anchor=True), rules=("LC174",)),
+    Row("vllm_drops_fc_without_aux_hidden_state", "C64", (0, 1, 0), edit=nested(use_aux_hidden_state=False),
+        rules=("LC175",)),
+    Row("sliding_window_kept_with_use_sliding_window", "C65", ("w", "w", "w"),
+        edit=both(SLIDING, top(sliding_window=8, use_sliding_window=True)), rules=("LC144",)),
+    Row("target_layer_ids_duplicated", "C66", (1, 1, 1), edit=nested(target_layer_ids=[2, 2]), rules=("LC113",)),
+    Row("mask_token_id_at_the_top_level_only", "C67", (0, 0, 0),
+        edit=both(nested(mask_token_id=DROP), top(mask_token_id=511))),
+    Row("vllm_renames_midlayer", "T60", (1, 0, 1), config={"head": False, "num_hidden_layers": 1},
+        mutate=rename("layers.0.", "midlayer."), rules=("LC226", "LC227")),
+    Row("vllm_renames_encoder_aliases", "T61", (1, 0, 1),
+        mutate=chain(rename("fc.weight", "encoder.fc.weight"), rename("hidden_norm.", "encoder.output_norm_enc.")),
+        rules=("LC226", "LC227")),
+    Row("backbone_tensor_missing_served_uninitialised", "T62", (1, 1, 1),
+        mutate=drop("layers.0.mlp.down_proj.weight"), rules=("LC203",)),
+    Row("surplus_bias_dropped_by_ignore_suffix", "T63", (1, 1, 1),
+        mutate=add("layers.0.self_attn.q_proj.bias", (64,)), rules=("LC204",)),
+    Row("tensor_of_a_layer_not_built", "T64", (1, 1, 1), mutate=add("layers.2.input_layernorm.weight", (64,)),
+        rules=("LC204",)),
+    Row("qkv_shards_named_exactly_do_not_exclude_fused_qkv", "Q60", ("w", 1, "w"), write={"quant": "NVFP4"},
+        edit=inline_exclusions(lambda p: [x for x in p if x not in ("*q_proj", "*k_proj", "*v_proj", "*qkv_proj")]
+                               + [f"layers.{i}.self_attn.{x}_proj" for i in (0, 1) for x in "qkv"]),
+        edit_hf=file_exclusions(lambda p: [x for x in p if x not in ("*q_proj", "*k_proj", "*v_proj", "*qkv_proj")]
+                                + [f"layers.{i}.self_attn.{x}_proj" for i in (0, 1) for x in "qkv"]),
+        rules=("LC307",)),
+    Row("draft_layer_index_exclusion_renumbered_by_vllm", "Q61", ("w", "w", "w"),
+        write={"quant": "NVFP4", "quantize": servable_plus() - {"layers.0.mlp.down_proj"}},
+        edit=inline_exclusions(lambda p: [*p, "layers.0.mlp.down_proj"]),
+        edit_hf=file_exclusions(lambda p: [*p, "layers.0.mlp.down_proj"]), rules=("LC310",)),
+    Row("backbone_weight_scale_2_missing_served_from_garbage", "Q62", (1, 1, 1), write={"quant": "NVFP4"},
+        mutate=drop("layers.0.mlp.down_proj.weight_scale_2"), rules=("LC304",)),
+    Row("nested_w4a16_in_hf_quant_config_only", "Q63", (0, 1, 0), write={"quant": "W4A16_NVFP4"},
+        edit=top(quantization_config=DROP), rules=("LC302",)),
+    Row("nested_inline_nvfp4_without_group_size", "Q64", ("w", 1, "w"), write={"quant": "NVFP4"},
+        edit=nested_inline_without_group_size, rules=("LC303",)),
+    Row("flat_w4a16_loads", "Q65", (0, 0, 0), write={"quant": "W4A16_NVFP4"}),
 ]
 
 
@@ -385,11 +451,11 @@ def _row(name: str) -> Row:
 
 
 def test_rope_theta_defaults_are_named_per_runtime(tmp_path):
-    path = build(tmp_path, _row("rope_theta_absent_vllm_assumes_1e6"))
-    both = next(f for f in run(path).findings if f.rule == "LC146")
-    assert f"{VL} assumes 1e6" in both.message and f"{SG} and {TR} assume" in both.message
+    path = build(tmp_path, _row("rope_theta_absent_defaulted_by_the_config_class"))
+    found = next(f for f in run(path).findings if f.rule == "LC147")
+    assert f"{SG}, {VL} and {TR} assume the transformers config class's default" in found.message
     alone = run(path, runtime="vllm")
-    assert [(f.rule, f.severity) for f in alone.findings if f.rule in ("LC146", "LC147")] == [("LC147", "info")]
+    assert [(f.rule, f.severity) for f in alone.findings if f.rule == "LC147"] == [("LC147", "info")]
 
 
 def test_sliding_semantics_warn_only_where_the_selected_runtimes_differ(tmp_path):

@@ -174,9 +174,6 @@ EXTRA: dict[str, Build] = {
     "LC310": then(quant(), exclusions(lambda ex: [*ex, "dflash_module.lilicorr.out_head"])),
     "LC312": then(quant(), cfg(lambda c: c["quantization_config"].__setitem__("quant_algo", "W8A16")),
                   hfq(lambda d: d["quantization"].__setitem__("quant_algo", "W8A16"))),
-    "LC313": then(quant(), exclusions(lambda ex: [p for p in ex if p not in ("*q_proj", "*k_proj", "*v_proj",
-                                                                            "*qkv_proj")]
-                                      + ["model.layers.4.self_attn.q_proj"])),
     "LC314": plain(quant(config=OWNED, quantize=fixtures.servable_quantized(fixtures.manifest_for(OWNED))
                          | {"lm_head"})),
     "LC315": plain(quant("W4A16_NVFP4", mutate=lambda t: t.__setitem__("fc.input_scale", ("F32", (), SCALAR)))),

@@ -69,6 +69,14 @@ def retype(name: str, dtype: str, shape: tuple[int, ...] | None = None) -> Mutat
     return apply
 
 
+def rename(old: str, new: str) -> Mutate:
+    """Rename the tensors whose name starts with `old`."""
+    def apply(t: Tensors) -> None:
+        for n in [n for n in t if n.startswith(old)]:
+            t[new + n[len(old):]] = t.pop(n)
+    return apply
+
+
 def chain(*fns: Callable[[Any], None]) -> Callable[[Any], None]:
     def apply(x: Any) -> None:
         for fn in fns:
@@ -163,10 +171,31 @@ CASES = [
     # ---- owned lm_head
     Case("own-head-flag-without-tensor", "LC401", "error", ["vllm", "trtllm"], drop("lm_head.weight"), config={"own_lm_head": True},
          contains=("has_own_lm_head", "lm_head.weight"), subjects=("lm_head.weight",), also=frozenset({"LC403"})),
-    Case("lm-head-without-flag", "LC402", "error", [], add("lm_head.weight", (512, 64)),
-         contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true"),
-    Case("lm-head-flag-false", "LC402", "error", [], add("lm_head.weight", (512, 64)),
-         edit=lambda c: c.__setitem__("has_own_lm_head", False), expected="true", actual="False"),
+    Case("lm-head-without-flag", "LC402", "error", ["sglang", "trtllm"], add("lm_head.weight", (512, 64)),
+         contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true", also=frozenset({"LC406"})),
+    Case("lm-head-flag-false", "LC402", "error", ["sglang", "trtllm"], add("lm_head.weight", (512, 64)),
+         edit=lambda c: c.__setitem__("has_own_lm_head", False), expected="true", actual="False",
+         also=frozenset({"LC406"})),
+    # vLLM serves any lm_head tensor as the draft's own head
+    Case("lm-head-without-flag-served-as-own", "LC406", "warning", ["vllm"], add("lm_head.weight", (512, 64)),
+         contains=(f"{VL} treats any lm_head tensor as the draft's own head",), subjects=("lm_head.weight",),
+         also=frozenset({"LC402"})),
+    # ---- tensors vLLM drops knowingly, and the backbone aliases it renames
+    Case("t2d-dropped-by-vllm", "LC225", "info", ["vllm"], add("t2d", (512,)),
+         contains=(f"{VL} drops them",), subjects=("t2d",), also=frozenset({"LC204"})),
+    Case("t2d-unread-elsewhere", "LC204", "error", ["sglang", "trtllm"], add("t2d", (512,)),
+         subjects=("t2d",), also=frozenset({"LC225"})),
+    Case("midlayer-alias-renamed", "LC226", "info", ["vllm"],
+         rename("layers.0.", "midlayer."), config={"head": False, "num_hidden_layers": 1},
+         contains=("`midlayer` alias", f"{VL} renames them"), subjects=("midlayer.mlp.down_proj.weight",),
+         also=frozenset({"LC227"})),
+    Case("midlayer-alias-refused", "LC227", "error", ["sglang", "trtllm"],
+         rename("layers.0.", "midlayer."), config={"head": False, "num_hidden_layers": 1},
+         contains=("`midlayer` alias", "has no parameter"), also=frozenset({"LC226"})),
+    Case("encoder-alias-renamed", "LC226", "info", ["vllm"],
+         chain(rename("fc.weight", "encoder.fc.weight"), rename("hidden_norm.", "encoder.output_norm_enc.")),
+         contains=("`encoder` alias",), subjects=("encoder.fc.weight", "encoder.output_norm_enc.weight"),
+         also=frozenset({"LC227"})),
 ]
 
 
