@@ -37,8 +37,8 @@ Examples:
   lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
-  lilicorr-ckpt smoke ./drafter -t ./Qwen3-235B --engine sglang=http://gpu-box:30000 --baseline profile.json
-  lilicorr-ckpt smoke ./drafter -t ./Qwen3-235B --engine vllm=http://gpu-box:8000 --concurrency 8
+  lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json
+  lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine vllm=http://localhost:8000 --concurrency 8
 
 With --engine the probes go, as token ids, to a server the user started with the drafter (smoke prints its
 launch command); acceptance is read as that engine counts it and compared with a reference profile
