@@ -61,7 +61,8 @@ rule("LC204", "unexpected-tensor", "error", COV, "A tensor no loader reads; some
          "their own rules; a draft `embed_tokens.weight` is LC218). A layer beyond num_hidden_layers and a "
          "`mask_hidden` tensor are typical.",
      why="What the loaders do with an unknown tensor differs: SGLang drops it silently, so whatever it was "
-         "trained to do is lost; vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
+         "trained to do is lost (a rotary `inv_freq` buffer, which it rebuilds from the rope config, is the "
+         "one tensor it may drop harmlessly, so it is not reported for SGLang); vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
          "Often the tensor belongs to a module the config does not build, which means the config is not the "
          "trained one.",
      example="    mask_hidden                             [1, 2048]\n    layers.2.self_attn.q_proj.weight      "
@@ -128,8 +129,8 @@ rule("LC211", "name-collision", "error", COV, "Two tensors map to the same name 
      doc="Fires when two tensor names become the same name after the loaders' renaming: the prefixes "
          "`dflash_module.`, `eagle_module.` and `model.` stripped, and the legacy Sequential head names mapped "
          "to the named-MLP ones.",
-     why="SGLang loads both and the second overwrites the first, so which copy serves depends on file order; "
-         "vLLM refuses; TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
+     why="SGLang refuses (the legacy name has no parameter: check_head_weight_coverage); vLLM refuses; "
+         "TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
      example="    lilicorr.feature_mlp.1.weight\n    lilicorr.feature_mlp.up_proj.weight\n\n"
              "(the legacy and the new name of one tensor), or `fc.weight` beside `model.fc.weight`.")
 rule("LC212", "training-prefix", "error", COV, "Tensor names still carry a training prefix (dflash_module./eagle_module.) no loader strips.",
@@ -168,9 +169,10 @@ rule("LC217", "legacy-names-refused", "error", COV,
      "Legacy Sequential MLP names in the head, for which the runtime has no parameter (it does not rename them).",
      "Run `lilicorr-ckpt convert` to write the named-MLP layout.",
      doc="Fires when head tensors use the legacy Sequential names (`lilicorr.feature_mlp.0` / `.1` / `.3`, "
-         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: vLLM.",
-     why="vLLM's named-MLP revision has no parameter for the Sequential names and refuses the checkpoint. "
-         "SGLang and TensorRT-LLM rename them (LC216).",
+         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: SGLang and vLLM.",
+     why="SGLang 0.5.23's LiLiCorrDraftModel.load_weights renames nothing, so check_head_weight_coverage finds "
+         "the named-MLP parameters missing; vLLM's named-MLP revision has no parameter for the Sequential "
+         "names. Both refuse the checkpoint. TensorRT-LLM renames them (LC216).",
      example="    lilicorr.feature_mlp.0.weight\n    lilicorr.feature_mlp.1.weight\n    "
              "lilicorr.feature_mlp.3.weight")
 rule("LC218", "embed-tokens-copy", "warning", COV,
@@ -228,10 +230,9 @@ rule("LC216", "legacy-names-renamed", "info", COV,
      "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.",
      doc="Fires when head tensors use the legacy Sequential names of the training module "
          "(`lilicorr.feature_mlp.0` / `.1` / `.3`, `lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that "
-         "rename them to the named-MLP layout: SGLang and TensorRT-LLM.",
-     why="Nothing breaks on these runtimes: SGLang (the revision with legacy renaming) and TensorRT-LLM rename "
-         "them on load. vLLM's named-MLP revision does not (LC217), so the checkpoint is portable only once "
-         "renamed.",
+         "rename them to the named-MLP layout: TensorRT-LLM.",
+     why="Nothing breaks on this runtime: TensorRT-LLM renames them on load. SGLang and vLLM do not (LC217), "
+         "so the checkpoint is portable only once renamed.",
      example="    lilicorr.feature_mlp.1.weight     (read as lilicorr.feature_mlp.up_proj.weight)\n    "
              "lilicorr.layers.0.mlp.2.weight    (read as lilicorr.layers.0.mlp.down_proj.weight)")
 
@@ -391,11 +392,15 @@ def coverage(ctx: Context) -> None:
     elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
         names = surplus["lm_head"]
         owning = [p for p in ctx.profiles if p.undeclared_lm_head == "owned"]
-        others = [p for p in ctx.profiles if p.undeclared_lm_head != "owned"]
-        for rule_id, profiles in (("LC402", others), ("LC406", owning)):
+        dropping = [p for p in ctx.profiles if p.undeclared_lm_head == "dropped"]
+        ignoring = [p for p in ctx.profiles if p not in owning and p not in dropping]
+        for rule_id, profiles in (("LC402", ignoring), ("LC406", owning)):
             ctx.emit_for(rule_id, profiles, f"lm_head tensors are present but has_own_lm_head is not true: "
                          f"{_undeclared_head(ctx)}", file="config.json", pointer="$.has_own_lm_head",
                          subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+        ctx.emit_for("LC407", dropping, f"lm_head tensors without has_own_lm_head: {names_of(dropping, 'has|have')} "
+                     "no lm_head parameter for the draft, drops them and scores candidates with the target's head, as "
+                     "the config declares", file="config.json", pointer="$.has_own_lm_head", subjects=names)
     if surplus.get("other"):
         names = [n for n in surplus["other"] if n not in fused]
         if len(names) < len(surplus["other"]):
@@ -413,7 +418,6 @@ def coverage(ctx: Context) -> None:
             names = [n for n in names if n not in embed]
     if surplus.get("other") and names:
         _unread(ctx, names)
-
     _shapes_and_dtypes(ctx)
 
 
@@ -455,6 +459,9 @@ def _undeclared_head(ctx: Context) -> str:
             "ignored": "ignores them and uses the target's head"}
     return "; ".join(f"{p.display} {said[p.undeclared_lm_head]}" for p in ctx.profiles)
 
+
+# buffers a model derives from its config (the rotary inverse frequencies): a runtime that drops unknown tensors
+# loses nothing by dropping them
 
 SIBLINGS = ("dflash2", "dspark", "domino")
 _OWNER = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",

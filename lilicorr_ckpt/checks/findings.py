@@ -118,10 +118,12 @@ RETIRED: dict[str, str] = {
              "parameter for the gated or rnn tensors (qwen3_dspark.py): LC153 (error)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
              "where the runtime renames them",
-    "LC313": "fused-shards-disagree (error): vLLM 0.33.0's draft quant config has no packed-module mapping, so a "
-             "fused qkv_proj / gate_up_proj is matched by its fused name alone and shards named in the exclusions "
-             "exclude nothing: LC307 where the module is then built quantized",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
+    "LC130": "taps-vs-draft-layers (error): SGLang 0.5.23's DFlashDraftModel.__init__ takes num_target_layers as "
+             "max(target_layer_ids) + 1 when it is absent, so the ids are never checked against the draft's layers",
+    "LC324": "flat-group-size-missing (error): SGLang 0.5.23's ModelOptFp4Config.from_config defaults NVFP4's group "
+             "size to 16 when the flat form gives none: LC321 where the weights used another, LC325 where the "
+             "group size is not 16",
 }
 
 

@@ -86,11 +86,11 @@ PROFILE = RuntimeProfile(
     markov_head_types=("vanilla",),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read
     logit_scale_checked=False,  # LiLiCorrHead stores lilicorr_logit_scale without a check
     layer_types_length_exact=True,  # transformers' Qwen3Config: "num_hidden_layers must be equal to layer_types"
-    sliding_window_needs_use_sliding_window=True,  # Qwen3Config keeps sliding_window only with use_sliding_window
+    sliding_window_needs_flag=True,  # Qwen3Config keeps sliding_window only with use_sliding_window
     # qwen3_dflash.py load_weights skips "t2d"; AutoWeightsLoader drops recomputed rotary caches
     inert_tensors=("t2d", "*.t2d", "*rotary_emb.inv_freq", "*rotary_pos_emb.inv_freq", "*rotary_emb.cos_cached",
                    "*rotary_emb.sin_cached"),
-    taps_in_layer_order=True,  # interfaces.py EagleModelMixin._set_aux_hidden_state_layers: sorted(set(layers))
+    captures_in_layer_order=True,  # interfaces.py EagleModelMixin._set_aux_hidden_state_layers: sorted(set(layers))
     reads_eagle_aux_layer_ids=True,  # eagle3_utils.py get_eagle3_aux_layers_from_config reads it first
     tensor_aliases=("midlayer", "encoder"),  # qwen3_dflash.py DFlashQwen3Model.hf_to_vllm_mapper
     sample_from_anchor_refused=True,  # spec_decode/dflash/speculator.py DFlashSpeculator.__init__

@@ -41,7 +41,8 @@ CONFIG_CASES = {
                      "dflash.lilicorr_candidate_topk": 2**40, "dflash.lilicorr_factor_dim": 2**62}, None, {1}),
     "taps-30000-duplicates": ({"dflash.target_layer_ids": [0] * 30_000}, None, {1}),
     "taps-huge-ids": ({"dflash.target_layer_ids": [2**62] * 1000, "num_target_layers": 2**62}, None, {1}),
-    # vLLM reads the config through transformers' Qwen3Config, which refuses the length (LC119); others warn (LC143)
+    # SGLang and vLLM read the config through transformers' config class, which refuses the length (LC119);
+    # TensorRT-LLM warns (LC143)
     "layer-types-long": ({"layer_types": ["full_attention"] * 3500}, None, {1}),
     "many-empty-objects": ({"junk": [{}] * 20_000}, None, {0, 1}),
     "nesting-900": ({}, '{"a": ' + "[" * 900 + "]" * 900 + "}", {2}),

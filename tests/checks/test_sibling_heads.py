@@ -74,10 +74,10 @@ GRU = "prefix_gru.weight_ih_l0"
 
 CASES = [
     # every published layout
-    Sib("dflash2_published_layout_loads_unconfirmed_everywhere", "dflash2", ("w", 0, "w"), ("LC015",)),
+    Sib("dflash2_published_layout_loads_unconfirmed_everywhere", "dflash2", (0, 0, "w"), ("LC015",)),
     Sib("dspark_deepspec_qwen3dsparkmodel_served_by_sglang_and_vllm", "dspark-deepspec", (0, 0, "w"), ("LC015",)),
     # vLLM 0.33.0: config/speculative.py rewrites a Qwen3 DSparkDraftModel to Qwen3DSparkModel
-    Sib("dspark_specforge_draftmodel_rewritten_to_qwen3_by_vllm", "dspark-specforge", ("w", 0, "w"),
+    Sib("dspark_specforge_draftmodel_rewritten_to_qwen3_by_vllm", "dspark-specforge", (0, 0, "w"),
         ("LC015",)),
     Sib("dspark_modelopt_flat_layout_loaded_by_no_serving_stack", "dspark-modelopt", (1, 1, "w"),
         ("LC014", "LC152")),
@@ -120,9 +120,9 @@ CASES = [
     # config keys
     Sib("dflash2_selector_top_k_dropped", "dflash2", (1, 1, "w"), ("LC150",), edit=nested(selector_top_k=DROP)),
     # vLLM 0.33.0 reads the selector keys with a plain index and checks no range (qwen3_dflash2.py)
-    Sib("dflash2_selector_top_k_one_loaded_by_vllm", "dflash2", ("w", 0, "w"), ("LC015",),
+    Sib("dflash2_selector_top_k_one_loaded_by_vllm", "dflash2", (0, 0, "w"), ("LC015",),
         edit=nested(selector_top_k=1)),
-    Sib("dflash2_selector_top_k_above_vocab_refused", "dflash2", ("w", 1, "w"), ("LC150",),
+    Sib("dflash2_selector_top_k_above_vocab_refused", "dflash2", (0, 1, "w"), ("LC150",),
         edit=nested(selector_top_k=513)),
     Sib("dflash2_without_conv_keys", "dflash2", (1, 1, 1), ("LC151",),
         edit=nested(conv_kernel_size=DROP, conv_group_size=DROP)),
@@ -140,6 +140,16 @@ CASES = [
     Sib("domino_missing_gru_dim", "domino", (1, 1, "w"), ("LC157",), edit=nested(gru_hidden_dim=DROP)),
     Sib("domino_block_size_one", "domino", (1, 1, "w"), ("LC159",),
         edit=lambda c: (c.__setitem__("block_size", 1), c["dflash_config"].__setitem__("block_size", 1))),
+    # ---- SGLang 0.5.23 (its released wheel, executed by tests/conformance/sglang)
+    Sib("dflash2_without_selector_keys_refused_by_sglang", "dflash2", (1, 1, "w"), ("LC150",),
+        edit=nested(selector_rank=DROP, selector_top_k=DROP)),
+    Sib("dflash2_declared_as_dflash_drops_the_selector_in_sglang", "dflash2", (1, 1, "w"), ("LC014",),
+        edit=top(architectures=["DFlashDraftModel"])),
+    Sib("dspark_gated_markov_head_loaded_by_sglang", "dspark-deepspec", (0, 1, "w"), ("LC153",),
+        top={"markov_head_type": "gated"}),
+    Sib("domino_quantized_fc_is_an_nn_linear_in_sglang", "domino", (1, 1, "w"), ("LC306",),
+        write={"quant": "NVFP4", "quantize": {"fc"}}),
+    Sib("domino_quantized_backbone_loaded_by_sglang", "domino", (0, 1, "w"), ("LC015",), write={"quant": "NVFP4"}),
 ]
 
 

@@ -32,13 +32,12 @@ RELEASED = {
     "fused_qkv_split_by_qkvparallellinear": "L",
     "nested_output_multiplier_zero_refused_by_sglang": "L",
     "top_level_output_multiplier_ignored_by_sglang": "L",
-    "sglang_checks_taps_against_draft_layers_without_num_target_layers": "L",
+    "num_target_layers_absent_taken_from_the_taps_by_sglang": "L",
     "trt_slices_raw_qkv": "L",
     "hidden_act_gelu_refused_by_dflash_mlp": "R",
     "trt_routes_qwen3_with_projector_type": "R",
     "trt_routes_qwen3_with_lilicorr_enabled": "R",
     "vllm_honours_causal_sglang_runs_bidirectionally": "L",
-    "sglang_ignores_top_level_is_causal": "L",
     "swa_window_zero_refused_by_trt_literal_in_vllm": "L",
     "sglang_drops_owned_lm_head": "L",
     "lilicorr_key_missing_refused": "C",
@@ -92,7 +91,6 @@ RELEASED = {
     "factor_heads_fp8_raw_linear_except_trt": "R",
     "in_proj_quantized_bare_parameter": "C",
     "flat_quant_exclusions_under_exclude_modules": "L",
-    "sglang_flat_quant_requires_a_group_size": "L",
     "w4a16_without_input_scale_loads": "L",
     "nvfp4_missing_weight_scale_2": "R",
     "trt_reads_hf_quant_config_sglang_vllm_the_inline_copy": "R",
@@ -133,6 +131,28 @@ RELEASED = {
     "nested_w4a16_in_hf_quant_config_only": "R",
     "nested_inline_nvfp4_without_group_size": "R",
     "flat_w4a16_loads": "L",
+    # SGLang's corpus rows, as vLLM 0.33.0 serves them
+    "top_level_is_causal_honoured_by_sglang": "L",
+    "flat_nvfp4_without_group_size_defaults_to_16": "L",
+    "swigluoai_activation_loaded_by_sglang": "R",
+    "swigluoai_without_its_constants_crashes_sglang": "R",
+    "taps_not_ascending_captured_in_layer_order": "SW",
+    "taps_repeated_captured_once": "R",
+    "tap_on_the_last_target_layer_never_captured": "L",
+    "mask_token_beyond_the_vocabulary": "SW",
+    "sliding_layers_with_use_sliding_window_loaded_by_sglang": "L",
+    "encoder_aliases_read_by_sglang": "L",
+    "w4a16_group_32_refused_by_marlin": "L",
+    "nvfp4_group_32_refused_by_marlin": "L",
+    "nested_quantization_config_in_config_json_flattened_by_sglang": "L",
+    "fp8_flat_exclusions_under_exclude_modules_not_read": "L",
+    "nvfp4_flat_exclusions_under_modules_to_not_convert_read_by_sglang": "R",
+    "exclusion_naming_an_ancestor_module_path": "L",
+    "exclusions_naming_some_qkv_shards_refused_by_sglang": "C",
+    "plain_dflash_fc_quantized_is_an_nn_linear_in_sglang": "L",
+    "fp8_per_channel_per_token_refused_by_sglang": "L",
+    "hf_quant_config_only": "L",
+    "fp8_input_scale_missing_on_fc": "SW",  # fc.input_scale keeps vLLM's FP8 scale sentinel (float32 min)
 }
 
 # the sibling-head cases (tests/checks/test_sibling_heads.py)
@@ -173,6 +193,12 @@ RELEASED_SIBLINGS = {
     "domino_emb_dim_conflict": "R",
     "domino_missing_gru_dim": "R",
     "domino_block_size_one": "R",
+    # SGLang's sibling cases, as vLLM 0.33.0 serves them
+    "dflash2_without_selector_keys_refused_by_sglang": "C",
+    "dflash2_declared_as_dflash_drops_the_selector_in_sglang": "R",
+    "dspark_gated_markov_head_loaded_by_sglang": "R",
+    "domino_quantized_fc_is_an_nn_linear_in_sglang": "R",
+    "domino_quantized_backbone_loaded_by_sglang": "R",
 }
 
 # routed to model code the harness does not execute: (what reading it says vLLM does, why not executed)

@@ -259,6 +259,11 @@ def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_toke
     unused = _unused_after_loading(model)
     unloaded = sorted(n for n, p in params.items()
                       if n not in written and _same(before[n], p.detach()) and _served(model, n) and n not in unused)
+    # an FP8 scale the checkpoint did not provide keeps vLLM's sentinel (float32 min): served as a real scale
+    sentinel = torch.finfo(torch.float32).min
+    at_sentinel = sorted(n for n, p in model.named_parameters()
+                         if p.dtype == torch.float32 and p.numel() and bool((p.detach() == sentinel).any()))
+    unloaded = sorted(set(unloaded) | set(at_sentinel))
     facts["dropped"] = dropped
     facts["unloaded"] = unloaded
     if dropped:
