@@ -225,6 +225,22 @@ def test_a_server_that_serves_another_or_no_drafter_is_refused(smoke, pair):
         assert smoke(*engine_args(pair, "sglang", server.url)).code == 0
 
 
+def test_a_drafter_the_engines_release_refuses_is_refused_before_any_request_naming_the_engine_that_serves_it(
+        smoke, pair):
+    """The bundled SmolLM2 drafter taps the target's last layer, which SGLang 0.5.23 cannot feed (LC148): smoke
+    --engine sglang says so, with validate's finding, instead of measuring a server that fails on its first batch;
+    vLLM 0.33.0 serves it, and the refusal says so."""
+    drafter = str(REPO / "examples" / "smollm2-lilicorr")
+    state = sglang_state(pair, drafter=drafter)
+    with es.sglang(state) as server:
+        result = smoke(drafter, "-t", str(pair.target), "--engine", f"sglang={server.url}", *RUN, "--format", "junit")
+    assert result.code == 1, result.stderr
+    assert "SGLang 0.5.23 refuses" in result.stderr and "LC148 target-layer-ids-last-layer" in result.stderr
+    assert "vLLM 0.33.0 serves it" in result.stderr and "--engine vllm=URL" in result.stderr
+    assert "<failure" in result.stdout and "LC148" in result.stdout
+    assert state.calls == []  # not even the server's health was asked
+
+
 def test_vllm_without_its_dev_mode_server_info_is_measured_and_says_what_was_checked(smoke, pair):
     with es.vllm(vllm_state(pair, dev_mode=False)) as server:
         result = smoke(*engine_args(pair, "vllm", server.url, "--format", "json"))
@@ -430,6 +446,7 @@ def test_bad_baselines_exit_2(smoke, pair, tmp_path):
     (("--engine", "vllm=http://host", "--reference", "--baseline", "x.json"), "choose one"),
     (("--engine", "sglang=http://host", "-k", "3"), "does not apply to --engine sglang"),
     (("--engine", "sglang=http://host", "--runtime", "vllm"), "validated for the engine it is served by"),
+    (("--engine", "vllm=http://host", "--batch", "4"), "--batch with --engine applies to the reference run"),
     (("--concurrency", "2",), "apply with --engine only"),
 ])
 def test_engine_usage_errors_exit_4_before_any_request(smoke, pair, args, message):

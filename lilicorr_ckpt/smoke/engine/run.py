@@ -95,6 +95,9 @@ def check_engine_options(opts: SmokeOptions, engine: EngineOptions) -> None:
     if opts.gpu and not engine.reference:
         raise UsageError("--gpu with --engine applies to the reference run: add --reference to decode the probes "
                          "with the reference runtime on this GPU too, or leave --gpu out")
+    if opts.batch is not None and not engine.reference:
+        raise UsageError("--batch with --engine applies to the reference run: add --reference, or use --concurrency N "
+                         "for requests in flight on the server")
     if engine.reference and opts.baseline:
         raise UsageError("--reference and --baseline both give the reference: choose one")
     if opts.runtime not in ("all", engine.endpoint.kind):
@@ -122,6 +125,26 @@ def _draft_record(path: str, kind: str, ckpt: Any) -> DraftCheckpoint:
                            quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None, runtime=kind)
 
 
+def _require_servable(ckpt: Any, path: str, kind: str) -> None:
+    """validate's verdict for the engine named: a checkpoint that release refuses would fail on the server's first
+    batch (or at load), so no request is sent; the other engine's verdict says where it can be measured instead."""
+    try:
+        require_valid(ckpt, kind)
+    except CheckpointInvalid as exc:
+        [verdict] = exc.report.runtimes
+        lines = [line for f in exc.report.findings if f.severity == "error" for line in finding_lines(f)]
+        other = "vllm" if kind == "sglang" else "sglang"
+        try:
+            [elsewhere] = require_valid(ckpt, other).runtimes
+            hint = (f"\n{elsewhere.display} serves it (validate --runtime {other} passes): measure it there with "
+                    f"--engine {other}=URL")
+        except CheckpointInvalid as also:
+            hint = f"\n{also.report.runtimes[0].display} refuses it too (validate --runtime {other})"
+        raise SmokeRefused(f"{verdict.display} refuses {path} (validate --runtime {kind}), so a server started with "
+                           "it would fail at load or on its first batch; no request was sent:\n"
+                           + "\n".join(lines) + hint) from None
+
+
 def run_engine(opts: SmokeOptions, engine: EngineOptions, progress: Progress | None = None,
                say: Callable[[str], None] | None = None) -> EngineReport:
     """Measure the drafter as the server at engine.endpoint serves it. `say` gets the lines meant for stderr (the
@@ -136,11 +159,7 @@ def run_engine(opts: SmokeOptions, engine: EngineOptions, progress: Progress | N
 
     progress.note("reading the drafter")
     ckpt = load_checkpoint(opts.path)
-    try:
-        require_valid(ckpt, kind)
-    except CheckpointInvalid as exc:
-        lines = [line for f in exc.report.findings if f.severity == "error" for line in finding_lines(f)]
-        raise SmokeRefused(f"{exc.summary[:-1]}:\n" + "\n".join(lines)) from None
+    _require_servable(ckpt, opts.path, kind)
     g = ckpt.geometry
     if g.family not in SERVED_FAMILIES:
         raise SmokeRefused(f"{opts.path} is a {g.family} drafter; smoke --engine measures DFlash and LiLiCorr "
