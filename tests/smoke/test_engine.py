@@ -329,10 +329,11 @@ def test_the_api_key_is_sent_and_never_printed(smoke, pair, tmp_path, monkeypatc
     if how == "env":
         monkeypatch.setenv("LILICORR_ENGINE_API_KEY", KEY)
     outputs = []
+    formats = ("text", "json", "junit") if how == "flag" else ("text",)  # the key is read once, whatever its source
     for kind, serve, state in (("sglang", es.sglang, sglang_state(pair, api_key=KEY)),
                                ("vllm", es.vllm, vllm_state(pair, api_key=KEY))):
         with serve(state) as server:
-            for fmt in ("text", "json", "junit"):
+            for fmt in formats:
                 out = tmp_path / f"{kind}-{fmt}.json"
                 result = smoke(*engine_args(pair, kind, server.url, *flag, "--format", fmt, "--output", out,
                                             "--baseline", pair.profile))
@@ -456,12 +457,16 @@ def test_engine_usage_errors_exit_4_before_any_request(smoke, pair, args, messag
 
 
 def test_reference_decodes_the_probes_here_and_compares(smoke, pair):
+    first = next(r for r in pair.report.requests if r.category == "code")  # one probe: the reference run is short
     with es.sglang(sglang_state(pair)) as server:
-        result = smoke(*engine_args(pair, "sglang", server.url, "--reference", "--format", "json"))
+        result = smoke(*engine_args(pair, "sglang", server.url, "--reference", "--probes", "code", "--limit", "1",
+                                    "--format", "json"))
     assert result.code == 0, result.stderr
     ref = result.report["reference"]
-    assert ref["source"] == "this run (--reference)" and ref["conditions_match"]
-    assert ref["overall"]["reference"] == pair.report.mean_accept_length  # the same CPU run, deterministic
+    assert ref["source"] == "this run (--reference)" and ref["conditions_match"] and ref["paired_requests"] == 1
+    # the same CPU decoding as the module's reference run, deterministic
+    assert ref["overall"]["reference"] == pytest.approx(first.tau["head"], abs=1e-6)
+    assert ref["greedy_requests_equal"] == 1
 
 
 def test_sampled_runs_send_each_seed_and_skip_the_token_comparison(smoke, pair):
