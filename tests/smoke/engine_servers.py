@@ -63,6 +63,12 @@ VLLM_MODEL_CARD_FIELDS = {"id", "object", "created", "owned_by", "root", "parent
 VLLM_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
                  "vllm:spec_decode_num_accepted_tokens")
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+# v1/metrics/loggers.py: a histogram observed with the spec counters, per finished request (prometheus_client
+# writes its _bucket, _count and _sum samples; the buckets are configurable there, the client reads no bucket)
+VLLM_E2E_LATENCY = "vllm:e2e_request_latency_seconds"
+VLLM_E2E_BUCKETS = (0.3, 1.0, 5.0, 30.0, 120.0)
+# what the fakes report as a request's time inside the server: known to the test, unlike the wall clock
+SECONDS_PER_TOKEN = 0.004
 VLLM_LABELS = ("model_name", "engine")
 VLLM_POSITION_LABEL = "position"
 # config/speculative.py SpeculativeConfig, config/vllm.py VllmConfig, config/model.py ModelConfig
@@ -267,7 +273,7 @@ class SGLangHandler(_Handler):
         meta: dict[str, Any] = {"id": body.get("rid") or uuid.uuid4().hex, "finish_reason": finish_reason,
                                 "prompt_tokens": len(prompt), "weight_version": "default", "num_retractions": 0,
                                 "reasoning_tokens": 0, "completion_tokens": len(tokens), "cached_tokens": 0,
-                                "e2e_latency": 0.01}
+                                "e2e_latency": SECONDS_PER_TOKEN * len(tokens)}
         if s.algorithm is not None and steps:
             n = s.draft_tokens - 1
             correct = sum(steps)
@@ -297,14 +303,17 @@ class VLLMState(ServerState):
             log_stats
         self.counters = [dict.fromkeys(VLLM_COUNTERS, 0) for _ in range(engines)]
         self.per_pos = [[0] * model.n for _ in range(engines)]
+        self.latencies: list[list[float]] = [[] for _ in range(engines)]  # e2e_request_latency_seconds observations
         self.requests = 0
 
-    def record(self, steps: Sequence[int]) -> None:
+    def record(self, steps: Sequence[int], tokens: int | None = None) -> None:
         if not self.log_stats:
             return
         with self.lock:
             engine = self.requests % self.engines  # data parallel: requests spread over the engines
             self.requests += 1
+            if tokens is not None:
+                self.latencies[engine].append(SECONDS_PER_TOKEN * tokens)
             c = self.counters[engine]
             c["vllm:spec_decode_num_drafts"] += len(steps)
             c["vllm:spec_decode_num_draft_tokens"] += len(steps) * self.model.n
@@ -356,6 +365,17 @@ class VLLMHandler(_Handler):
         with s.lock:
             counters = [dict(c) for c in s.counters]
             per_pos = [list(p) for p in s.per_pos]
+            latencies = [list(x) for x in s.latencies]
+        lines += [f"# HELP {VLLM_E2E_LATENCY} Histogram of e2e request latency in seconds.",
+                  f"# TYPE {VLLM_E2E_LATENCY} histogram"]
+        for e in range(s.engines):
+            labels = f'engine="{e}",model_name="{s.target}"'
+            for bound in (*VLLM_E2E_BUCKETS, float("inf")):
+                le = "+Inf" if bound == float("inf") else repr(bound)
+                lines.append(f'{VLLM_E2E_LATENCY}_bucket{{{labels},le="{le}"}} '
+                             f"{float(sum(x <= bound for x in latencies[e]))}")
+            lines += [f"{VLLM_E2E_LATENCY}_count{{{labels}}} {float(len(latencies[e]))}",
+                      f"{VLLM_E2E_LATENCY}_sum{{{labels}}} {sum(latencies[e])!r}"]
         for name in VLLM_COUNTERS:
             lines += [f"# HELP {name}_total Number of spec decoding drafts.", f"# TYPE {name}_total counter"]
             for e in range(s.engines):
@@ -384,9 +404,9 @@ class VLLMHandler(_Handler):
         tokens, steps, finish, matched = s.model.decode(prompt, body.get("max_tokens", 16),
                                                         body.get("stop_token_ids") or [], body.get("seed"))
         if s.metrics_lag_s:
-            threading.Timer(s.metrics_lag_s, s.record, args=(steps,)).start()
+            threading.Timer(s.metrics_lag_s, s.record, args=(steps, len(tokens))).start()
         else:
-            s.record(steps)
+            s.record(steps, len(tokens))
         choice: dict[str, Any] = {"index": 0, "text": "".join(chr(97 + t % 26) for t in tokens), "logprobs": None,
                                   "finish_reason": finish, "stop_reason": matched}
         if body.get("return_token_ids"):

@@ -120,7 +120,14 @@ def test_a_full_run_reports_what_the_engine_counted_beside_the_reference(smoke, 
         log = state.model.log[tuple(pair.prompts[r["id"]])]
         assert (r["blocks"], r["accepted"]) == (len(log), sum(log)) and r["tokens_match"] is True
     assert report["engine"]["served_drafter"] == str(pair.drafter)
-    assert report["throughput"]["tokens"] == sum(r["new_tokens"] for r in report["requests"]) > 0
+    throughput = report["throughput"]
+    assert throughput["tokens"] == sum(r["new_tokens"] for r in report["requests"]) > 0
+    # the engine's own timing, beside the wall clock here: each request's, and their sum (the fakes time a request
+    # at SECONDS_PER_TOKEN a token, so the figures are known)
+    assert [r["engine_latency_s"] for r in report["requests"]] == \
+        pytest.approx([es.SECONDS_PER_TOKEN * r["new_tokens"] for r in report["requests"]])
+    assert throughput["engine_time_s"] == pytest.approx(es.SECONDS_PER_TOKEN * throughput["tokens"])
+    assert throughput["engine_tokens_per_second"] == pytest.approx(1 / es.SECONDS_PER_TOKEN, rel=1e-4)
     # the probes went as the reference's prompt tokens, with every sampling parameter spelled out
     sent = state.bodies[1:]  # after the warm-up
     prompts = [b["input_ids"] if kind == "sglang" else b["prompt"] for b in sent]
@@ -145,7 +152,8 @@ def test_the_launch_command_and_the_text_report(smoke, pair, kind):
     else:
         assert f'"num_speculative_tokens": {pair.n}' in result.stderr and f"vllm serve {pair.target}" in result.stderr
     assert f"--port {port}" in result.stderr
-    for text in ("acceptance by position", "reference", "throughput", "PASS  engine-tau", "PASS  engine-tokens"):
+    for text in ("acceptance by position", "reference", "throughput", "tokens/s per request as the engine timed them",
+                 "PASS  engine-tau", "PASS  engine-tokens"):
         assert text in result.stdout
     assert junit.code == 0 and junit.stdout.count("<testcase") == 3 and 'name="engine-tau"' in junit.stdout
 
@@ -302,6 +310,9 @@ def test_above_concurrency_1_vllm_reports_the_runs_aggregate_and_sglang_still_pe
     assert report["acceptance"]["mean_accept_length_per_request"] is None
     assert all(r["blocks"] is None and r["tau"] is None for r in report["requests"])
     assert report["throughput"]["concurrency"] == 3 and report["measurement_conditions"]["concurrency"] == 3
+    # the engine's timing of the whole run: its latency histogram's delta over all six requests
+    assert report["throughput"]["engine_time_s"] == pytest.approx(es.SECONDS_PER_TOKEN * report["throughput"]["tokens"])
+    assert all(r["engine_latency_s"] is None for r in report["requests"])
     assert "sqrt(2)" in report["reference"]["tolerance_source"]
     state = sglang_state(pair)
     with es.sglang(state) as server:
@@ -388,10 +399,17 @@ def test_hostile_replies_end_the_run_with_exit_2_and_bounded_memory(smoke, pair)
             "spec_correct_drafts_histogram": [0, 5]}})
         return True
 
+    def negative_latency(handler) -> bool:
+        handler.send(200, {"output_ids": [5, 6], "meta_info": {
+            "completion_tokens": 2, "prompt_tokens": 3, "spec_verify_ct": 1, "spec_num_correct_drafts": 1,
+            "e2e_latency": -3.0}})
+        return True
+
     cases = [(("GET", "/server_info"), endless, "more than"), (("GET", "/server_info"), huge_length, "1000000000000 bytes"),
              (("POST", "/generate"), slow, "did not answer within 0.5 s"),
              (("GET", "/server_info"), html, "is not JSON"),
-             (("POST", "/generate"), bad_histogram, "does not add up")]
+             (("POST", "/generate"), bad_histogram, "does not add up"),
+             (("POST", "/generate"), negative_latency, "e2e_latency -3.0 is not the seconds a request took")]
     for route, hook, message in cases:
         state = sglang_state(pair)
         state.hooks[route] = hook

@@ -180,6 +180,11 @@ def test_vllm_metric_and_label_names_are_the_releases(vllm):
     labelnames = [ast.literal_eval(n.value) for n in ast.walk(loggers) if isinstance(n, ast.Assign)
                   and getattr(n.targets[0], "id", "") == "labelnames"]
     assert list(es.VLLM_LABELS) in labelnames
+    # the engine's own request timing: a histogram (its _sum and _count samples are what the client reads)
+    histograms = {k.value.value for n in ast.walk(loggers) if isinstance(n, ast.Call)
+                  and isinstance(n.func, ast.Attribute) and n.func.attr == "_histogram_cls"
+                  for k in n.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)}
+    assert es.VLLM_E2E_LATENCY == servers.E2E_LATENCY and servers.E2E_LATENCY in histograms
 
 
 def test_vllm_server_info_and_its_speculative_config(vllm):

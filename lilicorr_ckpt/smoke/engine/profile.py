@@ -56,6 +56,11 @@ class Throughput(msgspec.Struct, frozen=True, kw_only=True):
     tokens_per_second: float
     requests_per_second: float
     mean_latency_s: float
+    # the engine's own timing (SGLang meta_info e2e_latency, vLLM's e2e_request_latency_seconds histogram): the
+    # requests' latencies inside the server, summed, and the tokens over that sum (each request's rate without the
+    # network; at concurrency 1 the server's throughput without this client's overhead). None: not reported
+    engine_time_s: float | None = None
+    engine_tokens_per_second: float | None = None
 
 
 class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,6 +76,7 @@ class EngineRequest(msgspec.Struct, frozen=True, kw_only=True):
     accepted: int | None
     tau: float | None
     reported: dict[str, float] = {}  # the engine's own per-request figures, as it reported them
+    engine_latency_s: float | None = None  # the request's time as the engine timed it (None: not per request)
     # greedy, with a reference: the engine's tokens equal the reference's up to `compared` tokens (None: not compared)
     tokens_match: bool | None = None
     compared: int | None = None

@@ -79,6 +79,10 @@ def render_text(r: EngineReport, *, color: bool = False) -> str:
     lines += ["", f"throughput  {tp.tokens_per_second:.1f} tokens/s, {tp.requests_per_second:.2f} requests/s at "
               f"concurrency {tp.concurrency} ({tp.tokens} tokens, {tp.requests} requests in {tp.wall_time_s:.1f} s; "
               f"mean latency {tp.mean_latency_s:.2f} s), measured here end to end"]
+    if tp.engine_tokens_per_second is not None and tp.engine_time_s is not None:
+        clock = "meta_info e2e_latency" if r.engine.kind == "sglang" else "e2e_request_latency_seconds"
+        lines.append(f"            {tp.engine_tokens_per_second:.1f} tokens/s per request as the engine timed them "
+                     f"({clock}: {tp.engine_time_s:.1f} s over the {tp.requests} requests, without the network)")
     if cmp is not None:
         lines.append(f"reference   {cmp.source} ({cmp.arm} arm; {cmp.device}, {cmp.dtype})")
 

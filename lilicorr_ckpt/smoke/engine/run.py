@@ -264,7 +264,7 @@ def _decode(server: SGLang | VLLM, jobs: Sequence[tuple[Probe, int, list[int]]],
         total = Generation(output_ids=[], completion_tokens=sum(g.completion_tokens for g in out) - len(out) + 1,
                            finish="stop", stop_token=None, latency_s=wall)
         _, delta = server.settled_delta(before, total, requests=len(out))
-        out.append(with_counters(total, delta))  # the run's aggregate, last
+        out.append(with_counters(total, delta, requests=len(out)))  # the run's aggregate, last
     return out, wall, per_request
 
 
@@ -283,7 +283,8 @@ def _assemble(opts: SmokeOptions, engine: EngineOptions, record: Any, draft: Dra
             id=probe.id, category=probe.category, seed=seed, prompt_tokens=len(ids), new_tokens=gen.completion_tokens,
             finish=gen.finish, latency_s=round(gen.latency_s, 6),
             tokens_per_second=round(gen.completion_tokens / gen.latency_s, 3) if gen.latency_s > 0 else 0.0,
-            blocks=blocks, accepted=accepted, tau=tau, reported=gen.reported))
+            blocks=blocks, accepted=accepted, tau=tau, reported=gen.reported,
+            engine_latency_s=round(gen.engine_latency_s, 6) if gen.engine_latency_s is not None else None))
         if per_request:
             assert gen.blocks is not None and gen.accepted is not None
             counted.append(Counted(gen.blocks, gen.accepted, gen.position_accepted))
@@ -300,10 +301,14 @@ def _assemble(opts: SmokeOptions, engine: EngineOptions, record: Any, draft: Dra
                 [counted[i] for i in rows], n, requests=len(rows),
                 tokens=sum(generations[i].completion_tokens for i in rows),
                 wall_time_s=sum(generations[i].latency_s for i in rows), per_request=True)
+    timed = [aggregate.engine_latency_s] if aggregate is not None else [g.engine_latency_s for g in generations]
+    engine_time = sum(t for t in timed if t is not None) if timed and None not in timed else None
     throughput = Throughput(concurrency=engine.concurrency, requests=len(requests), tokens=tokens,
                             wall_time_s=round(wall, 6), tokens_per_second=round(tokens / wall, 3) if wall > 0 else 0.0,
                             requests_per_second=round(len(requests) / wall, 4) if wall > 0 else 0.0,
-                            mean_latency_s=round(sum(g.latency_s for g in generations) / max(len(generations), 1), 6))
+                            mean_latency_s=round(sum(g.latency_s for g in generations) / max(len(generations), 1), 6),
+                            engine_time_s=round(engine_time, 6) if engine_time is not None else None,
+                            engine_tokens_per_second=round(tokens / engine_time, 3) if engine_time else None)
     name = {"sglang": "SGLang", "vllm": "vLLM"}[record.kind]
     versions = {"lilicorr-ckpt": __version__, "python": platform.python_version()}
     with contextlib.suppress(ImportError):

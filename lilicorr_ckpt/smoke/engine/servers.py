@@ -28,6 +28,7 @@ vLLM
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -90,6 +91,9 @@ class Generation(msgspec.Struct, frozen=True, kw_only=True):
     accepted: int | None = None  # drafted tokens accepted, the bonus token excluded
     position_accepted: list[int] | None = None  # [j]: steps that accepted drafts 1..j+1
     reported: dict[str, float] = {}  # the engine's own per-request figures, as it reported them
+    # the request's time as the engine itself timed it (SGLang meta_info e2e_latency, vLLM's
+    # e2e_request_latency_seconds): arrival to finish inside the server, without the network; None: not reported
+    engine_latency_s: float | None = None
 
 
 def checkpoint_names(location: str) -> set[str]:
@@ -178,6 +182,7 @@ class SGLangMeta(msgspec.Struct, frozen=True):
     spec_correct_drafts_histogram: list[int] | None = None
     spec_accept_length: float | None = None
     spec_accept_rate: float | None = None
+    e2e_latency: float | None = None  # seconds, as the server timed the request
 
 
 class SGLangReply(msgspec.Struct, frozen=True):
@@ -275,13 +280,15 @@ class SGLang:
         elif not blocks:
             positions = [0] * self.n
         matched = finish.matched if finish is not None and isinstance(finish.matched, int) else None
+        if meta.e2e_latency is not None and not (math.isfinite(meta.e2e_latency) and 0 <= meta.e2e_latency <= 1e6):
+            raise EngineError(f"{where}: e2e_latency {meta.e2e_latency!r} is not the seconds a request took")
         reported = {k: float(v) for k, v in (("spec_accept_length", meta.spec_accept_length),
                                              ("spec_accept_rate", meta.spec_accept_rate)) if v is not None}
         return Generation(output_ids=_ids(answer.output_ids, self.vocab, c, "output_ids"),
                           completion_tokens=meta.completion_tokens,
                           finish=(finish.type or "other") if finish is not None else "other", stop_token=matched,
                           latency_s=latency, blocks=blocks, accepted=accepted, position_accepted=positions,
-                          reported=reported)
+                          reported=reported, engine_latency_s=meta.e2e_latency)
 
 
 def _text(client: Client, value: str | None) -> str | None:
@@ -294,6 +301,7 @@ DRAFTS = "vllm:spec_decode_num_drafts"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
+E2E_LATENCY = "vllm:e2e_request_latency_seconds"  # a histogram: its _sum and _count samples are read
 POSITION_LABEL = "position"
 COUNTER_SUFFIX = "_total"  # the Prometheus client's name for a counter's sample
 
@@ -355,11 +363,20 @@ class SpecCounters(msgspec.Struct, frozen=True):
     draft_tokens: int
     accepted: int
     per_position: tuple[int, ...]
+    # the e2e_request_latency_seconds histogram's sum and count (finished requests, as the server timed them);
+    # None where the server exports no such histogram
+    request_seconds: float | None = None
+    requests_timed: int | None = None
 
     def minus(self, before: SpecCounters) -> SpecCounters:
+        timed = self.request_seconds is not None and before.request_seconds is not None
         return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
                             self.accepted - before.accepted,
-                            tuple(a - b for a, b in zip(self.per_position, before.per_position, strict=True)))
+                            tuple(a - b for a, b in zip(self.per_position, before.per_position, strict=True)),
+                            request_seconds=self.request_seconds - before.request_seconds if timed else None,
+                            requests_timed=self.requests_timed - before.requests_timed
+                            if timed and self.requests_timed is not None and before.requests_timed is not None
+                            else None)
 
 
 class VLLM:
@@ -425,13 +442,23 @@ class VLLM:
         c = self.client
         reply = c.get("/metrics", METRICS_LIMIT)
         names = {name + COUNTER_SUFFIX for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)}
+        timing = {E2E_LATENCY + "_sum", E2E_LATENCY + "_count"}
         try:
-            samples = prometheus.parse(reply.body.decode("utf-8", errors="replace"), names)
+            samples = prometheus.parse(reply.body.decode("utf-8", errors="replace"), names | timing)
             totals = dict.fromkeys(names, 0)
             per_pos: dict[int, int] = {}
+            seconds: float | None = None
+            timed: int | None = None
             for s in samples:
+                if s.name == E2E_LATENCY + "_sum":
+                    if not (math.isfinite(s.value) and s.value >= 0):
+                        raise prometheus.ExpositionError(f"{s.name} is {s.value!r}, not a number of seconds")
+                    seconds = (seconds or 0.0) + s.value
+                    continue
                 value = prometheus.count(s.value, s.name)
-                if s.name == ACCEPTED_PER_POS + COUNTER_SUFFIX:
+                if s.name == E2E_LATENCY + "_count":
+                    timed = (timed or 0) + value
+                elif s.name == ACCEPTED_PER_POS + COUNTER_SUFFIX:
                     position = s.labels.get(POSITION_LABEL, "")
                     if not position.isdigit() or int(position) > 4096:
                         raise prometheus.ExpositionError(f"{s.name} has position label {position[:20]!r}")
@@ -445,7 +472,9 @@ class VLLM:
         if sorted(per_pos) != list(range(len(per_pos))):
             raise EngineError(f"{c.where('/metrics')}: {ACCEPTED_PER_POS} positions {sorted(per_pos)[:10]} are not 0..n-1")
         return SpecCounters(totals[DRAFTS + COUNTER_SUFFIX], totals[DRAFT_TOKENS + COUNTER_SUFFIX],
-                            totals[ACCEPTED + COUNTER_SUFFIX], tuple(per_pos[i] for i in range(len(per_pos))))
+                            totals[ACCEPTED + COUNTER_SUFFIX], tuple(per_pos[i] for i in range(len(per_pos))),
+                            request_seconds=seconds if timed is not None else None,
+                            requests_timed=timed if seconds is not None else None)
 
     def body(self, prompt: Sequence[int], max_new_tokens: int, temperature: float, seed: int,
              eos: Sequence[int]) -> dict[str, Any]:
@@ -511,7 +540,9 @@ class VLLM:
         # have steps without drafts: the counters count drafted steps only)
         now = self._quiet(self._counters_or_fail(), lambda counters: (
             counters.drafts - before.drafts + counters.accepted - before.accepted
-            >= generation.completion_tokens - 1))
+            >= generation.completion_tokens - 1
+            and (counters.requests_timed is None or before.requests_timed is None
+                 or counters.requests_timed - before.requests_timed >= requests)))
         delta = now.minus(before)
         if min(delta.drafts, delta.draft_tokens, delta.accepted, *delta.per_position, 0) < 0:
             raise EngineError(f"{c.where('/metrics')}: the speculative-decoding counters went down: the server "
@@ -530,9 +561,12 @@ class VLLM:
         return now, delta
 
 
-def with_counters(generation: Generation, delta: SpecCounters) -> Generation:
+def with_counters(generation: Generation, delta: SpecCounters, requests: int = 1) -> Generation:
+    """The generation with the acceptance and, when the histogram counted exactly these requests, the engine's own
+    time (the sum of their latencies) read from the counters' delta around it."""
+    timed = delta.request_seconds if delta.requests_timed == requests and delta.request_seconds is not None else None
     return msgspec.structs.replace(generation, blocks=delta.drafts, accepted=delta.accepted,
-                                   position_accepted=list(delta.per_position))
+                                   position_accepted=list(delta.per_position), engine_latency_s=timed)
 
 
 def drafter_names(path: str) -> tuple[str, ...]:
