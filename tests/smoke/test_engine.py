@@ -516,6 +516,37 @@ def test_engine_mode_runs_without_torch(pair, tmp_path):
     assert "TORCH False" in done.stderr and "PASS  engine-tau" in done.stdout
 
 
+INTERRUPTED = """
+import os, signal, sys, threading, time
+from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.smoke.engine.run import _decode
+from lilicorr_ckpt.smoke.options import SmokeOptions
+from lilicorr_ckpt.smoke.probes import Probe
+
+class Slow:  # a server whose requests outlast the test
+    def generate(self, *args):
+        time.sleep(60)
+
+jobs = [(Probe(id=f"p{i}", category="code", prompt="x", chat=False), 0, [1, 2]) for i in range(4)]
+threading.Timer(0.2, os.kill, args=(os.getpid(), signal.SIGINT)).start()
+try:
+    _decode(Slow(), jobs, SmokeOptions(path="d", target="t", warmup=False), [2], 2, Progress(enabled=False, name="s"),
+            print)
+except KeyboardInterrupt:
+    sys.exit(130)
+"""
+
+
+def test_ctrl_c_at_concurrency_above_1_ends_the_run_without_waiting_for_the_requests_in_flight():
+    """Requests in flight at --concurrency N must not hold the process after a Ctrl-C (a thread pool's workers are
+    joined at exit: up to --timeout seconds, 300 by default)."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 130, done.stderr
+    assert time.monotonic() - started < 20, "the interrupted run waited for its requests in flight"
+
+
 def test_an_sglang_without_the_per_request_histogram_still_gives_tau(smoke, pair):
     state = sglang_state(pair, histogram=False)
     with es.sglang(state) as server:

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import platform
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -244,21 +245,8 @@ def _decode(server: SGLang | VLLM, jobs: Sequence[tuple[Probe, int, list[int]]],
             out.append(generation)
             progress.step(f"{job[0].id}")
         return out, time.perf_counter() - begin, per_request
-    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="smoke-engine")
-    futures: list[Future[Generation]] = [pool.submit(one, job) for job in jobs]
-    try:
-        pending = set(futures)
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_EXCEPTION)
-            for future in done:
-                future.result()  # the first failure ends the run
-                progress.step("")
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
+    out = _in_parallel(one, jobs, concurrency, progress)
     wall = time.perf_counter() - begin
-    out = [f.result() for f in futures]
     if isinstance(server, VLLM):
         assert before is not None
         total = Generation(output_ids=[], completion_tokens=sum(g.completion_tokens for g in out) - len(out) + 1,
@@ -266,6 +254,43 @@ def _decode(server: SGLang | VLLM, jobs: Sequence[tuple[Probe, int, list[int]]],
         _, delta = server.settled_delta(before, total, requests=len(out))
         out.append(with_counters(total, delta, requests=len(out)))  # the run's aggregate, last
     return out, wall, per_request
+
+
+def _in_parallel(one: Callable[[tuple[Probe, int, list[int]]], Generation],
+                 jobs: Sequence[tuple[Probe, int, list[int]]], concurrency: int, progress: Progress) -> list[Generation]:
+    """one(job) for every job, `concurrency` at a time, results in job order. The workers are daemon threads: on the
+    first failure or a Ctrl-C the run ends at once, abandoning the requests in flight (a pool's threads would be
+    joined at exit, holding the process for up to --timeout seconds)."""
+    results: list[Generation | None] = [None] * len(jobs)
+    outcomes: queue.SimpleQueue[tuple[int, Generation | None, BaseException | None]] = queue.SimpleQueue()
+    pending = iter(range(len(jobs)))
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def work() -> None:
+        while not stop.is_set():
+            with lock:
+                i = next(pending, None)
+            if i is None:
+                return
+            try:
+                outcomes.put((i, one(jobs[i]), None))
+            except BaseException as exc:  # handed to the main thread, which raises it
+                outcomes.put((i, None, exc))
+                return
+
+    for k in range(min(concurrency, len(jobs))):
+        threading.Thread(target=work, name=f"smoke-engine-{k}", daemon=True).start()
+    try:
+        for _ in jobs:
+            i, generation, failure = outcomes.get()
+            if failure is not None:
+                raise failure  # the first failure ends the run
+            results[i] = generation
+            progress.step(jobs[i][0].id)
+    finally:
+        stop.set()  # no worker takes another job
+    return [g for g in results if g is not None]
 
 
 def _assemble(opts: SmokeOptions, engine: EngineOptions, record: Any, draft: DraftCheckpoint, target: Any,
