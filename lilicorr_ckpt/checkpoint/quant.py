@@ -204,7 +204,7 @@ def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[
         segments = module.split(".")
         candidates = [["*" + ".".join(segments[-k:])] for k in range(1, len(segments) + 1)
                       if not any(p.isdigit() for p in segments[-k:])]
-        anchored = ".".join("*" if part.isdigit() else part for part in parts)
+        anchored = ".".join("*" if part.isdigit() else part for part in segments)
         candidates += [[anchored], [anchored, "model." + anchored], [module]]
         for candidate in candidates:
             if all(safe(p) for p in candidate) and covered(module, patterns + candidate):
