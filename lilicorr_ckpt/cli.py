@@ -15,16 +15,14 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     import click
 
     from lilicorr_ckpt import __version__
-    from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
+    from lilicorr_ckpt.errors import InputError, UsageError
+    from lilicorr_ckpt.exits import EXIT_INTERRUPTED, run_command
     from lilicorr_ckpt.outfile import check_output_path, write_output
     from lilicorr_ckpt.report import formats
     from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
-    raise SystemExit(130) from None  # EXIT_INTERRUPTED, defined below
-
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+    raise SystemExit(130) from None  # EXIT_INTERRUPTED (exits.py), not imported yet
 
 EPILOG_EXIT = ("Exit codes: 0 clean, 1 findings, 2 unreadable input or I/O error, 4 usage error, "
                "130 interrupted, 143 terminated.")
@@ -313,58 +311,8 @@ except KeyboardInterrupt:
     _interrupted_while_starting()
 
 
-def _stdout_closed() -> bool:
-    """click swaps in its flush-pacifying wrapper when a write to stdout hit a closed pipe (`| head`)."""
-    return type(sys.stdout).__name__.endswith("PacifyFlushWrapper")  # by name: click made the class private
-
-
 def main(argv: list[str] | None = None) -> None:
-    try:
-        with sigterm_unwinds():
-            rv = cli.main(args=argv, prog_name="lilicorr-ckpt", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort as exc:  # click turns Ctrl-C (and our SIGTERM) into Abort
-        terminated = isinstance(exc.__cause__, Terminated)
-        click.echo("terminated" if terminated else "interrupted", err=True)
-        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
-    except click.UsageError as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE)
-    except UsageError as exc:
-        click.echo(f"lilicorr-ckpt: usage error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except InputError as exc:
-        click.echo(f"lilicorr-ckpt: error: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(EXIT_INPUT)
-    except Terminated:
-        click.echo("terminated", err=True)
-        sys.exit(EXIT_TERMINATED)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except SystemExit as exc:
-        # a reader that stops early (`| head`) is not a failure of ours: click exits 1 after the broken pipe
-        sys.exit(0 if _stdout_closed() else exc.code)
-    except BrokenPipeError:
-        sys.exit(0)
-    except OSError as exc:  # the environment, not the checkpoint: a full disk, a permission, a vanished file
-        where = f": {exc.filename}" if exc.filename else ""
-        click.echo(f"lilicorr-ckpt: error: {exc.strerror or exc}{where}", err=True)
-        sys.exit(EXIT_INPUT)
-    except Exception as exc:
-        if os.environ.get("LILICORR_DEBUG"):
-            raise
-        click.echo(f"lilicorr-ckpt: internal error: {type(exc).__name__}: {exc}\n"
-                   "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
-                   err=True)
-        sys.exit(EXIT_INPUT)
-    if _stdout_closed():
-        sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    run_command(cli, argv, prog_name="lilicorr-ckpt")  # every exception a message and an exit code (exits.py)
 
 
 if __name__ == "__main__":  # pragma: no cover

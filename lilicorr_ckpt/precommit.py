@@ -28,6 +28,10 @@ from pathlib import Path
 
 import click
 
+from lilicorr_ckpt.checkpoint.readfile import read_regular_file
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.exits import run_command
+
 WATCHED = ("config.json", "hf_quant_config.json", "model.safetensors.index.json")
 DRAFTER_MARKERS = ("dflash", "lilicorr", "dspark", "domino")
 # the hook's options that take a value (the next argument is that value, never a file name)
@@ -83,13 +87,11 @@ def skip_reason(directory: Path) -> str | None:
         return "removed in this commit"
     if not config.exists():
         return None if has_weights else "no config.json and no weights"
-    try:
-        # sniffed only when it is a regular file of a sane size (a FIFO would block the commit); anything
-        # else, like an unreadable config, is validate's to report
-        if not config.is_file() or config.stat().st_size > _MAX_CONFIG_BYTES:
-            return None
-        doc = json.loads(config.read_text(errors="replace"))
-    except (OSError, ValueError, RecursionError):
+    try:  # the guarded reader: a FIFO or /dev/zero named config.json is refused, never read (it would block the
+        # commit); anything unreadable is validate's to report
+        data = read_regular_file(config, what=str(config), max_bytes=_MAX_CONFIG_BYTES)
+        doc = json.loads(data.decode(errors="replace"))
+    except (InputError, ValueError, RecursionError):
         return None
     if not isinstance(doc, dict):
         return None
@@ -208,27 +210,9 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = split_arguments(list(sys.argv[1:] if argv is None else argv))
-    try:
-        hook.main(args=args, prog_name="lilicorr-ckpt-pre-commit", standalone_mode=False)
-    except click.UsageError as exc:
-        exc.show()
-        sys.exit(4)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        click.echo("interrupted", err=True)
-        sys.exit(130)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(2)
-    except Exception as exc:  # never a traceback, and never exit 1, which pre-commit users read as "findings"
-        if os.environ.get("LILICORR_DEBUG"):
-            raise
-        click.echo(f"lilicorr-ckpt-pre-commit: internal error: {type(exc).__name__}: {exc}\n"
-                   "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
-                   err=True)
-        sys.exit(2)
+    # every exception a message and an exit code (exits.py): an internal error is exit 2, never 1 ("findings")
+    run_command(hook, split_arguments(list(sys.argv[1:] if argv is None else argv)),
+                prog_name="lilicorr-ckpt-pre-commit")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -37,8 +37,9 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     expected: str | None = None
     actual: str | None = None
     runtimes: list[str] = []  # empty: independent of the runtime
-    subjects: list[str] = []  # every key/tensor/module involved
+    subjects: list[str] = []  # every key/tensor/module involved, up to MAX_SUBJECTS (checks/findings.py)
     waived: Waiver | None = None  # set by a waiver: shown as suppressed, not in the summary or the verdicts
+    subjects_omitted: int = 0  # subjects left out of `subjects` (beyond MAX_SUBJECTS)
 
 
 # filled by the Hub reader (checkpoint/remote.py); here so that a saved report decodes without the reader

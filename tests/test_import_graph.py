@@ -142,6 +142,10 @@ EXCEPTIONS = {
     # catalogue SARIF lists brings every check and numpy: at module level, `import lilicorr_ckpt.cli` went from
     # 178 to 330 modules (~70 -> ~300 ms)
     ("lilicorr_ckpt.report.validate:render_sarif", "lilicorr_ckpt.checks"),
+    # the guarded reader lives with the checkpoint reader (the runtime may import nothing else), which the command
+    # line does not load at start-up: the modules it imports then read their files through it when they run
+    ("lilicorr_ckpt.report.ci:load_report", "lilicorr_ckpt.checkpoint.readfile"),
+    ("lilicorr_ckpt.report.locate:_lines", "lilicorr_ckpt.checkpoint.readfile"),
 }
 
 

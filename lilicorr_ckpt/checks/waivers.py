@@ -37,9 +37,10 @@ from typing import Any
 
 import msgspec
 
+from lilicorr_ckpt.checkpoint.readfile import read_regular_file
 from lilicorr_ckpt.checks import RULES  # the package, imported before this module, registers the catalogue
 from lilicorr_ckpt.checks.findings import RETIRED
-from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.results import SEVERITY_ORDER, Finding, Report, Waiver
 from lilicorr_ckpt.runtimes import PROFILES
 
@@ -112,15 +113,10 @@ def _load_toml(path: Path) -> dict[str, Any]:
         import tomllib
     else:  # pragma: no cover - 3.10
         import tomli as tomllib
-    try:
-        if not path.is_file():  # a FIFO or a device would block or never end
-            raise UsageError(f"waiver file {path} is not a regular file")
-        with open(path, "rb") as f:
-            data = f.read(_MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise UsageError(f"cannot read waiver file {path}: {exc.strerror}") from None
-    if len(data) > _MAX_CONFIG_BYTES:
-        raise UsageError(f"waiver file {path} is larger than {_MAX_CONFIG_BYTES >> 20} MiB; is it the right file?")
+    try:  # the guarded reader: a FIFO, a device or a huge file is refused by name, never read
+        data = read_regular_file(path, what=f"waiver file {path}", max_bytes=_MAX_CONFIG_BYTES)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

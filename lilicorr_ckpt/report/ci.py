@@ -193,11 +193,14 @@ def render_github_output(report: Report) -> str:
 
 # --- `lilicorr-ckpt report`: re-render a saved JSON report ----------------------------------------------------
 
+REPORT_LIMIT = 256 << 20  # a validate report; findings are capped per rule (checks/findings.py)
+
+
 def load_report(path: str) -> Report:
-    try:
-        data = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    from lilicorr_ckpt.checkpoint.readfile import read_regular_file, read_stream
+
+    data = read_regular_file(path, what=f"report {path}", max_bytes=REPORT_LIMIT) if path != "-" else \
+        read_stream(sys.stdin.buffer, what="the report on standard input", max_bytes=REPORT_LIMIT)
     try:
         report = msgspec.json.decode(data, type=Report)
     except msgspec.DecodeError as exc:

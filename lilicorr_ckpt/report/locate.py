@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+from lilicorr_ckpt.errors import InputError
+
 # --- JSON key positions ---------------------------------------------------------------------------------------
 
 class _Scanner:
@@ -120,13 +122,13 @@ class LineFinder:
 
     def _lines(self, file: str) -> dict[str, int]:
         if file not in self._cache:
+            from lilicorr_ckpt.checkpoint.readfile import read_regular_file  # the reader: not at start-up
+
             assert self.root is not None
-            try:
-                path = self.root / file
-                # only a regular file is read (a FIFO would block), and only one of a sane size
-                ok = path.is_file() and path.stat().st_size <= _MAX_SCAN_BYTES
-                self._cache[file] = json_key_lines(path.read_text(errors="replace")) if ok else {}
-            except OSError:
+            try:  # only a regular file of a sane size is read (a FIFO would block), even one swapped in meanwhile
+                data = read_regular_file(self.root / file, what=file, max_bytes=_MAX_SCAN_BYTES)
+                self._cache[file] = json_key_lines(data.decode("utf-8", errors="replace"))
+            except InputError:
                 self._cache[file] = {}
         return self._cache[file]
 

@@ -205,8 +205,8 @@ def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]
             target = load_target(spec, dtype=dtype, device=device)
     except InputError:
         raise
-    except (OSError, ValueError, ImportError, KeyError) as exc:
-        raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # transformers and tokenizers raise anything (even bare Exception) on hostile files
+        raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {str(exc)[:500]}") from None
     config = target.config
     architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
     return target, TargetRecord(id=ident, source=kind, architecture=architectures[0],

@@ -86,9 +86,8 @@ def test_a_refused_checkpoint_fails_the_gate_with_annotations(tmp_path):
 def test_a_warning_only_checkpoint_passes_unless_strict(tmp_path):
     from lilicorr_ckpt import fixtures
 
-    cfg = fixtures.draft_config()
-    cfg["dflash_config"]["target_layer_ids"] = list(reversed(cfg["dflash_config"]["target_layer_ids"]))  # LC114
-    ckpt = fixtures.write_checkpoint(tmp_path / "warn", cfg)
+    # float16 weights: LC121, a warning for every runtime (a descending target_layer_ids is an error for SGLang)
+    ckpt = fixtures.write_checkpoint(tmp_path / "warn", fixtures.draft_config(), dtype="F16")
     (tmp_path / "lax").mkdir()
     (tmp_path / "strict").mkdir()
     lax = run_action({**PRE, "path": str(ckpt)}, tmp_path / "lax")
@@ -98,11 +97,11 @@ def test_a_warning_only_checkpoint_passes_unless_strict(tmp_path):
     assert any(line.startswith("::warning ") for line in lax.stdout.splitlines())
     # under --strict the warning fails the job, so it is annotated as an error (as SARIF and JUnit have it)
     assert not any(line.startswith("::warning ") for line in strict.stdout.splitlines())
-    warning = [line for line in strict.stdout.splitlines() if line.startswith("::error ") and "LC114" in line]
+    warning = [line for line in strict.stdout.splitlines() if line.startswith("::error ") and "LC121" in line]
     # the annotation points at the key in config.json
     text = (ckpt / "config.json").read_text().splitlines()
     line = int(re.search(r",line=(\d+),", warning[0]).group(1))
-    assert "target_layer_ids" in text[line - 1]
+    assert "torch_dtype" in text[line - 1]
 
 
 def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
