@@ -254,9 +254,9 @@ def _inspect_jq(ran: Ran) -> None:
     assert ran.out.strip() == "4"  # the bundled drafter's top-k
 
 
-def _converted(ran: Ran) -> dict:
+def _converted(ran: Ran, runtime: str = "sglang") -> dict:
     _ok(ran)
-    assert (ran.root / "drafter" / "conversion.json").is_file() and "validate  sglang: accepts" in ran.out
+    assert (ran.root / "drafter" / "conversion.json").is_file() and f"validate  {runtime}: accepts" in ran.out
     return json.loads((ran.root / "drafter" / "config.json").read_text())
 
 
@@ -271,7 +271,7 @@ def _convert_dry_run(ran: Ran) -> None:
 
 
 def _convert_sequential(ran: Ran) -> None:
-    _converted(ran)
+    _converted(ran, "trtllm")
     data = (ran.root / "drafter" / "model.safetensors").read_bytes()
     names = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
     assert any(re.search(r"\.mlp\.\d+\.", name) for name in names)  # the legacy Sequential names
@@ -472,7 +472,7 @@ EXPECTED: dict[str, Expect] = {
     # convert --help: ./export is a ModelOpt export
     "lilicorr-ckpt convert ./export ./drafter": Expect(_convert_plain, before=NO_DST),
     "lilicorr-ckpt convert ./export ./drafter --dry-run": Expect(_convert_dry_run, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter -r sglang --naming sequential": Expect(_convert_sequential,
+    "lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential": Expect(_convert_sequential,
                                                                                      before=NO_DST),
     "lilicorr-ckpt convert ./export ./drafter --no-repair": Expect(_convert_refused, before=NO_DST),
     "lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'": Expect(_convert_dropped, before=NO_DST,
@@ -485,7 +485,7 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target": Expect(_smoke_ran, needs_torch=True),
     "lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json": Expect(
         _gpu, fresh_process=_cuda(), needs_torch=True),  # without CUDA it stops before reading the target
-    "lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64": Expect(
+    "lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64": Expect(
         _smoke_gguf, drafter=EXAMPLES / "smollm2-lilicorr", needs_gguf=True, needs_torch=True),
     "lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit": Expect(
         _smoke_baseline, before=PROFILE, needs_torch=True),

@@ -38,7 +38,7 @@ listed in the summary and in DST/conversion.json.
 Examples:
   lilicorr-ckpt convert ./export ./drafter                 # for SGLang, vLLM and TRT-LLM at once
   lilicorr-ckpt convert ./export ./drafter --dry-run       # show the plan; write nothing
-  lilicorr-ckpt convert ./export ./drafter -r sglang --naming sequential  # legacy names SGLang renames
+  lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential  # legacy names TensorRT-LLM renames
   lilicorr-ckpt convert ./export ./drafter --no-repair     # refuse instead of dequantizing
   lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'
   lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10

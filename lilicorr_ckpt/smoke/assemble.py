@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import msgspec
+
 from lilicorr_ckpt.smoke.gates import (
     ArmAgreement,
     Divergence,
@@ -49,13 +51,18 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
              arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
              target_info: TargetRecord, chat: ChatTemplate, conditions: MeasurementConditions,
              divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
-             baseline: Any, acceptance_stats: Callable[[Sequence[Any]], Any]) -> SmokeReport:
+             baseline: Any, acceptance_stats: Callable[[Sequence[Any]], Any],
+             elapsed: dict[str, float] | None = None) -> SmokeReport:
     """The report of a smoke run from its decoded runs (probe, seed, prompt ids, arm -> GenerationResult).
-    `acceptance_stats` is the runtime's (lilicorr_runtime.acceptance_stats): the caller that decoded passes it."""
+    `acceptance_stats` is the runtime's (lilicorr_runtime.acceptance_stats): the caller that decoded passes it.
+    `elapsed` (batched arms): each arm's wall time over all its probes, which the overall tok/s divide by; per
+    category, and per request, tok/s divide by the requests' own (overlapping) wall times."""
     primary = "head" if has_head else "control"
 
-    def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None) -> ArmStats:
+    def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None, wall: float | None = None) -> ArmStats:
         s = acceptance_stats(results)
+        if wall is not None:
+            s = msgspec.structs.replace(s, wall_time_s=wall, tokens_per_second=s.tokens / wall if wall > 0 else 0.0)
         width = 0 if arm == "ar" else n
         return ArmStats(
             requests=s.requests, blocks=s.blocks, tokens=s.tokens, mean_accept_length=round(s.tau, 6),
@@ -68,12 +75,13 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
             speedup_vs_ar=None if not ar_tps else round(s.tokens_per_second / ar_tps, 4),
             position_counts=position_counts([(b.drafted, b.accepted) for r in results for b in r.blocks], width))
 
-    def arms_for(selected: Sequence[Any]) -> dict[str, ArmStats]:
-        ar = arm_stats([r[3]["ar"] for r in selected], "ar", None)
-        out = {arm: arm_stats([r[3][arm] for r in selected], arm, ar.tokens_per_second) for arm in arms if arm != "ar"}
+    def arms_for(selected: Sequence[Any], walls: dict[str, float] | None = None) -> dict[str, ArmStats]:
+        ar = arm_stats([r[3]["ar"] for r in selected], "ar", None, walls["ar"] if walls else None)
+        out = {arm: arm_stats([r[3][arm] for r in selected], arm, ar.tokens_per_second, walls[arm] if walls else None)
+               for arm in arms if arm != "ar"}
         return {**out, "ar": ar}
 
-    overall = arms_for(runs)
+    overall = arms_for(runs, elapsed)
     categories = list(dict.fromkeys(r[0].category for r in runs))
     per_category = {}
     for c in categories:
@@ -94,7 +102,7 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
     head_gain = HeadGain(overall=relative_gain(tau(overall, "head"), tau(overall, "control")) if has_head else None,
                          per_category=gains)
 
-    diverged = {(d.request, d.seed, d.arm) for d in divergences}
+    diverged = {(d.request, d.seed, d.arm) for d in divergences if not d.tie}  # a tie is re-anchored, not a loss
     requests = []
     for probe, seed, ids, by_arm in runs:
         lossless = None if opts.temperature > 0 else not any((probe.id, seed, a) in diverged for a in by_arm)
