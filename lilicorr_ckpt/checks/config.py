@@ -255,7 +255,7 @@ rule("LC113", "target-layer-ids", "error", CFG,
          "equals num_target_layers the message says the ids look shifted by one.",
      why="The draft reads the hidden states of exactly these target layers, and fc.weight's input columns "
          "follow them. Without the list SGLang guesses the ids with build_target_layer_ids (wrong for 14 of 20 "
-         "published checkpoints, sglang#37475), vLLM feeds fc the target's default taps (layers 2, L/2 and L-3: "
+         "published checkpoints), vLLM feeds fc the target's default taps (layers 2, L/2 and L-3: "
          "interfaces.py `get_eagle3_default_aux_hidden_state_layers`), TensorRT-LLM takes fc's input width from "
          "the checkpoint. An id beyond the target is refused by SGLang (\"out-of-range layer id\") and fails "
          "vLLM at run time. Wrong ids that happen to be in range load cleanly and collapse acceptance; a "
@@ -337,8 +337,8 @@ rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft voc
 rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
      "Export bfloat16.",
      doc="Fires when config.json's `torch_dtype` (or `dtype`) is float16 (\"float16\", \"fp16\" or \"half\").",
-     why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in lmdeploy#4991 "
-         "acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
+     why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in one LMDeploy "
+         "report acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
      example="    \"torch_dtype\": \"float16\"")
 rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
      "Write the target's vocab_size.",
@@ -1196,7 +1196,7 @@ def backbone_config(ctx: Context) -> None:
                      file="config.json", pointer="$.draft_vocab_size")
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
         ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
-                 "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
+                 "in one LMDeploy report)", file="config.json", pointer="$.torch_dtype")
 
 
 _names = names
