@@ -69,7 +69,7 @@ def test_the_reference_finder_tells_a_citation_from_ordinary_prose(prose, cites)
 def test_rule_prose_cites_no_url_issue_or_pull_request():
     fields = ("summary", "doc", "why", "example", "fix")
     texts = {f"{r.id} {field}": text for r in RULES.values()
-             for field, text in zip(fields, (r.summary, r.doc, r.why, r.example, r.fix))}
+             for field, text in zip(fields, (r.summary, r.doc, r.why, r.example, r.fix), strict=True)}
     texts.update({f"{rule_id} (retired)": note for rule_id, note in RETIRED.items()})
     cited = {where: m.group(0).strip() for where, text in texts.items() if (m := REFERENCE.search(text))}
     assert cited == {}, "rule texts stand alone: state the fact, not where upstream reported it"
