@@ -112,14 +112,14 @@ def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: b
     from lilicorr_ckpt.checks.waivers import waive_report
     from lilicorr_ckpt.errors import InputError, UsageError
     from lilicorr_ckpt.report.escape import printable
-    from lilicorr_ckpt.report.validate import render
+    from lilicorr_ckpt.report.validate import render_text
 
     shown = printable(str(directory))
     try:
         report = validate(str(directory), runtime=runtime, target=target, strict=strict, deep=deep)
         report = waive_report(report, checkpoint_dir=directory, ignore=ignore, select=select, strict=strict,
                               config=config)
-        return report.exit_code, render(report, "text", verbose=verbose)
+        return report.exit_code, render_text(report, verbose=verbose)
     except InputError as exc:
         return 2, f"{shown}: error: {printable(str(exc))}\n"
     except UsageError as exc:

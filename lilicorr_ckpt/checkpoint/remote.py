@@ -47,7 +47,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -59,6 +59,7 @@ from lilicorr_ckpt.checkpoint.tensors import MAX_HEADER_BYTES
 from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.redact import redact, remember
 from lilicorr_ckpt.report.escape import printable
+from lilicorr_ckpt.results import HubOrigin  # the report's record of where it was read, filled here
 
 HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
 _REPO_CHARS = re.compile(r"^[\w.\-]+/[\w.\-]+$")
@@ -81,17 +82,6 @@ _CHUNK = 65536
 _TRUE = {"1", "on", "yes", "true"}
 
 T = TypeVar("T")
-
-
-class HubOrigin(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a validated checkpoint came from when it was not a local directory."""
-
-    repo_id: str
-    revision: str  # as asked for (a branch, tag, refs/pr/N or commit); "main" when none was given
-    commit: str  # the commit every file was read at (for the cache: the snapshot's name); 40 hex digits
-    read_from: Literal["hub", "hf_cache"]
-    endpoint: str | None = None  # the Hub endpoint asked (HF_ENDPOINT, credentials redacted), None for the cache
-    header_bytes: int = 0  # bytes of safetensors files read: their length prefixes and headers, nothing else
 
 
 class HubSpec(msgspec.Struct, frozen=True):

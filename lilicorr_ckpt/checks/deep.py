@@ -7,7 +7,7 @@ import mmap
 
 import numpy as np
 
-from lilicorr_ckpt.checkpoint.numerics import DECODABLE, ScaleDefects, decode, scale_defects
+from lilicorr_ckpt.checkpoint.numerics import DECODABLE, ScaleDefects, decode, e4m3_is_nan, scale_defects
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
@@ -92,7 +92,7 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
         else:
             if dtype == "F8_E4M3":
                 codes = np.frombuffer(chunk, dtype=np.uint8)
-                if not non_finite and bool(((codes & 0x7F) == 0x7F).any()):
+                if not non_finite and bool(e4m3_is_nan(codes).any()):
                     non_finite = True
             if all_zero and any(chunk.tobytes().strip(b"\x00")):
                 all_zero = False

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
-
 import click
 
-from lilicorr_ckpt.report.escape import printable
+from lilicorr_ckpt.report.escape import printable, xml_attr, xml_text
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
-FORMATS = ("text", "json", "junit")
 _LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 _COLOR = {"pass": "green", "fail": "red", "skip": "yellow"}
 
@@ -91,24 +88,24 @@ def render_junit(r: SmokeReport) -> str:
     for g in r.gates:
         summary, text = printable(g.summary), "\n".join(printable(line) for line in [g.summary, *g.details])
         if g.status == "fail":
-            body = f"<failure message={quoteattr(summary[:300])} type=\"lilicorr-ckpt\">{escape(text)}</failure>"
+            body = f"<failure message={xml_attr(summary[:300])} type=\"lilicorr-ckpt\">{xml_text(text)}</failure>"
         elif g.status == "skip":
-            body = f"<skipped message={quoteattr(summary[:300])}/>"
+            body = f"<skipped message={xml_attr(summary[:300])}/>"
         else:
-            body = f"<system-out>{escape(text)}</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={quoteattr(printable(g.name))}>{body}</testcase>')
+            body = f"<system-out>{xml_text(text)}</system-out>"
+        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={xml_attr(printable(g.name))}>{body}</testcase>')
     return junit_suite(r.draft_checkpoint.id, cases, sum(g.status == "fail" for g in r.gates),
                        sum(g.status == "skip" for g in r.gates))
 
 
 def junit_suite(path: str, cases: list[str], failures: int, skipped: int = 0) -> str:
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name={quoteattr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
+            f'<testsuite name={xml_attr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
             f'failures="{failures}" errors="0" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
 
 
 def junit_refusal(path: str, message: str) -> str:
     text = "\n".join(printable(line) for line in message.splitlines())
     case = (f'  <testcase classname="lilicorr-ckpt.smoke" name="loads"><failure message='
-            f'{quoteattr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{escape(text)}</failure></testcase>')
+            f'{xml_attr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{xml_text(text)}</failure></testcase>')
     return junit_suite(path, [case], 1)

@@ -114,7 +114,7 @@ PROFILE = RuntimeProfile(
     domino_dims_required=True,
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
-    "checkpoints, sglang#37475)",
+    "checkpoints)",
 )
 
 

@@ -10,6 +10,7 @@ import click
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.report import formats
 from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
@@ -109,8 +110,8 @@ def register(group: click.Group) -> None:
 @click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
               help="With --baseline: the relative tau drop that fails. With --engine: the relative tau difference "
                    "allowed between engine and reference (default there: derived from the prompts).")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
-              help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
+@click.option("--format", "-f", "fmt", type=click.Choice(list(formats.SMOKE)), default="text", show_default=True,
+              help="Report on stdout. " + formats.describe(formats.SMOKE))
 @click.option("--output", "-o", "out", metavar="PROFILE.json",
               help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
 @click.option("--out", "out_alias", metavar="PROFILE.json", hidden=True,
@@ -147,7 +148,6 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
           fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, batch: int | None,
           no_warmup: bool, quiet: bool, engine: str | None, api_key: str | None, concurrency: int, timeout: float,
           served_drafter: str | None, reference: bool) -> None:
-    from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
 
@@ -179,21 +179,16 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
     except SmokeRefused as exc:
         progress.finish()
         click.echo(f"lilicorr-ckpt smoke: {exc}", err=True)
-        if fmt == "junit":
-            click.echo(junit_refusal(path, str(exc)), nl=False)
+        refused = formats.SMOKE[fmt].refused
+        if refused is not None:
+            click.echo(refused(path, str(exc)), nl=False)
         sys.exit(1)
     finally:
         progress.finish()
-    profile = encode(report)
     # the report goes to stdout first, so a failed --output write loses no measurement
-    if fmt == "json":
-        click.echo(profile.decode(), nl=False)
-    elif fmt == "junit":
-        click.echo(render_junit(report), nl=False)
-    else:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_text(report, color=color), nl=False)
+    color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    click.echo(formats.render_smoke(report, fmt, formats.Style(color=color)), nl=False)
     if out:
-        write_output(profile, out)
+        write_output(encode(report), out)
     sys.exit(0 if report.passed else 1)
 

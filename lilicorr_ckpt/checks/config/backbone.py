@@ -56,8 +56,8 @@ rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft voc
 rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
      "Export bfloat16.",
      doc="Fires when config.json's `torch_dtype` (or `dtype`) is float16 (\"float16\", \"fp16\" or \"half\").",
-     why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in lmdeploy#4991 "
-         "acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
+     why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in one LMDeploy "
+         "report acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
      example="    \"torch_dtype\": \"float16\"")
 rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
      "Write the target's vocab_size.",
@@ -431,7 +431,7 @@ def _fp16(ctx: Context) -> None:
     cfg = ctx.config
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
         ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
-                 "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
+                 "in one LMDeploy report)", file="config.json", pointer="$.torch_dtype")
 
 
 # model types whose transformers config class keeps sliding_window only with use_sliding_window true

@@ -17,7 +17,7 @@ rule("LC113", "target-layer-ids", "error", CFG,
          "equals num_target_layers the message says the ids look shifted by one.",
      why="The draft reads the hidden states of exactly these target layers, and fc.weight's input columns "
          "follow them. Without the list SGLang guesses the ids with build_target_layer_ids (wrong for 14 of 20 "
-         "published checkpoints, sglang#37475), vLLM feeds fc the target's default taps (layers 2, L/2 and L-3: "
+         "published checkpoints), vLLM feeds fc the target's default taps (layers 2, L/2 and L-3: "
          "interfaces.py `get_eagle3_default_aux_hidden_state_layers`), TensorRT-LLM takes fc's input width from "
          "the checkpoint. An id beyond the target is refused by SGLang (\"out-of-range layer id\") and fails "
          "vLLM at run time. Wrong ids that happen to be in range load cleanly and collapse acceptance; a "
