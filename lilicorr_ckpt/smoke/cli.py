@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
 from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
@@ -111,7 +111,8 @@ def register(group: click.Group) -> None:
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="The validate profile the drafter must pass to load.")
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
-@click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress on stderr (a self-overwriting line on a terminal, else a line every 10 s).")
 def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
           seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
@@ -134,7 +135,7 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
                            tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup)
     check_options(options)  # usage errors before the runtime is imported
     run_smoke = runner()
-    progress = Progress.for_terminal(quiet, name="smoke")
+    progress = Progress.for_terminal(quiet, name="smoke", log_interval=LOG_INTERVAL, unit="generations")
     try:
         report = run_smoke(options, progress)
     except SmokeRefused as exc:

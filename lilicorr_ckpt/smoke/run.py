@@ -27,10 +27,12 @@ from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
+from lilicorr_ckpt.smoke.fit import loaded_info, require_fit
 from lilicorr_ckpt.smoke.gates import (
     ArmAgreement,
     Divergence,
     ParityCheck,
+    PromptBlocks,
     baseline_gate,
     compare_baseline,
     head_gate,
@@ -109,8 +111,11 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     except CheckpointRefused as exc:
         raise SmokeRefused(str(exc)) from None
     draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
+    header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the target's weights load
+    require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)
+    require_fit(ckpt, loaded_info(header, target), path=opts.path, spec=opts.target, runtime=opts.runtime, loaded=True)
     if target.tokenizer is None:
         raise InputError(f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
                          "tokenizes the probe prompts with it")
@@ -303,9 +308,17 @@ def agreement(runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]], temp
     identical = None
     if temperature == 0:
         identical = sum(accepted(r[3]["head"]) == accepted(r[3]["control"]) for r in runs)
+    pooled: dict[str, list[int]] = {}  # probe id -> head committed, head blocks, control committed, control blocks
+    for probe, _, _, by_arm in runs:
+        sums = pooled.setdefault(probe.id, [0, 0, 0, 0])
+        for i, arm in ((0, "head"), (2, "control")):
+            sums[i] += sum(b.committed for b in by_arm[arm].blocks)
+            sums[i + 1] += len(by_arm[arm].blocks)
     return ArmAgreement(requests=len(runs), identical=identical,
                         head_accepted=sum(sum(accepted(r[3]["head"])) for r in runs),
-                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs))
+                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs),
+                        prompts=[PromptBlocks(id=k, head_committed=v[0], head_blocks=v[1], control_committed=v[2],
+                                              control_blocks=v[3]) for k, v in pooled.items()])
 
 
 def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> DraftCheckpoint:
