@@ -7,7 +7,14 @@ import random
 
 import pytest
 
-from lilicorr_ckpt.smoke.gates import ArmAgreement, PromptBlocks, gain_interval, head_gate, needed_prompts, t975
+from lilicorr_ckpt.smoke.gates import (
+    ArmAgreement,
+    PromptBlocks,
+    gain_interval,
+    head_gate,
+    needed_prompts,
+    t975,
+)
 
 
 def prompts(gains: list[float], *, blocks: int = 80, control_tau: float = 1.5) -> list[PromptBlocks]:
