@@ -111,7 +111,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     except CheckpointRefused as exc:
         raise SmokeRefused(str(exc)) from None
     draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
-    header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the target's weights load
+    check_target_files(resolve_target_spec(opts.target), opts.target)  # its config must describe its weights, then
+    header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the weights load
     require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)

@@ -99,7 +99,9 @@ def test_a_random_head_that_ties_the_control_by_coincidence_is_not_called_a_zero
     gate = result.gate("head-loaded")
     assert result.code == 1 and gate["status"] == "fail"
     assert "top-1" not in gate["summary"] and "zero or missing head" not in gate["summary"]
-    assert "no gain over the control" in gate["summary"]
+    # three prompts of a random pair: the interval spans tens of percent, and the gate says so instead of judging
+    assert gate["summary"].startswith("inconclusive: 3 prompts are too few to judge a 5% gain: about ")
+    assert gate["inconclusive"] and not gate["interval"]["conclusive"] and gate["interval"]["prompts"] == 3
     assert any("blocks differ from the control's in 3 of 3 request(s)" in d for d in gate["details"])
 
 

@@ -61,16 +61,14 @@ def test_a_mismatch_the_targets_config_hides_is_refused_once_the_target_is_loade
     config = fixtures.draft_config(vocab_size=16, num_target_layers=6,
                                    dflash={"mask_token_id": 15, "target_layer_ids": [0, 5]})
     deep_taps = fixtures.write_checkpoint(tmp_path / "taps", config)
-    calls = []
+    judge = fit.require_fit
 
-    def config_without_depth(spec):
-        info = read_target(spec)
-        calls.append(spec)
-        if len(calls) > 1:  # the target-file check that follows reads the real config
-            return info
-        return msgspec.structs.replace(info, num_layers=None, unreadable={"num_hidden_layers": "missing"})
+    def config_without_depth(checkpoint, info, **kw):
+        if not kw.get("loaded", False):
+            info = msgspec.structs.replace(info, num_layers=None, unreadable={"num_hidden_layers": "missing"})
+        return judge(checkpoint, info, **kw)
 
-    monkeypatch.setattr("lilicorr_ckpt.smoke.run.read_target", config_without_depth)
+    monkeypatch.setattr("lilicorr_ckpt.smoke.run.require_fit", config_without_depth)
     result = smoke(deep_taps, "-t", target, *QUICK)
     assert result.code == 1 and result.stdout == "", result.stderr
     assert "drafter and target do not match: taps (checked on the target as loaded, before decoding" in result.stderr
