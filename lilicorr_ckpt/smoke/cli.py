@@ -26,7 +26,8 @@ Three arms decode the same prompts in one process:
 \b
 Gates (exit 1 when one fails):
   lossless       greedy tokens of every arm equal the target-only tokens (a mismatch is a runtime bug)
-  head-loaded    tau(head) >= tau(control) x (1 + --min-head-gain): the head did load and does rerank
+  head-loaded    tau(head) / tau(control) >= 1 + --min-head-gain at the low end of its 95% interval over prompts
+                 (fails as inconclusive, naming the prompts needed, when the interval straddles it)
   min-tau, min-accept-rates, baseline   when asked for
   kernel-parity  with --gpu: Triton and torch references give the same candidates and paths
 
@@ -40,7 +41,8 @@ Examples:
 
 On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
 contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
-set OMP_NUM_THREADS to choose another count.
+set OMP_NUM_THREADS to choose another count. Progress goes to stderr: a self-overwriting line on a terminal, and a
+line every 10 s when stderr is a file or a CI log; --quiet silences it.
 
 A probe file has one JSON object per line: {"id": "...", "category": "...", "prompt": "...", "chat": true}
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
@@ -111,8 +113,7 @@ def register(group: click.Group) -> None:
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="The validate profile the drafter must pass to load.")
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
-@click.option("--quiet", "-q", is_flag=True,
-              help="No progress on stderr (a self-overwriting line on a terminal, else a line every 10 s).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
 def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
           seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
