@@ -1,10 +1,14 @@
-"""Target-side speed: target-only greedy tok/s and the verify forward's latency, transformers' eager forward
-against the fast path (eager and CUDA-graph replay), next to the weight-read floor.
+"""Target-side speed: target-only greedy tok/s, kernels per step and the step latency by row count, transformers'
+eager forward against the fast path (eager and CUDA-graph replay), next to the weight-read floor.
 
-    python bench/target.py TARGET [--tokens 256] [--verify-rows 8] [--device cuda]
+    python bench/target.py TARGET [--tokens 256] [--device cuda] [--skip-transformers]
+    python bench/target.py --random qwen3-8b        # a random-weight Qwen3-8B-shaped target (bf16, no download)
 
-The floor is (bytes of the weights one decode step reads) / (this device's measured copy bandwidth): what a
-step would cost if it only had to read the weights once. All rows are measured in the same process.
+The floor is (bytes of the weights one decode step reads) / (this device's copy bandwidth): a copy of X bytes
+moves 2X bytes through HBM (read + write) in the measured time, and a step that only reads its weights streams
+at that same total rate, so reading W bytes takes W / bandwidth (not W / (bandwidth / 2)). All rows are measured
+in the same process. "kernels/step" counts the CUDA kernels (and memcpy/memset) one eager one-token step
+launches, which is what its graph replays.
 """
 
 from __future__ import annotations
@@ -15,28 +19,57 @@ import time
 import torch
 
 from lilicorr_runtime.fast_target import FastTarget, tokens_per_second
-from lilicorr_runtime.target import load_target
+from lilicorr_runtime.target import TargetModel, load_target
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
           8182, 2, 198, 1, 4093, 198, 19161, 260, 2914, 282, 1345, 30, 2, 198, 1, 520, 9531, 198]
 
+QWEN3_8B = {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
+
+
+def random_target(name: str, device: str) -> FastTarget:
+    """A random-weight target of a known shape, built on the device in bf16 (no checkpoint needed)."""
+    import transformers
+
+    if name != "qwen3-8b":
+        raise SystemExit(f"unknown random target {name!r} (qwen3-8b)")
+    config = transformers.Qwen3Config(**QWEN3_8B)
+    torch.manual_seed(0)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with torch.device(device):
+            model = transformers.Qwen3ForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    with torch.no_grad():  # a plausible scale: random N(0, 0.02) weights keep activations finite over 36 layers
+        for p in model.parameters():
+            if p.dim() == 2:
+                p.normal_(0.0, 0.02)
+    model.generation_config.eos_token_id = None
+    return FastTarget(model.eval())
+
 
 def copy_bandwidth(device: str) -> float:
+    """Bytes moved per second (read + written) by a 1 GiB device-to-device copy."""
     if device != "cuda":
         return float("nan")
-    x = torch.empty(1 << 28, dtype=torch.uint8, device=device)
+    x = torch.empty(1 << 30, dtype=torch.uint8, device=device)
     y = torch.empty_like(x)
     for _ in range(3):
         y.copy_(x)
     torch.cuda.synchronize()
     begin = time.perf_counter()
-    for _ in range(20):
+    for _ in range(10):
         y.copy_(x)
     torch.cuda.synchronize()
-    return 2 * x.numel() * 20 / (time.perf_counter() - begin)  # bytes read + written per second
+    return 2 * x.numel() * 10 / (time.perf_counter() - begin)
 
 
-def verify_latency(target, rows: int, taps, repeats: int = 50) -> float:
+def step_latency(target: TargetModel, rows: int, taps, repeats: int = 50) -> float:
+    """Seconds per forward of `rows` rows (with taps) after the prompt, the rows cropped again each time."""
     target.reserve(len(PROMPT) + rows * (repeats + 2) + 1)
     target.reset()
     target.forward(torch.tensor(PROMPT), taps)
@@ -54,35 +87,74 @@ def verify_latency(target, rows: int, taps, repeats: int = 50) -> float:
     return (time.perf_counter() - begin) / repeats
 
 
+def kernels_per_step(target: FastTarget) -> int:
+    """CUDA kernels (and memcpy/memset) an eager one-token step launches: the nodes its graph replays."""
+    eager = FastTarget(target.model, cuda_graphs=False)
+    eager.reserve(len(PROMPT) + 4)
+    eager.reset()
+    eager.forward(torch.tensor(PROMPT))
+    eager.forward(torch.tensor([5]))  # compiles / autotunes outside the profile
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        eager.forward(torch.tensor([7]))
+        torch.cuda.synchronize()
+    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("target")
+    parser.add_argument("target", nargs="?")
+    parser.add_argument("--random", metavar="SHAPE", help="a random-weight target instead: qwen3-8b")
     parser.add_argument("--tokens", type=int, default=256)
-    parser.add_argument("--verify-rows", type=int, default=8)
+    parser.add_argument("--rows", default="1,8,16", help="step sizes to time (rows per forward)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--skip-transformers", action="store_true", help="leave out transformers' eager forward")
     args = parser.parse_args()
+    if not args.target and not args.random:
+        parser.error("give TARGET or --random SHAPE")
     dtype = "bfloat16" if args.device == "cuda" else "float32"
-    slow = load_target(args.target, dtype=dtype, device=args.device, fast=False)
-    fast = load_target(args.target, dtype=dtype, device=args.device, fast=True)
-    eager = FastTarget(fast.model, fast.tokenizer, fast.eos_token_ids, cuda_graphs=False)
+    if args.random:
+        fast = random_target(args.random, args.device)
+        name = f"random {args.random}"
+    else:
+        fast = load_target(args.target, dtype=dtype, device=args.device, fast=True)
+        name = args.target
     global PROMPT
     PROMPT = [t % fast.vocab_size for t in PROMPT]  # SmolLM2's chat ids; folded for smaller vocabularies
+    paths: list[tuple[str, TargetModel]] = []
+    if not args.skip_transformers:
+        paths.append(("transformers eager", TargetModel(fast.model)))
+    paths += [("fast path, eager", FastTarget(fast.model, cuda_graphs=False)), ("fast path, CUDA graphs", fast)]
     taps = tuple(sorted({round(i * (fast.num_layers - 1) / 4) for i in range(5)}))  # five spread taps
-    weight_bytes = sum(p.numel() * p.element_size() for p in slow.model.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in fast.model.parameters())
     bandwidth = copy_bandwidth(args.device)
-    floor_s = weight_bytes / (bandwidth / 2) if bandwidth == bandwidth else float("nan")
-    rows = []
-    for name, target in (("transformers eager", slow), ("fast path, eager", eager), ("fast path, CUDA graphs", fast)):
-        tps = tokens_per_second(target, PROMPT, args.tokens)
-        verify_ms = verify_latency(target, args.verify_rows, taps) * 1e3
-        rows.append((name, tps, 1e3 / tps, verify_ms))
-    print(f"device {torch.cuda.get_device_name() if args.device == 'cuda' else 'cpu'}, torch {torch.__version__}, "
-          f"{dtype}, weights {weight_bytes / 1e6:.0f} MB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, "
-          f"{args.tokens} new tokens after a {len(PROMPT)}-token prompt")
-    print(f"{'path':<24} {'tok/s':>8} {'ms/token':>9} {f'verify {args.verify_rows} rows (ms)':>22} {'vs eager':>9}")
-    for name, tps, ms, verify_ms in rows:
-        print(f"{name:<24} {tps:8.1f} {ms:9.3f} {verify_ms:22.3f} {tps / rows[0][1]:8.1f}x")
-    print(f"{'weight-read floor':<24} {1 / floor_s:8.1f} {floor_s * 1e3:9.3f}")
+    floor_s = weight_bytes / bandwidth  # read-only streaming runs at the copy's total (read + write) rate
+    rows = [int(r) for r in args.rows.split(",")]
+    table = []
+    for label, target in paths:
+        tokens = args.tokens if label != "transformers eager" or not args.random else 16
+        tps = tokens_per_second(target, PROMPT, tokens)
+        steps = [step_latency(target, r, taps) * 1e3 for r in rows]
+        table.append((label, tps, 1e3 / tps, steps))
+    kernels = kernels_per_step(fast) if args.device == "cuda" else None
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    print(f"{time.strftime('%Y-%m-%d')}  {device}, torch {torch.__version__}, {name}, {dtype}, weights "
+          f"{weight_bytes / 1e6:.0f} MB, copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + written), "
+          f"{args.tokens} new tokens after a {len(PROMPT)}-token prompt, taps {list(taps)}")
+    step_head = " ".join(f"{f'{r} rows ms':>11}" for r in rows)
+    print(f"{'path':<24} {'tok/s':>8} {'ms/token':>9} {step_head} {'8 rows / 1':>10}")
+    for label, tps, ms, steps in table:
+        ratio = steps[rows.index(8)] / steps[0] if 8 in rows and rows[0] == 1 else float("nan")
+        print(f"{label:<24} {tps:8.1f} {ms:9.3f} " + " ".join(f"{s:11.3f}" for s in steps) + f" {ratio:10.2f}")
+    print(f"{'weight-read floor':<24} {1 / floor_s:8.1f} {floor_s * 1e3:9.3f}   (weights / copy bandwidth)")
+    fast_tps = table[-1][1]
+    print(f"fast path at {fast_tps * floor_s * 100:.1f}% of the floor; kernels/step (one-token eager step): "
+          f"{kernels if kernels is not None else 'n/a'}")
+    from lilicorr_runtime.kernels import step_ops
+
+    for key, config in step_ops.TUNED.items():  # the tile shape each step GEMM settled on
+        print(f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "
+              f"{config}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from lilicorr_ckpt.checks.run import Report, validate_spec
 
 def validate(path: str, *, runtime: str = "all", target: str | None = None, strict: bool = False,
              deep: bool = False, revision: str | None = None, ignore: str | None = None,
-             select: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
+             select: str | None = None, config: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
     """Judge a drafter checkpoint as SGLang, vLLM and TensorRT-LLM load it; the Report `validate -f json` prints.
 
     path: a checkpoint directory, or a Hugging Face repo id `org/name[@REV]` (headers only).
@@ -20,10 +20,11 @@ def validate(path: str, *, runtime: str = "all", target: str | None = None, stri
     target: the target model (directory, cached repo id or .gguf file) for the compatibility checks.
     strict: warnings count as failures (`report.exit_code` 1).  deep: also read tensor data (local only).
     ignore / select: rule ids or prefixes, comma-separated, as the command line's --ignore / --select;
-    waivers in lilicorr.toml or pyproject.toml beside a local checkpoint apply as on the command line.
+    waivers in lilicorr.toml or pyproject.toml beside a local checkpoint (up to its git work tree's root) apply
+    as on the command line; config: a waiver file to apply instead (the command line's --config).
     timeout: for a Hub repo, the seconds the whole remote read may take (the command line's --timeout).
 
     Raises InputError for unreadable input (the command line's exit 2) and UsageError for bad arguments (4).
     """
     return validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                         ignore=ignore, select=select, timeout=timeout)
+                         ignore=ignore, select=select, config=config, timeout=timeout)

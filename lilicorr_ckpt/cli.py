@@ -15,16 +15,14 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     import click
 
     from lilicorr_ckpt import __version__
-    from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
+    from lilicorr_ckpt.errors import InputError, UsageError
+    from lilicorr_ckpt.exits import EXIT_INTERRUPTED, run_command
     from lilicorr_ckpt.outfile import check_output_path, write_output
     from lilicorr_ckpt.report.ci import CI_FORMATS
     from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
-    raise SystemExit(130) from None  # EXIT_INTERRUPTED, defined below
-
-EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
-EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
+    raise SystemExit(130) from None  # EXIT_INTERRUPTED (exits.py), not imported yet
 
 EPILOG_EXIT = ("Exit codes: 0 clean, 1 findings, 2 unreadable input or I/O error, 4 usage error, "
                "130 interrupted, 143 terminated.")
@@ -74,15 +72,20 @@ def cli() -> None:
               metavar="SECONDS", help="For a Hub repo id: the most seconds the whole remote read may take (model "
                                       "info, JSON files, headers); past it validate exits 2 and says so. Each "
                                       "request also gives up after HF_HUB_DOWNLOAD_TIMEOUT seconds (default 10).")
-@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC403): still reported, "
-                                              "marked waived, not counted. Waivers with reasons: [tool.lilicorr-ckpt] "
-                                              "in pyproject.toml or lilicorr.toml beside the checkpoint (docs/ci.md).")
+@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC015): still reported, "
+                                              "marked waived, not counted. Waivers with reasons: lilicorr.toml or "
+                                              "[tool.lilicorr-ckpt] in pyproject.toml, in the checkpoint directory or "
+                                              "above it up to its git work tree's root (docs/ci.md).")
+@click.option("--config", "config_file", metavar="FILE",
+              help="Apply the waivers of FILE (lilicorr.toml form, or a pyproject.toml with [tool.lilicorr-ckpt]) "
+                   "instead of searching for one; the way to use a waiver file outside the checkpoint's work tree, "
+                   "or for a Hub repo.")
 @click.option("--select", metavar="RULES", help="Only these rule ids or prefixes (LC1,LC2) count; other findings "
                                               "are left out.")
 def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, json_file: str | None,
              junit_file: str | None, sarif_file: str | None, markdown_file: str | None, strict: bool, deep: bool,
              verbose: bool, quiet: bool, revision: str | None, timeout: float, ignore: str | None,
-             select: str | None) -> None:
+             config_file: str | None, select: str | None) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
     PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
@@ -104,7 +107,8 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
       lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml  # text log + report files
       lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
-      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC403       # waived, still reported
+      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC015       # waived, still reported
+      lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml  # waivers, with reasons, from a file
     """
     from lilicorr_ckpt.checks.run import error_report, validate_spec
     from lilicorr_ckpt.report.ci import render_report
@@ -125,7 +129,7 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
                                       "markdown": "summary.md"}.get(f, "report.txt"))
     try:
         report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                               ignore=ignore, select=select, timeout=timeout)
+                               ignore=ignore, select=select, config=config_file, timeout=timeout)
     except InputError as exc:
         # unreadable input: every report asked for still says why (the next CI step finds its file)
         failed = error_report(path, str(exc), target=target, strict=strict)
@@ -194,7 +198,15 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
                                       "the fix and the long form.")
 def rules(rule_id: str | None, fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
-    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it)."""
+    long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it).
+
+    \b
+    Examples:
+      lilicorr-ckpt rules                        # one line per rule
+      lilicorr-ckpt rules LC314                  # its long form
+      lilicorr-ckpt rules LC403                  # a retired id: what replaced it
+      lilicorr-ckpt rules -f json | jq '.[] | select(.severity == "error") | .id'
+    """
     import json
 
     import msgspec
@@ -304,58 +316,8 @@ except KeyboardInterrupt:
     _interrupted_while_starting()
 
 
-def _stdout_closed() -> bool:
-    """click swaps in its flush-pacifying wrapper when a write to stdout hit a closed pipe (`| head`)."""
-    return type(sys.stdout).__name__.endswith("PacifyFlushWrapper")  # by name: click made the class private
-
-
 def main(argv: list[str] | None = None) -> None:
-    try:
-        with sigterm_unwinds():
-            rv = cli.main(args=argv, prog_name="lilicorr-ckpt", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
-    except click.exceptions.Abort as exc:  # click turns Ctrl-C (and our SIGTERM) into Abort
-        terminated = isinstance(exc.__cause__, Terminated)
-        click.echo("terminated" if terminated else "interrupted", err=True)
-        sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
-    except click.UsageError as exc:
-        exc.show()
-        sys.exit(EXIT_USAGE)
-    except UsageError as exc:
-        click.echo(f"lilicorr-ckpt: usage error: {exc}", err=True)
-        sys.exit(EXIT_USAGE)
-    except InputError as exc:
-        click.echo(f"lilicorr-ckpt: error: {exc}", err=True)
-        sys.exit(EXIT_INPUT)
-    except click.ClickException as exc:
-        exc.show()
-        sys.exit(EXIT_INPUT)
-    except Terminated:
-        click.echo("terminated", err=True)
-        sys.exit(EXIT_TERMINATED)
-    except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        sys.exit(EXIT_INTERRUPTED)
-    except SystemExit as exc:
-        # a reader that stops early (`| head`) is not a failure of ours: click exits 1 after the broken pipe
-        sys.exit(0 if _stdout_closed() else exc.code)
-    except BrokenPipeError:
-        sys.exit(0)
-    except OSError as exc:  # the environment, not the checkpoint: a full disk, a permission, a vanished file
-        where = f": {exc.filename}" if exc.filename else ""
-        click.echo(f"lilicorr-ckpt: error: {exc.strerror or exc}{where}", err=True)
-        sys.exit(EXIT_INPUT)
-    except Exception as exc:
-        if os.environ.get("LILICORR_DEBUG"):
-            raise
-        click.echo(f"lilicorr-ckpt: internal error: {type(exc).__name__}: {exc}\n"
-                   "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
-                   err=True)
-        sys.exit(EXIT_INPUT)
-    if _stdout_closed():
-        sys.exit(0)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    run_command(cli, argv, prog_name="lilicorr-ckpt")  # every exception a message and an exit code (exits.py)
 
 
 if __name__ == "__main__":  # pragma: no cover

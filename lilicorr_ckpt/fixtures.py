@@ -24,7 +24,7 @@ from lilicorr_ckpt.checkpoint.manifest import Manifest, build_manifest, legacy_n
 from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_encode, nvfp4_quantize
 from lilicorr_ckpt.checkpoint.quant import summarize_exclusions
 from lilicorr_ckpt.checkpoint.stwrite import Entry, write_file, write_sparse
-from lilicorr_ckpt.runtimes import PROFILES
+from lilicorr_ckpt.runtimes import PROFILES, fused_name
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]  # name -> (dtype, shape, raw bytes)
 
@@ -167,7 +167,8 @@ def encode(values: np.ndarray, dtype: str) -> bytes:
 # modules any of the three stacks may load quantized (see lilicorr_ckpt/runtimes/); the default NVFP4 set
 def servable_quantized(manifest: Manifest, group_size: int = 16) -> set[str]:
     return {m for m, mod in manifest.modules.items()
-            if all(p.may_quantize(m) for p in PROFILES.values()) and mod.in_features % group_size == 0}
+            if all(p.may_quantize(m, manifest.geometry.family) for p in PROFILES.values())
+            and mod.in_features % group_size == 0}
 
 
 # what ModelOpt's presets quantize in a drafter: every linear it can (all but the lm_head)
@@ -185,12 +186,20 @@ def checkpoint_tensors(config: dict[str, Any], *, dtype: str = "BF16", seed: int
     if quant and scheme is None:
         raise ValueError(f"unsupported quant algo {quant!r}")
     quantize = (servable_quantized(manifest) if quantize is None else quantize) if scheme else set()
+    # ModelOpt's export unifies the weight amax of linears a runtime fuses (q/k/v, gate/up: its
+    # preprocess_linear_fusion), so the shards share one NVFP4 weight_scale_2
+    shared: dict[str, float] = {}
+    if scheme is not None and scheme.nvfp4:
+        for shards in _fused_groups(quantize):
+            amax = max(float(np.abs(_values(f"{m}.weight", manifest.tensors[f"{m}.weight"].shape, seed)).max())
+                       for m in shards)
+            shared.update(dict.fromkeys(shards, amax))
     out: Tensors = {}
     for name, expected in manifest.tensors.items():
         values = _values(name, expected.shape, seed)
         module = expected.module
         if scheme and module in quantize and name == f"{module}.weight":
-            out.update(_quantized(module, values, scheme, seed))
+            out.update(_quantized(module, values, scheme, seed, shared.get(module)))
             continue
         out[name] = (dtype, expected.shape, encode(values, dtype))
     if naming == "sequential":
@@ -198,11 +207,21 @@ def checkpoint_tensors(config: dict[str, Any], *, dtype: str = "BF16", seed: int
     return out
 
 
-def _quantized(module: str, weight: np.ndarray, scheme: Any, seed: int) -> Tensors:
+def _fused_groups(quantized: set[str]) -> list[tuple[str, ...]]:
+    """The quantized modules a runtime fuses into one linear, each group complete (q/k/v, gate/up per layer)."""
+    groups: dict[str, list[str]] = {}
+    for module in quantized:
+        fused = fused_name(module)
+        if fused is not None and all(s in quantized for s in fused[1]):
+            groups.setdefault(fused[0], list(fused[1]))
+    return [tuple(g) for g in groups.values()]
+
+
+def _quantized(module: str, weight: np.ndarray, scheme: Any, seed: int, global_amax: float | None = None) -> Tensors:
     out: Tensors = {}
     o, i = weight.shape
     if scheme.nvfp4:
-        packed, scales, scale_2 = nvfp4_quantize(weight, scheme.group_size)
+        packed, scales, scale_2 = nvfp4_quantize(weight, scheme.group_size, global_amax)
         out[f"{module}.weight"] = ("U8", (o, i // 2), packed.tobytes())
         out[f"{module}.weight_scale"] = ("F8_E4M3", (o, i // scheme.group_size), scales.tobytes())
         out[f"{module}.weight_scale_2"] = ("F32", (), np.float32(scale_2).tobytes())

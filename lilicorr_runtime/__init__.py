@@ -4,6 +4,19 @@
 Reading a path, validating it and building its drafter is the tooling's: `lilicorr_ckpt.load_drafter(path,
 runtime=, dtype=, device=)`. The runtime imports nothing of lilicorr_ckpt but its reader, lilicorr_ckpt.checkpoint."""
 
+import sys as _sys
+
+try:
+    import torch as _torch  # noqa: F401
+except ImportError as _exc:  # a clear message, not a ModuleNotFoundError from deep inside the first import
+    _HINT = f"lilicorr_runtime needs torch ({_exc}): pip install 'lilicorr-ckpt[runtime]', or torch itself"
+    _argv = list(getattr(_sys, "orig_argv", []))
+    _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
+    if _main.startswith("lilicorr_runtime"):  # `python -m lilicorr_runtime.train ...`: a message, exit 4
+        _sys.stderr.write(f"python -m {_main}: {_HINT}\n")
+        raise SystemExit(4) from None
+    raise ModuleNotFoundError(_HINT, name="torch") from None
+
 from .decode import BlockRecord, GenerationResult, Proposal, SpeculativeDecoder, draft_block
 from .dflash import Drafter, DraftKVCache
 from .head import LiLiCorrHead

@@ -21,11 +21,14 @@ import torch
 
 from .arguments import as_int
 from .dflash import Drafter, DraftKVCache
+from .fast_target import FastTarget
 from .graph import DraftStep, propose
+from .loop import DecodeLoop
 from .ops import categorical, control_walk, greedy_walk, sample_walk, verify_greedy, verify_sampled
 from .target import TargetModel
 
 Mode = Literal["head", "control", "ar"]
+Loop = Literal["device", "eager"]
 
 
 class BlockRecord(msgspec.Struct, frozen=True):
@@ -73,13 +76,21 @@ def draft_block(drafter: Drafter, cache: DraftKVCache, anchor_tokens: torch.Tens
 
 
 class SpeculativeDecoder:
-    """Single-request decoder; `mode="ar"` is plain target decoding through the same adapter."""
+    """The decoder; `mode="ar"` is plain target decoding through the same adapter.
+
+    Two loops compute the same tokens. `loop="device"` (the default on CUDA with a fast-path target) runs each
+    block as one CUDA-graph replay over device-resident state (lilicorr_runtime.loop), `batch` requests at once
+    in `generate_many`; `loop="eager"` (the default otherwise, and the CPU reference) runs one block at a time in
+    Python, with the draft step replayed from a graph on CUDA. `keep_proposals` needs the eager loop.
+    """
 
     def __init__(self, target: TargetModel, drafter: Drafter | None = None, *, mode: Mode = "head",
                  num_speculative_tokens: int | None = None, temperature: float = 0.0, seed: int = 0,
-                 keep_proposals: bool = False, cuda_graph: bool = True):
+                 keep_proposals: bool = False, cuda_graph: bool = True, loop: Loop | None = None):
         if mode not in ("head", "control", "ar"):
             raise ValueError(f"mode must be head, control or ar, not {mode!r}")
+        if loop not in (None, "device", "eager"):
+            raise ValueError(f"loop must be 'device', 'eager' or None (pick by device), not {loop!r}")
         if not isinstance(target, TargetModel):
             raise TypeError(f"target must be a TargetModel (load_target), got {type(target).__name__}")
         if drafter is not None and not isinstance(drafter, Drafter):
@@ -93,6 +104,15 @@ class SpeculativeDecoder:
         self.use_graph = cuda_graph and target.device.type == "cuda"
         self._static_cache: DraftKVCache | None = None
         self._steps: dict[str, DraftStep] = {}
+        fast = isinstance(target, FastTarget)  # a static cache and the step forward the device loop captures
+        if loop == "device" and not fast:
+            raise ValueError(f"loop='device' needs a fast-path target (Llama, Qwen2, Qwen3): {target.path_note}")
+        if loop == "device" and keep_proposals:
+            raise ValueError("keep_proposals needs loop='eager' (the device loop keeps no per-block intermediates)")
+        if loop is None:
+            loop = "device" if fast and self.use_graph and not keep_proposals else "eager"
+        self.loop: Loop = loop
+        self._loops: dict[tuple, DecodeLoop] = {}
         if mode == "ar":
             return
         if drafter is None:
@@ -147,11 +167,9 @@ class SpeculativeDecoder:
         tuple of ints, or a 1-D integer tensor ([1, n], one tokenizer row, is accepted too). eos_token_ids: the ids
         that end the output (inclusive), a sequence or a single int."""
         prompt = _prompt_ids(prompt_ids, self.target.vocab_size)
-        if as_int(max_new_tokens) is None or max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
-        max_new_tokens = int(max_new_tokens)
-        single = as_int(eos_token_ids)
-        eos = {single} if single is not None else set(eos_token_ids)
+        max_new_tokens, eos = _limits(max_new_tokens, eos_token_ids)
+        if self.loop == "device":
+            return self._generate_device([prompt], max_new_tokens, eos, 1)[0]
         started = time.perf_counter()
         target = self.target
         block = 1 if self.drafter is None else self.drafter.block_size
@@ -161,6 +179,7 @@ class SpeculativeDecoder:
         step = target.forward(prompt, layer_ids)
         tokens = [self._first_token(step.logits[-1])]
         blocks: list[BlockRecord] = []
+        stopped = tokens[-1] in eos
         if self.mode == "ar":
             while len(tokens) < max_new_tokens and tokens[-1] not in eos:
                 step = target.forward(torch.tensor([tokens[-1]]))
@@ -175,12 +194,14 @@ class SpeculativeDecoder:
         drafter.append_context(cache, context)
         anchor_hidden = context[:, -1]  # [1, M]: the row that predicted the anchor
         proposals: list[Proposal] = []
-        while len(tokens) < max_new_tokens and tokens[-1] not in eos:
+        while len(tokens) < max_new_tokens and not stopped:
             accepted_tokens, next_token, record, features, proposal = self._block(cache, tokens[-1], anchor_hidden)
             blocks.append(record)
             if self.keep_proposals:
                 proposals.append(proposal)
             tokens.extend(accepted_tokens + [next_token])
+            # an eos anywhere in the block ends the request (as dflash_generate stops), not only a last-token one
+            stopped = any(t in eos for t in accepted_tokens) or next_token in eos
             context = drafter.project_context(features[None])  # [1, a+1, M]
             drafter.append_context(cache, context)
             anchor_hidden = context[:, -1]
@@ -188,6 +209,48 @@ class SpeculativeDecoder:
         return GenerationResult(mode=self.mode, prompt_tokens=prompt.numel(), tokens=tokens, blocks=blocks,
                                 wall_time_s=time.perf_counter() - started, block_size=drafter.block_size,
                                 proposals=proposals)
+
+    @torch.inference_mode()
+    def generate_many(self, prompts: Sequence[Sequence[int] | torch.Tensor], max_new_tokens: int,
+                      eos_token_ids: Sequence[int] | int = (), *, batch: int = 1) -> list[GenerationResult]:
+        """Decode many requests, results in prompt order. On the device loop, `batch` of them run side by side
+        (a finished request's slot is refilled with the next waiting one), each block one graph replay for all;
+        each result's wall_time_s then spans its own prefill to its end, overlapping the others'. On the eager
+        loop they run one after another."""
+        checked = [_prompt_ids(p, self.target.vocab_size) for p in prompts]
+        max_new_tokens, eos = _limits(max_new_tokens, eos_token_ids)
+        if as_int(batch) is None or batch < 1:
+            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
+        if self.loop == "eager":
+            return [self.generate(p, max_new_tokens, sorted(eos)) for p in checked]
+        return self._generate_device(checked, max_new_tokens, eos, int(batch))
+
+    def device_loop(self, batch: int, rows: int, max_new_tokens: int, eos: set[int]) -> DecodeLoop:
+        """The device loop for `batch` slots that holds `rows` rows per slot and `max_new_tokens` (built, and its
+        graph captured, once; reused while requests fit)."""
+        key = (batch, tuple(sorted(eos)))
+        loop = self._loops.get(key)
+        if loop is None or loop.capacity < rows or loop.max_new_tokens < max_new_tokens:
+            capacity = max(256, 1 << (rows - 1).bit_length())
+            if loop is not None:
+                max_new_tokens = max(max_new_tokens, loop.max_new_tokens)
+            self._loops.pop(key, None)
+            loop = self._loops[key] = DecodeLoop(
+                self.target, self.drafter, mode=self.mode, num_tokens=self.num_tokens, temperature=self.temperature,
+                batch=batch, capacity=capacity, max_new_tokens=max_new_tokens, eos_token_ids=sorted(eos),
+                generator=self.generator, use_graph=self.use_graph)
+        return loop
+
+    def _generate_device(self, prompts: list[torch.Tensor], max_new_tokens: int, eos: set[int],
+                         batch: int) -> list[GenerationResult]:
+        rows = max(p.numel() for p in prompts) + max_new_tokens + self.num_tokens + 2
+        loop = self.device_loop(min(batch, len(prompts)), rows, max_new_tokens, eos)
+        block = 1 if self.drafter is None else self.drafter.block_size
+        n = self.num_tokens
+        return [GenerationResult(mode=self.mode, prompt_tokens=p.numel(), tokens=out.tokens,
+                                 blocks=[BlockRecord(drafted=n, accepted=a, committed=a + 1) for a in out.accepted],
+                                 wall_time_s=out.wall_time_s, block_size=block)
+                for p, out in zip(prompts, loop.run(prompts, max_new_tokens), strict=True)]
 
     def _cache(self, rows: int) -> DraftKVCache:
         capacity = max(256, 1 << (rows - 1).bit_length())
@@ -265,6 +328,13 @@ def _temperature(value: float) -> float:
     if not math.isfinite(t) or t < 0:
         raise ValueError(f"temperature must be a finite number >= 0 (0 decodes greedily), got {value!r}")
     return t
+
+
+def _limits(max_new_tokens: int, eos_token_ids: Sequence[int] | int) -> tuple[int, set[int]]:
+    if as_int(max_new_tokens) is None or max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
+    single = as_int(eos_token_ids)
+    return int(max_new_tokens), ({single} if single is not None else set(eos_token_ids))
 
 
 def _rows(module: torch.nn.Module | None) -> int | None:

@@ -55,6 +55,13 @@ class DraftKVCache:
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.length = 0
 
+    @classmethod
+    def over(cls, keys: list[torch.Tensor], values: list[torch.Tensor]) -> DraftKVCache:
+        """A cache over existing per-layer tensors (e.g. one slot's rows of a batch cache), allocating nothing."""
+        cache = cls.__new__(cls)
+        cache.keys, cache.values, cache.length = list(keys), list(values), 0
+        return cache
+
     def _reserve(self, extra: int) -> None:
         capacity = self.keys[0].shape[2]
         if self.length + extra <= capacity:
@@ -292,26 +299,42 @@ class Drafter(nn.Module):
     def forward_static(self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor) -> torch.Tensor:
         """`forward` with shapes that do not depend on the context length, for CUDA-graph capture.
 
-        Attends over the cache's whole capacity and masks rows >= `length` (an int64 device scalar), so
-        the same captured graph serves every block; the cache must not grow while a graph uses it.
+        Attends over the cache's whole capacity and masks rows >= `length` (an int64 device scalar, or [b]: one
+        context length per row), so the same captured graph serves every block; the cache must not grow while a
+        graph uses it.
         """
         self._check_block(cache, block_embeddings)
-        q_len = block_embeddings.shape[1]
+        b, q_len = block_embeddings.shape[:2]
         capacity = cache.keys[0].shape[2]
         device = block_embeddings.device
+        length = length.reshape(-1).expand(b)
         ctx_pos = torch.arange(capacity, device=device)
-        q_pos = length + torch.arange(q_len, device=device)  # [Q]
-        k_pos = torch.cat([ctx_pos, q_pos])  # [C+Q]
-        valid = torch.cat([ctx_pos < length, torch.ones(q_len, dtype=torch.bool, device=device)])
-        cos, sin = self._rope(q_pos)
+        q_pos = length[:, None] + torch.arange(q_len, device=device)  # [b, Q]
+        k_pos = torch.cat([ctx_pos.expand(b, -1), q_pos], dim=1)  # [b, C+Q]
+        valid = torch.cat([ctx_pos[None, :] < length[:, None],
+                           torch.ones(b, q_len, dtype=torch.bool, device=device)], dim=1)  # [b, C+Q]
+        cos, sin = self._rope(q_pos)  # [b, 1, Q, hd]
         x = block_embeddings.to(self.fc.weight.dtype)
         for i, layer in enumerate(self.layers):
-            mask = valid[None, :].expand(q_len, -1)
-            window = self._window_mask(layer.self_attn.window, q_pos, k_pos)
-            if window is not None:
-                mask = mask & window
+            mask = valid[:, None, None, :].expand(b, 1, q_len, -1)
+            window = layer.self_attn.window
+            if window is not None:  # the symmetric window, per row
+                mask = mask & ((q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window - 1)[:, None]
             x = layer(x, cos, sin, cache.keys[i], cache.values[i], mask)
         return self.norm(x)
+
+    def append_context_static(self, cache: DraftKVCache, context: torch.Tensor, length: torch.Tensor) -> None:
+        """Write K/V of context rows [b, q, M] at positions length[b]..length[b]+q-1 (`length` [b] on the device;
+        the cache's own `length` is not used): the device-resident loop writes a whole block's rows and commits
+        the accepted ones by advancing `length`, so the rest stay beyond it, masked, until overwritten."""
+        b, q = context.shape[:2]
+        positions = length[:, None] + torch.arange(q, device=context.device)  # [b, q]
+        cos, sin = self._rope(positions)
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.context_kv(context, cos, sin)  # [b, kv_heads, q, hd]
+            index = positions[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
+            cache.keys[i].scatter_(2, index, k)
+            cache.values[i].scatter_(2, index, v)
 
     def logits(self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """hidden [b, S, M] -> fp32 logits [b, S, V] through the owned head, else the target's."""

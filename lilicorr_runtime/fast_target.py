@@ -19,15 +19,16 @@ import time
 from collections.abc import Callable, Sequence
 
 import torch
-import torch.nn.functional as F
 from transformers import PreTrainedModel
 
-from .ops import rms_norm
+from . import ops
 from .target import TargetModel, TargetStep
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
-# the step sizes whose graphs are captured: the AR step and every verify block a drafter can ask for
-GRAPH_MAX_ROWS = 32
+# a forward of at most this many rows per sequence is a step (the AR step, every verify block a drafter can ask
+# for): it runs the fused step kernels and, on CUDA, replays a captured graph
+STEP_ROWS = 32
+GRAPH_MAX_ROWS = STEP_ROWS
 
 
 def fast_path_problem(model: PreTrainedModel) -> str | None:
@@ -73,6 +74,13 @@ class StaticKVCache:
         shape = (batch, kv_heads, capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+
+    @classmethod
+    def over(cls, keys: list[torch.Tensor], values: list[torch.Tensor]) -> StaticKVCache:
+        """A cache over existing per-layer tensors (e.g. one slot's rows of a batch cache), allocating nothing."""
+        cache = cls.__new__(cls)
+        cache.keys, cache.values = list(keys), list(values)
+        return cache
 
     @property
     def batch(self) -> int:
@@ -126,78 +134,62 @@ class StaticDecoder:
         self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
         self.device, self.dtype = self.norm.device, self.norm.dtype
         self.inv_freq = self.inv_freq.to(self.device)
-        # the rotation's sign per channel (-1 on the first half, NeoX halves) times the attention scaling: sin
-        # carries it, so _rotate needs no negation
-        half = self.inv_freq.shape[0]
-        self.signed_scale = torch.cat([torch.full((half,), -self.rope_scale), torch.full((half,), self.rope_scale)])
-        self.signed_scale = self.signed_scale.to(self.device)
+        self.cos = self.sin = torch.empty(0, self.head_dim // 2, device=self.device)
+        self._retired_tables: list[torch.Tensor] = []
+        self._ensure_tables(int(getattr(config, "max_position_embeddings", 0) or 0))
+
+    def _ensure_tables(self, positions: int) -> None:
+        """Rotary cos/sin tables for positions 0..positions-1. A larger table replaces the old one, which is kept
+        alive: graphs captured earlier read it by address."""
+        if self.cos.shape[0] >= positions:
+            return
+        self._retired_tables += [self.cos, self.sin]
+        self.cos, self.sin = ops.rope_tables(self.inv_freq, self.rope_scale, max(positions, 256))
 
     def new_cache(self, batch: int, capacity: int) -> StaticKVCache:
+        self._ensure_tables(capacity)  # a position is below the cache's capacity
         return StaticKVCache(self.num_layers, batch, self.num_kv_heads, self.head_dim, capacity, self.dtype,
                              self.device)
 
-    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # positions [b, n] int64 -> cos, signed sin [b, n, 1, hd] (NeoX halves; broadcast over heads), in fp32
-        # then cast
-        freqs = positions.float()[..., None] * self.inv_freq  # [b, n, hd/2]
-        emb = torch.cat([freqs, freqs], dim=-1)[:, :, None]
-        return (emb.cos() * self.rope_scale).to(self.dtype), (emb.sin() * self.signed_scale).to(self.dtype)
-
-    @staticmethod
-    def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
-        """x [b, n, heads, hd] rotated in NeoX halves: x·cos + (x2, x1)·(-sin, sin)."""
-        return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin
-
     def forward(self, cache: StaticKVCache, x: torch.Tensor, start: torch.Tensor, pad: torch.Tensor,
                 taps: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """x [b, n, M] input embeddings at cache rows start..start+n-1 (start: an int64 device scalar; pad [b]
-        int64) -> (final-normed hidden [b, n, M], the hidden after each layer in `taps`, concatenated
-        [b, n, T·M], or None). The tap after the last layer is taken after the final norm, as transformers'
-        `hidden_states[-1]` is."""
-        b, n, _ = x.shape
-        capacity = cache.capacity
-        rows = start + torch.arange(n, device=x.device)  # [n] cache rows written
-        positions = rows[None, :] - pad[:, None]  # [b, n]
-        cos, sin = self._rope(positions)
-        key_rows = torch.arange(capacity, device=x.device)
-        # query i sees cache rows pad..start+i: [b, 1, n, capacity]
-        keys_seen = key_rows[None, None, :]
-        visible = (keys_seen <= rows[None, :, None]) & (keys_seen >= pad[:, None, None])
-        # a padding row sees itself, so no softmax row is empty (an empty one is NaN, and NaN values in the
-        # cache would poison every later query through 0 x NaN)
-        mask = (visible | (keys_seen == rows[None, :, None]))[:, None]
-        wanted = {t: i for i, t in enumerate(taps)}
-        captured: list[torch.Tensor | None] = [None] * len(taps)
-        hd, heads, kv_heads = self.head_dim, self.num_heads, self.num_kv_heads
+        """x [b, n, M] input embeddings at cache rows start..start+n-1 (start: an int64 device scalar, or [b] for
+        rows at different lengths; pad [b] int64) -> (final-normed hidden [b, n, M], the hidden after each layer in
+        `taps`, concatenated [b, n, T·M], or None). The tap after the last layer is taken after the final norm, as
+        transformers' `hidden_states[-1]` is.
+
+        A forward of at most STEP_ROWS rows per sequence (a decode or verify step) runs the fused step ops
+        (six kernels per layer on CUDA, each row computed independently of the others); a longer one (a
+        prefill) runs the same ops' torch references (cuBLAS GEMMs, SDPA)."""
+        b, n, m = x.shape
+        start = start.reshape(-1).expand(b) if start.numel() == 1 else start
+        rows = start[:, None] + torch.arange(n, device=x.device)  # [b, n] cache rows written
+        positions = rows - pad[:, None]
+        self._ensure_tables(cache.capacity)
+        step = n <= STEP_ROWS
+        linear = ops.step_linear if step else ops.step_linear_reference
+        rope_kv = ops.rope_kv if step else ops.rope_kv_reference
+        attend = ops.step_attention if step else ops.step_attention_reference
+        slots = {t: i for i, t in enumerate(taps)}
+        features = torch.empty(b * n, len(taps) * m, device=x.device, dtype=x.dtype) if taps else None
+        heads, kv_heads, hd, eps = self.num_heads, self.num_kv_heads, self.head_dim, self.eps
         last = self.num_layers - 1
+        flat = x.reshape(b * n, m)
         for index, (layer, keys, values) in enumerate(zip(self.layers, cache.keys, cache.values, strict=True)):
-            h = rms_norm(x, layer["input_norm"], self.eps)
-            qkv = F.linear(h, layer["qkv"], layer["qkv_bias"])  # [b, n, (heads + 2 kv_heads)·hd]
-            if layer["q_norm"] is None:
-                # q and k side by side in qkv: one rotation over both heads (half the kernel launches)
-                qk = self._rotate(qkv[..., :(heads + kv_heads) * hd].view(b, n, heads + kv_heads, hd), cos, sin)
-                q, k = qk.split((heads, kv_heads), dim=2)
-            else:  # Qwen3: each normed with its own weight first
-                q, k, _ = qkv.split(self.splits, dim=-1)
-                q = self._rotate(rms_norm(q.view(b, n, heads, hd), layer["q_norm"], self.eps), cos, sin)
-                k = self._rotate(rms_norm(k.view(b, n, kv_heads, hd), layer["k_norm"], self.eps), cos, sin)
-            q, k = q.transpose(1, 2), k.transpose(1, 2)  # [b, heads, n, hd]
-            v = qkv[..., (heads + kv_heads) * hd:].view(b, n, kv_heads, hd).transpose(1, 2)
-            keys.index_copy_(2, rows, k)
-            values.index_copy_(2, rows, v)
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask,
-                                                  enable_gqa=heads != kv_heads)  # [b, heads, n, hd]
-            x = x + F.linear(attn.transpose(1, 2).reshape(b, n, heads * hd), layer["o"], layer["o_bias"])
-            h = rms_norm(x, layer["post_norm"], self.eps)
-            gate, up = F.linear(h, layer["gate_up"]).chunk(2, dim=-1)
-            x = x + F.linear(F.silu(gate) * up, layer["down"])
-            if index in wanted and index != last:
-                captured[wanted[index]] = x
-        out = rms_norm(x, self.norm, self.eps)
-        if last in wanted:
-            captured[wanted[last]] = out
-        features = torch.cat(captured, dim=-1) if taps else None  # type: ignore[arg-type]
-        return out, features
+            qkv = linear(flat, layer["qkv"], norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
+            q = rope_kv(qkv.view(b, n, -1), keys, values, rows, positions, self.cos, self.sin, heads, kv_heads,
+                        layer["q_norm"], layer["k_norm"], eps)  # [b, n, heads, hd]; k, v written at `rows`
+            attn = attend(q, keys, values, rows, pad)  # [b, n, heads * hd]
+            flat = linear(attn.view(b * n, heads * hd), layer["o"], bias=layer["o_bias"], residual=flat)
+            h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
+            tap = None
+            if index in slots and index != last:  # written straight into its slice of the features
+                tap = features[:, slots[index] * m:(slots[index] + 1) * m]
+            flat = linear(h, layer["down"], residual=flat, out=tap)
+        out = ops.rms_norm(flat, self.norm, eps)
+        if last in slots:
+            features[:, slots[last] * m:(slots[last] + 1) * m] = out
+        return out.view(b, n, m), None if features is None else features.view(b, n, -1)
 
 
 class _Graph:
@@ -303,7 +295,14 @@ class FastTarget(TargetModel):
         hidden, features = self.core.forward(cache, self.embed_tokens(ids), start, pad, taps)
         if last_only:
             hidden = hidden[:, -1:]
-        return self.lm_head(hidden).float(), features
+        return self.step_logits(hidden), features
+
+    def step_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final-normed hidden [b, n, M] -> fp32 logits [b, n, V]; a step's through the row-invariant step GEMM."""
+        b, n, m = hidden.shape
+        if n <= STEP_ROWS and self.lm_head.bias is None:
+            return ops.step_linear(hidden.reshape(b * n, m), self.lm_head.weight, out_dtype=torch.float32).view(b, n, -1)
+        return self.lm_head(hidden).float()
 
     # batched greedy generation (data generation) -----------------------------------------------------------
 

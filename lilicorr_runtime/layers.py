@@ -80,14 +80,19 @@ def _yarn(base: torch.Tensor, dim: int, theta: float, factor: float, scaling: di
 
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [n] int64 -> cos, sin [n, head_dim] (NeoX layout: the two halves repeat)."""
+    """positions [n] (or [b, n], one row of positions per sequence) int64 -> cos, sin [n, head_dim] ([b, 1, n,
+    head_dim], broadcasting over the heads), NeoX layout: the two halves repeat."""
+    if positions.dim() == 2:
+        cos, sin = rope_cos_sin(positions.reshape(-1), inv_freq, scale, dtype)
+        shape = (positions.shape[0], 1, positions.shape[1], cos.shape[-1])
+        return cos.view(shape), sin.view(shape)
     freqs = positions.float()[:, None] * inv_freq[None, :]  # [n, hd/2]
     emb = torch.cat([freqs, freqs], dim=-1)
     return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [b, heads, n, hd], cos/sin [n, hd]: NeoX rotation over the full head_dim."""
+    """x [b, heads, n, hd], cos/sin [n, hd] or [b, 1, n, hd]: NeoX rotation over the full head_dim."""
     half = x.shape[-1] // 2
     rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
     return x * cos + rotated * sin

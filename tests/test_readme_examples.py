@@ -1,16 +1,191 @@
+"""The README works as written: every command in it runs in a test and its output is checked (issue 22).
+
+Commands are read from the README's ```bash blocks (split at `&&`) and from its inline `lilicorr-ckpt ...` code
+that names no placeholder. `lilicorr-ckpt` commands run as written from the repository root; one that needs a
+GPU says so (`# needs a CUDA GPU`) and runs when CUDA is there; one that reads the fetched SmolLM2 GGUF runs when
+it is there. Installs and fetches need the network, which the suite has not: they are checked to be what CI
+(.ci/run) runs, so CI runs them as written.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
 import re
 import shlex
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
 
 from lilicorr_ckpt.checks import RULES
-from lilicorr_ckpt.cli import rules_markdown, rules_page
+from lilicorr_ckpt.cli import main, rules_markdown, rules_page
 
 from helpers import REPO, run_cli
 
 README = (REPO / "README.md").read_text()
+CI = (REPO / ".ci" / "run").read_text()
+GGUF = ".cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+GPU_MARK = "# needs a CUDA GPU"
 
 
 def _bash_blocks(text: str) -> list[str]:
     return re.findall(r"```bash\n(.*?)\n```", text, flags=re.S)
+
+
+def readme_commands() -> list[tuple[str, str]]:
+    """(command, its line's comment) for every command of the README, in order."""
+    out = []
+    for block in _bash_blocks(README):
+        for line in block.splitlines():
+            code, _, comment = line.partition("  # ")
+            for part in code.split("&&"):
+                if part.strip():
+                    out.append((part.strip(), comment.strip()))
+    for inline in re.findall(r"`(lilicorr-ckpt [^`]+)`", README):
+        if not re.search(r"\b[A-Z][A-Z0-9_.]*\b|\[", inline):  # PATH, SRC, REPORT.json, [--target T]: a synopsis
+            out.append((inline, ""))
+    return out
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+
+
+def _run(command: str, capsys) -> Ran:
+    argv = shlex.split(command)
+    assert argv[0] == "lilicorr-ckpt"
+    with pytest.raises(SystemExit) as exc:
+        main(argv[1:])
+    out, err = capsys.readouterr()
+    return Ran(int(exc.value.code or 0), out, err)
+
+
+def _validate_pass(ran: Ran) -> None:
+    assert ran.code == 0, ran.out + ran.err
+    assert ran.out.strip().splitlines()[-1].startswith("PASS 0 errors, 0 warnings"), ran.out
+
+
+def _validate_sglang_refuses(ran: Ran) -> None:
+    # the README says why: the drafter taps the target's last layer, which SGLang 0.5.23 never captures
+    assert ran.code == 1, ran.out + ran.err
+    assert "ERROR LC148" in ran.out and "(sglang)" in ran.out, ran.out
+    assert ran.out.strip().splitlines()[-1].endswith(
+        "SGLang 0.5.23: refuses, vLLM 0.33.0: accepts, TensorRT-LLM main@8d62b3e (unreleased): accepts"), ran.out
+
+
+def _smoke_gpu(ran: Ran) -> None:
+    assert ran.code == 0, ran.out + ran.err  # the trained drafter passes its gates on a GPU (README: one H200)
+    gates = dict(re.findall(r"^\s+(?P<status>PASS|FAIL|SKIP|INCONCLUSIVE)\s+(\S+)", ran.out, re.M))
+    assert set(gates) == {"PASS"}, ran.out
+
+
+def _pip_installs_this_checkout(command: str) -> None:
+    """`pip install .` / `pip install ".[extras]"` / `pip install torch==X`: extras that pyproject declares, the
+    torch pin CI uses."""
+    args = shlex.split(command)[2:]
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - 3.10
+        import tomli as tomllib
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    for arg in args:
+        if arg == "-e":
+            continue
+        if arg.startswith("torch=="):
+            assert f"pip install {arg}" in CI, f"CI does not install {arg}"
+            continue
+        m = re.fullmatch(r"\.(?:\[([a-z,]+)\])?", arg)
+        assert m, f"{command}: not this checkout"
+        assert all(e in extras for e in (m.group(1) or "").split(",") if e), f"{command}: unknown extra"
+
+
+@dataclass
+class Expect:
+    check: Callable[[Ran], None] | None = None  # a lilicorr-ckpt command run as written
+    ci: bool = False  # needs the network: .ci/run runs it
+    covered_by: str | None = None  # run as written by this test (path::function), which checks its output
+    gpu: bool = False
+    gguf: bool = False
+
+
+EXPECTED: dict[str, Expect] = {
+    "pip install .": Expect(ci=True),
+    "lilicorr-ckpt validate examples/tiny-lilicorr": Expect(_validate_pass),
+    "pip install torch==2.13.0": Expect(ci=True),
+    'pip install -e ".[runtime,test,modelopt]"': Expect(ci=True),
+    "python -m pytest -q": Expect(ci=True),
+    'pip install ".[runtime]"': Expect(ci=True),
+    "scripts/fetch_smollm2.sh": Expect(ci=True),
+    f"lilicorr-ckpt validate examples/smollm2-lilicorr --target {GGUF} --strict": Expect(_validate_sglang_refuses,
+                                                                                          gguf=True),
+    f"lilicorr-ckpt smoke examples/smollm2-lilicorr --target {GGUF} -r vllm --gpu": Expect(_smoke_gpu, gpu=True,
+                                                                                            gguf=True),
+    # the bundled pair on the CPU: a minute, so run once, where the smoke tests check what it prints
+    "lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target": Expect(
+        covered_by="tests/smoke/test_smoke_cli.py::test_the_bundled_example_pair_runs_as_documented"),
+}
+
+COMMANDS = readme_commands()
+
+
+def test_every_readme_command_has_an_expectation():
+    missing = [c for c, _ in COMMANDS if c not in EXPECTED]
+    assert missing == [], f"README commands with no entry in EXPECTED: {missing}"
+    assert set(EXPECTED) == {c for c, _ in COMMANDS}, "EXPECTED names commands the README no longer has"
+
+
+def test_a_command_that_needs_a_gpu_says_so():
+    for command, comment in COMMANDS:
+        assert ("--gpu" in shlex.split(command)) == (comment == GPU_MARK.removeprefix("# ")), command
+        assert EXPECTED[command].gpu == ("--gpu" in shlex.split(command))
+
+
+@pytest.mark.parametrize("command", [c for c, _ in COMMANDS if EXPECTED.get(c, Expect()).ci])
+def test_what_needs_the_network_is_what_ci_runs(command):
+    if command.startswith("pip install"):
+        _pip_installs_this_checkout(command)
+    elif command == "scripts/fetch_smollm2.sh":
+        script = REPO / command
+        assert script.is_file() and script.stat().st_mode & 0o111 and f"{command} ||" in CI
+        assert GGUF.rsplit("/", 1)[-1] in script.read_text()  # it fetches the file the README then uses
+    else:
+        assert f"&& {command}" in CI, f"CI does not run {command}"
+
+
+@pytest.mark.parametrize("command", [c for c, _ in COMMANDS if EXPECTED.get(c, Expect()).check])
+def test_readme_command_runs_as_written(command, capsys, monkeypatch):
+    expect = EXPECTED[command]
+    if expect.gguf and not (REPO / GGUF).is_file():
+        pytest.skip("needs the SmolLM2 GGUF (scripts/fetch_smollm2.sh)")
+    if expect.gpu:
+        torch = pytest.importorskip("torch")
+        if not torch.cuda.is_available():
+            pytest.skip("needs a CUDA GPU (the README says so)")
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("NO_COLOR", "1")
+    expect.check(_run(command, capsys))
+
+
+@pytest.mark.parametrize("command", [c for c, _ in COMMANDS if EXPECTED.get(c, Expect()).covered_by])
+def test_a_slow_readme_command_is_run_as_written_by_the_test_named(command):
+    path, _, name = EXPECTED[command].covered_by.partition("::")
+    tree = ast.parse((REPO / path).read_text())
+    [function] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
+    calls = [[a.value for a in call.args if isinstance(a, ast.Constant)] for call in ast.walk(function)
+             if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "run_cli"]
+    assert shlex.split(command)[1:] in calls, f"{path}::{name} does not run `{command}` as written"
+
+
+def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one():
+    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = _bash_blocks(quick)
+    assert len(blocks) == 2 and all("\n" not in b.strip() for b in blocks)
+    assert blocks[1].strip() in CI  # the test command, verbatim
 
 
 def test_readme_rule_table_is_generated_from_the_catalogue():
@@ -26,22 +201,8 @@ def test_rules_page_has_an_anchor_per_rule_for_sarif_help_links():
     assert all(f'<a id="{rid.lower()}"></a>' in page for rid in RULES)
 
 
-def test_quick_start_has_exactly_two_commands_and_ci_runs_the_test_one():
-    quick = README.split("## Quick start", 1)[1].split("\n## ", 1)[0]
-    blocks = _bash_blocks(quick)
-    assert len(blocks) == 2 and all("\n" not in b.strip() for b in blocks)
-    ci = (REPO / ".ci" / "run").read_text()
-    assert blocks[1].strip() in ci
-    # the main job from the first command works as written
-    validate_part = blocks[0].split("&&", 1)[1].strip()
-    args = shlex.split(validate_part)
-    assert args[:2] == ["lilicorr-ckpt", "validate"]
-    result = run_cli(*args[1:], cwd=REPO)
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "PASS 0 errors, 0 warnings" in result.stdout
-
-
-def test_every_rule_is_exercised_by_some_test():
+def test_every_rule_id_is_named_by_some_test():
+    # a tripwire, not proof: a rule no test names has certainly never been triggered by one
     sources = "".join(p.read_text() for p in (REPO / "tests").rglob("test_*.py"))
     untested = [rid for rid in RULES if rid not in sources]
     assert untested == [], f"rules without a test that triggers them: {untested}"
@@ -63,7 +224,5 @@ def test_bundled_examples_are_reproducible(tmp_path):
 def test_modelopt_example_is_refused_for_the_documented_reasons():
     result = run_cli("validate", str(REPO / "examples" / "tiny-modelopt-nvfp4"), "--format", "json")
     assert result.returncode == 1
-    import json
-
     fired = {f["rule"] for f in json.loads(result.stdout)["findings"]}
     assert {"LC306", "LC310", "LC322"} <= fired

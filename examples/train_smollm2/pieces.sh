@@ -8,7 +8,7 @@
 # or resume for BUDGET seconds on every $WORK/data-*.npz; a new run plans its length to PLAN seconds and
 # starts from INIT_FROM's weights when set, else from target layer INIT_LAYER), export (ModelOpt layout ->
 # convert -> validate --strict), smoke (the bundled probes on the GPU). Every step can be rerun; fit resumes
-# from $WORK/run/state.pt.
+# from $WORK/run/state.safetensors.
 set -euo pipefail
 : "${TARGET:?set TARGET}" "${WORK:?set WORK}" "${OUT:=$WORK/out}"
 mkdir -p "$WORK" "$OUT"

@@ -49,6 +49,8 @@ class DFlashConfig(msgspec.Struct, kw_only=True, frozen=True):
     use_swa: bool | None = None
     swa_window_size: int | None = None
     attention_sink_bias: bool | None = None
+    sample_from_anchor: bool | None = None
+    use_aux_hidden_state: bool | None = None
     projector_type: str | None = None
     lilicorr_enabled: bool | None = None
     lilicorr_candidate_topk: int | None = None
@@ -102,6 +104,9 @@ class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
     num_target_layers: int | None = None
     layer_types: list[str] | None = None
     sliding_window: int | None = None
+    use_sliding_window: bool | None = None
+    use_aux_hidden_state: bool | None = None
+    eagle_aux_hidden_state_layer_ids: list[int] | None = None
     block_size: int | None = None
     target_layer_ids: list[int] | None = None
     mask_token_id: int | None = None
@@ -179,7 +184,7 @@ class ParsedConfig(msgspec.Struct, frozen=True):
     raw: dict[str, Any]
     issues: list[ConfigIssue]
     unknown_keys: list[str]  # JSON paths of keys no model field reads (kept in `raw`)
-    duplicate_keys: list[str]
+    duplicate_keys: dict[str, int]  # key -> how many times it appears (2 or more), in the order first repeated
 
     def invalid(self, path: str) -> bool:
         return any(i.path == path or i.path.startswith(path + "[") for i in self.issues)
@@ -293,9 +298,10 @@ def _lone_surrogate(doc: Any) -> str | None:
     return None
 
 
-def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], list[str]]:
-    """Decode a JSON object; returns (document, duplicate keys). NaN/Infinity are accepted; nesting, number
-    length and unpaired surrogates are refused with a message (InputError)."""
+def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, int]]:
+    """Decode a JSON object; returns (document, {repeated key: how many times it appears}, in the order first
+    repeated, keys of nested objects included). NaN/Infinity are accepted; nesting, number length and unpaired
+    surrogates are refused with a message (InputError)."""
     check_json_shape(data, what)
     try:
         text = data.decode("utf-8")
@@ -303,13 +309,13 @@ def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], list[str]]
         raise InputError(f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    duplicates: list[str] = []
+    duplicates: dict[str, int] = {}  # one entry per key, however often it repeats: a 4 MB config can repeat 690k
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in items:
             if key in out:
-                duplicates.append(key)
+                duplicates[key] = duplicates.get(key, 1) + 1
             out[key] = value
         return out
 

@@ -143,13 +143,15 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
     return out
 
 
-def nvfp4_quantize(weight: np.ndarray, group_size: int = 16) -> tuple[np.ndarray, np.ndarray, np.float32]:
-    """float32 [o, i] -> (packed uint8 [o, i/2], e4m3 codes [o, i/group], fp32 weight_scale_2)."""
+def nvfp4_quantize(weight: np.ndarray, group_size: int = 16,
+                   global_amax: float | None = None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+    """float32 [o, i] -> (packed uint8 [o, i/2], e4m3 codes [o, i/group], fp32 weight_scale_2). `global_amax` sets
+    weight_scale_2 from a shared amax (ModelOpt unifies it across linears a runtime fuses); default: this weight's."""
     weight = np.asarray(weight, dtype=np.float32)
     o, i = weight.shape
     if i % group_size or i % 2:
         raise ValueError(f"NVFP4 needs in_features divisible by {group_size}, got {i}")
-    amax = float(np.abs(weight).max()) if weight.size else 0.0
+    amax = global_amax if global_amax is not None else float(np.abs(weight).max()) if weight.size else 0.0
     scale_2 = np.float32(amax / (6.0 * E4M3_MAX)) if amax > 0 else np.float32(1.0)
     blocks = weight.reshape(o, i // group_size, group_size)
     block_amax = np.abs(blocks).max(axis=-1)

@@ -30,17 +30,33 @@ class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
     exclude_key: str | None = None  # "ignore", "exclude_modules" (no `ignore`), or None (neither)
     top_group_size: int | None = None  # the top-level group_size (None: absent or invalid)
     nested_group_size: int | None = None  # config_groups.group_0.weights.group_size
+    # flat form only: each exclusion list present, in FLAT_EXCLUSION_KEYS order (a runtime reads the first of
+    # the keys it knows that is present, empty or not)
+    flat_lists: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+    def flat_exclusions_for(self, profile: RuntimeProfile) -> tuple[str | None, tuple[str, ...]]:
+        """(the key `profile`'s runtime takes the flat form's exclusions from, or None: none it reads; them)."""
+        lists = dict(self.flat_lists)
+        key = next((k for k in profile.flat_exclusion_keys(self.quant_algo) if k in lists), None)
+        return key, lists.get(key, ()) if key else ()
 
     def read_by(self, profile: RuntimeProfile) -> QuantConfig:
-        """This config as `profile`'s runtime reads it (the flat form's exclusions and group size)."""
+        """This config as `profile`'s runtime reads it (the flat form's exclusions and group size; a nested form
+        inside config.json that the runtime flattens first)."""
+        if self.form == "nested" and self.source == "config.json" and profile.flattens_inline_nested:
+            # the nested block's quant_algo is hoisted to the top level and the flat reader finds no exclusion
+            # key and no group size there
+            nvfp4 = self.quant_algo is not None and "NVFP4" in self.quant_algo
+            group = profile.flat_group_size_default if nvfp4 else self.group_size
+            return msgspec.structs.replace(self, exclude=(), group_size=group)
         if self.form != "flat":
             return self
-        qc = self
-        if profile.flat_exclusions_key is not None and self.exclude_key not in (None, profile.flat_exclusions_key):
-            qc = msgspec.structs.replace(qc, exclude=())
+        qc = msgspec.structs.replace(self, exclude=self.flat_exclusions_for(profile)[1])
         if profile.flat_group_size_default is not None:
-            group = self.top_group_size if self.top_group_size is not None else profile.flat_group_size_default
-            qc = msgspec.structs.replace(qc, group_size=group)
+            group = self.top_group_size
+            if group is None and profile.flat_group_size_from_config_groups:
+                group = self.nested_group_size
+            qc = msgspec.structs.replace(qc, group_size=group if group is not None else profile.flat_group_size_default)
         return qc
 
     def scheme_for(self, module: str) -> QuantScheme | None:
@@ -59,6 +75,10 @@ class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
         return {"source": self.source, "form": self.form, "quant_algo": self.quant_algo,
                 "group_size": self.group_size, "quant_method": self.quant_method,
                 "exclude": list(self.exclude)}
+
+
+# the keys a flat quantization_config may list exclusions under
+FLAT_EXCLUSION_KEYS = ("ignore", "modules_to_not_convert", "exclude_modules")
 
 
 def _strings(value: Any) -> tuple[str, ...] | None:
@@ -106,6 +126,13 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
         inner = inner if isinstance(inner, int) and not isinstance(inner, bool) and inner > 0 else None
         group = top if top is not None else inner
         exclude_key = "ignore" if "ignore" in doc else "exclude_modules" if "exclude_modules" in doc else None
+        lists = []
+        for key in FLAT_EXCLUSION_KEYS:
+            if key in doc:
+                patterns = _strings(doc[key] or [])
+                if patterns is None and key != "ignore":  # `ignore` is reported above
+                    problems.append(f"{source}: `{key}` must be a list of strings")
+                lists.append((key, patterns or ()))
         kv = doc.get("kv_cache_quant_algo")
         producer = doc.get("producer")
         return QuantConfig(
@@ -118,6 +145,7 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
             producer=producer.get("name") if isinstance(producer, dict) else None,
             quantized_layers=doc.get("quantized_layers") if isinstance(doc.get("quantized_layers"), dict) else None,
             missing_keys=(), exclude_key=exclude_key, top_group_size=top, nested_group_size=inner,
+            flat_lists=tuple(lists),
         ), problems
     return None, [f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "
                   f"({{quant_algo, ignore, quant_method}})"]

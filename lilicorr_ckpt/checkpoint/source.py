@@ -9,7 +9,8 @@ from pathlib import Path
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
+from lilicorr_ckpt.checkpoint.pathhint import file_not_a_directory, looks_like_path, no_such_directory
+from lilicorr_ckpt.checkpoint.readfile import file_kind, read_regular_file, regular_size
 from lilicorr_ckpt.errors import InputError, UsageError
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
@@ -43,9 +44,7 @@ def resolve_path(spec: str, what: str = "checkpoint") -> tuple[Path, Path]:
         root = path.resolve()
         return root, hf_cache_blobs(root) or root
     if path.exists():
-        hint = f"; pass its folder {str(path.parent) or '.'}" if path.name.endswith(
-            (".json", ".safetensors")) else ""
-        raise InputError(f"{what} {spec!r} is a file, expected a checkpoint directory{hint}")
+        raise InputError(file_not_a_directory(spec, what))
     if looks_like_path(spec):  # `./x`, `examples/x`: a typo, not a repo id
         raise InputError(no_such_directory(spec, what))
     if _REPO_ID.match(spec) and not spec.startswith((".", "/")):
@@ -171,49 +170,15 @@ def open_source(spec: str) -> Source:
     )
 
 
-def file_kind(mode: int) -> str | None:
-    """What a non-regular file is, by name (None for a regular file)."""
-    for test, name in ((stat.S_ISREG, None), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
-
-
-def require_regular(path: Path, what: str) -> int:
-    """The size of `path`, refused (InputError) unless it is a regular file: a FIFO, device or socket would block
-    or never end, so it is named and never opened. Symlink loops and other OSErrors are exit-2 messages too."""
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror or exc}") from None
-    except RuntimeError:  # pathlib's "Symlink loop" on some versions
-        raise InputError(f"cannot read {what}: symlink loop") from None
-    kind = file_kind(st.st_mode)
-    if kind is not None:
-        raise InputError(f"{what} is {kind}, not a regular file; refusing to open it")
-    return st.st_size
-
-
 JSON_LIMIT = 4 << 20  # config.json, hf_quant_config.json, probe and baseline files
 INDEX_LIMIT = 32 << 20  # model.safetensors.index.json: a weight_map line per tensor
 
 
+def require_regular(path: Path, what: str) -> int:
+    """The size of `path`, refused unless it is a regular file (readfile.regular_size)."""
+    return regular_size(path, what=what)
+
+
 def read_small(path: Path, what: str, limit: int = JSON_LIMIT) -> bytes:
-    """A small file read whole, refused when it is not a regular file or larger than `limit` (read with a cap
-    too, so a file that grows while read cannot exceed it)."""
-    size = require_regular(path, what)
-    if size > limit:
-        raise InputError(f"{what} is {size} bytes; the limit for this file is {limit} bytes ({limit >> 20} MiB)")
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-        with os.fdopen(fd, "rb") as f:
-            if file_kind(os.fstat(f.fileno()).st_mode) is not None:  # swapped between stat and open
-                raise InputError(f"{what} is not a regular file; refusing to read it")
-            data = f.read(limit + 1)
-    except OSError as exc:
-        raise InputError(f"cannot read {what}: {exc.strerror or exc}") from None
-    if len(data) > limit:
-        raise InputError(f"{what} grew past {limit} bytes while being read")
-    return data
+    """A small file read whole with a cap (readfile.read_regular_file)."""
+    return read_regular_file(path, what=what, max_bytes=limit)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import stat
 import struct
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,8 @@ from typing import Any
 import msgspec
 
 from lilicorr_ckpt.checkpoint.config import is_drafter_config, load_json_object
-from lilicorr_ckpt.checkpoint.source import read_small, require_regular, resolve_path
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file, regular_size, too_large
+from lilicorr_ckpt.checkpoint.source import read_small, resolve_path
 from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.errors import InputError
 
@@ -64,16 +66,60 @@ class TargetSpec(msgspec.Struct, frozen=True):
     path: Path  # the .gguf file, or the model directory
 
 
+# What a loader opens by name in a model directory (transformers' AutoConfig, AutoModel, AutoTokenizer and
+# GenerationConfig, and our own readers): each must be a regular file of a sane size, so a FIFO, a device or a
+# multi-gigabyte "tokenizer.json" is refused by name before any library opens it (a FIFO would block it forever).
+LOADER_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
+                "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
+                "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja", "chat_template.json",
+                "preprocessor_config.json", "processor_config.json")
+LOADER_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken", ".safetensors", ".gguf")
+LOADER_FILE_LIMIT = 128 << 20  # the largest tokenizer.json of a 256k vocabulary is ~35 MB
+TEMPLATE_DIR = "additional_chat_templates"  # transformers reads every *.jinja in it
+
+
+def guard_loader_files(root: Path, spec: str) -> None:
+    """Refuse (InputError, naming the file) a model directory entry a loader would open that is not a regular
+    file (a FIFO, device or socket; a directory where a loader file is expected) or, for the metadata and
+    tokenizer files, that is larger than LOADER_FILE_LIMIT. Weights are size-checked by their own readers."""
+    try:
+        entries = sorted(root.iterdir())
+        templates = root / TEMPLATE_DIR
+        if templates.is_dir():
+            entries += sorted(templates.iterdir())
+    except OSError as exc:
+        raise InputError(f"cannot list target {spec!r}: {exc.strerror or exc}") from None
+    for entry in entries:
+        name = entry.name
+        read_by_name = name in LOADER_FILES or name.endswith(LOADER_SUFFIXES)
+        if not read_by_name:
+            continue
+        rel = str(entry.relative_to(root))
+        try:
+            mode = entry.stat().st_mode
+        except OSError:
+            mode = None  # a dangling link or a loop: refused (by regular_size) where a loader opens it by name
+        if name not in LOADER_FILES and (mode is None or stat.S_ISDIR(mode)):
+            continue  # a folder, or a broken link, that merely ends in .json is nothing a loader opens
+        size = regular_size(entry, what=f"target {spec!r}: {rel}")
+        if not name.endswith((".safetensors", ".gguf")) and size > LOADER_FILE_LIMIT:
+            raise too_large(f"target {spec!r}: {rel}", size, LOADER_FILE_LIMIT)
+
+
 def resolve_target_spec(spec: str) -> TargetSpec:
     """A .gguf file, a Hugging Face model directory (one holding a single .gguf and no config.json counts as that
-    GGUF), or a repo id in the local Hugging Face cache."""
+    GGUF), or a repo id in the local Hugging Face cache. Every file a loader opens by name is a regular file
+    (guard_loader_files)."""
     path = Path(spec).expanduser()
+    if path.suffix == ".gguf" and (path.exists() or path.is_symlink()) and not path.is_dir():
+        regular_size(path, what=f"target {spec!r}")  # a FIFO or device named .gguf: refused by kind
     if path.is_file():
         if path.suffix == ".gguf":
             return TargetSpec("gguf", path)
         raise TargetSpecError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the "
                               "local Hugging Face cache, or a GGUF file")
     root, _ = resolve_path(spec, "target")
+    guard_loader_files(root, spec)
     if not (root / "config.json").is_file():
         ggufs = sorted(root.glob("*.gguf"))
         if len(ggufs) == 1:
@@ -181,9 +227,9 @@ class _Reader:
 def read_gguf_target(path: Path) -> TargetInfo:
     """Model geometry and special token ids from a GGUF file's key/value header."""
     meta: dict[str, Any] = {}
-    size = require_regular(path, path.name)
+    size = regular_size(path, what=path.name)
     try:
-        with open(path, "rb") as f:
+        with open_regular_file(path, what=path.name) as f:
             r = _Reader(f, size)
             if f.read(4) != b"GGUF":
                 raise InputError(f"{path.name} is not a GGUF file")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import struct
 from pathlib import Path
 
@@ -18,10 +19,16 @@ from safetensors import SafetensorError, safe_open
 
 from lilicorr_ckpt.checkpoint.config import load_json_object
 from lilicorr_ckpt.checkpoint.manifest import DTYPE_BYTES
-from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, Source, checked_file, read_small, require_regular
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file, regular_size
+from lilicorr_ckpt.checkpoint.source import INDEX_LIMIT, Source, checked_file, read_small
 from lilicorr_ckpt.errors import InputError
 
 MAX_HEADER_BYTES = 100 << 20  # the safetensors library's own limit
+# A drafter holds hundreds of tensors (a few thousand quantized); a target shard a few thousand. The caps keep a
+# hostile header (a million tensors fit in 65 MB) within the budget: validate under 5 s and 1 GB.
+MAX_FILE_TENSORS = 1 << 17  # any one safetensors header, a target's shards too
+MAX_CHECKPOINT_TENSORS = 1 << 16  # a checkpoint's shards and index together
+MAX_METADATA_ENTRIES = 1 << 12  # a header's __metadata__ ({"format": "pt"} and a few more)
 
 
 class TensorInfo(msgspec.Struct, frozen=True):
@@ -94,11 +101,61 @@ def read_header(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str
     return tensors, metadata
 
 
-def read_header_keys(path: Path, label: str) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
-    """read_header, plus the tensor names the header repeats (the library keeps one silently)."""
-    size = require_regular(path, label)  # a FIFO or device would block: named, never opened
+class TooManyTensors(InputError):
+    """A tensor table larger than the cap: refused before it is built."""
+
+    def __init__(self, label: str, count: int, limit: int, *, scope: str = "file", before: int = 0):
+        self.count = count
+        where = f" beside the {before} of the shards read before it" if before else ""
+        super().__init__(f"{label}: the header lists {count} tensors{where}; the limit is {limit} tensors per "
+                         f"{scope} (a drafter holds hundreds to a few thousand): refusing a tensor table this large")
+
+
+class _Entry(msgspec.Struct):
+    """One tensor's header entry, as the safetensors library has validated it."""
+
+    dtype: str
+    shape: list[int]
+    data_offsets: tuple[int, int]
+
+
+def header_entries(header_bytes: bytes, label: str, max_tensors: int) -> dict[str, msgspec.Raw] | None:
+    """The header's entries, each value left undecoded, with `__metadata__` removed; None when the header is no JSON
+    object (the safetensors library then names what is wrong). More than max_tensors tensors, or more than
+    MAX_METADATA_ENTRIES metadata entries, is refused before anything is built per entry: 100 MB of header can list
+    a million tensors, and each costs tens of microseconds and a kilobyte in the checks."""
     try:
-        with open(path, "rb") as f:
+        entries = msgspec.json.decode(header_bytes, type=dict[str, msgspec.Raw])
+    except msgspec.DecodeError:
+        return None
+    metadata = entries.pop("__metadata__", None)
+    if len(entries) > max_tensors:
+        raise TooManyTensors(label, len(entries), max_tensors)
+    if metadata is not None:
+        try:
+            count = len(msgspec.json.decode(metadata, type=dict[str, msgspec.Raw]))
+        except msgspec.DecodeError:
+            return entries  # not an object of strings: the library refuses it
+        if count > MAX_METADATA_ENTRIES:
+            raise InputError(f"{label}: the header's __metadata__ holds {count} entries; the limit is "
+                             f"{MAX_METADATA_ENTRIES}: refusing a header this large")
+    return entries
+
+
+def _reopenable(fd: int, path: Path) -> str:
+    """A name that opens the very file behind fd (Linux /proc/self/fd), so the library reads what was checked even
+    if the path is swapped meanwhile; the path itself elsewhere."""
+    proc = f"/proc/self/fd/{fd}"
+    return proc if os.path.exists(proc) else str(path)
+
+
+def read_header_keys(path: Path, label: str, *, max_tensors: int = MAX_FILE_TENSORS,
+                     ) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
+    """read_header, plus the tensor names the header repeats (the library keeps one silently). More than
+    max_tensors entries is refused (header_entries)."""
+    size = regular_size(path, what=label)  # a FIFO or device would block: named, never opened
+    try:
+        with open_regular_file(path, what=label) as f:
             prefix = f.read(8)
             if len(prefix) < 8:
                 raise InputError(f"{label}: truncated safetensors file ({size} bytes, no header length)")
@@ -109,28 +166,35 @@ def read_header_keys(path: Path, label: str) -> tuple[dict[str, TensorInfo], dic
                 raise InputError(f"{label}: header length {n} runs past the end of the file ({size} bytes); "
                                  f"the file is truncated or not safetensors")
             header_bytes = f.read(n)
+            entries = header_entries(header_bytes, label, max_tensors)
+            names, library_metadata = _library_view(_reopenable(f.fileno(), path), label)
     except OSError as exc:
         raise InputError(f"cannot read {label}: {exc.strerror}") from None
+    if entries is None:  # pragma: no cover - the library refuses a header that is no JSON object
+        raise InputError(f"{label}: header is not a JSON object")
+    base = 8 + n
+    out: dict[str, TensorInfo] = {}
     try:
-        with safe_open(str(path), framework="numpy") as handle:
-            names = list(handle.keys())
-            library_metadata = handle.metadata() or {}
-            slices = {name: handle.get_slice(name) for name in names}
-            library = {name: (view.get_dtype(), tuple(view.get_shape())) for name, view in slices.items()}
+        for name in names:  # dtype, shape and offsets as the library validated them (it parsed this same JSON)
+            entry = msgspec.json.decode(entries[name], type=_Entry)
+            begin, end = entry.data_offsets
+            out[name] = TensorInfo(name=name, dtype=entry.dtype, shape=tuple(entry.shape), file=label,
+                                   start=base + begin, end=base + end)
+    except (KeyError, msgspec.DecodeError) as exc:  # pragma: no cover - the library read the same entries
+        raise InputError(f"{label}: header entry unreadable: {exc}") from None
+    return out, {str(k): str(v) for k, v in library_metadata.items()}, header_duplicate_keys(header_bytes)
+
+
+def _library_view(name: str, label: str) -> tuple[list[str], dict[str, str]]:
+    """The tensor names and metadata of a header the safetensors library validated (offsets in range,
+    contiguous, no overlap, known dtypes, shapes that match their byte ranges)."""
+    try:
+        with safe_open(name, framework="numpy") as handle:
+            return list(handle.keys()), handle.metadata() or {}
     except SafetensorError as exc:
         raise InputError(f"{label}: corrupt safetensors: {exc}") from None
     except Exception as exc:  # the binding also raises OSError/ValueError on odd files
         raise InputError(f"{label}: cannot open as safetensors: {exc}") from None
-    try:
-        header = msgspec.json.decode(header_bytes)
-    except msgspec.DecodeError as exc:  # pragma: no cover - the library already parsed it
-        raise InputError(f"{label}: header is not JSON: {exc}") from None
-    base = 8 + n
-    out: dict[str, TensorInfo] = {}
-    for name, (dtype, shape) in library.items():
-        begin, end = header[name]["data_offsets"]
-        out[name] = TensorInfo(name=name, dtype=dtype, shape=shape, file=label, start=base + begin, end=base + end)
-    return out, {str(k): str(v) for k, v in library_metadata.items()}, header_duplicate_keys(header_bytes)
 
 
 def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
@@ -139,6 +203,10 @@ def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
     weight_map = doc.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise InputError(f"{source.index.name}: expected an object `weight_map` of tensor name -> shard file")
+    if len(weight_map) > MAX_CHECKPOINT_TENSORS:
+        raise InputError(f"{source.index.name}: weight_map lists {len(weight_map)} tensors; the limit is "
+                         f"{MAX_CHECKPOINT_TENSORS} (a drafter holds hundreds to a few thousand): refusing an index "
+                         "this large")
     for shard in set(weight_map.values()):
         checked_file(source.root, source.link_root, shard, source.index.name)
     total = None
@@ -164,9 +232,18 @@ def read_tensor_table(source: Source) -> TensorTable:
     per_file: dict[str, dict[str, TensorInfo]] = {}
     metadata: dict[str, dict[str, str]] = {}
     repeated: dict[str, list[str]] = {}
+    read_so_far = 0
     for rel in to_read:
         path = checked_file(source.root, source.link_root, rel, "checkpoint")
-        per_file[rel], metadata[rel], dups = read_header_keys(path, rel)
+        left = MAX_CHECKPOINT_TENSORS - read_so_far
+        try:
+            per_file[rel], metadata[rel], dups = read_header_keys(path, rel, max_tensors=min(left, MAX_FILE_TENSORS))
+        except TooManyTensors as exc:
+            if left >= MAX_FILE_TENSORS:
+                raise
+            raise TooManyTensors(rel, exc.count, MAX_CHECKPOINT_TENSORS, scope="checkpoint",
+                                 before=read_so_far) from None
+        read_so_far += len(per_file[rel])
         if dups:
             repeated[rel] = dups
 

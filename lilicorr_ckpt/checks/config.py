@@ -11,6 +11,7 @@ import msgspec
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import DSPARK_FLAT_NAMES, SIBLING_HEAD_PREFIXES
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
@@ -96,11 +97,13 @@ rule("LC014", "sibling-route", "error", CFG,
      why="The runtimes register each sibling head under one class name. Under another name the checkpoint is "
          "refused, or, worse, loads as something else: SGLang routes a DSpark head declared as "
          "DFlashDraftModel as plain DFlash and drops Model-Optimizer's flat Markov names, serving the Markov "
-         "head at its initialisation; vLLM's registry sends DSparkDraftModel to its DeepSeek-V4 DSpark class, "
-         "not the Qwen3 one; SGLang loads Domino only as DFlashDraftModel with projector_type \"domino\".",
-     example="    \"architectures\": [\"DSparkDraftModel\"]\n\n"
-             "for a Qwen3 DSpark drafter: vLLM routes it to the wrong class. `lilicorr-ckpt convert` writes "
-             "`Qwen3DSparkModel`, which SGLang and vLLM both load.")
+         "head at its initialisation; SGLang loads Domino only as DFlashDraftModel with projector_type "
+         "\"domino\"; vLLM 0.33.0 has no Domino model at all (its DFlash model has no parameter for the "
+         "prefix GRU).",
+     example="    \"architectures\": [\"DFlashDraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
+             "\"dspark\", ...}\n\n"
+             "with Model-Optimizer's flat Markov names: no serving loader reads them. `lilicorr-ckpt convert` "
+             "writes `Qwen3DSparkModel` with the Markov head nested, which SGLang and vLLM both load.")
 rule("LC015", "sibling-unconfirmed", "warning", CFG,
      "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
      "only patch scripts show it).", "Test the runtime yourself before publishing for it.",
@@ -108,12 +111,10 @@ rule("LC015", "sibling-unconfirmed", "warning", CFG,
          "is recorded as unconfirmed: the loader was not read, or only registry-verification or patch scripts "
          "show it.",
      why="Whether the checkpoint loads with its head, loads without it, or is refused was not established from "
-         "that runtime's code. Examples: DFlash2DraftModel in SGLang (main dispatches on it, but no tagged "
-         "release is known to register it) and in vLLM (the registry key appears only in registry-verification "
-         "scripts); every sibling head in TensorRT-LLM (its paths were not read).",
+         "that runtime's code. Examples: every sibling head in TensorRT-LLM (its paths were not read).",
      example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
              "\"dflash2\", \"selector_rank\": 64, \"selector_top_k\": 32, ...}\n\n"
-             "gives one LC015 warning per runtime.")
+             "gives one LC015 warning for vLLM and one for TensorRT-LLM.")
 rule("LC016", "sibling-head-undeclared", "error", CFG,
      "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
      "builds no such head: every loader drops or refuses them.",
@@ -176,8 +177,8 @@ rule("LC103", "lilicorr-value-range", "error", CFG, "A lilicorr_* value is out o
          "which leaves the head MLP without a width. It also reports `dflash_config.lilicorr_num_layers` when "
          "it names more layers than the files hold tensors (that count is not expanded).",
      why="Counts and widths <= 0 give shapes no loader can build. For lilicorr_logit_scale the runtimes "
-         "differ: SGLang and TensorRT-LLM refuse a value <= 0 (\"must be positive\"), vLLM does not check it "
-         "and scores candidates with a zero or negated scale, a silently different function.",
+         "differ: SGLang and TensorRT-LLM refuse a value <= 0 (\"must be positive\"), so LC103 fires for them; "
+         "vLLM does not check it and scores candidates with the declared scale (LC170).",
      example="    \"dflash_config\": {\"lilicorr_logit_scale\": 0.0}\n\n"
              "or lilicorr_hidden_size 64 with lilicorr_mlp_ratio 0.01 (int(0.64) is 0).")
 rule("LC104", "topk-power-of-two", "error", CFG,
@@ -254,7 +255,8 @@ rule("LC113", "target-layer-ids", "error", CFG,
          "equals num_target_layers the message says the ids look shifted by one.",
      why="The draft reads the hidden states of exactly these target layers, and fc.weight's input columns "
          "follow them. Without the list SGLang guesses the ids with build_target_layer_ids (wrong for 14 of 20 "
-         "published checkpoints, sglang#37475), vLLM has no fallback, TensorRT-LLM takes fc's input width from "
+         "published checkpoints, sglang#37475), vLLM feeds fc the target's default taps (layers 2, L/2 and L-3: "
+         "interfaces.py `get_eagle3_default_aux_hidden_state_layers`), TensorRT-LLM takes fc's input width from "
          "the checkpoint. An id beyond the target is refused by SGLang (\"out-of-range layer id\") and fails "
          "vLLM at run time. Wrong ids that happen to be in range load cleanly and collapse acceptance; a "
          "negative id would index from the end.",
@@ -310,23 +312,27 @@ rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is mis
      example="    \"num_attention_heads\": 16, \"num_key_value_heads\": 6")
 rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
      "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
-     doc="Fires when `layer_types` has fewer entries than num_hidden_layers; when an entry is neither "
-         "\"full_attention\" nor \"sliding_attention\"; when a layer is sliding_attention but `sliding_window` "
-         "is unset (not for vLLM when `dflash_config.swa_window_size` >= 1, which it reads instead); and when "
-         "`dflash_config.use_swa` is true with neither swa_window_size nor sliding_window.",
-     why="SGLang refuses a short list (\"one entry per draft layer\"), where vLLM fails with an IndexError; "
-         "SGLang refuses an unknown entry (\"Unsupported DFLASH draft layer type\") while vLLM builds it as "
-         "full attention; SGLang refuses a sliding layer without sliding_window (\"require "
-         "config.sliding_window\"), vLLM takes the window from swa_window_size. TensorRT-LLM's reading was not "
-         "established and is judged as SGLang's.",
+     doc="Fires when `layer_types` has another number of entries than num_hidden_layers (fewer, for every "
+         "runtime; more, for SGLang and vLLM); when an entry is neither \"full_attention\" nor "
+         "\"sliding_attention\"; when a layer is sliding_attention but `sliding_window` is unset (not for vLLM "
+         "when `dflash_config.swa_window_size` >= 1, which it reads instead), or, for SGLang and vLLM and a "
+         "qwen2 / qwen3 model_type, set without `use_sliding_window: true`; and when `dflash_config.use_swa` is "
+         "true with neither swa_window_size nor sliding_window.",
+     why="SGLang 0.5.23 and vLLM 0.33.0 read config.json through transformers' config classes, which refuse a "
+         "layer_types list of another length than num_hidden_layers (validate_layer_type) and, for Qwen2 / "
+         "Qwen3, keep sliding_window only when use_sliding_window is true. SGLang refuses an unknown entry "
+         "(\"Unsupported DFLASH draft layer type\") while vLLM builds it as full attention, another function; "
+         "SGLang refuses a sliding layer without sliding_window (\"require config.sliding_window\"), vLLM takes "
+         "the window from swa_window_size and otherwise refuses it (qwen3_dflash.py `_resolve_layer_attention`: "
+         "\"requires a window size\"). TensorRT-LLM's reading was not established and is judged as SGLang's.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\"]")
 rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
      "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
      doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
          "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 drafters use.",
      why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
-         "(\"LiLiCorr candidates require the full target vocabulary\"); what SGLang and TensorRT-LLM do with "
-         "it was not established.",
+         "(\"LiLiCorr candidates require the full target vocabulary\"); what TensorRT-LLM does with it was not "
+         "established. SGLang never reads the keys (LC149).",
      example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
 rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
      "Export bfloat16.",
@@ -394,25 +400,14 @@ rule("LC129", "output-multiplier-not-read", "info", CFG,
          "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
          "TensorRT-LLM does not read it.",
      example="    \"output_multiplier\": 2.0,\n    \"dflash_config\": {\"block_size\": 16}")
-rule("LC130", "taps-vs-draft-layers", "error", CFG,
-     "num_target_layers is absent and a target_layer_id is >= the draft's num_hidden_layers: the runtime then "
-     "checks the ids against the draft's own layer count and refuses them.",
-     "Write num_target_layers (the target's layer count) in dflash_config and at the top level.",
-     doc="Fires when num_target_layers is absent (at both levels) and a target_layer_id is >= the draft's own "
-         "num_hidden_layers, for the runtimes that then check the ids against the draft's layer count: SGLang.",
-     why="SGLang's DFlash draft model falls back to the draft's num_hidden_layers when num_target_layers is "
-         "absent, so ids that are right for the target (a 36-layer model) are out of range for the draft (2 "
-         "layers), and it refuses them (\"out-of-range layer id\"). vLLM and TensorRT-LLM load the same config.",
-     example="    \"num_hidden_layers\": 2,\n    \"dflash_config\": {\"target_layer_ids\": [1, 9, 17, 25, "
-             "33]}\n\n"
-             "and no num_target_layers: SGLang refuses ids 9, 17, 25 and 33.")
 rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
      "Train/export with silu (the DFlash backbone supports no other activation).",
      doc="Fires when `hidden_act` is present and is not \"silu\" (any case), for the runtimes whose DFlash MLP "
-         "supports silu only: SGLang and vLLM.",
-     why="SGLang's DFlash MLP refuses it (\"Unsupported DFlash activation\"); vLLM passes it to its Qwen2 MLP, "
-         "which supports silu only. The DFlash backbone has no other activation, so a different value is a "
-         "mis-export or a different model.",
+         "supports silu only: vLLM; and SGLang, whose MLP also builds \"swigluoai\", unless it is that one "
+         "(then it fires when `swiglu_alpha` or `swiglu_limit` is missing).",
+     why="SGLang's DFlash MLP refuses other activations (\"Unsupported DFlash activation\") and reads "
+         "config.swiglu_alpha / swiglu_limit for swigluoai (an AttributeError without them); vLLM passes it to "
+         "its Qwen2 MLP, which supports silu only.",
      example="    \"hidden_act\": \"gelu\"")
 rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
      "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
@@ -427,20 +422,21 @@ rule("LC133", "causal-run-bidirectionally", "error", CFG,
      "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
      "config says: it loads cleanly and serves a different function than the one trained.",
      "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
-     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that run "
-         "the draft's full-attention layers bidirectionally whatever the config says: SGLang.",
+     doc="Fires when `dflash_config.causal` is true (and the top-level `is_causal` is not), for the runtimes "
+         "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang.",
      why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
          "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
-         "one trained: a silent mis-load, hence an error. For the top-level is_causal the result depends on "
-         "the SGLang version (a later revision reads it).",
+         "one trained: a silent mis-load, hence an error. SGLang does read the top-level is_causal (writing "
+         "the flag there is the fix).",
      example="    \"dflash_config\": {\"causal\": true}")
 rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
      "declared.", "Nothing to do for this runtime.",
      doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
-         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal).",
-     why="Nothing breaks on this runtime: the draft serves as trained. It is reported so that the per-runtime "
-         "verdicts show the one runtime where a causal drafter is served as declared; SGLang ignores the flag "
-         "(LC133) and TensorRT-LLM refuses it (LC117).",
+         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal), and SGLang for the "
+         "top-level is_causal (models/dflash.py _get_dflash_attention_type).",
+     why="Nothing breaks on these runtimes: the draft serves as trained. It is reported so that the per-runtime "
+         "verdicts show where a causal drafter is served as declared; SGLang ignores dflash_config.causal "
+         "(LC133) and TensorRT-LLM refuses the flag (LC117).",
      example="    \"is_causal\": true")
 rule("LC135", "swa-window-zero", "error", CFG,
      "use_swa is true with swa_window_size < 1, which the runtime refuses.",
@@ -487,11 +483,15 @@ rule("LC139", "integral-float", "error", CFG,
          "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
          "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
          "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
-         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM; mask_token_id, which "
-         "SGLang checks to be an integer.",
-     why="A float where Python needs an int fails at build with an untyped error: vLLM computes "
-         "`candidate_topk & (candidate_topk - 1)` and `range(num_hidden_layers)`, TensorRT-LLM's LiLiCorr head "
-         "uses the raw values for tensor sizes and ranges (a TypeError). SGLang refuses a float mask_token_id "
+         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones the "
+         "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
+         "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
+         "mask_token_id, which SGLang checks to be an integer.",
+     why="A float where Python needs an int fails at build: SGLang 0.5.23 and vLLM 0.33.0 read config.json "
+         "through transformers' config class, which refuses a float in its integer fields (\"expected int, got "
+         "float\"); vLLM computes `candidate_topk & (candidate_topk - 1)` and the block's slot count with the "
+         "raw values (a TypeError); TensorRT-LLM's LiLiCorr head uses the raw values for tensor sizes and "
+         "ranges (a TypeError). SGLang refuses a float mask_token_id "
          "(\"must be an integer\").",
      example="    \"num_hidden_layers\": 2.0,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
 rule("LC140", "integral-float-unconfirmed", "warning", CFG,
@@ -506,7 +506,8 @@ rule("LC141", "integral-float-cast", "info", CFG,
      "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
      "Write the value as a JSON integer for the runtimes that do not cast.",
      doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
-         "and backbone integers, vLLM and TensorRT-LLM for mask_token_id.",
+         "integers and the ones its DFlash parser reads (block_size, num_target_layers, the conv keys), vLLM "
+         "and TensorRT-LLM for mask_token_id.",
      why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
          "not cast (LC139), so the value should still be written as an integer.",
      example="    \"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
@@ -518,14 +519,19 @@ rule("LC142", "num-target-layers-range", "error", CFG, "num_target_layers is < 1
          "layer count is never the target's, so every target_layer_id is then also out of range (LC113).",
      example="    \"num_target_layers\": 0")
 rule("LC150", "selector-geometry", "error", CFG,
-     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone or negative, or "
-     "rank < 1 or top_k outside [2, vocab_size], as its config parser requires.", "Write the trained selector_rank and selector_top_k.",
+     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone, missing or "
+     "negative, or a top_k above vocab_size.", "Write the trained selector_rank and selector_top_k.",
      doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
-         "SGLang it fires when only one of them is set or either is negative; for vLLM when selector_rank is "
-         "missing or < 1, or selector_top_k is missing, < 2 or larger than vocab_size.",
-     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"); "
-         "vLLM's DFlash2 model refuses a rank below 1 or a top_k outside [2, vocab_size]. The selector's "
-         "tensors are sized by these values, so they cannot be guessed.",
+         "SGLang it fires when only one of them is set or either is negative, and when neither is (its "
+         "DFlash2DraftModel needs a selector); for vLLM when either is missing or negative, or selector_top_k "
+         "is larger than vocab_size.",
+     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"), and "
+         "DFlash2DraftModel.__init__ refuses one without them (\"requires dflash_config.selector_rank\"). "
+         "vLLM 0.33.0 reads both with a plain index and checks no range (qwen3_dflash2.py "
+         "`DFlash2Qwen3Model.__init__`, spec_decode/dflash2/speculator.py `DFlash2Speculator.__init__`): a "
+         "missing key is a KeyError, a negative size fails to build, and a top_k above the vocabulary fails "
+         "the top-k at the first draft step. The selector's tensors are sized by these values, so they cannot "
+         "be guessed.",
      example="    \"dflash_config\": {\"projector_type\": \"dflash2\", \"selector_rank\": 64}\n\n"
              "(no selector_top_k): refused by both.")
 rule("LC151", "dflash2-conv-required", "error", CFG,
@@ -553,18 +559,12 @@ rule("LC152", "markov-rank", "error", CFG,
 rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
      "Write vanilla, gated or rnn as trained.",
      doc="For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; \"vanilla\" when "
-         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla "
-         "(gated and rnn are LC154).",
+         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla only "
+         "(qwen3_dspark.py `DSparkMarkovHead`: it does not read markov_head_type, and has no parameter for the "
+         "gated or rnn tensors).",
      why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
          "refuses the config, so the drafter cannot be served there.",
      example="    \"markov_head_type\": \"lstm\"")
-rule("LC154", "markov-head-type-unconfirmed", "warning", CFG,
-     "markov_head_type is one whose support in this runtime is UNCONFIRMED.", "Test the runtime yourself.",
-     doc="For a DSpark head, fires when `markov_head_type` is one whose support in the runtime is unconfirmed: "
-         "gated and rnn in vLLM (only its vanilla Markov pair was read).",
-     why="Whether vLLM builds the gated or rnn Markov head, builds the vanilla one in its place, or refuses "
-         "the config was not established.",
-     example="    \"markov_head_type\": \"gated\"")
 rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
      "Write true (the trained setting) or false.",
      doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
@@ -581,9 +581,8 @@ rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len
 rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
      "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
      doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
-         "one) is missing or < 1, for the runtimes that require them: SGLang and vLLM.",
-     why="They size the prefix GRU and the embedding projection. SGLang refuses the config; vLLM reads them "
-         "from the merged config and fails with a KeyError when they are absent.",
+         "one) is missing or < 1, for the runtimes that require them: SGLang.",
+     why="They size the prefix GRU and the embedding projection; SGLang refuses the config without them.",
      example="    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 512}\n\n"
              "(no gru_hidden_dim).")
 rule("LC158", "domino-emb-dim-conflict", "error", CFG,
@@ -616,37 +615,109 @@ rule("LC144", "window-semantics", "warning", CFG,
          "from the ones the drafter was trained with.",
      example='    "layer_types": ["sliding_attention", "full_attention"],\n    "sliding_window": 8\n\n'
              "validated for all runtimes.")
-rule("LC146", "rope-theta-absent", "warning", CFG,
-     "rope_theta is absent and the selected runtimes assume different defaults, so at most one serves the trained "
-     "rotary embedding.", "Write the trained rope_theta (the target's) in config.json.",
-     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters) and the "
-         "selected runtimes whose default is recorded assume different values.",
-     why="The draft's rotary embedding must use the target's base, which the drafter was trained with. "
-         "Without the key each runtime falls back to its own default (vLLM 1e6; SGLang and TensorRT-LLM the "
-         "transformers default of their config class; these defaults are recorded from the audit and not "
-         "confirmed for every revision), so the positions the draft sees differ by runtime and acceptance "
-         "drops silently where the default is not the trained base.",
-     example="    config.json without \"rope_theta\" (and without rope_parameters.rope_theta), validated "
-             "for all runtimes.")
 rule("LC147", "rope-theta-defaulted", "info", CFG, "rope_theta is absent; the runtime assumes its default.",
      "Write the trained rope_theta (the target's) in config.json.",
-     doc="The same condition as LC146 when the selected runtimes (typically one, with --runtime) agree on the "
-         "default: the finding names the value assumed.",
-     why="The drafter loads, with the runtime's default base. That is right only if the drafter was trained "
-         "with that base; writing the key makes the checkpoint say what it was trained with.",
-     example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 1e6).")
+     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters): the "
+         "finding names the value each selected runtime assumes.",
+     why="The drafter loads, with the runtime's default base: the transformers default of its config class "
+         "(10000 for Qwen3) in SGLang, vLLM and TensorRT-LLM. vLLM 0.33.0's own 1e6 "
+         "(`set_default_rope_theta` in qwen3_dflash.py) applies only to a config class that leaves "
+         "rope_parameters without a base, which transformers' Qwen3Config never does. That is right only if "
+         "the drafter was trained with that base; writing the key makes the checkpoint say what it was "
+         "trained with.",
+     example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 10000).")
+rule("LC145", "target-layer-ids-permuted", "error", CFG,
+     "target_layer_ids is not ascending, and the runtime captures the target's layers in layer order: fc reads a "
+     "permuted concatenation, a different function than the one trained.",
+     "Write target_layer_ids in ascending order, with fc.weight's column blocks permuted to match (or retrain).",
+     doc="Fires when `target_layer_ids` (with no negative or repeated ids) is not ascending, for the runtimes "
+         "that capture the target's hidden states in layer order whatever the list order: SGLang and vLLM. "
+         "The others read the list in its order (LC114, a warning).",
+     why="SGLang 0.5.23's target models capture a layer's hidden state while their forward pass walks the "
+         "layers in order (models/qwen3.py Qwen3Model.forward: `if i in self.layers_to_capture`); vLLM 0.33.0 "
+         "turns the ids into capture points with `sorted(set(...))` (interfaces.py "
+         "`EagleModelMixin._set_aux_hidden_state_layers`). Either way the captures are concatenated in layer "
+         "order, while fc.weight's column blocks were trained in list order: with [17, 1, 33] the block trained "
+         "on layer 17 reads layer 1. The draft loads cleanly and serves another function.",
+     example="    \"dflash_config\": {\"target_layer_ids\": [17, 1, 33]}")
+rule("LC148", "target-layer-ids-last-layer", "error", CFG,
+     "A target_layer_id is the target's last layer, whose output the runtime's target model never captures: the "
+     "first batch fails.",
+     "Tap a layer below the last one (and retrain), or serve with a runtime whose target captures it.",
+     doc="Fires when `target_layer_ids` holds num_target_layers - 1 (the target's layer count from --target "
+         "when given), for the runtimes whose target model captures layer i's output as layer i+1's input: "
+         "SGLang, except for the target architectures it captures after the last layer (Gemma 3 / 4, gpt-oss, "
+         "Laguna, LFM2, MiniMax-M3, Nemotron-H; --target names the architecture).",
+     why="SGLang's set_dflash_layers_to_capture records `id + 1` for each id, and Qwen2, Qwen3, Llama and most "
+         "other targets capture inside their layer loop, which has no layer num_layers. The last layer's "
+         "output is never captured, the target hands fc one feature block fewer than fc.weight expects, and "
+         "project_target_hidden refuses the first batch (\"target_hidden feature dim mismatch\").",
+     example="    \"num_target_layers\": 36,\n    \"dflash_config\": {\"target_layer_ids\": [1, 17, 35]}")
+rule("LC149", "draft-vocabulary-ignored", "warning", CFG,
+     "A reduced or remapped draft vocabulary, which the runtime never reads: candidates come from the target's full "
+     "head.", "Drop draft_vocab_size / draft_id_to_target_id if the drafter was trained over the full vocabulary.",
+     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
+         "vocab_size, for the runtimes that read neither: SGLang (LC120 for the others).",
+     why="SGLang's DFlash-family drafts take their candidates from the target's lm_head over the full "
+         "vocabulary and never read the draft vocabulary keys. That is the trained function only if the "
+         "drafter was trained over the full vocabulary, which the keys say it was not.",
+     example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
 rule("LC143", "layer-types-long", "warning", CFG,
      "layer_types has more entries than the draft has layers; the extra entries are ignored.",
      "Give exactly one entry per draft layer.",
-     doc="Fires when `layer_types` has more entries than num_hidden_layers.",
-     why="The loaders read the first num_hidden_layers entries and ignore the rest (SGLang and vLLM both load "
-         "it), so it serves. But a list of the wrong length can be another model's (the target's layer_types "
+     doc="Fires when `layer_types` has more entries than num_hidden_layers, for the runtimes that read the "
+         "first entries (LC119 for SGLang and vLLM, whose transformers config class refuses the length).",
+     why="These loaders read the first num_hidden_layers entries and ignore the rest, so it serves. But a list of the wrong length can be another model's (the target's layer_types "
          "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
      example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
              "\"sliding_attention\", \"full_attention\"]")
 
+rule("LC170", "logit-scale-served", "warning", CFG,
+     "lilicorr_logit_scale is <= 0 and the runtime serves it as declared (no check): candidate scores are flat (0) "
+     "or inverted (< 0).", "Write the trained lilicorr_logit_scale (a positive number).",
+     doc="Fires when dflash_config.lilicorr_logit_scale is <= 0, for the runtimes that do not check it: vLLM. "
+         "The runtimes that refuse it report LC103.",
+     why="vLLM 0.33.0 stores the scale as it is (lilicorr.py `LiLiCorrHead`) and multiplies every candidate "
+         "score by it, so the checkpoint loads and drafts with the function its config declares: a scale of 0 "
+         "scores every candidate path alike, a negative one prefers the worst. That is rarely what was trained; "
+         "SGLang and TensorRT-LLM refuse it.",
+     example="    \"dflash_config\": {\"lilicorr_logit_scale\": 0.0}")
+rule("LC173", "eagle-aux-layer-ids", "error", CFG,
+     "A top-level eagle_aux_hidden_state_layer_ids names other target layers than target_layer_ids, and the "
+     "runtime reads it first.", "Remove eagle_aux_hidden_state_layer_ids, or make it target_layer_ids + 1.",
+     doc="Fires when config.json has a non-empty top-level `eagle_aux_hidden_state_layer_ids` that is not "
+         "dflash_config.target_layer_ids with 1 added to each id, for the runtimes that read it before the "
+         "DFlash taps: vLLM.",
+     why="vLLM 0.33.0 takes the target layers fc reads from `eagle_aux_hidden_state_layer_ids` when it is set "
+         "(eagle3_utils.py `get_eagle3_aux_layers_from_config`), in its capture convention (id + 1), and only "
+         "otherwise from dflash_config.target_layer_ids. A stale EAGLE-3 key left in the config then replaces "
+         "the trained taps: the drafter loads and reads other layers' states.",
+     example="    \"eagle_aux_hidden_state_layer_ids\": [2, 18, 34],\n    \"dflash_config\": "
+             "{\"target_layer_ids\": [1, 9, 17, 25, 33]}")
+rule("LC174", "sample-from-anchor", "error", CFG,
+     "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
+     "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
+     doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
+     why="vLLM 0.33.0's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
+         "the config at start-up: \"sample_from_anchor=True is not supported for DFlash\" "
+         "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
+         "top level, which is read elsewhere.",
+     example="    \"dflash_config\": {\"sample_from_anchor\": true}")
+rule("LC175", "no-aux-hidden-state", "error", CFG,
+     "use_aux_hidden_state is false: the runtime builds no fc and drops fc.weight, so the draft runs without the "
+     "target's hidden states.", "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
+     doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
+         "runtimes that read it: vLLM.",
+     why="vLLM 0.33.0 builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
+         "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
+         "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
+     example="    \"dflash_config\": {\"use_aux_hidden_state\": false}")
+
 
 # ---------------------------------------------------------------- checks
+
+
+LISTED_DUPLICATE_KEYS = 20  # LC002 findings of their own; the rest are one finding
 
 
 @check
@@ -654,9 +725,15 @@ def config_schema(ctx: Context) -> None:
     for issue in ctx.parsed.issues:
         ctx.emit("LC001", f"config.json {issue.describe()}", file="config.json", pointer=issue.path,
                  expected=issue.expected, actual=issue.found)
-    for key in ctx.parsed.duplicate_keys:
-        ctx.emit("LC002", f"config.json repeats the key `{key}`; JSON readers keep the last value",
+    repeated = list(ctx.parsed.duplicate_keys.items())  # one entry per key, with its count
+    for key, count in repeated[:LISTED_DUPLICATE_KEYS]:
+        ctx.emit("LC002", f"config.json repeats the key `{key}` ({count} times); JSON readers keep the last value",
                  file="config.json", subjects=[key])
+    rest = repeated[LISTED_DUPLICATE_KEYS:]
+    if rest:  # a config repeating 690k keys is one more finding, not 690k of them
+        ctx.emit("LC002", f"config.json repeats {len(rest)} more keys ({sum(c for _, c in rest)} occurrences): "
+                 f"{shorten(k for k, _ in rest)}; JSON readers keep the last value of each", file="config.json",
+                 subjects=[k for k, _ in rest])
     interesting = [k for k in ctx.parsed.unknown_keys if "lilicorr" in k or "conv" in k or "block" in k
                    or "target" in k or "mask" in k]
     for key in interesting:
@@ -772,7 +849,16 @@ def lilicorr_geometry(ctx: Context) -> None:
                              file="config.json", pointer=path, expected=f">= 1 (the real width, {g.hidden_size})",
                              actual=0, subjects=[key])
             continue
-        if value <= 0:
+        if value <= 0 and key == "lilicorr_logit_scale":
+            checked = [p for p in ctx.profiles if p.logit_scale_checked]
+            served = [p for p in ctx.profiles if not p.logit_scale_checked]
+            ctx.emit_for("LC103", checked, f"dflash_config.{key} is {value}: {_names(checked, 'refuses|refuse')} it",
+                         file="config.json", pointer=path, expected="> 0", actual=value, subjects=[key])
+            ctx.emit_for("LC170", served, f"dflash_config.{key} is {value}: {_names(served, 'serves|serve')} it "
+                         "as declared (no check), scoring every candidate path " + (
+                             "alike" if value == 0 else "in reverse"), file="config.json", pointer=path,
+                         expected="> 0", actual=value, subjects=[key])
+        elif value <= 0:
             ctx.emit("LC103", f"dflash_config.{key} is {value}", file="config.json", pointer=path,
                      expected="> 0", actual=value, subjects=[key])
     k = d["lilicorr_candidate_topk"]
@@ -872,15 +958,6 @@ def target_layer_ids(ctx: Context) -> None:
                          f"num_target_layers is {v}", file="config.json", pointer="$.num_target_layers",
                          expected=">= 1", actual=v)
             break
-    draft_layers = ctx.geometry.num_layers
-    if not declared and draft_layers is not None and not ctx.parsed.invalid("$.num_target_layers"):
-        beyond = [i for i in ids if i >= draft_layers]
-        checkers = [p for p in ctx.profiles if p.taps_checked_against_draft_layers]
-        if beyond:
-            ctx.emit_for("LC130", checkers, f"num_target_layers is absent, so {_names(checkers, 'checks|check')} "
-                         f"target_layer_ids against the draft's num_hidden_layers {draft_layers} and refuses "
-                         f"{beyond} (\"out-of-range layer id\")", file="config.json", pointer="$.num_target_layers",
-                         expected="present", actual="absent")
     if n is not None:
         out = [i for i in ids if i >= n]
         if out:
@@ -888,7 +965,39 @@ def target_layer_ids(ctx: Context) -> None:
             ctx.emit("LC113", f"target_layer_ids {out} are >= num_target_layers {n}{shifted}", file="config.json",
                      pointer=path, expected=f"ids in 0..{n - 1}", actual=ids)
     if not negative and not dups and list(ids) != sorted(ids):
-        ctx.emit("LC114", f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+        ordered = [p for p in ctx.profiles if p.captures_in_layer_order]
+        ctx.emit_for("LC145", ordered, f"target_layer_ids {ids} is not ascending: {_names(ordered, 'captures|capture')} "
+                     f"the target's layers in layer order, so fc receives the hidden states of {sorted(ids)} "
+                     "concatenated and each of its column blocks reads another layer than the one trained",
+                     file="config.json", pointer=path, expected=sorted(ids), actual=ids)
+        ctx.emit_for("LC114", [p for p in ctx.profiles if not p.captures_in_layer_order],
+                     f"target_layer_ids {ids} is not ascending", file="config.json", pointer=path)
+    target = ctx.target.num_layers if ctx.target is not None and ctx.target.num_layers else n
+    if target is not None and not negative and target - 1 in ids:
+        arch = ctx.target.architecture if ctx.target is not None else None
+        blind = [p for p in ctx.profiles if p.final_layer_capture_architectures is not None
+                 and arch not in p.final_layer_capture_architectures]
+        ctx.emit_for("LC148", blind, f"target_layer_ids includes {target - 1}, the target's last layer: "
+                     f"{_names(blind, 'captures|capture')} the hidden state of layer i as the input of layer i+1, "
+                     f"which the last layer has none of, so {'a ' + arch if arch else 'a Qwen2/Qwen3/Llama'} target "
+                     f"hands fc {len(ids) - 1} of its {len(ids)} features and the first batch fails (\"target_hidden "
+                     "feature dim mismatch\")", file="config.json", pointer=path, actual=ids,
+                     expected=f"ids below {target - 1}, or a target that captures its last layer's output")
+    _eagle_aux_layer_ids(ctx, ids)
+
+
+def _eagle_aux_layer_ids(ctx: Context, ids: list[int]) -> None:
+    """A top-level eagle_aux_hidden_state_layer_ids replacing the DFlash taps where the runtime reads it first."""
+    aux = ctx.config.eagle_aux_hidden_state_layer_ids
+    if not aux or ctx.config.dflash.target_layer_ids is None:
+        return
+    trained = [i + 1 for i in ctx.config.dflash.target_layer_ids]
+    if list(aux) != trained:
+        readers = [p for p in ctx.profiles if p.reads_eagle_aux_layer_ids]
+        ctx.emit_for("LC173", readers, f"eagle_aux_hidden_state_layer_ids {list(aux)} is not target_layer_ids + 1 "
+                     f"({trained}): {_names(readers, 'reads|read')} it first, so fc reads the target layers it "
+                     "names instead of the trained ones", file="config.json",
+                     pointer="$.eagle_aux_hidden_state_layer_ids", expected=trained, actual=list(aux))
 
 
 @check
@@ -944,19 +1053,22 @@ def conv_geometry(ctx: Context) -> None:
 def backbone_config(ctx: Context) -> None:
     cfg = ctx.config
     if cfg.dflash.causal is True or cfg.is_causal is True:
-        nested = cfg.dflash.causal is True
+        nested = cfg.is_causal is not True
         key = "$.dflash_config.causal" if nested else "$.is_causal"
         what = "dflash_config.causal" if nested else "is_causal"
-        by = {mode: [p for p in ctx.profiles if p.causal == mode] for mode in ("refuses", "ignores", "honours")}
+        # a true top-level is_causal is read by its own statement where a runtime has one (causal_top_level)
+        by = {mode: [p for p in ctx.profiles if (p.causal if nested else p.causal_top_level or p.causal) == mode]
+              for mode in ("refuses", "ignores", "honours")}
         if by["refuses"]:
             ctx.emit_for("LC117", by["refuses"], f"{what} is true: {_names(by['refuses'], 'refuses|refuse')} a causal LiLiCorr "
                          "draft (\"requires non-causal draft attention\")", file="config.json", pointer=key,
                          expected="false", actual="true")
         if by["ignores"]:
-            revision = ("" if nested else "; a later revision that reads top-level is_causal runs them causally, so "
-                        "the result depends on the version")
+            readers = [p for p in by["ignores"] if p.causal_top_level == "honours"]
+            hint = (f" ({_names(readers, 'reads|read')} the top-level is_causal instead: write it there)"
+                    if readers else "")
             ctx.emit_for("LC133", by["ignores"], f"{what} is true but {_names(by['ignores'], 'never reads|never read')} it "
-                         f"and runs full-attention layers bidirectionally{revision}: the draft loads cleanly and scores a "
+                         f"and runs full-attention layers bidirectionally{hint}: the draft loads cleanly and scores a "
                          "different function than the one trained", file="config.json", pointer=key,
                          expected="false", actual="true")
         if by["honours"]:
@@ -975,9 +1087,15 @@ def backbone_config(ctx: Context) -> None:
                      pointer="$.output_multiplier")
     act = cfg.hidden_act
     if act is not None and act.lower() != "silu":
+        supporting = [p for p in ctx.profiles if act.lower() in p.extra_hidden_acts]
+        absent = [k for k in _ACT_KEYS.get(act.lower(), ()) if not _is_number(ctx.parsed.raw.get(k))]
+        if absent:
+            ctx.emit_for("LC131", supporting, f"hidden_act is {act!r} without {' and '.join(absent)}: "
+                         f"{_names(supporting, 'reads|read')} config.{absent[0]} to build the MLP (an AttributeError)",
+                         file="config.json", pointer=f"$.{absent[0]}", expected="a number", actual="absent")
         for mode, rule_id, verb in (("silu-only", "LC131", "refuses|refuse"),
                                     ("unconfirmed", "LC132", "is|are")):
-            mine = [p for p in ctx.profiles if p.hidden_act == mode]
+            mine = [p for p in ctx.profiles if p.hidden_act == mode and p not in supporting]
             ctx.emit_for(rule_id, mine, f"hidden_act is {act!r}: {_names(mine, verb)} "
                          + ("it (the DFlash MLP supports only silu)" if rule_id == "LC131" else "not confirmed to "
                             "support it"), file="config.json",
@@ -1004,9 +1122,15 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
                  file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
-        ctx.emit("LC143", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers; the "
-                 "loaders read the first ones", file="config.json", pointer="$.layer_types",
-                 expected=g.num_layers, actual=len(cfg.layer_types))
+        exact = [p for p in ctx.profiles if p.layer_types_length_exact]
+        lenient = [p for p in ctx.profiles if not p.layer_types_length_exact]
+        ctx.emit_for("LC119", exact, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers: "
+                     f"{_names(exact, 'reads|read')} the config through transformers' Qwen3Config, which refuses it "
+                     "(\"num_hidden_layers must be equal to the number of layer_types\")", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+        ctx.emit_for("LC143", lenient, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
+                     f"layers; {_names(lenient, 'reads|read')} the first ones", file="config.json",
+                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
     swa = cfg.dflash.swa_window_size
     if cfg.layer_types and "sliding_attention" in cfg.layer_types and not cfg.sliding_window:
         readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
@@ -1017,10 +1141,29 @@ def backbone_config(ctx: Context) -> None:
                         f"{_names(readers, 'takes|take')} it from there)" if readers else ""),
                      runtimes=[p.name for p in strict] if readers else (), file="config.json",
                      pointer="$.sliding_window")
+    if (cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window
+            and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES and ctx.parsed.raw.get("use_sliding_window") is not True):
+        # transformers' Qwen2 / Qwen3 config classes keep sliding_window only with use_sliding_window true
+        dropping = [p for p in ctx.profiles if p.sliding_window_needs_flag
+                    and not (p.swa_window_size_read and swa is not None and swa >= 1)]
+        ctx.emit_for("LC119", dropping, f"a layer is sliding_attention but use_sliding_window is not true: the "
+                     f"{cfg.model_type} config class then sets sliding_window to None, and "
+                     f"{_names(dropping, 'refuses|refuse')} the sliding layers (no window)", file="config.json",
+                     pointer="$.use_sliding_window", expected="true",
+                     actual=json.dumps(ctx.parsed.raw.get("use_sliding_window")))
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
             ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
                      file="config.json", pointer="$.dflash_config.swa_window_size")
+        elif (swa is None and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
+              and ctx.parsed.raw.get("use_sliding_window") is not True):
+            dropping = [p for p in ctx.profiles if p.sliding_window_needs_flag and p.use_swa == "applied"]
+            ctx.emit_for("LC119", dropping, f"dflash_config.use_swa is true with no swa_window_size, and "
+                         f"sliding_window {cfg.sliding_window} without use_sliding_window: "
+                         f"{_names(dropping, 'reads|read')} the config through transformers' Qwen3Config, which "
+                         "drops sliding_window, and refuses the sliding layers (\"requires a window size\")",
+                         file="config.json", pointer="$.use_sliding_window", expected="true",
+                         actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window)
         if swa is not None and swa < 1:
             for mode, rule_id, verb, text in (
                     ("refuses", "LC135", "refuses|refuse", "it"),
@@ -1043,14 +1186,23 @@ def backbone_config(ctx: Context) -> None:
         ctx.emit("LC119", f"unknown layer_types {unknown}", file="config.json", pointer="$.layer_types")
     if cfg.draft_id_to_target_id is not None or (cfg.draft_vocab_size is not None and cfg.vocab_size is not None
                                                  and cfg.draft_vocab_size != cfg.vocab_size):
-        ctx.emit("LC120", "the config declares a reduced/remapped draft vocabulary; LiLiCorr drafts over the full "
-                 "target vocabulary", file="config.json", pointer="$.draft_vocab_size")
+        ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
+        ctx.emit_for("LC120", [p for p in ctx.profiles if p.reads_draft_vocab], "the config declares a "
+                     "reduced/remapped draft vocabulary; LiLiCorr drafts over the full target vocabulary",
+                     file="config.json", pointer="$.draft_vocab_size")
+        ctx.emit_for("LC149", ignoring, f"the config declares a reduced/remapped draft vocabulary, which "
+                     f"{_names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
+                     "the function trained only if the drafter was trained over the full vocabulary",
+                     file="config.json", pointer="$.draft_vocab_size")
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
         ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
                  "in lmdeploy#4991)", file="config.json", pointer="$.torch_dtype")
 
 
 _names = names
+
+# model types whose transformers config class keeps sliding_window only with use_sliding_window true
+SLIDING_WINDOW_FLAG_MODEL_TYPES = ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe")
 
 
 def _window_semantics(ctx: Context) -> None:
@@ -1061,8 +1213,10 @@ def _window_semantics(ctx: Context) -> None:
     swa = cfg.dflash.swa_window_size
     listed = bool(cfg.layer_types) and "sliding_attention" in (cfg.layer_types or [])
     serving = []
+    dropped = cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES and ctx.parsed.raw.get("use_sliding_window") is not True
     for p in ctx.profiles:
-        window = cfg.sliding_window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
+        window = None if p.sliding_window_needs_flag and dropped else cfg.sliding_window  # LC119 for those
+        window = window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
         by_use_swa = cfg.dflash.use_swa is True and cfg.layer_types is None and p.use_swa == "applied" and bool(
             swa if swa is not None and swa >= 1 else cfg.sliding_window)
         if (listed and window) or by_use_swa:
@@ -1089,9 +1243,12 @@ def _rope_theta(ctx: Context) -> None:
     for p in known:
         by.setdefault(p.rope_theta_default or "", []).append(p)
     text = "rope_theta is absent: " + "; ".join(f"{names(ps, 'assumes|assume')} {what}" for what, ps in by.items())
-    rule_id = "LC146" if len(by) > 1 else "LC147"
-    ctx.emit_for(rule_id, known, text, file="config.json", pointer="$.rope_theta", expected="the trained rope_theta",
+    ctx.emit_for("LC147", known, text, file="config.json", pointer="$.rope_theta", expected="the trained rope_theta",
                  actual="absent")
+
+
+# activations beyond silu that read their own constants from config.json (dflash.py DFlashMLP: swigluoai)
+_ACT_KEYS = {"swigluoai": ("swiglu_alpha", "swiglu_limit")}
 
 
 def _is_number(value: Any) -> bool:
@@ -1100,7 +1257,12 @@ def _is_number(value: Any) -> bool:
 
 # integer settings by the class of code that reads them, and the profile field saying what that code does
 _INTEGRAL_FLOAT = {"lilicorr": lambda p: p.integral_float_lilicorr, "backbone": lambda p: p.integral_float_backbone,
+                   "typed": lambda p: p.integral_float_typed or p.integral_float_backbone,
                    "mask_token": lambda p: p.integral_float_mask_token}
+# the backbone integers the transformers config class declares as int fields (the rest are extra keys it keeps as
+# written)
+_INT_TYPED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+              "intermediate_size", "vocab_size")
 _INT_LILICORR = ("lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers", "lilicorr_num_heads",
                  "lilicorr_factor_dim")
 _INT_BACKBONE_TOP = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
@@ -1113,18 +1275,21 @@ def _integral_floats(ctx: Context) -> None:
     each runtime casts, crashes or refuses (the audit in docs/validate.md)."""
     raw = ctx.parsed.raw
     nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
-    found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "mask_token": []}
+    found: dict[str, list[str]] = {"lilicorr": [], "backbone": [], "typed": [], "mask_token": []}
 
     def floaty(v: Any) -> bool:
         return isinstance(v, float) and math.isfinite(v) and v.is_integer()
 
     found["lilicorr"] = [f"dflash_config.{k}" for k in _INT_LILICORR if floaty(nested.get(k))]
-    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k))]
+    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k)) and k not in _INT_TYPED]
                          + [f"dflash_config.{k}" for k in _INT_BACKBONE_NESTED if floaty(nested.get(k))])
+    found["typed"] = [k for k in _INT_TYPED if floaty(raw.get(k))]
     found["mask_token"] = ([k for k in ("mask_token_id",) if floaty(raw.get(k))]
                            + [f"dflash_config.{k}" for k in ("mask_token_id",) if floaty(nested.get(k))])
     verbs = {"crashes": ("LC139", "uses|use", "it uncast (a TypeError at build)"),
              "refuses": ("LC139", "refuses|refuse", "it (an explicit integer check)"),
+             "config-class": ("LC139", "refuses|refuse", "it: transformers' config class declares these fields int "
+                              "and its strict validation rejects a float (\"expected int, got float\")"),
              "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
              "casts": ("LC141", "casts|cast", "it with int()")}
     for kind, keys in found.items():
@@ -1150,6 +1315,29 @@ def _sibling_route(ctx: Context, family: str, arch: str | None) -> None:
 
 
 @check
+def speculator_keys(ctx: Context) -> None:
+    """Keys the runtimes' speculators and backbones read beyond the head geometry."""
+    cfg = ctx.config
+    if cfg.dflash.sample_from_anchor:
+        refusing = [p for p in ctx.profiles if p.sample_from_anchor_refused]
+        ctx.emit_for("LC174", refusing, f"dflash_config.sample_from_anchor is true: {_names(refusing, 'refuses|refuse')} "
+                     "it (\"sample_from_anchor=True is not supported for DFlash\")", file="config.json",
+                     pointer="$.dflash_config.sample_from_anchor", expected="absent or false", actual=True)
+    eagle = ctx.parsed.raw.get("eagle_config")
+    declared = [("$.dflash_config.use_aux_hidden_state", cfg.dflash.use_aux_hidden_state),
+                ("$.eagle_config.use_aux_hidden_state",
+                 eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None),
+                ("$.use_aux_hidden_state", cfg.use_aux_hidden_state)]
+    # qwen3_dflash.py: dflash_config over eagle_config, then the top level
+    path, value = next(((k, v) for k, v in declared if v is not None), (None, None))
+    if value is False:
+        readers = [p for p in ctx.profiles if p.use_aux_hidden_state_read]
+        ctx.emit_for("LC175", readers, f"use_aux_hidden_state is false ({path[2:]}): {_names(readers, 'builds|build')} "
+                     "no fc and drops fc.weight, so the draft runs without the target's hidden states",
+                     file="config.json", pointer=path, expected="true or absent", actual=False)
+
+
+@check
 def sibling_config(ctx: Context) -> None:
     g, cfg = ctx.geometry, ctx.config
     d = cfg.dflash
@@ -1157,10 +1345,26 @@ def sibling_config(ctx: Context) -> None:
         rank, top_k = d.selector_rank, d.selector_top_k
         pair = [p for p in ctx.profiles if p.selector_check == "pair"]
         ranged = [p for p in ctx.profiles if p.selector_check == "range"]
+        indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
+        problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
+        problems += [f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0]
+        if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
+            problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
+        if problems:
+            ctx.emit_for("LC150", indexed, f"{'; '.join(problems)}: {_names(indexed, 'reads|read')} both keys with a "
+                         "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
+                         "top selector_top_k of the vocabulary at every step", file="config.json",
+                         pointer="$.dflash_config.selector_top_k")
         if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
             ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
                          f"{_names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
                          pointer="$.dflash_config.selector_rank")
+        elif not rank:
+            required = [p for p in ctx.profiles if p.selector_required]
+            ctx.emit_for("LC150", required, f"selector_rank is {rank}: {_names(required, 'refuses|refuse')} a "
+                         "DFlash2 draft without a candidate selector (\"DFlash selector draft requires "
+                         "dflash_config.selector_rank\")", file="config.json", pointer="$.dflash_config.selector_rank",
+                         expected=">= 1", actual=rank)
         bad = []
         if rank is None or rank < 1:
             bad.append(f"selector_rank {rank} < 1")
@@ -1187,15 +1391,10 @@ def sibling_config(ctx: Context) -> None:
                          actual=top if top is not None else "absent")
         kind = g.markov_head_type
         if kind is not None:
-            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types
-                      and kind not in p.markov_head_types_unconfirmed]
-            unsure = [p for p in ctx.profiles if kind in p.markov_head_types_unconfirmed]
+            refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
             ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {_names(refuse, 'builds|build')} only "
                          + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
                          file="config.json", pointer="$.markov_head_type", actual=kind)
-            ctx.emit_for("LC154", unsure, f"markov_head_type {kind!r}: {_names(unsure, 'is|are')} UNCONFIRMED to "
-                         "build it (only the vanilla pair was read)", file="config.json",
-                         pointer="$.markov_head_type", actual=kind)
     if g.family == "domino":
         checkers = [p for p in ctx.profiles if p.domino_checks]
         if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.target import TargetInfo
-from lilicorr_ckpt.checks.findings import RULES, Finding
+from lilicorr_ckpt.checks.findings import RULES, Finding, bound_findings
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 
@@ -80,4 +80,4 @@ def run_checks(ctx: Context) -> list[Finding]:
     """Every registered check, in registration order (lilicorr_ckpt.checks imports the families)."""
     for fn in CHECKS:
         fn(ctx)
-    return ctx.findings
+    return bound_findings(ctx.findings)  # a rule firing per tensor of a hostile checkpoint is summarised

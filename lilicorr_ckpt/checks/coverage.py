@@ -11,6 +11,7 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.runtimes import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
 COV = "coverage"
@@ -60,7 +61,8 @@ rule("LC204", "unexpected-tensor", "error", COV, "A tensor no loader reads; some
          "their own rules; a draft `embed_tokens.weight` is LC218). A layer beyond num_hidden_layers and a "
          "`mask_hidden` tensor are typical.",
      why="What the loaders do with an unknown tensor differs: SGLang drops it silently, so whatever it was "
-         "trained to do is lost; vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
+         "trained to do is lost (a rotary `inv_freq` buffer, which it rebuilds from the rope config, is the "
+         "one tensor it may drop harmlessly, so it is not reported for SGLang); vLLM refuses some outright (it asserts there is no `mask_hidden` weight). "
          "Often the tensor belongs to a module the config does not build, which means the config is not the "
          "trained one.",
      example="    mask_hidden                             [1, 2048]\n    layers.2.self_attn.q_proj.weight      "
@@ -127,8 +129,8 @@ rule("LC211", "name-collision", "error", COV, "Two tensors map to the same name 
      doc="Fires when two tensor names become the same name after the loaders' renaming: the prefixes "
          "`dflash_module.`, `eagle_module.` and `model.` stripped, and the legacy Sequential head names mapped "
          "to the named-MLP ones.",
-     why="SGLang loads both and the second overwrites the first, so which copy serves depends on file order; "
-         "vLLM refuses; TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
+     why="SGLang refuses (the legacy name has no parameter: check_head_weight_coverage); vLLM refuses; "
+         "TensorRT-LLM refuses (\"Duplicate LiLiCorr parameter\").",
      example="    lilicorr.feature_mlp.1.weight\n    lilicorr.feature_mlp.up_proj.weight\n\n"
              "(the legacy and the new name of one tensor), or `fc.weight` beside `model.fc.weight`.")
 rule("LC212", "training-prefix", "error", COV, "Tensor names still carry a training prefix (dflash_module./eagle_module.) no loader strips.",
@@ -167,9 +169,10 @@ rule("LC217", "legacy-names-refused", "error", COV,
      "Legacy Sequential MLP names in the head, for which the runtime has no parameter (it does not rename them).",
      "Run `lilicorr-ckpt convert` to write the named-MLP layout.",
      doc="Fires when head tensors use the legacy Sequential names (`lilicorr.feature_mlp.0` / `.1` / `.3`, "
-         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: vLLM.",
-     why="vLLM's named-MLP revision has no parameter for the Sequential names and refuses the checkpoint. "
-         "SGLang and TensorRT-LLM rename them (LC216).",
+         "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: SGLang and vLLM.",
+     why="SGLang 0.5.23's LiLiCorrDraftModel.load_weights renames nothing, so check_head_weight_coverage finds "
+         "the named-MLP parameters missing; vLLM's named-MLP revision has no parameter for the Sequential "
+         "names. Both refuse the checkpoint. TensorRT-LLM renames them (LC216).",
      example="    lilicorr.feature_mlp.0.weight\n    lilicorr.feature_mlp.1.weight\n    "
              "lilicorr.feature_mlp.3.weight")
 rule("LC218", "embed-tokens-copy", "warning", COV,
@@ -192,15 +195,44 @@ rule("LC219", "embedding-4d-loaded", "info", COV,
          "stored this way serves only on TensorRT-LLM.",
      example="    lilicorr.slot_embedding   BF16 [1, 15, 1, 1024]\n\n"
              "where the 5-D layout for block size 16 and head width 1024 is [1, 1, 15, 1, 1024].")
+rule("LC225", "inert-tensor-dropped", "info", COV,
+     "A tensor no module reads, which the runtime drops knowingly: it takes no part in the drafted function.",
+     "Nothing to do for this runtime; remove it for the runtimes that refuse it (LC204).",
+     doc="Fires for tensors no module of the declared drafter reads that the runtime drops on purpose, as no "
+         "part of the drafted function: for vLLM a `t2d` table (training-only) and recomputed rotary caches "
+         "(`rotary_emb.inv_freq`, `cos_cached`, `sin_cached`). The runtimes that do not drop them report LC204.",
+     why="vLLM 0.33.0's DFlash loader skips any name containing `t2d` (qwen3_dflash.py `load_weights`) and its "
+         "AutoWeightsLoader drops the rotary caches it recomputes, so the checkpoint loads and serves the "
+         "trained function there.",
+     example="    t2d                       BOOL [151936]\n    rotary_emb.inv_freq        F32 [64]")
+rule("LC226", "tensor-alias-renamed", "info", COV,
+     "Backbone tensors use an alias (midlayer.*, encoder.fc, encoder.output_norm_enc) that the runtime renames.",
+     "Nothing to do for this runtime; `lilicorr-ckpt convert` writes the canonical names.",
+     doc="Fires when tensor names use an alias of a backbone module: `midlayer.*` for the draft's layer 0, "
+         "`encoder.fc.*` for fc, `encoder.output_norm_enc.*` for hidden_norm, for the runtimes that rename that "
+         "alias on load: vLLM (both families).",
+     why="vLLM 0.33.0's DFlash model renames them before loading (qwen3_dflash.py "
+         "`DFlashQwen3Model.hf_to_vllm_mapper`), so the checkpoint loads there. A runtime without the rename "
+         "has no parameter for the alias (LC227).",
+     example="    midlayer.self_attn.q_proj.weight   (read as layers.0.self_attn.q_proj.weight)\n    "
+             "encoder.fc.weight                  (read as fc.weight)")
+rule("LC227", "tensor-alias-refused", "error", COV,
+     "Backbone tensors use an alias (midlayer.*, encoder.fc, encoder.output_norm_enc) the runtime does not rename: "
+     "it has no parameter for them.", "Run `lilicorr-ckpt convert` to write the canonical names.",
+     doc="Fires when tensor names use an alias of a backbone module (see LC226) that the runtime does not "
+         "rename.",
+     why="Without the rename the loader finds no module of that name: it refuses the tensor or drops it, and "
+         "the module it stands for is then missing. Which aliases each runtime renames is recorded from its "
+         "loader (RuntimeProfile.tensor_aliases).",
+     example="    midlayer.mlp.down_proj.weight   (no midlayer module: the draft's layer is layers.0)")
 rule("LC216", "legacy-names-renamed", "info", COV,
      "Legacy Sequential MLP names in the head, which every selected runtime renames.",
      "Nothing to do; `lilicorr-ckpt convert` writes the named-MLP layout.",
      doc="Fires when head tensors use the legacy Sequential names of the training module "
          "(`lilicorr.feature_mlp.0` / `.1` / `.3`, `lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that "
-         "rename them to the named-MLP layout: SGLang and TensorRT-LLM.",
-     why="Nothing breaks on these runtimes: SGLang (the revision with legacy renaming) and TensorRT-LLM rename "
-         "them on load. vLLM's named-MLP revision does not (LC217), so the checkpoint is portable only once "
-         "renamed.",
+         "rename them to the named-MLP layout: TensorRT-LLM.",
+     why="Nothing breaks on this runtime: TensorRT-LLM renames them on load. SGLang and vLLM do not (LC217), "
+         "so the checkpoint is portable only once renamed.",
      example="    lilicorr.feature_mlp.1.weight     (read as lilicorr.feature_mlp.up_proj.weight)\n    "
              "lilicorr.layers.0.mlp.2.weight    (read as lilicorr.layers.0.mlp.down_proj.weight)")
 
@@ -239,6 +271,14 @@ def coverage(ctx: Context) -> None:
                      "them and has no parameter for them", subjects=view.legacy)
         ctx.emit_for("LC216", renaming, f"{head}: {names_of(renaming, 'renames|rename')} them to the "
                      "named-MLP layout", subjects=view.legacy)
+    for family, aliased in view.aliased.items():
+        renaming = [p for p in ctx.profiles if family in p.tensor_aliases]
+        refusing = [p for p in ctx.profiles if family not in p.tensor_aliases]
+        what = f"{len(aliased)} tensors use the `{family}` alias ({shorten(aliased, 3)})"
+        ctx.emit_for("LC226", renaming, f"{what}: {names_of(renaming, 'renames|rename')} them on load",
+                     subjects=aliased)
+        ctx.emit_for("LC227", refusing, f"{what}: {names_of(refusing, 'does not rename|do not rename')} them and has "
+                     "no parameter of that name", subjects=aliased)
 
     expected = m.tensors
     # quantized modules legitimately replace .weight's dtype/shape and add scale tensors
@@ -351,9 +391,16 @@ def coverage(ctx: Context) -> None:
                  pointer="$.has_own_lm_head", subjects=surplus["lm_head"])
     elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
         names = surplus["lm_head"]
-        ctx.emit("LC402", f"lm_head tensors are present but has_own_lm_head is not true: {_undeclared_head(ctx)}",
-                 file="config.json",
-                 pointer="$.has_own_lm_head", subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+        owning = [p for p in ctx.profiles if p.undeclared_lm_head == "owned"]
+        dropping = [p for p in ctx.profiles if p.undeclared_lm_head == "dropped"]
+        ignoring = [p for p in ctx.profiles if p not in owning and p not in dropping]
+        for rule_id, profiles in (("LC402", ignoring), ("LC406", owning)):
+            ctx.emit_for(rule_id, profiles, f"lm_head tensors are present but has_own_lm_head is not true: "
+                         f"{_undeclared_head(ctx)}", file="config.json", pointer="$.has_own_lm_head",
+                         subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+        ctx.emit_for("LC407", dropping, f"lm_head tensors without has_own_lm_head: {names_of(dropping, 'has|have')} "
+                     "no lm_head parameter for the draft, drops them and scores candidates with the target's head, as "
+                     "the config declares", file="config.json", pointer="$.has_own_lm_head", subjects=names)
     if surplus.get("other"):
         names = [n for n in surplus["other"] if n not in fused]
         if len(names) < len(surplus["other"]):
@@ -370,9 +417,32 @@ def coverage(ctx: Context) -> None:
                      pointer="embed_tokens.weight", subjects=embed)
             names = [n for n in names if n not in embed]
     if surplus.get("other") and names:
-        ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
-
+        _unread(ctx, names)
     _shapes_and_dtypes(ctx)
+
+
+def _unread(ctx: Context, names: list[str]) -> None:
+    """Tensors no module reads: LC204 where the runtime refuses or silently loses them, LC225 where it drops them
+    knowingly (RuntimeProfile.inert_tensors)."""
+    dropped = {p.name: [n for n in names if matches_any(n, p.inert_tensors)] for p in ctx.profiles}
+    if not any(dropped.values()):
+        ctx.emit("LC204", f"{len(names)} tensors no loader reads: {shorten(names)}", subjects=names)
+        return
+    refused: dict[tuple[str, ...], list[RuntimeProfile]] = {}
+    inert: dict[tuple[str, ...], list[RuntimeProfile]] = {}
+    for p in ctx.profiles:
+        rest = tuple(n for n in names if n not in dropped[p.name])
+        if rest:
+            refused.setdefault(rest, []).append(p)
+        if dropped[p.name]:
+            inert.setdefault(tuple(dropped[p.name]), []).append(p)
+    for group, profiles in refused.items():
+        ctx.emit_for("LC204", profiles, f"{len(group)} tensors no loader reads: {shorten(list(group))}",
+                     subjects=list(group))
+    for group, profiles in inert.items():
+        ctx.emit_for("LC225", profiles, f"{len(group)} tensors no module reads ({shorten(list(group))}): "
+                     f"{names_of(profiles, 'drops|drop')} them, as no part of the drafted function",
+                     subjects=list(group))
 
 
 def _unknown_tensors(ctx: Context) -> str:
@@ -389,6 +459,9 @@ def _undeclared_head(ctx: Context) -> str:
             "ignored": "ignores them and uses the target's head"}
     return "; ".join(f"{p.display} {said[p.undeclared_lm_head]}" for p in ctx.profiles)
 
+
+# buffers a model derives from its config (the rotary inverse frequencies): a runtime that drops unknown tensors
+# loses nothing by dropping them
 
 SIBLINGS = ("dflash2", "dspark", "domino")
 _OWNER = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",

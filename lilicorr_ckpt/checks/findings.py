@@ -97,8 +97,9 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     expected: str | None = None
     actual: str | None = None
     runtimes: list[str] = []  # empty: independent of the runtime
-    subjects: list[str] = []  # every key/tensor/module involved
+    subjects: list[str] = []  # every key/tensor/module involved, up to MAX_SUBJECTS
     waived: Waiver | None = None  # set by a waiver: shown as suppressed, not in the summary or the verdicts
+    subjects_omitted: int = 0  # subjects left out of `subjects` (beyond MAX_SUBJECTS)
 
 
 RULES: dict[str, Rule] = {}
@@ -110,9 +111,19 @@ RETIRED: dict[str, str] = {
              "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
     "LC128": "causal-ignored (warning): split by what each runtime does with causal: LC117 refused, LC133 run "
              "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
+    "LC146": "rope-theta-absent (warning, the runtimes assume different defaults): vLLM 0.33.0 takes the config "
+             "class's default like SGLang and TensorRT-LLM (transformers' Qwen3Config fills rope_parameters before "
+             "set_default_rope_theta's 1e6 could apply), so no selected runtimes differ: LC147 (info)",
+    "LC154": "markov-head-type-unconfirmed (warning): vLLM 0.33.0 builds the vanilla Markov head only and has no "
+             "parameter for the gated or rnn tensors (qwen3_dspark.py): LC153 (error)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
              "where the runtime renames them",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
+    "LC130": "taps-vs-draft-layers (error): SGLang 0.5.23's DFlashDraftModel.__init__ takes num_target_layers as "
+             "max(target_layer_ids) + 1 when it is absent, so the ids are never checked against the draft's layers",
+    "LC324": "flat-group-size-missing (error): SGLang 0.5.23's ModelOptFp4Config.from_config defaults NVFP4's group "
+             "size to 16 when the flat form gives none: LC321 where the weights used another, LC325 where the "
+             "group size is not 16",
 }
 
 
@@ -152,3 +163,59 @@ def retired_markdown(rule_id: str) -> str:
     return "\n".join([f'<a id="{rule_id.lower()}"></a>', "", title, "",
                       f"No longer in the catalogue{was}; the id is never reused. Replaced by: {replaced.rstrip('.')}.",
                       ""])
+
+
+# A hostile checkpoint can make one rule fire for every one of its tensors or keys: the report keeps it readable
+# (and its JSON bounded) by listing at most this many findings per rule and subjects per finding, and saying so.
+MAX_FINDINGS_PER_RULE = 100
+MAX_SUBJECTS = 1000
+
+
+def _cap_subjects(finding: Finding, subjects: list[str], omitted: int = 0) -> Finding:
+    if len(subjects) <= MAX_SUBJECTS and not omitted:
+        return finding if subjects is finding.subjects else msgspec.structs.replace(finding, subjects=subjects)
+    kept = subjects[:MAX_SUBJECTS]
+    return msgspec.structs.replace(finding, subjects=kept, subjects_omitted=omitted + len(subjects) - len(kept))
+
+
+def bound_findings(findings: list[Finding]) -> list[Finding]:
+    """The findings with at most MAX_FINDINGS_PER_RULE per rule (the rest summarised in one more finding of that
+    rule, which names how many it stands for) and at most MAX_SUBJECTS subjects each (the count left out in
+    subjects_omitted). Order is kept; a list within the caps is returned as it is."""
+    per_rule: dict[str, list[int]] = {}
+    for i, f in enumerate(findings):
+        per_rule.setdefault(f.rule, []).append(i)
+    summarised: dict[int, Finding] = {}  # index of a rule's last listed finding -> its summary
+    dropped: set[int] = set()
+    for indices in per_rule.values():
+        if len(indices) <= MAX_FINDINGS_PER_RULE:
+            continue
+        rest = [findings[i] for i in indices[MAX_FINDINGS_PER_RULE - 1:]]
+        dropped.update(indices[MAX_FINDINGS_PER_RULE - 1:])
+        summarised[indices[MAX_FINDINGS_PER_RULE - 1]] = _summary(rest)
+    out = []
+    for i, f in enumerate(findings):
+        if i in summarised:
+            out.append(summarised[i])
+        elif i not in dropped:
+            out.append(_cap_subjects(f, f.subjects))
+    return out
+
+
+def _summary(rest: list[Finding]) -> Finding:
+    """One finding standing for `rest` (same rule): the first one's message, how many more there are, every
+    runtime and (capped) every subject involved."""
+    first = rest[0]
+    runtimes = sorted({r for f in rest for r in f.runtimes}) if all(f.runtimes for f in rest) else []
+    subjects: list[str] = []
+    omitted = 0
+    for f in rest:
+        room = MAX_SUBJECTS + 1 - len(subjects)  # one over the cap marks the list as cut
+        subjects += f.subjects[:room]
+        omitted += max(0, len(f.subjects) - room) + f.subjects_omitted
+    files = {f.file for f in rest}
+    summary = msgspec.structs.replace(
+        first, message=f"{first.message} ({len(rest) - 1} more {first.rule} findings like it are not listed one by "
+                       "one)", runtimes=runtimes, file=first.file if len(files) == 1 else None,
+        pointer=first.pointer if len(rest) == 1 else None, expected=None, actual=None)
+    return _cap_subjects(summary, subjects, omitted)

@@ -33,7 +33,8 @@ rule("LC302", "quant-method", "error", QNT, "config.json quantization_config has
      'Write the flat form with "quant_method": "modelopt_fp4" (NVFP4) or "modelopt" (FP8).',
      doc="Fires when config.json's quantization_config has no `quant_method`, for the runtimes that derive one "
          "but cannot here: vLLM derives it only for the nested ModelOpt form (producer modelopt) of FP8, "
-         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO and NVFP4, so it fires for the flat form, another producer or "
+         "FP8_PER_CHANNEL_PER_TOKEN, FP8_PB_WO, NVFP4 and MIXED_PRECISION (model_arch_config_convertor.py "
+         "`_normalize_quantization_config`), so it fires for the flat form, another producer or "
          "another algorithm. Also fires when config.json has no quantization_config and vLLM, reading "
          "hf_quant_config.json instead, cannot derive a method from it. Where vLLM can derive the method, "
          "LC322 applies.",
@@ -80,13 +81,15 @@ rule("LC306", "must-be-float", "error", QNT, "A module the runtime builds unquan
      "Exclude it from quantization and store it in the model dtype (`lilicorr-ckpt convert` repairs it).",
      doc="For each selected runtime, fires for every linear module stored quantized (U8 or F8_E4M3 weight) "
          "that the runtime builds in floating point whatever the quantization config says, or whose raw weight "
-         "it slices and so needs in float. SGLang builds the draft layers' q/k/v projections, "
-         "`lilicorr.factor_input_proj`, `out_head`, `in_head` and `lilicorr.feature_mlp.*` unquantized; vLLM "
-         "builds `factor_input_proj`, `out_head` and `in_head` unquantized and slices the raw q/k/v weight in "
-         "its fused-KV context path; TensorRT-LLM slices the raw q/k/v weight into its fused context-KV buffer.",
+         "it slices and so needs in float. SGLang builds `lilicorr.factor_input_proj`, `out_head`, `in_head`, "
+         "`lilicorr.feature_mlp.*` and the convolutions' `kernel_projection` unquantized (and, outside "
+         "LiLiCorr, `fc`); vLLM builds `factor_input_proj`, `out_head` and `in_head` unquantized; TensorRT-LLM "
+         "slices the raw q/k/v weight into its fused context-KV buffer.",
      why="A packed NVFP4 weight (uint8, two values per byte) or an FP8 weight meets a float parameter of "
-         "another shape or dtype. For q/k/v: SGLang refuses it (built unquantized), vLLM and TensorRT-LLM "
-         "crash with an untyped error when they slice the raw weight. For factor_input_proj / out_head / "
+         "another shape or dtype. For q/k/v: TensorRT-LLM crashes with an untyped error when it slices the raw "
+         "weight; SGLang 0.5.23 and vLLM 0.33.0 serve them quantized (SGLang builds them through the quant "
+         "config, vLLM's qwen3_dflash.py `_build_context_kv_buffers` runs a quantized qkv_proj through its "
+         "quant method). For factor_input_proj / out_head / "
          "in_head: SGLang and vLLM refuse (plain linears); TensorRT-LLM loads them quantized. For feature_mlp: "
          "SGLang refuses; vLLM and TensorRT-LLM follow the config.",
      example="    lilicorr.out_head.weight           U8      [F, h/2]\n    lilicorr.out_head.weight_scale     "
@@ -134,10 +137,12 @@ rule("LC310", "exclusion-pattern", "warning", QNT, "An exclusion pattern no runt
      doc="Fires for an exclusion pattern that keeps a training prefix (`dflash_module.` or `eagle_module.`, at "
          "the start or after a dot), or that names a draft backbone layer index (`layers.0.`, not "
          "`lilicorr.layers.N`), or that has a digit followed by `*`.",
-     why="No runtime strips training prefixes from exclusion patterns, so such a pattern matches nothing. vLLM "
-         "renumbers draft layers to `model.layers.{num_target_layers+i}`, so an index written for the draft "
-         "never matches there, and a glob such as `layers.1*` also hits layers 10-19. The module the pattern "
-         "was meant to keep in float is then built quantized (LC307, LC306).",
+     why="No runtime strips training prefixes from exclusion patterns, so such a pattern matches nothing. A "
+         "layer index is matched differently per runtime: vLLM names draft layer i `model.layers.{num_target_"
+         "layers+i}` and renumbers an index below num_target_layers in the pattern alike (models/utils.py "
+         "`map_draft_quant_config`), so `layers.0.` means the draft's layer 0 there while `model.layers.4.` is "
+         "taken as written; a glob such as `layers.1*` also hits layers 10-19. Where the pattern misses, the "
+         "module it was meant to keep in float is built quantized (LC307, LC306).",
      example="    \"ignore\": [\"dflash_module.lilicorr.out_head\", \"model.layers.0.self_attn.q_proj\"]")
 rule("LC311", "quant-without-metadata", "error", QNT, "Quantized tensors but no quantization metadata.",
      "Write hf_quant_config.json and config.json quantization_config.",
@@ -159,23 +164,24 @@ rule("LC312", "quant-algo", "error", QNT, "The quantization algorithm is missing
              "\"ignore\": [\"lm_head\"]}")
 rule("LC313", "fused-shards-disagree", "error", QNT, "The exclusions name some but not all parts of a fused module.",
      "Exclude all of q/k/v (gate/up) or none.",
-     doc="For vLLM, fires when the exclusions name some but not all shards of a fused module exactly (q_proj / "
-         "k_proj / v_proj of `qkv_proj`, gate_proj / up_proj of `gate_up_proj`), as vLLM names them.",
-     why="A fused layer has one quantization state for all its shards; vLLM refuses exclusions that split it. "
-         "The conflict is judged for vLLM's matching only.",
-     example="    \"num_target_layers\": 4,\n    \"quantization_config\": {\"ignore\": "
-             "[\"model.layers.4.self_attn.q_proj\"], ...}\n\n"
-             "excludes the q shard of draft layer 0 (vLLM's `model.layers.4.self_attn.qkv_proj`) but not k and "
-             "v.")
+     doc="For SGLang, fires when the exclusions name some but not all shards of a fused module on its module "
+         "path (q_proj / k_proj / v_proj of `qkv_proj`, gate_proj / up_proj of `gate_up_proj`).",
+     why="A fused layer has one quantization state for all its shards: SGLang 0.5.23 checks each shard against "
+         "the literal exclusion paths (quantization/utils.py `is_layer_skipped`) and refuses the model when they "
+         "disagree (\"Detected some but not all shards of ... are quantized\"). vLLM 0.33.0's draft has no "
+         "packed-module mapping and matches the fused name alone (LC307 where the module is then built "
+         "quantized).",
+     example="    \"quantization_config\": {\"ignore\": [\"layers.0.self_attn.q_proj\"], ...}\n\n"
+             "excludes the q shard of draft layer 0's `qkv_proj` but not k and v.")
 rule("LC314", "quant-unconfirmed", "warning", QNT, "A quantized module whose quantized loading is not confirmed for this runtime.",
      "Keep it in the model dtype, or test the runtime yourself.",
      doc="Per runtime, fires for a module stored quantized, with the config quantizing it and no exclusion "
-         "matching, whose quantized loading is not confirmed for that runtime: for SGLang the convolution "
-         "`kernel_projection` layers and an owned `lm_head`.",
-     why="Whether SGLang builds these modules quantized, and so loads the packed weight, was not established "
-         "from its code. It may load, or refuse on the weight's shape.",
-     example="    layers.0.attention_conv.kernel_projection.weight   U8 [256, 1024]\n\n"
-             "under an NVFP4 config that does not exclude it.")
+         "matching, whose quantized loading is not confirmed for that runtime: for SGLang an owned `lm_head` "
+         "(which it drops anyway: LC404).",
+     why="SGLang's draft builds no lm_head, so how a quantized one would load is not established from its "
+         "code; the drafter is refused for the owned head itself (LC404).",
+     example="    lm_head.weight   U8 [512, 32]\n\n"
+             "with has_own_lm_head true, under an NVFP4 config that does not exclude it.")
 rule("LC315", "w4a16-input-scale", "warning", QNT, "A W4A16 module ships an input_scale the runtime has no parameter for.",
      "Drop input_scale for weight-only NVFP4.",
      doc="Fires for a quantized module that has an `input_scale` tensor when its scheme quantizes weights only "
@@ -213,44 +219,61 @@ rule("LC318", "kv-cache-scales", "warning", QNT, "KV-cache scales (k_scale / v_s
      example="    layers.0.self_attn.k_proj.k_scale   F32 []\n\n"
              "with \"kv_cache_quant_algo\": null.")
 rule("LC320", "flat-exclusions-key", "error", QNT,
-     "The flat quantization_config lists its exclusions under `exclude_modules`, but the runtime reads only `ignore` "
-     "from the flat form: it would build the float modules quantized.",
-     "Rename `exclude_modules` to `ignore` in config.json's quantization_config (keep `exclude_modules` in "
+     "The flat quantization_config lists its exclusions under a key the runtime does not read for this algorithm: "
+     "it would build the float modules quantized.",
+     "Write the exclusions under `ignore` in config.json's quantization_config (keep `exclude_modules` in "
      "hf_quant_config.json).",
-     doc="Fires when config.json's quantization_config is in the flat form and lists its exclusions under "
-         "`exclude_modules` with no `ignore`, for the runtimes that read only `ignore` from the flat form: "
-         "SGLang and vLLM.",
-     why="SGLang's ModelOpt FP4 config reads the flat form's exclusions from `ignore` only (default: none), "
-         "and so does vLLM's flat-form parser. They see no exclusion and would build every float module "
-         "quantized; the load then fails on the modules stored in float (LC307).",
-     example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
-             "\"group_size\": 16,\n                            \"exclude_modules\": [\"lm_head\", \"*q_proj\", "
-             "\"*k_proj\", \"*v_proj\"]}")
+     doc="Fires when config.json's quantization_config is in the flat form and lists exclusions, but none under "
+         "the keys a runtime reads for its quant_algo: vLLM reads `ignore`, else `exclude_modules`; SGLang reads "
+         "`ignore`, else `modules_to_not_convert`, else `exclude_modules` for NVFP4 / W4A16_NVFP4, and `ignore` "
+         "only for FP8. A runtime takes the first of its keys that is present, even an empty list.",
+     why="SGLang's ModelOptFp8Config.from_config reads `ignore` only (default: none); its "
+         "ModelOptFp4Config.from_config falls back to `modules_to_not_convert` and `exclude_modules`; vLLM "
+         "0.33.0 falls back to `exclude_modules` (modelopt.py `ModelOptQuantConfigBase.from_config`). A runtime "
+         "that sees no exclusion builds every float module quantized; the load then fails on the modules "
+         "stored in float (LC307).",
+     example="    \"quantization_config\": {\"quant_method\": \"modelopt\", \"quant_algo\": \"FP8\",\n"
+             "                            \"exclude_modules\": [\"lm_head\", \"*q_proj\", \"*k_proj\", "
+             "\"*v_proj\"]}")
 rule("LC321", "flat-group-size", "error", QNT,
      "The flat quantization_config has no top-level group_size, and the runtime's default (16) differs from the "
      "group size the weights were quantized with.",
      "Write the group size at the top level of config.json's quantization_config.",
      doc="For config.json's flat NVFP4 quantization_config without a top-level `group_size`, fires for each "
-         "runtime that then uses a default (vLLM: 16) when the group size the weights were quantized with "
-         "differs: the one in `config_groups.group_0.weights.group_size`, else hf_quant_config.json's.",
+         "runtime that then uses a default (16) when the group size the weights were quantized with differs: "
+         "the one in `config_groups.group_0.weights.group_size` (which SGLang reads before its default, vLLM "
+         "not), else hf_quant_config.json's.",
      why="vLLM reads the flat form's top-level group_size only, defaulting to 16, and expects every NVFP4 "
          "weight_scale to be [out, in/16]; weights quantized with 32-column groups have [out, in/32] and fail "
          "the shape check.",
      example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
              "\"ignore\": [...],\n                            \"config_groups\": {\"group_0\": {\"weights\": "
              "{\"group_size\": 32}}}}")
-rule("LC324", "flat-group-size-missing", "error", QNT,
-     "The flat NVFP4 quantization_config gives no group size (neither top-level group_size nor config_groups' "
-     "weights), which the runtime refuses (\"requires group_size\").",
-     "Write the group size at the top level of config.json's quantization_config.",
-     doc="For config.json's flat NVFP4 quantization_config, fires when no group size is given at all (no "
-         "top-level `group_size` and no `config_groups.group_0.weights.group_size`), for the runtimes that "
-         "refuse it then: SGLang.",
-     why="SGLang's ModelOpt FP4 config takes the group size from the top level or the first config group's "
-         "weights and otherwise refuses: \"NVFP4 quantization requires group_size\". vLLM assumes 16 instead "
-         "(LC321 when that is wrong).",
-     example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"NVFP4\", "
-             "\"ignore\": [\"lm_head\"]}")
+rule("LC325", "nvfp4-group-size", "error", QNT,
+     "NVFP4 weights quantized with a group size other than 16, which the runtime's NVFP4 kernels refuse.",
+     "Re-quantize with group_size 16 (ModelOpt's NVFP4 default).",
+     doc="Fires when the quantization config a runtime reads declares NVFP4 or W4A16_NVFP4 with a group size "
+         "other than 16, for the runtimes whose NVFP4 path requires 16: SGLang.",
+     why="SGLang 0.5.23 serves W4A16_NVFP4 on every GPU, and NVFP4 on SM80-SM90, through its Marlin kernels; "
+         "ModelOptNvFp4A16LinearMethod / ModelOptFp4LinearMethod.process_weights_after_loading refuse any other "
+         "group size (\"NVFP4 Marlin requires group_size=16\") after the weights have loaded.",
+     example="    \"quantization_config\": {\"quant_method\": \"modelopt_fp4\", \"quant_algo\": \"W4A16_NVFP4\", "
+             "\"group_size\": 32, ...}")
+rule("LC326", "inline-nested-exclusions-lost", "warning", QNT,
+     "config.json's quantization_config is the nested ModelOpt form; the runtime flattens it and reads none of its "
+     "exclusions.",
+     "Write the flat form in config.json (quant_method, quant_algo, group_size and `ignore` at the top level); "
+     "keep the nested form in hf_quant_config.json.",
+     doc="Fires when config.json's quantization_config is the nested form ({producer, quantization: {...}}) and "
+         "lists exclusions, for the runtimes that flatten it before reading it: SGLang.",
+     why="SGLang's ModelConfig._parse_quant_hf_config copies the nested block's quant_algo to the top of "
+         "quantization_config; ModelOptFp4Config / ModelOptFp8Config.from_config then take the flat path and "
+         "look for `ignore` (NVFP4 also `modules_to_not_convert`, `exclude_modules`) at the top level, where "
+         "there is none. Every module the exclusions protected is built quantized (LC307 names the ones stored "
+         "in float), and NVFP4's group size becomes 16.",
+     example="    \"quantization_config\": {\"producer\": {\"name\": \"modelopt\"},\n"
+             "                            \"quantization\": {\"quant_algo\": \"NVFP4\", \"exclude_modules\": "
+             "[\"*q_proj\", ...]}}")
 rule("LC319", "hf-quant-config-missing", "warning", QNT, "config.json declares quantization but hf_quant_config.json is absent.",
      "Write hf_quant_config.json (the nested ModelOpt form) beside config.json; some readers only look there.",
      doc="Fires when config.json has a quantization_config but the checkpoint has no hf_quant_config.json.",
@@ -380,6 +403,22 @@ def _judge(ctx: Context, qc: QuantConfig | None, profiles: list[RuntimeProfile],
         ctx.emit("LC312", f"quant_algo {qc.quant_algo} is not one the drafter loaders support", file=qc.source,
                  expected="NVFP4 | W4A16_NVFP4 | FP8", actual=qc.quant_algo, runtimes=scope)
         return
+    refusing = [p for p in profiles if p.quant_algos is not None and qc.quant_algo not in p.quant_algos]
+    if refusing:
+        ctx.emit_for("LC312", refusing, f"quant_algo {qc.quant_algo} is not one {_names(refusing, 'loads|load')}: "
+                     f"{_names(refusing, 'refuses|refuse')} it at start-up", file=qc.source,
+                     expected=" | ".join(refusing[0].quant_algos or ()), actual=qc.quant_algo)
+        profiles = [p for p in profiles if p not in refusing]
+        scope = [p.name for p in profiles] if scope else scope
+        if not profiles:
+            return
+    for p in profiles:
+        group = qc.read_by(p).group_size or 16
+        if p.nvfp4_group_size is not None and "NVFP4" in qc.quant_algo and group != p.nvfp4_group_size:
+            ctx.emit("LC325", f"{qc.quant_algo} with group_size {group}: {p.display}'s NVFP4 kernels (Marlin) "
+                     f"require {p.nvfp4_group_size} (\"NVFP4 Marlin requires group_size={p.nvfp4_group_size}\", "
+                     "after the weights load)", runtimes=[p.name], file=qc.source, expected=p.nvfp4_group_size,
+                     actual=group)
     if not quantized:
         ctx.emit("LC317", f"{qc.source} declares {qc.quant_algo} but no tensor is quantized", file=qc.source,
                  runtimes=scope)
@@ -391,8 +430,9 @@ def _judge(ctx: Context, qc: QuantConfig | None, profiles: list[RuntimeProfile],
         elif "layer_index" in problems:
             renumber = [p for p in ctx.profiles if p.renumbers_draft_layers]
             ctx.emit("LC310", f"exclusion `{pattern}` names a layer index"
-                     + (f"; {_names(renumber, 'renumbers|renumber')} draft layers (model.layers.{{num_target_layers+i}})"
-                        if renumber else "") + " and a glob like `layers.1*` also hits layers.1x",
+                     + (f"; {_names(renumber, 'names|name')} draft layer i model.layers.{{num_target_layers+i}} and "
+                        "renumbers an index below num_target_layers in the pattern alike" if renumber else "")
+                     + "; a glob like `layers.1*` also hits layers.1x",
                      file=qc.source, subjects=[pattern], runtimes=scope)
         elif not any(excluded_by(matcher, module, (pattern,), m.geometry.num_target_layers).excluded
                      for module in m.modules for matcher in MATCHERS):
@@ -432,6 +472,13 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
                      pointer="$.quant_method")
     if cfg_qc is not None and cfg_qc.form == "flat":
         _flat_form_reading(ctx, cfg_qc)
+    if cfg_qc is not None and cfg_qc.form == "nested" and cfg_qc.exclude:
+        flattening = [p for p in ctx.profiles if p.flattens_inline_nested and copy_read_by(ctx, p) is cfg_qc]
+        ctx.emit_for("LC326", flattening, f"config.json's quantization_config is the nested ModelOpt form with "
+                     f"{len(cfg_qc.exclude)} exclusions: {_names(flattening, 'flattens|flatten')} it first (its "
+                     "quant_algo copied to the top level) and then finds no exclusion list there, so every module "
+                     "they protect is built quantized", file="config.json", pointer="$.quantization_config",
+                     expected="the flat form with `ignore`", actual="the nested form")
     for src, doc in ctx.quant_configs.items():
         if doc.form == "nested" and doc.missing_keys and doc.quant_algo and "NVFP4" in doc.quant_algo:
             ctx.emit_for("LC303", [p for p in ctx.profiles if p.nested_form_keys_required],
@@ -439,31 +486,35 @@ def _quant_config_form(ctx: Context, qc: QuantConfig) -> None:
 
 
 def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
-    """What the runtimes that read only part of the flat form see (SGLang and vLLM read `ignore` only; vLLM the
-    top-level group_size, default 16; SGLang the top level or config_groups, no default)."""
-    if qc.exclude_key == "exclude_modules" and qc.exclude:
-        readers = [p for p in ctx.profiles if p.flat_exclusions_key not in (None, "exclude_modules")]
-        for key in sorted({p.flat_exclusions_key for p in readers if p.flat_exclusions_key}):
-            mine = [p for p in readers if p.flat_exclusions_key == key]
-            ctx.emit_for("LC320", mine, f"config.json quantization_config (flat form) lists {len(qc.exclude)} "
-                         f"exclusions under `exclude_modules` and has no `{key}`: "
-                         f"{_names(mine, 'reads|read')} `{key}` only, so it sees no exclusion and "
-                         "would build every float module quantized", file="config.json",
-                         pointer=f"$.quantization_config.{key}", expected=f"`{key}`", actual="`exclude_modules`")
+    """What the runtimes that read only part of the flat form see (RuntimeProfile.flat_exclusion_keys: vLLM reads
+    `ignore` only, SGLang `ignore`, `modules_to_not_convert`, `exclude_modules` for NVFP4; the group size from
+    the top level, SGLang also config_groups, default 16)."""
+    listed = [(key, patterns) for key, patterns in qc.flat_lists if patterns]
+    if listed:
+        lost: dict[tuple[str, ...], list[RuntimeProfile]] = {}
+        for p in ctx.profiles:
+            if copy_read_by(ctx, p) is qc and not qc.read_by(p).exclude:
+                lost.setdefault(p.flat_exclusion_keys(qc.quant_algo), []).append(p)
+        where = " and ".join(f"`{key}`" for key, _ in listed)
+        count = sum(len(patterns) for _, patterns in listed)
+        for keys, mine in lost.items():
+            read = ", else ".join(f"`{k}`" for k in keys)
+            used = qc.flat_exclusions_for(mine[0])[0]
+            how = (f"`{used}`, present and empty, the first of {read}" if used else
+                   f"{read}, none of which is present")
+            ctx.emit_for("LC320", mine, f"config.json quantization_config (flat form) lists {count} exclusions "
+                         f"under {where}, but {_names(mine, 'reads|read')} them from {how}: it sees no exclusion "
+                         "and would build every float module quantized",
+                         file="config.json", pointer=f"$.quantization_config.{used or keys[0]}",
+                         expected=f"`{keys[0]}`", actual=where)
     scheme = qc.scheme_for("") if qc.quant_algo != "MIXED_PRECISION" else None
     if scheme is None or not scheme.nvfp4 or qc.top_group_size is not None:
         return
-    if qc.nested_group_size is None:
-        strict = [p for p in ctx.profiles if p.flat_group_size_required]
-        ctx.emit_for("LC324", strict, "config.json quantization_config (flat form) gives no group size: "
-                     + _names(strict, "refuses|refuse") + " NVFP4 without one (\"requires "
-                     "group_size\")", file="config.json", pointer="$.quantization_config.group_size",
-                     expected="group_size", actual="absent")
     hf_qc = ctx.quant_configs.get("hf_quant_config.json")
     intended = qc.nested_group_size or (hf_qc.group_size if hf_qc is not None else None)
     for p in ctx.profiles:
         default = p.flat_group_size_default
-        if default is None or intended is None or intended == default:
+        if default is None or intended is None or qc.read_by(p).group_size == intended:
             continue
         where = ("config_groups.group_0.weights" if qc.nested_group_size else "hf_quant_config.json")
         ctx.emit("LC321", f"config.json quantization_config (flat form) has no top-level group_size: {p.display} "
@@ -475,7 +526,7 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
 def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], profiles: list[RuntimeProfile],
                    scope: list[str]) -> None:
     m, present = ctx.manifest, ctx.names.by_canonical
-    n_target = ctx.geometry.num_target_layers
+    n_target, family = ctx.geometry.num_target_layers, ctx.geometry.family
     grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
     notes: dict[tuple[str, str, tuple[str, ...]], str] = {}
 
@@ -504,9 +555,9 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
                      f"unquantized have no parameter for them (the lm_head.input_scale trap)",
                      pointer=module, subjects=[f"{module}.{s}" for s in scales], runtimes=scope)
         for p in profiles:
-            forced = matches_any(module, p.float_forced)
+            forced = p.builds_float(module, family)
             required = matches_any(module, p.float_required)
-            exclusion = excluded_by(p.name, module, qc.read_by(p).exclude, n_target)
+            exclusion = excluded_by(p.name, p.exclusion_name(module, family), qc.read_by(p).exclude, n_target)
             if exclusion.conflict:
                 note("LC313", module, [p.name], exclusion.conflict)
             if state in ("nvfp4", "fp8"):
@@ -516,7 +567,7 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
                     note("LC308", module, [p.name], f"{qc.quant_algo} in {qc.source} does not quantize it")
                 elif exclusion.excluded:
                     note("LC308", module, [p.name], f"`{exclusion.pattern}` matches it as `{exclusion.prefix}`")
-                elif not p.may_quantize(module):
+                elif not p.may_quantize(module, family):
                     note("LC314", module, [p.name])
             elif state == "float":
                 would_quantize = scheme is not None and not forced and not exclusion.excluded

@@ -21,7 +21,7 @@ from lilicorr_ckpt.checkpoint.remote import (
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
 from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
-from lilicorr_ckpt.checks.waivers import check_rule_options, waive_report
+from lilicorr_ckpt.checks.waivers import check_rule_options, explicit_config, parse_config, waive_report
 from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.runtimes import RuntimeProfile, select_profiles
 
@@ -125,14 +125,19 @@ def validate_hub(spec: HubSpec, *, runtime: str = "all", target: str | None = No
 
 def validate_spec(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
                   strict: bool = False, revision: str | None = None, ignore: str | None = None,
-                  select: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
+                  select: str | None = None, config: str | None = None,
+                  timeout: float = DEFAULT_TIMEOUT) -> Report:
     """What `lilicorr-ckpt validate` runs: PATH a local directory or a Hub repo id `org/name[@REV]`, then the
-    waivers (--ignore, --select, lilicorr.toml / pyproject.toml beside a local checkpoint) applied."""
+    waivers (--ignore, --select, and --config FILE or else the lilicorr.toml / pyproject.toml found from a local
+    checkpoint up to its git work tree's root) applied."""
     check_rule_options(ignore, select)
+    if config is not None:
+        parse_config(*explicit_config(config))  # a bad waiver file is a usage error before any work
     hub = hub_spec(path, revision, deep=deep)  # None: a local directory
     report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep, timeout=timeout) if hub
               else validate(path, runtime=runtime, target=target, deep=deep, strict=strict))
-    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict)
+    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict,
+                        config=config)
 
 
 def require_valid(checkpoint: Checkpoint, runtime: str = "all") -> Report:

@@ -50,8 +50,8 @@ rule("LC504", "target-mask-token", "error", TGT, "mask_token_id is outside the t
 rule("LC505", "target-layer-count", "warning", TGT, "num_target_layers differs from the target's layer count.",
      "Write the target's num_hidden_layers.",
      doc="With `--target`, fires when the draft's num_target_layers differs from the target's layer count.",
-     why="Runtimes that size or check the tapped layers with num_target_layers (SGLang checks target_layer_ids "
-         "against it) work with a wrong depth; often the value was copied from another target. The ids "
+     why="Runtimes that size or check the tapped layers with num_target_layers (SGLang's draft checks "
+         "target_layer_ids against it, while its target captures by its own layer count) work with a wrong depth; often the value was copied from another target. The ids "
          "themselves are judged by LC502.",
      example="    target  \"num_hidden_layers\": 36\n    drafter \"num_target_layers\": 28")
 rule("LC506", "target-rope", "warning", TGT, "rope_theta differs from the target's (the exporter copies it).",

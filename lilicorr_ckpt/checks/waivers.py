@@ -5,9 +5,12 @@ Sources, all applied by `waive_report`, a pure function of a Report:
 - `--ignore LC314,LC015`: waive these rule ids (or id prefixes such as LC3) everywhere;
 - `--select LC1,LC2`: only these rules count; findings of the others are left out of the report entirely
   (they were not asked for), which is what --select means in linters;
-- a configuration file found from the checkpoint directory upward (stopping at a directory holding `.git`):
-  `lilicorr.toml`, or a `pyproject.toml` with a `[tool.lilicorr-ckpt]` table (in one directory, lilicorr.toml
-  wins); the closest one that has waivers is used:
+- a configuration file found from the checkpoint directory upward to the root of the git work tree that holds
+  it, or in the checkpoint directory alone when it is in none (a file in /tmp or a home directory never
+  applies to a checkpoint below it by accident): `lilicorr.toml`, or a `pyproject.toml` with a
+  `[tool.lilicorr-ckpt]` table (in one directory, lilicorr.toml wins); the closest one that has waivers is
+  used. A work tree or waiver file owned by another user is not trusted. A file anywhere else applies only
+  when named: `--config FILE`, which replaces the search:
 
       [[tool.lilicorr-ckpt.waivers]]           # in lilicorr.toml: [[waivers]]
       rules = ["LC314"]                         # or rule = "LC314"; prefixes allowed ("LC31")
@@ -24,7 +27,9 @@ some runtimes splits a finding: the other runtimes keep it.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import os
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
@@ -32,9 +37,10 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from lilicorr_ckpt.checkpoint.readfile import read_regular_file
 from lilicorr_ckpt.checks import RULES  # the package, imported before this module, registers the catalogue
 from lilicorr_ckpt.checks.findings import RETIRED, SEVERITY_ORDER, Finding, Waiver
-from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.runtimes import PROFILES
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -100,79 +106,193 @@ def check_rule_options(ignore: str | None, select: str | None) -> None:
 
 # --- configuration files --------------------------------------------------------------------------------------
 
+_MAX_CONFIG_BYTES = 4 << 20  # a waiver file is a few lines; more is a mistake (or a trap), never read whole
+
+
 def _load_toml(path: Path) -> dict[str, Any]:
+    """The parsed TOML document; every way it can fail is a usage error naming the file."""
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - 3.10
         import tomli as tomllib
+    try:  # the guarded reader: a FIFO, a device or a huge file is refused by name, never read
+        data = read_regular_file(path, what=f"waiver file {path}", max_bytes=_MAX_CONFIG_BYTES)
+    except InputError as exc:
+        raise UsageError(str(exc)) from None
     try:
-        with open(path, "rb") as f:
-            return tomllib.load(f)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path} is not valid TOML: not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
+                         f"{exc.start})") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise UsageError(f"{path} is not valid TOML here: its arrays or tables are nested too deeply") from None
+
+
+def _tool_table(path: Path, doc: dict[str, Any]) -> dict[str, Any] | None:
+    """pyproject.toml's [tool.lilicorr-ckpt] table; None when it has none. A `tool` or `tool.lilicorr-ckpt`
+    that is not a table is a usage error naming the key."""
+    tool = doc.get("tool")
+    if tool is None:
+        return None
+    if not isinstance(tool, dict):
+        raise UsageError(f"{path}: `tool` must be a table ([tool.{TOOL_TABLE}] holds the waivers), not "
+                         f"{_kind(tool)}")
+    table = tool.get(TOOL_TABLE)
+    if table is not None and not isinstance(table, dict):
+        raise UsageError(f"{path}: `tool.{TOOL_TABLE}` must be a table ([tool.{TOOL_TABLE}] with `waivers`), "
+                         f"not {_kind(table)}")
+    return table
+
+
+def _kind(value: object) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
+            dict: "a table"}.get(type(value), f"a {type(value).__name__}")
+
+
+def read_config(path: Path) -> tuple[Path, dict[str, Any]] | None:
+    """(path, waiver table) of one file: a pyproject.toml's [tool.lilicorr-ckpt] (None without one), any
+    other file's top level (lilicorr.toml's form)."""
+    doc = _load_toml(path)
+    if path.name == "pyproject.toml":
+        table = _tool_table(path, doc)
+        return (path, table) if table is not None else None
+    return path, doc
+
+
+def explicit_config(file: str) -> tuple[Path, dict[str, Any]]:
+    """--config FILE: that file's waivers (it must exist and, as a pyproject.toml, have the table)."""
+    path = Path(file).expanduser()
+    if not path.exists():
+        raise UsageError(f"--config {file}: no such file")
+    found = read_config(path)
+    if found is None:
+        raise UsageError(f"--config {file} has no [tool.{TOOL_TABLE}] table")
+    return found
+
+
+def _trusted_owners(checkpoint: Path) -> set[int]:
+    """The users whose work tree or waiver file may waive findings of this checkpoint: whoever runs the tool and
+    whoever owns the checkpoint directory (a CI container's root validating the runner's checkout)."""
+    owners = {os.getuid()} if hasattr(os, "getuid") else set()
+    with contextlib.suppress(OSError):
+        owners.add(checkpoint.stat().st_uid)
+    return owners
+
+
+def _owned_by(path: Path, owners: set[int]) -> bool:
+    if not owners:  # no uids on this platform
+        return True
+    try:
+        return path.lstat().st_uid in owners
+    except OSError:
+        return False
+
+
+def search_root(checkpoint: Path) -> Path:
+    """Where the search for a waiver file stops: the root of the git work tree holding checkpoint (the closest
+    directory with a `.git` owned by a trusted user), or checkpoint itself when it is in none."""
+    owners = _trusted_owners(checkpoint)
+    for directory in (checkpoint, *checkpoint.parents):
+        dot_git = directory / ".git"
+        if dot_git.exists() and _owned_by(dot_git, owners):
+            return directory
+    return checkpoint
 
 
 def find_config(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:
-    """The closest lilicorr.toml or pyproject.toml with a [tool.lilicorr-ckpt] table, from checkpoint upward."""
+    """The closest lilicorr.toml or pyproject.toml with a [tool.lilicorr-ckpt] table, from checkpoint up to
+    search_root(checkpoint). A candidate owned by an untrusted user is a usage error, not a silent waiver."""
     directory = checkpoint.expanduser().resolve()
+    root = search_root(directory)
+    owners = _trusted_owners(directory)
     while True:
         for name in CONFIG_FILES:
             candidate = directory / name
             if candidate.is_file():
-                doc = _load_toml(candidate)
-                table = doc if name == "lilicorr.toml" else doc.get("tool", {}).get(TOOL_TABLE)
-                if isinstance(table, dict):
-                    return candidate, table
-        if (directory / ".git").exists() or directory.parent == directory:
+                if not _owned_by(candidate, owners):
+                    raise UsageError(f"waiver file {candidate} belongs to another user: not applied to "
+                                     f"{checkpoint}; pass it with --config if you trust it, or remove it")
+                found = read_config(candidate)
+                if found is not None:
+                    return found
+        if directory == root or directory.parent == directory:
             return None
         directory = directory.parent
 
 
+def _strings(value: object) -> list[str] | None:
+    """A string or an array of strings, as a list; None for anything else (nested arrays, numbers, tables)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    return None
+
+
+def _shown(value: object, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def parse_config(path: Path, table: dict[str, Any]) -> list[WaiverRule]:
-    """The waivers of a [tool.lilicorr-ckpt] table (or lilicorr.toml); every mistake is a usage error naming it."""
-    where = f"{path.name}" + ("" if path.name == "lilicorr.toml" else f" [tool.{TOOL_TABLE}]")
+    """The waivers of a [tool.lilicorr-ckpt] table (or lilicorr.toml); every mistake is a usage error naming the
+    file, the entry and the key."""
+    pyproject = path.name == "pyproject.toml"
+    where = f"{path.name}" + (f" [tool.{TOOL_TABLE}]" if pyproject else "")
+    array = f"tool.{TOOL_TABLE}.waivers" if pyproject else "waivers"
     unknown = set(table) - {"waivers"}
     if unknown:
-        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(unknown))} in {where}; expected `waivers`")
+        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))} in {where}; expected "
+                         "`waivers`")
     entries = table.get("waivers", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise UsageError(f"{path}: `waivers` must be an array of tables ([[{'waivers' if path.name == 'lilicorr.toml' else f'tool.{TOOL_TABLE}.waivers'}]])")
+        raise UsageError(f"{path}: `{array}` must be an array of tables ([[{array}]]), not {_kind(entries)}")
     out = []
     for i, entry in enumerate(entries, 1):
         label = f"{path}: waiver {i}"
         extra = set(entry) - _ENTRY_KEYS
         if extra:
             raise UsageError(f"{label}: unknown key(s) {', '.join(sorted(extra))}; expected {', '.join(sorted(_ENTRY_KEYS))}")
-        rules = entry.get("rules", [])
+        rules: list[str] = []
         if "rule" in entry:
-            rules = [entry["rule"], *rules] if isinstance(rules, list) else rules
-        if isinstance(rules, str):
-            rules = [rules]
-        if not rules or not isinstance(rules, list) or not all(isinstance(r, str) and r.strip() for r in rules):
+            if not isinstance(entry["rule"], str):
+                raise UsageError(f"{label}: `rule` must be one rule id as a string (`rule = \"LC314\"`), got "
+                                 f"{_shown(entry['rule'])}")
+            rules.append(entry["rule"])
+        if "rules" in entry:  # with `rule` too, both count
+            listed = _strings(entry["rules"])
+            if listed is None:
+                raise UsageError(f"{label}: `rules` must be a rule id or an array of them "
+                                 f"(`rules = [\"LC314\", \"LC015\"]`), got {_shown(entry['rules'])}")
+            rules += listed
+        if not rules or not all(r.strip() for r in rules):
             raise UsageError(f"{label}: needs `rule = \"LC314\"` or `rules = [\"LC314\", ...]`")
-        ids = tuple(r.strip().upper() for r in rules)
+        ids = tuple(dict.fromkeys(r.strip().upper() for r in rules))
         _check_rules(ids, label)
         reason = entry.get("reason")
         if not isinstance(reason, str) or not reason.strip():
             raise UsageError(f"{label} ({', '.join(ids)}): a `reason` is required (why this finding is acceptable)")
-        runtimes = entry.get("runtimes", [])
-        if isinstance(runtimes, str):
-            runtimes = [runtimes]
-        if not isinstance(runtimes, list) or any(r not in PROFILES for r in runtimes):
-            raise UsageError(f"{label}: `runtimes` must list runtimes among {', '.join(PROFILES)}, got {runtimes!r}")
-        paths = entry.get("paths", [])
-        if isinstance(paths, str):
-            paths = [paths]
-        if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
-            raise UsageError(f"{label}: `paths` must be a list of directory globs")
+        runtimes = _strings(entry.get("runtimes", []))
+        if runtimes is None or any(r not in PROFILES for r in runtimes):
+            raise UsageError(f"{label}: `runtimes` must list runtimes among {', '.join(PROFILES)}, got "
+                             f"{_shown(entry.get('runtimes'))}")
+        paths = _strings(entry.get("paths", []))
+        if paths is None:
+            raise UsageError(f"{label}: `paths` must be a directory glob or an array of them, got "
+                             f"{_shown(entry.get('paths'))}")
         out.append(WaiverRule(rules=ids, reason=reason.strip(), source=f"{path.name} waiver {i}",
                               runtimes=tuple(runtimes), paths=tuple(paths), base=path.parent))
     return out
 
 
-def config_waivers(checkpoint: Path | None) -> list[WaiverRule]:
+def config_waivers(checkpoint: Path | None, config: str | None = None) -> list[WaiverRule]:
+    """The waivers of --config FILE when given, else of the file found for checkpoint (none for a Hub repo)."""
+    if config is not None:
+        return parse_config(*explicit_config(config))
     if checkpoint is None:
         return []
     found = find_config(checkpoint)
@@ -213,15 +333,16 @@ def apply_waivers(findings: list[Finding], waivers: list[WaiverRule], *, runtime
 
 
 def waive_report(report: Report, *, checkpoint_dir: str | Path | None, ignore: str | None = None,
-                 select: str | None = None, strict: bool = False) -> Report:
+                 select: str | None = None, strict: bool = False, config: str | None = None) -> Report:
     """The report with --ignore/--select and the configuration file's waivers applied; summary, verdicts and
     exit code recounted from what is not waived (the report's own records, replaced: checks.run imports this
-    module). Unchanged when there is nothing to apply."""
+    module). config: --config FILE, the waiver file to apply instead of the one found beside the checkpoint.
+    Unchanged when there is nothing to apply."""
     ignored = parse_rule_list(ignore, "--ignore")
     selected = parse_rule_list(select, "--select")
     checkpoint = Path(checkpoint_dir) if checkpoint_dir is not None else None
     waivers = [WaiverRule(rules=ignored, reason="--ignore on the command line", source="--ignore")] if ignored else []
-    waivers += config_waivers(checkpoint if checkpoint is not None and checkpoint.is_dir() else None)
+    waivers += config_waivers(checkpoint if checkpoint is not None and checkpoint.is_dir() else None, config)
     if not waivers and not selected:
         return report
     judged = [v.runtime for v in report.runtimes]

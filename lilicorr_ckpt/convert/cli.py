@@ -16,8 +16,8 @@ HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang
 
 SRC is the export directory (config.json with dflash_config, model.safetensors or a sharded index,
 optionally hf_quant_config.json). DST must not exist (or, with --force, be empty or an earlier convert
-output); it appears only once the output has been written completely and `validate` accepts it. SRC is
-only ever read.
+output, whose files that convert did not write are kept); it appears only once the output has been
+written completely and `validate` accepts it. SRC is only ever read.
 
 \b
 What it fixes:
@@ -38,7 +38,7 @@ listed in the summary and in DST/conversion.json.
 Examples:
   lilicorr-ckpt convert ./export ./drafter                 # for SGLang, vLLM and TRT-LLM at once
   lilicorr-ckpt convert ./export ./drafter --dry-run       # show the plan; write nothing
-  lilicorr-ckpt convert ./export ./drafter -r vllm --naming sequential
+  lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential  # legacy names TensorRT-LLM renames
   lilicorr-ckpt convert ./export ./drafter --no-repair     # refuse instead of dequantizing
   lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'
   lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10
@@ -76,8 +76,10 @@ def register(group: click.Group) -> None:
                        "strings as JSON: dflash_config.name='\"x\"'. Repeatable.")
     @click.option("--force", is_flag=True,
                   help="Replace DST if it is an empty directory or the output of an earlier convert (it holds "
-                       "conversion.json); anything else is refused. The old DST stays until the new one is "
-                       "complete.")
+                       "conversion.json); anything else is refused. Only the files that convert wrote are "
+                       "replaced: every other entry of DST (a README.md from `card`, .git/, .gitattributes) is "
+                       "kept, and a weight or config file changed since is refused by name. The old DST stays "
+                       "until the new one is complete.")
     @click.option("--dry-run", is_flag=True, help="Plan and pre-validate only; print what would change.")
     @click.option("--verify", is_flag=True,
                   help="Load source and output through lilicorr_runtime (needs torch) and compare draft logits "
@@ -129,6 +131,7 @@ def register(group: click.Group) -> None:
                             "error": f"internal error: {type(exc).__name__}: {exc}"})
             raise
         if as_json:
-            _emit_json({"status": "converted" if result.written else "dry-run", **result.record})
+            _emit_json({"status": "converted" if result.written else "dry-run", **result.record,
+                        "kept": result.kept})  # entries of DST that --force kept (not part of conversion.json)
         else:
             click.echo(render_summary(result), nl=False)

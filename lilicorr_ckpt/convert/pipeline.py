@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -17,13 +16,17 @@ from lilicorr_ckpt.checkpoint.tensors import ShardFacts, TensorInfo, TensorTable
 from lilicorr_ckpt.checks.findings import Finding
 from lilicorr_ckpt.checks.run import Report, validate
 from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.convert.earlier import EarlierOutput
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan, build_plan, output_source
 from lilicorr_ckpt.convert.writer import (
     check_destination,
+    discard_temporary,
+    generated_files,
     make_temporary,
     move_into_place,
     output_error,
+    planned_files,
     remove_created,
     remove_stale_temporaries,
     restore_interrupted_replacement,
@@ -41,6 +44,7 @@ class ConvertResult(msgspec.Struct, kw_only=True):
     written: bool
     record: dict[str, Any]  # conversion.json
     report: Report  # validate on the output (the virtual output for --dry-run)
+    kept: list[str] = []  # entries of an earlier output DST that --force kept (convert did not write them)
 
 
 def virtual_checkpoint(plan: Plan, root: Path) -> Checkpoint:
@@ -106,23 +110,43 @@ def _verifier() -> Callable[[Plan, Path, ConvertOptions], dict[str, Any]]:
     return verify_conversion
 
 
+def _keep_destination_files(plan: Plan, earlier: EarlierOutput) -> Plan:
+    """A file of SRC that DST already holds as its own (one convert did not write, or a copy changed since) is
+    not copied over it: DST's file is kept, and the record says so."""
+    skipped = [name for name in plan.copies if name in earlier.kept]
+    if not skipped:
+        return plan
+    other = plan.record["other_files"]
+    other["copied"] = [name for name in other["copied"] if name not in skipped]
+    for name in skipped:
+        why = "changed since the earlier convert copied it" if name in earlier.changed_copies else \
+            "not written by the earlier convert"
+        other["dropped"].append({"file": name, "reason": f"DST has its own {name} ({why}); it is kept"})
+    other["dropped"].sort(key=lambda d: d["file"])
+    return msgspec.structs.replace(plan, copies=[name for name in plan.copies if name not in skipped])
+
+
 def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
     verify = _verifier() if options.verify else None  # before anything is read
     dst_path = Path(dst).expanduser()
     for note in restore_interrupted_replacement(dst_path):  # before anything else, even a refusal
         print(f"lilicorr-ckpt convert: {note}", file=sys.stderr)
     plan = build_plan(src, options)
-    check_destination(plan.source.root, dst_path, options.force)
+    generated = set(generated_files(plan))
+    earlier = check_destination(plan.source.root, dst_path, options.force, generated)
+    if earlier is not None:
+        plan = _keep_destination_files(plan, earlier)
     pre = validate(str(dst_path), runtime=options.runtime,
                    checkpoint=virtual_checkpoint(plan, dst_path.resolve()))
     _refuse_on_findings(pre, options, "would not pass")
     record = plan.record
+    record["written"] = dict.fromkeys(planned_files(plan))  # sha256 of each, once written
+    kept = earlier.kept if earlier is not None else []
     if options.dry_run:
         record["validation"] = validation_record(pre, options.runtime)
-        return ConvertResult(src=src, dst=dst, written=False, record=record, report=pre)
+        return ConvertResult(src=src, dst=dst, written=False, record=record, report=pre, kept=kept)
 
     remove_stale_temporaries(dst_path)
-    replacing = options.force and dst_path.is_dir()
     progress = Progress.for_terminal(options.quiet, total=plan.total_bytes)
     with sigterm_unwinds():  # the temporary directory is removed on SIGTERM too
         tmp, created = make_temporary(dst_path)
@@ -133,6 +157,7 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                 report = validate(str(tmp), runtime=options.runtime)
                 _refuse_on_findings(report, options, "does not pass")
                 record["source"]["files"] = facts["source_sha256"]
+                record["written"] = facts["written"]
                 for repair in record["repairs"]:
                     err = facts["repair_rounding"].get(repair["module"] + ".weight")
                     if err is not None:
@@ -145,13 +170,15 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                         raise ConversionRefused("--verify: the output does not reproduce the source",
                                                 record["verify"]["problems"])
                 write_json(tmp / "conversion.json", record)
-                move_into_place(tmp, dst_path, options.force)
+                kept = move_into_place(tmp, dst_path, options.force, generated, earlier)
             except OSError as exc:  # ENOSPC, EFBIG, EIO, ...: the real cause, never a traceback
-                raise output_error(exc, dst_path, tmp, keeps_previous=replacing) from None
+                raise output_error(exc, dst_path, tmp, existed=earlier is not None) from None
         except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+            note = discard_temporary(tmp, dst_path)  # DST's own files that were moved in go back first
+            if note:
+                print(f"lilicorr-ckpt convert: {note}", file=sys.stderr)
             remove_created(created)
             raise
         finally:
             progress.finish()
-    return ConvertResult(src=src, dst=dst, written=True, record=record, report=report)
+    return ConvertResult(src=src, dst=dst, written=True, record=record, report=report, kept=kept)

@@ -320,7 +320,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     for module, kind in sorted(quantized.items(), key=lambda kv: natural_key(kv[0])):
         mod = manifest.modules[module]
         why = None
-        strict = [p.display for p in profiles if p.must_stay_float(module)]
+        strict = [p.display for p in profiles if p.must_stay_float(module, manifest.geometry.family)]
         if kind == "nvfp4" and mod.in_features % group:
             # ModelOpt's exporter asserts on this (its NVFP4 packing checks the width): the blocks cannot be decoded reliably
             raise ConversionRefused(f"{module} is stored NVFP4 but its in_features {mod.in_features} is not a "

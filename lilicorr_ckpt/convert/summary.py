@@ -60,6 +60,10 @@ def render_summary(result: Any) -> str:
         lines.append(f"  validate  {verdicts}{warn}")
     if r.get("verify"):
         lines.append(f"  verify    {r['verify']['summary']}")
+    if result.kept:
+        verb = "kept" if result.written else "would keep"
+        lines.append(f"  {verb:<9} {shorten(result.kept, SHOWN_FILES, quote='')} in {result.dst} (not written by "
+                     "convert)")
     if result.written:
         lines.append(f"  record    {result.dst}/conversion.json")
     return "\n".join(lines) + "\n"

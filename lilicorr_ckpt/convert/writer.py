@@ -15,6 +15,7 @@ import json
 import mmap
 import os
 import shutil
+import stat
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,6 +26,7 @@ from lilicorr_ckpt.checkpoint.stwrite import header_bytes
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.convert.earlier import RECORD_NAME, EarlierOutput, is_convert_output, read_record, survey
 from lilicorr_ckpt.convert.plan import OutTensor, Plan, shard_metadata
 from lilicorr_ckpt.convert.repair import BadScales, dequantize_blocks
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
@@ -164,20 +166,25 @@ class SourceReader:
 
 # ---------------------------------------------------------------- destination handling
 
-RECORD_NAME = "conversion.json"
-SHOWN_ENTRIES = 4  # entries of a non-empty DST named when --force refuses to replace it
+KEPT_TAG = ".convert-kept."  # entries of DST that could not be moved back after a failed --force (named)
 
 
-def output_error(exc: OSError, dst: Path, tmp: Path | None = None, *, keeps_previous: bool = False) -> InputError:
-    """`cannot write the output: <reason>: <path>`; a path inside the temporary directory is named as it would
-    be in DST (the temporary directory is gone by the time the user reads this)."""
+def output_error(exc: OSError, dst: Path, tmp: Path | None = None, *, existed: bool = False) -> InputError:
+    """`cannot write the output: <reason>: <path> (<what DST holds now>)`; a path inside the temporary directory is
+    named as it would be in DST (the temporary directory is gone by the time the user reads this). `existed`:
+    DST was there before this run (a --force replacement), and a failed run leaves it as it was."""
     where: Path = dst
     if exc.filename:
         where = Path(os.fsdecode(exc.filename))
         if tmp is not None and (where == tmp or where.is_relative_to(tmp)):
             where = dst / where.relative_to(tmp)
-    previous = "; the previous DST is unchanged" if keeps_previous else ""
-    return InputError(f"cannot write the output: {exc.strerror or exc}: {where} (nothing is left at DST{previous})")
+    if existed:
+        state = "the previous DST is unchanged"
+    elif os.path.lexists(dst):
+        state = "DST was written by another process meanwhile and is left as it is"
+    else:
+        state = "DST was not created"
+    return InputError(f"cannot write the output: {exc.strerror or exc}: {where} ({state})")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -190,36 +197,10 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def is_convert_output(path: Path) -> bool:
-    """Whether a directory holds the conversion.json this tool writes (so --force may replace it)."""
-    record = path / RECORD_NAME
-    try:
-        if not record.is_file() or record.stat().st_size > 64 << 20:
-            return False
-        doc = json.loads(record.read_bytes())
-    except (OSError, ValueError):
-        return False
-    return isinstance(doc, dict) and doc.get("tool") == "lilicorr-ckpt" and isinstance(doc.get("output"), dict)
-
-
-def _check_replaceable(dst: Path) -> None:
-    """--force replaces an empty directory or an earlier convert output, nothing else."""
-    try:
-        entries = sorted(os.scandir(dst), key=lambda e: e.name)
-    except OSError as exc:
-        raise InputError(f"cannot read DST {dst}: {exc.strerror or exc}") from None
-    if not entries or is_convert_output(dst):
-        return
-    names = [e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in entries]
-    shown = shorten(names, SHOWN_ENTRIES, quote="")
-    raise UsageError(f"DST {dst} is not empty and is not an earlier convert output (it has no {RECORD_NAME} "
-                     f"from lilicorr-ckpt; it holds {shown}); --force replaces only an empty directory or a "
-                     "previous convert output: choose another DST, or move its contents away first")
-
-
-def check_destination(src_root: Path, dst: Path, force: bool) -> None:
+def check_destination(src_root: Path, dst: Path, force: bool, generated: set[str]) -> EarlierOutput | None:
     """Refuse any DST that would write into, or delete, the source; refuse an existing DST without --force, and
-    with --force one that is neither empty nor an earlier convert output."""
+    with --force one whose replacement would lose anything (see lilicorr_ckpt.convert.earlier). Returns what
+    --force replaces and keeps (None when DST does not exist)."""
     dst_abs = dst.resolve()
     if dst_abs == src_root or dst_abs.is_relative_to(src_root):
         raise UsageError(f"DST {dst} is inside the source {src_root}; convert never writes into its source")
@@ -230,7 +211,8 @@ def check_destination(src_root: Path, dst: Path, force: bool) -> None:
             raise UsageError(f"DST {dst} exists and is not a directory; refusing to replace it even with --force")
         if src_root.is_relative_to(dst_abs):
             raise UsageError(f"the source {src_root} is inside DST {dst}; --force would delete it")
-        _check_replaceable(dst)
+        return survey(dst, generated)
+    return None
 
 
 NAME_MAX = 255  # bytes in one path component on Linux and macOS file systems
@@ -241,7 +223,7 @@ def _sibling_stem(dst: Path) -> str:
     """`.DST`, the start of every hidden sibling's name. A DST name so long that `.DST.convert-tmp.PID` would
     not fit in one path component is cut at a character boundary and told apart by a hash of the whole name."""
     stem = f".{dst.name}"
-    room = NAME_MAX - max(len(tag) for tag in (TMP_TAG, OLD_TAG, REF_TAG)) - _PID_DIGITS
+    room = NAME_MAX - max(len(tag) for tag in (TMP_TAG, OLD_TAG, REF_TAG, KEPT_TAG)) - _PID_DIGITS
     if len(os.fsencode(stem)) <= room:
         return stem
     digest = "~" + hashlib.sha256(os.fsencode(dst.name)).hexdigest()[:8]
@@ -275,10 +257,73 @@ def _dead_siblings(dst: Path, tags: tuple[str, ...]) -> list[Path]:
     return sorted(found)
 
 
+def moved_entries(tmp: Path) -> list[str]:
+    """The entries of DST that a --force run moved into its finished temporary directory `tmp`: everything there
+    that its conversion.json does not list as written. A temporary without a record (not finished) has none:
+    entries are moved in only after the record is written."""
+    doc, _, _ = read_record(tmp)
+    if doc is None or not isinstance(doc.get("written"), dict):
+        return []
+    written = set(doc["written"]) | {RECORD_NAME}
+    try:
+        return sorted(e.name for e in os.scandir(tmp) if e.name not in written)
+    except OSError:
+        return []
+
+
+def _give_back(tmp: Path, dst: Path, names: list[str]) -> list[str]:
+    """Move `names` from tmp back into the directory DST; returns those that could not be (DST gone, or a
+    name taken there meanwhile)."""
+    stuck = []
+    for name in names:
+        target = dst / name
+        try:
+            if not dst.is_dir() or dst.is_symlink() or os.path.lexists(target):
+                raise FileExistsError(name)
+            os.rename(tmp / name, target)
+        except OSError:
+            stuck.append(name)
+    return stuck
+
+
+def _keep_aside(tmp: Path, dst: Path, stuck: list[str]) -> Path:
+    """The temporary directory still holding entries of DST, renamed to `.DST.convert-kept.PID` so that nothing
+    removes it; returns the new name."""
+    kept = sibling(dst, KEPT_TAG)
+    n = 0
+    while os.path.lexists(kept):
+        n += 1
+        kept = dst.parent / f"{sibling(dst, KEPT_TAG).name}-{n}"
+    os.rename(tmp, kept)
+    return kept
+
+
+def discard_temporary(tmp: Path, dst: Path) -> str | None:
+    """Remove this run's temporary directory after a failure. Entries of DST that a --force run had already moved
+    into it go back into DST first; any that cannot are kept in a named sibling, and the note says where."""
+    names = moved_entries(tmp) if tmp.is_dir() else []
+    stuck = _give_back(tmp, dst, names) if names else []
+    if stuck:
+        try:
+            kept = _keep_aside(tmp, dst, stuck)
+        except OSError:
+            kept = tmp
+        return (f"{_shown_names(stuck)} could not be moved back into {dst}: "
+                f"{'it is' if len(stuck) == 1 else 'they are'} in {kept}; move them back by hand")
+    shutil.rmtree(tmp, ignore_errors=True)
+    return None
+
+
+def _shown_names(names: list[str]) -> str:
+    return shorten(names, 6, quote="")
+
+
 def restore_interrupted_replacement(dst: Path) -> list[str]:
-    """First thing convert does: a `convert --force` killed between its two renames left the previous output in
-    `.DST.convert-old.PID` and no DST; put it back (and say so). With a DST in place the new output was moved
-    in before the kill, and the old copy is what was being deleted: it is removed."""
+    """First thing convert does, undoing what a `convert --force` killed midway left behind:
+    - the previous output moved to `.DST.convert-old.PID` and no DST: put back (and said so). With a DST in
+      place the new output was moved in before the kill, and the old copy is what was being deleted: removed.
+    - entries of DST (the user's own files) moved into its finished `.DST.convert-tmp.PID`: moved back into DST,
+      so that the stale temporary can be removed without them."""
     notes = []
     for old in _dead_siblings(dst, (OLD_TAG,)):
         if not dst.exists() and not dst.is_symlink():
@@ -296,14 +341,30 @@ def restore_interrupted_replacement(dst: Path) -> list[str]:
         else:
             notes.append(f"left {old.name} in place: it holds the output an interrupted `convert --force` was "
                          f"replacing, and {dst} is not a convert output; move one of them away")
+    for tmp in _dead_siblings(dst, (TMP_TAG,)):
+        names = moved_entries(tmp)
+        if not names:
+            continue
+        stuck = _give_back(tmp, dst, names)
+        back = [n for n in names if n not in stuck]
+        if back:
+            notes.append(f"moved {_shown_names(back)} back into {dst} from {tmp.name} (an earlier `convert --force` "
+                         "was interrupted while keeping them)")
+        if stuck:
+            notes.append(f"left {tmp.name} in place: it holds {_shown_names(stuck)} from {dst}, which an interrupted "
+                         f"`convert --force` was keeping, and {dst} "
+                         f"{'has entries of those names' if dst.is_dir() else 'is not a directory'}; move them "
+                         "back by hand")
     return notes
 
 
 def remove_stale_temporaries(dst: Path) -> list[Path]:
     """Temporary siblings left by a convert that was killed (its process is gone); never the previous output
-    (`restore_interrupted_replacement` runs first and puts that back)."""
+    (`restore_interrupted_replacement` runs first and puts that back), never one that still holds entries of DST."""
     removed = []
     for path in _dead_siblings(dst, (TMP_TAG, REF_TAG)):
+        if moved_entries(path):
+            continue
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
@@ -382,28 +443,50 @@ def _rename_new(tmp: Path, dst: Path) -> None:
                          "same DST?); it was left as that process wrote it, and this output was discarded") from None
 
 
-def _lost_race(dst: Path, old: Path) -> UsageError:
+def _lost_race(dst: Path, old: Path, tmp: Path, kept: list[str]) -> UsageError:
     """--force moved the previous output aside, then another process put its own output at DST. That output is
     left as it is; the previous one is dropped as --force asked, unless DST is not a convert output (then it is
-    kept beside DST, and named)."""
+    kept beside DST, and named). The entries of DST this run was keeping go into the new DST."""
     if is_convert_output(dst):
         shutil.rmtree(old, ignore_errors=True)
-        kept = "the previous output was removed, as --force asked"
+        previous = "the previous output was removed, as --force asked"
     else:
-        kept = f"the previous output is kept in {old}"
+        previous = f"the previous output is kept in {old}"
+    stuck = _give_back(tmp, dst, kept)
+    if kept and not stuck:
+        previous += f", {_shown_names(kept)} (DST's own files) were moved into it"
+    elif stuck:
+        previous += f", {_shown_names(stuck)} (DST's own files) are kept in {_keep_aside(tmp, dst, stuck)}"
     return UsageError(f"DST {dst} was written by another process while converting (a second convert into the "
-                      f"same DST?); it was left as that process wrote it, {kept}, and this output was discarded")
+                      f"same DST?); it was left as that process wrote it, {previous}, and this output was discarded")
 
 
-def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
+def move_into_place(tmp: Path, dst: Path, force: bool, generated: set[str],
+                    earlier: EarlierOutput | None = None) -> list[str]:
+    """Swap the finished output in at DST. With --force over an earlier output, the entries of DST that convert
+    did not write are first moved into the new output (they are listed in no `written` of its record, which is
+    how an interrupted run finds them again), then DST is renamed aside, the new output renamed in and the old
+    one removed. Returns the entries kept."""
     fsync_path(tmp)
+    kept: list[str] = []
     if dst.exists() or dst.is_symlink():
         if not force:
             raise UsageError(f"DST {dst} appeared while converting; nothing was replaced")
         if not dst.is_dir() or dst.is_symlink():
             raise UsageError(f"DST {dst} was replaced by something that is not a directory while converting; "
                              "nothing was replaced")
-        _check_replaceable(dst)  # again: it may have changed while converting
+        now = survey(dst, generated, earlier)  # again: it may have changed while converting
+        kept = now.kept
+        taken = [n for n in kept if os.path.lexists(tmp / n)]
+        if taken:  # the convert's own files of those names were skipped when the plan was made; a new entry
+            raise UsageError(f"DST {dst} gained {_shown_names(taken)} while converting, which this conversion "
+                             "writes too; nothing was replaced: move them away, then rerun")
+        with contextlib.suppress(OSError):
+            os.chmod(tmp, stat.S_IMODE(os.stat(dst).st_mode))  # DST keeps its permissions
+        for name in kept:
+            os.rename(dst / name, tmp / name)  # an error: discard_temporary moves the others back
+        if kept:
+            fsync_path(tmp)
         old = sibling(dst, OLD_TAG)
         try:
             os.rename(dst, old)
@@ -413,7 +496,7 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
             try:
                 _rename_new(tmp, dst)
             except UsageError:  # another process wrote DST after the previous output was moved aside
-                raise _lost_race(dst, old) from None
+                raise _lost_race(dst, old, tmp, kept) from None
             except BaseException:
                 os.rename(old, dst)
                 raise
@@ -423,12 +506,14 @@ def move_into_place(tmp: Path, dst: Path, force: bool) -> None:
     # DST is complete and in place; a failure here leaves only the durability of its directory entry unconfirmed
     with contextlib.suppress(OSError):
         fsync_path(dst.parent)
+    return kept
 
 
 # ---------------------------------------------------------------- writing
 
 
-def _dump_json(path: Path, doc: Any) -> None:
+def _dump_json(path: Path, doc: Any) -> str:
+    """Write `doc` as JSON; returns the sha256 of the bytes written."""
     data = (json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=True) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
@@ -436,10 +521,22 @@ def _dump_json(path: Path, doc: Any) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+    return hashlib.sha256(data).hexdigest()
 
 
 def write_json(path: Path, doc: Any) -> None:
     _dump_json(path, doc)
+
+
+def generated_files(plan: Plan) -> list[str]:
+    """The files a conversion generates in DST (besides conversion.json): shards, index, config files."""
+    return ([s.file for s in plan.shards] + (["model.safetensors.index.json"] if plan.index is not None else [])
+            + ["config.json"] + (["hf_quant_config.json"] if plan.hf_quant_config is not None else []))
+
+
+def planned_files(plan: Plan) -> list[str]:
+    """Every file a conversion writes into DST except conversion.json, which lists them (`written`)."""
+    return sorted(generated_files(plan) + list(plan.copies))
 
 
 def _write_tensor(t: OutTensor, reader: SourceReader, fd: int, progress: Progress,
@@ -526,6 +623,7 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
         progress.note("hashing the source")
         source_hashes = {f: fut.result() for f, fut in hashes.items()}
         metadata = shard_metadata(source_hashes)
+        written: dict[str, Future[str] | str] = {}
         for shard in plan.shards:
             head = header_bytes(shard.entries, metadata)
             if len(head) != shard.header_length:  # pragma: no cover - the placeholder guarantees it
@@ -536,18 +634,22 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-        _dump_json(tmp / "config.json", plan.config)
+            written[shard.file] = pool.submit(_hash_file, tmp / shard.file, stop)  # what a later --force checks
+        written["config.json"] = _dump_json(tmp / "config.json", plan.config)
         if plan.hf_quant_config is not None:
-            _dump_json(tmp / "hf_quant_config.json", plan.hf_quant_config)
+            written["hf_quant_config.json"] = _dump_json(tmp / "hf_quant_config.json", plan.hf_quant_config)
         if plan.index is not None:
-            _dump_json(tmp / "model.safetensors.index.json", plan.index)
+            written["model.safetensors.index.json"] = _dump_json(tmp / "model.safetensors.index.json", plan.index)
         if plan.copies:
             progress.note(f"copying {len(plan.copies)} other files")
         for name in plan.copies:
             copy_file(root / name, tmp / name)
+            written[name] = pool.submit(_hash_file, tmp / name, stop)
+        progress.note("hashing the output")
+        output_hashes = {name: h if isinstance(h, str) else h.result() for name, h in sorted(written.items())}
     finally:
         stop.set()  # an interrupted run does not wait for a multi-GB hash to finish
         pool.shutdown(wait=True, cancel_futures=True)
         reader.close()
-    return {"source_sha256": source_hashes,
+    return {"source_sha256": source_hashes, "written": output_hashes,
             "repair_rounding": {k: repair_errors[k] for k in sorted(repair_errors)}}

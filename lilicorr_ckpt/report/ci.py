@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +21,16 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.report.escape import (
+    markdown_block,
+    markdown_cell,
+    markdown_code,
+    markdown_text,
+    output_entry,
+    printable,
+    stop_commands_token,
+    workflow_command,
+)
 from lilicorr_ckpt.report.locate import LineFinder, json_key_lines, pointer_line
 
 __all__ = ["CI_FORMATS", "json_key_lines", "pointer_line", "render_report"]
@@ -35,14 +46,6 @@ MAX_SUMMARY_ROWS = 100
 
 
 # --- GitHub workflow commands ---------------------------------------------------------------------------------
-
-def _escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _escape_property(s: str) -> str:
-    return _escape_data(s).replace(":", "%3A").replace(",", "%2C")
-
 
 def _local_root(report: Report) -> Path | None:
     if report.hub is not None:
@@ -62,70 +65,86 @@ def _workspace_relative(path: Path) -> str:
 
 
 def _message(f: Finding) -> str:
+    """An annotation's text: the finding on its first line, the fix on the second (each piece printable, so
+    the only line break is this one, which the workflow command carries as %0A)."""
     runtimes = f" ({', '.join(f.runtimes)})" if f.runtimes else ""
-    text = f"{f.message}{runtimes}"
+    text = printable(f"{f.message}{runtimes}")
     if f.fix and f.severity != "info":
-        text += f"\nFix: {f.fix}"
+        text += f"\nFix: {printable(f.fix)}"
     return text
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
 
 
 def render_github(report: Report) -> str:
     """One workflow command per finding; waived findings are not annotated. A last line sums up."""
     if report.error is not None:
-        return (f"::error title={_escape_property(f'lilicorr-ckpt validate (exit {report.exit_code})')}::"
-                f"{_escape_data(report.error)}\nlilicorr-ckpt validate {report.path}: not validated "
-                f"(exit {report.exit_code})\n")
+        return (workflow_command("error", printable(report.error),
+                                 title=f"lilicorr-ckpt validate (exit {report.exit_code})")
+                + f"\nlilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code})\n")
     root = _local_root(report)
     lines = LineFinder(root)
     out = []
     for f in report.findings:
         if _suppressed(f):
             continue
-        props = [f"title={_escape_property(f'{f.rule} {f.name}')}"]
-        file = f.file or "config.json"
-        if root is not None and (root / file).is_file():
-            props.insert(0, f"file={_escape_property(_workspace_relative(root / file))}")
-            line = lines.line(file, f.pointer)
-            if line is not None:
-                props.insert(1, f"line={line}")
+        place: dict[str, str | int | None] = {}
+        if root is not None:
+            where = lines.locate(f.file or "config.json", f.pointer)
+            if where is not None:
+                place = {"file": _workspace_relative(root / where[0]), "line": where[1]}
         level = "error" if report.strict and f.severity == "warning" else _LEVEL[f.severity]  # --strict fails on it
-        out.append(f"::{level} {','.join(props)}::{_escape_data(_message(f))}")
+        out.append(workflow_command(level, _message(f), **place, title=printable(f"{f.rule} {f.name}")))
     s = report.summary
-    verdict = ", ".join(f"{v.display} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
+    verdict = ", ".join(f"{printable(v.display)} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
     status = "PASS" if report.exit_code == 0 else "FAIL"
-    out.append(f"lilicorr-ckpt validate {report.path}: {status} ({s.errors} errors, {s.warnings} warnings; "
-               f"{verdict})")
+    strict = " under --strict" if report.strict else ""
+    out.append(f"lilicorr-ckpt validate {printable(report.path)}: {status}{strict} ({_plural(s.errors, 'error')}, "
+               f"{_plural(s.warnings, 'warning')}; {verdict})")
     return "\n".join(out) + "\n"
 
 
 # --- Markdown step summary ------------------------------------------------------------------------------------
 
-def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", "<br>")
-
-
 def _suppressed(f: Finding) -> bool:
     return f.waived is not None
 
 
+def _strict_failure(report: Report) -> bool:
+    """The run fails only because --strict counts its warnings."""
+    return report.exit_code == 1 and report.strict and report.summary.errors == 0 and report.summary.warnings > 0
+
+
 def render_markdown(report: Report) -> str:
+    strict = " `--strict`" if report.strict else ""
     if report.error is not None:
-        return (f"### ❌ lilicorr-ckpt validate `{report.path}`: not validated (exit {report.exit_code})\n\n"
-                f"```\n{report.error}\n```\n")
+        return (f"### ❌ lilicorr-ckpt validate {markdown_code(report.path)}{strict}: not validated "
+                f"(exit {report.exit_code})\n\n" + markdown_block(report.error))
     s = report.summary
     status = "PASS" if report.exit_code == 0 else "FAIL"
     icon = "✅" if status == "PASS" else "❌"
-    target = f" against `{report.target}`" if report.target else ""
-    lines = [f"### {icon} lilicorr-ckpt validate `{report.path}`{target}: {status}", ""]
+    target = f" against {markdown_code(report.target)}" if report.target else ""
+    lines = [f"### {icon} lilicorr-ckpt validate {markdown_code(report.path)}{target}{strict}: {status}", ""]
+    if _strict_failure(report):
+        lines += [f"Failed under `--strict`: every runtime's verdict below is *accepts*, and "
+                  f"{_plural(s.warnings, 'warning')} fail{'s' * (s.warnings == 1)} the gate all the same "
+                  "(waive a judged one with `--ignore` or a waiver file; docs/ci.md).", ""]
     if report.hub is not None:
-        lines += [f"Read from {report.hub.read_from.replace('_', ' ')} at commit `{report.hub.commit}` "
-                  f"(revision `{report.hub.revision}`).", ""]
+        lines += [f"Read from {report.hub.read_from.replace('_', ' ')} at commit {markdown_code(report.hub.commit)} "
+                  f"(revision {markdown_code(report.hub.revision)}).", ""]
     lines += ["| runtime | verdict | errors | warnings |", "|---|---|---|---|"]
     for v in report.runtimes:
-        verdict = "✅ accepts" if v.accepted else "❌ refuses"
-        lines.append(f"| {v.display} | {verdict} | {v.errors} | {v.warnings} |")
+        if not v.accepted:
+            verdict = "❌ refuses"
+        elif report.strict and v.warnings:
+            verdict = "⚠️ accepts (its warnings fail `--strict`)"
+        else:
+            verdict = "✅ accepts"
+        lines.append(f"| {markdown_text(v.display)} | {verdict} | {v.errors} | {v.warnings} |")
     waived = sum(_suppressed(f) for f in report.findings)
-    counts = f"{s.errors} error{'s' * (s.errors != 1)}, {s.warnings} warning{'s' * (s.warnings != 1)}, {s.infos} info"
+    counts = f"{_plural(s.errors, 'error')}, {_plural(s.warnings, 'warning')}, {s.infos} info"
     if waived:
         counts += f"; {waived} waived"
     lines += ["", counts, ""]
@@ -134,12 +153,20 @@ def render_markdown(report: Report) -> str:
         lines += ["| | rule | runtimes | finding | where |", "|---|---|---|---|---|"]
         for f in shown[:MAX_SUMMARY_ROWS]:
             where = ":".join(p for p in (f.file, f.pointer) if p)
-            mark = "🔕 waived" if _suppressed(f) else _MARK[f.severity] + " " + f.severity
-            message = f.message + (f"<br>**fix:** {f.fix}" if f.fix and not _suppressed(f) else "")
+            if _suppressed(f):
+                mark = "🔕 waived"
+            elif report.strict and f.severity == "warning":
+                mark = _MARK["warning"] + " warning (fails `--strict`)"
+            else:
+                mark = _MARK[f.severity] + " " + f.severity
+            message = markdown_cell(f.message)
+            if f.fix and not _suppressed(f):
+                message += f"<br>**fix:** {markdown_cell(f.fix)}"
             if f.waived is not None:
-                message += f"<br>**waived:** {f.waived.reason} ({f.waived.source})"
-            lines.append(f"| {mark} | `{f.rule}` {f.name} | {', '.join(f.runtimes) or 'all'} | "
-                         f"{_cell(message)} | {('`' + _cell(where) + '`') if where else ''} |")
+                message += f"<br>**waived:** {markdown_cell(f.waived.reason)} ({markdown_cell(f.waived.source)})"
+            runtimes = markdown_cell(", ".join(f.runtimes) or "all")
+            lines.append(f"| {mark} | {markdown_code(f.rule)} {markdown_cell(f.name)} | {runtimes} | "
+                         f"{message} | {markdown_code(where) if where else ''} |")
         if len(shown) > MAX_SUMMARY_ROWS:
             lines.append(f"\n... and {len(shown) - MAX_SUMMARY_ROWS} more: see the JSON or SARIF report.")
         lines.append("")
@@ -148,18 +175,24 @@ def render_markdown(report: Report) -> str:
 
 # --- $GITHUB_OUTPUT -------------------------------------------------------------------------------------------
 
-def render_github_output(report: Report) -> str:
-    """key=value lines: exit-code, result (pass|fail), errors, warnings, verdict-<runtime> (accepts|refuses),
-    and verdicts (a JSON object runtime -> verdict)."""
+def github_outputs(report: Report) -> dict[str, str]:
+    """exit-code, result (pass|fail|error), errors, warnings, verdict-<runtime> (accepts|refuses), verdicts (a
+    JSON object runtime -> verdict), and commit for a Hub repo."""
     verdicts = {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes}
     result = "error" if report.error is not None else "pass" if report.exit_code == 0 else "fail"
-    lines = [f"exit-code={report.exit_code}", f"result={result}",
-             f"errors={report.summary.errors}", f"warnings={report.summary.warnings}"]
-    lines += [f"verdict-{runtime}={verdict}" for runtime, verdict in verdicts.items()]
-    lines.append("verdicts=" + json.dumps(verdicts, separators=(",", ":")))
+    out = {"exit-code": str(report.exit_code), "result": result, "errors": str(report.summary.errors),
+           "warnings": str(report.summary.warnings)}
+    out.update({f"verdict-{runtime}": verdict for runtime, verdict in verdicts.items()})
+    out["verdicts"] = json.dumps(verdicts, separators=(",", ":"))
     if report.hub is not None:
-        lines.append(f"commit={report.hub.commit}")
-    return "\n".join(lines) + "\n"
+        out["commit"] = report.hub.commit
+    return out
+
+
+def render_github_output(report: Report) -> str:
+    """The outputs as $GITHUB_OUTPUT entries, each in the delimiter form (escape.output_entry): a value can hold
+    anything, a Hub commit id included, and still set only its own key."""
+    return "".join(output_entry(name, value) for name, value in github_outputs(report).items())
 
 
 def render_report(report: Report, fmt: str, *, color: bool = False, verbose: bool = False) -> str:
@@ -183,17 +216,27 @@ def render_ci(report: Report, fmt: str) -> str:
 
 # --- `lilicorr-ckpt report`: re-render a saved JSON report ----------------------------------------------------
 
+REPORT_LIMIT = 256 << 20  # a validate report; findings are capped per rule (checks/findings.py)
+
+
 def load_report(path: str) -> Report:
+    from lilicorr_ckpt.checkpoint.readfile import read_regular_file, read_stream
     from lilicorr_ckpt.checks.run import Report
 
+    data = read_regular_file(path, what=f"report {path}", max_bytes=REPORT_LIMIT) if path != "-" else \
+        read_stream(sys.stdin.buffer, what="the report on standard input", max_bytes=REPORT_LIMIT)
     try:
-        data = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        return msgspec.json.decode(data, type=Report)
+        report = msgspec.json.decode(data, type=Report)
     except msgspec.DecodeError as exc:
         raise InputError(f"{path} is not a `lilicorr-ckpt validate -f json` report: {exc}") from None
+    for v in report.runtimes:  # runtime ids name step outputs (verdict-<runtime>): only what validate writes
+        if not _RUNTIME_ID.fullmatch(v.runtime):
+            raise InputError(f"{path} is not a `lilicorr-ckpt validate -f json` report: runtime id "
+                             f"{printable(repr(v.runtime))} is not one validate writes")
+    return report
+
+
+_RUNTIME_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
 
 def register(cli: Any) -> None:
@@ -208,7 +251,8 @@ def register(cli: Any) -> None:
                   help="The format to render (as validate --format).")
     @click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
     @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
-    @click.option("--quiet", "-q", is_flag=True, help="Text: the verdict line only.")
+    @click.option("--quiet", "-q", is_flag=True, help="text: the verdict line only; github: the annotations only "
+                                                      "(no summing-up line).")
     def report(report_file: str, fmt: str, output: str | None, verbose: bool, quiet: bool) -> None:
         """Render a saved `validate -f json` report (or - for stdin) in another format.
 
@@ -227,7 +271,99 @@ def register(cli: Any) -> None:
         text = render_report(load_report(report_file), fmt, verbose=verbose)
         if quiet and fmt == "text":
             text = text.rstrip("\n").rpartition("\n")[2] + "\n"
+        elif quiet and fmt == "github":
+            text = "".join(line + "\n" for line in text.splitlines() if line.startswith("::"))
         if output:
             write_output(text, output)
         else:
             click.echo(text, nl=False)
+
+    register_workflow(cli)
+
+
+def register_workflow(cli: Any) -> None:
+    """`lilicorr-ckpt workflow ...`: the GitHub Action's plumbing (hidden from the command list). action.yml writes
+    every step output, annotation and summary line through it, so all of them go through report/escape.py."""
+    import click
+
+    @cli.group(hidden=True, epilog="Exit codes: 0 written, 2 unreadable --log file, 4 usage error.")
+    def workflow() -> None:
+        """Plumbing for the GitHub Action (action.yml): values encoded for $GITHUB_OUTPUT, workflow commands
+        and step summaries, so that no input, path, Hub reply or log line can set an output, forge an
+        annotation or add Markdown.
+
+        \b
+        Examples:
+          lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"
+          lilicorr-ckpt workflow annotate error "cannot read ./drafter" --title "lilicorr-ckpt validate (exit 2)"
+          lilicorr-ckpt workflow log stderr.txt        # shown in the log, no workflow command obeyed
+          lilicorr-ckpt workflow summary --title "lilicorr-ckpt smoke" --path ./drafter --status PASS --log smoke.txt
+        """
+
+    @workflow.command("output")
+    @click.argument("pairs", nargs=-1, metavar="NAME VALUE [NAME VALUE]...")
+    def output_command(pairs: tuple[str, ...]) -> None:
+        """$GITHUB_OUTPUT entries, each in the delimiter form (NAME<<RANDOM, VALUE, RANDOM)."""
+        if not pairs or len(pairs) % 2:
+            raise click.UsageError("give NAME VALUE pairs")
+        entries = []
+        for name, value in zip(pairs[::2], pairs[1::2], strict=True):
+            try:
+                entries.append(output_entry(name, value))
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+        click.echo("".join(entries), nl=False)
+
+    @workflow.command("annotate")
+    @click.argument("level", type=click.Choice(["error", "warning", "notice"]))
+    @click.argument("message")
+    @click.option("--title", help="The annotation's title.")
+    def annotate_command(level: str, message: str, title: str | None) -> None:
+        """One annotation (::error / ::warning / ::notice), MESSAGE and --title on one line each."""
+        click.echo(workflow_command(level, printable(message), title=printable(title) if title else None))
+
+    @workflow.command("token")
+    def token_command() -> None:
+        """A fresh token for `::stop-commands::TOKEN` ... `::TOKEN::` around output the Action does not control."""
+        click.echo(stop_commands_token())
+
+    @workflow.command("log")
+    @click.argument("files", nargs=-1, required=True, metavar="FILE...")
+    def log_command(files: tuple[str, ...]) -> None:
+        """FILEs' text for the log, between ::stop-commands:: lines: shown, no workflow command in it obeyed."""
+        text = "".join(_read_log(f) for f in files)
+        token = stop_commands_token(text)
+        body = "".join(printable(line) + "\n" for line in text.splitlines())
+        click.echo(f"::stop-commands::{token}\n{body}::{token}::")
+
+    @workflow.command("summary")
+    @click.option("--title", required=True, help="What ran, e.g. `lilicorr-ckpt smoke` (literal text).")
+    @click.option("--path", "path", required=True, help="The checkpoint (shown as code).")
+    @click.option("--status", required=True, help="The outcome, e.g. PASS or `not validated (exit 2)`.")
+    @click.option("--failed", is_flag=True, help="Mark it failed (❌; ✅ otherwise).")
+    @click.option("--log", "log_file", metavar="FILE", help="A log to show under the heading, as a code block.")
+    def summary_command(title: str, path: str, status: str, failed: bool, log_file: str | None) -> None:
+        """A step-summary section: a heading, then --log as a fenced code block."""
+        icon = "❌" if failed else "✅"
+        text = f"### {icon} {markdown_text(title)} {markdown_code(path)}: {markdown_text(status)}\n"
+        if log_file is not None:
+            text += "\n" + markdown_block(_read_log(log_file))
+        click.echo(text)
+
+
+_MAX_LOG_BYTES = 1 << 20  # a log shown in CI; more is cut, with a note
+
+
+def _read_log(path: str) -> str:
+    file = Path(path)
+    try:
+        if not file.is_file():
+            raise InputError(f"cannot read {path}: not a regular file")
+        with file.open("rb") as f:
+            data = f.read(_MAX_LOG_BYTES + 1)
+    except OSError as exc:
+        raise InputError(f"cannot read {path}: {exc.strerror}") from None
+    text = data[:_MAX_LOG_BYTES].decode(errors="replace")
+    if len(data) > _MAX_LOG_BYTES:
+        text += f"\n... (cut at {_MAX_LOG_BYTES} bytes; the whole log is {path})\n"
+    return text

@@ -1,10 +1,14 @@
-"""Where in a checkpoint's files a finding points: the line of a config.json key (SARIF regions, annotations)."""
+"""Where in a checkpoint's files a finding points (SARIF regions, GitHub annotations): the line of the JSON key
+it names (a config.json key, an index entry), or, for a tensor, its line in model.safetensors.index.json when
+the index lists it and line 1 of its shard file otherwise (a header is one line of JSON)."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+
+from lilicorr_ckpt.errors import InputError
 
 # --- JSON key positions ---------------------------------------------------------------------------------------
 
@@ -106,6 +110,9 @@ def pointer_line(lines: dict[str, int], pointer: str | None) -> int | None:
     return None
 
 
+INDEX = "model.safetensors.index.json"
+
+
 class LineFinder:
     """Lines of JSON keys in a local checkpoint's files, each file scanned once; None when unknown."""
 
@@ -113,12 +120,44 @@ class LineFinder:
         self.root = root
         self._cache: dict[str, dict[str, int]] = {}
 
+    def _lines(self, file: str) -> dict[str, int]:
+        if file not in self._cache:
+            from lilicorr_ckpt.checkpoint.readfile import read_regular_file  # the reader: not at start-up
+
+            assert self.root is not None
+            try:  # only a regular file of a sane size is read (a FIFO would block), even one swapped in meanwhile
+                data = read_regular_file(self.root / file, what=file, max_bytes=_MAX_SCAN_BYTES)
+                self._cache[file] = json_key_lines(data.decode("utf-8", errors="replace"))
+            except InputError:
+                self._cache[file] = {}
+        return self._cache[file]
+
     def line(self, file: str | None, pointer: str | None) -> int | None:
         if self.root is None or not file or not file.endswith(".json"):
             return None
-        if file not in self._cache:
-            try:
-                self._cache[file] = json_key_lines((self.root / file).read_text(errors="replace"))
-            except OSError:
-                self._cache[file] = {}
-        return pointer_line(self._cache[file], pointer)
+        return pointer_line(self._lines(file), pointer)
+
+    def locate(self, file: str, pointer: str | None) -> tuple[str, int] | None:
+        """(file, line) a finding about `file` (checkpoint-relative) at `pointer` points at; None when the file
+        is not there (a missing shard, a Hub repo). A JSON file: the pointer's line (of its nearest existing
+        ancestor), line 1 without one. A tensor in a shard: its weight_map entry in the index, when the index
+        lists it, else line 1 of the shard (the header)."""
+        if self.root is None or not _inside(self.root, file) or not (self.root / file).is_file():
+            return None
+        if file.endswith(".json"):
+            return file, pointer_line(self._lines(file), pointer) or 1
+        if file.endswith(".safetensors") and pointer and not pointer.startswith("$") and (self.root / INDEX).is_file():
+            line = self._lines(INDEX).get(f"$.weight_map.{pointer}")
+            if line is not None:
+                return INDEX, line
+        return file, 1
+
+
+_MAX_SCAN_BYTES = 64 << 20  # a config or index larger than this is validate's to refuse; no line, not a hang
+
+
+def _inside(root: Path, file: str) -> bool:
+    """file is a relative path that stays inside root (a finding's file comes from the checkpoint or a saved
+    report: never a way to point outside it)."""
+    rel = Path(file)
+    return not rel.is_absolute() and ".." not in rel.parts

@@ -55,6 +55,9 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
         cells = "".join(f"  {r.per_category[cat].arms[arm].mean_accept_length:8.3f}" for cat in categories)
         lines.append(f"{arm:<8} {s.mean_accept_length:6.3f} {s.mean_accept_length_per_request:8.3f} "
                      f"{s.tokens_per_second:8.1f} {speed:>8}{cells}")
+    if m.concurrency > 1:
+        lines.append(f"tok/s and speedup: each arm's tokens over its elapsed time at batch {m.concurrency} (the "
+                     "probes side by side); tau per request")
     if r.head_gain.overall is not None:
         per = "".join(f"  {cat} {'n/a' if g is None else f'{g:+.1%}'}" for cat, g in r.head_gain.per_category.items())
         lines.append(f"head gain over control {r.head_gain.overall:+.1%}" + (f" ({per.strip()})" if per else ""))

@@ -44,9 +44,10 @@ def summary_line(report: Report) -> str:
     if report.error is not None:
         return (f"lilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code}): "
                 f"{printable(report.error)}")
-    verdict = ", ".join(f"{v.display} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
+    verdict = ", ".join(f"{printable(v.display)} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
     status = "PASS" if report.exit_code == 0 else "FAIL"
-    line = f"lilicorr-ckpt validate {printable(report.path)}: {status} - {_counts(report)}"
+    strict = " --strict" if report.strict else ""
+    line = f"lilicorr-ckpt validate {printable(report.path)}{strict}: {status} - {_counts(report)}"
     if report.summary.waived:
         line += f", {report.summary.waived} waived"
     line += f" ({verdict})"
@@ -81,8 +82,8 @@ def waived_lines(report: Report, verbose: bool = False) -> list[str]:
             out.append(f"waived {f.rule} {f.name}{runtimes}: {printable(f.message)}")
             if f.waived.source == "--ignore":
                 out.append("      waived by --ignore")
-            else:
-                out.append(f"      reason: {f.waived.reason} [{f.waived.source}]")
+            else:  # the reason and its file come from a waiver file: shown, never a line of their own
+                out.append(f"      reason: {printable(f.waived.reason)} [{printable(f.waived.source)}]")
     return out
 
 
@@ -94,7 +95,8 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
 
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
     lines = [f"lilicorr-ckpt validate {printable(report.path)}"
-             + (f" --target {printable(report.target)}" if report.target else "")]
+             + (f" --target {printable(report.target)}" if report.target else "")
+             + (" --strict" if report.strict else "")]
     if report.error is not None:
         return "\n".join([*lines, "", paint("ERROR", "red", bold=True) + f" not validated: {printable(report.error)}"]) + "\n"
     g = {key: "?" if value is None else value for key, value in report.geometry.items()}  # ? = missing or invalid
@@ -120,7 +122,7 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
     if waived:
         lines += ["", *waived]
     s = report.summary
-    verdict = ", ".join(f"{v.display}: {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
+    verdict = ", ".join(f"{printable(v.display)}: {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
     hidden = f" ({s.infos} info, shown with -v)" if s.infos and not verbose else (f", {s.infos} info" if s.infos else "")
     if s.waived:
         hidden += f", {s.waived} waived"
@@ -164,7 +166,7 @@ def render_junit(report: Report) -> str:
         if warnings:
             body += "<system-out>" + escape("\n".join(f"{f.rule} {f.name}: {printable(f.message)}"
                                                       for f in warnings)) + "</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={quoteattr(v.display)}>{body}</testcase>')
+        cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={quoteattr(printable(v.display))}>{body}</testcase>')
     return (head + f'<testsuite name={suite} tests="{len(cases)}" failures="{failures}" errors="0">\n'
             + "\n".join(cases) + "\n</testsuite>\n")
 
@@ -187,18 +189,19 @@ def render_sarif(report: Report) -> str:
         level = "error" if fails(report, f.severity) else _SARIF_LEVEL[f.severity]
         result: dict[str, object] = {
             "ruleId": f.rule, "ruleIndex": index[f.rule], "level": level,
-            "message": {"text": f.message},
+            "message": {"text": printable(f.message)},
             "properties": {"severity": f.severity, "fix": f.fix, "runtimes": f.runtimes, "pointer": f.pointer,
                            "expected": f.expected, "actual": f.actual},
         }
         if f.waived is not None:
             result["suppressions"] = [{"kind": "external", "status": "accepted",
-                                       "justification": f"{f.waived.reason} ({f.waived.source})"}]
+                                       "justification": printable(f"{f.waived.reason} ({f.waived.source})")}]
         file = f.file or "config.json"
-        # the config key's line when the finding names one; line 1 of the file otherwise (a tensor's header)
-        region = {"startLine": lines.line(file, f.pointer) or 1}
+        # the config key's line when the finding names one; for a tensor its index entry or its shard's header
+        # (report/locate.py); line 1 of the file when nothing more precise is known (a Hub repo)
+        file, line = lines.locate(file, f.pointer) or (file, 1)
         location: dict[str, object] = {"physicalLocation": {"artifactLocation": {"uri": f"{base}/{file}"},
-                                                            "region": region}}
+                                                            "region": {"startLine": line}}}
         if f.pointer:
             kind = "member" if f.pointer.startswith("$") else "variable"  # a config key, or a tensor name
             location["logicalLocations"] = [{"fullyQualifiedName": f.pointer, "kind": kind}]
@@ -207,7 +210,7 @@ def render_sarif(report: Report) -> str:
     invocation: dict[str, object] = {"executionSuccessful": report.error is None, "exitCode": report.exit_code,
                                      "properties": {"strict": report.strict}}
     if report.error is not None:
-        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": report.error}}]
+        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": printable(report.error)}}]
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",

@@ -15,6 +15,7 @@ import msgspec
 QKV = ("layers.*.self_attn.q_proj", "layers.*.self_attn.k_proj", "layers.*.self_attn.v_proj")
 HEAD_RAW_LINEARS = ("lilicorr.factor_input_proj", "lilicorr.out_head", "lilicorr.in_head")
 FEATURE_MLP = ("lilicorr.feature_mlp.*",)
+CONV_KERNEL_PROJECTIONS = ("layers.*.attention_conv.kernel_projection", "layers.*.mlp_conv.kernel_projection")
 
 
 class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
@@ -43,21 +44,42 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     nested_quant_method_algos: tuple[str, ...] | None  # algos it derives quant_method for in the nested form
     mask_token_fallback: str  # what it does when mask_token_id is missing
     target_layer_ids_fallback: str
-    # flat quantization_config: the exclusion list it reads (None: unconfirmed, `exclude_modules` taken as a fallback)
+    # flat quantization_config: the only exclusion list it reads (None: `ignore`, else `exclude_modules`)
     flat_exclusions_key: str | None = None
+    # flat quantization_config, per quant_algo: the keys it takes exclusions from, the first present wins (an algo
+    # not listed reads flat_exclusions_key)
+    flat_exclusions_by_algo: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # a nested ({producer, quantization}) quantization_config in config.json is flattened first (quant_algo hoisted
+    # to the top), so its exclude_modules and group_size are not read
+    flattens_inline_nested: bool = False
+    # the head families whose draft class builds its linears through the quant config under their full module
+    # names (None: every family). The others build `unquantizable_float` as plain linears and name their decoder
+    # layers' linears without the layer path (qkv_proj, o_proj, gate_up_proj, down_proj)
+    quantizable_families: tuple[str, ...] | None = None
+    unquantizable_float: tuple[str, ...] = ()
+    # the quant_algo values it loads (None: every algorithm the manifest knows); others are refused (LC312)
+    quant_algos: tuple[str, ...] | None = None
+    # NVFP4 / W4A16_NVFP4 must use this group size (None: any the weights were quantized with; LC325)
+    nvfp4_group_size: int | None = None
+    # the NVFP4 global scale of a fused q/k/v or gate/up linear: "max" (every shard served with the largest
+    # weight_scale_2: LC327 with --deep) or "per-shard" (each keeps its own)
+    fused_global_scale: str = "per-shard"
     # flat quantization_config: the group size it uses when there is no top-level group_size
     # (None: unconfirmed, config_groups.group_0.weights.group_size taken as a fallback)
     flat_group_size_default: int | None = None
     # the nested NVFP4 form must carry group_size, kv_cache_quant_algo and exclude_modules (null allowed)
     nested_form_keys_required: bool = False
-    # flat form: refuses NVFP4 when neither the top level nor config_groups' weights give a group size
-    flat_group_size_required: bool = False
+    # flat form: without a top-level group_size, reads the first config group's weights before the default
+    flat_group_size_from_config_groups: bool = False
     # with no quantization_config in config.json, derives a quant_method from hf_quant_config.json (and refuses
     # what it cannot derive one for: LC302); which copy a runtime reads at all is quant_config_read
     reads_hf_quant_config: bool = False
     # is_causal / dflash_config.causal true: "refuses" ("requires non-causal"), "honours" (drafts causally as
     # declared) or "ignores" (runs full layers bidirectionally whatever the config says: a silent mis-load)
     causal: str = "refuses"
+    # a true top-level is_causal, where the runtime reads it by another statement than dflash_config.causal
+    # (None: the same as `causal`)
+    causal_top_level: str | None = None
     # reads output_multiplier from dflash_config only and requires it > 0 (None: does not read it)
     output_multiplier_nested_positive: bool = False
     embedding_rows_equal_vocab: bool = False  # the target's input embedding must have exactly V rows
@@ -66,10 +88,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # "lilicorr" / lilicorr_enabled true selects LiLiCorr
     projector_type_routes: bool = False
     projector_routed_architectures: tuple[str, ...] = ()
-    # with num_target_layers absent, checks target_layer_ids against the draft's own num_hidden_layers
-    taps_checked_against_draft_layers: bool = False
     num_target_layers_positive: bool = False  # refuses num_target_layers < 1
     hidden_act: str = "silu-only"  # "silu-only" (refuses others) | "unconfirmed"
+    extra_hidden_acts: tuple[str, ...] = ()  # activations besides silu its DFlash MLP builds
     # a sliding_attention layer takes its window from dflash_config.swa_window_size when sliding_window is absent
     swa_window_size_read: bool = False
     # dflash_config.use_swa (outside layer_types): "applied" (every layer sliding) | "ignored" (full attention)
@@ -80,6 +101,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # "refuses" (an explicit integer check) or "unconfirmed"
     integral_float_lilicorr: str = "casts"  # lilicorr_* integer geometry
     integral_float_backbone: str = "casts"  # hidden_size, num_hidden_layers, block_size, ...
+    # the backbone integers its transformers config class declares int (hidden_size, num_hidden_layers, ...):
+    # "config-class" (refused by the config's strict validation), or None: as integral_float_backbone
+    integral_float_typed: str | None = None
     integral_float_mask_token: str = "casts"  # mask_token_id
     embed_tokens_copy: str = "dropped"  # a draft embed_tokens.weight: "dropped" | "used" | "replaced"
     # which quantization config it acts on when both exist: "config.json" (the inline quantization_config;
@@ -106,16 +130,40 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # lm_head tensors without has_own_lm_head: "dropped" (no parameter) | "owned" (any lm_head tensor makes the
     # head the draft's own) | "ignored" (the target's head is swapped in)
     undeclared_lm_head: str = "dropped"
+    # refuses layer_types whose length is not num_hidden_layers (transformers' validate_layer_type)
+    layer_types_length_exact: bool = False
+    # refuses sliding_attention layers of a Qwen2/Qwen3 config without use_sliding_window (its config class then
+    # sets sliding_window to None)
+    sliding_window_needs_flag: bool = False
+    reads_draft_vocab: bool = True  # False: draft_vocab_size / draft_id_to_target_id are never read
+    # its target models capture the tapped layers in layer order, whatever the order of target_layer_ids
+    captures_in_layer_order: bool = False
+    # the target architectures that capture their last layer's output (None: every target does; a tuple: the
+    # others never capture it)
+    final_layer_capture_architectures: tuple[str, ...] | None = None
     # Sibling heads: (family, architectures[0] or "*", "loads" | "refuses" | "unconfirmed", why). A family and
     # architecture with no row is not loaded as that head.
     sibling_routes: tuple[tuple[str, str, str, str], ...] = ()
-    # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V)
+    # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V),
+    # "indexed" (both read with a plain index, no range check: a KeyError without them, a negative size fails to build)
     selector_check: str = ""
+    selector_required: bool = False  # DFlash2DraftModel refuses a config without selector_rank
     markov_rank_top_level: bool = False  # DSpark: reads markov_rank from the top level and requires it > 0
     markov_head_types: tuple[str, ...] = ()  # DSpark markov_head_type values it builds; others refused
-    markov_head_types_unconfirmed: tuple[str, ...] = ()
     domino_checks: bool = False  # shift_label bool, pure_draft_prefix_len 1, emb_dim agreement, block_size > 1
     domino_dims_required: bool = False  # gru_hidden_dim and emb_dim >= 1
+    # refuses lilicorr_logit_scale <= 0 (False: serves it as declared, LC170)
+    logit_scale_checked: bool = True
+    # tensors it drops that take no part in the drafted function (fnmatch over canonical names): LC225, not LC204
+    inert_tensors: tuple[str, ...] = ()
+    # a top-level eagle_aux_hidden_state_layer_ids replaces target_layer_ids (+1) as the layers fc reads
+    reads_eagle_aux_layer_ids: bool = False
+    # tensor-name aliases it renames on load: "midlayer" (midlayer.* -> layers.0.*), "encoder" (encoder.fc.* ->
+    # fc.*, encoder.output_norm_enc.* -> hidden_norm.*); LC226 where renamed, LC227 where not
+    tensor_aliases: tuple[str, ...] = ()
+    sample_from_anchor_refused: bool = False  # refuses dflash_config.sample_from_anchor true
+    # use_aux_hidden_state false builds no fc and drops fc.weight (the draft runs without the target's features)
+    use_aux_hidden_state_read: bool = False
 
     @property
     def display(self) -> str:
@@ -129,13 +177,34 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
                 return verdict, why
         return "refuses", f"{self.display} does not load a {family} head declared as {architecture}"
 
-    def must_stay_float(self, module: str) -> bool:
-        """The linear `module` (canonical name) must be stored in float for this runtime."""
-        return matches_any(module, self.float_forced + self.float_required)
+    def flat_exclusion_keys(self, quant_algo: str | None) -> tuple[str, ...]:
+        """The keys of a flat quantization_config it reads exclusions from, in order (the first present wins)."""
+        for algo, keys in self.flat_exclusions_by_algo:
+            if algo == quant_algo:
+                return keys
+        return (self.flat_exclusions_key,) if self.flat_exclusions_key else ("ignore", "exclude_modules")
 
-    def may_quantize(self, module: str) -> bool:
+    def quantizes_family(self, family: str | None) -> bool:
+        """The draft class of this head family builds its linears through the quant config, under full names."""
+        return self.quantizable_families is None or family is None or family in self.quantizable_families
+
+    def builds_float(self, module: str, family: str | None = None) -> bool:
+        """The runtime builds the linear `module` unquantized whatever the quant config says."""
+        forced = self.float_forced + (() if self.quantizes_family(family) else self.unquantizable_float)
+        return matches_any(module, forced)
+
+    def must_stay_float(self, module: str, family: str | None = None) -> bool:
+        """The linear `module` (canonical name) must be stored in float for this runtime."""
+        return self.builds_float(module, family) or matches_any(module, self.float_required)
+
+    def may_quantize(self, module: str, family: str | None = None) -> bool:
         """The runtime is known to load `module` quantized (when its config quantizes it)."""
-        return not self.must_stay_float(module) and not matches_any(module, self.quant_unconfirmed)
+        return not self.must_stay_float(module, family) and not matches_any(module, self.quant_unconfirmed)
+
+    def exclusion_name(self, module: str, family: str | None) -> str:
+        """The name its exclusion matching sees for `module`: canonical, or without the decoder-layer path for
+        the families it builds with empty layer prefixes."""
+        return module if self.quantizes_family(family) else _LAYER_PATH.sub("", module)
 
 
 def matches_any(module: str, patterns: tuple[str, ...]) -> bool:
@@ -152,6 +221,7 @@ class Exclusion(msgspec.Struct, frozen=True):
     conflict: str | None = None  # e.g. vLLM: fused shards disagree
 
 
+_LAYER_PATH = re.compile(r"^layers\.\d+\.(self_attn|mlp)\.")
 _QKV = re.compile(r"^(layers\.\d+\.self_attn\.)([qkv])_proj$")
 _GATE_UP = re.compile(r"^(layers\.\d+\.mlp\.)(gate|up)_proj$")
 

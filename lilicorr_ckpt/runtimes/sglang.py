@@ -1,8 +1,10 @@
 """SGLang, as its released wheel loads a drafter: the profile, and how it matches quantization exclusions.
 
-Exclusions: a fused module (q/k/v -> qkv_proj, gate/up -> gate_up_proj) counts as excluded when every shard is
-named exactly; otherwise each pattern becomes a regex (`.` literal, `*` -> `.*`) fullmatched against the whole
-module name or any one of its dotted components. Names carry no `model.` prefix and no renumbering.
+Exclusions (modelopt_quant.py ModelOptQuantConfig._get_quant_method): a module is built unquantized when a
+pattern names it, or one of its ancestors, literally on dotted boundaries (quantization/utils.py is_layer_skipped;
+a fused q/k/v or gate/up module through its shards, which must agree), or when a pattern read as a regex (`.`
+literal, `*` -> `.*`) fullmatches its whole name or one of its dotted components (is_layer_excluded). Names carry
+no `model.` prefix and no renumbering; outside LiLiCorr, the draft builds its decoder layers with empty prefixes.
 """
 
 from __future__ import annotations
@@ -10,12 +12,11 @@ from __future__ import annotations
 import re
 
 from lilicorr_ckpt.runtimes.base import (
+    CONV_KERNEL_PROJECTIONS,
     FEATURE_MLP,
     HEAD_RAW_LINEARS,
-    QKV,
     Exclusion,
     RuntimeProfile,
-    fused_name,
 )
 
 VERSION = "0.5.23"
@@ -32,42 +33,89 @@ PROFILE = RuntimeProfile(
     block_size_default=16,
     conv_keys_both_or_neither=True,
     conv_kernel_within_block=False,
-    legacy_mlp_names="renamed",
+    # lilicorr.py LiLiCorrDraftModel.load_weights has no renaming: check_head_weight_coverage refuses the
+    # Sequential names as missing named-MLP parameters
+    legacy_mlp_names="refused",
     owned_lm_head="dropped",  # dflash.py DFlashDraftModel has no lm_head parameter; load_weights drops it
-    float_forced=QKV + HEAD_RAW_LINEARS + FEATURE_MLP,
+    # lilicorr.py: factor_input_proj / out_head / in_head are nn.Linear (read raw by materialize_inference_buffers),
+    # feature_mlp is a LiLiCorrMLP built with quant_config None; dflash.py DFlashGroupedConv.kernel_projection is
+    # an nn.Linear. Everything else of a LiLiCorr draft (q/k/v, o, gate_up, down, fc, the head's
+    # ReplicatedLinears) is built through the quant config (LiLiCorrDraftModel.supports_quantization).
+    float_forced=HEAD_RAW_LINEARS + FEATURE_MLP + CONV_KERNEL_PROJECTIONS,
     float_required=(),
-    quant_unconfirmed=("layers.*.attention_conv.kernel_projection", "layers.*.mlp_conv.kernel_projection",
-                       "lm_head"),
+    quant_unconfirmed=("lm_head",),
+    # dflash.py DFlashDraftModel.supports_quantization is False (LiLiCorrDraftModel sets it): the other draft classes
+    # build fc as an nn.Linear and their decoder layers with empty prefixes
+    quantizable_families=("lilicorr",),
+    unquantizable_float=("fc",),
     nested_quant_method_algos=None,
     output_multiplier_nested_positive=True,  # parse_dflash_draft_config reads dflash_config only
-    # ModelOptFp4Config.from_config, flat form: exclusions from `ignore` only (default none); group_size from the
-    # top level or the first config group's weights, else "NVFP4 quantization requires group_size"
+    # modelopt_quant.py ModelOptFp4Config.from_config, flat form: exclusions from `ignore`, else
+    # `modules_to_not_convert`, else `exclude_modules`; ModelOptFp8Config.from_config reads `ignore` only. The group
+    # size comes from the top level, else the first config group's weights, else 16 for NVFP4.
     flat_exclusions_key="ignore",
-    flat_group_size_required=True,
-    causal="ignores",  # full layers run ENCODER_ONLY; dflash_config.causal is never read
-    taps_checked_against_draft_layers=True,  # DFlashDraftModel.__init__ falls back to num_hidden_layers
+    flat_exclusions_by_algo=tuple((algo, ("ignore", "modules_to_not_convert", "exclude_modules"))
+                                  for algo in ("NVFP4", "NVFP4_AWQ", "W4A16_NVFP4")),
+    # configs/model_config.py ModelConfig._parse_quant_hf_config hoists a nested block's quant_algo into config.json's
+    # quantization_config, so from_config takes the flat path and finds no exclusion key at the top level
+    flattens_inline_nested=True,
+    # model_config.py ModelConfig._verify_quantization / modelopt_quant.py ModelOptFp4Config.from_config: "ModelOpt
+    # currently only supports: FP8, NVFP4, NVFP4_AWQ, W4A16_NVFP4"; ModelOptFp8Config takes plain FP8 only, and
+    # MIXED_PRECISION has its own config class
+    quant_algos=("FP8", "NVFP4", "NVFP4_AWQ", "W4A16_NVFP4", "MIXED_PRECISION"),
+    # ModelOptNvFp4A16LinearMethod / ModelOptFp4LinearMethod.process_weights_after_loading (Marlin: every W4A16
+    # model, NVFP4 below SM100): "NVFP4 Marlin requires group_size=16"
+    nvfp4_group_size=16,
+    # the same methods take weight_scale_2.max() for a fused qkv_proj / gate_up_proj
+    fused_global_scale="max",
+    flat_group_size_default=16,
+    flat_group_size_from_config_groups=True,
+    causal="ignores",  # dflash.py: dflash_config.causal is never read; full layers run ENCODER_ONLY
+    # dflash.py _get_dflash_attention_type: the text config's is_causal decides full layers (DECODER when true),
+    # for every config whose layer_types is known (Qwen3Config always fills it)
+    causal_top_level="honours",
+    # dflash.py DFlashMLP.__init__: silu or swigluoai (reading config.swiglu_alpha / swiglu_limit)
+    extra_hidden_acts=("swigluoai",),
     num_target_layers_positive=True,
     use_swa="ignored",  # read only for the Nemotron-3.5 layout
     swa_window_zero="ignored",
     integral_float_mask_token="refuses",  # parse_dflash_draft_config: "mask_token_id must be an integer"
+    # utils/hf_transformers/config.py get_config -> AutoConfig.from_pretrained: transformers 5 (the wheel pins
+    # 5.19.0) builds a strict config class, whose int fields refuse 2.0; the DFlash parser casts the rest
+    integral_float_typed="config-class",
+    layer_types_length_exact=True,  # the same config class: validate_layer_type
+    sliding_window_needs_flag=True,  # Qwen3Config: sliding_window if use_sliding_window else None
+    tensor_aliases=("encoder",),  # dflash.py DFlashDraftModel.load_weights renames the native export's encoder.*
+    # load_weights drops every unexpected weight; the rotary caches take no part in the drafted function (rebuilt
+    # from the rope config)
+    inert_tensors=("*rotary_emb.inv_freq", "*rotary_pos_emb.inv_freq", "*rotary_emb.cos_cached",
+                   "*rotary_emb.sin_cached"),
+    reads_draft_vocab=False,  # no draft-vocabulary key is read by dflash.py, lilicorr.py or the worker
+    # models/qwen3.py Qwen3Model.forward (and every target's layer loop): `if i in self.layers_to_capture`
+    captures_in_layer_order=True,
+    # set_dflash_layers_to_capture stores id + 1; only these targets (EntryClass names) also capture after their
+    # last layer (`if self.end_layer in self.layers_to_capture` or the like)
+    final_layer_capture_architectures=(
+        "Gemma3ForCausalLM", "Gemma4ForCausalLM", "GptOssForCausalLM", "LagunaForCausalLM", "Lfm2ForCausalLM",
+        "Lfm2MoeForCausalLM", "MiniMaxM3SparseForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM"),
     # weight_utils.get_quant_config: hf_config.quantization_config first, the config files only without it
     quant_config_read="config.json",
     sliding_semantics="causally, over the last w tokens",  # dflash.py: sliding layers DECODER, window_left w-1
     rope_theta_default="the transformers config class's default (10000 for Qwen3)",
     lilicorr_disabled="parses the config as plain DFlash and then raises (\"requires the lilicorr_* geometry fields\")",
     unknown_tensors="dropped",  # DFlashDraftModel.load_weights: "Ignore unexpected weights"
-    legacy_duplicate="overwrites",  # the renaming maps both to one parameter; the second loaded wins
+    legacy_duplicate="refuses",  # check_head_weight_coverage: the legacy name is a tensor with no parameter
     undeclared_lm_head="dropped",  # no lm_head parameter
     sibling_routes=(
-        ("dflash2", "DFlash2DraftModel", "unconfirmed", "SGLang main dispatches on DFlash2DraftModel, but no tagged "
-         "release is known to register it, and whether its loader refuses missing selector or conv tensors is "
-         "UNCONFIRMED"),
-        ("dflash2", "DFlashDraftModel", "unconfirmed", "SGLang switches the convolution and selector on from the "
-         "dflash_config keys; Model-Optimizer warns a DFlash2 head declared as DFlashDraftModel loads as plain "
-         "DFlash, which loader it means is UNCONFIRMED"),
+        ("dflash2", "DFlash2DraftModel", "loads", "dflash.py registers DFlash2DraftModel (EntryClass), which builds "
+         "the candidate selector"),
+        ("dflash2", "DFlash2BeamDraftModel", "loads", "dflash.py registers DFlash2BeamDraftModel, a DFlash2DraftModel"),
+        ("dflash2", "MiniMaxDFlash2DraftModel", "loads", "dflash.py registers MiniMaxDFlash2DraftModel, a "
+         "DFlash2DraftModel"),
+        ("dflash2", "DFlashDraftModel", "refuses", "SGLang builds DFlashDraftModel without a candidate selector: "
+         "load_weights drops candidate_selector.* and the draft serves as plain DFlash"),
         ("dspark", "Qwen3DSparkModel", "loads", "the entry class of SGLang's dspark model"),
-        ("dspark", "DSparkDraftModel", "unconfirmed", "SGLang's DSpark entry class is Qwen3DSparkModel (SpecForge "
-         "rewrites DSparkDraftModel to it before SGLang loads it); loading DSparkDraftModel directly is UNCONFIRMED"),
+        ("dspark", "DSparkDraftModel", "loads", "dspark.py registers DSparkDraftModel (EntryClass) as well"),
         ("dspark", "DFlashDraftModel", "refuses", "SGLang routes DFlashDraftModel as plain DFlash and drops the flat "
          "Model-Optimizer Markov names, leaving the Markov head at its initialisation"),
         ("domino", "DFlashDraftModel", "loads", "SGLang loads Domino as DFlashDraftModel with projector_type domino"),
@@ -75,6 +123,7 @@ PROFILE = RuntimeProfile(
          "dflash_config.projector_type \"domino\""),
     ),
     selector_check="pair",  # parse_dflash_draft_config: "selector needs rank and top_k together"
+    selector_required=True,  # DFlash2DraftModel.__init__: "DFlash selector draft requires dflash_config.selector_rank"
     markov_rank_top_level=True,  # build_markov_head: "DSpark requires markov_rank > 0"
     markov_head_types=("vanilla", "gated", "rnn"),
     domino_checks=True,  # parse_dflash_draft_config and the Domino model tests
@@ -85,11 +134,36 @@ PROFILE = RuntimeProfile(
 )
 
 
+_FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+_DECODER_SUBLAYER = re.compile(r"layers\.\d+\.(self_attn|mlp)")
+_SHARD_OF = {shard: fused for fused, shards in _FUSED.items() for shard in shards}
+
+
+def _built(module: str) -> tuple[str, tuple[str, ...]]:
+    """(the name SGLang builds the module under, the checkpoint names of its shards): q/k/v and gate/up are fused
+    (also under a bare name, as the families with empty layer prefixes build them)."""
+    head, _, leaf = module.rpartition(".")
+    fused = _SHARD_OF.get(leaf)
+    if fused is None or (head and not _DECODER_SUBLAYER.fullmatch(head)):  # the head's MLPs are not fused
+        return module, ()
+    base = f"{head}." if head else ""
+    return base + fused, tuple(base + shard for shard in _FUSED[fused])
+
+
+def _on_path(pattern: str, name: str) -> bool:
+    """quantization/utils.py `_module_path_match`: a literal pattern naming the module or one of its ancestors,
+    on dotted boundaries (no wildcards)."""
+    pattern, name = pattern.rstrip("."), name.rstrip(".")
+    return name == pattern or name.startswith(pattern + ".") or f".{pattern}." in f".{name}."
+
+
 def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
 
 
-def _hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
+def _regex_hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
+    """modelopt_quant.py ModelOptQuantConfig.is_layer_excluded: each pattern as a regex (`.` literal, `*` -> `.*`)
+    fullmatched against the whole name or any one of its dotted components."""
     candidates = [prefix] + ([prefix[len("language_model."):]] if prefix.startswith("language_model.") else [])
     for p in patterns:
         rx = _regex(p)
@@ -100,10 +174,24 @@ def _hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
 
 
 def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
-    """Whether SGLang treats `module` (a canonical name) as excluded from quantization."""
-    fused = fused_name(module)
-    name = fused[0] if fused else module
-    if (fused and all(s in patterns for s in fused[1])) or (not fused and module in patterns):
-        return Exclusion(True, name, module)
-    hit = _hit(name, patterns)
+    """Whether SGLang treats `module` as excluded from quantization (ModelOptQuantConfig._get_quant_method: the
+    layer is unquantized when quantization/utils.py is_layer_skipped or is_layer_excluded says so). `module` is
+    the canonical name, or the bare `q_proj` / `o_proj` / ... of a family built with empty layer prefixes."""
+    name, shards = _built(module)
+    if shards:
+        # is_layer_skipped: each shard against the literal paths; shards must agree ("Detected some but not all
+        # shards of ... are quantized", a ValueError at model construction)
+        hits = [next((p for p in patterns if _on_path(p, shard)), None) for shard in shards]
+        if any(hits) and not all(hits):
+            named = [s for s, h in zip(shards, hits, strict=True) if h]
+            return Exclusion(True, name, None, f"the exclusions name {', '.join(f'`{s}`' for s in named)} but not "
+                             f"every shard of `{name}`: SGLang refuses the model (\"Detected some but not all shards "
+                             f"of {name} are quantized\")")
+        if all(hits):
+            return Exclusion(True, name, hits[0])
+    else:
+        hit = next((p for p in patterns if _on_path(p, name)), None)
+        if hit is not None:
+            return Exclusion(True, name, hit)
+    hit = _regex_hit(name, patterns)
     return Exclusion(hit is not None, name, hit)

@@ -1,9 +1,19 @@
 """vLLM, as its released wheel loads a drafter: the profile, and how it matches quantization exclusions.
 
-Exclusions: names are prefixed `model.` and draft layers renumbered after the target's
-(`model.layers.{num_target_layers+i}`); q/k/v fuse to `qkv_proj` and gate/up to `gate_up_proj`. A pattern
-ending in `*` is first split into `X` and `X.*`; then exact match (a fused module through its shards, all or
-none), substring, then fnmatch.
+Every field comes from the wheel's sources (files under `vllm/`), executed on CPU by tests/conformance/vllm; the
+comments name the deciding statement.
+
+Exclusions (models/utils.py `map_draft_quant_config`, quantization/modelopt.py `is_layer_excluded`): the draft's
+patterns are rewritten before matching. `X*` (X not ending in `.`) becomes `X` and `X.*`; the draft's renames
+apply (`midlayer` -> `layers.0`, `encoder.fc` -> `fc`, `encoder.output_norm_enc` -> `hidden_norm`); a pattern
+naming `layers.N` at its root (optionally after `model.` or `*`) is renumbered to the draft layer's runtime index
+`layers.{num_target_layers+N}`; every pattern not starting with `*` or `model.` gets `model.` prepended. Module
+names are `model.<name>` with the same renumbering, q/k/v fused to `qkv_proj` and gate/up to `gate_up_proj`; the
+draft's quant config has no packed-module mapping, so a fused module matches only under its fused name: exact
+match, then substring, then fnmatch. The lm_head's quant config is a fresh copy: its patterns are matched as
+written. (vLLM renumbers the indices below the draft's layer count; here those below num_target_layers are, which
+decides the same: a pattern left at an index below num_target_layers names no draft module either way, and one at
+or above it is a runtime index, left as written by both.)
 """
 
 from __future__ import annotations
@@ -11,7 +21,7 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from lilicorr_ckpt.runtimes.base import HEAD_RAW_LINEARS, QKV, Exclusion, RuntimeProfile, fused_name
+from lilicorr_ckpt.runtimes.base import HEAD_RAW_LINEARS, Exclusion, RuntimeProfile, fused_name
 
 VERSION = "0.33.0"
 
@@ -21,65 +31,86 @@ PROFILE = RuntimeProfile(
     version=VERSION,
     released=True,
     source=f"the released wheel vllm=={VERSION} (PyPI)",
-    topk_power_of_two_max=16,
-    hidden_size_zero_ok=True,
+    topk_power_of_two_max=16,  # lilicorr.py LiLiCorrHead.__init__: "must be a power of two <= 16"
+    hidden_size_zero_ok=True,  # LiLiCorrHead: `config["lilicorr_hidden_size"] or model_hidden_size`
     vector_eps_below_half=False,
-    block_size_default=None,
-    conv_keys_both_or_neither=True,
+    block_size_default=None,  # lilicorr.py LiLiCorr.__init__: "requires 1 <= num_speculative_tokens < block_size"
+    conv_keys_both_or_neither=True,  # LiLiCorr.__init__: "must enable both taps and group size"
     conv_kernel_within_block=False,
-    legacy_mlp_names="refused",  # lilicorr.py named-MLP revision: no renaming, no Sequential parameters
+    legacy_mlp_names="refused",  # LiLiCorrHead's NemotronHMLP has no Sequential parameters (AutoWeightsLoader)
     owned_lm_head="supported",
-    float_forced=HEAD_RAW_LINEARS,
-    # qkv_proj follows the quant config, but the fused-KV context path runs F.linear on raw slices of it.
-    # feature_mlp follows the draft quant config in the newest revision; up_proj's
-    # in_features 5 cannot be NVFP4, which LC305 reports.
-    float_required=QKV,
+    float_forced=HEAD_RAW_LINEARS,  # LiLiCorrHead: factor_input_proj, out_head, in_head built with quant_config=None
+    # qwen3_dflash.py _build_context_kv_buffers runs a quantized qkv_proj through its quant method
+    float_required=(),
     quant_unconfirmed=(),
     renumbers_draft_layers=True,
-    nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"),
-    mask_token_fallback="has no fallback",
-    target_layer_ids_fallback="has no fallback",
-    flat_exclusions_key="ignore",  # its flat-form parser reads `ignore` only
-    flat_group_size_default=16,  # the flat form's top-level group_size, default 16
-    reads_hf_quant_config=True,  # derives quant_method for the nested form
-    nested_form_keys_required=True,
+    # model_arch_config_convertor.py _normalize_quantization_config (MIXED_PRECISION too: modelopt_mixed)
+    nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MIXED_PRECISION"),
+    mask_token_fallback="has no fallback (spec_decode/utils.py get_parallel_drafting_token_id: \"must specify\")",
+    target_layer_ids_fallback="falls back to the target's default taps (2, L/2, L-3) (eagle3_utils.py)",
+    flat_exclusions_key=None,  # modelopt.py from_config: `config.get("ignore", config.get("exclude_modules", []))`
+    flat_group_size_default=16,  # ModelOptNvFp4Config._from_config: `if group_size is None: group_size = 16`
+    reads_hf_quant_config=True,  # transformers_utils/config.py get_config: hf_quant_config.json without one inline
+    nested_form_keys_required=True,  # _from_config: "NVFP4 quantization requires the following fields"
     causal="honours",  # qwen3_dflash.py _dflash_layer_causal: is_causal, then dflash_config.causal
     swa_window_size_read=True,  # qwen3_dflash.py _resolve_layer_attention reads swa_window_size first
     swa_window_zero="literal",
-    integral_float_lilicorr="crashes",  # candidate_topk & (candidate_topk - 1), range(num_layers)
-    integral_float_backbone="crashes",  # range(config.num_hidden_layers)
-    embed_tokens_copy="used",  # includes_embed_tokens: the draft's own input table
+    integral_float_lilicorr="crashes",  # LiLiCorrHead: `candidate_topk & (candidate_topk - 1)`, range(num_layers)
+    # transformers' Qwen3Config (vLLM's config class) refuses a float num_hidden_layers ("expected int")
+    integral_float_backbone="refuses",
+    integral_float_mask_token="casts",  # get_parallel_drafting_token_id: int(...)
+    embed_tokens_copy="used",  # qwen3_dflash.py load_weights: includes_embed_tokens, the draft's own input table
     quant_config_read="config.json",  # get_quant_config: hf_config.quantization_config, else hf_quant_config.json
     # qwen3_dflash.py _resolve_layer_attention: sliding layers causal unless causal / is_causal says otherwise
     sliding_semantics="causally, over the last w tokens",
-    rope_theta_default="1e6 (set_default_rope_theta)",
+    # transformers' Qwen3Config fills rope_parameters (rope_theta 10000) before qwen3_dflash.py
+    # set_default_rope_theta(config, 1e6) looks, so its 1e6 never applies to a Qwen3 draft
+    rope_theta_default="the transformers config class's default (10000 for Qwen3)",
     lilicorr_disabled="refuses it (\"requires lilicorr_enabled=True\")",
-    dflash2_conv_indexed=True,  # qwen3_dflash2 reads both conv keys with a plain index
-    unknown_tensors="refused",  # AutoWeightsLoader raises on a name with no parameter
+    dflash2_conv_indexed=True,  # qwen3_dflash2.py DFlash2Qwen3DecoderLayer: draft_config["conv_kernel_size"]
+    unknown_tensors="refused",  # AutoWeightsLoader._load_module: "There is no module or parameter named"
     legacy_duplicate="refuses",  # no parameter for the legacy name
-    undeclared_lm_head="owned",  # includes_lm_head: any lm_head tensor
+    undeclared_lm_head="owned",  # process_eagle_weight sets has_own_lm_head; load_dflash_model keeps a distinct head
     sibling_routes=(
-        ("dflash2", "DFlash2DraftModel", "unconfirmed", "vLLM's DFlash2DraftModel registry key is asserted only by "
-         "registry-verification scripts (its registry file was not read)"),
-        ("dspark", "Qwen3DSparkModel", "loads", "vLLM's registry maps Qwen3DSparkModel to qwen3_dspark"),
-        ("dspark", "DSparkDraftModel", "refuses", "vLLM's registry routes DSparkDraftModel to its DeepSeek-V4 DSpark "
-         "class, not the Qwen3 one"),
-        ("dspark", "DFlashDraftModel", "refuses", "no vLLM loader reads the flat Model-Optimizer DSpark layout"),
-        ("domino", "*", "unconfirmed", "vLLM's Domino model asserts projector_type domino; which registry key maps "
-         "to it is UNCONFIRMED"),
+        ("dflash2", "DFlash2DraftModel", "loads", "registry.py maps DFlash2DraftModel to qwen3_dflash2"),
+        ("dspark", "Qwen3DSparkModel", "loads", "registry.py maps Qwen3DSparkModel to qwen3_dspark"),
+        ("dspark", "DSparkDraftModel", "loads", "config/speculative.py rewrites a Qwen3 DSparkDraftModel (model_type "
+         "qwen3) to Qwen3DSparkModel"),
+        ("dspark", "DFlashDraftModel", "refuses", "qwen3_dflash.py has no parameter for the flat Model-Optimizer "
+         "DSpark names (AutoWeightsLoader refuses them)"),
+        ("domino", "*", "refuses", "the release has no Domino model: a DFlashDraftModel has no parameter for "
+         "prefix_gru / embed_proj, and no registry key names a Domino class"),
     ),
-    selector_check="range",  # qwen3_dflash2: selector_rank >= 1, 2 <= selector_top_k <= V
-    markov_rank_top_level=True,  # qwen3_dspark reads config.markov_rank
-    markov_head_types=("vanilla",),
-    markov_head_types_unconfirmed=("gated", "rnn"),
-    domino_dims_required=True,  # gru_hidden_dim / emb_dim from the merged config (KeyError when absent)
+    selector_check="indexed",  # qwen3_dflash2.py DFlash2Qwen3Model: int(draft_config["selector_rank"]), no range check
+    markov_rank_top_level=True,  # qwen3_dspark.py Qwen3DSparkModel reads config.markov_rank
+    markov_head_types=("vanilla",),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read
+    logit_scale_checked=False,  # LiLiCorrHead stores lilicorr_logit_scale without a check
+    layer_types_length_exact=True,  # transformers' Qwen3Config: "num_hidden_layers must be equal to layer_types"
+    sliding_window_needs_flag=True,  # Qwen3Config keeps sliding_window only with use_sliding_window
+    # qwen3_dflash.py load_weights skips "t2d"; AutoWeightsLoader drops recomputed rotary caches
+    inert_tensors=("t2d", "*.t2d", "*rotary_emb.inv_freq", "*rotary_pos_emb.inv_freq", "*rotary_emb.cos_cached",
+                   "*rotary_emb.sin_cached"),
+    captures_in_layer_order=True,  # interfaces.py EagleModelMixin._set_aux_hidden_state_layers: sorted(set(layers))
+    reads_eagle_aux_layer_ids=True,  # eagle3_utils.py get_eagle3_aux_layers_from_config reads it first
+    tensor_aliases=("midlayer", "encoder"),  # qwen3_dflash.py DFlashQwen3Model.hf_to_vllm_mapper
+    sample_from_anchor_refused=True,  # spec_decode/dflash/speculator.py DFlashSpeculator.__init__
+    use_aux_hidden_state_read=True,  # qwen3_dflash.py: no fc without use_aux_hidden_state; load_weights drops "fc."
 )
 
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")
+# DFlashQwen3Model.hf_to_vllm_mapper's renames (the stacked q/k/v and gate/up maps are not applied to patterns)
+_RENAMES = (
+    (re.compile(r"(?<![A-Za-z0-9_])midlayer(?=\.|\*|$)"), "layers.0"),
+    (re.compile(r"(?<![A-Za-z0-9_])encoder\.output_norm_enc(?=\.|\*|$)"), "hidden_norm"),
+    (re.compile(r"(?<![A-Za-z0-9_])encoder\.fc(?=\.|\*|$)"), "fc"),
+)
+_ROOT_LAYER = re.compile(r"^((?:model\.)?\*?)layers\.(\d+)(?=\.|\*|$)")
+_NOT_ROOTED = re.compile(r"^(?!\*|model(?:\.|\*|$))")
 
 
-def _prefix(name: str, num_target_layers: int | None) -> str:
+def _module_name(name: str, num_target_layers: int | None) -> str:
+    """The runtime name of a draft module: `model.` prefixed, draft layer i renumbered after the target's."""
     if name == "lm_head" or name.startswith("lm_head."):
         return name
     m = _LAYER.match(name)
@@ -88,38 +119,50 @@ def _prefix(name: str, num_target_layers: int | None) -> str:
     return "model." + name
 
 
-def _patterns(patterns: tuple[str, ...]) -> list[str]:
+def _split(patterns: list[str]) -> list[str]:
+    """ModelOptQuantConfigBase.apply_vllm_mapper: `X*` (X not ending in `.`) stands for `X` and `X.*`."""
     out: list[str] = []
     for p in patterns:
-        out += [p[:-1], p[:-1] + ".*"] if p.endswith("*") and len(p) > 1 else [p]
+        out += [p[:-1], p[:-1] + ".*"] if len(p) >= 2 and p[-1] == "*" and p[-2] != "." else [p]
     return out
 
 
+def draft_patterns(patterns: tuple[str, ...], num_target_layers: int | None) -> list[str]:
+    """The exclusions as the draft's quant config holds them after models/utils.py `map_draft_quant_config`."""
+    out = []
+    for p in _split(list(patterns)):
+        for rx, new in _RENAMES:
+            if rx.search(p):
+                p = rx.sub(new, p)
+        out.append(p)
+    mapped = []
+    for p in _split(out):
+        if num_target_layers:
+            p = _ROOT_LAYER.sub(lambda m: f"{m.group(1)}layers.{num_target_layers + int(m.group(2))}"
+                                if int(m.group(2)) < num_target_layers else m.group(0), p, count=1)
+        mapped.append(_NOT_ROOTED.sub("model.", p, count=1))
+    return mapped
+
+
 def _hit(prefix: str, patterns: list[str]) -> str | None:
-    candidates = [prefix] + ([prefix[len("language_model."):]] if prefix.startswith("language_model.") else [])
-    for c in candidates:
-        for p in patterns:
-            if p == c or p in c or fnmatch.fnmatchcase(c, p):
-                return p
-    return None
+    """modelopt.py is_layer_excluded: exact (no packed-module mapping on the draft), substring, then fnmatch."""
+    if not patterns:
+        return None
+    if prefix in patterns:
+        return prefix
+    bare = prefix.removeprefix("language_model.")
+    for p in patterns:
+        if p != prefix and (p in prefix or (prefix.startswith("language_model.") and p in bare)):
+            return p
+    return next((p for p in patterns if fnmatch.fnmatch(prefix, p)), None)
 
 
 def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
     """Whether vLLM treats `module` (a canonical name) as excluded from quantization."""
-    expanded = _patterns(patterns)
     fused = fused_name(module)
-    if fused:
-        name, shards = fused
-        prefix = _prefix(name, num_target_layers)
-        shard_prefixes = [_prefix(s, num_target_layers) for s in shards]
-        exact = [s in expanded for s in shard_prefixes]
-        if any(exact) and not all(exact):
-            return Exclusion(True, prefix, None, f"the exclusions name some but not all shards of {prefix}, "
-                             f"which {PROFILE.display} refuses")
-        if all(exact):
-            return Exclusion(True, prefix, shard_prefixes[0])
-        hit = _hit(prefix, expanded)
-        return Exclusion(hit is not None, prefix, hit)
-    prefix = _prefix(module, num_target_layers)
+    name = fused[0] if fused else module
+    prefix = _module_name(name, num_target_layers)
+    # the lm_head takes a fresh quant config (qwen3_dflash.py get_draft_quant_config), its patterns unmapped
+    expanded = list(patterns) if prefix == "lm_head" else draft_patterns(patterns, num_target_layers)
     hit = _hit(prefix, expanded)
     return Exclusion(hit is not None, prefix, hit)

@@ -35,7 +35,7 @@ Gates (exit 1 when one fails):
 Examples:
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target   # the bundled tiny pair, CPU, seconds
   lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json
-  lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf --probes math --limit 4 --max-new-tokens 64
+  lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
 
@@ -112,13 +112,17 @@ def register(group: click.Group) -> None:
               help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="The validate profile the drafter must pass to load.")
+@click.option("--batch", "-b", type=int, default=None, metavar="N",
+              help="Decode N probes side by side in each arm (one CUDA graph per block for all of them; a finished "
+                   "probe's slot takes the next). tau stays per request; tok/s and the speed-up are then the whole "
+                   "arm's at batch N.  [default: as many as fit with --gpu, 1 on the CPU]")
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
 def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
           seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
-          fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, no_warmup: bool,
-          quiet: bool) -> None:
+          fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, batch: int | None,
+          no_warmup: bool, quiet: bool) -> None:
     from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
@@ -133,7 +137,7 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
                            max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
                            num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
                            min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
-                           tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup)
+                           tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup, batch=batch)
     check_options(options)  # usage errors before the runtime is imported
     run_smoke = runner()
     progress = Progress.for_terminal(quiet, name="smoke", log_interval=LOG_INTERVAL, unit="generations")

@@ -34,11 +34,13 @@ class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str | None = None  # float32 on the CPU, bfloat16 with --gpu
     runtime: str = "all"
     warmup: bool = True
+    batch: int | None = None  # probes decoded side by side per arm; None: as many as fit on the GPU, 1 on the CPU
 
 
 MAX_NEW_TOKENS = 1 << 16  # far beyond any probe; the target's positions bound it further once it is read
 MAX_TEMPERATURE = 100.0  # softmax(logits / T) is uniform to float precision long before this
 MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes on every platform
+MAX_BATCH = 4096  # slots of the device loop; memory bounds it further once the models are read
 
 
 def _finite(value: float | None) -> bool:
@@ -73,6 +75,8 @@ def check_options(opts: SmokeOptions) -> None:
         raise UsageError(f"--tolerance must be >= 0, got {opts.tolerance}")
     if any(not 0 <= f <= 1 for f in opts.min_accept_rates):
         raise UsageError("--min-accept-rates takes probabilities in [0, 1]")
+    if opts.batch is not None and not 1 <= opts.batch <= MAX_BATCH:
+        raise UsageError(f"--batch must be in [1, {MAX_BATCH}], got {opts.batch}")
     if opts.num_speculative_tokens is not None and not 1 <= opts.num_speculative_tokens <= 1 << 16:
         raise UsageError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
 

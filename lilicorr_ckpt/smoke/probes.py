@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.source import read_small
+from lilicorr_ckpt.checkpoint.readfile import decode_utf8, read_regular_file
 from lilicorr_ckpt.errors import InputError, UsageError
 
 BUNDLED = ("code", "chat", "math")
@@ -28,6 +28,10 @@ class Probe(msgspec.Struct, frozen=True):
     chat: bool
 
 PROBE_LIMIT = 16 << 20  # a probe file is prompts, not a corpus
+# a prompt of 256k characters is tens of thousands of tokens, past most targets' context: longer ones would only
+# cost minutes of tokenizing before smoke refuses them by position count
+MAX_PROMPT_CHARS = 256 << 10
+MAX_LABEL_CHARS = 256  # an id or a category is a label in the report, one line of a table
 
 
 def is_probe_file(spec: str) -> bool:
@@ -55,23 +59,34 @@ def load_probes(spec: str, limit: int = 0) -> list[Probe]:
         probes = []
         for name in dict.fromkeys(names):
             text = resources.files("lilicorr_ckpt").joinpath("probes", f"{name}.jsonl").read_text("utf-8")
-            probes.extend(parse_lines(text.splitlines(), f"bundled {name}.jsonl"))
+            probes.extend(parse_lines(jsonl_lines(text), f"bundled {name}.jsonl"))
     return select(probes, limit)
 
 
 def read_jsonl(path: Path) -> list[Probe]:
     if not path.exists() and not path.is_symlink():
         raise InputError(f"probe file {str(path)!r} does not exist")
-    data = read_small(path, f"probe file {str(path)!r}", PROBE_LIMIT)
-    try:
-        lines = data.decode("utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        raise InputError(f"probe file {str(path)!r} cannot be read: {exc}") from None
-    probes = parse_lines(lines, str(path))
+    what = f"probe file {str(path)!r}"
+    text = decode_utf8(read_regular_file(path, what=what, max_bytes=PROBE_LIMIT), what=what)
+    probes = parse_lines(jsonl_lines(text), str(path))
     if not probes:
         raise InputError(f"probe file {str(path)!r} holds no prompts (expected one JSON object per line: "
                          '{"id": ..., "category": ..., "prompt": ..., "chat": true|false})')
     return probes
+
+
+def jsonl_lines(text: str) -> list[str]:
+    """The lines of a JSONL text: split at LF only (CRLF tolerated). str.splitlines would also split inside a
+    JSON string at U+2028, U+0085 or a form feed, which JSON allows raw."""
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
+def _unpaired_surrogate(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
 
 
 def parse_lines(lines: Sequence[str], where: str) -> list[Probe]:
@@ -85,6 +100,10 @@ def parse_lines(lines: Sequence[str], where: str) -> list[Probe]:
         except json.JSONDecodeError as exc:
             raise InputError(f"{at}: not JSON ({exc.msg} at column {exc.colno}); each line must be one object "
                              '{"id": ..., "category": ..., "prompt": ..., "chat": true|false}') from None
+        except RecursionError:
+            raise InputError(f"{at}: nested too deeply to be a probe (expected one flat JSON object)") from None
+        except ValueError as exc:  # an integer of more digits than Python converts
+            raise InputError(f"{at}: not a usable JSON line ({str(exc).split(';')[0]})") from None
         if not isinstance(obj, dict):
             raise InputError(f"{at}: expected a JSON object, found {type(obj).__name__}")
         for key, kind in (("id", str), ("category", str), ("prompt", str), ("chat", bool)):
@@ -95,6 +114,13 @@ def parse_lines(lines: Sequence[str], where: str) -> list[Probe]:
                                  f"found {json.dumps(obj[key])[:60]}")
         if not obj["prompt"].strip() or not obj["category"].strip():
             raise InputError(f"{at}: 'prompt' and 'category' must not be empty")
+        for key in ("id", "category", "prompt"):
+            if _unpaired_surrogate(obj[key]):
+                raise InputError(f"{at}: {key!r} holds an unpaired UTF-16 surrogate (such as \\ud800), which is not "
+                                 "text a tokenizer can encode")
+        for key, cap in (("id", MAX_LABEL_CHARS), ("category", MAX_LABEL_CHARS), ("prompt", MAX_PROMPT_CHARS)):
+            if len(obj[key]) > cap:
+                raise InputError(f"{at}: {key!r} is {len(obj[key])} characters; the limit is {cap}")
         if obj["id"] in seen:
             raise InputError(f"{at}: duplicate id {obj['id']!r}")
         seen.add(obj["id"])

@@ -12,11 +12,13 @@ import io
 import os
 import platform
 import re
+import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 import transformers
 
@@ -66,11 +68,13 @@ from lilicorr_ckpt.smoke.profile import (
     validation_of,
 )
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
+from lilicorr_runtime.fast_target import FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
 # of the logit's magnitude (at least 1.0) is a tie-flip, not a bug: a few ulps of the dtype, accumulated.
 TIE_RELATIVE = {"float32": 2.0 ** -14, "float16": 2.0 ** -8, "bfloat16": 2.0 ** -5}
 PARITY_BLOCKS = 4
+MAX_DEFAULT_BATCH = 256  # the default --batch on the GPU: as many probes as fit, at most this many
 
 
 CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
@@ -148,41 +152,65 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                              f"table ({target.vocab_size} rows): the tokenizer does not belong to this model")
 
     first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
+    batch = _batch_size(opts, target, drafter, prompts, n)
+    # batched arms need the device loop, which runs on the fast target path (on the CPU too, without graphs)
+    loop = "device" if batch > 1 else None
 
     def decoder(arm: str, seed: int, keep: bool = False) -> Any:
         try:
             return SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm,
-                                         num_speculative_tokens=None if arm == "ar" else n,
-                                         temperature=opts.temperature, seed=seed, keep_proposals=keep)
+                                      num_speculative_tokens=None if arm == "ar" else n,
+                                      temperature=opts.temperature, seed=seed, keep_proposals=keep,
+                                      loop=None if keep else loop)
         except ValueError as exc:
             raise SmokeRefused(f"{exc}\n  `lilicorr-ckpt validate {opts.path} --target {opts.target}` "
                                "lists every mismatch") from None
 
-    # one decoder per arm, re-seeded for each seed: a warm-up on the longest prompt sizes the draft cache (and
-    # captures the CUDA graphs) once, outside the timed runs
+    # one decoder per arm, re-seeded for each seed: a warm-up on the longest prompt sizes the caches (and captures
+    # the CUDA graphs) once, outside the timed runs
     decoders = {arm: decoder(arm, opts.seeds[0]) for arm in arms}
     if opts.warmup:
         progress.note("warming up")
         longest = max(prompts, key=len)
         for arm in arms:
-            decoders[arm].generate(longest, opts.max_new_tokens, eos_token_ids=eos)
+            if batch == 1:
+                decoders[arm].generate(longest, opts.max_new_tokens, eos_token_ids=eos)
+                continue
+            rows = len(longest) + opts.max_new_tokens + decoders[arm].num_tokens + 2
+            decoders[arm].device_loop(batch, rows, opts.max_new_tokens, set(eos))  # sized for every probe
+            decoders[arm].generate_many([longest] * batch, 4, eos, batch=batch)  # captures the block's graph
 
     progress.start(len(prompts) * len(opts.seeds) * len(arms))
     runs: list[tuple[Probe, int, list[int], dict[str, Any]]] = []  # probe, seed, prompt ids, arm -> result
+    elapsed: dict[str, float] | None = None  # batched: each arm's wall time over all its probes
     for seed in opts.seeds:
         for arm in arms:
             decoders[arm].generator.manual_seed(seed)
-        for probe, ids in zip(probes, prompts, strict=True):
-            by_arm = {}
-            for arm in arms:  # interleaved, so machine drift lands on every arm alike
-                by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
+        if batch == 1:
+            for probe, ids in zip(probes, prompts, strict=True):
+                by_arm = {}
+                for arm in arms:  # interleaved, so machine drift lands on every arm alike
+                    by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
+                    progress.step(f"{arm} {probe.id}")
+                runs.append((probe, seed, ids, by_arm))
+            continue
+        elapsed = elapsed or dict.fromkeys(arms, 0.0)
+        results = {}
+        for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
+            begin = time.perf_counter()
+            results[arm] = decoders[arm].generate_many(prompts, opts.max_new_tokens, eos, batch=batch)
+            if opts.gpu:
+                torch.cuda.synchronize()
+            elapsed[arm] += time.perf_counter() - begin
+            for probe in probes:
                 progress.step(f"{arm} {probe.id}")
-            runs.append((probe, seed, ids, by_arm))
+        for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
+            runs.append((probe, seed, ids, {arm: results[arm][i] for arm in arms}))
 
     divergences: list[Divergence] = []
     if opts.temperature == 0:
         progress.note("checking losslessness")
-        divergences = _divergences(target, runs, dtype_name)
+        divergences = lossless_divergences(target, decoders["ar"], runs, dtype_name, eos, opts.max_new_tokens, batch)
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -200,22 +228,27 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         probes=opts.probes, probe_counts=counts(probes), probe_digest=digest(probes), limit=opts.limit,
         max_new_tokens=opts.max_new_tokens, temperature=opts.temperature, seeds=list(opts.seeds),
         warmup=opts.warmup, device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
-        dtype=dtype_name, kernel_backend=ops.kernel_backend(device),
+        dtype=dtype_name, kernel_backend=ops.kernel_backend(device), concurrency=batch,
         versions=_versions(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size,
                     draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
-                    divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline)
+                    divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline,
+                    elapsed=elapsed)
 
 
 def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
              arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
              target_info: TargetRecord, chat: ChatTemplate, conditions: MeasurementConditions,
              divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
-             baseline: Any) -> SmokeReport:
+             baseline: Any, elapsed: dict[str, float] | None = None) -> SmokeReport:
+    """The report. `elapsed` (batched arms): each arm's wall time over all its probes, which the overall tok/s
+    divide by; per category, and per request, tok/s divide by the requests' own (overlapping) wall times."""
     primary = "head" if has_head else "control"
 
-    def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None) -> ArmStats:
+    def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None, wall: float | None = None) -> ArmStats:
         s = acceptance_stats(results)
+        if wall is not None:
+            s = msgspec.structs.replace(s, wall_time_s=wall, tokens_per_second=s.tokens / wall if wall > 0 else 0.0)
         width = 0 if arm == "ar" else n
         return ArmStats(
             requests=s.requests, blocks=s.blocks, tokens=s.tokens, mean_accept_length=round(s.tau, 6),
@@ -228,12 +261,13 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
             speedup_vs_ar=None if not ar_tps else round(s.tokens_per_second / ar_tps, 4),
             position_counts=position_counts([(b.drafted, b.accepted) for r in results for b in r.blocks], width))
 
-    def arms_for(selected: Sequence[Any]) -> dict[str, ArmStats]:
-        ar = arm_stats([r[3]["ar"] for r in selected], "ar", None)
-        out = {arm: arm_stats([r[3][arm] for r in selected], arm, ar.tokens_per_second) for arm in arms if arm != "ar"}
+    def arms_for(selected: Sequence[Any], walls: dict[str, float] | None = None) -> dict[str, ArmStats]:
+        ar = arm_stats([r[3]["ar"] for r in selected], "ar", None, walls["ar"] if walls else None)
+        out = {arm: arm_stats([r[3][arm] for r in selected], arm, ar.tokens_per_second, walls[arm] if walls else None)
+               for arm in arms if arm != "ar"}
         return {**out, "ar": ar}
 
-    overall = arms_for(runs)
+    overall = arms_for(runs, elapsed)
     categories = list(dict.fromkeys(r[0].category for r in runs))
     per_category = {}
     for c in categories:
@@ -254,7 +288,7 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
     head_gain = HeadGain(overall=relative_gain(tau(overall, "head"), tau(overall, "control")) if has_head else None,
                          per_category=gains)
 
-    diverged = {(d.request, d.seed, d.arm) for d in divergences}
+    diverged = {(d.request, d.seed, d.arm) for d in divergences if not d.tie}  # a tie is re-anchored, not a loss
     requests = []
     for probe, seed, ids, by_arm in runs:
         lossless = None if opts.temperature > 0 else not any((probe.id, seed, a) in diverged for a in by_arm)
@@ -386,8 +420,8 @@ def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]
             target = load_target(spec, dtype=dtype, device=device)
     except InputError:
         raise
-    except (OSError, ValueError, ImportError, KeyError) as exc:
-        raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {exc}") from None
+    except Exception as exc:  # transformers and tokenizers raise anything (even bare Exception) on hostile files
+        raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {str(exc)[:500]}") from None
     config = target.config
     architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
     return target, TargetRecord(id=ident, source=kind, architecture=architectures[0],
@@ -439,31 +473,72 @@ def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tu
     return prompts, info
 
 
-def _divergences(target: Any, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
-                 dtype: str) -> list[Divergence]:
-    out = []
-    for probe, seed, ids, by_arm in runs:
-        expected = by_arm["ar"].tokens
-        for arm, result in by_arm.items():
-            if arm == "ar" or result.tokens == expected:
-                continue
-            got = result.tokens
-            i = next((j for j, (a, b) in enumerate(zip(expected, got, strict=False)) if a != b), min(len(expected), len(got)))
-            want = expected[i] if i < len(expected) else -1
+def _batch_size(opts: SmokeOptions, target: Any, drafter: Any, prompts: Sequence[Sequence[int]], n: int) -> int:
+    """--batch, or by default as many probes as fit in half the free GPU memory (three arms' caches and logits per
+    slot), at most MAX_DEFAULT_BATCH; 1 on the CPU or for a target off the fast path."""
+    if opts.batch is not None:
+        if opts.batch > 1 and not isinstance(target, FastTarget):
+            raise InputError(f"--batch {opts.batch} needs a target on the fast path (Llama, Qwen2, Qwen3); "
+                             f"{opts.target!r} runs {target.path_note}")
+        return min(opts.batch, len(prompts))
+    if not opts.gpu or not isinstance(target, FastTarget):
+        return 1
+    rows = max(len(p) for p in prompts) + opts.max_new_tokens + n + 2
+    capacity = max(256, 1 << (rows - 1).bit_length())
+    core, g = target.core, drafter.geometry
+    element = torch.finfo(target.dtype).bits // 8
+    target_kv = 2 * core.num_layers * core.num_kv_heads * capacity * core.head_dim * element
+    draft_kv = 2 * g.num_layers * g.num_kv_heads * capacity * g.head_dim * element
+    logits = 6 * (n + 1) * target.vocab_size * 4  # verify logits, probabilities, proposals, draft logits (fp32)
+    per_slot = 3 * (target_kv + draft_kv + logits)  # one device loop per arm
+    free, _ = torch.cuda.mem_get_info()
+    return max(1, min(len(prompts), MAX_DEFAULT_BATCH, int(free // 2 // per_slot)))
+
+
+def lossless_divergences(target: Any, ar_decoder: Any, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+                         dtype: str, eos: Sequence[int], max_new_tokens: int, batch: int) -> list[Divergence]:
+    """Every speculative generation against target-only greedy decoding, token by token over its whole length.
+
+    At a divergence the target's logits after the common prefix are recomputed in one forward. A gap within the
+    dtype's round-off is a numerical tie: two kernels may round it either way. The reference is then regenerated
+    from the speculative prefix (prompt + the speculative tokens through the tie, target-only greedy from there;
+    all regenerations of a round run as one batch) and the comparison goes on past it, so every token is checked.
+    Any other divergence is a runtime bug and ends that generation's check."""
+    tok = target.tokenizer
+    found: list[Divergence] = []
+    # probe, seed, arm, prompt ids, speculative tokens, the reference aligned with them, checked before this index
+    pending = [(probe, seed, arm, ids, result.tokens, by_arm["ar"].tokens, 0)
+               for probe, seed, ids, by_arm in runs for arm, result in by_arm.items() if arm != "ar"]
+    while pending:
+        anchors = []
+        for probe, seed, arm, ids, got, ref, start in pending:
+            common = min(len(got), len(ref))
+            i = next((j for j in range(start, common) if got[j] != ref[j]), common)
+            if i == len(got) == len(ref):
+                continue  # equal to the end
+            want = ref[i] if i < len(ref) else -1
             emitted = got[i] if i < len(got) else -1
             gap, tie = None, False
             if want >= 0 and emitted >= 0:
                 target.reset()
-                logits = target.forward(torch.tensor(ids + expected[:i]), None).logits[-1]  # [V] fp32
+                logits = target.forward(torch.tensor(ids + got[:i]), None).logits[-1]  # [V] fp32
                 gap = float(logits[want] - logits[emitted])
                 tie = abs(gap) <= TIE_RELATIVE[dtype] * max(1.0, float(logits[want].abs()))
                 target.reset()
-            tok = target.tokenizer
-            out.append(Divergence(request=probe.id, seed=seed, arm=arm, position=i, expected=want, emitted=emitted,
-                                  logit_gap=gap, tie=tie,
-                                  expected_text=tok.decode([want]) if want >= 0 else "<end>",
-                                  emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>"))
-    return out
+            found.append(Divergence(request=probe.id, seed=seed, arm=arm, position=i, expected=want, emitted=emitted,
+                                    logit_gap=gap, tie=tie,
+                                    expected_text=tok.decode([want]) if want >= 0 else "<end>",
+                                    emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>"))
+            if tie and i + 1 < len(got):  # tokens follow the tie: re-anchor the reference on the speculative one
+                anchors.append((probe, seed, arm, ids, got, i))
+        pending = []
+        if anchors:
+            prefixes = [ids + got[:i + 1] for _, _, _, ids, got, i in anchors]
+            budgets = [max_new_tokens - (i + 1) for *_, i in anchors]
+            again = ar_decoder.generate_many(prefixes, max(budgets), eos, batch=max(1, min(batch, len(prefixes))))
+            pending = [(probe, seed, arm, ids, got, got[:i + 1] + result.tokens[:budget], i + 1)
+                       for (probe, seed, arm, ids, got, i), result, budget in zip(anchors, again, budgets, strict=True)]
+    return found
 
 
 def kernel_parity(head_decoder: Any, prompt: Sequence[int], n: int,

@@ -3,14 +3,92 @@ token ids (prompt + answer) with each prompt's length, in one .npz file."""
 
 from __future__ import annotations
 
+import os
+import stat
+import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
 from msgspec import Struct
 
+from lilicorr_ckpt.checkpoint.source import file_kind
+
 from ..fast_target import FastTarget
 from .prompts import Prompt
+
+ARRAYS = ("tokens", "offsets", "prompt_lengths")
+
+
+class DataError(ValueError):
+    """A data file that is not training data this tool wrote: the message names the file and why."""
+
+
+def _refuse(path: Path, why: str) -> DataError:
+    return DataError(f"{path} is not training data this tool can read: {why}")
+
+
+def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+    """The three integer arrays of a data .npz, each checked from its header (1-D, an integer dtype, no more
+    bytes than the archive holds for it) before it is read: no pickle, no allocation a hostile header asks for."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    kind = file_kind(st.st_mode)
+    if kind is not None:
+        raise _refuse(path, f"it is {kind}, not a regular file (never opened)")
+    arrays = {}
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise _refuse(path, "it is not a regular file")
+            if not zipfile.is_zipfile(f):
+                raise _refuse(path, "it is not an .npz archive")
+            with zipfile.ZipFile(f) as archive:
+                for name in ARRAYS:
+                    try:
+                        info = archive.getinfo(f"{name}.npy")
+                    except KeyError:
+                        raise _refuse(path, f"it has no {name} array") from None
+                    with archive.open(info) as member:
+                        version = np.lib.format.read_magic(member)
+                        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                            np.lib.format.read_array_header_2_0
+                        shape, _, dtype = read_header(member)
+                        if dtype.hasobject or dtype.kind not in "iu" or len(shape) != 1:
+                            raise _refuse(path, f"its {name} array is {dtype} {list(shape)}, not 1-D integers")
+                        if shape[0] * dtype.itemsize > info.file_size:
+                            raise _refuse(path, f"its {name} array claims {shape[0]} values, more than the archive "
+                                                "holds")
+                    with archive.open(info) as member:
+                        arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+        if isinstance(exc, DataError):
+            raise
+        raise _refuse(path, f"it is corrupt ({exc})") from None
+    return arrays
+
+
+def _check(path: Path, tokens: np.ndarray, offsets: np.ndarray, prompt_lengths: np.ndarray) -> None:
+    """Offsets that index the tokens, one prompt length per sequence, within it."""
+    n = len(prompt_lengths)
+    for name, values in (("offsets", offsets), ("prompt_lengths", prompt_lengths)):
+        if len(values) and int(values.max()) > np.iinfo(np.int64).max:
+            raise _refuse(path, f"its {name} go past 2**63")
+    offsets, prompt_lengths = offsets.astype(np.int64), prompt_lengths.astype(np.int64)
+    if n == 0:
+        raise _refuse(path, "it holds no sequences")
+    if len(offsets) != n + 1:
+        raise _refuse(path, f"it has {len(offsets)} offsets for {n} sequences (there must be one more)")
+    if int(offsets[0]) != 0 or int(offsets[-1]) != len(tokens) or bool((np.diff(offsets) < 0).any()):
+        raise _refuse(path, f"its offsets do not index its {len(tokens)} tokens (they run from {int(offsets[0])} to "
+                            f"{int(offsets[-1])}{', not in order' if bool((np.diff(offsets) < 0).any()) else ''})")
+    if bool((prompt_lengths < 0).any()) or bool((prompt_lengths > np.diff(offsets)).any()):
+        raise _refuse(path, "a prompt length is negative or longer than its sequence")
+    if len(tokens) and int(tokens.min()) < 0:
+        raise _refuse(path, f"it has a negative token id ({int(tokens.min())})")
 
 
 class Dataset(Struct):
@@ -35,8 +113,14 @@ class Dataset(Struct):
 
     @classmethod
     def load(cls, path: str | Path) -> Dataset:
-        with np.load(path) as z:
-            return cls(z["tokens"], z["offsets"].astype(np.int64), z["prompt_lengths"].astype(np.int32))
+        """A data file `generate` wrote, checked (DataError naming the file otherwise)."""
+        path = Path(path)
+        arrays = _read_arrays(path)
+        tokens, offsets, prompt_lengths = arrays["tokens"], arrays["offsets"], arrays["prompt_lengths"]
+        _check(path, tokens, offsets, prompt_lengths)
+        if int(prompt_lengths.max()) > np.iinfo(np.int32).max:
+            raise _refuse(path, "a prompt length does not fit 32 bits")
+        return cls(tokens, offsets.astype(np.int64), prompt_lengths.astype(np.int32))
 
     @classmethod
     def concat(cls, parts: Sequence[Dataset]) -> Dataset:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from safetensors.torch import save_file
 from lilicorr_ckpt.checkpoint.config import parse_config
 from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
 from lilicorr_ckpt.checkpoint.manifest import legacy_name
+from lilicorr_ckpt.checkpoint.text import shorten
 
 from ..dflash import Drafter, backbone_spec
 
@@ -105,26 +107,61 @@ def build_drafter(config: dict[str, Any]) -> Drafter:
     return Drafter(geometry, backbone_spec(parsed.config, geometry.num_layers or 0))
 
 
+EXPORT_FILES = ("config.json", "model.safetensors")
+
+
+class OutputExists(ValueError):
+    """The export directory exists and holds something that is not an earlier export."""
+
+
+def _check_output(out_dir: Path) -> None:
+    """An existing OUT is replaced only when it is empty or holds nothing but an earlier export's two files."""
+    if not (out_dir.exists() or out_dir.is_symlink()):
+        return
+    if out_dir.is_symlink() or not out_dir.is_dir():
+        raise OutputExists(f"{out_dir} exists and is not a directory")
+    others = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in os.scandir(out_dir)
+                    if e.name not in EXPORT_FILES or not e.is_file(follow_symlinks=False))
+    if others:
+        raise OutputExists(f"{out_dir} holds {shorten(others, 4, quote='')}, which an export did not write; export replaces only an "
+                           "earlier export (config.json and model.safetensors): choose another --out")
+
+
+def normal_mode(path: Path) -> None:
+    """0666 less the umask (safetensors writes its files 0600), as any other file the user makes."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
 def export_modelopt(drafter: Drafter, config: dict[str, Any], out_dir: str | Path,
                     dtype: torch.dtype = torch.bfloat16) -> Path:
     """Write config.json + model.safetensors as ModelOpt's LiLiCorr exporter does, atomically (a sibling
-    temporary directory renamed into place)."""
+    temporary directory renamed into place). An existing OUT must be empty or an earlier export."""
     out_dir = Path(out_dir)
+    _check_output(out_dir)
     tmp = out_dir.with_name(f".{out_dir.name}.export-{os.getpid()}")
+    if tmp.is_dir() and not tmp.is_symlink():  # this process id's own, from a run that was killed
+        shutil.rmtree(tmp)
     tmp.mkdir(parents=True, exist_ok=False)
-    tensors = {}
-    for name, value in drafter.state_dict().items():
-        stored = legacy_name(f"lilicorr.{name[len('lilicorr.'):]}") if name.startswith("lilicorr.") else name
-        tensors[stored] = value.detach().to("cpu", dtype).contiguous()
-    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    if out_dir.exists():
-        old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-        out_dir.rename(old)
-        tmp.rename(out_dir)
-        for child in old.iterdir():
-            child.unlink()
-        old.rmdir()
-    else:
-        tmp.rename(out_dir)
+    try:
+        tensors = {}
+        for name, value in drafter.state_dict().items():
+            stored = legacy_name(f"lilicorr.{name[len('lilicorr.'):]}") if name.startswith("lilicorr.") else name
+            tensors[stored] = value.detach().to("cpu", dtype).contiguous()
+        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        normal_mode(tmp / "model.safetensors")
+        (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            out_dir.rename(old)
+            tmp.rename(out_dir)
+            shutil.rmtree(old)
+        else:
+            tmp.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return out_dir

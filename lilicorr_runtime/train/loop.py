@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 import torch
 from msgspec import Struct, structs
@@ -23,8 +23,9 @@ from ..load import build_drafter as build_runtime_drafter
 from .data import Dataset
 from .export import build_drafter
 from .objective import LossWeights, TrainBatch, sample_anchors, training_step
+from .state import StateError, TrainState, read_state, save_state, state_path
 
-STATE = "state.pt"
+STATE_NAMES = "state.safetensors, or an earlier version's state.pt"
 PLAN_FROM, PLAN_TO = 4, 14  # the steps timed to plan a run's length
 LOG = "log.jsonl"
 
@@ -133,25 +134,16 @@ class Run(Struct):
 
 
 def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainConfig, target: FastTarget,
-             init_layer: int | None, steps: int | None = None, *, init_from: Path | None = None) -> Run:
+             init_layer: int | None, steps: int | None = None, *, init_from: Path | None = None,
+             state: TrainState | None = None) -> Run:
     """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
     `train` (drafter_config required then), from the target's layer `init_layer` or from the weights of the
-    drafter checkpoint `init_from` (which must have the shape drafter_config gives)."""
+    drafter checkpoint `init_from` (which must have the shape drafter_config gives). `state`: the run's state,
+    already read with read_state (it is read here otherwise)."""
     device = target.device
-    state_path = run_dir / STATE
-    if state_path.is_file():
-        state = torch.load(state_path, map_location="cpu", weights_only=False)
-        drafter = build_drafter(state["config"])
-        drafter.load_state_dict(state["model"])
-        drafter.to(device)
-        train = TrainConfig(**state["train"])
-        if steps is not None:
-            train = structs.replace(train, steps=steps)
-        optimizer = _optimizer(drafter, train, device)
-        optimizer.load_state_dict(state["optimizer"])
-        generator = torch.Generator().manual_seed(train.seed)
-        generator.set_state(state["rng"])
-        return Run(drafter, state["config"], train, state["step"], optimizer, generator)
+    found = state_path(run_dir)
+    if found is not None:
+        return _resume(found, state if state is not None else read_state(found), train, target, steps)
     if drafter_config is None:
         raise ValueError(f"{run_dir} holds no run to resume; give a drafter config to start one")
     if steps is not None:
@@ -167,12 +159,59 @@ def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainC
                torch.Generator().manual_seed(train.seed))
 
 
-def save_run(run: Run, run_dir: Path) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
-    tmp = run_dir / f".{STATE}.{os.getpid()}.tmp"
-    torch.save({"model": run.drafter.state_dict(), "optimizer": run.optimizer.state_dict(), "step": run.step,
-                "rng": run.generator.get_state(), "config": run.config, "train": structs.asdict(run.train)}, tmp)
-    tmp.replace(run_dir / STATE)
+def _resume(path: Path, state: TrainState, train: TrainConfig, target: FastTarget, steps: int | None) -> Run:
+    """The run a checked state holds (read_state checked its tensors' names and shapes against its own drafter
+    config); whatever else does not fit is a StateError naming the file."""
+    def refuse(why: str) -> StateError:
+        return StateError(f"{path} is not a training state this tool can resume: {why}")
+
+    try:
+        train = msgspec.convert(state.train, TrainConfig)
+    except msgspec.ValidationError as exc:
+        raise refuse(f"its training settings are invalid ({exc})") from None
+    if steps is not None:
+        train = structs.replace(train, steps=steps)
+    drafter = build_drafter(state.config)
+    try:
+        drafter.load_state_dict(state.model)
+    except RuntimeError as exc:
+        raise refuse(f"its weights do not load into its drafter ({str(exc).splitlines()[0]})") from None
+    drafter.to(target.device)
+    optimizer = _optimizer(drafter, train, target.device)
+    for group in state.optimizer["param_groups"]:
+        if isinstance(group.get("betas"), list):  # JSON has no tuples
+            group["betas"] = tuple(group["betas"])
+    try:
+        optimizer.load_state_dict(state.optimizer)
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:
+        raise refuse(f"its optimizer state does not fit the drafter ({exc})") from None
+    generator = torch.Generator().manual_seed(train.seed)
+    try:
+        generator.set_state(state.rng)
+    except (RuntimeError, TypeError) as exc:
+        raise refuse(f"its random state is not a generator's ({str(exc).splitlines()[0]})") from None
+    return Run(drafter, state.config, train, state.step, optimizer, generator)
+
+
+def save_run(run: Run, run_dir: Path) -> Path:
+    return save_state(run_dir, TrainState(model=run.drafter.state_dict(), optimizer=run.optimizer.state_dict(),
+                                          rng=run.generator.get_state(), step=run.step, config=run.config,
+                                          train=structs.asdict(run.train)))
+
+
+def load_run_drafter(run_dir: Path) -> tuple[Drafter, dict[str, Any], int]:
+    """(the drafter, its config, the step) of the run in `run_dir`, for export."""
+    found = state_path(run_dir)
+    if found is None:
+        raise StateError(f"{run_dir} holds no training run (no {STATE_NAMES})")
+    state = read_state(found)
+    drafter = build_drafter(state.config)
+    try:
+        drafter.load_state_dict(state.model)
+    except RuntimeError as exc:
+        raise StateError(f"{found} is not a training state this tool can resume: its weights do not load into its "
+                         f"drafter ({str(exc).splitlines()[0]})") from None
+    return drafter, state.config, state.step
 
 
 def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_budget_s: float = float("inf"),

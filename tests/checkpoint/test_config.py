@@ -59,7 +59,7 @@ def test_nan_and_infinity_literals_are_read_as_values():
 def test_duplicate_keys_are_reported():
     text = '{"hidden_size": 64, "hidden_size": 128}'
     p = parse_config(text.encode())
-    assert p.duplicate_keys == ["hidden_size"] and p.config.hidden_size == 128
+    assert p.duplicate_keys == {"hidden_size": 2} and p.config.hidden_size == 128
 
 
 @pytest.mark.parametrize("data, needle", [

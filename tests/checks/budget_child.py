@@ -1,6 +1,6 @@
 """Run by test_hostile_budgets.py in a fresh interpreter under a memory rlimit: validate every checkpoint
-directory named on the command line (text, json and junit reports, in process) and print one JSON line per
-directory with its exit code and CPU seconds, then the process's peak RSS."""
+directory named on the command line (text, json and junit reports, in process; `--formats json` for fewer) and
+print one JSON line per directory with its exit code and CPU seconds, then the process's peak RSS."""
 
 from __future__ import annotations
 
@@ -13,13 +13,17 @@ import time
 
 limit = int(sys.argv[1])
 resource.setrlimit(resource.RLIMIT_AS, (limit, limit))  # a regression fails with MemoryError, never swaps
+directories = sys.argv[2:]
+formats = ("text", "json", "junit")
+if directories[:1] == ["--formats"]:
+    formats, directories = tuple(directories[1].split(",")), directories[2:]
 
 from lilicorr_ckpt.cli import main  # noqa: E402
 
-for directory in sys.argv[2:]:
+for directory in directories:
     started = time.process_time()
     codes, stderr = [], io.StringIO()
-    for fmt in ("text", "json", "junit"):
+    for fmt in formats:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
             try:
                 main(["validate", directory, "--format", fmt])

@@ -174,9 +174,6 @@ EXTRA: dict[str, Build] = {
     "LC310": then(quant(), exclusions(lambda ex: [*ex, "dflash_module.lilicorr.out_head"])),
     "LC312": then(quant(), cfg(lambda c: c["quantization_config"].__setitem__("quant_algo", "W8A16")),
                   hfq(lambda d: d["quantization"].__setitem__("quant_algo", "W8A16"))),
-    "LC313": then(quant(), exclusions(lambda ex: [p for p in ex if p not in ("*q_proj", "*k_proj", "*v_proj",
-                                                                            "*qkv_proj")]
-                                      + ["model.layers.4.self_attn.q_proj"])),
     "LC314": plain(quant(config=OWNED, quantize=fixtures.servable_quantized(fixtures.manifest_for(OWNED))
                          | {"lm_head"})),
     "LC315": plain(quant("W4A16_NVFP4", mutate=lambda t: t.__setitem__("fc.input_scale", ("F32", (), SCALAR)))),
@@ -185,7 +182,7 @@ EXTRA: dict[str, Build] = {
     "LC318": plain(quant("FP8", mutate=lambda t: t.__setitem__("layers.0.self_attn.k_proj.k_scale",
                                                                  ("F32", (), SCALAR)))),
     "LC319": then(quant(), lambda p: (p / "hf_quant_config.json").unlink()),
-    "LC320": then(quant(), cfg(lambda c: c["quantization_config"].__setitem__(
+    "LC320": then(quant("FP8"), cfg(lambda c: c["quantization_config"].__setitem__(
         "exclude_modules", c["quantization_config"].pop("ignore")))),
     "LC321": plain(nvfp4_group_32_in_config_groups),
     "LC322": then(quant(), nested_in_config_json),
@@ -211,6 +208,8 @@ EXTRA: dict[str, Build] = {
     "LC702": deep(nan_and_zero),
     "LC703": deep(bad_scales, quant="NVFP4"),
     "LC704": deep(bad_scales, quant="NVFP4"),
+    "LC327": deep(lambda t: t.__setitem__("layers.0.mlp.up_proj.weight_scale_2",
+                                          ("F32", (), np.float32(0.25).tobytes())), quant="NVFP4"),
 }
 
 

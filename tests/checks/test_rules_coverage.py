@@ -69,6 +69,14 @@ def retype(name: str, dtype: str, shape: tuple[int, ...] | None = None) -> Mutat
     return apply
 
 
+def rename(old: str, new: str) -> Mutate:
+    """Rename the tensors whose name starts with `old`."""
+    def apply(t: Tensors) -> None:
+        for n in [n for n in t if n.startswith(old)]:
+            t[new + n[len(old):]] = t.pop(n)
+    return apply
+
+
 def chain(*fns: Callable[[Any], None]) -> Callable[[Any], None]:
     def apply(x: Any) -> None:
         for fn in fns:
@@ -148,8 +156,8 @@ CASES = [
          retype("lilicorr.layers.0.attn.in_proj_weight", "U8", (96, 16)),
          contains=("lilicorr.layers.0.attn.in_proj_weight", "U8", "cannot carry quantization"),
          actual="U8", also=frozenset({"LC208"})),
-    Case("legacy-sequential-names", "LC217", "error", ["vllm"], write={"naming": "sequential"},
-         contains=("legacy Sequential", "lilicorr.feature_mlp.0", f"{VL} does not rename them")),
+    Case("legacy-sequential-names", "LC217", "error", ["sglang", "vllm"], write={"naming": "sequential"},
+         contains=("legacy Sequential", "lilicorr.feature_mlp.0", f"{SG} and {VL} do not rename them")),
     Case("legacy-and-named-collide", "LC211", "error", [], add("lilicorr.feature_mlp.up_proj.bias", (32,)),
          write={"naming": "sequential"},
          contains=("lilicorr.feature_mlp.1.bias", "lilicorr.feature_mlp.up_proj.bias"),
@@ -163,10 +171,35 @@ CASES = [
     # ---- owned lm_head
     Case("own-head-flag-without-tensor", "LC401", "error", ["vllm", "trtllm"], drop("lm_head.weight"), config={"own_lm_head": True},
          contains=("has_own_lm_head", "lm_head.weight"), subjects=("lm_head.weight",), also=frozenset({"LC403"})),
-    Case("lm-head-without-flag", "LC402", "error", [], add("lm_head.weight", (512, 64)),
-         contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true"),
-    Case("lm-head-flag-false", "LC402", "error", [], add("lm_head.weight", (512, 64)),
-         edit=lambda c: c.__setitem__("has_own_lm_head", False), expected="true", actual="False"),
+    Case("lm-head-without-flag", "LC402", "error", ["trtllm"], add("lm_head.weight", (512, 64)),
+         contains=("has_own_lm_head",), subjects=("lm_head.weight",), expected="true",
+         also=frozenset({"LC406", "LC407"})),
+    Case("lm-head-flag-false", "LC402", "error", ["trtllm"], add("lm_head.weight", (512, 64)),
+         edit=lambda c: c.__setitem__("has_own_lm_head", False), expected="true", actual="False",
+         also=frozenset({"LC406", "LC407"})),
+    # vLLM serves any lm_head tensor as the draft's own head
+    Case("lm-head-without-flag-served-as-own", "LC406", "warning", ["vllm"], add("lm_head.weight", (512, 64)),
+         contains=(f"{VL} treats any lm_head tensor as the draft's own head",), subjects=("lm_head.weight",),
+         also=frozenset({"LC402", "LC407"})),
+    # SGLang has no lm_head parameter: it drops the copy and uses the target's head, as the config declares
+    Case("lm-head-copy-dropped-by-sglang", "LC407", "warning", ["sglang"], add("lm_head.weight", (512, 64)),
+         contains=("drops them", "target's head"), subjects=("lm_head.weight",), also=frozenset({"LC402", "LC406"})),
+    # ---- tensors SGLang and vLLM drop knowingly, and the backbone aliases they rename
+    Case("t2d-dropped-by-vllm", "LC225", "info", ["vllm"], add("t2d", (512,)),
+         contains=(f"{VL} drops them",), subjects=("t2d",), also=frozenset({"LC204"})),
+    Case("t2d-unread-elsewhere", "LC204", "error", ["sglang", "trtllm"], add("t2d", (512,)),
+         subjects=("t2d",), also=frozenset({"LC225"})),
+    Case("midlayer-alias-renamed", "LC226", "info", ["vllm"],
+         rename("layers.0.", "midlayer."), config={"head": False, "num_hidden_layers": 1},
+         contains=("`midlayer` alias", f"{VL} renames them"), subjects=("midlayer.mlp.down_proj.weight",),
+         also=frozenset({"LC227"})),
+    Case("midlayer-alias-refused", "LC227", "error", ["sglang", "trtllm"],
+         rename("layers.0.", "midlayer."), config={"head": False, "num_hidden_layers": 1},
+         contains=("`midlayer` alias", "has no parameter"), also=frozenset({"LC226"})),
+    Case("encoder-alias-renamed", "LC226", "info", ["sglang", "vllm"],
+         chain(rename("fc.weight", "encoder.fc.weight"), rename("hidden_norm.", "encoder.output_norm_enc.")),
+         contains=("`encoder` alias",), subjects=("encoder.fc.weight", "encoder.output_norm_enc.weight"),
+         also=frozenset({"LC227"})),
 ]
 
 

@@ -59,7 +59,7 @@ SGLANG_OWNED_HEAD = ("LC404", "error", ("sglang",))
     pytest.param({"quant": "W4A16_NVFP4"}, [], id="w4a16-nvfp4"),
     pytest.param({"quant": "FP8"}, [], id="fp8"),
     pytest.param({"quant": "NVFP4", "config": fixtures.draft_config(conv=(4, 16))}, [], id="nvfp4-conv"),
-    pytest.param({"quant": "NVFP4", "naming": "sequential"}, [("LC217", "error", ("vllm",))],
+    pytest.param({"quant": "NVFP4", "naming": "sequential"}, [("LC217", "error", ("sglang", "vllm"))],
                  id="nvfp4-sequential"),
     pytest.param({"quant": "NVFP4", "key_prefix": "model."}, [], id="nvfp4-model-prefix"),
     # a bf16 owned head listed in the exclusions, as every ModelOpt preset leaves it
@@ -112,6 +112,11 @@ def nested_in_config_json(path: Path) -> None:
     edit_config(path, lambda c: c.__setitem__("quantization_config", nested))
 
 
+# SGLang flattens a nested quantization_config found in config.json (its quant_algo copied to the top level) and
+# then reads no exclusion: the float q/k/v it builds quantized refuse the load (LC326, LC307)
+NESTED_INLINE_SGLANG = ["LC307", "LC309", "LC326"]
+
+
 def test_nested_w4a16_without_quant_method_is_refused_by_vllm(ckpt):
     # vLLM derives quant_method for the nested form only for FP8* and NVFP4 ("Unknown ModelOpt quant algo")
     path = ckpt(quant="W4A16_NVFP4")
@@ -122,8 +127,9 @@ def test_nested_w4a16_without_quant_method_is_refused_by_vllm(ckpt):
         ("vllm",): "error", ("sglang", "trtllm"): "warning"}, describe(report)
     assert "W4A16_NVFP4" in by_runtime[("vllm",)].message
     assert by_runtime[("vllm",)].pointer == "$.quantization_config.quant_method"
-    assert refused_by(report) == ["vllm"]
-    assert problems(report, ignore={"LC302", "LC322"}) == []
+    assert refused_by(report) == ["sglang", "vllm"]
+    assert problems(report, ignore={"LC302", "LC322", *NESTED_INLINE_SGLANG}) == []
+    assert {tuple(f.runtimes) for r in NESTED_INLINE_SGLANG for f in hits(report, r)} == {("sglang",)}
 
 
 def test_nested_nvfp4_without_quant_method_only_warns(ckpt):
@@ -133,7 +139,10 @@ def test_nested_nvfp4_without_quant_method_only_warns(ckpt):
     assert hits(report, "LC302") == []
     f = one(report, "LC322")
     assert (f.severity, sorted(f.runtimes)) == ("warning", ALL)
-    assert refused_by(report) == []
+    lost = one(report, "LC326")
+    assert lost.runtimes == ["sglang"] and "flattens" in lost.message, describe(report)
+    assert {s for f in hits(report, "LC307") for s in f.subjects} == set(QKV)
+    assert refused_by(report) == ["sglang"]
 
 
 def test_flat_form_without_quant_method_is_refused_by_vllm(ckpt):
@@ -170,21 +179,38 @@ def test_nvfp4_with_only_nested_hf_quant_config_is_derived_by_vllm(ckpt):
     assert hits(run(path), "LC302") == []
 
 
-def test_flat_form_exclusions_under_exclude_modules_are_invisible_to_sglang_and_vllm(ckpt):
-    # both flat-form parsers read `ignore` only (SGLang's ModelOptFp4Config.from_config, vLLM's): no exclusion
+def test_flat_nvfp4_exclusions_under_exclude_modules_are_read_by_every_runtime(ckpt):
+    # SGLang's ModelOptFp4Config.from_config falls back to modules_to_not_convert, then exclude_modules; vLLM
+    # 0.33.0's to exclude_modules (modelopt.py from_config); TensorRT-LLM reads exclude_modules
     path = ckpt(quant="NVFP4")
     edit_config(path, lambda c: c["quantization_config"].__setitem__(
         "exclude_modules", c["quantization_config"].pop("ignore")))
     report = run(path)
+    assert hits(report, "LC320") == [] and hits(report, "LC307") == [], describe(report)
+    assert refused_by(report) == [], describe(report)
+
+
+def test_flat_fp8_exclusions_under_exclude_modules_are_invisible_to_sglang(ckpt):
+    # SGLang's ModelOptFp8Config.from_config reads `ignore` only (its FP4 config falls back to the other keys);
+    # vLLM falls back to exclude_modules
+    path = ckpt(quant="FP8")
+    edit_config(path, lambda c: c["quantization_config"].__setitem__(
+        "exclude_modules", c["quantization_config"].pop("ignore")))
+    report = run(path)
     f = one(report, "LC320", "error")
-    assert f.runtimes == ["sglang", "vllm"] and f.pointer == "$.quantization_config.ignore"
-    assert "exclude_modules" in f.message and "ignore" in f.message
-    # the float modules vLLM now builds quantized (q/k/v, feature_mlp) are reported for vLLM alone: SGLang
-    # builds them in float whatever the config says
-    unprotected = hits(report, "LC307", "error")
-    assert unprotected and all(x.runtimes == ["vllm"] for x in unprotected), describe(report)
-    assert any("feature_mlp" in s for x in unprotected for s in x.subjects)
-    assert refused_by(report) == ["sglang", "vllm"]
+    assert f.runtimes == ["sglang"] and "exclude_modules" in f.message and "ignore" in f.message, describe(report)
+    assert refused_by(report) == ["sglang"]
+
+
+def test_flat_nvfp4_empty_ignore_hides_exclude_modules_from_sglang(ckpt):
+    # the first key present wins, even an empty list
+    path = ckpt(quant="NVFP4")
+    edit_config(path, lambda c: c["quantization_config"].update(
+        exclude_modules=c["quantization_config"]["ignore"], ignore=[]))
+    report = run(path)
+    found = {tuple(f.runtimes): f for f in hits(report, "LC320", "error")}
+    assert set(found) == {("sglang",), ("vllm",)}, describe(report)
+    assert "`ignore`, present and empty, the first of `ignore`, else `modules_to_not_convert`" in found[("sglang",)].message
 
 
 def test_flat_form_with_ignore_and_exclude_modules_is_read_through_ignore(ckpt):
@@ -220,19 +246,24 @@ def nvfp4_group_32(path: Path) -> Path:
     return fixtures.save(path, cfg, tensors, hf_quant_config=nested)
 
 
-def test_nvfp4_group_32_with_top_level_group_size_passes(tmp_path):
-    assert_clean(run(nvfp4_group_32(tmp_path / "g32")))
+def test_nvfp4_group_32_with_top_level_group_size_is_refused_by_sglang_marlin(tmp_path):
+    report = run(nvfp4_group_32(tmp_path / "g32"))
+    f = one(report, "LC325", "error")
+    assert f.runtimes == ["sglang"] and "group_size 32" in f.message and "Marlin" in f.message
+    assert problems(report, ignore={"LC325"}) == [] and refused_by(report) == ["sglang"]
 
 
 def test_flat_group_size_only_in_config_groups_is_refused_by_vllm(tmp_path):
-    # vLLM reads the flat form's top-level group_size, default 16
+    # vLLM reads the flat form's top-level group_size, default 16; SGLang reads config_groups too (and then
+    # refuses 32 on Marlin: LC325)
     path = nvfp4_group_32(tmp_path / "g32")
     flat_group_in_config_groups(path)
     report = run(path)
     f = one(report, "LC321", "error")
     assert f.runtimes == ["vllm"] and "32" in f.message and "16" in f.message and "config_groups" in f.message
-    assert refused_by(report) == ["vllm"]
-    assert problems(report, ignore={"LC321"}) == []
+    assert one(report, "LC325", "error").runtimes == ["sglang"]
+    assert refused_by(report) == ["sglang", "vllm"]
+    assert problems(report, ignore={"LC321", "LC325"}) == []
 
 
 def test_flat_group_size_16_only_in_config_groups_matches_vllm_default(ckpt):
@@ -488,9 +519,10 @@ def test_qkv_float_without_a_matching_exclusion_refused_by_vllm(ckpt):
     set_exclusions(path, lambda ex: [p for p in ex if p not in ("*qkv_proj", "*v_proj")] + ["*self_attn.v_proj"])
     report = run(path)
     unprotected = of_rule(report, "LC307", "error", "self_attn")
-    assert unprotected and all(f.runtimes == ["vllm"] for f in unprotected), describe(report)
+    # SGLang builds LiLiCorr's qkv_proj through the quant config too (`*self_attn.v_proj` matches no qkv_proj)
+    assert unprotected and all(f.runtimes == ["sglang", "vllm"] for f in unprotected), describe(report)
     assert "qkv_proj" in " ".join(f.message for f in unprotected)
-    assert refused_by(report) == ["vllm"]  # SGLang builds qkv_proj unquantized whatever the config says
+    assert refused_by(report) == ["sglang", "vllm"]
 
 
 def test_owned_bf16_head_not_excluded(ckpt):
@@ -562,15 +594,25 @@ def test_exclusion_with_training_prefix(ckpt):
 
 
 def test_exclusion_with_backbone_layer_index(ckpt):
-    # vLLM names draft layer i `model.layers.{num_target_layers+i}`, so `layers.0...` misses it
+    # vLLM 0.33.0 renumbers a draft layer index in the patterns as in the module names
+    # (models/utils.py map_draft_quant_config): `layers.0...` matches model.layers.4 there
     o_proj = {"layers.0.self_attn.o_proj", "layers.1.self_attn.o_proj"}
     path = ckpt(quant="NVFP4", quantize=servable() - o_proj)
     set_exclusions(path, lambda ex: [p for p in ex if "o_proj" not in p] + sorted(o_proj))
     report = run(path)
     assert sorted(f.subjects[0] for f in hits(report, "LC310", "warning")) == sorted(o_proj)
-    unprotected = one(report, "LC307", "error")
-    assert unprotected.runtimes == ["vllm"] and "model.layers.4.self_attn.o_proj" in unprotected.message
-    assert refused_by(report) == ["vllm"]
+    assert hits(report, "LC307") == [], describe(report)
+    assert refused_by(report) == []
+
+
+def test_exclusion_with_a_runtime_layer_index_is_left_as_written_by_vllm(ckpt):
+    # `model.layers.4...` is already vLLM's name of draft layer 0 (4 target layers): left as written, it matches
+    o_proj = "layers.0.self_attn.o_proj"
+    path = ckpt(quant="NVFP4", quantize=servable() - {o_proj})
+    set_exclusions(path, lambda ex: [p for p in ex if "o_proj" not in p] + ["model.layers.4.self_attn.o_proj"])
+    report = run(path)
+    assert [f.runtimes for f in hits(report, "LC307")] == [["sglang", "trtllm"]], describe(report)
+    assert refused_by(report) == ["sglang", "trtllm"]
 
 
 def test_exclusion_with_base_model_name_is_informational(ckpt):
@@ -587,32 +629,43 @@ def test_exact_head_layer_exclusion_is_not_flagged(ckpt):
     assert hits(report, "LC310") == [], describe(report)
 
 
-def test_exclusions_name_only_some_fused_shards(ckpt):
-    # vLLM resolves an exact match through the fused qkv_proj shards and raises when they disagree
+def test_exclusions_naming_the_shards_do_not_exclude_vllms_fused_qkv_proj(ckpt):
+    # vLLM 0.33.0's draft quant config has no packed-module mapping (models/utils.py get_draft_quant_config):
+    # qkv_proj is matched by its own name, so exact shard names exclude nothing and the float q/k/v fail to load
     path = ckpt(quant="NVFP4")
     set_exclusions(path, lambda ex: [p for p in ex if p not in ("*q_proj", "*k_proj", "*v_proj", "*qkv_proj")]
-                   + ["model.layers.4.self_attn.q_proj", "model.layers.5.self_attn.q_proj"])
+                   + [f"layers.{i}.self_attn.{x}_proj" for i in (0, 1) for x in "qkv"])
     report = run(path)
-    found = hits(report, "LC313", "error")
+    found = hits(report, "LC307", "error")
     assert found and all(f.runtimes == ["vllm"] for f in found), describe(report)
     assert "model.layers.4.self_attn.qkv_proj" in " ".join(f.message for f in found)
+    assert refused_by(report) == ["vllm"]
 
 
-def test_quantized_conv_projection_unconfirmed_for_sglang(ckpt):
+def test_a_v_proj_suffix_pattern_excludes_vllms_fused_qkv_proj(ckpt):
+    # fnmatch("model.layers.4.self_attn.qkv_proj", "*v_proj") is true: vLLM keeps qkv_proj in float
+    path = ckpt(quant="NVFP4")
+    set_exclusions(path, lambda ex: [p for p in ex if p != "*qkv_proj"])
+    assert hits(run(path), "LC307") == []
+
+
+def test_quantized_conv_projection_refused_by_sglang(ckpt):
+    # dflash.py DFlashGroupedConv.kernel_projection is a plain nn.Linear
     config = fixtures.draft_config(conv=(4, 16))
     conv = {f"layers.{i}.{c}.kernel_projection" for i in (0, 1) for c in ("attention_conv", "mlp_conv")}
     report = run(ckpt(config, quant="NVFP4", quantize=servable(config) | conv))
-    found = hits(report, "LC314", "warning")
+    found = hits(report, "LC306", "error")
     assert found and all(f.runtimes == ["sglang"] for f in found)
     assert {s for f in found for s in f.subjects} == conv
-    assert refused_by(report) == []
+    assert refused_by(report) == ["sglang"]
 
 
-def test_quantized_qkv_is_refused_by_every_runtime(ckpt):
-    # SGLang builds q/k/v unquantized; vLLM and TensorRT-LLM slice the raw qkv_proj weight into their fused
-    # context-KV buffers (loader audit E6)
+def test_quantized_qkv_is_refused_by_trtllm_only(ckpt):
+    # SGLang 0.5.23 builds LiLiCorr's q/k/v through the quant config and vLLM 0.33.0 runs a quantized qkv_proj
+    # through its quant method (qwen3_dflash.py _build_context_kv_buffers); TensorRT-LLM slices the raw qkv_proj
+    # weight into its fused context-KV buffer (loader audit E6)
     report = run(ckpt(quant="NVFP4", quantize=servable() | QKV))
     found = hits(report, "LC306", "error")
     assert {s for f in found for s in f.subjects} == QKV, describe(report)
-    assert sorted({r for f in found for r in f.runtimes}) == ["sglang", "trtllm", "vllm"]
+    assert sorted({r for f in found for r in f.runtimes}) == ["trtllm"]
     assert problems(report, ignore={"LC306"}) == []

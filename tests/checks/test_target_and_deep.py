@@ -9,6 +9,8 @@ from lilicorr_ckpt.checkpoint.numerics import bf16_bits
 from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.checks.run import validate
 
+from ._support import hits, one, refused_by, run
+
 
 def make_target(path, *, hidden=64, layers=4, vocab=512, eos=2, bos=1, pad=None, embed_rows=None, theta=10000.0):
     path.mkdir(parents=True)
@@ -179,3 +181,22 @@ def test_target_embedding_rows_must_equal_vocab_for_trtllm(drafter, tmp_path):
     assert [(f.runtimes, f.severity) for f in found] == [(["trtllm"], "error")]
     assert "520" in found[0].message and "512" in found[0].message
     assert {v.runtime: v.accepted for v in report.runtimes} == {"sglang": True, "vllm": True, "trtllm": False}
+
+
+def _unequal_gate_up(t: fixtures.Tensors) -> None:
+    t["layers.0.mlp.up_proj.weight_scale_2"] = ("F32", (), np.float32(0.25).tobytes())
+
+
+def test_fused_shards_with_different_global_scales_are_refused_by_sglang_with_deep(make_ckpt):
+    # SGLang serves a fused gate_up_proj with weight_scale_2.max(): up_proj's 0.25 rescales gate_proj's weights
+    path = make_ckpt(quant="NVFP4", mutate=_unequal_gate_up)
+    assert hits(run(path), "LC327") == []  # headers only: the scale's value is tensor data
+    report = run(path, deep=True)
+    f = one(report, "LC327", "error")
+    assert f.runtimes == ["sglang"] and "layers.0.mlp.gate_up_proj" in f.message and "0.25" in f.message
+    assert refused_by(report) == ["sglang"]
+
+
+def test_fixture_shards_share_one_global_scale_as_modelopt_exports_them(make_ckpt):
+    report = run(make_ckpt(quant="NVFP4"), deep=True)
+    assert hits(report, "LC327") == [] and refused_by(report) == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import jsonschema
@@ -161,3 +162,101 @@ def test_select_narrows_the_gate_to_some_rules():
     assert {f["rule"] for f in report["findings"]} == {f["rule"] for f in everything["findings"]
                                                       if f["rule"].startswith("LC31")}
     assert only.returncode == (1 if report["summary"]["errors"] else 0)
+
+
+# --- where a waiver file may come from (issue 20: planted waivers) ------------------------------------------
+
+PLANTED = '[[waivers]]\nrules = ["LC1", "LC2", "LC3", "LC4", "LC6"]\nreason = "planted by someone else"\n'
+
+
+def test_a_file_above_a_checkpoint_outside_any_work_tree_waives_nothing(owned, tmp_path):
+    # another user's /tmp/lilicorr.toml, and a checkpoint downloaded below it, with no git work tree around
+    assert not any((d / ".git").exists() for d in (owned, *owned.parents))
+    (tmp_path / "lilicorr.toml").write_text(PLANTED)
+    (tmp_path / "pyproject.toml").write_text("[tool.lilicorr-ckpt]\n" + PLANTED.replace("[[waivers]]", "[[tool.lilicorr-ckpt.waivers]]"))
+    assert find_config(owned) is None
+    result = run_cli("validate", str(owned))
+    assert result.returncode == 1 and "waived" not in result.stdout
+    # in the checkpoint directory itself it applies; and named with --config it applies from anywhere
+    assert run_cli("validate", str(owned), "--config", str(tmp_path / "lilicorr.toml")).returncode == 0
+    assert run_cli("validate", str(owned), "--config", str(tmp_path / "pyproject.toml")).returncode == 0
+    (owned / "lilicorr.toml").write_text(PLANTED)
+    assert find_config(owned)[0] == owned / "lilicorr.toml"
+
+
+def test_inside_a_work_tree_the_search_stops_at_its_root(tmp_path):
+    from lilicorr_ckpt.checks.waivers import search_root
+
+    repo = tmp_path / "repo"
+    ckpt = repo / "models" / "drafter"
+    ckpt.mkdir(parents=True)
+    (repo / ".git").mkdir()
+    (tmp_path / "lilicorr.toml").write_text(PLANTED)  # above the work tree: never
+    assert search_root(ckpt.resolve()) == repo.resolve() and find_config(ckpt) is None
+    (repo / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\nreason = "repo root"\n')
+    assert find_config(ckpt)[0] == repo / "lilicorr.toml"
+    (repo / "models" / ".git").write_text("gitdir: ../.git/modules/models\n")  # a submodule's work tree
+    assert search_root(ckpt.resolve()) == (repo / "models").resolve() and find_config(ckpt) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files as another user")
+def test_a_work_tree_or_waiver_file_of_another_user_is_not_trusted(tmp_path):
+    from lilicorr_ckpt.checks.waivers import search_root
+
+    stranger = 54321
+    top = tmp_path / "shared"
+    ckpt = top / "ckpt"
+    ckpt.mkdir(parents=True)
+    (top / ".git").mkdir()
+    os.chown(top / ".git", stranger, stranger)  # someone else's "work tree" around our checkpoint
+    (top / "lilicorr.toml").write_text(PLANTED)
+    assert search_root(ckpt.resolve()) == ckpt.resolve() and find_config(ckpt) is None
+    os.chown(top / ".git", os.getuid(), os.getgid())
+    os.chown(top / "lilicorr.toml", stranger, stranger)  # our work tree, a stranger's file in it
+    with pytest.raises(UsageError, match="belongs to another user.*--config"):
+        find_config(ckpt)
+
+
+# --- every mistake in a waiver file is a message naming the file and the key (issue 20, item 8) -------------
+
+@pytest.mark.parametrize("name, body, needle", [
+    ("lilicorr.toml", '[[waivers]]\nrule = "LC404"\nreason = "r"\nruntimes = [["vllm"]]\n',
+     "waiver 1: `runtimes` must list runtimes among"),
+    ("lilicorr.toml", '[[waivers]]\nrule = "LC404"\nreason = "r"\npaths = [1]\n', "waiver 1: `paths` must be"),
+    ("lilicorr.toml", '[[waivers]]\nrules = [["LC404"]]\nreason = "r"\n', "waiver 1: `rules` must be a rule id"),
+    ("lilicorr.toml", '[[waivers]]\nrule = 404\nreason = "r"\n', "waiver 1: `rule` must be one rule id"),
+    ("lilicorr.toml", "waivers = 5\n", "`waivers` must be an array of tables ([[waivers]]), not an integer"),
+    ("pyproject.toml", "tool = 5\n", "`tool` must be a table"),
+    ("pyproject.toml", '[tool]\nlilicorr-ckpt = "x"\n', "`tool.lilicorr-ckpt` must be a table"),
+    ("lilicorr.toml", "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+])
+def test_waiver_file_mistakes_are_usage_errors_naming_file_and_key(tmp_path, name, body, needle):
+    path = tmp_path / name
+    path.write_text(body)
+    with pytest.raises(UsageError) as info:
+        found = find_config(tmp_path)
+        parse_config(*found)
+    assert str(path) in str(info.value) and needle in str(info.value)
+
+
+def test_a_waiver_file_that_is_not_utf8_exits_4_naming_it(owned):
+    (owned / "lilicorr.toml").write_bytes(b'[[waivers]]\nrule = "LC404"\nreason = "caf\xe9"\n')
+    result = run_cli("validate", str(owned))
+    assert result.returncode == 4, result.stderr
+    assert f"{owned / 'lilicorr.toml'} is not valid TOML: not UTF-8 (byte 0xe9 at offset" in result.stderr
+    assert "internal error" not in result.stderr and "Traceback" not in result.stderr
+
+
+def test_rule_and_rules_together_both_count(tmp_path):
+    path = tmp_path / "lilicorr.toml"
+    path.write_text('[[waivers]]\nrule = "LC404"\nrules = "LC314"\nreason = "both"\n')
+    [w] = parse_config(*find_config(tmp_path))
+    assert w.rules == ("LC404", "LC314")
+
+
+def test_config_option_mistakes_exit_4_before_any_work(tmp_path, owned):
+    missing = run_cli("validate", str(tmp_path / "nowhere"), "--config", str(tmp_path / "none.toml"))
+    assert missing.returncode == 4 and "--config" in missing.stderr and "no such file" in missing.stderr
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    bare = run_cli("validate", str(owned), "--config", str(tmp_path / "pyproject.toml"))
+    assert bare.returncode == 4 and "has no [tool.lilicorr-ckpt] table" in bare.stderr

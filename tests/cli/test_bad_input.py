@@ -267,3 +267,63 @@ def test_a_header_naming_a_tensor_twice_is_an_error_in_validate_and_convert(ckpt
     converted = run_cli("convert", str(ckpt), str(tmp_path / "out"))
     assert converted.returncode == 1 and "names a tensor twice" in converted.stderr and name in converted.stderr
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------- smoke probe files
+# `smoke --probes FILE` parses a user's JSONL before any model loads: every hostile line is a message naming the
+# file and the line (exit 2), never an internal error from the parser or, later, from the tokenizer.
+GOOD_PROBE = {"id": "p1", "category": "code", "prompt": "def f():", "chat": False}
+
+
+def _probe_file(tmp_path, text: str | bytes):
+    path = tmp_path / "probes.jsonl"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8", errors="surrogatepass")
+    return path
+
+
+@pytest.mark.parametrize("line, needle", [
+    ("[" * 50_000 + "]" * 50_000, ":1: nested too deeply to be a probe"),
+    (json.dumps(GOOD_PROBE)[:-1] + ', "n": 1' + "0" * 5000 + "}", ":1: not a usable JSON line (Exceeds the limit"),
+    (json.dumps({**GOOD_PROBE, "id": "\\ud800"}).replace("\\\\ud800", "\\ud800"),
+     ":1: 'id' holds an unpaired UTF-16 surrogate"),
+    (json.dumps({**GOOD_PROBE, "prompt": "x\\udfffy"}).replace("\\\\udfff", "\\udfff"),
+     ":1: 'prompt' holds an unpaired UTF-16 surrogate"),
+    (json.dumps({**GOOD_PROBE, "prompt": "e" * 300_000}), ":1: 'prompt' is 300000 characters; the limit is 262144"),
+    (json.dumps({**GOOD_PROBE, "category": "c" * 1000}), ":1: 'category' is 1000 characters; the limit is 256"),
+])
+def test_a_hostile_probe_line_is_named_with_its_line(tmp_path, line, needle):
+    from lilicorr_ckpt.smoke.probes import load_probes
+
+    path = _probe_file(tmp_path, line + "\n")
+    with pytest.raises(InputError) as refused:
+        load_probes(str(path))
+    assert f"{path}{needle}" in str(refused.value)
+
+
+def test_a_probe_file_is_split_at_newlines_only_and_may_start_with_a_bom(tmp_path):
+    from lilicorr_ckpt.smoke.probes import load_probes
+
+    # U+2028 and U+0085 are legal raw in a JSON string; str.splitlines cut the line there
+    prompt = "line one\u2028line two\x85three"
+    text = "\ufeff" + json.dumps({**GOOD_PROBE, "prompt": prompt}, ensure_ascii=False) + "\r\n"
+    probes = load_probes(str(_probe_file(tmp_path, text)))
+    assert [p.prompt for p in probes] == [prompt]
+
+
+@pytest.mark.parametrize("make, needle", [
+    (os.mkfifo, "is a FIFO (named pipe), not a regular file; refusing to open it"),
+    (lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file; refusing to open it"),
+    (lambda p: p.write_bytes(b'{"id": "\xff"}\n'), "is not UTF-8 text (byte 8: b'\\xff')"),
+])
+def test_a_probe_file_that_is_no_text_file_is_refused_by_name(tmp_path, make, needle):
+    from lilicorr_ckpt.smoke.probes import load_probes
+
+    from helpers import raised_within
+
+    path = tmp_path / "probes.jsonl"
+    make(path)
+    raised = raised_within(10, load_probes, str(path))
+    assert isinstance(raised, InputError) and str(raised) == f"probe file {str(path)!r} {needle}", raised

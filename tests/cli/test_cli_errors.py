@@ -151,3 +151,58 @@ def test_the_console_script_imports_nothing_before_its_ctrl_c_handler():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['lilicorr_ckpt', 'lilicorr_ckpt._entry']"
+
+
+# ---------------------------------------------------------------- the catch-all (exits.run_command)
+
+@pytest.mark.parametrize("raised, message", [
+    (TypeError("boom"), "internal error: TypeError: boom (while running `lilicorr-ckpt validate {ckpt}`)\n"
+                        "  This is a bug in lilicorr-ckpt"),
+    (MemoryError(), "error: out of memory while running `lilicorr-ckpt validate {ckpt}`; the input is larger than "
+                    "this machine can read"),
+    (RecursionError(), "error: the input of `lilicorr-ckpt validate {ckpt}` is nested too deeply to read"),
+    (OSError(errno.EIO, "Input/output error"), "error: Input/output error (while running `lilicorr-ckpt validate "
+                                               "{ckpt}`)"),
+])
+def test_the_catch_all_names_the_command_line_it_ran(ckpt, capsys, monkeypatch, raised, message):
+    def run(*args, **kwargs):
+        raise raised
+    monkeypatch.setattr(validate_module, "validate", run)
+    code, out = _main(capsys, "validate", str(ckpt))
+    assert code == 2 and "Traceback" not in out.err
+    assert f"lilicorr-ckpt: {message.format(ckpt=ckpt)}" in out.err, out.err
+    assert ("bug" in out.err) == isinstance(raised, TypeError)
+
+
+def test_the_hook_has_the_same_catch_all(ckpt, capsys, monkeypatch):
+    from lilicorr_ckpt import precommit
+
+    def run(*args, **kwargs):
+        raise KeyError("surprise")
+    monkeypatch.setattr(precommit, "validate_dir", run)
+    with pytest.raises(SystemExit) as exit_info:
+        precommit.main([str(ckpt / "config.json")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err  # never 1, which a hook reads as "findings"
+    assert ("lilicorr-ckpt-pre-commit: internal error: KeyError: 'surprise' (while running "
+            f"`lilicorr-ckpt-pre-commit -- {ckpt}/config.json`)") in err
+
+
+def _file_size_limit(limit: int):
+    import resource
+
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes fail with EFBIG
+    return apply
+
+
+@pytest.mark.parametrize("args", [("rules",), ("validate", "{ckpt}", "-f", "json")])
+def test_a_report_cut_short_on_stdout_is_exit_2_naming_standard_output(ckpt, tmp_path, args):
+    out = tmp_path / "report.out"
+    with out.open("wb") as stdout:
+        result = subprocess.run([sys.executable, "-m", "lilicorr_ckpt", *(a.format(ckpt=ckpt) for a in args)],
+                                stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
+                                preexec_fn=_file_size_limit(1024))
+    assert result.returncode == 2, result.stderr  # `validate -f json > report.json` ended 0 with half a report
+    assert "lilicorr-ckpt: error: cannot write standard output: File too large" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr

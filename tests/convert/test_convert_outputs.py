@@ -138,21 +138,23 @@ def test_legacy_head_names_become_named_and_back(cli, export, tmp_path):
     report = validate(str(tmp_path / "named"))
     assert report.summary.errors == 0 and report.summary.warnings == 0
 
-    # vLLM's named-MLP revision refuses the Sequential names (LC217): write them for a runtime that renames them
-    run = cli("convert", tmp_path / "named", tmp_path / "seq", "--naming", "sequential", "--runtime", "sglang")
+    # SGLang 0.5.23 and vLLM refuse the Sequential names (LC217): write them for the runtime that renames them
+    run = cli("convert", tmp_path / "named", tmp_path / "seq", "--naming", "sequential", "--runtime", "trtllm")
     assert run.code == 0, run
     seq = tensors_of(tmp_path / "seq")
     assert set(seq) == set(tensors_of(src))
-    assert validate(str(tmp_path / "seq"), runtime="sglang").summary.errors == 0
+    assert validate(str(tmp_path / "seq"), runtime="trtllm").summary.errors == 0
 
 
 def test_sequential_output_of_a_quantized_export_excludes_the_legacy_names(cli, tmp_path):
-    run = cli("convert", EXAMPLE, tmp_path / "seq", "--naming", "sequential", "--runtime", "sglang")
+    # TensorRT-LLM, the runtime that renames the Sequential names, follows the config for feature_mlp: its float
+    # up_proj (in_features 5) is excluded under the legacy name the output carries
+    run = cli("convert", EXAMPLE, tmp_path / "seq", "--naming", "sequential", "--runtime", "trtllm")
     assert run.code == 0, run
     out = tensors_of(tmp_path / "seq")
-    assert out["lilicorr.feature_mlp.3.weight"][0] == "BF16"
+    assert out["lilicorr.feature_mlp.1.weight"][0] == "BF16" and out["lilicorr.feature_mlp.3.weight"][0] == "U8"
     ignore = load_json(tmp_path / "seq" / "config.json")["quantization_config"]["ignore"]
-    assert "*feature_mlp*" in ignore  # matches feature_mlp.1 / .3 as older vLLM names them
+    assert "lilicorr.feature_mlp.1" in ignore
 
 
 def test_sharded_input_and_sharded_output(cli, export, tmp_path):

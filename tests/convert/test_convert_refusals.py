@@ -186,14 +186,14 @@ def test_a_repair_input_with_the_wrong_shape_is_refused(cli, export, tmp_path):
 
 def test_existing_destination_needs_force_and_force_replaces_an_earlier_output(cli, tmp_path):
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "sglang").code == 0
+    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "trtllm").code == 0
     (dst / "old.txt").write_text("old")
     run = cli("convert", EXAMPLE, dst)
     assert run.code == 4 and "already exists" in run.err and "--force" in run.err
     assert (dst / "old.txt").exists()
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 0, run
-    assert not (dst / "old.txt").exists() and (dst / "model.safetensors").exists()
+    assert (dst / "old.txt").read_text() == "old" and (dst / "model.safetensors").exists()  # the user's file stays
     assert "lilicorr.feature_mlp.up_proj.weight" in tensors_of(dst)  # the new output, not the old one
     assert not list(tmp_path.glob(".out.convert-*"))
 
@@ -259,22 +259,26 @@ def test_bad_options_are_usage_errors(cli, tmp_path):
 
 
 def test_strict_refuses_warnings(cli, tmp_path):
-    # one layer_types entry too many: a warning (LC143), refused under --strict
+    # one layer_types entry too many: a warning for TensorRT-LLM (LC143), refused under --strict (SGLang and vLLM
+    # refuse it outright: their transformers config class checks the length, LC119)
     src = tmp_path / "src"
     shutil.copytree(EXAMPLE, src)
     cfg = json.loads((src / "config.json").read_text())
     cfg["layer_types"] = ["full_attention"] * (cfg["num_hidden_layers"] + 1)
     (src / "config.json").write_text(json.dumps(cfg))
-    assert cli("convert", src, tmp_path / "a").code == 0
-    run = cli("convert", src, tmp_path / "b", "--strict")
+    assert cli("convert", src, tmp_path / "a", "--runtime", "trtllm").code == 0
+    run = cli("convert", src, tmp_path / "b", "--runtime", "trtllm", "--strict")
     assert run.code == 1 and "LC143" in run.err
+    run = cli("convert", src, tmp_path / "c", "--runtime", "sglang")
+    assert run.code == 1 and "LC119" in run.err
 
 
-def test_sequential_names_are_refused_for_vllm_only(cli, tmp_path):
-    # vLLM's named-MLP revision has no parameter for the Sequential names (LC217); SGLang renames them
-    run = cli("convert", EXAMPLE, tmp_path / "a", "--naming", "sequential")
-    assert run.code == 1 and "LC217" in run.err
-    assert cli("convert", EXAMPLE, tmp_path / "b", "--naming", "sequential", "--runtime", "sglang").code == 0
+def test_sequential_names_are_refused_for_sglang_and_vllm(cli, tmp_path):
+    # SGLang 0.5.23 and vLLM have no parameter for the Sequential names (LC217); TensorRT-LLM renames them
+    for runtime in ("all", "sglang", "vllm"):
+        run = cli("convert", EXAMPLE, tmp_path / runtime, "--naming", "sequential", "--runtime", runtime)
+        assert run.code == 1 and "LC217" in run.err, (runtime, run)
+    assert cli("convert", EXAMPLE, tmp_path / "b", "--naming", "sequential", "--runtime", "trtllm").code == 0
 
 
 def test_help_teaches_with_examples(cli):
@@ -360,7 +364,7 @@ def test_a_conversion_in_json_format_carries_its_status(cli, tmp_path):
     run = cli("convert", EXAMPLE, tmp_path / "out", "-f", "json")
     assert run.code == 0, run
     doc = json.loads(run.out)
-    assert doc.pop("status") == "converted"
+    assert doc.pop("status") == "converted" and doc.pop("kept") == []  # kept: what --force kept of DST
     assert doc == load_json(tmp_path / "out" / "conversion.json")
 
 

@@ -92,7 +92,7 @@ def test_a_full_disk_leaves_nothing_behind(tmp_path):
     proc = _convert_process(EXAMPLE, dst, preexec_fn=_limit_file_size)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 2, err
-    assert f"cannot write the output: File too large: {dst} (nothing is left at DST)" in err
+    assert f"cannot write the output: File too large: {dst} (DST was not created)" in err
     assert "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
 
@@ -187,7 +187,7 @@ def test_disk_full_during_a_mapped_window_copy_reports_enospc_not_a_buffer_error
     monkeypatch.setattr(os, "write", write)
     dst = tmp_path / "out"
     run = cli("convert", EXAMPLE, dst)
-    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (nothing is left at DST)")
+    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (DST was not created)")
     assert "BufferError" not in run.err and "internal error" not in run.err
     assert list(tmp_path.iterdir()) == []
 
@@ -199,7 +199,7 @@ def test_disk_full_during_a_kernel_copy_leaves_nothing_and_creates_no_parents(cl
     monkeypatch.setattr(os, "copy_file_range", _no_space)
     dst = tmp_path / "new" / "deeper" / "out"
     run = cli("convert", EXAMPLE, dst)
-    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (nothing is left at DST)")
+    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (DST was not created)")
     assert list(tmp_path.iterdir()) == []  # the parents convert created for DST are gone too
 
 
@@ -209,8 +209,8 @@ def test_disk_full_while_replacing_with_force_keeps_the_previous_output(cli, tmp
     before = tree_digest(dst)
     monkeypatch.setattr(os, "fsync", _no_space)  # every file is flushed before the swap
     run = cli("convert", EXAMPLE, dst, "--force")
-    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (nothing is left at "
-                                    "DST; the previous DST is unchanged)")
+    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (the previous DST "
+                                    "is unchanged)")
     assert tree_digest(dst) == before
 
 
@@ -227,7 +227,7 @@ def test_an_unwritable_parent_is_an_io_error_naming_it(cli, tmp_path, monkeypatc
     monkeypatch.setattr(Path, "mkdir", mkdir)
     dst = tmp_path / "out"
     run = cli("convert", EXAMPLE, dst)
-    _assert_clean_failure(run, dst, f"cannot write the output: Permission denied: {tmp_path} (nothing is left at DST)")
+    _assert_clean_failure(run, dst, f"cannot write the output: Permission denied: {tmp_path} (DST was not created)")
     assert not dst.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -238,8 +238,8 @@ def test_a_file_where_the_parent_directory_should_be_is_an_io_error(cli, tmp_pat
     dst = afile / below
     run = cli("convert", EXAMPLE, dst)
     assert run.code == 2, run
-    assert run.err == f"lilicorr-ckpt: error: cannot write the output: Not a directory: {afile} (nothing is left at " \
-                      "DST)\n"
+    assert run.err == f"lilicorr-ckpt: error: cannot write the output: Not a directory: {afile} (DST was not " \
+                      "created)\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and afile.read_text() == "a file, not a directory"
 
 

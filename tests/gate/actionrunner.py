@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ghrunner import parse_github_output
 
 REPO = Path(__file__).resolve().parents[2]
 _EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
@@ -55,22 +56,25 @@ def load_yaml(path: Path) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
+class _WorkflowLoader(yaml.SafeLoader):
+    """YAML as GitHub reads a workflow: only true/false are booleans (PyYAML's YAML 1.1 would read the `on:` key
+    as True)."""
+
+
+_WorkflowLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_WorkflowLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+                                      list("tTfF"))
+
+
+def load_workflow(text: str) -> dict[str, Any]:
+    return yaml.load(text, Loader=_WorkflowLoader)  # a SafeLoader subclass
+
+
 def parse_outputs(text: str) -> dict[str, str]:
-    out: dict[str, str] = {}
-    lines = iter(text.splitlines())
-    for line in lines:
-        if "<<" in line and "=" not in line.split("<<", 1)[0]:
-            key, delim = line.split("<<", 1)
-            value = []
-            for nxt in lines:
-                if nxt == delim:
-                    break
-                value.append(nxt)
-            out[key] = "\n".join(value)
-        elif "=" in line:
-            key, value = line.split("=", 1)
-            out[key] = value
-    return out
+    """A step's $GITHUB_OUTPUT as the runner reads it (strict: a malformed entry fails the test)."""
+    return parse_github_output(text)
 
 
 def _evaluate(expr: str, inputs: dict[str, str], steps: dict[str, dict[str, str]]) -> str:

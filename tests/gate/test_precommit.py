@@ -92,6 +92,60 @@ def test_options_reach_validate(tmp_path):
     assert hook("owned/config.json", "--runtime", "tensorrt", cwd=tmp_path).returncode == 4
 
 
+def test_file_names_that_look_like_options_are_files(tree):
+    from lilicorr_ckpt.precommit import split_arguments
+
+    shutil.copytree(tree / "drafter", tree / "-rf")
+    shutil.copytree(tree / "export", tree / "--strict")
+    # what pre-commit runs with the manifest's default args ([--]) and with a repo's own args lacking the --
+    for args in (["--", "-rf/config.json"], ["-rf/config.json"], ["--runtime", "vllm", "-rf/config.json"]):
+        result = hook(*args, cwd=tree)
+        assert result.returncode == 0, (args, result.stdout + result.stderr)
+        assert "lilicorr-ckpt validate -rf" in result.stdout and "PASS" in result.stdout
+    # a directory named like an option, and the real option beside it
+    failing = hook("--strict", "--", "--strict/model.safetensors", cwd=tree)
+    assert failing.returncode == 1 and "lilicorr-ckpt validate --strict --strict" in failing.stdout
+    assert checkpoint_dirs(["-rf/config.json", "--x/a.safetensors"]) == [Path("-rf"), Path("--x")]
+    assert split_arguments(["--strict", "-rf/config.json", "-t", "./t", "-x/hf_quant_config.json"]) == \
+        ["--strict", "-t", "./t", "--", "-rf/config.json", "-x/hf_quant_config.json"]
+
+
+def test_an_unexpected_failure_is_exit_2_naming_the_directory_not_a_traceback(tree, monkeypatch, capsys):
+    import lilicorr_ckpt.checks.run as run_module
+    from lilicorr_ckpt import precommit
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(run_module, "validate", broken)
+    monkeypatch.chdir(tree)
+    with pytest.raises(SystemExit) as exc:
+        precommit.main(["--", "drafter/config.json", "export/config.json"])
+    out, err = capsys.readouterr()
+    assert exc.value.code == 2
+    assert "drafter: internal error: RuntimeError: boom" in err and "export: internal error" in err
+    assert "Traceback" not in out + err
+
+    def crash(*args, **kwargs):
+        raise ValueError("outside any directory")
+
+    monkeypatch.setattr(precommit, "checkpoint_dirs", crash)
+    with pytest.raises(SystemExit) as exc:
+        precommit.main(["--", "drafter/config.json"])
+    assert exc.value.code == 2 and "internal error: ValueError: outside any directory" in capsys.readouterr().err
+
+
+def test_config_option_reaches_the_hook(tmp_path):
+    fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404
+    waivers = tmp_path / "elsewhere" / "waivers.toml"
+    waivers.parent.mkdir()
+    waivers.write_text('[[waivers]]\nrule = "LC404"\nreason = "checked on SGLang"\n')
+    assert hook("--", "owned/config.json", cwd=tmp_path).returncode == 1
+    assert hook("--config", str(waivers), "--", "owned/config.json", cwd=tmp_path).returncode == 0
+    bad = hook("--config", str(tmp_path / "none.toml"), "--", "owned/config.json", cwd=tmp_path)
+    assert bad.returncode == 4 and "no such file" in bad.stderr
+
+
 def test_dir_mode_validates_what_it_is_given(tree):
     assert hook("--dir", "drafter", cwd=tree).returncode == 0
     assert hook("--dir", "drafter", "export", cwd=tree).returncode == 1
@@ -117,6 +171,7 @@ def test_the_hook_manifest_matches_the_entry_point():
         assert not pattern.search(name), name
     assert hooks["lilicorr-ckpt-validate"]["require_serial"] is True  # one run sees every file: one per directory
     assert hooks["lilicorr-ckpt-validate-dir"]["pass_filenames"] is False
+    assert hooks["lilicorr-ckpt-validate"]["args"] == ["--"]  # the file names pre-commit appends follow a --
     pyproject = (REPO / "pyproject.toml").read_text()
     assert 'lilicorr-ckpt-pre-commit = "lilicorr_ckpt.precommit:main"' in pyproject
     assert hooks["lilicorr-ckpt-validate"]["entry"] == "lilicorr-ckpt-pre-commit"
@@ -141,6 +196,11 @@ def test_pre_commit_try_repo(tree, tmp_path_factory):
                     "target/config.json")
     assert good.returncode == 0, good.stdout + good.stderr
     assert "lilicorr-ckpt validate" in good.stdout and "Passed" in good.stdout
+    shutil.copytree(tree / "drafter", tree / "-rf")
+    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
+    dashed = try_repo("lilicorr-ckpt-validate", "--verbose", "--files=-rf/config.json")  # one value: not an option
+    assert dashed.returncode == 0, dashed.stdout + dashed.stderr
+    assert "lilicorr-ckpt validate -rf" in dashed.stdout
     bad = try_repo("lilicorr-ckpt-validate", "--all-files", "--verbose")
     assert bad.returncode == 1
     assert "FAIL" in bad.stdout and "skipped target: not a drafter" in bad.stdout

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+from ghrunner import parse_github_output
+
 from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.cli import main
 from lilicorr_ckpt.report.ci import json_key_lines, pointer_line
 from lilicorr_ckpt.runtimes import PROFILES
 
@@ -54,9 +58,43 @@ def test_markdown_summary_and_github_output(tmp_path):
     assert f"| {VL} | ❌ refuses |" in md.stdout and "SGLang" not in md.stdout
     assert "<br>**fix:**" in md.stdout
     out = run_cli("validate", str(NVFP4), "-f", "github-output", "--runtime", "vllm")
-    pairs = dict(line.split("=", 1) for line in out.stdout.splitlines())
+    pairs = parse_github_output(out.stdout)
     assert pairs["exit-code"] == "1" and pairs["result"] == "fail" and pairs["verdict-vllm"] == "refuses"
     assert json.loads(pairs["verdicts"]) == {"vllm": "refuses"}
+    assert all(line.startswith("ghadelimiter_") or "<<ghadelimiter_" in line or line in pairs.values()
+               for line in out.stdout.splitlines())  # every value in the delimiter form
+
+
+def _resized(tensors):
+    """Doubles the first lilicorr.* tensor's first dimension: one LC208 (shape) finding about that tensor."""
+    name = sorted(n for n in tensors if n.startswith("lilicorr."))[0]
+    dtype, shape, raw = tensors[name]
+    tensors[name] = (dtype, (shape[0] * 2, *shape[1:]), raw + raw)
+
+
+def _in_process(capsys, *args: str) -> str:
+    with pytest.raises(SystemExit):
+        main(list(args))
+    return capsys.readouterr().out
+
+
+def test_tensor_findings_point_at_the_index_entry_or_the_shard(tmp_path, capsys):
+    sharded = fixtures.write_checkpoint(tmp_path / "sharded", shards=2, mutate=_resized)
+    [annotation] = [line for line in _in_process(capsys, "validate", str(sharded), "-f", "github").splitlines()
+                    if "title=LC208" in line]
+    name = annotation.split("::", 2)[2].split("`")[1]
+    assert f"file={sharded}/model.safetensors.index.json,line=" in annotation
+    line = int(annotation.split(",line=", 1)[1].split(",", 1)[0])
+    assert f'"{name}"' in (sharded / "model.safetensors.index.json").read_text().splitlines()[line - 1]
+    sarif = json.loads(_in_process(capsys, "validate", str(sharded), "-f", "sarif"))
+    [result] = [r for r in sarif["runs"][0]["results"] if r["ruleId"] == "LC208"]
+    location = result["locations"][0]
+    assert location["physicalLocation"]["region"] == {"startLine": line}
+    assert location["logicalLocations"][0]["fullyQualifiedName"] == name
+    single = fixtures.write_checkpoint(tmp_path / "single", mutate=_resized)  # no index: the shard's header
+    [annotation] = [line for line in _in_process(capsys, "validate", str(single), "-f", "github").splitlines()
+                    if "title=LC208" in line]
+    assert f"file={single}/model.safetensors,line=1," in annotation
 
 
 def test_report_rerenders_a_saved_json_report(tmp_path):
@@ -82,3 +120,20 @@ def test_report_refuses_what_is_not_a_report(tmp_path):
     assert usage.returncode == 4
     for r in (bad, missing, usage):
         assert "Traceback" not in r.stderr
+
+
+def test_strict_says_so_and_says_why_a_warning_fails(tmp_path, capsys):
+    warned = fixtures.write_checkpoint(tmp_path / "warned", fixtures.draft_config(block_size=16))  # LC111 only
+    text = _in_process(capsys, "validate", str(warned), "--strict")
+    assert text.splitlines()[0] == f"lilicorr-ckpt validate {warned} --strict"
+    assert text.splitlines()[-1].startswith("FAIL 0 errors, 1 warning")
+    md = _in_process(capsys, "validate", str(warned), "--strict", "-f", "markdown")
+    lines = md.splitlines()
+    assert lines[0] == f"### ❌ lilicorr-ckpt validate `{warned}` `--strict`: FAIL"
+    assert lines[2].startswith("Failed under `--strict`: every runtime's verdict below is *accepts*, and 1 warning "
+                               "fails the gate")
+    rows = [line for line in lines if line.startswith("| ") and "accepts" in line]
+    assert rows and all("⚠️ accepts (its warnings fail `--strict`)" in row for row in rows)
+    assert any("⚠️ warning (fails `--strict`)" in line for line in lines)
+    lax = _in_process(capsys, "validate", str(warned), "-f", "markdown").splitlines()
+    assert lax[0].endswith(": PASS") and "--strict" not in "\n".join(lax) and "✅ accepts" in "\n".join(lax)

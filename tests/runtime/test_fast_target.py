@@ -152,7 +152,13 @@ def test_graph_replay_matches_eager_and_transformers_on_gpu(arch):
     graphed = _greedy(fast, prompt, 48)
     assert fast._graphs, "the one-token step was not captured"
     assert graphed == _greedy(eager, prompt, 48)
-    assert graphed == _greedy(TargetModel(ref.model), prompt, 48)
+    # against transformers: each greedy token is transformers' top token up to bf16 round-off (the fused step
+    # kernels round differently from transformers' unfused ops, so an exact near-tie may go either way)
+    with torch.inference_mode():
+        hf = ref.model(torch.tensor([prompt + graphed[:-1]], device="cuda")).logits[0, len(prompt) - 1:].float()
+    chosen = hf.gather(1, torch.tensor(graphed, device="cuda")[:, None])[:, 0]
+    top = hf.max(dim=1).values
+    assert bool((chosen >= top - 2.0 ** -5 * top.abs().clamp_min(1.0)).all()), (chosen - top).min()
     for t in (fast, eager):
         t.reserve(64)
         t.reset()

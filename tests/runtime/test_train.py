@@ -23,6 +23,7 @@ from lilicorr_runtime.train.__main__ import _split
 from lilicorr_runtime.train.__main__ import main as train_cli
 from lilicorr_runtime.train.data import Dataset, self_written_prompts
 from lilicorr_runtime.train.prompts import stdlib_code_prompts, training_prompts
+from lilicorr_runtime.train.state import read_state
 
 from helpers import REPO
 
@@ -86,11 +87,11 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
     run = tmp_path / "run"
     common = ["--target", TARGET, "--data", str(data), "--device", "cpu", "--batch-size", "2", "--anchors", "4"]
     _run(["train", str(run), *common, "--mask-token-id", "511", "--steps", "4", "--time-budget", "1"])
-    first = torch.load(run / "state.pt", weights_only=False)
-    assert 1 <= first["step"] <= 4
+    first = read_state(run / "state.safetensors")
+    assert 1 <= first.step <= 4
     _run(["train", str(run), *common, "--steps", "6"])
-    state = torch.load(run / "state.pt", weights_only=False)
-    assert state["step"] == 6
+    state = read_state(run / "state.safetensors")
+    assert state.step == 6
     log = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
     assert log and all(np.isfinite(r["loss"]) for r in log if "loss" in r)
     _run(["export", str(run), "--out", str(tmp_path / "export")])
@@ -101,7 +102,7 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
     again = tmp_path / "again"
     _run(["train", str(again), *common, "--mask-token-id", "511", "--steps", "1", "--init-from",
           str(tmp_path / "drafter"), "--lr-drafter", "0", "--lr-head", "0"])
-    started = torch.load(again / "state.pt", weights_only=False)["model"]
+    started = read_state(again / "state.safetensors").model
     trained = build_drafter(load_checkpoint(str(tmp_path / "drafter"))).state_dict()
     assert started.keys() == trained.keys()
     for name, value in trained.items():
@@ -116,7 +117,7 @@ def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
     assert result.exit_code == 1 and "not a drafter of this shape" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)  # a message, not a traceback
     both = CliRunner().invoke(train_cli, [*common, "--init-layer", "1", "--init-from", str(tmp_path / "r")])
-    assert both.exit_code == 2
+    assert both.exit_code == 4  # a usage error, as lilicorr-ckpt's
 
 
 def test_prompt_counts_add_up_and_an_empty_mix_is_a_clean_error(tmp_path):
@@ -133,7 +134,7 @@ def test_prompt_counts_add_up_and_an_empty_mix_is_a_clean_error(tmp_path):
     assert not (tmp_path / "d.npz").exists()
     bad = CliRunner().invoke(train_cli, ["generate", "--target", str(tmp_path / "nope"), "--out",
                                          str(tmp_path / "d.npz"), "--device", "cpu"])
-    assert bad.exit_code == 1 and "--target" in bad.output and "Traceback" not in bad.output
+    assert bad.exit_code == 2 and "--target" in bad.output and "Traceback" not in bad.output  # unreadable input
 
 
 def test_self_written_requests_keep_finished_turns_of_a_few_words(monkeypatch):

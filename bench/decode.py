@@ -1,0 +1,233 @@
+"""Where a decoding block's time goes on the device-resident loop, and the speed-up it implies.
+
+    python bench/decode.py --target GGUF --drafter examples/smollm2-lilicorr [--prompts 16] [--batches 1,32]
+    python bench/decode.py --random qwen3-8b [--batches 1,32]   # random Qwen3-8B-shaped target + 8B-geometry drafter
+
+For each target and batch size it measures, per block (one graph replay each, CUDA events, median):
+
+    draft     the draft step: backbone over the context, candidates, head, walk (head arm)
+    verify    the target step over [anchor, d_1..d_n] with the feature taps
+    book      acceptance, commit, project_context and the draft-cache append
+    block     the whole block as the loop replays it (one graph)
+    host      wall time per block in the loop minus the block's GPU time: launch, the one sync, Python
+    ar        one target-only block (one token per request) on the same loop
+
+and the speed-up model  tau * c_ar / (c_draft + c_verify + c_book + c_host)  with tau the head arm's measured
+acceptance (for the random target, whose drafter accepts nothing, the model is evaluated with the tau measured
+on the real target, or --tau): what the same drafter would give against this target. The measured speed-up
+(tokens/s of the loop against its ar arm) is printed beside it where the drafter is real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import torch
+
+from lilicorr_runtime import SpeculativeDecoder
+from lilicorr_runtime.loop import DecodeLoop
+
+CHAT = ["Write a Python function that checks whether a string is a palindrome.",
+        "Explain in two sentences why the sky is blue.",
+        "What is 17 * 23? Show your steps.",
+        "List three uses of a hash map.",
+        "Summarise the plot of Romeo and Juliet in one paragraph.",
+        "Write a haiku about autumn rain.",
+        "How do I reverse a linked list in C?",
+        "What is the capital of Australia, and why is it not Sydney?"]
+
+
+CUDA = torch.cuda.is_available()
+
+
+def cuda_median(fn, iters: int = 30, warmup: int = 3) -> float:
+    """Median seconds per call: CUDA events on the GPU; on the CPU (a dry run of this script) the host clock."""
+    for _ in range(warmup):
+        fn()
+    if not CUDA:
+        times = []
+        for _ in range(iters):
+            begin = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - begin)
+        return sorted(times)[len(times) // 2]
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+class _Eager:
+    def __init__(self, fn):
+        self.replay = fn
+
+
+def capture(fn):
+    """(a graph whose replay runs fn, fn's outputs); on the CPU an object whose replay calls fn."""
+    if not CUDA:
+        return _Eager(fn), fn()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = fn()
+    return graph, out
+
+
+def pieces(loop: DecodeLoop) -> dict[str, float]:
+    """GPU seconds of the block's pieces, each its own graph, over the loop's current state with every slot set
+    inactive (the same work, nothing committed, so the state stays put between replays)."""
+    saved = {k: v.clone() for k, v in loop.state.items()}
+    loop.state["active"].zero_()
+    out: dict[str, float] = {}
+    with torch.inference_mode():
+        if loop.drafter is not None:
+            draft_graph, drafted = capture(loop._draft)
+            out["draft"] = cuda_median(draft_graph.replay)
+        else:
+            drafted = loop._draft()
+        verify_graph, verified = capture(lambda: loop._verify(drafted))
+        out["verify"] = cuda_median(verify_graph.replay)
+        book_graph, _ = capture(lambda: loop._accept(verified))
+        out["book"] = cuda_median(book_graph.replay)
+        block_graph, _ = capture(loop._body)
+        out["block"] = cuda_median(block_graph.replay)
+    for k, v in loop.state.items():
+        v.copy_(saved[k])
+    return out
+
+
+def sync() -> None:
+    if CUDA:
+        torch.cuda.synchronize()
+
+
+def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int, batch: int, eos) -> dict:
+    rows = max(len(p) for p in prompts) + max_new + decoder.num_tokens + 2
+    loop = decoder.device_loop(batch, rows, max_new, set(eos))
+    steps, step_seconds = loop.steps, loop.step_seconds
+    sync()
+    begin = time.perf_counter()
+    results = decoder.generate_many(prompts, max_new, eos, batch=batch)
+    sync()
+    wall = time.perf_counter() - begin
+    blocks = max(sum(len(r.blocks) for r in results), 1)
+    tokens = sum(len(r.tokens) for r in results)
+    committed = sum(b.committed for r in results for b in r.blocks)
+    steps = max(loop.steps - steps, 1)  # blocks the loop ran (each serves every slot)
+    return {"wall": wall, "tokens": tokens, "blocks": blocks, "tau": committed / blocks, "steps": steps,
+            "step_s": (loop.step_seconds - step_seconds) / steps, "tok_s": tokens / wall, "loop": loop}
+
+
+def bench(label: str, target, drafter, prompts: list[list[int]], batches: list[int], max_new: int, eos,
+          tau_override: float | None, rows: list) -> None:
+    for batch in batches:
+        reqs = (prompts * ((batch + len(prompts) - 1) // len(prompts) + 1))[:max(batch, len(prompts))]
+        arms = {}
+        for arm in ("head", "ar"):
+            decoder = SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm, loop="device")
+            rows = max(len(p) for p in reqs) + max_new + decoder.num_tokens + 2
+            decoder.device_loop(batch, rows, max_new, set(eos))  # sized for every request: never rebuilt below
+            run_loop(decoder, reqs[:batch], max_new, batch, eos)  # warm-up: capture, compile
+            measured = run_loop(decoder, reqs, max_new, batch, eos)
+            loop = measured["loop"]
+            # a realistic state for the pieces: every slot admitted with a request
+            for slot in range(batch):
+                loop.admit(slot, torch.tensor(reqs[slot % len(reqs)]), max_new)
+            arms[arm] = (measured, pieces(loop))
+            for slot in range(batch):
+                loop.state["active"][slot] = False
+                loop._host_active[slot] = False
+        head, head_pieces = arms["head"]
+        ar, ar_pieces = arms["ar"]
+        host = head["step_s"] - head_pieces["block"]  # per block: what the loop's wall time adds to the GPU's
+        ar_host = ar["step_s"] - ar_pieces["block"]
+        tau = tau_override if tau_override is not None else head["tau"]
+        c_ar = ar["step_s"]
+        model = tau * c_ar / (head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0))
+        measured = head["tok_s"] / ar["tok_s"]
+        rows.append({"target": label, "batch": batch, "tau": round(head["tau"], 3), "tau_model": round(tau, 3),
+                     "draft_ms": head_pieces["draft"] * 1e3, "verify_ms": head_pieces["verify"] * 1e3,
+                     "book_ms": head_pieces["book"] * 1e3, "block_ms": head_pieces["block"] * 1e3,
+                     "host_ms": host * 1e3, "syncs_per_block": 1, "ar_block_ms": ar_pieces["block"] * 1e3,
+                     "ar_ms_per_step": c_ar * 1e3, "ar_host_ms": ar_host * 1e3, "ar_tok_s": ar["tok_s"],
+                     "head_tok_s": head["tok_s"], "speedup_measured": measured, "speedup_model": model})
+        print(json.dumps(rows[-1]), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", help="a target (GGUF, HF directory)")
+    parser.add_argument("--drafter", help="its drafter checkpoint")
+    parser.add_argument("--random", metavar="SHAPE", help="qwen3-8b: random target + 8B-geometry random drafter")
+    parser.add_argument("--prompts", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--batches", default="1,32")
+    parser.add_argument("--tau", type=float, default=None, help="tau for the model on a random target")
+    args = parser.parse_args()
+    batches = [int(b) for b in args.batches.split(",")]
+    rows: list = []
+    device, dtype = ("cuda", torch.bfloat16) if CUDA else ("cpu", torch.float32)
+    print(f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name() if CUDA else 'cpu (a dry run)'}  "
+          f"torch {torch.__version__}", flush=True)
+    if args.target:
+        from lilicorr_ckpt import load_drafter
+        from lilicorr_runtime import load_target
+
+        target = load_target(args.target, dtype=dtype, device=device)
+        drafter = load_drafter(args.drafter, dtype=dtype, device=device)
+        tok = target.tokenizer
+        prompts = [list(tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
+                                                tokenize=True, return_dict=True)["input_ids"])
+                   for c in (CHAT * 4)[:args.prompts]]
+        bench(args.target.rsplit("/", 1)[-1], target, drafter, prompts, batches, args.max_new_tokens,
+              list(target.eos_token_ids), None, rows)
+    if args.random:
+        import importlib.util
+        import pathlib
+
+        spec = importlib.util.spec_from_file_location("bench_target", pathlib.Path(__file__).with_name("target.py"))
+        bench_target = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench_target)
+        target = bench_target.random_target(args.random, "cuda")
+        drafter = random_drafter(target)
+        generator = torch.Generator().manual_seed(0)
+        prompts = [torch.randint(0, target.vocab_size, (48 + 8 * i,), generator=generator).tolist()
+                   for i in range(args.prompts)]
+        tau = args.tau if args.tau is not None else (rows[0]["tau"] if rows else None)
+        bench(f"random {args.random}", target, drafter, prompts, batches, args.max_new_tokens, [], tau, rows)
+    header = ["target", "batch", "tau", "draft_ms", "verify_ms", "book_ms", "block_ms", "host_ms", "ar_ms_per_step",
+              "head_tok_s", "ar_tok_s", "speedup_measured", "tau_model", "speedup_model"]
+    print("\n" + " ".join(f"{h:>14}" for h in header))
+    for row in rows:
+        print(" ".join(f"{row[h]:>14.3f}" if isinstance(row[h], float) else f"{row[h]!s:>14}" for h in header))
+
+
+def random_drafter(target):
+    """A random-weight drafter of the paper's Qwen3-8B geometry (5 layers, LiLiCorr head) for `target`."""
+    from lilicorr_ckpt import fixtures
+    from lilicorr_ckpt.checkpoint.config import parse_config
+    from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
+    from lilicorr_runtime.dflash import Drafter, backbone_spec
+
+    config = parse_config(json.dumps(fixtures.qwen3_8b_drafter_config(5)).encode()).config
+    g = resolve_geometry(config)
+    torch.manual_seed(0)
+    return Drafter(g, backbone_spec(config, g.num_layers)).place(torch.bfloat16, "cuda").eval()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,331 @@
+"""Triton kernels for the target's decode and verify steps; each mirrors a torch reference in lilicorr_runtime.ops.
+
+A Llama / Qwen2 / Qwen3 layer runs as six kernels on the fast path's step forward:
+
+    step_linear  [norm prologue]        x -> qkv           (the input RMSNorm folded into the GEMM)
+    rope_kv      [qk-norm, rope, write] qkv -> q; k, v into the cache rows
+    step_attention                      q over the visible cache rows only -> [rows, heads * hd]
+    step_linear  [residual epilogue]    x + o_proj(attn)
+    step_linear  [norm prologue, gated] silu(gate) * up of the post-attention RMSNorm
+    step_linear  [residual epilogue]    x + down(...)
+
+Batch invariance. Every kernel computes a row from that row alone, in an order fixed by the weights' shape and
+never by the number of rows: 16 rows per program (BLOCK_M, also for a one-row step), the same K tiling, and
+attention walking the same key blocks from the same first block (a block past a row's last visible key is
+fully masked, and adding a fully masked block leaves the online softmax bit for bit unchanged). So an 8-row
+verify computes each row exactly as the one-token step does: greedy speculative decoding on this path emits
+the target-only tokens bit for bit, with no numerical ties between the two.
+
+RMSNorm folded into a GEMM: RMSNorm(x)·Wᵀ = rstd(x) · ((x ⊙ g)·Wᵀ), so the prologue only scales the input by
+the norm weight, the sum of squares is accumulated in the same K loop, and rstd scales the accumulator at the
+end (rounding differs from the unfused Qwen3RMSNorm by a few ulps of the input dtype).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_M = 16  # rows per program in every step kernel, whatever the step's row count (batch invariance)
+ATTENTION_BLOCK_N = 64  # keys per attention iteration
+
+
+def _interpreted() -> bool:
+    knobs = getattr(triton, "knobs", None)
+    return bool(knobs.runtime.interpret) if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
+
+
+# Tile shapes the first CUDA call of each (weight shape, epilogue) times on its own arguments, keeping the fastest
+# for every later call (whatever its row count, so results stay batch invariant). An H200 run of the default alone
+# streamed a Qwen3-8B step's weights at 41% of the copy bandwidth (docs/performance.md).
+CANDIDATES = (
+    {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
+    {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 8, "num_stages": 2},
+)
+TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, dtypes) -> the tile shape in use
+
+
+def linear_config(n: int, k: int) -> dict[str, int]:
+    """Tile sizes by the weight's shape only (never the row count, so results stay batch invariant). Narrow
+    column tiles when the matrix is small, so that a one-row GEMV still spreads over many programs."""
+    block_k = 128 if k >= 1024 else 64
+    block_n = 16
+    for candidate in (64, 32):
+        if triton.cdiv(n, candidate) >= 256:
+            block_n = candidate
+            break
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 4, "num_stages": 3}
+
+
+# ---------------------------------------------------------------- step_linear
+#
+# y[m, n] = epilogue(prologue(x)[m, :] · W[n, :]) for a few rows m. One program per (16 rows, BLOCK_N columns):
+# it streams its BLOCK_N weight rows once. Programs sharing a weight tile are launched next to each other (the
+# row tile is grid axis 0), so a step of many rows reads each tile from L2 after the first.
+
+
+@triton.jit
+def _step_linear(x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, M, N, K, eps, s_xm, s_wn, s_rm, s_ym,
+                 NORM: tl.constexpr, BIAS: tl.constexpr, RESIDUAL: tl.constexpr, GATED: tl.constexpr,
+                 UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    n_ok = rn < N
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * s_xm
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    squares = tl.zeros((BLOCK_M,), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < K
+        x = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        if NORM:
+            xf = x.to(tl.float32)
+            squares += tl.sum(xf * xf, axis=1)
+            g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+            x = (xf * g[None, :]).to(w_ptr.dtype.element_ty)
+        w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        if UPCAST:
+            acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=PRECISION)
+        else:
+            acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
+        if GATED:  # the up rows follow the N gate rows in the fused weight
+            wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            if UPCAST:
+                acc_up += tl.dot(x.to(tl.float32), tl.trans(wu.to(tl.float32)), input_precision=PRECISION)
+            else:
+                acc_up += tl.dot(x, tl.trans(wu), input_precision=PRECISION)
+    if NORM:
+        rstd = 1.0 / tl.sqrt(squares / K + eps)
+        acc = acc * rstd[:, None]
+        acc_up = acc_up * rstd[:, None]
+    if BIAS:
+        acc += tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    if RESIDUAL:
+        acc += tl.load(r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :], mask=out_mask, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+
+
+def step_linear_triton(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
+                       eps: float = 0.0, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
+                       gated: bool = False, out: torch.Tensor | None = None,
+                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """x [M, K] (rows may be strided) -> y [M, N] (see ops.step_linear_reference). `out`, when given, is written
+    (a row-strided view is fine: a column slice of a wider buffer)."""
+    m, k = x.shape
+    n = weight.shape[0] // 2 if gated else weight.shape[0]
+    if x.stride(-1) != 1:
+        x = x.contiguous()
+    if weight.stride(-1) != 1:
+        weight = weight.contiguous()
+    if out is None:
+        out = torch.empty((m, n), device=x.device, dtype=out_dtype or x.dtype)
+    if residual is not None and residual.stride(-1) != 1:
+        residual = residual.contiguous()
+    if m == 0:
+        return out
+    upcast = weight.dtype == torch.float32 or _interpreted()
+
+    def launch(config: dict[str, int], y: torch.Tensor) -> None:
+        grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, config["BLOCK_N"]))
+        _step_linear[grid](x, weight, bias if bias is not None else weight,
+                           norm_weight if norm_weight is not None else weight,
+                           residual if residual is not None else y, y, m, n, k, eps, x.stride(0), weight.stride(0),
+                           residual.stride(0) if residual is not None else 0, y.stride(0),
+                           NORM=norm_weight is not None, BIAS=bias is not None, RESIDUAL=residual is not None,
+                           GATED=gated, UPCAST=upcast, PRECISION="ieee", BLOCK_M=BLOCK_M, **config)
+
+    key = (n, k, norm_weight is not None, bias is not None, residual is not None, gated, weight.dtype, out.dtype)
+    config = TUNED.get(key)
+    if config is None:
+        config = _tune(key, launch, out) if x.is_cuda and not _interpreted() else linear_config(n, k)
+    launch(config, out)
+    return out
+
+
+def _tune(key: tuple, launch, out: torch.Tensor) -> dict[str, int]:
+    """The fastest tile shape for this call (median of triton.testing.do_bench, L2 flushed between runs), timed
+    into a scratch output; never inside a graph capture (the warm-up runs before it), where the default serves."""
+    default = linear_config(key[0], key[1])
+    if torch.cuda.is_current_stream_capturing():
+        return default
+    scratch = torch.empty_like(out)
+    best, best_time = default, float("inf")
+    for config in (default, *CANDIDATES):
+        try:
+            launch(config, scratch)
+            elapsed = triton.testing.do_bench(lambda config=config: launch(config, scratch), warmup=5, rep=20,
+                                              return_mode="median")
+        except Exception:  # a shape that needs more shared memory than the device has: not a candidate here
+            continue
+        if elapsed < best_time:
+            best, best_time = config, elapsed
+    TUNED[key] = best
+    return best
+
+
+# ---------------------------------------------------------------- rope_kv
+#
+# One program per (row, head) of the fused qkv output: a q head is (normed and) rotated into q; a kv head's k
+# is (normed and) rotated and written with its v into the cache at the row's cache row. cos and sin come
+# from fp32 tables [positions, hd/2] (attention scaling folded in), built once from the model's frequencies.
+
+
+@triton.jit
+def _rope_kv(qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr,
+             n, H, KV, D, HALF, eps, s_qkv, s_q_m, s_q_h, s_c_b, s_c_h, s_c_r, s_tab,
+             QK_NORM: tl.constexpr, BLOCK_H: tl.constexpr):
+    m = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    offs = tl.arange(0, BLOCK_H)
+    ok = offs < HALF
+    dtype = qkv_ptr.dtype.element_ty
+    is_q = (offs * 0 + head) < H  # the flag as a vector: masks must be tensors in Triton's interpreter
+    base = qkv_ptr + m * s_qkv + head * D
+    lo = tl.load(base + offs, mask=ok, other=0.0).to(tl.float32)
+    hi = tl.load(base + HALF + offs, mask=ok, other=0.0).to(tl.float32)
+    if QK_NORM:  # Qwen3RMSNorm over the head: fp32 reduction, cast back, then x weight
+        rstd = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / D + eps)
+        w_lo = tl.where(is_q, tl.load(qn_ptr + offs, mask=ok, other=0.0), tl.load(kn_ptr + offs, mask=ok, other=0.0))
+        w_hi = tl.where(is_q, tl.load(qn_ptr + HALF + offs, mask=ok, other=0.0),
+                        tl.load(kn_ptr + HALF + offs, mask=ok, other=0.0))
+        lo = ((lo * rstd).to(dtype).to(tl.float32) * w_lo.to(tl.float32)).to(dtype).to(tl.float32)
+        hi = ((hi * rstd).to(dtype).to(tl.float32) * w_hi.to(tl.float32)).to(dtype).to(tl.float32)
+    position = tl.load(pos_ptr + m)
+    c = tl.load(cos_ptr + position * s_tab + offs, mask=ok, other=0.0)
+    s = tl.load(sin_ptr + position * s_tab + offs, mask=ok, other=0.0)
+    out_lo = (lo * c - hi * s).to(dtype)
+    out_hi = (hi * c + lo * s).to(dtype)
+    q_base = q_ptr + m * s_q_m + head * s_q_h
+    tl.store(q_base + offs, out_lo, mask=ok & is_q)
+    tl.store(q_base + HALF + offs, out_hi, mask=ok & is_q)
+    # a kv head: k rotated, v as it is, at the row's cache row
+    kv = head - H
+    batch = m // n
+    row = tl.load(rows_ptr + m)
+    c_base = batch * s_c_b + tl.maximum(kv, 0).to(tl.int64) * s_c_h + row * s_c_r
+    is_kv = (offs * 0 + head) >= H
+    tl.store(kc_ptr + c_base + offs, out_lo.to(kc_ptr.dtype.element_ty), mask=ok & is_kv)
+    tl.store(kc_ptr + c_base + HALF + offs, out_hi.to(kc_ptr.dtype.element_ty), mask=ok & is_kv)
+    v_src = qkv_ptr + m * s_qkv + (head + KV) * D  # kv head j's v follows the KV k heads
+    v_lo = tl.load(v_src + offs, mask=ok & is_kv, other=0.0)
+    v_hi = tl.load(v_src + HALF + offs, mask=ok & is_kv, other=0.0)
+    tl.store(vc_ptr + c_base + offs, v_lo.to(vc_ptr.dtype.element_ty), mask=ok & is_kv)
+    tl.store(vc_ptr + c_base + HALF + offs, v_hi.to(vc_ptr.dtype.element_ty), mask=ok & is_kv)
+
+
+def rope_kv_triton(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor,
+                   positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, num_kv_heads: int,
+                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """See ops.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place."""
+    b, n, width = qkv.shape
+    hd = width // (num_heads + 2 * num_kv_heads)
+    flat = qkv.reshape(b * n, width)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    q = torch.empty((b, n, num_heads, hd), device=qkv.device, dtype=qkv.dtype)
+    if b * n == 0:
+        return q
+    rows = rows.reshape(b * n).contiguous()
+    positions = positions.reshape(b * n).contiguous()
+    half = hd // 2
+    _rope_kv[(b * n, num_heads + num_kv_heads)](
+        flat, q, keys, values, rows, positions, cos, sin, q_norm if q_norm is not None else cos,
+        k_norm if k_norm is not None else cos, n, num_heads, num_kv_heads, hd, half, eps, flat.stride(0), q.stride(1), q.stride(2),
+        keys.stride(0), keys.stride(1), keys.stride(2), cos.stride(0), QK_NORM=q_norm is not None,
+        BLOCK_H=max(16, triton.next_power_of_2(half)), num_warps=1)
+    return q
+
+
+# ---------------------------------------------------------------- step_attention
+#
+# Causal attention of a step's queries over the cache: query row (b, i) sees cache rows first[b]..last[b, i] and
+# nothing past them, so only the rows a step can see are read (not the cache's whole capacity). One program per
+# (batch row, kv head, 16 query rows of that kv head's group): GQA heads sharing a kv head read its keys once.
+
+
+@triton.jit
+def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, sm_scale,
+                    s_q_m, s_q_h, s_c_b, s_c_h, s_c_r, s_o_m, KV,
+                    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    batch = (tl.program_id(1) // KV).to(tl.int64)
+    kvh = tl.program_id(1) % KV
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    r_ok = r < G * n
+    g = r // n
+    i = r % n
+    head = kvh * G + g
+    m = batch * n + i
+    q = tl.load(q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :], mask=r_ok[:, None] & d_ok[None, :],
+                other=0.0)
+    first = tl.load(first_ptr + batch)
+    # a left-padding query row (last < first) and the rows past the group see the first row only: no row is ever
+    # without a visible key (an empty softmax row is NaN, and NaN K/V in the cache would poison later queries)
+    last = tl.maximum(tl.where(r_ok, tl.load(last_ptr + m, mask=r_ok, other=0), first), first)
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    base = batch * s_c_b + kvh.to(tl.int64) * s_c_h
+    lo = (first // BLOCK_N) * BLOCK_N  # a fixed block grid from row 0: the same blocks for every step shape
+    hi = tl.max(last, axis=0) + 1
+    for start in range(lo, hi, BLOCK_N):
+        keys = start + tl.arange(0, BLOCK_N)
+        kv_mask = ((keys >= first) & (keys < hi))[:, None] & d_ok[None, :]  # rows before `first` are never read
+        k = tl.load(kc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(vc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
+        if UPCAST:
+            k = k.to(tl.float32)
+            v = v.to(tl.float32)
+        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
+        visible = (keys[None, :] >= first) & (keys[None, :] <= last[:, None])
+        scores = tl.where(visible, scores, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+        p = tl.exp(scores - m_new[:, None])
+        alpha = tl.exp(m_i - m_new)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+        m_i = m_new
+    out = acc / l_i[:, None]
+    tl.store(o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=r_ok[:, None] & d_ok[None, :])
+
+
+def step_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor,
+                          first: torch.Tensor) -> torch.Tensor:
+    """See ops.step_attention_reference. q [b, n, H, hd] -> [b, n, H·hd]."""
+    b, n, heads, hd = q.shape
+    kv_heads = keys.shape[1]
+    groups = heads // kv_heads
+    out = torch.empty((b, n, heads * hd), device=q.device, dtype=q.dtype)
+    if b * n == 0:
+        return out
+    if q.stride(-1) != 1:
+        q = q.contiguous()
+    flat_q = q.reshape(b * n, heads, hd)
+    last = last.reshape(b * n).contiguous()
+    first = first.contiguous()
+    grid = (triton.cdiv(groups * n, BLOCK_M), b * kv_heads)
+    _step_attention[grid](flat_q, keys, values, last, first, out, n, groups, hd, hd ** -0.5, flat_q.stride(0),
+                          flat_q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), out.stride(1), kv_heads,
+                          UPCAST=q.dtype == torch.float32 or _interpreted(), PRECISION="ieee", BLOCK_M=BLOCK_M,
+                          BLOCK_N=ATTENTION_BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(hd)), num_warps=4,
+                          num_stages=2)
+    return out

@@ -1,0 +1,489 @@
+"""SGLang 0.5.23 serving a draft checkpoint, as far as the released code decides whether it loads.
+
+`Engine.serve(path)` walks the steps `python -m sglang.launch_server --speculative-algorithm DFLASH
+--speculative-draft-model-path PATH` takes for the draft, each through the wheel's own functions:
+
+1. the draft's Hugging Face config (`utils/hf_transformers/config.py` `get_config`: `AutoConfig.from_pretrained`);
+2. `arg_groups/speculative_hook.py` `_handle_dflash`: the block size (`parse_dflash_draft_config`, default 16);
+3. `configs/model_config.py` `ModelConfig._verify_quantization` / `_parse_quant_hf_config`: the quantization
+   method, and `_get_and_verify_dtype` for `--dtype auto`;
+4. `model_executor/model_runner_components/spec_aux_hidden_state.py` `_resolve_dflash_aux_hidden_state`:
+   the target layers to capture, and `models/qwen3.py` `Qwen3ForCausalLM.set_dflash_layers_to_capture` /
+   `Qwen3Model.forward`: the order the target captures them in;
+5. `model_loader/loader.py` `_get_quantization_config` -> `model_loader/weight_utils.py` `get_quant_config`
+   -> the quant config's `from_config`, then its supported activation dtypes;
+6. `_initialize_model`: the registered class for `architectures`, built with that quant config under the
+   model dtype (tensor-parallel linears, quant methods and parameters are the wheel's);
+7. `DefaultModelLoader.load_weights_and_postprocess`: `model.load_weights` over every tensor of the
+   checkpoint, then each module's `process_weights_after_loading` where it checks something on CPU;
+8. `speculative/dflash_worker_v2.py` `DFlashWorkerV2.__init__`: `set_block_size`, the mask-token resolution.
+
+The outcome: L (loads the trained function), R (refuses with a message), C (crashes with an untyped error),
+SW (loads, but serves another function). SW is judged from the loaded model: a parameter no checkpoint tensor
+wrote (it serves its constructor's value), a tensor no parameter took (its trained function is lost), a
+quantized tensor read as plain floats, target features concatenated in another order than the trained one, or
+attention run with another causality than the checkpoint declares.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import json
+import logging
+import math
+import re
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from safetensors import safe_open
+
+from . import infra
+from .wheel import StubUsed, install
+
+# the exceptions a loader raises on purpose, with a message (anything else is a crash)
+TYPED = (ValueError, NotImplementedError, RuntimeError)
+
+
+class Outcome(NamedTuple):
+    verdict: str  # "L" | "R" | "C" | "SW"
+    detail: str  # the refusal's message, the crash, or what is served wrongly
+    step: str  # the step that decided it
+
+    @property
+    def loads(self) -> bool:
+        return self.verdict == "L"
+
+
+class Decided(Exception):
+    def __init__(self, outcome: Outcome):
+        super().__init__(outcome.detail)
+        self.outcome = outcome
+
+
+class ForeignQuantMethod:
+    """A registered quantization method other than ModelOpt's. SGLang asks every method whether it claims a
+    checkpoint's config (`override_quantization_method`); on CUDA the others answer only for their own
+    `quant_method` values (awq, gptq, moe_wna16, mlx, humming; petit only on ROCm), never for ModelOpt's."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def override_quantization_method(self, hf_quant_config, user_quant):
+        return None
+
+    def from_config(self, config):
+        raise StubUsed(f"the {self.name} quantization method is not modelled")
+
+
+class Engine:
+    def __init__(self, root: Path):
+        self.root = root
+        install(root, infra.WHOLE, infra.PARTIAL, infra.stubs(root))
+        # the wheel logs hardware advice (no flashinfer, experimental FP8) that says nothing about the checkpoint
+        logging.getLogger("sglang").setLevel(logging.ERROR)
+        import importlib
+
+        # dflash.py decorates its forward-only helpers with torch.compile at import; compiling is serving
+        # infrastructure, and importing the compiler costs seconds
+        with _patched(torch, "compile", _no_compile):
+            self._import_all(importlib)
+
+    def _import_all(self, importlib) -> None:
+        srt = self.root / "sglang" / "srt"
+
+        self.modelopt = importlib.import_module("sglang.srt.layers.quantization.modelopt_quant")
+        registry_names = _dict_keys(srt / "layers" / "quantization" / "__init__.py", "BASE_QUANTIZATION_METHODS")
+        real = {"modelopt": self.modelopt.ModelOptFp8Config, "modelopt_fp8": self.modelopt.ModelOptFp8Config,
+                "modelopt_fp4": self.modelopt.ModelOptFp4Config,
+                "modelopt_mixed": self.modelopt.ModelOptMixedPrecisionConfig}
+        methods = {name: real.get(name) or ForeignQuantMethod(name) for name in registry_names}
+        quantization = importlib.import_module("sglang.srt.layers.quantization")
+        quantization.QUANTIZATION_METHODS = methods
+        quantization.get_quantization_config = lambda name: _registered(methods, name)
+        self.model_config = importlib.import_module("sglang.srt.configs.model_config")
+        self.model_config.QUANTIZATION_METHODS = methods
+        self.weight_utils = importlib.import_module("sglang.srt.model_loader.weight_utils")
+        self.weight_utils.get_quantization_config = quantization.get_quantization_config
+        self.weight_utils.ModelOptFp4Config = self.modelopt.ModelOptFp4Config
+        self.weight_utils.ModelOptFp8Config = self.modelopt.ModelOptFp8Config
+        self.dflash_utils = importlib.import_module("sglang.srt.speculative.dflash_utils")
+        self.dflash = importlib.import_module("sglang.srt.models.dflash")
+        self.lilicorr = importlib.import_module("sglang.srt.models.lilicorr")
+        self.qwen3 = importlib.import_module("sglang.srt.models.qwen3")
+        self.worker = importlib.import_module("sglang.srt.speculative.dflash_worker_v2")
+        self.dspark = importlib.import_module("sglang.srt.models.dspark")
+        self.dspark_config = importlib.import_module("sglang.srt.speculative.dspark_components.dspark_config")
+        # every architecture the wheel registers (models/*.py EntryClass); the drafter classes are the real ones
+        drafters = {cls.__name__: cls for m in (self.dflash, self.lilicorr, self.dspark) for cls in m.EntryClass}
+        models: dict[str, Any] = {name: TargetModelClass(name, file) for name, file in _entry_classes(srt / "models")}
+        models.update(drafters)
+        registry_cls = importlib.import_module("sglang.srt.models.registry")._ModelRegistry
+        self.registry = registry_cls()
+        self.registry.models = models
+        self.registry._load_default_models = lambda: None
+
+    # ------------------------------------------------------------------ the steps
+
+    def serve(self, path: Path, *, target_layers: int | None = None, target_vocab: int | None = None) -> Outcome:
+        """What SGLang 0.5.23 does with the draft at `path` for a Qwen3 target of `target_layers` layers and
+        `target_vocab` rows (default: the draft's num_target_layers and vocab_size)."""
+        try:
+            return self._serve(Path(path), target_layers, target_vocab)
+        except Decided as d:
+            return d.outcome
+        except NotExecuted as exc:
+            return Outcome("?", str(exc), "not executed")
+
+    def _serve(self, path: Path, target_layers: int | None, target_vocab: int | None) -> Outcome:
+        from transformers import AutoConfig
+
+        hf_config = self._step("config", lambda: AutoConfig.from_pretrained(str(path)))
+        draft = self._step("block size", lambda: self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config))
+        block_size = draft.resolve_block_size(default=None) or 16  # _handle_dflash: failures warn, default 16
+        mc = self._step("quantization", lambda: self._model_config(path, hf_config))
+        raw = json.loads((path / "config.json").read_text())
+        if target_layers is None:
+            target_layers = _int_or(raw.get("num_target_layers", raw.get("dflash_config", {}).get("num_target_layers")), 4)
+        if target_vocab is None:
+            target_vocab = _int_or(raw.get("vocab_size"), 0)
+        expected_layers, captured = self._step("target layers", lambda: self._capture(hf_config, target_layers))
+
+        architectures = list(getattr(hf_config, "architectures", None) or [])
+        cls, arch = self._step("model class", lambda: self.registry.resolve_model_cls(architectures))
+        if isinstance(cls, TargetModelClass):
+            raise Decided(Outcome("C", f"architectures {architectures} resolve to {arch} ({cls.file}), a model with no "
+                                       "draft head: the DFLASH worker reads draft_model.candidate_selector "
+                                       "(AttributeError)", "model class"))
+        quant_config = self._step("quant config", lambda: self._quant_config(mc, cls))
+        with _default_dtype(mc.dtype):
+            model = self._step("model", lambda: cls(config=hf_config, quant_config=quant_config))
+        tensors = _read_tensors(path)
+        for p in model.parameters():  # the values a constructor leaves are told apart from loaded ones
+            _fill_sentinel(p.data)
+        taken: dict[int, tuple[str, torch.dtype]] = {}
+        with self._recording(model, taken):
+            self._step("load_weights", lambda: model.load_weights(iter(list(tensors.items()))))
+        rescaled = self._fused_global_scales(model)
+        self._step("postprocess", lambda: self._postprocess(model))
+        self._step("worker", lambda: self._worker(model, hf_config, block_size, target_vocab))
+        return self._judge(model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled)
+
+    def _step(self, step: str, fn):
+        try:
+            return fn()
+        except StubUsed:
+            raise
+        except TYPED as exc:
+            raise Decided(Outcome("R", f"{type(exc).__name__}: {exc}", step)) from exc
+        except Exception as exc:  # noqa: BLE001 - an untyped error is the verdict, not a harness failure
+            raise Decided(Outcome("C", f"{type(exc).__name__}: {exc}", step)) from exc
+
+    def _model_config(self, path: Path, hf_config) -> Any:
+        cls = self.model_config.ModelConfig
+        mc = cls.__new__(cls)
+        mc.__dict__.update(hf_config=hf_config, hf_text_config=hf_config, model_path=str(path), revision=None,
+                           quantization=None, is_draft_model=True, is_draft_quantization_explicit=False,
+                           speculative_algorithm="DFLASH")
+        mc._verify_quantization()
+        mc.dtype = self.model_config._get_and_verify_dtype(hf_config, "auto")
+        return mc
+
+    def _quant_config(self, mc, cls) -> Any:
+        """model_loader/loader.py _get_quantization_config, CPU part (no device-capability check)."""
+        if mc.quantization is None:
+            return None
+        load_config = types.SimpleNamespace(download_dir=None, model_loader_extra_config={})
+        packed = copy.deepcopy(getattr(cls, "packed_modules_mapping", {}))
+        qc = self.weight_utils.get_quant_config(mc, load_config, packed, getattr(cls, "remap_prefix", None))
+        if qc is None:
+            return None
+        if mc.dtype not in qc.get_supported_act_dtypes():
+            raise ValueError(f"{mc.dtype} is not supported for quantization method {mc.quantization}")
+        return qc
+
+    def _capture(self, hf_config, target_layers: int) -> tuple[list[int], list[int]]:
+        """spec_aux_hidden_state.py _resolve_dflash_aux_hidden_state, then the Qwen3 target's capture loop:
+        (the target layer ids fc was built for, in fc's order; the layers whose outputs reach fc, in the order
+        they are concatenated)."""
+        parsed = self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config)
+        draft_layers = parsed.require_num_layers()
+        layer_ids = parsed.resolve_target_layer_ids(target_num_layers=target_layers, draft_num_layers=draft_layers)
+        target = types.SimpleNamespace(pp_group=types.SimpleNamespace(is_last_rank=True, is_first_rank=True),
+                                       model=types.SimpleNamespace(layers_to_capture=[]))
+        self.qwen3.Qwen3ForCausalLM.set_dflash_layers_to_capture(target, list(layer_ids))
+        return list(layer_ids), _run_capture_loop(self.qwen3, target.model.layers_to_capture, target_layers)
+
+    def _recording(self, model, taken: dict[int, tuple[str, torch.dtype]]):
+        """Record which checkpoint tensor reached which parameter's loader (by the tensor's identity)."""
+        names = {id(p): n for n, p in model.named_parameters()}
+
+        def wrap(loader):
+            def recorded(param, loaded_weight, *args, **kwargs):
+                taken[id(loaded_weight)] = (names.get(id(param), "?"), param.dtype)
+                return loader(param, loaded_weight, *args, **kwargs)
+            return recorded
+
+        stack = contextlib.ExitStack()
+        for _, p in model.named_parameters():
+            if "_weight_loader" in p.__dict__:  # layers/parameter.py BasevLLMParameter: a read-only property
+                p._weight_loader = wrap(p._weight_loader)
+            elif hasattr(p, "weight_loader"):
+                p.weight_loader = wrap(p.weight_loader)
+        for module in (self.dflash, self.lilicorr, self.dspark):
+            if "default_weight_loader" in module.__dict__:
+                stack.enter_context(_patched(module, "default_weight_loader", wrap(module.default_weight_loader)))
+        return stack
+
+    def _fused_global_scales(self, model) -> list[str]:
+        """NVFP4 linears fused from shards whose loaded weight_scale_2 differ: process_weights_after_loading serves
+        every shard with the largest (`weight_scale_2.max()`), which rescales the others' weights."""
+        out = []
+        for name, module in model.named_modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)):
+                scales = module.weight_scale_2.detach().float()
+                if scales.numel() > 1 and not bool((scales == scales[0]).all()):
+                    out.append(f"{name} {[round(float(v), 6) for v in scales]}")
+        return out
+
+    def _postprocess(self, model) -> None:
+        """process_weights_after_loading of the NVFP4 linear methods, as on an SM80-SM90 GPU (Marlin kernels,
+        whose repacking is stubbed): where they check the group size."""
+        for module in model.modules():
+            method = getattr(module, "quant_method", None)
+            if isinstance(method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)):
+                method.process_weights_after_loading(module)
+
+    def _worker(self, model, hf_config, block_size: int, target_vocab: int) -> None:
+        """dflash_worker_v2.py DFlashWorkerV2.__init__: the checks that read the draft."""
+        parsed = self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config)
+        model.set_block_size(block_size)
+        if parsed.is_domino and block_size <= 1:
+            raise ValueError(f"DFLASH Domino requires speculative_num_draft_tokens > 1, got {block_size}.")
+        worker = types.SimpleNamespace(target_worker=types.SimpleNamespace(
+            model_runner=types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=target_vocab)),
+            tokenizer=None))
+        if parsed.mask_token_id is None:
+            raise NotExecuted("the mask token is resolved through the target's tokenizer, which the harness "
+                              "does not load")
+        self.worker.DFlashWorkerV2._resolve_mask_token_id(worker, mask_token=parsed.mask_token,
+                                                          mask_token_id=parsed.mask_token_id)
+
+    # ------------------------------------------------------------------ what is served
+
+    def _judge(self, model, hf_config, raw: dict[str, Any], tensors, taken, captured: list[int],
+               expected_layers: list[int], rescaled: list[str]) -> Outcome:
+        wrong: list[str] = []
+        if rescaled:
+            wrong.append(f"fused NVFP4 shards with different weight_scale_2 are served with the largest: {rescaled[:2]}")
+        unwritten = [n for n, p in model.named_parameters() if _still_sentinel(p.data)]
+        if unwritten:
+            wrong.append(f"{len(unwritten)} parameters keep their constructor's values (e.g. {unwritten[:4]})")
+        # DSpark's confidence head only drives ragged verify, off by default (SGLANG_RAGGED_VERIFY_MODE=static):
+        # the model then builds none and skips its tensors
+        unused = ("confidence_head.",) if "confidence_head" in model.__dict__ and model.confidence_head is None else ()
+        dropped = [n for n, t in tensors.items() if id(t) not in taken and not _discardable(n, raw)
+                   and not n.startswith(unused)]
+        if dropped:
+            wrong.append(f"{len(dropped)} checkpoint tensors are dropped (e.g. {dropped[:4]})")
+        cast = [f"{name} ({t.dtype} into {pdtype})" for t in tensors.values()
+                for name, pdtype in [taken.get(id(t), (None, None))]
+                if name and t.dtype in _FP8 and pdtype not in _FP8]
+        if cast:
+            wrong.append(f"FP8 tensors read as plain floats, their scales ignored: {cast[:3]}")
+        if len(captured) == len(expected_layers) and captured != expected_layers:
+            wrong.append(f"the target captures layers {captured} for target_layer_ids {expected_layers}: fc reads "
+                         "a permuted concatenation")
+        attention = [a for a in model.modules() if isinstance(a, infra.RadixAttention)]
+        declared = _declared_causal(hf_config)
+        if declared is not None:
+            run = {a.attn_type for a in attention if a.sliding_window_size == -1}
+            want = infra.AttentionType.DECODER if declared else infra.AttentionType.ENCODER_ONLY
+            if run and run != {want}:
+                wrong.append(f"full-attention layers run {sorted(run)} while the checkpoint declares "
+                             f"{'causal' if declared else 'bidirectional'} attention")
+        windows = _declared_windows(raw, len(attention))
+        if windows is not None:
+            served = [None if a.sliding_window_size == -1 else a.sliding_window_size + 1
+                      for a in sorted(attention, key=lambda a: a.layer_id)]
+            if served != windows:
+                wrong.append(f"attention windows {served} per layer, the checkpoint declares {windows}")
+        if wrong:
+            return Outcome("SW", "; ".join(wrong), "served function")
+        if len(captured) != len(expected_layers):
+            return Outcome("R", f"the target captures {len(captured)} layers for {len(expected_layers)} target "
+                                "layer ids: project_target_hidden refuses the first batch (feature dim mismatch)",
+                           "first batch")
+        return Outcome("L", "", "")
+
+
+class TargetModelClass:
+    """A registered architecture that is not a drafter (a target model, or the Transformers fallback)."""
+
+    def __init__(self, name: str, file: str):
+        self.name = name
+        self.file = file
+
+
+def _entry_classes(models: Path) -> list[tuple[str, str]]:
+    """(class name, file) for each `EntryClass = ...` of the wheel's models package."""
+    out: list[tuple[str, str]] = []
+    for file in sorted(models.glob("*.py")):
+        text = file.read_text()
+        match = re.search(r"^EntryClass\s*=\s*(\[[^\]]*\]|[A-Za-z_]\w*)", text, re.M)
+        if not match:
+            continue
+        node = ast.parse(match.group(1), mode="eval").body
+        for element in node.elts if isinstance(node, ast.List) else [node]:
+            if isinstance(element, ast.Name):
+                out.append((element.id, f"models/{file.name}"))
+    return out
+
+
+class NotExecuted(StubUsed):
+    """A step that needs something the harness does not have (the target's tokenizer)."""
+
+
+_FP8 = (torch.float8_e4m3fn,)
+
+def _discardable(name: str, raw: dict[str, Any]) -> bool:
+    """A tensor SGLang may drop without changing the trained function: a derived rotary buffer, or a frozen
+    copy of the target's input table or head (the draft runs on the target's own), unless the config says
+    the draft owns its head."""
+    bare = name.removeprefix("model.")
+    if bare.endswith("rotary_emb.inv_freq"):
+        return True
+    if bare == "embed_tokens.weight":
+        return True
+    return bare == "lm_head.weight" and not raw.get("has_own_lm_head")
+
+
+def _declared_windows(raw: dict[str, Any], num_layers: int) -> list[int | None] | None:
+    """Each draft layer's attention window as config.json declares it (None: full), or None when it does not
+    say: `layer_types` with the top-level `sliding_window`, or dflash_config `use_swa` (every layer sliding
+    over `swa_window_size`) when there are no `layer_types`."""
+    nested = raw.get("dflash_config") or {}
+    types_ = raw.get("layer_types")
+    if isinstance(types_, list) and len(types_) == num_layers:
+        window = raw.get("sliding_window")
+        if any(t == "sliding_attention" for t in types_) and not isinstance(window, int):
+            return None
+        return [window if t == "sliding_attention" else None for t in types_]
+    if types_ is None and nested.get("use_swa") is True and isinstance(nested.get("swa_window_size"), int):
+        return [nested["swa_window_size"]] * num_layers
+    return None
+
+
+def _declared_causal(hf_config) -> bool | None:
+    """The attention the checkpoint was trained with: `is_causal`, else dflash_config.causal (None: unsaid)."""
+    value = getattr(hf_config, "is_causal", None)
+    if value is None:
+        value = (getattr(hf_config, "dflash_config", None) or {}).get("causal")
+    return None if value is None else bool(value)
+
+
+def _run_capture_loop(qwen3, layers_to_capture: list[int], num_layers: int) -> list[int]:
+    """Qwen3Model.forward with each decoder layer replaced by one that tags the residual stream with its index;
+    the captured tags are the target layers fc receives, in order (layer i+1 captures layer i's output)."""
+
+    class Tagged:
+        def __init__(self, i: int):
+            self.i = i
+
+        def __call__(self, positions, hidden_states, forward_batch, capture_output=None):
+            if capture_output is not None:
+                capture_output(hidden_states)
+            return torch.full_like(hidden_states, float(self.i))
+
+    model = types.SimpleNamespace(pp_group=types.SimpleNamespace(is_first_rank=True, is_last_rank=True),
+                                  layers=[Tagged(i) for i in range(num_layers)], start_layer=0, end_layer=num_layers,
+                                  layers_to_capture=list(layers_to_capture), norm=None)
+    start = torch.full((1, 1), -1.0)
+    residual = types.SimpleNamespace(start=lambda fb: None,
+                                     final_norm=lambda h, fb, norm, skip_empty=True: h)
+    with _patched(qwen3, "residual_batch", residual):
+        out = qwen3.Qwen3Model.forward(model, None, None, None, input_embeds=start)
+    aux = out[1] if isinstance(out, tuple) else []
+    return [int(t.item()) for t in aux]
+
+
+def _no_compile(fn=None, **_: Any):
+    return fn if fn is not None else (lambda f: f)
+
+
+def _registered(methods: dict[str, Any], name: str):
+    if name not in methods:
+        raise ValueError(f"Invalid quantization method: {name}. Available methods: {list(methods)}")
+    return methods[name]
+
+
+def _dict_keys(path: Path, name: str) -> list[str]:
+    tree = ast.parse(path.read_text())
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(node.value, ast.Dict):
+                return [ast.literal_eval(k) for k in node.value.keys]
+    raise RuntimeError(f"{path}: no dict literal {name}")
+
+
+def _int_or(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+@contextlib.contextmanager
+def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+@contextlib.contextmanager
+def _patched(module, name: str, value) -> Iterator[None]:
+    old = module.__dict__[name]
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, old)
+
+
+def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
+    """safetensors_weights_iterator's order: each file (sorted), its tensors in header order."""
+    out: dict[str, torch.Tensor] = {}
+    for file in sorted(path.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open has no iterator
+                out[name] = f.get_tensor(name)
+    return out
+
+
+_SENTINEL_BYTE = 0xA7
+
+
+def _fill_sentinel(t: torch.Tensor) -> None:
+    if t.is_floating_point():
+        t.fill_(math.nan)
+    else:
+        t.view(torch.uint8).fill_(_SENTINEL_BYTE) if t.element_size() == 1 else t.fill_(-7777)
+
+
+def _still_sentinel(t: torch.Tensor) -> bool:
+    """Some row (or the scalar) of `t` still holds the fill: no loaded tensor wrote it."""
+    if t.numel() == 0:
+        return False
+    if t.is_floating_point():
+        flat = torch.isnan(t.float()).reshape(t.shape[0] if t.dim() else 1, -1)
+    elif t.element_size() == 1:
+        flat = (t.view(torch.uint8) == _SENTINEL_BYTE).reshape(t.shape[0] if t.dim() else 1, -1)
+    else:
+        flat = (t == -7777).reshape(t.shape[0] if t.dim() else 1, -1)
+    return bool(flat.all(dim=-1).any())

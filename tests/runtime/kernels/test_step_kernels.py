@@ -1,0 +1,151 @@
+"""The target step's Triton kernels (kernels/step_ops.py) against their torch references, and their batch
+invariance: a row's result does not depend on how many rows the call has. Under TRITON_INTERPRET=1 on the CPU
+(small shapes, run in CI) and natively on CUDA (marked gpu)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+if not CUDA:
+    os.environ["TRITON_INTERPRET"] = "1"
+triton = pytest.importorskip("triton")
+if not CUDA and hasattr(triton, "knobs"):
+    triton.knobs.runtime.interpret = True
+
+from lilicorr_runtime import ops  # noqa: E402
+from lilicorr_runtime.kernels import step_ops  # noqa: E402
+
+if not CUDA:
+    step_ops = importlib.reload(step_ops)
+
+DEVICE = "cuda" if CUDA else "cpu"
+
+
+def assert_same_row(one: torch.Tensor, many: torch.Tensor) -> None:
+    """Bit for bit on CUDA, where batch invariance is the kernels' property. The interpreter runs tl.dot as a
+    numpy matmul whose BLAS blocks rows by their position in the tile, so there the rows agree to fp32 round-off."""
+    if CUDA:
+        assert torch.equal(one, many)
+    else:
+        torch.testing.assert_close(one, many, rtol=1e-6, atol=1e-5)
+
+
+def _randn(*shape: int, seed: int, scale: float = 1.0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(DEVICE, dtype)
+
+
+@pytest.mark.parametrize("rows", [1, 17])
+@pytest.mark.parametrize("kind", ["plain", "norm", "norm_bias", "gated", "residual"])
+def test_step_linear_matches_the_reference(rows, kind):
+    k, n = 80, 40  # neither a multiple of the tiles: every mask is exercised
+    x = _randn(rows, k, seed=rows)
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=1, scale=0.1)
+    kwargs: dict = {}
+    if kind.startswith("norm") or kind == "gated":
+        kwargs.update(norm_weight=_randn(k, seed=2) + 1.0, eps=1e-6)
+    if kind == "norm_bias":
+        kwargs["bias"] = _randn(n, seed=3)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = _randn(rows, n, seed=4)
+    got = step_ops.step_linear_triton(x, weight, **kwargs)
+    want = ops.step_linear_reference(x, weight, **kwargs)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_step_linear_writes_a_strided_output_and_reads_strided_rows():
+    x_wide = _randn(6, 3 * 48, seed=5)
+    x = x_wide[:, 48:96]  # rows with a stride of 144
+    weight = _randn(48, 48, seed=6, scale=0.2)
+    out_wide = torch.full((6, 2 * 48), float("nan"), device=DEVICE)
+    out = out_wide[:, 48:]
+    got = step_ops.step_linear_triton(x, weight, residual=x, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    torch.testing.assert_close(out, ops.step_linear_reference(x, weight, residual=x), rtol=1e-4, atol=1e-4)
+    assert torch.isnan(out_wide[:, :48]).all()  # nothing written outside the slice
+
+
+def test_step_linear_rows_do_not_depend_on_the_row_count():
+    x = _randn(9, 64, seed=7)
+    weight = _randn(2 * 32, 64, seed=8, scale=0.2)
+    norm = _randn(64, seed=9) + 1.0
+    many = step_ops.step_linear_triton(x, weight, norm_weight=norm, eps=1e-6, gated=True)
+    for i in (0, 4, 8):
+        one = step_ops.step_linear_triton(x[i:i + 1], weight, norm_weight=norm, eps=1e-6, gated=True)
+        assert_same_row(one[0], many[i])
+
+
+def _tables(hd: int, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32) / hd))
+    return ops.rope_tables(inv_freq.to(DEVICE), 1.0, positions)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_kv_matches_the_reference(qk_norm):
+    b, n, heads, kv_heads, hd, capacity = 2, 3, 4, 2, 16, 24
+    qkv = _randn(b, n, (heads + 2 * kv_heads) * hd, seed=10)
+    rows = torch.tensor([[4, 5, 6], [10, 11, 12]], device=DEVICE)
+    positions = rows - torch.tensor([[0], [3]], device=DEVICE)
+    cos, sin = _tables(hd, capacity)
+    norms = (_randn(hd, seed=11) + 1.0, _randn(hd, seed=12) + 1.0) if qk_norm else (None, None)
+    caches = []
+    for _ in range(2):
+        caches.append((torch.full((b, kv_heads, capacity, hd), -7.0, device=DEVICE),
+                       torch.full((b, kv_heads, capacity, hd), -7.0, device=DEVICE)))
+    got = step_ops.rope_kv_triton(qkv, *caches[0], rows, positions, cos, sin, heads, kv_heads, *norms, 1e-6)
+    want = ops.rope_kv_reference(qkv, *caches[1], rows, positions, cos, sin, heads, kv_heads, *norms, 1e-6)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for a, c in zip(caches[0], caches[1], strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+    untouched = torch.ones(capacity, dtype=torch.bool)
+    untouched[4:7] = False
+    assert (caches[0][0][0, :, untouched] == -7.0).all()  # only the rows written
+
+
+def test_step_attention_matches_the_reference_and_reads_only_visible_rows():
+    b, n, heads, kv_heads, hd, capacity = 2, 4, 6, 2, 16, 160
+    q = _randn(b, n, heads, hd, seed=13)
+    keys, values = _randn(b, kv_heads, capacity, hd, seed=14), _randn(b, kv_heads, capacity, hd, seed=15)
+    last = torch.tensor([[70, 71, 72, 73], [5, 6, 7, 8]], device=DEVICE)
+    first = torch.tensor([0, 3], device=DEVICE)
+    want = ops.step_attention_reference(q, keys, values, last, first)
+    poisoned_k, poisoned_v = keys.clone(), values.clone()
+    poisoned_k[0, :, 74:] = float("nan")  # rows no query sees: never read
+    poisoned_v[0, :, 74:] = float("nan")
+    poisoned_k[1, :, :3] = float("nan")
+    poisoned_v[1, :, 9:] = float("nan")
+    got = step_ops.step_attention_triton(q, poisoned_k, poisoned_v, last, first)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_step_attention_rows_do_not_depend_on_the_step_length():
+    heads, kv_heads, hd, capacity = 4, 2, 16, 200
+    keys, values = _randn(1, kv_heads, capacity, hd, seed=16), _randn(1, kv_heads, capacity, hd, seed=17)
+    q = _randn(1, 8, heads, hd, seed=18)
+    last = torch.arange(120, 128, device=DEVICE)[None]  # the verify block crosses a 64-key block boundary
+    first = torch.zeros(1, dtype=torch.long, device=DEVICE)
+    block = step_ops.step_attention_triton(q, keys, values, last, first)
+    for i in range(8):
+        one = step_ops.step_attention_triton(q[:, i:i + 1], keys, values, last[:, i:i + 1], first)
+        assert_same_row(one[0, 0], block[0, i])
+
+
+def test_step_attention_left_padding_rows_stay_finite_and_garbage_before_the_first_row_is_never_read():
+    heads, kv_heads, hd, capacity = 2, 1, 16, 80
+    keys, values = _randn(1, kv_heads, capacity, hd, seed=19), _randn(1, kv_heads, capacity, hd, seed=20)
+    q = _randn(1, 6, heads, hd, seed=21)
+    last = torch.arange(0, 6, device=DEVICE)[None]  # rows 0..2 are padding (before first = 3)
+    first = torch.tensor([3], device=DEVICE)
+    want = ops.step_attention_reference(q, keys, values, last, first)
+    poisoned_k, poisoned_v = keys.clone(), values.clone()
+    poisoned_k[:, :, :3] = float("nan")  # the padding rows: never read (SDPA, the reference, would be poisoned)
+    poisoned_v[:, :, :3] = float("nan")
+    got = step_ops.step_attention_triton(q, poisoned_k, poisoned_v, last, first)
+    assert torch.isfinite(want).all()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

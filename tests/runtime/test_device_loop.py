@@ -1,0 +1,158 @@
+"""The device-resident decode loop (lilicorr_runtime.loop) against the eager per-block loop, on the CPU: the same
+tokens and per-block acceptance in every mode, greedy and sampled, one request or a batch of requests of
+different lengths with slots refilled as requests end."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from runtime_helpers import ARCHS, small_config
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime import SpeculativeDecoder
+from lilicorr_runtime.fast_target import FastTarget
+
+PROMPTS = [[1, 4, 9, 3, 7, 2, 11], [5, 5, 6], [2, 13, 8, 1, 0, 4, 4, 9, 12, 3, 6], [7]]
+
+
+def _fast_target(vocab: int = 16, seed: int = 0) -> FastTarget:
+    config_cls, model_cls = ARCHS["qwen3"]
+    config = config_cls(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                        num_key_value_heads=2, head_dim=16, vocab_size=vocab, max_position_embeddings=1024,
+                        tie_word_embeddings=False, initializer_range=0.3)
+    torch.manual_seed(seed)
+    return FastTarget(model_cls(config).eval())
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Token-by-token decoding of tiny models: more intra-op threads only contend (docs/performance.md)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    path = fixtures.write_checkpoint(tmp_path_factory.mktemp("d"), small_config(conv=(4, 16)), dtype="F32")
+    return _fast_target(), load_drafter(path)
+
+
+def _records(result):
+    return [(b.drafted, b.accepted, b.committed) for b in result.blocks]
+
+
+@pytest.mark.parametrize("mode", ["head", "control", "ar"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_device_loop_decodes_as_the_eager_loop(pair, mode, temperature):
+    target, drafter = pair
+    kwargs = {"mode": mode, "temperature": temperature, "seed": 3}
+    eager = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="eager", **kwargs)
+    device = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="device", **kwargs)
+    prompts = PROMPTS[:2] if temperature > 0 else PROMPTS[:1]  # sampled: the generator carries over requests
+    for prompt in prompts:
+        a, b = eager.generate(prompt, 16), device.generate(prompt, 16)
+        assert a.tokens == b.tokens
+        assert _records(a) == _records(b)
+        assert len(b.tokens) == 16 and b.wall_time_s > 0
+
+
+def test_a_batch_of_different_lengths_decodes_as_one_at_a_time(pair):
+    target, drafter = pair
+    eager = SpeculativeDecoder(target, drafter, loop="eager")
+    device = SpeculativeDecoder(target, drafter, loop="device")
+    # 2 slots for 4 requests: a slot is refilled as soon as its request ends
+    got = device.generate_many(PROMPTS, 20, batch=2)
+    want = [eager.generate(p, 20) for p in PROMPTS]
+    assert [g.tokens for g in got] == [w.tokens for w in want]
+    assert [_records(g) for g in got] == [_records(w) for w in want]
+
+
+def test_an_eos_in_the_middle_of_a_block_ends_the_request(pair):
+    target, drafter = pair
+    free = SpeculativeDecoder(target, drafter, loop="eager").generate(PROMPTS[0], 40)
+    eos = free.tokens[10]  # a token the request emits; wherever it lands in its block, the request ends there
+    for loop in ("eager", "device"):
+        out = SpeculativeDecoder(target, drafter, loop=loop).generate_many([PROMPTS[0]], 40, [eos], batch=1)[0]
+        assert out.tokens == free.tokens[:free.tokens.index(eos) + 1]
+        assert sum(b.committed for b in out.blocks) + 1 >= len(out.tokens)
+
+
+def test_the_device_loop_needs_a_fast_target(pair):
+    from runtime_helpers import tiny_target
+
+    _, drafter = pair
+    with pytest.raises(ValueError, match="fast-path target"):
+        SpeculativeDecoder(tiny_target("qwen3"), drafter, loop="device")
+    with pytest.raises(ValueError, match="keep_proposals"):
+        SpeculativeDecoder(pair[0], drafter, loop="device", keep_proposals=True)
+
+
+CUDA = torch.cuda.is_available()
+needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
+
+
+def _cuda_pair(tmp_path, dtype: torch.dtype, vocab: int = 16):
+    target = _fast_target(vocab=vocab)
+    target.model.to("cuda", dtype)
+    target = FastTarget(target.model)
+    cfg = small_config(conv=(4, 16), vocab_size=vocab, dflash={"mask_token_id": vocab - 1})
+    return target, load_drafter(fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32"), dtype=dtype,
+                                device="cuda")
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("mode", ["head", "control", "ar"])
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_gpu_graph_replayed_blocks_commit_the_eager_tokens(tmp_path, mode, temperature):
+    target, drafter = _cuda_pair(tmp_path, torch.float32)
+    kwargs = {"mode": mode, "temperature": temperature, "seed": 1}
+    eager = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="eager", **kwargs)
+    device = SpeculativeDecoder(target, None if mode == "ar" else drafter, loop="device", **kwargs)
+    assert device.loop == "device"
+    a = [eager.generate(p, 20) for p in PROMPTS]
+    b = device.generate_many(PROMPTS, 20, batch=1)
+    loop = next(iter(device._loops.values()))
+    assert loop.graph is not None, "the block was not captured"
+    assert [r.tokens for r in a] == [r.tokens for r in b]
+    assert [_records(r) for r in a] == [_records(r) for r in b]
+    if temperature == 0:  # side by side, refilled: the same tokens and blocks
+        c = device.generate_many(PROMPTS, 20, batch=3)
+        assert [r.tokens for r in c] == [r.tokens for r in b]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gpu_bf16_speculative_tokens_equal_target_only_bit_for_bit(tmp_path, batch):
+    """The fast path computes a verify row exactly as the one-token step (batch-invariant step kernels), so greedy
+    speculative decoding emits the target-only tokens even in bf16, where near-ties abound."""
+    target, drafter = _cuda_pair(tmp_path, torch.bfloat16, vocab=64)
+    prompts = [[(7 * i + j) % 60 for j in range(5 + 3 * i)] for i in range(6)]
+    ar = SpeculativeDecoder(target, mode="ar").generate_many(prompts, 48, batch=batch)
+    for mode in ("head", "control"):
+        spec = SpeculativeDecoder(target, drafter, mode=mode).generate_many(prompts, 48, batch=batch)
+        assert [r.tokens for r in spec] == [r.tokens for r in ar], mode
+    one = SpeculativeDecoder(target, mode="ar").generate_many(prompts, 48, batch=1)
+    assert [r.tokens for r in one] == [r.tokens for r in ar]  # and across batch sizes
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_verify_rows_equal_one_token_steps_bit_for_bit():
+    target = _fast_target(vocab=64)
+    target.model.to("cuda", torch.bfloat16)
+    target = FastTarget(target.model)
+    prompt, block = [3, 9, 27, 17, 51, 2, 8], [5, 6, 7, 8, 40, 41, 42, 43]
+    target.reserve(64)
+    target.reset()
+    target.forward(torch.tensor(prompt), [1, 3])
+    verify = target.forward(torch.tensor(block), [1, 3])
+    target.crop(len(prompt))
+    for i, token in enumerate(block):
+        step = target.forward(torch.tensor([token]), [1, 3])
+        assert torch.equal(step.logits[0], verify.logits[i])
+        assert torch.equal(step.features[0], verify.features[i])

@@ -1,0 +1,568 @@
+"""Every example in a `--help` runs, and its output is checked (issue 22).
+
+The examples are read from the help text itself, so an edited example is the one that runs. Each runs in a
+fresh directory laid out with the names the examples use (`./drafter` is the bundled drafter, `./Qwen3-8B` and
+`./target` the bundled target, `./export` the bundled ModelOpt export, `Qwen/Qwen3-8B` and `acme/my-drafter` repos
+in a local Hugging Face cache read offline: the offline equivalent of the Hub). An example with no entry in
+EXPECTED fails the test: add what it must print. `smoke` examples run with SMOKE_CAP appended (one prompt per
+category, a few tokens), so that each takes seconds on the tiny pair; an example that needs a GPU runs as written
+when one is there and, without one, must say so and exit 2. The one on the SmolLM2 GGUF runs with
+LILICORR_SLOW_EXAMPLES=1 (it is too heavy for the suite's budget).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+import pytest
+
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.cli import cli, main
+
+from helpers import REPO
+
+EXAMPLES = REPO / "examples"
+GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOKE_CAP = ("--limit", "1", "--max-new-tokens", "6", "--no-warmup")
+SHA = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+# --- the examples, as the help prints them -------------------------------------------------------------------
+
+def _help(command: click.Command, name: str) -> str:
+    with click.Context(command, info_name=name) as ctx:
+        return command.get_help(ctx)
+
+
+def help_examples() -> list[tuple[str, str]]:
+    """(where, example) for every `lilicorr-ckpt ...` line of every command's help, hidden ones included, and
+    the pre-commit hook's."""
+    from lilicorr_ckpt.precommit import hook
+
+    helps = [("lilicorr-ckpt --help", _help(cli, "lilicorr-ckpt"))]
+    for name, command in sorted(cli.commands.items()):
+        helps.append((f"{name} --help", _help(command, name)))
+        for sub, subcommand in sorted(getattr(command, "commands", {}).items()):
+            helps.append((f"{name} {sub} --help", _help(subcommand, sub)))
+    helps.append(("lilicorr-ckpt-pre-commit --help", _help(hook, "lilicorr-ckpt-pre-commit")))
+    out = []
+    for where, text in helps:
+        for line in re.sub(r"\\\n\s*", "", text).splitlines():  # a `\` continues the example on the next line
+            stripped = line.strip()
+            if stripped.startswith(("lilicorr-ckpt ", "lilicorr-ckpt-pre-commit ")) or stripped == "lilicorr-ckpt":
+                out.append((where, stripped))
+    return out
+
+
+def command_of(example: str) -> str:
+    """The example without its trailing `# comment`, spaces collapsed (the key of EXPECTED)."""
+    quote = None
+    for i, char in enumerate(example):
+        if quote:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and i and example[i - 1].isspace():
+            return " ".join(example[:i].split())
+    return " ".join(example.split())  # the typical flow aligns its columns
+
+
+# --- a directory with the names the examples use -------------------------------------------------------------
+
+def _cache_repo(cache: Path, repo_id: str, source: Path, refs: tuple[str, ...] = ("main",)) -> None:
+    repo = cache / ("models--" + repo_id.replace("/", "--"))
+    shutil.copytree(source, repo / "snapshots" / SHA)
+    (repo / "refs").mkdir()
+    for ref in refs:
+        (repo / "refs" / ref).write_text(SHA)
+
+
+def sandbox(root: Path, drafter: Path = EXAMPLES / "tiny-lilicorr", *, embeddings: bool = False) -> dict[str, str]:
+    """Lay out root; the environment the examples run with. embeddings: ./export keeps the target's embedding
+    table (model.embed_tokens.weight), as some ModelOpt exports do."""
+    shutil.copytree(drafter, root / "drafter")
+    for name in ("Qwen3-8B", "target"):
+        shutil.copytree(EXAMPLES / "tiny-target", root / name)
+    shutil.copytree(EXAMPLES / "tiny-modelopt-nvfp4", root / "modelopt-export")
+    if embeddings:
+        config = fixtures.draft_config()
+
+        def add_embeddings(tensors: dict) -> None:
+            vocab, hidden = config["vocab_size"], config["hidden_size"]
+            tensors["model.embed_tokens.weight"] = ("BF16", (vocab, hidden), bytes(2 * vocab * hidden))
+
+        fixtures.write_checkpoint(root / "export", config, quant="NVFP4", style="modelopt", mutate=add_embeddings)
+    else:
+        shutil.copytree(EXAMPLES / "tiny-modelopt-nvfp4", root / "export")
+    (root / "examples").symlink_to(EXAMPLES)
+    (root / "ci").mkdir()
+    (root / "ci" / "lilicorr.toml").write_text('[[waivers]]\nrules = ["LC314", "LC015"]\n'
+                                               'reason = "unconfirmed loading checked by hand"\n')
+    (root / "my_prompts.jsonl").write_text("".join(json.dumps({"id": f"mine/{i}", "category": "mine", "prompt": p,
+                                                               "chat": True}) + "\n"
+                                                   for i, p in enumerate(["hello there", "a tiny test"])))
+    if GGUF.is_file():
+        (root / "SmolLM2.gguf").symlink_to(GGUF)
+    (root / "run").mkdir()
+    shutil.copy(EXAMPLES / "train_smollm2" / "log.jsonl", root / "run" / "log.jsonl")  # a training log
+    cache = root / "hf-cache"
+    _cache_repo(cache, "Qwen/Qwen3-8B", EXAMPLES / "tiny-target")
+    _cache_repo(cache, "acme/my-drafter", EXAMPLES / "tiny-lilicorr", refs=("main", "v1.0"))
+    return {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "GITHUB_STEP_SUMMARY": str(root / "summary.md"),
+            "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+
+
+@dataclass
+class Ran:
+    code: int
+    out: str
+    err: str
+    root: Path
+
+
+def _in_process(argv: list[str], root: Path) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
+            main(argv)
+    finally:
+        os.chdir(cwd)
+    code = exc.value.code
+    return (0 if code is None else int(code)), out.getvalue(), err.getvalue()
+
+
+def run_example(example: str, root: Path, env: dict[str, str], *, fresh_process: bool) -> Ran:
+    """Run one example line in root: `lilicorr-ckpt ARGS [| PROGRAM ...] [> FILE | >> FILE]`."""
+    tokens = [re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), t) for t in shlex.split(example, comments=True)]
+    pipe: list[str] = []
+    redirect: tuple[str, str] | None = None
+    if "|" in tokens:
+        cut = tokens.index("|")
+        tokens, pipe = tokens[:cut], tokens[cut + 1:]
+    for op in (">>", ">"):
+        if op in tokens:
+            cut = tokens.index(op)
+            tokens, redirect = tokens[:cut], (op, tokens[cut + 1])
+    program, *argv = tokens
+    if program == "lilicorr-ckpt" and argv[:1] == ["smoke"]:
+        argv += SMOKE_CAP
+    if program == "lilicorr-ckpt-pre-commit":
+        command = [sys.executable, "-m", "lilicorr_ckpt.precommit", *argv]
+        fresh_process = True
+    else:
+        assert program == "lilicorr-ckpt", example
+        command = [sys.executable, "-m", "lilicorr_ckpt.cli", *argv]
+    if fresh_process:
+        proc = subprocess.run(command, cwd=root, env={**os.environ, "PYTHONPATH": str(REPO), **env},
+                              capture_output=True, text=True, timeout=600)
+        code, out, err = proc.returncode, proc.stdout, proc.stderr
+    else:
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update({k: v for k, v in env.items() if k in ("GITHUB_STEP_SUMMARY", "NO_COLOR")})
+        try:
+            code, out, err = _in_process(argv, root)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    if redirect is not None:
+        with open(root / redirect[1], "a" if redirect[0] == ">>" else "w") as f:
+            f.write(out)
+        out = ""
+    if pipe:
+        assert shutil.which(pipe[0]), f"{example}: needs {pipe[0]}"
+        piped = subprocess.run(pipe, input=out, capture_output=True, text=True, cwd=root, timeout=60)
+        assert piped.returncode == 0, piped.stderr
+        out = piped.stdout
+    return Ran(code, out, err, root)
+
+
+# --- what each example must do -------------------------------------------------------------------------------
+
+def _lines(text: str) -> list[str]:
+    return text.strip().splitlines()
+
+
+def _gates(out: str) -> dict[str, str]:
+    return {m.group(2): m.group(1) for m in re.finditer(r"^\s+(PASS|FAIL|SKIP|INCONCLUSIVE)\s+(\S+)", out, re.M)}
+
+
+def _ok(ran: Ran, code: int = 0) -> None:
+    assert ran.code == code, f"exit {ran.code}\n{ran.out}\n{ran.err}"
+
+
+def _validate_pass(ran: Ran) -> None:
+    _ok(ran)
+    assert _lines(ran.out)[-1].startswith("PASS 0 errors, 0 warnings"), ran.out
+
+
+def _validate_one_runtime(ran: Ran) -> None:
+    _validate_pass(ran)
+    assert _lines(ran.out)[-1].endswith(": accepts") and _lines(ran.out)[-1].count("accepts") == 1
+
+
+def _junit_file(ran: Ran) -> None:
+    _ok(ran)
+    assert ET.fromstring((ran.root / "validate.xml").read_text()).get("failures") == "0" and ran.out == ""
+    assert ": PASS - 0 errors, 0 warnings" in ran.err  # the log's one line
+
+
+def _report_files(ran: Ran) -> None:
+    _ok(ran)
+    assert "PASS 0 errors, 0 warnings" in ran.out
+    assert json.loads((ran.root / "v.sarif").read_text())["version"] == "2.1.0"
+    assert ET.fromstring((ran.root / "v.xml").read_text()).get("failures") == "0"
+
+
+def _hub(ran: Ran) -> None:
+    _ok(ran)
+    assert ran.out.startswith("lilicorr-ckpt validate acme/my-drafter@v1.0\n") and "PASS 0 errors" in ran.out
+
+
+def _inspect_text(ran: Ran) -> None:
+    _ok(ran)
+    assert "LiLiCorrDraftModel" in ran.out and "runtimes" in ran.out, ran.out
+
+
+def _inspect_jq(ran: Ran) -> None:
+    _ok(ran)
+    assert ran.out.strip() == "4"  # the bundled drafter's top-k
+
+
+def _converted(ran: Ran, runtime: str = "sglang") -> dict:
+    _ok(ran)
+    assert (ran.root / "drafter" / "conversion.json").is_file() and f"validate  {runtime}: accepts" in ran.out
+    return json.loads((ran.root / "drafter" / "config.json").read_text())
+
+
+def _convert_plain(ran: Ran) -> None:
+    _converted(ran)
+    assert len(list((ran.root / "drafter").glob("*.safetensors"))) == 1
+
+
+def _convert_dry_run(ran: Ran) -> None:
+    _ok(ran)
+    assert not (ran.root / "drafter").exists() and "validate  sglang: accepts" in ran.out
+
+
+def _convert_sequential(ran: Ran) -> None:
+    _converted(ran, "trtllm")
+    data = (ran.root / "drafter" / "model.safetensors").read_bytes()
+    names = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    assert any(re.search(r"\.mlp\.\d+\.", name) for name in names)  # the legacy Sequential names
+
+
+def _convert_refused(ran: Ran) -> None:
+    _ok(ran, 1)
+    assert not (ran.root / "drafter").exists() and "Nothing was written to ./drafter" in ran.out + ran.err
+
+
+def _convert_dropped(ran: Ran) -> None:
+    _converted(ran)
+    assert "dropped   model.embed_tokens.weight (--drop model.embed_tokens.*)" in ran.out
+
+
+def _convert_set(ran: Ran) -> None:
+    assert _converted(ran)["dflash_config"]["lilicorr_logit_scale"] == 10
+
+
+def _convert_verify(ran: Ran) -> None:
+    _converted(ran)
+    assert "verify" in ran.out.lower()
+
+
+def _smoke_consistent(ran: Ran) -> dict[str, str]:
+    """The gates ran and the exit code is theirs (a random drafter's head gate may pass or not on a few tokens)."""
+    gates = _gates(ran.out)
+    assert {"measured", "lossless", "head-loaded"} <= set(gates), ran.out + ran.err
+    assert ran.code == (1 if {"FAIL", "INCONCLUSIVE"} & set(gates.values()) else 0), ran.out + ran.err
+    return gates
+
+
+def _smoke_ran(ran: Ran) -> None:
+    assert _smoke_consistent(ran)["lossless"] == "PASS"
+
+
+def _gpu(ran: Ran) -> None:
+    if _cuda():
+        assert ran.code in (0, 1) and _gates(ran.out).get("kernel-parity") == "PASS", ran.out + ran.err
+    else:  # without a GPU it says so
+        assert ran.code == 2 and "--gpu needs a CUDA device" in ran.err, ran.out + ran.err
+
+
+def _smoke_gguf(ran: Ran) -> None:
+    assert _smoke_consistent(ran)["lossless"] == "PASS"
+    assert "prompts  math 1 (1)" in ran.out  # --probes math (capped to one prompt)
+
+
+def _smoke_baseline(ran: Ran) -> None:
+    cases = {c.get("name"): c for c in ET.fromstring(ran.out).iter("testcase")}
+    failed = {name for name, c in cases.items() if c.find("failure") is not None}
+    assert ran.code == (1 if failed else 0), ran.out + ran.err
+    assert {"lossless", "baseline"} <= set(cases) - failed, ran.out  # the same run again: within the tolerance
+
+
+def _smoke_sampled(ran: Ran) -> None:
+    assert _smoke_consistent(ran)["lossless"] == "SKIP"  # sampled: nothing to compare token for token
+    assert "prompts  mine 1 (1)" in ran.out and "seeds 0,1,2" in ran.out
+
+
+def _card_repo_id(ran: Ran) -> None:
+    _ok(ran)
+    card = (ran.root / "drafter" / "README.md").read_text()
+    assert "base_model: Qwen/Qwen3-8B" in card and "license: apache-2.0" in card
+    assert "me/Qwen3-8B-LiLiCorr" in card and "<!-- lilicorr-ckpt card:begin" in card
+
+
+def _card_with_profile(ran: Ran) -> None:
+    if _cuda():
+        _ok(ran)
+        card = (ran.root / "drafter" / "README.md").read_text()
+        assert "base_model: Qwen/Qwen3-8B" in card and "acceptance" in card.lower() and "65k prompts" in card
+    else:  # a CPU profile is not published without --allow-unverified
+        _ok(ran, 1)
+        assert "is not a verified measurement" in ran.err and "--allow-unverified" in ran.err
+        assert not (ran.root / "drafter" / "README.md").exists()
+
+
+def _saved_report(ran: Ran) -> None:
+    _ok(ran)
+    assert json.loads((ran.root / "report.json").read_text())["exit_code"] == 0
+
+
+def _report_github(ran: Ran) -> None:
+    _ok(ran)
+    assert _lines(ran.out) == [_lines(ran.out)[-1]] and _lines(ran.out)[-1].startswith(
+        "lilicorr-ckpt validate ./drafter: PASS")  # nothing to annotate: the summing-up line only
+
+
+def _report_markdown(ran: Ran) -> None:
+    _ok(ran)
+    summary = (ran.root / "summary.md").read_text()
+    assert summary.startswith("### ✅ lilicorr-ckpt validate `./drafter`: PASS") and ran.out == ""
+
+
+def _report_sarif(ran: Ran) -> None:
+    _ok(ran)
+    assert json.loads((ran.root / "validate.sarif").read_text())["runs"][0]["results"] == []
+
+
+def _rules_list(ran: Ran) -> None:
+    from lilicorr_ckpt.checks import RULES
+
+    _ok(ran)
+    assert [line.split()[0] for line in _lines(ran.out)] == list(RULES)
+
+
+def _rule_long(ran: Ran) -> None:
+    _ok(ran)
+    assert ran.out.startswith("LC314 quant-unconfirmed") and "Fix:" in ran.out
+
+
+def _rule_retired(ran: Ran) -> None:
+    _ok(ran)
+    assert "LC403" in ran.out and "retired" in ran.out.lower() and "LC404" in ran.out
+
+
+def _error_ids(ran: Ran) -> None:
+    from lilicorr_ckpt.checks import RULES
+
+    _ok(ran)
+    assert [json.loads(line) for line in _lines(ran.out)] == [r.id for r in RULES.values() if r.severity == "error"]
+
+
+def _schema_file(ran: Ran) -> None:
+    _ok(ran)
+    assert (ran.root / "validate-report.schema.json").read_text() == \
+        (REPO / "schemas" / "validate-report.schema.json").read_text()
+
+
+def _workflow_output(ran: Ran) -> None:
+    from ghrunner import parse_github_output
+
+    _ok(ran)
+    assert parse_github_output((ran.root / "GITHUB_OUTPUT").read_text()) == {"exit-code": "2", "result": "error"}
+
+
+def _workflow_annotate(ran: Ran) -> None:
+    _ok(ran)
+    assert ran.out == "::error title=lilicorr-ckpt validate (exit 2)::cannot read ./drafter\n"
+
+
+def _workflow_log(ran: Ran) -> None:
+    from ghrunner import obeyed_commands
+
+    _ok(ran)
+    assert "::error::x" in ran.out and obeyed_commands(ran.out) == []
+
+
+def _workflow_summary(ran: Ran) -> None:
+    _ok(ran)
+    assert ran.out.startswith("### ✅ lilicorr-ckpt smoke `./drafter`: PASS\n\n```\nok\n```\n")
+
+
+def _hook_files(ran: Ran) -> None:
+    _ok(ran)
+    assert "lilicorr-ckpt validate drafter --strict" in ran.out and "PASS 0 errors" in ran.out
+
+
+def _hook_dir(ran: Ran) -> None:
+    _ok(ran)
+    assert "lilicorr-ckpt validate drafter --target ./target" in ran.out and "PASS 0 errors" in ran.out
+
+
+@dataclass
+class Expect:
+    check: Callable[[Ran], None]
+    before: list[str] = field(default_factory=list)  # steps run first, unchecked (see _prepare)
+    fresh_process: bool = False  # reads the HF cache (its location is read when huggingface_hub is imported)
+    drafter: Path = EXAMPLES / "tiny-lilicorr"
+    needs_gguf: bool = False
+    needs_torch: bool = False
+    embeddings: bool = False  # ./export carries an embedding table (for --drop)
+
+
+NO_DST = ["rm -r drafter"]  # convert writes ./drafter
+SAVED = ["lilicorr-ckpt validate ./drafter -f json -o report.json"]
+PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --output profile.json"]
+GPU_PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --gpu --output profile.json"]
+
+EXPECTED: dict[str, Expect] = {
+    # lilicorr-ckpt --help: the typical flow
+    "lilicorr-ckpt inspect ./drafter": Expect(_inspect_text),
+    "lilicorr-ckpt convert ./modelopt-export ./drafter": Expect(_convert_plain, before=NO_DST),
+    "lilicorr-ckpt validate ./drafter --target ./Qwen3-8B": Expect(_validate_pass),
+    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu": Expect(_gpu, needs_torch=True),
+    "lilicorr-ckpt rules": Expect(_rules_list),
+    # validate --help
+    "lilicorr-ckpt validate ./drafter": Expect(_validate_pass),
+    "lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang": Expect(_validate_one_runtime),
+    "lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict": Expect(_junit_file),
+    "lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml": Expect(_report_files),
+    "lilicorr-ckpt validate acme/my-drafter@v1.0": Expect(_hub, fresh_process=True),
+    "lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC015": Expect(_validate_pass),
+    "lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml": Expect(_validate_pass),
+    # inspect --help
+    "lilicorr-ckpt inspect ./drafter -f json | jq .geometry.candidate_topk": Expect(_inspect_jq),
+    # convert --help: ./export is a ModelOpt export
+    "lilicorr-ckpt convert ./export ./drafter": Expect(_convert_plain, before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter --dry-run": Expect(_convert_dry_run, before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential": Expect(_convert_sequential,
+                                                                                     before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter --no-repair": Expect(_convert_refused, before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'": Expect(_convert_dropped, before=NO_DST,
+                                                                                         embeddings=True),
+    "lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10": Expect(_convert_set,
+                                                                                                   before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force": Expect(_convert_plain, before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter --verify": Expect(_convert_verify, before=NO_DST, needs_torch=True),
+    # smoke --help (each capped: SMOKE_CAP)
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target": Expect(_smoke_ran, needs_torch=True),
+    "lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json": Expect(
+        _gpu, fresh_process=_cuda(), needs_torch=True),  # without CUDA it stops before reading the target
+    "lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64": Expect(
+        _smoke_gguf, drafter=EXAMPLES / "smollm2-lilicorr", needs_gguf=True, needs_torch=True),
+    "lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit": Expect(
+        _smoke_baseline, before=PROFILE, needs_torch=True),
+    "lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
+        _smoke_sampled, needs_torch=True),
+    # card --help (the profile of its last example comes from the GPU smoke before it; without a GPU the CPU
+    # profile made instead must be refused as unverified)
+    "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0":
+        Expect(_card_repo_id, fresh_process=True),
+    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu --output profile.json": Expect(_gpu, needs_torch=True),
+    "lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json "
+    '--training-log run/log.jsonl --training-data "answers Qwen3-8B wrote to 65k prompts"': Expect(
+        _card_with_profile, before=GPU_PROFILE if _cuda() else PROFILE, needs_torch=True),
+    # report --help: its first example leaves report.json
+    "lilicorr-ckpt validate ./drafter -f json -o report.json": Expect(_saved_report),
+    "lilicorr-ckpt report report.json -f github": Expect(_report_github, before=SAVED),
+    'lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"': Expect(_report_markdown, before=SAVED),
+    "lilicorr-ckpt report report.json -f sarif -o validate.sarif": Expect(_report_sarif, before=SAVED),
+    # rules --help
+    "lilicorr-ckpt rules LC314": Expect(_rule_long),
+    "lilicorr-ckpt rules LC403": Expect(_rule_retired),
+    "lilicorr-ckpt rules -f json | jq '.[] | select(.severity == \"error\") | .id'": Expect(_error_ids),
+    # schema --help
+    "lilicorr-ckpt schema validate-report > validate-report.schema.json": Expect(_schema_file),
+    # the hidden workflow plumbing (action.yml)
+    'lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"': Expect(_workflow_output),
+    'lilicorr-ckpt workflow annotate error "cannot read ./drafter" --title "lilicorr-ckpt validate (exit 2)"':
+        Expect(_workflow_annotate),
+    "lilicorr-ckpt workflow log stderr.txt": Expect(_workflow_log, before=["write stderr.txt ::error::x"]),
+    'lilicorr-ckpt workflow summary --title "lilicorr-ckpt smoke" --path ./drafter --status PASS --log smoke.txt':
+        Expect(_workflow_summary, before=["write smoke.txt ok"]),
+    # the pre-commit hook's help
+    "lilicorr-ckpt-pre-commit --strict -- drafter/config.json drafter/model.safetensors": Expect(_hook_files),
+    "lilicorr-ckpt-pre-commit --dir ./drafter --target ./target": Expect(_hook_dir),
+}
+
+
+def _prepare(step: str, root: Path, env: dict[str, str]) -> None:
+    """A `before` step: `rm -r NAME`, `write FILE TEXT`, or an (unchecked) example."""
+    verb, _, rest = step.partition(" ")
+    if verb == "rm":
+        shutil.rmtree(root / rest.split()[-1])
+    elif verb == "write":
+        name, _, text = rest.partition(" ")
+        (root / name).write_text(text + "\n")
+    else:
+        run_example(step, root, env, fresh_process=False)
+
+
+ALL = help_examples()
+
+
+def test_every_help_example_has_an_expectation():
+    missing = [f"{where}: {command_of(example)}" for where, example in ALL if command_of(example) not in EXPECTED]
+    assert missing == [], "help examples with no entry in EXPECTED: " + "; ".join(missing)
+    stale = set(EXPECTED) - {command_of(example) for _, example in ALL}
+    assert stale == set(), f"EXPECTED entries no help shows any more: {stale}"
+
+
+@pytest.mark.parametrize("example", sorted({command_of(e) for _, e in ALL} & set(EXPECTED)))
+def test_help_example_runs_and_prints_what_it_says(example, tmp_path):
+    expect = EXPECTED[example]
+    if expect.needs_gguf and not GGUF.is_file():
+        pytest.skip("needs the SmolLM2 GGUF (scripts/fetch_smollm2.sh)")
+    if expect.needs_gguf and not os.environ.get("LILICORR_SLOW_EXAMPLES"):
+        # loading the 135M GGUF costs ~50 s of CPU and 1.4 GB, beyond the suite's budget; the suite's GGUF smoke
+        # is tests/smoke/test_smoke_real_target.py
+        pytest.skip("loads the SmolLM2 GGUF (50 s, 1.4 GB): set LILICORR_SLOW_EXAMPLES=1 to run it")
+    if expect.needs_torch:
+        pytest.importorskip("torch")
+        pytest.importorskip("transformers")
+    root = tmp_path / "work"
+    root.mkdir()
+    env = sandbox(root, expect.drafter, embeddings=expect.embeddings)
+    env["GITHUB_OUTPUT"] = str(root / "GITHUB_OUTPUT")
+    for step in expect.before:
+        _prepare(step, root, env)
+    ran = run_example(example, root, env, fresh_process=expect.fresh_process)
+    assert "Traceback" not in ran.err, ran.err
+    expect.check(ran)
