@@ -55,9 +55,24 @@ def require_fit(checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: 
     """validate's target findings for the pair (warnings included); SmokeRefused (exit 1) when one is an error, with
     every finding's line, so the taps, widths and vocabulary are named before anything decodes."""
     findings = target_findings(checkpoint, target, runtime)
+    refusal = _refusal(checkpoint, target, findings, path=path, spec=spec, runtime=runtime, loaded=loaded)
+    if refusal is not None:
+        raise SmokeRefused(refusal)
+    return findings
+
+
+def fit_refusal(checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: str, runtime: str) -> str | None:
+    """require_fit's refusal as text, or None when the pair fits: smoke adds it to validate's refusal of the
+    drafter, so that one run names every problem."""
+    return _refusal(checkpoint, target, target_findings(checkpoint, target, runtime), path=path, spec=spec,
+                    runtime=runtime)
+
+
+def _refusal(checkpoint: Checkpoint, target: TargetInfo, findings: list[Finding], *, path: str, spec: str,
+             runtime: str, loaded: bool = False) -> str | None:
     errors = [f for f in findings if f.severity == "error"]
     if not errors:
-        return findings
+        return None
     aspects = list(dict.fromkeys(_ASPECT.get(f.rule, f.name) for f in errors))
     when = ("checked on the target as loaded, before decoding" if loaded
             else "checked from the target's config, before its weights load")
@@ -74,4 +89,4 @@ def require_fit(checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: 
                          f"{taps * target.hidden_size}")
     flag = "" if runtime == "all" else f" --runtime {runtime}"
     lines.append(f"  `lilicorr-ckpt validate {printable(path)} --target {printable(spec)}{flag}` reports the same findings")
-    raise SmokeRefused("\n".join(lines))
+    return "\n".join(lines)

@@ -29,7 +29,7 @@ from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
-from lilicorr_ckpt.smoke.fit import loaded_info, require_fit
+from lilicorr_ckpt.smoke.fit import fit_refusal, loaded_info, require_fit
 from lilicorr_ckpt.smoke.gates import (
     ArmAgreement,
     Divergence,
@@ -110,13 +110,14 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
     progress.note("loading the drafter")
     ckpt = load_checkpoint(opts.path)
-    try:
-        drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
-    except CheckpointRefused as exc:
-        raise SmokeRefused(str(exc)) from None
-    draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
     check_target_files(resolve_target_spec(opts.target), opts.target)  # its config must describe its weights, then
     header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the weights load
+    try:
+        drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
+    except CheckpointRefused as exc:  # a misfit too is named now, not after the user fixes the first refusal
+        misfit = fit_refusal(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
+        raise SmokeRefused(str(exc) if misfit is None else f"{exc}\n{misfit}") from None
+    draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
     require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)

@@ -28,6 +28,8 @@ def test_the_smollm2_drafter_against_the_tiny_target_is_refused_before_its_weigh
     assert result.code == 1 and result.stdout == "", result.stderr
     err = result.stderr
     assert "internal error" not in err and "Traceback" not in err and "AssertionError" not in err
+    # validate refuses the drafter for SGLang (runtime all), and the same run names the misfit too
+    assert "is refused for runtime 'all':\nERROR LC148 target-layer-ids-last-layer (sglang)" in err
     assert "drafter and target do not match: widths, taps, vocabulary" in err
     assert "before its weights load; nothing was decoded" in err
     assert "ERROR LC502 target-layer-range: target_layer_ids [8, 15, 22, 29] are not layers of target" in err
@@ -38,6 +40,14 @@ def test_the_smollm2_drafter_against_the_tiny_target_is_refused_before_its_weigh
     # validate's warnings about the pair come along, and the same command is named
     assert "WARN  LC505" in err and "WARN  LC506" in err
     assert f"`lilicorr-ckpt validate {SMOLLM2_DRAFTER} --target {TINY_TARGET}` reports the same findings" in err
+
+
+def test_a_drafter_validate_accepts_is_refused_for_the_misfit_alone(smoke):
+    result = smoke(SMOLLM2_DRAFTER, "-t", TINY_TARGET, "-r", "vllm", *QUICK)
+    assert result.code == 1 and result.stdout == "", result.stderr
+    assert result.stderr.startswith("lilicorr-ckpt smoke: drafter and target do not match: widths, taps, vocabulary")
+    assert "LC148" not in result.stderr and "(trtllm)" not in result.stderr
+    assert f"--target {TINY_TARGET} --runtime vllm` reports the same findings" in result.stderr
 
 
 def test_the_refusal_lists_what_validate_lists_for_the_pair():
@@ -69,7 +79,7 @@ def test_a_mismatch_the_targets_config_hides_is_refused_once_the_target_is_loade
         return judge(checkpoint, info, **kw)
 
     monkeypatch.setattr("lilicorr_ckpt.smoke.run.require_fit", config_without_depth)
-    result = smoke(deep_taps, "-t", target, *QUICK)
+    result = smoke(deep_taps, "-t", target, "-r", "vllm", *QUICK)  # SGLang refuses a tap on the last layer (LC148)
     assert result.code == 1 and result.stdout == "", result.stderr
     assert "drafter and target do not match: taps (checked on the target as loaded, before decoding" in result.stderr
     assert "ERROR LC502 target-layer-range: target_layer_ids [5] are not layers of target" in result.stderr
