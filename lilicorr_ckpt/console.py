@@ -91,10 +91,11 @@ class Progress:
             self._write(f"  {self._named}writing {self.done / 1e9:6.2f} / {total / 1e9:.2f} GB "
                         f"({100 * self.done / total:5.1f}%)  {rate:7.0f} MB/s")
 
-    def step(self, label: str) -> None:
-        """One more of `total` steps done: a bar, the count, what was done and the time so far (on a terminal);
-        in a log, a line with the count, the last step, the time so far and an estimate of the time left."""
-        self.done += 1
+    def step(self, label: str, count: int = 1) -> None:
+        """`count` more of `total` steps done (a batch finishes many at once): a bar, the count, what was done and
+        the time so far (on a terminal); in a log, a line with the count, the last step, the time so far and an
+        estimate of the time left."""
+        self.done += count
         if not self.enabled:
             return
         now = time.monotonic()

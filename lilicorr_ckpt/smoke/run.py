@@ -198,13 +198,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         elapsed = elapsed or dict.fromkeys(arms, 0.0)
         results = {}
         for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
+            progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
             begin = time.perf_counter()
             results[arm] = decoders[arm].generate_many(prompts, opts.max_new_tokens, eos, batch=batch)
             if opts.gpu:
                 torch.cuda.synchronize()
             elapsed[arm] += time.perf_counter() - begin
-            for probe in probes:
-                progress.step(f"{arm} {probe.id}")
+            progress.step(f"{arm} arm, {len(probes)} probes", count=len(probes))  # one line for the arm
         for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
             runs.append((probe, seed, ids, {arm: results[arm][i] for arm in arms}))
 

@@ -22,6 +22,27 @@ class Clock:
         return self.now
 
 
+def test_a_batched_arm_counts_all_its_generations_at_once_and_estimates_from_them(monkeypatch):
+    # a batched arm finishes its probes together: one line for the arm, and the estimate reads the whole count
+    clock = Clock()
+    monkeypatch.setattr(console.time, "monotonic", clock)
+    log = io.StringIO()
+    monkeypatch.setattr(console.sys, "stderr", log)
+    progress = Progress.for_terminal(False, name="smoke", log_interval=10, unit="generations")
+    progress.start(72)
+    for arm in ("head", "control", "ar"):
+        progress.note(f"decoding the {arm} arm: 24 probes, 24 at a time")
+        clock.now += 60.0
+        progress.step(f"{arm} arm, 24 probes", count=24)
+    assert log.getvalue().splitlines() == [
+        "smoke: decoding the head arm: 24 probes, 24 at a time...",
+        "smoke: 24/72 generations (last: head arm, 24 probes), 1m00s, about 2m00s left",
+        "smoke: decoding the control arm: 24 probes, 24 at a time...",
+        "smoke: 48/72 generations (last: control arm, 24 probes), 2m00s, about 1m00s left",
+        "smoke: decoding the ar arm: 24 probes, 24 at a time...",
+        "smoke: 72/72 generations (last: ar arm, 24 probes), 3m00s, done"]
+
+
 def test_a_log_gets_a_line_every_interval_with_the_count_and_the_time_left(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(console.time, "monotonic", clock)
