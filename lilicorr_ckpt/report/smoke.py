@@ -9,6 +9,13 @@ from lilicorr_ckpt.smoke.profile import SmokeReport
 
 _LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 _COLOR = {"pass": "green", "fail": "red", "skip": "yellow"}
+# the table's columns, defined in the report itself (docs/smoke.md says the same)
+TAU_LINE = ("tau      tokens committed per verification block (accepted drafts plus the target's own token), over "
+            "every block of the arm")
+TAU_REQ_LINE = "tau/req  each request's own tau, averaged over the requests"
+CPU_SPEEDUP_LINE = ("speedup  tok/s over the ar arm's; on the CPU it means nothing: a small model decodes at the speed of "
+                    "Python and kernel launches, so only tau carries over to a GPU")
+GPU_SPEEDUP_LINE = "speedup  tok/s over the ar arm's on the same prompts, prefill included, one request at a time"
 
 
 def render_text(r: SmokeReport, *, color: bool = False) -> str:
@@ -51,6 +58,8 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     if r.head_gain.overall is not None:
         per = "".join(f"  {cat} {'n/a' if g is None else f'{g:+.1%}'}" for cat, g in r.head_gain.per_category.items())
         lines.append(f"head gain over control {r.head_gain.overall:+.1%}" + (f" ({per.strip()})" if per else ""))
+    lines += [f"  {TAU_LINE}", f"  {TAU_REQ_LINE}",
+              f"  {CPU_SPEEDUP_LINE if m.device.startswith('cpu') else GPU_SPEEDUP_LINE}"]
 
     spec_arms = [a for a in r.arms if a != "ar"]
     if r.num_speculative_tokens:
@@ -74,8 +83,10 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
         lines += [f"        {printable(detail)}" for detail in g.details]
     failed = sum(g.status == "fail" for g in r.gates)
     skipped = sum(g.status == "skip" for g in r.gates)
+    undecided = sum(g.status == "fail" and g.inconclusive for g in r.gates)
     ran = len(r.gates) - skipped
-    tail = f" ({skipped} skipped)" if skipped else ""
+    notes = [f"{undecided} inconclusive"] * bool(undecided) + [f"{skipped} skipped"] * bool(skipped)
+    tail = f" ({'; '.join(notes)})" if notes else ""
     gates = "gate" if ran == 1 else "gates"
     verdict = (paint("FAIL", "fail") + f" {failed} of {ran} {gates} failed" if failed
                else paint("PASS", "pass") + f" {ran} {gates} passed")

@@ -17,6 +17,7 @@ from lilicorr_ckpt.smoke.gates import (
     ArmAgreement,
     Divergence,
     ParityCheck,
+    PromptBlocks,
     baseline_gate,
     compare_baseline,
     head_gate,
@@ -160,6 +161,14 @@ def agreement(runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]], temp
     identical = None
     if temperature == 0:
         identical = sum(accepted(r[3]["head"]) == accepted(r[3]["control"]) for r in runs)
+    pooled: dict[str, list[int]] = {}  # probe id -> head committed, head blocks, control committed, control blocks
+    for probe, _, _, by_arm in runs:
+        sums = pooled.setdefault(probe.id, [0, 0, 0, 0])
+        for i, arm in ((0, "head"), (2, "control")):
+            sums[i] += sum(b.committed for b in by_arm[arm].blocks)
+            sums[i + 1] += len(by_arm[arm].blocks)
     return ArmAgreement(requests=len(runs), identical=identical,
                         head_accepted=sum(sum(accepted(r[3]["head"])) for r in runs),
-                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs))
+                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs),
+                        prompts=[PromptBlocks(id=k, head_committed=v[0], head_blocks=v[1], control_committed=v[2],
+                                              control_blocks=v[3]) for k, v in pooled.items()])

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
 from lilicorr_ckpt.report import formats
@@ -27,7 +27,8 @@ Three arms decode the same prompts in one process:
 \b
 Gates (exit 1 when one fails):
   lossless       greedy tokens of every arm equal the target-only tokens (a mismatch is a runtime bug)
-  head-loaded    tau(head) >= tau(control) x (1 + --min-head-gain): the head did load and does rerank
+  head-loaded    tau(head) / tau(control) >= 1 + --min-head-gain at the low end of its 95% interval over prompts
+                 (fails as inconclusive, naming the prompts needed, when the interval straddles it)
   min-tau, min-accept-rates, baseline   when asked for
   kernel-parity  with --gpu: Triton and torch references give the same candidates and paths
 
@@ -47,7 +48,8 @@ launch command); acceptance is read as that engine counts it and compared with a
 
 On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
 contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
-set OMP_NUM_THREADS to choose another count.
+set OMP_NUM_THREADS to choose another count. Progress goes to stderr: a self-overwriting line on a terminal, and a
+line every 10 s when stderr is a file or a CI log; --quiet silences it.
 
 A probe file has one JSON object per line: {"id": "...", "category": "...", "prompt": "...", "chat": true}
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
@@ -173,7 +175,7 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
     elif reference or concurrency != 1 or served_drafter:
         raise click.UsageError("--reference, --concurrency and --served-drafter apply with --engine only")
     run_smoke = runner()
-    progress = Progress.for_terminal(quiet, name="smoke")
+    progress = Progress.for_terminal(quiet, name="smoke", log_interval=LOG_INTERVAL, unit="generations")
     try:
         report = run_smoke(options, progress)
     except SmokeRefused as exc:

@@ -21,9 +21,11 @@ import transformers
 
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
+from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
 from lilicorr_ckpt.smoke.assemble import assemble
+from lilicorr_ckpt.smoke.fit import fit_refusal, loaded_info, require_fit
 from lilicorr_ckpt.smoke.gates import (
     Divergence,
     ParityCheck,
@@ -41,9 +43,9 @@ from lilicorr_ckpt.smoke.profile import (
     TargetRecord,
     checkpoint_id,
 )
+from lilicorr_ckpt.smoke.target_files import check_target_files
 from lilicorr_ckpt.smoke.ties import reference_ties
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
-from lilicorr_ckpt.smoke.target_files import check_target_files
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
 from lilicorr_runtime.fast_target import FastTarget
 
@@ -87,13 +89,18 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
     progress.note("loading the drafter")
     ckpt = load_checkpoint(opts.path)
+    check_target_files(resolve_target_spec(opts.target), opts.target)  # its config must describe its weights, then
+    header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the weights load
     try:
         drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
-    except CheckpointRefused as exc:
-        raise SmokeRefused(str(exc)) from None
+    except CheckpointRefused as exc:  # a misfit too is named now, not after the user fixes the first refusal
+        misfit = fit_refusal(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
+        raise SmokeRefused(str(exc) if misfit is None else f"{exc}\n{misfit}") from None
     draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
+    require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)
+    require_fit(ckpt, loaded_info(header, target), path=opts.path, spec=opts.target, runtime=opts.runtime, loaded=True)
     if target.tokenizer is None:
         raise InputError(f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
                          "tokenizes the probe prompts with it")
@@ -170,13 +177,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         elapsed = elapsed or dict.fromkeys(arms, 0.0)
         results = {}
         for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
+            progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
             begin = time.perf_counter()
             results[arm] = decoders[arm].generate_many(prompts, opts.max_new_tokens, eos, batch=batch)
             if opts.gpu:
                 torch.cuda.synchronize()
             elapsed[arm] += time.perf_counter() - begin
-            for probe in probes:
-                progress.step(f"{arm} {probe.id}")
+            progress.step(f"{arm} arm, {len(probes)} probes", count=len(probes))  # one line for the arm
         for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
             runs.append((probe, seed, ids, {arm: results[arm][i] for arm in arms}))
 

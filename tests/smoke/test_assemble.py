@@ -67,8 +67,11 @@ def test_assemble_counts_the_arms_and_the_head_gain():
     assert r.arms["head"].speedup_vs_ar == round(5.5 / 3.667, 4)
     assert [q.tau["head"] for q in r.requests] == [3.0, 3.0]
     assert all(q.lossless for q in r.requests)
-    assert r.primary_arm == "head" and r.method == "lilicorr" and r.passed
-    assert {g.name: g.status for g in r.gates}["head-loaded"] == "pass"
+    assert r.primary_arm == "head" and r.method == "lilicorr"
+    # +28.6% over two prompts is no evidence: the head gate cannot decide, and an undecided gate fails the run
+    gate = {g.name: g for g in r.gates}["head-loaded"]
+    assert gate.status == "fail" and gate.inconclusive and "2 prompts are too few" in gate.summary
+    assert not r.passed and all(g.status != "fail" for g in r.gates if g.name != "head-loaded")
 
 
 def test_a_divergence_marks_its_request_lossy_and_fails_the_run():
