@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import tempfile
 from pathlib import Path
 
@@ -17,6 +18,12 @@ if not any(Path("/dev").glob("nvidia[0-9]*")):
 # torch is imported, so subprocesses inherit it too.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+# A shell starts a background job with SIGINT ignored, and an ignored signal stays ignored across exec: the tests
+# that Ctrl-C a subprocess then waited on one that never saw it. A handler here (not inherited; exec resets it to
+# the default) gives the subprocesses the disposition a terminal would.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The tests run hostile inputs through shells and file writers: none of them may reach the user's home. They
 # get a private HOME (and so private Hugging Face, XDG and git settings); pip's and pre-commit's caches stay
