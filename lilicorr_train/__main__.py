@@ -10,13 +10,13 @@ The steps, in order:
 
 \b
 A tiny run on the CPU, in seconds (the bundled 4-layer target; docs/training.md has the same):
-  python -m lilicorr_runtime.train generate --target examples/tiny-target --out data.npz \\
+  python -m lilicorr_train generate --target examples/tiny-target --out data.npz \\
       --prompts 8 --max-new-tokens 12 --device cpu
-  python -m lilicorr_runtime.train train run --target examples/tiny-target --data data.npz \\
+  python -m lilicorr_train train run --target examples/tiny-target --data data.npz \\
       --mask-token-id 511 --init-layer 3 --steps 2 --batch-size 2 --anchors 4 --device cpu
-  python -m lilicorr_runtime.train export run --out export
+  python -m lilicorr_train export run --out export
 
-`python -m lilicorr_runtime.train COMMAND --help` explains each command.
+`python -m lilicorr_train COMMAND --help` explains each command.
 """
 
 from __future__ import annotations
@@ -33,15 +33,16 @@ import click
 import torch
 from msgspec import structs
 
-from ..fast_target import FastTarget
-from ..target import load_target
+from lilicorr_runtime.target.fast import FastTarget
+from lilicorr_runtime.target.load import load_target
+
 from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
 from .loop import LOG, TrainConfig, fit, load_run_drafter, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
 from .state import StateError, check_log, read_state, state_path
 
-PROG = "python -m lilicorr_runtime.train"
+PROG = "python -m lilicorr_train"
 EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 4, 130
 EPILOG = ("Exit codes: 0 done, 1 refused (the inputs do not fit together), 2 unreadable input (target, data, run "
           "state) or internal error, 4 usage error, 130 interrupted.")
@@ -159,8 +160,8 @@ opener, sampled at T=0.9). The bundled probe sets are never used: they stay held
 
 \b
 Examples:
-  python -m lilicorr_runtime.train generate --target ./SmolLM2-135M-Instruct --out data.npz
-  python -m lilicorr_runtime.train generate --target T --out data.npz --mix templates=0.35,stdlib=0.3,self=0.35
+  python -m lilicorr_train generate --target ./SmolLM2-135M-Instruct --out data.npz
+  python -m lilicorr_train generate --target T --out data.npz --mix templates=0.35,stdlib=0.3,self=0.35
 """
 
 
@@ -229,8 +230,8 @@ or shortens the run.
 
 \b
 Examples:
-  python -m lilicorr_runtime.train train run --target T --data data.npz --mask-token-id 16 --init-layer 29
-  python -m lilicorr_runtime.train train run --target T --data data.npz --steps 7000     # resume, extend
+  python -m lilicorr_train train run --target T --data data.npz --mask-token-id 16 --init-layer 29
+  python -m lilicorr_train train run --target T --data data.npz --steps 7000     # resume, extend
 """
 
 
@@ -324,7 +325,7 @@ stacks load.
 
 \b
 Example:
-  python -m lilicorr_runtime.train export run --out export && lilicorr-ckpt convert export drafter
+  python -m lilicorr_train export run --out export && lilicorr-ckpt convert export drafter
 """
 
 

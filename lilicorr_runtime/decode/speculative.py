@@ -19,13 +19,14 @@ from typing import Literal
 import msgspec
 import torch
 
-from .arguments import as_int
-from .dflash import Drafter, DraftKVCache
-from .fast_target import FastTarget
-from .graph import DraftStep, propose
-from .loop import DecodeLoop
-from .ops import categorical, control_walk, greedy_walk, sample_walk, verify_greedy, verify_sampled
-from .target import TargetModel
+from ..arguments import as_int
+from ..model.dflash import Drafter, DraftKVCache
+from ..ops.draft import control_walk, greedy_walk, sample_walk
+from ..target.adapter import TargetModel
+from ..target.fast import FastTarget
+from .device_loop import DecodeLoop
+from .draft_step import DraftStep, propose
+from .verify import categorical, verify_greedy, verify_sampled
 
 Mode = Literal["head", "control", "ar"]
 Loop = Literal["device", "eager"]

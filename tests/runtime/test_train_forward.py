@@ -8,7 +8,7 @@ from runtime_helpers import small_config
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
-from lilicorr_runtime.train.objective import draft_blocks
+from lilicorr_train.objective import draft_blocks
 
 
 def test_training_forward_equals_the_inference_forward_on_each_block(tmp_path):

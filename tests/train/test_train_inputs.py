@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from lilicorr_ckpt.errors import InputError
-from lilicorr_runtime.train.data import Dataset
+from lilicorr_train.data import Dataset
 
 from helpers import raised_within
 

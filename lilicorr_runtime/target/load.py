@@ -1,0 +1,120 @@
+"""Loading a target: an HF causal LM from a local directory, an offline HF cache repo id or a .gguf file, refused
+when it lacks weights its config describes, and run on the fast path (target/fast.py) when its architecture has
+one, else on transformers' eager forward (target/adapter.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from lilicorr_ckpt.checkpoint import resolve_target_spec
+from lilicorr_ckpt.checkpoint.text import shorten
+
+from ..arguments import resolve_device, resolve_dtype
+from .adapter import TargetModel
+from .fast import FastTarget, fast_path_problem
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+
+
+def _eos_ids(model: PreTrainedModel) -> tuple[int, ...]:
+    for source in (model.generation_config, model.config):
+        value = None if source is None else source.eos_token_id
+        if value is not None:
+            return tuple(value) if isinstance(value, (list, tuple)) else (int(value),)
+    return ()
+
+
+class _DropLoadReport(logging.Filter):
+    """Drops transformers' weight-loading report (v5 "LOAD REPORT", v4 "Some weights of ..."): load_target raises
+    its own error naming what is missing or misshapen, and ignores unexpected extra tensors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return "LOAD REPORT" not in message and not message.startswith("Some weights of")
+
+
+@contextlib.contextmanager
+def _quiet_load_report() -> Iterator[None]:
+    logger, drop = logging.getLogger("transformers.modeling_utils"), _DropLoadReport()
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def _unloaded_weights(info: dict[str, Any]) -> list[str]:
+    """What transformers' loading info says was not loaded from the checkpoint: missing tensors (they would run
+    randomly initialised) and tensors whose stored shape differs from the model's. Tied weights
+    (tie_word_embeddings) are not reported missing by transformers; unexpected extra tensors are ignored."""
+    problems = []
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        problems.append(f"missing {shorten(missing, 8, quote='')}")
+    for entry in sorted(info.get("mismatched_keys") or (), key=str):
+        if isinstance(entry, (tuple, list)) and len(entry) == 3:
+            name, stored, expected = entry
+            problems.append(f"{name} has shape {list(stored)} in the checkpoint, the config needs {list(expected)}")
+        else:
+            problems.append(f"{entry} has an unexpected shape")
+    problems.extend(str(m) for m in info.get("error_msgs") or ())
+    return problems
+
+
+def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
+                tokenizer: bool = True, fast: bool | None = None) -> TargetModel:
+    """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
+
+    dtype is a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16). The checkpoint must hold every
+    weight the config describes, in its shape: a missing or misshapen tensor (which transformers would initialise
+    at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
+    otherwise `tokenizer` is None and the caller works in token ids.
+
+    fast: None (default) runs the fast path (`target.fast.FastTarget`: static KV cache, CUDA graphs on a GPU)
+    whenever the architecture has one and transformers' eager forward otherwise (`path_note` says which and
+    why); True requires the fast path (ValueError naming why not); False always runs transformers."""
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    resolved = resolve_target_spec(str(spec))  # TargetSpecError (a ValueError) for a non-GGUF file
+    kwargs: dict[str, Any] = {"local_files_only": True}
+    if resolved.kind == "gguf":
+        source, kwargs["gguf_file"] = str(resolved.path.parent), resolved.path.name
+        has_tokenizer = True  # the GGUF carries its tokenizer
+    else:
+        source = str(resolved.path)
+        has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
+    # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
+    with _quiet_load_report():
+        model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True,
+                                                           ignore_mismatched_sizes=True, **kwargs)
+    problems = _unloaded_weights(info)
+    if problems:
+        drafter = getattr(model.config, "dflash_config", None) is not None
+        hint = " (its config has a dflash_config: this looks like a drafter checkpoint, not a target)" if drafter \
+            else ""
+        raise ValueError(f"target {str(spec)!r} does not hold the weights its config describes{hint}: "
+                         + "; ".join(problems) + " (transformers would fill them with random values)")
+    model = model.to(device)
+    eos = _eos_ids(model)
+    tok = None
+    if tokenizer and has_tokenizer:
+        tok = AutoTokenizer.from_pretrained(source, **kwargs)
+        if eos and tok.eos_token_id not in eos:
+            # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
+            tok.eos_token = tok.convert_ids_to_tokens(eos[0])
+    if fast is not False:
+        problem = fast_path_problem(model)
+        if problem is None:
+            return FastTarget(model, tok, eos)
+        if fast:
+            raise ValueError(f"target {str(spec)!r} has no fast path: {problem}")
+        target = TargetModel(model, tok, eos)
+        target.path_note = f"transformers eager forward ({problem})"
+        return target
+    return TargetModel(model, tok, eos)
