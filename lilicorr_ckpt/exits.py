@@ -68,7 +68,10 @@ def _buffered_stdout() -> None:
     write and raises on the failure, which run_command reports; line buffering keeps the output as prompt."""
     stream = sys.stdout
     if isinstance(stream, io.TextIOWrapper) and isinstance(stream.buffer, io.FileIO):
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(stream.buffer), encoding=stream.encoding,
+        # a FileIO of our own that never closes the descriptor: the wrapper is dropped when the command ends, and
+        # closing the caller's FileIO with it would close the caller's standard output (or a test's capture file)
+        raw = io.FileIO(stream.buffer.fileno(), "w", closefd=False)
+        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding,
                                       errors=stream.errors, line_buffering=True)
 
 

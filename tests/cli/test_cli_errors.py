@@ -206,3 +206,29 @@ def test_a_report_cut_short_on_stdout_is_exit_2_naming_standard_output(ckpt, tmp
     assert result.returncode == 2, result.stderr  # `validate -f json > report.json` ended 0 with half a report
     assert "lilicorr-ckpt: error: cannot write standard output: File too large" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+
+
+def test_the_buffered_stdout_a_command_runs_with_never_closes_the_callers(tmp_path, monkeypatch):
+    """run_command swaps in a buffered stdout over an unbuffered one for the command's run. Dropping that wrapper
+    afterwards must not close the caller's descriptor: in a test it closed pytest's capture file, and every later
+    test failed at setup with "I/O operation on closed file"."""
+    import gc
+    import io
+
+    from lilicorr_ckpt import exits
+
+    raw = io.FileIO(str(tmp_path / "stdout.txt"), "w")
+    callers = io.TextIOWrapper(raw, encoding="utf-8")  # unbuffered FileIO beneath, as under `python -u`
+    monkeypatch.setattr(sys, "stdout", callers)
+    exits._buffered_stdout()
+    swapped = sys.stdout
+    assert swapped is not callers
+    swapped.write("from the command\n")
+    sys.stdout = callers
+    del swapped
+    gc.collect()
+    assert not raw.closed
+    callers.write("still open\n")
+    callers.flush()
+    monkeypatch.undo()
+    assert (tmp_path / "stdout.txt").read_text() == "from the command\nstill open\n"

@@ -41,7 +41,7 @@ def _siblings(dst: Path) -> list[str]:
 
 def test_force_keeps_the_card_a_hub_clone_and_the_users_files_and_replaces_the_rest(cli, tmp_path):
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "sglang").code == 0
+    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "trtllm").code == 0
     assert cli("card", dst, "--target", TARGET).code == 0  # the documented next step writes DST/README.md
     card = (dst / "README.md").read_text()
     assert "LiLiCorr" in card or "lilicorr" in card
@@ -235,7 +235,7 @@ def test_kill_9_midway_through_the_swap_loses_nothing_of_the_users(cli, tmp_path
     # after 2: two of DST's entries are in the new output, one still in DST; after 4: DST is aside, and the new
     # output (holding all three) not yet in place
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "sglang").code == 0
+    assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "trtllm").code == 0
     users = _user_files(dst)
     killed = subprocess.run([sys.executable, "-c", KILLED_AFTER, str(after), str(EXAMPLE), str(dst), "--force",
                              "--quiet"], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,

@@ -105,7 +105,7 @@ CASES = {
     "conv": fixtures.draft_config(conv=(3, 16)),
     "conv-g1-bias": fixtures.draft_config(conv=(2, 1), attention_bias=True),
     "swa": fixtures.draft_config(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
-                                 sliding_window=4),
+                                 sliding_window=4, use_sliding_window=True),
     "gqa4": fixtures.draft_config(num_key_value_heads=1, rope_theta=500.0),
 }
 

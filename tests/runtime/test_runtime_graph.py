@@ -22,6 +22,7 @@ def _setup(tmp_path, device="cpu", conv=None, sliding=False):
     if sliding:
         cfg["layer_types"] = ["sliding_attention", "full_attention"]
         cfg["sliding_window"] = 6
+        cfg["use_sliding_window"] = True  # without it the qwen3 config drops the window (LC119)
     path = fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32")
     drafter = load_drafter(path, device=device)
     target = tiny_target("qwen3")
