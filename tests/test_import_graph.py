@@ -8,7 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from helpers import REPO
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10
+    import tomli as tomllib
 
 PACKAGES = ("lilicorr_ckpt", "lilicorr_runtime", "lilicorr_train")
 
@@ -132,6 +139,21 @@ def test_the_cycle_rule_sees_a_cycle_through_a_local_import():
     assert _cycles({m: {t for t, top in e.items() if top} for m, e in edges.items()}) == []
     # a package importing its own submodules is not a cycle; a submodule importing its package's sibling is fine
     assert _cycles({"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": set()}) == []
+
+
+def test_the_training_recipe_is_beside_the_runtime_and_not_in_the_wheel():
+    # the recipe builds on the runtime, never the reverse (the runtime's `train` is the old name's forwarder)
+    graph = _graph()
+    reaches = {m: sorted(t for t in edges if t.startswith("lilicorr_train")) for m, edges in graph.items()
+               if m.startswith("lilicorr_runtime") and m.split(".")[:2] != ["lilicorr_runtime", "train"]}
+    assert {m: t for m, t in reaches.items() if t} == {}
+    assert {"lilicorr_train.__main__", "lilicorr_train.objective"} <= set(graph)
+    # the wheel's packages, as setuptools finds them from pyproject's include patterns
+    setuptools = pytest.importorskip("setuptools")
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    shipped = set(setuptools.find_packages(where=str(REPO), include=include))
+    assert not any(p.startswith("lilicorr_train") for p in shipped)
+    assert {f"lilicorr_runtime.{sub}" for sub in ("model", "ops", "decode", "target", "train")} <= shipped
 
 
 # ---------------------------------------------------------------- function-local imports

@@ -80,7 +80,7 @@ class SpeculativeDecoder:
     """The decoder; `mode="ar"` is plain target decoding through the same adapter.
 
     Two loops compute the same tokens. `loop="device"` (the default on CUDA with a fast-path target) runs each
-    block as one CUDA-graph replay over device-resident state (lilicorr_runtime.loop), `batch` requests at once
+    block as one CUDA-graph replay over device-resident state (decode/device_loop.py), `batch` requests at once
     in `generate_many`; `loop="eager"` (the default otherwise, and the CPU reference) runs one block at a time in
     Python, with the draft step replayed from a graph on CUDA. `keep_proposals` needs the eager loop.
     """

@@ -38,7 +38,7 @@ def step_linear(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Ten
                 bias: torch.Tensor | None = None, residual: torch.Tensor | None = None, gated: bool = False,
                 out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
     """`step_linear_reference`, as one Triton kernel on CUDA (norm prologue, bias / SiLU·up / residual epilogue),
-    computing each row independently of the others (kernels/step_ops.py: batch invariance)."""
+    computing each row independently of the others (step_triton.py: batch invariance)."""
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or (gated and weight.shape[0] % 2) \
             or (norm_weight is not None and norm_weight.shape != (x.shape[1],)) \

@@ -41,7 +41,7 @@ class TargetModel:
         self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.cache: DynamicCache | None = None
         self.length = 0  # tokens whose K/V the cache holds
-        self.path = "transformers"  # which forward runs: "fast" (fast_target.FastTarget) or transformers' eager one
+        self.path = "transformers"  # which forward runs: "fast" (target.fast.FastTarget) or transformers' eager one
         self.path_note = "transformers eager forward"
 
     @property

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import runpy
 import shutil
 import stat
 import subprocess
@@ -259,6 +260,29 @@ def test_help_teaches_and_names_only_real_commands():
         code, text = invoke(command, "-h")
         assert code == 0 and "Example" in text and "Exit codes" in text, text
         assert "\n\n" in text.split("Options:")[0].strip()  # paragraphs, not one run-together block
+
+
+def _run_old_name(monkeypatch, *args: str) -> int:
+    """`python -m lilicorr_runtime.train ARGS` in this process: the exit code."""
+    monkeypatch.setattr(sys, "argv", ["lilicorr_runtime.train", *args])
+    monkeypatch.delitem(sys.modules, "lilicorr_runtime.train.__main__", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("lilicorr_runtime.train", run_name="__main__", alter_sys=True)
+    return exited.value.code
+
+
+def test_the_old_name_forwards_to_the_recipe(monkeypatch, capsys):
+    assert _run_old_name(monkeypatch, "--help") == 0
+    assert "Usage: python -m lilicorr_train" in capsys.readouterr().out
+
+
+def test_the_old_name_without_the_recipe_says_where_it_is(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "lilicorr_train", None)  # as in the wheel, which does not ship it
+    monkeypatch.delitem(sys.modules, "lilicorr_train.__main__", raising=False)
+    assert _run_old_name(monkeypatch, "--help") == 4
+    err = capsys.readouterr().err
+    assert "the training recipe is not installed" in err and "python -m lilicorr_train" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("args", [
