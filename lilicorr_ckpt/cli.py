@@ -237,7 +237,8 @@ def rules(rule_id: str | None, fmt: str) -> None:
 
 
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown name.")
-@click.argument("name", required=False, type=click.Choice(["validate-report", "inspect", "smoke-profile"]))
+@click.argument("name", required=False, type=click.Choice(["validate-report", "inspect", "smoke-profile",
+                                                                      "smoke-engine"]))
 def schema(name: str | None) -> None:
     """Print the JSON Schema (draft 2020-12) of a machine-readable output, or list their names.
 
@@ -245,6 +246,7 @@ def schema(name: str | None) -> None:
     validate-report  validate -f json
     inspect          inspect -f json
     smoke-profile    smoke -f json and smoke --out
+    smoke-engine     smoke --engine ... -f json and --out
 
     \b
     Example:

@@ -42,9 +42,12 @@ class DrafterShape(Struct, frozen=True, kw_only=True):
 
 
 def spread_taps(num_target_layers: int, count: int = 5) -> tuple[int, ...]:
-    """`count` tap layers spread evenly from layer 1 to the last layer."""
-    last = num_target_layers - 1
-    return tuple(sorted({round(1 + i * (last - 1) / (count - 1)) for i in range(count)}))
+    """`count` tap layers spread evenly from layer 1 to the one below the last. The last layer is never tapped:
+    SGLang 0.5.23 captures layer i's hidden state as layer i+1's input, so it has no feature for the last layer and
+    refuses such a drafter."""
+    high = max(num_target_layers - 2, 0)
+    low = min(1, high)
+    return tuple(sorted({round(low + i * (high - low) / (count - 1)) for i in range(count)}))
 
 
 def drafter_config(target_config: Any, shape: DrafterShape) -> dict[str, Any]:

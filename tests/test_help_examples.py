@@ -332,6 +332,14 @@ def _smoke_sampled(ran: Ran) -> None:
     assert "prompts  mine 1 (1)" in ran.out and "seeds 0,1,2" in ran.out
 
 
+def _engine_not_running(ran: Ran) -> None:
+    # no SGLang or vLLM runs beside the suite: the example prints the command that starts one and says that
+    # nothing answers (tests/smoke/test_engine.py runs --engine against loopback servers)
+    assert ran.code == 2, ran.err
+    assert "must serve this drafter, started as:" in ran.err
+    assert "python -m sglang.launch_server" in ran.err or "vllm serve" in ran.err
+
+
 def _card_repo_id(ran: Ran) -> None:
     _ok(ran)
     card = (ran.root / "drafter" / "README.md").read_text()
@@ -491,6 +499,10 @@ EXPECTED: dict[str, Expect] = {
         _smoke_baseline, before=PROFILE, needs_torch=True),
     "lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
         _smoke_sampled, needs_torch=True),
+    "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json":
+        Expect(_engine_not_running, before=PROFILE, needs_torch=True),
+    "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine vllm=http://localhost:8000 --concurrency 8": Expect(
+        _engine_not_running),
     # card --help (the profile of its last example comes from the GPU smoke before it; without a GPU the CPU
     # profile made instead must be refused as unverified)
     "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0":

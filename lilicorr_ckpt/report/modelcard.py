@@ -443,6 +443,27 @@ def _geometry_rows(report: Report, quant_algo: str | None) -> list[tuple[str, st
     return rows
 
 
+SERVING_RUNTIMES = ("sglang", "vllm")  # the runtimes serving_command writes a command line for
+
+
+def serving_command(runtime: str, target: str, drafter: str, num_speculative_tokens: Any,
+                    port: int | None = None) -> list[str]:
+    """The shell lines (joined by backslash continuations) that start `runtime` serving `target` (already a shell
+    word, or a placeholder) with the DFlash-family drafter `drafter`: SGLang's DFLASH algorithm reads the block
+    size from the drafter's config; vLLM's method "dflash" takes the draft tokens per block (block_size - 1). The
+    card prints them in its code blocks and `smoke --engine` on stderr."""
+    port_words = [f"  --port {int(port)}"] if port is not None else []
+    if runtime == "sglang":
+        lines = [f"python -m sglang.launch_server --model-path {target}", "  --speculative-algorithm DFLASH",
+                 f"  --speculative-draft-model-path {sh(drafter)}", *port_words]
+    elif runtime == "vllm":
+        spec = _code_json({"method": "dflash", "model": drafter, "num_speculative_tokens": num_speculative_tokens})
+        lines = [f"vllm serve {target}", f"  --speculative-config {sh(spec)}", *port_words]
+    else:
+        raise ValueError(f"no serving command for runtime {runtime!r}")
+    return [line + " \\" for line in lines[:-1]] + lines[-1:]
+
+
 def _serving(report: Report, repo: str, base: str | None) -> list[str]:
     """Commands for each runtime that accepts the checkpoint (what the engines take for a DFlash-family
     drafter: SGLang's DFLASH algorithm reads the block size from the drafter's config; vLLM's method "dflash"
@@ -458,13 +479,8 @@ def _serving(report: Report, repo: str, base: str | None) -> list[str]:
     accepted = [v for v in report.runtimes if v.accepted]
     out: list[str] = []
     for v in accepted:
-        if v.runtime == "sglang":
-            out += [f"{md(v.display)}:", "", "```bash", f"python -m sglang.launch_server --model-path {target} \\",
-                    "  --speculative-algorithm DFLASH \\", f"  --speculative-draft-model-path {sh(repo)}", "```", ""]
-        elif v.runtime == "vllm":
-            spec = _code_json({"method": "dflash", "model": repo, "num_speculative_tokens": n})
-            out += [f"{md(v.display)}:", "", "```bash", f"vllm serve {target} \\",
-                    f"  --speculative-config {sh(spec)}", "```", ""]
+        if v.runtime in SERVING_RUNTIMES:
+            out += [f"{md(v.display)}:", "", "```bash", *serving_command(v.runtime, target, repo, n), "```", ""]
         elif v.runtime == "trtllm":
             unreleased = "" if PROFILES[v.runtime].released else (
                 " This loader is in no TensorRT-LLM release yet: it needs a build of the revision named.")

@@ -15,6 +15,7 @@ import msgspec
 
 from lilicorr_ckpt.checks.run import Report
 from lilicorr_ckpt.report.inspect import Inspection
+from lilicorr_ckpt.smoke.engine.profile import EngineReport
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
@@ -30,6 +31,7 @@ def all_schemas() -> dict[str, dict[str, Any]]:
         "validate-report.schema.json": _schema(Report, "lilicorr-ckpt validate report"),
         "inspect.schema.json": _schema(Inspection, "lilicorr-ckpt inspect output"),
         "smoke-profile.schema.json": _schema(SmokeReport, "lilicorr-ckpt smoke profile"),
+        "smoke-engine.schema.json": _schema(EngineReport, "lilicorr-ckpt smoke --engine report"),
     }
 
 

@@ -37,6 +37,12 @@ Examples:
   lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64
   lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
   lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
+  lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json
+  lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine vllm=http://localhost:8000 --concurrency 8
+
+With --engine the probes go, as token ids, to a server the user started with the drafter (smoke prints its
+launch command); acceptance is read as that engine counts it and compared with a reference profile
+(--baseline, or --reference to decode it here too). Torch is not needed: only the target's tokenizer.
 
 On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
 contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
@@ -49,7 +55,9 @@ A probe file has one JSON object per line: {"id": "...", "category": "...", "pro
 EPILOG = ("Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
           "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
           "without CUDA, --output could not be written); 4 usage error (a bad option value, or an --output path whose "
-          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated.")
+          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated. With "
+          "--engine: 1 also when the server does not serve this drafter; 2 when it is unreachable, misconfigured or "
+          "answers nonsense.")
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -99,7 +107,8 @@ def register(group: click.Group) -> None:
               help="Required relative tau gain of the head over the control (-1 disables the gate in effect).")
 @click.option("--baseline", metavar="PROFILE.json", help="A profile from an earlier `smoke --out` to compare against.")
 @click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
-              help="With --baseline: the relative tau drop that fails.")
+              help="With --baseline: the relative tau drop that fails. With --engine: the relative tau difference "
+                   "allowed between engine and reference (default there: derived from the prompts).")
 @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
               help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
 @click.option("--output", "-o", "out", metavar="PROFILE.json",
@@ -116,11 +125,28 @@ def register(group: click.Group) -> None:
                    "arm's at batch N.  [default: as many as fit with --gpu, 1 on the CPU]")
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
-def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int, temperature: float,
-          seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
+@click.option("--engine", "-e", "engine", metavar="sglang=URL|vllm=URL",
+              help="Measure against a running SGLang or vLLM server started with this drafter, instead of the "
+                   "reference runtime (torch not needed). See 'Against a running engine' in docs/smoke.md.")
+@click.option("--api-key", envvar="LILICORR_ENGINE_API_KEY", show_envvar=True, metavar="KEY",
+              help="With --engine: the server's API key (sent as a Bearer token, never printed). Prefer the "
+                   "environment variable: a command line is visible to other users.")
+@click.option("--concurrency", "-c", type=int, default=1, show_default=True, metavar="N",
+              help="With --engine: requests in flight at once. vLLM gives per-request acceptance only at 1.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
+              help="With --engine: the longest one request may take, answer included.")
+@click.option("--served-drafter", metavar="NAME",
+              help="With --engine: the name the server gives the drafter, when its copy goes by another name.")
+@click.option("--reference", is_flag=True,
+              help="With --engine: also decode the probes with the reference runtime here (with --gpu on CUDA) "
+                   "and compare, instead of --baseline.")
+@click.pass_context
+def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int,
+          temperature: float, seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
           min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
           fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, batch: int | None,
-          no_warmup: bool, quiet: bool) -> None:
+          no_warmup: bool, quiet: bool, engine: str | None, api_key: str | None, concurrency: int, timeout: float,
+          served_drafter: str | None, reference: bool) -> None:
     from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
@@ -137,6 +163,15 @@ def smoke(path: str, target: str, gpu: bool, probes: str, limit: int, max_new_to
                            min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
                            tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup, batch=batch)
     check_options(options)  # usage errors before the runtime is imported
+    if engine is not None:
+        from lilicorr_ckpt.smoke.engine.cli import run_engine_command
+
+        given = ctx.get_parameter_source("tolerance") is not click.core.ParameterSource.DEFAULT
+        run_engine_command(options, engine=engine, api_key=api_key, concurrency=concurrency, timeout=timeout,
+                           served_drafter=served_drafter, reference=reference,
+                           tolerance=tolerance if given else None, fmt=fmt, out=out, quiet=quiet)
+    elif reference or concurrency != 1 or served_drafter:
+        raise click.UsageError("--reference, --concurrency and --served-drafter apply with --engine only")
     run_smoke = runner()
     progress = Progress.for_terminal(quiet, name="smoke")
     try:

@@ -151,6 +151,12 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
     tau: dict[str, float]  # arm -> committed tokens per block within this request
     tokens_per_second: dict[str, float]
     lossless: bool | None  # greedy: every arm emitted the "ar" tokens (None when not checked)
+    blocks: dict[str, int] = {}  # arm -> verification blocks within this request
+    # greedy: the "ar" arm's emitted token ids, which `smoke --engine` compares an engine's output with
+    reference_tokens: list[int] = []
+    # greedy: the first of them whose target logit gap to the runner-up is within bfloat16 round-off (None: none
+    # is); another stack may pick either token there, so engine outputs are compared up to it
+    first_near_tie: int | None = None
 
 
 class Gate(msgspec.Struct, frozen=True, kw_only=True):

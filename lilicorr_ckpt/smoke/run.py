@@ -7,7 +7,6 @@ Imports torch, transformers and lilicorr_runtime (the runtime extra) at import t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import os
 import platform
@@ -65,6 +64,8 @@ from lilicorr_ckpt.smoke.profile import (
     relative_gain,
     validation_of,
 )
+from lilicorr_ckpt.smoke.ties import reference_ties
+from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
 from lilicorr_runtime.target.fast import FastTarget
 
@@ -216,6 +217,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         else:
             parity = kernel_parity(decoder("head", 0, keep=True), prompts[0], n, opts.temperature,
                                    eos, PARITY_BLOCKS)
+    # greedy: where another stack may pick either of two near-tied tokens (smoke --engine compares up to there)
+    near_ties = reference_ties(target, runs) if opts.temperature == 0 else None
     progress.finish()
 
     conditions = MeasurementConditions(
@@ -224,7 +227,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         warmup=opts.warmup, device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
         dtype=dtype_name, kernel_backend=ops.kernel_backend(device), concurrency=batch,
         versions=_versions(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size,
+    return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size, near_ties=near_ties,
                     draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
                     divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline,
                     elapsed=elapsed)
@@ -232,6 +235,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
 def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
              arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
+             near_ties: dict[tuple[str, int], int | None] | None = None,
              target_info: TargetRecord, chat: ChatTemplate, conditions: MeasurementConditions,
              divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
              baseline: Any, elapsed: dict[str, float] | None = None) -> SmokeReport:
@@ -293,7 +297,9 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
                  for a, r in by_arm.items()},
             tokens_per_second={a: round(len(r.tokens) / r.wall_time_s, 3) if r.wall_time_s > 0 else 0.0
                                for a, r in by_arm.items()},
-            lossless=lossless))
+            lossless=lossless, blocks={a: len(r.blocks) for a, r in by_arm.items()},
+            reference_tokens=list(by_arm["ar"].tokens) if opts.temperature == 0 else [],
+            first_near_tie=(near_ties or {}).get((probe.id, seed))))
 
     spec_runs = len(runs) * (len(arms) - 1)
     gates = [measured_gate(main.blocks, main.requests, primary),
@@ -429,34 +435,7 @@ def first_logits_finite(target: Any, prompt: Sequence[int], layer_ids: Any, spec
 
 
 def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tuple[list[list[int]], ChatTemplate]:
-    template = tokenizer.chat_template
-    if isinstance(template, dict):  # named templates: the default one serves plain chat
-        template = template.get("default") or next(iter(template.values()), None)
-    switch = isinstance(template, str) and "enable_thinking" in template
-    kwargs = {"enable_thinking": False} if switch else {}
-    prompts, applied = [], 0
-    for p in probes:
-        try:
-            if p.chat and template:
-                ids = tokenizer.apply_chat_template([{"role": "user", "content": p.prompt}], add_generation_prompt=True,
-                                                    tokenize=True, return_dict=True, **kwargs)["input_ids"]
-                applied += 1
-            else:
-                ids = tokenizer(p.prompt)["input_ids"]
-        except Exception as exc:  # template errors come from jinja with many types
-            raise InputError(f"probe {p.id}: the target's tokenizer cannot encode it: {type(exc).__name__}: {exc}") \
-                from None
-        ids = [int(i) for i in ids]
-        if not ids:
-            raise InputError(f"probe {p.id} tokenizes to no tokens")
-        prompts.append(ids)
-    thinking = "not-applied" if not applied else ("disabled" if switch else "no-switch")
-    info = ChatTemplate(
-        present=bool(template), applied_prompts=applied, raw_prompts=len(probes) - applied, thinking=thinking,
-        template_kwargs=kwargs if applied else {},
-        template_sha256=hashlib.sha256(template.encode()).hexdigest() if isinstance(template, str) else None,
-        eos_token_ids=list(eos), eos_tokens=[str(t) for t in tokenizer.convert_ids_to_tokens(list(eos))])
-    return prompts, info
+    return tokenize_probes(tokenizer, probes, eos)  # torch-free, shared with smoke --engine
 
 
 def _batch_size(opts: SmokeOptions, target: Any, drafter: Any, prompts: Sequence[Sequence[int]], n: int) -> int:

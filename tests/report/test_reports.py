@@ -33,8 +33,9 @@ def test_schema_files_are_in_sync_with_the_types():
 
 
 def test_the_schema_command_prints_the_committed_schemas(tmp_path):
-    assert run_cli("schema").stdout.split() == ["validate-report", "inspect", "smoke-profile"]
-    for name in ("validate-report", "inspect", "smoke-profile"):
+    names = ["validate-report", "inspect", "smoke-profile", "smoke-engine"]
+    assert run_cli("schema").stdout.split() == names
+    for name in names:
         printed = run_cli("schema", name)
         assert printed.returncode == 0 and printed.stdout == (REPO / "schemas" / f"{name}.schema.json").read_text()
     assert run_cli("schema", "nope").returncode == 4

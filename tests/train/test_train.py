@@ -157,3 +157,15 @@ def test_self_written_requests_keep_finished_turns_of_a_few_words(monkeypatch):
     assert seen["temperature"] > 0 and seen["seed"] == 3
     # each start is the chat template's user turn up to the opener
     assert tok.decode(seen["starts"][0]).endswith("Why")
+
+
+@pytest.mark.parametrize("layers", [1, 2, 3, 4, 30, 36])
+def test_default_taps_spread_below_the_targets_last_layer(layers):
+    from lilicorr_runtime.train.export import spread_taps
+
+    taps = spread_taps(layers)
+    assert taps == tuple(sorted(set(taps))) and all(0 <= t < layers for t in taps)
+    if layers >= 2:  # SGLang 0.5.23 has no feature for the last layer (validate's LC148)
+        assert max(taps) == max(layers - 2, 0)
+    if layers >= 6:
+        assert len(taps) == 5 and taps[0] == 1

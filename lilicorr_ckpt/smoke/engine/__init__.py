@@ -1,0 +1,6 @@
+"""`lilicorr-ckpt smoke PATH --engine sglang=URL | vllm=URL`: the probes against a running SGLang or vLLM server.
+
+Torch-free: the tokenizer comes from transformers alone, the server does the decoding. Modules: `transport` (HTTP,
+bounded), `servers` (what each released engine serves), `prometheus` (vLLM's /metrics), `profile` (the report),
+`compare` (against the reference runtime), `render` (text, JUnit), `run` (the order of work).
+"""
