@@ -161,7 +161,7 @@ def test_self_written_requests_keep_finished_turns_of_a_few_words(monkeypatch):
 
 @pytest.mark.parametrize("layers", [1, 2, 3, 4, 30, 36])
 def test_default_taps_spread_below_the_targets_last_layer(layers):
-    from lilicorr_runtime.train.export import spread_taps
+    from lilicorr_train.export import spread_taps
 
     taps = spread_taps(layers)
     assert taps == tuple(sorted(set(taps))) and all(0 <= t < layers for t in taps)
