@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from lilicorr_ckpt import fixtures  # noqa: E402
 from lilicorr_ckpt.checkpoint.manifest import legacy_name  # noqa: E402
 from lilicorr_ckpt.checkpoint.stwrite import Entry, StreamWriter  # noqa: E402
-from lilicorr_ckpt.convert.writer import fsync_path  # noqa: E402
+from lilicorr_ckpt.convert.destination import fsync_path  # noqa: E402
 
 CHUNK = 16 << 20
 SETTLE_S = 1.0

@@ -7,7 +7,8 @@
 from __future__ import annotations
 
 from lilicorr_ckpt.checkpoint.remote import DEFAULT_TIMEOUT
-from lilicorr_ckpt.checks.run import Report, validate_spec
+from lilicorr_ckpt.checks.run import validate_spec
+from lilicorr_ckpt.results import Report
 
 
 def validate(path: str, *, runtime: str = "all", target: str | None = None, strict: bool = False,

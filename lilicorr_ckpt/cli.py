@@ -18,7 +18,7 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     from lilicorr_ckpt.errors import InputError, UsageError
     from lilicorr_ckpt.exits import EXIT_INTERRUPTED, run_command
     from lilicorr_ckpt.outfile import check_output_path, write_output
-    from lilicorr_ckpt.report.ci import CI_FORMATS
+    from lilicorr_ckpt.report import formats
     from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
@@ -51,11 +51,8 @@ def cli() -> None:
                    "Adds hidden-size, layer-id, vocabulary and mask-token checks.")
 @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
               help="Judge against one serving stack's loader, or all of them (a verdict per runtime).")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit", "sarif", *CI_FORMATS]),
-              default="text", show_default=True,
-              help="Report format. json follows the schema `lilicorr-ckpt schema validate-report` prints; github: "
-                   "::error/::warning annotations (file and line); markdown: the verdict table for a step summary; "
-                   "github-output: key=value lines for $GITHUB_OUTPUT.")
+@click.option("--format", "-f", "fmt", type=click.Choice(list(formats.VALIDATE)), default="text", show_default=True,
+              help="Report format. " + formats.describe(formats.VALIDATE))
 @click.option("--output", "-o", metavar="FILE", help="Write the --format report to FILE instead of stdout.")
 @click.option("--json", "json_file", metavar="FILE", help="Also write the JSON report to FILE.")
 @click.option("--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE.")
@@ -111,7 +108,6 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
       lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml  # waivers, with reasons, from a file
     """
     from lilicorr_ckpt.checks.run import error_report, validate_spec
-    from lilicorr_ckpt.report.ci import render_report
     from lilicorr_ckpt.report.validate import summary_line
 
     asked = (("--output", fmt, output), ("--json", "json", json_file), ("--junit", "junit", junit_file),
@@ -125,8 +121,7 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
         if key in seen:
             raise UsageError(f"{option} {p}: {seen[key]} writes that file too; give each report its own file")
         seen[key] = option
-        check_output_path(p, option, {"junit": "report.xml", "sarif": "report.sarif", "json": "report.json",
-                                      "markdown": "summary.md"}.get(f, "report.txt"))
+        check_output_path(p, option, formats.VALIDATE[f].example_file)
     try:
         report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
                                ignore=ignore, select=select, config=config_file, timeout=timeout)
@@ -134,17 +129,17 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
         # unreadable input: every report asked for still says why (the next CI step finds its file)
         failed = error_report(path, str(exc), target=target, strict=strict)
         for f, p in files:
-            write_output(render_report(failed, f), p)
+            write_output(formats.render_validate(failed, f), p)
         if output is None and fmt != "text":
-            click.echo(render_report(failed, fmt), nl=False)
+            click.echo(formats.render_validate(failed, fmt), nl=False)
         raise
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     for f, p in files:
-        write_output(render_report(report, f, verbose=verbose), p)
+        write_output(formats.render_validate(report, f, formats.Style(verbose=verbose)), p)
     if output is None:
-        text = render_report(report, fmt, color=color, verbose=verbose)
-        if quiet and fmt == "text":
-            text = text.rstrip("\n").rpartition("\n")[2] + "\n"
+        text = formats.render_validate(report, fmt, formats.Style(color=color, verbose=verbose))
+        if quiet and fmt == "text":  # validate's --quiet shortens the text report only
+            text = formats.verdict_line(text)
         click.echo(text, nl=False)
     if not quiet and (output is not None or fmt != "text"):
         click.echo(summary_line(report), err=True)  # the log says why, whatever went to the files

@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from lilicorr_ckpt.checkpoint.manifest import Manifest, build_manifest, legacy_n
 from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_encode, nvfp4_quantize
 from lilicorr_ckpt.checkpoint.quant import summarize_exclusions
 from lilicorr_ckpt.checkpoint.stwrite import Entry, write_file, write_sparse
+from lilicorr_ckpt.families import FAMILIES, SIBLINGS
 from lilicorr_ckpt.runtimes import PROFILES, fused_name
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]  # name -> (dtype, shape, raw bytes)
@@ -92,39 +93,24 @@ def draft_config(*, head: bool = True, conv: tuple[int, int] | None = None, own_
     return cfg
 
 
-SIBLING_LAYOUTS = ("dflash2", "dspark-deepspec", "dspark-specforge", "dspark-modelopt", "domino")
+# every published sibling-head layout, from the families' FIXTURES (name -> draft_config arguments)
+_SIBLING_FIXTURES: dict[str, Mapping[str, Any]] = {
+    name: arguments for family in SIBLINGS for name, arguments in FAMILIES[family].FIXTURES.items()}
+SIBLING_LAYOUTS = tuple(_SIBLING_FIXTURES)
 
 
 def sibling_config(layout: str, **top: Any) -> dict[str, Any]:
-    """A small, valid sibling-head draft config in one published layout (override anything at the top level):
+    """A small, valid sibling-head draft config in one published layout (override anything at the top level).
+    The layouts are the families' FIXTURES (lilicorr_ckpt/families: each is described there):
 
     - `dflash2`: DFlash2DraftModel, grouped convolutions plus the candidate selector (rank 8, top-k 4);
-    - `dspark-deepspec`: Qwen3DSparkModel with the Markov keys at the top level and `markov_head.*` /
-      `confidence_head.*` tensors (DeepSpec; what SGLang and vLLM serve);
-    - `dspark-specforge`: DSparkDraftModel + auto_map, the Markov keys also in dflash_config, the same tensors;
-    - `dspark-modelopt`: DFlashDraftModel + projector_type "dspark", flat `markov_w1` / `confidence_proj` names
-      (Model-Optimizer's export, which no serving loader read accepts);
+    - `dspark-deepspec`, `dspark-specforge`, `dspark-modelopt`: DeepSpec's served layout, SpecForge's, and
+      Model-Optimizer's flat names (which no serving loader read accepts);
     - `domino`: DFlashDraftModel + projector_type "domino", prefix GRU and embed_proj (Gh 16, E 8).
     """
-    if layout not in SIBLING_LAYOUTS:
+    if layout not in _SIBLING_FIXTURES:
         raise ValueError(f"unknown sibling layout {layout!r}; one of {', '.join(SIBLING_LAYOUTS)}")
-    markov = {"markov_rank": 8, "markov_head_type": "vanilla"}
-    if layout == "dflash2":
-        cfg = draft_config(head=False, conv=(2, 16), architecture="DFlash2DraftModel", is_causal=False,
-                           dflash={"projector_type": "dflash2", "selector_rank": 8, "selector_top_k": 4})
-    elif layout == "dspark-deepspec":
-        cfg = draft_config(head=False, architecture="Qwen3DSparkModel", enable_confidence_head=True,
-                           confidence_head_with_markov=True, **markov)
-    elif layout == "dspark-specforge":
-        cfg = draft_config(head=False, architecture="DSparkDraftModel", enable_confidence_head=True,
-                           confidence_head_with_markov=True, auto_map={"AutoModel": "dspark.DSparkDraftModel"},
-                           dflash={**markov}, **markov)
-    elif layout == "dspark-modelopt":
-        cfg = draft_config(head=False, dflash={"projector_type": "dspark", "use_confidence_head": True, **markov})
-    else:
-        cfg = draft_config(head=False, emb_dim=8, dflash={"projector_type": "domino", "gru_hidden_dim": 16,
-                                                          "emb_dim": 8, "shift_label": True,
-                                                          "pure_draft_prefix_len": 1})
+    cfg = draft_config(**copy.deepcopy(dict(_SIBLING_FIXTURES[layout])))
     cfg.update(top)
     return cfg
 

@@ -31,9 +31,9 @@ import click
 from lilicorr_ckpt.checkpoint.readfile import read_regular_file
 from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.exits import run_command
+from lilicorr_ckpt.families import is_drafter
 
 WATCHED = ("config.json", "hf_quant_config.json", "model.safetensors.index.json")
-DRAFTER_MARKERS = ("dflash", "lilicorr", "dspark", "domino")
 # the hook's options that take a value (the next argument is that value, never a file name)
 _VALUE_OPTIONS = {"--runtime", "-r", "--target", "-t", "--ignore", "--select", "--config"}
 _MAX_CONFIG_BYTES = 16 << 20  # the pre-read only sniffs config.json; a bigger one is validate's to refuse
@@ -95,9 +95,8 @@ def skip_reason(directory: Path) -> str | None:
         return None
     if not isinstance(doc, dict):
         return None
-    archs = doc.get("architectures")
-    names = " ".join(a for a in archs if isinstance(a, str)).lower() if isinstance(archs, list) else ""
-    if "dflash_config" not in doc and not any(m in names for m in DRAFTER_MARKERS):
+    if not is_drafter(doc):
+        archs = doc.get("architectures")
         shown = ", ".join(a for a in archs if isinstance(a, str)) if isinstance(archs, list) else "none"
         return f"not a drafter (no dflash_config; architectures: {shown or 'none'})"
     if not has_weights:
@@ -113,14 +112,14 @@ def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: b
     from lilicorr_ckpt.checks.waivers import waive_report
     from lilicorr_ckpt.errors import InputError, UsageError
     from lilicorr_ckpt.report.escape import printable
-    from lilicorr_ckpt.report.validate import render
+    from lilicorr_ckpt.report.validate import render_text
 
     shown = printable(str(directory))
     try:
         report = validate(str(directory), runtime=runtime, target=target, strict=strict, deep=deep)
         report = waive_report(report, checkpoint_dir=directory, ignore=ignore, select=select, strict=strict,
                               config=config)
-        return report.exit_code, render(report, "text", verbose=verbose)
+        return report.exit_code, render_text(report, verbose=verbose)
     except InputError as exc:
         return 2, f"{shown}: error: {printable(str(exc))}\n"
     except UsageError as exc:

@@ -12,6 +12,12 @@ import pytest
 if not any(Path("/dev").glob("nvidia[0-9]*")):
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# The tests' models are tiny: one thread per process. Several intra-op threads only wait on each other there, and on
+# a loaded 2-core machine their spinning made a 64-wide linear layer take milliseconds (a test 14x slower). Set before
+# torch is imported, so subprocesses inherit it too.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
 # The tests run hostile inputs through shells and file writers: none of them may reach the user's home. They
 # get a private HOME (and so private Hugging Face, XDG and git settings); pip's and pre-commit's caches stay
 # shared so that the tests which install packages do not download them again.

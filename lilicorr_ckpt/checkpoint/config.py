@@ -17,28 +17,9 @@ import msgspec
 import numpy as np
 
 from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.families import ARCHITECTURES, is_drafter, lilicorr
 
-LILICORR_KEYS = (
-    "lilicorr_candidate_topk",
-    "lilicorr_hidden_size",
-    "lilicorr_num_layers",
-    "lilicorr_num_heads",
-    "lilicorr_mlp_ratio",
-    "lilicorr_factor_dim",
-    "lilicorr_vector_eps",
-    "lilicorr_logit_scale",
-)
-
-# architecture name -> family. The families after "dflash" are recognised, and get backbone checks only.
-ARCHITECTURES = {
-    "LiLiCorrDraftModel": "lilicorr",
-    "DFlashDraftModel": "dflash",
-    "DFlash2DraftModel": "dflash2",
-    "DSparkDraftModel": "dspark",
-    "DominoDraftModel": "domino",
-    "Qwen3DSparkModel": "dspark",  # DeepSpec's class, what SGLang and vLLM load for a Qwen3-backbone DSpark
-}
-
+LILICORR_KEYS = lilicorr.CONFIG_KEYS
 
 class DFlashConfig(msgspec.Struct, kw_only=True, frozen=True):
     mask_token_id: int | None = None
@@ -151,23 +132,14 @@ _MODEL_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "LMHeadModel", "Mo
 
 
 def target_model_architecture(raw: dict[str, Any]) -> str | None:
-    """architectures[0] when a config.json describes a plain model rather than a drafter: no dflash_config, an
-    architecture that is no DFlash-family drafter and reads like a transformers model class (LlamaForCausalLM).
+    """architectures[0] when a config.json describes a plain model rather than a drafter: no drafter by
+    `families.is_drafter`, and an architecture that reads like a transformers model class (LlamaForCausalLM).
     None for anything drafter-like, however broken (the checks explain those)."""
     archs = raw.get("architectures")
     arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    if "dflash_config" in raw or arch is None or arch in ARCHITECTURES or "Draft" in arch:
-        return None
-    if any(k.startswith("lilicorr_") for k in raw):
+    if arch is None or is_drafter(raw) or "Draft" in arch:
         return None
     return arch if arch.endswith(_MODEL_SUFFIXES) else None
-
-
-def is_drafter_config(raw: dict[str, Any]) -> bool:
-    """A config.json a drafter would have: a dflash_config, or an architecture of the DFlash family."""
-    archs = raw.get("architectures")
-    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
-    return isinstance(raw.get("dflash_config"), dict) or arch in ARCHITECTURES
 
 
 class ConfigIssue(msgspec.Struct, frozen=True):

@@ -10,9 +10,22 @@ import math
 
 import msgspec
 
+from lilicorr_ckpt import families
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS, DraftConfig
+from lilicorr_ckpt.families import LiLiCorrDims
 
 DEFAULT_BLOCK_SIZE = 16  # SGLang's resolve_block_size(default=16); the other stacks refuse a missing block_size
+
+
+class BackboneDims(msgspec.Struct, kw_only=True, frozen=True):
+    """The DFlash backbone's geometry with every dimension known: what the manifest builds its tensors from."""
+
+    hidden_size: int  # M
+    num_layers: int  # Ld
+    num_heads: int  # nh
+    num_kv_heads: int  # nkv
+    head_dim: int  # hd
+    intermediate_size: int  # I
 
 
 class Geometry(msgspec.Struct, kw_only=True, frozen=True):
@@ -75,9 +88,25 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
         return None if self.target_layer_ids is None else len(self.target_layer_ids)
 
     def head_complete(self) -> bool:
-        return None not in (self.candidate_topk, self.head_hidden_size, self.head_num_layers,
-                            self.head_num_heads, self.head_mlp_ratio, self.head_factor_dim,
-                            self.block_size, self.hidden_size)
+        return self.lilicorr_dims() is not None
+
+    def lilicorr_dims(self) -> LiLiCorrDims | None:
+        """The LiLiCorr head's dimensions, every one known, or None when the config leaves one undetermined."""
+        M, h, K, B = self.hidden_size, self.head_hidden_size, self.candidate_topk, self.block_size
+        L, N, F, R = self.head_num_layers, self.head_num_heads, self.head_factor_dim, self.head_mlp_width
+        if M is None or h is None or K is None or B is None or L is None or N is None or F is None or R is None:
+            return None
+        return LiLiCorrDims(hidden_size=M, head_hidden_size=h, candidate_topk=K, block_size=B, num_layers=L,
+                            num_heads=N, factor_dim=F, mlp_width=R)
+
+    def backbone_dims(self) -> BackboneDims | None:
+        """The backbone's dimensions, every one known, or None when the config leaves one undetermined."""
+        M, layers, heads, hd = self.hidden_size, self.num_layers, self.num_heads, self.head_dim
+        kv, inter = self.num_kv_heads, self.intermediate_size
+        if M is None or layers is None or heads is None or hd is None or kv is None or inter is None:
+            return None
+        return BackboneDims(hidden_size=M, num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hd,
+                            intermediate_size=inter)
 
 
 def _positive_int(value: int | None) -> int | None:
@@ -111,11 +140,8 @@ def routed_by_projector(config: DraftConfig) -> bool:
 
 
 def head_family(config: DraftConfig) -> str | None:
-    """The head a checkpoint carries: the architecture's family, or for DFlashDraftModel the sibling its
-    dflash_config.projector_type names (Model-Optimizer's DSpark and Domino exporters keep DFlashDraftModel)."""
-    if config.family == "dflash" and config.dflash.projector_type in ("dspark", "domino", "dflash2"):
-        return config.dflash.projector_type
-    return config.family
+    """The head a checkpoint carries (families.head_family: the architecture's, or the projector_type's)."""
+    return families.head_family(config.family, config.dflash.projector_type)
 
 
 def resolve_geometry(config: DraftConfig) -> Geometry:

@@ -11,7 +11,8 @@ import re
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.geometry import Geometry
+from lilicorr_ckpt.checkpoint.geometry import BackboneDims, Geometry
+from lilicorr_ckpt.families import FAMILIES, SIBLING_HEAD_NAMES, SIBLING_HEAD_PREFIXES, SIBLINGS, lilicorr
 
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 DTYPE_BYTES = {
@@ -33,18 +34,15 @@ LEGACY_HEAD_MODULES = {
 _LEGACY_LAYER_MLP = re.compile(r"^lilicorr\.layers\.(\d+)\.mlp\.(0|2)\.")
 _LEGACY_LAYER_NAMES = {"0": "up_proj", "2": "down_proj"}
 
-# Name prefixes of the sibling heads' tensors (DFlash2 selector, DSpark served layout, Domino): judged as the
-# family's head (coverage, surplus, shape, dtype) when the checkpoint declares that family.
-SIBLING_HEAD_PREFIXES = ("candidate_selector.", "markov_head.", "confidence_head.", "prefix_gru.", "embed_proj.")
-# Model-Optimizer's flat DSpark names (top level, beside the backbone)
-DSPARK_FLAT_NAMES = ("markov_w1.weight", "markov_w2.weight", "gate_proj.weight", "gate_proj.bias",
-                     "joint_proj.weight", "joint_proj.bias", "confidence_proj.weight", "confidence_proj.bias")
-# per family, the prefixes of its head's tensors (the reference runtime refuses to build a sibling head)
-FAMILY_HEAD_PREFIXES: dict[str, tuple[str, ...]] = {
-    "dflash2": ("candidate_selector.",),
-    "dspark": ("markov_head.", "confidence_head.", *DSPARK_FLAT_NAMES),
-    "domino": ("prefix_gru.", "embed_proj."),
-}
+
+
+def family_prefixes(family: str | None) -> tuple[str, ...]:
+    """The names (prefixes and exact names) of a sibling family's head tensors; () for LiLiCorr and DFlash (the
+    reference runtime refuses to build a sibling head)."""
+    if family not in SIBLINGS:
+        return ()
+    f = FAMILIES[family]
+    return (*f.HEAD_PREFIXES, *f.HEAD_NAMES)
 
 
 class ExpectedTensor(msgspec.Struct, frozen=True):
@@ -167,7 +165,7 @@ _BACKBONE_NAME = re.compile(r"^(layers\.\d+\.(self_attn|mlp|input_layernorm|post
 
 def component_of_name(name: str) -> str | None:
     """The component a (canonical) tensor name belongs to by its name alone; None when unknown."""
-    if name.startswith("lilicorr.") or name.startswith(SIBLING_HEAD_PREFIXES) or name in DSPARK_FLAT_NAMES:
+    if name.startswith("lilicorr.") or name.startswith(SIBLING_HEAD_PREFIXES) or name in SIBLING_HEAD_NAMES:
         return "head"
     if ".attention_conv." in name or ".mlp_conv." in name:
         return "conv"
@@ -251,61 +249,30 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
         incomplete[component] = f"{key} {shown} exceeds the tensors present"
         return True
 
-    backbone_missing = [k for k, v in (("hidden_size", M), ("num_hidden_layers", g.num_layers),
-                                       ("num_attention_heads", g.num_heads), ("head_dim", g.head_dim),
-                                       ("num_key_value_heads", g.num_kv_heads),
-                                       ("intermediate_size", g.intermediate_size)) if v is None]
-    if backbone_missing:
+    backbone = g.backbone_dims()
+    if backbone is None:
+        backbone_missing = [k for k, v in (("hidden_size", M), ("num_hidden_layers", g.num_layers),
+                                           ("num_attention_heads", g.num_heads), ("head_dim", g.head_dim),
+                                           ("num_key_value_heads", g.num_kv_heads),
+                                           ("intermediate_size", g.intermediate_size)) if v is None]
         incomplete["backbone"] = "needs " + ", ".join(backbone_missing)
-    elif too_many("num_hidden_layers", g.num_layers, "backbone"):
-        pass
-    else:
-        assert M and g.num_layers and g.num_heads and g.head_dim and g.num_kv_heads and g.intermediate_size
-        q_out, kv_out, inter = g.num_heads * g.head_dim, g.num_kv_heads * g.head_dim, g.intermediate_size
-        for i in range(g.num_layers):
-            p = f"layers.{i}"
-            b.param(f"{p}.input_layernorm.weight", (M,), "backbone")
-            b.linear(f"{p}.self_attn.q_proj", q_out, M, "backbone", g.attention_bias)
-            b.linear(f"{p}.self_attn.k_proj", kv_out, M, "backbone", g.attention_bias)
-            b.linear(f"{p}.self_attn.v_proj", kv_out, M, "backbone", g.attention_bias)
-            b.linear(f"{p}.self_attn.o_proj", M, q_out, "backbone", g.attention_bias)
-            b.param(f"{p}.self_attn.q_norm.weight", (g.head_dim,), "backbone")
-            b.param(f"{p}.self_attn.k_norm.weight", (g.head_dim,), "backbone")
-            b.param(f"{p}.post_attention_layernorm.weight", (M,), "backbone")
-            b.linear(f"{p}.mlp.gate_proj", inter, M, "backbone", False)
-            b.linear(f"{p}.mlp.up_proj", inter, M, "backbone", False)
-            b.linear(f"{p}.mlp.down_proj", M, inter, "backbone", False)
-        if g.target_layer_ids is None:
+    elif not too_many("num_hidden_layers", g.num_layers, "backbone"):
+        _backbone(b, backbone, g.attention_bias, g.num_taps)
+        if g.num_taps is None:
             incomplete["fc"] = "fc needs target_layer_ids"
-        else:
-            b.linear("fc", M, len(g.target_layer_ids) * M, "backbone", False)
-        b.param("hidden_norm.weight", (M,), "backbone")
-        b.param("norm.weight", (M,), "backbone")
 
     if g.has_conv:
-        if M is None or g.num_layers is None:
-            incomplete["conv"] = "needs hidden_size and num_hidden_layers"
-        elif budget is not None and g.num_layers > budget:
-            incomplete["conv"] = "num_hidden_layers exceeds the tensors present"
-        elif M % g.conv_group_size:
-            incomplete["conv"] = f"hidden_size {M} is not divisible by conv_group_size {g.conv_group_size}"
-        else:
-            taps, groups = g.conv_kernel_size, M // g.conv_group_size
-            for i in range(g.num_layers):
-                for c in ("attention_conv", "mlp_conv"):
-                    b.param(f"layers.{i}.{c}.base_kernel", (2, taps, M), "conv")
-                    b.linear(f"layers.{i}.{c}.kernel_projection", 2 * taps * groups, M, "conv", False)
+        reason = _conv(b, g, budget)
+        if reason:
+            incomplete["conv"] = reason
 
-    if g.lilicorr_enabled:
-        if not g.head_complete():
-            incomplete["head"] = "LiLiCorr geometry is incomplete"
-        elif too_many("dflash_config.lilicorr_num_layers", g.head_num_layers, "head"):
-            pass
-        else:
-            _head(b, g)
-
-    if g.family in ("dflash2", "dspark", "domino"):
-        reason = _sibling_head(b, g)
+    # the heads: LiLiCorr's when enabled, a sibling family's when declared (each family lists its own tensors);
+    # a LiLiCorr head of more layers than the files could hold is reported, not expanded
+    for family in FAMILIES.values():
+        if not family.carried(g) or (family is lilicorr and g.head_complete() and too_many(
+                "dflash_config.lilicorr_num_layers", g.head_num_layers, "head")):
+            continue
+        reason = family.head_tensors(b, g)
         if reason:
             incomplete["head"] = reason
 
@@ -316,83 +283,44 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
             b.linear("lm_head", g.vocab_size, M, "lm_head", False)
 
     return Manifest(geometry=g, tensors=b.tensors, modules=b.modules, incomplete=incomplete,
-                    family_prefixes=FAMILY_HEAD_PREFIXES.get(g.family or "", ()), implausible=implausible)
+                    family_prefixes=family_prefixes(g.family), implausible=implausible)
 
 
-def _sibling_head(b: _Builder, g: Geometry) -> str | None:
-    """The DFlash2 / DSpark / Domino head tensors; a reason when the geometry does not determine them.
-    Every one is a plain float parameter in every loader read (the selector projection, the Markov tables and the
-    Domino GRU/projections are never quantized there), so they are registered as float-only parameters."""
-    M, V = g.hidden_size, g.vocab_size
-    if M is None or V is None:
-        return "needs hidden_size and vocab_size"
-    if g.family == "dflash2":
-        r = g.selector_rank
-        if r is None:
-            return "DFlash2 needs dflash_config.selector_rank"
-        b.param("candidate_selector.hidden_projection.weight", (r, M), "head")
-        b.param("candidate_selector.predecessor_codebook", (V, r), "head")  # bare parameters: no .weight
-        b.param("candidate_selector.successor_codebook", (V, r), "head")
-    elif g.family == "dspark":
-        r = g.markov_rank
-        if r is None:
-            return "DSpark needs markov_rank > 0"
-        flat = g.dspark_layout == "modelopt"
-        mk = "" if flat else "markov_head."
-        b.param(f"{mk}markov_w1.weight", (V, r), "head")
-        b.param(f"{mk}markov_w2.weight", (V, r), "head")
-        if g.markov_head_type == "gated":
-            b.param(f"{mk}gate_proj.weight", (r, M + r), "head")
-            b.param(f"{mk}gate_proj.bias", (r,), "head")
-        elif g.markov_head_type == "rnn":
-            b.param(f"{mk}joint_proj.weight", (3 * r, 2 * r + M), "head")
-            b.param(f"{mk}joint_proj.bias", (3 * r,), "head")
-        if g.confidence_head:
-            width = M + r if (g.confidence_with_markov or flat) else M
-            conf = "confidence_proj" if flat else "confidence_head.proj"
-            b.param(f"{conf}.weight", (1, width), "head")
-            b.param(f"{conf}.bias", (1,), "head")
-    elif g.family == "domino":
-        gh, e = g.gru_hidden_dim, g.emb_dim
-        if gh is None or e is None:
-            return "Domino needs gru_hidden_dim and emb_dim"
-        b.param("prefix_gru.weight_ih_l0", (3 * gh, M), "head")
-        b.param("prefix_gru.weight_hh_l0", (3 * gh, gh), "head")
-        b.param("embed_proj.0.weight", (e, M + gh), "head")
-        b.param("embed_proj.2.weight", (V, e), "head")
+def _backbone(b: _Builder, d: BackboneDims, bias: bool, taps: int | None) -> None:
+    """Every draft layer, then fc (when the taps are known: it projects their concatenation) and the norms."""
+    M, inter = d.hidden_size, d.intermediate_size
+    q_out, kv_out = d.num_heads * d.head_dim, d.num_kv_heads * d.head_dim
+    for i in range(d.num_layers):
+        p = f"layers.{i}"
+        b.param(f"{p}.input_layernorm.weight", (M,), "backbone")
+        b.linear(f"{p}.self_attn.q_proj", q_out, M, "backbone", bias)
+        b.linear(f"{p}.self_attn.k_proj", kv_out, M, "backbone", bias)
+        b.linear(f"{p}.self_attn.v_proj", kv_out, M, "backbone", bias)
+        b.linear(f"{p}.self_attn.o_proj", M, q_out, "backbone", bias)
+        b.param(f"{p}.self_attn.q_norm.weight", (d.head_dim,), "backbone")
+        b.param(f"{p}.self_attn.k_norm.weight", (d.head_dim,), "backbone")
+        b.param(f"{p}.post_attention_layernorm.weight", (M,), "backbone")
+        b.linear(f"{p}.mlp.gate_proj", inter, M, "backbone", False)
+        b.linear(f"{p}.mlp.up_proj", inter, M, "backbone", False)
+        b.linear(f"{p}.mlp.down_proj", M, inter, "backbone", False)
+    if taps is not None:
+        b.linear("fc", M, taps * M, "backbone", False)
+    b.param("hidden_norm.weight", (M,), "backbone")
+    b.param("norm.weight", (M,), "backbone")
+
+
+def _conv(b: _Builder, g: Geometry, budget: int | None) -> str | None:
+    """The grouped convolutions of every draft layer; a reason instead when the geometry does not determine them."""
+    M, layers = g.hidden_size, g.num_layers
+    if M is None or layers is None:
+        return "needs hidden_size and num_hidden_layers"
+    if budget is not None and layers > budget:
+        return "num_hidden_layers exceeds the tensors present"
+    if M % g.conv_group_size:
+        return f"hidden_size {M} is not divisible by conv_group_size {g.conv_group_size}"
+    taps, groups = g.conv_kernel_size, M // g.conv_group_size
+    for i in range(layers):
+        for c in ("attention_conv", "mlp_conv"):
+            b.param(f"layers.{i}.{c}.base_kernel", (2, taps, M), "conv")
+            b.linear(f"layers.{i}.{c}.kernel_projection", 2 * taps * groups, M, "conv", False)
     return None
-
-
-def _head(b: _Builder, g: Geometry) -> None:
-    M, h, K, B = g.hidden_size, g.head_hidden_size, g.candidate_topk, g.block_size
-    L, N, F, R = g.head_num_layers, g.head_num_heads, g.head_factor_dim, g.head_mlp_width
-    assert M and h and K and B and L and N and F and R is not None
-    S = B - 1
-    p = "lilicorr."
-    if h != M:
-        b.linear(p + "token_proj", h, M, "head", True)
-    b.linear(p + "pass_hidden_proj", h, M, "head", True)
-    b.param(p + "feature_norm.weight", (5,), "head")
-    b.param(p + "feature_norm.bias", (5,), "head")
-    b.linear(p + "feature_mlp.up_proj", h, 5, "head", True)
-    b.linear(p + "feature_mlp.down_proj", h, h, "head", True)
-    b.param(p + "slot_embedding", (1, 1, S, 1, h), "head")
-    b.param(p + "rank_embedding", (1, 1, 1, K, h), "head")
-    b.param(p + "relative_slot_bias", (N, 2 * B - 1), "head")
-    b.param(p + "same_slot_bias", (N,), "head")
-    b.linear(p + "context_proj", h, M, "head", True)
-    for layer in range(L):
-        q = f"{p}layers.{layer}."
-        b.param(q + "attn_norm.weight", (h,), "head")
-        b.param(q + "attn.in_proj_weight", (3 * h, h), "head")
-        b.param(q + "attn.in_proj_bias", (3 * h,), "head")
-        b.linear(q + "attn.out_proj", h, h, "head", True)
-        b.param(q + "mlp_norm.weight", (h,), "head")
-        b.linear(q + "mlp.up_proj", R, h, "head", True)
-        b.linear(q + "mlp.down_proj", h, R, "head", True)
-    b.param(p + "output_norm.weight", (h,), "head")
-    b.param(p + "anchor_norm.weight", (h,), "head")
-    b.linear(p + "factor_input_proj", h, 3 * h, "head", True)
-    b.linear(p + "out_head", F, h, "head", True)
-    b.linear(p + "in_head", F, h, "head", True)
-    b.linear(p + "anchor_out_head", F, h, "head", True)

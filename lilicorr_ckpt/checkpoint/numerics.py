@@ -1,8 +1,13 @@
-"""Torch-free codecs for the dtypes drafter checkpoints carry: bf16, float8_e4m3fn, NVFP4 (E2M1 pairs).
+"""The numpy codecs for the dtypes drafter checkpoints carry (bf16, float8_e4m3fn, NVFP4's E2M1 pairs), and the
+one scale policy. Every numpy decoding of tensor bytes is here: validate --deep, convert's repairs and the
+fixtures call these, and lilicorr_runtime/model/codecs.py holds torch twins of the dequantizers (same names, same
+signatures) that the tests compare with them.
 
 NVFP4 follows ModelOpt's NVFP4QTensor: element 2j in the low
 nibble, 2j+1 in the high nibble; code = sign<<3 | index into {0, .5, 1, 1.5, 2, 3, 4, 6};
-weight_scale_2 = amax(W) / (6*448); block scale = amax_block / (6*weight_scale_2) stored as e4m3.
+weight_scale_2 = amax(W) / (6*448); block scale = amax_block / (6*weight_scale_2) stored as e4m3;
+W = lut[code] * fp32(weight_scale) * weight_scale_2.
+FP8: W = fp32(weight) * weight_scale (a scalar, one per output channel, or one per 128x128 block).
 """
 
 from __future__ import annotations
@@ -48,6 +53,23 @@ def decode(raw: bytes, dtype: str) -> np.ndarray:
 
 
 DECODABLE = frozenset({"F32", "F16", "BF16", "F64", "F8_E4M3"})
+
+
+def encode_with_error(values: np.ndarray, dtype: str) -> tuple[bytes, float]:
+    """float32 values -> (little-endian bytes of `dtype`: F32, BF16 or F16; the largest |rounding error|)."""
+    if dtype == "F32":
+        return values.astype("<f4").tobytes(), 0.0
+    if dtype == "BF16":
+        bits = bf16_bits(values)
+        back = bits.astype(np.uint32)
+        back <<= 16
+        diff = back.view(np.float32)
+    else:
+        bits = values.astype("<f2")
+        diff = bits.astype(np.float32)
+    diff -= values
+    worst = float(np.nanmax(np.abs(diff))) if diff.size else 0.0
+    return bits.tobytes(), worst if np.isfinite(worst) else 0.0
 
 
 class ScaleDefects(msgspec.Struct, frozen=True):
@@ -96,6 +118,11 @@ _E4M3_POSITIVE = E4M3_TABLE[:127]  # codes 0x00..0x7E, increasing
 
 def e4m3_decode(codes: np.ndarray) -> np.ndarray:
     return E4M3_TABLE[np.asarray(codes, dtype=np.uint8)]
+
+
+def e4m3_is_nan(codes: np.ndarray) -> np.ndarray:
+    """float8_e4m3fn has no infinity; its NaN codes are 0x7F and 0xFF."""
+    return (np.asarray(codes, dtype=np.uint8) & 0x7F) == 0x7F
 
 
 def _nearest_code(mag: np.ndarray, table: np.ndarray) -> np.ndarray:
@@ -165,10 +192,35 @@ def nvfp4_quantize(weight: np.ndarray, group_size: int = 16,
     return pack_nibbles(codes), scale_codes, scale_2
 
 
+# packed byte -> its two E2M1 values (low nibble first): e2m1_decode's values, code 0b1000 +0.0 as in ModelOpt
+_BYTES = np.arange(256, dtype=np.uint8)
+NVFP4_PAIRS = e2m1_decode(np.stack([_BYTES & 0x0F, _BYTES >> 4], axis=1))  # [256, 2]
+
+
 def nvfp4_dequantize(packed: np.ndarray, scale_codes: np.ndarray, scale_2: float,
                      group_size: int = 16) -> np.ndarray:
-    """W = lut[code] * fp32(weight_scale) * weight_scale_2, as float32 [o, i]."""
-    values = e2m1_decode(unpack_nibbles(packed))
-    o, i = values.shape
-    scale = e4m3_decode(scale_codes).astype(np.float32) * np.float32(scale_2)
-    return (values.reshape(o, i // group_size, group_size) * scale[..., None]).reshape(o, i)
+    """W = lut[code] * fp32(weight_scale) * weight_scale_2, as float32 [o, i], for packed uint8 [o, i/2] and e4m3
+    block scale codes [o, i/group]; any run of rows with their scale rows decodes as the whole would."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    scale_codes = np.asarray(scale_codes, dtype=np.uint8)
+    o = packed.shape[0]
+    values = NVFP4_PAIRS[packed].reshape(o, scale_codes.shape[1], group_size)  # one gather: byte -> 2 values
+    values *= (e4m3_decode(scale_codes) * np.float32(scale_2))[..., None]
+    return values.reshape(o, -1)
+
+
+def fp8_dequantize(codes: np.ndarray, scale: np.ndarray, first_row: int = 0) -> np.ndarray:
+    """float8_e4m3fn codes [n, i] -> float32, times `scale` (decoded values, shaped as stored): a scalar, per output
+    channel [o] / [o, 1], or per 128x128 block [o/128, 1, i/128, 1]. `first_row`: the codes are rows first_row ..
+    first_row + n of the weight (a block of a larger one); `scale` is always the whole weight's."""
+    codes = np.asarray(codes, dtype=np.uint8)
+    n, cols = codes.shape
+    values = e4m3_decode(codes)
+    scale = np.asarray(scale, dtype=np.float32)
+    if scale.size == 1:
+        return (values * scale.reshape(())).astype(np.float32)
+    if scale.ndim == 4:
+        blocks = scale.reshape(scale.shape[0], scale.shape[2])
+        row_block = np.arange(first_row, first_row + n) // 128
+        return (values * np.repeat(blocks[row_block], 128, axis=1)[:, :cols]).astype(np.float32)
+    return (values * scale.reshape(-1)[first_row:first_row + n, None]).astype(np.float32)

@@ -201,10 +201,10 @@ def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[
         if layers and all(f"layers.{i}.{sub}.{p}" in excluded for i in layers for p in parts):
             patterns.append(alias)
     for module in sorted(excluded):
-        parts = module.split(".")
-        candidates = [["*" + ".".join(parts[-k:])] for k in range(1, len(parts) + 1)
-                      if not any(p.isdigit() for p in parts[-k:])]
-        anchored = ".".join("*" if part.isdigit() else part for part in parts)
+        segments = module.split(".")
+        candidates = [["*" + ".".join(segments[-k:])] for k in range(1, len(segments) + 1)
+                      if not any(p.isdigit() for p in segments[-k:])]
+        anchored = ".".join("*" if part.isdigit() else part for part in segments)
         candidates += [[anchored], [anchored, "model." + anchored], [module]]
         for candidate in candidates:
             if all(safe(p) for p in candidate) and covered(module, patterns + candidate):

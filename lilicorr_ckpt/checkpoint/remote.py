@@ -34,6 +34,7 @@ revision, when given, must be cached too), and a miss says offline mode is why.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -46,7 +47,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import msgspec
@@ -58,6 +59,7 @@ from lilicorr_ckpt.checkpoint.tensors import MAX_HEADER_BYTES
 from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.redact import redact, remember
 from lilicorr_ckpt.report.escape import printable
+from lilicorr_ckpt.results import HubOrigin  # the report's record of where it was read, filled here
 
 HUB_SPEC = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
 _REPO_CHARS = re.compile(r"^[\w.\-]+/[\w.\-]+$")
@@ -80,17 +82,6 @@ _CHUNK = 65536
 _TRUE = {"1", "on", "yes", "true"}
 
 T = TypeVar("T")
-
-
-class HubOrigin(msgspec.Struct, frozen=True, kw_only=True):
-    """Where a validated checkpoint came from when it was not a local directory."""
-
-    repo_id: str
-    revision: str  # as asked for (a branch, tag, refs/pr/N or commit); "main" when none was given
-    commit: str  # the commit every file was read at (for the cache: the snapshot's name); 40 hex digits
-    read_from: Literal["hub", "hf_cache"]
-    endpoint: str | None = None  # the Hub endpoint asked (HF_ENDPOINT, credentials redacted), None for the cache
-    header_bytes: int = 0  # bytes of safetensors files read: their length prefixes and headers, nothing else
 
 
 class HubSpec(msgspec.Struct, frozen=True):
@@ -273,9 +264,11 @@ def _stream(method: str, url: str, headers: dict[str, str],
 
     session = get_session()
     if type(session).__module__.split(".")[0] == "requests":  # huggingface_hub < 1.0
-        response = session.request(method, url, headers=headers, timeout=timeout, stream=True)
+        # the stubs type get_session() as huggingface_hub 1.x's httpx Client; this branch is its requests Session
+        response = session.request(method, url, headers=headers, timeout=timeout, stream=True)  # type: ignore[call-arg]
         try:
-            yield response.status_code, response.headers, response.raw.stream(_CHUNK, decode_content=False)
+            yield (response.status_code, response.headers,
+                   response.raw.stream(_CHUNK, decode_content=False))  # type: ignore[attr-defined]
         finally:
             response.close()
         return
@@ -563,9 +556,12 @@ class _Hub:
 
     # the files
 
+    def small_body(self, name: str) -> bytes:
+        return self.get(self.url(name), name, limit=SMALL_FILES[name]).body
+
     def read_small(self, names: list[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
-        _run_all(self.deadline, [(n, lambda n=n: self.get(self.url(n), n, limit=SMALL_FILES[n]).body) for n in names],
+        _run_all(self.deadline, [(n, functools.partial(self.small_body, n)) for n in names],
                  lambda i, body: out.__setitem__(names[i], body), self.timed_out)
         return out
 
@@ -629,7 +625,7 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
         raise hub.fail(f"{label} has {len(ordered)} safetensors files; more than {MAX_SHARDS} is no drafter "
                        f"checkpoint")
     prefixes: dict[str, tuple[bytes, int]] = {}
-    _run_all(hub.deadline, [(n, lambda n=n: hub.prefix(n)) for n in ordered],
+    _run_all(hub.deadline, [(n, functools.partial(hub.prefix, n)) for n in ordered],
              lambda i, got: prefixes.__setitem__(ordered[i], got), hub.timed_out)
     # the header budget, from the length prefixes alone: in name order, so the shard named is always the same
     wanted: dict[str, int] = {}
@@ -675,7 +671,7 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
             lay_out(name, prefixes[name][0] + header, prefixes[name][1])
 
         headered = sorted(wanted)
-        _run_all(hub.deadline, [(n, lambda n=n: hub.header(n, wanted[n])) for n in headered], got_header,
+        _run_all(hub.deadline, [(n, functools.partial(hub.header, n, wanted[n])) for n in headered], got_header,
                  hub.timed_out)
         for name in files:  # present, never fetched: LC601 sees them
             if "/" not in name and name.endswith(PICKLE_SUFFIXES):

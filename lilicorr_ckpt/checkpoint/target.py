@@ -10,11 +10,12 @@ from typing import Any
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.config import is_drafter_config, load_json_object
+from lilicorr_ckpt.checkpoint.config import load_json_object
 from lilicorr_ckpt.checkpoint.readfile import open_regular_file, regular_size, too_large
 from lilicorr_ckpt.checkpoint.source import read_small, resolve_path
 from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.families import is_drafter
 
 
 class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -136,11 +137,12 @@ def read_target(spec: str) -> TargetInfo:
     root = resolved.path
     config_path = root / "config.json"
     doc, _ = load_json_object(read_small(config_path, f"target {spec}/config.json"), f"target {spec}/config.json")
-    if is_drafter_config(doc):  # the drafter passed twice, or PATH and --target swapped
+    if is_drafter(doc):  # the drafter passed twice, or PATH and --target swapped
         raise TargetSpecError(f"target {spec!r} is a drafter, not a target (its config.json has "
                               f"{'dflash_config' if 'dflash_config' in doc else 'a drafter architecture'}); "
                               f"--target takes the model the drafter drafts for")
-    text = doc.get("text_config") if isinstance(doc.get("text_config"), dict) else doc
+    nested = doc.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else doc
     special: dict[str, int] = {}
     sources = [doc, text]
     generation = root / "generation_config.json"

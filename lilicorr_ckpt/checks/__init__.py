@@ -15,4 +15,10 @@ from lilicorr_ckpt.checks import deep  # noqa: F401 (LC7xx; its check runs only 
 # isort: on
 from lilicorr_ckpt.checks.findings import RULES
 
+# the catalogue in id order (the README table, `lilicorr-ckpt rules`): each module registers its rows beside its
+# checks, by concern, so registration order is not id order
+_by_id = sorted(RULES.items())
+RULES.clear()
+RULES.update(_by_id)
+
 __all__ = ["RULES"]

@@ -7,7 +7,8 @@ from typing import Any
 
 from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.target import TargetInfo
-from lilicorr_ckpt.checks.findings import RULES, Finding, bound_findings
+from lilicorr_ckpt.checks.findings import RULES, bound_findings
+from lilicorr_ckpt.results import Finding
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 

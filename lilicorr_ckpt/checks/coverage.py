@@ -11,6 +11,7 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.families import SIBLINGS, dspark, sibling_owner
 from lilicorr_ckpt.runtimes import RuntimeProfile, matches_any
 
 # ---------------------------------------------------------------- catalogue
@@ -243,12 +244,44 @@ rule("LC216", "legacy-names-renamed", "info", COV,
 
 @check
 def coverage(ctx: Context) -> None:
-    m, view = ctx.manifest, ctx.names
-    present = view.by_canonical
+    """The present tensors against the manifest: what is not checked, names the loaders rewrite, what is missing
+    (LC201-LC207, LC401), what the geometry does not build (LC202-LC207, LC218, LC402-LC407, and the unread
+    names), then shapes and dtypes."""
+    _unchecked(ctx)
+    _name_notes(ctx)
+    missing = _missing(ctx)
+    fused = _fused_qkv(ctx)  # fused qkv_proj tensor -> the q/k/v tensors it stands for
+    strict = [p for p in ctx.profiles if not p.accepts_fused_qkv]
+    _missing_head(ctx, missing.get("head", []))
+    _missing_backbone(ctx, missing.get("backbone", []), fused, strict)
+    if missing.get("lm_head"):
+        _missing_lm_head(ctx, missing["lm_head"])
+    _missing_conv(ctx, missing.get("conv", []))
+    surplus = _surplus(ctx)
+    if surplus.get("head"):
+        _surplus_head(ctx, surplus["head"])
+    if surplus.get("conv"):
+        _surplus_conv(ctx, surplus["conv"])
+    if surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
+        _surplus_lm_head(ctx, surplus["lm_head"])
+    if surplus.get("other"):
+        _surplus_other(ctx, surplus["other"], fused, strict)
+    _shapes_and_dtypes(ctx)
+
+
+def _unchecked(ctx: Context) -> None:
+    """LC215: components whose geometry is unknown; a layer count the files cannot hold (reported, never
+    expanded)."""
+    m = ctx.manifest
     for component, reason in m.incomplete.items():
         ctx.emit("LC215", f"{component} tensors not checked: {reason}")
-    for key, reason in m.implausible.items():  # a layer count the files cannot hold: reported, never expanded
+    for key, reason in m.implausible.items():
         ctx.emit("LC118" if key == "num_hidden_layers" else "LC103", reason, file="config.json", pointer=f"$.{key}")
+
+
+def _name_notes(ctx: Context) -> None:
+    """LC211-LC213, LC216, LC217, LC226, LC227: names the loaders strip, rename, merge or refuse."""
+    view = ctx.names
     if view.training_prefixed:
         ctx.emit("LC212", f"{len(view.training_prefixed)} tensor names keep a training prefix, e.g. "
                  f"{shorten(view.training_prefixed, 3)}: no loader strips it" + _unknown_tensors(ctx),
@@ -280,145 +313,175 @@ def coverage(ctx: Context) -> None:
         ctx.emit_for("LC227", refusing, f"{what}: {names_of(refusing, 'does not rename|do not rename')} them and has "
                      "no parameter of that name", subjects=aliased)
 
-    expected = m.tensors
-    # quantized modules legitimately replace .weight's dtype/shape and add scale tensors
-    missing: dict[str, list[str]] = {}
-    for name, tensor in expected.items():
-        if tensor.component in m.incomplete:
-            continue
-        if name not in present:
-            missing.setdefault(tensor.component, []).append(name)
-    [n for n in present if ".attention_conv." in n or ".mlp_conv." in n]
-    conv_expected = [n for n, t in expected.items() if t.component == "conv"]
-    if missing.get("head") and not (routed_by_projector(ctx.config) and not any(
-            n.startswith("lilicorr.") for n in present)):  # LC011 says the head is absent
-        names = missing["head"]
-        family = ctx.geometry.family if ctx.geometry.family in SIBLINGS else None
-        what = f"{family} head" if family else "lilicorr.*"
-        ctx.emit("LC201", f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}",
-                 subjects=names,
-                 expected=f"{len(m.names('head'))} {what} tensors",
-                 actual=f"{len(m.names('head')) - len(names)} present")
-    fused = _fused_qkv(ctx)  # fused qkv_proj tensor -> the q/k/v tensors it stands for
-    split = {n for parts in fused.values() for n in parts}
-    strict = [p for p in ctx.profiles if not p.accepts_fused_qkv]
-    if missing.get("backbone"):
-        names = [n for n in missing["backbone"] if n not in split]
-        if names:
-            ctx.emit("LC203", f"missing {len(names)} backbone tensors: {shorten(names)}", subjects=names)
-        names = [n for n in missing["backbone"] if n in split]
-        if names:
-            ctx.emit_for("LC203", strict, f"missing {len(names)} backbone tensors: {shorten(names)} (stored fused "
-                         f"as {shorten(sorted(fused), 2)}, which " + " and ".join(p.display for p in strict)
-                         + " does not split)", subjects=names)
-    if missing.get("lm_head"):
-        loaders = [p for p in ctx.profiles if p.owned_lm_head == "supported"]
-        ctx.emit_for("LC401", loaders, "has_own_lm_head is true but lm_head.weight is absent: "
-                     + names_of(loaders, "refuses|refuse") + " the load" if loaders else "",
-                     pointer="lm_head.weight", subjects=missing["lm_head"])
-    if conv_expected and "conv" not in m.incomplete:
-        gone = missing.get("conv", [])
-        if len(gone) == len(conv_expected):
-            g = ctx.geometry
-            ctx.emit("LC206", f"conv_kernel_size {g.conv_kernel_size} / conv_group_size {g.conv_group_size} build "
-                     f"{len(conv_expected)} convolution tensors but the checkpoint has none: kernel_projection "
-                     "would stay at random initialisation", file="config.json",
-                     pointer="$.dflash_config.conv_kernel_size", subjects=gone)
-        elif gone:
-            ctx.emit("LC207", f"convolution coverage is partial: missing {shorten(gone)} (check conv_kernel_size, "
-                     "conv_group_size and num_hidden_layers)", subjects=gone)
 
-    # surplus: present tensors the manifest does not explain
+def _missing(ctx: Context) -> dict[str, list[str]]:
+    """The manifest's tensors absent from the files, by component (components not checked left out). Quantized
+    modules legitimately replace .weight's dtype/shape and add scale tensors: the quantization checks judge them."""
+    m, present = ctx.manifest, ctx.names.by_canonical
+    missing: dict[str, list[str]] = {}
+    for name, tensor in m.tensors.items():
+        if tensor.component not in m.incomplete and name not in present:
+            missing.setdefault(tensor.component, []).append(name)
+    return missing
+
+
+def _missing_head(ctx: Context, names: list[str]) -> None:
+    """LC201 (unless LC011 says the whole head is absent)."""
+    m, present = ctx.manifest, ctx.names.by_canonical
+    if not names or (routed_by_projector(ctx.config) and not any(n.startswith("lilicorr.") for n in present)):
+        return  # the second: LC011 says the head is absent
+    family = ctx.geometry.family if ctx.geometry.family in SIBLINGS else None
+    what = f"{family} head" if family else "lilicorr.*"
+    ctx.emit("LC201", f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}",
+             subjects=names,
+             expected=f"{len(m.names('head'))} {what} tensors",
+             actual=f"{len(m.names('head')) - len(names)} present")
+
+
+def _missing_backbone(ctx: Context, missing: list[str], fused: dict[str, list[str]],
+                      strict: list[RuntimeProfile]) -> None:
+    """LC203: backbone tensors absent, or stored fused where a runtime does not split them."""
+    split = {n for parts in fused.values() for n in parts}
+    names = [n for n in missing if n not in split]
+    if names:
+        ctx.emit("LC203", f"missing {len(names)} backbone tensors: {shorten(names)}", subjects=names)
+    names = [n for n in missing if n in split]
+    if names:
+        ctx.emit_for("LC203", strict, f"missing {len(names)} backbone tensors: {shorten(names)} (stored fused "
+                     f"as {shorten(sorted(fused), 2)}, which " + " and ".join(p.display for p in strict)
+                     + " does not split)", subjects=names)
+
+
+def _missing_lm_head(ctx: Context, missing: list[str]) -> None:
+    """LC401: has_own_lm_head without the tensor."""
+    loaders = [p for p in ctx.profiles if p.owned_lm_head == "supported"]
+    ctx.emit_for("LC401", loaders, "has_own_lm_head is true but lm_head.weight is absent: "
+                 + names_of(loaders, "refuses|refuse") + " the load" if loaders else "",
+                 pointer="lm_head.weight", subjects=missing)
+
+
+def _missing_conv(ctx: Context, gone: list[str]) -> None:
+    """LC206 / LC207: none, or only some, of the convolution tensors the geometry builds."""
+    m = ctx.manifest
+    conv_expected = m.names("conv")
+    if not conv_expected or "conv" in m.incomplete:
+        return
+    if len(gone) == len(conv_expected):
+        g = ctx.geometry
+        ctx.emit("LC206", f"conv_kernel_size {g.conv_kernel_size} / conv_group_size {g.conv_group_size} build "
+                 f"{len(conv_expected)} convolution tensors but the checkpoint has none: kernel_projection "
+                 "would stay at random initialisation", file="config.json",
+                 pointer="$.dflash_config.conv_kernel_size", subjects=gone)
+    elif gone:
+        ctx.emit("LC207", f"convolution coverage is partial: missing {shorten(gone)} (check conv_kernel_size, "
+                 "conv_group_size and num_hidden_layers)", subjects=gone)
+
+
+def _surplus(ctx: Context) -> dict[str, list[str]]:
+    """Present tensors the manifest does not explain, by what judges them: "head", "conv", "lm_head", "other"."""
+    m = ctx.manifest
     surplus: dict[str, list[str]] = {}
-    for name in present:
-        if name in expected:
-            continue
-        if m.module_of(name) is not None:
-            continue  # a scale tensor of a known module: judged by the quantization checks
-        component = component_of_name(name)
-        if component in m.incomplete or (component == "fc" and "backbone" in m.incomplete):
-            continue  # its geometry is unknown: LC215 says so, and the geometry findings say why
-        if component == "head":
-            sibling_name = not name.startswith("lilicorr.")
-            # LC011 / LC108 / LC016 cover heads the architecture does not declare
-            key = "head" if (ctx.geometry.lilicorr_enabled and not sibling_name) or (
-                sibling_name and ctx.geometry.family in SIBLINGS and not _foreign(ctx, name)) else None
-        elif component in ("conv", "lm_head"):
-            key = component
-        else:
-            key = "other"
+    for name in ctx.names.by_canonical:
+        if name in m.tensors or m.module_of(name) is not None:
+            continue  # expected, or a scale tensor of a known module (judged by the quantization checks)
+        key = _surplus_key(ctx, name)
         if key:
             surplus.setdefault(key, []).append(name)
-    if surplus.get("head"):
-        names = surplus["head"]
-        g = ctx.geometry
-        token = [n for n in names if n.startswith("lilicorr.token_proj.")]
-        if token and g.head_hidden_size == g.hidden_size:
-            raw = g.head_hidden_size_raw
-            ctx.emit("LC202", f"`lilicorr.token_proj.*` is present but the head is as wide as the draft "
-                     f"(lilicorr_hidden_size {raw} -> h = {g.head_hidden_size} = hidden_size), so token_proj is the "
-                     "identity and its weights would be dropped", file="config.json",
-                     pointer="$.dflash_config.lilicorr_hidden_size", subjects=token,
-                     expected=f"lilicorr_hidden_size = {_token_proj_width(ctx)}" if _token_proj_width(ctx) else None)
-            names = [n for n in names if n not in token]
-        if names:
-            ctx.emit("LC202", f"{len(names)} head tensors the geometry does not build: {shorten(names)}",
-                     subjects=names)
-    if surplus.get("conv"):
-        names = surplus["conv"]
-        if not ctx.geometry.has_conv:
-            d = ctx.config.dflash
-            hint = _conv_hint(ctx, names)
-            if ctx.geometry.conv_kernel_size > 0:
-                # the kernel size is set: the missing/zero group size is the cause (LC116), not the kernel size
-                group = d.conv_group_size if d.conv_group_size is not None else "absent"
-                ctx.emit("LC205", f"{len(names)} convolution tensors are present and conv_kernel_size is "
-                         f"{d.conv_kernel_size}, but conv_group_size is {group}: no convolution is built for these "
-                         f"tensors until conv_group_size is set{hint}", file="config.json",
-                         pointer="$.dflash_config.conv_group_size", subjects=names)
-            else:
-                ctx.emit("LC205", f"{len(names)} convolution tensors are present but conv_kernel_size is "
-                         f"{d.conv_kernel_size if d.conv_kernel_size is not None else 'absent'}: every one would be "
-                         f"dropped silently and the draft would serve as its convolution-free parent{hint}",
-                         file="config.json", pointer="$.dflash_config.conv_kernel_size", subjects=names)
+    return surplus
+
+
+def _surplus_key(ctx: Context, name: str) -> str | None:
+    m = ctx.manifest
+    component = component_of_name(name)
+    if component in m.incomplete or (component == "fc" and "backbone" in m.incomplete):
+        return None  # its geometry is unknown: LC215 says so, and the geometry findings say why
+    if component == "head":
+        sibling_name = not name.startswith("lilicorr.")
+        # LC011 / LC108 / LC016 cover heads the architecture does not declare
+        return "head" if (ctx.geometry.lilicorr_enabled and not sibling_name) or (
+            sibling_name and ctx.geometry.family in SIBLINGS and not _foreign(ctx, name)) else None
+    if component in ("conv", "lm_head"):
+        return component
+    return "other"
+
+
+def _surplus_head(ctx: Context, names: list[str]) -> None:
+    """LC202: head tensors the geometry does not build (token_proj on a head as wide as the draft, apart)."""
+    g = ctx.geometry
+    token = [n for n in names if n.startswith("lilicorr.token_proj.")]
+    if token and g.head_hidden_size == g.hidden_size:
+        raw = g.head_hidden_size_raw
+        ctx.emit("LC202", f"`lilicorr.token_proj.*` is present but the head is as wide as the draft "
+                 f"(lilicorr_hidden_size {raw} -> h = {g.head_hidden_size} = hidden_size), so token_proj is the "
+                 "identity and its weights would be dropped", file="config.json",
+                 pointer="$.dflash_config.lilicorr_hidden_size", subjects=token,
+                 expected=f"lilicorr_hidden_size = {_token_proj_width(ctx)}" if _token_proj_width(ctx) else None)
+        names = [n for n in names if n not in token]
+    if names:
+        ctx.emit("LC202", f"{len(names)} head tensors the geometry does not build: {shorten(names)}",
+                 subjects=names)
+
+
+def _surplus_conv(ctx: Context, names: list[str]) -> None:
+    """LC205 / LC207: convolution tensors with no convolution declared, or beyond the ones declared."""
+    if not ctx.geometry.has_conv:
+        d = ctx.config.dflash
+        hint = _conv_hint(ctx, names)
+        if ctx.geometry.conv_kernel_size > 0:
+            # the kernel size is set: the missing/zero group size is the cause (LC116), not the kernel size
+            group = d.conv_group_size if d.conv_group_size is not None else "absent"
+            ctx.emit("LC205", f"{len(names)} convolution tensors are present and conv_kernel_size is "
+                     f"{d.conv_kernel_size}, but conv_group_size is {group}: no convolution is built for these "
+                     f"tensors until conv_group_size is set{hint}", file="config.json",
+                     pointer="$.dflash_config.conv_group_size", subjects=names)
         else:
-            ctx.emit("LC207", f"convolution tensors the geometry does not build: {shorten(names)} (check "
-                     "conv_kernel_size, conv_group_size and num_hidden_layers)", subjects=names)
-    if surplus.get("lm_head") and not ctx.geometry.has_own_lm_head and ctx.geometry.family == "dspark":
+            ctx.emit("LC205", f"{len(names)} convolution tensors are present but conv_kernel_size is "
+                     f"{d.conv_kernel_size if d.conv_kernel_size is not None else 'absent'}: every one would be "
+                     f"dropped silently and the draft would serve as its convolution-free parent{hint}",
+                     file="config.json", pointer="$.dflash_config.conv_kernel_size", subjects=names)
+    else:
+        ctx.emit("LC207", f"convolution tensors the geometry does not build: {shorten(names)} (check "
+                 "conv_kernel_size, conv_group_size and num_hidden_layers)", subjects=names)
+
+
+def _surplus_lm_head(ctx: Context, names: list[str]) -> None:
+    """LC405 (DSpark's frozen copy of the target's head) / LC402 / LC406 / LC407: lm_head tensors without
+    has_own_lm_head."""
+    if ctx.geometry.family == dspark.NAME:
         ctx.emit("LC405", "a DSpark drafter carries lm_head tensors without has_own_lm_head, as DeepSpec exports a "
                  f"frozen copy of the target's head: {_undeclared_head(ctx)}; the same function only if it is the "
                  "target's head unchanged", file="config.json",
-                 pointer="$.has_own_lm_head", subjects=surplus["lm_head"])
-    elif surplus.get("lm_head") and not ctx.geometry.has_own_lm_head:
-        names = surplus["lm_head"]
-        owning = [p for p in ctx.profiles if p.undeclared_lm_head == "owned"]
-        dropping = [p for p in ctx.profiles if p.undeclared_lm_head == "dropped"]
-        ignoring = [p for p in ctx.profiles if p not in owning and p not in dropping]
-        for rule_id, profiles in (("LC402", ignoring), ("LC406", owning)):
-            ctx.emit_for(rule_id, profiles, f"lm_head tensors are present but has_own_lm_head is not true: "
-                         f"{_undeclared_head(ctx)}", file="config.json", pointer="$.has_own_lm_head",
-                         subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
-        ctx.emit_for("LC407", dropping, f"lm_head tensors without has_own_lm_head: {names_of(dropping, 'has|have')} "
-                     "no lm_head parameter for the draft, drops them and scores candidates with the target's head, as "
-                     "the config declares", file="config.json", pointer="$.has_own_lm_head", subjects=names)
-    if surplus.get("other"):
-        names = [n for n in surplus["other"] if n not in fused]
-        if len(names) < len(surplus["other"]):
-            qkv = [n for n in surplus["other"] if n in fused]
-            ctx.emit_for("LC204", strict, f"{len(qkv)} fused q/k/v tensors ({shorten(qkv)}) that "
-                         + " and ".join(p.display for p in strict) + " does not split", subjects=qkv)
-    if surplus.get("other") and names:
-        embed = [n for n in names if n == "embed_tokens.weight"]
-        if embed:
-            uses = {"dropped": "drops it", "used": "uses it as the draft's own input embedding",
-                    "replaced": "loads it, then replaces it with the target's"}
-            ctx.emit("LC218", "the draft carries embed_tokens.weight: "
-                     + "; ".join(f"{p.display} {uses[p.embed_tokens_copy]}" for p in ctx.profiles),
-                     pointer="embed_tokens.weight", subjects=embed)
-            names = [n for n in names if n not in embed]
-    if surplus.get("other") and names:
+                 pointer="$.has_own_lm_head", subjects=names)
+        return
+    owning = [p for p in ctx.profiles if p.undeclared_lm_head == "owned"]
+    dropping = [p for p in ctx.profiles if p.undeclared_lm_head == "dropped"]
+    ignoring = [p for p in ctx.profiles if p not in owning and p not in dropping]
+    for rule_id, profiles in (("LC402", ignoring), ("LC406", owning)):
+        ctx.emit_for(rule_id, profiles, f"lm_head tensors are present but has_own_lm_head is not true: "
+                     f"{_undeclared_head(ctx)}", file="config.json", pointer="$.has_own_lm_head",
+                     subjects=names, expected="true", actual=ctx.config.has_own_lm_head)
+    ctx.emit_for("LC407", dropping, f"lm_head tensors without has_own_lm_head: {names_of(dropping, 'has|have')} "
+                 "no lm_head parameter for the draft, drops them and scores candidates with the target's head, as "
+                 "the config declares", file="config.json", pointer="$.has_own_lm_head", subjects=names)
+
+
+def _surplus_other(ctx: Context, other: list[str], fused: dict[str, list[str]], strict: list[RuntimeProfile]) -> None:
+    """LC204 (fused q/k/v a runtime does not split), LC218 (embed_tokens), then the names no loader reads."""
+    names = [n for n in other if n not in fused]
+    if len(names) < len(other):
+        qkv = [n for n in other if n in fused]
+        ctx.emit_for("LC204", strict, f"{len(qkv)} fused q/k/v tensors ({shorten(qkv)}) that "
+                     + " and ".join(p.display for p in strict) + " does not split", subjects=qkv)
+    embed = [n for n in names if n == "embed_tokens.weight"]
+    if embed:
+        uses = {"dropped": "drops it", "used": "uses it as the draft's own input embedding",
+                "replaced": "loads it, then replaces it with the target's"}
+        ctx.emit("LC218", "the draft carries embed_tokens.weight: "
+                 + "; ".join(f"{p.display} {uses[p.embed_tokens_copy]}" for p in ctx.profiles),
+                 pointer="embed_tokens.weight", subjects=embed)
+        names = [n for n in names if n not in embed]
+    if names:
         _unread(ctx, names)
-    _shapes_and_dtypes(ctx)
 
 
 def _unread(ctx: Context, names: list[str]) -> None:
@@ -463,15 +526,9 @@ def _undeclared_head(ctx: Context) -> str:
 # buffers a model derives from its config (the rotary inverse frequencies): a runtime that drops unknown tensors
 # loses nothing by dropping them
 
-SIBLINGS = ("dflash2", "dspark", "domino")
-_OWNER = {"candidate_selector.": "dflash2", "markov_head.": "dspark", "confidence_head.": "dspark",
-          "prefix_gru.": "domino", "embed_proj.": "domino"}
-
-
 def _foreign(ctx: Context, name: str) -> bool:
     """A sibling-head tensor of another family than the one declared (LC016 reports it)."""
-    owner = next((f for prefix, f in _OWNER.items() if name.startswith(prefix)), "dspark")
-    return owner != ctx.geometry.family
+    return sibling_owner(name) != ctx.geometry.family
 
 
 def _fused_qkv(ctx: Context) -> dict[str, list[str]]:

@@ -7,7 +7,7 @@ import mmap
 
 import numpy as np
 
-from lilicorr_ckpt.checkpoint.numerics import DECODABLE, ScaleDefects, decode, scale_defects
+from lilicorr_ckpt.checkpoint.numerics import DECODABLE, ScaleDefects, decode, e4m3_is_nan, scale_defects
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
@@ -92,7 +92,7 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
         else:
             if dtype == "F8_E4M3":
                 codes = np.frombuffer(chunk, dtype=np.uint8)
-                if not non_finite and bool(((codes & 0x7F) == 0x7F).any()):
+                if not non_finite and bool(e4m3_is_nan(codes).any()):
                     non_finite = True
             if all_zero and any(chunk.tobytes().strip(b"\x00")):
                 all_zero = False
@@ -103,7 +103,9 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
 
 def _scale_defects(view: memoryview, dtype: str) -> ScaleDefects:
     """numerics' scale policy over a scale tensor's values, decoded a chunk at a time."""
-    return scale_defects(decode(view[begin:begin + CHUNK], dtype) for begin in range(0, len(view), CHUNK))
+    # decode reads its input through np.frombuffer, which takes any buffer: the slice is not copied
+    chunks = (view[begin:begin + CHUNK] for begin in range(0, len(view), CHUNK))
+    return scale_defects(decode(chunk, dtype) for chunk in chunks)  # type: ignore[arg-type]
 
 
 @check

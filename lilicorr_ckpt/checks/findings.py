@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Literal
 
 import msgspec
 
-Severity = Literal["error", "warning", "info"]
-SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+# the records a finding is made of are data (lilicorr_ckpt/results.py); re-exported for the checks
+from lilicorr_ckpt.results import SEVERITY_ORDER as SEVERITY_ORDER
+from lilicorr_ckpt.results import Finding as Finding
+from lilicorr_ckpt.results import Severity
+from lilicorr_ckpt.results import Waiver as Waiver
 
 
 class Rule(msgspec.Struct, frozen=True, omit_defaults=True):
@@ -77,29 +79,6 @@ def _dedent_blocks(text: str) -> str:
         else:
             out.append(" ".join(line.strip() for line in para))
     return "\n\n".join(out)
-
-
-class Waiver(msgspec.Struct, frozen=True, kw_only=True):
-    """Why a finding is waived (lilicorr_ckpt/checks/waivers.py): still reported, no longer counted."""
-
-    reason: str
-    source: str  # "--ignore", or the config file (and its entry) the waiver comes from
-
-
-class Finding(msgspec.Struct, frozen=True, kw_only=True):
-    rule: str
-    name: str
-    severity: Severity
-    message: str
-    fix: str | None = None
-    file: str | None = None  # checkpoint-relative file the finding is about
-    pointer: str | None = None  # JSON path or tensor name inside `file`
-    expected: str | None = None
-    actual: str | None = None
-    runtimes: list[str] = []  # empty: independent of the runtime
-    subjects: list[str] = []  # every key/tensor/module involved, up to MAX_SUBJECTS
-    waived: Waiver | None = None  # set by a waiver: shown as suppressed, not in the summary or the verdicts
-    subjects_omitted: int = 0  # subjects left out of `subjects` (beyond MAX_SUBJECTS)
 
 
 RULES: dict[str, Rule] = {}

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import re
 
-from lilicorr_ckpt.checkpoint.manifest import KV_SCALE_SUFFIXES, QUANT_SUFFIXES, ExpectedTensor, quant_scheme
+from lilicorr_ckpt.checkpoint.manifest import (
+    KV_SCALE_SUFFIXES,
+    QUANT_SUFFIXES,
+    ExpectedTensor,
+    QuantScheme,
+    quant_scheme,
+)
 from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
 from lilicorr_ckpt.checkpoint.quant import QuantConfig, pattern_problems
 from lilicorr_ckpt.checkpoint.text import shorten
@@ -523,19 +529,57 @@ def _flat_form_reading(ctx: Context, qc: QuantConfig) -> None:
                  pointer="$.quantization_config.group_size", expected=intended, actual="absent")
 
 
+_STATE_MESSAGES = {
+    "LC305": "NVFP4 needs in_features divisible by the group size",
+    "LC306": "must stay floating point for this runtime (it builds the module unquantized whatever the quant "
+             "config says, or slices its raw weight), but is stored quantized",
+    "LC307": "is stored in float but the runtime would build it quantized: no exclusion matches it",
+    "LC308": "is excluded from quantization but stored quantized: the runtime builds a float layer and the "
+             "packed weight fails its shape check",
+    "LC309": "is always built in float by the runtime but is not in the exclusions",
+    "LC313": "",
+    "LC314": "is quantized, and this runtime's support for that is not confirmed",
+}
+
+
+class _Notes:
+    """Per-module verdicts, grouped by rule, module group and runtimes, so that one finding names them all."""
+
+    def __init__(self) -> None:
+        self.grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+        self.details: dict[tuple[str, str, tuple[str, ...]], str] = {}
+
+    def note(self, rule_id: str, module: str, runtimes: list[str], detail: str = "") -> None:
+        key = (rule_id, _module_group(module), tuple(runtimes))
+        self.grouped.setdefault(key, []).append(module)
+        if detail:
+            self.details.setdefault(key, detail)
+
+    def emit(self, ctx: Context, qc: QuantConfig) -> None:
+        merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
+        for (rule_id, group, runtimes), modules in self.grouped.items():
+            # fold runtimes that flag the same modules into one finding
+            key = (rule_id, group, tuple(sorted(modules)))
+            merged.setdefault(key, []).extend(runtimes)
+        for (rule_id, group, flagged), flagging in merged.items():
+            detail = next((self.details[k] for k in self.details if k[0] == rule_id and k[1] == group), "")
+            label = group if len(flagged) > 1 else flagged[0]
+            count = f" ({len(flagged)} modules)" if len(flagged) > 1 else ""
+            text = f"`{label}`{count} {_STATE_MESSAGES[rule_id]}".rstrip()
+            if rule_id == "LC313":
+                text = f"`{label}`: {detail}"
+            elif detail:
+                text += f" ({detail})"
+            if label.startswith("lm_head") and rule_id == "LC307":
+                text += "; a bf16 owned head must be listed in the exclusions"
+            ctx.emit(rule_id, text, pointer=label, runtimes=sorted(set(flagging)), subjects=list(flagged),
+                     file=qc.source if rule_id in ("LC307", "LC309") else None)
+
+
 def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], profiles: list[RuntimeProfile],
                    scope: list[str]) -> None:
     m, present = ctx.manifest, ctx.names.by_canonical
-    n_target, family = ctx.geometry.num_target_layers, ctx.geometry.family
-    grouped: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
-    notes: dict[tuple[str, str, tuple[str, ...]], str] = {}
-
-    def note(rule_id: str, module: str, runtimes: list[str], detail: str = "") -> None:
-        key = (rule_id, _module_group(module), tuple(runtimes))
-        grouped.setdefault(key, []).append(module)
-        if detail:
-            notes.setdefault(key, detail)
-
+    notes = _Notes()
     kv = [f"{mod}.{s}" for mod in m.modules for s in KV_SCALE_SUFFIXES if f"{mod}.{s}" in present]
     if kv and not qc.kv_cache_quant_algo:
         ctx.emit("LC318", f"{len(kv)} KV-cache scale tensors ({shorten(kv, 3)}) but {qc.source} sets no "
@@ -549,62 +593,41 @@ def _module_states(ctx: Context, qc: QuantConfig, quantized: dict[str, str], pro
         if state in ("nvfp4", "fp8"):
             _scale_tensors(ctx, module, state, qc, scope)
             if state == "nvfp4" and scheme is not None and mod.in_features % scheme.group_size:
-                note("LC305", module, scope, f"in_features {mod.in_features} % {scheme.group_size} != 0")
+                notes.note("LC305", module, scope, f"in_features {mod.in_features} % {scheme.group_size} != 0")
         elif scales:
             ctx.emit("LC308", f"`{module}` is stored in float but ships {', '.join(scales)}: runtimes that build it "
                      f"unquantized have no parameter for them (the lm_head.input_scale trap)",
                      pointer=module, subjects=[f"{module}.{s}" for s in scales], runtimes=scope)
         for p in profiles:
-            forced = p.builds_float(module, family)
-            required = matches_any(module, p.float_required)
-            exclusion = excluded_by(p.name, p.exclusion_name(module, family), qc.read_by(p).exclude, n_target)
-            if exclusion.conflict:
-                note("LC313", module, [p.name], exclusion.conflict)
-            if state in ("nvfp4", "fp8"):
-                if forced or required:
-                    note("LC306", module, [p.name])
-                elif scheme is None:
-                    note("LC308", module, [p.name], f"{qc.quant_algo} in {qc.source} does not quantize it")
-                elif exclusion.excluded:
-                    note("LC308", module, [p.name], f"`{exclusion.pattern}` matches it as `{exclusion.prefix}`")
-                elif not p.may_quantize(module, family):
-                    note("LC314", module, [p.name])
-            elif state == "float":
-                would_quantize = scheme is not None and not forced and not exclusion.excluded
-                if would_quantize:
-                    note("LC307", module, [p.name], f"{p.display} names it `{exclusion.prefix}`")
-                elif (forced or required) and not exclusion.excluded and scheme is not None:
-                    note("LC309", module, [p.name])
+            _runtime_state(ctx, qc, p, module, state, scheme, notes)
+    notes.emit(ctx, qc)
 
-    messages = {
-        "LC305": "NVFP4 needs in_features divisible by the group size",
-        "LC306": "must stay floating point for this runtime (it builds the module unquantized whatever the quant "
-                 "config says, or slices its raw weight), but is stored quantized",
-        "LC307": "is stored in float but the runtime would build it quantized: no exclusion matches it",
-        "LC308": "is excluded from quantization but stored quantized: the runtime builds a float layer and the "
-                 "packed weight fails its shape check",
-        "LC309": "is always built in float by the runtime but is not in the exclusions",
-        "LC313": "",
-        "LC314": "is quantized, and this runtime's support for that is not confirmed",
-    }
-    merged: dict[tuple[str, str, tuple[str, ...]], list[str]] = {}
-    for (rule_id, group, runtimes), modules in grouped.items():
-        # fold runtimes that flag the same modules into one finding
-        key = (rule_id, group, tuple(sorted(modules)))
-        merged.setdefault(key, []).extend(runtimes)
-    for (rule_id, group, modules), runtimes in merged.items():
-        detail = next((notes[k] for k in notes if k[0] == rule_id and k[1] == group), "")
-        label = group if len(modules) > 1 else modules[0]
-        count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
-        text = f"`{label}`{count} {messages[rule_id]}".rstrip()
-        if rule_id == "LC313":
-            text = f"`{label}`: {detail}"
-        elif detail:
-            text += f" ({detail})"
-        if label.startswith("lm_head") and rule_id == "LC307":
-            text += "; a bf16 owned head must be listed in the exclusions"
-        ctx.emit(rule_id, text, pointer=label, runtimes=sorted(set(runtimes)), subjects=list(modules),
-                 file=qc.source if rule_id in ("LC307", "LC309") else None)
+
+def _runtime_state(ctx: Context, qc: QuantConfig, p: RuntimeProfile, module: str, state: str,
+                   scheme: QuantScheme | None, notes: _Notes) -> None:
+    """LC306-LC309, LC313, LC314: how runtime `p` builds `module` against how it is stored (`state`)."""
+    family = ctx.geometry.family
+    forced = p.builds_float(module, family)
+    required = matches_any(module, p.float_required)
+    exclusion = excluded_by(p.name, p.exclusion_name(module, family), qc.read_by(p).exclude,
+                            ctx.geometry.num_target_layers)
+    if exclusion.conflict:
+        notes.note("LC313", module, [p.name], exclusion.conflict)
+    if state in ("nvfp4", "fp8"):
+        if forced or required:
+            notes.note("LC306", module, [p.name])
+        elif scheme is None:
+            notes.note("LC308", module, [p.name], f"{qc.quant_algo} in {qc.source} does not quantize it")
+        elif exclusion.excluded:
+            notes.note("LC308", module, [p.name], f"`{exclusion.pattern}` matches it as `{exclusion.prefix}`")
+        elif not p.may_quantize(module, family):
+            notes.note("LC314", module, [p.name])
+    elif state == "float":
+        would_quantize = scheme is not None and not forced and not exclusion.excluded
+        if would_quantize:
+            notes.note("LC307", module, [p.name], f"{p.display} names it `{exclusion.prefix}`")
+        elif (forced or required) and not exclusion.excluded and scheme is not None:
+            notes.note("LC309", module, [p.name])
 
 
 def _scale_tensors(ctx: Context, module: str, state: str, qc: QuantConfig, scope: list[str]) -> None:

@@ -1,4 +1,7 @@
-"""The validate pipeline: source -> config -> tensor table -> manifest -> rules -> report."""
+"""The validate pipeline: source -> config -> tensor table -> manifest -> rules -> report.
+
+The Report it returns is data (lilicorr_ckpt/results.py); `Report` is importable from here too, for callers of
+the pipeline that name its result."""
 
 from __future__ import annotations
 
@@ -6,12 +9,10 @@ from typing import Any
 
 import msgspec
 
-from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
 from lilicorr_ckpt.checkpoint.remote import (
     DEFAULT_TIMEOUT,
-    HubOrigin,
     HubSpec,
     hub_label,
     hub_spec,
@@ -20,47 +21,10 @@ from lilicorr_ckpt.checkpoint.remote import (
 )
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
 from lilicorr_ckpt.checks.context import Context, run_checks
-from lilicorr_ckpt.checks.findings import SEVERITY_ORDER, Finding
 from lilicorr_ckpt.checks.waivers import check_rule_options, explicit_config, parse_config, waive_report
 from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
+from lilicorr_ckpt.results import SEVERITY_ORDER, Finding, Report, RuntimeVerdict, Summary
 from lilicorr_ckpt.runtimes import RuntimeProfile, select_profiles
-
-
-class Summary(msgspec.Struct, frozen=True):
-    errors: int
-    warnings: int
-    infos: int
-    waived: int = 0  # findings a waiver suppressed (not in the counts above)
-
-
-class RuntimeVerdict(msgspec.Struct, frozen=True):
-    runtime: str
-    display: str  # the engine and the version judged, e.g. "SGLang 0.5.23"
-    accepted: bool
-    errors: int
-    warnings: int
-    version: str = ""  # the release modelled, or the unreleased revision (empty in reports older than 0.1.1)
-    released: bool = True  # False: the verdict models code no release has yet
-    source: str = ""  # where the modelled loader code comes from
-
-
-class Report(msgspec.Struct, frozen=True, kw_only=True):
-    """The validate result; `lilicorr-ckpt validate --format json` prints exactly this."""
-
-    tool: str = "lilicorr-ckpt"
-    version: str = __version__
-    schema_version: int = 1
-    path: str
-    architecture: str | None
-    target: str | None
-    runtimes: list[RuntimeVerdict]
-    summary: Summary
-    findings: list[Finding]
-    geometry: dict[str, Any]
-    exit_code: int
-    hub: HubOrigin | None = None  # set when PATH was a Hub repo id: the commit it was read at
-    strict: bool = False  # judged with --strict: warnings count as failures (JUnit failures, SARIF errors)
-    error: str | None = None  # the input could not be read (exit 2): no findings, no verdicts, this reason
 
 
 def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[RuntimeVerdict]:

@@ -33,18 +33,16 @@ import os
 import sys
 from fnmatch import fnmatch
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
 from lilicorr_ckpt.checkpoint.readfile import read_regular_file
 from lilicorr_ckpt.checks import RULES  # the package, imported before this module, registers the catalogue
-from lilicorr_ckpt.checks.findings import RETIRED, SEVERITY_ORDER, Finding, Waiver
+from lilicorr_ckpt.checks.findings import RETIRED
 from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.results import SEVERITY_ORDER, Finding, Report, Waiver
 from lilicorr_ckpt.runtimes import PROFILES
-
-if TYPE_CHECKING:  # pragma: no cover
-    from lilicorr_ckpt.checks.run import Report
 
 CONFIG_FILES = ("lilicorr.toml", "pyproject.toml")
 TOOL_TABLE = "lilicorr-ckpt"
@@ -335,8 +333,7 @@ def apply_waivers(findings: list[Finding], waivers: list[WaiverRule], *, runtime
 def waive_report(report: Report, *, checkpoint_dir: str | Path | None, ignore: str | None = None,
                  select: str | None = None, strict: bool = False, config: str | None = None) -> Report:
     """The report with --ignore/--select and the configuration file's waivers applied; summary, verdicts and
-    exit code recounted from what is not waived (the report's own records, replaced: checks.run imports this
-    module). config: --config FILE, the waiver file to apply instead of the one found beside the checkpoint.
+    exit code recounted from what is not waived (the report's own records, replaced). config: --config FILE, the waiver file to apply instead of the one found beside the checkpoint.
     Unchanged when there is nothing to apply."""
     ignored = parse_rule_list(ignore, "--ignore")
     selected = parse_rule_list(select, "--select")

@@ -3,8 +3,9 @@
     from lilicorr_ckpt.convert import ConvertOptions, convert
     result = convert("export/", "serving/", ConvertOptions(runtime="vllm"))
 
-Planning (plan.py) reads headers and configs only; writing (writer.py) streams tensor bytes into a
-temporary sibling directory that is renamed into place after `validate` accepts it. Torch is never
+Planning (plan.py, one function per phase) reads headers and configs only; writing (writer.py) streams tensor
+bytes, read by reader.py, into a temporary sibling directory that destination.py renames into place after
+`validate` accepts it. Torch is never
 imported on this path; `--verify` (verify.py) is the only part that needs it. Attributes load lazily so
 that registering the command does not slow down the other commands.
 """

@@ -13,27 +13,24 @@ import msgspec
 from lilicorr_ckpt.checkpoint.config import parse_config
 from lilicorr_ckpt.checkpoint.load import Checkpoint, assemble
 from lilicorr_ckpt.checkpoint.tensors import ShardFacts, TensorInfo, TensorTable
-from lilicorr_ckpt.checks.findings import Finding
-from lilicorr_ckpt.checks.run import Report, validate
+from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.console import Progress
-from lilicorr_ckpt.convert.earlier import EarlierOutput
-from lilicorr_ckpt.convert.options import ConvertOptions
-from lilicorr_ckpt.convert.plan import Plan, build_plan, output_source
-from lilicorr_ckpt.convert.writer import (
+from lilicorr_ckpt.convert.destination import (
     check_destination,
     discard_temporary,
-    generated_files,
     make_temporary,
     move_into_place,
     output_error,
-    planned_files,
     remove_created,
     remove_stale_temporaries,
     restore_interrupted_replacement,
-    write_json,
-    write_plan,
 )
+from lilicorr_ckpt.convert.earlier import EarlierOutput
+from lilicorr_ckpt.convert.options import ConvertOptions
+from lilicorr_ckpt.convert.plan import Plan, build_plan, output_source
+from lilicorr_ckpt.convert.writer import generated_files, planned_files, write_json, write_plan
 from lilicorr_ckpt.errors import ConversionRefused, UsageError, sigterm_unwinds
+from lilicorr_ckpt.results import Finding, Report
 
 SET_HINT_RULES = {"LC101", "LC102", "LC110", "LC113", "LC115", "LC118", "LC122"}
 

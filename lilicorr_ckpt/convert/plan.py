@@ -41,6 +41,7 @@ from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.qmeta import (
     FP8_ALGOS,
     NVFP4_ALGOS,
+    SourceQuant,
     declared_excluded,
     infer_algo,
     infer_group_size,
@@ -179,7 +180,58 @@ def _config_errors(source: Source, parsed: Any, runtime: str) -> list[str]:
             if f.severity == "error" and RULES[f.rule].area == "config"]
 
 
-def build_plan(src: str, options: ConvertOptions) -> Plan:
+# ---------------------------------------------------------------- the phases of a plan, in order
+# Each phase reads what the earlier ones decided and returns its own part; a refusal is raised by the phase that
+# finds it, in this order, so the first problem a source has is the one reported.
+
+
+class SourceRead(msgspec.Struct, frozen=True, kw_only=True):
+    source: Source
+    raw: dict[str, Any]  # config.json as found
+    table: TensorTable
+
+
+class Naming(msgspec.Struct, frozen=True, kw_only=True):
+    by_canonical: dict[str, list[str]]  # canonical name -> the source names that map to it (one, or a collision)
+    canonical: dict[str, TensorInfo]  # canonical name -> the source tensor
+    drops: list[dict[str, str]]  # --drop and derived buffers, as conversion.json records them
+
+
+class ConfigPlan(msgspec.Struct, frozen=True, kw_only=True):
+    editor: ConfigEditor  # the output config, edited further by the quantization metadata phase
+    dtype: str  # the model's float dtype: what repairs write
+    manifest: Manifest
+
+
+class QuantPlan(msgspec.Struct, frozen=True, kw_only=True):
+    squant: SourceQuant | None  # the source's quantization metadata
+    states: dict[str, str]  # module -> float | nvfp4 | fp8 (as its tensors are stored)
+    quantized: dict[str, str]  # module -> nvfp4 | fp8
+    algo: str | None  # named by the metadata, or inferred from the tensors
+    group: int
+    synthesized_algo: bool  # algo was inferred (the source had no metadata naming it)
+
+
+class RepairPlan(msgspec.Struct, frozen=True, kw_only=True):
+    repaired: dict[str, str]  # quantized module that must be dequantized -> why
+    stray: dict[str, list[str]]  # float module -> the scales it ships, dropped
+
+
+class OutputTensors(msgspec.Struct, frozen=True, kw_only=True):
+    tensors: dict[str, OutTensor]  # output name -> tensor, in the order they are planned
+    renames: list[dict[str, str]]
+    drops: list[dict[str, str]]  # the naming phase's, then the scales the repairs drop
+    repairs: list[dict[str, Any]]
+
+
+class QuantMetadata(msgspec.Struct, frozen=True, kw_only=True):
+    quantized_out: set[str]  # modules still quantized in the output
+    hf_quant: dict[str, Any] | None  # hf_quant_config.json to write
+    exclusions: dict[str, Any]  # conversion.json's account of the exclusion lists
+
+
+def read_source(src: str) -> SourceRead:
+    """The source's config and tensor table; refused when it is not a drafter export or its shards disagree."""
     source = open_source(src)
     assert source.config is not None
     raw, _ = load_json_object(read_small(source.config, "config.json"), "config.json")
@@ -189,16 +241,15 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         raise ConversionRefused("a safetensors header names a tensor twice (convert cannot tell which entry is "
                                 "meant)", [f"{rel}: {', '.join(names)}" for rel, names in table.duplicate_keys.items()])
     _check_shards(table)
+    return SourceRead(source=source, raw=raw, table=table)
 
-    renames: list[dict[str, str]] = []
+
+def name_tensors(read: SourceRead, options: ConvertOptions, src: str) -> Naming:
+    """Every source tensor's canonical name, after --drop and the derived buffers; no two may share one."""
     drops: list[dict[str, str]] = []
-    repairs: list[dict[str, Any]] = []
-    refusals: list[str] = []
-
-    # -- names
     used_drop: set[str] = set()
     by_canonical: dict[str, list[str]] = {}
-    for name in sorted(table.tensors, key=natural_key):
+    for name in sorted(read.table.tensors, key=natural_key):
         m = map_name(name)
         hits = [p for p in options.drop if matches((p,), name, m.canonical)]
         if hits:
@@ -210,16 +261,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
                           "drops it too)"})
             continue
         by_canonical.setdefault(m.canonical, []).append(name)
-    # Model-Optimizer's flat DSpark names: no serving loader reads them; write the served (nested) layout
-    if any(c in DSPARK_FLAT_TO_SERVED for c in by_canonical):
-        if str(raw.get("model_type", "qwen3")).lower() not in ("qwen3", "qwen3_moe"):
-            raise ConversionRefused(
-                "no runtime loads this DSpark layout", [f"model_type {raw.get('model_type')!r}: the served DSpark "
-                "layout (Qwen3DSparkModel) is the Qwen3 one; vLLM's DSparkDraftModel is its DeepSeek-V4 class"])
-        merged: dict[str, list[str]] = {}
-        for c, names in by_canonical.items():
-            merged.setdefault(DSPARK_FLAT_TO_SERVED.get(c, c), []).extend(names)
-        by_canonical = merged
+    by_canonical = _served_dspark(by_canonical, read.raw)
     unused = [p for p in options.drop if p not in used_drop]
     if unused:
         raise UsageError(f"--drop {', '.join(unused)} matches no tensor of {src} (patterns match source or "
@@ -229,33 +271,54 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         raise ConversionRefused(
             "tensor names collide after renaming (prefixes stripped, legacy head names made canonical)",
             [f"{', '.join(names)} all become {c}; keep one with --drop" for c, names in sorted(collisions.items())])
-    canonical: dict[str, TensorInfo] = {c: table.tensors[names[0]] for c, names in by_canonical.items()}
+    canonical = {c: read.table.tensors[names[0]] for c, names in by_canonical.items()}
+    return Naming(by_canonical=by_canonical, canonical=canonical, drops=drops)
 
-    # -- config
+
+def _served_dspark(by_canonical: dict[str, list[str]], raw: dict[str, Any]) -> dict[str, list[str]]:
+    """Model-Optimizer's flat DSpark names: no serving loader reads them; write the served (nested) layout."""
+    if not any(c in DSPARK_FLAT_TO_SERVED for c in by_canonical):
+        return by_canonical
+    if str(raw.get("model_type", "qwen3")).lower() not in ("qwen3", "qwen3_moe"):
+        raise ConversionRefused(
+            "no runtime loads this DSpark layout", [f"model_type {raw.get('model_type')!r}: the served DSpark "
+            "layout (Qwen3DSparkModel) is the Qwen3 one; vLLM's DSparkDraftModel is its DeepSeek-V4 class"])
+    merged: dict[str, list[str]] = {}
+    for c, names in by_canonical.items():
+        merged.setdefault(DSPARK_FLAT_TO_SERVED.get(c, c), []).extend(names)
+    return merged
+
+
+def plan_config(read: SourceRead, naming: Naming, options: ConvertOptions) -> ConfigPlan:
+    """The output config (--set, then what the tensors imply) and the manifest of tensors it determines."""
     pinned = {k for k, _ in options.set_keys}
-    editor = ConfigEditor(raw, pinned)
+    editor = ConfigEditor(read.raw, pinned)
     apply_overrides(editor, options.set_keys)
     _refuse_mistyped(editor.doc)
-    normalize_config(editor, canonical)
-    dtype = model_dtype(editor, canonical)
+    normalize_config(editor, naming.canonical)
+    dtype = model_dtype(editor, naming.canonical)
     parsed = parse_config(json.dumps(editor.doc, allow_nan=True).encode())
     geometry = resolve_geometry(parsed.config)
-    manifest = build_manifest(geometry, len(canonical))
+    manifest = build_manifest(geometry, len(naming.canonical))
     if manifest.incomplete:
-        reasons = _config_errors(source, parsed, options.runtime)
+        reasons = _config_errors(read.source, parsed, options.runtime)
         reasons += [f"the {component} tensors cannot be named: {why}" for component, why in manifest.incomplete.items()]
         reasons += list(manifest.implausible.values())
         raise ConversionRefused("config.json does not determine the drafter's tensors (fix the keys with "
                                 "--set KEY=VALUE)", reasons)
+    return ConfigPlan(editor=editor, dtype=dtype, manifest=manifest)
 
-    # -- every source tensor must map to something a loader reads
+
+def check_coverage(read: SourceRead, naming: Naming, manifest: Manifest, src: str) -> None:
+    """Every source tensor maps to something a loader reads, and every tensor the config implies is there."""
+    canonical, by_canonical = naming.canonical, naming.by_canonical
     unexplained = [c for c in canonical if c not in manifest.tensors and manifest.module_of(c) is None
                    and not any(c.startswith(p) for p in manifest.family_prefixes)]
     if not any(c in manifest.tensors for c in canonical):
         raise InputError(
             f"no tensor of {src} has a DFlash-family name (expected e.g. layers.0.self_attn.q_proj.weight, "
             f"fc.weight, hidden_norm.weight, lilicorr.*, optionally under dflash_module./eagle_module./model.); "
-            f"found e.g. {shorten(sorted(table.tensors), 4, quote='')}")
+            f"found e.g. {shorten(sorted(read.table.tensors), 4, quote='')}")
     if unexplained:
         where = "; ".join(f"{k}: {v}" for k, v in manifest.incomplete.items())
         sources = [by_canonical[c][0] + (f" (as {c})" if by_canonical[c][0] != c else "") for c in unexplained]
@@ -271,13 +334,17 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
                                 [f"missing {len(missing)}: {shorten(missing, SHOWN, quote='')}",
                                  "check the geometry keys in config.json (or fix them with --set)"])
 
-    # -- quantization: the tensors decide
+
+def read_quantization(read: SourceRead, naming: Naming, manifest: Manifest) -> QuantPlan:
+    """How each module is stored (the tensors decide), and the algorithm and group size, checked against the
+    source's metadata."""
+    canonical = naming.canonical
     docs: dict[str, Any] = {}
-    if isinstance(raw.get("quantization_config"), dict):
-        docs["config.json"] = raw["quantization_config"]
-    if source.hf_quant_config is not None:
-        docs["hf_quant_config.json"], _ = load_json_object(read_small(source.hf_quant_config, "hf_quant_config.json"),
-                                                           "hf_quant_config.json")
+    if isinstance(read.raw.get("quantization_config"), dict):
+        docs["config.json"] = read.raw["quantization_config"]
+    if read.source.hf_quant_config is not None:
+        docs["hf_quant_config.json"], _ = load_json_object(
+            read_small(read.source.hf_quant_config, "hf_quant_config.json"), "hf_quant_config.json")
     squant = read_source_quant(docs)
     states = {mod: module_state(canonical, mod) for mod in manifest.modules}
     other = sorted(m for m, s in states.items() if s == "other")
@@ -287,6 +354,22 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     quantized = {m: s for m, s in states.items() if s in ("nvfp4", "fp8")}
     algo = squant.algo if squant else None
     group_size = (squant.group_size if squant else None) or infer_group_size(canonical, quantized)
+    _check_algo(algo, quantized)
+    synthesized_algo = False
+    if quantized and algo is None:
+        algo = infer_algo(canonical, quantized)
+        synthesized_algo = True
+    group = group_size or 16
+    implied = infer_group_size(canonical, quantized) if "nvfp4" in quantized.values() else None
+    if implied is not None and implied != group:
+        raise ConversionRefused(f"the quantization metadata says group_size {group} but the NVFP4 weight scales "
+                                f"imply {implied}", ["re-export, or correct group_size in the source's metadata"])
+    return QuantPlan(squant=squant, states=states, quantized=quantized, algo=algo, group=group,
+                     synthesized_algo=synthesized_algo)
+
+
+def _check_algo(algo: str | None, quantized: dict[str, str]) -> None:
+    """The metadata's algorithm is one the loaders support, and the one the weights are stored in."""
     if algo == "MIXED_PRECISION":
         raise ConversionRefused("MIXED_PRECISION exports are not supported yet",
                                 ["convert one algorithm per checkpoint (NVFP4, W4A16_NVFP4 or FP8)"])
@@ -300,16 +383,11 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     if quantized and algo is not None and (("nvfp4" in kinds) != (algo in NVFP4_ALGOS)):
         raise ConversionRefused(f"the metadata says {algo} but the weights are {kinds.pop()}",
                                 ["re-export, or fix quant_algo with --set (hf_quant_config.json is rewritten)"])
-    synthesized_algo = False
-    if quantized and algo is None:
-        algo = infer_algo(canonical, quantized)
-        synthesized_algo = True
-    group = group_size or 16
-    implied = infer_group_size(canonical, quantized) if "nvfp4" in kinds else None
-    if implied is not None and implied != group:
-        raise ConversionRefused(f"the quantization metadata says group_size {group} but the NVFP4 weight scales "
-                                f"imply {implied}", ["re-export, or correct group_size in the source's metadata"])
 
+
+def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: ConvertOptions) -> RepairPlan:
+    """The quantized modules to dequantize (a runtime needs them in float, or --dequantize names them) and the
+    float modules whose stray scales to drop; refused under --no-repair when there are any."""
     profiles = select_profiles(options.runtime)
     extra = options.dequantize
     unmatched = [p for p in extra if not any(fnmatch.fnmatchcase(m, p) for m in manifest.modules)]
@@ -317,14 +395,14 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         raise UsageError(f"--dequantize {', '.join(unmatched)} matches no module (patterns match module names "
                          "such as lilicorr.out_head or layers.*.self_attn.o_proj)")
     repaired: dict[str, str] = {}  # module -> why
-    for module, kind in sorted(quantized.items(), key=lambda kv: natural_key(kv[0])):
+    for module, kind in sorted(quant.quantized.items(), key=lambda kv: natural_key(kv[0])):
         mod = manifest.modules[module]
         why = None
         strict = [p.display for p in profiles if p.must_stay_float(module, manifest.geometry.family)]
-        if kind == "nvfp4" and mod.in_features % group:
+        if kind == "nvfp4" and mod.in_features % quant.group:
             # ModelOpt's exporter asserts on this (its NVFP4 packing checks the width): the blocks cannot be decoded reliably
             raise ConversionRefused(f"{module} is stored NVFP4 but its in_features {mod.in_features} is not a "
-                                    f"multiple of the group size {group}; no ModelOpt export has this shape",
+                                    f"multiple of the group size {quant.group}; no ModelOpt export has this shape",
                                     [f"re-export with {module} excluded from quantization"])
         if strict:
             why = f"must stay floating point for {' and '.join(strict)}"
@@ -333,66 +411,88 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         if why:
             repaired[module] = why
     stray: dict[str, list[str]] = {}
-    for module, state in states.items():
+    for module, state in quant.states.items():
         if state == "float":
-            scales = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in canonical]
+            scales = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in naming.canonical]
             if scales:
                 stray[module] = scales
     if not options.repair and (repaired or stray):
-        reasons = [f"{m} is stored {quantized[m].upper()} but {why}" for m, why in repaired.items()]
+        reasons = [f"{m} is stored {quant.quantized[m].upper()} but {why}" for m, why in repaired.items()]
         reasons += [f"{m} is float but ships {', '.join(s.rsplit('.', 1)[1] for s in scales)}"
                     for m, scales in stray.items()]
         raise ConversionRefused("the source needs repairs and --no-repair was given (run without it to dequantize "
                                 "them and drop stray scales)", reasons)
+    return RepairPlan(repaired=repaired, stray=stray)
 
-    # -- output tensors
+
+def plan_tensors(naming: Naming, config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan,
+                 options: ConvertOptions) -> OutputTensors:
+    """Every output tensor: the repaired modules' dequantized weights first, then the copies (renamed as the
+    requested naming says); with the renames, drops and repairs conversion.json records."""
     out: dict[str, OutTensor] = {}
+    records: list[dict[str, Any]] = []
     dropped_by_repair: set[str] = set()
-    scheme = quant_scheme(algo, group) if algo else None  # the layout the repairs read the source's modules in
-    for module, why in repaired.items():
-        assert scheme is not None  # a quantized module implies an algorithm, named or inferred
-        kind = quantized[module]
-        mod = manifest.modules[module]
-        shape = (mod.out_features, mod.in_features)
-        inputs: dict[str, TensorInfo] = {}
-        for suffix, expected in expected_inputs(manifest, module, scheme).items():
-            info = canonical.get(f"{module}.{suffix}")
-            if info is None:
-                refusals.append(f"cannot repair {module}: {module}.{suffix} is missing")
-            elif not input_fits(expected, info):
-                refusals.append(f"cannot repair {module}: {module}.{suffix} is {info.dtype} {list(info.shape)}, "
-                                f"expected {'/'.join(sorted(expected.dtypes))} {list(expected.shape)}")
-            else:
-                inputs[suffix] = info
-        dropped = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in canonical]
+    refusals: list[str] = []
+    for module, why in repairs.repaired.items():
+        tensor, dropped = _dequantized(module, naming, config, quant, options.naming, refusals)
         dropped_by_repair.update(dropped)
-        name = output_name(f"{module}.weight", options.naming)
-        out[name] = OutTensor(name=name, canonical=f"{module}.weight", dtype=dtype, shape=shape, op="dequantize",
-                              inputs=inputs, kind=kind, group_size=group)
-        repairs.append({"module": module, "action": "dequantized", "from": algo if algo else kind.upper(),
-                        "to": dtype, "reason": why,
-                        "dropped": [by_canonical[d][0] for d in dropped]})
-    for module, scales in sorted(stray.items()):
+        out[tensor.name] = tensor
+        records.append({"module": module, "action": "dequantized",
+                        "from": quant.algo if quant.algo else quant.quantized[module].upper(), "to": config.dtype,
+                        "reason": why, "dropped": [naming.by_canonical[d][0] for d in dropped]})
+    for module, scales in sorted(repairs.stray.items()):
         dropped_by_repair.update(scales)
-        repairs.append({"module": module, "action": "dropped stray scales", "reason": "the module is stored in "
+        records.append({"module": module, "action": "dropped stray scales", "reason": "the module is stored in "
                         "float; runtimes that build it unquantized have no parameter for its scales",
-                        "dropped": [by_canonical[s][0] for s in scales]})
+                        "dropped": [naming.by_canonical[s][0] for s in scales]})
     if refusals:
         raise ConversionRefused("a module that must stay floating point cannot be dequantized", refusals)
-    for c, info in sorted(canonical.items(), key=lambda kv: natural_key(kv[0])):
-        if c in dropped_by_repair or (c.endswith(".weight") and c[:-7] in repaired):
+    renames: list[dict[str, str]] = []
+    for c, info in sorted(naming.canonical.items(), key=lambda kv: natural_key(kv[0])):
+        if c in dropped_by_repair or (c.endswith(".weight") and c[:-7] in repairs.repaired):
             continue
         name = output_name(c, options.naming)
-        src_name = by_canonical[c][0]
+        src_name = naming.by_canonical[c][0]
         out[name] = OutTensor(name=name, canonical=c, dtype=info.dtype, shape=info.shape, op="copy", source=info)
         if name != src_name:
             renames.append({"from": src_name, "to": name, "why": _rename_reason(src_name, c, name)})
-    for d in sorted(dropped_by_repair):
-        drops.append({"tensor": by_canonical[d][0], "reason": "scale of a module stored in float (repair)"})
+    drops = naming.drops + [{"tensor": naming.by_canonical[d][0], "reason": "scale of a module stored in float "
+                             "(repair)"} for d in sorted(dropped_by_repair)]
+    return OutputTensors(tensors=out, renames=renames, drops=drops, repairs=records)
 
-    # -- quantization metadata
-    quant_out = {m for m in quantized if m not in repaired}
-    float_modules = {m for m, s in states.items() if s == "float" or m in repaired}
+
+def _dequantized(module: str, naming: Naming, config: ConfigPlan, quant: QuantPlan, naming_style: str,
+                 refusals: list[str]) -> tuple[OutTensor, list[str]]:
+    """(the float weight a repair writes for `module`, the source tensors it replaces); an input that is missing or
+    not laid out as the scheme says is added to `refusals`."""
+    assert quant.algo is not None  # a quantized module implies an algorithm, named or inferred
+    scheme = quant_scheme(quant.algo, quant.group)  # the layout the repairs read the source's modules in
+    mod = config.manifest.modules[module]
+    inputs: dict[str, TensorInfo] = {}
+    for suffix, expected in expected_inputs(config.manifest, module, scheme).items():
+        info = naming.canonical.get(f"{module}.{suffix}")
+        if info is None:
+            refusals.append(f"cannot repair {module}: {module}.{suffix} is missing")
+        elif not input_fits(expected, info):
+            refusals.append(f"cannot repair {module}: {module}.{suffix} is {info.dtype} {list(info.shape)}, "
+                            f"expected {'/'.join(sorted(expected.dtypes))} {list(expected.shape)}")
+        else:
+            inputs[suffix] = info
+    dropped = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in naming.canonical]
+    name = output_name(f"{module}.weight", naming_style)
+    tensor = OutTensor(name=name, canonical=f"{module}.weight", dtype=config.dtype,
+                       shape=(mod.out_features, mod.in_features), op="dequantize", inputs=inputs,
+                       kind=quant.quantized[module], group_size=quant.group)
+    return tensor, dropped
+
+
+def plan_quant_metadata(config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan,
+                        options: ConvertOptions) -> QuantMetadata:
+    """The output's quantization metadata: the flat quantization_config in config.json (set or removed) and
+    hf_quant_config.json, with exclusions safe under every runtime; and the account of the source's exclusions."""
+    manifest, squant, editor = config.manifest, quant.squant, config.editor
+    quant_out = {m for m in quant.quantized if m not in repairs.repaired}
+    float_modules = {m for m, s in quant.states.items() if s == "float" or m in repairs.repaired}
     float_modules = {m for m in float_modules if manifest.modules[m].component not in manifest.incomplete}
     exclusions: dict[str, Any] = {}
     hf_quant: dict[str, Any] | None = None
@@ -400,20 +500,21 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         reading = read_exclusions(squant.exclude)
         declared = declared_excluded(sorted(manifest.modules), reading.kept)
         disagreements = sorted(
-            [f"{m}: the exclusions list it but it is stored quantized" for m in declared if m in quantized]
+            [f"{m}: the exclusions list it but it is stored quantized" for m in declared if m in quant.quantized]
             + [f"{m}: stored in float but not excluded" for m in manifest.modules
-               if states[m] == "float" and m not in declared])
+               if quant.states[m] == "float" and m not in declared])
         exclusions = {"source": reading.source, "stripped": reading.stripped, "dropped": reading.dropped,
                       "disagreements": disagreements}
     if quant_out:
+        algo = quant.algo
         assert algo is not None
         patterns = output_exclusions(manifest, float_modules, quant_out, options.naming)
-        out_group = group if algo in NVFP4_ALGOS else (squant.group_size if squant else None)
+        out_group = quant.group if algo in NVFP4_ALGOS else (squant.group_size if squant else None)
         flat, hf_quant = output_quant_docs(algo, out_group, squant.kv_cache_quant_algo if squant else None,
                                            squant.producer if squant else None, patterns)
         why = ("the flat form runtimes read (quant_method + ignore); the nested form stays in hf_quant_config.json"
                if squant else f"the weights are {algo} but the source had no quantization metadata")
-        if synthesized_algo:
+        if quant.synthesized_algo:
             why += f" (quant_algo {algo} inferred from the tensor layout)"
         editor.set("quantization_config", flat, why)
         exclusions["output"] = patterns
@@ -421,32 +522,55 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         editor.remove("quantization_config", "no module is stored quantized in the output")
         if squant is not None:
             exclusions["output"] = []
+    return QuantMetadata(quantized_out=quant_out, hf_quant=hf_quant, exclusions=exclusions)
 
-    config = editor.doc
+
+def _record(read: SourceRead, files: list[str], config: ConfigPlan, quant: QuantPlan, tensors: OutputTensors,
+            meta: QuantMetadata, shards: list[ShardPlan], index: dict[str, Any] | None, options: ConvertOptions,
+            other_files: dict[str, Any]) -> dict[str, Any]:
+    """conversion.json as planned (the writer adds the hashes and the repairs' rounding)."""
+    squant, algo, doc = quant.squant, quant.algo, config.editor.doc
+    return {
+        "tool": "lilicorr-ckpt", "version": __version__, "schema_version": 1,
+        "source": {"architecture": read.raw.get("architectures"), "files": {f: None for f in files},
+                   "quantization": ({"algo": squant.algo, "forms": squant.forms} if squant else None)},
+        "output": {"architecture": doc.get("architectures"), "dtype": config.dtype,
+                   "quant_algo": algo if meta.quantized_out else None,
+                   "quant_method": quant_method(algo) if meta.quantized_out and algo else None,
+                   "files": [s.file for s in shards] + (["model.safetensors.index.json"] if index else []),
+                   "tensors": len(tensors.tensors), "tensor_bytes": sum(t.nbytes for t in tensors.tensors.values())},
+        "options": options.record(),
+        "renames": tensors.renames, "drops": tensors.drops, "repairs": tensors.repairs,
+        "config": config.editor.changes, "exclusions": meta.exclusions, "other_files": other_files,
+    }
+
+
+def build_plan(src: str, options: ConvertOptions) -> Plan:
+    """The plan for converting `src`: the phases above in order, then the shards and the record."""
+    read = read_source(src)
+    naming = name_tensors(read, options, src)
+    config = plan_config(read, naming, options)
+    check_coverage(read, naming, config.manifest, src)
+    quant = read_quantization(read, naming, config.manifest)
+    repairs = plan_repairs(naming, config.manifest, quant, options)
+    tensors = plan_tensors(naming, config, quant, repairs, options)
+    meta = plan_quant_metadata(config, quant, repairs, options)
+    source, table = read.source, read.table
+    assert source.config is not None  # open_source found it
     files = sorted([source.rel(source.config)]
                    + ([source.rel(source.hf_quant_config)] if source.hf_quant_config else [])
                    + ([source.rel(source.index)] if source.index else [])
                    + list(table.files))
-    shards, index = _shard(out, options.max_shard_size, files)
+    shards, index = _shard(tensors.tensors, options.max_shard_size, files)
     written = {s.file for s in shards} | {"model.safetensors.index.json", "config.json", "hf_quant_config.json",
                                           extras.RECORD_NAME}
     copies, left_out = extras.classify(source.root, {f.split("/", 1)[0] for f in files}, written)
-    record: dict[str, Any] = {
-        "tool": "lilicorr-ckpt", "version": __version__, "schema_version": 1,
-        "source": {"architecture": raw.get("architectures"), "files": {f: None for f in files},
-                   "quantization": ({"algo": squant.algo, "forms": squant.forms} if squant else None)},
-        "output": {"architecture": config.get("architectures"), "dtype": dtype,
-                   "quant_algo": algo if quant_out else None,
-                   "quant_method": quant_method(algo) if quant_out and algo else None,
-                   "files": [s.file for s in shards] + (["model.safetensors.index.json"] if index else []),
-                   "tensors": len(out), "tensor_bytes": sum(t.nbytes for t in out.values())},
-        "options": options.record(),
-        "renames": renames, "drops": drops, "repairs": repairs, "config": editor.changes,
-        "exclusions": exclusions, "other_files": extras.record(copies, left_out),
-    }
-    return Plan(source=source, table=table, source_files=files, config=config, hf_quant_config=hf_quant,
-                tensors=out, shards=shards, index=index, model_dtype=dtype, manifest=manifest, record=record,
-                quant_algo=algo if quantized else None, group_size=group, copies=copies)
+    record = _record(read, files, config, quant, tensors, meta, shards, index, options,
+                     extras.record(copies, left_out))
+    return Plan(source=source, table=table, source_files=files, config=config.editor.doc,
+                hf_quant_config=meta.hf_quant, tensors=tensors.tensors, shards=shards, index=index,
+                model_dtype=config.dtype, manifest=config.manifest, record=record,
+                quant_algo=quant.algo if quant.quantized else None, group_size=quant.group, copies=copies)
 
 
 def _rename_reason(src: str, canonical: str, out: str) -> str:

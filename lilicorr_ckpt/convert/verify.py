@@ -29,10 +29,10 @@ from lilicorr_ckpt.checkpoint.load import load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import QUANT_SUFFIXES
 from lilicorr_ckpt.checkpoint.names import name_view
 from lilicorr_ckpt.checkpoint.stwrite import Entry, StreamWriter
+from lilicorr_ckpt.convert.destination import REF_TAG, TMP_TAG
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan
 from lilicorr_ckpt.convert.qmeta import module_state, output_exclusions, output_quant_docs
-from lilicorr_ckpt.convert.writer import REF_TAG, TMP_TAG
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime.model.load import build_drafter
 from lilicorr_runtime.model.probe import reference_outputs

@@ -84,10 +84,10 @@ def register(cli: Any) -> None:
           lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json \\
               --training-log run/log.jsonl --training-data "answers Qwen3-8B wrote to 65k prompts"
         """
-        from lilicorr_ckpt.checkpoint.config import is_drafter_config
         from lilicorr_ckpt.checkpoint.load import NotADrafter, load_checkpoint
         from lilicorr_ckpt.checks.run import validate
         from lilicorr_ckpt.checks.waivers import waive_report
+        from lilicorr_ckpt.families import is_drafter
         from lilicorr_ckpt.outfile import check_output_path, write_output
         from lilicorr_ckpt.report import modelcard
 
@@ -117,7 +117,7 @@ def register(cli: Any) -> None:
             existing = modelcard.read_readme(readme)
 
             ckpt = load_checkpoint(path)
-            if not is_drafter_config(ckpt.parsed.raw):
+            if not is_drafter(ckpt.parsed.raw):
                 raise NotADrafter(f"{path} is not a drafter checkpoint (no dflash_config, no DFlash-family architecture); "
                                   "card describes drafters")
             report = waive_report(validate(path, runtime=runtime, target=target, checkpoint=ckpt), checkpoint_dir=root)

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -32,14 +32,10 @@ from lilicorr_ckpt.report.escape import (
     workflow_command,
 )
 from lilicorr_ckpt.report.locate import LineFinder, json_key_lines, pointer_line
+from lilicorr_ckpt.results import Finding, Report
 
-__all__ = ["CI_FORMATS", "json_key_lines", "pointer_line", "render_report"]
+__all__ = ["json_key_lines", "pointer_line"]
 
-if TYPE_CHECKING:  # pragma: no cover
-    from lilicorr_ckpt.checks.findings import Finding
-    from lilicorr_ckpt.checks.run import Report
-
-CI_FORMATS = ("github", "markdown", "github-output")
 _LEVEL = {"error": "error", "warning": "warning", "info": "notice"}
 _MARK = {"error": "❌", "warning": "⚠️", "info": "ℹ️"}  # noqa: RUF001
 MAX_SUMMARY_ROWS = 100
@@ -195,25 +191,6 @@ def render_github_output(report: Report) -> str:
     return "".join(output_entry(name, value) for name, value in github_outputs(report).items())
 
 
-def render_report(report: Report, fmt: str, *, color: bool = False, verbose: bool = False) -> str:
-    """Any validate format: the CI ones here, the others through report.validate.render."""
-    if fmt in CI_FORMATS:
-        return render_ci(report, fmt)
-    from lilicorr_ckpt.report.validate import render
-
-    return render(report, fmt, color=color, verbose=verbose)
-
-
-def render_ci(report: Report, fmt: str) -> str:
-    if fmt == "github":
-        return render_github(report)
-    if fmt == "markdown":
-        return render_markdown(report)
-    if fmt == "github-output":
-        return render_github_output(report)
-    raise ValueError(f"unknown CI format {fmt!r}")
-
-
 # --- `lilicorr-ckpt report`: re-render a saved JSON report ----------------------------------------------------
 
 REPORT_LIMIT = 256 << 20  # a validate report; findings are capped per rule (checks/findings.py)
@@ -221,7 +198,6 @@ REPORT_LIMIT = 256 << 20  # a validate report; findings are capped per rule (che
 
 def load_report(path: str) -> Report:
     from lilicorr_ckpt.checkpoint.readfile import read_regular_file, read_stream
-    from lilicorr_ckpt.checks.run import Report
 
     data = read_regular_file(path, what=f"report {path}", max_bytes=REPORT_LIMIT) if path != "-" else \
         read_stream(sys.stdin.buffer, what="the report on standard input", max_bytes=REPORT_LIMIT)
@@ -243,12 +219,13 @@ def register(cli: Any) -> None:
     import click
 
     from lilicorr_ckpt.outfile import check_output_path, write_output
+    from lilicorr_ckpt.report import formats
 
     @cli.command(epilog="Exit codes: 0 rendered, 2 unreadable report, 4 usage error.")
     @click.argument("report_file", metavar="REPORT.json")
     @click.option("--format", "-f", "fmt", required=True,
-                  type=click.Choice(["text", "json", "junit", "sarif", *CI_FORMATS]),
-                  help="The format to render (as validate --format).")
+                  type=click.Choice(list(formats.VALIDATE)),
+                  help="The format to render (as validate --format): " + formats.describe(formats.VALIDATE))
     @click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
     @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
     @click.option("--quiet", "-q", is_flag=True, help="text: the verdict line only; github: the annotations only "
@@ -266,13 +243,12 @@ def register(cli: Any) -> None:
           lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"
           lilicorr-ckpt report report.json -f sarif -o validate.sarif
         """
+        chosen = formats.VALIDATE[fmt]
         if output:
             check_output_path(output, "--output", "report.sarif")
-        text = render_report(load_report(report_file), fmt, verbose=verbose)
-        if quiet and fmt == "text":
-            text = text.rstrip("\n").rpartition("\n")[2] + "\n"
-        elif quiet and fmt == "github":
-            text = "".join(line + "\n" for line in text.splitlines() if line.startswith("::"))
+        text = chosen.render(load_report(report_file), formats.Style(verbose=verbose))
+        if quiet and chosen.quiet is not None:
+            text = chosen.quiet(text)
         if output:
             write_output(text, output)
         else:

@@ -4,6 +4,7 @@ start another report line, reach the terminal as an escape sequence, reorder the
 controls), make the JUnit XML invalid, run a GitHub workflow command, set a step output or add Markdown.
 
     text, JUnit text     printable(s)                    controls, bidi controls, non-characters -> \\x1b, \\u202e
+    JUnit markup         xml_text(s), xml_attr(s)         & < > (and quotes, tab, CR, LF in an attribute)
     JSON, SARIF          json.dumps (ASCII-only)          plus printable() on the message texts people read
     Markdown             markdown_text(s), markdown_code(s), markdown_block(s)
     workflow commands    workflow_command(name, message, **properties)   (%, CR, LF; and : , in properties)
@@ -19,7 +20,7 @@ import re
 import secrets
 
 __all__ = ["markdown_block", "markdown_cell", "markdown_code", "markdown_text", "output_entry", "printable",
-           "stop_commands_token", "workflow_command", "workflow_property"]
+           "stop_commands_token", "workflow_command", "workflow_property", "xml_attr", "xml_text"]
 
 # C0 and C1 controls, DEL, the Unicode line/paragraph separators (which some viewers break lines on), the bidi
 # embedding/override/isolate controls and marks (which reorder what follows: "Trojan source"), lone surrogates,
@@ -128,3 +129,30 @@ def stop_commands_token(avoid: str = "") -> str:
         token = f"lilicorr-{secrets.token_hex(16)}"
         if token not in avoid:
             return token
+
+
+# --- XML (JUnit) ----------------------------------------------------------------------------------------------
+# Written here rather than taken from xml.sax.saxutils, whose import brings urllib.request, http.client, ssl and
+# email (about 40 modules) to every start of the command line, which imports the renderers for --format.
+
+_XML_TEXT = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_XML_ATTR = {**_XML_TEXT, "\n": "&#10;", "\r": "&#13;", "\t": "&#9;"}
+_XML_TEXT_RE = re.compile("[&<>]")
+_XML_ATTR_RE = re.compile("[&<>\n\r\t]")
+
+
+def xml_text(text: str) -> str:
+    """text as XML character data: &, < and > as entities (printable() first, for what XML 1.0 cannot hold)."""
+    return _XML_TEXT_RE.sub(lambda m: _XML_TEXT[m.group(0)], text)
+
+
+def xml_attr(text: str) -> str:
+    """text as a quoted XML attribute value, quotes included: double quotes unless the value holds one and no
+    single quote (then single), else double with &quot;; tab, CR and LF as character references, so an XML
+    reader's attribute normalisation keeps them."""
+    body = _XML_ATTR_RE.sub(lambda m: _XML_ATTR[m.group(0)], text)
+    if '"' not in body:
+        return f'"{body}"'
+    if "'" not in body:
+        return f"'{body}'"
+    return '"' + body.replace('"', "&quot;") + '"'

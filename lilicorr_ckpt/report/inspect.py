@@ -6,11 +6,11 @@ from typing import Any
 
 import msgspec
 
-from lilicorr_ckpt.checkpoint.config import is_drafter_config
 from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
 from lilicorr_ckpt.checkpoint.names import observed_scheme
 from lilicorr_ckpt.checks.run import geometry_summary, validate
+from lilicorr_ckpt.families import FAMILIES, is_drafter
 from lilicorr_ckpt.report.escape import printable
 
 
@@ -52,7 +52,7 @@ def inspect_checkpoint(path: str) -> Inspection:
     except NotADrafter as exc:
         raise NotADrafter(f"{exc}; inspect summarises drafter checkpoints (a DFlash-family config with "
                           f"dflash_config)") from None
-    if not is_drafter_config(ckpt.parsed.raw):  # no dflash_config, no drafter architecture: nothing to summarise
+    if not is_drafter(ckpt.parsed.raw):  # no dflash_config, no drafter architecture: nothing to summarise
         archs = ckpt.parsed.raw.get("architectures")
         raise NotADrafter(f"{ckpt.source.label} is not a drafter checkpoint (no dflash_config; architectures: "
                           f"{archs if archs is not None else 'absent'}); inspect summarises drafters, "
@@ -101,29 +101,18 @@ def render_inspection(ins: Inspection) -> str:
                  f"{d['num_kv_heads']} x {d['head_dim']}, mlp {d['intermediate_size']}, vocab {d['vocab_size']}")
     lines.append(f"  drafting   block {d['block_size']} ({d['slots']} slots), taps {d['target_layer_ids']}, "
                  f"mask {d['mask_token_id']}")
-    if g["lilicorr_enabled"]:
-        lines.append(f"  head       h {d['head_hidden_size']} (raw {d['head_hidden_size_raw']}), K {d['candidate_topk']}, "
-                     f"L {d['head_num_layers']}, N {d['head_num_heads']}, mlp {d['head_mlp_width']}, "
-                     f"F {d['head_factor_dim']}, eps {d['head_vector_eps']}, scale {d['head_logit_scale']}")
-    family = g.get("family")
+    # the heads it carries: LiLiCorr's when enabled (whatever the architecture), then its family's own
+    heads = [FAMILIES["lilicorr"]] if g["lilicorr_enabled"] else []
+    family = FAMILIES.get(g.get("family") or "")
+    if family is not None and family.NAME != "lilicorr":
+        heads.append(family)
     shown = set(_BASE_KEYS)
-    if family == "dflash2":
-        shown |= {"selector_rank", "selector_top_k"}
-        lines.append(f"  selector   rank {d['selector_rank']}, top-k {d['selector_top_k']} (DFlash2)")
-    elif family == "dspark":
-        shown |= {"markov_rank", "markov_head_type"}
-        confidence = ("with confidence head" + (" on [h ; W1[x]]" if g["confidence_with_markov"] else "")
-                      if g["confidence_head"] else "no confidence head")
-        lines.append(f"  markov     rank {d['markov_rank']}, {d['markov_head_type']} head, {confidence}, "
-                     f"{d['dspark_layout']} layout (DSpark)")
-    elif family == "domino":
-        shown |= {"gru_hidden_dim", "emb_dim"}
-        lines.append(f"  domino     GRU hidden {d['gru_hidden_dim']}, emb_dim {d['emb_dim']}")
+    for head in heads:
+        lines += head.describe(d, g)
+        shown |= set(head.DESCRIBED_KEYS)
     if g["conv_kernel_size"]:
         lines.append(f"  conv       {d['conv_kernel_size']} taps, group {d['conv_group_size']}")
     lines.append(f"  own head   {'yes' if g['has_own_lm_head'] else 'no (borrows the target lm_head)'}")
-    if g["lilicorr_enabled"]:
-        shown |= {k for k in g if k.startswith(("head_", "candidate_"))}
     if any(g.get(key) is None for key in shown):
         lines.append("  (? = missing or invalid in config.json; `lilicorr-ckpt validate` says which and why)")
     lines.append("")

@@ -13,8 +13,8 @@ from typing import Any
 
 import msgspec
 
-from lilicorr_ckpt.checks.run import Report
 from lilicorr_ckpt.report.inspect import Inspection
+from lilicorr_ckpt.results import Report
 from lilicorr_ckpt.smoke.engine.profile import EngineReport
 from lilicorr_ckpt.smoke.profile import SmokeReport
 

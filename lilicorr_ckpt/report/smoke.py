@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from xml.sax.saxutils import escape, quoteattr
-
 import click
 
-from lilicorr_ckpt.report.escape import printable
+from lilicorr_ckpt.report.escape import printable, xml_attr, xml_text
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
-FORMATS = ("text", "json", "junit")
 _LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 _COLOR = {"pass": "green", "fail": "red", "skip": "yellow"}
+# the table's columns, defined in the report itself (docs/smoke.md says the same)
+TAU_LINE = ("tau      tokens committed per verification block (accepted drafts plus the target's own token), over "
+            "every block of the arm")
+TAU_REQ_LINE = "tau/req  each request's own tau, averaged over the requests"
+CPU_SPEEDUP_LINE = ("speedup  tok/s over the ar arm's; on the CPU it means nothing: a small model decodes at the speed of "
+                    "Python and kernel launches, so only tau carries over to a GPU")
+GPU_SPEEDUP_LINE = "speedup  tok/s over the ar arm's on the same prompts, prefill included, one request at a time"
 
 
 def render_text(r: SmokeReport, *, color: bool = False) -> str:
@@ -54,6 +58,8 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     if r.head_gain.overall is not None:
         per = "".join(f"  {cat} {'n/a' if g is None else f'{g:+.1%}'}" for cat, g in r.head_gain.per_category.items())
         lines.append(f"head gain over control {r.head_gain.overall:+.1%}" + (f" ({per.strip()})" if per else ""))
+    lines += [f"  {TAU_LINE}", f"  {TAU_REQ_LINE}",
+              f"  {CPU_SPEEDUP_LINE if m.device.startswith('cpu') else GPU_SPEEDUP_LINE}"]
 
     spec_arms = [a for a in r.arms if a != "ar"]
     if r.num_speculative_tokens:
@@ -77,8 +83,10 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
         lines += [f"        {printable(detail)}" for detail in g.details]
     failed = sum(g.status == "fail" for g in r.gates)
     skipped = sum(g.status == "skip" for g in r.gates)
+    undecided = sum(g.status == "fail" and g.inconclusive for g in r.gates)
     ran = len(r.gates) - skipped
-    tail = f" ({skipped} skipped)" if skipped else ""
+    notes = [f"{undecided} inconclusive"] * bool(undecided) + [f"{skipped} skipped"] * bool(skipped)
+    tail = f" ({'; '.join(notes)})" if notes else ""
     gates = "gate" if ran == 1 else "gates"
     verdict = (paint("FAIL", "fail") + f" {failed} of {ran} {gates} failed" if failed
                else paint("PASS", "pass") + f" {ran} {gates} passed")
@@ -91,24 +99,24 @@ def render_junit(r: SmokeReport) -> str:
     for g in r.gates:
         summary, text = printable(g.summary), "\n".join(printable(line) for line in [g.summary, *g.details])
         if g.status == "fail":
-            body = f"<failure message={quoteattr(summary[:300])} type=\"lilicorr-ckpt\">{escape(text)}</failure>"
+            body = f"<failure message={xml_attr(summary[:300])} type=\"lilicorr-ckpt\">{xml_text(text)}</failure>"
         elif g.status == "skip":
-            body = f"<skipped message={quoteattr(summary[:300])}/>"
+            body = f"<skipped message={xml_attr(summary[:300])}/>"
         else:
-            body = f"<system-out>{escape(text)}</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={quoteattr(printable(g.name))}>{body}</testcase>')
+            body = f"<system-out>{xml_text(text)}</system-out>"
+        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={xml_attr(printable(g.name))}>{body}</testcase>')
     return junit_suite(r.draft_checkpoint.id, cases, sum(g.status == "fail" for g in r.gates),
                        sum(g.status == "skip" for g in r.gates))
 
 
 def junit_suite(path: str, cases: list[str], failures: int, skipped: int = 0) -> str:
     return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name={quoteattr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
+            f'<testsuite name={xml_attr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
             f'failures="{failures}" errors="0" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
 
 
 def junit_refusal(path: str, message: str) -> str:
     text = "\n".join(printable(line) for line in message.splitlines())
     case = (f'  <testcase classname="lilicorr-ckpt.smoke" name="loads"><failure message='
-            f'{quoteattr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{escape(text)}</failure></testcase>')
+            f'{xml_attr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{xml_text(text)}</failure></testcase>')
     return junit_suite(path, [case], 1)

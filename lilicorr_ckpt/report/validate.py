@@ -5,18 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from xml.sax.saxutils import escape, quoteattr
 
 import click
 import msgspec
 
 from lilicorr_ckpt import __version__
-from lilicorr_ckpt.checks.findings import RULES, Finding
-from lilicorr_ckpt.checks.run import Report
-from lilicorr_ckpt.report.escape import printable
+from lilicorr_ckpt.report.escape import printable, xml_attr, xml_text
 from lilicorr_ckpt.report.locate import LineFinder
+from lilicorr_ckpt.results import Finding, Report
 
-FORMATS = ("text", "json", "junit", "sarif")
 _LABEL = {"error": "ERROR", "warning": "WARN ", "info": "info "}
 _SARIF_LEVEL = {"error": "error", "warning": "warning", "info": "note"}
 # where each rule's long form is published (docs/rules.md, generated from the catalogue); the GitHub Action sets
@@ -141,11 +138,11 @@ def render_json(report: Report) -> str:
 def render_junit(report: Report) -> str:
     """A testcase per runtime, failed by its errors (and, under --strict, its warnings), so that the failure
     count is non-zero exactly when the exit code is 1; unreadable input is one testcase with an <error>."""
-    suite = quoteattr("lilicorr-ckpt validate " + printable(report.path))
+    suite = xml_attr("lilicorr-ckpt validate " + printable(report.path))
     head = '<?xml version="1.0" encoding="UTF-8"?>\n'
     if report.error is not None:
         case = (f'  <testcase classname="lilicorr-ckpt.validate" name="read checkpoint">'
-                f'<error message={quoteattr(printable(report.error)[:500])} type="unreadable-input">{escape(printable(report.error))}'
+                f'<error message={xml_attr(printable(report.error)[:500])} type="unreadable-input">{xml_text(printable(report.error))}'
                 f"</error></testcase>")
         return head + f'<testsuite name={suite} tests="1" failures="0" errors="1">\n{case}\n</testsuite>\n'
     cases = []
@@ -161,17 +158,20 @@ def render_junit(report: Report) -> str:
             what = f"{errors} error(s)" if errors == len(failing) else \
                 f"{errors} error(s), {len(failing) - errors} warning(s) (--strict)"
             text = "\n".join(f"{f.rule} {f.name} ({f.severity}): {printable(f.message)}{_where(f)}" for f in failing)
-            body += (f'<failure message={quoteattr(f"{what}: {printable(failing[0].message)[:200]}")} '
-                     f'type="lilicorr-ckpt">{escape(text)}</failure>')
+            body += (f'<failure message={xml_attr(f"{what}: {printable(failing[0].message)[:200]}")} '
+                     f'type="lilicorr-ckpt">{xml_text(text)}</failure>')
         if warnings:
-            body += "<system-out>" + escape("\n".join(f"{f.rule} {f.name}: {printable(f.message)}"
+            body += "<system-out>" + xml_text("\n".join(f"{f.rule} {f.name}: {printable(f.message)}"
                                                       for f in warnings)) + "</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={quoteattr(printable(v.display))}>{body}</testcase>')
+        cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={xml_attr(printable(v.display))}>{body}</testcase>')
     return (head + f'<testsuite name={suite} tests="{len(cases)}" failures="{failures}" errors="0">\n'
             + "\n".join(cases) + "\n</testsuite>\n")
 
 
 def render_sarif(report: Report) -> str:
+    # the catalogue, loaded when a SARIF log is written: the command line imports this module at start-up
+    from lilicorr_ckpt.checks import RULES
+
     catalogue = sorted(RULES)  # every rule, so dashboards can show what passed as well as what fired
     docs = rules_url()
     rules = [{"id": r.id, "name": r.name, "shortDescription": {"text": r.summary},
@@ -224,20 +224,3 @@ def render_sarif(report: Report) -> str:
                                               for v in report.runtimes]}}],
     }
     return json.dumps(doc, indent=2) + "\n"
-
-
-def render(report: Report, fmt: str, *, color: bool = False, verbose: bool = False) -> str:
-    if fmt == "json":
-        return render_json(report)
-    if fmt == "junit":
-        return render_junit(report)
-    if fmt == "sarif":
-        return render_sarif(report)
-    return render_text(report, color=color, verbose=verbose)
-
-
-def report_schema() -> dict[str, object]:
-    schema = msgspec.json.schema(Report)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "lilicorr-ckpt validate report"
-    return schema

@@ -12,6 +12,8 @@ import re
 
 import msgspec
 
+from lilicorr_ckpt.families import FAMILIES
+
 QKV = ("layers.*.self_attn.q_proj", "layers.*.self_attn.k_proj", "layers.*.self_attn.v_proj")
 HEAD_RAW_LINEARS = ("lilicorr.factor_input_proj", "lilicorr.out_head", "lilicorr.in_head")
 FEATURE_MLP = ("lilicorr.feature_mlp.*",)
@@ -141,9 +143,7 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # the target architectures that capture their last layer's output (None: every target does; a tuple: the
     # others never capture it)
     final_layer_capture_architectures: tuple[str, ...] | None = None
-    # Sibling heads: (family, architectures[0] or "*", "loads" | "refuses" | "unconfirmed", why). A family and
-    # architecture with no row is not loaded as that head.
-    sibling_routes: tuple[tuple[str, str, str, str], ...] = ()
+    # Sibling heads are routed by each family's ROUTES (lilicorr_ckpt/families), keyed by `name`.
     # DFlash2 selector keys: "pair" (rank and top_k both or neither, >= 0), "range" (rank >= 1, 2 <= top_k <= V),
     # "indexed" (both read with a plain index, no range check: a KeyError without them, a negative size fails to build)
     selector_check: str = ""
@@ -171,9 +171,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
         return f"{self.engine} {self.version}" + ("" if self.released else " (unreleased)")
 
     def sibling_route(self, family: str, architecture: str | None) -> tuple[str, str]:
-        """(verdict, why) for a sibling head declared under `architecture`."""
-        for fam, arch, verdict, why in self.sibling_routes:
-            if fam == family and arch in ("*", architecture):
+        """(verdict, why) for a sibling head declared under `architecture`: the family's ROUTES for this runtime."""
+        for arch, verdict, why in FAMILIES[family].ROUTES.get(self.name, ()):
+            if arch in ("*", architecture):
                 return verdict, why
         return "refuses", f"{self.display} does not load a {family} head declared as {architecture}"
 

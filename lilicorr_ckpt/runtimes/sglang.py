@@ -106,22 +106,6 @@ PROFILE = RuntimeProfile(
     unknown_tensors="dropped",  # DFlashDraftModel.load_weights: "Ignore unexpected weights"
     legacy_duplicate="refuses",  # check_head_weight_coverage: the legacy name is a tensor with no parameter
     undeclared_lm_head="dropped",  # no lm_head parameter
-    sibling_routes=(
-        ("dflash2", "DFlash2DraftModel", "loads", "dflash.py registers DFlash2DraftModel (EntryClass), which builds "
-         "the candidate selector"),
-        ("dflash2", "DFlash2BeamDraftModel", "loads", "dflash.py registers DFlash2BeamDraftModel, a DFlash2DraftModel"),
-        ("dflash2", "MiniMaxDFlash2DraftModel", "loads", "dflash.py registers MiniMaxDFlash2DraftModel, a "
-         "DFlash2DraftModel"),
-        ("dflash2", "DFlashDraftModel", "refuses", "SGLang builds DFlashDraftModel without a candidate selector: "
-         "load_weights drops candidate_selector.* and the draft serves as plain DFlash"),
-        ("dspark", "Qwen3DSparkModel", "loads", "the entry class of SGLang's dspark model"),
-        ("dspark", "DSparkDraftModel", "loads", "dspark.py registers DSparkDraftModel (EntryClass) as well"),
-        ("dspark", "DFlashDraftModel", "refuses", "SGLang routes DFlashDraftModel as plain DFlash and drops the flat "
-         "Model-Optimizer Markov names, leaving the Markov head at its initialisation"),
-        ("domino", "DFlashDraftModel", "loads", "SGLang loads Domino as DFlashDraftModel with projector_type domino"),
-        ("domino", "DominoDraftModel", "refuses", "SGLang loads Domino only as DFlashDraftModel with "
-         "dflash_config.projector_type \"domino\""),
-    ),
     selector_check="pair",  # parse_dflash_draft_config: "selector needs rank and top_k together"
     selector_required=True,  # DFlash2DraftModel.__init__: "DFlash selector draft requires dflash_config.selector_rank"
     markov_rank_top_level=True,  # build_markov_head: "DSpark requires markov_rank > 0"
@@ -130,7 +114,7 @@ PROFILE = RuntimeProfile(
     domino_dims_required=True,
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
-    "checkpoints, sglang#37475)",
+    "checkpoints)",
 )
 
 

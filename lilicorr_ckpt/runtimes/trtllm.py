@@ -56,13 +56,6 @@ PROFILE = RuntimeProfile(
     block_size_top_level_in_older=True,  # modeling_dflash.py 009d8fa4 reads the top-level block_size only
     legacy_duplicate="refuses",  # _normalize_lilicorr_weights: "Duplicate LiLiCorr parameter"
     undeclared_lm_head="ignored",  # load_weights_from_target_model uses the target's head unless has_own_lm_head
-    sibling_routes=(
-        ("dflash2", "*", "unconfirmed", "TensorRT-LLM has a DFlash2 path on DFlashForCausalLM; its config keys and "
-         "tensors were not read"),
-        ("dspark", "*", "unconfirmed", "TensorRT-LLM's Qwen3 DSpark drafter follows the DeepSpec layout; its "
-         "routing and checks were not read"),
-        ("domino", "*", "unconfirmed", "TensorRT-LLM's Domino support was not read"),
-    ),
 )
 
 

@@ -71,16 +71,6 @@ PROFILE = RuntimeProfile(
     unknown_tensors="refused",  # AutoWeightsLoader._load_module: "There is no module or parameter named"
     legacy_duplicate="refuses",  # no parameter for the legacy name
     undeclared_lm_head="owned",  # process_eagle_weight sets has_own_lm_head; load_dflash_model keeps a distinct head
-    sibling_routes=(
-        ("dflash2", "DFlash2DraftModel", "loads", "registry.py maps DFlash2DraftModel to qwen3_dflash2"),
-        ("dspark", "Qwen3DSparkModel", "loads", "registry.py maps Qwen3DSparkModel to qwen3_dspark"),
-        ("dspark", "DSparkDraftModel", "loads", "config/speculative.py rewrites a Qwen3 DSparkDraftModel (model_type "
-         "qwen3) to Qwen3DSparkModel"),
-        ("dspark", "DFlashDraftModel", "refuses", "qwen3_dflash.py has no parameter for the flat Model-Optimizer "
-         "DSpark names (AutoWeightsLoader refuses them)"),
-        ("domino", "*", "refuses", "the release has no Domino model: a DFlashDraftModel has no parameter for "
-         "prefix_gru / embed_proj, and no registry key names a Domino class"),
-    ),
     selector_check="indexed",  # qwen3_dflash2.py DFlash2Qwen3Model: int(draft_config["selector_rank"]), no range check
     markov_rank_top_level=True,  # qwen3_dspark.py Qwen3DSparkModel reads config.markov_rank
     markov_head_types=("vanilla",),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read

@@ -7,9 +7,10 @@ import sys
 
 import click
 
-from lilicorr_ckpt.console import Progress
+from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.report import formats
 from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
@@ -26,7 +27,8 @@ Three arms decode the same prompts in one process:
 \b
 Gates (exit 1 when one fails):
   lossless       greedy tokens of every arm equal the target-only tokens (a mismatch is a runtime bug)
-  head-loaded    tau(head) >= tau(control) x (1 + --min-head-gain): the head did load and does rerank
+  head-loaded    tau(head) / tau(control) >= 1 + --min-head-gain at the low end of its 95% interval over prompts
+                 (fails as inconclusive, naming the prompts needed, when the interval straddles it)
   min-tau, min-accept-rates, baseline   when asked for
   kernel-parity  with --gpu: Triton and torch references give the same candidates and paths
 
@@ -46,7 +48,8 @@ launch command); acceptance is read as that engine counts it and compared with a
 
 On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
 contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
-set OMP_NUM_THREADS to choose another count.
+set OMP_NUM_THREADS to choose another count. Progress goes to stderr: a self-overwriting line on a terminal, and a
+line every 10 s when stderr is a file or a CI log; --quiet silences it.
 
 A probe file has one JSON object per line: {"id": "...", "category": "...", "prompt": "...", "chat": true}
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
@@ -109,8 +112,8 @@ def register(group: click.Group) -> None:
 @click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
               help="With --baseline: the relative tau drop that fails. With --engine: the relative tau difference "
                    "allowed between engine and reference (default there: derived from the prompts).")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json", "junit"]), default="text", show_default=True,
-              help="Report on stdout; json follows the schema `lilicorr-ckpt schema smoke-profile` prints.")
+@click.option("--format", "-f", "fmt", type=click.Choice(list(formats.SMOKE)), default="text", show_default=True,
+              help="Report on stdout. " + formats.describe(formats.SMOKE))
 @click.option("--output", "-o", "out", metavar="PROFILE.json",
               help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
 @click.option("--out", "out_alias", metavar="PROFILE.json", hidden=True,
@@ -147,7 +150,6 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
           fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, batch: int | None,
           no_warmup: bool, quiet: bool, engine: str | None, api_key: str | None, concurrency: int, timeout: float,
           served_drafter: str | None, reference: bool) -> None:
-    from lilicorr_ckpt.report.smoke import junit_refusal, render_junit, render_text
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
 
@@ -173,27 +175,22 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
     elif reference or concurrency != 1 or served_drafter:
         raise click.UsageError("--reference, --concurrency and --served-drafter apply with --engine only")
     run_smoke = runner()
-    progress = Progress.for_terminal(quiet, name="smoke")
+    progress = Progress.for_terminal(quiet, name="smoke", log_interval=LOG_INTERVAL, unit="generations")
     try:
         report = run_smoke(options, progress)
     except SmokeRefused as exc:
         progress.finish()
         click.echo(f"lilicorr-ckpt smoke: {exc}", err=True)
-        if fmt == "junit":
-            click.echo(junit_refusal(path, str(exc)), nl=False)
+        refused = formats.SMOKE[fmt].refused
+        if refused is not None:
+            click.echo(refused(path, str(exc)), nl=False)
         sys.exit(1)
     finally:
         progress.finish()
-    profile = encode(report)
     # the report goes to stdout first, so a failed --output write loses no measurement
-    if fmt == "json":
-        click.echo(profile.decode(), nl=False)
-    elif fmt == "junit":
-        click.echo(render_junit(report), nl=False)
-    else:
-        color = sys.stdout.isatty() and "NO_COLOR" not in os.environ
-        click.echo(render_text(report, color=color), nl=False)
+    color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    click.echo(formats.render_smoke(report, fmt, formats.Style(color=color)), nl=False)
     if out:
-        write_output(profile, out)
+        write_output(encode(report), out)
     sys.exit(0 if report.passed else 1)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.smoke.profile import (
     BaselineComparison,
     BaselineItem,
+    GainInterval,
     Gate,
     MeasurementConditions,
     TargetRecord,
@@ -102,6 +104,17 @@ def _divergence_line(d: Divergence, dtype: str) -> str:
             f"{d.expected}{texts}{gap} ({kind})")
 
 
+class PromptBlocks(msgspec.Struct, frozen=True, kw_only=True):
+    """One prompt's verification blocks in the head and control arms (every seed pooled): the unit the head gate's
+    confidence interval resamples, since the prompts, not the blocks, are the independent draws."""
+
+    id: str
+    head_committed: int  # tokens the head arm's blocks committed (the target's bonus token included)
+    head_blocks: int
+    control_committed: int
+    control_blocks: int
+
+
 class ArmAgreement(msgspec.Struct, frozen=True, kw_only=True):
     """How the head arm's verification blocks compare with the control's, request by request: the evidence the
     head gate's diagnosis rests on (not part of the profile)."""
@@ -110,10 +123,91 @@ class ArmAgreement(msgspec.Struct, frozen=True, kw_only=True):
     identical: int | None  # greedy only: requests whose blocks (accepted drafts per block) equal the control's
     head_accepted: int  # drafted tokens the target accepted, over every block of the arm
     control_accepted: int
+    prompts: list[PromptBlocks] = []  # per prompt, for the confidence interval; empty: the overall taus alone decide
+
+
+CONFIDENCE = 0.95  # two-sided: the gate passes when the interval's lower end clears the threshold
+# Student's t quantiles t(0.975, df) for df = 1..30 (beyond, a Cornish-Fisher expansion in the normal quantile is
+# accurate to 1e-5): the interval is over prompts, and a smoke run has few of them
+_T975 = (12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281, 2.2010, 2.1788, 2.1604,
+         2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860, 2.0796, 2.0739, 2.0687, 2.0639, 2.0595, 2.0555,
+         2.0518, 2.0484, 2.0452, 2.0423)
+_Z975 = 1.959963984540054
+MAX_NEEDED = 10**6  # beyond this many prompts the measured gain sits on the threshold: no estimate is given
+
+
+def t975(df: int) -> float:
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = _Z975
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def gain_interval(prompts: Sequence[PromptBlocks], min_gain: float) -> GainInterval | None:
+    """A 95% confidence interval for tau(head) / tau(control) - 1 over prompts, paired.
+
+    Both taus are block-weighted means (committed tokens over blocks, every prompt pooled), so the ratio is
+    R = (sum a / sum b) / (sum c / sum d) over prompts i with a, b the head's committed tokens and blocks and c, d
+    the control's. log R is linearised in the prompt sums (the delta method): prompt i contributes
+    u_i = n (a_i / sum a - b_i / sum b - c_i / sum c + d_i / sum d), whose spread between prompts is the
+    per-prompt variance, pairing included (a prompt easy for both arms moves both sums and cancels). The
+    interval is log R +- t(0.975, n - 1) s_u / sqrt(n), mapped back to a gain. None when an arm ran no block."""
+    used = [p for p in prompts if p.head_blocks or p.control_blocks]
+    n = len(used)
+    a, b = sum(p.head_committed for p in used), sum(p.head_blocks for p in used)
+    c, d = sum(p.control_committed for p in used), sum(p.control_blocks for p in used)
+    if not (a and b and c and d):
+        return None
+    log_ratio = math.log(a / b) - math.log(c / d)
+    gain = math.exp(log_ratio) - 1.0
+    if n < 2:  # one prompt shows no spread between prompts
+        return GainInterval(prompts=n, confidence=CONFIDENCE, gain=round(gain, 6), low=None, high=None,
+                            required=min_gain, needed_prompts=None, conclusive=False)
+    u = [n * (p.head_committed / a - p.head_blocks / b - p.control_committed / c + p.control_blocks / d)
+         for p in used]
+    spread = math.sqrt(sum(x * x for x in u) / (n - 1))  # s_u
+    half = t975(n - 1) * spread / math.sqrt(n)
+    low, high = math.exp(log_ratio - half) - 1.0, math.exp(log_ratio + half) - 1.0
+    conclusive = low >= min_gain or high < min_gain
+    return GainInterval(prompts=n, confidence=CONFIDENCE, gain=round(gain, 6), low=round(low, 6),
+                        high=round(high, 6), required=min_gain, conclusive=conclusive,
+                        needed_prompts=None if conclusive else needed_prompts(spread, log_ratio, min_gain))
+
+
+def needed_prompts(spread: float, log_ratio: float, min_gain: float) -> int | None:
+    """About how many prompts make the interval's half-width reach the distance between the measured gain and the
+    threshold, at this per-prompt spread (so that it would be decided if the gain stayed where it is). None when
+    the gain sits on the threshold (beyond MAX_NEEDED prompts)."""
+    if min_gain <= -1.0:
+        return None
+    distance = abs(log_ratio - math.log1p(min_gain))
+    if distance == 0 or (_Z975 * spread / distance) ** 2 > MAX_NEEDED:
+        return None
+    m = max(2, math.ceil((_Z975 * spread / distance) ** 2))
+    while t975(m - 1) * spread / math.sqrt(m) > distance:
+        m += 1
+    return m
+
+
+def _pct(value: float) -> str:
+    """A threshold as people write it: 0.05 -> 5%, 0.075 -> 7.5%."""
+    return f"{value * 100:.4g}%"
+
+
+def _ci(iv: GainInterval) -> str:
+    if iv.low is None or iv.high is None:
+        return f"over {iv.prompts} prompt(s), no interval"
+    return f"{iv.confidence:.0%} CI {iv.low:+.1%} .. {iv.high:+.1%} over {iv.prompts} prompts"
 
 
 def head_gate(has_head: bool, head_tau: float | None, control_tau: float, min_gain: float,
               per_category: dict[str, float | None], agreement: ArmAgreement | None = None) -> Gate:
+    """PASS when the head's gain over the control is conclusively at least `min_gain` (the lower end of the 95%
+    interval over prompts), FAIL when conclusively below (its upper end), and otherwise a failure marked
+    inconclusive that says how many prompts would decide. Without per-prompt evidence the overall taus decide."""
     if not has_head or head_tau is None:
         return Gate(name="head-loaded", status="skip",
                     summary="the checkpoint has no LiLiCorr head (a plain DFlash drafter): nothing to compare")
@@ -121,12 +215,16 @@ def head_gate(has_head: bool, head_tau: float | None, control_tau: float, min_ga
     gain = head_tau / control_tau - 1.0 if control_tau > 0 else None
     gain_text = "n/a" if gain is None else f"{gain:+.1%}"
     threshold = f"tau(control) {control_tau:.3f} x {1.0 + min_gain:.3f} = {need:.3f}"
-    if head_tau >= need:
-        return Gate(name="head-loaded", status="pass",
-                    summary=f"tau(head) {head_tau:.3f} >= {threshold} (gain {gain_text})")
+    iv = gain_interval(agreement.prompts, min_gain) if agreement is not None and agreement.prompts else None
+    measured = gain_text if iv is None else f"{gain_text}, {_ci(iv)}"
+    waived = min_gain <= -1.0  # tau(head) / tau(control) > 0 > 1 + min_gain: nothing can fail it
+    if waived or (head_tau >= need if iv is None else iv.low is not None and iv.low >= min_gain):
+        return Gate(name="head-loaded", status="pass", interval=iv,
+                    summary=f"tau(head) {head_tau:.3f} >= {threshold} (gain {measured})")
     categories = ", ".join(f"{c} {'n/a' if g is None else f'{g:+.1%}'}" for c, g in per_category.items())
     details = [f"gain per category: {categories}"] if categories else []
-    head = f"tau(head) {head_tau:.3f} < {threshold}"
+    head = f"tau(head) {head_tau:.3f} < {threshold}" if head_tau < need else \
+        f"tau(head) {head_tau:.3f} >= {threshold}, but not conclusively"
     check = ("a trained head clears the head-free DFlash control; check that the lilicorr.* weights are the "
              "trained ones, then the target layer ids and mask token (`lilicorr-ckpt validate PATH --target T --deep`)")
     weak_drafter = [
@@ -137,12 +235,12 @@ def head_gate(has_head: bool, head_tau: float | None, control_tau: float, min_ga
     requests = agreement.requests if agreement is not None else 0
     identical = agreement.identical if agreement is not None else None  # None: sampled, or not compared
     if agreement is not None and requests and agreement.head_accepted == agreement.control_accepted == 0:
-        return Gate(name="head-loaded", status="fail",
+        return Gate(name="head-loaded", status="fail", interval=iv, inconclusive=True,
                     summary=f"{head} (gain {gain_text}; inconclusive: no drafted token was accepted in either arm, "
                             "every block committed only the target's own token)",
                     details=details + weak_drafter)
     if identical is not None and requests and identical == requests and head_tau == control_tau:
-        return Gate(name="head-loaded", status="fail",
+        return Gate(name="head-loaded", status="fail", interval=iv,
                     summary=f"{head} (gain {gain_text}; equal: the head took the control's top-1 candidates, as a "
                             "zero or missing head does)",
                     details=details + [f"the head arm's blocks equal the control's block for block in all {requests} "
@@ -151,13 +249,39 @@ def head_gate(has_head: bool, head_tau: float | None, control_tau: float, min_ga
         details.append(f"the head arm's blocks differ from the control's in {requests - identical} of {requests} "
                        "request(s): the head is loaded and reorders the candidates, but not into a clear gain")
     if control_tau < WEAK_DRAFTER_TAU:
-        return Gate(name="head-loaded", status="fail",
+        return Gate(name="head-loaded", status="fail", interval=iv, inconclusive=True,
                     summary=f"{head} (gain {gain_text}; inconclusive: tau(control) is barely above 1, the drafter "
                             "alone rarely predicts this target)",
                     details=details + weak_drafter)
+    if iv is not None and not iv.conclusive:
+        return _too_few(iv, head_tau, control_tau, min_gain, details)
     verdict = "no gain over the control" if gain is None or gain <= 0 else f"below the required {min_gain:+.1%}"
-    return Gate(name="head-loaded", status="fail", summary=f"{head} (gain {gain_text}: {verdict})",
+    return Gate(name="head-loaded", status="fail", interval=iv, summary=f"{head} (gain {measured}: {verdict})",
                 details=details + [check])
+
+
+def _too_few(iv: GainInterval, head_tau: float, control_tau: float, min_gain: float, details: list[str]) -> Gate:
+    """The interval straddles the threshold: the run is too small to judge the head, whatever its weights."""
+    n, m = iv.prompts, iv.needed_prompts
+    few = f"{n} prompt{'s are' if n != 1 else ' is'} too few to judge a {_pct(min_gain)} gain"
+    if iv.low is None:
+        need, why = f"{few}: at least 2 are needed", "one prompt shows no spread between prompts to judge by"
+    elif m is None:
+        need = f"{few}: the measured gain is too close to it for any number of prompts to settle"
+        why = f"the gain measured, {iv.gain:+.1%}, sits on the required {min_gain:+.1%}"
+    else:
+        need = f"{few}: about {m} are needed"
+        why = (f"about {m} prompts narrow the interval to a verdict if the gain stays near {iv.gain:+.1%} "
+               f"(estimated from the spread between these {n} prompts)")
+    return Gate(name="head-loaded", status="fail", interval=iv, inconclusive=True,
+                summary=f"inconclusive: {need} (tau(head) {head_tau:.3f} vs tau(control) {control_tau:.3f}: gain "
+                        f"{iv.gain:+.1%}, {_ci(iv)})",
+                details=details + [
+                    f"the {iv.confidence:.0%} interval is over prompts, each prompt's head and control blocks paired: "
+                    f"its lower end must reach {min_gain:+.1%} to pass, its upper end fall below it to fail; this run "
+                    "says nothing for or against the head", why,
+                    "run more prompts: raise --limit (prompts per bundled category; math holds only 8) or give "
+                    "--probes a larger file"])
 
 
 def tau_floor_gate(min_tau: float, tau: float, arm: str) -> Gate:

@@ -159,11 +159,28 @@ class RequestRecord(msgspec.Struct, frozen=True, kw_only=True):
     first_near_tie: int | None = None
 
 
+class GainInterval(msgspec.Struct, frozen=True, kw_only=True):
+    """The head gate's evidence: a confidence interval over prompts for tau(head) / tau(control) - 1."""
+
+    prompts: int  # prompts with a verification block in either arm (every seed of a prompt pooled)
+    confidence: float  # two-sided, 0.95
+    gain: float  # the measured gain (block-weighted taus, as head_gain.overall)
+    low: float | None  # the interval; None with a single prompt (no spread between prompts to judge by)
+    high: float | None
+    required: float  # --min-head-gain
+    conclusive: bool  # low >= required (pass) or high < required (fail)
+    needed_prompts: int | None  # inconclusive: about how many prompts would decide, at this per-prompt spread
+
+
 class Gate(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     status: GateStatus
     summary: str  # one line: what was measured against what
     details: list[str] = []
+    # a failure because this run cannot decide (too few prompts, or a drafter too weak to judge the head by), not a
+    # verdict against the checkpoint; still a failure (exit 1)
+    inconclusive: bool = False
+    interval: GainInterval | None = None  # head-loaded: the confidence interval it judged by
 
 
 class BaselineItem(msgspec.Struct, frozen=True, kw_only=True):

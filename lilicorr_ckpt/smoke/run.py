@@ -10,60 +10,40 @@ import contextlib
 import io
 import os
 import platform
-import re
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import torch
 import transformers
 
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
-from lilicorr_ckpt.checkpoint.source import PICKLE_SUFFIXES
 from lilicorr_ckpt.checkpoint.target import read_target
-from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
+from lilicorr_ckpt.smoke.assemble import assemble
+from lilicorr_ckpt.smoke.fit import fit_refusal, loaded_info, require_fit
 from lilicorr_ckpt.smoke.gates import (
-    ArmAgreement,
     Divergence,
     ParityCheck,
-    baseline_gate,
-    compare_baseline,
-    head_gate,
-    lossless_gate,
-    measured_gate,
-    parity_gate,
-    position_gate,
     read_baseline,
-    tau_floor_gate,
 )
 from lilicorr_ckpt.smoke.load import build_valid_drafter
 from lilicorr_ckpt.smoke.options import SmokeOptions, check_options
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
 from lilicorr_ckpt.smoke.profile import (
     ARMS,
-    ArmStats,
-    CategoryProfile,
     ChatTemplate,
     DraftCheckpoint,
-    HeadGain,
     MeasurementConditions,
-    RequestRecord,
     SmokeReport,
     TargetRecord,
     checkpoint_id,
-    dense_histogram,
-    dense_rates,
-    per_request_mean,
-    position_counts,
-    relative_gain,
-    validation_of,
 )
+from lilicorr_ckpt.smoke.target_files import check_target_files
 from lilicorr_ckpt.smoke.ties import reference_ties
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
@@ -109,13 +89,18 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
     progress.note("loading the drafter")
     ckpt = load_checkpoint(opts.path)
+    check_target_files(resolve_target_spec(opts.target), opts.target)  # its config must describe its weights, then
+    header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the weights load
     try:
         drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
-    except CheckpointRefused as exc:
-        raise SmokeRefused(str(exc)) from None
+    except CheckpointRefused as exc:  # a misfit too is named now, not after the user fixes the first refusal
+        misfit = fit_refusal(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
+        raise SmokeRefused(str(exc) if misfit is None else f"{exc}\n{misfit}") from None
     draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
+    require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)
+    require_fit(ckpt, loaded_info(header, target), path=opts.path, spec=opts.target, runtime=opts.runtime, loaded=True)
     if target.tokenizer is None:
         raise InputError(f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
                          "tokenizes the probe prompts with it")
@@ -192,13 +177,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         elapsed = elapsed or dict.fromkeys(arms, 0.0)
         results = {}
         for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
+            progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
             begin = time.perf_counter()
             results[arm] = decoders[arm].generate_many(prompts, opts.max_new_tokens, eos, batch=batch)
             if opts.gpu:
                 torch.cuda.synchronize()
             elapsed[arm] += time.perf_counter() - begin
-            for probe in probes:
-                progress.step(f"{arm} {probe.id}")
+            progress.step(f"{arm} arm, {len(probes)} probes", count=len(probes))  # one line for the arm
         for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
             runs.append((probe, seed, ids, {arm: results[arm][i] for arm in arms}))
 
@@ -230,122 +215,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size, near_ties=near_ties,
                     draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
                     divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline,
-                    elapsed=elapsed)
-
-
-def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
-             arms: Sequence[str], has_head: bool, n: int, block_size: int, draft_info: DraftCheckpoint,
-             near_ties: dict[tuple[str, int], int | None] | None = None,
-             target_info: TargetRecord, chat: ChatTemplate, conditions: MeasurementConditions,
-             divergences: Sequence[Divergence], parity: Sequence[ParityCheck] | None, parity_reason: str,
-             baseline: Any, elapsed: dict[str, float] | None = None) -> SmokeReport:
-    """The report. `elapsed` (batched arms): each arm's wall time over all its probes, which the overall tok/s
-    divide by; per category, and per request, tok/s divide by the requests' own (overlapping) wall times."""
-    primary = "head" if has_head else "control"
-
-    def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None, wall: float | None = None) -> ArmStats:
-        s = acceptance_stats(results)
-        if wall is not None:
-            s = msgspec.structs.replace(s, wall_time_s=wall, tokens_per_second=s.tokens / wall if wall > 0 else 0.0)
-        width = 0 if arm == "ar" else n
-        return ArmStats(
-            requests=s.requests, blocks=s.blocks, tokens=s.tokens, mean_accept_length=round(s.tau, 6),
-            mean_accept_length_per_request=round(per_request_mean(s.tau_per_request,
-                                                                   [len(r.blocks) for r in results]), 6),
-            conditional_accept_rates=[round(x, 6) for x in dense_rates(s.conditional_acceptance, width)],
-            marginal_accept_rates=[round(x, 6) for x in dense_rates(s.marginal_acceptance, width)],
-            acceptance_length_histogram=dense_histogram(s.committed_histogram, 1 if arm == "ar" else block_size),
-            wall_time_s=round(s.wall_time_s, 6), tokens_per_second=round(s.tokens_per_second, 3),
-            speedup_vs_ar=None if not ar_tps else round(s.tokens_per_second / ar_tps, 4),
-            position_counts=position_counts([(b.drafted, b.accepted) for r in results for b in r.blocks], width))
-
-    def arms_for(selected: Sequence[Any], walls: dict[str, float] | None = None) -> dict[str, ArmStats]:
-        ar = arm_stats([r[3]["ar"] for r in selected], "ar", None, walls["ar"] if walls else None)
-        out = {arm: arm_stats([r[3][arm] for r in selected], arm, ar.tokens_per_second, walls[arm] if walls else None)
-               for arm in arms if arm != "ar"}
-        return {**out, "ar": ar}
-
-    overall = arms_for(runs, elapsed)
-    categories = list(dict.fromkeys(r[0].category for r in runs))
-    per_category = {}
-    for c in categories:
-        c_arms = arms_for([r for r in runs if r[0].category == c])
-        p = c_arms[primary]
-        per_category[c] = CategoryProfile(
-            requests=p.requests, mean_accept_length=p.mean_accept_length,
-            mean_accept_length_per_request=p.mean_accept_length_per_request,
-            conditional_accept_rates=p.conditional_accept_rates, marginal_accept_rates=p.marginal_accept_rates,
-            acceptance_length_histogram=p.acceptance_length_histogram, arms=c_arms)
-    main = overall[primary]
-
-    def tau(arms_: dict[str, ArmStats], arm: str) -> float:
-        return arms_[arm].mean_accept_length
-
-    gains = {c: relative_gain(tau(p.arms, "head"), tau(p.arms, "control")) if has_head else None
-             for c, p in per_category.items()}
-    head_gain = HeadGain(overall=relative_gain(tau(overall, "head"), tau(overall, "control")) if has_head else None,
-                         per_category=gains)
-
-    diverged = {(d.request, d.seed, d.arm) for d in divergences if not d.tie}  # a tie is re-anchored, not a loss
-    requests = []
-    for probe, seed, ids, by_arm in runs:
-        lossless = None if opts.temperature > 0 else not any((probe.id, seed, a) in diverged for a in by_arm)
-        requests.append(RequestRecord(
-            id=probe.id, category=probe.category, seed=seed, prompt_tokens=len(ids),
-            new_tokens={a: len(r.tokens) for a, r in by_arm.items()},
-            tau={a: round(sum(b.committed for b in r.blocks) / len(r.blocks), 6) if r.blocks else 0.0
-                 for a, r in by_arm.items()},
-            tokens_per_second={a: round(len(r.tokens) / r.wall_time_s, 3) if r.wall_time_s > 0 else 0.0
-                               for a, r in by_arm.items()},
-            lossless=lossless, blocks={a: len(r.blocks) for a, r in by_arm.items()},
-            reference_tokens=list(by_arm["ar"].tokens) if opts.temperature == 0 else [],
-            first_near_tie=(near_ties or {}).get((probe.id, seed))))
-
-    spec_runs = len(runs) * (len(arms) - 1)
-    gates = [measured_gate(main.blocks, main.requests, primary),
-             lossless_gate(spec_runs, divergences, opts.temperature, conditions.dtype),
-             head_gate(has_head, tau(overall, "head") if has_head else None, tau(overall, "control"),
-                       opts.min_head_gain, gains, agreement(runs, opts.temperature) if has_head else None)]
-    if opts.min_tau is not None:
-        gates.append(tau_floor_gate(opts.min_tau, main.mean_accept_length, primary))
-    if opts.min_accept_rates:
-        gates.append(position_gate(opts.min_accept_rates, main.marginal_accept_rates, primary))
-    comparison = None
-    if baseline is not None:
-        assert opts.baseline is not None
-        comparison = compare_baseline(
-            opts.baseline, baseline, taus={a: s.mean_accept_length for a, s in overall.items()},
-            category_taus={c: {a: s.mean_accept_length for a, s in p.arms.items()} for c, p in per_category.items()},
-            conditions=conditions, num_speculative_tokens=n, target=target_info, tolerance=opts.tolerance)
-        gates.append(baseline_gate(comparison))
-    gates.append(parity_gate(opts.gpu, parity, parity_reason))
-
-    return SmokeReport(
-        measured=main.blocks > 0, method="lilicorr" if has_head else "dflash", draft_checkpoint=draft_info,
-        target_model=target_info, num_speculative_tokens=n, block_size=block_size, max_supported_k=block_size - 1,
-        conditional_accept_rates=main.conditional_accept_rates, marginal_accept_rates=main.marginal_accept_rates,
-        mean_accept_length=main.mean_accept_length,
-        mean_accept_length_per_request=main.mean_accept_length_per_request,
-        accept_length_by_k={str(n): main.mean_accept_length},
-        acceptance_length_histogram=main.acceptance_length_histogram, per_category=per_category,
-        measurement_conditions=conditions, validation=validation_of(main), primary_arm=primary, arms=overall,
-        head_gain=head_gain, chat_template=chat, requests=requests, gates=gates, baseline=comparison,
-        passed=all(gate.status != "fail" for gate in gates))
-
-
-def agreement(runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]], temperature: float) -> ArmAgreement:
-    """The head arm's blocks against the control's. Under greedy decoding both arms emit the target's tokens, so
-    equal accepted counts in every block of every request is what a head that takes the control's top-1 candidate
-    (a zero or missing head) produces; sampled arms draw differently, and only the accepted totals are compared."""
-    def accepted(result: Any) -> list[int]:
-        return [b.accepted for b in result.blocks]
-
-    identical = None
-    if temperature == 0:
-        identical = sum(accepted(r[3]["head"]) == accepted(r[3]["control"]) for r in runs)
-    return ArmAgreement(requests=len(runs), identical=identical,
-                        head_accepted=sum(sum(accepted(r[3]["head"])) for r in runs),
-                        control_accepted=sum(sum(accepted(r[3]["control"])) for r in runs))
+                    acceptance_stats=acceptance_stats, elapsed=elapsed)
 
 
 def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> DraftCheckpoint:
@@ -356,46 +226,6 @@ def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> Draf
                            candidate_topk=g.candidate_topk if drafter.lilicorr is not None else None,
                            conv_kernel_size=g.conv_kernel_size or None,
                            quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None, runtime=runtime)
-
-
-_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
-
-
-def check_target_files(resolved: Any, spec: str) -> None:
-    """Before anything is allocated: a target directory must hold safetensors weights (pickles are never opened,
-    not even by a library), and the sizes its config states must match what those weights hold, so a config
-    saying 10**6 layers or a vocabulary of 10**9 is refused instead of built."""
-    if resolved.kind == "gguf":
-        return
-    root = resolved.path
-    weights = sorted(root.glob("*.safetensors"))
-    if not weights:
-        pickles = sorted(p.name for p in root.iterdir() if p.name.endswith(PICKLE_SUFFIXES))
-        if pickles:
-            raise InputError(f"target {spec!r} holds only pickle weights ({', '.join(pickles[:3])}); pickles are never "
-                             "opened (unpickling runs code): convert the target to safetensors first")
-        raise InputError(f"target {spec!r} has no *.safetensors weights")
-    info = read_target(spec)  # config plus the embedding's header shape, no tensor data
-    layers: set[int] = set()
-    for path in weights:
-        tensors, _ = read_header(path, path.name)
-        layers.update(int(m.group(1)) for name in tensors if (m := _LAYER_INDEX.search(name)))
-    problems = []
-    if info.unreadable:
-        problems += [f"{key}: {why}" for key, why in info.unreadable.items()]
-    if info.num_layers is not None and layers and info.num_layers != max(layers) + 1:
-        problems.append(f"num_hidden_layers is {info.num_layers}, but the weights hold layers 0..{max(layers)}")
-    if info.embedding_rows is not None and info.vocab_size is not None and info.vocab_size != info.embedding_rows:
-        problems.append(f"vocab_size is {info.vocab_size}, but the embedding has {info.embedding_rows} rows")
-    if info.embedding_width is not None and info.hidden_size is not None and info.hidden_size != info.embedding_width:
-        problems.append(f"hidden_size is {info.hidden_size}, but the embedding is {info.embedding_width} wide")
-    if problems:
-        raise InputError(f"target {spec!r}: its config.json does not describe its weights: " + "; ".join(problems))
-    vocab = info.embedding_rows or info.vocab_size
-    for name, value in info.special_ids.items():
-        if vocab is not None and not 0 <= value < vocab:
-            raise InputError(f"target {spec!r}: {name}_token_id {value} is outside its vocabulary ({vocab} tokens); "
-                             "fix it in config.json / generation_config.json")
 
 
 def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from click.testing import CliRunner
 
 from lilicorr_ckpt.checks import RULES
@@ -19,6 +20,15 @@ from helpers import REPO
 SECTIONS = ("What it does", "Why it matters", "Example", "Fix")
 # documents outside this repository, which the docs must not cite
 FOREIGN = re.compile(r"format\.md|modelopt_nvfp4\.md|sibling_heads\.md|shared/")
+# a reference a reader cannot follow from the text alone, or that rots: a URL, an issue or pull request number
+# in any spelling (owner/repo#12, sglang#37475, #12, PR 12, pull request #12, issue 12, GH-12, .../pull/12)
+REFERENCE = re.compile(
+    r"\b(?:https?|ftp)://|\bwww\.\w|\b[\w.-]+\.(?:com|org|io|dev|ai)/"
+    r"|(?:^|[\s(\[,;:])[\w./-]*#\d+"
+    r"|\b(?:PRs?|pull(?:\s+requests?)?|MRs?|merge\s+requests?|issues?|bugs?|tickets?)\s*(?:no\.?\s*)?#?\s*\d+\b"
+    r"|\bGH-\d+|/(?:pull|issues|commit)/\w",
+    re.IGNORECASE,
+)
 
 
 def rules(*args: str):
@@ -37,6 +47,32 @@ def test_every_rule_has_what_why_and_example():
 def test_rule_docs_cite_nothing_outside_the_repository():
     cited = {r.id for r in RULES.values() if FOREIGN.search(r.doc + r.why + r.example + r.fix)}
     assert cited == set()
+
+
+@pytest.mark.parametrize("prose, cites", [
+    ("wrong for 14 of 20 published checkpoints, sglang#37475)", True),
+    ("as upstream fixed it (#1234).", True),
+    ("see https://example.invalid/x for the layout", True),
+    ("tracked in PR 881 and in pull request #12", True),
+    ("reported in issue 7", True),
+    ("GH-42 describes it", True),
+    ("github.com/org/repo shows it", True),
+    ("vllm-project/vllm#123 changed it", True),
+    ("acceptance fell to 0.06 of 15 in one LMDeploy report", False),
+    ("layers 2, L/2 and L-3 of the target; 128x128 blocks; issues a warning; fc.weight[:, 0:4096]", False),
+    ("    \"target_layer_ids\": [1, 17, 33]  # three taps", False),
+])
+def test_the_reference_finder_tells_a_citation_from_ordinary_prose(prose, cites):
+    assert bool(REFERENCE.search(prose)) is cites
+
+
+def test_rule_prose_cites_no_url_issue_or_pull_request():
+    fields = ("summary", "doc", "why", "example", "fix")
+    texts = {f"{r.id} {field}": text for r in RULES.values()
+             for field, text in zip(fields, (r.summary, r.doc, r.why, r.example, r.fix), strict=True)}
+    texts.update({f"{rule_id} (retired)": note for rule_id, note in RETIRED.items()})
+    cited = {where: m.group(0).strip() for where, text in texts.items() if (m := REFERENCE.search(text))}
+    assert cited == {}, "rule texts stand alone: state the fact, not where upstream reported it"
 
 
 def test_rules_id_prints_the_sections_in_order():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from helpers import REPO
 
 DRAFTER = str(REPO / "examples" / "tiny-lilicorr")
 TARGET = str(REPO / "examples" / "tiny-target")
+MODELOPT = str(REPO / "examples" / "tiny-modelopt-nvfp4")
 
 
 def run(capsys, *args: str) -> tuple[int, str, str]:
@@ -47,13 +49,41 @@ def test_validate_applies_waivers_and_raises_input_errors(make_ckpt, tmp_path):
         lilicorr_ckpt.validate(str(warned), ignore="XX999")
 
 
-def test_convert_and_smoke_entry_points_exist_and_refuse_unknown_options():
-    from lilicorr_ckpt.convert import ConvertOptions, convert
-    from lilicorr_ckpt.smoke import SmokeOptions, smoke
+def test_convert_returns_the_record_it_wrote_and_raises_its_refusals(tmp_path):
+    from lilicorr_ckpt.convert import ConversionRefused, ConvertOptions, convert
 
-    assert callable(convert) and ConvertOptions().runtime == "all" and SmokeOptions(path="a", target="b").limit == 8
-    with pytest.raises(lilicorr_ckpt.UsageError, match="bogus"):
-        smoke(DRAFTER, target=TARGET, bogus=1)
+    dst = tmp_path / "out"
+    result = convert(MODELOPT, str(dst), ConvertOptions(quiet=True))
+    assert result.written and result.src == MODELOPT and result.dst == str(dst) and result.kept == []
+    assert result.record == json.loads((dst / "conversion.json").read_text())
+    on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in dst.iterdir()
+               if p.name != "conversion.json"}
+    assert result.record["written"] == on_disk and "model.safetensors" in on_disk
+    assert result.report.exit_code == 0 and [v.accepted for v in result.report.runtimes] == [True, True, True]
+    again = lilicorr_ckpt.validate(str(dst))  # the output, read back as validate reads it
+    assert result.report.runtimes == again.runtimes and result.report.findings == again.findings
+    dry = convert(MODELOPT, str(tmp_path / "dry"), ConvertOptions(dry_run=True, quiet=True))
+    assert not dry.written and not (tmp_path / "dry").exists() and dry.record["renames"] == result.record["renames"]
+    with pytest.raises(ConversionRefused, match="--no-repair") as refused:
+        convert(MODELOPT, str(tmp_path / "unrepaired"), ConvertOptions(repair=False, quiet=True))
+    assert refused.value.reasons and all("must stay floating point" in r for r in refused.value.reasons)
+    with pytest.raises(lilicorr_ckpt.UsageError, match="already exists; pass --force"):
+        convert(MODELOPT, str(dst), ConvertOptions(quiet=True))
+    assert not (tmp_path / "unrepaired").exists()
+
+
+def test_every_validate_format_renders_the_report_the_api_returned(make_ckpt):
+    from lilicorr_ckpt.report.formats import VALIDATE, render_validate
+
+    broken = make_ckpt("b", fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6}))
+    report = lilicorr_ckpt.validate(str(broken), runtime="vllm")
+    rendered = {fmt: render_validate(report, fmt) for fmt in VALIDATE}
+    assert json.loads(rendered["json"]) == msgspec.to_builtins(report)
+    assert all("LC104" in text for fmt, text in rendered.items() if fmt != "github-output"), rendered
+    assert rendered["text"].splitlines()[-1].startswith("FAIL")
+    assert rendered["github-output"].startswith("exit-code<<") and '{"vllm":"refuses"}' in rendered["github-output"]
+    with pytest.raises(ValueError, match="unknown validate format 'yaml'"):
+        render_validate(report, "yaml")
 
 
 def test_load_drafter_is_the_tooling_s_validating_loader_and_not_the_runtime_s(make_ckpt):

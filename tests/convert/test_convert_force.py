@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from convert_helpers import EXAMPLE, REPO, load_json, tensors_of, tree_digest
 
-from lilicorr_ckpt.convert import writer
+from lilicorr_ckpt.convert import destination
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.pipeline import convert
 
@@ -207,7 +207,7 @@ def test_a_failure_while_moving_the_users_files_puts_them_back(cli, tmp_path, mo
                 raise OSError(28, os.strerror(28), str(target))
         return real_rename(src, target)
 
-    monkeypatch.setattr(writer.os, "rename", rename)
+    monkeypatch.setattr(destination.os, "rename", rename)
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 2 and "(the previous DST is unchanged)" in run.err, run
     assert len(moves) == 2 and tree_digest(dst) == before and _siblings(dst) == []
@@ -257,15 +257,15 @@ def test_kill_9_midway_through_the_swap_loses_nothing_of_the_users(cli, tmp_path
 def test_a_stale_temporary_holding_the_users_files_is_never_removed(tmp_path):
     dst = tmp_path / "out"
     (dst / "notes.txt").mkdir(parents=True)  # the name is taken in DST: the file cannot go back
-    stale = writer.sibling(dst, writer.TMP_TAG, pid=999999999)
+    stale = destination.sibling(dst, destination.TMP_TAG, pid=999999999)
     stale.mkdir()
     (stale / "conversion.json").write_text(json.dumps({"tool": "lilicorr-ckpt", "output": {},
                                                        "written": {"config.json": None}}))
     (stale / "config.json").write_text("{}")
     (stale / "notes.txt").write_text("the user's")
-    notes = writer.restore_interrupted_replacement(dst)
+    notes = destination.restore_interrupted_replacement(dst)
     assert any("left .out.convert-tmp.999999999 in place" in n and "notes.txt" in n for n in notes), notes
-    assert writer.remove_stale_temporaries(dst) == [] and (stale / "notes.txt").read_text() == "the user's"
+    assert destination.remove_stale_temporaries(dst) == [] and (stale / "notes.txt").read_text() == "the user's"
 
 
 def test_a_force_that_loses_the_race_moves_the_users_files_into_the_winners_dst(cli, tmp_path, monkeypatch):
@@ -277,14 +277,14 @@ def test_a_force_that_loses_the_race_moves_the_users_files_into_the_winners_dst(
 
     def racing_rename(src, target):
         if Path(target) == dst and not winner:  # another convert puts its output at DST first
-            monkeypatch.setattr(writer.os, "rename", real_rename)
+            monkeypatch.setattr(destination.os, "rename", real_rename)
             with monkeypatch.context() as m:
-                m.setattr(writer.os, "getpid", lambda: 1)
+                m.setattr(destination.os, "getpid", lambda: 1)
                 convert(str(EXAMPLE), str(dst), ConvertOptions(quiet=True))
             winner.update(tree_digest(dst))
         return real_rename(src, target)
 
-    monkeypatch.setattr(writer.os, "rename", racing_rename)
+    monkeypatch.setattr(destination.os, "rename", racing_rename)
     run = cli("convert", EXAMPLE, dst, "--force")
     assert winner and run.code == 4, run
     assert ".git, .gitattributes, notes.txt (DST's own files) were moved into it" in run.err

@@ -458,6 +458,7 @@ def test_a_disk_full_while_copying_other_files_leaves_nothing(cli, export, tmp_p
 
 def test_repairs_apply_numerics_scale_policy_with_negative_zero_as_zero():
     import lilicorr_ckpt.convert.repair as repair
+    from lilicorr_ckpt.checkpoint import numerics
     from lilicorr_ckpt.checkpoint.numerics import ScaleDefects, e2m1_decode, scale_defects
     from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 
@@ -465,9 +466,9 @@ def test_repairs_apply_numerics_scale_policy_with_negative_zero_as_zero():
     assert scale_defects([np.zeros(2, np.float32), np.array([-0.0], np.float32)]).all_zero
     assert scale_defects([np.array([np.nan], np.float32)]) == ScaleDefects(non_finite=True)
     assert scale_defects([np.array([1.0], np.float32), np.array([-1e-3], np.float32)]).negative
-    assert not np.signbit(repair.PAIRS[[0x08, 0x80], [0, 1]]).any()  # E2M1 code 0b1000 is +0.0, as in ModelOpt
-    assert (repair.PAIRS.reshape(-1) == e2m1_decode(np.array([b >> (4 * h) & 15 for b in range(256)
-                                                              for h in (0, 1)], np.uint8))).all()
+    assert not np.signbit(numerics.NVFP4_PAIRS[[0x08, 0x80], [0, 1]]).any()  # E2M1 code 0b1000 is +0.0, as in ModelOpt
+    assert (numerics.NVFP4_PAIRS.reshape(-1) == e2m1_decode(np.array([b >> (4 * h) & 15 for b in range(256)
+                                                                      for h in (0, 1)], np.uint8))).all()
     o, i = 2, 32
     packed = np.full((o, i // 2), 0x22, np.uint8)  # every element 1.0
     blobs = {"w": packed.tobytes(), "s2": np.float32(0.5).tobytes()}

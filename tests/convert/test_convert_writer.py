@@ -19,10 +19,9 @@ from convert_helpers import EXAMPLE, REPO, tensors_of, tree_digest
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.console import Progress
-from lilicorr_ckpt.convert import writer
+from lilicorr_ckpt.convert import destination, reader
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.pipeline import convert
-from lilicorr_ckpt.convert.writer import DELAY_ENV
 
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (pytest, with torch loaded)
 PROBE = """
@@ -37,10 +36,25 @@ except SystemExit as exc:
 """
 
 
-def _convert_process(*args, env=None, **kw):
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.Popen([sys.executable, "-m", "lilicorr_ckpt.cli", "convert", *map(str, args)], env=full_env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+# a convert slowed down from the outside (each tensor written, then a pause), so a test can kill it midway
+SLOWED = """
+import sys, time
+from lilicorr_ckpt.cli import main
+from lilicorr_ckpt.convert import writer
+write_tensor = writer.write_tensor
+def slowly(*args, **kwargs):
+    write_tensor(*args, **kwargs)
+    time.sleep(float(sys.argv[1]))
+writer.write_tensor = slowly
+main(["convert", *sys.argv[2:]])
+"""
+
+
+def _convert_process(*args, pause=None, **kw):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = ["-m", "lilicorr_ckpt.cli", "convert"] if pause is None else ["-c", SLOWED, str(pause)]
+    return subprocess.Popen([sys.executable, *command, *map(str, args)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, **kw)
 
 
 def _wait_for_partial_write(parent, name, proc, timeout=30.0):
@@ -58,7 +72,7 @@ def _wait_for_partial_write(parent, name, proc, timeout=30.0):
 def test_killed_mid_write_leaves_no_destination_and_the_next_run_cleans_up(tmp_path):
     before = tree_digest(EXAMPLE)
     dst = tmp_path / "out"
-    proc = _convert_process(EXAMPLE, dst, env={DELAY_ENV: "0.05"})
+    proc = _convert_process(EXAMPLE, dst, pause=0.05)
     tmp = _wait_for_partial_write(tmp_path, "out", proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -74,7 +88,7 @@ def test_killed_mid_write_leaves_no_destination_and_the_next_run_cleans_up(tmp_p
 
 def test_sigterm_mid_write_removes_the_temporary_directory(tmp_path):
     dst = tmp_path / "out"
-    proc = _convert_process(EXAMPLE, dst, env={DELAY_ENV: "0.05"})
+    proc = _convert_process(EXAMPLE, dst, pause=0.05)
     _wait_for_partial_write(tmp_path, "out", proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
@@ -138,13 +152,11 @@ def test_progress_is_off_without_a_terminal_and_draws_one_line_on_one(cli, tmp_p
 
 
 def test_mapped_window_copies_write_the_same_bytes_as_kernel_copies(cli, tmp_path, monkeypatch):
-    import lilicorr_ckpt.convert.writer as writer
-
-    monkeypatch.setattr(writer, "SMALL", 256)  # route most tensors through the large-copy paths
-    monkeypatch.setattr(writer, "WINDOW", 4096)  # and through several windows each
+    monkeypatch.setattr(reader, "SMALL", 256)  # route most tensors through the large-copy paths
+    monkeypatch.setattr(reader, "WINDOW", 4096)  # and through several windows each
     src = fixtures.write_checkpoint(tmp_path / "src", key_prefix="dflash_module.")
     assert cli("convert", src, tmp_path / "kernel").code == 0
-    monkeypatch.setenv(writer.MMAP_ENV, "1")
+    monkeypatch.setattr(reader, "KERNEL_COPY", False)
     assert cli("convert", src, tmp_path / "mapped").code == 0
     assert tree_digest(tmp_path / "kernel") == tree_digest(tmp_path / "mapped")
     before = tensors_of(src)
@@ -173,10 +185,8 @@ def _assert_clean_failure(run, dst, message):
 
 
 def test_disk_full_during_a_mapped_window_copy_reports_enospc_not_a_buffer_error(cli, tmp_path, monkeypatch):
-    import lilicorr_ckpt.convert.writer as writer
-
-    monkeypatch.setattr(writer, "SMALL", 256)  # tensors go through the mapped-window path
-    monkeypatch.setenv(writer.MMAP_ENV, "1")
+    monkeypatch.setattr(reader, "SMALL", 256)  # tensors go through the mapped-window path
+    monkeypatch.setattr(reader, "KERNEL_COPY", False)
     real_write = os.write
 
     def write(fd, data):  # the disk fills up while a window of the mapped source is being written
@@ -193,9 +203,7 @@ def test_disk_full_during_a_mapped_window_copy_reports_enospc_not_a_buffer_error
 
 
 def test_disk_full_during_a_kernel_copy_leaves_nothing_and_creates_no_parents(cli, tmp_path, monkeypatch):
-    import lilicorr_ckpt.convert.writer as writer
-
-    monkeypatch.setattr(writer, "SMALL", 256)
+    monkeypatch.setattr(reader, "SMALL", 256)
     monkeypatch.setattr(os, "copy_file_range", _no_space)
     dst = tmp_path / "new" / "deeper" / "out"
     run = cli("convert", EXAMPLE, dst)
@@ -310,16 +318,16 @@ def test_a_destination_name_near_the_length_limit_gets_a_temporary_that_fits(cli
 
 def test_stale_temporaries_of_a_long_destination_name_are_found(tmp_path):
     dst = tmp_path / ("x" * 250)
-    stale = writer.sibling(dst, writer.TMP_TAG, pid=999999999)
-    old = writer.sibling(dst, writer.OLD_TAG, pid=999999998)
+    stale = destination.sibling(dst, destination.TMP_TAG, pid=999999999)
+    old = destination.sibling(dst, destination.OLD_TAG, pid=999999998)
     assert len(stale.name.encode()) <= 255 and len(old.name.encode()) <= 255
     stale.mkdir()
     old.mkdir()
     (old / "config.json").write_text("{}")
-    other = writer.sibling(tmp_path / ("x" * 249 + "y"), writer.TMP_TAG, pid=999999997)  # same cut, other hash
+    other = destination.sibling(tmp_path / ("x" * 249 + "y"), destination.TMP_TAG, pid=999999997)  # same cut, other hash
     other.mkdir()
-    assert writer.restore_interrupted_replacement(dst) and (dst / "config.json").is_file()
-    assert writer.remove_stale_temporaries(dst) == [stale]
+    assert destination.restore_interrupted_replacement(dst) and (dst / "config.json").is_file()
+    assert destination.remove_stale_temporaries(dst) == [stale]
     assert other.exists()
 
 
@@ -335,14 +343,14 @@ def test_a_second_convert_that_loses_the_race_for_dst_says_what_dst_holds(cli, t
 
     def racing_rename(src, target):
         if Path(target) == dst and not winner:
-            monkeypatch.setattr(writer.os, "rename", real_rename)  # the winner runs unhindered,
+            monkeypatch.setattr(destination.os, "rename", real_rename)  # the winner runs unhindered,
             with monkeypatch.context() as m:  # as another process (its own temporary)
-                m.setattr(writer.os, "getpid", lambda: 1)
+                m.setattr(destination.os, "getpid", lambda: 1)
                 convert(str(EXAMPLE), str(dst), ConvertOptions(quiet=True))
             winner.update(tree_digest(dst))
         return real_rename(src, target)
 
-    monkeypatch.setattr(writer.os, "rename", racing_rename)
+    monkeypatch.setattr(destination.os, "rename", racing_rename)
     result = cli("convert", EXAMPLE, dst, *(["--force"] if force else []))
     assert winner and result.code == 4, result
     assert "was written by another process while converting" in result.err

@@ -20,7 +20,7 @@ from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.cli import main
 from lilicorr_ckpt.report import escape
 from lilicorr_ckpt.report.ci import render_github_output, render_markdown
-from lilicorr_ckpt.report.validate import render
+from lilicorr_ckpt.report.formats import render_validate
 
 FORGED_OUTPUTS = "sha\nexit-code=0\nresult=pass\nverdicts={}"
 BIDI = "\u202e\u2066\u200f\u061c"
@@ -168,8 +168,8 @@ def test_sarif_and_json_keep_the_name_exact_for_machines(strange_names):
     report = validate(str(strange_names))
     name = f"x\ufffe{BIDI}y"
     [finding] = [f for f in report.findings if name in f.subjects]
-    assert json.loads(render(report, "json"))["findings"][report.findings.index(finding)]["subjects"] == [name]
-    doc = json.loads(render(report, "sarif"))
+    assert json.loads(render_validate(report, "json"))["findings"][report.findings.index(finding)]["subjects"] == [name]
+    doc = json.loads(render_validate(report, "sarif"))
     [result] = [r for r in doc["runs"][0]["results"] if r["ruleId"] == finding.rule]
     assert "\u202e" not in result["message"]["text"] and "\\u202e" in result["message"]["text"]  # people read it
 
@@ -203,7 +203,7 @@ def test_workflow_plumbing_encodes_what_the_action_writes(tmp_path, capsys):
 
 
 def test_a_saved_report_naming_a_runtime_that_is_no_output_name_is_refused(refused, tmp_path, capsys):
-    saved = json.loads(render(validate(str(refused)), "json"))
+    saved = json.loads(render_validate(validate(str(refused)), "json"))
     saved["runtimes"][0]["runtime"] = "sglang\nexit-code=0"
     path = tmp_path / "r.json"
     path.write_text(json.dumps(saved))

@@ -1,4 +1,4 @@
-"""The bugs the reshape fixed: one LC608, one severity per rule id, one prefix rule for validate and convert."""
+"""Each fact is reported once, with its catalogue severity, and named alike by validate and convert."""
 
 from __future__ import annotations
 
