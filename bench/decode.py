@@ -27,7 +27,7 @@ import time
 import torch
 
 from lilicorr_runtime import SpeculativeDecoder
-from lilicorr_runtime.loop import DecodeLoop
+from lilicorr_runtime.decode.device_loop import DecodeLoop
 
 CHAT = ["Write a Python function that checks whether a string is a palindrome.",
         "Explain in two sentences why the sky is blue.",
@@ -221,7 +221,7 @@ def random_drafter(target):
     from lilicorr_ckpt import fixtures
     from lilicorr_ckpt.checkpoint.config import parse_config
     from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
-    from lilicorr_runtime.dflash import Drafter, backbone_spec
+    from lilicorr_runtime.model.dflash import Drafter, backbone_spec
 
     config = parse_config(json.dumps(fixtures.qwen3_8b_drafter_config(5)).encode()).config
     g = resolve_geometry(config)

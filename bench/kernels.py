@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from lilicorr_runtime import ops
-from lilicorr_runtime.kernels import triton_ops
+from lilicorr_runtime.ops import draft_triton as triton_ops
 
 
 def cuda_time(fn, iters: int = 50, warmup: int = 5) -> float:
@@ -155,8 +155,8 @@ def qwen3_8b_draft_step(walk: str):
     from lilicorr_ckpt import fixtures
     from lilicorr_ckpt.checkpoint.config import parse_config
     from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
-    from lilicorr_runtime.dflash import Drafter, backbone_spec
-    from lilicorr_runtime.graph import DraftStep
+    from lilicorr_runtime.decode.draft_step import DraftStep
+    from lilicorr_runtime.model.dflash import Drafter, backbone_spec
 
     config = parse_config(json.dumps(fixtures.qwen3_8b_drafter_config(5)).encode()).config
     g = resolve_geometry(config)

@@ -18,8 +18,9 @@ import time
 
 import torch
 
-from lilicorr_runtime.fast_target import FastTarget, tokens_per_second
-from lilicorr_runtime.target import TargetModel, load_target
+from lilicorr_runtime.target.adapter import TargetModel
+from lilicorr_runtime.target.fast import FastTarget, tokens_per_second
+from lilicorr_runtime.target.load import load_target
 
 PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
           8182, 2, 198, 1, 4093, 198, 19161, 260, 2914, 282, 1345, 30, 2, 198, 1, 520, 9531, 198]
@@ -150,7 +151,7 @@ def main() -> None:
     fast_tps = table[-1][1]
     print(f"fast path at {fast_tps * floor_s * 100:.1f}% of the floor; kernels/step (one-token eager step): "
           f"{kernels if kernels is not None else 'n/a'}")
-    from lilicorr_runtime.kernels import step_ops
+    from lilicorr_runtime.ops import step_triton as step_ops
 
     for key, config in step_ops.TUNED.items():  # the tile shape each step GEMM settled on
         print(f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, "bench")
 from kernels import copy_bandwidth, cuda_time, graphed, head_workload  # noqa: E402
 
-from lilicorr_runtime.kernels import triton_ops  # noqa: E402
+from lilicorr_runtime.ops import draft_triton as triton_ops  # noqa: E402
 
 
 def tune_topk() -> None:

@@ -12,17 +12,18 @@ except ImportError as _exc:  # a clear message, not a ModuleNotFoundError from d
     _HINT = f"lilicorr_runtime needs torch ({_exc}): pip install 'lilicorr-ckpt[runtime]', or torch itself"
     _argv = list(getattr(_sys, "orig_argv", []))
     _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
-    if _main.startswith("lilicorr_runtime"):  # `python -m lilicorr_runtime.train ...`: a message, exit 4
+    if _main.startswith(("lilicorr_runtime", "lilicorr_train")):  # `python -m lilicorr_train ...`: a message, exit 4
         _sys.stderr.write(f"python -m {_main}: {_HINT}\n")
         raise SystemExit(4) from None
     raise ModuleNotFoundError(_HINT, name="torch") from None
 
-from .decode import BlockRecord, GenerationResult, Proposal, SpeculativeDecoder, draft_block
-from .dflash import Drafter, DraftKVCache
-from .head import LiLiCorrHead
-from .load import CheckpointRefused, build_drafter
-from .stats import AcceptanceStats, acceptance_stats
-from .target import TargetModel, load_target
+from .decode.speculative import BlockRecord, GenerationResult, Proposal, SpeculativeDecoder, draft_block
+from .decode.stats import AcceptanceStats, acceptance_stats
+from .model.dflash import Drafter, DraftKVCache
+from .model.head import LiLiCorrHead
+from .model.load import CheckpointRefused, build_drafter
+from .target.adapter import TargetModel
+from .target.load import load_target
 
 __all__ = [
     "AcceptanceStats", "BlockRecord", "CheckpointRefused", "DraftKVCache", "Drafter", "GenerationResult",

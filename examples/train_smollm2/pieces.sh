@@ -21,7 +21,7 @@ for step in "$@"; do
     hf)
       python - "$TARGET" "$WORK/target" <<'PY'
 import sys, torch
-from lilicorr_runtime.target import load_target
+from lilicorr_runtime.target.adapter import load_target
 t = load_target(sys.argv[1], dtype=torch.bfloat16, fast=False)
 m = t.model
 m.hf_quantizer = None
@@ -34,19 +34,19 @@ PY
       T=$WORK/target ;;
     data)
       for seed in ${SEEDS:-0}; do
-        python -m lilicorr_runtime.train generate --target "$T" --out "$WORK/data-$seed.npz" --prompts "${PROMPTS:-16384}" \
+        python -m lilicorr_train generate --target "$T" --out "$WORK/data-$seed.npz" --prompts "${PROMPTS:-16384}" \
           --max-new-tokens "${NEW_TOKENS:-256}" --batch-size 512 --seed "$seed" --mix "${MIX:-templates}"
       done ;;
     fit)
       start=(--init-layer "${INIT_LAYER:-29}")
       [ -n "${INIT_FROM:-}" ] && start=(--init-from "$INIT_FROM")
       data=(); for f in "$WORK"/data-*.npz; do data+=(--data "$f"); done
-      python -m lilicorr_runtime.train train "$WORK/run" --target "$T" "${data[@]}" --mask-token-id "${MASK:-16}" \
+      python -m lilicorr_train train "$WORK/run" --target "$T" "${data[@]}" --mask-token-id "${MASK:-16}" \
         "${start[@]}" --batch-size "${BATCH:-32}" --anchors 48 --plan-seconds "${PLAN:-720}" --time-budget "${BUDGET:-400}" \
         --lr-drafter "${LR_DRAFTER:-6e-4}" --lr-head "${LR_HEAD:-3e-4}"
       cp "$WORK/run/log.jsonl" "$OUT/" ;;
     export)
-      python -m lilicorr_runtime.train export "$WORK/run" --out "$WORK/export"
+      python -m lilicorr_train export "$WORK/run" --out "$WORK/export"
       $LC convert "$WORK/export" "$WORK/drafter" --force
       cp "$WORK/drafter/model.safetensors" "$WORK/drafter/config.json" "$OUT/"
       $LC validate "$WORK/drafter" --target "$T" --strict | tee "$OUT/validate.txt" || echo "validate: exit $?" ;;

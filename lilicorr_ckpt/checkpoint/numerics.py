@@ -1,6 +1,6 @@
 """The numpy codecs for the dtypes drafter checkpoints carry (bf16, float8_e4m3fn, NVFP4's E2M1 pairs), and the
 one scale policy. Every numpy decoding of tensor bytes is here: validate --deep, convert's repairs and the
-fixtures call these, and lilicorr_runtime/codecs.py holds torch twins of the dequantizers (same names, same
+fixtures call these, and lilicorr_runtime/model/codecs.py holds torch twins of the dequantizers (same names, same
 signatures) that the tests compare with them.
 
 NVFP4 follows ModelOpt's NVFP4QTensor: element 2j in the low

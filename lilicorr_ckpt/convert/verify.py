@@ -2,7 +2,7 @@
 
 Imports torch and `lilicorr_runtime` at import time: convert imports this module only for --verify (a missing
 runtime is a usage error there). The converted output is loaded as smoke loads a drafter (validate, then build:
-`lilicorr_ckpt.smoke.load.load_drafter`), and `lilicorr_runtime.probe.reference_outputs(drafter, seed=0)` gives
+`lilicorr_ckpt.smoke.load.load_drafter`), and `lilicorr_runtime.model.probe.reference_outputs(drafter, seed=0)` gives
 draft logits and head scores on fixed random inputs.
 
 The runtime's loader is strict (it refuses what validate refuses), so a ModelOpt export cannot be loaded
@@ -34,8 +34,8 @@ from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan
 from lilicorr_ckpt.convert.qmeta import module_state, output_exclusions, output_quant_docs
 from lilicorr_ckpt.smoke.load import load_drafter
-from lilicorr_runtime.load import build_drafter
-from lilicorr_runtime.probe import reference_outputs
+from lilicorr_runtime.model.load import build_drafter
+from lilicorr_runtime.model.probe import reference_outputs
 
 REPAIR_RTOL = 2.0**-5  # a few bf16 ulps (2^-8 relative) after a handful of layers
 REPAIR_ATOL = 1e-3

@@ -53,7 +53,7 @@ def register(cli: Any) -> None:
                   help="The drafter's licence, as a Hub licence id (apache-2.0, mit, llama3.1, other, ...). "
                        "Default: the README's own `license`; without either the card says it is not stated.")
     @click.option("--training-log", "training_logs", multiple=True, metavar="RUN/log.jsonl",
-                  help="A log.jsonl written by `python -m lilicorr_runtime.train train`: steps, sessions, training "
+                  help="A log.jsonl written by `python -m lilicorr_train train`: steps, sessions, training "
                        "time and the first and last training metrics. Repeat it for stages (a fine-tune after a "
                        "first run), in order.")
     @click.option("--training-data", metavar="TEXT", help="What the drafter was trained on (plain text).")

@@ -71,7 +71,7 @@ LILICORR_BIBTEX = """@misc{rusanovsky2026lilicorr,
 }"""
 # the bundled probe sets (lilicorr_ckpt/probes/NOTICE.md): category -> the benchmark its prompts come from
 BENCHMARKS = {"code": "HumanEval", "chat": "MT-Bench, first turns", "math": "GSM8K, the 8 CoT exemplars"}
-# training-log metrics (python -m lilicorr_runtime.train train): key -> what the card calls it
+# training-log metrics (python -m lilicorr_train train): key -> what the card calls it
 LOG_METRICS = (("dflash", "L_dflash"), ("control_accept", "control accept"), ("head_accept", "head accept"))
 
 
@@ -281,7 +281,7 @@ class TrainingStage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def load_training_log(path: str) -> TrainingStage:
-    """A log.jsonl as `python -m lilicorr_runtime.train train` writes it: one JSON object per line, those with a
+    """A log.jsonl as `python -m lilicorr_train train` writes it: one JSON object per line, those with a
     `step` being training records (step, elapsed_s and the metrics averaged since the previous record)."""
     what = f"--training-log {printable(path)}"
     text = _decode_utf8(read_small(Path(path).expanduser(), what, LOG_LIMIT), what)
@@ -306,7 +306,7 @@ def load_training_log(path: str) -> TrainingStage:
         records.append(record)
     if not records:
         raise InputError(f"{what} has no training records (lines with a step); it is the log.jsonl that "
-                         "`python -m lilicorr_runtime.train train RUN ...` writes into RUN")
+                         "`python -m lilicorr_train train RUN ...` writes into RUN")
     sessions, seconds, session_max, previous = 1, 0.0, 0.0, -1.0
     for record in records:
         elapsed = float(record.get("elapsed_s", 0.0))
@@ -575,7 +575,7 @@ def _training_section(stages: Sequence[TrainingStage], data: str | None, recipe:
         if data or recipe:
             out.append("")
         labels = [label for key, label in LOG_METRICS if any(key in s.last for s in stages)]
-        out += ["From the training log (`python -m lilicorr_runtime.train train`; metrics on training batches, "
+        out += ["From the training log (`python -m lilicorr_train train`; metrics on training batches, "
                 "first logged step → last; accept = drafted tokens accepted per block):", "",
                 "| stage | log | steps | sessions | training time | " + " | ".join(labels) + " |",
                 "|---:|---|---:|---:|---:|" + "---:|" * len(labels)]

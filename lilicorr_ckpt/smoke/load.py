@@ -12,8 +12,8 @@ from lilicorr_ckpt.errors import CheckpointInvalid
 from lilicorr_ckpt.report.validate import finding_lines
 from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
 from lilicorr_runtime.arguments import resolve_device, resolve_dtype
-from lilicorr_runtime.dflash import Drafter
-from lilicorr_runtime.load import CheckpointRefused, build_drafter
+from lilicorr_runtime.model.dflash import Drafter
+from lilicorr_runtime.model.load import CheckpointRefused, build_drafter
 
 
 def _check_runtime(runtime: object) -> None:

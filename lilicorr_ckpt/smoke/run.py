@@ -47,7 +47,7 @@ from lilicorr_ckpt.smoke.target_files import check_target_files
 from lilicorr_ckpt.smoke.ties import reference_ties
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
-from lilicorr_runtime.fast_target import FastTarget
+from lilicorr_runtime.target.fast import FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
 # of the logit's magnitude (at least 1.0) is a tie-flip, not a bug: a few ulps of the dtype, accumulated.

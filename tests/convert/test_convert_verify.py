@@ -21,7 +21,7 @@ def test_verify_without_the_runtime_is_a_usage_error(cli, tmp_path, monkeypatch)
 
 torch = pytest.importorskip("torch", reason="--verify needs torch")
 runtime = pytest.importorskip("lilicorr_runtime", reason="--verify needs lilicorr_runtime")
-pytest.importorskip("lilicorr_runtime.probe", reason="--verify needs lilicorr_runtime.probe.reference_outputs")
+pytest.importorskip("lilicorr_runtime.model.probe", reason="--verify needs lilicorr_runtime.model.probe.reference_outputs")
 
 from lilicorr_ckpt.convert.verify import compare  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The device-resident decode loop (lilicorr_runtime.loop) against the eager per-block loop, on the CPU: the same
+"""The device-resident decode loop (lilicorr_runtime.decode.device_loop) against the eager per-block loop, on the CPU: the same
 tokens and per-block acceptance in every mode, greedy and sampled, one request or a batch of requests of
 different lengths with slots refilled as requests end."""
 
@@ -11,7 +11,7 @@ from runtime_helpers import ARCHS, small_config
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import SpeculativeDecoder
-from lilicorr_runtime.fast_target import FastTarget
+from lilicorr_runtime.target.fast import FastTarget
 
 PROMPTS = [[1, 4, 9, 3, 7, 2, 11], [5, 5, 6], [2, 13, 8, 1, 0, 4, 4, 9, 12, 3, 6], [7]]
 

@@ -12,7 +12,7 @@ from runtime_helpers import ARCHS, small_config
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import SpeculativeDecoder, TargetModel
-from lilicorr_runtime.fast_target import FastTarget, fast_path_problem
+from lilicorr_runtime.target.fast import FastTarget, fast_path_problem
 
 CUDA = torch.cuda.is_available()
 

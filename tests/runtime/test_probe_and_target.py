@@ -9,7 +9,7 @@ from runtime_helpers import small_config, tiny_target
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import SpeculativeDecoder, load_target
-from lilicorr_runtime.probe import reference_outputs
+from lilicorr_runtime.model.probe import reference_outputs
 
 
 def test_reference_outputs_are_deterministic_and_shaped(drafter):

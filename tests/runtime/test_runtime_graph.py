@@ -10,8 +10,8 @@ from runtime_helpers import small_config, tiny_target
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import SpeculativeDecoder
-from lilicorr_runtime.decode import draft_block
-from lilicorr_runtime.graph import DraftStep
+from lilicorr_runtime.decode.draft_step import DraftStep
+from lilicorr_runtime.decode.speculative import draft_block
 from lilicorr_runtime.ops import greedy_walk
 
 CUDA = torch.cuda.is_available()

@@ -14,6 +14,7 @@ from safetensors.torch import load_file, save_file
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_target, ops
 from lilicorr_runtime.arguments import resolve_dtype
+from lilicorr_runtime.decode import verify
 
 PROMPT = [3, 1, 4, 1, 5]
 
@@ -313,10 +314,10 @@ def test_shape_checks_read_no_tensor_data():
     (lambda: ops.feature_hidden(torch.randn(1, 3, 4), torch.ones(5), torch.zeros(5), 1e-5, torch.randn(8, 4),
                                 torch.zeros(8)), r"feature_hidden expects .*up_weight \[H, 5\]"),
     (lambda: ops.control_walk(torch.randn(7, 100)), r"control_walk expects logits \[b, S, V\]"),
-    (lambda: ops.categorical(torch.rand(2, 10), torch.rand(3)), r"categorical expects probs \[b, V\]"),
-    (lambda: ops.verify_greedy(torch.randn(1, 5, 10), torch.zeros(1, 5, dtype=torch.long)),
+    (lambda: verify.categorical(torch.rand(2, 10), torch.rand(3)), r"categorical expects probs \[b, V\]"),
+    (lambda: verify.verify_greedy(torch.randn(1, 5, 10), torch.zeros(1, 5, dtype=torch.long)),
      r"verify_greedy expects target_logits \[b, n\+1, V\], draft_tokens \[b, n\]"),
-    (lambda: ops.verify_sampled(torch.rand(1, 4, 10), torch.zeros(1, 3, dtype=torch.long), torch.rand(1, 3, 9),
+    (lambda: verify.verify_sampled(torch.rand(1, 4, 10), torch.zeros(1, 3, dtype=torch.long), torch.rand(1, 3, 9),
                                 torch.rand(1, 3), torch.rand(1)), r"verify_sampled expects .*draft_q \[1, 3, 9\]"),
 ])
 def test_ops_refuse_inconsistent_shapes(call, message):
@@ -335,9 +336,9 @@ def test_the_decoder_ops_run_unchanged_at_their_documented_shapes():
     start, pairs, ids = lattice(b=2, S=1)
     assert ops.greedy_walk(start, pairs, ids).shape == (2, 1)
     logits = torch.randn(2, 4, 10)
-    accepted, _ = ops.verify_greedy(logits, torch.zeros(2, 3, dtype=torch.long))
+    accepted, _ = verify.verify_greedy(logits, torch.zeros(2, 3, dtype=torch.long))
     q = torch.softmax(torch.randn(2, 3, 10), -1)
-    ops.verify_sampled(torch.softmax(logits, -1), torch.zeros(2, 3, dtype=torch.long), q, torch.rand(2, 3),
+    verify.verify_sampled(torch.softmax(logits, -1), torch.zeros(2, 3, dtype=torch.long), q, torch.rand(2, 3),
                        torch.rand(2))
     assert accepted.shape == (2,)
 

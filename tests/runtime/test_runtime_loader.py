@@ -14,7 +14,7 @@ from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.report.validate import render_text
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import CheckpointRefused
-from lilicorr_runtime.codecs import nvfp4_dequantize as torch_nvfp4_dequantize
+from lilicorr_runtime.model.codecs import nvfp4_dequantize as torch_nvfp4_dequantize
 
 
 def file_tensors(path):

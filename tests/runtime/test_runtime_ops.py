@@ -8,15 +8,8 @@ import pytest
 import torch
 from runtime_helpers import chi_square_p_value
 
-from lilicorr_runtime.ops import (
-    categorical,
-    control_walk,
-    greedy_walk,
-    sample_walk,
-    topk_lse,
-    verify_greedy,
-    verify_sampled,
-)
+from lilicorr_runtime.decode.verify import categorical, verify_greedy, verify_sampled
+from lilicorr_runtime.ops import control_walk, greedy_walk, sample_walk, topk_lse
 
 
 @pytest.mark.parametrize("vocab,k", [(1000, 8), (1025, 4), (37, 1), (8, 8)])

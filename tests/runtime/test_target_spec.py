@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import lilicorr_runtime.target as runtime_target
+import lilicorr_runtime.target.load as runtime_target
 from lilicorr_ckpt.checkpoint import resolve_target_spec
 
 

@@ -13,8 +13,7 @@ from lilicorr_ckpt.smoke.gates import Divergence
 from lilicorr_ckpt.smoke.options import SmokeOptions
 from lilicorr_ckpt.smoke.probes import Probe
 from lilicorr_ckpt.smoke.profile import ChatTemplate, DraftCheckpoint, MeasurementConditions, TargetRecord
-from lilicorr_runtime import acceptance_stats
-from lilicorr_runtime.decode import BlockRecord, GenerationResult
+from lilicorr_runtime import BlockRecord, GenerationResult, acceptance_stats
 
 N = 3  # drafted positions per block
 

@@ -18,7 +18,7 @@ if not CUDA and hasattr(triton, "knobs"):
     triton.knobs.runtime.interpret = True  # triton was imported before the variable was set
 
 from lilicorr_runtime import ops  # noqa: E402
-from lilicorr_runtime.kernels import triton_ops  # noqa: E402
+from lilicorr_runtime.ops import draft_triton as triton_ops  # noqa: E402
 
 if not CUDA:
     triton_ops = importlib.reload(triton_ops)  # re-decorate in case it was imported in compiled mode

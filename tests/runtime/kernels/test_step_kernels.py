@@ -18,7 +18,7 @@ if not CUDA and hasattr(triton, "knobs"):
     triton.knobs.runtime.interpret = True
 
 from lilicorr_runtime import ops  # noqa: E402
-from lilicorr_runtime.kernels import step_ops  # noqa: E402
+from lilicorr_runtime.ops import step_triton as step_ops  # noqa: E402
 
 if not CUDA:
     step_ops = importlib.reload(step_ops)

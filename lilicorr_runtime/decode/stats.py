@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import msgspec
 
-from .decode import GenerationResult
+from .speculative import GenerationResult
 
 
 class AcceptanceStats(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,4 +1,12 @@
-"""Building blocks shared by the backbone and the head: Qwen3-style RMSNorm and rotary embeddings."""
+"""Rotary position embeddings, one implementation for the drafter and the target: the frequencies a drafter's
+rope config gives, the cos/sin angles at positions, and the NeoX rotation (the two halves of each head rotated as
+pairs). The tables are half a head wide ([..., hd/2]), as the Triton step kernel reads them
+(ops/step_triton.py: `_rope_kv`, the same rotation fused with the K/V write).
+
+The drafter rotates in its weights' dtype with the angles rounded to it (as SGLang, vLLM and TensorRT-LLM compute
+the DFlash backbone); the fast target rotates in fp32 and rounds once (ops/step.py: `rope_kv_reference`). Both
+call `apply_rope`; only the dtype they hand it differs.
+"""
 
 from __future__ import annotations
 
@@ -6,21 +14,6 @@ import math
 from typing import Any
 
 import torch
-from torch import nn
-
-from .ops import rms_norm
-
-
-class RMSNorm(nn.Module):
-    """Qwen3RMSNorm semantics (as training and TRT compute it): fp32 reduction, cast back, then x weight."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.weight, self.eps)
 
 
 class RopeUnsupported(ValueError):
@@ -78,21 +71,30 @@ def _yarn(base: torch.Tensor, dim: int, theta: float, factor: float, scaling: di
     return inv_freq.float(), float(attention)
 
 
+def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """positions [...] (integer) -> fp32 cos, sin [..., hd/2], the attention scaling folded in."""
+    freqs = positions.float()[..., None] * inv_freq.float()  # [..., hd/2]
+    return freqs.cos() * scale, freqs.sin() * scale
+
+
 def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """positions [n] (or [b, n], one row of positions per sequence) int64 -> cos, sin [n, head_dim] ([b, 1, n,
-    head_dim], broadcasting over the heads), NeoX layout: the two halves repeat."""
+    """The drafter's angles: positions [n] (or [b, n], one row of positions per sequence) -> cos, sin [n, hd/2]
+    ([b, 1, n, hd/2], broadcasting over the heads of x [b, heads, n, hd]), rounded to `dtype`."""
+    cos, sin = rope_angles(positions, inv_freq, scale)
     if positions.dim() == 2:
-        cos, sin = rope_cos_sin(positions.reshape(-1), inv_freq, scale, dtype)
-        shape = (positions.shape[0], 1, positions.shape[1], cos.shape[-1])
-        return cos.view(shape), sin.view(shape)
-    freqs = positions.float()[:, None] * inv_freq[None, :]  # [n, hd/2]
-    emb = torch.cat([freqs, freqs], dim=-1)
-    return (emb.cos() * scale).to(dtype), (emb.sin() * scale).to(dtype)
+        cos, sin = cos[:, None], sin[:, None]
+    return cos.to(dtype), sin.to(dtype)
+
+
+def rope_tables(inv_freq: torch.Tensor, scale: float, positions: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target's tables: fp32 cos and sin [positions, hd/2] of positions 0..positions-1, read by row (rope_kv)."""
+    cos, sin = rope_angles(torch.arange(positions, device=inv_freq.device), inv_freq, scale)
+    return cos.contiguous(), sin.contiguous()
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [b, heads, n, hd], cos/sin [n, hd] or [b, 1, n, hd]: NeoX rotation over the full head_dim."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-    return x * cos + rotated * sin
+    """x [..., hd] rotated by cos/sin [..., hd/2] (broadcast against x's leading dimensions): NeoX halves, each
+    pair (x_i, x_{i + hd/2}) turned by its angle, computed in the dtype of the inputs."""
+    lo, hi = x.chunk(2, dim=-1)
+    return torch.cat([lo * cos - hi * sin, hi * cos + lo * sin], dim=-1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import runpy
 import shutil
 import stat
 import subprocess
@@ -19,8 +20,8 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import save_file
 
-from lilicorr_runtime.train.__main__ import main as train_cli
-from lilicorr_runtime.train.state import LEGACY_STATE, STATE, read_state
+from lilicorr_train.__main__ import main as train_cli
+from lilicorr_train.state import LEGACY_STATE, STATE, read_state
 
 from helpers import REPO
 
@@ -114,7 +115,7 @@ def _hostile_state(run: Path, kind: str, tmp_path: Path) -> Path:
         shutil.copy(tmp_path / "good" / STATE, current)
         state = read_state(current)
         state.model["fc.weight"] = torch.zeros(1, 1).expand(40000, 4000).contiguous()[:1]
-        from lilicorr_runtime.train.state import save_state
+        from lilicorr_train.state import save_state
         save_state(run, state)
     return marker
 
@@ -147,8 +148,8 @@ def test_a_code_payload_is_named_as_refused_by_the_restricted_unpickler(trained,
 
 def _save_without_training(monkeypatch) -> None:
     """`fit` replaced by its final save: what a command does before and after training, without the steps."""
-    import lilicorr_runtime.train.__main__ as cli
-    from lilicorr_runtime.train.loop import save_run
+    import lilicorr_train.__main__ as cli
+    from lilicorr_train.loop import save_run
 
     def fit(run, run_dir, *args, **kwargs):
         save_run(run, run_dir)
@@ -232,7 +233,7 @@ def test_data_of_another_vocabulary_is_refused(tmp_path):
 
 
 def test_an_unexpected_error_names_the_inputs_and_is_no_traceback(data, tmp_path, monkeypatch):
-    import lilicorr_runtime.train.__main__ as cli
+    import lilicorr_train.__main__ as cli
 
     def broken(*args, **kwargs):
         raise TypeError("something unforeseen")
@@ -248,7 +249,7 @@ def test_an_unexpected_error_names_the_inputs_and_is_no_traceback(data, tmp_path
 def test_help_teaches_and_names_only_real_commands():
     for flag in ("-h", "--help"):
         code, out = invoke(flag)
-        assert code == 0 and "Usage: python -m lilicorr_runtime.train" in out
+        assert code == 0 and "Usage: python -m lilicorr_train" in out
     listed = [line.split()[0] for line in out.split("Commands:")[1].split("\n\n")[0].splitlines() if line.strip()]
     steps = out.split("The steps, in order:")[1].split("\n\n")[0]
     named = [line.split()[0] for line in steps.splitlines() if line[4:5].isalpha()]  # a step's first word
@@ -259,6 +260,40 @@ def test_help_teaches_and_names_only_real_commands():
         code, text = invoke(command, "-h")
         assert code == 0 and "Example" in text and "Exit codes" in text, text
         assert "\n\n" in text.split("Options:")[0].strip()  # paragraphs, not one run-together block
+
+
+def _run_old_name(monkeypatch, *args: str) -> int:
+    """`python -m lilicorr_runtime.train ARGS` in this process: the exit code."""
+    monkeypatch.setattr(sys, "argv", ["lilicorr_runtime.train", *args])
+    monkeypatch.delitem(sys.modules, "lilicorr_runtime.train.__main__", raising=False)
+    with pytest.raises(SystemExit) as exited:
+        runpy.run_module("lilicorr_runtime.train", run_name="__main__", alter_sys=True)
+    return exited.value.code
+
+
+def test_the_old_name_forwards_to_the_recipe(monkeypatch, capsys):
+    assert _run_old_name(monkeypatch, "--help") == 0
+    assert "Usage: python -m lilicorr_train" in capsys.readouterr().out
+
+
+class _NoRecipe:
+    """A finder before every other that has no lilicorr_train, as an install from the wheel has none."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.split(".")[0] == "lilicorr_train":
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+
+def test_the_old_name_without_the_recipe_says_where_it_is(monkeypatch, capsys):
+    for name in [m for m in sys.modules if m.split(".")[0] == "lilicorr_train"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [_NoRecipe(), *sys.meta_path])
+    assert _run_old_name(monkeypatch, "--help") == 4
+    err = capsys.readouterr().err
+    assert "the training recipe is not installed" in err and "python -m lilicorr_train" in err
+    assert "Traceback" not in err
 
 
 @pytest.mark.parametrize("args", [
@@ -311,7 +346,7 @@ def test_without_torch_the_cli_says_what_to_install(tmp_path):
     (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker.parent), str(REPO)])}
     for args in (["--help"], ["export", "run", "--out", "x"]):
-        result = subprocess.run([sys.executable, "-m", "lilicorr_runtime.train", *args], capture_output=True,
+        result = subprocess.run([sys.executable, "-m", "lilicorr_train", *args], capture_output=True,
                                 text=True, env=env, timeout=60)
         assert result.returncode == 4, result.stderr
         assert "lilicorr_runtime needs torch" in result.stderr and "pip install 'lilicorr-ckpt[runtime]'" in \

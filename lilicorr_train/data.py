@@ -13,8 +13,8 @@ import numpy as np
 from msgspec import Struct
 
 from lilicorr_ckpt.checkpoint.source import file_kind
+from lilicorr_runtime.target.fast import FastTarget
 
-from ..fast_target import FastTarget
 from .prompts import Prompt
 
 ARRAYS = ("tokens", "offsets", "prompt_lengths")

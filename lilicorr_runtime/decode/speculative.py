@@ -19,13 +19,14 @@ from typing import Literal
 import msgspec
 import torch
 
-from .arguments import as_int
-from .dflash import Drafter, DraftKVCache
-from .fast_target import FastTarget
-from .graph import DraftStep, propose
-from .loop import DecodeLoop
-from .ops import categorical, control_walk, greedy_walk, sample_walk, verify_greedy, verify_sampled
-from .target import TargetModel
+from ..arguments import as_int
+from ..model.dflash import Drafter, DraftKVCache
+from ..ops.draft import control_walk, greedy_walk, sample_walk
+from ..target.adapter import TargetModel
+from ..target.fast import FastTarget
+from .device_loop import DecodeLoop
+from .draft_step import DraftStep, propose
+from .verify import categorical, verify_greedy, verify_sampled
 
 Mode = Literal["head", "control", "ar"]
 Loop = Literal["device", "eager"]
@@ -79,7 +80,7 @@ class SpeculativeDecoder:
     """The decoder; `mode="ar"` is plain target decoding through the same adapter.
 
     Two loops compute the same tokens. `loop="device"` (the default on CUDA with a fast-path target) runs each
-    block as one CUDA-graph replay over device-resident state (lilicorr_runtime.loop), `batch` requests at once
+    block as one CUDA-graph replay over device-resident state (decode/device_loop.py), `batch` requests at once
     in `generate_many`; `loop="eager"` (the default otherwise, and the CPU reference) runs one block at a time in
     Python, with the draft step replayed from a graph on CUDA. `keep_proposals` needs the eager loop.
     """

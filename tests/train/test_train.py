@@ -17,13 +17,13 @@ from click.testing import CliRunner
 from lilicorr_ckpt.checkpoint import load_checkpoint
 from lilicorr_ckpt.cli import main as lilicorr
 from lilicorr_runtime import load_target
-from lilicorr_runtime.load import build_drafter
-from lilicorr_runtime.train import prompts
-from lilicorr_runtime.train.__main__ import _split
-from lilicorr_runtime.train.__main__ import main as train_cli
-from lilicorr_runtime.train.data import Dataset, self_written_prompts
-from lilicorr_runtime.train.prompts import stdlib_code_prompts, training_prompts
-from lilicorr_runtime.train.state import read_state
+from lilicorr_runtime.model.load import build_drafter
+from lilicorr_train import prompts
+from lilicorr_train.__main__ import _split
+from lilicorr_train.__main__ import main as train_cli
+from lilicorr_train.data import Dataset, self_written_prompts
+from lilicorr_train.prompts import stdlib_code_prompts, training_prompts
+from lilicorr_train.state import read_state
 
 from helpers import REPO
 
@@ -161,7 +161,7 @@ def test_self_written_requests_keep_finished_turns_of_a_few_words(monkeypatch):
 
 @pytest.mark.parametrize("layers", [1, 2, 3, 4, 30, 36])
 def test_default_taps_spread_below_the_targets_last_layer(layers):
-    from lilicorr_runtime.train.export import spread_taps
+    from lilicorr_train.export import spread_taps
 
     taps = spread_taps(layers)
     assert taps == tuple(sorted(set(taps))) and all(0 <= t < layers for t in taps)

@@ -8,12 +8,12 @@ import shlex
 from click.testing import CliRunner
 
 from lilicorr_ckpt.cli import main as lilicorr
-from lilicorr_runtime.train.__main__ import main as train_cli
-from lilicorr_runtime.train.state import read_state
+from lilicorr_train.__main__ import main as train_cli
+from lilicorr_train.state import read_state
 
 from helpers import REPO
 
-TRAIN = "python -m lilicorr_runtime.train"
+TRAIN = "python -m lilicorr_train"
 
 
 def _recipe() -> list[str]:

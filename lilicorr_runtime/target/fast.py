@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 import torch
 from transformers import PreTrainedModel
 
-from . import ops
-from .target import TargetModel, TargetStep
+from .. import ops
+from .adapter import TargetModel, TargetStep
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 # a forward of at most this many rows per sequence is a step (the AR step, every verify block a drafter can ask

@@ -16,10 +16,10 @@ import torch
 from msgspec import Struct, structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
+from lilicorr_runtime.model.dflash import Drafter
+from lilicorr_runtime.model.load import build_drafter as build_runtime_drafter
+from lilicorr_runtime.target.fast import FastTarget
 
-from ..dflash import Drafter
-from ..fast_target import FastTarget
-from ..load import build_drafter as build_runtime_drafter
 from .data import Dataset
 from .export import build_drafter
 from .objective import LossWeights, TrainBatch, sample_anchors, training_step

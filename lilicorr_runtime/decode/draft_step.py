@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import torch
 
-from .dflash import Drafter, DraftKVCache
-from .ops import control_walk, greedy_walk, sample_walk, topk_lse
+from ..model.dflash import Drafter, DraftKVCache
+from ..ops.draft import control_walk, greedy_walk, sample_walk, topk_lse
 
 _warned: set[str] = set()
 

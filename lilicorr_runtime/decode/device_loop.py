@@ -30,10 +30,11 @@ from collections.abc import Sequence
 import msgspec
 import torch
 
-from .dflash import Drafter, DraftKVCache
-from .fast_target import StaticKVCache
-from .graph import propose
-from .ops import categorical, control_walk, greedy_walk, sample_walk, verify_greedy, verify_sampled
+from ..model.dflash import Drafter, DraftKVCache
+from ..ops.draft import control_walk, greedy_walk, sample_walk
+from ..target.fast import StaticKVCache
+from .draft_step import propose
+from .verify import categorical, verify_greedy, verify_sampled
 
 
 class LoopOutput(msgspec.Struct, frozen=True):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from .decode import draft_block
+from ..decode.speculative import draft_block
 from .dflash import Drafter
 
 CONTEXT_ROWS = 12

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from msgspec import Struct
 
-from ..dflash import Drafter
+from lilicorr_runtime.model.dflash import Drafter
 
 
 class LossWeights(Struct, frozen=True):
@@ -66,39 +66,13 @@ class StepOutput(Struct):
     metrics: dict[str, float]
 
 
-def _block_rope(drafter: Drafter, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # positions [b, n] -> cos, sin [b, 1, n, hd], as layers.rope_cos_sin computes them per row
-    freqs = positions.float()[..., None] * drafter.inv_freq  # [b, n, hd/2]
-    emb = torch.cat([freqs, freqs], dim=-1)[:, None]
-    dtype = drafter.fc.weight.dtype
-    return (emb.cos() * drafter.rope_scale).to(dtype), (emb.sin() * drafter.rope_scale).to(dtype)
-
-
 def draft_blocks(drafter: Drafter, features: torch.Tensor, block_embeddings: torch.Tensor,
                  anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """features [b, L, T·M] (target taps of every position), block_embeddings [b, m, B, M] of
-    [x_a, mask x S], anchors [b, m] -> (final-normed block hidden [b, m, B, M], context rows [b, L, M])."""
-    b, m, block, width = block_embeddings.shape
-    length = features.shape[1]
+    [x_a, mask x S], anchors [b, m] -> (final-normed block hidden [b, m, B, M], context rows [b, L, M]): the
+    drafter's own forward (Drafter.forward_blocks), the one decoding runs."""
     context = drafter.project_context(features)  # [b, L, M]
-    device = context.device
-    ctx_positions = torch.arange(length, device=device)
-    ctx_cos, ctx_sin = drafter._rope(ctx_positions)
-    offsets = torch.arange(block, device=device)
-    q_positions = (anchors[:, :, None] + offsets).reshape(b, m * block)  # [b, n]
-    q_cos, q_sin = _block_rope(drafter, q_positions)
-    # block j sees the context rows before its anchor and its own B rows: [b, 1, n, L + n]
-    sees_context = ctx_positions[None, None, :] < anchors.repeat_interleave(block, dim=1)[:, :, None]
-    block_of = torch.arange(m, device=device).repeat_interleave(block)
-    same_block = (block_of[:, None] == block_of[None, :]).expand(b, -1, -1)
-    mask = torch.cat([sees_context, same_block], dim=2)[:, None]
-    x = block_embeddings.reshape(b, m * block, width).to(drafter.fc.weight.dtype)
-    for layer in drafter.layers:
-        if layer.attention_conv is not None or layer.self_attn.window is not None:
-            raise ValueError("training supports full-attention drafters without convolution")
-        ctx_k, ctx_v = layer.self_attn.context_kv(context, ctx_cos, ctx_sin)
-        x = layer(x, q_cos, q_sin, ctx_k, ctx_v, mask)
-    return drafter.norm(x).view(b, m, block, width), context
+    return drafter.forward_blocks(context, block_embeddings, anchors), context
 
 
 def training_step(drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,

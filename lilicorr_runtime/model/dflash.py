@@ -7,7 +7,7 @@ Parameter names are the checkpoint's (no `model.` prefix), so a canonical tensor
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import msgspec
 import torch
@@ -17,8 +17,9 @@ from torch import nn
 from lilicorr_ckpt.checkpoint.config import DraftConfig
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 
+from ..ops.rope import apply_rope, rope_cos_sin, rope_inverse_frequencies
 from .head import LiLiCorrHead, head_from_geometry
-from .layers import RMSNorm, apply_rope, rope_cos_sin, rope_inverse_frequencies
+from .layers import RMSNorm
 
 DEFAULT_MAX_POSITIONS = 32768
 
@@ -263,21 +264,33 @@ class Drafter(nn.Module):
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_cos_sin(positions, self.inv_freq, self.rope_scale, self.fc.weight.dtype)
 
+    def _context_kv(self, context: torch.Tensor, positions: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """Context rows [b, n, M] at rotary positions [n] or [b, n] -> per draft layer, K, V [b, kv_heads, n, hd]."""
+        cos, sin = self._rope(positions)
+        for layer in self.layers:
+            yield layer.self_attn.context_kv(context, cos, sin)
+
+    def _backbone(self, block_embeddings: torch.Tensor, positions: torch.Tensor,
+                  context_kv: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+                  mask: Callable[[int | None], torch.Tensor | None]) -> torch.Tensor:
+        """The drafter's one forward, which decoding (eager and captured) and training all run: query rows
+        block_embeddings [b, Q, M] at rotary positions [Q] or [b, Q], each layer attending over its context K/V
+        (`context_kv(layer index)`, [b, kv_heads, C, hd]) and the query rows, under `mask(the layer's window)`
+        ([.., Q, C+Q] bool, True = visible, or None: all) -> final-normed hidden [b, Q, M]."""
+        cos, sin = self._rope(positions)
+        x = block_embeddings.to(self.fc.weight.dtype)
+        for i, layer in enumerate(self.layers):
+            ctx_k, ctx_v = context_kv(i)
+            x = layer(x, cos, sin, ctx_k, ctx_v, mask(layer.self_attn.window))
+        return self.norm(x)
+
     def append_context(self, cache: DraftKVCache, context: torch.Tensor) -> None:
         """Write K/V of new context rows [b, n, M] at the positions after the cached ones."""
         n = context.shape[1]
         positions = torch.arange(cache.length, cache.length + n, device=context.device)
-        cos, sin = self._rope(positions)
-        for i, layer in enumerate(self.layers):
-            k, v = layer.self_attn.context_kv(context, cos, sin)
+        for i, (k, v) in enumerate(self._context_kv(context, positions)):
             cache.write(i, k, v)
         cache.commit(n)
-
-    def _window_mask(self, window: int | None, q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor | None:
-        if window is None:
-            return None
-        # symmetric window (w-1 each side) around the query, non-causal inside it (TRT's reading)
-        return (q_pos[:, None] - k_pos[None, :]).abs() <= window - 1
 
     def forward(self, cache: DraftKVCache, block_embeddings: torch.Tensor) -> torch.Tensor:
         """block_embeddings [b, Q, M] of [anchor, mask x (Q-1)] at positions cache.length.. -> final-normed
@@ -288,13 +301,12 @@ class Drafter(nn.Module):
         device = block_embeddings.device
         q_pos = torch.arange(start, start + q_len, device=device)
         k_pos = torch.arange(start + q_len, device=device)
-        cos, sin = self._rope(q_pos)
-        x = block_embeddings.to(self.fc.weight.dtype)
-        for i, layer in enumerate(self.layers):
-            ctx_k, ctx_v = cache.layer(i)
-            mask = self._window_mask(layer.self_attn.window, q_pos, k_pos)
-            x = layer(x, cos, sin, ctx_k, ctx_v, mask)
-        return self.norm(x)
+
+        def window_mask(window: int | None) -> torch.Tensor | None:
+            # symmetric window (w-1 each side) around the query, non-causal inside it (TRT's reading)
+            return None if window is None else (q_pos[:, None] - k_pos[None, :]).abs() <= window - 1
+
+        return self._backbone(block_embeddings, q_pos, cache.layer, window_mask)
 
     def forward_static(self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor) -> torch.Tensor:
         """`forward` with shapes that do not depend on the context length, for CUDA-graph capture.
@@ -313,15 +325,14 @@ class Drafter(nn.Module):
         k_pos = torch.cat([ctx_pos.expand(b, -1), q_pos], dim=1)  # [b, C+Q]
         valid = torch.cat([ctx_pos[None, :] < length[:, None],
                            torch.ones(b, q_len, dtype=torch.bool, device=device)], dim=1)  # [b, C+Q]
-        cos, sin = self._rope(q_pos)  # [b, 1, Q, hd]
-        x = block_embeddings.to(self.fc.weight.dtype)
-        for i, layer in enumerate(self.layers):
+
+        def length_mask(window: int | None) -> torch.Tensor:
             mask = valid[:, None, None, :].expand(b, 1, q_len, -1)
-            window = layer.self_attn.window
             if window is not None:  # the symmetric window, per row
                 mask = mask & ((q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window - 1)[:, None]
-            x = layer(x, cos, sin, cache.keys[i], cache.values[i], mask)
-        return self.norm(x)
+            return mask
+
+        return self._backbone(block_embeddings, q_pos, lambda i: (cache.keys[i], cache.values[i]), length_mask)
 
     def append_context_static(self, cache: DraftKVCache, context: torch.Tensor, length: torch.Tensor) -> None:
         """Write K/V of context rows [b, q, M] at positions length[b]..length[b]+q-1 (`length` [b] on the device;
@@ -329,12 +340,33 @@ class Drafter(nn.Module):
         the accepted ones by advancing `length`, so the rest stay beyond it, masked, until overwritten."""
         b, q = context.shape[:2]
         positions = length[:, None] + torch.arange(q, device=context.device)  # [b, q]
-        cos, sin = self._rope(positions)
-        for i, layer in enumerate(self.layers):
-            k, v = layer.self_attn.context_kv(context, cos, sin)  # [b, kv_heads, q, hd]
+        for i, (k, v) in enumerate(self._context_kv(context, positions)):  # each [b, kv_heads, q, hd]
             index = positions[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])
             cache.keys[i].scatter_(2, index, k)
             cache.values[i].scatter_(2, index, v)
+
+    def forward_blocks(self, context: torch.Tensor, block_embeddings: torch.Tensor,
+                       anchors: torch.Tensor) -> torch.Tensor:
+        """Many blocks of each sequence in one pass, as training runs them: context [b, L, M] (the projected
+        target features of every position), block_embeddings [b, m, B, M] of [x_a, mask x (B-1)], anchors [b, m]
+        -> final-normed hidden [b, m, B, M]. Block j attends to the context rows before its anchor and to its own
+        B rows, at rotary positions anchor.., exactly as `forward` drafts it after anchor context rows."""
+        if any(layer.attention_conv is not None or layer.self_attn.window is not None for layer in self.layers):
+            raise ValueError("training supports full-attention drafters without convolution")
+        b, m, block, width = block_embeddings.shape
+        length = context.shape[1]
+        device = context.device
+        ctx_positions = torch.arange(length, device=device)
+        q_positions = (anchors[:, :, None] + torch.arange(block, device=device)).reshape(b, m * block)  # [b, n]
+        # block j sees the context rows before its anchor and its own B rows: [b, 1, n, L + n]
+        sees_context = ctx_positions[None, None, :] < anchors.repeat_interleave(block, dim=1)[:, :, None]
+        block_of = torch.arange(m, device=device).repeat_interleave(block)
+        same_block = (block_of[:, None] == block_of[None, :]).expand(b, -1, -1)
+        mask = torch.cat([sees_context, same_block], dim=2)[:, None]
+        context_kv = list(self._context_kv(context, ctx_positions))  # autograd keeps every layer's anyway
+        hidden = self._backbone(block_embeddings.reshape(b, m * block, width), q_positions, context_kv.__getitem__,
+                                lambda window: mask)
+        return hidden.view(b, m, block, width)
 
     def logits(self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """hidden [b, S, M] -> fp32 logits [b, S, V] through the owned head, else the target's."""

@@ -12,8 +12,8 @@ from torch import nn
 
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 
+from ..ops.draft import feature_hidden, lattice_attention, lattice_scores, residual_norm
 from .layers import RMSNorm
-from .ops import feature_hidden, lattice_attention, lattice_scores, residual_norm
 
 NUM_FEATURES = 5
 FEATURE_NORM_EPS = 1e-5  # nn.LayerNorm's default, as the training module builds it

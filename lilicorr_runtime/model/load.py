@@ -13,10 +13,10 @@ from lilicorr_ckpt.checkpoint.names import observed_scheme
 from lilicorr_ckpt.checkpoint.numerics import scale_defects
 from lilicorr_ckpt.checkpoint.text import shorten
 
-from .arguments import resolve_device, resolve_dtype
+from ..arguments import resolve_device, resolve_dtype
+from ..ops.rope import RopeUnsupported
 from .codecs import fp8_dequantize, nvfp4_dequantize
 from .dflash import Drafter, backbone_spec
-from .layers import RopeUnsupported
 
 SCALES = ("weight_scale", "weight_scale_2")  # the scales dequantization reads (input_scale is unused)
 

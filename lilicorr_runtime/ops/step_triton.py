@@ -1,4 +1,4 @@
-"""Triton kernels for the target's decode and verify steps; each mirrors a torch reference in lilicorr_runtime.ops.
+"""Triton kernels for the target's decode and verify steps; each mirrors a torch reference in ops/step.py.
 
 A Llama / Qwen2 / Qwen3 layer runs as six kernels on the fast path's step forward:
 
@@ -123,7 +123,7 @@ def step_linear_triton(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: to
                        eps: float = 0.0, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
                        gated: bool = False, out: torch.Tensor | None = None,
                        out_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """x [M, K] (rows may be strided) -> y [M, N] (see ops.step_linear_reference). `out`, when given, is written
+    """x [M, K] (rows may be strided) -> y [M, N] (see step.step_linear_reference). `out`, when given, is written
     (a row-strided view is fine: a column slice of a wider buffer)."""
     m, k = x.shape
     n = weight.shape[0] // 2 if gated else weight.shape[0]
@@ -230,7 +230,7 @@ def _rope_kv(qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, cos_ptr, sin_ptr
 def rope_kv_triton(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor,
                    positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, num_kv_heads: int,
                    q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """See ops.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place."""
+    """See step.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place."""
     b, n, width = qkv.shape
     hd = width // (num_heads + 2 * num_kv_heads)
     flat = qkv.reshape(b * n, width)
@@ -310,7 +310,7 @@ def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, 
 
 def step_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor,
                           first: torch.Tensor) -> torch.Tensor:
-    """See ops.step_attention_reference. q [b, n, H, hd] -> [b, n, H·hd]."""
+    """See step.step_attention_reference. q [b, n, H, hd] -> [b, n, H·hd]."""
     b, n, heads, hd = q.shape
     kv_heads = keys.shape[1]
     groups = heads // kv_heads

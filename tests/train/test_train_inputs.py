@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from lilicorr_runtime.train.data import DataError, Dataset
+from lilicorr_train.data import DataError, Dataset
 
 from helpers import raised_within
 
