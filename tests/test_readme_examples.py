@@ -118,7 +118,7 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt validate examples/tiny-lilicorr": Expect(_validate_pass),
     "pip install torch==2.13.0": Expect(ci=True),
     'pip install -e ".[runtime,test,modelopt]"': Expect(ci=True),
-    "python -m pytest -q": Expect(ci=True),
+    "python -m pytest -q -n auto --dist loadfile": Expect(ci=True),
     'pip install ".[runtime]"': Expect(ci=True),
     "scripts/fetch_smollm2.sh": Expect(ci=True),
     f"lilicorr-ckpt validate examples/smollm2-lilicorr --target {GGUF} --strict": Expect(_validate_sglang_refuses,
