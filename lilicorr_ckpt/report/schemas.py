@@ -14,8 +14,8 @@ from typing import Any
 import msgspec
 
 from lilicorr_ckpt.report.inspect import Inspection
-from lilicorr_ckpt.smoke.engine.profile import EngineReport
 from lilicorr_ckpt.results import Report
+from lilicorr_ckpt.smoke.engine.profile import EngineReport
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
 SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
