@@ -7,7 +7,10 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for the annotation only: importing errors stays free of msgspec
+    from lilicorr_ckpt.results import Report
 
 
 class InputError(Exception):
@@ -42,7 +45,7 @@ class SmokeRefused(Refused):
 class CheckpointInvalid(Refused):
     """validate finds errors for the runtime the checkpoint is to be served by."""
 
-    def __init__(self, summary: str, reasons: list[str], report: object):
+    def __init__(self, summary: str, reasons: list[str], report: Report):
         super().__init__(summary, reasons)
         self.report = report
 

@@ -105,7 +105,8 @@ class _Owned(msgspec.Struct, kw_only=True):
 
 def _owned(doc: dict[str, Any]) -> _Owned:
     version = str(doc.get("version") or "an older version")
-    other = doc.get("other_files") if isinstance(doc.get("other_files"), dict) else {}
+    other_files = doc.get("other_files")
+    other = other_files if isinstance(other_files, dict) else {}
     copies = set(_plain_names(other.get("copied")))
     written = doc.get("written")
     if isinstance(written, dict):
@@ -147,7 +148,11 @@ def survey(dst: Path, generated: set[str], earlier: EarlierOutput | None = None)
                          f"{_shown(names)}); --force replaces only an empty directory or a previous convert "
                          "output: choose another DST, or move its contents away first")
     owned = _owned(doc)
-    replaced, kept, changed_copies, changed, unverifiable = [], [], [], [], []
+    replaced: list[str] = []
+    kept: list[str] = []
+    changed_copies: list[str] = []
+    changed: list[str] = []
+    unverifiable: list[str] = []  # copies an older record names without checksums
     signatures: dict[str, Signature] = {}
     for entry in entries:
         name = entry.name

@@ -171,9 +171,9 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
             except OSError as exc:  # ENOSPC, EFBIG, EIO, ...: the real cause, never a traceback
                 raise output_error(exc, dst_path, tmp, existed=earlier is not None) from None
         except BaseException:
-            note = discard_temporary(tmp, dst_path)  # DST's own files that were moved in go back first
-            if note:
-                print(f"lilicorr-ckpt convert: {note}", file=sys.stderr)
+            discarded = discard_temporary(tmp, dst_path)  # DST's own files that were moved in go back first
+            if discarded:
+                print(f"lilicorr-ckpt convert: {discarded}", file=sys.stderr)
             remove_created(created)
             raise
         finally:

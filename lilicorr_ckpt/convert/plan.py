@@ -467,6 +467,9 @@ def _dequantized(module: str, naming: Naming, config: ConfigPlan, quant: QuantPl
     not laid out as the scheme says is added to `refusals`."""
     assert quant.algo is not None  # a quantized module implies an algorithm, named or inferred
     scheme = quant_scheme(quant.algo, quant.group)  # the layout the repairs read the source's modules in
+    if scheme is None:  # _check_algo admits only algorithms with a modelled layout; kept explicit for new ones
+        raise ConversionRefused(f"cannot repair {module}: quant_algo {quant.algo} has no tensor layout this version "
+                                "can dequantize", [f"re-export with {module} excluded from quantization"])
     mod = config.manifest.modules[module]
     inputs: dict[str, TensorInfo] = {}
     for suffix, expected in expected_inputs(config.manifest, module, scheme).items():

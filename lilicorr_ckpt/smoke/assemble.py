@@ -30,6 +30,7 @@ from lilicorr_ckpt.smoke.gates import (
 from lilicorr_ckpt.smoke.options import SmokeOptions
 from lilicorr_ckpt.smoke.probes import Probe
 from lilicorr_ckpt.smoke.profile import (
+    Arm,
     ArmStats,
     CategoryProfile,
     ChatTemplate,
@@ -59,7 +60,7 @@ def assemble(*, opts: SmokeOptions, runs: Sequence[tuple[Probe, int, list[int], 
     `acceptance_stats` is the runtime's (lilicorr_runtime.acceptance_stats): the caller that decoded passes it.
     `elapsed` (batched arms): each arm's wall time over all its probes, which the overall tok/s divide by; per
     category, and per request, tok/s divide by the requests' own (overlapping) wall times."""
-    primary = "head" if has_head else "control"
+    primary: Arm = "head" if has_head else "control"
 
     def arm_stats(results: Sequence[Any], arm: str, ar_tps: float | None, wall: float | None = None) -> ArmStats:
         s = acceptance_stats(results)

@@ -58,7 +58,8 @@ def load_probes(spec: str, limit: int = 0) -> list[Probe]:
                              "(comma-separated), or give a .jsonl file")
         probes = []
         for name in dict.fromkeys(names):
-            text = resources.files("lilicorr_ckpt").joinpath("probes", f"{name}.jsonl").read_text("utf-8")
+            # one step at a time: Traversable.joinpath takes a single name before Python 3.11
+            text = resources.files("lilicorr_ckpt").joinpath("probes").joinpath(f"{name}.jsonl").read_text("utf-8")
             probes.extend(parse_lines(jsonl_lines(text), f"bundled {name}.jsonl"))
     return select(probes, limit)
 

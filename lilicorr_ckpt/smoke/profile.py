@@ -20,6 +20,8 @@ CONSISTENCY_TOLERANCE = 0.02  # specdec_bench's default for the mean-consistency
 Arm = Literal["head", "control", "ar"]
 ARMS: tuple[Arm, ...] = ("head", "control", "ar")
 GateStatus = Literal["pass", "fail", "skip"]
+TargetSource = Literal["directory", "hf_cache", "gguf"]  # where the target was read from
+Thinking = Literal["disabled", "no-switch", "not-applied"]  # enable_thinking=False passed / template has none
 
 
 class PositionCount(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +74,7 @@ class DraftCheckpoint(msgspec.Struct, frozen=True, kw_only=True):
 
 class TargetRecord(msgspec.Struct, frozen=True, kw_only=True):
     id: str  # the repo id, the GGUF file name, or the directory's last two components
-    source: Literal["directory", "hf_cache", "gguf"]
+    source: TargetSource
     architecture: str | None
     hidden_size: int
     num_layers: int
@@ -86,7 +88,7 @@ class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):
     present: bool  # the tokenizer carries a chat template
     applied_prompts: int  # prompts with chat: true that went through it
     raw_prompts: int  # prompts tokenized as plain text (chat: false, or no template)
-    thinking: Literal["disabled", "no-switch", "not-applied"]  # enable_thinking=False passed / template has none
+    thinking: Thinking
     template_kwargs: dict[str, bool]  # extra arguments given to apply_chat_template
     template_sha256: str | None
     eos_token_ids: list[int]  # generation stops at these (the target's generation config)

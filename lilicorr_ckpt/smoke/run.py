@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 import transformers
@@ -36,11 +36,13 @@ from lilicorr_ckpt.smoke.options import SmokeOptions, check_options
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
 from lilicorr_ckpt.smoke.profile import (
     ARMS,
+    Arm,
     ChatTemplate,
     DraftCheckpoint,
     MeasurementConditions,
     SmokeReport,
     TargetRecord,
+    TargetSource,
     checkpoint_id,
 )
 from lilicorr_ckpt.smoke.target_files import check_target_files
@@ -106,10 +108,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                          "tokenizes the probe prompts with it")
 
     g = drafter.geometry
-    slots = g.block_size - 1
+    block_size = g.block_size
+    if block_size is None:  # the runtime builds no drafter without one; named here rather than a TypeError below
+        raise InputError(f"drafter {opts.path!r}: its config gives no block_size; smoke drafts a block at a time")
+    slots = block_size - 1
     n = slots if opts.num_speculative_tokens is None else opts.num_speculative_tokens
     if n > slots:
-        raise UsageError(f"--num-speculative-tokens {n} exceeds the drafter's {slots} slots (block_size {g.block_size})")
+        raise UsageError(f"--num-speculative-tokens {n} exceeds the drafter's {slots} slots (block_size {block_size})")
     if len(opts.min_accept_rates) > n:
         raise UsageError(f"--min-accept-rates gives {len(opts.min_accept_rates)} floors, but only {n} positions "
                          "are drafted")
@@ -123,9 +128,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     prompts, chat = _tokenize(target.tokenizer, probes, eos)
     positions = getattr(target.model.config, "max_position_embeddings", None)
     for probe, ids in zip(probes, prompts, strict=True):
-        if isinstance(positions, int) and len(ids) + opts.max_new_tokens + g.block_size > positions:
+        if isinstance(positions, int) and len(ids) + opts.max_new_tokens + block_size > positions:
             raise InputError(f"probe {probe.id}: {len(ids)} prompt tokens + --max-new-tokens {opts.max_new_tokens} "
-                             f"+ one block ({g.block_size}) exceed the target's {positions} positions; lower "
+                             f"+ one block ({block_size}) exceed the target's {positions} positions; lower "
                              "--max-new-tokens or shorten the prompt")
         if max(ids) >= target.vocab_size:
             raise InputError(f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
@@ -134,9 +139,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
     batch = _batch_size(opts, target, drafter, prompts, n)
     # batched arms need the device loop, which runs on the fast target path (on the CPU too, without graphs)
-    loop = "device" if batch > 1 else None
+    loop: Literal["device", "eager"] | None = "device" if batch > 1 else None
 
-    def decoder(arm: str, seed: int, keep: bool = False) -> Any:
+    def decoder(arm: Arm, seed: int, keep: bool = False) -> Any:
         try:
             return SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm,
                                       num_speculative_tokens=None if arm == "ar" else n,
@@ -168,7 +173,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             decoders[arm].generator.manual_seed(seed)
         if batch == 1:
             for probe, ids in zip(probes, prompts, strict=True):
-                by_arm = {}
+                by_arm: dict[str, Any] = {}
                 for arm in arms:  # interleaved, so machine drift lands on every arm alike
                     by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
                     progress.step(f"{arm} {probe.id}")
@@ -185,7 +190,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             elapsed[arm] += time.perf_counter() - begin
             progress.step(f"{arm} arm, {len(probes)} probes", count=len(probes))  # one line for the arm
         for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
-            runs.append((probe, seed, ids, {arm: results[arm][i] for arm in arms}))
+            batched: dict[str, Any] = {arm: results[arm][i] for arm in arms}
+            runs.append((probe, seed, ids, batched))
 
     divergences: list[Divergence] = []
     if opts.temperature == 0:
@@ -212,7 +218,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         warmup=opts.warmup, device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
         dtype=dtype_name, kernel_backend=ops.kernel_backend(device), concurrency=batch,
         versions=_versions(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=g.block_size, near_ties=near_ties,
+    return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=block_size, near_ties=near_ties,
                     draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
                     divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline,
                     acceptance_stats=acceptance_stats, elapsed=elapsed)
@@ -231,6 +237,7 @@ def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> Draf
 def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]:
     resolved = resolve_target_spec(spec)
     check_target_files(resolved, spec)
+    kind: TargetSource
     if resolved.kind == "gguf":
         kind, ident = "gguf", resolved.path.name
     elif resolved.kind == "directory":

@@ -21,7 +21,7 @@ from lilicorr_ckpt.checkpoint.source import read_small
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target, resolve_target_spec
 from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.smoke.probes import Probe
-from lilicorr_ckpt.smoke.profile import ChatTemplate, TargetRecord, checkpoint_id
+from lilicorr_ckpt.smoke.profile import ChatTemplate, TargetRecord, TargetSource, Thinking, checkpoint_id
 
 # the files transformers reads a tokenizer from; a directory with none of them has no tokenizer
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -53,7 +53,7 @@ def tokenize_probes(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int])
         if not ids:
             raise InputError(f"probe {p.id} tokenizes to no tokens")
         prompts.append(ids)
-    thinking = "not-applied" if not applied else ("disabled" if switch else "no-switch")
+    thinking: Thinking = "not-applied" if not applied else ("disabled" if switch else "no-switch")
     info = ChatTemplate(
         present=bool(template), applied_prompts=applied, raw_prompts=len(probes) - applied, thinking=thinking,
         template_kwargs=kwargs if applied else {},
@@ -138,6 +138,7 @@ def load_tokenizer(spec: str) -> TargetTokenizer:
                          "target's geometry from it (the weights are not needed)")
     vocab = info.embedding_rows or info.vocab_size
     assert info.hidden_size is not None and info.num_layers is not None and vocab is not None
+    kind: TargetSource
     if resolved.kind == "gguf":
         kind, ident = "gguf", resolved.path.name
     elif resolved.kind == "directory":

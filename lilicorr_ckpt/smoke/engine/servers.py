@@ -369,14 +369,17 @@ class SpecCounters(msgspec.Struct, frozen=True):
     requests_timed: int | None = None
 
     def minus(self, before: SpecCounters) -> SpecCounters:
-        timed = self.request_seconds is not None and before.request_seconds is not None
+        # the latency histogram's change, where both moments export it
+        request_seconds: float | None = None
+        requests_timed: int | None = None
+        if self.request_seconds is not None and before.request_seconds is not None:
+            request_seconds = self.request_seconds - before.request_seconds
+            if self.requests_timed is not None and before.requests_timed is not None:
+                requests_timed = self.requests_timed - before.requests_timed
         return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
                             self.accepted - before.accepted,
                             tuple(a - b for a, b in zip(self.per_position, before.per_position, strict=True)),
-                            request_seconds=self.request_seconds - before.request_seconds if timed else None,
-                            requests_timed=self.requests_timed - before.requests_timed
-                            if timed and self.requests_timed is not None and before.requests_timed is not None
-                            else None)
+                            request_seconds=request_seconds, requests_timed=requests_timed)
 
 
 class VLLM:
