@@ -57,8 +57,11 @@ def _random_block(seed: int) -> bytes:
 def _fill(writer: StreamWriter, entry: Entry, block: bytes, dtype: str) -> None:
     remaining = entry.nbytes
     if entry.dtype == "F8_E4M3":  # valid block scales (no NaN codes): 2^-6 .. 2^1
-        data = (np.frombuffer(block[:remaining], np.uint8) % 64 + 0x18).astype(np.uint8).tobytes() \
-            if remaining <= len(block) else None
+        data = (
+            (np.frombuffer(block[:remaining], np.uint8) % 64 + 0x18).astype(np.uint8).tobytes()
+            if remaining <= len(block)
+            else None
+        )
         if data is not None:
             writer.write(entry.name, data)
             return
@@ -84,8 +87,12 @@ def make_export(path: Path, layers: int, quant: str | None) -> int:
     for name, t in manifest.tensors.items():
         if t.module in quantized and name == f"{t.module}.weight":
             o, i = t.shape
-            entries += [Entry(name, "U8", (o, i // 2)), Entry(f"{t.module}.weight_scale", "F8_E4M3", (o, i // 16)),
-                        Entry(f"{t.module}.weight_scale_2", "F32", ()), Entry(f"{t.module}.input_scale", "F32", ())]
+            entries += [
+                Entry(name, "U8", (o, i // 2)),
+                Entry(f"{t.module}.weight_scale", "F8_E4M3", (o, i // 16)),
+                Entry(f"{t.module}.weight_scale_2", "F32", ()),
+                Entry(f"{t.module}.input_scale", "F32", ()),
+            ]
         else:
             entries.append(Entry(name, "BF16", t.shape))
     # what older ModelOpt exports look like: training prefix and the training module's Sequential head names
@@ -124,8 +131,9 @@ def run_convert(src: Path, dst: Path) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     settle()
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-c", PROBE, str(src), str(dst), "--quiet"], capture_output=True,
-                            text=True, env=env)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(src), str(dst), "--quiet"], capture_output=True, text=True, env=env
+    )
     elapsed = time.perf_counter() - start
     m = re.search(r"EXIT (\S+) HWM_KB (\d+) TORCH (\S+)", result.stdout)
     if not m or m.group(1) != "0":
@@ -148,9 +156,21 @@ def bench_case(label: str, src: Path, tensor_bytes: int, work: Path, runs: int) 
         written = sum(f.stat().st_size for f in conv_dst.iterdir())
         shutil.rmtree(conv_dst)
     copy_s, conv_s = statistics.median(copies), statistics.median(converts)
-    return {"case": label, "bytes": total, "written": written, "tensor_bytes": tensor_bytes, "copy_s": copy_s, "convert_s": conv_s,
-            "copy_mbs": total / copy_s / 1e6, "convert_mbs": total / conv_s / 1e6, "ratio": copy_s / conv_s,
-            "peak_rss_mb": max(peaks) / 2**20, "runs": runs, "copies": copies, "converts": converts}
+    return {
+        "case": label,
+        "bytes": total,
+        "written": written,
+        "tensor_bytes": tensor_bytes,
+        "copy_s": copy_s,
+        "convert_s": conv_s,
+        "copy_mbs": total / copy_s / 1e6,
+        "convert_mbs": total / conv_s / 1e6,
+        "ratio": copy_s / conv_s,
+        "peak_rss_mb": max(peaks) / 2**20,
+        "runs": runs,
+        "copies": copies,
+        "converts": converts,
+    }
 
 
 def main() -> None:
@@ -172,22 +192,31 @@ def main() -> None:
         if args.nvfp4_layers:
             src = work / "nvfp4-export"
             nbytes = make_export(src, args.nvfp4_layers, "NVFP4")
-            cases.append(bench_case(f"NVFP4 + repairs, {args.nvfp4_layers} layers", src, nbytes, work, args.runs))
+            cases.append(
+                bench_case(f"NVFP4 + repairs, {args.nvfp4_layers} layers", src, nbytes, work, args.runs)
+            )
             shutil.rmtree(src)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     cpu = platform.processor() or platform.machine()
-    print(f"# convert benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs ({cpu}), Python "
-          f"{platform.python_version()}, workdir {args.workdir or tempfile.gettempdir()}, median of {args.runs}\n")
-    print("| case | source | output | copy s | convert s | copy MB/s | convert MB/s | convert/copy | peak RSS |")
+    print(
+        f"# convert benchmark, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs ({cpu}), Python "
+        f"{platform.python_version()}, workdir {args.workdir or tempfile.gettempdir()}, median of {args.runs}\n"
+    )
+    print(
+        "| case | source | output | copy s | convert s | copy MB/s | convert MB/s | convert/copy | peak RSS |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c in cases:
-        print(f"| {c['case']} | {c['bytes'] / 1e9:.2f} GB | {c['written'] / 1e9:.2f} GB | {c['copy_s']:.2f} | "
-              f"{c['convert_s']:.2f} | "
-              f"{c['copy_mbs']:.0f} | {c['convert_mbs']:.0f} | {c['ratio']:.2f} | {c['peak_rss_mb']:.0f} MB |")
+        print(
+            f"| {c['case']} | {c['bytes'] / 1e9:.2f} GB | {c['written'] / 1e9:.2f} GB | {c['copy_s']:.2f} | "
+            f"{c['convert_s']:.2f} | "
+            f"{c['copy_mbs']:.0f} | {c['convert_mbs']:.0f} | {c['ratio']:.2f} | {c['peak_rss_mb']:.0f} MB |"
+        )
     ok = all(c["ratio"] >= 0.70 and c["peak_rss_mb"] < 512 for c in cases[:1]) and all(
-        c["peak_rss_mb"] < 512 for c in cases)
+        c["peak_rss_mb"] < 512 for c in cases
+    )
     print(f"\ntargets (bf16 ratio >= 0.70, every peak RSS < 512 MB): {'met' if ok else 'NOT met'}")
     if args.json:
         print(json.dumps(cases, indent=2))

@@ -29,14 +29,16 @@ import torch
 from lilicorr_runtime import SpeculativeDecoder
 from lilicorr_runtime.decode.device_loop import DecodeLoop
 
-CHAT = ["Write a Python function that checks whether a string is a palindrome.",
-        "Explain in two sentences why the sky is blue.",
-        "What is 17 * 23? Show your steps.",
-        "List three uses of a hash map.",
-        "Summarise the plot of Romeo and Juliet in one paragraph.",
-        "Write a haiku about autumn rain.",
-        "How do I reverse a linked list in C?",
-        "What is the capital of Australia, and why is it not Sydney?"]
+CHAT = [
+    "Write a Python function that checks whether a string is a palindrome.",
+    "Explain in two sentences why the sky is blue.",
+    "What is 17 * 23? Show your steps.",
+    "List three uses of a hash map.",
+    "Summarise the plot of Romeo and Juliet in one paragraph.",
+    "Write a haiku about autumn rain.",
+    "How do I reverse a linked list in C?",
+    "What is the capital of Australia, and why is it not Sydney?",
+]
 
 
 CUDA = torch.cuda.is_available()
@@ -128,19 +130,38 @@ def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int
     tokens = sum(len(r.tokens) for r in results)
     committed = sum(b.committed for r in results for b in r.blocks)
     steps = max(loop.steps - steps, 1)  # blocks the loop ran (each serves every slot)
-    return {"wall": wall, "tokens": tokens, "blocks": blocks, "tau": committed / blocks, "steps": steps,
-            "step_s": (loop.step_seconds - step_seconds) / steps, "tok_s": tokens / wall, "loop": loop}
+    return {
+        "wall": wall,
+        "tokens": tokens,
+        "blocks": blocks,
+        "tau": committed / blocks,
+        "steps": steps,
+        "step_s": (loop.step_seconds - step_seconds) / steps,
+        "tok_s": tokens / wall,
+        "loop": loop,
+    }
 
 
-def bench(label: str, target, drafter, prompts: list[list[int]], batches: list[int], max_new: int, eos,
-          tau_override: float | None, rows: list) -> None:
+def bench(
+    label: str,
+    target,
+    drafter,
+    prompts: list[list[int]],
+    batches: list[int],
+    max_new: int,
+    eos,
+    tau_override: float | None,
+    rows: list,
+) -> None:
     for batch in batches:
-        reqs = (prompts * ((batch + len(prompts) - 1) // len(prompts) + 1))[:max(batch, len(prompts))]
+        reqs = (prompts * ((batch + len(prompts) - 1) // len(prompts) + 1))[: max(batch, len(prompts))]
         arms = {}
         for arm in ("head", "ar"):
             decoder = SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm, loop="device")
             rows = max(len(p) for p in reqs) + max_new + decoder.num_tokens + 2
-            decoder.device_loop(batch, rows, max_new, set(eos))  # sized for every request: never rebuilt below
+            decoder.device_loop(
+                batch, rows, max_new, set(eos)
+            )  # sized for every request: never rebuilt below
             run_loop(decoder, reqs[:batch], max_new, batch, eos)  # warm-up: capture, compile
             measured = run_loop(decoder, reqs, max_new, batch, eos)
             loop = measured["loop"]
@@ -157,22 +178,43 @@ def bench(label: str, target, drafter, prompts: list[list[int]], batches: list[i
         ar_host = ar["step_s"] - ar_pieces["block"]
         tau = tau_override if tau_override is not None else head["tau"]
         c_ar = ar["step_s"]
-        model = tau * c_ar / (head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0))
+        model = (
+            tau * c_ar / (head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0))
+        )
         measured = head["tok_s"] / ar["tok_s"]
-        rows.append({"target": label, "batch": batch, "tau": round(head["tau"], 3), "tau_model": round(tau, 3),
-                     "draft_ms": head_pieces["draft"] * 1e3, "verify_ms": head_pieces["verify"] * 1e3,
-                     "book_ms": head_pieces["book"] * 1e3, "block_ms": head_pieces["block"] * 1e3,
-                     "host_ms": host * 1e3, "syncs_per_block": 1, "ar_block_ms": ar_pieces["block"] * 1e3,
-                     "ar_ms_per_step": c_ar * 1e3, "ar_host_ms": ar_host * 1e3, "ar_tok_s": ar["tok_s"],
-                     "head_tok_s": head["tok_s"], "speedup_measured": measured, "speedup_model": model})
+        rows.append(
+            {
+                "target": label,
+                "batch": batch,
+                "tau": round(head["tau"], 3),
+                "tau_model": round(tau, 3),
+                "draft_ms": head_pieces["draft"] * 1e3,
+                "verify_ms": head_pieces["verify"] * 1e3,
+                "book_ms": head_pieces["book"] * 1e3,
+                "block_ms": head_pieces["block"] * 1e3,
+                "host_ms": host * 1e3,
+                "syncs_per_block": 1,
+                "ar_block_ms": ar_pieces["block"] * 1e3,
+                "ar_ms_per_step": c_ar * 1e3,
+                "ar_host_ms": ar_host * 1e3,
+                "ar_tok_s": ar["tok_s"],
+                "head_tok_s": head["tok_s"],
+                "speedup_measured": measured,
+                "speedup_model": model,
+            }
+        )
         print(json.dumps(rows[-1]), flush=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--target", help="a target (GGUF, HF directory)")
     parser.add_argument("--drafter", help="its drafter checkpoint")
-    parser.add_argument("--random", metavar="SHAPE", help="qwen3-8b: random target + 8B-geometry random drafter")
+    parser.add_argument(
+        "--random", metavar="SHAPE", help="qwen3-8b: random target + 8B-geometry random drafter"
+    )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batches", default="1,32")
@@ -181,8 +223,11 @@ def main() -> None:
     batches = [int(b) for b in args.batches.split(",")]
     rows: list = []
     device, dtype = ("cuda", torch.bfloat16) if CUDA else ("cpu", torch.float32)
-    print(f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name() if CUDA else 'cpu (a dry run)'}  "
-          f"torch {torch.__version__}", flush=True)
+    print(
+        f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name() if CUDA else 'cpu (a dry run)'}  "
+        f"torch {torch.__version__}",
+        flush=True,
+    )
     if args.target:
         from lilicorr_ckpt import load_drafter
         from lilicorr_runtime import load_target
@@ -190,30 +235,67 @@ def main() -> None:
         target = load_target(args.target, dtype=dtype, device=device)
         drafter = load_drafter(args.drafter, dtype=dtype, device=device)
         tok = target.tokenizer
-        prompts = [list(tok.apply_chat_template([{"role": "user", "content": c}], add_generation_prompt=True,
-                                                tokenize=True, return_dict=True)["input_ids"])
-                   for c in (CHAT * 4)[:args.prompts]]
-        bench(args.target.rsplit("/", 1)[-1], target, drafter, prompts, batches, args.max_new_tokens,
-              list(target.eos_token_ids), None, rows)
+        prompts = [
+            list(
+                tok.apply_chat_template(
+                    [{"role": "user", "content": c}],
+                    add_generation_prompt=True,
+                    tokenize=True,
+                    return_dict=True,
+                )["input_ids"]
+            )
+            for c in (CHAT * 4)[: args.prompts]
+        ]
+        bench(
+            args.target.rsplit("/", 1)[-1],
+            target,
+            drafter,
+            prompts,
+            batches,
+            args.max_new_tokens,
+            list(target.eos_token_ids),
+            None,
+            rows,
+        )
     if args.random:
         import importlib.util
         import pathlib
 
-        spec = importlib.util.spec_from_file_location("bench_target", pathlib.Path(__file__).with_name("target.py"))
+        spec = importlib.util.spec_from_file_location(
+            "bench_target", pathlib.Path(__file__).with_name("target.py")
+        )
         bench_target = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(bench_target)
         target = bench_target.random_target(args.random, "cuda")
         drafter = random_drafter(target)
         generator = torch.Generator().manual_seed(0)
-        prompts = [torch.randint(0, target.vocab_size, (48 + 8 * i,), generator=generator).tolist()
-                   for i in range(args.prompts)]
+        prompts = [
+            torch.randint(0, target.vocab_size, (48 + 8 * i,), generator=generator).tolist()
+            for i in range(args.prompts)
+        ]
         tau = args.tau if args.tau is not None else (rows[0]["tau"] if rows else None)
         bench(f"random {args.random}", target, drafter, prompts, batches, args.max_new_tokens, [], tau, rows)
-    header = ["target", "batch", "tau", "draft_ms", "verify_ms", "book_ms", "block_ms", "host_ms", "ar_ms_per_step",
-              "head_tok_s", "ar_tok_s", "speedup_measured", "tau_model", "speedup_model"]
+    header = [
+        "target",
+        "batch",
+        "tau",
+        "draft_ms",
+        "verify_ms",
+        "book_ms",
+        "block_ms",
+        "host_ms",
+        "ar_ms_per_step",
+        "head_tok_s",
+        "ar_tok_s",
+        "speedup_measured",
+        "tau_model",
+        "speedup_model",
+    ]
     print("\n" + " ".join(f"{h:>14}" for h in header))
     for row in rows:
-        print(" ".join(f"{row[h]:>14.3f}" if isinstance(row[h], float) else f"{row[h]!s:>14}" for h in header))
+        print(
+            " ".join(f"{row[h]:>14.3f}" if isinstance(row[h], float) else f"{row[h]!s:>14}" for h in header)
+        )
 
 
 def random_drafter(target):

@@ -74,8 +74,16 @@ def read_bandwidth(rows: int = 480, cols: int = 151936) -> float:
     what the topk scan could reach at best, which is above the copy bandwidth (no writes)."""
     x = torch.randn(rows * cols, device="cuda", dtype=torch.bfloat16)
     out = torch.empty(triton.cdiv(x.numel(), 2048), device="cuda")
-    t = cuda_time(graphed(lambda: [_read_sum[(out.numel(),)](x, out, x.numel(), BLOCK=2048, num_warps=1)
-                                   for _ in range(10)])) / 10
+    t = (
+        cuda_time(
+            graphed(
+                lambda: [
+                    _read_sum[(out.numel(),)](x, out, x.numel(), BLOCK=2048, num_warps=1) for _ in range(10)
+                ]
+            )
+        )
+        / 10
+    )
     return x.numel() * x.element_size() / t
 
 
@@ -89,18 +97,34 @@ def scan_alone(logits: torch.Tensor) -> float:
     part_m, part_s = torch.empty((2, n, n_parts), device="cuda")
 
     def scan():
-        triton_ops._tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
-                                            TILE=triton_ops.TILE, TPP=tpp, num_warps=triton_ops.SCAN_WARPS)
+        triton_ops._tile_scan[(n, n_parts)](
+            logits,
+            logits.stride(0),
+            v,
+            tile_max,
+            part_m,
+            part_s,
+            n_tiles,
+            n_parts,
+            TILE=triton_ops.TILE,
+            TPP=tpp,
+            num_warps=triton_ops.SCAN_WARPS,
+        )
+
     return cuda_time(graphed(lambda: [scan() for _ in range(10)])) / 10
 
 
 def bench_topk(copy_bw: float, quick: bool) -> None:
     v, k = 151936, 8
     read_bw = read_bandwidth(480, v)
-    print(f"\ntopk_lse  V={v} bf16 k={k}   (copy bandwidth {copy_bw / 1e12:.2f} TB/s; a read-only kernel over "
-          f"the n = 480 logits: {read_bw / 1e12:.2f} TB/s, {100 * read_bw / copy_bw:.0f}% of copy)")
-    print(f"{'n':>5} {'eager us':>9} {'graph us':>9} {'torch us':>9} {'speedup':>8} {'TB/s':>6} {'% copy':>7} "
-          f"{'scan us':>8} {'scan % read':>11}  exact")
+    print(
+        f"\ntopk_lse  V={v} bf16 k={k}   (copy bandwidth {copy_bw / 1e12:.2f} TB/s; a read-only kernel over "
+        f"the n = 480 logits: {read_bw / 1e12:.2f} TB/s, {100 * read_bw / copy_bw:.0f}% of copy)"
+    )
+    print(
+        f"{'n':>5} {'eager us':>9} {'graph us':>9} {'torch us':>9} {'speedup':>8} {'TB/s':>6} {'% copy':>7} "
+        f"{'scan us':>8} {'scan % read':>11}  exact"
+    )
     for n in (15, 120, 480):
         logits = torch.randn(n, v, device="cuda", dtype=torch.bfloat16) * 3
 
@@ -113,14 +137,19 @@ def bench_topk(copy_bw: float, quick: bool) -> None:
         t_torch = cuda_time(torch_path)
         vals, ids, lse = triton_ops.topk_lse_triton(logits, k)
         ref_vals, ref_ids, ref_lse = ops.topk_lse_reference(logits.cpu(), k)
-        exact = torch.equal(vals.cpu(), ref_vals) and torch.equal(ids.cpu(), ref_ids) and torch.allclose(
-            lse.cpu(), ref_lse, rtol=1e-5, atol=1e-4)
+        exact = (
+            torch.equal(vals.cpu(), ref_vals)
+            and torch.equal(ids.cpu(), ref_ids)
+            and torch.allclose(lse.cpu(), ref_lse, rtol=1e-5, atol=1e-4)
+        )
         nbytes = n * v * logits.element_size()
         bw = nbytes / t_graph
         t_scan = scan_alone(logits)
-        print(f"{n:>5} {t_tri * 1e6:>9.1f} {t_graph * 1e6:>9.1f} {t_torch * 1e6:>9.1f} {t_torch / t_graph:>7.1f}x "
-              f"{bw / 1e12:>6.2f} {100 * bw / copy_bw:>6.0f}% {t_scan * 1e6:>8.1f} "
-              f"{100 * nbytes / t_scan / read_bw:>10.0f}%  {exact}")
+        print(
+            f"{n:>5} {t_tri * 1e6:>9.1f} {t_graph * 1e6:>9.1f} {t_torch * 1e6:>9.1f} {t_torch / t_graph:>7.1f}x "
+            f"{bw / 1e12:>6.2f} {100 * bw / copy_bw:>6.0f}% {t_scan * 1e6:>8.1f} "
+            f"{100 * nbytes / t_scan / read_bw:>10.0f}%  {exact}"
+        )
         if quick:
             break
 
@@ -136,6 +165,7 @@ def bench_walks() -> None:
         u = torch.rand(b, s, device="cuda")
         temp = torch.ones(b, device="cuda")
         greedy = torch.zeros(b, dtype=torch.bool, device="cuda")
+
         def per_call(fn):  # ten calls per graph replay: GPU time, not host dispatch
             return cuda_time(graphed(lambda: [fn() for _ in range(10)])) / 10
 
@@ -143,7 +173,9 @@ def bench_walks() -> None:
         t_gr = per_call(lambda: ops.greedy_walk_reference(start, pairs, ids))
         t_s = per_call(lambda: triton_ops.sample_walk_triton(start, pairs, ids, u, temp, greedy))
         t_sr = per_call(lambda: ops.sample_walk_reference(start, pairs, ids, u, temp, greedy))
-        same = torch.equal(triton_ops.greedy_walk_triton(start, pairs, ids), ops.greedy_walk_reference(start, pairs, ids))
+        same = torch.equal(
+            triton_ops.greedy_walk_triton(start, pairs, ids), ops.greedy_walk_reference(start, pairs, ids)
+        )
         print(f"{b:>5} {t_g * 1e6:>10.1f} {t_gr * 1e6:>8.1f} {t_s * 1e6:>10.1f} {t_sr * 1e6:>8.1f}  {same}")
 
 
@@ -170,8 +202,14 @@ def qwen3_8b_draft_step(walk: str):
         values.normal_()
     cache.length = 1024
     with torch.inference_mode():
-        step = DraftStep(drafter, cache, embed_table, lambda h: lm_head(h.to(torch.bfloat16)).float(),
-                         num_tokens=g.block_size - 1, walk=walk)
+        step = DraftStep(
+            drafter,
+            cache,
+            embed_table,
+            lambda h: lm_head(h.to(torch.bfloat16)).float(),
+            num_tokens=g.block_size - 1,
+            walk=walk,
+        )
     anchor = torch.tensor([17], device="cuda")
     anchor_hidden = torch.randn(1, g.hidden_size, device="cuda", dtype=torch.bfloat16)
     return step, (lambda: step.run(anchor, anchor_hidden, 1024)), drafter
@@ -185,9 +223,23 @@ def head_workload():
     m, h, layers, heads, k, b_size, f = 4096, 1024, 2, 8, 8, 16, 1024
     s = b_size - 1
     torch.manual_seed(0)
-    head = LiLiCorrHead(model_hidden_size=m, block_size=b_size, rms_norm_eps=1e-6, hidden_size=h, num_layers=layers,
-                        num_heads=heads, mlp_ratio=2.0, candidate_topk=k, factor_dim=f, vector_eps=1e-6,
-                        logit_scale=10.0).to("cuda", torch.bfloat16).eval()
+    head = (
+        LiLiCorrHead(
+            model_hidden_size=m,
+            block_size=b_size,
+            rms_norm_eps=1e-6,
+            hidden_size=h,
+            num_layers=layers,
+            num_heads=heads,
+            mlp_ratio=2.0,
+            candidate_topk=k,
+            factor_dim=f,
+            vector_eps=1e-6,
+            logit_scale=10.0,
+        )
+        .to("cuda", torch.bfloat16)
+        .eval()
+    )
     emb = torch.randn(1, s, k, m, device="cuda", dtype=torch.bfloat16)
     logp = -torch.rand(1, s, k, device="cuda").sort(-1).values
     pass_hidden = torch.randn(1, s, m, device="cuda", dtype=torch.bfloat16)
@@ -198,6 +250,7 @@ def head_workload():
         with torch.inference_mode():
             start, pairs = head(emb, logp, pass_hidden, anchor)
             return ops.greedy_walk(start, pairs, ids)
+
     return head_and_walk
 
 
@@ -211,14 +264,22 @@ def bench_head() -> None:
     assert step.graph is not None and control.graph is not None
     t_step = cuda_time(run_step)
     t_control = cuda_time(run_control)
-    print("\nLiLiCorr head + greedy walk, Qwen3-8B geometry (M 4096, h 1024, L 2, N 8, K 8, B 16, F 1024), "
-          "batch 1, bf16")
-    print(f"{'eager ms':>9} {'graph ms':>9} {'in-graph ms':>12}   target <= 0.15 ms in the graph "
-          "(paper: 0.28 ms on an H100)")
-    print(f"{head_eager * 1e3:>9.3f} {head_graph * 1e3:>9.3f} {head_graph10 * 1e3:>12.3f}   "
-          "(graph: one replay, host launch included; in-graph: ten calls per replay)")
-    print("\nwhole draft step in one CUDA graph (5-layer backbone over a 1024-row context, logits over V 151936,"
-          " candidates, head, walk)")
+    print(
+        "\nLiLiCorr head + greedy walk, Qwen3-8B geometry (M 4096, h 1024, L 2, N 8, K 8, B 16, F 1024), "
+        "batch 1, bf16"
+    )
+    print(
+        f"{'eager ms':>9} {'graph ms':>9} {'in-graph ms':>12}   target <= 0.15 ms in the graph "
+        "(paper: 0.28 ms on an H100)"
+    )
+    print(
+        f"{head_eager * 1e3:>9.3f} {head_graph * 1e3:>9.3f} {head_graph10 * 1e3:>12.3f}   "
+        "(graph: one replay, host launch included; in-graph: ten calls per replay)"
+    )
+    print(
+        "\nwhole draft step in one CUDA graph (5-layer backbone over a 1024-row context, logits over V 151936,"
+        " candidates, head, walk)"
+    )
     print(f"{'step ms':>8} {'no-head ms':>11} {'head+cand ms':>13} {'share':>6}")
     extra = t_step - t_control
     print(f"{t_step * 1e3:>8.3f} {t_control * 1e3:>11.3f} {extra * 1e3:>13.3f} {100 * extra / t_step:>5.1f}%")
@@ -232,8 +293,10 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench/kernels.py needs CUDA")
-    print(f"{datetime.date.today()}  {torch.cuda.get_device_name()}  torch {torch.__version__}  "
-          f"triton {__import__('triton').__version__}")
+    print(
+        f"{datetime.date.today()}  {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+        f"triton {__import__('triton').__version__}"
+    )
     if not args.only_head:
         bench_topk(copy_bandwidth(), args.quick)
         bench_walks()

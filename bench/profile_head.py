@@ -46,8 +46,10 @@ def main() -> None:
     run = head_workload()
     kernel_sum = kernel_table("head + greedy walk (Qwen3-8B geometry, batch 1, bf16)", run)
     in_graph = cuda_time(graphed(lambda: [run() for _ in range(10)])) / 10
-    print(f"in-graph: {in_graph * 1e6:.1f} us per call; kernel time {kernel_sum:.1f} us; "
-          f"gaps {in_graph * 1e6 - kernel_sum:.1f} us")
+    print(
+        f"in-graph: {in_graph * 1e6:.1f} us per call; kernel time {kernel_sum:.1f} us; "
+        f"gaps {in_graph * 1e6 - kernel_sum:.1f} us"
+    )
     logits = torch.randn(480, 151936, device="cuda", dtype=torch.bfloat16)
     kernel_table("topk_lse n=480 V=151936 bf16 k=8", lambda: ops.topk_lse(logits, 8))
 

@@ -22,12 +22,58 @@ from lilicorr_runtime.target.adapter import TargetModel
 from lilicorr_runtime.target.fast import FastTarget, tokens_per_second
 from lilicorr_runtime.target.load import load_target
 
-PROMPT = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 3365, 3511, 308, 34519, 28, 7018, 411, 407, 19712,
-          8182, 2, 198, 1, 4093, 198, 19161, 260, 2914, 282, 1345, 30, 2, 198, 1, 520, 9531, 198]
+PROMPT = [
+    1,
+    9690,
+    198,
+    2683,
+    359,
+    253,
+    5356,
+    5646,
+    11173,
+    3365,
+    3511,
+    308,
+    34519,
+    28,
+    7018,
+    411,
+    407,
+    19712,
+    8182,
+    2,
+    198,
+    1,
+    4093,
+    198,
+    19161,
+    260,
+    2914,
+    282,
+    1345,
+    30,
+    2,
+    198,
+    1,
+    520,
+    9531,
+    198,
+]
 
-QWEN3_8B = {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
-            "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
-            "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False}
+QWEN3_8B = {
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "num_hidden_layers": 36,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+}
 
 
 def random_target(name: str, device: str) -> FastTarget:
@@ -45,7 +91,9 @@ def random_target(name: str, device: str) -> FastTarget:
             model = transformers.Qwen3ForCausalLM(config)
     finally:
         torch.set_default_dtype(previous)
-    with torch.no_grad():  # a plausible scale: random N(0, 0.02) weights keep activations finite over 36 layers
+    with (
+        torch.no_grad()
+    ):  # a plausible scale: random N(0, 0.02) weights keep activations finite over 36 layers
         for p in model.parameters():
             if p.dim() == 2:
                 p.normal_(0.0, 0.02)
@@ -103,13 +151,17 @@ def kernels_per_step(target: FastTarget) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("target", nargs="?")
     parser.add_argument("--random", metavar="SHAPE", help="a random-weight target instead: qwen3-8b")
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rows", default="1,8,16", help="step sizes to time (rows per forward)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--skip-transformers", action="store_true", help="leave out transformers' eager forward")
+    parser.add_argument(
+        "--skip-transformers", action="store_true", help="leave out transformers' eager forward"
+    )
     args = parser.parse_args()
     if not args.target and not args.random:
         parser.error("give TARGET or --random SHAPE")
@@ -125,7 +177,10 @@ def main() -> None:
     paths: list[tuple[str, TargetModel]] = []
     if not args.skip_transformers:
         paths.append(("transformers eager", TargetModel(fast.model)))
-    paths += [("fast path, eager", FastTarget(fast.model, cuda_graphs=False)), ("fast path, CUDA graphs", fast)]
+    paths += [
+        ("fast path, eager", FastTarget(fast.model, cuda_graphs=False)),
+        ("fast path, CUDA graphs", fast),
+    ]
     taps = tuple(sorted({round(i * (fast.num_layers - 1) / 4) for i in range(5)}))  # five spread taps
     weight_bytes = sum(p.numel() * p.element_size() for p in fast.model.parameters())
     bandwidth = copy_bandwidth(args.device)
@@ -139,23 +194,31 @@ def main() -> None:
         table.append((label, tps, 1e3 / tps, steps))
     kernels = kernels_per_step(fast) if args.device == "cuda" else None
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    print(f"{time.strftime('%Y-%m-%d')}  {device}, torch {torch.__version__}, {name}, {dtype}, weights "
-          f"{weight_bytes / 1e6:.0f} MB, copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + written), "
-          f"{args.tokens} new tokens after a {len(PROMPT)}-token prompt, taps {list(taps)}")
+    print(
+        f"{time.strftime('%Y-%m-%d')}  {device}, torch {torch.__version__}, {name}, {dtype}, weights "
+        f"{weight_bytes / 1e6:.0f} MB, copy bandwidth {bandwidth / 1e12:.2f} TB/s (read + written), "
+        f"{args.tokens} new tokens after a {len(PROMPT)}-token prompt, taps {list(taps)}"
+    )
     step_head = " ".join(f"{f'{r} rows ms':>11}" for r in rows)
     print(f"{'path':<24} {'tok/s':>8} {'ms/token':>9} {step_head} {'8 rows / 1':>10}")
     for label, tps, ms, steps in table:
         ratio = steps[rows.index(8)] / steps[0] if 8 in rows and rows[0] == 1 else float("nan")
-        print(f"{label:<24} {tps:8.1f} {ms:9.3f} " + " ".join(f"{s:11.3f}" for s in steps) + f" {ratio:10.2f}")
+        print(
+            f"{label:<24} {tps:8.1f} {ms:9.3f} " + " ".join(f"{s:11.3f}" for s in steps) + f" {ratio:10.2f}"
+        )
     print(f"{'weight-read floor':<24} {1 / floor_s:8.1f} {floor_s * 1e3:9.3f}   (weights / copy bandwidth)")
     fast_tps = table[-1][1]
-    print(f"fast path at {fast_tps * floor_s * 100:.1f}% of the floor; kernels/step (one-token eager step): "
-          f"{kernels if kernels is not None else 'n/a'}")
+    print(
+        f"fast path at {fast_tps * floor_s * 100:.1f}% of the floor; kernels/step (one-token eager step): "
+        f"{kernels if kernels is not None else 'n/a'}"
+    )
     from lilicorr_runtime.ops import step_triton as step_ops
 
     for key, config in step_ops.TUNED.items():  # the tile shape each step GEMM settled on
-        print(f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "
-              f"{config}")
+        print(
+            f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "
+            f"{config}"
+        )
 
 
 if __name__ == "__main__":

@@ -24,7 +24,17 @@ def tune_topk() -> None:
     print(f"{'n':>4} {'tiles/prog':>10} {'scan warps':>10} {'select warps':>12} {'us':>7} {'% copy':>7}")
     knobs = ("TILES_PER_PROGRAM", "SCAN_WARPS", "SELECT_WARPS")
     defaults = tuple(getattr(triton_ops, name) for name in knobs)
-    sweep = [(16, 4, 2), (16, 4, 4), (8, 1, 1), (8, 1, 2), (8, 1, 4), (8, 2, 4), (4, 1, 4), (16, 1, 4), (16, 2, 4)]
+    sweep = [
+        (16, 4, 2),
+        (16, 4, 4),
+        (8, 1, 1),
+        (8, 1, 2),
+        (8, 1, 4),
+        (8, 2, 4),
+        (4, 1, 4),
+        (16, 1, 4),
+        (16, 2, 4),
+    ]
     for n, configs in [(15, sweep[:5]), (120, sweep[:5]), (480, sweep)]:
         logits = torch.randn(n, v, device="cuda", dtype=torch.bfloat16) * 3
         ref = triton_ops.topk_lse_triton(logits, k)
@@ -33,10 +43,16 @@ def tune_topk() -> None:
                 setattr(triton_ops, name, value)
             got = triton_ops.topk_lse_triton(logits, k)
             same = all(torch.equal(a, b) for a, b in zip(got[:2], ref[:2], strict=True))
-            t = cuda_time(graphed(lambda logits=logits: [triton_ops.topk_lse_triton(logits, k)
-                                                         for _ in range(10)])) / 10
-            print(f"{n:>4} {config[0]:>10} {config[1]:>10} {config[2]:>12} {t * 1e6:>7.1f} "
-                  f"{100 * n * v * 2 / t / bw:>6.0f}%{'' if same else '  MISMATCH'}")
+            t = (
+                cuda_time(
+                    graphed(lambda logits=logits: [triton_ops.topk_lse_triton(logits, k) for _ in range(10)])
+                )
+                / 10
+            )
+            print(
+                f"{n:>4} {config[0]:>10} {config[1]:>10} {config[2]:>12} {t * 1e6:>7.1f} "
+                f"{100 * n * v * 2 / t / bw:>6.0f}%{'' if same else '  MISMATCH'}"
+            )
         for name, value in zip(knobs, defaults, strict=True):
             setattr(triton_ops, name, value)
 

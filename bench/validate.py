@@ -33,20 +33,28 @@ def time_process(args: list[str], repeats: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
-    probe = ("import sys, runpy; sys.argv=['lilicorr-ckpt','validate',sys.argv[1]]\n"
-             "try:\n  runpy.run_module('lilicorr_ckpt.cli', run_name='__main__')\n"
-             "except SystemExit as e:\n  assert 'torch' not in sys.modules, 'torch was imported'\n  raise")
+    probe = (
+        "import sys, runpy; sys.argv=['lilicorr-ckpt','validate',sys.argv[1]]\n"
+        "try:\n  runpy.run_module('lilicorr_ckpt.cli', run_name='__main__')\n"
+        "except SystemExit as e:\n  assert 'torch' not in sys.modules, 'torch was imported'\n  raise"
+    )
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for layers in (5, 20):
-            path = fixtures.write_sparse_checkpoint(Path(tmp) / f"l{layers}", fixtures.qwen3_8b_drafter_config(layers))
+            path = fixtures.write_sparse_checkpoint(
+                Path(tmp) / f"l{layers}", fixtures.qwen3_8b_drafter_config(layers)
+            )
             size = (path / "model.safetensors").stat().st_size
             times = time_process([sys.executable, "-c", probe, str(path)], args.repeats)
             rows.append((layers, size, statistics.median(times), min(times), max(times)))
-    print(f"{'draft layers':>12} {'checkpoint':>11} {'median s':>9} {'min s':>7} {'max s':>7}   (whole process, torch never imported)")
+    print(
+        f"{'draft layers':>12} {'checkpoint':>11} {'median s':>9} {'min s':>7} {'max s':>7}   (whole process, torch never imported)"
+    )
     for layers, size, med, lo, hi in rows:
         print(f"{layers:>12} {size / 1e9:>9.2f}GB {med:>9.3f} {lo:>7.3f} {hi:>7.3f}")
     ratio = rows[1][2] / rows[0][2]

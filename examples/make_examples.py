@@ -29,7 +29,14 @@ HERE = Path(__file__).resolve().parent
 # vocabulary 512, rope_theta 10000. Its byte-level BPE tokenizer has the special tokens at 0-2, the 256 bytes at
 # 3-258, merges learned from TOKENIZER_TEXT at 259-510, and the drafter's mask token at 511.
 
-TARGET_HIDDEN, TARGET_LAYERS, TARGET_HEADS, TARGET_KV_HEADS, TARGET_HEAD_DIM, TARGET_FFN = 64, 4, 4, 2, 16, 128
+TARGET_HIDDEN, TARGET_LAYERS, TARGET_HEADS, TARGET_KV_HEADS, TARGET_HEAD_DIM, TARGET_FFN = (
+    64,
+    4,
+    4,
+    2,
+    16,
+    128,
+)
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")  # ids 0, 1, 2: pad, turn start, eos
 MASK_TOKEN = "<|mask|>"  # id 511, tiny-lilicorr's mask_token_id
 TARGET_VOCAB = 512
@@ -152,28 +159,69 @@ def tokenizer_json() -> dict[str, Any]:
     vocab[MASK_TOKEN] = len(vocab)
     assert len(vocab) == TARGET_VOCAB and vocab[MASK_TOKEN] == TARGET_VOCAB - 1
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
-    added = [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-              "normalized": False, "special": True} for t in (*SPECIAL_TOKENS, MASK_TOKEN)]
+    added = [
+        {
+            "id": vocab[t],
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for t in (*SPECIAL_TOKENS, MASK_TOKEN)
+    ]
     return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
-        "pre_tokenizer": byte_level, "post_processor": {**byte_level, "trim_offsets": False}, "decoder": byte_level,
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": [f"{a} {b}" for a, b in merges]},
+        "version": "1.0",
+        "truncation": None,
+        "padding": None,
+        "added_tokens": added,
+        "normalizer": None,
+        "pre_tokenizer": byte_level,
+        "post_processor": {**byte_level, "trim_offsets": False},
+        "decoder": byte_level,
+        "model": {
+            "type": "BPE",
+            "dropout": None,
+            "unk_token": None,
+            "continuing_subword_prefix": None,
+            "end_of_word_suffix": None,
+            "fuse_unk": False,
+            "byte_fallback": False,
+            "ignore_merges": False,
+            "vocab": vocab,
+            "merges": [f"{a} {b}" for a, b in merges],
+        },
     }
 
 
 def target_config() -> dict[str, Any]:
     return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "hidden_size": TARGET_HIDDEN, "intermediate_size": TARGET_FFN, "num_hidden_layers": TARGET_LAYERS,
-        "num_attention_heads": TARGET_HEADS, "num_key_value_heads": TARGET_KV_HEADS, "head_dim": TARGET_HEAD_DIM,
-        "vocab_size": TARGET_VOCAB, "max_position_embeddings": 4096, "hidden_act": "silu", "rms_norm_eps": 1e-6,
-        "rope_theta": 10000.0, "rope_scaling": None,
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": TARGET_HIDDEN,
+        "intermediate_size": TARGET_FFN,
+        "num_hidden_layers": TARGET_LAYERS,
+        "num_attention_heads": TARGET_HEADS,
+        "num_key_value_heads": TARGET_KV_HEADS,
+        "head_dim": TARGET_HEAD_DIM,
+        "vocab_size": TARGET_VOCAB,
+        "max_position_embeddings": 4096,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10000.0,
+        "rope_scaling": None,
         "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"},
-        "attention_bias": False, "attention_dropout": 0.0, "mlp_bias": False, "initializer_range": 0.02,
-        "tie_word_embeddings": False, "bos_token_id": None, "eos_token_id": EOS_ID, "pad_token_id": 0,
-        "torch_dtype": "bfloat16", "use_cache": True,
+        "attention_bias": False,
+        "attention_dropout": 0.0,
+        "mlp_bias": False,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": False,
+        "bos_token_id": None,
+        "eos_token_id": EOS_ID,
+        "pad_token_id": 0,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
     }
 
 
@@ -181,17 +229,26 @@ def target_tensors(seed: int = 0) -> fixtures.Tensors:
     """Llama weights in bf16, each drawn from a generator seeded by (seed, name): norms near 1, matrices with
     standard deviation 1/sqrt(fan-in), embedding rows of unit variance; the eos row of lm_head x EOS_BOOST."""
     q, kv = TARGET_HEADS * TARGET_HEAD_DIM, TARGET_KV_HEADS * TARGET_HEAD_DIM
-    shapes = {"model.embed_tokens.weight": (TARGET_VOCAB, TARGET_HIDDEN), "model.norm.weight": (TARGET_HIDDEN,),
-              "lm_head.weight": (TARGET_VOCAB, TARGET_HIDDEN)}
+    shapes = {
+        "model.embed_tokens.weight": (TARGET_VOCAB, TARGET_HIDDEN),
+        "model.norm.weight": (TARGET_HIDDEN,),
+        "lm_head.weight": (TARGET_VOCAB, TARGET_HIDDEN),
+    }
     for i in range(TARGET_LAYERS):
         p = f"model.layers.{i}."
-        shapes.update({
-            p + "input_layernorm.weight": (TARGET_HIDDEN,), p + "post_attention_layernorm.weight": (TARGET_HIDDEN,),
-            p + "self_attn.q_proj.weight": (q, TARGET_HIDDEN), p + "self_attn.k_proj.weight": (kv, TARGET_HIDDEN),
-            p + "self_attn.v_proj.weight": (kv, TARGET_HIDDEN), p + "self_attn.o_proj.weight": (TARGET_HIDDEN, q),
-            p + "mlp.gate_proj.weight": (TARGET_FFN, TARGET_HIDDEN),
-            p + "mlp.up_proj.weight": (TARGET_FFN, TARGET_HIDDEN),
-            p + "mlp.down_proj.weight": (TARGET_HIDDEN, TARGET_FFN)})
+        shapes.update(
+            {
+                p + "input_layernorm.weight": (TARGET_HIDDEN,),
+                p + "post_attention_layernorm.weight": (TARGET_HIDDEN,),
+                p + "self_attn.q_proj.weight": (q, TARGET_HIDDEN),
+                p + "self_attn.k_proj.weight": (kv, TARGET_HIDDEN),
+                p + "self_attn.v_proj.weight": (kv, TARGET_HIDDEN),
+                p + "self_attn.o_proj.weight": (TARGET_HIDDEN, q),
+                p + "mlp.gate_proj.weight": (TARGET_FFN, TARGET_HIDDEN),
+                p + "mlp.up_proj.weight": (TARGET_FFN, TARGET_HIDDEN),
+                p + "mlp.down_proj.weight": (TARGET_HIDDEN, TARGET_FFN),
+            }
+        )
     out: fixtures.Tensors = {}
     for name, shape in shapes.items():
         rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
@@ -218,10 +275,19 @@ def write_target(path: Path) -> None:
     _json(path / "generation_config.json", {"eos_token_id": EOS_ID, "pad_token_id": 0})
     write_file(path / "model.safetensors", target_tensors(), {"format": "pt"})
     _json(path / "tokenizer.json", tokenizer_json())
-    _json(path / "tokenizer_config.json", {
-        "tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
-        "bos_token": None, "unk_token": None, "add_prefix_space": False, "clean_up_tokenization_spaces": False,
-        "model_max_length": 4096})
+    _json(
+        path / "tokenizer_config.json",
+        {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "eos_token": "<|im_end|>",
+            "pad_token": "<|endoftext|>",
+            "bos_token": None,
+            "unk_token": None,
+            "add_prefix_space": False,
+            "clean_up_tokenization_spaces": False,
+            "model_max_length": 4096,
+        },
+    )
     (path / "chat_template.jinja").write_text(CHAT_TEMPLATE, encoding="utf-8")
 
 
@@ -229,8 +295,9 @@ EXAMPLES: dict[str, Callable[[Path], Any]] = {
     # a valid bf16 LiLiCorr drafter with grouped convolutions
     "tiny-lilicorr": lambda path: fixtures.write_checkpoint(path, fixtures.draft_config(conv=(4, 16))),
     # what ModelOpt's exporter writes for an NVFP4 drafter: `validate` refuses it, `convert` fixes it
-    "tiny-modelopt-nvfp4": lambda path: fixtures.write_checkpoint(path, fixtures.draft_config(), quant="NVFP4",
-                                                                  style="modelopt"),
+    "tiny-modelopt-nvfp4": lambda path: fixtures.write_checkpoint(
+        path, fixtures.draft_config(), quant="NVFP4", style="modelopt"
+    ),
     # a random Llama target that tiny-lilicorr fits, with a tokenizer and chat template: `smoke` runs on it
     "tiny-target": write_target,
 }

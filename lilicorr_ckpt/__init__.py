@@ -21,9 +21,14 @@ import importlib  # loaded by the interpreter at start-up already: costs nothing
 
 __version__ = "0.1.0"
 
-_EXPORTS = {"validate": "lilicorr_ckpt.api", "Report": "lilicorr_ckpt.results",
-            "Finding": "lilicorr_ckpt.results", "InputError": "lilicorr_ckpt.errors",
-            "UsageError": "lilicorr_ckpt.errors", "load_drafter": "lilicorr_ckpt.smoke.load"}
+_EXPORTS = {
+    "validate": "lilicorr_ckpt.api",
+    "Report": "lilicorr_ckpt.results",
+    "Finding": "lilicorr_ckpt.results",
+    "InputError": "lilicorr_ckpt.errors",
+    "UsageError": "lilicorr_ckpt.errors",
+    "load_drafter": "lilicorr_ckpt.smoke.load",
+}
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 

@@ -11,9 +11,19 @@ from lilicorr_ckpt.checks.run import validate_spec
 from lilicorr_ckpt.results import Report
 
 
-def validate(path: str, *, runtime: str = "all", target: str | None = None, strict: bool = False,
-             deep: bool = False, revision: str | None = None, ignore: str | None = None,
-             select: str | None = None, config: str | None = None, timeout: float = DEFAULT_TIMEOUT) -> Report:
+def validate(
+    path: str,
+    *,
+    runtime: str = "all",
+    target: str | None = None,
+    strict: bool = False,
+    deep: bool = False,
+    revision: str | None = None,
+    ignore: str | None = None,
+    select: str | None = None,
+    config: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Report:
     """Judge a drafter checkpoint as SGLang, vLLM and TensorRT-LLM load it; the Report `validate -f json` prints.
 
     path: a checkpoint directory, or a Hugging Face repo id `org/name[@REV]` (headers only).
@@ -27,5 +37,15 @@ def validate(path: str, *, runtime: str = "all", target: str | None = None, stri
 
     Raises InputError for unreadable input (the command line's exit 2) and UsageError for bad arguments (4).
     """
-    return validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                         ignore=ignore, select=select, config=config, timeout=timeout)
+    return validate_spec(
+        path,
+        runtime=runtime,
+        target=target,
+        deep=deep,
+        strict=strict,
+        revision=revision,
+        ignore=ignore,
+        select=select,
+        config=config,
+        timeout=timeout,
+    )

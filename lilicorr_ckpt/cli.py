@@ -24,12 +24,16 @@ except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None  # EXIT_INTERRUPTED (exits.py), not imported yet
 
-EPILOG_EXIT = ("Exit codes: 0 clean, 1 findings, 2 unreadable input or I/O error, 4 usage error, "
-               "130 interrupted, 143 terminated.")
+EPILOG_EXIT = (
+    "Exit codes: 0 clean, 1 findings, 2 unreadable input or I/O error, 4 usage error, "
+    "130 interrupted, 143 terminated."
+)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-             epilog=EPILOG_EXIT + " `lilicorr-ckpt COMMAND --help` explains each command.")
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=EPILOG_EXIT + " `lilicorr-ckpt COMMAND --help` explains each command.",
+)
 @click.version_option(__version__, prog_name="lilicorr-ckpt")
 def cli() -> None:
     """Check, convert and smoke-test LiLiCorr / DFlash-family drafter checkpoints before you publish them.
@@ -46,43 +50,103 @@ def cli() -> None:
 
 @cli.command(epilog=EPILOG_EXIT)
 @click.argument("path")
-@click.option("--target", "-t", metavar="DIR|REPO_ID|FILE.gguf",
-              help="The target model: a local HF directory, a repo id in the local HF cache (offline), or a GGUF file. "
-                   "Adds hidden-size, layer-id, vocabulary and mask-token checks.")
-@click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
-              help="Judge against one serving stack's loader, or all of them (a verdict per runtime).")
-@click.option("--format", "-f", "fmt", type=click.Choice(list(formats.VALIDATE)), default="text", show_default=True,
-              help="Report format. " + formats.describe(formats.VALIDATE))
+@click.option(
+    "--target",
+    "-t",
+    metavar="DIR|REPO_ID|FILE.gguf",
+    help="The target model: a local HF directory, a repo id in the local HF cache (offline), or a GGUF file. "
+    "Adds hidden-size, layer-id, vocabulary and mask-token checks.",
+)
+@click.option(
+    "--runtime",
+    "-r",
+    type=click.Choice(RUNTIME_CHOICES),
+    default="all",
+    show_default=True,
+    help="Judge against one serving stack's loader, or all of them (a verdict per runtime).",
+)
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(list(formats.VALIDATE)),
+    default="text",
+    show_default=True,
+    help="Report format. " + formats.describe(formats.VALIDATE),
+)
 @click.option("--output", "-o", metavar="FILE", help="Write the --format report to FILE instead of stdout.")
 @click.option("--json", "json_file", metavar="FILE", help="Also write the JSON report to FILE.")
 @click.option("--junit", "junit_file", metavar="FILE", help="Also write a JUnit XML report to FILE.")
-@click.option("--sarif", "sarif_file", metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (code scanning).")
+@click.option(
+    "--sarif", "sarif_file", metavar="FILE", help="Also write a SARIF 2.1.0 report to FILE (code scanning)."
+)
 @click.option("--markdown", "markdown_file", metavar="FILE", help="Also write the Markdown summary to FILE.")
 @click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
-@click.option("--deep", is_flag=True,
-              help="Also read tensor data (memory-mapped, chunked): NaN/Inf and all-zero weights. Slower.")
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also read tensor data (memory-mapped, chunked): NaN/Inf and all-zero weights. Slower.",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
-@click.option("--quiet", "-q", is_flag=True, help="Text report: the verdict line only; no summary line on stderr.")
-@click.option("--revision", metavar="REV", help="For a Hub repo id: the branch, tag or commit to read (default main; "
-                                                "`org/name@REV` says the same).")
-@click.option("--timeout", type=click.FloatRange(0, 86400, min_open=True), default=60.0, show_default=True,
-              metavar="SECONDS", help="For a Hub repo id: the most seconds the whole remote read may take (model "
-                                      "info, JSON files, headers); past it validate exits 2 and says so. Each "
-                                      "request also gives up after HF_HUB_DOWNLOAD_TIMEOUT seconds (default 10).")
-@click.option("--ignore", metavar="RULES", help="Waive these rule ids or prefixes (LC314,LC015): still reported, "
-                                              "marked waived, not counted. Waivers with reasons: lilicorr.toml or "
-                                              "[tool.lilicorr-ckpt] in pyproject.toml, in the checkpoint directory or "
-                                              "above it up to its git work tree's root (docs/ci.md).")
-@click.option("--config", "config_file", metavar="FILE",
-              help="Apply the waivers of FILE (lilicorr.toml form, or a pyproject.toml with [tool.lilicorr-ckpt]) "
-                   "instead of searching for one; the way to use a waiver file outside the checkpoint's work tree, "
-                   "or for a Hub repo.")
-@click.option("--select", metavar="RULES", help="Only these rule ids or prefixes (LC1,LC2) count; other findings "
-                                              "are left out.")
-def validate(path: str, target: str | None, runtime: str, fmt: str, output: str | None, json_file: str | None,
-             junit_file: str | None, sarif_file: str | None, markdown_file: str | None, strict: bool, deep: bool,
-             verbose: bool, quiet: bool, revision: str | None, timeout: float, ignore: str | None,
-             config_file: str | None, select: str | None) -> None:
+@click.option(
+    "--quiet", "-q", is_flag=True, help="Text report: the verdict line only; no summary line on stderr."
+)
+@click.option(
+    "--revision",
+    metavar="REV",
+    help="For a Hub repo id: the branch, tag or commit to read (default main; `org/name@REV` says the same).",
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0, 86400, min_open=True),
+    default=60.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="For a Hub repo id: the most seconds the whole remote read may take (model "
+    "info, JSON files, headers); past it validate exits 2 and says so. Each "
+    "request also gives up after HF_HUB_DOWNLOAD_TIMEOUT seconds (default 10).",
+)
+@click.option(
+    "--ignore",
+    metavar="RULES",
+    help="Waive these rule ids or prefixes (LC314,LC015): still reported, "
+    "marked waived, not counted. Waivers with reasons: lilicorr.toml or "
+    "[tool.lilicorr-ckpt] in pyproject.toml, in the checkpoint directory or "
+    "above it up to its git work tree's root (docs/ci.md).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    help="Apply the waivers of FILE (lilicorr.toml form, or a pyproject.toml with [tool.lilicorr-ckpt]) "
+    "instead of searching for one; the way to use a waiver file outside the checkpoint's work tree, "
+    "or for a Hub repo.",
+)
+@click.option(
+    "--select",
+    metavar="RULES",
+    help="Only these rule ids or prefixes (LC1,LC2) count; other findings are left out.",
+)
+def validate(
+    path: str,
+    target: str | None,
+    runtime: str,
+    fmt: str,
+    output: str | None,
+    json_file: str | None,
+    junit_file: str | None,
+    sarif_file: str | None,
+    markdown_file: str | None,
+    strict: bool,
+    deep: bool,
+    verbose: bool,
+    quiet: bool,
+    revision: str | None,
+    timeout: float,
+    ignore: str | None,
+    config_file: str | None,
+    select: str | None,
+) -> None:
     """Check a drafter checkpoint the way SGLang, vLLM and TensorRT-LLM load it, from headers only.
 
     PATH is a checkpoint directory (config.json + *.safetensors) or a Hugging Face repo id,
@@ -110,8 +174,13 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
     from lilicorr_ckpt.checks.run import error_report, validate_spec
     from lilicorr_ckpt.report.validate import summary_line
 
-    asked = (("--output", fmt, output), ("--json", "json", json_file), ("--junit", "junit", junit_file),
-             ("--sarif", "sarif", sarif_file), ("--markdown", "markdown", markdown_file))
+    asked = (
+        ("--output", fmt, output),
+        ("--json", "json", json_file),
+        ("--junit", "junit", junit_file),
+        ("--sarif", "sarif", sarif_file),
+        ("--markdown", "markdown", markdown_file),
+    )
     files = [(f, p) for _, f, p in asked if p]
     seen: dict[str, str] = {}
     for option, f, p in asked:
@@ -123,8 +192,18 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
         seen[key] = option
         check_output_path(p, option, formats.VALIDATE[f].example_file)
     try:
-        report = validate_spec(path, runtime=runtime, target=target, deep=deep, strict=strict, revision=revision,
-                               ignore=ignore, select=select, config=config_file, timeout=timeout)
+        report = validate_spec(
+            path,
+            runtime=runtime,
+            target=target,
+            deep=deep,
+            strict=strict,
+            revision=revision,
+            ignore=ignore,
+            select=select,
+            config=config_file,
+            timeout=timeout,
+        )
     except InputError as exc:
         # unreadable input: every report asked for still says why (the next CI step finds its file)
         failed = error_report(path, str(exc), target=target, strict=strict)
@@ -146,11 +225,20 @@ def validate(path: str, target: str | None, runtime: str, fmt: str, output: str 
     sys.exit(report.exit_code)
 
 
-@cli.command(epilog="Exit codes: 0 summarised (whatever the verdicts say: `validate` is the gate), 2 unreadable "
-                    "input, 4 usage error.")
+@cli.command(
+    epilog="Exit codes: 0 summarised (whatever the verdicts say: `validate` is the gate), 2 unreadable "
+    "input, 4 usage error."
+)
 @click.argument("path")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="text for people; json for scripts (the same fields, machine-readable).")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="text for people; json for scripts (the same fields, machine-readable).",
+)
 @click.option("--output", "-o", metavar="FILE", help="Write the summary to FILE instead of stdout.")
 @click.option("--quiet", "-q", is_flag=True, help="Text: the runtime verdicts line only.")
 def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
@@ -178,7 +266,9 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
     else:
         text = render_inspection(ins)
         if quiet:
-            text = "".join(line.strip() + "\n" for line in text.splitlines() if line.lstrip().startswith("runtimes"))
+            text = "".join(
+                line.strip() + "\n" for line in text.splitlines() if line.lstrip().startswith("runtimes")
+            )
     if output:
         write_output(text, output)
     else:
@@ -187,10 +277,17 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
 
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown rule id.")
 @click.argument("rule_id", required=False, metavar="[ID]")
-@click.option("--format", "-f", "fmt", type=click.Choice(["text", "markdown", "json"]), default="text",
-              show_default=True, help="text: one line per rule (with ID: its long form); markdown: the README "
-                                      "table (with ID: its docs/rules.md section); json: every field, including "
-                                      "the fix and the long form.")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="text: one line per rule (with ID: its long form); markdown: the README "
+    "table (with ID: its docs/rules.md section); json: every field, including "
+    "the fix and the long form.",
+)
 def rules(rule_id: str | None, fmt: str) -> None:
     """List every validate rule: id, severity, what it catches and how to fix it. With ID, print that rule's
     long form: what it checks, why it breaks a loader, an example and the fix (a retired ID: what replaced it).
@@ -213,13 +310,25 @@ def rules(rule_id: str | None, fmt: str) -> None:
         wanted = rule_id.upper()
         found = RULES.get(wanted)
         if found is None and wanted in RETIRED:
-            click.echo(json.dumps({"id": wanted, "retired": RETIRED[wanted]}, indent=2) if fmt == "json" else
-                       retired_markdown(wanted) if fmt == "markdown" else retired_long_doc(wanted), nl=fmt == "json")
+            click.echo(
+                json.dumps({"id": wanted, "retired": RETIRED[wanted]}, indent=2)
+                if fmt == "json"
+                else retired_markdown(wanted)
+                if fmt == "markdown"
+                else retired_long_doc(wanted),
+                nl=fmt == "json",
+            )
             return
         if found is None:
             raise UsageError(f"no rule {rule_id!r}; `lilicorr-ckpt rules` lists them")
-        click.echo(json.dumps(msgspec.to_builtins(found), indent=2) if fmt == "json" else
-                   found.markdown() if fmt == "markdown" else found.long_doc(), nl=fmt == "json")
+        click.echo(
+            json.dumps(msgspec.to_builtins(found), indent=2)
+            if fmt == "json"
+            else found.markdown()
+            if fmt == "markdown"
+            else found.long_doc(),
+            nl=fmt == "json",
+        )
         return
     if fmt == "json":
         click.echo(json.dumps([msgspec.to_builtins(r) for r in RULES.values()], indent=2))
@@ -232,8 +341,9 @@ def rules(rule_id: str | None, fmt: str) -> None:
 
 
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown name.")
-@click.argument("name", required=False, type=click.Choice(["validate-report", "inspect", "smoke-profile",
-                                                                      "smoke-engine"]))
+@click.argument(
+    "name", required=False, type=click.Choice(["validate-report", "inspect", "smoke-profile", "smoke-engine"])
+)
 def schema(name: str | None) -> None:
     """Print the JSON Schema (draft 2020-12) of a machine-readable output, or list their names.
 
@@ -272,9 +382,14 @@ def rules_page() -> str:
     from lilicorr_ckpt.checks import RULES
     from lilicorr_ckpt.checks.findings import RETIRED, retired_markdown
 
-    lines = ["# Rules", "", "Generated from the rule catalogue by `python scripts/sync_docs.py` (a test keeps it in sync);",
-             "`lilicorr-ckpt rules ID` prints the same text. Each rule: what it checks, why it breaks or silently",
-             "degrades a loader (per runtime where they differ), an example that triggers it, and the fix.", ""]
+    lines = [
+        "# Rules",
+        "",
+        "Generated from the rule catalogue by `python scripts/sync_docs.py` (a test keeps it in sync);",
+        "`lilicorr-ckpt rules ID` prints the same text. Each rule: what it checks, why it breaks or silently",
+        "degrades a loader (per runtime where they differ), an example that triggers it, and the fix.",
+        "",
+    ]
     ordered = [RULES[rule_id] for rule_id in sorted(RULES)]
     areas: dict[str, list[str]] = {}
     for r in ordered:
@@ -291,8 +406,12 @@ def rules_page() -> str:
 
 def _register_optional() -> None:
     """Commands that live in other modules register themselves here (convert, smoke)."""
-    for module in ("lilicorr_ckpt.convert.cli", "lilicorr_ckpt.smoke.cli", "lilicorr_ckpt.report.ci",
-                   "lilicorr_ckpt.report.card"):
+    for module in (
+        "lilicorr_ckpt.convert.cli",
+        "lilicorr_ckpt.smoke.cli",
+        "lilicorr_ckpt.report.ci",
+        "lilicorr_ckpt.report.card",
+    ):
         try:
             mod = __import__(module, fromlist=["register"])
         except ModuleNotFoundError as exc:

@@ -23,8 +23,17 @@ def duration(seconds: float) -> str:
 
 
 class Progress:
-    def __init__(self, total: int = 0, *, enabled: bool, stream: TextIO | None = None, interval: float = 0.25,
-                 name: str = "", lines: bool = False, unit: str = "steps"):
+    def __init__(
+        self,
+        total: int = 0,
+        *,
+        enabled: bool,
+        stream: TextIO | None = None,
+        interval: float = 0.25,
+        name: str = "",
+        lines: bool = False,
+        unit: str = "steps",
+    ):
         self.total = total
         self.done = 0
         self.enabled = enabled
@@ -40,8 +49,15 @@ class Progress:
         self._dirty = False
 
     @classmethod
-    def for_terminal(cls, quiet: bool, *, total: int = 0, name: str = "", log_interval: float | None = None,
-                     unit: str = "steps") -> Progress:
+    def for_terminal(
+        cls,
+        quiet: bool,
+        *,
+        total: int = 0,
+        name: str = "",
+        log_interval: float | None = None,
+        unit: str = "steps",
+    ) -> Progress:
         """A self-overwriting line when stderr is a terminal; when it is not, a line every `log_interval` seconds
         if given, else nothing. Nothing with `quiet`."""
         if quiet:
@@ -88,8 +104,10 @@ class Progress:
         if self._due(now):
             total = max(self.total, 1)
             rate = self.done / max(now - self.started, 1e-9) / 1e6
-            self._write(f"  {self._named}writing {self.done / 1e9:6.2f} / {total / 1e9:.2f} GB "
-                        f"({100 * self.done / total:5.1f}%)  {rate:7.0f} MB/s")
+            self._write(
+                f"  {self._named}writing {self.done / 1e9:6.2f} / {total / 1e9:.2f} GB "
+                f"({100 * self.done / total:5.1f}%)  {rate:7.0f} MB/s"
+            )
 
     def step(self, label: str, count: int = 1) -> None:
         """`count` more of `total` steps done (a batch finishes many at once): a bar, the count, what was done and
@@ -104,13 +122,17 @@ class Progress:
             if self._due(now):
                 left = self.total - self.done
                 eta = f", about {duration(elapsed / self.done * left)} left" if left > 0 else ", done"
-                self._write(f"{self._prefix}{self.done}/{self.total} {self.unit} (last: {label}), "
-                            f"{duration(elapsed)}{eta}")
+                self._write(
+                    f"{self._prefix}{self.done}/{self.total} {self.unit} (last: {label}), "
+                    f"{duration(elapsed)}{eta}"
+                )
             return
         width = 24
         filled = width * self.done // max(self.total, 1)
-        self._write(f"  {self._named}[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label} "
-                    f"({elapsed:.0f} s)")
+        self._write(
+            f"  {self._named}[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} {label} "
+            f"({elapsed:.0f} s)"
+        )
 
     def note(self, text: str) -> None:
         if self.enabled:

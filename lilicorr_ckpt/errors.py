@@ -58,7 +58,9 @@ class Terminated(KeyboardInterrupt):
 def sigterm_unwinds() -> Iterator[None]:
     """Within the block SIGTERM raises Terminated where the process is, so `finally` blocks clean up as for
     Ctrl-C. A Python-level handler already in place (an outer block's, or the application's) is left in charge."""
-    if threading.current_thread() is not threading.main_thread() or callable(signal.getsignal(signal.SIGTERM)):
+    if threading.current_thread() is not threading.main_thread() or callable(
+        signal.getsignal(signal.SIGTERM)
+    ):
         yield
         return
 

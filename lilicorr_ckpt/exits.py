@@ -58,7 +58,11 @@ def _silence_stdout() -> None:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
-    except (OSError, ValueError, AttributeError):  # no real descriptor (captured by a test, or already closed)
+    except (
+        OSError,
+        ValueError,
+        AttributeError,
+    ):  # no real descriptor (captured by a test, or already closed)
         pass
 
 
@@ -71,17 +75,25 @@ def _buffered_stdout() -> None:
         # a FileIO of our own that never closes the descriptor: the wrapper is dropped when the command ends, and
         # closing the caller's FileIO with it would close the caller's standard output (or a test's capture file)
         raw = io.FileIO(stream.buffer.fileno(), "w", closefd=False)
-        sys.stdout = io.TextIOWrapper(io.BufferedWriter(raw), encoding=stream.encoding,
-                                      errors=stream.errors, line_buffering=True)
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(raw), encoding=stream.encoding, errors=stream.errors, line_buffering=True
+        )
 
 
-def run_command(command: click.Command, argv: list[str] | None = None, *, prog_name: str,
-                debug_env: str = "LILICORR_DEBUG") -> NoReturn:
+def run_command(
+    command: click.Command,
+    argv: list[str] | None = None,
+    *,
+    prog_name: str,
+    debug_env: str = "LILICORR_DEBUG",
+) -> NoReturn:
     """Run `command` with argv (None: sys.argv[1:]) and exit with its code; every exception ends as a message.
     Standard output is flushed before the exit, so a report cut short by a full disk or `ulimit -f` is exit 2,
     never a silent 0. With `debug_env` set in the environment an internal error re-raises (a traceback for a bug
     report)."""
-    original = sys.stdout  # kept referenced: the wrapper _buffered_stdout replaces must not close the descriptor
+    original = (
+        sys.stdout
+    )  # kept referenced: the wrapper _buffered_stdout replaces must not close the descriptor
     _buffered_stdout()
     try:
         code = _outcome(command, argv, prog_name, debug_env)
@@ -103,8 +115,11 @@ def run_command(command: click.Command, argv: list[str] | None = None, *, prog_n
     sys.exit(code)
 
 
-def _outcome(command: click.Command, argv: list[str] | None, prog_name: str, debug_env: str) -> int | str | None:
+def _outcome(
+    command: click.Command, argv: list[str] | None, prog_name: str, debug_env: str
+) -> int | str | None:
     """The command's exit code, every exception turned into its message on stderr and its code."""
+
     def fail(message: str, code: int) -> int:
         click.echo(f"{prog_name}: {message}", err=True)
         return code
@@ -135,7 +150,9 @@ def _outcome(command: click.Command, argv: list[str] | None, prog_name: str, deb
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return EXIT_INTERRUPTED
-    except SystemExit as exc:  # the command's own sys.exit(code); a reader that stopped early is handled above
+    except (
+        SystemExit
+    ) as exc:  # the command's own sys.exit(code); a reader that stopped early is handled above
         return exc.code
     except BrokenPipeError:
         _silence_stdout()
@@ -144,17 +161,26 @@ def _outcome(command: click.Command, argv: list[str] | None, prog_name: str, deb
         if _stdout_write_failed(exc):
             _silence_stdout()
             return fail(f"error: cannot write standard output: {exc.strerror or exc}", EXIT_INPUT)
-        where = f": {exc.filename}" if exc.filename else f" (while running `{shown_command(prog_name, argv)}`)"
+        where = (
+            f": {exc.filename}" if exc.filename else f" (while running `{shown_command(prog_name, argv)}`)"
+        )
         return fail(f"error: {exc.strerror or exc}{where}", EXIT_INPUT)
     except MemoryError:
-        return fail(f"error: out of memory while running `{shown_command(prog_name, argv)}`; the input is larger "
-                    "than this machine can read", EXIT_INPUT)
+        return fail(
+            f"error: out of memory while running `{shown_command(prog_name, argv)}`; the input is larger "
+            "than this machine can read",
+            EXIT_INPUT,
+        )
     except RecursionError:
-        return fail(f"error: the input of `{shown_command(prog_name, argv)}` is nested too deeply to read",
-                    EXIT_INPUT)
+        return fail(
+            f"error: the input of `{shown_command(prog_name, argv)}` is nested too deeply to read", EXIT_INPUT
+        )
     except Exception as exc:
         if os.environ.get(debug_env):
             raise
-        return fail(f"internal error: {type(exc).__name__}: {str(exc)[:500]} (while running "
-                    f"`{shown_command(prog_name, argv)}`)\n  This is a bug in {prog_name}; rerun with {debug_env}=1 "
-                    "for a traceback and report it.", EXIT_INPUT)
+        return fail(
+            f"internal error: {type(exc).__name__}: {str(exc)[:500]} (while running "
+            f"`{shown_command(prog_name, argv)}`)\n  This is a bug in {prog_name}; rerun with {debug_env}=1 "
+            "for a traceback and report it.",
+            EXIT_INPUT,
+        )

@@ -29,14 +29,26 @@ from lilicorr_ckpt.runtimes import PROFILES, fused_name
 
 Tensors = dict[str, tuple[str, tuple[int, ...], bytes]]  # name -> (dtype, shape, raw bytes)
 
-NUMPY_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "U8": np.uint8, "I64": np.int64,
-                "I32": np.int32}
+NUMPY_DTYPES = {
+    "F32": np.float32,
+    "F16": np.float16,
+    "F64": np.float64,
+    "U8": np.uint8,
+    "I64": np.int64,
+    "I32": np.int32,
+}
 TORCH_DTYPE_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
 
 
-def draft_config(*, head: bool = True, conv: tuple[int, int] | None = None, own_lm_head: bool = False,
-                 architecture: str | None = None, dflash: dict[str, Any] | None = None,
-                 **top: Any) -> dict[str, Any]:
+def draft_config(
+    *,
+    head: bool = True,
+    conv: tuple[int, int] | None = None,
+    own_lm_head: bool = False,
+    architecture: str | None = None,
+    dflash: dict[str, Any] | None = None,
+    **top: Any,
+) -> dict[str, Any]:
     """A small, valid draft config.json as ModelOpt's LiLiCorrExporter writes it (override anything)."""
     cfg: dict[str, Any] = {
         "architectures": [architecture or ("LiLiCorrDraftModel" if head else "DFlashDraftModel")],
@@ -69,18 +81,20 @@ def draft_config(*, head: bool = True, conv: tuple[int, int] | None = None, own_
         },
     }
     if head:
-        cfg["dflash_config"].update({
-            "projector_type": "lilicorr",
-            "lilicorr_enabled": True,
-            "lilicorr_candidate_topk": 4,
-            "lilicorr_hidden_size": 32,
-            "lilicorr_num_layers": 2,
-            "lilicorr_num_heads": 4,
-            "lilicorr_mlp_ratio": 2.0,
-            "lilicorr_factor_dim": 16,
-            "lilicorr_vector_eps": 1e-6,
-            "lilicorr_logit_scale": 10.0,
-        })
+        cfg["dflash_config"].update(
+            {
+                "projector_type": "lilicorr",
+                "lilicorr_enabled": True,
+                "lilicorr_candidate_topk": 4,
+                "lilicorr_hidden_size": 32,
+                "lilicorr_num_layers": 2,
+                "lilicorr_num_heads": 4,
+                "lilicorr_mlp_ratio": 2.0,
+                "lilicorr_factor_dim": 16,
+                "lilicorr_vector_eps": 1e-6,
+                "lilicorr_logit_scale": 10.0,
+            }
+        )
     if conv:
         cfg["dflash_config"]["conv_kernel_size"], cfg["dflash_config"]["conv_group_size"] = conv
     if own_lm_head:
@@ -95,7 +109,8 @@ def draft_config(*, head: bool = True, conv: tuple[int, int] | None = None, own_
 
 # every published sibling-head layout, from the families' FIXTURES (name -> draft_config arguments)
 _SIBLING_FIXTURES: dict[str, Mapping[str, Any]] = {
-    name: arguments for family in SIBLINGS for name, arguments in FAMILIES[family].FIXTURES.items()}
+    name: arguments for family in SIBLINGS for name, arguments in FAMILIES[family].FIXTURES.items()
+}
 SIBLING_LAYOUTS = tuple(_SIBLING_FIXTURES)
 
 
@@ -118,11 +133,28 @@ def sibling_config(layout: str, **top: Any) -> dict[str, Any]:
 def qwen3_8b_drafter_config(layers: int = 5) -> dict[str, Any]:
     """Full-size geometry of the paper's Qwen3-8B drafter (head width 1024, K 8, 2 head layers, B 16)."""
     return draft_config(
-        hidden_size=4096, num_hidden_layers=layers, num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-        intermediate_size=12288, vocab_size=151936, num_target_layers=36, block_size=16, rope_theta=1e6,
-        dflash={"block_size": 16, "mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33],
-                "lilicorr_candidate_topk": 8, "lilicorr_hidden_size": 1024, "lilicorr_num_layers": 2,
-                "lilicorr_num_heads": 8, "lilicorr_mlp_ratio": 2.0, "lilicorr_factor_dim": 1024})
+        hidden_size=4096,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=128,
+        intermediate_size=12288,
+        vocab_size=151936,
+        num_target_layers=36,
+        block_size=16,
+        rope_theta=1e6,
+        dflash={
+            "block_size": 16,
+            "mask_token_id": 151669,
+            "target_layer_ids": [1, 9, 17, 25, 33],
+            "lilicorr_candidate_topk": 8,
+            "lilicorr_hidden_size": 1024,
+            "lilicorr_num_layers": 2,
+            "lilicorr_num_heads": 8,
+            "lilicorr_mlp_ratio": 2.0,
+            "lilicorr_factor_dim": 1024,
+        },
+    )
 
 
 def manifest_for(config: dict[str, Any]) -> Manifest:
@@ -152,9 +184,12 @@ def encode(values: np.ndarray, dtype: str) -> bytes:
 
 # modules any of the three stacks may load quantized (see lilicorr_ckpt/runtimes/); the default NVFP4 set
 def servable_quantized(manifest: Manifest, group_size: int = 16) -> set[str]:
-    return {m for m, mod in manifest.modules.items()
-            if all(p.may_quantize(m, manifest.geometry.family) for p in PROFILES.values())
-            and mod.in_features % group_size == 0}
+    return {
+        m
+        for m, mod in manifest.modules.items()
+        if all(p.may_quantize(m, manifest.geometry.family) for p in PROFILES.values())
+        and mod.in_features % group_size == 0
+    }
 
 
 # what ModelOpt's presets quantize in a drafter: every linear it can (all but the lm_head)
@@ -162,8 +197,15 @@ def modelopt_quantized(manifest: Manifest, group_size: int = 16) -> set[str]:
     return {m for m, mod in manifest.modules.items() if m != "lm_head" and mod.in_features % group_size == 0}
 
 
-def checkpoint_tensors(config: dict[str, Any], *, dtype: str = "BF16", seed: int = 0, quant: str | None = None,
-                       quantize: set[str] | None = None, naming: str = "named") -> Tensors:
+def checkpoint_tensors(
+    config: dict[str, Any],
+    *,
+    dtype: str = "BF16",
+    seed: int = 0,
+    quant: str | None = None,
+    quantize: set[str] | None = None,
+    naming: str = "named",
+) -> Tensors:
     """Every tensor the manifest expects, optionally with `quantize` modules in the `quant` format."""
     manifest = manifest_for(config)
     if manifest.incomplete:
@@ -177,8 +219,10 @@ def checkpoint_tensors(config: dict[str, Any], *, dtype: str = "BF16", seed: int
     shared: dict[str, float] = {}
     if scheme is not None and scheme.nvfp4:
         for shards in _fused_groups(quantize):
-            amax = max(float(np.abs(_values(f"{m}.weight", manifest.tensors[f"{m}.weight"].shape, seed)).max())
-                       for m in shards)
+            amax = max(
+                float(np.abs(_values(f"{m}.weight", manifest.tensors[f"{m}.weight"].shape, seed)).max())
+                for m in shards
+            )
             shared.update(dict.fromkeys(shards, amax))
     out: Tensors = {}
     for name, expected in manifest.tensors.items():
@@ -203,7 +247,9 @@ def _fused_groups(quantized: set[str]) -> list[tuple[str, ...]]:
     return [tuple(g) for g in groups.values()]
 
 
-def _quantized(module: str, weight: np.ndarray, scheme: Any, seed: int, global_amax: float | None = None) -> Tensors:
+def _quantized(
+    module: str, weight: np.ndarray, scheme: Any, seed: int, global_amax: float | None = None
+) -> Tensors:
     out: Tensors = {}
     o, i = weight.shape
     if scheme.nvfp4:
@@ -226,29 +272,49 @@ def _quantized(module: str, weight: np.ndarray, scheme: Any, seed: int, global_a
     return out
 
 
-def quant_metadata(manifest: Manifest, quant: str, quantized: set[str], style: str = "serving",
-                   group_size: int = 16) -> tuple[dict[str, Any], dict[str, Any]]:
+def quant_metadata(
+    manifest: Manifest, quant: str, quantized: set[str], style: str = "serving", group_size: int = 16
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(config.json quantization_config, hf_quant_config.json) as the serving stacks want them
     (`style="serving"`) or as ModelOpt's spec exporter writes them (`style="modelopt"`)."""
     excluded = set(manifest.modules) - quantized
     if style == "modelopt":
-        exclude = sorted({"dflash_module." + m for m in excluded} | {"lm_head", "model.embed_tokens",
-                                                                     "model.layers.*"})
+        exclude = sorted(
+            {"dflash_module." + m for m in excluded} | {"lm_head", "model.embed_tokens", "model.layers.*"}
+        )
     else:
         exclude = summarize_exclusions(manifest, excluded, quantized)
-    nested = {"producer": {"name": "modelopt", "version": "0.47.0"},
-              "quantization": {"quant_algo": quant, "kv_cache_quant_algo": None, "group_size": group_size,
-                               "exclude_modules": exclude}}
+    nested = {
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+        "quantization": {
+            "quant_algo": quant,
+            "kv_cache_quant_algo": None,
+            "group_size": group_size,
+            "exclude_modules": exclude,
+        },
+    }
     if style == "modelopt":
         return copy.deepcopy(nested), nested
-    flat = {"quant_method": "modelopt_fp4" if "NVFP4" in quant else "modelopt", "quant_algo": quant,
-            "group_size": group_size, "kv_cache_quant_algo": None, "ignore": exclude,
-            "producer": {"name": "modelopt", "version": "0.47.0"}}
+    flat = {
+        "quant_method": "modelopt_fp4" if "NVFP4" in quant else "modelopt",
+        "quant_algo": quant,
+        "group_size": group_size,
+        "kv_cache_quant_algo": None,
+        "ignore": exclude,
+        "producer": {"name": "modelopt", "version": "0.47.0"},
+    }
     return flat, nested
 
 
-def save(path: Path, config: dict[str, Any], tensors: Tensors, *, shards: int = 1,
-         hf_quant_config: dict[str, Any] | None = None, metadata: dict[str, str] | None = None) -> Path:
+def save(
+    path: Path,
+    config: dict[str, Any],
+    tensors: Tensors,
+    *,
+    shards: int = 1,
+    hf_quant_config: dict[str, Any] | None = None,
+    metadata: dict[str, str] | None = None,
+) -> Path:
     """Write config.json, the safetensors file(s) (+ index when sharded) and hf_quant_config.json."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -272,10 +338,20 @@ def save(path: Path, config: dict[str, Any], tensors: Tensors, *, shards: int = 
     return path
 
 
-def write_checkpoint(path: Path, config: dict[str, Any] | None = None, *, dtype: str = "BF16", seed: int = 0,
-                     quant: str | None = None, quantize: set[str] | None = None, style: str = "serving",
-                     naming: str = "named", shards: int = 1, key_prefix: str = "",
-                     mutate: Callable[[Tensors], None] | None = None) -> Path:
+def write_checkpoint(
+    path: Path,
+    config: dict[str, Any] | None = None,
+    *,
+    dtype: str = "BF16",
+    seed: int = 0,
+    quant: str | None = None,
+    quantize: set[str] | None = None,
+    style: str = "serving",
+    naming: str = "named",
+    shards: int = 1,
+    key_prefix: str = "",
+    mutate: Callable[[Tensors], None] | None = None,
+) -> Path:
     """A complete checkpoint directory. `style="modelopt"` reproduces ModelOpt's export quirks:
     nested quantization_config without quant_method, training-prefixed exclusions, and every
     quantizable linear quantized (factor heads and q/k/v included)."""
@@ -289,7 +365,9 @@ def write_checkpoint(path: Path, config: dict[str, Any] | None = None, *, dtype:
             quantize = modelopt_quantized(manifest) if style == "modelopt" else servable_quantized(manifest)
         qc, hf_quant = quant_metadata(manifest, quant, quantize, style)
         config["quantization_config"] = qc
-    tensors = checkpoint_tensors(config, dtype=dtype, seed=seed, quant=quant, quantize=quantize, naming=naming)
+    tensors = checkpoint_tensors(
+        config, dtype=dtype, seed=seed, quant=quant, quantize=quantize, naming=naming
+    )
     if key_prefix:
         tensors = {key_prefix + n: v for n, v in tensors.items()}
     if mutate is not None:
@@ -303,6 +381,9 @@ def write_sparse_checkpoint(path: Path, config: dict[str, Any], dtype: str = "BF
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     manifest = manifest_for(config)
-    write_sparse(path / "model.safetensors",
-                 [Entry(n, dtype, t.shape) for n, t in manifest.tensors.items()], {"format": "pt"})
+    write_sparse(
+        path / "model.safetensors",
+        [Entry(n, dtype, t.shape) for n, t in manifest.tensors.items()],
+        {"format": "pt"},
+    )
     return path

@@ -46,7 +46,9 @@ def write_output(data: str | bytes, out: str, mode: int | None = None) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=path.parent or ".")
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o666 & ~_umask() if mode is None else mode)  # a report file: the usual mode
+            os.fchmod(
+                f.fileno(), 0o666 & ~_umask() if mode is None else mode
+            )  # a report file: the usual mode
             f.write(payload)
         os.replace(tmp, path)
         tmp = None

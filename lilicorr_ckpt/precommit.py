@@ -51,7 +51,7 @@ def split_arguments(argv: list[str]) -> list[str]:
     value of an option is a file even when it starts with `-` (`-rf/config.json`)."""
     if "--" in argv:
         cut = argv.index("--")
-        return argv[:cut] + ["--"] + argv[cut + 1:]
+        return argv[:cut] + ["--"] + argv[cut + 1 :]
     options: list[str] = []
     files: list[str] = []
     expects_value = False
@@ -82,7 +82,9 @@ def checkpoint_dirs(files: Iterable[str]) -> list[Path]:
 def skip_reason(directory: Path) -> str | None:
     """Why directory is not a drafter checkpoint to validate, or None to validate it."""
     config = directory / "config.json"
-    has_weights = any(directory.glob("*.safetensors")) or (directory / "model.safetensors.index.json").exists()
+    has_weights = (
+        any(directory.glob("*.safetensors")) or (directory / "model.safetensors.index.json").exists()
+    )
     if not directory.is_dir():
         return "removed in this commit"
     if not config.exists():
@@ -104,8 +106,18 @@ def skip_reason(directory: Path) -> str | None:
     return None
 
 
-def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: bool, deep: bool,
-                 ignore: str | None, select: str | None, verbose: bool, config: str | None = None) -> tuple[int, str]:
+def validate_dir(
+    directory: Path,
+    *,
+    runtime: str,
+    target: str | None,
+    strict: bool,
+    deep: bool,
+    ignore: str | None,
+    select: str | None,
+    verbose: bool,
+    config: str | None = None,
+) -> tuple[int, str]:
     """(exit code, text report) for one directory; unreadable input is exit 2 with its reason, and so is an
     unexpected failure (a bug), naming the directory: never a traceback, never exit 1 ("findings")."""
     from lilicorr_ckpt.checks.run import validate
@@ -117,8 +129,9 @@ def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: b
     shown = printable(str(directory))
     try:
         report = validate(str(directory), runtime=runtime, target=target, strict=strict, deep=deep)
-        report = waive_report(report, checkpoint_dir=directory, ignore=ignore, select=select, strict=strict,
-                              config=config)
+        report = waive_report(
+            report, checkpoint_dir=directory, ignore=ignore, select=select, strict=strict, config=config
+        )
         return report.exit_code, render_text(report, verbose=verbose)
     except InputError as exc:
         return 2, f"{shown}: error: {printable(str(exc))}\n"
@@ -132,26 +145,50 @@ def validate_dir(directory: Path, *, runtime: str, target: str | None, strict: b
     except Exception as exc:
         if os.environ.get("LILICORR_DEBUG"):
             raise
-        return 2, (f"{shown}: internal error: {type(exc).__name__}: {printable(str(exc))}\n"
-                   "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.\n")
+        return 2, (
+            f"{shown}: internal error: {type(exc).__name__}: {printable(str(exc))}\n"
+            "  This is a bug in lilicorr-ckpt; rerun with LILICORR_DEBUG=1 for a traceback and report it.\n"
+        )
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-               epilog="Exit codes: 0 every checkpoint passes, 1 findings, 2 unreadable input, 4 usage error.")
+@click.command(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog="Exit codes: 0 every checkpoint passes, 1 findings, 2 unreadable input, 4 usage error.",
+)
 @click.argument("paths", nargs=-1, metavar="FILE...|DIR...")
-@click.option("--dir", "as_dirs", is_flag=True,
-              help="The arguments are checkpoint directories (hook id lilicorr-ckpt-validate-dir).")
+@click.option(
+    "--dir",
+    "as_dirs",
+    is_flag=True,
+    help="The arguments are checkpoint directories (hook id lilicorr-ckpt-validate-dir).",
+)
 @click.option("--runtime", "-r", default="all", show_default=True, help="sglang, vllm, trtllm or all.")
-@click.option("--target", "-t", metavar="DIR|REPO_ID|FILE.gguf", help="The target model, for the compatibility checks.")
+@click.option(
+    "--target", "-t", metavar="DIR|REPO_ID|FILE.gguf", help="The target model, for the compatibility checks."
+)
 @click.option("--strict", is_flag=True, help="Warnings fail the hook too.")
 @click.option("--deep", is_flag=True, help="Also read tensor data (NaN/Inf, all-zero weights). Slower.")
 @click.option("--ignore", metavar="RULES", help="Rule ids to waive, comma-separated (e.g. LC314,LC015).")
-@click.option("--config", "config_file", metavar="FILE",
-              help="Apply this waiver file instead of the one found from each checkpoint up to the work tree root.")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    help="Apply this waiver file instead of the one found from each checkpoint up to the work tree root.",
+)
 @click.option("--select", metavar="RULES", help="Only these rule ids (or prefixes, e.g. LC3) count.")
 @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings too.")
-def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None, strict: bool, deep: bool,
-         ignore: str | None, config_file: str | None, select: str | None, verbose: bool) -> None:
+def hook(
+    paths: tuple[str, ...],
+    as_dirs: bool,
+    runtime: str,
+    target: str | None,
+    strict: bool,
+    deep: bool,
+    ignore: str | None,
+    config_file: str | None,
+    select: str | None,
+    verbose: bool,
+) -> None:
     """Validate the drafter checkpoints that hold the given files (or, with --dir, the given directories).
 
     \b
@@ -181,10 +218,14 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None
     if runtime not in RUNTIME_CHOICES:
-        raise click.BadParameter(f"{runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}", param_hint="--runtime")
+        raise click.BadParameter(
+            f"{runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}", param_hint="--runtime"
+        )
     if as_dirs:
         if not paths:
-            raise click.UsageError("--dir needs at least one checkpoint directory (args: [./drafter] in the hook)")
+            raise click.UsageError(
+                "--dir needs at least one checkpoint directory (args: [./drafter] in the hook)"
+            )
         dirs = [Path(p) for p in paths]
     else:
         dirs = checkpoint_dirs(paths)
@@ -198,8 +239,17 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
         if reason:
             click.echo(printable(f"lilicorr-ckpt: skipped {directory}: {reason}"))
             continue
-        code, text = validate_dir(directory, runtime=runtime, target=target, strict=strict, deep=deep,
-                                  ignore=ignore, select=select, verbose=verbose, config=config_file)
+        code, text = validate_dir(
+            directory,
+            runtime=runtime,
+            target=target,
+            strict=strict,
+            deep=deep,
+            ignore=ignore,
+            select=select,
+            verbose=verbose,
+            config=config_file,
+        )
         checked += 1
         click.echo(text, nl=False, err=code >= 2)
         worst = max(worst, code)
@@ -210,8 +260,11 @@ def hook(paths: tuple[str, ...], as_dirs: bool, runtime: str, target: str | None
 
 def main(argv: list[str] | None = None) -> None:
     # every exception a message and an exit code (exits.py): an internal error is exit 2, never 1 ("findings")
-    run_command(hook, split_arguments(list(sys.argv[1:] if argv is None else argv)),
-                prog_name="lilicorr-ckpt-pre-commit")
+    run_command(
+        hook,
+        split_arguments(list(sys.argv[1:] if argv is None else argv)),
+        prog_name="lilicorr-ckpt-pre-commit",
+    )
 
 
 if __name__ == "__main__":  # pragma: no cover

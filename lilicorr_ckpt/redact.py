@@ -21,12 +21,18 @@ _MIN_SECRET = 6  # shorter values are no secret worth hiding, and masking them w
 
 _USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@")
 _HF_TOKEN = re.compile(r"\b(hf_|api_org_)[A-Za-z0-9]{20,}")  # user tokens are hf_ + 34; not `hf_transfer`
-_QUERY_SECRET = re.compile(r"(?i)([?&;](?:[a-z0-9_\-]*token|access[_-]?key|api[_-]?key|key|secret|password|passwd|pwd"
-                           r"|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|credential|auth)=)"
-                           r"[^&#\s'\"<>]*")
-_AUTHORIZATION = re.compile(r"(?i)(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?"
-                            r"[^\s,;'\"]+")
-_BEARER = re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/\-]{6,}=*")  # Basic only after Authorization: a word too
+_QUERY_SECRET = re.compile(
+    r"(?i)([?&;](?:[a-z0-9_\-]*token|access[_-]?key|api[_-]?key|key|secret|password|passwd|pwd"
+    r"|sig|signature|x-amz-signature|x-amz-credential|x-amz-security-token|credential|auth)=)"
+    r"[^&#\s'\"<>]*"
+)
+_AUTHORIZATION = re.compile(
+    r"(?i)(\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?)(?:(?:bearer|basic|token)\s+)?"
+    r"[^\s,;'\"]+"
+)
+_BEARER = re.compile(
+    r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/\-]{6,}=*"
+)  # Basic only after Authorization: a word too
 
 _remembered: set[str] = set()
 _lock = threading.Lock()

@@ -50,7 +50,9 @@ class HubOrigin(msgspec.Struct, frozen=True, kw_only=True):
     revision: str  # as asked for (a branch, tag, refs/pr/N or commit); "main" when none was given
     commit: str  # the commit every file was read at (for the cache: the snapshot's name); 40 hex digits
     read_from: Literal["hub", "hf_cache"]
-    endpoint: str | None = None  # the Hub endpoint asked (HF_ENDPOINT, credentials redacted), None for the cache
+    endpoint: str | None = (
+        None  # the Hub endpoint asked (HF_ENDPOINT, credentials redacted), None for the cache
+    )
     header_bytes: int = 0  # bytes of safetensors files read: their length prefixes and headers, nothing else
 
 

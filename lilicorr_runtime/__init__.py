@@ -12,7 +12,9 @@ except ImportError as _exc:  # a clear message, not a ModuleNotFoundError from d
     _HINT = f"lilicorr_runtime needs torch ({_exc}): pip install 'lilicorr-ckpt[runtime]', or torch itself"
     _argv = list(getattr(_sys, "orig_argv", []))
     _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
-    if _main.startswith(("lilicorr_runtime", "lilicorr_train")):  # `python -m lilicorr_train ...`: a message, exit 4
+    if _main.startswith(
+        ("lilicorr_runtime", "lilicorr_train")
+    ):  # `python -m lilicorr_train ...`: a message, exit 4
         _sys.stderr.write(f"python -m {_main}: {_HINT}\n")
         raise SystemExit(4) from None
     raise ModuleNotFoundError(_HINT, name="torch") from None
@@ -26,8 +28,18 @@ from .target.adapter import TargetModel
 from .target.load import load_target
 
 __all__ = [
-    "AcceptanceStats", "BlockRecord", "CheckpointRefused", "DraftKVCache", "Drafter", "GenerationResult",
-    "LiLiCorrHead", "Proposal", "SpeculativeDecoder", "TargetModel", "acceptance_stats", "build_drafter",
-    "draft_block", "load_target",
+    "AcceptanceStats",
+    "BlockRecord",
+    "CheckpointRefused",
+    "DraftKVCache",
+    "Drafter",
+    "GenerationResult",
+    "LiLiCorrHead",
+    "Proposal",
+    "SpeculativeDecoder",
+    "TargetModel",
+    "acceptance_stats",
+    "build_drafter",
+    "draft_block",
+    "load_target",
 ]
-

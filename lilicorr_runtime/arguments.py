@@ -9,9 +9,14 @@ import torch
 
 # name (lower case, an optional "torch." prefix stripped) -> dtype
 DTYPE_NAMES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "fp32": torch.float32, "float": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16, "half": torch.float16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
 }
 SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 SPELLINGS = "float32 (fp32), bfloat16 (bf16) or float16 (fp16)"
@@ -24,8 +29,10 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         if dtype in SUPPORTED_DTYPES:
             return dtype
-        raise ValueError(f"dtype {dtype} is not supported; use torch.float32, torch.bfloat16 or torch.float16 "
-                         f"(or a name: {SPELLINGS})")
+        raise ValueError(
+            f"dtype {dtype} is not supported; use torch.float32, torch.bfloat16 or torch.float16 "
+            f"(or a name: {SPELLINGS})"
+        )
     if isinstance(dtype, str):
         key = dtype.strip().lower()
         key = key.removeprefix("torch.")
@@ -49,8 +56,9 @@ def resolve_device(device: str | torch.device) -> torch.device:
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
-        raise ValueError(f"device must be a torch.device or a name such as 'cpu' or 'cuda:0'; got {device!r}") \
-            from exc
+        raise ValueError(
+            f"device must be a torch.device or a name such as 'cpu' or 'cuda:0'; got {device!r}"
+        ) from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise ValueError(f"device {device!r}: torch {torch.__version__} sees no CUDA device")

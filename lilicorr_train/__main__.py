@@ -44,8 +44,10 @@ from .state import StateError, check_log, read_state, state_path
 
 PROG = "python -m lilicorr_train"
 EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 4, 130
-EPILOG = ("Exit codes: 0 done, 1 refused (the inputs do not fit together), 2 unreadable input (target, data, run "
-          "state) or internal error, 4 usage error, 130 interrupted.")
+EPILOG = (
+    "Exit codes: 0 done, 1 refused (the inputs do not fit together), 2 unreadable input (target, data, run "
+    "state) or internal error, 4 usage error, 130 interrupted."
+)
 _reading: dict[str, str] = {}  # what the running command reads, for the catch-all's message
 
 
@@ -63,11 +65,19 @@ class TrainGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(self.commands)  # in the order they are run, as the help's list of steps
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         _reading.clear()
         try:
-            rv = super().main(args, PROG, complete_var, standalone_mode=False, **extra)  # as `python -m` shows it
+            rv = super().main(
+                args, PROG, complete_var, standalone_mode=False, **extra
+            )  # as `python -m` shows it
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
@@ -77,8 +87,10 @@ class TrainGroup(click.Group):
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
         except click.ClickException as exc:
-            click.echo(f"{PROG}: {'error' if exc.exit_code == EXIT_INPUT else 'refused'}: {exc.format_message()}",
-                       err=True)
+            click.echo(
+                f"{PROG}: {'error' if exc.exit_code == EXIT_INPUT else 'refused'}: {exc.format_message()}",
+                err=True,
+            )
             sys.exit(exc.exit_code)
         except (StateError, DataError) as exc:
             click.echo(f"{PROG}: error: {exc}", err=True)
@@ -94,8 +106,11 @@ class TrainGroup(click.Group):
             if os.environ.get("LILICORR_DEBUG"):
                 raise
             inputs = ", ".join(f"{k} {v}" for k, v in _reading.items()) or "the command line"
-            click.echo(f"{PROG}: internal error while reading {inputs}: {type(exc).__name__}: {exc}\n"
-                       "  This is a bug; rerun with LILICORR_DEBUG=1 for a traceback and report it.", err=True)
+            click.echo(
+                f"{PROG}: internal error while reading {inputs}: {type(exc).__name__}: {exc}\n"
+                "  This is a bug; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
+                err=True,
+            )
             sys.exit(EXIT_INPUT)
         sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -107,7 +122,9 @@ def _target(spec: str, device: str) -> FastTarget:
     except Exception as exc:  # a missing or unreadable target: its loader's own message, not a traceback
         raise InputFailure(f"--target {spec}: {(str(exc).splitlines() or [type(exc).__name__])[0]}") from None
     if not isinstance(target, FastTarget):
-        raise click.ClickException(f"--target {spec}: training needs the fast target path ({target.path_note})")
+        raise click.ClickException(
+            f"--target {spec}: training needs the fast target path ({target.path_note})"
+        )
     return target
 
 
@@ -115,8 +132,12 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-@click.group(cls=TrainGroup, help=__doc__, epilog=EPILOG,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.group(
+    cls=TrainGroup,
+    help=__doc__,
+    epilog=EPILOG,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110},
+)
 def main() -> None:
     pass
 
@@ -147,7 +168,9 @@ def _split(count: int, shares: dict[str, float]) -> dict[str, int]:
     total = sum(shares.values())
     exact = {name: count * share / total for name, share in shares.items()}
     counts = {name: int(value) for name, value in exact.items()}
-    for name in sorted(exact, key=lambda n: exact[n] - counts[n], reverse=True)[:count - sum(counts.values())]:
+    for name in sorted(exact, key=lambda n: exact[n] - counts[n], reverse=True)[
+        : count - sum(counts.values())
+    ]:
         counts[name] += 1
     return counts
 
@@ -166,22 +189,56 @@ Examples:
 
 
 @main.command(help=GENERATE_HELP, short_help="the target answers prompts greedily -> DATA.npz", epilog=EPILOG)
-@click.option("--target", "target_spec", required=True, metavar="DIR|REPO_ID|FILE.gguf",
-              help="The target: HF directory, cached repo id or .gguf.")
+@click.option(
+    "--target",
+    "target_spec",
+    required=True,
+    metavar="DIR|REPO_ID|FILE.gguf",
+    help="The target: HF directory, cached repo id or .gguf.",
+)
 @click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="Output .npz.")
-@click.option("--prompts", "count", type=click.IntRange(1, 10_000_000), default=16384, show_default=True,
-              help="Prompts to answer (duplicates are answered once).")
+@click.option(
+    "--prompts",
+    "count",
+    type=click.IntRange(1, 10_000_000),
+    default=16384,
+    show_default=True,
+    help="Prompts to answer (duplicates are answered once).",
+)
 @click.option("--max-new-tokens", type=click.IntRange(1, 8192), default=256, show_default=True)
-@click.option("--batch-size", type=click.IntRange(1, 4096), default=512, show_default=True,
-              help="Prompts answered at once.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 4096),
+    default=512,
+    show_default=True,
+    help="Prompts answered at once.",
+)
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--code-share", type=click.FloatRange(0, 1), default=0.35, show_default=True,
-              help="Of the template prompts, the share that is code.")
-@click.option("--mix", default="templates", show_default=True,
-              help="Prompt sources and their shares, e.g. templates=0.4,stdlib=0.3,self=0.3.")
+@click.option(
+    "--code-share",
+    type=click.FloatRange(0, 1),
+    default=0.35,
+    show_default=True,
+    help="Of the template prompts, the share that is code.",
+)
+@click.option(
+    "--mix",
+    default="templates",
+    show_default=True,
+    help="Prompt sources and their shares, e.g. templates=0.4,stdlib=0.3,self=0.3.",
+)
 @click.option("--device", default=None, help="cuda or cpu (default: cuda when available).")
-def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch_size: int, seed: int,
-             code_share: float, mix: str, device: str | None) -> None:
+def generate(
+    target_spec: str,
+    out: Path,
+    count: int,
+    max_new_tokens: int,
+    batch_size: int,
+    seed: int,
+    code_share: float,
+    mix: str,
+    device: str | None,
+) -> None:
     _reading.update({"--target": target_spec})
     shares = _parse_mix(mix)
     target = _target(target_spec, device or _default_device())
@@ -199,15 +256,18 @@ def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch
         prompts += stdlib_code_prompts(rng, counts["stdlib"])
     if counts.get("self"):
         try:
-            written = self_written_prompts(target, request_openers(rng, counts["self"]), seed=seed,
-                                           batch_size=batch_size)
+            written = self_written_prompts(
+                target, request_openers(rng, counts["self"]), seed=seed, batch_size=batch_size
+            )
         except ValueError as exc:  # no tokenizer or no chat template
             raise click.ClickException(f"--mix self: {exc}") from None
         click.echo(f"generate: the target wrote {len(written)} usable requests of {counts['self']}", err=True)
         prompts += written
     if not prompts:
-        raise click.ClickException("no prompts to answer: every source gave none (the target wrote no usable "
-                                   "request?); raise --prompts or add a source to --mix")
+        raise click.ClickException(
+            "no prompts to answer: every source gave none (the target wrote no usable "
+            "request?); raise --prompts or add a source to --mix"
+        )
     rng.shuffle(prompts)
     try:
         data = generate_dataset(target, prompts, max_new_tokens, batch_size=batch_size, progress=progress)
@@ -215,8 +275,10 @@ def generate(target_spec: str, out: Path, count: int, max_new_tokens: int, batch
         raise click.ClickException(f"--target {target_spec}: {exc}") from None
     data.save(out)
     answer = int(data.lengths().sum() - data.prompt_lengths.sum())
-    click.echo(f"wrote {out}: {len(data)} sequences, {int(data.offsets[-1])} tokens ({answer} answer tokens) "
-               f"in {time.perf_counter() - begin:.0f} s")
+    click.echo(
+        f"wrote {out}: {len(data)} sequences, {int(data.offsets[-1])} tokens ({answer} answer tokens) "
+        f"in {time.perf_counter() - begin:.0f} s"
+    )
 
 
 TRAIN_HELP = """Train the run in RUN on DATA (or resume it) until --steps or --time-budget seconds.
@@ -235,35 +297,87 @@ Examples:
 """
 
 
-@main.command(help=TRAIN_HELP, short_help="train (or resume) RUN on DATA; stops at --time-budget", epilog=EPILOG)
+@main.command(
+    help=TRAIN_HELP, short_help="train (or resume) RUN on DATA; stops at --time-budget", epilog=EPILOG
+)
 @click.argument("run_dir", metavar="RUN", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--target", "target_spec", required=True, metavar="DIR|REPO_ID|FILE.gguf",
-              help="The target the data was generated with.")
-@click.option("--data", "data_paths", type=click.Path(exists=True, dir_okay=False, path_type=Path), multiple=True,
-              required=True, help="Training data (.npz from `generate`); repeat to concatenate.")
-@click.option("--steps", type=click.IntRange(1), default=None, help="Total steps (default 4000; on resume: the run's).")
-@click.option("--time-budget", type=click.FloatRange(1), default=540.0, show_default=True,
-              help="Seconds of training in this piece; the state is saved and the next call resumes.")
-@click.option("--batch-size", type=click.IntRange(1), default=16, show_default=True, help="Sequences per step.")
+@click.option(
+    "--target",
+    "target_spec",
+    required=True,
+    metavar="DIR|REPO_ID|FILE.gguf",
+    help="The target the data was generated with.",
+)
+@click.option(
+    "--data",
+    "data_paths",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    multiple=True,
+    required=True,
+    help="Training data (.npz from `generate`); repeat to concatenate.",
+)
+@click.option(
+    "--steps", type=click.IntRange(1), default=None, help="Total steps (default 4000; on resume: the run's)."
+)
+@click.option(
+    "--time-budget",
+    type=click.FloatRange(1),
+    default=540.0,
+    show_default=True,
+    help="Seconds of training in this piece; the state is saved and the next call resumes.",
+)
+@click.option(
+    "--batch-size", type=click.IntRange(1), default=16, show_default=True, help="Sequences per step."
+)
 @click.option("--anchors", type=click.IntRange(1), default=48, show_default=True, help="Blocks per sequence.")
 @click.option("--lr-drafter", type=float, default=6e-4, show_default=True)
 @click.option("--lr-head", type=float, default=3e-4, show_default=True)
 @click.option("--block-size", type=click.IntRange(2, 16), default=8, show_default=True)
 @click.option("--layers", type=click.IntRange(1), default=1, show_default=True, help="Draft layers.")
-@click.option("--mask-token-id", type=click.IntRange(0), required=False,
-              help="New run: a special token id that never occurs in the data.")
-@click.option("--init-layer", type=click.IntRange(0), default=None,
-              help="New run: start the draft layers from this target layer.")
-@click.option("--init-from", type=click.Path(file_okay=False, exists=True, path_type=Path), default=None,
-              help="New run: start from this drafter checkpoint's weights (a converted LiLiCorr drafter of the "
-                   "same shape), e.g. to fine-tune it on new data.")
-@click.option("--plan-seconds", type=click.FloatRange(1), default=None,
-              help="New run: time ten steps and set --steps to what fits in this many seconds of training.")
+@click.option(
+    "--mask-token-id",
+    type=click.IntRange(0),
+    required=False,
+    help="New run: a special token id that never occurs in the data.",
+)
+@click.option(
+    "--init-layer",
+    type=click.IntRange(0),
+    default=None,
+    help="New run: start the draft layers from this target layer.",
+)
+@click.option(
+    "--init-from",
+    type=click.Path(file_okay=False, exists=True, path_type=Path),
+    default=None,
+    help="New run: start from this drafter checkpoint's weights (a converted LiLiCorr drafter of the "
+    "same shape), e.g. to fine-tune it on new data.",
+)
+@click.option(
+    "--plan-seconds",
+    type=click.FloatRange(1),
+    default=None,
+    help="New run: time ten steps and set --steps to what fits in this many seconds of training.",
+)
 @click.option("--device", default=None, help="cuda or cpu (default: cuda when available).")
-def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: int | None, time_budget: float,
-          batch_size: int, anchors: int, lr_drafter: float, lr_head: float, block_size: int, layers: int,
-          mask_token_id: int | None, init_layer: int | None, init_from: Path | None, plan_seconds: float | None,
-          device: str | None) -> None:
+def train(
+    run_dir: Path,
+    target_spec: str,
+    data_paths: tuple[Path, ...],
+    steps: int | None,
+    time_budget: float,
+    batch_size: int,
+    anchors: int,
+    lr_drafter: float,
+    lr_head: float,
+    block_size: int,
+    layers: int,
+    mask_token_id: int | None,
+    init_layer: int | None,
+    init_from: Path | None,
+    plan_seconds: float | None,
+    device: str | None,
+) -> None:
     _reading.update({"RUN": str(run_dir), "--data": ", ".join(map(str, data_paths)), "--target": target_spec})
     if (run_dir.exists() or run_dir.is_symlink()) and not run_dir.is_dir():
         raise click.BadParameter(f"{run_dir} is not a directory", param_hint="RUN")
@@ -275,31 +389,45 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
         raise click.UsageError("--init-from and --init-layer both say where a new run starts: give one")
     if not resuming and mask_token_id is None:
         raise click.UsageError("a new run needs --mask-token-id (a special token id absent from the data)")
-    state = read_state(found) if found is not None else None  # a state that is not ours: refused before the target
+    state = (
+        read_state(found) if found is not None else None
+    )  # a state that is not ours: refused before the target
     check_log(run_dir / LOG)
     data = Dataset.concat([Dataset.load(p) for p in data_paths])
     target = _target(target_spec, device or _default_device())
     top = int(data.tokens.max()) if len(data.tokens) else -1
     if top >= target.vocab_size:
-        raise click.ClickException(f"--data holds token id {top}, but the target {target_spec} has a vocabulary of "
-                                   f"{target.vocab_size}: the data was generated with another target")
+        raise click.ClickException(
+            f"--data holds token id {top}, but the target {target_spec} has a vocabulary of "
+            f"{target.vocab_size}: the data was generated with another target"
+        )
     config = None
     if not resuming:
         assert mask_token_id is not None
         if mask_token_id >= target.vocab_size:
-            raise click.BadParameter(f"{mask_token_id} is past the target's vocabulary ({target.vocab_size} ids)",
-                                     param_hint="--mask-token-id")
+            raise click.BadParameter(
+                f"{mask_token_id} is past the target's vocabulary ({target.vocab_size} ids)",
+                param_hint="--mask-token-id",
+            )
         if bool((data.tokens == mask_token_id).any()):
-            raise click.BadParameter(f"{mask_token_id} occurs in the training data", param_hint="--mask-token-id")
+            raise click.BadParameter(
+                f"{mask_token_id} occurs in the training data", param_hint="--mask-token-id"
+            )
         if init_layer is not None and init_layer >= target.num_layers:
-            raise click.BadParameter(f"the target has {target.num_layers} layers (0 to {target.num_layers - 1})",
-                                     param_hint="--init-layer")
-        config = drafter_config(target.config, DrafterShape(block_size=block_size, num_layers=layers,
-                                                             mask_token_id=mask_token_id))
+            raise click.BadParameter(
+                f"the target has {target.num_layers} layers (0 to {target.num_layers - 1})",
+                param_hint="--init-layer",
+            )
+        config = drafter_config(
+            target.config, DrafterShape(block_size=block_size, num_layers=layers, mask_token_id=mask_token_id)
+        )
         if init_layer is None and init_from is None:
-            click.echo(f"warning: the drafter starts from random weights (neither --init-layer nor --init-from); "
-                       f"--init-layer {target.num_layers - 1} starts its layers from the target's last layer, "
-                       "as the recipe does, and trains far faster", err=True)
+            click.echo(
+                f"warning: the drafter starts from random weights (neither --init-layer nor --init-from); "
+                f"--init-layer {target.num_layers - 1} starts its layers from the target's last layer, "
+                "as the recipe does, and trains far faster",
+                err=True,
+            )
     settings = TrainConfig(batch_size=batch_size, anchors=anchors, lr_drafter=lr_drafter, lr_head=lr_head)
     try:
         run = open_run(run_dir, config, settings, target, init_layer, steps, init_from=init_from, state=state)
@@ -307,14 +435,25 @@ def train(run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], steps: 
         raise
     except ValueError as exc:  # a drafter of another shape, a config the tooling refuses
         raise click.ClickException(str(exc)) from None
-    click.echo(f"fit: step {run.step}/{run.train.steps}, {len(data)} sequences, settings "
-               f"{json.dumps(structs.asdict(run.train))}", err=True)
+    click.echo(
+        f"fit: step {run.step}/{run.train.steps}, {len(data)} sequences, settings "
+        f"{json.dumps(structs.asdict(run.train))}",
+        err=True,
+    )
     planning = plan_seconds if run.step == 0 else None
     run_dir.mkdir(parents=True, exist_ok=True)
-    done = fit(run, run_dir, target, data, time_budget_s=time_budget, plan_seconds=planning,
-               log=lambda r: click.echo(json.dumps(r), err=True))
-    click.echo(f"{'finished' if done else 'paused'} at step {run.step}/{run.train.steps} "
-               f"(log: {run_dir / LOG})")
+    done = fit(
+        run,
+        run_dir,
+        target,
+        data,
+        time_budget_s=time_budget,
+        plan_seconds=planning,
+        log=lambda r: click.echo(json.dumps(r), err=True),
+    )
+    click.echo(
+        f"{'finished' if done else 'paused'} at step {run.step}/{run.train.steps} (log: {run_dir / LOG})"
+    )
 
 
 EXPORT_HELP = """Export RUN's drafter in the layout NVIDIA ModelOpt's LiLiCorr exporter writes, to OUT.
@@ -329,10 +468,16 @@ Example:
 """
 
 
-@main.command(help=EXPORT_HELP, short_help="RUN -> a checkpoint in ModelOpt's LiLiCorr export layout", epilog=EPILOG)
+@main.command(
+    help=EXPORT_HELP, short_help="RUN -> a checkpoint in ModelOpt's LiLiCorr export layout", epilog=EPILOG
+)
 @click.argument("run_dir", metavar="RUN", type=click.Path(file_okay=False, exists=True, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), required=True,
-              help="The export directory (new, or an earlier export of this command).")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="The export directory (new, or an earlier export of this command).",
+)
 def export(run_dir: Path, out: Path) -> None:
     _reading.update({"RUN": str(run_dir)})
     drafter, config, step = load_run_drafter(run_dir)

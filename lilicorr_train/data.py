@@ -54,14 +54,21 @@ def _read_arrays(path: Path) -> dict[str, np.ndarray]:
                         raise _refuse(path, f"it has no {name} array") from None
                     with archive.open(info) as member:
                         version = np.lib.format.read_magic(member)
-                        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
-                            np.lib.format.read_array_header_2_0
+                        read_header = (
+                            np.lib.format.read_array_header_1_0
+                            if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0
+                        )
                         shape, _, dtype = read_header(member)
                         if dtype.hasobject or dtype.kind not in "iu" or len(shape) != 1:
-                            raise _refuse(path, f"its {name} array is {dtype} {list(shape)}, not 1-D integers")
+                            raise _refuse(
+                                path, f"its {name} array is {dtype} {list(shape)}, not 1-D integers"
+                            )
                         if shape[0] * dtype.itemsize > info.file_size:
-                            raise _refuse(path, f"its {name} array claims {shape[0]} values, more than the archive "
-                                                "holds")
+                            raise _refuse(
+                                path,
+                                f"its {name} array claims {shape[0]} values, more than the archive holds",
+                            )
                     with archive.open(info) as member:
                         arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
     except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
@@ -83,8 +90,11 @@ def _check(path: Path, tokens: np.ndarray, offsets: np.ndarray, prompt_lengths: 
     if len(offsets) != n + 1:
         raise _refuse(path, f"it has {len(offsets)} offsets for {n} sequences (there must be one more)")
     if int(offsets[0]) != 0 or int(offsets[-1]) != len(tokens) or bool((np.diff(offsets) < 0).any()):
-        raise _refuse(path, f"its offsets do not index its {len(tokens)} tokens (they run from {int(offsets[0])} to "
-                            f"{int(offsets[-1])}{', not in order' if bool((np.diff(offsets) < 0).any()) else ''})")
+        raise _refuse(
+            path,
+            f"its offsets do not index its {len(tokens)} tokens (they run from {int(offsets[0])} to "
+            f"{int(offsets[-1])}{', not in order' if bool((np.diff(offsets) < 0).any()) else ''})",
+        )
     if bool((prompt_lengths < 0).any()) or bool((prompt_lengths > np.diff(offsets)).any()):
         raise _refuse(path, "a prompt length is negative or longer than its sequence")
     if len(tokens) and int(tokens.min()) < 0:
@@ -100,7 +110,7 @@ class Dataset(Struct):
         return len(self.prompt_lengths)
 
     def sequence(self, i: int) -> np.ndarray:
-        return self.tokens[self.offsets[i]:self.offsets[i + 1]]
+        return self.tokens[self.offsets[i] : self.offsets[i + 1]]
 
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
@@ -129,21 +139,35 @@ class Dataset(Struct):
         for part in parts:
             offsets.append(part.offsets[1:] + base)
             base += int(part.offsets[-1])
-        return cls(np.concatenate([p.tokens for p in parts]), np.concatenate(offsets),
-                   np.concatenate([p.prompt_lengths for p in parts]))
+        return cls(
+            np.concatenate([p.tokens for p in parts]),
+            np.concatenate(offsets),
+            np.concatenate([p.prompt_lengths for p in parts]),
+        )
 
 
 def encode_prompt(tokenizer, prompt: Prompt) -> list[int]:
     """Token ids as smoke encodes its probes: the chat template with the generation prompt, or the raw text."""
     if prompt.chat:
-        return list(tokenizer.apply_chat_template([{"role": "user", "content": prompt.text}],
-                                                  add_generation_prompt=True, tokenize=True,
-                                                  return_dict=True)["input_ids"])
+        return list(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": prompt.text}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+        )
     return list(tokenizer(prompt.text)["input_ids"])
 
 
-def generate_dataset(target: FastTarget, prompts: Sequence[Prompt], max_new_tokens: int, *,
-                     batch_size: int = 256, progress: Callable[[int, int], None] | None = None) -> Dataset:
+def generate_dataset(
+    target: FastTarget,
+    prompts: Sequence[Prompt],
+    max_new_tokens: int,
+    *,
+    batch_size: int = 256,
+    progress: Callable[[int, int], None] | None = None,
+) -> Dataset:
     """Answer every prompt greedily with the target; duplicate prompts are answered once."""
     if target.tokenizer is None:
         raise ValueError("generating training data needs the target's tokenizer")
@@ -162,8 +186,15 @@ def generate_dataset(target: FastTarget, prompts: Sequence[Prompt], max_new_toke
     return Dataset(np.concatenate(sequences), offsets, np.asarray([len(p) for p in encoded], dtype=np.int32))
 
 
-def self_written_prompts(target: FastTarget, openers: Sequence[str], *, max_tokens: int = 48,
-                         temperature: float = 0.9, seed: int = 0, batch_size: int = 512) -> list[Prompt]:
+def self_written_prompts(
+    target: FastTarget,
+    openers: Sequence[str],
+    *,
+    max_tokens: int = 48,
+    temperature: float = 0.9,
+    seed: int = 0,
+    batch_size: int = 512,
+) -> list[Prompt]:
     """User requests the target writes itself: each opener is put in the user turn of its chat template and
     the target samples the rest of the turn. Requests that do not end their turn within `max_tokens`, and
     ones shorter than a few words, are dropped."""
@@ -174,9 +205,11 @@ def self_written_prompts(target: FastTarget, openers: Sequence[str], *, max_toke
     rendered = tokenizer.apply_chat_template([{"role": "user", "content": mark}], tokenize=False)
     if mark not in rendered:
         raise ValueError("the chat template does not show the user's text verbatim")
-    prefix = rendered[:rendered.index(mark)]
+    prefix = rendered[: rendered.index(mark)]
     starts = [list(tokenizer(prefix + opener, add_special_tokens=False)["input_ids"]) for opener in openers]
-    written = target.generate_batch(starts, max_tokens, batch_size=batch_size, temperature=temperature, seed=seed)
+    written = target.generate_batch(
+        starts, max_tokens, batch_size=batch_size, temperature=temperature, seed=seed
+    )
     eos = set(target.eos_token_ids)
     prompts = []
     for opener, tokens in zip(openers, written, strict=True):

@@ -122,11 +122,16 @@ def _check_output(out_dir: Path) -> None:
         return
     if out_dir.is_symlink() or not out_dir.is_dir():
         raise OutputExists(f"{out_dir} exists and is not a directory")
-    others = sorted(e.name + ("/" if e.is_dir(follow_symlinks=False) else "") for e in os.scandir(out_dir)
-                    if e.name not in EXPORT_FILES or not e.is_file(follow_symlinks=False))
+    others = sorted(
+        e.name + ("/" if e.is_dir(follow_symlinks=False) else "")
+        for e in os.scandir(out_dir)
+        if e.name not in EXPORT_FILES or not e.is_file(follow_symlinks=False)
+    )
     if others:
-        raise OutputExists(f"{out_dir} holds {shorten(others, 4, quote='')}, which an export did not write; export replaces only an "
-                           "earlier export (config.json and model.safetensors): choose another --out")
+        raise OutputExists(
+            f"{out_dir} holds {shorten(others, 4, quote='')}, which an export did not write; export replaces only an "
+            "earlier export (config.json and model.safetensors): choose another --out"
+        )
 
 
 def normal_mode(path: Path) -> None:
@@ -136,8 +141,9 @@ def normal_mode(path: Path) -> None:
     os.chmod(path, 0o666 & ~umask)
 
 
-def export_modelopt(drafter: Drafter, config: dict[str, Any], out_dir: str | Path,
-                    dtype: torch.dtype = torch.bfloat16) -> Path:
+def export_modelopt(
+    drafter: Drafter, config: dict[str, Any], out_dir: str | Path, dtype: torch.dtype = torch.bfloat16
+) -> Path:
     """Write config.json + model.safetensors as ModelOpt's LiLiCorr exporter does, atomically (a sibling
     temporary directory renamed into place). An existing OUT must be empty or an earlier export."""
     out_dir = Path(out_dir)
@@ -149,7 +155,9 @@ def export_modelopt(drafter: Drafter, config: dict[str, Any], out_dir: str | Pat
     try:
         tensors = {}
         for name, value in drafter.state_dict().items():
-            stored = legacy_name(f"lilicorr.{name[len('lilicorr.'):]}") if name.startswith("lilicorr.") else name
+            stored = (
+                legacy_name(f"lilicorr.{name[len('lilicorr.') :]}") if name.startswith("lilicorr.") else name
+            )
             tensors[stored] = value.detach().to("cpu", dtype).contiguous()
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
         normal_mode(tmp / "model.safetensors")

@@ -51,11 +51,16 @@ def init_from_checkpoint(drafter: Drafter, path: Path) -> None:
     """Copy a drafter checkpoint's weights into `drafter`; every tensor must match by name and shape."""
     trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
     ours, theirs = drafter.state_dict(), trained.state_dict()
-    mismatched = sorted(k for k in ours.keys() | theirs.keys()
-                        if k not in ours or k not in theirs or ours[k].shape != theirs[k].shape)
+    mismatched = sorted(
+        k
+        for k in ours.keys() | theirs.keys()
+        if k not in ours or k not in theirs or ours[k].shape != theirs[k].shape
+    )
     if mismatched:
-        raise ValueError(f"{path} is not a drafter of this shape: {len(mismatched)} tensors differ "
-                         f"(first: {', '.join(mismatched[:4])})")
+        raise ValueError(
+            f"{path} is not a drafter of this shape: {len(mismatched)} tensors differ "
+            f"(first: {', '.join(mismatched[:4])})"
+        )
     drafter.load_state_dict(theirs)
 
 
@@ -66,21 +71,26 @@ def init_from_target(drafter: Drafter, target: FastTarget, layer: int) -> None:
     source = hf_layers[layer]
     with torch.no_grad():
         for draft_layer in drafter.layers:
-            pairs = [(draft_layer.self_attn.q_proj, source.self_attn.q_proj),
-                     (draft_layer.self_attn.k_proj, source.self_attn.k_proj),
-                     (draft_layer.self_attn.v_proj, source.self_attn.v_proj),
-                     (draft_layer.self_attn.o_proj, source.self_attn.o_proj),
-                     (draft_layer.mlp.gate_proj, source.mlp.gate_proj), (draft_layer.mlp.up_proj, source.mlp.up_proj),
-                     (draft_layer.mlp.down_proj, source.mlp.down_proj),
-                     (draft_layer.input_layernorm, source.input_layernorm),
-                     (draft_layer.post_attention_layernorm, source.post_attention_layernorm)]
+            pairs = [
+                (draft_layer.self_attn.q_proj, source.self_attn.q_proj),
+                (draft_layer.self_attn.k_proj, source.self_attn.k_proj),
+                (draft_layer.self_attn.v_proj, source.self_attn.v_proj),
+                (draft_layer.self_attn.o_proj, source.self_attn.o_proj),
+                (draft_layer.mlp.gate_proj, source.mlp.gate_proj),
+                (draft_layer.mlp.up_proj, source.mlp.up_proj),
+                (draft_layer.mlp.down_proj, source.mlp.down_proj),
+                (draft_layer.input_layernorm, source.input_layernorm),
+                (draft_layer.post_attention_layernorm, source.post_attention_layernorm),
+            ]
             for mine, theirs in pairs:
                 if mine.weight.shape == theirs.weight.shape:
                     mine.weight.copy_(theirs.weight.float())
         m = drafter.geometry.hidden_size
         taps = len(drafter.target_layer_ids)
         eye = torch.eye(m) / taps
-        drafter.fc.weight.copy_(torch.cat([eye] * taps, dim=1) + 0.01 * torch.randn(m, m * taps) / math.sqrt(m))
+        drafter.fc.weight.copy_(
+            torch.cat([eye] * taps, dim=1) + 0.01 * torch.randn(m, m * taps) / math.sqrt(m)
+        )
     if drafter.lilicorr is not None:
         drafter.lilicorr.invalidate_derived()
 
@@ -88,8 +98,10 @@ def init_from_target(drafter: Drafter, target: FastTarget, layer: int) -> None:
 def _optimizer(drafter: Drafter, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     head = [p for n, p in drafter.named_parameters() if n.startswith("lilicorr.")]
     backbone = [p for n, p in drafter.named_parameters() if not n.startswith("lilicorr.")]
-    groups = [{"params": backbone, "lr": cfg.lr_drafter, "weight_decay": 0.0, "base_lr": cfg.lr_drafter},
-              {"params": head, "lr": cfg.lr_head, "weight_decay": cfg.weight_decay_head, "base_lr": cfg.lr_head}]
+    groups = [
+        {"params": backbone, "lr": cfg.lr_drafter, "weight_decay": 0.0, "base_lr": cfg.lr_drafter},
+        {"params": head, "lr": cfg.lr_head, "weight_decay": cfg.weight_decay_head, "base_lr": cfg.lr_head},
+    ]
     return torch.optim.AdamW(groups, betas=(0.9, 0.95), fused=device.type == "cuda")
 
 
@@ -101,13 +113,14 @@ def _schedule(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def _batch(dataset: Dataset, rows: np.ndarray, cfg: TrainConfig, generator: torch.Generator,
-           device: torch.device) -> TrainBatch:
-    seqs = [dataset.sequence(int(i))[:cfg.max_length].astype(np.int64) for i in rows]
+def _batch(
+    dataset: Dataset, rows: np.ndarray, cfg: TrainConfig, generator: torch.Generator, device: torch.device
+) -> TrainBatch:
+    seqs = [dataset.sequence(int(i))[: cfg.max_length].astype(np.int64) for i in rows]
     width = max(len(s) for s in seqs)
     tokens = torch.zeros(len(seqs), width, dtype=torch.long)
     for r, s in enumerate(seqs):
-        tokens[r, :len(s)] = torch.from_numpy(s)
+        tokens[r, : len(s)] = torch.from_numpy(s)
     lengths = torch.tensor([len(s) for s in seqs])
     prompts = torch.from_numpy(dataset.prompt_lengths[rows].astype(np.int64))
     anchors, valid = sample_anchors(lengths, prompts, cfg.anchors, generator)
@@ -115,13 +128,16 @@ def _batch(dataset: Dataset, rows: np.ndarray, cfg: TrainConfig, generator: torc
 
 
 @torch.no_grad()
-def target_pass(target: FastTarget, tokens: torch.Tensor, taps: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+def target_pass(
+    target: FastTarget, tokens: torch.Tensor, taps: tuple[int, ...]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The target over right-padded tokens [b, L]: (final-normed hidden [b, L, M], taps [b, L, T·M])."""
     b, length = tokens.shape
     cache = target.core.new_cache(b, length)
     zero = torch.zeros((), dtype=torch.long, device=tokens.device)
-    return target.core.forward(cache, target.embed_tokens(tokens), zero, torch.zeros(b, dtype=torch.long,
-                                                                                     device=tokens.device), taps)
+    return target.core.forward(
+        cache, target.embed_tokens(tokens), zero, torch.zeros(b, dtype=torch.long, device=tokens.device), taps
+    )
 
 
 class Run(Struct):
@@ -133,9 +149,17 @@ class Run(Struct):
     generator: torch.Generator
 
 
-def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainConfig, target: FastTarget,
-             init_layer: int | None, steps: int | None = None, *, init_from: Path | None = None,
-             state: TrainState | None = None) -> Run:
+def open_run(
+    run_dir: Path,
+    drafter_config: dict[str, Any] | None,
+    train: TrainConfig,
+    target: FastTarget,
+    init_layer: int | None,
+    steps: int | None = None,
+    *,
+    init_from: Path | None = None,
+    state: TrainState | None = None,
+) -> Run:
     """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
     `train` (drafter_config required then), from the target's layer `init_layer` or from the weights of the
     drafter checkpoint `init_from` (which must have the shape drafter_config gives). `state`: the run's state,
@@ -155,13 +179,20 @@ def open_run(run_dir: Path, drafter_config: dict[str, Any] | None, train: TrainC
     elif init_layer is not None:
         init_from_target(drafter, target, init_layer)
     drafter.to(device)
-    return Run(drafter, drafter_config, train, 0, _optimizer(drafter, train, device),
-               torch.Generator().manual_seed(train.seed))
+    return Run(
+        drafter,
+        drafter_config,
+        train,
+        0,
+        _optimizer(drafter, train, device),
+        torch.Generator().manual_seed(train.seed),
+    )
 
 
 def _resume(path: Path, state: TrainState, train: TrainConfig, target: FastTarget, steps: int | None) -> Run:
     """The run a checked state holds (read_state checked its tensors' names and shapes against its own drafter
     config); whatever else does not fit is a StateError naming the file."""
+
     def refuse(why: str) -> StateError:
         return StateError(f"{path} is not a training state this tool can resume: {why}")
 
@@ -194,9 +225,17 @@ def _resume(path: Path, state: TrainState, train: TrainConfig, target: FastTarge
 
 
 def save_run(run: Run, run_dir: Path) -> Path:
-    return save_state(run_dir, TrainState(model=run.drafter.state_dict(), optimizer=run.optimizer.state_dict(),
-                                          rng=run.generator.get_state(), step=run.step, config=run.config,
-                                          train=structs.asdict(run.train)))
+    return save_state(
+        run_dir,
+        TrainState(
+            model=run.drafter.state_dict(),
+            optimizer=run.optimizer.state_dict(),
+            rng=run.generator.get_state(),
+            step=run.step,
+            config=run.config,
+            train=structs.asdict(run.train),
+        ),
+    )
 
 
 def load_run_drafter(run_dir: Path) -> tuple[Drafter, dict[str, Any], int]:
@@ -209,14 +248,24 @@ def load_run_drafter(run_dir: Path) -> tuple[Drafter, dict[str, Any], int]:
     try:
         drafter.load_state_dict(state.model)
     except RuntimeError as exc:
-        raise StateError(f"{found} is not a training state this tool can resume: its weights do not load into its "
-                         f"drafter ({str(exc).splitlines()[0]})") from None
+        raise StateError(
+            f"{found} is not a training state this tool can resume: its weights do not load into its "
+            f"drafter ({str(exc).splitlines()[0]})"
+        ) from None
     return drafter, state.config, state.step
 
 
-def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_budget_s: float = float("inf"),
-        save_every_s: float = 120.0, plan_seconds: float | None = None,
-        log: Callable[[dict[str, Any]], None] | None = None) -> bool:
+def fit(
+    run: Run,
+    run_dir: Path,
+    target: FastTarget,
+    dataset: Dataset,
+    *,
+    time_budget_s: float = float("inf"),
+    save_every_s: float = 120.0,
+    plan_seconds: float | None = None,
+    log: Callable[[dict[str, Any]], None] | None = None,
+) -> bool:
     """Train until the run's last step or the time budget; saves the state at the end and every
     `save_every_s`. Returns True when the run is finished. plan_seconds (a new run only): time steps 4..13
     and set the run's total steps to what fits in that many seconds of training, so the schedule's cosine
@@ -231,8 +280,11 @@ def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_b
     totals: dict[str, float] = {}
     seen = 0
     plan_start = 0.0
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else torch.autocast(
-        "cpu", enabled=False)
+    autocast = (
+        torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.type == "cuda"
+        else torch.autocast("cpu", enabled=False)
+    )
     with (run_dir / LOG).open("a") as log_file:
         while run.step < cfg.steps:
             if time.monotonic() - started > time_budget_s:
@@ -240,7 +292,9 @@ def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_b
             scale = _schedule(run.step, cfg)
             for group in run.optimizer.param_groups:
                 group["lr"] = group["base_lr"] * scale
-            rng = np.random.default_rng([cfg.seed, run.step])  # per step, so a resumed run draws the same batches
+            rng = np.random.default_rng(
+                [cfg.seed, run.step]
+            )  # per step, so a resumed run draws the same batches
             batch = _batch(dataset, rng.integers(0, len(dataset), cfg.batch_size), cfg, run.generator, device)
             hidden, features = target_pass(target, batch.tokens, taps)
             with autocast:
@@ -264,9 +318,13 @@ def fit(run: Run, run_dir: Path, target: FastTarget, dataset: Dataset, *, time_b
                 totals[key] = totals.get(key, 0.0) + value
             seen += 1
             if run.step % cfg.log_every == 0 or run.step == cfg.steps:
-                record = {"step": run.step, "lr_scale": round(scale, 4), "grad_norm": round(float(norm), 4),
-                          "elapsed_s": round(time.monotonic() - started, 1),
-                          **{k: round(v / seen, 4) for k, v in totals.items()}}
+                record = {
+                    "step": run.step,
+                    "lr_scale": round(scale, 4),
+                    "grad_norm": round(float(norm), 4),
+                    "elapsed_s": round(time.monotonic() - started, 1),
+                    **{k: round(v / seen, 4) for k, v in totals.items()},
+                }
                 log_file.write(json.dumps(record) + "\n")
                 log_file.flush()
                 if log is not None:

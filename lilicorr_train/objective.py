@@ -40,8 +40,9 @@ class TrainBatch(Struct):
     anchor_valid: torch.Tensor  # [b, m] bool (rows with fewer usable positions than m)
 
 
-def sample_anchors(lengths: torch.Tensor, prompt_lengths: torch.Tensor, per_sequence: int,
-                   generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_anchors(
+    lengths: torch.Tensor, prompt_lengths: torch.Tensor, per_sequence: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Up to `per_sequence` distinct anchors per sequence among the answer positions [prompt_length, length-2]
     (the first drafted block of a request is anchored at the first answer token). -> anchors [b, m] (sorted),
     valid [b, m]."""
@@ -66,8 +67,9 @@ class StepOutput(Struct):
     metrics: dict[str, float]
 
 
-def draft_blocks(drafter: Drafter, features: torch.Tensor, block_embeddings: torch.Tensor,
-                 anchors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def draft_blocks(
+    drafter: Drafter, features: torch.Tensor, block_embeddings: torch.Tensor, anchors: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """features [b, L, T·M] (target taps of every position), block_embeddings [b, m, B, M] of
     [x_a, mask x S], anchors [b, m] -> (final-normed block hidden [b, m, B, M], context rows [b, L, M]): the
     drafter's own forward (Drafter.forward_blocks), the one decoding runs."""
@@ -75,9 +77,15 @@ def draft_blocks(drafter: Drafter, features: torch.Tensor, block_embeddings: tor
     return drafter.forward_blocks(context, block_embeddings, anchors), context
 
 
-def training_step(drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
-                  features: torch.Tensor, target_hidden: torch.Tensor | None, batch: TrainBatch,
-                  weights: LossWeights) -> StepOutput:
+def training_step(
+    drafter: Drafter,
+    embed_weight: torch.Tensor,
+    lm_head_weight: torch.Tensor,
+    features: torch.Tensor,
+    target_hidden: torch.Tensor | None,
+    batch: TrainBatch,
+    weights: LossWeights,
+) -> StepOutput:
     """The loss of one batch and its metrics. features [b, L, T·M]: the target's taps; target_hidden
     [b, L, M]: its final-normed hidden (position p predicts p+1), or None to leave out L_dist;
     embed_weight [V, M] / lm_head_weight [V, M]: the target's (frozen)."""
@@ -118,9 +126,12 @@ def training_step(drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: 
     candidate_log_probs = logits.gather(-1, ids) - lse[..., None]  # gradients reach the backbone here
     anchor_rows = context.gather(1, (anchors - 1).clamp(min=0)[..., None].expand(-1, -1, context.shape[2]))
     rows = b * m
-    start, pairs = head(F.embedding(ids, embed_weight).reshape(rows, slots, k, -1),
-                        candidate_log_probs.reshape(rows, slots, k), pass_hidden.reshape(rows, slots, -1),
-                        anchor_rows.reshape(rows, -1))
+    start, pairs = head(
+        F.embedding(ids, embed_weight).reshape(rows, slots, k, -1),
+        candidate_log_probs.reshape(rows, slots, k),
+        pass_hidden.reshape(rows, slots, -1),
+        anchor_rows.reshape(rows, -1),
+    )
     truth_flat, valid_flat = truth.reshape(rows, slots), slot_valid.reshape(rows, slots)
     matches = ids.reshape(rows, slots, k) == truth_flat[..., None]  # [rows, S, K]
     covered = matches.any(-1) & valid_flat
@@ -140,9 +151,11 @@ def training_step(drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: 
         # q at slot s is the target's distribution at position a+s-1: the row that predicts x_{a+s}
         with torch.no_grad():
             q_positions = (anchors[:, :, None] + offsets[:slots]).clamp(max=target_hidden.shape[1] - 1)
-            q_hidden = target_hidden.gather(1, q_positions.reshape(b, -1, 1).expand(-1, -1, target_hidden.shape[2]))
+            q_hidden = target_hidden.gather(
+                1, q_positions.reshape(b, -1, 1).expand(-1, -1, target_hidden.shape[2])
+            )
             target_logits = F.linear(q_hidden, lm_head_weight).float().view(b, m, slots, -1)
-            log_q = (target_logits.gather(-1, ids) - torch.logsumexp(target_logits, -1, keepdim=True))
+            log_q = target_logits.gather(-1, ids) - torch.logsumexp(target_logits, -1, keepdim=True)
             log_q = log_q.reshape(rows, slots, k)
         log_q_true = log_q.gather(-1, true_index[..., None])
         cost = torch.relu(log_q_true - log_q)  # [rows, S, K]
@@ -152,16 +165,20 @@ def training_step(drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: 
     with torch.no_grad():
         metrics["coverage1"] = float(covered[:, 0][anchor_valid.reshape(-1)].float().mean())
         metrics["oracle_prefix"] = float(prefix.sum(-1).float()[anchor_valid.reshape(-1)].mean())
-        metrics["head_accept"] = float(_walk_accept(start, pairs, ids.reshape(rows, slots, k), truth_flat,
-                                                    valid_flat)[anchor_valid.reshape(-1)].mean())
+        metrics["head_accept"] = float(
+            _walk_accept(start, pairs, ids.reshape(rows, slots, k), truth_flat, valid_flat)[
+                anchor_valid.reshape(-1)
+            ].mean()
+        )
     loss = dflash_loss + weights.gamma * loss_terms
     if not math.isfinite(float(loss.detach())):
         raise FloatingPointError(f"non-finite training loss: {metrics}")
     return StepOutput(loss, metrics)
 
 
-def _walk_accept(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, truth: torch.Tensor,
-                 valid: torch.Tensor) -> torch.Tensor:
+def _walk_accept(
+    start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, truth: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
     """Accepted length of the greedy walk against the true tokens, per lattice: [rows] float."""
     pick = start.argmax(-1)  # [rows]
     chosen = [ids[:, 0].gather(1, pick[:, None])[:, 0]]

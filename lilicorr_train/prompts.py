@@ -23,58 +23,189 @@ class Prompt(Struct, frozen=True):
 
 
 TOPICS = [
-    "photosynthesis", "the water cycle", "black holes", "the French Revolution", "machine learning", "vaccines",
-    "climate change", "the stock market", "volcanoes", "the human heart", "electric cars", "the Roman Empire",
-    "recycling", "solar panels", "the internet", "honey bees", "earthquakes", "the immune system", "chess",
-    "coffee", "the moon landing", "inflation", "rainforests", "DNA", "the printing press", "gravity", "jazz",
-    "the Great Wall of China", "antibiotics", "cloud computing", "the Olympic Games", "sleep", "tea ceremonies",
-    "renewable energy", "the Renaissance", "ocean tides", "dinosaurs", "blockchain", "meditation",
-    "the periodic table", "rainbows", "the Silk Road", "bread baking", "hurricanes", "democracy", "penguins",
-    "the speed of light", "compound interest", "origami", "glaciers", "the Industrial Revolution", "batteries",
-    "friendship", "public speaking", "time management", "healthy eating", "learning a new language", "gardening",
-    "remote work", "budgeting", "running a marathon", "camping", "video games", "social media", "libraries",
-    "museums", "pyramids", "submarines", "satellites", "bicycles", "trains", "robots", "quantum computers",
-    "the Amazon river", "deserts", "coral reefs", "wolves", "elephants", "mushrooms", "tornadoes", "the brain",
-    "stars", "comets", "magnets", "clouds", "music theory", "painting", "poetry", "photography", "architecture",
-    "the first computers", "space stations", "wind turbines", "plastic pollution", "airplanes", "nutrition",
+    "photosynthesis",
+    "the water cycle",
+    "black holes",
+    "the French Revolution",
+    "machine learning",
+    "vaccines",
+    "climate change",
+    "the stock market",
+    "volcanoes",
+    "the human heart",
+    "electric cars",
+    "the Roman Empire",
+    "recycling",
+    "solar panels",
+    "the internet",
+    "honey bees",
+    "earthquakes",
+    "the immune system",
+    "chess",
+    "coffee",
+    "the moon landing",
+    "inflation",
+    "rainforests",
+    "DNA",
+    "the printing press",
+    "gravity",
+    "jazz",
+    "the Great Wall of China",
+    "antibiotics",
+    "cloud computing",
+    "the Olympic Games",
+    "sleep",
+    "tea ceremonies",
+    "renewable energy",
+    "the Renaissance",
+    "ocean tides",
+    "dinosaurs",
+    "blockchain",
+    "meditation",
+    "the periodic table",
+    "rainbows",
+    "the Silk Road",
+    "bread baking",
+    "hurricanes",
+    "democracy",
+    "penguins",
+    "the speed of light",
+    "compound interest",
+    "origami",
+    "glaciers",
+    "the Industrial Revolution",
+    "batteries",
+    "friendship",
+    "public speaking",
+    "time management",
+    "healthy eating",
+    "learning a new language",
+    "gardening",
+    "remote work",
+    "budgeting",
+    "running a marathon",
+    "camping",
+    "video games",
+    "social media",
+    "libraries",
+    "museums",
+    "pyramids",
+    "submarines",
+    "satellites",
+    "bicycles",
+    "trains",
+    "robots",
+    "quantum computers",
+    "the Amazon river",
+    "deserts",
+    "coral reefs",
+    "wolves",
+    "elephants",
+    "mushrooms",
+    "tornadoes",
+    "the brain",
+    "stars",
+    "comets",
+    "magnets",
+    "clouds",
+    "music theory",
+    "painting",
+    "poetry",
+    "photography",
+    "architecture",
+    "the first computers",
+    "space stations",
+    "wind turbines",
+    "plastic pollution",
+    "airplanes",
+    "nutrition",
 ]
 
 CHAT_TEMPLATES = [
-    "Explain {topic} in simple terms.", "What is {topic}?", "Tell me three interesting facts about {topic}.",
-    "Write a short paragraph about {topic}.", "Why is {topic} important?", "Give me a brief history of {topic}.",
-    "How would you explain {topic} to a ten-year-old?", "What are the main advantages and disadvantages of {topic}?",
-    "Write a short poem about {topic}.", "List five key ideas related to {topic}.",
+    "Explain {topic} in simple terms.",
+    "What is {topic}?",
+    "Tell me three interesting facts about {topic}.",
+    "Write a short paragraph about {topic}.",
+    "Why is {topic} important?",
+    "Give me a brief history of {topic}.",
+    "How would you explain {topic} to a ten-year-old?",
+    "What are the main advantages and disadvantages of {topic}?",
+    "Write a short poem about {topic}.",
+    "List five key ideas related to {topic}.",
     "Summarize what everyone should know about {topic} in a few sentences.",
-    "Write a short story that involves {topic}.", "What are some common misconceptions about {topic}?",
-    "Describe {topic} in one paragraph.", "Write a haiku about {topic}.", "How does {topic} affect daily life?",
+    "Write a short story that involves {topic}.",
+    "What are some common misconceptions about {topic}?",
+    "Describe {topic} in one paragraph.",
+    "Write a haiku about {topic}.",
+    "How does {topic} affect daily life?",
     "What questions would a student ask about {topic}? Answer two of them.",
-    "Write a tweet about {topic}.", "Give me a fun quiz question about {topic} and its answer.",
-    "Compare {topic} and {other} in a few sentences.", "What is the connection between {topic} and {other}?",
+    "Write a tweet about {topic}.",
+    "Give me a fun quiz question about {topic} and its answer.",
+    "Compare {topic} and {other} in a few sentences.",
+    "What is the connection between {topic} and {other}?",
     "Write a short dialogue between two friends talking about {topic}.",
-    "Give me some tips about {topic}.", "What would happen if there were no {topic}?",
-    "Write an introduction for an essay about {topic}.", "Explain the basics of {topic} step by step.",
+    "Give me some tips about {topic}.",
+    "What would happen if there were no {topic}?",
+    "Write an introduction for an essay about {topic}.",
+    "Explain the basics of {topic} step by step.",
 ]
 
 INSTRUCTIONS = [
-    "Write a polite email asking a colleague for help with a report.", "Give me a recipe for a simple pasta dish.",
-    "Suggest a name for a small coffee shop and explain why.", "Write a thank-you note to a teacher.",
-    "How can I improve my sleep?", "Plan a one-day trip to a city of your choice.",
-    "Write a short motivational message for someone starting a new job.", "What should I pack for a beach vacation?",
-    "Describe your ideal weekend.", "Give me a workout plan for beginners.", "How do I make a good first impression?",
-    "Write a product description for a reusable water bottle.", "What are good habits for studying?",
-    "Explain how to change a flat tire.", "Write a short speech for a friend's birthday.",
-    "How do I start learning to play the guitar?", "Write a limerick about a cat.",
-    "Give me advice for a job interview.", "Write a short review of an imaginary restaurant.",
-    "How can I reduce stress at work?", "Write a short bedtime story about a dragon.",
-    "What are some ways to save money on groceries?", "Describe a sunset over the ocean.",
-    "Give me ideas for a science fair project.", "Write a letter to your future self.",
-    "How do I write a good resume?", "Write an advertisement for a bookstore.",
-    "What is the difference between weather and climate?", "Explain what a noun, a verb and an adjective are.",
-    "Translate 'good morning, how are you?' into French and Spanish.", "Write a short riddle and its answer.",
+    "Write a polite email asking a colleague for help with a report.",
+    "Give me a recipe for a simple pasta dish.",
+    "Suggest a name for a small coffee shop and explain why.",
+    "Write a thank-you note to a teacher.",
+    "How can I improve my sleep?",
+    "Plan a one-day trip to a city of your choice.",
+    "Write a short motivational message for someone starting a new job.",
+    "What should I pack for a beach vacation?",
+    "Describe your ideal weekend.",
+    "Give me a workout plan for beginners.",
+    "How do I make a good first impression?",
+    "Write a product description for a reusable water bottle.",
+    "What are good habits for studying?",
+    "Explain how to change a flat tire.",
+    "Write a short speech for a friend's birthday.",
+    "How do I start learning to play the guitar?",
+    "Write a limerick about a cat.",
+    "Give me advice for a job interview.",
+    "Write a short review of an imaginary restaurant.",
+    "How can I reduce stress at work?",
+    "Write a short bedtime story about a dragon.",
+    "What are some ways to save money on groceries?",
+    "Describe a sunset over the ocean.",
+    "Give me ideas for a science fair project.",
+    "Write a letter to your future self.",
+    "How do I write a good resume?",
+    "Write an advertisement for a bookstore.",
+    "What is the difference between weather and climate?",
+    "Explain what a noun, a verb and an adjective are.",
+    "Translate 'good morning, how are you?' into French and Spanish.",
+    "Write a short riddle and its answer.",
 ]
 
-NAMES = ["Anna", "Ben", "Carlos", "Dina", "Emma", "Farid", "Grace", "Hiro", "Ines", "Jamal", "Kate", "Liam",
-         "Maya", "Noah", "Olga", "Priya", "Quinn", "Rosa", "Sam", "Tara"]
+NAMES = [
+    "Anna",
+    "Ben",
+    "Carlos",
+    "Dina",
+    "Emma",
+    "Farid",
+    "Grace",
+    "Hiro",
+    "Ines",
+    "Jamal",
+    "Kate",
+    "Liam",
+    "Maya",
+    "Noah",
+    "Olga",
+    "Priya",
+    "Quinn",
+    "Rosa",
+    "Sam",
+    "Tara",
+]
 ITEMS = ["apples", "pencils", "stickers", "books", "marbles", "cookies", "cards", "flowers", "eggs", "stamps"]
 
 MATH_TEMPLATES = [
@@ -84,7 +215,9 @@ MATH_TEMPLATES = [
     "{name} shares {m} {item} equally among {k} friends. How many {item} does each friend get?",
     "{name} earns ${a} per day. How much does {name} earn in {k} days?",
     "A shirt costs ${a}. It is on sale for {p}% off. What is the sale price?",
-    "What is {a} plus {b}?", "What is {a} times {k}?", "What is {a} minus {c}?",
+    "What is {a} plus {b}?",
+    "What is {a} times {k}?",
+    "What is {a} minus {c}?",
     "A train travels {a} miles in {k} hours. What is its average speed?",
     "{name} reads {b} pages a day. How many pages does {name} read in {k} weeks?",
     "The sum of two numbers is {a} and their difference is {d}. What are the numbers?",
@@ -108,7 +241,12 @@ CODE_TASKS = [
     ("lcm", "a: int, b: int", "int", "Return the least common multiple of a and b."),
     ("celsius_to_fahrenheit", "c: float", "float", "Convert a temperature from Celsius to Fahrenheit."),
     ("max_subarray", "nums: list", "int", "Return the largest sum of a contiguous subarray of nums."),
-    ("binary_search", "items: list, target: int", "int", "Return the index of target in the sorted list, or -1."),
+    (
+        "binary_search",
+        "items: list, target: int",
+        "int",
+        "Return the index of target in the sorted list, or -1.",
+    ),
     ("merge_sorted", "a: list, b: list", "list", "Merge two sorted lists into one sorted list."),
     ("chunk", "items: list, size: int", "list", "Split items into lists of at most size elements."),
     ("capitalize_words", "text: str", "str", "Capitalize the first letter of every word."),
@@ -118,7 +256,12 @@ CODE_TASKS = [
     ("transpose", "matrix: list", "list", "Return the transpose of a matrix given as a list of rows."),
     ("running_total", "values: list", "list", "Return the running totals of values."),
     ("second_largest", "values: list", "int", "Return the second largest distinct value."),
-    ("count_words_longer_than", "text: str, n: int", "int", "Count the words in text longer than n characters."),
+    (
+        "count_words_longer_than",
+        "text: str, n: int",
+        "int",
+        "Count the words in text longer than n characters.",
+    ),
     ("rotate_list", "items: list, k: int", "list", "Rotate items to the right by k positions."),
     ("to_binary", "n: int", "str", "Return the binary representation of a non-negative integer."),
     ("parse_csv_line", "line: str", "list", "Split a comma-separated line into its fields, stripped."),
@@ -150,9 +293,17 @@ def chat_prompts(rng: random.Random, count: int) -> list[Prompt]:
             name, other = rng.sample(NAMES, 2)
             k = rng.randint(2, 9)
             text = rng.choice(MATH_TEMPLATES).format(
-                name=name, other=other, item=rng.choice(ITEMS), a=rng.randint(10, 99), b=rng.randint(2, 40),
-                c=rng.randint(1, 9), d=rng.randint(1, 9) * 2, k=k, m=k * rng.randint(2, 12),
-                p=rng.choice([10, 20, 25, 50]))
+                name=name,
+                other=other,
+                item=rng.choice(ITEMS),
+                a=rng.randint(10, 99),
+                b=rng.randint(2, 40),
+                c=rng.randint(1, 9),
+                d=rng.randint(1, 9) * 2,
+                k=k,
+                m=k * rng.randint(2, 12),
+                p=rng.choice([10, 20, 25, 50]),
+            )
             kind = "math"
         out.append(Prompt(text, True, kind))
     return out
@@ -199,8 +350,11 @@ def _stdlib_functions(limit_files: int) -> tuple[tuple[str, str, str, str], ...]
     method functions in this interpreter's standard library (tests and idlelib left out), in a fixed order."""
     root = Path(sysconfig.get_paths()["stdlib"])
     found: list[tuple[str, str, str]] = []
-    files = sorted(p for p in root.rglob("*.py") if not ({"test", "tests", "idlelib", "site-packages", "lib2to3"}
-                                                        & set(p.relative_to(root).parts)))
+    files = sorted(
+        p
+        for p in root.rglob("*.py")
+        if not ({"test", "tests", "idlelib", "site-packages", "lib2to3"} & set(p.relative_to(root).parts))
+    )
     for path in files[:limit_files]:
         try:
             source = path.read_text(encoding="utf-8")
@@ -216,11 +370,14 @@ def _stdlib_functions(limit_files: int) -> tuple[tuple[str, str, str, str], ...]
             if not doc or len(doc) < 20 or not node.body or body_end - node.lineno > 40:
                 continue
             first = node.body[0]
-            if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)) or len(node.body) < 2:
+            if (
+                not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant))
+                or len(node.body) < 2
+            ):
                 continue
             indent = node.col_offset
             start = (node.decorator_list[0].lineno if node.decorator_list else node.lineno) - 1
-            head = "\n".join(line[indent:] for line in lines[start:first.end_lineno])
+            head = "\n".join(line[indent:] for line in lines[start : first.end_lineno])
             whole = "\n".join(line[indent:] for line in lines[start:body_end])
             signature = f"{node.name}({ast.unparse(node.args)})"  # one line, whatever the source's layout
             found.append((head + "\n", whole + "\n", doc.strip().splitlines()[0], signature))
@@ -240,9 +397,14 @@ def stdlib_code_prompts(rng: random.Random, count: int) -> list[Prompt]:
         if roll < 0.5:
             out.append(Prompt(head, False, "code"))
         elif roll < 0.75:
-            ask = rng.choice(["Explain what this Python function does:", "What does this code do?",
-                              "Review this Python function and suggest an improvement:",
-                              "Add comments to this function:"])
+            ask = rng.choice(
+                [
+                    "Explain what this Python function does:",
+                    "What does this code do?",
+                    "Review this Python function and suggest an improvement:",
+                    "Add comments to this function:",
+                ]
+            )
             out.append(Prompt(f"{ask}\n\n```python\n{whole}```", True, "code"))
         else:
             out.append(Prompt(f"Write a Python function `{signature}`: {summary}", True, "code"))
@@ -252,12 +414,60 @@ def stdlib_code_prompts(rng: random.Random, count: int) -> list[Prompt]:
 # ---------------------------------------------------------------- requests the target writes itself
 
 OPENERS = [
-    "How", "What", "Why", "Can you", "Could you", "Please", "Write", "Explain", "Describe", "Give me", "Tell me",
-    "I", "My", "I'm", "Help me", "Create", "Summarize", "Compare", "List", "Solve", "Calculate", "If", "A",
-    "There are", "Which", "When", "Where", "Who", "Is it", "Should I", "Do you", "Imagine", "Suppose", "Translate",
-    "Rewrite", "Generate", "Design", "Plan", "Suggest", "Find", "Show me", "What is the difference between",
-    "What are the best", "How many", "How much", "John has", "A train", "Sarah bought", "In Python,",
-    "Write a function that", "Write a program", "Debug this", "Fix the", "What happens when",
+    "How",
+    "What",
+    "Why",
+    "Can you",
+    "Could you",
+    "Please",
+    "Write",
+    "Explain",
+    "Describe",
+    "Give me",
+    "Tell me",
+    "I",
+    "My",
+    "I'm",
+    "Help me",
+    "Create",
+    "Summarize",
+    "Compare",
+    "List",
+    "Solve",
+    "Calculate",
+    "If",
+    "A",
+    "There are",
+    "Which",
+    "When",
+    "Where",
+    "Who",
+    "Is it",
+    "Should I",
+    "Do you",
+    "Imagine",
+    "Suppose",
+    "Translate",
+    "Rewrite",
+    "Generate",
+    "Design",
+    "Plan",
+    "Suggest",
+    "Find",
+    "Show me",
+    "What is the difference between",
+    "What are the best",
+    "How many",
+    "How much",
+    "John has",
+    "A train",
+    "Sarah bought",
+    "In Python,",
+    "Write a function that",
+    "Write a program",
+    "Debug this",
+    "Fix the",
+    "What happens when",
 ]
 
 

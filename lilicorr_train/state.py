@@ -76,8 +76,13 @@ def save_state(run_dir: Path, state: TrainState) -> Path:
             else:
                 scalars.setdefault(str(index), {})[key] = value
     tensors["rng"] = state.rng
-    doc = {"step": state.step, "config": state.config, "train": state.train,
-           "param_groups": state.optimizer["param_groups"], "optimizer_scalars": scalars}
+    doc = {
+        "step": state.step,
+        "config": state.config,
+        "train": state.train,
+        "param_groups": state.optimizer["param_groups"],
+        "optimizer_scalars": scalars,
+    }
     metadata = {"format": FORMAT, "version": FORMAT_VERSION, "state": json.dumps(doc)}
     tmp = run_dir / f".{STATE}.{os.getpid()}.tmp"
     save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
@@ -99,7 +104,9 @@ def check_log(path: Path) -> None:
     except OSError as exc:
         raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
     if kind is not None:
-        raise StateError(f"{path} is {kind}, not a regular file; the run's log is appended to it: move it away")
+        raise StateError(
+            f"{path} is {kind}, not a regular file; the run's log is appended to it: move it away"
+        )
 
 
 def _refuse(path: Path, why: str) -> StateError:
@@ -144,13 +151,20 @@ def _read_safetensors(path: Path) -> TrainState:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             metadata = f.metadata() or {}
             if metadata.get("format") != FORMAT:
-                raise _refuse(path, f"its header has no `format: {FORMAT}` (a safetensors file of something else)")
+                raise _refuse(
+                    path, f"its header has no `format: {FORMAT}` (a safetensors file of something else)"
+                )
             if metadata.get("version") != FORMAT_VERSION:
-                raise _refuse(path, f"it is version {metadata.get('version')!r} of the state format; this tool reads "
-                                    f"version {FORMAT_VERSION}")
+                raise _refuse(
+                    path,
+                    f"it is version {metadata.get('version')!r} of the state format; this tool reads "
+                    f"version {FORMAT_VERSION}",
+                )
             text = metadata.get("state", "")
             if len(text) > METADATA_LIMIT:
-                raise _refuse(path, f"its JSON is {len(text)} bytes, more than {METADATA_LIMIT} a state needs")
+                raise _refuse(
+                    path, f"its JSON is {len(text)} bytes, more than {METADATA_LIMIT} a state needs"
+                )
             try:
                 doc = json.loads(text)
             except ValueError as exc:
@@ -167,17 +181,23 @@ def _read_safetensors(path: Path) -> TrainState:
     optimizer_state: dict[int, dict[str, Any]] = {}
     for name, value in tensors.items():
         if name.startswith("optimizer."):
-            index, key = name[len("optimizer."):].split(".", 1)
+            index, key = name[len("optimizer.") :].split(".", 1)
             optimizer_state.setdefault(int(index), {})[key] = value
     for index, values in scalars.items():
         optimizer_state.setdefault(int(index), {}).update(values)
-    return TrainState(model={k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")},
-                      optimizer={"state": optimizer_state, "param_groups": groups}, rng=tensors["rng"], step=step,
-                      config=config, train=train)
+    return TrainState(
+        model={k[len("model.") :]: v for k, v in tensors.items() if k.startswith("model.")},
+        optimizer={"state": optimizer_state, "param_groups": groups},
+        rng=tensors["rng"],
+        step=step,
+        config=config,
+        train=train,
+    )
 
 
-def _document(path: Path, doc: Any) -> tuple[int, dict[str, Any], dict[str, Any], list[dict[str, Any]],
-                                             dict[str, dict[str, Any]]]:
+def _document(
+    path: Path, doc: Any
+) -> tuple[int, dict[str, Any], dict[str, Any], list[dict[str, Any]], dict[str, dict[str, Any]]]:
     if not isinstance(doc, dict):
         raise _refuse(path, "its JSON is not an object")
     step, config, train = doc.get("step"), doc.get("config"), doc.get("train")
@@ -190,8 +210,10 @@ def _document(path: Path, doc: Any) -> tuple[int, dict[str, Any], dict[str, Any]
         raise _refuse(path, "it holds no training settings")
     if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
         raise _refuse(path, "it holds no optimizer parameter groups")
-    if not (isinstance(scalars, dict) and all(isinstance(k, str) and k.isdigit() and isinstance(v, dict)
-                                              for k, v in scalars.items())):
+    if not (
+        isinstance(scalars, dict)
+        and all(isinstance(k, str) and k.isdigit() and isinstance(v, dict) for k, v in scalars.items())
+    ):
         raise _refuse(path, "its optimizer values are not per-parameter tables")
     return step, config, train, groups, scalars
 
@@ -213,9 +235,15 @@ class _Expected(Struct):
             raise _refuse(path, f"its drafter config is not one this tool builds ({exc})") from None
         params = {name: tuple(t.shape) for name, t in drafter.state_dict().items()}
         by_id = [name for name, _ in drafter.named_parameters()]
-        indices = [i for g in groups for i in (g.get("params") if isinstance(g.get("params"), list) else [None])]
-        if sorted(i for i in indices if isinstance(i, int)) != list(range(len(by_id))) or len(indices) != len(by_id):
-            raise _refuse(path, f"its optimizer groups list {len(indices)} parameters; the drafter has {len(by_id)}")
+        indices = [
+            i for g in groups for i in (g.get("params") if isinstance(g.get("params"), list) else [None])
+        ]
+        if sorted(i for i in indices if isinstance(i, int)) != list(range(len(by_id))) or len(indices) != len(
+            by_id
+        ):
+            raise _refuse(
+                path, f"its optimizer groups list {len(indices)} parameters; the drafter has {len(by_id)}"
+            )
         return cls(params=params, order=by_id, rng_shape=tuple(torch.Generator().get_state().shape))
 
     def check(self, path: Path, shapes: dict[str, tuple[int, ...]]) -> None:
@@ -225,7 +253,7 @@ class _Expected(Struct):
         wrong = []
         for name, shape in shapes.items():
             if name.startswith("optimizer."):
-                index, _, key = name[len("optimizer."):].partition(".")
+                index, _, key = name[len("optimizer.") :].partition(".")
                 if not (index.isdigit() and int(index) < len(self.order) and key):
                     wrong.append(name)
                 elif shape not in ((), self.params[self.order[int(index)]]):
@@ -236,10 +264,18 @@ class _Expected(Struct):
                 wrong.append(f"{name} {list(shape)} (the drafter's is {list(expected[name] or ())})")
         missing = sorted(n for n in expected if n not in shapes)
         if wrong or missing:
-            parts = ([f"{len(wrong)} tensors that its drafter does not have in that shape (first: "
-                      f"{', '.join(wrong[:3])})"] if wrong else []) + \
-                    ([f"{len(missing)} of its drafter's tensors missing (first: {', '.join(missing[:3])})"]
-                     if missing else [])
+            parts = (
+                [
+                    f"{len(wrong)} tensors that its drafter does not have in that shape (first: "
+                    f"{', '.join(wrong[:3])})"
+                ]
+                if wrong
+                else []
+            ) + (
+                [f"{len(missing)} of its drafter's tensors missing (first: {', '.join(missing[:3])})"]
+                if missing
+                else []
+            )
             raise _refuse(path, "it holds " + "; ".join(parts))
 
 
@@ -257,20 +293,34 @@ def _read_legacy(path: Path) -> TrainState:
     except Exception as exc:  # the restricted unpickler's refusal (a code payload), a corrupt archive, ...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise _refuse(path, f"torch.load(weights_only=True) refused it: {first}") from None
-    if not isinstance(raw, dict) or not {"model", "optimizer", "step", "rng", "config", "train"} <= raw.keys():
+    if (
+        not isinstance(raw, dict)
+        or not {"model", "optimizer", "step", "rng", "config", "train"} <= raw.keys()
+    ):
         raise _refuse(path, "it is not a dict with the model, optimizer, step, rng, config and train entries")
     model, optimizer, rng = raw["model"], raw["optimizer"], raw["rng"]
-    if not (isinstance(model, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor)
-                                            for k, v in model.items())):
+    if not (
+        isinstance(model, dict)
+        and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in model.items())
+    ):
         raise _refuse(path, "its model entry is not a table of tensors")
-    if not (isinstance(optimizer, dict) and isinstance(optimizer.get("state"), dict)
-            and all(isinstance(k, int) and isinstance(v, dict) for k, v in optimizer["state"].items())):
+    if not (
+        isinstance(optimizer, dict)
+        and isinstance(optimizer.get("state"), dict)
+        and all(isinstance(k, int) and isinstance(v, dict) for k, v in optimizer["state"].items())
+    ):
         raise _refuse(path, "its optimizer entry is not an optimizer state")
     if not isinstance(rng, torch.Tensor):
         raise _refuse(path, "its rng entry is not a tensor")
-    step, config, train, groups, _ = _document(path, {"step": raw["step"], "config": raw["config"],
-                                                      "train": raw["train"],
-                                                      "param_groups": optimizer.get("param_groups")})
+    step, config, train, groups, _ = _document(
+        path,
+        {
+            "step": raw["step"],
+            "config": raw["config"],
+            "train": raw["train"],
+            "param_groups": optimizer.get("param_groups"),
+        },
+    )
     shapes = {f"model.{k}": tuple(v.shape) for k, v in model.items()}
     shapes["rng"] = tuple(rng.shape)
     for index, values in optimizer["state"].items():
@@ -278,5 +328,11 @@ def _read_legacy(path: Path) -> TrainState:
             if isinstance(value, torch.Tensor):
                 shapes[f"optimizer.{index}.{key}"] = tuple(value.shape)
     _Expected.of(path, config, groups).check(path, shapes)
-    return TrainState(model=model, optimizer={"state": optimizer["state"], "param_groups": groups}, rng=rng,
-                      step=step, config=config, train=train)
+    return TrainState(
+        model=model,
+        optimizer={"state": optimizer["state"], "param_groups": groups},
+        rng=rng,
+        step=step,
+        config=config,
+        train=train,
+    )

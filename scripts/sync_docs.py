@@ -19,8 +19,12 @@ RULES_PAGE = README.parent / "docs" / "rules.md"
 
 def main() -> None:
     text = README.read_text()
-    text = re.sub(r"(<!-- rules:begin[^\n]*-->\n).*?(<!-- rules:end -->)",
-                  lambda m: m.group(1) + rules_markdown() + m.group(2), text, flags=re.S)
+    text = re.sub(
+        r"(<!-- rules:begin[^\n]*-->\n).*?(<!-- rules:end -->)",
+        lambda m: m.group(1) + rules_markdown() + m.group(2),
+        text,
+        flags=re.S,
+    )
     README.write_text(text)
     RULES_PAGE.write_text(rules_page())
     print(f"wrote {RULES_PAGE}")

@@ -39,6 +39,8 @@ from lilicorr_ckpt import fixtures  # noqa: E402
 @pytest.fixture
 def make_ckpt(tmp_path):
     """make_ckpt(name="ckpt", config=None, **write_checkpoint kwargs) -> Path"""
+
     def make(name: str = "ckpt", config=None, **kw):
         return fixtures.write_checkpoint(tmp_path / name, config, **kw)
+
     return make

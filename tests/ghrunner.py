@@ -27,12 +27,12 @@ def parse_github_output(text: str) -> dict[str, str]:
             continue
         eq, heredoc = line.find("="), line.find("<<")
         if eq >= 0 and (heredoc < 0 or eq < heredoc):
-            key, value = line[:eq], line[eq + 1:]
+            key, value = line[:eq], line[eq + 1 :]
             assert key, f"empty output name in {line!r}"
             out[key] = value
             continue
         assert heredoc > 0, f"invalid output line {line!r}"
-        key, delimiter = line[:heredoc], line[heredoc + 2:]
+        key, delimiter = line[:heredoc], line[heredoc + 2 :]
         assert delimiter, f"empty delimiter in {line!r}"
         value = []
         while True:
@@ -51,7 +51,13 @@ def _unescape_data(s: str) -> str:
 
 
 def _unescape_property(s: str) -> str:
-    return s.replace("%0D", "\r").replace("%0A", "\n").replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+    return (
+        s.replace("%0D", "\r")
+        .replace("%0A", "\n")
+        .replace("%3A", ":")
+        .replace("%2C", ",")
+        .replace("%25", "%")
+    )
 
 
 @dataclass

@@ -10,11 +10,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run the command line in a fresh interpreter, as a user would."""
     full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "lilicorr_ckpt.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, env=full_env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "lilicorr_ckpt.cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=300,
+    )
 
 
 def raised_within(seconds: float, fn, *args, **kwargs) -> BaseException | None:
@@ -34,5 +42,7 @@ def raised_within(seconds: float, fn, *args, **kwargs) -> BaseException | None:
     worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(seconds)
-    assert outcome, f"{getattr(fn, '__name__', fn)}{args} still running after {seconds} s (blocked on a read?)"
+    assert outcome, (
+        f"{getattr(fn, '__name__', fn)}{args} still running after {seconds} s (blocked on a read?)"
+    )
     return outcome[0]

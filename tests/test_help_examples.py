@@ -50,6 +50,7 @@ def _cuda() -> bool:
 
 # --- the examples, as the help prints them -------------------------------------------------------------------
 
+
 def _help(command: click.Command, name: str) -> str:
     with click.Context(command, info_name=name) as ctx:
         return command.get_help(ctx)
@@ -70,7 +71,10 @@ def help_examples() -> list[tuple[str, str]]:
     for where, text in helps:
         for line in re.sub(r"\\\n\s*", "", text).splitlines():  # a `\` continues the example on the next line
             stripped = line.strip()
-            if stripped.startswith(("lilicorr-ckpt ", "lilicorr-ckpt-pre-commit ")) or stripped == "lilicorr-ckpt":
+            if (
+                stripped.startswith(("lilicorr-ckpt ", "lilicorr-ckpt-pre-commit "))
+                or stripped == "lilicorr-ckpt"
+            ):
                 out.append((where, stripped))
     return out
 
@@ -90,6 +94,7 @@ def command_of(example: str) -> str:
 
 # --- a directory with the names the examples use -------------------------------------------------------------
 
+
 def _cache_repo(cache: Path, repo_id: str, source: Path, refs: tuple[str, ...] = ("main",)) -> None:
     repo = cache / ("models--" + repo_id.replace("/", "--"))
     shutil.copytree(source, repo / "snapshots" / SHA)
@@ -98,7 +103,9 @@ def _cache_repo(cache: Path, repo_id: str, source: Path, refs: tuple[str, ...] =
         (repo / "refs" / ref).write_text(SHA)
 
 
-def sandbox(root: Path, drafter: Path = EXAMPLES / "tiny-lilicorr", *, embeddings: bool = False) -> dict[str, str]:
+def sandbox(
+    root: Path, drafter: Path = EXAMPLES / "tiny-lilicorr", *, embeddings: bool = False
+) -> dict[str, str]:
     """Lay out root; the environment the examples run with. embeddings: ./export keeps the target's embedding
     table (model.embed_tokens.weight), as some ModelOpt exports do."""
     shutil.copytree(drafter, root / "drafter")
@@ -112,16 +119,22 @@ def sandbox(root: Path, drafter: Path = EXAMPLES / "tiny-lilicorr", *, embedding
             vocab, hidden = config["vocab_size"], config["hidden_size"]
             tensors["model.embed_tokens.weight"] = ("BF16", (vocab, hidden), bytes(2 * vocab * hidden))
 
-        fixtures.write_checkpoint(root / "export", config, quant="NVFP4", style="modelopt", mutate=add_embeddings)
+        fixtures.write_checkpoint(
+            root / "export", config, quant="NVFP4", style="modelopt", mutate=add_embeddings
+        )
     else:
         shutil.copytree(EXAMPLES / "tiny-modelopt-nvfp4", root / "export")
     (root / "examples").symlink_to(EXAMPLES)
     (root / "ci").mkdir()
-    (root / "ci" / "lilicorr.toml").write_text('[[waivers]]\nrules = ["LC314", "LC015"]\n'
-                                               'reason = "unconfirmed loading checked by hand"\n')
-    (root / "my_prompts.jsonl").write_text("".join(json.dumps({"id": f"mine/{i}", "category": "mine", "prompt": p,
-                                                               "chat": True}) + "\n"
-                                                   for i, p in enumerate(["hello there", "a tiny test"])))
+    (root / "ci" / "lilicorr.toml").write_text(
+        '[[waivers]]\nrules = ["LC314", "LC015"]\nreason = "unconfirmed loading checked by hand"\n'
+    )
+    (root / "my_prompts.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"mine/{i}", "category": "mine", "prompt": p, "chat": True}) + "\n"
+            for i, p in enumerate(["hello there", "a tiny test"])
+        )
+    )
     if GGUF.is_file():
         (root / "SmolLM2.gguf").symlink_to(GGUF)
     (root / "run").mkdir()
@@ -129,8 +142,13 @@ def sandbox(root: Path, drafter: Path = EXAMPLES / "tiny-lilicorr", *, embedding
     cache = root / "hf-cache"
     _cache_repo(cache, "Qwen/Qwen3-8B", EXAMPLES / "tiny-target")
     _cache_repo(cache, "acme/my-drafter", EXAMPLES / "tiny-lilicorr", refs=("main", "v1.0"))
-    return {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "GITHUB_STEP_SUMMARY": str(root / "summary.md"),
-            "NO_COLOR": "1", "OMP_NUM_THREADS": "1"}
+    return {
+        "HF_HUB_CACHE": str(cache),
+        "HF_HUB_OFFLINE": "1",
+        "GITHUB_STEP_SUMMARY": str(root / "summary.md"),
+        "NO_COLOR": "1",
+        "OMP_NUM_THREADS": "1",
+    }
 
 
 @dataclass
@@ -146,7 +164,11 @@ def _in_process(argv: list[str], root: Path) -> tuple[int, str, str]:
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exc:
+        with (
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err),
+            pytest.raises(SystemExit) as exc,
+        ):
             main(argv)
     finally:
         os.chdir(cwd)
@@ -156,12 +178,15 @@ def _in_process(argv: list[str], root: Path) -> tuple[int, str, str]:
 
 def run_example(example: str, root: Path, env: dict[str, str], *, fresh_process: bool) -> Ran:
     """Run one example line in root: `lilicorr-ckpt ARGS [| PROGRAM ...] [> FILE | >> FILE]`."""
-    tokens = [re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), t) for t in shlex.split(example, comments=True)]
+    tokens = [
+        re.sub(r"\$(\w+)", lambda m: env.get(m.group(1), m.group(0)), t)
+        for t in shlex.split(example, comments=True)
+    ]
     pipe: list[str] = []
     redirect: tuple[str, str] | None = None
     if "|" in tokens:
         cut = tokens.index("|")
-        tokens, pipe = tokens[:cut], tokens[cut + 1:]
+        tokens, pipe = tokens[:cut], tokens[cut + 1 :]
     for op in (">>", ">"):
         if op in tokens:
             cut = tokens.index(op)
@@ -176,8 +201,14 @@ def run_example(example: str, root: Path, env: dict[str, str], *, fresh_process:
         assert program == "lilicorr-ckpt", example
         command = [sys.executable, "-m", "lilicorr_ckpt.cli", *argv]
     if fresh_process:
-        proc = subprocess.run(command, cwd=root, env={**os.environ, "PYTHONPATH": str(REPO), **env},
-                              capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            command,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(REPO), **env},
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         code, out, err = proc.returncode, proc.stdout, proc.stderr
     else:
         saved = {k: os.environ.get(k) for k in env}
@@ -204,12 +235,15 @@ def run_example(example: str, root: Path, env: dict[str, str], *, fresh_process:
 
 # --- what each example must do -------------------------------------------------------------------------------
 
+
 def _lines(text: str) -> list[str]:
     return text.strip().splitlines()
 
 
 def _gates(out: str) -> dict[str, str]:
-    return {m.group(2): m.group(1) for m in re.finditer(r"^\s+(PASS|FAIL|SKIP|INCONCLUSIVE)\s+(\S+)", out, re.M)}
+    return {
+        m.group(2): m.group(1) for m in re.finditer(r"^\s+(PASS|FAIL|SKIP|INCONCLUSIVE)\s+(\S+)", out, re.M)
+    }
 
 
 def _ok(ran: Ran, code: int = 0) -> None:
@@ -273,7 +307,7 @@ def _convert_dry_run(ran: Ran) -> None:
 def _convert_sequential(ran: Ran) -> None:
     _converted(ran, "trtllm")
     data = (ran.root / "drafter" / "model.safetensors").read_bytes()
-    names = json.loads(data[8:8 + int.from_bytes(data[:8], "little")])
+    names = json.loads(data[8 : 8 + int.from_bytes(data[:8], "little")])
     assert any(re.search(r"\.mlp\.\d+\.", name) for name in names)  # the legacy Sequential names
 
 
@@ -324,7 +358,9 @@ def _smoke_baseline(ran: Ran) -> None:
     cases = {c.get("name"): c for c in ET.fromstring(ran.out).iter("testcase")}
     failed = {name for name, c in cases.items() if c.find("failure") is not None}
     assert ran.code == (1 if failed else 0), ran.out + ran.err
-    assert {"lossless", "baseline"} <= set(cases) - failed, ran.out  # the same run again: within the tolerance
+    assert {"lossless", "baseline"} <= set(cases) - failed, (
+        ran.out
+    )  # the same run again: within the tolerance
 
 
 def _smoke_sampled(ran: Ran) -> None:
@@ -366,7 +402,8 @@ def _saved_report(ran: Ran) -> None:
 def _report_github(ran: Ran) -> None:
     _ok(ran)
     assert _lines(ran.out) == [_lines(ran.out)[-1]] and _lines(ran.out)[-1].startswith(
-        "lilicorr-ckpt validate ./drafter: PASS")  # nothing to annotate: the summing-up line only
+        "lilicorr-ckpt validate ./drafter: PASS"
+    )  # nothing to annotate: the summing-up line only
 
 
 def _report_markdown(ran: Ran) -> None:
@@ -401,20 +438,26 @@ def _error_ids(ran: Ran) -> None:
     from lilicorr_ckpt.checks import RULES
 
     _ok(ran)
-    assert [json.loads(line) for line in _lines(ran.out)] == [r.id for r in RULES.values() if r.severity == "error"]
+    assert [json.loads(line) for line in _lines(ran.out)] == [
+        r.id for r in RULES.values() if r.severity == "error"
+    ]
 
 
 def _schema_file(ran: Ran) -> None:
     _ok(ran)
-    assert (ran.root / "validate-report.schema.json").read_text() == \
-        (REPO / "schemas" / "validate-report.schema.json").read_text()
+    assert (ran.root / "validate-report.schema.json").read_text() == (
+        REPO / "schemas" / "validate-report.schema.json"
+    ).read_text()
 
 
 def _workflow_output(ran: Ran) -> None:
     from ghrunner import parse_github_output
 
     _ok(ran)
-    assert parse_github_output((ran.root / "GITHUB_OUTPUT").read_text()) == {"exit-code": "2", "result": "error"}
+    assert parse_github_output((ran.root / "GITHUB_OUTPUT").read_text()) == {
+        "exit-code": "2",
+        "result": "error",
+    }
 
 
 def _workflow_annotate(ran: Ran) -> None:
@@ -480,41 +523,62 @@ EXPECTED: dict[str, Expect] = {
     # convert --help: ./export is a ModelOpt export
     "lilicorr-ckpt convert ./export ./drafter": Expect(_convert_plain, before=NO_DST),
     "lilicorr-ckpt convert ./export ./drafter --dry-run": Expect(_convert_dry_run, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential": Expect(_convert_sequential,
-                                                                                     before=NO_DST),
+    "lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential": Expect(
+        _convert_sequential, before=NO_DST
+    ),
     "lilicorr-ckpt convert ./export ./drafter --no-repair": Expect(_convert_refused, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'": Expect(_convert_dropped, before=NO_DST,
-                                                                                         embeddings=True),
-    "lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10": Expect(_convert_set,
-                                                                                                   before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force": Expect(_convert_plain, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter --verify": Expect(_convert_verify, before=NO_DST, needs_torch=True),
+    "lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'": Expect(
+        _convert_dropped, before=NO_DST, embeddings=True
+    ),
+    "lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10": Expect(
+        _convert_set, before=NO_DST
+    ),
+    "lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force": Expect(
+        _convert_plain, before=NO_DST
+    ),
+    "lilicorr-ckpt convert ./export ./drafter --verify": Expect(
+        _convert_verify, before=NO_DST, needs_torch=True
+    ),
     # smoke --help (each capped: SMOKE_CAP)
-    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target": Expect(_smoke_ran, needs_torch=True),
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target": Expect(
+        _smoke_ran, needs_torch=True
+    ),
     "lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json": Expect(
-        _gpu, fresh_process=_cuda(), needs_torch=True),  # without CUDA it stops before reading the target
+        _gpu, fresh_process=_cuda(), needs_torch=True
+    ),  # without CUDA it stops before reading the target
     "lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64": Expect(
-        _smoke_gguf, drafter=EXAMPLES / "smollm2-lilicorr", needs_gguf=True, needs_torch=True),
+        _smoke_gguf, drafter=EXAMPLES / "smollm2-lilicorr", needs_gguf=True, needs_torch=True
+    ),
     "lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit": Expect(
-        _smoke_baseline, before=PROFILE, needs_torch=True),
+        _smoke_baseline, before=PROFILE, needs_torch=True
+    ),
     "lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
-        _smoke_sampled, needs_torch=True),
-    "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json":
-        Expect(_engine_not_running, before=PROFILE, needs_torch=True),
+        _smoke_sampled, needs_torch=True
+    ),
+    "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json": Expect(
+        _engine_not_running, before=PROFILE, needs_torch=True
+    ),
     "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine vllm=http://localhost:8000 --concurrency 8": Expect(
-        _engine_not_running),
+        _engine_not_running
+    ),
     # card --help (the profile of its last example comes from the GPU smoke before it; without a GPU the CPU
     # profile made instead must be refused as unverified)
-    "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0":
-        Expect(_card_repo_id, fresh_process=True),
-    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu --output profile.json": Expect(_gpu, needs_torch=True),
+    "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0": Expect(
+        _card_repo_id, fresh_process=True
+    ),
+    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu --output profile.json": Expect(
+        _gpu, needs_torch=True
+    ),
     "lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json "
     '--training-log run/log.jsonl --training-data "answers Qwen3-8B wrote to 65k prompts"': Expect(
-        _card_with_profile, before=GPU_PROFILE if _cuda() else PROFILE, needs_torch=True),
+        _card_with_profile, before=GPU_PROFILE if _cuda() else PROFILE, needs_torch=True
+    ),
     # report --help: its first example leaves report.json
     "lilicorr-ckpt validate ./drafter -f json -o report.json": Expect(_saved_report),
     "lilicorr-ckpt report report.json -f github": Expect(_report_github, before=SAVED),
-    'lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"': Expect(_report_markdown, before=SAVED),
+    'lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"': Expect(
+        _report_markdown, before=SAVED
+    ),
     "lilicorr-ckpt report report.json -f sarif -o validate.sarif": Expect(_report_sarif, before=SAVED),
     # rules --help
     "lilicorr-ckpt rules LC314": Expect(_rule_long),
@@ -524,11 +588,13 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt schema validate-report > validate-report.schema.json": Expect(_schema_file),
     # the hidden workflow plumbing (action.yml)
     'lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"': Expect(_workflow_output),
-    'lilicorr-ckpt workflow annotate error "cannot read ./drafter" --title "lilicorr-ckpt validate (exit 2)"':
-        Expect(_workflow_annotate),
+    'lilicorr-ckpt workflow annotate error "cannot read ./drafter" --title "lilicorr-ckpt validate (exit 2)"': Expect(
+        _workflow_annotate
+    ),
     "lilicorr-ckpt workflow log stderr.txt": Expect(_workflow_log, before=["write stderr.txt ::error::x"]),
-    'lilicorr-ckpt workflow summary --title "lilicorr-ckpt smoke" --path ./drafter --status PASS --log smoke.txt':
-        Expect(_workflow_summary, before=["write smoke.txt ok"]),
+    'lilicorr-ckpt workflow summary --title "lilicorr-ckpt smoke" --path ./drafter --status PASS --log smoke.txt': Expect(
+        _workflow_summary, before=["write smoke.txt ok"]
+    ),
     # the pre-commit hook's help
     "lilicorr-ckpt-pre-commit --strict -- drafter/config.json drafter/model.safetensors": Expect(_hook_files),
     "lilicorr-ckpt-pre-commit --dir ./drafter --target ./target": Expect(_hook_dir),
@@ -551,7 +617,9 @@ ALL = help_examples()
 
 
 def test_every_help_example_has_an_expectation():
-    missing = [f"{where}: {command_of(example)}" for where, example in ALL if command_of(example) not in EXPECTED]
+    missing = [
+        f"{where}: {command_of(example)}" for where, example in ALL if command_of(example) not in EXPECTED
+    ]
     assert missing == [], "help examples with no entry in EXPECTED: " + "; ".join(missing)
     stale = set(EXPECTED) - {command_of(example) for _, example in ALL}
     assert stale == set(), f"EXPECTED entries no help shows any more: {stale}"

@@ -61,7 +61,8 @@ def _graph() -> dict[str, dict[str, bool]]:
 
 def _outside_the_reader(target: str) -> bool:
     return target.split(".")[0] == "lilicorr_ckpt" and not (
-        target == "lilicorr_ckpt.checkpoint" or target.startswith("lilicorr_ckpt.checkpoint."))
+        target == "lilicorr_ckpt.checkpoint" or target.startswith("lilicorr_ckpt.checkpoint.")
+    )
 
 
 def _reaches_past_the_reader(source: str) -> list[str]:
@@ -73,15 +74,22 @@ def _reaches_past_the_reader(source: str) -> list[str]:
             out += [a.name for a in node.names if _outside_the_reader(a.name)]
         elif isinstance(node, ast.ImportFrom) and not node.level and _outside_the_reader(node.module or ""):
             out.append(node.module or "")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and re.fullmatch(r"lilicorr_ckpt(\.\w+)*", node.value) and _outside_the_reader(node.value):
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and re.fullmatch(r"lilicorr_ckpt(\.\w+)*", node.value)
+            and _outside_the_reader(node.value)
+        ):
             out.append(node.value)
     return out
 
 
 def test_the_runtime_imports_only_the_checkpoint_reader():
-    bad = {_module(p): found for p in sorted((REPO / "lilicorr_runtime").rglob("*.py"))
-           if (found := _reaches_past_the_reader(p.read_text()))}
+    bad = {
+        _module(p): found
+        for p in sorted((REPO / "lilicorr_runtime").rglob("*.py"))
+        if (found := _reaches_past_the_reader(p.read_text()))
+    }
     assert bad == {}
 
 
@@ -90,8 +98,8 @@ def test_the_runtime_rule_sees_local_imports_and_lazy_tables():
         "from lilicorr_ckpt.checkpoint import Checkpoint\nimport lilicorr_ckpt.checkpoint.numerics\n"
         "def f():\n    from lilicorr_ckpt.smoke.load import load_drafter\n"
         "_EXPORTS = {'load_drafter': 'lilicorr_ckpt.checks.run', 'x': 'lilicorr_ckpt.checkpoint.load'}\n"
-        "DOC = 'see lilicorr_ckpt.load_drafter(path) for the validating loader'\n") == [
-        "lilicorr_ckpt.smoke.load", "lilicorr_ckpt.checks.run"]
+        "DOC = 'see lilicorr_ckpt.load_drafter(path) for the validating loader'\n"
+    ) == ["lilicorr_ckpt.smoke.load", "lilicorr_ckpt.checks.run"]
 
 
 def _type_checking_block(node: ast.stmt) -> bool:
@@ -100,7 +108,8 @@ def _type_checking_block(node: ast.stmt) -> bool:
         return False
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _type_only_imports(source: str, module: str, is_package: bool) -> set[str]:
@@ -137,7 +146,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
             if dep is None or dep == mod or mod.startswith(dep + "."):
                 continue
             if state.get(dep) == 1:
-                cycles.append([*stack[stack.index(dep):], dep] if dep in stack else [mod, dep])
+                cycles.append([*stack[stack.index(dep) :], dep] if dep in stack else [mod, dep])
             elif dep not in state:
                 visit(dep, [*stack, dep])
         state[mod] = 2
@@ -159,16 +168,22 @@ def test_type_only_imports_close_no_cycle_either():
     graph = {m: {t for t, top in edges.items() if top} for m, edges in _graph().items()}
     for package in PACKAGES:
         for path in sorted((REPO / package).rglob("*.py")):
-            graph[_module(path)] |= _type_only_imports(path.read_text(), _module(path), path.name == "__init__.py")
+            graph[_module(path)] |= _type_only_imports(
+                path.read_text(), _module(path), path.name == "__init__.py"
+            )
     assert _cycles(graph) == []
 
 
 def test_the_type_only_rule_sees_type_checking_blocks():
-    source = ("from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n"
-              "    from lilicorr_ckpt.checks.run import Report\nif typing.TYPE_CHECKING:\n    from .findings import Finding\n"
-              "def f():\n    from lilicorr_ckpt.smoke import run\n")
+    source = (
+        "from typing import TYPE_CHECKING\nimport typing\nif TYPE_CHECKING:\n"
+        "    from lilicorr_ckpt.checks.run import Report\nif typing.TYPE_CHECKING:\n    from .findings import Finding\n"
+        "def f():\n    from lilicorr_ckpt.smoke import run\n"
+    )
     assert _type_only_imports(source, "lilicorr_ckpt.checks.waivers", False) == {
-        "lilicorr_ckpt.checks.run", "lilicorr_ckpt.checks.findings"}
+        "lilicorr_ckpt.checks.run",
+        "lilicorr_ckpt.checks.findings",
+    }
     assert _cycles({"a": {"b"}, "b": {"a"}}) == [["a", "b", "a"]]
 
 
@@ -178,13 +193,19 @@ def test_no_cycle_in_the_runtime_hides_behind_a_function_local_import():
     # have none. (The tooling keeps two on purpose-built boundaries: smoke.options.runner -> smoke.run, the one
     # door to torch, and checks.run <-> checks.waivers.)
     runtime = ("lilicorr_runtime", "lilicorr_train")
-    graph = {m: {t for t in edges if t.startswith(runtime)} for m, edges in _graph().items() if m.startswith(runtime)}
+    graph = {
+        m: {t for t in edges if t.startswith(runtime)}
+        for m, edges in _graph().items()
+        if m.startswith(runtime)
+    }
     assert _cycles(graph) == []
 
 
 def test_the_cycle_rule_sees_a_cycle_through_a_local_import():
     edges = {"pkg.target": {"pkg.fast_target": False}, "pkg.fast_target": {"pkg.target": True}, "pkg": {}}
-    assert _cycles({m: set(e) for m, e in edges.items()}) == [["pkg.fast_target", "pkg.target", "pkg.fast_target"]]
+    assert _cycles({m: set(e) for m, e in edges.items()}) == [
+        ["pkg.fast_target", "pkg.target", "pkg.fast_target"]
+    ]
     assert _cycles({m: {t for t, top in e.items() if top} for m, e in edges.items()}) == []
     # a package importing its own submodules is not a cycle; a submodule importing its package's sibling is fine
     assert _cycles({"pkg": {"pkg.a"}, "pkg.a": {"pkg.b"}, "pkg.b": set()}) == []
@@ -193,13 +214,18 @@ def test_the_cycle_rule_sees_a_cycle_through_a_local_import():
 def test_the_training_recipe_is_beside_the_runtime_and_not_in_the_wheel():
     # the recipe builds on the runtime, never the reverse (the runtime's `train` is the old name's forwarder)
     graph = _graph()
-    reaches = {m: sorted(t for t in edges if t.startswith("lilicorr_train")) for m, edges in graph.items()
-               if m.startswith("lilicorr_runtime") and m.split(".")[:2] != ["lilicorr_runtime", "train"]}
+    reaches = {
+        m: sorted(t for t in edges if t.startswith("lilicorr_train"))
+        for m, edges in graph.items()
+        if m.startswith("lilicorr_runtime") and m.split(".")[:2] != ["lilicorr_runtime", "train"]
+    }
     assert {m: t for m, t in reaches.items() if t} == {}
     assert {"lilicorr_train.__main__", "lilicorr_train.objective"} <= set(graph)
     # the wheel's packages, as setuptools finds them from pyproject's include patterns
     setuptools = pytest.importorskip("setuptools")
-    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    include = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"][
+        "include"
+    ]
     shipped = set(setuptools.find_packages(where=str(REPO), include=include))
     assert not any(p.startswith("lilicorr_train") for p in shipped)
     assert {f"lilicorr_runtime.{sub}" for sub in ("model", "ops", "decode", "target", "train")} <= shipped
@@ -215,12 +241,21 @@ OPTIONAL = {"torch", "transformers", "triton", "huggingface_hub", "gguf", "accel
 # (3) the exceptions below, each with its reason.
 LAZY = {
     "lilicorr_ckpt._entry:main",  # the console script imports the command line inside its Ctrl-C handler
-    "lilicorr_ckpt.cli:validate", "lilicorr_ckpt.cli:inspect", "lilicorr_ckpt.cli:rules", "lilicorr_ckpt.cli:schema",
-    "lilicorr_ckpt.cli:rules_markdown", "lilicorr_ckpt.cli:rules_page",
-    "lilicorr_ckpt.convert.cli:register.convert_command", "lilicorr_ckpt.smoke.cli:smoke",
-    "lilicorr_ckpt.report.card:register", "lilicorr_ckpt.report.card:register.card", "lilicorr_ckpt.report.ci:register",
+    "lilicorr_ckpt.cli:validate",
+    "lilicorr_ckpt.cli:inspect",
+    "lilicorr_ckpt.cli:rules",
+    "lilicorr_ckpt.cli:schema",
+    "lilicorr_ckpt.cli:rules_markdown",
+    "lilicorr_ckpt.cli:rules_page",
+    "lilicorr_ckpt.convert.cli:register.convert_command",
+    "lilicorr_ckpt.smoke.cli:smoke",
+    "lilicorr_ckpt.report.card:register",
+    "lilicorr_ckpt.report.card:register.card",
+    "lilicorr_ckpt.report.ci:register",
     "lilicorr_ckpt.report.ci:register_workflow",
-    "lilicorr_ckpt.precommit:validate_dir", "lilicorr_ckpt.precommit:_apply_waivers", "lilicorr_ckpt.precommit:hook",
+    "lilicorr_ckpt.precommit:validate_dir",
+    "lilicorr_ckpt.precommit:_apply_waivers",
+    "lilicorr_ckpt.precommit:hook",
     "lilicorr_ckpt.smoke:smoke",  # the package's API function: `import lilicorr_ckpt.smoke.cli` stays light
 }
 EXCEPTIONS = {
@@ -235,7 +270,9 @@ EXCEPTIONS = {
 }
 
 
-def _walk_functions(node: ast.AST, fn: str | None, found: list[tuple[str, ast.Import | ast.ImportFrom]]) -> None:
+def _walk_functions(
+    node: ast.AST, fn: str | None, found: list[tuple[str, ast.Import | ast.ImportFrom]]
+) -> None:
     for child in ast.iter_child_nodes(node):
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
             _walk_functions(child, f"{fn}.{child.name}" if fn else child.name, found)
@@ -320,7 +357,9 @@ def _unexplained(entries: list[tuple[str, str, str]]) -> list[str]:
 
 
 def test_function_local_imports_serve_a_boundary():
-    assert _unexplained(_local_imports()) == [], "import these at module level, or name the boundary they serve"
+    assert _unexplained(_local_imports()) == [], (
+        "import these at module level, or name the boundary they serve"
+    )
 
 
 def test_the_exceptions_are_still_local_imports():
@@ -331,28 +370,41 @@ def test_the_exceptions_are_still_local_imports():
 def test_the_command_line_starts_without_the_checks():
     # the boundary render_sarif's exception serves: `lilicorr-ckpt --help` and every command start without the
     # catalogue (or the reader, or numpy), which a command loads when it runs
-    probe = ("import sys, lilicorr_ckpt.cli; print(sorted(m for m in sys.modules if m == 'numpy' or "
-             "m.startswith(('lilicorr_ckpt.checks', 'lilicorr_ckpt.checkpoint'))))")
-    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO)
+    probe = (
+        "import sys, lilicorr_ckpt.cli; print(sorted(m for m in sys.modules if m == 'numpy' or "
+        "m.startswith(('lilicorr_ckpt.checks', 'lilicorr_ckpt.checkpoint'))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=REPO
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
 
 
 def test_the_local_import_rule_tells_a_boundary_from_none():
     optional = _optional_deps()
-    assert "torch" in optional["lilicorr_ckpt.smoke.run"] and "torch" not in optional["lilicorr_ckpt.convert.pipeline"]
-    assert "triton" in optional["lilicorr_runtime.ops.draft_triton"] and not optional["lilicorr_ckpt.checkpoint"]
+    assert (
+        "torch" in optional["lilicorr_ckpt.smoke.run"]
+        and "torch" not in optional["lilicorr_ckpt.convert.pipeline"]
+    )
+    assert (
+        "triton" in optional["lilicorr_runtime.ops.draft_triton"] and not optional["lilicorr_ckpt.checkpoint"]
+    )
     assert ("lilicorr_ckpt.convert.pipeline", "_verifier", "lilicorr_ckpt.convert.verify") in _local_imports()
-    assert _unexplained([
-        ("lilicorr_ckpt.convert.plan", "build_plan", "torch"),  # an optional dependency
-        ("lilicorr_ckpt.convert.pipeline", "_verifier", "lilicorr_ckpt.convert.verify"),  # brings torch
-        ("lilicorr_runtime.ops", "topk_lse", "lilicorr_runtime.ops.draft_triton"),  # brings triton
-        ("lilicorr_ckpt.convert.plan", "build_plan", "lilicorr_ckpt.errors"),  # no boundary
-        ("lilicorr_runtime.decode.speculative", "draft_block", "lilicorr_runtime.ops"),  # no boundary
-        ("lilicorr_ckpt.smoke.gates", "read_baseline", "json"),  # no boundary
-    ]) == ["lilicorr_ckpt.convert.plan:build_plan imports lilicorr_ckpt.errors",
-           "lilicorr_runtime.decode.speculative:draft_block imports lilicorr_runtime.ops",
-           "lilicorr_ckpt.smoke.gates:read_baseline imports json"]
+    assert _unexplained(
+        [
+            ("lilicorr_ckpt.convert.plan", "build_plan", "torch"),  # an optional dependency
+            ("lilicorr_ckpt.convert.pipeline", "_verifier", "lilicorr_ckpt.convert.verify"),  # brings torch
+            ("lilicorr_runtime.ops", "topk_lse", "lilicorr_runtime.ops.draft_triton"),  # brings triton
+            ("lilicorr_ckpt.convert.plan", "build_plan", "lilicorr_ckpt.errors"),  # no boundary
+            ("lilicorr_runtime.decode.speculative", "draft_block", "lilicorr_runtime.ops"),  # no boundary
+            ("lilicorr_ckpt.smoke.gates", "read_baseline", "json"),  # no boundary
+        ]
+    ) == [
+        "lilicorr_ckpt.convert.plan:build_plan imports lilicorr_ckpt.errors",
+        "lilicorr_runtime.decode.speculative:draft_block imports lilicorr_runtime.ops",
+        "lilicorr_ckpt.smoke.gates:read_baseline imports json",
+    ]
 
 
 def test_one_list_shortening():
@@ -361,6 +413,14 @@ def test_one_list_shortening():
     assert shorten(["a", "b", "c"], 2) == "`a`, `b` and 1 more" and shorten(iter("ab"), quote="") == "a, b"
     # no other "and N more" in the packages; report/ci.py's and smoke/gates.py's count the detail lines cut from a
     # report (a table's rows, a gate's divergence lines), not names joined into one line
-    others = sorted(str(p.relative_to(REPO)) for package in PACKAGES for p in (REPO / package).rglob("*.py")
-                    if re.search(r'and \{len\(', p.read_text()))
-    assert others == ["lilicorr_ckpt/checkpoint/text.py", "lilicorr_ckpt/report/ci.py", "lilicorr_ckpt/smoke/gates.py"]
+    others = sorted(
+        str(p.relative_to(REPO))
+        for package in PACKAGES
+        for p in (REPO / package).rglob("*.py")
+        if re.search(r"and \{len\(", p.read_text())
+    )
+    assert others == [
+        "lilicorr_ckpt/checkpoint/text.py",
+        "lilicorr_ckpt/report/ci.py",
+        "lilicorr_ckpt/smoke/gates.py",
+    ]

@@ -24,7 +24,10 @@ def test_the_version_is_written_once_in_the_package_and_read_from_there_by_the_b
     assert "version" not in project and "version" in project["dynamic"]
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "lilicorr_ckpt.__version__"}
     setuptools_expand = pytest.importorskip("setuptools.config.expand")
-    assert setuptools_expand.read_attr("lilicorr_ckpt.__version__", root_dir=str(REPO)) == lilicorr_ckpt.__version__
+    assert (
+        setuptools_expand.read_attr("lilicorr_ckpt.__version__", root_dir=str(REPO))
+        == lilicorr_ckpt.__version__
+    )
     assert re.fullmatch(r"\d+\.\d+\.\d+(?:[ab]|rc)?\d*", lilicorr_ckpt.__version__)
 
 

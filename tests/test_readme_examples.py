@@ -44,7 +44,9 @@ def readme_commands() -> list[tuple[str, str]]:
                 if part.strip():
                     out.append((part.strip(), comment.strip()))
     for inline in re.findall(r"`(lilicorr-ckpt [^`]+)`", README):
-        if not re.search(r"\b[A-Z][A-Z0-9_.]*\b|\[", inline):  # PATH, SRC, REPORT.json, [--target T]: a synopsis
+        if not re.search(
+            r"\b[A-Z][A-Z0-9_.]*\b|\[", inline
+        ):  # PATH, SRC, REPORT.json, [--target T]: a synopsis
             out.append((inline, ""))
     return out
 
@@ -74,12 +76,19 @@ def _validate_sglang_refuses(ran: Ran) -> None:
     # the README says why: the drafter taps the target's last layer, which SGLang 0.5.23 never captures
     assert ran.code == 1, ran.out + ran.err
     assert "ERROR LC148" in ran.out and "(sglang)" in ran.out, ran.out
-    assert ran.out.strip().splitlines()[-1].endswith(
-        "SGLang 0.5.23: refuses, vLLM 0.33.0: accepts, TensorRT-LLM main@8d62b3e (unreleased): accepts"), ran.out
+    assert (
+        ran.out.strip()
+        .splitlines()[-1]
+        .endswith(
+            "SGLang 0.5.23: refuses, vLLM 0.33.0: accepts, TensorRT-LLM main@8d62b3e (unreleased): accepts"
+        )
+    ), ran.out
 
 
 def _smoke_gpu(ran: Ran) -> None:
-    assert ran.code == 0, ran.out + ran.err  # the trained drafter passes its gates on a GPU (README: one H200)
+    assert ran.code == 0, (
+        ran.out + ran.err
+    )  # the trained drafter passes its gates on a GPU (README: one H200)
     gates = dict(re.findall(r"^\s+(?P<status>PASS|FAIL|SKIP|INCONCLUSIVE)\s+(\S+)", ran.out, re.M))
     assert set(gates) == {"PASS"}, ran.out
 
@@ -121,13 +130,16 @@ EXPECTED: dict[str, Expect] = {
     "python -m pytest -q -n auto --dist loadfile": Expect(ci=True),
     'pip install ".[runtime]"': Expect(ci=True),
     "scripts/fetch_smollm2.sh": Expect(ci=True),
-    f"lilicorr-ckpt validate examples/smollm2-lilicorr --target {GGUF} --strict": Expect(_validate_sglang_refuses,
-                                                                                          gguf=True),
-    f"lilicorr-ckpt smoke examples/smollm2-lilicorr --target {GGUF} -r vllm --gpu": Expect(_smoke_gpu, gpu=True,
-                                                                                            gguf=True),
+    f"lilicorr-ckpt validate examples/smollm2-lilicorr --target {GGUF} --strict": Expect(
+        _validate_sglang_refuses, gguf=True
+    ),
+    f"lilicorr-ckpt smoke examples/smollm2-lilicorr --target {GGUF} -r vllm --gpu": Expect(
+        _smoke_gpu, gpu=True, gguf=True
+    ),
     # the bundled pair on the CPU: a minute, so run once, where the smoke tests check what it prints
     "lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target": Expect(
-        covered_by="tests/smoke/test_smoke_cli.py::test_the_bundled_example_pair_runs_as_documented"),
+        covered_by="tests/smoke/test_smoke_cli.py::test_the_bundled_example_pair_runs_as_documented"
+    ),
 }
 
 COMMANDS = readme_commands()
@@ -176,8 +188,11 @@ def test_a_slow_readme_command_is_run_as_written_by_the_test_named(command):
     path, _, name = EXPECTED[command].covered_by.partition("::")
     tree = ast.parse((REPO / path).read_text())
     [function] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == name]
-    calls = [[a.value for a in call.args if isinstance(a, ast.Constant)] for call in ast.walk(function)
-             if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "run_cli"]
+    calls = [
+        [a.value for a in call.args if isinstance(a, ast.Constant)]
+        for call in ast.walk(function)
+        if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "run_cli"
+    ]
     assert shlex.split(command)[1:] in calls, f"{path}::{name} does not run `{command}` as written"
 
 

@@ -21,6 +21,7 @@ from lilicorr_ckpt.families import ARCHITECTURES, is_drafter, lilicorr
 
 LILICORR_KEYS = lilicorr.CONFIG_KEYS
 
+
 class DFlashConfig(msgspec.Struct, kw_only=True, frozen=True):
     mask_token_id: int | None = None
     target_layer_ids: list[int] | None = None
@@ -156,7 +157,9 @@ class ParsedConfig(msgspec.Struct, frozen=True):
     raw: dict[str, Any]
     issues: list[ConfigIssue]
     unknown_keys: list[str]  # JSON paths of keys no model field reads (kept in `raw`)
-    duplicate_keys: dict[str, int]  # key -> how many times it appears (2 or more), in the order first repeated
+    duplicate_keys: dict[
+        str, int
+    ]  # key -> how many times it appears (2 or more), in the order first repeated
 
     def invalid(self, path: str) -> bool:
         return any(i.path == path or i.path.startswith(path + "[") for i in self.issues)
@@ -201,8 +204,10 @@ _PATH_TOKEN = re.compile(r"\.([A-Za-z_0-9\-]+)|\[(\d+)\]")
 
 
 def _path_tokens(path: str) -> list[str | int]:
-    return [name if name is not None and name != "" else int(index)
-            for name, index in _PATH_TOKEN.findall(path[1:])]
+    return [
+        name if name is not None and name != "" else int(index)
+        for name, index in _PATH_TOKEN.findall(path[1:])
+    ]
 
 
 def _lookup(doc: Any, tokens: list[str | int]) -> Any:
@@ -223,8 +228,14 @@ def _expected_from(message: str) -> str:
     if not match:
         return message.split(" - at")[0]
     text = match.group(1).replace(" | null", "")
-    return {"int": "an integer", "float": "a number", "bool": "a boolean", "str": "a string",
-            "array": "an array", "object": "an object"}.get(text, text)
+    return {
+        "int": "an integer",
+        "float": "a number",
+        "bool": "a boolean",
+        "str": "a string",
+        "array": "an array",
+        "object": "an object",
+    }.get(text, text)
 
 
 MAX_JSON_DEPTH = 64  # far below Python's recursion limit: every reader of the document may recurse
@@ -278,10 +289,14 @@ def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, 
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+        raise InputError(
+            f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
+        ) from None
     if text.startswith("\ufeff"):
         text = text[1:]
-    duplicates: dict[str, int] = {}  # one entry per key, however often it repeats: a 4 MB config can repeat 690k
+    duplicates: dict[
+        str, int
+    ] = {}  # one entry per key, however often it repeats: a 4 MB config can repeat 690k
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -294,15 +309,18 @@ def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, 
     try:
         doc = json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
-        raise InputError(f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        raise InputError(
+            f"{what} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
     except RecursionError:
         raise InputError(f"{what} is nested too deeply to be a config") from None
     if not isinstance(doc, dict):
         raise InputError(f"{what} must hold a JSON object, found {_json_type(doc)}")
     lone = _lone_surrogate(doc)
     if lone is not None:
-        raise InputError(f"{what} holds a string with an unpaired UTF-16 surrogate ({lone!r}); "
-                         "it is not valid Unicode")
+        raise InputError(
+            f"{what} holds a string with an unpaired UTF-16 surrogate ({lone!r}); it is not valid Unicode"
+        )
     return doc, duplicates
 
 
@@ -333,8 +351,13 @@ def _drop_out_of_range_ints(work: dict[str, Any], issues: list[ConfigIssue]) -> 
         scopes.append(("$.dflash_config", work["dflash_config"], DFlashConfig.__struct_fields__))
     for prefix, doc, fields in scopes:
         for key in [k for k in fields if k in doc and _out_of_range(doc[k])]:
-            issues.append(ConfigIssue(path=f"{prefix}.{key}", found=doc.pop(key),
-                                      expected="an integer in the int64 range (|n| < 2**63)"))
+            issues.append(
+                ConfigIssue(
+                    path=f"{prefix}.{key}",
+                    found=doc.pop(key),
+                    expected="an integer in the int64 range (|n| < 2**63)",
+                )
+            )
 
 
 def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
@@ -364,5 +387,6 @@ def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
     nested = raw.get("dflash_config")
     if isinstance(nested, dict):
         unknown += [f"$.dflash_config.{k}" for k in nested if k not in DFlashConfig.__struct_fields__]
-    return ParsedConfig(config=config, raw=raw, issues=issues, unknown_keys=unknown,
-                        duplicate_keys=duplicates)
+    return ParsedConfig(
+        config=config, raw=raw, issues=issues, unknown_keys=unknown, duplicate_keys=duplicates
+    )

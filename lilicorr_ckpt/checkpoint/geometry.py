@@ -14,7 +14,9 @@ from lilicorr_ckpt import families
 from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS, DraftConfig
 from lilicorr_ckpt.families import LiLiCorrDims
 
-DEFAULT_BLOCK_SIZE = 16  # SGLang's resolve_block_size(default=16); the other stacks refuse a missing block_size
+DEFAULT_BLOCK_SIZE = (
+    16  # SGLang's resolve_block_size(default=16); the other stacks refuse a missing block_size
+)
 
 
 class BackboneDims(msgspec.Struct, kw_only=True, frozen=True):
@@ -65,7 +67,9 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
     markov_head_type: str | None = None  # vanilla | gated | rnn (lower-cased)
     confidence_head: bool = False
     confidence_with_markov: bool = False
-    dspark_layout: str | None = None  # "served" (markov_head.*) | "modelopt" (flat names) for the DSpark family
+    dspark_layout: str | None = (
+        None  # "served" (markov_head.*) | "modelopt" (flat names) for the DSpark family
+    )
     gru_hidden_dim: int | None = None  # Domino Gh
     emb_dim: int | None = None  # Domino E
 
@@ -94,10 +98,27 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
         """The LiLiCorr head's dimensions, every one known, or None when the config leaves one undetermined."""
         M, h, K, B = self.hidden_size, self.head_hidden_size, self.candidate_topk, self.block_size
         L, N, F, R = self.head_num_layers, self.head_num_heads, self.head_factor_dim, self.head_mlp_width
-        if M is None or h is None or K is None or B is None or L is None or N is None or F is None or R is None:
+        if (
+            M is None
+            or h is None
+            or K is None
+            or B is None
+            or L is None
+            or N is None
+            or F is None
+            or R is None
+        ):
             return None
-        return LiLiCorrDims(hidden_size=M, head_hidden_size=h, candidate_topk=K, block_size=B, num_layers=L,
-                            num_heads=N, factor_dim=F, mlp_width=R)
+        return LiLiCorrDims(
+            hidden_size=M,
+            head_hidden_size=h,
+            candidate_topk=K,
+            block_size=B,
+            num_layers=L,
+            num_heads=N,
+            factor_dim=F,
+            mlp_width=R,
+        )
 
     def backbone_dims(self) -> BackboneDims | None:
         """The backbone's dimensions, every one known, or None when the config leaves one undetermined."""
@@ -105,8 +126,14 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
         kv, inter = self.num_kv_heads, self.intermediate_size
         if M is None or layers is None or heads is None or hd is None or kv is None or inter is None:
             return None
-        return BackboneDims(hidden_size=M, num_layers=layers, num_heads=heads, num_kv_heads=kv, head_dim=hd,
-                            intermediate_size=inter)
+        return BackboneDims(
+            hidden_size=M,
+            num_layers=layers,
+            num_heads=heads,
+            num_kv_heads=kv,
+            head_dim=hd,
+            intermediate_size=inter,
+        )
 
 
 def _positive_int(value: int | None) -> int | None:
@@ -128,8 +155,11 @@ def resolve_block_size(config: DraftConfig) -> tuple[int | None, bool]:
 def head_declared(config: DraftConfig) -> bool:
     d = config.dflash
     fields = msgspec.structs.asdict(d)
-    return (config.family == "lilicorr" or d.projector_type == "lilicorr"
-            or any(fields[key] is not None for key in LILICORR_KEYS))
+    return (
+        config.family == "lilicorr"
+        or d.projector_type == "lilicorr"
+        or any(fields[key] is not None for key in LILICORR_KEYS)
+    )
 
 
 def routed_by_projector(config: DraftConfig) -> bool:
@@ -170,8 +200,9 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
     eps = _finite(config.rms_norm_eps)
     family = head_family(config)
     markov_type = config.markov_head_type or d.markov_head_type
-    confidence = config.enable_confidence_head if config.enable_confidence_head is not None \
-        else d.use_confidence_head
+    confidence = (
+        config.enable_confidence_head if config.enable_confidence_head is not None else d.use_confidence_head
+    )
     return Geometry(
         family=family,
         hidden_size=hidden,
@@ -191,7 +222,8 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         conv_kernel_size=taps,
         conv_group_size=group,
         has_own_lm_head=bool(config.has_own_lm_head),
-        lilicorr_enabled=head_declared(config) and d.lilicorr_enabled is not False
+        lilicorr_enabled=head_declared(config)
+        and d.lilicorr_enabled is not False
         and (config.family in ("lilicorr", None) or routed_by_projector(config)),
         candidate_topk=_positive_int(d.lilicorr_candidate_topk),
         head_hidden_size_raw=h_raw,
@@ -205,15 +237,20 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         selector_rank=_positive_int(d.selector_rank) if family == "dflash2" else None,
         selector_top_k=_positive_int(d.selector_top_k) if family == "dflash2" else None,
         markov_rank=_positive_int(config.markov_rank if config.markov_rank is not None else d.markov_rank)
-        if family == "dspark" else None,
+        if family == "dspark"
+        else None,
         markov_head_type=(markov_type or "vanilla").lower() if family == "dspark" else None,
         confidence_head=bool(confidence) and family == "dspark",
         confidence_with_markov=bool(config.confidence_head_with_markov) and family == "dspark",
         dspark_layout=("served" if config.family == "dspark" else "modelopt") if family == "dspark" else None,
-        gru_hidden_dim=_positive_int(d.gru_hidden_dim if d.gru_hidden_dim is not None else config.gru_hidden_dim)
-        if family == "domino" else None,
+        gru_hidden_dim=_positive_int(
+            d.gru_hidden_dim if d.gru_hidden_dim is not None else config.gru_hidden_dim
+        )
+        if family == "domino"
+        else None,
         emb_dim=_positive_int(d.emb_dim if d.emb_dim is not None else config.emb_dim)
-        if family == "domino" else None,
+        if family == "domino"
+        else None,
     )
 
 

@@ -42,7 +42,9 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
         return self.quant_configs.get("config.json") or self.quant_configs.get("hf_quant_config.json")
 
 
-def assemble(source: Source, parsed: ParsedConfig, table: TensorTable, quant_docs: dict[str, Any]) -> Checkpoint:
+def assemble(
+    source: Source, parsed: ParsedConfig, table: TensorTable, quant_docs: dict[str, Any]
+) -> Checkpoint:
     """A Checkpoint from parts already read (convert builds one for its output before writing it)."""
     geometry = resolve_geometry(parsed.config)
     configs: dict[str, QuantConfig] = {}
@@ -53,9 +55,17 @@ def assemble(source: Source, parsed: ParsedConfig, table: TensorTable, quant_doc
             configs[src] = qc
         if issues:
             problems[src] = issues
-    return Checkpoint(source=source, parsed=parsed, geometry=geometry, manifest=build_manifest(geometry, len(table.tensors)),
-                      table=table,
-                      names=name_view(table), quant_docs=quant_docs, quant_configs=configs, quant_problems=problems)
+    return Checkpoint(
+        source=source,
+        parsed=parsed,
+        geometry=geometry,
+        manifest=build_manifest(geometry, len(table.tensors)),
+        table=table,
+        names=name_view(table),
+        quant_docs=quant_docs,
+        quant_configs=configs,
+        quant_problems=problems,
+    )
 
 
 def load_checkpoint(path: str) -> Checkpoint:
@@ -64,12 +74,14 @@ def load_checkpoint(path: str) -> Checkpoint:
     parsed = parse_config(read_small(source.config, "config.json"))
     arch = target_model_architecture(parsed.raw)
     if arch is not None:  # a Llama passed where the drafter goes: say so, not "set architectures: ..."
-        raise NotADrafter(f"{source.label} is a target model, not a drafter ({arch}; its config.json has no "
-                          f"dflash_config)")
+        raise NotADrafter(
+            f"{source.label} is a target model, not a drafter ({arch}; its config.json has no dflash_config)"
+        )
     quant_docs: dict[str, Any] = {}
     if parsed.config.quantization_config is not None:
         quant_docs["config.json"] = parsed.config.quantization_config
     if source.hf_quant_config is not None:
         quant_docs["hf_quant_config.json"], _ = load_json_object(
-            read_small(source.hf_quant_config, "hf_quant_config.json"), "hf_quant_config.json")
+            read_small(source.hf_quant_config, "hf_quant_config.json"), "hf_quant_config.json"
+        )
     return assemble(source, parsed, read_tensor_table(source), quant_docs)

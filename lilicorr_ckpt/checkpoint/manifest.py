@@ -16,9 +16,25 @@ from lilicorr_ckpt.families import FAMILIES, SIBLING_HEAD_NAMES, SIBLING_HEAD_PR
 
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
 DTYPE_BYTES = {
-    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "F8_E4M3FNUZ": 1,
-    "F8_E5M2FNUZ": 1, "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
-    "I64": 8, "U64": 8, "F64": 8, "C64": 8,
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "F8_E4M3FNUZ": 1,
+    "F8_E5M2FNUZ": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+    "C64": 8,
 }
 
 COMPONENTS = ("backbone", "conv", "head", "lm_head")
@@ -33,7 +49,6 @@ LEGACY_HEAD_MODULES = {
 }
 _LEGACY_LAYER_MLP = re.compile(r"^lilicorr\.layers\.(\d+)\.mlp\.(0|2)\.")
 _LEGACY_LAYER_NAMES = {"0": "up_proj", "2": "down_proj"}
-
 
 
 def family_prefixes(family: str | None) -> tuple[str, ...]:
@@ -122,8 +137,9 @@ class Manifest(msgspec.Struct, frozen=True):
         out: dict[str, ExpectedTensor] = {}
 
         def add(suffix: str, shape: tuple[int, ...], dtype: str, scalar: bool = False) -> None:
-            out[f"{module}.{suffix}"] = ExpectedTensor(f"{module}.{suffix}", shape, frozenset({dtype}),
-                                                       m.component, module, scalar)
+            out[f"{module}.{suffix}"] = ExpectedTensor(
+                f"{module}.{suffix}", shape, frozenset({dtype}), m.component, module, scalar
+            )
 
         add("weight", (o, i // 2) if scheme.packed else (o, i), scheme.weight_dtype)
         if scheme.weight_scale == "block_e4m3":
@@ -159,8 +175,10 @@ class Manifest(msgspec.Struct, frozen=True):
         return counts
 
 
-_BACKBONE_NAME = re.compile(r"^(layers\.\d+\.(self_attn|mlp|input_layernorm|post_attention_layernorm)\.|"
-                            r"(hidden_norm|norm)\.)")
+_BACKBONE_NAME = re.compile(
+    r"^(layers\.\d+\.(self_attn|mlp|input_layernorm|post_attention_layernorm)\.|"
+    r"(hidden_norm|norm)\.)"
+)
 
 
 def component_of_name(name: str) -> str | None:
@@ -181,27 +199,27 @@ def component_of_name(name: str) -> str | None:
 def canonical_name(name: str) -> str:
     """Map a legacy Sequential LiLiCorr name to its named-MLP form; others unchanged."""
     if name.startswith("lilicorr."):
-        rest = name[len("lilicorr."):]
+        rest = name[len("lilicorr.") :]
         for old, new in LEGACY_HEAD_MODULES.items():
             if rest.startswith(old + "."):
-                return "lilicorr." + new + rest[len(old):]
+                return "lilicorr." + new + rest[len(old) :]
         m = _LEGACY_LAYER_MLP.match(name)
         if m:
-            return f"lilicorr.layers.{m.group(1)}.mlp.{_LEGACY_LAYER_NAMES[m.group(2)]}." + name[m.end():]
+            return f"lilicorr.layers.{m.group(1)}.mlp.{_LEGACY_LAYER_NAMES[m.group(2)]}." + name[m.end() :]
     return name
 
 
 def legacy_name(name: str) -> str:
     """The Sequential-MLP name of a canonical head tensor (identity when it has none)."""
     if name.startswith("lilicorr."):
-        rest = name[len("lilicorr."):]
+        rest = name[len("lilicorr.") :]
         for old, new in LEGACY_HEAD_MODULES.items():
             if rest.startswith(new + "."):
-                return "lilicorr." + old + rest[len(new):]
+                return "lilicorr." + old + rest[len(new) :]
         m = re.match(r"^lilicorr\.layers\.(\d+)\.mlp\.(up_proj|down_proj)\.", name)
         if m:
             index = "0" if m.group(2) == "up_proj" else "2"
-            return f"lilicorr.layers.{m.group(1)}.mlp.{index}." + name[m.end():]
+            return f"lilicorr.layers.{m.group(1)}.mlp.{index}." + name[m.end() :]
     return name
 
 
@@ -215,14 +233,18 @@ class _Builder:
 
     def linear(self, name: str, out_features: int, in_features: int, component: str, bias: bool) -> None:
         self.modules[name] = LinearModule(name, out_features, in_features, component, bias)
-        self.tensors[f"{name}.weight"] = ExpectedTensor(f"{name}.weight", (out_features, in_features),
-                                                        FLOAT_DTYPES, component, name)
+        self.tensors[f"{name}.weight"] = ExpectedTensor(
+            f"{name}.weight", (out_features, in_features), FLOAT_DTYPES, component, name
+        )
         if bias:
-            self.tensors[f"{name}.bias"] = ExpectedTensor(f"{name}.bias", (out_features,), FLOAT_DTYPES,
-                                                          component, name)
+            self.tensors[f"{name}.bias"] = ExpectedTensor(
+                f"{name}.bias", (out_features,), FLOAT_DTYPES, component, name
+            )
 
 
-LAYER_SLACK = 64  # layers a config may state beyond the tensors present (each is reported missing, one by one)
+LAYER_SLACK = (
+    64  # layers a config may state beyond the tensors present (each is reported missing, one by one)
+)
 
 
 def layer_budget(tensors_present: int | None) -> int | None:
@@ -244,17 +266,27 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
         if budget is None or count is None or count <= budget:
             return False
         shown = str(count) if count < 10**12 else f"a {len(str(count))}-digit number"
-        implausible[key] = (f"{key} is {shown}, but the files hold {tensors_present} tensors in all: "
-                            f"at most {budget} layers can be checked")
+        implausible[key] = (
+            f"{key} is {shown}, but the files hold {tensors_present} tensors in all: "
+            f"at most {budget} layers can be checked"
+        )
         incomplete[component] = f"{key} {shown} exceeds the tensors present"
         return True
 
     backbone = g.backbone_dims()
     if backbone is None:
-        backbone_missing = [k for k, v in (("hidden_size", M), ("num_hidden_layers", g.num_layers),
-                                           ("num_attention_heads", g.num_heads), ("head_dim", g.head_dim),
-                                           ("num_key_value_heads", g.num_kv_heads),
-                                           ("intermediate_size", g.intermediate_size)) if v is None]
+        backbone_missing = [
+            k
+            for k, v in (
+                ("hidden_size", M),
+                ("num_hidden_layers", g.num_layers),
+                ("num_attention_heads", g.num_heads),
+                ("head_dim", g.head_dim),
+                ("num_key_value_heads", g.num_kv_heads),
+                ("intermediate_size", g.intermediate_size),
+            )
+            if v is None
+        ]
         incomplete["backbone"] = "needs " + ", ".join(backbone_missing)
     elif not too_many("num_hidden_layers", g.num_layers, "backbone"):
         _backbone(b, backbone, g.attention_bias, g.num_taps)
@@ -269,8 +301,11 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
     # the heads: LiLiCorr's when enabled, a sibling family's when declared (each family lists its own tensors);
     # a LiLiCorr head of more layers than the files could hold is reported, not expanded
     for family in FAMILIES.values():
-        if not family.carried(g) or (family is lilicorr and g.head_complete() and too_many(
-                "dflash_config.lilicorr_num_layers", g.head_num_layers, "head")):
+        if not family.carried(g) or (
+            family is lilicorr
+            and g.head_complete()
+            and too_many("dflash_config.lilicorr_num_layers", g.head_num_layers, "head")
+        ):
             continue
         reason = family.head_tensors(b, g)
         if reason:
@@ -282,8 +317,14 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
         else:
             b.linear("lm_head", g.vocab_size, M, "lm_head", False)
 
-    return Manifest(geometry=g, tensors=b.tensors, modules=b.modules, incomplete=incomplete,
-                    family_prefixes=family_prefixes(g.family), implausible=implausible)
+    return Manifest(
+        geometry=g,
+        tensors=b.tensors,
+        modules=b.modules,
+        incomplete=incomplete,
+        family_prefixes=family_prefixes(g.family),
+        implausible=implausible,
+    )
 
 
 def _backbone(b: _Builder, d: BackboneDims, bias: bool, taps: int | None) -> None:

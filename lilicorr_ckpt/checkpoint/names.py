@@ -30,7 +30,7 @@ def strip_prefixes(name: str, prefixes: tuple[str, ...] = STRIPPED_PREFIXES) -> 
         changed = False
         for prefix in prefixes:
             if name.startswith(prefix):
-                name = name[len(prefix):]
+                name = name[len(prefix) :]
                 stripped.append(prefix)
                 changed = True
     return name, tuple(stripped)
@@ -39,7 +39,10 @@ def strip_prefixes(name: str, prefixes: tuple[str, ...] = STRIPPED_PREFIXES) -> 
 # alias family -> (pattern over the prefix-stripped name, its canonical replacement)
 ALIASES: dict[str, tuple[tuple[re.Pattern[str], str], ...]] = {
     "midlayer": ((re.compile(r"^midlayer\."), "layers.0."),),
-    "encoder": ((re.compile(r"^encoder\.fc\."), "fc."), (re.compile(r"^encoder\.output_norm_enc\."), "hidden_norm.")),
+    "encoder": (
+        (re.compile(r"^encoder\.fc\."), "fc."),
+        (re.compile(r"^encoder\.output_norm_enc\."), "hidden_norm."),
+    ),
 }
 
 

@@ -85,8 +85,15 @@ class ScaleDefects(msgspec.Struct, frozen=True):
         return self.non_finite or self.negative or self.all_zero
 
     def describe(self) -> str:
-        return ", ".join(what for flag, what in ((self.non_finite, "NaN or infinite"), (self.negative, "negative"),
-                                                 (self.all_zero, "all zero")) if flag)
+        return ", ".join(
+            what
+            for flag, what in (
+                (self.non_finite, "NaN or infinite"),
+                (self.negative, "negative"),
+                (self.all_zero, "all zero"),
+            )
+            if flag
+        )
 
 
 def scale_defects(chunks: Iterable[np.ndarray]) -> ScaleDefects:
@@ -170,8 +177,9 @@ def unpack_nibbles(packed: np.ndarray) -> np.ndarray:
     return out
 
 
-def nvfp4_quantize(weight: np.ndarray, group_size: int = 16,
-                   global_amax: float | None = None) -> tuple[np.ndarray, np.ndarray, np.float32]:
+def nvfp4_quantize(
+    weight: np.ndarray, group_size: int = 16, global_amax: float | None = None
+) -> tuple[np.ndarray, np.ndarray, np.float32]:
     """float32 [o, i] -> (packed uint8 [o, i/2], e4m3 codes [o, i/group], fp32 weight_scale_2). `global_amax` sets
     weight_scale_2 from a shared amax (ModelOpt unifies it across linears a runtime fuses); default: this weight's."""
     weight = np.asarray(weight, dtype=np.float32)
@@ -197,8 +205,9 @@ _BYTES = np.arange(256, dtype=np.uint8)
 NVFP4_PAIRS = e2m1_decode(np.stack([_BYTES & 0x0F, _BYTES >> 4], axis=1))  # [256, 2]
 
 
-def nvfp4_dequantize(packed: np.ndarray, scale_codes: np.ndarray, scale_2: float,
-                     group_size: int = 16) -> np.ndarray:
+def nvfp4_dequantize(
+    packed: np.ndarray, scale_codes: np.ndarray, scale_2: float, group_size: int = 16
+) -> np.ndarray:
     """W = lut[code] * fp32(weight_scale) * weight_scale_2, as float32 [o, i], for packed uint8 [o, i/2] and e4m3
     block scale codes [o, i/group]; any run of rows with their scale rows decodes as the whole would."""
     packed = np.asarray(packed, dtype=np.uint8)
@@ -223,4 +232,4 @@ def fp8_dequantize(codes: np.ndarray, scale: np.ndarray, first_row: int = 0) -> 
         blocks = scale.reshape(scale.shape[0], scale.shape[2])
         row_block = np.arange(first_row, first_row + n) // 128
         return (values * np.repeat(blocks[row_block], 128, axis=1)[:, :cols]).astype(np.float32)
-    return (values * scale.reshape(-1)[first_row:first_row + n, None]).astype(np.float32)
+    return (values * scale.reshape(-1)[first_row : first_row + n, None]).astype(np.float32)

@@ -53,7 +53,9 @@ def suggestions(spec: str, limit: int = 3) -> list[str]:
     candidates = [(name, name) for name in siblings]
     seen = 0
     for sibling in sorted(siblings):
-        if sibling.startswith((".", "__")) or seen > _NESTED_LIMIT:  # .git, .cache, __pycache__: never a checkpoint
+        if (
+            sibling.startswith((".", "__")) or seen > _NESTED_LIMIT
+        ):  # .git, .cache, __pycache__: never a checkpoint
             continue
         nested = _subdirectories(parent / sibling)
         seen += len(nested)
@@ -62,10 +64,15 @@ def suggestions(spec: str, limit: int = 3) -> list[str]:
     if exact:
         chosen = sorted(exact, key=lambda shown: (not (parent / shown / "config.json").is_file(), shown))
     else:  # near misses: the best, and those almost as close (not every name that shares a word)
-        scored = [(difflib.SequenceMatcher(None, path.name, name).ratio(), shown) for shown, name in candidates]
+        scored = [
+            (difflib.SequenceMatcher(None, path.name, name).ratio(), shown) for shown, name in candidates
+        ]
         best = max((score for score, _ in scored), default=0.0)
-        chosen = [shown for score, shown in sorted(scored, key=lambda t: (-t[0], "/" in t[1], t[1]))
-                  if score >= max(0.6, best - 0.1)]
+        chosen = [
+            shown
+            for score, shown in sorted(scored, key=lambda t: (-t[0], "/" in t[1], t[1]))
+            if score >= max(0.6, best - 0.1)
+        ]
     return [prefix + shown for shown in chosen[:limit]]
 
 
@@ -78,8 +85,11 @@ def no_such_directory(spec: str, what: str = "checkpoint") -> str:
     else:
         parent = path.parent
         missing_parent = not parent.exists()
-        hint = (f"; its parent {str(parent) + os.sep!r} does not exist either" if missing_parent and str(parent) != "."
-                else "")
+        hint = (
+            f"; its parent {str(parent) + os.sep!r} does not exist either"
+            if missing_parent and str(parent) != "."
+            else ""
+        )
     if path.suffix == ".gguf" and what == "checkpoint":
         hint += "; a .gguf file is a target model: give it as --target"
     return f"{what} {spec!r} does not exist: no such directory{hint}"
@@ -89,7 +99,13 @@ def file_not_a_directory(spec: str, what: str = "checkpoint") -> str:
     """The message for a spec that names a file where a checkpoint directory is expected."""
     path = Path(spec)
     if what == "checkpoint" and path.suffix == ".gguf":
-        return (f"{what} {spec!r} is a GGUF file, which is a target model, not a drafter checkpoint: give the "
-                f"drafter's directory as PATH and this file as --target {spec}")
-    hint = f"; pass its folder {str(path.parent) or '.'}" if path.name.endswith((".json", ".safetensors")) else ""
+        return (
+            f"{what} {spec!r} is a GGUF file, which is a target model, not a drafter checkpoint: give the "
+            f"drafter's directory as PATH and this file as --target {spec}"
+        )
+    hint = (
+        f"; pass its folder {str(path.parent) or '.'}"
+        if path.name.endswith((".json", ".safetensors"))
+        else ""
+    )
     return f"{what} {spec!r} is a file, expected a checkpoint directory{hint}"

@@ -56,13 +56,17 @@ class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
             group = self.top_group_size
             if group is None and profile.flat_group_size_from_config_groups:
                 group = self.nested_group_size
-            qc = msgspec.structs.replace(qc, group_size=group if group is not None else profile.flat_group_size_default)
+            qc = msgspec.structs.replace(
+                qc, group_size=group if group is not None else profile.flat_group_size_default
+            )
         return qc
 
     def scheme_for(self, module: str) -> QuantScheme | None:
         """The scheme a module is quantized with if it is not excluded (None: not quantized / unknown)."""
         if self.quant_algo == "MIXED_PRECISION":
-            entry = (self.quantized_layers or {}).get(module) or (self.quantized_layers or {}).get("model." + module)
+            entry = (self.quantized_layers or {}).get(module) or (self.quantized_layers or {}).get(
+                "model." + module
+            )
             if not isinstance(entry, dict) or not isinstance(entry.get("quant_algo"), str):
                 return None
             group = entry.get("group_size")
@@ -72,9 +76,14 @@ class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
         return quant_scheme(self.quant_algo, self.group_size)
 
     def summary(self) -> dict[str, Any]:
-        return {"source": self.source, "form": self.form, "quant_algo": self.quant_algo,
-                "group_size": self.group_size, "quant_method": self.quant_method,
-                "exclude": list(self.exclude)}
+        return {
+            "source": self.source,
+            "form": self.form,
+            "quant_algo": self.quant_algo,
+            "group_size": self.group_size,
+            "quant_method": self.quant_method,
+            "exclude": list(self.exclude),
+        }
 
 
 # the keys a flat quantization_config may list exclusions under
@@ -102,14 +111,19 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
             exclude = ()
         group = q.get("group_size")
         return QuantConfig(
-            source=source, form="nested",
+            source=source,
+            form="nested",
             quant_algo=q.get("quant_algo") if isinstance(q.get("quant_algo"), str) else None,
             group_size=group if isinstance(group, int) and group > 0 else None,
-            kv_cache_quant_algo=q.get("kv_cache_quant_algo") if isinstance(q.get("kv_cache_quant_algo"), str) else None,
+            kv_cache_quant_algo=q.get("kv_cache_quant_algo")
+            if isinstance(q.get("kv_cache_quant_algo"), str)
+            else None,
             exclude=exclude,
             quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
             producer=producer.get("name") if isinstance(producer, dict) else None,
-            quantized_layers=q.get("quantized_layers") if isinstance(q.get("quantized_layers"), dict) else None,
+            quantized_layers=q.get("quantized_layers")
+            if isinstance(q.get("quantized_layers"), dict)
+            else None,
             missing_keys=missing,
         ), problems
     if "quant_algo" in doc or "ignore" in doc or "quant_method" in doc:
@@ -136,19 +150,27 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
         kv = doc.get("kv_cache_quant_algo")
         producer = doc.get("producer")
         return QuantConfig(
-            source=source, form="flat",
+            source=source,
+            form="flat",
             quant_algo=doc.get("quant_algo") if isinstance(doc.get("quant_algo"), str) else None,
             group_size=group if isinstance(group, int) and group > 0 else None,
             kv_cache_quant_algo=kv if isinstance(kv, str) else None,
             exclude=exclude,
             quant_method=doc.get("quant_method") if isinstance(doc.get("quant_method"), str) else None,
             producer=producer.get("name") if isinstance(producer, dict) else None,
-            quantized_layers=doc.get("quantized_layers") if isinstance(doc.get("quantized_layers"), dict) else None,
-            missing_keys=(), exclude_key=exclude_key, top_group_size=top, nested_group_size=inner,
+            quantized_layers=doc.get("quantized_layers")
+            if isinstance(doc.get("quantized_layers"), dict)
+            else None,
+            missing_keys=(),
+            exclude_key=exclude_key,
+            top_group_size=top,
+            nested_group_size=inner,
             flat_lists=tuple(lists),
         ), problems
-    return None, [f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "
-                  f"({{quant_algo, ignore, quant_method}})"]
+    return None, [
+        f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "
+        f"({{quant_algo, ignore, quant_method}})"
+    ]
 
 
 # ---------------------------------------------------------------- pattern hygiene
@@ -196,14 +218,19 @@ def summarize_exclusions(manifest: Manifest, excluded: set[str], quantized: set[
 
     patterns: list[str] = []
     layers = {m.split(".")[1] for m in manifest.modules if m.startswith("layers.") and ".self_attn." in m}
-    for alias, sub, parts in (("*qkv_proj", "self_attn", ("q_proj", "k_proj", "v_proj")),
-                              ("*gate_up_proj", "mlp", ("gate_proj", "up_proj"))):
+    for alias, sub, parts in (
+        ("*qkv_proj", "self_attn", ("q_proj", "k_proj", "v_proj")),
+        ("*gate_up_proj", "mlp", ("gate_proj", "up_proj")),
+    ):
         if layers and all(f"layers.{i}.{sub}.{p}" in excluded for i in layers for p in parts):
             patterns.append(alias)
     for module in sorted(excluded):
         segments = module.split(".")
-        candidates = [["*" + ".".join(segments[-k:])] for k in range(1, len(segments) + 1)
-                      if not any(p.isdigit() for p in segments[-k:])]
+        candidates = [
+            ["*" + ".".join(segments[-k:])]
+            for k in range(1, len(segments) + 1)
+            if not any(p.isdigit() for p in segments[-k:])
+        ]
         anchored = ".".join("*" if part.isdigit() else part for part in segments)
         candidates += [[anchored], [anchored, "model." + anchored], [module]]
         for candidate in candidates:

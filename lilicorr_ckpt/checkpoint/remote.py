@@ -123,12 +123,16 @@ def _import_huggingface_hub() -> None:
     try:
         import huggingface_hub.constants  # noqa: F401
     except ValueError as exc:
-        raise UsageError(f"huggingface_hub cannot start: {printable(str(exc))[:200]}; check the HF_* environment "
-                         f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)") from None
+        raise UsageError(
+            f"huggingface_hub cannot start: {printable(str(exc))[:200]}; check the HF_* environment "
+            f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)"
+        ) from None
 
 
-_REPO_ID_RULES = ("a repo id is org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
-                  "letter or digit, no '--' or '..', at most 96 characters, not ending in .git")
+_REPO_ID_RULES = (
+    "a repo id is org/name: letters, digits, '-', '_' and '.', each part starting and ending with a "
+    "letter or digit, no '--' or '..', at most 96 characters, not ending in .git"
+)
 
 
 def hub_spec(path: str, revision: str | None = None, *, deep: bool = False) -> HubSpec | None:
@@ -146,34 +150,42 @@ def hub_spec(path: str, revision: str | None = None, *, deep: bool = False) -> H
         return None  # neither: source.resolve_path explains
     _import_huggingface_hub()
     if at and not HUB_SPEC.match(path):
-        raise UsageError(f"{path!r}: the revision after @ is empty or has spaces or a second @; write "
-                         f"org/name@REV (a branch, tag, commit or refs/pr/N)")
+        raise UsageError(
+            f"{path!r}: the revision after @ is empty or has spaces or a second @; write "
+            f"org/name@REV (a branch, tag, commit or refs/pr/N)"
+        )
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     try:
         validate_repo_id(repo_part)
     except HFValidationError:
-        raise InputError(f"{path!r} is not a local directory, and {repo_part!r} is not a Hub repo id "
-                         f"({_REPO_ID_RULES})") from None
+        raise InputError(
+            f"{path!r} is not a local directory, and {repo_part!r} is not a Hub repo id ({_REPO_ID_RULES})"
+        ) from None
     for given in (inline, revision):
         # git refuses `..` in a ref name too; here it would also walk out of the cache's refs/ in offline mode
         if given and (not _REVISION.match(given) or ".." in given or given.startswith("/") or "\\" in given):
-            raise UsageError(f"{printable(given)!r} is not a revision: expected a branch, tag, commit or refs/pr/N "
-                             f"(no spaces, control characters, @, .., leading / or \\; at most 255 characters)")
+            raise UsageError(
+                f"{printable(given)!r} is not a revision: expected a branch, tag, commit or refs/pr/N "
+                f"(no spaces, control characters, @, .., leading / or \\; at most 255 characters)"
+            )
     if revision is not None and not revision:
         raise UsageError("--revision is empty; name a branch, tag, commit or refs/pr/N")
     if inline and revision and inline != revision:
         raise UsageError(f"two revisions: {path!r} and --revision {revision}; give one")
     spec = HubSpec(repo_part, inline or revision)
     if deep and not offline_mode():
-        raise UsageError(f"--deep reads tensor data, and {spec.label} would be read from the Hub headers-only "
-                         f"(its weights are never downloaded); download it first (`hf download {spec.repo_id}"
-                         f"{' --revision ' + spec.revision if spec.revision else ''} --local-dir DIR`) and run "
-                         f"validate DIR --deep")
+        raise UsageError(
+            f"--deep reads tensor data, and {spec.label} would be read from the Hub headers-only "
+            f"(its weights are never downloaded); download it first (`hf download {spec.repo_id}"
+            f"{' --revision ' + spec.revision if spec.revision else ''} --local-dir DIR`) and run "
+            f"validate DIR --deep"
+        )
     return spec
 
 
 # --- the model info, as typed structs ---------------------------------------------------------------------
+
 
 class _Lfs(msgspec.Struct, kw_only=True):
     size: int | None = None
@@ -194,7 +206,7 @@ def _bad_name(name: str) -> str | None:
     """Why `name` is not a plain repo path (None when it is one)."""
     if not name:
         return "an empty name"
-    if any(ord(c) < 0x20 or 0x7f <= ord(c) < 0xa0 or c in "\u2028\u2029" for c in name):
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in name):
         return "a control character"
     try:
         name.encode("utf-8")
@@ -211,6 +223,7 @@ def _bad_name(name: str) -> str | None:
 
 
 # --- deadline and worker threads --------------------------------------------------------------------------
+
 
 class _Stopped(Exception):
     """The read was abandoned (the deadline passed, the process is interrupted, or another read failed)."""
@@ -257,8 +270,9 @@ class _Reply(msgspec.Struct, frozen=True):
 
 
 @contextlib.contextmanager
-def _stream(method: str, url: str, headers: dict[str, str],
-            timeout: float) -> Iterator[tuple[int, Mapping[str, str], Iterator[bytes]]]:
+def _stream(
+    method: str, url: str, headers: dict[str, str], timeout: float
+) -> Iterator[tuple[int, Mapping[str, str], Iterator[bytes]]]:
     """One request through huggingface_hub's session: (status, headers, the body's raw, still encoded, chunks)."""
     from huggingface_hub.utils import get_session
 
@@ -267,8 +281,7 @@ def _stream(method: str, url: str, headers: dict[str, str],
         # the stubs type get_session() as huggingface_hub 1.x's httpx Client; this branch is its requests Session
         response = session.request(method, url, headers=headers, timeout=timeout, stream=True)  # type: ignore[call-arg]
         try:
-            yield (response.status_code, response.headers,
-                   response.raw.stream(_CHUNK, decode_content=False))  # type: ignore[attr-defined]
+            yield (response.status_code, response.headers, response.raw.stream(_CHUNK, decode_content=False))  # type: ignore[attr-defined]
         finally:
             response.close()
         return
@@ -285,8 +298,9 @@ def _decoder(encoding: str) -> Any:
     raise _BadBody(f"Content-Encoding {printable(encoding)[:40]!r}, which was not asked for")
 
 
-def _read_body(chunks: Iterator[bytes], encoding: str, *, skip: int, want: int | None, limit: int,
-               deadline: _Deadline) -> bytes:
+def _read_body(
+    chunks: Iterator[bytes], encoding: str, *, skip: int, want: int | None, limit: int, deadline: _Deadline
+) -> bytes:
     """The body's bytes [skip, skip+want) (all of it when want is None: _TooLarge past `limit`), decompressed
     with a cap, reading no further than needed; the deadline is checked between chunks."""
     decoder = _decoder(encoding)
@@ -304,7 +318,9 @@ def _read_body(chunks: Iterator[bytes], encoding: str, *, skip: int, want: int |
             data = chunk
             while data:
                 try:
-                    out += decoder.decompress(data, cap + 1 - len(out))  # never 0, which would mean "unbounded"
+                    out += decoder.decompress(
+                        data, cap + 1 - len(out)
+                    )  # never 0, which would mean "unbounded"
                 except zlib.error as exc:
                     raise _BadBody(f"a corrupt {encoding.strip().lower()} body ({exc})") from None
                 if len(out) > cap:
@@ -318,11 +334,15 @@ def _read_body(chunks: Iterator[bytes], encoding: str, *, skip: int, want: int |
         out += decoder.flush()[: cap + 1 - len(out)]
     if want is None and len(out) > cap:
         raise _TooLarge(limit, decoder is not None)
-    return bytes(out[skip: skip + want] if want is not None else out[skip:])
+    return bytes(out[skip : skip + want] if want is not None else out[skip:])
 
 
-def _run_all(deadline: _Deadline, tasks: list[tuple[str, Callable[[], T]]],
-             on_result: Callable[[int, T], None], on_timeout: Callable[[str], InputError]) -> None:
+def _run_all(
+    deadline: _Deadline,
+    tasks: list[tuple[str, Callable[[], T]]],
+    on_result: Callable[[int, T], None],
+    on_timeout: Callable[[str], InputError],
+) -> None:
     """Run tasks (what, fn) in daemon threads, WORKERS at a time, handing each result to on_result in this
     thread. The first failure stops the rest and is raised; so is on_timeout(what is still pending) once the
     deadline passes. This thread only waits, interruptibly: SIGTERM and Ctrl-C end the wait at once."""
@@ -366,11 +386,14 @@ def _run_all(deadline: _Deadline, tasks: list[tuple[str, Callable[[], T]]],
                 raise HubReadBug(redact(f"{type(value).__name__}: {value}")) from value
             on_result(i, value)
     finally:
-        if pending:  # a failure, the deadline or a signal ended the wait: the workers left stop at their next chunk
+        if (
+            pending
+        ):  # a failure, the deadline or a signal ended the wait: the workers left stop at their next chunk
             deadline.stop.set()
 
 
 # --- the Hub ----------------------------------------------------------------------------------------------
+
 
 class _Hub:
     """One repo at one commit, read through huggingface_hub's HTTP session, within one deadline."""
@@ -398,9 +421,11 @@ class _Hub:
 
     def timed_out(self, what: str) -> InputError:
         seconds = f"{self.deadline.seconds:g}"
-        return self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} did not finish within {seconds} s "
-                         f"(still reading {what}); a slow or stalled server or network. Raise the limit with "
-                         f"--timeout SECONDS (default {DEFAULT_TIMEOUT:g})")
+        return self.fail(
+            f"{self.spec.label}: the Hub at {self.shown_endpoint} did not finish within {seconds} s "
+            f"(still reading {what}); a slow or stalled server or network. Raise the limit with "
+            f"--timeout SECONDS (default {DEFAULT_TIMEOUT:g})"
+        )
 
     def status_error(self, reply: _Reply, what: str) -> InputError:
         """An HTTP error answer as one line for people, by the X-Error-Code huggingface_hub also reads."""
@@ -415,27 +440,44 @@ class _Hub:
             detail = text.strip().splitlines()[0] if text.strip() else ""
         detail = printable(redact(detail.strip()))[:200]  # redacted whole: a cut token would no longer match
         if code == "GatedRepo" or (status == 403 and "gated" in detail.lower()):
-            return self.fail(f"{name} is a gated repo on {ep}: accept its terms on the Hub, then set HF_TOKEN to "
-                             f"a token of that account")
+            return self.fail(
+                f"{name} is a gated repo on {ep}: accept its terms on the Hub, then set HF_TOKEN to "
+                f"a token of that account"
+            )
         if code == "RevisionNotFound":
-            asked = (f"revision {self.revision!r}" if self.spec.revision else
-                     "branch 'main' (no revision was given, so the default branch was asked for; name one with "
-                     "@REV)")
-            return self.fail(f"{self.spec.repo_id} has no {asked} on {ep} (expected a branch, a tag, a commit "
-                             f"or refs/pr/N)")
+            asked = (
+                f"revision {self.revision!r}"
+                if self.spec.revision
+                else "branch 'main' (no revision was given, so the default branch was asked for; name one with "
+                "@REV)"
+            )
+            return self.fail(
+                f"{self.spec.repo_id} has no {asked} on {ep} (expected a branch, a tag, a commit "
+                f"or refs/pr/N)"
+            )
         if code == "EntryNotFound" and what != "model info":
-            return self.fail(f"{name}: {what} is listed by the Hub but cannot be fetched (removed meanwhile?)")
+            return self.fail(
+                f"{name}: {what} is listed by the Hub but cannot be fetched (removed meanwhile?)"
+            )
         if code == "RepoNotFound" or (what == "model info" and status in (401, 404)):
-            token = "HF_TOKEN is set but has no access to it" if self.headers.get("authorization") or \
-                self.headers.get("Authorization") else "HF_TOKEN is not set"
-            return self.fail(f"{self.spec.repo_id} was not found on {ep} (it does not exist, or it is private and "
-                             f"{token}); a local directory would need ./ in front")
+            token = (
+                "HF_TOKEN is set but has no access to it"
+                if self.headers.get("authorization") or self.headers.get("Authorization")
+                else "HF_TOKEN is not set"
+            )
+            return self.fail(
+                f"{self.spec.repo_id} was not found on {ep} (it does not exist, or it is private and "
+                f"{token}); a local directory would need ./ in front"
+            )
         if status == 429:
-            return self.fail(f"{name}: the Hub at {ep} is rate-limiting requests (429) for {what}; wait and retry, "
-                             f"or set HF_TOKEN (authenticated requests get a larger quota)")
+            return self.fail(
+                f"{name}: the Hub at {ep} is rate-limiting requests (429) for {what}; wait and retry, "
+                f"or set HF_TOKEN (authenticated requests get a larger quota)"
+            )
         kind = "a server error; try again later" if status >= 500 else "refused"
-        return self.fail(f"{name}: the Hub at {ep} answered {status} for {what} ({kind})"
-                         f"{': ' + detail if detail else ''}")
+        return self.fail(
+            f"{name}: the Hub at {ep} answered {status} for {what} ({kind}){': ' + detail if detail else ''}"
+        )
 
     def transport_error(self, exc: BaseException, what: str) -> Exception:
         """A network-level failure as an InputError; anything else is a bug (redacted: it may quote a URL)."""
@@ -443,27 +485,50 @@ class _Hub:
 
         name, ep = self.spec.label, self.shown_endpoint
         if isinstance(exc, errors.OfflineModeIsEnabled):
-            return self.fail(f"{name}: offline mode (HF_HUB_OFFLINE is set), so the Hub is not asked; unset it to "
-                             f"read the repo from {ep}")
+            return self.fail(
+                f"{name}: offline mode (HF_HUB_OFFLINE is set), so the Hub is not asked; unset it to "
+                f"read the repo from {ep}"
+            )
         module = type(exc).__module__.split(".")[0]
-        if isinstance(exc, OSError) or module in ("httpx", "httpx2", "httpcore", "httpcore2", "requests", "urllib3",
-                                                  "h11", "ssl", "socket"):
+        if isinstance(exc, OSError) or module in (
+            "httpx",
+            "httpx2",
+            "httpcore",
+            "httpcore2",
+            "requests",
+            "urllib3",
+            "h11",
+            "ssl",
+            "socket",
+        ):
             if isinstance(exc, TimeoutError) or "timeout" in type(exc).__name__.lower():
                 if self.deadline.remaining() <= 0.05:  # the request waited as long as the whole read had left
                     return self.timed_out(what)
-                return self.fail(f"{name}: the Hub at {ep} did not answer within {_request_timeout():g} "
-                                 f"s for {what} (HF_HUB_DOWNLOAD_TIMEOUT sets how long one request may wait; "
-                                 f"--timeout the whole read)")
+                return self.fail(
+                    f"{name}: the Hub at {ep} did not answer within {_request_timeout():g} "
+                    f"s for {what} (HF_HUB_DOWNLOAD_TIMEOUT sets how long one request may wait; "
+                    f"--timeout the whole read)"
+                )
             detail = printable(redact(str(exc) or type(exc).__name__))[:300]
-            return self.fail(f"{name}: cannot reach the Hub at {ep} ({detail}); check the network or HF_ENDPOINT, "
-                             f"or set HF_HUB_OFFLINE=1 to validate a copy in the local Hugging Face cache "
-                             f"(`hf download {self.spec.repo_id}` fills it)")
+            return self.fail(
+                f"{name}: cannot reach the Hub at {ep} ({detail}); check the network or HF_ENDPOINT, "
+                f"or set HF_HUB_OFFLINE=1 to validate a copy in the local Hugging Face cache "
+                f"(`hf download {self.spec.repo_id}` fills it)"
+            )
         return HubReadBug(redact(f"{type(exc).__name__}: {exc}"))
 
     # HTTP (called in worker threads: no filesystem access here)
 
-    def get(self, url: str, what: str, *, limit: int, start: int = 0, length: int | None = None,
-            method: str = "GET") -> _Reply:
+    def get(
+        self,
+        url: str,
+        what: str,
+        *,
+        limit: int,
+        start: int = 0,
+        length: int | None = None,
+        method: str = "GET",
+    ) -> _Reply:
         """Bytes [start, start+length) of url, or all of it (a JSON document, up to `limit` decompressed)."""
         self.deadline.check()
         headers = dict(self.headers)
@@ -473,17 +538,33 @@ class _Hub:
         else:
             headers["Accept-Encoding"] = "gzip, deflate"
         try:
-            with _stream(method, url, headers, self.deadline.request_timeout()) as (status, raw_headers, chunks):
+            with _stream(method, url, headers, self.deadline.request_timeout()) as (
+                status,
+                raw_headers,
+                chunks,
+            ):
                 h = {k.lower(): v for k, v in raw_headers.items()}
                 if status >= (400 if method == "HEAD" else 300):  # HEAD may stop at the LFS redirect
                     body = b""
-                    with contextlib.suppress(_BadBody, _TooLarge):  # the message is a courtesy, the status not
-                        body = _read_body(chunks, h.get("content-encoding", ""), skip=0, want=ERROR_BODY_LIMIT,
-                                          limit=ERROR_BODY_LIMIT, deadline=self.deadline)
+                    with contextlib.suppress(
+                        _BadBody, _TooLarge
+                    ):  # the message is a courtesy, the status not
+                        body = _read_body(
+                            chunks,
+                            h.get("content-encoding", ""),
+                            skip=0,
+                            want=ERROR_BODY_LIMIT,
+                            limit=ERROR_BODY_LIMIT,
+                            deadline=self.deadline,
+                        )
                     raise self.status_error(_Reply(status, h, body, None), what)
                 if method == "HEAD":
-                    return _Reply(status, h, b"", _int_header(h.get("x-linked-size")) or
-                                  _int_header(h.get("content-length")))
+                    return _Reply(
+                        status,
+                        h,
+                        b"",
+                        _int_header(h.get("x-linked-size")) or _int_header(h.get("content-length")),
+                    )
                 skip = 0
                 total: int | None = None
                 encoding = h.get("content-encoding", "")
@@ -492,27 +573,44 @@ class _Hub:
                     tail = content_range.rpartition("/")[2]
                     total = int(tail) if tail.isdigit() else None
                     if not content_range.startswith(f"bytes {start}-"):
-                        raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} answered range "
-                                        f"{printable(content_range)[:80]!r} for {what} bytes {start}-")
+                        raise self.fail(
+                            f"{self.spec.label}: the Hub at {self.shown_endpoint} answered range "
+                            f"{printable(content_range)[:80]!r} for {what} bytes {start}-"
+                        )
                 elif length is not None:  # 200: the whole file from byte 0, of which we take what was asked
                     skip = start
-                    total = _int_header(h.get("content-length")) if encoding.strip().lower() in ("", "identity") \
+                    total = (
+                        _int_header(h.get("content-length"))
+                        if encoding.strip().lower() in ("", "identity")
                         else None
+                    )
                 if length is not None and encoding.strip().lower() not in ("", "identity"):
-                    raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} compressed {what} "
-                                    f"(Content-Encoding {printable(encoding)[:40]!r}) though a byte range was "
-                                    f"asked for")
-                body = _read_body(chunks, encoding, skip=skip, want=length, limit=limit if length is None else
-                                  length, deadline=self.deadline)
+                    raise self.fail(
+                        f"{self.spec.label}: the Hub at {self.shown_endpoint} compressed {what} "
+                        f"(Content-Encoding {printable(encoding)[:40]!r}) though a byte range was "
+                        f"asked for"
+                    )
+                body = _read_body(
+                    chunks,
+                    encoding,
+                    skip=skip,
+                    want=length,
+                    limit=limit if length is None else length,
+                    deadline=self.deadline,
+                )
                 return _Reply(status, h, body, total)
         except (InputError, _Stopped):
             raise
         except _BadBody as exc:
-            raise self.fail(f"{self.spec.label}: the Hub at {self.shown_endpoint} sent {what} with {exc}") from None
+            raise self.fail(
+                f"{self.spec.label}: the Hub at {self.shown_endpoint} sent {what} with {exc}"
+            ) from None
         except _TooLarge as exc:
-            raise self.fail(f"{self.spec.label}: {what} from the Hub at {self.shown_endpoint} is over {exc.limit} "
-                            f"bytes{' decompressed' if exc.decompressed else ''}, the limit for it "
-                            f"({exc.limit >> 20} MiB); refusing to read more") from None
+            raise self.fail(
+                f"{self.spec.label}: {what} from the Hub at {self.shown_endpoint} is over {exc.limit} "
+                f"bytes{' decompressed' if exc.decompressed else ''}, the limit for it "
+                f"({exc.limit >> 20} MiB); refusing to read more"
+            ) from None
         except Exception as exc:
             raise self.transport_error(exc, what) from exc
 
@@ -525,21 +623,30 @@ class _Hub:
         """The commit the revision names, and the repo's files with their sizes."""
         url = f"{self.endpoint}/api/models/{self.spec.repo_id}/revision/{quote(self.revision, safe='')}?blobs=true"
         replies: list[_Reply] = []
-        _run_all(self.deadline, [("model info", lambda: self.get(url, "model info", limit=MODEL_INFO_LIMIT))],
-                 lambda _, reply: replies.append(reply), self.timed_out)
+        _run_all(
+            self.deadline,
+            [("model info", lambda: self.get(url, "model info", limit=MODEL_INFO_LIMIT))],
+            lambda _, reply: replies.append(reply),
+            self.timed_out,
+        )
         where = f"{self.spec.label}: the Hub at {self.shown_endpoint}"
         try:
             info = msgspec.json.decode(replies[0].body, type=_ModelInfo)
         except msgspec.ValidationError as exc:
-            raise self.fail(f"{where} sent model info that does not describe a repo ({printable(str(exc))[:200]})") \
-                from None
+            raise self.fail(
+                f"{where} sent model info that does not describe a repo ({printable(str(exc))[:200]})"
+            ) from None
         except msgspec.DecodeError as exc:
-            raise self.fail(f"{where} sent model info that is not JSON ({printable(str(exc))[:200]})") from None
+            raise self.fail(
+                f"{where} sent model info that is not JSON ({printable(str(exc))[:200]})"
+            ) from None
         if not info.sha:
             raise self.fail(f"{where} did not say which commit {self.revision} is")
         if not COMMIT_ID.match(info.sha):
-            raise self.fail(f"{where} named {printable(info.sha)[:80]!r} as the commit of {self.revision}, which is "
-                            f"not a commit id (40 hex digits); refusing to read the repo")
+            raise self.fail(
+                f"{where} named {printable(info.sha)[:80]!r} as the commit of {self.revision}, which is "
+                f"not a commit id (40 hex digits); refusing to read the repo"
+            )
         if info.siblings is None:
             raise self.fail(f"{where} did not list the files of {self.revision}")
         self.commit = info.sha.lower()
@@ -547,11 +654,17 @@ class _Hub:
             name = sibling.rfilename
             why = _bad_name(name)
             if why is not None:
-                raise self.fail(f"{where} lists a file {printable(name)[:120]!r} with {why}, which no repo holds; "
-                                f"refusing the listing")
-            size = sibling.lfs.size if sibling.lfs is not None and sibling.lfs.size is not None else sibling.size
+                raise self.fail(
+                    f"{where} lists a file {printable(name)[:120]!r} with {why}, which no repo holds; "
+                    f"refusing the listing"
+                )
+            size = (
+                sibling.lfs.size if sibling.lfs is not None and sibling.lfs.size is not None else sibling.size
+            )
             if size is not None and not 0 <= size <= MAX_FILE_SIZE:
-                raise self.fail(f"{where} lists {printable(name)[:120]} as {size} bytes, which is no file's size")
+                raise self.fail(
+                    f"{where} lists {printable(name)[:120]} as {size} bytes, which is no file's size"
+                )
             self.sizes[name] = size
 
     # the files
@@ -561,8 +674,12 @@ class _Hub:
 
     def read_small(self, names: list[str]) -> dict[str, bytes]:
         out: dict[str, bytes] = {}
-        _run_all(self.deadline, [(n, functools.partial(self.small_body, n)) for n in names],
-                 lambda i, body: out.__setitem__(names[i], body), self.timed_out)
+        _run_all(
+            self.deadline,
+            [(n, functools.partial(self.small_body, n)) for n in names],
+            lambda i, body: out.__setitem__(names[i], body),
+            self.timed_out,
+        )
         return out
 
     def prefix(self, name: str) -> tuple[bytes, int]:
@@ -574,7 +691,9 @@ class _Hub:
         if size is None:
             raise self.fail(f"{self.spec.label}: the Hub did not say how large {name} is")
         if not 0 <= size <= MAX_FILE_SIZE:
-            raise self.fail(f"{self.spec.label}: the Hub says {name} is {size} bytes, which is no file's size")
+            raise self.fail(
+                f"{self.spec.label}: the Hub says {name} is {size} bytes, which is no file's size"
+            )
         return reply.body, size
 
     def header(self, name: str, length: int) -> bytes:
@@ -615,18 +734,25 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
     files = hub.sizes
     if "config.json" not in files:
         top = sorted(n for n in files if "/" not in n)
-        shown = ", ".join(printable(n) for n in top[:6]) + (" ..." if len(top) > 6 else "") if top else "no files"
+        shown = (
+            ", ".join(printable(n) for n in top[:6]) + (" ..." if len(top) > 6 else "") if top else "no files"
+        )
         raise hub.fail(f"{label} has no config.json (found: {shown}); expected a drafter checkpoint repo")
     small = hub.read_small([n for n in SMALL_FILES if n in files])
     shards = {n for n in files if "/" not in n and n.endswith(".safetensors")}
     shards |= {s for s in _index_shards(small.get(INDEX_NAME, b"")) if s in files}
     ordered = sorted(shards)
     if len(ordered) > MAX_SHARDS:
-        raise hub.fail(f"{label} has {len(ordered)} safetensors files; more than {MAX_SHARDS} is no drafter "
-                       f"checkpoint")
+        raise hub.fail(
+            f"{label} has {len(ordered)} safetensors files; more than {MAX_SHARDS} is no drafter checkpoint"
+        )
     prefixes: dict[str, tuple[bytes, int]] = {}
-    _run_all(hub.deadline, [(n, functools.partial(hub.prefix, n)) for n in ordered],
-             lambda i, got: prefixes.__setitem__(ordered[i], got), hub.timed_out)
+    _run_all(
+        hub.deadline,
+        [(n, functools.partial(hub.prefix, n)) for n in ordered],
+        lambda i, got: prefixes.__setitem__(ordered[i], got),
+        hub.timed_out,
+    )
     # the header budget, from the length prefixes alone: in name order, so the shard named is always the same
     wanted: dict[str, int] = {}
     total = 0
@@ -636,9 +762,11 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
         if n is not None and 0 < n <= MAX_HEADER_BYTES and 8 + n <= size:
             total += n
             if total > MAX_TOTAL_HEADER_BYTES:
-                raise hub.fail(f"{label}: the safetensors headers come to over {MAX_TOTAL_HEADER_BYTES} bytes "
-                               f"({MAX_TOTAL_HEADER_BYTES >> 20} MiB, the limit for one checkpoint's tensor table) "
-                               f"by {name} ({n} bytes of header, {total} in all so far); refusing to fetch them")
+                raise hub.fail(
+                    f"{label}: the safetensors headers come to over {MAX_TOTAL_HEADER_BYTES} bytes "
+                    f"({MAX_TOTAL_HEADER_BYTES >> 20} MiB, the limit for one checkpoint's tensor table) "
+                    f"by {name} ({n} bytes of header, {total} in all so far); refusing to fetch them"
+                )
             wanted[name] = n
         # otherwise the prefix alone: tensors.read_header names the absurd or overlong length, as for a local file
     hub.header_bytes = sum(len(p) for p, _ in prefixes.values())
@@ -655,9 +783,11 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
                     if size is not None:
                         f.truncate(max(size, len(data)))
             except OSError as exc:
-                raise hub.fail(f"{label}: cannot lay out the header-only stand-in of {printable(name)}"
-                               f"{f' ({size} bytes, sparse)' if size is not None else ''} in the temporary "
-                               f"directory: {exc.strerror or exc}") from None
+                raise hub.fail(
+                    f"{label}: cannot lay out the header-only stand-in of {printable(name)}"
+                    f"{f' ({size} bytes, sparse)' if size is not None else ''} in the temporary "
+                    f"directory: {exc.strerror or exc}"
+                ) from None
 
         for name, data in small.items():
             lay_out(name, data)
@@ -671,13 +801,26 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
             lay_out(name, prefixes[name][0] + header, prefixes[name][1])
 
         headered = sorted(wanted)
-        _run_all(hub.deadline, [(n, functools.partial(hub.header, n, wanted[n])) for n in headered], got_header,
-                 hub.timed_out)
+        _run_all(
+            hub.deadline,
+            [(n, functools.partial(hub.header, n, wanted[n])) for n in headered],
+            got_header,
+            hub.timed_out,
+        )
         for name in files:  # present, never fetched: LC601 sees them
             if "/" not in name and name.endswith(PICKLE_SUFFIXES):
                 lay_out(name, b"")
-        yield root, HubOrigin(repo_id=spec.repo_id, revision=hub.revision, commit=hub.commit, read_from="hub",
-                              endpoint=hub.shown_endpoint, header_bytes=hub.header_bytes)
+        yield (
+            root,
+            HubOrigin(
+                repo_id=spec.repo_id,
+                revision=hub.revision,
+                commit=hub.commit,
+                read_from="hub",
+                endpoint=hub.shown_endpoint,
+                header_bytes=hub.header_bytes,
+            ),
+        )
 
 
 def _cached_snapshot(spec: HubSpec) -> Path:
@@ -692,14 +835,20 @@ def _cached_snapshot(spec: HubSpec) -> Path:
         from huggingface_hub import snapshot_download
 
         try:
-            root = Path(snapshot_download(spec.repo_id, revision=spec.revision, local_files_only=True)).resolve()
+            root = Path(
+                snapshot_download(spec.repo_id, revision=spec.revision, local_files_only=True)
+            ).resolve()
         except Exception:
-            raise InputError(f"{spec.label}: revision {spec.revision!r} of {spec.repo_id} is not in the Hugging Face "
-                             f"cache; {offline}; fetch it with `hf download {spec.repo_id} --revision "
-                             f"{spec.revision}`") from None
+            raise InputError(
+                f"{spec.label}: revision {spec.revision!r} of {spec.repo_id} is not in the Hugging Face "
+                f"cache; {offline}; fetch it with `hf download {spec.repo_id} --revision "
+                f"{spec.revision}`"
+            ) from None
     if not COMMIT_ID.match(root.name):
-        raise InputError(f"{spec.label}: the Hugging Face cache resolves it to {printable(str(root))!r}, which is not "
-                         f"a snapshot named by its commit (40 hex digits); refusing it")
+        raise InputError(
+            f"{spec.label}: the Hugging Face cache resolves it to {printable(str(root))!r}, which is not "
+            f"a snapshot named by its commit (40 hex digits); refusing it"
+        )
     return root
 
 
@@ -710,8 +859,12 @@ def open_hub(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tuple[
     `timeout`: seconds the whole remote read may take."""
     if offline_mode():
         root = _cached_snapshot(spec)
-        origin = HubOrigin(repo_id=spec.repo_id, revision=spec.revision or "main", commit=root.name.lower(),
-                           read_from="hf_cache")
+        origin = HubOrigin(
+            repo_id=spec.repo_id,
+            revision=spec.revision or "main",
+            commit=root.name.lower(),
+            read_from="hf_cache",
+        )
         yield _load(load_checkpoint, root, spec.label), origin
         return
     with hub_checkout(spec, timeout) as (root, origin):

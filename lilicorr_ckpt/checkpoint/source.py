@@ -49,8 +49,10 @@ def resolve_path(spec: str, what: str = "checkpoint") -> tuple[Path, Path]:
         raise InputError(no_such_directory(spec, what))
     if _REPO_ID.match(spec) and not spec.startswith((".", "/")):
         return _from_hf_cache(spec, what)
-    raise InputError(f"{what} {spec!r} does not exist (expected a directory, or a repo id such as "
-                     f"org/name that is already in the local Hugging Face cache)")
+    raise InputError(
+        f"{what} {spec!r} does not exist (expected a directory, or a repo id such as "
+        f"org/name that is already in the local Hugging Face cache)"
+    )
 
 
 def _not_in_cache(repo_id: str, what: str) -> str:
@@ -58,13 +60,19 @@ def _not_in_cache(repo_id: str, what: str) -> str:
     from huggingface_hub import constants
 
     repo_dir = Path(constants.HF_HUB_CACHE) / ("models--" + repo_id.replace("/", "--"))
-    snapshots = sorted(p for p in (repo_dir / "snapshots").glob("*") if p.is_dir()) if repo_dir.is_dir() else []
+    snapshots = (
+        sorted(p for p in (repo_dir / "snapshots").glob("*") if p.is_dir()) if repo_dir.is_dir() else []
+    )
     if snapshots:
         shown = ", ".join(str(p) for p in snapshots[:3]) + (" ..." if len(snapshots) > 3 else "")
-        return (f"{what} {repo_id!r} is in the Hugging Face cache ({repo_dir}) but has no refs/main to say which "
-                f"snapshot is current; pass a snapshot directory instead: {shown}")
-    return (f"{what} {repo_id!r} is not a local directory and is not in the Hugging Face cache "
-            f"(offline lookup; fetch it first with `hf download {repo_id}`)")
+        return (
+            f"{what} {repo_id!r} is in the Hugging Face cache ({repo_dir}) but has no refs/main to say which "
+            f"snapshot is current; pass a snapshot directory instead: {shown}"
+        )
+    return (
+        f"{what} {repo_id!r} is not a local directory and is not in the Hugging Face cache "
+        f"(offline lookup; fetch it first with `hf download {repo_id}`)"
+    )
 
 
 def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
@@ -74,8 +82,10 @@ def _from_hf_cache(repo_id: str, what: str) -> tuple[Path, Path]:
     except ImportError:  # pragma: no cover - huggingface-hub is a base dependency
         raise InputError(f"{what} {repo_id!r}: huggingface-hub is not installed") from None
     except ValueError as exc:  # it parses its HF_* variables when imported
-        raise UsageError(f"{what} {repo_id!r}: huggingface_hub cannot start: {exc}; check the HF_* environment "
-                         f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)") from None
+        raise UsageError(
+            f"{what} {repo_id!r}: huggingface_hub cannot start: {exc}; check the HF_* environment "
+            f"variables (HF_HUB_DOWNLOAD_TIMEOUT and HF_HUB_ETAG_TIMEOUT take whole seconds)"
+        ) from None
     try:
         snapshot = Path(snapshot_download(repo_id, local_files_only=True))
     except LocalEntryNotFoundError:
@@ -99,7 +109,11 @@ def hf_cache_blobs(directory: Path) -> Path | None:
     for snapshot in (directory, *directory.parents):
         snapshots = snapshot.parent
         repo = snapshots.parent
-        if snapshots.name == "snapshots" and snapshot != snapshots and repo.name.startswith(_CACHE_REPO_PREFIXES):
+        if (
+            snapshots.name == "snapshots"
+            and snapshot != snapshots
+            and repo.name.startswith(_CACHE_REPO_PREFIXES)
+        ):
             blobs = repo / "blobs"
             return blobs.resolve() if blobs.is_dir() else None
     return None
@@ -115,12 +129,18 @@ def checked_file(root: Path, link_root: Path, rel: str, what: str) -> Path:
         try:
             target = path.resolve(strict=True)
         except (OSError, RuntimeError) as exc:  # RuntimeError: pathlib's symlink loop
-            why = "a symlink loop" if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40 \
-                else "a dangling symlink" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+            why = (
+                "a symlink loop"
+                if isinstance(exc, RuntimeError) or getattr(exc, "errno", None) == 40
+                else "a dangling symlink"
+                if isinstance(exc, FileNotFoundError)
+                else (exc.strerror or str(exc))
+            )
             raise InputError(f"{rel} is {why}; cannot read it") from None
         if not (target.is_relative_to(root) or target.is_relative_to(link_root)):
-            raise InputError(f"{rel} is a symlink to {target}, outside the checkpoint directory; "
-                             f"copy the file in instead")
+            raise InputError(
+                f"{rel} is a symlink to {target}, outside the checkpoint directory; copy the file in instead"
+            )
     return path
 
 
@@ -157,7 +177,9 @@ def open_source(spec: str) -> Source:
         raise InputError(f"{spec}/config.json is not a regular file; expected the drafter's JSON config")
     if config is None:
         shown = ", ".join(p.name for p in entries[:6]) + (" ..." if len(entries) > 6 else "")
-        raise InputError(f"{spec} has no config.json (found: {shown}); expected a drafter checkpoint directory")
+        raise InputError(
+            f"{spec} has no config.json (found: {shown}); expected a drafter checkpoint directory"
+        )
     return Source(
         root=root,
         link_root=link_root,

@@ -40,7 +40,11 @@ def header_bytes(entries: list[Entry], metadata: dict[str, str] | None = None) -
         header["__metadata__"] = dict(sorted(metadata.items()))
     offset = 0
     for e in entries:
-        header[e.name] = {"dtype": e.dtype, "shape": list(e.shape), "data_offsets": [offset, offset + e.nbytes]}
+        header[e.name] = {
+            "dtype": e.dtype,
+            "shape": list(e.shape),
+            "data_offsets": [offset, offset + e.nbytes],
+        }
         offset += e.nbytes
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)
@@ -92,8 +96,9 @@ class StreamWriter:
         self._file.close()
 
 
-def write_file(path: Path, tensors: dict[str, tuple[str, tuple[int, ...], bytes]],
-               metadata: dict[str, str] | None = None) -> None:
+def write_file(
+    path: Path, tensors: dict[str, tuple[str, tuple[int, ...], bytes]], metadata: dict[str, str] | None = None
+) -> None:
     """Write small in-memory tensors: name -> (dtype, shape, raw little-endian bytes)."""
     writer = StreamWriter(path, [Entry(n, d, s) for n, (d, s, _) in tensors.items()], metadata)
     for entry in writer.entries:

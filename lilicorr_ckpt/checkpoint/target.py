@@ -54,7 +54,9 @@ def _geometry(source: dict[str, Any], keys: dict[str, str]) -> tuple[dict[str, i
         raw = source.get(key)
         values[field] = _int(raw)
         if values[field] is None:
-            unreadable[key] = "missing" if raw is None else f"{msgspec.json.encode(raw).decode()[:40]} (not an integer)"
+            unreadable[key] = (
+                "missing" if raw is None else f"{msgspec.json.encode(raw).decode()[:40]} (not an integer)"
+            )
     return values, unreadable
 
 
@@ -70,10 +72,24 @@ class TargetSpec(msgspec.Struct, frozen=True):
 # What a loader opens by name in a model directory (transformers' AutoConfig, AutoModel, AutoTokenizer and
 # GenerationConfig, and our own readers): each must be a regular file of a sane size, so a FIFO, a device or a
 # multi-gigabyte "tokenizer.json" is refused by name before any library opens it (a FIFO would block it forever).
-LOADER_FILES = ("config.json", "generation_config.json", "model.safetensors.index.json", "tokenizer.json",
-                "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "vocab.json", "vocab.txt",
-                "merges.txt", "tokenizer.model", "spiece.model", "chat_template.jinja", "chat_template.json",
-                "preprocessor_config.json", "processor_config.json")
+LOADER_FILES = (
+    "config.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "vocab.txt",
+    "merges.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "chat_template.jinja",
+    "chat_template.json",
+    "preprocessor_config.json",
+    "processor_config.json",
+)
 LOADER_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken", ".safetensors", ".gguf")
 LOADER_FILE_LIMIT = 128 << 20  # the largest tokenizer.json of a 256k vocabulary is ~35 MB
 TEMPLATE_DIR = "additional_chat_templates"  # transformers reads every *.jinja in it
@@ -99,7 +115,9 @@ def guard_loader_files(root: Path, spec: str) -> None:
         try:
             mode = entry.stat().st_mode
         except OSError:
-            mode = None  # a dangling link or a loop: refused (by regular_size) where a loader opens it by name
+            mode = (
+                None  # a dangling link or a loop: refused (by regular_size) where a loader opens it by name
+            )
         if name not in LOADER_FILES and (mode is None or stat.S_ISDIR(mode)):
             continue  # a folder, or a broken link, that merely ends in .json is nothing a loader opens
         size = regular_size(entry, what=f"target {spec!r}: {rel}")
@@ -117,16 +135,19 @@ def resolve_target_spec(spec: str) -> TargetSpec:
     if path.is_file():
         if path.suffix == ".gguf":
             return TargetSpec("gguf", path)
-        raise TargetSpecError(f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the "
-                              "local Hugging Face cache, or a GGUF file")
+        raise TargetSpecError(
+            f"target {spec!r} is a file but not a .gguf; pass a model directory, a repo id in the "
+            "local Hugging Face cache, or a GGUF file"
+        )
     root, _ = resolve_path(spec, "target")
     guard_loader_files(root, spec)
     if not (root / "config.json").is_file():
         ggufs = sorted(root.glob("*.gguf"))
         if len(ggufs) == 1:
             return TargetSpec("gguf", ggufs[0])
-        raise TargetSpecError(f"target {spec!r} has no config.json; expected a Hugging Face model directory or a "
-                              ".gguf file")
+        raise TargetSpecError(
+            f"target {spec!r} has no config.json; expected a Hugging Face model directory or a .gguf file"
+        )
     return TargetSpec("directory" if path.is_dir() else "hf_cache", root)
 
 
@@ -136,11 +157,15 @@ def read_target(spec: str) -> TargetInfo:
         return read_gguf_target(resolved.path)
     root = resolved.path
     config_path = root / "config.json"
-    doc, _ = load_json_object(read_small(config_path, f"target {spec}/config.json"), f"target {spec}/config.json")
+    doc, _ = load_json_object(
+        read_small(config_path, f"target {spec}/config.json"), f"target {spec}/config.json"
+    )
     if is_drafter(doc):  # the drafter passed twice, or PATH and --target swapped
-        raise TargetSpecError(f"target {spec!r} is a drafter, not a target (its config.json has "
-                              f"{'dflash_config' if 'dflash_config' in doc else 'a drafter architecture'}); "
-                              f"--target takes the model the drafter drafts for")
+        raise TargetSpecError(
+            f"target {spec!r} is a drafter, not a target (its config.json has "
+            f"{'dflash_config' if 'dflash_config' in doc else 'a drafter architecture'}); "
+            f"--target takes the model the drafter drafts for"
+        )
     nested = doc.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else doc
     special: dict[str, int] = {}
@@ -148,7 +173,11 @@ def read_target(spec: str) -> TargetInfo:
     generation = root / "generation_config.json"
     if generation.is_file():
         with contextlib.suppress(InputError):
-            sources.append(load_json_object(read_small(generation, "generation_config.json"), "generation_config.json")[0])
+            sources.append(
+                load_json_object(read_small(generation, "generation_config.json"), "generation_config.json")[
+                    0
+                ]
+            )
     for src in sources:
         for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
             for i, value in enumerate(_ids(src.get(key))):
@@ -167,8 +196,9 @@ def read_target(spec: str) -> TargetInfo:
             break
     archs = doc.get("architectures")
     theta = text.get("rope_theta")
-    geo, unreadable = _geometry(text, {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers",
-                                       "vocab_size": "vocab_size"})
+    geo, unreadable = _geometry(
+        text, {"hidden_size": "hidden_size", "num_layers": "num_hidden_layers", "vocab_size": "vocab_size"}
+    )
     return TargetInfo(
         label=spec,
         architecture=archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None,
@@ -185,7 +215,19 @@ def read_target(spec: str) -> TargetInfo:
 
 # ---------------------------------------------------------------- GGUF (metadata only)
 
-_GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+_GGUF_SCALARS = {
+    0: "<B",
+    1: "<b",
+    2: "<H",
+    3: "<h",
+    4: "<I",
+    5: "<i",
+    6: "<f",
+    7: "<?",
+    10: "<Q",
+    11: "<q",
+    12: "<d",
+}
 
 
 class _Reader:
@@ -216,7 +258,9 @@ class _Reader:
             if item in _GGUF_SCALARS and not keep_arrays:
                 skip = struct.calcsize(_GGUF_SCALARS[item]) * n
                 if self.f.tell() + skip > self.size:  # an overflowing count cannot be seeked past
-                    raise InputError(f"GGUF array of {n} items runs past the end of the file ({self.size} bytes)")
+                    raise InputError(
+                        f"GGUF array of {n} items runs past the end of the file ({self.size} bytes)"
+                    )
                 self.f.seek(skip, 1)
                 return n
             if n > self.size:  # every item takes at least one byte
@@ -247,17 +291,32 @@ def read_gguf_target(path: Path) -> TargetInfo:
         raise InputError(f"cannot read {path}: {exc.strerror}") from None
     arch = meta.get("general.architecture")
     prefix = f"{arch}." if isinstance(arch, str) else ""
-    geo, unreadable = _geometry(meta, {"hidden_size": prefix + "embedding_length", "num_layers": prefix + "block_count"})
+    geo, unreadable = _geometry(
+        meta, {"hidden_size": prefix + "embedding_length", "num_layers": prefix + "block_count"}
+    )
     vocab = _int(meta.get(prefix + "vocab_size")) or _int(meta.get("tokenizer.ggml.tokens"))
     if vocab is None:
         unreadable[prefix + "vocab_size"] = "missing (and no tokenizer.ggml.tokens)"
-    special = {name: meta[key] for name, key in (("bos", "tokenizer.ggml.bos_token_id"),
-                                                   ("eos", "tokenizer.ggml.eos_token_id"),
-                                                   ("pad", "tokenizer.ggml.padding_token_id"))
-               if isinstance(meta.get(key), int)}
+    special = {
+        name: meta[key]
+        for name, key in (
+            ("bos", "tokenizer.ggml.bos_token_id"),
+            ("eos", "tokenizer.ggml.eos_token_id"),
+            ("pad", "tokenizer.ggml.padding_token_id"),
+        )
+        if isinstance(meta.get(key), int)
+    }
     hidden = geo["hidden_size"]
     theta = meta.get(prefix + "rope.freq_base")
-    return TargetInfo(label=str(path), architecture=arch if isinstance(arch, str) else None, hidden_size=hidden,
-                      num_layers=geo["num_layers"], vocab_size=vocab, unreadable=unreadable,
-                      embedding_rows=vocab, embedding_width=hidden, special_ids=special,
-                      rope_theta=float(theta) if isinstance(theta, (int, float)) else None)
+    return TargetInfo(
+        label=str(path),
+        architecture=arch if isinstance(arch, str) else None,
+        hidden_size=hidden,
+        num_layers=geo["num_layers"],
+        vocab_size=vocab,
+        unreadable=unreadable,
+        embedding_rows=vocab,
+        embedding_width=hidden,
+        special_ids=special,
+        rope_theta=float(theta) if isinstance(theta, (int, float)) else None,
+    )

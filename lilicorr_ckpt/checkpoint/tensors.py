@@ -107,8 +107,10 @@ class TooManyTensors(InputError):
     def __init__(self, label: str, count: int, limit: int, *, scope: str = "file", before: int = 0):
         self.count = count
         where = f" beside the {before} of the shards read before it" if before else ""
-        super().__init__(f"{label}: the header lists {count} tensors{where}; the limit is {limit} tensors per "
-                         f"{scope} (a drafter holds hundreds to a few thousand): refusing a tensor table this large")
+        super().__init__(
+            f"{label}: the header lists {count} tensors{where}; the limit is {limit} tensors per "
+            f"{scope} (a drafter holds hundreds to a few thousand): refusing a tensor table this large"
+        )
 
 
 class _Entry(msgspec.Struct):
@@ -137,8 +139,10 @@ def header_entries(header_bytes: bytes, label: str, max_tensors: int) -> dict[st
         except msgspec.DecodeError:
             return entries  # not an object of strings: the library refuses it
         if count > MAX_METADATA_ENTRIES:
-            raise InputError(f"{label}: the header's __metadata__ holds {count} entries; the limit is "
-                             f"{MAX_METADATA_ENTRIES}: refusing a header this large")
+            raise InputError(
+                f"{label}: the header's __metadata__ holds {count} entries; the limit is "
+                f"{MAX_METADATA_ENTRIES}: refusing a header this large"
+            )
     return entries
 
 
@@ -149,8 +153,12 @@ def _reopenable(fd: int, path: Path) -> str:
     return proc if os.path.exists(proc) else str(path)
 
 
-def read_header_keys(path: Path, label: str, *, max_tensors: int = MAX_FILE_TENSORS,
-                     ) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
+def read_header_keys(
+    path: Path,
+    label: str,
+    *,
+    max_tensors: int = MAX_FILE_TENSORS,
+) -> tuple[dict[str, TensorInfo], dict[str, str], list[str]]:
     """read_header, plus the tensor names the header repeats (the library keeps one silently). More than
     max_tensors entries is refused (header_entries)."""
     size = regular_size(path, what=label)  # a FIFO or device would block: named, never opened
@@ -161,10 +169,14 @@ def read_header_keys(path: Path, label: str, *, max_tensors: int = MAX_FILE_TENS
                 raise InputError(f"{label}: truncated safetensors file ({size} bytes, no header length)")
             (n,) = struct.unpack("<Q", prefix)
             if n > MAX_HEADER_BYTES:
-                raise InputError(f"{label}: header length {n} is absurd (limit {MAX_HEADER_BYTES}); not a safetensors file")
+                raise InputError(
+                    f"{label}: header length {n} is absurd (limit {MAX_HEADER_BYTES}); not a safetensors file"
+                )
             if 8 + n > size:
-                raise InputError(f"{label}: header length {n} runs past the end of the file ({size} bytes); "
-                                 f"the file is truncated or not safetensors")
+                raise InputError(
+                    f"{label}: header length {n} runs past the end of the file ({size} bytes); "
+                    f"the file is truncated or not safetensors"
+                )
             header_bytes = f.read(n)
             entries = header_entries(header_bytes, label, max_tensors)
             names, library_metadata = _library_view(_reopenable(f.fileno(), path), label)
@@ -175,11 +187,19 @@ def read_header_keys(path: Path, label: str, *, max_tensors: int = MAX_FILE_TENS
     base = 8 + n
     out: dict[str, TensorInfo] = {}
     try:
-        for name in names:  # dtype, shape and offsets as the library validated them (it parsed this same JSON)
+        for (
+            name
+        ) in names:  # dtype, shape and offsets as the library validated them (it parsed this same JSON)
             entry = msgspec.json.decode(entries[name], type=_Entry)
             begin, end = entry.data_offsets
-            out[name] = TensorInfo(name=name, dtype=entry.dtype, shape=tuple(entry.shape), file=label,
-                                   start=base + begin, end=base + end)
+            out[name] = TensorInfo(
+                name=name,
+                dtype=entry.dtype,
+                shape=tuple(entry.shape),
+                file=label,
+                start=base + begin,
+                end=base + end,
+            )
     except (KeyError, msgspec.DecodeError) as exc:  # pragma: no cover - the library read the same entries
         raise InputError(f"{label}: header entry unreadable: {exc}") from None
     return out, {str(k): str(v) for k, v in library_metadata.items()}, header_duplicate_keys(header_bytes)
@@ -204,16 +224,22 @@ def _read_index(source: Source) -> tuple[dict[str, str], int | None]:
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise InputError(f"{source.index.name}: expected an object `weight_map` of tensor name -> shard file")
     if len(weight_map) > MAX_CHECKPOINT_TENSORS:
-        raise InputError(f"{source.index.name}: weight_map lists {len(weight_map)} tensors; the limit is "
-                         f"{MAX_CHECKPOINT_TENSORS} (a drafter holds hundreds to a few thousand): refusing an index "
-                         "this large")
+        raise InputError(
+            f"{source.index.name}: weight_map lists {len(weight_map)} tensors; the limit is "
+            f"{MAX_CHECKPOINT_TENSORS} (a drafter holds hundreds to a few thousand): refusing an index "
+            "this large"
+        )
     for shard in set(weight_map.values()):
         checked_file(source.root, source.link_root, shard, source.index.name)
     total = None
     meta = doc.get("metadata")
     value = meta.get("total_size") if isinstance(meta, dict) else None
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
-            and 0 <= value < 2**63:
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and 0 <= value < 2**63
+    ):
         total = int(value)  # Infinity, NaN or a negative total is no total: LC606 compares a real one only
     return weight_map, total
 
@@ -225,8 +251,11 @@ def read_tensor_table(source: Source) -> TensorTable:
         weight_map, declared_total = _read_index(source)
     on_disk = {source.rel(p): p for p in source.safetensors}
     referenced = sorted(set(weight_map.values()))
-    missing = {shard: sorted(n for n, s in weight_map.items() if s == shard)
-               for shard in referenced if shard not in on_disk and not (source.root / shard).exists()}
+    missing = {
+        shard: sorted(n for n, s in weight_map.items() if s == shard)
+        for shard in referenced
+        if shard not in on_disk and not (source.root / shard).exists()
+    }
     to_read = sorted(set(on_disk) | {s for s in referenced if s not in missing})
 
     per_file: dict[str, dict[str, TensorInfo]] = {}
@@ -237,12 +266,15 @@ def read_tensor_table(source: Source) -> TensorTable:
         path = checked_file(source.root, source.link_root, rel, "checkpoint")
         left = MAX_CHECKPOINT_TENSORS - read_so_far
         try:
-            per_file[rel], metadata[rel], dups = read_header_keys(path, rel, max_tensors=min(left, MAX_FILE_TENSORS))
+            per_file[rel], metadata[rel], dups = read_header_keys(
+                path, rel, max_tensors=min(left, MAX_FILE_TENSORS)
+            )
         except TooManyTensors as exc:
             if left >= MAX_FILE_TENSORS:
                 raise
-            raise TooManyTensors(rel, exc.count, MAX_CHECKPOINT_TENSORS, scope="checkpoint",
-                                 before=read_so_far) from None
+            raise TooManyTensors(
+                rel, exc.count, MAX_CHECKPOINT_TENSORS, scope="checkpoint", before=read_so_far
+            ) from None
         read_so_far += len(per_file[rel])
         if dups:
             repeated[rel] = dups
@@ -281,10 +313,13 @@ def read_tensor_table(source: Source) -> TensorTable:
         total_size_declared=declared_total,
         total_size_actual=sum(t.nbytes for t in tensors.values()),
         has_index=source.index is not None,
-        both_single_and_index=source.index is not None and "model.safetensors" in on_disk
+        both_single_and_index=source.index is not None
+        and "model.safetensors" in on_disk
         and "model.safetensors" not in referenced,
     )
-    return TensorTable(tensors=tensors, files=to_read, metadata=metadata, shards=shards, duplicate_keys=repeated)
+    return TensorTable(
+        tensors=tensors, files=to_read, metadata=metadata, shards=shards, duplicate_keys=repeated
+    )
 
 
 def expected_nbytes(dtype: str, shape: tuple[int, ...]) -> int | None:

@@ -15,8 +15,9 @@ from lilicorr_ckpt.runtimes import RuntimeProfile
 class Context:
     """One checkpoint being judged: what was read, the runtimes it is judged for, and the findings so far."""
 
-    def __init__(self, checkpoint: Checkpoint, *, profiles: list[RuntimeProfile], target: TargetInfo | None,
-                 deep: bool):
+    def __init__(
+        self, checkpoint: Checkpoint, *, profiles: list[RuntimeProfile], target: TargetInfo | None, deep: bool
+    ):
         self.checkpoint = checkpoint
         self.source = checkpoint.source
         self.parsed = checkpoint.parsed
@@ -37,15 +38,36 @@ class Context:
     def runtime_names(self) -> list[str]:
         return [p.name for p in self.profiles]
 
-    def emit(self, rule_id: str, message: str, *, fix: str | None = None,
-             file: str | None = None, pointer: str | None = None, expected: Any = None, actual: Any = None,
-             runtimes: Iterable[str] = (), subjects: Iterable[str] = ()) -> None:
+    def emit(
+        self,
+        rule_id: str,
+        message: str,
+        *,
+        fix: str | None = None,
+        file: str | None = None,
+        pointer: str | None = None,
+        expected: Any = None,
+        actual: Any = None,
+        runtimes: Iterable[str] = (),
+        subjects: Iterable[str] = (),
+    ) -> None:
         r = RULES[rule_id]
         runtimes = sorted(p for p in runtimes if p in self.runtime_names)
-        self.findings.append(Finding(
-            rule=r.id, name=r.name, severity=r.severity, message=message, fix=fix or r.fix,
-            file=file, pointer=pointer, expected=None if expected is None else str(expected),
-            actual=None if actual is None else str(actual), runtimes=runtimes, subjects=list(subjects)))
+        self.findings.append(
+            Finding(
+                rule=r.id,
+                name=r.name,
+                severity=r.severity,
+                message=message,
+                fix=fix or r.fix,
+                file=file,
+                pointer=pointer,
+                expected=None if expected is None else str(expected),
+                actual=None if actual is None else str(actual),
+                runtimes=runtimes,
+                subjects=list(subjects),
+            )
+        )
 
     def emit_for(self, rule_id: str, profiles: list[RuntimeProfile], message: str, **kw: Any) -> None:
         """Emit once for the profiles among those selected; nothing when none is selected."""
@@ -64,8 +86,11 @@ def check(fn: Callable[[Context], None]) -> Callable[[Context], None]:
 
 def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
     """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
-    shown = ", ".join(p.display for p in profiles[:-1]) + (" and " if len(profiles) > 1 else "") + (
-        profiles[-1].display if profiles else "")
+    shown = (
+        ", ".join(p.display for p in profiles[:-1])
+        + (" and " if len(profiles) > 1 else "")
+        + (profiles[-1].display if profiles else "")
+    )
     if "|" in verb:
         one, several = verb.split("|")
         verb = several if len(profiles) > 1 else one
@@ -74,7 +99,6 @@ def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
 
 def is_pow2(k: int) -> bool:
     return k > 0 and k & (k - 1) == 0
-
 
 
 def run_checks(ctx: Context) -> list[Finding]:

@@ -15,62 +15,94 @@ from lilicorr_ckpt.runtimes import fused_name
 
 # ---------------------------------------------------------------- catalogue
 DEEP = "deep"
-rule("LC701", "non-finite", "error", DEEP, "A tensor contains NaN or Inf.", "Re-export from a healthy training checkpoint.",
-     doc="With `--deep`, scans every floating-point tensor's data (memory-mapped, in 16 MiB chunks) and fires "
-         "for each one that holds a NaN or an infinity; for F8_E4M3 tensors the NaN code (0x7F / 0xFF).",
-     why="A non-finite weight spreads to every activation it touches: the draft proposes nothing useful and "
-         "acceptance collapses, while every loader loads it without complaint.",
-     example="    `lilicorr.out_head.weight` contains NaN or Inf")
-rule("LC702", "all-zero", "warning", DEEP, "A weight tensor is all zeros (untrained or lost in export).",
-     "Check the export; an all-zero kernel_projection is the untrained initialisation.",
-     doc="With `--deep`, fires for a weight-like tensor (a `.weight`, `in_proj_weight`, `base_kernel`, "
-         "`slot_embedding` or `rank_embedding`, not a norm) whose bytes are all zero (-0.0 counts as zero).",
-     why="It loads everywhere, and the module outputs nothing (or only its bias): usually an untrained module "
-         "or one lost in export. An all-zero convolution kernel_projection is the convolution's untrained "
-         "initialisation.",
-     example="    `lilicorr.in_head.weight` is all zeros")
-rule("LC703", "all-zero-scale", "error", DEEP,
-     "A quantization scale tensor is all zeros: the module dequantizes to zero and outputs only its bias.",
-     "Re-export the module; ModelOpt clamps NVFP4 weight_scale to [2^-9, 448] and derives the other scales from "
-     "non-zero amax values.",
-     doc="With `--deep`, fires for a quantization scale tensor (`weight_scale`, `weight_scale_2`, "
-         "`input_scale`) whose values are all zero.",
-     why="A zero weight scale dequantizes the whole weight to zero, so the module outputs only its bias; a "
-         "zero input_scale quantizes its activations with a zero scale. The checkpoint loads everywhere and "
-         "serves a broken module.",
-     example="    lilicorr.pass_hidden_proj.weight_scale_2   F32 []   0.0")
-rule("LC704", "negative-scale", "error", DEEP,
-     "A quantization scale holds negative values: the weights (or activations) it scales change sign.",
-     "Re-export the module; every ModelOpt scale is an amax ratio (>= 0), and NVFP4 block scales are clamped to "
-     "[2^-9, 448].",
-     doc="With `--deep`, fires for a quantization scale tensor (`weight_scale`, `weight_scale_2`, "
-         "`input_scale`) that holds a negative non-zero value (for F8_E4M3 scales: a set sign bit on a "
-         "non-zero code).",
-     why="Every ModelOpt scale is an amax ratio and cannot be negative; a negative scale flips the sign of the "
-         "weights (or activations) it applies to, silently, on every runtime.",
-     example="    lilicorr.token_proj.weight_scale_2   F32 []   -0.001")
+rule(
+    "LC701",
+    "non-finite",
+    "error",
+    DEEP,
+    "A tensor contains NaN or Inf.",
+    "Re-export from a healthy training checkpoint.",
+    doc="With `--deep`, scans every floating-point tensor's data (memory-mapped, in 16 MiB chunks) and fires "
+    "for each one that holds a NaN or an infinity; for F8_E4M3 tensors the NaN code (0x7F / 0xFF).",
+    why="A non-finite weight spreads to every activation it touches: the draft proposes nothing useful and "
+    "acceptance collapses, while every loader loads it without complaint.",
+    example="    `lilicorr.out_head.weight` contains NaN or Inf",
+)
+rule(
+    "LC702",
+    "all-zero",
+    "warning",
+    DEEP,
+    "A weight tensor is all zeros (untrained or lost in export).",
+    "Check the export; an all-zero kernel_projection is the untrained initialisation.",
+    doc="With `--deep`, fires for a weight-like tensor (a `.weight`, `in_proj_weight`, `base_kernel`, "
+    "`slot_embedding` or `rank_embedding`, not a norm) whose bytes are all zero (-0.0 counts as zero).",
+    why="It loads everywhere, and the module outputs nothing (or only its bias): usually an untrained module "
+    "or one lost in export. An all-zero convolution kernel_projection is the convolution's untrained "
+    "initialisation.",
+    example="    `lilicorr.in_head.weight` is all zeros",
+)
+rule(
+    "LC703",
+    "all-zero-scale",
+    "error",
+    DEEP,
+    "A quantization scale tensor is all zeros: the module dequantizes to zero and outputs only its bias.",
+    "Re-export the module; ModelOpt clamps NVFP4 weight_scale to [2^-9, 448] and derives the other scales from "
+    "non-zero amax values.",
+    doc="With `--deep`, fires for a quantization scale tensor (`weight_scale`, `weight_scale_2`, "
+    "`input_scale`) whose values are all zero.",
+    why="A zero weight scale dequantizes the whole weight to zero, so the module outputs only its bias; a "
+    "zero input_scale quantizes its activations with a zero scale. The checkpoint loads everywhere and "
+    "serves a broken module.",
+    example="    lilicorr.pass_hidden_proj.weight_scale_2   F32 []   0.0",
+)
+rule(
+    "LC704",
+    "negative-scale",
+    "error",
+    DEEP,
+    "A quantization scale holds negative values: the weights (or activations) it scales change sign.",
+    "Re-export the module; every ModelOpt scale is an amax ratio (>= 0), and NVFP4 block scales are clamped to "
+    "[2^-9, 448].",
+    doc="With `--deep`, fires for a quantization scale tensor (`weight_scale`, `weight_scale_2`, "
+    "`input_scale`) that holds a negative non-zero value (for F8_E4M3 scales: a set sign bit on a "
+    "non-zero code).",
+    why="Every ModelOpt scale is an amax ratio and cannot be negative; a negative scale flips the sign of the "
+    "weights (or activations) it applies to, silently, on every runtime.",
+    example="    lilicorr.token_proj.weight_scale_2   F32 []   -0.001",
+)
 
 
-rule("LC327", "fused-global-scales-differ", "error", DEEP,
-     "Linears the runtime fuses (q/k/v, gate/up) carry different NVFP4 weight_scale_2: it serves every shard with the "
-     "largest, which rescales the others' weights.",
-     "Re-export with ModelOpt's fused-layer preprocessing (one weight amax per fused group), or requantize the "
-     "shards to a shared weight_scale_2.",
-     doc="With `--deep`, reads each NVFP4 module's weight_scale_2 and fires when the q/k/v of a layer (or its "
-         "gate/up) differ, for the runtimes that fuse them into one linear with one global scale: SGLang.",
-     why="SGLang builds q/k/v as one QKVParallelLinear and gate/up as one MergedColumnParallelLinear; "
-         "ModelOptFp4LinearMethod / ModelOptNvFp4A16LinearMethod.process_weights_after_loading take "
-         "`weight_scale_2.max()` for the fused weight, so a shard quantized with a smaller global scale is "
-         "served multiplied by the ratio. ModelOpt's exporter unifies the amax of such linears for this reason "
-         "(preprocess_linear_fusion); a checkpoint whose shards differ loads cleanly and serves another function.",
-     example="    layers.0.mlp.gate_proj.weight_scale_2   F32 []   8.5e-05\n"
-             "    layers.0.mlp.up_proj.weight_scale_2     F32 []   9.4e-05")
+rule(
+    "LC327",
+    "fused-global-scales-differ",
+    "error",
+    DEEP,
+    "Linears the runtime fuses (q/k/v, gate/up) carry different NVFP4 weight_scale_2: it serves every shard with the "
+    "largest, which rescales the others' weights.",
+    "Re-export with ModelOpt's fused-layer preprocessing (one weight amax per fused group), or requantize the "
+    "shards to a shared weight_scale_2.",
+    doc="With `--deep`, reads each NVFP4 module's weight_scale_2 and fires when the q/k/v of a layer (or its "
+    "gate/up) differ, for the runtimes that fuse them into one linear with one global scale: SGLang.",
+    why="SGLang builds q/k/v as one QKVParallelLinear and gate/up as one MergedColumnParallelLinear; "
+    "ModelOptFp4LinearMethod / ModelOptNvFp4A16LinearMethod.process_weights_after_loading take "
+    "`weight_scale_2.max()` for the fused weight, so a shard quantized with a smaller global scale is "
+    "served multiplied by the ratio. ModelOpt's exporter unifies the amax of such linears for this reason "
+    "(preprocess_linear_fusion); a checkpoint whose shards differ loads cleanly and serves another function.",
+    example="    layers.0.mlp.gate_proj.weight_scale_2   F32 []   8.5e-05\n"
+    "    layers.0.mlp.up_proj.weight_scale_2     F32 []   9.4e-05",
+)
 
 SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales
 CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
 # (dtype, bit mask, all-ones exponent): a value is NaN/Inf when (bits & mask) == mask
-_NON_FINITE = {"BF16": (np.uint16, 0x7F80), "F16": (np.uint16, 0x7C00), "F32": (np.uint32, 0x7F800000),
-               "F64": (np.uint64, 0x7FF0000000000000)}
+_NON_FINITE = {
+    "BF16": (np.uint16, 0x7F80),
+    "F16": (np.uint16, 0x7C00),
+    "F32": (np.uint32, 0x7F800000),
+    "F64": (np.uint64, 0x7FF0000000000000),
+}
 
 
 def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
@@ -79,7 +111,7 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
     all_zero = True
     spec = _NON_FINITE.get(dtype)
     for begin in range(0, len(view), CHUNK):
-        chunk = view[begin:begin + CHUNK]
+        chunk = view[begin : begin + CHUNK]
         if spec is not None:
             item = np.dtype(spec[0]).itemsize
             bits = np.frombuffer(chunk[: len(chunk) // item * item], dtype=spec[0])
@@ -104,7 +136,7 @@ def _scan(view: memoryview, dtype: str) -> tuple[bool, bool]:
 def _scale_defects(view: memoryview, dtype: str) -> ScaleDefects:
     """numerics' scale policy over a scale tensor's values, decoded a chunk at a time."""
     # decode reads its input through np.frombuffer, which takes any buffer: the slice is not copied
-    chunks = (view[begin:begin + CHUNK] for begin in range(0, len(view), CHUNK))
+    chunks = (view[begin : begin + CHUNK] for begin in range(0, len(view), CHUNK))
     return scale_defects(decode(chunk, dtype) for chunk in chunks)  # type: ignore[arg-type]
 
 
@@ -132,30 +164,65 @@ def deep_checks(ctx: Context) -> None:
                         leaf = canonical.rsplit(".", 1)[-1]
                         if leaf == "weight_scale_2" and info.dtype == "F32" and info.nbytes == 4:
                             global_scales[canonical.rsplit(".", 1)[0]] = float(
-                                np.frombuffer(view[info.start:info.end], dtype="<f4")[0])
+                                np.frombuffer(view[info.start : info.end], dtype="<f4")[0]
+                            )
                         if leaf in SCALES and info.dtype in DECODABLE:
-                            defects = _scale_defects(view[info.start:info.end], info.dtype)
-                            non_finite, all_zero, negative = defects.non_finite, defects.all_zero, defects.negative
+                            defects = _scale_defects(view[info.start : info.end], info.dtype)
+                            non_finite, all_zero, negative = (
+                                defects.non_finite,
+                                defects.all_zero,
+                                defects.negative,
+                            )
                         else:
-                            (non_finite, all_zero), negative = _scan(view[info.start:info.end], info.dtype), False
+                            (non_finite, all_zero), negative = (
+                                _scan(view[info.start : info.end], info.dtype),
+                                False,
+                            )
                         if non_finite:
-                            ctx.emit("LC701", f"`{actual}` contains NaN or Inf", file=rel, pointer=actual,
-                                     subjects=[actual])
+                            ctx.emit(
+                                "LC701",
+                                f"`{actual}` contains NaN or Inf",
+                                file=rel,
+                                pointer=actual,
+                                subjects=[actual],
+                            )
                         if negative:
-                            ctx.emit("LC704", f"`{actual}` holds negative values: the signs of "
-                                     f"`{canonical.rsplit('.', 1)[0]}`'s {'activations' if leaf == 'input_scale' else 'weights'} "
-                                     "flip where it applies", file=rel, pointer=actual, subjects=[actual])
-                        weightish = leaf in ("weight", "in_proj_weight", "base_kernel", "slot_embedding",
-                                             "rank_embedding") and "norm" not in canonical
+                            ctx.emit(
+                                "LC704",
+                                f"`{actual}` holds negative values: the signs of "
+                                f"`{canonical.rsplit('.', 1)[0]}`'s {'activations' if leaf == 'input_scale' else 'weights'} "
+                                "flip where it applies",
+                                file=rel,
+                                pointer=actual,
+                                subjects=[actual],
+                            )
+                        weightish = (
+                            leaf
+                            in ("weight", "in_proj_weight", "base_kernel", "slot_embedding", "rank_embedding")
+                            and "norm" not in canonical
+                        )
                         if all_zero and leaf in SCALES:
                             module = canonical.rsplit(".", 1)[0]
-                            effect = ("its activations are quantized with a zero scale" if leaf == "input_scale"
-                                      else "its weight dequantizes to zero, so it outputs only its bias")
-                            ctx.emit("LC703", f"`{actual}` is all zeros: {effect} (`{module}`)", file=rel,
-                                     pointer=actual, subjects=[actual])
+                            effect = (
+                                "its activations are quantized with a zero scale"
+                                if leaf == "input_scale"
+                                else "its weight dequantizes to zero, so it outputs only its bias"
+                            )
+                            ctx.emit(
+                                "LC703",
+                                f"`{actual}` is all zeros: {effect} (`{module}`)",
+                                file=rel,
+                                pointer=actual,
+                                subjects=[actual],
+                            )
                         elif all_zero and weightish:
-                            ctx.emit("LC702", f"`{actual}` is all zeros", file=rel, pointer=actual,
-                                     subjects=[actual])
+                            ctx.emit(
+                                "LC702",
+                                f"`{actual}` is all zeros",
+                                file=rel,
+                                pointer=actual,
+                                subjects=[actual],
+                            )
                 finally:
                     view.release()
     _fused_global_scales(ctx, global_scales)
@@ -167,14 +234,22 @@ def _fused_global_scales(ctx: Context, scales: dict[str, float]) -> None:
     groups: dict[str, list[str]] = {}
     for module in scales:
         fused = fused_name(module)
-        if fused is not None and ctx.names.by_canonical.get(f"{module}.weight") is not None \
-                and ctx.names.by_canonical[f"{module}.weight"].dtype == "U8":
+        if (
+            fused is not None
+            and ctx.names.by_canonical.get(f"{module}.weight") is not None
+            and ctx.names.by_canonical[f"{module}.weight"].dtype == "U8"
+        ):
             groups.setdefault(fused[0], []).append(module)
     for name, shards in sorted(groups.items()):
         values = {m: scales[m] for m in sorted(shards)}
         if len(set(values.values())) > 1:
             shown = ", ".join(f"{m.rsplit('.', 1)[-1]} {v:.6g}" for m, v in values.items())
-            ctx.emit_for("LC327", fusing, f"`{name}`'s shards have different weight_scale_2 ({shown}): "
-                         f"{names_of(fusing, 'serves|serve')} the fused weight with the largest, so the other shards' "
-                         "weights are scaled up by the ratio", pointer=f"{sorted(shards)[0]}.weight_scale_2",
-                         subjects=[f"{m}.weight_scale_2" for m in sorted(shards)])
+            ctx.emit_for(
+                "LC327",
+                fusing,
+                f"`{name}`'s shards have different weight_scale_2 ({shown}): "
+                f"{names_of(fusing, 'serves|serve')} the fused weight with the largest, so the other shards' "
+                "weights are scaled up by the ratio",
+                pointer=f"{sorted(shards)[0]}.weight_scale_2",
+                subjects=[f"{m}.weight_scale_2" for m in sorted(shards)],
+            )

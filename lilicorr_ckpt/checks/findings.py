@@ -32,8 +32,12 @@ class Rule(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def sections(self) -> list[tuple[str, str]]:
         """(title, text) of the long form, in order; a section with no text is left out."""
-        parts = [("What it does", self.doc), ("Why it matters", self.why), ("Example", self.example),
-                 ("Fix", self.fix)]
+        parts = [
+            ("What it does", self.doc),
+            ("Why it matters", self.why),
+            ("Example", self.example),
+            ("Fix", self.fix),
+        ]
         return [(title, text.strip("\n")) for title, text in parts if text.strip()]
 
     def long_doc(self) -> str:
@@ -45,8 +49,14 @@ class Rule(msgspec.Struct, frozen=True, omit_defaults=True):
 
     def markdown(self) -> str:
         """The rule's section of docs/rules.md, under an anchor of its id (SARIF helpUri points there)."""
-        lines = [f'<a id="{self.id.lower()}"></a>', "", f"## {self.id} `{self.name}`", "",
-                 f"**{self.severity}** · {self.area} · {self.summary}", ""]
+        lines = [
+            f'<a id="{self.id.lower()}"></a>',
+            "",
+            f"## {self.id} `{self.name}`",
+            "",
+            f"**{self.severity}** · {self.area} · {self.summary}",
+            "",
+        ]
         for title, text in self.sections():
             lines += [f"**{title}.**", "", _dedent_blocks(text), ""]
         return "\n".join(lines)
@@ -65,8 +75,14 @@ def _wrap(text: str, indent: str, width: int = 100) -> list[str]:
         if all(line.startswith("    ") for line in para):
             out += [indent + line for line in para]
         else:
-            out += textwrap.wrap(" ".join(line.strip() for line in para), width, initial_indent=indent,
-                                 subsequent_indent=indent, break_on_hyphens=False, break_long_words=False)
+            out += textwrap.wrap(
+                " ".join(line.strip() for line in para),
+                width,
+                initial_indent=indent,
+                subsequent_indent=indent,
+                break_on_hyphens=False,
+                break_long_words=False,
+            )
     return out
 
 
@@ -87,27 +103,36 @@ RULES: dict[str, Rule] = {}
 # print the two parts)
 RETIRED: dict[str, str] = {
     "LC012": "family-backbone-only (info): the DFlash2, DSpark and Domino heads are checked now: LC014 / LC015 "
-             "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
+    "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
     "LC128": "causal-ignored (warning): split by what each runtime does with causal: LC117 refused, LC133 run "
-             "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
+    "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
     "LC146": "rope-theta-absent (warning, the runtimes assume different defaults): vLLM 0.33.0 takes the config "
-             "class's default like SGLang and TensorRT-LLM (transformers' Qwen3Config fills rope_parameters before "
-             "set_default_rope_theta's 1e6 could apply), so no selected runtimes differ: LC147 (info)",
+    "class's default like SGLang and TensorRT-LLM (transformers' Qwen3Config fills rope_parameters before "
+    "set_default_rope_theta's 1e6 could apply), so no selected runtimes differ: LC147 (info)",
     "LC154": "markov-head-type-unconfirmed (warning): vLLM 0.33.0 builds the vanilla Markov head only and has no "
-             "parameter for the gated or rnn tensors (qwen3_dspark.py): LC153 (error)",
+    "parameter for the gated or rnn tensors (qwen3_dspark.py): LC153 (error)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
-             "where the runtime renames them",
+    "where the runtime renames them",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
     "LC130": "taps-vs-draft-layers (error): SGLang 0.5.23's DFlashDraftModel.__init__ takes num_target_layers as "
-             "max(target_layer_ids) + 1 when it is absent, so the ids are never checked against the draft's layers",
+    "max(target_layer_ids) + 1 when it is absent, so the ids are never checked against the draft's layers",
     "LC324": "flat-group-size-missing (error): SGLang 0.5.23's ModelOptFp4Config.from_config defaults NVFP4's group "
-             "size to 16 when the flat form gives none: LC321 where the weights used another, LC325 where the "
-             "group size is not 16",
+    "size to 16 when the flat form gives none: LC321 where the weights used another, LC325 where the "
+    "group size is not 16",
 }
 
 
-def rule(id: str, name: str, severity: Severity, area: str, summary: str, fix: str, doc: str = "",
-         why: str = "", example: str = "") -> Rule:
+def rule(
+    id: str,
+    name: str,
+    severity: Severity,
+    area: str,
+    summary: str,
+    fix: str,
+    doc: str = "",
+    why: str = "",
+    example: str = "",
+) -> Rule:
     if id in RULES:
         raise ValueError(f"duplicate rule id {id}")
     if id in RETIRED:
@@ -128,8 +153,15 @@ def retired_long_doc(rule_id: str) -> str:
     named, replaced = retired_parts(rule_id)
     name, _, severity = named.partition(" (")
     head = f"{rule_id} {name} (retired; was: {severity[:-1]})" if named else f"{rule_id} (retired)"
-    lines = [head, "", *_wrap("No longer in the catalogue: no finding carries this id, and it is never reused.", ""),
-             "", "Replaced by:", *_wrap(replaced, "  "), ""]
+    lines = [
+        head,
+        "",
+        *_wrap("No longer in the catalogue: no finding carries this id, and it is never reused.", ""),
+        "",
+        "Replaced by:",
+        *_wrap(replaced, "  "),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -139,9 +171,16 @@ def retired_markdown(rule_id: str) -> str:
     name, _, severity = named.partition(" (")
     title = f"### {rule_id} `{name}` (retired)" if named else f"### {rule_id} (retired)"
     was = f" (was: {severity[:-1]})" if named else ""
-    return "\n".join([f'<a id="{rule_id.lower()}"></a>', "", title, "",
-                      f"No longer in the catalogue{was}; the id is never reused. Replaced by: {replaced.rstrip('.')}.",
-                      ""])
+    return "\n".join(
+        [
+            f'<a id="{rule_id.lower()}"></a>',
+            "",
+            title,
+            "",
+            f"No longer in the catalogue{was}; the id is never reused. Replaced by: {replaced.rstrip('.')}.",
+            "",
+        ]
+    )
 
 
 # A hostile checkpoint can make one rule fire for every one of its tensors or keys: the report keeps it readable
@@ -152,9 +191,13 @@ MAX_SUBJECTS = 1000
 
 def _cap_subjects(finding: Finding, subjects: list[str], omitted: int = 0) -> Finding:
     if len(subjects) <= MAX_SUBJECTS and not omitted:
-        return finding if subjects is finding.subjects else msgspec.structs.replace(finding, subjects=subjects)
+        return (
+            finding if subjects is finding.subjects else msgspec.structs.replace(finding, subjects=subjects)
+        )
     kept = subjects[:MAX_SUBJECTS]
-    return msgspec.structs.replace(finding, subjects=kept, subjects_omitted=omitted + len(subjects) - len(kept))
+    return msgspec.structs.replace(
+        finding, subjects=kept, subjects_omitted=omitted + len(subjects) - len(kept)
+    )
 
 
 def bound_findings(findings: list[Finding]) -> list[Finding]:
@@ -169,8 +212,8 @@ def bound_findings(findings: list[Finding]) -> list[Finding]:
     for indices in per_rule.values():
         if len(indices) <= MAX_FINDINGS_PER_RULE:
             continue
-        rest = [findings[i] for i in indices[MAX_FINDINGS_PER_RULE - 1:]]
-        dropped.update(indices[MAX_FINDINGS_PER_RULE - 1:])
+        rest = [findings[i] for i in indices[MAX_FINDINGS_PER_RULE - 1 :]]
+        dropped.update(indices[MAX_FINDINGS_PER_RULE - 1 :])
         summarised[indices[MAX_FINDINGS_PER_RULE - 1]] = _summary(rest)
     out = []
     for i, f in enumerate(findings):
@@ -194,7 +237,13 @@ def _summary(rest: list[Finding]) -> Finding:
         omitted += max(0, len(f.subjects) - room) + f.subjects_omitted
     files = {f.file for f in rest}
     summary = msgspec.structs.replace(
-        first, message=f"{first.message} ({len(rest) - 1} more {first.rule} findings like it are not listed one by "
-                       "one)", runtimes=runtimes, file=first.file if len(files) == 1 else None,
-        pointer=first.pointer if len(rest) == 1 else None, expected=None, actual=None)
+        first,
+        message=f"{first.message} ({len(rest) - 1} more {first.rule} findings like it are not listed one by "
+        "one)",
+        runtimes=runtimes,
+        file=first.file if len(files) == 1 else None,
+        pointer=first.pointer if len(rest) == 1 else None,
+        expected=None,
+        actual=None,
+    )
     return _cap_subjects(summary, subjects, omitted)

@@ -33,8 +33,18 @@ def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[Ru
         mine = [f for f in findings if not f.runtimes or p.name in f.runtimes]
         errors = sum(f.severity == "error" for f in mine)
         warnings = sum(f.severity == "warning" for f in mine)
-        out.append(RuntimeVerdict(p.name, p.display, errors == 0, errors, warnings, version=p.version,
-                                   released=p.released, source=p.source))
+        out.append(
+            RuntimeVerdict(
+                p.name,
+                p.display,
+                errors == 0,
+                errors,
+                warnings,
+                version=p.version,
+                released=p.released,
+                source=p.source,
+            )
+        )
     return out
 
 
@@ -50,8 +60,15 @@ def geometry_summary(g: Geometry) -> dict[str, Any]:
     return out
 
 
-def validate(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
-             strict: bool = False, checkpoint: Checkpoint | None = None) -> Report:
+def validate(
+    path: str,
+    *,
+    runtime: str = "all",
+    target: str | None = None,
+    deep: bool = False,
+    strict: bool = False,
+    checkpoint: Checkpoint | None = None,
+) -> Report:
     try:
         ckpt = checkpoint or load_checkpoint(path)
     except NotADrafter as exc:
@@ -60,37 +77,74 @@ def validate(path: str, *, runtime: str = "all", target: str | None = None, deep
     target_info: TargetInfo | None = read_target(target) if target else None
     ctx = Context(ckpt, profiles=profiles, target=target_info, deep=deep)
     findings = sorted(run_checks(ctx), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
-    summary = Summary(errors=sum(f.severity == "error" for f in findings),
-                      warnings=sum(f.severity == "warning" for f in findings),
-                      infos=sum(f.severity == "info" for f in findings))
-    return Report(path=path, architecture=ckpt.parsed.config.architecture, target=target,
-                  runtimes=verdicts(findings, profiles), summary=summary, findings=findings,
-                  geometry=geometry_summary(ckpt.geometry), exit_code=exit_code_for(summary, strict), strict=strict)
+    summary = Summary(
+        errors=sum(f.severity == "error" for f in findings),
+        warnings=sum(f.severity == "warning" for f in findings),
+        infos=sum(f.severity == "info" for f in findings),
+    )
+    return Report(
+        path=path,
+        architecture=ckpt.parsed.config.architecture,
+        target=target,
+        runtimes=verdicts(findings, profiles),
+        summary=summary,
+        findings=findings,
+        geometry=geometry_summary(ckpt.geometry),
+        exit_code=exit_code_for(summary, strict),
+        strict=strict,
+    )
 
 
 def error_report(path: str, error: str, *, target: str | None = None, strict: bool = False) -> Report:
     """The report of a validate that could not read its input (exit 2), so that every report file a CI job
     asked for still exists and says why (JUnit <error>, SARIF executionSuccessful false, JSON `error`)."""
-    return Report(path=path, architecture=None, target=target, runtimes=[], summary=Summary(0, 0, 0), findings=[],
-                  geometry={}, exit_code=2, strict=strict, error=error)
+    return Report(
+        path=path,
+        architecture=None,
+        target=target,
+        runtimes=[],
+        summary=Summary(0, 0, 0),
+        findings=[],
+        geometry={},
+        exit_code=2,
+        strict=strict,
+        error=error,
+    )
 
 
-def validate_hub(spec: HubSpec, *, runtime: str = "all", target: str | None = None, strict: bool = False,
-                 deep: bool = False, timeout: float = DEFAULT_TIMEOUT) -> Report:
+def validate_hub(
+    spec: HubSpec,
+    *,
+    runtime: str = "all",
+    target: str | None = None,
+    strict: bool = False,
+    deep: bool = False,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Report:
     """validate() for a Hub repo id: headers read from the Hub (within `timeout` seconds in all), or the cached
     snapshot in offline mode."""
     if deep and not offline_mode():
         raise UsageError(f"--deep cannot read {spec.label} from the Hub (headers only)")
     with open_hub(spec, timeout) as (ckpt, origin):
-        report = validate(hub_label(spec, origin), runtime=runtime, target=target, strict=strict, deep=deep,
-                          checkpoint=ckpt)
+        report = validate(
+            hub_label(spec, origin), runtime=runtime, target=target, strict=strict, deep=deep, checkpoint=ckpt
+        )
     return msgspec.structs.replace(report, hub=origin)
 
 
-def validate_spec(path: str, *, runtime: str = "all", target: str | None = None, deep: bool = False,
-                  strict: bool = False, revision: str | None = None, ignore: str | None = None,
-                  select: str | None = None, config: str | None = None,
-                  timeout: float = DEFAULT_TIMEOUT) -> Report:
+def validate_spec(
+    path: str,
+    *,
+    runtime: str = "all",
+    target: str | None = None,
+    deep: bool = False,
+    strict: bool = False,
+    revision: str | None = None,
+    ignore: str | None = None,
+    select: str | None = None,
+    config: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Report:
     """What `lilicorr-ckpt validate` runs: PATH a local directory or a Hub repo id `org/name[@REV]`, then the
     waivers (--ignore, --select, and --config FILE or else the lilicorr.toml / pyproject.toml found from a local
     checkpoint up to its git work tree's root) applied."""
@@ -98,16 +152,28 @@ def validate_spec(path: str, *, runtime: str = "all", target: str | None = None,
     if config is not None:
         parse_config(*explicit_config(config))  # a bad waiver file is a usage error before any work
     hub = hub_spec(path, revision, deep=deep)  # None: a local directory
-    report = (validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep, timeout=timeout) if hub
-              else validate(path, runtime=runtime, target=target, deep=deep, strict=strict))
-    return waive_report(report, checkpoint_dir=None if hub else path, ignore=ignore, select=select, strict=strict,
-                        config=config)
+    report = (
+        validate_hub(hub, runtime=runtime, target=target, strict=strict, deep=deep, timeout=timeout)
+        if hub
+        else validate(path, runtime=runtime, target=target, deep=deep, strict=strict)
+    )
+    return waive_report(
+        report,
+        checkpoint_dir=None if hub else path,
+        ignore=ignore,
+        select=select,
+        strict=strict,
+        config=config,
+    )
 
 
 def require_valid(checkpoint: Checkpoint, runtime: str = "all") -> Report:
     """validate's report for a checkpoint already read; CheckpointInvalid when it has errors for `runtime`."""
     report = validate(checkpoint.source.label, runtime=runtime, checkpoint=checkpoint)
     if report.summary.errors:
-        raise CheckpointInvalid(f"{checkpoint.source.label} is refused for runtime {runtime!r}:",
-                                [f"{f.rule} {f.message}" for f in report.findings if f.severity == "error"], report)
+        raise CheckpointInvalid(
+            f"{checkpoint.source.label} is refused for runtime {runtime!r}:",
+            [f"{f.rule} {f.message}" for f in report.findings if f.severity == "error"],
+            report,
+        )
     return report

@@ -74,6 +74,7 @@ class WaiverRule(msgspec.Struct, frozen=True, kw_only=True):
 
 # --- rule ids -------------------------------------------------------------------------------------------------
 
+
 def parse_rule_list(text: str | None, option: str) -> tuple[str, ...]:
     """`LC314,LC015` (spaces and repeated commas allowed) -> ids, each an id or a prefix of some id."""
     if text is None:
@@ -93,7 +94,9 @@ def _check_rules(items: tuple[str, ...], where: str) -> None:
         if not any(rid.startswith(item) for rid in known) or len(item) < 3:
             close = difflib.get_close_matches(item, sorted(known), n=2)
             hint = f" (did you mean {' or '.join(close)}?)" if close else ""
-            raise UsageError(f"{where}: {item!r} is not a rule id or id prefix{hint}; `lilicorr-ckpt rules` lists them")
+            raise UsageError(
+                f"{where}: {item!r} is not a rule id or id prefix{hint}; `lilicorr-ckpt rules` lists them"
+            )
 
 
 def check_rule_options(ignore: str | None, select: str | None) -> None:
@@ -120,14 +123,17 @@ def _load_toml(path: Path) -> dict[str, Any]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise UsageError(f"{path} is not valid TOML: not UTF-8 (byte 0x{data[exc.start]:02x} at offset "
-                         f"{exc.start})") from None
+        raise UsageError(
+            f"{path} is not valid TOML: not UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path} is not valid TOML: {exc}") from None
     except RecursionError:
-        raise UsageError(f"{path} is not valid TOML here: its arrays or tables are nested too deeply") from None
+        raise UsageError(
+            f"{path} is not valid TOML here: its arrays or tables are nested too deeply"
+        ) from None
 
 
 def _tool_table(path: Path, doc: dict[str, Any]) -> dict[str, Any] | None:
@@ -137,18 +143,27 @@ def _tool_table(path: Path, doc: dict[str, Any]) -> dict[str, Any] | None:
     if tool is None:
         return None
     if not isinstance(tool, dict):
-        raise UsageError(f"{path}: `tool` must be a table ([tool.{TOOL_TABLE}] holds the waivers), not "
-                         f"{_kind(tool)}")
+        raise UsageError(
+            f"{path}: `tool` must be a table ([tool.{TOOL_TABLE}] holds the waivers), not {_kind(tool)}"
+        )
     table = tool.get(TOOL_TABLE)
     if table is not None and not isinstance(table, dict):
-        raise UsageError(f"{path}: `tool.{TOOL_TABLE}` must be a table ([tool.{TOOL_TABLE}] with `waivers`), "
-                         f"not {_kind(table)}")
+        raise UsageError(
+            f"{path}: `tool.{TOOL_TABLE}` must be a table ([tool.{TOOL_TABLE}] with `waivers`), "
+            f"not {_kind(table)}"
+        )
     return table
 
 
 def _kind(value: object) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "an array",
-            dict: "a table"}.get(type(value), f"a {type(value).__name__}")
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }.get(type(value), f"a {type(value).__name__}")
 
 
 def read_config(path: Path) -> tuple[Path, dict[str, Any]] | None:
@@ -212,8 +227,10 @@ def find_config(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:
             candidate = directory / name
             if candidate.is_file():
                 if not _owned_by(candidate, owners):
-                    raise UsageError(f"waiver file {candidate} belongs to another user: not applied to "
-                                     f"{checkpoint}; pass it with --config if you trust it, or remove it")
+                    raise UsageError(
+                        f"waiver file {candidate} belongs to another user: not applied to "
+                        f"{checkpoint}; pass it with --config if you trust it, or remove it"
+                    )
                 found = read_config(candidate)
                 if found is not None:
                     return found
@@ -244,8 +261,9 @@ def parse_config(path: Path, table: dict[str, Any]) -> list[WaiverRule]:
     array = f"tool.{TOOL_TABLE}.waivers" if pyproject else "waivers"
     unknown = set(table) - {"waivers"}
     if unknown:
-        raise UsageError(f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))} in {where}; expected "
-                         "`waivers`")
+        raise UsageError(
+            f"{path}: unknown key(s) {', '.join(sorted(map(str, unknown)))} in {where}; expected `waivers`"
+        )
     entries = table.get("waivers", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise UsageError(f"{path}: `{array}` must be an array of tables ([[{array}]]), not {_kind(entries)}")
@@ -254,36 +272,56 @@ def parse_config(path: Path, table: dict[str, Any]) -> list[WaiverRule]:
         label = f"{path}: waiver {i}"
         extra = set(entry) - _ENTRY_KEYS
         if extra:
-            raise UsageError(f"{label}: unknown key(s) {', '.join(sorted(extra))}; expected {', '.join(sorted(_ENTRY_KEYS))}")
+            raise UsageError(
+                f"{label}: unknown key(s) {', '.join(sorted(extra))}; expected {', '.join(sorted(_ENTRY_KEYS))}"
+            )
         rules: list[str] = []
         if "rule" in entry:
             if not isinstance(entry["rule"], str):
-                raise UsageError(f"{label}: `rule` must be one rule id as a string (`rule = \"LC314\"`), got "
-                                 f"{_shown(entry['rule'])}")
+                raise UsageError(
+                    f'{label}: `rule` must be one rule id as a string (`rule = "LC314"`), got '
+                    f"{_shown(entry['rule'])}"
+                )
             rules.append(entry["rule"])
         if "rules" in entry:  # with `rule` too, both count
             listed = _strings(entry["rules"])
             if listed is None:
-                raise UsageError(f"{label}: `rules` must be a rule id or an array of them "
-                                 f"(`rules = [\"LC314\", \"LC015\"]`), got {_shown(entry['rules'])}")
+                raise UsageError(
+                    f"{label}: `rules` must be a rule id or an array of them "
+                    f'(`rules = ["LC314", "LC015"]`), got {_shown(entry["rules"])}'
+                )
             rules += listed
         if not rules or not all(r.strip() for r in rules):
-            raise UsageError(f"{label}: needs `rule = \"LC314\"` or `rules = [\"LC314\", ...]`")
+            raise UsageError(f'{label}: needs `rule = "LC314"` or `rules = ["LC314", ...]`')
         ids = tuple(dict.fromkeys(r.strip().upper() for r in rules))
         _check_rules(ids, label)
         reason = entry.get("reason")
         if not isinstance(reason, str) or not reason.strip():
-            raise UsageError(f"{label} ({', '.join(ids)}): a `reason` is required (why this finding is acceptable)")
+            raise UsageError(
+                f"{label} ({', '.join(ids)}): a `reason` is required (why this finding is acceptable)"
+            )
         runtimes = _strings(entry.get("runtimes", []))
         if runtimes is None or any(r not in PROFILES for r in runtimes):
-            raise UsageError(f"{label}: `runtimes` must list runtimes among {', '.join(PROFILES)}, got "
-                             f"{_shown(entry.get('runtimes'))}")
+            raise UsageError(
+                f"{label}: `runtimes` must list runtimes among {', '.join(PROFILES)}, got "
+                f"{_shown(entry.get('runtimes'))}"
+            )
         paths = _strings(entry.get("paths", []))
         if paths is None:
-            raise UsageError(f"{label}: `paths` must be a directory glob or an array of them, got "
-                             f"{_shown(entry.get('paths'))}")
-        out.append(WaiverRule(rules=ids, reason=reason.strip(), source=f"{path.name} waiver {i}",
-                              runtimes=tuple(runtimes), paths=tuple(paths), base=path.parent))
+            raise UsageError(
+                f"{label}: `paths` must be a directory glob or an array of them, got "
+                f"{_shown(entry.get('paths'))}"
+            )
+        out.append(
+            WaiverRule(
+                rules=ids,
+                reason=reason.strip(),
+                source=f"{path.name} waiver {i}",
+                runtimes=tuple(runtimes),
+                paths=tuple(paths),
+                base=path.parent,
+            )
+        )
     return out
 
 
@@ -299,8 +337,15 @@ def config_waivers(checkpoint: Path | None, config: str | None = None) -> list[W
 
 # --- applying them --------------------------------------------------------------------------------------------
 
-def apply_waivers(findings: list[Finding], waivers: list[WaiverRule], *, runtimes: list[str],
-                  select: tuple[str, ...] = (), checkpoint: Path | None = None) -> list[Finding]:
+
+def apply_waivers(
+    findings: list[Finding],
+    waivers: list[WaiverRule],
+    *,
+    runtimes: list[str],
+    select: tuple[str, ...] = (),
+    checkpoint: Path | None = None,
+) -> list[Finding]:
     """Pure: findings with --select applied and waivers marked (a finding waived for some of its runtimes is
     split in two). `runtimes` are the runtimes judged, for findings that apply to all of them."""
     out: list[Finding] = []
@@ -320,8 +365,11 @@ def apply_waivers(findings: list[Finding], waivers: list[WaiverRule], *, runtime
             if not hit:
                 continue
             everything = len(hit) == len(mine) and not f.runtimes
-            waived_parts.append(msgspec.structs.replace(f, runtimes=[] if everything else hit,
-                                                        waived=Waiver(reason=w.reason, source=w.source)))
+            waived_parts.append(
+                msgspec.structs.replace(
+                    f, runtimes=[] if everything else hit, waived=Waiver(reason=w.reason, source=w.source)
+                )
+            )
             remaining = [r for r in remaining if r not in hit]
         if remaining:
             keep = f if remaining == mine else msgspec.structs.replace(f, runtimes=remaining)
@@ -330,32 +378,54 @@ def apply_waivers(findings: list[Finding], waivers: list[WaiverRule], *, runtime
     return out
 
 
-def waive_report(report: Report, *, checkpoint_dir: str | Path | None, ignore: str | None = None,
-                 select: str | None = None, strict: bool = False, config: str | None = None) -> Report:
+def waive_report(
+    report: Report,
+    *,
+    checkpoint_dir: str | Path | None,
+    ignore: str | None = None,
+    select: str | None = None,
+    strict: bool = False,
+    config: str | None = None,
+) -> Report:
     """The report with --ignore/--select and the configuration file's waivers applied; summary, verdicts and
     exit code recounted from what is not waived (the report's own records, replaced). config: --config FILE, the waiver file to apply instead of the one found beside the checkpoint.
     Unchanged when there is nothing to apply."""
     ignored = parse_rule_list(ignore, "--ignore")
     selected = parse_rule_list(select, "--select")
     checkpoint = Path(checkpoint_dir) if checkpoint_dir is not None else None
-    waivers = [WaiverRule(rules=ignored, reason="--ignore on the command line", source="--ignore")] if ignored else []
+    waivers = (
+        [WaiverRule(rules=ignored, reason="--ignore on the command line", source="--ignore")]
+        if ignored
+        else []
+    )
     waivers += config_waivers(checkpoint if checkpoint is not None and checkpoint.is_dir() else None, config)
     if not waivers and not selected:
         return report
     judged = [v.runtime for v in report.runtimes]
-    findings = apply_waivers(report.findings, waivers, runtimes=judged, select=selected, checkpoint=checkpoint)
+    findings = apply_waivers(
+        report.findings, waivers, runtimes=judged, select=selected, checkpoint=checkpoint
+    )
     findings.sort(key=lambda f: (f.waived is not None, SEVERITY_ORDER[f.severity], f.rule))
     live = [f for f in findings if f.waived is None]
-    summary = msgspec.structs.replace(report.summary, errors=sum(f.severity == "error" for f in live),
-                                      warnings=sum(f.severity == "warning" for f in live),
-                                      infos=sum(f.severity == "info" for f in live), waived=len(findings) - len(live))
+    summary = msgspec.structs.replace(
+        report.summary,
+        errors=sum(f.severity == "error" for f in live),
+        warnings=sum(f.severity == "warning" for f in live),
+        infos=sum(f.severity == "info" for f in live),
+        waived=len(findings) - len(live),
+    )
     verdicts = []
     for v in report.runtimes:
         mine = [f for f in live if not f.runtimes or v.runtime in f.runtimes]
         errors = sum(f.severity == "error" for f in mine)
-        verdicts.append(msgspec.structs.replace(v, accepted=errors == 0, errors=errors,
-                                                warnings=sum(f.severity == "warning" for f in mine)))
+        verdicts.append(
+            msgspec.structs.replace(
+                v, accepted=errors == 0, errors=errors, warnings=sum(f.severity == "warning" for f in mine)
+            )
+        )
     exit_code = 1 if summary.errors or (strict and summary.warnings) else 0
     if report.exit_code > 1:
         exit_code = report.exit_code
-    return msgspec.structs.replace(report, findings=findings, summary=summary, runtimes=verdicts, exit_code=exit_code)
+    return msgspec.structs.replace(
+        report, findings=findings, summary=summary, runtimes=verdicts, exit_code=exit_code
+    )

@@ -15,8 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"ConversionRefused": "lilicorr_ckpt.errors", "ConvertOptions": ".options", "ConvertResult": ".pipeline",
-            "convert": ".pipeline"}
+_EXPORTS = {
+    "ConversionRefused": "lilicorr_ckpt.errors",
+    "ConvertOptions": ".options",
+    "ConvertResult": ".pipeline",
+    "convert": ".pipeline",
+}
 __all__ = sorted(_EXPORTS)
 
 

@@ -46,8 +46,10 @@ Examples:
   lilicorr-ckpt convert ./export ./drafter --verify        # compare outputs through lilicorr_runtime
 """
 
-EPILOG = ("Exit codes: 0 converted, 1 refused (reasons listed; nothing written), 2 unreadable input or I/O error, "
-          "4 usage error.")
+EPILOG = (
+    "Exit codes: 0 converted, 1 refused (reasons listed; nothing written), 2 unreadable input or I/O error, "
+    "4 usage error."
+)
 
 
 def _emit_json(doc: dict[str, Any]) -> None:
@@ -58,65 +60,152 @@ def register(group: click.Group) -> None:
     @group.command("convert", help=HELP, epilog=EPILOG)
     @click.argument("src")
     @click.argument("dst")
-    @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
-                  help="The serving stack(s) whose loader the output must satisfy (decides what must stay float).")
-    @click.option("--naming", type=click.Choice(NAMING_CHOICES), default="named", show_default=True,
-                  help="Head MLP names: named (feature_mlp.up_proj, SGLang/TRT/newest vLLM) or sequential "
-                       "(feature_mlp.1, older vLLM).")
-    @click.option("--max-shard-size", default="5GB", show_default=True, metavar="SIZE",
-                  help="Split the output into shards of at most SIZE (5GB, 500MB, 2GiB) with an index.")
-    @click.option("--no-repair", is_flag=True,
-                  help="Refuse instead of dequantizing modules that must stay floating point.")
-    @click.option("--dequantize", "dequantize", multiple=True, metavar="PATTERN",
-                  help="Also store these modules in float (fnmatch over module names, e.g. 'lm_head'). Repeatable.")
-    @click.option("--drop", multiple=True, metavar="PATTERN",
-                  help="Drop tensors matching PATTERN (source or converted name); reported. Repeatable.")
-    @click.option("--set", "set_items", multiple=True, metavar="KEY=VALUE",
-                  help="Set a config.json key (dotted path, JSON value), e.g. dflash_config.block_size=16; quote "
-                       "strings as JSON: dflash_config.name='\"x\"'. Repeatable.")
-    @click.option("--force", is_flag=True,
-                  help="Replace DST if it is an empty directory or the output of an earlier convert (it holds "
-                       "conversion.json); anything else is refused. Only the files that convert wrote are "
-                       "replaced: every other entry of DST (a README.md from `card`, .git/, .gitattributes) is "
-                       "kept, and a weight or config file changed since is refused by name. The old DST stays "
-                       "until the new one is complete.")
+    @click.option(
+        "--runtime",
+        "-r",
+        type=click.Choice(RUNTIME_CHOICES),
+        default="all",
+        show_default=True,
+        help="The serving stack(s) whose loader the output must satisfy (decides what must stay float).",
+    )
+    @click.option(
+        "--naming",
+        type=click.Choice(NAMING_CHOICES),
+        default="named",
+        show_default=True,
+        help="Head MLP names: named (feature_mlp.up_proj, SGLang/TRT/newest vLLM) or sequential "
+        "(feature_mlp.1, older vLLM).",
+    )
+    @click.option(
+        "--max-shard-size",
+        default="5GB",
+        show_default=True,
+        metavar="SIZE",
+        help="Split the output into shards of at most SIZE (5GB, 500MB, 2GiB) with an index.",
+    )
+    @click.option(
+        "--no-repair",
+        is_flag=True,
+        help="Refuse instead of dequantizing modules that must stay floating point.",
+    )
+    @click.option(
+        "--dequantize",
+        "dequantize",
+        multiple=True,
+        metavar="PATTERN",
+        help="Also store these modules in float (fnmatch over module names, e.g. 'lm_head'). Repeatable.",
+    )
+    @click.option(
+        "--drop",
+        multiple=True,
+        metavar="PATTERN",
+        help="Drop tensors matching PATTERN (source or converted name); reported. Repeatable.",
+    )
+    @click.option(
+        "--set",
+        "set_items",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Set a config.json key (dotted path, JSON value), e.g. dflash_config.block_size=16; quote "
+        "strings as JSON: dflash_config.name='\"x\"'. Repeatable.",
+    )
+    @click.option(
+        "--force",
+        is_flag=True,
+        help="Replace DST if it is an empty directory or the output of an earlier convert (it holds "
+        "conversion.json); anything else is refused. Only the files that convert wrote are "
+        "replaced: every other entry of DST (a README.md from `card`, .git/, .gitattributes) is "
+        "kept, and a weight or config file changed since is refused by name. The old DST stays "
+        "until the new one is complete.",
+    )
     @click.option("--dry-run", is_flag=True, help="Plan and pre-validate only; print what would change.")
-    @click.option("--verify", is_flag=True,
-                  help="Load source and output through lilicorr_runtime (needs torch) and compare draft logits "
-                       "and head scores: exact for renames, within bf16 rounding for repaired modules.")
+    @click.option(
+        "--verify",
+        is_flag=True,
+        help="Load source and output through lilicorr_runtime (needs torch) and compare draft logits "
+        "and head scores: exact for renames, within bf16 rounding for repaired modules.",
+    )
     @click.option("--strict", is_flag=True, help="Refuse when the output has validate warnings too.")
-    @click.option("--format", "-f", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
-                  help="json prints one JSON document to stdout whatever happens: the conversion record "
-                       "(conversion.json) with status converted / dry-run, or status refused / error with the "
-                       "reasons.")
-    @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr (it is off anyway when not a terminal).")
-    def convert_command(src: str, dst: str, runtime: str, naming: str, max_shard_size: str, no_repair: bool,
-                        dequantize: tuple[str, ...], drop: tuple[str, ...], set_items: tuple[str, ...], force: bool,
-                        dry_run: bool, verify: bool, strict: bool, fmt: str, quiet: bool) -> None:
+    @click.option(
+        "--format",
+        "-f",
+        "fmt",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="json prints one JSON document to stdout whatever happens: the conversion record "
+        "(conversion.json) with status converted / dry-run, or status refused / error with the "
+        "reasons.",
+    )
+    @click.option(
+        "--quiet", "-q", is_flag=True, help="No progress on stderr (it is off anyway when not a terminal)."
+    )
+    def convert_command(
+        src: str,
+        dst: str,
+        runtime: str,
+        naming: str,
+        max_shard_size: str,
+        no_repair: bool,
+        dequantize: tuple[str, ...],
+        drop: tuple[str, ...],
+        set_items: tuple[str, ...],
+        force: bool,
+        dry_run: bool,
+        verify: bool,
+        strict: bool,
+        fmt: str,
+        quiet: bool,
+    ) -> None:
         from lilicorr_ckpt.convert.pipeline import convert
         from lilicorr_ckpt.convert.summary import render_summary
 
         as_json = fmt == "json"
         head = {"src": src, "dst": dst, "written": False}
         try:
-            options = ConvertOptions(runtime=runtime, naming=naming, max_shard_size=parse_size(max_shard_size),
-                                     repair=not no_repair, drop=drop, dequantize=dequantize,
-                                     set_keys=tuple(parse_set(s) for s in set_items), force=force, verify=verify,
-                                     strict=strict, dry_run=dry_run, quiet=quiet)
+            options = ConvertOptions(
+                runtime=runtime,
+                naming=naming,
+                max_shard_size=parse_size(max_shard_size),
+                repair=not no_repair,
+                drop=drop,
+                dequantize=dequantize,
+                set_keys=tuple(parse_set(s) for s in set_items),
+                force=force,
+                verify=verify,
+                strict=strict,
+                dry_run=dry_run,
+                quiet=quiet,
+            )
             result = convert(src, dst, options)
         except ConversionRefused as exc:
             click.echo(f"lilicorr-ckpt convert: refused: {exc}\n  Nothing was written to {dst}.", err=True)
             if as_json:
-                _emit_json({"status": "refused", "exit_code": 1, **head, "summary": exc.summary,
-                            "reasons": exc.reasons})
+                _emit_json(
+                    {
+                        "status": "refused",
+                        "exit_code": 1,
+                        **head,
+                        "summary": exc.summary,
+                        "reasons": exc.reasons,
+                    }
+                )
             sys.exit(1)
         except (UsageError, InputError) as exc:  # the top-level handler prints it on stderr and sets the code
             if as_json:
-                _emit_json({"status": "error", "exit_code": 4 if isinstance(exc, UsageError) else 2, **head,
-                            "error": str(exc)})
+                _emit_json(
+                    {
+                        "status": "error",
+                        "exit_code": 4 if isinstance(exc, UsageError) else 2,
+                        **head,
+                        "error": str(exc),
+                    }
+                )
             raise
         except OSError as exc:  # not expected (the pipeline names its I/O errors); still no traceback
-            error = InputError(f"I/O error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""))
+            error = InputError(
+                f"I/O error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
+            )
             if as_json:
                 _emit_json({"status": "error", "exit_code": 2, **head, "error": str(error)})
             raise error from None
@@ -127,11 +216,18 @@ def register(group: click.Group) -> None:
             raise
         except Exception as exc:
             if as_json:
-                _emit_json({"status": "error", "exit_code": 2, **head,
-                            "error": f"internal error: {type(exc).__name__}: {exc}"})
+                _emit_json(
+                    {
+                        "status": "error",
+                        "exit_code": 2,
+                        **head,
+                        "error": f"internal error: {type(exc).__name__}: {exc}",
+                    }
+                )
             raise
         if as_json:
-            _emit_json({"status": "converted" if result.written else "dry-run", **result.record,
-                        "kept": result.kept})  # entries of DST that --force kept (not part of conversion.json)
+            _emit_json(
+                {"status": "converted" if result.written else "dry-run", **result.record, "kept": result.kept}
+            )  # entries of DST that --force kept (not part of conversion.json)
         else:
             click.echo(render_summary(result), nl=False)

@@ -65,9 +65,13 @@ def check_destination(src_root: Path, dst: Path, force: bool, generated: set[str
         raise UsageError(f"DST {dst} is inside the source {src_root}; convert never writes into its source")
     if dst.exists() or dst.is_symlink():
         if not force:
-            raise UsageError(f"DST {dst} already exists; pass --force to replace it, or choose another directory")
+            raise UsageError(
+                f"DST {dst} already exists; pass --force to replace it, or choose another directory"
+            )
         if not dst.is_dir() or dst.is_symlink():
-            raise UsageError(f"DST {dst} exists and is not a directory; refusing to replace it even with --force")
+            raise UsageError(
+                f"DST {dst} exists and is not a directory; refusing to replace it even with --force"
+            )
         if src_root.is_relative_to(dst_abs):
             raise UsageError(f"the source {src_root} is inside DST {dst}; --force would delete it")
         return survey(dst, generated)
@@ -109,9 +113,14 @@ def _dead_siblings(dst: Path, tags: tuple[str, ...]) -> list[Path]:
     found = []
     for entry in entries:
         for prefix in prefixes:
-            pid_text = entry.name[len(prefix):]
-            if entry.name.startswith(prefix) and pid_text.isdigit() and entry.is_dir(follow_symlinks=False) \
-                    and int(pid_text) != os.getpid() and not _pid_alive(int(pid_text)):
+            pid_text = entry.name[len(prefix) :]
+            if (
+                entry.name.startswith(prefix)
+                and pid_text.isdigit()
+                and entry.is_dir(follow_symlinks=False)
+                and int(pid_text) != os.getpid()
+                and not _pid_alive(int(pid_text))
+            ):
                 found.append(Path(entry.path))
     return sorted(found)
 
@@ -167,8 +176,10 @@ def discard_temporary(tmp: Path, dst: Path) -> str | None:
             kept = _keep_aside(tmp, dst, stuck)
         except OSError:
             kept = tmp
-        return (f"{_shown_names(stuck)} could not be moved back into {dst}: "
-                f"{'it is' if len(stuck) == 1 else 'they are'} in {kept}; move them back by hand")
+        return (
+            f"{_shown_names(stuck)} could not be moved back into {dst}: "
+            f"{'it is' if len(stuck) == 1 else 'they are'} in {kept}; move them back by hand"
+        )
     shutil.rmtree(tmp, ignore_errors=True)
     return None
 
@@ -189,17 +200,25 @@ def restore_interrupted_replacement(dst: Path) -> list[str]:
             try:
                 os.rename(old, dst)
             except OSError as exc:
-                raise InputError(f"an interrupted `convert --force` left the previous output in {old}, and it "
-                                 f"cannot be moved back to {dst}: {exc.strerror or exc}; move it back by hand") from None
-            notes.append(f"restored the previous output {dst} from {old.name} (an earlier `convert --force` "
-                         "was interrupted while replacing it)")
+                raise InputError(
+                    f"an interrupted `convert --force` left the previous output in {old}, and it "
+                    f"cannot be moved back to {dst}: {exc.strerror or exc}; move it back by hand"
+                ) from None
+            notes.append(
+                f"restored the previous output {dst} from {old.name} (an earlier `convert --force` "
+                "was interrupted while replacing it)"
+            )
         elif dst.is_dir() and not dst.is_symlink() and is_convert_output(dst):
             shutil.rmtree(old, ignore_errors=True)
-            notes.append(f"removed {old.name}: the previous output an interrupted `convert --force` had already "
-                         f"replaced with the new {dst}")
+            notes.append(
+                f"removed {old.name}: the previous output an interrupted `convert --force` had already "
+                f"replaced with the new {dst}"
+            )
         else:
-            notes.append(f"left {old.name} in place: it holds the output an interrupted `convert --force` was "
-                         f"replacing, and {dst} is not a convert output; move one of them away")
+            notes.append(
+                f"left {old.name} in place: it holds the output an interrupted `convert --force` was "
+                f"replacing, and {dst} is not a convert output; move one of them away"
+            )
     for tmp in _dead_siblings(dst, (TMP_TAG,)):
         names = moved_entries(tmp)
         if not names:
@@ -207,13 +226,17 @@ def restore_interrupted_replacement(dst: Path) -> list[str]:
         stuck = _give_back(tmp, dst, names)
         back = [n for n in names if n not in stuck]
         if back:
-            notes.append(f"moved {_shown_names(back)} back into {dst} from {tmp.name} (an earlier `convert --force` "
-                         "was interrupted while keeping them)")
+            notes.append(
+                f"moved {_shown_names(back)} back into {dst} from {tmp.name} (an earlier `convert --force` "
+                "was interrupted while keeping them)"
+            )
         if stuck:
-            notes.append(f"left {tmp.name} in place: it holds {_shown_names(stuck)} from {dst}, which an interrupted "
-                         f"`convert --force` was keeping, and {dst} "
-                         f"{'has entries of those names' if dst.is_dir() else 'is not a directory'}; move them "
-                         "back by hand")
+            notes.append(
+                f"left {tmp.name} in place: it holds {_shown_names(stuck)} from {dst}, which an interrupted "
+                f"`convert --force` was keeping, and {dst} "
+                f"{'has entries of those names' if dst.is_dir() else 'is not a directory'}; move them "
+                "back by hand"
+            )
     return notes
 
 
@@ -236,7 +259,9 @@ def make_temporary(dst: Path) -> tuple[Path, list[Path]]:
     parent = dst.parent
     try:
         while not parent.is_dir():
-            if parent.exists() or parent.is_symlink():  # a file (or a dangling link) where a directory must be
+            if (
+                parent.exists() or parent.is_symlink()
+            ):  # a file (or a dangling link) where a directory must be
                 raise output_error(OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(parent)), dst)
             missing.append(parent)
             if parent.parent == parent:
@@ -298,8 +323,10 @@ def _rename_new(tmp: Path, dst: Path) -> None:
     except OSError as exc:
         if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
             raise
-        raise UsageError(f"DST {dst} was written by another process while converting (a second convert into the "
-                         "same DST?); it was left as that process wrote it, and this output was discarded") from None
+        raise UsageError(
+            f"DST {dst} was written by another process while converting (a second convert into the "
+            "same DST?); it was left as that process wrote it, and this output was discarded"
+        ) from None
 
 
 def _lost_race(dst: Path, old: Path, tmp: Path, kept: list[str]) -> UsageError:
@@ -316,12 +343,15 @@ def _lost_race(dst: Path, old: Path, tmp: Path, kept: list[str]) -> UsageError:
         previous += f", {_shown_names(kept)} (DST's own files) were moved into it"
     elif stuck:
         previous += f", {_shown_names(stuck)} (DST's own files) are kept in {_keep_aside(tmp, dst, stuck)}"
-    return UsageError(f"DST {dst} was written by another process while converting (a second convert into the "
-                      f"same DST?); it was left as that process wrote it, {previous}, and this output was discarded")
+    return UsageError(
+        f"DST {dst} was written by another process while converting (a second convert into the "
+        f"same DST?); it was left as that process wrote it, {previous}, and this output was discarded"
+    )
 
 
-def move_into_place(tmp: Path, dst: Path, force: bool, generated: set[str],
-                    earlier: EarlierOutput | None = None) -> list[str]:
+def move_into_place(
+    tmp: Path, dst: Path, force: bool, generated: set[str], earlier: EarlierOutput | None = None
+) -> list[str]:
     """Swap the finished output in at DST. With --force over an earlier output, the entries of DST that convert
     did not write are first moved into the new output (they are listed in no `written` of its record, which is
     how an interrupted run finds them again), then DST is renamed aside, the new output renamed in and the old
@@ -332,14 +362,18 @@ def move_into_place(tmp: Path, dst: Path, force: bool, generated: set[str],
         if not force:
             raise UsageError(f"DST {dst} appeared while converting; nothing was replaced")
         if not dst.is_dir() or dst.is_symlink():
-            raise UsageError(f"DST {dst} was replaced by something that is not a directory while converting; "
-                             "nothing was replaced")
+            raise UsageError(
+                f"DST {dst} was replaced by something that is not a directory while converting; "
+                "nothing was replaced"
+            )
         now = survey(dst, generated, earlier)  # again: it may have changed while converting
         kept = now.kept
         taken = [n for n in kept if os.path.lexists(tmp / n)]
         if taken:  # the convert's own files of those names were skipped when the plan was made; a new entry
-            raise UsageError(f"DST {dst} gained {_shown_names(taken)} while converting, which this conversion "
-                             "writes too; nothing was replaced: move them away, then rerun")
+            raise UsageError(
+                f"DST {dst} gained {_shown_names(taken)} while converting, which this conversion "
+                "writes too; nothing was replaced: move them away, then rerun"
+            )
         with contextlib.suppress(OSError):
             os.chmod(tmp, stat.S_IMODE(os.stat(dst).st_mode))  # DST keeps its permissions
         for name in kept:

@@ -32,7 +32,11 @@ from lilicorr_ckpt.errors import InputError, UsageError
 
 RECORD_NAME = "conversion.json"
 RECORD_LIMIT = 64 << 20  # bytes; a record lists a line per rename, repair and drop
-RECORD_JSONS = ("config.json", "hf_quant_config.json", "model.safetensors.index.json")  # what convert generates
+RECORD_JSONS = (
+    "config.json",
+    "hf_quant_config.json",
+    "model.safetensors.index.json",
+)  # what convert generates
 SHOWN_ENTRIES = 4  # entries of DST named in a refusal
 HASH_BLOCK = 8 << 20
 
@@ -50,7 +54,13 @@ class EarlierOutput(msgspec.Struct, kw_only=True):
 
 
 def _signature(st: os.stat_result) -> Signature:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)  # ctime: no utime() can reset it
+    return (
+        st.st_dev,
+        st.st_ino,
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ctime_ns,
+    )  # ctime: no utime() can reset it
 
 
 def file_sha256(path: Path) -> str:
@@ -80,7 +90,9 @@ def read_record(dst: Path) -> tuple[dict[str, Any] | None, bytes, str]:
         doc = json.loads(data)
     except ValueError:
         return None, b"", f"its {RECORD_NAME} is not JSON"
-    if not (isinstance(doc, dict) and doc.get("tool") == "lilicorr-ckpt" and isinstance(doc.get("output"), dict)):
+    if not (
+        isinstance(doc, dict) and doc.get("tool") == "lilicorr-ckpt" and isinstance(doc.get("output"), dict)
+    ):
         return None, b"", f"its {RECORD_NAME} was not written by lilicorr-ckpt convert"
     return doc, data, ""
 
@@ -94,7 +106,9 @@ def _plain_names(items: Any) -> list[str]:
     """The entries of a record's list (or map) that can name an entry of DST: one path component each."""
     if not isinstance(items, list | dict):
         return []
-    return [n for n in items if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n and "\0" not in n]
+    return [
+        n for n in items if isinstance(n, str) and n not in ("", ".", "..") and "/" not in n and "\0" not in n
+    ]
 
 
 class _Owned(msgspec.Struct, kw_only=True):
@@ -110,7 +124,9 @@ def _owned(doc: dict[str, Any]) -> _Owned:
     copies = set(_plain_names(other.get("copied")))
     written = doc.get("written")
     if isinstance(written, dict):
-        hashes = {n: (h if isinstance(h, str) else None) for n, h in written.items() if n in _plain_names(written)}
+        hashes = {
+            n: (h if isinstance(h, str) else None) for n, h in written.items() if n in _plain_names(written)
+        }
         return _Owned(hashes=hashes, copies=copies & hashes.keys(), version=version)
     # an older record: its generated files by name, without checksums
     generated = set(RECORD_JSONS) | set(_plain_names(doc["output"].get("files")))
@@ -144,9 +160,11 @@ def survey(dst: Path, generated: set[str], earlier: EarlierOutput | None = None)
     doc, data, why = read_record(dst)
     if doc is None:
         names = [_label(e) for e in entries]
-        raise UsageError(f"DST {dst} is not empty and is not an earlier convert output ({why}; it holds "
-                         f"{_shown(names)}); --force replaces only an empty directory or a previous convert "
-                         "output: choose another DST, or move its contents away first")
+        raise UsageError(
+            f"DST {dst} is not empty and is not an earlier convert output ({why}; it holds "
+            f"{_shown(names)}); --force replaces only an empty directory or a previous convert "
+            "output: choose another DST, or move its contents away first"
+        )
     owned = _owned(doc)
     replaced: list[str] = []
     kept: list[str] = []
@@ -186,19 +204,28 @@ def survey(dst: Path, generated: set[str], earlier: EarlierOutput | None = None)
             changed.append(_label(entry))
     problems = []
     if changed:
-        problems.append(f"{_shown(changed)} {'was' if len(changed) == 1 else 'were'} changed since convert wrote "
-                        f"{'it' if len(changed) == 1 else 'them'} (the sha256 in {RECORD_NAME} differs), and "
-                        "--force would lose the change")
+        problems.append(
+            f"{_shown(changed)} {'was' if len(changed) == 1 else 'were'} changed since convert wrote "
+            f"{'it' if len(changed) == 1 else 'them'} (the sha256 in {RECORD_NAME} differs), and "
+            "--force would lose the change"
+        )
     if unverifiable:
-        problems.append(f"its {RECORD_NAME} comes from lilicorr-ckpt {owned.version}, which recorded no checksums: "
-                        f"--force cannot tell whether {_shown(unverifiable)}, copied by that convert, "
-                        "were changed since (by `card`, or by hand)")
+        problems.append(
+            f"its {RECORD_NAME} comes from lilicorr-ckpt {owned.version}, which recorded no checksums: "
+            f"--force cannot tell whether {_shown(unverifiable)}, copied by that convert, "
+            "were changed since (by `card`, or by hand)"
+        )
     clashes = [n for n in kept if n in generated]
     if clashes:
-        problems.append(f"{_shown(clashes)} {'is' if len(clashes) == 1 else 'are'} not from the earlier convert, and "
-                        "this one writes a file of that name")
+        problems.append(
+            f"{_shown(clashes)} {'is' if len(clashes) == 1 else 'are'} not from the earlier convert, and "
+            "this one writes a file of that name"
+        )
     if problems:
-        raise UsageError(f"DST {dst}: " + "; ".join(problems) + ". --force replaces only the files an earlier "
-                         "convert wrote and keeps everything else: move those away (or delete them), then rerun")
-    return EarlierOutput(record=data, replaced=replaced, kept=kept, changed_copies=changed_copies,
-                         signatures=signatures)
+        raise UsageError(
+            f"DST {dst}: " + "; ".join(problems) + ". --force replaces only the files an earlier "
+            "convert wrote and keeps everything else: move those away (or delete them), then rerun"
+        )
+    return EarlierOutput(
+        record=data, replaced=replaced, kept=kept, changed_copies=changed_copies, signatures=signatures
+    )

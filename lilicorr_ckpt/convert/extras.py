@@ -29,8 +29,10 @@ def drop_reason(name: str, written: set[str]) -> str | None:
     if lower.endswith(PICKLE_WEIGHTS):
         return "weights in a pickle format (never opened): a stale duplicate of the converted safetensors"
     if lower.endswith(OTHER_WEIGHTS):
-        return (f"weights in another format ({lower.rsplit('.', 1)[1]}): a stale duplicate of the converted "
-                "safetensors")
+        return (
+            f"weights in another format ({lower.rsplit('.', 1)[1]}): a stale duplicate of the converted "
+            "safetensors"
+        )
     if lower.endswith(".safetensors"):
         return "safetensors file that is not part of the source checkpoint"
     if lower.endswith(".index.json"):
@@ -56,8 +58,12 @@ def classify(root: Path, read: set[str], written: set[str]) -> tuple[list[str], 
         except OSError as exc:
             raise InputError(f"cannot read {root / entry.name}: {exc.strerror or exc}") from None
         if is_dir:
-            dropped.append({"file": entry.name + "/", "reason": "subdirectory: convert copies only the files at "
-                            "the top level of SRC"})
+            dropped.append(
+                {
+                    "file": entry.name + "/",
+                    "reason": "subdirectory: convert copies only the files at the top level of SRC",
+                }
+            )
         elif not is_file:
             dropped.append({"file": entry.name, "reason": "not a regular file"})
         elif (why := drop_reason(entry.name, written)) is not None:

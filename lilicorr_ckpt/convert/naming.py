@@ -8,7 +8,10 @@ import re
 from lilicorr_ckpt.checkpoint.manifest import legacy_name
 
 # buffers every loader recomputes; ModelOpt's exporter drops them too
-DERIVED_BUFFERS = (re.compile(r"(^|\.)rotary_emb\.inv_freq$"), re.compile(r"(^|\.)rotary_emb\.(cos|sin)_cached$"))
+DERIVED_BUFFERS = (
+    re.compile(r"(^|\.)rotary_emb\.inv_freq$"),
+    re.compile(r"(^|\.)rotary_emb\.(cos|sin)_cached$"),
+)
 
 
 def is_derived_buffer(canonical: str) -> bool:

@@ -18,11 +18,25 @@ from lilicorr_ckpt.checkpoint.config import LILICORR_KEYS
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.errors import UsageError
 
-MOVED_TO_DFLASH = (*LILICORR_KEYS, "lilicorr_enabled", "projector_type", "conv_kernel_size", "conv_group_size")
+MOVED_TO_DFLASH = (
+    *LILICORR_KEYS,
+    "lilicorr_enabled",
+    "projector_type",
+    "conv_kernel_size",
+    "conv_group_size",
+)
 COPIED_TO_DFLASH = ("mask_token_id", "target_layer_ids")
 DTYPE_NAMES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
-MODEL_DTYPES = {"bfloat16": "BF16", "bf16": "BF16", "float16": "F16", "fp16": "F16", "half": "F16",
-                "float32": "F32", "fp32": "F32", "float": "F32"}
+MODEL_DTYPES = {
+    "bfloat16": "BF16",
+    "bf16": "BF16",
+    "float16": "F16",
+    "fp16": "F16",
+    "half": "F16",
+    "float32": "F32",
+    "fp32": "F32",
+    "float": "F32",
+}
 _ABSENT = object()
 _HEAD_LAYER = re.compile(r"^lilicorr\.layers\.(\d+)\.")
 
@@ -84,7 +98,13 @@ class ConfigEditor:
         self.changes.append({"key": path, "action": "removed", "before": before, "reason": reason})
 
 
-JSON_KINDS = ((bool, "a boolean"), (int, "a number"), (float, "a number"), (str, "a string"), (list, "an array"))
+JSON_KINDS = (
+    (bool, "a boolean"),
+    (int, "a number"),
+    (float, "a number"),
+    (str, "a string"),
+    (list, "an array"),
+)
 
 
 def _kind(value: Any) -> str:
@@ -106,17 +126,23 @@ def apply_overrides(editor: ConfigEditor, overrides: tuple[tuple[str, Any], ...]
                 parent = ".".join(parts[: depth + 1])
                 shown = json.dumps(node, allow_nan=True)
                 shown = shown if len(shown) <= 40 else shown[:37] + "..."
-                raise UsageError(f"--set {path}={json.dumps(value, allow_nan=True)}: {parent} is {shown} ({_kind(node)}), not an object, so it has no "
-                                 f"key {parts[depth + 1]!r}; set {parent} itself, e.g. --set {parent}=VALUE")
+                raise UsageError(
+                    f"--set {path}={json.dumps(value, allow_nan=True)}: {parent} is {shown} ({_kind(node)}), not an object, so it has no "
+                    f"key {parts[depth + 1]!r}; set {parent} itself, e.g. --set {parent}=VALUE"
+                )
         editor.set(path, value, "--set on the command line", force=True)
 
 
 # Model-Optimizer's flat DSpark names -> the served layout (DeepSpec's nesting), which SGLang and vLLM load
 DSPARK_FLAT_TO_SERVED = {
-    "markov_w1.weight": "markov_head.markov_w1.weight", "markov_w2.weight": "markov_head.markov_w2.weight",
-    "gate_proj.weight": "markov_head.gate_proj.weight", "gate_proj.bias": "markov_head.gate_proj.bias",
-    "joint_proj.weight": "markov_head.joint_proj.weight", "joint_proj.bias": "markov_head.joint_proj.bias",
-    "confidence_proj.weight": "confidence_head.proj.weight", "confidence_proj.bias": "confidence_head.proj.bias",
+    "markov_w1.weight": "markov_head.markov_w1.weight",
+    "markov_w2.weight": "markov_head.markov_w2.weight",
+    "gate_proj.weight": "markov_head.gate_proj.weight",
+    "gate_proj.bias": "markov_head.gate_proj.bias",
+    "joint_proj.weight": "markov_head.joint_proj.weight",
+    "joint_proj.bias": "markov_head.joint_proj.bias",
+    "confidence_proj.weight": "confidence_head.proj.weight",
+    "confidence_proj.bias": "confidence_head.proj.bias",
 }
 
 
@@ -150,8 +176,11 @@ def _sibling_config(editor: ConfigEditor, family: str) -> None:
     if family == "dflash2":
         editor.set("dflash_config.projector_type", "dflash2", "DFlash2 head present")
     elif family == "domino":
-        editor.set("dflash_config.projector_type", "domino", "SGLang loads Domino as DFlashDraftModel with "
-                   "projector_type domino")
+        editor.set(
+            "dflash_config.projector_type",
+            "domino",
+            "SGLang loads Domino as DFlashDraftModel with projector_type domino",
+        )
         nested, top = editor.get("dflash_config.emb_dim"), editor.get("emb_dim")
         if nested is _ABSENT and top is not _ABSENT:
             editor.set("dflash_config.emb_dim", top, "Domino readers take emb_dim from dflash_config")
@@ -165,7 +194,9 @@ def _sibling_config(editor: ConfigEditor, family: str) -> None:
         conf = editor.get("dflash_config.use_confidence_head")
         if conf is not _ABSENT and not editor.has("enable_confidence_head"):
             editor.set("enable_confidence_head", conf, "the served layout's confidence switch")
-            editor.set("confidence_head_with_markov", True, "Model-Optimizer's confidence head reads [h ; W1[x]]")
+            editor.set(
+                "confidence_head_with_markov", True, "Model-Optimizer's confidence head reads [h ; W1[x]]"
+            )
 
 
 def _dim(tensors: dict[str, TensorInfo], name: str, axis: int, ndim: int) -> int | None:
@@ -210,8 +241,14 @@ def block_size_from_tensors(tensors: dict[str, TensorInfo]) -> int | None:
 
 
 def conv_geometry_from_tensors(tensors: dict[str, TensorInfo], hidden: Any) -> tuple[int, int] | None:
-    base = next((t for n, t in sorted(tensors.items()) if n.endswith((".attention_conv.base_kernel",
-                                                                       ".mlp_conv.base_kernel"))), None)
+    base = next(
+        (
+            t
+            for n, t in sorted(tensors.items())
+            if n.endswith((".attention_conv.base_kernel", ".mlp_conv.base_kernel"))
+        ),
+        None,
+    )
     if base is None or len(base.shape) != 3:
         return None
     taps = base.shape[1]
@@ -232,8 +269,11 @@ def model_dtype(editor: ConfigEditor, tensors: dict[str, TensorInfo]) -> str:
             return MODEL_DTYPES[name.lower()]
     counts = Counter(t.dtype for t in tensors.values() if t.dtype in DTYPE_NAMES)
     dtype = max(sorted(counts), key=lambda d: counts[d]) if counts else "BF16"
-    editor.set("torch_dtype", DTYPE_NAMES[dtype], "the repaired modules' dtype: torch_dtype was absent, so the "
-               "checkpoint's most common float dtype")
+    editor.set(
+        "torch_dtype",
+        DTYPE_NAMES[dtype],
+        "the repaired modules' dtype: torch_dtype was absent, so the checkpoint's most common float dtype",
+    )
     return dtype
 
 
@@ -269,18 +309,29 @@ def normalize_config(editor: ConfigEditor, tensors: dict[str, TensorInfo]) -> No
                 editor.set(f"dflash_config.{key}", value, "determined by the head tensors' shapes")
 
     conv_present = any(".attention_conv." in n or ".mlp_conv." in n for n in tensors)
-    taps, group = editor.value("dflash_config.conv_kernel_size"), editor.value("dflash_config.conv_group_size")
+    taps, group = (
+        editor.value("dflash_config.conv_kernel_size"),
+        editor.value("dflash_config.conv_group_size"),
+    )
     if conv_present and not (isinstance(taps, int) and taps > 0 and isinstance(group, int) and group > 0):
         derived = conv_geometry_from_tensors(tensors, editor.value("hidden_size"))
         if derived is not None:
-            editor.set("dflash_config.conv_kernel_size", derived[0], "determined by the convolution tensors' shapes")
-            editor.set("dflash_config.conv_group_size", derived[1], "determined by the convolution tensors' shapes")
+            editor.set(
+                "dflash_config.conv_kernel_size", derived[0], "determined by the convolution tensors' shapes"
+            )
+            editor.set(
+                "dflash_config.conv_group_size", derived[1], "determined by the convolution tensors' shapes"
+            )
 
     _block_size(editor, tensors)
 
     if "lm_head.weight" in tensors and editor.value("has_own_lm_head") is not True:
-        editor.set("has_own_lm_head", True, "the checkpoint carries lm_head.weight (vLLM treats any lm_head "
-                   "tensor as owned; TensorRT-LLM reads this flag)")
+        editor.set(
+            "has_own_lm_head",
+            True,
+            "the checkpoint carries lm_head.weight (vLLM treats any lm_head "
+            "tensor as owned; TensorRT-LLM reads this flag)",
+        )
 
 
 def _block_size(editor: ConfigEditor, tensors: dict[str, TensorInfo]) -> None:
@@ -297,5 +348,9 @@ def _block_size(editor: ConfigEditor, tensors: dict[str, TensorInfo]) -> None:
         if value is None:
             return  # validate refuses it; the user supplies it with --set
     editor.set("dflash_config.block_size", value, why, force="block_size" in editor.pinned)
-    editor.set("block_size", value, "kept at the top level for older readers", force="dflash_config.block_size"
-               in editor.pinned)
+    editor.set(
+        "block_size",
+        value,
+        "kept at the top level for older readers",
+        force="dflash_config.block_size" in editor.pinned,
+    )

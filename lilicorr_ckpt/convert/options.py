@@ -15,9 +15,26 @@ DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5G
 NAMING_CHOICES = ("named", "sequential")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9,
-          "t": 10**12, "tb": 10**12, "ki": 2**10, "kib": 2**10, "mi": 2**20, "mib": 2**20, "gi": 2**30,
-          "gib": 2**30, "ti": 2**40, "tib": 2**40}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "m": 10**6,
+    "mb": 10**6,
+    "g": 10**9,
+    "gb": 10**9,
+    "t": 10**12,
+    "tb": 10**12,
+    "ki": 2**10,
+    "kib": 2**10,
+    "mi": 2**20,
+    "mib": 2**20,
+    "gi": 2**30,
+    "gib": 2**30,
+    "ti": 2**40,
+    "tib": 2**40,
+}
 
 
 class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
@@ -44,16 +61,24 @@ class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
 
     def record(self) -> dict[str, Any]:
         """The options as conversion.json records them (everything that changes the output)."""
-        return {"runtime": self.runtime, "naming": self.naming, "max_shard_size": self.max_shard_size,
-                "repair": self.repair, "drop": list(self.drop), "dequantize": list(self.dequantize),
-                "set": {k: v for k, v in self.set_keys}}
+        return {
+            "runtime": self.runtime,
+            "naming": self.naming,
+            "max_shard_size": self.max_shard_size,
+            "repair": self.repair,
+            "drop": list(self.drop),
+            "dequantize": list(self.dequantize),
+            "set": {k: v for k, v in self.set_keys},
+        }
 
 
 def parse_size(text: str) -> int:
     """'5GB', '500MB', '2GiB', '123' (bytes) -> bytes."""
     m = _SIZE.match(text)
     if not m:
-        raise UsageError(f"--max-shard-size {text!r}: expected a size such as 5GB, 500MB, 2GiB or a byte count")
+        raise UsageError(
+            f"--max-shard-size {text!r}: expected a size such as 5GB, 500MB, 2GiB or a byte count"
+        )
     unit = (m.group(2) or "").lower()
     value = int(float(m.group(1)) * _UNITS[unit])
     if value < 1:
@@ -72,6 +97,8 @@ def parse_set(item: str) -> tuple[str, Any]:
         value = json.loads(raw)
     except ValueError:
         quoted = json.dumps(raw.strip())
-        raise UsageError(f"--set {item!r}: VALUE must be JSON (e.g. 10, 0.5, true, null, [1, 2]); strings must be "
-                         f"quoted: {key}='{quoted}'") from None
+        raise UsageError(
+            f"--set {item!r}: VALUE must be JSON (e.g. 10, 0.5, true, null, [1, 2]); strings must be "
+            f"quoted: {key}='{quoted}'"
+        ) from None
     return key, value

@@ -54,11 +54,24 @@ def virtual_checkpoint(plan: Plan, root: Path) -> Checkpoint:
             tensors[e.name] = TensorInfo(e.name, e.dtype, e.shape, shard.file, offset, offset + e.nbytes)
             offset += e.nbytes
     total = sum(s.data_bytes for s in plan.shards)
-    facts = ShardFacts(missing_shards={}, index_only={}, shard_only={}, misplaced={}, duplicates={}, unreferenced=[],
-                       total_size_declared=plan.index["metadata"]["total_size"] if plan.index else None,
-                       total_size_actual=total, has_index=plan.index is not None, both_single_and_index=False)
-    table = TensorTable(tensors=tensors, files=[s.file for s in plan.shards],
-                        metadata={s.file: {} for s in plan.shards}, shards=facts)
+    facts = ShardFacts(
+        missing_shards={},
+        index_only={},
+        shard_only={},
+        misplaced={},
+        duplicates={},
+        unreferenced=[],
+        total_size_declared=plan.index["metadata"]["total_size"] if plan.index else None,
+        total_size_actual=total,
+        has_index=plan.index is not None,
+        both_single_and_index=False,
+    )
+    table = TensorTable(
+        tensors=tensors,
+        files=[s.file for s in plan.shards],
+        metadata={s.file: {} for s in plan.shards},
+        shards=facts,
+    )
     quant_docs: dict[str, Any] = {}
     if isinstance(plan.config.get("quantization_config"), dict):
         quant_docs["config.json"] = plan.config["quantization_config"]
@@ -74,7 +87,9 @@ def _hint(f: Finding) -> str:
 
 
 def _refuse_on_findings(report: Report, options: ConvertOptions, stage: str) -> None:
-    bad = [f for f in report.findings if f.severity == "error" or (options.strict and f.severity == "warning")]
+    bad = [
+        f for f in report.findings if f.severity == "error" or (options.strict and f.severity == "warning")
+    ]
     if not bad:
         return
     refused = [v.display for v in report.runtimes if not v.accepted]
@@ -88,10 +103,13 @@ def _refuse_on_findings(report: Report, options: ConvertOptions, stage: str) -> 
 
 
 def validation_record(report: Report, runtime: str) -> dict[str, Any]:
-    return {"runtime": runtime,
-            "verdicts": {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes},
-            "errors": report.summary.errors, "warnings": report.summary.warnings,
-            "findings": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings if f.severity != "info"]}
+    return {
+        "runtime": runtime,
+        "verdicts": {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes},
+        "errors": report.summary.errors,
+        "warnings": report.summary.warnings,
+        "findings": [f"{f.severity} {f.rule}: {f.message}" for f in report.findings if f.severity != "info"],
+    }
 
 
 VERIFY_INSTALL_HINT = "--verify needs torch and lilicorr_runtime: pip install 'lilicorr-ckpt[runtime]'"
@@ -116,8 +134,11 @@ def _keep_destination_files(plan: Plan, earlier: EarlierOutput) -> Plan:
     other = plan.record["other_files"]
     other["copied"] = [name for name in other["copied"] if name not in skipped]
     for name in skipped:
-        why = "changed since the earlier convert copied it" if name in earlier.changed_copies else \
-            "not written by the earlier convert"
+        why = (
+            "changed since the earlier convert copied it"
+            if name in earlier.changed_copies
+            else "not written by the earlier convert"
+        )
         other["dropped"].append({"file": name, "reason": f"DST has its own {name} ({why}); it is kept"})
     other["dropped"].sort(key=lambda d: d["file"])
     return msgspec.structs.replace(plan, copies=[name for name in plan.copies if name not in skipped])
@@ -133,8 +154,9 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
     earlier = check_destination(plan.source.root, dst_path, options.force, generated)
     if earlier is not None:
         plan = _keep_destination_files(plan, earlier)
-    pre = validate(str(dst_path), runtime=options.runtime,
-                   checkpoint=virtual_checkpoint(plan, dst_path.resolve()))
+    pre = validate(
+        str(dst_path), runtime=options.runtime, checkpoint=virtual_checkpoint(plan, dst_path.resolve())
+    )
     _refuse_on_findings(pre, options, "would not pass")
     record = plan.record
     record["written"] = dict.fromkeys(planned_files(plan))  # sha256 of each, once written
@@ -164,8 +186,9 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                     progress.note("verifying through lilicorr_runtime")
                     record["verify"] = verify(plan, tmp, options)
                     if not record["verify"]["passed"]:
-                        raise ConversionRefused("--verify: the output does not reproduce the source",
-                                                record["verify"]["problems"])
+                        raise ConversionRefused(
+                            "--verify: the output does not reproduce the source", record["verify"]["problems"]
+                        )
                 write_json(tmp / "conversion.json", record)
                 kept = move_into_place(tmp, dst_path, options.force, generated, earlier)
             except OSError as exc:  # ENOSPC, EFBIG, EIO, ...: the real cause, never a traceback

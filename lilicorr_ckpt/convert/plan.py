@@ -118,9 +118,12 @@ class Plan(msgspec.Struct, kw_only=True):
 
 
 def shard_metadata(source_hashes: dict[str, str]) -> dict[str, str]:
-    return {"format": "pt", META_TOOL: f"lilicorr-ckpt {__version__} convert",
-            META_SOURCE: json.dumps(dict(sorted(source_hashes.items())), separators=(",", ":")),
-            META_RECORD: "conversion.json"}
+    return {
+        "format": "pt",
+        META_TOOL: f"lilicorr-ckpt {__version__} convert",
+        META_SOURCE: json.dumps(dict(sorted(source_hashes.items())), separators=(",", ":")),
+        META_RECORD: "conversion.json",
+    }
 
 
 def _check_layout(source: Source, raw: dict[str, Any]) -> None:
@@ -131,12 +134,18 @@ def _check_layout(source: Source, raw: dict[str, Any]) -> None:
         raise InputError(
             f"{source.label} is not a DFlash-family drafter export ({found}, no dflash_config); expected a ModelOpt "
             f"DFlash-family export: config.json with a `dflash_config` object (or architectures one of "
-            f"{', '.join(ARCHITECTURES)}) next to model.safetensors or a sharded index")
+            f"{', '.join(ARCHITECTURES)}) next to model.safetensors or a sharded index"
+        )
     if not source.safetensors and source.index is None:
-        pickles = f" (found {', '.join(p.name for p in source.pickles)}; pickle files are never unpickled)" \
-            if source.pickles else ""
-        raise InputError(f"{source.label} has no *.safetensors weights{pickles}; expected model.safetensors or "
-                         "model.safetensors.index.json with its shards")
+        pickles = (
+            f" (found {', '.join(p.name for p in source.pickles)}; pickle files are never unpickled)"
+            if source.pickles
+            else ""
+        )
+        raise InputError(
+            f"{source.label} has no *.safetensors weights{pickles}; expected model.safetensors or "
+            "model.safetensors.index.json with its shards"
+        )
 
 
 def _check_shards(table: TensorTable) -> None:
@@ -145,39 +154,64 @@ def _check_shards(table: TensorTable) -> None:
     for shard, names in s.missing_shards.items():
         problems.append(f"the index places {len(names)} tensors in {shard}, which does not exist")
     if s.index_only:
-        problems.append(f"the index lists tensors its shards do not hold: {shorten(sorted(s.index_only), SHOWN, quote='')}")
+        problems.append(
+            f"the index lists tensors its shards do not hold: {shorten(sorted(s.index_only), SHOWN, quote='')}"
+        )
     for name, holders in sorted(s.duplicates.items()):
         problems.append(f"{name} is stored in {', '.join(holders)}; keep one copy")
     if s.shard_only:
-        problems.append(f"the shards hold tensors the index does not list (stale index?): {shorten(sorted(s.shard_only), SHOWN, quote='')}")
+        problems.append(
+            f"the shards hold tensors the index does not list (stale index?): {shorten(sorted(s.shard_only), SHOWN, quote='')}"
+        )
     if s.unreferenced:
-        problems.append(f"safetensors files the index does not reference: {', '.join(s.unreferenced)}; move them "
-                        "out so it is clear which files are the checkpoint")
+        problems.append(
+            f"safetensors files the index does not reference: {', '.join(s.unreferenced)}; move them "
+            "out so it is clear which files are the checkpoint"
+        )
     if problems:
-        raise InputError("the source's shards and index disagree, so which tensors form the checkpoint is "
-                         "ambiguous:\n  - " + "\n  - ".join(problems))
+        raise InputError(
+            "the source's shards and index disagree, so which tensors form the checkpoint is "
+            "ambiguous:\n  - " + "\n  - ".join(problems)
+        )
 
 
 REWRITTEN_KEYS = ("$.architectures", "$.quantization_config")  # convert replaces these whatever they hold
 
 
 def _refuse_mistyped(doc: dict[str, Any]) -> None:
-    issues = [i for i in parse_config(json.dumps(doc, allow_nan=True).encode()).issues
-              if not i.path.startswith(REWRITTEN_KEYS)]
+    issues = [
+        i
+        for i in parse_config(json.dumps(doc, allow_nan=True).encode()).issues
+        if not i.path.startswith(REWRITTEN_KEYS)
+    ]
     if issues:
-        raise ConversionRefused("config.json has fields of the wrong type", [
-            f"{i.describe()}; fix: --set {i.path[2:].split('[')[0]}=VALUE" for i in issues])
+        raise ConversionRefused(
+            "config.json has fields of the wrong type",
+            [f"{i.describe()}; fix: --set {i.path[2:].split('[')[0]}=VALUE" for i in issues],
+        )
 
 
 def _config_errors(source: Source, parsed: Any, runtime: str) -> list[str]:
     """validate's config findings (errors) for a config, without looking at any tensor."""
-    facts = ShardFacts(missing_shards={}, index_only={}, shard_only={}, misplaced={}, duplicates={}, unreferenced=[],
-                       total_size_declared=None, total_size_actual=0, has_index=False, both_single_and_index=False)
+    facts = ShardFacts(
+        missing_shards={},
+        index_only={},
+        shard_only={},
+        misplaced={},
+        duplicates={},
+        unreferenced=[],
+        total_size_declared=None,
+        total_size_actual=0,
+        has_index=False,
+        both_single_and_index=False,
+    )
     empty = TensorTable(tensors={}, files=[], metadata={}, shards=facts)
-    report = validate(source.label, runtime=runtime,
-                      checkpoint=assemble(source, parsed, empty, {}))
-    return [f"{f.rule} {f.message}" for f in report.findings
-            if f.severity == "error" and RULES[f.rule].area == "config"]
+    report = validate(source.label, runtime=runtime, checkpoint=assemble(source, parsed, empty, {}))
+    return [
+        f"{f.rule} {f.message}"
+        for f in report.findings
+        if f.severity == "error" and RULES[f.rule].area == "config"
+    ]
 
 
 # ---------------------------------------------------------------- the phases of a plan, in order
@@ -192,7 +226,9 @@ class SourceRead(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Naming(msgspec.Struct, frozen=True, kw_only=True):
-    by_canonical: dict[str, list[str]]  # canonical name -> the source names that map to it (one, or a collision)
+    by_canonical: dict[
+        str, list[str]
+    ]  # canonical name -> the source names that map to it (one, or a collision)
     canonical: dict[str, TensorInfo]  # canonical name -> the source tensor
     drops: list[dict[str, str]]  # --drop and derived buffers, as conversion.json records them
 
@@ -238,8 +274,10 @@ def read_source(src: str) -> SourceRead:
     _check_layout(source, raw)
     table = read_tensor_table(source)
     if table.duplicate_keys:  # LC609: which entry a loader keeps is not defined, so there is nothing to copy
-        raise ConversionRefused("a safetensors header names a tensor twice (convert cannot tell which entry is "
-                                "meant)", [f"{rel}: {', '.join(names)}" for rel, names in table.duplicate_keys.items()])
+        raise ConversionRefused(
+            "a safetensors header names a tensor twice (convert cannot tell which entry is meant)",
+            [f"{rel}: {', '.join(names)}" for rel, names in table.duplicate_keys.items()],
+        )
     _check_shards(table)
     return SourceRead(source=source, raw=raw, table=table)
 
@@ -257,20 +295,30 @@ def name_tensors(read: SourceRead, options: ConvertOptions, src: str) -> Naming:
             drops.append({"tensor": name, "reason": f"--drop {hits[0]}"})
             continue
         if is_derived_buffer(m.canonical):
-            drops.append({"tensor": name, "reason": "derived buffer every loader recomputes (ModelOpt's exporter "
-                          "drops it too)"})
+            drops.append(
+                {
+                    "tensor": name,
+                    "reason": "derived buffer every loader recomputes (ModelOpt's exporter drops it too)",
+                }
+            )
             continue
         by_canonical.setdefault(m.canonical, []).append(name)
     by_canonical = _served_dspark(by_canonical, read.raw)
     unused = [p for p in options.drop if p not in used_drop]
     if unused:
-        raise UsageError(f"--drop {', '.join(unused)} matches no tensor of {src} (patterns match source or "
-                         "converted names, e.g. 'model.embed_tokens.*')")
+        raise UsageError(
+            f"--drop {', '.join(unused)} matches no tensor of {src} (patterns match source or "
+            "converted names, e.g. 'model.embed_tokens.*')"
+        )
     collisions = {c: names for c, names in by_canonical.items() if len(names) > 1}
     if collisions:
         raise ConversionRefused(
             "tensor names collide after renaming (prefixes stripped, legacy head names made canonical)",
-            [f"{', '.join(names)} all become {c}; keep one with --drop" for c, names in sorted(collisions.items())])
+            [
+                f"{', '.join(names)} all become {c}; keep one with --drop"
+                for c, names in sorted(collisions.items())
+            ],
+        )
     canonical = {c: read.table.tensors[names[0]] for c, names in by_canonical.items()}
     return Naming(by_canonical=by_canonical, canonical=canonical, drops=drops)
 
@@ -281,8 +329,12 @@ def _served_dspark(by_canonical: dict[str, list[str]], raw: dict[str, Any]) -> d
         return by_canonical
     if str(raw.get("model_type", "qwen3")).lower() not in ("qwen3", "qwen3_moe"):
         raise ConversionRefused(
-            "no runtime loads this DSpark layout", [f"model_type {raw.get('model_type')!r}: the served DSpark "
-            "layout (Qwen3DSparkModel) is the Qwen3 one; vLLM's DSparkDraftModel is its DeepSeek-V4 class"])
+            "no runtime loads this DSpark layout",
+            [
+                f"model_type {raw.get('model_type')!r}: the served DSpark "
+                "layout (Qwen3DSparkModel) is the Qwen3 one; vLLM's DSparkDraftModel is its DeepSeek-V4 class"
+            ],
+        )
     merged: dict[str, list[str]] = {}
     for c, names in by_canonical.items():
         merged.setdefault(DSPARK_FLAT_TO_SERVED.get(c, c), []).extend(names)
@@ -302,37 +354,66 @@ def plan_config(read: SourceRead, naming: Naming, options: ConvertOptions) -> Co
     manifest = build_manifest(geometry, len(naming.canonical))
     if manifest.incomplete:
         reasons = _config_errors(read.source, parsed, options.runtime)
-        reasons += [f"the {component} tensors cannot be named: {why}" for component, why in manifest.incomplete.items()]
+        reasons += [
+            f"the {component} tensors cannot be named: {why}"
+            for component, why in manifest.incomplete.items()
+        ]
         reasons += list(manifest.implausible.values())
-        raise ConversionRefused("config.json does not determine the drafter's tensors (fix the keys with "
-                                "--set KEY=VALUE)", reasons)
+        raise ConversionRefused(
+            "config.json does not determine the drafter's tensors (fix the keys with --set KEY=VALUE)",
+            reasons,
+        )
     return ConfigPlan(editor=editor, dtype=dtype, manifest=manifest)
 
 
 def check_coverage(read: SourceRead, naming: Naming, manifest: Manifest, src: str) -> None:
     """Every source tensor maps to something a loader reads, and every tensor the config implies is there."""
     canonical, by_canonical = naming.canonical, naming.by_canonical
-    unexplained = [c for c in canonical if c not in manifest.tensors and manifest.module_of(c) is None
-                   and not any(c.startswith(p) for p in manifest.family_prefixes)]
+    unexplained = [
+        c
+        for c in canonical
+        if c not in manifest.tensors
+        and manifest.module_of(c) is None
+        and not any(c.startswith(p) for p in manifest.family_prefixes)
+    ]
     if not any(c in manifest.tensors for c in canonical):
         raise InputError(
             f"no tensor of {src} has a DFlash-family name (expected e.g. layers.0.self_attn.q_proj.weight, "
             f"fc.weight, hidden_norm.weight, lilicorr.*, optionally under dflash_module./eagle_module./model.); "
-            f"found e.g. {shorten(sorted(read.table.tensors), 4, quote='')}")
+            f"found e.g. {shorten(sorted(read.table.tensors), 4, quote='')}"
+        )
     if unexplained:
         where = "; ".join(f"{k}: {v}" for k, v in manifest.incomplete.items())
-        sources = [by_canonical[c][0] + (f" (as {c})" if by_canonical[c][0] != c else "") for c in unexplained]
-        reasons = [f"{len(unexplained)} tensors map to nothing the drafter builds: {shorten(sources, SHOWN, quote='')}"]
+        sources = [
+            by_canonical[c][0] + (f" (as {c})" if by_canonical[c][0] != c else "") for c in unexplained
+        ]
+        reasons = [
+            f"{len(unexplained)} tensors map to nothing the drafter builds: {shorten(sources, SHOWN, quote='')}"
+        ]
         if where:
-            reasons.append(f"the config leaves parts of the drafter undetermined ({where}); fix them with --set")
-        reasons.append("drop tensors that do not belong to the drafter explicitly with --drop PATTERN "
-                       "(it is reported in conversion.json)")
-        raise ConversionRefused("the source has tensors no loader reads (convert never drops silently)", reasons)
-    missing = [n for n, t in manifest.tensors.items() if n not in canonical and t.component not in manifest.incomplete]
+            reasons.append(
+                f"the config leaves parts of the drafter undetermined ({where}); fix them with --set"
+            )
+        reasons.append(
+            "drop tensors that do not belong to the drafter explicitly with --drop PATTERN "
+            "(it is reported in conversion.json)"
+        )
+        raise ConversionRefused(
+            "the source has tensors no loader reads (convert never drops silently)", reasons
+        )
+    missing = [
+        n
+        for n, t in manifest.tensors.items()
+        if n not in canonical and t.component not in manifest.incomplete
+    ]
     if missing:
-        raise ConversionRefused("the source lacks tensors its config implies (convert cannot synthesize weights)",
-                                [f"missing {len(missing)}: {shorten(missing, SHOWN, quote='')}",
-                                 "check the geometry keys in config.json (or fix them with --set)"])
+        raise ConversionRefused(
+            "the source lacks tensors its config implies (convert cannot synthesize weights)",
+            [
+                f"missing {len(missing)}: {shorten(missing, SHOWN, quote='')}",
+                "check the geometry keys in config.json (or fix them with --set)",
+            ],
+        )
 
 
 def read_quantization(read: SourceRead, naming: Naming, manifest: Manifest) -> QuantPlan:
@@ -344,13 +425,16 @@ def read_quantization(read: SourceRead, naming: Naming, manifest: Manifest) -> Q
         docs["config.json"] = read.raw["quantization_config"]
     if read.source.hf_quant_config is not None:
         docs["hf_quant_config.json"], _ = load_json_object(
-            read_small(read.source.hf_quant_config, "hf_quant_config.json"), "hf_quant_config.json")
+            read_small(read.source.hf_quant_config, "hf_quant_config.json"), "hf_quant_config.json"
+        )
     squant = read_source_quant(docs)
     states = {mod: module_state(canonical, mod) for mod in manifest.modules}
     other = sorted(m for m, s in states.items() if s == "other")
     if other:
-        raise ConversionRefused("modules with a weight dtype convert does not know",
-                                [f"{m}.weight is {canonical[m + '.weight'].dtype}" for m in other])
+        raise ConversionRefused(
+            "modules with a weight dtype convert does not know",
+            [f"{m}.weight is {canonical[m + '.weight'].dtype}" for m in other],
+        )
     quantized = {m: s for m, s in states.items() if s in ("nvfp4", "fp8")}
     algo = squant.algo if squant else None
     group_size = (squant.group_size if squant else None) or infer_group_size(canonical, quantized)
@@ -362,27 +446,46 @@ def read_quantization(read: SourceRead, naming: Naming, manifest: Manifest) -> Q
     group = group_size or 16
     implied = infer_group_size(canonical, quantized) if "nvfp4" in quantized.values() else None
     if implied is not None and implied != group:
-        raise ConversionRefused(f"the quantization metadata says group_size {group} but the NVFP4 weight scales "
-                                f"imply {implied}", ["re-export, or correct group_size in the source's metadata"])
-    return QuantPlan(squant=squant, states=states, quantized=quantized, algo=algo, group=group,
-                     synthesized_algo=synthesized_algo)
+        raise ConversionRefused(
+            f"the quantization metadata says group_size {group} but the NVFP4 weight scales imply {implied}",
+            ["re-export, or correct group_size in the source's metadata"],
+        )
+    return QuantPlan(
+        squant=squant,
+        states=states,
+        quantized=quantized,
+        algo=algo,
+        group=group,
+        synthesized_algo=synthesized_algo,
+    )
 
 
 def _check_algo(algo: str | None, quantized: dict[str, str]) -> None:
     """The metadata's algorithm is one the loaders support, and the one the weights are stored in."""
     if algo == "MIXED_PRECISION":
-        raise ConversionRefused("MIXED_PRECISION exports are not supported yet",
-                                ["convert one algorithm per checkpoint (NVFP4, W4A16_NVFP4 or FP8)"])
+        raise ConversionRefused(
+            "MIXED_PRECISION exports are not supported yet",
+            ["convert one algorithm per checkpoint (NVFP4, W4A16_NVFP4 or FP8)"],
+        )
     if algo is not None and algo not in NVFP4_ALGOS + FP8_ALGOS:
-        raise ConversionRefused(f"quant_algo {algo} is not one the drafter loaders support",
-                                ["supported: " + ", ".join(NVFP4_ALGOS + FP8_ALGOS)])
+        raise ConversionRefused(
+            f"quant_algo {algo} is not one the drafter loaders support",
+            ["supported: " + ", ".join(NVFP4_ALGOS + FP8_ALGOS)],
+        )
     kinds = set(quantized.values())
     if len(kinds) > 1:
-        raise ConversionRefused("the source mixes NVFP4 and FP8 weights", [
-            f"{k}: {shorten(sorted(m for m, s in quantized.items() if s == k), 4, quote='')}" for k in sorted(kinds)])
+        raise ConversionRefused(
+            "the source mixes NVFP4 and FP8 weights",
+            [
+                f"{k}: {shorten(sorted(m for m, s in quantized.items() if s == k), 4, quote='')}"
+                for k in sorted(kinds)
+            ],
+        )
     if quantized and algo is not None and (("nvfp4" in kinds) != (algo in NVFP4_ALGOS)):
-        raise ConversionRefused(f"the metadata says {algo} but the weights are {kinds.pop()}",
-                                ["re-export, or fix quant_algo with --set (hf_quant_config.json is rewritten)"])
+        raise ConversionRefused(
+            f"the metadata says {algo} but the weights are {kinds.pop()}",
+            ["re-export, or fix quant_algo with --set (hf_quant_config.json is rewritten)"],
+        )
 
 
 def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: ConvertOptions) -> RepairPlan:
@@ -392,8 +495,10 @@ def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: 
     extra = options.dequantize
     unmatched = [p for p in extra if not any(fnmatch.fnmatchcase(m, p) for m in manifest.modules)]
     if unmatched:
-        raise UsageError(f"--dequantize {', '.join(unmatched)} matches no module (patterns match module names "
-                         "such as lilicorr.out_head or layers.*.self_attn.o_proj)")
+        raise UsageError(
+            f"--dequantize {', '.join(unmatched)} matches no module (patterns match module names "
+            "such as lilicorr.out_head or layers.*.self_attn.o_proj)"
+        )
     repaired: dict[str, str] = {}  # module -> why
     for module, kind in sorted(quant.quantized.items(), key=lambda kv: natural_key(kv[0])):
         mod = manifest.modules[module]
@@ -401,9 +506,11 @@ def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: 
         strict = [p.display for p in profiles if p.must_stay_float(module, manifest.geometry.family)]
         if kind == "nvfp4" and mod.in_features % quant.group:
             # ModelOpt's exporter asserts on this (its NVFP4 packing checks the width): the blocks cannot be decoded reliably
-            raise ConversionRefused(f"{module} is stored NVFP4 but its in_features {mod.in_features} is not a "
-                                    f"multiple of the group size {quant.group}; no ModelOpt export has this shape",
-                                    [f"re-export with {module} excluded from quantization"])
+            raise ConversionRefused(
+                f"{module} is stored NVFP4 but its in_features {mod.in_features} is not a "
+                f"multiple of the group size {quant.group}; no ModelOpt export has this shape",
+                [f"re-export with {module} excluded from quantization"],
+            )
         if strict:
             why = f"must stay floating point for {' and '.join(strict)}"
         elif matches_any(module, extra):
@@ -418,15 +525,21 @@ def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: 
                 stray[module] = scales
     if not options.repair and (repaired or stray):
         reasons = [f"{m} is stored {quant.quantized[m].upper()} but {why}" for m, why in repaired.items()]
-        reasons += [f"{m} is float but ships {', '.join(s.rsplit('.', 1)[1] for s in scales)}"
-                    for m, scales in stray.items()]
-        raise ConversionRefused("the source needs repairs and --no-repair was given (run without it to dequantize "
-                                "them and drop stray scales)", reasons)
+        reasons += [
+            f"{m} is float but ships {', '.join(s.rsplit('.', 1)[1] for s in scales)}"
+            for m, scales in stray.items()
+        ]
+        raise ConversionRefused(
+            "the source needs repairs and --no-repair was given (run without it to dequantize "
+            "them and drop stray scales)",
+            reasons,
+        )
     return RepairPlan(repaired=repaired, stray=stray)
 
 
-def plan_tensors(naming: Naming, config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan,
-                 options: ConvertOptions) -> OutputTensors:
+def plan_tensors(
+    naming: Naming, config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan, options: ConvertOptions
+) -> OutputTensors:
     """Every output tensor: the repaired modules' dequantized weights first, then the copies (renamed as the
     requested naming says); with the renames, drops and repairs conversion.json records."""
     out: dict[str, OutTensor] = {}
@@ -437,14 +550,27 @@ def plan_tensors(naming: Naming, config: ConfigPlan, quant: QuantPlan, repairs: 
         tensor, dropped = _dequantized(module, naming, config, quant, options.naming, refusals)
         dropped_by_repair.update(dropped)
         out[tensor.name] = tensor
-        records.append({"module": module, "action": "dequantized",
-                        "from": quant.algo if quant.algo else quant.quantized[module].upper(), "to": config.dtype,
-                        "reason": why, "dropped": [naming.by_canonical[d][0] for d in dropped]})
+        records.append(
+            {
+                "module": module,
+                "action": "dequantized",
+                "from": quant.algo if quant.algo else quant.quantized[module].upper(),
+                "to": config.dtype,
+                "reason": why,
+                "dropped": [naming.by_canonical[d][0] for d in dropped],
+            }
+        )
     for module, scales in sorted(repairs.stray.items()):
         dropped_by_repair.update(scales)
-        records.append({"module": module, "action": "dropped stray scales", "reason": "the module is stored in "
-                        "float; runtimes that build it unquantized have no parameter for its scales",
-                        "dropped": [naming.by_canonical[s][0] for s in scales]})
+        records.append(
+            {
+                "module": module,
+                "action": "dropped stray scales",
+                "reason": "the module is stored in "
+                "float; runtimes that build it unquantized have no parameter for its scales",
+                "dropped": [naming.by_canonical[s][0] for s in scales],
+            }
+        )
     if refusals:
         raise ConversionRefused("a module that must stay floating point cannot be dequantized", refusals)
     renames: list[dict[str, str]] = []
@@ -453,23 +579,33 @@ def plan_tensors(naming: Naming, config: ConfigPlan, quant: QuantPlan, repairs: 
             continue
         name = output_name(c, options.naming)
         src_name = naming.by_canonical[c][0]
-        out[name] = OutTensor(name=name, canonical=c, dtype=info.dtype, shape=info.shape, op="copy", source=info)
+        out[name] = OutTensor(
+            name=name, canonical=c, dtype=info.dtype, shape=info.shape, op="copy", source=info
+        )
         if name != src_name:
             renames.append({"from": src_name, "to": name, "why": _rename_reason(src_name, c, name)})
-    drops = naming.drops + [{"tensor": naming.by_canonical[d][0], "reason": "scale of a module stored in float "
-                             "(repair)"} for d in sorted(dropped_by_repair)]
+    drops = naming.drops + [
+        {"tensor": naming.by_canonical[d][0], "reason": "scale of a module stored in float (repair)"}
+        for d in sorted(dropped_by_repair)
+    ]
     return OutputTensors(tensors=out, renames=renames, drops=drops, repairs=records)
 
 
-def _dequantized(module: str, naming: Naming, config: ConfigPlan, quant: QuantPlan, naming_style: str,
-                 refusals: list[str]) -> tuple[OutTensor, list[str]]:
+def _dequantized(
+    module: str, naming: Naming, config: ConfigPlan, quant: QuantPlan, naming_style: str, refusals: list[str]
+) -> tuple[OutTensor, list[str]]:
     """(the float weight a repair writes for `module`, the source tensors it replaces); an input that is missing or
     not laid out as the scheme says is added to `refusals`."""
     assert quant.algo is not None  # a quantized module implies an algorithm, named or inferred
     scheme = quant_scheme(quant.algo, quant.group)  # the layout the repairs read the source's modules in
-    if scheme is None:  # _check_algo admits only algorithms with a modelled layout; kept explicit for new ones
-        raise ConversionRefused(f"cannot repair {module}: quant_algo {quant.algo} has no tensor layout this version "
-                                "can dequantize", [f"re-export with {module} excluded from quantization"])
+    if (
+        scheme is None
+    ):  # _check_algo admits only algorithms with a modelled layout; kept explicit for new ones
+        raise ConversionRefused(
+            f"cannot repair {module}: quant_algo {quant.algo} has no tensor layout this version "
+            "can dequantize",
+            [f"re-export with {module} excluded from quantization"],
+        )
     mod = config.manifest.modules[module]
     inputs: dict[str, TensorInfo] = {}
     for suffix, expected in expected_inputs(config.manifest, module, scheme).items():
@@ -477,20 +613,30 @@ def _dequantized(module: str, naming: Naming, config: ConfigPlan, quant: QuantPl
         if info is None:
             refusals.append(f"cannot repair {module}: {module}.{suffix} is missing")
         elif not input_fits(expected, info):
-            refusals.append(f"cannot repair {module}: {module}.{suffix} is {info.dtype} {list(info.shape)}, "
-                            f"expected {'/'.join(sorted(expected.dtypes))} {list(expected.shape)}")
+            refusals.append(
+                f"cannot repair {module}: {module}.{suffix} is {info.dtype} {list(info.shape)}, "
+                f"expected {'/'.join(sorted(expected.dtypes))} {list(expected.shape)}"
+            )
         else:
             inputs[suffix] = info
     dropped = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in naming.canonical]
     name = output_name(f"{module}.weight", naming_style)
-    tensor = OutTensor(name=name, canonical=f"{module}.weight", dtype=config.dtype,
-                       shape=(mod.out_features, mod.in_features), op="dequantize", inputs=inputs,
-                       kind=quant.quantized[module], group_size=quant.group)
+    tensor = OutTensor(
+        name=name,
+        canonical=f"{module}.weight",
+        dtype=config.dtype,
+        shape=(mod.out_features, mod.in_features),
+        op="dequantize",
+        inputs=inputs,
+        kind=quant.quantized[module],
+        group_size=quant.group,
+    )
     return tensor, dropped
 
 
-def plan_quant_metadata(config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan,
-                        options: ConvertOptions) -> QuantMetadata:
+def plan_quant_metadata(
+    config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan, options: ConvertOptions
+) -> QuantMetadata:
     """The output's quantization metadata: the flat quantization_config in config.json (set or removed) and
     hf_quant_config.json, with exclusions safe under every runtime; and the account of the source's exclusions."""
     manifest, squant, editor = config.manifest, quant.squant, config.editor
@@ -503,20 +649,40 @@ def plan_quant_metadata(config: ConfigPlan, quant: QuantPlan, repairs: RepairPla
         reading = read_exclusions(squant.exclude)
         declared = declared_excluded(sorted(manifest.modules), reading.kept)
         disagreements = sorted(
-            [f"{m}: the exclusions list it but it is stored quantized" for m in declared if m in quant.quantized]
-            + [f"{m}: stored in float but not excluded" for m in manifest.modules
-               if quant.states[m] == "float" and m not in declared])
-        exclusions = {"source": reading.source, "stripped": reading.stripped, "dropped": reading.dropped,
-                      "disagreements": disagreements}
+            [
+                f"{m}: the exclusions list it but it is stored quantized"
+                for m in declared
+                if m in quant.quantized
+            ]
+            + [
+                f"{m}: stored in float but not excluded"
+                for m in manifest.modules
+                if quant.states[m] == "float" and m not in declared
+            ]
+        )
+        exclusions = {
+            "source": reading.source,
+            "stripped": reading.stripped,
+            "dropped": reading.dropped,
+            "disagreements": disagreements,
+        }
     if quant_out:
         algo = quant.algo
         assert algo is not None
         patterns = output_exclusions(manifest, float_modules, quant_out, options.naming)
         out_group = quant.group if algo in NVFP4_ALGOS else (squant.group_size if squant else None)
-        flat, hf_quant = output_quant_docs(algo, out_group, squant.kv_cache_quant_algo if squant else None,
-                                           squant.producer if squant else None, patterns)
-        why = ("the flat form runtimes read (quant_method + ignore); the nested form stays in hf_quant_config.json"
-               if squant else f"the weights are {algo} but the source had no quantization metadata")
+        flat, hf_quant = output_quant_docs(
+            algo,
+            out_group,
+            squant.kv_cache_quant_algo if squant else None,
+            squant.producer if squant else None,
+            patterns,
+        )
+        why = (
+            "the flat form runtimes read (quant_method + ignore); the nested form stays in hf_quant_config.json"
+            if squant
+            else f"the weights are {algo} but the source had no quantization metadata"
+        )
         if quant.synthesized_algo:
             why += f" (quant_algo {algo} inferred from the tensor layout)"
         editor.set("quantization_config", flat, why)
@@ -528,23 +694,45 @@ def plan_quant_metadata(config: ConfigPlan, quant: QuantPlan, repairs: RepairPla
     return QuantMetadata(quantized_out=quant_out, hf_quant=hf_quant, exclusions=exclusions)
 
 
-def _record(read: SourceRead, files: list[str], config: ConfigPlan, quant: QuantPlan, tensors: OutputTensors,
-            meta: QuantMetadata, shards: list[ShardPlan], index: dict[str, Any] | None, options: ConvertOptions,
-            other_files: dict[str, Any]) -> dict[str, Any]:
+def _record(
+    read: SourceRead,
+    files: list[str],
+    config: ConfigPlan,
+    quant: QuantPlan,
+    tensors: OutputTensors,
+    meta: QuantMetadata,
+    shards: list[ShardPlan],
+    index: dict[str, Any] | None,
+    options: ConvertOptions,
+    other_files: dict[str, Any],
+) -> dict[str, Any]:
     """conversion.json as planned (the writer adds the hashes and the repairs' rounding)."""
     squant, algo, doc = quant.squant, quant.algo, config.editor.doc
     return {
-        "tool": "lilicorr-ckpt", "version": __version__, "schema_version": 1,
-        "source": {"architecture": read.raw.get("architectures"), "files": {f: None for f in files},
-                   "quantization": ({"algo": squant.algo, "forms": squant.forms} if squant else None)},
-        "output": {"architecture": doc.get("architectures"), "dtype": config.dtype,
-                   "quant_algo": algo if meta.quantized_out else None,
-                   "quant_method": quant_method(algo) if meta.quantized_out and algo else None,
-                   "files": [s.file for s in shards] + (["model.safetensors.index.json"] if index else []),
-                   "tensors": len(tensors.tensors), "tensor_bytes": sum(t.nbytes for t in tensors.tensors.values())},
+        "tool": "lilicorr-ckpt",
+        "version": __version__,
+        "schema_version": 1,
+        "source": {
+            "architecture": read.raw.get("architectures"),
+            "files": {f: None for f in files},
+            "quantization": ({"algo": squant.algo, "forms": squant.forms} if squant else None),
+        },
+        "output": {
+            "architecture": doc.get("architectures"),
+            "dtype": config.dtype,
+            "quant_algo": algo if meta.quantized_out else None,
+            "quant_method": quant_method(algo) if meta.quantized_out and algo else None,
+            "files": [s.file for s in shards] + (["model.safetensors.index.json"] if index else []),
+            "tensors": len(tensors.tensors),
+            "tensor_bytes": sum(t.nbytes for t in tensors.tensors.values()),
+        },
         "options": options.record(),
-        "renames": tensors.renames, "drops": tensors.drops, "repairs": tensors.repairs,
-        "config": config.editor.changes, "exclusions": meta.exclusions, "other_files": other_files,
+        "renames": tensors.renames,
+        "drops": tensors.drops,
+        "repairs": tensors.repairs,
+        "config": config.editor.changes,
+        "exclusions": meta.exclusions,
+        "other_files": other_files,
     }
 
 
@@ -560,20 +748,39 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     meta = plan_quant_metadata(config, quant, repairs, options)
     source, table = read.source, read.table
     assert source.config is not None  # open_source found it
-    files = sorted([source.rel(source.config)]
-                   + ([source.rel(source.hf_quant_config)] if source.hf_quant_config else [])
-                   + ([source.rel(source.index)] if source.index else [])
-                   + list(table.files))
+    files = sorted(
+        [source.rel(source.config)]
+        + ([source.rel(source.hf_quant_config)] if source.hf_quant_config else [])
+        + ([source.rel(source.index)] if source.index else [])
+        + list(table.files)
+    )
     shards, index = _shard(tensors.tensors, options.max_shard_size, files)
-    written = {s.file for s in shards} | {"model.safetensors.index.json", "config.json", "hf_quant_config.json",
-                                          extras.RECORD_NAME}
+    written = {s.file for s in shards} | {
+        "model.safetensors.index.json",
+        "config.json",
+        "hf_quant_config.json",
+        extras.RECORD_NAME,
+    }
     copies, left_out = extras.classify(source.root, {f.split("/", 1)[0] for f in files}, written)
-    record = _record(read, files, config, quant, tensors, meta, shards, index, options,
-                     extras.record(copies, left_out))
-    return Plan(source=source, table=table, source_files=files, config=config.editor.doc,
-                hf_quant_config=meta.hf_quant, tensors=tensors.tensors, shards=shards, index=index,
-                model_dtype=config.dtype, manifest=config.manifest, record=record,
-                quant_algo=quant.algo if quant.quantized else None, group_size=quant.group, copies=copies)
+    record = _record(
+        read, files, config, quant, tensors, meta, shards, index, options, extras.record(copies, left_out)
+    )
+    return Plan(
+        source=source,
+        table=table,
+        source_files=files,
+        config=config.editor.doc,
+        hf_quant_config=meta.hf_quant,
+        tensors=tensors.tensors,
+        shards=shards,
+        index=index,
+        model_dtype=config.dtype,
+        manifest=config.manifest,
+        record=record,
+        quant_algo=quant.algo if quant.quantized else None,
+        group_size=quant.group,
+        copies=copies,
+    )
 
 
 def _rename_reason(src: str, canonical: str, out: str) -> str:
@@ -588,8 +795,9 @@ def _rename_reason(src: str, canonical: str, out: str) -> str:
     return "; ".join(why)
 
 
-def _shard(tensors: dict[str, OutTensor], max_size: int,
-           source_files: list[str]) -> tuple[list[ShardPlan], dict[str, Any] | None]:
+def _shard(
+    tensors: dict[str, OutTensor], max_size: int, source_files: list[str]
+) -> tuple[list[ShardPlan], dict[str, Any] | None]:
     groups: list[list[OutTensor]] = [[]]
     size = 0
     for t in sorted(tensors.values(), key=lambda t: natural_key(t.canonical)):
@@ -605,18 +813,28 @@ def _shard(tensors: dict[str, OutTensor], max_size: int,
     for k, group in enumerate(groups):
         file = "model.safetensors" if n == 1 else f"model-{k + 1:05d}-of-{n:05d}.safetensors"
         entries = layout(Entry(t.name, t.dtype, t.shape) for t in group)
-        shards.append(ShardPlan(file=file, entries=entries, header_length=len(header_bytes(entries, placeholder))))
+        shards.append(
+            ShardPlan(file=file, entries=entries, header_length=len(header_bytes(entries, placeholder)))
+        )
     if n == 1:
         return shards, None
     weight_map = {e.name: s.file for s in shards for e in s.entries}
-    index = {"metadata": {"total_size": sum(s.data_bytes for s in shards)},
-             "weight_map": dict(sorted(weight_map.items()))}
+    index = {
+        "metadata": {"total_size": sum(s.data_bytes for s in shards)},
+        "weight_map": dict(sorted(weight_map.items())),
+    }
     return shards, index
 
 
 def output_source(plan: Plan, root: Path) -> Source:
     """The output directory as `open_source` would describe it (for validating a plan before writing)."""
-    return Source(root=root, link_root=root, label=str(root), config=root / "config.json",
-                  safetensors=tuple(root / s.file for s in plan.shards),
-                  index=root / "model.safetensors.index.json" if plan.index else None,
-                  hf_quant_config=root / "hf_quant_config.json" if plan.hf_quant_config else None, pickles=())
+    return Source(
+        root=root,
+        link_root=root,
+        label=str(root),
+        config=root / "config.json",
+        safetensors=tuple(root / s.file for s in plan.shards),
+        index=root / "model.safetensors.index.json" if plan.index else None,
+        hf_quant_config=root / "hf_quant_config.json" if plan.hf_quant_config else None,
+        pickles=(),
+    )

@@ -58,12 +58,16 @@ def read_source_quant(docs: dict[str, Any]) -> SourceQuant | None:
         return None
     algos = {qc.quant_algo for qc in parsed.values() if qc.quant_algo}
     if len(algos) > 1:
-        raise ConversionRefused("config.json and hf_quant_config.json name different quantization algorithms",
-                                [f"{src}: quant_algo {qc.quant_algo}" for src, qc in sorted(parsed.items())])
+        raise ConversionRefused(
+            "config.json and hf_quant_config.json name different quantization algorithms",
+            [f"{src}: quant_algo {qc.quant_algo}" for src, qc in sorted(parsed.items())],
+        )
     groups = {qc.group_size for qc in parsed.values() if qc.group_size}
     if len(groups) > 1:
-        raise ConversionRefused("config.json and hf_quant_config.json name different group sizes",
-                                [f"{src}: group_size {qc.group_size}" for src, qc in sorted(parsed.items())])
+        raise ConversionRefused(
+            "config.json and hf_quant_config.json name different group sizes",
+            [f"{src}: group_size {qc.group_size}" for src, qc in sorted(parsed.items())],
+        )
     primary = parsed.get("hf_quant_config.json") or parsed["config.json"]
     producer = None
     for src in ("hf_quant_config.json", "config.json"):
@@ -74,9 +78,14 @@ def read_source_quant(docs: dict[str, Any]) -> SourceQuant | None:
     exclude: list[str] = []
     for qc in parsed.values():
         exclude += [p for p in qc.exclude if p not in exclude]
-    return SourceQuant(algo=next(iter(algos), None), group_size=next(iter(groups), None),
-                       kv_cache_quant_algo=primary.kv_cache_quant_algo, producer=producer, exclude=tuple(exclude),
-                       forms={src: qc.form for src, qc in sorted(parsed.items())})
+    return SourceQuant(
+        algo=next(iter(algos), None),
+        group_size=next(iter(groups), None),
+        kv_cache_quant_algo=primary.kv_cache_quant_algo,
+        producer=producer,
+        exclude=tuple(exclude),
+        forms={src: qc.form for src, qc in sorted(parsed.items())},
+    )
 
 
 def module_state(tensors: dict[str, TensorInfo], module: str) -> str:
@@ -95,9 +104,18 @@ def infer_algo(tensors: dict[str, TensorInfo], quantized: dict[str, str]) -> str
     if kinds == {"nvfp4"}:
         with_input = [m for m in quantized if f"{m}.input_scale" in tensors]
         return "NVFP4" if with_input else "W4A16_NVFP4"
-    scale_shapes = {len(tensors[f"{m}.weight_scale"].shape) for m in quantized if f"{m}.weight_scale" in tensors}
-    if scale_shapes <= {0} or scale_shapes == {0, 1} and all(
-            tensors[f"{m}.weight_scale"].shape in ((), (1,)) for m in quantized if f"{m}.weight_scale" in tensors):
+    scale_shapes = {
+        len(tensors[f"{m}.weight_scale"].shape) for m in quantized if f"{m}.weight_scale" in tensors
+    }
+    if (
+        scale_shapes <= {0}
+        or scale_shapes == {0, 1}
+        and all(
+            tensors[f"{m}.weight_scale"].shape in ((), (1,))
+            for m in quantized
+            if f"{m}.weight_scale" in tensors
+        )
+    ):
         return "FP8"
     if scale_shapes == {4}:
         return "FP8_PB_WO"
@@ -107,8 +125,15 @@ def infer_algo(tensors: dict[str, TensorInfo], quantized: dict[str, str]) -> str
 def infer_group_size(tensors: dict[str, TensorInfo], quantized: dict[str, str]) -> int | None:
     for module, kind in sorted(quantized.items()):
         w, s = tensors.get(f"{module}.weight"), tensors.get(f"{module}.weight_scale")
-        if kind == "nvfp4" and w is not None and s is not None and len(w.shape) == 2 and len(s.shape) == 2 \
-                and s.shape[1] and (w.shape[1] * 2) % s.shape[1] == 0:
+        if (
+            kind == "nvfp4"
+            and w is not None
+            and s is not None
+            and len(w.shape) == 2
+            and len(s.shape) == 2
+            and s.shape[1]
+            and (w.shape[1] * 2) % s.shape[1] == 0
+        ):
             return (w.shape[1] * 2) // s.shape[1]
     return None
 
@@ -147,13 +172,17 @@ def declared_excluded(modules: list[str], kept: list[str]) -> set[str]:
 
 def _safe_everywhere(pattern: str, quantized: set[str], manifest: Manifest) -> bool:
     n_target = manifest.geometry.num_target_layers
-    return not any(excluded_by(matcher, q, (pattern,), n_target).excluded for q in quantized for matcher in MATCHERS)
+    return not any(
+        excluded_by(matcher, q, (pattern,), n_target).excluded for q in quantized for matcher in MATCHERS
+    )
 
 
 EMBED_EXCLUSION = "*embed_tokens*"
 
 
-def output_exclusions(manifest: Manifest, float_modules: set[str], quantized: set[str], naming: str) -> list[str]:
+def output_exclusions(
+    manifest: Manifest, float_modules: set[str], quantized: set[str], naming: str
+) -> list[str]:
     """Index-free suffix wildcards for every float module (fused aliases included); with sequential naming,
     patterns for the legacy head names too, so readers that build `feature_mlp.1` match them."""
     # the drafter has no embed_tokens (it reads the target's), but a runtime that builds one must not build it
@@ -169,16 +198,22 @@ def output_exclusions(manifest: Manifest, float_modules: set[str], quantized: se
         if any(fnmatch.fnmatchcase(lm, p) for p in patterns + extra):
             continue
         wildcard = "*" + lm.rsplit(".", 2)[-2] + "*"  # *feature_mlp*, or *mlp* for lattice layers
-        if not any(fnmatch.fnmatchcase(q, wildcard) for q in quantized_all) \
-                and _safe_everywhere(wildcard, quantized, manifest):
+        if not any(fnmatch.fnmatchcase(q, wildcard) for q in quantized_all) and _safe_everywhere(
+            wildcard, quantized, manifest
+        ):
             extra.append(wildcard)
         else:
             extra.append(lm)
     return sorted(set(patterns) | set(extra))
 
 
-def output_quant_docs(algo: str, group_size: int | None, kv_cache_quant_algo: str | None,
-                      producer: dict[str, Any] | None, exclude: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def output_quant_docs(
+    algo: str,
+    group_size: int | None,
+    kv_cache_quant_algo: str | None,
+    producer: dict[str, Any] | None,
+    exclude: list[str],
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """(flat config.json quantization_config, nested hf_quant_config.json) for the output."""
     producer = dict(producer) if producer else {"name": "modelopt"}
     quantization: dict[str, Any] = {"quant_algo": algo, "kv_cache_quant_algo": kv_cache_quant_algo}

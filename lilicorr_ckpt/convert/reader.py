@@ -125,7 +125,7 @@ class SourceReader:
                 raise source_error(exc, self.root / info.file) from None
             with m:  # closing needs every view released first (the with-blocks below do it, errors included)
                 m.madvise(mmap.MADV_SEQUENTIAL)
-                with memoryview(m) as view, view[pos - base:length] as window:
+                with memoryview(m) as view, view[pos - base : length] as window:
                     write_all(out_fd, window)
             progress.advance(base + length - pos)
             pos = base + length

@@ -18,20 +18,27 @@ def render_summary(result: Any) -> str:
     lines = [f"{'would convert' if not result.written else 'converted'} {result.src} -> {result.dst}"]
     quant = f", {out['quant_algo']} ({out['quant_method']})" if out["quant_algo"] else ""
     arch = (out["architecture"] or ["?"])[0]
-    lines.append(f"  {arch}{quant}, {out['tensors']} tensors, {out['tensor_bytes'] / 1e6:.1f} MB in "
-                 f"{', '.join(out['files'])}")
+    lines.append(
+        f"  {arch}{quant}, {out['tensors']} tensors, {out['tensor_bytes'] / 1e6:.1f} MB in "
+        f"{', '.join(out['files'])}"
+    )
     if r["renames"]:
         reasons: dict[str, int] = {}
         for item in r["renames"]:
             reasons[item["why"]] = reasons.get(item["why"], 0) + 1
-        lines.append(f"  renamed   {len(r['renames'])} tensors (" + "; ".join(
-            f"{why}: {n}" for why, n in sorted(reasons.items())) + ")")
+        lines.append(
+            f"  renamed   {len(r['renames'])} tensors ("
+            + "; ".join(f"{why}: {n}" for why, n in sorted(reasons.items()))
+            + ")"
+        )
     groups: dict[tuple[str, str], list[str]] = {}
     for repair in r["repairs"]:
         if repair["action"] == "dequantized":
             what = f"{repair['from']} -> {repair['to']}: {repair['reason']}"
         else:
-            what = "float module, dropped its stray " + ", ".join(sorted({d.rsplit(".", 1)[1] for d in repair["dropped"]}))
+            what = "float module, dropped its stray " + ", ".join(
+                sorted({d.rsplit(".", 1)[1] for d in repair["dropped"]})
+            )
         groups.setdefault((re.sub(r"\.\d+\.", ".*.", repair["module"]), what), []).append(repair["module"])
     for (label, what), modules in groups.items():
         count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
@@ -48,8 +55,10 @@ def render_summary(result: Any) -> str:
             lines.append(f"  config    {change['key']} = {after} ({change['reason']})")
     ex = r.get("exclusions") or {}
     if ex.get("dropped") or ex.get("stripped"):
-        lines.append(f"  exclusions: {len(ex.get('stripped', {}))} training-prefixed entries stripped, "
-                     f"{len(ex.get('dropped', {}))} base-model entries dropped")
+        lines.append(
+            f"  exclusions: {len(ex.get('stripped', {}))} training-prefixed entries stripped, "
+            f"{len(ex.get('dropped', {}))} base-model entries dropped"
+        )
     if "output" in ex:
         lines.append(f"  ignore    {ex['output']}")
     lines += _render_other_files(r.get("other_files") or {})
@@ -62,8 +71,10 @@ def render_summary(result: Any) -> str:
         lines.append(f"  verify    {r['verify']['summary']}")
     if result.kept:
         verb = "kept" if result.written else "would keep"
-        lines.append(f"  {verb:<9} {shorten(result.kept, SHOWN_FILES, quote='')} in {result.dst} (not written by "
-                     "convert)")
+        lines.append(
+            f"  {verb:<9} {shorten(result.kept, SHOWN_FILES, quote='')} in {result.dst} (not written by "
+            "convert)"
+        )
     if result.written:
         lines.append(f"  record    {result.dst}/conversion.json")
     return "\n".join(lines) + "\n"
@@ -76,7 +87,9 @@ def _render_other_files(other: dict[str, Any]) -> list[str]:
     if len(copied) <= SHOWN_FILES:
         lines += [f"  copied    {name} (unchanged)" for name in copied]
     else:
-        lines.append(f"  copied    {len(copied)} other files unchanged: {shorten(copied, SHOWN_FILES, quote='')}")
+        lines.append(
+            f"  copied    {len(copied)} other files unchanged: {shorten(copied, SHOWN_FILES, quote='')}"
+        )
     if len(dropped) <= SHOWN_FILES:
         lines += [f"  left out  {d['file']}: {d['reason']}" for d in dropped]
     else:

@@ -42,7 +42,9 @@ REPAIR_ATOL = 1e-3
 CHUNK = 16 << 20
 
 
-def compare(reference: dict[str, Any], converted: dict[str, Any], exact: bool) -> tuple[dict[str, Any], list[str]]:
+def compare(
+    reference: dict[str, Any], converted: dict[str, Any], exact: bool
+) -> tuple[dict[str, Any], list[str]]:
     """Per-output differences, and the problems that fail verification."""
     stats: dict[str, Any] = {}
     problems: list[str] = []
@@ -59,8 +61,14 @@ def compare(reference: dict[str, Any], converted: dict[str, Any], exact: bool) -
             stats[key] = {"identical": same}
             if not same:
                 differ = int((a != b).sum())
-                problems.append(f"{key}: {differ} of {a.numel()} entries differ" + (
-                    "" if exact else " (a candidate tie can flip under rounding; rerun on the source to compare)"))
+                problems.append(
+                    f"{key}: {differ} of {a.numel()} entries differ"
+                    + (
+                        ""
+                        if exact
+                        else " (a candidate tie can flip under rounding; rerun on the source to compare)"
+                    )
+                )
             continue
         a64, b64 = a.double(), b.double()
         finite = torch.isfinite(a64) & torch.isfinite(b64)
@@ -71,11 +79,15 @@ def compare(reference: dict[str, Any], converted: dict[str, Any], exact: bool) -
         if not torch.equal(torch.isfinite(a64), torch.isfinite(b64)):
             problems.append(f"{key}: non-finite values differ")
         elif exact and not same:
-            problems.append(f"{key}: differs (max |diff| {max_abs:.3g}) although nothing was repaired, so it must "
-                            "be bit-identical")
+            problems.append(
+                f"{key}: differs (max |diff| {max_abs:.3g}) although nothing was repaired, so it must "
+                "be bit-identical"
+            )
         elif not exact and max_abs > REPAIR_ATOL + REPAIR_RTOL * scale:
-            problems.append(f"{key}: max |diff| {max_abs:.3g} exceeds bf16 rounding "
-                            f"({REPAIR_ATOL:g} + {REPAIR_RTOL:g} x {scale:.3g})")
+            problems.append(
+                f"{key}: max |diff| {max_abs:.3g} exceeds bf16 rounding "
+                f"({REPAIR_ATOL:g} + {REPAIR_RTOL:g} x {scale:.3g})"
+            )
     return stats, problems
 
 
@@ -126,9 +138,14 @@ def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict
         try:
             source = build_drafter(load_checkpoint(str(ref)), dtype=torch.float32, device="cpu")
         except Exception as exc:  # the runtime's own refusal: a verification problem, not a crash
-            return {"passed": False, "summary": "the reference runtime cannot load the source's tensors",
-                    "problems": [f"lilicorr_runtime.build_drafter(source tensors) failed: {type(exc).__name__}: "
-                                 f"{str(exc).splitlines()[0]}"]}
+            return {
+                "passed": False,
+                "summary": "the reference runtime cannot load the source's tensors",
+                "problems": [
+                    f"lilicorr_runtime.build_drafter(source tensors) failed: {type(exc).__name__}: "
+                    f"{str(exc).splitlines()[0]}"
+                ],
+            }
         converted = load_drafter(str(output), runtime=options.runtime, dtype=torch.float32, device="cpu")
         expected = reference_outputs(source, seed=0)
         actual = reference_outputs(converted, seed=0)
@@ -136,7 +153,15 @@ def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict
         shutil.rmtree(ref, ignore_errors=True)
     stats, problems = compare(expected, actual, exact)
     mode = "bit-identical (renames only)" if exact else "within bf16 rounding of the repaired modules"
-    summary = (f"{len(stats)} outputs {mode}, through lilicorr_runtime" if not problems
-               else f"{len(problems)} outputs differ beyond tolerance")
-    return {"passed": not problems, "mode": "exact" if exact else "bf16-rounding", "outputs": stats,
-            "problems": problems, "summary": summary}
+    summary = (
+        f"{len(stats)} outputs {mode}, through lilicorr_runtime"
+        if not problems
+        else f"{len(problems)} outputs differ beyond tolerance"
+    )
+    return {
+        "passed": not problems,
+        "mode": "exact" if exact else "bf16-rounding",
+        "outputs": stats,
+        "problems": problems,
+        "summary": summary,
+    }

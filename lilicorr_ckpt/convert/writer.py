@@ -43,8 +43,12 @@ def write_json(path: Path, doc: Any) -> None:
 
 def generated_files(plan: Plan) -> list[str]:
     """The files a conversion generates in DST (besides conversion.json): shards, index, config files."""
-    return ([s.file for s in plan.shards] + (["model.safetensors.index.json"] if plan.index is not None else [])
-            + ["config.json"] + (["hf_quant_config.json"] if plan.hf_quant_config is not None else []))
+    return (
+        [s.file for s in plan.shards]
+        + (["model.safetensors.index.json"] if plan.index is not None else [])
+        + ["config.json"]
+        + (["hf_quant_config.json"] if plan.hf_quant_config is not None else [])
+    )
 
 
 def planned_files(plan: Plan) -> list[str]:
@@ -52,8 +56,9 @@ def planned_files(plan: Plan) -> list[str]:
     return sorted(generated_files(plan) + list(plan.copies))
 
 
-def write_tensor(t: OutTensor, reader: SourceReader, fd: int, progress: Progress,
-                  repair_errors: dict[str, float]) -> None:
+def write_tensor(
+    t: OutTensor, reader: SourceReader, fd: int, progress: Progress, repair_errors: dict[str, float]
+) -> None:
     if t.op == "copy":
         assert t.source is not None
         reader.copy(t.source, fd, progress)
@@ -61,14 +66,16 @@ def write_tensor(t: OutTensor, reader: SourceReader, fd: int, progress: Progress
     worst = 0.0
     assert len(t.shape) == 2
     try:
-        for block, err in dequantize_blocks(t.kind, t.inputs, (t.shape[0], t.shape[1]), t.dtype, reader.read,
-                                            t.group_size):
+        for block, err in dequantize_blocks(
+            t.kind, t.inputs, (t.shape[0], t.shape[1]), t.dtype, reader.read, t.group_size
+        ):
             write_all(fd, block)
             progress.advance(len(block))
             worst = max(worst, err)
     except BadScales as exc:
-        raise ConversionRefused(f"cannot repair {t.canonical.removesuffix('.weight')}: its scales are corrupt",
-                                [str(exc)]) from None
+        raise ConversionRefused(
+            f"cannot repair {t.canonical.removesuffix('.weight')}: its scales are corrupt", [str(exc)]
+        ) from None
     repair_errors[t.canonical] = worst
 
 
@@ -98,19 +105,25 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
         for shard in plan.shards:
             head = header_bytes(shard.entries, metadata)
             if len(head) != shard.header_length:  # pragma: no cover - the placeholder guarantees it
-                raise RuntimeError(f"{shard.file}: header length changed from {shard.header_length} to {len(head)}")
+                raise RuntimeError(
+                    f"{shard.file}: header length changed from {shard.header_length} to {len(head)}"
+                )
             fd = os.open(tmp / shard.file, os.O_WRONLY)
             try:
                 os.pwrite(fd, head, 0)
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            written[shard.file] = pool.submit(sha256_file, tmp / shard.file, stop)  # what a later --force checks
+            written[shard.file] = pool.submit(
+                sha256_file, tmp / shard.file, stop
+            )  # what a later --force checks
         written["config.json"] = _dump_json(tmp / "config.json", plan.config)
         if plan.hf_quant_config is not None:
             written["hf_quant_config.json"] = _dump_json(tmp / "hf_quant_config.json", plan.hf_quant_config)
         if plan.index is not None:
-            written["model.safetensors.index.json"] = _dump_json(tmp / "model.safetensors.index.json", plan.index)
+            written["model.safetensors.index.json"] = _dump_json(
+                tmp / "model.safetensors.index.json", plan.index
+            )
         if plan.copies:
             progress.note(f"copying {len(plan.copies)} other files")
         for name in plan.copies:
@@ -122,5 +135,8 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
         stop.set()  # an interrupted run does not wait for a multi-GB hash to finish
         pool.shutdown(wait=True, cancel_futures=True)
         reader.close()
-    return {"source_sha256": source_hashes, "written": output_hashes,
-            "repair_rounding": {k: repair_errors[k] for k in sorted(repair_errors)}}
+    return {
+        "source_sha256": source_hashes,
+        "written": output_hashes,
+        "repair_rounding": {k: repair_errors[k] for k in sorted(repair_errors)},
+    }

@@ -21,9 +21,21 @@ SIBLING_HEAD_PREFIXES: tuple[str, ...] = tuple(p for n in SIBLINGS for p in FAMI
 SIBLING_HEAD_NAMES: tuple[str, ...] = tuple(x for n in SIBLINGS for x in FAMILIES[n].HEAD_NAMES)
 HEAD_TAGS: tuple[str, ...] = tuple(t for f in FAMILIES.values() for t in f.HUB_TAGS)
 
-__all__ = ["ARCHITECTURES", "FAMILIES", "HEAD_TAGS", "SIBLINGS", "SIBLING_HEAD_NAMES", "SIBLING_HEAD_PREFIXES",
-           "Family", "HeadBuilder", "HeadGeometry", "LiLiCorrDims", "head_family", "is_drafter",
-           "sibling_owner"]
+__all__ = [
+    "ARCHITECTURES",
+    "FAMILIES",
+    "HEAD_TAGS",
+    "SIBLINGS",
+    "SIBLING_HEAD_NAMES",
+    "SIBLING_HEAD_PREFIXES",
+    "Family",
+    "HeadBuilder",
+    "HeadGeometry",
+    "LiLiCorrDims",
+    "head_family",
+    "is_drafter",
+    "sibling_owner",
+]
 
 
 def head_family(architecture_family: str | None, projector_type: str | None) -> str | None:

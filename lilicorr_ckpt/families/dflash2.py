@@ -17,25 +17,42 @@ HEAD_NAMES: tuple[str, ...] = ()
 HUB_TAGS = ("dflash2",)
 ROUTES: Routes = {
     "sglang": (
-        ("DFlash2DraftModel", "loads", "dflash.py registers DFlash2DraftModel (EntryClass), which builds the "
-         "candidate selector"),
+        (
+            "DFlash2DraftModel",
+            "loads",
+            "dflash.py registers DFlash2DraftModel (EntryClass), which builds the candidate selector",
+        ),
         ("DFlash2BeamDraftModel", "loads", "dflash.py registers DFlash2BeamDraftModel, a DFlash2DraftModel"),
-        ("MiniMaxDFlash2DraftModel", "loads", "dflash.py registers MiniMaxDFlash2DraftModel, a DFlash2DraftModel"),
-        ("DFlashDraftModel", "refuses", "SGLang builds DFlashDraftModel without a candidate selector: "
-         "load_weights drops candidate_selector.* and the draft serves as plain DFlash"),
+        (
+            "MiniMaxDFlash2DraftModel",
+            "loads",
+            "dflash.py registers MiniMaxDFlash2DraftModel, a DFlash2DraftModel",
+        ),
+        (
+            "DFlashDraftModel",
+            "refuses",
+            "SGLang builds DFlashDraftModel without a candidate selector: "
+            "load_weights drops candidate_selector.* and the draft serves as plain DFlash",
+        ),
     ),
-    "vllm": (
-        ("DFlash2DraftModel", "loads", "registry.py maps DFlash2DraftModel to qwen3_dflash2"),
-    ),
+    "vllm": (("DFlash2DraftModel", "loads", "registry.py maps DFlash2DraftModel to qwen3_dflash2"),),
     "trtllm": (
-        ("*", "unconfirmed", "TensorRT-LLM has a DFlash2 path on DFlashForCausalLM; its config keys and tensors "
-         "were not read"),
+        (
+            "*",
+            "unconfirmed",
+            "TensorRT-LLM has a DFlash2 path on DFlashForCausalLM; its config keys and tensors were not read",
+        ),
     ),
 }
 FIXTURES: Mapping[str, Mapping[str, Any]] = {
     # DFlash2DraftModel, grouped convolutions plus the candidate selector (rank 8, top-k 4)
-    "dflash2": {"head": False, "conv": (2, 16), "architecture": "DFlash2DraftModel", "is_causal": False,
-                "dflash": {"projector_type": "dflash2", "selector_rank": 8, "selector_top_k": 4}},
+    "dflash2": {
+        "head": False,
+        "conv": (2, 16),
+        "architecture": "DFlash2DraftModel",
+        "is_causal": False,
+        "dflash": {"projector_type": "dflash2", "selector_rank": 8, "selector_top_k": 4},
+    },
 }
 DESCRIBED_KEYS = ("selector_rank", "selector_top_k")
 

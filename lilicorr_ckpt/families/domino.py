@@ -18,22 +18,35 @@ HUB_TAGS = ("domino",)
 ROUTES: Routes = {
     "sglang": (
         ("DFlashDraftModel", "loads", "SGLang loads Domino as DFlashDraftModel with projector_type domino"),
-        ("DominoDraftModel", "refuses", "SGLang loads Domino only as DFlashDraftModel with "
-         "dflash_config.projector_type \"domino\""),
+        (
+            "DominoDraftModel",
+            "refuses",
+            'SGLang loads Domino only as DFlashDraftModel with dflash_config.projector_type "domino"',
+        ),
     ),
     "vllm": (
-        ("*", "refuses", "the release has no Domino model: a DFlashDraftModel has no parameter for prefix_gru / "
-         "embed_proj, and no registry key names a Domino class"),
+        (
+            "*",
+            "refuses",
+            "the release has no Domino model: a DFlashDraftModel has no parameter for prefix_gru / "
+            "embed_proj, and no registry key names a Domino class",
+        ),
     ),
-    "trtllm": (
-        ("*", "unconfirmed", "TensorRT-LLM's Domino support was not read"),
-    ),
+    "trtllm": (("*", "unconfirmed", "TensorRT-LLM's Domino support was not read"),),
 }
 FIXTURES: Mapping[str, Mapping[str, Any]] = {
     # DFlashDraftModel + projector_type "domino", prefix GRU and embed_proj (Gh 16, E 8)
-    "domino": {"head": False, "emb_dim": 8, "dflash": {"projector_type": "domino", "gru_hidden_dim": 16,
-                                                       "emb_dim": 8, "shift_label": True,
-                                                       "pure_draft_prefix_len": 1}},
+    "domino": {
+        "head": False,
+        "emb_dim": 8,
+        "dflash": {
+            "projector_type": "domino",
+            "gru_hidden_dim": 16,
+            "emb_dim": 8,
+            "shift_label": True,
+            "pure_draft_prefix_len": 1,
+        },
+    },
 }
 DESCRIBED_KEYS = ("gru_hidden_dim", "emb_dim")
 

@@ -13,46 +13,87 @@ TITLE = "DSpark"
 # Qwen3DSparkModel is DeepSpec's class, what SGLang and vLLM load for a Qwen3-backbone DSpark
 ARCHITECTURES = ("DSparkDraftModel", "Qwen3DSparkModel")
 PROJECTOR_TYPE: str | None = "dspark"
-CONFIG_KEYS = ("markov_rank", "markov_head_type", "enable_confidence_head", "use_confidence_head",
-               "confidence_head_with_markov")
+CONFIG_KEYS = (
+    "markov_rank",
+    "markov_head_type",
+    "enable_confidence_head",
+    "use_confidence_head",
+    "confidence_head_with_markov",
+)
 HEAD_PREFIXES = ("markov_head.", "confidence_head.")
 # Model-Optimizer's flat names (top level, beside the backbone)
-HEAD_NAMES = ("markov_w1.weight", "markov_w2.weight", "gate_proj.weight", "gate_proj.bias",
-              "joint_proj.weight", "joint_proj.bias", "confidence_proj.weight", "confidence_proj.bias")
+HEAD_NAMES = (
+    "markov_w1.weight",
+    "markov_w2.weight",
+    "gate_proj.weight",
+    "gate_proj.bias",
+    "joint_proj.weight",
+    "joint_proj.bias",
+    "confidence_proj.weight",
+    "confidence_proj.bias",
+)
 HUB_TAGS = ("dspark",)
 ROUTES: Routes = {
     "sglang": (
         ("Qwen3DSparkModel", "loads", "the entry class of SGLang's dspark model"),
         ("DSparkDraftModel", "loads", "dspark.py registers DSparkDraftModel (EntryClass) as well"),
-        ("DFlashDraftModel", "refuses", "SGLang routes DFlashDraftModel as plain DFlash and drops the flat "
-         "Model-Optimizer Markov names, leaving the Markov head at its initialisation"),
+        (
+            "DFlashDraftModel",
+            "refuses",
+            "SGLang routes DFlashDraftModel as plain DFlash and drops the flat "
+            "Model-Optimizer Markov names, leaving the Markov head at its initialisation",
+        ),
     ),
     "vllm": (
         ("Qwen3DSparkModel", "loads", "registry.py maps Qwen3DSparkModel to qwen3_dspark"),
-        ("DSparkDraftModel", "loads", "config/speculative.py rewrites a Qwen3 DSparkDraftModel (model_type qwen3) "
-         "to Qwen3DSparkModel"),
-        ("DFlashDraftModel", "refuses", "qwen3_dflash.py has no parameter for the flat Model-Optimizer DSpark "
-         "names (AutoWeightsLoader refuses them)"),
+        (
+            "DSparkDraftModel",
+            "loads",
+            "config/speculative.py rewrites a Qwen3 DSparkDraftModel (model_type qwen3) to Qwen3DSparkModel",
+        ),
+        (
+            "DFlashDraftModel",
+            "refuses",
+            "qwen3_dflash.py has no parameter for the flat Model-Optimizer DSpark "
+            "names (AutoWeightsLoader refuses them)",
+        ),
     ),
     "trtllm": (
-        ("*", "unconfirmed", "TensorRT-LLM's Qwen3 DSpark drafter follows the DeepSpec layout; its routing and "
-         "checks were not read"),
+        (
+            "*",
+            "unconfirmed",
+            "TensorRT-LLM's Qwen3 DSpark drafter follows the DeepSpec layout; its routing and "
+            "checks were not read",
+        ),
     ),
 }
 _MARKOV = {"markov_rank": 8, "markov_head_type": "vanilla"}
 FIXTURES: Mapping[str, Mapping[str, Any]] = {
     # Qwen3DSparkModel with the Markov keys at the top level and markov_head.* / confidence_head.* tensors
     # (DeepSpec; what SGLang and vLLM serve)
-    "dspark-deepspec": {"head": False, "architecture": "Qwen3DSparkModel", "enable_confidence_head": True,
-                        "confidence_head_with_markov": True, **_MARKOV},
+    "dspark-deepspec": {
+        "head": False,
+        "architecture": "Qwen3DSparkModel",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        **_MARKOV,
+    },
     # DSparkDraftModel + auto_map, the Markov keys also in dflash_config, the same tensors
-    "dspark-specforge": {"head": False, "architecture": "DSparkDraftModel", "enable_confidence_head": True,
-                         "confidence_head_with_markov": True, "auto_map": {"AutoModel": "dspark.DSparkDraftModel"},
-                         "dflash": {**_MARKOV}, **_MARKOV},
+    "dspark-specforge": {
+        "head": False,
+        "architecture": "DSparkDraftModel",
+        "enable_confidence_head": True,
+        "confidence_head_with_markov": True,
+        "auto_map": {"AutoModel": "dspark.DSparkDraftModel"},
+        "dflash": {**_MARKOV},
+        **_MARKOV,
+    },
     # DFlashDraftModel + projector_type "dspark", flat markov_w1 / confidence_proj names (Model-Optimizer's
     # export, which no serving loader read accepts)
-    "dspark-modelopt": {"head": False, "dflash": {"projector_type": "dspark", "use_confidence_head": True,
-                                                  **_MARKOV}},
+    "dspark-modelopt": {
+        "head": False,
+        "dflash": {"projector_type": "dspark", "use_confidence_head": True, **_MARKOV},
+    },
 }
 DESCRIBED_KEYS = ("markov_rank", "markov_head_type")
 
@@ -88,7 +129,12 @@ def head_tensors(b: HeadBuilder, g: HeadGeometry) -> str | None:
 
 
 def describe(shown: Mapping[str, Any], g: Mapping[str, Any]) -> list[str]:
-    confidence = ("with confidence head" + (" on [h ; W1[x]]" if g["confidence_with_markov"] else "")
-                  if g["confidence_head"] else "no confidence head")
-    return [f"  markov     rank {shown['markov_rank']}, {shown['markov_head_type']} head, {confidence}, "
-            f"{shown['dspark_layout']} layout (DSpark)"]
+    confidence = (
+        "with confidence head" + (" on [h ; W1[x]]" if g["confidence_with_markov"] else "")
+        if g["confidence_head"]
+        else "no confidence head"
+    )
+    return [
+        f"  markov     rank {shown['markov_rank']}, {shown['markov_head_type']} head, {confidence}, "
+        f"{shown['dspark_layout']} layout (DSpark)"
+    ]

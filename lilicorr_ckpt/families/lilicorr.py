@@ -29,9 +29,18 @@ HEAD_NAMES: tuple[str, ...] = ()
 HUB_TAGS = ("lilicorr",)
 ROUTES: Routes = {}  # routed by the runtime profiles' LiLiCorr fields (it is the head every profile models)
 FIXTURES: Mapping[str, Mapping[str, Any]] = {}  # fixtures.draft_config builds a LiLiCorr drafter by default
-DESCRIBED_KEYS = ("candidate_topk", "head_hidden_size_raw", "head_hidden_size", "head_num_layers",
-                  "head_num_heads", "head_mlp_ratio", "head_factor_dim", "head_vector_eps", "head_logit_scale",
-                  "head_mlp_width")
+DESCRIBED_KEYS = (
+    "candidate_topk",
+    "head_hidden_size_raw",
+    "head_hidden_size",
+    "head_num_layers",
+    "head_num_heads",
+    "head_mlp_ratio",
+    "head_factor_dim",
+    "head_vector_eps",
+    "head_logit_scale",
+    "head_mlp_width",
+)
 
 
 def carried(g: HeadGeometry) -> bool:
@@ -78,6 +87,8 @@ def head_tensors(b: HeadBuilder, g: HeadGeometry) -> str | None:
 
 def describe(shown: Mapping[str, Any], g: Mapping[str, Any]) -> list[str]:
     d = shown
-    return [f"  head       h {d['head_hidden_size']} (raw {d['head_hidden_size_raw']}), K {d['candidate_topk']}, "
-            f"L {d['head_num_layers']}, N {d['head_num_heads']}, mlp {d['head_mlp_width']}, "
-            f"F {d['head_factor_dim']}, eps {d['head_vector_eps']}, scale {d['head_logit_scale']}"]
+    return [
+        f"  head       h {d['head_hidden_size']} (raw {d['head_hidden_size_raw']}), K {d['candidate_topk']}, "
+        f"L {d['head_num_layers']}, N {d['head_num_heads']}, mlp {d['head_mlp_width']}, "
+        f"F {d['head_factor_dim']}, eps {d['head_vector_eps']}, scale {d['head_logit_scale']}"
+    ]

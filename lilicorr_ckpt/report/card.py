@@ -23,10 +23,12 @@ from typing import Any
 from lilicorr_ckpt.errors import Refused, UsageError
 from lilicorr_ckpt.report.escape import printable
 
-EPILOG = ("Exit codes: 0 written (whatever the verdicts: `validate` is the gate); 1 refused, nothing written (a "
-          "profile from a failed, CPU or other drafter's run without --allow-unverified, a read-only README, "
-          "section markers that do not pair up); 2 unreadable input (PATH, --target, --profile, --training-log, "
-          "the README) or a failed write; 4 usage error.")
+EPILOG = (
+    "Exit codes: 0 written (whatever the verdicts: `validate` is the gate); 1 refused, nothing written (a "
+    "profile from a failed, CPU or other drafter's run without --allow-unverified, a read-only README, "
+    "section markers that do not pair up); 2 unreadable input (PATH, --target, --profile, --training-log, "
+    "the README) or a failed write; 4 usage error."
+)
 
 
 def register(cli: Any) -> None:
@@ -36,38 +38,85 @@ def register(cli: Any) -> None:
 
     @cli.command(epilog=EPILOG)
     @click.argument("path")
-    @click.option("--target", "-t", required=True, metavar="DIR|REPO_ID|FILE.gguf",
-                  help="The target model. A Hub repo id (or a directory whose config.json names one in "
-                       "_name_or_path) becomes base_model and the serving commands' model.")
-    @click.option("--profile", "-p", metavar="PROFILE.json",
-                  help="A `smoke --gpu --output` profile: acceptance per benchmark and per draft position, with "
-                       "the hardware and versions it was measured with. A profile whose gates failed, that was "
-                       "measured on the CPU or measured another drafter is refused unless --allow-unverified.")
-    @click.option("--allow-unverified", is_flag=True,
-                  help="Publish such a profile anyway, under a visible 'unverified measurement' warning.")
-    @click.option("--repo-id", metavar="ORG/NAME",
-                  help="The drafter's own Hub repo id, for the serving commands (without it they name PATH's "
-                       "directory, with a warning).")
-    @click.option("--base-model", metavar="ORG/NAME", help="base_model when the target is a local directory or file.")
-    @click.option("--license", "license_", metavar="ID",
-                  help="The drafter's licence, as a Hub licence id (apache-2.0, mit, llama3.1, other, ...). "
-                       "Default: the README's own `license`; without either the card says it is not stated.")
-    @click.option("--training-log", "training_logs", multiple=True, metavar="RUN/log.jsonl",
-                  help="A log.jsonl written by `python -m lilicorr_train train`: steps, sessions, training "
-                       "time and the first and last training metrics. Repeat it for stages (a fine-tune after a "
-                       "first run), in order.")
+    @click.option(
+        "--target",
+        "-t",
+        required=True,
+        metavar="DIR|REPO_ID|FILE.gguf",
+        help="The target model. A Hub repo id (or a directory whose config.json names one in "
+        "_name_or_path) becomes base_model and the serving commands' model.",
+    )
+    @click.option(
+        "--profile",
+        "-p",
+        metavar="PROFILE.json",
+        help="A `smoke --gpu --output` profile: acceptance per benchmark and per draft position, with "
+        "the hardware and versions it was measured with. A profile whose gates failed, that was "
+        "measured on the CPU or measured another drafter is refused unless --allow-unverified.",
+    )
+    @click.option(
+        "--allow-unverified",
+        is_flag=True,
+        help="Publish such a profile anyway, under a visible 'unverified measurement' warning.",
+    )
+    @click.option(
+        "--repo-id",
+        metavar="ORG/NAME",
+        help="The drafter's own Hub repo id, for the serving commands (without it they name PATH's "
+        "directory, with a warning).",
+    )
+    @click.option(
+        "--base-model", metavar="ORG/NAME", help="base_model when the target is a local directory or file."
+    )
+    @click.option(
+        "--license",
+        "license_",
+        metavar="ID",
+        help="The drafter's licence, as a Hub licence id (apache-2.0, mit, llama3.1, other, ...). "
+        "Default: the README's own `license`; without either the card says it is not stated.",
+    )
+    @click.option(
+        "--training-log",
+        "training_logs",
+        multiple=True,
+        metavar="RUN/log.jsonl",
+        help="A log.jsonl written by `python -m lilicorr_train train`: steps, sessions, training "
+        "time and the first and last training metrics. Repeat it for stages (a fine-tune after a "
+        "first run), in order.",
+    )
     @click.option("--training-data", metavar="TEXT", help="What the drafter was trained on (plain text).")
     @click.option("--training-recipe", metavar="TEXT", help="How it was trained (plain text).")
-    @click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
-                  help="The runtimes to judge (their verdicts, tags and serving commands).")
-    @click.option("--output", "-o", metavar="FILE",
-                  help="Write the updated card here instead of PATH/README.md ('-' for stdout); PATH/README.md "
-                       "is still the card it updates.")
+    @click.option(
+        "--runtime",
+        "-r",
+        type=click.Choice(RUNTIME_CHOICES),
+        default="all",
+        show_default=True,
+        help="The runtimes to judge (their verdicts, tags and serving commands).",
+    )
+    @click.option(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="Write the updated card here instead of PATH/README.md ('-' for stdout); PATH/README.md "
+        "is still the card it updates.",
+    )
     @click.option("--quiet", "-q", is_flag=True, help="No 'wrote' line or notes on stderr (warnings still).")
-    def card(path: str, target: str, profile: str | None, allow_unverified: bool, repo_id: str | None,
-             base_model: str | None, license_: str | None, training_logs: tuple[str, ...],
-             training_data: str | None, training_recipe: str | None, runtime: str, output: str | None,
-             quiet: bool) -> None:
+    def card(
+        path: str,
+        target: str,
+        profile: str | None,
+        allow_unverified: bool,
+        repo_id: str | None,
+        base_model: str | None,
+        license_: str | None,
+        training_logs: tuple[str, ...],
+        training_data: str | None,
+        training_recipe: str | None,
+        runtime: str,
+        output: str | None,
+        quiet: bool,
+    ) -> None:
         """Write or update the drafter's README.md: Hub metadata, geometry, verdicts, serving, training, acceptance.
 
         The metadata is what the Hub reads: base_model (the target), license, tags (speculative-decoding,
@@ -97,7 +146,9 @@ def register(cli: Any) -> None:
                 from lilicorr_ckpt.checkpoint.source import resolve_path
 
                 resolve_path(path)  # the error for a missing or mistyped directory
-                raise UsageError(f"card writes into a checkpoint directory; {path!r} is not one (download it first)")
+                raise UsageError(
+                    f"card writes into a checkpoint directory; {path!r} is not one (download it first)"
+                )
             readme = root / "README.md"
             dest = readme if output is None else (None if output == "-" else Path(output).expanduser())
             mode = None
@@ -106,9 +157,13 @@ def register(cli: Any) -> None:
                 if dest.exists():
                     mode = dest.stat().st_mode & 0o7777
                     if not mode & 0o200 or not os.access(dest, os.W_OK):
-                        raise Refused(f"{printable(str(dest))} is read-only (mode {mode:04o}); card leaves it as "
-                                      "it is", ["make it writable (chmod u+w) to update it, or write the card "
-                                                "elsewhere with -o FILE (or -o - to print it)"])
+                        raise Refused(
+                            f"{printable(str(dest))} is read-only (mode {mode:04o}); card leaves it as it is",
+                            [
+                                "make it writable (chmod u+w) to update it, or write the card "
+                                "elsewhere with -o FILE (or -o - to print it)"
+                            ],
+                        )
             repo = modelcard.hub_repo_id(repo_id, "--repo-id") if repo_id else root.resolve().name
             base = modelcard.base_model_of(target, base_model)
             licence = modelcard.license_id(license_) if license_ else None
@@ -118,24 +173,43 @@ def register(cli: Any) -> None:
 
             ckpt = load_checkpoint(path)
             if not is_drafter(ckpt.parsed.raw):
-                raise NotADrafter(f"{path} is not a drafter checkpoint (no dflash_config, no DFlash-family architecture); "
-                                  "card describes drafters")
-            report = waive_report(validate(path, runtime=runtime, target=target, checkpoint=ckpt), checkpoint_dir=root)
+                raise NotADrafter(
+                    f"{path} is not a drafter checkpoint (no dflash_config, no DFlash-family architecture); "
+                    "card describes drafters"
+                )
+            report = waive_report(
+                validate(path, runtime=runtime, target=target, checkpoint=ckpt), checkpoint_dir=root
+            )
             unverified: list[str] = []
             if prof is not None:
                 unverified = modelcard.profile_problems(prof, report, base)
                 if unverified and not allow_unverified:
-                    raise Refused(f"--profile {profile} is not a verified measurement of this drafter",
-                                  [*unverified, "measure it with `lilicorr-ckpt smoke PATH --target T --gpu --output "
-                                                "profile.json`, or pass --allow-unverified to publish it under a warning"])
-            opts = modelcard.CardOptions(repo=repo, base=base, quant_algo=ckpt.quant.quant_algo if ckpt.quant else None,
-                                         license=licence, profile=prof, unverified=unverified, stages=stages,
-                                         training_data=training_data, training_recipe=training_recipe)
+                    raise Refused(
+                        f"--profile {profile} is not a verified measurement of this drafter",
+                        [
+                            *unverified,
+                            "measure it with `lilicorr-ckpt smoke PATH --target T --gpu --output "
+                            "profile.json`, or pass --allow-unverified to publish it under a warning",
+                        ],
+                    )
+            opts = modelcard.CardOptions(
+                repo=repo,
+                base=base,
+                quant_algo=ckpt.quant.quant_algo if ckpt.quant else None,
+                license=licence,
+                profile=prof,
+                unverified=unverified,
+                stages=stages,
+                training_data=training_data,
+                training_recipe=training_recipe,
+            )
             text, notes = modelcard.build_card(existing, report, opts, what=printable(str(readme)))
             warnings = []
             if repo_id is None:
-                warnings.append(f"no --repo-id: the serving commands name the drafter {repo!r} (PATH's directory "
-                                "name); pass --repo-id ORG/NAME, the repo it will be published as")
+                warnings.append(
+                    f"no --repo-id: the serving commands name the drafter {repo!r} (PATH's directory "
+                    "name); pass --repo-id ORG/NAME, the repo it will be published as"
+                )
             if unverified:
                 warnings.append("publishing an unverified profile: " + "; ".join(unverified))
             if dest is None:

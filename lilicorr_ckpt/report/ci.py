@@ -43,6 +43,7 @@ MAX_SUMMARY_ROWS = 100
 
 # --- GitHub workflow commands ---------------------------------------------------------------------------------
 
+
 def _local_root(report: Report) -> Path | None:
     if report.hub is not None:
         return None
@@ -77,9 +78,12 @@ def _plural(n: int, word: str) -> str:
 def render_github(report: Report) -> str:
     """One workflow command per finding; waived findings are not annotated. A last line sums up."""
     if report.error is not None:
-        return (workflow_command("error", printable(report.error),
-                                 title=f"lilicorr-ckpt validate (exit {report.exit_code})")
-                + f"\nlilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code})\n")
+        return (
+            workflow_command(
+                "error", printable(report.error), title=f"lilicorr-ckpt validate (exit {report.exit_code})"
+            )
+            + f"\nlilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code})\n"
+        )
     root = _local_root(report)
     lines = LineFinder(root)
     out = []
@@ -91,18 +95,25 @@ def render_github(report: Report) -> str:
             where = lines.locate(f.file or "config.json", f.pointer)
             if where is not None:
                 place = {"file": _workspace_relative(root / where[0]), "line": where[1]}
-        level = "error" if report.strict and f.severity == "warning" else _LEVEL[f.severity]  # --strict fails on it
+        level = (
+            "error" if report.strict and f.severity == "warning" else _LEVEL[f.severity]
+        )  # --strict fails on it
         out.append(workflow_command(level, _message(f), **place, title=printable(f"{f.rule} {f.name}")))
     s = report.summary
-    verdict = ", ".join(f"{printable(v.display)} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
+    verdict = ", ".join(
+        f"{printable(v.display)} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes
+    )
     status = "PASS" if report.exit_code == 0 else "FAIL"
     strict = " under --strict" if report.strict else ""
-    out.append(f"lilicorr-ckpt validate {printable(report.path)}: {status}{strict} ({_plural(s.errors, 'error')}, "
-               f"{_plural(s.warnings, 'warning')}; {verdict})")
+    out.append(
+        f"lilicorr-ckpt validate {printable(report.path)}: {status}{strict} ({_plural(s.errors, 'error')}, "
+        f"{_plural(s.warnings, 'warning')}; {verdict})"
+    )
     return "\n".join(out) + "\n"
 
 
 # --- Markdown step summary ------------------------------------------------------------------------------------
+
 
 def _suppressed(f: Finding) -> bool:
     return f.waived is not None
@@ -110,26 +121,36 @@ def _suppressed(f: Finding) -> bool:
 
 def _strict_failure(report: Report) -> bool:
     """The run fails only because --strict counts its warnings."""
-    return report.exit_code == 1 and report.strict and report.summary.errors == 0 and report.summary.warnings > 0
+    return (
+        report.exit_code == 1 and report.strict and report.summary.errors == 0 and report.summary.warnings > 0
+    )
 
 
 def render_markdown(report: Report) -> str:
     strict = " `--strict`" if report.strict else ""
     if report.error is not None:
-        return (f"### ❌ lilicorr-ckpt validate {markdown_code(report.path)}{strict}: not validated "
-                f"(exit {report.exit_code})\n\n" + markdown_block(report.error))
+        return (
+            f"### ❌ lilicorr-ckpt validate {markdown_code(report.path)}{strict}: not validated "
+            f"(exit {report.exit_code})\n\n" + markdown_block(report.error)
+        )
     s = report.summary
     status = "PASS" if report.exit_code == 0 else "FAIL"
     icon = "✅" if status == "PASS" else "❌"
     target = f" against {markdown_code(report.target)}" if report.target else ""
     lines = [f"### {icon} lilicorr-ckpt validate {markdown_code(report.path)}{target}{strict}: {status}", ""]
     if _strict_failure(report):
-        lines += [f"Failed under `--strict`: every runtime's verdict below is *accepts*, and "
-                  f"{_plural(s.warnings, 'warning')} fail{'s' * (s.warnings == 1)} the gate all the same "
-                  "(waive a judged one with `--ignore` or a waiver file; docs/ci.md).", ""]
+        lines += [
+            f"Failed under `--strict`: every runtime's verdict below is *accepts*, and "
+            f"{_plural(s.warnings, 'warning')} fail{'s' * (s.warnings == 1)} the gate all the same "
+            "(waive a judged one with `--ignore` or a waiver file; docs/ci.md).",
+            "",
+        ]
     if report.hub is not None:
-        lines += [f"Read from {report.hub.read_from.replace('_', ' ')} at commit {markdown_code(report.hub.commit)} "
-                  f"(revision {markdown_code(report.hub.revision)}).", ""]
+        lines += [
+            f"Read from {report.hub.read_from.replace('_', ' ')} at commit {markdown_code(report.hub.commit)} "
+            f"(revision {markdown_code(report.hub.revision)}).",
+            "",
+        ]
     lines += ["| runtime | verdict | errors | warnings |", "|---|---|---|---|"]
     for v in report.runtimes:
         if not v.accepted:
@@ -159,10 +180,14 @@ def render_markdown(report: Report) -> str:
             if f.fix and not _suppressed(f):
                 message += f"<br>**fix:** {markdown_cell(f.fix)}"
             if f.waived is not None:
-                message += f"<br>**waived:** {markdown_cell(f.waived.reason)} ({markdown_cell(f.waived.source)})"
+                message += (
+                    f"<br>**waived:** {markdown_cell(f.waived.reason)} ({markdown_cell(f.waived.source)})"
+                )
             runtimes = markdown_cell(", ".join(f.runtimes) or "all")
-            lines.append(f"| {mark} | {markdown_code(f.rule)} {markdown_cell(f.name)} | {runtimes} | "
-                         f"{message} | {markdown_code(where) if where else ''} |")
+            lines.append(
+                f"| {mark} | {markdown_code(f.rule)} {markdown_cell(f.name)} | {runtimes} | "
+                f"{message} | {markdown_code(where) if where else ''} |"
+            )
         if len(shown) > MAX_SUMMARY_ROWS:
             lines.append(f"\n... and {len(shown) - MAX_SUMMARY_ROWS} more: see the JSON or SARIF report.")
         lines.append("")
@@ -171,13 +196,18 @@ def render_markdown(report: Report) -> str:
 
 # --- $GITHUB_OUTPUT -------------------------------------------------------------------------------------------
 
+
 def github_outputs(report: Report) -> dict[str, str]:
     """exit-code, result (pass|fail|error), errors, warnings, verdict-<runtime> (accepts|refuses), verdicts (a
     JSON object runtime -> verdict), and commit for a Hub repo."""
     verdicts = {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes}
     result = "error" if report.error is not None else "pass" if report.exit_code == 0 else "fail"
-    out = {"exit-code": str(report.exit_code), "result": result, "errors": str(report.summary.errors),
-           "warnings": str(report.summary.warnings)}
+    out = {
+        "exit-code": str(report.exit_code),
+        "result": result,
+        "errors": str(report.summary.errors),
+        "warnings": str(report.summary.warnings),
+    }
     out.update({f"verdict-{runtime}": verdict for runtime, verdict in verdicts.items()})
     out["verdicts"] = json.dumps(verdicts, separators=(",", ":"))
     if report.hub is not None:
@@ -199,16 +229,21 @@ REPORT_LIMIT = 256 << 20  # a validate report; findings are capped per rule (che
 def load_report(path: str) -> Report:
     from lilicorr_ckpt.checkpoint.readfile import read_regular_file, read_stream
 
-    data = read_regular_file(path, what=f"report {path}", max_bytes=REPORT_LIMIT) if path != "-" else \
-        read_stream(sys.stdin.buffer, what="the report on standard input", max_bytes=REPORT_LIMIT)
+    data = (
+        read_regular_file(path, what=f"report {path}", max_bytes=REPORT_LIMIT)
+        if path != "-"
+        else read_stream(sys.stdin.buffer, what="the report on standard input", max_bytes=REPORT_LIMIT)
+    )
     try:
         report = msgspec.json.decode(data, type=Report)
     except msgspec.DecodeError as exc:
         raise InputError(f"{path} is not a `lilicorr-ckpt validate -f json` report: {exc}") from None
     for v in report.runtimes:  # runtime ids name step outputs (verdict-<runtime>): only what validate writes
         if not _RUNTIME_ID.fullmatch(v.runtime):
-            raise InputError(f"{path} is not a `lilicorr-ckpt validate -f json` report: runtime id "
-                             f"{printable(repr(v.runtime))} is not one validate writes")
+            raise InputError(
+                f"{path} is not a `lilicorr-ckpt validate -f json` report: runtime id "
+                f"{printable(repr(v.runtime))} is not one validate writes"
+            )
     return report
 
 
@@ -223,13 +258,22 @@ def register(cli: Any) -> None:
 
     @cli.command(epilog="Exit codes: 0 rendered, 2 unreadable report, 4 usage error.")
     @click.argument("report_file", metavar="REPORT.json")
-    @click.option("--format", "-f", "fmt", required=True,
-                  type=click.Choice(list(formats.VALIDATE)),
-                  help="The format to render (as validate --format): " + formats.describe(formats.VALIDATE))
+    @click.option(
+        "--format",
+        "-f",
+        "fmt",
+        required=True,
+        type=click.Choice(list(formats.VALIDATE)),
+        help="The format to render (as validate --format): " + formats.describe(formats.VALIDATE),
+    )
     @click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")
     @click.option("--verbose", "-v", is_flag=True, help="Show info-level findings in the text report.")
-    @click.option("--quiet", "-q", is_flag=True, help="text: the verdict line only; github: the annotations only "
-                                                      "(no summing-up line).")
+    @click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        help="text: the verdict line only; github: the annotations only (no summing-up line).",
+    )
     def report(report_file: str, fmt: str, output: str | None, verbose: bool, quiet: bool) -> None:
         """Render a saved `validate -f json` report (or - for stdin) in another format.
 
@@ -317,7 +361,9 @@ def register_workflow(cli: Any) -> None:
     @click.option("--path", "path", required=True, help="The checkpoint (shown as code).")
     @click.option("--status", required=True, help="The outcome, e.g. PASS or `not validated (exit 2)`.")
     @click.option("--failed", is_flag=True, help="Mark it failed (❌; ✅ otherwise).")
-    @click.option("--log", "log_file", metavar="FILE", help="A log to show under the heading, as a code block.")
+    @click.option(
+        "--log", "log_file", metavar="FILE", help="A log to show under the heading, as a code block."
+    )
     def summary_command(title: str, path: str, status: str, failed: bool, log_file: str | None) -> None:
         """A step-summary section: a heading, then --log as a fenced code block."""
         icon = "❌" if failed else "✅"

@@ -19,14 +19,26 @@ from __future__ import annotations
 import re
 import secrets
 
-__all__ = ["markdown_block", "markdown_cell", "markdown_code", "markdown_text", "output_entry", "printable",
-           "stop_commands_token", "workflow_command", "workflow_property", "xml_attr", "xml_text"]
+__all__ = [
+    "markdown_block",
+    "markdown_cell",
+    "markdown_code",
+    "markdown_text",
+    "output_entry",
+    "printable",
+    "stop_commands_token",
+    "workflow_command",
+    "workflow_property",
+    "xml_attr",
+    "xml_text",
+]
 
 # C0 and C1 controls, DEL, the Unicode line/paragraph separators (which some viewers break lines on), the bidi
 # embedding/override/isolate controls and marks (which reorder what follows: "Trojan source"), lone surrogates,
 # and the non-characters U+FFFE/U+FFFF (which XML 1.0 forbids, so a JUnit report carrying them is unreadable)
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff"
-                      "\ufdd0-\ufdef\ufffe\uffff]")
+_CONTROL = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff\ufdd0-\ufdef\ufffe\uffff]"
+)
 
 
 def _escape(match: re.Match[str]) -> str:
@@ -54,8 +66,11 @@ def markdown_text(text: str) -> str:
     an HTML tag, an entity, code, math or a table cell backslash-escaped, and a leading heading or list marker
     too, so that it reads as written wherever it lands (a heading, a table cell, the start of a line)."""
     out = _MD_INLINE.sub(r"\\\1", printable(text))
-    return _MD_BLOCK_START.sub(lambda m: m.group(1) + (m.group(2) + "\\" if m.group(2)[0].isdigit()
-                                                       else "\\" + m.group(2)), out, count=1)
+    return _MD_BLOCK_START.sub(
+        lambda m: m.group(1) + (m.group(2) + "\\" if m.group(2)[0].isdigit() else "\\" + m.group(2)),
+        out,
+        count=1,
+    )
 
 
 def markdown_code(text: str) -> str:

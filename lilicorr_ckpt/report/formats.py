@@ -36,14 +36,18 @@ class ValidateFormat(msgspec.Struct, frozen=True, kw_only=True):
     render: Callable[[Report, Style], str]
     help: str  # what --format's help says of it
     example_file: str  # the file name an --output error suggests
-    quiet: Callable[[str], str] | None = None  # what `report --quiet` keeps of the rendering (None: all of it)
+    quiet: Callable[[str], str] | None = (
+        None  # what `report --quiet` keeps of the rendering (None: all of it)
+    )
 
 
 class SmokeFormat(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     render: Callable[[SmokeReport, Style], str]
     help: str
-    refused: Callable[[str, str], str] | None = None  # (path, reason) -> stdout when validate refused the drafter
+    refused: Callable[[str, str], str] | None = (
+        None  # (path, reason) -> stdout when validate refused the drafter
+    )
 
 
 def verdict_line(text: str) -> str:
@@ -76,30 +80,71 @@ def plain(render: Callable[[R], str]) -> Callable[[R, Style], str]:
     return lambda report, style: render(report)
 
 
-VALIDATE: dict[str, ValidateFormat] = {f.name: f for f in (
-    ValidateFormat(name="text", render=_validate_text, help="for people (the default)", example_file="report.txt",
-                   quiet=verdict_line),
-    ValidateFormat(name="json", render=plain(validate.render_json),
-                   help="the schema `lilicorr-ckpt schema validate-report` prints", example_file="report.json"),
-    ValidateFormat(name="junit", render=plain(validate.render_junit), help="a testcase per runtime",
-                   example_file="report.xml"),
-    ValidateFormat(name="sarif", render=plain(validate.render_sarif), help="SARIF 2.1.0 for code scanning",
-                   example_file="report.sarif"),
-    ValidateFormat(name="github", render=plain(ci.render_github),
-                   help="::error/::warning annotations (file and line)", example_file="report.txt",
-                   quiet=annotations_only),
-    ValidateFormat(name="markdown", render=plain(ci.render_markdown), help="the verdict table for a step summary",
-                   example_file="summary.md"),
-    ValidateFormat(name="github-output", render=plain(ci.render_github_output),
-                   help="key=value lines for $GITHUB_OUTPUT", example_file="report.txt"),
-)}
+VALIDATE: dict[str, ValidateFormat] = {
+    f.name: f
+    for f in (
+        ValidateFormat(
+            name="text",
+            render=_validate_text,
+            help="for people (the default)",
+            example_file="report.txt",
+            quiet=verdict_line,
+        ),
+        ValidateFormat(
+            name="json",
+            render=plain(validate.render_json),
+            help="the schema `lilicorr-ckpt schema validate-report` prints",
+            example_file="report.json",
+        ),
+        ValidateFormat(
+            name="junit",
+            render=plain(validate.render_junit),
+            help="a testcase per runtime",
+            example_file="report.xml",
+        ),
+        ValidateFormat(
+            name="sarif",
+            render=plain(validate.render_sarif),
+            help="SARIF 2.1.0 for code scanning",
+            example_file="report.sarif",
+        ),
+        ValidateFormat(
+            name="github",
+            render=plain(ci.render_github),
+            help="::error/::warning annotations (file and line)",
+            example_file="report.txt",
+            quiet=annotations_only,
+        ),
+        ValidateFormat(
+            name="markdown",
+            render=plain(ci.render_markdown),
+            help="the verdict table for a step summary",
+            example_file="summary.md",
+        ),
+        ValidateFormat(
+            name="github-output",
+            render=plain(ci.render_github_output),
+            help="key=value lines for $GITHUB_OUTPUT",
+            example_file="report.txt",
+        ),
+    )
+}
 
-SMOKE: dict[str, SmokeFormat] = {f.name: f for f in (
-    SmokeFormat(name="text", render=_smoke_text, help="the arms' table and the gates (the default)"),
-    SmokeFormat(name="json", render=_smoke_json, help="the schema `lilicorr-ckpt schema smoke-profile` prints"),
-    SmokeFormat(name="junit", render=plain(smoke.render_junit), help="a testcase per gate",
-                refused=smoke.junit_refusal),
-)}
+SMOKE: dict[str, SmokeFormat] = {
+    f.name: f
+    for f in (
+        SmokeFormat(name="text", render=_smoke_text, help="the arms' table and the gates (the default)"),
+        SmokeFormat(
+            name="json", render=_smoke_json, help="the schema `lilicorr-ckpt schema smoke-profile` prints"
+        ),
+        SmokeFormat(
+            name="junit",
+            render=plain(smoke.render_junit),
+            help="a testcase per gate",
+            refused=smoke.junit_refusal,
+        ),
+    )
+}
 
 
 def describe(table: dict[str, ValidateFormat] | dict[str, SmokeFormat]) -> str:

@@ -12,6 +12,7 @@ from lilicorr_ckpt.errors import InputError
 
 # --- JSON key positions ---------------------------------------------------------------------------------------
 
+
 class _Scanner:
     """Walks JSON text and records the 1-based line of every value, keyed by its JSONPath ($.a.b[0])."""
 
@@ -33,7 +34,7 @@ class _Scanner:
     def value(self, path: str, line: int) -> None:
         self.lines.setdefault(path, line)
         self.ws()
-        c = self.text[self.pos:self.pos + 1]
+        c = self.text[self.pos : self.pos + 1]
         if c == "{":
             self.pos += 1
             self.ws()
@@ -146,7 +147,12 @@ class LineFinder:
             return None
         if file.endswith(".json"):
             return file, pointer_line(self._lines(file), pointer) or 1
-        if file.endswith(".safetensors") and pointer and not pointer.startswith("$") and (self.root / INDEX).is_file():
+        if (
+            file.endswith(".safetensors")
+            and pointer
+            and not pointer.startswith("$")
+            and (self.root / INDEX).is_file()
+        ):
             line = self._lines(INDEX).get(f"$.weight_map.{pointer}")
             if line is not None:
                 return INDEX, line

@@ -58,8 +58,10 @@ PROFILE_LIMIT = 16 << 20  # a smoke profile: one record per request
 LOG_LIMIT = 64 << 20  # a training log: one line per 25 steps
 
 DFLASH_PAPER = ("DFlash: Block Diffusion for Flash Speculative Decoding", "2602.06036")
-LILICORR_PAPER = ("LiLiCorr: Lightweight Likelihood Correlation of Parallel Drafts for Speculative Decoding",
-                  "2608.20530")
+LILICORR_PAPER = (
+    "LiLiCorr: Lightweight Likelihood Correlation of Parallel Drafts for Speculative Decoding",
+    "2608.20530",
+)
 LILICORR_BIBTEX = """@misc{rusanovsky2026lilicorr,
   title         = {LiLiCorr: Lightweight Likelihood Correlation of Parallel Drafts for Speculative Decoding},
   author        = {Rusanovsky, Matan and Miron, Yoav and Uziel, Roy and Belhasin, Omer and Zilberstein, Ran and
@@ -89,7 +91,9 @@ def md(text: str) -> str:
     no line break, no reordering by bidi controls (those and control characters become visible escapes)."""
     out = text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     out = _MD_PUNCTUATION.sub(r"\\\1", out)
-    out = _AUTOLINK.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(1) else f"{m.group(3)}\\{m.group(4)}", out)
+    out = _AUTOLINK.sub(
+        lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(1) else f"{m.group(3)}\\{m.group(4)}", out
+    )
     out = printable(out)
     return _BIDI.sub(lambda m: f"\\u{ord(m.group(0)):04x}", out)
 
@@ -106,8 +110,11 @@ def sh(word: str) -> str:
         return word
     if word.isprintable() and not _BIDI.search(word) and not re.search(r"[<>`]", word):
         return shlex.quote(word)
-    return "$'" + "".join(c if _SH_KEPT.fullmatch(c) else "".join(f"\\x{b:02x}" for b in c.encode())
-                          for c in word) + "'"
+    return (
+        "$'"
+        + "".join(c if _SH_KEPT.fullmatch(c) else "".join(f"\\x{b:02x}" for b in c.encode()) for c in word)
+        + "'"
+    )
 
 
 def _code_json(value: Any) -> str:
@@ -150,9 +157,11 @@ def license_id(value: str) -> str:
     """A Hub licence identifier (lower case: apache-2.0, mit, llama3.1, other, ...)."""
     lowered = value.strip().lower()
     if not _LICENSE.fullmatch(lowered):
-        raise UsageError(f"--license {value!r} is not a licence identifier; use the Hub's, such as "
-                         "apache-2.0, mit, cc-by-4.0, llama3.1 or other "
-                         "(https://huggingface.co/docs/hub/repositories-licenses)")
+        raise UsageError(
+            f"--license {value!r} is not a licence identifier; use the Hub's, such as "
+            "apache-2.0, mit, cc-by-4.0, llama3.1 or other "
+            "(https://huggingface.co/docs/hub/repositories-licenses)"
+        )
     return lowered
 
 
@@ -182,7 +191,9 @@ def _decode_utf8(data: bytes, what: str) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputError(f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+        raise InputError(
+            f"{what} is not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r})"
+        ) from None
 
 
 def read_readme(path: Path) -> str | None:
@@ -203,8 +214,10 @@ def load_profile(path: str) -> SmokeReport:
         if isinstance(exc, RecursionError):
             raise InputError(f"{what} is nested too deeply to read") from None
         raise InputError(f"{what} is not JSON: {exc}") from None
-    hint = ("write one with `lilicorr-ckpt smoke PATH --target T --gpu --output profile.json`; schema: "
-            "`lilicorr-ckpt schema smoke-profile`")
+    hint = (
+        "write one with `lilicorr-ckpt smoke PATH --target T --gpu --output profile.json`; schema: "
+        "`lilicorr-ckpt schema smoke-profile`"
+    )
     if not isinstance(doc, dict) or doc.get("tool") != "lilicorr-ckpt smoke":
         raise InputError(f"{what} is not a smoke profile ({hint})")
     try:
@@ -223,10 +236,14 @@ def _implausible(profile: SmokeReport) -> list[str]:
     out: list[str] = []
 
     def arm(where: str, stats: ArmStats) -> None:
-        if not (math.isfinite(stats.mean_accept_length) and 0 <= stats.mean_accept_length <= profile.block_size):
+        if not (
+            math.isfinite(stats.mean_accept_length) and 0 <= stats.mean_accept_length <= profile.block_size
+        ):
             out.append(f"{where}.mean_accept_length {stats.mean_accept_length}")
-        for name, rates in (("conditional_accept_rates", stats.conditional_accept_rates),
-                            ("marginal_accept_rates", stats.marginal_accept_rates)):
+        for name, rates in (
+            ("conditional_accept_rates", stats.conditional_accept_rates),
+            ("marginal_accept_rates", stats.marginal_accept_rates),
+        ):
             if any(not (0.0 <= r <= 1.0) for r in rates):
                 out.append(f"{where}.{name} outside [0, 1]")
         if any(h < 0 for h in stats.acceptance_length_histogram.values()) or stats.blocks < 0:
@@ -252,14 +269,22 @@ def profile_problems(profile: SmokeReport, report: Report, base: str | None) -> 
     if failed or not profile.passed:
         out.append(f"its gates failed: {', '.join(failed) or 'passed is false'}")
     if cond.device.lower().startswith("cpu"):
-        out.append(f"it was measured on the CPU ({cond.device}, {cond.dtype}, {cond.kernel_backend} draft ops), "
-                   "not with the GPU kernels a server runs")
+        out.append(
+            f"it was measured on the CPU ({cond.device}, {cond.dtype}, {cond.kernel_backend} draft ops), "
+            "not with the GPU kernels a server runs"
+        )
     g = report.geometry
     drafted = profile.draft_checkpoint
-    checks = [("architecture", drafted.architecture, report.architecture),
-              ("block size", profile.block_size, g.get("block_size")),
-              ("head", drafted.head, _head_kind(g) == "lilicorr"),
-              ("candidates K", drafted.candidate_topk, g.get("candidate_topk") if _head_kind(g) == "lilicorr" else None)]
+    checks = [
+        ("architecture", drafted.architecture, report.architecture),
+        ("block size", profile.block_size, g.get("block_size")),
+        ("head", drafted.head, _head_kind(g) == "lilicorr"),
+        (
+            "candidates K",
+            drafted.candidate_topk,
+            g.get("candidate_topk") if _head_kind(g) == "lilicorr" else None,
+        ),
+    ]
     for label, measured, here in checks:
         if measured != here:
             out.append(f"it measured another drafter: {label} {measured!r} there, {here!r} here")
@@ -300,13 +325,17 @@ def load_training_log(path: str) -> TrainingStage:
         for key in ("step", "elapsed_s", *(k for k, _ in LOG_METRICS)):
             value = record.get(key)
             if key in record and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise InputError(f"{what}: line {number}: {key} is {printable(repr(value))[:60]}, not a number")
+                raise InputError(
+                    f"{what}: line {number}: {key} is {printable(repr(value))[:60]}, not a number"
+                )
         if not isinstance(record["step"], int) or record["step"] < 0:
             raise InputError(f"{what}: line {number}: step must be a whole number >= 0")
         records.append(record)
     if not records:
-        raise InputError(f"{what} has no training records (lines with a step); it is the log.jsonl that "
-                         "`python -m lilicorr_train train RUN ...` writes into RUN")
+        raise InputError(
+            f"{what} has no training records (lines with a step); it is the log.jsonl that "
+            "`python -m lilicorr_train train RUN ...` writes into RUN"
+        )
     sessions, seconds, session_max, previous = 1, 0.0, 0.0, -1.0
     for record in records:
         elapsed = float(record.get("elapsed_s", 0.0))
@@ -320,11 +349,18 @@ def load_training_log(path: str) -> TrainingStage:
     def metrics(record: dict[str, Any]) -> dict[str, float]:
         return {key: float(record[key]) for key, _ in LOG_METRICS if key in record}
 
-    return TrainingStage(name=Path(path).name, steps=max(r["step"] for r in records), sessions=sessions,
-                         seconds=seconds + session_max, first=metrics(records[0]), last=metrics(records[-1]))
+    return TrainingStage(
+        name=Path(path).name,
+        steps=max(r["step"] for r in records),
+        sessions=sessions,
+        seconds=seconds + session_max,
+        first=metrics(records[0]),
+        last=metrics(records[-1]),
+    )
 
 
 # --- the README: front matter and body ----------------------------------------------------------------------------
+
 
 def split_front_matter(text: str, what: str) -> tuple[dict[str, Any], str]:
     """(metadata, body). The front matter is a YAML mapping between a first line `---` and the next `---`; a text
@@ -340,8 +376,9 @@ def split_front_matter(text: str, what: str) -> tuple[dict[str, Any], str]:
         meta = yaml.load(source, Loader=yaml.CSafeLoader if yaml.__with_libyaml__ else yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         line = f" (line {exc.problem_mark.line + 2})" if exc.problem_mark is not None else ""
-        raise InputError(f"{what}: its YAML front matter cannot be read{line}: "
-                         f"{printable(str(exc.problem or exc))}") from None
+        raise InputError(
+            f"{what}: its YAML front matter cannot be read{line}: {printable(str(exc.problem or exc))}"
+        ) from None
     except yaml.YAMLError as exc:
         raise InputError(f"{what}: its YAML front matter cannot be read: {printable(str(exc))}") from None
     except RecursionError:
@@ -349,12 +386,14 @@ def split_front_matter(text: str, what: str) -> tuple[dict[str, Any], str]:
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
-        raise InputError(f"{what}: its front matter is a YAML {type(meta).__name__}, not a mapping of keys to "
-                         "values; the Hub reads metadata from a mapping")
+        raise InputError(
+            f"{what}: its front matter is a YAML {type(meta).__name__}, not a mapping of keys to "
+            "values; the Hub reads metadata from a mapping"
+        )
     bad = [k for k in meta if not isinstance(k, str)]
     if bad:
         raise InputError(f"{what}: front matter key {printable(repr(bad[0]))} is not a string")
-    return meta, "\n".join(lines[close + 1:])
+    return meta, "\n".join(lines[close + 1 :])
 
 
 def _dump_front_matter(meta: dict[str, Any]) -> str:
@@ -374,14 +413,19 @@ def _find_section(body: str, what: str) -> tuple[int, int] | None:
     def lines(offsets: Sequence[int]) -> str:
         return ", ".join(str(body.count("\n", 0, o) + 1) for o in offsets) or "none"
 
-    raise Refused(f"{what}: the generated section's markers do not pair up",
-                  [f"card:begin markers at line(s) {lines([m.start() for m in begins])}, card:end at "
-                   f"line(s) {lines(ends)}",
-                   "keep one begin/end pair (the section between them is replaced), or delete both markers to "
-                   "have a new section appended"])
+    raise Refused(
+        f"{what}: the generated section's markers do not pair up",
+        [
+            f"card:begin markers at line(s) {lines([m.start() for m in begins])}, card:end at "
+            f"line(s) {lines(ends)}",
+            "keep one begin/end pair (the section between them is replaced), or delete both markers to "
+            "have a new section appended",
+        ],
+    )
 
 
 # --- the generated section ------------------------------------------------------------------------------------
+
 
 def _head_kind(geometry: dict[str, Any]) -> str | None:
     if geometry.get("lilicorr_enabled") or geometry.get("family") == "lilicorr":
@@ -426,17 +470,31 @@ def _seconds(value: float) -> str:
 
 def _geometry_rows(report: Report, quant_algo: str | None) -> list[tuple[str, str]]:
     g = report.geometry
-    rows = [("architecture", md(report.architecture or "?")), ("hidden size", _int(g.get("hidden_size"))),
-            ("layers", _int(g.get("num_layers"))), ("block size", _int(g.get("block_size"))),
-            ("draft tokens per block (num_speculative_tokens)", _int(g.get("slots"))),
-            ("target layer ids", _ints(g.get("target_layer_ids"))), ("vocabulary", _int(g.get("vocab_size"))),
-            ("mask token id", _int(g.get("mask_token_id")))]
+    rows = [
+        ("architecture", md(report.architecture or "?")),
+        ("hidden size", _int(g.get("hidden_size"))),
+        ("layers", _int(g.get("num_layers"))),
+        ("block size", _int(g.get("block_size"))),
+        ("draft tokens per block (num_speculative_tokens)", _int(g.get("slots"))),
+        ("target layer ids", _ints(g.get("target_layer_ids"))),
+        ("vocabulary", _int(g.get("vocab_size"))),
+        ("mask token id", _int(g.get("mask_token_id"))),
+    ]
     if g.get("lilicorr_enabled"):
-        rows += [("head width h", _int(g.get("head_hidden_size"))), ("candidates K", _int(g.get("candidate_topk"))),
-                 ("head layers L", _int(g.get("head_num_layers"))), ("head heads N", _int(g.get("head_num_heads"))),
-                 ("factor dim F", _int(g.get("head_factor_dim")))]
+        rows += [
+            ("head width h", _int(g.get("head_hidden_size"))),
+            ("candidates K", _int(g.get("candidate_topk"))),
+            ("head layers L", _int(g.get("head_num_layers"))),
+            ("head heads N", _int(g.get("head_num_heads"))),
+            ("factor dim F", _int(g.get("head_factor_dim"))),
+        ]
     if g.get("conv_kernel_size"):
-        rows.append(("convolution", f"kernel {_int(g.get('conv_kernel_size'))}, group {_int(g.get('conv_group_size'))}"))
+        rows.append(
+            (
+                "convolution",
+                f"kernel {_int(g.get('conv_kernel_size'))}, group {_int(g.get('conv_group_size'))}",
+            )
+        )
     rows.append(("quantization", md(quant_algo) if quant_algo else "none (float)"))
     return rows
 
@@ -444,18 +502,25 @@ def _geometry_rows(report: Report, quant_algo: str | None) -> list[tuple[str, st
 SERVING_RUNTIMES = ("sglang", "vllm")  # the runtimes serving_command writes a command line for
 
 
-def serving_command(runtime: str, target: str, drafter: str, num_speculative_tokens: Any,
-                    port: int | None = None) -> list[str]:
+def serving_command(
+    runtime: str, target: str, drafter: str, num_speculative_tokens: Any, port: int | None = None
+) -> list[str]:
     """The shell lines (joined by backslash continuations) that start `runtime` serving `target` (already a shell
     word, or a placeholder) with the DFlash-family drafter `drafter`: SGLang's DFLASH algorithm reads the block
     size from the drafter's config; vLLM's method "dflash" takes the draft tokens per block (block_size - 1). The
     card prints them in its code blocks and `smoke --engine` on stderr."""
     port_words = [f"  --port {int(port)}"] if port is not None else []
     if runtime == "sglang":
-        lines = [f"python -m sglang.launch_server --model-path {target}", "  --speculative-algorithm DFLASH",
-                 f"  --speculative-draft-model-path {sh(drafter)}", *port_words]
+        lines = [
+            f"python -m sglang.launch_server --model-path {target}",
+            "  --speculative-algorithm DFLASH",
+            f"  --speculative-draft-model-path {sh(drafter)}",
+            *port_words,
+        ]
     elif runtime == "vllm":
-        spec = _code_json({"method": "dflash", "model": drafter, "num_speculative_tokens": num_speculative_tokens})
+        spec = _code_json(
+            {"method": "dflash", "model": drafter, "num_speculative_tokens": num_speculative_tokens}
+        )
         lines = [f"vllm serve {target}", f"  --speculative-config {sh(spec)}", *port_words]
     else:
         raise ValueError(f"no serving command for runtime {runtime!r}")
@@ -469,8 +534,10 @@ def _serving(report: Report, repo: str, base: str | None) -> list[str]:
     g = report.geometry
     kind = _head_kind(g)
     if kind not in (None, "lilicorr"):
-        return [f"The serving stacks take a {kind} drafter with their own method names; lilicorr-ckpt writes "
-                "commands for DFlash and LiLiCorr drafters only. The verdicts above say which runtimes load it."]
+        return [
+            f"The serving stacks take a {kind} drafter with their own method names; lilicorr-ckpt writes "
+            "commands for DFlash and LiLiCorr drafters only. The verdicts above say which runtimes load it."
+        ]
     target = sh(base) if base else "<target-model>"
     slots = g.get("slots")
     n: Any = slots if isinstance(slots, int) and slots > 0 else "BLOCK_SIZE_MINUS_1"
@@ -478,19 +545,45 @@ def _serving(report: Report, repo: str, base: str | None) -> list[str]:
     out: list[str] = []
     for v in accepted:
         if v.runtime in SERVING_RUNTIMES:
-            out += [f"{md(v.display)}:", "", "```bash", *serving_command(v.runtime, target, repo, n), "```", ""]
+            out += [
+                f"{md(v.display)}:",
+                "",
+                "```bash",
+                *serving_command(v.runtime, target, repo, n),
+                "```",
+                "",
+            ]
         elif v.runtime == "trtllm":
-            unreleased = "" if PROFILES[v.runtime].released else (
-                " This loader is in no TensorRT-LLM release yet: it needs a build of the revision named.")
-            out += [f"{md(v.display)}: save the speculative configuration as `dflash.yaml`, then start "
-                    "`trtllm-serve` with it (releases before `--config` call the option "
-                    f"`--extra_llm_api_options`).{unreleased}", "", "```yaml", "speculative_config:", "  decoding_type: DFlash",
-                    f"  speculative_model: {_code_json(repo)}", f"  max_draft_len: {n}", "```", "", "```bash",
-                    f"trtllm-serve {target} --config dflash.yaml", "```", ""]
+            unreleased = (
+                ""
+                if PROFILES[v.runtime].released
+                else (
+                    " This loader is in no TensorRT-LLM release yet: it needs a build of the revision named."
+                )
+            )
+            out += [
+                f"{md(v.display)}: save the speculative configuration as `dflash.yaml`, then start "
+                "`trtllm-serve` with it (releases before `--config` call the option "
+                f"`--extra_llm_api_options`).{unreleased}",
+                "",
+                "```yaml",
+                "speculative_config:",
+                "  decoding_type: DFlash",
+                f"  speculative_model: {_code_json(repo)}",
+                f"  max_draft_len: {n}",
+                "```",
+                "",
+                "```bash",
+                f"trtllm-serve {target} --config dflash.yaml",
+                "```",
+                "",
+            ]
     refused = [md(v.display) for v in report.runtimes if not v.accepted]
     if refused:
-        out.append(f"Not shown: {', '.join(refused)} refuse{'s' if len(refused) == 1 else ''} this checkpoint "
-                   "(`lilicorr-ckpt validate PATH` lists why).")
+        out.append(
+            f"Not shown: {', '.join(refused)} refuse{'s' if len(refused) == 1 else ''} this checkpoint "
+            "(`lilicorr-ckpt validate PATH` lists why)."
+        )
     if not accepted and not refused:
         out.append("No runtime was judged.")
     return out[:-1] if out and out[-1] == "" else out
@@ -515,51 +608,78 @@ def _profile_section(profile: SmokeReport, unverified: list[str]) -> list[str]:
     cond = profile.measurement_conditions
     out = ["### Acceptance (lilicorr-ckpt smoke)", ""]
     if unverified:
-        out += ["> **Unverified measurement** (published with `--allow-unverified`): " +
-                "; ".join(md(u) for u in unverified) + ".", ""]
+        out += [
+            "> **Unverified measurement** (published with `--allow-unverified`): "
+            + "; ".join(md(u) for u in unverified)
+            + ".",
+            "",
+        ]
     versions = ", ".join(md(f"{k} {v}") for k, v in cond.versions.items())
-    sampling = ("greedy decoding (temperature 0)" if cond.temperature == 0 else
-                f"sampling at temperature {cond.temperature:g}, seeds {', '.join(str(s) for s in cond.seeds)}")
+    sampling = (
+        "greedy decoding (temperature 0)"
+        if cond.temperature == 0
+        else f"sampling at temperature {cond.temperature:g}, seeds {', '.join(str(s) for s in cond.seeds)}"
+    )
     per_category = "every prompt" if cond.limit == 0 else f"at most {cond.limit} prompts"
-    out.append(f"Measured with lilicorr-ckpt smoke {md(profile.version)} on {md(cond.device)} "
-               f"({md(cond.dtype)}, {md(cond.kernel_backend)} draft ops, {md(cond.engine)}, batch "
-               f"{cond.concurrency}){', ' + md(cond.measured_at) if cond.measured_at else ''}: {versions}. "
-               f"Target {md(profile.target_model.id)} ({md(profile.target_model.forward)}); {sampling}, up to "
-               f"{cond.max_new_tokens} new tokens, {per_category} per benchmark.")
+    out.append(
+        f"Measured with lilicorr-ckpt smoke {md(profile.version)} on {md(cond.device)} "
+        f"({md(cond.dtype)}, {md(cond.kernel_backend)} draft ops, {md(cond.engine)}, batch "
+        f"{cond.concurrency}){', ' + md(cond.measured_at) if cond.measured_at else ''}: {versions}. "
+        f"Target {md(profile.target_model.id)} ({md(profile.target_model.forward)}); {sampling}, up to "
+        f"{cond.max_new_tokens} new tokens, {per_category} per benchmark."
+    )
     head = profile.method == "lilicorr"
     primary = profile.primary_arm
-    out += ["", "τ is the mean acceptance length: tokens committed per target verification, the target's own token "
-            "included (τ = 1: drafting saved nothing), shown with the tokens and verifications it divides. A "
-            "rate is shown with the blocks it counts.", ""]
+    out += [
+        "",
+        "τ is the mean acceptance length: tokens committed per target verification, the target's own token "
+        "included (τ = 1: drafting saved nothing), shown with the tokens and verifications it divides. A "
+        "rate is shown with the blocks it counts.",
+        "",
+    ]
     if head:
-        out += ["| benchmark | prompts | τ LiLiCorr head | τ DFlash control (head off) | head vs control | "
-                "position 1 accepted (head) |", "|---|---:|---:|---:|---:|---:|"]
+        out += [
+            "| benchmark | prompts | τ LiLiCorr head | τ DFlash control (head off) | head vs control | "
+            "position 1 accepted (head) |",
+            "|---|---:|---:|---:|---:|---:|",
+        ]
     else:
         out += ["| benchmark | prompts | τ | position 1 accepted |", "|---|---:|---:|---:|"]
-    rows = [(_benchmark(name, profile), entry.requests, entry.arms, profile.head_gain.per_category.get(name))
-            for name, entry in profile.per_category.items()]
+    rows = [
+        (_benchmark(name, profile), entry.requests, entry.arms, profile.head_gain.per_category.get(name))
+        for name, entry in profile.per_category.items()
+    ]
     rows.append(("**all**", len(profile.requests), profile.arms, profile.head_gain.overall))
     for label, requests, arms, gain in rows:
         main = arms.get(primary)
         first = _position(main, 0, "conditional") if main is not None else "–"
         if head:
-            out.append(f"| {label} | {requests} | {_tau(main)} | {_tau(arms.get('control'))} | {_gain(gain)} | "
-                       f"{first} |")
+            out.append(
+                f"| {label} | {requests} | {_tau(main)} | {_tau(arms.get('control'))} | {_gain(gain)} | "
+                f"{first} |"
+            )
         else:
             out.append(f"| {label} | {requests} | {_tau(main)} | {first} |")
     width = max((len(a.conditional_accept_rates) for n, a in profile.arms.items() if n != "ar"), default=0)
     if width:
-        out += ["", "Per draft position, over all benchmarks: conditional = accepted when every earlier position "
-                "was (accepted/reached), marginal = accepted with every earlier one (accepted/drafted).", "",
-                "| arm | rate | " + " | ".join(str(i + 1) for i in range(width)) + " |",
-                "|---|---|" + "---:|" * width]
+        out += [
+            "",
+            "Per draft position, over all benchmarks: conditional = accepted when every earlier position "
+            "was (accepted/reached), marginal = accepted with every earlier one (accepted/drafted).",
+            "",
+            "| arm | rate | " + " | ".join(str(i + 1) for i in range(width)) + " |",
+            "|---|---|" + "---:|" * width,
+        ]
         for arm_name in ("head", "control") if head else ("control",):
             stats = profile.arms.get(arm_name)
             if stats is None:
                 continue
             for kind in ("conditional", "marginal"):
-                out.append(f"| {arm_name} | {kind} | " + " | ".join(_position(stats, i, kind) for i in range(width))
-                           + " |")
+                out.append(
+                    f"| {arm_name} | {kind} | "
+                    + " | ".join(_position(stats, i, kind) for i in range(width))
+                    + " |"
+                )
     gates = ", ".join(f"{md(g.name)} {g.status.upper()}" for g in profile.gates)
     out += ["", f"Gates: {gates}; lossless means every speculative generation equalled the target's own."]
     return out
@@ -575,53 +695,96 @@ def _training_section(stages: Sequence[TrainingStage], data: str | None, recipe:
         if data or recipe:
             out.append("")
         labels = [label for key, label in LOG_METRICS if any(key in s.last for s in stages)]
-        out += ["From the training log (`python -m lilicorr_train train`; metrics on training batches, "
-                "first logged step → last; accept = drafted tokens accepted per block):", "",
-                "| stage | log | steps | sessions | training time | " + " | ".join(labels) + " |",
-                "|---:|---|---:|---:|---:|" + "---:|" * len(labels)]
+        out += [
+            "From the training log (`python -m lilicorr_train train`; metrics on training batches, "
+            "first logged step → last; accept = drafted tokens accepted per block):",
+            "",
+            "| stage | log | steps | sessions | training time | " + " | ".join(labels) + " |",
+            "|---:|---|---:|---:|---:|" + "---:|" * len(labels),
+        ]
         for number, s in enumerate(stages, 1):
-            cells = [f"{s.first[key]:.3f} → {s.last[key]:.3f}" if key in s.first and key in s.last else "–"
-                     for key, label in LOG_METRICS if label in labels]
-            out.append(f"| {number} | {md(s.name)} | {s.steps} | {s.sessions} | {_seconds(s.seconds)} | "
-                       + " | ".join(cells) + " |")
+            cells = [
+                f"{s.first[key]:.3f} → {s.last[key]:.3f}" if key in s.first and key in s.last else "–"
+                for key, label in LOG_METRICS
+                if label in labels
+            ]
+            out.append(
+                f"| {number} | {md(s.name)} | {s.steps} | {s.sessions} | {_seconds(s.seconds)} | "
+                + " | ".join(cells)
+                + " |"
+            )
     return out
 
 
-def card_section(report: Report, *, repo: str, base: str | None, quant_algo: str | None, license_: str | None,
-                 profile: SmokeReport | None, unverified: list[str], stages: Sequence[TrainingStage] = (),
-                 training_data: str | None = None, training_recipe: str | None = None) -> str:
+def card_section(
+    report: Report,
+    *,
+    repo: str,
+    base: str | None,
+    quant_algo: str | None,
+    license_: str | None,
+    profile: SmokeReport | None,
+    unverified: list[str],
+    stages: Sequence[TrainingStage] = (),
+    training_data: str | None = None,
+    training_recipe: str | None = None,
+) -> str:
     g = report.geometry
     kind = _head_kind(g)
     lines = [BEGIN, "", "## Speculative decoding drafter", ""]
     what = f"for [{md(base)}](https://huggingface.co/{base})" if base else "for its target model"
     head = {"lilicorr": " with a LiLiCorr head", None: ""}.get(kind, f" with a {kind} head")
-    lines.append(f"A DFlash-family draft model{head} {what}: it drafts a block of tokens that the target verifies, "
-                 "so the output is the target's own. It is not a standalone language model.")
+    lines.append(
+        f"A DFlash-family draft model{head} {what}: it drafts a block of tokens that the target verifies, "
+        "so the output is the target's own. It is not a standalone language model."
+    )
     papers = [f"[DFlash](https://arxiv.org/abs/{DFLASH_PAPER[1]})"]
     if kind == "lilicorr":
         papers.append(f"[LiLiCorr](https://arxiv.org/abs/{LILICORR_PAPER[1]})")
     licence = md(license_) if license_ else "not stated"
-    lines += ["", f"- **Target (verifier):** {md(base) if base else 'not named (a local target)'}",
-              f"- **Method:** {' + '.join(papers)}",
-              f"- **Draft tokens per block:** {_int(g.get('slots'))}", f"- **Licence:** {licence}"]
+    lines += [
+        "",
+        f"- **Target (verifier):** {md(base) if base else 'not named (a local target)'}",
+        f"- **Method:** {' + '.join(papers)}",
+        f"- **Draft tokens per block:** {_int(g.get('slots'))}",
+        f"- **Licence:** {licence}",
+    ]
     lines += ["", "### Geometry", "", "| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in _geometry_rows(report, quant_algo)]
-    lines += ["", f"### Runtime verdicts (lilicorr-ckpt {__version__} validate)", "",
-              "| runtime | verdict | errors | warnings |", "|---|---|---:|---:|"]
+    lines += [
+        "",
+        f"### Runtime verdicts (lilicorr-ckpt {__version__} validate)",
+        "",
+        "| runtime | verdict | errors | warnings |",
+        "|---|---|---:|---:|",
+    ]
     for v in report.runtimes:
-        lines.append(f"| {md(v.display)} | {'accepts' if v.accepted else 'refuses'} | {v.errors} | {v.warnings} |")
+        lines.append(
+            f"| {md(v.display)} | {'accepts' if v.accepted else 'refuses'} | {v.errors} | {v.warnings} |"
+        )
     if report.summary.waived:
         lines += ["", f"{report.summary.waived} finding(s) waived:"]
-        lines += [f"- {md(f.rule)} {md(f.name)}: {md(f.waived.reason)}" for f in report.findings
-                  if f.waived is not None]
+        lines += [
+            f"- {md(f.rule)} {md(f.name)}: {md(f.waived.reason)}"
+            for f in report.findings
+            if f.waived is not None
+        ]
     lines += ["", "### Serving", ""] + _serving(report, repo, base)
     if stages or training_data or training_recipe:
         lines += [""] + _training_section(stages, training_data, training_recipe)
     if profile is not None:
         lines += [""] + _profile_section(profile, unverified)
     if kind == "lilicorr":
-        lines += ["", "### Citation", "", f"The head is LiLiCorr ({md(LILICORR_PAPER[0])}):", "", "```bibtex",
-                  LILICORR_BIBTEX, "```"]
+        lines += [
+            "",
+            "### Citation",
+            "",
+            f"The head is LiLiCorr ({md(LILICORR_PAPER[0])}):",
+            "",
+            "```bibtex",
+            LILICORR_BIBTEX,
+            "```",
+        ]
     lines += ["", END]
     section = "\n".join(lines) + "\n"
     markers = _MARKER_RE.findall(section)
@@ -636,14 +799,17 @@ class CardOptions(msgspec.Struct, frozen=True, kw_only=True):
     quant_algo: str | None
     license: str | None  # --license
     profile: SmokeReport | None = None
-    unverified: list[str] = []  # why the profile is no verified measurement (published with --allow-unverified)
+    unverified: list[
+        str
+    ] = []  # why the profile is no verified measurement (published with --allow-unverified)
     stages: list[TrainingStage] = []
     training_data: str | None = None
     training_recipe: str | None = None
 
 
-def build_card(existing: str | None, report: Report, opts: CardOptions, what: str = "README.md"
-               ) -> tuple[str, list[str]]:
+def build_card(
+    existing: str | None, report: Report, opts: CardOptions, what: str = "README.md"
+) -> tuple[str, list[str]]:
     """(README text, notes): the existing card updated, or a new one. Deterministic: the same inputs give the
     same text, and the text given back as `existing` gives itself."""
     notes: list[str] = []
@@ -653,8 +819,10 @@ def build_card(existing: str | None, report: Report, opts: CardOptions, what: st
         meta, body = {}, f"# {md(opts.repo.rsplit('/', 1)[-1])}\n"
     for key in DROPPED_KEYS:
         if key in meta:
-            notes.append(f"removed {key}: {printable(str(meta[key]))[:80]} (the Hub would offer snippets that load "
-                         "the drafter as a standalone model)")
+            notes.append(
+                f"removed {key}: {printable(str(meta[key]))[:80]} (the Hub would offer snippets that load "
+                "the drafter as a standalone model)"
+            )
             del meta[key]
     base = opts.base
     if base:
@@ -662,8 +830,10 @@ def build_card(existing: str | None, report: Report, opts: CardOptions, what: st
     elif "base_model" in meta:
         kept = meta["base_model"]
         base = kept if is_hub_repo_id(kept) else None
-        notes.append(f"kept base_model {printable(str(kept))[:80]} (the target given is not a Hub repo id)"
-                     + ("" if base else "; it is not one either, so the serving commands name <target-model>"))
+        notes.append(
+            f"kept base_model {printable(str(kept))[:80]} (the target given is not a Hub repo id)"
+            + ("" if base else "; it is not one either, so the serving commands name <target-model>")
+        )
     else:
         notes.append("no base_model: the target is not a Hub repo id; pass --base-model org/name")
     license_ = opts.license
@@ -671,11 +841,15 @@ def build_card(existing: str | None, report: Report, opts: CardOptions, what: st
         meta["license"] = license_
     elif "license" in meta:
         if not isinstance(meta["license"], str):
-            raise InputError(f"{what}: license is {printable(repr(meta['license']))[:60]}, not a licence id; "
-                             "fix it or pass --license ID")
+            raise InputError(
+                f"{what}: license is {printable(repr(meta['license']))[:60]}, not a licence id; "
+                "fix it or pass --license ID"
+            )
         license_ = meta["license"]
     else:
-        notes.append("no licence: the card says so; pass --license ID (the Hub's identifiers: apache-2.0, mit, ...)")
+        notes.append(
+            "no licence: the card says so; pass --license ID (the Hub's identifiers: apache-2.0, mit, ...)"
+        )
     if license_ == "other" and not {"license_name", "license_link"} <= meta.keys():
         notes.append("license: other: the Hub also wants license_name and license_link in the front matter")
     tags = meta.get("tags")
@@ -694,12 +868,21 @@ def build_card(existing: str | None, report: Report, opts: CardOptions, what: st
     if quant:
         wanted.append(quant)
     meta["tags"] = list(dict.fromkeys([*(t for t in tags if t not in MANAGED_TAGS), *wanted]))
-    section = card_section(report, repo=opts.repo, base=base, quant_algo=opts.quant_algo, license_=license_,
-                           profile=opts.profile, unverified=opts.unverified, stages=opts.stages,
-                           training_data=opts.training_data, training_recipe=opts.training_recipe)
+    section = card_section(
+        report,
+        repo=opts.repo,
+        base=base,
+        quant_algo=opts.quant_algo,
+        license_=license_,
+        profile=opts.profile,
+        unverified=opts.unverified,
+        stages=opts.stages,
+        training_data=opts.training_data,
+        training_recipe=opts.training_recipe,
+    )
     span = _find_section(body, what)
     if span is not None:
-        body = body[:span[0]] + section.rstrip("\n") + body[span[1]:]
+        body = body[: span[0]] + section.rstrip("\n") + body[span[1] :]
     else:
         body = body.rstrip("\n") + "\n\n" + section
     text = f"---\n{_dump_front_matter(meta)}---\n\n{body.lstrip(chr(10))}"

@@ -50,16 +50,25 @@ def write(directory: Path = SCHEMA_DIR) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m lilicorr_ckpt.report.schemas",
-                                     description="Write the JSON Schemas of the machine-readable outputs.")
-    parser.add_argument("--out", type=Path, default=None, metavar="DIR",
-                        help="where to write them (default: schemas/ of the source checkout this module is in)")
+    parser = argparse.ArgumentParser(
+        prog="python -m lilicorr_ckpt.report.schemas",
+        description="Write the JSON Schemas of the machine-readable outputs.",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where to write them (default: schemas/ of the source checkout this module is in)",
+    )
     args = parser.parse_args(argv)
     out = args.out
     if out is None:
         if not (SCHEMA_DIR.parent / "pyproject.toml").is_file():
-            parser.error("not running from a source checkout; pass --out DIR (or print one with "
-                         "`lilicorr-ckpt schema NAME`)")
+            parser.error(
+                "not running from a source checkout; pass --out DIR (or print one with "
+                "`lilicorr-ckpt schema NAME`)"
+            )
         out = SCHEMA_DIR
     for p in write(out):
         print(f"wrote {p}")

@@ -10,12 +10,18 @@ from lilicorr_ckpt.smoke.profile import SmokeReport
 _LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 _COLOR = {"pass": "green", "fail": "red", "skip": "yellow"}
 # the table's columns, defined in the report itself (docs/smoke.md says the same)
-TAU_LINE = ("tau      tokens committed per verification block (accepted drafts plus the target's own token), over "
-            "every block of the arm")
+TAU_LINE = (
+    "tau      tokens committed per verification block (accepted drafts plus the target's own token), over "
+    "every block of the arm"
+)
 TAU_REQ_LINE = "tau/req  each request's own tau, averaged over the requests"
-CPU_SPEEDUP_LINE = ("speedup  tok/s over the ar arm's; on the CPU it means nothing: a small model decodes at the speed of "
-                    "Python and kernel launches, so only tau carries over to a GPU")
-GPU_SPEEDUP_LINE = "speedup  tok/s over the ar arm's on the same prompts, prefill included, one request at a time"
+CPU_SPEEDUP_LINE = (
+    "speedup  tok/s over the ar arm's; on the CPU it means nothing: a small model decodes at the speed of "
+    "Python and kernel launches, so only tau carries over to a GPU"
+)
+GPU_SPEEDUP_LINE = (
+    "speedup  tok/s over the ar arm's on the same prompts, prefill included, one request at a time"
+)
 
 
 def render_text(r: SmokeReport, *, color: bool = False) -> str:
@@ -26,18 +32,25 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
 
     d, t, m, c = r.draft_checkpoint, r.target_model, r.measurement_conditions, r.chat_template
     head = f", K={d.candidate_topk}" if d.head else ", no head"
-    lines = [f"lilicorr-ckpt smoke {d.id}",
-             f"  drafter  {d.architecture or 'unknown architecture'}: B={r.block_size}{head}, "
-             f"{r.num_speculative_tokens} drafted per block" + (f", {d.quant_algo}" if d.quant_algo else "")
-             + f" (loaded under runtime {d.runtime})",
-             f"  target   {t.architecture} {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size}; "
-             f"{t.forward}"]
+    lines = [
+        f"lilicorr-ckpt smoke {d.id}",
+        f"  drafter  {d.architecture or 'unknown architecture'}: B={r.block_size}{head}, "
+        f"{r.num_speculative_tokens} drafted per block"
+        + (f", {d.quant_algo}" if d.quant_algo else "")
+        + f" (loaded under runtime {d.runtime})",
+        f"  target   {t.architecture} {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size}; "
+        f"{t.forward}",
+    ]
     probe_counts = ", ".join(f"{k} {v}" for k, v in m.probe_counts.items())
     sampling = "greedy" if m.temperature == 0 else f"T={m.temperature:g}, seeds {','.join(map(str, m.seeds))}"
-    lines.append(f"  prompts  {probe_counts} ({sum(m.probe_counts.values())}), up to {m.max_new_tokens} new tokens, "
-                 f"{sampling}; {m.device}, {m.dtype}, {m.kernel_backend} draft ops")
+    lines.append(
+        f"  prompts  {probe_counts} ({sum(m.probe_counts.values())}), up to {m.max_new_tokens} new tokens, "
+        f"{sampling}; {m.device}, {m.dtype}, {m.kernel_backend} draft ops"
+    )
     if c.applied_prompts:
-        thinking = {"disabled": "enable_thinking=False", "no-switch": "no thinking switch in the template"}[c.thinking]
+        thinking = {"disabled": "enable_thinking=False", "no-switch": "no thinking switch in the template"}[
+            c.thinking
+        ]
         chat = f"chat template on {c.applied_prompts} prompt(s) ({thinking})"
     else:
         chat = "no chat template applied" + ("" if c.present else " (the tokenizer has none)")
@@ -46,35 +59,60 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     lines.append(f"  template {chat}{raw}; eos {eos}")
 
     categories = list(r.per_category)
-    lines += ["", "arm        tau   tau/req    tok/s  speedup" + "".join(f"  {cat[:8]:>8}" for cat in categories)]
+    lines += [
+        "",
+        "arm        tau   tau/req    tok/s  speedup" + "".join(f"  {cat[:8]:>8}" for cat in categories),
+    ]
     for arm, s in r.arms.items():
-        speed = "1.00x" if arm == "ar" else (f"{s.speedup_vs_ar:.2f}x" if s.speedup_vs_ar is not None else "n/a")
+        speed = (
+            "1.00x" if arm == "ar" else (f"{s.speedup_vs_ar:.2f}x" if s.speedup_vs_ar is not None else "n/a")
+        )
         cells = "".join(f"  {r.per_category[cat].arms[arm].mean_accept_length:8.3f}" for cat in categories)
-        lines.append(f"{arm:<8} {s.mean_accept_length:6.3f} {s.mean_accept_length_per_request:8.3f} "
-                     f"{s.tokens_per_second:8.1f} {speed:>8}{cells}")
+        lines.append(
+            f"{arm:<8} {s.mean_accept_length:6.3f} {s.mean_accept_length_per_request:8.3f} "
+            f"{s.tokens_per_second:8.1f} {speed:>8}{cells}"
+        )
     if m.concurrency > 1:
-        lines.append(f"tok/s and speedup: each arm's tokens over its elapsed time at batch {m.concurrency} (the "
-                     "probes side by side); tau per request")
+        lines.append(
+            f"tok/s and speedup: each arm's tokens over its elapsed time at batch {m.concurrency} (the "
+            "probes side by side); tau per request"
+        )
     if r.head_gain.overall is not None:
-        per = "".join(f"  {cat} {'n/a' if g is None else f'{g:+.1%}'}" for cat, g in r.head_gain.per_category.items())
-        lines.append(f"head gain over control {r.head_gain.overall:+.1%}" + (f" ({per.strip()})" if per else ""))
-    lines += [f"  {TAU_LINE}", f"  {TAU_REQ_LINE}",
-              f"  {CPU_SPEEDUP_LINE if m.device.startswith('cpu') else GPU_SPEEDUP_LINE}"]
+        per = "".join(
+            f"  {cat} {'n/a' if g is None else f'{g:+.1%}'}" for cat, g in r.head_gain.per_category.items()
+        )
+        lines.append(
+            f"head gain over control {r.head_gain.overall:+.1%}" + (f" ({per.strip()})" if per else "")
+        )
+    lines += [
+        f"  {TAU_LINE}",
+        f"  {TAU_REQ_LINE}",
+        f"  {CPU_SPEEDUP_LINE if m.device.startswith('cpu') else GPU_SPEEDUP_LINE}",
+    ]
 
     spec_arms = [a for a in r.arms if a != "ar"]
     if r.num_speculative_tokens:
-        lines += ["", "acceptance by position (cond = given the earlier ones; marg = all up to it)",
-                  "pos" + "".join(f"  {a + ' cond':>12} {a + ' marg':>12}" for a in spec_arms)]
+        lines += [
+            "",
+            "acceptance by position (cond = given the earlier ones; marg = all up to it)",
+            "pos" + "".join(f"  {a + ' cond':>12} {a + ' marg':>12}" for a in spec_arms),
+        ]
         for i in range(r.num_speculative_tokens):
-            lines.append(f"{i + 1:>3}" + "".join(
-                f"  {r.arms[a].conditional_accept_rates[i]:12.3f} {r.arms[a].marginal_accept_rates[i]:12.3f}"
-                for a in spec_arms))
+            lines.append(
+                f"{i + 1:>3}"
+                + "".join(
+                    f"  {r.arms[a].conditional_accept_rates[i]:12.3f} {r.arms[a].marginal_accept_rates[i]:12.3f}"
+                    for a in spec_arms
+                )
+            )
     hist = " ".join(f"{k}:{v}" for k, v in r.acceptance_length_histogram.items())
     lines.append(f"accept lengths ({r.primary_arm}, bonus token included): {hist}")
     mc, mono = r.validation.mean_consistency, r.validation.marginal_monotonicity
-    lines.append(f"profile: 1 + sum(marginal) = {mc.implied_mean_accept_length:.3f} vs tau "
-                 f"{mc.reported_mean_accept_length:.3f} ({'ok' if mc.passed else 'INCONSISTENT'}); marginals "
-                 f"{'non-increasing' if mono.passed else 'INCREASE at ' + str([v.position for v in mono.violations])}")
+    lines.append(
+        f"profile: 1 + sum(marginal) = {mc.implied_mean_accept_length:.3f} vs tau "
+        f"{mc.reported_mean_accept_length:.3f} ({'ok' if mc.passed else 'INCONSISTENT'}); marginals "
+        f"{'non-increasing' if mono.passed else 'INCREASE at ' + str([v.position for v in mono.violations])}"
+    )
 
     # everything above may quote the drafter, the target, the tokenizer or the probes file: shown, never obeyed
     lines = [printable(line) for line in lines] + ["", "gates"]
@@ -88,8 +126,11 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     notes = [f"{undecided} inconclusive"] * bool(undecided) + [f"{skipped} skipped"] * bool(skipped)
     tail = f" ({'; '.join(notes)})" if notes else ""
     gates = "gate" if ran == 1 else "gates"
-    verdict = (paint("FAIL", "fail") + f" {failed} of {ran} {gates} failed" if failed
-               else paint("PASS", "pass") + f" {ran} {gates} passed")
+    verdict = (
+        paint("FAIL", "fail") + f" {failed} of {ran} {gates} failed"
+        if failed
+        else paint("PASS", "pass") + f" {ran} {gates} passed"
+    )
     lines += ["", verdict + tail]
     return "\n".join(lines) + "\n"
 
@@ -99,24 +140,36 @@ def render_junit(r: SmokeReport) -> str:
     for g in r.gates:
         summary, text = printable(g.summary), "\n".join(printable(line) for line in [g.summary, *g.details])
         if g.status == "fail":
-            body = f"<failure message={xml_attr(summary[:300])} type=\"lilicorr-ckpt\">{xml_text(text)}</failure>"
+            body = (
+                f'<failure message={xml_attr(summary[:300])} type="lilicorr-ckpt">{xml_text(text)}</failure>'
+            )
         elif g.status == "skip":
             body = f"<skipped message={xml_attr(summary[:300])}/>"
         else:
             body = f"<system-out>{xml_text(text)}</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke" name={xml_attr(printable(g.name))}>{body}</testcase>')
-    return junit_suite(r.draft_checkpoint.id, cases, sum(g.status == "fail" for g in r.gates),
-                       sum(g.status == "skip" for g in r.gates))
+        cases.append(
+            f'  <testcase classname="lilicorr-ckpt.smoke" name={xml_attr(printable(g.name))}>{body}</testcase>'
+        )
+    return junit_suite(
+        r.draft_checkpoint.id,
+        cases,
+        sum(g.status == "fail" for g in r.gates),
+        sum(g.status == "skip" for g in r.gates),
+    )
 
 
 def junit_suite(path: str, cases: list[str], failures: int, skipped: int = 0) -> str:
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            f'<testsuite name={xml_attr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
-            f'failures="{failures}" errors="0" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n")
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f'<testsuite name={xml_attr("lilicorr-ckpt smoke " + printable(path))} tests="{len(cases)}" '
+        f'failures="{failures}" errors="0" skipped="{skipped}">\n' + "\n".join(cases) + "\n</testsuite>\n"
+    )
 
 
 def junit_refusal(path: str, message: str) -> str:
     text = "\n".join(printable(line) for line in message.splitlines())
-    case = (f'  <testcase classname="lilicorr-ckpt.smoke" name="loads"><failure message='
-            f'{xml_attr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{xml_text(text)}</failure></testcase>')
+    case = (
+        f'  <testcase classname="lilicorr-ckpt.smoke" name="loads"><failure message='
+        f'{xml_attr(text.split(chr(10))[0][:300])} type="lilicorr-ckpt">{xml_text(text)}</failure></testcase>'
+    )
     return junit_suite(path, [case], 1)

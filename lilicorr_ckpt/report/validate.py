@@ -39,9 +39,13 @@ def summary_line(report: Report) -> str:
     """One line for a log: the verdict and, on failure, the first reason (what a CI job prints when the report
     itself goes to a file)."""
     if report.error is not None:
-        return (f"lilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code}): "
-                f"{printable(report.error)}")
-    verdict = ", ".join(f"{printable(v.display)} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
+        return (
+            f"lilicorr-ckpt validate {printable(report.path)}: not validated (exit {report.exit_code}): "
+            f"{printable(report.error)}"
+        )
+    verdict = ", ".join(
+        f"{printable(v.display)} {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes
+    )
     status = "PASS" if report.exit_code == 0 else "FAIL"
     strict = " --strict" if report.strict else ""
     line = f"lilicorr-ckpt validate {printable(report.path)}{strict}: {status} - {_counts(report)}"
@@ -91,20 +95,37 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
         return click.style(text, fg=fg, bold=bold)
 
     colors = {"error": "red", "warning": "yellow", "info": "cyan"}
-    lines = [f"lilicorr-ckpt validate {printable(report.path)}"
-             + (f" --target {printable(report.target)}" if report.target else "")
-             + (" --strict" if report.strict else "")]
+    lines = [
+        f"lilicorr-ckpt validate {printable(report.path)}"
+        + (f" --target {printable(report.target)}" if report.target else "")
+        + (" --strict" if report.strict else "")
+    ]
     if report.error is not None:
-        return "\n".join([*lines, "", paint("ERROR", "red", bold=True) + f" not validated: {printable(report.error)}"]) + "\n"
-    g = {key: "?" if value is None else value for key, value in report.geometry.items()}  # ? = missing or invalid
+        return (
+            "\n".join(
+                [*lines, "", paint("ERROR", "red", bold=True) + f" not validated: {printable(report.error)}"]
+            )
+            + "\n"
+        )
+    g = {
+        key: "?" if value is None else value for key, value in report.geometry.items()
+    }  # ? = missing or invalid
     arch = printable(report.architecture or "unknown architecture")
     head = ""
     if report.geometry.get("lilicorr_enabled"):
-        head = (f", head h={g.get('head_hidden_size', '?')} K={g.get('candidate_topk', '?')} "
-                f"L={g.get('head_num_layers', '?')} N={g.get('head_num_heads', '?')} F={g.get('head_factor_dim', '?')}")
-    conv = f", conv {g['conv_kernel_size']}x{g.get('conv_group_size', '?')}" if report.geometry.get("conv_kernel_size") else ""
-    lines.append(f"  {arch}: hidden {g.get('hidden_size', '?')}, {g.get('num_layers', '?')} layers, "
-                 f"block {g.get('block_size', '?')}{head}{conv}")
+        head = (
+            f", head h={g.get('head_hidden_size', '?')} K={g.get('candidate_topk', '?')} "
+            f"L={g.get('head_num_layers', '?')} N={g.get('head_num_heads', '?')} F={g.get('head_factor_dim', '?')}"
+        )
+    conv = (
+        f", conv {g['conv_kernel_size']}x{g.get('conv_group_size', '?')}"
+        if report.geometry.get("conv_kernel_size")
+        else ""
+    )
+    lines.append(
+        f"  {arch}: hidden {g.get('hidden_size', '?')}, {g.get('num_layers', '?')} layers, "
+        f"block {g.get('block_size', '?')}{head}{conv}"
+    )
     for severity in ("error", "warning", "info"):
         group = [f for f in report.findings if f.severity == severity and f.waived is None]
         if not group or (severity == "info" and not verbose):
@@ -113,21 +134,29 @@ def render_text(report: Report, *, color: bool = False, verbose: bool = False) -
         for f in group:
             first, *rest = finding_lines(f)
             label = _LABEL[severity]
-            lines.append(paint(label, colors[severity], bold=severity == "error") + first[len(label):])
+            lines.append(paint(label, colors[severity], bold=severity == "error") + first[len(label) :])
             lines.extend(rest)
     waived = waived_lines(report, verbose)
     if waived:
         lines += ["", *waived]
     s = report.summary
-    verdict = ", ".join(f"{printable(v.display)}: {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes)
-    hidden = f" ({s.infos} info, shown with -v)" if s.infos and not verbose else (f", {s.infos} info" if s.infos else "")
+    verdict = ", ".join(
+        f"{printable(v.display)}: {'accepts' if v.accepted else 'refuses'}" for v in report.runtimes
+    )
+    hidden = (
+        f" ({s.infos} info, shown with -v)"
+        if s.infos and not verbose
+        else (f", {s.infos} info" if s.infos else "")
+    )
     if s.waived:
         hidden += f", {s.waived} waived"
     lines.append("")
     status = "PASS" if report.exit_code == 0 else "FAIL"
-    lines.append(paint(status, "green" if status == "PASS" else "red", bold=True)
-                 + f" {s.errors} error{'s' * (s.errors != 1)}, {s.warnings} warning{'s' * (s.warnings != 1)}"
-                 f"{hidden} - {verdict}")
+    lines.append(
+        paint(status, "green" if status == "PASS" else "red", bold=True)
+        + f" {s.errors} error{'s' * (s.errors != 1)}, {s.warnings} warning{'s' * (s.warnings != 1)}"
+        f"{hidden} - {verdict}"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -141,31 +170,51 @@ def render_junit(report: Report) -> str:
     suite = xml_attr("lilicorr-ckpt validate " + printable(report.path))
     head = '<?xml version="1.0" encoding="UTF-8"?>\n'
     if report.error is not None:
-        case = (f'  <testcase classname="lilicorr-ckpt.validate" name="read checkpoint">'
-                f'<error message={xml_attr(printable(report.error)[:500])} type="unreadable-input">{xml_text(printable(report.error))}'
-                f"</error></testcase>")
+        case = (
+            f'  <testcase classname="lilicorr-ckpt.validate" name="read checkpoint">'
+            f'<error message={xml_attr(printable(report.error)[:500])} type="unreadable-input">{xml_text(printable(report.error))}'
+            f"</error></testcase>"
+        )
         return head + f'<testsuite name={suite} tests="1" failures="0" errors="1">\n{case}\n</testsuite>\n'
     cases = []
     failures = 0
     for v in report.runtimes:
-        mine = [f for f in report.findings if (not f.runtimes or v.runtime in f.runtimes) and f.waived is None]
+        mine = [
+            f for f in report.findings if (not f.runtimes or v.runtime in f.runtimes) and f.waived is None
+        ]
         failing = [f for f in mine if fails(report, f.severity)]
         warnings = [f for f in mine if f.severity == "warning" and not fails(report, f.severity)]
         body = ""
         if failing:
             failures += 1
             errors = sum(f.severity == "error" for f in failing)
-            what = f"{errors} error(s)" if errors == len(failing) else \
-                f"{errors} error(s), {len(failing) - errors} warning(s) (--strict)"
-            text = "\n".join(f"{f.rule} {f.name} ({f.severity}): {printable(f.message)}{_where(f)}" for f in failing)
-            body += (f'<failure message={xml_attr(f"{what}: {printable(failing[0].message)[:200]}")} '
-                     f'type="lilicorr-ckpt">{xml_text(text)}</failure>')
+            what = (
+                f"{errors} error(s)"
+                if errors == len(failing)
+                else f"{errors} error(s), {len(failing) - errors} warning(s) (--strict)"
+            )
+            text = "\n".join(
+                f"{f.rule} {f.name} ({f.severity}): {printable(f.message)}{_where(f)}" for f in failing
+            )
+            body += (
+                f"<failure message={xml_attr(f'{what}: {printable(failing[0].message)[:200]}')} "
+                f'type="lilicorr-ckpt">{xml_text(text)}</failure>'
+            )
         if warnings:
-            body += "<system-out>" + xml_text("\n".join(f"{f.rule} {f.name}: {printable(f.message)}"
-                                                      for f in warnings)) + "</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.validate" name={xml_attr(printable(v.display))}>{body}</testcase>')
-    return (head + f'<testsuite name={suite} tests="{len(cases)}" failures="{failures}" errors="0">\n'
-            + "\n".join(cases) + "\n</testsuite>\n")
+            body += (
+                "<system-out>"
+                + xml_text("\n".join(f"{f.rule} {f.name}: {printable(f.message)}" for f in warnings))
+                + "</system-out>"
+            )
+        cases.append(
+            f'  <testcase classname="lilicorr-ckpt.validate" name={xml_attr(printable(v.display))}>{body}</testcase>'
+        )
+    return (
+        head
+        + f'<testsuite name={suite} tests="{len(cases)}" failures="{failures}" errors="0">\n'
+        + "\n".join(cases)
+        + "\n</testsuite>\n"
+    )
 
 
 def render_sarif(report: Report) -> str:
@@ -174,11 +223,19 @@ def render_sarif(report: Report) -> str:
 
     catalogue = sorted(RULES)  # every rule, so dashboards can show what passed as well as what fired
     docs = rules_url()
-    rules = [{"id": r.id, "name": r.name, "shortDescription": {"text": r.summary},
-              "fullDescription": {"text": (r.doc or r.summary).strip()}, "help": {"text": f"Fix: {r.fix}"},
-              "helpUri": f"{docs}#{r.id.lower()}",
-              "defaultConfiguration": {"level": _SARIF_LEVEL[r.severity]},
-              "properties": {"area": r.area}} for r in (RULES[i] for i in catalogue)]
+    rules = [
+        {
+            "id": r.id,
+            "name": r.name,
+            "shortDescription": {"text": r.summary},
+            "fullDescription": {"text": (r.doc or r.summary).strip()},
+            "help": {"text": f"Fix: {r.fix}"},
+            "helpUri": f"{docs}#{r.id.lower()}",
+            "defaultConfiguration": {"level": _SARIF_LEVEL[r.severity]},
+            "properties": {"area": r.area},
+        }
+        for r in (RULES[i] for i in catalogue)
+    ]
     index = {rid: i for i, rid in enumerate(catalogue)}
     results = []
     base = report.path.rstrip("/")
@@ -188,39 +245,79 @@ def render_sarif(report: Report) -> str:
         # under --strict a warning fails the run, so it is an error here too (code scanning blocks on errors)
         level = "error" if fails(report, f.severity) else _SARIF_LEVEL[f.severity]
         result: dict[str, object] = {
-            "ruleId": f.rule, "ruleIndex": index[f.rule], "level": level,
+            "ruleId": f.rule,
+            "ruleIndex": index[f.rule],
+            "level": level,
             "message": {"text": printable(f.message)},
-            "properties": {"severity": f.severity, "fix": f.fix, "runtimes": f.runtimes, "pointer": f.pointer,
-                           "expected": f.expected, "actual": f.actual},
+            "properties": {
+                "severity": f.severity,
+                "fix": f.fix,
+                "runtimes": f.runtimes,
+                "pointer": f.pointer,
+                "expected": f.expected,
+                "actual": f.actual,
+            },
         }
         if f.waived is not None:
-            result["suppressions"] = [{"kind": "external", "status": "accepted",
-                                       "justification": printable(f"{f.waived.reason} ({f.waived.source})")}]
+            result["suppressions"] = [
+                {
+                    "kind": "external",
+                    "status": "accepted",
+                    "justification": printable(f"{f.waived.reason} ({f.waived.source})"),
+                }
+            ]
         file = f.file or "config.json"
         # the config key's line when the finding names one; for a tensor its index entry or its shard's header
         # (report/locate.py); line 1 of the file when nothing more precise is known (a Hub repo)
         file, line = lines.locate(file, f.pointer) or (file, 1)
-        location: dict[str, object] = {"physicalLocation": {"artifactLocation": {"uri": f"{base}/{file}"},
-                                                            "region": {"startLine": line}}}
+        location: dict[str, object] = {
+            "physicalLocation": {"artifactLocation": {"uri": f"{base}/{file}"}, "region": {"startLine": line}}
+        }
         if f.pointer:
             kind = "member" if f.pointer.startswith("$") else "variable"  # a config key, or a tensor name
             location["logicalLocations"] = [{"fullyQualifiedName": f.pointer, "kind": kind}]
         result["locations"] = [location]
         results.append(result)
-    invocation: dict[str, object] = {"executionSuccessful": report.error is None, "exitCode": report.exit_code,
-                                     "properties": {"strict": report.strict}}
+    invocation: dict[str, object] = {
+        "executionSuccessful": report.error is None,
+        "exitCode": report.exit_code,
+        "properties": {"strict": report.strict},
+    }
     if report.error is not None:
-        invocation["toolExecutionNotifications"] = [{"level": "error", "message": {"text": printable(report.error)}}]
+        invocation["toolExecutionNotifications"] = [
+            {"level": "error", "message": {"text": printable(report.error)}}
+        ]
     doc = {
         "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
         "version": "2.1.0",
-        "runs": [{"tool": {"driver": {"name": "lilicorr-ckpt", "version": __version__, "informationUri": docs,
-                                      "rules": rules}},
-                  "invocations": [invocation], "results": results,
-                  # the verdict per runtime, each naming the engine version it models
-                  "properties": {"verdicts": [{"runtime": v.runtime, "engine": v.display, "version": v.version,
-                                               "released": v.released, "accepted": v.accepted,
-                                               "errors": v.errors, "warnings": v.warnings}
-                                              for v in report.runtimes]}}],
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "lilicorr-ckpt",
+                        "version": __version__,
+                        "informationUri": docs,
+                        "rules": rules,
+                    }
+                },
+                "invocations": [invocation],
+                "results": results,
+                # the verdict per runtime, each naming the engine version it models
+                "properties": {
+                    "verdicts": [
+                        {
+                            "runtime": v.runtime,
+                            "engine": v.display,
+                            "version": v.version,
+                            "released": v.released,
+                            "accepted": v.accepted,
+                            "errors": v.errors,
+                            "warnings": v.warnings,
+                        }
+                        for v in report.runtimes
+                    ]
+                },
+            }
+        ],
     }
     return json.dumps(doc, indent=2) + "\n"

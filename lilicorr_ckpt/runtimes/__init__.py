@@ -26,15 +26,30 @@ PROFILES: dict[str, RuntimeProfile] = {name: m.PROFILE for name, m in ENGINES.it
 RUNTIME_CHOICES = (*PROFILES, "all")
 MATCHERS = tuple(PROFILES)
 
-__all__ = ["ENGINES", "FEATURE_MLP", "HEAD_RAW_LINEARS", "MATCHERS", "PROFILES", "QKV", "RUNTIME_CHOICES",
-           "Exclusion", "RuntimeProfile", "excluded_by", "fused_name", "matches_any", "select_profiles"]
+__all__ = [
+    "ENGINES",
+    "FEATURE_MLP",
+    "HEAD_RAW_LINEARS",
+    "MATCHERS",
+    "PROFILES",
+    "QKV",
+    "RUNTIME_CHOICES",
+    "Exclusion",
+    "RuntimeProfile",
+    "excluded_by",
+    "fused_name",
+    "matches_any",
+    "select_profiles",
+]
 
 
 def select_profiles(choice: str) -> list[RuntimeProfile]:
     return list(PROFILES.values()) if choice == "all" else [PROFILES[choice]]
 
 
-def excluded_by(runtime: str, module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
+def excluded_by(
+    runtime: str, module: str, patterns: tuple[str, ...], num_target_layers: int | None
+) -> Exclusion:
     """Whether `runtime` would treat `module` (a canonical name) as excluded from quantization."""
     match: Callable[[str, tuple[str, ...], int | None], Exclusion] = ENGINES[runtime].match_exclusion
     return match(module, patterns, num_target_layers)

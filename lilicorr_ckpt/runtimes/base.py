@@ -150,7 +150,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     selector_required: bool = False  # DFlash2DraftModel refuses a config without selector_rank
     markov_rank_top_level: bool = False  # DSpark: reads markov_rank from the top level and requires it > 0
     markov_head_types: tuple[str, ...] = ()  # DSpark markov_head_type values it builds; others refused
-    domino_checks: bool = False  # shift_label bool, pure_draft_prefix_len 1, emb_dim agreement, block_size > 1
+    domino_checks: bool = (
+        False  # shift_label bool, pure_draft_prefix_len 1, emb_dim agreement, block_size > 1
+    )
     domino_dims_required: bool = False  # gru_hidden_dim and emb_dim >= 1
     # refuses lilicorr_logit_scale <= 0 (False: serves it as declared, LC170)
     logit_scale_checked: bool = True

@@ -54,8 +54,10 @@ PROFILE = RuntimeProfile(
     # `modules_to_not_convert`, else `exclude_modules`; ModelOptFp8Config.from_config reads `ignore` only. The group
     # size comes from the top level, else the first config group's weights, else 16 for NVFP4.
     flat_exclusions_key="ignore",
-    flat_exclusions_by_algo=tuple((algo, ("ignore", "modules_to_not_convert", "exclude_modules"))
-                                  for algo in ("NVFP4", "NVFP4_AWQ", "W4A16_NVFP4")),
+    flat_exclusions_by_algo=tuple(
+        (algo, ("ignore", "modules_to_not_convert", "exclude_modules"))
+        for algo in ("NVFP4", "NVFP4_AWQ", "W4A16_NVFP4")
+    ),
     # configs/model_config.py ModelConfig._parse_quant_hf_config hoists a nested block's quant_algo into config.json's
     # quantization_config, so from_config takes the flat path and finds no exclusion key at the top level
     flattens_inline_nested=True,
@@ -85,24 +87,38 @@ PROFILE = RuntimeProfile(
     integral_float_typed="config-class",
     layer_types_length_exact=True,  # the same config class: validate_layer_type
     sliding_window_needs_flag=True,  # Qwen3Config: sliding_window if use_sliding_window else None
-    tensor_aliases=("encoder",),  # dflash.py DFlashDraftModel.load_weights renames the native export's encoder.*
+    tensor_aliases=(
+        "encoder",
+    ),  # dflash.py DFlashDraftModel.load_weights renames the native export's encoder.*
     # load_weights drops every unexpected weight; the rotary caches take no part in the drafted function (rebuilt
     # from the rope config)
-    inert_tensors=("*rotary_emb.inv_freq", "*rotary_pos_emb.inv_freq", "*rotary_emb.cos_cached",
-                   "*rotary_emb.sin_cached"),
+    inert_tensors=(
+        "*rotary_emb.inv_freq",
+        "*rotary_pos_emb.inv_freq",
+        "*rotary_emb.cos_cached",
+        "*rotary_emb.sin_cached",
+    ),
     reads_draft_vocab=False,  # no draft-vocabulary key is read by dflash.py, lilicorr.py or the worker
     # models/qwen3.py Qwen3Model.forward (and every target's layer loop): `if i in self.layers_to_capture`
     captures_in_layer_order=True,
     # set_dflash_layers_to_capture stores id + 1; only these targets (EntryClass names) also capture after their
     # last layer (`if self.end_layer in self.layers_to_capture` or the like)
     final_layer_capture_architectures=(
-        "Gemma3ForCausalLM", "Gemma4ForCausalLM", "GptOssForCausalLM", "LagunaForCausalLM", "Lfm2ForCausalLM",
-        "Lfm2MoeForCausalLM", "MiniMaxM3SparseForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM"),
+        "Gemma3ForCausalLM",
+        "Gemma4ForCausalLM",
+        "GptOssForCausalLM",
+        "LagunaForCausalLM",
+        "Lfm2ForCausalLM",
+        "Lfm2MoeForCausalLM",
+        "MiniMaxM3SparseForCausalLM",
+        "NemotronHForCausalLM",
+        "NemotronHPuzzleForCausalLM",
+    ),
     # weight_utils.get_quant_config: hf_config.quantization_config first, the config files only without it
     quant_config_read="config.json",
     sliding_semantics="causally, over the last w tokens",  # dflash.py: sliding layers DECODER, window_left w-1
     rope_theta_default="the transformers config class's default (10000 for Qwen3)",
-    lilicorr_disabled="parses the config as plain DFlash and then raises (\"requires the lilicorr_* geometry fields\")",
+    lilicorr_disabled='parses the config as plain DFlash and then raises ("requires the lilicorr_* geometry fields")',
     unknown_tensors="dropped",  # DFlashDraftModel.load_weights: "Ignore unexpected weights"
     legacy_duplicate="refuses",  # check_head_weight_coverage: the legacy name is a tensor with no parameter
     undeclared_lm_head="dropped",  # no lm_head parameter
@@ -148,7 +164,9 @@ def _regex(pattern: str) -> re.Pattern[str]:
 def _regex_hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
     """modelopt_quant.py ModelOptQuantConfig.is_layer_excluded: each pattern as a regex (`.` literal, `*` -> `.*`)
     fullmatched against the whole name or any one of its dotted components."""
-    candidates = [prefix] + ([prefix[len("language_model."):]] if prefix.startswith("language_model.") else [])
+    candidates = [prefix] + (
+        [prefix[len("language_model.") :]] if prefix.startswith("language_model.") else []
+    )
     for p in patterns:
         rx = _regex(p)
         for c in candidates:
@@ -168,9 +186,14 @@ def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: i
         hits = [next((p for p in patterns if _on_path(p, shard)), None) for shard in shards]
         if any(hits) and not all(hits):
             named = [s for s, h in zip(shards, hits, strict=True) if h]
-            return Exclusion(True, name, None, f"the exclusions name {', '.join(f'`{s}`' for s in named)} but not "
-                             f"every shard of `{name}`: SGLang refuses the model (\"Detected some but not all shards "
-                             f"of {name} are quantized\")")
+            return Exclusion(
+                True,
+                name,
+                None,
+                f"the exclusions name {', '.join(f'`{s}`' for s in named)} but not "
+                f'every shard of `{name}`: SGLang refuses the model ("Detected some but not all shards '
+                f'of {name} are quantized")',
+            )
         if all(hits):
             return Exclusion(True, name, hits[0])
     else:

@@ -12,8 +12,10 @@ import fnmatch
 from lilicorr_ckpt.runtimes.base import QKV, Exclusion, RuntimeProfile, fused_name
 
 VERSION = "main@8d62b3e"
-SOURCE = ("unreleased source of NVIDIA/TensorRT-LLM: _torch/models/modeling_lilicorr.py at commit 8d62b3e5, "
-          "modeling_dflash.py at 7c7504c0 (no release on PyPI has LiLiCorr; the newest, 1.2.1, predates it)")
+SOURCE = (
+    "unreleased source of NVIDIA/TensorRT-LLM: _torch/models/modeling_lilicorr.py at commit 8d62b3e5, "
+    "modeling_dflash.py at 7c7504c0 (no release on PyPI has LiLiCorr; the newest, 1.2.1, predates it)"
+)
 
 PROFILE = RuntimeProfile(
     name="trtllm",
@@ -66,6 +68,8 @@ def _hit(name: str, patterns: tuple[str, ...]) -> str | None:
 def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
     """Whether TensorRT-LLM treats `module` (a canonical name) as excluded from quantization."""
     fused = fused_name(module)
-    names = [module] + ([fused[0]] if fused and module.split(".")[-1] in ("q_proj", "k_proj", "v_proj") else [])
+    names = [module] + (
+        [fused[0]] if fused and module.split(".")[-1] in ("q_proj", "k_proj", "v_proj") else []
+    )
     hit = next((h for n in names if (h := _hit(n, patterns)) is not None), None)
     return Exclusion(hit is not None, module, hit)

@@ -46,7 +46,7 @@ PROFILE = RuntimeProfile(
     renumbers_draft_layers=True,
     # model_arch_config_convertor.py _normalize_quantization_config (MIXED_PRECISION too: modelopt_mixed)
     nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MIXED_PRECISION"),
-    mask_token_fallback="has no fallback (spec_decode/utils.py get_parallel_drafting_token_id: \"must specify\")",
+    mask_token_fallback='has no fallback (spec_decode/utils.py get_parallel_drafting_token_id: "must specify")',
     target_layer_ids_fallback="falls back to the target's default taps (2, L/2, L-3) (eagle3_utils.py)",
     flat_exclusions_key=None,  # modelopt.py from_config: `config.get("ignore", config.get("exclude_modules", []))`
     flat_group_size_default=16,  # ModelOptNvFp4Config._from_config: `if group_size is None: group_size = 16`
@@ -66,20 +66,28 @@ PROFILE = RuntimeProfile(
     # transformers' Qwen3Config fills rope_parameters (rope_theta 10000) before qwen3_dflash.py
     # set_default_rope_theta(config, 1e6) looks, so its 1e6 never applies to a Qwen3 draft
     rope_theta_default="the transformers config class's default (10000 for Qwen3)",
-    lilicorr_disabled="refuses it (\"requires lilicorr_enabled=True\")",
+    lilicorr_disabled='refuses it ("requires lilicorr_enabled=True")',
     dflash2_conv_indexed=True,  # qwen3_dflash2.py DFlash2Qwen3DecoderLayer: draft_config["conv_kernel_size"]
     unknown_tensors="refused",  # AutoWeightsLoader._load_module: "There is no module or parameter named"
     legacy_duplicate="refuses",  # no parameter for the legacy name
     undeclared_lm_head="owned",  # process_eagle_weight sets has_own_lm_head; load_dflash_model keeps a distinct head
     selector_check="indexed",  # qwen3_dflash2.py DFlash2Qwen3Model: int(draft_config["selector_rank"]), no range check
     markov_rank_top_level=True,  # qwen3_dspark.py Qwen3DSparkModel reads config.markov_rank
-    markov_head_types=("vanilla",),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read
+    markov_head_types=(
+        "vanilla",
+    ),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read
     logit_scale_checked=False,  # LiLiCorrHead stores lilicorr_logit_scale without a check
     layer_types_length_exact=True,  # transformers' Qwen3Config: "num_hidden_layers must be equal to layer_types"
     sliding_window_needs_flag=True,  # Qwen3Config keeps sliding_window only with use_sliding_window
     # qwen3_dflash.py load_weights skips "t2d"; AutoWeightsLoader drops recomputed rotary caches
-    inert_tensors=("t2d", "*.t2d", "*rotary_emb.inv_freq", "*rotary_pos_emb.inv_freq", "*rotary_emb.cos_cached",
-                   "*rotary_emb.sin_cached"),
+    inert_tensors=(
+        "t2d",
+        "*.t2d",
+        "*rotary_emb.inv_freq",
+        "*rotary_pos_emb.inv_freq",
+        "*rotary_emb.cos_cached",
+        "*rotary_emb.sin_cached",
+    ),
     captures_in_layer_order=True,  # interfaces.py EagleModelMixin._set_aux_hidden_state_layers: sorted(set(layers))
     reads_eagle_aux_layer_ids=True,  # eagle3_utils.py get_eagle3_aux_layers_from_config reads it first
     tensor_aliases=("midlayer", "encoder"),  # qwen3_dflash.py DFlashQwen3Model.hf_to_vllm_mapper
@@ -128,8 +136,15 @@ def draft_patterns(patterns: tuple[str, ...], num_target_layers: int | None) -> 
     mapped = []
     for p in _split(out):
         if num_target_layers:
-            p = _ROOT_LAYER.sub(lambda m: f"{m.group(1)}layers.{num_target_layers + int(m.group(2))}"
-                                if int(m.group(2)) < num_target_layers else m.group(0), p, count=1)
+            p = _ROOT_LAYER.sub(
+                lambda m: (
+                    f"{m.group(1)}layers.{num_target_layers + int(m.group(2))}"
+                    if int(m.group(2)) < num_target_layers
+                    else m.group(0)
+                ),
+                p,
+                count=1,
+            )
         mapped.append(_NOT_ROOTED.sub("model.", p, count=1))
     return mapped
 

@@ -1,7 +1,7 @@
 """`lilicorr-ckpt smoke`: run the reference drafter against its target. Torch is imported only when it runs.
 
-    from lilicorr_ckpt.smoke import smoke
-    profile = smoke("./drafter", target="./Qwen3-8B", limit=4)   # a SmokeReport; profile.passed is the verdict
+from lilicorr_ckpt.smoke import smoke
+profile = smoke("./drafter", target="./Qwen3-8B", limit=4)   # a SmokeReport; profile.passed is the verdict
 """
 
 from __future__ import annotations
@@ -11,7 +11,12 @@ from typing import Any
 
 from lilicorr_ckpt.errors import UsageError
 
-_EXPORTS = {"SmokeOptions": ".options", "run_smoke": ".run", "SmokeReport": ".profile", "SmokeRefused": "lilicorr_ckpt.errors"}
+_EXPORTS = {
+    "SmokeOptions": ".options",
+    "run_smoke": ".run",
+    "SmokeReport": ".profile",
+    "SmokeRefused": "lilicorr_ckpt.errors",
+}
 __all__ = sorted([*_EXPORTS, "smoke"])
 
 

@@ -55,12 +55,14 @@ A probe file has one JSON object per line: {"id": "...", "category": "...", "pro
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
 """
 
-EPILOG = ("Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
-          "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
-          "without CUDA, --output could not be written); 4 usage error (a bad option value, or an --output path whose "
-          "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated. With "
-          "--engine: 1 also when the server does not serve this drafter; 2 when it is unreachable, misconfigured or "
-          "answers nonsense.")
+EPILOG = (
+    "Exit codes: 0 every gate passed; 1 a gate failed, or validate refused the checkpoint, or the drafter does "
+    "not fit the target; 2 unreadable input or I/O error (missing target, bad probe or baseline file, --gpu "
+    "without CUDA, --output could not be written); 4 usage error (a bad option value, or an --output path whose "
+    "directory is missing or read-only: checked before any model loads); 130 interrupted; 143 terminated. With "
+    "--engine: 1 also when the server does not serve this drafter; 2 when it is unreachable, misconfigured or "
+    "answers nonsense."
+)
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str) -> tuple[int, ...]:
@@ -85,71 +87,226 @@ def register(group: click.Group) -> None:
 
 @click.command(help=HELP, epilog=EPILOG)
 @click.argument("path")
-@click.option("--target", "-t", required=True, metavar="DIR|REPO_ID|FILE.gguf",
-              help="The target model the drafter was trained for: a local HF directory (with its tokenizer), a repo "
-                   "id already in the local HF cache (offline), or a GGUF file.")
-@click.option("--gpu", is_flag=True, help="Run on CUDA (Triton draft-step kernels, bfloat16) and check kernel parity.")
-@click.option("--probes", "-p", default="code,chat,math", show_default=True, metavar="CATEGORIES|FILE.jsonl",
-              help="Bundled categories (code: HumanEval, chat: MT-Bench turn 1, math: GSM8K CoT questions) or a "
-                   "JSONL file of your own.")
-@click.option("--limit", "-n", type=int, default=8, show_default=True, metavar="N",
-              help="At most N prompts per category, in file order (0: all).")
-@click.option("--max-new-tokens", type=int, default=128, show_default=True, metavar="N",
-              help="Stop each generation after N new tokens (>= 2), or earlier at the target's eos.")
-@click.option("--temperature", type=float, default=0.0, show_default=True, metavar="T",
-              help="0 decodes greedily; above 0 samples (exact rejection sampling) and skips the lossless gate.")
-@click.option("--seeds", default="0", show_default=True, callback=_ints, metavar="S1,S2,...",
-              help="Sampling seeds; every prompt runs once per seed (needs --temperature > 0 for more than one).")
-@click.option("--num-speculative-tokens", "-k", type=int, default=None, metavar="N",
-              help="Tokens drafted per block, at most block_size - 1.  [default: block_size - 1]")
-@click.option("--min-tau", type=float, default=None, metavar="X",
-              help="Fail when tau of the head (or of the control, for a head-free checkpoint) is below X.")
-@click.option("--min-accept-rates", callback=_floats, default=None, metavar="R1,R2,...",
-              help="Fail when the marginal acceptance at position i (all of drafts 1..i accepted) is below Ri.")
-@click.option("--min-head-gain", type=float, default=0.05, show_default=True, metavar="G",
-              help="Required relative tau gain of the head over the control (-1 disables the gate in effect).")
-@click.option("--baseline", metavar="PROFILE.json", help="A profile from an earlier `smoke --out` to compare against.")
-@click.option("--tolerance", type=float, default=0.05, show_default=True, metavar="R",
-              help="With --baseline: the relative tau drop that fails. With --engine: the relative tau difference "
-                   "allowed between engine and reference (default there: derived from the prompts).")
-@click.option("--format", "-f", "fmt", type=click.Choice(list(formats.SMOKE)), default="text", show_default=True,
-              help="Report on stdout. " + formats.describe(formats.SMOKE))
-@click.option("--output", "-o", "out", metavar="PROFILE.json",
-              help="Also write the JSON profile to this file, whatever --format (its directory must exist).")
-@click.option("--out", "out_alias", metavar="PROFILE.json", hidden=True,
-              help="The old spelling of --output (hidden; still accepted).")
-@click.option("--dtype", type=click.Choice(["float32", "bfloat16", "float16"]), default=None,
-              help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]")
-@click.option("--runtime", "-r", type=click.Choice(RUNTIME_CHOICES), default="all", show_default=True,
-              help="The validate profile the drafter must pass to load.")
-@click.option("--batch", "-b", type=int, default=None, metavar="N",
-              help="Decode N probes side by side in each arm (one CUDA graph per block for all of them; a finished "
-                   "probe's slot takes the next). tau stays per request; tok/s and the speed-up are then the whole "
-                   "arm's at batch N.  [default: as many as fit with --gpu, 1 on the CPU]")
+@click.option(
+    "--target",
+    "-t",
+    required=True,
+    metavar="DIR|REPO_ID|FILE.gguf",
+    help="The target model the drafter was trained for: a local HF directory (with its tokenizer), a repo "
+    "id already in the local HF cache (offline), or a GGUF file.",
+)
+@click.option(
+    "--gpu", is_flag=True, help="Run on CUDA (Triton draft-step kernels, bfloat16) and check kernel parity."
+)
+@click.option(
+    "--probes",
+    "-p",
+    default="code,chat,math",
+    show_default=True,
+    metavar="CATEGORIES|FILE.jsonl",
+    help="Bundled categories (code: HumanEval, chat: MT-Bench turn 1, math: GSM8K CoT questions) or a "
+    "JSONL file of your own.",
+)
+@click.option(
+    "--limit",
+    "-n",
+    type=int,
+    default=8,
+    show_default=True,
+    metavar="N",
+    help="At most N prompts per category, in file order (0: all).",
+)
+@click.option(
+    "--max-new-tokens",
+    type=int,
+    default=128,
+    show_default=True,
+    metavar="N",
+    help="Stop each generation after N new tokens (>= 2), or earlier at the target's eos.",
+)
+@click.option(
+    "--temperature",
+    type=float,
+    default=0.0,
+    show_default=True,
+    metavar="T",
+    help="0 decodes greedily; above 0 samples (exact rejection sampling) and skips the lossless gate.",
+)
+@click.option(
+    "--seeds",
+    default="0",
+    show_default=True,
+    callback=_ints,
+    metavar="S1,S2,...",
+    help="Sampling seeds; every prompt runs once per seed (needs --temperature > 0 for more than one).",
+)
+@click.option(
+    "--num-speculative-tokens",
+    "-k",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Tokens drafted per block, at most block_size - 1.  [default: block_size - 1]",
+)
+@click.option(
+    "--min-tau",
+    type=float,
+    default=None,
+    metavar="X",
+    help="Fail when tau of the head (or of the control, for a head-free checkpoint) is below X.",
+)
+@click.option(
+    "--min-accept-rates",
+    callback=_floats,
+    default=None,
+    metavar="R1,R2,...",
+    help="Fail when the marginal acceptance at position i (all of drafts 1..i accepted) is below Ri.",
+)
+@click.option(
+    "--min-head-gain",
+    type=float,
+    default=0.05,
+    show_default=True,
+    metavar="G",
+    help="Required relative tau gain of the head over the control (-1 disables the gate in effect).",
+)
+@click.option(
+    "--baseline", metavar="PROFILE.json", help="A profile from an earlier `smoke --out` to compare against."
+)
+@click.option(
+    "--tolerance",
+    type=float,
+    default=0.05,
+    show_default=True,
+    metavar="R",
+    help="With --baseline: the relative tau drop that fails. With --engine: the relative tau difference "
+    "allowed between engine and reference (default there: derived from the prompts).",
+)
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(list(formats.SMOKE)),
+    default="text",
+    show_default=True,
+    help="Report on stdout. " + formats.describe(formats.SMOKE),
+)
+@click.option(
+    "--output",
+    "-o",
+    "out",
+    metavar="PROFILE.json",
+    help="Also write the JSON profile to this file, whatever --format (its directory must exist).",
+)
+@click.option(
+    "--out",
+    "out_alias",
+    metavar="PROFILE.json",
+    hidden=True,
+    help="The old spelling of --output (hidden; still accepted).",
+)
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "bfloat16", "float16"]),
+    default=None,
+    help="Target and drafter dtype  [default: float32 on the CPU, bfloat16 with --gpu]",
+)
+@click.option(
+    "--runtime",
+    "-r",
+    type=click.Choice(RUNTIME_CHOICES),
+    default="all",
+    show_default=True,
+    help="The validate profile the drafter must pass to load.",
+)
+@click.option(
+    "--batch",
+    "-b",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Decode N probes side by side in each arm (one CUDA graph per block for all of them; a finished "
+    "probe's slot takes the next). tau stays per request; tok/s and the speed-up are then the whole "
+    "arm's at batch N.  [default: as many as fit with --gpu, 1 on the CPU]",
+)
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
-@click.option("--engine", "-e", "engine", metavar="sglang=URL|vllm=URL",
-              help="Measure against a running SGLang or vLLM server started with this drafter, instead of the "
-                   "reference runtime (torch not needed). See 'Against a running engine' in docs/smoke.md.")
-@click.option("--api-key", envvar="LILICORR_ENGINE_API_KEY", show_envvar=True, metavar="KEY",
-              help="With --engine: the server's API key (sent as a Bearer token, never printed). Prefer the "
-                   "environment variable: a command line is visible to other users.")
-@click.option("--concurrency", "-c", type=int, default=1, show_default=True, metavar="N",
-              help="With --engine: requests in flight at once. vLLM gives per-request acceptance only at 1.")
-@click.option("--timeout", type=float, default=300.0, show_default=True, metavar="SECONDS",
-              help="With --engine: the longest one request may take, answer included.")
-@click.option("--served-drafter", metavar="NAME",
-              help="With --engine: the name the server gives the drafter, when its copy goes by another name.")
-@click.option("--reference", is_flag=True,
-              help="With --engine: also decode the probes with the reference runtime here (with --gpu on CUDA) "
-                   "and compare, instead of --baseline.")
+@click.option(
+    "--engine",
+    "-e",
+    "engine",
+    metavar="sglang=URL|vllm=URL",
+    help="Measure against a running SGLang or vLLM server started with this drafter, instead of the "
+    "reference runtime (torch not needed). See 'Against a running engine' in docs/smoke.md.",
+)
+@click.option(
+    "--api-key",
+    envvar="LILICORR_ENGINE_API_KEY",
+    show_envvar=True,
+    metavar="KEY",
+    help="With --engine: the server's API key (sent as a Bearer token, never printed). Prefer the "
+    "environment variable: a command line is visible to other users.",
+)
+@click.option(
+    "--concurrency",
+    "-c",
+    type=int,
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="With --engine: requests in flight at once. vLLM gives per-request acceptance only at 1.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=300.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --engine: the longest one request may take, answer included.",
+)
+@click.option(
+    "--served-drafter",
+    metavar="NAME",
+    help="With --engine: the name the server gives the drafter, when its copy goes by another name.",
+)
+@click.option(
+    "--reference",
+    is_flag=True,
+    help="With --engine: also decode the probes with the reference runtime here (with --gpu on CUDA) "
+    "and compare, instead of --baseline.",
+)
 @click.pass_context
-def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, limit: int, max_new_tokens: int,
-          temperature: float, seeds: tuple[int, ...], num_speculative_tokens: int | None, min_tau: float | None,
-          min_accept_rates: tuple[float, ...], min_head_gain: float, baseline: str | None, tolerance: float,
-          fmt: str, out: str | None, out_alias: str | None, dtype: str | None, runtime: str, batch: int | None,
-          no_warmup: bool, quiet: bool, engine: str | None, api_key: str | None, concurrency: int, timeout: float,
-          served_drafter: str | None, reference: bool) -> None:
+def smoke(
+    ctx: click.Context,
+    path: str,
+    target: str,
+    gpu: bool,
+    probes: str,
+    limit: int,
+    max_new_tokens: int,
+    temperature: float,
+    seeds: tuple[int, ...],
+    num_speculative_tokens: int | None,
+    min_tau: float | None,
+    min_accept_rates: tuple[float, ...],
+    min_head_gain: float,
+    baseline: str | None,
+    tolerance: float,
+    fmt: str,
+    out: str | None,
+    out_alias: str | None,
+    dtype: str | None,
+    runtime: str,
+    batch: int | None,
+    no_warmup: bool,
+    quiet: bool,
+    engine: str | None,
+    api_key: str | None,
+    concurrency: int,
+    timeout: float,
+    served_drafter: str | None,
+    reference: bool,
+) -> None:
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
     from lilicorr_ckpt.smoke.profile import encode
 
@@ -158,20 +315,47 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
     option = "--output" if out else "--out"  # errors name the spelling the user typed
     out = out or out_alias
     if out:
-        check_output_path(out, option, "profile.json")  # before any model loads: a bad path must not cost a whole run
-    options = SmokeOptions(path=path, target=target, gpu=gpu, probes=probes, limit=limit,
-                           max_new_tokens=max_new_tokens, temperature=temperature, seeds=seeds,
-                           num_speculative_tokens=num_speculative_tokens, min_tau=min_tau,
-                           min_accept_rates=min_accept_rates, min_head_gain=min_head_gain, baseline=baseline,
-                           tolerance=tolerance, dtype=dtype, runtime=runtime, warmup=not no_warmup, batch=batch)
+        check_output_path(
+            out, option, "profile.json"
+        )  # before any model loads: a bad path must not cost a whole run
+    options = SmokeOptions(
+        path=path,
+        target=target,
+        gpu=gpu,
+        probes=probes,
+        limit=limit,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seeds=seeds,
+        num_speculative_tokens=num_speculative_tokens,
+        min_tau=min_tau,
+        min_accept_rates=min_accept_rates,
+        min_head_gain=min_head_gain,
+        baseline=baseline,
+        tolerance=tolerance,
+        dtype=dtype,
+        runtime=runtime,
+        warmup=not no_warmup,
+        batch=batch,
+    )
     check_options(options)  # usage errors before the runtime is imported
     if engine is not None:
         from lilicorr_ckpt.smoke.engine.cli import run_engine_command
 
         given = ctx.get_parameter_source("tolerance") is not click.core.ParameterSource.DEFAULT
-        run_engine_command(options, engine=engine, api_key=api_key, concurrency=concurrency, timeout=timeout,
-                           served_drafter=served_drafter, reference=reference,
-                           tolerance=tolerance if given else None, fmt=fmt, out=out, quiet=quiet)
+        run_engine_command(
+            options,
+            engine=engine,
+            api_key=api_key,
+            concurrency=concurrency,
+            timeout=timeout,
+            served_drafter=served_drafter,
+            reference=reference,
+            tolerance=tolerance if given else None,
+            fmt=fmt,
+            out=out,
+            quiet=quiet,
+        )
     elif reference or concurrency != 1 or served_drafter:
         raise click.UsageError("--reference, --concurrency and --served-drafter apply with --engine only")
     run_smoke = runner()
@@ -193,4 +377,3 @@ def smoke(ctx: click.Context, path: str, target: str, gpu: bool, probes: str, li
     if out:
         write_output(encode(report), out)
     sys.exit(0 if report.passed else 1)
-

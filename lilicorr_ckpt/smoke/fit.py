@@ -23,8 +23,15 @@ from lilicorr_ckpt.report.validate import finding_lines
 from lilicorr_ckpt.runtimes import select_profiles
 
 # what each target rule is about, for the refusal's first line
-_ASPECT = {"LC501": "widths", "LC502": "taps", "LC503": "vocabulary", "LC504": "mask token", "LC505": "taps",
-           "LC506": "rope_theta", "LC507": "unchecked target geometry"}
+_ASPECT = {
+    "LC501": "widths",
+    "LC502": "taps",
+    "LC503": "vocabulary",
+    "LC504": "mask token",
+    "LC505": "taps",
+    "LC506": "rope_theta",
+    "LC507": "unchecked target geometry",
+}
 
 
 class LoadedGeometry(Protocol):
@@ -45,13 +52,20 @@ def target_findings(checkpoint: Checkpoint, target: TargetInfo, runtime: str) ->
 
 def loaded_info(header: TargetInfo, loaded: LoadedGeometry) -> TargetInfo:
     """The header's TargetInfo with the geometry of the model as loaded: nothing left unreadable."""
-    return msgspec.structs.replace(header, hidden_size=int(loaded.hidden_size), num_layers=int(loaded.num_layers),
-                                   vocab_size=int(loaded.vocab_size), embedding_rows=int(loaded.vocab_size),
-                                   embedding_width=int(loaded.hidden_size), unreadable={})
+    return msgspec.structs.replace(
+        header,
+        hidden_size=int(loaded.hidden_size),
+        num_layers=int(loaded.num_layers),
+        vocab_size=int(loaded.vocab_size),
+        embedding_rows=int(loaded.vocab_size),
+        embedding_width=int(loaded.hidden_size),
+        unreadable={},
+    )
 
 
-def require_fit(checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: str, runtime: str,
-                loaded: bool = False) -> list[Finding]:
+def require_fit(
+    checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: str, runtime: str, loaded: bool = False
+) -> list[Finding]:
     """validate's target findings for the pair (warnings included); SmokeRefused (exit 1) when one is an error, with
     every finding's line, so the taps, widths and vocabulary are named before anything decodes."""
     findings = target_findings(checkpoint, target, runtime)
@@ -61,32 +75,61 @@ def require_fit(checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: 
     return findings
 
 
-def fit_refusal(checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: str, runtime: str) -> str | None:
+def fit_refusal(
+    checkpoint: Checkpoint, target: TargetInfo, *, path: str, spec: str, runtime: str
+) -> str | None:
     """require_fit's refusal as text, or None when the pair fits: smoke adds it to validate's refusal of the
     drafter, so that one run names every problem."""
-    return _refusal(checkpoint, target, target_findings(checkpoint, target, runtime), path=path, spec=spec,
-                    runtime=runtime)
+    return _refusal(
+        checkpoint,
+        target,
+        target_findings(checkpoint, target, runtime),
+        path=path,
+        spec=spec,
+        runtime=runtime,
+    )
 
 
-def _refusal(checkpoint: Checkpoint, target: TargetInfo, findings: list[Finding], *, path: str, spec: str,
-             runtime: str, loaded: bool = False) -> str | None:
+def _refusal(
+    checkpoint: Checkpoint,
+    target: TargetInfo,
+    findings: list[Finding],
+    *,
+    path: str,
+    spec: str,
+    runtime: str,
+    loaded: bool = False,
+) -> str | None:
     errors = [f for f in findings if f.severity == "error"]
     if not errors:
         return None
     aspects = list(dict.fromkeys(_ASPECT.get(f.rule, f.name) for f in errors))
-    when = ("checked on the target as loaded, before decoding" if loaded
-            else "checked from the target's config, before its weights load")
+    when = (
+        "checked on the target as loaded, before decoding"
+        if loaded
+        else "checked from the target's config, before its weights load"
+    )
     lines = [f"drafter and target do not match: {', '.join(aspects)} ({when}; nothing was decoded)"]
     g = checkpoint.geometry
     for f in findings:
         if f.severity == "info":
             continue
         lines += finding_lines(f)
-        if f.rule == "LC501" and f.pointer == "$.hidden_size" and g.num_taps and g.hidden_size and target.hidden_size:
+        if (
+            f.rule == "LC501"
+            and f.pointer == "$.hidden_size"
+            and g.num_taps
+            and g.hidden_size
+            and target.hidden_size
+        ):
             taps = g.num_taps
-            lines.append(f"      fc takes {taps} taps x {g.hidden_size} = {taps * g.hidden_size} features of the "
-                         f"target's hidden states; this target's give {taps} x {target.hidden_size} = "
-                         f"{taps * target.hidden_size}")
+            lines.append(
+                f"      fc takes {taps} taps x {g.hidden_size} = {taps * g.hidden_size} features of the "
+                f"target's hidden states; this target's give {taps} x {target.hidden_size} = "
+                f"{taps * target.hidden_size}"
+            )
     flag = "" if runtime == "all" else f" --runtime {runtime}"
-    lines.append(f"  `lilicorr-ckpt validate {printable(path)} --target {printable(spec)}{flag}` reports the same findings")
+    lines.append(
+        f"  `lilicorr-ckpt validate {printable(path)} --target {printable(spec)}{flag}` reports the same findings"
+    )
     return "\n".join(lines)

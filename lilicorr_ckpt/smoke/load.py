@@ -21,8 +21,13 @@ def _check_runtime(runtime: object) -> None:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIME_CHOICES)}; got {runtime!r}")
 
 
-def build_valid_drafter(checkpoint: Checkpoint, *, runtime: str = "all", dtype: torch.dtype | str = torch.float32,
-                        device: str | torch.device = "cpu") -> Drafter:
+def build_valid_drafter(
+    checkpoint: Checkpoint,
+    *,
+    runtime: str = "all",
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
+) -> Drafter:
     """The drafter of a checkpoint validate accepts for `runtime`; CheckpointRefused (validate's error lines)
     otherwise."""
     _check_runtime(runtime)
@@ -35,8 +40,13 @@ def build_valid_drafter(checkpoint: Checkpoint, *, runtime: str = "all", dtype: 
     return build_drafter(checkpoint, dtype, device)
 
 
-def load_drafter(path: str | Path, *, runtime: str = "all", dtype: torch.dtype | str = torch.float32,
-                 device: str | torch.device = "cpu") -> Drafter:
+def load_drafter(
+    path: str | Path,
+    *,
+    runtime: str = "all",
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
+) -> Drafter:
     """Read a checkpoint, refuse it as validate does for `runtime` (sglang, vllm, trtllm or all), and build its
     drafter. dtype: a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16). Either one out of range
     raises ValueError."""

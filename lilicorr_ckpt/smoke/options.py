@@ -34,7 +34,9 @@ class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
     dtype: str | None = None  # float32 on the CPU, bfloat16 with --gpu
     runtime: str = "all"
     warmup: bool = True
-    batch: int | None = None  # probes decoded side by side per arm; None: as many as fit on the GPU, 1 on the CPU
+    batch: int | None = (
+        None  # probes decoded side by side per arm; None: as many as fit on the GPU, 1 on the CPU
+    )
 
 
 MAX_NEW_TOKENS = 1 << 16  # far beyond any probe; the target's positions bound it further once it is read
@@ -50,17 +52,24 @@ def _finite(value: float | None) -> bool:
 def check_options(opts: SmokeOptions) -> None:
     """Usage errors that need no model (exit 4): every option's range, so no value reaches torch unchecked."""
     if not 2 <= opts.max_new_tokens <= MAX_NEW_TOKENS:
-        raise UsageError(f"--max-new-tokens must be in [2, {MAX_NEW_TOKENS}] (the first token comes from the "
-                         f"prefill), got {opts.max_new_tokens}")
+        raise UsageError(
+            f"--max-new-tokens must be in [2, {MAX_NEW_TOKENS}] (the first token comes from the "
+            f"prefill), got {opts.max_new_tokens}"
+        )
     if not math.isfinite(opts.temperature) or not 0 <= opts.temperature <= MAX_TEMPERATURE:
-        raise UsageError(f"--temperature must be a finite number in [0, {MAX_TEMPERATURE:g}], got {opts.temperature}")
+        raise UsageError(
+            f"--temperature must be a finite number in [0, {MAX_TEMPERATURE:g}], got {opts.temperature}"
+        )
     if not opts.seeds:
         raise UsageError("--seeds needs at least one seed")
     bad_seeds = [s for s in opts.seeds if not 0 <= s <= MAX_SEED]
     if bad_seeds:
         raise UsageError(f"--seeds must be integers in [0, 2**63 - 1], got {bad_seeds[0]}")
-    for option, value in (("--min-tau", opts.min_tau), ("--min-head-gain", opts.min_head_gain),
-                          ("--tolerance", opts.tolerance)):
+    for option, value in (
+        ("--min-tau", opts.min_tau),
+        ("--min-head-gain", opts.min_head_gain),
+        ("--tolerance", opts.tolerance),
+    ):
         if not _finite(value):
             raise UsageError(f"{option} must be a finite number, got {value}")
     if opts.min_tau is not None and opts.min_tau < 0:
@@ -68,7 +77,9 @@ def check_options(opts: SmokeOptions) -> None:
     if opts.limit is not None and opts.limit > 1 << 20:
         raise UsageError(f"--limit must be at most {1 << 20}, got {opts.limit}")
     if opts.temperature == 0 and len(opts.seeds) > 1:
-        raise UsageError("--seeds with more than one seed needs --temperature > 0: greedy decoding is deterministic")
+        raise UsageError(
+            "--seeds with more than one seed needs --temperature > 0: greedy decoding is deterministic"
+        )
     if opts.dtype is not None and opts.dtype not in DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}, got {opts.dtype!r}")
     if opts.tolerance < 0:

@@ -27,6 +27,7 @@ class Probe(msgspec.Struct, frozen=True):
     prompt: str
     chat: bool
 
+
 PROBE_LIMIT = 16 << 20  # a probe file is prompts, not a corpus
 # a prompt of 256k characters is tens of thousands of tokens, past most targets' context: longer ones would only
 # cost minutes of tokenizing before smoke refuses them by position count
@@ -53,13 +54,20 @@ def load_probes(spec: str, limit: int = 0) -> list[Probe]:
         names = [n.strip() for n in spec.split(",") if n.strip()]
         unknown = [n for n in names if n not in BUNDLED]
         if unknown or not names:
-            raise UsageError(f"--probes {spec!r}: unknown categor{'ies' if len(unknown) > 1 else 'y'} "
-                             f"{', '.join(unknown) or '(none given)'}; choose from {', '.join(BUNDLED)} "
-                             "(comma-separated), or give a .jsonl file")
+            raise UsageError(
+                f"--probes {spec!r}: unknown categor{'ies' if len(unknown) > 1 else 'y'} "
+                f"{', '.join(unknown) or '(none given)'}; choose from {', '.join(BUNDLED)} "
+                "(comma-separated), or give a .jsonl file"
+            )
         probes = []
         for name in dict.fromkeys(names):
             # one step at a time: Traversable.joinpath takes a single name before Python 3.11
-            text = resources.files("lilicorr_ckpt").joinpath("probes").joinpath(f"{name}.jsonl").read_text("utf-8")
+            text = (
+                resources.files("lilicorr_ckpt")
+                .joinpath("probes")
+                .joinpath(f"{name}.jsonl")
+                .read_text("utf-8")
+            )
             probes.extend(parse_lines(jsonl_lines(text), f"bundled {name}.jsonl"))
     return select(probes, limit)
 
@@ -71,8 +79,10 @@ def read_jsonl(path: Path) -> list[Probe]:
     text = decode_utf8(read_regular_file(path, what=what, max_bytes=PROBE_LIMIT), what=what)
     probes = parse_lines(jsonl_lines(text), str(path))
     if not probes:
-        raise InputError(f"probe file {str(path)!r} holds no prompts (expected one JSON object per line: "
-                         '{"id": ..., "category": ..., "prompt": ..., "chat": true|false})')
+        raise InputError(
+            f"probe file {str(path)!r} holds no prompts (expected one JSON object per line: "
+            '{"id": ..., "category": ..., "prompt": ..., "chat": true|false})'
+        )
     return probes
 
 
@@ -99,27 +109,41 @@ def parse_lines(lines: Sequence[str], where: str) -> list[Probe]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise InputError(f"{at}: not JSON ({exc.msg} at column {exc.colno}); each line must be one object "
-                             '{"id": ..., "category": ..., "prompt": ..., "chat": true|false}') from None
+            raise InputError(
+                f"{at}: not JSON ({exc.msg} at column {exc.colno}); each line must be one object "
+                '{"id": ..., "category": ..., "prompt": ..., "chat": true|false}'
+            ) from None
         except RecursionError:
-            raise InputError(f"{at}: nested too deeply to be a probe (expected one flat JSON object)") from None
+            raise InputError(
+                f"{at}: nested too deeply to be a probe (expected one flat JSON object)"
+            ) from None
         except ValueError as exc:  # an integer of more digits than Python converts
             raise InputError(f"{at}: not a usable JSON line ({str(exc).split(';')[0]})") from None
         if not isinstance(obj, dict):
             raise InputError(f"{at}: expected a JSON object, found {type(obj).__name__}")
         for key, kind in (("id", str), ("category", str), ("prompt", str), ("chat", bool)):
             if key not in obj:
-                raise InputError(f"{at}: missing key {key!r} (every line needs id, category, prompt and chat)")
+                raise InputError(
+                    f"{at}: missing key {key!r} (every line needs id, category, prompt and chat)"
+                )
             if not isinstance(obj[key], kind):
-                raise InputError(f"{at}: {key!r} must be a {'boolean' if kind is bool else 'string'}, "
-                                 f"found {json.dumps(obj[key])[:60]}")
+                raise InputError(
+                    f"{at}: {key!r} must be a {'boolean' if kind is bool else 'string'}, "
+                    f"found {json.dumps(obj[key])[:60]}"
+                )
         if not obj["prompt"].strip() or not obj["category"].strip():
             raise InputError(f"{at}: 'prompt' and 'category' must not be empty")
         for key in ("id", "category", "prompt"):
             if _unpaired_surrogate(obj[key]):
-                raise InputError(f"{at}: {key!r} holds an unpaired UTF-16 surrogate (such as \\ud800), which is not "
-                                 "text a tokenizer can encode")
-        for key, cap in (("id", MAX_LABEL_CHARS), ("category", MAX_LABEL_CHARS), ("prompt", MAX_PROMPT_CHARS)):
+                raise InputError(
+                    f"{at}: {key!r} holds an unpaired UTF-16 surrogate (such as \\ud800), which is not "
+                    "text a tokenizer can encode"
+                )
+        for key, cap in (
+            ("id", MAX_LABEL_CHARS),
+            ("category", MAX_LABEL_CHARS),
+            ("prompt", MAX_PROMPT_CHARS),
+        ):
             if len(obj[key]) > cap:
                 raise InputError(f"{at}: {key!r} is {len(obj[key])} characters; the limit is {cap}")
         if obj["id"] in seen:

@@ -79,7 +79,9 @@ class TargetRecord(msgspec.Struct, frozen=True, kw_only=True):
     hidden_size: int
     num_layers: int
     vocab_size: int
-    forward: str = "transformers eager forward"  # the runtime's target path: "fast path (...)" or transformers'
+    forward: str = (
+        "transformers eager forward"  # the runtime's target path: "fast path (...)" or transformers'
+    )
 
 
 class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):
@@ -218,7 +220,9 @@ class SmokeReport(msgspec.Struct, frozen=True, kw_only=True):
     marginal_accept_rates: list[float]
     mean_accept_length: float
     mean_accept_length_per_request: float
-    accept_length_model: Literal["measured_per_k"] = "measured_per_k"  # a block drafter re-plans when K changes
+    accept_length_model: Literal["measured_per_k"] = (
+        "measured_per_k"  # a block drafter re-plans when K changes
+    )
     accept_length_by_k: dict[str, float]
     acceptance_length_histogram: dict[int, int]
     per_category: dict[str, CategoryProfile]
@@ -247,8 +251,13 @@ def position_counts(blocks: Sequence[tuple[int, int]], length: int) -> list[Posi
     out = []
     for j in range(1, length + 1):
         drafted = [a for d, a in blocks if d >= j]
-        out.append(PositionCount(drafted=len(drafted), reached=sum(a >= j - 1 for a in drafted),
-                                 accepted=sum(a >= j for a in drafted)))
+        out.append(
+            PositionCount(
+                drafted=len(drafted),
+                reached=sum(a >= j - 1 for a in drafted),
+                accepted=sum(a >= j for a in drafted),
+            )
+        )
     return out
 
 
@@ -263,26 +272,36 @@ def per_request_mean(taus: Sequence[float], blocks: Sequence[int]) -> float:
     return sum(measured) / len(measured) if measured else 0.0
 
 
-def mean_consistency(mean_accept_length: float, marginal: Sequence[float],
-                     tolerance: float = CONSISTENCY_TOLERANCE) -> MeanConsistency:
+def mean_consistency(
+    mean_accept_length: float, marginal: Sequence[float], tolerance: float = CONSISTENCY_TOLERANCE
+) -> MeanConsistency:
     """Longest-prefix verification: mean length = 1 + sum of the survival function, when the
     vector spans every length; a shorter vector (a K understated) shows up as a shortfall."""
     implied = 1.0 + sum(marginal)
     delta = abs(implied - mean_accept_length)
-    return MeanConsistency(implied_mean_accept_length=round(implied, 6),
-                           reported_mean_accept_length=round(mean_accept_length, 6),
-                           abs_delta=round(delta, 6), tolerance=tolerance, passed=delta <= tolerance)
+    return MeanConsistency(
+        implied_mean_accept_length=round(implied, 6),
+        reported_mean_accept_length=round(mean_accept_length, 6),
+        abs_delta=round(delta, 6),
+        tolerance=tolerance,
+        passed=delta <= tolerance,
+    )
 
 
 def marginal_monotonicity(marginal: Sequence[float]) -> MarginalMonotonicity:
-    violations = [MonotonicityViolation(position=i, value=marginal[i], previous=marginal[i - 1])
-                  for i in range(1, len(marginal)) if marginal[i] > marginal[i - 1] + 1e-9]
+    violations = [
+        MonotonicityViolation(position=i, value=marginal[i], previous=marginal[i - 1])
+        for i in range(1, len(marginal))
+        if marginal[i] > marginal[i - 1] + 1e-9
+    ]
     return MarginalMonotonicity(passed=not violations, violations=violations)
 
 
 def validation_of(stats: ArmStats) -> Validation:
-    return Validation(mean_consistency=mean_consistency(stats.mean_accept_length, stats.marginal_accept_rates),
-                      marginal_monotonicity=marginal_monotonicity(stats.marginal_accept_rates))
+    return Validation(
+        mean_consistency=mean_consistency(stats.mean_accept_length, stats.marginal_accept_rates),
+        marginal_monotonicity=marginal_monotonicity(stats.marginal_accept_rates),
+    )
 
 
 def relative_gain(head_tau: float, control_tau: float) -> float | None:

@@ -53,7 +53,7 @@ from lilicorr_runtime.target.fast import FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
 # of the logit's magnitude (at least 1.0) is a tie-flip, not a bug: a few ulps of the dtype, accumulated.
-TIE_RELATIVE = {"float32": 2.0 ** -14, "float16": 2.0 ** -8, "bfloat16": 2.0 ** -5}
+TIE_RELATIVE = {"float32": 2.0**-14, "float16": 2.0**-8, "bfloat16": 2.0**-5}
 PARITY_BLOCKS = 4
 MAX_DEFAULT_BATCH = 256  # the default --batch on the GPU: as many probes as fit, at most this many
 
@@ -81,8 +81,10 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     baseline = read_baseline(opts.baseline) if opts.baseline else None
     transformers.utils.logging.disable_progress_bar()  # our own progress line stands for the loading steps
     if opts.gpu and not torch.cuda.is_available():
-        raise InputError(f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
-                         "(torch.cuda.is_available() is False); run without --gpu for the CPU reference")
+        raise InputError(
+            f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
+            "(torch.cuda.is_available() is False); run without --gpu for the CPU reference"
+        )
     device = "cuda" if opts.gpu else "cpu"
     if not opts.gpu:
         cpu_threads()
@@ -91,7 +93,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
     progress.note("loading the drafter")
     ckpt = load_checkpoint(opts.path)
-    check_target_files(resolve_target_spec(opts.target), opts.target)  # its config must describe its weights, then
+    check_target_files(
+        resolve_target_spec(opts.target), opts.target
+    )  # its config must describe its weights, then
     header = read_target(opts.target)  # the taps, widths and vocabulary are judged before the weights load
     try:
         drafter = build_valid_drafter(ckpt, runtime=opts.runtime, dtype=dtype, device=device)
@@ -102,39 +106,57 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)
-    require_fit(ckpt, loaded_info(header, target), path=opts.path, spec=opts.target, runtime=opts.runtime, loaded=True)
+    require_fit(
+        ckpt, loaded_info(header, target), path=opts.path, spec=opts.target, runtime=opts.runtime, loaded=True
+    )
     if target.tokenizer is None:
-        raise InputError(f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
-                         "tokenizes the probe prompts with it")
+        raise InputError(
+            f"target {opts.target!r} has no tokenizer (tokenizer.json / tokenizer_config.json); smoke "
+            "tokenizes the probe prompts with it"
+        )
 
     g = drafter.geometry
     block_size = g.block_size
-    if block_size is None:  # the runtime builds no drafter without one; named here rather than a TypeError below
-        raise InputError(f"drafter {opts.path!r}: its config gives no block_size; smoke drafts a block at a time")
+    if (
+        block_size is None
+    ):  # the runtime builds no drafter without one; named here rather than a TypeError below
+        raise InputError(
+            f"drafter {opts.path!r}: its config gives no block_size; smoke drafts a block at a time"
+        )
     slots = block_size - 1
     n = slots if opts.num_speculative_tokens is None else opts.num_speculative_tokens
     if n > slots:
-        raise UsageError(f"--num-speculative-tokens {n} exceeds the drafter's {slots} slots (block_size {block_size})")
+        raise UsageError(
+            f"--num-speculative-tokens {n} exceeds the drafter's {slots} slots (block_size {block_size})"
+        )
     if len(opts.min_accept_rates) > n:
-        raise UsageError(f"--min-accept-rates gives {len(opts.min_accept_rates)} floors, but only {n} positions "
-                         "are drafted")
+        raise UsageError(
+            f"--min-accept-rates gives {len(opts.min_accept_rates)} floors, but only {n} positions "
+            "are drafted"
+        )
     has_head = drafter.lilicorr is not None
     arms = [a for a in ARMS if a != "head" or has_head]
     eos = list(target.eos_token_ids)  # the generation config's, as HF generate stops
     outside = [e for e in eos if not isinstance(e, int) or not 0 <= e < target.vocab_size]
     if outside:
-        raise InputError(f"target {opts.target!r}: eos_token_id {outside[0]} is outside its vocabulary "
-                         f"({target.vocab_size} tokens); fix eos_token_id in config.json / generation_config.json")
+        raise InputError(
+            f"target {opts.target!r}: eos_token_id {outside[0]} is outside its vocabulary "
+            f"({target.vocab_size} tokens); fix eos_token_id in config.json / generation_config.json"
+        )
     prompts, chat = _tokenize(target.tokenizer, probes, eos)
     positions = getattr(target.model.config, "max_position_embeddings", None)
     for probe, ids in zip(probes, prompts, strict=True):
         if isinstance(positions, int) and len(ids) + opts.max_new_tokens + block_size > positions:
-            raise InputError(f"probe {probe.id}: {len(ids)} prompt tokens + --max-new-tokens {opts.max_new_tokens} "
-                             f"+ one block ({block_size}) exceed the target's {positions} positions; lower "
-                             "--max-new-tokens or shorten the prompt")
+            raise InputError(
+                f"probe {probe.id}: {len(ids)} prompt tokens + --max-new-tokens {opts.max_new_tokens} "
+                f"+ one block ({block_size}) exceed the target's {positions} positions; lower "
+                "--max-new-tokens or shorten the prompt"
+            )
         if max(ids) >= target.vocab_size:
-            raise InputError(f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
-                             f"table ({target.vocab_size} rows): the tokenizer does not belong to this model")
+            raise InputError(
+                f"probe {probe.id}: the target's tokenizer gives id {max(ids)}, outside its embedding "
+                f"table ({target.vocab_size} rows): the tokenizer does not belong to this model"
+            )
 
     first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
     batch = _batch_size(opts, target, drafter, prompts, n)
@@ -143,13 +165,20 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
 
     def decoder(arm: Arm, seed: int, keep: bool = False) -> Any:
         try:
-            return SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm,
-                                      num_speculative_tokens=None if arm == "ar" else n,
-                                      temperature=opts.temperature, seed=seed, keep_proposals=keep,
-                                      loop=None if keep else loop)
+            return SpeculativeDecoder(
+                target,
+                None if arm == "ar" else drafter,
+                mode=arm,
+                num_speculative_tokens=None if arm == "ar" else n,
+                temperature=opts.temperature,
+                seed=seed,
+                keep_proposals=keep,
+                loop=None if keep else loop,
+            )
         except ValueError as exc:
-            raise SmokeRefused(f"{exc}\n  `lilicorr-ckpt validate {opts.path} --target {opts.target}` "
-                               "lists every mismatch") from None
+            raise SmokeRefused(
+                f"{exc}\n  `lilicorr-ckpt validate {opts.path} --target {opts.target}` lists every mismatch"
+            ) from None
 
     # one decoder per arm, re-seeded for each seed: a warm-up on the longest prompt sizes the caches (and captures
     # the CUDA graphs) once, outside the timed runs
@@ -196,7 +225,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     divergences: list[Divergence] = []
     if opts.temperature == 0:
         progress.note("checking losslessness")
-        divergences = lossless_divergences(target, decoders["ar"], runs, dtype_name, eos, opts.max_new_tokens, batch)
+        divergences = lossless_divergences(
+            target, decoders["ar"], runs, dtype_name, eos, opts.max_new_tokens, batch
+        )
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -206,32 +237,62 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         elif not has_head:
             parity_reason = "the checkpoint has no head: the control's per-slot argmax runs no kernel"
         else:
-            parity = kernel_parity(decoder("head", 0, keep=True), prompts[0], n, opts.temperature,
-                                   eos, PARITY_BLOCKS)
+            parity = kernel_parity(
+                decoder("head", 0, keep=True), prompts[0], n, opts.temperature, eos, PARITY_BLOCKS
+            )
     # greedy: where another stack may pick either of two near-tied tokens (smoke --engine compares up to there)
     near_ties = reference_ties(target, runs) if opts.temperature == 0 else None
     progress.finish()
 
     conditions = MeasurementConditions(
-        probes=opts.probes, probe_counts=counts(probes), probe_digest=digest(probes), limit=opts.limit,
-        max_new_tokens=opts.max_new_tokens, temperature=opts.temperature, seeds=list(opts.seeds),
-        warmup=opts.warmup, device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
-        dtype=dtype_name, kernel_backend=ops.kernel_backend(device), concurrency=batch,
-        versions=_versions(), measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    return assemble(opts=opts, runs=runs, arms=arms, has_head=has_head, n=n, block_size=block_size, near_ties=near_ties,
-                    draft_info=draft_info, target_info=target_info, chat=chat, conditions=conditions,
-                    divergences=divergences, parity=parity, parity_reason=parity_reason, baseline=baseline,
-                    acceptance_stats=acceptance_stats, elapsed=elapsed)
+        probes=opts.probes,
+        probe_counts=counts(probes),
+        probe_digest=digest(probes),
+        limit=opts.limit,
+        max_new_tokens=opts.max_new_tokens,
+        temperature=opts.temperature,
+        seeds=list(opts.seeds),
+        warmup=opts.warmup,
+        device=torch.cuda.get_device_name() if opts.gpu else f"cpu ({platform.machine()})",
+        dtype=dtype_name,
+        kernel_backend=ops.kernel_backend(device),
+        concurrency=batch,
+        versions=_versions(),
+        measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    return assemble(
+        opts=opts,
+        runs=runs,
+        arms=arms,
+        has_head=has_head,
+        n=n,
+        block_size=block_size,
+        near_ties=near_ties,
+        draft_info=draft_info,
+        target_info=target_info,
+        chat=chat,
+        conditions=conditions,
+        divergences=divergences,
+        parity=parity,
+        parity_reason=parity_reason,
+        baseline=baseline,
+        acceptance_stats=acceptance_stats,
+        elapsed=elapsed,
+    )
 
 
 def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> DraftCheckpoint:
     g = drafter.geometry
     local = Path(path).expanduser()
-    return DraftCheckpoint(id=checkpoint_id(str(local.resolve())) if local.is_dir() else path,
-                           architecture=ckpt.parsed.config.architecture, head=drafter.lilicorr is not None,
-                           candidate_topk=g.candidate_topk if drafter.lilicorr is not None else None,
-                           conv_kernel_size=g.conv_kernel_size or None,
-                           quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None, runtime=runtime)
+    return DraftCheckpoint(
+        id=checkpoint_id(str(local.resolve())) if local.is_dir() else path,
+        architecture=ckpt.parsed.config.architecture,
+        head=drafter.lilicorr is not None,
+        candidate_topk=g.candidate_topk if drafter.lilicorr is not None else None,
+        conv_kernel_size=g.conv_kernel_size or None,
+        quant_algo=ckpt.quant.quant_algo if ckpt.quant is not None else None,
+        runtime=runtime,
+    )
 
 
 def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]:
@@ -245,17 +306,27 @@ def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]
     else:
         kind, ident = "hf_cache", spec
     try:
-        with contextlib.redirect_stderr(io.StringIO()):  # GGUF dequantization draws its own bar; ours says "loading"
+        with contextlib.redirect_stderr(
+            io.StringIO()
+        ):  # GGUF dequantization draws its own bar; ours says "loading"
             target = load_target(spec, dtype=dtype, device=device)
     except InputError:
         raise
-    except Exception as exc:  # transformers and tokenizers raise anything (even bare Exception) on hostile files
+    except (
+        Exception
+    ) as exc:  # transformers and tokenizers raise anything (even bare Exception) on hostile files
         raise InputError(f"cannot load target {spec!r}: {type(exc).__name__}: {str(exc)[:500]}") from None
     config = target.config
     architectures = getattr(target.model.config, "architectures", None) or [type(target.model).__name__]
-    return target, TargetRecord(id=ident, source=kind, architecture=architectures[0],
-                               hidden_size=int(config.hidden_size), num_layers=int(config.num_hidden_layers),
-                               vocab_size=int(target.vocab_size), forward=target.path_note)
+    return target, TargetRecord(
+        id=ident,
+        source=kind,
+        architecture=architectures[0],
+        hidden_size=int(config.hidden_size),
+        num_layers=int(config.num_hidden_layers),
+        vocab_size=int(target.vocab_size),
+        forward=target.path_note,
+    )
 
 
 def first_logits_finite(target: Any, prompt: Sequence[int], layer_ids: Any, spec: str) -> None:
@@ -267,21 +338,29 @@ def first_logits_finite(target: Any, prompt: Sequence[int], layer_ids: Any, spec
         finite = bool(torch.isfinite(step.logits).all())
         target.reset()
     if not finite:
-        raise SmokeRefused(f"target {spec!r} gives non-finite logits (NaN or Inf) on the first prompt: its weights "
-                           "are broken (check lm_head and embed_tokens); nothing was measured")
+        raise SmokeRefused(
+            f"target {spec!r} gives non-finite logits (NaN or Inf) on the first prompt: its weights "
+            "are broken (check lm_head and embed_tokens); nothing was measured"
+        )
 
 
-def _tokenize(tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]) -> tuple[list[list[int]], ChatTemplate]:
+def _tokenize(
+    tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]
+) -> tuple[list[list[int]], ChatTemplate]:
     return tokenize_probes(tokenizer, probes, eos)  # torch-free, shared with smoke --engine
 
 
-def _batch_size(opts: SmokeOptions, target: Any, drafter: Any, prompts: Sequence[Sequence[int]], n: int) -> int:
+def _batch_size(
+    opts: SmokeOptions, target: Any, drafter: Any, prompts: Sequence[Sequence[int]], n: int
+) -> int:
     """--batch, or by default as many probes as fit in half the free GPU memory (three arms' caches and logits per
     slot), at most MAX_DEFAULT_BATCH; 1 on the CPU or for a target off the fast path."""
     if opts.batch is not None:
         if opts.batch > 1 and not isinstance(target, FastTarget):
-            raise InputError(f"--batch {opts.batch} needs a target on the fast path (Llama, Qwen2, Qwen3); "
-                             f"{opts.target!r} runs {target.path_note}")
+            raise InputError(
+                f"--batch {opts.batch} needs a target on the fast path (Llama, Qwen2, Qwen3); "
+                f"{opts.target!r} runs {target.path_note}"
+            )
         return min(opts.batch, len(prompts))
     if not opts.gpu or not isinstance(target, FastTarget):
         return 1
@@ -291,14 +370,23 @@ def _batch_size(opts: SmokeOptions, target: Any, drafter: Any, prompts: Sequence
     element = torch.finfo(target.dtype).bits // 8
     target_kv = 2 * core.num_layers * core.num_kv_heads * capacity * core.head_dim * element
     draft_kv = 2 * g.num_layers * g.num_kv_heads * capacity * g.head_dim * element
-    logits = 6 * (n + 1) * target.vocab_size * 4  # verify logits, probabilities, proposals, draft logits (fp32)
+    logits = (
+        6 * (n + 1) * target.vocab_size * 4
+    )  # verify logits, probabilities, proposals, draft logits (fp32)
     per_slot = 3 * (target_kv + draft_kv + logits)  # one device loop per arm
     free, _ = torch.cuda.mem_get_info()
     return max(1, min(len(prompts), MAX_DEFAULT_BATCH, int(free // 2 // per_slot)))
 
 
-def lossless_divergences(target: Any, ar_decoder: Any, runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
-                         dtype: str, eos: Sequence[int], max_new_tokens: int, batch: int) -> list[Divergence]:
+def lossless_divergences(
+    target: Any,
+    ar_decoder: Any,
+    runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+    dtype: str,
+    eos: Sequence[int],
+    max_new_tokens: int,
+    batch: int,
+) -> list[Divergence]:
     """Every speculative generation against target-only greedy decoding, token by token over its whole length.
 
     At a divergence the target's logits after the common prefix are recomputed in one forward. A gap within the
@@ -309,8 +397,12 @@ def lossless_divergences(target: Any, ar_decoder: Any, runs: Sequence[tuple[Prob
     tok = target.tokenizer
     found: list[Divergence] = []
     # probe, seed, arm, prompt ids, speculative tokens, the reference aligned with them, checked before this index
-    pending = [(probe, seed, arm, ids, result.tokens, by_arm["ar"].tokens, 0)
-               for probe, seed, ids, by_arm in runs for arm, result in by_arm.items() if arm != "ar"]
+    pending = [
+        (probe, seed, arm, ids, result.tokens, by_arm["ar"].tokens, 0)
+        for probe, seed, ids, by_arm in runs
+        for arm, result in by_arm.items()
+        if arm != "ar"
+    ]
     while pending:
         anchors = []
         for probe, seed, arm, ids, got, ref, start in pending:
@@ -327,24 +419,43 @@ def lossless_divergences(target: Any, ar_decoder: Any, runs: Sequence[tuple[Prob
                 gap = float(logits[want] - logits[emitted])
                 tie = abs(gap) <= TIE_RELATIVE[dtype] * max(1.0, float(logits[want].abs()))
                 target.reset()
-            found.append(Divergence(request=probe.id, seed=seed, arm=arm, position=i, expected=want, emitted=emitted,
-                                    logit_gap=gap, tie=tie,
-                                    expected_text=tok.decode([want]) if want >= 0 else "<end>",
-                                    emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>"))
-            if tie and i + 1 < len(got):  # tokens follow the tie: re-anchor the reference on the speculative one
+            found.append(
+                Divergence(
+                    request=probe.id,
+                    seed=seed,
+                    arm=arm,
+                    position=i,
+                    expected=want,
+                    emitted=emitted,
+                    logit_gap=gap,
+                    tie=tie,
+                    expected_text=tok.decode([want]) if want >= 0 else "<end>",
+                    emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>",
+                )
+            )
+            if tie and i + 1 < len(
+                got
+            ):  # tokens follow the tie: re-anchor the reference on the speculative one
                 anchors.append((probe, seed, arm, ids, got, i))
         pending = []
         if anchors:
-            prefixes = [ids + got[:i + 1] for _, _, _, ids, got, i in anchors]
+            prefixes = [ids + got[: i + 1] for _, _, _, ids, got, i in anchors]
             budgets = [max_new_tokens - (i + 1) for *_, i in anchors]
-            again = ar_decoder.generate_many(prefixes, max(budgets), eos, batch=max(1, min(batch, len(prefixes))))
-            pending = [(probe, seed, arm, ids, got, got[:i + 1] + result.tokens[:budget], i + 1)
-                       for (probe, seed, arm, ids, got, i), result, budget in zip(anchors, again, budgets, strict=True)]
+            again = ar_decoder.generate_many(
+                prefixes, max(budgets), eos, batch=max(1, min(batch, len(prefixes)))
+            )
+            pending = [
+                (probe, seed, arm, ids, got, got[: i + 1] + result.tokens[:budget], i + 1)
+                for (probe, seed, arm, ids, got, i), result, budget in zip(
+                    anchors, again, budgets, strict=True
+                )
+            ]
     return found
 
 
-def kernel_parity(head_decoder: Any, prompt: Sequence[int], n: int,
-                  temperature: float, eos: Sequence[int], blocks: int) -> list[ParityCheck]:
+def kernel_parity(
+    head_decoder: Any, prompt: Sequence[int], n: int, temperature: float, eos: Sequence[int], blocks: int
+) -> list[ParityCheck]:
     """Rerun the first blocks of a prompt keeping the drafter's real logits and head scores, and compare
     each draft-step op with its torch reference on them: same candidates, same greedy and sampled paths."""
     result = head_decoder.generate(prompt, blocks * (n + 1) + 1, eos_token_ids=eos)
@@ -368,12 +479,17 @@ def kernel_parity(head_decoder: Any, prompt: Sequence[int], n: int,
     return checks
 
 
-def _compare(block: int, op: str, ref: Sequence[Any], got: Sequence[Any],
-             exact: Sequence[int]) -> ParityCheck:
+def _compare(
+    block: int, op: str, ref: Sequence[Any], got: Sequence[Any], exact: Sequence[int]
+) -> ParityCheck:
     for i, (a, b) in enumerate(zip(ref, got, strict=True)):
         if a.shape != b.shape:
-            return ParityCheck(block=block, op=op, passed=False, detail=f"output {i}: shape {tuple(b.shape)}, "
-                               f"reference {tuple(a.shape)}")
+            return ParityCheck(
+                block=block,
+                op=op,
+                passed=False,
+                detail=f"output {i}: shape {tuple(b.shape)}, reference {tuple(a.shape)}",
+            )
         a, b = a.cpu(), b.cpu()
         if i in exact:
             same = bool(torch.equal(a, b))
@@ -382,15 +498,23 @@ def _compare(block: int, op: str, ref: Sequence[Any], got: Sequence[Any],
         if not same:
             where = (a != b).nonzero()
             first = tuple(where[0].tolist()) if len(where) else ()
-            return ParityCheck(block=block, op=op, passed=False,
-                               detail=f"output {i} differs first at {first}: kernel {b[first].tolist() if first else b}, "
-                                      f"reference {a[first].tolist() if first else a}")
+            return ParityCheck(
+                block=block,
+                op=op,
+                passed=False,
+                detail=f"output {i} differs first at {first}: kernel {b[first].tolist() if first else b}, "
+                f"reference {a[first].tolist() if first else a}",
+            )
     return ParityCheck(block=block, op=op, passed=True)
 
 
 def _versions() -> dict[str, str]:
-    out = {"lilicorr-ckpt": __version__, "torch": str(torch.__version__), "transformers": transformers.__version__,
-           "python": platform.python_version()}
+    out = {
+        "lilicorr-ckpt": __version__,
+        "torch": str(torch.__version__),
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+    }
     try:
         import triton
 

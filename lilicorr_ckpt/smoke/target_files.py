@@ -25,8 +25,10 @@ def check_target_files(resolved: Any, spec: str) -> None:
     if not weights:
         pickles = sorted(p.name for p in root.iterdir() if p.name.endswith(PICKLE_SUFFIXES))
         if pickles:
-            raise InputError(f"target {spec!r} holds only pickle weights ({', '.join(pickles[:3])}); pickles are never "
-                             "opened (unpickling runs code): convert the target to safetensors first")
+            raise InputError(
+                f"target {spec!r} holds only pickle weights ({', '.join(pickles[:3])}); pickles are never "
+                "opened (unpickling runs code): convert the target to safetensors first"
+            )
         raise InputError(f"target {spec!r} has no *.safetensors weights")
     info = read_target(spec)  # config plus the embedding's header shape, no tensor data
     layers: set[int] = set()
@@ -37,15 +39,31 @@ def check_target_files(resolved: Any, spec: str) -> None:
     if info.unreadable:
         problems += [f"{key}: {why}" for key, why in info.unreadable.items()]
     if info.num_layers is not None and layers and info.num_layers != max(layers) + 1:
-        problems.append(f"num_hidden_layers is {info.num_layers}, but the weights hold layers 0..{max(layers)}")
-    if info.embedding_rows is not None and info.vocab_size is not None and info.vocab_size != info.embedding_rows:
+        problems.append(
+            f"num_hidden_layers is {info.num_layers}, but the weights hold layers 0..{max(layers)}"
+        )
+    if (
+        info.embedding_rows is not None
+        and info.vocab_size is not None
+        and info.vocab_size != info.embedding_rows
+    ):
         problems.append(f"vocab_size is {info.vocab_size}, but the embedding has {info.embedding_rows} rows")
-    if info.embedding_width is not None and info.hidden_size is not None and info.hidden_size != info.embedding_width:
-        problems.append(f"hidden_size is {info.hidden_size}, but the embedding is {info.embedding_width} wide")
+    if (
+        info.embedding_width is not None
+        and info.hidden_size is not None
+        and info.hidden_size != info.embedding_width
+    ):
+        problems.append(
+            f"hidden_size is {info.hidden_size}, but the embedding is {info.embedding_width} wide"
+        )
     if problems:
-        raise InputError(f"target {spec!r}: its config.json does not describe its weights: " + "; ".join(problems))
+        raise InputError(
+            f"target {spec!r}: its config.json does not describe its weights: " + "; ".join(problems)
+        )
     vocab = info.embedding_rows or info.vocab_size
     for name, value in info.special_ids.items():
         if vocab is not None and not 0 <= value < vocab:
-            raise InputError(f"target {spec!r}: {name}_token_id {value} is outside its vocabulary ({vocab} tokens); "
-                             "fix it in config.json / generation_config.json")
+            raise InputError(
+                f"target {spec!r}: {name}_token_id {value} is outside its vocabulary ({vocab} tokens); "
+                "fix it in config.json / generation_config.json"
+            )

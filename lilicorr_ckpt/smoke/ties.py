@@ -18,7 +18,7 @@ import torch
 
 # the relative gap (to max(1, |top logit|)) below which two tokens count as tied: bfloat16's round-off as the
 # lossless gate reckons it, since engines serve in bfloat16 whatever dtype the reference ran in
-ENGINE_TIE_RELATIVE = 2.0 ** -5
+ENGINE_TIE_RELATIVE = 2.0**-5
 
 
 def first_near_tie(logits: torch.Tensor, tokens: Sequence[int]) -> int | None:
@@ -33,7 +33,9 @@ def first_near_tie(logits: torch.Tensor, tokens: Sequence[int]) -> int | None:
     return int(near[0, 0]) if len(near) else None
 
 
-def reference_ties(target: Any, runs: Sequence[tuple[Any, int, list[int], dict[str, Any]]]) -> dict[tuple[str, int], int | None]:
+def reference_ties(
+    target: Any, runs: Sequence[tuple[Any, int, list[int], dict[str, Any]]]
+) -> dict[tuple[str, int], int | None]:
     """(probe id, seed) -> the first near-tie of the "ar" arm's greedy tokens, from one forward of the target over
     prompt + tokens per request (the logits at position p predict token p + 1)."""
     out: dict[tuple[str, int], int | None] = {}
@@ -47,5 +49,5 @@ def reference_ties(target: Any, runs: Sequence[tuple[Any, int, list[int], dict[s
             sequence = list(ids) + tokens[:-1]  # the last token predicts nothing emitted
             logits = target.forward(torch.tensor(sequence, device=target.device), None).logits  # [len, V]
             target.reset()
-            out[(probe.id, seed)] = first_near_tie(logits[len(ids) - 1:], tokens)
+            out[(probe.id, seed)] = first_near_tie(logits[len(ids) - 1 :], tokens)
     return out

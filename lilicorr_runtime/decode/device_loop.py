@@ -48,7 +48,7 @@ class LoopOutput(msgspec.Struct, frozen=True):
 
 
 def _views(cache_keys: Sequence[torch.Tensor], cache_values: Sequence[torch.Tensor], slot: int):
-    return [k[slot:slot + 1] for k in cache_keys], [v[slot:slot + 1] for v in cache_values]
+    return [k[slot : slot + 1] for k in cache_keys], [v[slot : slot + 1] for v in cache_values]
 
 
 class DecodeLoop:
@@ -58,9 +58,21 @@ class DecodeLoop:
     (prompt + max_new_tokens + one block, at least). `max_new_tokens`: the largest a request may ask for.
     """
 
-    def __init__(self, target, drafter: Drafter | None, *, mode: str, num_tokens: int, temperature: float,
-                 batch: int, capacity: int, max_new_tokens: int, eos_token_ids: Sequence[int],
-                 generator: torch.Generator, use_graph: bool = True):
+    def __init__(
+        self,
+        target,
+        drafter: Drafter | None,
+        *,
+        mode: str,
+        num_tokens: int,
+        temperature: float,
+        batch: int,
+        capacity: int,
+        max_new_tokens: int,
+        eos_token_ids: Sequence[int],
+        generator: torch.Generator,
+        use_graph: bool = True,
+    ):
         self.target, self.drafter, self.mode = target, drafter, mode
         self.n = 0 if mode == "ar" else num_tokens
         self.temperature = float(temperature)
@@ -68,19 +80,29 @@ class DecodeLoop:
         self.generator = generator
         device = target.device
         self.device = device
-        self.walk = None if mode == "ar" else "control" if mode == "control" else \
-            "sample" if self.temperature > 0 else "greedy"
+        self.walk = (
+            None
+            if mode == "ar"
+            else "control"
+            if mode == "control"
+            else "sample"
+            if self.temperature > 0
+            else "greedy"
+        )
         self.taps = () if drafter is None else tuple(drafter.target_layer_ids)
         self.target_cache: StaticKVCache = target.core.new_cache(batch, capacity)
-        self.draft_cache: DraftKVCache | None = None if drafter is None else drafter.new_cache(batch, capacity)
+        self.draft_cache: DraftKVCache | None = (
+            None if drafter is None else drafter.new_cache(batch, capacity)
+        )
         m = target.hidden_size
         long = {"dtype": torch.long, "device": device}
         out_width = max_new_tokens + self.n + 1  # a block may run past max_new_tokens by n tokens
         blocks_width = max_new_tokens + 1
         self.state: dict[str, torch.Tensor] = {
             "anchor": torch.zeros(batch, **long),
-            "anchor_hidden": torch.zeros(batch, m, dtype=target.dtype if drafter is None else drafter.fc.weight.dtype,
-                                         device=device),
+            "anchor_hidden": torch.zeros(
+                batch, m, dtype=target.dtype if drafter is None else drafter.fc.weight.dtype, device=device
+            ),
             "length": torch.zeros(batch, **long),
             "active": torch.zeros(batch, dtype=torch.bool, device=device),
             "out": torch.zeros(batch, out_width + 1, **long),  # the last column takes the writes of no token
@@ -124,23 +146,32 @@ class DecodeLoop:
             return {"ids": anchor[:, None]}
         block = torch.cat([anchor[:, None], self.masks], dim=1)  # [b, n+1]
         hidden = drafter.forward_static(self.draft_cache, st["length"], target.embed(block))
-        out = propose(drafter, hidden, st["anchor_hidden"], target.embed, target.logits, score=self.walk != "control")
+        out = propose(
+            drafter, hidden, st["anchor_hidden"], target.embed, target.logits, score=self.walk != "control"
+        )
         drafted = {}
         if self.walk == "control":
             draft = control_walk(out["logits"])
         elif self.walk == "greedy":
             draft = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
         else:
-            draft, drafted["q_cand"] = sample_walk(out["start"], out["pairs"], out["candidate_ids"],
-                                                   self.uniforms["walk"], self.temperatures, self.no_greedy)
+            draft, drafted["q_cand"] = sample_walk(
+                out["start"],
+                out["pairs"],
+                out["candidate_ids"],
+                self.uniforms["walk"],
+                self.temperatures,
+                self.no_greedy,
+            )
             drafted["candidate_ids"] = out["candidate_ids"]
         drafted["ids"] = torch.cat([anchor[:, None], draft], dim=1)
         return drafted
 
     def _verify(self, drafted: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One target step over every slot's [anchor, d_1..d_n] at its rows length..length+n."""
-        logits, features = self.target._eager(self.target_cache, drafted["ids"], self.state["length"], self.pad,
-                                              self.taps, False)
+        logits, features = self.target._eager(
+            self.target_cache, drafted["ids"], self.state["length"], self.pad, self.taps, False
+        )
         return {**drafted, "logits": logits, **({} if features is None else {"features": features})}
 
     def _accept(self, verified: dict[str, torch.Tensor]) -> None:
@@ -167,15 +198,24 @@ class DecodeLoop:
                 else:
                     q.scatter_(2, verified["candidate_ids"], verified["q_cand"])
                 probs = torch.softmax(logits / self.temperature, dim=-1)
-                accepted, bonus = verify_sampled(probs, draft, q, self.uniforms["accept"], self.uniforms["residual"])
+                accepted, bonus = verify_sampled(
+                    probs, draft, q, self.uniforms["accept"], self.uniforms["residual"]
+                )
             # emitted[j] = d_{j+1} for j < a, the bonus at j = a (positions past a are not written)
             j = torch.arange(n + 1, device=self.device)[None, :]
-            emitted = torch.where(j < accepted[:, None], torch.cat([draft, draft[:, :1]], dim=1), bonus[:, None])
+            emitted = torch.where(
+                j < accepted[:, None], torch.cat([draft, draft[:, :1]], dim=1), bonus[:, None]
+            )
         accepted = torch.where(self.state["active"], accepted, 0)
         self._commit(emitted, accepted, bonus, verified.get("features"))
 
-    def _commit(self, emitted: torch.Tensor, accepted: torch.Tensor, bonus: torch.Tensor,
-                features: torch.Tensor | None) -> None:
+    def _commit(
+        self,
+        emitted: torch.Tensor,
+        accepted: torch.Tensor,
+        bonus: torch.Tensor,
+        features: torch.Tensor | None,
+    ) -> None:
         st = self.state
         active = st["active"]
         width = emitted.shape[1]
@@ -218,8 +258,12 @@ class DecodeLoop:
             self.graph = graph
         except Exception as exc:  # a capture failure must not stop decoding; it costs speed only
             self.graph = None
-            warnings.warn(f"CUDA graph capture of the decode block failed ({type(exc).__name__}: {exc}); blocks run "
-                          "eagerly, hundreds of kernel launches each", RuntimeWarning, stacklevel=3)
+            warnings.warn(
+                f"CUDA graph capture of the decode block failed ({type(exc).__name__}: {exc}); blocks run "
+                "eagerly, hundreds of kernel launches each",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         for k, v in self.state.items():
             v.copy_(saved[k])
 
@@ -264,8 +308,10 @@ class DecodeLoop:
         target, drafter, st = self.target, self.drafter, self.state
         p = prompt.numel()
         if p + max_new_tokens + self.n + 1 > self.capacity or max_new_tokens > self.max_new_tokens:
-            raise ValueError(f"a request of {p} prompt tokens and {max_new_tokens} new ones does not fit this loop "
-                             f"(capacity {self.capacity} rows, at most {self.max_new_tokens} new tokens)")
+            raise ValueError(
+                f"a request of {p} prompt tokens and {max_new_tokens} new ones does not fit this loop "
+                f"(capacity {self.capacity} rows, at most {self.max_new_tokens} new tokens)"
+            )
         keys, values = _views(self.target_cache.keys, self.target_cache.values, slot)
         row_cache = StaticKVCache.over(keys, values)
         ids = prompt.to(self.device)[None]
@@ -303,8 +349,12 @@ class DecodeLoop:
         eos = set(self.eos.tolist())
         cut = next((i + 1 for i, t in enumerate(tokens[:limit]) if t in eos), min(len(tokens), limit))
         self._host_active[slot] = False
-        return LoopOutput(slot=slot, tokens=tokens[:cut], accepted=accepted,
-                          wall_time_s=time.perf_counter() - self.started.pop(slot, time.perf_counter()))
+        return LoopOutput(
+            slot=slot,
+            tokens=tokens[:cut],
+            accepted=accepted,
+            wall_time_s=time.perf_counter() - self.started.pop(slot, time.perf_counter()),
+        )
 
     def run(self, prompts: Sequence[torch.Tensor], max_new_tokens: int) -> list[LoopOutput]:
         """Decode every prompt, `batch` at a time, refilling a slot as soon as its request ends. Outputs in

@@ -26,9 +26,14 @@ def warn_once(key: str, message: str) -> None:
         warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
-def propose(drafter: Drafter, hidden: torch.Tensor, anchor_hidden: torch.Tensor,
-            embed: Callable[[torch.Tensor], torch.Tensor], lm_head: Callable[[torch.Tensor], torch.Tensor],
-            score: bool) -> dict[str, torch.Tensor]:
+def propose(
+    drafter: Drafter,
+    hidden: torch.Tensor,
+    anchor_hidden: torch.Tensor,
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    lm_head: Callable[[torch.Tensor], torch.Tensor],
+    score: bool,
+) -> dict[str, torch.Tensor]:
     """What follows the backbone in every draft step, eager or captured: logits at block positions 1..n and,
     with `score`, the top-K candidates of the full-vocabulary log-softmax and the head's lattice scores.
 
@@ -45,16 +50,30 @@ def propose(drafter: Drafter, hidden: torch.Tensor, anchor_hidden: torch.Tensor,
     log_probs = (values - lse[:, None]).view(b, n, k)  # [b, n, K]
     ids = ids.view(b, n, k)
     start, pairs = drafter.lilicorr(embed(ids), log_probs, pass_hidden, anchor_hidden)
-    return {"logits": logits, "candidate_ids": ids, "candidate_log_probs": log_probs, "start": start,
-            "pairs": pairs}
+    return {
+        "logits": logits,
+        "candidate_ids": ids,
+        "candidate_log_probs": log_probs,
+        "start": start,
+        "pairs": pairs,
+    }
 
 
 class DraftStep:
     """One draft step for a fixed (batch, num_tokens, walk); `run` replays the graph, or runs eagerly."""
 
-    def __init__(self, drafter: Drafter, cache: DraftKVCache, embed: Callable[[torch.Tensor], torch.Tensor],
-                 lm_head: Callable[[torch.Tensor], torch.Tensor], *, num_tokens: int, walk: str, batch: int = 1,
-                 use_graph: bool = True):
+    def __init__(
+        self,
+        drafter: Drafter,
+        cache: DraftKVCache,
+        embed: Callable[[torch.Tensor], torch.Tensor],
+        lm_head: Callable[[torch.Tensor], torch.Tensor],
+        *,
+        num_tokens: int,
+        walk: str,
+        batch: int = 1,
+        use_graph: bool = True,
+    ):
         if walk not in ("greedy", "sample", "control"):
             raise ValueError(f"walk must be greedy, sample or control, not {walk!r}")
         if walk != "control" and drafter.lilicorr is None:
@@ -79,15 +98,17 @@ class DraftStep:
     def _body(self) -> dict[str, torch.Tensor]:
         block = torch.cat([self.anchor[:, None], self.masks], dim=1)  # [b, n+1]
         hidden = self.drafter.forward_static(self.cache, self.length, self.embed(block))  # [b, n+1, M]
-        out = propose(self.drafter, hidden, self.anchor_hidden, self.embed, self.lm_head,
-                      score=self.walk != "control")
+        out = propose(
+            self.drafter, hidden, self.anchor_hidden, self.embed, self.lm_head, score=self.walk != "control"
+        )
         if self.walk == "control":
             out["tokens"] = control_walk(out["logits"])
         elif self.walk == "greedy":
             out["tokens"] = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
         else:
-            out["tokens"], out["q"] = sample_walk(out["start"], out["pairs"], out["candidate_ids"], self.uniforms,
-                                                  self.temperature, self.greedy)
+            out["tokens"], out["q"] = sample_walk(
+                out["start"], out["pairs"], out["candidate_ids"], self.uniforms, self.temperature, self.greedy
+            )
         return out
 
     @torch.inference_mode()
@@ -105,20 +126,31 @@ class DraftStep:
             self.graph = graph
         except Exception as exc:  # a capture failure must not stop decoding; it costs speed only
             self.graph = None
-            warn_once("capture", f"CUDA graph capture of the draft step failed ({type(exc).__name__}: {exc}); "
-                      "the step runs eagerly: dozens of small kernel launches per block, which SGLang measured "
-                      "at -8.4% end-to-end throughput")
+            warn_once(
+                "capture",
+                f"CUDA graph capture of the draft step failed ({type(exc).__name__}: {exc}); "
+                "the step runs eagerly: dozens of small kernel launches per block, which SGLang measured "
+                "at -8.4% end-to-end throughput",
+            )
 
     @torch.inference_mode()
-    def run(self, anchor_tokens: torch.Tensor, anchor_hidden: torch.Tensor, length: int,
-            uniforms: torch.Tensor | None = None, temperature: float | None = None) -> dict[str, torch.Tensor]:
+    def run(
+        self,
+        anchor_tokens: torch.Tensor,
+        anchor_hidden: torch.Tensor,
+        length: int,
+        uniforms: torch.Tensor | None = None,
+        temperature: float | None = None,
+    ) -> dict[str, torch.Tensor]:
         """anchor_tokens [b'], anchor_hidden [b', M] with b' <= batch -> outputs (views of static buffers for
         the first b' rows; copy what must outlive the next call)."""
         rows = anchor_tokens.shape[0]
         if rows > self.batch:
             raise ValueError(f"{rows} rows exceed this step's batch {self.batch}")
         if not 0 <= length <= self.cache.keys[0].shape[2]:
-            raise ValueError(f"context length {length} is outside the cache (capacity {self.cache.keys[0].shape[2]})")
+            raise ValueError(
+                f"context length {length} is outside the cache (capacity {self.cache.keys[0].shape[2]})"
+            )
         self.anchor[:rows].copy_(anchor_tokens)
         self.anchor_hidden[:rows].copy_(anchor_hidden)
         self.length.fill_(length)

@@ -59,21 +59,36 @@ class GenerationResult(msgspec.Struct, kw_only=True):
     proposals: list[Proposal] = []  # per block, only when the decoder keeps them (keep_proposals=True)
 
 
-def draft_block(drafter: Drafter, cache: DraftKVCache, anchor_tokens: torch.Tensor, anchor_hidden: torch.Tensor,
-                num_tokens: int, embed: Callable[[torch.Tensor], torch.Tensor],
-                lm_head: Callable[[torch.Tensor], torch.Tensor], score: bool) -> Proposal:
+def draft_block(
+    drafter: Drafter,
+    cache: DraftKVCache,
+    anchor_tokens: torch.Tensor,
+    anchor_hidden: torch.Tensor,
+    num_tokens: int,
+    embed: Callable[[torch.Tensor], torch.Tensor],
+    lm_head: Callable[[torch.Tensor], torch.Tensor],
+    score: bool,
+) -> Proposal:
     """Draft n tokens after the anchor and, with `score`, run candidates and the head (the eager draft step;
     `graph.DraftStep` runs the same `propose` over a static cache).
 
     anchor_tokens [b], anchor_hidden [b, M] (the context row that predicted the anchor).
     """
     b = anchor_tokens.shape[0]
-    block = torch.full((b, num_tokens + 1), drafter.mask_token_id, dtype=torch.long, device=anchor_tokens.device)
+    block = torch.full(
+        (b, num_tokens + 1), drafter.mask_token_id, dtype=torch.long, device=anchor_tokens.device
+    )
     block[:, 0] = anchor_tokens
     hidden = drafter(cache, embed(block))  # [b, n+1, M]
     out = propose(drafter, hidden, anchor_hidden, embed, lm_head, score)
-    return Proposal(hidden, out["logits"], out.get("candidate_ids"), out.get("candidate_log_probs"), out.get("start"),
-                    out.get("pairs"))
+    return Proposal(
+        hidden,
+        out["logits"],
+        out.get("candidate_ids"),
+        out.get("candidate_log_probs"),
+        out.get("start"),
+        out.get("pairs"),
+    )
 
 
 class SpeculativeDecoder:
@@ -85,9 +100,19 @@ class SpeculativeDecoder:
     Python, with the draft step replayed from a graph on CUDA. `keep_proposals` needs the eager loop.
     """
 
-    def __init__(self, target: TargetModel, drafter: Drafter | None = None, *, mode: Mode = "head",
-                 num_speculative_tokens: int | None = None, temperature: float = 0.0, seed: int = 0,
-                 keep_proposals: bool = False, cuda_graph: bool = True, loop: Loop | None = None):
+    def __init__(
+        self,
+        target: TargetModel,
+        drafter: Drafter | None = None,
+        *,
+        mode: Mode = "head",
+        num_speculative_tokens: int | None = None,
+        temperature: float = 0.0,
+        seed: int = 0,
+        keep_proposals: bool = False,
+        cuda_graph: bool = True,
+        loop: Loop | None = None,
+    ):
         if mode not in ("head", "control", "ar"):
             raise ValueError(f"mode must be head, control or ar, not {mode!r}")
         if loop not in (None, "device", "eager"):
@@ -107,9 +132,13 @@ class SpeculativeDecoder:
         self._steps: dict[str, DraftStep] = {}
         fast = isinstance(target, FastTarget)  # a static cache and the step forward the device loop captures
         if loop == "device" and not fast:
-            raise ValueError(f"loop='device' needs a fast-path target (Llama, Qwen2, Qwen3): {target.path_note}")
+            raise ValueError(
+                f"loop='device' needs a fast-path target (Llama, Qwen2, Qwen3): {target.path_note}"
+            )
         if loop == "device" and keep_proposals:
-            raise ValueError("keep_proposals needs loop='eager' (the device loop keeps no per-block intermediates)")
+            raise ValueError(
+                "keep_proposals needs loop='eager' (the device loop keeps no per-block intermediates)"
+            )
         if loop is None:
             loop = "device" if fast and self.use_graph and not keep_proposals else "eager"
         self.loop: Loop = loop
@@ -124,14 +153,18 @@ class SpeculativeDecoder:
         slots = g.block_size - 1
         n = slots if num_speculative_tokens is None else num_speculative_tokens
         if as_int(n) is None or not 1 <= n <= slots:
-            raise ValueError(f"num_speculative_tokens must be in [1, {slots}] (block_size {g.block_size}), got {n}")
+            raise ValueError(
+                f"num_speculative_tokens must be in [1, {slots}] (block_size {g.block_size}), got {n}"
+            )
         self.num_tokens = int(n)
         problems = []
         if g.hidden_size != target.hidden_size:
             problems.append(f"draft hidden_size {g.hidden_size} != target hidden_size {target.hidden_size}")
         if max(g.target_layer_ids) >= target.num_layers:
-            problems.append(f"target_layer_ids {list(g.target_layer_ids)} reach past the target's "
-                            f"{target.num_layers} layers")
+            problems.append(
+                f"target_layer_ids {list(g.target_layer_ids)} reach past the target's "
+                f"{target.num_layers} layers"
+            )
         # the drafter's candidates are embedded with the target's table and scored with its lm_head (or an owned
         # one of the draft vocabulary), and verification compares them with the target's logits: one vocabulary
         vocab_differs = g.vocab_size is not None and g.vocab_size != target.vocab_size
@@ -139,15 +172,27 @@ class SpeculativeDecoder:
             problems.append(f"draft vocab_size {g.vocab_size} != target vocab_size {target.vocab_size}")
         head_rows = _rows(target.lm_head)
         if head_rows is not None and head_rows != target.vocab_size:
-            problems.append(f"the target's lm_head has {head_rows} rows but its embedding table {target.vocab_size}")
+            problems.append(
+                f"the target's lm_head has {head_rows} rows but its embedding table {target.vocab_size}"
+            )
         if g.mask_token_id >= target.vocab_size:
-            problems.append(f"mask_token_id {g.mask_token_id} is outside the target vocabulary ({target.vocab_size})")
+            problems.append(
+                f"mask_token_id {g.mask_token_id} is outside the target vocabulary ({target.vocab_size})"
+            )
         if drafter.lilicorr is not None and drafter.lilicorr.candidate_topk > target.vocab_size:
-            problems.append(f"candidate_topk {drafter.lilicorr.candidate_topk} exceeds the target vocabulary "
-                            f"({target.vocab_size})")
-        if not vocab_differs and drafter.lm_head is not None and drafter.lm_head.weight.shape[0] != target.vocab_size:
-            problems.append(f"the drafter's lm_head has {drafter.lm_head.weight.shape[0]} rows, "
-                            f"the target vocabulary {target.vocab_size}")
+            problems.append(
+                f"candidate_topk {drafter.lilicorr.candidate_topk} exceeds the target vocabulary "
+                f"({target.vocab_size})"
+            )
+        if (
+            not vocab_differs
+            and drafter.lm_head is not None
+            and drafter.lm_head.weight.shape[0] != target.vocab_size
+        ):
+            problems.append(
+                f"the drafter's lm_head has {drafter.lm_head.weight.shape[0]} rows, "
+                f"the target vocabulary {target.vocab_size}"
+            )
         if problems:
             raise ValueError("drafter and target do not match: " + "; ".join(problems))
 
@@ -162,8 +207,12 @@ class SpeculativeDecoder:
         return int(categorical(probs, self._uniforms(1))[0])
 
     @torch.inference_mode()
-    def generate(self, prompt_ids: Sequence[int] | torch.Tensor, max_new_tokens: int,
-                 eos_token_ids: Sequence[int] | int = ()) -> GenerationResult:
+    def generate(
+        self,
+        prompt_ids: Sequence[int] | torch.Tensor,
+        max_new_tokens: int,
+        eos_token_ids: Sequence[int] | int = (),
+    ) -> GenerationResult:
         """Decode one request. prompt_ids: one non-empty sequence of integer token ids in [0, vocab): a list or
         tuple of ints, or a 1-D integer tensor ([1, n], one tokenizer row, is accepted too). eos_token_ids: the ids
         that end the output (inclusive), a sequence or a single int."""
@@ -186,8 +235,14 @@ class SpeculativeDecoder:
                 step = target.forward(torch.tensor([tokens[-1]]))
                 tokens.append(self._first_token(step.logits[-1]))
                 blocks.append(BlockRecord(0, 0, 1))
-            return GenerationResult(mode=self.mode, prompt_tokens=prompt.numel(), tokens=tokens, blocks=blocks,
-                                    wall_time_s=time.perf_counter() - started, block_size=1)
+            return GenerationResult(
+                mode=self.mode,
+                prompt_tokens=prompt.numel(),
+                tokens=tokens,
+                blocks=blocks,
+                wall_time_s=time.perf_counter() - started,
+                block_size=1,
+            )
 
         drafter = self.drafter
         cache = self._cache(prompt.numel() + max_new_tokens + drafter.block_size)
@@ -196,7 +251,9 @@ class SpeculativeDecoder:
         anchor_hidden = context[:, -1]  # [1, M]: the row that predicted the anchor
         proposals: list[Proposal] = []
         while len(tokens) < max_new_tokens and not stopped:
-            accepted_tokens, next_token, record, features, proposal = self._block(cache, tokens[-1], anchor_hidden)
+            accepted_tokens, next_token, record, features, proposal = self._block(
+                cache, tokens[-1], anchor_hidden
+            )
             blocks.append(record)
             if self.keep_proposals:
                 proposals.append(proposal)
@@ -207,13 +264,25 @@ class SpeculativeDecoder:
             drafter.append_context(cache, context)
             anchor_hidden = context[:, -1]
         tokens = _truncate(tokens, max_new_tokens, eos)
-        return GenerationResult(mode=self.mode, prompt_tokens=prompt.numel(), tokens=tokens, blocks=blocks,
-                                wall_time_s=time.perf_counter() - started, block_size=drafter.block_size,
-                                proposals=proposals)
+        return GenerationResult(
+            mode=self.mode,
+            prompt_tokens=prompt.numel(),
+            tokens=tokens,
+            blocks=blocks,
+            wall_time_s=time.perf_counter() - started,
+            block_size=drafter.block_size,
+            proposals=proposals,
+        )
 
     @torch.inference_mode()
-    def generate_many(self, prompts: Sequence[Sequence[int] | torch.Tensor], max_new_tokens: int,
-                      eos_token_ids: Sequence[int] | int = (), *, batch: int = 1) -> list[GenerationResult]:
+    def generate_many(
+        self,
+        prompts: Sequence[Sequence[int] | torch.Tensor],
+        max_new_tokens: int,
+        eos_token_ids: Sequence[int] | int = (),
+        *,
+        batch: int = 1,
+    ) -> list[GenerationResult]:
         """Decode many requests, results in prompt order. On the device loop, `batch` of them run side by side
         (a finished request's slot is refilled with the next waiting one), each block one graph replay for all;
         each result's wall_time_s then spans its own prefill to its end, overlapping the others'. On the eager
@@ -237,21 +306,38 @@ class SpeculativeDecoder:
                 max_new_tokens = max(max_new_tokens, loop.max_new_tokens)
             self._loops.pop(key, None)
             loop = self._loops[key] = DecodeLoop(
-                self.target, self.drafter, mode=self.mode, num_tokens=self.num_tokens, temperature=self.temperature,
-                batch=batch, capacity=capacity, max_new_tokens=max_new_tokens, eos_token_ids=sorted(eos),
-                generator=self.generator, use_graph=self.use_graph)
+                self.target,
+                self.drafter,
+                mode=self.mode,
+                num_tokens=self.num_tokens,
+                temperature=self.temperature,
+                batch=batch,
+                capacity=capacity,
+                max_new_tokens=max_new_tokens,
+                eos_token_ids=sorted(eos),
+                generator=self.generator,
+                use_graph=self.use_graph,
+            )
         return loop
 
-    def _generate_device(self, prompts: list[torch.Tensor], max_new_tokens: int, eos: set[int],
-                         batch: int) -> list[GenerationResult]:
+    def _generate_device(
+        self, prompts: list[torch.Tensor], max_new_tokens: int, eos: set[int], batch: int
+    ) -> list[GenerationResult]:
         rows = max(p.numel() for p in prompts) + max_new_tokens + self.num_tokens + 2
         loop = self.device_loop(min(batch, len(prompts)), rows, max_new_tokens, eos)
         block = 1 if self.drafter is None else self.drafter.block_size
         n = self.num_tokens
-        return [GenerationResult(mode=self.mode, prompt_tokens=p.numel(), tokens=out.tokens,
-                                 blocks=[BlockRecord(drafted=n, accepted=a, committed=a + 1) for a in out.accepted],
-                                 wall_time_s=out.wall_time_s, block_size=block)
-                for p, out in zip(prompts, loop.run(prompts, max_new_tokens), strict=True)]
+        return [
+            GenerationResult(
+                mode=self.mode,
+                prompt_tokens=p.numel(),
+                tokens=out.tokens,
+                blocks=[BlockRecord(drafted=n, accepted=a, committed=a + 1) for a in out.accepted],
+                wall_time_s=out.wall_time_s,
+                block_size=block,
+            )
+            for p, out in zip(prompts, loop.run(prompts, max_new_tokens), strict=True)
+        ]
 
     def _cache(self, rows: int) -> DraftKVCache:
         capacity = max(256, 1 << (rows - 1).bit_length())
@@ -264,33 +350,62 @@ class SpeculativeDecoder:
         cache.length = 0  # stale rows beyond the length are masked out
         return cache
 
-    def _draft(self, cache: DraftKVCache, anchor_t: torch.Tensor, anchor_hidden: torch.Tensor, walk: str,
-               uniforms: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None, Proposal]:
+    def _draft(
+        self,
+        cache: DraftKVCache,
+        anchor_t: torch.Tensor,
+        anchor_hidden: torch.Tensor,
+        walk: str,
+        uniforms: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None, Proposal]:
         """The draft step: (draft tokens [1, n], proposal q over the candidates [1, n, K] or None, proposal)."""
         target, drafter, n = self.target, self.drafter, self.num_tokens
         if self.use_graph:
             step = self._steps.get(walk)
             if step is None:
-                step = self._steps[walk] = DraftStep(drafter, cache, target.embed, target.logits, num_tokens=n,
-                                                     walk=walk)
-            out = {k: v.clone() for k, v in step.run(anchor_t, anchor_hidden, cache.length, uniforms,
-                                                      self.temperature if walk == "sample" else None).items()}
-            proposal = Proposal(torch.empty(0), out["logits"], out.get("candidate_ids"), out.get("candidate_log_probs"),
-                                out.get("start"), out.get("pairs"))
+                step = self._steps[walk] = DraftStep(
+                    drafter, cache, target.embed, target.logits, num_tokens=n, walk=walk
+                )
+            out = {
+                k: v.clone()
+                for k, v in step.run(
+                    anchor_t,
+                    anchor_hidden,
+                    cache.length,
+                    uniforms,
+                    self.temperature if walk == "sample" else None,
+                ).items()
+            }
+            proposal = Proposal(
+                torch.empty(0),
+                out["logits"],
+                out.get("candidate_ids"),
+                out.get("candidate_log_probs"),
+                out.get("start"),
+                out.get("pairs"),
+            )
             return out["tokens"], out.get("q"), proposal
-        proposal = draft_block(drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.logits,
-                               score=walk != "control")
+        proposal = draft_block(
+            drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.logits, score=walk != "control"
+        )
         if walk == "control":
             return control_walk(proposal.logits), None, proposal
         if walk == "sample":
             temperature = torch.full((1,), self.temperature, device=anchor_t.device)
-            draft, q_cand = sample_walk(proposal.start, proposal.pairs, proposal.candidate_ids, uniforms, temperature,
-                                        torch.zeros(1, dtype=torch.bool, device=anchor_t.device))
+            draft, q_cand = sample_walk(
+                proposal.start,
+                proposal.pairs,
+                proposal.candidate_ids,
+                uniforms,
+                temperature,
+                torch.zeros(1, dtype=torch.bool, device=anchor_t.device),
+            )
             return draft, q_cand, proposal
         return greedy_walk(proposal.start, proposal.pairs, proposal.candidate_ids), None, proposal
 
-    def _block(self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
-               ) -> tuple[list[int], int, BlockRecord, torch.Tensor, Proposal]:
+    def _block(
+        self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
+    ) -> tuple[list[int], int, BlockRecord, torch.Tensor, Proposal]:
         target, drafter, n = self.target, self.drafter, self.num_tokens
         device = target.device
         anchor_t = torch.tensor([anchor], device=device)
@@ -316,7 +431,7 @@ class SpeculativeDecoder:
         a = int(accepted[0])
         target.crop(base + a + 1)
         record = BlockRecord(drafted=n, accepted=a, committed=a + 1)
-        return draft[0, :a].tolist(), int(next_token[0]), record, step.features[:a + 1], proposal
+        return draft[0, :a].tolist(), int(next_token[0]), record, step.features[: a + 1], proposal
 
 
 def _temperature(value: float) -> float:
@@ -351,8 +466,10 @@ def _prompt_ids(prompt_ids: Sequence[int] | torch.Tensor, vocab: int) -> torch.T
         if ids.dim() == 2 and ids.shape[0] == 1:  # a tokenizer's return_tensors="pt" row
             ids = ids[0]
         if ids.dim() != 1:
-            raise ValueError(f"{one}; got a tensor of shape {list(prompt_ids.shape)} (the decoder serves one "
-                             "request: decode the rows of a batch one at a time)")
+            raise ValueError(
+                f"{one}; got a tensor of shape {list(prompt_ids.shape)} (the decoder serves one "
+                "request: decode the rows of a batch one at a time)"
+            )
         if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
             raise ValueError(f"{one}; got a {ids.dtype} tensor, and token ids are integers")
         ids = ids.to(torch.long)
@@ -373,12 +490,14 @@ def _prompt_ids(prompt_ids: Sequence[int] | torch.Tensor, vocab: int) -> torch.T
     outside = (ids < 0) | (ids >= vocab)
     if bool(outside.any()):
         i = int(outside.nonzero()[0, 0])
-        raise ValueError(f"prompt id {int(ids[i])} (position {i}) is outside the target vocabulary [0, {vocab})")
+        raise ValueError(
+            f"prompt id {int(ids[i])} (position {i}) is outside the target vocabulary [0, {vocab})"
+        )
     return ids
 
 
 def _truncate(tokens: list[int], limit: int, eos: set[int]) -> list[int]:
     for i, t in enumerate(tokens[:limit]):
         if t in eos:
-            return tokens[:i + 1]
+            return tokens[: i + 1]
     return tokens[:limit]

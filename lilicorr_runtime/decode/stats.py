@@ -41,8 +41,16 @@ def acceptance_stats(results: Sequence[GenerationResult]) -> AcceptanceStats:
     tokens = sum(len(r.tokens) for r in results)
     wall = sum(r.wall_time_s for r in results)
     return AcceptanceStats(
-        requests=len(results), blocks=len(blocks), tokens=tokens,
+        requests=len(results),
+        blocks=len(blocks),
+        tokens=tokens,
         tau=committed / len(blocks) if blocks else 0.0,
-        tau_per_request=[sum(b.committed for b in r.blocks) / len(r.blocks) if r.blocks else 0.0 for r in results],
-        conditional_acceptance=conditional, marginal_acceptance=marginal, committed_histogram=histogram,
-        wall_time_s=wall, tokens_per_second=tokens / wall if wall > 0 else 0.0)
+        tau_per_request=[
+            sum(b.committed for b in r.blocks) / len(r.blocks) if r.blocks else 0.0 for r in results
+        ],
+        conditional_acceptance=conditional,
+        marginal_acceptance=marginal,
+        committed_histogram=histogram,
+        wall_time_s=wall,
+        tokens_per_second=tokens / wall if wall > 0 else 0.0,
+    )

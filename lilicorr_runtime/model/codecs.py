@@ -13,8 +13,9 @@ from lilicorr_ckpt.checkpoint.numerics import e2m1_decode
 E2M1_VALUES = torch.from_numpy(e2m1_decode(np.arange(16, dtype=np.uint8)))
 
 
-def nvfp4_dequantize(packed: torch.Tensor, scale_codes: torch.Tensor, scale_2: torch.Tensor | float,
-                     group_size: int = 16) -> torch.Tensor:
+def nvfp4_dequantize(
+    packed: torch.Tensor, scale_codes: torch.Tensor, scale_2: torch.Tensor | float, group_size: int = 16
+) -> torch.Tensor:
     """uint8 [o, i/2] (element 2j in the low nibble), e4m3 block scales [o, i/group], fp32 scalar -> fp32 [o, i]."""
     o, half = packed.shape
     codes = torch.stack([packed & 0x0F, packed >> 4], dim=-1).reshape(o, 2 * half).long()

@@ -38,9 +38,12 @@ def backbone_spec(config: DraftConfig, num_layers: int) -> BackboneSpec:
     d = config.dflash
     window = config.sliding_window or (d.swa_window_size if d.use_swa else None)
     windows = tuple(window if t == "sliding_attention" else None for t in layer_types)
-    return BackboneSpec(rope_theta=float(config.rope_theta or 10000.0), rope_scaling=config.rope_scaling,
-                        max_position_embeddings=config.max_position_embeddings or DEFAULT_MAX_POSITIONS,
-                        windows=windows)
+    return BackboneSpec(
+        rope_theta=float(config.rope_theta or 10000.0),
+        rope_scaling=config.rope_scaling,
+        max_position_embeddings=config.max_position_embeddings or DEFAULT_MAX_POSITIONS,
+        windows=windows,
+    )
 
 
 class DraftKVCache:
@@ -49,8 +52,16 @@ class DraftKVCache:
     Context row r sits at absolute position r, so the cache length is also the next block's start.
     """
 
-    def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
-                 device: torch.device | str, capacity: int = 256):
+    def __init__(
+        self,
+        num_layers: int,
+        batch: int,
+        kv_heads: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device | str,
+        capacity: int = 256,
+    ):
         shape = (batch, kv_heads, capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -72,21 +83,21 @@ class DraftKVCache:
         for store in (self.keys, self.values):
             for i, old in enumerate(store):
                 new = old.new_zeros(old.shape[0], old.shape[1], capacity, old.shape[3])
-                new[:, :, :self.length] = old[:, :, :self.length]
+                new[:, :, : self.length] = old[:, :, : self.length]
                 store[i] = new
 
     def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> None:
         # keys/values [b, kv_heads, n, hd] at positions length..length+n-1; commit() advances length
         n = keys.shape[2]
         self._reserve(n)
-        self.keys[layer][:, :, self.length:self.length + n] = keys
-        self.values[layer][:, :, self.length:self.length + n] = values
+        self.keys[layer][:, :, self.length : self.length + n] = keys
+        self.values[layer][:, :, self.length : self.length + n] = values
 
     def commit(self, n: int) -> None:
         self.length += n
 
     def layer(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.keys[i][:, :, :self.length], self.values[i][:, :, :self.length]
+        return self.keys[i][:, :, : self.length], self.values[i][:, :, : self.length]
 
 
 class Attention(nn.Module):
@@ -106,13 +117,22 @@ class Attention(nn.Module):
         b, n, _ = x.shape
         return x.view(b, n, heads, self.head_dim).transpose(1, 2)  # [b, heads, n, hd]
 
-    def context_kv(self, ctx: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def context_kv(
+        self, ctx: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Context rows [b, n, M] -> K, V [b, kv_heads, n, hd]: k_norm and RoPE, no input_layernorm."""
         k = apply_rope(self.k_norm(self._heads(self.k_proj(ctx), self.num_kv_heads)), cos, sin)
         return k, self._heads(self.v_proj(ctx), self.num_kv_heads)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx_k: torch.Tensor,
-                ctx_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx_k: torch.Tensor,
+        ctx_v: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
         # x [b, Q, M] (normed block rows); keys/values span [context ; block]; no causal mask
         b, n, _ = x.shape
         q = apply_rope(self.q_norm(self._heads(self.q_proj(x), self.num_heads)), cos, sin)
@@ -169,7 +189,7 @@ class GroupedDynamicConv(nn.Module):
         n = x.shape[1]
         y = torch.zeros_like(x)
         for i in range(taps):
-            y = y + kernel[:, :, i] * padded[:, taps - 1 - i:taps - 1 - i + n]  # x_{t-i}
+            y = y + kernel[:, :, i] * padded[:, taps - 1 - i : taps - 1 - i + n]  # x_{t-i}
         return y
 
 
@@ -186,17 +206,32 @@ class DraftLayer(nn.Module):
         self.mlp_conv = GroupedDynamicConv(M, g.conv_kernel_size, g.conv_group_size) if conv else None
 
     @staticmethod
-    def _sublayer(x: torch.Tensor, normed: torch.Tensor, conv: GroupedDynamicConv | None,
-                  body: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def _sublayer(
+        x: torch.Tensor,
+        normed: torch.Tensor,
+        conv: GroupedDynamicConv | None,
+        body: Callable[[torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         if conv is None:
             return x + body(normed)
         k_in, k_out = conv.kernels(normed)
         return x + conv.convolve(body(conv.convolve(normed, k_in)), k_out)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, ctx_k: torch.Tensor,
-                ctx_v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = self._sublayer(x, self.input_layernorm(x), self.attention_conv,
-                           lambda h: self.self_attn(h, cos, sin, ctx_k, ctx_v, mask))
+    def forward(
+        self,
+        x: torch.Tensor,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        ctx_k: torch.Tensor,
+        ctx_v: torch.Tensor,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        x = self._sublayer(
+            x,
+            self.input_layernorm(x),
+            self.attention_conv,
+            lambda h: self.self_attn(h, cos, sin, ctx_k, ctx_v, mask),
+        )
         return self._sublayer(x, self.post_attention_layernorm(x), self.mlp_conv, self.mlp)
 
 
@@ -212,13 +247,15 @@ class Drafter(nn.Module):
         M = g.hidden_size
         self.fc = nn.Linear(len(g.target_layer_ids) * M, M, bias=False)
         self.hidden_norm = RMSNorm(M, g.rms_norm_eps)
-        self.layers = nn.ModuleList(DraftLayer(g, spec.windows[i] if i < len(spec.windows) else None)
-                                    for i in range(g.num_layers))
+        self.layers = nn.ModuleList(
+            DraftLayer(g, spec.windows[i] if i < len(spec.windows) else None) for i in range(g.num_layers)
+        )
         self.norm = RMSNorm(M, g.rms_norm_eps)
         self.lilicorr: LiLiCorrHead | None = head_from_geometry(g) if g.lilicorr_enabled else None
         self.lm_head: nn.Linear | None = nn.Linear(M, g.vocab_size, bias=False) if g.has_own_lm_head else None
-        inv_freq, self.rope_scale = rope_inverse_frequencies(g.head_dim, spec.rope_theta, spec.rope_scaling,
-                                                             spec.max_position_embeddings)
+        inv_freq, self.rope_scale = rope_inverse_frequencies(
+            g.head_dim, spec.rope_theta, spec.rope_scaling, spec.max_position_embeddings
+        )
         self._inv_freq_fp32 = inv_freq
         self.register_buffer("inv_freq", inv_freq.clone(), persistent=False)
 
@@ -248,31 +285,45 @@ class Drafter(nn.Module):
         """[b, n, T·M] target hidden states (concatenated in target_layer_ids order) -> context [b, n, M]."""
         width = self.fc.weight.shape[1]
         if target_features.dim() != 3 or target_features.shape[2] != width:
-            raise ValueError(f"project_context expects target features [b, n, {width}] (the hidden states of the "
-                             f"{len(self.target_layer_ids)} target layers {list(self.target_layer_ids)}, concatenated); "
-                             f"got {list(target_features.shape)}")
+            raise ValueError(
+                f"project_context expects target features [b, n, {width}] (the hidden states of the "
+                f"{len(self.target_layer_ids)} target layers {list(self.target_layer_ids)}, concatenated); "
+                f"got {list(target_features.shape)}"
+            )
         return self.hidden_norm(self.fc(target_features.to(self.fc.weight.dtype)))
 
     def _check_block(self, cache: DraftKVCache, block_embeddings: torch.Tensor) -> None:
         """A query block is [b, Q, M] with 1 <= Q <= block_size and the cache's batch (shapes only: no sync)."""
         m, b = self.fc.weight.shape[0], cache.keys[0].shape[0]
-        if block_embeddings.dim() != 3 or block_embeddings.shape[0] != b or block_embeddings.shape[2] != m \
-                or not 1 <= block_embeddings.shape[1] <= self.block_size:
-            raise ValueError(f"the drafter expects block embeddings [{b}, Q, {m}] with 1 <= Q <= block_size "
-                             f"{self.block_size} (the cache holds {b} rows); got {list(block_embeddings.shape)}")
+        if (
+            block_embeddings.dim() != 3
+            or block_embeddings.shape[0] != b
+            or block_embeddings.shape[2] != m
+            or not 1 <= block_embeddings.shape[1] <= self.block_size
+        ):
+            raise ValueError(
+                f"the drafter expects block embeddings [{b}, Q, {m}] with 1 <= Q <= block_size "
+                f"{self.block_size} (the cache holds {b} rows); got {list(block_embeddings.shape)}"
+            )
 
     def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return rope_cos_sin(positions, self.inv_freq, self.rope_scale, self.fc.weight.dtype)
 
-    def _context_kv(self, context: torch.Tensor, positions: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _context_kv(
+        self, context: torch.Tensor, positions: torch.Tensor
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Context rows [b, n, M] at rotary positions [n] or [b, n] -> per draft layer, K, V [b, kv_heads, n, hd]."""
         cos, sin = self._rope(positions)
         for layer in self.layers:
             yield layer.self_attn.context_kv(context, cos, sin)
 
-    def _backbone(self, block_embeddings: torch.Tensor, positions: torch.Tensor,
-                  context_kv: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
-                  mask: Callable[[int | None], torch.Tensor | None]) -> torch.Tensor:
+    def _backbone(
+        self,
+        block_embeddings: torch.Tensor,
+        positions: torch.Tensor,
+        context_kv: Callable[[int], tuple[torch.Tensor, torch.Tensor]],
+        mask: Callable[[int | None], torch.Tensor | None],
+    ) -> torch.Tensor:
         """The drafter's one forward, which decoding (eager and captured) and training all run: query rows
         block_embeddings [b, Q, M] at rotary positions [Q] or [b, Q], each layer attending over its context K/V
         (`context_kv(layer index)`, [b, kv_heads, C, hd]) and the query rows, under `mask(the layer's window)`
@@ -308,7 +359,9 @@ class Drafter(nn.Module):
 
         return self._backbone(block_embeddings, q_pos, cache.layer, window_mask)
 
-    def forward_static(self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor) -> torch.Tensor:
+    def forward_static(
+        self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor
+    ) -> torch.Tensor:
         """`forward` with shapes that do not depend on the context length, for CUDA-graph capture.
 
         Attends over the cache's whole capacity and masks rows >= `length` (an int64 device scalar, or [b]: one
@@ -323,8 +376,9 @@ class Drafter(nn.Module):
         ctx_pos = torch.arange(capacity, device=device)
         q_pos = length[:, None] + torch.arange(q_len, device=device)  # [b, Q]
         k_pos = torch.cat([ctx_pos.expand(b, -1), q_pos], dim=1)  # [b, C+Q]
-        valid = torch.cat([ctx_pos[None, :] < length[:, None],
-                           torch.ones(b, q_len, dtype=torch.bool, device=device)], dim=1)  # [b, C+Q]
+        valid = torch.cat(
+            [ctx_pos[None, :] < length[:, None], torch.ones(b, q_len, dtype=torch.bool, device=device)], dim=1
+        )  # [b, C+Q]
 
         def length_mask(window: int | None) -> torch.Tensor:
             mask = valid[:, None, None, :].expand(b, 1, q_len, -1)
@@ -332,7 +386,9 @@ class Drafter(nn.Module):
                 mask = mask & ((q_pos[:, :, None] - k_pos[:, None, :]).abs() <= window - 1)[:, None]
             return mask
 
-        return self._backbone(block_embeddings, q_pos, lambda i: (cache.keys[i], cache.values[i]), length_mask)
+        return self._backbone(
+            block_embeddings, q_pos, lambda i: (cache.keys[i], cache.values[i]), length_mask
+        )
 
     def append_context_static(self, cache: DraftKVCache, context: torch.Tensor, length: torch.Tensor) -> None:
         """Write K/V of context rows [b, q, M] at positions length[b]..length[b]+q-1 (`length` [b] on the device;
@@ -345,30 +401,41 @@ class Drafter(nn.Module):
             cache.keys[i].scatter_(2, index, k)
             cache.values[i].scatter_(2, index, v)
 
-    def forward_blocks(self, context: torch.Tensor, block_embeddings: torch.Tensor,
-                       anchors: torch.Tensor) -> torch.Tensor:
+    def forward_blocks(
+        self, context: torch.Tensor, block_embeddings: torch.Tensor, anchors: torch.Tensor
+    ) -> torch.Tensor:
         """Many blocks of each sequence in one pass, as training runs them: context [b, L, M] (the projected
         target features of every position), block_embeddings [b, m, B, M] of [x_a, mask x (B-1)], anchors [b, m]
         -> final-normed hidden [b, m, B, M]. Block j attends to the context rows before its anchor and to its own
         B rows, at rotary positions anchor.., exactly as `forward` drafts it after anchor context rows."""
-        if any(layer.attention_conv is not None or layer.self_attn.window is not None for layer in self.layers):
+        if any(
+            layer.attention_conv is not None or layer.self_attn.window is not None for layer in self.layers
+        ):
             raise ValueError("training supports full-attention drafters without convolution")
         b, m, block, width = block_embeddings.shape
         length = context.shape[1]
         device = context.device
         ctx_positions = torch.arange(length, device=device)
-        q_positions = (anchors[:, :, None] + torch.arange(block, device=device)).reshape(b, m * block)  # [b, n]
+        q_positions = (anchors[:, :, None] + torch.arange(block, device=device)).reshape(
+            b, m * block
+        )  # [b, n]
         # block j sees the context rows before its anchor and its own B rows: [b, 1, n, L + n]
         sees_context = ctx_positions[None, None, :] < anchors.repeat_interleave(block, dim=1)[:, :, None]
         block_of = torch.arange(m, device=device).repeat_interleave(block)
         same_block = (block_of[:, None] == block_of[None, :]).expand(b, -1, -1)
         mask = torch.cat([sees_context, same_block], dim=2)[:, None]
         context_kv = list(self._context_kv(context, ctx_positions))  # autograd keeps every layer's anyway
-        hidden = self._backbone(block_embeddings.reshape(b, m * block, width), q_positions, context_kv.__getitem__,
-                                lambda window: mask)
+        hidden = self._backbone(
+            block_embeddings.reshape(b, m * block, width),
+            q_positions,
+            context_kv.__getitem__,
+            lambda window: mask,
+        )
         return hidden.view(b, m, block, width)
 
-    def logits(self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+    def logits(
+        self, hidden: torch.Tensor, target_lm_head: Callable[[torch.Tensor], torch.Tensor]
+    ) -> torch.Tensor:
         """hidden [b, S, M] -> fp32 logits [b, S, V] through the owned head, else the target's."""
         if self.lm_head is not None:
             return self.lm_head(hidden.to(self.lm_head.weight.dtype)).float()

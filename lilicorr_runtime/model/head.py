@@ -114,26 +114,53 @@ class LatticeLayer(nn.Module):
         self.mlp_norm = RMSNorm(hidden, eps)
         self.mlp = SiluMLP(hidden, mlp_width, hidden)
 
-    def forward(self, x: torch.Tensor, x_normed: torch.Tensor, bias: torch.Tensor, next_norm: RMSNorm,
-                anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        x: torch.Tensor,
+        x_normed: torch.Tensor,
+        bias: torch.Tensor,
+        next_norm: RMSNorm,
+        anchor: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """x [b, n, h] and attn_norm(x) -> (the layer's output x', next_norm(x')), or with anchor [b, h]
         the factor input [x'', a, x'' ⊙ a] (x'' = next_norm(x')) in place of next_norm(x')."""
         out_proj, down = self.attn.out_proj, self.mlp.down_proj
-        x, y = residual_norm(x, F.linear(self.attn.mixed(x_normed, bias), out_proj.weight), out_proj.bias,
-                             self.mlp_norm.weight, self.mlp_norm.eps)
+        x, y = residual_norm(
+            x,
+            F.linear(self.attn.mixed(x_normed, bias), out_proj.weight),
+            out_proj.bias,
+            self.mlp_norm.weight,
+            self.mlp_norm.eps,
+        )
         hidden = F.silu(self.mlp.up_proj(y))
-        return residual_norm(x, F.linear(hidden, down.weight), down.bias, next_norm.weight, next_norm.eps, anchor)
+        return residual_norm(
+            x, F.linear(hidden, down.weight), down.bias, next_norm.weight, next_norm.eps, anchor
+        )
 
 
 class LiLiCorrHead(nn.Module):
-    def __init__(self, *, model_hidden_size: int, block_size: int, rms_norm_eps: float, hidden_size: int,
-                 num_layers: int, num_heads: int, mlp_ratio: float, candidate_topk: int, factor_dim: int,
-                 vector_eps: float, logit_scale: float):
+    def __init__(
+        self,
+        *,
+        model_hidden_size: int,
+        block_size: int,
+        rms_norm_eps: float,
+        hidden_size: int,
+        num_layers: int,
+        num_heads: int,
+        mlp_ratio: float,
+        candidate_topk: int,
+        factor_dim: int,
+        vector_eps: float,
+        logit_scale: float,
+    ):
         super().__init__()
         M, h, K, B = model_hidden_size, hidden_size, candidate_topk, block_size
         if B < 2 or K < 1 or h % num_heads:
-            raise ValueError(f"invalid LiLiCorr geometry: block_size {B} (needs >= 2), candidate_topk {K} "
-                             f"(needs >= 1), hidden_size {h} must be divisible by num_heads {num_heads}")
+            raise ValueError(
+                f"invalid LiLiCorr geometry: block_size {B} (needs >= 2), candidate_topk {K} "
+                f"(needs >= 1), hidden_size {h} must be divisible by num_heads {num_heads}"
+            )
         self.block_size, self.candidate_topk = B, K
         self.vector_eps, self.logit_scale = vector_eps, logit_scale
         # the identity when the head is as wide as the draft: then the checkpoint has no token_proj tensors
@@ -146,8 +173,9 @@ class LiLiCorrHead(nn.Module):
         self.relative_slot_bias = nn.Parameter(torch.zeros(num_heads, 2 * B - 1))
         self.same_slot_bias = nn.Parameter(torch.zeros(num_heads))
         self.context_proj = nn.Linear(M, h)
-        self.layers = nn.ModuleList(LatticeLayer(h, num_heads, int(h * mlp_ratio), rms_norm_eps)
-                                    for _ in range(num_layers))
+        self.layers = nn.ModuleList(
+            LatticeLayer(h, num_heads, int(h * mlp_ratio), rms_norm_eps) for _ in range(num_layers)
+        )
         self.output_norm = RMSNorm(h, rms_norm_eps)
         self.anchor_norm = RMSNorm(h, rms_norm_eps)
         self.factor_input_proj = nn.Linear(3 * h, h)
@@ -157,8 +185,9 @@ class LiLiCorrHead(nn.Module):
         self._derived_cache: dict[tuple, tuple[tuple | None, torch.Tensor]] = {}
         self.register_load_state_dict_post_hook(lambda module, incompatible: module.invalidate_derived())
 
-    def _derived(self, name: str, args: tuple, params: tuple[torch.Tensor, ...],
-                 build: Callable[[], torch.Tensor]) -> torch.Tensor:
+    def _derived(
+        self, name: str, args: tuple, params: tuple[torch.Tensor, ...], build: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
         """A tensor derived from parameters only (constant per geometry), cached: rebuilding it every block
         would cost kernels. It is rebuilt when a parameter changes through torch (in-place ops bump its
         version; load_state_dict invalidates; .to() and friends clear). Writes through `.data` are invisible
@@ -173,8 +202,11 @@ class LiLiCorrHead(nn.Module):
         hit = self._derived_cache.get(key)
         if hit is None or hit[0] != stamp:
             value = build().detach()
-            if hit is not None and (hit[1].shape, hit[1].dtype, hit[1].device) == (value.shape, value.dtype,
-                                                                                    value.device):
+            if hit is not None and (hit[1].shape, hit[1].dtype, hit[1].device) == (
+                value.shape,
+                value.dtype,
+                value.device,
+            ):
                 value = hit[1].copy_(value)
             self._derived_cache[key] = hit = (stamp, value)
         return hit[1]
@@ -196,30 +228,52 @@ class LiLiCorrHead(nn.Module):
         same = (distance == 0).to(bias.dtype)
         return bias + self.same_slot_bias[:, None, None] * same
 
-    def forward(self, candidate_embeddings: torch.Tensor, candidate_log_probs: torch.Tensor,
-                pass_hidden: torch.Tensor, anchor_hidden: torch.Tensor,
-                anchor_valid: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self,
+        candidate_embeddings: torch.Tensor,
+        candidate_log_probs: torch.Tensor,
+        pass_hidden: torch.Tensor,
+        anchor_hidden: torch.Tensor,
+        anchor_valid: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """candidate_embeddings [b, S, K, M], candidate_log_probs [b, S, K], pass_hidden [b, S, M],
         anchor_hidden [b, M], anchor_valid [b] (None: all valid) -> start [b, K], pairs [b, S-1, K, K] fp32.
         S may be shorter than the trained B-1 (a shorter draft uses the first S slot embeddings)."""
         m = self.pass_hidden_proj.weight.shape[1]
         if candidate_embeddings.dim() != 4:
-            raise ValueError(f"candidate_embeddings must be [b, S, K, M = {m}], got {list(candidate_embeddings.shape)}")
+            raise ValueError(
+                f"candidate_embeddings must be [b, S, K, M = {m}], got {list(candidate_embeddings.shape)}"
+            )
         b, slots, k, _ = candidate_embeddings.shape
         if not 1 <= slots <= self.block_size - 1 or k != self.candidate_topk:
-            raise ValueError(f"lattice [{slots} slots x {k} candidates] does not fit the head "
-                             f"(at least 1 and at most {self.block_size - 1} slots, exactly {self.candidate_topk} "
-                             "candidates)")
-        if candidate_embeddings.shape[3] != m or candidate_log_probs.shape != (b, slots, k) \
-                or pass_hidden.shape != (b, slots, m) or anchor_hidden.shape != (b, m) \
-                or (anchor_valid is not None and anchor_valid.shape != (b,)):
-            got = ", ".join(f"{name} {list(t.shape)}" for name, t in (
-                ("candidate_embeddings", candidate_embeddings), ("candidate_log_probs", candidate_log_probs),
-                ("pass_hidden", pass_hidden), ("anchor_hidden", anchor_hidden), ("anchor_valid", anchor_valid))
-                if t is not None)
-            raise ValueError(f"the head expects candidate_embeddings [b, S, K, M], candidate_log_probs [b, S, K], "
-                             f"pass_hidden [b, S, M], anchor_hidden [b, M], anchor_valid [b] or None (M = {m}); "
-                             f"got {got}")
+            raise ValueError(
+                f"lattice [{slots} slots x {k} candidates] does not fit the head "
+                f"(at least 1 and at most {self.block_size - 1} slots, exactly {self.candidate_topk} "
+                "candidates)"
+            )
+        if (
+            candidate_embeddings.shape[3] != m
+            or candidate_log_probs.shape != (b, slots, k)
+            or pass_hidden.shape != (b, slots, m)
+            or anchor_hidden.shape != (b, m)
+            or (anchor_valid is not None and anchor_valid.shape != (b,))
+        ):
+            got = ", ".join(
+                f"{name} {list(t.shape)}"
+                for name, t in (
+                    ("candidate_embeddings", candidate_embeddings),
+                    ("candidate_log_probs", candidate_log_probs),
+                    ("pass_hidden", pass_hidden),
+                    ("anchor_hidden", anchor_hidden),
+                    ("anchor_valid", anchor_valid),
+                )
+                if t is not None
+            )
+            raise ValueError(
+                f"the head expects candidate_embeddings [b, S, K, M], candidate_log_probs [b, S, K], "
+                f"pass_hidden [b, S, M], anchor_hidden [b, M], anchor_valid [b] or None (M = {m}); "
+                f"got {got}"
+            )
         dtype = self.pass_hidden_proj.weight.dtype
         rows, h = b * slots * k, self.pass_hidden_proj.weight.shape[0]
         token, passing, down = self.token_proj, self.pass_hidden_proj, self.feature_mlp.down_proj
@@ -240,15 +294,28 @@ class LiLiCorrHead(nn.Module):
         # the three biases and the embeddings folded into one cached constant
         with _on(input_branch):
             up = self.feature_mlp.up_proj
-            features = feature_hidden(candidate_log_probs, self.feature_norm.weight, self.feature_norm.bias,
-                                      self.feature_norm.eps, up.weight, up.bias)  # [b, S, K, h]
+            features = feature_hidden(
+                candidate_log_probs,
+                self.feature_norm.weight,
+                self.feature_norm.bias,
+                self.feature_norm.eps,
+                up.weight,
+                up.bias,
+            )  # [b, S, K, h]
             features_ready = _mark(input_branch)
             constant = self._derived(
-                "inputs", (slots,),
+                "inputs",
+                (slots,),
                 (self.slot_embedding, self.rank_embedding, passing.bias, down.bias)
                 + ((token.bias,) if linear_token else ()),
-                lambda: (self.slot_embedding[0, 0, :slots] + self.rank_embedding[0, 0, 0] + passing.bias
-                         + down.bias + (token.bias if linear_token else 0)))  # [S, K, h]
+                lambda: (
+                    self.slot_embedding[0, 0, :slots]
+                    + self.rank_embedding[0, 0, 0]
+                    + passing.bias
+                    + down.bias
+                    + (token.bias if linear_token else 0)
+                ),
+            )  # [S, K, h]
             x = F.linear(pass_hidden.to(dtype), passing.weight)[:, :, None] + constant  # [b, S, K, h]
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
         terms = F.linear(embeddings, token.weight) if linear_token else embeddings.clone()
@@ -256,13 +323,19 @@ class LiLiCorrHead(nn.Module):
         if torch.is_grad_enabled():  # training (under autocast the in-place GEMM would mix dtypes)
             terms = terms + F.linear(features.view(rows, h), down.weight)
         else:
-            terms.addmm_(features.view(rows, h), down.weight.t())  # a GEMM accumulating in place: no add kernel
+            terms.addmm_(
+                features.view(rows, h), down.weight.t()
+            )  # a GEMM accumulating in place: no add kernel
         _join(input_branch, x)
         x = x.view(b, slots * k, h)
         terms = terms.view(b, slots * k, h)
 
-        bias = self._derived("bias", (slots, k), (self.relative_slot_bias, self.same_slot_bias),
-                             lambda: self.attention_bias(slots, k))
+        bias = self._derived(
+            "bias",
+            (slots, k),
+            (self.relative_slot_bias, self.same_slot_bias),
+            lambda: self.attention_bias(slots, k),
+        )
         layers = list(self.layers)
         first_norm = layers[0].attn_norm if layers else self.output_norm
         if not layers:
@@ -272,9 +345,12 @@ class LiLiCorrHead(nn.Module):
             last = i + 1 == len(layers)
             if last:
                 _join(anchor_branch, a, anchor_vector)
-            x, x_normed = layer(x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm,
-                                a if last else None)
-        f = F.silu(self.factor_input_proj(x_normed))  # [b, S·K, h]: SiLU(W [c, a, c ⊙ a] + b), x_normed the factor input
+            x, x_normed = layer(
+                x, x_normed, bias, self.output_norm if last else layers[i + 1].attn_norm, a if last else None
+            )
+        f = F.silu(
+            self.factor_input_proj(x_normed)
+        )  # [b, S·K, h]: SiLU(W [c, a, c ⊙ a] + b), x_normed the factor input
 
         # out_head and in_head read the same f: one GEMM over their stacked weights
         fd = self.out_head.weight.shape[0]
@@ -283,13 +359,23 @@ class LiLiCorrHead(nn.Module):
         vector_bias = self._derived("vector_bias", (), pair, lambda: torch.cat([pair[1], pair[3]]))
         vectors = F.linear(f, weight, vector_bias).view(b, slots, k, 2 * fd)
         # unit out/in/anchor vectors and their scaled dot products, fp32: start [b, K], pairs [b, S-1, K, K]
-        return lattice_scores(vectors[..., :fd], vectors[..., fd:], anchor_vector, self.vector_eps,
-                              self.logit_scale)
+        return lattice_scores(
+            vectors[..., :fd], vectors[..., fd:], anchor_vector, self.vector_eps, self.logit_scale
+        )
 
 
 def head_from_geometry(g: Geometry) -> LiLiCorrHead:
     assert g.head_complete() and g.head_vector_eps is not None and g.head_logit_scale is not None
-    return LiLiCorrHead(model_hidden_size=g.hidden_size, block_size=g.block_size, rms_norm_eps=g.rms_norm_eps,
-                        hidden_size=g.head_hidden_size, num_layers=g.head_num_layers, num_heads=g.head_num_heads,
-                        mlp_ratio=g.head_mlp_ratio, candidate_topk=g.candidate_topk, factor_dim=g.head_factor_dim,
-                        vector_eps=g.head_vector_eps, logit_scale=g.head_logit_scale)
+    return LiLiCorrHead(
+        model_hidden_size=g.hidden_size,
+        block_size=g.block_size,
+        rms_norm_eps=g.rms_norm_eps,
+        hidden_size=g.head_hidden_size,
+        num_layers=g.head_num_layers,
+        num_heads=g.head_num_heads,
+        mlp_ratio=g.head_mlp_ratio,
+        candidate_topk=g.candidate_topk,
+        factor_dim=g.head_factor_dim,
+        vector_eps=g.head_vector_eps,
+        logit_scale=g.head_logit_scale,
+    )

@@ -26,8 +26,9 @@ class CheckpointRefused(Exception):
     cannot build what it describes (message: what was found and what to do)."""
 
 
-def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float32,
-                  device: str | torch.device = "cpu") -> Drafter:
+def build_drafter(
+    checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu"
+) -> Drafter:
     """The drafter of a checkpoint already read (and, by the caller, validated)."""
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     ckpt, label = checkpoint, checkpoint.source.label
@@ -35,8 +36,10 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
     if manifest.family_prefixes:
         # the sibling heads (DFlash2, DSpark, Domino) are not implemented: running only their backbone
         # would silently compute a different drafter
-        raise CheckpointRefused(f"{label}: {ckpt.parsed.config.architecture} carries a {ckpt.geometry.family} head, "
-                                "which the reference runtime does not implement (LiLiCorr and plain DFlash only)")
+        raise CheckpointRefused(
+            f"{label}: {ckpt.parsed.config.architecture} carries a {ckpt.geometry.family} head, "
+            "which the reference runtime does not implement (LiLiCorr and plain DFlash only)"
+        )
     if manifest.incomplete:
         raise CheckpointRefused(f"{label}: geometry is incomplete: {manifest.incomplete}")
     try:
@@ -55,11 +58,16 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
                 raw[canonical] = f.get_tensor(view.actual[canonical])
 
     # numerics' scale policy, as validate --deep and convert's repairs apply it
-    bad_scales = [f"{key} ({defects.describe()})" for key in sorted(raw) if key.rpartition(".")[2] in SCALES
-                  and (defects := scale_defects([raw[key].float().numpy()]))]
+    bad_scales = [
+        f"{key} ({defects.describe()})"
+        for key in sorted(raw)
+        if key.rpartition(".")[2] in SCALES and (defects := scale_defects([raw[key].float().numpy()]))
+    ]
     if bad_scales:
-        raise CheckpointRefused(f"{label}: quantization scales that are NaN, infinite, negative or all zero: "
-                                f"{shorten(bad_scales, 5, quote='')}; `lilicorr-ckpt validate --deep` lists them")
+        raise CheckpointRefused(
+            f"{label}: quantization scales that are NaN, infinite, negative or all zero: "
+            f"{shorten(bad_scales, 5, quote='')}; `lilicorr-ckpt validate --deep` lists them"
+        )
     state: dict[str, torch.Tensor] = {}
     for name, expected in manifest.tensors.items():
         module = expected.module
@@ -67,8 +75,12 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
             kind = observed_scheme(view, module)
             if kind == "nvfp4":
                 scales = raw[f"{module}.weight_scale"]
-                state[name] = nvfp4_dequantize(raw[name], scales, raw[f"{module}.weight_scale_2"],
-                                               raw[name].shape[1] * 2 // scales.shape[1])
+                state[name] = nvfp4_dequantize(
+                    raw[name],
+                    scales,
+                    raw[f"{module}.weight_scale_2"],
+                    raw[name].shape[1] * 2 // scales.shape[1],
+                )
                 continue
             if kind == "fp8":
                 state[name] = fp8_dequantize(raw[name], raw[f"{module}.weight_scale"])
@@ -77,8 +89,10 @@ def build_drafter(checkpoint: Checkpoint, dtype: torch.dtype | str = torch.float
     # a NaN or infinite weight (stored so, or scales whose product overflows) would decode to garbage tokens
     broken = [name for name, t in state.items() if t.is_floating_point() and not torch.isfinite(t).all()]
     if broken:
-        raise CheckpointRefused(f"{label}: NaN or infinite values in {shorten(broken, 5, quote='')}; "
-                                "`lilicorr-ckpt validate --deep` lists them")
+        raise CheckpointRefused(
+            f"{label}: NaN or infinite values in {shorten(broken, 5, quote='')}; "
+            "`lilicorr-ckpt validate --deep` lists them"
+        )
     # activations are not fake-quantized: input_scale tensors are validated but unused
     drafter.load_state_dict(state, strict=True)
     return drafter.place(dtype, device).eval()

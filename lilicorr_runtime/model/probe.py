@@ -15,8 +15,10 @@ LM_HEAD_RANK = 32  # the synthetic lm_head is low-rank so that a 150k x 4096 tab
 def _rows(ids: torch.Tensor, width: int, seed: int) -> torch.Tensor:
     """A synthetic embedding row per id, a pure function of (seed, id): no [V, M] table is built."""
     flat = ids.flatten().tolist()
-    table = {i: torch.randn(width, generator=torch.Generator().manual_seed(seed * 1_000_003 + i + 1))
-             for i in set(flat)}
+    table = {
+        i: torch.randn(width, generator=torch.Generator().manual_seed(seed * 1_000_003 + i + 1))
+        for i in set(flat)
+    }
     return torch.stack([table[i] for i in flat]).view(*ids.shape, width)
 
 
@@ -33,7 +35,7 @@ def reference_outputs(drafter: Drafter, seed: int = 0) -> dict[str, torch.Tensor
     dtype = drafter.fc.weight.dtype
     gen = torch.Generator().manual_seed(seed)
     features = torch.randn(1, CONTEXT_ROWS, len(g.target_layer_ids) * M, generator=gen)
-    head_u = torch.randn(V, LM_HEAD_RANK, generator=gen) / LM_HEAD_RANK ** 0.5
+    head_u = torch.randn(V, LM_HEAD_RANK, generator=gen) / LM_HEAD_RANK**0.5
     head_v = torch.randn(M, LM_HEAD_RANK, generator=gen)
     anchor = torch.randint(0, V, (1,), generator=gen)
 
@@ -48,10 +50,15 @@ def reference_outputs(drafter: Drafter, seed: int = 0) -> dict[str, torch.Tensor
     cache = drafter.new_cache(batch=1)
     context = drafter.project_context(features.to(device))
     drafter.append_context(cache, context)
-    proposal = draft_block(drafter, cache, anchor.to(device), context[:, -1], g.block_size - 1, embed, lm_head,
-                           score=True)
+    proposal = draft_block(
+        drafter, cache, anchor.to(device), context[:, -1], g.block_size - 1, embed, lm_head, score=True
+    )
     out = {"context": context[0], "draft_hidden": proposal.hidden[0], "draft_logits": proposal.logits[0]}
     if proposal.start is not None:
-        out.update(candidate_ids=proposal.candidate_ids[0], candidate_log_probs=proposal.candidate_log_probs[0],
-                   start=proposal.start[0], pairs=proposal.pairs[0])
+        out.update(
+            candidate_ids=proposal.candidate_ids[0],
+            candidate_log_probs=proposal.candidate_log_probs[0],
+            start=proposal.start[0],
+            pairs=proposal.pairs[0],
+        )
     return {k: v.float().cpu() if v.is_floating_point() else v.cpu() for k, v in out.items()}

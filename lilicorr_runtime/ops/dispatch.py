@@ -28,6 +28,5 @@ def use_triton(*tensors: torch.Tensor) -> bool:
 
 
 def kernel_backend(device: torch.device | str) -> str:
-    """"triton" when the draft-step ops run as Triton kernels on `device`, else "torch"."""
+    """ "triton" when the draft-step ops run as Triton kernels on `device`, else "torch"."""
     return "triton" if use_triton(torch.empty(0, device=device)) else "torch"
-

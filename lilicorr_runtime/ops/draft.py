@@ -42,7 +42,9 @@ def topk_lse_reference(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
     order = torch.argsort(ids, dim=-1)
     ids = ids.gather(1, order)
     values = x.gather(1, ids)
-    resort = torch.sort(values, dim=-1, descending=True, stable=True).indices  # stable: columns stay ascending
+    resort = torch.sort(
+        values, dim=-1, descending=True, stable=True
+    ).indices  # stable: columns stay ascending
     values, ids = values.gather(1, resort), ids.gather(1, resort)
     row_max = x.amax(dim=-1, keepdim=True)  # [n, 1]
     safe_max = torch.where(torch.isinf(row_max), 0.0, row_max)
@@ -84,8 +86,13 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return rms_norm_reference(x, weight, eps)
 
 
-def lattice_scores_reference(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
-                             vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def lattice_scores_reference(
+    out_vectors: torch.Tensor,
+    in_vectors: torch.Tensor,
+    anchor_vector: torch.Tensor,
+    vector_eps: float,
+    logit_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The head's last step (the unit out/in/anchor vectors and their scaled dot products), in fp32: n(v) = v / max(|v|, eps),
     start[b, j] = s·<n(anchor[b]), n(in[b, 0, j])>, pairs[b, t, i, j] = s·<n(out[b, t, i]), n(in[b, t+1, j])>.
 
@@ -99,13 +106,27 @@ def lattice_scores_reference(out_vectors: torch.Tensor, in_vectors: torch.Tensor
     return start, pairs
 
 
-def lattice_scores(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
-                   vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def lattice_scores(
+    out_vectors: torch.Tensor,
+    in_vectors: torch.Tensor,
+    anchor_vector: torch.Tensor,
+    vector_eps: float,
+    logit_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`lattice_scores_reference`, as one Triton kernel on CUDA (normalisation, dots and scale fused)."""
-    if out_vectors.dim() != 4 or in_vectors.shape != out_vectors.shape or out_vectors.shape[1] < 1 \
-            or anchor_vector.shape != (out_vectors.shape[0], out_vectors.shape[3]):
-        raise shape_error("lattice_scores", "out_vectors and in_vectors [b, S, K, F] (S >= 1), anchor_vector [b, F]",
-                           out_vectors=out_vectors, in_vectors=in_vectors, anchor_vector=anchor_vector)
+    if (
+        out_vectors.dim() != 4
+        or in_vectors.shape != out_vectors.shape
+        or out_vectors.shape[1] < 1
+        or anchor_vector.shape != (out_vectors.shape[0], out_vectors.shape[3])
+    ):
+        raise shape_error(
+            "lattice_scores",
+            "out_vectors and in_vectors [b, S, K, F] (S >= 1), anchor_vector [b, F]",
+            out_vectors=out_vectors,
+            in_vectors=in_vectors,
+            anchor_vector=anchor_vector,
+        )
     if use_triton(out_vectors, in_vectors, anchor_vector):
         from .draft_triton import lattice_scores_triton
 
@@ -113,8 +134,9 @@ def lattice_scores(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_v
     return lattice_scores_reference(out_vectors, in_vectors, anchor_vector, vector_eps, logit_scale)
 
 
-def candidate_features_reference(log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
-                                 dtype: torch.dtype) -> torch.Tensor:
+def candidate_features_reference(
+    log_probs: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, dtype: torch.dtype
+) -> torch.Tensor:
     """The head's per-candidate features, normalised: LayerNorm(5)(φ) with
     φ = [ℓ, e^ℓ, ℓ - max ℓ, k/(K-1) (0 when K = 1), 1{k = 0}] computed in fp32 and cast to `dtype` first.
 
@@ -129,22 +151,47 @@ def candidate_features_reference(log_probs: torch.Tensor, weight: torch.Tensor, 
     return torch.nn.functional.layer_norm(phi.to(dtype), (5,), weight, bias, eps)
 
 
-def feature_hidden_reference(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
-                             up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
+def feature_hidden_reference(
+    log_probs: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_bias: torch.Tensor,
+    eps: float,
+    up_weight: torch.Tensor,
+    up_bias: torch.Tensor,
+) -> torch.Tensor:
     """The feature MLP's hidden layer: SiLU(up(LayerNorm(5)(φ))). log_probs [..., K] -> [..., K, H] in
     up_weight's dtype."""
     features = candidate_features_reference(log_probs, norm_weight, norm_bias, eps, up_weight.dtype)
     return torch.nn.functional.silu(torch.nn.functional.linear(features, up_weight, up_bias))
 
 
-def feature_hidden(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
-                   up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
+def feature_hidden(
+    log_probs: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_bias: torch.Tensor,
+    eps: float,
+    up_weight: torch.Tensor,
+    up_bias: torch.Tensor,
+) -> torch.Tensor:
     """`feature_hidden_reference`, as one Triton kernel on CUDA (features, LayerNorm, the 5-input Linear, SiLU)."""
-    if log_probs.dim() < 1 or log_probs.shape[-1] < 1 or norm_weight.shape != (5,) or norm_bias.shape != (5,) \
-            or up_weight.dim() != 2 or up_weight.shape[1] != 5 or up_bias.shape != up_weight.shape[:1]:
-        raise shape_error("feature_hidden", "log_probs [..., K] (K >= 1), norm_weight [5], norm_bias [5], "
-                           "up_weight [H, 5], up_bias [H]", log_probs=log_probs, norm_weight=norm_weight,
-                           norm_bias=norm_bias, up_weight=up_weight, up_bias=up_bias)
+    if (
+        log_probs.dim() < 1
+        or log_probs.shape[-1] < 1
+        or norm_weight.shape != (5,)
+        or norm_bias.shape != (5,)
+        or up_weight.dim() != 2
+        or up_weight.shape[1] != 5
+        or up_bias.shape != up_weight.shape[:1]
+    ):
+        raise shape_error(
+            "feature_hidden",
+            "log_probs [..., K] (K >= 1), norm_weight [5], norm_bias [5], up_weight [H, 5], up_bias [H]",
+            log_probs=log_probs,
+            norm_weight=norm_weight,
+            norm_bias=norm_bias,
+            up_weight=up_weight,
+            up_bias=up_bias,
+        )
     if use_triton(log_probs, up_weight):
         from .draft_triton import feature_hidden_triton
 
@@ -152,9 +199,14 @@ def feature_hidden(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias
     return feature_hidden_reference(log_probs, norm_weight, norm_bias, eps, up_weight, up_bias)
 
 
-def residual_norm_reference(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None,
-                            weight: torch.Tensor, eps: float,
-                            anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def residual_norm_reference(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    anchor: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A residual update and the next RMSNorm: x [b, n, H] += delta + bias (None: no update), y = RMSNorm(x).
 
     With anchor [b, H] (the normalised anchor), y is the factor input [b, n, 3H] = [y, a, y ⊙ a] instead.
@@ -169,14 +221,31 @@ def residual_norm_reference(x: torch.Tensor, delta: torch.Tensor | None, bias: t
     return x, y
 
 
-def residual_norm(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None, weight: torch.Tensor,
-                  eps: float, anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def residual_norm(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    anchor: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`residual_norm_reference`, as one Triton kernel per row on CUDA."""
-    if x.dim() != 3 or weight.shape != x.shape[2:] or (delta is not None and delta.shape != x.shape) \
-            or (bias is not None and bias.shape != x.shape[2:]) \
-            or (anchor is not None and anchor.shape != (x.shape[0], x.shape[2])):
-        raise shape_error("residual_norm", "x [b, n, H], delta [b, n, H] or None, bias [H] or None, weight [H], "
-                           "anchor [b, H] or None", x=x, delta=delta, bias=bias, weight=weight, anchor=anchor)
+    if (
+        x.dim() != 3
+        or weight.shape != x.shape[2:]
+        or (delta is not None and delta.shape != x.shape)
+        or (bias is not None and bias.shape != x.shape[2:])
+        or (anchor is not None and anchor.shape != (x.shape[0], x.shape[2]))
+    ):
+        raise shape_error(
+            "residual_norm",
+            "x [b, n, H], delta [b, n, H] or None, bias [H] or None, weight [H], anchor [b, H] or None",
+            x=x,
+            delta=delta,
+            bias=bias,
+            weight=weight,
+            anchor=anchor,
+        )
     same_dtype = all(t is None or t.dtype == x.dtype for t in (delta, bias))  # the kernel keeps x's dtype
     if same_dtype and use_triton(x, weight):
         from .draft_triton import residual_norm_triton
@@ -201,10 +270,19 @@ def lattice_attention_reference(qkv: torch.Tensor, bias: torch.Tensor, num_heads
 def lattice_attention(qkv: torch.Tensor, bias: torch.Tensor, num_heads: int) -> torch.Tensor:
     """`lattice_attention_reference`, as one Triton kernel on CUDA (reads q, k, v in place, writes [b, n, h])."""
     heads = as_int(num_heads)
-    if heads is None or heads < 1 or qkv.dim() != 3 \
-            or qkv.shape[2] % (3 * heads) or bias.shape != (heads, qkv.shape[1], qkv.shape[1]):
-        raise shape_error("lattice_attention", f"qkv [b, n, 3h] with h divisible by num_heads = {num_heads!r}, "
-                           "bias [num_heads, n, n]", qkv=qkv, bias=bias)
+    if (
+        heads is None
+        or heads < 1
+        or qkv.dim() != 3
+        or qkv.shape[2] % (3 * heads)
+        or bias.shape != (heads, qkv.shape[1], qkv.shape[1])
+    ):
+        raise shape_error(
+            "lattice_attention",
+            f"qkv [b, n, 3h] with h divisible by num_heads = {num_heads!r}, bias [num_heads, n, n]",
+            qkv=qkv,
+            bias=bias,
+        )
     if use_triton(qkv, bias):
         from .draft_triton import lattice_attention_triton
 
@@ -262,8 +340,14 @@ def greedy_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> 
     return greedy_walk_reference(start, pairs, ids)
 
 
-def sample_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
-                          temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_walk_reference(
+    start: torch.Tensor,
+    pairs: torch.Tensor,
+    ids: torch.Tensor,
+    uniforms: torch.Tensor,
+    temperatures: torch.Tensor,
+    greedy_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sampled commit: each slot draws from softmax(row / T) over its K candidates by inverse CDF.
 
     start [b, K], pairs [b, S-1, K, K], ids [b, S, K], uniforms [b, S] in [0, 1), temperatures [b],
@@ -302,20 +386,38 @@ def sample_walk_reference(start: torch.Tensor, pairs: torch.Tensor, ids: torch.T
     return ids.gather(2, chosen[..., None]).squeeze(-1), torch.stack(proposals, dim=1)
 
 
-def sample_walk(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
-                temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_walk(
+    start: torch.Tensor,
+    pairs: torch.Tensor,
+    ids: torch.Tensor,
+    uniforms: torch.Tensor,
+    temperatures: torch.Tensor,
+    greedy_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`sample_walk_reference`, as one Triton program per row on CUDA."""
-    if not _walk_fits_shapes(start, pairs, ids) or uniforms.shape != ids.shape[:2] \
-            or temperatures.shape != ids.shape[:1] or greedy_mask.shape != ids.shape[:1]:
-        raise shape_error("sample_walk", WALK_SHAPES + ", uniforms [b, S], temperatures [b], greedy_mask [b]",
-                           start=start, pairs=pairs, ids=ids, uniforms=uniforms, temperatures=temperatures,
-                           greedy_mask=greedy_mask)
+    if (
+        not _walk_fits_shapes(start, pairs, ids)
+        or uniforms.shape != ids.shape[:2]
+        or temperatures.shape != ids.shape[:1]
+        or greedy_mask.shape != ids.shape[:1]
+    ):
+        raise shape_error(
+            "sample_walk",
+            WALK_SHAPES + ", uniforms [b, S], temperatures [b], greedy_mask [b]",
+            start=start,
+            pairs=pairs,
+            ids=ids,
+            uniforms=uniforms,
+            temperatures=temperatures,
+            greedy_mask=greedy_mask,
+        )
     if use_triton(start, pairs, ids, uniforms):
         from .draft_triton import sample_walk_triton, walk_fits
 
         if walk_fits(*ids.shape[1:]):
-            return sample_walk_triton(start, pairs, ids, uniforms, temperatures.to(start.device),
-                                      greedy_mask.to(start.device))
+            return sample_walk_triton(
+                start, pairs, ids, uniforms, temperatures.to(start.device), greedy_mask.to(start.device)
+            )
     return sample_walk_reference(start, pairs, ids, uniforms, temperatures, greedy_mask)
 
 
@@ -324,4 +426,3 @@ def control_walk(logits: torch.Tensor) -> torch.Tensor:
     if logits.dim() != 3 or logits.shape[2] < 1:
         raise shape_error("control_walk", "logits [b, S, V] (V >= 1)", logits=logits)
     return logits.float().argmax(dim=-1)
-

@@ -54,15 +54,29 @@ ATTENTION_BLOCK_M = 16  # query rows per lattice-attention program (n = 120 at Q
 
 
 @triton.jit
-def _tile_scan(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr, n_tiles, n_parts,
-               TILE: tl.constexpr, TPP: tl.constexpr):
+def _tile_scan(
+    logits_ptr,
+    stride_row,
+    n_cols,
+    tile_max_ptr,
+    part_m_ptr,
+    part_s_ptr,
+    n_tiles,
+    n_parts,
+    TILE: tl.constexpr,
+    TPP: tl.constexpr,
+):
     row = tl.program_id(0)
     part = tl.program_id(1)
     tiles = part * TPP + tl.arange(0, TPP)
     cols = tiles[:, None] * TILE + tl.arange(0, TILE)[None, :]  # [TPP, TILE], one load
     # read once and never again by this kernel: evict_first keeps the select's inputs in L2 (-0.9 us at n = 480)
-    x = tl.load(logits_ptr + row.to(tl.int64) * stride_row + cols, mask=cols < n_cols,
-                other=float("-inf"), eviction_policy="evict_first").to(tl.float32)
+    x = tl.load(
+        logits_ptr + row.to(tl.int64) * stride_row + cols,
+        mask=cols < n_cols,
+        other=float("-inf"),
+        eviction_policy="evict_first",
+    ).to(tl.float32)
     # tl.max skips NaN (maxNum): a tile's maximum is NaN only when every entry is; the select reads it as -inf
     tile_max = tl.max(x, axis=1)  # [TPP]
     tl.store(tile_max_ptr + row * n_tiles + tiles, tile_max, mask=tiles < n_tiles)
@@ -110,10 +124,26 @@ def _next_below(ukey, bound):
 
 
 @triton.jit
-def _tile_select(logits_ptr, stride_row, n_cols, tile_max_ptr, part_m_ptr, part_s_ptr,
-                 values_ptr, ids_ptr, lse_ptr, n_tiles, n_parts, k,
-                 TILE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-                 PACK16: tl.constexpr, NEG_INF_BITS: tl.constexpr):
+def _tile_select(
+    logits_ptr,
+    stride_row,
+    n_cols,
+    tile_max_ptr,
+    part_m_ptr,
+    part_s_ptr,
+    values_ptr,
+    ids_ptr,
+    lse_ptr,
+    n_tiles,
+    n_parts,
+    k,
+    TILE: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_P: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    PACK16: tl.constexpr,
+    NEG_INF_BITS: tl.constexpr,
+):
     row = tl.program_id(0)
     base = logits_ptr + row.to(tl.int64) * stride_row
     p_offs = tl.arange(0, BLOCK_P)
@@ -209,15 +239,43 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
     lse = torch.empty((n,), device=dev, dtype=torch.float32)
     if n == 0:
         return values, ids, lse
-    _tile_scan[(n, n_parts)](logits, logits.stride(0), v, tile_max, part_m, part_s, n_tiles, n_parts,
-                             TILE=TILE, TPP=tpp, num_warps=SCAN_WARPS)
+    _tile_scan[(n, n_parts)](
+        logits,
+        logits.stride(0),
+        v,
+        tile_max,
+        part_m,
+        part_s,
+        n_tiles,
+        n_parts,
+        TILE=TILE,
+        TPP=tpp,
+        num_warps=SCAN_WARPS,
+    )
     block_k = triton.next_power_of_2(k)
     # 16-bit keys hold a tile index and a position among the chosen tiles' columns
     pack16 = logits.dtype in _NEG_INF_BITS and n_tiles <= 1 << 16 and block_k * TILE <= 1 << 16
-    _tile_select[(n,)](logits, logits.stride(0), v, tile_max, part_m, part_s, values, ids, lse, n_tiles, n_parts, k,
-                       TILE=TILE, BLOCK_T=triton.next_power_of_2(n_tiles), BLOCK_P=triton.next_power_of_2(n_parts),
-                       BLOCK_K=block_k, PACK16=pack16, NEG_INF_BITS=_NEG_INF_BITS.get(logits.dtype, 0),
-                       num_warps=SELECT_WARPS)
+    _tile_select[(n,)](
+        logits,
+        logits.stride(0),
+        v,
+        tile_max,
+        part_m,
+        part_s,
+        values,
+        ids,
+        lse,
+        n_tiles,
+        n_parts,
+        k,
+        TILE=TILE,
+        BLOCK_T=triton.next_power_of_2(n_tiles),
+        BLOCK_P=triton.next_power_of_2(n_parts),
+        BLOCK_K=block_k,
+        PACK16=pack16,
+        NEG_INF_BITS=_NEG_INF_BITS.get(logits.dtype, 0),
+        num_warps=SELECT_WARPS,
+    )
     return values, ids, lse
 
 
@@ -232,17 +290,39 @@ def topk_lse_triton(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.T
 
 
 @triton.jit
-def _lattice_rows(start_ptr, pairs_ptr, b, r, K, n_rows, s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j,
-                  BLOCK_K: tl.constexpr):
+def _lattice_rows(
+    start_ptr,
+    pairs_ptr,
+    b,
+    r,
+    K,
+    n_rows,
+    s_start_b,
+    s_pairs_b,
+    s_pairs_s,
+    s_pairs_i,
+    s_pairs_j,
+    BLOCK_K: tl.constexpr,
+):
     """Lattice rows r (a vector; see above) as [len(r), BLOCK_K] fp32, NaN and padding as -inf."""
     offs = tl.arange(0, BLOCK_K)
     col_ok = offs[None, :] < K
     pair = tl.maximum(r - 1, 0)
     from_pairs = (r >= 1) & (r < n_rows)
-    x = tl.load(pairs_ptr + b * s_pairs_b + (pair // K)[:, None] * s_pairs_s + (pair % K)[:, None] * s_pairs_i
-                + offs[None, :] * s_pairs_j, mask=from_pairs[:, None] & col_ok, other=float("-inf")).to(tl.float32)
-    first = tl.load(start_ptr + b * s_start_b + offs[None, :] + r[:, None] * 0, mask=(r[:, None] == 0) & col_ok,
-                    other=float("-inf")).to(tl.float32)
+    x = tl.load(
+        pairs_ptr
+        + b * s_pairs_b
+        + (pair // K)[:, None] * s_pairs_s
+        + (pair % K)[:, None] * s_pairs_i
+        + offs[None, :] * s_pairs_j,
+        mask=from_pairs[:, None] & col_ok,
+        other=float("-inf"),
+    ).to(tl.float32)
+    first = tl.load(
+        start_ptr + b * s_start_b + offs[None, :] + r[:, None] * 0,
+        mask=(r[:, None] == 0) & col_ok,
+        other=float("-inf"),
+    ).to(tl.float32)
     x = tl.where(r[:, None] == 0, first, x)
     return tl.where(x != x, float("-inf"), x)  # a NaN score is never picked ahead of a finite one
 
@@ -273,13 +353,42 @@ def _follow(picks, S, K, BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr):
 
 
 @triton.jit
-def _greedy_walk(start_ptr, pairs_ptr, ids_ptr, tokens_ptr, S, K,
-                 s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k, s_tok_b,
-                 BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
+def _greedy_walk(
+    start_ptr,
+    pairs_ptr,
+    ids_ptr,
+    tokens_ptr,
+    S,
+    K,
+    s_start_b,
+    s_pairs_b,
+    s_pairs_s,
+    s_pairs_i,
+    s_pairs_j,
+    s_ids_b,
+    s_ids_s,
+    s_ids_k,
+    s_tok_b,
+    BLOCK_R: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     slots = tl.arange(0, BLOCK_S)
-    rows = _lattice_rows(start_ptr, pairs_ptr, b, tl.arange(0, BLOCK_R), K, 1 + (S - 1) * K, s_start_b, s_pairs_b,
-                         s_pairs_s, s_pairs_i, s_pairs_j, BLOCK_K)
+    rows = _lattice_rows(
+        start_ptr,
+        pairs_ptr,
+        b,
+        tl.arange(0, BLOCK_R),
+        K,
+        1 + (S - 1) * K,
+        s_start_b,
+        s_pairs_b,
+        s_pairs_s,
+        s_pairs_i,
+        s_pairs_j,
+        BLOCK_K,
+    )
     chosen, _ = _follow(_rows_argmax(rows, K, BLOCK_K), S, K, BLOCK_R, BLOCK_S)
     tokens = tl.load(ids_ptr + b * s_ids_b + slots * s_ids_s + chosen * s_ids_k, mask=slots < S)
     tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
@@ -293,8 +402,12 @@ def walk_fits(slots: int, k: int) -> bool:
 def _walk_blocks(s: int, k: int) -> dict[str, int]:
     block_k = max(16, triton.next_power_of_2(k))
     block_r = max(16, triton.next_power_of_2(1 + (s - 1) * k))
-    return {"BLOCK_R": block_r, "BLOCK_S": max(16, triton.next_power_of_2(s)), "BLOCK_K": block_k,
-            "num_warps": WALK_WARPS if block_r * block_k <= 4096 else 8}
+    return {
+        "BLOCK_R": block_r,
+        "BLOCK_S": max(16, triton.next_power_of_2(s)),
+        "BLOCK_K": block_k,
+        "num_warps": WALK_WARPS if block_r * block_k <= 4096 else 8,
+    }
 
 
 def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -304,8 +417,19 @@ def greedy_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
     if b == 0 or s == 0:
         return tokens
     start = start if start.stride(-1) == 1 else start.contiguous()
-    _greedy_walk[(b,)](start, pairs, ids, tokens, s, k, start.stride(0), *pairs.stride(), *ids.stride(),
-                       tokens.stride(0), **_walk_blocks(s, k))
+    _greedy_walk[(b,)](
+        start,
+        pairs,
+        ids,
+        tokens,
+        s,
+        k,
+        start.stride(0),
+        *pairs.stride(),
+        *ids.stride(),
+        tokens.stride(0),
+        **_walk_blocks(s, k),
+    )
     return tokens
 
 
@@ -334,10 +458,34 @@ def _sample_rows(x, K, u, t, greedy, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
-def _sample_walk(start_ptr, pairs_ptr, ids_ptr, u_ptr, temp_ptr, greedy_ptr, tokens_ptr, q_ptr, S, K,
-                 s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, s_ids_b, s_ids_s, s_ids_k,
-                 s_u_b, s_u_s, s_tok_b, s_q_b, s_q_s,
-                 BLOCK_R: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr):
+def _sample_walk(
+    start_ptr,
+    pairs_ptr,
+    ids_ptr,
+    u_ptr,
+    temp_ptr,
+    greedy_ptr,
+    tokens_ptr,
+    q_ptr,
+    S,
+    K,
+    s_start_b,
+    s_pairs_b,
+    s_pairs_s,
+    s_pairs_i,
+    s_pairs_j,
+    s_ids_b,
+    s_ids_s,
+    s_ids_k,
+    s_u_b,
+    s_u_s,
+    s_tok_b,
+    s_q_b,
+    s_q_s,
+    BLOCK_R: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     b = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK_K)
     slots = tl.arange(0, BLOCK_S)
@@ -345,24 +493,55 @@ def _sample_walk(start_ptr, pairs_ptr, ids_ptr, u_ptr, temp_ptr, greedy_ptr, tok
     n_rows = 1 + (S - 1) * K
     t = tl.maximum(tl.load(temp_ptr + b).to(tl.float32), 1e-5)
     greedy = tl.load(greedy_ptr + b) != 0
-    rows = _lattice_rows(start_ptr, pairs_ptr, b, r, K, n_rows, s_start_b, s_pairs_b, s_pairs_s, s_pairs_i,
-                         s_pairs_j, BLOCK_K)
-    slot_of_row = tl.where(r == 0, 0, (tl.maximum(r - 1, 0) // K) + 1)  # a row is drawn with its slot's uniform
+    rows = _lattice_rows(
+        start_ptr, pairs_ptr, b, r, K, n_rows, s_start_b, s_pairs_b, s_pairs_s, s_pairs_i, s_pairs_j, BLOCK_K
+    )
+    slot_of_row = tl.where(
+        r == 0, 0, (tl.maximum(r - 1, 0) // K) + 1
+    )  # a row is drawn with its slot's uniform
     u = tl.load(u_ptr + b * s_u_b + slot_of_row * s_u_s, mask=r < n_rows, other=0.0).to(tl.float32)
     picks, _ = _sample_rows(rows, K, u, t, greedy, BLOCK_K)
     chosen, drawn_from = _follow(picks, S, K, BLOCK_R, BLOCK_S)
     # q: the distributions the picks were drawn from, recomputed from the same rows and uniforms
     u = tl.load(u_ptr + b * s_u_b + slots * s_u_s, mask=slots < S, other=0.0).to(tl.float32)
-    _, q = _sample_rows(_lattice_rows(start_ptr, pairs_ptr, b, drawn_from, K, n_rows, s_start_b, s_pairs_b,
-                                      s_pairs_s, s_pairs_i, s_pairs_j, BLOCK_K), K, u, t, greedy, BLOCK_K)
-    tl.store(q_ptr + b * s_q_b + slots[:, None] * s_q_s + offs[None, :], q,
-             mask=(slots[:, None] < S) & (offs[None, :] < K))
+    _, q = _sample_rows(
+        _lattice_rows(
+            start_ptr,
+            pairs_ptr,
+            b,
+            drawn_from,
+            K,
+            n_rows,
+            s_start_b,
+            s_pairs_b,
+            s_pairs_s,
+            s_pairs_i,
+            s_pairs_j,
+            BLOCK_K,
+        ),
+        K,
+        u,
+        t,
+        greedy,
+        BLOCK_K,
+    )
+    tl.store(
+        q_ptr + b * s_q_b + slots[:, None] * s_q_s + offs[None, :],
+        q,
+        mask=(slots[:, None] < S) & (offs[None, :] < K),
+    )
     tokens = tl.load(ids_ptr + b * s_ids_b + slots * s_ids_s + chosen * s_ids_k, mask=slots < S)
     tl.store(tokens_ptr + b * s_tok_b + slots, tokens, mask=slots < S)
 
 
-def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tensor, uniforms: torch.Tensor,
-                       temperatures: torch.Tensor, greedy_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_walk_triton(
+    start: torch.Tensor,
+    pairs: torch.Tensor,
+    ids: torch.Tensor,
+    uniforms: torch.Tensor,
+    temperatures: torch.Tensor,
+    greedy_mask: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
     b, k = start.shape
     s = ids.shape[1]
     tokens = torch.empty((b, s), device=start.device, dtype=ids.dtype)
@@ -372,9 +551,26 @@ def sample_walk_triton(start: torch.Tensor, pairs: torch.Tensor, ids: torch.Tens
     start = start if start.stride(-1) == 1 else start.contiguous()
     temperatures = temperatures.contiguous()
     greedy = greedy_mask.to(torch.int8).contiguous()
-    _sample_walk[(b,)](start, pairs, ids, uniforms, temperatures, greedy, tokens, q, s, k, start.stride(0),
-                       *pairs.stride(), *ids.stride(), *uniforms.stride(), tokens.stride(0), q.stride(0), q.stride(1),
-                       **_walk_blocks(s, k))
+    _sample_walk[(b,)](
+        start,
+        pairs,
+        ids,
+        uniforms,
+        temperatures,
+        greedy,
+        tokens,
+        q,
+        s,
+        k,
+        start.stride(0),
+        *pairs.stride(),
+        *ids.stride(),
+        *uniforms.stride(),
+        tokens.stride(0),
+        q.stride(0),
+        q.stride(1),
+        **_walk_blocks(s, k),
+    )
     return tokens, q
 
 
@@ -402,8 +598,17 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
     out = torch.empty(rows.shape, device=x.device, dtype=torch.result_type(weight, x))
     if rows.shape[0]:
         block = triton.next_power_of_2(d)
-        _rms_norm[(rows.shape[0],)](rows, weight, out, d, eps, rows.stride(0), out.stride(0), BLOCK=block,
-                                    num_warps=4 if block <= 1024 else 8)
+        _rms_norm[(rows.shape[0],)](
+            rows,
+            weight,
+            out,
+            d,
+            eps,
+            rows.stride(0),
+            out.stride(0),
+            BLOCK=block,
+            num_warps=4 if block <= 1024 else 8,
+        )
     return out.view(x.shape)
 
 
@@ -416,9 +621,27 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.
 
 
 @triton.jit
-def _lattice_scores(out_ptr, in_ptr, anchor_ptr, start_ptr, pairs_ptr, S, K, F, eps, scale,
-                    s_out_b, s_out_s, s_out_k, s_in_b, s_in_s, s_in_k, s_anchor_b,
-                    BLOCK_K: tl.constexpr, BLOCK_F: tl.constexpr):
+def _lattice_scores(
+    out_ptr,
+    in_ptr,
+    anchor_ptr,
+    start_ptr,
+    pairs_ptr,
+    S,
+    K,
+    F,
+    eps,
+    scale,
+    s_out_b,
+    s_out_s,
+    s_out_k,
+    s_in_b,
+    s_in_s,
+    s_in_k,
+    s_anchor_b,
+    BLOCK_K: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
     pid = tl.program_id(0)
     i = pid % K
     s = (pid // K) % S  # 0: the anchor against slot 0; t >= 1: slot t-1 (vector i) against slot t
@@ -436,11 +659,18 @@ def _lattice_scores(out_ptr, in_ptr, anchor_ptr, start_ptr, pairs_ptr, S, K, F, 
     left_sq = tl.zeros((BLOCK_F,), tl.float32)
     for f0 in range(0, F, BLOCK_F):
         f_ok = (f0 + cols) < F
-        left = tl.load(out_ptr + b * s_out_b + (s - 1) * s_out_s + i * s_out_k + f0 + cols,
-                       mask=f_ok & from_slot, other=0.0).to(tl.float32) \
-            + tl.load(anchor_ptr + b * s_anchor_b + f0 + cols, mask=f_ok & from_anchor, other=0.0).to(tl.float32)
-        right = tl.load(in_ptr + b * s_in_b + s * s_in_s + rows[:, None] * s_in_k + (f0 + cols)[None, :],
-                        mask=row_ok[:, None] & (f_ok & (from_slot | from_anchor))[None, :], other=0.0).to(tl.float32)
+        left = tl.load(
+            out_ptr + b * s_out_b + (s - 1) * s_out_s + i * s_out_k + f0 + cols,
+            mask=f_ok & from_slot,
+            other=0.0,
+        ).to(tl.float32) + tl.load(
+            anchor_ptr + b * s_anchor_b + f0 + cols, mask=f_ok & from_anchor, other=0.0
+        ).to(tl.float32)
+        right = tl.load(
+            in_ptr + b * s_in_b + s * s_in_s + rows[:, None] * s_in_k + (f0 + cols)[None, :],
+            mask=row_ok[:, None] & (f_ok & (from_slot | from_anchor))[None, :],
+            other=0.0,
+        ).to(tl.float32)
         dots += tl.sum(left[None, :] * right, axis=1)
         right_sq += tl.sum(right * right, axis=1)
         left_sq += left * left
@@ -450,8 +680,13 @@ def _lattice_scores(out_ptr, in_ptr, anchor_ptr, start_ptr, pairs_ptr, S, K, F, 
     tl.store(start_ptr + b * K + rows, scores, mask=row_ok & anchor_rows)
 
 
-def lattice_scores_triton(out_vectors: torch.Tensor, in_vectors: torch.Tensor, anchor_vector: torch.Tensor,
-                          vector_eps: float, logit_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def lattice_scores_triton(
+    out_vectors: torch.Tensor,
+    in_vectors: torch.Tensor,
+    anchor_vector: torch.Tensor,
+    vector_eps: float,
+    logit_scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """out/in [b, S, K, F] and anchor [b, F] (unnormalised) -> start [b, K], pairs [b, S-1, K, K] fp32."""
     b, s, k, f = in_vectors.shape
     start = torch.empty((b, k), device=in_vectors.device, dtype=torch.float32)
@@ -461,11 +696,28 @@ def lattice_scores_triton(out_vectors: torch.Tensor, in_vectors: torch.Tensor, a
         in_vectors = in_vectors if in_vectors.stride(-1) == 1 else in_vectors.contiguous()
         anchor_vector = anchor_vector if anchor_vector.stride(-1) == 1 else anchor_vector.contiguous()
         block_k = triton.next_power_of_2(k)
-        _lattice_scores[(b * s * k,)](out_vectors, in_vectors, anchor_vector, start, pairs, s, k, f, vector_eps,
-                                      logit_scale, out_vectors.stride(0), out_vectors.stride(1),
-                                      out_vectors.stride(2), in_vectors.stride(0), in_vectors.stride(1),
-                                      in_vectors.stride(2), anchor_vector.stride(0), BLOCK_K=block_k,
-                                      BLOCK_F=max(16, min(triton.next_power_of_2(f), 8192 // block_k)), num_warps=4)
+        _lattice_scores[(b * s * k,)](
+            out_vectors,
+            in_vectors,
+            anchor_vector,
+            start,
+            pairs,
+            s,
+            k,
+            f,
+            vector_eps,
+            logit_scale,
+            out_vectors.stride(0),
+            out_vectors.stride(1),
+            out_vectors.stride(2),
+            in_vectors.stride(0),
+            in_vectors.stride(1),
+            in_vectors.stride(2),
+            anchor_vector.stride(0),
+            BLOCK_K=block_k,
+            BLOCK_F=max(16, min(triton.next_power_of_2(f), 8192 // block_k)),
+            num_warps=4,
+        )
     return start, pairs
 
 
@@ -485,8 +737,13 @@ def _normalized_features(lp, offs, ok, K, w_ptr, b_ptr, eps, dtype: tl.constexpr
     f3 = (offs.to(tl.float32) / tl.maximum(K - 1, 1).to(tl.float32)).to(dtype).to(tl.float32)
     f4 = tl.where(offs == 0, 1.0, 0.0)
     mean = (f0 + f1 + f2 + f3 + f4) / 5.0
-    var = ((f0 - mean) * (f0 - mean) + (f1 - mean) * (f1 - mean) + (f2 - mean) * (f2 - mean)
-           + (f3 - mean) * (f3 - mean) + (f4 - mean) * (f4 - mean)) / 5.0
+    var = (
+        (f0 - mean) * (f0 - mean)
+        + (f1 - mean) * (f1 - mean)
+        + (f2 - mean) * (f2 - mean)
+        + (f3 - mean) * (f3 - mean)
+        + (f4 - mean) * (f4 - mean)
+    ) / 5.0
     inv = 1.0 / tl.sqrt(var + eps)
     n0 = ((f0 - mean) * inv * tl.load(w_ptr + 0).to(tl.float32) + tl.load(b_ptr + 0).to(tl.float32)).to(dtype)
     n1 = ((f1 - mean) * inv * tl.load(w_ptr + 1).to(tl.float32) + tl.load(b_ptr + 1).to(tl.float32)).to(dtype)
@@ -504,8 +761,20 @@ def _normalized_features(lp, offs, ok, K, w_ptr, b_ptr, eps, dtype: tl.constexpr
 
 
 @triton.jit
-def _feature_hidden(lp_ptr, nw_ptr, nb_ptr, up_w_ptr, up_b_ptr, out_ptr, K, H, eps, s_up_w,
-                    BLOCK_K: tl.constexpr, BLOCK_H: tl.constexpr):
+def _feature_hidden(
+    lp_ptr,
+    nw_ptr,
+    nb_ptr,
+    up_w_ptr,
+    up_b_ptr,
+    out_ptr,
+    K,
+    H,
+    eps,
+    s_up_w,
+    BLOCK_K: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     offs = tl.arange(0, BLOCK_K)
@@ -515,19 +784,32 @@ def _feature_hidden(lp_ptr, nw_ptr, nb_ptr, up_w_ptr, up_b_ptr, out_ptr, K, H, e
     lp = tl.load(lp_ptr + row * K + offs, mask=ok, other=0.0).to(tl.float32)
     n0, n1, n2, n3, n4 = _normalized_features(lp, offs, ok, K, nw_ptr, nb_ptr, eps, dtype)
     w = up_w_ptr + cols * s_up_w
-    acc = tl.load(up_b_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
-        + n0[:, None] * tl.load(w + 0, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
-        + n1[:, None] * tl.load(w + 1, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
-        + n2[:, None] * tl.load(w + 2, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
-        + n3[:, None] * tl.load(w + 3, mask=c_ok, other=0.0).to(tl.float32)[None, :] \
+    acc = (
+        tl.load(up_b_ptr + cols, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        + n0[:, None] * tl.load(w + 0, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        + n1[:, None] * tl.load(w + 1, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        + n2[:, None] * tl.load(w + 2, mask=c_ok, other=0.0).to(tl.float32)[None, :]
+        + n3[:, None] * tl.load(w + 3, mask=c_ok, other=0.0).to(tl.float32)[None, :]
         + n4[:, None] * tl.load(w + 4, mask=c_ok, other=0.0).to(tl.float32)[None, :]
-    up = acc.to(dtype).to(tl.float32)  # the Linear's output in the model dtype, then SiLU as torch computes it
-    tl.store(out_ptr + (row * K + offs)[:, None] * H + cols[None, :], (up / (1.0 + tl.exp(-up))).to(dtype),
-             mask=ok[:, None] & c_ok[None, :])
+    )
+    up = acc.to(dtype).to(
+        tl.float32
+    )  # the Linear's output in the model dtype, then SiLU as torch computes it
+    tl.store(
+        out_ptr + (row * K + offs)[:, None] * H + cols[None, :],
+        (up / (1.0 + tl.exp(-up))).to(dtype),
+        mask=ok[:, None] & c_ok[None, :],
+    )
 
 
-def feature_hidden_triton(log_probs: torch.Tensor, norm_weight: torch.Tensor, norm_bias: torch.Tensor, eps: float,
-                          up_weight: torch.Tensor, up_bias: torch.Tensor) -> torch.Tensor:
+def feature_hidden_triton(
+    log_probs: torch.Tensor,
+    norm_weight: torch.Tensor,
+    norm_bias: torch.Tensor,
+    eps: float,
+    up_weight: torch.Tensor,
+    up_bias: torch.Tensor,
+) -> torch.Tensor:
     """log_probs [..., K] -> SiLU(up(LayerNorm(5)(φ))) [..., K, H] in up_weight's dtype."""
     k = log_probs.shape[-1]
     h = up_weight.shape[0]
@@ -537,8 +819,20 @@ def feature_hidden_triton(log_probs: torch.Tensor, norm_weight: torch.Tensor, no
         block_k = max(16, triton.next_power_of_2(k))
         block_h = min(triton.next_power_of_2(h), 4096 // block_k)
         _feature_hidden[(rows.shape[0], triton.cdiv(h, block_h))](
-            rows, norm_weight, norm_bias, up_weight, up_bias, out, k, h, eps, up_weight.stride(0),
-            BLOCK_K=block_k, BLOCK_H=block_h, num_warps=4)
+            rows,
+            norm_weight,
+            norm_bias,
+            up_weight,
+            up_bias,
+            out,
+            k,
+            h,
+            eps,
+            up_weight.stride(0),
+            BLOCK_K=block_k,
+            BLOCK_H=block_h,
+            num_warps=4,
+        )
     return out
 
 
@@ -551,9 +845,27 @@ def feature_hidden_triton(log_probs: torch.Tensor, norm_weight: torch.Tensor, no
 
 
 @triton.jit
-def _residual_norm(x_ptr, d_ptr, bias_ptr, w_ptr, a_ptr, x_out_ptr, y_ptr, H, eps, rows_per_batch,
-                   s_x, s_d, s_xo, s_y, s_a,
-                   HAS_DELTA: tl.constexpr, HAS_BIAS: tl.constexpr, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+def _residual_norm(
+    x_ptr,
+    d_ptr,
+    bias_ptr,
+    w_ptr,
+    a_ptr,
+    x_out_ptr,
+    y_ptr,
+    H,
+    eps,
+    rows_per_batch,
+    s_x,
+    s_d,
+    s_xo,
+    s_y,
+    s_a,
+    HAS_DELTA: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    FACTOR: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     ok = cols < H
@@ -572,13 +884,21 @@ def _residual_norm(x_ptr, d_ptr, bias_ptr, w_ptr, a_ptr, x_out_ptr, y_ptr, H, ep
     if FACTOR:
         a = tl.load(a_ptr + (row // rows_per_batch) * s_a + cols, mask=ok, other=0.0)
         tl.store(y_ptr + row * s_y + H + cols, a.to(y_ptr.dtype.element_ty), mask=ok)
-        tl.store(y_ptr + row * s_y + 2 * H + cols, (y.to(tl.float32) * a.to(tl.float32)).to(y_ptr.dtype.element_ty),
-                 mask=ok)
+        tl.store(
+            y_ptr + row * s_y + 2 * H + cols,
+            (y.to(tl.float32) * a.to(tl.float32)).to(y_ptr.dtype.element_ty),
+            mask=ok,
+        )
 
 
-def residual_norm_triton(x: torch.Tensor, delta: torch.Tensor | None, bias: torch.Tensor | None,
-                         weight: torch.Tensor, eps: float,
-                         anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def residual_norm_triton(
+    x: torch.Tensor,
+    delta: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    weight: torch.Tensor,
+    eps: float,
+    anchor: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x, delta [b, n, H] -> (x + (delta + bias), RMSNorm(that)) or, with anchor [b, H], the factor input
     [b, n, 3H] in place of the norm."""
     b, n, h = x.shape
@@ -598,12 +918,28 @@ def residual_norm_triton(x: torch.Tensor, delta: torch.Tensor | None, bias: torc
         a = a if a.stride(-1) == 1 else a.contiguous()
     if b * n:
         block = triton.next_power_of_2(h)
-        _residual_norm[(b * n,)](rows, d if d is not None else rows, bias if bias is not None else weight, weight,
-                                 a if a is not None else weight, x_out, y, h, eps, n, rows.stride(0),
-                                 d.stride(0) if d is not None else 0, x_out.stride(0), y.stride(0),
-                                 a.stride(0) if a is not None else 0, HAS_DELTA=delta is not None,
-                                 HAS_BIAS=bias is not None, FACTOR=anchor is not None, BLOCK=block,
-                                 num_warps=4 if block <= 1024 else 8)
+        _residual_norm[(b * n,)](
+            rows,
+            d if d is not None else rows,
+            bias if bias is not None else weight,
+            weight,
+            a if a is not None else weight,
+            x_out,
+            y,
+            h,
+            eps,
+            n,
+            rows.stride(0),
+            d.stride(0) if d is not None else 0,
+            x_out.stride(0),
+            y.stride(0),
+            a.stride(0) if a is not None else 0,
+            HAS_DELTA=delta is not None,
+            HAS_BIAS=bias is not None,
+            FACTOR=anchor is not None,
+            BLOCK=block,
+            num_warps=4 if block <= 1024 else 8,
+        )
     return x_out.view(b, n, h), y.view(b, n, y.shape[-1])
 
 
@@ -616,9 +952,27 @@ def residual_norm_triton(x: torch.Tensor, delta: torch.Tensor | None, bias: torc
 
 
 @triton.jit
-def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_b, s_qkv_n, s_bias_h, s_bias_i,
-                       s_out_b, s_out_n, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _lattice_attention(
+    qkv_ptr,
+    bias_ptr,
+    out_ptr,
+    n,
+    H,
+    D,
+    NH,
+    sm_scale,
+    s_qkv_b,
+    s_qkv_n,
+    s_bias_h,
+    s_bias_i,
+    s_out_b,
+    s_out_n,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     # UPCAST (fp32 inputs, and Triton's interpreter, whose bf16 dots are wrong): operands go to the dots
     # as fp32 with PRECISION "ieee". Otherwise bf16/fp16 operands and fp32 accumulation, as flash attention.
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -644,8 +998,11 @@ def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_
             k = k.to(tl.float32)
             v = v.to(tl.float32)
         scores = tl.dot(q, tl.trans(k), input_precision=PRECISION)
-        bias = tl.load(bias_ptr + head * s_bias_h + rows[:, None] * s_bias_i + cols[None, :],
-                       mask=r_ok[:, None] & c_ok[None, :], other=0.0).to(tl.float32)
+        bias = tl.load(
+            bias_ptr + head * s_bias_h + rows[:, None] * s_bias_i + cols[None, :],
+            mask=r_ok[:, None] & c_ok[None, :],
+            other=0.0,
+        ).to(tl.float32)
         scores = tl.where(c_ok[None, :], scores * sm_scale + bias, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(scores, axis=1))
         p = tl.exp(scores - m_new[:, None])
@@ -654,8 +1011,11 @@ def _lattice_attention(qkv_ptr, bias_ptr, out_ptr, n, H, D, NH, sm_scale, s_qkv_
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     out = acc / l_i[:, None]
-    tl.store(out_ptr + b * s_out_b + rows[:, None] * s_out_n + head * D + d[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=r_ok[:, None] & d_ok[None, :])
+    tl.store(
+        out_ptr + b * s_out_b + rows[:, None] * s_out_n + head * D + d[None, :],
+        out.to(out_ptr.dtype.element_ty),
+        mask=r_ok[:, None] & d_ok[None, :],
+    )
 
 
 def _interpreted() -> bool:
@@ -677,8 +1037,26 @@ def lattice_attention_triton(qkv: torch.Tensor, bias: torch.Tensor, num_heads: i
         block_m = ATTENTION_BLOCK_M
         block_n = max(16, min(128, triton.next_power_of_2(n)))
         _lattice_attention[(triton.cdiv(n, block_m), b * num_heads)](
-            qkv, bias, out, n, h, d, num_heads, 1.0 / math.sqrt(d), qkv.stride(0), qkv.stride(1), bias.stride(0),
-            bias.stride(1), out.stride(0), out.stride(1),
-            UPCAST=qkv.dtype == torch.float32 or _interpreted(), PRECISION="ieee", BLOCK_M=block_m,
-            BLOCK_N=block_n, BLOCK_D=max(16, triton.next_power_of_2(d)), num_warps=4, num_stages=1)
+            qkv,
+            bias,
+            out,
+            n,
+            h,
+            d,
+            num_heads,
+            1.0 / math.sqrt(d),
+            qkv.stride(0),
+            qkv.stride(1),
+            bias.stride(0),
+            bias.stride(1),
+            out.stride(0),
+            out.stride(1),
+            UPCAST=qkv.dtype == torch.float32 or _interpreted(),
+            PRECISION="ieee",
+            BLOCK_M=block_m,
+            BLOCK_N=block_n,
+            BLOCK_D=max(16, triton.next_power_of_2(d)),
+            num_warps=4,
+            num_stages=1,
+        )
     return out

@@ -20,14 +20,15 @@ class RopeUnsupported(ValueError):
     pass
 
 
-def rope_inverse_frequencies(head_dim: int, theta: float, scaling: dict[str, Any] | None,
-                             max_position_embeddings: int) -> tuple[torch.Tensor, float]:
+def rope_inverse_frequencies(
+    head_dim: int, theta: float, scaling: dict[str, Any] | None, max_position_embeddings: int
+) -> tuple[torch.Tensor, float]:
     """(inv_freq [head_dim/2] fp32, attention scaling applied to cos/sin) for the draft's rope config.
 
     Supports the default rope, `linear` and `yarn` scaling; other types are refused rather than guessed.
     """
     exponents = torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim
-    base = 1.0 / (theta ** exponents)  # [head_dim/2]
+    base = 1.0 / (theta**exponents)  # [head_dim/2]
     kind = None if not scaling else scaling.get("rope_type", scaling.get("type"))
     if kind in (None, "default"):
         return base.float(), 1.0
@@ -37,12 +38,20 @@ def rope_inverse_frequencies(head_dim: int, theta: float, scaling: dict[str, Any
         return (base / factor).float(), 1.0
     if kind == "yarn":
         return _yarn(base, head_dim, theta, factor, scaling, max_position_embeddings)
-    raise RopeUnsupported(f"rope_scaling type {kind!r} is not supported by the reference runtime "
-                          "(supported: default, linear, yarn)")
+    raise RopeUnsupported(
+        f"rope_scaling type {kind!r} is not supported by the reference runtime "
+        "(supported: default, linear, yarn)"
+    )
 
 
-def _yarn(base: torch.Tensor, dim: int, theta: float, factor: float, scaling: dict[str, Any],
-          max_position_embeddings: int) -> tuple[torch.Tensor, float]:
+def _yarn(
+    base: torch.Tensor,
+    dim: int,
+    theta: float,
+    factor: float,
+    scaling: dict[str, Any],
+    max_position_embeddings: int,
+) -> tuple[torch.Tensor, float]:
     # YaRN (Peng et al. 2023): interpolate low frequencies, keep high ones, ramp in between.
     original = int(scaling.get("original_max_position_embeddings") or max_position_embeddings)
     beta_fast = float(scaling.get("beta_fast") or 32)
@@ -71,14 +80,17 @@ def _yarn(base: torch.Tensor, dim: int, theta: float, factor: float, scaling: di
     return inv_freq.float(), float(attention)
 
 
-def rope_angles(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_angles(
+    positions: torch.Tensor, inv_freq: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     """positions [...] (integer) -> fp32 cos, sin [..., hd/2], the attention scaling folded in."""
     freqs = positions.float()[..., None] * inv_freq.float()  # [..., hd/2]
     return freqs.cos() * scale, freqs.sin() * scale
 
 
-def rope_cos_sin(positions: torch.Tensor, inv_freq: torch.Tensor, scale: float,
-                 dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_cos_sin(
+    positions: torch.Tensor, inv_freq: torch.Tensor, scale: float, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The drafter's angles: positions [n] (or [b, n], one row of positions per sequence) -> cos, sin [n, hd/2]
     ([b, 1, n, hd/2], broadcasting over the heads of x [b, heads, n, hd]), rounded to `dtype`."""
     cos, sin = rope_angles(positions, inv_freq, scale)

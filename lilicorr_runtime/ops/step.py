@@ -13,10 +13,18 @@ from .draft import rms_norm_reference
 from .rope import apply_rope
 
 
-def step_linear_reference(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
-                          eps: float = 0.0, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-                          gated: bool = False, out: torch.Tensor | None = None,
-                          out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def step_linear_reference(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    gated: bool = False,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """One linear layer of a target step with what surrounds it: y = residual + act(RMSNorm(x) · Wᵀ + bias).
 
     x [M, K]; weight [N, K], or [2N, K] with `gated` (gate rows then up rows: y = silu(gate) · up); norm_weight
@@ -34,34 +42,82 @@ def step_linear_reference(x: torch.Tensor, weight: torch.Tensor, *, norm_weight:
     return y if out_dtype is None else y.to(out_dtype)
 
 
-def step_linear(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | None = None, eps: float = 0.0,
-                bias: torch.Tensor | None = None, residual: torch.Tensor | None = None, gated: bool = False,
-                out: torch.Tensor | None = None, out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def step_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    gated: bool = False,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """`step_linear_reference`, as one Triton kernel on CUDA (norm prologue, bias / SiLU·up / residual epilogue),
     computing each row independently of the others (step_triton.py: batch invariance)."""
     n = weight.shape[0] // 2 if gated else weight.shape[0]
-    if x.dim() != 2 or weight.dim() != 2 or weight.shape[1] != x.shape[1] or (gated and weight.shape[0] % 2) \
-            or (norm_weight is not None and norm_weight.shape != (x.shape[1],)) \
-            or (bias is not None and bias.shape != (n,)) \
-            or (residual is not None and residual.shape != (x.shape[0], n)) \
-            or (out is not None and out.shape != (x.shape[0], n)):
-        raise shape_error("step_linear", "x [M, K], weight [N, K] ([2N, K] gated), norm_weight [K], bias [N], "
-                           "residual and out [M, N]", x=x, weight=weight, norm_weight=norm_weight, bias=bias,
-                           residual=residual, out=out)
+    if (
+        x.dim() != 2
+        or weight.dim() != 2
+        or weight.shape[1] != x.shape[1]
+        or (gated and weight.shape[0] % 2)
+        or (norm_weight is not None and norm_weight.shape != (x.shape[1],))
+        or (bias is not None and bias.shape != (n,))
+        or (residual is not None and residual.shape != (x.shape[0], n))
+        or (out is not None and out.shape != (x.shape[0], n))
+    ):
+        raise shape_error(
+            "step_linear",
+            "x [M, K], weight [N, K] ([2N, K] gated), norm_weight [K], bias [N], residual and out [M, N]",
+            x=x,
+            weight=weight,
+            norm_weight=norm_weight,
+            bias=bias,
+            residual=residual,
+            out=out,
+        )
     if use_triton(x, weight):
         from .step_triton import step_linear_triton
 
-        return step_linear_triton(x, weight, norm_weight=norm_weight, eps=eps, bias=bias, residual=residual,
-                                  gated=gated, out=out, out_dtype=out_dtype)
-    return step_linear_reference(x, weight, norm_weight=norm_weight, eps=eps, bias=bias, residual=residual,
-                                 gated=gated, out=out, out_dtype=out_dtype)
+        return step_linear_triton(
+            x,
+            weight,
+            norm_weight=norm_weight,
+            eps=eps,
+            bias=bias,
+            residual=residual,
+            gated=gated,
+            out=out,
+            out_dtype=out_dtype,
+        )
+    return step_linear_reference(
+        x,
+        weight,
+        norm_weight=norm_weight,
+        eps=eps,
+        bias=bias,
+        residual=residual,
+        gated=gated,
+        out=out,
+        out_dtype=out_dtype,
+    )
 
 
-
-def rope_kv_reference(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor,
-                      positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, num_kv_heads: int,
-                      q_norm: torch.Tensor | None = None, k_norm: torch.Tensor | None = None,
-                      eps: float = 0.0) -> torch.Tensor:
+def rope_kv_reference(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> torch.Tensor:
     """The attention inputs of a step: q and k (each RMSNormed per head first when q_norm / k_norm are given, as
     Qwen3 does) rotated at their positions (NeoX halves, in fp32, rounded once), k and v written into the cache.
 
@@ -78,36 +134,70 @@ def rope_kv_reference(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tenso
         k = rms_norm_reference(k, k_norm, eps)
     c, s = cos[positions][:, :, None], sin[positions][:, :, None]  # [b, n, 1, hd/2]
 
-    q, k = apply_rope(q.float(), c, s).to(q.dtype), apply_rope(k.float(), c, s).to(k.dtype)  # in fp32, rounded once
+    q, k = (
+        apply_rope(q.float(), c, s).to(q.dtype),
+        apply_rope(k.float(), c, s).to(k.dtype),
+    )  # in fp32, rounded once
     index = rows[:, None, :, None].expand(b, num_kv_heads, n, hd)
     keys.scatter_(2, index, k.transpose(1, 2).to(keys.dtype))
     values.scatter_(2, index, v.reshape(b, n, num_kv_heads, hd).transpose(1, 2).to(values.dtype))
     return q
 
 
-def rope_kv(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor,
-            cos: torch.Tensor, sin: torch.Tensor, num_heads: int, num_kv_heads: int, q_norm: torch.Tensor | None = None,
-            k_norm: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+def rope_kv(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+) -> torch.Tensor:
     """`rope_kv_reference`, as one Triton kernel on CUDA (one program per row and head)."""
     heads = num_heads + 2 * num_kv_heads
-    if qkv.dim() != 3 or qkv.shape[2] % heads or keys.dim() != 4 or values.shape != keys.shape \
-            or keys.shape[:2] != (qkv.shape[0], num_kv_heads) or keys.shape[3] * heads != qkv.shape[2] \
-            or rows.shape != qkv.shape[:2] or positions.shape != qkv.shape[:2] or cos.shape != sin.shape \
-            or cos.dim() != 2 or 2 * cos.shape[1] != keys.shape[3]:
-        raise shape_error("rope_kv", f"qkv [b, n, (H + 2 KV)·hd] with H = {num_heads}, KV = {num_kv_heads}, "
-                           "keys and values [b, KV, capacity, hd], rows and positions [b, n], cos and sin [P, hd/2]",
-                           qkv=qkv, keys=keys, values=values, rows=rows, positions=positions, cos=cos)
+    if (
+        qkv.dim() != 3
+        or qkv.shape[2] % heads
+        or keys.dim() != 4
+        or values.shape != keys.shape
+        or keys.shape[:2] != (qkv.shape[0], num_kv_heads)
+        or keys.shape[3] * heads != qkv.shape[2]
+        or rows.shape != qkv.shape[:2]
+        or positions.shape != qkv.shape[:2]
+        or cos.shape != sin.shape
+        or cos.dim() != 2
+        or 2 * cos.shape[1] != keys.shape[3]
+    ):
+        raise shape_error(
+            "rope_kv",
+            f"qkv [b, n, (H + 2 KV)·hd] with H = {num_heads}, KV = {num_kv_heads}, "
+            "keys and values [b, KV, capacity, hd], rows and positions [b, n], cos and sin [P, hd/2]",
+            qkv=qkv,
+            keys=keys,
+            values=values,
+            rows=rows,
+            positions=positions,
+            cos=cos,
+        )
     if use_triton(qkv, keys):
         from .step_triton import rope_kv_triton
 
-        return rope_kv_triton(qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm,
-                              eps)
-    return rope_kv_reference(qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm,
-                             eps)
+        return rope_kv_triton(
+            qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps
+        )
+    return rope_kv_reference(
+        qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps
+    )
 
 
-def step_attention_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor,
-                             first: torch.Tensor) -> torch.Tensor:
+def step_attention_reference(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor, first: torch.Tensor
+) -> torch.Tensor:
     """Causal attention of a step over the cache: query (b, i) attends to cache rows first[b]..last[b, i],
     softmax scale 1/sqrt(hd), GQA. A left-padding query row (last < first) attends to row first[b] alone, so no
     softmax row is empty (an empty one is NaN, and NaN K/V rows would poison later queries through 0 x NaN).
@@ -118,18 +208,34 @@ def step_attention_reference(q: torch.Tensor, keys: torch.Tensor, values: torch.
     last = torch.maximum(last, first[:, None])
     visible = (key_rows >= first[:, None, None]) & (key_rows <= last[:, :, None])
     out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), keys, values, attn_mask=visible[:, None], enable_gqa=heads != keys.shape[1])
+        q.transpose(1, 2), keys, values, attn_mask=visible[:, None], enable_gqa=heads != keys.shape[1]
+    )
     return out.transpose(1, 2).reshape(b, n, heads * hd)
 
 
-def step_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor,
-                   first: torch.Tensor) -> torch.Tensor:
+def step_attention(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor, first: torch.Tensor
+) -> torch.Tensor:
     """`step_attention_reference`, as one Triton kernel on CUDA that reads only the visible cache rows."""
-    if q.dim() != 4 or keys.dim() != 4 or values.shape != keys.shape or keys.shape[0] != q.shape[0] \
-            or keys.shape[3] != q.shape[3] or q.shape[2] % keys.shape[1] or last.shape != q.shape[:2] \
-            or first.shape != q.shape[:1]:
-        raise shape_error("step_attention", "q [b, n, H, hd], keys and values [b, KV, capacity, hd] (KV divides H), "
-                           "last [b, n], first [b]", q=q, keys=keys, values=values, last=last, first=first)
+    if (
+        q.dim() != 4
+        or keys.dim() != 4
+        or values.shape != keys.shape
+        or keys.shape[0] != q.shape[0]
+        or keys.shape[3] != q.shape[3]
+        or q.shape[2] % keys.shape[1]
+        or last.shape != q.shape[:2]
+        or first.shape != q.shape[:1]
+    ):
+        raise shape_error(
+            "step_attention",
+            "q [b, n, H, hd], keys and values [b, KV, capacity, hd] (KV divides H), last [b, n], first [b]",
+            q=q,
+            keys=keys,
+            values=values,
+            last=last,
+            first=first,
+        )
     if use_triton(q, keys):
         from .step_triton import step_attention_triton
 

@@ -71,10 +71,31 @@ def linear_config(n: int, k: int) -> dict[str, int]:
 
 
 @triton.jit
-def _step_linear(x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, M, N, K, eps, s_xm, s_wn, s_rm, s_ym,
-                 NORM: tl.constexpr, BIAS: tl.constexpr, RESIDUAL: tl.constexpr, GATED: tl.constexpr,
-                 UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def _step_linear(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    g_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    eps,
+    s_xm,
+    s_wn,
+    s_rm,
+    s_ym,
+    NORM: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -115,14 +136,26 @@ def _step_linear(x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, M, N, K, eps, s_xm
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
     out_mask = m_ok[:, None] & n_ok[None, :]
     if RESIDUAL:
-        acc += tl.load(r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :], mask=out_mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask)
+        acc += tl.load(r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :], mask=out_mask, other=0.0).to(
+            tl.float32
+        )
+    tl.store(
+        y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask
+    )
 
 
-def step_linear_triton(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: torch.Tensor | None = None,
-                       eps: float = 0.0, bias: torch.Tensor | None = None, residual: torch.Tensor | None = None,
-                       gated: bool = False, out: torch.Tensor | None = None,
-                       out_dtype: torch.dtype | None = None) -> torch.Tensor:
+def step_linear_triton(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    *,
+    norm_weight: torch.Tensor | None = None,
+    eps: float = 0.0,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    gated: bool = False,
+    out: torch.Tensor | None = None,
+    out_dtype: torch.dtype | None = None,
+) -> torch.Tensor:
     """x [M, K] (rows may be strided) -> y [M, N] (see step.step_linear_reference). `out`, when given, is written
     (a row-strided view is fine: a column slice of a wider buffer)."""
     m, k = x.shape
@@ -141,14 +174,41 @@ def step_linear_triton(x: torch.Tensor, weight: torch.Tensor, *, norm_weight: to
 
     def launch(config: dict[str, int], y: torch.Tensor) -> None:
         grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, config["BLOCK_N"]))
-        _step_linear[grid](x, weight, bias if bias is not None else weight,
-                           norm_weight if norm_weight is not None else weight,
-                           residual if residual is not None else y, y, m, n, k, eps, x.stride(0), weight.stride(0),
-                           residual.stride(0) if residual is not None else 0, y.stride(0),
-                           NORM=norm_weight is not None, BIAS=bias is not None, RESIDUAL=residual is not None,
-                           GATED=gated, UPCAST=upcast, PRECISION="ieee", BLOCK_M=BLOCK_M, **config)
+        _step_linear[grid](
+            x,
+            weight,
+            bias if bias is not None else weight,
+            norm_weight if norm_weight is not None else weight,
+            residual if residual is not None else y,
+            y,
+            m,
+            n,
+            k,
+            eps,
+            x.stride(0),
+            weight.stride(0),
+            residual.stride(0) if residual is not None else 0,
+            y.stride(0),
+            NORM=norm_weight is not None,
+            BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            GATED=gated,
+            UPCAST=upcast,
+            PRECISION="ieee",
+            BLOCK_M=BLOCK_M,
+            **config,
+        )
 
-    key = (n, k, norm_weight is not None, bias is not None, residual is not None, gated, weight.dtype, out.dtype)
+    key = (
+        n,
+        k,
+        norm_weight is not None,
+        bias is not None,
+        residual is not None,
+        gated,
+        weight.dtype,
+        out.dtype,
+    )
     config = TUNED.get(key)
     if config is None:
         config = _tune(key, launch, out) if x.is_cuda and not _interpreted() else linear_config(n, k)
@@ -167,8 +227,9 @@ def _tune(key: tuple, launch, out: torch.Tensor) -> dict[str, int]:
     for config in (default, *CANDIDATES):
         try:
             launch(config, scratch)
-            elapsed = triton.testing.do_bench(lambda config=config: launch(config, scratch), warmup=5, rep=20,
-                                              return_mode="median")
+            elapsed = triton.testing.do_bench(
+                lambda config=config: launch(config, scratch), warmup=5, rep=20, return_mode="median"
+            )
         except Exception:  # a shape that needs more shared memory than the device has: not a candidate here
             continue
         if elapsed < best_time:
@@ -185,9 +246,33 @@ def _tune(key: tuple, launch, out: torch.Tensor) -> dict[str, int]:
 
 
 @triton.jit
-def _rope_kv(qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr,
-             n, H, KV, D, HALF, eps, s_qkv, s_q_m, s_q_h, s_c_b, s_c_h, s_c_r, s_tab,
-             QK_NORM: tl.constexpr, BLOCK_H: tl.constexpr):
+def _rope_kv(
+    qkv_ptr,
+    q_ptr,
+    kc_ptr,
+    vc_ptr,
+    rows_ptr,
+    pos_ptr,
+    cos_ptr,
+    sin_ptr,
+    qn_ptr,
+    kn_ptr,
+    n,
+    H,
+    KV,
+    D,
+    HALF,
+    eps,
+    s_qkv,
+    s_q_m,
+    s_q_h,
+    s_c_b,
+    s_c_h,
+    s_c_r,
+    s_tab,
+    QK_NORM: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+):
     m = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     offs = tl.arange(0, BLOCK_H)
@@ -199,9 +284,14 @@ def _rope_kv(qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, cos_ptr, sin_ptr
     hi = tl.load(base + HALF + offs, mask=ok, other=0.0).to(tl.float32)
     if QK_NORM:  # Qwen3RMSNorm over the head: fp32 reduction, cast back, then x weight
         rstd = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / D + eps)
-        w_lo = tl.where(is_q, tl.load(qn_ptr + offs, mask=ok, other=0.0), tl.load(kn_ptr + offs, mask=ok, other=0.0))
-        w_hi = tl.where(is_q, tl.load(qn_ptr + HALF + offs, mask=ok, other=0.0),
-                        tl.load(kn_ptr + HALF + offs, mask=ok, other=0.0))
+        w_lo = tl.where(
+            is_q, tl.load(qn_ptr + offs, mask=ok, other=0.0), tl.load(kn_ptr + offs, mask=ok, other=0.0)
+        )
+        w_hi = tl.where(
+            is_q,
+            tl.load(qn_ptr + HALF + offs, mask=ok, other=0.0),
+            tl.load(kn_ptr + HALF + offs, mask=ok, other=0.0),
+        )
         lo = ((lo * rstd).to(dtype).to(tl.float32) * w_lo.to(tl.float32)).to(dtype).to(tl.float32)
         hi = ((hi * rstd).to(dtype).to(tl.float32) * w_hi.to(tl.float32)).to(dtype).to(tl.float32)
     position = tl.load(pos_ptr + m)
@@ -227,9 +317,20 @@ def _rope_kv(qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, cos_ptr, sin_ptr
     tl.store(vc_ptr + c_base + HALF + offs, v_hi.to(vc_ptr.dtype.element_ty), mask=ok & is_kv)
 
 
-def rope_kv_triton(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rows: torch.Tensor,
-                   positions: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, num_heads: int, num_kv_heads: int,
-                   q_norm: torch.Tensor | None, k_norm: torch.Tensor | None, eps: float) -> torch.Tensor:
+def rope_kv_triton(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    eps: float,
+) -> torch.Tensor:
     """See step.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place."""
     b, n, width = qkv.shape
     hd = width // (num_heads + 2 * num_kv_heads)
@@ -243,10 +344,33 @@ def rope_kv_triton(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
     positions = positions.reshape(b * n).contiguous()
     half = hd // 2
     _rope_kv[(b * n, num_heads + num_kv_heads)](
-        flat, q, keys, values, rows, positions, cos, sin, q_norm if q_norm is not None else cos,
-        k_norm if k_norm is not None else cos, n, num_heads, num_kv_heads, hd, half, eps, flat.stride(0), q.stride(1), q.stride(2),
-        keys.stride(0), keys.stride(1), keys.stride(2), cos.stride(0), QK_NORM=q_norm is not None,
-        BLOCK_H=max(16, triton.next_power_of_2(half)), num_warps=1)
+        flat,
+        q,
+        keys,
+        values,
+        rows,
+        positions,
+        cos,
+        sin,
+        q_norm if q_norm is not None else cos,
+        k_norm if k_norm is not None else cos,
+        n,
+        num_heads,
+        num_kv_heads,
+        hd,
+        half,
+        eps,
+        flat.stride(0),
+        q.stride(1),
+        q.stride(2),
+        keys.stride(0),
+        keys.stride(1),
+        keys.stride(2),
+        cos.stride(0),
+        QK_NORM=q_norm is not None,
+        BLOCK_H=max(16, triton.next_power_of_2(half)),
+        num_warps=1,
+    )
     return q
 
 
@@ -258,10 +382,30 @@ def rope_kv_triton(qkv: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, 
 
 
 @triton.jit
-def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, sm_scale,
-                    s_q_m, s_q_h, s_c_b, s_c_h, s_c_r, s_o_m, KV,
-                    UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+def _step_attention(
+    q_ptr,
+    kc_ptr,
+    vc_ptr,
+    last_ptr,
+    first_ptr,
+    o_ptr,
+    n,
+    G,
+    D,
+    sm_scale,
+    s_q_m,
+    s_q_h,
+    s_c_b,
+    s_c_h,
+    s_c_r,
+    s_o_m,
+    KV,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     batch = (tl.program_id(1) // KV).to(tl.int64)
     kvh = tl.program_id(1) % KV
@@ -272,8 +416,11 @@ def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, 
     i = r % n
     head = kvh * G + g
     m = batch * n + i
-    q = tl.load(q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :], mask=r_ok[:, None] & d_ok[None, :],
-                other=0.0)
+    q = tl.load(
+        q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :],
+        mask=r_ok[:, None] & d_ok[None, :],
+        other=0.0,
+    )
     first = tl.load(first_ptr + batch)
     # a left-padding query row (last < first) and the rows past the group see the first row only: no row is ever
     # without a visible key (an empty softmax row is NaN, and NaN K/V in the cache would poison later queries)
@@ -288,7 +435,9 @@ def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, 
     hi = tl.max(last, axis=0) + 1
     for start in range(lo, hi, BLOCK_N):
         keys = start + tl.arange(0, BLOCK_N)
-        kv_mask = ((keys >= first) & (keys < hi))[:, None] & d_ok[None, :]  # rows before `first` are never read
+        kv_mask = ((keys >= first) & (keys < hi))[:, None] & d_ok[
+            None, :
+        ]  # rows before `first` are never read
         k = tl.load(kc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(vc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
         if UPCAST:
@@ -304,12 +453,16 @@ def _step_attention(q_ptr, kc_ptr, vc_ptr, last_ptr, first_ptr, o_ptr, n, G, D, 
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
     out = acc / l_i[:, None]
-    tl.store(o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :], out.to(o_ptr.dtype.element_ty),
-             mask=r_ok[:, None] & d_ok[None, :])
+    tl.store(
+        o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=r_ok[:, None] & d_ok[None, :],
+    )
 
 
-def step_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor,
-                          first: torch.Tensor) -> torch.Tensor:
+def step_attention_triton(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor, first: torch.Tensor
+) -> torch.Tensor:
     """See step.step_attention_reference. q [b, n, H, hd] -> [b, n, H·hd]."""
     b, n, heads, hd = q.shape
     kv_heads = keys.shape[1]
@@ -323,9 +476,30 @@ def step_attention_triton(q: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     last = last.reshape(b * n).contiguous()
     first = first.contiguous()
     grid = (triton.cdiv(groups * n, BLOCK_M), b * kv_heads)
-    _step_attention[grid](flat_q, keys, values, last, first, out, n, groups, hd, hd ** -0.5, flat_q.stride(0),
-                          flat_q.stride(1), keys.stride(0), keys.stride(1), keys.stride(2), out.stride(1), kv_heads,
-                          UPCAST=q.dtype == torch.float32 or _interpreted(), PRECISION="ieee", BLOCK_M=BLOCK_M,
-                          BLOCK_N=ATTENTION_BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(hd)), num_warps=4,
-                          num_stages=2)
+    _step_attention[grid](
+        flat_q,
+        keys,
+        values,
+        last,
+        first,
+        out,
+        n,
+        groups,
+        hd,
+        hd**-0.5,
+        flat_q.stride(0),
+        flat_q.stride(1),
+        keys.stride(0),
+        keys.stride(1),
+        keys.stride(2),
+        out.stride(1),
+        kv_heads,
+        UPCAST=q.dtype == torch.float32 or _interpreted(),
+        PRECISION="ieee",
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=ATTENTION_BLOCK_N,
+        BLOCK_D=max(16, triton.next_power_of_2(hd)),
+        num_warps=4,
+        num_stages=2,
+    )
     return out

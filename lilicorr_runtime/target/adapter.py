@@ -38,10 +38,14 @@ class TargetModel:
         self.tokenizer = tokenizer
         self.eos_token_ids: tuple[int, ...] = tuple(eos_token_ids)
         # transformers renamed the cache argument (past_key_values -> cache); take whichever this version has
-        self._cache_kwarg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self._cache_kwarg = (
+            "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        )
         self.cache: DynamicCache | None = None
         self.length = 0  # tokens whose K/V the cache holds
-        self.path = "transformers"  # which forward runs: "fast" (target.fast.FastTarget) or transformers' eager one
+        self.path = (
+            "transformers"  # which forward runs: "fast" (target.fast.FastTarget) or transformers' eager one
+        )
         self.path_note = "transformers eager forward"
 
     @property
@@ -73,8 +77,12 @@ class TargetModel:
         if self.cache is None:
             self.reset()
         kwargs = {self._cache_kwarg: self.cache}
-        out = self.model(input_ids=ids.to(self.device).view(1, -1), use_cache=True,
-                         output_hidden_states=layer_ids is not None, **kwargs)
+        out = self.model(
+            input_ids=ids.to(self.device).view(1, -1),
+            use_cache=True,
+            output_hidden_states=layer_ids is not None,
+            **kwargs,
+        )
         self.length += ids.numel()
         features = None
         if layer_ids is not None:
@@ -86,5 +94,7 @@ class TargetModel:
         assert self.cache is not None
         drop = self.length - length
         if drop > 0:
-            self.cache.crop(-drop)  # a negative count removes tokens, in every transformers version we support
+            self.cache.crop(
+                -drop
+            )  # a negative count removes tokens, in every transformers version we support
             self.length = length

@@ -61,7 +61,7 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
     fused = torch.cat([p.detach() for p in parameters])
     offset = 0
     for p in parameters:
-        p.data = fused[offset:offset + p.shape[0]]
+        p.data = fused[offset : offset + p.shape[0]]
         offset += p.shape[0]
     return fused
 
@@ -69,8 +69,16 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
 class StaticKVCache:
     """Per-layer K/V [b, kv_heads, capacity, head_dim], allocated once."""
 
-    def __init__(self, num_layers: int, batch: int, kv_heads: int, head_dim: int, capacity: int,
-                 dtype: torch.dtype, device: torch.device):
+    def __init__(
+        self,
+        num_layers: int,
+        batch: int,
+        kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ):
         shape = (batch, kv_heads, capacity, head_dim)
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -118,18 +126,20 @@ class StaticDecoder:
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3 only
             qkv = _fuse(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
             qkv_bias = _fuse(*biases) if all(b is not None for b in biases) else None
-            self.layers.append({
-                "input_norm": layer.input_layernorm.weight.detach(),
-                "qkv": qkv,
-                "qkv_bias": qkv_bias,
-                "q_norm": None if q_norm is None else q_norm.weight.detach(),
-                "k_norm": None if k_norm is None else k_norm.weight.detach(),
-                "o": attn.o_proj.weight.detach(),
-                "o_bias": None if attn.o_proj.bias is None else attn.o_proj.bias.detach(),
-                "post_norm": layer.post_attention_layernorm.weight.detach(),
-                "gate_up": _fuse(mlp.gate_proj.weight, mlp.up_proj.weight),
-                "down": mlp.down_proj.weight.detach(),
-            })
+            self.layers.append(
+                {
+                    "input_norm": layer.input_layernorm.weight.detach(),
+                    "qkv": qkv,
+                    "qkv_bias": qkv_bias,
+                    "q_norm": None if q_norm is None else q_norm.weight.detach(),
+                    "k_norm": None if k_norm is None else k_norm.weight.detach(),
+                    "o": attn.o_proj.weight.detach(),
+                    "o_bias": None if attn.o_proj.bias is None else attn.o_proj.bias.detach(),
+                    "post_norm": layer.post_attention_layernorm.weight.detach(),
+                    "gate_up": _fuse(mlp.gate_proj.weight, mlp.up_proj.weight),
+                    "down": mlp.down_proj.weight.detach(),
+                }
+            )
         self.norm = inner.norm.weight.detach()
         self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
         self.device, self.dtype = self.norm.device, self.norm.dtype
@@ -148,11 +158,18 @@ class StaticDecoder:
 
     def new_cache(self, batch: int, capacity: int) -> StaticKVCache:
         self._ensure_tables(capacity)  # a position is below the cache's capacity
-        return StaticKVCache(self.num_layers, batch, self.num_kv_heads, self.head_dim, capacity, self.dtype,
-                             self.device)
+        return StaticKVCache(
+            self.num_layers, batch, self.num_kv_heads, self.head_dim, capacity, self.dtype, self.device
+        )
 
-    def forward(self, cache: StaticKVCache, x: torch.Tensor, start: torch.Tensor, pad: torch.Tensor,
-                taps: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        cache: StaticKVCache,
+        x: torch.Tensor,
+        start: torch.Tensor,
+        pad: torch.Tensor,
+        taps: Sequence[int] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [b, n, M] input embeddings at cache rows start..start+n-1 (start: an int64 device scalar, or [b] for
         rows at different lengths; pad [b] int64) -> (final-normed hidden [b, n, M], the hidden after each layer in
         `taps`, concatenated [b, n, T·M], or None). The tap after the last layer is taken after the final norm, as
@@ -175,20 +192,34 @@ class StaticDecoder:
         heads, kv_heads, hd, eps = self.num_heads, self.num_kv_heads, self.head_dim, self.eps
         last = self.num_layers - 1
         flat = x.reshape(b * n, m)
-        for index, (layer, keys, values) in enumerate(zip(self.layers, cache.keys, cache.values, strict=True)):
+        for index, (layer, keys, values) in enumerate(
+            zip(self.layers, cache.keys, cache.values, strict=True)
+        ):
             qkv = linear(flat, layer["qkv"], norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
-            q = rope_kv(qkv.view(b, n, -1), keys, values, rows, positions, self.cos, self.sin, heads, kv_heads,
-                        layer["q_norm"], layer["k_norm"], eps)  # [b, n, heads, hd]; k, v written at `rows`
+            q = rope_kv(
+                qkv.view(b, n, -1),
+                keys,
+                values,
+                rows,
+                positions,
+                self.cos,
+                self.sin,
+                heads,
+                kv_heads,
+                layer["q_norm"],
+                layer["k_norm"],
+                eps,
+            )  # [b, n, heads, hd]; k, v written at `rows`
             attn = attend(q, keys, values, rows, pad)  # [b, n, heads * hd]
             flat = linear(attn.view(b * n, heads * hd), layer["o"], bias=layer["o_bias"], residual=flat)
             h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
             tap = None
             if index in slots and index != last:  # written straight into its slice of the features
-                tap = features[:, slots[index] * m:(slots[index] + 1) * m]
+                tap = features[:, slots[index] * m : (slots[index] + 1) * m]
             flat = linear(h, layer["down"], residual=flat, out=tap)
         out = ops.rms_norm(flat, self.norm, eps)
         if last in slots:
-            features[:, slots[last] * m:(slots[last] + 1) * m] = out
+            features[:, slots[last] * m : (slots[last] + 1) * m] = out
         return out.view(b, n, m), None if features is None else features.view(b, n, -1)
 
 
@@ -214,13 +245,20 @@ class _Graph:
 class FastTarget(TargetModel):
     """`TargetModel` on the fast path: same interface, a static cache, graph replay on CUDA."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer=None, eos_token_ids: Sequence[int] = (), *,
-                 cuda_graphs: bool = True):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer=None,
+        eos_token_ids: Sequence[int] = (),
+        *,
+        cuda_graphs: bool = True,
+    ):
         super().__init__(model, tokenizer, eos_token_ids)
         self.core = StaticDecoder(model)
         self.path = "fast"
-        self.path_note = "fast path (static KV cache" + (", CUDA graphs)" if cuda_graphs and self.device.type == "cuda"
-                                                         else ")")
+        self.path_note = "fast path (static KV cache" + (
+            ", CUDA graphs)" if cuda_graphs and self.device.type == "cuda" else ")"
+        )
         self.use_graphs = cuda_graphs and self.device.type == "cuda"
         self.static_cache: StaticKVCache | None = None
         self._zero_pad = torch.zeros(1, dtype=torch.long, device=self.device)
@@ -267,8 +305,15 @@ class FastTarget(TargetModel):
             for a, b in zip(store_old, store_new, strict=True):
                 b[:, :, :length] = a[:, :, :length]
 
-    def _step(self, cache: StaticKVCache, ids: torch.Tensor, start: int, pad: torch.Tensor, taps: tuple[int, ...],
-              graphs: dict | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _step(
+        self,
+        cache: StaticKVCache,
+        ids: torch.Tensor,
+        start: int,
+        pad: torch.Tensor,
+        taps: tuple[int, ...],
+        graphs: dict | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids [b, n] at cache row `start` -> fp32 logits [b, n, V], features [b, n, T·M] or None. Steps of at
         most GRAPH_MAX_ROWS rows replay a graph captured over `cache` (kept in `graphs`)."""
         b, n = ids.shape
@@ -278,9 +323,14 @@ class FastTarget(TargetModel):
             entry = graphs.get(key)
             if entry is None:
                 # the real inputs go in before capture: warm-up runs write their K/V rows, which must be right
-                static = {"ids": ids.clone(), "start": torch.tensor(start, device=self.device), "pad": pad.clone()}
-                graph = _Graph(lambda: self._eager(cache, static["ids"], static["start"], static["pad"], taps,
-                                                   False))
+                static = {
+                    "ids": ids.clone(),
+                    "start": torch.tensor(start, device=self.device),
+                    "pad": pad.clone(),
+                }
+                graph = _Graph(
+                    lambda: self._eager(cache, static["ids"], static["start"], static["pad"], taps, False)
+                )
                 entry = graphs[key] = (graph, static)
             graph, static = entry
             static["ids"].copy_(ids)
@@ -290,8 +340,15 @@ class FastTarget(TargetModel):
             return logits.clone(), None if features is None else features.clone()
         return self._eager(cache, ids, torch.tensor(start, device=self.device), pad, taps, False)
 
-    def _eager(self, cache: StaticKVCache, ids: torch.Tensor, start: torch.Tensor, pad: torch.Tensor,
-               taps: tuple[int, ...], last_only: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def _eager(
+        self,
+        cache: StaticKVCache,
+        ids: torch.Tensor,
+        start: torch.Tensor,
+        pad: torch.Tensor,
+        taps: tuple[int, ...],
+        last_only: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         hidden, features = self.core.forward(cache, self.embed_tokens(ids), start, pad, taps)
         if last_only:
             hidden = hidden[:, -1:]
@@ -301,16 +358,25 @@ class FastTarget(TargetModel):
         """Final-normed hidden [b, n, M] -> fp32 logits [b, n, V]; a step's through the row-invariant step GEMM."""
         b, n, m = hidden.shape
         if n <= STEP_ROWS and self.lm_head.bias is None:
-            return ops.step_linear(hidden.reshape(b * n, m), self.lm_head.weight, out_dtype=torch.float32).view(b, n, -1)
+            return ops.step_linear(
+                hidden.reshape(b * n, m), self.lm_head.weight, out_dtype=torch.float32
+            ).view(b, n, -1)
         return self.lm_head(hidden).float()
 
     # batched greedy generation (data generation) -----------------------------------------------------------
 
     @torch.inference_mode()
-    def generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, *,
-                        eos_token_ids: Sequence[int] | None = None, batch_size: int = 256,
-                        progress: Callable[[int, int], None] | None = None, temperature: float = 0.0,
-                        seed: int = 0) -> list[list[int]]:
+    def generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        *,
+        eos_token_ids: Sequence[int] | None = None,
+        batch_size: int = 256,
+        progress: Callable[[int, int], None] | None = None,
+        temperature: float = 0.0,
+        seed: int = 0,
+    ) -> list[list[int]]:
         """Greedy continuations of many prompts, `batch_size` at a time (left-padded, one graph per batch
         shape). Each output ends at its first eos (inclusive) or after max_new_tokens. `temperature` > 0
         samples instead (seeded; the training recipe uses it to let the target write its own requests)."""
@@ -324,8 +390,10 @@ class FastTarget(TargetModel):
         results: list[list[int]] = [[] for _ in prompts]
         done_count = 0
         for first in range(0, len(order), batch_size):
-            chunk = order[first:first + batch_size]
-            batch = self._generate_batch([prompts[i] for i in chunk], max_new_tokens, eos, temperature, generator)
+            chunk = order[first : first + batch_size]
+            batch = self._generate_batch(
+                [prompts[i] for i in chunk], max_new_tokens, eos, temperature, generator
+            )
             for index, tokens in zip(chunk, batch, strict=True):
                 results[index] = tokens
             done_count += len(chunk)
@@ -333,8 +401,14 @@ class FastTarget(TargetModel):
                 progress(done_count, len(prompts))
         return results
 
-    def _generate_batch(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: tuple[int, ...],
-                        temperature: float = 0.0, generator: torch.Generator | None = None) -> list[list[int]]:
+    def _generate_batch(
+        self,
+        prompts: Sequence[Sequence[int]],
+        max_new_tokens: int,
+        eos: tuple[int, ...],
+        temperature: float = 0.0,
+        generator: torch.Generator | None = None,
+    ) -> list[list[int]]:
         def pick(logits: torch.Tensor) -> torch.Tensor:  # [b, V] -> [b]
             if temperature == 0:
                 return logits.argmax(-1)
@@ -349,9 +423,11 @@ class FastTarget(TargetModel):
         cache = self.core.new_cache(b, capacity)
         ids = torch.zeros(b, width, dtype=torch.long)
         for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt):] = torch.tensor(list(prompt), dtype=torch.long)
+            ids[row, width - len(prompt) :] = torch.tensor(list(prompt), dtype=torch.long)
         pad = torch.tensor([width - len(p) for p in prompts], dtype=torch.long, device=self.device)
-        logits, _ = self._eager(cache, ids.to(self.device), torch.tensor(0, device=self.device), pad, (), True)
+        logits, _ = self._eager(
+            cache, ids.to(self.device), torch.tensor(0, device=self.device), pad, (), True
+        )
         token = pick(logits[:, -1])  # [b]
         out = torch.empty(b, max_new_tokens, dtype=torch.long, device=self.device)
         out[:, 0] = token
@@ -364,7 +440,7 @@ class FastTarget(TargetModel):
             out[:, step] = token
             finished |= torch.isin(token, eos_t)
             if step % 16 == 0 and bool(finished.all()):
-                out = out[:, :step + 1]
+                out = out[:, : step + 1]
                 break
         rows = out.tolist()
         results = []

@@ -61,15 +61,23 @@ def _unloaded_weights(info: dict[str, Any]) -> list[str]:
     for entry in sorted(info.get("mismatched_keys") or (), key=str):
         if isinstance(entry, (tuple, list)) and len(entry) == 3:
             name, stored, expected = entry
-            problems.append(f"{name} has shape {list(stored)} in the checkpoint, the config needs {list(expected)}")
+            problems.append(
+                f"{name} has shape {list(stored)} in the checkpoint, the config needs {list(expected)}"
+            )
         else:
             problems.append(f"{entry} has an unexpected shape")
     problems.extend(str(m) for m in info.get("error_msgs") or ())
     return problems
 
 
-def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, device: str | torch.device = "cpu",
-                tokenizer: bool = True, fast: bool | None = None) -> TargetModel:
+def load_target(
+    spec: str | Path,
+    *,
+    dtype: torch.dtype | str = torch.float32,
+    device: str | torch.device = "cpu",
+    tokenizer: bool = True,
+    fast: bool | None = None,
+) -> TargetModel:
     """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
 
     dtype is a torch.dtype or a name (float32/fp32, bfloat16/bf16, float16/fp16). The checkpoint must hold every
@@ -91,15 +99,22 @@ def load_target(spec: str | Path, *, dtype: torch.dtype | str = torch.float32, d
         has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
     # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
     with _quiet_load_report():
-        model, info = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, output_loading_info=True,
-                                                           ignore_mismatched_sizes=True, **kwargs)
+        model, info = AutoModelForCausalLM.from_pretrained(
+            source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+        )
     problems = _unloaded_weights(info)
     if problems:
         drafter = getattr(model.config, "dflash_config", None) is not None
-        hint = " (its config has a dflash_config: this looks like a drafter checkpoint, not a target)" if drafter \
+        hint = (
+            " (its config has a dflash_config: this looks like a drafter checkpoint, not a target)"
+            if drafter
             else ""
-        raise ValueError(f"target {str(spec)!r} does not hold the weights its config describes{hint}: "
-                         + "; ".join(problems) + " (transformers would fill them with random values)")
+        )
+        raise ValueError(
+            f"target {str(spec)!r} does not hold the weights its config describes{hint}: "
+            + "; ".join(problems)
+            + " (transformers would fill them with random values)"
+        )
     model = model.to(device)
     eos = _eos_ids(model)
     tok = None

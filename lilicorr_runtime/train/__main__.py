@@ -8,9 +8,11 @@ try:
 except ModuleNotFoundError as exc:
     if exc.name != "lilicorr_train":
         raise
-    sys.stderr.write("python -m lilicorr_runtime.train: the training recipe is not installed: it is "
-                     "`python -m lilicorr_train`, run from a checkout of the lilicorr-ckpt repository "
-                     "(docs/training.md)\n")
+    sys.stderr.write(
+        "python -m lilicorr_runtime.train: the training recipe is not installed: it is "
+        "`python -m lilicorr_train`, run from a checkout of the lilicorr-ckpt repository "
+        "(docs/training.md)\n"
+    )
     raise SystemExit(4) from None
 
 if __name__ == "__main__":

@@ -92,8 +92,15 @@ def _sha(files: dict[str, bytes | Sparse], salt: str) -> str:
 
 
 class FakeHub:
-    def __init__(self, *, ignore_range: bool = False, redirect_lfs: bool = False, list_sizes: bool = True,
-                 stall: Callable[[str, str | None], bool] | None = None, drip: tuple[str, float] | None = None):
+    def __init__(
+        self,
+        *,
+        ignore_range: bool = False,
+        redirect_lfs: bool = False,
+        list_sizes: bool = True,
+        stall: Callable[[str, str | None], bool] | None = None,
+        drip: tuple[str, float] | None = None,
+    ):
         self.repos: dict[str, Repo] = {}
         self.raw_info: dict[str, Reply] = {}
         self.stall = stall
@@ -125,8 +132,15 @@ class FakeHub:
 
     # --- setup ---------------------------------------------------------------------------------------------
 
-    def add(self, repo_id: str, files: dict[str, bytes | Sparse] | Path, *, ref: str = "main", token: str | None = None,
-            gated: bool = False) -> str:
+    def add(
+        self,
+        repo_id: str,
+        files: dict[str, bytes | Sparse] | Path,
+        *,
+        ref: str = "main",
+        token: str | None = None,
+        gated: bool = False,
+    ) -> str:
         """Add a commit (files, or every file of a directory) to repo_id and point ref at it; returns its sha."""
         if isinstance(files, Path):
             files = {p.name: p.read_bytes() for p in sorted(files.iterdir()) if p.is_file()}
@@ -152,8 +166,14 @@ class FakeHub:
 
     # --- serving -------------------------------------------------------------------------------------------
 
-    def _send(self, req: BaseHTTPRequestHandler, method: str, status: int, body: bytes = b"",
-              headers: dict[str, str] | None = None) -> None:
+    def _send(
+        self,
+        req: BaseHTTPRequestHandler,
+        method: str,
+        status: int,
+        body: bytes = b"",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         req.send_response(status)
         for k, v in (headers or {}).items():
             req.send_header(k, v)
@@ -169,8 +189,8 @@ class FakeHub:
                         if self._closing.wait(pause):
                             break
                         req.wfile.flush()
-                    req.wfile.write(body[i:i + step])
-                    sent += len(body[i:i + step])
+                    req.wfile.write(body[i : i + step])
+                    sent += len(body[i : i + step])
                 req.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 pass
@@ -179,8 +199,17 @@ class FakeHub:
 
     def _error(self, req, method, status: int, code: str, message: str = "") -> None:
         body = json.dumps({"error": message or code}).encode()
-        self._send(req, method, status, body, {"Content-Type": "application/json", "X-Error-Code": code,
-                                               **({"X-Error-Message": message} if message else {})})
+        self._send(
+            req,
+            method,
+            status,
+            body,
+            {
+                "Content-Type": "application/json",
+                "X-Error-Code": code,
+                **({"X-Error-Message": message} if message else {}),
+            },
+        )
 
     def _repo(self, req, method, repo_id: str) -> Repo | None:
         repo = self.repos.get(repo_id)
@@ -231,8 +260,9 @@ class FakeHub:
     def _model_info(self, req, method, repo_id: str, rev: str) -> None:
         if repo_id in self.raw_info:
             reply = self.raw_info[repo_id]
-            return self._send(req, method, reply.status, reply.body, {"Content-Type": "application/json",
-                                                                      **reply.headers})
+            return self._send(
+                req, method, reply.status, reply.body, {"Content-Type": "application/json", **reply.headers}
+            )
         repo = self._repo(req, method, repo_id)
         if repo is None:
             return
@@ -249,9 +279,20 @@ class FakeHub:
                 if name.endswith(LFS_SUFFIXES):
                     sib["lfs"] = {"size": len(data), "sha256": _sha256(data), "pointerSize": 134}
             siblings.append(sib)
-        body = json.dumps({"_id": sha[:24], "id": repo_id, "modelId": repo_id, "sha": sha, "private":
-                           repo.token is not None, "gated": repo.gated, "disabled": False, "tags": [],
-                           "siblings": siblings, "lastModified": "2026-01-01T00:00:00.000Z"}).encode()
+        body = json.dumps(
+            {
+                "_id": sha[:24],
+                "id": repo_id,
+                "modelId": repo_id,
+                "sha": sha,
+                "private": repo.token is not None,
+                "gated": repo.gated,
+                "disabled": False,
+                "tags": [],
+                "siblings": siblings,
+                "lastModified": "2026-01-01T00:00:00.000Z",
+            }
+        ).encode()
         self._send(req, method, 200, body, {"Content-Type": "application/json"})
 
     def _tree(self, req, method, repo_id: str, rev: str) -> None:
@@ -264,8 +305,7 @@ class FakeHub:
             return
         entries = []
         for name, data in sorted(repo.commits[sha].items()):
-            entry: dict[str, object] = {"type": "file", "path": name, "size": len(data),
-                                        "oid": _digest(data)}
+            entry: dict[str, object] = {"type": "file", "path": name, "size": len(data), "oid": _digest(data)}
             if name.endswith(LFS_SUFFIXES):
                 entry["lfs"] = {"oid": _sha256(data), "size": len(data), "pointerSize": 134}
             entries.append(entry)
@@ -300,6 +340,8 @@ class FakeHub:
             end = min(int(m.group(2)) if m.group(2) else len(data) - 1, len(data) - 1)
             if start >= len(data) or end < start:
                 return self._send(req, method, 416, b"", {"Content-Range": f"bytes */{len(data)}"})
-            part = data[start:end + 1]
-            return self._send(req, method, 206, part, {**headers, "Content-Range": f"bytes {start}-{end}/{len(data)}"})
+            part = data[start : end + 1]
+            return self._send(
+                req, method, 206, part, {**headers, "Content-Range": f"bytes {start}-{end}/{len(data)}"}
+            )
         self._send(req, method, 200, data, headers)

@@ -17,7 +17,12 @@ def test_valid_config_parses_every_field():
     assert p.issues == [] and p.unknown_keys == []
     d = p.config.dflash
     assert p.config.family == "lilicorr"
-    assert (d.lilicorr_candidate_topk, d.lilicorr_hidden_size, d.conv_kernel_size, d.conv_group_size) == (4, 32, 4, 16)
+    assert (d.lilicorr_candidate_topk, d.lilicorr_hidden_size, d.conv_kernel_size, d.conv_group_size) == (
+        4,
+        32,
+        4,
+        16,
+    )
     assert p.config.has_own_lm_head is True
 
 
@@ -28,8 +33,11 @@ def test_type_errors_name_path_value_and_expectation_and_keep_parsing():
     cfg["dflash_config"]["target_layer_ids"] = [0, "two"]
     p = parse(cfg)
     by_path = {i.path: i for i in p.issues}
-    assert set(by_path) == {"$.hidden_size", "$.dflash_config.lilicorr_candidate_topk",
-                            "$.dflash_config.target_layer_ids[1]"}
+    assert set(by_path) == {
+        "$.hidden_size",
+        "$.dflash_config.lilicorr_candidate_topk",
+        "$.dflash_config.target_layer_ids[1]",
+    }
     assert by_path["$.hidden_size"].describe() == '$.hidden_size: expected an integer, found "64" (string)'
     assert "found 8.5 (number)" in by_path["$.dflash_config.lilicorr_candidate_topk"].describe()
     assert by_path["$.dflash_config.target_layer_ids[1]"].found == "two"
@@ -62,12 +70,15 @@ def test_duplicate_keys_are_reported():
     assert p.duplicate_keys == {"hidden_size": 2} and p.config.hidden_size == 128
 
 
-@pytest.mark.parametrize("data, needle", [
-    (b"[1, 2]", "must hold a JSON object, found array"),
-    (b"\xff\xfe{}", "not UTF-8"),
-    (b'{"a": ', "not valid JSON"),
-    (b"null", "found null"),
-])
+@pytest.mark.parametrize(
+    "data, needle",
+    [
+        (b"[1, 2]", "must hold a JSON object, found array"),
+        (b"\xff\xfe{}", "not UTF-8"),
+        (b'{"a": ', "not valid JSON"),
+        (b"null", "found null"),
+    ],
+)
 def test_unreadable_configs_raise_input_errors(data, needle):
     with pytest.raises(InputError, match=needle):
         parse_config(data)

@@ -14,8 +14,22 @@ from lilicorr_ckpt.runtimes import PROFILES
 
 
 def test_every_family_module_has_the_same_names():
-    wanted = {"NAME", "TITLE", "ARCHITECTURES", "PROJECTOR_TYPE", "CONFIG_KEYS", "HEAD_PREFIXES", "HEAD_NAMES",
-              "HUB_TAGS", "ROUTES", "FIXTURES", "DESCRIBED_KEYS", "carried", "head_tensors", "describe"}
+    wanted = {
+        "NAME",
+        "TITLE",
+        "ARCHITECTURES",
+        "PROJECTOR_TYPE",
+        "CONFIG_KEYS",
+        "HEAD_PREFIXES",
+        "HEAD_NAMES",
+        "HUB_TAGS",
+        "ROUTES",
+        "FIXTURES",
+        "DESCRIBED_KEYS",
+        "carried",
+        "head_tensors",
+        "describe",
+    }
     for name, module in families.FAMILIES.items():
         assert wanted <= set(vars(module)), name
         assert name == module.NAME
@@ -24,37 +38,70 @@ def test_every_family_module_has_the_same_names():
 
 def test_architectures_name_one_family_each():
     assert families.ARCHITECTURES == {
-        "LiLiCorrDraftModel": "lilicorr", "DFlashDraftModel": "dflash", "DFlash2DraftModel": "dflash2",
-        "DSparkDraftModel": "dspark", "Qwen3DSparkModel": "dspark", "DominoDraftModel": "domino"}
+        "LiLiCorrDraftModel": "lilicorr",
+        "DFlashDraftModel": "dflash",
+        "DFlash2DraftModel": "dflash2",
+        "DSparkDraftModel": "dspark",
+        "Qwen3DSparkModel": "dspark",
+        "DominoDraftModel": "domino",
+    }
     assert families.SIBLINGS == ("dflash2", "dspark", "domino")
 
 
-@pytest.mark.parametrize(("architecture_family", "projector_type", "head"), [
-    ("dflash", "domino", "domino"), ("dflash", "dspark", "dspark"), ("dflash", "dflash2", "dflash2"),
-    ("dflash", "lilicorr", "dflash"),  # LiLiCorr under DFlashDraftModel is Geometry.lilicorr_enabled's to say
-    ("dflash", None, "dflash"), ("lilicorr", "domino", "lilicorr"), (None, "domino", None)])
+@pytest.mark.parametrize(
+    ("architecture_family", "projector_type", "head"),
+    [
+        ("dflash", "domino", "domino"),
+        ("dflash", "dspark", "dspark"),
+        ("dflash", "dflash2", "dflash2"),
+        (
+            "dflash",
+            "lilicorr",
+            "dflash",
+        ),  # LiLiCorr under DFlashDraftModel is Geometry.lilicorr_enabled's to say
+        ("dflash", None, "dflash"),
+        ("lilicorr", "domino", "lilicorr"),
+        (None, "domino", None),
+    ],
+)
 def test_head_family_reads_projector_type_only_under_dflash(architecture_family, projector_type, head):
     assert families.head_family(architecture_family, projector_type) == head
 
 
-@pytest.mark.parametrize(("name", "owner"), [
-    ("candidate_selector.successor_codebook", "dflash2"), ("markov_head.markov_w1.weight", "dspark"),
-    ("markov_w1.weight", "dspark"), ("confidence_proj.bias", "dspark"), ("prefix_gru.weight_ih_l0", "domino"),
-    ("embed_proj.2.weight", "domino"), ("lilicorr.out_head.weight", None), ("layers.0.mlp.gate_proj.weight", None),
-    ("gate_proj.weight.extra", None)])
+@pytest.mark.parametrize(
+    ("name", "owner"),
+    [
+        ("candidate_selector.successor_codebook", "dflash2"),
+        ("markov_head.markov_w1.weight", "dspark"),
+        ("markov_w1.weight", "dspark"),
+        ("confidence_proj.bias", "dspark"),
+        ("prefix_gru.weight_ih_l0", "domino"),
+        ("embed_proj.2.weight", "domino"),
+        ("lilicorr.out_head.weight", None),
+        ("layers.0.mlp.gate_proj.weight", None),
+        ("gate_proj.weight.extra", None),
+    ],
+)
 def test_sibling_owner(name, owner):
     assert families.sibling_owner(name) == owner
 
 
-@pytest.mark.parametrize(("config", "drafter"), [
-    ({"dflash_config": {}}, True),
-    ({"dflash_config": None, "architectures": ["LlamaForCausalLM"]}, True),  # a broken drafter: the checks judge it
-    ({"architectures": ["DSparkDraftModel"]}, True),
-    ({"architectures": ["Qwen3DFlashForCausalLM"]}, True),  # names a family
-    ({"architectures": ["LlamaForCausalLM"], "lilicorr_hidden_size": 0}, True),
-    ({"architectures": ["LlamaForCausalLM"]}, False),
-    ({"architectures": "DFlashDraftModel"}, False),  # not a list: no architecture at all
-    ({}, False)])
+@pytest.mark.parametrize(
+    ("config", "drafter"),
+    [
+        ({"dflash_config": {}}, True),
+        (
+            {"dflash_config": None, "architectures": ["LlamaForCausalLM"]},
+            True,
+        ),  # a broken drafter: the checks judge it
+        ({"architectures": ["DSparkDraftModel"]}, True),
+        ({"architectures": ["Qwen3DFlashForCausalLM"]}, True),  # names a family
+        ({"architectures": ["LlamaForCausalLM"], "lilicorr_hidden_size": 0}, True),
+        ({"architectures": ["LlamaForCausalLM"]}, False),
+        ({"architectures": "DFlashDraftModel"}, False),  # not a list: no architecture at all
+        ({}, False),
+    ],
+)
 def test_one_is_drafter_and_the_target_test_agrees(config, drafter):
     assert families.is_drafter(config) is drafter
     if drafter:

@@ -21,8 +21,30 @@ from lilicorr_ckpt.checkpoint.tensors import read_header, read_tensor_table
 from lilicorr_ckpt.errors import InputError
 
 FUZZ_SECONDS = float(os.environ.get("LILICORR_FUZZ_SECONDS", "2"))
-TOKENS = [b"{", b"}", b"[", b"]", b'"', b"\\", b",", b":", b"0", b"-", b"1e999", b"NaN", b"Infinity", b"null",
-          b"\\ud800", b"\xff", b"\x00", b"9" * 40, b"[" * 200, b'"data_offsets"', b'"shape"', b'"dtype"']
+TOKENS = [
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b'"',
+    b"\\",
+    b",",
+    b":",
+    b"0",
+    b"-",
+    b"1e999",
+    b"NaN",
+    b"Infinity",
+    b"null",
+    b"\\ud800",
+    b"\xff",
+    b"\x00",
+    b"9" * 40,
+    b"[" * 200,
+    b'"data_offsets"',
+    b'"shape"',
+    b'"dtype"',
+]
 
 
 def mutate(rng: random.Random, data: bytes) -> bytes:
@@ -35,12 +57,12 @@ def mutate(rng: random.Random, data: bytes) -> bytes:
         elif op == 1:
             out[i:i] = rng.choice(TOKENS)
         elif op == 2:
-            del out[i:i + rng.randint(1, 16)]
+            del out[i : i + rng.randint(1, 16)]
         elif op == 3:
             out = out[:i]
         else:
             j = rng.randint(0, len(out))
-            out[i:i] = out[j:j + rng.randint(1, 32)]
+            out[i:i] = out[j : j + rng.randint(1, 32)]
     return bytes(out)
 
 
@@ -62,8 +84,9 @@ def fuzz(seed: int, base: bytes, attempt) -> int:
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
-    return fixtures.write_checkpoint(tmp_path_factory.mktemp("fuzz") / "base", fixtures.draft_config(num_hidden_layers=1),
-                                     shards=2)
+    return fixtures.write_checkpoint(
+        tmp_path_factory.mktemp("fuzz") / "base", fixtures.draft_config(num_hidden_layers=1), shards=2
+    )
 
 
 def test_fuzz_config(base):
@@ -77,11 +100,11 @@ def test_fuzz_safetensors_header(base, tmp_path):
     target = tmp_path / "x.safetensors"
 
     def attempt(mutated: bytes) -> None:
-        header = mutated[:8 + n]
-        target.write_bytes(header + data[8 + n:])
+        header = mutated[: 8 + n]
+        target.write_bytes(header + data[8 + n :])
         read_header(target, target.name)
 
-    assert fuzz(2, data[:8 + n], attempt) > 10
+    assert fuzz(2, data[: 8 + n], attempt) > 10
 
 
 def test_fuzz_index(base, tmp_path):
@@ -103,8 +126,10 @@ def test_fuzz_index(base, tmp_path):
 def test_fuzz_probe_file(tmp_path):
     from lilicorr_ckpt.smoke.probes import read_jsonl
 
-    lines = [json.dumps({"id": f"p{i}", "category": "c", "prompt": "Write a function.", "chat": i % 2 == 0})
-             for i in range(3)]
+    lines = [
+        json.dumps({"id": f"p{i}", "category": "c", "prompt": "Write a function.", "chat": i % 2 == 0})
+        for i in range(3)
+    ]
     path = tmp_path / "probes.jsonl"
 
     def attempt(mutated: bytes) -> None:
@@ -118,12 +143,14 @@ def _gguf() -> bytes:
     def string(s: str) -> bytes:
         return struct.pack("<Q", len(s)) + s.encode()
 
-    kv = [(string("general.architecture"), 8, string("llama")),
-          (string("llama.embedding_length"), 4, struct.pack("<I", 64)),
-          (string("llama.block_count"), 4, struct.pack("<I", 2)),
-          (string("tokenizer.ggml.tokens"), 9, struct.pack("<IQ", 8, 2) + string("a") + string("b")),
-          (string("tokenizer.ggml.scores"), 9, struct.pack("<IQ", 6, 2) + struct.pack("<2f", 0.0, 1.0)),
-          (string("tokenizer.ggml.eos_token_id"), 4, struct.pack("<I", 1))]
+    kv = [
+        (string("general.architecture"), 8, string("llama")),
+        (string("llama.embedding_length"), 4, struct.pack("<I", 64)),
+        (string("llama.block_count"), 4, struct.pack("<I", 2)),
+        (string("tokenizer.ggml.tokens"), 9, struct.pack("<IQ", 8, 2) + string("a") + string("b")),
+        (string("tokenizer.ggml.scores"), 9, struct.pack("<IQ", 6, 2) + struct.pack("<2f", 0.0, 1.0)),
+        (string("tokenizer.ggml.eos_token_id"), 4, struct.pack("<I", 1)),
+    ]
     body = b"".join(k + struct.pack("<I", t) + v for k, t, v in kv)
     return b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv)) + body
 
@@ -143,7 +170,8 @@ def test_fuzz_gguf_header(tmp_path):
 def test_a_gguf_array_count_that_overflows_the_seek_is_an_input_error(tmp_path):
     path = tmp_path / "t.gguf"
     key = struct.pack("<Q", 4) + b"junk"
-    path.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + key + struct.pack("<I", 9)
-                     + struct.pack("<IQ", 6, 2**62))
+    path.write_bytes(
+        b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + key + struct.pack("<I", 9) + struct.pack("<IQ", 6, 2**62)
+    )
     with pytest.raises(InputError, match="runs past the end of the file"):
         read_gguf_target(path)

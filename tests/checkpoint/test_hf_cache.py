@@ -75,8 +75,14 @@ def test_the_commands_a_newcomer_types_work_offline(cache):
     by_id = offline("validate", "acme/drafter", "-f", "json", cache=cache)
     assert by_id.returncode == 0, by_id.stderr
     report = json.loads(by_id.stdout)
-    assert report["hub"] == {"repo_id": "acme/drafter", "revision": "main", "commit": cache["main"],
-                             "read_from": "hf_cache", "endpoint": None, "header_bytes": 0}
+    assert report["hub"] == {
+        "repo_id": "acme/drafter",
+        "revision": "main",
+        "commit": cache["main"],
+        "read_from": "hf_cache",
+        "endpoint": None,
+        "header_bytes": 0,
+    }
     assert report["findings"] == validate(str(TINY)).findings == []
     ins = offline("inspect", "acme/drafter", "-f", "json", cache=cache)
     assert ins.returncode == 0, ins.stderr
@@ -96,7 +102,11 @@ def test_offline_validate_reads_the_cache_by_revision_directory_and_with_deep(of
     # --deep reads tensor data through the links into blobs/, by repo id and from the snapshot directory
     assert validate_spec("acme/drafter", deep=True).exit_code == 0
     direct = validate_spec(str(cache["snapshot"]), deep=True)
-    assert direct.hub is None and direct.exit_code == 0 and direct.findings == validate(str(TINY), deep=True).findings
+    assert (
+        direct.hub is None
+        and direct.exit_code == 0
+        and direct.findings == validate(str(TINY), deep=True).findings
+    )
 
 
 def test_a_cached_target_and_inspect_of_a_snapshot_read_the_same_cache(offline_here):
@@ -104,7 +114,11 @@ def test_a_cached_target_and_inspect_of_a_snapshot_read_the_same_cache(offline_h
     with_target = validate_spec("acme/drafter", target="acme/target")
     assert with_target.findings == validate(str(TINY), target=str(TARGET)).findings
     assert read_target("acme/target").hidden_size == read_target(str(TARGET)).hidden_size
-    assert inspect_checkpoint(str(cache["snapshot"])).runtimes == {"sglang": True, "vllm": True, "trtllm": True}
+    assert inspect_checkpoint(str(cache["snapshot"])).runtimes == {
+        "sglang": True,
+        "vllm": True,
+        "trtllm": True,
+    }
 
 
 def test_links_out_of_a_snapshot_or_a_checkpoint_directory_stay_refused(tmp_path, monkeypatch):
@@ -121,7 +135,9 @@ def test_links_out_of_a_snapshot_or_a_checkpoint_directory_stay_refused(tmp_path
     outside.write_text((TINY / "config.json").read_text())
     (snapshot / "config.json").unlink()
     (snapshot / "config.json").symlink_to(outside)
-    with pytest.raises(InputError, match=f"config.json is a symlink to {outside}, outside the checkpoint directory"):
+    with pytest.raises(
+        InputError, match=f"config.json is a symlink to {outside}, outside the checkpoint directory"
+    ):
         validate_spec("acme/drafter")
     # another cache repo's blob is not this repo's: refused too
     (snapshot / "config.json").unlink()
@@ -133,5 +149,7 @@ def test_links_out_of_a_snapshot_or_a_checkpoint_directory_stay_refused(tmp_path
     user.mkdir()
     (user / "model.safetensors").symlink_to(TINY / "model.safetensors")
     (user / "config.json").write_text((TINY / "config.json").read_text())
-    with pytest.raises(InputError, match="model.safetensors is a symlink to .*, outside the checkpoint directory"):
+    with pytest.raises(
+        InputError, match="model.safetensors is a symlink to .*, outside the checkpoint directory"
+    ):
         validate_spec(str(user))

@@ -27,20 +27,28 @@ RNG = np.random.default_rng(7)
 def test_nvfp4_dequantize_is_the_definition_whole_and_by_rows():
     weight = RNG.normal(size=(40, 64)).astype(np.float32)
     packed, codes, scale_2 = nvfp4_quantize(weight, 16)
-    definition = (e2m1_decode(unpack_nibbles(packed)).reshape(40, 4, 16)
-                  * (e4m3_decode(codes) * np.float32(scale_2))[..., None]).reshape(40, 64)
+    definition = (
+        e2m1_decode(unpack_nibbles(packed)).reshape(40, 4, 16)
+        * (e4m3_decode(codes) * np.float32(scale_2))[..., None]
+    ).reshape(40, 64)
     whole = nvfp4_dequantize(packed, codes, scale_2, 16)
     assert whole.dtype == np.float32 and np.array_equal(whole, definition)
-    by_rows = np.concatenate([nvfp4_dequantize(packed[r:r + 7], codes[r:r + 7], scale_2, 16) for r in range(0, 40, 7)])
+    by_rows = np.concatenate(
+        [nvfp4_dequantize(packed[r : r + 7], codes[r : r + 7], scale_2, 16) for r in range(0, 40, 7)]
+    )
     assert np.array_equal(by_rows, whole)
-    assert not np.signbit(nvfp4_dequantize(np.array([[0x88]], np.uint8), np.array([[0x38]], np.uint8), 1.0, 2)).any()
+    assert not np.signbit(
+        nvfp4_dequantize(np.array([[0x88]], np.uint8), np.array([[0x38]], np.uint8), 1.0, 2)
+    ).any()
 
 
 SCALES = {
     "scalar": lambda o, i: RNG.uniform(0.01, 1, size=()).astype(np.float32),
     "per-channel": lambda o, i: RNG.uniform(0.01, 1, size=(o,)).astype(np.float32),
     "per-channel [o, 1]": lambda o, i: RNG.uniform(0.01, 1, size=(o, 1)).astype(np.float32),
-    "128x128 blocks": lambda o, i: RNG.uniform(0.01, 1, size=(-(-o // 128), 1, -(-i // 128), 1)).astype(np.float32),
+    "128x128 blocks": lambda o, i: RNG.uniform(0.01, 1, size=(-(-o // 128), 1, -(-i // 128), 1)).astype(
+        np.float32
+    ),
 }
 
 
@@ -67,7 +75,9 @@ def test_fp8_dequantize_is_the_definition_whole_and_by_row_blocks(layout):
     whole = fp8_dequantize(codes, scale)
     assert whole.dtype == np.float32 and np.array_equal(whole, _fp8_definition(codes, scale))
     step = 128 if layout == "128x128 blocks" else 37  # repairs cut block scales at whole 128-row bands
-    by_rows = np.concatenate([fp8_dequantize(codes[r:r + step], scale, first_row=r) for r in range(0, o, step)])
+    by_rows = np.concatenate(
+        [fp8_dequantize(codes[r : r + step], scale, first_row=r) for r in range(0, o, step)]
+    )
     assert np.array_equal(by_rows, whole)
 
 
@@ -82,8 +92,9 @@ def test_the_runtime_torch_twins_decode_the_same(layout):
     theirs = codecs.fp8_dequantize(torch.from_numpy(codes).view(torch.float8_e4m3fn), torch.from_numpy(scale))
     assert np.array_equal(theirs.numpy(), fp8_dequantize(codes, scale))
     packed, block_codes, scale_2 = nvfp4_quantize(RNG.normal(size=(8, 32)).astype(np.float32), 16)
-    theirs = codecs.nvfp4_dequantize(torch.from_numpy(packed), torch.from_numpy(block_codes).view(torch.float8_e4m3fn),
-                                     float(scale_2), 16)
+    theirs = codecs.nvfp4_dequantize(
+        torch.from_numpy(packed), torch.from_numpy(block_codes).view(torch.float8_e4m3fn), float(scale_2), 16
+    )
     assert np.array_equal(theirs.numpy(), nvfp4_dequantize(packed, block_codes, scale_2, 16))
 
 

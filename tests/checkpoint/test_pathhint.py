@@ -24,7 +24,9 @@ def test_a_checkpoint_named_without_its_folder_is_found_one_level_down(repo):
     assert no_such_directory("tiny-lilicorr").endswith("did you mean 'examples/tiny-lilicorr'?")
     assert suggestions("./tiny-lilicorr") == ["./examples/tiny-lilicorr"]
     assert suggestions("lilicorr_ckp") == ["lilicorr_ckpt"]  # a near miss among the siblings
-    assert suggestions("examples/tiny-lilicorrr") == ["examples/tiny-lilicorr"]  # the closest, not every -lilicorr
+    assert suggestions("examples/tiny-lilicorrr") == [
+        "examples/tiny-lilicorr"
+    ]  # the closest, not every -lilicorr
 
 
 def test_a_gguf_given_as_path_says_it_is_a_target(repo, capsys):
@@ -33,5 +35,7 @@ def test_a_gguf_given_as_path_says_it_is_a_target(repo, capsys):
         main(["validate", "model.Q4.gguf"])
     err = capsys.readouterr().err
     assert exc.value.code == 2
-    assert "'model.Q4.gguf' is a GGUF file, which is a target model" in err and "--target model.Q4.gguf" in err
+    assert (
+        "'model.Q4.gguf' is a GGUF file, which is a target model" in err and "--target model.Q4.gguf" in err
+    )
     assert no_such_directory("missing.gguf").endswith("a .gguf file is a target model: give it as --target")

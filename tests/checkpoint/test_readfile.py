@@ -45,8 +45,9 @@ def test_a_fifo_is_refused_by_name_without_blocking(tmp_path):
 def test_a_device_is_refused_and_never_opened(tmp_path):
     link = tmp_path / "tokenizer.json"
     link.symlink_to("/dev/zero")
-    assert "tokenizer.json is a character device" in _refusal(read_regular_file, link, what="tokenizer.json",
-                                                              max_bytes=1 << 20)
+    assert "tokenizer.json is a character device" in _refusal(
+        read_regular_file, link, what="tokenizer.json", max_bytes=1 << 20
+    )
     assert "a character device" in _refusal(read_regular_text, "/dev/zero", what="/dev/zero", max_bytes=10)
 
 
@@ -62,8 +63,10 @@ def test_a_directory_and_a_socket_are_refused(tmp_path):
 
 
 def test_a_missing_file_or_a_symlink_loop_is_a_message(tmp_path):
-    assert _refusal(read_regular_file, tmp_path / "nope", what="waivers nope", max_bytes=10) == \
-        "cannot read waivers nope: No such file or directory"
+    assert (
+        _refusal(read_regular_file, tmp_path / "nope", what="waivers nope", max_bytes=10)
+        == "cannot read waivers nope: No such file or directory"
+    )
     loop = tmp_path / "loop"
     loop.symlink_to(loop)
     assert "cannot read loop" in _refusal(read_regular_file, loop, what="loop", max_bytes=10)
@@ -73,8 +76,11 @@ def test_a_file_over_the_cap_is_refused_naming_the_file_and_the_cap(tmp_path):
     path = tmp_path / "profile.json"
     path.write_bytes(b"x" * (3 << 20))
     assert _refusal(read_regular_file, path, what=f"--profile {path}", max_bytes=2 << 20) == (
-        f"--profile {path} is {3 << 20} bytes; the limit for this file is {2 << 20} bytes (2 MiB)")
-    assert "the limit for this file is 1000 bytes" in _refusal(open_regular_file, path, what="p", max_bytes=1000)
+        f"--profile {path} is {3 << 20} bytes; the limit for this file is {2 << 20} bytes (2 MiB)"
+    )
+    assert "the limit for this file is 1000 bytes" in _refusal(
+        open_regular_file, path, what="p", max_bytes=1000
+    )
 
 
 def test_the_cap_holds_while_reading_when_stat_understates_the_size():
@@ -96,7 +102,8 @@ def test_a_stream_is_read_with_the_cap(tmp_path):
     path.write_bytes(b"y" * 11)
     with path.open("rb") as f:
         assert "stdin is larger than the limit for this input, 10 bytes" in _refusal(
-            read_stream, f, what="stdin", max_bytes=10)
+            read_stream, f, what="stdin", max_bytes=10
+        )
     with path.open("rb") as f:
         assert read_stream(f, what="stdin", max_bytes=11) == b"y" * 11
 
@@ -106,8 +113,10 @@ def test_text_is_utf8_with_the_bad_byte_named(tmp_path):
     path.write_bytes(b"\xef\xbb\xbfa = 1\n")
     assert read_regular_text(path, what="w.toml", max_bytes=100) == "a = 1\n"
     path.write_bytes(b"a = '\xff'\n")
-    assert _refusal(read_regular_text, path, what="w.toml", max_bytes=100) == \
-        "w.toml is not UTF-8 text (byte 5: b'\\xff')"
+    assert (
+        _refusal(read_regular_text, path, what="w.toml", max_bytes=100)
+        == "w.toml is not UTF-8 text (byte 5: b'\\xff')"
+    )
 
 
 def test_the_checkpoint_guards_are_the_same_reader(tmp_path):

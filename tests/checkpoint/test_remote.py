@@ -22,17 +22,39 @@ TINY = REPO / "examples" / "tiny-lilicorr"
 NVFP4 = REPO / "examples" / "tiny-modelopt-nvfp4"
 
 
-def cli(*args: str, hub: FakeHub | None = None, tmp: Path, env: dict[str, str] | None = None,
-        cwd: Path | None = None) -> subprocess.CompletedProcess:
+def cli(
+    *args: str,
+    hub: FakeHub | None = None,
+    tmp: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess:
     """The command line in a fresh interpreter, pointed at the fake Hub, with an empty HF cache and no token."""
-    base = {k: v for k, v in os.environ.items()
-            if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    base.update({"NO_COLOR": "1", "HF_HOME": str(tmp / "hf-home"), "HF_HUB_CACHE": str(tmp / "hf-cache"),
-                 "HF_HUB_DISABLE_TELEMETRY": "1", "NO_PROXY": "127.0.0.1,localhost", "no_proxy": "127.0.0.1,localhost",
-                 "HF_ENDPOINT": hub.url if hub else "http://127.0.0.1:9"})
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    }
+    base.update(
+        {
+            "NO_COLOR": "1",
+            "HF_HOME": str(tmp / "hf-home"),
+            "HF_HUB_CACHE": str(tmp / "hf-cache"),
+            "HF_HUB_DISABLE_TELEMETRY": "1",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+            "HF_ENDPOINT": hub.url if hub else "http://127.0.0.1:9",
+        }
+    )
     base.update(env or {})
-    return subprocess.run([sys.executable, "-m", "lilicorr_ckpt.cli", *args], capture_output=True, text=True,
-                          env=base, cwd=cwd, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "lilicorr_ckpt.cli", *args],
+        capture_output=True,
+        text=True,
+        env=base,
+        cwd=cwd,
+        timeout=120,
+    )
 
 
 def header_len(path: Path) -> int:
@@ -54,8 +76,14 @@ def test_a_hub_repo_is_validated_from_its_headers_and_records_the_commit(tmp_pat
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["path"] == f"acme/drafter@{sha}"
-    assert report["hub"] == {"repo_id": "acme/drafter", "revision": "main", "commit": sha, "read_from": "hub",
-                             "endpoint": hub.url, "header_bytes": header_len(TINY / "model.safetensors")}
+    assert report["hub"] == {
+        "repo_id": "acme/drafter",
+        "revision": "main",
+        "commit": sha,
+        "read_from": "hub",
+        "endpoint": hub.url,
+        "header_bytes": header_len(TINY / "model.safetensors"),
+    }
     assert comparable(report) == comparable(local_report(TINY, tmp_path))
     # the length prefix and the header, by two range reads: not one byte of tensor data
     shard = TINY / "model.safetensors"
@@ -70,8 +98,14 @@ def test_a_hub_repo_is_validated_from_its_headers_and_records_the_commit(tmp_pat
 def test_the_text_report_names_the_commit_and_findings_match_a_local_run(tmp_path):
     with FakeHub() as hub:
         sha = hub.add("acme/nvfp4", NVFP4)
-        result = cli("validate", "acme/nvfp4", "--target", str(REPO / "examples" / "tiny-target"),
-                     hub=hub, tmp=tmp_path)
+        result = cli(
+            "validate",
+            "acme/nvfp4",
+            "--target",
+            str(REPO / "examples" / "tiny-target"),
+            hub=hub,
+            tmp=tmp_path,
+        )
     assert result.returncode == 1
     assert result.stdout.startswith(f"lilicorr-ckpt validate acme/nvfp4@{sha} --target")
     local = cli("validate", str(NVFP4), "--target", str(REPO / "examples" / "tiny-target"), tmp=tmp_path)
@@ -101,7 +135,9 @@ def test_a_pull_request_revision_is_a_hub_revision_and_a_missing_default_branch_
     with FakeHub() as hub:
         pr = hub.add("acme/drafter", TINY, ref="refs/pr/1")
         inline = cli("validate", "acme/drafter@refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path)
-        option = cli("validate", "acme/drafter", "--revision", "refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path)
+        option = cli(
+            "validate", "acme/drafter", "--revision", "refs/pr/1", "-f", "json", hub=hub, tmp=tmp_path
+        )
         no_main = cli("validate", "acme/drafter", hub=hub, tmp=tmp_path)  # only refs/pr/1 exists
     for result in (inline, option):
         assert result.returncode == 0, result.stderr
@@ -109,8 +145,10 @@ def test_a_pull_request_revision_is_a_hub_revision_and_a_missing_default_branch_
         assert json.loads(result.stdout)["hub"]["commit"] == pr
     assert "/api/models/acme/drafter/revision/refs%2Fpr%2F1" in [h.path for h in hub.hits]
     assert no_main.returncode == 2 and "None" not in no_main.stderr
-    assert ("acme/drafter has no branch 'main' (no revision was given, so the default branch was asked for; name "
-            "one with @REV)") in no_main.stderr
+    assert (
+        "acme/drafter has no branch 'main' (no revision was given, so the default branch was asked for; name "
+        "one with @REV)"
+    ) in no_main.stderr
 
 
 def test_a_sharded_quantized_repo_reads_index_quant_config_and_every_shard_header(tmp_path):
@@ -165,7 +203,11 @@ def test_private_repos_need_hf_token(tmp_path):
         denied = cli("validate", "acme/private", hub=hub, tmp=tmp_path)
         wrong = cli("validate", "acme/private", hub=hub, tmp=tmp_path, env={"HF_TOKEN": "nope"})
         allowed = cli("validate", "acme/private", hub=hub, tmp=tmp_path, env={"HF_TOKEN": "s3cret"})
-    assert denied.returncode == 2 and "was not found on" in denied.stderr and "HF_TOKEN is not set" in denied.stderr
+    assert (
+        denied.returncode == 2
+        and "was not found on" in denied.stderr
+        and "HF_TOKEN is not set" in denied.stderr
+    )
     assert wrong.returncode == 2 and "HF_TOKEN is set but has no access" in wrong.stderr
     assert allowed.returncode == 0, allowed.stderr
     assert "Bearer s3cret" in hub.auth_seen
@@ -189,7 +231,10 @@ def test_a_corrupt_remote_header_is_named_by_file_not_by_the_stand_in_directory(
     data = bytearray((TINY / "model.safetensors").read_bytes())
     data[:8] = struct.pack("<Q", len(data) + 10)  # header length past the end of the file
     with FakeHub() as hub:
-        hub.add("acme/broken", {"config.json": (TINY / "config.json").read_bytes(), "model.safetensors": bytes(data)})
+        hub.add(
+            "acme/broken",
+            {"config.json": (TINY / "config.json").read_bytes(), "model.safetensors": bytes(data)},
+        )
         result = cli("validate", "acme/broken", hub=hub, tmp=tmp_path)
     assert result.returncode == 2
     assert "model.safetensors: header length" in result.stderr and "runs past the end" in result.stderr
@@ -223,7 +268,10 @@ def test_deep_refuses_a_hub_repo_with_the_way_out(tmp_path):
         hub.add("acme/drafter", TINY)
         result = cli("validate", "acme/drafter@v1", "--deep", hub=hub, tmp=tmp_path)
     assert result.returncode == 4
-    assert "--deep reads tensor data" in result.stderr and "hf download acme/drafter --revision v1" in result.stderr
+    assert (
+        "--deep reads tensor data" in result.stderr
+        and "hf download acme/drafter --revision v1" in result.stderr
+    )
     assert hub.hits == []
 
 
@@ -233,7 +281,10 @@ def test_an_unreachable_hub_is_an_input_error_naming_the_endpoint(tmp_path):
         port = s.getsockname()[1]
     result = cli("validate", "acme/drafter", tmp=tmp_path, env={"HF_ENDPOINT": f"http://127.0.0.1:{port}"})
     assert result.returncode == 2
-    assert f"cannot reach the Hub at http://127.0.0.1:{port}" in result.stderr and "HF_HUB_OFFLINE=1" in result.stderr
+    assert (
+        f"cannot reach the Hub at http://127.0.0.1:{port}" in result.stderr
+        and "HF_HUB_OFFLINE=1" in result.stderr
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -244,19 +295,38 @@ def test_a_mistyped_local_path_is_no_such_directory_with_a_suggestion(tmp_path):
         nowhere = cli("validate", "./nothing/at/all", hub=hub, tmp=tmp_path, cwd=tmp_path)
         rev_on_dir = cli("validate", str(TINY), "--revision", "v1", hub=hub, tmp=tmp_path)
     assert typo.returncode == 2
-    assert "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'" \
+    assert (
+        "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'"
         in typo.stderr
+    )
     assert "hf download" not in typo.stderr
     assert dotted.returncode == 2 and "did you mean './tiny-lilicorr'?" in dotted.stderr
-    assert nowhere.returncode == 2 and "no such directory" in nowhere.stderr and "does not exist either" in nowhere.stderr
+    assert (
+        nowhere.returncode == 2
+        and "no such directory" in nowhere.stderr
+        and "does not exist either" in nowhere.stderr
+    )
     assert rev_on_dir.returncode == 4 and "--revision applies to a Hub repo id" in rev_on_dir.stderr
     assert hub.hits == []
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("acme/drafter", False), ("acme/drafter@v1", False), ("./x", True), ("../x", True), ("/abs/x", True),
-    ("~/x", True), (".", True), ("a/b/c", True), ("a/b/", True), ("C:\\models\\x", True), ("tests/nope", True), ("drafter", True),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("acme/drafter", False),
+        ("acme/drafter@v1", False),
+        ("./x", True),
+        ("../x", True),
+        ("/abs/x", True),
+        ("~/x", True),
+        (".", True),
+        ("a/b/c", True),
+        ("a/b/", True),
+        ("C:\\models\\x", True),
+        ("tests/nope", True),
+        ("drafter", True),
+    ],
+)
 def test_looks_like_path(spec, expected, monkeypatch):
     monkeypatch.chdir(REPO)  # `tests` is a directory here
     assert looks_like_path(spec) is expected

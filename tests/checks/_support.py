@@ -27,12 +27,14 @@ def edit_config(ckpt: Path, fn: Callable[[dict[str, Any]], Any]) -> None:
 
 def dflash_edit(**changes: Any) -> Callable[[dict[str, Any]], None]:
     """A config edit setting dflash_config keys; a value of DROP removes the key."""
+
     def apply(cfg: dict[str, Any]) -> None:
         for key, value in changes.items():
             if value is DROP:
                 cfg["dflash_config"].pop(key, None)
             else:
                 cfg["dflash_config"][key] = value
+
     return apply
 
 
@@ -53,12 +55,16 @@ def set_exclusions(ckpt: Path, fn: Callable[[list[str]], list[str]]) -> list[str
         if key:
             box["new"] = qc[key] = fn(list(qc[key]))
         else:
-            box["new"] = qc["quantization"]["exclude_modules"] = fn(list(qc["quantization"]["exclude_modules"]))
+            box["new"] = qc["quantization"]["exclude_modules"] = fn(
+                list(qc["quantization"]["exclude_modules"])
+            )
 
     edit_config(ckpt, cfg)
     if (ckpt / "hf_quant_config.json").exists():
-        edit_json(ckpt / "hf_quant_config.json",
-                  lambda doc: doc["quantization"].__setitem__("exclude_modules", list(box["new"])))
+        edit_json(
+            ckpt / "hf_quant_config.json",
+            lambda doc: doc["quantization"].__setitem__("exclude_modules", list(box["new"])),
+        )
     return box["new"]
 
 
@@ -83,12 +89,18 @@ def accepted(report: Report) -> dict[str, bool]:
 def problems(report: Report, ignore: Iterable[str] = ()) -> list[tuple[str, str, tuple[str, ...]]]:
     """(rule, severity, runtimes) of every error and warning, except rules in `ignore`."""
     skip = set(ignore)
-    return sorted((f.rule, f.severity, tuple(sorted(f.runtimes))) for f in report.findings
-                  if f.severity in ("error", "warning") and f.rule not in skip)
+    return sorted(
+        (f.rule, f.severity, tuple(sorted(f.runtimes)))
+        for f in report.findings
+        if f.severity in ("error", "warning") and f.rule not in skip
+    )
 
 
 def describe(report: Report) -> str:
-    return "\n".join(f"{f.rule} {f.severity} {f.runtimes}: {f.message}" for f in report.findings) or "no findings"
+    return (
+        "\n".join(f"{f.rule} {f.severity} {f.runtimes}: {f.message}" for f in report.findings)
+        or "no findings"
+    )
 
 
 def assert_clean(report: Report, allowed: Iterable[tuple[str, str, tuple[str, ...]]] = ()) -> None:

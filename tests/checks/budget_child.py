@@ -29,8 +29,17 @@ for directory in directories:
                 main(["validate", directory, "--format", fmt])
             except SystemExit as exc:
                 codes.append(exc.code)
-    print(json.dumps({"dir": directory, "codes": codes, "cpu_s": time.process_time() - started,
-                      "stderr": stderr.getvalue()[-400:]}), flush=True)
+    print(
+        json.dumps(
+            {
+                "dir": directory,
+                "codes": codes,
+                "cpu_s": time.process_time() - started,
+                "stderr": stderr.getvalue()[-400:],
+            }
+        ),
+        flush=True,
+    )
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the forking parent (pytest, perhaps with torch loaded)
 with open("/proc/self/status") as status:
     peak = int(next(line for line in status if line.startswith("VmHWM:")).split()[1])

@@ -23,21 +23,27 @@ def test_nested_training_and_model_prefixes_strip_to_the_same_name_in_validate_a
     report = run(path)
     assert map_name("dflash_module.model.fc.weight").canonical == "fc.weight"
     # every tensor is recognised under its canonical name: only the prefix findings remain
-    assert {f.rule for f in report.findings} == {"LC212", "LC213"}, [(f.rule, f.message) for f in report.findings]
+    assert {f.rule for f in report.findings} == {"LC212", "LC213"}, [
+        (f.rule, f.message) for f in report.findings
+    ]
 
 
 def _top_level(key):
     def move(c):
         c[key] = c["dflash_config"].pop(key)
+
     return move
 
 
-@pytest.mark.parametrize("edit", [
-    lambda c: c["dflash_config"].update(causal=True),  # LC117 for TRT, LC128 for the others
-    _top_level("block_size"),  # LC126
-    _top_level("mask_token_id"),  # LC127
-    lambda c: (c["dflash_config"].pop("block_size"), c.pop("block_size", None)),  # LC110 and LC125
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda c: c["dflash_config"].update(causal=True),  # LC117 for TRT, LC128 for the others
+        _top_level("block_size"),  # LC126
+        _top_level("mask_token_id"),  # LC127
+        lambda c: (c["dflash_config"].pop("block_size"), c.pop("block_size", None)),  # LC110 and LC125
+    ],
+)
 def test_every_finding_has_its_catalogue_severity(ckpt, edit):
     path = ckpt(fixtures.draft_config(block_size=16, dflash={"block_size": 16}))
     edit_config(path, edit)

@@ -34,11 +34,28 @@ CONFIG_CASES = {
     "layers-2**63": ({"num_hidden_layers": 2**63}, None, {1}),
     "layers-1e300": ({"num_hidden_layers": 1e300}, None, {1}),
     "head-layers-1e9": ({"dflash.lilicorr_num_layers": 1e9}, None, {1}),
-    "both-layer-counts-huge": ({"num_hidden_layers": 2**62, "dflash.lilicorr_num_layers": 2**62,
-                                "dflash.conv_kernel_size": 4, "dflash.conv_group_size": 16}, None, {1}),
+    "both-layer-counts-huge": (
+        {
+            "num_hidden_layers": 2**62,
+            "dflash.lilicorr_num_layers": 2**62,
+            "dflash.conv_kernel_size": 4,
+            "dflash.conv_group_size": 16,
+        },
+        None,
+        {1},
+    ),
     "vocab-1e18": ({"vocab_size": 10**18, "has_own_lm_head": True}, None, {1}),
-    "widths-huge": ({"hidden_size": 2**62, "intermediate_size": 2**62, "dflash.block_size": 2**62,
-                     "dflash.lilicorr_candidate_topk": 2**40, "dflash.lilicorr_factor_dim": 2**62}, None, {1}),
+    "widths-huge": (
+        {
+            "hidden_size": 2**62,
+            "intermediate_size": 2**62,
+            "dflash.block_size": 2**62,
+            "dflash.lilicorr_candidate_topk": 2**40,
+            "dflash.lilicorr_factor_dim": 2**62,
+        },
+        None,
+        {1},
+    ),
     "taps-30000-duplicates": ({"dflash.target_layer_ids": [0] * 30_000}, None, {1}),
     "taps-huge-ids": ({"dflash.target_layer_ids": [2**62] * 1000, "num_target_layers": 2**62}, None, {1}),
     # SGLang and vLLM read the config through transformers' config class, which refuses the length (LC119);
@@ -74,10 +91,16 @@ def _write_cases(root: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def budget_results(tmp_path_factory):
     dirs = _write_cases(tmp_path_factory.mktemp("budgets"))
-    proc = subprocess.run([sys.executable, str(HERE / "budget_child.py"), str(AS_LIMIT), *map(str, dirs.values())],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "budget_child.py"), str(AS_LIMIT), *map(str, dirs.values())],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines and "peak_rss_kb" in lines[-1], proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0 and lines and "peak_rss_kb" in lines[-1], (
+        proc.stdout[-2000:] + proc.stderr[-3000:]
+    )
     by_dir = {Path(r["dir"]).name: r for r in lines[:-1]}
     return by_dir, lines[-1]["peak_rss_kb"]
 
@@ -90,7 +113,9 @@ def test_a_hostile_config_costs_what_it_weighs(budget_results, case):
     assert set(result["codes"]) <= allowed, result
     assert "internal error" not in result["stderr"] and "Traceback" not in result["stderr"], result["stderr"]
     assert result["cpu_s"] < 3 * CPU_BUDGET_S, f"{case}: three reports took {result['cpu_s']:.2f} s of CPU"
-    if case == "taps-30000-duplicates":  # linear, not quadratic: the list.count scan took ~0.9 s per report here
+    if (
+        case == "taps-30000-duplicates"
+    ):  # linear, not quadratic: the list.count scan took ~0.9 s per report here
         assert result["cpu_s"] < 0.6, f"duplicate taps took {result['cpu_s']:.2f} s of CPU for three reports"
 
 
@@ -99,10 +124,18 @@ def test_the_whole_sweep_stays_under_the_memory_budget(budget_results):
     assert peak < RSS_BUDGET_KB, f"peak RSS {peak / 1024:.0f} MB"
 
 
-@pytest.mark.parametrize("case, needle", [
-    ("layers-1e7", "LC118"), ("layers-2**63", "int64"), ("head-layers-1e9", "LC103"),
-    ("taps-30000-duplicates", "repeats [0]"), ("nesting-900", "nested 901 levels deep"),
-    ("integer-5000-digits", "5001 digits"), ("lone-surrogate-key", "unpaired UTF-16 surrogate")])
+@pytest.mark.parametrize(
+    "case, needle",
+    [
+        ("layers-1e7", "LC118"),
+        ("layers-2**63", "int64"),
+        ("head-layers-1e9", "LC103"),
+        ("taps-30000-duplicates", "repeats [0]"),
+        ("nesting-900", "nested 901 levels deep"),
+        ("integer-5000-digits", "5001 digits"),
+        ("lone-surrogate-key", "unpaired UTF-16 surrogate"),
+    ],
+)
 def test_each_hostile_config_is_named_in_the_report(tmp_path, case, needle):
     d = _write_cases(tmp_path)[case]
     from helpers import run_cli
@@ -131,8 +164,14 @@ def _tensor_header(names, *, metadata: dict | None = None) -> bytes:
     return struct.pack("<Q", len(header)) + header + bytes(count)
 
 
-def _bomb(root: Path, name: str, *, config: str | None = None, shards: dict[str, bytes] | None = None,
-          index: dict | None = None) -> Path:
+def _bomb(
+    root: Path,
+    name: str,
+    *,
+    config: str | None = None,
+    shards: dict[str, bytes] | None = None,
+    index: dict | None = None,
+) -> Path:
     base = root / "base"
     if not base.exists():
         fixtures.write_checkpoint(base, fixtures.draft_config(num_hidden_layers=1))
@@ -155,20 +194,44 @@ def _duplicate_key_config(root: Path, repeats: int) -> str:
 
 
 def _write_bombs(root: Path) -> dict[str, Path]:
-    out = {"tensors-1M-65MB": _bomb(root, "tensors-1M-65MB",
-                                    shards={"model.safetensors": _tensor_header(f"x.{i}" for i in range(1_000_000))})}
-    out["tensors-at-the-cap"] = _bomb(root, "tensors-at-the-cap", shards={
-        "model.safetensors": _tensor_header(f"model.layers.0.x.{i}" for i in range(tensors.MAX_CHECKPOINT_TENSORS))})
+    out = {
+        "tensors-1M-65MB": _bomb(
+            root,
+            "tensors-1M-65MB",
+            shards={"model.safetensors": _tensor_header(f"x.{i}" for i in range(1_000_000))},
+        )
+    }
+    out["tensors-at-the-cap"] = _bomb(
+        root,
+        "tensors-at-the-cap",
+        shards={
+            "model.safetensors": _tensor_header(
+                f"model.layers.0.x.{i}" for i in range(tensors.MAX_CHECKPOINT_TENSORS)
+            )
+        },
+    )
     # each shard within the per-file cap, the two together over the checkpoint's
-    out["tensors-over-the-cap-in-two-shards"] = _bomb(root, "tensors-over-the-cap-in-two-shards", shards={
-        "a.safetensors": _tensor_header(["a.0", "a.1"]),
-        "b.safetensors": _tensor_header(f"b.{i}" for i in range(tensors.MAX_CHECKPOINT_TENSORS - 1))})
-    out["metadata-200k-keys"] = _bomb(root, "metadata-200k-keys", shards={
-        "model.safetensors": _tensor_header(["x"], metadata={f"k{i}": "v" for i in range(200_000)})})
-    out["index-100k-entries"] = _bomb(root, "index-100k-entries",
-                                      index={"weight_map": {f"x.{i}": "model.safetensors" for i in range(100_000)}})
-    out["config-690k-duplicate-keys"] = _bomb(root, "config-690k-duplicate-keys",
-                                              config=_duplicate_key_config(root, 690_000))
+    out["tensors-over-the-cap-in-two-shards"] = _bomb(
+        root,
+        "tensors-over-the-cap-in-two-shards",
+        shards={
+            "a.safetensors": _tensor_header(["a.0", "a.1"]),
+            "b.safetensors": _tensor_header(f"b.{i}" for i in range(tensors.MAX_CHECKPOINT_TENSORS - 1)),
+        },
+    )
+    out["metadata-200k-keys"] = _bomb(
+        root,
+        "metadata-200k-keys",
+        shards={"model.safetensors": _tensor_header(["x"], metadata={f"k{i}": "v" for i in range(200_000)})},
+    )
+    out["index-100k-entries"] = _bomb(
+        root,
+        "index-100k-entries",
+        index={"weight_map": {f"x.{i}": "model.safetensors" for i in range(100_000)}},
+    )
+    out["config-690k-duplicate-keys"] = _bomb(
+        root, "config-690k-duplicate-keys", config=_duplicate_key_config(root, 690_000)
+    )
     assert len((out["config-690k-duplicate-keys"] / "config.json").read_bytes()) < 4 << 20  # under JSON_LIMIT
     return out
 
@@ -176,23 +239,46 @@ def _write_bombs(root: Path) -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def bomb_results(tmp_path_factory):
     dirs = _write_bombs(tmp_path_factory.mktemp("bombs"))
-    proc = subprocess.run([sys.executable, str(HERE / "budget_child.py"), str(AS_LIMIT), "--formats", "json",
-                           *map(str, dirs.values())], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(HERE / "budget_child.py"),
+            str(AS_LIMIT),
+            "--formats",
+            "json",
+            *map(str, dirs.values()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert proc.returncode == 0 and lines and "peak_rss_kb" in lines[-1], proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.returncode == 0 and lines and "peak_rss_kb" in lines[-1], (
+        proc.stdout[-2000:] + proc.stderr[-3000:]
+    )
     return {Path(r["dir"]).name: r for r in lines[:-1]}, lines[-1]["peak_rss_kb"]
 
 
-@pytest.mark.parametrize("case, code, needle", [
-    ("tensors-1M-65MB", 2, "model.safetensors: the header lists 1000000 tensors; the limit is 65536 tensors per "
-                           "checkpoint"),
-    ("tensors-at-the-cap", 1, "LC011"),  # validated: findings, within the budget
-    ("tensors-over-the-cap-in-two-shards", 2, "b.safetensors: the header lists 65535 tensors beside the 2 of the "
-                                              "shards read before it; the limit is 65536 tensors per checkpoint"),
-    ("metadata-200k-keys", 2, "the header's __metadata__ holds 200000 entries; the limit is 4096"),
-    ("index-100k-entries", 2, "weight_map lists 100000 tensors; the limit is 65536"),
-    ("config-690k-duplicate-keys", 0, "1 warning"),
-])
+@pytest.mark.parametrize(
+    "case, code, needle",
+    [
+        (
+            "tensors-1M-65MB",
+            2,
+            "model.safetensors: the header lists 1000000 tensors; the limit is 65536 tensors per checkpoint",
+        ),
+        ("tensors-at-the-cap", 1, "LC011"),  # validated: findings, within the budget
+        (
+            "tensors-over-the-cap-in-two-shards",
+            2,
+            "b.safetensors: the header lists 65535 tensors beside the 2 of the "
+            "shards read before it; the limit is 65536 tensors per checkpoint",
+        ),
+        ("metadata-200k-keys", 2, "the header's __metadata__ holds 200000 entries; the limit is 4096"),
+        ("index-100k-entries", 2, "weight_map lists 100000 tensors; the limit is 65536"),
+        ("config-690k-duplicate-keys", 0, "1 warning"),
+    ],
+)
 def test_a_tensor_table_or_key_bomb_is_judged_within_budget_or_refused(bomb_results, case, code, needle):
     by_dir, _ = bomb_results
     result = by_dir[case]
@@ -212,10 +298,19 @@ def test_a_repeated_key_is_one_finding_with_its_count(tmp_path):
 
     fixtures.write_checkpoint(tmp_path / "base", fixtures.draft_config(num_hidden_layers=1))
     cfg = json.loads((tmp_path / "base" / "config.json").read_text())
-    body = json.dumps(cfg)[:-1] + ',"rope_theta": 1' * 4 + "".join(f',"junk{i}": 1, "junk{i}": 2' for i in range(30))
+    body = (
+        json.dumps(cfg)[:-1]
+        + ',"rope_theta": 1' * 4
+        + "".join(f',"junk{i}": 1, "junk{i}": 2' for i in range(30))
+    )
     d = _bomb(tmp_path, "dups", config=body + "}")
     found = [f for f in validate(str(d)).findings if f.rule == "LC002"]
-    assert found[0].message == "config.json repeats the key `rope_theta` (5 times); JSON readers keep the last value"
+    assert (
+        found[0].message
+        == "config.json repeats the key `rope_theta` (5 times); JSON readers keep the last value"
+    )
     assert len(found) == 21  # 20 keys named one by one, then one finding for the other 11
-    assert found[-1].message.startswith("config.json repeats 11 more keys (22 occurrences): `junk19`, `junk20`")
+    assert found[-1].message.startswith(
+        "config.json repeats 11 more keys (22 occurrences): `junk19`, `junk20`"
+    )
     assert found[-1].subjects == [f"junk{i}" for i in range(19, 30)]

@@ -51,6 +51,7 @@ def then(make: Callable[[Path], Path], *edits: Callable[[Path], Any]) -> Build:
         for e in edits:
             e(path)
         return path, {}
+
     return build
 
 
@@ -73,11 +74,14 @@ def nested_in_config_json(path: Path) -> None:
 
 def duplicate_key(path: Path) -> None:
     text = (path / "config.json").read_text()
-    (path / "config.json").write_text(text.replace('"vocab_size": 512,', '"vocab_size": 512, "vocab_size": 512,'))
+    (path / "config.json").write_text(
+        text.replace('"vocab_size": 512,', '"vocab_size": 512, "vocab_size": 512,')
+    )
 
 
 def nvfp4_group_32_in_config_groups(tmp: Path) -> Path:
     from .test_rules_quant import flat_group_in_config_groups, nvfp4_group_32
+
     path = nvfp4_group_32(tmp)
     flat_group_in_config_groups(path)
     return path
@@ -93,17 +97,28 @@ def odd_width_nvfp4(tmp: Path) -> Path:
             t[f"{m}.weight_scale"] = ("F8_E4M3", (40, 2), bytes(80))
             t[f"{m}.weight_scale_2"] = ("F32", (), SCALAR)
             t[f"{m}.input_scale"] = ("F32", (), SCALAR)
+
     path = write(tmp, config, quant="NVFP4", mutate=mutate)
     set_exclusions(path, lambda ex: [p for p in ex if p != "*out_proj"])
     return path
 
 
 def target(tmp: Path, **over: Any) -> Path:
-    cfg_ = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": 64, "num_hidden_layers": 4, "vocab_size": 512,
-            "eos_token_id": 2, "bos_token_id": 1, "rope_theta": 10000.0, **over}
+    cfg_ = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": 64,
+        "num_hidden_layers": 4,
+        "vocab_size": 512,
+        "eos_token_id": 2,
+        "bos_token_id": 1,
+        "rope_theta": 10000.0,
+        **over,
+    }
     tmp.mkdir(parents=True)
     rows, hidden = int(cfg_["vocab_size"]), int(cfg_["hidden_size"])
-    fixtures.save(tmp, cfg_, {"model.embed_tokens.weight": ("BF16", (rows, hidden), bytes(rows * hidden * 2))})
+    fixtures.save(
+        tmp, cfg_, {"model.embed_tokens.weight": ("BF16", (rows, hidden), bytes(rows * hidden * 2))}
+    )
     return tmp
 
 
@@ -124,8 +139,11 @@ def duplicated_in_two_shards(path: Path) -> None:
     wmap = json.loads((path / INDEX).read_text())["weight_map"]
     first = "model-00001-of-00003.safetensors"
     name = next(n for n, s in wmap.items() if s != first)
-    write_file(path / first, {**{n: tensors[n] for n, s in wmap.items() if s == first}, name: tensors[name]},
-               {"format": "pt"})
+    write_file(
+        path / first,
+        {**{n: tensors[n] for n, s in wmap.items() if s == first}, name: tensors[name]},
+        {"format": "pt"},
+    )
 
 
 def duplicate_header_key(path: Path) -> None:
@@ -134,10 +152,10 @@ def duplicate_header_key(path: Path) -> None:
     file = path / "model.safetensors"
     data = file.read_bytes()
     n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     name = next(k for k in header if k != "__metadata__")
     forged = json.dumps(header)[:-1] + ", " + json.dumps({name: header[name]})[1:-1] + "}"
-    file.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+    file.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n :])
 
 
 def deep(mutate: Callable[[fixtures.Tensors], None], **kw: Any) -> Build:
@@ -160,8 +178,10 @@ def bad_scales(t: fixtures.Tensors) -> None:
 
 EXTRA: dict[str, Build] = {
     "LC002": then(lambda tmp: write(tmp), duplicate_key),
-    "LC013": then(lambda tmp: write(tmp, fixtures.draft_config(head=False)),
-                  cfg(lambda c: c["dflash_config"].__setitem__("lilicorr_candidate_topk", 4))),
+    "LC013": then(
+        lambda tmp: write(tmp, fixtures.draft_config(head=False)),
+        cfg(lambda c: c["dflash_config"].__setitem__("lilicorr_candidate_topk", 4)),
+    ),
     "LC126": then(lambda tmp: write(tmp), cfg(lambda c: c["dflash_config"].pop("block_size"))),
     "LC301": then(quant(), hfq(lambda d: d["quantization"].__setitem__("group_size", 32))),
     "LC147": lambda tmp: (then(write, cfg(lambda c: c.pop("rope_theta")))(tmp)[0], {"runtime": "vllm"}),
@@ -172,18 +192,31 @@ EXTRA: dict[str, Build] = {
     "LC308": then(quant(), exclusions(lambda ex: [*ex, "*self_attn.o_proj"])),
     "LC309": then(quant(), exclusions(lambda ex: [p for p in ex if "feature_mlp" not in p])),
     "LC310": then(quant(), exclusions(lambda ex: [*ex, "dflash_module.lilicorr.out_head"])),
-    "LC312": then(quant(), cfg(lambda c: c["quantization_config"].__setitem__("quant_algo", "W8A16")),
-                  hfq(lambda d: d["quantization"].__setitem__("quant_algo", "W8A16"))),
-    "LC314": plain(quant(config=OWNED, quantize=fixtures.servable_quantized(fixtures.manifest_for(OWNED))
-                         | {"lm_head"})),
-    "LC315": plain(quant("W4A16_NVFP4", mutate=lambda t: t.__setitem__("fc.input_scale", ("F32", (), SCALAR)))),
+    "LC312": then(
+        quant(),
+        cfg(lambda c: c["quantization_config"].__setitem__("quant_algo", "W8A16")),
+        hfq(lambda d: d["quantization"].__setitem__("quant_algo", "W8A16")),
+    ),
+    "LC314": plain(
+        quant(config=OWNED, quantize=fixtures.servable_quantized(fixtures.manifest_for(OWNED)) | {"lm_head"})
+    ),
+    "LC315": plain(
+        quant("W4A16_NVFP4", mutate=lambda t: t.__setitem__("fc.input_scale", ("F32", (), SCALAR)))
+    ),
     "LC316": then(quant(), lambda p: (p / "hf_quant_config.json").write_text(json.dumps({"algo": "NVFP4"}))),
     "LC317": plain(quant(quantize=set())),
-    "LC318": plain(quant("FP8", mutate=lambda t: t.__setitem__("layers.0.self_attn.k_proj.k_scale",
-                                                                 ("F32", (), SCALAR)))),
+    "LC318": plain(
+        quant("FP8", mutate=lambda t: t.__setitem__("layers.0.self_attn.k_proj.k_scale", ("F32", (), SCALAR)))
+    ),
     "LC319": then(quant(), lambda p: (p / "hf_quant_config.json").unlink()),
-    "LC320": then(quant("FP8"), cfg(lambda c: c["quantization_config"].__setitem__(
-        "exclude_modules", c["quantization_config"].pop("ignore")))),
+    "LC320": then(
+        quant("FP8"),
+        cfg(
+            lambda c: c["quantization_config"].__setitem__(
+                "exclude_modules", c["quantization_config"].pop("ignore")
+            )
+        ),
+    ),
     "LC321": plain(nvfp4_group_32_in_config_groups),
     "LC322": then(quant(), nested_in_config_json),
     "LC323": then(quant(), exclusions(lambda ex: [*ex, "model.embed_tokens"])),
@@ -196,11 +229,16 @@ EXTRA: dict[str, Build] = {
     "LC507": with_target(hidden_size="64"),
     "LC601": then(lambda tmp: write(tmp), lambda p: (p / "pytorch_model.bin").write_bytes(pickle.dumps([1]))),
     "LC602": sharded(lambda p: (p / "model-00002-of-00003.safetensors").unlink()),
-    "LC603": sharded(index(lambda d: d["weight_map"].__setitem__("lilicorr.ghost.weight",
-                                                                  "model-00001-of-00003.safetensors"))),
+    "LC603": sharded(
+        index(
+            lambda d: d["weight_map"].__setitem__("lilicorr.ghost.weight", "model-00001-of-00003.safetensors")
+        )
+    ),
     "LC604": sharded(index(lambda d: d["weight_map"].pop("lilicorr.out_head.weight"))),
     "LC605": sharded(duplicated_in_two_shards),
-    "LC606": sharded(index(lambda d: d["metadata"].__setitem__("total_size", d["metadata"]["total_size"] + 8))),
+    "LC606": sharded(
+        index(lambda d: d["metadata"].__setitem__("total_size", d["metadata"]["total_size"] + 8))
+    ),
     "LC607": sharded(lambda p: write_file(p / "model-00004-of-00003.safetensors", {}, {"format": "pt"})),
     "LC608": then(lambda tmp: write(tmp), lambda p: (p / "model.safetensors").unlink()),
     "LC609": then(lambda tmp: write(tmp), duplicate_header_key),
@@ -208,8 +246,12 @@ EXTRA: dict[str, Build] = {
     "LC702": deep(nan_and_zero),
     "LC703": deep(bad_scales, quant="NVFP4"),
     "LC704": deep(bad_scales, quant="NVFP4"),
-    "LC327": deep(lambda t: t.__setitem__("layers.0.mlp.up_proj.weight_scale_2",
-                                          ("F32", (), np.float32(0.25).tobytes())), quant="NVFP4"),
+    "LC327": deep(
+        lambda t: t.__setitem__(
+            "layers.0.mlp.up_proj.weight_scale_2", ("F32", (), np.float32(0.25).tobytes())
+        ),
+        quant="NVFP4",
+    ),
 }
 
 
@@ -220,8 +262,12 @@ def fired_by_tables(tmp: Path) -> set[str]:
     for sib in sibling_cases.CASES:
         fired |= {f.rule for f in run(sibling_cases.build(tmp / "sibling", sib)).findings}
     for k, case in enumerate(config_cases.CASES + coverage_cases.CASES):
-        path = write(tmp / f"case{k}", fixtures.draft_config(**case.config), mutate=getattr(case, "mutate", None),
-                     **case.write)
+        path = write(
+            tmp / f"case{k}",
+            fixtures.draft_config(**case.config),
+            mutate=getattr(case, "mutate", None),
+            **case.write,
+        )
         if case.edit:
             edit_config(path, case.edit)
         fired |= {f.rule for f in run(path).findings}

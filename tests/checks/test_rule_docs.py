@@ -38,8 +38,12 @@ def rules(*args: str):
 def test_every_rule_has_what_why_and_example():
     # a sentence for what and why; an example may be one config line or one tensor name
     least = {"doc": 40, "why": 40, "example": 12}
-    undocumented = {rid: [f for f, n in least.items() if len(getattr(r, f).strip()) < n] for rid, r in RULES.items()}
-    assert {rid: f for rid, f in undocumented.items() if f} == {}, "write doc=/why=/example= in the rule() row"
+    undocumented = {
+        rid: [f for f, n in least.items() if len(getattr(r, f).strip()) < n] for rid, r in RULES.items()
+    }
+    assert {rid: f for rid, f in undocumented.items() if f} == {}, (
+        "write doc=/why=/example= in the rule() row"
+    )
     for r in RULES.values():
         assert [title for title, _ in r.sections()] == list(SECTIONS), r.id
 
@@ -49,27 +53,36 @@ def test_rule_docs_cite_nothing_outside_the_repository():
     assert cited == set()
 
 
-@pytest.mark.parametrize("prose, cites", [
-    ("wrong for 14 of 20 published checkpoints, sglang#37475)", True),
-    ("as upstream fixed it (#1234).", True),
-    ("see https://example.invalid/x for the layout", True),
-    ("tracked in PR 881 and in pull request #12", True),
-    ("reported in issue 7", True),
-    ("GH-42 describes it", True),
-    ("github.com/org/repo shows it", True),
-    ("vllm-project/vllm#123 changed it", True),
-    ("acceptance fell to 0.06 of 15 in one LMDeploy report", False),
-    ("layers 2, L/2 and L-3 of the target; 128x128 blocks; issues a warning; fc.weight[:, 0:4096]", False),
-    ("    \"target_layer_ids\": [1, 17, 33]  # three taps", False),
-])
+@pytest.mark.parametrize(
+    "prose, cites",
+    [
+        ("wrong for 14 of 20 published checkpoints, sglang#37475)", True),
+        ("as upstream fixed it (#1234).", True),
+        ("see https://example.invalid/x for the layout", True),
+        ("tracked in PR 881 and in pull request #12", True),
+        ("reported in issue 7", True),
+        ("GH-42 describes it", True),
+        ("github.com/org/repo shows it", True),
+        ("vllm-project/vllm#123 changed it", True),
+        ("acceptance fell to 0.06 of 15 in one LMDeploy report", False),
+        (
+            "layers 2, L/2 and L-3 of the target; 128x128 blocks; issues a warning; fc.weight[:, 0:4096]",
+            False,
+        ),
+        ('    "target_layer_ids": [1, 17, 33]  # three taps', False),
+    ],
+)
 def test_the_reference_finder_tells_a_citation_from_ordinary_prose(prose, cites):
     assert bool(REFERENCE.search(prose)) is cites
 
 
 def test_rule_prose_cites_no_url_issue_or_pull_request():
     fields = ("summary", "doc", "why", "example", "fix")
-    texts = {f"{r.id} {field}": text for r in RULES.values()
-             for field, text in zip(fields, (r.summary, r.doc, r.why, r.example, r.fix), strict=True)}
+    texts = {
+        f"{r.id} {field}": text
+        for r in RULES.values()
+        for field, text in zip(fields, (r.summary, r.doc, r.why, r.example, r.fix), strict=True)
+    }
     texts.update({f"{rule_id} (retired)": note for rule_id, note in RETIRED.items()})
     cited = {where: m.group(0).strip() for where, text in texts.items() if (m := REFERENCE.search(text))}
     assert cited == {}, "rule texts stand alone: state the fact, not where upstream reported it"
@@ -87,7 +100,9 @@ def test_rules_id_prints_the_sections_in_order():
     assert all(len(line) <= 102 for line in out.splitlines() if not line.startswith("    "))
     example = out.split("\nExample:\n", 1)[1].split("\nFix:\n", 1)[0]
     block = [line[6:] for line in example.splitlines() if line.startswith("      ")]
-    assert block and block == [line[4:] for line in RULES["LC201"].example.splitlines() if line.startswith("    ")]
+    assert block and block == [
+        line[4:] for line in RULES["LC201"].example.splitlines() if line.startswith("    ")
+    ]
 
 
 def test_rules_id_markdown_is_the_docs_page_section():

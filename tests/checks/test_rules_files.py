@@ -29,12 +29,17 @@ def shard_of(path: Path, name: str) -> str:
     return weight_map(path)[name]
 
 
-@pytest.mark.parametrize("kw", [
-    pytest.param({}, id="sharded"),
-    pytest.param({"quant": "NVFP4"}, id="sharded-nvfp4"),
-    pytest.param({"config": fixtures.draft_config(conv=(4, 16)), "quant": "W4A16_NVFP4"}, id="sharded-conv-w4a16"),
-    pytest.param({"key_prefix": "model."}, id="sharded-model-prefix"),
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        pytest.param({}, id="sharded"),
+        pytest.param({"quant": "NVFP4"}, id="sharded-nvfp4"),
+        pytest.param(
+            {"config": fixtures.draft_config(conv=(4, 16)), "quant": "W4A16_NVFP4"}, id="sharded-conv-w4a16"
+        ),
+        pytest.param({"key_prefix": "model."}, id="sharded-model-prefix"),
+    ],
+)
 def test_valid_sharded_checkpoints_pass(ckpt, kw):
     path = ckpt(shards=3, **kw)
     assert (path / INDEX).exists() and not (path / "model.safetensors").exists()
@@ -55,10 +60,15 @@ def test_missing_shard(ckpt):
 
 def test_index_lists_a_tensor_no_shard_holds(ckpt):
     path = ckpt(shards=3)
-    edit_json(path / INDEX, lambda d: d["weight_map"].__setitem__("lilicorr.ghost_proj.weight", SHARD.format(1)))
+    edit_json(
+        path / INDEX, lambda d: d["weight_map"].__setitem__("lilicorr.ghost_proj.weight", SHARD.format(1))
+    )
     report = run(path)
     f = one(report, "LC603", "error")
-    assert f.subjects == ["lilicorr.ghost_proj.weight"] and f"`lilicorr.ghost_proj.weight` ({SHARD.format(1)})" in f.message
+    assert (
+        f.subjects == ["lilicorr.ghost_proj.weight"]
+        and f"`lilicorr.ghost_proj.weight` ({SHARD.format(1)})" in f.message
+    )
     assert problems(report) == [("LC603", "error", ())], describe(report)
 
 
@@ -104,7 +114,9 @@ def test_index_total_size_mismatch(ckpt):
 
 def test_index_total_size_mismatch_is_a_warning(ckpt):
     path = ckpt(shards=3)
-    edit_json(path / INDEX, lambda d: d["metadata"].__setitem__("total_size", d["metadata"]["total_size"] + 1024))
+    edit_json(
+        path / INDEX, lambda d: d["metadata"].__setitem__("total_size", d["metadata"]["total_size"] + 1024)
+    )
     report = run(path)
     assert one(report, "LC606").severity == "warning"
     assert refused_by(report) == []
@@ -169,9 +181,9 @@ def test_a_header_that_names_a_tensor_twice_is_lc609(tmp_path):
     file = path / "model.safetensors"
     data = file.read_bytes()
     n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     name = next(k for k in header if k != "__metadata__")
     forged = json.dumps(header)[:-1] + ", " + json.dumps({name: header[name]})[1:-1] + "}"
-    file.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+    file.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n :])
     finding = one(run(path), "LC609", "error")
     assert finding.subjects == [name] and finding.file == "model.safetensors"

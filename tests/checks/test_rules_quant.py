@@ -54,27 +54,41 @@ OWNED = fixtures.draft_config(own_lm_head=True)
 SGLANG_OWNED_HEAD = ("LC404", "error", ("sglang",))
 
 
-@pytest.mark.parametrize("kw, allowed", [
-    pytest.param({"quant": "NVFP4"}, [], id="nvfp4"),
-    pytest.param({"quant": "W4A16_NVFP4"}, [], id="w4a16-nvfp4"),
-    pytest.param({"quant": "FP8"}, [], id="fp8"),
-    pytest.param({"quant": "NVFP4", "config": fixtures.draft_config(conv=(4, 16))}, [], id="nvfp4-conv"),
-    pytest.param({"quant": "NVFP4", "naming": "sequential"}, [("LC217", "error", ("sglang", "vllm"))],
-                 id="nvfp4-sequential"),
-    pytest.param({"quant": "NVFP4", "key_prefix": "model."}, [], id="nvfp4-model-prefix"),
-    # a bf16 owned head listed in the exclusions, as every ModelOpt preset leaves it
-    pytest.param({"quant": "NVFP4", "config": OWNED}, [SGLANG_OWNED_HEAD], id="nvfp4-owned-bf16-head"),
-    # an owned NVFP4 head: weight, weight_scale, weight_scale_2, input_scale, not excluded
-    pytest.param({"quant": "NVFP4", "config": OWNED, "quantize": servable(OWNED) | {"lm_head"}},
-                 [SGLANG_OWNED_HEAD, ("LC314", "warning", ("sglang",))], id="nvfp4-owned-nvfp4-head"),
-    pytest.param({"quant": "W4A16_NVFP4", "config": OWNED, "quantize": servable(OWNED) | {"lm_head"}},
-                 [SGLANG_OWNED_HEAD, ("LC314", "warning", ("sglang",))], id="w4a16-owned-nvfp4-head"),
-])
+@pytest.mark.parametrize(
+    "kw, allowed",
+    [
+        pytest.param({"quant": "NVFP4"}, [], id="nvfp4"),
+        pytest.param({"quant": "W4A16_NVFP4"}, [], id="w4a16-nvfp4"),
+        pytest.param({"quant": "FP8"}, [], id="fp8"),
+        pytest.param({"quant": "NVFP4", "config": fixtures.draft_config(conv=(4, 16))}, [], id="nvfp4-conv"),
+        pytest.param(
+            {"quant": "NVFP4", "naming": "sequential"},
+            [("LC217", "error", ("sglang", "vllm"))],
+            id="nvfp4-sequential",
+        ),
+        pytest.param({"quant": "NVFP4", "key_prefix": "model."}, [], id="nvfp4-model-prefix"),
+        # a bf16 owned head listed in the exclusions, as every ModelOpt preset leaves it
+        pytest.param({"quant": "NVFP4", "config": OWNED}, [SGLANG_OWNED_HEAD], id="nvfp4-owned-bf16-head"),
+        # an owned NVFP4 head: weight, weight_scale, weight_scale_2, input_scale, not excluded
+        pytest.param(
+            {"quant": "NVFP4", "config": OWNED, "quantize": servable(OWNED) | {"lm_head"}},
+            [SGLANG_OWNED_HEAD, ("LC314", "warning", ("sglang",))],
+            id="nvfp4-owned-nvfp4-head",
+        ),
+        pytest.param(
+            {"quant": "W4A16_NVFP4", "config": OWNED, "quantize": servable(OWNED) | {"lm_head"}},
+            [SGLANG_OWNED_HEAD, ("LC314", "warning", ("sglang",))],
+            id="w4a16-owned-nvfp4-head",
+        ),
+    ],
+)
 def test_valid_quantized_checkpoints_pass(ckpt, kw, allowed):
     # valid quantized layouts: nothing but the listed findings, and only their runtimes refuse
     report = run(ckpt(**kw))
     assert problems(report) == sorted(allowed), describe(report)
-    assert refused_by(report) == sorted({r for _, severity, rts in allowed if severity == "error" for r in rts})
+    assert refused_by(report) == sorted(
+        {r for _, severity, rts in allowed if severity == "error" for r in rts}
+    )
 
 
 def test_w4a16_without_input_scale_is_accepted_by_every_runtime(ckpt):
@@ -91,13 +105,24 @@ def test_w4a16_without_input_scale_is_accepted_by_every_runtime(ckpt):
 
 def test_hf_quant_config_disagreeing_with_config_json(ckpt):
     path = ckpt(quant="NVFP4")
-    edit_json(path / "hf_quant_config.json", lambda d: d["quantization"].update(
-        quant_algo="W4A16_NVFP4", group_size=32, exclude_modules=d["quantization"]["exclude_modules"] + ["*fc"]))
+    edit_json(
+        path / "hf_quant_config.json",
+        lambda d: d["quantization"].update(
+            quant_algo="W4A16_NVFP4",
+            group_size=32,
+            exclude_modules=d["quantization"]["exclude_modules"] + ["*fc"],
+        ),
+    )
     report = run(path)
     f = one(report, "LC301", "warning")
     assert f.runtimes == []
-    for fragment in ("quant_algo NVFP4 vs W4A16_NVFP4", "group_size 16 vs 32", "only in hf_quant_config.json: ['*fc']",
-                     f"{TR} acts on hf_quant_config.json", f"{SG} and {VL} act on config.json"):
+    for fragment in (
+        "quant_algo NVFP4 vs W4A16_NVFP4",
+        "group_size 16 vs 32",
+        "only in hf_quant_config.json: ['*fc']",
+        f"{TR} acts on hf_quant_config.json",
+        f"{SG} and {VL} act on config.json",
+    ):
         assert fragment in f.message
     # TensorRT-LLM reads the file (authoritative): its group size 32 and `*fc` do not fit the tensors; SGLang and
     # vLLM read config.json's copy, which does
@@ -124,7 +149,9 @@ def test_nested_w4a16_without_quant_method_is_refused_by_vllm(ckpt):
     report = run(path)
     by_runtime = {tuple(f.runtimes): f for f in hits(report, "LC302") + hits(report, "LC322")}
     assert {k: f.severity for k, f in by_runtime.items()} == {
-        ("vllm",): "error", ("sglang", "trtllm"): "warning"}, describe(report)
+        ("vllm",): "error",
+        ("sglang", "trtllm"): "warning",
+    }, describe(report)
     assert "W4A16_NVFP4" in by_runtime[("vllm",)].message
     assert by_runtime[("vllm",)].pointer == "$.quantization_config.quant_method"
     assert refused_by(report) == ["sglang", "vllm"]
@@ -183,8 +210,12 @@ def test_flat_nvfp4_exclusions_under_exclude_modules_are_read_by_every_runtime(c
     # SGLang's ModelOptFp4Config.from_config falls back to modules_to_not_convert, then exclude_modules; vLLM
     # 0.33.0's to exclude_modules (modelopt.py from_config); TensorRT-LLM reads exclude_modules
     path = ckpt(quant="NVFP4")
-    edit_config(path, lambda c: c["quantization_config"].__setitem__(
-        "exclude_modules", c["quantization_config"].pop("ignore")))
+    edit_config(
+        path,
+        lambda c: c["quantization_config"].__setitem__(
+            "exclude_modules", c["quantization_config"].pop("ignore")
+        ),
+    )
     report = run(path)
     assert hits(report, "LC320") == [] and hits(report, "LC307") == [], describe(report)
     assert refused_by(report) == [], describe(report)
@@ -194,29 +225,46 @@ def test_flat_fp8_exclusions_under_exclude_modules_are_invisible_to_sglang(ckpt)
     # SGLang's ModelOptFp8Config.from_config reads `ignore` only (its FP4 config falls back to the other keys);
     # vLLM falls back to exclude_modules
     path = ckpt(quant="FP8")
-    edit_config(path, lambda c: c["quantization_config"].__setitem__(
-        "exclude_modules", c["quantization_config"].pop("ignore")))
+    edit_config(
+        path,
+        lambda c: c["quantization_config"].__setitem__(
+            "exclude_modules", c["quantization_config"].pop("ignore")
+        ),
+    )
     report = run(path)
     f = one(report, "LC320", "error")
-    assert f.runtimes == ["sglang"] and "exclude_modules" in f.message and "ignore" in f.message, describe(report)
+    assert f.runtimes == ["sglang"] and "exclude_modules" in f.message and "ignore" in f.message, describe(
+        report
+    )
     assert refused_by(report) == ["sglang"]
 
 
 def test_flat_nvfp4_empty_ignore_hides_exclude_modules_from_sglang(ckpt):
     # the first key present wins, even an empty list
     path = ckpt(quant="NVFP4")
-    edit_config(path, lambda c: c["quantization_config"].update(
-        exclude_modules=c["quantization_config"]["ignore"], ignore=[]))
+    edit_config(
+        path,
+        lambda c: c["quantization_config"].update(
+            exclude_modules=c["quantization_config"]["ignore"], ignore=[]
+        ),
+    )
     report = run(path)
     found = {tuple(f.runtimes): f for f in hits(report, "LC320", "error")}
     assert set(found) == {("sglang",), ("vllm",)}, describe(report)
-    assert "`ignore`, present and empty, the first of `ignore`, else `modules_to_not_convert`" in found[("sglang",)].message
+    assert (
+        "`ignore`, present and empty, the first of `ignore`, else `modules_to_not_convert`"
+        in found[("sglang",)].message
+    )
 
 
 def test_flat_form_with_ignore_and_exclude_modules_is_read_through_ignore(ckpt):
     path = ckpt(quant="NVFP4")
-    edit_config(path, lambda c: c["quantization_config"].__setitem__(
-        "exclude_modules", list(c["quantization_config"]["ignore"])))
+    edit_config(
+        path,
+        lambda c: c["quantization_config"].__setitem__(
+            "exclude_modules", list(c["quantization_config"]["ignore"])
+        ),
+    )
     assert_clean(run(path))
 
 
@@ -225,6 +273,7 @@ def flat_group_in_config_groups(path: Path) -> None:
         qc = c["quantization_config"]
         w = {"num_bits": 4, "type": "float", "group_size": qc.pop("group_size"), "dynamic": False}
         qc["config_groups"] = {"group_0": {"weights": w, "input_activations": dict(w), "targets": ["Linear"]}}
+
     edit_config(path, move)
 
 
@@ -291,10 +340,13 @@ def test_quantized_tensors_without_metadata(ckpt):
     assert refused_by(report) == ALL
 
 
-@pytest.mark.parametrize("algo, fragment", [
-    pytest.param("W8A16", "quant_algo W8A16", id="unsupported"),
-    pytest.param(None, "names no quant_algo", id="absent"),
-])
+@pytest.mark.parametrize(
+    "algo, fragment",
+    [
+        pytest.param("W8A16", "quant_algo W8A16", id="unsupported"),
+        pytest.param(None, "names no quant_algo", id="absent"),
+    ],
+)
 def test_quant_algo_unsupported_or_absent(ckpt, algo, fragment):
     path = ckpt(quant="NVFP4")
 
@@ -303,6 +355,7 @@ def test_quant_algo_unsupported_or_absent(ckpt, algo, fragment):
             d.pop("quant_algo")
         else:
             d["quant_algo"] = algo
+
     edit_config(path, lambda c: set_algo(c["quantization_config"]))
     edit_json(path / "hf_quant_config.json", lambda d: set_algo(d["quantization"]))
     f = one(run(path), "LC312", "error")
@@ -311,12 +364,25 @@ def test_quant_algo_unsupported_or_absent(ckpt, algo, fragment):
         assert (f.expected, f.actual) == ("NVFP4 | W4A16_NVFP4 | FP8", algo)
 
 
-@pytest.mark.parametrize("doc, fragment", [
-    pytest.param({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4", "group_size": 16,
-                  "kv_cache_quant_algo": None, "exclude_modules": "lm_head"}},
-                 "exclude_modules must be a list of strings", id="exclusions-not-a-list"),
-    pytest.param({"algo": "NVFP4"}, "neither the nested", id="unknown-form"),
-])
+@pytest.mark.parametrize(
+    "doc, fragment",
+    [
+        pytest.param(
+            {
+                "producer": {"name": "modelopt"},
+                "quantization": {
+                    "quant_algo": "NVFP4",
+                    "group_size": 16,
+                    "kv_cache_quant_algo": None,
+                    "exclude_modules": "lm_head",
+                },
+            },
+            "exclude_modules must be a list of strings",
+            id="exclusions-not-a-list",
+        ),
+        pytest.param({"algo": "NVFP4"}, "neither the nested", id="unknown-form"),
+    ],
+)
 def test_unreadable_quant_config(ckpt, doc, fragment):
     path = ckpt(quant="NVFP4")
     (path / "hf_quant_config.json").write_text(json.dumps(doc))
@@ -343,19 +409,32 @@ def test_nvfp4_module_missing_weight_scale_2(ckpt):
     assert refused_by(report) == ALL
 
 
-@pytest.mark.parametrize("name, new, expected, actual", [
-    pytest.param("fc.weight_scale", ("F32", (64, 8)), "F8_E4M3 [64, 8]", "F32 [64, 8]", id="weight-scale-dtype"),
-    pytest.param("fc.weight_scale", ("F8_E4M3", (64, 4)), "F8_E4M3 [64, 8]", "F8_E4M3 [64, 4]",
-                 id="weight-scale-group-32"),
-    pytest.param("fc.weight", ("U8", (64, 128)), "U8 [64, 64]", "U8 [64, 128]", id="weight-not-packed"),
-    pytest.param("fc.weight_scale_2", ("F32", (64,)), "F32 []", "F32 [64]", id="weight-scale-2-per-channel"),
-])
+@pytest.mark.parametrize(
+    "name, new, expected, actual",
+    [
+        pytest.param(
+            "fc.weight_scale", ("F32", (64, 8)), "F8_E4M3 [64, 8]", "F32 [64, 8]", id="weight-scale-dtype"
+        ),
+        pytest.param(
+            "fc.weight_scale",
+            ("F8_E4M3", (64, 4)),
+            "F8_E4M3 [64, 8]",
+            "F8_E4M3 [64, 4]",
+            id="weight-scale-group-32",
+        ),
+        pytest.param("fc.weight", ("U8", (64, 128)), "U8 [64, 64]", "U8 [64, 128]", id="weight-not-packed"),
+        pytest.param(
+            "fc.weight_scale_2", ("F32", (64,)), "F32 []", "F32 [64]", id="weight-scale-2-per-channel"
+        ),
+    ],
+)
 def test_nvfp4_scale_tensor_shape_and_dtype(ckpt, name, new, expected, actual):
     dtype, shape = new
     size = int(np.prod(shape)) * (4 if dtype == "F32" else 1)
 
     def mutate(t: Tensors) -> None:
         t[name] = (dtype, shape, bytes(size))
+
     report = run(ckpt(quant="NVFP4", mutate=mutate))
     f = next((f for f in hits(report, "LC304", "error") if f.pointer == name), None)
     assert f is not None, describe(report)
@@ -385,6 +464,7 @@ def test_fp8_module_missing_weight_scale(ckpt):
 def test_fp8_module_with_nvfp4_scale(ckpt):
     def mutate(t: Tensors) -> None:
         t["fc.weight_scale_2"] = ("F32", (), SCALAR)
+
     f = one(run(ckpt(quant="FP8", mutate=mutate)), "LC304", "error")
     assert "fc.weight_scale_2" in f.message and "fp8" in f.message
 
@@ -394,15 +474,19 @@ def test_fp8_kv_cache_scales_are_expected(ckpt):
         for i in (0, 1):
             t[f"layers.{i}.self_attn.k_proj.k_scale"] = ("F32", (), SCALAR)
             t[f"layers.{i}.self_attn.v_proj.v_scale"] = ("F32", (), SCALAR)
+
     path = ckpt(quant="FP8", mutate=mutate)
     edit_config(path, lambda c: c["quantization_config"].__setitem__("kv_cache_quant_algo", "FP8"))
-    edit_json(path / "hf_quant_config.json", lambda d: d["quantization"].__setitem__("kv_cache_quant_algo", "FP8"))
+    edit_json(
+        path / "hf_quant_config.json", lambda d: d["quantization"].__setitem__("kv_cache_quant_algo", "FP8")
+    )
     assert_clean(run(path))
 
 
 def test_kv_cache_scales_without_kv_cache_quantization_warn(ckpt):
     def mutate(t: Tensors) -> None:
         t["layers.0.self_attn.k_proj.k_scale"] = ("F32", (), SCALAR)
+
     report = run(ckpt(quant="FP8", mutate=mutate))
     f = one(report, "LC318", "warning")
     assert f.subjects == ["layers.0.self_attn.k_proj.k_scale"] and "kv_cache_quant_algo" in f.message
@@ -427,6 +511,7 @@ def test_an_unreadable_hf_quant_config_is_not_also_called_missing(ckpt):
 def test_w4a16_module_shipping_input_scale(ckpt):
     def mutate(t: Tensors) -> None:
         t["fc.input_scale"] = ("F32", (), SCALAR)
+
     report = run(ckpt(quant="W4A16_NVFP4", mutate=mutate))
     f = one(report, "LC315", "warning")
     assert f.subjects == ["fc.input_scale"] and "weight-only" in f.message
@@ -454,6 +539,7 @@ def test_nvfp4_in_features_not_a_multiple_of_the_group(ckpt):
             t[f"{m}.weight_scale"] = ("F8_E4M3", (40, 2), bytes(80))
             t[f"{m}.weight_scale_2"] = ("F32", (), SCALAR)
             t[f"{m}.input_scale"] = ("F32", (), SCALAR)
+
     path = ckpt(config, quant="NVFP4", mutate=mutate)
     set_exclusions(path, lambda ex: [p for p in ex if p != "*out_proj"])
     report = run(path)
@@ -469,11 +555,14 @@ def test_nvfp4_in_features_not_a_multiple_of_the_group(ckpt):
 QKV = {f"layers.{i}.self_attn.{p}_proj" for i in (0, 1) for p in "qkv"}
 
 
-@pytest.mark.parametrize("modules", [
-    pytest.param({"lilicorr.factor_input_proj"}, id="factor_input_proj"),
-    pytest.param({"lilicorr.out_head"}, id="out_head"),
-    pytest.param({"lilicorr.in_head"}, id="in_head"),
-])
+@pytest.mark.parametrize(
+    "modules",
+    [
+        pytest.param({"lilicorr.factor_input_proj"}, id="factor_input_proj"),
+        pytest.param({"lilicorr.out_head"}, id="out_head"),
+        pytest.param({"lilicorr.in_head"}, id="in_head"),
+    ],
+)
 def test_quantized_raw_float_module_refused_by_sglang_and_vllm(ckpt, modules):
     report = run(ckpt(quant="NVFP4", quantize=servable() | modules))
     found = hits(report, "LC306", "error")
@@ -501,7 +590,9 @@ def test_feature_mlp_not_excluded(ckpt):
     set_exclusions(path, lambda ex: [p for p in ex if "feature_mlp" not in p])
     report = run(path)
     unprotected = of_rule(report, "LC307", "error", "feature_mlp")
-    assert unprotected and all(sorted(f.runtimes) == ["trtllm", "vllm"] for f in unprotected), describe(report)
+    assert unprotected and all(sorted(f.runtimes) == ["trtllm", "vllm"] for f in unprotected), describe(
+        report
+    )
     assert "model.lilicorr.feature_mlp" in " ".join(f.message for f in unprotected)  # vLLM's prefixed name
     assert all(f.runtimes == ["sglang"] for f in hits(report, "LC309", "warning"))
     assert refused_by(report) == ["trtllm", "vllm"]
@@ -516,7 +607,9 @@ def test_qkv_float_protected_for_vllm_by_v_proj_glob(ckpt):
 
 def test_qkv_float_without_a_matching_exclusion_refused_by_vllm(ckpt):
     path = ckpt(quant="NVFP4")
-    set_exclusions(path, lambda ex: [p for p in ex if p not in ("*qkv_proj", "*v_proj")] + ["*self_attn.v_proj"])
+    set_exclusions(
+        path, lambda ex: [p for p in ex if p not in ("*qkv_proj", "*v_proj")] + ["*self_attn.v_proj"]
+    )
     report = run(path)
     unprotected = of_rule(report, "LC307", "error", "self_attn")
     # SGLang builds LiLiCorr's qkv_proj through the quant config too (`*self_attn.v_proj` matches no qkv_proj)
@@ -534,8 +627,14 @@ def test_owned_bf16_head_not_excluded(ckpt):
 
 
 def test_owned_nvfp4_head_missing_weight_scale_2(ckpt):
-    report = run(ckpt(OWNED, quant="NVFP4", quantize=servable(OWNED) | {"lm_head"},
-                      mutate=lambda t: t.pop("lm_head.weight_scale_2")))
+    report = run(
+        ckpt(
+            OWNED,
+            quant="NVFP4",
+            quantize=servable(OWNED) | {"lm_head"},
+            mutate=lambda t: t.pop("lm_head.weight_scale_2"),
+        )
+    )
     f = one(report, "LC304", "error")
     assert f.subjects == ["lm_head.weight_scale_2"] and f.runtimes == []
     assert refused_by(report) == ALL
@@ -554,6 +653,7 @@ def test_lm_head_input_scale_trap(ckpt):
     # an excluded bf16 head that still ships input_scale: no runtime has a parameter for it
     def mutate(t: Tensors) -> None:
         t["lm_head.input_scale"] = ("F32", (), SCALAR)
+
     report = run(ckpt(OWNED, quant="NVFP4", mutate=mutate))
     f = one(report, "LC308", "error")
     assert f.runtimes == [] and f.subjects == ["lm_head.input_scale"]
@@ -564,6 +664,7 @@ def test_lm_head_input_scale_trap(ckpt):
 def test_float_module_shipping_a_weight_scale(ckpt):
     def mutate(t: Tensors) -> None:
         t["lilicorr.out_head.weight_scale"] = ("F8_E4M3", (16, 2), bytes(32))
+
     f = one(run(ckpt(quant="NVFP4", mutate=mutate)), "LC308", "error")
     assert f.subjects == ["lilicorr.out_head.weight_scale"]
 
@@ -573,8 +674,10 @@ def test_quantized_module_that_is_excluded(ckpt):
     set_exclusions(path, lambda ex: [*ex, "*self_attn.o_proj"])
     report = run(path)
     f = one(report, "LC308", "error")
-    assert sorted(f.runtimes) == ALL and sorted(f.subjects) == ["layers.0.self_attn.o_proj",
-                                                                  "layers.1.self_attn.o_proj"]
+    assert sorted(f.runtimes) == ALL and sorted(f.subjects) == [
+        "layers.0.self_attn.o_proj",
+        "layers.1.self_attn.o_proj",
+    ]
     assert "`*self_attn.o_proj` matches it" in f.message
 
 
@@ -584,7 +687,9 @@ def test_quantized_module_that_is_excluded(ckpt):
 def test_exclusion_with_training_prefix(ckpt):
     # ModelOpt writes `dflash_module.`-prefixed names; no runtime matches them
     path = ckpt(quant="NVFP4")
-    set_exclusions(path, lambda ex: [p for p in ex if p != "*lilicorr.out_head"] + ["dflash_module.lilicorr.out_head"])
+    set_exclusions(
+        path, lambda ex: [p for p in ex if p != "*lilicorr.out_head"] + ["dflash_module.lilicorr.out_head"]
+    )
     report = run(path)
     f = one(report, "LC310", "warning")
     assert f.subjects == ["dflash_module.lilicorr.out_head"] and "training prefix" in f.message
@@ -609,7 +714,9 @@ def test_exclusion_with_a_runtime_layer_index_is_left_as_written_by_vllm(ckpt):
     # `model.layers.4...` is already vLLM's name of draft layer 0 (4 target layers): left as written, it matches
     o_proj = "layers.0.self_attn.o_proj"
     path = ckpt(quant="NVFP4", quantize=servable() - {o_proj})
-    set_exclusions(path, lambda ex: [p for p in ex if "o_proj" not in p] + ["model.layers.4.self_attn.o_proj"])
+    set_exclusions(
+        path, lambda ex: [p for p in ex if "o_proj" not in p] + ["model.layers.4.self_attn.o_proj"]
+    )
     report = run(path)
     assert [f.runtimes for f in hits(report, "LC307")] == [["sglang", "trtllm"]], describe(report)
     assert refused_by(report) == ["sglang", "trtllm"]
@@ -633,8 +740,13 @@ def test_exclusions_naming_the_shards_do_not_exclude_vllms_fused_qkv_proj(ckpt):
     # vLLM 0.33.0's draft quant config has no packed-module mapping (models/utils.py get_draft_quant_config):
     # qkv_proj is matched by its own name, so exact shard names exclude nothing and the float q/k/v fail to load
     path = ckpt(quant="NVFP4")
-    set_exclusions(path, lambda ex: [p for p in ex if p not in ("*q_proj", "*k_proj", "*v_proj", "*qkv_proj")]
-                   + [f"layers.{i}.self_attn.{x}_proj" for i in (0, 1) for x in "qkv"])
+    set_exclusions(
+        path,
+        lambda ex: (
+            [p for p in ex if p not in ("*q_proj", "*k_proj", "*v_proj", "*qkv_proj")]
+            + [f"layers.{i}.self_attn.{x}_proj" for i in (0, 1) for x in "qkv"]
+        ),
+    )
     report = run(path)
     found = hits(report, "LC307", "error")
     assert found and all(f.runtimes == ["vllm"] for f in found), describe(report)

@@ -12,15 +12,26 @@ from lilicorr_ckpt.checks.run import validate
 from ._support import hits, one, refused_by, run
 
 
-def make_target(path, *, hidden=64, layers=4, vocab=512, eos=2, bos=1, pad=None, embed_rows=None, theta=10000.0):
+def make_target(
+    path, *, hidden=64, layers=4, vocab=512, eos=2, bos=1, pad=None, embed_rows=None, theta=10000.0
+):
     path.mkdir(parents=True)
-    cfg = {"architectures": ["Qwen3ForCausalLM"], "hidden_size": hidden, "num_hidden_layers": layers,
-           "vocab_size": vocab, "eos_token_id": eos, "bos_token_id": bos, "rope_theta": theta}
+    cfg = {
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": hidden,
+        "num_hidden_layers": layers,
+        "vocab_size": vocab,
+        "eos_token_id": eos,
+        "bos_token_id": bos,
+        "rope_theta": theta,
+    }
     if pad is not None:
         cfg["pad_token_id"] = pad
     (path / "config.json").write_text(json.dumps(cfg))
     rows = embed_rows or vocab
-    fixtures.save(path, cfg, {"model.embed_tokens.weight": ("BF16", (rows, hidden), bytes(rows * hidden * 2))})
+    fixtures.save(
+        path, cfg, {"model.embed_tokens.weight": ("BF16", (rows, hidden), bytes(rows * hidden * 2))}
+    )
     return path
 
 
@@ -48,7 +59,9 @@ def test_hidden_size_and_vocab_mismatch(drafter, tmp_path):
 
 def test_layer_ids_beyond_the_target_explain_the_convention(make_ckpt, tmp_path):
     # ids [1, 4] on a 4-layer target: 4 looks like a +1-shifted "before layer" id
-    ckpt = make_ckpt(config=fixtures.draft_config(dflash={"target_layer_ids": [1, 4]}, num_target_layers=None))
+    ckpt = make_ckpt(
+        config=fixtures.draft_config(dflash={"target_layer_ids": [1, 4]}, num_target_layers=None)
+    )
     report = validate(str(ckpt), target=str(make_target(tmp_path / "t", layers=4)))
     [f] = [f for f in report.findings if f.rule == "LC502"]
     assert "id i reads the output of target layer i" in f.message and "hidden_states[i+1]" in f.message
@@ -60,11 +73,14 @@ def test_num_target_layers_disagreement_is_a_warning(drafter, tmp_path):
     assert "LC505" in rules(report) and report.summary.errors == 0
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    (dict(embed_rows=500), "outside"),  # mask 511 beyond 500 embedding rows
-    (dict(eos=511), "eos"),
-    (dict(pad=511), "pad"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        (dict(embed_rows=500), "outside"),  # mask 511 beyond 500 embedding rows
+        (dict(eos=511), "eos"),
+        (dict(pad=511), "pad"),
+    ],
+)
 def test_mask_token_must_be_a_real_dedicated_row(drafter, tmp_path, kwargs, needle):
     report = validate(str(drafter), target=str(make_target(tmp_path / "t", **kwargs)))
     assert any(f.rule == "LC504" and needle in f.message for f in report.findings)
@@ -75,12 +91,17 @@ def test_rope_theta_mismatch_warns(drafter, tmp_path):
     assert "LC506" in rules(report)
 
 
-@pytest.mark.parametrize("edit, found, skipped", [
-    ({"hidden_size": "64"}, 'hidden_size "64" (not an integer)', "hidden size"),
-    ({"num_hidden_layers": 4.5}, "num_hidden_layers 4.5 (not an integer)", "layer ids and count"),
-    ({"vocab_size": None}, "vocab_size missing", "vocabulary"),
-])
-def test_a_target_geometry_that_cannot_be_read_is_reported_not_skipped(drafter, tmp_path, edit, found, skipped):
+@pytest.mark.parametrize(
+    "edit, found, skipped",
+    [
+        ({"hidden_size": "64"}, 'hidden_size "64" (not an integer)', "hidden size"),
+        ({"num_hidden_layers": 4.5}, "num_hidden_layers 4.5 (not an integer)", "layer ids and count"),
+        ({"vocab_size": None}, "vocab_size missing", "vocabulary"),
+    ],
+)
+def test_a_target_geometry_that_cannot_be_read_is_reported_not_skipped(
+    drafter, tmp_path, edit, found, skipped
+):
     target = make_target(tmp_path / "t")
     cfg = json.loads((target / "config.json").read_text())
     for key, value in edit.items():
@@ -108,9 +129,14 @@ def test_gguf_target_metadata(tmp_path, drafter):
     def s(text):
         b = text.encode()
         return struct.pack("<Q", len(b)) + b
-    kv = [("general.architecture", 8, s("llama")), ("llama.embedding_length", 4, struct.pack("<I", 64)),
-          ("llama.block_count", 4, struct.pack("<I", 4)), ("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 2)),
-          ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 512) + b"".join(s(f"t{i}") for i in range(512)))]
+
+    kv = [
+        ("general.architecture", 8, s("llama")),
+        ("llama.embedding_length", 4, struct.pack("<I", 64)),
+        ("llama.block_count", 4, struct.pack("<I", 4)),
+        ("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 2)),
+        ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 512) + b"".join(s(f"t{i}") for i in range(512))),
+    ]
     body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv))
     for key, kind, value in kv:
         body += s(key) + struct.pack("<I", kind) + value
@@ -129,7 +155,12 @@ def test_deep_finds_nan_and_all_zero_weights(make_ckpt):
         t["lilicorr.out_head.weight"] = (dtype, shape, bf16_bits(values).tobytes())
         dtype, shape, raw = t["lilicorr.in_head.weight"]
         t["lilicorr.in_head.weight"] = (dtype, shape, bytes(len(raw)))
-        t["lilicorr.in_head.bias"] = (dtype, t["lilicorr.in_head.bias"][1], bytes(len(t["lilicorr.in_head.bias"][2])))
+        t["lilicorr.in_head.bias"] = (
+            dtype,
+            t["lilicorr.in_head.bias"][1],
+            bytes(len(t["lilicorr.in_head.bias"][2])),
+        )
+
     ckpt = make_ckpt(mutate=mutate)
     assert not {"LC701", "LC702"} & rules(validate(str(ckpt)))  # header-only by default
     report = validate(str(ckpt), deep=True)
@@ -149,12 +180,15 @@ def test_deep_finds_all_zero_nvfp4_scales(make_ckpt):
         dtype, shape, raw = t["lilicorr.context_proj.weight_scale"]
         t["lilicorr.context_proj.weight_scale"] = (dtype, shape, bytes(len(raw)))
         t["lilicorr.pass_hidden_proj.weight_scale_2"] = ("F32", (), np.float32(0).tobytes())
+
     ckpt = make_ckpt(quant="NVFP4", mutate=mutate)
     assert "LC703" not in rules(validate(str(ckpt)))  # header-only by default
     report = validate(str(ckpt), deep=True)
     found = [f for f in report.findings if f.rule == "LC703"]
     assert sorted(s for f in found for s in f.subjects) == [
-        "lilicorr.context_proj.weight_scale", "lilicorr.pass_hidden_proj.weight_scale_2"]
+        "lilicorr.context_proj.weight_scale",
+        "lilicorr.pass_hidden_proj.weight_scale_2",
+    ]
     assert all(f.severity == "error" for f in found) and "only its bias" in found[0].message
     assert not any(v.accepted for v in report.runtimes)
 
@@ -165,11 +199,18 @@ def test_deep_finds_negative_scales(make_ckpt):
         dtype, shape, raw = t["lilicorr.context_proj.weight_scale"]
         t["lilicorr.context_proj.weight_scale"] = (dtype, shape, bytes([0xB8]) + raw[1:])  # one block at -1.0
         t["lilicorr.pass_hidden_proj.weight_scale_2"] = ("F32", (), np.float32(-1e-3).tobytes())
-        t["lilicorr.token_proj.weight_scale_2"] = ("F32", (), np.float32(-0.0).tobytes())  # -0.0: zero, not negative
+        t["lilicorr.token_proj.weight_scale_2"] = (
+            "F32",
+            (),
+            np.float32(-0.0).tobytes(),
+        )  # -0.0: zero, not negative
+
     report = validate(str(make_ckpt(quant="NVFP4", mutate=mutate)), deep=True)
     found = [f for f in report.findings if f.rule == "LC704"]
     assert sorted(s for f in found for s in f.subjects) == [
-        "lilicorr.context_proj.weight_scale", "lilicorr.pass_hidden_proj.weight_scale_2"]
+        "lilicorr.context_proj.weight_scale",
+        "lilicorr.pass_hidden_proj.weight_scale_2",
+    ]
     assert all(f.severity == "error" for f in found) and "flip" in found[0].message
 
 

@@ -32,8 +32,9 @@ def finding(rule: str, runtimes=(), severity="warning") -> Finding:
 
 
 def waiver(*rules, runtimes=(), paths=(), base=None) -> WaiverRule:
-    return WaiverRule(rules=rules, reason="because", source="test", runtimes=tuple(runtimes), paths=tuple(paths),
-                      base=base)
+    return WaiverRule(
+        rules=rules, reason="because", source="test", runtimes=tuple(runtimes), paths=tuple(paths), base=base
+    )
 
 
 def test_a_retired_rule_id_is_a_usage_error_naming_its_replacement():
@@ -42,14 +43,26 @@ def test_a_retired_rule_id_is_a_usage_error_naming_its_replacement():
 
 
 def test_apply_waivers_marks_splits_and_selects():
-    fs = [finding("LC314", ["sglang", "vllm"]), finding("LC404", ["sglang"]), finding("LC110"), finding("LC210")]
-    out = apply_waivers(fs, [waiver("LC314", runtimes=["vllm"]), waiver("LC40"), waiver("LC110", runtimes=["trtllm"])],
-                        runtimes=ALL)
+    fs = [
+        finding("LC314", ["sglang", "vllm"]),
+        finding("LC404", ["sglang"]),
+        finding("LC110"),
+        finding("LC210"),
+    ]
+    out = apply_waivers(
+        fs,
+        [waiver("LC314", runtimes=["vllm"]), waiver("LC40"), waiver("LC110", runtimes=["trtllm"])],
+        runtimes=ALL,
+    )
     by = [(f.rule, tuple(f.runtimes), f.waived is not None) for f in out]
-    assert by == [("LC314", ("sglang",), False), ("LC314", ("vllm",), True),  # split by runtime
-                  ("LC404", ("sglang",), True),  # a prefix
-                  ("LC110", ("sglang", "vllm"), False), ("LC110", ("trtllm",), True),  # runtime-independent, split
-                  ("LC210", (), False)]
+    assert by == [
+        ("LC314", ("sglang",), False),
+        ("LC314", ("vllm",), True),  # split by runtime
+        ("LC404", ("sglang",), True),  # a prefix
+        ("LC110", ("sglang", "vllm"), False),
+        ("LC110", ("trtllm",), True),  # runtime-independent, split
+        ("LC210", (), False),
+    ]
     # a whole runtime-independent finding stays runtime-independent when all of it is waived
     assert apply_waivers([finding("LC110")], [waiver("LC110")], runtimes=ALL)[0].runtimes == []
     # --select drops what it does not name; the input is not modified
@@ -68,11 +81,14 @@ def test_config_is_found_upward_and_lilicorr_toml_wins(tmp_path):
     (tmp_path / ".git").mkdir()
     ckpt = tmp_path / "models" / "drafter"
     ckpt.mkdir(parents=True)
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n\n[[tool.lilicorr-ckpt.waivers]]\n'
-                                             'rule = "LC404"\nreason = "root"\n')
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[[tool.lilicorr-ckpt.waivers]]\nrule = "LC404"\nreason = "root"\n'
+    )
     path, table = find_config(ckpt)
     assert path == tmp_path / "pyproject.toml" and parse_config(path, table)[0].reason == "root"
-    (ckpt / "pyproject.toml").write_text('[project]\nname = "no table here"\n')  # skipped: no [tool.lilicorr-ckpt]
+    (ckpt / "pyproject.toml").write_text(
+        '[project]\nname = "no table here"\n'
+    )  # skipped: no [tool.lilicorr-ckpt]
     assert find_config(ckpt)[0] == tmp_path / "pyproject.toml"
     (ckpt / "lilicorr.toml").write_text('[[waivers]]\nrules = ["LC314"]\nreason = "close"\n')
     path, table = find_config(ckpt)
@@ -81,14 +97,17 @@ def test_config_is_found_upward_and_lilicorr_toml_wins(tmp_path):
     assert not outside.exists() or find_config(tmp_path)[0] != outside  # stops at the .git directory
 
 
-@pytest.mark.parametrize("entry, needle", [
-    ('rule = "LC404"', "a `reason` is required"),
-    ('rule = "LC404"\nreason = "  "', "a `reason` is required"),
-    ('reason = "r"', 'needs `rule = "LC314"`'),
-    ('rule = "LC9999"\nreason = "r"', "'LC9999' is not a rule id"),
-    ('rule = "LC404"\nreason = "r"\nruntimes = ["tensorrt"]', "`runtimes` must list runtimes among"),
-    ('rule = "LC404"\nreason = "r"\nexpires = 2026-01-01', "unknown key(s) expires"),
-])
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        ('rule = "LC404"', "a `reason` is required"),
+        ('rule = "LC404"\nreason = "  "', "a `reason` is required"),
+        ('reason = "r"', 'needs `rule = "LC314"`'),
+        ('rule = "LC9999"\nreason = "r"', "'LC9999' is not a rule id"),
+        ('rule = "LC404"\nreason = "r"\nruntimes = ["tensorrt"]', "`runtimes` must list runtimes among"),
+        ('rule = "LC404"\nreason = "r"\nexpires = 2026-01-01', "unknown key(s) expires"),
+    ],
+)
 def test_config_mistakes_are_usage_errors_naming_the_entry(tmp_path, entry, needle):
     path = tmp_path / "lilicorr.toml"
     path.write_text(f"[[waivers]]\n{entry}\n")
@@ -108,28 +127,44 @@ def test_ignore_lets_strict_pass_and_keeps_the_finding_visible(owned):
     assert strict.returncode == 1 and "ERROR LC404" in strict.stdout
     waived = run_cli("validate", str(owned), "--strict", "--ignore", "LC314,LC404")
     assert waived.returncode == 0, waived.stdout
-    assert "waived LC404 own-head-dropped (sglang):" in waived.stdout and "waived by --ignore" in waived.stdout
+    assert (
+        "waived LC404 own-head-dropped (sglang):" in waived.stdout and "waived by --ignore" in waived.stdout
+    )
     assert "PASS 0 errors, 0 warnings, 1 waived" in waived.stdout
     report = json.loads(run_cli("validate", str(owned), "--strict", "--ignore", "LC404", "-f", "json").stdout)
     assert report["exit_code"] == 0 and report["summary"]["waived"] == 1 and report["summary"]["errors"] == 0
     [f] = report["findings"]
-    assert f["rule"] == "LC404" and f["waived"] == {"reason": "--ignore on the command line", "source": "--ignore"}
+    assert f["rule"] == "LC404" and f["waived"] == {
+        "reason": "--ignore on the command line",
+        "source": "--ignore",
+    }
     jsonschema.validate(report, schemas.all_schemas()["validate-report.schema.json"])
 
 
 def test_a_config_waiver_needs_its_runtime_and_its_reason_shows_everywhere(owned):
-    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\nruntimes = ["vllm"]\nreason = "not vllm"\n')
+    (owned / "lilicorr.toml").write_text(
+        '[[waivers]]\nrule = "LC404"\nruntimes = ["vllm"]\nreason = "not vllm"\n'
+    )
     assert run_cli("validate", str(owned), "--strict").returncode == 1  # LC404 is SGLang's: not waived
-    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\nruntimes = ["sglang"]\n'
-                                         'reason = "SGLang 0.5.4 loads the owned head (checked by hand)"\n')
+    (owned / "lilicorr.toml").write_text(
+        '[[waivers]]\nrule = "LC404"\nruntimes = ["sglang"]\n'
+        'reason = "SGLang 0.5.4 loads the owned head (checked by hand)"\n'
+    )
     text = run_cli("validate", str(owned), "--strict")
     assert text.returncode == 0
-    assert "reason: SGLang 0.5.4 loads the owned head (checked by hand) [lilicorr.toml waiver 1]" in text.stdout
+    assert (
+        "reason: SGLang 0.5.4 loads the owned head (checked by hand) [lilicorr.toml waiver 1]" in text.stdout
+    )
     sarif = json.loads(run_cli("validate", str(owned), "--strict", "-f", "sarif").stdout)
     [result] = sarif["runs"][0]["results"]
     assert result["ruleId"] == "LC404"
-    assert result["suppressions"] == [{"kind": "external", "status": "accepted", "justification":
-                                       "SGLang 0.5.4 loads the owned head (checked by hand) (lilicorr.toml waiver 1)"}]
+    assert result["suppressions"] == [
+        {
+            "kind": "external",
+            "status": "accepted",
+            "justification": "SGLang 0.5.4 loads the owned head (checked by hand) (lilicorr.toml waiver 1)",
+        }
+    ]
     junit = run_cli("validate", str(owned), "--strict", "-f", "junit").stdout
     assert "LC404" not in junit
     md = run_cli("validate", str(owned), "--strict", "-f", "markdown").stdout
@@ -139,7 +174,9 @@ def test_a_config_waiver_needs_its_runtime_and_its_reason_shows_everywhere(owned
 
 
 def test_pyproject_table_beside_the_checkpoint(owned):
-    (owned / "pyproject.toml").write_text('[tool.lilicorr-ckpt]\nwaivers = [{rule = "LC40", reason = "ok"}]\n')
+    (owned / "pyproject.toml").write_text(
+        '[tool.lilicorr-ckpt]\nwaivers = [{rule = "LC40", reason = "ok"}]\n'
+    )
     assert run_cli("validate", str(owned), "--strict").returncode == 0
 
 
@@ -159,8 +196,9 @@ def test_select_narrows_the_gate_to_some_rules():
     everything = json.loads(run_cli("validate", str(NVFP4), "-f", "json").stdout)
     only = run_cli("validate", str(NVFP4), "-f", "json", "--select", "LC31")
     report = json.loads(only.stdout)
-    assert {f["rule"] for f in report["findings"]} == {f["rule"] for f in everything["findings"]
-                                                      if f["rule"].startswith("LC31")}
+    assert {f["rule"] for f in report["findings"]} == {
+        f["rule"] for f in everything["findings"] if f["rule"].startswith("LC31")
+    }
     assert only.returncode == (1 if report["summary"]["errors"] else 0)
 
 
@@ -173,7 +211,9 @@ def test_a_file_above_a_checkpoint_outside_any_work_tree_waives_nothing(owned, t
     # another user's /tmp/lilicorr.toml, and a checkpoint downloaded below it, with no git work tree around
     assert not any((d / ".git").exists() for d in (owned, *owned.parents))
     (tmp_path / "lilicorr.toml").write_text(PLANTED)
-    (tmp_path / "pyproject.toml").write_text("[tool.lilicorr-ckpt]\n" + PLANTED.replace("[[waivers]]", "[[tool.lilicorr-ckpt.waivers]]"))
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.lilicorr-ckpt]\n" + PLANTED.replace("[[waivers]]", "[[tool.lilicorr-ckpt.waivers]]")
+    )
     assert find_config(owned) is None
     result = run_cli("validate", str(owned))
     assert result.returncode == 1 and "waived" not in result.stdout
@@ -199,7 +239,9 @@ def test_inside_a_work_tree_the_search_stops_at_its_root(tmp_path):
     assert search_root(ckpt.resolve()) == (repo / "models").resolve() and find_config(ckpt) is None
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files as another user")
+@pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to own files as another user"
+)
 def test_a_work_tree_or_waiver_file_of_another_user_is_not_trusted(tmp_path):
     from lilicorr_ckpt.checks.waivers import search_root
 
@@ -219,17 +261,36 @@ def test_a_work_tree_or_waiver_file_of_another_user_is_not_trusted(tmp_path):
 
 # --- every mistake in a waiver file is a message naming the file and the key (issue 20, item 8) -------------
 
-@pytest.mark.parametrize("name, body, needle", [
-    ("lilicorr.toml", '[[waivers]]\nrule = "LC404"\nreason = "r"\nruntimes = [["vllm"]]\n',
-     "waiver 1: `runtimes` must list runtimes among"),
-    ("lilicorr.toml", '[[waivers]]\nrule = "LC404"\nreason = "r"\npaths = [1]\n', "waiver 1: `paths` must be"),
-    ("lilicorr.toml", '[[waivers]]\nrules = [["LC404"]]\nreason = "r"\n', "waiver 1: `rules` must be a rule id"),
-    ("lilicorr.toml", '[[waivers]]\nrule = 404\nreason = "r"\n', "waiver 1: `rule` must be one rule id"),
-    ("lilicorr.toml", "waivers = 5\n", "`waivers` must be an array of tables ([[waivers]]), not an integer"),
-    ("pyproject.toml", "tool = 5\n", "`tool` must be a table"),
-    ("pyproject.toml", '[tool]\nlilicorr-ckpt = "x"\n', "`tool.lilicorr-ckpt` must be a table"),
-    ("lilicorr.toml", "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
-])
+
+@pytest.mark.parametrize(
+    "name, body, needle",
+    [
+        (
+            "lilicorr.toml",
+            '[[waivers]]\nrule = "LC404"\nreason = "r"\nruntimes = [["vllm"]]\n',
+            "waiver 1: `runtimes` must list runtimes among",
+        ),
+        (
+            "lilicorr.toml",
+            '[[waivers]]\nrule = "LC404"\nreason = "r"\npaths = [1]\n',
+            "waiver 1: `paths` must be",
+        ),
+        (
+            "lilicorr.toml",
+            '[[waivers]]\nrules = [["LC404"]]\nreason = "r"\n',
+            "waiver 1: `rules` must be a rule id",
+        ),
+        ("lilicorr.toml", '[[waivers]]\nrule = 404\nreason = "r"\n', "waiver 1: `rule` must be one rule id"),
+        (
+            "lilicorr.toml",
+            "waivers = 5\n",
+            "`waivers` must be an array of tables ([[waivers]]), not an integer",
+        ),
+        ("pyproject.toml", "tool = 5\n", "`tool` must be a table"),
+        ("pyproject.toml", '[tool]\nlilicorr-ckpt = "x"\n', "`tool.lilicorr-ckpt` must be a table"),
+        ("lilicorr.toml", "x = " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    ],
+)
 def test_waiver_file_mistakes_are_usage_errors_naming_file_and_key(tmp_path, name, body, needle):
     path = tmp_path / name
     path.write_text(body)

@@ -56,14 +56,21 @@ def test_convert_returns_the_record_it_wrote_and_raises_its_refusals(tmp_path):
     result = convert(MODELOPT, str(dst), ConvertOptions(quiet=True))
     assert result.written and result.src == MODELOPT and result.dst == str(dst) and result.kept == []
     assert result.record == json.loads((dst / "conversion.json").read_text())
-    on_disk = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in dst.iterdir()
-               if p.name != "conversion.json"}
+    on_disk = {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in dst.iterdir()
+        if p.name != "conversion.json"
+    }
     assert result.record["written"] == on_disk and "model.safetensors" in on_disk
     assert result.report.exit_code == 0 and [v.accepted for v in result.report.runtimes] == [True, True, True]
     again = lilicorr_ckpt.validate(str(dst))  # the output, read back as validate reads it
     assert result.report.runtimes == again.runtimes and result.report.findings == again.findings
     dry = convert(MODELOPT, str(tmp_path / "dry"), ConvertOptions(dry_run=True, quiet=True))
-    assert not dry.written and not (tmp_path / "dry").exists() and dry.record["renames"] == result.record["renames"]
+    assert (
+        not dry.written
+        and not (tmp_path / "dry").exists()
+        and dry.record["renames"] == result.record["renames"]
+    )
     with pytest.raises(ConversionRefused, match="--no-repair") as refused:
         convert(MODELOPT, str(tmp_path / "unrepaired"), ConvertOptions(repair=False, quiet=True))
     assert refused.value.reasons and all("must stay floating point" in r for r in refused.value.reasons)
@@ -81,7 +88,10 @@ def test_every_validate_format_renders_the_report_the_api_returned(make_ckpt):
     assert json.loads(rendered["json"]) == msgspec.to_builtins(report)
     assert all("LC104" in text for fmt, text in rendered.items() if fmt != "github-output"), rendered
     assert rendered["text"].splitlines()[-1].startswith("FAIL")
-    assert rendered["github-output"].startswith("exit-code<<") and '{"vllm":"refuses"}' in rendered["github-output"]
+    assert (
+        rendered["github-output"].startswith("exit-code<<")
+        and '{"vllm":"refuses"}' in rendered["github-output"]
+    )
     with pytest.raises(ValueError, match="unknown validate format 'yaml'"):
         render_validate(report, "yaml")
 
@@ -101,11 +111,14 @@ def test_load_drafter_is_the_tooling_s_validating_loader_and_not_the_runtime_s(m
 
 
 def test_python_dash_m_runs_the_cli_and_importing_the_package_stays_light():
-    code = ("import sys, lilicorr_ckpt; assert not any(m.startswith('lilicorr_ckpt.') for m in sys.modules), "
-            "sorted(m for m in sys.modules if m.startswith('lilicorr_ckpt.'))")
+    code = (
+        "import sys, lilicorr_ckpt; assert not any(m.startswith('lilicorr_ckpt.') for m in sys.modules), "
+        "sorted(m for m in sys.modules if m.startswith('lilicorr_ckpt.'))"
+    )
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).returncode == 0
-    proc = subprocess.run([sys.executable, "-m", "lilicorr_ckpt", "validate", DRAFTER, "-q"], capture_output=True,
-                          text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "lilicorr_ckpt", "validate", DRAFTER, "-q"], capture_output=True, text=True
+    )
     assert proc.returncode == 0 and proc.stdout.startswith("PASS")
 
 
@@ -122,8 +135,17 @@ def test_one_name_for_writing_the_report_to_a_file(command, capsys):
 
 
 def test_the_old_out_spelling_is_a_hidden_alias(tmp_path, capsys):
-    code, _, err = run(capsys, "smoke", DRAFTER, "-t", TARGET, "--output", str(tmp_path / "a.json"),
-                       "--out", str(tmp_path / "b.json"))
+    code, _, err = run(
+        capsys,
+        "smoke",
+        DRAFTER,
+        "-t",
+        TARGET,
+        "--output",
+        str(tmp_path / "a.json"),
+        "--out",
+        str(tmp_path / "b.json"),
+    )
     assert code == 4 and "--out (its old spelling)" in err
 
 

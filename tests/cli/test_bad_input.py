@@ -54,8 +54,12 @@ def test_file_shorter_than_the_length_prefix(ckpt):
 
 
 def test_header_length_beyond_the_file(ckpt):
-    _write_header(ckpt / "model.safetensors", {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
-                  b"\0" * 4, length=10_000)
+    _write_header(
+        ckpt / "model.safetensors",
+        {"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+        b"\0" * 4,
+        length=10_000,
+    )
     _assert_exit_2(ckpt, "runs past the end of the file")
 
 
@@ -66,20 +70,25 @@ def test_absurd_header_length(ckpt):
 
 @pytest.mark.parametrize("offsets", [([0, 8], [4, 12]), ([0, 8], [8, 400])])
 def test_overlapping_or_out_of_range_offsets(ckpt, offsets):
-    header = {"a": {"dtype": "F32", "shape": [2], "data_offsets": offsets[0]},
-              "b": {"dtype": "F32", "shape": [2], "data_offsets": offsets[1]}}
+    header = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": offsets[0]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": offsets[1]},
+    }
     _write_header(ckpt / "model.safetensors", header, b"\0" * 16)
     _assert_exit_2(ckpt, "corrupt safetensors")
 
 
 def test_unknown_dtype(ckpt):
-    _write_header(ckpt / "model.safetensors", {"a": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}},
-                  b"\0\0")
+    _write_header(
+        ckpt / "model.safetensors", {"a": {"dtype": "Q4_K", "shape": [2], "data_offsets": [0, 2]}}, b"\0\0"
+    )
     _assert_exit_2(ckpt, "Q4_K")
 
 
-@pytest.mark.parametrize("content, needle", [(b"[]", "must hold a JSON object"), (b"\xc3\x28{}", "not UTF-8"),
-                                             (b"{", "not valid JSON")])
+@pytest.mark.parametrize(
+    "content, needle",
+    [(b"[]", "must hold a JSON object"), (b"\xc3\x28{}", "not UTF-8"), (b"{", "not valid JSON")],
+)
 def test_bad_config_json(ckpt, content, needle):
     (ckpt / "config.json").write_bytes(content)
     _assert_exit_2(ckpt, "config.json", needle)
@@ -126,8 +135,11 @@ def test_missing_path_and_missing_config(tmp_path, ckpt):
 
 
 def test_unknown_repo_id_is_an_offline_miss(tmp_path):
-    result = run_cli("validate", "no-such-org/no-such-drafter", env={"HF_HUB_CACHE": str(tmp_path / "hub"),
-                                                                     "HF_HUB_OFFLINE": "1"})
+    result = run_cli(
+        "validate",
+        "no-such-org/no-such-drafter",
+        env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"},
+    )
     assert result.returncode == 2 and "not in the Hugging Face cache" in result.stderr
 
 
@@ -135,7 +147,9 @@ def test_a_cached_repo_without_a_main_ref_names_its_snapshots(tmp_path, ckpt):
     snapshot = tmp_path / "hub" / "models--acme--drafter" / "snapshots" / "0123abcd"
     snapshot.parent.mkdir(parents=True)
     ckpt.rename(snapshot)  # no refs/main beside it
-    result = run_cli("validate", "acme/drafter", env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"})
+    result = run_cli(
+        "validate", "acme/drafter", env={"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    )
     assert result.returncode == 2 and "has no refs/main" in result.stderr and str(snapshot) in result.stderr
     assert run_cli("validate", str(snapshot)).returncode == 0  # the way out it suggests
 
@@ -175,7 +189,9 @@ _valid_bytes = {}
 
 def _baseline(tmp_path_factory) -> bytes:
     if "st" not in _valid_bytes:
-        d = fixtures.write_checkpoint(tmp_path_factory.mktemp("base"), fixtures.draft_config(num_hidden_layers=1))
+        d = fixtures.write_checkpoint(
+            tmp_path_factory.mktemp("base"), fixtures.draft_config(num_hidden_layers=1)
+        )
         _valid_bytes["st"] = (d / "model.safetensors").read_bytes()
         _valid_bytes["cfg"] = (d / "config.json").read_bytes()
     return _valid_bytes["st"]
@@ -205,26 +221,64 @@ def test_no_exception_escapes_for_mutated_headers(tmp_path_factory, data):
     _validate_within_budget(d)
 
 
-sizes = st.one_of(st.integers(-2, 64), st.integers(2**20, 2**70), st.sampled_from([10**7, 2**62, 2**63 - 1, 2**63]),
-                  st.sampled_from([1e9, 1e300, 1.5, -0.0]),
-                  st.lists(st.integers(0, 2**40), min_size=500, max_size=3000))  # many (duplicated) taps
+sizes = st.one_of(
+    st.integers(-2, 64),
+    st.integers(2**20, 2**70),
+    st.sampled_from([10**7, 2**62, 2**63 - 1, 2**63]),
+    st.sampled_from([1e9, 1e300, 1.5, -0.0]),
+    st.lists(st.integers(0, 2**40), min_size=500, max_size=3000),
+)  # many (duplicated) taps
 json_values = st.recursive(
     st.none() | st.booleans() | sizes | st.floats(allow_nan=True) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=12)
-config_keys = st.sampled_from(["hidden_size", "num_hidden_layers", "block_size", "architectures", "vocab_size",
-                               "target_layer_ids", "has_own_lm_head", "quantization_config", "layer_types",
-                               "num_attention_heads", "head_dim", "rms_norm_eps", "torch_dtype"])
-dflash_keys = st.sampled_from(["lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers",
-                               "lilicorr_num_heads", "lilicorr_mlp_ratio", "lilicorr_factor_dim",
-                               "lilicorr_vector_eps", "lilicorr_logit_scale", "conv_kernel_size", "conv_group_size",
-                               "block_size", "mask_token_id", "target_layer_ids", "causal", "lilicorr_enabled"])
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
+    max_leaves=12,
+)
+config_keys = st.sampled_from(
+    [
+        "hidden_size",
+        "num_hidden_layers",
+        "block_size",
+        "architectures",
+        "vocab_size",
+        "target_layer_ids",
+        "has_own_lm_head",
+        "quantization_config",
+        "layer_types",
+        "num_attention_heads",
+        "head_dim",
+        "rms_norm_eps",
+        "torch_dtype",
+    ]
+)
+dflash_keys = st.sampled_from(
+    [
+        "lilicorr_candidate_topk",
+        "lilicorr_hidden_size",
+        "lilicorr_num_layers",
+        "lilicorr_num_heads",
+        "lilicorr_mlp_ratio",
+        "lilicorr_factor_dim",
+        "lilicorr_vector_eps",
+        "lilicorr_logit_scale",
+        "conv_kernel_size",
+        "conv_group_size",
+        "block_size",
+        "mask_token_id",
+        "target_layer_ids",
+        "causal",
+        "lilicorr_enabled",
+    ]
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(top=st.dictionaries(config_keys, json_values, max_size=4),
-       nested=st.dictionaries(dflash_keys, json_values, max_size=5),
-       drop=st.lists(dflash_keys, max_size=3))
+@given(
+    top=st.dictionaries(config_keys, json_values, max_size=4),
+    nested=st.dictionaries(dflash_keys, json_values, max_size=5),
+    drop=st.lists(dflash_keys, max_size=3),
+)
 def test_no_exception_escapes_for_arbitrary_config_values(tmp_path_factory, top, nested, drop):
     _baseline(tmp_path_factory)
     cfg = json.loads(_valid_bytes["cfg"])
@@ -251,12 +305,12 @@ def _duplicate_a_header_key(path):
     """Rewrite model.safetensors so that its header names the first tensor twice (both entries valid)."""
     data = path.read_bytes()
     n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     name = next(k for k in header if k != "__metadata__")
     text = json.dumps(header)
     entry = json.dumps({name: header[name]})[1:-1]
     forged = text[:-1] + ", " + entry + "}"
-    path.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n:])
+    path.write_bytes(struct.pack("<Q", len(forged)) + forged.encode() + data[8 + n :])
     return name
 
 
@@ -265,7 +319,9 @@ def test_a_header_naming_a_tensor_twice_is_an_error_in_validate_and_convert(ckpt
     result = run_cli("validate", str(ckpt))
     assert result.returncode == 1 and "LC609" in result.stdout and name in result.stdout, result.stdout
     converted = run_cli("convert", str(ckpt), str(tmp_path / "out"))
-    assert converted.returncode == 1 and "names a tensor twice" in converted.stderr and name in converted.stderr
+    assert (
+        converted.returncode == 1 and "names a tensor twice" in converted.stderr and name in converted.stderr
+    )
     assert not (tmp_path / "out").exists()
 
 
@@ -284,16 +340,32 @@ def _probe_file(tmp_path, text: str | bytes):
     return path
 
 
-@pytest.mark.parametrize("line, needle", [
-    ("[" * 50_000 + "]" * 50_000, ":1: nested too deeply to be a probe"),
-    (json.dumps(GOOD_PROBE)[:-1] + ', "n": 1' + "0" * 5000 + "}", ":1: not a usable JSON line (Exceeds the limit"),
-    (json.dumps({**GOOD_PROBE, "id": "\\ud800"}).replace("\\\\ud800", "\\ud800"),
-     ":1: 'id' holds an unpaired UTF-16 surrogate"),
-    (json.dumps({**GOOD_PROBE, "prompt": "x\\udfffy"}).replace("\\\\udfff", "\\udfff"),
-     ":1: 'prompt' holds an unpaired UTF-16 surrogate"),
-    (json.dumps({**GOOD_PROBE, "prompt": "e" * 300_000}), ":1: 'prompt' is 300000 characters; the limit is 262144"),
-    (json.dumps({**GOOD_PROBE, "category": "c" * 1000}), ":1: 'category' is 1000 characters; the limit is 256"),
-])
+@pytest.mark.parametrize(
+    "line, needle",
+    [
+        ("[" * 50_000 + "]" * 50_000, ":1: nested too deeply to be a probe"),
+        (
+            json.dumps(GOOD_PROBE)[:-1] + ', "n": 1' + "0" * 5000 + "}",
+            ":1: not a usable JSON line (Exceeds the limit",
+        ),
+        (
+            json.dumps({**GOOD_PROBE, "id": "\\ud800"}).replace("\\\\ud800", "\\ud800"),
+            ":1: 'id' holds an unpaired UTF-16 surrogate",
+        ),
+        (
+            json.dumps({**GOOD_PROBE, "prompt": "x\\udfffy"}).replace("\\\\udfff", "\\udfff"),
+            ":1: 'prompt' holds an unpaired UTF-16 surrogate",
+        ),
+        (
+            json.dumps({**GOOD_PROBE, "prompt": "e" * 300_000}),
+            ":1: 'prompt' is 300000 characters; the limit is 262144",
+        ),
+        (
+            json.dumps({**GOOD_PROBE, "category": "c" * 1000}),
+            ":1: 'category' is 1000 characters; the limit is 256",
+        ),
+    ],
+)
 def test_a_hostile_probe_line_is_named_with_its_line(tmp_path, line, needle):
     from lilicorr_ckpt.smoke.probes import load_probes
 
@@ -313,11 +385,17 @@ def test_a_probe_file_is_split_at_newlines_only_and_may_start_with_a_bom(tmp_pat
     assert [p.prompt for p in probes] == [prompt]
 
 
-@pytest.mark.parametrize("make, needle", [
-    (os.mkfifo, "is a FIFO (named pipe), not a regular file; refusing to open it"),
-    (lambda p: p.symlink_to("/dev/zero"), "is a character device, not a regular file; refusing to open it"),
-    (lambda p: p.write_bytes(b'{"id": "\xff"}\n'), "is not UTF-8 text (byte 8: b'\\xff')"),
-])
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (os.mkfifo, "is a FIFO (named pipe), not a regular file; refusing to open it"),
+        (
+            lambda p: p.symlink_to("/dev/zero"),
+            "is a character device, not a regular file; refusing to open it",
+        ),
+        (lambda p: p.write_bytes(b'{"id": "\xff"}\n'), "is not UTF-8 text (byte 8: b'\\xff')"),
+    ],
+)
 def test_a_probe_file_that_is_no_text_file_is_refused_by_name(tmp_path, make, needle):
     from lilicorr_ckpt.smoke.probes import load_probes
 

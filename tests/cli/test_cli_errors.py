@@ -53,22 +53,33 @@ def test_output_is_written_whole(ckpt, tmp_path):
     assert out.read_text().startswith("{") and not list(tmp_path.glob("*.tmp"))
 
 
-def test_a_failed_write_reports_the_reason_and_removes_its_temporary_file(ckpt, tmp_path, capsys, monkeypatch):
+def test_a_failed_write_reports_the_reason_and_removes_its_temporary_file(
+    ckpt, tmp_path, capsys, monkeypatch
+):
     def full_disk(*args, **kwargs):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    monkeypatch.setattr("lilicorr_ckpt.outfile.os.replace", full_disk)  # the temporary is written, then this fails
+
+    monkeypatch.setattr(
+        "lilicorr_ckpt.outfile.os.replace", full_disk
+    )  # the temporary is written, then this fails
     code, out = _main(capsys, "validate", str(ckpt), "-o", str(tmp_path / "report.txt"))
     assert code == 2 and "cannot write" in out.err and "No space left on device" in out.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
-@pytest.mark.parametrize("raised, code, message", [
-    (KeyboardInterrupt, 130, "interrupted"),
-    (OSError(errno.EACCES, "Permission denied", "/some/file"), 2, "Permission denied: /some/file"),
-])
-def test_interrupts_and_environment_errors_are_not_called_bugs(ckpt, capsys, monkeypatch, raised, code, message):
+@pytest.mark.parametrize(
+    "raised, code, message",
+    [
+        (KeyboardInterrupt, 130, "interrupted"),
+        (OSError(errno.EACCES, "Permission denied", "/some/file"), 2, "Permission denied: /some/file"),
+    ],
+)
+def test_interrupts_and_environment_errors_are_not_called_bugs(
+    ckpt, capsys, monkeypatch, raised, code, message
+):
     def run(*args, **kwargs):
         raise raised
+
     monkeypatch.setattr(validate_module, "validate", run)
     got, out = _main(capsys, "validate", str(ckpt))
     assert got == code and message in out.err and "bug" not in out.err
@@ -79,6 +90,7 @@ def test_sigterm_unwinds_and_exits_143(ckpt, capsys, monkeypatch):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises before this ends
         raise AssertionError("SIGTERM was not delivered")
+
     monkeypatch.setattr(validate_module, "validate", run)
     previous = signal.getsignal(signal.SIGTERM)
     code, out = _main(capsys, "validate", str(ckpt))
@@ -87,8 +99,11 @@ def test_sigterm_unwinds_and_exits_143(ckpt, capsys, monkeypatch):
 
 
 def test_a_reader_that_stops_early_is_not_a_failure():
-    proc = subprocess.Popen([sys.executable, "-m", "lilicorr_ckpt.cli", "rules", "-f", "json"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lilicorr_ckpt.cli", "rules", "-f", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     proc.stdout.close()  # like `| head` that has already exited
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err.decode()
@@ -134,8 +149,12 @@ def test_ctrl_c_in_the_first_milliseconds_is_a_clean_interrupt(ckpt, delay):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-c", INTERRUPT_EARLY, str(delay), str(ckpt)], capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", INTERRUPT_EARLY, str(delay), str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert "Traceback" not in result.stderr, result.stderr[-1500:]
     assert result.returncode in (0, 130), result.stderr  # 0: validate finished first
 
@@ -146,8 +165,10 @@ def test_the_console_script_imports_nothing_before_its_ctrl_c_handler():
     import subprocess
     import sys
 
-    probe = ("import sys; before = set(sys.modules); import lilicorr_ckpt._entry; "
-             "print(sorted(set(sys.modules) - before))")
+    probe = (
+        "import sys; before = set(sys.modules); import lilicorr_ckpt._entry; "
+        "print(sorted(set(sys.modules) - before))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "['lilicorr_ckpt', 'lilicorr_ckpt._entry']"
@@ -155,18 +176,34 @@ def test_the_console_script_imports_nothing_before_its_ctrl_c_handler():
 
 # ---------------------------------------------------------------- the catch-all (exits.run_command)
 
-@pytest.mark.parametrize("raised, message", [
-    (TypeError("boom"), "internal error: TypeError: boom (while running `lilicorr-ckpt validate {ckpt}`)\n"
-                        "  This is a bug in lilicorr-ckpt"),
-    (MemoryError(), "error: out of memory while running `lilicorr-ckpt validate {ckpt}`; the input is larger than "
-                    "this machine can read"),
-    (RecursionError(), "error: the input of `lilicorr-ckpt validate {ckpt}` is nested too deeply to read"),
-    (OSError(errno.EIO, "Input/output error"), "error: Input/output error (while running `lilicorr-ckpt validate "
-                                               "{ckpt}`)"),
-])
+
+@pytest.mark.parametrize(
+    "raised, message",
+    [
+        (
+            TypeError("boom"),
+            "internal error: TypeError: boom (while running `lilicorr-ckpt validate {ckpt}`)\n"
+            "  This is a bug in lilicorr-ckpt",
+        ),
+        (
+            MemoryError(),
+            "error: out of memory while running `lilicorr-ckpt validate {ckpt}`; the input is larger than "
+            "this machine can read",
+        ),
+        (
+            RecursionError(),
+            "error: the input of `lilicorr-ckpt validate {ckpt}` is nested too deeply to read",
+        ),
+        (
+            OSError(errno.EIO, "Input/output error"),
+            "error: Input/output error (while running `lilicorr-ckpt validate {ckpt}`)",
+        ),
+    ],
+)
 def test_the_catch_all_names_the_command_line_it_ran(ckpt, capsys, monkeypatch, raised, message):
     def run(*args, **kwargs):
         raise raised
+
     monkeypatch.setattr(validate_module, "validate", run)
     code, out = _main(capsys, "validate", str(ckpt))
     assert code == 2 and "Traceback" not in out.err
@@ -179,20 +216,26 @@ def test_the_hook_has_the_same_catch_all(ckpt, capsys, monkeypatch):
 
     def run(*args, **kwargs):
         raise KeyError("surprise")
+
     monkeypatch.setattr(precommit, "validate_dir", run)
     with pytest.raises(SystemExit) as exit_info:
         precommit.main([str(ckpt / "config.json")])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2, err  # never 1, which a hook reads as "findings"
-    assert ("lilicorr-ckpt-pre-commit: internal error: KeyError: 'surprise' (while running "
-            f"`lilicorr-ckpt-pre-commit -- {ckpt}/config.json`)") in err
+    assert (
+        "lilicorr-ckpt-pre-commit: internal error: KeyError: 'surprise' (while running "
+        f"`lilicorr-ckpt-pre-commit -- {ckpt}/config.json`)"
+    ) in err
 
 
 def _file_size_limit(limit: int):
     import resource
 
     def apply() -> None:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))  # Python ignores SIGXFSZ: writes fail with EFBIG
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (limit, limit)
+        )  # Python ignores SIGXFSZ: writes fail with EFBIG
+
     return apply
 
 
@@ -200,11 +243,20 @@ def _file_size_limit(limit: int):
 def test_a_report_cut_short_on_stdout_is_exit_2_naming_standard_output(ckpt, tmp_path, args):
     out = tmp_path / "report.out"
     with out.open("wb") as stdout:
-        result = subprocess.run([sys.executable, "-m", "lilicorr_ckpt", *(a.format(ckpt=ckpt) for a in args)],
-                                stdout=stdout, stderr=subprocess.PIPE, text=True, timeout=120,
-                                preexec_fn=_file_size_limit(1024))
-    assert result.returncode == 2, result.stderr  # `validate -f json > report.json` ended 0 with half a report
-    assert "lilicorr-ckpt: error: cannot write standard output: File too large" in result.stderr, result.stderr
+        result = subprocess.run(
+            [sys.executable, "-m", "lilicorr_ckpt", *(a.format(ckpt=ckpt) for a in args)],
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+            preexec_fn=_file_size_limit(1024),
+        )
+    assert result.returncode == 2, (
+        result.stderr
+    )  # `validate -f json > report.json` ended 0 with half a report
+    assert "lilicorr-ckpt: error: cannot write standard output: File too large" in result.stderr, (
+        result.stderr
+    )
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
 
 

@@ -36,11 +36,20 @@ def _limit_memory() -> None:
 def _bounded(module: str, *args: str, stdin=None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """`python -m module args` under the memory limit; a run past the deadline fails the test (a hang)."""
     try:
-        return subprocess.run([sys.executable, "-m", module, *args], capture_output=True, text=True, stdin=stdin,
-                              cwd=cwd, timeout=DEADLINE_S, preexec_fn=_limit_memory,
-                              env={**os.environ, "NO_COLOR": "1"})
+        return subprocess.run(
+            [sys.executable, "-m", module, *args],
+            capture_output=True,
+            text=True,
+            stdin=stdin,
+            cwd=cwd,
+            timeout=DEADLINE_S,
+            preexec_fn=_limit_memory,
+            env={**os.environ, "NO_COLOR": "1"},
+        )
     except subprocess.TimeoutExpired:
-        pytest.fail(f"{module} {' '.join(args)} still running after {DEADLINE_S} s: it read a FIFO or a device")
+        pytest.fail(
+            f"{module} {' '.join(args)} still running after {DEADLINE_S} s: it read a FIFO or a device"
+        )
 
 
 def _in_process(capsys, entry, *args: str) -> subprocess.CompletedProcess:
@@ -65,21 +74,30 @@ def fifo(tmp_path: Path) -> Path:
 
 
 def test_report_refuses_a_fifo(fifo, capsys):
-    _clean_exit(_in_process(capsys, main, "report", str(fifo), "-f", "text"), 2,
-                f"report {fifo} is a FIFO (named pipe), not a regular file; refusing to open it")
+    _clean_exit(
+        _in_process(capsys, main, "report", str(fifo), "-f", "text"),
+        2,
+        f"report {fifo} is a FIFO (named pipe), not a regular file; refusing to open it",
+    )
 
 
 def test_report_refuses_dev_zero_by_name(tmp_path):
     link = tmp_path / "report.json"
     link.symlink_to("/dev/zero")
-    _clean_exit(_bounded("lilicorr_ckpt", "report", str(link), "-f", "text"), 2,
-                f"report {link} is a character device, not a regular file")
+    _clean_exit(
+        _bounded("lilicorr_ckpt", "report", str(link), "-f", "text"),
+        2,
+        f"report {link} is a character device, not a regular file",
+    )
 
 
 def test_report_reads_standard_input_with_a_cap():
     with open("/dev/zero", "rb") as zero:
-        _clean_exit(_bounded("lilicorr_ckpt", "report", "-", "-f", "text", stdin=zero), 2,
-                    "the report on standard input is larger than the limit for this input, 268435456 bytes (256 MiB)")
+        _clean_exit(
+            _bounded("lilicorr_ckpt", "report", "-", "-f", "text", stdin=zero),
+            2,
+            "the report on standard input is larger than the limit for this input, 268435456 bytes (256 MiB)",
+        )
 
 
 def test_the_report_line_finder_does_not_read_a_huge_file_a_finding_names(tmp_path, capsys):
@@ -95,12 +113,19 @@ def test_the_report_line_finder_does_not_read_a_huge_file_a_finding_names(tmp_pa
         f.truncate(3 << 30)
     result = _bounded("lilicorr_ckpt", "report", str(saved), "-f", "github")
     assert result.returncode == 0, result.stderr
-    assert "::error file=" in result.stdout and "title=LC104" in result.stdout  # the file named, no line taken
+    assert (
+        "::error file=" in result.stdout and "title=LC104" in result.stdout
+    )  # the file named, no line taken
 
 
 def test_card_refuses_a_fifo_profile(fifo, capsys):
-    _clean_exit(_in_process(capsys, main, "card", str(DRAFTER), "--target", str(TARGET), "--profile", str(fifo),
-                            "-o", "-"), 2, f"--profile {fifo} is a FIFO (named pipe)")
+    _clean_exit(
+        _in_process(
+            capsys, main, "card", str(DRAFTER), "--target", str(TARGET), "--profile", str(fifo), "-o", "-"
+        ),
+        2,
+        f"--profile {fifo} is a FIFO (named pipe)",
+    )
 
 
 def test_the_hook_does_not_read_a_fifo_config(tmp_path, capsys):
@@ -108,14 +133,23 @@ def test_the_hook_does_not_read_a_fifo_config(tmp_path, capsys):
     ckpt.mkdir()
     os.link(DRAFTER / "model.safetensors", ckpt / "model.safetensors")
     os.mkfifo(ckpt / "config.json")
-    _clean_exit(_in_process(capsys, precommit.main, str(ckpt / "config.json")), 2,
-                "config.json is a FIFO (named pipe), not a regular file")
+    _clean_exit(
+        _in_process(capsys, precommit.main, str(ckpt / "config.json")),
+        2,
+        "config.json is a FIFO (named pipe), not a regular file",
+    )
 
 
-@pytest.mark.parametrize("content, needle", [
-    (None, "waiver file {path} is 3221225472 bytes; the limit for this file is 4194304 bytes (4 MiB)"),  # sparse
-    (b"[tool.lilicorr-ckpt]\n# \xff\n", "{path} is not valid TOML: not UTF-8 (byte 0xff at offset 23)"),
-])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (
+            None,
+            "waiver file {path} is 3221225472 bytes; the limit for this file is 4194304 bytes (4 MiB)",
+        ),  # sparse
+        (b"[tool.lilicorr-ckpt]\n# \xff\n", "{path} is not valid TOML: not UTF-8 (byte 0xff at offset 23)"),
+    ],
+)
 def test_a_huge_or_binary_waiver_file_is_a_usage_error_naming_it(tmp_path, content, needle):
     ckpt = tmp_path / "drafter"
     ckpt.mkdir()
@@ -151,17 +185,29 @@ def test_a_fifo_target_config_is_named_as_a_fifo_not_as_missing(tmp_path, capsys
     assert "has no config.json" not in err
 
 
-@pytest.mark.parametrize("name, make, needle", [
-    ("tokenizer.json", os.mkfifo, "tokenizer.json is a FIFO (named pipe)"),
-    ("tokenizer_config.json", lambda p: p.symlink_to("/dev/zero"), "tokenizer_config.json is a character device"),
-    ("added_tokens.json", os.mkfifo, "added_tokens.json is a FIFO"),
-    ("generation_config.json", os.mkfifo, "generation_config.json is a FIFO"),
-    ("chat_template.jinja", os.mkfifo, "chat_template.jinja is a FIFO"),
-    ("vocab.json", os.mkdir, "vocab.json is a directory"),
-    ("tokenizer.json", lambda p: p.open("wb").truncate(200 << 20),
-     "tokenizer.json is 209715200 bytes; the limit for this file is 134217728 bytes (128 MiB)"),
-])
-def test_a_target_file_a_loader_would_open_is_checked_before_any_loader_opens_it(tmp_path, name, make, needle):
+@pytest.mark.parametrize(
+    "name, make, needle",
+    [
+        ("tokenizer.json", os.mkfifo, "tokenizer.json is a FIFO (named pipe)"),
+        (
+            "tokenizer_config.json",
+            lambda p: p.symlink_to("/dev/zero"),
+            "tokenizer_config.json is a character device",
+        ),
+        ("added_tokens.json", os.mkfifo, "added_tokens.json is a FIFO"),
+        ("generation_config.json", os.mkfifo, "generation_config.json is a FIFO"),
+        ("chat_template.jinja", os.mkfifo, "chat_template.jinja is a FIFO"),
+        ("vocab.json", os.mkdir, "vocab.json is a directory"),
+        (
+            "tokenizer.json",
+            lambda p: p.open("wb").truncate(200 << 20),
+            "tokenizer.json is 209715200 bytes; the limit for this file is 134217728 bytes (128 MiB)",
+        ),
+    ],
+)
+def test_a_target_file_a_loader_would_open_is_checked_before_any_loader_opens_it(
+    tmp_path, name, make, needle
+):
     target = _target_copy(tmp_path)
     if (target / name).exists():
         (target / name).unlink()

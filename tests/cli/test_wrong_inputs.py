@@ -51,11 +51,15 @@ def test_a_broken_drafter_is_still_judged_not_refused(make_ckpt, capsys):
 
 def test_inspect_on_a_target_or_a_non_drafter_says_so(tmp_path, capsys):
     code, out, err = run(capsys, "inspect", TARGET)
-    assert code == 2 and out == "" and "is a target model, not a drafter" in err and "inspect summarises" in err
+    assert (
+        code == 2 and out == "" and "is a target model, not a drafter" in err and "inspect summarises" in err
+    )
     odd = tmp_path / "odd"
     odd.mkdir()
     (odd / "config.json").write_text(json.dumps({"hidden_size": 64}))
-    (odd / "model.safetensors").write_bytes((REPO / "examples" / "tiny-lilicorr" / "model.safetensors").read_bytes())
+    (odd / "model.safetensors").write_bytes(
+        (REPO / "examples" / "tiny-lilicorr" / "model.safetensors").read_bytes()
+    )
     code, out, err = run(capsys, "inspect", str(odd))
     assert code == 2 and out == "" and "is not a drafter checkpoint" in err
     code, out, _ = run(capsys, "inspect", DRAFTER)

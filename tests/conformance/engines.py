@@ -44,8 +44,18 @@ def wheel(name: str) -> Path:
     # into a folder of this process's own, then renamed in: test workers running side by side never see a wheel
     # half written by another
     partial = folder / f".{stem}-{version}.partial-{os.getpid()}"
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "-d", str(partial),
-           f"{name}=={version}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "-d",
+        str(partial),
+        f"{name}=={version}",
+    ]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     except (OSError, subprocess.TimeoutExpired) as exc:
@@ -53,7 +63,9 @@ def wheel(name: str) -> Path:
     fetched = sorted(partial.glob(f"{stem}-{version}-*.whl"))
     if done.returncode != 0 or not fetched:
         _fail_or_skip(f"could not download {name}=={version}: {done.stderr.strip()[-500:]}")
-    os.replace(fetched[0], folder / fetched[0].name)  # atomic; a wheel another worker put there first is the same
+    os.replace(
+        fetched[0], folder / fetched[0].name
+    )  # atomic; a wheel another worker put there first is the same
     shutil.rmtree(partial, ignore_errors=True)
     return sorted(folder.glob(f"{stem}-{version}-*.whl"))[0]
 

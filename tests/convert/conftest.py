@@ -17,6 +17,7 @@ class Run:
 @pytest.fixture
 def cli(capsys):
     """cli("convert", SRC, DST, ...) -> Run, in-process, exit code included."""
+
     def run(*args: str) -> Run:
         capsys.readouterr()
         try:
@@ -26,14 +27,17 @@ def cli(capsys):
             code = exc.code if isinstance(exc.code, int) else 1
         captured = capsys.readouterr()
         return Run(code, captured.out, captured.err)
+
     return run
 
 
 @pytest.fixture
 def export(tmp_path):
     """export(name="src", config=None, **write_checkpoint kwargs) -> Path; ModelOpt style by default."""
+
     def make(name: str = "src", config=None, **kw):
         if kw.get("quant") and "style" not in kw:
             kw["style"] = "modelopt"
         return fixtures.write_checkpoint(tmp_path / name, config, **kw)
+
     return make

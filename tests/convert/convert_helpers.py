@@ -21,8 +21,8 @@ def tensors_of(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
         with safe_open(str(file), framework="numpy") as f:
             names = list(f.keys())
         header_len = int.from_bytes(file.read_bytes()[:8], "little")
-        header = json.loads(file.read_bytes()[8:8 + header_len])
-        data = file.read_bytes()[8 + header_len:]
+        header = json.loads(file.read_bytes()[8 : 8 + header_len])
+        data = file.read_bytes()[8 + header_len :]
         for name in names:
             h = header[name]
             a, b = h["data_offsets"]
@@ -36,8 +36,11 @@ def metadata_of(file: Path) -> dict[str, str]:
 
 
 def tree_digest(path: Path) -> dict[str, str]:
-    return {str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(Path(path).rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(path)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(Path(path).rglob("*"))
+        if p.is_file()
+    }
 
 
 def load_json(path: Path) -> dict:

@@ -95,8 +95,10 @@ def test_a_copy_changed_since_is_kept_and_an_unchanged_one_is_replaced(cli, expo
     assert (dst / "tokenizer_config.json").read_text() == '{"v": 2}'
     record = load_json(dst / "conversion.json")
     assert record["other_files"]["copied"] == ["tokenizer_config.json"]
-    assert {"file": "README.md", "reason": "DST has its own README.md (changed since the earlier convert copied "
-            "it); it is kept"} in record["other_files"]["dropped"]
+    assert {
+        "file": "README.md",
+        "reason": "DST has its own README.md (changed since the earlier convert copied it); it is kept",
+    } in record["other_files"]["dropped"]
     assert "README.md" not in record["written"]
     assert "left out  README.md: DST has its own README.md" in run.out
 
@@ -147,7 +149,10 @@ def test_a_users_file_with_a_name_this_conversion_writes_is_refused(cli, export,
     (dst / "hf_quant_config.json").write_text('{"mine": true}')
     run = cli("convert", export("quant", quant="NVFP4"), dst, "--force")
     assert run.code == 4, run
-    assert "hf_quant_config.json is not from the earlier convert, and this one writes a file of that name" in run.err
+    assert (
+        "hf_quant_config.json is not from the earlier convert, and this one writes a file of that name"
+        in run.err
+    )
     assert (dst / "hf_quant_config.json").read_text() == '{"mine": true}'
 
 
@@ -237,9 +242,13 @@ def test_kill_9_midway_through_the_swap_loses_nothing_of_the_users(cli, tmp_path
     dst = tmp_path / "out"
     assert cli("convert", EXAMPLE, dst, "--naming", "sequential", "--runtime", "trtllm").code == 0
     users = _user_files(dst)
-    killed = subprocess.run([sys.executable, "-c", KILLED_AFTER, str(after), str(EXAMPLE), str(dst), "--force",
-                             "--quiet"], env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                            timeout=120)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER, str(after), str(EXAMPLE), str(dst), "--force", "--quiet"],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert killed.returncode == 137, killed.stderr
     assert _siblings(dst), "the kill left nothing to recover"
     run = cli("convert", EXAMPLE, dst)  # without --force: refused, but what the kill left is put back first
@@ -251,7 +260,11 @@ def test_kill_9_midway_through_the_swap_loses_nothing_of_the_users(cli, tmp_path
     assert {k: v for k, v in tree_digest(dst).items() if k in users} == users
     assert "lilicorr.feature_mlp.up_proj.weight" in tensors_of(dst) and _siblings(dst) == []
     assert {p.name for p in dst.iterdir()} == set(load_json(dst / "conversion.json")["written"]) | {
-        "conversion.json", ".git", ".gitattributes", "notes.txt"}
+        "conversion.json",
+        ".git",
+        ".gitattributes",
+        "notes.txt",
+    }
 
 
 def test_a_stale_temporary_holding_the_users_files_is_never_removed(tmp_path):
@@ -259,13 +272,16 @@ def test_a_stale_temporary_holding_the_users_files_is_never_removed(tmp_path):
     (dst / "notes.txt").mkdir(parents=True)  # the name is taken in DST: the file cannot go back
     stale = destination.sibling(dst, destination.TMP_TAG, pid=999999999)
     stale.mkdir()
-    (stale / "conversion.json").write_text(json.dumps({"tool": "lilicorr-ckpt", "output": {},
-                                                       "written": {"config.json": None}}))
+    (stale / "conversion.json").write_text(
+        json.dumps({"tool": "lilicorr-ckpt", "output": {}, "written": {"config.json": None}})
+    )
     (stale / "config.json").write_text("{}")
     (stale / "notes.txt").write_text("the user's")
     notes = destination.restore_interrupted_replacement(dst)
     assert any("left .out.convert-tmp.999999999 in place" in n and "notes.txt" in n for n in notes), notes
-    assert destination.remove_stale_temporaries(dst) == [] and (stale / "notes.txt").read_text() == "the user's"
+    assert (
+        destination.remove_stale_temporaries(dst) == [] and (stale / "notes.txt").read_text() == "the user's"
+    )
 
 
 def test_a_force_that_loses_the_race_moves_the_users_files_into_the_winners_dst(cli, tmp_path, monkeypatch):
@@ -300,4 +316,3 @@ def test_a_destination_that_is_not_a_convert_output_is_still_refused_whole(cli, 
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 4 and "was not written by lilicorr-ckpt convert" in run.err, run
     assert sorted(p.name for p in dst.iterdir()) == ["config.json", "conversion.json"]
-

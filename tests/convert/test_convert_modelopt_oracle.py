@@ -33,8 +33,11 @@ with warnings.catch_warnings():
         from modelopt.torch.export.unified_export_hf import _export_quantized_weight
         from modelopt.torch.quantization.qtensor import NVFP4QTensor
     except Exception as exc:  # ImportError, or its undeclared deps (requests, huggingface_hub) missing
-        pytest.skip(f"nvidia-modelopt is not importable ({type(exc).__name__}: {exc}); "
-                    "install the modelopt extra to run the oracle tests", allow_module_level=True)
+        pytest.skip(
+            f"nvidia-modelopt is not importable ({type(exc).__name__}: {exc}); "
+            "install the modelopt extra to run the oracle tests",
+            allow_module_level=True,
+        )
 
 nn = torch.nn
 MATCHERS = ("vllm", "sglang", "trtllm")
@@ -55,7 +58,9 @@ def test_nvfp4_pack_and_scales_match_nvfp4qtensor(shape, seed, spread):
     assert np.array_equal(packed, q._quantized_data.numpy())
     assert np.array_equal(codes, scale.view(torch.uint8).numpy())
     assert np.float32(ours_2) == np.float32(scale_2.item())
-    theirs = q.dequantize(dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: 16}, fast=False)
+    theirs = q.dequantize(
+        dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: 16}, fast=False
+    )
     assert np.array_equal(nvfp4_dequantize(packed, codes, ours_2, 16), theirs.numpy())
 
 
@@ -74,17 +79,24 @@ def test_the_repair_path_matches_modelopt_dequantize_cast_to_bf16(monkeypatch):
     monkeypatch.setattr(repair, "CHUNK_ELEMENTS", 3 * 64)  # several row blocks
     weight = (np.random.default_rng(3).standard_normal((20, 64)) * 0.05).astype(np.float32)
     q, scale, scale_2 = _modelopt_nvfp4(weight)
-    blobs = {"weight": q._quantized_data.numpy().tobytes(), "weight_scale": scale.view(torch.uint8).numpy().tobytes(),
-             "weight_scale_2": np.float32(scale_2.item()).tobytes()}
-    infos = {"weight": TensorInfo("w", "U8", (20, 32), "weight", 0, 640),
-             "weight_scale": TensorInfo("s", "F8_E4M3", (20, 4), "weight_scale", 0, 80),
-             "weight_scale_2": TensorInfo("s2", "F32", (), "weight_scale_2", 0, 4)}
+    blobs = {
+        "weight": q._quantized_data.numpy().tobytes(),
+        "weight_scale": scale.view(torch.uint8).numpy().tobytes(),
+        "weight_scale_2": np.float32(scale_2.item()).tobytes(),
+    }
+    infos = {
+        "weight": TensorInfo("w", "U8", (20, 32), "weight", 0, 640),
+        "weight_scale": TensorInfo("s", "F8_E4M3", (20, 4), "weight_scale", 0, 80),
+        "weight_scale_2": TensorInfo("s2", "F32", (), "weight_scale_2", 0, 4),
+    }
 
     def read(info, offset, length):
-        return blobs[info.file][offset:offset + length]
+        return blobs[info.file][offset : offset + length]
 
     ours = b"".join(block for block, _ in dequantize_blocks("nvfp4", infos, (20, 64), "BF16", read, 16))
-    theirs = q.dequantize(dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: 16}, fast=False)
+    theirs = q.dequantize(
+        dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: 16}, fast=False
+    )
     assert ours == theirs.to(torch.bfloat16).view(torch.uint16).numpy().tobytes()
 
 
@@ -118,8 +130,13 @@ class MLP(nn.Module):
 class Layer(nn.Module):
     def __init__(self, c):
         super().__init__()
-        self.input_layernorm, self.post_attention_layernorm = RMSNorm(c["hidden_size"]), RMSNorm(c["hidden_size"])
-        self.self_attn = Attention(c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"])
+        self.input_layernorm, self.post_attention_layernorm = (
+            RMSNorm(c["hidden_size"]),
+            RMSNorm(c["hidden_size"]),
+        )
+        self.self_attn = Attention(
+            c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        )
         self.mlp = MLP(c["hidden_size"], c["intermediate_size"])
 
 
@@ -136,7 +153,12 @@ class Head(nn.Module):
 
     def __init__(self, c):
         d = c["dflash_config"]
-        M, h, K, B = c["hidden_size"], d["lilicorr_hidden_size"], d["lilicorr_candidate_topk"], d["block_size"]
+        M, h, K, B = (
+            c["hidden_size"],
+            d["lilicorr_hidden_size"],
+            d["lilicorr_candidate_topk"],
+            d["block_size"],
+        )
         N, F, L = d["lilicorr_num_heads"], d["lilicorr_factor_dim"], d["lilicorr_num_layers"]
         super().__init__()
         self.token_proj = nn.Linear(M, h)
@@ -190,8 +212,10 @@ def modelopt_export(tmp_path_factory):
     torch.manual_seed(0)
     model = Wrapped(config)
     cfg = copy.deepcopy(mtq.NVFP4_DEFAULT_CFG)
-    cfg["quant_cfg"] += [{"quantizer_name": "model.*", "enable": False},
-                         {"quantizer_name": "*feature_mlp.1*", "enable": False}]
+    cfg["quant_cfg"] += [
+        {"quantizer_name": "model.*", "enable": False},
+        {"quantizer_name": "*feature_mlp.1*", "enable": False},
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model = mtq.quantize(model, cfg)
@@ -201,8 +225,16 @@ def modelopt_export(tmp_path_factory):
                 module.input_quantizer.amax = torch.tensor(448.0)
                 _export_quantized_weight(module, torch.bfloat16)
     state = {k: v for k, v in model.dflash_module.state_dict().items() if "_quantizer" not in k}
-    state = {k: (v.to(torch.bfloat16) if v.is_floating_point() and v.dtype != torch.float8_e4m3fn
-                 and not k.endswith(("weight_scale_2", "input_scale")) else v).contiguous() for k, v in state.items()}
+    state = {
+        k: (
+            v.to(torch.bfloat16)
+            if v.is_floating_point()
+            and v.dtype != torch.float8_e4m3fn
+            and not k.endswith(("weight_scale_2", "input_scale"))
+            else v
+        ).contiguous()
+        for k, v in state.items()
+    }
     path = tmp_path_factory.mktemp("modelopt") / "export"
     path.mkdir()
     from safetensors.torch import save_file
@@ -222,7 +254,9 @@ def test_the_modelopt_export_is_what_the_doc_says_runtimes_refuse(modelopt_expor
     assert validate(str(path)).summary.errors > 0
 
 
-def test_convert_repairs_the_modelopt_export_with_modelopts_own_dequantization(cli, modelopt_export, tmp_path):
+def test_convert_repairs_the_modelopt_export_with_modelopts_own_dequantization(
+    cli, modelopt_export, tmp_path
+):
     path, state, quant_config = modelopt_export
     dst = tmp_path / "out"
     run = cli("convert", path, dst)
@@ -231,21 +265,34 @@ def test_convert_repairs_the_modelopt_export_with_modelopts_own_dequantization(c
     out = tensors_of(dst)
     record = load_json(dst / "conversion.json")
     repaired = {r["module"] for r in record["repairs"] if r["action"] == "dequantized"}
-    assert {"layers.0.self_attn.q_proj", "lilicorr.out_head", "lilicorr.factor_input_proj",
-            "lilicorr.feature_mlp.down_proj"} <= repaired
+    assert {
+        "layers.0.self_attn.q_proj",
+        "lilicorr.out_head",
+        "lilicorr.factor_input_proj",
+        "lilicorr.feature_mlp.down_proj",
+    } <= repaired
     for module in repaired:
         legacy = {"lilicorr.feature_mlp.down_proj": "lilicorr.feature_mlp.3"}.get(module, module)
         packed, scale = state[legacy + ".weight"], state[legacy + ".weight_scale"]
         scale_2 = state[legacy + ".weight_scale_2"]
         q = NVFP4QTensor(torch.Size((packed.shape[0], packed.shape[1] * 2)), torch.float32, packed)
-        theirs = q.dequantize(dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: 16}, fast=False)
-        assert out[module + ".weight"][2] == theirs.to(torch.bfloat16).view(torch.uint16).numpy().tobytes(), module
+        theirs = q.dequantize(
+            dtype=torch.float32, scale=scale, double_scale=scale_2, block_sizes={-1: 16}, fast=False
+        )
+        assert out[module + ".weight"][2] == theirs.to(torch.bfloat16).view(torch.uint16).numpy().tobytes(), (
+            module
+        )
     kept = "layers.1.mlp.down_proj"
     for suffix in ("weight", "weight_scale", "weight_scale_2", "input_scale"):
-        assert out[f"{kept}.{suffix}"][2] == state[f"{kept}.{suffix}"].reshape(-1).view(torch.uint8).numpy().tobytes()
+        assert (
+            out[f"{kept}.{suffix}"][2]
+            == state[f"{kept}.{suffix}"].reshape(-1).view(torch.uint8).numpy().tobytes()
+        )
 
 
-def test_output_exclusions_exclude_what_modelopt_left_unquantized_plus_the_repairs(cli, modelopt_export, tmp_path):
+def test_output_exclusions_exclude_what_modelopt_left_unquantized_plus_the_repairs(
+    cli, modelopt_export, tmp_path
+):
     path, state, quant_config = modelopt_export
     dst = tmp_path / "out"
     assert cli("convert", path, dst).code == 0
@@ -255,11 +302,18 @@ def test_output_exclusions_exclude_what_modelopt_left_unquantized_plus_the_repai
 
     manifest = load_checkpoint(str(dst)).manifest
     # ModelOpt's exclusions name the wrapped model's modules; the drafter's carry dflash_module.
-    legacy = {"lilicorr.feature_mlp.up_proj": "lilicorr.feature_mlp.1",
-              "lilicorr.feature_mlp.down_proj": "lilicorr.feature_mlp.3"}
-    modelopt_float = {m for m in manifest.modules if any(
-        fnmatch.fnmatchcase("dflash_module." + legacy.get(m, m), p)
-        for p in quant_config["quantization"]["exclude_modules"])}
+    legacy = {
+        "lilicorr.feature_mlp.up_proj": "lilicorr.feature_mlp.1",
+        "lilicorr.feature_mlp.down_proj": "lilicorr.feature_mlp.3",
+    }
+    modelopt_float = {
+        m
+        for m in manifest.modules
+        if any(
+            fnmatch.fnmatchcase("dflash_module." + legacy.get(m, m), p)
+            for p in quant_config["quantization"]["exclude_modules"]
+        )
+    }
     assert modelopt_float == {"lilicorr.feature_mlp.up_proj"}
     repaired = {r["module"] for r in record["repairs"]}
     for matcher in MATCHERS:
@@ -275,12 +329,23 @@ def _expand_modelopt(patterns, modules):
     return {m for m in modules if any(fnmatch.fnmatchcase(m, p) for p in patterns)}
 
 
-@pytest.mark.parametrize("float_kinds", [
-    {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "lilicorr.out_head", "lilicorr.in_head",
-     "lilicorr.factor_input_proj", "feature_mlp.up_proj", "feature_mlp.down_proj"},
-    {"feature_mlp.up_proj", "mlp.down_proj"},
-    {"self_attn.o_proj", "fc", "lilicorr.pass_hidden_proj", "attn.out_proj", "feature_mlp.up_proj"},
-])
+@pytest.mark.parametrize(
+    "float_kinds",
+    [
+        {
+            "self_attn.q_proj",
+            "self_attn.k_proj",
+            "self_attn.v_proj",
+            "lilicorr.out_head",
+            "lilicorr.in_head",
+            "lilicorr.factor_input_proj",
+            "feature_mlp.up_proj",
+            "feature_mlp.down_proj",
+        },
+        {"feature_mlp.up_proj", "mlp.down_proj"},
+        {"self_attn.o_proj", "fc", "lilicorr.pass_hidden_proj", "attn.out_proj", "feature_mlp.up_proj"},
+    ],
+)
 def test_exclusion_summaries_cover_the_same_modules_as_modelopts(float_kinds):
     manifest = fixtures.manifest_for(fixtures.draft_config())
     modules = sorted(manifest.modules)
@@ -292,7 +357,9 @@ def test_exclusion_summaries_cover_the_same_modules_as_modelopts(float_kinds):
     assert _expand_modelopt(theirs, modules) == float_modules
     # ... and ours exclude the same set under every runtime's matcher, without a layer index
     for matcher in MATCHERS:
-        assert {m for m in modules if excluded_by(matcher, m, tuple(ours), 4).excluded} == float_modules, matcher
+        assert {m for m in modules if excluded_by(matcher, m, tuple(ours), 4).excluded} == float_modules, (
+            matcher
+        )
     assert not any(any(part.isdigit() for part in p.split(".")) for p in ours)
 
 

@@ -15,8 +15,15 @@ from lilicorr_ckpt.checkpoint.quant import pattern_problems
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.runtimes import excluded_by
 
-MUST_FLOAT = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "lilicorr.factor_input_proj",
-              "lilicorr.out_head", "lilicorr.in_head", "lilicorr.feature_mlp.down_proj")
+MUST_FLOAT = (
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "lilicorr.factor_input_proj",
+    "lilicorr.out_head",
+    "lilicorr.in_head",
+    "lilicorr.feature_mlp.down_proj",
+)
 
 
 def _module(name: str) -> str:
@@ -32,8 +39,12 @@ def test_modelopt_example_converts_and_every_runtime_accepts_it(cli, tmp_path):
     assert report.summary.errors == 0 and report.summary.warnings == 0, report.findings
     assert all(v.accepted for v in report.runtimes)
     assert "repaired  layers.*.self_attn.q_proj (2 modules): NVFP4 -> BF16" in run.out
-    assert sorted(p.name for p in dst.iterdir()) == ["config.json", "conversion.json", "hf_quant_config.json",
-                                                     "model.safetensors"]
+    assert sorted(p.name for p in dst.iterdir()) == [
+        "config.json",
+        "conversion.json",
+        "hf_quant_config.json",
+        "model.safetensors",
+    ]
 
 
 def test_repaired_modules_hold_the_dequantized_values_in_the_model_dtype(cli, tmp_path):
@@ -47,7 +58,9 @@ def test_repaired_modules_hold_the_dequantized_values_in_the_model_dtype(cli, tm
         dtype, shape, raw = out[name]
         assert dtype == "BF16"
         packed = np.frombuffer(src[name][2], np.uint8).reshape(src[name][1])
-        scales = np.frombuffer(src[module + ".weight_scale"][2], np.uint8).reshape(src[module + ".weight_scale"][1])
+        scales = np.frombuffer(src[module + ".weight_scale"][2], np.uint8).reshape(
+            src[module + ".weight_scale"][1]
+        )
         scale_2 = np.frombuffer(src[module + ".weight_scale_2"][2], np.float32)[0]
         expected = nvfp4_dequantize(packed, scales, scale_2) + np.float32(0.0)  # ModelOpt's E2M1 zero is +0.0
         assert shape == expected.shape
@@ -64,7 +77,9 @@ def test_quant_metadata_is_rewritten_for_the_runtimes(cli, tmp_path):
     assert cli("convert", EXAMPLE, dst).code == 0
     config, nested = load_json(dst / "config.json"), load_json(dst / "hf_quant_config.json")
     flat = config["quantization_config"]
-    assert flat["quant_method"] == "modelopt_fp4" and flat["quant_algo"] == "NVFP4" and flat["group_size"] == 16
+    assert (
+        flat["quant_method"] == "modelopt_fp4" and flat["quant_algo"] == "NVFP4" and flat["group_size"] == 16
+    )
     assert nested["quantization"]["exclude_modules"] == flat["ignore"]
     assert nested["quantization"]["quant_algo"] == "NVFP4"
     assert {"group_size", "kv_cache_quant_algo", "exclude_modules"} <= set(nested["quantization"])
@@ -76,8 +91,11 @@ def test_quant_metadata_is_rewritten_for_the_runtimes(cli, tmp_path):
         assert not pattern.startswith(("dflash_module", "model.", "lm_head"))
     # every runtime's matcher excludes exactly the float modules
     out = tensors_of(dst)
-    modules = {_module(n) for n, (dtype, shape, _) in out.items() if n.endswith(".weight") and len(shape) == 2
-               and not n.endswith("in_proj_weight")}
+    modules = {
+        _module(n)
+        for n, (dtype, shape, _) in out.items()
+        if n.endswith(".weight") and len(shape) == 2 and not n.endswith("in_proj_weight")
+    }
     for module in modules:
         is_float = out[module + ".weight"][0] == "BF16"
         for matcher in ("vllm", "sglang", "trtllm"):
@@ -97,8 +115,9 @@ def test_conversion_record_lists_every_change(cli, tmp_path):
     assert all(r["to"] == "BF16" and r["max_rounding_error"] >= 0 for r in record["repairs"])
     dropped = {d["tensor"] for d in record["drops"]}
     assert "lilicorr.out_head.weight_scale_2" in dropped
-    assert record["exclusions"]["stripped"] == {"dflash_module.lilicorr.feature_mlp.up_proj":
-                                                "lilicorr.feature_mlp.up_proj"}
+    assert record["exclusions"]["stripped"] == {
+        "dflash_module.lilicorr.feature_mlp.up_proj": "lilicorr.feature_mlp.up_proj"
+    }
     assert set(record["exclusions"]["dropped"]) == {"lm_head", "model.embed_tokens", "model.layers.*"}
     assert any(c["key"] == "quantization_config" for c in record["config"])
     assert record["validation"]["verdicts"] == {"sglang": "accepts", "vllm": "accepts", "trtllm": "accepts"}
@@ -139,7 +158,9 @@ def test_legacy_head_names_become_named_and_back(cli, export, tmp_path):
     assert report.summary.errors == 0 and report.summary.warnings == 0
 
     # SGLang 0.5.23 and vLLM refuse the Sequential names (LC217): write them for the runtime that renames them
-    run = cli("convert", tmp_path / "named", tmp_path / "seq", "--naming", "sequential", "--runtime", "trtllm")
+    run = cli(
+        "convert", tmp_path / "named", tmp_path / "seq", "--naming", "sequential", "--runtime", "trtllm"
+    )
     assert run.code == 0, run
     seq = tensors_of(tmp_path / "seq")
     assert set(seq) == set(tensors_of(src))
@@ -152,7 +173,9 @@ def test_sequential_output_of_a_quantized_export_excludes_the_legacy_names(cli, 
     run = cli("convert", EXAMPLE, tmp_path / "seq", "--naming", "sequential", "--runtime", "trtllm")
     assert run.code == 0, run
     out = tensors_of(tmp_path / "seq")
-    assert out["lilicorr.feature_mlp.1.weight"][0] == "BF16" and out["lilicorr.feature_mlp.3.weight"][0] == "U8"
+    assert (
+        out["lilicorr.feature_mlp.1.weight"][0] == "BF16" and out["lilicorr.feature_mlp.3.weight"][0] == "U8"
+    )
     ignore = load_json(tmp_path / "seq" / "config.json")["quantization_config"]["ignore"]
     assert "lilicorr.feature_mlp.1" in ignore
 
@@ -183,11 +206,21 @@ def test_config_is_normalized_from_the_tensors(cli, export, tmp_path):
     cfg = fixtures.draft_config(conv=(4, 16), architecture="Qwen3ForCausalLM")
     d = cfg["dflash_config"]
     cfg["lilicorr_logit_scale"] = d.pop("lilicorr_logit_scale")  # an older export: geometry at the top level
-    for key in ("lilicorr_hidden_size", "lilicorr_factor_dim", "lilicorr_candidate_topk", "conv_kernel_size",
-                "conv_group_size", "block_size", "projector_type", "lilicorr_enabled"):
+    for key in (
+        "lilicorr_hidden_size",
+        "lilicorr_factor_dim",
+        "lilicorr_candidate_topk",
+        "conv_kernel_size",
+        "conv_group_size",
+        "block_size",
+        "projector_type",
+        "lilicorr_enabled",
+    ):
         d.pop(key)
     del cfg["block_size"]
-    src = fixtures.save(tmp_path / "src", cfg, fixtures.checkpoint_tensors(fixtures.draft_config(conv=(4, 16))))
+    src = fixtures.save(
+        tmp_path / "src", cfg, fixtures.checkpoint_tensors(fixtures.draft_config(conv=(4, 16)))
+    )
     dst = tmp_path / "out"
     run = cli("convert", src, dst)
     assert run.code == 0, run
@@ -196,12 +229,17 @@ def test_config_is_normalized_from_the_tensors(cli, export, tmp_path):
     assert out["block_size"] == out["dflash_config"]["block_size"] == 8
     nested = out["dflash_config"]
     assert nested["lilicorr_logit_scale"] == 10.0 and "lilicorr_logit_scale" not in out
-    assert (nested["lilicorr_hidden_size"], nested["lilicorr_factor_dim"], nested["lilicorr_candidate_topk"]) \
-        == (32, 16, 4)
+    assert (
+        nested["lilicorr_hidden_size"],
+        nested["lilicorr_factor_dim"],
+        nested["lilicorr_candidate_topk"],
+    ) == (32, 16, 4)
     assert (nested["conv_kernel_size"], nested["conv_group_size"]) == (4, 16)
     assert nested["projector_type"] == "lilicorr" and nested["lilicorr_enabled"] is True
     changes = {c["key"]: c for c in load_json(dst / "conversion.json")["config"]}
-    assert changes["dflash_config.block_size"]["reason"].startswith("determined by lilicorr.relative_slot_bias")
+    assert changes["dflash_config.block_size"]["reason"].startswith(
+        "determined by lilicorr.relative_slot_bias"
+    )
     assert changes["lilicorr_logit_scale"]["action"] == "removed"
     assert validate(str(dst)).summary.errors == 0
 
@@ -229,8 +267,15 @@ def test_only_the_chosen_runtimes_decide_what_is_repaired(cli, tmp_path):
 
 
 def test_dequantize_option_and_fused_gate_up_alias(cli, tmp_path):
-    run = cli("convert", EXAMPLE, tmp_path / "out", "--dequantize", "layers.*.mlp.gate_proj",
-              "--dequantize", "layers.*.mlp.up_proj")
+    run = cli(
+        "convert",
+        EXAMPLE,
+        tmp_path / "out",
+        "--dequantize",
+        "layers.*.mlp.gate_proj",
+        "--dequantize",
+        "layers.*.mlp.up_proj",
+    )
     assert run.code == 0, run
     ignore = load_json(tmp_path / "out" / "config.json")["quantization_config"]["ignore"]
     assert "*gate_up_proj" in ignore
@@ -270,8 +315,15 @@ def test_a_float_module_with_stray_scales_loses_them(cli, export, tmp_path):
 def test_a_plain_bf16_export_keeps_no_quant_metadata(cli, export, tmp_path):
     src = export()
     cfg = load_json(src / "config.json")
-    cfg["quantization_config"] = {"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4",
-                                  "group_size": 16, "kv_cache_quant_algo": None, "exclude_modules": []}}
+    cfg["quantization_config"] = {
+        "producer": {"name": "modelopt"},
+        "quantization": {
+            "quant_algo": "NVFP4",
+            "group_size": 16,
+            "kv_cache_quant_algo": None,
+            "exclude_modules": [],
+        },
+    }
     (src / "config.json").write_text(json.dumps(cfg))
     run = cli("convert", src, tmp_path / "out")
     assert run.code == 0, run
@@ -339,23 +391,41 @@ def test_fp8_repairs_apply_every_scale_layout(layout, monkeypatch):
         full = np.kron(scale.reshape(2, 2), np.ones((128, 128), np.float32))
     expected = bf16_bits(e4m3_decode(codes) * full).tobytes()
     blobs = {"w": codes.tobytes(), "s": np.ascontiguousarray(scale).tobytes()}
-    infos = {"weight": TensorInfo("x.weight", "F8_E4M3", (o, i), "w", 0, o * i),
-             "weight_scale": TensorInfo("x.weight_scale", "F32", scale.shape, "s", 0, scale.nbytes)}
-    out = b"".join(b for b, _ in repair.dequantize_blocks("fp8", infos, (o, i), "BF16",
-                                                          lambda t, off, n: blobs[t.file][off:off + n], 16))
+    infos = {
+        "weight": TensorInfo("x.weight", "F8_E4M3", (o, i), "w", 0, o * i),
+        "weight_scale": TensorInfo("x.weight_scale", "F32", scale.shape, "s", 0, scale.nbytes),
+    }
+    out = b"".join(
+        b
+        for b, _ in repair.dequantize_blocks(
+            "fp8", infos, (o, i), "BF16", lambda t, off, n: blobs[t.file][off : off + n], 16
+        )
+    )
     assert out == expected
 
 
 # ---------------------------------------------------------------- other files of SRC: copied or left out
 
-KEPT = {"README.md": "# drafter\n", "LICENSE": "Apache-2.0\n", "generation_config.json": '{"do_sample": false}\n',
-        "tokenizer.json": '{"version": "1.0"}\n', "tokenizer_config.json": "{}\n", "chat_template.jinja": "{{ x }}\n",
-        ".gitattributes": "*.safetensors filter=lfs\n", "notes.txt": "trained 3 epochs\n",
-        "special_tokens_map.json": "{}\n"}
-LEFT_OUT = {"pytorch_model.bin": "pickle format", "training_args.bin": "pickle format", "optimizer.pt": "pickle format",
-            "model.gguf": "(gguf)",
-            "pytorch_model.bin.index.json": "weight index that is not part of the source checkpoint",
-            "conversion.json": "the record of an earlier conversion", "runs/": "subdirectory"}
+KEPT = {
+    "README.md": "# drafter\n",
+    "LICENSE": "Apache-2.0\n",
+    "generation_config.json": '{"do_sample": false}\n',
+    "tokenizer.json": '{"version": "1.0"}\n',
+    "tokenizer_config.json": "{}\n",
+    "chat_template.jinja": "{{ x }}\n",
+    ".gitattributes": "*.safetensors filter=lfs\n",
+    "notes.txt": "trained 3 epochs\n",
+    "special_tokens_map.json": "{}\n",
+}
+LEFT_OUT = {
+    "pytorch_model.bin": "pickle format",
+    "training_args.bin": "pickle format",
+    "optimizer.pt": "pickle format",
+    "model.gguf": "(gguf)",
+    "pytorch_model.bin.index.json": "weight index that is not part of the source checkpoint",
+    "conversion.json": "the record of an earlier conversion",
+    "runs/": "subdirectory",
+}
 
 
 def _with_other_files(src, files=KEPT):
@@ -381,8 +451,9 @@ def test_other_files_are_copied_unchanged_or_left_out_and_every_one_is_recorded(
     assert tree_digest(src) == before
     for name, text in KEPT.items():
         assert (dst / name).read_text() == text, name
-    assert sorted(p.name for p in dst.iterdir()) == sorted([*KEPT, "config.json", "conversion.json",
-                                                            "hf_quant_config.json", "model.safetensors"])
+    assert sorted(p.name for p in dst.iterdir()) == sorted(
+        [*KEPT, "config.json", "conversion.json", "hf_quant_config.json", "model.safetensors"]
+    )
     assert load_json(dst / "conversion.json")["tool"] == "lilicorr-ckpt"  # its own record, not the source's
     other = load_json(dst / "conversion.json")["other_files"]
     assert other["copied"] == sorted(KEPT)
@@ -393,7 +464,10 @@ def test_other_files_are_copied_unchanged_or_left_out_and_every_one_is_recorded(
     assert "(never opened)" in reasons["pytorch_model.bin"]
     # the summary: the files are many, so a count and the first names, and a line per reason left out
     assert "  copied    9 other files unchanged: .gitattributes, LICENSE, README.md," in run.out
-    assert "  left out  3 files (optimizer.pt, pytorch_model.bin, training_args.bin): weights in a pickle format" in run.out
+    assert (
+        "  left out  3 files (optimizer.pt, pytorch_model.bin, training_args.bin): weights in a pickle format"
+        in run.out
+    )
     assert "  left out  runs/: subdirectory" in run.out
     assert validate(str(dst)).summary.errors == 0
 
@@ -420,8 +494,10 @@ def test_dry_run_lists_the_other_files_and_writes_nothing(cli, export, tmp_path)
     dst = tmp_path / "out"
     run = cli("convert", src, dst, "--dry-run")
     assert run.code == 0, run
-    assert "  copied    README.md (unchanged)" in run.out and "  left out  model.npz: weights in another format (npz)" \
-        in run.out
+    assert (
+        "  copied    README.md (unchanged)" in run.out
+        and "  left out  model.npz: weights in another format (npz)" in run.out
+    )
     doc = json.loads(cli("convert", src, dst, "--dry-run", "-f", "json").out)
     assert doc["status"] == "dry-run" and doc["other_files"]["copied"] == ["README.md"]
     assert not dst.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["src"]
@@ -466,20 +542,30 @@ def test_repairs_apply_numerics_scale_policy_with_negative_zero_as_zero():
     assert scale_defects([np.zeros(2, np.float32), np.array([-0.0], np.float32)]).all_zero
     assert scale_defects([np.array([np.nan], np.float32)]) == ScaleDefects(non_finite=True)
     assert scale_defects([np.array([1.0], np.float32), np.array([-1e-3], np.float32)]).negative
-    assert not np.signbit(numerics.NVFP4_PAIRS[[0x08, 0x80], [0, 1]]).any()  # E2M1 code 0b1000 is +0.0, as in ModelOpt
-    assert (numerics.NVFP4_PAIRS.reshape(-1) == e2m1_decode(np.array([b >> (4 * h) & 15 for b in range(256)
-                                                                      for h in (0, 1)], np.uint8))).all()
+    assert not np.signbit(
+        numerics.NVFP4_PAIRS[[0x08, 0x80], [0, 1]]
+    ).any()  # E2M1 code 0b1000 is +0.0, as in ModelOpt
+    assert (
+        numerics.NVFP4_PAIRS.reshape(-1)
+        == e2m1_decode(np.array([b >> (4 * h) & 15 for b in range(256) for h in (0, 1)], np.uint8))
+    ).all()
     o, i = 2, 32
     packed = np.full((o, i // 2), 0x22, np.uint8)  # every element 1.0
     blobs = {"w": packed.tobytes(), "s2": np.float32(0.5).tobytes()}
-    infos = {"weight": TensorInfo("x.weight", "U8", (o, i // 2), "w", 0, packed.nbytes),
-             "weight_scale": TensorInfo("x.weight_scale", "F8_E4M3", (o, 2), "s", 0, 4),
-             "weight_scale_2": TensorInfo("x.weight_scale_2", "F32", (), "s2", 0, 4)}
+    infos = {
+        "weight": TensorInfo("x.weight", "U8", (o, i // 2), "w", 0, packed.nbytes),
+        "weight_scale": TensorInfo("x.weight_scale", "F8_E4M3", (o, 2), "s", 0, 4),
+        "weight_scale_2": TensorInfo("x.weight_scale_2", "F32", (), "s2", 0, 4),
+    }
 
     def run(scale_codes: bytes) -> np.ndarray:
         blobs["s"] = scale_codes
-        out = b"".join(b for b, _ in repair.dequantize_blocks("nvfp4", infos, (o, i), "F32",
-                                                              lambda t, off, n: blobs[t.file][off:off + n], 16))
+        out = b"".join(
+            b
+            for b, _ in repair.dequantize_blocks(
+                "nvfp4", infos, (o, i), "F32", lambda t, off, n: blobs[t.file][off : off + n], 16
+            )
+        )
         return np.frombuffer(out, np.float32).reshape(o, i)
 
     # one block scale -0.0 (0x80) beside 1.0 (0x38): zero, not negative (as validate --deep reads it)

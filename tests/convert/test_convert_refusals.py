@@ -83,12 +83,23 @@ def test_a_key_that_maps_to_nothing_is_refused_until_dropped_explicitly(cli, exp
     assert "--drop" in run.err
     _nothing_written(run, dst)
 
-    run = cli("convert", src, dst, "--drop", "embed_tokens.*", "--drop", "dflash_module.mystery_*",
-              "--drop", "mystery_gate")  # two patterns for one tensor: both count as used
+    run = cli(
+        "convert",
+        src,
+        dst,
+        "--drop",
+        "embed_tokens.*",
+        "--drop",
+        "dflash_module.mystery_*",
+        "--drop",
+        "mystery_gate",
+    )  # two patterns for one tensor: both count as used
     assert run.code == 0, run
     drops = {d["tensor"]: d["reason"] for d in load_json(dst / "conversion.json")["drops"]}
-    assert drops == {"dflash_module.embed_tokens.weight": "--drop embed_tokens.*",
-                     "dflash_module.mystery_gate": "--drop dflash_module.mystery_*"}
+    assert drops == {
+        "dflash_module.embed_tokens.weight": "--drop embed_tokens.*",
+        "dflash_module.mystery_gate": "--drop dflash_module.mystery_*",
+    }
     assert "dropped   dflash_module.mystery_gate" in run.out
 
 
@@ -105,8 +116,12 @@ def test_rotary_buffers_are_dropped_and_reported(cli, export, tmp_path):
     run = cli("convert", src, tmp_path / "out")
     assert run.code == 0, run
     drops = load_json(tmp_path / "out" / "conversion.json")["drops"]
-    assert drops == [{"tensor": "rotary_emb.inv_freq",
-                      "reason": "derived buffer every loader recomputes (ModelOpt's exporter drops it too)"}]
+    assert drops == [
+        {
+            "tensor": "rotary_emb.inv_freq",
+            "reason": "derived buffer every loader recomputes (ModelOpt's exporter drops it too)",
+        }
+    ]
 
 
 def test_names_that_collide_after_renaming_are_refused(cli, export, tmp_path):
@@ -143,8 +158,12 @@ def test_missing_untrained_constants_are_never_guessed(cli, export, tmp_path):
     assert run.code == 0, run
     assert load_json(tmp_path / "out" / "config.json")["dflash_config"]["lilicorr_logit_scale"] == 10
     change = load_json(tmp_path / "out" / "conversion.json")["config"][0]
-    assert change == {"key": "dflash_config.lilicorr_logit_scale", "action": "set", "after": 10,
-                      "reason": "--set on the command line"}
+    assert change == {
+        "key": "dflash_config.lilicorr_logit_scale",
+        "action": "set",
+        "after": 10,
+        "reason": "--set on the command line",
+    }
 
 
 def test_missing_tensors_are_refused_before_writing(cli, export, tmp_path):
@@ -193,7 +212,9 @@ def test_existing_destination_needs_force_and_force_replaces_an_earlier_output(c
     assert (dst / "old.txt").exists()
     run = cli("convert", EXAMPLE, dst, "--force")
     assert run.code == 0, run
-    assert (dst / "old.txt").read_text() == "old" and (dst / "model.safetensors").exists()  # the user's file stays
+    assert (dst / "old.txt").read_text() == "old" and (
+        dst / "model.safetensors"
+    ).exists()  # the user's file stays
     assert "lilicorr.feature_mlp.up_proj.weight" in tensors_of(dst)  # the new output, not the old one
     assert not list(tmp_path.glob(".out.convert-*"))
 
@@ -297,14 +318,19 @@ def test_values_survive_a_float32_source(cli, export, tmp_path):
     assert np.isfinite(np.frombuffer(out["lilicorr.out_head.weight"][2], np.float32)).all()
 
 
-@pytest.mark.parametrize("edit,expected", [
-    (lambda c: c.__setitem__("hidden_size", "64"), "$.hidden_size: expected an integer, found \"64\""),
-    (lambda c: c.__setitem__("dflash_config", [1, 2]), "$.dflash_config: expected an object"),
-    (lambda c: c.__setitem__("num_hidden_layers", 0), "LC118 num_hidden_layers is 0"),
-    (lambda c: c["dflash_config"].__setitem__("block_size", -3), "LC112 block_size is -3"),
-    (lambda c: c["dflash_config"].__setitem__("lilicorr_logit_scale", float("nan")),
-     "--set dflash_config.lilicorr_logit_scale=VALUE"),
-])
+@pytest.mark.parametrize(
+    "edit,expected",
+    [
+        (lambda c: c.__setitem__("hidden_size", "64"), '$.hidden_size: expected an integer, found "64"'),
+        (lambda c: c.__setitem__("dflash_config", [1, 2]), "$.dflash_config: expected an object"),
+        (lambda c: c.__setitem__("num_hidden_layers", 0), "LC118 num_hidden_layers is 0"),
+        (lambda c: c["dflash_config"].__setitem__("block_size", -3), "LC112 block_size is -3"),
+        (
+            lambda c: c["dflash_config"].__setitem__("lilicorr_logit_scale", float("nan")),
+            "--set dflash_config.lilicorr_logit_scale=VALUE",
+        ),
+    ],
+)
 def test_a_bad_config_is_refused_with_the_key_to_fix(cli, export, tmp_path, edit, expected):
     src = export(quant="NVFP4")
     cfg = load_json(src / "config.json")
@@ -336,15 +362,20 @@ def test_a_refusal_in_json_format_still_prints_one_json_document(cli, tmp_path):
     doc = json.loads(run.out)
     assert doc["status"] == "refused" and doc["exit_code"] == 1 and doc["written"] is False
     assert doc["summary"].startswith("the source needs repairs and --no-repair was given")
-    assert f"lilicorr.out_head is stored NVFP4 but must stay floating point for {SG} and {VL}" in doc["reasons"]
+    assert (
+        f"lilicorr.out_head is stored NVFP4 but must stay floating point for {SG} and {VL}" in doc["reasons"]
+    )
     assert "refused:" in run.err  # the message for people stays on stderr
     _nothing_written(run, dst)
 
 
-@pytest.mark.parametrize("args,code,text", [
-    (["--set", "dflash_config.lilicorr_logit_scale=abc"], 4, "VALUE must be JSON"),
-    (["--drop", "nothing.matches.*"], 4, "matches no tensor"),
-])
+@pytest.mark.parametrize(
+    "args,code,text",
+    [
+        (["--set", "dflash_config.lilicorr_logit_scale=abc"], 4, "VALUE must be JSON"),
+        (["--drop", "nothing.matches.*"], 4, "matches no tensor"),
+    ],
+)
 def test_usage_errors_in_json_format_print_a_json_document(cli, tmp_path, args, code, text):
     run = cli("convert", EXAMPLE, tmp_path / "out", *args, "-f", "json")
     assert run.code == code, run
@@ -389,7 +420,9 @@ def test_setting_a_key_under_a_value_that_is_not_an_object_is_a_usage_error(cli,
     assert "dflash_config.block_size is 8 (a number), not an object" in run.err
     assert "--set dflash_config.block_size=VALUE" in run.err
     _nothing_written(run, dst)
-    run = cli("convert", EXAMPLE, dst, "--set", "extra=1", "--set", "extra.inner=2")  # the earlier --set counts
+    run = cli(
+        "convert", EXAMPLE, dst, "--set", "extra=1", "--set", "extra.inner=2"
+    )  # the earlier --set counts
     assert run.code == 4 and "extra is 1 (a number), not an object" in run.err, run
 
 
@@ -409,22 +442,25 @@ def _patch_tensor(src, name, data: bytes):
     path = src / "model.safetensors"
     raw = bytearray(path.read_bytes())
     n = int.from_bytes(raw[:8], "little")
-    begin, end = json.loads(raw[8:8 + n])[name]["data_offsets"]
+    begin, end = json.loads(raw[8 : 8 + n])[name]["data_offsets"]
     assert len(data) == end - begin
-    raw[8 + n + begin:8 + n + end] = data
+    raw[8 + n + begin : 8 + n + end] = data
     path.write_bytes(bytes(raw))
 
 
-@pytest.mark.parametrize("tensor, data, needle", [
-    ("weight_scale_2", np.float32(np.nan).tobytes(), "weight_scale_2 is nan"),
-    ("weight_scale_2", np.float32(np.inf).tobytes(), "weight_scale_2 is inf"),
-    ("weight_scale_2", np.float32(-1e-3).tobytes(), "weight_scale_2 is -0.001"),
-    ("weight_scale", bytes([0x7F]) * 256, "NaN or infinite"),  # the E4M3 NaN code in every block
-    ("weight_scale", bytes([0xB8]) * 256, "negative weight_scale"),  # -1.0 in E4M3
-    # numerics' scale policy, as validate --deep applies it (LC703): an all-zero scale zeroes the module
-    ("weight_scale_2", np.float32(0).tobytes(), "weight_scale_2 is 0 (all zero"),
-    ("weight_scale", bytes(256), "all zero weight_scale"),
-])
+@pytest.mark.parametrize(
+    "tensor, data, needle",
+    [
+        ("weight_scale_2", np.float32(np.nan).tobytes(), "weight_scale_2 is nan"),
+        ("weight_scale_2", np.float32(np.inf).tobytes(), "weight_scale_2 is inf"),
+        ("weight_scale_2", np.float32(-1e-3).tobytes(), "weight_scale_2 is -0.001"),
+        ("weight_scale", bytes([0x7F]) * 256, "NaN or infinite"),  # the E4M3 NaN code in every block
+        ("weight_scale", bytes([0xB8]) * 256, "negative weight_scale"),  # -1.0 in E4M3
+        # numerics' scale policy, as validate --deep applies it (LC703): an all-zero scale zeroes the module
+        ("weight_scale_2", np.float32(0).tobytes(), "weight_scale_2 is 0 (all zero"),
+        ("weight_scale", bytes(256), "all zero weight_scale"),
+    ],
+)
 def test_a_repair_whose_scales_are_corrupt_is_refused(cli, tmp_path, tensor, data, needle):
     import shutil
 
@@ -439,10 +475,13 @@ def test_a_repair_whose_scales_are_corrupt_is_refused(cli, tmp_path, tensor, dat
 
 
 def test_nvfp4_in_features_off_the_group_size_is_refused_not_crashed(cli, export, tmp_path):
-    def mutate(t: fixtures.Tensors) -> None:  # down_proj 136 -> 64 stored NVFP4 with floor(136 / 16) block scales
+    def mutate(
+        t: fixtures.Tensors,
+    ) -> None:  # down_proj 136 -> 64 stored NVFP4 with floor(136 / 16) block scales
         t["layers.0.mlp.down_proj.weight"] = ("U8", (64, 68), bytes(64 * 68))
         t["layers.0.mlp.down_proj.weight_scale"] = ("F8_E4M3", (64, 8), bytes([0x38]) * (64 * 8))
         t["layers.0.mlp.down_proj.weight_scale_2"] = ("F32", (), np.float32(1e-3).tobytes())
+
     src = export(config=fixtures.draft_config(intermediate_size=136), quant="NVFP4", mutate=mutate)
     run = cli("convert", src, tmp_path / "out")
     assert run.code == 1, run  # it crashed with an internal error (a reshape) before

@@ -21,7 +21,9 @@ def test_verify_without_the_runtime_is_a_usage_error(cli, tmp_path, monkeypatch)
 
 torch = pytest.importorskip("torch", reason="--verify needs torch")
 runtime = pytest.importorskip("lilicorr_runtime", reason="--verify needs lilicorr_runtime")
-pytest.importorskip("lilicorr_runtime.model.probe", reason="--verify needs lilicorr_runtime.model.probe.reference_outputs")
+pytest.importorskip(
+    "lilicorr_runtime.model.probe", reason="--verify needs lilicorr_runtime.model.probe.reference_outputs"
+)
 
 from lilicorr_ckpt.convert.verify import compare  # noqa: E402
 
@@ -50,7 +52,10 @@ def test_repairs_stay_within_bf16_rounding_of_the_quantized_source(cli, tmp_path
 def test_a_swapped_tensor_is_caught_and_nothing_is_written(cli, export, tmp_path, monkeypatch):
     src = export()
     real = names.map_name
-    swap = {"lilicorr.out_head.bias": "lilicorr.in_head.bias", "lilicorr.in_head.bias": "lilicorr.out_head.bias"}
+    swap = {
+        "lilicorr.out_head.bias": "lilicorr.in_head.bias",
+        "lilicorr.in_head.bias": "lilicorr.out_head.bias",
+    }
 
     def buggy(source):  # a renaming bug that validate cannot see: same names, same shapes
         m = real(source)
@@ -76,5 +81,6 @@ def test_compare_flags_differences_beyond_the_tolerance():
     far = {"x": torch.tensor([1.0, 2.0, 3.5]), "ids": torch.tensor([1, 3])}
     problems = compare(a, far, exact=False)[1]
     assert len(problems) == 2 and "exceeds bf16 rounding" in " ".join(problems)
-    assert compare(a, {"x": a["x"]}, exact=True)[1] == ["output 'ids' is produced by only one of the source and "
-                                                        "the converted drafter"]
+    assert compare(a, {"x": a["x"]}, exact=True)[1] == [
+        "output 'ids' is produced by only one of the source and the converted drafter"
+    ]

@@ -53,8 +53,14 @@ main(["convert", *sys.argv[2:]])
 def _convert_process(*args, pause=None, **kw):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = ["-m", "lilicorr_ckpt.cli", "convert"] if pause is None else ["-c", SLOWED, str(pause)]
-    return subprocess.Popen([sys.executable, *command, *map(str, args)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, **kw)
+    return subprocess.Popen(
+        [sys.executable, *command, *map(str, args)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kw,
+    )
 
 
 def _wait_for_partial_write(parent, name, proc, timeout=30.0):
@@ -121,14 +127,24 @@ def test_a_stale_temporary_of_a_live_process_is_left_alone(tmp_path, cli):
 
 
 def test_convert_never_imports_torch_and_memory_does_not_follow_checkpoint_size(tmp_path):
-    cfg = fixtures.draft_config(hidden_size=2048, num_hidden_layers=1, num_attention_heads=16,
-                                num_key_value_heads=4, head_dim=128, intermediate_size=8192,
-                                dflash={"lilicorr_hidden_size": 512})
+    cfg = fixtures.draft_config(
+        hidden_size=2048,
+        num_hidden_layers=1,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        head_dim=128,
+        intermediate_size=8192,
+        dflash={"lilicorr_hidden_size": 512},
+    )
     src = fixtures.write_sparse_checkpoint(tmp_path / "src", cfg)  # real headers, data are file holes
     size = (src / "model.safetensors").stat().st_size
     assert size > 150e6
-    result = subprocess.run([sys.executable, "-c", PROBE, str(src), str(tmp_path / "out")], capture_output=True,
-                            text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, str(src), str(tmp_path / "out")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     line = result.stdout.strip().splitlines()[-1]
     assert line.startswith("HEAVY [] EXIT 0"), result.stdout + result.stderr
     rss_mb = int(line.rsplit(" ", 1)[1])
@@ -197,7 +213,9 @@ def test_disk_full_during_a_mapped_window_copy_reports_enospc_not_a_buffer_error
     monkeypatch.setattr(os, "write", write)
     dst = tmp_path / "out"
     run = cli("convert", EXAMPLE, dst)
-    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (DST was not created)")
+    _assert_clean_failure(
+        run, dst, f"cannot write the output: No space left on device: {dst} (DST was not created)"
+    )
     assert "BufferError" not in run.err and "internal error" not in run.err
     assert list(tmp_path.iterdir()) == []
 
@@ -207,7 +225,9 @@ def test_disk_full_during_a_kernel_copy_leaves_nothing_and_creates_no_parents(cl
     monkeypatch.setattr(os, "copy_file_range", _no_space)
     dst = tmp_path / "new" / "deeper" / "out"
     run = cli("convert", EXAMPLE, dst)
-    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (DST was not created)")
+    _assert_clean_failure(
+        run, dst, f"cannot write the output: No space left on device: {dst} (DST was not created)"
+    )
     assert list(tmp_path.iterdir()) == []  # the parents convert created for DST are gone too
 
 
@@ -217,8 +237,9 @@ def test_disk_full_while_replacing_with_force_keeps_the_previous_output(cli, tmp
     before = tree_digest(dst)
     monkeypatch.setattr(os, "fsync", _no_space)  # every file is flushed before the swap
     run = cli("convert", EXAMPLE, dst, "--force")
-    _assert_clean_failure(run, dst, f"cannot write the output: No space left on device: {dst} (the previous DST "
-                                    "is unchanged)")
+    _assert_clean_failure(
+        run, dst, f"cannot write the output: No space left on device: {dst} (the previous DST is unchanged)"
+    )
     assert tree_digest(dst) == before
 
 
@@ -235,7 +256,9 @@ def test_an_unwritable_parent_is_an_io_error_naming_it(cli, tmp_path, monkeypatc
     monkeypatch.setattr(Path, "mkdir", mkdir)
     dst = tmp_path / "out"
     run = cli("convert", EXAMPLE, dst)
-    _assert_clean_failure(run, dst, f"cannot write the output: Permission denied: {tmp_path} (DST was not created)")
+    _assert_clean_failure(
+        run, dst, f"cannot write the output: Permission denied: {tmp_path} (DST was not created)"
+    )
     assert not dst.exists() and list(tmp_path.iterdir()) == []
 
 
@@ -246,9 +269,14 @@ def test_a_file_where_the_parent_directory_should_be_is_an_io_error(cli, tmp_pat
     dst = afile / below
     run = cli("convert", EXAMPLE, dst)
     assert run.code == 2, run
-    assert run.err == f"lilicorr-ckpt: error: cannot write the output: Not a directory: {afile} (DST was not " \
-                      "created)\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and afile.read_text() == "a file, not a directory"
+    assert (
+        run.err == f"lilicorr-ckpt: error: cannot write the output: Not a directory: {afile} (DST was not "
+        "created)\n"
+    )
+    assert (
+        sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
+        and afile.read_text() == "a file, not a directory"
+    )
 
 
 def test_an_unwritable_parent_for_real_when_not_root(tmp_path):
@@ -324,7 +352,9 @@ def test_stale_temporaries_of_a_long_destination_name_are_found(tmp_path):
     stale.mkdir()
     old.mkdir()
     (old / "config.json").write_text("{}")
-    other = destination.sibling(tmp_path / ("x" * 249 + "y"), destination.TMP_TAG, pid=999999997)  # same cut, other hash
+    other = destination.sibling(
+        tmp_path / ("x" * 249 + "y"), destination.TMP_TAG, pid=999999997
+    )  # same cut, other hash
     other.mkdir()
     assert destination.restore_interrupted_replacement(dst) and (dst / "config.json").is_file()
     assert destination.remove_stale_temporaries(dst) == [stale]

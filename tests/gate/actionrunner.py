@@ -63,9 +63,11 @@ class _WorkflowLoader(yaml.SafeLoader):
 
 _WorkflowLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-_WorkflowLoader.add_implicit_resolver("tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-                                      list("tTfF"))
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_WorkflowLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool", re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 
 
 def load_workflow(text: str) -> dict[str, Any]:
@@ -105,26 +107,48 @@ def runner_env(tmp: Path, extra: dict[str, str] | None = None) -> dict[str, str]
     shim.chmod(0o755)
     (tmp / "runner-temp").mkdir(exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "INPUT_", "RUNNER_"))}
-    env.update({"PATH": f"{shims}{os.pathsep}{env.get('PATH', '')}", "PYTHONPATH": str(REPO), "NO_COLOR": "1",
-                "RUNNER_TEMP": str(tmp / "runner-temp"), "GITHUB_WORKSPACE": str(REPO),
-                "GITHUB_ACTION_PATH": str(REPO), "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp / "hf-home")})
+    env.update(
+        {
+            "PATH": f"{shims}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHONPATH": str(REPO),
+            "NO_COLOR": "1",
+            "RUNNER_TEMP": str(tmp / "runner-temp"),
+            "GITHUB_WORKSPACE": str(REPO),
+            "GITHUB_ACTION_PATH": str(REPO),
+            "HF_HUB_OFFLINE": "1",
+            "HF_HOME": str(tmp / "hf-home"),
+        }
+    )
     env.update(extra or {})
     return env
 
 
-def run_bash(script: str, env: dict[str, str], tmp: Path, cwd: Path) -> tuple[subprocess.CompletedProcess, dict]:
+def run_bash(
+    script: str, env: dict[str, str], tmp: Path, cwd: Path
+) -> tuple[subprocess.CompletedProcess, dict]:
     out_file = tmp / f"output-{len(list(tmp.glob('output-*')))}"
     out_file.write_text("")
     script_file = out_file.with_suffix(".sh")
     script_file.write_text(script)
-    proc = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script_file)],
-                          env={**env, "GITHUB_OUTPUT": str(out_file)}, cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", str(script_file)],
+        env={**env, "GITHUB_OUTPUT": str(out_file)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     return proc, parse_outputs(out_file.read_text())
 
 
-def run_action(inputs: dict[str, str], tmp: Path, *, action: Path = REPO / "action.yml",
-               env: dict[str, str] | None = None, only: set[str] | None = None) -> ActionRun:
+def run_action(
+    inputs: dict[str, str],
+    tmp: Path,
+    *,
+    action: Path = REPO / "action.yml",
+    env: dict[str, str] | None = None,
+    only: set[str] | None = None,
+) -> ActionRun:
     """Run the action's bash steps in order (those in `only`, when given). Like the runner, a failing step
     stops the rest; the returned returncode is the first failing step's."""
     doc = load_yaml(action)
@@ -148,7 +172,10 @@ def run_action(inputs: dict[str, str], tmp: Path, *, action: Path = REPO / "acti
         if only is not None and step.get("id") not in only:
             continue
         assert step.get("shell") == "bash"
-        env = {**base_env, **{k: substitute(v, values, step_outputs) for k, v in (step.get("env") or {}).items()}}
+        env = {
+            **base_env,
+            **{k: substitute(v, values, step_outputs) for k, v in (step.get("env") or {}).items()},
+        }
         proc, outputs = run_bash(step["run"], env, tmp, REPO)
         result.steps.append(StepResult(step.get("id"), proc.returncode, proc.stdout, proc.stderr, outputs))
         if step.get("id"):
@@ -156,14 +183,21 @@ def run_action(inputs: dict[str, str], tmp: Path, *, action: Path = REPO / "acti
         if proc.returncode != 0:
             result.returncode = proc.returncode
             break
-    result.outputs = {name: substitute(spec["value"], values, step_outputs)
-                      for name, spec in doc.get("outputs", {}).items()}
+    result.outputs = {
+        name: substitute(spec["value"], values, step_outputs) for name, spec in doc.get("outputs", {}).items()
+    }
     result.summary = summary.read_text()
     return result
 
 
-def run_workflow_job(workflow: Path, job: str, tmp: Path, *, input_overrides: dict[str, str] | None = None,
-                     env: dict[str, str] | None = None) -> list[tuple[str, int]]:
+def run_workflow_job(
+    workflow: Path,
+    job: str,
+    tmp: Path,
+    *,
+    input_overrides: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+) -> list[tuple[str, int]]:
     """Run one job of a workflow: `uses: ./` steps through run_action, `run:` steps in bash; returns
     (step name, exit code) for every step that ran. Checkout and setup-python are this machine's."""
     doc = load_yaml(workflow)
@@ -184,8 +218,10 @@ def run_workflow_job(workflow: Path, job: str, tmp: Path, *, input_overrides: di
         elif "uses" in step:
             continue  # actions/checkout, actions/setup-python: this checkout and this interpreter
         else:
-            run_env = {**runner_env(tmp, env),
-                       **{k: substitute(v, {}, steps_state) for k, v in (step.get("env") or {}).items()}}
+            run_env = {
+                **runner_env(tmp, env),
+                **{k: substitute(v, {}, steps_state) for k, v in (step.get("env") or {}).items()},
+            }
             assert "${{" not in step["run"], f"{name}: expressions belong in env:, not in the script"
             proc, _ = run_bash(step["run"], run_env, tmp, REPO)
             ran.append((name, proc.returncode))

@@ -28,8 +28,21 @@ PRE = {"version": "preinstalled"}
 def test_the_action_declares_what_the_gate_needs_and_passes_inputs_through_env_only():
     doc = load_yaml(ACTION)
     assert doc["runs"]["using"] == "composite"
-    for name in ("path", "target", "runtime", "strict", "deep", "ignore", "config", "smoke", "sarif-file",
-                 "upload-sarif", "summary", "version", "index-url"):
+    for name in (
+        "path",
+        "target",
+        "runtime",
+        "strict",
+        "deep",
+        "ignore",
+        "config",
+        "smoke",
+        "sarif-file",
+        "upload-sarif",
+        "summary",
+        "version",
+        "index-url",
+    ):
         assert name in doc["inputs"], name
         assert doc["inputs"][name].get("description")
     assert doc["inputs"]["smoke"]["default"] == "false"
@@ -47,15 +60,30 @@ def test_the_action_declares_what_the_gate_needs_and_passes_inputs_through_env_o
 
 def test_an_accepted_drafter_passes_with_outputs_summary_and_sarif(tmp_path):
     sarif = tmp_path / "out" / "validate.sarif"
-    run = run_action({**PRE, "path": "examples/tiny-lilicorr", "target": "examples/tiny-target", "strict": "true",
-                      "sarif-file": str(sarif)}, tmp_path)
+    run = run_action(
+        {
+            **PRE,
+            "path": "examples/tiny-lilicorr",
+            "target": "examples/tiny-target",
+            "strict": "true",
+            "sarif-file": str(sarif),
+        },
+        tmp_path,
+    )
     assert run.returncode == 0, run.stderr
     assert run.outputs["exit-code"] == "0" and run.outputs["result"] == "pass"
-    assert (run.outputs["verdict-sglang"], run.outputs["verdict-vllm"], run.outputs["verdict-trtllm"]) == \
-        ("accepts",) * 3
-    assert json.loads(run.outputs["verdicts"]) == {"sglang": "accepts", "vllm": "accepts", "trtllm": "accepts"}
-    assert "### ✅ lilicorr-ckpt validate `examples/tiny-lilicorr` against `examples/tiny-target` `--strict`: PASS" \
+    assert (run.outputs["verdict-sglang"], run.outputs["verdict-vllm"], run.outputs["verdict-trtllm"]) == (
+        "accepts",
+    ) * 3
+    assert json.loads(run.outputs["verdicts"]) == {
+        "sglang": "accepts",
+        "vllm": "accepts",
+        "trtllm": "accepts",
+    }
+    assert (
+        "### ✅ lilicorr-ckpt validate `examples/tiny-lilicorr` against `examples/tiny-target` `--strict`: PASS"
         in run.summary
+    )
     assert f"| {markdown_text(PROFILES['sglang'].display)} | ✅ accepts | 0 | 0 |" in run.summary
     doc = json.loads(sarif.read_text())
     assert doc["version"] == "2.1.0" and doc["runs"][0]["results"] == []
@@ -76,7 +104,10 @@ def test_a_refused_checkpoint_fails_the_gate_with_annotations(tmp_path):
     assert errors and all("file=examples/tiny-modelopt-nvfp4/" in line for line in errors)
     assert any("title=LC306 must-be-float::" in line for line in errors)
     assert any(line.startswith("::warning ") for line in run.stdout.splitlines())
-    assert f"| {markdown_text(PROFILES['vllm'].display)} | ❌ refuses |" in run.summary and "`LC306` must-be-float" in run.summary
+    assert (
+        f"| {markdown_text(PROFILES['vllm'].display)} | ❌ refuses |" in run.summary
+        and "`LC306` must-be-float" in run.summary
+    )
     validate = run.step("validate").outputs
     assert validate["sarif-written"] == "true" and Path(validate["sarif-file"]).is_file()
     assert validate["sarif-category"] == "lilicorr-ckpt/all/examples-tiny-modelopt-nvfp4"
@@ -108,9 +139,11 @@ def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
     run = run_action({**PRE, "path": "examples/tiny-lilicorrr"}, tmp_path)
     assert run.returncode == 2
     assert run.outputs["exit-code"] == "2" and run.outputs["result"] == "error"
-    assert "::error title=lilicorr-ckpt validate (exit 2)::checkpoint " \
-           "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'" \
+    assert (
+        "::error title=lilicorr-ckpt validate (exit 2)::checkpoint "
+        "'examples/tiny-lilicorrr' does not exist: no such directory; did you mean 'examples/tiny-lilicorr'"
         in run.stdout
+    )
     assert "not validated (exit 2)" in run.summary and "no such directory" in run.summary
     # the report files exist all the same: the JSON with the reason (the SARIF, when asked, says
     # executionSuccessful false; tests/report/test_ci_outputs.py)
@@ -119,11 +152,17 @@ def test_unreadable_input_is_an_error_annotation_with_the_reason(tmp_path):
 
 def test_inputs_are_data_never_code(tmp_path):
     marker = tmp_path / "pwned"
-    for evil in (f"$(touch {marker})", f"`touch {marker}`", f'"; touch {marker}; echo "', f"x'; touch {marker}; '"):
+    for evil in (
+        f"$(touch {marker})",
+        f"`touch {marker}`",
+        f'"; touch {marker}; echo "',
+        f"x'; touch {marker}; '",
+    ):
         sub = tmp_path / str(abs(hash(evil)))
         sub.mkdir()
-        run = run_action({**PRE, "path": evil, "target": evil, "ignore": evil, "runtime": evil,
-                          "smoke-args": evil}, sub)
+        run = run_action(
+            {**PRE, "path": evil, "target": evil, "ignore": evil, "runtime": evil, "smoke-args": evil}, sub
+        )
         assert run.returncode in (2, 4)
         assert not marker.exists(), evil
 
@@ -174,27 +213,48 @@ if os.path.basename(sys.argv[0]) == "lilicorr-ckpt":  # the installed tool: this
 """
 
 
-@pytest.mark.parametrize("version, smoke, expected", [
-    ("", "false", ["{REPO}"]),
-    ("0.1.0", "false", ["lilicorr-ckpt==0.1.0"]),
-    ("", "true", ["torch --index-url https://download.pytorch.org/whl/cpu", "{REPO}[runtime]"]),
-    ("0.2.0", "true", ["torch --index-url https://download.pytorch.org/whl/cpu", "lilicorr-ckpt[runtime]==0.2.0"]),
-    ("0.2.0 https://pkgs.example/simple", "false", ["--index-url https://pkgs.example/simple lilicorr-ckpt==0.2.0"]),
-    ("https://pkgs.example/simple", "false", ["{REPO}"]),  # an index without a version: the action's checkout
-])
+@pytest.mark.parametrize(
+    "version, smoke, expected",
+    [
+        ("", "false", ["{REPO}"]),
+        ("0.1.0", "false", ["lilicorr-ckpt==0.1.0"]),
+        ("", "true", ["torch --index-url https://download.pytorch.org/whl/cpu", "{REPO}[runtime]"]),
+        (
+            "0.2.0",
+            "true",
+            ["torch --index-url https://download.pytorch.org/whl/cpu", "lilicorr-ckpt[runtime]==0.2.0"],
+        ),
+        (
+            "0.2.0 https://pkgs.example/simple",
+            "false",
+            ["--index-url https://pkgs.example/simple lilicorr-ckpt==0.2.0"],
+        ),
+        (
+            "https://pkgs.example/simple",
+            "false",
+            ["{REPO}"],
+        ),  # an index without a version: the action's checkout
+    ],
+)
 def test_the_install_step_uses_a_venv_and_cpu_torch_only_for_smoke(tmp_path, version, smoke, expected):
     bindir, log = _fake_python(tmp_path)
     env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
     number, _, index = version.rpartition(" ") if " " in version else (version, "", "")
     if number.startswith("https:"):
         number, index = "", number
-    run = run_action({"path": "x", "version": number, "index-url": index, "smoke": smoke}, tmp_path, env=env,
-                     only={"install"})
+    run = run_action(
+        {"path": "x", "version": number, "index-url": index, "smoke": smoke},
+        tmp_path,
+        env=env,
+        only={"install"},
+    )
     assert run.returncode == 0, run.stderr
     calls = log.read_text().splitlines()
     venv = f"{tmp_path}/runner-temp/lilicorr-ckpt-venv"
     assert calls[0] == f"python3 -m venv {venv}"
-    installs = [c.split("install --quiet ", 1)[1] for c in calls if " install --quiet " in c and "--upgrade" not in c]
+    installs = [
+        c.split("install --quiet ", 1)[1] for c in calls if " install --quiet " in c and "--upgrade" not in c
+    ]
     assert installs == [e.format(REPO=REPO) for e in expected]
     assert run.step("install").outputs["bin"] == f"{venv}/bin"
 
@@ -204,8 +264,12 @@ def test_the_install_step_refuses_a_version_that_is_not_one(tmp_path):
     env = {"PATH": f"{bindir}{os.pathsep}/usr/bin{os.pathsep}/bin"}
     # an injection attempt: a command whose payload only leaves a marker file, and a forged workflow command
     marker = tmp_path / "injected"
-    run = run_action({"path": "x", "version": f"1.0; touch {marker}\n::error title=forged::x"}, tmp_path, env=env,
-                     only={"install"})
+    run = run_action(
+        {"path": "x", "version": f"1.0; touch {marker}\n::error title=forged::x"},
+        tmp_path,
+        env=env,
+        only={"install"},
+    )
     assert run.returncode == 1
     [command] = obeyed_commands(run.stdout)
     assert command.message == "the version input must be empty, 'preinstalled' or a version number"
@@ -216,12 +280,15 @@ def test_the_install_step_refuses_a_version_that_is_not_one(tmp_path):
 def test_the_gate_step_alone_fails_without_a_validate_result(tmp_path):
     doc = load_yaml(ACTION)
     gate = next(s for s in doc["runs"]["steps"] if s.get("id") == "gate")
-    proc, _ = run_bash(gate["run"], {**runner_env(tmp_path), "VALIDATE_RC": "", "SMOKE_RC": ""}, tmp_path, REPO)
+    proc, _ = run_bash(
+        gate["run"], {**runner_env(tmp_path), "VALIDATE_RC": "", "SMOKE_RC": ""}, tmp_path, REPO
+    )
     assert proc.returncode == 2
 
 
-@pytest.mark.parametrize("workflow, job, steps", [(WORKFLOW, "gate", 1), (SELFTEST, "outputs", 2),
-                                                 (SELFTEST, "refuses", 2)])
+@pytest.mark.parametrize(
+    "workflow, job, steps", [(WORKFLOW, "gate", 1), (SELFTEST, "outputs", 2), (SELFTEST, "refuses", 2)]
+)
 def test_the_example_workflows_pass_on_the_bundled_examples(tmp_path, workflow, job, steps):
     ran = run_workflow_job(workflow, job, tmp_path, input_overrides=PRE)
     assert ran[-1][1] == 0, ran
@@ -232,20 +299,74 @@ def test_the_example_workflows_pass_on_the_bundled_examples(tmp_path, workflow, 
 def test_the_selftest_smoke_job(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    ran = run_workflow_job(SELFTEST, "smoke", tmp_path,
-                           input_overrides={**PRE, "smoke-args": "--limit 1 --max-new-tokens 4 --probes code "
-                                                                 "--no-warmup --min-head-gain -1"})
+    ran = run_workflow_job(
+        SELFTEST,
+        "smoke",
+        tmp_path,
+        input_overrides={
+            **PRE,
+            "smoke-args": "--limit 1 --max-new-tokens 4 --probes code --no-warmup --min-head-gain -1",
+        },
+    )
     assert ran == [("smoke", 0), ("smoke ran and passed", 0)]
 
 
 WORKFLOW_KEYS = {"name", "run-name", "on", "permissions", "env", "defaults", "concurrency", "jobs"}
-EVENTS = {"push", "pull_request", "pull_request_target", "workflow_dispatch", "schedule", "release", "workflow_call"}
-JOB_KEYS = {"name", "runs-on", "steps", "permissions", "needs", "if", "env", "timeout-minutes", "strategy",
-            "continue-on-error", "defaults", "concurrency", "outputs", "environment", "container", "services"}
-STEP_KEYS = {"id", "name", "uses", "run", "with", "env", "if", "shell", "continue-on-error", "timeout-minutes",
-             "working-directory"}
-PERMISSIONS = {"actions", "checks", "contents", "deployments", "id-token", "issues", "packages", "pages",
-               "pull-requests", "security-events", "statuses", "attestations", "discussions"}
+EVENTS = {
+    "push",
+    "pull_request",
+    "pull_request_target",
+    "workflow_dispatch",
+    "schedule",
+    "release",
+    "workflow_call",
+}
+JOB_KEYS = {
+    "name",
+    "runs-on",
+    "steps",
+    "permissions",
+    "needs",
+    "if",
+    "env",
+    "timeout-minutes",
+    "strategy",
+    "continue-on-error",
+    "defaults",
+    "concurrency",
+    "outputs",
+    "environment",
+    "container",
+    "services",
+}
+STEP_KEYS = {
+    "id",
+    "name",
+    "uses",
+    "run",
+    "with",
+    "env",
+    "if",
+    "shell",
+    "continue-on-error",
+    "timeout-minutes",
+    "working-directory",
+}
+PERMISSIONS = {
+    "actions",
+    "checks",
+    "contents",
+    "deployments",
+    "id-token",
+    "issues",
+    "packages",
+    "pages",
+    "pull-requests",
+    "security-events",
+    "statuses",
+    "attestations",
+    "discussions",
+}
 
 
 def assert_a_complete_workflow(doc: dict) -> None:
@@ -292,16 +413,22 @@ def test_the_readme_snippet_is_the_whole_example_workflow():
 def test_the_ignore_input_waives_and_the_summary_says_so(tmp_path):
     from lilicorr_ckpt import fixtures
 
-    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404: an error for SGLang
+    owned = fixtures.write_checkpoint(
+        tmp_path / "owned", fixtures.draft_config(own_lm_head=True)
+    )  # LC404: an error for SGLang
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
     strict = run_action({**PRE, "path": str(owned), "strict": "true"}, tmp_path / "a")
-    waived = run_action({**PRE, "path": str(owned), "strict": "true", "ignore": "LC314,LC404"}, tmp_path / "b")
-    assert strict.returncode == 1 and any(line.startswith("::error ") and "LC404" in line
-                                          for line in strict.stdout.splitlines())
+    waived = run_action(
+        {**PRE, "path": str(owned), "strict": "true", "ignore": "LC314,LC404"}, tmp_path / "b"
+    )
+    assert strict.returncode == 1 and any(
+        line.startswith("::error ") and "LC404" in line for line in strict.stdout.splitlines()
+    )
     assert waived.returncode == 0 and waived.outputs["result"] == "pass"
     assert "::warning" not in waived.stdout and "LC404" not in "".join(
-        line for line in waived.stdout.splitlines() if line.startswith("::"))
+        line for line in waived.stdout.splitlines() if line.startswith("::")
+    )
     assert "0 errors, 0 warnings, 0 info; 1 waived" in waived.summary and "🔕 waived" in waived.summary
 
 
@@ -314,8 +441,16 @@ def _obeyed(run) -> list:
 
 
 def test_hostile_inputs_forge_no_output_annotation_or_summary_line(tmp_path):
-    run = run_action({**PRE, "path": "examples/tiny-lilicorrr" + FORGE, "runtime": "all" + FORGE,
-                      "ignore": "LC314" + FORGE, "upload-sarif": "true"}, tmp_path)
+    run = run_action(
+        {
+            **PRE,
+            "path": "examples/tiny-lilicorrr" + FORGE,
+            "runtime": "all" + FORGE,
+            "ignore": "LC314" + FORGE,
+            "upload-sarif": "true",
+        },
+        tmp_path,
+    )
     assert run.returncode == 4  # the runtime is not one
     assert [c.properties.get("title") for c in _obeyed(run)] == ["lilicorr-ckpt validate (exit 4)"]
     validate = run.step("validate").outputs
@@ -335,8 +470,11 @@ def test_an_unreadable_path_quoting_commands_forges_nothing(tmp_path):
 
 def test_the_smoke_step_forges_nothing_from_the_path_or_its_log(tmp_path):
     # smoke fails at once (no such drafter); its ::error and summary quote the path
-    run = run_action({**PRE, "path": "examples/tiny-lilicorrr" + FORGE, "target": "examples/tiny-target",
-                      "smoke": "true"}, tmp_path, only={"install", "smoke"})
+    run = run_action(
+        {**PRE, "path": "examples/tiny-lilicorrr" + FORGE, "target": "examples/tiny-target", "smoke": "true"},
+        tmp_path,
+        only={"install", "smoke"},
+    )
     smoke = run.step("smoke")
     code = smoke.outputs["exit-code"]
     assert code in ("2", "4") and set(smoke.outputs) == {"exit-code"}
@@ -345,7 +483,9 @@ def test_the_smoke_step_forges_nothing_from_the_path_or_its_log(tmp_path):
     assert command.message.startswith("smoke failed on examples/tiny-lilicorrr\\x0a::error")
     assert "::stop-commands::" in smoke.stdout  # smoke's own output is shown, not obeyed
     headings = [line for line in run.summary.splitlines() if line.startswith("#")]
-    assert len(headings) == 1 and headings[0].startswith("### ❌ lilicorr-ckpt smoke `examples/tiny-lilicorrr\\x0a")
+    assert len(headings) == 1 and headings[0].startswith(
+        "### ❌ lilicorr-ckpt smoke `examples/tiny-lilicorrr\\x0a"
+    )
 
 
 def test_the_package_builds_without_setuptools_warnings():
@@ -368,7 +508,10 @@ def test_the_package_builds_without_setuptools_warnings():
             dist = apply_configuration(Distribution(), REPO / "pyproject.toml")
     finally:
         os.chdir(cwd)
-    noisy = [str(w.message).splitlines()[0] for w in caught if "setuptools" in type(w.message).__module__
-             or "Setuptools" in type(w.message).__name__]
+    noisy = [
+        str(w.message).splitlines()[0]
+        for w in caught
+        if "setuptools" in type(w.message).__module__ or "Setuptools" in type(w.message).__name__
+    ]
     assert noisy == [], noisy
     assert dist.get_name() == "lilicorr-ckpt"

@@ -20,8 +20,14 @@ EXAMPLES = REPO / "examples"
 
 def hook(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "lilicorr_ckpt.precommit", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "lilicorr_ckpt.precommit", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -36,8 +42,15 @@ def tree(tmp_path) -> Path:
 
 
 def test_files_are_grouped_by_the_directory_that_holds_them():
-    files = ["a/config.json", "a/model-00001-of-00002.safetensors", "b/hf_quant_config.json", "a/README.md",
-             "model.safetensors.index.json", "a/model.safetensors.index.json", "c/notes.txt"]
+    files = [
+        "a/config.json",
+        "a/model-00001-of-00002.safetensors",
+        "b/hf_quant_config.json",
+        "a/README.md",
+        "model.safetensors.index.json",
+        "a/model.safetensors.index.json",
+        "c/notes.txt",
+    ]
     assert checkpoint_dirs(files) == [Path("a"), Path("b"), Path(".")]
 
 
@@ -52,12 +65,19 @@ def test_what_is_skipped_and_why(tree):
 
 
 def test_changed_files_validate_each_checkpoint_once(tree):
-    result = hook("drafter/config.json", "drafter/model.safetensors", "target/config.json", "tools/config.json",
-                  cwd=tree)
+    result = hook(
+        "drafter/config.json",
+        "drafter/model.safetensors",
+        "target/config.json",
+        "tools/config.json",
+        cwd=tree,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.count("lilicorr-ckpt validate drafter") == 1
     assert "PASS 0 errors, 0 warnings" in result.stdout
-    assert "skipped target: not a drafter" in result.stdout and "skipped tools: not a drafter" in result.stdout
+    assert (
+        "skipped target: not a drafter" in result.stdout and "skipped tools: not a drafter" in result.stdout
+    )
     failing = hook("export/model.safetensors", "drafter/config.json", cwd=tree)
     assert failing.returncode == 1
     assert "lilicorr-ckpt validate export" in failing.stdout and "FAIL" in failing.stdout
@@ -78,8 +98,12 @@ def test_unreadable_checkpoint_is_exit_2_with_its_reason(tree):
 
 
 def test_options_reach_validate(tmp_path):
-    owned = fixtures.write_checkpoint(tmp_path / "owned", fixtures.draft_config(own_lm_head=True))  # LC404: SGLang
-    warned = fixtures.write_checkpoint(tmp_path / "warned", fixtures.draft_config(block_size=16))  # LC111 warning
+    owned = fixtures.write_checkpoint(
+        tmp_path / "owned", fixtures.draft_config(own_lm_head=True)
+    )  # LC404: SGLang
+    warned = fixtures.write_checkpoint(
+        tmp_path / "warned", fixtures.draft_config(block_size=16)
+    )  # LC111 warning
     assert hook("owned/config.json", cwd=tmp_path).returncode == 1
     assert hook("owned/config.json", "--runtime", "vllm", cwd=tmp_path).returncode == 0
     assert hook(str(warned / "config.json"), cwd=tmp_path).returncode == 0
@@ -106,8 +130,14 @@ def test_file_names_that_look_like_options_are_files(tree):
     failing = hook("--strict", "--", "--strict/model.safetensors", cwd=tree)
     assert failing.returncode == 1 and "lilicorr-ckpt validate --strict --strict" in failing.stdout
     assert checkpoint_dirs(["-rf/config.json", "--x/a.safetensors"]) == [Path("-rf"), Path("--x")]
-    assert split_arguments(["--strict", "-rf/config.json", "-t", "./t", "-x/hf_quant_config.json"]) == \
-        ["--strict", "-t", "./t", "--", "-rf/config.json", "-x/hf_quant_config.json"]
+    assert split_arguments(["--strict", "-rf/config.json", "-t", "./t", "-x/hf_quant_config.json"]) == [
+        "--strict",
+        "-t",
+        "./t",
+        "--",
+        "-rf/config.json",
+        "-x/hf_quant_config.json",
+    ]
 
 
 def test_an_unexpected_failure_is_exit_2_naming_the_directory_not_a_traceback(tree, monkeypatch, capsys):
@@ -132,7 +162,9 @@ def test_an_unexpected_failure_is_exit_2_naming_the_directory_not_a_traceback(tr
     monkeypatch.setattr(precommit, "checkpoint_dirs", crash)
     with pytest.raises(SystemExit) as exc:
         precommit.main(["--", "drafter/config.json"])
-    assert exc.value.code == 2 and "internal error: ValueError: outside any directory" in capsys.readouterr().err
+    assert (
+        exc.value.code == 2 and "internal error: ValueError: outside any directory" in capsys.readouterr().err
+    )
 
 
 def test_config_option_reaches_the_hook(tmp_path):
@@ -164,12 +196,19 @@ def test_the_hook_manifest_matches_the_entry_point():
     import re
 
     pattern = re.compile(hooks["lilicorr-ckpt-validate"]["files"])
-    for name in ("config.json", "a/b/config.json", "x/model-00001-of-00003.safetensors", "hf_quant_config.json",
-                 "d/model.safetensors.index.json"):
+    for name in (
+        "config.json",
+        "a/b/config.json",
+        "x/model-00001-of-00003.safetensors",
+        "hf_quant_config.json",
+        "d/model.safetensors.index.json",
+    ):
         assert pattern.search(name), name
     for name in ("config.json.bak", "README.md", "a/myconfig.json", "tokenizer_config.json"):
         assert not pattern.search(name), name
-    assert hooks["lilicorr-ckpt-validate"]["require_serial"] is True  # one run sees every file: one per directory
+    assert (
+        hooks["lilicorr-ckpt-validate"]["require_serial"] is True
+    )  # one run sees every file: one per directory
     assert hooks["lilicorr-ckpt-validate-dir"]["pass_filenames"] is False
     assert hooks["lilicorr-ckpt-validate"]["args"] == ["--"]  # the file names pre-commit appends follow a --
     pyproject = (REPO / "pyproject.toml").read_text()
@@ -181,24 +220,44 @@ def test_the_hook_manifest_matches_the_entry_point():
 def test_pre_commit_try_repo(tree, tmp_path_factory):
     if shutil.which("pre-commit") is None:
         pytest.skip("pre-commit is not installed")
-    env = {**os.environ, "PRE_COMMIT_HOME": str(tmp_path_factory.mktemp("pre-commit-home")), "NO_COLOR": "1",
-           "HF_HUB_OFFLINE": "1", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@e"}
+    env = {
+        **os.environ,
+        "PRE_COMMIT_HOME": str(tmp_path_factory.mktemp("pre-commit-home")),
+        "NO_COLOR": "1",
+        "HF_HUB_OFFLINE": "1",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@e",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@e",
+    }
     env.pop("PYTHONPATH", None)  # the hook runs from the environment pre-commit builds, not this checkout
     subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
     subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
 
     def try_repo(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(["pre-commit", "try-repo", str(REPO), *args], cwd=tree, env=env, capture_output=True,
-                              text=True, timeout=900)
+        return subprocess.run(
+            ["pre-commit", "try-repo", str(REPO), *args],
+            cwd=tree,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
 
-    good = try_repo("lilicorr-ckpt-validate", "--files", "drafter/config.json", "drafter/model.safetensors",
-                    "target/config.json")
+    good = try_repo(
+        "lilicorr-ckpt-validate",
+        "--files",
+        "drafter/config.json",
+        "drafter/model.safetensors",
+        "target/config.json",
+    )
     assert good.returncode == 0, good.stdout + good.stderr
     assert "lilicorr-ckpt validate" in good.stdout and "Passed" in good.stdout
     shutil.copytree(tree / "drafter", tree / "-rf")
     subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-    dashed = try_repo("lilicorr-ckpt-validate", "--verbose", "--files=-rf/config.json")  # one value: not an option
+    dashed = try_repo(
+        "lilicorr-ckpt-validate", "--verbose", "--files=-rf/config.json"
+    )  # one value: not an option
     assert dashed.returncode == 0, dashed.stdout + dashed.stderr
     assert "lilicorr-ckpt validate -rf" in dashed.stdout
     bad = try_repo("lilicorr-ckpt-validate", "--all-files", "--verbose")

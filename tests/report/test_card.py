@@ -51,11 +51,13 @@ def drafter(tmp_path):
 @pytest.fixture
 def card(capsys):
     """card(*args) -> (exit code, stdout, stderr): `lilicorr-ckpt card ...` in this process."""
+
     def run(*args: str) -> tuple[int, str, str]:
         with pytest.raises(SystemExit) as exc:
             main(["card", *map(str, args)])
         out, err = capsys.readouterr()
         return exc.value.code, out, err
+
     return run
 
 
@@ -70,34 +72,72 @@ def bash_blocks(text: str) -> list[str]:
 
 # --- what a card holds --------------------------------------------------------------------------------------------
 
+
 def test_a_new_card_has_hub_metadata_geometry_verdicts_and_serving(drafter, card):
-    code, _, err = card(drafter, "--target", TARGET, "--base-model", "acme/target", "--repo-id", "acme/tiny-lilicorr",
-                        "--license", "Apache-2.0")
+    code, _, err = card(
+        drafter,
+        "--target",
+        TARGET,
+        "--base-model",
+        "acme/target",
+        "--repo-id",
+        "acme/tiny-lilicorr",
+        "--license",
+        "Apache-2.0",
+    )
     assert code == 0, err
     assert f"wrote {drafter / 'README.md'}" in err and "warning" not in err
     parsed = ModelCard.load(drafter / "README.md")
     assert parsed.data.base_model == "acme/target" and parsed.data.license == "apache-2.0"
-    assert parsed.data.tags == ["speculative-decoding", "draft-model", "dflash", "lilicorr", "sglang", "vllm",
-                                "tensorrt-llm"]
+    assert parsed.data.tags == [
+        "speculative-decoding",
+        "draft-model",
+        "dflash",
+        "lilicorr",
+        "sglang",
+        "vllm",
+        "tensorrt-llm",
+    ]
     meta = parsed.data.to_dict()
     assert "pipeline_tag" not in meta and "library_name" not in meta
     text = parsed.text
-    assert "| block size | 8 |" in text and "| candidates K | 4 |" in text and "| convolution | kernel 4, group 16 |" in text
+    assert (
+        "| block size | 8 |" in text
+        and "| candidates K | 4 |" in text
+        and "| convolution | kernel 4, group 16 |" in text
+    )
     assert "- **Licence:** apache-2.0" in text and "- **Target (verifier):** acme/target" in text
     for display in (SGLANG, VLLM, TRTLLM):  # the runtimes' own names, versions included, from the profiles
         assert f"| {md(display)} | accepts | 0 | 0 |" in text
     sglang, vllm, trtllm = bash_blocks(text)
     assert shlex.split(sglang.replace("\\\n", " ")) == [
-        "python", "-m", "sglang.launch_server", "--model-path", "acme/target", "--speculative-algorithm", "DFLASH",
-        "--speculative-draft-model-path", "acme/tiny-lilicorr"]
+        "python",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "acme/target",
+        "--speculative-algorithm",
+        "DFLASH",
+        "--speculative-draft-model-path",
+        "acme/tiny-lilicorr",
+    ]
     words = shlex.split(vllm.replace("\\\n", " "))
     assert words[:3] == ["vllm", "serve", "acme/target"] and words[3] == "--speculative-config"
-    assert json.loads(words[4]) == {"method": "dflash", "model": "acme/tiny-lilicorr", "num_speculative_tokens": 7}
+    assert json.loads(words[4]) == {
+        "method": "dflash",
+        "model": "acme/tiny-lilicorr",
+        "num_speculative_tokens": 7,
+    }
     # TensorRT-LLM: tagged, so it has its command too (DFlashDecodingConfig through trtllm-serve --config)
     assert shlex.split(trtllm) == ["trtllm-serve", "acme/target", "--config", "dflash.yaml"]
     spec = yaml.safe_load(re.search(r"```yaml\n(.*?)\n```", text, re.S).group(1))
-    assert spec == {"speculative_config": {"decoding_type": "DFlash", "speculative_model": "acme/tiny-lilicorr",
-                                           "max_draft_len": 7}}
+    assert spec == {
+        "speculative_config": {
+            "decoding_type": "DFlash",
+            "speculative_model": "acme/tiny-lilicorr",
+            "max_draft_len": 7,
+        }
+    }
     assert "[DFlash](https://arxiv.org/abs/2602.06036) + [LiLiCorr](https://arxiv.org/abs/2608.20530)" in text
     bibtex = re.search(r"```bibtex\n(.*?)\n```", text, re.S).group(1)
     assert "eprint        = {2608.20530}" in bibtex and "Rusanovsky, Matan" in bibtex
@@ -105,19 +145,28 @@ def test_a_new_card_has_hub_metadata_geometry_verdicts_and_serving(drafter, card
 
 
 def test_updating_keeps_metadata_and_prose_drops_misleading_keys_and_is_idempotent(drafter, card):
-    (drafter / "README.md").write_text("---\nlicense: apache-2.0\npipeline_tag: text-generation\nlibrary_name: "
-                                       "transformers\ntags:\n- mine\n- vllm\n---\n\n# My drafter\n\nTrained on X.\n")
+    (drafter / "README.md").write_text(
+        "---\nlicense: apache-2.0\npipeline_tag: text-generation\nlibrary_name: "
+        "transformers\ntags:\n- mine\n- vllm\n---\n\n# My drafter\n\nTrained on X.\n"
+    )
     code, _, err = card(drafter, "--target", TARGET, "--base-model", "acme/target")
     assert code == 0, err
-    assert "note: removed pipeline_tag: text-generation" in err and "note: removed library_name: transformers" in err
+    assert (
+        "note: removed pipeline_tag: text-generation" in err
+        and "note: removed library_name: transformers" in err
+    )
     once = (drafter / "README.md").read_text()
     parsed = ModelCard.load(drafter / "README.md")
-    assert parsed.data.license == "apache-2.0" and parsed.data.tags[0] == "mine"  # the README's licence is kept
+    assert (
+        parsed.data.license == "apache-2.0" and parsed.data.tags[0] == "mine"
+    )  # the README's licence is kept
     assert "- **Licence:** apache-2.0" in parsed.text
     assert "pipeline_tag" not in parsed.data.to_dict()
     assert parsed.text.index("Trained on X.") < parsed.text.index("## Speculative decoding drafter")
-    (drafter / "README.md").write_text(once.replace("Trained on X.\n", "Trained on X.\n\nMore prose after.\n", 1) +
-                                       "\n## Licence notes\n\nKept.\n")
+    (drafter / "README.md").write_text(
+        once.replace("Trained on X.\n", "Trained on X.\n\nMore prose after.\n", 1)
+        + "\n## Licence notes\n\nKept.\n"
+    )
     code, _, err = card(drafter, "--target", TARGET, "--base-model", "acme/target")
     assert code == 0 and "updated" in err
     again = (drafter / "README.md").read_text()
@@ -131,7 +180,9 @@ def test_output_elsewhere_updates_the_readme_s_card(drafter, card):
     (drafter / "README.md").write_text("---\nlicense: mit\n---\n\n# Mine\n\nProse.\n")
     code, out, _ = card(drafter, "--target", TARGET, "-o", "-")
     assert code == 0 and out.startswith("---\nlicense: mit\n") and "Prose." in out and BEGIN in out
-    assert (drafter / "README.md").read_text() == "---\nlicense: mit\n---\n\n# Mine\n\nProse.\n"  # printed only
+    assert (
+        drafter / "README.md"
+    ).read_text() == "---\nlicense: mit\n---\n\n# Mine\n\nProse.\n"  # printed only
 
 
 def test_base_model_from_the_target_config_quantization_and_refusing_runtimes(tmp_path, card):
@@ -157,7 +208,11 @@ def test_a_head_free_drafter_cites_no_head(tmp_path, card):
     plain = fixtures.write_checkpoint(tmp_path / "plain", fixtures.draft_config(head=False))
     code, out, err = card(plain, "--target", TARGET, "-o", "-")
     assert code == 0, err
-    assert "[DFlash](https://arxiv.org/abs/2602.06036)" in out and "2608.20530" not in out and "bibtex" not in out
+    assert (
+        "[DFlash](https://arxiv.org/abs/2602.06036)" in out
+        and "2608.20530" not in out
+        and "bibtex" not in out
+    )
     assert "lilicorr" not in yaml.safe_load(out.split("---\n")[1])["tags"]
 
 
@@ -172,7 +227,9 @@ def test_licence_from_the_flag_the_readme_or_stated_unknown(drafter, card):
 def test_the_repo_id_is_checked_and_a_guessed_one_is_a_warning(drafter, card):
     code, out, err = card(drafter, "--target", TARGET, "-o", "-", "-q")
     assert code == 0
-    assert "warning: no --repo-id: the serving commands name the drafter 'tiny-lilicorr'" in err  # shown with -q too
+    assert (
+        "warning: no --repo-id: the serving commands name the drafter 'tiny-lilicorr'" in err
+    )  # shown with -q too
     assert "--speculative-draft-model-path tiny-lilicorr" in out
     for bad in ("adv/..", "a..b/c", "-x/y", "a b", "org/name/extra"):
         code, _, err = card(drafter, "--target", TARGET, "--repo-id", bad)
@@ -182,10 +239,23 @@ def test_the_repo_id_is_checked_and_a_guessed_one_is_a_warning(drafter, card):
 
 # --- the training -----------------------------------------------------------------------------------------------
 
+
 def test_training_from_logs_and_flags(drafter, card):
-    code, out, err = card(drafter, "--target", TARGET, "-o", "-", "--training-log", TRAIN / "log.jsonl",
-                          "--training-log", TRAIN / "finetune.jsonl", "--training-data",
-                          "answers the target wrote to 46,622 prompts", "--training-recipe", "joint DFlash + LiLiCorr")
+    code, out, err = card(
+        drafter,
+        "--target",
+        TARGET,
+        "-o",
+        "-",
+        "--training-log",
+        TRAIN / "log.jsonl",
+        "--training-log",
+        TRAIN / "finetune.jsonl",
+        "--training-data",
+        "answers the target wrote to 46,622 prompts",
+        "--training-recipe",
+        "joint DFlash + LiLiCorr",
+    )
     assert code == 0, err
     assert "- **Data:** answers the target wrote to 46,622 prompts" in out
     assert "- **Recipe:** joint DFlash + LiLiCorr" in out
@@ -195,10 +265,12 @@ def test_training_from_logs_and_flags(drafter, card):
 
 
 def test_a_broken_training_log_is_named(drafter, tmp_path, card):
-    for content, needle in (('{"step": 25, "dflash": 1.0}\nnot json\n', "line 2 is not JSON"),
-                            ('{"step": 25, "dflash": "high"}\n', "line 1: dflash is 'high', not a number"),
-                            ('{"planned_steps": 100}\n', "has no training records"),
-                            ("[1]\n", "line 1 is not a JSON object")):
+    for content, needle in (
+        ('{"step": 25, "dflash": 1.0}\nnot json\n', "line 2 is not JSON"),
+        ('{"step": 25, "dflash": "high"}\n', "line 1: dflash is 'high', not a number"),
+        ('{"planned_steps": 100}\n', "has no training records"),
+        ("[1]\n", "line 1 is not a JSON object"),
+    ):
         (tmp_path / "log.jsonl").write_text(content)
         code, _, err = card(drafter, "--target", TARGET, "--training-log", tmp_path / "log.jsonl")
         assert code == 2 and f"--training-log {tmp_path / 'log.jsonl'}" in err and needle in err, err
@@ -206,6 +278,7 @@ def test_a_broken_training_log_is_named(drafter, tmp_path, card):
 
 
 # --- the acceptance profile ---------------------------------------------------------------------------------
+
 
 def test_the_profile_adds_acceptance_per_benchmark_with_counts_hardware_and_versions(drafter, tmp_path, card):
     profile = write_json(tmp_path / "profile.json", gpu_profile())
@@ -216,11 +289,14 @@ def test_the_profile_adds_acceptance_per_benchmark_with_counts_hardware_and_vers
     assert "torch 2.13.0+cpu, transformers 5.24.0" in out  # the versions the profile recorded
     # tau with the tokens / verifications it divides, the head's gain, position 1 with accepted / reached
     assert "| HumanEval (code) | 2 | 1.034 (30/29) | 1.000 (30/30) | +3.4% | 0.034 (1/29) |" in out
-    assert "| GSM8K, the 8 CoT exemplars (math) | 2 | 1.024 (43/42) | 1.000 (43/43) | +2.4% | 0.024 (1/42) |" in out
+    assert (
+        "| GSM8K, the 8 CoT exemplars (math) | 2 | 1.024 (43/42) | 1.000 (43/43) | +2.4% | 0.024 (1/42) |"
+        in out
+    )
     assert "| **all** | 6 | 1.017 (119/117) | 1.000 (119/119) | +1.7% | 0.017 (2/117) |" in out
     assert "| head | conditional | 0.017 (2/117) | 0.000 (0/2) | – (0/0) |" in out
     assert "| head | marginal | 0.017 (2/117) | 0.000 (0/117) | 0.000 (0/117) |" in out
-    table = out[out.index("| benchmark |"):out.index("Gates:")]
+    table = out[out.index("| benchmark |") : out.index("Gates:")]
     numbers = re.findall(r"(?<![\d(/.+-])\d+\.\d+(?![\d/%])", table)  # tau and rates (gains are percentages)
     assert len(numbers) > 20 and all(re.fullmatch(r"\d\.\d{3}", n) for n in numbers), numbers  # never "0.6"
     assert re.findall(r"[+-]\d+\.\d+%", table) == ["+3.4%", "+0.0%", "+2.4%", "+1.7%"]
@@ -234,7 +310,9 @@ def test_a_head_free_drafter_s_profile_shows_its_one_arm(tmp_path, card):
     doc["draft_checkpoint"].update(architecture="DFlashDraftModel", head=False, candidate_topk=None)
     for entry in [doc, *doc["per_category"].values()]:
         entry["arms"].pop("head")
-    code, out, err = card(plain, "--target", TARGET, "--profile", write_json(tmp_path / "p.json", doc), "-o", "-")
+    code, out, err = card(
+        plain, "--target", TARGET, "--profile", write_json(tmp_path / "p.json", doc), "-o", "-"
+    )
     assert code == 0, err
     assert "| benchmark | prompts | τ | position 1 accepted |" in out and "LiLiCorr head" not in out
     assert "| **all** | 6 | 1.000 (119/119) | 0.000 (0/119) |" in out
@@ -250,7 +328,10 @@ def test_a_failed_or_cpu_profile_is_refused_unless_allowed(drafter, tmp_path, ca
     code, _, err = card(drafter, "--target", TARGET, "--profile", cpu, "--allow-unverified")
     assert code == 0 and "warning: publishing an unverified profile" in err
     text = (drafter / "README.md").read_text()
-    assert "> **Unverified measurement** (published with `--allow-unverified`): its gates failed: head-loaded;" in text
+    assert (
+        "> **Unverified measurement** (published with `--allow-unverified`): its gates failed: head-loaded;"
+        in text
+    )
 
 
 def test_a_profile_of_another_drafter_is_refused(drafter, tmp_path, card):
@@ -266,7 +347,9 @@ def test_a_profile_with_impossible_numbers_is_named(drafter, tmp_path, card):
     doc = gpu_profile()
     doc["arms"]["head"]["conditional_accept_rates"][0] = 1.7
     code, _, err = card(drafter, "--target", TARGET, "--profile", write_json(tmp_path / "p.json", doc))
-    assert code == 2 and "holds numbers no smoke run writes: $.arms.head.conditional_accept_rates outside" in err
+    assert (
+        code == 2 and "holds numbers no smoke run writes: $.arms.head.conditional_accept_rates outside" in err
+    )
 
 
 # --- output escaping: one rule per context, reruns give the same bytes ------------------------------------------
@@ -286,7 +369,9 @@ def test_a_hostile_architecture_is_text_and_the_card_does_not_grow(tmp_path, car
     assert text.count("<!--") == 2 and text.count(BEGIN) == 1 and text.count(END) == 1
     assert "<script>" not in text and "&lt;script&gt;" in text and "\u202e" not in text and "\\u202e" in text
     row = next(line for line in text.splitlines() if line.startswith("| architecture |"))
-    assert row.count("|") - row.count("\\|") == 3  # one row of two cells: the pipes and the newline are escaped
+    assert (
+        row.count("|") - row.count("\\|") == 3
+    )  # one row of two cells: the pipes and the newline are escaped
     assert not re.search(r"(?<!\\)\]\(", row) and "http\\://" in row  # no link, no autolink
 
 
@@ -297,8 +382,10 @@ def test_markdown_escaping_renders_as_the_text():
         assert not re.search(r"(?<!\\)[*_|~$\[\]]", escaped.replace("a_b", "")), escaped
 
 
-@pytest.mark.parametrize("name", ["my drafter; touch pwned", "$(touch pwned)", "it's", "tab\there", "new\nline",
-                                  "é\u202e<!-- x -->`y`"])
+@pytest.mark.parametrize(
+    "name",
+    ["my drafter; touch pwned", "$(touch pwned)", "it's", "tab\there", "new\nline", "é\u202e<!-- x -->`y`"],
+)
 def test_a_shell_unsafe_directory_name_is_quoted_in_the_serving_commands(tmp_path, card, name):
     try:
         path = shutil.copytree(TINY, tmp_path / name)
@@ -327,8 +414,10 @@ def test_sh_words_round_trip_through_bash():
 
 
 def test_front_matter_is_serialised_not_pasted(drafter, card):
-    (drafter / "README.md").write_text('---\nlicense: mit\ntitle: "a: b # c"\nnote: "line one\\nline two"\n'
-                                       "odd: ['---', '<!-- lilicorr-ckpt card:end -->']\n---\n\nProse.\n")
+    (drafter / "README.md").write_text(
+        '---\nlicense: mit\ntitle: "a: b # c"\nnote: "line one\\nline two"\n'
+        "odd: ['---', '<!-- lilicorr-ckpt card:end -->']\n---\n\nProse.\n"
+    )
     assert card(drafter, "--target", TARGET, "--base-model", "acme/target")[0] == 0
     text = (drafter / "README.md").read_text()
     meta, body = split_front_matter(text, "README.md")
@@ -345,7 +434,11 @@ def test_a_read_only_readme_is_left_alone_and_a_writable_one_keeps_its_mode(draf
     readme.write_text("# Mine\n")
     readme.chmod(0o444)
     code, _, err = card(drafter, "--target", TARGET)
-    assert code == 1 and "is read-only (mode 0444); card leaves it as it is" in err and "Nothing was written" in err
+    assert (
+        code == 1
+        and "is read-only (mode 0444); card leaves it as it is" in err
+        and "Nothing was written" in err
+    )
     assert readme.read_text() == "# Mine\n" and stat.S_IMODE(readme.stat().st_mode) == 0o444
     readme.chmod(0o640)
     assert card(drafter, "--target", TARGET)[0] == 0
@@ -356,18 +449,30 @@ def test_stray_markers_are_refused_not_eaten(drafter, card):
     prose = f"# Mine\n\n{BEGIN}\n\nA paragraph I wrote after a marker.\n"
     (drafter / "README.md").write_text(prose)
     code, _, err = card(drafter, "--target", TARGET)
-    assert code == 1 and "markers do not pair up" in err and "card:begin markers at line(s) 3, card:end at line(s) none" in err
+    assert (
+        code == 1
+        and "markers do not pair up" in err
+        and "card:begin markers at line(s) 3, card:end at line(s) none" in err
+    )
     assert (drafter / "README.md").read_text() == prose
 
 
 def test_user_text_flags_are_text(drafter, card):
-    code, out, _ = card(drafter, "--target", TARGET, "-o", "-", "--training-data",
-                        f"<img src=x onerror=alert(1)> {END} | cell")
+    code, out, _ = card(
+        drafter,
+        "--target",
+        TARGET,
+        "-o",
+        "-",
+        "--training-data",
+        f"<img src=x onerror=alert(1)> {END} | cell",
+    )
     assert code == 0 and "<img" not in out and "&lt;img src=x onerror=alert(1)&gt;" in out
     assert out.count(END) == 1 and "\\| cell" in out
 
 
 # --- hostile input: a message naming it, never an internal error ------------------------------------------------
+
 
 def _profile_with(**changes) -> dict:
     doc = gpu_profile()
@@ -379,7 +484,11 @@ BAD_PROFILES = [
     ("per_category is a list", _profile_with(per_category=[1]), "at `$.per_category`"),
     ("a category is a number", _profile_with(per_category={"code": 5}), "at `$.per_category[...]`"),
     ("head_gain is a list", _profile_with(head_gain=[1]), "at `$.head_gain`"),
-    ("a gain is text", _profile_with(head_gain={"overall": "x", "per_category": {}}), "at `$.head_gain.overall`"),
+    (
+        "a gain is text",
+        _profile_with(head_gain={"overall": "x", "per_category": {}}),
+        "at `$.head_gain.overall`",
+    ),
     ("conditions is a list", _profile_with(measurement_conditions=[1]), "at `$.measurement_conditions`"),
     ("target_model is text", _profile_with(target_model="x"), "at `$.target_model`"),
     ("requests is a number", _profile_with(requests=5), "at `$.requests`"),
@@ -398,9 +507,13 @@ def test_a_malformed_profile_is_named(drafter, tmp_path, card, label, doc, needl
 def test_unreadable_profiles_are_named(drafter, tmp_path, card):
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (tmp_path / "binary.json").write_bytes(b"\xff\xfe{}")
-    for path, needle in ((tmp_path / "deep.json", "is nested too deeply to read"), (tmp_path / "binary.json", "is not JSON"),
-                         (tmp_path, "is a directory"), ("/dev/zero", "is a character device"),
-                         (tmp_path / "missing.json", "cannot read --profile")):
+    for path, needle in (
+        (tmp_path / "deep.json", "is nested too deeply to read"),
+        (tmp_path / "binary.json", "is not JSON"),
+        (tmp_path, "is a directory"),
+        ("/dev/zero", "is a character device"),
+        (tmp_path / "missing.json", "cannot read --profile"),
+    ):
         code, _, err = card(drafter, "--target", TARGET, "--profile", path)
         assert code == 2 and needle in err and "internal error" not in err, (path, err)
 
@@ -412,7 +525,11 @@ BAD_READMES = [
     ("tags holding a list", b"---\ntags: [[a]]\n---\n", "tags must be a list of strings"),
     ("front matter a list", b"---\n- a\n---\nbody\n", "its front matter is a YAML list, not a mapping"),
     ("front matter a string", b"---\nhello\n---\n", "its front matter is a YAML str"),
-    ("YAML that does not parse", b"---\n: : :\n  - [\n---\n", "its YAML front matter cannot be read (line 2)"),
+    (
+        "YAML that does not parse",
+        b"---\n: : :\n  - [\n---\n",
+        "its YAML front matter cannot be read (line 2)",
+    ),
     ("a python tag", b"---\na: !!python/object:os.system ls\n---\n", "could not determine a constructor"),
     ("a number as a key", b"---\n1: 2\n---\n", "front matter key 1 is not a string"),
     ("licence a number", b"---\nlicense: 5\n---\n", "license is 5, not a licence id"),
@@ -423,7 +540,9 @@ BAD_READMES = [
 def test_a_malformed_readme_is_named_and_kept(drafter, card, label, content, needle):
     (drafter / "README.md").write_bytes(content)
     code, _, err = card(drafter, "--target", TARGET)
-    assert code == 2 and str(drafter / "README.md") in err and needle in err and "internal error" not in err, err
+    assert (
+        code == 2 and str(drafter / "README.md") in err and needle in err and "internal error" not in err
+    ), err
     assert (drafter / "README.md").read_bytes() == content
 
 
@@ -448,21 +567,37 @@ def test_fifos_are_refused_not_read(drafter, tmp_path):
     os.mkfifo(target / "config.json")
     (drafter / "README.md").unlink(missing_ok=True)
     os.mkfifo(drafter / "README.md")
-    for args, needle in ((["--target", str(TARGET), "--profile", str(tmp_path / "profile.json"), "-o", "-"],
-                          "profile.json is a FIFO (named pipe)"),
-                         (["--target", str(target), "-o", "-"], "config.json is a FIFO (named pipe)"),
-                         (["--target", str(TARGET), "-o", "-"], "README.md is a FIFO (named pipe)")):
+    for args, needle in (
+        (
+            ["--target", str(TARGET), "--profile", str(tmp_path / "profile.json"), "-o", "-"],
+            "profile.json is a FIFO (named pipe)",
+        ),
+        (["--target", str(target), "-o", "-"], "config.json is a FIFO (named pipe)"),
+        (["--target", str(TARGET), "-o", "-"], "README.md is a FIFO (named pipe)"),
+    ):
         # in a subprocess with a deadline: the bug this guards against is a read that never returns
-        result = subprocess.run([sys.executable, "-m", "lilicorr_ckpt.cli", "card", str(drafter), *args],
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "lilicorr_ckpt.cli", "card", str(drafter), *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 2 and needle in result.stderr, result.stderr
 
 
 def test_help_names_every_option_and_exit_code():
     result = run_cli("card", "--help")
     assert result.returncode == 0
-    for option in ("--license", "--training-log", "--training-data", "--training-recipe", "--allow-unverified",
-                   "--repo-id", "--profile", "--base-model"):
+    for option in (
+        "--license",
+        "--training-log",
+        "--training-data",
+        "--training-recipe",
+        "--allow-unverified",
+        "--repo-id",
+        "--profile",
+        "--base-model",
+    ):
         assert option in result.stdout
     text = " ".join(result.stdout.split())
     assert "1 refused, nothing written" in text and "4 usage error" in text
@@ -492,9 +627,29 @@ def tiny_report():
     return validate(str(TINY), target=str(TARGET))
 
 
-README_PIECES = st.sampled_from(["---", "\n", "\r\n", "license: mit", "tags: [a, b]", "title: x", "# Head", "prose",
-                                 "| a | b |", "<b>", BEGIN, END, "<!-- lilicorr-ckpt card:begin -->", "\u202e", " ",
-                                 ":", "- item", "```", "\ufeff"])
+README_PIECES = st.sampled_from(
+    [
+        "---",
+        "\n",
+        "\r\n",
+        "license: mit",
+        "tags: [a, b]",
+        "title: x",
+        "# Head",
+        "prose",
+        "| a | b |",
+        "<b>",
+        BEGIN,
+        END,
+        "<!-- lilicorr-ckpt card:begin -->",
+        "\u202e",
+        " ",
+        ":",
+        "- item",
+        "```",
+        "\ufeff",
+    ]
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

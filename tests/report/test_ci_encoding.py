@@ -50,14 +50,20 @@ def test_a_hostile_hub_commit_id_sets_no_other_output(refused):
     # the summary shows it as one code span on one line
     summary = render_markdown(msgspec.structs.replace(report, hub=hub))
     [read_from] = [line for line in summary.splitlines() if line.startswith("Read from")]
-    assert "exit-code=0" in read_from and not any(line.startswith("exit-code") for line in summary.splitlines())
+    assert "exit-code=0" in read_from and not any(
+        line.startswith("exit-code") for line in summary.splitlines()
+    )
 
 
 def test_output_entries_survive_any_value_and_pick_a_fresh_delimiter(monkeypatch):
     for value in ("", "plain", "a\nb=c\n", "x<<EOF\nEOF\ny", "\n\n", "ghadelimiter_0", "exit-code=0"):
-        assert parse_github_output(escape.output_entry("out", value) + escape.output_entry("next", "1")) == \
-            {"out": value, "next": "1"}
-    carriage = parse_github_output(escape.output_entry("out", "a\rexit-code=0\r\nb") + escape.output_entry("next", "1"))
+        assert parse_github_output(escape.output_entry("out", value) + escape.output_entry("next", "1")) == {
+            "out": value,
+            "next": "1",
+        }
+    carriage = parse_github_output(
+        escape.output_entry("out", "a\rexit-code=0\r\nb") + escape.output_entry("next", "1")
+    )
     assert set(carriage) == {"out", "next"} and carriage["next"] == "1"
     # a delimiter that happens to occur in the value is never used
     tokens = iter(["00" * 16, "11" * 16])
@@ -70,12 +76,16 @@ def test_output_entries_survive_any_value_and_pick_a_fresh_delimiter(monkeypatch
 
 def test_a_checkpoint_path_cannot_forge_annotations_or_summary_lines(tmp_path, make_ckpt, capsys):
     evil = "d\n::error title=forged::the gate passes\n### ✅ PASS\n<img src=x onerror=alert(1)>`|"
-    ckpt = fixtures.write_checkpoint(tmp_path / evil, fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6}))
+    ckpt = fixtures.write_checkpoint(
+        tmp_path / evil, fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6})
+    )
     code, out, _ = run(capsys, "validate", str(ckpt), "-f", "github")
     assert code == 1
     commands = obeyed_commands(out)
     assert commands and all(c.properties.get("title", "").startswith("LC") for c in commands)
-    assert all(c.properties["file"].endswith("/config.json") and evil in c.properties["file"] for c in commands)
+    assert all(
+        c.properties["file"].endswith("/config.json") and evil in c.properties["file"] for c in commands
+    )
     assert len(out.splitlines()) == len(commands) + 1  # one line per annotation, one summing up
     assert out.splitlines()[-1].startswith("lilicorr-ckpt validate ") and "FAIL" in out.splitlines()[-1]
     code, md, _ = run(capsys, "validate", str(ckpt), "-f", "markdown")
@@ -102,11 +112,24 @@ def markdown_html(text: str) -> str | None:
 def test_markdown_text_and_code_render_literally():
     hostile = "a *b* _c_ [l](http://x) <b>t</b> &amp; `c` | ~~s~~ $x$ \\ \u202e"
     for line_start in ("", "# ", "- ", "12. ", "> ", "=== "):
-        html = markdown_html(f"{escape.markdown_text(line_start + hostile)}\n\n| {escape.markdown_cell(hostile)} | "
-                             f"{escape.markdown_code(hostile)} |\n|---|---|\n")
+        html = markdown_html(
+            f"{escape.markdown_text(line_start + hostile)}\n\n| {escape.markdown_cell(hostile)} | "
+            f"{escape.markdown_code(hostile)} |\n|---|---|\n"
+        )
         if html is None:
             pytest.skip("markdown-it-py is not installed")
-        for tag in ("<em>", "<strong>", "<a ", "<b>", "<code>c", "<s>", "<h1>", "<ul>", "<ol>", "<blockquote>"):
+        for tag in (
+            "<em>",
+            "<strong>",
+            "<a ",
+            "<b>",
+            "<code>c",
+            "<s>",
+            "<h1>",
+            "<ul>",
+            "<ol>",
+            "<blockquote>",
+        ):
             assert tag not in html, (line_start, tag, html)
         assert html.count("<th>") == 2  # the pipes did not add cells
         assert "\u202e" not in html
@@ -127,8 +150,10 @@ def test_unreadable_input_quoting_a_path_forges_nothing(tmp_path, capsys):
 
 def test_a_waiver_reason_cannot_forge_a_text_report_line(make_ckpt, capsys):
     owned = make_ckpt("owned", fixtures.draft_config(own_lm_head=True))  # LC404 for SGLang
-    (owned / "lilicorr.toml").write_text('[[waivers]]\nrule = "LC404"\n'
-                                         'reason = "checked\\nERROR LC999 forged: a line of its own\\n::error::x"\n')
+    (owned / "lilicorr.toml").write_text(
+        '[[waivers]]\nrule = "LC404"\n'
+        'reason = "checked\\nERROR LC999 forged: a line of its own\\n::error::x"\n'
+    )
     code, out, _ = run(capsys, "validate", str(owned), "--strict")
     assert code == 0
     assert not any(line.startswith(("ERROR", "::")) for line in out.splitlines())
@@ -168,10 +193,14 @@ def test_sarif_and_json_keep_the_name_exact_for_machines(strange_names):
     report = validate(str(strange_names))
     name = f"x\ufffe{BIDI}y"
     [finding] = [f for f in report.findings if name in f.subjects]
-    assert json.loads(render_validate(report, "json"))["findings"][report.findings.index(finding)]["subjects"] == [name]
+    assert json.loads(render_validate(report, "json"))["findings"][report.findings.index(finding)][
+        "subjects"
+    ] == [name]
     doc = json.loads(render_validate(report, "sarif"))
     [result] = [r for r in doc["runs"][0]["results"] if r["ruleId"] == finding.rule]
-    assert "\u202e" not in result["message"]["text"] and "\\u202e" in result["message"]["text"]  # people read it
+    assert (
+        "\u202e" not in result["message"]["text"] and "\\u202e" in result["message"]["text"]
+    )  # people read it
 
 
 def test_the_github_format_counts_in_the_singular_and_says_strict(make_ckpt, capsys):
@@ -185,15 +214,33 @@ def test_the_github_format_counts_in_the_singular_and_says_strict(make_ckpt, cap
 def test_workflow_plumbing_encodes_what_the_action_writes(tmp_path, capsys):
     code, out, _ = run(capsys, "workflow", "output", "exit-code", "2", "reason", FORGED_OUTPUTS)
     assert code in (0, None) and parse_github_output(out) == {"exit-code": "2", "reason": FORGED_OUTPUTS}
-    code, out, _ = run(capsys, "workflow", "annotate", "error", "bad\n::error title=forged::x", "--title", "t,a:b")
+    code, out, _ = run(
+        capsys, "workflow", "annotate", "error", "bad\n::error title=forged::x", "--title", "t,a:b"
+    )
     [command] = obeyed_commands(out)
-    assert command.properties == {"title": "t,a:b"} and "forged" in command.message and "\n" not in command.message
+    assert (
+        command.properties == {"title": "t,a:b"}
+        and "forged" in command.message
+        and "\n" not in command.message
+    )
     log = tmp_path / "log.txt"
     log.write_text("ok\n::error title=forged::from the log\n  ::warning::indented\n```\n")
     code, out, _ = run(capsys, "workflow", "log", str(log))
     assert obeyed_commands(out) == [] and "from the log" in out
-    code, out, _ = run(capsys, "workflow", "summary", "--title", "lilicorr-ckpt smoke", "--path", "a`b\n# x",
-                       "--status", "FAIL (exit 1)", "--failed", "--log", str(log))
+    code, out, _ = run(
+        capsys,
+        "workflow",
+        "summary",
+        "--title",
+        "lilicorr-ckpt smoke",
+        "--path",
+        "a`b\n# x",
+        "--status",
+        "FAIL (exit 1)",
+        "--failed",
+        "--log",
+        str(log),
+    )
     lines = out.rstrip("\n").splitlines()
     assert lines[0].startswith("### ❌ lilicorr") and sum(line.startswith("#") for line in lines) == 1
     fence = lines[2]

@@ -39,14 +39,27 @@ def warned(make_ckpt):
 
 @pytest.fixture
 def broken(make_ckpt):
-    return make_ckpt("broken", fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6}))  # SGLang, vLLM refuse
+    return make_ckpt(
+        "broken", fixtures.draft_config(dflash={"lilicorr_candidate_topk": 6})
+    )  # SGLang, vLLM refuse
 
 
 def test_unreadable_input_still_writes_every_report_file(tmp_path, capsys):
     files = {k: tmp_path / f"r.{k}" for k in ("json", "junit", "sarif", "markdown")}
-    code, out, err = run(capsys, "validate", str(tmp_path / "nope"), "--strict", "--json", str(files["json"]),
-                         "--junit", str(files["junit"]), "--sarif", str(files["sarif"]),
-                         "--markdown", str(files["markdown"]))
+    code, out, err = run(
+        capsys,
+        "validate",
+        str(tmp_path / "nope"),
+        "--strict",
+        "--json",
+        str(files["json"]),
+        "--junit",
+        str(files["junit"]),
+        "--sarif",
+        str(files["sarif"]),
+        "--markdown",
+        str(files["markdown"]),
+    )
     assert code == 2 and "no such directory" in err and out == ""
     report = json.loads(files["json"].read_text())
     jsonschema.validate(report, REPORT_SCHEMA)
@@ -96,7 +109,10 @@ def test_sarif_follows_the_official_schema_with_regions_help_and_a_separate_fix(
     doc = json.loads(out)
     sarif_valid(doc)
     run0 = doc["runs"][0]
-    assert run0["invocations"][0]["executionSuccessful"] is True and run0["invocations"][0]["exitCode"] == code == 1
+    assert (
+        run0["invocations"][0]["executionSuccessful"] is True
+        and run0["invocations"][0]["exitCode"] == code == 1
+    )
     rules = run0["tool"]["driver"]["rules"]
     assert all(r["helpUri"].endswith("#" + r["id"].lower()) for r in rules)
     result = next(r for r in run0["results"] if r["ruleId"] == "LC104")
@@ -133,7 +149,9 @@ def test_a_report_to_a_file_still_prints_a_one_line_reason(warned, tmp_path, cap
     assert code == 1 and out == "" and out_file.is_file()
     [line] = err.splitlines()
     assert ": FAIL - 0 errors, 1 warning" in line and "first (--strict): LC111" in line
-    code, out, err = run(capsys, "validate", str(warned), "--strict", "-f", "sarif", "-o", str(out_file), "-q")
+    code, out, err = run(
+        capsys, "validate", str(warned), "--strict", "-f", "sarif", "-o", str(out_file), "-q"
+    )
     assert code == 1 and out == "" and err == ""
 
 

@@ -39,8 +39,13 @@ main(sys.argv[1:])
 
 
 def with_dummy(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", WITH_DUMMY, *args], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "NO_COLOR": "1"})
+    return subprocess.run(
+        [sys.executable, "-c", WITH_DUMMY, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "NO_COLOR": "1"},
+    )
 
 
 def test_a_registered_format_is_a_choice_of_validate_report_and_smoke(tmp_path):
@@ -57,10 +62,13 @@ def test_a_registered_format_is_a_choice_of_validate_report_and_smoke(tmp_path):
     assert again.returncode == 0 and again.stdout == "DUMMY exit=0 runtimes=3\n", again.stderr
     # smoke takes the choice: the run stops at its own usage check, after click accepted --format dummy
     taken = with_dummy("smoke", DRAFTER, "-t", TARGET, "-f", "dummy", "--max-new-tokens", "1")
-    assert taken.returncode == 4 and "--max-new-tokens" in taken.stderr and "--format" not in taken.stderr, \
+    assert taken.returncode == 4 and "--max-new-tokens" in taken.stderr and "--format" not in taken.stderr, (
         taken.stderr
+    )
     unknown = run_cli("smoke", DRAFTER, "-t", TARGET, "-f", "dummy")
-    assert unknown.returncode == 4 and "Invalid value for '--format'" in unknown.stderr  # without the row: refused
+    assert (
+        unknown.returncode == 4 and "Invalid value for '--format'" in unknown.stderr
+    )  # without the row: refused
 
 
 def test_the_choices_and_their_help_are_the_tables():
@@ -74,9 +82,14 @@ def test_the_choices_and_their_help_are_the_tables():
 
 def test_each_row_renders_with_its_renderer():
     report = validate(DRAFTER)
-    expected = {"text": validate_render.render_text(report), "json": validate_render.render_json(report),
-                "junit": validate_render.render_junit(report), "sarif": validate_render.render_sarif(report),
-                "github": ci.render_github(report), "markdown": ci.render_markdown(report)}
+    expected = {
+        "text": validate_render.render_text(report),
+        "json": validate_render.render_json(report),
+        "junit": validate_render.render_junit(report),
+        "sarif": validate_render.render_sarif(report),
+        "github": ci.render_github(report),
+        "markdown": ci.render_markdown(report),
+    }
     rendered = {name: formats.render_validate(report, name) for name in formats.VALIDATE}
     outputs = rendered.pop("github-output")  # its delimiters are random: compared as the runner reads them
     assert rendered == expected and parse_github_output(outputs) == ci.github_outputs(report)
@@ -90,7 +103,10 @@ def test_each_row_renders_with_its_renderer():
 def test_quiet_keeps_the_verdict_line_or_the_annotations():
     text = "header\nfinding\nPASS 0 errors\n"
     assert formats.verdict_line(text) == "PASS 0 errors\n"
-    assert formats.annotations_only("::error title=x::m\nlilicorr-ckpt validate d: FAIL\n") == "::error title=x::m\n"
+    assert (
+        formats.annotations_only("::error title=x::m\nlilicorr-ckpt validate d: FAIL\n")
+        == "::error title=x::m\n"
+    )
 
 
 @settings(max_examples=300, deadline=None)

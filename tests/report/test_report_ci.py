@@ -20,7 +20,9 @@ SG, VL, TR = (PROFILES[n].display for n in ("sglang", "vllm", "trtllm"))
 
 
 def test_json_key_lines_follow_nesting_arrays_and_escapes():
-    text = '{\n  "a": 1,\n  "b": {\n    "c\\"q": [\n      10,\n      {"d": null}\n    ]\n  },\n  "e": "x:y"\n}\n'
+    text = (
+        '{\n  "a": 1,\n  "b": {\n    "c\\"q": [\n      10,\n      {"d": null}\n    ]\n  },\n  "e": "x:y"\n}\n'
+    )
     lines = json_key_lines(text)
     assert lines["$.a"] == 2 and lines["$.b"] == 3 and lines['$.b.c"q'] == 4
     assert lines['$.b.c"q[0]'] == 5 and lines['$.b.c"q[1].d'] == 6 and lines["$.e"] == 9
@@ -61,8 +63,10 @@ def test_markdown_summary_and_github_output(tmp_path):
     pairs = parse_github_output(out.stdout)
     assert pairs["exit-code"] == "1" and pairs["result"] == "fail" and pairs["verdict-vllm"] == "refuses"
     assert json.loads(pairs["verdicts"]) == {"vllm": "refuses"}
-    assert all(line.startswith("ghadelimiter_") or "<<ghadelimiter_" in line or line in pairs.values()
-               for line in out.stdout.splitlines())  # every value in the delimiter form
+    assert all(
+        line.startswith("ghadelimiter_") or "<<ghadelimiter_" in line or line in pairs.values()
+        for line in out.stdout.splitlines()
+    )  # every value in the delimiter form
 
 
 def _resized(tensors):
@@ -80,8 +84,11 @@ def _in_process(capsys, *args: str) -> str:
 
 def test_tensor_findings_point_at_the_index_entry_or_the_shard(tmp_path, capsys):
     sharded = fixtures.write_checkpoint(tmp_path / "sharded", shards=2, mutate=_resized)
-    [annotation] = [line for line in _in_process(capsys, "validate", str(sharded), "-f", "github").splitlines()
-                    if "title=LC208" in line]
+    [annotation] = [
+        line
+        for line in _in_process(capsys, "validate", str(sharded), "-f", "github").splitlines()
+        if "title=LC208" in line
+    ]
     name = annotation.split("::", 2)[2].split("`")[1]
     assert f"file={sharded}/model.safetensors.index.json,line=" in annotation
     line = int(annotation.split(",line=", 1)[1].split(",", 1)[0])
@@ -92,8 +99,11 @@ def test_tensor_findings_point_at_the_index_entry_or_the_shard(tmp_path, capsys)
     assert location["physicalLocation"]["region"] == {"startLine": line}
     assert location["logicalLocations"][0]["fullyQualifiedName"] == name
     single = fixtures.write_checkpoint(tmp_path / "single", mutate=_resized)  # no index: the shard's header
-    [annotation] = [line for line in _in_process(capsys, "validate", str(single), "-f", "github").splitlines()
-                    if "title=LC208" in line]
+    [annotation] = [
+        line
+        for line in _in_process(capsys, "validate", str(single), "-f", "github").splitlines()
+        if "title=LC208" in line
+    ]
     assert f"file={single}/model.safetensors,line=1," in annotation
 
 
@@ -123,15 +133,18 @@ def test_report_refuses_what_is_not_a_report(tmp_path):
 
 
 def test_strict_says_so_and_says_why_a_warning_fails(tmp_path, capsys):
-    warned = fixtures.write_checkpoint(tmp_path / "warned", fixtures.draft_config(block_size=16))  # LC111 only
+    warned = fixtures.write_checkpoint(
+        tmp_path / "warned", fixtures.draft_config(block_size=16)
+    )  # LC111 only
     text = _in_process(capsys, "validate", str(warned), "--strict")
     assert text.splitlines()[0] == f"lilicorr-ckpt validate {warned} --strict"
     assert text.splitlines()[-1].startswith("FAIL 0 errors, 1 warning")
     md = _in_process(capsys, "validate", str(warned), "--strict", "-f", "markdown")
     lines = md.splitlines()
     assert lines[0] == f"### ❌ lilicorr-ckpt validate `{warned}` `--strict`: FAIL"
-    assert lines[2].startswith("Failed under `--strict`: every runtime's verdict below is *accepts*, and 1 warning "
-                               "fails the gate")
+    assert lines[2].startswith(
+        "Failed under `--strict`: every runtime's verdict below is *accepts*, and 1 warning fails the gate"
+    )
     rows = [line for line in lines if line.startswith("| ") and "accepts" in line]
     assert rows and all("⚠️ accepts (its warnings fail `--strict`)" in row for row in rows)
     assert any("⚠️ warning (fails `--strict`)" in line for line in lines)

@@ -27,9 +27,11 @@ def warned(make_ckpt):
 
 def test_schema_files_are_in_sync_with_the_types():
     for name, schema in schemas.all_schemas().items():
-        committed = (REPO / "schemas" / name)
+        committed = REPO / "schemas" / name
         assert committed.exists(), f"missing schemas/{name}: run python scripts/sync_docs.py"
-        assert committed.read_text() == schemas.render(schema), f"schemas/{name} is stale: run python scripts/sync_docs.py"
+        assert committed.read_text() == schemas.render(schema), (
+            f"schemas/{name} is stale: run python scripts/sync_docs.py"
+        )
 
 
 def test_the_schema_command_prints_the_committed_schemas(tmp_path):
@@ -37,7 +39,10 @@ def test_the_schema_command_prints_the_committed_schemas(tmp_path):
     assert run_cli("schema").stdout.split() == names
     for name in names:
         printed = run_cli("schema", name)
-        assert printed.returncode == 0 and printed.stdout == (REPO / "schemas" / f"{name}.schema.json").read_text()
+        assert (
+            printed.returncode == 0
+            and printed.stdout == (REPO / "schemas" / f"{name}.schema.json").read_text()
+        )
     assert run_cli("schema", "nope").returncode == 4
     schemas.main(["--out", str(tmp_path)])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(schemas.all_schemas())
@@ -110,8 +115,11 @@ def test_inspect_json_follows_its_schema(make_ckpt):
     comps = {c["component"]: c for c in doc["components"]}
     assert set(comps) == {"backbone", "conv", "head"}
     assert comps["conv"]["tensors"] == 8
-    assert doc["quantization"]["quant_algo"] == "NVFP4" and doc["runtimes"] == {"sglang": True, "vllm": True,
-                                                                                "trtllm": True}
+    assert doc["quantization"]["quant_algo"] == "NVFP4" and doc["runtimes"] == {
+        "sglang": True,
+        "vllm": True,
+        "trtllm": True,
+    }
     text = run_cli("inspect", str(path)).stdout
     assert "conv       4 taps, group 16" in text and "NVFP4" in text
 
@@ -131,7 +139,11 @@ def test_names_from_the_checkpoint_are_escaped_and_cannot_forge_a_line(make_ckpt
     text = run_cli("validate", str(path))
     assert text.returncode == 1
     lines = text.stdout.splitlines()
-    assert not any(line.startswith("PASS") for line in lines) and "\x1b" not in text.stdout and "\x01" not in text.stdout
+    assert (
+        not any(line.startswith("PASS") for line in lines)
+        and "\x1b" not in text.stdout
+        and "\x01" not in text.stdout
+    )
     assert "x\\x0aPASS 0 errors, 0 warnings\\x1b[2J\\x01" in text.stdout
     junit = run_cli("validate", str(path), "-f", "junit")
     ET.fromstring(junit.stdout)  # well-formed XML despite the control characters

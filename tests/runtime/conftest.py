@@ -37,7 +37,9 @@ def drafter(drafter_dir):
     """drafter(config=None, load_dtype=torch.float32, runtime="all", **write_kwargs) -> a loaded Drafter
     (validated for `runtime`: an owned lm_head is refused for SGLang, Sequential names for vLLM)."""
 
-    def make(config: dict[str, Any] | None = None, load_dtype: Any = None, runtime: str = "all", **kwargs: Any):
+    def make(
+        config: dict[str, Any] | None = None, load_dtype: Any = None, runtime: str = "all", **kwargs: Any
+    ):
         path = drafter_dir(config, **kwargs)
         if load_dtype is None:
             return load_drafter(path, runtime=runtime)

@@ -18,19 +18,36 @@ ARCHS = {
 }
 
 
-def tiny_target(arch: str = "llama", *, vocab: int = 16, hidden: int = 64, layers: int = 4, seed: int = 0,
-                init: float = 0.3) -> TargetModel:
+def tiny_target(
+    arch: str = "llama",
+    *,
+    vocab: int = 16,
+    hidden: int = 64,
+    layers: int = 4,
+    seed: int = 0,
+    init: float = 0.3,
+) -> TargetModel:
     """A random target. The small vocabulary lets random drafters get blocks partly accepted, so the
     crop-after-rejection paths run; the wide init keeps its greedy continuations from collapsing into
     one repeated token."""
     config_cls, model_cls = ARCHS[arch]
-    config = config_cls(hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-                        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, vocab_size=vocab,
-                        max_position_embeddings=1024, tie_word_embeddings=False,
-                        initializer_range=init)
+    config = config_cls(
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=hidden // 4,
+        vocab_size=vocab,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        initializer_range=init,
+    )
     torch.manual_seed(seed)
     model = model_cls(config).eval()
-    model.generation_config.eos_token_id = None  # HF generate must not stop early: tests compare fixed lengths
+    model.generation_config.eos_token_id = (
+        None  # HF generate must not stop early: tests compare fixed lengths
+    )
     return TargetModel(model, None, ())
 
 

@@ -18,9 +18,18 @@ PROMPTS = [[1, 4, 9, 3, 7, 2, 11], [5, 5, 6], [2, 13, 8, 1, 0, 4, 4, 9, 12, 3, 6
 
 def _fast_target(vocab: int = 16, seed: int = 0) -> FastTarget:
     config_cls, model_cls = ARCHS["qwen3"]
-    config = config_cls(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=16, vocab_size=vocab, max_position_embeddings=1024,
-                        tie_word_embeddings=False, initializer_range=0.3)
+    config = config_cls(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=vocab,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        initializer_range=0.3,
+    )
     torch.manual_seed(seed)
     return FastTarget(model_cls(config).eval())
 
@@ -75,8 +84,10 @@ def test_an_eos_in_the_middle_of_a_block_ends_the_request(pair):
     free = SpeculativeDecoder(target, drafter, loop="eager").generate(PROMPTS[0], 40)
     eos = free.tokens[10]  # a token the request emits; wherever it lands in its block, the request ends there
     for loop in ("eager", "device"):
-        out = SpeculativeDecoder(target, drafter, loop=loop).generate_many([PROMPTS[0]], 40, [eos], batch=1)[0]
-        assert out.tokens == free.tokens[:free.tokens.index(eos) + 1]
+        out = SpeculativeDecoder(target, drafter, loop=loop).generate_many([PROMPTS[0]], 40, [eos], batch=1)[
+            0
+        ]
+        assert out.tokens == free.tokens[: free.tokens.index(eos) + 1]
         assert sum(b.committed for b in out.blocks) + 1 >= len(out.tokens)
 
 
@@ -99,8 +110,9 @@ def _cuda_pair(tmp_path, dtype: torch.dtype, vocab: int = 16):
     target.model.to("cuda", dtype)
     target = FastTarget(target.model)
     cfg = small_config(conv=(4, 16), vocab_size=vocab, dflash={"mask_token_id": vocab - 1})
-    return target, load_drafter(fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32"), dtype=dtype,
-                                device="cuda")
+    return target, load_drafter(
+        fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32"), dtype=dtype, device="cuda"
+    )
 
 
 @pytest.mark.gpu

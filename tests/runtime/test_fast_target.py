@@ -17,13 +17,23 @@ from lilicorr_runtime.target.fast import FastTarget, fast_path_problem
 CUDA = torch.cuda.is_available()
 
 
-def _pair(arch: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0,
-          vocab: int = 16) -> tuple[TargetModel, FastTarget]:
+def _pair(
+    arch: str, *, device: str = "cpu", dtype: torch.dtype = torch.float32, seed: int = 0, vocab: int = 16
+) -> tuple[TargetModel, FastTarget]:
     """(transformers target, fast target) over two copies of one random model."""
     config_cls, model_cls = ARCHS[arch]
-    config = config_cls(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
-                        num_key_value_heads=2, head_dim=16, vocab_size=vocab, max_position_embeddings=1024,
-                        tie_word_embeddings=False, initializer_range=0.3)
+    config = config_cls(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=vocab,
+        max_position_embeddings=1024,
+        tie_word_embeddings=False,
+        initializer_range=0.3,
+    )
     models = []
     for _ in range(2):
         torch.manual_seed(seed)
@@ -49,8 +59,11 @@ def test_logits_and_taps_match_transformers_through_prefill_verify_and_crop(arch
         t.reserve(64)
         t.reset()
     layers = [0, 2, 3]  # 3 is the last layer: its tap is taken after the final norm, as transformers does
-    steps = [(torch.tensor([1, 5, 7, 9, 11, 3, 4, 2]), layers), (torch.tensor([3, 4, 5, 6]), [1, 3]),
-             (torch.tensor([6]), None)]
+    steps = [
+        (torch.tensor([1, 5, 7, 9, 11, 3, 4, 2]), layers),
+        (torch.tensor([3, 4, 5, 6]), [1, 3]),
+        (torch.tensor([6]), None),
+    ]
     for i, (ids, taps) in enumerate(steps):
         if i == 2:
             for t in (ref, fast):
@@ -114,8 +127,10 @@ def test_speculative_decoding_is_the_same_on_both_paths(tmp_path, mode):
     ref, fast = _pair("qwen3")
     drafter = load_drafter(fixtures.write_checkpoint(tmp_path / "d", small_config(), dtype="F32"))
     prompt = [1, 4, 9, 3, 7, 2, 11]
-    results = [SpeculativeDecoder(t, drafter if mode != "ar" else None, mode=mode).generate(prompt, 30)
-               for t in (ref, fast)]
+    results = [
+        SpeculativeDecoder(t, drafter if mode != "ar" else None, mode=mode).generate(prompt, 30)
+        for t in (ref, fast)
+    ]
     assert results[0].tokens == results[1].tokens
     assert [b.accepted for b in results[0].blocks] == [b.accepted for b in results[1].blocks]
 
@@ -124,8 +139,16 @@ def test_architectures_without_a_fast_path_are_named():
     config = transformers.GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=16, n_positions=64)
     assert "gpt2" in fast_path_problem(transformers.GPT2LMHeadModel(config))
     config_cls, model_cls = ARCHS["llama"]
-    gelu = model_cls(config_cls(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                                vocab_size=16, hidden_act="gelu"))
+    gelu = model_cls(
+        config_cls(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            vocab_size=16,
+            hidden_act="gelu",
+        )
+    )
     assert "hidden_act" in fast_path_problem(gelu)
     with pytest.raises(ValueError, match="no fast path"):
         FastTarget(gelu)
@@ -155,10 +178,14 @@ def test_graph_replay_matches_eager_and_transformers_on_gpu(arch):
     # against transformers: each greedy token is transformers' top token up to bf16 round-off (the fused step
     # kernels round differently from transformers' unfused ops, so an exact near-tie may go either way)
     with torch.inference_mode():
-        hf = ref.model(torch.tensor([prompt + graphed[:-1]], device="cuda")).logits[0, len(prompt) - 1:].float()
+        hf = (
+            ref.model(torch.tensor([prompt + graphed[:-1]], device="cuda"))
+            .logits[0, len(prompt) - 1 :]
+            .float()
+        )
     chosen = hf.gather(1, torch.tensor(graphed, device="cuda")[:, None])[:, 0]
     top = hf.max(dim=1).values
-    assert bool((chosen >= top - 2.0 ** -5 * top.abs().clamp_min(1.0)).all()), (chosen - top).min()
+    assert bool((chosen >= top - 2.0**-5 * top.abs().clamp_min(1.0)).all()), (chosen - top).min()
     for t in (fast, eager):
         t.reserve(64)
         t.reset()
@@ -166,5 +193,6 @@ def test_graph_replay_matches_eager_and_transformers_on_gpu(arch):
     a, b = fast.forward(torch.tensor([5, 6, 7, 8]), [1, 3]), eager.forward(torch.tensor([5, 6, 7, 8]), [1, 3])
     torch.testing.assert_close(a.logits, b.logits)
     torch.testing.assert_close(a.features, b.features)
-    assert fast.generate_batch([prompt, prompt[:3]], 16, eos_token_ids=[]) == \
-        eager.generate_batch([prompt, prompt[:3]], 16, eos_token_ids=[])
+    assert fast.generate_batch([prompt, prompt[:3]], 16, eos_token_ids=[]) == eager.generate_batch(
+        [prompt, prompt[:3]], 16, eos_token_ids=[]
+    )

@@ -25,8 +25,9 @@ def test_reference_outputs_are_deterministic_and_shaped(drafter):
 
 def test_reference_outputs_tell_checkpoints_apart(drafter_dir):
     base = reference_outputs(load_drafter(drafter_dir()))
-    legacy = reference_outputs(load_drafter(drafter_dir(fixtures.draft_config(), naming="sequential"),
-                                            runtime="trtllm"))  # SGLang and vLLM refuse Sequential names
+    legacy = reference_outputs(
+        load_drafter(drafter_dir(fixtures.draft_config(), naming="sequential"), runtime="trtllm")
+    )  # SGLang and vLLM refuse Sequential names
     assert all(torch.equal(base[k], legacy[k]) for k in base)  # a rename changes no function
     quantized = reference_outputs(load_drafter(drafter_dir(fixtures.draft_config(), quant="NVFP4")))
     assert not torch.allclose(base["pairs"], quantized["pairs"], atol=1e-6)

@@ -21,8 +21,10 @@ QUESTIONS = [
 ]
 
 pytest.importorskip("gguf", reason="GGUF targets need the gguf package (the runtime extra)")
-pytestmark = [pytest.mark.real_target,
-              pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")]
+pytestmark = [
+    pytest.mark.real_target,
+    pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +45,25 @@ def smollm2_transformers(smollm2):
 def smollm2_drafter_config():
     """A LiLiCorr drafter of SmolLM2's geometry: hidden 576, vocabulary 49152, 30 target layers."""
     return fixtures.draft_config(
-        block_size=4, hidden_size=576, num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3,
-        head_dim=64, intermediate_size=1536, vocab_size=49152, num_target_layers=30, rope_theta=100000.0,
-        dflash={"block_size": 4, "target_layer_ids": [1, 15, 28], "mask_token_id": 49151,
-                "lilicorr_candidate_topk": 8, "lilicorr_hidden_size": 256, "lilicorr_num_heads": 4})
+        block_size=4,
+        hidden_size=576,
+        num_hidden_layers=1,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        num_target_layers=30,
+        rope_theta=100000.0,
+        dflash={
+            "block_size": 4,
+            "target_layer_ids": [1, 15, 28],
+            "mask_token_id": 49151,
+            "lilicorr_candidate_topk": 8,
+            "lilicorr_hidden_size": 256,
+            "lilicorr_num_heads": 4,
+        },
+    )
 
 
 def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, smollm2_transformers, tmp_path):
@@ -58,13 +75,17 @@ def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, smollm2_transf
     decoder = SpeculativeDecoder(target, drafter, mode="head")
     results = []
     for question in QUESTIONS:
-        prompt = target.tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                                      add_generation_prompt=True, tokenize=True,
-                                                      return_dict=True)["input_ids"]
+        prompt = target.tokenizer.apply_chat_template(
+            [{"role": "user", "content": question}],
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+        )["input_ids"]
         ids = torch.tensor([prompt])
         # 32 tokens: enough for several draft blocks per question at a random drafter's tau of about 1
-        reference = smollm2_transformers.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=32,
-                                                        do_sample=False)[0, len(prompt):].tolist()
+        reference = smollm2_transformers.model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=32, do_sample=False
+        )[0, len(prompt) :].tolist()
         result = decoder.generate(prompt, 32, eos_token_ids=target.eos_token_ids)
         assert result.tokens == reference, target.tokenizer.decode(reference)
         results.append(result)
@@ -89,9 +110,12 @@ def test_the_bundled_trained_drafter_lifts_acceptance_on_smollm2(smollm2):
         decoder = SpeculativeDecoder(target, drafter, mode=mode)
         committed = blocks = 0
         for probe in probes:
-            prompt = target.tokenizer.apply_chat_template([{"role": "user", "content": probe.prompt}],
-                                                          add_generation_prompt=True, tokenize=True,
-                                                          return_dict=True)["input_ids"]
+            prompt = target.tokenizer.apply_chat_template(
+                [{"role": "user", "content": probe.prompt}],
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
             result = decoder.generate(prompt, 40, eos_token_ids=target.eos_token_ids)
             committed += sum(b.committed for b in result.blocks)
             blocks += len(result.blocks)

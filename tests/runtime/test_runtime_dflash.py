@@ -66,11 +66,16 @@ def reference_block(drafter, features, block_embeddings, theta):
         window = layer.self_attn.window
 
         def attention(h, p=p, window=window):
-            q = rms(lin(h, p + "self_attn.q_proj").view(Q, nh, hd).transpose(0, 1), p + "self_attn.q_norm.weight")
+            q = rms(
+                lin(h, p + "self_attn.q_proj").view(Q, nh, hd).transpose(0, 1), p + "self_attn.q_norm.weight"
+            )
             q = rope(q, blk_pos, theta)
             keys, values = [], []
             for rows, pos in ((ctx, ctx_pos), (h, blk_pos)):  # no input_layernorm on the context rows
-                k = rms(lin(rows, p + "self_attn.k_proj").view(-1, nkv, hd).transpose(0, 1), p + "self_attn.k_norm.weight")
+                k = rms(
+                    lin(rows, p + "self_attn.k_proj").view(-1, nkv, hd).transpose(0, 1),
+                    p + "self_attn.k_norm.weight",
+                )
                 keys.append(rope(k, pos, theta))
                 values.append(lin(rows, p + "self_attn.v_proj").view(-1, nkv, hd).transpose(0, 1))
             k, v = torch.cat(keys, 1), torch.cat(values, 1)
@@ -82,15 +87,17 @@ def reference_block(drafter, features, block_embeddings, theta):
                 if window is not None:
                     far = (blk_pos[:, None] - all_pos[None, :]).abs() > window - 1
                     scores = scores.masked_fill(far, float("-inf"))
-                out[:, n * hd:(n + 1) * hd] = torch.softmax(scores, -1) @ v[kv]
+                out[:, n * hd : (n + 1) * hd] = torch.softmax(scores, -1) @ v[kv]
             return lin(out, p + "self_attn.o_proj")
 
         def mlp(h, p=p):
             gate = lin(h, p + "mlp.gate_proj")
             return lin(gate / (1 + torch.exp(-gate)) * lin(h, p + "mlp.up_proj"), p + "mlp.down_proj")
 
-        for norm, body, conv_name in ((p + "input_layernorm.weight", attention, p + "attention_conv"),
-                                      (p + "post_attention_layernorm.weight", mlp, p + "mlp_conv")):
+        for norm, body, conv_name in (
+            (p + "input_layernorm.weight", attention, p + "attention_conv"),
+            (p + "post_attention_layernorm.weight", mlp, p + "mlp_conv"),
+        ):
             h = rms(x, norm)
             if g.has_conv:
                 k_in, k_out = kernels(conv_name, h)
@@ -104,8 +111,12 @@ CASES = {
     "plain": fixtures.draft_config(),
     "conv": fixtures.draft_config(conv=(3, 16)),
     "conv-g1-bias": fixtures.draft_config(conv=(2, 1), attention_bias=True),
-    "swa": fixtures.draft_config(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"],
-                                 sliding_window=4, use_sliding_window=True),
+    "swa": fixtures.draft_config(
+        num_hidden_layers=2,
+        layer_types=["sliding_attention", "full_attention"],
+        sliding_window=4,
+        use_sliding_window=True,
+    ),
     "gqa4": fixtures.draft_config(num_key_value_heads=1, rope_theta=500.0),
 }
 
@@ -190,8 +201,13 @@ def test_yarn_rope_matches_transformers():
     from transformers import Qwen3Config
 
     scaling = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}
-    config = Qwen3Config(hidden_size=64, num_attention_heads=4, head_dim=32, max_position_embeddings=16384,
-                         rope_parameters={**scaling, "rope_theta": 1e6})
+    config = Qwen3Config(
+        hidden_size=64,
+        num_attention_heads=4,
+        head_dim=32,
+        max_position_embeddings=16384,
+        rope_parameters={**scaling, "rope_theta": 1e6},
+    )
     expected, scale = rope_utils.ROPE_INIT_FUNCTIONS["yarn"](config, "cpu")
     inv_freq, mine = rope_inverse_frequencies(32, 1e6, scaling, 16384)
     torch.testing.assert_close(inv_freq, expected.float())

@@ -49,7 +49,9 @@ def test_static_step_equals_the_eager_draft(tmp_path, conv, sliding):
     with torch.inference_mode():
         ref = draft_block(drafter, cache, anchor, anchor_hidden, n, target.embed, target.logits, score=True)
         ref_tokens = greedy_walk(ref.start, ref.pairs, ref.candidate_ids)
-        step = DraftStep(drafter, cache, target.embed, target.logits, num_tokens=n, walk="greedy", use_graph=False)
+        step = DraftStep(
+            drafter, cache, target.embed, target.logits, num_tokens=n, walk="greedy", use_graph=False
+        )
         out = step.run(anchor, anchor_hidden, cache.length)
     torch.testing.assert_close(out["logits"], ref.logits, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(out["start"], ref.start, rtol=1e-4, atol=1e-5)
@@ -60,12 +62,14 @@ def test_static_step_equals_the_eager_draft(tmp_path, conv, sliding):
 def test_static_step_ignores_stale_rows_beyond_the_length(tmp_path):
     drafter, target = _setup(tmp_path)
     cache, anchor_hidden = _context(drafter, target)
-    step = DraftStep(drafter, cache, target.embed, target.logits, num_tokens=3, walk="control", use_graph=False)
+    step = DraftStep(
+        drafter, cache, target.embed, target.logits, num_tokens=3, walk="control", use_graph=False
+    )
     with torch.inference_mode():
         before = step.run(torch.tensor([3]), anchor_hidden, cache.length)["logits"].clone()
         for i in range(len(cache.keys)):  # garbage where no context row is
-            cache.keys[i][:, :, cache.length:] = 1e4
-            cache.values[i][:, :, cache.length:] = -1e4
+            cache.keys[i][:, :, cache.length :] = 1e4
+            cache.values[i][:, :, cache.length :] = -1e4
         after = step.run(torch.tensor([3]), anchor_hidden, cache.length)["logits"]
     assert torch.equal(before, after)
 
@@ -80,7 +84,9 @@ def test_gpu_graph_replay_equals_the_eager_step(tmp_path, walk):
     uniforms = torch.rand(1, n, generator=torch.Generator().manual_seed(0)).cuda()
     with torch.inference_mode():
         graphed = DraftStep(drafter, cache, target.embed, target.logits, num_tokens=n, walk=walk)
-        eager = DraftStep(drafter, cache, target.embed, target.logits, num_tokens=n, walk=walk, use_graph=False)
+        eager = DraftStep(
+            drafter, cache, target.embed, target.logits, num_tokens=n, walk=walk, use_graph=False
+        )
         assert graphed.graph is not None
         for anchor in (1, 5, 9):  # replays with new inputs each time
             a = graphed.run(torch.tensor([anchor], device="cuda"), anchor_hidden, cache.length, uniforms, 0.7)

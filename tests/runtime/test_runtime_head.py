@@ -14,13 +14,25 @@ from lilicorr_runtime import LiLiCorrHead
 
 
 def make_head(M=48, B=6, h=32, L=2, N=4, ratio=1.5, K=4, F=12, eps=1e-6, ve=1e-6, scale=7.5, seed=0):
-    head = LiLiCorrHead(model_hidden_size=M, block_size=B, rms_norm_eps=eps, hidden_size=h, num_layers=L,
-                        num_heads=N, mlp_ratio=ratio, candidate_topk=K, factor_dim=F, vector_eps=ve,
-                        logit_scale=scale)
+    head = LiLiCorrHead(
+        model_hidden_size=M,
+        block_size=B,
+        rms_norm_eps=eps,
+        hidden_size=h,
+        num_layers=L,
+        num_heads=N,
+        mlp_ratio=ratio,
+        candidate_topk=K,
+        factor_dim=F,
+        vector_eps=ve,
+        logit_scale=scale,
+    )
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # every parameter random, so no term can hide behind a zero init
         for p in head.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() < 2 else 1.0 / math.sqrt(p.shape[-1])))
+            p.copy_(
+                torch.randn(p.shape, generator=g) * (0.3 if p.dim() < 2 else 1.0 / math.sqrt(p.shape[-1]))
+            )
     return head.eval()
 
 
@@ -47,8 +59,15 @@ def reference(sd, cfg, E, lp, pas, anc, valid):
     phi = torch.zeros(S, K, 5, dtype=torch.float64)
     for s in range(S):
         for k in range(K):
-            phi[s, k] = torch.tensor([lp[s, k], math.exp(lp[s, k]), lp[s, k] - lp[s].max(),
-                                      k / (K - 1) if K > 1 else 0.0, 1.0 if k == 0 else 0.0])
+            phi[s, k] = torch.tensor(
+                [
+                    lp[s, k],
+                    math.exp(lp[s, k]),
+                    lp[s, k] - lp[s].max(),
+                    k / (K - 1) if K > 1 else 0.0,
+                    1.0 if k == 0 else 0.0,
+                ]
+            )
     mu, var = phi.mean(-1, keepdim=True), phi.var(-1, unbiased=False, keepdim=True)
     phi = (phi - mu) / torch.sqrt(var + 1e-5) * d["feature_norm.weight"] + d["feature_norm.bias"]
     feat = lin(silu(lin(phi, "feature_mlp.up_proj")), "feature_mlp.down_proj")
@@ -60,7 +79,9 @@ def reference(sd, cfg, E, lp, pas, anc, valid):
     for i in range(S * K):
         for j in range(S * K):
             dist = i // K - j // K
-            bias[:, i, j] = d["relative_slot_bias"][:, dist + B - 1] + (d["same_slot_bias"] if dist == 0 else 0)
+            bias[:, i, j] = d["relative_slot_bias"][:, dist + B - 1] + (
+                d["same_slot_bias"] if dist == 0 else 0
+            )
     layer = 0
     while f"layers.{layer}.attn_norm.weight" in d:
         p = f"layers.{layer}."
@@ -80,15 +101,19 @@ def reference(sd, cfg, E, lp, pas, anc, valid):
     a = rms(lin(anc, "context_proj") * (1.0 if valid else 0.0), "anchor_norm")
     start = torch.zeros(K, dtype=torch.float64)
     pairs = torch.zeros(S - 1, K, K, dtype=torch.float64)
-    fuse = [[silu(lin(torch.cat([c[s, k], a, c[s, k] * a]), "factor_input_proj")) for k in range(K)]
-            for s in range(S)]
+    fuse = [
+        [silu(lin(torch.cat([c[s, k], a, c[s, k] * a]), "factor_input_proj")) for k in range(K)]
+        for s in range(S)
+    ]
     aout = unit(lin(a, "anchor_out_head"))
     for j in range(K):
         start[j] = scale * aout @ unit(lin(fuse[0][j], "in_head"))
     for s in range(S - 1):
         for i in range(K):
             for j in range(K):
-                pairs[s, i, j] = scale * unit(lin(fuse[s][i], "out_head")) @ unit(lin(fuse[s + 1][j], "in_head"))
+                pairs[s, i, j] = (
+                    scale * unit(lin(fuse[s][i], "out_head")) @ unit(lin(fuse[s + 1][j], "in_head"))
+                )
     return start, pairs
 
 
@@ -167,11 +192,22 @@ def test_parameter_names_are_the_manifest_head_names(h):
     config = fixtures.draft_config(dflash={"lilicorr_hidden_size": h})
     manifest = fixtures.manifest_for(config)
     g = manifest.geometry
-    head = LiLiCorrHead(model_hidden_size=g.hidden_size, block_size=g.block_size, rms_norm_eps=g.rms_norm_eps,
-                        hidden_size=g.head_hidden_size, num_layers=g.head_num_layers, num_heads=g.head_num_heads,
-                        mlp_ratio=g.head_mlp_ratio, candidate_topk=g.candidate_topk, factor_dim=g.head_factor_dim,
-                        vector_eps=g.head_vector_eps, logit_scale=g.head_logit_scale)
-    expected = {n[len("lilicorr."):]: t.shape for n, t in manifest.tensors.items() if n.startswith("lilicorr.")}
+    head = LiLiCorrHead(
+        model_hidden_size=g.hidden_size,
+        block_size=g.block_size,
+        rms_norm_eps=g.rms_norm_eps,
+        hidden_size=g.head_hidden_size,
+        num_layers=g.head_num_layers,
+        num_heads=g.head_num_heads,
+        mlp_ratio=g.head_mlp_ratio,
+        candidate_topk=g.candidate_topk,
+        factor_dim=g.head_factor_dim,
+        vector_eps=g.head_vector_eps,
+        logit_scale=g.head_logit_scale,
+    )
+    expected = {
+        n[len("lilicorr.") :]: t.shape for n, t in manifest.tensors.items() if n.startswith("lilicorr.")
+    }
     assert {n: tuple(p.shape) for n, p in head.state_dict().items()} == expected
     head.load_state_dict({n: torch.zeros(s) for n, s in expected.items()}, strict=True)
 
@@ -255,7 +291,15 @@ def test_gradients_reach_the_parameters_behind_cached_constants():
     E, lp, pas, anc = inputs(1, 5, 4, 48)
     start, pairs = head(E, lp, pas, anc)
     (start.sum() + pairs.sum()).backward()
-    for name in ("slot_embedding", "rank_embedding", "pass_hidden_proj.bias", "feature_mlp.down_proj.bias",
-                 "token_proj.bias", "out_head.weight", "in_head.bias", "relative_slot_bias"):
+    for name in (
+        "slot_embedding",
+        "rank_embedding",
+        "pass_hidden_proj.bias",
+        "feature_mlp.down_proj.bias",
+        "token_proj.bias",
+        "out_head.weight",
+        "in_head.bias",
+        "relative_slot_bias",
+    ):
         grad = head.get_parameter(name).grad
         assert grad is not None and grad.abs().sum() > 0, name

@@ -43,8 +43,10 @@ def test_every_tensor_is_loaded_under_its_name(drafter_dir):
 @pytest.mark.parametrize("naming,prefix", [("sequential", ""), ("named", "model.")])
 def test_legacy_names_and_model_prefix_load_the_same_weights(drafter_dir, naming, prefix):
     plain = load_drafter(drafter_dir())
-    other = load_drafter(drafter_dir(fixtures.draft_config(), naming=naming, key_prefix=prefix),
-                         runtime="trtllm" if naming == "sequential" else "all")  # SGLang and vLLM refuse Sequential names
+    other = load_drafter(
+        drafter_dir(fixtures.draft_config(), naming=naming, key_prefix=prefix),
+        runtime="trtllm" if naming == "sequential" else "all",
+    )  # SGLang and vLLM refuse Sequential names
     for name, value in plain.state_dict().items():
         assert torch.equal(value, other.state_dict()[name]), name
 
@@ -63,8 +65,11 @@ def test_nvfp4_weights_are_dequantized(drafter_dir, quant):
     quantized = [n[: -len(".weight_scale_2")] for n in stored if n.endswith(".weight_scale_2")]
     assert "lilicorr.pass_hidden_proj" in quantized and "layers.0.mlp.down_proj" in quantized
     for module in quantized:
-        expected = nvfp4_dequantize(stored[module + ".weight"], stored[module + ".weight_scale"],
-                                    float(stored[module + ".weight_scale_2"]))
+        expected = nvfp4_dequantize(
+            stored[module + ".weight"],
+            stored[module + ".weight_scale"],
+            float(stored[module + ".weight_scale_2"]),
+        )
         assert torch.equal(d.state_dict()[module + ".weight"], torch.from_numpy(expected)), module
     # the float reference weights are close to their NVFP4 round trip
     ref = load_drafter(drafter_dir()).state_dict()["layers.0.mlp.down_proj.weight"]
@@ -77,8 +82,9 @@ def test_torch_nvfp4_decoder_agrees_with_the_numpy_codec():
     packed = rng.integers(0, 256, (6, 16), dtype=np.uint8)
     scales = rng.integers(0, 0x7E, (6, 2), dtype=np.uint8)
     expected = nvfp4_dequantize(packed, scales, 0.37)
-    got = torch_nvfp4_dequantize(torch.from_numpy(packed), torch.from_numpy(scales).view(torch.float8_e4m3fn),
-                           torch.tensor(0.37))
+    got = torch_nvfp4_dequantize(
+        torch.from_numpy(packed), torch.from_numpy(scales).view(torch.float8_e4m3fn), torch.tensor(0.37)
+    )
     torch.testing.assert_close(got, torch.from_numpy(expected), rtol=1e-6, atol=0)
 
 
@@ -123,8 +129,13 @@ def test_refuses_a_missing_head_tensor(drafter_dir):
 
 def test_refuses_conv_tensors_without_conv_keys(drafter_dir):
     def add_conv(tensors):
-        tensors.update({n: v for n, v in fixtures.checkpoint_tensors(fixtures.draft_config(conv=(4, 16))).items()
-                        if "_conv." in n})
+        tensors.update(
+            {
+                n: v
+                for n, v in fixtures.checkpoint_tensors(fixtures.draft_config(conv=(4, 16))).items()
+                if "_conv." in n
+            }
+        )
 
     path = drafter_dir(fixtures.draft_config(), mutate=add_conv)
     with pytest.raises(CheckpointRefused, match="LC205"):

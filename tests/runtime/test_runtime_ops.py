@@ -125,7 +125,9 @@ def test_sample_walk_draws_each_slot_from_its_softmax():
     start = row.expand(n, k)
     ids = torch.arange(k).expand(n, 1, k)
     u = torch.rand(n, 1, generator=torch.Generator().manual_seed(5))
-    tokens, q = sample_walk(start, torch.zeros(n, 0, k, k), ids, u, torch.full((n,), 0.7), torch.zeros(n, dtype=torch.bool))
+    tokens, q = sample_walk(
+        start, torch.zeros(n, 0, k, k), ids, u, torch.full((n,), 0.7), torch.zeros(n, dtype=torch.bool)
+    )
     counts = torch.bincount(tokens[:, 0], minlength=k)
     assert chi_square_p_value(counts, torch.softmax(row / 0.7, -1)) > 1e-4
     torch.testing.assert_close(q[0, 0], torch.softmax(row / 0.7, -1))
@@ -162,8 +164,9 @@ def test_verify_sampled_emits_the_target_distribution():
     d2 = torch.full((rows,), 2)
     target = torch.stack([p1, p2, p3]).expand(rows, 3, vocab)
     q = torch.stack([q1, q2]).expand(rows, n, vocab)
-    accepted, nxt = verify_sampled(target, torch.stack([d1, d2], 1), q, torch.rand(rows, n, generator=g),
-                                   torch.rand(rows, generator=g))
+    accepted, nxt = verify_sampled(
+        target, torch.stack([d1, d2], 1), q, torch.rand(rows, n, generator=g), torch.rand(rows, generator=g)
+    )
     first = torch.where(accepted >= 1, d1, nxt)
     assert chi_square_p_value(torch.bincount(first, minlength=vocab), p1) > 1e-4
     second = torch.where(accepted >= 2, d2, nxt)[accepted >= 1]

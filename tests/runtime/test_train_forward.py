@@ -38,8 +38,12 @@ def test_training_forward_equals_the_inference_forward_on_each_block(tmp_path):
 
 
 def test_training_refuses_what_its_mask_does_not_express(tmp_path):
-    config = small_config(layer_types=["sliding_attention", "full_attention"], use_sliding_window=True,
-                          sliding_window=4, num_hidden_layers=2)
+    config = small_config(
+        layer_types=["sliding_attention", "full_attention"],
+        use_sliding_window=True,
+        sliding_window=4,
+        num_hidden_layers=2,
+    )
     drafter = load_drafter(fixtures.write_checkpoint(tmp_path / "swa", config, dtype="F32"))
     g = drafter.geometry
     features = torch.randn(1, 8, len(g.target_layer_ids) * g.hidden_size)

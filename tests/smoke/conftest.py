@@ -46,8 +46,9 @@ def zero_head_drafter(smoke_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def good_head_drafter(smoke_dir: Path) -> Path:
-    return fixtures.write_checkpoint(smoke_dir / "good-head", drafter_config(lilicorr_candidate_topk=16),
-                                     mutate=good_head)
+    return fixtures.write_checkpoint(
+        smoke_dir / "good-head", drafter_config(lilicorr_candidate_topk=16), mutate=good_head
+    )
 
 
 @pytest.fixture(scope="session")
@@ -57,10 +58,27 @@ def zero_head_report(zero_head_drafter: Path, target: Path):
     from lilicorr_ckpt.smoke.options import SmokeOptions
     from lilicorr_ckpt.smoke.run import run_smoke
 
-    return run_smoke(SmokeOptions(path=str(zero_head_drafter), target=str(target), gpu=False,
-                                  probes="code,chat,math", limit=1, max_new_tokens=24, temperature=0.0, seeds=(0,),
-                                  num_speculative_tokens=None, min_tau=None, min_accept_rates=(), min_head_gain=0.05,
-                                  baseline=None, tolerance=0.05, dtype=None, runtime="all", warmup=False))
+    return run_smoke(
+        SmokeOptions(
+            path=str(zero_head_drafter),
+            target=str(target),
+            gpu=False,
+            probes="code,chat,math",
+            limit=1,
+            max_new_tokens=24,
+            temperature=0.0,
+            seeds=(0,),
+            num_speculative_tokens=None,
+            min_tau=None,
+            min_accept_rates=(),
+            min_head_gain=0.05,
+            baseline=None,
+            tolerance=0.05,
+            dtype=None,
+            runtime="all",
+            warmup=False,
+        )
+    )
 
 
 class Outcome:

@@ -24,44 +24,140 @@ from urllib.parse import parse_qs, urlsplit
 
 # --- SGLang 0.5.23 ---------------------------------------------------------------------------------------------
 # srt/entrypoints/http_server.py routes
-SGLANG_ROUTES = {("GET", "/health"), ("GET", "/health_generate"), ("GET", "/server_info"),
-                 ("GET", "/get_server_info"), ("GET", "/model_info"), ("POST", "/generate")}
+SGLANG_ROUTES = {
+    ("GET", "/health"),
+    ("GET", "/health_generate"),
+    ("GET", "/server_info"),
+    ("GET", "/get_server_info"),
+    ("GET", "/model_info"),
+    ("POST", "/generate"),
+}
 # api/v1/api_types.py SamplingParams ("unknown keys rejected")
 SGLANG_SAMPLING_FIELDS = {
-    "max_new_tokens", "stop", "stop_token_ids", "stop_regex", "temperature", "top_p", "top_k", "min_p",
-    "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema", "regex",
-    "ebnf", "structural_tag", "ignore_eos", "skip_special_tokens", "spaces_between_special_tokens", "no_stop_trim",
-    "stream_interval", "logit_bias", "sampling_seed", "custom_params", "beam_width", "watermark", "choice"}
+    "max_new_tokens",
+    "stop",
+    "stop_token_ids",
+    "stop_regex",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "n",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+    "ignore_eos",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "no_stop_trim",
+    "stream_interval",
+    "logit_bias",
+    "sampling_seed",
+    "custom_params",
+    "beam_width",
+    "watermark",
+    "choice",
+}
 # api/v1/api_types.py GenerateRequest: the fields these servers read
 SGLANG_GENERATE_FIELDS = {"rid", "input_ids", "sampling_params", "stream", "return_prompt_token_ids"}
 # srt/managers/tokenizer_manager.py: the reply's keys, meta_info's keys, and the speculative ones
 SGLANG_REPLY_KEYS = {"text", "output_ids", "meta_info", "prompt_token_ids"}
-SGLANG_META_KEYS = {"id", "finish_reason", "prompt_tokens", "weight_version", "num_retractions", "reasoning_tokens",
-                    "completion_tokens", "cached_tokens", "e2e_latency"}
-SGLANG_SPEC_KEYS = {"spec_accept_rate", "spec_accept_length", "spec_num_correct_drafts", "spec_num_proposed_drafts",
-                    "spec_verify_ct", "spec_correct_drafts_histogram"}
+SGLANG_META_KEYS = {
+    "id",
+    "finish_reason",
+    "prompt_tokens",
+    "weight_version",
+    "num_retractions",
+    "reasoning_tokens",
+    "completion_tokens",
+    "cached_tokens",
+    "e2e_latency",
+}
+SGLANG_SPEC_KEYS = {
+    "spec_accept_rate",
+    "spec_accept_length",
+    "spec_num_correct_drafts",
+    "spec_num_proposed_drafts",
+    "spec_verify_ct",
+    "spec_correct_drafts_histogram",
+}
 # srt/arg_groups/fields/*.py ServerArgs fields that /server_info reports (flat)
-SGLANG_SERVER_FIELDS = {"model_path", "served_model_name", "speculative_algorithm", "speculative_draft_model_path",
-                        "speculative_num_draft_tokens", "speculative_num_steps", "speculative_eagle_topk",
-                        "context_length", "api_key", "tp_size"}
+SGLANG_SERVER_FIELDS = {
+    "model_path",
+    "served_model_name",
+    "speculative_algorithm",
+    "speculative_draft_model_path",
+    "speculative_num_draft_tokens",
+    "speculative_num_steps",
+    "speculative_eagle_topk",
+    "context_length",
+    "api_key",
+    "tp_size",
+}
 # srt/managers/schedule_batch.py finish reasons' to_json
 SGLANG_FINISH_KEYS = {"type", "matched", "length"}
 # srt/utils/auth.py: paths open without the key
 SGLANG_OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 
 # --- vLLM 0.33.0 -------------------------------------------------------------------------------------------------
-VLLM_ROUTES = {("GET", "/health"), ("GET", "/v1/models"), ("GET", "/version"), ("GET", "/metrics"),
-               ("GET", "/server_info"), ("POST", "/v1/completions")}
+VLLM_ROUTES = {
+    ("GET", "/health"),
+    ("GET", "/v1/models"),
+    ("GET", "/version"),
+    ("GET", "/metrics"),
+    ("GET", "/server_info"),
+    ("POST", "/v1/completions"),
+}
 # entrypoints/openai/completion/protocol.py CompletionRequest: the fields these servers read
-VLLM_REQUEST_FIELDS = {"model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
-                       "repetition_penalty", "frequency_penalty", "presence_penalty", "seed", "stop_token_ids",
-                       "ignore_eos", "return_token_ids", "n", "stream"}
-VLLM_CHOICE_FIELDS = {"index", "text", "logprobs", "finish_reason", "stop_reason", "token_ids", "prompt_token_ids"}
+VLLM_REQUEST_FIELDS = {
+    "model",
+    "prompt",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "frequency_penalty",
+    "presence_penalty",
+    "seed",
+    "stop_token_ids",
+    "ignore_eos",
+    "return_token_ids",
+    "n",
+    "stream",
+}
+VLLM_CHOICE_FIELDS = {
+    "index",
+    "text",
+    "logprobs",
+    "finish_reason",
+    "stop_reason",
+    "token_ids",
+    "prompt_token_ids",
+}
 VLLM_USAGE_FIELDS = {"prompt_tokens", "total_tokens", "completion_tokens", "prompt_tokens_details"}
-VLLM_MODEL_CARD_FIELDS = {"id", "object", "created", "owned_by", "root", "parent", "max_model_len", "permission"}
+VLLM_MODEL_CARD_FIELDS = {
+    "id",
+    "object",
+    "created",
+    "owned_by",
+    "root",
+    "parent",
+    "max_model_len",
+    "permission",
+}
 # v1/spec_decode/metrics.py SpecDecodingProm counters; v1/metrics/loggers.py labelnames
-VLLM_COUNTERS = ("vllm:spec_decode_num_drafts", "vllm:spec_decode_num_draft_tokens",
-                 "vllm:spec_decode_num_accepted_tokens")
+VLLM_COUNTERS = (
+    "vllm:spec_decode_num_drafts",
+    "vllm:spec_decode_num_draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens",
+)
 VLLM_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos"
 # v1/metrics/loggers.py: a histogram observed with the spec counters, per finished request (prometheus_client
 # writes its _bucket, _count and _sum samples; the buckets are configurable there, the client reads no bucket)
@@ -85,22 +181,32 @@ class FakeModel:
     non-eos tokens); accept(prompt, step) -> drafts accepted at that step (default: none). The steps each request
     ran are logged in `log` (prompt -> list of accepted counts), so a test knows the true acceptance."""
 
-    def __init__(self, n: int, vocab: int, *, continuations: dict[tuple[int, ...], list[int]] | None = None,
-                 accept: Callable[[tuple[int, ...], int], int] | None = None, eos: Sequence[int] = ()) -> None:
+    def __init__(
+        self,
+        n: int,
+        vocab: int,
+        *,
+        continuations: dict[tuple[int, ...], list[int]] | None = None,
+        accept: Callable[[tuple[int, ...], int], int] | None = None,
+        eos: Sequence[int] = (),
+    ) -> None:
         self.n, self.vocab, self.eos = n, vocab, set(eos)
         self.continuations = continuations or {}
         self.accept = accept or (lambda prompt, step: 0)
         self.log: dict[tuple[int, ...], list[int]] = {}
         self.lock = threading.Lock()
 
-    def decode(self, prompt: Sequence[int], max_new: int, stop: Sequence[int], seed: int | None
-               ) -> tuple[list[int], list[int], str, int | None]:
+    def decode(
+        self, prompt: Sequence[int], max_new: int, stop: Sequence[int], seed: int | None
+    ) -> tuple[list[int], list[int], str, int | None]:
         """(tokens, accepted per step, finish type, the stop token matched)."""
         key = tuple(prompt)
         tokens = self.continuations.get(key)
         if tokens is None:
             rng = random.Random(hash((key, seed)))
-            tokens = [t for t in (rng.randrange(self.vocab) for _ in range(4 * max_new)) if t not in self.eos][:max_new]
+            tokens = [
+                t for t in (rng.randrange(self.vocab) for _ in range(4 * max_new)) if t not in self.eos
+            ][:max_new]
         stops = self.eos | set(stop)
         out = [tokens[0]]  # the prefill's
         steps: list[int] = []
@@ -108,7 +214,7 @@ class FakeModel:
         while len(out) < max_new and out[-1] not in stops and len(out) < len(tokens):
             a = max(0, min(self.n, self.accept(key, step)))
             steps.append(a)
-            for t in tokens[len(out):len(out) + a + 1]:
+            for t in tokens[len(out) : len(out) + a + 1]:
                 out.append(t)
                 if t in stops or len(out) >= max_new:
                     break
@@ -132,7 +238,9 @@ class Loopback:
         self.state = state
         handler_cls = type("Bound", (handler,), {"state": state})
         self.httpd = _Server(("127.0.0.1", 0), handler_cls)
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
 
     @property
     def url(self) -> str:
@@ -155,8 +263,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
         pass
 
-    def send(self, status: int, body: bytes | str | dict | list, content_type: str = "application/json",
-             headers: dict[str, str] | None = None) -> None:
+    def send(
+        self,
+        status: int,
+        body: bytes | str | dict | list,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+    ) -> None:
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         data = body.encode() if isinstance(body, str) else body
@@ -202,7 +315,9 @@ class ServerState:
     """What a fake server serves and what it saw. hooks: (method, path) -> callable(handler) that answers itself
     and returns True, or returns False to let the server answer."""
 
-    def __init__(self, model: FakeModel, *, target: str, drafter: str | None, api_key: str | None = None) -> None:
+    def __init__(
+        self, model: FakeModel, *, target: str, drafter: str | None, api_key: str | None = None
+    ) -> None:
         self.model = model
         self.target = target
         self.drafter = drafter
@@ -214,9 +329,19 @@ class ServerState:
 
 
 class SGLangState(ServerState):
-    def __init__(self, model: FakeModel, *, target: str, drafter: str | None, api_key: str | None = None,
-                 algorithm: str | None = "DFLASH", draft_tokens: int | None = None, histogram: bool = True,
-                 context_length: int = 4096, legacy_info_only: bool = False) -> None:
+    def __init__(
+        self,
+        model: FakeModel,
+        *,
+        target: str,
+        drafter: str | None,
+        api_key: str | None = None,
+        algorithm: str | None = "DFLASH",
+        draft_tokens: int | None = None,
+        histogram: bool = True,
+        context_length: int = 4096,
+        legacy_info_only: bool = False,
+    ) -> None:
         super().__init__(model, target=target, drafter=drafter, api_key=api_key)
         self.algorithm = algorithm
         self.draft_tokens = model.n + 1 if draft_tokens is None else draft_tokens
@@ -240,15 +365,25 @@ class SGLangHandler(_Handler):
             self.send(200, b"", "text/plain")
         elif path in ("/server_info", "/get_server_info"):
             spec = s.algorithm is not None
-            self.send(200, {
-                "model_path": s.target, "served_model_name": s.target, "speculative_algorithm": s.algorithm,
-                "speculative_draft_model_path": s.drafter if spec else None,
-                "speculative_num_draft_tokens": s.draft_tokens if spec else None,
-                "speculative_num_steps": 1 if spec else None, "speculative_eagle_topk": 1 if spec else None,
-                "context_length": s.context_length, "tp_size": 8,
-                "api_key": s.api_key,  # the release reports every server argument, its key included
-                "launch_command": "python -m sglang.launch_server ...", "internal_states": [{}],
-                "version": "0.5.23", "frontend": "python"})
+            self.send(
+                200,
+                {
+                    "model_path": s.target,
+                    "served_model_name": s.target,
+                    "speculative_algorithm": s.algorithm,
+                    "speculative_draft_model_path": s.drafter if spec else None,
+                    "speculative_num_draft_tokens": s.draft_tokens if spec else None,
+                    "speculative_num_steps": 1 if spec else None,
+                    "speculative_eagle_topk": 1 if spec else None,
+                    "context_length": s.context_length,
+                    "tp_size": 8,
+                    "api_key": s.api_key,  # the release reports every server argument, its key included
+                    "launch_command": "python -m sglang.launch_server ...",
+                    "internal_states": [{}],
+                    "version": "0.5.23",
+                    "frontend": "python",
+                },
+            )
         elif path == "/model_info":
             self.send(200, {"model_path": s.target, "is_generation": True})
         else:
@@ -265,45 +400,84 @@ class SGLangHandler(_Handler):
             self.send(400, {"error": f"sampling_params: unknown field {unknown[0]!r}"})
             return
         prompt = body["input_ids"]
-        tokens, steps, finish, matched = s.model.decode(prompt, params.get("max_new_tokens", 128),
-                                                        params.get("stop_token_ids") or [],
-                                                        params.get("sampling_seed"))
-        finish_reason = {"type": "stop", "matched": matched} if finish == "stop" else \
-            {"type": "length", "length": len(tokens)}
-        meta: dict[str, Any] = {"id": body.get("rid") or uuid.uuid4().hex, "finish_reason": finish_reason,
-                                "prompt_tokens": len(prompt), "weight_version": "default", "num_retractions": 0,
-                                "reasoning_tokens": 0, "completion_tokens": len(tokens), "cached_tokens": 0,
-                                "e2e_latency": SECONDS_PER_TOKEN * len(tokens)}
+        tokens, steps, finish, matched = s.model.decode(
+            prompt,
+            params.get("max_new_tokens", 128),
+            params.get("stop_token_ids") or [],
+            params.get("sampling_seed"),
+        )
+        finish_reason = (
+            {"type": "stop", "matched": matched}
+            if finish == "stop"
+            else {"type": "length", "length": len(tokens)}
+        )
+        meta: dict[str, Any] = {
+            "id": body.get("rid") or uuid.uuid4().hex,
+            "finish_reason": finish_reason,
+            "prompt_tokens": len(prompt),
+            "weight_version": "default",
+            "num_retractions": 0,
+            "reasoning_tokens": 0,
+            "completion_tokens": len(tokens),
+            "cached_tokens": 0,
+            "e2e_latency": SECONDS_PER_TOKEN * len(tokens),
+        }
         if s.algorithm is not None and steps:
             n = s.draft_tokens - 1
             correct = sum(steps)
-            meta.update({"spec_accept_rate": correct / (len(steps) * n),
-                         "spec_accept_length": len(tokens) / len(steps), "spec_num_correct_drafts": correct,
-                         "spec_num_proposed_drafts": len(steps) * n, "spec_verify_ct": len(steps)})
+            meta.update(
+                {
+                    "spec_accept_rate": correct / (len(steps) * n),
+                    "spec_accept_length": len(tokens) / len(steps),
+                    "spec_num_correct_drafts": correct,
+                    "spec_num_proposed_drafts": len(steps) * n,
+                    "spec_verify_ct": len(steps),
+                }
+            )
             histogram = [0] * (max(steps) + 1)
             for a in steps:
                 histogram[a] += 1
             if s.histogram:
                 meta["spec_correct_drafts_histogram"] = histogram
-        reply: dict[str, Any] = {"text": "".join(chr(97 + t % 26) for t in tokens), "output_ids": tokens,
-                                 "meta_info": meta}
+        reply: dict[str, Any] = {
+            "text": "".join(chr(97 + t % 26) for t in tokens),
+            "output_ids": tokens,
+            "meta_info": meta,
+        }
         if body.get("return_prompt_token_ids"):
             reply["prompt_token_ids"] = prompt
         self.send(200, reply)
 
 
 class VLLMState(ServerState):
-    def __init__(self, model: FakeModel, *, target: str, drafter: str | None, api_key: str | None = None,
-                 speculative: bool = True, dev_mode: bool = True, method: str = "dflash",
-                 max_model_len: int = 4096, engines: int = 1, metrics_lag_s: float = 0.0,
-                 log_stats: bool = True) -> None:
+    def __init__(
+        self,
+        model: FakeModel,
+        *,
+        target: str,
+        drafter: str | None,
+        api_key: str | None = None,
+        speculative: bool = True,
+        dev_mode: bool = True,
+        method: str = "dflash",
+        max_model_len: int = 4096,
+        engines: int = 1,
+        metrics_lag_s: float = 0.0,
+        log_stats: bool = True,
+    ) -> None:
         super().__init__(model, target=target, drafter=drafter, api_key=api_key)
         self.speculative, self.dev_mode, self.method = speculative, dev_mode, method
-        self.max_model_len, self.engines, self.metrics_lag_s, self.log_stats = max_model_len, engines, metrics_lag_s, \
-            log_stats
+        self.max_model_len, self.engines, self.metrics_lag_s, self.log_stats = (
+            max_model_len,
+            engines,
+            metrics_lag_s,
+            log_stats,
+        )
         self.counters = [dict.fromkeys(VLLM_COUNTERS, 0) for _ in range(engines)]
         self.per_pos = [[0] * model.n for _ in range(engines)]
-        self.latencies: list[list[float]] = [[] for _ in range(engines)]  # e2e_request_latency_seconds observations
+        self.latencies: list[list[float]] = [
+            [] for _ in range(engines)
+        ]  # e2e_request_latency_seconds observations
         self.requests = 0
 
     def record(self, steps: Sequence[int], tokens: int | None = None) -> None:
@@ -339,17 +513,36 @@ class VLLMHandler(_Handler):
         elif path == "/version":
             self.send(200, {"version": "0.33.0"})
         elif path == "/v1/models":
-            self.send(200, {"object": "list", "data": [{
-                "id": s.target, "object": "model", "created": int(time.time()), "owned_by": "vllm", "root": s.target,
-                "parent": None, "max_model_len": s.max_model_len,
-                "permission": [{"id": "modelperm-x", "object": "model_permission"}]}]})
+            self.send(
+                200,
+                {
+                    "object": "list",
+                    "data": [
+                        {
+                            "id": s.target,
+                            "object": "model",
+                            "created": int(time.time()),
+                            "owned_by": "vllm",
+                            "root": s.target,
+                            "parent": None,
+                            "max_model_len": s.max_model_len,
+                            "permission": [{"id": "modelperm-x", "object": "model_permission"}],
+                        }
+                    ],
+                },
+            )
         elif path == "/server_info":
             fmt = parse_qs(urlsplit(self.path).query).get("config_format", ["text"])[0]
-            spec = {"model": s.drafter, "method": s.method, "num_speculative_tokens": s.model.n} if s.speculative \
+            spec = (
+                {"model": s.drafter, "method": s.method, "num_speculative_tokens": s.model.n}
+                if s.speculative
                 else None
+            )
             config = {"model_config": {"model": s.target}, "speculative_config": spec}
-            self.send(200, {"vllm_config": config if fmt == "json" else str(config), "vllm_env": {},
-                            "system_env": {}})
+            self.send(
+                200,
+                {"vllm_config": config if fmt == "json" else str(config), "vllm_env": {}, "system_env": {}},
+            )
         elif path == "/metrics":
             self.send(200, self.metrics(), "text/plain; version=0.0.4; charset=utf-8")
         else:
@@ -357,25 +550,33 @@ class VLLMHandler(_Handler):
 
     def metrics(self) -> str:
         s = self.state
-        lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches.",
-                 "# TYPE vllm:num_requests_running gauge",
-                 f'vllm:num_requests_running{{engine="0",model_name="{s.target}"}} 0.0']
+        lines = [
+            "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+            "# TYPE vllm:num_requests_running gauge",
+            f'vllm:num_requests_running{{engine="0",model_name="{s.target}"}} 0.0',
+        ]
         if not s.speculative:
             return "\n".join(lines) + "\n"
         with s.lock:
             counters = [dict(c) for c in s.counters]
             per_pos = [list(p) for p in s.per_pos]
             latencies = [list(x) for x in s.latencies]
-        lines += [f"# HELP {VLLM_E2E_LATENCY} Histogram of e2e request latency in seconds.",
-                  f"# TYPE {VLLM_E2E_LATENCY} histogram"]
+        lines += [
+            f"# HELP {VLLM_E2E_LATENCY} Histogram of e2e request latency in seconds.",
+            f"# TYPE {VLLM_E2E_LATENCY} histogram",
+        ]
         for e in range(s.engines):
             labels = f'engine="{e}",model_name="{s.target}"'
             for bound in (*VLLM_E2E_BUCKETS, float("inf")):
                 le = "+Inf" if bound == float("inf") else repr(bound)
-                lines.append(f'{VLLM_E2E_LATENCY}_bucket{{{labels},le="{le}"}} '
-                             f"{float(sum(x <= bound for x in latencies[e]))}")
-            lines += [f"{VLLM_E2E_LATENCY}_count{{{labels}}} {float(len(latencies[e]))}",
-                      f"{VLLM_E2E_LATENCY}_sum{{{labels}}} {sum(latencies[e])!r}"]
+                lines.append(
+                    f'{VLLM_E2E_LATENCY}_bucket{{{labels},le="{le}"}} '
+                    f"{float(sum(x <= bound for x in latencies[e]))}"
+                )
+            lines += [
+                f"{VLLM_E2E_LATENCY}_count{{{labels}}} {float(len(latencies[e]))}",
+                f"{VLLM_E2E_LATENCY}_sum{{{labels}}} {sum(latencies[e])!r}",
+            ]
         for name in VLLM_COUNTERS:
             lines += [f"# HELP {name}_total Number of spec decoding drafts.", f"# TYPE {name}_total counter"]
             for e in range(s.engines):
@@ -383,12 +584,16 @@ class VLLMHandler(_Handler):
                 lines.append(f"{name}_total{{{labels}}} {float(counters[e][name])}")
             for e in range(s.engines):
                 lines.append(f'{name}_created{{engine="{e}",model_name="{s.target}"}} 1.7e9')
-        lines += [f"# HELP {VLLM_PER_POS}_total Accepted tokens per draft position.",
-                  f"# TYPE {VLLM_PER_POS}_total counter"]
+        lines += [
+            f"# HELP {VLLM_PER_POS}_total Accepted tokens per draft position.",
+            f"# TYPE {VLLM_PER_POS}_total counter",
+        ]
         for e in range(s.engines):
             for j in range(s.model.n):
-                lines.append(f'{VLLM_PER_POS}_total{{engine="{e}",model_name="{s.target}",{VLLM_POSITION_LABEL}="{j}"}} '
-                             f"{float(per_pos[e][j])}")
+                lines.append(
+                    f'{VLLM_PER_POS}_total{{engine="{e}",model_name="{s.target}",{VLLM_POSITION_LABEL}="{j}"}} '
+                    f"{float(per_pos[e][j])}"
+                )
         return "\n".join(lines) + "\n"
 
     def completion(self) -> None:
@@ -398,24 +603,51 @@ class VLLMHandler(_Handler):
             s.bodies.append(body)
         prompt = body["prompt"]
         if body.get("model") not in (None, s.target):
-            self.send(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
-                                      "type": "NotFoundError", "param": "model", "code": 404}})
+            self.send(
+                404,
+                {
+                    "error": {
+                        "message": f"The model `{body.get('model')}` does not exist.",
+                        "type": "NotFoundError",
+                        "param": "model",
+                        "code": 404,
+                    }
+                },
+            )
             return
-        tokens, steps, finish, matched = s.model.decode(prompt, body.get("max_tokens", 16),
-                                                        body.get("stop_token_ids") or [], body.get("seed"))
+        tokens, steps, finish, matched = s.model.decode(
+            prompt, body.get("max_tokens", 16), body.get("stop_token_ids") or [], body.get("seed")
+        )
         if s.metrics_lag_s:
             threading.Timer(s.metrics_lag_s, s.record, args=(steps, len(tokens))).start()
         else:
             s.record(steps, len(tokens))
-        choice: dict[str, Any] = {"index": 0, "text": "".join(chr(97 + t % 26) for t in tokens), "logprobs": None,
-                                  "finish_reason": finish, "stop_reason": matched}
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": "".join(chr(97 + t % 26) for t in tokens),
+            "logprobs": None,
+            "finish_reason": finish,
+            "stop_reason": matched,
+        }
         if body.get("return_token_ids"):
             choice["token_ids"] = tokens
             choice["prompt_token_ids"] = prompt
-        self.send(200, {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                        "model": s.target, "choices": [choice],
-                        "usage": {"prompt_tokens": len(prompt), "total_tokens": len(prompt) + len(tokens),
-                                  "completion_tokens": len(tokens), "prompt_tokens_details": None}})
+        self.send(
+            200,
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": s.target,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(prompt),
+                    "total_tokens": len(prompt) + len(tokens),
+                    "completion_tokens": len(tokens),
+                    "prompt_tokens_details": None,
+                },
+            },
+        )
 
 
 def sglang(state: SGLangState) -> Loopback:

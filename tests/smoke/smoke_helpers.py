@@ -13,11 +13,29 @@ from transformers import PreTrainedTokenizerFast
 from lilicorr_ckpt import fixtures
 
 # id 0 unk, 1 bos, 2 eos as in SmolLM2; 15 is the drafters' mask token
-VOCAB = ["<unk>", "<|im_start|>", "<|im_end|>", " ", "e", "t", "a", "o", "i", "n", "s", "r", "h", "l", "\n", "<mask>"]
+VOCAB = [
+    "<unk>",
+    "<|im_start|>",
+    "<|im_end|>",
+    " ",
+    "e",
+    "t",
+    "a",
+    "o",
+    "i",
+    "n",
+    "s",
+    "r",
+    "h",
+    "l",
+    "\n",
+    "<mask>",
+]
 THINKING_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>{% if enable_thinking is defined and not enable_thinking %}"
-    "no think{% endif %}{% endif %}")
+    "no think{% endif %}{% endif %}"
+)
 PLAIN_TEMPLATE = "{% for m in messages %}<|im_start|>{{ m['content'] }}<|im_end|>{% endfor %}<|im_start|>"
 
 
@@ -26,22 +44,40 @@ def tokenizer(chat_template: str | None = THINKING_TEMPLATE) -> PreTrainedTokeni
     tok.normalizer = normalizers.Lowercase()
     tok.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")  # one token per character
     tok.decoder = decoders.Fuse()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<|im_start|>",
-                                   eos_token="<|im_end|>")
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, unk_token="<unk>", bos_token="<|im_start|>", eos_token="<|im_end|>"
+    )
     fast.chat_template = chat_template
     return fast
 
 
-def write_target(path: Path, *, seed: int = 0, layers: int = 4, eos: bool = False, constant: bool = False,
-                 chat_template: str | None = THINKING_TEMPLATE, save_tokenizer: bool = True) -> Path:
+def write_target(
+    path: Path,
+    *,
+    seed: int = 0,
+    layers: int = 4,
+    eos: bool = False,
+    constant: bool = False,
+    chat_template: str | None = THINKING_TEMPLATE,
+    save_tokenizer: bool = True,
+) -> Path:
     """A random Llama of vocabulary 16 saved with save_pretrained. `constant`: a zero final norm makes every
     logit 0, so greedy decoding emits token 0 forever; embedding column 0 is +1 for token 0 and -1 for every
     other token, which a constructed head can read (see good_head)."""
-    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=layers,
-                                      num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                                      vocab_size=len(VOCAB), max_position_embeddings=4096,
-                                      tie_word_embeddings=False, initializer_range=0.3,
-                                      bos_token_id=1, eos_token_id=2 if eos else None)
+    config = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=len(VOCAB),
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        initializer_range=0.3,
+        bos_token_id=1,
+        eos_token_id=2 if eos else None,
+    )
     torch.manual_seed(seed)
     model = transformers.LlamaForCausalLM(config).eval()
     model.generation_config.eos_token_id = 2 if eos else None

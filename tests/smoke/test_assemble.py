@@ -22,34 +22,94 @@ def result(mode: str, accepted: list[int], wall: float = 1.0) -> GenerationResul
     drafted = 0 if mode == "ar" else N
     blocks = [BlockRecord(drafted, a, a + 1) for a in accepted]
     tokens = [5] * (1 + sum(b.committed for b in blocks))  # the prefill's token, then each block's
-    return GenerationResult(mode=mode, prompt_tokens=4, tokens=tokens, blocks=blocks, wall_time_s=wall,
-                            block_size=1 if mode == "ar" else N + 1)
+    return GenerationResult(
+        mode=mode,
+        prompt_tokens=4,
+        tokens=tokens,
+        blocks=blocks,
+        wall_time_s=wall,
+        block_size=1 if mode == "ar" else N + 1,
+    )
 
 
 def runs() -> list:
     code, chat = Probe("code-1", "code", "x", False), Probe("chat-1", "chat", "y", True)
     return [
-        (code, 0, [1, 2, 3, 4], {"head": result("head", [3, 1]), "control": result("control", [1, 1]),
-                                 "ar": result("ar", [0] * 6, wall=2.0)}),
-        (chat, 0, [1, 2, 3, 4], {"head": result("head", [2]), "control": result("control", [2]),
-                                 "ar": result("ar", [0] * 3)}),
+        (
+            code,
+            0,
+            [1, 2, 3, 4],
+            {
+                "head": result("head", [3, 1]),
+                "control": result("control", [1, 1]),
+                "ar": result("ar", [0] * 6, wall=2.0),
+            },
+        ),
+        (
+            chat,
+            0,
+            [1, 2, 3, 4],
+            {"head": result("head", [2]), "control": result("control", [2]), "ar": result("ar", [0] * 3)},
+        ),
     ]
 
 
 def report(divergences=(), temperature: float = 0.0, **options):
     opts = SmokeOptions(path="d", target="t", temperature=temperature, **options)
-    conditions = MeasurementConditions(probes="code,chat", probe_counts={"code": 1, "chat": 1}, probe_digest="0",
-                                       limit=1, max_new_tokens=8, temperature=temperature, seeds=[0], warmup=False,
-                                       device="cpu", dtype="float32", kernel_backend="torch")
-    return assemble(opts=opts, runs=runs(), arms=["head", "control", "ar"], has_head=True, n=N, block_size=N + 1,
-                    draft_info=DraftCheckpoint(id="d", architecture="LiLiCorrDraftModel", head=True, candidate_topk=4,
-                                               conv_kernel_size=None, quant_algo=None, runtime="all"),
-                    target_info=TargetRecord(id="t", source="directory", architecture="LlamaForCausalLM",
-                                             hidden_size=64, num_layers=4, vocab_size=16),
-                    chat=ChatTemplate(present=False, applied_prompts=0, raw_prompts=2, thinking="not-applied",
-                                      template_kwargs={}, template_sha256=None, eos_token_ids=[], eos_tokens=[]),
-                    conditions=conditions, divergences=list(divergences), parity=None, parity_reason="",
-                    baseline=None, acceptance_stats=acceptance_stats)
+    conditions = MeasurementConditions(
+        probes="code,chat",
+        probe_counts={"code": 1, "chat": 1},
+        probe_digest="0",
+        limit=1,
+        max_new_tokens=8,
+        temperature=temperature,
+        seeds=[0],
+        warmup=False,
+        device="cpu",
+        dtype="float32",
+        kernel_backend="torch",
+    )
+    return assemble(
+        opts=opts,
+        runs=runs(),
+        arms=["head", "control", "ar"],
+        has_head=True,
+        n=N,
+        block_size=N + 1,
+        draft_info=DraftCheckpoint(
+            id="d",
+            architecture="LiLiCorrDraftModel",
+            head=True,
+            candidate_topk=4,
+            conv_kernel_size=None,
+            quant_algo=None,
+            runtime="all",
+        ),
+        target_info=TargetRecord(
+            id="t",
+            source="directory",
+            architecture="LlamaForCausalLM",
+            hidden_size=64,
+            num_layers=4,
+            vocab_size=16,
+        ),
+        chat=ChatTemplate(
+            present=False,
+            applied_prompts=0,
+            raw_prompts=2,
+            thinking="not-applied",
+            template_kwargs={},
+            template_sha256=None,
+            eos_token_ids=[],
+            eos_tokens=[],
+        ),
+        conditions=conditions,
+        divergences=list(divergences),
+        parity=None,
+        parity_reason="",
+        baseline=None,
+        acceptance_stats=acceptance_stats,
+    )
 
 
 def test_assemble_counts_the_arms_and_the_head_gain():
@@ -58,8 +118,11 @@ def test_assemble_counts_the_arms_and_the_head_gain():
     assert r.arms["head"].mean_accept_length == 3.0
     assert r.arms["control"].mean_accept_length == round(7 / 3, 6)
     assert r.head_gain.overall == pytest.approx(3.0 / (7 / 3) - 1, abs=1e-6)
-    assert r.per_category["chat"].arms["head"].mean_accept_length == 3.0 == r.per_category["chat"].arms["control"] \
-        .mean_accept_length
+    assert (
+        r.per_category["chat"].arms["head"].mean_accept_length
+        == 3.0
+        == r.per_category["chat"].arms["control"].mean_accept_length
+    )
     assert r.head_gain.per_category["chat"] == pytest.approx(0.0)
     # tokens per second against target-only decoding: 11 tokens in 2 s, and 11 in 3 s (rounded to 3 places)
     assert r.arms["head"].tokens_per_second == 5.5 and r.arms["ar"].tokens_per_second == 3.667
@@ -74,7 +137,9 @@ def test_assemble_counts_the_arms_and_the_head_gain():
 
 
 def test_a_divergence_marks_its_request_lossy_and_fails_the_run():
-    d = Divergence(request="code-1", seed=0, arm="head", position=2, expected=5, emitted=6, logit_gap=3.0, tie=False)
+    d = Divergence(
+        request="code-1", seed=0, arm="head", position=2, expected=5, emitted=6, logit_gap=3.0, tie=False
+    )
     r = report(divergences=[d])
     assert [q.lossless for q in r.requests] == [False, True]
     assert {g.name: g.status for g in r.gates}["lossless"] == "fail" and not r.passed
@@ -116,8 +181,10 @@ print("HEAVY", sorted(m for m in ("torch", "transformers", "lilicorr_runtime") i
 
 
 def test_the_arithmetic_and_the_target_file_checks_run_without_torch(tmp_path):
-    out = subprocess.run([sys.executable, "-c", TORCH_FREE, str(tmp_path)], capture_output=True, text=True,
-                         timeout=60)
-    assert "REFUSED" in out.stdout and "holds only pickle weights (pytorch_model.bin)" in out.stdout, \
+    out = subprocess.run(
+        [sys.executable, "-c", TORCH_FREE, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert "REFUSED" in out.stdout and "holds only pickle weights (pytorch_model.bin)" in out.stdout, (
         out.stdout + out.stderr
+    )
     assert "HEAVY []" in out.stdout, out.stdout + out.stderr

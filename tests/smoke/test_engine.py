@@ -59,15 +59,24 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     root = tmp_path_factory.mktemp("engine")
     target = write_target(root / "target", eos=True)
     drafter = fixtures.write_checkpoint(root / "drafter", drafter_config())
-    report = run_smoke(SmokeOptions(path=str(drafter), target=str(target), limit=2, max_new_tokens=24, warmup=False,
-                                    min_head_gain=-1))
+    report = run_smoke(
+        SmokeOptions(
+            path=str(drafter), target=str(target), limit=2, max_new_tokens=24, warmup=False, min_head_gain=-1
+        )
+    )
     profile = root / "reference.json"
     profile.write_bytes(encode(report))
     tok = load_tokenizer(str(target))
     probes = load_probes("code,chat,math", 2)
     prompts, _ = tokenize_probes(tok.tokenizer, probes, tok.eos_token_ids)
-    return Pair(target=target, drafter=drafter, profile=profile, report=report,
-                prompts={p.id: ids for p, ids in zip(probes, prompts, strict=True)}, n=report.block_size - 1)
+    return Pair(
+        target=target,
+        drafter=drafter,
+        profile=profile,
+        report=report,
+        prompts={p.id: ids for p, ids in zip(probes, prompts, strict=True)},
+        n=report.block_size - 1,
+    )
 
 
 def sglang_state(pair: Pair, model: es.FakeModel | None = None, **kw) -> es.SGLangState:
@@ -95,8 +104,11 @@ def test_a_full_run_reports_what_the_engine_counted_beside_the_reference(smoke, 
     state = sglang_state(pair) if kind == "sglang" else vllm_state(pair, engines=2, metrics_lag_s=0.15)
     out = tmp_path / "engine.json"
     with (es.sglang if kind == "sglang" else es.vllm)(state) as server:
-        result = smoke(*engine_args(pair, kind, server.url, "--baseline", pair.profile, "--format", "json",
-                                    "--output", out))
+        result = smoke(
+            *engine_args(
+                pair, kind, server.url, "--baseline", pair.profile, "--format", "json", "--output", out
+            )
+        )
     assert result.code == 0, result.stderr + result.stdout
     report = result.report
     jsonschema.validate(report, json.loads((REPO / "schemas" / "smoke-engine.schema.json").read_text()))
@@ -114,8 +126,11 @@ def test_a_full_run_reports_what_the_engine_counted_beside_the_reference(smoke, 
     assert ref["conditions_match"] and ref["paired_requests"] == 6
     assert abs(ref["overall"]["relative_delta"]) <= ref["tolerance"]
     assert ref["greedy_requests_compared"] == ref["greedy_requests_equal"] == 6 and not ref["divergences"]
-    assert {g["name"]: g["status"] for g in report["gates"]} == \
-        {"measured": "pass", "engine-tau": "pass", "engine-tokens": "pass"}
+    assert {g["name"]: g["status"] for g in report["gates"]} == {
+        "measured": "pass",
+        "engine-tau": "pass",
+        "engine-tokens": "pass",
+    }
     for r in report["requests"]:  # per request: the engine's own counts for that prompt
         log = state.model.log[tuple(pair.prompts[r["id"]])]
         assert (r["blocks"], r["accepted"]) == (len(log), sum(log)) and r["tokens_match"] is True
@@ -124,8 +139,9 @@ def test_a_full_run_reports_what_the_engine_counted_beside_the_reference(smoke, 
     assert throughput["tokens"] == sum(r["new_tokens"] for r in report["requests"]) > 0
     # the engine's own timing, beside the wall clock here: each request's, and their sum (the fakes time a request
     # at SECONDS_PER_TOKEN a token, so the figures are known)
-    assert [r["engine_latency_s"] for r in report["requests"]] == \
-        pytest.approx([es.SECONDS_PER_TOKEN * r["new_tokens"] for r in report["requests"]])
+    assert [r["engine_latency_s"] for r in report["requests"]] == pytest.approx(
+        [es.SECONDS_PER_TOKEN * r["new_tokens"] for r in report["requests"]]
+    )
     assert throughput["engine_time_s"] == pytest.approx(es.SECONDS_PER_TOKEN * throughput["tokens"])
     assert throughput["engine_tokens_per_second"] == pytest.approx(1 / es.SECONDS_PER_TOKEN, rel=1e-4)
     # the probes went as the reference's prompt tokens, with every sampling parameter spelled out
@@ -150,21 +166,35 @@ def test_the_launch_command_and_the_text_report(smoke, pair, kind):
         assert f"python -m sglang.launch_server --model-path {pair.target}" in result.stderr
         assert f"--speculative-draft-model-path {pair.drafter}" in result.stderr
     else:
-        assert f'"num_speculative_tokens": {pair.n}' in result.stderr and f"vllm serve {pair.target}" in result.stderr
+        assert (
+            f'"num_speculative_tokens": {pair.n}' in result.stderr
+            and f"vllm serve {pair.target}" in result.stderr
+        )
     assert f"--port {port}" in result.stderr
-    for text in ("acceptance by position", "reference", "throughput", "tokens/s per request as the engine timed them",
-                 "PASS  engine-tau", "PASS  engine-tokens"):
+    for text in (
+        "acceptance by position",
+        "reference",
+        "throughput",
+        "tokens/s per request as the engine timed them",
+        "PASS  engine-tau",
+        "PASS  engine-tokens",
+    ):
         assert text in result.stdout
     assert junit.code == 0 and junit.stdout.count("<testcase") == 3 and 'name="engine-tau"' in junit.stdout
 
 
 def inflated(report: SmokeReport, factor: float) -> SmokeReport:
     """The same profile claiming `factor` times the committed tokens per block (a better drafter)."""
-    requests = [msgspec.structs.replace(r, tau={a: t * factor for a, t in r.tau.items()}) for r in report.requests]
-    arms = {a: msgspec.structs.replace(s, mean_accept_length=s.mean_accept_length * factor)
-            for a, s in report.arms.items()}
-    return msgspec.structs.replace(report, requests=requests, arms=arms,
-                                   mean_accept_length=report.mean_accept_length * factor)
+    requests = [
+        msgspec.structs.replace(r, tau={a: t * factor for a, t in r.tau.items()}) for r in report.requests
+    ]
+    arms = {
+        a: msgspec.structs.replace(s, mean_accept_length=s.mean_accept_length * factor)
+        for a, s in report.arms.items()
+    }
+    return msgspec.structs.replace(
+        report, requests=requests, arms=arms, mean_accept_length=report.mean_accept_length * factor
+    )
 
 
 def test_an_engine_that_accepts_less_or_more_than_the_reference_fails_the_tau_gate(smoke, pair, tmp_path):
@@ -182,15 +212,32 @@ def test_an_engine_that_accepts_less_or_more_than_the_reference_fails_the_tau_ga
     assert high.code == 1 and "accepts more than the reference" in high.gate("engine-tau")["summary"]
     # an explicit --tolerance replaces the derived one
     with es.sglang(sglang_state(pair, always)) as server:
-        lax = smoke(*engine_args(pair, "sglang", server.url, "--baseline", pair.profile, "--tolerance", "100",
-                                 "--format", "json"))
-    assert lax.gate("engine-tau")["status"] == "pass" and lax.report["reference"]["tolerance_source"] == "--tolerance"
+        lax = smoke(
+            *engine_args(
+                pair,
+                "sglang",
+                server.url,
+                "--baseline",
+                pair.profile,
+                "--tolerance",
+                "100",
+                "--format",
+                "json",
+            )
+        )
+    assert (
+        lax.gate("engine-tau")["status"] == "pass"
+        and lax.report["reference"]["tolerance_source"] == "--tolerance"
+    )
 
 
 def test_greedy_tokens_are_compared_up_to_the_references_first_near_tie(smoke, pair):
     untied = next(r for r in pair.report.requests if r.first_near_tie is None and len(r.reference_tokens) > 3)
-    tied = next(r for r in pair.report.requests if r.first_near_tie is not None
-                and r.first_near_tie + 1 < len(r.reference_tokens))
+    tied = next(
+        r
+        for r in pair.report.requests
+        if r.first_near_tie is not None and r.first_near_tie + 1 < len(r.reference_tokens)
+    )
     continuations = pair.continuations()
     for record, position in ((untied, 2), (tied, tied.first_near_tie + 1)):
         tokens = list(record.reference_tokens)
@@ -209,13 +256,15 @@ def test_greedy_tokens_are_compared_up_to_the_references_first_near_tie(smoke, p
 
 
 def test_a_server_that_serves_another_or_no_drafter_is_refused(smoke, pair):
-    cases = [(es.sglang, sglang_state(pair, drafter="/models/some-other-drafter"), "serves another drafter"),
-             (es.sglang, sglang_state(pair, algorithm=None), "decodes without a drafter"),
-             (es.sglang, sglang_state(pair, algorithm="EAGLE3"), "not DFLASH"),
-             (es.sglang, sglang_state(pair, draft_tokens=4), "verifies 4 tokens per step"),
-             (es.vllm, vllm_state(pair, drafter="org/other-drafter"), "serves another drafter"),
-             (es.vllm, vllm_state(pair, speculative=False), "decodes without a drafter"),
-             (es.vllm, vllm_state(pair, es.FakeModel(3, 16, eos=[2])), "drafts 3 tokens per step")]
+    cases = [
+        (es.sglang, sglang_state(pair, drafter="/models/some-other-drafter"), "serves another drafter"),
+        (es.sglang, sglang_state(pair, algorithm=None), "decodes without a drafter"),
+        (es.sglang, sglang_state(pair, algorithm="EAGLE3"), "not DFLASH"),
+        (es.sglang, sglang_state(pair, draft_tokens=4), "verifies 4 tokens per step"),
+        (es.vllm, vllm_state(pair, drafter="org/other-drafter"), "serves another drafter"),
+        (es.vllm, vllm_state(pair, speculative=False), "decodes without a drafter"),
+        (es.vllm, vllm_state(pair, es.FakeModel(3, 16, eos=[2])), "drafts 3 tokens per step"),
+    ]
     for serve, state, message in cases:
         kind = "sglang" if serve is es.sglang else "vllm"
         with serve(state) as server:
@@ -225,7 +274,9 @@ def test_a_server_that_serves_another_or_no_drafter_is_refused(smoke, pair):
         assert not [c for c in state.calls if c[0] == "POST"]  # refused before any generation
     # the same checkpoint under another name on the server: --served-drafter says so
     with es.sglang(sglang_state(pair, drafter="/models/some-other-drafter")) as server:
-        named = smoke(*engine_args(pair, "sglang", server.url, "--served-drafter", "/models/some-other-drafter/"))
+        named = smoke(
+            *engine_args(pair, "sglang", server.url, "--served-drafter", "/models/some-other-drafter/")
+        )
     assert named.code == 0, named.stderr
     # a Hugging Face cache snapshot of the drafter's repo is recognised by its repo id
     snapshot = "/root/.cache/huggingface/hub/models--me--drafter/snapshots/0123abcd"
@@ -234,14 +285,17 @@ def test_a_server_that_serves_another_or_no_drafter_is_refused(smoke, pair):
 
 
 def test_a_drafter_the_engines_release_refuses_is_refused_before_any_request_naming_the_engine_that_serves_it(
-        smoke, pair):
+    smoke, pair
+):
     """The bundled SmolLM2 drafter taps the target's last layer, which SGLang 0.5.23 cannot feed (LC148): smoke
     --engine sglang says so, with validate's finding, instead of measuring a server that fails on its first batch;
     vLLM 0.33.0 serves it, and the refusal says so."""
     drafter = str(REPO / "examples" / "smollm2-lilicorr")
     state = sglang_state(pair, drafter=drafter)
     with es.sglang(state) as server:
-        result = smoke(drafter, "-t", str(pair.target), "--engine", f"sglang={server.url}", *RUN, "--format", "junit")
+        result = smoke(
+            drafter, "-t", str(pair.target), "--engine", f"sglang={server.url}", *RUN, "--format", "junit"
+        )
     assert result.code == 1, result.stderr
     assert "SGLang 0.5.23 refuses" in result.stderr and "LC148 target-layer-ids-last-layer" in result.stderr
     assert "vLLM 0.33.0 serves it" in result.stderr and "--engine vllm=URL" in result.stderr
@@ -290,7 +344,10 @@ def test_an_unreachable_or_wrong_server_exits_2_with_the_launch_command(smoke, p
         port = s.getsockname()[1]  # closed again: nothing listens there
     result = smoke(*[a for a in engine_args(pair, "sglang", f"http://127.0.0.1:{port}") if a != "--quiet"])
     assert result.code == 2
-    assert f"nothing answers at http://127.0.0.1:{port}" in result.stderr and "connection refused" in result.stderr
+    assert (
+        f"nothing answers at http://127.0.0.1:{port}" in result.stderr
+        and "connection refused" in result.stderr
+    )
     assert "python -m sglang.launch_server" in result.stderr and "Traceback" not in result.stderr
     with es.vllm(vllm_state(pair)) as server:  # SGLang asked of a vLLM server
         wrong = smoke(*engine_args(pair, "sglang", server.url))
@@ -300,8 +357,11 @@ def test_an_unreachable_or_wrong_server_exits_2_with_the_launch_command(smoke, p
 def test_above_concurrency_1_vllm_reports_the_runs_aggregate_and_sglang_still_per_request(smoke, pair):
     state = vllm_state(pair)
     with es.vllm(state) as server:
-        result = smoke(*engine_args(pair, "vllm", server.url, "--concurrency", "3", "--baseline", pair.profile,
-                                    "--format", "json"))
+        result = smoke(
+            *engine_args(
+                pair, "vllm", server.url, "--concurrency", "3", "--baseline", pair.profile, "--format", "json"
+            )
+        )
     assert result.code == 0, result.stderr
     report = result.report
     steps, accepted, positions = true_counts(state.model)
@@ -311,7 +371,9 @@ def test_above_concurrency_1_vllm_reports_the_runs_aggregate_and_sglang_still_pe
     assert all(r["blocks"] is None and r["tau"] is None for r in report["requests"])
     assert report["throughput"]["concurrency"] == 3 and report["measurement_conditions"]["concurrency"] == 3
     # the engine's timing of the whole run: its latency histogram's delta over all six requests
-    assert report["throughput"]["engine_time_s"] == pytest.approx(es.SECONDS_PER_TOKEN * report["throughput"]["tokens"])
+    assert report["throughput"]["engine_time_s"] == pytest.approx(
+        es.SECONDS_PER_TOKEN * report["throughput"]["tokens"]
+    )
     assert all(r["engine_latency_s"] is None for r in report["requests"])
     assert "sqrt(2)" in report["reference"]["tolerance_source"]
     state = sglang_state(pair)
@@ -340,20 +402,38 @@ def test_the_api_key_is_sent_and_never_printed(smoke, pair, tmp_path, monkeypatc
     if how == "env":
         monkeypatch.setenv("LILICORR_ENGINE_API_KEY", KEY)
     outputs = []
-    formats = ("text", "json", "junit") if how == "flag" else ("text",)  # the key is read once, whatever its source
-    for kind, serve, state in (("sglang", es.sglang, sglang_state(pair, api_key=KEY)),
-                               ("vllm", es.vllm, vllm_state(pair, api_key=KEY))):
+    formats = (
+        ("text", "json", "junit") if how == "flag" else ("text",)
+    )  # the key is read once, whatever its source
+    for kind, serve, state in (
+        ("sglang", es.sglang, sglang_state(pair, api_key=KEY)),
+        ("vllm", es.vllm, vllm_state(pair, api_key=KEY)),
+    ):
         with serve(state) as server:
             for fmt in formats:
                 out = tmp_path / f"{kind}-{fmt}.json"
-                result = smoke(*engine_args(pair, kind, server.url, *flag, "--format", fmt, "--output", out,
-                                            "--baseline", pair.profile))
+                result = smoke(
+                    *engine_args(
+                        pair,
+                        kind,
+                        server.url,
+                        *flag,
+                        "--format",
+                        fmt,
+                        "--output",
+                        out,
+                        "--baseline",
+                        pair.profile,
+                    )
+                )
                 assert result.code == 0, result.stderr
                 outputs += [result.stdout, result.stderr, out.read_text()]
     assert not any(KEY in text for text in outputs)
     # a server that echoes the key in its errors: masked
     state = sglang_state(pair, api_key=KEY)
-    state.hooks[("POST", "/generate")] = lambda h: h.send(400, {"error": f"bad request from key {KEY}"}) or True
+    state.hooks[("POST", "/generate")] = lambda h: (
+        h.send(400, {"error": f"bad request from key {KEY}"}) or True
+    )
     with es.sglang(state) as server:
         echoed = smoke(*engine_args(pair, "sglang", server.url, *flag))
     assert echoed.code == 2 and "bad request from key ***" in echoed.stderr and KEY not in echoed.stderr
@@ -361,7 +441,11 @@ def test_the_api_key_is_sent_and_never_printed(smoke, pair, tmp_path, monkeypatc
     with es.vllm(vllm_state(pair, api_key=KEY)) as server:
         missing = smoke(*engine_args(pair, "vllm", server.url))
         wrong = smoke(*engine_args(pair, "vllm", server.url, "--api-key", KEY[::-1]))
-    assert missing.code == 2 and "wants an API key" in missing.stderr and "LILICORR_ENGINE_API_KEY" in missing.stderr
+    assert (
+        missing.code == 2
+        and "wants an API key" in missing.stderr
+        and "LILICORR_ENGINE_API_KEY" in missing.stderr
+    )
     assert wrong.code == 2 and "the key given was refused" in wrong.stderr and KEY[::-1] not in wrong.stderr
 
 
@@ -381,7 +465,7 @@ def test_hostile_replies_end_the_run_with_exit_2_and_bounded_memory(smoke, pair)
 
     def huge_length(handler) -> bool:
         handler.send_response(200)
-        handler.send_header("Content-Length", str(10 ** 12))
+        handler.send_header("Content-Length", str(10**12))
         handler.end_headers()
         return True
 
@@ -394,22 +478,45 @@ def test_hostile_replies_end_the_run_with_exit_2_and_bounded_memory(smoke, pair)
         return True
 
     def bad_histogram(handler) -> bool:
-        handler.send(200, {"output_ids": [5, 6], "meta_info": {
-            "completion_tokens": 2, "prompt_tokens": 3, "spec_verify_ct": 1, "spec_num_correct_drafts": 0,
-            "spec_correct_drafts_histogram": [0, 5]}})
+        handler.send(
+            200,
+            {
+                "output_ids": [5, 6],
+                "meta_info": {
+                    "completion_tokens": 2,
+                    "prompt_tokens": 3,
+                    "spec_verify_ct": 1,
+                    "spec_num_correct_drafts": 0,
+                    "spec_correct_drafts_histogram": [0, 5],
+                },
+            },
+        )
         return True
 
     def negative_latency(handler) -> bool:
-        handler.send(200, {"output_ids": [5, 6], "meta_info": {
-            "completion_tokens": 2, "prompt_tokens": 3, "spec_verify_ct": 1, "spec_num_correct_drafts": 1,
-            "e2e_latency": -3.0}})
+        handler.send(
+            200,
+            {
+                "output_ids": [5, 6],
+                "meta_info": {
+                    "completion_tokens": 2,
+                    "prompt_tokens": 3,
+                    "spec_verify_ct": 1,
+                    "spec_num_correct_drafts": 1,
+                    "e2e_latency": -3.0,
+                },
+            },
+        )
         return True
 
-    cases = [(("GET", "/server_info"), endless, "more than"), (("GET", "/server_info"), huge_length, "1000000000000 bytes"),
-             (("POST", "/generate"), slow, "did not answer within 0.5 s"),
-             (("GET", "/server_info"), html, "is not JSON"),
-             (("POST", "/generate"), bad_histogram, "does not add up"),
-             (("POST", "/generate"), negative_latency, "e2e_latency -3.0 is not the seconds a request took")]
+    cases = [
+        (("GET", "/server_info"), endless, "more than"),
+        (("GET", "/server_info"), huge_length, "1000000000000 bytes"),
+        (("POST", "/generate"), slow, "did not answer within 0.5 s"),
+        (("GET", "/server_info"), html, "is not JSON"),
+        (("POST", "/generate"), bad_histogram, "does not add up"),
+        (("POST", "/generate"), negative_latency, "e2e_latency -3.0 is not the seconds a request took"),
+    ]
     for route, hook, message in cases:
         state = sglang_state(pair)
         state.hooks[route] = hook
@@ -421,8 +528,12 @@ def test_hostile_replies_end_the_run_with_exit_2_and_bounded_memory(smoke, pair)
 
 def test_a_request_the_server_rejects_names_the_servers_reason(smoke, pair):
     state = sglang_state(pair)
-    state.hooks[("POST", "/generate")] = lambda h: h.send(
-        400, {"error": {"message": "The input (9000 tokens) is longer than the model's context length"}}) or True
+    state.hooks[("POST", "/generate")] = lambda h: (
+        h.send(
+            400, {"error": {"message": "The input (9000 tokens) is longer than the model's context length"}}
+        )
+        or True
+    )
     with es.sglang(state) as server:
         result = smoke(*engine_args(pair, "sglang", server.url))
     assert result.code == 2 and "answered HTTP 400: The input (9000 tokens) is longer" in result.stderr
@@ -438,8 +549,19 @@ def test_a_prompt_longer_than_the_servers_context_is_refused_before_any_generati
 
 def test_the_reference_must_have_been_measured_under_the_same_conditions(smoke, pair):
     with es.sglang(sglang_state(pair)) as server:
-        other = smoke(*engine_args(pair, "sglang", server.url, "--baseline", pair.profile, "--max-new-tokens", "20",
-                                   "--format", "json"))
+        other = smoke(
+            *engine_args(
+                pair,
+                "sglang",
+                server.url,
+                "--baseline",
+                pair.profile,
+                "--max-new-tokens",
+                "20",
+                "--format",
+                "json",
+            )
+        )
     assert other.code == 1
     gate = other.gate("engine-tau")
     assert gate["status"] == "fail" and "measured under other conditions" in gate["summary"]
@@ -450,24 +572,39 @@ def test_bad_baselines_exit_2(smoke, pair, tmp_path):
     engine_report = tmp_path / "engine.json"
     with es.sglang(sglang_state(pair)) as server:
         assert smoke(*engine_args(pair, "sglang", server.url, "--output", engine_report)).code == 0
-        for path, message in ((engine_report, "is an engine report"), (tmp_path / "none.json", "does not exist")):
+        for path, message in (
+            (engine_report, "is an engine report"),
+            (tmp_path / "none.json", "does not exist"),
+        ):
             result = smoke(*engine_args(pair, "sglang", server.url, "--baseline", path))
             assert result.code == 2 and message in result.stderr
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (("--engine", "tgi=http://x"), "--engine takes sglang=URL or vllm=URL"),
-    (("--engine", "sglang"), "--engine takes sglang=URL or vllm=URL"),
-    (("--engine", "sglang=ftp://host"), "scheme must be http or https"),
-    (("--engine", "vllm=http://me:hunter22@host:8000"), "credentials do not go in the URL"),
-    (("--engine", "vllm=http://host", "--concurrency", "0"), "--concurrency must be in [1, 256]"),
-    (("--engine", "vllm=http://host", "--gpu"), "add --reference"),
-    (("--engine", "vllm=http://host", "--reference", "--baseline", "x.json"), "choose one"),
-    (("--engine", "sglang=http://host", "-k", "3"), "does not apply to --engine sglang"),
-    (("--engine", "sglang=http://host", "--runtime", "vllm"), "validated for the engine it is served by"),
-    (("--engine", "vllm=http://host", "--batch", "4"), "--batch with --engine applies to the reference run"),
-    (("--concurrency", "2",), "apply with --engine only"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--engine", "tgi=http://x"), "--engine takes sglang=URL or vllm=URL"),
+        (("--engine", "sglang"), "--engine takes sglang=URL or vllm=URL"),
+        (("--engine", "sglang=ftp://host"), "scheme must be http or https"),
+        (("--engine", "vllm=http://me:hunter22@host:8000"), "credentials do not go in the URL"),
+        (("--engine", "vllm=http://host", "--concurrency", "0"), "--concurrency must be in [1, 256]"),
+        (("--engine", "vllm=http://host", "--gpu"), "add --reference"),
+        (("--engine", "vllm=http://host", "--reference", "--baseline", "x.json"), "choose one"),
+        (("--engine", "sglang=http://host", "-k", "3"), "does not apply to --engine sglang"),
+        (("--engine", "sglang=http://host", "--runtime", "vllm"), "validated for the engine it is served by"),
+        (
+            ("--engine", "vllm=http://host", "--batch", "4"),
+            "--batch with --engine applies to the reference run",
+        ),
+        (
+            (
+                "--concurrency",
+                "2",
+            ),
+            "apply with --engine only",
+        ),
+    ],
+)
 def test_engine_usage_errors_exit_4_before_any_request(smoke, pair, args, message):
     result = smoke(str(pair.drafter), "-t", str(pair.target), *args)
     assert result.code == 4 and message in result.stderr
@@ -475,13 +612,29 @@ def test_engine_usage_errors_exit_4_before_any_request(smoke, pair, args, messag
 
 
 def test_reference_decodes_the_probes_here_and_compares(smoke, pair):
-    first = next(r for r in pair.report.requests if r.category == "code")  # one probe: the reference run is short
+    first = next(
+        r for r in pair.report.requests if r.category == "code"
+    )  # one probe: the reference run is short
     with es.sglang(sglang_state(pair)) as server:
-        result = smoke(*engine_args(pair, "sglang", server.url, "--reference", "--probes", "code", "--limit", "1",
-                                    "--format", "json"))
+        result = smoke(
+            *engine_args(
+                pair,
+                "sglang",
+                server.url,
+                "--reference",
+                "--probes",
+                "code",
+                "--limit",
+                "1",
+                "--format",
+                "json",
+            )
+        )
     assert result.code == 0, result.stderr
     ref = result.report["reference"]
-    assert ref["source"] == "this run (--reference)" and ref["conditions_match"] and ref["paired_requests"] == 1
+    assert (
+        ref["source"] == "this run (--reference)" and ref["conditions_match"] and ref["paired_requests"] == 1
+    )
     # the same CPU decoding as the module's reference run, deterministic
     assert ref["overall"]["reference"] == pytest.approx(first.tau["head"], abs=1e-6)
     assert ref["greedy_requests_equal"] == 1
@@ -490,8 +643,11 @@ def test_reference_decodes_the_probes_here_and_compares(smoke, pair):
 def test_sampled_runs_send_each_seed_and_skip_the_token_comparison(smoke, pair):
     state = vllm_state(pair)
     with es.vllm(state) as server:
-        result = smoke(*engine_args(pair, "vllm", server.url, "--temperature", "0.7", "--seeds", "3,4",
-                                    "--format", "json"))
+        result = smoke(
+            *engine_args(
+                pair, "vllm", server.url, "--temperature", "0.7", "--seeds", "3,4", "--format", "json"
+            )
+        )
     assert result.code == 0, result.stderr
     assert sorted({b["seed"] for b in state.bodies[1:]}) == [3, 4] and len(state.bodies) == 1 + 12
     assert result.gate("engine-tokens")["status"] == "skip"
@@ -502,16 +658,27 @@ def test_engine_mode_runs_without_torch(pair, tmp_path):
     """A fresh interpreter where torch cannot be imported (as without the runtime extra) runs a whole engine
     measurement: the tokenizer comes from transformers alone."""
     state = sglang_state(pair)
-    script = ("import sys; sys.modules['torch'] = None\n"
-              "from lilicorr_ckpt.cli import main\n"
-              "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
-              "    print('TORCH', any(m == 'torch' or m.startswith('torch.') for m, v in sys.modules.items() "
-              "if v is not None), file=sys.stderr)\n    raise\n")
+    script = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from lilicorr_ckpt.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as e:\n"
+        "    print('TORCH', any(m == 'torch' or m.startswith('torch.') for m, v in sys.modules.items() "
+        "if v is not None), file=sys.stderr)\n    raise\n"
+    )
     with es.sglang(state) as server:
-        done = subprocess.run([sys.executable, "-c", script, "smoke", *engine_args(pair, "sglang", server.url,
-                                                                                   "--baseline", pair.profile)],
-                              capture_output=True, text=True, timeout=240,
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                script,
+                "smoke",
+                *engine_args(pair, "sglang", server.url, "--baseline", pair.profile),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
     assert done.returncode == 0, done.stderr
     assert "TORCH False" in done.stderr and "PASS  engine-tau" in done.stdout
 
@@ -541,8 +708,13 @@ def test_ctrl_c_at_concurrency_above_1_ends_the_run_without_waiting_for_the_requ
     """Requests in flight at --concurrency N must not hold the process after a Ctrl-C (a thread pool's workers are
     joined at exit: up to --timeout seconds, 300 by default)."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-c", INTERRUPTED], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
     assert done.returncode == 130, done.stderr
     assert time.monotonic() - started < 20, "the interrupted run waited for its requests in flight"
 
@@ -556,7 +728,9 @@ def test_an_sglang_without_the_per_request_histogram_still_gives_tau(smoke, pair
     acc = result.report["acceptance"]
     assert (acc["blocks"], acc["accepted"]) == (steps, accepted) and acc["marginal_accept_rates"] is None
     with es.sglang(sglang_state(pair, histogram=False)) as server:
-        floors = smoke(*engine_args(pair, "sglang", server.url, "--min-accept-rates", "0.0", "--format", "json"))
+        floors = smoke(
+            *engine_args(pair, "sglang", server.url, "--min-accept-rates", "0.0", "--format", "json")
+        )
     assert floors.gate("min-accept-rates")["status"] == "fail"  # no per-position counts to hold to a floor
 
 
@@ -569,8 +743,15 @@ def test_progress_and_the_launch_command_go_to_stderr(pair):
 
     stream, said = io.StringIO(), []
     with es.vllm(vllm_state(pair)) as server:
-        report = run_engine(SmokeOptions(path=str(pair.drafter), target=str(pair.target), limit=2, max_new_tokens=24),
-                            EngineOptions(endpoint=parse_engine(f"vllm={server.url}")),
-                            Progress(enabled=True, stream=stream, interval=0, name="smoke"), said.append)
+        report = run_engine(
+            SmokeOptions(path=str(pair.drafter), target=str(pair.target), limit=2, max_new_tokens=24),
+            EngineOptions(endpoint=parse_engine(f"vllm={server.url}")),
+            Progress(enabled=True, stream=stream, interval=0, name="smoke"),
+            said.append,
+        )
     assert report.passed and "6/6" in stream.getvalue() and "checking the server" in stream.getvalue()
-    assert said and said[0].startswith(f"engine: {server.url} must serve this drafter") and "vllm serve" in said[0]
+    assert (
+        said
+        and said[0].startswith(f"engine: {server.url} must serve this drafter")
+        and "vllm serve" in said[0]
+    )

@@ -16,21 +16,27 @@ from lilicorr_ckpt.smoke.ties import first_near_tie
 
 
 def test_prometheus_reads_labels_escapes_and_skips_what_is_not_asked():
-    text = "\n".join([
-        "# HELP x_total a counter", "# TYPE x_total counter",
-        'x_total{engine="0",model_name="a \\"quoted\\" \\\\ name"} 12.0',
-        'x_total{engine="1",model_name="b",} 3',
-        "x_created 1.7e9",
-        "y_total not-a-number",  # not asked for: never parsed
-        "x_total 7 1712345678"])
+    text = "\n".join(
+        [
+            "# HELP x_total a counter",
+            "# TYPE x_total counter",
+            'x_total{engine="0",model_name="a \\"quoted\\" \\\\ name"} 12.0',
+            'x_total{engine="1",model_name="b",} 3',
+            "x_created 1.7e9",
+            "y_total not-a-number",  # not asked for: never parsed
+            "x_total 7 1712345678",
+        ]
+    )
     samples = prometheus.parse(text, {"x_total"})
     assert [(s.labels, s.value) for s in samples] == [
-        ({"engine": "0", "model_name": 'a "quoted" \\ name'}, 12.0), ({"engine": "1", "model_name": "b"}, 3.0),
-        ({}, 7.0)]
+        ({"engine": "0", "model_name": 'a "quoted" \\ name'}, 12.0),
+        ({"engine": "1", "model_name": "b"}, 3.0),
+        ({}, 7.0),
+    ]
     with pytest.raises(prometheus.ExpositionError):
         prometheus.parse("y_total not-a-number", {"y_total"})
     with pytest.raises(prometheus.ExpositionError):
-        prometheus.parse('x_total{engine=0} 1', {"x_total"})
+        prometheus.parse("x_total{engine=0} 1", {"x_total"})
     with pytest.raises(prometheus.ExpositionError):
         prometheus.count(1.5, "x")
     assert prometheus.count(4.0, "x") == 4
@@ -77,18 +83,29 @@ def test_the_names_a_drafter_goes_by():
     assert checkpoint_names("/models/My-Drafter/") >= {"my-drafter", "models/my-drafter"}
 
 
-@pytest.mark.parametrize(("value", "url"), [
-    ("sglang=http://gpu-box:30000", "http://gpu-box:30000"),
-    ("vllm=localhost", "http://localhost:8000"),
-    ("SGLang=https://serve.example/sglang/", "https://serve.example:443/sglang"),
-    ("vllm=http://[::1]:9000", "http://[::1]:9000"),
-])
+@pytest.mark.parametrize(
+    ("value", "url"),
+    [
+        ("sglang=http://gpu-box:30000", "http://gpu-box:30000"),
+        ("vllm=localhost", "http://localhost:8000"),
+        ("SGLang=https://serve.example/sglang/", "https://serve.example:443/sglang"),
+        ("vllm=http://[::1]:9000", "http://[::1]:9000"),
+    ],
+)
 def test_engine_values(value, url):
     assert parse_engine(value).url == url
 
 
-@pytest.mark.parametrize("value", ["sglang=", "vllm:http://x", "sglang=http://h:notaport", "vllm=http://h/?a=1",
-                                   "sglang=http://user:secret1234@h"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "sglang=",
+        "vllm:http://x",
+        "sglang=http://h:notaport",
+        "vllm=http://h/?a=1",
+        "sglang=http://user:secret1234@h",
+    ],
+)
 def test_bad_engine_values_are_usage_errors(value):
     with pytest.raises(UsageError) as info:
         parse_engine(value)
@@ -97,21 +114,53 @@ def test_bad_engine_values_are_usage_errors(value):
 
 def test_first_near_tie():
     clear = [5.0, 1.0, 0.0]
-    tied = [3.0, 3.0 - 2 ** -7, 0.0]
+    tied = [3.0, 3.0 - 2**-7, 0.0]
     assert first_near_tie(torch.tensor([clear, clear]), [0, 0]) is None
     assert first_near_tie(torch.tensor([clear, tied, tied]), [0, 0, 1]) == 1
     big = [100.0, 100.0 - 2.0, 0.0]  # 2.0 is within 2^-5 of a logit of 100
     assert first_near_tie(torch.tensor([big]), [0]) == 0
 
 
-def test_a_greedy_profile_carries_the_reference_tokens_and_blocks(zero_head_report, smoke, drafter, constant_target):
+def test_a_greedy_profile_carries_the_reference_tokens_and_blocks(
+    zero_head_report, smoke, drafter, constant_target
+):
     for r in zero_head_report.requests:
         assert len(r.reference_tokens) == r.new_tokens["ar"] and set(r.blocks) == {"head", "control", "ar"}
         assert r.first_near_tie is None or 0 <= r.first_near_tie < len(r.reference_tokens)
     # a constant target's logits are all equal: every greedy token is a tie, the first at position 0
-    result = smoke(drafter, "-t", constant_target, "--limit", "1", "--max-new-tokens", "8", "--no-warmup", "-q",
-                   "--format", "json", "--min-head-gain", "-1")
+    result = smoke(
+        drafter,
+        "-t",
+        constant_target,
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--no-warmup",
+        "-q",
+        "--format",
+        "json",
+        "--min-head-gain",
+        "-1",
+    )
     assert [r["first_near_tie"] for r in result.report["requests"]] == [0, 0, 0]
-    sampled = smoke(drafter, "-t", constant_target, "--limit", "1", "--max-new-tokens", "8", "--no-warmup", "-q",
-                    "--format", "json", "--min-head-gain", "-1", "--temperature", "1")
-    assert all(r["reference_tokens"] == [] and r["first_near_tie"] is None for r in sampled.report["requests"])
+    sampled = smoke(
+        drafter,
+        "-t",
+        constant_target,
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--no-warmup",
+        "-q",
+        "--format",
+        "json",
+        "--min-head-gain",
+        "-1",
+        "--temperature",
+        "1",
+    )
+    assert all(
+        r["reference_tokens"] == [] and r["first_near_tie"] is None for r in sampled.report["requests"]
+    )

@@ -26,7 +26,11 @@ def _tree(root: Path, relative: str) -> ast.Module:
 def _class_fields(tree: ast.Module, name: str) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == name:
-            return {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+            return {
+                s.target.id
+                for s in node.body
+                if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+            }
     raise AssertionError(f"no class {name} in the released source")
 
 
@@ -37,8 +41,12 @@ def _routes(tree: ast.Module) -> set[tuple[str, str]]:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for d in node.decorator_list:
-            if not (isinstance(d, ast.Call) and isinstance(d.func, ast.Attribute) and d.args
-                    and isinstance(d.args[0], ast.Constant)):
+            if not (
+                isinstance(d, ast.Call)
+                and isinstance(d.func, ast.Attribute)
+                and d.args
+                and isinstance(d.args[0], ast.Constant)
+            ):
                 continue
             path, verb = d.args[0].value, d.func.attr
             if verb in ("get", "post", "put"):
@@ -55,8 +63,13 @@ def _strings(tree: ast.AST) -> set[str]:
 
 
 def _dict_keys(tree: ast.AST) -> set[str]:
-    return {k.value for n in ast.walk(tree) if isinstance(n, ast.Dict) for k in n.keys
-            if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return {
+        k.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Dict)
+        for k in n.keys
+        if isinstance(k, ast.Constant) and isinstance(k.value, str)
+    }
 
 
 def _subscript_keys(tree: ast.AST, variable: str) -> set[str]:
@@ -65,8 +78,12 @@ def _subscript_keys(tree: ast.AST, variable: str) -> set[str]:
     for n in ast.walk(tree):
         if isinstance(n, ast.Assign):
             for t in n.targets:
-                if isinstance(t, ast.Subscript) and isinstance(t.value, ast.Name) and t.value.id == variable \
-                        and isinstance(t.slice, ast.Constant):
+                if (
+                    isinstance(t, ast.Subscript)
+                    and isinstance(t.value, ast.Name)
+                    and t.value.id == variable
+                    and isinstance(t.slice, ast.Constant)
+                ):
                     out.add(t.slice.value)
     return out
 
@@ -131,8 +148,13 @@ def test_sglang_server_info_fields_are_server_arguments(sglang):
     fields: set[str] = set()
     for path in sorted((sglang / "srt/arg_groups/fields").glob("*.py")):
         tree = ast.parse(path.read_text())
-        fields |= {s.target.id for n in ast.walk(tree) if isinstance(n, ast.ClassDef) for s in n.body
-                   if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+        fields |= {
+            s.target.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.ClassDef)
+            for s in n.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+        }
     server_info = _dict_keys(_function(_tree(sglang, "srt/entrypoints/http_server.py"), "server_info"))
     assert fields >= es.SGLANG_SERVER_FIELDS, es.SGLANG_SERVER_FIELDS - fields
     assert "version" in server_info
@@ -146,10 +168,19 @@ def test_vllm_routes_exist(vllm):
     wanted = es.VLLM_ROUTES - {("GET", "/metrics")}
     assert wanted <= routes, wanted - routes
     metrics = _tree(vllm, "entrypoints/serve/instrumentator/metrics.py")
-    assert any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "Mount" and n.args
-               and isinstance(n.args[0], ast.Constant) and n.args[0].value == "/metrics" for n in ast.walk(metrics))
-    guarded = next(n.value for n in ast.walk(_tree(vllm, "entrypoints/serve/middleware/authenticate.py"))
-                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "GUARDED_PREFIX")
+    assert any(
+        isinstance(n, ast.Call)
+        and getattr(n.func, "id", None) == "Mount"
+        and n.args
+        and isinstance(n.args[0], ast.Constant)
+        and n.args[0].value == "/metrics"
+        for n in ast.walk(metrics)
+    )
+    guarded = next(
+        n.value
+        for n in ast.walk(_tree(vllm, "entrypoints/serve/middleware/authenticate.py"))
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "GUARDED_PREFIX"
+    )
     assert ast.literal_eval(guarded) == es.VLLM_GUARDED_PREFIX
 
 
@@ -177,13 +208,20 @@ def test_vllm_metric_and_label_names_are_the_releases(vllm):
     assert {servers.DRAFTS, servers.DRAFT_TOKENS, servers.ACCEPTED, servers.ACCEPTED_PER_POS} <= names
     assert es.VLLM_POSITION_LABEL == servers.POSITION_LABEL and servers.POSITION_LABEL in _strings(prom)
     loggers = _tree(vllm, "v1/metrics/loggers.py")
-    labelnames = [ast.literal_eval(n.value) for n in ast.walk(loggers) if isinstance(n, ast.Assign)
-                  and getattr(n.targets[0], "id", "") == "labelnames"]
+    labelnames = [
+        ast.literal_eval(n.value)
+        for n in ast.walk(loggers)
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "labelnames"
+    ]
     assert list(es.VLLM_LABELS) in labelnames
     # the engine's own request timing: a histogram (its _sum and _count samples are what the client reads)
-    histograms = {k.value.value for n in ast.walk(loggers) if isinstance(n, ast.Call)
-                  and isinstance(n.func, ast.Attribute) and n.func.attr == "_histogram_cls"
-                  for k in n.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)}
+    histograms = {
+        k.value.value
+        for n in ast.walk(loggers)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr == "_histogram_cls"
+        for k in n.keywords
+        if k.arg == "name" and isinstance(k.value, ast.Constant)
+    }
     assert es.VLLM_E2E_LATENCY == servers.E2E_LATENCY and servers.E2E_LATENCY in histograms
 
 
@@ -192,9 +230,12 @@ def test_vllm_server_info_and_its_speculative_config(vllm):
     assert spec >= es.VLLM_SPEC_CONFIG_FIELDS and _struct_fields(servers.VLLMSpeculativeConfig) <= spec
     config = _class_fields(_tree(vllm, "config/vllm.py"), "VllmConfig")
     assert config >= es.VLLM_CONFIG_FIELDS and _struct_fields(servers.VLLMConfig) <= config
-    assert _struct_fields(servers.VLLMModelConfig) <= _class_fields(_tree(vllm, "config/model.py"), "ModelConfig")
+    assert _struct_fields(servers.VLLMModelConfig) <= _class_fields(
+        _tree(vllm, "config/model.py"), "ModelConfig"
+    )
     info = _tree(vllm, "entrypoints/serve/dev/server_info/api_router.py")
     assert {"vllm_config"} <= _dict_keys(info) and "config_format" in {
-        a.arg for n in ast.walk(info) if isinstance(n, ast.AsyncFunctionDef) for a in n.args.args}
+        a.arg for n in ast.walk(info) if isinstance(n, ast.AsyncFunctionDef) for a in n.args.args
+    }
     version = _dict_keys(_tree(vllm, "entrypoints/serve/instrumentator/basic.py"))
     assert _struct_fields(servers.VLLMVersion) <= version

@@ -21,9 +21,15 @@ def prompts(gains: list[float], *, blocks: int = 80, control_tau: float = 1.5) -
     """One prompt per gain: the control commits control_tau tokens per block, the head (1 + gain) times as many."""
     out = []
     for i, gain in enumerate(gains):
-        out.append(PromptBlocks(id=f"p{i}", head_committed=round(blocks * control_tau * (1 + gain)),
-                                head_blocks=blocks, control_committed=round(blocks * control_tau),
-                                control_blocks=blocks))
+        out.append(
+            PromptBlocks(
+                id=f"p{i}",
+                head_committed=round(blocks * control_tau * (1 + gain)),
+                head_blocks=blocks,
+                control_committed=round(blocks * control_tau),
+                control_blocks=blocks,
+            )
+        )
     return out
 
 
@@ -35,8 +41,9 @@ def noisy(n: int, mean: float, sd: float, seed: int = 0) -> list[float]:
 def judge(per_prompt: list[PromptBlocks], min_gain: float = 0.05):
     a = sum(p.head_committed for p in per_prompt) / sum(p.head_blocks for p in per_prompt)
     c = sum(p.control_committed for p in per_prompt) / sum(p.control_blocks for p in per_prompt)
-    evidence = ArmAgreement(requests=len(per_prompt), identical=0, head_accepted=1000, control_accepted=900,
-                            prompts=per_prompt)
+    evidence = ArmAgreement(
+        requests=len(per_prompt), identical=0, head_accepted=1000, control_accepted=900, prompts=per_prompt
+    )
     return head_gate(True, a, c, min_gain, {"code": 0.08}, evidence)
 
 
@@ -61,8 +68,9 @@ def test_too_few_prompts_is_inconclusive_and_says_how_many_would_decide():
     assert gate.status == "fail" and gate.inconclusive  # still a failure: exit 1
     iv = gate.interval
     assert not iv.conclusive and iv.low < 0.05 <= iv.high and iv.needed_prompts > 6
-    assert gate.summary.startswith(f"inconclusive: 6 prompts are too few to judge a 5% gain: about "
-                                   f"{iv.needed_prompts} are needed")
+    assert gate.summary.startswith(
+        f"inconclusive: 6 prompts are too few to judge a 5% gain: about {iv.needed_prompts} are needed"
+    )
     text = " ".join(gate.details)
     assert "lilicorr.* weights" not in text and "--limit" in text  # the advice is to run more prompts
 
@@ -83,9 +91,16 @@ def test_seeds_of_a_prompt_are_one_draw_and_one_prompt_gives_no_interval():
     one = gain_interval(prompts([0.2]), 0.05)
     assert one.low is None and not one.conclusive
     gate = judge(prompts([0.2]))
-    assert gate.inconclusive and "1 prompt is too few to judge a 5% gain: at least 2 are needed" in gate.summary
-    assert gain_interval([PromptBlocks(id="p", head_committed=0, head_blocks=0, control_committed=0,
-                                       control_blocks=0)], 0.05) is None
+    assert (
+        gate.inconclusive and "1 prompt is too few to judge a 5% gain: at least 2 are needed" in gate.summary
+    )
+    assert (
+        gain_interval(
+            [PromptBlocks(id="p", head_committed=0, head_blocks=0, control_committed=0, control_blocks=0)],
+            0.05,
+        )
+        is None
+    )
 
 
 def test_a_waived_gate_passes_whatever_the_spread():

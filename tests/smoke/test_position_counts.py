@@ -25,7 +25,9 @@ def test_the_profile_carries_counts_that_reproduce_its_rates(zero_head_report):
         counts = stats.position_counts
         assert len(counts) == len(stats.conditional_accept_rates) == zero_head_report.num_speculative_tokens
         assert counts[0].drafted == stats.blocks
-        for c, cond, marg in zip(counts, stats.conditional_accept_rates, stats.marginal_accept_rates, strict=True):
+        for c, cond, marg in zip(
+            counts, stats.conditional_accept_rates, stats.marginal_accept_rates, strict=True
+        ):
             assert round(c.accepted / c.reached, 6) == cond if c.reached else cond == 0.0
             assert round(c.accepted / c.drafted, 6) == marg if c.drafted else marg == 0.0
     for category in zero_head_report.per_category.values():

@@ -13,12 +13,24 @@ from lilicorr_ckpt.smoke import SmokeOptions, SmokeReport, smoke
 def test_smoke_returns_the_profile_the_command_line_writes(drafter, target):
     profile = smoke(str(drafter), target=str(target), limit=1, max_new_tokens=8, probes="code", warmup=False)
     assert isinstance(profile, SmokeReport) and profile.measured
-    assert [r.category for r in profile.requests] == ["code"] and profile.draft_checkpoint.id.endswith("/drafter")
+    assert [r.category for r in profile.requests] == ["code"] and profile.draft_checkpoint.id.endswith(
+        "/drafter"
+    )
     assert set(profile.arms) == {"head", "control", "ar"} and profile.arms["ar"].tokens == 8
     assert profile.gates and profile.passed is all(g.status != "fail" for g in profile.gates)
     assert msgspec.json.decode(render_smoke(profile, "json"), type=SmokeReport) == profile
-    assert smoke(str(drafter), target=str(target), limit=1, max_new_tokens=8, probes="code", warmup=False,
-                 min_tau=99.0).passed is False  # a gate it cannot meet: the verdict, not an exception
+    assert (
+        smoke(
+            str(drafter),
+            target=str(target),
+            limit=1,
+            max_new_tokens=8,
+            probes="code",
+            warmup=False,
+            min_tau=99.0,
+        ).passed
+        is False
+    )  # a gate it cannot meet: the verdict, not an exception
 
 
 def test_smoke_refuses_unknown_and_out_of_range_options_before_loading_anything(drafter, target):

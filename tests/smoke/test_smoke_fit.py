@@ -34,18 +34,27 @@ def test_the_smollm2_drafter_against_the_tiny_target_is_refused_before_its_weigh
     assert "before its weights load; nothing was decoded" in err
     assert "ERROR LC502 target-layer-range: target_layer_ids [8, 15, 22, 29] are not layers of target" in err
     assert "which has 4 layers (valid ids 0..3" in err
-    assert "ERROR LC501 target-hidden-size: draft hidden_size 576 != target" in err and "hidden_size 64" in err
-    assert "fc takes 5 taps x 576 = 2880 features of the target's hidden states; this target's give 5 x 64 = 320" in err
+    assert (
+        "ERROR LC501 target-hidden-size: draft hidden_size 576 != target" in err and "hidden_size 64" in err
+    )
+    assert (
+        "fc takes 5 taps x 576 = 2880 features of the target's hidden states; this target's give 5 x 64 = 320"
+        in err
+    )
     assert "ERROR LC503 target-vocab: draft vocab_size 49152 != target" in err and "vocab_size 512" in err
     # validate's warnings about the pair come along, and the same command is named
     assert "WARN  LC505" in err and "WARN  LC506" in err
-    assert f"`lilicorr-ckpt validate {SMOLLM2_DRAFTER} --target {TINY_TARGET}` reports the same findings" in err
+    assert (
+        f"`lilicorr-ckpt validate {SMOLLM2_DRAFTER} --target {TINY_TARGET}` reports the same findings" in err
+    )
 
 
 def test_a_drafter_validate_accepts_is_refused_for_the_misfit_alone(smoke):
     result = smoke(SMOLLM2_DRAFTER, "-t", TINY_TARGET, "-r", "vllm", *QUICK)
     assert result.code == 1 and result.stdout == "", result.stderr
-    assert result.stderr.startswith("lilicorr-ckpt smoke: drafter and target do not match: widths, taps, vocabulary")
+    assert result.stderr.startswith(
+        "lilicorr-ckpt smoke: drafter and target do not match: widths, taps, vocabulary"
+    )
     assert "LC148" not in result.stderr and "(trtllm)" not in result.stderr
     assert f"--target {TINY_TARGET} --runtime vllm` reports the same findings" in result.stderr
 
@@ -64,12 +73,14 @@ def test_the_refusal_lists_what_validate_lists_for_the_pair():
     assert "(trtllm)" not in str(refused.value)  # the TensorRT-LLM-only row, judged for SGLang alone
 
 
-def test_a_mismatch_the_targets_config_hides_is_refused_once_the_target_is_loaded(smoke, target, tmp_path,
-                                                                                    monkeypatch):
+def test_a_mismatch_the_targets_config_hides_is_refused_once_the_target_is_loaded(
+    smoke, target, tmp_path, monkeypatch
+):
     # taps 0 and 5 against the 4-layer target: a config without num_hidden_layers leaves validate unable to tell
     # (LC507, a warning), and the loaded model says 4
-    config = fixtures.draft_config(vocab_size=16, num_target_layers=6,
-                                   dflash={"mask_token_id": 15, "target_layer_ids": [0, 5]})
+    config = fixtures.draft_config(
+        vocab_size=16, num_target_layers=6, dflash={"mask_token_id": 15, "target_layer_ids": [0, 5]}
+    )
     deep_taps = fixtures.write_checkpoint(tmp_path / "taps", config)
     judge = fit.require_fit
 
@@ -79,9 +90,14 @@ def test_a_mismatch_the_targets_config_hides_is_refused_once_the_target_is_loade
         return judge(checkpoint, info, **kw)
 
     monkeypatch.setattr("lilicorr_ckpt.smoke.run.require_fit", config_without_depth)
-    result = smoke(deep_taps, "-t", target, "-r", "vllm", *QUICK)  # SGLang refuses a tap on the last layer (LC148)
+    result = smoke(
+        deep_taps, "-t", target, "-r", "vllm", *QUICK
+    )  # SGLang refuses a tap on the last layer (LC148)
     assert result.code == 1 and result.stdout == "", result.stderr
-    assert "drafter and target do not match: taps (checked on the target as loaded, before decoding" in result.stderr
+    assert (
+        "drafter and target do not match: taps (checked on the target as loaded, before decoding"
+        in result.stderr
+    )
     assert "ERROR LC502 target-layer-range: target_layer_ids [5] are not layers of target" in result.stderr
     assert "internal error" not in result.stderr
 

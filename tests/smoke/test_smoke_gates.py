@@ -54,12 +54,17 @@ def test_head_gate_claims_a_zero_head_only_when_every_block_matched_the_control(
 def test_head_gate_is_inconclusive_when_the_drafter_alone_barely_predicts_the_target():
     nothing = ArmAgreement(requests=4, identical=4, head_accepted=0, control_accepted=0)
     gate = head_gate(True, 1.0, 1.0, 0.05, {}, nothing)
-    assert gate.status == "fail" and "inconclusive: no drafted token was accepted in either arm" in gate.summary
+    assert (
+        gate.status == "fail" and "inconclusive: no drafted token was accepted in either arm" in gate.summary
+    )
     assert "top-1" not in gate.summary and "--min-head-gain -1" in gate.details[-1]
     weak = ArmAgreement(requests=4, identical=1, head_accepted=3, control_accepted=2)
     gate = head_gate(True, 1.005, 1.003, 0.05, {}, weak)
     assert "inconclusive: tau(control) is barely above 1" in gate.summary
-    assert "differ from the control's in 3 of 4" in gate.details[0] and "random or untrained drafter" in gate.details[1]
+    assert (
+        "differ from the control's in 3 of 4" in gate.details[0]
+        and "random or untrained drafter" in gate.details[1]
+    )
     assert head_gate(True, 1.005, 1.003, -1.0, {}, weak).status == "pass"
 
 
@@ -80,8 +85,12 @@ def test_position_floors_use_the_marginal_rates():
 
 
 def test_lossless_gate_tells_ties_from_bugs():
-    tie = Divergence(request="a", seed=0, arm="head", position=3, expected=1, emitted=2, logit_gap=1e-6, tie=True)
-    bug = Divergence(request="b", seed=0, arm="control", position=0, expected=1, emitted=2, logit_gap=4.0, tie=False)
+    tie = Divergence(
+        request="a", seed=0, arm="head", position=3, expected=1, emitted=2, logit_gap=1e-6, tie=True
+    )
+    bug = Divergence(
+        request="b", seed=0, arm="control", position=0, expected=1, emitted=2, logit_gap=4.0, tie=False
+    )
     passed = lossless_gate(4, [tie], 0.0, "bfloat16")
     assert passed.status == "pass" and "numerical tie" in passed.summary
     failed = lossless_gate(4, [tie, bug], 0.0, "bfloat16")
@@ -126,8 +135,9 @@ def test_probe_file_errors_name_the_line(tmp_path):
     bad.write_text(json.dumps({"id": "a", "category": "c", "prompt": "p", "chat": "yes"}) + "\n")
     with pytest.raises(InputError, match=r"p.jsonl:1: 'chat' must be a boolean"):
         smoke_probes.load_probes(str(bad))
-    bad.write_text("\n".join(json.dumps({"id": "a", "category": "c", "prompt": "p", "chat": True})
-                             for _ in range(2)))
+    bad.write_text(
+        "\n".join(json.dumps({"id": "a", "category": "c", "prompt": "p", "chat": True}) for _ in range(2))
+    )
     with pytest.raises(InputError, match=r"p.jsonl:2: duplicate id 'a'"):
         smoke_probes.load_probes(str(bad))
     bad.write_text("\n")

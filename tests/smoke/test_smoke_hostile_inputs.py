@@ -32,24 +32,36 @@ def _edit_tokenizer(path: Path) -> None:
     path.write_text(json.dumps(doc))
 
 
-@pytest.mark.parametrize("name, spoil, needle", [
-    ("tokenizer.json", _edit_tokenizer, "Exception: data did not match any variant"),
-    ("tokenizer_config.json", lambda p: p.write_text("[1]"), "AttributeError"),
-    ("tokenizer_config.json", lambda p: p.write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}"), "RecursionError"),
-    ("generation_config.json", lambda p: p.write_text("[]"), "TypeError"),
-])
-def test_a_hostile_tokenizer_or_config_file_is_exit_2_naming_the_target(smoke, drafter, target, tmp_path, name,
-                                                                         spoil, needle):
+@pytest.mark.parametrize(
+    "name, spoil, needle",
+    [
+        ("tokenizer.json", _edit_tokenizer, "Exception: data did not match any variant"),
+        ("tokenizer_config.json", lambda p: p.write_text("[1]"), "AttributeError"),
+        (
+            "tokenizer_config.json",
+            lambda p: p.write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}"),
+            "RecursionError",
+        ),
+        ("generation_config.json", lambda p: p.write_text("[]"), "TypeError"),
+    ],
+)
+def test_a_hostile_tokenizer_or_config_file_is_exit_2_naming_the_target(
+    smoke, drafter, target, tmp_path, name, spoil, needle
+):
     spoiled = _copy(target, tmp_path / "spoiled")
     spoil(spoiled / name)
     result = smoke(drafter, "-t", spoiled, *QUICK)
     assert result.code == 2, result.stderr
-    assert f"lilicorr-ckpt: error: cannot load target {str(spoiled)!r}: {needle}" in result.stderr, result.stderr
+    assert f"lilicorr-ckpt: error: cannot load target {str(spoiled)!r}: {needle}" in result.stderr, (
+        result.stderr
+    )
     assert "internal error" not in result.stderr
 
 
 @pytest.mark.parametrize("name", ["added_tokens.json", "special_tokens_map.json", "tokenizer.json"])
-def test_a_fifo_in_the_target_is_refused_before_a_loader_blocks_on_it(drafter, target, tmp_path, capsys, name):
+def test_a_fifo_in_the_target_is_refused_before_a_loader_blocks_on_it(
+    drafter, target, tmp_path, capsys, name
+):
     spoiled = _copy(target, tmp_path / "spoiled")
     (spoiled / name).unlink(missing_ok=True)
     os.mkfifo(spoiled / name)

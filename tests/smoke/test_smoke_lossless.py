@@ -65,8 +65,9 @@ class _Reference:
 
 
 def _result(tokens: list[int]) -> GenerationResult:
-    return GenerationResult(mode="x", prompt_tokens=1, tokens=tokens, blocks=[BlockRecord(0, 0, 1)], wall_time_s=1.0,
-                            block_size=1)
+    return GenerationResult(
+        mode="x", prompt_tokens=1, tokens=tokens, blocks=[BlockRecord(0, 0, 1)], wall_time_s=1.0, block_size=1
+    )
 
 
 def _greedy(prompt: list[int], n: int, flip_at: dict[int, int] | None = None) -> list[int]:
@@ -91,7 +92,10 @@ def test_a_divergence_after_a_tie_is_found():
     found = lossless_divergences(_Target(), _Reference(), runs, "bfloat16", [], 12, 4)
     assert [(d.position, d.tie) for d in found] == [(0, True), (7, False)]
     gate = lossless_gate(1, found, 0.0, "bfloat16")
-    assert gate.status == "fail" and "1 numerical tie(s) in bfloat16 (largest target logit gap 0)" in gate.summary
+    assert (
+        gate.status == "fail"
+        and "1 numerical tie(s) in bfloat16 (largest target logit gap 0)" in gate.summary
+    )
 
 
 def test_ties_alone_pass_and_every_token_is_compared():
@@ -106,8 +110,19 @@ def test_ties_alone_pass_and_every_token_is_compared():
 
 
 def test_the_gate_lists_at_most_five_ties_and_names_the_largest_gap():
-    ties = [Divergence(request=f"r{i}", seed=0, arm="head", position=i, expected=1, emitted=2, logit_gap=0.01 * i,
-                       tie=True) for i in range(9)]
+    ties = [
+        Divergence(
+            request=f"r{i}",
+            seed=0,
+            arm="head",
+            position=i,
+            expected=1,
+            emitted=2,
+            logit_gap=0.01 * i,
+            tie=True,
+        )
+        for i in range(9)
+    ]
     gate = lossless_gate(9, ties, 0.0, "bfloat16")
     assert gate.status == "pass"
     assert "9 numerical tie(s) in bfloat16 (largest target logit gap 0.08)" in gate.summary

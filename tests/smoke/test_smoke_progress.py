@@ -40,7 +40,8 @@ def test_a_batched_arm_counts_all_its_generations_at_once_and_estimates_from_the
         "smoke: decoding the control arm: 24 probes, 24 at a time...",
         "smoke: 48/72 generations (last: control arm, 24 probes), 2m00s, about 1m00s left",
         "smoke: decoding the ar arm: 24 probes, 24 at a time...",
-        "smoke: 72/72 generations (last: ar arm, 24 probes), 3m00s, done"]
+        "smoke: 72/72 generations (last: ar arm, 24 probes), 3m00s, done",
+    ]
 
 
 def test_a_log_gets_a_line_every_interval_with_the_count_and_the_time_left(monkeypatch):
@@ -59,7 +60,9 @@ def test_a_log_gets_a_line_every_interval_with_the_count_and_the_time_left(monke
     lines = log.getvalue().splitlines()
     assert lines[0] == "smoke: loading the target..."
     assert lines[1] == "smoke: 1/30 generations (last: head p0), 4s, about 1m56s left"
-    assert lines[2] == "smoke: 4/30 generations (last: head p3), 16s, about 1m44s left"  # 12 s after the first
+    assert (
+        lines[2] == "smoke: 4/30 generations (last: head p3), 16s, about 1m44s left"
+    )  # 12 s after the first
     assert lines[-1] == "smoke: 30/30 generations (last: head p29), 2m00s, done"
     assert len(lines) == 1 + 11 and "\r" not in log.getvalue() and "\033" not in log.getvalue()
 
@@ -67,7 +70,9 @@ def test_a_log_gets_a_line_every_interval_with_the_count_and_the_time_left(monke
 def test_quiet_and_plain_callers_stay_silent_off_a_terminal(monkeypatch):
     monkeypatch.setattr(console.sys, "stderr", io.StringIO())
     assert not Progress.for_terminal(True, name="smoke", log_interval=10).enabled
-    assert not Progress.for_terminal(False, name="convert").enabled  # no log_interval: convert's bar, as before
+    assert not Progress.for_terminal(
+        False, name="convert"
+    ).enabled  # no log_interval: convert's bar, as before
 
 
 def test_durations_read_as_a_log_line_does():
@@ -93,14 +98,25 @@ def test_the_text_report_defines_tau_and_says_cpu_speedups_mean_nothing(zero_hea
     for line in (TAU_LINE, TAU_REQ_LINE, CPU_SPEEDUP_LINE):
         assert f"\n  {line}\n" in text
     assert "on the CPU it means nothing" in CPU_SPEEDUP_LINE and GPU_SPEEDUP_LINE not in text
-    gpu = msgspec.structs.replace(zero_head_report, measurement_conditions=msgspec.structs.replace(
-        zero_head_report.measurement_conditions, device="NVIDIA H200"))
+    gpu = msgspec.structs.replace(
+        zero_head_report,
+        measurement_conditions=msgspec.structs.replace(
+            zero_head_report.measurement_conditions, device="NVIDIA H200"
+        ),
+    )
     assert GPU_SPEEDUP_LINE in render_text(gpu) and CPU_SPEEDUP_LINE not in render_text(gpu)
 
 
 def test_the_verdict_counts_inconclusive_gates(zero_head_report):
-    gates = [Gate(name="measured", status="pass", summary="ok"),
-             Gate(name="head-loaded", status="fail", inconclusive=True, summary="inconclusive: 6 prompts are too few"),
-             Gate(name="kernel-parity", status="skip", summary="needs --gpu")]
+    gates = [
+        Gate(name="measured", status="pass", summary="ok"),
+        Gate(
+            name="head-loaded",
+            status="fail",
+            inconclusive=True,
+            summary="inconclusive: 6 prompts are too few",
+        ),
+        Gate(name="kernel-parity", status="skip", summary="needs --gpu"),
+    ]
     text = render_text(msgspec.structs.replace(zero_head_report, gates=gates, passed=False))
     assert text.rstrip().endswith("FAIL 1 of 2 gates failed (1 inconclusive; 1 skipped)")

@@ -15,8 +15,10 @@ from helpers import REPO
 GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 pytest.importorskip("gguf", reason="GGUF targets need the gguf package (the runtime extra)")
-pytestmark = [pytest.mark.real_target,
-              pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")]
+pytestmark = [
+    pytest.mark.real_target,
+    pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF"),
+]
 
 
 @pytest.fixture
@@ -31,20 +33,52 @@ def one_thread():
 
 def test_smoke_on_smollm2_is_lossless_and_records_the_chat_setup(smoke, tmp_path, one_thread):
     config = fixtures.draft_config(
-        block_size=4, hidden_size=576, num_hidden_layers=1, num_attention_heads=9, num_key_value_heads=3,
-        head_dim=64, intermediate_size=1536, vocab_size=49152, num_target_layers=30, rope_theta=100000.0,
-        dflash={"block_size": 4, "target_layer_ids": [1, 15, 28], "mask_token_id": 49151,
-                "lilicorr_candidate_topk": 8, "lilicorr_hidden_size": 256, "lilicorr_num_heads": 4})
+        block_size=4,
+        hidden_size=576,
+        num_hidden_layers=1,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        num_target_layers=30,
+        rope_theta=100000.0,
+        dflash={
+            "block_size": 4,
+            "target_layer_ids": [1, 15, 28],
+            "mask_token_id": 49151,
+            "lilicorr_candidate_topk": 8,
+            "lilicorr_hidden_size": 256,
+            "lilicorr_num_heads": 4,
+        },
+    )
     drafter = fixtures.write_checkpoint(tmp_path / "drafter", config)
     # a random drafter: the head's gain over the control is noise, so that gate is waived
-    result = smoke(drafter, "-t", GGUF, "--limit", "1", "--max-new-tokens", "12", "--min-head-gain", "-1",
-                   "--no-warmup", "--quiet", "--format", "json")
+    result = smoke(
+        drafter,
+        "-t",
+        GGUF,
+        "--limit",
+        "1",
+        "--max-new-tokens",
+        "12",
+        "--min-head-gain",
+        "-1",
+        "--no-warmup",
+        "--quiet",
+        "--format",
+        "json",
+    )
     assert result.code == 0, result.stdout + result.stderr
     report = result.report
     jsonschema.validate(report, json.loads((REPO / "schemas" / "smoke-profile.schema.json").read_text()))
     target = report["target_model"]
     assert (target["source"], target["vocab_size"], target["hidden_size"], target["num_layers"]) == (
-        "gguf", 49152, 576, 30)
+        "gguf",
+        49152,
+        576,
+        30,
+    )
     chat = report["chat_template"]
     assert chat["present"] and chat["applied_prompts"] == 2 and chat["raw_prompts"] == 1
     assert chat["thinking"] == "no-switch"  # SmolLM2's template has no enable_thinking

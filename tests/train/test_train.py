@@ -54,8 +54,25 @@ def fewer_stdlib_files():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("train") / "data.npz"
-    result = _run(["generate", "--target", TARGET, "--out", str(out), "--prompts", "24", "--max-new-tokens", "12",
-                   "--mix", "templates=1,stdlib=1,self=1", "--device", "cpu", "--batch-size", "8"])
+    result = _run(
+        [
+            "generate",
+            "--target",
+            TARGET,
+            "--out",
+            str(out),
+            "--prompts",
+            "24",
+            "--max-new-tokens",
+            "12",
+            "--mix",
+            "templates=1,stdlib=1,self=1",
+            "--device",
+            "cpu",
+            "--batch-size",
+            "8",
+        ]
+    )
     assert "usable requests" in result.output
     return out
 
@@ -85,7 +102,18 @@ def test_generated_data_holds_prompts_and_the_targets_answers(data):
 
 def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
     run = tmp_path / "run"
-    common = ["--target", TARGET, "--data", str(data), "--device", "cpu", "--batch-size", "2", "--anchors", "4"]
+    common = [
+        "--target",
+        TARGET,
+        "--data",
+        str(data),
+        "--device",
+        "cpu",
+        "--batch-size",
+        "2",
+        "--anchors",
+        "4",
+    ]
     _run(["train", str(run), *common, "--mask-token-id", "511", "--steps", "4", "--time-budget", "1"])
     first = read_state(run / "state.safetensors")
     assert 1 <= first.step <= 4
@@ -100,8 +128,23 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
 
     # a new run from the converted drafter starts from exactly its weights
     again = tmp_path / "again"
-    _run(["train", str(again), *common, "--mask-token-id", "511", "--steps", "1", "--init-from",
-          str(tmp_path / "drafter"), "--lr-drafter", "0", "--lr-head", "0"])
+    _run(
+        [
+            "train",
+            str(again),
+            *common,
+            "--mask-token-id",
+            "511",
+            "--steps",
+            "1",
+            "--init-from",
+            str(tmp_path / "drafter"),
+            "--lr-drafter",
+            "0",
+            "--lr-head",
+            "0",
+        ]
+    )
     started = read_state(again / "state.safetensors").model
     trained = build_drafter(load_checkpoint(str(tmp_path / "drafter"))).state_dict()
     assert started.keys() == trained.keys()
@@ -110,10 +153,21 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
 
 
 def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
-    common = ["train", str(tmp_path / "r"), "--target", TARGET, "--data", str(data), "--device", "cpu",
-              "--mask-token-id", "511"]
-    result = CliRunner().invoke(train_cli, [*common, "--layers", "2", "--init-from",
-                                            str(REPO / "examples" / "tiny-lilicorr")])
+    common = [
+        "train",
+        str(tmp_path / "r"),
+        "--target",
+        TARGET,
+        "--data",
+        str(data),
+        "--device",
+        "cpu",
+        "--mask-token-id",
+        "511",
+    ]
+    result = CliRunner().invoke(
+        train_cli, [*common, "--layers", "2", "--init-from", str(REPO / "examples" / "tiny-lilicorr")]
+    )
     assert result.exit_code == 1 and "not a drafter of this shape" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)  # a message, not a traceback
     both = CliRunner().invoke(train_cli, [*common, "--init-layer", "1", "--init-from", str(tmp_path / "r")])
@@ -122,28 +176,51 @@ def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
 
 def test_prompt_counts_add_up_and_an_empty_mix_is_a_clean_error(tmp_path):
     assert sum(_split(1, {"templates": 1, "stdlib": 1, "self": 1}).values()) == 1
-    assert _split(2, {"templates": 1, "stdlib": 1, "self": 1}) in ({"templates": 1, "stdlib": 1, "self": 0},
-                                                                   {"templates": 1, "stdlib": 0, "self": 1},
-                                                                   {"templates": 0, "stdlib": 1, "self": 1})
+    assert _split(2, {"templates": 1, "stdlib": 1, "self": 1}) in (
+        {"templates": 1, "stdlib": 1, "self": 0},
+        {"templates": 1, "stdlib": 0, "self": 1},
+        {"templates": 0, "stdlib": 1, "self": 1},
+    )
     assert sum(_split(16384, {"templates": 0.35, "stdlib": 0.3, "self": 0.35}).values()) == 16384
     # the tiny target writes no usable request: nothing to answer is a message, not a traceback
-    result = CliRunner().invoke(train_cli, ["generate", "--target", TARGET, "--out", str(tmp_path / "d.npz"),
-                                            "--prompts", "4", "--max-new-tokens", "4", "--mix", "self",
-                                            "--device", "cpu"])
+    result = CliRunner().invoke(
+        train_cli,
+        [
+            "generate",
+            "--target",
+            TARGET,
+            "--out",
+            str(tmp_path / "d.npz"),
+            "--prompts",
+            "4",
+            "--max-new-tokens",
+            "4",
+            "--mix",
+            "self",
+            "--device",
+            "cpu",
+        ],
+    )
     assert result.exit_code == 1 and "no prompts to answer" in result.output, result.output
     assert not (tmp_path / "d.npz").exists()
-    bad = CliRunner().invoke(train_cli, ["generate", "--target", str(tmp_path / "nope"), "--out",
-                                         str(tmp_path / "d.npz"), "--device", "cpu"])
-    assert bad.exit_code == 2 and "--target" in bad.output and "Traceback" not in bad.output  # unreadable input
+    bad = CliRunner().invoke(
+        train_cli,
+        ["generate", "--target", str(tmp_path / "nope"), "--out", str(tmp_path / "d.npz"), "--device", "cpu"],
+    )
+    assert (
+        bad.exit_code == 2 and "--target" in bad.output and "Traceback" not in bad.output
+    )  # unreadable input
 
 
 def test_self_written_requests_keep_finished_turns_of_a_few_words(monkeypatch):
     target = load_target(TARGET, dtype=torch.float32, fast=True)
     tok = target.tokenizer
     eos = target.eos_token_ids[0]
-    replies = [tok(" is the sky blue on most days?", add_special_tokens=False)["input_ids"] + [eos],
-               tok(" me", add_special_tokens=False)["input_ids"] + [eos],  # too short
-               tok(" write a poem about the sea and", add_special_tokens=False)["input_ids"]]  # never ended
+    replies = [
+        tok(" is the sky blue on most days?", add_special_tokens=False)["input_ids"] + [eos],
+        tok(" me", add_special_tokens=False)["input_ids"] + [eos],  # too short
+        tok(" write a poem about the sea and", add_special_tokens=False)["input_ids"],
+    ]  # never ended
     seen = {}
 
     def fake_generate(starts, max_tokens, **kw):

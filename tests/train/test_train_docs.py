@@ -40,8 +40,12 @@ def test_the_tiny_cpu_recipe_runs_as_written(tmp_path, monkeypatch):
     work.mkdir()
     commands = [shlex.split(line.replace("$W", str(work))) for line in lines[1:]]
     assert [c[:4] if c[0] == "python" else c[:2] for c in commands] == [
-        [*TRAIN.split(), "generate"], [*TRAIN.split(), "train"], [*TRAIN.split(), "export"],
-        ["lilicorr-ckpt", "convert"], ["lilicorr-ckpt", "validate"]]
+        [*TRAIN.split(), "generate"],
+        [*TRAIN.split(), "train"],
+        [*TRAIN.split(), "export"],
+        ["lilicorr-ckpt", "convert"],
+        ["lilicorr-ckpt", "validate"],
+    ]
     for command in commands:
         if command[0] == "python":
             result = CliRunner().invoke(train_cli, command[3:], catch_exceptions=False)

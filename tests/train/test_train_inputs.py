@@ -15,5 +15,7 @@ def test_training_data_that_is_a_fifo_is_refused(tmp_path):
     os.mkfifo(fifo)
     raised = raised_within(10, Dataset.load, fifo)
     assert isinstance(raised, DataError), raised  # the training CLI prints it as one line, exit 2
-    assert str(raised) == (f"{fifo} is not training data this tool can read: it is a FIFO (named pipe), not a regular "
-                           "file (never opened)")
+    assert str(raised) == (
+        f"{fifo} is not training data this tool can read: it is a FIFO (named pipe), not a regular "
+        "file (never opened)"
+    )

@@ -38,8 +38,12 @@ def _synthetic_data(path: Path, offsets: list[int] | None = None) -> Path:
     """Token ids of the tiny target's vocabulary (MASK excluded), 6 sequences of 24 with prompts of 8."""
     rng = np.random.default_rng(0)
     tokens = rng.integers(3, 500, 6 * 24).astype(np.uint16)
-    np.savez(path, tokens=tokens, offsets=np.asarray(offsets or list(range(0, 6 * 24 + 1, 24)), dtype=np.int64),
-             prompt_lengths=np.full(6, 8, dtype=np.int32))
+    np.savez(
+        path,
+        tokens=tokens,
+        offsets=np.asarray(offsets or list(range(0, 6 * 24 + 1, 24)), dtype=np.int64),
+        prompt_lengths=np.full(6, 8, dtype=np.int32),
+    )
     return path
 
 
@@ -55,8 +59,9 @@ def data(tmp_path_factory) -> Path:
 def trained(tmp_path_factory, data) -> Path:
     """A real run of one step (its state.safetensors)."""
     run = tmp_path_factory.mktemp("trained") / "run"
-    code, out = invoke("train", run, "--data", data, *TRAIN, "--mask-token-id", MASK, "--init-layer", "3",
-                       "--steps", "1")
+    code, out = invoke(
+        "train", run, "--data", data, *TRAIN, "--mask-token-id", MASK, "--init-layer", "3", "--steps", "1"
+    )
     assert code == 0 and "random weights" not in out, out  # a start from a target layer: no warning
     return run
 
@@ -116,12 +121,24 @@ def _hostile_state(run: Path, kind: str, tmp_path: Path) -> Path:
         state = read_state(current)
         state.model["fc.weight"] = torch.zeros(1, 1).expand(40000, 4000).contiguous()[:1]
         from lilicorr_train.state import save_state
+
         save_state(run, state)
     return marker
 
 
-HOSTILE = ["pickle-in-torch-zip", "plain-pickle", "random-bytes", "random-bytes-safetensors", "directory", "fifo",
-           "huge-sparse", "corrupt-zip", "zip-of-something-else", "another-safetensors", "a-claim-of-a-huge-tensor"]
+HOSTILE = [
+    "pickle-in-torch-zip",
+    "plain-pickle",
+    "random-bytes",
+    "random-bytes-safetensors",
+    "directory",
+    "fifo",
+    "huge-sparse",
+    "corrupt-zip",
+    "zip-of-something-else",
+    "another-safetensors",
+    "a-claim-of-a-huge-tensor",
+]
 
 
 @pytest.mark.parametrize("kind", HOSTILE)
@@ -132,7 +149,9 @@ def test_a_state_that_is_not_ours_is_refused_by_name_and_runs_no_code(trained, d
     for args in (["export", run, "--out", tmp_path / "export"], ["train", run, "--data", data, *TRAIN]):
         code, out = invoke(*args)
         assert code == 2, (args[0], out)
-        assert str(run) in out and ("is not a training state this tool can resume" in out or "cannot read" in out), out
+        assert str(run) in out and (
+            "is not a training state this tool can resume" in out or "cannot read" in out
+        ), out
         assert "Traceback" not in out and out.count("\n") <= 2, out
         assert not marker.exists(), "unpickling ran the payload"
     assert not (tmp_path / "export").exists()
@@ -158,14 +177,23 @@ def _save_without_training(monkeypatch) -> None:
     monkeypatch.setattr(cli, "fit", fit)
 
 
-def test_a_run_saved_by_the_earlier_pickle_format_still_resumes_and_exports(trained, data, tmp_path, monkeypatch):
+def test_a_run_saved_by_the_earlier_pickle_format_still_resumes_and_exports(
+    trained, data, tmp_path, monkeypatch
+):
     run = _copy_run(trained, tmp_path)
     state = read_state(run / STATE)
     (run / STATE).unlink()
-    torch.save({"model": state.model, "optimizer": {"state": state.optimizer["state"],
-                                                     "param_groups": state.optimizer["param_groups"]},
-                "step": state.step, "rng": state.rng, "config": state.config, "train": state.train},
-               run / LEGACY_STATE)  # as save_run wrote it before
+    torch.save(
+        {
+            "model": state.model,
+            "optimizer": {"state": state.optimizer["state"], "param_groups": state.optimizer["param_groups"]},
+            "step": state.step,
+            "rng": state.rng,
+            "config": state.config,
+            "train": state.train,
+        },
+        run / LEGACY_STATE,
+    )  # as save_run wrote it before
     code, out = invoke("export", run, "--out", tmp_path / "export")
     assert code == 0, out
     _save_without_training(monkeypatch)
@@ -179,14 +207,24 @@ def test_a_run_saved_by_the_earlier_pickle_format_still_resumes_and_exports(trai
 
 def test_the_state_is_safetensors_with_a_json_header(trained):
     raw = (trained / STATE).read_bytes()
-    header = raw[8:8 + int.from_bytes(raw[:8], "little")]
+    header = raw[8 : 8 + int.from_bytes(raw[:8], "little")]
     assert header.startswith(b"{") and b"lilicorr-train-state" in header
     assert not (trained / LEGACY_STATE).exists()
     assert stat.S_IMODE((trained / STATE).stat().st_mode) & 0o044  # readable like any other file, not 0600
 
 
-@pytest.mark.parametrize("problem", ["offsets-1e12", "offsets-out-of-order", "fifo", "random-bytes",
-                                     "object-array", "claims-more-than-it-holds", "missing-array"])
+@pytest.mark.parametrize(
+    "problem",
+    [
+        "offsets-1e12",
+        "offsets-out-of-order",
+        "fifo",
+        "random-bytes",
+        "object-array",
+        "claims-more-than-it-holds",
+        "missing-array",
+    ],
+)
 def test_data_that_is_not_ours_is_refused_by_name(data, tmp_path, problem):
     path = tmp_path / "data.npz"
     if problem == "offsets-1e12":
@@ -209,8 +247,9 @@ def test_data_that_is_not_ours_is_refused_by_name(data, tmp_path, problem):
                 dst.writestr(info.filename, payload)
     elif problem == "missing-array":
         np.savez(path, tokens=np.zeros(3, dtype=np.uint16))
-    code, out = invoke("train", tmp_path / "run", "--data", path, *TRAIN, "--mask-token-id", MASK, "--init-layer",
-                       "3")
+    code, out = invoke(
+        "train", tmp_path / "run", "--data", path, *TRAIN, "--mask-token-id", MASK, "--init-layer", "3"
+    )
     assert code == 2, out
     assert f"{path} is not training data this tool can read" in out and "Traceback" not in out, out
     assert not (tmp_path / "run").exists()
@@ -226,8 +265,12 @@ def test_a_fifo_for_the_log_is_refused_not_waited_on(trained, data, tmp_path):
 
 def test_data_of_another_vocabulary_is_refused(tmp_path):
     path = tmp_path / "data.npz"
-    np.savez(path, tokens=np.full(48, 60000, dtype=np.uint16), offsets=np.array([0, 24, 48]),
-             prompt_lengths=np.array([8, 8], dtype=np.int32))
+    np.savez(
+        path,
+        tokens=np.full(48, 60000, dtype=np.uint16),
+        offsets=np.array([0, 24, 48]),
+        prompt_lengths=np.array([8, 8], dtype=np.int32),
+    )
     code, out = invoke("train", tmp_path / "run", "--data", path, *TRAIN, "--mask-token-id", MASK)
     assert code == 1 and "token id 60000" in out and "vocabulary of 512" in out, out
 
@@ -239,8 +282,9 @@ def test_an_unexpected_error_names_the_inputs_and_is_no_traceback(data, tmp_path
         raise TypeError("something unforeseen")
 
     monkeypatch.setattr(cli, "open_run", broken)
-    code, out = invoke("train", tmp_path / "run", "--data", data, *TRAIN, "--mask-token-id", MASK, "--init-layer",
-                       "3")
+    code, out = invoke(
+        "train", tmp_path / "run", "--data", data, *TRAIN, "--mask-token-id", MASK, "--init-layer", "3"
+    )
     assert code == 2, out
     assert f"internal error while reading RUN {tmp_path / 'run'}, --data {data}, --target {TARGET}" in out
     assert "TypeError: something unforeseen" in out and "Traceback" not in out
@@ -250,7 +294,9 @@ def test_help_teaches_and_names_only_real_commands():
     for flag in ("-h", "--help"):
         code, out = invoke(flag)
         assert code == 0 and "Usage: python -m lilicorr_train" in out
-    listed = [line.split()[0] for line in out.split("Commands:")[1].split("\n\n")[0].splitlines() if line.strip()]
+    listed = [
+        line.split()[0] for line in out.split("Commands:")[1].split("\n\n")[0].splitlines() if line.strip()
+    ]
     steps = out.split("The steps, in order:")[1].split("\n\n")[0]
     named = [line.split()[0] for line in steps.splitlines() if line[4:5].isalpha()]  # a step's first word
     assert named == ["generate", "train", "export", "then"]  # `fit` named no command that exists
@@ -296,14 +342,27 @@ def test_the_old_name_without_the_recipe_says_where_it_is(monkeypatch, capsys):
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize("args", [
-    ["train", "RUN", "--data", "DATA", *TRAIN],  # a new run without --mask-token-id
-    ["train", "RUN", "--data", "DATA", *TRAIN, "--mask-token-id", MASK, "--init-layer", "9"],  # the target has 4
-    ["train", "RUN", "--data", "DATA", *TRAIN, "--mask-token-id", "5000"],  # past the vocabulary
-    ["train", "RUN", "--data", "DATA", *TRAIN, "--bogus"],
-    ["fit", "RUN"],
-    ["export"],
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["train", "RUN", "--data", "DATA", *TRAIN],  # a new run without --mask-token-id
+        [
+            "train",
+            "RUN",
+            "--data",
+            "DATA",
+            *TRAIN,
+            "--mask-token-id",
+            MASK,
+            "--init-layer",
+            "9",
+        ],  # the target has 4
+        ["train", "RUN", "--data", "DATA", *TRAIN, "--mask-token-id", "5000"],  # past the vocabulary
+        ["train", "RUN", "--data", "DATA", *TRAIN, "--bogus"],
+        ["fit", "RUN"],
+        ["export"],
+    ],
+)
 def test_usage_errors_exit_4(data, tmp_path, args):
     args = [str(tmp_path / "run") if a == "RUN" else str(data) if a == "DATA" else a for a in args]
     code, out = invoke(*args)
@@ -313,8 +372,12 @@ def test_usage_errors_exit_4(data, tmp_path, args):
 
 def test_a_start_from_random_weights_is_warned_about(data, tmp_path, monkeypatch):
     _save_without_training(monkeypatch)
-    code, out = invoke("train", tmp_path / "cold", "--data", data, *TRAIN, "--mask-token-id", MASK, "--steps", "1")
-    assert code == 0 and "warning: the drafter starts from random weights" in out and "--init-layer 3" in out, out
+    code, out = invoke(
+        "train", tmp_path / "cold", "--data", data, *TRAIN, "--mask-token-id", MASK, "--steps", "1"
+    )
+    assert (
+        code == 0 and "warning: the drafter starts from random weights" in out and "--init-layer 3" in out
+    ), out
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027])
@@ -343,15 +406,25 @@ def test_export_replaces_an_earlier_export_and_nothing_else(trained, tmp_path):
 def test_without_torch_the_cli_says_what_to_install(tmp_path):
     blocker = tmp_path / "no-torch" / "torch"
     blocker.mkdir(parents=True)  # shadows the installed torch: importing it fails as if it were missing
-    (blocker / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
+    (blocker / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(blocker.parent), str(REPO)])}
     for args in (["--help"], ["export", "run", "--out", "x"]):
-        result = subprocess.run([sys.executable, "-m", "lilicorr_train", *args], capture_output=True,
-                                text=True, env=env, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "lilicorr_train", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert result.returncode == 4, result.stderr
-        assert "lilicorr_runtime needs torch" in result.stderr and "pip install 'lilicorr-ckpt[runtime]'" in \
-            result.stderr
+        assert (
+            "lilicorr_runtime needs torch" in result.stderr
+            and "pip install 'lilicorr-ckpt[runtime]'" in result.stderr
+        )
         assert "Traceback" not in result.stderr
-    imported = subprocess.run([sys.executable, "-c", "import lilicorr_runtime"], capture_output=True, text=True,
-                              env=env, timeout=60)  # as a library: an ImportError that says the same
+    imported = subprocess.run(
+        [sys.executable, "-c", "import lilicorr_runtime"], capture_output=True, text=True, env=env, timeout=60
+    )  # as a library: an ImportError that says the same
     assert imported.returncode == 1 and "ModuleNotFoundError: lilicorr_runtime needs torch" in imported.stderr

@@ -16,7 +16,16 @@ from lilicorr_ckpt.checks.config import (
 )
 from lilicorr_ckpt.checks.context import check
 
-for _check in (schema.config_schema, architecture.architecture, head_geometry.lilicorr_geometry, block.block_size,
-               taps.target_layer_ids, mask.mask_token, conv.conv_geometry, backbone.backbone_config,
-               backbone.speculator_keys, siblings.sibling_config):
+for _check in (
+    schema.config_schema,
+    architecture.architecture,
+    head_geometry.lilicorr_geometry,
+    block.block_size,
+    taps.target_layer_ids,
+    mask.mask_token,
+    conv.conv_geometry,
+    backbone.backbone_config,
+    backbone.speculator_keys,
+    siblings.sibling_config,
+):
     check(_check)

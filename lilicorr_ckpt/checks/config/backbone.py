@@ -11,217 +11,342 @@ from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
-rule("LC117", "causal", "error", CFG, "The draft is declared causal, which the runtime refuses (\"requires "
-     "non-causal\").", "Set dflash_config.causal (and is_causal) to false.",
-     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that refuse "
-         "a causal draft: TensorRT-LLM. SGLang's behaviour is LC133, vLLM's LC134.",
-     why="TensorRT-LLM refuses the config (\"requires non-causal draft attention\"). The same checkpoint loads "
-         "on the other runtimes, with different results (see LC133 and LC134), so the flag decides where the "
-         "drafter can be served at all.",
-     example="    \"dflash_config\": {\"causal\": true}")
-rule("LC118", "backbone-geometry", "error", CFG, "A backbone geometry key is missing or invalid.",
-     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.",
-     doc="Fires when hidden_size, num_hidden_layers, num_attention_heads or intermediate_size is absent or < "
-         "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
-         "and hidden_size is not divisible by num_attention_heads; and when num_hidden_layers names more "
-         "layers than the files hold tensors (that count is not expanded).",
-     why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
-         "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
-         "attention needs the key/value heads to divide the query heads.",
-     example="    \"num_attention_heads\": 16, \"num_key_value_heads\": 6")
-rule("LC119", "attention-windows", "error", CFG, "layer_types / sliding_window are inconsistent.",
-     "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
-     doc="Fires when `layer_types` has another number of entries than num_hidden_layers (fewer, for every "
-         "runtime; more, for SGLang and vLLM); when an entry is neither \"full_attention\" nor "
-         "\"sliding_attention\"; when a layer is sliding_attention but `sliding_window` is unset (not for vLLM "
-         "when `dflash_config.swa_window_size` >= 1, which it reads instead), or, for SGLang and vLLM and a "
-         "qwen2 / qwen3 model_type, set without `use_sliding_window: true`; and when `dflash_config.use_swa` is "
-         "true with neither swa_window_size nor sliding_window.",
-     why="SGLang 0.5.23 and vLLM 0.33.0 read config.json through transformers' config classes, which refuse a "
-         "layer_types list of another length than num_hidden_layers (validate_layer_type) and, for Qwen2 / "
-         "Qwen3, keep sliding_window only when use_sliding_window is true. SGLang refuses an unknown entry "
-         "(\"Unsupported DFLASH draft layer type\") while vLLM builds it as full attention, another function; "
-         "SGLang refuses a sliding layer without sliding_window (\"require config.sliding_window\"), vLLM takes "
-         "the window from swa_window_size and otherwise refuses it (qwen3_dflash.py `_resolve_layer_attention`: "
-         "\"requires a window size\"). TensorRT-LLM's reading was not established and is judged as SGLang's.",
-     example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\"]")
-rule("LC120", "draft-vocabulary", "error", CFG, "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
-     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
-     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-         "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 drafters use.",
-     why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
-         "(\"LiLiCorr candidates require the full target vocabulary\"); what TensorRT-LLM does with it was not "
-         "established. SGLang never reads the keys (LC149).",
-     example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
-rule("LC121", "fp16-dtype", "warning", CFG, "The draft is stored as float16, which overflows in DFlash drafting.",
-     "Export bfloat16.",
-     doc="Fires when config.json's `torch_dtype` (or `dtype`) is float16 (\"float16\", \"fp16\" or \"half\").",
-     why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in one LMDeploy "
-         "report acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
-     example="    \"torch_dtype\": \"float16\"")
-rule("LC122", "vocab-size", "error", CFG, "vocab_size is missing; candidates and mask ids cannot be checked.",
-     "Write the target's vocab_size.",
-     doc="Fires when config.json has no `vocab_size` (one of the wrong type is LC001's).",
-     why="The vocabulary sizes the mask-token range, the candidate top-K bound, an owned lm_head and the "
-         "sibling heads' tables. Without it those checks cannot run, and nothing ties the draft to its "
-         "target's vocabulary (LC503 needs it too).",
-     example="    {\"architectures\": [\"LiLiCorrDraftModel\"], \"hidden_size\": 2048, \"num_hidden_layers\": "
-             "2, ...}\n\n"
-             "with no \"vocab_size\" key.")
-rule("LC123", "output-multiplier", "error", CFG, "dflash_config.output_multiplier is not > 0, which the runtime's "
-     "DFlash config parser requires.", "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
-     doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
-         "and require it positive: SGLang.",
-     why="SGLang's DFlash config parser refuses the config (\"must be positive\"). vLLM does not apply the "
-         "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
-     example="    \"dflash_config\": {\"output_multiplier\": 0}")
-rule("LC129", "output-multiplier-not-read", "info", CFG,
-     "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
-     "Move it into dflash_config (or drop it: the default is 1).",
-     doc="Fires when config.json has a top-level `output_multiplier`, for the runtimes that read the "
-         "multiplier only from dflash_config: SGLang.",
-     why="SGLang never reads the top-level key: a drafter trained with a multiplier other than 1 is served "
-         "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
-         "TensorRT-LLM does not read it.",
-     example="    \"output_multiplier\": 2.0,\n    \"dflash_config\": {\"block_size\": 16}")
-rule("LC131", "hidden-act", "error", CFG, "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
-     "Train/export with silu (the DFlash backbone supports no other activation).",
-     doc="Fires when `hidden_act` is present and is not \"silu\" (any case), for the runtimes whose DFlash MLP "
-         "supports silu only: vLLM; and SGLang, whose MLP also builds \"swigluoai\", unless it is that one "
-         "(then it fires when `swiglu_alpha` or `swiglu_limit` is missing).",
-     why="SGLang's DFlash MLP refuses other activations (\"Unsupported DFlash activation\") and reads "
-         "config.swiglu_alpha / swiglu_limit for swigluoai (an AttributeError without them); vLLM passes it to "
-         "its Qwen2 MLP, which supports silu only.",
-     example="    \"hidden_act\": \"gelu\"")
-rule("LC132", "hidden-act-unconfirmed", "warning", CFG,
-     "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
-     "Use silu, or test the runtime yourself.",
-     doc="Fires when `hidden_act` is present and is not \"silu\", for the runtimes whose support for other "
-         "activations is not confirmed: TensorRT-LLM.",
-     why="TensorRT-LLM builds the draft MLP with the activation of the Hugging Face backbone; whether a "
-         "non-silu value is honoured, refused or replaced was not traced. It may load and serve a different "
-         "function.",
-     example="    \"hidden_act\": \"gelu_pytorch_tanh\"")
-rule("LC133", "causal-run-bidirectionally", "error", CFG,
-     "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
-     "config says: it loads cleanly and serves a different function than the one trained.",
-     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
-     doc="Fires when `dflash_config.causal` is true (and the top-level `is_causal` is not), for the runtimes "
-         "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang.",
-     why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
-         "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
-         "one trained: a silent mis-load, hence an error. SGLang does read the top-level is_causal (writing "
-         "the flag there is the fix).",
-     example="    \"dflash_config\": {\"causal\": true}")
-rule("LC134", "causal-honoured", "info", CFG, "The draft is declared causal and the runtime drafts causally as "
-     "declared.", "Nothing to do for this runtime.",
-     doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
-         "causally as declared: vLLM (it reads is_causal, then dflash_config.causal), and SGLang for the "
-         "top-level is_causal (models/dflash.py _get_dflash_attention_type).",
-     why="Nothing breaks on these runtimes: the draft serves as trained. It is reported so that the per-runtime "
-         "verdicts show where a causal drafter is served as declared; SGLang ignores dflash_config.causal "
-         "(LC133) and TensorRT-LLM refuses the flag (LC117).",
-     example="    \"is_causal\": true")
-rule("LC135", "swa-window-zero", "error", CFG,
-     "use_swa is true with swa_window_size < 1, which the runtime refuses.",
-     "Write the trained window (>= 1), or set use_swa false.",
-     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
-         "runtimes that refuse it: TensorRT-LLM.",
-     why="TensorRT-LLM refuses the config at build (\"swa_window_size=0 is invalid\"). vLLM passes the value "
-         "through (LC136) and SGLang does not read it (LC137), so the three runtimes disagree on one key.",
-     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
-rule("LC136", "swa-window-zero-literal", "warning", CFG,
-     "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
-     "Write the trained window (>= 1), or set use_swa false.",
-     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
-         "runtimes that pass the value through as the layers' window: vLLM.",
-     why="vLLM builds the sliding layers with a literal window of that size (0) instead of refusing it, so the "
-         "draft loads and attends with a window it was not trained with.",
-     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
-rule("LC137", "swa-keys-ignored", "info", CFG, "dflash_config.use_swa / swa_window_size are not read by the "
-     "runtime (it takes windows from layer_types and sliding_window).", "Nothing to do for this runtime.",
-     doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
-         "runtimes that do not read these keys: SGLang (it takes windows from layer_types and sliding_window; "
-         "use_swa is read only for the Nemotron-3.5 layout).",
-     why="Nothing is refused on this runtime: the keys are ignored. It is reported so the per-runtime verdicts "
-         "show why SGLang loads what TensorRT-LLM refuses (LC135) and vLLM mis-builds (LC136).",
-     example="    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": 0}")
-rule("LC138", "use-swa-ignored", "error", CFG,
-     "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
-     "attention, a different function than the one trained.",
-     "Write layer_types (one \"sliding_attention\" entry per sliding layer) and sliding_window.",
-     doc="Fires when `dflash_config.use_swa` is true and config.json has no `layer_types`, for the runtimes "
-         "that do not read use_swa: SGLang.",
-     why="vLLM and TensorRT-LLM make every layer sliding; SGLang does not read use_swa (outside the "
-         "Nemotron-3.5 layout) and serves every layer with full attention. The draft loads cleanly there and "
-         "computes a different function than the one trained.",
-     example="    \"sliding_window\": 2048,\n    \"dflash_config\": {\"use_swa\": true, \"swa_window_size\": "
-             "2048}\n\n"
-             "and no layer_types.")
-rule("LC144", "window-semantics", "warning", CFG,
-     "A LiLiCorr draft has sliding-window layers, and the selected runtimes serve them with different attention "
-     "(causal over the last w tokens, or non-causal over a symmetric window): at most one matches training.",
-     "Serve the drafter with the runtime whose sliding-window semantics it was trained with.",
-     doc="For a LiLiCorr drafter, fires when some draft layers use sliding-window attention (a "
-         "`sliding_attention` entry in layer_types with a window from sliding_window, or from "
-         "dflash_config.swa_window_size where the runtime reads it; or dflash_config.use_swa where the runtime "
-         "applies it to every layer) and the selected runtimes that serve those layers run them differently.",
-     why="SGLang and vLLM run a sliding layer causally over the last w tokens; TensorRT-LLM's LiLiCorr drafter "
-         "runs it non-causally over a symmetric window (w-1 tokens on each side). The same weights then "
-         "compute two different functions: acceptance is lower, silently, wherever the semantics differ "
-         "from the ones the drafter was trained with.",
-     example='    "layer_types": ["sliding_attention", "full_attention"],\n    "sliding_window": 8\n\n'
-             "validated for all runtimes.")
-rule("LC147", "rope-theta-defaulted", "info", CFG, "rope_theta is absent; the runtime assumes its default.",
-     "Write the trained rope_theta (the target's) in config.json.",
-     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters): the "
-         "finding names the value each selected runtime assumes.",
-     why="The drafter loads, with the runtime's default base: the transformers default of its config class "
-         "(10000 for Qwen3) in SGLang, vLLM and TensorRT-LLM. vLLM 0.33.0's own 1e6 "
-         "(`set_default_rope_theta` in qwen3_dflash.py) applies only to a config class that leaves "
-         "rope_parameters without a base, which transformers' Qwen3Config never does. That is right only if "
-         "the drafter was trained with that base; writing the key makes the checkpoint say what it was "
-         "trained with.",
-     example="    config.json without \"rope_theta\", validated with --runtime vllm (assumes 10000).")
-rule("LC149", "draft-vocabulary-ignored", "warning", CFG,
-     "A reduced or remapped draft vocabulary, which the runtime never reads: candidates come from the target's full "
-     "head.", "Drop draft_vocab_size / draft_id_to_target_id if the drafter was trained over the full vocabulary.",
-     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-         "vocab_size, for the runtimes that read neither: SGLang (LC120 for the others).",
-     why="SGLang's DFlash-family drafts take their candidates from the target's lm_head over the full "
-         "vocabulary and never read the draft vocabulary keys. That is the trained function only if the "
-         "drafter was trained over the full vocabulary, which the keys say it was not.",
-     example="    \"vocab_size\": 151936, \"draft_vocab_size\": 32000")
-rule("LC143", "layer-types-long", "warning", CFG,
-     "layer_types has more entries than the draft has layers; the extra entries are ignored.",
-     "Give exactly one entry per draft layer.",
-     doc="Fires when `layer_types` has more entries than num_hidden_layers, for the runtimes that read the "
-         "first entries (LC119 for SGLang and vLLM, whose transformers config class refuses the length).",
-     why="These loaders read the first num_hidden_layers entries and ignore the rest, so it serves. But a list of the wrong length can be another model's (the target's layer_types "
-         "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
-     example="    \"num_hidden_layers\": 2,\n    \"layer_types\": [\"sliding_attention\", \"full_attention\", "
-             "\"sliding_attention\", \"full_attention\"]")
-rule("LC174", "sample-from-anchor", "error", CFG,
-     "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
-     "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
-     doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
-     why="vLLM 0.33.0's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
-         "the config at start-up: \"sample_from_anchor=True is not supported for DFlash\" "
-         "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
-         "top level, which is read elsewhere.",
-     example="    \"dflash_config\": {\"sample_from_anchor\": true}")
-rule("LC175", "no-aux-hidden-state", "error", CFG,
-     "use_aux_hidden_state is false: the runtime builds no fc and drops fc.weight, so the draft runs without the "
-     "target's hidden states.", "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
-     doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
-         "runtimes that read it: vLLM.",
-     why="vLLM 0.33.0 builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
-         "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
-         "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
-     example="    \"dflash_config\": {\"use_aux_hidden_state\": false}")
+rule(
+    "LC117",
+    "causal",
+    "error",
+    CFG,
+    'The draft is declared causal, which the runtime refuses ("requires non-causal").',
+    "Set dflash_config.causal (and is_causal) to false.",
+    doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that refuse "
+    "a causal draft: TensorRT-LLM. SGLang's behaviour is LC133, vLLM's LC134.",
+    why='TensorRT-LLM refuses the config ("requires non-causal draft attention"). The same checkpoint loads '
+    "on the other runtimes, with different results (see LC133 and LC134), so the flag decides where the "
+    "drafter can be served at all.",
+    example='    "dflash_config": {"causal": true}',
+)
+rule(
+    "LC118",
+    "backbone-geometry",
+    "error",
+    CFG,
+    "A backbone geometry key is missing or invalid.",
+    "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.",
+    doc="Fires when hidden_size, num_hidden_layers, num_attention_heads or intermediate_size is absent or < "
+    "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
+    "and hidden_size is not divisible by num_attention_heads; and when num_hidden_layers names more "
+    "layers than the files hold tensors (that count is not expanded).",
+    why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
+    "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
+    "attention needs the key/value heads to divide the query heads.",
+    example='    "num_attention_heads": 16, "num_key_value_heads": 6',
+)
+rule(
+    "LC119",
+    "attention-windows",
+    "error",
+    CFG,
+    "layer_types / sliding_window are inconsistent.",
+    "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
+    doc="Fires when `layer_types` has another number of entries than num_hidden_layers (fewer, for every "
+    'runtime; more, for SGLang and vLLM); when an entry is neither "full_attention" nor '
+    '"sliding_attention"; when a layer is sliding_attention but `sliding_window` is unset (not for vLLM '
+    "when `dflash_config.swa_window_size` >= 1, which it reads instead), or, for SGLang and vLLM and a "
+    "qwen2 / qwen3 model_type, set without `use_sliding_window: true`; and when `dflash_config.use_swa` is "
+    "true with neither swa_window_size nor sliding_window.",
+    why="SGLang 0.5.23 and vLLM 0.33.0 read config.json through transformers' config classes, which refuse a "
+    "layer_types list of another length than num_hidden_layers (validate_layer_type) and, for Qwen2 / "
+    "Qwen3, keep sliding_window only when use_sliding_window is true. SGLang refuses an unknown entry "
+    '("Unsupported DFLASH draft layer type") while vLLM builds it as full attention, another function; '
+    'SGLang refuses a sliding layer without sliding_window ("require config.sliding_window"), vLLM takes '
+    "the window from swa_window_size and otherwise refuses it (qwen3_dflash.py `_resolve_layer_attention`: "
+    "\"requires a window size\"). TensorRT-LLM's reading was not established and is judged as SGLang's.",
+    example='    "num_hidden_layers": 2,\n    "layer_types": ["sliding_attention"]',
+)
+rule(
+    "LC120",
+    "draft-vocabulary",
+    "error",
+    CFG,
+    "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
+    "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
+    doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
+    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 drafters use.",
+    why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
+    '("LiLiCorr candidates require the full target vocabulary"); what TensorRT-LLM does with it was not '
+    "established. SGLang never reads the keys (LC149).",
+    example='    "vocab_size": 151936, "draft_vocab_size": 32000',
+)
+rule(
+    "LC121",
+    "fp16-dtype",
+    "warning",
+    CFG,
+    "The draft is stored as float16, which overflows in DFlash drafting.",
+    "Export bfloat16.",
+    doc='Fires when config.json\'s `torch_dtype` (or `dtype`) is float16 ("float16", "fp16" or "half").',
+    why="Every runtime loads float16 weights, but DFlash drafting overflows in float16: in one LMDeploy "
+    "report acceptance fell to 0.06 of 15. The drafter serves and barely helps, with no error.",
+    example='    "torch_dtype": "float16"',
+)
+rule(
+    "LC122",
+    "vocab-size",
+    "error",
+    CFG,
+    "vocab_size is missing; candidates and mask ids cannot be checked.",
+    "Write the target's vocab_size.",
+    doc="Fires when config.json has no `vocab_size` (one of the wrong type is LC001's).",
+    why="The vocabulary sizes the mask-token range, the candidate top-K bound, an owned lm_head and the "
+    "sibling heads' tables. Without it those checks cannot run, and nothing ties the draft to its "
+    "target's vocabulary (LC503 needs it too).",
+    example='    {"architectures": ["LiLiCorrDraftModel"], "hidden_size": 2048, "num_hidden_layers": '
+    "2, ...}\n\n"
+    'with no "vocab_size" key.',
+)
+rule(
+    "LC123",
+    "output-multiplier",
+    "error",
+    CFG,
+    "dflash_config.output_multiplier is not > 0, which the runtime's DFlash config parser requires.",
+    "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
+    doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
+    "and require it positive: SGLang.",
+    why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM does not apply the '
+    "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
+    example='    "dflash_config": {"output_multiplier": 0}',
+)
+rule(
+    "LC129",
+    "output-multiplier-not-read",
+    "info",
+    CFG,
+    "A top-level output_multiplier: the runtime reads it only from dflash_config, so this value is ignored.",
+    "Move it into dflash_config (or drop it: the default is 1).",
+    doc="Fires when config.json has a top-level `output_multiplier`, for the runtimes that read the "
+    "multiplier only from dflash_config: SGLang.",
+    why="SGLang never reads the top-level key: a drafter trained with a multiplier other than 1 is served "
+    "there with 1, without an error. vLLM does not apply the multiplier on the LiLiCorr path and "
+    "TensorRT-LLM does not read it.",
+    example='    "output_multiplier": 2.0,\n    "dflash_config": {"block_size": 16}',
+)
+rule(
+    "LC131",
+    "hidden-act",
+    "error",
+    CFG,
+    "hidden_act is not silu, which the runtime's DFlash MLP refuses.",
+    "Train/export with silu (the DFlash backbone supports no other activation).",
+    doc='Fires when `hidden_act` is present and is not "silu" (any case), for the runtimes whose DFlash MLP '
+    'supports silu only: vLLM; and SGLang, whose MLP also builds "swigluoai", unless it is that one '
+    "(then it fires when `swiglu_alpha` or `swiglu_limit` is missing).",
+    why='SGLang\'s DFlash MLP refuses other activations ("Unsupported DFlash activation") and reads '
+    "config.swiglu_alpha / swiglu_limit for swigluoai (an AttributeError without them); vLLM passes it to "
+    "its Qwen2 MLP, which supports silu only.",
+    example='    "hidden_act": "gelu"',
+)
+rule(
+    "LC132",
+    "hidden-act-unconfirmed",
+    "warning",
+    CFG,
+    "hidden_act is not silu; whether this runtime supports another activation is not confirmed.",
+    "Use silu, or test the runtime yourself.",
+    doc='Fires when `hidden_act` is present and is not "silu", for the runtimes whose support for other '
+    "activations is not confirmed: TensorRT-LLM.",
+    why="TensorRT-LLM builds the draft MLP with the activation of the Hugging Face backbone; whether a "
+    "non-silu value is honoured, refused or replaced was not traced. It may load and serve a different "
+    "function.",
+    example='    "hidden_act": "gelu_pytorch_tanh"',
+)
+rule(
+    "LC133",
+    "causal-run-bidirectionally",
+    "error",
+    CFG,
+    "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
+    "config says: it loads cleanly and serves a different function than the one trained.",
+    "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
+    doc="Fires when `dflash_config.causal` is true (and the top-level `is_causal` is not), for the runtimes "
+    "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang.",
+    why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
+    "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
+    "one trained: a silent mis-load, hence an error. SGLang does read the top-level is_causal (writing "
+    "the flag there is the fix).",
+    example='    "dflash_config": {"causal": true}',
+)
+rule(
+    "LC134",
+    "causal-honoured",
+    "info",
+    CFG,
+    "The draft is declared causal and the runtime drafts causally as declared.",
+    "Nothing to do for this runtime.",
+    doc="Fires when `dflash_config.causal` or the top-level `is_causal` is true, for the runtimes that draft "
+    "causally as declared: vLLM (it reads is_causal, then dflash_config.causal), and SGLang for the "
+    "top-level is_causal (models/dflash.py _get_dflash_attention_type).",
+    why="Nothing breaks on these runtimes: the draft serves as trained. It is reported so that the per-runtime "
+    "verdicts show where a causal drafter is served as declared; SGLang ignores dflash_config.causal "
+    "(LC133) and TensorRT-LLM refuses the flag (LC117).",
+    example='    "is_causal": true',
+)
+rule(
+    "LC135",
+    "swa-window-zero",
+    "error",
+    CFG,
+    "use_swa is true with swa_window_size < 1, which the runtime refuses.",
+    "Write the trained window (>= 1), or set use_swa false.",
+    doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+    "runtimes that refuse it: TensorRT-LLM.",
+    why='TensorRT-LLM refuses the config at build ("swa_window_size=0 is invalid"). vLLM passes the value '
+    "through (LC136) and SGLang does not read it (LC137), so the three runtimes disagree on one key.",
+    example='    "dflash_config": {"use_swa": true, "swa_window_size": 0}',
+)
+rule(
+    "LC136",
+    "swa-window-zero-literal",
+    "warning",
+    CFG,
+    "use_swa is true with swa_window_size < 1: the runtime passes the value through as a literal window.",
+    "Write the trained window (>= 1), or set use_swa false.",
+    doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+    "runtimes that pass the value through as the layers' window: vLLM.",
+    why="vLLM builds the sliding layers with a literal window of that size (0) instead of refusing it, so the "
+    "draft loads and attends with a window it was not trained with.",
+    example='    "dflash_config": {"use_swa": true, "swa_window_size": 0}',
+)
+rule(
+    "LC137",
+    "swa-keys-ignored",
+    "info",
+    CFG,
+    "dflash_config.use_swa / swa_window_size are not read by the "
+    "runtime (it takes windows from layer_types and sliding_window).",
+    "Nothing to do for this runtime.",
+    doc="Fires when `dflash_config.use_swa` is true and `dflash_config.swa_window_size` is < 1, for the "
+    "runtimes that do not read these keys: SGLang (it takes windows from layer_types and sliding_window; "
+    "use_swa is read only for the Nemotron-3.5 layout).",
+    why="Nothing is refused on this runtime: the keys are ignored. It is reported so the per-runtime verdicts "
+    "show why SGLang loads what TensorRT-LLM refuses (LC135) and vLLM mis-builds (LC136).",
+    example='    "dflash_config": {"use_swa": true, "swa_window_size": 0}',
+)
+rule(
+    "LC138",
+    "use-swa-ignored",
+    "error",
+    CFG,
+    "use_swa is true without layer_types: the runtime does not read use_swa and serves every layer with full "
+    "attention, a different function than the one trained.",
+    'Write layer_types (one "sliding_attention" entry per sliding layer) and sliding_window.',
+    doc="Fires when `dflash_config.use_swa` is true and config.json has no `layer_types`, for the runtimes "
+    "that do not read use_swa: SGLang.",
+    why="vLLM and TensorRT-LLM make every layer sliding; SGLang does not read use_swa (outside the "
+    "Nemotron-3.5 layout) and serves every layer with full attention. The draft loads cleanly there and "
+    "computes a different function than the one trained.",
+    example='    "sliding_window": 2048,\n    "dflash_config": {"use_swa": true, "swa_window_size": '
+    "2048}\n\n"
+    "and no layer_types.",
+)
+rule(
+    "LC144",
+    "window-semantics",
+    "warning",
+    CFG,
+    "A LiLiCorr draft has sliding-window layers, and the selected runtimes serve them with different attention "
+    "(causal over the last w tokens, or non-causal over a symmetric window): at most one matches training.",
+    "Serve the drafter with the runtime whose sliding-window semantics it was trained with.",
+    doc="For a LiLiCorr drafter, fires when some draft layers use sliding-window attention (a "
+    "`sliding_attention` entry in layer_types with a window from sliding_window, or from "
+    "dflash_config.swa_window_size where the runtime reads it; or dflash_config.use_swa where the runtime "
+    "applies it to every layer) and the selected runtimes that serve those layers run them differently.",
+    why="SGLang and vLLM run a sliding layer causally over the last w tokens; TensorRT-LLM's LiLiCorr drafter "
+    "runs it non-causally over a symmetric window (w-1 tokens on each side). The same weights then "
+    "compute two different functions: acceptance is lower, silently, wherever the semantics differ "
+    "from the ones the drafter was trained with.",
+    example='    "layer_types": ["sliding_attention", "full_attention"],\n    "sliding_window": 8\n\n'
+    "validated for all runtimes.",
+)
+rule(
+    "LC147",
+    "rope-theta-defaulted",
+    "info",
+    CFG,
+    "rope_theta is absent; the runtime assumes its default.",
+    "Write the trained rope_theta (the target's) in config.json.",
+    doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters): the "
+    "finding names the value each selected runtime assumes.",
+    why="The drafter loads, with the runtime's default base: the transformers default of its config class "
+    "(10000 for Qwen3) in SGLang, vLLM and TensorRT-LLM. vLLM 0.33.0's own 1e6 "
+    "(`set_default_rope_theta` in qwen3_dflash.py) applies only to a config class that leaves "
+    "rope_parameters without a base, which transformers' Qwen3Config never does. That is right only if "
+    "the drafter was trained with that base; writing the key makes the checkpoint say what it was "
+    "trained with.",
+    example='    config.json without "rope_theta", validated with --runtime vllm (assumes 10000).',
+)
+rule(
+    "LC149",
+    "draft-vocabulary-ignored",
+    "warning",
+    CFG,
+    "A reduced or remapped draft vocabulary, which the runtime never reads: candidates come from the target's full "
+    "head.",
+    "Drop draft_vocab_size / draft_id_to_target_id if the drafter was trained over the full vocabulary.",
+    doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
+    "vocab_size, for the runtimes that read neither: SGLang (LC120 for the others).",
+    why="SGLang's DFlash-family drafts take their candidates from the target's lm_head over the full "
+    "vocabulary and never read the draft vocabulary keys. That is the trained function only if the "
+    "drafter was trained over the full vocabulary, which the keys say it was not.",
+    example='    "vocab_size": 151936, "draft_vocab_size": 32000',
+)
+rule(
+    "LC143",
+    "layer-types-long",
+    "warning",
+    CFG,
+    "layer_types has more entries than the draft has layers; the extra entries are ignored.",
+    "Give exactly one entry per draft layer.",
+    doc="Fires when `layer_types` has more entries than num_hidden_layers, for the runtimes that read the "
+    "first entries (LC119 for SGLang and vLLM, whose transformers config class refuses the length).",
+    why="These loaders read the first num_hidden_layers entries and ignore the rest, so it serves. But a list of the wrong length can be another model's (the target's layer_types "
+    "copied into the draft), and its first entries need not be the pattern the draft was trained with.",
+    example='    "num_hidden_layers": 2,\n    "layer_types": ["sliding_attention", "full_attention", '
+    '"sliding_attention", "full_attention"]',
+)
+rule(
+    "LC174",
+    "sample-from-anchor",
+    "error",
+    CFG,
+    "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
+    "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
+    doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
+    why="vLLM 0.33.0's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
+    'the config at start-up: "sample_from_anchor=True is not supported for DFlash" '
+    "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
+    "top level, which is read elsewhere.",
+    example='    "dflash_config": {"sample_from_anchor": true}',
+)
+rule(
+    "LC175",
+    "no-aux-hidden-state",
+    "error",
+    CFG,
+    "use_aux_hidden_state is false: the runtime builds no fc and drops fc.weight, so the draft runs without the "
+    "target's hidden states.",
+    "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
+    doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
+    "runtimes that read it: vLLM.",
+    why="vLLM 0.33.0 builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
+    "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
+    "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
+    example='    "dflash_config": {"use_aux_hidden_state": false}',
+)
 
 
 # ---------------------------------------------------------------- checks
+
 
 def backbone_config(ctx: Context) -> None:
     _causal(ctx)
@@ -247,23 +372,49 @@ def _causal(ctx: Context) -> None:
         key = "$.dflash_config.causal" if nested else "$.is_causal"
         what = "dflash_config.causal" if nested else "is_causal"
         # a true top-level is_causal is read by its own statement where a runtime has one (causal_top_level)
-        by = {mode: [p for p in ctx.profiles if (p.causal if nested else p.causal_top_level or p.causal) == mode]
-              for mode in ("refuses", "ignores", "honours")}
+        by = {
+            mode: [
+                p for p in ctx.profiles if (p.causal if nested else p.causal_top_level or p.causal) == mode
+            ]
+            for mode in ("refuses", "ignores", "honours")
+        }
         if by["refuses"]:
-            ctx.emit_for("LC117", by["refuses"], f"{what} is true: {names(by['refuses'], 'refuses|refuse')} a causal LiLiCorr "
-                         "draft (\"requires non-causal draft attention\")", file="config.json", pointer=key,
-                         expected="false", actual="true")
+            ctx.emit_for(
+                "LC117",
+                by["refuses"],
+                f"{what} is true: {names(by['refuses'], 'refuses|refuse')} a causal LiLiCorr "
+                'draft ("requires non-causal draft attention")',
+                file="config.json",
+                pointer=key,
+                expected="false",
+                actual="true",
+            )
         if by["ignores"]:
             readers = [p for p in by["ignores"] if p.causal_top_level == "honours"]
-            hint = (f" ({names(readers, 'reads|read')} the top-level is_causal instead: write it there)"
-                    if readers else "")
-            ctx.emit_for("LC133", by["ignores"], f"{what} is true but {names(by['ignores'], 'never reads|never read')} it "
-                         f"and runs full-attention layers bidirectionally{hint}: the draft loads cleanly and scores a "
-                         "different function than the one trained", file="config.json", pointer=key,
-                         expected="false", actual="true")
+            hint = (
+                f" ({names(readers, 'reads|read')} the top-level is_causal instead: write it there)"
+                if readers
+                else ""
+            )
+            ctx.emit_for(
+                "LC133",
+                by["ignores"],
+                f"{what} is true but {names(by['ignores'], 'never reads|never read')} it "
+                f"and runs full-attention layers bidirectionally{hint}: the draft loads cleanly and scores a "
+                "different function than the one trained",
+                file="config.json",
+                pointer=key,
+                expected="false",
+                actual="true",
+            )
         if by["honours"]:
-            ctx.emit_for("LC134", by["honours"], f"{what} is true: {names(by['honours'], 'drafts|draft')} causally as "
-                         "declared", file="config.json", pointer=key)
+            ctx.emit_for(
+                "LC134",
+                by["honours"],
+                f"{what} is true: {names(by['honours'], 'drafts|draft')} causally as declared",
+                file="config.json",
+                pointer=key,
+            )
 
 
 def _output_multiplier(ctx: Context) -> None:
@@ -273,13 +424,25 @@ def _output_multiplier(ctx: Context) -> None:
     nested_mult = declared.get("output_multiplier") if isinstance(declared, dict) else None
     readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
     if is_number(nested_mult) and not (nested_mult > 0):
-        ctx.emit_for("LC123", readers, f"dflash_config.output_multiplier is {nested_mult}: "
-                     f"{names(readers, 'requires|require')} it > 0 (default 1)", file="config.json", pointer="$.dflash_config.output_multiplier",
-                     expected="> 0", actual=nested_mult)
+        ctx.emit_for(
+            "LC123",
+            readers,
+            f"dflash_config.output_multiplier is {nested_mult}: "
+            f"{names(readers, 'requires|require')} it > 0 (default 1)",
+            file="config.json",
+            pointer="$.dflash_config.output_multiplier",
+            expected="> 0",
+            actual=nested_mult,
+        )
     if cfg.output_multiplier is not None:
-        ctx.emit_for("LC129", readers, f"the top-level output_multiplier ({cfg.output_multiplier}) is not read: "
-                     f"{names(readers, 'reads|read')} output_multiplier from dflash_config only", file="config.json",
-                     pointer="$.output_multiplier")
+        ctx.emit_for(
+            "LC129",
+            readers,
+            f"the top-level output_multiplier ({cfg.output_multiplier}) is not read: "
+            f"{names(readers, 'reads|read')} output_multiplier from dflash_config only",
+            file="config.json",
+            pointer="$.output_multiplier",
+        )
 
 
 def _hidden_act(ctx: Context) -> None:
@@ -290,37 +453,78 @@ def _hidden_act(ctx: Context) -> None:
         supporting = [p for p in ctx.profiles if act.lower() in p.extra_hidden_acts]
         absent = [k for k in _ACT_KEYS.get(act.lower(), ()) if not is_number(ctx.parsed.raw.get(k))]
         if absent:
-            ctx.emit_for("LC131", supporting, f"hidden_act is {act!r} without {' and '.join(absent)}: "
-                         f"{names(supporting, 'reads|read')} config.{absent[0]} to build the MLP (an AttributeError)",
-                         file="config.json", pointer=f"$.{absent[0]}", expected="a number", actual="absent")
-        for mode, rule_id, verb in (("silu-only", "LC131", "refuses|refuse"),
-                                    ("unconfirmed", "LC132", "is|are")):
+            ctx.emit_for(
+                "LC131",
+                supporting,
+                f"hidden_act is {act!r} without {' and '.join(absent)}: "
+                f"{names(supporting, 'reads|read')} config.{absent[0]} to build the MLP (an AttributeError)",
+                file="config.json",
+                pointer=f"$.{absent[0]}",
+                expected="a number",
+                actual="absent",
+            )
+        for mode, rule_id, verb in (
+            ("silu-only", "LC131", "refuses|refuse"),
+            ("unconfirmed", "LC132", "is|are"),
+        ):
             mine = [p for p in ctx.profiles if p.hidden_act == mode and p not in supporting]
-            ctx.emit_for(rule_id, mine, f"hidden_act is {act!r}: {names(mine, verb)} "
-                         + ("it (the DFlash MLP supports only silu)" if rule_id == "LC131" else "not confirmed to "
-                            "support it"), file="config.json",
-                         pointer="$.hidden_act", expected='"silu"', actual=act)
+            ctx.emit_for(
+                rule_id,
+                mine,
+                f"hidden_act is {act!r}: {names(mine, verb)} "
+                + (
+                    "it (the DFlash MLP supports only silu)"
+                    if rule_id == "LC131"
+                    else "not confirmed to support it"
+                ),
+                file="config.json",
+                pointer="$.hidden_act",
+                expected='"silu"',
+                actual=act,
+            )
 
 
 def _sizes(ctx: Context) -> None:
     """LC118 / LC122: the backbone sizes missing, invalid or not dividing; vocab_size absent."""
     cfg = ctx.config
     g = ctx.geometry
-    for key, value in (("hidden_size", cfg.hidden_size), ("num_hidden_layers", cfg.num_hidden_layers),
-                       ("num_attention_heads", cfg.num_attention_heads), ("intermediate_size", cfg.intermediate_size)):
+    for key, value in (
+        ("hidden_size", cfg.hidden_size),
+        ("num_hidden_layers", cfg.num_hidden_layers),
+        ("num_attention_heads", cfg.num_attention_heads),
+        ("intermediate_size", cfg.intermediate_size),
+    ):
         if ctx.parsed.invalid(f"$.{key}"):
             continue
         if value is None or value < 1:
-            ctx.emit("LC118", f"{key} is {'absent' if value is None else value}", file="config.json",
-                     pointer=f"$.{key}", expected=">= 1", actual="absent" if value is None else value)
+            ctx.emit(
+                "LC118",
+                f"{key} is {'absent' if value is None else value}",
+                file="config.json",
+                pointer=f"$.{key}",
+                expected=">= 1",
+                actual="absent" if value is None else value,
+            )
     g = ctx.geometry
-    if cfg.num_key_value_heads is not None and g.num_heads and (cfg.num_key_value_heads < 1
-                                                               or g.num_heads % cfg.num_key_value_heads):
-        ctx.emit("LC118", f"num_key_value_heads {cfg.num_key_value_heads} does not divide num_attention_heads "
-                 f"{g.num_heads}", file="config.json", pointer="$.num_key_value_heads")
+    if (
+        cfg.num_key_value_heads is not None
+        and g.num_heads
+        and (cfg.num_key_value_heads < 1 or g.num_heads % cfg.num_key_value_heads)
+    ):
+        ctx.emit(
+            "LC118",
+            f"num_key_value_heads {cfg.num_key_value_heads} does not divide num_attention_heads "
+            f"{g.num_heads}",
+            file="config.json",
+            pointer="$.num_key_value_heads",
+        )
     if cfg.head_dim is None and g.hidden_size and g.num_heads and g.hidden_size % g.num_heads:
-        ctx.emit("LC118", "head_dim is absent and hidden_size is not divisible by num_attention_heads",
-                 file="config.json", pointer="$.head_dim")
+        ctx.emit(
+            "LC118",
+            "head_dim is absent and hidden_size is not divisible by num_attention_heads",
+            file="config.json",
+            pointer="$.head_dim",
+        )
     if cfg.vocab_size is None and not ctx.parsed.invalid("$.vocab_size"):
         ctx.emit("LC122", "vocab_size is absent", file="config.json", pointer="$.vocab_size")
 
@@ -330,18 +534,38 @@ def _layer_types_length(ctx: Context) -> None:
     cfg = ctx.config
     g = ctx.geometry
     if cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) < g.num_layers:
-        ctx.emit("LC119", f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
-                 file="config.json", pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+        ctx.emit(
+            "LC119",
+            f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers",
+            file="config.json",
+            pointer="$.layer_types",
+            expected=g.num_layers,
+            actual=len(cfg.layer_types),
+        )
     elif cfg.layer_types is not None and g.num_layers is not None and len(cfg.layer_types) > g.num_layers:
         exact = [p for p in ctx.profiles if p.layer_types_length_exact]
         lenient = [p for p in ctx.profiles if not p.layer_types_length_exact]
-        ctx.emit_for("LC119", exact, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers: "
-                     f"{names(exact, 'reads|read')} the config through transformers' Qwen3Config, which refuses it "
-                     "(\"num_hidden_layers must be equal to the number of layer_types\")", file="config.json",
-                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
-        ctx.emit_for("LC143", lenient, f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
-                     f"layers; {names(lenient, 'reads|read')} the first ones", file="config.json",
-                     pointer="$.layer_types", expected=g.num_layers, actual=len(cfg.layer_types))
+        ctx.emit_for(
+            "LC119",
+            exact,
+            f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft layers: "
+            f"{names(exact, 'reads|read')} the config through transformers' Qwen3Config, which refuses it "
+            '("num_hidden_layers must be equal to the number of layer_types")',
+            file="config.json",
+            pointer="$.layer_types",
+            expected=g.num_layers,
+            actual=len(cfg.layer_types),
+        )
+        ctx.emit_for(
+            "LC143",
+            lenient,
+            f"layer_types has {len(cfg.layer_types)} entries for {g.num_layers} draft "
+            f"layers; {names(lenient, 'reads|read')} the first ones",
+            file="config.json",
+            pointer="$.layer_types",
+            expected=g.num_layers,
+            actual=len(cfg.layer_types),
+        )
 
 
 def _sliding_window(ctx: Context) -> None:
@@ -352,21 +576,43 @@ def _sliding_window(ctx: Context) -> None:
         readers = [p for p in ctx.profiles if p.swa_window_size_read and swa is not None and swa >= 1]
         strict = [p for p in ctx.profiles if p not in readers]
         if strict:
-            ctx.emit("LC119", "a layer is sliding_attention but sliding_window is not set"
-                     + (f" ({names(strict, 'reads|read')} no window from dflash_config.swa_window_size; "
-                        f"{names(readers, 'takes|take')} it from there)" if readers else ""),
-                     runtimes=[p.name for p in strict] if readers else (), file="config.json",
-                     pointer="$.sliding_window")
-    if (cfg.layer_types and "sliding_attention" in cfg.layer_types and cfg.sliding_window
-            and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES and ctx.parsed.raw.get("use_sliding_window") is not True):
+            ctx.emit(
+                "LC119",
+                "a layer is sliding_attention but sliding_window is not set"
+                + (
+                    f" ({names(strict, 'reads|read')} no window from dflash_config.swa_window_size; "
+                    f"{names(readers, 'takes|take')} it from there)"
+                    if readers
+                    else ""
+                ),
+                runtimes=[p.name for p in strict] if readers else (),
+                file="config.json",
+                pointer="$.sliding_window",
+            )
+    if (
+        cfg.layer_types
+        and "sliding_attention" in cfg.layer_types
+        and cfg.sliding_window
+        and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
+        and ctx.parsed.raw.get("use_sliding_window") is not True
+    ):
         # transformers' Qwen2 / Qwen3 config classes keep sliding_window only with use_sliding_window true
-        dropping = [p for p in ctx.profiles if p.sliding_window_needs_flag
-                    and not (p.swa_window_size_read and swa is not None and swa >= 1)]
-        ctx.emit_for("LC119", dropping, f"a layer is sliding_attention but use_sliding_window is not true: the "
-                     f"{cfg.model_type} config class then sets sliding_window to None, and "
-                     f"{names(dropping, 'refuses|refuse')} the sliding layers (no window)", file="config.json",
-                     pointer="$.use_sliding_window", expected="true",
-                     actual=json.dumps(ctx.parsed.raw.get("use_sliding_window")))
+        dropping = [
+            p
+            for p in ctx.profiles
+            if p.sliding_window_needs_flag and not (p.swa_window_size_read and swa is not None and swa >= 1)
+        ]
+        ctx.emit_for(
+            "LC119",
+            dropping,
+            f"a layer is sliding_attention but use_sliding_window is not true: the "
+            f"{cfg.model_type} config class then sets sliding_window to None, and "
+            f"{names(dropping, 'refuses|refuse')} the sliding layers (no window)",
+            file="config.json",
+            pointer="$.use_sliding_window",
+            expected="true",
+            actual=json.dumps(ctx.parsed.raw.get("use_sliding_window")),
+        )
 
 
 def _use_swa(ctx: Context) -> None:
@@ -375,32 +621,59 @@ def _use_swa(ctx: Context) -> None:
     swa = ctx.config.dflash.swa_window_size
     if cfg.dflash.use_swa:
         if swa is None and not cfg.sliding_window:
-            ctx.emit("LC119", "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
-                     file="config.json", pointer="$.dflash_config.swa_window_size")
-        elif (swa is None and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
-              and ctx.parsed.raw.get("use_sliding_window") is not True):
+            ctx.emit(
+                "LC119",
+                "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
+                file="config.json",
+                pointer="$.dflash_config.swa_window_size",
+            )
+        elif (
+            swa is None
+            and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
+            and ctx.parsed.raw.get("use_sliding_window") is not True
+        ):
             dropping = [p for p in ctx.profiles if p.sliding_window_needs_flag and p.use_swa == "applied"]
-            ctx.emit_for("LC119", dropping, f"dflash_config.use_swa is true with no swa_window_size, and "
-                         f"sliding_window {cfg.sliding_window} without use_sliding_window: "
-                         f"{names(dropping, 'reads|read')} the config through transformers' Qwen3Config, which "
-                         "drops sliding_window, and refuses the sliding layers (\"requires a window size\")",
-                         file="config.json", pointer="$.use_sliding_window", expected="true",
-                         actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window)
+            ctx.emit_for(
+                "LC119",
+                dropping,
+                f"dflash_config.use_swa is true with no swa_window_size, and "
+                f"sliding_window {cfg.sliding_window} without use_sliding_window: "
+                f"{names(dropping, 'reads|read')} the config through transformers' Qwen3Config, which "
+                'drops sliding_window, and refuses the sliding layers ("requires a window size")',
+                file="config.json",
+                pointer="$.use_sliding_window",
+                expected="true",
+                actual="absent" if cfg.use_sliding_window is None else cfg.use_sliding_window,
+            )
         if swa is not None and swa < 1:
             for mode, rule_id, verb, text in (
-                    ("refuses", "LC135", "refuses|refuse", "it"),
-                    ("literal", "LC136", "passes|pass", f"{swa} through as the layers' window"),
-                    ("ignored", "LC137", "does not read|do not read", "use_swa / swa_window_size")):
+                ("refuses", "LC135", "refuses|refuse", "it"),
+                ("literal", "LC136", "passes|pass", f"{swa} through as the layers' window"),
+                ("ignored", "LC137", "does not read|do not read", "use_swa / swa_window_size"),
+            ):
                 mine = [p for p in ctx.profiles if p.swa_window_zero == mode]
-                ctx.emit_for(rule_id, mine, f"dflash_config.use_swa is true with swa_window_size {swa}: "
-                             f"{names(mine, verb)} {text}", file="config.json",
-                             pointer="$.dflash_config.swa_window_size", expected=">= 1", actual=swa)
+                ctx.emit_for(
+                    rule_id,
+                    mine,
+                    f"dflash_config.use_swa is true with swa_window_size {swa}: {names(mine, verb)} {text}",
+                    file="config.json",
+                    pointer="$.dflash_config.swa_window_size",
+                    expected=">= 1",
+                    actual=swa,
+                )
         if cfg.layer_types is None:
             ignoring = [p for p in ctx.profiles if p.use_swa == "ignored"]
-            ctx.emit_for("LC138", ignoring, f"dflash_config.use_swa is true and layer_types is absent: "
-                         f"{names(ignoring, 'does not read|do not read')} use_swa: every layer is served with full attention "
-                         "(the others make every layer sliding)", file="config.json", pointer="$.layer_types",
-                         expected="layer_types", actual="absent")
+            ctx.emit_for(
+                "LC138",
+                ignoring,
+                f"dflash_config.use_swa is true and layer_types is absent: "
+                f"{names(ignoring, 'does not read|do not read')} use_swa: every layer is served with full attention "
+                "(the others make every layer sliding)",
+                file="config.json",
+                pointer="$.layer_types",
+                expected="layer_types",
+                actual="absent",
+            )
 
 
 def _unknown_layer_types(ctx: Context) -> None:
@@ -414,24 +687,42 @@ def _unknown_layer_types(ctx: Context) -> None:
 def _draft_vocabulary(ctx: Context) -> None:
     """LC120 / LC149: a reduced or remapped draft vocabulary."""
     cfg = ctx.config
-    if cfg.draft_id_to_target_id is not None or (cfg.draft_vocab_size is not None and cfg.vocab_size is not None
-                                                 and cfg.draft_vocab_size != cfg.vocab_size):
+    if cfg.draft_id_to_target_id is not None or (
+        cfg.draft_vocab_size is not None
+        and cfg.vocab_size is not None
+        and cfg.draft_vocab_size != cfg.vocab_size
+    ):
         ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
-        ctx.emit_for("LC120", [p for p in ctx.profiles if p.reads_draft_vocab], "the config declares a "
-                     "reduced/remapped draft vocabulary; LiLiCorr drafts over the full target vocabulary",
-                     file="config.json", pointer="$.draft_vocab_size")
-        ctx.emit_for("LC149", ignoring, f"the config declares a reduced/remapped draft vocabulary, which "
-                     f"{names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
-                     "the function trained only if the drafter was trained over the full vocabulary",
-                     file="config.json", pointer="$.draft_vocab_size")
+        ctx.emit_for(
+            "LC120",
+            [p for p in ctx.profiles if p.reads_draft_vocab],
+            "the config declares a "
+            "reduced/remapped draft vocabulary; LiLiCorr drafts over the full target vocabulary",
+            file="config.json",
+            pointer="$.draft_vocab_size",
+        )
+        ctx.emit_for(
+            "LC149",
+            ignoring,
+            f"the config declares a reduced/remapped draft vocabulary, which "
+            f"{names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
+            "the function trained only if the drafter was trained over the full vocabulary",
+            file="config.json",
+            pointer="$.draft_vocab_size",
+        )
 
 
 def _fp16(ctx: Context) -> None:
     """LC121: a float16 draft."""
     cfg = ctx.config
     if (cfg.model_dtype or "").lower() in ("float16", "fp16", "half"):
-        ctx.emit("LC121", "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
-                 "in one LMDeploy report)", file="config.json", pointer="$.torch_dtype")
+        ctx.emit(
+            "LC121",
+            "torch_dtype is float16; DFlash drafts overflow in fp16 (acceptance fell to 0.06 of 15 "
+            "in one LMDeploy report)",
+            file="config.json",
+            pointer="$.torch_dtype",
+        )
 
 
 # model types whose transformers config class keeps sliding_window only with use_sliding_window true
@@ -446,12 +737,19 @@ def _window_semantics(ctx: Context) -> None:
     swa = cfg.dflash.swa_window_size
     listed = bool(cfg.layer_types) and "sliding_attention" in (cfg.layer_types or [])
     serving = []
-    dropped = cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES and ctx.parsed.raw.get("use_sliding_window") is not True
+    dropped = (
+        cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
+        and ctx.parsed.raw.get("use_sliding_window") is not True
+    )
     for p in ctx.profiles:
         window = None if p.sliding_window_needs_flag and dropped else cfg.sliding_window  # LC119 for those
         window = window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
-        by_use_swa = cfg.dflash.use_swa is True and cfg.layer_types is None and p.use_swa == "applied" and bool(
-            swa if swa is not None and swa >= 1 else cfg.sliding_window)
+        by_use_swa = (
+            cfg.dflash.use_swa is True
+            and cfg.layer_types is None
+            and p.use_swa == "applied"
+            and bool(swa if swa is not None and swa >= 1 else cfg.sliding_window)
+        )
         if (listed and window) or by_use_swa:
             serving.append(p)
     known = [p for p in serving if p.sliding_semantics]
@@ -459,10 +757,16 @@ def _window_semantics(ctx: Context) -> None:
         by: dict[str, list[RuntimeProfile]] = {}
         for p in known:
             by.setdefault(p.sliding_semantics or "", []).append(p)
-        ctx.emit("LC144", "sliding-window layers are served differently: " + "; ".join(
-            f"{names(ps, 'runs|run')} them {what}" for what, ps in by.items()) + ": the draft computes the trained "
-            "function only on the runtimes matching its training", runtimes=[p.name for p in known],
-            file="config.json", pointer="$.layer_types" if listed else "$.dflash_config.use_swa")
+        ctx.emit(
+            "LC144",
+            "sliding-window layers are served differently: "
+            + "; ".join(f"{names(ps, 'runs|run')} them {what}" for what, ps in by.items())
+            + ": the draft computes the trained "
+            "function only on the runtimes matching its training",
+            runtimes=[p.name for p in known],
+            file="config.json",
+            pointer="$.layer_types" if listed else "$.dflash_config.use_swa",
+        )
 
 
 def _rope_theta(ctx: Context) -> None:
@@ -475,9 +779,18 @@ def _rope_theta(ctx: Context) -> None:
     by: dict[str, list[RuntimeProfile]] = {}
     for p in known:
         by.setdefault(p.rope_theta_default or "", []).append(p)
-    text = "rope_theta is absent: " + "; ".join(f"{names(ps, 'assumes|assume')} {what}" for what, ps in by.items())
-    ctx.emit_for("LC147", known, text, file="config.json", pointer="$.rope_theta", expected="the trained rope_theta",
-                 actual="absent")
+    text = "rope_theta is absent: " + "; ".join(
+        f"{names(ps, 'assumes|assume')} {what}" for what, ps in by.items()
+    )
+    ctx.emit_for(
+        "LC147",
+        known,
+        text,
+        file="config.json",
+        pointer="$.rope_theta",
+        expected="the trained rope_theta",
+        actual="absent",
+    )
 
 
 # activations beyond silu that read their own constants from config.json (dflash.py DFlashMLP: swigluoai)
@@ -489,18 +802,36 @@ def speculator_keys(ctx: Context) -> None:
     cfg = ctx.config
     if cfg.dflash.sample_from_anchor:
         refusing = [p for p in ctx.profiles if p.sample_from_anchor_refused]
-        ctx.emit_for("LC174", refusing, f"dflash_config.sample_from_anchor is true: {names(refusing, 'refuses|refuse')} "
-                     "it (\"sample_from_anchor=True is not supported for DFlash\")", file="config.json",
-                     pointer="$.dflash_config.sample_from_anchor", expected="absent or false", actual=True)
+        ctx.emit_for(
+            "LC174",
+            refusing,
+            f"dflash_config.sample_from_anchor is true: {names(refusing, 'refuses|refuse')} "
+            'it ("sample_from_anchor=True is not supported for DFlash")',
+            file="config.json",
+            pointer="$.dflash_config.sample_from_anchor",
+            expected="absent or false",
+            actual=True,
+        )
     eagle = ctx.parsed.raw.get("eagle_config")
-    declared = [("$.dflash_config.use_aux_hidden_state", cfg.dflash.use_aux_hidden_state),
-                ("$.eagle_config.use_aux_hidden_state",
-                 eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None),
-                ("$.use_aux_hidden_state", cfg.use_aux_hidden_state)]
+    declared = [
+        ("$.dflash_config.use_aux_hidden_state", cfg.dflash.use_aux_hidden_state),
+        (
+            "$.eagle_config.use_aux_hidden_state",
+            eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None,
+        ),
+        ("$.use_aux_hidden_state", cfg.use_aux_hidden_state),
+    ]
     # qwen3_dflash.py: dflash_config over eagle_config, then the top level
     path, value = next(((k, v) for k, v in declared if v is not None), ("", None))
     if value is False:
         readers = [p for p in ctx.profiles if p.use_aux_hidden_state_read]
-        ctx.emit_for("LC175", readers, f"use_aux_hidden_state is false ({path[2:]}): {names(readers, 'builds|build')} "
-                     "no fc and drops fc.weight, so the draft runs without the target's hidden states",
-                     file="config.json", pointer=path, expected="true or absent", actual=False)
+        ctx.emit_for(
+            "LC175",
+            readers,
+            f"use_aux_hidden_state is false ({path[2:]}): {names(readers, 'builds|build')} "
+            "no fc and drops fc.weight, so the draft runs without the target's hidden states",
+            file="config.json",
+            pointer=path,
+            expected="true or absent",
+            actual=False,
+        )

@@ -11,80 +11,114 @@ from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 
 # ---------------------------------------------------------------- catalogue
-rule("LC001", "config-field-type", "error", CFG, "A config.json field has the wrong JSON type.",
-     "Write the value with the type the loaders cast to (integers for sizes and ids, numbers for eps/scale).",
-     doc="Parses config.json into the typed draft config and fires once for every field whose JSON type is not "
-         "the one the loaders read: a string where an integer is expected (`\"block_size\": \"16\"`), a number "
-         "where a list is (`target_layer_ids`), a string where a bool is (`attention_sink_bias`), an integer "
-         "beyond the int64 range. A whole-number float such as `4.0` is not a type error here (it is read as "
-         "4; LC139-LC141 say what each runtime does with it). The field is then treated as absent, so the "
-         "other checks still run, and the rules that need it stay silent about it.",
-     why="The loaders read these keys with plain casts and type checks. SGLang's DFlash config parser refuses "
-         "a `target_layer_ids` that is not a list of integers and an `attention_sink_bias` that is not a bool; "
-         "vLLM uses `attention_sink_bias` as a flag, so a string such as \"false\" counts as true there. "
-         "Elsewhere a string reaches arithmetic and the load stops with an untyped error far from the key that "
-         "caused it.",
-     example="    \"dflash_config\": {\"block_size\": \"16\", \"target_layer_ids\": 1}\n\n"
-             "reports `$.dflash_config.block_size: expected an integer, found \"16\" (string)` and the same "
-             "for `target_layer_ids` (expected an array).")
-rule("LC002", "config-duplicate-key", "warning", CFG, "config.json repeats a key; readers keep only the last one.",
-     "Remove the duplicate so every reader sees the same value.",
-     doc="Fires for every key written twice in the same JSON object of config.json, at any depth (two "
-         "`vocab_size` entries at the top level, two `block_size` entries inside dflash_config). The checks "
-         "use the last value, as Python's json module does.",
-     why="JSON leaves duplicate keys undefined. Python's json module keeps the last value without a word; "
-         "other parsers, editors and the person reviewing the file may see the first. The checkpoint then has "
-         "two geometries, and which one a reader gets depends on its parser, with no error anywhere.",
-     example="    {\"vocab_size\": 151936, \"hidden_size\": 2048, \"vocab_size\": 151669}")
-rule("LC003", "config-unknown-key", "info", CFG, "A key no loader reads (kept, not an error).",
-     "Nothing to do unless it is a misspelling of a key the loaders read.",
-     doc="Fires for a config.json key that no field of the draft config reads, at the top level or inside "
-         "dflash_config, when its name contains `lilicorr`, `conv`, `block`, `target` or `mask`: the words of "
-         "the keys the loaders do read, so the key is probably a misspelling of one. Other unknown keys "
-         "(training metadata, transformers' own fields) are passed over.",
-     why="No loader refuses an unknown key: it is ignored, and the key it was meant to be is absent. The "
-         "loader then falls back where it has a fallback (SGLang assumes a block size of 16, resolves the mask "
-         "token through the tokenizer, guesses the target layers) or refuses with a message about the missing "
-         "key rather than the misspelt one.",
-     example="    \"dflash_config\": {\"lilicorr_topk\": 8}\n\n"
-             "where `lilicorr_candidate_topk` was meant (LC101 then reports the real key as missing).")
-rule("LC139", "integral-float", "error", CFG,
-     "An integer setting is written as a whole-number float (4.0), which the runtime does not cast: it refuses it "
-     "or fails with a TypeError.", "Write the value as a JSON integer (4, not 4.0).",
-     doc="Fires when an integer setting is written as a whole-number float (`4.0`), for each runtime that does "
-         "not cast it. Three groups of keys, each judged by how the runtime's code reads it: the LiLiCorr "
-         "integers in dflash_config (lilicorr_candidate_topk, lilicorr_hidden_size, lilicorr_num_layers, "
-         "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
-         "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
-         "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
-         "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones the "
-         "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
-         "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
-         "mask_token_id, which SGLang checks to be an integer.",
-     why="A float where Python needs an int fails at build: SGLang 0.5.23 and vLLM 0.33.0 read config.json "
-         "through transformers' config class, which refuses a float in its integer fields (\"expected int, got "
-         "float\"); vLLM computes `candidate_topk & (candidate_topk - 1)` and the block's slot count with the "
-         "raw values (a TypeError); TensorRT-LLM's LiLiCorr head uses the raw values for tensor sizes and "
-         "ranges (a TypeError). SGLang refuses a float mask_token_id "
-         "(\"must be an integer\").",
-     example="    \"num_hidden_layers\": 2.0,\n    \"dflash_config\": {\"lilicorr_candidate_topk\": 8.0}")
-rule("LC140", "integral-float-unconfirmed", "warning", CFG,
-     "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
-     "Write the value as a JSON integer (4, not 4.0).",
-     doc="The same keys as LC139; fires for each runtime for which it is not confirmed whether it casts them: "
-         "TensorRT-LLM for the backbone integers.",
-     why="TensorRT-LLM's draft builder would fail on a float layer count in `range(num_draft_layers)` if it "
-         "used the value uncast; that path was not traced, so the load may work or fail with a TypeError.",
-     example="    \"num_hidden_layers\": 2.0")
-rule("LC141", "integral-float-cast", "info", CFG,
-     "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
-     "Write the value as a JSON integer for the runtimes that do not cast.",
-     doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
-         "integers and the ones its DFlash parser reads (block_size, num_target_layers, the conv keys), vLLM "
-         "and TensorRT-LLM for mask_token_id.",
-     why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
-         "not cast (LC139), so the value should still be written as an integer.",
-     example="    \"dflash_config\": {\"lilicorr_num_layers\": 2.0}")
+rule(
+    "LC001",
+    "config-field-type",
+    "error",
+    CFG,
+    "A config.json field has the wrong JSON type.",
+    "Write the value with the type the loaders cast to (integers for sizes and ids, numbers for eps/scale).",
+    doc="Parses config.json into the typed draft config and fires once for every field whose JSON type is not "
+    'the one the loaders read: a string where an integer is expected (`"block_size": "16"`), a number '
+    "where a list is (`target_layer_ids`), a string where a bool is (`attention_sink_bias`), an integer "
+    "beyond the int64 range. A whole-number float such as `4.0` is not a type error here (it is read as "
+    "4; LC139-LC141 say what each runtime does with it). The field is then treated as absent, so the "
+    "other checks still run, and the rules that need it stay silent about it.",
+    why="The loaders read these keys with plain casts and type checks. SGLang's DFlash config parser refuses "
+    "a `target_layer_ids` that is not a list of integers and an `attention_sink_bias` that is not a bool; "
+    'vLLM uses `attention_sink_bias` as a flag, so a string such as "false" counts as true there. '
+    "Elsewhere a string reaches arithmetic and the load stops with an untyped error far from the key that "
+    "caused it.",
+    example='    "dflash_config": {"block_size": "16", "target_layer_ids": 1}\n\n'
+    'reports `$.dflash_config.block_size: expected an integer, found "16" (string)` and the same '
+    "for `target_layer_ids` (expected an array).",
+)
+rule(
+    "LC002",
+    "config-duplicate-key",
+    "warning",
+    CFG,
+    "config.json repeats a key; readers keep only the last one.",
+    "Remove the duplicate so every reader sees the same value.",
+    doc="Fires for every key written twice in the same JSON object of config.json, at any depth (two "
+    "`vocab_size` entries at the top level, two `block_size` entries inside dflash_config). The checks "
+    "use the last value, as Python's json module does.",
+    why="JSON leaves duplicate keys undefined. Python's json module keeps the last value without a word; "
+    "other parsers, editors and the person reviewing the file may see the first. The checkpoint then has "
+    "two geometries, and which one a reader gets depends on its parser, with no error anywhere.",
+    example='    {"vocab_size": 151936, "hidden_size": 2048, "vocab_size": 151669}',
+)
+rule(
+    "LC003",
+    "config-unknown-key",
+    "info",
+    CFG,
+    "A key no loader reads (kept, not an error).",
+    "Nothing to do unless it is a misspelling of a key the loaders read.",
+    doc="Fires for a config.json key that no field of the draft config reads, at the top level or inside "
+    "dflash_config, when its name contains `lilicorr`, `conv`, `block`, `target` or `mask`: the words of "
+    "the keys the loaders do read, so the key is probably a misspelling of one. Other unknown keys "
+    "(training metadata, transformers' own fields) are passed over.",
+    why="No loader refuses an unknown key: it is ignored, and the key it was meant to be is absent. The "
+    "loader then falls back where it has a fallback (SGLang assumes a block size of 16, resolves the mask "
+    "token through the tokenizer, guesses the target layers) or refuses with a message about the missing "
+    "key rather than the misspelt one.",
+    example='    "dflash_config": {"lilicorr_topk": 8}\n\n'
+    "where `lilicorr_candidate_topk` was meant (LC101 then reports the real key as missing).",
+)
+rule(
+    "LC139",
+    "integral-float",
+    "error",
+    CFG,
+    "An integer setting is written as a whole-number float (4.0), which the runtime does not cast: it refuses it "
+    "or fails with a TypeError.",
+    "Write the value as a JSON integer (4, not 4.0).",
+    doc="Fires when an integer setting is written as a whole-number float (`4.0`), for each runtime that does "
+    "not cast it. Three groups of keys, each judged by how the runtime's code reads it: the LiLiCorr "
+    "integers in dflash_config (lilicorr_candidate_topk, lilicorr_hidden_size, lilicorr_num_layers, "
+    "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
+    "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
+    "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
+    "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones the "
+    "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
+    "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
+    "mask_token_id, which SGLang checks to be an integer.",
+    why="A float where Python needs an int fails at build: SGLang 0.5.23 and vLLM 0.33.0 read config.json "
+    "through transformers' config class, which refuses a float in its integer fields (\"expected int, got "
+    "float\"); vLLM computes `candidate_topk & (candidate_topk - 1)` and the block's slot count with the "
+    "raw values (a TypeError); TensorRT-LLM's LiLiCorr head uses the raw values for tensor sizes and "
+    "ranges (a TypeError). SGLang refuses a float mask_token_id "
+    '("must be an integer").',
+    example='    "num_hidden_layers": 2.0,\n    "dflash_config": {"lilicorr_candidate_topk": 8.0}',
+)
+rule(
+    "LC140",
+    "integral-float-unconfirmed",
+    "warning",
+    CFG,
+    "An integer setting is written as a whole-number float (4.0); whether the runtime casts it is not confirmed.",
+    "Write the value as a JSON integer (4, not 4.0).",
+    doc="The same keys as LC139; fires for each runtime for which it is not confirmed whether it casts them: "
+    "TensorRT-LLM for the backbone integers.",
+    why="TensorRT-LLM's draft builder would fail on a float layer count in `range(num_draft_layers)` if it "
+    "used the value uncast; that path was not traced, so the load may work or fail with a TypeError.",
+    example='    "num_hidden_layers": 2.0',
+)
+rule(
+    "LC141",
+    "integral-float-cast",
+    "info",
+    CFG,
+    "An integer setting is written as a whole-number float (4.0), which the runtime casts with int().",
+    "Write the value as a JSON integer for the runtimes that do not cast.",
+    doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
+    "integers and the ones its DFlash parser reads (block_size, num_target_layers, the conv keys), vLLM "
+    "and TensorRT-LLM for mask_token_id.",
+    why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
+    "not cast (LC139), so the value should still be written as an integer.",
+    example='    "dflash_config": {"lilicorr_num_layers": 2.0}',
+)
 
 
 # ---------------------------------------------------------------- checks
@@ -94,42 +128,87 @@ LISTED_DUPLICATE_KEYS = 20  # LC002 findings of their own; the rest are one find
 
 def config_schema(ctx: Context) -> None:
     for issue in ctx.parsed.issues:
-        ctx.emit("LC001", f"config.json {issue.describe()}", file="config.json", pointer=issue.path,
-                 expected=issue.expected, actual=issue.found)
+        ctx.emit(
+            "LC001",
+            f"config.json {issue.describe()}",
+            file="config.json",
+            pointer=issue.path,
+            expected=issue.expected,
+            actual=issue.found,
+        )
     repeated = list(ctx.parsed.duplicate_keys.items())  # one entry per key, with its count
     for key, count in repeated[:LISTED_DUPLICATE_KEYS]:
-        ctx.emit("LC002", f"config.json repeats the key `{key}` ({count} times); JSON readers keep the last value",
-                 file="config.json", subjects=[key])
+        ctx.emit(
+            "LC002",
+            f"config.json repeats the key `{key}` ({count} times); JSON readers keep the last value",
+            file="config.json",
+            subjects=[key],
+        )
     rest = repeated[LISTED_DUPLICATE_KEYS:]
     if rest:  # a config repeating 690k keys is one more finding, not 690k of them
-        ctx.emit("LC002", f"config.json repeats {len(rest)} more keys ({sum(c for _, c in rest)} occurrences): "
-                 f"{shorten(k for k, _ in rest)}; JSON readers keep the last value of each", file="config.json",
-                 subjects=[k for k, _ in rest])
-    interesting = [k for k in ctx.parsed.unknown_keys if "lilicorr" in k or "conv" in k or "block" in k
-                   or "target" in k or "mask" in k]
+        ctx.emit(
+            "LC002",
+            f"config.json repeats {len(rest)} more keys ({sum(c for _, c in rest)} occurrences): "
+            f"{shorten(k for k, _ in rest)}; JSON readers keep the last value of each",
+            file="config.json",
+            subjects=[k for k, _ in rest],
+        )
+    interesting = [
+        k
+        for k in ctx.parsed.unknown_keys
+        if "lilicorr" in k or "conv" in k or "block" in k or "target" in k or "mask" in k
+    ]
     for key in interesting:
-        ctx.emit("LC003", f"config.json key {key} is not read by any loader (misspelt?)", file="config.json",
-                 pointer=key)
+        ctx.emit(
+            "LC003",
+            f"config.json key {key} is not read by any loader (misspelt?)",
+            file="config.json",
+            pointer=key,
+        )
 
 
 # integer settings by the class of code that reads them, and the profile field saying what that code does
-_INTEGRAL_FLOAT = {"lilicorr": lambda p: p.integral_float_lilicorr, "backbone": lambda p: p.integral_float_backbone,
-                   "typed": lambda p: p.integral_float_typed or p.integral_float_backbone,
-                   "mask_token": lambda p: p.integral_float_mask_token}
+_INTEGRAL_FLOAT = {
+    "lilicorr": lambda p: p.integral_float_lilicorr,
+    "backbone": lambda p: p.integral_float_backbone,
+    "typed": lambda p: p.integral_float_typed or p.integral_float_backbone,
+    "mask_token": lambda p: p.integral_float_mask_token,
+}
 
 
 # the backbone integers the transformers config class declares as int fields (the rest are extra keys it keeps as
 # written)
-_INT_TYPED = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-              "intermediate_size", "vocab_size")
+_INT_TYPED = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+)
 
 
-_INT_LILICORR = ("lilicorr_candidate_topk", "lilicorr_hidden_size", "lilicorr_num_layers", "lilicorr_num_heads",
-                 "lilicorr_factor_dim")
+_INT_LILICORR = (
+    "lilicorr_candidate_topk",
+    "lilicorr_hidden_size",
+    "lilicorr_num_layers",
+    "lilicorr_num_heads",
+    "lilicorr_factor_dim",
+)
 
 
-_INT_BACKBONE_TOP = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
-                     "intermediate_size", "vocab_size", "block_size", "num_target_layers")
+_INT_BACKBONE_TOP = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "block_size",
+    "num_target_layers",
+)
 
 
 _INT_BACKBONE_NESTED = ("block_size", "num_target_layers", "conv_kernel_size", "conv_group_size")
@@ -147,21 +226,35 @@ def integral_floats(ctx: Context) -> None:
         return isinstance(v, float) and math.isfinite(v) and v.is_integer()
 
     found["lilicorr"] = [f"dflash_config.{k}" for k in _INT_LILICORR if floaty(nested.get(k))]
-    found["backbone"] = ([k for k in _INT_BACKBONE_TOP if floaty(raw.get(k)) and k not in _INT_TYPED]
-                         + [f"dflash_config.{k}" for k in _INT_BACKBONE_NESTED if floaty(nested.get(k))])
+    found["backbone"] = [k for k in _INT_BACKBONE_TOP if floaty(raw.get(k)) and k not in _INT_TYPED] + [
+        f"dflash_config.{k}" for k in _INT_BACKBONE_NESTED if floaty(nested.get(k))
+    ]
     found["typed"] = [k for k in _INT_TYPED if floaty(raw.get(k))]
-    found["mask_token"] = ([k for k in ("mask_token_id",) if floaty(raw.get(k))]
-                           + [f"dflash_config.{k}" for k in ("mask_token_id",) if floaty(nested.get(k))])
-    verbs = {"crashes": ("LC139", "uses|use", "it uncast (a TypeError at build)"),
-             "refuses": ("LC139", "refuses|refuse", "it (an explicit integer check)"),
-             "config-class": ("LC139", "refuses|refuse", "it: transformers' config class declares these fields int "
-                              "and its strict validation rejects a float (\"expected int, got float\")"),
-             "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
-             "casts": ("LC141", "casts|cast", "it with int()")}
+    found["mask_token"] = [k for k in ("mask_token_id",) if floaty(raw.get(k))] + [
+        f"dflash_config.{k}" for k in ("mask_token_id",) if floaty(nested.get(k))
+    ]
+    verbs = {
+        "crashes": ("LC139", "uses|use", "it uncast (a TypeError at build)"),
+        "refuses": ("LC139", "refuses|refuse", "it (an explicit integer check)"),
+        "config-class": (
+            "LC139",
+            "refuses|refuse",
+            "it: transformers' config class declares these fields int "
+            'and its strict validation rejects a float ("expected int, got float")',
+        ),
+        "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
+        "casts": ("LC141", "casts|cast", "it with int()"),
+    }
     for kind, keys in found.items():
         if not keys:
             continue
         for mode, (rule_id, verb, rest) in verbs.items():
             mine = [p for p in ctx.profiles if _INTEGRAL_FLOAT[kind](p) == mode]
-            ctx.emit_for(rule_id, mine, f"{', '.join(keys)} written as a whole-number float: {names(mine, verb)} "
-                         f"{rest}", file="config.json", pointer=f"$.{keys[0]}", subjects=keys)
+            ctx.emit_for(
+                rule_id,
+                mine,
+                f"{', '.join(keys)} written as a whole-number float: {names(mine, verb)} {rest}",
+                file="config.json",
+                pointer=f"$.{keys[0]}",
+                subjects=keys,
+            )

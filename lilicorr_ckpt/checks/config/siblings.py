@@ -11,150 +11,225 @@ from lilicorr_ckpt.families import dflash2, domino, dspark, sibling_owner
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
-rule("LC014", "sibling-route", "error", CFG,
-     "A DFlash2, DSpark or Domino head declared under an architecture the runtime does not load as that head (it "
-     "routes it elsewhere, or loads it as plain DFlash and drops the head).",
-     "Declare the architecture each runtime loads: Qwen3DSparkModel for a Qwen3 DSpark, DFlashDraftModel with "
-     "projector_type \"domino\" for Domino, DFlash2DraftModel for DFlash2 (`lilicorr-ckpt convert` writes them).",
-     doc="For a DFlash2, DSpark or Domino head (the family comes from `architectures[0]`, or from "
-         "DFlashDraftModel's `dflash_config.projector_type` \"dflash2\" / \"dspark\" / \"domino\"), looks up "
-         "how each selected runtime routes that family under that architecture, and fires once per runtime "
-         "that refuses the pair or routes it to another model. A pair that no route lists counts as refused.",
-     why="The runtimes register each sibling head under one class name. Under another name the checkpoint is "
-         "refused, or, worse, loads as something else: SGLang routes a DSpark head declared as "
-         "DFlashDraftModel as plain DFlash and drops Model-Optimizer's flat Markov names, serving the Markov "
-         "head at its initialisation; SGLang loads Domino only as DFlashDraftModel with projector_type "
-         "\"domino\"; vLLM 0.33.0 has no Domino model at all (its DFlash model has no parameter for the "
-         "prefix GRU).",
-     example="    \"architectures\": [\"DFlashDraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
-             "\"dspark\", ...}\n\n"
-             "with Model-Optimizer's flat Markov names: no serving loader reads them. `lilicorr-ckpt convert` "
-             "writes `Qwen3DSparkModel` with the Markov head nested, which SGLang and vLLM both load.")
-rule("LC015", "sibling-unconfirmed", "warning", CFG,
-     "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
-     "only patch scripts show it).", "Test the runtime yourself before publishing for it.",
-     doc="The same lookup as LC014; fires once per runtime whose route for the head's family and architecture "
-         "is recorded as unconfirmed: the loader was not read, or only registry-verification or patch scripts "
-         "show it.",
-     why="Whether the checkpoint loads with its head, loads without it, or is refused was not established from "
-         "that runtime's code. Examples: every sibling head in TensorRT-LLM (its paths were not read).",
-     example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"projector_type\": "
-             "\"dflash2\", \"selector_rank\": 64, \"selector_top_k\": 32, ...}\n\n"
-             "gives one LC015 warning for vLLM and one for TensorRT-LLM.")
-rule("LC016", "sibling-head-undeclared", "error", CFG,
-     "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
-     "builds no such head: every loader drops or refuses them.",
-     "Declare the sibling architecture (or projector_type) the tensors belong to, or remove them.",
-     doc="Fires when tensors of a sibling head are present but the config declares no head of that family: "
-         "`candidate_selector.*` (DFlash2), `markov_head.*`, `confidence_head.*` or Model-Optimizer's flat "
-         "DSpark names (`markov_w1.weight`, `gate_proj.weight`, `confidence_proj.weight`, ...) (DSpark), "
-         "`prefix_gru.*` and `embed_proj.*` (Domino), under LiLiCorrDraftModel, plain DFlashDraftModel or "
-         "another sibling's architecture.",
-     why="A loader builds the head the architecture (and projector_type) declares, and has no parameter for "
-         "another head's tensors: loaders that skip unknown names serve the draft without the head, strict "
-         "ones refuse the checkpoint. Either way the trained head is not served.",
-     example="    \"architectures\": [\"DFlashDraftModel\"]\n\n"
-             "(no projector_type) with `markov_head.markov_w1.weight` [V, r] and "
-             "`markov_head.markov_w2.weight` [V, r] in the files: a DSpark head nobody builds.")
-rule("LC150", "selector-geometry", "error", CFG,
-     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone, missing or "
-     "negative, or a top_k above vocab_size.", "Write the trained selector_rank and selector_top_k.",
-     doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
-         "SGLang it fires when only one of them is set or either is negative, and when neither is (its "
-         "DFlash2DraftModel needs a selector); for vLLM when either is missing or negative, or selector_top_k "
-         "is larger than vocab_size.",
-     why="SGLang's DFlash config parser refuses the config (\"selector needs rank and top_k together\"), and "
-         "DFlash2DraftModel.__init__ refuses one without them (\"requires dflash_config.selector_rank\"). "
-         "vLLM 0.33.0 reads both with a plain index and checks no range (qwen3_dflash2.py "
-         "`DFlash2Qwen3Model.__init__`, spec_decode/dflash2/speculator.py `DFlash2Speculator.__init__`): a "
-         "missing key is a KeyError, a negative size fails to build, and a top_k above the vocabulary fails "
-         "the top-k at the first draft step. The selector's tensors are sized by these values, so they cannot "
-         "be guessed.",
-     example="    \"dflash_config\": {\"projector_type\": \"dflash2\", \"selector_rank\": 64}\n\n"
-             "(no selector_top_k): refused by both.")
-rule("LC151", "dflash2-conv-required", "error", CFG,
-     "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
-     "Write the trained conv_kernel_size and conv_group_size in dflash_config.",
-     doc="Fires for a DFlash2 head when `dflash_config.conv_kernel_size` and `conv_group_size` are not both > "
-         "0.",
-     why="DFlash2's grouped convolutions are part of the head, not an option: vLLM reads both keys with a "
-         "plain index (a KeyError without them) and Model-Optimizer refuses to export a DFlash2 head without "
-         "them.",
-     example="    \"architectures\": [\"DFlash2DraftModel\"],\n    \"dflash_config\": {\"selector_rank\": 64, "
-             "\"selector_top_k\": 32}")
-rule("LC152", "markov-rank", "error", CFG,
-     "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
-     "Write the trained markov_rank at the top level (DeepSpec's layout).",
-     doc="For a DSpark head, fires when the top-level `markov_rank` of config.json is absent or <= 0, for the "
-         "runtimes that read it from the top level and require it > 0: SGLang and vLLM. When only "
-         "`dflash_config.markov_rank` is present (Model-Optimizer and SpecForge write it there) the message "
-         "says so.",
-     why="SGLang's Markov head builder refuses the config (\"DSpark requires markov_rank > 0\"); vLLM's "
-         "qwen3_dspark reads config.markov_rank at the top level. A rank only in dflash_config is invisible to "
-         "both.",
-     example="    \"architectures\": [\"Qwen3DSparkModel\"],\n    \"dflash_config\": {\"markov_rank\": 256}\n\n"
-             "and no top-level markov_rank.")
-rule("LC153", "markov-head-type", "error", CFG, "markov_head_type is not one the runtime builds.",
-     "Write vanilla, gated or rnn as trained.",
-     doc="For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; \"vanilla\" when "
-         "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla only "
-         "(qwen3_dspark.py `DSparkMarkovHead`: it does not read markov_head_type, and has no parameter for the "
-         "gated or rnn tensors).",
-     why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
-         "refuses the config, so the drafter cannot be served there.",
-     example="    \"markov_head_type\": \"lstm\"")
-rule("LC155", "domino-shift-label", "error", CFG, "Domino's dflash_config.shift_label is not a JSON bool.",
-     "Write true (the trained setting) or false.",
-     doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
-         "runtimes that check it: SGLang.",
-     why="SGLang's DFlash config parser requires a JSON bool and refuses anything else, including 1 / 0 and "
-         "strings such as \"true\".",
-     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"shift_label\": 1}")
-rule("LC156", "domino-prefix-len", "error", CFG, "Domino's pure_draft_prefix_len is not 1, the only value the "
-     "runtime serves.", "Write pure_draft_prefix_len 1 (and train with it).",
-     doc="For a Domino head, fires when `dflash_config.pure_draft_prefix_len` is not 1 (absent included), for "
-         "the runtimes that check it: SGLang.",
-     why="SGLang serves Domino only with a pure draft prefix of one position and refuses the config otherwise.",
-     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"pure_draft_prefix_len\": 2}")
-rule("LC157", "domino-dims", "error", CFG, "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
-     "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
-     doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
-         "one) is missing or < 1, for the runtimes that require them: SGLang.",
-     why="They size the prefix GRU and the embedding projection; SGLang refuses the config without them.",
-     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 512}\n\n"
-             "(no gru_hidden_dim).")
-rule("LC158", "domino-emb-dim-conflict", "error", CFG,
-     "dflash_config.emb_dim and the top-level emb_dim differ, which the runtime refuses.",
-     "Make both hold the trained emb_dim.",
-     doc="For a Domino head, fires when `dflash_config.emb_dim` and the top-level `emb_dim` are both present "
-         "and differ, for the runtimes that compare them: SGLang.",
-     why="SGLang refuses the config (\"emb_dim differs\"). The reference Domino checkpoint writes emb_dim at "
-         "both levels, so readers take it from either; two values make the embedding projection's width "
-         "ambiguous.",
-     example="    \"emb_dim\": 512,\n    \"dflash_config\": {\"projector_type\": \"domino\", \"emb_dim\": 256}")
-rule("LC159", "domino-block-size", "error", CFG, "A Domino draft with block_size <= 1, which the runtime refuses.",
-     "Write the trained block size (16 for the reference checkpoint).",
-     doc="For a Domino head, fires when the block size (dflash_config's, else the top-level one) is <= 1, for "
-         "the runtimes that check it: SGLang.",
-     why="SGLang refuses a Domino draft whose block size is 1 or less, so the checkpoint cannot be served "
-         "there.",
-     example="    \"dflash_config\": {\"projector_type\": \"domino\", \"block_size\": 1}")
+rule(
+    "LC014",
+    "sibling-route",
+    "error",
+    CFG,
+    "A DFlash2, DSpark or Domino head declared under an architecture the runtime does not load as that head (it "
+    "routes it elsewhere, or loads it as plain DFlash and drops the head).",
+    "Declare the architecture each runtime loads: Qwen3DSparkModel for a Qwen3 DSpark, DFlashDraftModel with "
+    'projector_type "domino" for Domino, DFlash2DraftModel for DFlash2 (`lilicorr-ckpt convert` writes them).',
+    doc="For a DFlash2, DSpark or Domino head (the family comes from `architectures[0]`, or from "
+    'DFlashDraftModel\'s `dflash_config.projector_type` "dflash2" / "dspark" / "domino"), looks up '
+    "how each selected runtime routes that family under that architecture, and fires once per runtime "
+    "that refuses the pair or routes it to another model. A pair that no route lists counts as refused.",
+    why="The runtimes register each sibling head under one class name. Under another name the checkpoint is "
+    "refused, or, worse, loads as something else: SGLang routes a DSpark head declared as "
+    "DFlashDraftModel as plain DFlash and drops Model-Optimizer's flat Markov names, serving the Markov "
+    "head at its initialisation; SGLang loads Domino only as DFlashDraftModel with projector_type "
+    '"domino"; vLLM 0.33.0 has no Domino model at all (its DFlash model has no parameter for the '
+    "prefix GRU).",
+    example='    "architectures": ["DFlashDraftModel"],\n    "dflash_config": {"projector_type": '
+    '"dspark", ...}\n\n'
+    "with Model-Optimizer's flat Markov names: no serving loader reads them. `lilicorr-ckpt convert` "
+    "writes `Qwen3DSparkModel` with the Markov head nested, which SGLang and vLLM both load.",
+)
+rule(
+    "LC015",
+    "sibling-unconfirmed",
+    "warning",
+    CFG,
+    "A DFlash2, DSpark or Domino head whose loading by this runtime is UNCONFIRMED (the loader was not read, or "
+    "only patch scripts show it).",
+    "Test the runtime yourself before publishing for it.",
+    doc="The same lookup as LC014; fires once per runtime whose route for the head's family and architecture "
+    "is recorded as unconfirmed: the loader was not read, or only registry-verification or patch scripts "
+    "show it.",
+    why="Whether the checkpoint loads with its head, loads without it, or is refused was not established from "
+    "that runtime's code. Examples: every sibling head in TensorRT-LLM (its paths were not read).",
+    example='    "architectures": ["DFlash2DraftModel"],\n    "dflash_config": {"projector_type": '
+    '"dflash2", "selector_rank": 64, "selector_top_k": 32, ...}\n\n'
+    "gives one LC015 warning for vLLM and one for TensorRT-LLM.",
+)
+rule(
+    "LC016",
+    "sibling-head-undeclared",
+    "error",
+    CFG,
+    "Sibling head tensors (candidate_selector.*, markov_head.*, prefix_gru.*, ...) under an architecture that "
+    "builds no such head: every loader drops or refuses them.",
+    "Declare the sibling architecture (or projector_type) the tensors belong to, or remove them.",
+    doc="Fires when tensors of a sibling head are present but the config declares no head of that family: "
+    "`candidate_selector.*` (DFlash2), `markov_head.*`, `confidence_head.*` or Model-Optimizer's flat "
+    "DSpark names (`markov_w1.weight`, `gate_proj.weight`, `confidence_proj.weight`, ...) (DSpark), "
+    "`prefix_gru.*` and `embed_proj.*` (Domino), under LiLiCorrDraftModel, plain DFlashDraftModel or "
+    "another sibling's architecture.",
+    why="A loader builds the head the architecture (and projector_type) declares, and has no parameter for "
+    "another head's tensors: loaders that skip unknown names serve the draft without the head, strict "
+    "ones refuse the checkpoint. Either way the trained head is not served.",
+    example='    "architectures": ["DFlashDraftModel"]\n\n'
+    "(no projector_type) with `markov_head.markov_w1.weight` [V, r] and "
+    "`markov_head.markov_w2.weight` [V, r] in the files: a DSpark head nobody builds.",
+)
+rule(
+    "LC150",
+    "selector-geometry",
+    "error",
+    CFG,
+    "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone, missing or "
+    "negative, or a top_k above vocab_size.",
+    "Write the trained selector_rank and selector_top_k.",
+    doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
+    "SGLang it fires when only one of them is set or either is negative, and when neither is (its "
+    "DFlash2DraftModel needs a selector); for vLLM when either is missing or negative, or selector_top_k "
+    "is larger than vocab_size.",
+    why='SGLang\'s DFlash config parser refuses the config ("selector needs rank and top_k together"), and '
+    'DFlash2DraftModel.__init__ refuses one without them ("requires dflash_config.selector_rank"). '
+    "vLLM 0.33.0 reads both with a plain index and checks no range (qwen3_dflash2.py "
+    "`DFlash2Qwen3Model.__init__`, spec_decode/dflash2/speculator.py `DFlash2Speculator.__init__`): a "
+    "missing key is a KeyError, a negative size fails to build, and a top_k above the vocabulary fails "
+    "the top-k at the first draft step. The selector's tensors are sized by these values, so they cannot "
+    "be guessed.",
+    example='    "dflash_config": {"projector_type": "dflash2", "selector_rank": 64}\n\n'
+    "(no selector_top_k): refused by both.",
+)
+rule(
+    "LC151",
+    "dflash2-conv-required",
+    "error",
+    CFG,
+    "A DFlash2 head without conv_kernel_size / conv_group_size: DFlash2's grouped convolutions are mandatory.",
+    "Write the trained conv_kernel_size and conv_group_size in dflash_config.",
+    doc="Fires for a DFlash2 head when `dflash_config.conv_kernel_size` and `conv_group_size` are not both > "
+    "0.",
+    why="DFlash2's grouped convolutions are part of the head, not an option: vLLM reads both keys with a "
+    "plain index (a KeyError without them) and Model-Optimizer refuses to export a DFlash2 head without "
+    "them.",
+    example='    "architectures": ["DFlash2DraftModel"],\n    "dflash_config": {"selector_rank": 64, '
+    '"selector_top_k": 32}',
+)
+rule(
+    "LC152",
+    "markov-rank",
+    "error",
+    CFG,
+    "DSpark's markov_rank is missing or <= 0 at the top level of config.json, where the runtime reads it.",
+    "Write the trained markov_rank at the top level (DeepSpec's layout).",
+    doc="For a DSpark head, fires when the top-level `markov_rank` of config.json is absent or <= 0, for the "
+    "runtimes that read it from the top level and require it > 0: SGLang and vLLM. When only "
+    "`dflash_config.markov_rank` is present (Model-Optimizer and SpecForge write it there) the message "
+    "says so.",
+    why="SGLang's Markov head builder refuses the config (\"DSpark requires markov_rank > 0\"); vLLM's "
+    "qwen3_dspark reads config.markov_rank at the top level. A rank only in dflash_config is invisible to "
+    "both.",
+    example='    "architectures": ["Qwen3DSparkModel"],\n    "dflash_config": {"markov_rank": 256}\n\n'
+    "and no top-level markov_rank.",
+)
+rule(
+    "LC153",
+    "markov-head-type",
+    "error",
+    CFG,
+    "markov_head_type is not one the runtime builds.",
+    "Write vanilla, gated or rnn as trained.",
+    doc='For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; "vanilla" when '
+    "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla only "
+    "(qwen3_dspark.py `DSparkMarkovHead`: it does not read markov_head_type, and has no parameter for the "
+    "gated or rnn tensors).",
+    why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
+    "refuses the config, so the drafter cannot be served there.",
+    example='    "markov_head_type": "lstm"',
+)
+rule(
+    "LC155",
+    "domino-shift-label",
+    "error",
+    CFG,
+    "Domino's dflash_config.shift_label is not a JSON bool.",
+    "Write true (the trained setting) or false.",
+    doc="For a Domino head, fires when `dflash_config.shift_label` is absent or is not a JSON bool, for the "
+    "runtimes that check it: SGLang.",
+    why="SGLang's DFlash config parser requires a JSON bool and refuses anything else, including 1 / 0 and "
+    'strings such as "true".',
+    example='    "dflash_config": {"projector_type": "domino", "shift_label": 1}',
+)
+rule(
+    "LC156",
+    "domino-prefix-len",
+    "error",
+    CFG,
+    "Domino's pure_draft_prefix_len is not 1, the only value the runtime serves.",
+    "Write pure_draft_prefix_len 1 (and train with it).",
+    doc="For a Domino head, fires when `dflash_config.pure_draft_prefix_len` is not 1 (absent included), for "
+    "the runtimes that check it: SGLang.",
+    why="SGLang serves Domino only with a pure draft prefix of one position and refuses the config otherwise.",
+    example='    "dflash_config": {"projector_type": "domino", "pure_draft_prefix_len": 2}',
+)
+rule(
+    "LC157",
+    "domino-dims",
+    "error",
+    CFG,
+    "Domino's gru_hidden_dim or emb_dim is missing or < 1.",
+    "Write the trained gru_hidden_dim and emb_dim in dflash_config.",
+    doc="For a Domino head, fires when `gru_hidden_dim` or `emb_dim` (dflash_config's, else the top-level "
+    "one) is missing or < 1, for the runtimes that require them: SGLang.",
+    why="They size the prefix GRU and the embedding projection; SGLang refuses the config without them.",
+    example='    "dflash_config": {"projector_type": "domino", "emb_dim": 512}\n\n(no gru_hidden_dim).',
+)
+rule(
+    "LC158",
+    "domino-emb-dim-conflict",
+    "error",
+    CFG,
+    "dflash_config.emb_dim and the top-level emb_dim differ, which the runtime refuses.",
+    "Make both hold the trained emb_dim.",
+    doc="For a Domino head, fires when `dflash_config.emb_dim` and the top-level `emb_dim` are both present "
+    "and differ, for the runtimes that compare them: SGLang.",
+    why='SGLang refuses the config ("emb_dim differs"). The reference Domino checkpoint writes emb_dim at '
+    "both levels, so readers take it from either; two values make the embedding projection's width "
+    "ambiguous.",
+    example='    "emb_dim": 512,\n    "dflash_config": {"projector_type": "domino", "emb_dim": 256}',
+)
+rule(
+    "LC159",
+    "domino-block-size",
+    "error",
+    CFG,
+    "A Domino draft with block_size <= 1, which the runtime refuses.",
+    "Write the trained block size (16 for the reference checkpoint).",
+    doc="For a Domino head, fires when the block size (dflash_config's, else the top-level one) is <= 1, for "
+    "the runtimes that check it: SGLang.",
+    why="SGLang refuses a Domino draft whose block size is 1 or less, so the checkpoint cannot be served "
+    "there.",
+    example='    "dflash_config": {"projector_type": "domino", "block_size": 1}',
+)
 
 
 # ---------------------------------------------------------------- checks
 
+
 def foreign_sibling_tensors(ctx: Context, arch: str | None, sibling: str | None) -> None:
     """LC016: tensors of a sibling head other than the one the config declares (`sibling`, None for none)."""
     # sibling-head tensors by their first name segment ("markov_head.", or a flat "markov_w1."), and their family
-    owner = {n.split(".", 1)[0] + ".": family for n in ctx.names.by_canonical
-             if (family := sibling_owner(n)) is not None}
+    owner = {
+        n.split(".", 1)[0] + ".": family
+        for n in ctx.names.by_canonical
+        if (family := sibling_owner(n)) is not None
+    }
     foreign = [s for s in sorted(owner) if owner[s] != sibling]
     if foreign:
-        ctx.emit("LC016", f"tensors under {', '.join(f'`{s}*`' for s in foreign)} belong to a "
-                 f"{'/'.join(sorted({owner[s] for s in foreign}))} head, but the config declares "
-                 f"{arch}{' (' + sibling + ')' if sibling else ''}: no loader builds that head here, so they are "
-                 "dropped or refused", file="config.json", pointer="$.architectures[0]",
-                 subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)])
+        ctx.emit(
+            "LC016",
+            f"tensors under {', '.join(f'`{s}*`' for s in foreign)} belong to a "
+            f"{'/'.join(sorted({owner[s] for s in foreign}))} head, but the config declares "
+            f"{arch}{' (' + sibling + ')' if sibling else ''}: no loader builds that head here, so they are "
+            "dropped or refused",
+            file="config.json",
+            pointer="$.architectures[0]",
+            subjects=[n for n in ctx.names.by_canonical if any(n.startswith(s) for s in foreign)],
+        )
 
 
 def sibling_route(ctx: Context, family: str, arch: str | None) -> None:
@@ -166,8 +241,14 @@ def sibling_route(ctx: Context, family: str, arch: str | None) -> None:
             by[verdict].append((p, why))
     for verdict, rule_id in (("refuses", "LC014"), ("unconfirmed", "LC015")):
         for p, why in by[verdict]:
-            ctx.emit(rule_id, f"{family} head declared as {arch}: {why}", runtimes=[p.name], file="config.json",
-                     pointer="$.architectures[0]", actual=arch)
+            ctx.emit(
+                rule_id,
+                f"{family} head declared as {arch}: {why}",
+                runtimes=[p.name],
+                file="config.json",
+                pointer="$.architectures[0]",
+                actual=arch,
+            )
 
 
 def sibling_config(ctx: Context) -> None:
@@ -190,32 +271,56 @@ def _selector(ctx: Context) -> None:
     ranged = [p for p in ctx.profiles if p.selector_check == "range"]
     indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
     problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
-    problems += [f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0]
+    problems += [
+        f"selector_{k} is {v}" for k, v in (("rank", rank), ("top_k", top_k)) if v is not None and v < 0
+    ]
     if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
         problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
     if problems:
-        ctx.emit_for("LC150", indexed, f"{'; '.join(problems)}: {names(indexed, 'reads|read')} both keys with a "
-                     "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
-                     "top selector_top_k of the vocabulary at every step", file="config.json",
-                     pointer="$.dflash_config.selector_top_k")
+        ctx.emit_for(
+            "LC150",
+            indexed,
+            f"{'; '.join(problems)}: {names(indexed, 'reads|read')} both keys with a "
+            "plain index (a KeyError without them), builds the selector's sizes from them and takes the "
+            "top selector_top_k of the vocabulary at every step",
+            file="config.json",
+            pointer="$.dflash_config.selector_top_k",
+        )
     if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
-        ctx.emit_for("LC150", pair, f"selector_rank is {rank} and selector_top_k is {top_k}: "
-                     f"{names(pair, 'needs|need')} both (>= 0) or neither", file="config.json",
-                     pointer="$.dflash_config.selector_rank")
+        ctx.emit_for(
+            "LC150",
+            pair,
+            f"selector_rank is {rank} and selector_top_k is {top_k}: "
+            f"{names(pair, 'needs|need')} both (>= 0) or neither",
+            file="config.json",
+            pointer="$.dflash_config.selector_rank",
+        )
     elif not rank:
         required = [p for p in ctx.profiles if p.selector_required]
-        ctx.emit_for("LC150", required, f"selector_rank is {rank}: {names(required, 'refuses|refuse')} a "
-                     "DFlash2 draft without a candidate selector (\"DFlash selector draft requires "
-                     "dflash_config.selector_rank\")", file="config.json", pointer="$.dflash_config.selector_rank",
-                     expected=">= 1", actual=rank)
+        ctx.emit_for(
+            "LC150",
+            required,
+            f"selector_rank is {rank}: {names(required, 'refuses|refuse')} a "
+            'DFlash2 draft without a candidate selector ("DFlash selector draft requires '
+            'dflash_config.selector_rank")',
+            file="config.json",
+            pointer="$.dflash_config.selector_rank",
+            expected=">= 1",
+            actual=rank,
+        )
     bad = []
     if rank is None or rank < 1:
         bad.append(f"selector_rank {rank} < 1")
     if top_k is None or top_k < 2 or (g.vocab_size is not None and top_k > g.vocab_size):
         bad.append(f"selector_top_k {top_k} outside [2, {g.vocab_size}]")
     if bad:
-        ctx.emit_for("LC150", ranged, f"{'; '.join(bad)}: {names(ranged, 'refuses|refuse')} it",
-                     file="config.json", pointer="$.dflash_config.selector_top_k")
+        ctx.emit_for(
+            "LC150",
+            ranged,
+            f"{'; '.join(bad)}: {names(ranged, 'refuses|refuse')} it",
+            file="config.json",
+            pointer="$.dflash_config.selector_top_k",
+        )
 
 
 def _dflash2_conv(ctx: Context) -> None:
@@ -223,10 +328,16 @@ def _dflash2_conv(ctx: Context) -> None:
     g = ctx.geometry
     if not g.has_conv and not ctx.parsed.invalid("$.dflash_config.conv_kernel_size"):
         indexed = [p for p in ctx.profiles if p.dflash2_conv_indexed]
-        ctx.emit("LC151", "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
-                 "mandatory (" + (f"{names(indexed, 'reads|read')} both with a plain index; " if indexed else "")
-                 + "Model-Optimizer refuses the export)",
-                 file="config.json", pointer="$.dflash_config.conv_kernel_size", expected="both > 0")
+        ctx.emit(
+            "LC151",
+            "a DFlash2 head without conv_kernel_size / conv_group_size: its convolutions are "
+            "mandatory ("
+            + (f"{names(indexed, 'reads|read')} both with a plain index; " if indexed else "")
+            + "Model-Optimizer refuses the export)",
+            file="config.json",
+            pointer="$.dflash_config.conv_kernel_size",
+            expected="both > 0",
+        )
 
 
 def _markov(ctx: Context) -> None:
@@ -236,18 +347,36 @@ def _markov(ctx: Context) -> None:
     readers = [p for p in ctx.profiles if p.markov_rank_top_level]
     top = cfg.markov_rank
     if top is None or top <= 0:
-        where = (f" (dflash_config.markov_rank is {d.markov_rank}, but {names(readers, 'reads|read')} the top "
-                 "level only)") if d.markov_rank is not None and top is None else ""
-        ctx.emit_for("LC152", readers, f"markov_rank is {top if top is not None else 'absent'} at the top "
-                     f"level{where}: {names(readers, 'requires|require')} markov_rank > 0",
-                     file="config.json", pointer="$.markov_rank", expected="> 0",
-                     actual=top if top is not None else "absent")
+        where = (
+            (
+                f" (dflash_config.markov_rank is {d.markov_rank}, but {names(readers, 'reads|read')} the top "
+                "level only)"
+            )
+            if d.markov_rank is not None and top is None
+            else ""
+        )
+        ctx.emit_for(
+            "LC152",
+            readers,
+            f"markov_rank is {top if top is not None else 'absent'} at the top "
+            f"level{where}: {names(readers, 'requires|require')} markov_rank > 0",
+            file="config.json",
+            pointer="$.markov_rank",
+            expected="> 0",
+            actual=top if top is not None else "absent",
+        )
     kind = g.markov_head_type
     if kind is not None:
         refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
-        ctx.emit_for("LC153", refuse, f"markov_head_type {kind!r}: {names(refuse, 'builds|build')} only "
-                     + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
-                     file="config.json", pointer="$.markov_head_type", actual=kind)
+        ctx.emit_for(
+            "LC153",
+            refuse,
+            f"markov_head_type {kind!r}: {names(refuse, 'builds|build')} only "
+            + " / ".join(sorted({t for p in refuse for t in p.markov_head_types})),
+            file="config.json",
+            pointer="$.markov_head_type",
+            actual=kind,
+        )
 
 
 def _domino(ctx: Context) -> None:
@@ -256,27 +385,62 @@ def _domino(ctx: Context) -> None:
     d = cfg.dflash
     checkers = [p for p in ctx.profiles if p.domino_checks]
     if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:
-        raw = ctx.parsed.raw.get("dflash_config", {}) if isinstance(ctx.parsed.raw.get("dflash_config"),
-                                                                     dict) else {}
+        raw = (
+            ctx.parsed.raw.get("dflash_config", {})
+            if isinstance(ctx.parsed.raw.get("dflash_config"), dict)
+            else {}
+        )
         shown = json.dumps(raw.get("shift_label")) if "shift_label" in raw else "absent"
-        ctx.emit_for("LC155", checkers, f"dflash_config.shift_label is {shown}: "
-                     f"{names(checkers, 'requires|require')} a JSON bool", file="config.json",
-                     pointer="$.dflash_config.shift_label", expected="true | false", actual=shown)
+        ctx.emit_for(
+            "LC155",
+            checkers,
+            f"dflash_config.shift_label is {shown}: {names(checkers, 'requires|require')} a JSON bool",
+            file="config.json",
+            pointer="$.dflash_config.shift_label",
+            expected="true | false",
+            actual=shown,
+        )
     if d.pure_draft_prefix_len != 1:
-        ctx.emit_for("LC156", checkers, f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
-                     f"{names(checkers, 'serves|serve')} only 1", file="config.json",
-                     pointer="$.dflash_config.pure_draft_prefix_len", expected=1, actual=d.pure_draft_prefix_len)
+        ctx.emit_for(
+            "LC156",
+            checkers,
+            f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
+            f"{names(checkers, 'serves|serve')} only 1",
+            file="config.json",
+            pointer="$.dflash_config.pure_draft_prefix_len",
+            expected=1,
+            actual=d.pure_draft_prefix_len,
+        )
     dims = [p for p in ctx.profiles if p.domino_dims_required]
     for key, value in (("gru_hidden_dim", g.gru_hidden_dim), ("emb_dim", g.emb_dim)):
         if value is None:
-            ctx.emit_for("LC157", dims, f"{key} is missing or < 1: {names(dims, 'requires|require')} it",
-                         file="config.json", pointer=f"$.dflash_config.{key}", expected=">= 1")
+            ctx.emit_for(
+                "LC157",
+                dims,
+                f"{key} is missing or < 1: {names(dims, 'requires|require')} it",
+                file="config.json",
+                pointer=f"$.dflash_config.{key}",
+                expected=">= 1",
+            )
     if d.emb_dim is not None and cfg.emb_dim is not None and d.emb_dim != cfg.emb_dim:
-        ctx.emit_for("LC158", checkers, f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
-                     f"{cfg.emb_dim} differ: {names(checkers, 'refuses|refuse')} it (\"emb_dim differs\")",
-                     file="config.json", pointer="$.emb_dim", expected=d.emb_dim, actual=cfg.emb_dim)
+        ctx.emit_for(
+            "LC158",
+            checkers,
+            f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
+            f'{cfg.emb_dim} differ: {names(checkers, "refuses|refuse")} it ("emb_dim differs")',
+            file="config.json",
+            pointer="$.emb_dim",
+            expected=d.emb_dim,
+            actual=cfg.emb_dim,
+        )
     block = d.block_size if d.block_size is not None else cfg.block_size
     if block is not None and block <= 1:
-        ctx.emit_for("LC159", checkers, f"block_size is {block}: {names(checkers, 'refuses|refuse')} "
-                     "a Domino draft with block_size <= 1", file="config.json", pointer="$.block_size",
-                     expected="> 1", actual=block)
+        ctx.emit_for(
+            "LC159",
+            checkers,
+            f"block_size is {block}: {names(checkers, 'refuses|refuse')} a Domino draft with block_size <= 1",
+            file="config.json",
+            pointer="$.block_size",
+            expected="> 1",
+            actual=block,
+        )

@@ -19,12 +19,29 @@ from lilicorr_ckpt.smoke.engine.transport import parse_engine
 from lilicorr_ckpt.smoke.options import SmokeOptions
 
 
-def run_engine_command(options: SmokeOptions, *, engine: str, api_key: str | None, concurrency: int, timeout: float,
-                       served_drafter: str | None, reference: bool, tolerance: float | None, fmt: str,
-                       out: str | None, quiet: bool) -> None:
-    engine_opts = EngineOptions(endpoint=parse_engine(engine), api_key=Secret(api_key), concurrency=concurrency,
-                                timeout=timeout, served_drafter=served_drafter, reference=reference,
-                                tolerance=tolerance)
+def run_engine_command(
+    options: SmokeOptions,
+    *,
+    engine: str,
+    api_key: str | None,
+    concurrency: int,
+    timeout: float,
+    served_drafter: str | None,
+    reference: bool,
+    tolerance: float | None,
+    fmt: str,
+    out: str | None,
+    quiet: bool,
+) -> None:
+    engine_opts = EngineOptions(
+        endpoint=parse_engine(engine),
+        api_key=Secret(api_key),
+        concurrency=concurrency,
+        timeout=timeout,
+        served_drafter=served_drafter,
+        reference=reference,
+        tolerance=tolerance,
+    )
     check_engine_options(options, engine_opts)
     progress = Progress.for_terminal(quiet, name="smoke")
 

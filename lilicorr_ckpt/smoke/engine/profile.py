@@ -121,7 +121,9 @@ class ReferenceComparison(msgspec.Struct, frozen=True, kw_only=True):
     paired_requests: int  # requests both measured per request
     tolerance: float  # the relative tau difference allowed
     tolerance_source: str  # how it was set
-    ci95: list[float] | None  # the 95% interval of engine / reference - 1 over the prompts (None: not computed)
+    ci95: (
+        list[float] | None
+    )  # the 95% interval of engine / reference - 1 over the prompts (None: not computed)
     overall: TauItem
     per_category: list[TauItem]
     positions: list[PositionItem]
@@ -165,8 +167,9 @@ class Counted(msgspec.Struct, frozen=True):
     position_accepted: list[int] | None
 
 
-def acceptance(counted: Sequence[Counted], n: int, *, requests: int, tokens: int, wall_time_s: float,
-               per_request: bool) -> EngineAcceptance:
+def acceptance(
+    counted: Sequence[Counted], n: int, *, requests: int, tokens: int, wall_time_s: float, per_request: bool
+) -> EngineAcceptance:
     """The figures over a set of requests. `counted` may be one entry for the whole run (an aggregate)."""
     blocks = sum(c.blocks for c in counted)
     accepted = sum(c.accepted for c in counted)
@@ -178,7 +181,9 @@ def acceptance(counted: Sequence[Counted], n: int, *, requests: int, tokens: int
     have_positions = all(c.position_accepted is not None for c in counted)
     cond = marg = hist = counts = None
     if have_positions:
-        pos = [sum(c.position_accepted[j] for c in counted if c.position_accepted is not None) for j in range(n)]
+        pos = [
+            sum(c.position_accepted[j] for c in counted if c.position_accepted is not None) for j in range(n)
+        ]
         reached = [blocks, *pos[:-1]]
         cond = [round(pos[j] / reached[j], 6) if reached[j] else 0.0 for j in range(n)]
         marg = [round(pos[j] / blocks, 6) if blocks else 0.0 for j in range(n)]
@@ -186,10 +191,19 @@ def acceptance(counted: Sequence[Counted], n: int, *, requests: int, tokens: int
         ends = [*reached, pos[-1] if n else blocks]  # steps that accepted at least k drafts, k = 0..n
         hist = {k + 1: ends[k] - (ends[k + 1] if k + 1 <= n else 0) for k in range(n + 1)}
     return EngineAcceptance(
-        requests=requests, blocks=blocks, accepted=accepted, mean_accept_length=round(tau, 6),
-        mean_accept_length_per_request=per_req, conditional_accept_rates=cond, marginal_accept_rates=marg,
-        acceptance_length_histogram=hist, position_counts=counts, tokens=tokens, wall_time_s=round(wall_time_s, 6),
-        tokens_per_second=round(tokens / wall_time_s, 3) if wall_time_s > 0 else 0.0)
+        requests=requests,
+        blocks=blocks,
+        accepted=accepted,
+        mean_accept_length=round(tau, 6),
+        mean_accept_length_per_request=per_req,
+        conditional_accept_rates=cond,
+        marginal_accept_rates=marg,
+        acceptance_length_histogram=hist,
+        position_counts=counts,
+        tokens=tokens,
+        wall_time_s=round(wall_time_s, 6),
+        tokens_per_second=round(tokens / wall_time_s, 3) if wall_time_s > 0 else 0.0,
+    )
 
 
 def encode(report: EngineReport) -> bytes:

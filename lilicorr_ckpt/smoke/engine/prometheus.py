@@ -63,8 +63,8 @@ def parse(text: str, wanted: Collection[str]) -> list[Sample]:
             close = line.rfind("}")
             if close < brace:
                 raise ExpositionError(f"unclosed labels in {line[:120]!r}")
-            labels = _labels(line[brace + 1:close], line)
-            rest = line[close + 1:].split()
+            labels = _labels(line[brace + 1 : close], line)
+            rest = line[close + 1 :].split()
         else:
             labels = {}
             rest = line[cut:].split() if cut != -1 else []

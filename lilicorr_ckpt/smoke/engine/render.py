@@ -32,16 +32,18 @@ def render_text(r: EngineReport, *, color: bool = False) -> str:
     head = f", K={d.candidate_topk}" if d.head else ", no head"
     sampling = "greedy" if m.temperature == 0 else f"T={m.temperature:g}, seeds {','.join(map(str, m.seeds))}"
     counts = ", ".join(f"{k} {v}" for k, v in m.probe_counts.items())
-    lines = [f"lilicorr-ckpt smoke {d.id} --engine {e.kind}",
-             f"  engine   {name} at {e.url}: target {e.served_target or '?'}, drafter "
-             f"{e.served_drafter or '(not named by the server)'}, {e.num_speculative_tokens} drafted per step",
-             f"  checked  {e.drafter_check}",
-             f"  drafter  {d.architecture or 'unknown architecture'}: B={r.block_size}{head}"
-             + (f", {d.quant_algo}" if d.quant_algo else ""),
-             f"  target   {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size} (tokenizer "
-             "and chat template applied here)",
-             f"  prompts  {counts} ({sum(m.probe_counts.values())}), up to {m.max_new_tokens} new tokens, {sampling}, "
-             f"concurrency {m.concurrency}"]
+    lines = [
+        f"lilicorr-ckpt smoke {d.id} --engine {e.kind}",
+        f"  engine   {name} at {e.url}: target {e.served_target or '?'}, drafter "
+        f"{e.served_drafter or '(not named by the server)'}, {e.num_speculative_tokens} drafted per step",
+        f"  checked  {e.drafter_check}",
+        f"  drafter  {d.architecture or 'unknown architecture'}: B={r.block_size}{head}"
+        + (f", {d.quant_algo}" if d.quant_algo else ""),
+        f"  target   {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size} (tokenizer "
+        "and chat template applied here)",
+        f"  prompts  {counts} ({sum(m.probe_counts.values())}), up to {m.max_new_tokens} new tokens, {sampling}, "
+        f"concurrency {m.concurrency}",
+    ]
     if e.launch_command:
         lines += ["  launch   " + e.launch_command.replace("\n", "\n           ")]
 
@@ -55,12 +57,20 @@ def render_text(r: EngineReport, *, color: bool = False) -> str:
         item = ref_by_scope.get(scope)
         extra = ""
         if cmp is not None:
-            extra = f"  {item.reference:9.3f}  {item.relative_delta:+7.1%}" if item is not None else f"  {'n/a':>9}"
-        tau = f"{acc.mean_accept_length:8.3f}" if acc.blocks else f"{'n/a':>8}"  # no step: every request ended at once
+            extra = (
+                f"  {item.reference:9.3f}  {item.relative_delta:+7.1%}"
+                if item is not None
+                else f"  {'n/a':>9}"
+            )
+        tau = (
+            f"{acc.mean_accept_length:8.3f}" if acc.blocks else f"{'n/a':>8}"
+        )  # no step: every request ended at once
         lines.append(f"{scope[:10]:<10} {acc.requests:8d} {tau}{extra}")
     if not r.per_request:
-        lines.append(f"(the engine reports acceptance for the whole run only at concurrency {m.concurrency}: no "
-                     "per-category or per-request figures)")
+        lines.append(
+            f"(the engine reports acceptance for the whole run only at concurrency {m.concurrency}: no "
+            "per-category or per-request figures)"
+        )
     a = r.acceptance
     if a.conditional_accept_rates is not None:
         lines += ["", "acceptance by position (cond = given the earlier ones; marg = all up to it)"]
@@ -76,18 +86,25 @@ def render_text(r: EngineReport, *, color: bool = False) -> str:
         hist = " ".join(f"{k}:{v}" for k, v in a.acceptance_length_histogram.items())
         lines.append(f"accept lengths (engine, bonus token included): {hist}")
     tp = r.throughput
-    lines += ["", f"throughput  {tp.tokens_per_second:.1f} tokens/s, {tp.requests_per_second:.2f} requests/s at "
-              f"concurrency {tp.concurrency} ({tp.tokens} tokens, {tp.requests} requests in {tp.wall_time_s:.1f} s; "
-              f"mean latency {tp.mean_latency_s:.2f} s), measured here end to end"]
+    lines += [
+        "",
+        f"throughput  {tp.tokens_per_second:.1f} tokens/s, {tp.requests_per_second:.2f} requests/s at "
+        f"concurrency {tp.concurrency} ({tp.tokens} tokens, {tp.requests} requests in {tp.wall_time_s:.1f} s; "
+        f"mean latency {tp.mean_latency_s:.2f} s), measured here end to end",
+    ]
     if tp.engine_tokens_per_second is not None and tp.engine_time_s is not None:
         clock = "meta_info e2e_latency" if r.engine.kind == "sglang" else "e2e_request_latency_seconds"
-        lines.append(f"            {tp.engine_tokens_per_second:.1f} tokens/s per request as the engine timed them "
-                     f"({clock}: {tp.engine_time_s:.1f} s over the {tp.requests} requests, without the network)")
+        lines.append(
+            f"            {tp.engine_tokens_per_second:.1f} tokens/s per request as the engine timed them "
+            f"({clock}: {tp.engine_time_s:.1f} s over the {tp.requests} requests, without the network)"
+        )
     if cmp is not None:
         lines.append(f"reference   {cmp.source} ({cmp.arm} arm; {cmp.device}, {cmp.dtype})")
 
-    lines = [printable(line) if "\n" not in line else "\n".join(printable(x) for x in line.split("\n"))
-             for line in lines] + ["", "gates"]
+    lines = [
+        printable(line) if "\n" not in line else "\n".join(printable(x) for x in line.split("\n"))
+        for line in lines
+    ] + ["", "gates"]
     for g in r.gates:
         lines.append(f"  {paint(_LABEL[g.status], g.status)}  {printable(g.name):<17} {printable(g.summary)}")
         lines += [f"        {printable(detail)}" for detail in g.details]
@@ -96,8 +113,11 @@ def render_text(r: EngineReport, *, color: bool = False) -> str:
     ran = len(r.gates) - skipped
     tail = f" ({skipped} skipped)" if skipped else ""
     word = "gate" if ran == 1 else "gates"
-    verdict = (paint("FAIL", "fail") + f" {failed} of {ran} {word} failed" if failed
-               else paint("PASS", "pass") + f" {ran} {word} passed")
+    verdict = (
+        paint("FAIL", "fail") + f" {failed} of {ran} {word} failed"
+        if failed
+        else paint("PASS", "pass") + f" {ran} {word} passed"
+    )
     return "\n".join([*lines, "", verdict + tail]) + "\n"
 
 
@@ -106,12 +126,20 @@ def render_junit(r: EngineReport) -> str:
     for g in r.gates:
         summary, text = printable(g.summary), "\n".join(printable(line) for line in [g.summary, *g.details])
         if g.status == "fail":
-            body = f"<failure message={quoteattr(summary[:300])} type=\"lilicorr-ckpt\">{escape(text)}</failure>"
+            body = (
+                f'<failure message={quoteattr(summary[:300])} type="lilicorr-ckpt">{escape(text)}</failure>'
+            )
         elif g.status == "skip":
             body = f"<skipped message={quoteattr(summary[:300])}/>"
         else:
             body = f"<system-out>{escape(text)}</system-out>"
-        cases.append(f'  <testcase classname="lilicorr-ckpt.smoke.engine" name={quoteattr(printable(g.name))}>'
-                     f"{body}</testcase>")
-    return junit_suite(f"{r.draft_checkpoint.id} --engine {r.engine.kind}", cases,
-                       sum(g.status == "fail" for g in r.gates), sum(g.status == "skip" for g in r.gates))
+        cases.append(
+            f'  <testcase classname="lilicorr-ckpt.smoke.engine" name={quoteattr(printable(g.name))}>'
+            f"{body}</testcase>"
+        )
+    return junit_suite(
+        f"{r.draft_checkpoint.id} --engine {r.engine.kind}",
+        cases,
+        sum(g.status == "fail" for g in r.gates),
+        sum(g.status == "skip" for g in r.gates),
+    )

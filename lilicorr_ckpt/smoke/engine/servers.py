@@ -107,7 +107,7 @@ def checkpoint_names(location: str) -> set[str]:
         names.add("/".join(parts[-2:]))
     for i, part in enumerate(parts):
         if part.startswith("models--") and part.count("--") >= 2:
-            repo = part[len("models--"):].replace("--", "/", 1)
+            repo = part[len("models--") :].replace("--", "/", 1)
             names |= {repo, repo.rsplit("/", 1)[-1]}  # org/name, and name: a local copy's directory
             if i + 2 < len(parts) and parts[i + 1] == "snapshots":
                 names.discard(parts[-1])  # a commit hash names nothing by itself
@@ -126,36 +126,51 @@ def _indented(command: str) -> str:
 
 
 def _not_this_drafter(kind: str, served: str, expect: Expectation) -> EngineRefused:
-    return EngineRefused(f"the {kind} server serves another drafter: {printable(served)!r}",
-                         [f"this run measures {printable(expect.drafter_names[0])!r} (names it may go by: "
-                          f"{', '.join(sorted(printable(n) for n in expect.drafter_names))})",
-                          "if the server's copy is this checkpoint under another name, pass --served-drafter NAME",
-                          f"otherwise restart the server with this drafter:{_indented(expect.launch)}"])
+    return EngineRefused(
+        f"the {kind} server serves another drafter: {printable(served)!r}",
+        [
+            f"this run measures {printable(expect.drafter_names[0])!r} (names it may go by: "
+            f"{', '.join(sorted(printable(n) for n in expect.drafter_names))})",
+            "if the server's copy is this checkpoint under another name, pass --served-drafter NAME",
+            f"otherwise restart the server with this drafter:{_indented(expect.launch)}",
+        ],
+    )
 
 
 def sampling(temperature: float) -> dict[str, float]:
     """The sampling parameters spelled out, so that no server default (a model's generation_config.json may set
     top_p, top_k or a repetition penalty) changes what the reference runtime does: temperature only."""
-    return {"temperature": temperature, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0,
-            "frequency_penalty": 0.0, "presence_penalty": 0.0}
+    return {
+        "temperature": temperature,
+        "top_p": 1.0,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "frequency_penalty": 0.0,
+        "presence_penalty": 0.0,
+    }
 
 
 def _echo_check(client: Client, sent: Sequence[int], echoed: Sequence[int] | None) -> None:
     if echoed is not None and list(echoed) != list(sent):
-        raise EngineError(f"{client.endpoint.url} decoded another prompt than it was sent ({len(echoed)} tokens back "
-                          f"for {len(sent)} sent): the server truncates or rewrites prompts, so its acceptance is "
-                          "not that of the probes")
+        raise EngineError(
+            f"{client.endpoint.url} decoded another prompt than it was sent ({len(echoed)} tokens back "
+            f"for {len(sent)} sent): the server truncates or rewrites prompts, so its acceptance is "
+            "not that of the probes"
+        )
 
 
 def _ids(values: Sequence[int], vocab: int, client: Client, what: str) -> list[int]:
     bad = [v for v in values if not 0 <= v < vocab]
     if bad:
-        raise EngineError(f"{client.endpoint.url}: {what} holds token id {bad[0]}, outside the target's vocabulary "
-                          f"({vocab}): the server serves another model")
+        raise EngineError(
+            f"{client.endpoint.url}: {what} holds token id {bad[0]}, outside the target's vocabulary "
+            f"({vocab}): the server serves another model"
+        )
     return list(values)
 
 
 # ---- SGLang --------------------------------------------------------------------------------------------------
+
 
 class SGLangServerInfo(msgspec.Struct, frozen=True):
     # UNSET (the key absent, not null): not SGLang's reply, which lists every server argument
@@ -210,85 +225,158 @@ class SGLang:
         if reply.status == 404:  # the name before 0.5.x
             reply = c.get("/get_server_info", SERVER_INFO_LIMIT, accept=(200, 404))
         if reply.status == 404:
-            raise EngineError(f"{c.endpoint.url} has no /server_info or /get_server_info: it is not an SGLang server "
-                              "(for vLLM use --engine vllm=URL)")
+            raise EngineError(
+                f"{c.endpoint.url} has no /server_info or /get_server_info: it is not an SGLang server "
+                "(for vLLM use --engine vllm=URL)"
+            )
         info = c.decode(reply, SGLangServerInfo, f"{c.where('/server_info')}")
         if info.model_path is msgspec.UNSET or info.speculative_algorithm is msgspec.UNSET:
-            raise EngineError(f"{c.where('/server_info')} does not list SGLang's server arguments (model_path, "
-                              "speculative_algorithm): it is not an SGLang server (for vLLM use --engine vllm=URL)")
+            raise EngineError(
+                f"{c.where('/server_info')} does not list SGLang's server arguments (model_path, "
+                "speculative_algorithm): it is not an SGLang server (for vLLM use --engine vllm=URL)"
+            )
         algorithm = info.speculative_algorithm
         if not algorithm:
-            raise EngineRefused("the SGLang server decodes without a drafter (its speculative_algorithm is unset)",
-                                [f"restart it with this drafter:{_indented(expect.launch)}"])
+            raise EngineRefused(
+                "the SGLang server decodes without a drafter (its speculative_algorithm is unset)",
+                [f"restart it with this drafter:{_indented(expect.launch)}"],
+            )
         if algorithm.upper() != "DFLASH":
-            raise EngineRefused(f"the SGLang server runs speculative algorithm {c.scrub(algorithm)!r}, not DFLASH "
-                                "(the algorithm that serves DFlash-family drafters)",
-                                [f"restart it with this drafter:{_indented(expect.launch)}"])
+            raise EngineRefused(
+                f"the SGLang server runs speculative algorithm {c.scrub(algorithm)!r}, not DFLASH "
+                "(the algorithm that serves DFlash-family drafters)",
+                [f"restart it with this drafter:{_indented(expect.launch)}"],
+            )
         served = info.speculative_draft_model_path or ""
         if not _drafter_matches(served, expect):
             raise _not_this_drafter("SGLang", c.scrub(served) or "(none)", expect)
         window = info.speculative_num_draft_tokens
         if window != expect.block_size:
-            raise EngineRefused(f"the SGLang server verifies {window} tokens per step (speculative_num_draft_tokens), "
-                                f"but this drafter's block is {expect.block_size}",
-                                ["start it without --speculative-num-draft-tokens (DFLASH reads the block size from "
-                                 f"the drafter's config):{_indented(expect.launch)}"])
+            raise EngineRefused(
+                f"the SGLang server verifies {window} tokens per step (speculative_num_draft_tokens), "
+                f"but this drafter's block is {expect.block_size}",
+                [
+                    "start it without --speculative-num-draft-tokens (DFLASH reads the block size from "
+                    f"the drafter's config):{_indented(expect.launch)}"
+                ],
+            )
         self.n = window - 1
         self.context_length = info.context_length
-        return ServerRecord(kind="sglang", url=c.endpoint.url, version=_text(c, info.version),
-                            served_target=_text(c, info.model_path or None), served_drafter=c.scrub(served),
-                            method=c.scrub(algorithm), num_speculative_tokens=self.n,
-                            drafter_check=(f"/server_info: speculative_algorithm {c.scrub(algorithm)}, draft model "
-                                           f"{c.scrub(served)!r}, {window} tokens verified per step"),
-                            max_model_len=info.context_length)
+        return ServerRecord(
+            kind="sglang",
+            url=c.endpoint.url,
+            version=_text(c, info.version),
+            served_target=_text(c, info.model_path or None),
+            served_drafter=c.scrub(served),
+            method=c.scrub(algorithm),
+            num_speculative_tokens=self.n,
+            drafter_check=(
+                f"/server_info: speculative_algorithm {c.scrub(algorithm)}, draft model "
+                f"{c.scrub(served)!r}, {window} tokens verified per step"
+            ),
+            max_model_len=info.context_length,
+        )
 
-    def body(self, prompt: Sequence[int], max_new_tokens: int, temperature: float, seed: int,
-             eos: Sequence[int], rid: str) -> dict[str, Any]:
-        params: dict[str, Any] = {"max_new_tokens": max_new_tokens, **sampling(temperature), "top_k": -1,
-                                  "stop_token_ids": list(eos), "ignore_eos": False, "no_stop_trim": True}
+    def body(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        eos: Sequence[int],
+        rid: str,
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "max_new_tokens": max_new_tokens,
+            **sampling(temperature),
+            "top_k": -1,
+            "stop_token_ids": list(eos),
+            "ignore_eos": False,
+            "no_stop_trim": True,
+        }
         if temperature > 0:
             params["sampling_seed"] = seed
-        return {"rid": rid, "input_ids": list(prompt), "sampling_params": params, "stream": False,
-                "return_prompt_token_ids": True}
+        return {
+            "rid": rid,
+            "input_ids": list(prompt),
+            "sampling_params": params,
+            "stream": False,
+            "return_prompt_token_ids": True,
+        }
 
-    def generate(self, prompt: Sequence[int], max_new_tokens: int, temperature: float, seed: int,
-                 eos: Sequence[int], rid: str) -> Generation:
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        eos: Sequence[int],
+        rid: str,
+    ) -> Generation:
         c = self.client
         begin = time.perf_counter()
-        reply = c.post_json("/generate", self.body(prompt, max_new_tokens, temperature, seed, eos, rid),
-                            generate_limit(max_new_tokens))
+        reply = c.post_json(
+            "/generate",
+            self.body(prompt, max_new_tokens, temperature, seed, eos, rid),
+            generate_limit(max_new_tokens),
+        )
         latency = time.perf_counter() - begin
         answer: SGLangReply = c.decode(reply, SGLangReply, f"the reply of {c.where('/generate')}")
         _echo_check(c, prompt, answer.prompt_token_ids)
         meta = answer.meta_info
         finish = meta.finish_reason
         if finish is not None and finish.type == "abort":
-            raise EngineError(f"{c.where('/generate')} aborted the request: {c.scrub(finish.message or 'no reason')}")
+            raise EngineError(
+                f"{c.where('/generate')} aborted the request: {c.scrub(finish.message or 'no reason')}"
+            )
         blocks, accepted = meta.spec_verify_ct, meta.spec_num_correct_drafts
         histogram = meta.spec_correct_drafts_histogram
         where = f"{c.where('/generate')} meta_info"
         if min(blocks, accepted, meta.completion_tokens) < 0 or accepted > blocks * self.n:
-            raise EngineError(f"{where}: {accepted} accepted drafts over {blocks} steps of {self.n} drafts, "
-                              f"{meta.completion_tokens} tokens: not counts a server can report")
+            raise EngineError(
+                f"{where}: {accepted} accepted drafts over {blocks} steps of {self.n} drafts, "
+                f"{meta.completion_tokens} tokens: not counts a server can report"
+            )
         positions: list[int] | None = None
         if histogram and blocks:
-            if len(histogram) > self.n + 1 or any(h < 0 for h in histogram) or sum(histogram) != blocks or \
-                    sum(k * h for k, h in enumerate(histogram)) != accepted:
-                raise EngineError(f"{where}: spec_correct_drafts_histogram {histogram[:self.n + 2]} does not add up to "
-                                  f"{blocks} steps and {accepted} accepted drafts of at most {self.n} each")
+            if (
+                len(histogram) > self.n + 1
+                or any(h < 0 for h in histogram)
+                or sum(histogram) != blocks
+                or sum(k * h for k, h in enumerate(histogram)) != accepted
+            ):
+                raise EngineError(
+                    f"{where}: spec_correct_drafts_histogram {histogram[: self.n + 2]} does not add up to "
+                    f"{blocks} steps and {accepted} accepted drafts of at most {self.n} each"
+                )
             positions = [sum(histogram[k] for k in range(j + 1, len(histogram))) for j in range(self.n)]
         elif not blocks:
             positions = [0] * self.n
         matched = finish.matched if finish is not None and isinstance(finish.matched, int) else None
-        if meta.e2e_latency is not None and not (math.isfinite(meta.e2e_latency) and 0 <= meta.e2e_latency <= 1e6):
+        if meta.e2e_latency is not None and not (
+            math.isfinite(meta.e2e_latency) and 0 <= meta.e2e_latency <= 1e6
+        ):
             raise EngineError(f"{where}: e2e_latency {meta.e2e_latency!r} is not the seconds a request took")
-        reported = {k: float(v) for k, v in (("spec_accept_length", meta.spec_accept_length),
-                                             ("spec_accept_rate", meta.spec_accept_rate)) if v is not None}
-        return Generation(output_ids=_ids(answer.output_ids, self.vocab, c, "output_ids"),
-                          completion_tokens=meta.completion_tokens,
-                          finish=(finish.type or "other") if finish is not None else "other", stop_token=matched,
-                          latency_s=latency, blocks=blocks, accepted=accepted, position_accepted=positions,
-                          reported=reported, engine_latency_s=meta.e2e_latency)
+        reported = {
+            k: float(v)
+            for k, v in (
+                ("spec_accept_length", meta.spec_accept_length),
+                ("spec_accept_rate", meta.spec_accept_rate),
+            )
+            if v is not None
+        }
+        return Generation(
+            output_ids=_ids(answer.output_ids, self.vocab, c, "output_ids"),
+            completion_tokens=meta.completion_tokens,
+            finish=(finish.type or "other") if finish is not None else "other",
+            stop_token=matched,
+            latency_s=latency,
+            blocks=blocks,
+            accepted=accepted,
+            position_accepted=positions,
+            reported=reported,
+            engine_latency_s=meta.e2e_latency,
+        )
 
 
 def _text(client: Client, value: str | None) -> str | None:
@@ -376,10 +464,14 @@ class SpecCounters(msgspec.Struct, frozen=True):
             request_seconds = self.request_seconds - before.request_seconds
             if self.requests_timed is not None and before.requests_timed is not None:
                 requests_timed = self.requests_timed - before.requests_timed
-        return SpecCounters(self.drafts - before.drafts, self.draft_tokens - before.draft_tokens,
-                            self.accepted - before.accepted,
-                            tuple(a - b for a, b in zip(self.per_position, before.per_position, strict=True)),
-                            request_seconds=request_seconds, requests_timed=requests_timed)
+        return SpecCounters(
+            self.drafts - before.drafts,
+            self.draft_tokens - before.draft_tokens,
+            self.accepted - before.accepted,
+            tuple(a - b for a, b in zip(self.per_position, before.per_position, strict=True)),
+            request_seconds=request_seconds,
+            requests_timed=requests_timed,
+        )
 
 
 class VLLM:
@@ -403,42 +495,69 @@ class VLLM:
         base = models.data[0]  # the base model comes first; LoRA adapters follow it
         self.model_id = base.id
         version_reply = c.get("/version", SMALL_LIMIT, accept=(200, 404))
-        version = c.decode(version_reply, VLLMVersion, c.where("/version")).version if version_reply.status == 200 \
+        version = (
+            c.decode(version_reply, VLLMVersion, c.where("/version")).version
+            if version_reply.status == 200
             else None
+        )
         counters = self.counters()
         if counters is None:
-            raise EngineRefused("the vLLM server decodes without a drafter: its /metrics has no "
-                                f"{ACCEPTED_PER_POS}{COUNTER_SUFFIX} counters",
-                                [f"restart it with this drafter:{_indented(expect.launch)}"])
+            raise EngineRefused(
+                "the vLLM server decodes without a drafter: its /metrics has no "
+                f"{ACCEPTED_PER_POS}{COUNTER_SUFFIX} counters",
+                [f"restart it with this drafter:{_indented(expect.launch)}"],
+            )
         self.n = len(counters.per_position)
         if self.n != expect.num_speculative_tokens:
-            raise EngineRefused(f"the vLLM server drafts {self.n} tokens per step (num_speculative_tokens), this run "
-                                f"measures {expect.num_speculative_tokens}",
-                                [f"restart it with:{_indented(expect.launch)}",
-                                 "or pass --num-speculative-tokens to measure at the server's setting"])
+            raise EngineRefused(
+                f"the vLLM server drafts {self.n} tokens per step (num_speculative_tokens), this run "
+                f"measures {expect.num_speculative_tokens}",
+                [
+                    f"restart it with:{_indented(expect.launch)}",
+                    "or pass --num-speculative-tokens to measure at the server's setting",
+                ],
+            )
         info_reply = c.get("/server_info?config_format=json", SERVER_INFO_LIMIT, accept=(200, 404))
         served_drafter = method = None
         if info_reply.status == 200:
-            spec = c.decode(info_reply, VLLMServerInfo, c.where("/server_info")).vllm_config.speculative_config
+            spec = c.decode(
+                info_reply, VLLMServerInfo, c.where("/server_info")
+            ).vllm_config.speculative_config
             if spec is None or not spec.model:
-                raise EngineRefused("the vLLM server's /server_info shows no speculative_config",
-                                    [f"restart it with this drafter:{_indented(expect.launch)}"])
+                raise EngineRefused(
+                    "the vLLM server's /server_info shows no speculative_config",
+                    [f"restart it with this drafter:{_indented(expect.launch)}"],
+                )
             served_drafter, method = c.scrub(spec.model), c.scrub(spec.method or "")
             if (spec.method or "").lower() != "dflash":
-                raise EngineRefused(f"the vLLM server runs speculative method {method!r}, not dflash (the method that "
-                                    "serves DFlash-family drafters)", [f"restart it with:{_indented(expect.launch)}"])
+                raise EngineRefused(
+                    f"the vLLM server runs speculative method {method!r}, not dflash (the method that "
+                    "serves DFlash-family drafters)",
+                    [f"restart it with:{_indented(expect.launch)}"],
+                )
             if not _drafter_matches(spec.model, expect):
                 raise _not_this_drafter("vLLM", served_drafter, expect)
-            check = (f"/server_info: speculative_config method {method}, model {served_drafter!r}; /metrics: "
-                     f"{self.n} draft positions")
+            check = (
+                f"/server_info: speculative_config method {method}, model {served_drafter!r}; /metrics: "
+                f"{self.n} draft positions"
+            )
         else:
-            check = (f"/metrics: speculative decoding with {self.n} draft positions; vLLM names its drafter only in "
-                     "/server_info (served with VLLM_SERVER_DEV_MODE=1), so the drafter's identity rests on the "
-                     "acceptance comparison")
-        return ServerRecord(kind="vllm", url=c.endpoint.url, version=_text(c, version),
-                            served_target=_text(c, base.root or base.id), served_drafter=served_drafter,
-                            method=method, num_speculative_tokens=self.n, drafter_check=check,
-                            max_model_len=base.max_model_len)
+            check = (
+                f"/metrics: speculative decoding with {self.n} draft positions; vLLM names its drafter only in "
+                "/server_info (served with VLLM_SERVER_DEV_MODE=1), so the drafter's identity rests on the "
+                "acceptance comparison"
+            )
+        return ServerRecord(
+            kind="vllm",
+            url=c.endpoint.url,
+            version=_text(c, version),
+            served_target=_text(c, base.root or base.id),
+            served_drafter=served_drafter,
+            method=method,
+            num_speculative_tokens=self.n,
+            drafter_check=check,
+            max_model_len=base.max_model_len,
+        )
 
     def counters(self) -> SpecCounters | None:
         """The counters now; None when the server exports none (it decodes without a drafter)."""
@@ -473,41 +592,76 @@ class VLLM:
         if not per_pos:
             return None
         if sorted(per_pos) != list(range(len(per_pos))):
-            raise EngineError(f"{c.where('/metrics')}: {ACCEPTED_PER_POS} positions {sorted(per_pos)[:10]} are not 0..n-1")
-        return SpecCounters(totals[DRAFTS + COUNTER_SUFFIX], totals[DRAFT_TOKENS + COUNTER_SUFFIX],
-                            totals[ACCEPTED + COUNTER_SUFFIX], tuple(per_pos[i] for i in range(len(per_pos))),
-                            request_seconds=seconds if timed is not None else None,
-                            requests_timed=timed if seconds is not None else None)
+            raise EngineError(
+                f"{c.where('/metrics')}: {ACCEPTED_PER_POS} positions {sorted(per_pos)[:10]} are not 0..n-1"
+            )
+        return SpecCounters(
+            totals[DRAFTS + COUNTER_SUFFIX],
+            totals[DRAFT_TOKENS + COUNTER_SUFFIX],
+            totals[ACCEPTED + COUNTER_SUFFIX],
+            tuple(per_pos[i] for i in range(len(per_pos))),
+            request_seconds=seconds if timed is not None else None,
+            requests_timed=timed if seconds is not None else None,
+        )
 
-    def body(self, prompt: Sequence[int], max_new_tokens: int, temperature: float, seed: int,
-             eos: Sequence[int]) -> dict[str, Any]:
-        body: dict[str, Any] = {"model": self.model_id, "prompt": list(prompt), "max_tokens": max_new_tokens,
-                                **sampling(temperature), "top_k": 0, "n": 1, "stream": False,
-                                "stop_token_ids": list(eos), "ignore_eos": False, "return_token_ids": True}
+    def body(
+        self, prompt: Sequence[int], max_new_tokens: int, temperature: float, seed: int, eos: Sequence[int]
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.model_id,
+            "prompt": list(prompt),
+            "max_tokens": max_new_tokens,
+            **sampling(temperature),
+            "top_k": 0,
+            "n": 1,
+            "stream": False,
+            "stop_token_ids": list(eos),
+            "ignore_eos": False,
+            "return_token_ids": True,
+        }
         if temperature > 0:
             body["seed"] = seed
         return body
 
-    def generate(self, prompt: Sequence[int], max_new_tokens: int, temperature: float, seed: int,
-                 eos: Sequence[int], rid: str) -> Generation:
+    def generate(
+        self,
+        prompt: Sequence[int],
+        max_new_tokens: int,
+        temperature: float,
+        seed: int,
+        eos: Sequence[int],
+        rid: str,
+    ) -> Generation:
         c = self.client
         begin = time.perf_counter()
-        reply = c.post_json("/v1/completions", self.body(prompt, max_new_tokens, temperature, seed, eos),
-                            generate_limit(max_new_tokens))
+        reply = c.post_json(
+            "/v1/completions",
+            self.body(prompt, max_new_tokens, temperature, seed, eos),
+            generate_limit(max_new_tokens),
+        )
         latency = time.perf_counter() - begin
         answer: VLLMCompletion = c.decode(reply, VLLMCompletion, f"the reply of {c.where('/v1/completions')}")
         if not answer.choices:
             raise EngineError(f"{c.where('/v1/completions')} answered no choice")
         choice = answer.choices[0]
         if choice.token_ids is None:
-            raise EngineError(f"{c.where('/v1/completions')} returned no token_ids although asked "
-                              "(return_token_ids): vLLM before 0.10 cannot be measured")
+            raise EngineError(
+                f"{c.where('/v1/completions')} returned no token_ids although asked "
+                "(return_token_ids): vLLM before 0.10 cannot be measured"
+            )
         _echo_check(c, prompt, choice.prompt_token_ids)
         tokens = _ids(choice.token_ids, self.vocab, c, "token_ids")
-        completion = answer.usage.completion_tokens if answer.usage.completion_tokens is not None else len(tokens)
+        completion = (
+            answer.usage.completion_tokens if answer.usage.completion_tokens is not None else len(tokens)
+        )
         stop = choice.stop_reason if isinstance(choice.stop_reason, int) else None
-        return Generation(output_ids=tokens, completion_tokens=completion, finish=choice.finish_reason or "other",
-                          stop_token=stop, latency_s=latency)
+        return Generation(
+            output_ids=tokens,
+            completion_tokens=completion,
+            finish=choice.finish_reason or "other",
+            stop_token=stop,
+            latency_s=latency,
+        )
 
     def steady_counters(self) -> SpecCounters:
         """The counters once they have not moved for METRICS_QUIET_S (at most METRICS_SETTLE_S): what an earlier
@@ -518,7 +672,9 @@ class VLLM:
     def _counters_or_fail(self) -> SpecCounters:
         now = self.counters()
         if now is None:
-            raise EngineError(f"{self.client.where('/metrics')} no longer exports the speculative-decoding counters")
+            raise EngineError(
+                f"{self.client.where('/metrics')} no longer exports the speculative-decoding counters"
+            )
         return now
 
     def _quiet(self, now: SpecCounters, done: Any) -> SpecCounters:
@@ -532,8 +688,9 @@ class VLLM:
                 now, since = later, time.monotonic()
         return now
 
-    def settled_delta(self, before: SpecCounters, generation: Generation,
-                      requests: int = 1) -> tuple[SpecCounters, SpecCounters]:
+    def settled_delta(
+        self, before: SpecCounters, generation: Generation, requests: int = 1
+    ) -> tuple[SpecCounters, SpecCounters]:
         """(counters now, delta since `before`) for the request(s) just answered (`generation` stands for all of
         them: its completion_tokens - 1 is their tokens after the prefills'). The counters are updated as the
         server logs the step, which may come a moment after the reply: they are read again until they account for
@@ -541,35 +698,59 @@ class VLLM:
         c = self.client
         # every token after the prefill's came out of a counted step, or the counters stopped moving (a request may
         # have steps without drafts: the counters count drafted steps only)
-        now = self._quiet(self._counters_or_fail(), lambda counters: (
-            counters.drafts - before.drafts + counters.accepted - before.accepted
-            >= generation.completion_tokens - 1
-            and (counters.requests_timed is None or before.requests_timed is None
-                 or counters.requests_timed - before.requests_timed >= requests)))
+        now = self._quiet(
+            self._counters_or_fail(),
+            lambda counters: (
+                counters.drafts - before.drafts + counters.accepted - before.accepted
+                >= generation.completion_tokens - 1
+                and (
+                    counters.requests_timed is None
+                    or before.requests_timed is None
+                    or counters.requests_timed - before.requests_timed >= requests
+                )
+            ),
+        )
         delta = now.minus(before)
         if min(delta.drafts, delta.draft_tokens, delta.accepted, *delta.per_position, 0) < 0:
-            raise EngineError(f"{c.where('/metrics')}: the speculative-decoding counters went down: the server "
-                              "restarted during the run")
+            raise EngineError(
+                f"{c.where('/metrics')}: the speculative-decoding counters went down: the server "
+                "restarted during the run"
+            )
         if delta.drafts == 0 and generation.completion_tokens > self.n + 2:
-            raise EngineError(f"{c.where('/metrics')}: the speculative-decoding counters did not move during a request "
-                              f"of {generation.completion_tokens} tokens: the server keeps no statistics (started with "
-                              "--disable-log-stats?); restart it without that flag")
+            raise EngineError(
+                f"{c.where('/metrics')}: the speculative-decoding counters did not move during a request "
+                f"of {generation.completion_tokens} tokens: the server keeps no statistics (started with "
+                "--disable-log-stats?); restart it without that flag"
+            )
         if sum(delta.per_position) != delta.accepted:
-            raise EngineError(f"{c.where('/metrics')}: accepted tokens per position {list(delta.per_position)} do not "
-                              f"add up to the {delta.accepted} accepted tokens")
+            raise EngineError(
+                f"{c.where('/metrics')}: accepted tokens per position {list(delta.per_position)} do not "
+                f"add up to the {delta.accepted} accepted tokens"
+            )
         if delta.drafts + delta.accepted > generation.completion_tokens - 1 + 2 * (self.n + 1) * requests:
-            raise EngineError(f"{c.where('/metrics')}: the counters moved by {delta.drafts} steps and {delta.accepted} "
-                              f"accepted tokens during a request of {generation.completion_tokens} tokens: another "
-                              "client is using the server, and per-request figures need it to themselves")
+            raise EngineError(
+                f"{c.where('/metrics')}: the counters moved by {delta.drafts} steps and {delta.accepted} "
+                f"accepted tokens during a request of {generation.completion_tokens} tokens: another "
+                "client is using the server, and per-request figures need it to themselves"
+            )
         return now, delta
 
 
 def with_counters(generation: Generation, delta: SpecCounters, requests: int = 1) -> Generation:
     """The generation with the acceptance and, when the histogram counted exactly these requests, the engine's own
     time (the sum of their latencies) read from the counters' delta around it."""
-    timed = delta.request_seconds if delta.requests_timed == requests and delta.request_seconds is not None else None
-    return msgspec.structs.replace(generation, blocks=delta.drafts, accepted=delta.accepted,
-                                   position_accepted=list(delta.per_position), engine_latency_s=timed)
+    timed = (
+        delta.request_seconds
+        if delta.requests_timed == requests and delta.request_seconds is not None
+        else None
+    )
+    return msgspec.structs.replace(
+        generation,
+        blocks=delta.drafts,
+        accepted=delta.accepted,
+        position_accepted=list(delta.per_position),
+        engine_latency_s=timed,
+    )
 
 
 def drafter_names(path: str) -> tuple[str, ...]:
@@ -582,5 +763,17 @@ def drafter_names(path: str) -> tuple[str, ...]:
     return (first, *sorted(names - {first}))
 
 
-__all__ = ["SGLang", "VLLM", "EngineError", "EngineRefused", "EngineUnreachable", "Expectation", "Generation",
-           "ServerRecord", "SpecCounters", "checkpoint_names", "drafter_names", "with_counters"]
+__all__ = [
+    "SGLang",
+    "VLLM",
+    "EngineError",
+    "EngineRefused",
+    "EngineUnreachable",
+    "Expectation",
+    "Generation",
+    "ServerRecord",
+    "SpecCounters",
+    "checkpoint_names",
+    "drafter_names",
+    "with_counters",
+]

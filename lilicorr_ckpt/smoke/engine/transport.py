@@ -66,8 +66,10 @@ def parse_engine(value: str) -> Endpoint:
     kind, sep, url = value.partition("=")
     kind = kind.strip().lower()
     if not sep or kind not in ENGINES or not url.strip():
-        raise UsageError(f"--engine takes sglang=URL or vllm=URL (e.g. sglang=http://localhost:30000), got "
-                         f"{printable(redact(value))!r}")
+        raise UsageError(
+            f"--engine takes sglang=URL or vllm=URL (e.g. sglang=http://localhost:30000), got "
+            f"{printable(redact(value))!r}"
+        )
     url = url.strip()
     if "://" not in url:
         url = "http://" + url
@@ -77,17 +79,26 @@ def parse_engine(value: str) -> Endpoint:
     except ValueError as exc:
         raise UsageError(f"--engine {kind}=...: not a URL ({exc})") from None
     if parts.username is not None or parts.password is not None:
-        raise UsageError(f"--engine {kind}={printable(redact(url))}: credentials do not go in the URL; give the key "
-                         f"with --api-key or the {API_KEY_ENV} environment variable")
+        raise UsageError(
+            f"--engine {kind}={printable(redact(url))}: credentials do not go in the URL; give the key "
+            f"with --api-key or the {API_KEY_ENV} environment variable"
+        )
     if parts.scheme not in ("http", "https"):
         raise UsageError(f"--engine {kind}=...: the URL scheme must be http or https, got {parts.scheme!r}")
     if not parts.hostname:
         raise UsageError(f"--engine {kind}=...: the URL names no host")
     if parts.query or parts.fragment:
-        raise UsageError(f"--engine {kind}=...: the URL must be the server's base address, without ?query or #fragment")
+        raise UsageError(
+            f"--engine {kind}=...: the URL must be the server's base address, without ?query or #fragment"
+        )
     default_port = {"sglang": 30000, "vllm": 8000}[kind] if parts.scheme == "http" else 443
-    return Endpoint(kind=kind, scheme=parts.scheme, host=parts.hostname, port=port or default_port,
-                    base_path=parts.path.rstrip("/"))
+    return Endpoint(
+        kind=kind,
+        scheme=parts.scheme,
+        host=parts.hostname,
+        port=port or default_port,
+        base_path=parts.path.rstrip("/"),
+    )
 
 
 class Reply(msgspec.Struct, frozen=True):
@@ -99,8 +110,15 @@ class Reply(msgspec.Struct, frozen=True):
 class Client:
     """One server, many requests (from several threads: each request has its own connection)."""
 
-    def __init__(self, endpoint: Endpoint, *, api_key: str | None, timeout: float = DEFAULT_TIMEOUT,
-                 notify: Callable[[str], None] | None = None, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        *,
+        api_key: str | None,
+        timeout: float = DEFAULT_TIMEOUT,
+        notify: Callable[[str], None] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.endpoint = endpoint
         self._api_key = api_key or None
         self.timeout = timeout
@@ -128,8 +146,9 @@ class Client:
     def post_json(self, path: str, payload: Any, limit: int, *, accept: tuple[int, ...] = (200,)) -> Reply:
         return self.request("POST", path, json.dumps(payload).encode(), limit, accept=accept)
 
-    def request(self, method: str, path: str, body: bytes | None, limit: int, *,
-                accept: tuple[int, ...] = (200,)) -> Reply:
+    def request(
+        self, method: str, path: str, body: bytes | None, limit: int, *, accept: tuple[int, ...] = (200,)
+    ) -> Reply:
         """The reply to one request, after at most MAX_ATTEMPTS tries of a 429 / 503 (and of a dropped connection,
         for a GET); EngineError for anything else than a status in `accept`."""
         started = time.monotonic()
@@ -138,8 +157,10 @@ class Client:
                 reply, retry_after = self._once(method, path, body, limit)
             except _Dropped as exc:
                 if method != "GET" or attempt == MAX_ATTEMPTS:
-                    raise EngineError(f"{self.where(path)} closed the connection without an answer ({exc}); is the "
-                                      "server restarting?") from None
+                    raise EngineError(
+                        f"{self.where(path)} closed the connection without an answer ({exc}); is the "
+                        "server restarting?"
+                    ) from None
                 self._wait(attempt, None, f"the connection dropped ({exc})")
                 continue
             if reply.status in accept:
@@ -151,21 +172,31 @@ class Client:
         raise AssertionError("unreachable")  # the loop returns or raises
 
     def _wait(self, attempt: int, retry_after: float | None, why: str) -> None:
-        delay = min(BACKOFF_FIRST * 2 ** (attempt - 1), BACKOFF_CAP) if retry_after is None else \
-            min(max(retry_after, 0.0), RETRY_AFTER_CAP)
-        self.notify(f"{self.endpoint.url}: {why}, retrying in {delay:.1f} s (attempt {attempt + 1} of {MAX_ATTEMPTS})")
+        delay = (
+            min(BACKOFF_FIRST * 2 ** (attempt - 1), BACKOFF_CAP)
+            if retry_after is None
+            else min(max(retry_after, 0.0), RETRY_AFTER_CAP)
+        )
+        self.notify(
+            f"{self.endpoint.url}: {why}, retrying in {delay:.1f} s (attempt {attempt + 1} of {MAX_ATTEMPTS})"
+        )
         self.sleep(delay)
 
     def _status_error(self, path: str, reply: Reply, attempts: int, elapsed: float) -> EngineError:
         said = self._server_message(reply)
         where = self.where(path)
         if reply.status in (401, 403):
-            hint = ("the key given was refused" if self._api_key else
-                    f"the server wants an API key: give it with --api-key or the {API_KEY_ENV} environment variable")
+            hint = (
+                "the key given was refused"
+                if self._api_key
+                else f"the server wants an API key: give it with --api-key or the {API_KEY_ENV} environment variable"
+            )
             return EngineError(f"{where} answered HTTP {reply.status} ({hint}){said}")
         if reply.status in RETRY_STATUSES:
-            return EngineError(f"{where} answered HTTP {reply.status} to {attempts} attempts over {elapsed:.0f} s: the "
-                               f"server is overloaded or still starting; try again when its /health answers 200{said}")
+            return EngineError(
+                f"{where} answered HTTP {reply.status} to {attempts} attempts over {elapsed:.0f} s: the "
+                f"server is overloaded or still starting; try again when its /health answers 200{said}"
+            )
         return EngineError(f"{where} answered HTTP {reply.status}{said}")
 
     def _server_message(self, reply: Reply) -> str:
@@ -191,7 +222,9 @@ class Client:
         try:
             return msgspec.json.decode(reply.body, type=kind)
         except msgspec.ValidationError as exc:
-            raise EngineError(f"{what} is not what the engine's release returns: {self.scrub(str(exc))}") from None
+            raise EngineError(
+                f"{what} is not what the engine's release returns: {self.scrub(str(exc))}"
+            ) from None
         except (msgspec.DecodeError, RecursionError):
             start = self.scrub(reply.body[:80].decode("utf-8", errors="replace"))
             raise EngineError(f"{what} is not JSON (it starts {start!r})") from None
@@ -199,13 +232,18 @@ class Client:
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         e = self.endpoint
         if e.scheme == "https":
-            return http.client.HTTPSConnection(e.host, e.port, timeout=timeout, context=ssl.create_default_context())
+            return http.client.HTTPSConnection(
+                e.host, e.port, timeout=timeout, context=ssl.create_default_context()
+            )
         return http.client.HTTPConnection(e.host, e.port, timeout=timeout)
 
     def _once(self, method: str, path: str, body: bytes | None, limit: int) -> tuple[Reply, float | None]:
         deadline = time.monotonic() + self.timeout
-        headers = {"Accept": "application/json, text/plain;q=0.9", "User-Agent": f"lilicorr-ckpt/{__version__} smoke",
-                   "Connection": "close"}
+        headers = {
+            "Accept": "application/json, text/plain;q=0.9",
+            "User-Agent": f"lilicorr-ckpt/{__version__} smoke",
+            "Connection": "close",
+        }
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self._api_key:
@@ -216,15 +254,19 @@ class Client:
             try:
                 conn.connect()
             except (ConnectionRefusedError, socket.gaierror, TimeoutError, OSError) as exc:
-                raise EngineUnreachable(f"nothing answers at {self.endpoint.url} ({self._reason(exc)})") from None
+                raise EngineUnreachable(
+                    f"nothing answers at {self.endpoint.url} ({self._reason(exc)})"
+                ) from None
             try:
                 conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 conn.request(method, self.endpoint.base_path + path, body=body, headers=headers)
                 response = conn.getresponse()
                 length = response.getheader("Content-Length")
                 if length is not None and length.strip().isdigit() and int(length) > limit:
-                    raise EngineError(f"{where} sent a reply of {int(length)} bytes; more than {limit} bytes is not "
-                                      "what this endpoint returns, so it was not read")
+                    raise EngineError(
+                        f"{where} sent a reply of {int(length)} bytes; more than {limit} bytes is not "
+                        "what this endpoint returns, so it was not read"
+                    )
                 data = bytearray()
                 while True:
                     left = deadline - time.monotonic()
@@ -236,16 +278,23 @@ class Client:
                         break
                     data += chunk
                     if len(data) > limit:
-                        raise EngineError(f"{where} sent more than {limit} bytes; more than that is not what this "
-                                          "endpoint returns, so the rest was not read")
+                        raise EngineError(
+                            f"{where} sent more than {limit} bytes; more than that is not what this "
+                            "endpoint returns, so the rest was not read"
+                        )
             except TimeoutError:
                 raise EngineError(f"{where} did not answer within {self.timeout:g} s (--timeout)") from None
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                    http.client.IncompleteRead) as exc:
+            except (
+                http.client.RemoteDisconnected,
+                ConnectionResetError,
+                BrokenPipeError,
+                http.client.IncompleteRead,
+            ) as exc:
                 raise _Dropped(self._reason(exc)) from None
             except (http.client.HTTPException, OSError) as exc:
-                raise EngineError(f"{where}: the reply is not HTTP this client can read ({self._reason(exc)})") \
-                    from None
+                raise EngineError(
+                    f"{where}: the reply is not HTTP this client can read ({self._reason(exc)})"
+                ) from None
             retry_after = _seconds(response.getheader("Retry-After"))
             content_type = (response.getheader("Content-Type") or "").lower()
             return Reply(response.status, bytes(data), content_type), retry_after
@@ -273,5 +322,3 @@ def _seconds(value: str | None) -> float | None:
         return float(value.strip())
     except ValueError:
         return None  # an HTTP date: fall back to our own backoff
-
-

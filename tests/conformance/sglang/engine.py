@@ -97,10 +97,15 @@ class Engine:
         srt = self.root / "sglang" / "srt"
 
         self.modelopt = importlib.import_module("sglang.srt.layers.quantization.modelopt_quant")
-        registry_names = _dict_keys(srt / "layers" / "quantization" / "__init__.py", "BASE_QUANTIZATION_METHODS")
-        real = {"modelopt": self.modelopt.ModelOptFp8Config, "modelopt_fp8": self.modelopt.ModelOptFp8Config,
-                "modelopt_fp4": self.modelopt.ModelOptFp4Config,
-                "modelopt_mixed": self.modelopt.ModelOptMixedPrecisionConfig}
+        registry_names = _dict_keys(
+            srt / "layers" / "quantization" / "__init__.py", "BASE_QUANTIZATION_METHODS"
+        )
+        real = {
+            "modelopt": self.modelopt.ModelOptFp8Config,
+            "modelopt_fp8": self.modelopt.ModelOptFp8Config,
+            "modelopt_fp4": self.modelopt.ModelOptFp4Config,
+            "modelopt_mixed": self.modelopt.ModelOptMixedPrecisionConfig,
+        }
         methods = {name: real.get(name) or ForeignQuantMethod(name) for name in registry_names}
         quantization = importlib.import_module("sglang.srt.layers.quantization")
         quantization.QUANTIZATION_METHODS = methods
@@ -119,8 +124,12 @@ class Engine:
         self.dspark = importlib.import_module("sglang.srt.models.dspark")
         self.dspark_config = importlib.import_module("sglang.srt.speculative.dspark_components.dspark_config")
         # every architecture the wheel registers (models/*.py EntryClass); the drafter classes are the real ones
-        drafters = {cls.__name__: cls for m in (self.dflash, self.lilicorr, self.dspark) for cls in m.EntryClass}
-        models: dict[str, Any] = {name: TargetModelClass(name, file) for name, file in _entry_classes(srt / "models")}
+        drafters = {
+            cls.__name__: cls for m in (self.dflash, self.lilicorr, self.dspark) for cls in m.EntryClass
+        }
+        models: dict[str, Any] = {
+            name: TargetModelClass(name, file) for name, file in _entry_classes(srt / "models")
+        }
         models.update(drafters)
         registry_cls = importlib.import_module("sglang.srt.models.registry")._ModelRegistry
         self.registry = registry_cls()
@@ -129,7 +138,9 @@ class Engine:
 
     # ------------------------------------------------------------------ the steps
 
-    def serve(self, path: Path, *, target_layers: int | None = None, target_vocab: int | None = None) -> Outcome:
+    def serve(
+        self, path: Path, *, target_layers: int | None = None, target_vocab: int | None = None
+    ) -> Outcome:
         """What SGLang 0.5.23 does with the draft at `path` for a Qwen3 target of `target_layers` layers and
         `target_vocab` rows (default: the draft's num_target_layers and vocab_size)."""
         try:
@@ -143,22 +154,34 @@ class Engine:
         from transformers import AutoConfig
 
         hf_config = self._step("config", lambda: AutoConfig.from_pretrained(str(path)))
-        draft = self._step("block size", lambda: self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config))
+        draft = self._step(
+            "block size", lambda: self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config)
+        )
         block_size = draft.resolve_block_size(default=None) or 16  # _handle_dflash: failures warn, default 16
         mc = self._step("quantization", lambda: self._model_config(path, hf_config))
         raw = json.loads((path / "config.json").read_text())
         if target_layers is None:
-            target_layers = _int_or(raw.get("num_target_layers", raw.get("dflash_config", {}).get("num_target_layers")), 4)
+            target_layers = _int_or(
+                raw.get("num_target_layers", raw.get("dflash_config", {}).get("num_target_layers")), 4
+            )
         if target_vocab is None:
             target_vocab = _int_or(raw.get("vocab_size"), 0)
-        expected_layers, captured = self._step("target layers", lambda: self._capture(hf_config, target_layers))
+        expected_layers, captured = self._step(
+            "target layers", lambda: self._capture(hf_config, target_layers)
+        )
 
         architectures = list(getattr(hf_config, "architectures", None) or [])
         cls, arch = self._step("model class", lambda: self.registry.resolve_model_cls(architectures))
         if isinstance(cls, TargetModelClass):
-            raise Decided(Outcome("C", f"architectures {architectures} resolve to {arch} ({cls.file}), a model with no "
-                                       "draft head: the DFLASH worker reads draft_model.candidate_selector "
-                                       "(AttributeError)", "model class"))
+            raise Decided(
+                Outcome(
+                    "C",
+                    f"architectures {architectures} resolve to {arch} ({cls.file}), a model with no "
+                    "draft head: the DFLASH worker reads draft_model.candidate_selector "
+                    "(AttributeError)",
+                    "model class",
+                )
+            )
         quant_config = self._step("quant config", lambda: self._quant_config(mc, cls))
         with _default_dtype(mc.dtype):
             model = self._step("model", lambda: cls(config=hf_config, quant_config=quant_config))
@@ -186,9 +209,16 @@ class Engine:
     def _model_config(self, path: Path, hf_config) -> Any:
         cls = self.model_config.ModelConfig
         mc = cls.__new__(cls)
-        mc.__dict__.update(hf_config=hf_config, hf_text_config=hf_config, model_path=str(path), revision=None,
-                           quantization=None, is_draft_model=True, is_draft_quantization_explicit=False,
-                           speculative_algorithm="DFLASH")
+        mc.__dict__.update(
+            hf_config=hf_config,
+            hf_text_config=hf_config,
+            model_path=str(path),
+            revision=None,
+            quantization=None,
+            is_draft_model=True,
+            is_draft_quantization_explicit=False,
+            speculative_algorithm="DFLASH",
+        )
         mc._verify_quantization()
         mc.dtype = self.model_config._get_and_verify_dtype(hf_config, "auto")
         return mc
@@ -212,9 +242,13 @@ class Engine:
         they are concatenated)."""
         parsed = self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config)
         draft_layers = parsed.require_num_layers()
-        layer_ids = parsed.resolve_target_layer_ids(target_num_layers=target_layers, draft_num_layers=draft_layers)
-        target = types.SimpleNamespace(pp_group=types.SimpleNamespace(is_last_rank=True, is_first_rank=True),
-                                       model=types.SimpleNamespace(layers_to_capture=[]))
+        layer_ids = parsed.resolve_target_layer_ids(
+            target_num_layers=target_layers, draft_num_layers=draft_layers
+        )
+        target = types.SimpleNamespace(
+            pp_group=types.SimpleNamespace(is_last_rank=True, is_first_rank=True),
+            model=types.SimpleNamespace(layers_to_capture=[]),
+        )
         self.qwen3.Qwen3ForCausalLM.set_dflash_layers_to_capture(target, list(layer_ids))
         return list(layer_ids), _run_capture_loop(self.qwen3, target.model.layers_to_capture, target_layers)
 
@@ -226,6 +260,7 @@ class Engine:
             def recorded(param, loaded_weight, *args, **kwargs):
                 taken[id(loaded_weight)] = (names.get(id(param), "?"), param.dtype)
                 return loader(param, loaded_weight, *args, **kwargs)
+
             return recorded
 
         stack = contextlib.ExitStack()
@@ -236,7 +271,9 @@ class Engine:
                 p.weight_loader = wrap(p.weight_loader)
         for module in (self.dflash, self.lilicorr, self.dspark):
             if "default_weight_loader" in module.__dict__:
-                stack.enter_context(_patched(module, "default_weight_loader", wrap(module.default_weight_loader)))
+                stack.enter_context(
+                    _patched(module, "default_weight_loader", wrap(module.default_weight_loader))
+                )
         return stack
 
     def _fused_global_scales(self, model) -> list[str]:
@@ -245,7 +282,9 @@ class Engine:
         out = []
         for name, module in model.named_modules():
             method = getattr(module, "quant_method", None)
-            if isinstance(method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)):
+            if isinstance(
+                method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)
+            ):
                 scales = module.weight_scale_2.detach().float()
                 if scales.numel() > 1 and not bool((scales == scales[0]).all()):
                     out.append(f"{name} {[round(float(v), 6) for v in scales]}")
@@ -256,7 +295,9 @@ class Engine:
         whose repacking is stubbed): where they check the group size."""
         for module in model.modules():
             method = getattr(module, "quant_method", None)
-            if isinstance(method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)):
+            if isinstance(
+                method, (self.modelopt.ModelOptNvFp4A16LinearMethod, self.modelopt.ModelOptFp4LinearMethod)
+            ):
                 method.process_weights_after_loading(module)
 
     def _worker(self, model, hf_config, block_size: int, target_vocab: int) -> None:
@@ -265,60 +306,99 @@ class Engine:
         model.set_block_size(block_size)
         if parsed.is_domino and block_size <= 1:
             raise ValueError(f"DFLASH Domino requires speculative_num_draft_tokens > 1, got {block_size}.")
-        worker = types.SimpleNamespace(target_worker=types.SimpleNamespace(
-            model_runner=types.SimpleNamespace(model_config=types.SimpleNamespace(vocab_size=target_vocab)),
-            tokenizer=None))
+        worker = types.SimpleNamespace(
+            target_worker=types.SimpleNamespace(
+                model_runner=types.SimpleNamespace(
+                    model_config=types.SimpleNamespace(vocab_size=target_vocab)
+                ),
+                tokenizer=None,
+            )
+        )
         if parsed.mask_token_id is None:
-            raise NotExecuted("the mask token is resolved through the target's tokenizer, which the harness "
-                              "does not load")
-        self.worker.DFlashWorkerV2._resolve_mask_token_id(worker, mask_token=parsed.mask_token,
-                                                          mask_token_id=parsed.mask_token_id)
+            raise NotExecuted(
+                "the mask token is resolved through the target's tokenizer, which the harness does not load"
+            )
+        self.worker.DFlashWorkerV2._resolve_mask_token_id(
+            worker, mask_token=parsed.mask_token, mask_token_id=parsed.mask_token_id
+        )
 
     # ------------------------------------------------------------------ what is served
 
-    def _judge(self, model, hf_config, raw: dict[str, Any], tensors, taken, captured: list[int],
-               expected_layers: list[int], rescaled: list[str]) -> Outcome:
+    def _judge(
+        self,
+        model,
+        hf_config,
+        raw: dict[str, Any],
+        tensors,
+        taken,
+        captured: list[int],
+        expected_layers: list[int],
+        rescaled: list[str],
+    ) -> Outcome:
         wrong: list[str] = []
         if rescaled:
-            wrong.append(f"fused NVFP4 shards with different weight_scale_2 are served with the largest: {rescaled[:2]}")
+            wrong.append(
+                f"fused NVFP4 shards with different weight_scale_2 are served with the largest: {rescaled[:2]}"
+            )
         unwritten = [n for n, p in model.named_parameters() if _still_sentinel(p.data)]
         if unwritten:
-            wrong.append(f"{len(unwritten)} parameters keep their constructor's values (e.g. {unwritten[:4]})")
+            wrong.append(
+                f"{len(unwritten)} parameters keep their constructor's values (e.g. {unwritten[:4]})"
+            )
         # DSpark's confidence head only drives ragged verify, off by default (SGLANG_RAGGED_VERIFY_MODE=static):
         # the model then builds none and skips its tensors
-        unused = ("confidence_head.",) if "confidence_head" in model.__dict__ and model.confidence_head is None else ()
-        dropped = [n for n, t in tensors.items() if id(t) not in taken and not _discardable(n, raw)
-                   and not n.startswith(unused)]
+        unused = (
+            ("confidence_head.",)
+            if "confidence_head" in model.__dict__ and model.confidence_head is None
+            else ()
+        )
+        dropped = [
+            n
+            for n, t in tensors.items()
+            if id(t) not in taken and not _discardable(n, raw) and not n.startswith(unused)
+        ]
         if dropped:
             wrong.append(f"{len(dropped)} checkpoint tensors are dropped (e.g. {dropped[:4]})")
-        cast = [f"{name} ({t.dtype} into {pdtype})" for t in tensors.values()
-                for name, pdtype in [taken.get(id(t), (None, None))]
-                if name and t.dtype in _FP8 and pdtype not in _FP8]
+        cast = [
+            f"{name} ({t.dtype} into {pdtype})"
+            for t in tensors.values()
+            for name, pdtype in [taken.get(id(t), (None, None))]
+            if name and t.dtype in _FP8 and pdtype not in _FP8
+        ]
         if cast:
             wrong.append(f"FP8 tensors read as plain floats, their scales ignored: {cast[:3]}")
         if len(captured) == len(expected_layers) and captured != expected_layers:
-            wrong.append(f"the target captures layers {captured} for target_layer_ids {expected_layers}: fc reads "
-                         "a permuted concatenation")
+            wrong.append(
+                f"the target captures layers {captured} for target_layer_ids {expected_layers}: fc reads "
+                "a permuted concatenation"
+            )
         attention = [a for a in model.modules() if isinstance(a, infra.RadixAttention)]
         declared = _declared_causal(hf_config)
         if declared is not None:
             run = {a.attn_type for a in attention if a.sliding_window_size == -1}
             want = infra.AttentionType.DECODER if declared else infra.AttentionType.ENCODER_ONLY
             if run and run != {want}:
-                wrong.append(f"full-attention layers run {sorted(run)} while the checkpoint declares "
-                             f"{'causal' if declared else 'bidirectional'} attention")
+                wrong.append(
+                    f"full-attention layers run {sorted(run)} while the checkpoint declares "
+                    f"{'causal' if declared else 'bidirectional'} attention"
+                )
         windows = _declared_windows(raw, len(attention))
         if windows is not None:
-            served = [None if a.sliding_window_size == -1 else a.sliding_window_size + 1
-                      for a in sorted(attention, key=lambda a: a.layer_id)]
+            served = [
+                None if a.sliding_window_size == -1 else a.sliding_window_size + 1
+                for a in sorted(attention, key=lambda a: a.layer_id)
+            ]
             if served != windows:
                 wrong.append(f"attention windows {served} per layer, the checkpoint declares {windows}")
         if wrong:
             return Outcome("SW", "; ".join(wrong), "served function")
         if len(captured) != len(expected_layers):
-            return Outcome("R", f"the target captures {len(captured)} layers for {len(expected_layers)} target "
-                                "layer ids: project_target_hidden refuses the first batch (feature dim mismatch)",
-                           "first batch")
+            return Outcome(
+                "R",
+                f"the target captures {len(captured)} layers for {len(expected_layers)} target "
+                "layer ids: project_target_hidden refuses the first batch (feature dim mismatch)",
+                "first batch",
+            )
         return Outcome("L", "", "")
 
 
@@ -350,6 +430,7 @@ class NotExecuted(StubUsed):
 
 
 _FP8 = (torch.float8_e4m3fn,)
+
 
 def _discardable(name: str, raw: dict[str, Any]) -> bool:
     """A tensor SGLang may drop without changing the trained function: a derived rotary buffer, or a frozen
@@ -400,12 +481,16 @@ def _run_capture_loop(qwen3, layers_to_capture: list[int], num_layers: int) -> l
                 capture_output(hidden_states)
             return torch.full_like(hidden_states, float(self.i))
 
-    model = types.SimpleNamespace(pp_group=types.SimpleNamespace(is_first_rank=True, is_last_rank=True),
-                                  layers=[Tagged(i) for i in range(num_layers)], start_layer=0, end_layer=num_layers,
-                                  layers_to_capture=list(layers_to_capture), norm=None)
+    model = types.SimpleNamespace(
+        pp_group=types.SimpleNamespace(is_first_rank=True, is_last_rank=True),
+        layers=[Tagged(i) for i in range(num_layers)],
+        start_layer=0,
+        end_layer=num_layers,
+        layers_to_capture=list(layers_to_capture),
+        norm=None,
+    )
     start = torch.full((1, 1), -1.0)
-    residual = types.SimpleNamespace(start=lambda fb: None,
-                                     final_norm=lambda h, fb, norm, skip_empty=True: h)
+    residual = types.SimpleNamespace(start=lambda fb: None, final_norm=lambda h, fb, norm, skip_empty=True: h)
     with _patched(qwen3, "residual_batch", residual):
         out = qwen3.Qwen3Model.forward(model, None, None, None, input_embeds=start)
     aux = out[1] if isinstance(out, tuple) else []
@@ -427,7 +512,9 @@ def _dict_keys(path: Path, name: str) -> list[str]:
     for node in tree.body:
         if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(node.value, ast.Dict):
+            if any(isinstance(t, ast.Name) and t.id == name for t in targets) and isinstance(
+                node.value, ast.Dict
+            ):
                 return [ast.literal_eval(k) for k in node.value.keys]
     raise RuntimeError(f"{path}: no dict literal {name}")
 

@@ -81,8 +81,18 @@ class GemmaRMSNorm(nn.Module):
 class RadixAttention(nn.Module):
     """The attention backend: records what the draft asked it to compute (its causality and window)."""
 
-    def __init__(self, num_heads, head_dim, scaling, num_kv_heads, layer_id, sliding_window_size=-1,
-                 attn_type=None, quant_config=None, **_: Any):
+    def __init__(
+        self,
+        num_heads,
+        head_dim,
+        scaling,
+        num_kv_heads,
+        layer_id,
+        sliding_window_size=-1,
+        attn_type=None,
+        quant_config=None,
+        **_: Any,
+    ):
         super().__init__()
         self.layer_id = layer_id
         self.sliding_window_size = sliding_window_size
@@ -150,47 +160,92 @@ def _identity_decorator(*_: Any, **__: Any):
 def stubs(root: Path) -> dict[str, dict[str, Any]]:
     """The stub table: module -> the names it provides (real wheel helpers extracted where they are pure)."""
     srt = root / "sglang" / "srt"
-    common = extract(srt / "utils" / "common.py", ["set_weight_attrs", "add_prefix", "get_bool_env_var"],
-                     {"os": __import__("os"), "logger": __import__("logging").getLogger("sglang.srt.utils"),
-                      "_warned_bool_env_var_keys": set(), "Optional": Any, "Dict": dict, "Any": Any,
-                      "torch": torch})
+    common = extract(
+        srt / "utils" / "common.py",
+        ["set_weight_attrs", "add_prefix", "get_bool_env_var"],
+        {
+            "os": __import__("os"),
+            "logger": __import__("logging").getLogger("sglang.srt.utils"),
+            "_warned_bool_env_var_keys": set(),
+            "Optional": Any,
+            "Dict": dict,
+            "Any": Any,
+            "torch": torch,
+        },
+    )
     utils = {name: common[name] for name in ("set_weight_attrs", "add_prefix", "get_bool_env_var")}
-    platform_probes = {name: _false for name in (
-        "is_cuda", "is_hip", "is_npu", "is_cpu", "is_xpu", "is_mps", "is_cuda_alike", "is_gfx95_supported",
-        "cpu_has_amx_support", "use_intel_amx_backend", "is_sm100_supported", "is_sm90_supported", "is_flashinfer_available",
-        "is_blackwell", "is_musa", "is_hpu", "is_sail")}
+    platform_probes = {
+        name: _false
+        for name in (
+            "is_cuda",
+            "is_hip",
+            "is_npu",
+            "is_cpu",
+            "is_xpu",
+            "is_mps",
+            "is_cuda_alike",
+            "is_gfx95_supported",
+            "cpu_has_amx_support",
+            "use_intel_amx_backend",
+            "is_sm100_supported",
+            "is_sm90_supported",
+            "is_flashinfer_available",
+            "is_blackwell",
+            "is_musa",
+            "is_hpu",
+            "is_sail",
+        )
+    }
     utils.update(platform_probes)
     utils["get_compiler_backend"] = lambda mode=None: "eager"
-    layers_utils = extract(srt / "layers" / "utils" / "common.py",
-                           ["pad_or_narrow_weight", "copy_or_rebind_param", "alias_or_bind_derived_param"],
-                           {"torch": torch, "Optional": Any, "nn": nn, "Parameter": nn.Parameter})
+    layers_utils = extract(
+        srt / "layers" / "utils" / "common.py",
+        ["pad_or_narrow_weight", "copy_or_rebind_param", "alias_or_bind_derived_param"],
+        {"torch": torch, "Optional": Any, "nn": nn, "Parameter": nn.Parameter},
+    )
     rope = extract(srt / "utils" / "hf_transformers" / "common.py", ["get_rope_config"], {})
     return {
         "sglang.srt.utils.hf_transformers_utils": {"get_rope_config": rope["get_rope_config"]},
         "sglang.srt.utils": utils,
         "sglang.srt.utils.common": utils,
-        "sglang.srt.layers.utils": {k: layers_utils[k] for k in
-                                    ("pad_or_narrow_weight", "copy_or_rebind_param", "alias_or_bind_derived_param")},
+        "sglang.srt.layers.utils": {
+            k: layers_utils[k]
+            for k in ("pad_or_narrow_weight", "copy_or_rebind_param", "alias_or_bind_derived_param")
+        },
         "sglang.srt.runtime_context": {
-            "get_parallel": lambda: Parallel, "get_spec": lambda: Spec, "get_platform": lambda: Platform,
-            "get_exec": lambda: types.SimpleNamespace(comm=types.SimpleNamespace(enable_quant_communications=False)),
+            "get_parallel": lambda: Parallel,
+            "get_spec": lambda: Spec,
+            "get_platform": lambda: Platform,
+            "get_exec": lambda: types.SimpleNamespace(
+                comm=types.SimpleNamespace(enable_quant_communications=False)
+            ),
             "get_forward": lambda: types.SimpleNamespace(sp_active=False),
         },
         "sglang.srt.distributed": {"divide": lambda a, b: _divide(a, b)},
-        "sglang.srt.distributed.utils": {"get_group_rank_size": lambda group: (0, 1) if group is None else _poison(
-            "get_group_rank_size with a group")},
+        "sglang.srt.distributed.utils": {
+            "get_group_rank_size": lambda group: (
+                (0, 1) if group is None else _poison("get_group_rank_size with a group")
+            )
+        },
         "sglang.srt.layers.dp_attention": {"is_allocation_symmetric": _false},
         "sglang.srt.layers.moe.utils": {"should_skip_mlp_all_reduce": _false},
         "sglang.kernels.kernel_api_logging": {"wrap_method_with_debug_kernel_once": _no_op},
         "sglang.srt.layers.layernorm": {"RMSNorm": RMSNorm, "GemmaRMSNorm": GemmaRMSNorm},
-        "sglang.srt.layers.radix_attention": {"RadixAttention": RadixAttention, "AttentionType": AttentionType},
+        "sglang.srt.layers.radix_attention": {
+            "RadixAttention": RadixAttention,
+            "AttentionType": AttentionType,
+        },
         "sglang.srt.layers.rotary_embedding": {"get_rope": get_rope},
         "sglang.srt.layers.activation": {"SiluAndMul": SiluAndMul},
-        "sglang.srt.layers.vocab_parallel_embedding": {"VocabParallelEmbedding": VocabParallelEmbedding,
-                                                        "ParallelLMHead": type("ParallelLMHead", (nn.Module,), {})},
+        "sglang.srt.layers.vocab_parallel_embedding": {
+            "VocabParallelEmbedding": VocabParallelEmbedding,
+            "ParallelLMHead": type("ParallelLMHead", (nn.Module,), {}),
+        },
         "sglang.srt.layers.logits_processor": {"LogitsProcessorOutput": LogitsProcessorOutput},
-        "sglang.srt.configs.draft_parallel": {"DraftParallelSpec": DraftParallelSpec,
-                                              "DraftTPExecution": types.SimpleNamespace(SINGLE_GROUP="single_group")},
+        "sglang.srt.configs.draft_parallel": {
+            "DraftParallelSpec": DraftParallelSpec,
+            "DraftTPExecution": types.SimpleNamespace(SINGLE_GROUP="single_group"),
+        },
         "sglang.srt.layers.quantization.fp4_utils": {"get_fp4_gemm_runner_backend": lambda: FP4Backend()},
         "sglang.srt.utils.custom_op": {"register_custom_op": _identity_decorator},
         "sglang.srt.utils.patch_torch": {"register_fake_if_exists": _identity_decorator},
@@ -198,9 +253,11 @@ def stubs(root: Path) -> dict[str, dict[str, Any]]:
         "sglang.srt.layers.quantization.marlin_utils_fp4": {"prepare_nvfp4_layer_for_marlin": _no_op},
         "sglang.srt.layers.moe.fused_moe_triton": {"FusedMoE": type("FusedMoE", (nn.Module,), {})},
         # which FP8 GEMM kernels the GPU has: read by the linear method's constructor, used only by its forward
-        "sglang.srt.layers.quantization.fp8_utils": {"cutlass_fp8_supported": _false,
-                                                     "flashinfer_per_tensor_fp8_supported": _false,
-                                                     "can_auto_enable_marlin_fp8": _false},
+        "sglang.srt.layers.quantization.fp8_utils": {
+            "cutlass_fp8_supported": _false,
+            "flashinfer_per_tensor_fp8_supported": _false,
+            "can_auto_enable_marlin_fp8": _false,
+        },
     }
 
 
@@ -236,18 +293,50 @@ WHOLE = {
 PARTIAL = {
     "sglang.srt.layers.quantization.unquant": Partial(["UnquantizedLinearMethod"]),
     "sglang.kernels.ops.speculative.lilicorr": Partial(["MAX_FUSED_CANDIDATE_TOPK"]),
-    "sglang.srt.model_loader.weight_utils": Partial([
-        "default_weight_loader", "sharded_weight_loader", "get_quant_config", "_resolve_explicit_draft_quant_config",
-        "_quark_draft_online_quant_config", "_modelopt_quant_section", "replace_prefix"]),
+    "sglang.srt.model_loader.weight_utils": Partial(
+        [
+            "default_weight_loader",
+            "sharded_weight_loader",
+            "get_quant_config",
+            "_resolve_explicit_draft_quant_config",
+            "_quark_draft_online_quant_config",
+            "_modelopt_quant_section",
+            "replace_prefix",
+        ]
+    ),
     "sglang.srt.configs.model_config": Partial(
-        ["logger", "_quant_config_to_dict", "unwrap_modelopt_quantization_config", "REQUANTIZATION_METHODS",
-         "_get_and_verify_dtype", "_STR_DTYPE_TO_TORCH_DTYPE"],
-        methods={"ModelConfig": ["_parse_quant_hf_config", "_find_quant_modelslim_config",
-                                 "_parse_modelopt_quant_config", "_verify_quantization"]}),
-    "sglang.srt.models.qwen3": Partial(methods={"Qwen3Model": ["forward"],
-                                                 "Qwen3ForCausalLM": ["set_dflash_layers_to_capture"]}),
-    "sglang.srt.speculative.dflash_worker_v2": Partial(methods={"DFlashWorkerV2": ["_resolve_mask_token_id"]}),
-    "sglang.srt.models.registry": Partial(methods={"_ModelRegistry": [
-        "_normalize_archs", "resolve_model_cls", "_try_load_model_cls", "_raise_for_unsupported",
-        "get_supported_archs"]}),
+        [
+            "logger",
+            "_quant_config_to_dict",
+            "unwrap_modelopt_quantization_config",
+            "REQUANTIZATION_METHODS",
+            "_get_and_verify_dtype",
+            "_STR_DTYPE_TO_TORCH_DTYPE",
+        ],
+        methods={
+            "ModelConfig": [
+                "_parse_quant_hf_config",
+                "_find_quant_modelslim_config",
+                "_parse_modelopt_quant_config",
+                "_verify_quantization",
+            ]
+        },
+    ),
+    "sglang.srt.models.qwen3": Partial(
+        methods={"Qwen3Model": ["forward"], "Qwen3ForCausalLM": ["set_dflash_layers_to_capture"]}
+    ),
+    "sglang.srt.speculative.dflash_worker_v2": Partial(
+        methods={"DFlashWorkerV2": ["_resolve_mask_token_id"]}
+    ),
+    "sglang.srt.models.registry": Partial(
+        methods={
+            "_ModelRegistry": [
+                "_normalize_archs",
+                "resolve_model_cls",
+                "_try_load_model_cls",
+                "_raise_for_unsupported",
+                "get_supported_archs",
+            ]
+        }
+    ),
 }

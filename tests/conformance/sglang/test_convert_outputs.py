@@ -24,7 +24,8 @@ SOURCES: dict[str, Callable[[Path], Path]] = {
     "modelopt-fp8": lambda tmp: fixtures.write_checkpoint(tmp, quant="FP8", style="modelopt"),
     "modelopt-w4a16": lambda tmp: fixtures.write_checkpoint(tmp, quant="W4A16_NVFP4", style="modelopt"),
     "modelopt-nvfp4-conv-sharded": lambda tmp: fixtures.write_checkpoint(
-        tmp, fixtures.draft_config(conv=(4, 16)), quant="NVFP4", style="modelopt", shards=3),
+        tmp, fixtures.draft_config(conv=(4, 16)), quant="NVFP4", style="modelopt", shards=3
+    ),
     "bf16-sequential-names": lambda tmp: fixtures.write_checkpoint(tmp, naming="sequential"),
     "bf16-training-prefix": lambda tmp: fixtures.write_checkpoint(tmp, key_prefix="dflash_module."),
 }

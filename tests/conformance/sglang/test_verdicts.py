@@ -32,16 +32,23 @@ CASES += [Case(f"sibling-{c.name}", c.layout, lambda tmp, c=c: sibling.build(tmp
 # the documented one (docs/validate.md, the SGLang loader audit).
 NOT_EXECUTED = {
     "audit-mask_token_absent": "without mask_token_id SGLang looks `<|MASK|>` up in the target's tokenizer and "
-                               "adds it when missing: which row of the target's embedding the draft then reads "
-                               "depends on that tokenizer, not on the checkpoint (validate refuses: LC115)",
+    "adds it when missing: which row of the target's embedding the draft then reads "
+    "depends on that tokenizer, not on the checkpoint (validate refuses: LC115)",
 }
+
 
 def validate_verdict(path: Path) -> tuple[bool, str]:
     # --deep: one condition (LC327, fused shards' NVFP4 global scales) is in the tensor data, not the headers
     report = validate(str(path), runtime="sglang", deep=True)
     (verdict,) = report.runtimes
-    why = "; ".join(f"{f.rule} {f.severity}: {f.message}" for f in report.findings
-                    if f.severity in ("error", "warning")) or "no errors or warnings"
+    why = (
+        "; ".join(
+            f"{f.rule} {f.severity}: {f.message}"
+            for f in report.findings
+            if f.severity in ("error", "warning")
+        )
+        or "no errors or warnings"
+    )
     return verdict.accepted, why
 
 
@@ -58,7 +65,8 @@ def test_validate_agrees_with_the_released_loader(sglang, tmp_path, case: Case):
     assert accepted == loads, (
         f"[{case.row}] SGLang 0.5.23: {outcome.verdict} at {outcome.step or 'the end'}: "
         f"{outcome.detail or 'loads the trained function'}\nvalidate --runtime sglang: "
-        f"{'accepts' if accepted else 'refuses'}: {why}")
+        f"{'accepts' if accepted else 'refuses'}: {why}"
+    )
 
 
 def test_the_lists_name_real_cases():

@@ -124,7 +124,10 @@ def _partial_source(path: Path, spec: Partial) -> tuple[list[ast.stmt], str]:
         if isinstance(node, ast.ClassDef) and node.name in spec.methods:
             bodies = []
             for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in spec.methods[node.name]:
+                if (
+                    isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and item.name in spec.methods[node.name]
+                ):
                     segment = ast.get_source_segment(source, item) or ""
                     decorators = "".join(f"@{ast.unparse(d)}\n" for d in item.decorator_list)
                     bodies.append(textwrap.indent(decorators + textwrap.dedent(segment), "    "))
@@ -139,8 +142,9 @@ def _partial_source(path: Path, spec: Partial) -> tuple[list[ast.stmt], str]:
 
 
 class WheelImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, root: Path, whole: set[str], partial: dict[str, Partial],
-                 stubs: dict[str, dict[str, Any]]):
+    def __init__(
+        self, root: Path, whole: set[str], partial: dict[str, Partial], stubs: dict[str, dict[str, Any]]
+    ):
         self.root = root
         self.whole = whole
         self.partial = partial
@@ -159,7 +163,8 @@ class WheelImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             file = self.file_of(name)
             is_package = file.name == "__init__.py"
             return importlib.util.spec_from_file_location(
-                name, file, submodule_search_locations=[str(file.parent)] if is_package else None)
+                name, file, submodule_search_locations=[str(file.parent)] if is_package else None
+            )
         return importlib.machinery.ModuleSpec(name, self, is_package=True)
 
     def create_module(self, spec):
@@ -183,8 +188,9 @@ class WheelImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(body, str(path), "exec"), namespace)
 
 
-def install(root: Path, whole: set[str], partial: dict[str, Partial],
-            stubs: dict[str, dict[str, Any]]) -> WheelImporter:
+def install(
+    root: Path, whole: set[str], partial: dict[str, Partial], stubs: dict[str, dict[str, Any]]
+) -> WheelImporter:
     """Put the importer first on sys.meta_path (once; `sglang` must not be importable otherwise)."""
     for finder in sys.meta_path:
         if isinstance(finder, WheelImporter):
@@ -193,8 +199,10 @@ def install(root: Path, whole: set[str], partial: dict[str, Partial],
             return finder
     stray = [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
     if stray:
-        raise RuntimeError(f"an installed sglang package is already imported ({stray[0]}); the harness reads the "
-                           f"pinned wheel only")
+        raise RuntimeError(
+            f"an installed sglang package is already imported ({stray[0]}); the harness reads the "
+            f"pinned wheel only"
+        )
     finder = WheelImporter(root, whole, partial, stubs)
     sys.meta_path.insert(0, finder)
     return finder
@@ -204,7 +212,9 @@ def constant(path: Path, name: str) -> Any:
     """A literal top-level constant of a wheel file (e.g. a kernel module's width limit)."""
     tree = ast.parse(path.read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == name for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise RuntimeError(f"{path}: no top-level constant {name}")
 

@@ -204,9 +204,11 @@ RELEASED_SIBLINGS = {
 # routed to model code the harness does not execute: (what reading it says vLLM does, why not executed)
 READ_NOT_EXECUTED = {
     "laguna_backbone_refused_by_trt_generic_gqa": (
-        "C", "EAGLEConfig rewrites LagunaForCausalLM to DFlashLagunaForCausalLM, which the registry maps to "
+        "C",
+        "EAGLEConfig rewrites LagunaForCausalLM to DFlashLagunaForCausalLM, which the registry maps to "
         "laguna_dflash.py; its DFlashLagunaModel.load_weights indexes params_dict by name, a KeyError for the "
-        "lilicorr.* tensors (the Laguna decoder layers are MoE serving code the harness does not build)"),
+        "lilicorr.* tensors (the Laguna decoder layers are MoE serving code the harness does not build)",
+    ),
 }
 
 
@@ -220,7 +222,8 @@ def judge(release, path: Path, pinned: str | None, row: str) -> None:
     outcome = vllm_harness.serve(release, path)
     if pinned is not None:
         assert outcome.verdict == pinned, (
-            f"vLLM {release.version} now does {outcome} where the audit ({row}) says {pinned}")
+            f"vLLM {release.version} now does {outcome} where the audit ({row}) says {pinned}"
+        )
     released = outcome.verdict
     if released == "U":
         released, _why = READ_NOT_EXECUTED[path.name]
@@ -228,7 +231,8 @@ def judge(release, path: Path, pinned: str | None, row: str) -> None:
     findings = [f"{f.rule} {f.severity}: {f.message}" for f in report.findings if f.severity != "info"]
     assert verdict_of(report) == (released == "L"), (
         f"{row}: validate {'accepts' if verdict_of(report) else 'refuses'} for vLLM, but vLLM "
-        f"{release.version} does {outcome}\n" + "\n".join(findings))
+        f"{release.version} does {outcome}\n" + "\n".join(findings)
+    )
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r.name for r in ROWS])
@@ -238,7 +242,9 @@ def test_validate_agrees_with_released_vllm(tmp_path, released_vllm, row):
 
 @pytest.mark.parametrize("case", siblings.CASES, ids=[c.name for c in siblings.CASES])
 def test_validate_agrees_with_released_vllm_on_sibling_heads(tmp_path, released_vllm, case):
-    judge(released_vllm, siblings.build(tmp_path, case), RELEASED_SIBLINGS.get(case.name), f"case {case.name}")
+    judge(
+        released_vllm, siblings.build(tmp_path, case), RELEASED_SIBLINGS.get(case.name), f"case {case.name}"
+    )
 
 
 def test_every_corpus_case_has_a_pinned_vllm_verdict():
@@ -248,6 +254,7 @@ def test_every_corpus_case_has_a_pinned_vllm_verdict():
 
 
 # ---------------------------------------------------------------- convert's outputs load in the release
+
 
 def _modelopt_exports(base: Path) -> dict[str, Path]:
     """The bundled ModelOpt example and the exports tests/convert converts (ModelOpt's export quirks)."""
@@ -259,8 +266,9 @@ def _modelopt_exports(base: Path) -> dict[str, Path]:
         "w4a16": dict(quant="W4A16_NVFP4"),
         "f32-nvfp4": dict(dtype="F32", quant="NVFP4"),
         "float": {},
-        "sequential-prefixed-sharded": dict(quant="NVFP4", key_prefix="dflash_module.", naming="sequential",
-                                            shards=2),
+        "sequential-prefixed-sharded": dict(
+            quant="NVFP4", key_prefix="dflash_module.", naming="sequential", shards=2
+        ),
         "conv": dict(config=fixtures.draft_config(conv=(4, 16)), quant="NVFP4"),
         "wide-mlp": dict(config=fixtures.draft_config(intermediate_size=136), quant="NVFP4"),
     }
@@ -278,8 +286,20 @@ def modelopt_exports(tmp_path_factory):
 
 
 @pytest.mark.parametrize("runtime", ["vllm", "all"])
-@pytest.mark.parametrize("export", ["tiny-modelopt-nvfp4", "nvfp4", "fp8", "w4a16", "f32-nvfp4", "float",
-                                    "sequential-prefixed-sharded", "conv", "wide-mlp"])
+@pytest.mark.parametrize(
+    "export",
+    [
+        "tiny-modelopt-nvfp4",
+        "nvfp4",
+        "fp8",
+        "w4a16",
+        "f32-nvfp4",
+        "float",
+        "sequential-prefixed-sharded",
+        "conv",
+        "wide-mlp",
+    ],
+)
 def test_convert_output_loads_in_released_vllm(tmp_path, released_vllm, modelopt_exports, export, runtime):
     dst = tmp_path / "out"
     try:
@@ -287,10 +307,13 @@ def test_convert_output_loads_in_released_vllm(tmp_path, released_vllm, modelopt
     except (InputError, Refused, UsageError) as exc:
         pytest.fail(f"convert --runtime {runtime} refused the {export} export: {exc}")
     outcome = vllm_harness.serve(released_vllm, dst)
-    assert outcome.verdict == "L", f"convert --runtime {runtime} of {export}: vLLM {released_vllm.version} {outcome}"
+    assert outcome.verdict == "L", (
+        f"convert --runtime {runtime} of {export}: vLLM {released_vllm.version} {outcome}"
+    )
 
 
 # ---------------------------------------------------------------- the harness itself
+
 
 def test_a_released_module_neither_loaded_nor_stubbed_fails_loudly(released_vllm):
     # nothing of the release is stubbed by accident: an unlisted module is an error naming it

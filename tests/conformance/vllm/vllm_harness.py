@@ -95,8 +95,11 @@ def target_for(config: dict[str, Any]) -> TargetShape:
 def checkpoint_tensors(path: Path) -> dict[str, torch.Tensor]:
     """The checkpoint's tensors in the order vLLM's safetensors iterator yields them (file by file)."""
     index = path / "model.safetensors.index.json"
-    files = sorted(set(json.loads(index.read_text())["weight_map"].values())) if index.exists() else [
-        "model.safetensors"]
+    files = (
+        sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        if index.exists()
+        else ["model.safetensors"]
+    )
     out: dict[str, torch.Tensor] = {}
     for name in files:
         with safe_open(str(path / name), framework="pt") as f:
@@ -138,12 +141,15 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
     if a.dtype.is_floating_point and a.element_size() >= 2:
-        return bool(torch.equal(torch.nan_to_num(a.float(), nan=7.77e7), torch.nan_to_num(b.float(), nan=7.77e7)))
+        return bool(
+            torch.equal(torch.nan_to_num(a.float(), nan=7.77e7), torch.nan_to_num(b.float(), nan=7.77e7))
+        )
     return bool(torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
 
 
-def serve(release: Any, path: Path, *, num_speculative_tokens: int | None = None,
-          method: str | None = None) -> Outcome:
+def serve(
+    release: Any, path: Path, *, num_speculative_tokens: int | None = None, method: str | None = None
+) -> Outcome:
     """What the released vLLM does with the draft checkpoint at `path`."""
     facts: dict[str, Any] = {}
     try:
@@ -152,8 +158,9 @@ def serve(release: Any, path: Path, *, num_speculative_tokens: int | None = None
         return Outcome(stop.verdict, stop.stage, stop.detail, facts)
 
 
-def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_tokens: int | None,
-           method: str | None) -> Outcome:
+def _serve(
+    release: Any, path: Path, facts: dict[str, Any], num_speculative_tokens: int | None, method: str | None
+) -> Outcome:
     raw = json.loads((path / "config.json").read_text())
     target = target_for(raw)
 
@@ -164,16 +171,23 @@ def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_toke
     # 2. the quant method the checkpoint declares
     with stage("quant"):
         arch = S.Holder(quantization_config=release.convertor._normalize_quantization_config(None, hf))
-        model_config = S.Holder(quantization=None, model_arch_config=arch, hf_config=hf,
-                                allow_deprecated_quantization=False)
+        model_config = S.Holder(
+            quantization=None, model_arch_config=arch, hf_config=hf, allow_deprecated_quantization=False
+        )
         release.model_config._verify_quantization(model_config)
     facts["quantization"] = model_config.quantization
 
     # 3. the speculative method, the EAGLEConfig wrap and the architecture vLLM builds
     architectures = list(hf.architectures or [])
     if method is None:
-        method = "dspark" if ("Qwen3DSparkModel" in architectures or (
-            "DSparkDraftModel" in architectures and hf.model_type == "qwen3")) else "dflash"
+        method = (
+            "dspark"
+            if (
+                "Qwen3DSparkModel" in architectures
+                or ("DSparkDraftModel" in architectures and hf.model_type == "qwen3")
+            )
+            else "dflash"
+        )
     with stage("speculative"):
         if method == "dflash":
             hf = release.eagle.EAGLEConfig(hf, method="dflash", model_type="eagle")
@@ -187,25 +201,44 @@ def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_toke
     facts["architecture"] = routed
     facts["model_class"] = f"{module_name}.{class_name}"
     if module_name not in release.models:
-        raise Stop("U", "speculative", f"routed to {module_name}.{class_name}, which the harness does not execute")
+        raise Stop(
+            "U", "speculative", f"routed to {module_name}.{class_name}, which the harness does not execute"
+        )
     model_cls = getattr(release.models[module_name], class_name)
 
     block = (raw.get("dflash_config") or {}).get("block_size", raw.get("block_size"))
     if num_speculative_tokens is None:
         num_speculative_tokens = max(1, int(block) - 1) if isinstance(block, (int, float)) and block else 7
     draft_model_config = S.Holder(
-        hf_config=hf, model=str(path), revision=None, quantization=model_config.quantization,
-        quantization_config=None, hf_overrides={}, dtype=torch.bfloat16, architectures=architectures,
-        model_arch_config=arch, use_mla=False, get_hidden_size=lambda: hf.hidden_size,
-        get_vocab_size=lambda: hf.vocab_size)
-    speculative_config = S.Holder(method=method, num_speculative_tokens=num_speculative_tokens,
-                                  draft_model_config=draft_model_config, parallel_drafting=True,
-                                  use_local_argmax_reduction=False, enable_adaptive_verification=False)
+        hf_config=hf,
+        model=str(path),
+        revision=None,
+        quantization=model_config.quantization,
+        quantization_config=None,
+        hf_overrides={},
+        dtype=torch.bfloat16,
+        architectures=architectures,
+        model_arch_config=arch,
+        use_mla=False,
+        get_hidden_size=lambda: hf.hidden_size,
+        get_vocab_size=lambda: hf.vocab_size,
+    )
+    speculative_config = S.Holder(
+        method=method,
+        num_speculative_tokens=num_speculative_tokens,
+        draft_model_config=draft_model_config,
+        parallel_drafting=True,
+        use_local_argmax_reduction=False,
+        enable_adaptive_verification=False,
+    )
     vllm_config = S.VllmConfig(
         speculative_config=speculative_config,
-        model_config=S.Holder(get_total_num_hidden_layers=lambda: target.num_layers,
-                              get_vocab_size=lambda: target.vocab_size, get_hidden_size=lambda: target.hidden_size,
-                              dtype=torch.bfloat16),
+        model_config=S.Holder(
+            get_total_num_hidden_layers=lambda: target.num_layers,
+            get_vocab_size=lambda: target.vocab_size,
+            get_hidden_size=lambda: target.hidden_size,
+            dtype=torch.bfloat16,
+        ),
         load_config=S.Holder(download_dir=None, device=None),
         cache_config=S.CacheConfig(cache_dtype="auto"),
         parallel_config=S.Holder(prefill_context_parallel_size=1, decode_context_parallel_size=1),
@@ -213,7 +246,8 @@ def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_toke
         compilation_config=S.Holder(cudagraph_mode=S.CUDAGraphMode.NONE),
         kernel_config=S.Holder(linear_backend="auto"),
         use_v2_model_runner=True,  # the default for DFlash drafts on a CUDA platform (config/vllm.py)
-        quant_config=None)
+        quant_config=None,
+    )
 
     with S.current_vllm_config(vllm_config), _default_dtype(torch.bfloat16):
         # 4. the speculator the runner builds first (v1/worker/gpu/spec_decode/__init__.py)
@@ -245,40 +279,57 @@ def _serve(release: Any, path: Path, facts: dict[str, Any], num_speculative_toke
         return Outcome(verdict, "taps", detail, facts)
 
     # 8. the function served
-    facts["causal"] = [bool(c) for c in model.get_draft_attn_causal()] if hasattr(model, "get_draft_attn_causal") \
-        else None
+    facts["causal"] = (
+        [bool(c) for c in model.get_draft_attn_causal()] if hasattr(model, "get_draft_attn_causal") else None
+    )
     facts["sliding_window"] = [layer.self_attn.sliding_window for layer in model.model.layers]
     facts["rope_theta"] = model.model.layers[0].self_attn.rotary_emb.rope_parameters.get("rope_theta")
     facts["quantized"] = sorted(
-        name for name, module in model.named_modules()
-        if "quant_method" in module.__dict__ and type(module.quant_method).__name__ == "ModelOptLinearMethod")
+        name
+        for name, module in model.named_modules()
+        if "quant_method" in module.__dict__ and type(module.quant_method).__name__ == "ModelOptLinearMethod"
+    )
     facts["layer_types"] = list(getattr(hf, "layer_types", None) or [])
     declared = raw.get("layer_types") if isinstance(raw.get("layer_types"), list) else []
     dropped = sorted(n for n in tensors if n not in log.written and not _inert(n))
     written = set().union(*log.written.values()) if log.written else set()
     unused = _unused_after_loading(model)
-    unloaded = sorted(n for n, p in params.items()
-                      if n not in written and _same(before[n], p.detach()) and _served(model, n) and n not in unused)
+    unloaded = sorted(
+        n
+        for n, p in params.items()
+        if n not in written and _same(before[n], p.detach()) and _served(model, n) and n not in unused
+    )
     # an FP8 scale the checkpoint did not provide keeps vLLM's sentinel (float32 min): served as a real scale
     sentinel = torch.finfo(torch.float32).min
-    at_sentinel = sorted(n for n, p in model.named_parameters()
-                         if p.dtype == torch.float32 and p.numel() and bool((p.detach() == sentinel).any()))
+    at_sentinel = sorted(
+        n
+        for n, p in model.named_parameters()
+        if p.dtype == torch.float32 and p.numel() and bool((p.detach() == sentinel).any())
+    )
     unloaded = sorted(set(unloaded) | set(at_sentinel))
     facts["dropped"] = dropped
     facts["unloaded"] = unloaded
     if dropped:
         return Outcome("SW", "function", f"trained tensors not loaded: {', '.join(dropped[:6])}", facts)
     if unloaded:
-        return Outcome("SW", "function", f"parameters served at their initialisation: {', '.join(unloaded[:6])}",
-                       facts)
+        return Outcome(
+            "SW", "function", f"parameters served at their initialisation: {', '.join(unloaded[:6])}", facts
+        )
     if not 0 <= facts["mask_token_id"] < target.vocab_size:
         # vocab_parallel_embedding.py get_masked_input_and_mask: an id outside the table embeds as zeros
-        return Outcome("SW", "function", f"mask_token_id {facts['mask_token_id']} lies outside the embedding "
-                       f"[0, {target.vocab_size}): every mask slot embeds as a zero vector", facts)
+        return Outcome(
+            "SW",
+            "function",
+            f"mask_token_id {facts['mask_token_id']} lies outside the embedding "
+            f"[0, {target.vocab_size}): every mask slot embeds as a zero vector",
+            facts,
+        )
     # qwen3_dspark.py DSparkMarkovHead: the vanilla head whatever markov_head_type declares
     head_type = getattr(hf, "markov_head_type", None)
     if hasattr(model.model, "markov_head") and head_type not in (None, "vanilla"):
-        return Outcome("SW", "function", f"markov_head_type {head_type!r} served as the vanilla Markov head", facts)
+        return Outcome(
+            "SW", "function", f"markov_head_type {head_type!r} served as the vanilla Markov head", facts
+        )
     # logits_processor.py get_top_k_tokens: the candidate top-k runs over the lm_head's (padded) rows each step
     top_k = getattr(speculator, "top_k", None)
     if top_k is not None:
@@ -321,7 +372,8 @@ def _inert(name: str) -> bool:
     `load_weights` skips `t2d` ("training-only"), and AutoWeightsLoader drops recomputed rotary caches
     (REMOVE_UNUSED_ROTARY_EMBEDS_MAPPER)."""
     return "t2d" in name or name.endswith(
-        ("rotary_pos_emb.inv_freq", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached"))
+        ("rotary_pos_emb.inv_freq", "rotary_emb.inv_freq", "rotary_emb.cos_cached", "rotary_emb.sin_cached")
+    )
 
 
 # parameters a served draft does not read from its checkpoint: shared from the target, unused placeholders,
@@ -334,8 +386,9 @@ def _served(model: Any, name: str) -> bool:
         return False
     if name.startswith("model.embed_tokens.") and not getattr(model, "has_own_embed_tokens", False):
         return False  # spec_decode/eagle/utils.py maybe_share_target_embed
-    if name.startswith("lm_head.") and not (getattr(model, "has_own_lm_head", False)
-                                            or getattr(model.config, "has_own_lm_head", False)):
+    if name.startswith("lm_head.") and not (
+        getattr(model, "has_own_lm_head", False) or getattr(model.config, "has_own_lm_head", False)
+    ):
         return False  # dflash/utils.py load_dflash_model shares the target's lm_head
     return name != "draft_id_to_target_id"
 
@@ -351,8 +404,9 @@ def _unused_after_loading(model: Any) -> set[str]:
     return out
 
 
-def _taps(release: Any, model: Any, raw: dict[str, Any], speculative_config: Any, target: TargetShape
-          ) -> dict[str, Any]:
+def _taps(
+    release: Any, model: Any, raw: dict[str, Any], speculative_config: Any, target: TargetShape
+) -> dict[str, Any]:
     """Which target layers feed fc, in which order, against the order the checkpoint was trained with."""
     out: dict[str, Any] = {}
     aux = release.eagle3_utils.get_eagle3_aux_layers_from_config(speculative_config)
@@ -383,8 +437,13 @@ def _taps(release: Any, model: Any, raw: dict[str, Any], speculative_config: Any
     except S.InfrastructureCalled:
         pass  # fc's GEMM: the width matched
     if out.get("default_taps"):
-        out["taps_problem"] = ("SW", f"the checkpoint names no target layers: fc reads vLLM's default taps {captured}")
+        out["taps_problem"] = (
+            "SW",
+            f"the checkpoint names no target layers: fc reads vLLM's default taps {captured}",
+        )
     elif trained and captured != trained:
-        out["taps_problem"] = ("SW", f"fc reads target layers {captured} (aux ids) where the checkpoint was "
-                                     f"trained on {trained}")
+        out["taps_problem"] = (
+            "SW",
+            f"fc reads target layers {captured} (aux ids) where the checkpoint was trained on {trained}",
+        )
     return out

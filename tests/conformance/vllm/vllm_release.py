@@ -60,34 +60,62 @@ REAL = (
 # selected definitions of a released file (the rest of the file is serving infrastructure)
 EXTRACTED = {
     # without get_masked_input_and_mask, a torch.compile'd forward helper
-    f"{LAYERS}.vocab_parallel_embedding": Extract([
-        "DEFAULT_VOCAB_PADDING_SIZE", "UnquantizedEmbeddingMethod", "pad_vocab_size",
-        "vocab_range_from_per_partition_vocab_size", "vocab_range_from_global_vocab_size",
-        "VocabParallelEmbeddingShardIndices", "VocabParallelEmbedding", "ParallelLMHead"]),
+    f"{LAYERS}.vocab_parallel_embedding": Extract(
+        [
+            "DEFAULT_VOCAB_PADDING_SIZE",
+            "UnquantizedEmbeddingMethod",
+            "pad_vocab_size",
+            "vocab_range_from_per_partition_vocab_size",
+            "vocab_range_from_global_vocab_size",
+            "VocabParallelEmbeddingShardIndices",
+            "VocabParallelEmbedding",
+            "ParallelLMHead",
+        ]
+    ),
     f"{MODELS}.qwen2": Extract(["Qwen2MLP"]),
     f"{MODELS}.nemotron_h": Extract(["NemotronHMLP"]),
     # the drafters' base class: its interfaces and packed_modules_mapping (the target model it builds is not
     # used by a drafter, whose __init__ replaces it)
     f"{MODELS}.qwen3": Extract(["Qwen3ForCausalLM"], drop={"Qwen3ForCausalLM": ("hf_to_vllm_mapper",)}),
-    f"{ME}.model_loader.weight_utils": Extract(["default_weight_loader", "make_attention_sink",
-                                                "load_attention_sink", "get_quant_config",
-                                                "maybe_download_from_modelscope", "get_lock", "DisabledTqdm"]),
-    f"{LAYERS}.attention.attention": Extract(["set_default_quant_scales", "_init_kv_cache_quant",
-                                              "should_load_quant_weights"]),
-    f"{QUANT}.utils.fp8_utils": Extract(["FP8_SCALE_SENTINEL", "is_fp8", "process_fp8_weight_channel_strategy",
-                                                    "process_fp8_input_tensor_strategy_moe",
-                                                    "process_fp8_weight_tensor_strategy_moe"]),
+    f"{ME}.model_loader.weight_utils": Extract(
+        [
+            "default_weight_loader",
+            "make_attention_sink",
+            "load_attention_sink",
+            "get_quant_config",
+            "maybe_download_from_modelscope",
+            "get_lock",
+            "DisabledTqdm",
+        ]
+    ),
+    f"{LAYERS}.attention.attention": Extract(
+        ["set_default_quant_scales", "_init_kv_cache_quant", "should_load_quant_weights"]
+    ),
+    f"{QUANT}.utils.fp8_utils": Extract(
+        [
+            "FP8_SCALE_SENTINEL",
+            "is_fp8",
+            "process_fp8_weight_channel_strategy",
+            "process_fp8_input_tensor_strategy_moe",
+            "process_fp8_weight_tensor_strategy_moe",
+        ]
+    ),
     "vllm.transformers_utils.model_arch_config_convertor": Extract(
-        [], methods={"ModelArchConfigConvertorBase": ("_normalize_quantization_config",)}),
-    "vllm.config.vllm": Extract([], methods={"VllmConfig": ("_get_quantization_config",
-                                                             "get_quantization_config")}),
+        [], methods={"ModelArchConfigConvertorBase": ("_normalize_quantization_config",)}
+    ),
+    "vllm.config.vllm": Extract(
+        [], methods={"VllmConfig": ("_get_quantization_config", "get_quantization_config")}
+    ),
     f"{SPEC}.utils": Extract(["get_parallel_drafting_token_id"]),
     # the speculators' constructors (their checks of the draft config); their drafting steps are kernels
     f"{SPEC}.dflash.speculator": Extract(["DFlashSpeculator"], only={"DFlashSpeculator": ("__init__",)}),
-    f"{SPEC}.dflash2.speculator": Extract(["DFlash2Speculator", "CandidateSampler"],
-                                          only={"DFlash2Speculator": ("__init__",),
-                                                "CandidateSampler": ("__init__",)}),
-    f"{SPEC}.lilicorr.speculator": Extract(["LiLiCorrSpeculator"], only={"LiLiCorrSpeculator": ("__init__",)}),
+    f"{SPEC}.dflash2.speculator": Extract(
+        ["DFlash2Speculator", "CandidateSampler"],
+        only={"DFlash2Speculator": ("__init__",), "CandidateSampler": ("__init__",)},
+    ),
+    f"{SPEC}.lilicorr.speculator": Extract(
+        ["LiLiCorrSpeculator"], only={"LiLiCorrSpeculator": ("__init__",)}
+    ),
     f"{SPEC}.dspark.speculator": Extract(["DSparkSpeculator"], only={"DSparkSpeculator": ("__init__",)}),
     "vllm.config.model": Extract([], methods={"ModelConfig": ("_verify_quantization",)}),
 }
@@ -146,8 +174,20 @@ def attention_stub(module) -> None:
     from vllm.model_executor.layers.attention.attention import _init_kv_cache_quant
 
     class Attention(nn.Module):
-        def __init__(self, num_heads, head_size, scale, num_kv_heads=None, cache_config=None, quant_config=None,
-                     prefix="", attn_type="decoder", per_layer_sliding_window=None, sinks=None, **kwargs):
+        def __init__(
+            self,
+            num_heads,
+            head_size,
+            scale,
+            num_kv_heads=None,
+            cache_config=None,
+            quant_config=None,
+            prefix="",
+            attn_type="decoder",
+            per_layer_sliding_window=None,
+            sinks=None,
+            **kwargs,
+        ):
             super().__init__()
             self.num_heads = num_heads
             self.head_size = head_size
@@ -171,8 +211,10 @@ class Release:
         self.version = wheel_version(root)
         self.sandbox = sandbox
         m = sandbox.module
-        self.models = {name: m(f"{MODELS}.{name}") for name in ("qwen3_dflash", "qwen3_dflash2", "qwen3_dspark",
-                                                                 "lilicorr")}
+        self.models = {
+            name: m(f"{MODELS}.{name}")
+            for name in ("qwen3_dflash", "qwen3_dflash2", "qwen3_dspark", "lilicorr")
+        }
         self.utils = m(f"{MODELS}.utils")
         self.modelopt = m(f"{QUANT}.modelopt")
         self.quantization = m(QUANT)
@@ -208,8 +250,9 @@ def wheel_version(root: Path) -> str:
     """The wheel's own version string (vllm/_version.py)."""
     tree = ast.parse((root / "vllm" / "_version.py").read_text())
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in ("__version__", "version")
-                                                for t in node.targets):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id in ("__version__", "version") for t in node.targets
+        ):
             return ast.literal_eval(node.value)
     raise LookupError(f"{root}: no __version__ in vllm/_version.py")
 
@@ -220,8 +263,12 @@ def modelopt_registry(release: Release) -> Any:
     they answer with QuantizationConfig's default (no claim)."""
     mo = release.modelopt
     quantization = release.quantization
-    classes = {"modelopt": mo.ModelOptFp8Config, "modelopt_fp4": mo.ModelOptNvFp4Config,
-               "modelopt_mxfp8": mo.ModelOptMxFp8Config, "modelopt_mixed": mo.ModelOptMixedPrecisionConfig}
+    classes = {
+        "modelopt": mo.ModelOptFp8Config,
+        "modelopt_fp4": mo.ModelOptNvFp4Config,
+        "modelopt_mxfp8": mo.ModelOptMxFp8Config,
+        "modelopt_mixed": mo.ModelOptMixedPrecisionConfig,
+    }
 
     class Registry:
         QUANTIZATION_METHODS = quantization.QUANTIZATION_METHODS
@@ -241,8 +288,11 @@ def speculative_registry(path: Path) -> dict[str, tuple[str, str]]:
     """registry.py `_SPECULATIVE_DECODING_MODELS`: architecture -> (module, class), read from the release."""
     tree = ast.parse(path.read_text())
     for node in tree.body:
-        target = node.target if isinstance(node, ast.AnnAssign) else (node.targets[0] if isinstance(node, ast.Assign)
-                                                                      else None)
+        target = (
+            node.target
+            if isinstance(node, ast.AnnAssign)
+            else (node.targets[0] if isinstance(node, ast.Assign) else None)
+        )
         if isinstance(target, ast.Name) and target.id == "_SPECULATIVE_DECODING_MODELS":
             return ast.literal_eval(node.value)
     raise LookupError(f"{path}: no _SPECULATIVE_DECODING_MODELS")

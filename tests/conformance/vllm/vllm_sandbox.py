@@ -41,9 +41,13 @@ class Extract:
     file that is not extracted). Imports are executed only for the names the kept definitions use.
     """
 
-    def __init__(self, names: Iterable[str], drop: dict[str, tuple[str, ...]] | None = None,
-                 methods: dict[str, tuple[str, ...]] | None = None,
-                 only: dict[str, tuple[str, ...]] | None = None):
+    def __init__(
+        self,
+        names: Iterable[str],
+        drop: dict[str, tuple[str, ...]] | None = None,
+        methods: dict[str, tuple[str, ...]] | None = None,
+        only: dict[str, tuple[str, ...]] | None = None,
+    ):
         self.names = tuple(names)
         self.drop = drop or {}
         # kept class -> the only class-body definitions kept (its other methods reach serving infrastructure)
@@ -105,20 +109,27 @@ def extracted_source(path: Path, spec: Extract) -> tuple[str, list[str]]:
         if isinstance(node, ast.ClassDef) and node.name in spec.methods:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name in spec.methods[node.name]:
-                    item.decorator_list = [d for d in item.decorator_list
-                                           if not (isinstance(d, ast.Name) and d.id in ("staticmethod",
-                                                                                         "classmethod"))]
+                    item.decorator_list = [
+                        d
+                        for d in item.decorator_list
+                        if not (isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod"))
+                    ]
                     kept.append(item)
                     found.add(item.name)
         bound = _bound_names(node)
         if not bound & set(spec.names):
             continue
         if isinstance(node, ast.ClassDef) and node.name in spec.drop:
-            node.body = [s for s in node.body if not (_bound_names(s) & set(spec.drop[node.name]))] or [ast.Pass()]
+            node.body = [s for s in node.body if not (_bound_names(s) & set(spec.drop[node.name]))] or [
+                ast.Pass()
+            ]
         if isinstance(node, ast.ClassDef) and node.name in spec.only:
             keep = set(spec.only[node.name])
-            node.body = [s for s in node.body if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))
-                         or s.name in keep] or [ast.Pass()]
+            node.body = [
+                s
+                for s in node.body
+                if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) or s.name in keep
+            ] or [ast.Pass()]
         kept.append(node)
         found |= bound
     missing = sorted(set(spec.names) - found)
@@ -135,8 +146,14 @@ def extracted_source(path: Path, spec: Extract) -> tuple[str, list[str]]:
                 imports.append(ast.Import(names=aliases))
         elif isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
             continue
-    module = ast.Module(body=[ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0),
-                              *imports, *kept], type_ignores=[])
+    module = ast.Module(
+        body=[
+            ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0),
+            *imports,
+            *kept,
+        ],
+        type_ignores=[],
+    )
     ast.fix_missing_locations(module)
     return ast.unparse(module), missing
 
@@ -144,8 +161,14 @@ def extracted_source(path: Path, spec: Extract) -> tuple[str, list[str]]:
 class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """A meta-path finder serving `vllm.*` from the unpacked wheel at `root` (the directory holding `vllm/`)."""
 
-    def __init__(self, root: Path, real: Iterable[str], extracted: dict[str, Extract],
-                 stubs: dict[str, Callable[[types.ModuleType], None]], packages_with_path: Iterable[str] = ()):
+    def __init__(
+        self,
+        root: Path,
+        real: Iterable[str],
+        extracted: dict[str, Extract],
+        stubs: dict[str, Callable[[types.ModuleType], None]],
+        packages_with_path: Iterable[str] = (),
+    ):
         self.root = root
         self.real = set(real)
         self.extracted = extracted
@@ -164,7 +187,8 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname in self.real:
             if directory.is_dir():
                 return importlib.util.spec_from_file_location(
-                    fullname, directory / "__init__.py", submodule_search_locations=[str(directory)])
+                    fullname, directory / "__init__.py", submodule_search_locations=[str(directory)]
+                )
             return importlib.util.spec_from_file_location(fullname, self.root / f"{rel}.py")
         if fullname in self.stubs or fullname in self.extracted:
             spec = importlib.machinery.ModuleSpec(fullname, self, is_package=directory.is_dir())
@@ -175,8 +199,10 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             spec = importlib.machinery.ModuleSpec(fullname, self, is_package=True)
             spec.submodule_search_locations = [str(directory)]
             return spec
-        raise SandboxError(f"the conformance harness neither loads nor stubs released module {fullname!r}: "
-                           "add it to the sandbox's real, extracted or stub modules")
+        raise SandboxError(
+            f"the conformance harness neither loads nor stubs released module {fullname!r}: "
+            "add it to the sandbox's real, extracted or stub modules"
+        )
 
     def create_module(self, spec):
         return None
@@ -208,7 +234,9 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def install(self) -> None:
         clashing = [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]
         if clashing:
-            raise SandboxError(f"a vllm package is already imported ({clashing[0]}); the harness needs its own")
+            raise SandboxError(
+                f"a vllm package is already imported ({clashing[0]}); the harness needs its own"
+            )
         sys.meta_path.insert(0, self)
 
     def uninstall(self) -> None:

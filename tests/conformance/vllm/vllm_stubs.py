@@ -28,7 +28,10 @@ class InfrastructureCalled(RuntimeError):
 
 def _raiser(name: str) -> Callable[..., Any]:
     def call(*args: Any, **kwargs: Any) -> Any:
-        raise InfrastructureCalled(f"{name} is serving infrastructure, not available in the conformance harness")
+        raise InfrastructureCalled(
+            f"{name} is serving infrastructure, not available in the conformance harness"
+        )
+
     call.__name__ = name.rsplit(".", 1)[-1]
     return call
 
@@ -48,8 +51,10 @@ def _raising_module(module: types.ModuleType, names: tuple[str, ...]) -> None:
 def _placeholder_classes(module: types.ModuleType, names: tuple[str, ...]) -> None:
     """Classes that exist for isinstance checks and subclassing (MoE, LoRA): never instantiated on our path."""
     for n in names:
+
         def init(self: Any, *a: Any, _n: str = n, **k: Any) -> None:
             raise InfrastructureCalled(f"{module.__name__}.{_n} is not available in the conformance harness")
+
         setattr(module, n, type(n, (), {"__init__": init, "__module__": module.__name__}))
 
 
@@ -327,9 +332,13 @@ def custom_ops(module: types.ModuleType) -> None:
         if name.startswith("__"):
             raise AttributeError(name)
         return _raiser(f"vllm._custom_ops.{name}")
+
     # capability queries a module asks at import time: a Hopper build has the CUTLASS kernels
-    for query in ("cutlass_scaled_mm_supports_fp8", "cutlass_scaled_mm_supports_block_fp8",
-                  "cutlass_group_gemm_supported"):
+    for query in (
+        "cutlass_scaled_mm_supports_fp8",
+        "cutlass_scaled_mm_supports_block_fp8",
+        "cutlass_group_gemm_supported",
+    ):
         setattr(module, query, lambda capability: True)
     module.__getattr__ = kernel
 
@@ -345,11 +354,14 @@ def custom_ops(module: types.ModuleType) -> None:
 
 
 def torch_utils(module: types.ModuleType) -> None:
-    def direct_register_custom_op(op_name: str, op_func: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    def direct_register_custom_op(
+        op_name: str, op_func: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> None:
         return None  # the op is only launched in forward passes
 
     def is_torch_equal_or_newer(target: str) -> bool:
         from packaging.version import Version
+
         return Version(torch.__version__.split("+")[0]) >= Version(target)
 
     module.direct_register_custom_op = direct_register_custom_op
@@ -360,6 +372,7 @@ def torch_utils(module: types.ModuleType) -> None:
 def triton_utils(module: types.ModuleType) -> None:
     import triton
     import triton.language as tl
+
     module.triton = triton
     module.tl = tl
 
@@ -408,21 +421,47 @@ def fused_act_quant(module: types.ModuleType) -> None:
 
 
 def moe(module: types.ModuleType) -> None:
-    _placeholder_classes(module, ("FusedMoEConfig", "FusedMoEMethodBase", "FusedMoEQuantConfig",
-                                  "FusedMoeWeightScaleSupported", "RoutedExperts", "SharedExperts",
-                                  "UnfinalizedMoEOutput", "Fp8MoeBackend", "NvFp4MoeBackend",
-                                  "UnquantizedFusedMoEMethod"))
+    _placeholder_classes(
+        module,
+        (
+            "FusedMoEConfig",
+            "FusedMoEMethodBase",
+            "FusedMoEQuantConfig",
+            "FusedMoeWeightScaleSupported",
+            "RoutedExperts",
+            "SharedExperts",
+            "UnfinalizedMoEOutput",
+            "Fp8MoeBackend",
+            "NvFp4MoeBackend",
+            "UnquantizedFusedMoEMethod",
+        ),
+    )
 
 
 def moe_functions(module: types.ModuleType) -> None:
-    _raising_module(module, ("convert_to_fp8_moe_kernel_format", "make_fp8_moe_kernel", "make_fp8_moe_quant_config",
-                             "select_fp8_moe_backend", "select_mxfp8_moe_backend", "convert_to_nvfp4_moe_kernel_format",
-                             "is_global_sf_supported_for_nvfp4_backend", "make_nvfp4_moe_kernel",
-                             "make_nvfp4_moe_quant_config", "select_nvfp4_moe_backend",
-                             "trtllm_nvfp4_hidden_alignment", "get_marlin_input_dtype",
-                             "dequantize_nvfp4_moe_weights", "dequantize_to_dtype", "nvfp4_gathered_bias",
-                             "dequant_mxfp8_to_bf16", "process_fp8_input_tensor_strategy_moe",
-                             "process_fp8_weight_tensor_strategy_moe"))
+    _raising_module(
+        module,
+        (
+            "convert_to_fp8_moe_kernel_format",
+            "make_fp8_moe_kernel",
+            "make_fp8_moe_quant_config",
+            "select_fp8_moe_backend",
+            "select_mxfp8_moe_backend",
+            "convert_to_nvfp4_moe_kernel_format",
+            "is_global_sf_supported_for_nvfp4_backend",
+            "make_nvfp4_moe_kernel",
+            "make_nvfp4_moe_quant_config",
+            "select_nvfp4_moe_backend",
+            "trtllm_nvfp4_hidden_alignment",
+            "get_marlin_input_dtype",
+            "dequantize_nvfp4_moe_weights",
+            "dequantize_to_dtype",
+            "nvfp4_gathered_bias",
+            "dequant_mxfp8_to_bf16",
+            "process_fp8_input_tensor_strategy_moe",
+            "process_fp8_weight_tensor_strategy_moe",
+        ),
+    )
     _placeholder_classes(module, ("Fp8MoeBackend", "NvFp4MoeBackend", "Fp8Config", "Fp8MoEMethod"))
 
 
@@ -437,8 +476,14 @@ def kv_cache_interface(module: types.ModuleType) -> None:
 class RMSNorm(nn.Module):
     """vLLM's RMSNorm holds one `weight` of the hidden width (layernorm.py); the kernel is not needed here."""
 
-    def __init__(self, hidden_size: int, eps: float = 1e-6, var_hidden_size: int | None = None,
-                 has_weight: bool = True, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        hidden_size: int,
+        eps: float = 1e-6,
+        var_hidden_size: int | None = None,
+        has_weight: bool = True,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
         self.variance_epsilon = eps
         weight = torch.ones(hidden_size, dtype=dtype or torch.get_default_dtype())
@@ -455,7 +500,9 @@ def layernorm(module: types.ModuleType) -> None:
 class Rotary(nn.Module):
     """What the DFlash loader reads of a rotary embedding (its cos/sin cache is a non-persistent buffer)."""
 
-    def __init__(self, head_size: int, max_position: int, is_neox_style: bool, rope_parameters: dict[str, Any]):
+    def __init__(
+        self, head_size: int, max_position: int, is_neox_style: bool, rope_parameters: dict[str, Any]
+    ):
         super().__init__()
         self.head_size = head_size
         self.is_neox_style = is_neox_style
@@ -464,15 +511,27 @@ class Rotary(nn.Module):
 
 
 def rotary(module: types.ModuleType) -> None:
-    def get_rope(head_size: int, max_position: int = 2048, is_neox_style: bool = True,
-                 rope_parameters: dict[str, Any] | None = None, **kwargs: Any) -> Rotary:
+    def get_rope(
+        head_size: int,
+        max_position: int = 2048,
+        is_neox_style: bool = True,
+        rope_parameters: dict[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Rotary:
         return Rotary(head_size, max_position, is_neox_style, rope_parameters or {})
+
     module.get_rope = get_rope
 
 
 class LogitsProcessor(nn.Module):
-    def __init__(self, vocab_size: int, org_vocab_size: int | None = None, scale: float = 1.0,
-                 soft_cap: float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        vocab_size: int,
+        org_vocab_size: int | None = None,
+        scale: float = 1.0,
+        soft_cap: float | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__()
         self.vocab_size = vocab_size
         self.scale = scale

@@ -185,9 +185,12 @@ def test_walks_strided_start_temperatures_and_mask():
     assert not (strided_start.is_contiguous() or temps.is_contiguous() or mask.is_contiguous())
     got = triton_ops.greedy_walk_triton(strided_start.to(DEVICE), pairs.to(DEVICE), ids.to(DEVICE)).cpu()
     assert torch.equal(got, ops.greedy_walk_reference(start, pairs, ids))
-    tokens, q = triton_ops.sample_walk_triton(*(t.to(DEVICE) for t in (strided_start, pairs, ids, uniforms, temps,
-                                                                       mask)))
-    ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temps.contiguous(), mask.bool())
+    tokens, q = triton_ops.sample_walk_triton(
+        *(t.to(DEVICE) for t in (strided_start, pairs, ids, uniforms, temps, mask))
+    )
+    ref_tokens, ref_q = ops.sample_walk_reference(
+        start, pairs, ids, uniforms, temps.contiguous(), mask.bool()
+    )
     assert torch.equal(tokens.cpu(), ref_tokens)
     torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
 
@@ -199,8 +202,9 @@ def test_sample_walk_matches_the_reference(k):
     temperatures = torch.tensor([0.5, 1.0, 2.0, 0.0, 1.0, 1.0])
     greedy = torch.tensor([False, False, True, False, True, False])
     start[5] = float("nan")  # no finite score: argmax and a one-hot proposal
-    tokens, q = triton_ops.sample_walk_triton(*(t.to(DEVICE) for t in (start, pairs, ids, uniforms, temperatures,
-                                                                       greedy)))
+    tokens, q = triton_ops.sample_walk_triton(
+        *(t.to(DEVICE) for t in (start, pairs, ids, uniforms, temperatures, greedy))
+    )
     ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temperatures, greedy)
     assert torch.equal(tokens.cpu(), ref_tokens)
     torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
@@ -214,11 +218,19 @@ def test_sample_walk_stays_in_support_at_round_off():
     pairs = torch.zeros(1, 1, 4, 4)
     ids = torch.arange(8).view(1, 2, 4)
     uniforms = torch.tensor([[0.9999999, 0.5]])
-    tokens, q = triton_ops.sample_walk_triton(*(t.to(DEVICE) for t in (start, pairs, ids, uniforms, torch.ones(1),
-                                                                       torch.zeros(1, dtype=torch.bool))))
+    tokens, q = triton_ops.sample_walk_triton(
+        *(
+            t.to(DEVICE)
+            for t in (start, pairs, ids, uniforms, torch.ones(1), torch.zeros(1, dtype=torch.bool))
+        )
+    )
     assert tokens[0, 0].item() in (0, 1)
-    assert torch.equal(tokens.cpu(), ops.sample_walk_reference(start, pairs, ids, uniforms, torch.ones(1),
-                                                               torch.zeros(1, dtype=torch.bool))[0])
+    assert torch.equal(
+        tokens.cpu(),
+        ops.sample_walk_reference(
+            start, pairs, ids, uniforms, torch.ones(1), torch.zeros(1, dtype=torch.bool)
+        )[0],
+    )
 
 
 # ---------------------------------------------------------------- GPU, full shapes
@@ -267,8 +279,9 @@ def test_gpu_walks_full_shapes(batch):
     uniforms = torch.rand(batch, 15, generator=_gen(batch))
     temps = torch.rand(batch, generator=_gen(batch + 1)) * 2
     greedy = torch.rand(batch, generator=_gen(batch + 2)) < 0.3
-    tokens, q = triton_ops.sample_walk_triton(start.cuda(), pairs.cuda(), ids.cuda(), uniforms.cuda(), temps.cuda(),
-                                              greedy.cuda())
+    tokens, q = triton_ops.sample_walk_triton(
+        start.cuda(), pairs.cuda(), ids.cuda(), uniforms.cuda(), temps.cuda(), greedy.cuda()
+    )
     ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temps, greedy)
     assert torch.equal(tokens.cpu(), ref_tokens)
     torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
@@ -307,8 +320,9 @@ def test_lattice_scores_match_the_reference(k, slots, width):
     in_vec = torch.randn(2, slots, k, width, generator=g)
     anchor = torch.randn(2, width, generator=g)
     anchor[1] = 0.0  # an invalid anchor: its vector is the zero vector, normalised with eps
-    start, pairs = triton_ops.lattice_scores_triton(out_vec.to(DEVICE), in_vec.to(DEVICE), anchor.to(DEVICE), 1e-6,
-                                                    10.0)
+    start, pairs = triton_ops.lattice_scores_triton(
+        out_vec.to(DEVICE), in_vec.to(DEVICE), anchor.to(DEVICE), 1e-6, 10.0
+    )
     ref_start, ref_pairs = ops.lattice_scores_reference(out_vec, in_vec, anchor, 1e-6, 10.0)
     torch.testing.assert_close(start.cpu(), ref_start, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(pairs.cpu(), ref_pairs, rtol=1e-5, atol=1e-5)
@@ -328,9 +342,12 @@ def test_walks_any_lattice_length(slots, k):
     greedy = torch.tensor([False, False, True])
     got = triton_ops.greedy_walk_triton(start.to(DEVICE), pairs.to(DEVICE), ids.to(DEVICE)).cpu()
     assert torch.equal(got, ops.greedy_walk_reference(start, pairs, ids))
-    pairs = torch.where(pairs == float("inf"), 1e4, pairs)  # a softmax over +inf has no distribution: sampled walks take it finite
-    tokens, q = triton_ops.sample_walk_triton(*(t.to(DEVICE) for t in (start, pairs, ids, uniforms, temperatures,
-                                                                       greedy)))
+    pairs = torch.where(
+        pairs == float("inf"), 1e4, pairs
+    )  # a softmax over +inf has no distribution: sampled walks take it finite
+    tokens, q = triton_ops.sample_walk_triton(
+        *(t.to(DEVICE) for t in (start, pairs, ids, uniforms, temperatures, greedy))
+    )
     ref_tokens, ref_q = ops.sample_walk_reference(start, pairs, ids, uniforms, temperatures, greedy)
     assert torch.equal(tokens.cpu(), ref_tokens)
     torch.testing.assert_close(q.cpu(), ref_q, rtol=1e-6, atol=1e-6)
@@ -352,8 +369,9 @@ def test_feature_hidden_matches_the_reference(k, dtype, width):
     norm_b = (0.1 * torch.randn(5, generator=g)).to(dtype)
     up_w = torch.randn(width, 5, generator=g).to(dtype)
     up_b = (0.1 * torch.randn(width, generator=g)).to(dtype)
-    got = triton_ops.feature_hidden_triton(*(t.to(DEVICE) for t in (log_probs, norm_w, norm_b)), 1e-5,
-                                           up_w.to(DEVICE), up_b.to(DEVICE)).cpu()
+    got = triton_ops.feature_hidden_triton(
+        *(t.to(DEVICE) for t in (log_probs, norm_w, norm_b)), 1e-5, up_w.to(DEVICE), up_b.to(DEVICE)
+    ).cpu()
     ref = ops.feature_hidden_reference(log_probs, norm_w, norm_b, 1e-5, up_w, up_b)
     assert got.shape == (2, 3, k, width) and got.dtype == dtype
     if dtype == torch.float32:
@@ -369,12 +387,19 @@ def test_residual_norm_matches_the_reference(dtype, mode, width):
     g = _gen(width)
     x = (torch.randn(2, 7, width, generator=g) * 2).to(dtype)
     delta = torch.randn(2, 7, width, generator=g).to(dtype) if mode != "norm only" else None
-    bias = (0.3 * torch.randn(width, generator=g)).to(dtype) if mode in ("delta+bias", "factor input") else None
+    bias = (
+        (0.3 * torch.randn(width, generator=g)).to(dtype) if mode in ("delta+bias", "factor input") else None
+    )
     weight = (1 + 0.1 * torch.randn(width, generator=g)).to(dtype)
     anchor = torch.randn(2, width, generator=g).to(dtype) if mode == "factor input" else None
-    got_x, got_y = triton_ops.residual_norm_triton(x.to(DEVICE), None if delta is None else delta.to(DEVICE),
-                                                   None if bias is None else bias.to(DEVICE), weight.to(DEVICE),
-                                                   1e-6, None if anchor is None else anchor.to(DEVICE))
+    got_x, got_y = triton_ops.residual_norm_triton(
+        x.to(DEVICE),
+        None if delta is None else delta.to(DEVICE),
+        None if bias is None else bias.to(DEVICE),
+        weight.to(DEVICE),
+        1e-6,
+        None if anchor is None else anchor.to(DEVICE),
+    )
     ref_x, ref_y = ops.residual_norm_reference(x, delta, bias, weight, 1e-6, anchor)
     assert got_y.shape == ref_y.shape == (2, 7, 3 * width if anchor is not None else width)
     assert got_x.dtype == ref_x.dtype and got_y.dtype == ref_y.dtype
@@ -392,14 +417,15 @@ def test_residual_norm_matches_the_reference(dtype, mode, width):
         _, ref_y = ops.residual_norm_reference(got_x.cpu(), None, None, weight, 1e-6, anchor)
         _within_bf16_ulps(got_y.cpu(), ref_y, 3.01, floor=1e-3)
     if anchor is not None:  # [y, a, y ⊙ a]: the anchor block is the row's own anchor, copied
-        assert torch.equal(got_y.cpu()[1, :, width:2 * width], anchor[1].expand(7, width))
+        assert torch.equal(got_y.cpu()[1, :, width : 2 * width], anchor[1].expand(7, width))
 
 
 def test_residual_norm_one_anchor_for_every_row():
     x, delta = torch.randn(3, 5, 32, generator=_gen(1)), torch.randn(3, 5, 32, generator=_gen(2))
     weight, anchor = torch.randn(32, generator=_gen(3)), torch.randn(1, 32, generator=_gen(4))
-    got_x, got_y = triton_ops.residual_norm_triton(x.to(DEVICE), delta.to(DEVICE), None, weight.to(DEVICE), 1e-6,
-                                                   anchor.to(DEVICE))
+    got_x, got_y = triton_ops.residual_norm_triton(
+        x.to(DEVICE), delta.to(DEVICE), None, weight.to(DEVICE), 1e-6, anchor.to(DEVICE)
+    )
     ref_x, ref_y = ops.residual_norm_reference(x, delta, None, weight, 1e-6, anchor)
     torch.testing.assert_close(got_y.cpu(), ref_y, rtol=1e-5, atol=1e-5)
     assert torch.equal(got_y.cpu()[2, :, 32:64], anchor.expand(5, 32))
@@ -431,19 +457,33 @@ def test_gpu_head_kernels_at_qwen3_8b_geometry(dtype, batch):
     bias = torch.randn(8, n, n, generator=g).to(dtype)
     got = triton_ops.lattice_attention_triton(qkv.cuda(), bias.cuda(), 8).cpu()
     tol = 1e-4 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(got.float(), ops.lattice_attention_reference(qkv.float(), bias.float(), 8),
-                               rtol=tol, atol=tol)
-    x, delta = torch.randn(batch, n, h, generator=g).to(dtype), torch.randn(batch, n, h, generator=g).to(dtype)
+    torch.testing.assert_close(
+        got.float(), ops.lattice_attention_reference(qkv.float(), bias.float(), 8), rtol=tol, atol=tol
+    )
+    x, delta = (
+        torch.randn(batch, n, h, generator=g).to(dtype),
+        torch.randn(batch, n, h, generator=g).to(dtype),
+    )
     bvec, w, a = (torch.randn(h, generator=g).to(dtype) for _ in range(3))
     a = a.expand(batch, h).contiguous()
-    got_x, got_y = triton_ops.residual_norm_triton(x.cuda(), delta.cuda(), bvec.cuda(), w.cuda(), 1e-6, a.cuda())
+    got_x, got_y = triton_ops.residual_norm_triton(
+        x.cuda(), delta.cuda(), bvec.cuda(), w.cuda(), 1e-6, a.cuda()
+    )
     ref_x, ref_y = ops.residual_norm_reference(x, delta, bvec, w, 1e-6, a)
     assert torch.equal(got_x.cpu(), ref_x)
     torch.testing.assert_close(got_y.cpu().float(), ref_y.float(), rtol=tol, atol=tol)
     log_probs = -torch.rand(batch, s, k, generator=g).sort(dim=-1).values * 6
     nw, nb, up_b = torch.randn(5, generator=g), torch.randn(5, generator=g), torch.randn(h, generator=g)
     up_w = torch.randn(h, 5, generator=g)
-    got = triton_ops.feature_hidden_triton(log_probs.cuda(), nw.to(dtype).cuda(), nb.to(dtype).cuda(), 1e-5,
-                                           up_w.to(dtype).cuda(), up_b.to(dtype).cuda()).cpu()
-    ref = ops.feature_hidden_reference(log_probs, nw.to(dtype), nb.to(dtype), 1e-5, up_w.to(dtype), up_b.to(dtype))
+    got = triton_ops.feature_hidden_triton(
+        log_probs.cuda(),
+        nw.to(dtype).cuda(),
+        nb.to(dtype).cuda(),
+        1e-5,
+        up_w.to(dtype).cuda(),
+        up_b.to(dtype).cuda(),
+    ).cpu()
+    ref = ops.feature_hidden_reference(
+        log_probs, nw.to(dtype), nb.to(dtype), 1e-5, up_w.to(dtype), up_b.to(dtype)
+    )
     torch.testing.assert_close(got.float(), ref.float(), rtol=tol, atol=tol)

@@ -77,7 +77,7 @@ def test_step_linear_rows_do_not_depend_on_the_row_count():
     norm = _randn(64, seed=9) + 1.0
     many = step_ops.step_linear_triton(x, weight, norm_weight=norm, eps=1e-6, gated=True)
     for i in (0, 4, 8):
-        one = step_ops.step_linear_triton(x[i:i + 1], weight, norm_weight=norm, eps=1e-6, gated=True)
+        one = step_ops.step_linear_triton(x[i : i + 1], weight, norm_weight=norm, eps=1e-6, gated=True)
         assert_same_row(one[0], many[i])
 
 
@@ -96,8 +96,12 @@ def test_rope_kv_matches_the_reference(qk_norm):
     norms = (_randn(hd, seed=11) + 1.0, _randn(hd, seed=12) + 1.0) if qk_norm else (None, None)
     caches = []
     for _ in range(2):
-        caches.append((torch.full((b, kv_heads, capacity, hd), -7.0, device=DEVICE),
-                       torch.full((b, kv_heads, capacity, hd), -7.0, device=DEVICE)))
+        caches.append(
+            (
+                torch.full((b, kv_heads, capacity, hd), -7.0, device=DEVICE),
+                torch.full((b, kv_heads, capacity, hd), -7.0, device=DEVICE),
+            )
+        )
     got = step_ops.rope_kv_triton(qkv, *caches[0], rows, positions, cos, sin, heads, kv_heads, *norms, 1e-6)
     want = ops.rope_kv_reference(qkv, *caches[1], rows, positions, cos, sin, heads, kv_heads, *norms, 1e-6)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -132,7 +136,7 @@ def test_step_attention_rows_do_not_depend_on_the_step_length():
     first = torch.zeros(1, dtype=torch.long, device=DEVICE)
     block = step_ops.step_attention_triton(q, keys, values, last, first)
     for i in range(8):
-        one = step_ops.step_attention_triton(q[:, i:i + 1], keys, values, last[:, i:i + 1], first)
+        one = step_ops.step_attention_triton(q[:, i : i + 1], keys, values, last[:, i : i + 1], first)
         assert_same_row(one[0, 0], block[0, i])
 
 
@@ -144,7 +148,9 @@ def test_step_attention_left_padding_rows_stay_finite_and_garbage_before_the_fir
     first = torch.tensor([3], device=DEVICE)
     want = ops.step_attention_reference(q, keys, values, last, first)
     poisoned_k, poisoned_v = keys.clone(), values.clone()
-    poisoned_k[:, :, :3] = float("nan")  # the padding rows: never read (SDPA, the reference, would be poisoned)
+    poisoned_k[:, :, :3] = float(
+        "nan"
+    )  # the padding rows: never read (SDPA, the reference, would be poisoned)
     poisoned_v[:, :, :3] = float("nan")
     got = step_ops.step_attention_triton(q, poisoned_k, poisoned_v, last, first)
     assert torch.isfinite(want).all()
