@@ -86,11 +86,17 @@ def _validate_sglang_refuses(ran: Ran) -> None:
 
 
 def _smoke_gpu(ran: Ran) -> None:
-    assert ran.code == 0, (
-        ran.out + ran.err
-    )  # the trained drafter passes its gates on a GPU (README: one H200)
-    gates = dict(re.findall(r"^\s+(?P<status>PASS|FAIL|SKIP|INCONCLUSIVE)\s+(\S+)", ran.out, re.M))
-    assert set(gates) == {"PASS"}, ran.out
+    # README (one H200): lossless, and the head's +7.9% over 28 prompts is not conclusively below the 5% threshold
+    # (an undecided gate prints FAIL with an "inconclusive: ..." summary)
+    lines = re.findall(r"^\s+(PASS|FAIL|SKIP)\s+(\S+)\s+(.*)$", ran.out, re.M)
+    gates = {
+        name: "INCONCLUSIVE" if summary.startswith("inconclusive") else status
+        for status, name, summary in lines
+    }
+    assert gates.get("lossless") == "PASS" and gates.get("head-loaded") in ("PASS", "INCONCLUSIVE"), ran.out
+    others = {name: status for name, status in gates.items() if name not in ("lossless", "head-loaded")}
+    assert set(others.values()) <= {"PASS", "SKIP"}, ran.out
+    assert ran.code == (0 if gates["head-loaded"] == "PASS" else 1), ran.out + ran.err
 
 
 def _pip_installs_this_checkout(command: str) -> None:
