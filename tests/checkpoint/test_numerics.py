@@ -84,7 +84,7 @@ def test_fp8_dequantize_is_the_definition_whole_and_by_row_blocks(layout):
 @pytest.mark.parametrize("layout", list(SCALES))
 def test_the_runtime_torch_twins_decode_the_same(layout):
     torch = pytest.importorskip("torch")
-    from lilicorr_runtime import codecs
+    from lilicorr_runtime.model import codecs
 
     o, i = 260, 130
     codes = e4m3_encode(RNG.normal(size=(o, i)).astype(np.float32) * 20)
