@@ -47,7 +47,8 @@ rule(
     "error",
     CFG,
     "layer_types / sliding_window are inconsistent.",
-    "Give one layer_types entry per draft layer and a sliding_window when any layer is sliding_attention.",
+    "Give one layer_types entry per draft layer; when any layer is sliding_attention, set sliding_window "
+    "(and, for a qwen2 / qwen3 model_type, use_sliding_window: true).",
     doc="Fires when `layer_types` has another number of entries than num_hidden_layers (fewer, for every "
     'runtime; more, for SGLang and vLLM); when an entry is neither "full_attention" nor '
     '"sliding_attention"; when a layer is sliding_attention but `sliding_window` is unset (not for vLLM '
