@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lilicorr_ckpt import fixtures
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -46,3 +48,27 @@ def raised_within(seconds: float, fn, *args, **kwargs) -> BaseException | None:
         f"{getattr(fn, '__name__', fn)}{args} still running after {seconds} s (blocked on a read?)"
     )
     return outcome[0]
+
+
+def smollm2_drafter_config():
+    """A LiLiCorr drafter of SmolLM2's geometry: hidden 576, vocabulary 49152, 30 target layers."""
+    return fixtures.draft_config(
+        block_size=4,
+        hidden_size=576,
+        num_hidden_layers=1,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        head_dim=64,
+        intermediate_size=1536,
+        vocab_size=49152,
+        num_target_layers=30,
+        rope_theta=100000.0,
+        dflash={
+            "block_size": 4,
+            "target_layer_ids": [1, 15, 28],
+            "mask_token_id": 49151,
+            "lilicorr_candidate_topk": 8,
+            "lilicorr_hidden_size": 256,
+            "lilicorr_num_heads": 4,
+        },
+    )

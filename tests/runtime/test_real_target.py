@@ -12,6 +12,8 @@ from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_ckpt.smoke.probes import load_probes
 from lilicorr_runtime import SpeculativeDecoder, acceptance_stats, load_target
 
+from helpers import smollm2_drafter_config
+
 GGUF = Path(__file__).resolve().parents[2] / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 QUESTIONS = [
     "Write a Python function that returns the n-th Fibonacci number.",
@@ -40,30 +42,6 @@ def smollm2_transformers(smollm2):
     the fast path with an independent transformers copy for that."""
     assert smollm2.model.__class__.__name__ == "LlamaForCausalLM"
     return smollm2
-
-
-def smollm2_drafter_config():
-    """A LiLiCorr drafter of SmolLM2's geometry: hidden 576, vocabulary 49152, 30 target layers."""
-    return fixtures.draft_config(
-        block_size=4,
-        hidden_size=576,
-        num_hidden_layers=1,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        head_dim=64,
-        intermediate_size=1536,
-        vocab_size=49152,
-        num_target_layers=30,
-        rope_theta=100000.0,
-        dflash={
-            "block_size": 4,
-            "target_layer_ids": [1, 15, 28],
-            "mask_token_id": 49151,
-            "lilicorr_candidate_topk": 8,
-            "lilicorr_hidden_size": 256,
-            "lilicorr_num_heads": 4,
-        },
-    )
 
 
 def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, smollm2_transformers, tmp_path):

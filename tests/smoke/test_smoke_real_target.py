@@ -10,7 +10,7 @@ import torch
 
 from lilicorr_ckpt import fixtures
 
-from helpers import REPO
+from helpers import REPO, smollm2_drafter_config
 
 GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -32,27 +32,7 @@ def one_thread():
 
 
 def test_smoke_on_smollm2_is_lossless_and_records_the_chat_setup(smoke, tmp_path, one_thread):
-    config = fixtures.draft_config(
-        block_size=4,
-        hidden_size=576,
-        num_hidden_layers=1,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        head_dim=64,
-        intermediate_size=1536,
-        vocab_size=49152,
-        num_target_layers=30,
-        rope_theta=100000.0,
-        dflash={
-            "block_size": 4,
-            "target_layer_ids": [1, 15, 28],
-            "mask_token_id": 49151,
-            "lilicorr_candidate_topk": 8,
-            "lilicorr_hidden_size": 256,
-            "lilicorr_num_heads": 4,
-        },
-    )
-    drafter = fixtures.write_checkpoint(tmp_path / "drafter", config)
+    drafter = fixtures.write_checkpoint(tmp_path / "drafter", smollm2_drafter_config())
     # a random drafter: the head's gain over the control is noise, so that gate is waived
     result = smoke(
         drafter,
