@@ -32,8 +32,8 @@ import torch
 
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk
-from ..target.fast import StaticKVCache
-from .draft_step import propose
+from ..target.fast import PREFILL_ROWS, StaticKVCache
+from .draft_step import propose, warn_once
 from .verify import categorical, verify_greedy, verify_sampled
 
 
@@ -49,6 +49,43 @@ class LoopOutput(msgspec.Struct, frozen=True):
 
 def _views(cache_keys: Sequence[torch.Tensor], cache_values: Sequence[torch.Tensor], slot: int):
     return [k[slot : slot + 1] for k in cache_keys], [v[slot : slot + 1] for v in cache_values]
+
+
+def prefill_bucket(rows: int) -> int:
+    """The row count a captured prefill of `rows` prompt tokens runs: `rows` rounded up to 16 (to 64 rows), to 32
+    (to 256) or to 64 (to PREFILL_ROWS), so that a few graphs serve every prompt length. The padding rows are
+    computed and ignored: each step-kernel row is computed from its own row and the rows before it alone."""
+    for grain, top in ((16, 64), (32, 256), (64, PREFILL_ROWS)):
+        if rows <= top:
+            return -(-rows // grain) * grain
+    return rows
+
+
+def capture(fn):
+    """(a CUDA graph of fn, fn's outputs), captured on a side stream. Unlike `torch.cuda.graph`, it neither
+    synchronizes the device nor runs the garbage collector first (tens of milliseconds in a large process),
+    so a prefill bucket first met in the middle of decoding costs only its capture."""
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        try:
+            out = fn()
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream().wait_stream(stream)
+    return graph, out
+
+
+class _Launched:
+    """A block in flight: the host's active slots when it was launched, its report (pinned: active flags and
+    output lengths after it), and the event that marks its end."""
+
+    __slots__ = ("before", "event", "report")
+
+    def __init__(self, before: list[bool], report: torch.Tensor, event: torch.cuda.Event | None):
+        self.before, self.report, self.event = before, report, event
 
 
 class DecodeLoop:
@@ -128,14 +165,40 @@ class DecodeLoop:
         self.graph: torch.cuda.CUDAGraph | None = None
         self._captured = False
         self.started: dict[int, float] = {}
-        self.steps = 0  # blocks run, and the wall time spent in step() (bench/decode.py reads both)
+        # blocks run, the wall time spent in step(), and the part of it the host was not waiting for the GPU
+        # (bench/decode.py reads them)
+        self.steps = 0
         self.step_seconds = 0.0
-        self._host_active = torch.zeros(batch, dtype=torch.bool, pin_memory=device.type == "cuda")
+        self.host_seconds = 0.0
+        self._host_active = [False] * batch  # the host's view: admitted and not yet reported ended
+        # what the host knows of each slot from the last report: output length and limit (the pipelining rule)
+        self._host_out_len = [0] * batch
+        self._host_limit = [0] * batch
+        self._inflight: _Launched | None = None
+        # the report a block leaves for the host: row 0 the active flags, row 1 the output lengths
+        self.report = torch.zeros(2, batch, **long)
+        # admission: the prompt ids (padded to a bucket), and slot, prompt length, last row, limit
+        self.admission = {
+            "ids": torch.zeros(1, capacity, **long),
+            "scalars": torch.zeros(4, **long),
+            "uniform": torch.zeros(1, device=device),
+            "zero": torch.zeros(1, **long),
+            "one": torch.ones(1, **long),
+        }
+        # a batch of one prefills its only slot in place; a wider one prefills into a one-row staging cache and
+        # copies it into the slot (one kernel per K and V), so one captured prefill serves every slot
+        self.stage_cache: StaticKVCache = (
+            self.target_cache if batch == 1 else target.core.new_cache(1, capacity)
+        )
+        self._admit_graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor | None]] = {}
+        self._admit_eager = False  # set when a capture failed: admissions run eagerly from then on
 
     # -- one block ------------------------------------------------------------------------------------------
 
     def _body(self) -> None:
         self._accept(self._verify(self._draft()))
+        self.report[0].copy_(self.state["active"])
+        self.report[1].copy_(self.state["out_len"])
 
     def _draft(self) -> dict[str, torch.Tensor]:
         """The draft step for every slot: ids [b, n+1] = [anchor, d_1..d_n] (the anchor alone in "ar"), and for
@@ -252,10 +315,7 @@ class DecodeLoop:
             torch.cuda.current_stream().wait_stream(stream)
             for k, v in self.state.items():
                 v.copy_(saved[k])
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self._body()
-            self.graph = graph
+            self.graph, _ = capture(self._body)
         except Exception as exc:  # a capture failure must not stop decoding; it costs speed only
             self.graph = None
             warnings.warn(
@@ -273,16 +333,21 @@ class DecodeLoop:
             return
         b, n = self.batch, max(self.n, 1)
         if self.walk == "sample":
-            self.uniforms["walk"].copy_(torch.rand(b, n, generator=self.generator))
+            self._upload(self.uniforms["walk"], torch.rand(b, n, generator=self.generator))
         if self.drafter is not None:
-            self.uniforms["accept"].copy_(torch.rand(b, n, generator=self.generator))
-        self.uniforms["residual"].copy_(torch.rand(b, generator=self.generator))
+            self._upload(self.uniforms["accept"], torch.rand(b, n, generator=self.generator))
+        self._upload(self.uniforms["residual"], torch.rand(b, generator=self.generator))
 
-    @torch.inference_mode()
-    def step(self) -> list[int]:
-        """Run one block for every slot; returns the slots whose request ended in it (one host sync)."""
-        begin = time.perf_counter()
-        before = self._host_active.clone()
+    def _upload(self, dst: torch.Tensor, src: torch.Tensor) -> None:
+        """Host -> device in stream order without waiting for the GPU (pinned, so the copy is asynchronous; the
+        pinned allocator keeps the block until the copy has run)."""
+        if self.device.type == "cuda":
+            dst.copy_(src.pin_memory(), non_blocking=True)
+        else:
+            dst.copy_(src)
+
+    def _launch(self) -> _Launched:
+        """Enqueue one block (the graph, or the eager body) and the copy of its report to the host."""
         self._draw_uniforms()
         if self.use_graph and not self._captured:
             self._capture()
@@ -290,62 +355,194 @@ class DecodeLoop:
             self.graph.replay()
         else:
             self._body()
-        self._host_active.copy_(self.state["active"], non_blocking=True)
-        if self.device.type == "cuda":
-            torch.cuda.current_stream().synchronize()
-        ended = torch.nonzero(before & ~self._host_active).flatten().tolist()
+        before = list(self._host_active)
+        if self.device.type != "cuda":
+            return _Launched(before, self.report.clone(), None)
+        report = torch.empty(self.report.shape, dtype=self.report.dtype, pin_memory=True)
+        report.copy_(self.report, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return _Launched(before, report, event)
+
+    def _pipelined(self) -> bool:
+        """Whether the next block is launched before the current one is waited for: on CUDA, where launching is
+        asynchronous (on the CPU a block runs as it is launched, so there is nothing to overlap)."""
+        return self.device.type == "cuda"
+
+    def _may_end(self) -> bool:
+        """Whether a running request may end in the block in flight, as far as the host can tell before it
+        ends: always possible by an eos; by its limit when its last known output length is within a block of
+        it. A batch of one then does not launch the next block ahead (it would run for nothing)."""
+        if self.batch > 1:  # the other slots use the block
+            return False
+        if self.temperature > 0:  # the next block would draw its uniforms: keep the eager loop's draws
+            return True
+        reach = self.n + 1  # the last report is the block's before the one in flight
+        return any(
+            active and out_len + reach >= limit
+            for active, out_len, limit in zip(
+                self._host_active, self._host_out_len, self._host_limit, strict=True
+            )
+        )
+
+    @torch.inference_mode()
+    def step(self) -> list[int]:
+        """Run one block for every slot; returns the slots whose request ended in it (one host sync).
+
+        On CUDA the next block is launched before this one is waited for (the state lives on the device, and a
+        slot that ended commits nothing in it), so the GPU never waits for the host between blocks; a batch of
+        one does so only while its request cannot end in the block in flight (`_may_end`). A request admitted
+        after this call joins at the next block launched."""
+        begin = time.perf_counter()
+        current = self._inflight if self._inflight is not None else self._launch()
+        self._inflight = None
+        if self._pipelined() and not self._may_end():
+            self._inflight = self._launch()
+        waited = time.perf_counter()
+        if current.event is not None:
+            current.event.synchronize()
+        waited = time.perf_counter() - waited
+        active, out_len = current.report.tolist()
+        before = current.before
+        ended = [s for s in range(self.batch) if before[s] and not active[s]]
+        for s in range(self.batch):
+            if before[s]:
+                self._host_out_len[s] = out_len[s]
+        for s in ended:
+            self._host_active[s] = False
+            if self._inflight is not None:  # the block launched ahead ran without it: a new request there is
+                self._inflight.before[s] = False  # not that block's to end
         self.steps += 1
-        self.step_seconds += time.perf_counter() - begin
+        elapsed = time.perf_counter() - begin
+        self.step_seconds += elapsed
+        self.host_seconds += elapsed - waited
         return ended
+
+    def drain(self) -> None:
+        """Wait for the block in flight, if any (its slots' state is final once it has run)."""
+        if self._inflight is not None and self._inflight.event is not None:
+            self._inflight.event.synchronize()
 
     # -- requests ---------------------------------------------------------------------------------------------
 
+    def _admit_body(self, rows: int, p: int) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """The target's part of an admission over the first `rows` rows of the staged ids (`p` of them the
+        prompt's): the prefill into the staging cache, the first token, the slot's state and, for a batch of
+        more than one, the copy of the staged cache into the slot. Shapes depend on `rows` only, so a captured
+        replay serves every prompt that rounds to it; returns (features [1, rows, T·M] or None, the first token
+        [1])."""
+        target, st, a = self.target, self.state, self.admission
+        scalars = a["scalars"]
+        slot, length, last, limit = scalars[0:1], scalars[1:2], scalars[2:3], scalars[3:4]
+        zero = a["zero"]
+        hidden, features = target.core.forward(
+            self.stage_cache,
+            target.embed_tokens(a["ids"][:, :rows]),
+            zero,
+            zero,
+            self.taps,
+            step_kernels=True if p <= PREFILL_ROWS else None,
+        )
+        logits = target.step_logits(hidden.index_select(1, last))[0, 0]  # the last prompt row's [V]
+        if self.temperature == 0:
+            first = logits.argmax()[None]
+        else:
+            probs = torch.softmax(logits / self.temperature, dim=-1)[None]
+            first = categorical(probs, a["uniform"])
+        if self.stage_cache is not self.target_cache:
+            for block, staged in (
+                (self.target_cache.key_block, self.stage_cache.key_block),
+                (self.target_cache.value_block, self.stage_cache.value_block),
+            ):
+                block.index_copy_(1, slot, staged)
+        running = (first != self.eos).all(dim=0, keepdim=True) & (limit > 1)
+        st["anchor"].index_copy_(0, slot, first)
+        st["length"].index_copy_(0, slot, length)
+        st["out"][:, 0].index_copy_(0, slot, first)
+        st["out_len"].index_copy_(0, slot, a["one"])
+        st["limit"].index_copy_(0, slot, limit)
+        st["blocks"].index_copy_(0, slot, zero)
+        st["active"].index_copy_(0, slot, running)
+        return features, first
+
+    def _admit_target(self, p: int) -> torch.Tensor | None:
+        """Run the target's part of an admission: a captured replay over the prompt's bucket where one fits
+        the cache, else eagerly over the prompt's rows. Returns the prompt rows' features (None in "ar")."""
+        rows = prefill_bucket(p)
+        if not self.use_graph or self._admit_eager or rows > min(self.capacity, PREFILL_ROWS):
+            features, _ = self._admit_body(p, p)
+            return None if features is None else features[:, :p]
+        entry = self._admit_graphs.get(rows)
+        if entry is None:
+            try:  # warm-ups admit this very request (an admission is idempotent), then the capture
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    for _ in range(2):
+                        self._admit_body(rows, p)
+                torch.cuda.current_stream().wait_stream(stream)
+                graph, (features, _) = capture(lambda: self._admit_body(rows, p))
+                entry = self._admit_graphs[rows] = (graph, features)
+            except Exception as exc:  # speed only: admissions then run eagerly
+                self._admit_eager = True
+                warn_once(
+                    "admission",
+                    f"CUDA graph capture of the prefill failed ({type(exc).__name__}: {exc}); requests are "
+                    "admitted eagerly",
+                )
+                features, _ = self._admit_body(p, p)
+                return None if features is None else features[:, :p]
+        graph, features = entry
+        graph.replay()
+        return None if features is None else features[:, :p]
+
     @torch.inference_mode()
     def admit(self, slot: int, prompt: torch.Tensor, max_new_tokens: int) -> bool:
-        """Prefill `prompt` (1-D int64) into `slot` and emit its first token; False when the request ended there
-        (its first token is an eos, or max_new_tokens is 1): `take` it at once."""
+        """Prefill `prompt` (1-D int64) into `slot` and emit its first token, without waiting for the GPU.
+        False when the request ends there by its limit (max_new_tokens 1): `take` it at once. A request whose
+        first token is an eos is reported ended by the next `step()` (the block commits nothing for it).
+
+        The prefill runs the step kernels (each row as the one-token step computes it) from a graph captured
+        per row bucket (`prefill_bucket`); the drafter's context of the prompt rows runs eagerly, on exactly
+        those rows, as the eager loop computes it."""
         self.started[slot] = time.perf_counter()
-        target, drafter, st = self.target, self.drafter, self.state
+        drafter, st, a = self.drafter, self.state, self.admission
         p = prompt.numel()
         if p + max_new_tokens + self.n + 1 > self.capacity or max_new_tokens > self.max_new_tokens:
             raise ValueError(
                 f"a request of {p} prompt tokens and {max_new_tokens} new ones does not fit this loop "
                 f"(capacity {self.capacity} rows, at most {self.max_new_tokens} new tokens)"
             )
-        keys, values = _views(self.target_cache.keys, self.target_cache.values, slot)
-        row_cache = StaticKVCache.over(keys, values)
-        ids = prompt.to(self.device)[None]
-        zero = torch.zeros(1, dtype=torch.long, device=self.device)
-        logits, features = target._eager(row_cache, ids, zero, zero, self.taps, True)  # last row's logits
-        last = logits[0, -1]
-        if self.temperature == 0:
-            first = last.argmax()
-        else:
-            probs = torch.softmax(last / self.temperature, dim=-1)[None]
-            first = categorical(probs, torch.rand(1, generator=self.generator).to(self.device))[0]
-        if drafter is not None:
+        if not 0 <= slot < self.batch:
+            raise ValueError(f"slot {slot} is outside this loop's {self.batch} slots")
+        rows = prefill_bucket(p)
+        ids = torch.zeros(1, rows if rows <= self.capacity else p, dtype=torch.long)
+        ids[0, :p] = prompt.reshape(-1).cpu()
+        self._upload(a["ids"][:, : ids.shape[1]], ids)
+        self._upload(a["scalars"], torch.tensor([slot, p, p - 1, max_new_tokens], dtype=torch.long))
+        if self.temperature > 0:
+            self._upload(a["uniform"], torch.rand(1, generator=self.generator))
+        features = self._admit_target(p)
+        if drafter is not None:  # exactly the eager loop's context computation, on the prompt's rows
             context = drafter.project_context(features)  # [1, P, M]
             dk, dv = _views(self.draft_cache.keys, self.draft_cache.values, slot)
-            drafter.append_context_static(DraftKVCache.over(dk, dv), context, zero)
+            drafter.append_context_static(DraftKVCache.over(dk, dv), context, a["zero"])
             st["anchor_hidden"][slot] = context[0, -1]
-        st["anchor"][slot] = first
-        st["length"][slot] = p
-        st["out"][slot, 0] = first
-        st["out_len"][slot] = 1
-        st["limit"][slot] = max_new_tokens
-        st["blocks"][slot] = 0
-        running = bool((first != self.eos).all()) and max_new_tokens > 1  # one sync per request
-        st["active"][slot] = running
+        running = max_new_tokens > 1
         self._host_active[slot] = running
+        self._host_out_len[slot], self._host_limit[slot] = 1, max_new_tokens
         return running
 
     def take(self, slot: int) -> LoopOutput:
         """The finished request in `slot` (one copy back)."""
         st = self.state
-        count, blocks = int(st["out_len"][slot]), int(st["blocks"][slot])
-        tokens = st["out"][slot, :count].tolist()
-        accepted = st["accepted"][slot, :blocks].tolist()
-        limit = int(st["limit"][slot])
+        row = torch.cat(
+            [st["out_len"][slot, None], st["blocks"][slot, None], st["out"][slot], st["accepted"][slot]]
+        ).tolist()
+        count, blocks = row[0], row[1]
+        tokens = row[2 : 2 + count]
+        accepted = row[2 + st["out"].shape[1] :][:blocks]
+        limit = self._host_limit[slot]
         eos = set(self.eos.tolist())
         cut = next((i + 1 for i, t in enumerate(tokens[:limit]) if t in eos), min(len(tokens), limit))
         self._host_active[slot] = False

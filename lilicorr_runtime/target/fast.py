@@ -29,6 +29,10 @@ FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 # for): it runs the fused step kernels and, on CUDA, replays a captured graph
 STEP_ROWS = 32
 GRAPH_MAX_ROWS = STEP_ROWS
+# a request's prefill of at most this many rows runs the step kernels too (FastTarget.forward, the device loop's
+# admission), so that every row is computed as the one-token step computes it; longer ones, and other callers of
+# StaticDecoder.forward (batched data generation, training), take the torch references (cuBLAS, SDPA) past STEP_ROWS
+PREFILL_ROWS = 1024
 
 
 def fast_path_problem(model: PreTrainedModel) -> str | None:
@@ -67,7 +71,9 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
 
 
 class StaticKVCache:
-    """Per-layer K/V [b, kv_heads, capacity, head_dim], allocated once."""
+    """Per-layer K/V [b, kv_heads, capacity, head_dim], allocated once: views of one block per kind,
+    `key_block` / `value_block` [layers, b, kv_heads, capacity, head_dim], so that a sequence's whole cache is
+    copied in one kernel (the device loop's admission)."""
 
     def __init__(
         self,
@@ -79,15 +85,18 @@ class StaticKVCache:
         dtype: torch.dtype,
         device: torch.device,
     ):
-        shape = (batch, kv_heads, capacity, head_dim)
-        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
-        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(num_layers)]
+        shape = (num_layers, batch, kv_heads, capacity, head_dim)
+        self.key_block: torch.Tensor | None = torch.zeros(shape, dtype=dtype, device=device)
+        self.value_block: torch.Tensor | None = torch.zeros(shape, dtype=dtype, device=device)
+        self.keys = list(self.key_block.unbind(0))
+        self.values = list(self.value_block.unbind(0))
 
     @classmethod
     def over(cls, keys: list[torch.Tensor], values: list[torch.Tensor]) -> StaticKVCache:
         """A cache over existing per-layer tensors (e.g. one slot's rows of a batch cache), allocating nothing."""
         cache = cls.__new__(cls)
         cache.keys, cache.values = list(keys), list(values)
+        cache.key_block = cache.value_block = None
         return cache
 
     @property
@@ -169,21 +178,23 @@ class StaticDecoder:
         start: torch.Tensor,
         pad: torch.Tensor,
         taps: Sequence[int] = (),
+        step_kernels: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x [b, n, M] input embeddings at cache rows start..start+n-1 (start: an int64 device scalar, or [b] for
         rows at different lengths; pad [b] int64) -> (final-normed hidden [b, n, M], the hidden after each layer in
         `taps`, concatenated [b, n, T·M], or None). The tap after the last layer is taken after the final norm, as
         transformers' `hidden_states[-1]` is.
 
-        A forward of at most STEP_ROWS rows per sequence (a decode or verify step) runs the fused step ops
-        (six kernels per layer on CUDA, each row computed independently of the others); a longer one (a
-        prefill) runs the same ops' torch references (cuBLAS GEMMs, SDPA)."""
+        A forward of at most STEP_ROWS rows per sequence (a decode or verify step), or any forward with
+        `step_kernels`, runs the fused step ops (six kernels per layer on CUDA, each row computed independently
+        of the others and of the row count); a longer one (a prefill) runs the same ops' torch references
+        (cuBLAS GEMMs, SDPA) unless `step_kernels` is True."""
         b, n, m = x.shape
         start = start.reshape(-1).expand(b) if start.numel() == 1 else start
         rows = start[:, None] + torch.arange(n, device=x.device)  # [b, n] cache rows written
         positions = rows - pad[:, None]
         self._ensure_tables(cache.capacity)
-        step = n <= STEP_ROWS
+        step = n <= STEP_ROWS if step_kernels is None else step_kernels
         linear = ops.step_linear if step else ops.step_linear_reference
         rope_kv = ops.rope_kv if step else ops.rope_kv_reference
         attend = ops.step_attention if step else ops.step_attention_reference
@@ -293,7 +304,10 @@ class FastTarget(TargetModel):
         if self.length + n > self.static_cache.capacity:
             self._grow(self.length + n)
         taps = tuple(layer_ids) if layer_ids is not None else ()
-        logits, features = self._step(self.static_cache, ids, self.length, self._zero_pad, taps)
+        # a prefill runs the step kernels too (up to PREFILL_ROWS): each row as the one-token step computes it
+        logits, features = self._step(
+            self.static_cache, ids, self.length, self._zero_pad, taps, step_kernels=n <= PREFILL_ROWS or None
+        )
         self.length += n
         return TargetStep(logits[0], None if features is None else features[0])
 
@@ -313,9 +327,11 @@ class FastTarget(TargetModel):
         pad: torch.Tensor,
         taps: tuple[int, ...],
         graphs: dict | None = None,
+        step_kernels: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """ids [b, n] at cache row `start` -> fp32 logits [b, n, V], features [b, n, T·M] or None. Steps of at
-        most GRAPH_MAX_ROWS rows replay a graph captured over `cache` (kept in `graphs`)."""
+        most GRAPH_MAX_ROWS rows replay a graph captured over `cache` (kept in `graphs`); longer forwards run
+        eagerly (`step_kernels`: see StaticDecoder.forward)."""
         b, n = ids.shape
         graphs = self._graphs if graphs is None else graphs
         if self.use_graphs and n <= GRAPH_MAX_ROWS:
@@ -338,7 +354,8 @@ class FastTarget(TargetModel):
             static["pad"].copy_(pad)
             logits, features = graph.replay()
             return logits.clone(), None if features is None else features.clone()
-        return self._eager(cache, ids, torch.tensor(start, device=self.device), pad, taps, False)
+        start_t = torch.tensor(start, device=self.device)
+        return self._eager(cache, ids, start_t, pad, taps, False, step_kernels=step_kernels)
 
     def _eager(
         self,
@@ -348,16 +365,20 @@ class FastTarget(TargetModel):
         pad: torch.Tensor,
         taps: tuple[int, ...],
         last_only: bool,
+        step_kernels: bool | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        hidden, features = self.core.forward(cache, self.embed_tokens(ids), start, pad, taps)
+        hidden, features = self.core.forward(
+            cache, self.embed_tokens(ids), start, pad, taps, step_kernels=step_kernels
+        )
         if last_only:
             hidden = hidden[:, -1:]
         return self.step_logits(hidden), features
 
     def step_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final-normed hidden [b, n, M] -> fp32 logits [b, n, V]; a step's through the row-invariant step GEMM."""
+        """Final-normed hidden [b, n, M] -> fp32 logits [b, n, V]; up to PREFILL_ROWS rows per sequence through
+        the row-invariant step GEMM (so a prefill's logits are the one-token step's)."""
         b, n, m = hidden.shape
-        if n <= STEP_ROWS and self.lm_head.bias is None:
+        if n <= PREFILL_ROWS and self.lm_head.bias is None:
             return ops.step_linear(
                 hidden.reshape(b * n, m), self.lm_head.weight, out_dtype=torch.float32
             ).view(b, n, -1)

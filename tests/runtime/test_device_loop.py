@@ -11,6 +11,7 @@ from runtime_helpers import ARCHS, small_config
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import SpeculativeDecoder
+from lilicorr_runtime.decode.device_loop import DecodeLoop, prefill_bucket
 from lilicorr_runtime.target.fast import FastTarget
 
 PROMPTS = [[1, 4, 9, 3, 7, 2, 11], [5, 5, 6], [2, 13, 8, 1, 0, 4, 4, 9, 12, 3, 6], [7]]
@@ -89,6 +90,46 @@ def test_an_eos_in_the_middle_of_a_block_ends_the_request(pair):
         ]
         assert out.tokens == free.tokens[: free.tokens.index(eos) + 1]
         assert sum(b.committed for b in out.blocks) + 1 >= len(out.tokens)
+
+
+@pytest.mark.parametrize("batch", [1, 2])
+def test_blocks_launched_ahead_commit_the_same_tokens(pair, monkeypatch, batch):
+    """With the next block launched before the current one is waited for (as on CUDA), a block that runs after
+    its request ended commits nothing, a request admitted meanwhile joins the next block, and the loop reports
+    every request ended exactly once with the tokens of the one-block-at-a-time loop."""
+    target, drafter = pair
+    want = SpeculativeDecoder(target, drafter, loop="device").generate_many(PROMPTS, 20, batch=batch)
+    monkeypatch.setattr(DecodeLoop, "_pipelined", lambda self: True)
+    monkeypatch.setattr(DecodeLoop, "_may_end", lambda self: False)  # always ahead, even at a request's end
+    got = SpeculativeDecoder(target, drafter, loop="device").generate_many(PROMPTS, 20, batch=batch)
+    assert [g.tokens for g in got] == [w.tokens for w in want]
+    assert [_records(g) for g in got] == [_records(w) for w in want]
+
+
+def test_a_first_token_eos_ends_the_request_at_its_prefill(pair):
+    target, drafter = pair
+    first = SpeculativeDecoder(target, drafter, loop="eager").generate(PROMPTS[2], 8).tokens[0]
+    for loop in ("eager", "device"):
+        decoder = SpeculativeDecoder(target, drafter, loop=loop)
+        out = decoder.generate_many([PROMPTS[2], PROMPTS[0]], 8, [first], batch=1)
+        assert out[0].tokens == [first] and out[0].blocks == [], loop
+        assert out[1].tokens == decoder.generate(PROMPTS[0], 8, [first]).tokens
+
+
+def test_prefill_buckets_round_up_to_few_sizes():
+    assert [prefill_bucket(r) for r in (1, 16, 17, 64, 65, 97, 256, 257, 1024)] == [
+        16,
+        16,
+        32,
+        64,
+        96,
+        128,
+        256,
+        320,
+        1024,
+    ]
+    assert prefill_bucket(1025) == 1025  # past PREFILL_ROWS: the prompt's own rows, eagerly
+    assert len({prefill_bucket(r) for r in range(1, 1025)}) == 4 + 6 + 12
 
 
 def test_the_device_loop_needs_a_fast_target(pair):
