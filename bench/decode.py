@@ -2,6 +2,7 @@
 
     python bench/decode.py --target GGUF --drafter examples/smollm2-lilicorr [--prompts 16] [--batches 1,32]
     python bench/decode.py --random qwen3-8b [--batches 1,32]   # random Qwen3-8B-shaped target + 8B-geometry drafter
+    python bench/decode.py --random smollm2 --drafter examples/smollm2-lilicorr   # random SmolLM2-shaped target
 
 For each target and batch size it measures, per block (one graph replay each, CUDA events, median):
 
@@ -9,7 +10,10 @@ For each target and batch size it measures, per block (one graph replay each, CU
     verify    the target step over [anchor, d_1..d_n] with the feature taps
     book      acceptance, commit, project_context and the draft-cache append
     block     the whole block as the loop replays it (one graph)
-    host      wall time per block in the loop minus the block's GPU time: launch, the one sync, Python
+    host      wall time per block in the loop minus the block's GPU time: what the host adds to the GPU's time
+              (the loop launches the next block before it waits for the current one, so this is what of the
+              launch, the one sync and Python the GPU could not overlap)
+    host cpu  the loop's own host time per block (step() minus its wait for the GPU): Python, launch, copy
     ar        one target-only block (one token per request) on the same loop
 
 and the speed-up model  tau * c_ar / (c_draft + c_verify + c_book + c_host)  with tau the head arm's measured
@@ -120,7 +124,7 @@ def sync() -> None:
 def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int, batch: int, eos) -> dict:
     rows = max(len(p) for p in prompts) + max_new + decoder.num_tokens + 2
     loop = decoder.device_loop(batch, rows, max_new, set(eos))
-    steps, step_seconds = loop.steps, loop.step_seconds
+    steps, step_seconds, host_seconds = loop.steps, loop.step_seconds, loop.host_seconds
     sync()
     begin = time.perf_counter()
     results = decoder.generate_many(prompts, max_new, eos, batch=batch)
@@ -137,6 +141,7 @@ def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int
         "tau": committed / blocks,
         "steps": steps,
         "step_s": (loop.step_seconds - step_seconds) / steps,
+        "host_cpu_s": (loop.host_seconds - host_seconds) / steps,
         "tok_s": tokens / wall,
         "loop": loop,
     }
@@ -158,9 +163,9 @@ def bench(
         arms = {}
         for arm in ("head", "ar"):
             decoder = SpeculativeDecoder(target, None if arm == "ar" else drafter, mode=arm, loop="device")
-            rows = max(len(p) for p in reqs) + max_new + decoder.num_tokens + 2
+            need = max(len(p) for p in reqs) + max_new + decoder.num_tokens + 2
             decoder.device_loop(
-                batch, rows, max_new, set(eos)
+                batch, need, max_new, set(eos)
             )  # sized for every request: never rebuilt below
             run_loop(decoder, reqs[:batch], max_new, batch, eos)  # warm-up: capture, compile
             measured = run_loop(decoder, reqs, max_new, batch, eos)
@@ -193,6 +198,7 @@ def bench(
                 "book_ms": head_pieces["book"] * 1e3,
                 "block_ms": head_pieces["block"] * 1e3,
                 "host_ms": host * 1e3,
+                "host_cpu_ms": head["host_cpu_s"] * 1e3,
                 "syncs_per_block": 1,
                 "ar_block_ms": ar_pieces["block"] * 1e3,
                 "ar_ms_per_step": c_ar * 1e3,
@@ -213,7 +219,9 @@ def main() -> None:
     parser.add_argument("--target", help="a target (GGUF, HF directory)")
     parser.add_argument("--drafter", help="its drafter checkpoint")
     parser.add_argument(
-        "--random", metavar="SHAPE", help="qwen3-8b: random target + 8B-geometry random drafter"
+        "--random",
+        metavar="SHAPE",
+        help="qwen3-8b: random target + 8B-geometry random drafter; smollm2: with --drafter",
     )
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=128)
@@ -267,7 +275,12 @@ def main() -> None:
         bench_target = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(bench_target)
         target = bench_target.random_target(args.random, "cuda")
-        drafter = random_drafter(target)
+        if args.drafter:
+            from lilicorr_ckpt import load_drafter
+
+            drafter = load_drafter(args.drafter, dtype=torch.bfloat16, device="cuda")
+        else:
+            drafter = random_drafter(target)
         generator = torch.Generator().manual_seed(0)
         prompts = [
             torch.randint(0, target.vocab_size, (48 + 8 * i,), generator=generator).tolist()
@@ -284,6 +297,7 @@ def main() -> None:
         "book_ms",
         "block_ms",
         "host_ms",
+        "host_cpu_ms",
         "ar_ms_per_step",
         "head_tok_s",
         "ar_tok_s",

@@ -209,3 +209,38 @@ def test_gpu_verify_rows_equal_one_token_steps_bit_for_bit():
         step = target.forward(torch.tensor([token]), [1, 3])
         assert torch.equal(step.logits[0], verify.logits[i])
         assert torch.equal(step.features[0], verify.features[i])
+
+
+@pytest.mark.gpu
+@needs_cuda
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gpu_captured_prefills_decode_as_the_eager_target(tmp_path, batch):
+    """Prompts of many lengths (prefill graphs of several row buckets, padded; a staging cache copied into the
+    slot when batch > 1) decode the tokens of the eager target-only loop bit for bit in bf16, in every arm."""
+    target, drafter = _cuda_pair(tmp_path, torch.bfloat16, vocab=64)
+    lengths = (33, 47, 64, 65, 100, 140)
+    prompts = [[(5 * i + 3 * j + j * j) % 60 for j in range(n)] for i, n in enumerate(lengths)]
+    want = [SpeculativeDecoder(target, mode="ar", loop="eager").generate(p, 24).tokens for p in prompts]
+    for mode in ("ar", "head", "control"):
+        decoder = SpeculativeDecoder(target, None if mode == "ar" else drafter, mode=mode)
+        got = decoder.generate_many(prompts, 24, batch=batch)
+        assert [r.tokens for r in got] == want, mode
+        loop = next(iter(decoder._loops.values()))
+        assert sorted(loop._admit_graphs) == [48, 64, 80, 128, 160], "a prefill was not captured"
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_gpu_prefill_rows_equal_one_token_steps_bit_for_bit():
+    target = _fast_target(vocab=64)
+    target.model.to("cuda", torch.bfloat16)
+    target = FastTarget(target.model)
+    prompt = [(11 * j + 5) % 64 for j in range(45)]  # past GRAPH_MAX_ROWS: an eager step-kernel prefill
+    target.reserve(64)
+    target.reset()
+    whole = target.forward(torch.tensor(prompt), [1, 3])
+    target.reset()
+    for i, token in enumerate(prompt):
+        step = target.forward(torch.tensor([token]), [1, 3])
+        assert torch.equal(step.logits[0], whole.logits[i])
+        assert torch.equal(step.features[0], whole.features[i])
