@@ -41,7 +41,7 @@ def load(target_path: str, drafter_path: str, probes: int):
     begin = time.perf_counter()
     target = load_target(target_path, dtype=torch.bfloat16, device="cuda")
     loaded = time.perf_counter() - begin
-    drafter = load_drafter(drafter_path, dtype=torch.bfloat16, device="cuda")
+    drafter = load_drafter(drafter_path, dtype=torch.bfloat16, device="cuda", runtime="vllm")
     selected = load_probes("code,chat,math", 0)
     # spread over the categories, as smoke --limit does, but capped at `probes` in all
     step = max(1, len(selected) // probes)

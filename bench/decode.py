@@ -227,6 +227,9 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--batches", default="1,32")
     parser.add_argument("--tau", type=float, default=None, help="tau for the model on a random target")
+    parser.add_argument(
+        "--runtime", default="vllm", help="the runtime the drafter is loaded under (the bundled one: vllm)"
+    )
     args = parser.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     rows: list = []
@@ -241,29 +244,9 @@ def main() -> None:
         from lilicorr_runtime import load_target
 
         target = load_target(args.target, dtype=dtype, device=device)
-        drafter = load_drafter(args.drafter, dtype=dtype, device=device)
-        tok = target.tokenizer
-        prompts = [
-            list(
-                tok.apply_chat_template(
-                    [{"role": "user", "content": c}],
-                    add_generation_prompt=True,
-                    tokenize=True,
-                    return_dict=True,
-                )["input_ids"]
-            )
-            for c in (CHAT * 4)[: args.prompts]
-        ]
-        bench(
-            args.target.rsplit("/", 1)[-1],
-            target,
-            drafter,
-            prompts,
-            batches,
-            args.max_new_tokens,
-            list(target.eos_token_ids),
-            None,
-            rows,
+        drafter = load_drafter(args.drafter, dtype=dtype, device=device, runtime=args.runtime)
+        run_real(
+            target, drafter, args.target.rsplit("/", 1)[-1], batches, args.max_new_tokens, args.prompts, rows
         )
     if args.random:
         import importlib.util
@@ -278,7 +261,7 @@ def main() -> None:
         if args.drafter:
             from lilicorr_ckpt import load_drafter
 
-            drafter = load_drafter(args.drafter, dtype=torch.bfloat16, device="cuda")
+            drafter = load_drafter(args.drafter, dtype=torch.bfloat16, device="cuda", runtime=args.runtime)
         else:
             drafter = random_drafter(target)
         generator = torch.Generator().manual_seed(0)
@@ -288,6 +271,11 @@ def main() -> None:
         ]
         tau = args.tau if args.tau is not None else (rows[0]["tau"] if rows else None)
         bench(f"random {args.random}", target, drafter, prompts, batches, args.max_new_tokens, [], tau, rows)
+    print_table(rows)
+
+
+def print_table(rows: list) -> None:
+    """The rows of `bench`, one line each."""
     header = [
         "target",
         "batch",
@@ -310,6 +298,33 @@ def main() -> None:
         print(
             " ".join(f"{row[h]:>14.3f}" if isinstance(row[h], float) else f"{row[h]!s:>14}" for h in header)
         )
+
+
+def chat_prompts(target, count: int) -> list[list[int]]:
+    tok = target.tokenizer
+    return [
+        list(
+            tok.apply_chat_template(
+                [{"role": "user", "content": c}], add_generation_prompt=True, tokenize=True, return_dict=True
+            )["input_ids"]
+        )
+        for c in (CHAT * 4)[:count]
+    ]
+
+
+def run_real(target, drafter, label: str, batches: list[int], max_new: int, count: int, rows: list) -> None:
+    """`bench` on a real target and its drafter, over `count` chat prompts."""
+    bench(
+        label,
+        target,
+        drafter,
+        chat_prompts(target, count),
+        batches,
+        max_new,
+        list(target.eos_token_ids),
+        None,
+        rows,
+    )
 
 
 def random_drafter(target):

@@ -162,6 +162,12 @@ def main() -> None:
     parser.add_argument(
         "--skip-transformers", action="store_true", help="leave out transformers' eager forward"
     )
+    parser.add_argument(
+        "--decode-drafter",
+        metavar="DRAFTER",
+        help="then run bench/decode.py's blocks on the same loaded target with this drafter (one load for both)",
+    )
+    parser.add_argument("--decode-batches", default="1,32")
     args = parser.parse_args()
     if not args.target and not args.random:
         parser.error("give TARGET or --random SHAPE")
@@ -219,6 +225,22 @@ def main() -> None:
             f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "
             f"{config}"
         )
+    if args.decode_drafter:
+        import importlib.util
+        import pathlib
+
+        from lilicorr_ckpt import load_drafter
+
+        spec = importlib.util.spec_from_file_location(
+            "bench_decode", pathlib.Path(__file__).with_name("decode.py")
+        )
+        decode = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(decode)
+        drafter = load_drafter(args.decode_drafter, dtype=fast.dtype, device=fast.device, runtime="vllm")
+        rows: list = []
+        batches = [int(b) for b in args.decode_batches.split(",")]
+        decode.run_real(fast, drafter, name.rsplit("/", 1)[-1], batches, 128, 8, rows)
+        decode.print_table(rows)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ import torch
 
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk
-from ..target.fast import PREFILL_ROWS, StaticKVCache
+from ..target.fast import PREFILL_ROWS, StaticKVCache, capture
 from .draft_step import propose, warn_once
 from .verify import categorical, verify_greedy, verify_sampled
 
@@ -59,23 +59,6 @@ def prefill_bucket(rows: int) -> int:
         if rows <= top:
             return -(-rows // grain) * grain
     return rows
-
-
-def capture(fn):
-    """(a CUDA graph of fn, fn's outputs), captured on a side stream. Unlike `torch.cuda.graph`, it neither
-    synchronizes the device nor runs the garbage collector first (tens of milliseconds in a large process),
-    so a prefill bucket first met in the middle of decoding costs only its capture."""
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
-            out = fn()
-        finally:
-            graph.capture_end()
-    torch.cuda.current_stream().wait_stream(stream)
-    return graph, out
 
 
 class _Launched:
