@@ -533,6 +533,7 @@ def test_help_describes_every_option_and_shows_examples_and_exit_codes():
     assert "Exit codes: 0 every gate passed; 1 a gate failed" in text and "4 usage error" in text
 
 
+@pytest.mark.slow
 def test_the_bundled_example_pair_runs_as_documented():
     # docs/smoke.md: `lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target`, seconds on a CPU
     result = run_cli(
