@@ -99,6 +99,9 @@ def _one_gguf_parse(path: Path) -> Iterator[None]:
             yield
         finally:
             gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
+            # the reader maps the whole file: let it go now, not when a garbage collection reaches SharedReader
+            readers.clear()
+            name_maps.clear()
 
 
 def _unloaded_weights(info: dict[str, Any]) -> list[str]:
