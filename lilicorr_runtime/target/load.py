@@ -78,13 +78,21 @@ def _one_gguf_parse(path: Path) -> Iterator[None]:
     readers: list[Any] = []
     name_maps: dict[tuple[Any, int], Any] = {}
 
+    def is_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        file = args[0] if args else kwargs.get("path")
+        mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
+        try:
+            return mode == "r" and os.path.realpath(os.fspath(file)) == target
+        except TypeError:  # not a path: the reader's own error
+            return False
+
     class SharedReader(original_reader):  # type: ignore[misc, valid-type]
         # __new__ returns an instance of the original class, so Python does not run __init__ on it again
-        def __new__(cls, file: Any, mode: str = "r") -> Any:
-            if mode != "r" or os.path.realpath(os.fspath(file)) != target:
-                return original_reader(file, mode)
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if not is_target(args, kwargs):
+                return original_reader(*args, **kwargs)
             if not readers:
-                readers.append(original_reader(file, mode))  # an exception is raised as before, not kept
+                readers.append(original_reader(*args, **kwargs))  # an exception is raised as before, not kept
             return readers[0]
 
     def shared_name_map(arch: Any, n_blocks: int) -> Any:

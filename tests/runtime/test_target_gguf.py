@@ -111,7 +111,10 @@ def test_only_the_loading_file_opened_read_only_shares_its_reader(tmp_path):
         first = gguf.GGUFReader(one)
         assert gguf.GGUFReader(str(one)) is first and type(first).__name__ == "GGUFReader"
         assert gguf.GGUFReader(other) is not gguf.GGUFReader(other)
-        assert gguf.GGUFReader(one, "c") is not first
+        assert gguf.GGUFReader(path=one) is first and gguf.GGUFReader(one, mode="r") is first
+        assert gguf.GGUFReader(one, "c") is not first and gguf.GGUFReader(path=one, mode="c") is not first
+        with pytest.raises(TypeError):  # not a path: the reader's own error
+            gguf.GGUFReader(None)
         arch = gguf.MODEL_ARCH.LLAMA
         assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
     assert gguf.GGUFReader(one) is not first
