@@ -44,3 +44,25 @@ def make_ckpt(tmp_path):
         return fixtures.write_checkpoint(tmp_path / name, config, **kw)
 
     return make
+
+
+# Scheduling for `-n auto --dist loadfile`. xdist hands out whole files, by default the files with the most tests
+# first, so the files holding one or two long tests (the real target's, pre-commit's) were handed out last, and
+# one worker ran them alone while the other had finished. Files holding a test marked `slow` go first instead
+# (the longest units first, the many small files fill in around them); the others keep xdist's order, most
+# tests first. Test order within a file is unchanged.
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.loadscopereorder = False  # our order below, not xdist's count-only one
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):  # only an xdist worker's collection is what gets scheduled
+        return
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+    slow = {name for name, tests in files.items() if any(t.get_closest_marker("slow") for t in tests)}
+    # sorted() is stable: files that tie keep their collection order
+    order = sorted(files, key=lambda name: (name not in slow, -len(files[name])))
+    items[:] = [item for name in order for item in files[name]]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,6 +50,66 @@ def _quiet_load_report() -> Iterator[None]:
         yield
     finally:
         logger.removeFilter(drop)
+
+
+_GGUF_LOAD = threading.Lock()  # one GGUF load at a time holds gguf's patched entry points (below)
+
+
+@contextlib.contextmanager
+def _one_gguf_parse(path: Path) -> Iterator[None]:
+    """While `path` loads, transformers' own GGUF code runs on one parse of it.
+
+    One `from_pretrained` and one `AutoTokenizer.from_pretrained` of a GGUF each build a `gguf.GGUFReader` of
+    the file (the config, the weights, the tokenizer's config again: three), and each reader walks every
+    metadata field in Python (about 2 s for SmolLM2's 49,152-token vocabulary and 48,900 merges). The weights'
+    name map then builds gguf's `TensorNameMap` once per submodule (about 400 times for a 30-layer Llama, 4 s).
+    Here the first reader of `path` is kept and handed to every later one transformers opens on it (read-only:
+    mode "r"), and the name map is built once per (architecture, layer count). Both are looked up in the
+    `gguf` module at call time by transformers, so they are replaced there for the duration and restored after.
+    transformers still does all the work itself: the model, the tokenizer and the errors for a bad file are
+    those of a plain load. Another file, another mode, a reader that fails to build: passed through unchanged."""
+    try:
+        import gguf
+    except ImportError:  # transformers says what to install
+        yield
+        return
+    original_reader, original_name_map = gguf.GGUFReader, gguf.get_tensor_name_map
+    target = os.path.realpath(path)
+    readers: list[Any] = []
+    name_maps: dict[tuple[Any, int], Any] = {}
+
+    def is_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        file = args[0] if args else kwargs.get("path")
+        mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
+        try:
+            return mode == "r" and os.path.realpath(os.fspath(file)) == target
+        except TypeError:  # not a path: the reader's own error
+            return False
+
+    class SharedReader(original_reader):  # type: ignore[misc, valid-type]
+        # __new__ returns an instance of the original class, so Python does not run __init__ on it again
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if not is_target(args, kwargs):
+                return original_reader(*args, **kwargs)
+            if not readers:
+                readers.append(original_reader(*args, **kwargs))  # an exception is raised as before, not kept
+            return readers[0]
+
+    def shared_name_map(arch: Any, n_blocks: int) -> Any:
+        key = (arch, n_blocks)
+        if key not in name_maps:
+            name_maps[key] = original_name_map(arch, n_blocks)
+        return name_maps[key]
+
+    with _GGUF_LOAD:
+        gguf.GGUFReader, gguf.get_tensor_name_map = SharedReader, shared_name_map
+        try:
+            yield
+        finally:
+            gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
+            # the reader maps the whole file: let it go now, not when a garbage collection reaches SharedReader
+            readers.clear()
+            name_maps.clear()
 
 
 def _unloaded_weights(info: dict[str, Any]) -> list[str]:
@@ -97,32 +159,34 @@ def load_target(
     else:
         source = str(resolved.path)
         has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
-    # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
-    with _quiet_load_report():
-        model, info = AutoModelForCausalLM.from_pretrained(
-            source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
-        )
-    problems = _unloaded_weights(info)
-    if problems:
-        drafter = getattr(model.config, "dflash_config", None) is not None
-        hint = (
-            " (its config has a dflash_config: this looks like a drafter checkpoint, not a target)"
-            if drafter
-            else ""
-        )
-        raise ValueError(
-            f"target {str(spec)!r} does not hold the weights its config describes{hint}: "
-            + "; ".join(problems)
-            + " (transformers would fill them with random values)"
-        )
-    model = model.to(device)
-    eos = _eos_ids(model)
-    tok = None
-    if tokenizer and has_tokenizer:
-        tok = AutoTokenizer.from_pretrained(source, **kwargs)
-        if eos and tok.eos_token_id not in eos:
-            # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
-            tok.eos_token = tok.convert_ids_to_tokens(eos[0])
+    # a GGUF is parsed once for the model and the tokenizer (not three times): see _one_gguf_parse
+    with _one_gguf_parse(resolved.path) if resolved.kind == "gguf" else contextlib.nullcontext():
+        # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
+        with _quiet_load_report():
+            model, info = AutoModelForCausalLM.from_pretrained(
+                source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+            )
+        problems = _unloaded_weights(info)
+        if problems:
+            drafter = getattr(model.config, "dflash_config", None) is not None
+            hint = (
+                " (its config has a dflash_config: this looks like a drafter checkpoint, not a target)"
+                if drafter
+                else ""
+            )
+            raise ValueError(
+                f"target {str(spec)!r} does not hold the weights its config describes{hint}: "
+                + "; ".join(problems)
+                + " (transformers would fill them with random values)"
+            )
+        model = model.to(device)
+        eos = _eos_ids(model)
+        tok = None
+        if tokenizer and has_tokenizer:
+            tok = AutoTokenizer.from_pretrained(source, **kwargs)
+            if eos and tok.eos_token_id not in eos:
+                # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
+                tok.eos_token = tok.convert_ids_to_tokens(eos[0])
     if fast is not False:
         problem = fast_path_problem(model)
         if problem is None:

@@ -21,6 +21,7 @@ from lilicorr_ckpt.checkpoint.tensors import read_header, read_tensor_table
 from lilicorr_ckpt.errors import InputError
 
 FUZZ_SECONDS = float(os.environ.get("LILICORR_FUZZ_SECONDS", "2"))
+pytestmark = pytest.mark.slow  # each test runs for FUZZ_SECONDS of wall time, however fast the machine
 TOKENS = [
     b"{",
     b"}",

@@ -10,11 +10,13 @@ that changed (docs/validate.md, "Bumping an engine").
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,23 @@ def _fail_or_skip(message: str):
     pytest.skip(message)
 
 
+@contextlib.contextmanager
+def _one_at_a_time(lock: Path) -> Iterator[None]:
+    """Test workers asking for the same wheel at once: the first downloads (or unpacks) it, the others wait and
+    reuse it (vLLM's wheel is 336 MB). Without fcntl (Windows) each worker does its own, as before."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def wheel(name: str) -> Path:
     """The pinned wheel of `name`, downloaded on first use."""
     version = PINS[name]
@@ -41,6 +60,14 @@ def wheel(name: str) -> Path:
     if found:
         return found[0]
     folder.mkdir(parents=True, exist_ok=True)
+    with _one_at_a_time(folder / f".{stem}-{version}.lock"):
+        return _download(name, version, folder, stem)
+
+
+def _download(name: str, version: str, folder: Path, stem: str) -> Path:
+    found = sorted(folder.glob(f"{stem}-{version}-*.whl"))
+    if found:  # another worker downloaded it while this one waited
+        return found[0]
     # into a folder of this process's own, then renamed in: test workers running side by side never see a wheel
     # half written by another
     partial = folder / f".{stem}-{version}.partial-{os.getpid()}"
@@ -78,15 +105,19 @@ def sources(name: str) -> Path:
     if marker.exists():
         return root
     whl = wheel(name)
-    partial = CACHE / f".{name}-{version}.partial-{os.getpid()}"
-    with zipfile.ZipFile(whl) as z:
-        for member in z.namelist():
-            if member.endswith((".py", ".json")) and ".dist-info/" not in member:
-                z.extract(member, partial)
-    (partial / ".complete").write_text(f"{whl.name}\n")
-    try:
-        partial.rename(root)
-    except OSError:  # another process unpacked it first
-        if not marker.exists():
-            raise
+    with _one_at_a_time(CACHE / f".{name}-{version}.lock"):
+        if marker.exists():  # another worker unpacked it while this one waited
+            return root
+        partial = CACHE / f".{name}-{version}.partial-{os.getpid()}"
+        with zipfile.ZipFile(whl) as z:
+            for member in z.namelist():
+                if member.endswith((".py", ".json")) and ".dist-info/" not in member:
+                    z.extract(member, partial)
+        (partial / ".complete").write_text(f"{whl.name}\n")
+        try:
+            partial.rename(root)
+        except OSError:  # another process unpacked it first (no fcntl: no lock)
+            shutil.rmtree(partial, ignore_errors=True)
+            if not marker.exists():
+                raise
     return root

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -193,7 +194,6 @@ def test_the_hook_manifest_matches_the_entry_point():
     yaml = pytest.importorskip("yaml")
     hooks = {h["id"]: h for h in yaml.safe_load((REPO / ".pre-commit-hooks.yaml").read_text())}
     assert set(hooks) == {"lilicorr-ckpt-validate", "lilicorr-ckpt-validate-dir"}
-    import re
 
     pattern = re.compile(hooks["lilicorr-ckpt-validate"]["files"])
     for name in (
@@ -218,6 +218,8 @@ def test_the_hook_manifest_matches_the_entry_point():
 
 @pytest.mark.slow
 def test_pre_commit_try_repo(tree, tmp_path_factory):
+    """The manifest through pre-commit itself: one `try-repo` (each builds the hook environment afresh, a pip
+    install of this checkout, so it runs once) of both hooks over every file of a drafter repo."""
     if shutil.which("pre-commit") is None:
         pytest.skip("pre-commit is not installed")
     env = {
@@ -231,35 +233,28 @@ def test_pre_commit_try_repo(tree, tmp_path_factory):
         "GIT_COMMITTER_EMAIL": "t@e",
     }
     env.pop("PYTHONPATH", None)  # the hook runs from the environment pre-commit builds, not this checkout
+    shutil.rmtree(tree / "export")  # every checkpoint left passes: the file hook's verdict is pre-commit's
+    shutil.copytree(tree / "drafter", tree / "-rf")  # a directory named like an option
     subprocess.run(["git", "init", "-q"], cwd=tree, check=True)
     subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-
-    def try_repo(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            ["pre-commit", "try-repo", str(REPO), *args],
-            cwd=tree,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-
-    good = try_repo(
-        "lilicorr-ckpt-validate",
-        "--files",
-        "drafter/config.json",
-        "drafter/model.safetensors",
-        "target/config.json",
+    ran = subprocess.run(
+        ["pre-commit", "try-repo", str(REPO), "--all-files", "--verbose"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
-    assert good.returncode == 0, good.stdout + good.stderr
-    assert "lilicorr-ckpt validate" in good.stdout and "Passed" in good.stdout
-    shutil.copytree(tree / "drafter", tree / "-rf")
-    subprocess.run(["git", "add", "-A"], cwd=tree, check=True)
-    dashed = try_repo(
-        "lilicorr-ckpt-validate", "--verbose", "--files=-rf/config.json"
-    )  # one value: not an option
-    assert dashed.returncode == 0, dashed.stdout + dashed.stderr
-    assert "lilicorr-ckpt validate -rf" in dashed.stdout
-    bad = try_repo("lilicorr-ckpt-validate", "--all-files", "--verbose")
-    assert bad.returncode == 1
-    assert "FAIL" in bad.stdout and "skipped target: not a drafter" in bad.stdout
+    out = ran.stdout
+    # the file hook: the manifest's files pattern picks the checkpoints' files (not README.md), its `--` keeps
+    # -rf/config.json a file, each directory is validated once and the rest skipped with the reason: it passes
+    assert re.search(r"^lilicorr-ckpt validate\.+Passed$", out, re.M), out + ran.stderr
+    assert (
+        out.count("lilicorr-ckpt validate drafter\n") == 1 and out.count("lilicorr-ckpt validate -rf\n") == 1
+    )
+    assert out.count("PASS 0 errors, 0 warnings") == 2
+    assert "skipped target: not a drafter" in out and "skipped tools: not a drafter" in out
+    # the directory hook without its args: the entry point's exit code reaches pre-commit, which fails the run
+    assert re.search(r"^lilicorr-ckpt validate \(directory\)\.+Failed$", out, re.M), out
+    assert "- exit code: 4" in out and "--dir needs at least one checkpoint directory" in out
+    assert ran.returncode == 1, out + ran.stderr

@@ -68,3 +68,93 @@ def chi_square_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> 
     stat = ((obs[keep] - exp[keep]) ** 2 / exp[keep]).sum()
     dof = int(keep.sum()) - 1
     return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), stat / 2))
+
+
+def _byte_alphabet() -> list[str]:
+    """GPT-2's byte-level alphabet: one printable character per byte, the tokens a byte-level BPE starts from."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    chars, extra = [], 0
+    for b in range(256):
+        if b in printable:
+            chars.append(chr(b))
+        else:
+            chars.append(chr(256 + extra))
+            extra += 1
+    return chars
+
+
+def write_tiny_gguf(path, *, layers: int = 2, hidden: int = 64, seed: int = 0, drop: str | None = None):
+    """A small random Llama as a GGUF file, the way llama.cpp writes one: its config, a byte-level BPE tokenizer
+    (256 bytes, a few merges, ChatML's specials, a chat template) and its weights (Q8_0 embedding, the rest F32).
+    `drop` leaves that tensor out (a file whose weights do not match its config)."""
+    import gguf
+    import numpy as np
+
+    alphabet = _byte_alphabet()
+    merges = ["h e", "l l", "he ll", "o Ġ", "Ġ w"]
+    tokens = [*alphabet, *(m.replace(" ", "") for m in merges), "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    types = [1] * (len(tokens) - 3) + [3, 3, 3]  # normal, then control
+    vocab, heads, kv_heads, ffn = len(tokens), 4, 2, 2 * hidden
+    head_dim = hidden // heads
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny-llama")
+    writer.add_block_count(layers)
+    writer.add_context_length(256)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(vocab)
+    writer.add_rope_dimension_count(head_dim)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("smollm")
+    writer.add_token_list(tokens)
+    writer.add_token_types(types)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(vocab - 2)
+    writer.add_eos_token_id(vocab - 1)
+    writer.add_pad_token_id(vocab - 3)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
+        "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+    )
+    rng = np.random.default_rng(seed)
+
+    def weight(*shape: int) -> np.ndarray:
+        return (rng.standard_normal(shape) * 0.3).astype(np.float32)
+
+    tensors = {"token_embd.weight": weight(vocab, hidden)}
+    for i in range(layers):
+        tensors |= {
+            f"blk.{i}.attn_norm.weight": 1 + weight(hidden) / 10,
+            f"blk.{i}.attn_q.weight": weight(hidden, hidden),
+            f"blk.{i}.attn_k.weight": weight(kv_heads * head_dim, hidden),
+            f"blk.{i}.attn_v.weight": weight(kv_heads * head_dim, hidden),
+            f"blk.{i}.attn_output.weight": weight(hidden, hidden),
+            f"blk.{i}.ffn_norm.weight": 1 + weight(hidden) / 10,
+            f"blk.{i}.ffn_gate.weight": weight(ffn, hidden),
+            f"blk.{i}.ffn_up.weight": weight(ffn, hidden),
+            f"blk.{i}.ffn_down.weight": weight(hidden, ffn),
+        }
+    tensors["output_norm.weight"] = 1 + weight(hidden) / 10
+    tensors["output.weight"] = weight(vocab, hidden)
+    for name, value in tensors.items():
+        if name == drop:
+            continue
+        if name == "token_embd.weight":
+            packed = gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0)
+            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            writer.add_tensor(name, value)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

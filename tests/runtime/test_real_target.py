@@ -25,6 +25,7 @@ QUESTIONS = [
 pytest.importorskip("gguf", reason="GGUF targets need the gguf package (the runtime extra)")
 pytestmark = [
     pytest.mark.real_target,
+    pytest.mark.slow,
     pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF"),
 ]
 

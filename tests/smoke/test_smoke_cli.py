@@ -533,6 +533,7 @@ def test_help_describes_every_option_and_shows_examples_and_exit_codes():
     assert "Exit codes: 0 every gate passed; 1 a gate failed" in text and "4 usage error" in text
 
 
+@pytest.mark.slow
 def test_the_bundled_example_pair_runs_as_documented():
     # docs/smoke.md: `lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target`, seconds on a CPU
     result = run_cli(
@@ -621,9 +622,10 @@ def test_a_tokenizer_that_does_not_belong_to_the_target_exits_2(smoke, drafter, 
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
-def test_gpu_without_cuda_exits_2_with_a_message(drafter, target):
-    result = run_cli("smoke", str(drafter), "-t", str(target), "--gpu", "--quiet")
-    assert result.returncode == 2
+def test_gpu_without_cuda_exits_2_with_a_message(smoke, drafter, target):
+    # in this process (a fresh interpreter only added the import of torch: 4 s of the suite)
+    result = smoke(drafter, "-t", target, "--gpu", "--quiet")
+    assert result.code == 2
     assert "--gpu needs a CUDA device" in result.stderr and "Traceback" not in result.stderr
 
 

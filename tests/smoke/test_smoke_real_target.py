@@ -17,6 +17,7 @@ GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 pytest.importorskip("gguf", reason="GGUF targets need the gguf package (the runtime extra)")
 pytestmark = [
     pytest.mark.real_target,
+    pytest.mark.slow,
     pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF"),
 ]
 

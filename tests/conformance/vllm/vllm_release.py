@@ -234,6 +234,10 @@ class Release:
         }
         self.model_config = m("vllm.config.model")
         self.transformers_config = m("vllm.transformers_utils.config")
+        # get_config parses through repo_utils.with_retry, which waits 2 s and parses again after a failure (a Hub
+        # cache refresh can hide config.json for a moment). A local checkpoint's parse fails the same way twice, so
+        # the wait only cost each refused config 2 s: the second parse still runs, without the wait
+        m("vllm.transformers_utils.repo_utils").time = S.Holder(sleep=lambda seconds: None)
         self.registry = speculative_registry(root / "vllm" / "model_executor" / "models" / "registry.py")
         # quantization/__init__.py `get_quantization_config` imports every method's config class (GPTQ, AWQ, Quark,
         # ...); the ModelOpt family is what a ModelOpt checkpoint can resolve to

@@ -1,0 +1,120 @@
+"""A GGUF target is parsed once: load_target hands transformers one gguf reader of the file for the config, the
+weights and the tokenizer, and loads exactly what a plain transformers load of it does (a small random Llama
+written the way llama.cpp writes one; the real SmolLM2 GGUF is tests/runtime/test_real_target.py's)."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+
+gguf = pytest.importorskip("gguf", reason="GGUF targets need the gguf package (the runtime extra)")
+
+from runtime_helpers import write_tiny_gguf  # noqa: E402
+from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+
+import lilicorr_runtime.target.load as target_load  # noqa: E402
+from lilicorr_runtime import SpeculativeDecoder, load_target  # noqa: E402
+
+
+@pytest.fixture
+def parses(monkeypatch):
+    """How many gguf readers were built, per file: gguf.GGUFReader counting its constructions."""
+    counts: collections.Counter[str] = collections.Counter()
+    original = gguf.GGUFReader
+
+    class Counting(original):  # type: ignore[misc, valid-type]
+        def __init__(self, path, mode="r"):
+            counts[str(path)] += 1
+            super().__init__(path, mode)
+
+    monkeypatch.setattr(gguf, "GGUFReader", Counting)
+    return counts
+
+
+def plain_transformers_load(path):
+    """What transformers loads from the file on its own (no load_target around it)."""
+    kwargs = {"gguf_file": path.name, "local_files_only": True}
+    model = AutoModelForCausalLM.from_pretrained(str(path.parent), dtype=torch.float32, **kwargs)
+    return model, AutoTokenizer.from_pretrained(str(path.parent), **kwargs)
+
+
+def test_a_gguf_target_is_parsed_once_and_is_what_transformers_loads(tmp_path, parses):
+    path = write_tiny_gguf(tmp_path / "tiny.Q8_0.gguf")
+    entry_points = gguf.GGUFReader, gguf.get_tensor_name_map
+    target = load_target(path)
+    assert parses == {
+        str(path): 1
+    }  # config, weights and tokenizer: one parse (transformers alone makes three)
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == entry_points  # restored
+
+    model, tokenizer = plain_transformers_load(path)
+    assert parses[str(path)] == 4
+    assert target.path == "fast" and (target.num_layers, target.vocab_size, target.hidden_size) == (
+        2,
+        264,
+        64,
+    )
+    assert target.model.config.to_dict() == model.config.to_dict()
+    loaded, reference = target.model.state_dict(), model.state_dict()
+    assert loaded.keys() == reference.keys()
+    for name, tensor in reference.items():
+        assert torch.equal(loaded[name], tensor), name
+    assert target.tokenizer.get_vocab() == tokenizer.get_vocab()
+    chat = [{"role": "user", "content": "hello world"}]
+    assert target.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False) == (
+        tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    )
+    assert (
+        target.tokenizer.encode("hello world")
+        == tokenizer.encode("hello world")
+        == [258, 111, 260, 111, 114, 108, 100]
+    )
+    assert target.eos_token_ids == (263,) and target.tokenizer.eos_token == "<|im_end|>"
+    prompt = tokenizer.encode("hello")
+    expected = model.generate(torch.tensor([prompt]), max_new_tokens=8, do_sample=False, eos_token_id=None)
+    assert (
+        SpeculativeDecoder(target, mode="ar").generate(prompt, 8).tokens
+        == expected[0, len(prompt) :].tolist()
+    )
+
+
+def test_a_gguf_missing_a_tensor_is_refused_naming_it(tmp_path, parses):
+    path = write_tiny_gguf(tmp_path / "holed.gguf", drop="blk.1.ffn_up.weight")
+    with pytest.raises(
+        ValueError,
+        match=r"does not hold the weights its config describes: missing model\.layers\.1\.mlp\.up_proj\.weight",
+    ):
+        load_target(path)
+    assert parses == {str(path): 1}
+
+
+@pytest.mark.parametrize("cut", [4, 24, 4096, 200_000])
+def test_a_truncated_gguf_fails_as_a_plain_transformers_load_does(tmp_path, cut):
+    whole = write_tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    path = tmp_path / "cut" / "cut.gguf"
+    path.parent.mkdir()
+    path.write_bytes(whole[:cut])
+    entry_points = gguf.GGUFReader, gguf.get_tensor_name_map
+    with pytest.raises(Exception) as plain:
+        plain_transformers_load(path)
+    with pytest.raises(Exception) as ours:
+        load_target(path)
+    assert (type(ours.value), str(ours.value)) == (type(plain.value), str(plain.value))
+    assert (gguf.GGUFReader, gguf.get_tensor_name_map) == entry_points  # restored after a failure
+
+
+def test_only_the_loading_file_opened_read_only_shares_its_reader(tmp_path):
+    one, other = write_tiny_gguf(tmp_path / "one.gguf"), write_tiny_gguf(tmp_path / "other.gguf", seed=1)
+    with target_load._one_gguf_parse(one):
+        first = gguf.GGUFReader(one)
+        assert gguf.GGUFReader(str(one)) is first and type(first).__name__ == "GGUFReader"
+        assert gguf.GGUFReader(other) is not gguf.GGUFReader(other)
+        assert gguf.GGUFReader(path=one) is first and gguf.GGUFReader(one, mode="r") is first
+        assert gguf.GGUFReader(one, "c") is not first and gguf.GGUFReader(path=one, mode="c") is not first
+        with pytest.raises(TypeError):  # not a path: the reader's own error
+            gguf.GGUFReader(None)
+        arch = gguf.MODEL_ARCH.LLAMA
+        assert gguf.get_tensor_name_map(arch, 2) is gguf.get_tensor_name_map(arch, 2)
+    assert gguf.GGUFReader(one) is not first
