@@ -22,6 +22,17 @@ CPU_SPEEDUP_LINE = (
 GPU_SPEEDUP_LINE = (
     "speedup  tok/s over the ar arm's on the same prompts, prefill included, one request at a time"
 )
+GPU_BATCH_SPEEDUP_LINE = (
+    "speedup  tok/s over the ar arm's on the same prompts, prefill included, each arm at the batch above: a "
+    "batch's verify costs more than its ar step, so --batch 1 gives the speed-up one request sees"
+)
+
+
+
+def _speedup_line(device: str, concurrency: int) -> str:
+    if device.startswith("cpu"):
+        return CPU_SPEEDUP_LINE
+    return GPU_SPEEDUP_LINE if concurrency <= 1 else GPU_BATCH_SPEEDUP_LINE
 
 
 def render_text(r: SmokeReport, *, color: bool = False) -> str:
@@ -87,7 +98,7 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
     lines += [
         f"  {TAU_LINE}",
         f"  {TAU_REQ_LINE}",
-        f"  {CPU_SPEEDUP_LINE if m.device.startswith('cpu') else GPU_SPEEDUP_LINE}",
+        f"  {_speedup_line(m.device, m.concurrency)}",
     ]
 
     spec_arms = [a for a in r.arms if a != "ar"]
