@@ -28,7 +28,6 @@ GPU_BATCH_SPEEDUP_LINE = (
 )
 
 
-
 def _speedup_line(device: str, concurrency: int) -> str:
     if device.startswith("cpu"):
         return CPU_SPEEDUP_LINE
