@@ -79,6 +79,28 @@ def test_a_batch_of_different_lengths_decodes_as_one_at_a_time(pair):
     assert [_records(g) for g in got] == [_records(w) for w in want]
 
 
+def test_generate_many_reports_every_block_and_every_ended_request(pair):
+    target, drafter = pair
+    device = SpeculativeDecoder(target, drafter, loop="device")
+    calls: list[int] = []
+    got = device.generate_many(PROMPTS, 20, batch=2, progress=calls.append)
+    [loop] = device._loops.values()
+    assert sum(calls) == len(PROMPTS) == len(got)
+    assert len(calls) == loop.steps  # one call per block, 0 for a block that ended no request
+    assert 0 in calls and calls[-1] >= 1
+    # a request that ends at its admission (max_new_tokens 2 still runs a block; eos as the first token does not)
+    first = device.generate(PROMPTS[0], 2).tokens[0]
+    calls.clear()
+    assert [
+        len(r.tokens) for r in device.generate_many(PROMPTS[:1], 20, [first], batch=1, progress=calls.append)
+    ] == [1]
+    assert calls == [1]
+    eager = SpeculativeDecoder(target, drafter, loop="eager")
+    calls.clear()
+    eager.generate_many(PROMPTS[:3], 8, progress=calls.append)
+    assert calls == [1, 1, 1]  # one request at a time
+
+
 def test_an_eos_in_the_middle_of_a_block_ends_the_request(pair):
     target, drafter = pair
     free = SpeculativeDecoder(target, drafter, loop="eager").generate(PROMPTS[0], 40)
