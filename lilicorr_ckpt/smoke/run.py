@@ -7,11 +7,12 @@ Imports torch, transformers and lilicorr_runtime (the runtime extra) at import t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import platform
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -46,6 +47,7 @@ from lilicorr_ckpt.smoke.profile import (
     checkpoint_id,
 )
 from lilicorr_ckpt.smoke.target_files import check_target_files
+from lilicorr_ckpt.smoke.threads import ThreadChooser
 from lilicorr_ckpt.smoke.ties import first_near_tie
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
@@ -61,6 +63,14 @@ MAX_DEFAULT_BATCH = 256  # the default --batch on the GPU: as many probes as fit
 Run = tuple[Probe, int, list[int], dict[str, Any]]  # probe, seed, prompt ids, arm -> result
 
 CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
+CPU_BATCH_THREADS = (
+    1,
+    2,
+)  # the counts a batched CPU run chooses between by timing its blocks (smoke.threads)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def cpu_threads() -> int:
@@ -69,11 +79,61 @@ def cpu_threads() -> int:
     (torch reads it itself)."""
     if os.environ.get("OMP_NUM_THREADS", "").strip():
         return torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, min(cores, CPU_THREADS))
+    threads = max(1, min(_cores(), CPU_THREADS))
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+# glibc serves an allocation above its mmap threshold (at most 32 MB by default) with fresh pages, so a batched CPU
+# step's [rows, vocab] temporaries (the verify logits in fp32: 50 MB at 32 x 8 rows) page-fault on every step, a third
+# of the time their conversion takes. Up to this size they come from the heap, which keeps freed memory up to the
+# trim threshold for the next step.
+CPU_MMAP_THRESHOLD = 256 << 20
+CPU_TRIM_THRESHOLD = 512 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+
+
+def cpu_heap() -> bool:
+    """Raise glibc's mmap and trim thresholds for a batched CPU run (see CPU_MMAP_THRESHOLD); False, changing
+    nothing, where the C library is not glibc or refuses."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, CPU_MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, CPU_TRIM_THRESHOLD)
+    )
+
+
+@contextlib.contextmanager
+def batch_cpu_tuning(progress: Progress, enabled: bool) -> Iterator[ThreadChooser | None]:
+    """For a batched CPU run: glibc's thresholds raised (cpu_heap) and the ThreadChooser its arms and checks report
+    to; on leaving, the thread count it started with again. Nothing (None) unless `enabled`."""
+    if not enabled:
+        yield None
+        return
+    cpu_heap()
+    before = torch.get_num_threads()
+    try:
+        yield batch_thread_chooser(progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def batch_thread_chooser(progress: Progress) -> ThreadChooser | None:
+    """For batched arms on the CPU: a ThreadChooser between CPU_BATCH_THREADS (the counts the cores allow), which
+    times the blocks and keeps the faster count; None when OMP_NUM_THREADS fixes the count or one core is all."""
+    counts = [c for c in CPU_BATCH_THREADS if c <= _cores()]
+    if os.environ.get("OMP_NUM_THREADS", "").strip() or len(counts) < 2:
+        return None
+
+    def switched(threads: int, seconds: float, baseline: float) -> None:
+        progress.note(f"{threads} intra-op thread(s) from here: {baseline / seconds:.1f}x as fast")
+
+    return ThreadChooser(counts, torch.set_num_threads, on_switch=switched)
 
 
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
@@ -199,37 +259,47 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     progress.start(len(prompts) * len(opts.seeds) * len(arms))
     runs: list[Run] = []
     elapsed: dict[str, float] | None = None  # batched: each arm's wall time over all its probes
-    for seed in opts.seeds:
-        for arm in arms:
-            decoders[arm].generator.manual_seed(seed)
-        if batch == 1:
-            for probe, ids in zip(probes, prompts, strict=True):
-                by_arm: dict[str, Any] = {}
-                for arm in arms:  # interleaved, so machine drift lands on every arm alike
-                    by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
-                    progress.step(f"{arm} {probe.id}")
-                runs.append((probe, seed, ids, by_arm))
-            continue
-        elapsed = elapsed or dict.fromkeys(arms, 0.0)
-        results = {}
-        for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
-            progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
-            begin = time.perf_counter()
-            results[arm] = decoders[arm].generate_many(
-                prompts, opts.max_new_tokens, eos, batch=batch, progress=_arm_progress(progress, arm)
-            )
-            if opts.gpu:
-                torch.cuda.synchronize()
-            elapsed[arm] += time.perf_counter() - begin
-        for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
-            batched: dict[str, Any] = {arm: results[arm][i] for arm in arms}
-            runs.append((probe, seed, ids, batched))
-
     divergences: list[Divergence] = []
     near_ties: dict[tuple[str, int], int | None] | None = None
-    if opts.temperature == 0:
-        progress.note("checking losslessness")
-        divergences, near_ties = greedy_checks(target, runs, dtype_name, eos, opts.max_new_tokens, progress)
+    # batched on the CPU: the thread count chosen by timing the blocks, back to smoke's after the checks
+    with batch_cpu_tuning(progress, batch > 1 and not opts.gpu) as chooser:
+        for seed in opts.seeds:
+            for arm in arms:
+                decoders[arm].generator.manual_seed(seed)
+            if batch == 1:
+                for probe, ids in zip(probes, prompts, strict=True):
+                    by_arm: dict[str, Any] = {}
+                    for arm in arms:  # interleaved, so machine drift lands on every arm alike
+                        by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
+                        progress.step(f"{arm} {probe.id}")
+                    runs.append((probe, seed, ids, by_arm))
+                continue
+            elapsed = elapsed or dict.fromkeys(arms, 0.0)
+            results = {}
+            for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
+                progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
+                if chooser is not None:
+                    chooser.restart()
+                begin = time.perf_counter()
+                results[arm] = decoders[arm].generate_many(
+                    prompts,
+                    opts.max_new_tokens,
+                    eos,
+                    batch=batch,
+                    progress=_arm_progress(progress, arm, chooser),
+                )
+                if opts.gpu:
+                    torch.cuda.synchronize()
+                elapsed[arm] += time.perf_counter() - begin
+            for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
+                batched: dict[str, Any] = {arm: results[arm][i] for arm in arms}
+                runs.append((probe, seed, ids, batched))
+
+        if opts.temperature == 0:
+            progress.note("checking losslessness")
+            divergences, near_ties = greedy_checks(
+                target, runs, dtype_name, eos, opts.max_new_tokens, progress, chooser
+            )
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -281,14 +351,17 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     )
 
 
-def _arm_progress(progress: Progress, arm: str) -> Callable[[int], None]:
+def _arm_progress(progress: Progress, arm: str, chooser: ThreadChooser | None) -> Callable[[int], None]:
     """A batched arm's progress: called after every block with the probes that ended in it, so a log gets its line
-    every interval while the arm decodes, not one line when the whole arm is done."""
+    every interval while the arm decodes, not one line when the whole arm is done; and the block's time for the
+    thread chooser."""
     blocks = 0
 
     def report(ended: int) -> None:
         nonlocal blocks
         blocks += 1
+        if chooser is not None:
+            chooser.done()
         progress.step(f"{arm} arm, block {blocks}", count=ended)
 
     return report
@@ -398,6 +471,7 @@ def greedy_checks(
     eos: Sequence[int],
     max_new_tokens: int,
     progress: Progress | None = None,
+    chooser: ThreadChooser | None = None,
 ) -> tuple[list[Divergence], dict[tuple[str, int], int | None]]:
     """The lossless check of every speculative generation and the reference's first near-tie per request, from
     one target forward over prompt + target-only tokens per request and, where an arm took the other token of a
@@ -413,7 +487,8 @@ def greedy_checks(
     max_new_tokens while the target goes on diverges at its end.
 
     Near ties (for smoke --engine): the first `ar` token whose target logit gap to the runner-up is within
-    bfloat16 round-off (ties.first_near_tie), from the same forward."""
+    bfloat16 round-off (ties.first_near_tie), from the same forward. `chooser` hears the rows forwarded for each
+    request."""
     tok = target.tokenizer
     stops = set(eos)
     found: list[Divergence] = []
@@ -441,6 +516,9 @@ def greedy_checks(
 
     if progress is not None:
         progress.start(len(runs), unit="requests checked")
+    if chooser is not None:
+        chooser.restart()
+        chooser.done()  # starts its clock
     with torch.inference_mode():
         for probe, seed, ids, by_arm in runs:
             ref = list(by_arm["ar"].tokens)
@@ -448,6 +526,7 @@ def greedy_checks(
             target.reset()
             # row p - 1 + j predicts ref[j]; the cache then holds prompt + ref
             ref_logits = target.forward(torch.tensor(list(ids) + ref, device=target.device), None).logits
+            rows = p + len(ref)
             near[(probe.id, seed)] = (
                 first_near_tie(ref_logits[p - 1 : p - 1 + len(ref)], ref) if ref else None
             )
@@ -470,8 +549,10 @@ def greedy_checks(
                 if cached < i:  # an earlier arm's tokens overwrote the rows past prompt + ref[:cached]
                     target.crop(p + cached)
                     target.forward(torch.tensor(ref[cached:i], device=target.device), None)
+                    rows += i - cached
                 target.crop(p + i)
                 logits = target.forward(torch.tensor(got[i:], device=target.device), None).logits
+                rows += len(got) - i
                 cached = min(cached, i)
                 # row r predicts got[i + 1 + r]; the last row predicts what follows the last token
                 argmax = logits.argmax(dim=-1).tolist()
@@ -487,6 +568,8 @@ def greedy_checks(
                     if len(got) < max_new_tokens and got[-1] not in stops:
                         found.append(divergence(probe, seed, arm, len(got), argmax[-1], -1, logits[-1]))
             target.reset()
+            if chooser is not None:
+                chooser.done(rows)
             if progress is not None:
                 progress.step(f"{probe.id}")
     return found, near

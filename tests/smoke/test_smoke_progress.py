@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 
 import msgspec
+import torch
 from conftest import QUICK
 
 from lilicorr_ckpt import console
@@ -120,8 +121,10 @@ def test_batched_smoke_in_a_log_reports_while_each_arm_decodes(smoke, drafter, t
     # --batch: each arm decodes its probes side by side; its progress comes per block, not once at its end
     monkeypatch.setattr(smoke_cli, "LOG_INTERVAL", 0.0)  # a line for every block
     quick = [a for a in QUICK if a != "--quiet"]
+    threads = torch.get_num_threads()
     result = smoke(drafter, "-t", target, *quick, "--batch", "3", "--min-head-gain", "-1")
     assert result.code == 0, result.stderr
+    assert torch.get_num_threads() == threads  # whatever the arms chose, the process gets its count back
     lines = result.stderr.splitlines()
     for arm in ("head", "control", "ar"):
         assert f"smoke: decoding the {arm} arm: 3 probes, 3 at a time..." in lines
