@@ -351,17 +351,20 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     )
 
 
-def _arm_progress(progress: Progress, arm: str, chooser: ThreadChooser | None) -> Callable[[int], None]:
+def _arm_progress(
+    progress: Progress, arm: str, chooser: ThreadChooser | None
+) -> Callable[[int, float], None]:
     """A batched arm's progress: called after every block with the probes that ended in it, so a log gets its line
     every interval while the arm decodes, not one line when the whole arm is done; and the block's time for the
     thread chooser."""
     blocks = 0
 
-    def report(ended: int) -> None:
+    def report(ended: int, seconds: float) -> None:
         nonlocal blocks
-        blocks += 1
-        if chooser is not None:
-            chooser.done()
+        if seconds > 0:  # a block ran (0: a request ended at its admission)
+            blocks += 1
+            if chooser is not None:
+                chooser.done(seconds)
         progress.step(f"{arm} arm, block {blocks}", count=ended)
 
     return report
@@ -518,9 +521,9 @@ def greedy_checks(
         progress.start(len(runs), unit="requests checked")
     if chooser is not None:
         chooser.restart()
-        chooser.done()  # starts its clock
     with torch.inference_mode():
         for probe, seed, ids, by_arm in runs:
+            begin = time.perf_counter()
             ref = list(by_arm["ar"].tokens)
             p = len(ids)
             target.reset()
@@ -569,7 +572,7 @@ def greedy_checks(
                         found.append(divergence(probe, seed, arm, len(got), argmax[-1], -1, logits[-1]))
             target.reset()
             if chooser is not None:
-                chooser.done(rows)
+                chooser.done((time.perf_counter() - begin) / rows)
             if progress is not None:
                 progress.step(f"{probe.id}")
     return found, near

@@ -5,7 +5,8 @@ A batched block multiplies matrices of hundreds of rows, which a second thread s
 regions until all of them arrive: when another process holds a core, each region waits for a descheduled thread,
 and the same block took 7x as long with two threads as with one. Neither count is right on a machine that is
 shared part of the time, so the arm measures: it starts with one thread, times one block with the other count
-early on and then every `period` blocks, and keeps whichever was faster. The period doubles while the count in use
+after three blocks and then every `period` blocks (at once when a block takes 2.5x the recent ones), and keeps
+whichever was faster. The period doubles while the count in use
 keeps winning (a run on a quiet machine pays one slow probe block now and then) and starts over after a switch.
 
 Torch-free: the caller passes the function that sets the count (torch.set_num_threads).
@@ -14,7 +15,6 @@ Torch-free: the caller passes the function that sets the count (torch.set_num_th
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable, Sequence
 
 FIRST_PROBE = 3  # units of work timed at the starting count before the first probe of the other
@@ -28,21 +28,22 @@ SLOWDOWN = (
 
 
 class ThreadChooser:
-    """Call `done(work)` after every unit of work (a block; `work` scales its duration, 1 by default), and
-    `restart()` before work of another kind (the next arm): the count stays, its timings start over. Between two
-    calls the chooser may change the count through `set_threads`; `threads` is the count in use."""
+    """Call `done(seconds)` after every unit of work (a block) with how long it took, made comparable (a request's
+    check: seconds per row), and `restart()` before work of another kind (the next arm): the count stays, its
+    timings start over. Between two calls the chooser may change the count through `set_threads`; `threads` is the
+    count in use. The caller times the work alone: what runs between two units (the admission of new requests, at
+    the same count) would make a unit look slower than it is."""
 
     def __init__(
         self,
         counts: Sequence[int],
         set_threads: Callable[[int], None],
-        clock: Callable[[], float] = time.perf_counter,
         on_switch: Callable[[int, float, float], None] | None = None,
     ):
         if len(counts) < 2 or len(set(counts)) != len(counts):
             raise ValueError(f"ThreadChooser needs at least two different counts, got {list(counts)}")
         self.counts = list(counts)
-        self.set_threads, self.clock, self.on_switch = set_threads, clock, on_switch
+        self.set_threads, self.on_switch = set_threads, on_switch
         self.threads = self.counts[0]
         self.switches: list[int] = []  # the counts switched to, in order
         self.probes = 0
@@ -51,21 +52,15 @@ class ThreadChooser:
         self.probing: int | None = None  # the count the running unit of work is timed at, while probing
         self.recent: list[float] = []  # seconds per unit of work at self.threads, the newest last
         self.since = 0  # units of work since the last probe
-        self._last: float | None = None
         set_threads(self.threads)
 
     def restart(self) -> None:
-        """Work of another kind follows: keep the count, forget the timings (the next call starts the clock)."""
+        """Work of another kind follows: keep the count, forget the timings."""
         if self.probing is not None:
             self.set_threads(self.threads)
-        self.probing, self.recent, self.since, self._last = None, [], 0, None
+        self.probing, self.recent, self.since = None, [], 0
 
-    def done(self, work: float = 1.0) -> None:
-        now = self.clock()
-        last, self._last = self._last, now
-        if last is None:  # the first call only starts the clock: what ran before it was no unit of work
-            return
-        seconds = (now - last) / max(work, 1e-9)
+    def done(self, seconds: float) -> None:
         if self.probing is not None:
             self._judge(self.probing, seconds)
             return

@@ -360,12 +360,12 @@ class DecodeLoop:
         self,
         prompts: Sequence[torch.Tensor],
         max_new_tokens: int,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[int, float], None] | None = None,
     ) -> list[LoopOutput]:
         """Decode every prompt, `batch` at a time, refilling a slot as soon as its request ends. Outputs in
-        prompt order. `progress(ended)`, if given, is called after every block with the number of requests that
-        ended in it (0 when none did: a batch of long requests still reports each block), and with 1 for a
-        request that ended at its admission."""
+        prompt order. `progress(ended, seconds)`, if given, is called after every block with the number of requests
+        that ended in it (0 when none did: a batch of long requests still reports each block) and the block's wall
+        time (admissions not included), and as progress(1, 0.0) for a request that ended at its admission."""
         results: list[LoopOutput | None] = [None] * len(prompts)
         owner: dict[int, int] = {}
         waiting = list(range(len(prompts)))[::-1]
@@ -380,15 +380,16 @@ class DecodeLoop:
                     del owner[slot]
                     free.append(slot)
                     if progress is not None:
-                        progress(1)
+                        progress(1, 0.0)
 
         fill()
         while owner:
+            before = self.step_seconds
             ended = self.step()
             for slot in ended:
                 results[owner.pop(slot)] = self.take(slot)
                 free.append(slot)
             if progress is not None:
-                progress(len(ended))
+                progress(len(ended), self.step_seconds - before)
             fill()
         return [r for r in results if r is not None]

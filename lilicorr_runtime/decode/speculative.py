@@ -282,13 +282,14 @@ class SpeculativeDecoder:
         eos_token_ids: Sequence[int] | int = (),
         *,
         batch: int = 1,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[int, float], None] | None = None,
     ) -> list[GenerationResult]:
         """Decode many requests, results in prompt order. On the device loop, `batch` of them run side by side
         (a finished request's slot is refilled with the next waiting one), each block one graph replay for all;
         each result's wall_time_s then spans its own prefill to its end, overlapping the others'. On the eager
-        loop they run one after another. `progress(ended)`, if given, hears how many requests ended: after every
-        block of the device loop (0 when none did), after every request of the eager one."""
+        loop they run one after another. `progress(ended, seconds)`, if given, hears how many requests ended and in
+        how long: after every block of the device loop (0 when none did; DecodeLoop.run), after every request of
+        the eager one (1, its wall time)."""
         checked = [_prompt_ids(p, self.target.vocab_size) for p in prompts]
         max_new_tokens, eos = _limits(max_new_tokens, eos_token_ids)
         if as_int(batch) is None or batch < 1:
@@ -298,7 +299,7 @@ class SpeculativeDecoder:
             for p in checked:
                 results.append(self.generate(p, max_new_tokens, sorted(eos)))
                 if progress is not None:
-                    progress(1)
+                    progress(1, results[-1].wall_time_s)
             return results
         return self._generate_device(checked, max_new_tokens, eos, int(batch), progress)
 
@@ -333,7 +334,7 @@ class SpeculativeDecoder:
         max_new_tokens: int,
         eos: set[int],
         batch: int,
-        progress: Callable[[int], None] | None = None,
+        progress: Callable[[int, float], None] | None = None,
     ) -> list[GenerationResult]:
         rows = max(p.numel() for p in prompts) + max_new_tokens + self.num_tokens + 2
         loop = self.device_loop(min(batch, len(prompts)), rows, max_new_tokens, eos)
