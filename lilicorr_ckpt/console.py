@@ -91,9 +91,11 @@ class Progress:
             return True
         return False
 
-    def start(self, total: int) -> None:
-        """Count `total` steps (or bytes) from now on."""
+    def start(self, total: int, unit: str | None = None) -> None:
+        """Count `total` steps (or bytes) from now on, in `unit` if given (the line mode's "12/84 generations")."""
         self.total, self.done, self.started, self._last = total, 0, time.monotonic(), None
+        if unit is not None:
+            self.unit = unit
 
     def advance(self, nbytes: int) -> None:
         """`nbytes` more written: the byte count, percentage and rate, redrawn at most every `interval` seconds."""
@@ -110,9 +112,10 @@ class Progress:
             )
 
     def step(self, label: str, count: int = 1) -> None:
-        """`count` more of `total` steps done (a batch finishes many at once): a bar, the count, what was done and
-        the time so far (on a terminal); in a log, a line with the count, the last step, the time so far and an
-        estimate of the time left."""
+        """`count` more of `total` steps done (a batch finishes many at once, or none in a block: count 0 still
+        redraws, so a long batch is never silent): a bar, the count, what was done and the time so far (on a
+        terminal); in a log, at most every `interval` seconds, a line with the count, the last step, the time so far
+        and an estimate of the time left."""
         self.done += count
         if not self.enabled:
             return
@@ -121,7 +124,12 @@ class Progress:
         if self.lines:
             if self._due(now):
                 left = self.total - self.done
-                eta = f", about {duration(elapsed / self.done * left)} left" if left > 0 else ", done"
+                if left <= 0:
+                    eta = ", done"
+                elif self.done:
+                    eta = f", about {duration(elapsed / self.done * left)} left"
+                else:  # nothing finished yet (a batch of long generations): no rate to estimate from
+                    eta = ""
                 self._write(
                     f"{self._prefix}{self.done}/{self.total} {self.unit} (last: {label}), "
                     f"{duration(elapsed)}{eta}"

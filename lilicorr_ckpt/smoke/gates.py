@@ -69,7 +69,7 @@ SHOWN_DIVERGENCES = 5  # the lossless gate lists at most this many ties (and as 
 
 def lossless_gate(checked: int, divergences: Sequence[Divergence], temperature: float, dtype: str) -> Gate:
     """Every speculative generation equals target-only greedy decoding at every token: a numerical tie is
-    re-anchored (smoke.run.lossless_divergences) and only counted; any other divergence fails."""
+    re-anchored (smoke.run.greedy_checks) and only counted; any other divergence fails."""
     if temperature > 0:
         return Gate(
             name="lossless",
@@ -87,8 +87,8 @@ def lossless_gate(checked: int, divergences: Sequence[Divergence], temperature: 
         largest = max(abs(d.logit_gap or 0.0) for d in ties)
         tie_line = (
             f"{len(ties)} numerical tie(s) in {dtype} (largest target logit gap {largest:.3g}), each "
-            "re-anchored: the target-only reference was regenerated from the speculative tokens and compared "
-            "on"
+            "re-anchored: every later token was checked against the target's greedy choice after the "
+            "speculative tokens"
         )
         details += [_divergence_line(d, dtype) for d in ties[:SHOWN_DIVERGENCES]]
         if len(ties) > SHOWN_DIVERGENCES:

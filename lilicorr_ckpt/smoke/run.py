@@ -7,11 +7,12 @@ Imports torch, transformers and lilicorr_runtime (the runtime extra) at import t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import io
 import os
 import platform
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -46,7 +47,8 @@ from lilicorr_ckpt.smoke.profile import (
     checkpoint_id,
 )
 from lilicorr_ckpt.smoke.target_files import check_target_files
-from lilicorr_ckpt.smoke.ties import reference_ties
+from lilicorr_ckpt.smoke.threads import ThreadChooser
+from lilicorr_ckpt.smoke.ties import first_near_tie
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
 from lilicorr_runtime.target.fast import FastTarget
@@ -58,7 +60,17 @@ PARITY_BLOCKS = 4
 MAX_DEFAULT_BATCH = 256  # the default --batch on the GPU: as many probes as fit, at most this many
 
 
+Run = tuple[Probe, int, list[int], dict[str, Any]]  # probe, seed, prompt ids, arm -> result
+
 CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
+CPU_BATCH_THREADS = (
+    1,
+    2,
+)  # the counts a batched CPU run chooses between by timing its blocks (smoke.threads)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def cpu_threads() -> int:
@@ -67,11 +79,61 @@ def cpu_threads() -> int:
     (torch reads it itself)."""
     if os.environ.get("OMP_NUM_THREADS", "").strip():
         return torch.get_num_threads()
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    threads = max(1, min(cores, CPU_THREADS))
+    threads = max(1, min(_cores(), CPU_THREADS))
     if torch.get_num_threads() != threads:
         torch.set_num_threads(threads)
     return threads
+
+
+# glibc serves an allocation above its mmap threshold (at most 32 MB by default) with fresh pages, so a batched CPU
+# step's [rows, vocab] temporaries (the verify logits in fp32: 50 MB at 32 x 8 rows) page-fault on every step, a third
+# of the time their conversion takes. Up to this size they come from the heap, which keeps freed memory up to the
+# trim threshold for the next step.
+CPU_MMAP_THRESHOLD = 256 << 20
+CPU_TRIM_THRESHOLD = 512 << 20
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+
+
+def cpu_heap() -> bool:
+    """Raise glibc's mmap and trim thresholds for a batched CPU run (see CPU_MMAP_THRESHOLD); False, changing
+    nothing, where the C library is not glibc or refuses."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    return bool(libc.mallopt(_M_MMAP_THRESHOLD, CPU_MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, CPU_TRIM_THRESHOLD)
+    )
+
+
+@contextlib.contextmanager
+def batch_cpu_tuning(progress: Progress, enabled: bool) -> Iterator[ThreadChooser | None]:
+    """For a batched CPU run: glibc's thresholds raised (cpu_heap) and the ThreadChooser its arms and checks report
+    to; on leaving, the thread count it started with again. Nothing (None) unless `enabled`."""
+    if not enabled:
+        yield None
+        return
+    cpu_heap()
+    before = torch.get_num_threads()
+    try:
+        yield batch_thread_chooser(progress)
+    finally:
+        torch.set_num_threads(before)
+
+
+def batch_thread_chooser(progress: Progress) -> ThreadChooser | None:
+    """For batched arms on the CPU: a ThreadChooser between CPU_BATCH_THREADS (the counts the cores allow), which
+    times the blocks and keeps the faster count; None when OMP_NUM_THREADS fixes the count or one core is all."""
+    counts = [c for c in CPU_BATCH_THREADS if c <= _cores()]
+    if os.environ.get("OMP_NUM_THREADS", "").strip() or len(counts) < 2:
+        return None
+
+    def switched(threads: int, seconds: float, baseline: float) -> None:
+        progress.note(f"{threads} intra-op thread(s) from here: {baseline / seconds:.1f}x as fast")
+
+    return ThreadChooser(counts, torch.set_num_threads, on_switch=switched)
 
 
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
@@ -195,39 +257,49 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             decoders[arm].generate_many([longest] * batch, 4, eos, batch=batch)  # captures the block's graph
 
     progress.start(len(prompts) * len(opts.seeds) * len(arms))
-    runs: list[tuple[Probe, int, list[int], dict[str, Any]]] = []  # probe, seed, prompt ids, arm -> result
+    runs: list[Run] = []
     elapsed: dict[str, float] | None = None  # batched: each arm's wall time over all its probes
-    for seed in opts.seeds:
-        for arm in arms:
-            decoders[arm].generator.manual_seed(seed)
-        if batch == 1:
-            for probe, ids in zip(probes, prompts, strict=True):
-                by_arm: dict[str, Any] = {}
-                for arm in arms:  # interleaved, so machine drift lands on every arm alike
-                    by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
-                    progress.step(f"{arm} {probe.id}")
-                runs.append((probe, seed, ids, by_arm))
-            continue
-        elapsed = elapsed or dict.fromkeys(arms, 0.0)
-        results = {}
-        for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
-            progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
-            begin = time.perf_counter()
-            results[arm] = decoders[arm].generate_many(prompts, opts.max_new_tokens, eos, batch=batch)
-            if opts.gpu:
-                torch.cuda.synchronize()
-            elapsed[arm] += time.perf_counter() - begin
-            progress.step(f"{arm} arm, {len(probes)} probes", count=len(probes))  # one line for the arm
-        for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
-            batched: dict[str, Any] = {arm: results[arm][i] for arm in arms}
-            runs.append((probe, seed, ids, batched))
-
     divergences: list[Divergence] = []
-    if opts.temperature == 0:
-        progress.note("checking losslessness")
-        divergences = lossless_divergences(
-            target, decoders["ar"], runs, dtype_name, eos, opts.max_new_tokens, batch
-        )
+    near_ties: dict[tuple[str, int], int | None] | None = None
+    # batched on the CPU: the thread count chosen by timing the blocks, back to smoke's after the checks
+    with batch_cpu_tuning(progress, batch > 1 and not opts.gpu) as chooser:
+        for seed in opts.seeds:
+            for arm in arms:
+                decoders[arm].generator.manual_seed(seed)
+            if batch == 1:
+                for probe, ids in zip(probes, prompts, strict=True):
+                    by_arm: dict[str, Any] = {}
+                    for arm in arms:  # interleaved, so machine drift lands on every arm alike
+                        by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
+                        progress.step(f"{arm} {probe.id}")
+                    runs.append((probe, seed, ids, by_arm))
+                continue
+            elapsed = elapsed or dict.fromkeys(arms, 0.0)
+            results = {}
+            for arm in arms:  # whole arms, one after another: each batch shares the GPU only with its own arm
+                progress.note(f"decoding the {arm} arm: {len(probes)} probes, {batch} at a time")
+                if chooser is not None:
+                    chooser.restart()
+                begin = time.perf_counter()
+                results[arm] = decoders[arm].generate_many(
+                    prompts,
+                    opts.max_new_tokens,
+                    eos,
+                    batch=batch,
+                    progress=_arm_progress(progress, arm, chooser),
+                )
+                if opts.gpu:
+                    torch.cuda.synchronize()
+                elapsed[arm] += time.perf_counter() - begin
+            for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
+                batched: dict[str, Any] = {arm: results[arm][i] for arm in arms}
+                runs.append((probe, seed, ids, batched))
+
+        if opts.temperature == 0:
+            progress.note("checking losslessness")
+            divergences, near_ties = greedy_checks(
+                target, runs, dtype_name, eos, opts.max_new_tokens, progress, chooser
+            )
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -240,8 +312,6 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             parity = kernel_parity(
                 decoder("head", 0, keep=True), prompts[0], n, opts.temperature, eos, PARITY_BLOCKS
             )
-    # greedy: where another stack may pick either of two near-tied tokens (smoke --engine compares up to there)
-    near_ties = reference_ties(target, runs) if opts.temperature == 0 else None
     progress.finish()
 
     conditions = MeasurementConditions(
@@ -279,6 +349,25 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         acceptance_stats=acceptance_stats,
         elapsed=elapsed,
     )
+
+
+def _arm_progress(
+    progress: Progress, arm: str, chooser: ThreadChooser | None
+) -> Callable[[int, float], None]:
+    """A batched arm's progress: called after every block with the probes that ended in it, so a log gets its line
+    every interval while the arm decodes, not one line when the whole arm is done; and the block's time for the
+    thread chooser."""
+    blocks = 0
+
+    def report(ended: int, seconds: float) -> None:
+        nonlocal blocks
+        if seconds > 0:  # a block ran (0: a request ended at its admission)
+            blocks += 1
+            if chooser is not None:
+                chooser.done(seconds)
+        progress.step(f"{arm} arm, block {blocks}", count=ended)
+
+    return report
 
 
 def _draft_info(path: str, runtime: str, ckpt: Checkpoint, drafter: Any) -> DraftCheckpoint:
@@ -378,79 +467,115 @@ def _batch_size(
     return max(1, min(len(prompts), MAX_DEFAULT_BATCH, int(free // 2 // per_slot)))
 
 
-def lossless_divergences(
+def greedy_checks(
     target: Any,
-    ar_decoder: Any,
-    runs: Sequence[tuple[Probe, int, list[int], dict[str, Any]]],
+    runs: Sequence[Run],
     dtype: str,
     eos: Sequence[int],
     max_new_tokens: int,
-    batch: int,
-) -> list[Divergence]:
-    """Every speculative generation against target-only greedy decoding, token by token over its whole length.
+    progress: Progress | None = None,
+    chooser: ThreadChooser | None = None,
+) -> tuple[list[Divergence], dict[tuple[str, int], int | None]]:
+    """The lossless check of every speculative generation and the reference's first near-tie per request, from
+    one target forward over prompt + target-only tokens per request and, where an arm took the other token of a
+    numerical tie, one more over that arm's tokens after it.
 
-    At a divergence the target's logits after the common prefix are recomputed in one forward. A gap within the
-    dtype's round-off is a numerical tie: two kernels may round it either way. The reference is then regenerated
-    from the speculative prefix (prompt + the speculative tokens through the tie, target-only greedy from there;
-    all regenerations of a round run as one batch) and the comparison goes on past it, so every token is checked.
-    Any other divergence is a runtime bug and ends that generation's check."""
+    Losslessness: each speculative generation against the `ar` arm's tokens, token by token. At the first
+    divergence the target's logits after the common prefix (from the `ar` forward) give the gap between the two
+    tokens; a gap within the dtype's round-off is a numerical tie, which two kernels may round either way. Past a
+    tie the reference is the target's greedy choice given the speculative prefix: the arm's remaining tokens are
+    fed to the target after the prefix through the tie (the cache holds the shared prefix), and each must be
+    the argmax of the logits before it, or within round-off of it (another tie), so every token is checked. Any
+    other divergence is a runtime bug and ends that generation's check. A generation that stops before eos and
+    max_new_tokens while the target goes on diverges at its end.
+
+    Near ties (for smoke --engine): the first `ar` token whose target logit gap to the runner-up is within
+    bfloat16 round-off (ties.first_near_tie), from the same forward. `chooser` hears the rows forwarded for each
+    request."""
     tok = target.tokenizer
+    stops = set(eos)
     found: list[Divergence] = []
-    # probe, seed, arm, prompt ids, speculative tokens, the reference aligned with them, checked before this index
-    pending = [
-        (probe, seed, arm, ids, result.tokens, by_arm["ar"].tokens, 0)
-        for probe, seed, ids, by_arm in runs
-        for arm, result in by_arm.items()
-        if arm != "ar"
-    ]
-    while pending:
-        anchors = []
-        for probe, seed, arm, ids, got, ref, start in pending:
-            common = min(len(got), len(ref))
-            i = next((j for j in range(start, common) if got[j] != ref[j]), common)
-            if i == len(got) == len(ref):
-                continue  # equal to the end
-            want = ref[i] if i < len(ref) else -1
-            emitted = got[i] if i < len(got) else -1
-            gap, tie = None, False
-            if want >= 0 and emitted >= 0:
-                target.reset()
-                logits = target.forward(torch.tensor(ids + got[:i]), None).logits[-1]  # [V] fp32
-                gap = float(logits[want] - logits[emitted])
-                tie = abs(gap) <= TIE_RELATIVE[dtype] * max(1.0, float(logits[want].abs()))
-                target.reset()
-            found.append(
-                Divergence(
-                    request=probe.id,
-                    seed=seed,
-                    arm=arm,
-                    position=i,
-                    expected=want,
-                    emitted=emitted,
-                    logit_gap=gap,
-                    tie=tie,
-                    expected_text=tok.decode([want]) if want >= 0 else "<end>",
-                    emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>",
-                )
+    near: dict[tuple[str, int], int | None] = {}
+
+    def divergence(
+        probe: Probe, seed: int, arm: str, i: int, want: int, emitted: int, logits: Any
+    ) -> Divergence:
+        gap, tie = None, False
+        if want >= 0 and emitted >= 0:
+            gap = float(logits[want] - logits[emitted])
+            tie = abs(gap) <= TIE_RELATIVE[dtype] * max(1.0, float(logits[want].abs()))
+        return Divergence(
+            request=probe.id,
+            seed=seed,
+            arm=arm,
+            position=i,
+            expected=want,
+            emitted=emitted,
+            logit_gap=gap,
+            tie=tie,
+            expected_text=tok.decode([want]) if want >= 0 else "<end>",
+            emitted_text=tok.decode([emitted]) if emitted >= 0 else "<end>",
+        )
+
+    if progress is not None:
+        progress.start(len(runs), unit="requests checked")
+    if chooser is not None:
+        chooser.restart()
+    with torch.inference_mode():
+        for probe, seed, ids, by_arm in runs:
+            begin = time.perf_counter()
+            ref = list(by_arm["ar"].tokens)
+            p = len(ids)
+            target.reset()
+            # row p - 1 + j predicts ref[j]; the cache then holds prompt + ref
+            ref_logits = target.forward(torch.tensor(list(ids) + ref, device=target.device), None).logits
+            rows = p + len(ref)
+            near[(probe.id, seed)] = (
+                first_near_tie(ref_logits[p - 1 : p - 1 + len(ref)], ref) if ref else None
             )
-            if tie and i + 1 < len(
-                got
-            ):  # tokens follow the tie: re-anchor the reference on the speculative one
-                anchors.append((probe, seed, arm, ids, got, i))
-        pending = []
-        if anchors:
-            prefixes = [ids + got[: i + 1] for _, _, _, ids, got, i in anchors]
-            budgets = [max_new_tokens - (i + 1) for *_, i in anchors]
-            again = ar_decoder.generate_many(
-                prefixes, max(budgets), eos, batch=max(1, min(batch, len(prefixes)))
-            )
-            pending = [
-                (probe, seed, arm, ids, got, got[: i + 1] + result.tokens[:budget], i + 1)
-                for (probe, seed, arm, ids, got, i), result, budget in zip(
-                    anchors, again, budgets, strict=True
-                )
-            ]
-    return found
+            cached = len(ref)  # the cache holds prompt + ref[:cached]
+            for arm, result in by_arm.items():
+                if arm == "ar":
+                    continue
+                got = list(result.tokens)
+                common = min(len(got), len(ref))
+                i = next((j for j in range(common) if got[j] != ref[j]), common)
+                if i == len(got) == len(ref):
+                    continue  # equal to the end
+                want = ref[i] if i < len(ref) else -1
+                emitted = got[i] if i < len(got) else -1
+                first = divergence(probe, seed, arm, i, want, emitted, ref_logits[p - 1 + i])
+                found.append(first)
+                if not first.tie or i + 1 >= len(got):
+                    continue
+                # past the tie: got[i + 1:] against the target's greedy choice after prompt + got[:i + 1]
+                if cached < i:  # an earlier arm's tokens overwrote the rows past prompt + ref[:cached]
+                    target.crop(p + cached)
+                    target.forward(torch.tensor(ref[cached:i], device=target.device), None)
+                    rows += i - cached
+                target.crop(p + i)
+                logits = target.forward(torch.tensor(got[i:], device=target.device), None).logits
+                rows += len(got) - i
+                cached = min(cached, i)
+                # row r predicts got[i + 1 + r]; the last row predicts what follows the last token
+                argmax = logits.argmax(dim=-1).tolist()
+                for j in range(i + 1, len(got)):
+                    row = j - i - 1
+                    if got[j] == argmax[row]:
+                        continue
+                    later = divergence(probe, seed, arm, j, argmax[row], got[j], logits[row])
+                    found.append(later)
+                    if not later.tie:
+                        break
+                else:
+                    if len(got) < max_new_tokens and got[-1] not in stops:
+                        found.append(divergence(probe, seed, arm, len(got), argmax[-1], -1, logits[-1]))
+            target.reset()
+            if chooser is not None:
+                chooser.done((time.perf_counter() - begin) / rows)
+            if progress is not None:
+                progress.step(f"{probe.id}")
+    return found, near
 
 
 def kernel_parity(

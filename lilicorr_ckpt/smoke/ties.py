@@ -6,13 +6,12 @@ everything after that follows another path. So a reference profile records, per 
 emitted token whose target logit gap to the runner-up is within bfloat16 round-off (the dtype engines serve in),
 and engine outputs are compared with the reference's tokens up to that position only.
 
-Imports torch: smoke.run calls it after decoding.
+Imports torch: smoke.run's greedy_checks calls it after decoding, on the logits of its reference forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 import torch
 
@@ -31,23 +30,3 @@ def first_near_tie(logits: torch.Tensor, tokens: Sequence[int]) -> int | None:
     scale = top2[:, 0].abs().clamp(min=1.0)
     near = (gap <= ENGINE_TIE_RELATIVE * scale).nonzero()
     return int(near[0, 0]) if len(near) else None
-
-
-def reference_ties(
-    target: Any, runs: Sequence[tuple[Any, int, list[int], dict[str, Any]]]
-) -> dict[tuple[str, int], int | None]:
-    """(probe id, seed) -> the first near-tie of the "ar" arm's greedy tokens, from one forward of the target over
-    prompt + tokens per request (the logits at position p predict token p + 1)."""
-    out: dict[tuple[str, int], int | None] = {}
-    with torch.inference_mode():
-        for probe, seed, ids, by_arm in runs:
-            tokens = list(by_arm["ar"].tokens)
-            if not tokens:
-                out[(probe.id, seed)] = None
-                continue
-            target.reset()
-            sequence = list(ids) + tokens[:-1]  # the last token predicts nothing emitted
-            logits = target.forward(torch.tensor(sequence, device=target.device), None).logits  # [len, V]
-            target.reset()
-            out[(probe.id, seed)] = first_near_tie(logits[len(ids) - 1 :], tokens)
-    return out

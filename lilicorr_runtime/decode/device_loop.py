@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import msgspec
 import torch
@@ -536,9 +536,16 @@ class DecodeLoop:
             wall_time_s=time.perf_counter() - self.started.pop(slot, time.perf_counter()),
         )
 
-    def run(self, prompts: Sequence[torch.Tensor], max_new_tokens: int) -> list[LoopOutput]:
+    def run(
+        self,
+        prompts: Sequence[torch.Tensor],
+        max_new_tokens: int,
+        progress: Callable[[int, float], None] | None = None,
+    ) -> list[LoopOutput]:
         """Decode every prompt, `batch` at a time, refilling a slot as soon as its request ends. Outputs in
-        prompt order."""
+        prompt order. `progress(ended, seconds)`, if given, is called after every block with the number of requests
+        that ended in it (0 when none did: a batch of long requests still reports each block) and the block's wall
+        time (admissions not included), and as progress(1, 0.0) for a request that ended at its admission."""
         results: list[LoopOutput | None] = [None] * len(prompts)
         owner: dict[int, int] = {}
         waiting = list(range(len(prompts)))[::-1]
@@ -552,11 +559,17 @@ class DecodeLoop:
                     results[index] = self.take(slot)
                     del owner[slot]
                     free.append(slot)
+                    if progress is not None:
+                        progress(1, 0.0)
 
         fill()
         while owner:
-            for slot in self.step():
+            before = self.step_seconds
+            ended = self.step()
+            for slot in ended:
                 results[owner.pop(slot)] = self.take(slot)
                 free.append(slot)
+            if progress is not None:
+                progress(len(ended), self.step_seconds - before)
             fill()
         return [r for r in results if r is not None]

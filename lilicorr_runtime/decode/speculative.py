@@ -282,18 +282,26 @@ class SpeculativeDecoder:
         eos_token_ids: Sequence[int] | int = (),
         *,
         batch: int = 1,
+        progress: Callable[[int, float], None] | None = None,
     ) -> list[GenerationResult]:
         """Decode many requests, results in prompt order. On the device loop, `batch` of them run side by side
         (a finished request's slot is refilled with the next waiting one), each block one graph replay for all;
         each result's wall_time_s then spans its own prefill to its end, overlapping the others'. On the eager
-        loop they run one after another."""
+        loop they run one after another. `progress(ended, seconds)`, if given, hears how many requests ended and in
+        how long: after every block of the device loop (0 when none did; DecodeLoop.run), after every request of
+        the eager one (1, its wall time)."""
         checked = [_prompt_ids(p, self.target.vocab_size) for p in prompts]
         max_new_tokens, eos = _limits(max_new_tokens, eos_token_ids)
         if as_int(batch) is None or batch < 1:
             raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
         if self.loop == "eager":
-            return [self.generate(p, max_new_tokens, sorted(eos)) for p in checked]
-        return self._generate_device(checked, max_new_tokens, eos, int(batch))
+            results = []
+            for p in checked:
+                results.append(self.generate(p, max_new_tokens, sorted(eos)))
+                if progress is not None:
+                    progress(1, results[-1].wall_time_s)
+            return results
+        return self._generate_device(checked, max_new_tokens, eos, int(batch), progress)
 
     def device_loop(self, batch: int, rows: int, max_new_tokens: int, eos: set[int]) -> DecodeLoop:
         """The device loop for `batch` slots that holds `rows` rows per slot and `max_new_tokens` (built, and its
@@ -321,7 +329,12 @@ class SpeculativeDecoder:
         return loop
 
     def _generate_device(
-        self, prompts: list[torch.Tensor], max_new_tokens: int, eos: set[int], batch: int
+        self,
+        prompts: list[torch.Tensor],
+        max_new_tokens: int,
+        eos: set[int],
+        batch: int,
+        progress: Callable[[int, float], None] | None = None,
     ) -> list[GenerationResult]:
         rows = max(p.numel() for p in prompts) + max_new_tokens + self.num_tokens + 2
         loop = self.device_loop(min(batch, len(prompts)), rows, max_new_tokens, eos)
@@ -336,7 +349,7 @@ class SpeculativeDecoder:
                 wall_time_s=out.wall_time_s,
                 block_size=block,
             )
-            for p, out in zip(prompts, loop.run(prompts, max_new_tokens), strict=True)
+            for p, out in zip(prompts, loop.run(prompts, max_new_tokens, progress), strict=True)
         ]
 
     def _cache(self, rows: int) -> DraftKVCache:

@@ -28,6 +28,12 @@ def topk_lse_reference(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
     `values - lse[:, None]` are the candidates' full-vocabulary log-probs.
     """
     x = logits.float()
+    if x.device.type == "cpu" and x.shape[-1] > k:
+        fast = _topk_lse_cpu(
+            x, k
+        )  # the same results in fewer passes over the logits, when no row holds a NaN
+        if fast is not None:
+            return fast
     nan = torch.isnan(x)
     x = torch.where(nan, float("-inf"), x)
     values, ids = torch.topk(x, k, dim=-1, largest=True, sorted=True)
@@ -35,6 +41,21 @@ def topk_lse_reference(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
     # k-th value keep the lowest columns holding it
     kth = values[:, -1:]  # [n, 1]
     boundary_ties = (x == kth).sum(dim=-1) != (values == kth).sum(dim=-1)
+    return _ordered(x, values, ids, boundary_ties, k, nan.any(dim=-1))
+
+
+def _ordered(
+    x: torch.Tensor,
+    values: torch.Tensor,
+    ids: torch.Tensor,
+    boundary_ties: torch.Tensor,
+    k: int,
+    nan_rows: torch.Tensor | None,
+    row_max: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """topk_lse_reference's tail: the lowest columns among the k-th value's ties, equal values in column order,
+    and the log-partition (NaN for the rows in `nan_rows`)."""
+    kth = values[:, -1:]  # [n, 1]
     for row in torch.nonzero(boundary_ties).flatten().tolist():
         above = torch.nonzero(x[row] > kth[row]).flatten()
         equal = torch.nonzero(x[row] == kth[row]).flatten()[: k - above.numel()]
@@ -46,11 +67,25 @@ def topk_lse_reference(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
         values, dim=-1, descending=True, stable=True
     ).indices  # stable: columns stay ascending
     values, ids = values.gather(1, resort), ids.gather(1, resort)
-    row_max = x.amax(dim=-1, keepdim=True)  # [n, 1]
+    row_max = x.amax(dim=-1, keepdim=True) if row_max is None else row_max  # [n, 1]
     safe_max = torch.where(torch.isinf(row_max), 0.0, row_max)
-    lse = (safe_max + torch.log(torch.exp(x - safe_max).sum(dim=-1, keepdim=True))).squeeze(-1)
-    lse = torch.where(nan.any(dim=-1), float("nan"), lse)
+    lse = (safe_max + torch.log((x - safe_max).exp_().sum(dim=-1, keepdim=True))).squeeze(-1)
+    if nan_rows is not None:
+        lse = torch.where(nan_rows, float("nan"), lse)
     return values, ids.long(), lse
+
+
+def _topk_lse_cpu(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """topk_lse_reference's results for CPU logits [n, V > k] with no NaN (None otherwise: the general path runs),
+    bit for bit, in four passes over the logits instead of ten: the row max (NaN when the row holds one) doubles
+    as the log-partition's shift, and a top-(k+1) tells the boundary ties (a (k+1)-th value equal to the k-th)
+    without counting every column equal to it."""
+    row_max = x.amax(dim=-1, keepdim=True)  # [n, 1]; amax propagates NaN
+    if bool(torch.isnan(row_max).any()):
+        return None
+    values, ids = torch.topk(x, k + 1, dim=-1, largest=True, sorted=True)
+    boundary_ties = values[:, k] == values[:, k - 1]
+    return _ordered(x, values[:, :k], ids[:, :k], boundary_ties, k, None, row_max)
 
 
 def topk_lse(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -80,6 +80,32 @@ def test_a_batch_of_different_lengths_decodes_as_one_at_a_time(pair):
     assert [_records(g) for g in got] == [_records(w) for w in want]
 
 
+def test_generate_many_reports_every_block_and_every_ended_request(pair):
+    target, drafter = pair
+    device = SpeculativeDecoder(target, drafter, loop="device")
+    calls: list[tuple[int, float]] = []
+
+    def record(ended: int, seconds: float) -> None:
+        calls.append((ended, seconds))
+
+    got = device.generate_many(PROMPTS, 20, batch=2, progress=record)
+    [loop] = device._loops.values()
+    assert sum(e for e, _ in calls) == len(PROMPTS) == len(got)
+    assert len(calls) == loop.steps  # one call per block, 0 for a block that ended no request
+    assert 0 in [e for e, _ in calls] and calls[-1][0] >= 1
+    # each block's own time, admissions not included: they sum to the loop's step time
+    assert all(s > 0 for _, s in calls) and abs(sum(s for _, s in calls) - loop.step_seconds) < 1e-6
+    # a request that ends at its admission (eos as its first token): no block ran
+    first = device.generate(PROMPTS[0], 2).tokens[0]
+    calls.clear()
+    [alone] = device.generate_many(PROMPTS[:1], 20, [first], batch=1, progress=record)
+    assert alone.tokens == [first] and calls == [(1, 0.0)]
+    eager = SpeculativeDecoder(target, drafter, loop="eager")
+    calls.clear()
+    results = eager.generate_many(PROMPTS[:3], 8, progress=record)
+    assert calls == [(1, r.wall_time_s) for r in results]  # one request at a time
+
+
 def test_an_eos_in_the_middle_of_a_block_ends_the_request(pair):
     target, drafter = pair
     free = SpeculativeDecoder(target, drafter, loop="eager").generate(PROMPTS[0], 40)

@@ -1,6 +1,7 @@
-"""The lossless check covers every token: at a numerical tie the target-only reference is regenerated from the
-speculative prefix and the comparison goes on, so a real divergence after a tie is still found; the gate says in
-one line how many ties there were and lists at most five."""
+"""The lossless check covers every token: at a numerical tie the speculative tokens after it are checked against
+the target's greedy choice given the speculative prefix, so a real divergence after a tie is still found; nothing
+is regenerated (one target forward per request, one more per arm past a tie); the gate says in one line how many
+ties there were and lists at most five."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 
 from lilicorr_ckpt.smoke.gates import Divergence, lossless_gate
 from lilicorr_ckpt.smoke.probes import Probe
-from lilicorr_ckpt.smoke.run import lossless_divergences
+from lilicorr_ckpt.smoke.run import greedy_checks
 from lilicorr_runtime import BlockRecord, GenerationResult
 
 VOCAB = 8
@@ -30,38 +31,33 @@ class _Step:
 
 
 class _Target:
-    """The target seen by the check: one forward's last-row logits; a tie where TIES says."""
+    """A causal LM as the check sees it: a cache of the tokens fed so far (reset, crop), and per fed row the logits
+    of the next token after the prefix through it; a tie where TIES says. Counts the rows it computes."""
 
     tokenizer = _Tokenizer()
+    device = torch.device("cpu")
+
+    def __init__(self, ties: set[tuple[int, ...]] = TIES) -> None:
+        self.ties, self.cached, self.forwards, self.rows = ties, [], 0, 0
 
     def reset(self) -> None:
-        pass
+        self.cached = []
+
+    def crop(self, length: int) -> None:
+        self.cached = self.cached[:length]
 
     def forward(self, ids: torch.Tensor, taps: object = None):
-        prefix = ids.tolist()
-        logits = torch.zeros(len(prefix), VOCAB)
-        logits[-1, _next(prefix)] = 10.0
-        if tuple(prefix[-3:]) in TIES:
-            logits[-1, (_next(prefix) + 1) % VOCAB] = 10.0
-        return _Step(logits)
-
-
-class _Reference:
-    """Target-only greedy decoding (generate_many) of the same target."""
-
-    calls = 0
-
-    def generate_many(self, prompts, max_new_tokens, eos, batch=1):
-        _Reference.calls += 1
-        out = []
-        for prompt in prompts:
-            ids = list(prompt)
-            tokens = []
-            while len(tokens) < max_new_tokens:
-                tokens.append(_next(ids))
-                ids.append(tokens[-1])
-            out.append(_result(tokens))
-        return out
+        self.forwards += 1
+        rows = []
+        for token in ids.tolist():
+            self.cached.append(token)
+            row = torch.zeros(VOCAB)
+            row[_next(self.cached)] = 10.0
+            if any(tuple(self.cached[-len(t) :]) == t for t in self.ties):
+                row[(_next(self.cached) + 1) % VOCAB] = 10.0
+            rows.append(row)
+        self.rows += len(rows)
+        return _Step(torch.stack(rows))
 
 
 def _result(tokens: list[int]) -> GenerationResult:
@@ -89,8 +85,10 @@ def test_a_divergence_after_a_tie_is_found():
     got = [tie_token] + after_tie[:6] + [bad] + _greedy(prompt + [tie_token] + after_tie[:6] + [bad], 4)
     probe = Probe(id="p", category="code", prompt="", chat=False)
     runs = [(probe, 0, prompt, {"head": _result(got), "ar": _result(ar)})]
-    found = lossless_divergences(_Target(), _Reference(), runs, "bfloat16", [], 12, 4)
+    found, near = greedy_checks(_Target(), runs, "bfloat16", [], 12)
     assert [(d.position, d.tie) for d in found] == [(0, True), (7, False)]
+    assert (found[1].expected, found[1].emitted) == (after_tie[6], bad)  # the target's choice after the tie
+    assert near == {("p", 0): 0}  # the reference's own first token is the tie
     gate = lossless_gate(1, found, 0.0, "bfloat16")
     assert (
         gate.status == "fail"
@@ -104,9 +102,64 @@ def test_ties_alone_pass_and_every_token_is_compared():
     got = [tie_token] + _greedy(prompt + [tie_token], 11)
     probe = Probe(id="p", category="code", prompt="", chat=False)
     runs = [(probe, 0, prompt, {"head": _result(got), "ar": _result(_greedy(prompt, 12))})]
-    found = lossless_divergences(_Target(), _Reference(), runs, "bfloat16", [], 12, 4)
+    found, _ = greedy_checks(_Target(), runs, "bfloat16", [], 12)
     assert [(d.position, d.tie) for d in found] == [(0, True)]
     assert lossless_gate(1, found, 0.0, "bfloat16").status == "pass"
+
+
+def _other(prefix: list[int]) -> int:
+    return (_next(prefix) + 1) % VOCAB  # the tied runner-up where the target ties
+
+
+def test_arms_tied_at_different_tokens_share_one_reference_forward_and_nothing_is_regenerated():
+    prompt = [1, 2]
+    ar = _greedy(prompt, 12)
+    # the target ties after prompt + ar[:2] and after prompt + ar[:5] (full prefixes: nowhere else)
+    ties = {tuple(prompt + ar[:2]), tuple(prompt + ar[:5])}
+    head = ar[:2] + [_other(prompt + ar[:2])]
+    head += _greedy(prompt + head, 12 - len(head))
+    control = ar[:5] + [_other(prompt + ar[:5])]
+    after = _greedy(prompt + control, 2)
+    control += after + [(_next(prompt + control + after) + 3) % VOCAB]  # a bug at token 8
+    control += _greedy(prompt + control, 12 - len(control))
+    probe = Probe(id="p", category="code", prompt="", chat=False)
+    runs = [(probe, 0, prompt, {"head": _result(head), "control": _result(control), "ar": _result(ar)})]
+    target = _Target(ties)
+    found, near = greedy_checks(target, runs, "bfloat16", [], 12)
+    assert [(d.arm, d.position, d.tie) for d in found] == [
+        ("head", 2, True),
+        ("control", 5, True),
+        ("control", 8, False),
+    ]
+    assert near == {("p", 0): 2}
+    # the reference, each arm's tokens from its tie on, and the control's prefix rows the head's overwrote
+    assert target.forwards == 4
+    assert target.rows == len(prompt) + 12 + (12 - 2) + (5 - 2) + (12 - 5)
+
+
+def test_a_generation_that_stops_early_after_a_tie_diverges_at_its_end():
+    prompt = [5, 1, 2]
+    tie_token = _other(prompt)
+    got = [tie_token] + _greedy(prompt + [tie_token], 5)  # 6 tokens, no eos, below max_new_tokens 12
+    probe = Probe(id="p", category="code", prompt="", chat=False)
+    runs = [(probe, 0, prompt, {"head": _result(got), "ar": _result(_greedy(prompt, 12))})]
+    found, _ = greedy_checks(_Target(), runs, "bfloat16", [], 12)
+    assert [(d.position, d.tie, d.emitted) for d in found] == [(0, True, tie_token), (6, False, -1)]
+    assert found[1].expected == _next(prompt + got) and found[1].emitted_text == "<end>"
+    # the same generation ending in an eos is complete
+    eos = got[-1]
+    found, _ = greedy_checks(_Target(), runs, "bfloat16", [eos], 12)
+    assert [(d.position, d.tie) for d in found] == [(0, True)]
+
+
+def test_equal_generations_cost_one_forward_per_request():
+    prompt = [3, 4]
+    ar = _greedy(prompt, 12)
+    probe = Probe(id="p", category="code", prompt="", chat=False)
+    runs = [(probe, 0, prompt, {"head": _result(ar), "control": _result(ar), "ar": _result(ar)})]
+    target = _Target(set())
+    assert greedy_checks(target, runs, "float32", [], 12) == ([], {("p", 0): None})
+    assert target.forwards == 1
 
 
 def test_the_gate_lists_at_most_five_ties_and_names_the_largest_gap():

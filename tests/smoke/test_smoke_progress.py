@@ -6,11 +6,13 @@ from __future__ import annotations
 import io
 
 import msgspec
+import torch
 from conftest import QUICK
 
 from lilicorr_ckpt import console
 from lilicorr_ckpt.console import Progress, duration
 from lilicorr_ckpt.report.smoke import CPU_SPEEDUP_LINE, GPU_SPEEDUP_LINE, TAU_LINE, TAU_REQ_LINE, render_text
+from lilicorr_ckpt.smoke import cli as smoke_cli
 from lilicorr_ckpt.smoke.profile import Gate
 
 
@@ -42,6 +44,29 @@ def test_a_batched_arm_counts_all_its_generations_at_once_and_estimates_from_the
         "smoke: decoding the ar arm: 24 probes, 24 at a time...",
         "smoke: 72/72 generations (last: ar arm, 24 probes), 3m00s, done",
     ]
+
+
+def test_a_batch_that_has_finished_nothing_yet_still_gets_its_line_every_interval(monkeypatch):
+    # a batched arm reports every block, most of which end no request: count 0 redraws, with no estimate yet
+    clock = Clock()
+    monkeypatch.setattr(console.time, "monotonic", clock)
+    log = io.StringIO()
+    monkeypatch.setattr(console.sys, "stderr", log)
+    progress = Progress.for_terminal(False, name="smoke", log_interval=10, unit="generations")
+    progress.start(6)
+    for block in range(1, 32):
+        clock.now += 1.0  # a block a second; the first request ends in block 25
+        progress.step(f"head arm, block {block}", count=1 if block in (25, 31) else 0)
+    assert log.getvalue().splitlines() == [
+        "smoke: 0/6 generations (last: head arm, block 1), 1s",
+        "smoke: 0/6 generations (last: head arm, block 11), 11s",
+        "smoke: 0/6 generations (last: head arm, block 21), 21s",
+        "smoke: 2/6 generations (last: head arm, block 31), 31s, about 1m02s left",
+    ]
+    progress.start(4, unit="requests checked")  # the next stage counts something else
+    clock.now += 2.0
+    progress.step("p0")
+    assert log.getvalue().splitlines()[-1] == "smoke: 1/4 requests checked (last: p0), 2s, about 6s left"
 
 
 def test_a_log_gets_a_line_every_interval_with_the_count_and_the_time_left(monkeypatch):
@@ -90,6 +115,24 @@ def test_smoke_with_stderr_redirected_prints_periodic_progress(smoke, drafter, t
     assert counts and counts[0].startswith("smoke: 1/9 generations (last: head ")
     assert counts[-1].startswith("smoke: 9/9 generations (last: ar ") and counts[-1].endswith(", done")
     assert smoke(drafter, "-t", target, *QUICK, "--min-head-gain", "-1").stderr == ""
+
+
+def test_batched_smoke_in_a_log_reports_while_each_arm_decodes(smoke, drafter, target, monkeypatch):
+    # --batch: each arm decodes its probes side by side; its progress comes per block, not once at its end
+    monkeypatch.setattr(smoke_cli, "LOG_INTERVAL", 0.0)  # a line for every block
+    quick = [a for a in QUICK if a != "--quiet"]
+    threads = torch.get_num_threads()
+    result = smoke(drafter, "-t", target, *quick, "--batch", "3", "--min-head-gain", "-1")
+    assert result.code == 0, result.stderr
+    assert torch.get_num_threads() == threads  # whatever the arms chose, the process gets its count back
+    lines = result.stderr.splitlines()
+    for arm in ("head", "control", "ar"):
+        assert f"smoke: decoding the {arm} arm: 3 probes, 3 at a time..." in lines
+        blocks = [line for line in lines if f" generations (last: {arm} arm, block " in line]
+        assert len(blocks) > 2, lines  # 24 new tokens: several blocks, each one reported
+    counts = [int(line.split()[1].split("/")[0]) for line in lines if " generations (last: " in line]
+    assert counts == sorted(counts) and counts[0] < 3 and counts[-1] == 9  # 3 arms x 3 probes
+    assert lines[lines.index("smoke: checking losslessness...") + 1].startswith("smoke: 1/3 requests checked")
 
 
 def test_the_text_report_defines_tau_and_says_cpu_speedups_mean_nothing(zero_head_report):
