@@ -21,6 +21,7 @@ import pytest
 
 from lilicorr_ckpt.checks import RULES
 from lilicorr_ckpt.cli import main, rules_markdown, rules_page
+from lilicorr_ckpt.smoke.options import SmokeOptions
 
 from helpers import REPO, run_cli
 
@@ -121,6 +122,22 @@ class Expect:
     covered_by: str | None = None  # run as written by this test (path::function), which checks its output
     gpu: bool = False
     gguf: bool = False
+    # a smoke run of minutes, too long for the suite (docs/performance.md times it): its options are parsed and
+    # pass smoke's checks, and this checks what it would run
+    options: Callable[[SmokeOptions], None] | None = None
+
+
+def _cpu_smoke_options(options: SmokeOptions) -> None:
+    # README: 68 prompts (30 code, 30 chat, the 8 math probes), batched, in bfloat16, on the CPU, judged for vLLM
+    from lilicorr_ckpt.smoke.probes import counts, load_probes
+
+    assert not options.gpu and options.runtime == "vllm" and options.dtype == "bfloat16"
+    assert options.batch == 32 and not options.warmup and options.temperature == 0
+    assert options.min_head_gain == 0.05  # the gate as it ships
+    probes = load_probes(options.probes, options.limit)
+    assert counts(probes) == {"code": 30, "chat": 30, "math": 8}
+    assert f"{len(probes)} prompts (`--limit {options.limit}`" in README
+    assert (REPO / options.path).is_dir() and options.target == GGUF
 
 
 EXPECTED: dict[str, Expect] = {
@@ -137,6 +154,8 @@ EXPECTED: dict[str, Expect] = {
     f"lilicorr-ckpt smoke examples/smollm2-lilicorr --target {GGUF} -r vllm --gpu --limit 0": Expect(
         _smoke_gpu, gpu=True, gguf=True
     ),
+    f"lilicorr-ckpt smoke examples/smollm2-lilicorr --target {GGUF} -r vllm --dtype bfloat16 --batch 32 "
+    "--limit 30 --no-warmup": Expect(options=_cpu_smoke_options),
     # the bundled pair on the CPU: a minute, so run once, where the smoke tests check what it prints
     "lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target": Expect(
         covered_by="tests/smoke/test_smoke_cli.py::test_the_bundled_example_pair_runs_as_documented"
@@ -182,6 +201,28 @@ def test_readme_command_runs_as_written(command, capsys, monkeypatch):
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("NO_COLOR", "1")
     expect.check(_run(command, capsys))
+
+
+@pytest.mark.parametrize("command", [c for c, _ in COMMANDS if EXPECTED.get(c, Expect()).options])
+def test_a_minutes_long_readme_smoke_parses_and_passes_smokes_option_checks(command, capsys, monkeypatch):
+    from lilicorr_ckpt.errors import SmokeRefused
+    from lilicorr_ckpt.smoke import options as smoke_options
+
+    seen: list[SmokeOptions] = []
+
+    def runner():
+        def run(options: SmokeOptions, progress: object) -> None:
+            seen.append(options)  # smoke's option checks passed to get here
+            raise SmokeRefused("not run here")
+
+        return run
+
+    monkeypatch.setattr(smoke_options, "runner", runner)
+    monkeypatch.chdir(REPO)
+    ran = _run(command, capsys)
+    assert ran.code == 1 and "not run here" in ran.err and len(seen) == 1, ran.err
+    smoke_options.check_options(seen[0])
+    EXPECTED[command].options(seen[0])
 
 
 @pytest.mark.parametrize("command", [c for c, _ in COMMANDS if EXPECTED.get(c, Expect()).covered_by])
