@@ -63,10 +63,8 @@ MAX_DEFAULT_BATCH = 256  # the default --batch on the GPU: as many probes as fit
 Run = tuple[Probe, int, list[int], dict[str, Any]]  # probe, seed, prompt ids, arm -> result
 
 CPU_THREADS = 1  # intra-op threads on the CPU unless OMP_NUM_THREADS says otherwise (docs/performance.md)
-CPU_BATCH_THREADS = (
-    1,
-    2,
-)  # the counts a batched CPU run chooses between by timing its blocks (smoke.threads)
+# the counts a batched CPU run chooses between by timing its blocks (smoke.threads)
+CPU_BATCH_THREADS = (1, 2)
 
 
 def _cores() -> int:

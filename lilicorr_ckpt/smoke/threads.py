@@ -1,9 +1,9 @@
 """How many intra-op threads a batched CPU arm runs with, chosen by timing its own blocks.
 
-A batched block multiplies matrices of hundreds of rows, which a second thread speeds up (1.6x to 1.8x on an idle
-2-core machine, docs/performance.md). But torch's OpenMP threads spin at every one of a block's ~600 parallel
-regions until all of them arrive: when another process holds a core, each region waits for a descheduled thread,
-and the same block took 7x as long with two threads as with one. Neither count is right on a machine that is
+A batched block multiplies matrices of hundreds of rows, which a second thread speeds up (each batched arm about
+1.6x on an idle 2-core machine: docs/performance.md, "smoke on the CPU"). But torch's OpenMP threads spin at every
+one of a block's ~600 parallel regions until all of them arrive: when another process holds a core, each region
+waits for a descheduled thread, and two threads can then be slower than one. Neither count is right on a machine that is
 shared part of the time, so the arm measures: it starts with one thread, times one block with the other count
 after three blocks and then every `period` blocks (at once when a block takes 2.5x the recent ones), and keeps
 whichever was faster. The period doubles while the count in use

@@ -3,6 +3,8 @@ drafter configs that match them, and a chi-square test."""
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -71,20 +73,12 @@ def chi_square_p_value(observed: torch.Tensor, expected_probs: torch.Tensor) -> 
 
 
 def _byte_alphabet() -> list[str]:
-    """GPT-2's byte-level alphabet: one printable character per byte, the tokens a byte-level BPE starts from."""
-    printable = [
-        *range(ord("!"), ord("~") + 1),
-        *range(ord("¡"), ord("¬") + 1),
-        *range(ord("®"), ord("ÿ") + 1),
-    ]
-    chars, extra = [], 0
-    for b in range(256):
-        if b in printable:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
+    """GPT-2's byte-level alphabet, as examples/make_examples.py builds the bundled tokenizers with it."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "make_examples.py"
+    spec = importlib.util.spec_from_file_location("make_examples", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.byte_alphabet()
 
 
 def write_tiny_gguf(path, *, layers: int = 2, hidden: int = 64, seed: int = 0, drop: str | None = None):

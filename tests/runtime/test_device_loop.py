@@ -220,12 +220,16 @@ def test_gpu_bf16_speculative_tokens_equal_target_only_bit_for_bit(tmp_path, bat
     assert [r.tokens for r in one] == [r.tokens for r in ar]  # and across batch sizes
 
 
+def _cuda_bf16_fast_target() -> FastTarget:
+    target = _fast_target(vocab=64)
+    target.model.to("cuda", torch.bfloat16)
+    return FastTarget(target.model)
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_verify_rows_equal_one_token_steps_bit_for_bit():
-    target = _fast_target(vocab=64)
-    target.model.to("cuda", torch.bfloat16)
-    target = FastTarget(target.model)
+    target = _cuda_bf16_fast_target()
     prompt, block = [3, 9, 27, 17, 51, 2, 8], [5, 6, 7, 8, 40, 41, 42, 43]
     target.reserve(64)
     target.reset()
@@ -259,9 +263,7 @@ def test_gpu_captured_prefills_decode_as_the_eager_target(tmp_path, batch):
 @pytest.mark.gpu
 @needs_cuda
 def test_gpu_prefill_rows_equal_one_token_steps_bit_for_bit():
-    target = _fast_target(vocab=64)
-    target.model.to("cuda", torch.bfloat16)
-    target = FastTarget(target.model)
+    target = _cuda_bf16_fast_target()
     prompt = [(11 * j + 5) % 64 for j in range(45)]  # past GRAPH_MAX_ROWS: an eager step-kernel prefill
     target.reserve(64)
     target.reset()
