@@ -3,6 +3,7 @@ eager forward against the fast path (eager and CUDA-graph replay), next to the w
 
     python bench/target.py TARGET [--tokens 256] [--device cuda] [--skip-transformers]
     python bench/target.py --random qwen3-8b        # a random-weight Qwen3-8B-shaped target (bf16, no download)
+    python bench/target.py --random smollm2         # a random-weight SmolLM2-135M-shaped target
 
 The floor is (bytes of the weights one decode step reads) / (this device's copy bandwidth): a copy of X bytes
 moves 2X bytes through HBM (read + write) in the measured time, and a step that only reads its weights streams
@@ -75,14 +76,31 @@ QWEN3_8B = {
     "tie_word_embeddings": False,
 }
 
+SMOLLM2_135M = {  # SmolLM2-135M-Instruct's geometry (a Llama)
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "head_dim": 64,
+    "vocab_size": 49152,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-5,
+    "rope_theta": 100000.0,
+    "tie_word_embeddings": True,
+}
+
 
 def random_target(name: str, device: str) -> FastTarget:
     """A random-weight target of a known shape, built on the device in bf16 (no checkpoint needed)."""
     import transformers
 
-    if name != "qwen3-8b":
-        raise SystemExit(f"unknown random target {name!r} (qwen3-8b)")
-    config = transformers.Qwen3Config(**QWEN3_8B)
+    if name == "qwen3-8b":
+        config = transformers.Qwen3Config(**QWEN3_8B)
+    elif name == "smollm2":
+        config = transformers.LlamaConfig(**SMOLLM2_135M)
+    else:
+        raise SystemExit(f"unknown random target {name!r} (qwen3-8b, smollm2)")
     torch.manual_seed(0)
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.bfloat16)
@@ -155,7 +173,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("target", nargs="?")
-    parser.add_argument("--random", metavar="SHAPE", help="a random-weight target instead: qwen3-8b")
+    parser.add_argument(
+        "--random", metavar="SHAPE", help="a random-weight target instead: qwen3-8b or smollm2"
+    )
     parser.add_argument("--tokens", type=int, default=256)
     parser.add_argument("--rows", default="1,8,16", help="step sizes to time (rows per forward)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -48,7 +48,7 @@ CANDIDATES = (
     {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 8, "num_stages": 3},
     {"BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 8, "num_stages": 2},
 )
-TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, dtypes) -> the tile shape in use
+TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, dtypes, PDL) -> the tile shape in use
 
 
 def linear_config(n: int, k: int) -> dict[str, int]:
@@ -65,9 +65,76 @@ def linear_config(n: int, k: int) -> dict[str, int]:
 
 # ---------------------------------------------------------------- step_linear
 #
-# y[m, n] = epilogue(prologue(x)[m, :] · W[n, :]) for a few rows m. One program per (16 rows, BLOCK_N columns):
-# it streams its BLOCK_N weight rows once. Programs sharing a weight tile are launched next to each other (the
-# row tile is grid axis 0), so a step of many rows reads each tile from L2 after the first.
+# y[m, n] = epilogue(prologue(x)[m, :] · W[n, :]) for a few rows m. One program per (16 rows, BLOCK_N columns,
+# one of SPLIT slices of K): it streams its slice of BLOCK_N weight rows once. Programs sharing a weight tile are
+# launched next to each other (the row tile is grid axis 0), so a step of many rows reads each tile from L2 after
+# the first.
+#
+# Split-K (SPLIT > 1), for matrices too narrow to give every SM a column tile (a Qwen3-8B o_proj or down at one
+# row): each program writes its fp32 partial sums to a workspace and counts its arrival on the tile's counter; the
+# last to arrive adds the SPLIT partials in slice order 0, 1, ... (a fixed order, so the result is deterministic
+# and the same for every row count), applies the epilogue and resets the counter for the next call.
+#
+# Programmatic dependent launch (PDL, Hopper and later): a program first lets the next kernel launch, then
+# fetches its first weight tile (weights never depend on an earlier kernel), and only then waits for the kernel
+# before it to finish before it reads x. So the next kernel's launch and first weight fetch overlap this one.
+
+
+@triton.jit
+def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION, w_dtype):
+    if NORM:
+        xf = x.to(tl.float32)
+        squares += tl.sum(xf * xf, axis=1)
+        g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+        x = (xf * g[None, :]).to(w_dtype)
+    if UPCAST:
+        acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=PRECISION)
+    else:
+        acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
+    if GATED:  # the up rows follow the N gate rows in the fused weight
+        if UPCAST:
+            acc_up += tl.dot(x.to(tl.float32), tl.trans(wu.to(tl.float32)), input_precision=PRECISION)
+        else:
+            acc_up += tl.dot(x, tl.trans(wu), input_precision=PRECISION)
+    return acc, acc_up, squares
+
+
+@triton.jit
+def _linear_epilogue(
+    acc,
+    acc_up,
+    squares,
+    bias_ptr,
+    r_ptr,
+    y_ptr,
+    rm,
+    rn,
+    n_ok,
+    out_mask,
+    K,
+    eps,
+    s_rm,
+    s_ym,
+    NORM: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
+):
+    if NORM:
+        rstd = 1.0 / tl.sqrt(squares / K + eps)
+        acc = acc * rstd[:, None]
+        acc_up = acc_up * rstd[:, None]
+    if BIAS:
+        acc += tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
+    if RESIDUAL:
+        acc += tl.load(r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :], mask=out_mask, other=0.0).to(
+            tl.float32
+        )
+    tl.store(
+        y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask
+    )
 
 
 @triton.jit
@@ -78,9 +145,13 @@ def _step_linear(
     g_ptr,
     r_ptr,
     y_ptr,
+    ws_ptr,
+    cnt_ptr,
     M,
     N,
     K,
+    K_SPLIT,
+    M_PAD,
     eps,
     s_xm,
     s_wn,
@@ -92,56 +163,153 @@ def _step_linear(
     GATED: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr,
+    PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     n_ok = rn < N
     x_rows = x_ptr + rm.to(tl.int64)[:, None] * s_xm
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
+    k_lo = pid_s * K_SPLIT
+    k_hi = tl.minimum(K, k_lo + K_SPLIT)
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     squares = tl.zeros((BLOCK_M,), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        kk = k0 + rk
-        k_ok = kk < K
-        x = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        if NORM:
-            xf = x.to(tl.float32)
-            squares += tl.sum(xf * xf, axis=1)
-            g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
-            x = (xf * g[None, :]).to(w_ptr.dtype.element_ty)
-        w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        if UPCAST:
-            acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=PRECISION)
-        else:
-            acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-        if GATED:  # the up rows follow the N gate rows in the fused weight
-            wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            if UPCAST:
-                acc_up += tl.dot(x.to(tl.float32), tl.trans(wu.to(tl.float32)), input_precision=PRECISION)
-            else:
-                acc_up += tl.dot(x, tl.trans(wu), input_precision=PRECISION)
-    if NORM:
-        rstd = 1.0 / tl.sqrt(squares / K + eps)
-        acc = acc * rstd[:, None]
-        acc_up = acc_up * rstd[:, None]
-    if BIAS:
-        acc += tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+    # the first weight tile, fetched before the wait for the kernel before this one (weights are read-only)
+    kk = k_lo + rk
+    k_ok = kk < k_hi
+    w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+    wu = w
     if GATED:
-        acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
-    out_mask = m_ok[:, None] & n_ok[None, :]
-    if RESIDUAL:
-        acc += tl.load(r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :], mask=out_mask, other=0.0).to(
-            tl.float32
-        )
-    tl.store(
-        y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask
+        wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+    acc, acc_up, squares = _dot_tile(
+        x,
+        w,
+        wu,
+        g_ptr,
+        kk,
+        k_ok,
+        acc,
+        acc_up,
+        squares,
+        NORM,
+        GATED,
+        UPCAST,
+        PRECISION,
+        w_ptr.dtype.element_ty,
     )
+    for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < k_hi
+        x = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        wu = w
+        if GATED:
+            wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+        acc, acc_up, squares = _dot_tile(
+            x,
+            w,
+            wu,
+            g_ptr,
+            kk,
+            k_ok,
+            acc,
+            acc_up,
+            squares,
+            NORM,
+            GATED,
+            UPCAST,
+            PRECISION,
+            w_ptr.dtype.element_ty,
+        )
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    if SPLIT == 1:
+        _linear_epilogue(
+            acc,
+            acc_up,
+            squares,
+            bias_ptr,
+            r_ptr,
+            y_ptr,
+            rm,
+            rn,
+            n_ok,
+            out_mask,
+            K,
+            eps,
+            s_rm,
+            s_ym,
+            NORM,
+            BIAS,
+            RESIDUAL,
+            GATED,
+        )
+    else:
+        # workspace: [SPLIT, M_PAD, N] partial sums (then [SPLIT, M_PAD, N] of the up half when gated), then
+        # [SPLIT, tiles along N, M_PAD] partial sums of squares
+        width = 2 * N if GATED else N
+        part = ws_ptr + pid_s.to(tl.int64) * M_PAD * width + rm.to(tl.int64)[:, None] * width + rn[None, :]
+        tl.store(part, acc, mask=out_mask)
+        if GATED:
+            tl.store(part + N, acc_up, mask=out_mask)
+        sq_base = ws_ptr + SPLIT * M_PAD * width + pid_n.to(tl.int64) * M_PAD
+        if NORM:
+            tl.store(sq_base + pid_s * tl.num_programs(1) * M_PAD + rm, squares, mask=m_ok)
+        tl.debug_barrier()  # every thread's partial is written before the arrival is counted
+        tile = pid_m * tl.num_programs(1) + pid_n
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:  # the last of the tile's slices: add the partials in slice order
+            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            squares = tl.zeros((BLOCK_M,), tl.float32)
+            first = ws_ptr + rm.to(tl.int64)[:, None] * width + rn[None, :]
+            for s in range(SPLIT):
+                slab = first + s * M_PAD * width
+                acc += tl.load(slab, mask=out_mask, other=0.0, cache_modifier=".cg")
+                if GATED:
+                    acc_up += tl.load(slab + N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                if NORM:
+                    squares += tl.load(
+                        sq_base + s * tl.num_programs(1) * M_PAD + rm,
+                        mask=m_ok,
+                        other=0.0,
+                        cache_modifier=".cg",
+                    )
+            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+            _linear_epilogue(
+                acc,
+                acc_up,
+                squares,
+                bias_ptr,
+                r_ptr,
+                y_ptr,
+                rm,
+                rn,
+                n_ok,
+                out_mask,
+                K,
+                eps,
+                s_rm,
+                s_ym,
+                NORM,
+                BIAS,
+                RESIDUAL,
+                GATED,
+            )
 
 
 def step_linear_triton(
@@ -155,9 +323,11 @@ def step_linear_triton(
     gated: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
+    config: dict[str, int] | None = None,
 ) -> torch.Tensor:
     """x [M, K] (rows may be strided) -> y [M, N] (see step.step_linear_reference). `out`, when given, is written
-    (a row-strided view is fine: a column slice of a wider buffer)."""
+    (a row-strided view is fine: a column slice of a wider buffer). `config` forces a tile shape (tests, benches);
+    by default the weight shape's tuned one serves."""
     m, k = x.shape
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if x.stride(-1) != 1:
@@ -171,19 +341,36 @@ def step_linear_triton(
     if m == 0:
         return out
     upcast = weight.dtype == torch.float32 or _interpreted()
+    pdl = pdl_enabled(x.device)
 
     def launch(config: dict[str, int], y: torch.Tensor) -> None:
-        grid = (triton.cdiv(m, BLOCK_M), triton.cdiv(n, config["BLOCK_N"]))
-        _step_linear[grid](
+        config = dict(config)
+        split = config.pop("SPLIT", 1)
+        m_tiles, n_tiles = triton.cdiv(m, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
+        k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
+        m_pad = m_tiles * BLOCK_M
+        if split > 1:
+            width = 2 * n if gated else n
+            workspace = torch.empty(
+                split * m_pad * width + split * n_tiles * m_pad, device=x.device, dtype=torch.float32
+            )
+            counters = _counters(x.device, m_tiles * n_tiles)
+        else:
+            workspace = counters = y
+        _step_linear[(m_tiles, n_tiles, split)](
             x,
             weight,
             bias if bias is not None else weight,
             norm_weight if norm_weight is not None else weight,
             residual if residual is not None else y,
             y,
+            workspace,
+            counters,
             m,
             n,
             k,
+            k_split,
+            m_pad,
             eps,
             x.stride(0),
             weight.stride(0),
@@ -195,36 +382,74 @@ def step_linear_triton(
             GATED=gated,
             UPCAST=upcast,
             PRECISION="ieee",
+            SPLIT=split,
+            PDL=pdl,
             BLOCK_M=BLOCK_M,
             **config,
+            **_pdl_launch(x.device),
         )
 
-    key = (
-        n,
-        k,
-        norm_weight is not None,
-        bias is not None,
-        residual is not None,
-        gated,
-        weight.dtype,
-        out.dtype,
-    )
-    config = TUNED.get(key)
     if config is None:
-        config = _tune(key, launch, out) if x.is_cuda and not _interpreted() else linear_config(n, k)
+        key = (
+            n,
+            k,
+            norm_weight is not None,
+            bias is not None,
+            residual is not None,
+            gated,
+            weight.dtype,
+            out.dtype,
+            pdl,
+        )
+        config = TUNED.get(key)
+        if config is None:
+            config = (
+                _tune(key, launch, out, x.device) if x.is_cuda and not _interpreted() else linear_config(n, k)
+            )
     launch(config, out)
     return out
 
 
-def _tune(key: tuple, launch, out: torch.Tensor) -> dict[str, int]:
+_COUNTERS: dict[tuple[str, int | None], list[torch.Tensor]] = {}
+
+
+def _counters(device: torch.device, tiles: int) -> torch.Tensor:
+    """Zeroed int32 arrival counters for split-K, at least `tiles` of them, shared by every call on the device
+    (the step runs on one stream, and each call's last program resets its tiles to zero). A larger set replaces
+    the current one when a call needs more; the old ones stay allocated, since captured graphs still use them."""
+    held = _COUNTERS.setdefault((device.type, device.index), [])
+    if not held or held[-1].numel() < tiles:
+        held.append(
+            torch.zeros(
+                max(tiles, 4096, 2 * held[-1].numel() if held else 0), device=device, dtype=torch.int32
+            )
+        )
+    return held[-1]
+
+
+def split_candidates(n: int, k: int, sm_count: int) -> list[dict[str, int]]:
+    """Split-K variants of the tile shapes for a matrix with too few column tiles to fill the device at one row:
+    2, 4 or 8 slices of K, each at least two BLOCK_K tiles deep."""
+    extra = []
+    for config in CANDIDATES:
+        if triton.cdiv(n, config["BLOCK_N"]) >= 2 * sm_count:
+            continue
+        for split in (2, 4, 8):
+            if triton.cdiv(k, config["BLOCK_K"]) >= 2 * split:
+                extra.append({**config, "SPLIT": split})
+    return extra
+
+
+def _tune(key: tuple, launch, out: torch.Tensor, device: torch.device) -> dict[str, int]:
     """The fastest tile shape for this call (median of triton.testing.do_bench, L2 flushed between runs), timed
     into a scratch output; never inside a graph capture (the warm-up runs before it), where the default serves."""
     default = linear_config(key[0], key[1])
     if torch.cuda.is_current_stream_capturing():
         return default
     scratch = torch.empty_like(out)
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     best, best_time = default, float("inf")
-    for config in (default, *CANDIDATES):
+    for config in (default, *CANDIDATES, *split_candidates(key[0], key[1], sm_count)):
         try:
             launch(config, scratch)
             elapsed = triton.testing.do_bench(
@@ -236,6 +461,31 @@ def _tune(key: tuple, launch, out: torch.Tensor) -> dict[str, int]:
             best, best_time = config, elapsed
     TUNED[key] = best
     return best
+
+
+def pdl_enabled(device: torch.device) -> bool:
+    """Whether the step kernels launch with programmatic dependent launch on `device`: compiled for CUDA on
+    Hopper or later, with a Triton that has grid dependency control; LILICORR_PDL=0 turns it off."""
+    if device.type != "cuda" or _interpreted() or os.environ.get("LILICORR_PDL", "1") == "0":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    cached = _PDL.get(index)
+    if cached is None:
+        extra = getattr(getattr(tl, "extra", None), "cuda", None)
+        cached = _PDL[index] = (
+            torch.cuda.get_device_capability(index)[0] >= 9
+            and hasattr(extra, "gdc_wait")
+            and hasattr(extra, "gdc_launch_dependents")
+        )
+    return cached
+
+
+_PDL: dict[int, bool] = {}
+
+
+def _pdl_launch(device: torch.device) -> dict[str, bool]:
+    """The launch option that turns programmatic dependent launch on, where it is (see pdl_enabled)."""
+    return {"launch_pdl": True} if pdl_enabled(device) else {}
 
 
 # ---------------------------------------------------------------- rope_kv
@@ -271,8 +521,12 @@ def _rope_kv(
     s_c_r,
     s_tab,
     QK_NORM: tl.constexpr,
+    PDL: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
+    if PDL:  # everything this program reads may come from the kernel before it
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     m = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     offs = tl.arange(0, BLOCK_H)
@@ -368,8 +622,10 @@ def rope_kv_triton(
         keys.stride(2),
         cos.stride(0),
         QK_NORM=q_norm is not None,
+        PDL=pdl_enabled(qkv.device),
         BLOCK_H=max(16, triton.next_power_of_2(half)),
         num_warps=1,
+        **_pdl_launch(qkv.device),
     )
     return q
 
@@ -402,10 +658,14 @@ def _step_attention(
     KV,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
+    if PDL:  # everything this program reads may come from the kernel before it
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     batch = (tl.program_id(1) // KV).to(tl.int64)
     kvh = tl.program_id(1) % KV
@@ -496,10 +756,12 @@ def step_attention_triton(
         kv_heads,
         UPCAST=q.dtype == torch.float32 or _interpreted(),
         PRECISION="ieee",
+        PDL=pdl_enabled(q.device),
         BLOCK_M=BLOCK_M,
         BLOCK_N=ATTENTION_BLOCK_N,
         BLOCK_D=max(16, triton.next_power_of_2(hd)),
         num_warps=4,
         num_stages=2,
+        **_pdl_launch(q.device),
     )
     return out

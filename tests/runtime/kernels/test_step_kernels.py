@@ -155,3 +155,61 @@ def test_step_attention_left_padding_rows_stay_finite_and_garbage_before_the_fir
     got = step_ops.step_attention_triton(q, poisoned_k, poisoned_v, last, first)
     assert torch.isfinite(want).all()
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+SPLIT_TILE = {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+
+
+@pytest.mark.parametrize("split", [2, 3, 8])
+@pytest.mark.parametrize("kind", ["plain", "norm_bias", "gated", "residual"])
+def test_split_k_matches_the_reference_and_resets_its_counters(split, kind):
+    rows, k, n = 19, 200, 40  # 7 K tiles: slices of unequal depth, and with 8 slices an empty one
+    x = _randn(rows, k, seed=11)
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=12, scale=0.1)
+    kwargs: dict = {}
+    if kind in ("norm_bias", "gated"):
+        kwargs.update(norm_weight=_randn(k, seed=13) + 1.0, eps=1e-6)
+    if kind == "norm_bias":
+        kwargs["bias"] = _randn(n, seed=14)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = _randn(rows, n, seed=15)
+    config = {**SPLIT_TILE, "SPLIT": split}
+    first = step_ops.step_linear_triton(x, weight, config=config, **kwargs)
+    torch.testing.assert_close(first, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
+    again = step_ops.step_linear_triton(x, weight, config=config, **kwargs)  # counters were reset by the last
+    assert torch.equal(first, again)
+    counters = step_ops._counters(x.device, 1)
+    assert int(counters.abs().sum()) == 0
+
+
+def test_split_k_rows_do_not_depend_on_the_row_count():
+    x = _randn(9, 256, seed=16)
+    weight = _randn(2 * 32, 256, seed=17, scale=0.2)
+    norm = _randn(256, seed=18) + 1.0
+    config = {**SPLIT_TILE, "SPLIT": 4}
+    many = step_ops.step_linear_triton(x, weight, norm_weight=norm, eps=1e-6, gated=True, config=config)
+    for i in (0, 5, 8):
+        one = step_ops.step_linear_triton(
+            x[i : i + 1], weight, norm_weight=norm, eps=1e-6, gated=True, config=config
+        )
+        assert_same_row(one[0], many[i])
+
+
+def test_split_candidates_only_for_matrices_too_narrow_to_fill_the_device():
+    wide = step_ops.split_candidates(n=1 << 20, k=4096, sm_count=132)
+    assert wide == []  # every tile shape already gives each SM many column tiles
+    narrow = step_ops.split_candidates(n=4096, k=4096, sm_count=132)
+    assert {c["SPLIT"] for c in narrow} == {2, 4, 8}
+    for config in narrow:  # each slice is at least two K tiles deep
+        assert 4096 // config["BLOCK_K"] >= 2 * config["SPLIT"]
+    shallow = step_ops.split_candidates(n=4096, k=256, sm_count=132)
+    assert all(256 // c["BLOCK_K"] >= 2 * c["SPLIT"] for c in shallow)
+
+
+def test_pdl_is_off_where_it_cannot_run(monkeypatch):
+    assert not step_ops.pdl_enabled(torch.device("cpu"))
+    if CUDA:
+        monkeypatch.setenv("LILICORR_PDL", "0")
+        assert not step_ops.pdl_enabled(torch.device("cuda"))

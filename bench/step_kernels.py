@@ -1,0 +1,166 @@
+"""Where a target step's time goes: each step GEMM against the weight-read rate, the one-token step with and
+without programmatic dependent launch (PDL), and one step's kernels against the step's span on the device.
+
+    python bench/step_kernels.py --random smollm2      # a random-weight SmolLM2-135M-shaped target (bf16)
+    python bench/step_kernels.py --random qwen3-8b     # a random-weight Qwen3-8B-shaped target
+    python bench/step_kernels.py TARGET                # a checkpoint, a cache id or a GGUF
+
+Three tables, all from one process (compare the ratios, not numbers across runs):
+
+1. Every step GEMM shape the step tuned: the tile it chose (SPLIT > 1 is split-K), microseconds per one-row
+   call replayed from a CUDA graph, and the share of the copy bandwidth its weights stream at, beside the best
+   tile without split-K.
+2. The target step by PDL (LILICORR_PDL=0 and 1, each with its own tuning and graphs): target-only tok/s and
+   the step's latency at 1 and 8 rows.
+3. One graph-replayed one-token step under torch.profiler: the sum of its kernels' times against the span from
+   the first kernel's start to the last one's end (what is not kernel time is launch latency between kernels),
+   and the kernels by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib.util
+import os
+import pathlib
+import time
+
+import torch
+
+
+def _bench_target():
+    spec = importlib.util.spec_from_file_location(
+        "bench_target", pathlib.Path(__file__).with_name("target.py")
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def gemm_table(bandwidth: float) -> list[tuple]:
+    """(shape, tuned config, us, share of bandwidth, best unsplit config, its us) per tuned GEMM shape."""
+    import triton
+
+    from lilicorr_runtime.ops import step_triton as step_ops
+
+    rows = []
+    for key, tuned in list(step_ops.TUNED.items()):
+        n, k, norm, bias, residual, gated, w_dtype, o_dtype, pdl = key
+        if pdl != step_ops.pdl_enabled(torch.device("cuda")):
+            continue
+        weight = torch.randn((2 * n if gated else n), k, device="cuda", dtype=w_dtype) * 0.02
+        x = torch.randn(1, k, device="cuda", dtype=w_dtype)
+        kwargs: dict = {"gated": gated, "out": torch.empty(1, n, device="cuda", dtype=o_dtype)}
+        if norm:
+            kwargs.update(norm_weight=torch.ones(k, device="cuda", dtype=w_dtype), eps=1e-6)
+        if bias:
+            kwargs["bias"] = torch.zeros(n, device="cuda", dtype=w_dtype)
+        if residual:
+            kwargs["residual"] = torch.zeros(1, n, device="cuda", dtype=o_dtype)
+
+        def timed(config):
+            def call():
+                step_ops.step_linear_triton(x, weight, config=config, **kwargs)
+
+            call()
+            return triton.testing.do_bench_cudagraph(call, rep=50) * 1e3  # us
+
+        plain = [c for c in (step_ops.linear_config(n, k), *step_ops.CANDIDATES)]
+        best_plain = min(((timed(c), c) for c in plain), key=lambda t: t[0])
+        tuned_us = timed(tuned)
+        bytes_read = weight.numel() * weight.element_size()
+        name = (
+            f"N={n} K={k}"
+            + (" gated" if gated else "")
+            + (" norm" if norm else "")
+            + (" +res" if residual else "")
+        )
+        rows.append(
+            (name, tuned, tuned_us, bytes_read / (tuned_us * 1e-6) / bandwidth, best_plain[1], best_plain[0])
+        )
+    return rows
+
+
+def profile_step(target) -> tuple[float, float, int, list[tuple[str, int, float]]]:
+    """(kernel us, span us, kernels, [(name, count, us)]) of one graph-replayed one-token step."""
+    target.forward(torch.tensor([7]))
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        target.forward(torch.tensor([9]))
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not events:
+        return float("nan"), float("nan"), 0, []
+    busy = sum(e.time_range.end - e.time_range.start for e in events)
+    span = max(e.time_range.end for e in events) - min(e.time_range.start for e in events)
+    by_name: dict[str, list[float]] = collections.defaultdict(list)
+    for e in events:
+        by_name[e.name[:60]].append(e.time_range.end - e.time_range.start)
+    names = sorted(((n, len(v), sum(v)) for n, v in by_name.items()), key=lambda t: -t[2])
+    return busy, span, len(events), names
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("target", nargs="?")
+    parser.add_argument("--random", metavar="SHAPE", help="a random-weight target: smollm2 or qwen3-8b")
+    parser.add_argument("--tokens", type=int, default=128, help="target-only tokens timed per PDL setting")
+    parser.add_argument("--modes", default="0,1", help="LILICORR_PDL settings to compare, in order")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/step_kernels.py times CUDA kernels: run it on a GPU machine")
+    if not args.target and not args.random:
+        parser.error("give TARGET or --random SHAPE")
+    bench = _bench_target()
+    from lilicorr_runtime.target.fast import FastTarget, tokens_per_second
+    from lilicorr_runtime.target.load import load_target
+
+    if args.random:
+        base = bench.random_target(args.random, "cuda")
+        name = f"random {args.random}"
+    else:
+        base = load_target(args.target, dtype="bfloat16", device="cuda", fast=True)
+        name = args.target
+    prompt = [t % base.vocab_size for t in bench.PROMPT]
+    bandwidth = bench.copy_bandwidth("cuda")
+    weight_bytes = sum(p.numel() * p.element_size() for p in base.model.parameters())
+    print(
+        f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name()}, torch {torch.__version__}, {name}, bf16, "
+        f"weights {weight_bytes / 1e6:.0f} MB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, floor "
+        f"{weight_bytes / bandwidth * 1e3:.3f} ms/step"
+    )
+    taps = tuple(sorted({round(i * (base.num_layers - 1) / 4) for i in range(5)}))
+    results = []
+    for mode in args.modes.split(","):
+        os.environ["LILICORR_PDL"] = mode
+        target = base if not results else FastTarget(base.model)
+        tps = tokens_per_second(target, prompt, args.tokens)
+        steps = [bench.step_latency(target, r, taps) * 1e3 for r in (1, 8)]
+        gemms = gemm_table(bandwidth)
+        busy, span, kernels, names = profile_step(target)
+        results.append((mode, tps, steps, gemms, busy, span, kernels, names))
+    for mode, _tps, _steps, gemms, *_ in results:
+        print(f"\nstep GEMMs at one row, LILICORR_PDL={mode} (graph-replayed, us per call)")
+        print(f"{'shape':<34} {'tuned tile':<52} {'us':>7} {'of bw':>6}   {'best unsplit us':>15}")
+        for shape, tuned, us, share, _plain, plain_us in gemms:
+            tile = ",".join(f"{k}={v}" for k, v in tuned.items())
+            print(f"{shape:<34} {tile:<52} {us:7.1f} {share * 100:5.1f}%   {plain_us:15.1f}")
+    print(
+        f"\n{'LILICORR_PDL':<13} {'tok/s':>8} {'1 row ms':>9} {'8 rows ms':>10} {'kernels':>8} {'kernel us':>10} {'span us':>8} {'gaps':>6}"
+    )
+    for mode, tps, steps, _g, busy, span, kernels, _n in results:
+        gaps = 1 - busy / span if span else float("nan")
+        print(
+            f"{mode:<13} {tps:8.1f} {steps[0]:9.3f} {steps[1]:10.3f} {kernels:8d} {busy:10.1f} {span:8.1f} {gaps * 100:5.1f}%"
+        )
+    for mode, *_rest, names in results:
+        print(f"\nkernels of one step, LILICORR_PDL={mode}: name, count, us")
+        for kernel, count, us in names[:12]:
+            print(f"  {kernel:<60} {count:5d} {us:9.1f}")
+
+
+if __name__ == "__main__":
+    main()
