@@ -1,5 +1,5 @@
-"""Where a target step's time goes: each step GEMM against the weight-read rate, the one-token step with and
-without programmatic dependent launch (PDL), and one step's kernels against the step's span on the device.
+"""Where a target step's time goes: each step GEMM against the weight-read rate, the one-token step by setting
+(programmatic dependent launch; where the MLP's product runs), and one step's kernels against its span.
 
     python bench/step_kernels.py --random smollm2      # a random-weight SmolLM2-135M-shaped target (bf16)
     python bench/step_kernels.py --random qwen3-8b     # a random-weight Qwen3-8B-shaped target
@@ -8,10 +8,11 @@ without programmatic dependent launch (PDL), and one step's kernels against the 
 Three tables, all from one process (compare the ratios, not numbers across runs):
 
 1. Every step GEMM shape the step tuned: the tile it chose (SPLIT > 1 is split-K), microseconds per one-row
-   call replayed from a CUDA graph, and the share of the copy bandwidth its weights stream at, beside the best
+   call replayed back to back from a CUDA graph over copies of the weights larger than L2 (as the
+   tuner times it), and the share of the copy bandwidth its weights stream at, beside the best
    tile without split-K.
-2. The target step by PDL (LILICORR_PDL=0 and 1, each with its own tuning and graphs): target-only tok/s and
-   the step's latency at 1 and 8 rows.
+2. The target step by setting (LILICORR_PDL, programmatic dependent launch, and LILICORR_MLP, where the MLP's
+   silu(gate) * up runs; each with its own tuning and graphs): target-only tok/s, the step at 1 and 8 rows.
 3. One graph-replayed one-token step under torch.profiler: the sum of its kernels' times against the span from
    the first kernel's start to the last one's end (what is not kernel time is launch latency between kernels),
    and the kernels by name.
@@ -38,20 +39,22 @@ def _bench_target():
     return module
 
 
-def gemm_table(bandwidth: float) -> list[tuple]:
+def gemm_table(bandwidth: float, sweep: bool = False) -> list[tuple]:
     """(shape, tuned config, us, share of bandwidth, best unsplit config, its us) per tuned GEMM shape."""
-    import triton
-
     from lilicorr_runtime.ops import step_triton as step_ops
 
     rows = []
     for key, tuned in list(step_ops.TUNED.items()):
-        n, k, norm, bias, residual, gated, w_dtype, o_dtype, pdl = key
-        if pdl != step_ops.pdl_enabled(torch.device("cuda")):
+        n, k, norm, bias, residual, gated, gated_input, w_dtype, o_dtype, pdl = key
+        if pdl != step_ops.pdl_mode(torch.device("cuda")):
             continue
         weight = torch.randn((2 * n if gated else n), k, device="cuda", dtype=w_dtype) * 0.02
-        x = torch.randn(1, k, device="cuda", dtype=w_dtype)
-        kwargs: dict = {"gated": gated, "out": torch.empty(1, n, device="cuda", dtype=o_dtype)}
+        x = torch.randn(1, 2 * k if gated_input else k, device="cuda", dtype=w_dtype)
+        kwargs: dict = {
+            "gated": gated,
+            "gated_input": gated_input,
+            "out": torch.empty(1, n, device="cuda", dtype=o_dtype),
+        }
         if norm:
             kwargs.update(norm_weight=torch.ones(k, device="cuda", dtype=w_dtype), eps=1e-6)
         if bias:
@@ -59,22 +62,32 @@ def gemm_table(bandwidth: float) -> list[tuple]:
         if residual:
             kwargs["residual"] = torch.zeros(1, n, device="cuda", dtype=o_dtype)
 
-        def timed(config):
-            def call():
-                step_ops.step_linear_triton(x, weight, config=config, **kwargs)
+        out = kwargs.pop("out")
 
-            call()
-            return triton.testing.do_bench_cudagraph(call, rep=50) * 1e3  # us
+        def timed(config):
+            def launch(config, y, w=weight):
+                step_ops.step_linear_triton(x, w, config=config, out=y, **kwargs)
+
+            return step_ops.time_in_graph(launch, config, out, weight)  # us, as the tuner times it
 
         plain = [c for c in (step_ops.linear_config(n, k), *step_ops.CANDIDATES)]
         best_plain = min(((timed(c), c) for c in plain), key=lambda t: t[0])
         tuned_us = timed(tuned)
+        if sweep:
+            every = plain + step_ops.split_candidates(
+                n, k, torch.cuda.get_device_properties(0).multi_processor_count
+            )
+            times = sorted(((timed(c), c) for c in every), key=lambda t: t[0])
+            print(f"sweep N={n} K={k} gated={gated}: {len(times)} tiles, fastest first (us)")
+            for us, c in times[:6] + times[-2:]:
+                print(f"  {us:8.1f}  " + ",".join(f"{a}={b}" for a, b in c.items()))
         bytes_read = weight.numel() * weight.element_size()
         name = (
             f"N={n} K={k}"
             + (" gated" if gated else "")
             + (" norm" if norm else "")
             + (" +res" if residual else "")
+            + (" silu-in" if gated_input else "")
         )
         rows.append(
             (name, tuned, tuned_us, bytes_read / (tuned_us * 1e-6) / bandwidth, best_plain[1], best_plain[0])
@@ -108,7 +121,14 @@ def main() -> None:
     parser.add_argument("target", nargs="?")
     parser.add_argument("--random", metavar="SHAPE", help="a random-weight target: smollm2 or qwen3-8b")
     parser.add_argument("--tokens", type=int, default=128, help="target-only tokens timed per PDL setting")
-    parser.add_argument("--modes", default="0,1", help="LILICORR_PDL settings to compare, in order")
+    parser.add_argument(
+        "--modes",
+        default="0,late",
+        help="settings to compare, in order: LILICORR_PDL[:LILICORR_MLP], e.g. 0:epilogue,late:prologue",
+    )
+    parser.add_argument(
+        "--sweep", action="store_true", help="also time every tile candidate of each GEMM shape"
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/step_kernels.py times CUDA kernels: run it on a GPU machine")
@@ -127,29 +147,35 @@ def main() -> None:
     prompt = [t % base.vocab_size for t in bench.PROMPT]
     bandwidth = bench.copy_bandwidth("cuda")
     weight_bytes = sum(p.numel() * p.element_size() for p in base.model.parameters())
+    num_layers = base.num_layers
     print(
         f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name()}, torch {torch.__version__}, {name}, bf16, "
         f"weights {weight_bytes / 1e6:.0f} MB, copy bandwidth {bandwidth / 1e12:.2f} TB/s, floor "
         f"{weight_bytes / bandwidth * 1e3:.3f} ms/step"
     )
-    taps = tuple(sorted({round(i * (base.num_layers - 1) / 4) for i in range(5)}))
+    taps = tuple(sorted({round(i * (num_layers - 1) / 4) for i in range(5)}))
     results = []
+    model = base.model
+    del base
     for mode in args.modes.split(","):
-        os.environ["LILICORR_PDL"] = mode
-        target = base if not results else FastTarget(base.model)
+        pdl, _, mlp = mode.partition(":")
+        os.environ["LILICORR_PDL"] = pdl
+        os.environ["LILICORR_MLP"] = mlp or "prologue"
+        target = FastTarget(model)
         tps = tokens_per_second(target, prompt, args.tokens)
         steps = [bench.step_latency(target, r, taps) * 1e3 for r in (1, 8)]
-        gemms = gemm_table(bandwidth)
+        gemms = gemm_table(bandwidth, args.sweep)
         busy, span, kernels, names = profile_step(target)
         results.append((mode, tps, steps, gemms, busy, span, kernels, names))
+        del target
     for mode, _tps, _steps, gemms, *_ in results:
-        print(f"\nstep GEMMs at one row, LILICORR_PDL={mode} (graph-replayed, us per call)")
+        print(f"\nstep GEMMs at one row, {mode} (us per call, back to back in a graph, weights cold)")
         print(f"{'shape':<34} {'tuned tile':<52} {'us':>7} {'of bw':>6}   {'best unsplit us':>15}")
         for shape, tuned, us, share, _plain, plain_us in gemms:
             tile = ",".join(f"{k}={v}" for k, v in tuned.items())
             print(f"{shape:<34} {tile:<52} {us:7.1f} {share * 100:5.1f}%   {plain_us:15.1f}")
     print(
-        f"\n{'LILICORR_PDL':<13} {'tok/s':>8} {'1 row ms':>9} {'8 rows ms':>10} {'kernels':>8} {'kernel us':>10} {'span us':>8} {'gaps':>6}"
+        f"\n{'PDL:MLP':<13} {'tok/s':>8} {'1 row ms':>9} {'8 rows ms':>10} {'kernels':>8} {'kernel us':>10} {'span us':>8} {'gaps':>6}"
     )
     for mode, tps, steps, _g, busy, span, kernels, _n in results:
         gaps = 1 - busy / span if span else float("nan")
@@ -157,7 +183,7 @@ def main() -> None:
             f"{mode:<13} {tps:8.1f} {steps[0]:9.3f} {steps[1]:10.3f} {kernels:8d} {busy:10.1f} {span:8.1f} {gaps * 100:5.1f}%"
         )
     for mode, *_rest, names in results:
-        print(f"\nkernels of one step, LILICORR_PDL={mode}: name, count, us")
+        print(f"\nkernels of one step, {mode}: name, count, us")
         for kernel, count, us in names[:12]:
             print(f"  {kernel:<60} {count:5d} {us:9.1f}")
 

@@ -106,7 +106,7 @@ def random_target(name: str, device: str) -> FastTarget:
     torch.set_default_dtype(torch.bfloat16)
     try:
         with torch.device(device):
-            model = transformers.Qwen3ForCausalLM(config)
+            model = transformers.AutoModelForCausalLM.from_config(config)
     finally:
         torch.set_default_dtype(previous)
     with (

@@ -26,14 +26,19 @@ def step_linear_reference(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     gated: bool = False,
+    gated_input: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """One linear layer of a target step with what surrounds it: y = residual + act(RMSNorm(x) · Wᵀ + bias).
 
     x [M, K]; weight [N, K], or [2N, K] with `gated` (gate rows then up rows: y = silu(gate) · up); norm_weight
-    [K] or None (no norm); residual [M, N] or None. Returns y [M, N] in out_dtype (default x's), written into
+    [K] or None (no norm); residual [M, N] or None. With `gated_input`, x is [M, 2K] (gate columns then up
+    columns) and the layer's input is silu(gate) · up (computed in fp32, rounded to x's dtype; no norm). Returns y [M, N] in out_dtype (default x's), written into
     `out` [M, N] when given."""
+    if gated_input:  # silu(gate) · up of a [M, 2K] input, in fp32, rounded to the input's dtype
+        gate, up = x.float().chunk(2, dim=-1)
+        x = (torch.nn.functional.silu(gate) * up).to(x.dtype)
     h = x if norm_weight is None else rms_norm_reference(x, norm_weight, eps)
     y = torch.nn.functional.linear(h, weight, bias)
     if gated:
@@ -55,16 +60,23 @@ def step_linear(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     gated: bool = False,
+    gated_input: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """`step_linear_reference`, as one Triton kernel on CUDA (norm prologue, bias / SiLU·up / residual epilogue),
     computing each row independently of the others (step_triton.py: batch invariance)."""
     n = weight.shape[0] // 2 if gated else weight.shape[0]
+    width = (
+        2 * weight.shape[1]
+        if gated_input and weight.dim() == 2
+        else (weight.shape[1] if weight.dim() == 2 else -1)
+    )
     if (
         x.dim() != 2
         or weight.dim() != 2
-        or weight.shape[1] != x.shape[1]
+        or width != x.shape[1]
+        or (gated_input and norm_weight is not None)
         or (gated and weight.shape[0] % 2)
         or (norm_weight is not None and norm_weight.shape != (x.shape[1],))
         or (bias is not None and bias.shape != (n,))
@@ -73,7 +85,8 @@ def step_linear(
     ):
         raise shape_error(
             "step_linear",
-            "x [M, K], weight [N, K] ([2N, K] gated), norm_weight [K], bias [N], residual and out [M, N]",
+            "x [M, K] ([M, 2K] gated_input, no norm), weight [N, K] ([2N, K] gated), norm_weight [K], bias [N], "
+            "residual and out [M, N]",
             x=x,
             weight=weight,
             norm_weight=norm_weight,
@@ -92,6 +105,7 @@ def step_linear(
             bias=bias,
             residual=residual,
             gated=gated,
+            gated_input=gated_input,
             out=out,
             out_dtype=out_dtype,
         )
@@ -103,6 +117,7 @@ def step_linear(
         bias=bias,
         residual=residual,
         gated=gated,
+        gated_input=gated_input,
         out=out,
         out_dtype=out_dtype,
     )

@@ -47,7 +47,16 @@ CANDIDATES = (
     {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
     {"BLOCK_N": 64, "BLOCK_K": 256, "num_warps": 8, "num_stages": 3},
     {"BLOCK_N": 32, "BLOCK_K": 512, "num_warps": 8, "num_stages": 2},
+    {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
 )
+SPLITS = (
+    2,
+    3,
+    4,
+    6,
+    8,
+)  # slices of K a narrow matrix's split-K candidates take (a runtime argument: no recompile)
 TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, dtypes, PDL) -> the tile shape in use
 
 
@@ -75,9 +84,21 @@ def linear_config(n: int, k: int) -> dict[str, int]:
 # last to arrive adds the SPLIT partials in slice order 0, 1, ... (a fixed order, so the result is deterministic
 # and the same for every row count), applies the epilogue and resets the counter for the next call.
 #
-# Programmatic dependent launch (PDL, Hopper and later): a program first lets the next kernel launch, then
-# fetches its first weight tile (weights never depend on an earlier kernel), and only then waits for the kernel
-# before it to finish before it reads x. So the next kernel's launch and first weight fetch overlap this one.
+# Programmatic dependent launch (PDL, Hopper and later; off unless LILICORR_PDL asks, see pdl_mode): a program
+# lets the next kernel launch, fetches its first weight tile (weights never depend on an earlier kernel), and only
+# then waits for the kernel before it to finish before it reads x.
+
+
+@triton.jit
+def _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X: tl.constexpr, w_dtype):
+    """A [BLOCK_M, BLOCK_K] tile of the layer's input; with GATED_X, silu(gate) · up of the gate columns kk and
+    the up columns K + kk (fp32, rounded to the weights' dtype)."""
+    mask = m_ok[:, None] & k_ok[None, :]
+    if GATED_X:
+        gate = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+        up = tl.load(x_rows + K + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+        return (gate / (1.0 + tl.exp(-gate)) * up).to(w_dtype)
+    return tl.load(x_rows + kk[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
@@ -161,15 +182,16 @@ def _step_linear(
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
+    GATED_X: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
-    SPLIT: tl.constexpr,
+    SPLIT,
     PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    if PDL:
+    if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -193,9 +215,9 @@ def _step_linear(
     wu = w
     if GATED:
         wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-    if PDL:
+    if PDL != 0:
         tl.extra.cuda.gdc_wait()
-    x = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+    x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty)
     acc, acc_up, squares = _dot_tile(
         x,
         w,
@@ -215,7 +237,7 @@ def _step_linear(
     for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
         kk = k0 + rk
         k_ok = kk < k_hi
-        x = tl.load(x_rows + kk[None, :], mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty)
         w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         wu = w
         if GATED:
@@ -236,6 +258,8 @@ def _step_linear(
             PRECISION,
             w_ptr.dtype.element_ty,
         )
+    if PDL == 2:
+        tl.extra.cuda.gdc_launch_dependents()
     out_mask = m_ok[:, None] & n_ok[None, :]
     if SPLIT == 1:
         _linear_epilogue(
@@ -321,6 +345,7 @@ def step_linear_triton(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     gated: bool = False,
+    gated_input: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     config: dict[str, int] | None = None,
@@ -328,7 +353,8 @@ def step_linear_triton(
     """x [M, K] (rows may be strided) -> y [M, N] (see step.step_linear_reference). `out`, when given, is written
     (a row-strided view is fine: a column slice of a wider buffer). `config` forces a tile shape (tests, benches);
     by default the weight shape's tuned one serves."""
-    m, k = x.shape
+    m = x.shape[0]
+    k = weight.shape[1]
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if x.stride(-1) != 1:
         x = x.contiguous()
@@ -341,9 +367,9 @@ def step_linear_triton(
     if m == 0:
         return out
     upcast = weight.dtype == torch.float32 or _interpreted()
-    pdl = pdl_enabled(x.device)
+    pdl = pdl_mode(x.device)
 
-    def launch(config: dict[str, int], y: torch.Tensor) -> None:
+    def launch(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
         config = dict(config)
         split = config.pop("SPLIT", 1)
         m_tiles, n_tiles = triton.cdiv(m, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
@@ -359,9 +385,9 @@ def step_linear_triton(
             workspace = counters = y
         _step_linear[(m_tiles, n_tiles, split)](
             x,
-            weight,
-            bias if bias is not None else weight,
-            norm_weight if norm_weight is not None else weight,
+            w,
+            bias if bias is not None else w,
+            norm_weight if norm_weight is not None else w,
             residual if residual is not None else y,
             y,
             workspace,
@@ -373,13 +399,14 @@ def step_linear_triton(
             m_pad,
             eps,
             x.stride(0),
-            weight.stride(0),
+            w.stride(0),
             residual.stride(0) if residual is not None else 0,
             y.stride(0),
             NORM=norm_weight is not None,
             BIAS=bias is not None,
             RESIDUAL=residual is not None,
             GATED=gated,
+            GATED_X=gated_input,
             UPCAST=upcast,
             PRECISION="ieee",
             SPLIT=split,
@@ -397,6 +424,7 @@ def step_linear_triton(
             bias is not None,
             residual is not None,
             gated,
+            gated_input,
             weight.dtype,
             out.dtype,
             pdl,
@@ -404,7 +432,7 @@ def step_linear_triton(
         config = TUNED.get(key)
         if config is None:
             config = (
-                _tune(key, launch, out, x.device) if x.is_cuda and not _interpreted() else linear_config(n, k)
+                _tune(key, launch, out, weight) if x.is_cuda and not _interpreted() else linear_config(n, k)
             )
     launch(config, out)
     return out
@@ -427,65 +455,111 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
     return held[-1]
 
 
-def split_candidates(n: int, k: int, sm_count: int) -> list[dict[str, int]]:
-    """Split-K variants of the tile shapes for a matrix with too few column tiles to fill the device at one row:
-    2, 4 or 8 slices of K, each at least two BLOCK_K tiles deep."""
+def split_candidates(n: int, k: int, sm_count: int, tiles=CANDIDATES) -> list[dict[str, int]]:
+    """Split-K variants of `tiles` for a matrix with too few column tiles to fill the device at one row: SPLITS
+    slices of K, each at least two BLOCK_K tiles deep."""
     extra = []
-    for config in CANDIDATES:
+    for config in tiles:
         if triton.cdiv(n, config["BLOCK_N"]) >= 2 * sm_count:
             continue
-        for split in (2, 4, 8):
+        for split in SPLITS:
             if triton.cdiv(k, config["BLOCK_K"]) >= 2 * split:
                 extra.append({**config, "SPLIT": split})
     return extra
 
 
-def _tune(key: tuple, launch, out: torch.Tensor, device: torch.device) -> dict[str, int]:
-    """The fastest tile shape for this call (median of triton.testing.do_bench, L2 flushed between runs), timed
-    into a scratch output; never inside a graph capture (the warm-up runs before it), where the default serves."""
+TUNE_BYTES = (
+    256 << 20
+)  # the weights a tuning graph cycles through: several times an H200's L2, so reads are cold
+TUNE_CALLS = 16  # calls per tuning graph at least
+
+
+def time_in_graph(launch, config: dict[str, int], scratch: torch.Tensor, weight: torch.Tensor) -> float:
+    """Microseconds per call of `launch(config, ...)` replayed back to back from one CUDA graph, as a step replays
+    its kernels, cycling over copies of the weight (TUNE_BYTES in all) so that no call finds its weights in L2.
+    Raises what the launch raises (a tile needing more shared memory than the device has)."""
+    size = weight.numel() * weight.element_size()
+    copies = max(1, min(64, -(-TUNE_BYTES // size)))
+    weights = [weight] + [weight.clone() for _ in range(copies - 1)]
+    calls = max(copies, TUNE_CALLS)
+    launch(config, scratch)  # compiles outside the capture
+    stream = torch.cuda.Stream(weight.device)
+    stream.wait_stream(torch.cuda.current_stream(weight.device))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        graph.capture_begin()
+        try:
+            for i in range(calls):
+                launch(config, scratch, weights[i % copies])
+        finally:
+            graph.capture_end()
+    torch.cuda.current_stream(weight.device).wait_stream(stream)
+    graph.replay()  # warm
+    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    begin.record()
+    for _ in range(3):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return begin.elapsed_time(end) * 1e3 / (3 * calls)
+
+
+def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
+    """The fastest tile shape for this call, timed by `time_in_graph` into a scratch output: first every tile
+    without split-K, then the split-K variants of the best two when the matrix is narrow. Never inside a graph
+    capture (the warm-up runs before it), where the default serves."""
     default = linear_config(key[0], key[1])
     if torch.cuda.is_current_stream_capturing():
         return default
     scratch = torch.empty_like(out)
-    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    best, best_time = default, float("inf")
-    for config in (default, *CANDIDATES, *split_candidates(key[0], key[1], sm_count)):
-        try:
-            launch(config, scratch)
-            elapsed = triton.testing.do_bench(
-                lambda config=config: launch(config, scratch), warmup=5, rep=20, return_mode="median"
-            )
-        except Exception:  # a shape that needs more shared memory than the device has: not a candidate here
-            continue
-        if elapsed < best_time:
-            best, best_time = config, elapsed
+    sm_count = torch.cuda.get_device_properties(weight.device).multi_processor_count
+    timed: list[tuple[float, dict[str, int]]] = []
+
+    def measure(configs) -> None:
+        for config in configs:
+            try:
+                timed.append((time_in_graph(launch, config, scratch, weight), config))
+            except (
+                Exception
+            ):  # a shape that needs more shared memory than the device has: not a candidate here
+                continue
+
+    measure([default, *(c for c in CANDIDATES if c != default)])
+    leaders = [c for _, c in sorted(timed, key=lambda t: t[0])[:2]]
+    measure(split_candidates(key[0], key[1], sm_count, leaders))
+    best = min(timed, key=lambda t: t[0])[1] if timed else default
     TUNED[key] = best
     return best
 
 
-def pdl_enabled(device: torch.device) -> bool:
-    """Whether the step kernels launch with programmatic dependent launch on `device`: compiled for CUDA on
-    Hopper or later, with a Triton that has grid dependency control; LILICORR_PDL=0 turns it off."""
-    if device.type != "cuda" or _interpreted() or os.environ.get("LILICORR_PDL", "1") == "0":
-        return False
+def pdl_mode(device: torch.device) -> int:
+    """How the step kernels use programmatic dependent launch on `device` (LILICORR_PDL): 0, off (the
+    default); 1 ("early"), each program lets the next kernel launch as it starts; 2 ("late"), once its main loop
+    is done. Either way a program fetches its first weight tile before it waits for the kernel before it. PDL
+    needs CUDA on Hopper or later and a Triton with grid dependency control; elsewhere it is 0. On an H200 (see
+    docs/performance.md) both modes made the SmolLM2 and the Qwen3-8B-shaped steps slower, hence off."""
+    setting = os.environ.get("LILICORR_PDL", "0").strip().lower()
+    mode = {"0": 0, "": 0, "off": 0, "1": 1, "early": 1, "2": 2, "late": 2}.get(setting, 0)
+    if mode == 0 or device.type != "cuda" or _interpreted():
+        return 0
     index = device.index if device.index is not None else torch.cuda.current_device()
-    cached = _PDL.get(index)
-    if cached is None:
+    supported = _PDL.get(index)
+    if supported is None:
         extra = getattr(getattr(tl, "extra", None), "cuda", None)
-        cached = _PDL[index] = (
+        supported = _PDL[index] = (
             torch.cuda.get_device_capability(index)[0] >= 9
             and hasattr(extra, "gdc_wait")
             and hasattr(extra, "gdc_launch_dependents")
         )
-    return cached
+    return mode if supported else 0
 
 
 _PDL: dict[int, bool] = {}
 
 
 def _pdl_launch(device: torch.device) -> dict[str, bool]:
-    """The launch option that turns programmatic dependent launch on, where it is (see pdl_enabled)."""
-    return {"launch_pdl": True} if pdl_enabled(device) else {}
+    """The launch option that turns programmatic dependent launch on, where it is (see pdl_mode)."""
+    return {"launch_pdl": True} if pdl_mode(device) else {}
 
 
 # ---------------------------------------------------------------- rope_kv
@@ -524,8 +598,9 @@ def _rope_kv(
     PDL: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
-    if PDL:  # everything this program reads may come from the kernel before it
+    if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
+    if PDL != 0:  # everything this program reads may come from the kernel before it
         tl.extra.cuda.gdc_wait()
     m = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
@@ -548,6 +623,8 @@ def _rope_kv(
         )
         lo = ((lo * rstd).to(dtype).to(tl.float32) * w_lo.to(tl.float32)).to(dtype).to(tl.float32)
         hi = ((hi * rstd).to(dtype).to(tl.float32) * w_hi.to(tl.float32)).to(dtype).to(tl.float32)
+    if PDL == 2:
+        tl.extra.cuda.gdc_launch_dependents()
     position = tl.load(pos_ptr + m)
     c = tl.load(cos_ptr + position * s_tab + offs, mask=ok, other=0.0)
     s = tl.load(sin_ptr + position * s_tab + offs, mask=ok, other=0.0)
@@ -622,7 +699,7 @@ def rope_kv_triton(
         keys.stride(2),
         cos.stride(0),
         QK_NORM=q_norm is not None,
-        PDL=pdl_enabled(qkv.device),
+        PDL=pdl_mode(qkv.device),
         BLOCK_H=max(16, triton.next_power_of_2(half)),
         num_warps=1,
         **_pdl_launch(qkv.device),
@@ -663,8 +740,9 @@ def _step_attention(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    if PDL:  # everything this program reads may come from the kernel before it
+    if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
+    if PDL != 0:  # everything this program reads may come from the kernel before it
         tl.extra.cuda.gdc_wait()
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     batch = (tl.program_id(1) // KV).to(tl.int64)
@@ -712,6 +790,8 @@ def _step_attention(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
         m_i = m_new
+    if PDL == 2:
+        tl.extra.cuda.gdc_launch_dependents()
     out = acc / l_i[:, None]
     tl.store(
         o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :],
@@ -756,7 +836,7 @@ def step_attention_triton(
         kv_heads,
         UPCAST=q.dtype == torch.float32 or _interpreted(),
         PRECISION="ieee",
-        PDL=pdl_enabled(q.device),
+        PDL=pdl_mode(q.device),
         BLOCK_M=BLOCK_M,
         BLOCK_N=ATTENTION_BLOCK_N,
         BLOCK_D=max(16, triton.next_power_of_2(hd)),

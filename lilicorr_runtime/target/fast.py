@@ -15,6 +15,7 @@ scalar), which is what lets one captured graph serve every step.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -58,6 +59,17 @@ def fast_path_problem(model: PreTrainedModel) -> str | None:
     if rope_type not in ("default", "linear", "llama3", "yarn"):
         return f"rope type {rope_type!r} (frequencies that change with the sequence length)"
     return None
+
+
+def mlp_in_prologue() -> bool:
+    """Where the MLP's silu(gate) * up runs (LILICORR_MLP): "prologue" (the default), gate_up is one plain GEMM
+    of 2 x intermediate columns and down computes silu(gate) * up as it loads its input; "epilogue", gate_up's
+    programs compute both halves and write the product. On an H200 (docs/performance.md) the prologue form was
+    faster for the Qwen3-8B shape, whose gated GEMM streamed its weights at ~58% of the copy bandwidth."""
+    setting = os.environ.get("LILICORR_MLP", "prologue").strip().lower()
+    if setting not in ("prologue", "epilogue"):
+        raise ValueError(f"LILICORR_MLP={setting!r}: expected prologue or epilogue")
+    return setting == "prologue"
 
 
 def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
@@ -123,6 +135,7 @@ class StaticDecoder:
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
         self.head_dim = getattr(config, "head_dim", None) or self.hidden_size // self.num_heads
         self.eps = float(config.rms_norm_eps)
+        self.mlp_prologue = mlp_in_prologue()
         inner = model.model
         rotary = inner.rotary_emb
         self.inv_freq = rotary.inv_freq.detach().float().clone()  # [hd/2]
@@ -224,11 +237,15 @@ class StaticDecoder:
             )  # [b, n, heads, hd]; k, v written at `rows`
             attn = attend(q, keys, values, rows, pad)  # [b, n, heads * hd]
             flat = linear(attn.view(b * n, heads * hd), layer["o"], bias=layer["o_bias"], residual=flat)
-            h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
             tap = None
             if index in slots and index != last:  # written straight into its slice of the features
                 tap = features[:, slots[index] * m : (slots[index] + 1) * m]
-            flat = linear(h, layer["down"], residual=flat, out=tap)
+            if self.mlp_prologue:  # gate and up as one plain GEMM; silu(gate) * up as down's input prologue
+                h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps)
+                flat = linear(h, layer["down"], residual=flat, out=tap, gated_input=True)
+            else:  # silu(gate) * up in the gate_up GEMM's epilogue
+                h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
+                flat = linear(h, layer["down"], residual=flat, out=tap)
         out = ops.rms_norm(flat, self.norm, eps)
         if last in slots:
             features[:, slots[last] * m : (slots[last] + 1) * m] = out

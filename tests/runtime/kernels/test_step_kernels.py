@@ -201,15 +201,45 @@ def test_split_candidates_only_for_matrices_too_narrow_to_fill_the_device():
     wide = step_ops.split_candidates(n=1 << 20, k=4096, sm_count=132)
     assert wide == []  # every tile shape already gives each SM many column tiles
     narrow = step_ops.split_candidates(n=4096, k=4096, sm_count=132)
-    assert {c["SPLIT"] for c in narrow} == {2, 4, 8}
+    assert {c["SPLIT"] for c in narrow} == set(step_ops.SPLITS)
     for config in narrow:  # each slice is at least two K tiles deep
         assert 4096 // config["BLOCK_K"] >= 2 * config["SPLIT"]
     shallow = step_ops.split_candidates(n=4096, k=256, sm_count=132)
     assert all(256 // c["BLOCK_K"] >= 2 * c["SPLIT"] for c in shallow)
 
 
-def test_pdl_is_off_where_it_cannot_run(monkeypatch):
-    assert not step_ops.pdl_enabled(torch.device("cpu"))
+def test_pdl_is_off_unless_asked_and_where_it_cannot_run(monkeypatch):
+    monkeypatch.delenv("LILICORR_PDL", raising=False)
+    assert step_ops.pdl_mode(torch.device("cpu")) == 0
+    monkeypatch.setenv("LILICORR_PDL", "late")
+    assert step_ops.pdl_mode(torch.device("cpu")) == 0  # no PDL off CUDA, whatever the setting
     if CUDA:
-        monkeypatch.setenv("LILICORR_PDL", "0")
-        assert not step_ops.pdl_enabled(torch.device("cuda"))
+        assert step_ops.pdl_mode(torch.device("cuda")) == (
+            2 if torch.cuda.get_device_capability()[0] >= 9 else 0
+        )
+        monkeypatch.delenv("LILICORR_PDL")
+        assert step_ops.pdl_mode(torch.device("cuda")) == 0
+
+
+@pytest.mark.parametrize("split", [1, 3])
+@pytest.mark.parametrize("rows", [1, 17])
+def test_gated_input_prologue_matches_the_reference(rows, split):
+    k, n = 96, 40
+    x = _randn(rows, 2 * k, seed=21)  # gate columns, then up columns
+    weight = _randn(n, k, seed=22, scale=0.1)
+    residual = _randn(rows, n, seed=23)
+    config = {**SPLIT_TILE, "SPLIT": split}
+    got = step_ops.step_linear_triton(x, weight, residual=residual, gated_input=True, config=config)
+    want = ops.step_linear_reference(x, weight, residual=residual, gated_input=True)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    gate, up = x.chunk(2, dim=-1)  # the reference itself: down(silu(gate) * up) + residual
+    plain = residual + (torch.nn.functional.silu(gate) * up) @ weight.T
+    torch.testing.assert_close(want, plain, rtol=1e-4, atol=1e-4)
+
+
+def test_gated_input_rejects_a_norm_and_a_mismatched_width():
+    x = _randn(2, 64, seed=24)
+    with pytest.raises(ValueError, match="gated_input"):
+        ops.step_linear(x, _randn(8, 64, seed=25), gated_input=True)  # needs [M, 2K]
+    with pytest.raises(ValueError, match="gated_input"):
+        ops.step_linear(x, _randn(8, 32, seed=25), gated_input=True, norm_weight=_randn(32, seed=26))
