@@ -160,7 +160,7 @@ def main() -> None:
     for mode in args.modes.split(","):
         pdl, _, mlp = mode.partition(":")
         os.environ["LILICORR_PDL"] = pdl
-        os.environ["LILICORR_MLP"] = mlp or "prologue"
+        os.environ["LILICORR_MLP"] = mlp or "epilogue"
         target = FastTarget(model)
         tps = tokens_per_second(target, prompt, args.tokens)
         steps = [bench.step_latency(target, r, taps) * 1e3 for r in (1, 8)]
