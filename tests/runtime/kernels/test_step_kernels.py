@@ -243,3 +243,38 @@ def test_gated_input_rejects_a_norm_and_a_mismatched_width():
         ops.step_linear(x, _randn(8, 64, seed=25), gated_input=True)  # needs [M, 2K]
     with pytest.raises(ValueError, match="gated_input"):
         ops.step_linear(x, _randn(8, 32, seed=25), gated_input=True, norm_weight=_randn(32, seed=26))
+
+
+def test_choose_tile_retimes_the_finalists_so_a_ramping_clock_does_not_pick_the_last_timed():
+    fastest = step_ops.CANDIDATES[2]
+    calls: list[dict] = []
+
+    def intrinsic(config) -> float:
+        if config.get("SPLIT", 1) > 1:
+            return 75.0
+        return 70.0 if config == fastest else 100.0
+
+    def timer(config) -> float:  # the first eight timings run on a slow clock (+30%)
+        calls.append(config)
+        return intrinsic(config) * (1.3 if len(calls) <= 8 else 1.0)
+
+    def splits_of(leaders):
+        return [{**c, "SPLIT": 2} for c in leaders]
+
+    chosen = step_ops.choose_tile(step_ops.linear_config(4096, 4096), splits_of, timer)
+    assert chosen == fastest  # first timed at 91 against the split tiles' 75, retimed at 70
+    assert sum(1 for c in calls if c == fastest) == 2
+
+
+def test_choose_tile_skips_tiles_that_cannot_run_and_falls_back_to_the_default():
+    default = step_ops.linear_config(64, 64)
+
+    def timer(config):
+        raise RuntimeError("out of shared memory")
+
+    assert step_ops.choose_tile(default, lambda leaders: [], timer) == default
+    runs_one = step_ops.CANDIDATES[1]
+    assert (
+        step_ops.choose_tile(default, lambda leaders: [], lambda c: 1.0 if c == runs_one else timer(c))
+        == runs_one
+    )
