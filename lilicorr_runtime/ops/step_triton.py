@@ -38,9 +38,9 @@ def _interpreted() -> bool:
     return bool(knobs.runtime.interpret) if knobs is not None else os.environ.get("TRITON_INTERPRET") == "1"
 
 
-# Tile shapes the first CUDA call of each (weight shape, epilogue) times on its own arguments, keeping the fastest
-# for every later call (whatever its row count, so results stay batch invariant). An H200 run of the default alone
-# streamed a Qwen3-8B step's weights at 41% of the copy bandwidth (docs/performance.md).
+# Tile shapes the first CUDA call of each (weight shape, epilogue) times (`_tune`: back to back in a CUDA graph,
+# over cold weights), keeping the fastest for every later call (whatever its row count, so results stay batch
+# invariant). An H200 run of the default alone streamed a Qwen3-8B step's weights at 41% of the copy bandwidth.
 CANDIDATES = (
     {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
     {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3},
@@ -50,14 +50,9 @@ CANDIDATES = (
     {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
     {"BLOCK_N": 16, "BLOCK_K": 512, "num_warps": 4, "num_stages": 3},
 )
-SPLITS = (
-    2,
-    3,
-    4,
-    6,
-    8,
-)  # slices of K a narrow matrix's split-K candidates take (a runtime argument: no recompile)
-TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, dtypes, PDL) -> the tile shape in use
+# slices of K a narrow matrix's split-K candidates take (SPLIT is a runtime argument: no recompile per count)
+SPLITS = (2, 3, 4, 6, 8)
+TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, gated input, dtypes, PDL) -> the tile in use
 
 
 def linear_config(n: int, k: int) -> dict[str, int]:
