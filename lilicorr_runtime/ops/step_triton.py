@@ -280,14 +280,19 @@ def _step_linear(
     else:
         # workspace: [SPLIT, M_PAD, N] partial sums (then [SPLIT, M_PAD, N] of the up half when gated), then
         # [SPLIT, tiles along N, M_PAD] partial sums of squares
-        width = 2 * N if GATED else N
-        part = ws_ptr + pid_s.to(tl.int64) * M_PAD * width + rm.to(tl.int64)[:, None] * width + rn[None, :]
+        # offsets in int64, since SPLIT x M_PAD x width can pass 2**31 (M_PAD, a multiple of 16, is never
+        # specialized into a constant, unlike N == 1, so the int64 comes from it)
+        m_pad = M_PAD.to(tl.int64)
+        width = m_pad * 0 + (2 * N if GATED else N)
+        slab_size = m_pad * width
+        part = ws_ptr + pid_s.to(tl.int64) * slab_size + rm.to(tl.int64)[:, None] * width + rn[None, :]
         tl.store(part, acc, mask=out_mask)
         if GATED:
             tl.store(part + N, acc_up, mask=out_mask)
-        sq_base = ws_ptr + SPLIT * M_PAD * width + pid_n.to(tl.int64) * M_PAD
+        sq_row = m_pad * tl.num_programs(1)  # one slice's squares: [tiles along N, M_PAD]
+        sq_base = ws_ptr + slab_size * SPLIT + pid_n.to(tl.int64) * M_PAD
         if NORM:
-            tl.store(sq_base + pid_s * tl.num_programs(1) * M_PAD + rm, squares, mask=m_ok)
+            tl.store(sq_base + pid_s.to(tl.int64) * sq_row + rm, squares, mask=m_ok)
         tl.debug_barrier()  # every thread's partial is written before the arrival is counted
         tile = pid_m * tl.num_programs(1) + pid_n
         arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
@@ -297,13 +302,13 @@ def _step_linear(
             squares = tl.zeros((BLOCK_M,), tl.float32)
             first = ws_ptr + rm.to(tl.int64)[:, None] * width + rn[None, :]
             for s in range(SPLIT):
-                slab = first + s * M_PAD * width
+                slab = first + s * slab_size
                 acc += tl.load(slab, mask=out_mask, other=0.0, cache_modifier=".cg")
                 if GATED:
                     acc_up += tl.load(slab + N, mask=out_mask, other=0.0, cache_modifier=".cg")
                 if NORM:
                     squares += tl.load(
-                        sq_base + s * tl.num_programs(1) * M_PAD + rm,
+                        sq_base + s * sq_row + rm,
                         mask=m_ok,
                         other=0.0,
                         cache_modifier=".cg",
