@@ -284,3 +284,32 @@ def test_the_buffered_stdout_a_command_runs_with_never_closes_the_callers(tmp_pa
     callers.flush()
     monkeypatch.undo()
     assert (tmp_path / "stdout.txt").read_text() == "from the command\nstill open\n"
+
+
+UNRAISABLE_INTERRUPT = """
+import sys, time, weakref
+from lilicorr_ckpt import _entry
+sys.unraisablehook = _entry._interrupt_again  # what main() installs first
+class Lock: pass
+lock = Lock()
+def callback(ref):  # as importlib's module-lock callback does when Ctrl-C lands inside it
+    raise KeyboardInterrupt
+ref = weakref.ref(lock, callback)
+try:
+    del lock
+    time.sleep(2)
+    print("lost")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def test_a_ctrl_c_inside_a_callback_python_cannot_raise_from_is_delivered_again_not_printed():
+    import subprocess
+    import sys
+
+    result = subprocess.run(
+        [sys.executable, "-c", UNRAISABLE_INTERRUPT], capture_output=True, text=True, timeout=60
+    )
+    assert result.stdout.strip() == "interrupted", result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
