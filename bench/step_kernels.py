@@ -70,7 +70,7 @@ def gemm_table(bandwidth: float, sweep: bool = False) -> list[tuple]:
 
             return step_ops.time_in_graph(launch, config, out, weight)  # us, as the tuner times it
 
-        plain = [c for c in (step_ops.linear_config(n, k), *step_ops.CANDIDATES)]
+        plain = [step_ops.linear_config(n, k), *step_ops.CANDIDATES]
         best_plain = min(((timed(c), c) for c in plain), key=lambda t: t[0])
         tuned_us = timed(tuned)
         if sweep:

@@ -34,8 +34,8 @@ def step_linear_reference(
 
     x [M, K]; weight [N, K], or [2N, K] with `gated` (gate rows then up rows: y = silu(gate) · up); norm_weight
     [K] or None (no norm); residual [M, N] or None. With `gated_input`, x is [M, 2K] (gate columns then up
-    columns) and the layer's input is silu(gate) · up (computed in fp32, rounded to x's dtype; no norm). Returns y [M, N] in out_dtype (default x's), written into
-    `out` [M, N] when given."""
+    columns) and the layer's input is silu(gate) · up (computed in fp32, rounded to x's dtype; no norm). Returns
+    y [M, N] in out_dtype (default x's), written into `out` [M, N] when given."""
     if gated_input:  # silu(gate) · up of a [M, 2K] input, in fp32, rounded to the input's dtype
         gate, up = x.float().chunk(2, dim=-1)
         x = (torch.nn.functional.silu(gate) * up).to(x.dtype)
@@ -67,11 +67,8 @@ def step_linear(
     """`step_linear_reference`, as one Triton kernel on CUDA (norm prologue, bias / SiLU·up / residual epilogue),
     computing each row independently of the others (step_triton.py: batch invariance)."""
     n = weight.shape[0] // 2 if gated else weight.shape[0]
-    width = (
-        2 * weight.shape[1]
-        if gated_input and weight.dim() == 2
-        else (weight.shape[1] if weight.dim() == 2 else -1)
-    )
+    k = weight.shape[1] if weight.dim() == 2 else -1
+    width = 2 * k if gated_input else k  # the columns x must have
     if (
         x.dim() != 2
         or weight.dim() != 2

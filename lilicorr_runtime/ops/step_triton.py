@@ -468,9 +468,8 @@ def split_candidates(n: int, k: int, sm_count: int, tiles=CANDIDATES) -> list[di
     return extra
 
 
-TUNE_BYTES = (
-    256 << 20
-)  # the weights a tuning graph cycles through: several times an H200's L2, so reads are cold
+# the weights a tuning graph cycles through: several times an H200's L2, so that reads are cold
+TUNE_BYTES = 256 << 20
 TUNE_CALLS = 16  # calls per tuning graph at least
 
 
@@ -522,7 +521,7 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
 
 
 def choose_tile(default: dict[str, int], splits_of, timer) -> dict[str, int]:
-    """The tile with the least time by `timer` (a config -> seconds; raising when the config cannot run): every
+    """The tile with the least time by `timer` (a config -> its time; raising when the config cannot run): every
     tile of CANDIDATES and `default` without split-K, then `splits_of(the best two)`, then the best four again in
     the reverse order, each keeping its lesser time. The second pass is there because the first is ordered: on a
     GPU whose clock was still ramping up, the unsplit tiles timed first read slower than split ones timed after
@@ -533,9 +532,7 @@ def choose_tile(default: dict[str, int], splits_of, timer) -> dict[str, int]:
         for config in configs:
             try:
                 elapsed = timer(config)
-            except (
-                Exception
-            ):  # a shape that needs more shared memory than the device has: not a candidate here
+            except Exception:  # e.g. a tile needing more shared memory than the device has: not a candidate
                 continue
             name = tuple(sorted(config.items()))
             previous = times.get(name)
