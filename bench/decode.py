@@ -25,6 +25,7 @@ on the real target, or --tau): what the same drafter would give against this tar
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import time
 
@@ -46,6 +47,7 @@ CHAT = [
 
 
 CUDA = torch.cuda.is_available()
+PROFILE = False  # --profile
 
 
 def cuda_median(fn, iters: int = 30, warmup: int = 3) -> float:
@@ -93,9 +95,32 @@ def capture(fn):
     return graph, out
 
 
-def pieces(loop: DecodeLoop) -> dict[str, float]:
+def profile_replay(label: str, replay) -> None:
+    """Print the kernels of one replay of a graph: how many, their summed time against the span from the first
+    kernel's start to the last one's end (the rest is launch latency between kernels), and the costliest names."""
+    replay()
+    sync()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        replay()
+        sync()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    if not events:
+        print(f"  {label}: no kernel events recorded", flush=True)
+        return
+    busy = sum(e.time_range.end - e.time_range.start for e in events)
+    span = max(e.time_range.end for e in events) - min(e.time_range.start for e in events)
+    by_name: dict[str, list[float]] = collections.defaultdict(list)
+    for e in events:
+        by_name[e.name[:70]].append(e.time_range.end - e.time_range.start)
+    print(f"  {label}: {len(events)} kernels, {busy:.1f} us of kernel time in a {span:.1f} us span", flush=True)
+    for name, times in sorted(by_name.items(), key=lambda t: -sum(t[1]))[:14]:
+        print(f"    {len(times):4d} x {sum(times) / len(times):7.2f} us = {sum(times):8.1f} us  {name}", flush=True)
+
+
+def pieces(loop: DecodeLoop, profile: bool = False) -> dict[str, float]:
     """GPU seconds of the block's pieces, each its own graph, over the loop's current state with every slot set
-    inactive (the same work, nothing committed, so the state stays put between replays)."""
+    inactive (the same work, nothing committed, so the state stays put between replays); with `profile`, each
+    piece's kernels are printed too."""
     saved = {k: v.clone() for k, v in loop.state.items()}
     loop.state["active"].zero_()
     out: dict[str, float] = {}
@@ -103,12 +128,17 @@ def pieces(loop: DecodeLoop) -> dict[str, float]:
         if loop.drafter is not None:
             draft_graph, drafted = capture(loop._draft)
             out["draft"] = cuda_median(draft_graph.replay)
+            if profile:
+                profile_replay("draft", draft_graph.replay)
         else:
             drafted = loop._draft()
         verify_graph, verified = capture(lambda: loop._verify(drafted))
         out["verify"] = cuda_median(verify_graph.replay)
         book_graph, _ = capture(lambda: loop._accept(verified))
         out["book"] = cuda_median(book_graph.replay)
+        if profile:
+            profile_replay("verify", verify_graph.replay)
+            profile_replay("book", book_graph.replay)
         block_graph, _ = capture(loop._body)
         out["block"] = cuda_median(block_graph.replay)
     for k, v in loop.state.items():
@@ -173,7 +203,9 @@ def bench(
             # a realistic state for the pieces: every slot admitted with a request
             for slot in range(batch):
                 loop.admit(slot, torch.tensor(reqs[slot % len(reqs)]), max_new)
-            arms[arm] = (measured, pieces(loop))
+            if PROFILE and CUDA:
+                print(f"{label}, batch {batch}, {arm} arm: kernels per piece", flush=True)
+            arms[arm] = (measured, pieces(loop, profile=PROFILE and CUDA))
             for slot in range(batch):
                 loop.state["active"][slot] = False
                 loop._host_active[slot] = False
@@ -230,7 +262,12 @@ def main() -> None:
     parser.add_argument(
         "--runtime", default="vllm", help="the runtime the drafter is loaded under (the bundled one: vllm)"
     )
+    parser.add_argument(
+        "--profile", action="store_true", help="also print each piece's kernels (count, time, span, names)"
+    )
     args = parser.parse_args()
+    global PROFILE
+    PROFILE = args.profile
     batches = [int(b) for b in args.batches.split(",")]
     rows: list = []
     device, dtype = ("cuda", torch.bfloat16) if CUDA else ("cpu", torch.float32)

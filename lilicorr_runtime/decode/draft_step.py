@@ -147,9 +147,11 @@ class DraftStep:
         rows = anchor_tokens.shape[0]
         if rows > self.batch:
             raise ValueError(f"{rows} rows exceed this step's batch {self.batch}")
-        if not 0 <= length <= self.cache.keys[0].shape[2]:
+        capacity = self.cache.keys[0].shape[2]
+        if not 0 <= length <= capacity - (self.num_tokens + 1):
             raise ValueError(
-                f"context length {length} is outside the cache (capacity {self.cache.keys[0].shape[2]})"
+                f"context length {length} leaves no room for the {self.num_tokens + 1}-row block in the cache "
+                f"(capacity {capacity}: the length must be at most {capacity - self.num_tokens - 1})"
             )
         self.anchor[:rows].copy_(anchor_tokens)
         self.anchor_hidden[:rows].copy_(anchor_hidden)

@@ -17,11 +17,17 @@ from torch import nn
 from lilicorr_ckpt.checkpoint.config import DraftConfig
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 
+from .. import ops
+from ..ops.dispatch import use_triton
 from ..ops.rope import apply_rope, rope_cos_sin, rope_inverse_frequencies
 from .head import LiLiCorrHead, head_from_geometry
 from .layers import RMSNorm
 
 DEFAULT_MAX_POSITIONS = 32768
+# a static draft step, or context append, of at most this many rows (batch x block) runs the backbone through the
+# step kernels on CUDA (ops.decoder_layer: five kernels a layer instead of ~40); past it the eager ops, whose
+# cuBLAS and SDPA tiles are faster for many rows
+KERNEL_ROWS = 64
 
 
 class BackboneSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -258,6 +264,8 @@ class Drafter(nn.Module):
         )
         self._inv_freq_fp32 = inv_freq
         self.register_buffer("inv_freq", inv_freq.clone(), persistent=False)
+        self._step_weights: tuple[tuple, list[dict[str, torch.Tensor | None]]] | None = None
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def place(self, dtype: torch.dtype, device: torch.device | str) -> Drafter:
         """Move to `device` and cast the weights to `dtype`; rotary frequencies stay fp32."""
@@ -359,6 +367,124 @@ class Drafter(nn.Module):
 
         return self._backbone(block_embeddings, q_pos, cache.layer, window_mask)
 
+    # the step-kernel path of the static forward and append ------------------------------------------------
+
+    def kernel_path(self, rows: int, *tensors: torch.Tensor) -> bool:
+        """Whether a static step of `rows` rows runs through the step kernels: on CUDA without autograd, at
+        most KERNEL_ROWS rows, every layer full-attention without convolution (what ops.decoder_layer
+        computes)."""
+        return (
+            rows <= KERNEL_ROWS
+            and use_triton(self.fc.weight, *tensors)
+            and all(
+                layer.attention_conv is None and layer.mlp_conv is None and layer.self_attn.window is None
+                for layer in self.layers
+            )
+        )
+
+    def step_weights(self) -> list[dict[str, torch.Tensor | None]]:
+        """Per layer, the weights as ops.decoder_layer takes them: q/k/v and gate/up stacked into one matrix
+        each (copies, so the parameters keep their own storage and still save as they load). Rebuilt when a
+        parameter is replaced or changed in place."""
+        params = [p for layer in self.layers for p in layer.parameters()]
+        key = tuple((p.data_ptr(), p._version) for p in params)
+        if self._step_weights is None or self._step_weights[0] != key:
+            built = []
+            for layer in self.layers:
+                attn, mlp = layer.self_attn, layer.mlp
+                projections = (attn.q_proj, attn.k_proj, attn.v_proj)
+                biased = all(p.bias is not None for p in projections)
+                built.append(
+                    {
+                        "input_norm": layer.input_layernorm.weight.detach(),
+                        "qkv": torch.cat([p.weight.detach() for p in projections]),
+                        "qkv_bias": torch.cat([p.bias.detach() for p in projections]) if biased else None,
+                        "kv": torch.cat([attn.k_proj.weight.detach(), attn.v_proj.weight.detach()]),
+                        "kv_bias": torch.cat([attn.k_proj.bias.detach(), attn.v_proj.bias.detach()])
+                        if biased
+                        else None,
+                        "q_norm": attn.q_norm.weight.detach(),
+                        "k_norm": attn.k_norm.weight.detach(),
+                        "o": attn.o_proj.weight.detach(),
+                        "o_bias": None if attn.o_proj.bias is None else attn.o_proj.bias.detach(),
+                        "post_norm": layer.post_attention_layernorm.weight.detach(),
+                        "gate_up": torch.cat([mlp.gate_proj.weight.detach(), mlp.up_proj.weight.detach()]),
+                        "down": mlp.down_proj.weight.detach(),
+                    }
+                )
+            self._step_weights = (key, built)
+        return self._step_weights[1]
+
+    def rope_tables(self, capacity: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """fp32 cos/sin [capacity, hd/2] of positions 0..capacity-1 (ops.rope_tables), kept: graphs captured over
+        them read them by address."""
+        key = (capacity, str(device))
+        if key not in self._tables:
+            self._tables[key] = ops.rope_tables(self.inv_freq.to(device), self.rope_scale, capacity)
+        return self._tables[key]
+
+    def _static_kernels(
+        self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor
+    ) -> torch.Tensor:
+        """forward_static through the step kernels: the block's K/V are written into the cache at rows
+        length..length+Q-1 (past the context, where the next append writes anyway) and every query row
+        attends to cache rows 0..length+Q-1: the context and the whole block, as the eager forward's
+        [context ; block] keys. The same layer math as `_backbone` (the rotation in the weights' dtype), in
+        five kernels a layer."""
+        b, q_len, m = block_embeddings.shape
+        device = block_embeddings.device
+        capacity = cache.keys[0].shape[2]
+        rows = length[:, None] + torch.arange(q_len, device=device)  # [b, Q]
+        last = (length + q_len - 1).clamp(max=capacity - 1)[:, None].expand(b, q_len)
+        first = torch.zeros(b, dtype=torch.long, device=device)
+        cos, sin = self.rope_tables(capacity, device)
+        g = self.geometry
+        flat = block_embeddings.to(self.fc.weight.dtype).reshape(b * q_len, m)
+        for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
+            flat = ops.decoder_layer(
+                flat,
+                weights,
+                keys,
+                values,
+                rows=rows,
+                positions=rows,
+                last=last,
+                first=first,
+                cos=cos,
+                sin=sin,
+                num_heads=g.num_heads,
+                num_kv_heads=g.num_kv_heads,
+                eps=g.rms_norm_eps,
+                rotate_in_dtype=True,
+            )
+        return self.norm(flat).view(b, q_len, m)
+
+    def _append_kernels(self, cache: DraftKVCache, context: torch.Tensor, positions: torch.Tensor) -> None:
+        """append_context_static through the step kernels, two a layer: k and v in one GEMM (no input norm: the
+        context is already normed by project_context), then k_norm, the rotation in the weights' dtype and the
+        write of k and v at `positions` [b, q]."""
+        b, q = positions.shape
+        cos, sin = self.rope_tables(cache.keys[0].shape[2], context.device)
+        g = self.geometry
+        flat = context.to(self.fc.weight.dtype).reshape(b * q, -1)
+        for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
+            kv = ops.step_linear(flat, weights["kv"], bias=weights["kv_bias"])
+            ops.rope_kv(  # no q heads (q_norm stands in for the absent q's norm, unused)
+                kv.view(b, q, -1),
+                keys,
+                values,
+                positions,
+                positions,
+                cos,
+                sin,
+                0,
+                g.num_kv_heads,
+                weights["k_norm"],
+                weights["k_norm"],
+                g.rms_norm_eps,
+                True,
+            )
+
     def forward_static(
         self, cache: DraftKVCache, length: torch.Tensor, block_embeddings: torch.Tensor
     ) -> torch.Tensor:
@@ -366,11 +492,15 @@ class Drafter(nn.Module):
 
         Attends over the cache's whole capacity and masks rows >= `length` (an int64 device scalar, or [b]: one
         context length per row), so the same captured graph serves every block; the cache must not grow while a
-        graph uses it. On the CPU, where no graph is captured, it reads only the rows below the longest length
-        (the rest are masked anyway).
+        graph uses it, and must hold length + Q rows. On the CPU, where no graph is captured, it reads only the
+        rows below the longest length (the rest are masked anyway). On CUDA, at most KERNEL_ROWS rows run the
+        step kernels, which also write the block's K/V into the cache past `length` (rows the next append
+        overwrites).
         """
         self._check_block(cache, block_embeddings)
         b, q_len = block_embeddings.shape[:2]
+        if self.kernel_path(b * q_len, block_embeddings, length, cache.keys[0]):
+            return self._static_kernels(cache, length.reshape(-1).expand(b), block_embeddings)
         capacity = cache.keys[0].shape[2]
         device = block_embeddings.device
         length = length.reshape(-1).expand(b)
@@ -402,6 +532,9 @@ class Drafter(nn.Module):
         the accepted ones by advancing `length`, so the rest stay beyond it, masked, until overwritten."""
         b, q = context.shape[:2]
         positions = length[:, None] + torch.arange(q, device=context.device)  # [b, q]
+        if self.kernel_path(b * q, context, length, cache.keys[0]):
+            self._append_kernels(cache, context, positions)
+            return
         batch_index = torch.arange(b, device=context.device)[:, None]  # [b, 1], broadcast against positions
         for i, (k, v) in enumerate(self._context_kv(context, positions)):  # each [b, kv_heads, q, hd]
             # cache[i, :, positions[i, j]] = k[i, :, j]: an index_put (a scatter_ is 30x slower on the CPU in bf16)

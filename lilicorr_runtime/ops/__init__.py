@@ -35,6 +35,7 @@ from .draft import (
 )
 from .rope import apply_rope, rope_tables
 from .step import (
+    decoder_layer,
     rope_kv,
     rope_kv_reference,
     step_attention,
@@ -48,6 +49,7 @@ __all__ = [
     "apply_rope",
     "candidate_features_reference",
     "control_walk",
+    "decoder_layer",
     "feature_hidden",
     "feature_hidden_reference",
     "greedy_walk",

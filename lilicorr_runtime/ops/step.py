@@ -133,13 +133,18 @@ def rope_kv_reference(
     q_norm: torch.Tensor | None = None,
     k_norm: torch.Tensor | None = None,
     eps: float = 0.0,
+    rotate_in_dtype: bool = False,
 ) -> torch.Tensor:
     """The attention inputs of a step: q and k (each RMSNormed per head first when q_norm / k_norm are given, as
     Qwen3 does) rotated at their positions (NeoX halves, in fp32, rounded once), k and v written into the cache.
 
     qkv [b, n, (H + 2 KV)·hd] (q, k, v side by side), keys/values [b, KV, capacity, hd] (written in place at
     cache rows `rows` [b, n]), positions [b, n], cos/sin [>= max position + 1, hd/2] (rope.rope_tables)
-    -> q [b, n, H, hd]."""
+    -> q [b, n, H, hd].
+
+    `rotate_in_dtype`: the rotation runs in qkv's dtype with the angles rounded to it, every product and sum
+    rounded (the drafter's rounding, as the engines compute the DFlash backbone: ops/rope.py), instead of in
+    fp32 rounded once (the target's)."""
     b, n, width = qkv.shape
     hd = width // (num_heads + 2 * num_kv_heads)
     q, k, v = qkv.split((num_heads * hd, num_kv_heads * hd, num_kv_heads * hd), dim=-1)
@@ -149,11 +154,11 @@ def rope_kv_reference(
     if k_norm is not None:
         k = rms_norm_reference(k, k_norm, eps)
     c, s = cos[positions][:, :, None], sin[positions][:, :, None]  # [b, n, 1, hd/2]
-
-    q, k = (
-        apply_rope(q.float(), c, s).to(q.dtype),
-        apply_rope(k.float(), c, s).to(k.dtype),
-    )  # in fp32, rounded once
+    if rotate_in_dtype:  # in the dtype, rounded at every step
+        c, s = c.to(q.dtype), s.to(q.dtype)
+        q, k = apply_rope(q, c, s), apply_rope(k, c, s)
+    else:  # in fp32, rounded once
+        q, k = apply_rope(q.float(), c, s).to(q.dtype), apply_rope(k.float(), c, s).to(k.dtype)
     # keys[i, :, rows[i, j]] = k[i, j]: an index_put over [b, n] row pairs (a scatter_ along the capacity with an
     # expanded index costs 30x more on the CPU in bfloat16, and writes the same values)
     batch_index = torch.arange(b, device=rows.device)[:, None]  # [b, 1], broadcast against rows [b, n]
@@ -175,8 +180,10 @@ def rope_kv(
     q_norm: torch.Tensor | None = None,
     k_norm: torch.Tensor | None = None,
     eps: float = 0.0,
+    rotate_in_dtype: bool = False,
 ) -> torch.Tensor:
-    """`rope_kv_reference`, as one Triton kernel on CUDA (one program per row and head)."""
+    """`rope_kv_reference`, as one Triton kernel on CUDA (one program per row and head). Rows at or past the
+    cache's capacity are not written."""
     heads = num_heads + 2 * num_kv_heads
     if (
         qkv.dim() != 3
@@ -206,10 +213,11 @@ def rope_kv(
         from .step_triton import rope_kv_triton
 
         return rope_kv_triton(
-            qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps
+            qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps,
+            rotate_in_dtype,
         )
     return rope_kv_reference(
-        qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps
+        qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps, rotate_in_dtype
     )
 
 
@@ -279,3 +287,62 @@ def step_attention(
 
         return step_attention_triton(q, keys, values, last, first)
     return step_attention_reference(q, keys, values, last, first)
+
+
+def decoder_layer(
+    flat: torch.Tensor,
+    layer: dict[str, torch.Tensor | None],
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    *,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    last: torch.Tensor,
+    first: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    eps: float,
+    kernels: bool = True,
+    rotate_in_dtype: bool = False,
+    mlp_prologue: bool = False,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """One pre-norm decoder layer over a static K/V cache, as the fast target's layers and the drafter's
+    backbone layers both run it: RMSNorm -> qkv (+bias) -> per-head q/k norm and RoPE, k and v written at cache
+    rows `rows` -> attention over cache rows first[b]..last[b, i] -> o_proj + residual -> RMSNorm -> silu(gate) ·
+    up -> down + residual.
+
+    flat [b·n, M] (the residual stream of b sequences of n rows), keys/values [b, KV, capacity, hd] -> [b·n, M]
+    (written into `out` when given). `layer` holds input_norm, qkv ([q; k; v] rows), qkv_bias, q_norm, k_norm,
+    o, o_bias, post_norm, gate_up ([gate; up] rows) and down. `kernels`: the step ops (their Triton kernels on
+    CUDA), else their torch references. `mlp_prologue`: silu(gate) · up as down's input prologue instead of
+    gate_up's epilogue (the same values; see target/fast.py)."""
+    b, n = rows.shape
+    linear = step_linear if kernels else step_linear_reference
+    rotate = rope_kv if kernels else rope_kv_reference
+    attend = step_attention if kernels else step_attention_reference
+    qkv = linear(flat, layer["qkv"], norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
+    q = rotate(
+        qkv.view(b, n, -1),
+        keys,
+        values,
+        rows,
+        positions,
+        cos,
+        sin,
+        num_heads,
+        num_kv_heads,
+        layer["q_norm"],
+        layer["k_norm"],
+        eps,
+        rotate_in_dtype,
+    )  # [b, n, heads, hd]; k, v written at `rows`
+    attn = attend(q, keys, values, last, first)  # [b, n, heads * hd]
+    flat = linear(attn.view(b * n, -1), layer["o"], bias=layer["o_bias"], residual=flat)
+    if mlp_prologue:  # gate and up as one plain GEMM; silu(gate) * up as down's input prologue
+        h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps)
+        return linear(h, layer["down"], residual=flat, out=out, gated_input=True)
+    h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
+    return linear(h, layer["down"], residual=flat, out=out)

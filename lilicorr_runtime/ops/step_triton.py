@@ -609,7 +609,9 @@ def _rope_kv(
     s_c_h,
     s_c_r,
     s_tab,
+    capacity,
     QK_NORM: tl.constexpr,
+    IN_DTYPE: tl.constexpr,
     PDL: tl.constexpr,
     BLOCK_H: tl.constexpr,
 ):
@@ -643,8 +645,14 @@ def _rope_kv(
     position = tl.load(pos_ptr + m)
     c = tl.load(cos_ptr + position * s_tab + offs, mask=ok, other=0.0)
     s = tl.load(sin_ptr + position * s_tab + offs, mask=ok, other=0.0)
-    out_lo = (lo * c - hi * s).to(dtype)
-    out_hi = (hi * c + lo * s).to(dtype)
+    if IN_DTYPE:  # the drafter's rounding: angles in the dtype, every product and sum rounded to it
+        c = c.to(dtype).to(tl.float32)
+        s = s.to(dtype).to(tl.float32)
+        out_lo = ((lo * c).to(dtype).to(tl.float32) - (hi * s).to(dtype).to(tl.float32)).to(dtype)
+        out_hi = ((hi * c).to(dtype).to(tl.float32) + (lo * s).to(dtype).to(tl.float32)).to(dtype)
+    else:  # fp32, rounded once
+        out_lo = (lo * c - hi * s).to(dtype)
+        out_hi = (hi * c + lo * s).to(dtype)
     q_base = q_ptr + m * s_q_m + head * s_q_h
     tl.store(q_base + offs, out_lo, mask=ok & is_q)
     tl.store(q_base + HALF + offs, out_hi, mask=ok & is_q)
@@ -653,7 +661,7 @@ def _rope_kv(
     batch = m // n
     row = tl.load(rows_ptr + m)
     c_base = batch * s_c_b + tl.maximum(kv, 0).to(tl.int64) * s_c_h + row * s_c_r
-    is_kv = (offs * 0 + head) >= H
+    is_kv = ((offs * 0 + head) >= H) & (offs * 0 + row < capacity)  # never past the cache
     tl.store(kc_ptr + c_base + offs, out_lo.to(kc_ptr.dtype.element_ty), mask=ok & is_kv)
     tl.store(kc_ptr + c_base + HALF + offs, out_hi.to(kc_ptr.dtype.element_ty), mask=ok & is_kv)
     v_src = qkv_ptr + m * s_qkv + (head + KV) * D  # kv head j's v follows the KV k heads
@@ -676,6 +684,7 @@ def rope_kv_triton(
     q_norm: torch.Tensor | None,
     k_norm: torch.Tensor | None,
     eps: float,
+    rotate_in_dtype: bool = False,
 ) -> torch.Tensor:
     """See step.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place."""
     b, n, width = qkv.shape
@@ -713,7 +722,9 @@ def rope_kv_triton(
         keys.stride(1),
         keys.stride(2),
         cos.stride(0),
+        keys.shape[2],
         QK_NORM=q_norm is not None,
+        IN_DTYPE=rotate_in_dtype,
         PDL=pdl_mode(qkv.device),
         BLOCK_H=max(16, triton.next_power_of_2(half)),
         num_warps=1,

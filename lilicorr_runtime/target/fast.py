@@ -209,43 +209,35 @@ class StaticDecoder:
         positions = rows - pad[:, None]
         self._ensure_tables(cache.capacity)
         step = n <= STEP_ROWS if step_kernels is None else step_kernels
-        linear = ops.step_linear if step else ops.step_linear_reference
-        rope_kv = ops.rope_kv if step else ops.rope_kv_reference
-        attend = ops.step_attention if step else ops.step_attention_reference
         slots = {t: i for i, t in enumerate(taps)}
         features = torch.empty(b * n, len(taps) * m, device=x.device, dtype=x.dtype) if taps else None
-        heads, kv_heads, hd, eps = self.num_heads, self.num_kv_heads, self.head_dim, self.eps
+        eps = self.eps
         last = self.num_layers - 1
         flat = x.reshape(b * n, m)
         for index, (layer, keys, values) in enumerate(
             zip(self.layers, cache.keys, cache.values, strict=True)
         ):
-            qkv = linear(flat, layer["qkv"], norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
-            q = rope_kv(
-                qkv.view(b, n, -1),
-                keys,
-                values,
-                rows,
-                positions,
-                self.cos,
-                self.sin,
-                heads,
-                kv_heads,
-                layer["q_norm"],
-                layer["k_norm"],
-                eps,
-            )  # [b, n, heads, hd]; k, v written at `rows`
-            attn = attend(q, keys, values, rows, pad)  # [b, n, heads * hd]
-            flat = linear(attn.view(b * n, heads * hd), layer["o"], bias=layer["o_bias"], residual=flat)
             tap = None
             if index in slots and index != last:  # written straight into its slice of the features
                 tap = features[:, slots[index] * m : (slots[index] + 1) * m]
-            if self.mlp_prologue:  # gate and up as one plain GEMM; silu(gate) * up as down's input prologue
-                h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps)
-                flat = linear(h, layer["down"], residual=flat, out=tap, gated_input=True)
-            else:  # silu(gate) * up in the gate_up GEMM's epilogue
-                h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
-                flat = linear(h, layer["down"], residual=flat, out=tap)
+            flat = ops.decoder_layer(
+                flat,
+                layer,
+                keys,
+                values,
+                rows=rows,
+                positions=positions,
+                last=rows,  # causal: row i sees the cache up to itself
+                first=pad,
+                cos=self.cos,
+                sin=self.sin,
+                num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads,
+                eps=eps,
+                kernels=step,
+                mlp_prologue=self.mlp_prologue,
+                out=tap,
+            )
         out = ops.rms_norm(flat, self.norm, eps)
         if last in slots:
             features[:, slots[last] * m : (slots[last] + 1) * m] = out

@@ -112,6 +112,55 @@ def test_rope_kv_matches_the_reference(qk_norm):
     assert (caches[0][0][0, :, untouched] == -7.0).all()  # only the rows written
 
 
+# Triton's interpreter truncates fp32 -> bf16 (the GPU rounds to nearest even), so bf16 runs on CUDA only; its
+# fp16 casts round to nearest as the GPU's do
+HALF_DTYPES = [torch.float16] + ([torch.bfloat16] if CUDA else [])
+
+
+@pytest.mark.parametrize("dtype", HALF_DTYPES)
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_kv_in_dtype_is_the_drafters_rotation_bit_for_bit(qk_norm, dtype):
+    """rotate_in_dtype: angles in the dtype, every product and sum rounded, as the drafter's eager backbone
+    rotates (ops.apply_rope on half-precision q/k with rope_cos_sin's rounded angles): the kernel, the reference
+    and that eager rotation agree bit for bit, and differ from the fp32-once rotation."""
+    from lilicorr_runtime.ops.rope import rope_cos_sin
+
+    b, n, heads, kv_heads, hd, capacity = 2, 3, 4, 2, 16, 24
+    qkv = _randn(b, n, (heads + 2 * kv_heads) * hd, seed=20, scale=3.0, dtype=dtype)
+    rows = torch.tensor([[4, 5, 6], [10, 11, 12]], device=DEVICE)
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, hd, 2, dtype=torch.float32, device=DEVICE) / hd))
+    cos, sin = ops.rope_tables(inv_freq, 1.0, capacity)
+    norms = (_randn(hd, seed=21, dtype=dtype) + 1.0, _randn(hd, seed=22, dtype=dtype) + 1.0)
+    norms = norms if qk_norm else (None, None)
+    caches = [tuple(torch.zeros(b, kv_heads, capacity, hd, device=DEVICE, dtype=dtype) for _ in range(2)) for _ in range(3)]
+    got = step_ops.rope_kv_triton(qkv, *caches[0], rows, rows, cos, sin, heads, kv_heads, *norms, 1e-6, True)
+    want = ops.rope_kv_reference(qkv, *caches[1], rows, rows, cos, sin, heads, kv_heads, *norms, 1e-6, True)
+    fp32_once = ops.rope_kv_reference(qkv, *caches[2], rows, rows, cos, sin, heads, kv_heads, *norms, 1e-6)
+    # the drafter's eager rotation of the same q heads
+    q = qkv[..., : heads * hd].reshape(b, n, heads, hd)
+    if qk_norm:
+        q = ops.rms_norm_reference(q, norms[0], 1e-6)
+    c, s = rope_cos_sin(rows, inv_freq, 1.0, dtype)  # [b, 1, n, hd/2]
+    eager = ops.apply_rope(q.transpose(1, 2), c, s).transpose(1, 2)
+    assert torch.equal(want, eager)
+    assert torch.equal(got, want)
+    for a, c2 in zip(caches[0], caches[1], strict=True):
+        assert torch.equal(a, c2)
+    assert not torch.equal(want, fp32_once)  # the two roundings are different computations
+
+
+def test_rope_kv_never_writes_past_the_cache():
+    b, n, heads, kv_heads, hd, capacity = 1, 3, 2, 1, 16, 8
+    qkv = _randn(b, n, (heads + 2 * kv_heads) * hd, seed=23)
+    rows = torch.tensor([[6, 7, 8]], device=DEVICE)  # row 8 is past the capacity
+    cos, sin = _tables(hd, 16)
+    block = torch.full((2, b, kv_heads, capacity + 4, hd), -7.0, device=DEVICE)
+    keys, values = block[0, :, :, :capacity], block[1, :, :, :capacity]  # views: row 8 would land in the spare
+    step_ops.rope_kv_triton(qkv, keys, values, rows, rows, cos, sin, heads, kv_heads, None, None, 1e-6)
+    assert (block[:, :, :, capacity:] == -7.0).all()
+    assert (keys[0, :, 6:8] != -7.0).all() and (values[0, :, 6:8] != -7.0).all()
+
+
 def test_step_attention_matches_the_reference_and_reads_only_visible_rows():
     b, n, heads, kv_heads, hd, capacity = 2, 4, 6, 2, 16, 160
     q = _randn(b, n, heads, hd, seed=13)
