@@ -112,9 +112,14 @@ def profile_replay(label: str, replay) -> None:
     by_name: dict[str, list[float]] = collections.defaultdict(list)
     for e in events:
         by_name[e.name[:70]].append(e.time_range.end - e.time_range.start)
-    print(f"  {label}: {len(events)} kernels, {busy:.1f} us of kernel time in a {span:.1f} us span", flush=True)
+    print(
+        f"  {label}: {len(events)} kernels, {busy:.1f} us of kernel time in a {span:.1f} us span", flush=True
+    )
     for name, times in sorted(by_name.items(), key=lambda t: -sum(t[1]))[:14]:
-        print(f"    {len(times):4d} x {sum(times) / len(times):7.2f} us = {sum(times):8.1f} us  {name}", flush=True)
+        print(
+            f"    {len(times):4d} x {sum(times) / len(times):7.2f} us = {sum(times):8.1f} us  {name}",
+            flush=True,
+        )
 
 
 def pieces(loop: DecodeLoop, profile: bool = False) -> dict[str, float]:

@@ -213,11 +213,34 @@ def rope_kv(
         from .step_triton import rope_kv_triton
 
         return rope_kv_triton(
-            qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps,
+            qkv,
+            keys,
+            values,
+            rows,
+            positions,
+            cos,
+            sin,
+            num_heads,
+            num_kv_heads,
+            q_norm,
+            k_norm,
+            eps,
             rotate_in_dtype,
         )
     return rope_kv_reference(
-        qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps, rotate_in_dtype
+        qkv,
+        keys,
+        values,
+        rows,
+        positions,
+        cos,
+        sin,
+        num_heads,
+        num_kv_heads,
+        q_norm,
+        k_norm,
+        eps,
+        rotate_in_dtype,
     )
 
 

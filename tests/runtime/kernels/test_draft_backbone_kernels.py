@@ -34,7 +34,9 @@ CAPACITY = 40
 
 def _drafter(tmp_path, dtype=torch.float32, device="cpu", **config):
     cfg = fixtures.draft_config(num_hidden_layers=2, **config)  # GQA: 4 heads over 2 KV heads
-    return load_drafter(fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32"), dtype=dtype, device=device)
+    return load_drafter(
+        fixtures.write_checkpoint(tmp_path / "d", cfg, dtype="F32"), dtype=dtype, device=device
+    )
 
 
 def _filled_cache(drafter, batch: int, lengths: torch.Tensor, seed: int):
@@ -75,7 +77,9 @@ def _check_static_forward(drafter, tol: float) -> None:
             # the context below the length is read, not written; past the block nothing is touched
             assert torch.equal(kernel_cache.keys[layer][b, :, :length], cache.keys[layer][b, :, :length])
             assert torch.equal(kernel_cache.keys[layer][b, :, end:], cache.keys[layer][b, :, end:])
-            assert not torch.equal(kernel_cache.keys[layer][b, :, length:end], cache.keys[layer][b, :, length:end])
+            assert not torch.equal(
+                kernel_cache.keys[layer][b, :, length:end], cache.keys[layer][b, :, length:end]
+            )
 
 
 def _check_append(drafter, tol: float) -> None:
@@ -84,7 +88,9 @@ def _check_append(drafter, tol: float) -> None:
     lengths = torch.tensor([3, 11], device=device)
     cache = _filled_cache(drafter, 2, lengths, seed=3)
     width = len(g.target_layer_ids) * g.hidden_size
-    features = torch.randn(2, g.block_size, width, generator=torch.Generator().manual_seed(4)).to(device, dtype)
+    features = torch.randn(2, g.block_size, width, generator=torch.Generator().manual_seed(4)).to(
+        device, dtype
+    )
     with torch.inference_mode():
         context = drafter.project_context(features)
         positions = lengths[:, None] + torch.arange(g.block_size, device=device)
@@ -94,7 +100,9 @@ def _check_append(drafter, tol: float) -> None:
             eager_cache.keys[i][torch.arange(2, device=device)[:, None], :, positions] = k.transpose(1, 2)
             eager_cache.values[i][torch.arange(2, device=device)[:, None], :, positions] = v.transpose(1, 2)
         drafter._append_kernels(kernel_cache, context, positions)
-    for a, b in zip(kernel_cache.keys + kernel_cache.values, eager_cache.keys + eager_cache.values, strict=True):
+    for a, b in zip(
+        kernel_cache.keys + kernel_cache.values, eager_cache.keys + eager_cache.values, strict=True
+    ):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
 
 
@@ -141,7 +149,11 @@ def test_step_weights_follow_the_parameters(tmp_path):
     assert attn.k_proj.weight.data_ptr() != rebuilt[0]["qkv"].data_ptr()
 
 
-def test_kernel_path_is_refused_for_windows_and_convolution(tmp_path):
+def test_kernel_path_is_refused_for_windows_convolution_and_many_rows(tmp_path, monkeypatch):
+    monkeypatch.setattr(dflash, "use_triton", lambda *tensors: True)  # as on CUDA without autograd
+    plain = _drafter(tmp_path / "p")
+    assert plain.kernel_path(9) and plain.kernel_path(dflash.KERNEL_ROWS)
+    assert not plain.kernel_path(dflash.KERNEL_ROWS + 1)
     windowed = _drafter(
         tmp_path / "w",
         layer_types=["sliding_attention", "full_attention"],
@@ -149,8 +161,12 @@ def test_kernel_path_is_refused_for_windows_and_convolution(tmp_path):
         sliding_window=4,
     )
     assert any(layer.self_attn.window is not None for layer in windowed.layers)
-    assert not windowed.kernel_path(9, *(([torch.empty(0, device="cuda")] if CUDA else [])))
-    assert not windowed.kernel_path(dflash.KERNEL_ROWS + 1)
+    assert not windowed.kernel_path(9)
+    convolved = _drafter(tmp_path / "c", conv=(3, 8))
+    assert convolved.layers[0].attention_conv is not None
+    assert not convolved.kernel_path(9)
+    monkeypatch.setattr(dflash, "use_triton", lambda *tensors: False)  # the CPU, or autograd
+    assert not plain.kernel_path(9)
 
 
 @pytest.mark.gpu

@@ -132,7 +132,10 @@ def test_rope_kv_in_dtype_is_the_drafters_rotation_bit_for_bit(qk_norm, dtype):
     cos, sin = ops.rope_tables(inv_freq, 1.0, capacity)
     norms = (_randn(hd, seed=21, dtype=dtype) + 1.0, _randn(hd, seed=22, dtype=dtype) + 1.0)
     norms = norms if qk_norm else (None, None)
-    caches = [tuple(torch.zeros(b, kv_heads, capacity, hd, device=DEVICE, dtype=dtype) for _ in range(2)) for _ in range(3)]
+    caches = [
+        tuple(torch.zeros(b, kv_heads, capacity, hd, device=DEVICE, dtype=dtype) for _ in range(2))
+        for _ in range(3)
+    ]
     got = step_ops.rope_kv_triton(qkv, *caches[0], rows, rows, cos, sin, heads, kv_heads, *norms, 1e-6, True)
     want = ops.rope_kv_reference(qkv, *caches[1], rows, rows, cos, sin, heads, kv_heads, *norms, 1e-6, True)
     fp32_once = ops.rope_kv_reference(qkv, *caches[2], rows, rows, cos, sin, heads, kv_heads, *norms, 1e-6)
@@ -155,7 +158,10 @@ def test_rope_kv_never_writes_past_the_cache():
     rows = torch.tensor([[6, 7, 8]], device=DEVICE)  # row 8 is past the capacity
     cos, sin = _tables(hd, 16)
     block = torch.full((2, b, kv_heads, capacity + 4, hd), -7.0, device=DEVICE)
-    keys, values = block[0, :, :, :capacity], block[1, :, :, :capacity]  # views: row 8 would land in the spare
+    keys, values = (
+        block[0, :, :, :capacity],
+        block[1, :, :, :capacity],
+    )  # views: row 8 would land in the spare
     step_ops.rope_kv_triton(qkv, keys, values, rows, rows, cos, sin, heads, kv_heads, None, None, 1e-6)
     assert (block[:, :, :, capacity:] == -7.0).all()
     assert (keys[0, :, 6:8] != -7.0).all() and (values[0, :, 6:8] != -7.0).all()
