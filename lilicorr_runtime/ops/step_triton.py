@@ -24,10 +24,13 @@ end (rounding differs from the unfused Qwen3RMSNorm by a few ulps of the input d
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 import triton
 import triton.language as tl
+
+from . import tiles
 
 BLOCK_M = 16  # rows per program in every step kernel, whatever the step's row count (batch invariance)
 ATTENTION_BLOCK_N = 64  # keys per attention iteration
@@ -431,9 +434,10 @@ def step_linear_triton(
         )
         config = TUNED.get(key)
         if config is None:
-            config = (
-                _tune(key, launch, out, weight) if x.is_cuda and not _interpreted() else linear_config(n, k)
-            )
+            if x.is_cuda and not _interpreted():
+                config = _stored(key, x.device) or _tune(key, launch, out, weight)
+            else:
+                config = linear_config(n, k)
     launch(config, out)
     return out
 
@@ -455,11 +459,11 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
     return held[-1]
 
 
-def split_candidates(n: int, k: int, sm_count: int, tiles=CANDIDATES) -> list[dict[str, int]]:
-    """Split-K variants of `tiles` for a matrix with too few column tiles to fill the device at one row: SPLITS
+def split_candidates(n: int, k: int, sm_count: int, shapes=CANDIDATES) -> list[dict[str, int]]:
+    """Split-K variants of `shapes` for a matrix with too few column tiles to fill the device at one row: SPLITS
     slices of K, each at least two BLOCK_K tiles deep."""
     extra = []
-    for config in tiles:
+    for config in shapes:
         if triton.cdiv(n, config["BLOCK_N"]) >= 2 * sm_count:
             continue
         for split in SPLITS:
@@ -503,6 +507,31 @@ def time_in_graph(launch, config: dict[str, int], scratch: torch.Tensor, weight:
     return begin.elapsed_time(end) * 1e3 / (3 * calls)
 
 
+def _allowed(n: int, k: int, sm_count: int) -> Callable[[dict[str, int]], bool]:
+    """Whether a stored tile is one the tuner could have chosen for an [n, k] weight."""
+    default = linear_config(n, k)
+    splits = {tuple(sorted(c.items())) for c in split_candidates(n, k, sm_count, (*CANDIDATES, default))}
+    plain = {tuple(sorted(c.items())) for c in (*CANDIDATES, default)}
+
+    def allowed(tile: dict[str, int]) -> bool:
+        return tuple(sorted(tile.items())) in (splits if tile.get("SPLIT", 1) > 1 else plain)
+
+    return allowed
+
+
+def _stored(key: tuple, device: torch.device) -> dict[str, int] | None:
+    """The tile a previous process (or the bundled table) chose for this GEMM on this GPU (ops/tiles.py)."""
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
+    tile = tiles.lookup(
+        tiles.device_key(device, CANDIDATES, SPLITS), tiles.shape_key(key), _allowed(key[0], key[1], sm_count)
+    )
+    if tile is not None:
+        TUNED[key] = tile
+    return tile
+
+
 def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
     """The fastest tile shape for this call (`choose_tile`, each candidate timed by `time_in_graph` into a scratch
     output). Never inside a graph capture (the warm-up runs before it), where the default serves."""
@@ -517,6 +546,7 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
         lambda config: time_in_graph(launch, config, scratch, weight),
     )
     TUNED[key] = best
+    tiles.remember(tiles.device_key(weight.device, CANDIDATES, SPLITS), tiles.shape_key(key), best)
     return best
 
 

@@ -1,0 +1,151 @@
+"""The step GEMM's tuned tile shapes, kept between processes.
+
+Tuning a weight shape (step_triton._tune) compiles and times every candidate tile: on a fresh machine that is
+most of a smoke run's first minute. The choice depends only on the GPU, the Triton version, the candidate set and
+the GEMM (its shape, epilogue and dtypes), never on the row count, so it can be stored and reused:
+
+- a per-user file, `$XDG_CACHE_HOME/lilicorr/step_tiles.json` (default `~/.cache/...`), or the path in
+  LILICORR_TILE_CACHE: written after every tuning, read by every later process;
+- a table shipped with the package (tiles.json beside this module), measured on the GPUs named in it for the
+  shapes of the bundled example models, so that a first process on such a GPU skips their tuning.
+
+LILICORR_TILE_CACHE=off uses neither: every process tunes every shape (what the benches that study tuning
+want). A stored tile is used only if it is one the tuner could have chosen (a candidate tile, the shape's
+default, a listed split count), so a damaged or planted file can cost speed but never run a tile the kernel was
+not written for; an unreadable file is ignored with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+FORMAT = 1  # bump when the kernel changes what a tile means
+BUNDLED = Path(__file__).with_name("tiles.json")
+ENV = "LILICORR_TILE_CACHE"
+TILE_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+_loaded: dict[str, dict[str, dict[str, int]]] | None = None  # device key -> shape key -> tile
+_warned: set[str] = set()
+
+
+def _warn(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+def user_path() -> Path | None:
+    """The per-user file, or None when LILICORR_TILE_CACHE=off."""
+    setting = os.environ.get(ENV, "").strip()
+    if setting.lower() == "off":
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lilicorr" / "step_tiles.json"
+
+
+def device_key(device: torch.device, candidates: Any, splits: Any) -> str:
+    """The GPU (name and compute capability), the Triton version and a fingerprint of the candidate set."""
+    import triton
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    major, minor = torch.cuda.get_device_capability(index)
+    fingerprint = hashlib.sha256(repr((FORMAT, candidates, splits)).encode()).hexdigest()[:12]
+    return f"{torch.cuda.get_device_name(index)} sm{major}{minor} triton {triton.__version__} tiles {fingerprint}"
+
+
+def shape_key(key: tuple) -> str:
+    """step_triton's tuning key (N, K, epilogue flags, dtypes, PDL) as text."""
+    return "|".join(str(part) for part in key)
+
+
+def _read(path: Path) -> dict[str, dict[str, dict[str, int]]]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, NotADirectoryError):  # nothing stored yet
+        return {}
+    except (OSError, ValueError) as exc:
+        _warn(
+            str(path), f"ignoring the tile cache {path} ({type(exc).__name__}: {exc}); shapes are tuned again"
+        )
+        return {}
+    if (
+        not isinstance(data, dict)
+        or data.get("format") != FORMAT
+        or not isinstance(data.get("devices"), dict)
+    ):
+        _warn(str(path), f"ignoring the tile cache {path}: not a format-{FORMAT} tile table")
+        return {}
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    for device, shapes in data["devices"].items():
+        if isinstance(device, str) and isinstance(shapes, dict):
+            out[device] = {k: v for k, v in shapes.items() if isinstance(k, str) and isinstance(v, dict)}
+    return out
+
+
+def _table() -> dict[str, dict[str, dict[str, int]]]:
+    global _loaded
+    if _loaded is None:
+        table = _read(BUNDLED)
+        path = user_path()
+        if path is not None:
+            for device, shapes in _read(path).items():  # the user's own measurements win
+                table.setdefault(device, {}).update(shapes)
+        _loaded = table
+    return _loaded
+
+
+def reset() -> None:
+    """Forget what was read (tests; a changed LILICORR_TILE_CACHE)."""
+    global _loaded
+    _loaded = None
+
+
+def lookup(device: str, shape: str, allowed: Callable[[dict[str, int]], bool]) -> dict[str, int] | None:
+    """The stored tile for (device key, shape key), if there is one and `allowed` accepts it."""
+    if user_path() is None:
+        return None
+    tile = _table().get(device, {}).get(shape)
+    if tile is None:
+        return None
+    if set(tile) - {*TILE_KEYS, "SPLIT"} or not all(type(tile.get(k)) is int for k in TILE_KEYS):
+        return None
+    clean = {k: tile[k] for k in TILE_KEYS}
+    if "SPLIT" in tile:
+        if type(tile["SPLIT"]) is not int:
+            return None
+        clean["SPLIT"] = tile["SPLIT"]
+    return clean if allowed(clean) else None
+
+
+def remember(device: str, shape: str, tile: dict[str, int]) -> None:
+    """Store a tuned tile in the per-user file (merged with what other processes wrote; written atomically). A
+    file that cannot be written costs a warning, never the run."""
+    path = user_path()
+    if path is None:
+        return
+    _table().setdefault(device, {})[shape] = dict(tile)
+    try:
+        on_disk = _read(path)
+        on_disk.setdefault(device, {})[shape] = dict(tile)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".step_tiles.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"format": FORMAT, "devices": on_disk}, f, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        _warn(f"write {path}", f"could not write the tile cache {path} ({exc}); later processes tune again")
