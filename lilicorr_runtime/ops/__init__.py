@@ -36,6 +36,8 @@ from .draft import (
 from .rope import apply_rope, rope_tables
 from .step import (
     decoder_layer,
+    rope_attention,
+    rope_attention_reference,
     rope_kv,
     rope_kv_reference,
     step_attention,
@@ -63,6 +65,8 @@ __all__ = [
     "residual_norm_reference",
     "rms_norm",
     "rms_norm_reference",
+    "rope_attention",
+    "rope_attention_reference",
     "rope_kv",
     "rope_kv_reference",
     "rope_tables",

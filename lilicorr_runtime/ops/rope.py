@@ -1,7 +1,7 @@
 """Rotary position embeddings, one implementation for the drafter and the target: the frequencies a drafter's
 rope config gives, the cos/sin angles at positions, and the NeoX rotation (the two halves of each head rotated as
 pairs). The tables are half a head wide ([..., hd/2]), as the Triton step kernel reads them
-(ops/step_triton.py: `_rope_kv`, the same rotation fused with the K/V write).
+(ops/step_triton.py: `_rotate_rows`, the same rotation fused with the K/V write and the attention).
 
 The drafter rotates in its weights' dtype with the angles rounded to it (as SGLang, vLLM and TensorRT-LLM compute
 the DFlash backbone); the fast target rotates in fp32 and rounds once (ops/step.py: `rope_kv_reference`). Both

@@ -167,7 +167,7 @@ def rope_kv_reference(
     return q
 
 
-def rope_kv(
+def _check_rope_kv(
     qkv: torch.Tensor,
     keys: torch.Tensor,
     values: torch.Tensor,
@@ -177,13 +177,11 @@ def rope_kv(
     sin: torch.Tensor,
     num_heads: int,
     num_kv_heads: int,
-    q_norm: torch.Tensor | None = None,
-    k_norm: torch.Tensor | None = None,
-    eps: float = 0.0,
-    rotate_in_dtype: bool = False,
-) -> torch.Tensor:
-    """`rope_kv_reference`, as one Triton kernel on CUDA (one program per row and head). Rows at or past the
-    cache's capacity are not written."""
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    eps: float,
+) -> None:
+    """The shapes rope_kv and rope_attention take (raises their shape error)."""
     heads = num_heads + 2 * num_kv_heads
     if (
         qkv.dim() != 3
@@ -209,6 +207,26 @@ def rope_kv(
             positions=positions,
             cos=cos,
         )
+
+
+def rope_kv(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+    rotate_in_dtype: bool = False,
+) -> torch.Tensor:
+    """`rope_kv_reference`, as one Triton kernel on CUDA (one program per 16 rows and KV head, which also rotates
+    that head's group of q heads). Rows at or past the cache's capacity are not written."""
+    _check_rope_kv(qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps)
     if use_triton(qkv, keys):
         from .step_triton import rope_kv_triton
 
@@ -312,6 +330,89 @@ def step_attention(
     return step_attention_reference(q, keys, values, last, first)
 
 
+def rope_attention_reference(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    last: torch.Tensor,
+    first: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+    rotate_in_dtype: bool = False,
+) -> torch.Tensor:
+    """`rope_kv_reference` then `step_attention_reference`: q and k (normed and) rotated, k and v written at cache
+    rows `rows` [b, n], then query (b, i) attends to cache rows first[b]..last[b, i] -> [b, n, H·hd]."""
+    q = rope_kv_reference(
+        qkv,
+        keys,
+        values,
+        rows,
+        positions,
+        cos,
+        sin,
+        num_heads,
+        num_kv_heads,
+        q_norm,
+        k_norm,
+        eps,
+        rotate_in_dtype,
+    )
+    return step_attention_reference(q, keys, values, last, first)
+
+
+def rope_attention(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    last: torch.Tensor,
+    first: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None = None,
+    k_norm: torch.Tensor | None = None,
+    eps: float = 0.0,
+    rotate_in_dtype: bool = False,
+) -> torch.Tensor:
+    """`rope_attention_reference`; on CUDA one Triton kernel for a step of at most FUSED_ROWS rows per sequence
+    (the rotation and the K/V write fused into the attention), two for more."""
+    if (q_norm is None) != (k_norm is None) or last.shape != rows.shape or first.shape != rows.shape[:1]:
+        raise shape_error(
+            "rope_attention",
+            "rows, positions and last [b, n], first [b], and q_norm and k_norm both given or both None",
+            rows=rows,
+            last=last,
+            first=first,
+            q_norm=q_norm,
+            k_norm=k_norm,
+        )
+    if num_heads == 0 or num_heads % max(num_kv_heads, 1):
+        raise ValueError(f"rope_attention needs query heads, a multiple of the {num_kv_heads} KV heads")
+    args = (qkv, keys, values, rows, positions, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps)
+    _check_rope_kv(*args)
+    if use_triton(qkv, keys):
+        from .step_triton import rope_attention_triton
+
+        return rope_attention_triton(
+            qkv, keys, values, rows, positions, last, first, cos, sin, num_heads, num_kv_heads, q_norm, k_norm,
+            eps, rotate_in_dtype,
+        )  # fmt: skip
+    return rope_attention_reference(
+        qkv, keys, values, rows, positions, last, first, cos, sin, num_heads, num_kv_heads, q_norm, k_norm, eps,
+        rotate_in_dtype,
+    )  # fmt: skip
+
+
 def decoder_layer(
     flat: torch.Tensor,
     layer: dict[str, torch.Tensor | None],
@@ -344,15 +445,16 @@ def decoder_layer(
     gate_up's epilogue (the same values; see target/fast.py)."""
     b, n = rows.shape
     linear = step_linear if kernels else step_linear_reference
-    rotate = rope_kv if kernels else rope_kv_reference
-    attend = step_attention if kernels else step_attention_reference
+    attend = rope_attention if kernels else rope_attention_reference
     qkv = linear(flat, layer["qkv"], norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
-    q = rotate(
+    attn = attend(
         qkv.view(b, n, -1),
         keys,
         values,
         rows,
         positions,
+        last,
+        first,
         cos,
         sin,
         num_heads,
@@ -361,8 +463,7 @@ def decoder_layer(
         layer["k_norm"],
         eps,
         rotate_in_dtype,
-    )  # [b, n, heads, hd]; k, v written at `rows`
-    attn = attend(q, keys, values, last, first)  # [b, n, heads * hd]
+    )  # [b, n, heads * hd]; k, v written at `rows`
     flat = linear(attn.view(b * n, -1), layer["o"], bias=layer["o_bias"], residual=flat)
     if mlp_prologue:  # gate and up as one plain GEMM; silu(gate) * up as down's input prologue
         h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps)

@@ -1,10 +1,9 @@
 """Triton kernels for the target's decode and verify steps; each mirrors a torch reference in ops/step.py.
 
-A Llama / Qwen2 / Qwen3 layer runs as six kernels on the fast path's step forward:
+A Llama / Qwen2 / Qwen3 layer (and a DFlash drafter's backbone layer) runs as five kernels on a step:
 
     step_linear  [norm prologue]        x -> qkv           (the input RMSNorm folded into the GEMM)
-    rope_kv      [qk-norm, rope, write] qkv -> q; k, v into the cache rows
-    step_attention                      q over the visible cache rows only -> [rows, heads * hd]
+    rope_attention [qk-norm, rope, K/V write, attention over the visible cache rows only] -> [rows, heads * hd]
     step_linear  [residual epilogue]    x + o_proj(attn)
     step_linear  [norm prologue, gated] silu(gate) * up of the post-attention RMSNorm
     step_linear  [residual epilogue]    x + down(...)
@@ -607,98 +606,337 @@ def _pdl_launch(device: torch.device) -> dict[str, bool]:
     return {"launch_pdl": True} if pdl_mode(device) else {}
 
 
-# ---------------------------------------------------------------- rope_kv
+# ---------------------------------------------------------------- rotation, K/V write, attention
 #
-# One program per (row, head) of the fused qkv output: a q head is (normed and) rotated into q; a kv head's k
-# is (normed and) rotated and written with its v into the cache at the row's cache row. cos and sin come
-# from fp32 tables [positions, hd/2] (attention scaling folded in), built once from the model's frequencies.
+# One kernel, `_attention`, does a step's attention inputs and its attention, in the modes its flags select:
+#
+# - WRITE: k (normed, rotated) and v of the step's rows written into the cache at their cache rows, for one KV
+#   head per program (and with WRITE_Q, that head's group of q heads rotated into a q buffer);
+# - ATTEND: the causal attention of the query rows of one KV head's group over the cache rows first[b]..last[b, i],
+#   q read pre-rotated from a q buffer or (ROTATE_Q) taken from qkv and rotated as it loads;
+# - both at once (a step of at most FUSED_ROWS rows per sequence): every program first writes all the step's
+#   K/V rows of its KV head, then (after a barrier, so its own threads see them) attends. Programs of one KV head
+#   write the same values to the same rows, so none can read a different one. This saves the separate rotation
+#   kernel per layer.
+#
+# Every rotation, in every mode, is `_rotate_rows` on a [BLOCK_M, BLOCK_D] tile of rows, so a row is rotated with
+# the same instructions whatever the mode and the row count (batch invariance). cos and sin come from fp32
+# tables [positions, hd/2] (attention scaling folded in), built once from the model's frequencies.
+
+FUSED_ROWS = 32  # at most this many rows per sequence: rotation, K/V write and attention in one launch
 
 
 @triton.jit
-def _rope_kv(
+def _rotate_rows(
+    src_ptr,
+    m,
+    col,
+    ok,
+    pos,
+    cos_ptr,
+    sin_ptr,
+    w_ptr,
+    eps,
+    s_src,
+    s_tab,
+    D,
+    HALF,
+    QK_NORM: tl.constexpr,
+    IN_DTYPE: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """Rows m [R] of a head starting at column col [R] of src (a qkv row), (RMSNormed and) rotated at positions
+    pos [R] -> [R, BLOCK_D] in src's dtype. NeoX halves: column d pairs with d ± hd/2."""
+    dtype = src_ptr.dtype.element_ty
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    mask = ok[:, None] & d_ok[None, :]
+    partner = tl.where(d < HALF, d + HALF, d - HALF)
+    base = src_ptr + m.to(tl.int64)[:, None] * s_src + col[:, None]
+    x = tl.load(base + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    xp = tl.load(base + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+    if QK_NORM:  # Qwen3RMSNorm over the head: fp32 reduction, cast back, then x weight
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
+        w = tl.load(w_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
+        wp = tl.load(w_ptr + partner, mask=d_ok, other=0.0).to(tl.float32)
+        x = ((x * rstd[:, None]).to(dtype).to(tl.float32) * w[None, :]).to(dtype).to(tl.float32)
+        xp = ((xp * rstd[:, None]).to(dtype).to(tl.float32) * wp[None, :]).to(dtype).to(tl.float32)
+    j = tl.where(d < HALF, d, d - HALF)
+    angle = pos.to(tl.int64)[:, None] * s_tab + j[None, :]
+    c = tl.load(cos_ptr + angle, mask=mask, other=0.0)
+    s = tl.load(sin_ptr + angle, mask=mask, other=0.0)
+    sign = tl.where(d < HALF, -1.0, 1.0)[None, :]  # lo' = lo c - hi s, hi' = hi c + lo s
+    if IN_DTYPE:  # the drafter's rounding: angles in the dtype, every product and sum rounded to it
+        c = c.to(dtype).to(tl.float32)
+        s = s.to(dtype).to(tl.float32)
+        return ((x * c).to(dtype).to(tl.float32) + sign * (xp * s).to(dtype).to(tl.float32)).to(dtype)
+    return (x * c + sign * (xp * s)).to(dtype)  # fp32, rounded once
+
+
+@triton.jit
+def _attention(
     qkv_ptr,
     q_ptr,
     kc_ptr,
     vc_ptr,
     rows_ptr,
     pos_ptr,
+    last_ptr,
+    first_ptr,
     cos_ptr,
     sin_ptr,
     qn_ptr,
     kn_ptr,
+    o_ptr,
     n,
     H,
+    G,
     KV,
     D,
     HALF,
     eps,
+    sm_scale,
     s_qkv,
     s_q_m,
     s_q_h,
     s_c_b,
     s_c_h,
     s_c_r,
+    s_o_m,
     s_tab,
     capacity,
+    WRITE: tl.constexpr,
+    WRITE_Q: tl.constexpr,
+    ATTEND: tl.constexpr,
+    ROTATE_Q: tl.constexpr,
     QK_NORM: tl.constexpr,
     IN_DTYPE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
     PDL: tl.constexpr,
-    BLOCK_H: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
 ):
     if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
     if PDL != 0:  # everything this program reads may come from the kernel before it
         tl.extra.cuda.gdc_wait()
-    m = tl.program_id(0).to(tl.int64)
-    head = tl.program_id(1)
-    offs = tl.arange(0, BLOCK_H)
-    ok = offs < HALF
-    dtype = qkv_ptr.dtype.element_ty
-    is_q = (offs * 0 + head) < H  # the flag as a vector: masks must be tensors in Triton's interpreter
-    base = qkv_ptr + m * s_qkv + head * D
-    lo = tl.load(base + offs, mask=ok, other=0.0).to(tl.float32)
-    hi = tl.load(base + HALF + offs, mask=ok, other=0.0).to(tl.float32)
-    if QK_NORM:  # Qwen3RMSNorm over the head: fp32 reduction, cast back, then x weight
-        rstd = 1.0 / tl.sqrt((tl.sum(lo * lo, axis=0) + tl.sum(hi * hi, axis=0)) / D + eps)
-        w_lo = tl.where(
-            is_q, tl.load(qn_ptr + offs, mask=ok, other=0.0), tl.load(kn_ptr + offs, mask=ok, other=0.0)
+    batch = (tl.program_id(1) // KV).to(tl.int64)
+    kvh = tl.program_id(1) % KV
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < D
+    base = batch * s_c_b + kvh.to(tl.int64) * s_c_h
+    if WRITE:
+        # WRITE alone: this program's BLOCK_M rows; with ATTEND: every row of the step
+        lo_row = 0 if ATTEND else tl.program_id(0) * BLOCK_M
+        hi_row = n if ATTEND else lo_row + BLOCK_M
+        for r0 in range(lo_row, hi_row, BLOCK_M):
+            i = r0 + tl.arange(0, BLOCK_M)
+            ok = i < n
+            m = batch * n + i
+            pos = tl.load(pos_ptr + m, mask=ok, other=0)
+            row = tl.load(rows_ptr + m, mask=ok, other=0)
+            k = _rotate_rows(
+                qkv_ptr,
+                m,
+                (H + kvh) * D + i * 0,
+                ok,
+                pos,
+                cos_ptr,
+                sin_ptr,
+                kn_ptr,
+                eps,
+                s_qkv,
+                s_tab,
+                D,
+                HALF,
+                QK_NORM,
+                IN_DTYPE,
+                BLOCK_D,
+            )
+            v = tl.load(
+                qkv_ptr + m.to(tl.int64)[:, None] * s_qkv + (H + KV + kvh) * D + d[None, :],
+                mask=ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+            into = base + row.to(tl.int64)[:, None] * s_c_r + d[None, :]
+            keep = (ok & (row < capacity))[:, None] & d_ok[None, :]  # never past the cache
+            tl.store(kc_ptr + into, k.to(kc_ptr.dtype.element_ty), mask=keep)
+            tl.store(vc_ptr + into, v.to(vc_ptr.dtype.element_ty), mask=keep)
+            if WRITE_Q:
+                for g in range(0, G):
+                    head = kvh * G + g
+                    q = _rotate_rows(
+                        qkv_ptr,
+                        m,
+                        head * D + i * 0,
+                        ok,
+                        pos,
+                        cos_ptr,
+                        sin_ptr,
+                        qn_ptr,
+                        eps,
+                        s_qkv,
+                        s_tab,
+                        D,
+                        HALF,
+                        QK_NORM,
+                        IN_DTYPE,
+                        BLOCK_D,
+                    )
+                    tl.store(
+                        q_ptr + m.to(tl.int64)[:, None] * s_q_m + head * s_q_h + d[None, :],
+                        q,
+                        mask=ok[:, None] & d_ok[None, :],
+                    )
+        if ATTEND:
+            tl.debug_barrier()  # this program's K/V rows are visible to all its threads
+    if ATTEND:
+        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        r_ok = r < G * n
+        g = r // n
+        i = r % n
+        head = kvh * G + g
+        m = batch * n + i
+        if ROTATE_Q:
+            pos = tl.load(pos_ptr + m, mask=r_ok, other=0)
+            q = _rotate_rows(
+                qkv_ptr,
+                m,
+                head * D,
+                r_ok,
+                pos,
+                cos_ptr,
+                sin_ptr,
+                qn_ptr,
+                eps,
+                s_qkv,
+                s_tab,
+                D,
+                HALF,
+                QK_NORM,
+                IN_DTYPE,
+                BLOCK_D,
+            )
+        else:
+            q = tl.load(
+                q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :],
+                mask=r_ok[:, None] & d_ok[None, :],
+                other=0.0,
+            )
+        first = tl.load(first_ptr + batch)
+        # a left-padding query row (last < first) and the rows past the group see the first row only: no row is
+        # ever without a visible key (an empty softmax row is NaN, and NaN K/V in the cache would poison later
+        # queries)
+        last = tl.maximum(tl.where(r_ok, tl.load(last_ptr + m, mask=r_ok, other=0), first), first)
+        if UPCAST:
+            q = q.to(tl.float32)
+        m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        l_i = tl.zeros((BLOCK_M,), tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+        lo = (
+            first // BLOCK_N
+        ) * BLOCK_N  # a fixed block grid from row 0: the same blocks for every step shape
+        hi = tl.max(last, axis=0) + 1
+        for start in range(lo, hi, BLOCK_N):
+            keys = start + tl.arange(0, BLOCK_N)
+            kv_mask = ((keys >= first) & (keys < hi))[:, None] & d_ok[
+                None, :
+            ]  # rows before `first`: never read
+            at = base + keys[:, None].to(tl.int64) * s_c_r + d[None, :]
+            k = tl.load(kc_ptr + at, mask=kv_mask, other=0.0)
+            v = tl.load(vc_ptr + at, mask=kv_mask, other=0.0)
+            if UPCAST:
+                k = k.to(tl.float32)
+                v = v.to(tl.float32)
+            scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
+            visible = (keys[None, :] >= first) & (keys[None, :] <= last[:, None])
+            scores = tl.where(visible, scores, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+            p = tl.exp(scores - m_new[:, None])
+            alpha = tl.exp(m_i - m_new)
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
+            m_i = m_new
+        if PDL == 2:
+            tl.extra.cuda.gdc_launch_dependents()
+        out = acc / l_i[:, None]
+        tl.store(
+            o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :],
+            out.to(o_ptr.dtype.element_ty),
+            mask=r_ok[:, None] & d_ok[None, :],
         )
-        w_hi = tl.where(
-            is_q,
-            tl.load(qn_ptr + HALF + offs, mask=ok, other=0.0),
-            tl.load(kn_ptr + HALF + offs, mask=ok, other=0.0),
-        )
-        lo = ((lo * rstd).to(dtype).to(tl.float32) * w_lo.to(tl.float32)).to(dtype).to(tl.float32)
-        hi = ((hi * rstd).to(dtype).to(tl.float32) * w_hi.to(tl.float32)).to(dtype).to(tl.float32)
-    if PDL == 2:
-        tl.extra.cuda.gdc_launch_dependents()
-    position = tl.load(pos_ptr + m)
-    c = tl.load(cos_ptr + position * s_tab + offs, mask=ok, other=0.0)
-    s = tl.load(sin_ptr + position * s_tab + offs, mask=ok, other=0.0)
-    if IN_DTYPE:  # the drafter's rounding: angles in the dtype, every product and sum rounded to it
-        c = c.to(dtype).to(tl.float32)
-        s = s.to(dtype).to(tl.float32)
-        out_lo = ((lo * c).to(dtype).to(tl.float32) - (hi * s).to(dtype).to(tl.float32)).to(dtype)
-        out_hi = ((hi * c).to(dtype).to(tl.float32) + (lo * s).to(dtype).to(tl.float32)).to(dtype)
-    else:  # fp32, rounded once
-        out_lo = (lo * c - hi * s).to(dtype)
-        out_hi = (hi * c + lo * s).to(dtype)
-    q_base = q_ptr + m * s_q_m + head * s_q_h
-    tl.store(q_base + offs, out_lo, mask=ok & is_q)
-    tl.store(q_base + HALF + offs, out_hi, mask=ok & is_q)
-    # a kv head: k rotated, v as it is, at the row's cache row
-    kv = head - H
-    batch = m // n
-    row = tl.load(rows_ptr + m)
-    c_base = batch * s_c_b + tl.maximum(kv, 0).to(tl.int64) * s_c_h + row * s_c_r
-    is_kv = ((offs * 0 + head) >= H) & (offs * 0 + row < capacity)  # never past the cache
-    tl.store(kc_ptr + c_base + offs, out_lo.to(kc_ptr.dtype.element_ty), mask=ok & is_kv)
-    tl.store(kc_ptr + c_base + HALF + offs, out_hi.to(kc_ptr.dtype.element_ty), mask=ok & is_kv)
-    v_src = qkv_ptr + m * s_qkv + (head + KV) * D  # kv head j's v follows the KV k heads
-    v_lo = tl.load(v_src + offs, mask=ok & is_kv, other=0.0)
-    v_hi = tl.load(v_src + HALF + offs, mask=ok & is_kv, other=0.0)
-    tl.store(vc_ptr + c_base + offs, v_lo.to(vc_ptr.dtype.element_ty), mask=ok & is_kv)
-    tl.store(vc_ptr + c_base + HALF + offs, v_hi.to(vc_ptr.dtype.element_ty), mask=ok & is_kv)
+
+
+def _launch_attention(
+    mode: dict[str, bool],
+    grid: tuple[int, int],
+    *,
+    qkv: torch.Tensor,
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    last: torch.Tensor,
+    first: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    out: torch.Tensor,
+    n: int,
+    num_heads: int,
+    num_kv_heads: int,
+    eps: float,
+    rotate_in_dtype: bool,
+) -> None:
+    hd = keys.shape[3]
+    _attention[grid](
+        qkv,
+        q,
+        keys,
+        values,
+        rows,
+        positions,
+        last,
+        first,
+        cos,
+        sin,
+        q_norm if q_norm is not None else cos,
+        k_norm if k_norm is not None else cos,
+        out,
+        n,
+        num_heads,
+        max(num_heads // num_kv_heads, 1),
+        num_kv_heads,
+        hd,
+        hd // 2,
+        eps,
+        hd**-0.5,
+        qkv.stride(0),
+        q.stride(0),
+        q.stride(1),
+        keys.stride(0),
+        keys.stride(1),
+        keys.stride(2),
+        out.stride(0),
+        cos.stride(0),
+        keys.shape[2],
+        QK_NORM=k_norm is not None,
+        IN_DTYPE=rotate_in_dtype,
+        UPCAST=keys.dtype == torch.float32 or _interpreted(),
+        PRECISION="ieee",
+        PDL=pdl_mode(keys.device),
+        BLOCK_M=BLOCK_M,
+        BLOCK_N=ATTENTION_BLOCK_N,
+        BLOCK_D=max(16, triton.next_power_of_2(hd)),
+        num_warps=4,
+        num_stages=2,
+        **mode,
+        **_pdl_launch(keys.device),
+    )
 
 
 def rope_kv_triton(
@@ -716,188 +954,93 @@ def rope_kv_triton(
     eps: float,
     rotate_in_dtype: bool = False,
 ) -> torch.Tensor:
-    """See step.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place."""
+    """See step.rope_kv_reference. qkv [b, n, (H + 2 KV)·hd] -> q [b, n, H, hd]; keys/values written in place
+    (one program per 16 rows and KV head; `_attention`'s WRITE mode)."""
     b, n, width = qkv.shape
     hd = width // (num_heads + 2 * num_kv_heads)
     flat = qkv.reshape(b * n, width)
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
-    q = torch.empty((b, n, num_heads, hd), device=qkv.device, dtype=qkv.dtype)
+    q = torch.empty((b * n, num_heads, hd), device=qkv.device, dtype=qkv.dtype)
     if b * n == 0:
-        return q
+        return q.view(b, n, num_heads, hd)
     rows = rows.reshape(b * n).contiguous()
     positions = positions.reshape(b * n).contiguous()
-    half = hd // 2
-    _rope_kv[(b * n, num_heads + num_kv_heads)](
-        flat,
-        q,
-        keys,
-        values,
-        rows,
-        positions,
-        cos,
-        sin,
-        q_norm if q_norm is not None else cos,
-        k_norm if k_norm is not None else cos,
-        n,
-        num_heads,
-        num_kv_heads,
-        hd,
-        half,
-        eps,
-        flat.stride(0),
-        q.stride(1),
-        q.stride(2),
-        keys.stride(0),
-        keys.stride(1),
-        keys.stride(2),
-        cos.stride(0),
-        keys.shape[2],
-        QK_NORM=q_norm is not None,
-        IN_DTYPE=rotate_in_dtype,
-        PDL=pdl_mode(qkv.device),
-        BLOCK_H=max(16, triton.next_power_of_2(half)),
-        num_warps=1,
-        **_pdl_launch(qkv.device),
-    )
-    return q
-
-
-# ---------------------------------------------------------------- step_attention
-#
-# Causal attention of a step's queries over the cache: query row (b, i) sees cache rows first[b]..last[b, i] and
-# nothing past them, so only the rows a step can see are read (not the cache's whole capacity). One program per
-# (batch row, kv head, 16 query rows of that kv head's group): GQA heads sharing a kv head read its keys once.
-
-
-@triton.jit
-def _step_attention(
-    q_ptr,
-    kc_ptr,
-    vc_ptr,
-    last_ptr,
-    first_ptr,
-    o_ptr,
-    n,
-    G,
-    D,
-    sm_scale,
-    s_q_m,
-    s_q_h,
-    s_c_b,
-    s_c_h,
-    s_c_r,
-    s_o_m,
-    KV,
-    UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr,
-    PDL: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    if PDL == 1:
-        tl.extra.cuda.gdc_launch_dependents()
-    if PDL != 0:  # everything this program reads may come from the kernel before it
-        tl.extra.cuda.gdc_wait()
-    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    batch = (tl.program_id(1) // KV).to(tl.int64)
-    kvh = tl.program_id(1) % KV
-    d = tl.arange(0, BLOCK_D)
-    d_ok = d < D
-    r_ok = r < G * n
-    g = r // n
-    i = r % n
-    head = kvh * G + g
-    m = batch * n + i
-    q = tl.load(
-        q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :],
-        mask=r_ok[:, None] & d_ok[None, :],
-        other=0.0,
-    )
-    first = tl.load(first_ptr + batch)
-    # a left-padding query row (last < first) and the rows past the group see the first row only: no row is ever
-    # without a visible key (an empty softmax row is NaN, and NaN K/V in the cache would poison later queries)
-    last = tl.maximum(tl.where(r_ok, tl.load(last_ptr + m, mask=r_ok, other=0), first), first)
-    if UPCAST:
-        q = q.to(tl.float32)
-    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_M,), tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    base = batch * s_c_b + kvh.to(tl.int64) * s_c_h
-    lo = (first // BLOCK_N) * BLOCK_N  # a fixed block grid from row 0: the same blocks for every step shape
-    hi = tl.max(last, axis=0) + 1
-    for start in range(lo, hi, BLOCK_N):
-        keys = start + tl.arange(0, BLOCK_N)
-        kv_mask = ((keys >= first) & (keys < hi))[:, None] & d_ok[
-            None, :
-        ]  # rows before `first` are never read
-        k = tl.load(kc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(vc_ptr + base + keys[:, None].to(tl.int64) * s_c_r + d[None, :], mask=kv_mask, other=0.0)
-        if UPCAST:
-            k = k.to(tl.float32)
-            v = v.to(tl.float32)
-        scores = tl.dot(q, tl.trans(k), input_precision=PRECISION) * sm_scale
-        visible = (keys[None, :] >= first) & (keys[None, :] <= last[:, None])
-        scores = tl.where(visible, scores, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(scores, axis=1))
-        p = tl.exp(scores - m_new[:, None])
-        alpha = tl.exp(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
-        m_i = m_new
-    if PDL == 2:
-        tl.extra.cuda.gdc_launch_dependents()
-    out = acc / l_i[:, None]
-    tl.store(
-        o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :],
-        out.to(o_ptr.dtype.element_ty),
-        mask=r_ok[:, None] & d_ok[None, :],
-    )
+    _launch_attention(
+        {"WRITE": True, "WRITE_Q": num_heads > 0, "ATTEND": False, "ROTATE_Q": False},
+        (triton.cdiv(n, BLOCK_M), b * num_kv_heads),
+        qkv=flat, q=q, keys=keys, values=values, rows=rows, positions=positions, last=rows, first=rows,
+        cos=cos, sin=sin, q_norm=q_norm if q_norm is not None else k_norm, k_norm=k_norm, out=flat, n=n,
+        num_heads=num_heads, num_kv_heads=num_kv_heads, eps=eps, rotate_in_dtype=rotate_in_dtype,
+    )  # fmt: skip
+    return q.view(b, n, num_heads, hd)
 
 
 def step_attention_triton(
     q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, last: torch.Tensor, first: torch.Tensor
 ) -> torch.Tensor:
-    """See step.step_attention_reference. q [b, n, H, hd] -> [b, n, H·hd]."""
+    """See step.step_attention_reference. q [b, n, H, hd] -> [b, n, H·hd] (`_attention`'s ATTEND mode, q from
+    a buffer)."""
     b, n, heads, hd = q.shape
     kv_heads = keys.shape[1]
-    groups = heads // kv_heads
-    out = torch.empty((b, n, heads * hd), device=q.device, dtype=q.dtype)
+    out = torch.empty((b * n, heads * hd), device=q.device, dtype=q.dtype)
     if b * n == 0:
-        return out
-    if q.stride(-1) != 1:
-        q = q.contiguous()
+        return out.view(b, n, heads * hd)
     flat_q = q.reshape(b * n, heads, hd)
+    if flat_q.stride(-1) != 1:
+        flat_q = flat_q.contiguous()
     last = last.reshape(b * n).contiguous()
-    first = first.contiguous()
-    grid = (triton.cdiv(groups * n, BLOCK_M), b * kv_heads)
-    _step_attention[grid](
-        flat_q,
-        keys,
-        values,
-        last,
-        first,
-        out,
-        n,
-        groups,
-        hd,
-        hd**-0.5,
-        flat_q.stride(0),
-        flat_q.stride(1),
-        keys.stride(0),
-        keys.stride(1),
-        keys.stride(2),
-        out.stride(1),
-        kv_heads,
-        UPCAST=q.dtype == torch.float32 or _interpreted(),
-        PRECISION="ieee",
-        PDL=pdl_mode(q.device),
-        BLOCK_M=BLOCK_M,
-        BLOCK_N=ATTENTION_BLOCK_N,
-        BLOCK_D=max(16, triton.next_power_of_2(hd)),
-        num_warps=4,
-        num_stages=2,
-        **_pdl_launch(q.device),
-    )
-    return out
+    _launch_attention(
+        {"WRITE": False, "WRITE_Q": False, "ATTEND": True, "ROTATE_Q": False},
+        (triton.cdiv(heads // kv_heads * n, BLOCK_M), b * kv_heads),
+        qkv=out, q=flat_q, keys=keys, values=values, rows=last, positions=last, last=last,
+        first=first.contiguous(), cos=out, sin=out, q_norm=None, k_norm=None, out=out, n=n, num_heads=heads,
+        num_kv_heads=kv_heads, eps=0.0, rotate_in_dtype=False,
+    )  # fmt: skip
+    return out.view(b, n, heads * hd)
+
+
+def rope_attention_triton(
+    qkv: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: torch.Tensor,
+    positions: torch.Tensor,
+    last: torch.Tensor,
+    first: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    num_heads: int,
+    num_kv_heads: int,
+    q_norm: torch.Tensor | None,
+    k_norm: torch.Tensor | None,
+    eps: float,
+    rotate_in_dtype: bool = False,
+) -> torch.Tensor:
+    """See step.rope_attention_reference. qkv [b, n, (H + 2 KV)·hd] -> [b, n, H·hd]; keys/values written in
+    place. At most FUSED_ROWS rows per sequence: one launch (write, barrier, attend); more (a prefill): the
+    write, then the attention, each rotating its rows as the fused launch does."""
+    b, n, width = qkv.shape
+    hd = width // (num_heads + 2 * num_kv_heads)
+    out = torch.empty((b * n, num_heads * hd), device=qkv.device, dtype=qkv.dtype)
+    if b * n == 0:
+        return out.view(b, n, num_heads * hd)
+    flat = qkv.reshape(b * n, width)
+    if flat.stride(-1) != 1:
+        flat = flat.contiguous()
+    common = dict(
+        qkv=flat, q=out, keys=keys, values=values, rows=rows.reshape(b * n).contiguous(),
+        positions=positions.reshape(b * n).contiguous(), last=last.reshape(b * n).contiguous(),
+        first=first.contiguous(), cos=cos, sin=sin, q_norm=q_norm, k_norm=k_norm, out=out, n=n,
+        num_heads=num_heads, num_kv_heads=num_kv_heads, eps=eps, rotate_in_dtype=rotate_in_dtype,
+    )  # fmt: skip
+    query_tiles = triton.cdiv(num_heads // num_kv_heads * n, BLOCK_M)
+    if n <= FUSED_ROWS:
+        mode = {"WRITE": True, "WRITE_Q": False, "ATTEND": True, "ROTATE_Q": True}
+        _launch_attention(mode, (query_tiles, b * num_kv_heads), **common)  # type: ignore[arg-type]
+    else:
+        mode = {"WRITE": True, "WRITE_Q": False, "ATTEND": False, "ROTATE_Q": False}
+        _launch_attention(mode, (triton.cdiv(n, BLOCK_M), b * num_kv_heads), **common)  # type: ignore[arg-type]
+        mode = {"WRITE": False, "WRITE_Q": False, "ATTEND": True, "ROTATE_Q": True}
+        _launch_attention(mode, (query_tiles, b * num_kv_heads), **common)  # type: ignore[arg-type]
+    return out.view(b, n, num_heads * hd)

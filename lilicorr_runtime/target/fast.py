@@ -200,7 +200,7 @@ class StaticDecoder:
         transformers' `hidden_states[-1]` is.
 
         A forward of at most STEP_ROWS rows per sequence (a decode or verify step), or any forward with
-        `step_kernels`, runs the fused step ops (six kernels per layer on CUDA, each row computed independently
+        `step_kernels`, runs the fused step ops (five kernels per layer on CUDA, each row computed independently
         of the others and of the row count); a longer one (a prefill) runs the same ops' torch references
         (cuBLAS GEMMs, SDPA) unless `step_kernels` is True."""
         b, n, m = x.shape

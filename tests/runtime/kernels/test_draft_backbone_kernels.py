@@ -118,15 +118,16 @@ def test_static_kernel_forward_is_the_eager_backbone_over_the_references(tmp_pat
 def test_static_kernel_forward_through_the_interpreted_kernels(tmp_path, monkeypatch):
     monkeypatch.setattr(step_ops, "use_triton", lambda *tensors: True)  # the dispatchers take the kernels
     launched = []
-    for name in ("step_linear_triton", "rope_kv_triton", "step_attention_triton"):
+    for name in ("step_linear_triton", "rope_kv_triton", "rope_attention_triton"):
         kernel = getattr(step_triton, name)
         monkeypatch.setattr(
             step_triton, name, lambda *a, _k=kernel, _n=name, **kw: launched.append(_n) or _k(*a, **kw)
         )
     drafter = _drafter(tmp_path, attention_bias=True)  # the stacked q/k/v biases too
     _check_static_forward(drafter, 1e-4)
-    # per layer: qkv, o, gate_up and down GEMMs, the rotation, the attention
-    assert sorted(set(launched)) == ["rope_kv_triton", "step_attention_triton", "step_linear_triton"]
+    # per layer: qkv, o, gate_up and down GEMMs, and the rotation fused into the attention
+    assert sorted(set(launched)) == ["rope_attention_triton", "step_linear_triton"]
+    assert launched.count("rope_attention_triton") == drafter.geometry.num_layers
     assert launched.count("step_linear_triton") == 4 * drafter.geometry.num_layers
     launched.clear()
     _check_append(drafter, 1e-4)

@@ -167,6 +167,103 @@ def test_rope_kv_never_writes_past_the_cache():
     assert (keys[0, :, 6:8] != -7.0).all() and (values[0, :, 6:8] != -7.0).all()
 
 
+def _rope_attention_inputs(b, n, heads, kv_heads, hd, capacity, qk_norm, seed):
+    qkv = _randn(b, n, (heads + 2 * kv_heads) * hd, seed=seed)
+    start = torch.tensor([2, 7], device=DEVICE)[:b]
+    rows = start[:, None] + torch.arange(n, device=DEVICE)
+    pad = torch.tensor([0, 3], device=DEVICE)[:b]
+    norms = (_randn(hd, seed=seed + 1) + 1.0, _randn(hd, seed=seed + 2) + 1.0) if qk_norm else (None, None)
+    context = (
+        _randn(b, kv_heads, capacity, hd, seed=seed + 3),
+        _randn(b, kv_heads, capacity, hd, seed=seed + 4),
+    )
+    return qkv, rows, rows - pad[:, None], pad, norms, context
+
+
+@pytest.mark.parametrize("n", [1, 5, step_ops.FUSED_ROWS, step_ops.FUSED_ROWS + 9])  # fused, and two launches
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_attention_matches_the_reference(n, qk_norm):
+    b, heads, kv_heads, hd, capacity = 2, 6, 2, 16, 64
+    qkv, rows, positions, pad, norms, (k0, v0) = _rope_attention_inputs(
+        b, n, heads, kv_heads, hd, capacity, qk_norm, 30
+    )
+    cos, sin = _tables(hd, capacity)
+    caches = [(k0.clone(), v0.clone()) for _ in range(2)]
+    args = (rows, positions, rows, pad, cos, sin, heads, kv_heads, *norms, 1e-6)
+    got = step_ops.rope_attention_triton(qkv, *caches[0], *args)
+    want = ops.rope_attention_reference(qkv, *caches[1], *args)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    for a, c in zip(caches[0], caches[1], strict=True):
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_rope_attention_rows_do_not_depend_on_the_step_length_or_the_launch(qk_norm):
+    """A prefill of many rows (two launches), then a one-row step (one fused launch), computes the last row and
+    its K/V as one prefill covering it does, and as rope_kv writes them: batch invariance across the modes."""
+    b, heads, kv_heads, hd, capacity = 2, 6, 2, 16, 96
+    n = step_ops.FUSED_ROWS + 8
+    qkv, rows, positions, pad, norms, (k0, v0) = _rope_attention_inputs(
+        b, n, heads, kv_heads, hd, capacity, qk_norm, 40
+    )
+    cos, sin = _tables(hd, capacity)
+    whole = (k0.clone(), v0.clone())
+    all_rows = step_ops.rope_attention_triton(
+        qkv, *whole, rows, positions, rows, pad, cos, sin, heads, kv_heads, *norms, 1e-6
+    )
+    split = (k0.clone(), v0.clone())
+    head = step_ops.rope_attention_triton(
+        qkv[:, :-1],
+        *split,
+        rows[:, :-1],
+        positions[:, :-1],
+        rows[:, :-1],
+        pad,
+        cos,
+        sin,
+        heads,
+        kv_heads,
+        *norms,
+        1e-6,
+    )
+    last = step_ops.rope_attention_triton(
+        qkv[:, -1:],
+        *split,
+        rows[:, -1:],
+        positions[:, -1:],
+        rows[:, -1:],
+        pad,
+        cos,
+        sin,
+        heads,
+        kv_heads,
+        *norms,
+        1e-6,
+    )
+    assert_same_row(last, all_rows[:, -1:])
+    assert_same_row(head, all_rows[:, :-1])
+    for a, c in zip(split, whole, strict=True):
+        assert_same_row(a, c)
+    written = (k0.clone(), v0.clone())  # rope_kv writes the same K/V
+    step_ops.rope_kv_triton(qkv, *written, rows, positions, cos, sin, heads, kv_heads, *norms, 1e-6)
+    for a, c in zip(written, whole, strict=True):
+        assert_same_row(a, c)
+
+
+def test_rope_attention_refuses_half_a_qk_norm_and_no_query_heads():
+    b, n, heads, kv_heads, hd, capacity = 1, 2, 2, 1, 16, 8
+    qkv, rows, positions, pad, _, (k0, v0) = _rope_attention_inputs(
+        b, n, heads, kv_heads, hd, capacity, False, 50
+    )
+    cos, sin = _tables(hd, capacity)
+    with pytest.raises(ValueError, match="both given or both None"):
+        ops.rope_attention(
+            qkv, k0, v0, rows, positions, rows, pad, cos, sin, heads, kv_heads, cos[0].repeat(2), None
+        )
+    with pytest.raises(ValueError, match="needs query heads"):
+        ops.rope_attention(qkv[..., hd:], k0, v0, rows, positions, rows, pad, cos, sin, 0, kv_heads)
+
+
 def test_step_attention_matches_the_reference_and_reads_only_visible_rows():
     b, n, heads, kv_heads, hd, capacity = 2, 4, 6, 2, 16, 160
     q = _randn(b, n, heads, hd, seed=13)
