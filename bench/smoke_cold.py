@@ -1,0 +1,77 @@
+"""What a first smoke run on a fresh machine costs: the same smoke command, one process each, under three cache
+states, in this order, with the wall time of each (interpreter start, target load and everything else included):
+
+    no stored tiles   a fresh Triton cache and LILICORR_TILE_CACHE=off: every kernel compiled, every step GEMM
+                      shape tuned (what a fresh machine paid before tiles were stored)
+    bundled tiles     a fresh Triton cache and an empty tile cache: every kernel compiled, the shapes in the
+                      package's table (ops/tiles.json) not tuned (a fresh machine now)
+    warm              the caches the run before left: nothing compiled, nothing tuned
+
+    python bench/smoke_cold.py -- examples/smollm2-lilicorr -t GGUF -r vllm --gpu --limit 0
+
+Everything after `--` goes to `lilicorr-ckpt smoke`. The caches live in a temporary directory, so the user's own
+caches are neither read nor changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def run(label: str, args: list[str], env: dict[str, str], tail: int) -> tuple[str, float, int]:
+    begin = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "lilicorr_ckpt", "smoke", *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+    wall = time.perf_counter() - begin
+    print(f"--- {label}: rc {done.returncode}, {wall:.1f} s", flush=True)
+    if tail:
+        print("\n".join(done.stdout.splitlines()[-tail:]), flush=True)
+    if done.returncode not in (0, 1):
+        print(done.stderr[-2000:], file=sys.stderr, flush=True)
+    return label, wall, done.returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("smoke", nargs=argparse.REMAINDER, help="the smoke command's arguments, after --")
+    parser.add_argument("--skip-untuned", action="store_true", help="leave out the no-stored-tiles run")
+    parser.add_argument("--tail", type=int, default=0, help="print the last N lines of each run's report")
+    args = parser.parse_args()
+    smoke = args.smoke[1:] if args.smoke[:1] == ["--"] else args.smoke
+    if not smoke:
+        parser.error("give the smoke command's arguments after --")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="lilicorr-cold-") as tmp:
+        base = Path(tmp)
+        if not args.skip_untuned:
+            rows.append(
+                run(
+                    "no stored tiles",
+                    smoke,
+                    {"TRITON_CACHE_DIR": str(base / "triton-a"), "LILICORR_TILE_CACHE": "off"},
+                    args.tail,
+                )
+            )
+        fresh = {"TRITON_CACHE_DIR": str(base / "triton-b"), "LILICORR_TILE_CACHE": str(base / "tiles.json")}
+        rows.append(run("bundled tiles", smoke, fresh, args.tail))
+        rows.append(run("warm", smoke, fresh, args.tail))
+    print(f"\n{time.strftime('%Y-%m-%d')}  smoke {' '.join(smoke)}")
+    print(f"{'cache state':<18} {'wall s':>8} {'rc':>3}")
+    for label, wall, rc in rows:
+        print(f"{label:<18} {wall:8.1f} {rc:3d}")
+
+
+if __name__ == "__main__":
+    main()
