@@ -437,7 +437,7 @@ class Drafter(nn.Module):
         rows = length[:, None] + torch.arange(q_len, device=device)  # [b, Q]
         last = (length + q_len - 1).clamp(max=capacity - 1)[:, None].expand(b, q_len)
         first = torch.zeros(b, dtype=torch.long, device=device)
-        cos, sin = self.rope_tables(capacity, device)
+        cos, sin = self.rope_tables(capacity + q_len, device)  # a position past the cache stays in the table
         g = self.geometry
         flat = block_embeddings.to(self.fc.weight.dtype).reshape(b * q_len, m)
         for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
@@ -464,7 +464,7 @@ class Drafter(nn.Module):
         context is already normed by project_context), then k_norm, the rotation in the weights' dtype and the
         write of k and v at `positions` [b, q]."""
         b, q = positions.shape
-        cos, sin = self.rope_tables(cache.keys[0].shape[2], context.device)
+        cos, sin = self.rope_tables(cache.keys[0].shape[2] + q, context.device)
         g = self.geometry
         flat = context.to(self.fc.weight.dtype).reshape(b * q, -1)
         for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
