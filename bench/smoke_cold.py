@@ -48,13 +48,21 @@ def main() -> None:
     parser.add_argument("smoke", nargs=argparse.REMAINDER, help="the smoke command's arguments, after --")
     parser.add_argument("--skip-untuned", action="store_true", help="leave out the no-stored-tiles run")
     parser.add_argument("--tail", type=int, default=0, help="print the last N lines of each run's report")
+    parser.add_argument(
+        "--dir",
+        help="keep the caches in DIR (empty or new) instead of a temporary directory: later runs can then reuse "
+        "the warm state with TRITON_CACHE_DIR=DIR/triton-b LILICORR_TILE_CACHE=DIR/tiles.json",
+    )
     args = parser.parse_args()
     smoke = args.smoke[1:] if args.smoke[:1] == ["--"] else args.smoke
     if not smoke:
         parser.error("give the smoke command's arguments after --")
     rows = []
     with tempfile.TemporaryDirectory(prefix="lilicorr-cold-") as tmp:
-        base = Path(tmp)
+        base = Path(args.dir or tmp)
+        base.mkdir(parents=True, exist_ok=True)
+        if any(base.iterdir()):
+            parser.error(f"--dir {base} is not empty: its caches would not be cold")
         if not args.skip_untuned:
             rows.append(
                 run(

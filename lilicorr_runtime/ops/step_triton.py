@@ -554,10 +554,12 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
 
 def choose_tile(default: dict[str, int], splits_of, timer) -> dict[str, int]:
     """The tile with the least time by `timer` (a config -> its time; raising when the config cannot run): every
-    tile of CANDIDATES and `default` without split-K, then `splits_of(the best two)`, then the best four again in
-    the reverse order, each keeping its lesser time. The second pass is there because the first is ordered: on a
-    GPU whose clock was still ramping up, the unsplit tiles timed first read slower than split ones timed after
-    them (an H200 picked a split tile for the 8B gate_up that the bench then timed 15% slower than unsplit)."""
+    tile of CANDIDATES and `default` without split-K, then `splits_of(the best two)`, then again, in the reverse
+    order, the finalists: the best two overall, the best two unsplit and the best two split, each keeping its
+    lesser time. The second pass is there because the first is ordered: unsplit tiles timed first, while the
+    clock may still ramp up, read slower than split ones timed after them. (An H200 picked a 3-slice split for
+    the 8B gate_up at 82 us that the bench times at 71.5 us unsplit, also when the second pass re-timed only the
+    best four overall, all split by then: the best unsplit tile is now always re-timed.)"""
     times: dict[tuple, tuple[dict[str, int], float]] = {}
 
     def measure(configs) -> None:
@@ -575,7 +577,16 @@ def choose_tile(default: dict[str, int], splits_of, timer) -> dict[str, int]:
 
     measure([default, *(c for c in CANDIDATES if c != default)])
     measure(splits_of(ranked()[:2]))
-    measure(list(reversed(ranked()[:4])))
+    order = ranked()
+    finalists: list[dict[str, int]] = []
+    for config in (
+        order[:2]
+        + [c for c in order if c.get("SPLIT", 1) == 1][:2]
+        + [c for c in order if c.get("SPLIT", 1) > 1][:2]
+    ):
+        if config not in finalists:
+            finalists.append(config)
+    measure(list(reversed(finalists)))
     return ranked()[0] if times else default
 
 

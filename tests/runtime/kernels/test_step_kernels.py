@@ -418,6 +418,28 @@ def test_choose_tile_retimes_the_finalists_so_a_ramping_clock_does_not_pick_the_
     assert sum(1 for c in calls if c == fastest) == 2
 
 
+def test_choose_tile_retimes_the_best_unsplit_tile_even_when_split_tiles_fill_the_top_four():
+    """The H200 case: the first pass timed the unsplit tiles slow; then more than four split tiles all timed
+    between the true best unsplit tile and its first (slow) reading."""
+    fastest = step_ops.CANDIDATES[2]
+    calls: list[dict] = []
+
+    def intrinsic(config) -> float:
+        if config.get("SPLIT", 1) > 1:
+            return 80.0 + config["SPLIT"] * 0.1
+        return 70.0 if config == fastest else 100.0
+
+    def timer(config) -> float:  # the unsplit pass runs on a slow clock (+30%)
+        calls.append(config)
+        return intrinsic(config) * (1.3 if len(calls) <= len(step_ops.CANDIDATES) else 1.0)
+
+    def splits_of(leaders):
+        return [{**c, "SPLIT": s} for c in leaders for s in (2, 3, 4)]
+
+    chosen = step_ops.choose_tile(step_ops.linear_config(4096, 4096), splits_of, timer)
+    assert chosen == fastest  # 91 at first, under six split tiles at 80.2-80.4; retimed at 70
+
+
 def test_choose_tile_skips_tiles_that_cannot_run_and_falls_back_to_the_default():
     default = step_ops.linear_config(64, 64)
 
