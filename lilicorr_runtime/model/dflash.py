@@ -394,15 +394,16 @@ class Drafter(nn.Module):
                 attn, mlp = layer.self_attn, layer.mlp
                 projections = (attn.q_proj, attn.k_proj, attn.v_proj)
                 biased = all(p.bias is not None for p in projections)
+                qkv = torch.cat([p.weight.detach() for p in projections])
+                qkv_bias = torch.cat([p.bias.detach() for p in projections]) if biased else None
+                q_rows = attn.q_proj.weight.shape[0]
                 built.append(
                     {
                         "input_norm": layer.input_layernorm.weight.detach(),
-                        "qkv": torch.cat([p.weight.detach() for p in projections]),
-                        "qkv_bias": torch.cat([p.bias.detach() for p in projections]) if biased else None,
-                        "kv": torch.cat([attn.k_proj.weight.detach(), attn.v_proj.weight.detach()]),
-                        "kv_bias": torch.cat([attn.k_proj.bias.detach(), attn.v_proj.bias.detach()])
-                        if biased
-                        else None,
+                        "qkv": qkv,
+                        "qkv_bias": qkv_bias,
+                        "kv": qkv[q_rows:],  # the k and v rows, for the context append (a view)
+                        "kv_bias": None if qkv_bias is None else qkv_bias[q_rows:],
                         "q_norm": attn.q_norm.weight.detach(),
                         "k_norm": attn.k_norm.weight.detach(),
                         "o": attn.o_proj.weight.detach(),
@@ -416,11 +417,13 @@ class Drafter(nn.Module):
         return self._step_weights[1]
 
     def rope_tables(self, capacity: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-        """fp32 cos/sin [capacity, hd/2] of positions 0..capacity-1 (ops.rope_tables), kept: graphs captured over
-        them read them by address."""
+        """fp32 cos/sin [capacity + block_size, hd/2] for a cache of `capacity` rows (ops.rope_tables; a block's
+        position past the cache's last row stays in the table), kept: graphs captured over them read them by
+        address."""
         key = (capacity, str(device))
         if key not in self._tables:
-            self._tables[key] = ops.rope_tables(self.inv_freq.to(device), self.rope_scale, capacity)
+            positions = capacity + self.block_size
+            self._tables[key] = ops.rope_tables(self.inv_freq.to(device), self.rope_scale, positions)
         return self._tables[key]
 
     def _static_kernels(
@@ -437,7 +440,7 @@ class Drafter(nn.Module):
         rows = length[:, None] + torch.arange(q_len, device=device)  # [b, Q]
         last = (length + q_len - 1).clamp(max=capacity - 1)[:, None].expand(b, q_len)
         first = torch.zeros(b, dtype=torch.long, device=device)
-        cos, sin = self.rope_tables(capacity + q_len, device)  # a position past the cache stays in the table
+        cos, sin = self.rope_tables(capacity, device)
         g = self.geometry
         flat = block_embeddings.to(self.fc.weight.dtype).reshape(b * q_len, m)
         for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
@@ -464,12 +467,12 @@ class Drafter(nn.Module):
         context is already normed by project_context), then k_norm, the rotation in the weights' dtype and the
         write of k and v at `positions` [b, q]."""
         b, q = positions.shape
-        cos, sin = self.rope_tables(cache.keys[0].shape[2] + q, context.device)
+        cos, sin = self.rope_tables(cache.keys[0].shape[2], context.device)
         g = self.geometry
         flat = context.to(self.fc.weight.dtype).reshape(b * q, -1)
         for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
             kv = ops.step_linear(flat, weights["kv"], bias=weights["kv_bias"])
-            ops.rope_kv(  # no q heads (q_norm stands in for the absent q's norm, unused)
+            ops.rope_kv(  # no q heads
                 kv.view(b, q, -1),
                 keys,
                 values,
@@ -479,7 +482,7 @@ class Drafter(nn.Module):
                 sin,
                 0,
                 g.num_kv_heads,
-                weights["k_norm"],
+                None,
                 weights["k_norm"],
                 g.rms_norm_eps,
                 True,
