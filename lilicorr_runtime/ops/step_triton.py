@@ -374,10 +374,14 @@ def step_linear_triton(
     upcast = weight.dtype == torch.float32 or _interpreted()
     pdl = pdl_mode(x.device)
 
-    def launch(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
+    def launch(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight, rows: int = m) -> None:
+        """The call on the first `rows` rows of x (and of residual and y)."""
         config = dict(config)
         split = config.pop("SPLIT", 1)
-        m_tiles, n_tiles = triton.cdiv(m, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
+        xs = x if rows == m else x[:rows]
+        res = residual if residual is None or rows == m else residual[:rows]
+        y = y if rows == m else y[:rows]
+        m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
         k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
         m_pad = m_tiles * BLOCK_M
         if split > 1:
@@ -389,23 +393,23 @@ def step_linear_triton(
         else:
             workspace = counters = y
         _step_linear[(m_tiles, n_tiles, split)](
-            x,
+            xs,
             w,
             bias if bias is not None else w,
             norm_weight if norm_weight is not None else w,
-            residual if residual is not None else y,
+            res if res is not None else y,
             y,
             workspace,
             counters,
-            m,
+            rows,
             n,
             k,
             k_split,
             m_pad,
             eps,
-            x.stride(0),
+            xs.stride(0),
             w.stride(0),
-            residual.stride(0) if residual is not None else 0,
+            res.stride(0) if res is not None else 0,
             y.stride(0),
             NORM=norm_weight is not None,
             BIAS=bias is not None,
@@ -477,6 +481,11 @@ def split_candidates(n: int, k: int, sm_count: int, shapes=CANDIDATES) -> list[d
 # the weights a tuning graph cycles through: several times an H200's L2, so that reads are cold
 TUNE_BYTES = 256 << 20
 TUNE_CALLS = 16  # calls per tuning graph at least
+# Rows a tile is timed at: one row tile, which costs the same for a one-token step and a batch-1 verify (both fit
+# in it), the decode steps that dominate. Timing at the first call's own row count, usually a prompt's prefill of
+# tens of rows, chose tiles (and split-K) that suited two or more row tiles and were slower at one row: the 8B
+# gate_up's 3-slice split at 82 us against 72 us unsplit at one row.
+TUNE_ROWS = BLOCK_M
 
 
 def time_in_graph(launch, config: dict[str, int], scratch: torch.Tensor, weight: torch.Tensor) -> float:
@@ -527,7 +536,9 @@ def _stored(key: tuple, device: torch.device) -> dict[str, int] | None:
         return None
     sm_count = torch.cuda.get_device_properties(device).multi_processor_count
     tile = tiles.lookup(
-        tiles.device_key(device, CANDIDATES, SPLITS), tiles.shape_key(key), _allowed(key[0], key[1], sm_count)
+        tiles.device_key(device, CANDIDATES, SPLITS, TUNE_ROWS),
+        tiles.shape_key(key),
+        _allowed(key[0], key[1], sm_count),
     )
     if tile is not None:
         TUNED[key] = tile
@@ -535,20 +546,26 @@ def _stored(key: tuple, device: torch.device) -> dict[str, int] | None:
 
 
 def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[str, int]:
-    """The fastest tile shape for this call (`choose_tile`, each candidate timed by `time_in_graph` into a scratch
-    output). Never inside a graph capture (the warm-up runs before it), where the default serves."""
+    """The fastest tile shape for this GEMM (`choose_tile`, each candidate timed by `time_in_graph` into a scratch
+    output) on the first TUNE_ROWS rows of this call, whatever its row count: the tile then serves every later
+    call. Never inside a graph capture (the warm-up runs before it), where the default serves."""
     default = linear_config(key[0], key[1])
     if torch.cuda.is_current_stream_capturing():
         return default
     scratch = torch.empty_like(out)
+    rows = min(out.shape[0], TUNE_ROWS)
     sm_count = torch.cuda.get_device_properties(weight.device).multi_processor_count
+
+    def launch_rows(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
+        launch(config, y, w, rows)
+
     best = choose_tile(
         default,
         lambda leaders: split_candidates(key[0], key[1], sm_count, leaders),
-        lambda config: time_in_graph(launch, config, scratch, weight),
+        lambda config: time_in_graph(launch_rows, config, scratch, weight),
     )
     TUNED[key] = best
-    tiles.remember(tiles.device_key(weight.device, CANDIDATES, SPLITS), tiles.shape_key(key), best)
+    tiles.remember(tiles.device_key(weight.device, CANDIDATES, SPLITS, TUNE_ROWS), tiles.shape_key(key), best)
     return best
 
 

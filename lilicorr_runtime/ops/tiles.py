@@ -54,13 +54,14 @@ def user_path() -> Path | None:
     return Path(base) / "lilicorr" / "step_tiles.json"
 
 
-def device_key(device: torch.device, candidates: Any, splits: Any) -> str:
-    """The GPU (name and compute capability), the Triton version and a fingerprint of the candidate set."""
+def device_key(device: torch.device, candidates: Any, splits: Any, rows: int) -> str:
+    """The GPU (name and compute capability), the Triton version and a fingerprint of the candidate set and of
+    the row count tiles are timed at (a tile chosen another way is not reused)."""
     import triton
 
     index = device.index if device.index is not None else torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
-    fingerprint = hashlib.sha256(repr((FORMAT, candidates, splits)).encode()).hexdigest()[:12]
+    fingerprint = hashlib.sha256(repr((FORMAT, candidates, splits, rows)).encode()).hexdigest()[:12]
     return f"{torch.cuda.get_device_name(index)} sm{major}{minor} triton {triton.__version__} tiles {fingerprint}"
 
 

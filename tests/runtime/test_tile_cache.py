@@ -158,3 +158,30 @@ def test_a_second_process_reuses_the_tuned_tile_without_timing(cache, monkeypatc
     got = step_triton.step_linear_triton(x, w)
     assert step_triton.TUNED[key] == tile
     assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_prefill_first_call_is_tuned_at_one_row_tile(cache, monkeypatch):
+    """The first call of a GEMM is usually a prompt's prefill; its tile must be timed as the decode steps run it,
+    on one row tile, not on the prefill's rows."""
+    rows = 3 * step_triton.BLOCK_M + 5
+    x = torch.randn(rows, 576, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(960, 576, device="cuda", dtype=torch.bfloat16)
+    residual = torch.randn(rows, 960, device="cuda", dtype=torch.bfloat16)
+    monkeypatch.setattr(step_triton, "TUNED", {})
+    timed_rows = []
+
+    def timer(launch, config, scratch, weight):
+        scratch.fill_(float("nan"))
+        launch(config, scratch, weight)
+        written = ~torch.isnan(scratch).all(dim=1)
+        timed_rows.append(int(written.sum()))
+        assert written[: int(written.sum())].all()  # the first rows, not others
+        return float(config["BLOCK_N"])  # any order will do
+
+    monkeypatch.setattr(step_triton, "time_in_graph", timer)
+    got = step_triton.step_linear_triton(x, w, residual=residual)
+    assert timed_rows and set(timed_rows) == {step_triton.TUNE_ROWS}
+    want = (x.float() @ w.float().T + residual.float()).to(torch.bfloat16)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)  # the call itself computed every row
