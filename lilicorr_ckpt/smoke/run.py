@@ -51,6 +51,7 @@ from lilicorr_ckpt.smoke.threads import ThreadChooser
 from lilicorr_ckpt.smoke.ties import first_near_tie
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
+from lilicorr_runtime.ops import warm
 from lilicorr_runtime.target.fast import FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
@@ -148,6 +149,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     device = "cuda" if opts.gpu else "cpu"
     if not opts.gpu:
         cpu_threads()
+    # the kernel variants an earlier run on this GPU compiled, compiled again now in the background, while the
+    # drafter and the target load (a no-op where Triton's cache already holds them)
+    warming = warm.start(device) if opts.gpu else None
     dtype_name = opts.dtype or ("bfloat16" if opts.gpu else "float32")
     dtype = getattr(torch, dtype_name)
 
@@ -218,6 +222,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 f"table ({target.vocab_size} rows): the tokenizer does not belong to this model"
             )
 
+    if warming is not None:
+        progress.note(f"compiling {len(warming.jobs)} kernel variants ahead, {warming.workers} at a time")
+        warming.join()
     first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
     batch = _batch_size(opts, target, drafter, prompts, n)
     # batched arms need the device loop, which runs on the fast target path (on the CPU too, without graphs)
@@ -311,6 +318,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 decoder("head", 0, keep=True), prompts[0], n, opts.temperature, eos, PARITY_BLOCKS
             )
     progress.finish()
+    if opts.gpu:
+        warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
 
     conditions = MeasurementConditions(
         probes=opts.probes,

@@ -50,8 +50,26 @@ def user_path() -> Path | None:
         return None
     if setting:
         return Path(setting).expanduser()
+    return cache_dir() / "step_tiles.json"
+
+
+def cache_dir() -> Path:
+    """Where the runtime keeps what it measured or compiled between processes: $XDG_CACHE_HOME/lilicorr."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lilicorr" / "step_tiles.json"
+    return Path(base) / "lilicorr"
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write `data` as JSON to `path` atomically (a temporary file beside it, then renamed over it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def device_key(device: torch.device, candidates: Any, splits: Any, rows: int) -> str:
@@ -139,14 +157,6 @@ def remember(device: str, shape: str, tile: dict[str, int]) -> None:
     try:
         on_disk = _read(path)
         on_disk.setdefault(device, {})[shape] = dict(tile)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".step_tiles.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"format": FORMAT, "devices": on_disk}, f, indent=1, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_json(path, {"format": FORMAT, "devices": on_disk})
     except OSError as exc:
         _warn(f"write {path}", f"could not write the tile cache {path} ({exc}); later processes tune again")

@@ -1,0 +1,189 @@
+"""Kernel variants compiled ahead (ops/warm.py): what one run compiled, the next fresh Triton cache compiles in
+parallel before the first launch; a damaged, stale or planted table costs compile time, never a wrong kernel."""
+
+from __future__ import annotations
+
+import json
+import types
+import warnings
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from lilicorr_runtime.ops import step_triton, warm  # noqa: E402
+
+DEVICE = "NVIDIA H200 sm90 triton 3.6.0"
+NAME = "lilicorr_runtime.ops.step_triton._step_linear"
+
+
+def _entry(spec: str = '{"name": "x"}', name: str = NAME, source: str = "abc") -> dict[str, str]:
+    return {"name": name, "source": source, "spec": spec}
+
+
+@pytest.fixture
+def table(tmp_path, monkeypatch):
+    path = tmp_path / "cache" / "kernels.json"
+    monkeypatch.setenv(warm.ENV, str(path))
+    monkeypatch.setattr(warm, "BUNDLED", tmp_path / "bundled.json")
+    monkeypatch.setattr(warm, "_recorded", {})
+    monkeypatch.setattr(warm, "_warned", set())
+    return path
+
+
+def _record(monkeypatch, spec: str, module: str = "lilicorr_runtime.ops.step_triton", device: int = 0):
+    monkeypatch.setattr(warm, "device_key", lambda d: f"gpu{d.index}")
+    fn = types.SimpleNamespace(
+        module=module, name="_step_linear", jit_function=types.SimpleNamespace(cache_key="src1")
+    )
+    warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": spec, "device": device})
+
+
+def test_recorded_variants_are_saved_and_merged_with_the_file(table, monkeypatch):
+    _record(monkeypatch, '{"a": 1}')
+    _record(monkeypatch, '{"a": 1}')  # the same variant twice: one entry
+    _record(monkeypatch, '{"b": 2}', device=1)
+    warm.save()
+    data = json.loads(table.read_text())
+    assert data["format"] == warm.FORMAT
+    assert data["devices"]["gpu0"] == [_entry('{"a": 1}', source="src1")]
+    assert data["devices"]["gpu1"] == [_entry('{"b": 2}', source="src1")]
+    monkeypatch.setattr(warm, "_recorded", {})  # another process adds a variant
+    _record(monkeypatch, '{"c": 3}')
+    warm.save()
+    assert [e["spec"] for e in json.loads(table.read_text())["devices"]["gpu0"]] == ['{"a": 1}', '{"c": 3}']
+    assert not list(table.parent.glob(".kernels.*"))  # no temporary left behind
+
+
+def test_only_this_packages_kernels_are_recorded(table, monkeypatch):
+    _record(monkeypatch, '{"a": 1}', module="someone_else.kernels")
+    assert warm.recorded() == {}
+    warm.save()
+    assert not table.exists()
+
+
+def test_stored_reads_the_bundled_table_then_the_users(table, monkeypatch):
+    warm.BUNDLED.write_text(json.dumps({"format": 1, "devices": {DEVICE: [_entry("s1"), _entry("s2")]}}))
+    table.parent.mkdir(parents=True)
+    table.write_text(json.dumps({"format": 1, "devices": {DEVICE: [_entry("s2"), _entry("s3")]}}))
+    assert [e["spec"] for e in warm.stored(DEVICE)] == ["s1", "s2", "s3"]
+    assert warm.stored("another GPU") == []
+    monkeypatch.setenv(warm.ENV, "off")
+    assert warm.user_path() is None
+    assert warm.stored(DEVICE) == []
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        _entry(name="os.system"),  # not this package's
+        {**_entry(), "extra": "x"},
+        {"name": NAME, "source": "abc", "spec": {"not": "a string"}},
+        "a string",
+    ],
+)
+def test_malformed_entries_are_dropped(table, entry):
+    warm.BUNDLED.write_text(json.dumps({"format": 1, "devices": {DEVICE: [entry, _entry("good")]}}))
+    assert [e["spec"] for e in warm.stored(DEVICE)] == ["good"]
+
+
+@pytest.mark.parametrize("content", ["{not json", json.dumps({"format": 99, "devices": {}}), json.dumps([1])])
+def test_a_damaged_table_is_ignored_with_one_warning(table, content):
+    table.parent.mkdir(parents=True)
+    table.write_text(content)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert warm.read(table) == {}
+        assert warm.read(table) == {}
+    assert len(caught) == 1 and "kernel table" in str(caught[0].message)
+
+
+def test_a_table_keeps_at_most_max_entries_per_device(table, monkeypatch):
+    monkeypatch.setattr(warm, "MAX_ENTRIES", 3)
+    for i in range(5):
+        _record(monkeypatch, f"spec{i}")
+    warm.save()
+    assert [e["spec"] for e in warm.read(table)["gpu0"]] == ["spec2", "spec3", "spec4"]  # the newest
+
+
+def test_an_unwritable_table_costs_a_warning_not_the_run(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv(warm.ENV, str(blocker / "kernels.json"))  # its parent is a file
+    monkeypatch.setattr(warm, "_recorded", {})
+    monkeypatch.setattr(warm, "_warned", set())
+    _record(monkeypatch, "s")
+    with pytest.warns(RuntimeWarning, match="could not write the kernel table"):
+        warm.save()
+
+
+def test_only_this_packages_kernels_resolve():
+    if step_triton._interpreted():  # TRITON_INTERPRET: nothing is compiled, so nothing resolves to warm
+        assert warm._kernel(NAME) is None
+    else:
+        assert warm._kernel(NAME) is step_triton._step_linear
+    assert warm._kernel("os.system") is None
+    assert warm._kernel("lilicorr_runtime.ops.step_triton.torch") is None  # not a kernel
+    assert warm._kernel("lilicorr_runtime.ops.no_such_module._k") is None
+    assert warm._kernel("lilicorr_runtime.ops.step_triton.a b") is None
+
+
+def _add_one(x_ptr, n):
+    pass
+
+
+def test_a_shadow_compiles_into_its_own_kernel_tables():
+    from triton.runtime.jit import JITFunction
+
+    kernel = JITFunction(_add_one)  # compiled, whatever TRITON_INTERPRET says
+    twin = warm._shadow(kernel)
+    assert twin.device_caches is not kernel.device_caches
+    assert twin._fn_name == kernel._fn_name  # preload accepts the kernel's own records
+    assert twin.cache_key == kernel.cache_key  # so its disk entries are the kernel's
+    twin.device_caches["somewhere"] = ("a table",)
+    assert "somewhere" not in kernel.device_caches
+
+
+def test_start_does_nothing_without_cuda(table, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert warm.start("cuda", entries=[_entry()]) is None
+    assert warm.start("cpu", entries=[_entry()]) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_recorded_variants_compile_ahead_into_a_fresh_cache(table, tmp_path, monkeypatch):
+    import triton
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-a"))
+    monkeypatch.setattr(step_triton, "TUNED", {})
+    for caches in step_triton._step_linear.device_caches.values():
+        caches[0].clear()  # this process's kernels, as a fresh process has none
+    assert warm.record()
+    x = torch.randn(3, 576, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(960, 576, device="cuda", dtype=torch.bfloat16)
+    config = step_triton.linear_config(960, 576)
+    want = step_triton.step_linear_triton(x, w, config=config)
+    entries = [e for es in warm.recorded().values() for e in es if e["name"].endswith("_step_linear")]
+    assert entries
+    bad = {**entries[0], "spec": entries[0]["spec"].replace('"BLOCK_K"', '"NOT_A_PARAM"')}
+    stale = {**entries[0], "source": "another source"}
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-b"))  # a fresh Triton cache
+    for caches in step_triton._step_linear.device_caches.values():
+        caches[0].clear()
+    job = warm.start("cuda", entries=[*entries, bad, stale])
+    assert job is not None and len(job.jobs) == len(entries) + 1  # the stale one is not even tried
+    job.join()
+    assert (job.compiled, job.failed) == (len(entries), 1)
+    assert all(not caches[0] for caches in step_triton._step_linear.device_caches.values())
+
+    hits = []
+    triton.knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
+    try:
+        got = step_triton.step_linear_triton(x, w, config=config)
+    finally:
+        triton.knobs.compilation.listener = None
+    assert hits and all(hits)  # found on disk, not compiled again
+    assert torch.equal(got, want)
