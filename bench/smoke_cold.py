@@ -1,10 +1,12 @@
 """What a first smoke run on a fresh machine costs: the same smoke command, one process each, under three cache
 states, in this order, with the wall time of each (interpreter start, target load and everything else included):
 
-    no stored tiles   a fresh Triton cache and LILICORR_TILE_CACHE=off: every kernel compiled, every step GEMM
-                      shape tuned (what a fresh machine paid before tiles were stored)
-    bundled tiles     a fresh Triton cache and an empty tile cache: every kernel compiled, the shapes in the
-                      package's table (ops/tiles.json) not tuned (a fresh machine now)
+    no stored tiles   a fresh Triton cache, LILICORR_TILE_CACHE=off and LILICORR_KERNEL_CACHE=off: every kernel
+                      compiled as it is first launched, every step GEMM shape tuned (what a fresh machine paid
+                      before tiles and kernel variants were stored)
+    bundled tiles     a fresh Triton cache and empty user tables: the shapes in the package's tile table
+                      (ops/tiles.json) not tuned, the variants in its kernel table (ops/kernels.json) compiled
+                      ahead in parallel while the models load (a fresh machine now)
     warm              the caches the run before left: nothing compiled, nothing tuned
 
     python bench/smoke_cold.py -- examples/smollm2-lilicorr -t GGUF -r vllm --gpu --limit 0
@@ -51,7 +53,8 @@ def main() -> None:
     parser.add_argument(
         "--dir",
         help="keep the caches in DIR (empty or new) instead of a temporary directory: later runs can then reuse "
-        "the warm state with TRITON_CACHE_DIR=DIR/triton-b LILICORR_TILE_CACHE=DIR/tiles.json",
+        "the warm state with TRITON_CACHE_DIR=DIR/triton-b LILICORR_TILE_CACHE=DIR/tiles.json "
+        "LILICORR_KERNEL_CACHE=DIR/kernels.json",
     )
     args = parser.parse_args()
     smoke = args.smoke[1:] if args.smoke[:1] == ["--"] else args.smoke
@@ -68,11 +71,19 @@ def main() -> None:
                 run(
                     "no stored tiles",
                     smoke,
-                    {"TRITON_CACHE_DIR": str(base / "triton-a"), "LILICORR_TILE_CACHE": "off"},
+                    {
+                        "TRITON_CACHE_DIR": str(base / "triton-a"),
+                        "LILICORR_TILE_CACHE": "off",
+                        "LILICORR_KERNEL_CACHE": "off",
+                    },
                     args.tail,
                 )
             )
-        fresh = {"TRITON_CACHE_DIR": str(base / "triton-b"), "LILICORR_TILE_CACHE": str(base / "tiles.json")}
+        fresh = {
+            "TRITON_CACHE_DIR": str(base / "triton-b"),
+            "LILICORR_TILE_CACHE": str(base / "tiles.json"),
+            "LILICORR_KERNEL_CACHE": str(base / "kernels.json"),
+        }
         rows.append(run("bundled tiles", smoke, fresh, args.tail))
         rows.append(run("warm", smoke, fresh, args.tail))
     print(f"\n{time.strftime('%Y-%m-%d')}  smoke {' '.join(smoke)}")

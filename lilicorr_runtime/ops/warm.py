@@ -7,7 +7,7 @@ GPU: a variant is a kernel with its specialization (constexprs, tile, argument d
 Triton can serialize and compile again from that record alone (`JITFunction.preload`).
 
 - `record()` installs a Triton post-compile hook that notes every variant of the runtime's own kernels
-  (`lilicorr_runtime.*`) this process compiles or loads; `save()` merges them into a per-user table,
+  (`lilicorr_runtime.*`) this process's launches compile or load (not what a warm-up compiled); `save()` merges them into a per-user table,
   `$XDG_CACHE_HOME/lilicorr/kernels.json` (default `~/.cache/...`) or the path in LILICORR_KERNEL_CACHE;
 - a table shipped with the package (kernels.json beside this module) holds the variants of the bundled example
   models on the GPUs named in it;
@@ -125,6 +125,8 @@ def _hook(*, key: Any = None, repr: Any = None, fn: Any = None, compile: Any = N
     """Triton's post-compile hook: note a variant of one of this package's kernels."""
     try:
         jit = fn.jit_function
+        if getattr(jit, "_lilicorr_shadow", False):  # a warm-up's compile: only what launches use is noted
+            return
         name = f"{fn.module}.{fn.name}"
         spec = compile["specialization_data"]
         if not name.startswith(PACKAGE) or not isinstance(spec, str):
@@ -203,6 +205,7 @@ def _shadow(fn: Any) -> Any:
     disk cache (keyed by the variant's real specialization) but never in the tables the kernel's launches use."""
     twin = copy.copy(fn)
     twin.device_caches = collections.defaultdict(twin.create_binder)
+    twin._lilicorr_shadow = True
     return twin
 
 

@@ -56,6 +56,16 @@ def test_recorded_variants_are_saved_and_merged_with_the_file(table, monkeypatch
     assert not list(table.parent.glob(".kernels.*"))  # no temporary left behind
 
 
+def test_what_a_warm_up_compiles_is_not_recorded(table, monkeypatch):
+    from triton.runtime.jit import JITFunction
+
+    monkeypatch.setattr(warm, "device_key", lambda d: "gpu")
+    twin = warm._shadow(JITFunction(_add_one))
+    fn = types.SimpleNamespace(module="lilicorr_runtime.ops.x", name="_add_one", jit_function=twin)
+    warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": "s", "device": 0})
+    assert warm.recorded() == {}
+
+
 def test_only_this_packages_kernels_are_recorded(table, monkeypatch):
     _record(monkeypatch, '{"a": 1}', module="someone_else.kernels")
     assert warm.recorded() == {}
@@ -187,3 +197,17 @@ def test_recorded_variants_compile_ahead_into_a_fresh_cache(table, tmp_path, mon
         triton.knobs.compilation.listener = None
     assert hits and all(hits)  # found on disk, not compiled again
     assert torch.equal(got, want)
+
+
+def test_the_bundled_table_is_well_formed():
+    import importlib
+
+    data = json.loads(warm.BUNDLED.read_text())
+    assert data["format"] == warm.FORMAT
+    for entries in data["devices"].values():
+        assert 0 < len(entries) <= warm.MAX_ENTRIES
+        for entry in entries:
+            assert warm._entry_ok(entry), entry
+            module, _, attr = entry["name"].rpartition(".")
+            assert getattr(importlib.import_module(module), attr, None) is not None, entry["name"]
+            assert json.loads(entry["spec"])["name"] == entry["name"]
