@@ -22,8 +22,12 @@ end (rounding differs from the unfused Qwen3RMSNorm by a few ulps of the input d
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import torch
 import triton
@@ -374,8 +378,15 @@ def step_linear_triton(
     upcast = weight.dtype == torch.float32 or _interpreted()
     pdl = pdl_mode(x.device)
 
-    def launch(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight, rows: int = m) -> None:
-        """The call on the first `rows` rows of x (and of residual and y)."""
+    def launch(
+        config: dict[str, int],
+        y: torch.Tensor,
+        w: torch.Tensor = weight,
+        rows: int = m,
+        compile_only: bool = False,
+    ) -> None:
+        """The call on the first `rows` rows of x (and of residual and y); `compile_only`: compile the kernel the
+        call would run (Triton's warmup), launching nothing."""
         config = dict(config)
         split = config.pop("SPLIT", 1)
         xs = x if rows == m else x[:rows]
@@ -392,7 +403,9 @@ def step_linear_triton(
             counters = _counters(x.device, m_tiles * n_tiles)
         else:
             workspace = counters = y
-        _step_linear[(m_tiles, n_tiles, split)](
+        grid = (m_tiles, n_tiles, split)
+        kernel = functools.partial(_step_linear.warmup, grid=grid) if compile_only else _step_linear[grid]
+        kernel(
             xs,
             w,
             bias if bias is not None else w,
@@ -559,17 +572,51 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
     def launch_rows(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
         launch(config, y, w, rows)
 
+    def compile_all(configs: list[dict[str, int]]) -> None:
+        variants = {}  # split counts are a runtime argument: every SPLIT > 1 of a tile is one kernel
+        for config in configs:
+            tile = {k: v for k, v in config.items() if k != "SPLIT"}
+            variants.setdefault((tuple(sorted(tile.items())), config.get("SPLIT", 1) > 1), config)
+        compile_in_parallel(
+            lambda config: launch(config, scratch, weight, rows, compile_only=True), list(variants.values())
+        )
+
     best = choose_tile(
         default,
         lambda leaders: split_candidates(key[0], key[1], sm_count, leaders),
         lambda config: time_in_graph(launch_rows, config, scratch, weight),
+        compile_all,
     )
     TUNED[key] = best
     tiles.remember(tiles.device_key(weight.device, CANDIDATES, SPLITS, TUNE_ROWS), tiles.shape_key(key), best)
     return best
 
 
-def choose_tile(default: dict[str, int], splits_of, timer) -> dict[str, int]:
+COMPILE_THREADS = 8  # candidate tiles compiled at once before they are timed
+
+
+def compile_in_parallel(compile_one: Callable[[dict[str, int]], Any], configs: list[dict[str, int]]) -> None:
+    """Compile every candidate tile at once (Triton's compiler leaves the interpreter lock while it works), so
+    that timing them finds each compiled: a fresh machine tuning a weight shape compiled its ~10 candidates one
+    after another. A candidate that fails to compile is left to the timer, which skips what cannot run."""
+    if len(configs) < 2:
+        return
+
+    device = torch.cuda.current_device() if torch.cuda.is_available() else None
+
+    def one(config: dict[str, int]) -> None:
+        with contextlib.suppress(Exception):
+            if device is None:
+                compile_one(config)
+            else:
+                with torch.cuda.device(device):  # a thread's CUDA device is its own
+                    compile_one(config)
+
+    with ThreadPoolExecutor(min(COMPILE_THREADS, len(configs)), thread_name_prefix="lilicorr-tile") as pool:
+        list(pool.map(one, configs))
+
+
+def choose_tile(default: dict[str, int], splits_of, timer, compile_all=None) -> dict[str, int]:
     """The tile with the least time by `timer` (a config -> its time; raising when the config cannot run): every
     tile of CANDIDATES and `default` without split-K, then `splits_of(the best two)`, then again, in the reverse
     order, the finalists: the best two overall, the best two unsplit and the best two split, each keeping its
@@ -580,6 +627,9 @@ def choose_tile(default: dict[str, int], splits_of, timer) -> dict[str, int]:
     times: dict[tuple, tuple[dict[str, int], float]] = {}
 
     def measure(configs) -> None:
+        configs = list(configs)
+        if compile_all is not None:
+            compile_all([c for c in configs if tuple(sorted(c.items())) not in times])
         for config in configs:
             try:
                 elapsed = timer(config)

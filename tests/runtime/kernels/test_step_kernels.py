@@ -440,6 +440,50 @@ def test_choose_tile_retimes_the_best_unsplit_tile_even_when_split_tiles_fill_th
     assert chosen == fastest  # 91 at first, under six split tiles at 80.2-80.4; retimed at 70
 
 
+def test_choose_tile_compiles_each_batch_of_candidates_before_timing_it():
+    events: list[tuple[str, object]] = []
+
+    def compile_all(configs):
+        events.append(("compile", [tuple(sorted(c.items())) for c in configs]))
+
+    def timer(config):
+        events.append(("time", tuple(sorted(config.items()))))
+        return 100.0 - config.get("SPLIT", 1)
+
+    def splits_of(leaders):
+        return [{**c, "SPLIT": 2} for c in leaders]
+
+    default = step_ops.linear_config(4096, 4096)
+    step_ops.choose_tile(default, splits_of, timer, compile_all)
+    compiles = [i for i, (kind, _) in enumerate(events) if kind == "compile"]
+    first, second = events[compiles[0]][1], events[compiles[1]][1]
+    every = {tuple(sorted(c.items())) for c in (default, *step_ops.CANDIDATES)}
+    assert len(first) == len({*first}) and set(first) == every
+    assert all(kind == "time" for kind, _ in events[compiles[0] + 1 : compiles[1]])
+    timed_first = [name for kind, name in events[compiles[0] + 1 : compiles[1]]]
+    assert timed_first == first  # every tile of the batch compiled before the first is timed
+    assert len(second) == 2 and all(dict(c)["SPLIT"] == 2 for c in second)
+    assert len(compiles) == 2 or events[compiles[2]][1] == []  # the finalists were compiled already
+
+
+def test_compile_in_parallel_compiles_candidates_at_once_and_survives_failures():
+    import threading
+
+    together = threading.Barrier(3, timeout=20)
+    done: list[int] = []
+
+    def compile_one(config):
+        together.wait()  # only returns once three compiles run at the same time
+        if config["BLOCK_N"] == 32:
+            raise RuntimeError("out of shared memory")
+        done.append(config["BLOCK_N"])
+
+    configs = [{"BLOCK_N": b} for b in (16, 32, 64)]
+    step_ops.compile_in_parallel(compile_one, configs)
+    assert sorted(done) == [16, 64]
+    assert not together.broken
+
+
 def test_choose_tile_skips_tiles_that_cannot_run_and_falls_back_to_the_default():
     default = step_ops.linear_config(64, 64)
 
