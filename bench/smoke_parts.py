@@ -33,9 +33,9 @@ def main() -> None:
     console.Progress._write = stamped
     start = console.Progress.start
 
-    def started(self, total: int) -> None:  # the decoding of the probes begins
-        marks.append((time.perf_counter() - BEGIN, f"decoding ({total} generations)"))
-        start(self, total)
+    def started(self, total: int, *args, **kwargs) -> None:  # a counted part begins
+        marks.append((time.perf_counter() - BEGIN, f"{kwargs.get('unit') or self.unit} ({total})"))
+        start(self, total, *args, **kwargs)
 
     console.Progress.start = started
     console.Progress.for_terminal = classmethod(  # lines, not a self-overwriting bar, whatever stderr is

@@ -19,13 +19,14 @@ LILICORR_KERNEL_CACHE=off reads and writes neither table. What a variant compile
 cache, keyed by the variant's own specialization: the preload runs on a copy of the kernel with kernel tables of
 its own, so every launch still finds its kernel by its own specialization (a disk hit). A damaged, stale or
 planted entry can therefore cost compile time, never run a kernel other than the one its launch asks for. An entry is compiled only if it names a kernel of this
-package whose source is unchanged since it was recorded (Triton's source hash).
+package whose own source text is unchanged since it was recorded.
 """
 
 from __future__ import annotations
 
 import collections
 import copy
+import hashlib
 import importlib
 import json
 import os
@@ -133,7 +134,7 @@ def _hook(*, key: Any = None, repr: Any = None, fn: Any = None, compile: Any = N
             return
         device = device_key(torch.device("cuda", int(compile["device"])))
         with _lock:
-            _recorded.setdefault(device, {})[spec] = {"name": name, "source": jit.cache_key, "spec": spec}
+            _recorded.setdefault(device, {})[spec] = {"name": name, "source": source_hash(jit), "spec": spec}
     except Exception:  # a Triton whose hook passes other things: nothing is recorded
         return
 
@@ -186,6 +187,16 @@ def save() -> None:
             tiles.write_json(path, {"format": FORMAT, "devices": table})
     except OSError as exc:
         _warn(f"write {path}", f"could not write the kernel table {path} ({exc})")
+
+
+def source_hash(fn: Any) -> str | None:
+    """A hash of a kernel's own source text. Not Triton's cache key, which also hashes the line the kernel starts
+    on, so that any edit above a kernel in its file would make every stored variant of it stale; a changed helper
+    changes what a variant compiles to, never the specialization a launch asks for."""
+    src = getattr(fn, "src", None)
+    if not isinstance(src, str):
+        return None
+    return hashlib.sha256(src.encode()).hexdigest()[:16]
 
 
 def _kernel(name: str) -> Any:
@@ -272,10 +283,7 @@ def start(
         if fn is None:
             continue
         if entry["name"] not in sources:
-            try:
-                sources[entry["name"]] = fn.cache_key
-            except Exception:
-                sources[entry["name"]] = None
+            sources[entry["name"]] = source_hash(fn)
         if sources[entry["name"]] == entry["source"]:  # the kernel's source is the one recorded
             if entry["name"] not in shadows:
                 shadows[entry["name"]] = _shadow(fn)

@@ -16,6 +16,7 @@ from lilicorr_runtime.ops import step_triton, warm  # noqa: E402
 
 DEVICE = "NVIDIA H200 sm90 triton 3.6.0"
 NAME = "lilicorr_runtime.ops.step_triton._step_linear"
+SRC1 = warm.source_hash(types.SimpleNamespace(src="def k(): pass"))
 
 
 def _entry(spec: str = '{"name": "x"}', name: str = NAME, source: str = "abc") -> dict[str, str]:
@@ -35,7 +36,7 @@ def table(tmp_path, monkeypatch):
 def _record(monkeypatch, spec: str, module: str = "lilicorr_runtime.ops.step_triton", device: int = 0):
     monkeypatch.setattr(warm, "device_key", lambda d: f"gpu{d.index}")
     fn = types.SimpleNamespace(
-        module=module, name="_step_linear", jit_function=types.SimpleNamespace(cache_key="src1")
+        module=module, name="_step_linear", jit_function=types.SimpleNamespace(src="def k(): pass")
     )
     warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": spec, "device": device})
 
@@ -47,8 +48,8 @@ def test_recorded_variants_are_saved_and_merged_with_the_file(table, monkeypatch
     warm.save()
     data = json.loads(table.read_text())
     assert data["format"] == warm.FORMAT
-    assert data["devices"]["gpu0"] == [_entry('{"a": 1}', source="src1")]
-    assert data["devices"]["gpu1"] == [_entry('{"b": 2}', source="src1")]
+    assert data["devices"]["gpu0"] == [_entry('{"a": 1}', source=SRC1)]
+    assert data["devices"]["gpu1"] == [_entry('{"b": 2}', source=SRC1)]
     monkeypatch.setattr(warm, "_recorded", {})  # another process adds a variant
     _record(monkeypatch, '{"c": 3}')
     warm.save()
@@ -143,6 +144,23 @@ def _add_one(x_ptr, n):
     pass
 
 
+def test_the_source_hash_ignores_where_the_kernel_starts_but_not_its_text(tmp_path, monkeypatch):
+    import importlib
+
+    from triton.runtime.jit import JITFunction
+
+    body = "def kernel(x_ptr, n):\n    pass\n"
+    (tmp_path / "k_top.py").write_text(body)
+    (tmp_path / "k_low.py").write_text("\n" * 40 + body)  # an edit above the kernel moved it down
+    (tmp_path / "k_new.py").write_text(body.replace("pass", "n = n + 1"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    top, low, new = (JITFunction(importlib.import_module(m).kernel) for m in ("k_top", "k_low", "k_new"))
+    assert top.cache_key != low.cache_key  # Triton's key moves with the line
+    assert warm.source_hash(top) == warm.source_hash(low)
+    assert warm.source_hash(top) != warm.source_hash(new)
+    assert warm.source_hash(types.SimpleNamespace()) is None
+
+
 def test_a_shadow_compiles_into_its_own_kernel_tables():
     from triton.runtime.jit import JITFunction
 
@@ -179,6 +197,7 @@ def test_recorded_variants_compile_ahead_into_a_fresh_cache(table, tmp_path, mon
     assert entries
     bad = {**entries[0], "spec": entries[0]["spec"].replace('"BLOCK_K"', '"NOT_A_PARAM"')}
     stale = {**entries[0], "source": "another source"}
+    assert entries[0]["source"] == warm.source_hash(step_triton._step_linear)
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-b"))  # a fresh Triton cache
     for caches in step_triton._step_linear.device_caches.values():
