@@ -37,20 +37,31 @@ _loaded: dict[str, dict[str, dict[str, int]]] | None = None  # device key -> sha
 _warned: set[str] = set()
 
 
+def warn_once(warned: set[str], key: str, message: str, stacklevel: int = 4) -> None:
+    """A RuntimeWarning, once per `key` in `warned` (a damaged or unwritable file is named once, not per read)."""
+    if key not in warned:
+        warned.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=stacklevel)
+
+
 def _warn(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+    warn_once(_warned, key, message, stacklevel=5)
 
 
-def user_path() -> Path | None:
-    """The per-user file, or None when LILICORR_TILE_CACHE=off."""
-    setting = os.environ.get(ENV, "").strip()
+def env_path(env: str, name: str) -> Path | None:
+    """The file named by the environment variable `env`, or `name` in cache_dir() when it is unset; None when
+    it says `off`."""
+    setting = os.environ.get(env, "").strip()
     if setting.lower() == "off":
         return None
     if setting:
         return Path(setting).expanduser()
-    return cache_dir() / "step_tiles.json"
+    return cache_dir() / name
+
+
+def user_path() -> Path | None:
+    """The per-user file, or None when LILICORR_TILE_CACHE=off."""
+    return env_path(ENV, "step_tiles.json")
 
 
 def cache_dir() -> Path:

@@ -32,7 +32,6 @@ import json
 import os
 import threading
 import time
-import warnings
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,19 +53,12 @@ _warned: set[str] = set()
 
 
 def _warn(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
+    tiles.warn_once(_warned, key, message, stacklevel=4)
 
 
 def user_path() -> Path | None:
     """The per-user table, or None when LILICORR_KERNEL_CACHE=off."""
-    setting = os.environ.get(ENV, "").strip()
-    if setting.lower() == "off":
-        return None
-    if setting:
-        return Path(setting).expanduser()
-    return tiles.cache_dir() / "kernels.json"
+    return tiles.env_path(ENV, "kernels.json")
 
 
 def device_key(device: torch.device) -> str:
