@@ -7,12 +7,14 @@
 
 Three tables, all from one process (compare the ratios, not numbers across runs):
 
-1. Every step GEMM shape the step tuned: the tile it chose (SPLIT > 1 is split-K), microseconds per one-row
+1. Every step GEMM shape the step tuned: the tile it chose (SPLIT > 1 is split-K, STREAM
+   stream-K with that many programs per SM), microseconds per one-row
    call replayed back to back from a CUDA graph over copies of the weights larger than L2 (as the
    tuner times it), and the share of the copy bandwidth its weights stream at, beside the best
-   tile without split-K.
-2. The target step by setting (LILICORR_PDL, programmatic dependent launch, and LILICORR_MLP, where the MLP's
-   silu(gate) * up runs; each with its own tuning and graphs): target-only tok/s, the step at 1 and 8 rows.
+   tile without split-K or stream-K.
+2. The target step by setting (LILICORR_PDL, programmatic dependent launch, LILICORR_MLP, where the MLP's
+   silu(gate) * up runs, and LILICORR_STREAM_K, whether stream-K tiles are candidates; each with its own tuning
+   and graphs): target-only tok/s, the step at 1 and 8 rows.
 3. One graph-replayed one-token step under torch.profiler: the sum of its kernels' times against the span from
    the first kernel's start to the last one's end (what is not kernel time is launch latency between kernels),
    and the kernels by name.
@@ -74,9 +76,7 @@ def gemm_table(bandwidth: float, sweep: bool = False) -> list[tuple]:
         best_plain = min(((timed(c), c) for c in plain), key=lambda t: t[0])
         tuned_us = timed(tuned)
         if sweep:
-            every = plain + step_ops.split_candidates(
-                n, k, torch.cuda.get_device_properties(0).multi_processor_count
-            )
+            every = plain + step_ops.divided_candidates(n, k, step_ops.sm_count(torch.device("cuda")))
             times = sorted(((timed(c), c) for c in every), key=lambda t: t[0])
             print(f"sweep N={n} K={k} gated={gated}: {len(times)} tiles, fastest first (us)")
             for us, c in times[:6] + times[-2:]:
@@ -124,7 +124,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="0,late",
-        help="settings to compare, in order: LILICORR_PDL[:LILICORR_MLP], e.g. 0:epilogue,late:prologue",
+        help="settings to compare, in order: LILICORR_PDL[:LILICORR_MLP[:LILICORR_STREAM_K]], e.g. "
+        "0:epilogue,late:prologue or 0:epilogue:off,0:epilogue:on",
     )
     parser.add_argument(
         "--sweep", action="store_true", help="also time every tile candidate of each GEMM shape"
@@ -135,6 +136,7 @@ def main() -> None:
     if not args.target and not args.random:
         parser.error("give TARGET or --random SHAPE")
     bench = _bench_target()
+    from lilicorr_runtime.ops import step_triton as step_ops
     from lilicorr_runtime.target.fast import FastTarget, tokens_per_second
     from lilicorr_runtime.target.load import load_target
 
@@ -158,9 +160,12 @@ def main() -> None:
     model = base.model
     del base
     for mode in args.modes.split(","):
-        pdl, _, mlp = mode.partition(":")
+        pdl, _, rest = mode.partition(":")
+        mlp, _, stream = rest.partition(":")
         os.environ["LILICORR_PDL"] = pdl
         os.environ["LILICORR_MLP"] = mlp or "epilogue"
+        os.environ["LILICORR_STREAM_K"] = stream or "on"
+        step_ops.TUNED.clear()  # each setting tunes (or reads the stored tiles of) its own candidate set
         target = FastTarget(model)
         tps = tokens_per_second(target, prompt, args.tokens)
         steps = [bench.step_latency(target, r, taps) * 1e3 for r in (1, 8)]

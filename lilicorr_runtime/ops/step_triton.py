@@ -61,6 +61,8 @@ CANDIDATES = (
 )
 # slices of K a narrow matrix's split-K candidates take (SPLIT is a runtime argument: no recompile per count)
 SPLITS = (2, 3, 4, 6, 8)
+# programs per SM a stream-K candidate runs (STREAM; the program count is the grid: no recompile per count)
+STREAMS = (1, 2, 3)
 TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, gated input, dtypes, PDL) -> the tile in use
 
 
@@ -345,6 +347,180 @@ def _step_linear(
             )
 
 
+# ---------------------------------------------------------------- step_linear, stream-K
+#
+# The same GEMM with the work cut another way, for matrices whose column tiles do not fill the device evenly (a
+# Qwen3-8B gate_up at one row: 192 tiles of 64 columns on 132 SMs, one program per SM at four stages, leaves the
+# second wave of programs half empty). The (column tile, K tile) units, column tile after column tile, are split
+# into PROGRAMS contiguous ranges of (nearly) equal length, one per program: each program reads the same number of
+# weight bytes, whatever the tile count. A program finishes the tiles its range covers whole; a tile shared by two
+# or more programs is finished, as in split-K, by the last of them to arrive, which adds their partial sums in
+# program order (that is, in K order). The cut depends only on the weight's shape and PROGRAMS (never on the row
+# count), so the result is the same bit for bit for every row count: batch invariance holds as for split-K.
+#
+# Workspace, per row tile: 2 x PROGRAMS slots of [BLOCK_M, BLOCK_N] partial sums ([BLOCK_M, 2 x BLOCK_N] when
+# gated), slot 2p for the segment program p starts its range with (when that does not start a tile) and 2p + 1
+# for the one it ends it with; then as many [BLOCK_M] partial sums of squares.
+
+
+@triton.jit
+def _stream_owner(unit, PROGRAMS, TOTAL):
+    """The program whose range holds `unit`: range p is [p·TOTAL // PROGRAMS, (p + 1)·TOTAL // PROGRAMS)."""
+    return ((unit + 1) * PROGRAMS + TOTAL - 1) // TOTAL - 1
+
+
+@triton.jit
+def _step_linear_stream(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    g_ptr,
+    r_ptr,
+    y_ptr,
+    ws_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    KB,
+    eps,
+    s_xm,
+    s_wn,
+    s_rm,
+    s_ym,
+    NORM: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
+    GATED_X: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid = tl.program_id(1).to(tl.int64)
+    programs = tl.num_programs(1).to(tl.int64)
+    n_tiles = tl.cdiv(N, BLOCK_N)
+    total = (n_tiles * KB).to(tl.int64)
+    u0 = pid * total // programs
+    u1 = (pid + 1) * total // programs
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * s_xm
+    width: tl.constexpr = 2 * BLOCK_N if GATED else BLOCK_N
+    slots = 2 * programs
+    sq_base = ws_ptr + pid_m.to(tl.int64) * slots * BLOCK_M * (width + 1) + slots * BLOCK_M * width
+    slot_rows = ws_ptr + pid_m.to(tl.int64) * slots * BLOCK_M * (width + 1)
+    part_offsets = tl.arange(0, BLOCK_M)[:, None] * width + tl.arange(0, BLOCK_N)[None, :]
+    for t in range(u0 // KB, (u1 + KB - 1) // KB):
+        t_lo = t * KB
+        lo = tl.maximum(u0, t_lo)
+        hi = tl.minimum(u1, t_lo + KB)
+        rn = t * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = rn < N
+        w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
+        acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+        squares = tl.zeros((BLOCK_M,), tl.float32)
+        for kb in range(lo - t_lo, hi - t_lo):
+            kk = kb * BLOCK_K + rk
+            k_ok = kk < K
+            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty)
+            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            wu = w
+            if GATED:
+                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            acc, acc_up, squares = _dot_tile(
+                x,
+                w,
+                wu,
+                g_ptr,
+                kk,
+                k_ok,
+                acc,
+                acc_up,
+                squares,
+                NORM,
+                GATED,
+                UPCAST,
+                PRECISION,
+                w_ptr.dtype.element_ty,
+            )
+        out_mask = m_ok[:, None] & n_ok[None, :]
+        if (lo == t_lo) & (hi == t_lo + KB):  # the whole tile is this program's
+            _linear_epilogue(
+                acc,
+                acc_up,
+                squares,
+                bias_ptr,
+                r_ptr,
+                y_ptr,
+                rm,
+                rn,
+                n_ok,
+                out_mask,
+                K,
+                eps,
+                s_rm,
+                s_ym,
+                NORM,
+                BIAS,
+                RESIDUAL,
+                GATED,
+            )
+        else:
+            slot = 2 * pid + (lo != u0).to(tl.int64)
+            part = slot_rows + slot * BLOCK_M * width + part_offsets
+            tl.store(part, acc)
+            if GATED:
+                tl.store(part + BLOCK_N, acc_up)
+            if NORM:
+                tl.store(sq_base + slot * BLOCK_M + tl.arange(0, BLOCK_M), squares)
+            tl.debug_barrier()  # every thread's partial is written before the arrival is counted
+            first = _stream_owner(t_lo, programs, total)
+            last = _stream_owner(t_lo + KB - 1, programs, total)
+            counter = cnt_ptr + pid_m * n_tiles + t
+            arrived = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+            if arrived == last - first:  # the last of the tile's programs: add the partials in K order
+                acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+                acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+                squares = tl.zeros((BLOCK_M,), tl.float32)
+                for q in range(first, last + 1):
+                    q_slot = 2 * q + (q * total // programs < t_lo).to(tl.int64)
+                    q_part = slot_rows + q_slot * BLOCK_M * width + part_offsets
+                    acc += tl.load(q_part, cache_modifier=".cg")
+                    if GATED:
+                        acc_up += tl.load(q_part + BLOCK_N, cache_modifier=".cg")
+                    if NORM:
+                        squares += tl.load(
+                            sq_base + q_slot * BLOCK_M + tl.arange(0, BLOCK_M), cache_modifier=".cg"
+                        )
+                tl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")  # ready for the next call
+                _linear_epilogue(
+                    acc,
+                    acc_up,
+                    squares,
+                    bias_ptr,
+                    r_ptr,
+                    y_ptr,
+                    rm,
+                    rn,
+                    n_ok,
+                    out_mask,
+                    K,
+                    eps,
+                    s_rm,
+                    s_ym,
+                    NORM,
+                    BIAS,
+                    RESIDUAL,
+                    GATED,
+                )
+
+
 def step_linear_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -389,10 +565,14 @@ def step_linear_triton(
         call would run (Triton's warmup), launching nothing."""
         config = dict(config)
         split = config.pop("SPLIT", 1)
+        stream = config.pop("STREAM", 0)
         xs = x if rows == m else x[:rows]
         res = residual if residual is None or rows == m else residual[:rows]
         y = y if rows == m else y[:rows]
         m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
+        if stream:
+            _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only)
+            return
         k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
         m_pad = m_tiles * BLOCK_M
         if split > 1:
@@ -438,6 +618,49 @@ def step_linear_triton(
             **_pdl_launch(x.device),
         )
 
+    def _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only) -> None:
+        kb = triton.cdiv(k, config["BLOCK_K"])
+        programs = stream_programs(stream, n_tiles * kb, x.device)
+        width = 2 * config["BLOCK_N"] if gated else config["BLOCK_N"]
+        workspace = torch.empty(
+            m_tiles * 2 * programs * BLOCK_M * (width + 1), device=x.device, dtype=torch.float32
+        )
+        counters = _counters(x.device, m_tiles * n_tiles)
+        grid = (m_tiles, programs)
+        kernel = (
+            functools.partial(_step_linear_stream.warmup, grid=grid)
+            if compile_only
+            else _step_linear_stream[grid]
+        )
+        kernel(
+            xs,
+            w,
+            bias if bias is not None else w,
+            norm_weight if norm_weight is not None else w,
+            res if res is not None else y,
+            y,
+            workspace,
+            counters,
+            rows,
+            n,
+            k,
+            kb,
+            eps,
+            xs.stride(0),
+            w.stride(0),
+            res.stride(0) if res is not None else 0,
+            y.stride(0),
+            NORM=norm_weight is not None,
+            BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            GATED=gated,
+            GATED_X=gated_input,
+            UPCAST=upcast,
+            PRECISION="ieee",
+            BLOCK_M=BLOCK_M,
+            **config,
+        )
+
     if config is None:
         key = (
             n,
@@ -476,6 +699,60 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
             )
         )
     return held[-1]
+
+
+def stream_enabled() -> bool:
+    """Whether the tuner tries stream-K tiles (LILICORR_STREAM_K=off: it does not, and the tiles stored before
+    stream-K existed stay valid). Never with programmatic dependent launch, which the stream-K kernel lacks."""
+    return os.environ.get("LILICORR_STREAM_K", "").strip().lower() not in ("off", "0", "no")
+
+
+def sm_count(device: torch.device) -> int:
+    """The device's SM count (4 off CUDA, where the interpreter runs the kernels: a few programs, several
+    partitions)."""
+    if device.type != "cuda":
+        return 4
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    count = _SMS.get(index)
+    if count is None:
+        count = _SMS[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return count
+
+
+_SMS: dict[int, int] = {}
+
+
+def stream_programs(stream: int, units: int, device: torch.device) -> int:
+    """Programs a stream-K call runs: `stream` per SM, at most one per (column tile, K tile) unit."""
+    return max(1, min(units, stream * sm_count(device)))
+
+
+def stream_candidates(n: int, k: int, sm_count: int, shapes=CANDIDATES) -> list[dict[str, int]]:
+    """Stream-K variants of `shapes`: STREAMS programs per SM, each with at least one unit of work."""
+    extra = []
+    for config in shapes:
+        units = triton.cdiv(n, config["BLOCK_N"]) * triton.cdiv(k, config["BLOCK_K"])
+        for stream in STREAMS:
+            if units >= stream * sm_count:
+                extra.append({**config, "STREAM": stream})
+    return extra
+
+
+def divided_candidates(n: int, k: int, sm_count: int, shapes=CANDIDATES) -> list[dict[str, int]]:
+    """The split-K and (unless turned off) stream-K variants of `shapes` the tuner times after the plain tiles."""
+    streams = stream_candidates(n, k, sm_count, shapes) if stream_enabled() else []
+    return split_candidates(n, k, sm_count, shapes) + streams
+
+
+def is_divided(config: dict[str, int]) -> bool:
+    """A split-K or stream-K tile (the tuner's second family of candidates)."""
+    return config.get("SPLIT", 1) > 1 or "STREAM" in config
+
+
+def tile_key(device: torch.device) -> str:
+    """The stored-tile table's key for this device and the candidate set the tuner now draws from."""
+    splits: Any = (SPLITS, STREAMS) if stream_enabled() else SPLITS
+    return tiles.device_key(device, CANDIDATES, splits, TUNE_ROWS)
 
 
 def split_candidates(n: int, k: int, sm_count: int, shapes=CANDIDATES) -> list[dict[str, int]]:
@@ -534,11 +811,11 @@ def time_in_graph(launch, config: dict[str, int], scratch: torch.Tensor, weight:
 def _allowed(n: int, k: int, sm_count: int) -> Callable[[dict[str, int]], bool]:
     """Whether a stored tile is one the tuner could have chosen for an [n, k] weight."""
     default = linear_config(n, k)
-    splits = {tuple(sorted(c.items())) for c in split_candidates(n, k, sm_count, (*CANDIDATES, default))}
+    divided = {tuple(sorted(c.items())) for c in divided_candidates(n, k, sm_count, (*CANDIDATES, default))}
     plain = {tuple(sorted(c.items())) for c in (*CANDIDATES, default)}
 
     def allowed(tile: dict[str, int]) -> bool:
-        return tuple(sorted(tile.items())) in (splits if tile.get("SPLIT", 1) > 1 else plain)
+        return tuple(sorted(tile.items())) in (divided if is_divided(tile) else plain)
 
     return allowed
 
@@ -547,12 +824,7 @@ def _stored(key: tuple, device: torch.device) -> dict[str, int] | None:
     """The tile a previous process (or the bundled table) chose for this GEMM on this GPU (ops/tiles.py)."""
     if torch.cuda.is_current_stream_capturing():
         return None
-    sm_count = torch.cuda.get_device_properties(device).multi_processor_count
-    tile = tiles.lookup(
-        tiles.device_key(device, CANDIDATES, SPLITS, TUNE_ROWS),
-        tiles.shape_key(key),
-        _allowed(key[0], key[1], sm_count),
-    )
+    tile = tiles.lookup(tile_key(device), tiles.shape_key(key), _allowed(key[0], key[1], sm_count(device)))
     if tile is not None:
         TUNED[key] = tile
     return tile
@@ -567,28 +839,36 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
         return default
     scratch = torch.empty_like(out)
     rows = min(out.shape[0], TUNE_ROWS)
-    sm_count = torch.cuda.get_device_properties(weight.device).multi_processor_count
+    sms = sm_count(weight.device)
+    pdl = key[-1]
 
     def launch_rows(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
         launch(config, y, w, rows)
 
     def compile_all(configs: list[dict[str, int]]) -> None:
-        variants = {}  # split counts are a runtime argument: every SPLIT > 1 of a tile is one kernel
+        # split and program counts are runtime arguments: every SPLIT > 1 of a tile is one kernel, every STREAM
+        # another
+        variants = {}
         for config in configs:
-            tile = {k: v for k, v in config.items() if k != "SPLIT"}
-            variants.setdefault((tuple(sorted(tile.items())), config.get("SPLIT", 1) > 1), config)
+            tile = {k: v for k, v in config.items() if k not in ("SPLIT", "STREAM")}
+            kind = "stream" if "STREAM" in config else config.get("SPLIT", 1) > 1
+            variants.setdefault((tuple(sorted(tile.items())), kind), config)
         compile_in_parallel(
             lambda config: launch(config, scratch, weight, rows, compile_only=True), list(variants.values())
         )
 
     best = choose_tile(
         default,
-        lambda leaders: split_candidates(key[0], key[1], sm_count, leaders),
+        lambda leaders: (
+            divided_candidates(key[0], key[1], sms, leaders)
+            if pdl == 0
+            else split_candidates(key[0], key[1], sms, leaders)
+        ),
         lambda config: time_in_graph(launch_rows, config, scratch, weight),
         compile_all,
     )
     TUNED[key] = best
-    tiles.remember(tiles.device_key(weight.device, CANDIDATES, SPLITS, TUNE_ROWS), tiles.shape_key(key), best)
+    tiles.remember(tile_key(weight.device), tiles.shape_key(key), best)
     return best
 
 
@@ -647,9 +927,7 @@ def choose_tile(default: dict[str, int], splits_of, timer, compile_all=None) -> 
     order = ranked()
     finalists: list[dict[str, int]] = []
     for config in (
-        order[:2]
-        + [c for c in order if c.get("SPLIT", 1) == 1][:2]
-        + [c for c in order if c.get("SPLIT", 1) > 1][:2]
+        order[:2] + [c for c in order if not is_divided(c)][:2] + [c for c in order if is_divided(c)][:2]
     ):
         if config not in finalists:
             finalists.append(config)

@@ -32,6 +32,7 @@ FORMAT = 1  # bump when the kernel changes what a tile means
 BUNDLED = Path(__file__).with_name("tiles.json")
 ENV = "LILICORR_TILE_CACHE"
 TILE_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+DIVISIONS = ("SPLIT", "STREAM")  # split-K slices, stream-K programs per SM (step_triton)
 
 _loaded: dict[str, dict[str, dict[str, int]]] | None = None  # device key -> shape key -> tile
 _warned: set[str] = set()
@@ -148,13 +149,14 @@ def lookup(device: str, shape: str, allowed: Callable[[dict[str, int]], bool]) -
     tile = _table().get(device, {}).get(shape)
     if tile is None:
         return None
-    if set(tile) - {*TILE_KEYS, "SPLIT"} or not all(type(tile.get(k)) is int for k in TILE_KEYS):
+    if set(tile) - {*TILE_KEYS, *DIVISIONS} or not all(type(tile.get(k)) is int for k in TILE_KEYS):
         return None
     clean = {k: tile[k] for k in TILE_KEYS}
-    if "SPLIT" in tile:
-        if type(tile["SPLIT"]) is not int:
-            return None
-        clean["SPLIT"] = tile["SPLIT"]
+    for k in DIVISIONS:
+        if k in tile:
+            if type(tile[k]) is not int:
+                return None
+            clean[k] = tile[k]
     return clean if allowed(clean) else None
 
 

@@ -349,6 +349,84 @@ def test_split_k_rows_do_not_depend_on_the_row_count():
         assert_same_row(one[0], many[i])
 
 
+STREAM_TILE = {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+
+
+@pytest.mark.parametrize(
+    ("sms", "stream", "kind"),
+    [
+        (1, 1, "plain"),  # one program: every tile whole, no partial sums
+        (3, 1, "norm_bias"),  # tiles shared by two programs
+        (5, 2, "gated"),  # ten programs over 21 units: tiles shared by up to three, some programs inside one
+        (7, 3, "residual"),  # 21 programs, one unit each: every tile cut into seven
+        (4, 2, "gated_input"),
+    ],
+)
+def test_stream_k_matches_the_reference_and_resets_its_counters(monkeypatch, sms, stream, kind):
+    monkeypatch.setattr(step_ops, "sm_count", lambda device: sms)  # the cuts differ, the result must not
+    rows, k, n = 19, 200, 40  # 3 column tiles x 7 K tiles = 21 units
+    x = _randn(rows, 2 * k if kind == "gated_input" else k, seed=31)
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=32, scale=0.1)
+    kwargs: dict = {}
+    if kind in ("norm_bias", "gated"):
+        kwargs.update(norm_weight=_randn(k, seed=33) + 1.0, eps=1e-6)
+    if kind == "norm_bias":
+        kwargs["bias"] = _randn(n, seed=34)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "gated_input":
+        kwargs.update(gated_input=True, residual=_randn(rows, n, seed=35))
+    if kind == "residual":
+        kwargs["residual"] = _randn(rows, n, seed=36)
+    config = {**STREAM_TILE, "STREAM": stream}
+    first = step_ops.step_linear_triton(x, weight, config=config, **kwargs)
+    torch.testing.assert_close(first, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
+    again = step_ops.step_linear_triton(x, weight, config=config, **kwargs)
+    assert torch.equal(first, again)  # deterministic: the partials are added in one order
+    assert int(step_ops._counters(x.device, 1).abs().sum()) == 0
+
+
+def test_stream_k_rows_do_not_depend_on_the_row_count(monkeypatch):
+    monkeypatch.setattr(step_ops, "sm_count", lambda device: 5)
+    x = _randn(9, 256, seed=37)
+    weight = _randn(2 * 48, 256, seed=38, scale=0.2)
+    norm = _randn(256, seed=39) + 1.0
+    config = {**STREAM_TILE, "STREAM": 1}
+    many = step_ops.step_linear_triton(x, weight, norm_weight=norm, eps=1e-6, gated=True, config=config)
+    for i in (0, 8):
+        one = step_ops.step_linear_triton(
+            x[i : i + 1], weight, norm_weight=norm, eps=1e-6, gated=True, config=config
+        )
+        assert_same_row(one[0], many[i])
+
+
+def test_stream_owner_matches_the_ranges_it_inverts():
+    # program p's range is [p * total // programs, (p + 1) * total // programs); the owner formula inverts it
+    for programs, total in ((1, 1), (3, 21), (10, 21), (132, 6144), (264, 180), (7, 7)):
+        starts = [p * total // programs for p in range(programs + 1)]
+        for unit in range(total):
+            owner = ((unit + 1) * programs + total - 1) // total - 1
+            assert starts[owner] <= unit < starts[owner + 1]
+
+
+def test_stream_candidates_give_every_program_work_and_can_be_turned_off(monkeypatch):
+    tile = {"BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4}
+    # a Qwen3-8B gate_up: 192 column tiles x 32 K tiles; every count of programs per SM fits
+    every = step_ops.stream_candidates(12288, 4096, 132, (tile,))
+    assert [c["STREAM"] for c in every] == list(step_ops.STREAMS)
+    # SmolLM2's qkv at 16 columns: 60 x 3 units, enough for one program per SM only
+    small = {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4}
+    assert [c["STREAM"] for c in step_ops.stream_candidates(960, 576, 132, (small,))] == [1]
+    monkeypatch.setenv("LILICORR_STREAM_K", "on")
+    on_key = step_ops.divided_candidates(12288, 4096, 132, (tile,))
+    assert any("STREAM" in c for c in on_key)
+    monkeypatch.setenv("LILICORR_STREAM_K", "off")
+    off = step_ops.divided_candidates(12288, 4096, 132, (tile,))
+    assert off == step_ops.split_candidates(12288, 4096, 132, (tile,))
+    assert all(step_ops.is_divided(c) for c in on_key + off)
+    assert not step_ops.is_divided(tile)
+
+
 def test_split_candidates_only_for_matrices_too_narrow_to_fill_the_device():
     wide = step_ops.split_candidates(n=1 << 20, k=4096, sm_count=132)
     assert wide == []  # every tile shape already gives each SM many column tiles
