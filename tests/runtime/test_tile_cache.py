@@ -84,6 +84,9 @@ def test_off_reads_and_writes_nothing(cache, monkeypatch):
         {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "evil": 1},
         {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4},
         {"BLOCK_N": True, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
+        {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "STREAM": 2},  # too few units for 2
+        {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "STREAM": 1.0},
+        {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "STREAM": 64},
     ],
 )
 def test_a_planted_tile_the_tuner_could_not_choose_is_ignored(cache, planted):
@@ -102,6 +105,30 @@ def test_the_tiles_the_tuner_can_choose_are_allowed():
     assert splits and all(allowed(c) for c in splits)
     # a split the shape is too shallow for (K = 576 is 2 x 256: SPLIT 2 at most)
     assert not allowed({**step_triton.CANDIDATES[0], "SPLIT": 8})
+    streams = step_triton.stream_candidates(960, 576, 132)
+    assert streams and all(allowed(c) for c in streams)
+
+
+def test_stream_tiles_are_stored_under_their_own_candidate_set(cache, monkeypatch):
+    """With stream-K on, tiles are stored and read under a key of their own; with it off, under the key of the
+    candidate set before stream-K, so the tables written then stay valid, and a stream tile is not a choice."""
+    seen = []
+    monkeypatch.setattr(
+        tiles, "device_key", lambda device, candidates, splits, rows: seen.append(splits) or "k"
+    )
+    monkeypatch.setenv("LILICORR_STREAM_K", "on")
+    step_triton.tile_key(torch.device("cpu"))
+    monkeypatch.setenv("LILICORR_STREAM_K", "off")
+    step_triton.tile_key(torch.device("cpu"))
+    assert seen == [(step_triton.SPLITS, step_triton.STREAMS), step_triton.SPLITS]
+    tile = {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4, "STREAM": 1}
+    assert not step_triton._allowed(960, 576, 132)(tile)
+    monkeypatch.setenv("LILICORR_STREAM_K", "on")
+    allowed = step_triton._allowed(960, 576, 132)
+    assert allowed(tile)
+    tiles.remember(DEVICE, SHAPE, tile)
+    tiles.reset()
+    assert tiles.lookup(DEVICE, SHAPE, allowed) == tile
 
 
 @pytest.mark.parametrize(
