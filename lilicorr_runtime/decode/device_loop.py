@@ -61,6 +61,9 @@ def prefill_bucket(rows: int) -> int:
     return rows
 
 
+REPORTS = 3  # pinned report buffers (and events) a loop cycles through
+
+
 class _Launched:
     """A block in flight: the host's active slots when it was launched, its report (pinned: active flags and
     output lengths after it), and the event that marks its end."""
@@ -158,6 +161,10 @@ class DecodeLoop:
         self._host_out_len = [0] * batch
         self._host_limit = [0] * batch
         self._inflight: _Launched | None = None
+        # the host's copies of the reports, reused in turn: at most two blocks are pending (the one waited for and
+        # the one launched ahead), and a report is read before the block after the next is launched
+        self._reports: list[tuple[torch.Tensor, torch.cuda.Event]] = []
+        self.steps_launched = 0
         # the report a block leaves for the host: row 0 the active flags, row 1 the output lengths
         self.report = torch.zeros(2, batch, **long)
         # admission: the prompt ids (padded to a bucket), and slot, prompt length, last row, limit
@@ -341,9 +348,14 @@ class DecodeLoop:
         before = list(self._host_active)
         if self.device.type != "cuda":
             return _Launched(before, self.report.clone(), None)
-        report = torch.empty(self.report.shape, dtype=self.report.dtype, pin_memory=True)
+        if not self._reports:  # allocated once: a pinned buffer and an event per block that can be pending
+            self._reports = [
+                (torch.empty(self.report.shape, dtype=self.report.dtype, pin_memory=True), torch.cuda.Event())
+                for _ in range(REPORTS)
+            ]
+        report, event = self._reports[self.steps_launched % REPORTS]
+        self.steps_launched += 1
         report.copy_(self.report, non_blocking=True)
-        event = torch.cuda.Event()
         event.record()
         return _Launched(before, report, event)
 
