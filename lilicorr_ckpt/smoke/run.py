@@ -52,7 +52,7 @@ from lilicorr_ckpt.smoke.ties import first_near_tie
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
 from lilicorr_runtime.ops import warm
-from lilicorr_runtime.target.fast import FastTarget
+from lilicorr_runtime.target.fast import PREFILL_ROWS, FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
 # of the logit's magnitude (at least 1.0) is a tie-flip, not a bug: a few ulps of the dtype, accumulated.
@@ -528,8 +528,31 @@ def greedy_checks(
         progress.start(len(runs), unit="requests checked")
     if chooser is not None:
         chooser.restart()
+    # a request whose every arm emitted the reference's tokens needs only the reference's near-tie: those come
+    # from batched forwards; a diverging one is checked alone, with the target's cache holding its prefix
+    equal = [run for run in runs if all(list(r.tokens) == list(run[3]["ar"].tokens) for r in run[3].values())]
+    alone = [run for run in runs if not any(run is e for e in equal)]
+    if isinstance(target, FastTarget) and equal:
+        for batch, logits in _batched_reference(
+            target, [(ids, list(by["ar"].tokens)) for _, _, ids, by in equal]
+        ):
+            begin = time.perf_counter()
+            for j, i in enumerate(batch):
+                probe, seed, ids, by_arm = equal[i]
+                ref = list(by_arm["ar"].tokens)
+                p = len(ids)
+                near[(probe.id, seed)] = (
+                    first_near_tie(logits[j, p - 1 : p - 1 + len(ref)], ref) if ref else None
+                )
+                if progress is not None:
+                    progress.step(f"{probe.id}")
+            if chooser is not None:
+                rows = sum(len(equal[i][2]) + len(equal[i][3]["ar"].tokens) for i in batch)
+                chooser.done((time.perf_counter() - begin) / max(rows, 1))
+    else:
+        alone = list(runs)
     with torch.inference_mode():
-        for probe, seed, ids, by_arm in runs:
+        for probe, seed, ids, by_arm in alone:
             begin = time.perf_counter()
             ref = list(by_arm["ar"].tokens)
             p = len(ids)
@@ -583,6 +606,44 @@ def greedy_checks(
             if progress is not None:
                 progress.step(f"{probe.id}")
     return found, near
+
+
+REFERENCE_LOGIT_BYTES = (
+    1 << 30
+)  # fp32 logits of one batched reference forward, at most (one request always fits)
+REFERENCE_BATCH = 64  # requests per batched reference forward, at most
+
+
+def _batched_reference(
+    target: FastTarget, requests: Sequence[tuple[Sequence[int], Sequence[int]]]
+) -> Iterator[tuple[list[int], torch.Tensor]]:
+    """(indices into `requests`, fp32 logits [len(indices), rows, V]) for batches of (prompt, reference tokens)
+    requests, longest first: each forward runs a fresh cache of its own over prompt + reference per request,
+    right-padded to the batch's longest (a row sees only the rows before it, so padding after a request changes
+    none of its rows). Row i of request j predicts the token after its i-th. The step kernels compute every row
+    as a one-request forward does, bit for bit on CUDA."""
+    order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
+    vocab = target.vocab_size
+    done = 0
+    with torch.inference_mode():
+        while done < len(order):
+            longest = len(requests[order[done]][0]) + len(requests[order[done]][1])
+            fit = max(1, min(REFERENCE_BATCH, REFERENCE_LOGIT_BYTES // max(1, longest * vocab * 4)))
+            batch = order[done : done + fit]
+            done += len(batch)
+            ids = torch.zeros(len(batch), longest, dtype=torch.long)
+            for j, i in enumerate(batch):
+                row = list(requests[i][0]) + list(requests[i][1])
+                ids[j, : len(row)] = torch.tensor(row, dtype=torch.long)
+            ids = ids.to(target.device)
+            cache = target.core.new_cache(len(batch), longest)
+            zero = torch.zeros((), dtype=torch.long, device=target.device)
+            pad = torch.zeros(len(batch), dtype=torch.long, device=target.device)
+            hidden, _ = target.core.forward(
+                cache, target.embed_tokens(ids), zero, pad, (), step_kernels=longest <= PREFILL_ROWS or None
+            )
+            yield batch, target.step_logits(hidden)
+            del cache, hidden
 
 
 def kernel_parity(

@@ -180,3 +180,58 @@ def test_the_gate_lists_at_most_five_ties_and_names_the_largest_gap():
     assert gate.status == "pass"
     assert "9 numerical tie(s) in bfloat16 (largest target logit gap 0.08)" in gate.summary
     assert len(gate.details) == 6 and gate.details[-1] == "... and 4 more ties"
+
+
+def _tiny_fast_target():
+    import transformers
+
+    from lilicorr_runtime.target.fast import FastTarget
+
+    config = transformers.Qwen3Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        initializer_range=0.3,
+    )
+    torch.manual_seed(3)
+    target = FastTarget(transformers.Qwen3ForCausalLM(config).eval())
+    target.tokenizer = _Tokenizer()
+    return target
+
+
+def test_equal_generations_take_their_near_ties_from_batched_forwards(monkeypatch):
+    """Requests whose arms all equal the reference are forwarded several at a time, right-padded in fresh caches:
+    their near-ties are the ones a forward of each request alone gives, and no one-request forward runs."""
+    from lilicorr_ckpt.smoke import run as smoke_run
+    from lilicorr_ckpt.smoke.ties import first_near_tie
+
+    target = _tiny_fast_target()
+    requests = []
+    for i, (p, n) in enumerate([(3, 20), (9, 14), (5, 30), (2, 7), (12, 25), (4, 1)]):
+        prompt = [(7 * i + 3 * j) % 16 for j in range(p)]
+        target.reserve(p + n + 1)
+        target.reset()
+        step = target.forward(torch.tensor(prompt))
+        tokens = [int(step.logits[-1].argmax())]
+        while len(tokens) < n:
+            tokens.append(int(target.forward(torch.tensor([tokens[-1]])).logits[-1].argmax()))
+        target.reset()
+        alone = target.forward(torch.tensor(prompt + tokens)).logits[p - 1 : p - 1 + n]
+        requests.append((Probe(id=f"r{i}", category="code", prompt="", chat=False), prompt, tokens, alone))
+    want = {(probe.id, 0): first_near_tie(alone, tokens) for probe, _, tokens, alone in requests}
+    assert any(v is not None for v in want.values()) and any(v is None for v in want.values())
+    runs = [
+        (probe, 0, prompt, {"head": _result(tokens), "control": _result(tokens), "ar": _result(tokens)})
+        for probe, prompt, tokens, _ in requests
+    ]
+    monkeypatch.setattr(smoke_run, "REFERENCE_BATCH", 4)  # two batches: 4 requests, then 2
+    forwards = []
+    monkeypatch.setattr(type(target), "forward", lambda self, *a, **k: forwards.append(a))
+    found, near = greedy_checks(target, runs, "float32", [], 30)
+    assert found == [] and near == want and forwards == []
