@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import tiles
+from . import tiles, warm
 
 BLOCK_M = 16  # rows per program in every step kernel, whatever the step's row count (batch invariance)
 ATTENTION_BLOCK_N = 64  # keys per attention iteration
@@ -560,6 +560,7 @@ def step_linear_triton(
         w: torch.Tensor = weight,
         rows: int = m,
         compile_only: bool = False,
+        tuning: bool = False,
     ) -> None:
         """The call on the first `rows` rows of x (and of residual and y); `compile_only`: compile the kernel the
         call would run (Triton's warmup), launching nothing."""
@@ -571,7 +572,7 @@ def step_linear_triton(
         y = y if rows == m else y[:rows]
         m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
         if stream:
-            _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only)
+            _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning)
             return
         k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
         m_pad = m_tiles * BLOCK_M
@@ -584,7 +585,8 @@ def step_linear_triton(
         else:
             workspace = counters = y
         grid = (m_tiles, n_tiles, split)
-        kernel = functools.partial(_step_linear.warmup, grid=grid) if compile_only else _step_linear[grid]
+        fn = _tuning_copy(_step_linear) if tuning else _step_linear
+        kernel = functools.partial(fn.warmup, grid=grid) if compile_only else fn[grid]
         kernel(
             xs,
             w,
@@ -618,7 +620,7 @@ def step_linear_triton(
             **_pdl_launch(x.device),
         )
 
-    def _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only) -> None:
+    def _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning) -> None:
         kb = triton.cdiv(k, config["BLOCK_K"])
         programs = stream_programs(stream, n_tiles * kb, x.device)
         width = 2 * config["BLOCK_N"] if gated else config["BLOCK_N"]
@@ -627,11 +629,8 @@ def step_linear_triton(
         )
         counters = _counters(x.device, m_tiles * n_tiles)
         grid = (m_tiles, programs)
-        kernel = (
-            functools.partial(_step_linear_stream.warmup, grid=grid)
-            if compile_only
-            else _step_linear_stream[grid]
-        )
+        fn = _tuning_copy(_step_linear_stream) if tuning else _step_linear_stream
+        kernel = functools.partial(fn.warmup, grid=grid) if compile_only else fn[grid]
         kernel(
             xs,
             w,
@@ -682,6 +681,20 @@ def step_linear_triton(
                 config = linear_config(n, k)
     launch(config, out)
     return out
+
+
+_TUNING_COPIES: dict[int, Any] = {}
+
+
+def _tuning_copy(fn: Any) -> Any:
+    """The copy of a step kernel the tuner compiles and times its candidates on (warm.shadow: kernel tables of
+    its own, not noted by the kernel table). Only the tile a launch then uses is compiled into (or loaded from
+    Triton's disk cache for) the kernel itself, so the kernel table stores what runs, not every candidate: a later
+    process on an empty Triton cache compiles those ahead, and compiling the candidates too slowed its loading."""
+    copy = _TUNING_COPIES.get(id(fn))
+    if copy is None:
+        copy = _TUNING_COPIES[id(fn)] = warm.shadow(fn)
+    return copy
 
 
 _COUNTERS: dict[tuple[str, int | None], list[torch.Tensor]] = {}
@@ -841,9 +854,12 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
     rows = min(out.shape[0], TUNE_ROWS)
     sms = sm_count(weight.device)
     pdl = key[-1]
+    for fn in (_step_linear, _step_linear_stream):  # the copies and their binders, before the compile threads
+        index = weight.device.index if weight.device.index is not None else torch.cuda.current_device()
+        _tuning_copy(fn).device_caches[index]
 
     def launch_rows(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
-        launch(config, y, w, rows)
+        launch(config, y, w, rows, tuning=True)
 
     def compile_all(configs: list[dict[str, int]]) -> None:
         # split and program counts are runtime arguments: every SPLIT > 1 of a tile is one kernel, every STREAM
@@ -854,7 +870,8 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
             kind = "stream" if "STREAM" in config else config.get("SPLIT", 1) > 1
             variants.setdefault((tuple(sorted(tile.items())), kind), config)
         compile_in_parallel(
-            lambda config: launch(config, scratch, weight, rows, compile_only=True), list(variants.values())
+            lambda config: launch(config, scratch, weight, rows, compile_only=True, tuning=True),
+            list(variants.values()),
         )
 
     best = choose_tile(

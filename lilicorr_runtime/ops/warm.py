@@ -203,7 +203,7 @@ def _kernel(name: str) -> Any:
     return fn if hasattr(fn, "preload") and hasattr(fn, "device_caches") else None
 
 
-def _shadow(fn: Any) -> Any:
+def shadow(fn: Any) -> Any:
     """A copy of a JITFunction with kernel tables of its own: what `preload` compiles into it lands in Triton's
     disk cache (keyed by the variant's real specialization) but never in the tables the kernel's launches use."""
     twin = copy.copy(fn)
@@ -278,7 +278,7 @@ def start(
             sources[entry["name"]] = source_hash(fn)
         if sources[entry["name"]] == entry["source"]:  # the kernel's source is the one recorded
             if entry["name"] not in shadows:
-                shadows[entry["name"]] = _shadow(fn)
+                shadows[entry["name"]] = shadow(fn)
             jobs.append((shadows[entry["name"]], entry["spec"]))
     if not jobs:
         return None

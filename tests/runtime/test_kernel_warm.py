@@ -61,7 +61,7 @@ def test_what_a_warm_up_compiles_is_not_recorded(table, monkeypatch):
     from triton.runtime.jit import JITFunction
 
     monkeypatch.setattr(warm, "device_key", lambda d: "gpu")
-    twin = warm._shadow(JITFunction(_add_one))
+    twin = warm.shadow(JITFunction(_add_one))
     fn = types.SimpleNamespace(module="lilicorr_runtime.ops.x", name="_add_one", jit_function=twin)
     warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": "s", "device": 0})
     assert warm.recorded() == {}
@@ -165,7 +165,7 @@ def test_a_shadow_compiles_into_its_own_kernel_tables():
     from triton.runtime.jit import JITFunction
 
     kernel = JITFunction(_add_one)  # compiled, whatever TRITON_INTERPRET says
-    twin = warm._shadow(kernel)
+    twin = warm.shadow(kernel)
     assert twin.device_caches is not kernel.device_caches
     assert twin._fn_name == kernel._fn_name  # preload accepts the kernel's own records
     assert twin.cache_key == kernel.cache_key  # so its disk entries are the kernel's
@@ -216,6 +216,33 @@ def test_recorded_variants_compile_ahead_into_a_fresh_cache(table, tmp_path, mon
         triton.knobs.compilation.listener = None
     assert hits and all(hits)  # found on disk, not compiled again
     assert torch.equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_the_table_notes_the_tile_a_tuned_shape_runs_not_the_candidates(table, tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("LILICORR_TILE_CACHE", "off")
+    monkeypatch.setattr(step_triton, "TUNED", {})
+    for kernel in (step_triton._step_linear, step_triton._step_linear_stream):
+        for caches in kernel.device_caches.values():
+            caches[0].clear()
+    assert warm.record()
+    before = {e["spec"] for es in warm.recorded().values() for e in es}
+    x = torch.randn(1, 704, device="cuda", dtype=torch.bfloat16)  # a shape no other test tunes
+    w = torch.randn(1408, 704, device="cuda", dtype=torch.bfloat16)
+    got = step_triton.step_linear_triton(x, w)  # tunes: every candidate compiled and timed, then one runs
+    chosen = step_triton.TUNED[next(iter(step_triton.TUNED))]
+    torch.testing.assert_close(got, step_triton.step_linear_triton(x, w, config=chosen))
+    new = [
+        e
+        for es in warm.recorded().values()
+        for e in es
+        if e["spec"] not in before and e["name"].startswith("lilicorr_runtime.ops.step_triton.")
+    ]
+    assert len(new) == 1  # the tile that runs (a split or a stream tile is one variant whatever its count)
+    kernel = "_step_linear_stream" if "STREAM" in chosen else "_step_linear"
+    assert new[0]["name"].endswith("." + kernel)
 
 
 def test_the_bundled_table_is_well_formed():
