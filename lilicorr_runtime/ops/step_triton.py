@@ -571,39 +571,21 @@ def step_linear_triton(
         res = residual if residual is None or rows == m else residual[:rows]
         y = y if rows == m else y[:rows]
         m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
+        if stream:
+            _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning)
+            return
+        k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
         m_pad = m_tiles * BLOCK_M
-        flags: dict[str, Any] = {
-            "NORM": norm_weight is not None,
-            "BIAS": bias is not None,
-            "RESIDUAL": residual is not None,
-            "GATED": gated,
-            "GATED_X": gated_input,
-            "UPCAST": upcast,
-            "PRECISION": "ieee",
-        }
-        if stream:  # [M, N, K, KB] and no PDL (the stream-K kernel has none)
-            kb = triton.cdiv(k, config["BLOCK_K"])
-            programs = stream_programs(stream, n_tiles * kb, x.device)
-            width = 2 * config["BLOCK_N"] if gated else config["BLOCK_N"]
+        if split > 1:
+            width = 2 * n if gated else n
             workspace = torch.empty(
-                m_tiles * 2 * programs * BLOCK_M * (width + 1), device=x.device, dtype=torch.float32
+                split * m_pad * width + split * n_tiles * m_pad, device=x.device, dtype=torch.float32
             )
             counters = _counters(x.device, m_tiles * n_tiles)
-            fn, grid, sizes, launch_options = _step_linear_stream, (m_tiles, programs), (rows, n, k, kb), {}
-        else:  # [M, N, K, K_SPLIT, M_PAD]
-            k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
-            if split > 1:
-                width = 2 * n if gated else n
-                workspace = torch.empty(
-                    split * m_pad * width + split * n_tiles * m_pad, device=x.device, dtype=torch.float32
-                )
-                counters = _counters(x.device, m_tiles * n_tiles)
-            else:
-                workspace = counters = y
-            fn, grid, sizes = _step_linear, (m_tiles, n_tiles, split), (rows, n, k, k_split, m_pad)
-            flags.update(SPLIT=split, PDL=pdl)
-            launch_options = _pdl_launch(x.device)
-        fn = _tuning_copy(fn) if tuning else fn
+        else:
+            workspace = counters = y
+        grid = (m_tiles, n_tiles, split)
+        fn = _tuning_copy(_step_linear) if tuning else _step_linear
         kernel = functools.partial(fn.warmup, grid=grid) if compile_only else fn[grid]
         kernel(
             xs,
@@ -614,16 +596,68 @@ def step_linear_triton(
             y,
             workspace,
             counters,
-            *sizes,
+            rows,
+            n,
+            k,
+            k_split,
+            m_pad,
             eps,
             xs.stride(0),
             w.stride(0),
             res.stride(0) if res is not None else 0,
             y.stride(0),
-            **flags,
+            NORM=norm_weight is not None,
+            BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            GATED=gated,
+            GATED_X=gated_input,
+            UPCAST=upcast,
+            PRECISION="ieee",
+            SPLIT=split,
+            PDL=pdl,
             BLOCK_M=BLOCK_M,
             **config,
-            **launch_options,
+            **_pdl_launch(x.device),
+        )
+
+    def _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning) -> None:
+        kb = triton.cdiv(k, config["BLOCK_K"])
+        programs = stream_programs(stream, n_tiles * kb, x.device)
+        width = 2 * config["BLOCK_N"] if gated else config["BLOCK_N"]
+        workspace = torch.empty(
+            m_tiles * 2 * programs * BLOCK_M * (width + 1), device=x.device, dtype=torch.float32
+        )
+        counters = _counters(x.device, m_tiles * n_tiles)
+        grid = (m_tiles, programs)
+        fn = _tuning_copy(_step_linear_stream) if tuning else _step_linear_stream
+        kernel = functools.partial(fn.warmup, grid=grid) if compile_only else fn[grid]
+        kernel(
+            xs,
+            w,
+            bias if bias is not None else w,
+            norm_weight if norm_weight is not None else w,
+            res if res is not None else y,
+            y,
+            workspace,
+            counters,
+            rows,
+            n,
+            k,
+            kb,
+            eps,
+            xs.stride(0),
+            w.stride(0),
+            res.stride(0) if res is not None else 0,
+            y.stride(0),
+            NORM=norm_weight is not None,
+            BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            GATED=gated,
+            GATED_X=gated_input,
+            UPCAST=upcast,
+            PRECISION="ieee",
+            BLOCK_M=BLOCK_M,
+            **config,
         )
 
     if config is None:
