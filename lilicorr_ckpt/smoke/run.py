@@ -608,10 +608,20 @@ def greedy_checks(
     return found, near
 
 
-REFERENCE_LOGIT_BYTES = (
-    1 << 30
-)  # fp32 logits of one batched reference forward, at most (one request always fits)
+# what one batched reference forward may hold beyond a one-request forward: its fp32 logits, its own K/V cache and
+# its activations, estimated per row (one request always runs, as it did alone)
+REFERENCE_BYTES = 1 << 30
 REFERENCE_BATCH = 64  # requests per batched reference forward, at most
+
+
+def reference_row_bytes(target: FastTarget) -> int:
+    """Bytes a row of a batched reference forward takes: fp32 logits, its K and V in every layer, and the widest
+    activations of a layer (the fused gate_up's output and a few hidden-width buffers, fp32 at most)."""
+    core = target.core
+    element = torch.empty((), dtype=core.dtype).element_size()
+    cache = core.num_layers * 2 * core.num_kv_heads * core.head_dim * element
+    activations = (2 * core.intermediate + 6 * core.hidden_size) * 4
+    return target.vocab_size * 4 + cache + activations
 
 
 def _batched_reference(
@@ -623,12 +633,12 @@ def _batched_reference(
     none of its rows). Row i of request j predicts the token after its i-th. The step kernels compute every row
     as a one-request forward does, bit for bit on CUDA."""
     order = sorted(range(len(requests)), key=lambda i: -(len(requests[i][0]) + len(requests[i][1])))
-    vocab = target.vocab_size
+    per_row = reference_row_bytes(target)
     done = 0
     with torch.inference_mode():
         while done < len(order):
             longest = len(requests[order[done]][0]) + len(requests[order[done]][1])
-            fit = max(1, min(REFERENCE_BATCH, REFERENCE_LOGIT_BYTES // max(1, longest * vocab * 4)))
+            fit = max(1, min(REFERENCE_BATCH, REFERENCE_BYTES // max(1, longest * per_row)))
             batch = order[done : done + fit]
             done += len(batch)
             ids = torch.zeros(len(batch), longest, dtype=torch.long)

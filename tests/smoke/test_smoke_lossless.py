@@ -235,3 +235,28 @@ def test_equal_generations_take_their_near_ties_from_batched_forwards(monkeypatc
     monkeypatch.setattr(type(target), "forward", lambda self, *a, **k: forwards.append(a))
     found, near = greedy_checks(target, runs, "float32", [], 30)
     assert found == [] and near == want and forwards == []
+
+
+def test_batched_reference_forwards_stay_within_their_memory_budget(monkeypatch):
+    from lilicorr_ckpt.smoke import run as smoke_run
+
+    target = _tiny_fast_target()
+    per_row = smoke_run.reference_row_bytes(target)
+    core = target.core
+    assert per_row > target.vocab_size * 4 + core.num_layers * 2 * core.num_kv_heads * core.head_dim * 4
+    requests = [([1 + i % 5] * (3 + i), [2] * (5 + 2 * i)) for i in range(9)]  # 8 to 32 rows
+    monkeypatch.setattr(smoke_run, "REFERENCE_BYTES", per_row * 70)
+    seen, sizes = [], []
+    for batch, logits in smoke_run._batched_reference(target, requests):
+        sizes.append(len(batch))
+        longest = max(len(requests[i][0]) + len(requests[i][1]) for i in batch)
+        assert len(batch) == 1 or len(batch) * longest * per_row <= smoke_run.REFERENCE_BYTES
+        assert logits.shape[:2] == (len(batch), longest)
+        for j, i in enumerate(batch):  # each request's rows are what its own forward gives
+            rows = list(requests[i][0]) + list(requests[i][1])
+            target.reset()
+            alone = target.forward(torch.tensor(rows)).logits
+            torch.testing.assert_close(logits[j, : len(rows)], alone, rtol=1e-5, atol=1e-5)
+        seen += batch
+    assert sorted(seen) == list(range(len(requests)))
+    assert len(sizes) > 1 and max(sizes) > 1  # cut into several forwards, some of several requests
