@@ -530,9 +530,13 @@ def greedy_checks(
         chooser.restart()
     # a request whose every arm emitted the reference's tokens needs only the reference's near-tie: those come
     # from batched forwards; a diverging one is checked alone, with the target's cache holding its prefix
-    equal = [run for run in runs if all(list(r.tokens) == list(run[3]["ar"].tokens) for r in run[3].values())]
-    alone = [run for run in runs if not any(run is e for e in equal)]
-    if isinstance(target, FastTarget) and equal:
+    batched = isinstance(target, FastTarget)
+    equal: list[Run] = []
+    alone: list[Run] = []
+    for run in runs:
+        same = batched and all(list(r.tokens) == list(run[3]["ar"].tokens) for r in run[3].values())
+        (equal if same else alone).append(run)
+    if equal:
         for batch, logits in _batched_reference(
             target, [(ids, list(by["ar"].tokens)) for _, _, ids, by in equal]
         ):
@@ -549,8 +553,6 @@ def greedy_checks(
             if chooser is not None:
                 rows = sum(len(equal[i][2]) + len(equal[i][3]["ar"].tokens) for i in batch)
                 chooser.done((time.perf_counter() - begin) / max(rows, 1))
-    else:
-        alone = list(runs)
     with torch.inference_mode():
         for probe, seed, ids, by_arm in alone:
             begin = time.perf_counter()

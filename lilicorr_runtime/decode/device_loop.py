@@ -164,7 +164,7 @@ class DecodeLoop:
         # the host's copies of the reports, reused in turn: at most two blocks are pending (the one waited for and
         # the one launched ahead), and a report is read before the block after the next is launched
         self._reports: list[tuple[torch.Tensor, torch.cuda.Event]] = []
-        self.steps_launched = 0
+        self._launches = 0
         # the report a block leaves for the host: row 0 the active flags, row 1 the output lengths
         self.report = torch.zeros(2, batch, **long)
         # admission: the prompt ids (padded to a bucket), and slot, prompt length, last row, limit
@@ -353,8 +353,8 @@ class DecodeLoop:
                 (torch.empty(self.report.shape, dtype=self.report.dtype, pin_memory=True), torch.cuda.Event())
                 for _ in range(REPORTS)
             ]
-        report, event = self._reports[self.steps_launched % REPORTS]
-        self.steps_launched += 1
+        report, event = self._reports[self._launches % REPORTS]
+        self._launches += 1
         report.copy_(self.report, non_blocking=True)
         event.record()
         return _Launched(before, report, event)

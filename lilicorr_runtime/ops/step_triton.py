@@ -716,7 +716,8 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 def stream_enabled() -> bool:
     """Whether the tuner tries stream-K tiles (LILICORR_STREAM_K=off: it does not, and the tiles stored before
-    stream-K existed stay valid). Never with programmatic dependent launch, which the stream-K kernel lacks."""
+    stream-K existed stay valid). `_tune` also leaves them out under programmatic dependent launch, which the
+    stream-K kernel lacks."""
     return os.environ.get("LILICORR_STREAM_K", "").strip().lower() not in ("off", "0", "no")
 
 
@@ -854,8 +855,8 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
     rows = min(out.shape[0], TUNE_ROWS)
     sms = sm_count(weight.device)
     pdl = key[-1]
+    index = weight.device.index if weight.device.index is not None else torch.cuda.current_device()
     for fn in (_step_linear, _step_linear_stream):  # the copies and their binders, before the compile threads
-        index = weight.device.index if weight.device.index is not None else torch.cuda.current_device()
         _tuning_copy(fn).device_caches[index]
 
     def launch_rows(config: dict[str, int], y: torch.Tensor, w: torch.Tensor = weight) -> None:
@@ -867,7 +868,7 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
         variants = {}
         for config in configs:
             tile = {k: v for k, v in config.items() if k not in ("SPLIT", "STREAM")}
-            kind = "stream" if "STREAM" in config else config.get("SPLIT", 1) > 1
+            kind = ("STREAM" in config, config.get("SPLIT", 1) > 1)
             variants.setdefault((tuple(sorted(tile.items())), kind), config)
         compile_in_parallel(
             lambda config: launch(config, scratch, weight, rows, compile_only=True, tuning=True),

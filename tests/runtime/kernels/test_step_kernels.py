@@ -418,12 +418,12 @@ def test_stream_candidates_give_every_program_work_and_can_be_turned_off(monkeyp
     small = {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4}
     assert [c["STREAM"] for c in step_ops.stream_candidates(960, 576, 132, (small,))] == [1]
     monkeypatch.setenv("LILICORR_STREAM_K", "on")
-    on_key = step_ops.divided_candidates(12288, 4096, 132, (tile,))
-    assert any("STREAM" in c for c in on_key)
+    on = step_ops.divided_candidates(12288, 4096, 132, (tile,))
+    assert any("STREAM" in c for c in on)
     monkeypatch.setenv("LILICORR_STREAM_K", "off")
     off = step_ops.divided_candidates(12288, 4096, 132, (tile,))
     assert off == step_ops.split_candidates(12288, 4096, 132, (tile,))
-    assert all(step_ops.is_divided(c) for c in on_key + off)
+    assert all(step_ops.is_divided(c) for c in on + off)
     assert not step_ops.is_divided(tile)
 
 
