@@ -13,8 +13,9 @@ Three tables, all from one process (compare the ratios, not numbers across runs)
    tuner times it), and the share of the copy bandwidth its weights stream at, beside the best
    tile without split-K or stream-K.
 2. The target step by setting (LILICORR_PDL, programmatic dependent launch, LILICORR_MLP, where the MLP's
-   silu(gate) * up runs, and LILICORR_STREAM_K, whether stream-K tiles are candidates; each with its own tuning
-   and graphs): target-only tok/s, the step at 1 and 8 rows.
+   silu(gate) * up runs, LILICORR_STREAM_K, whether stream-K tiles are candidates, and LILICORR_LAYER_KERNEL,
+   whether a step of few rows runs every layer in one persistent launch; each with its own tuning and graphs):
+   target-only tok/s, the step at 1 and 8 rows.
 3. One graph-replayed one-token step under torch.profiler: the sum of its kernels' times against the span from
    the first kernel's start to the last one's end (what is not kernel time is launch latency between kernels),
    and the kernels by name.
@@ -124,8 +125,8 @@ def main() -> None:
     parser.add_argument(
         "--modes",
         default="0,late",
-        help="settings to compare, in order: LILICORR_PDL[:LILICORR_MLP[:LILICORR_STREAM_K]], e.g. "
-        "0:epilogue,late:prologue or 0:epilogue:off,0:epilogue:on",
+        help="settings to compare, in order: LILICORR_PDL[:LILICORR_MLP[:LILICORR_STREAM_K[:LILICORR_LAYER_KERNEL]]], "
+        "e.g. 0:epilogue,late:prologue or 0:epilogue:on:off,0:epilogue:on:on",
     )
     parser.add_argument(
         "--sweep", action="store_true", help="also time every tile candidate of each GEMM shape"
@@ -161,8 +162,10 @@ def main() -> None:
     del base
     for mode in args.modes.split(","):
         pdl, _, rest = mode.partition(":")
-        mlp, _, stream = rest.partition(":")
+        mlp, _, rest = rest.partition(":")
+        stream, _, layer = rest.partition(":")
         os.environ["LILICORR_PDL"] = pdl
+        os.environ["LILICORR_LAYER_KERNEL"] = layer or "on"
         os.environ["LILICORR_MLP"] = mlp or "epilogue"
         os.environ["LILICORR_STREAM_K"] = stream or "on"
         step_ops.TUNED.clear()  # each setting tunes (or reads the stored tiles of) its own candidate set

@@ -96,15 +96,16 @@ def linear_config(n: int, k: int) -> dict[str, int]:
 
 
 @triton.jit
-def _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X: tl.constexpr, w_dtype):
+def _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X: tl.constexpr, w_dtype, CACHE: tl.constexpr):
     """A [BLOCK_M, BLOCK_K] tile of the layer's input; with GATED_X, silu(gate) · up of the gate columns kk and
-    the up columns K + kk (fp32, rounded to the weights' dtype)."""
+    the up columns K + kk (fp32, rounded to the weights' dtype). CACHE: the loads' cache modifier (".cg" in the
+    layer kernel, whose inputs other programs of the same launch wrote)."""
     mask = m_ok[:, None] & k_ok[None, :]
     if GATED_X:
-        gate = tl.load(x_rows + kk[None, :], mask=mask, other=0.0).to(tl.float32)
-        up = tl.load(x_rows + K + kk[None, :], mask=mask, other=0.0).to(tl.float32)
+        gate = tl.load(x_rows + kk[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
+        up = tl.load(x_rows + K + kk[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
         return (gate / (1.0 + tl.exp(-gate)) * up).to(w_dtype)
-    return tl.load(x_rows + kk[None, :], mask=mask, other=0.0)
+    return tl.load(x_rows + kk[None, :], mask=mask, other=0.0, cache_modifier=CACHE)
 
 
 @triton.jit
@@ -146,6 +147,7 @@ def _linear_epilogue(
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
+    CACHE: tl.constexpr,
 ):
     if NORM:
         rstd = 1.0 / tl.sqrt(squares / K + eps)
@@ -156,9 +158,12 @@ def _linear_epilogue(
     if GATED:
         acc = acc / (1.0 + tl.exp(-acc)) * acc_up  # silu(gate) * up
     if RESIDUAL:
-        acc += tl.load(r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :], mask=out_mask, other=0.0).to(
-            tl.float32
-        )
+        acc += tl.load(
+            r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :],
+            mask=out_mask,
+            other=0.0,
+            cache_modifier=CACHE,
+        ).to(tl.float32)
     tl.store(
         y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask
     )
@@ -199,9 +204,53 @@ def _step_linear(
 ):
     if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_s = tl.program_id(2)
+    _linear_unit(
+        x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_SPLIT, M_PAD, eps,
+        s_xm, s_wn, s_rm, s_ym, tl.program_id(0), tl.program_id(1), tl.program_id(2), tl.num_programs(1),
+        NORM, BIAS, RESIDUAL, GATED, GATED_X, UPCAST, PRECISION, SPLIT, PDL, "", BLOCK_M, BLOCK_N, BLOCK_K,
+    )  # fmt: skip
+
+
+@triton.jit
+def _linear_unit(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    g_ptr,
+    r_ptr,
+    y_ptr,
+    ws_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    K_SPLIT,
+    M_PAD,
+    eps,
+    s_xm,
+    s_wn,
+    s_rm,
+    s_ym,
+    pid_m,
+    pid_n,
+    pid_s,
+    n_tiles,
+    NORM: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
+    GATED_X: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    SPLIT,
+    PDL: tl.constexpr,
+    CACHE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One program's work of `_step_linear`: rows tile pid_m, columns tile pid_n (of n_tiles), K slice pid_s.
+    `_step_linear` runs it once per program; the layer kernel (layer_triton.py) runs it for unit after unit."""
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -223,7 +272,7 @@ def _step_linear(
         wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
     if PDL != 0:
         tl.extra.cuda.gdc_wait()
-    x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty)
+    x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
     acc, acc_up, squares = _dot_tile(
         x,
         w,
@@ -243,7 +292,7 @@ def _step_linear(
     for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
         kk = k0 + rk
         k_ok = kk < k_hi
-        x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty)
+        x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
         w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         wu = w
         if GATED:
@@ -287,6 +336,7 @@ def _step_linear(
             BIAS,
             RESIDUAL,
             GATED,
+            CACHE,
         )
     else:
         # workspace: [SPLIT, M_PAD, N] partial sums (then [SPLIT, M_PAD, N] of the up half when gated), then
@@ -300,12 +350,12 @@ def _step_linear(
         tl.store(part, acc, mask=out_mask)
         if GATED:
             tl.store(part + N, acc_up, mask=out_mask)
-        sq_row = m_pad * tl.num_programs(1)  # one slice's squares: [tiles along N, M_PAD]
+        sq_row = m_pad * n_tiles  # one slice's squares: [tiles along N, M_PAD]
         sq_base = ws_ptr + slab_size * SPLIT + pid_n.to(tl.int64) * M_PAD
         if NORM:
             tl.store(sq_base + pid_s.to(tl.int64) * sq_row + rm, squares, mask=m_ok)
         tl.debug_barrier()  # every thread's partial is written before the arrival is counted
-        tile = pid_m * tl.num_programs(1) + pid_n
+        tile = pid_m * n_tiles + pid_n
         arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
         if arrived == SPLIT - 1:  # the last of the tile's slices: add the partials in slice order
             acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
@@ -344,6 +394,7 @@ def _step_linear(
                 BIAS,
                 RESIDUAL,
                 GATED,
+                CACHE,
             )
 
 
@@ -428,7 +479,7 @@ def _step_linear_stream(
         for kb in range(lo - t_lo, hi - t_lo):
             kk = kb * BLOCK_K + rk
             k_ok = kk < K
-            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty)
+            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, "")
             w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             wu = w
             if GATED:
@@ -470,6 +521,7 @@ def _step_linear_stream(
                 BIAS,
                 RESIDUAL,
                 GATED,
+                "",
             )
         else:
             slot = 2 * pid + (lo != u0).to(tl.int64)
@@ -518,6 +570,7 @@ def _step_linear_stream(
                     BIAS,
                     RESIDUAL,
                     GATED,
+                    "",
                 )
 
 
@@ -661,17 +714,17 @@ def step_linear_triton(
         )
 
     if config is None:
-        key = (
+        key = linear_key(
             n,
             k,
-            norm_weight is not None,
-            bias is not None,
-            residual is not None,
-            gated,
-            gated_input,
-            weight.dtype,
-            out.dtype,
-            pdl,
+            norm=norm_weight is not None,
+            bias=bias is not None,
+            residual=residual is not None,
+            gated=gated,
+            gated_input=gated_input,
+            dtype=weight.dtype,
+            out_dtype=out.dtype,
+            device=x.device,
         )
         config = TUNED.get(key)
         if config is None:
@@ -681,6 +734,29 @@ def step_linear_triton(
                 config = linear_config(n, k)
     launch(config, out)
     return out
+
+
+def linear_key(
+    n: int,
+    k: int,
+    *,
+    norm: bool,
+    bias: bool,
+    residual: bool,
+    gated: bool,
+    gated_input: bool,
+    dtype: torch.dtype,
+    out_dtype: torch.dtype,
+    device: torch.device,
+) -> tuple:
+    """The key a step GEMM's tile is tuned, stored and looked up under (TUNED, the tile table)."""
+    return (n, k, norm, bias, residual, gated, gated_input, dtype, out_dtype, pdl_mode(device))
+
+
+def tile_in_use(key: tuple, device: torch.device) -> dict[str, int] | None:
+    """The tile `step_linear_triton` runs for `key` in this process (tuned or stored), or None when none is
+    known yet (the first call tunes it)."""
+    return TUNED.get(key) or _stored(key, device)
 
 
 _TUNING_COPIES: dict[int, Any] = {}
@@ -1021,6 +1097,7 @@ def _rotate_rows(
     QK_NORM: tl.constexpr,
     IN_DTYPE: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    CACHE: tl.constexpr,
 ):
     """Rows m [R] of a head starting at column col [R] of src (a qkv row), (RMSNormed and) rotated at positions
     pos [R] -> [R, BLOCK_D] in src's dtype. NeoX halves: column d pairs with d ± hd/2."""
@@ -1030,8 +1107,8 @@ def _rotate_rows(
     mask = ok[:, None] & d_ok[None, :]
     partner = tl.where(d < HALF, d + HALF, d - HALF)
     base = src_ptr + m.to(tl.int64)[:, None] * s_src + col[:, None]
-    x = tl.load(base + d[None, :], mask=mask, other=0.0).to(tl.float32)
-    xp = tl.load(base + partner[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(base + d[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
+    xp = tl.load(base + partner[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
     if QK_NORM:  # Qwen3RMSNorm over the head: fp32 reduction, cast back, then x weight
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
         w = tl.load(w_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
@@ -1039,7 +1116,9 @@ def _rotate_rows(
         x = ((x * rstd[:, None]).to(dtype).to(tl.float32) * w[None, :]).to(dtype).to(tl.float32)
         xp = ((xp * rstd[:, None]).to(dtype).to(tl.float32) * wp[None, :]).to(dtype).to(tl.float32)
     j = tl.where(d < HALF, d, d - HALF)
-    angle = pos.to(tl.int64)[:, None] * s_tab + j[None, :]
+    # a left-padding row's position is negative: it reads angle 0 (its result is never seen) rather than before
+    # the table
+    angle = tl.maximum(pos, 0).to(tl.int64)[:, None] * s_tab + j[None, :]
     c = tl.load(cos_ptr + angle, mask=mask, other=0.0)
     s = tl.load(sin_ptr + angle, mask=mask, other=0.0)
     sign = tl.where(d < HALF, -1.0, 1.0)[None, :]  # lo' = lo c - hi s, hi' = hi c + lo s
@@ -1097,16 +1176,74 @@ def _attention(
 ):
     if PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
+    _attention_unit(
+        qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, last_ptr, first_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr,
+        o_ptr, n, H, G, KV, D, HALF, eps, sm_scale, s_qkv, s_q_m, s_q_h, s_c_b, s_c_h, s_c_r, s_o_m, s_tab, capacity,
+        tl.program_id(0), tl.program_id(1),
+        WRITE, WRITE_Q, ATTEND, ROTATE_Q, QK_NORM, IN_DTYPE, UPCAST, PRECISION, PDL, "",
+        BLOCK_M, BLOCK_N, BLOCK_D,
+    )  # fmt: skip
+
+
+@triton.jit
+def _attention_unit(
+    qkv_ptr,
+    q_ptr,
+    kc_ptr,
+    vc_ptr,
+    rows_ptr,
+    pos_ptr,
+    last_ptr,
+    first_ptr,
+    cos_ptr,
+    sin_ptr,
+    qn_ptr,
+    kn_ptr,
+    o_ptr,
+    n,
+    H,
+    G,
+    KV,
+    D,
+    HALF,
+    eps,
+    sm_scale,
+    s_qkv,
+    s_q_m,
+    s_q_h,
+    s_c_b,
+    s_c_h,
+    s_c_r,
+    s_o_m,
+    s_tab,
+    capacity,
+    pid0,
+    pid1,
+    WRITE: tl.constexpr,
+    WRITE_Q: tl.constexpr,
+    ATTEND: tl.constexpr,
+    ROTATE_Q: tl.constexpr,
+    QK_NORM: tl.constexpr,
+    IN_DTYPE: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    PDL: tl.constexpr,
+    CACHE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """One program's work of `_attention` (program ids pid0, pid1); the layer kernel runs it unit after unit."""
     if PDL != 0:  # everything this program reads may come from the kernel before it
         tl.extra.cuda.gdc_wait()
-    batch = (tl.program_id(1) // KV).to(tl.int64)
-    kvh = tl.program_id(1) % KV
+    batch = (pid1 // KV).to(tl.int64)
+    kvh = pid1 % KV
     d = tl.arange(0, BLOCK_D)
     d_ok = d < D
     base = batch * s_c_b + kvh.to(tl.int64) * s_c_h
     if WRITE:
         # WRITE alone: this program's BLOCK_M rows; with ATTEND: every row of the step
-        lo_row = 0 if ATTEND else tl.program_id(0) * BLOCK_M
+        lo_row = 0 if ATTEND else pid0 * BLOCK_M
         hi_row = n if ATTEND else lo_row + BLOCK_M
         for r0 in range(lo_row, hi_row, BLOCK_M):
             i = r0 + tl.arange(0, BLOCK_M)
@@ -1131,11 +1268,13 @@ def _attention(
                 QK_NORM,
                 IN_DTYPE,
                 BLOCK_D,
+                CACHE,
             )
             v = tl.load(
                 qkv_ptr + m.to(tl.int64)[:, None] * s_qkv + (H + KV + kvh) * D + d[None, :],
                 mask=ok[:, None] & d_ok[None, :],
                 other=0.0,
+                cache_modifier=CACHE,
             )
             into = base + row.to(tl.int64)[:, None] * s_c_r + d[None, :]
             keep = (ok & (row < capacity))[:, None] & d_ok[None, :]  # never past the cache
@@ -1161,6 +1300,7 @@ def _attention(
                         QK_NORM,
                         IN_DTYPE,
                         BLOCK_D,
+                        CACHE,
                     )
                     tl.store(
                         q_ptr + m.to(tl.int64)[:, None] * s_q_m + head * s_q_h + d[None, :],
@@ -1170,7 +1310,7 @@ def _attention(
         if ATTEND:
             tl.debug_barrier()  # this program's K/V rows are visible to all its threads
     if ATTEND:
-        r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+        r = pid0 * BLOCK_M + tl.arange(0, BLOCK_M)
         r_ok = r < G * n
         g = r // n
         i = r % n
@@ -1195,12 +1335,14 @@ def _attention(
                 QK_NORM,
                 IN_DTYPE,
                 BLOCK_D,
+                CACHE,
             )
         else:
             q = tl.load(
                 q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :],
                 mask=r_ok[:, None] & d_ok[None, :],
                 other=0.0,
+                cache_modifier=CACHE,
             )
         first = tl.load(first_ptr + batch)
         # a left-padding query row (last < first) and the rows past the group see the first row only: no row is

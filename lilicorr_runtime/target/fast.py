@@ -83,6 +83,65 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
     return fused
 
 
+def _wants_layer_kernel(model: PreTrainedModel) -> bool:
+    """Whether this target's layers are restacked for the layer kernel (ops/layer_triton.py): CUDA with Triton,
+    LILICORR_LAYER_KERNEL not off, no MLP prologue, layer weights within LAYER_BYTES, biases on all of q/k/v or
+    none."""
+    device = model.model.norm.weight.device
+    if device.type != "cuda" or mlp_in_prologue():
+        return False
+    try:
+        from ..ops import layer_triton
+    except ImportError:  # no Triton
+        return False
+    if not layer_triton.enabled():
+        return False
+    total = 0
+    for layer in model.model.layers:
+        attn = layer.self_attn
+        biases = [p.bias is not None for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
+        if any(biases) != all(biases):
+            return False
+        total += sum(p.numel() * p.element_size() for p in layer.parameters())
+    return total <= layer_triton.LAYER_BYTES
+
+
+def _layer_stacks(layers) -> dict[str, torch.Tensor | None]:
+    """Each kind of layer weight as one [layers, ...] tensor (q/k/v and gate/up fused per layer); the
+    transformers parameters become views of them, as with `_fuse`."""
+    from ..ops.layer_triton import _stacked
+
+    def stack(get) -> torch.Tensor | None:
+        groups = [get(layer) for layer in layers]
+        if any(g is None for g in groups):
+            return None
+        return _stacked(groups)
+
+    def norm_of(name):
+        return lambda layer: (
+            None if getattr(layer.self_attn, name, None) is None else [getattr(layer.self_attn, name).weight]
+        )
+
+    def qkv_bias(layer):
+        attn = layer.self_attn
+        biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
+        return None if biases[0] is None else biases
+
+    return {
+        "input_norm": stack(lambda layer: [layer.input_layernorm.weight]),
+        "qkv": stack(lambda layer: [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                                    layer.self_attn.v_proj.weight]),
+        "qkv_bias": stack(qkv_bias),
+        "q_norm": stack(norm_of("q_norm")),
+        "k_norm": stack(norm_of("k_norm")),
+        "o": stack(lambda layer: [layer.self_attn.o_proj.weight]),
+        "o_bias": stack(lambda layer: None if layer.self_attn.o_proj.bias is None else [layer.self_attn.o_proj.bias]),
+        "post_norm": stack(lambda layer: [layer.post_attention_layernorm.weight]),
+        "gate_up": stack(lambda layer: [layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+        "down": stack(lambda layer: [layer.mlp.down_proj.weight]),
+    }  # fmt: skip
+
+
 class StaticKVCache:
     """Per-layer K/V [b, kv_heads, capacity, head_dim], allocated once: views of one block per kind,
     `key_block` / `value_block` [layers, b, kv_heads, capacity, head_dim], so that a sequence's whole cache is
@@ -143,8 +202,13 @@ class StaticDecoder:
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.splits = (q, kv, kv)
         self.layers: list[dict[str, torch.Tensor | None]] = []
-        for layer in inner.layers:
+        self.layer_kernel = None
+        stacks = _layer_stacks(inner.layers) if _wants_layer_kernel(model) else None
+        for index, layer in enumerate(inner.layers):
             attn, mlp = layer.self_attn, layer.mlp
+            if stacks is not None:  # views of the stacked tensors
+                self.layers.append({kind: None if t is None else t[index] for kind, t in stacks.items()})
+                continue
             biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3 only
             qkv = _fuse(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
@@ -162,6 +226,16 @@ class StaticDecoder:
                     "gate_up": _fuse(mlp.gate_proj.weight, mlp.up_proj.weight),
                     "down": mlp.down_proj.weight.detach(),
                 }
+            )
+        if stacks is not None:
+            from ..ops.layer_triton import LayerKernel
+
+            self.layer_kernel = LayerKernel(
+                stacks,
+                num_heads=self.num_heads,
+                num_kv_heads=self.num_kv_heads,
+                head_dim=self.head_dim,
+                eps=self.eps,
             )
         self.norm = inner.norm.weight.detach()
         self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
@@ -214,6 +288,24 @@ class StaticDecoder:
         eps = self.eps
         last = self.num_layers - 1
         flat = x.reshape(b * n, m)
+        kernel = self.layer_kernel
+        if (
+            step
+            and kernel is not None
+            and cache.key_block is not None
+            and x.is_cuda
+            and kernel.usable(b * n, n, self.mlp_prologue)
+        ):
+            # every layer in one persistent launch (ops/layer_triton.py); x stays the caller's
+            stream = flat.clone()
+            if kernel.launch(
+                stream, features, kernel.columns(slots), cache.key_block, cache.value_block, rows.reshape(-1),
+                positions.reshape(-1), pad, self.cos, self.sin, n,
+            ):  # fmt: skip
+                out = ops.rms_norm(stream, self.norm, eps)
+                if last in slots:
+                    features[:, slots[last] * m : (slots[last] + 1) * m] = out
+                return out.view(b, n, m), None if features is None else features.view(b, n, -1)
         for index, (layer, keys, values) in enumerate(
             zip(self.layers, cache.keys, cache.values, strict=True)
         ):
