@@ -1,26 +1,33 @@
 """The layer kernel: every decoder layer of a small target's step in one persistent launch.
 
 A SmolLM2-sized step is latency-bound, not bandwidth-bound: its 30 layers run five kernels each (step_triton.py),
-and each kernel's launch, ramp-up and drain cost more than streaming its 0.7-3.5 MB of weights. The layer kernel
-launches one program per SM (at most) once per step; the programs walk the layers' phases in order,
+150 launches a step, each streaming only 0.7-3.5 MB of weights. The layer kernel launches at most one program
+per SM once per step; the programs walk the layers' phases in order,
 
     qkv GEMM (norm prologue) | rope, K/V write, attention | o_proj + residual | gate_up (norm, SiLU·up) | down + residual
 
-taking the phase's work units (a program of the standalone kernel each) round-robin, with a grid-wide barrier
-between phases. A unit runs the very code the standalone kernel's program runs (`_linear_unit`,
-`_attention_unit`) with the same tiles (the ones tuned for the standalone GEMMs), so a row comes out bit for bit
-as the five-kernel step computes it, whatever path a step of another row count takes: batch invariance holds
-across the two paths (tested on CUDA).
+taking each phase's work units round-robin. A unit is one program of the standalone kernel (`_linear_unit`,
+`_attention_unit`, the very code `_step_linear` and `_attention` run) on the same tiles (those tuned for the
+standalone GEMMs), so a row comes out bit for bit as the five-kernel step computes it, whichever path a step of
+another row count takes: batch invariance holds across the two paths (tested on an H200 at 1 to 32 rows).
 
-The barrier counts arrivals on a device counter; the last program to arrive resets it and advances a generation
-word the others spin on (acquire / release at GPU scope, so the phase's writes are visible after it), and loads
-of what other programs wrote go through L2 (cache modifier ".cg"). Every program must be resident at once, hence
-at most one program per SM. A program that spins too long raises a sticky error flag and stops waiting (a wrong
-result, never a hang); `LayerKernel.check` reads the flag after the first launch and turns the kernel off.
+Phases are ordered by counters, not grid barriers: a unit counts itself done (release, GPU scope) on its
+phase's counter once its stores are issued, and a program's first unit of the next phase first fetches its first
+weight tile, then spins (plain loads, then one acquiring read) until the phase before has all its units done.
+A program with no unit in a phase goes straight on. Reads of what other programs wrote go through L2 (cache
+modifier ".cg"), and each layer's weights and visible cache rows are prefetched into L2 while the layer before
+runs. Every program must be resident at once, hence at most one per SM; a program that spins too long (not all
+resident: another process's kernels, a GPU partition) bumps every counter so that no later wait spins and raises
+a flag that stays set: a wrong step, never a hang. `LayerKernel.launch` reads the flag after its first launch
+(and then runs the step the standalone way, and never the layer kernel again); `problem()` reads it later (smoke
+does, after its arms).
 
 Used on CUDA for steps of at most LAYER_ROWS rows (FUSED_ROWS per sequence), for Llama / Qwen2 / Qwen3 targets
 whose layer weights fit LAYER_BYTES (they are restacked per kind, one tensor for all layers) and whose tuned tiles
-share one warp count and take no stream-K cut. LILICORR_LAYER_KERNEL=off turns it off.
+share one warp count and take no stream-K cut; the first step (a prefill, standalone) tunes or reads those tiles.
+LILICORR_LAYER_KERNEL=off turns it off. On an H200 (docs/performance.md) it made the SmolLM2 step 0.83 ms against
+0.93 ms of the five kernels, by the same cost per unit: what is left is each unit's own chain of dependent loads
+(~5 us), not launches or waits (phases that did not wait at all took 0.79 ms).
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ from . import step_triton as st
 
 LAYER_ROWS = 32  # a step of at most this many rows (all sequences) runs the layer kernel
 LAYER_BYTES = 4 << 30  # restack (and run the layer kernel for) targets whose layer weights fit this
+_NO_WAIT = False  # a timing experiment only: phases that do not wait for each other compute garbage
 SPIN_LIMIT = 1 << 22  # barrier polls before a program gives up waiting (error flag)
 
 
@@ -44,34 +52,59 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
+def prefetch_enabled() -> bool:
+    """LILICORR_LAYER_PREFETCH (on by default): the layer kernel fetches the next layer's weights into L2."""
+    return os.environ.get("LILICORR_LAYER_PREFETCH", "on").strip().lower() not in ("off", "0")
+
+
 def enabled() -> bool:
-    """LILICORR_LAYER_KERNEL: on, or off (the default until it is faster than the five-kernel step)."""
-    setting = os.environ.get("LILICORR_LAYER_KERNEL", "off").strip().lower()
+    """LILICORR_LAYER_KERNEL: on (the default) or off."""
+    setting = os.environ.get("LILICORR_LAYER_KERNEL", "on").strip().lower()
     if setting not in ("on", "off", "1", "0", ""):
         raise ValueError(f"LILICORR_LAYER_KERNEL={setting!r}: expected on or off")
     return setting in ("on", "1", "")
 
 
 @triton.jit
-def _grid_barrier(bar_ptr, P, LIMIT: tl.constexpr):
-    """All P programs of the launch wait here for each other. bar_ptr: [arrivals, generation, error]."""
-    tl.debug_barrier()  # this program's threads are done with the phase
-    failed = tl.atomic_add(bar_ptr + 2, 0, sem="acquire", scope="gpu")
-    if failed == 0:
-        gen = tl.atomic_add(bar_ptr + 1, 0, sem="acquire", scope="gpu")
-        arrived = tl.atomic_add(bar_ptr, 1, sem="acq_rel", scope="gpu")
-        if arrived == P - 1:  # the last to arrive: reset the count, then release the others
-            tl.atomic_xchg(bar_ptr, 0, sem="relaxed", scope="gpu")
-            tl.atomic_add(bar_ptr + 1, 1, sem="release", scope="gpu")
-        else:
-            now = tl.atomic_add(bar_ptr + 1, 0, sem="acquire", scope="gpu")
-            spins = 0
-            while (now == gen) & (spins < LIMIT):
-                now = tl.atomic_add(bar_ptr + 1, 0, sem="acquire", scope="gpu")
-                spins += 1
-            if now == gen:
-                tl.atomic_xchg(bar_ptr + 2, 1, sem="release", scope="gpu")
-    tl.debug_barrier()
+def _prefetch_l2(base, elements, pid, P, PREFETCH: tl.constexpr):
+    """Program pid's share (1/P, in 128-byte lines) of `elements` bf16 weights at base, fetched into L2 and
+    not waited for: the layer's GEMMs then read their weights from L2 instead of from memory."""
+    if PREFETCH:
+        line = 64  # elements of 2 bytes per 128-byte line
+        share = tl.cdiv(tl.cdiv(elements, P), line) * line
+        start = pid * share
+        end = tl.minimum(elements, start + share)
+        offs = tl.arange(0, 128) * line
+        for c in range(start, end, 128 * line):
+            at = tl.minimum(c + offs, end - 1).to(tl.int64)
+            tl.inline_asm_elementwise(
+                "mov.u32 $0, 0; prefetch.global.L2 [$1];",
+                "=r,l",
+                [base + at],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
+
+
+@triton.jit
+def _prefetch_layer(w_qkv, w_o, w_gu, w_dn, layer, NQKV, HID, HQ, INTER, pid, P, PREFETCH: tl.constexpr):
+    """Layer `layer`'s four weight matrices into L2 (see `_prefetch_l2`)."""
+    lo = tl.full((), 0, tl.int64) + layer
+    _prefetch_l2(w_qkv + lo * NQKV * HID, NQKV * HID, pid, P, PREFETCH)
+    _prefetch_l2(w_o + lo * HID * HQ, HID * HQ, pid, P, PREFETCH)
+    _prefetch_l2(w_gu + lo * 2 * INTER * HID, 2 * INTER * HID, pid, P, PREFETCH)
+    _prefetch_l2(w_dn + lo * HID * INTER, HID * INTER, pid, P, PREFETCH)
+
+
+@triton.jit
+def _prefetch_cache(kc, vc, hi, B, KV, s_c_b, s_c_h, s_c_r, pid, P, PREFETCH: tl.constexpr):
+    """Cache rows 0..hi-1 of every sequence and KV head of one layer's K and V into L2 (see `_prefetch_l2`)."""
+    if PREFETCH:
+        for region in range(0, B * KV):
+            at = (region // KV).to(tl.int64) * s_c_b + (region % KV).to(tl.int64) * s_c_h
+            _prefetch_l2(kc + at, hi * s_c_r, pid, P, PREFETCH)
+            _prefetch_l2(vc + at, hi * s_c_r, pid, P, PREFETCH)
 
 
 @triton.jit
@@ -96,18 +129,27 @@ def _gemm_phase(
     pid,
     P,
     SPLIT,
+    wait_ptr,
+    wait_target,
+    done_ptr,
+    done_base,
+    n_done,
     NORM: tl.constexpr,
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
+    LIMIT: tl.constexpr,
+    WAIT: tl.constexpr,
+    KT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     """The units of one GEMM (the standalone grid (row tiles, column tiles, K slices), row tile fastest), this
-    program taking every P-th from `pid`."""
+    program taking every P-th from `pid`: the first waits (after fetching its first weight tile) for the phase
+    before to be done (wait_ptr reaching wait_target), each counts itself done at done_ptr."""
     m_tiles = tl.cdiv(M, BLOCK_M)
     n_tiles = tl.cdiv(N, BLOCK_N)
     units = m_tiles * n_tiles * SPLIT
@@ -117,10 +159,16 @@ def _gemm_phase(
         st._linear_unit(
             x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_SPLIT, M_PAD, eps,
             s_xm, K, s_rm, s_ym, pid_m, rest % n_tiles, rest // n_tiles, n_tiles,
-            NORM, BIAS, RESIDUAL, GATED, False, UPCAST, PRECISION, SPLIT, 0, ".cg", BLOCK_M, BLOCK_N, BLOCK_K,
+            NORM, BIAS, RESIDUAL, GATED, False, UPCAST, PRECISION, SPLIT, 0, ".cg",
+            wait_ptr, tl.where(u == pid, wait_target, 0), done_base, n_done, WAIT, LIMIT, KT, BLOCK_M, BLOCK_N, BLOCK_K,
         )  # fmt: skip
+        tl.debug_barrier()  # every thread's stores are issued before the unit counts itself done
+        tl.atomic_add(done_ptr, 1, sem="release", scope="gpu")
 
 
+# fmt: off
+# (the bundled kernel table keys this kernel's variants by a hash of its source text: formatting it would make
+# them stale)
 @triton.jit
 def _layer_kernel(
     x_ptr,
@@ -149,7 +197,7 @@ def _layer_kernel(
     sin_ptr,
     ws_ptr,
     cnt_ptr,
-    bar_ptr,
+    done_ptr,
     L,
     M,
     n,
@@ -193,9 +241,16 @@ def _layer_kernel(
     BK_GU: tl.constexpr,
     BN_DN: tl.constexpr,
     BK_DN: tl.constexpr,
+    KT_QKV: tl.constexpr,
+    KT_O: tl.constexpr,
+    KT_GU: tl.constexpr,
+    KT_DN: tl.constexpr,
     ATT_BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     LIMIT: tl.constexpr,
+    PREFETCH: tl.constexpr,
+    MAX_ROWS: tl.constexpr,
+    WAIT: tl.constexpr,
 ):
     """Layers 0..L-1 of a step over M rows (b sequences of n). Layer l's input is x [M, HID] when cols[l] < 0,
     else the columns cols[l].. of the features [M, ·] (row stride s_feat: a tapped layer's output goes straight
@@ -203,24 +258,43 @@ def _layer_kernel(
     step's intermediates. Weights are stacked per kind, [L, ...] contiguous."""
     pid = tl.program_id(0)
     P = tl.num_programs(0)
+    m_tiles = tl.cdiv(M, BLOCK_M)
     query_tiles = tl.cdiv(G * n, BLOCK_M)
-    att_units = query_tiles * (M // n) * KV
+    att_units = query_tiles * (M // n) * KV  # M // n: the sequences
+    u_dn = m_tiles * tl.cdiv(HID, BN_DN) * sp_dn
+    u_qkv = m_tiles * tl.cdiv(NQKV, BN_QKV) * sp_qkv
+    u_o = m_tiles * tl.cdiv(HID, BN_O) * sp_o
+    u_gu = m_tiles * tl.cdiv(INTER, BN_GU) * sp_gu
+    n_done = L * 5
+    B = M // n
+    last_row = tl.max(tl.load(rows_ptr + tl.arange(0, MAX_ROWS), mask=tl.arange(0, MAX_ROWS) < M, other=0), axis=0)
+    hi = tl.minimum(last_row + 1, capacity)  # the cache rows any query of the step sees
+    _prefetch_layer(w_qkv, w_o, w_gu, w_dn, 0, NQKV, HID, H * D, INTER, pid, P, PREFETCH)
+    _prefetch_cache(kc_ptr, vc_ptr, hi, B, KV, s_c_b, s_c_h, s_c_r, pid, P, PREFETCH)
     for layer in range(0, L):
         lo = tl.full((), 0, tl.int64) + layer
+        if layer + 1 < L:  # the next layer's weights and cache rows stream into L2 while this one runs
+            _prefetch_layer(w_qkv, w_o, w_gu, w_dn, layer + 1, NQKV, HID, H * D, INTER, pid, P, PREFETCH)
+            _prefetch_cache(
+                kc_ptr + (lo + 1) * s_c_l, vc_ptr + (lo + 1) * s_c_l, hi, B, KV, s_c_b, s_c_h, s_c_r, pid, P, PREFETCH
+            )
+        done = done_ptr + layer * 5  # units done per phase: qkv, attention, o, gate_up, down
         c_in = tl.load(cols_ptr + layer)
         c_out = tl.load(cols_ptr + layer + 1)
         x_in = tl.where(c_in < 0, x_ptr, feat_ptr + c_in)
         s_in = tl.where(c_in < 0, HID, s_feat)
         x_out = tl.where(c_out < 0, x_ptr, feat_ptr + c_out)
         s_out = tl.where(c_out < 0, HID, s_feat)
-        # qkv = RMSNorm(x) · Wqkv^T (+ bias)
+        # qkv = RMSNorm(x) · Wqkv^T (+ bias), once the layer before is done
         _gemm_phase(
             x_in, w_qkv + lo * NQKV * HID, b_qkv + lo * NQKV, g_in + lo * HID, x_in, qkv_ptr, ws_ptr, cnt_ptr,
             M, NQKV, HID, ks_qkv, M_PAD, eps, s_in, 0, NQKV, pid, P, sp_qkv,
-            True, QKV_BIAS, False, False, UPCAST, PRECISION, BLOCK_M, BN_QKV, BK_QKV,
+            done - 1, tl.where(layer > 0, u_dn, 0), done, done_ptr, n_done,
+            True, QKV_BIAS, False, False, UPCAST, PRECISION, LIMIT, WAIT, KT_QKV, BLOCK_M, BN_QKV, BK_QKV,
         )  # fmt: skip
-        _grid_barrier(bar_ptr, P, LIMIT)
         # (q/k norm,) rope, K/V write at the step's cache rows, attention over the visible rows
+        if WAIT and pid < att_units:
+            st._wait_for(done, u_qkv, done_ptr, n_done, LIMIT)
         for u in range(pid, att_units, P):
             st._attention_unit(
                 qkv_ptr, qkv_ptr, kc_ptr + lo * s_c_l, vc_ptr + lo * s_c_l, rows_ptr, pos_ptr, rows_ptr, first_ptr,
@@ -228,29 +302,32 @@ def _layer_kernel(
                 NQKV, 0, 0, s_c_b, s_c_h, s_c_r, H * D, s_tab, capacity, u % query_tiles, u // query_tiles,
                 True, False, True, True, QK_NORM, False, UPCAST, PRECISION, 0, ".cg", BLOCK_M, ATT_BLOCK_N, BLOCK_D,
             )  # fmt: skip
-        _grid_barrier(bar_ptr, P, LIMIT)
+            tl.debug_barrier()
+            tl.atomic_add(done + 1, 1, sem="release", scope="gpu")
         # h = x + attn · Wo^T (+ bias)
         _gemm_phase(
             attn_ptr, w_o + lo * HID * (H * D), b_o + lo * HID, g_in, x_in, h_ptr, ws_ptr, cnt_ptr,
             M, HID, H * D, ks_o, M_PAD, eps, H * D, s_in, HID, pid, P, sp_o,
-            False, O_BIAS, True, False, UPCAST, PRECISION, BLOCK_M, BN_O, BK_O,
+            done + 1, att_units, done + 2, done_ptr, n_done,
+            False, O_BIAS, True, False, UPCAST, PRECISION, LIMIT, WAIT, KT_O, BLOCK_M, BN_O, BK_O,
         )  # fmt: skip
-        _grid_barrier(bar_ptr, P, LIMIT)
         # act = silu(RMSNorm(h) · Wgate^T) * (RMSNorm(h) · Wup^T)
         _gemm_phase(
             h_ptr, w_gu + lo * 2 * INTER * HID, w_gu, g_post + lo * HID, h_ptr, act_ptr, ws_ptr, cnt_ptr,
             M, INTER, HID, ks_gu, M_PAD, eps, HID, 0, INTER, pid, P, sp_gu,
-            True, False, False, True, UPCAST, PRECISION, BLOCK_M, BN_GU, BK_GU,
+            done + 2, u_o, done + 3, done_ptr, n_done,
+            True, False, False, True, UPCAST, PRECISION, LIMIT, WAIT, KT_GU, BLOCK_M, BN_GU, BK_GU,
         )  # fmt: skip
-        _grid_barrier(bar_ptr, P, LIMIT)
-        # x' = h + act · Wdown^T, into the next layer's input columns
+        # x' = h + act · Wdown^T, into the next layer's input
         _gemm_phase(
             act_ptr, w_dn + lo * HID * INTER, w_dn, g_in, h_ptr, x_out, ws_ptr, cnt_ptr,
             M, HID, INTER, ks_dn, M_PAD, eps, INTER, HID, s_out, pid, P, sp_dn,
-            False, False, True, False, UPCAST, PRECISION, BLOCK_M, BN_DN, BK_DN,
+            done + 3, u_gu, done + 4, done_ptr, n_done,
+            False, False, True, False, UPCAST, PRECISION, LIMIT, WAIT, KT_DN, BLOCK_M, BN_DN, BK_DN,
         )  # fmt: skip
-        if layer + 1 < L:
-            _grid_barrier(bar_ptr, P, LIMIT)
+
+
+# fmt: on
 
 
 def _stacked(groups: Sequence[Sequence[torch.nn.Parameter | torch.Tensor]]) -> torch.Tensor:
@@ -281,7 +358,8 @@ class LayerKernel:
         self.num_layers, self.nqkv, self.hidden = w_qkv.shape
         self.inter = w_gu.shape[1] // 2
         self.device = w_qkv.device
-        self.barrier = torch.zeros(4, dtype=torch.int32, device=self.device)
+        # units done per (layer, phase), then the timed-out flag; zeroed before every launch
+        self.done = torch.zeros(self.num_layers * 5 + 1, dtype=torch.int32, device=self.device)
         self.tiles: dict[str, dict[str, int]] | None = None
         self.disabled: str | None = None
         self.checked = False
@@ -385,6 +463,12 @@ class LayerKernel:
                 space = max(space, split * m_pad * (2 * width if gated else width) + split * n_tiles * m_pad)
             tiles_n = max(tiles_n, m_tiles * n_tiles)
             units = max(units, m_tiles * n_tiles * split)
+        # the K tiles of each GEMM's slice, unrolled (LILICORR_LAYER_UNROLL=off: the loop the standalone runs)
+        unroll = os.environ.get("LILICORR_LAYER_UNROLL", "off").strip().lower() in ("on", "1")
+        kts = {
+            f"KT_{name}": triton.cdiv(splits[phase][0], self.tiles[phase]["BLOCK_K"]) if unroll else 0
+            for phase, name in (("qkv", "QKV"), ("o", "O"), ("gate_up", "GU"), ("down", "DN"))
+        }
         b = m // n
         units = max(units, triton.cdiv((heads // kvh) * n, st.BLOCK_M) * b * kvh)
         workspace = torch.empty(space, dtype=torch.float32, device=device)
@@ -394,12 +478,13 @@ class LayerKernel:
         s = self.stacks
         w_qkv = s["qkv"]
         t = self.tiles
+        self.done[:-1].zero_()  # the flag after them stays set once a launch has raised it
         _layer_kernel[(programs,)](
             x, features if features is not None else x, cols, h, qkv, attn, act,
             w_qkv, s["qkv_bias"] if s["qkv_bias"] is not None else w_qkv, s["input_norm"], s["o"],
             s["o_bias"] if s["o_bias"] is not None else w_qkv, s["post_norm"], s["gate_up"], s["down"],
             s["q_norm"] if s["q_norm"] is not None else cos, s["k_norm"] if s["k_norm"] is not None else cos,
-            keys, values, rows, positions, first, cos, sin, workspace, counters, self.barrier,
+            keys, values, rows, positions, first, cos, sin, workspace, counters, self.done,
             self.num_layers, m, n, hid, nq, inter, heads, heads // kvh, kvh, hd, hd // 2, self.eps, hd**-0.5,
             features.stride(0) if features is not None else hid, keys.stride(0), keys.stride(1), keys.stride(2), keys.stride(3), cos.stride(0),
             keys.shape[3], m_pad,
@@ -409,16 +494,25 @@ class LayerKernel:
             BN_QKV=t["qkv"]["BLOCK_N"], BK_QKV=t["qkv"]["BLOCK_K"], BN_O=t["o"]["BLOCK_N"], BK_O=t["o"]["BLOCK_K"],
             BN_GU=t["gate_up"]["BLOCK_N"], BK_GU=t["gate_up"]["BLOCK_K"], BN_DN=t["down"]["BLOCK_N"],
             BK_DN=t["down"]["BLOCK_K"], ATT_BLOCK_N=st.ATTENTION_BLOCK_N, BLOCK_D=max(16, triton.next_power_of_2(hd)),
-            LIMIT=SPIN_LIMIT, num_warps=4, num_stages=max(t[p]["num_stages"] for p in t),
+            **kts, LIMIT=SPIN_LIMIT, WAIT=not _NO_WAIT, MAX_ROWS=triton.next_power_of_2(LAYER_ROWS), PREFETCH=prefetch_enabled() and w_qkv.element_size() == 2 and not st._interpreted(),
+            num_warps=4, num_stages=max(t[p]["num_stages"] for p in t),
         )  # fmt: skip
-        if not self.checked:  # the first launch: did every barrier see every program?
+        if not self.checked:  # the first launch: did every wait see its phase done?
             self.checked = True
-            if int(self.barrier[2].item()) != 0:
-                self.disabled = "a grid barrier timed out (not every program was resident at once)"
+            problem = self.problem()
+            if problem is not None:
+                self.disabled = problem
                 warnings.warn(
-                    f"lilicorr: the layer kernel is off for this target: {self.disabled}",
+                    f"lilicorr: the layer kernel is off for this target: {problem}",
                     RuntimeWarning,
                     stacklevel=3,
                 )
                 return False
         return True
+
+    def problem(self) -> str | None:
+        """Why a launch so far computed a wrong step (a wait between phases timed out: not every program was
+        resident at once), or None. Reads a device flag: a sync."""
+        if int(self.done[-1].item()) == 0:
+            return None
+        return "a wait between its phases timed out (not every program of the launch was resident at once)"

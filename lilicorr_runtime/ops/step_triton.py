@@ -170,6 +170,26 @@ def _linear_epilogue(
 
 
 @triton.jit
+def _wait_for(ptr, target, done_base, n_done, LIMIT: tl.constexpr):
+    """Spin until the counter at ptr reaches target (acquire, GPU scope: what the counting programs wrote before
+    they counted is visible after). After LIMIT polls, it gives up: it adds 2**24 to every one of the n_done
+    counters at done_base (so no later wait of the launch spins) and sets the flag after them (done_base[n_done]),
+    which the host reads. A wrong result, never a hang."""
+    cur = tl.load(
+        ptr, volatile=True
+    )  # polled with plain loads, which do not queue at the counter as atomics do
+    spins = 0
+    while (cur < target) & (spins < LIMIT):
+        cur = tl.load(ptr, volatile=True)
+        spins += 1
+    cur = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")  # one acquiring read orders what follows
+    if cur < target:
+        for i in range(0, n_done):
+            tl.atomic_add(done_base + i, 1 << 24, sem="relaxed", scope="gpu")
+        tl.atomic_xchg(done_base + n_done, 1, sem="release", scope="gpu")
+
+
+@triton.jit
 def _step_linear(
     x_ptr,
     w_ptr,
@@ -207,7 +227,8 @@ def _step_linear(
     _linear_unit(
         x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_SPLIT, M_PAD, eps,
         s_xm, s_wn, s_rm, s_ym, tl.program_id(0), tl.program_id(1), tl.program_id(2), tl.num_programs(1),
-        NORM, BIAS, RESIDUAL, GATED, GATED_X, UPCAST, PRECISION, SPLIT, PDL, "", BLOCK_M, BLOCK_N, BLOCK_K,
+        NORM, BIAS, RESIDUAL, GATED, GATED_X, UPCAST, PRECISION, SPLIT, PDL, "", cnt_ptr, 0, cnt_ptr, 0, False, 1, 0,
+        BLOCK_M, BLOCK_N, BLOCK_K,
     )  # fmt: skip
 
 
@@ -245,12 +266,21 @@ def _linear_unit(
     SPLIT,
     PDL: tl.constexpr,
     CACHE: tl.constexpr,
+    wait_ptr,
+    wait_target,
+    done_base,
+    n_done,
+    WAIT: tl.constexpr,
+    LIMIT: tl.constexpr,
+    KT: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
     """One program's work of `_step_linear`: rows tile pid_m, columns tile pid_n (of n_tiles), K slice pid_s.
-    `_step_linear` runs it once per program; the layer kernel (layer_triton.py) runs it for unit after unit."""
+    `_step_linear` runs it once per program; the layer kernel (layer_triton.py) runs it for unit after unit, and
+    with WAIT, once the first weight tile is on its way, waits for the counter at wait_ptr to reach wait_target
+    (the units of the phase that writes x; see `_wait_for`) before it reads x."""
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -272,6 +302,9 @@ def _linear_unit(
         wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
     if PDL != 0:
         tl.extra.cuda.gdc_wait()
+    if WAIT:  # noqa: SIM102 (WAIT is a constexpr: the standalone kernels compile no wait at all)
+        if wait_target > 0:
+            _wait_for(wait_ptr, wait_target, done_base, n_done, LIMIT)
     x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
     acc, acc_up, squares = _dot_tile(
         x,
@@ -289,30 +322,39 @@ def _linear_unit(
         PRECISION,
         w_ptr.dtype.element_ty,
     )
-    for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
-        kk = k0 + rk
-        k_ok = kk < k_hi
-        x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
-        w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        wu = w
-        if GATED:
-            wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        acc, acc_up, squares = _dot_tile(
-            x,
-            w,
-            wu,
-            g_ptr,
-            kk,
-            k_ok,
-            acc,
-            acc_up,
-            squares,
-            NORM,
-            GATED,
-            UPCAST,
-            PRECISION,
-            w_ptr.dtype.element_ty,
-        )
+    if KT == 0:  # a loop over the slice's K tiles
+        for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+            kk = k0 + rk
+            k_ok = kk < k_hi
+            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
+            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            wu = w
+            if GATED:
+                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            acc, acc_up, squares = _dot_tile(
+                x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION,
+                w_ptr.dtype.element_ty,
+            )  # fmt: skip
+    else:  # the same tiles unrolled (KT of them at most), so that their loads can all be in flight at once
+        for t in tl.static_range(1, KT):
+            k0 = k_lo + t * BLOCK_K
+            kk = k0 + rk
+            k_ok = kk < k_hi
+            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
+            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            wu = w
+            if GATED:
+                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            acc2, up2, squares2 = _dot_tile(
+                x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION,
+                w_ptr.dtype.element_ty,
+            )  # fmt: skip
+            live = (
+                k0 < k_hi
+            )  # a slice shorter than KT tiles: what the loop would not run leaves the sums as they are
+            acc = tl.where(live, acc2, acc)
+            acc_up = tl.where(live, up2, acc_up)
+            squares = tl.where(live, squares2, squares)
     if PDL == 2:
         tl.extra.cuda.gdc_launch_dependents()
     out_mask = m_ok[:, None] & n_ok[None, :]

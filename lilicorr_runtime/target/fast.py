@@ -392,6 +392,12 @@ class FastTarget(TargetModel):
         self._zero_pad = torch.zeros(1, dtype=torch.long, device=self.device)
         self._graphs: dict[tuple, tuple[_Graph, dict[str, torch.Tensor]]] = {}
 
+    def layer_kernel_problem(self) -> str | None:
+        """Why a step of this target computed by the layer kernel (ops/layer_triton.py) is wrong, or None: after a
+        run, a caller that must trust every step asks (a sync)."""
+        kernel = self.core.layer_kernel
+        return None if kernel is None or not kernel.checked else kernel.problem()
+
     # the decoder's single-request interface -------------------------------------------------------------
 
     def reserve(self, rows: int) -> None:

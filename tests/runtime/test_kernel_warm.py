@@ -4,6 +4,9 @@ parallel before the first launch; a damaged, stale or planted table costs compil
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import types
 import warnings
 
@@ -257,3 +260,24 @@ def test_the_bundled_table_is_well_formed():
             module, _, attr = entry["name"].rpartition(".")
             assert getattr(importlib.import_module(module), attr, None) is not None, entry["name"]
             assert json.loads(entry["spec"])["name"] == entry["name"]
+
+
+def test_every_bundled_variant_names_the_kernel_source_it_was_compiled_from():
+    """An edit to a kernel's own text (formatting included) leaves its bundled variants stale: a fresh machine
+    then compiles them at first launch instead of ahead. Regenerate the table on the GPU it names (the per-user
+    table of a smoke run there) when this fails."""
+    # in a fresh interpreter without TRITON_INTERPRET: under the interpreter the kernels are not JITFunctions
+    script = (
+        "import json\n"
+        "from lilicorr_runtime.ops import warm\n"
+        "data = json.loads(warm.BUNDLED.read_text())\n"
+        "print(json.dumps(sorted({e['name'] for es in data['devices'].values() for e in es\n"
+        "    if warm.source_hash(warm._kernel(e['name'])) != e['source']})))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    stale = json.loads(done.stdout)
+    assert not stale, f"bundled kernel variants of edited kernels: {stale}"
