@@ -91,10 +91,10 @@ def _wants_layer_kernel(model: PreTrainedModel) -> bool:
     if device.type != "cuda" or mlp_in_prologue():
         return False
     try:
-        from ..ops import layer_triton
+        from ..ops.layer_triton import LAYER_BYTES, enabled
     except ImportError:  # no Triton
         return False
-    if not layer_triton.enabled():
+    if not enabled():
         return False
     total = 0
     for layer in model.model.layers:
@@ -103,7 +103,7 @@ def _wants_layer_kernel(model: PreTrainedModel) -> bool:
         if any(biases) != all(biases):
             return False
         total += sum(p.numel() * p.element_size() for p in layer.parameters())
-    return total <= layer_triton.LAYER_BYTES
+    return total <= LAYER_BYTES
 
 
 def _layer_stacks(layers) -> dict[str, torch.Tensor | None]:
