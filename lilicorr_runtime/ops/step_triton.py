@@ -646,6 +646,8 @@ def step_linear_triton(
         residual = residual.contiguous()
     if m == 0:
         return out
+    if k == 0:  # nothing to stream, and a stream-K cut of no K tiles would divide by zero
+        raise ValueError("step_linear_triton needs K >= 1 (ops.step_linear runs the reference for K = 0)")
     upcast = weight.dtype == torch.float32 or _interpreted()
     pdl = pdl_mode(x.device)
 

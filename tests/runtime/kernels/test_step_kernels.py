@@ -574,3 +574,13 @@ def test_choose_tile_skips_tiles_that_cannot_run_and_falls_back_to_the_default()
         step_ops.choose_tile(default, lambda leaders: [], lambda c: 1.0 if c == runs_one else timer(c))
         == runs_one
     )
+
+
+def test_a_weight_without_columns_of_k_takes_the_reference_and_the_kernel_refuses_it():
+    x = torch.empty(3, 0, device=DEVICE)
+    weight = torch.empty(8, 0, device=DEVICE)
+    bias, residual = _randn(8, seed=1), _randn(3, 8, seed=2)
+    torch.testing.assert_close(ops.step_linear(x, weight, bias=bias, residual=residual), residual + bias)
+    stream = {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2, "STREAM": 2}
+    with pytest.raises(ValueError, match="K >= 1"):  # a forced stream-K tile would divide by zero
+        step_ops.step_linear_triton(x, weight, bias=bias, residual=residual, config=stream)
