@@ -360,6 +360,7 @@ class LayerKernel:
         self.device = w_qkv.device
         # units done per (layer, phase), then the timed-out flag; zeroed before every launch
         self.done = torch.zeros(self.num_layers * 5 + 1, dtype=torch.int32, device=self.device)
+        self.counters = torch.zeros(0, dtype=torch.int32, device=self.device)
         self.tiles: dict[str, dict[str, int]] | None = None
         self.disabled: str | None = None
         self.checked = False
@@ -472,14 +473,21 @@ class LayerKernel:
         b = m // n
         units = max(units, triton.cdiv((heads // kvh) * n, st.BLOCK_M) * b * kvh)
         workspace = torch.empty(space, dtype=torch.float32, device=device)
-        counters = st._counters(device, tiles_n)
+        # split-K arrival counters of its own, zeroed at every launch: a timed-out launch, whose phases may then
+        # run out of order, can leave them anything, and must not leave the standalone GEMMs' counters so
+        if self.counters.numel() < tiles_n:
+            self.counters = torch.zeros(tiles_n, dtype=torch.int32, device=device)
+        counters = self.counters
         if programs is None:
             programs = min(units, st.sm_count(device))
         s = self.stacks
         w_qkv = s["qkv"]
         t = self.tiles
         self.done[:-1].zero_()  # the flag after them stays set once a launch has raised it
-        _layer_kernel[(programs,)](
+        counters.zero_()
+        first_launch = not self.checked
+        try:
+            _layer_kernel[(programs,)](
             x, features if features is not None else x, cols, h, qkv, attn, act,
             w_qkv, s["qkv_bias"] if s["qkv_bias"] is not None else w_qkv, s["input_norm"], s["o"],
             s["o_bias"] if s["o_bias"] is not None else w_qkv, s["post_norm"], s["gate_up"], s["down"],
@@ -497,18 +505,25 @@ class LayerKernel:
             **kts, LIMIT=SPIN_LIMIT, WAIT=not _NO_WAIT, MAX_ROWS=triton.next_power_of_2(LAYER_ROWS), PREFETCH=prefetch_enabled() and w_qkv.element_size() == 2 and not st._interpreted(),
             num_warps=4, num_stages=max(t[p]["num_stages"] for p in t),
         )  # fmt: skip
-        if not self.checked:  # the first launch: did every wait see its phase done?
+        except Exception as exc:  # e.g. more shared memory than an SM has: the five kernels then, for good
+            if not first_launch:
+                raise
+            self.checked = True
+            self._turn_off(f"it does not compile or launch here ({type(exc).__name__}: {str(exc)[:200]})")
+            return False
+        if first_launch:  # the first launch: did every wait see its phase done?
             self.checked = True
             problem = self.problem()
             if problem is not None:
-                self.disabled = problem
-                warnings.warn(
-                    f"lilicorr: the layer kernel is off for this target: {problem}",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+                self._turn_off(problem)
                 return False
         return True
+
+    def _turn_off(self, reason: str) -> None:
+        self.disabled = reason
+        warnings.warn(
+            f"lilicorr: the layer kernel is off for this target: {reason}", RuntimeWarning, stacklevel=4
+        )
 
     def problem(self) -> str | None:
         """Why a launch so far computed a wrong step (a wait between phases timed out: not every program was

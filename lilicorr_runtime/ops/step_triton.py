@@ -172,8 +172,8 @@ def _linear_epilogue(
 @triton.jit
 def _wait_for(ptr, target, done_base, n_done, LIMIT: tl.constexpr):
     """Spin until the counter at ptr reaches target (acquire, GPU scope: what the counting programs wrote before
-    they counted is visible after). After LIMIT polls, it gives up: it adds 2**24 to every one of the n_done
-    counters at done_base (so no later wait of the launch spins) and sets the flag after them (done_base[n_done]),
+    they counted is visible after). After LIMIT polls, it gives up: it raises every one of the n_done counters at
+    done_base to 2**30 (so no later wait of the launch spins) and sets the flag after them (done_base[n_done]),
     which the host reads. A wrong result, never a hang."""
     cur = tl.load(
         ptr, volatile=True
@@ -184,8 +184,8 @@ def _wait_for(ptr, target, done_base, n_done, LIMIT: tl.constexpr):
         spins += 1
     cur = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")  # one acquiring read orders what follows
     if cur < target:
-        for i in range(0, n_done):
-            tl.atomic_add(done_base + i, 1 << 24, sem="relaxed", scope="gpu")
+        for i in range(0, n_done):  # a maximum, not a sum: many programs giving up at once cannot overflow it
+            tl.atomic_max(done_base + i, 1 << 30, sem="relaxed", scope="gpu")
         tl.atomic_xchg(done_base + n_done, 1, sem="release", scope="gpu")
 
 

@@ -106,18 +106,13 @@ def _wants_layer_kernel(model: PreTrainedModel) -> bool:
     return total <= LAYER_BYTES
 
 
-def _layer_stacks(layers) -> dict[str, torch.Tensor | None]:
+def _layer_stacks(layers) -> dict[str, torch.Tensor | None] | None:
     """Each kind of layer weight as one [layers, ...] tensor (q/k/v and gate/up fused per layer); the
-    transformers parameters become views of them, as with `_fuse`."""
+    transformers parameters become views of them, as with `_fuse`. None (nothing restacked) when a kind is
+    present in some layers and not others (a bias, a q/k norm): one stack per kind cannot hold that."""
     from ..ops.layer_triton import _stacked
 
-    def stack(get) -> torch.Tensor | None:
-        groups = [get(layer) for layer in layers]
-        if any(g is None for g in groups):
-            return None
-        return _stacked(groups)
-
-    def norm_of(name):
+    def attn_norm(name):
         return lambda layer: (
             None if getattr(layer.self_attn, name, None) is None else [getattr(layer.self_attn, name).weight]
         )
@@ -125,21 +120,27 @@ def _layer_stacks(layers) -> dict[str, torch.Tensor | None]:
     def qkv_bias(layer):
         attn = layer.self_attn
         biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
-        return None if biases[0] is None else biases
+        return None if any(b is None for b in biases) else biases
 
-    return {
-        "input_norm": stack(lambda layer: [layer.input_layernorm.weight]),
-        "qkv": stack(lambda layer: [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
-                                    layer.self_attn.v_proj.weight]),
-        "qkv_bias": stack(qkv_bias),
-        "q_norm": stack(norm_of("q_norm")),
-        "k_norm": stack(norm_of("k_norm")),
-        "o": stack(lambda layer: [layer.self_attn.o_proj.weight]),
-        "o_bias": stack(lambda layer: None if layer.self_attn.o_proj.bias is None else [layer.self_attn.o_proj.bias]),
-        "post_norm": stack(lambda layer: [layer.post_attention_layernorm.weight]),
-        "gate_up": stack(lambda layer: [layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-        "down": stack(lambda layer: [layer.mlp.down_proj.weight]),
+    kinds = {
+        "input_norm": lambda layer: [layer.input_layernorm.weight],
+        "qkv": lambda layer: [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
+                              layer.self_attn.v_proj.weight],
+        "qkv_bias": qkv_bias,
+        "q_norm": attn_norm("q_norm"),
+        "k_norm": attn_norm("k_norm"),
+        "o": lambda layer: [layer.self_attn.o_proj.weight],
+        "o_bias": lambda layer: None if layer.self_attn.o_proj.bias is None else [layer.self_attn.o_proj.bias],
+        "post_norm": lambda layer: [layer.post_attention_layernorm.weight],
+        "gate_up": lambda layer: [layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight],
+        "down": lambda layer: [layer.mlp.down_proj.weight],
     }  # fmt: skip
+    groups = {kind: [get(layer) for layer in layers] for kind, get in kinds.items()}
+    for members in groups.values():
+        missing = [g is None for g in members]
+        if any(missing) and not all(missing):
+            return None
+    return {kind: None if members[0] is None else _stacked(members) for kind, members in groups.items()}
 
 
 class StaticKVCache:

@@ -178,6 +178,41 @@ def test_a_wait_that_times_out_is_a_wrong_step_not_a_hang_and_turns_the_kernel_o
         torch.tensor([4]), torch.tensor([4]), pad, decoder.cos, decoder.sin, 1, programs=1,
     )  # fmt: skip
     assert kernel.problem() is not None
+    # the launch that gave up ran its phases out of order on split-K counters of its own: the standalone GEMMs'
+    # are untouched, and a split-K GEMM still computes its reference
+    x = torch.randn(3, 64)
+    weight = torch.randn(96, 64) * 0.1
+    split = {"BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 2, "SPLIT": 3}
+    got = step_ops.step_linear_triton(x, weight, config=split)
+    torch.testing.assert_close(got, ops.step_linear_reference(x, weight), rtol=1e-4, atol=1e-4)
+    assert all(int(c.abs().sum()) == 0 for held in step_ops._COUNTERS.values() for c in held)
+
+
+def test_a_first_launch_that_cannot_compile_turns_the_kernel_off(monkeypatch):
+    decoder, kernel = _decoder(_model("llama", layers=2))
+    cache = decoder.new_cache(1, 32)
+
+    class Unlaunchable:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise RuntimeError("out of resources: shared memory")
+
+            return launch
+
+    monkeypatch.setattr(layer_triton, "_layer_kernel", Unlaunchable())
+    with pytest.warns(RuntimeWarning, match="does not compile or launch"):
+        ok, _, _ = _layer_step(
+            decoder, kernel, cache, torch.randn(1, 1, 64), 3, torch.zeros(1, dtype=torch.long), (), 1
+        )
+    assert not ok and "shared memory" in kernel.disabled and not kernel.usable(1, 1, False)
+
+
+def test_layers_that_differ_in_a_kind_of_weight_are_not_restacked():
+    model = _model("qwen2", layers=2)
+    model.model.layers[1].self_attn.o_proj.bias = torch.nn.Parameter(torch.zeros(64, device=DEVICE))
+    before = [p.data_ptr() for p in model.parameters()]
+    assert fast._layer_stacks(model.model.layers) is None
+    assert [p.data_ptr() for p in model.parameters()] == before  # nothing moved
 
 
 def test_usable_only_for_few_rows_and_the_fitting_tiles():
