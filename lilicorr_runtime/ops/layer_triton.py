@@ -45,7 +45,7 @@ from . import step_triton as st
 LAYER_ROWS = 32  # a step of at most this many rows (all sequences) runs the layer kernel
 LAYER_BYTES = 4 << 30  # restack (and run the layer kernel for) targets whose layer weights fit this
 _NO_WAIT = False  # a timing experiment only: phases that do not wait for each other compute garbage
-SPIN_LIMIT = 1 << 22  # barrier polls before a program gives up waiting (error flag)
+SPIN_LIMIT = 1 << 22  # polls of a phase's counter before a program gives up waiting (the error flag)
 
 
 def _capturing() -> bool:
@@ -53,7 +53,8 @@ def _capturing() -> bool:
 
 
 def prefetch_enabled() -> bool:
-    """LILICORR_LAYER_PREFETCH (on by default): the layer kernel fetches the next layer's weights into L2."""
+    """LILICORR_LAYER_PREFETCH (on by default): the layer kernel fetches the next layer's weights and cache rows
+    into L2."""
     return os.environ.get("LILICORR_LAYER_PREFETCH", "on").strip().lower() not in ("off", "0")
 
 
@@ -333,8 +334,9 @@ def _layer_kernel(
 def _stacked(groups: Sequence[Sequence[torch.nn.Parameter | torch.Tensor]]) -> torch.Tensor:
     """[L, ...] with layer l the concatenation (dim 0) of groups[l]; each parameter then views its slice of it
     (as target/fast.py's fusing does), so the stacked tensor costs no memory beyond the step of restacking."""
-    first = torch.cat([p.detach() for p in groups[0]]) if len(groups[0]) > 1 else groups[0][0].detach()
-    out = torch.empty((len(groups), *first.shape), dtype=first.dtype, device=first.device)
+    head = groups[0][0]
+    rows = sum(p.shape[0] for p in groups[0])
+    out = torch.empty((len(groups), rows, *head.shape[1:]), dtype=head.dtype, device=head.device)
     for index, group in enumerate(groups):
         offset = 0
         for p in group:
@@ -348,7 +350,7 @@ def _stacked(groups: Sequence[Sequence[torch.nn.Parameter | torch.Tensor]]) -> t
 
 
 class LayerKernel:
-    """The layer kernel's state for one StaticDecoder: the stacked weights, its tiles once known, the barrier."""
+    """The layer kernel's state for one StaticDecoder: the stacked weights, its tiles once known, its counters."""
 
     def __init__(self, stacks: dict[str, torch.Tensor | None], *, num_heads: int, num_kv_heads: int, head_dim: int,
                  eps: float) -> None:  # fmt: skip
@@ -358,7 +360,7 @@ class LayerKernel:
         self.num_layers, self.nqkv, self.hidden = w_qkv.shape
         self.inter = w_gu.shape[1] // 2
         self.device = w_qkv.device
-        # units done per (layer, phase), then the timed-out flag; zeroed before every launch
+        # units done per (layer, phase), zeroed before every launch, then the timed-out flag, which stays set
         self.done = torch.zeros(self.num_layers * 5 + 1, dtype=torch.int32, device=self.device)
         self.counters = torch.zeros(0, dtype=torch.int32, device=self.device)
         self.tiles: dict[str, dict[str, int]] | None = None

@@ -85,8 +85,8 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
 
 def _wants_layer_kernel(model: PreTrainedModel) -> bool:
     """Whether this target's layers are restacked for the layer kernel (ops/layer_triton.py): CUDA with Triton,
-    LILICORR_LAYER_KERNEL not off, no MLP prologue, layer weights within LAYER_BYTES, biases on all of q/k/v or
-    none."""
+    LILICORR_LAYER_KERNEL not off, no MLP prologue, layer weights within LAYER_BYTES (`_layer_stacks` may still
+    find them unfit)."""
     device = model.model.norm.weight.device
     if device.type != "cuda" or mlp_in_prologue():
         return False
@@ -96,20 +96,15 @@ def _wants_layer_kernel(model: PreTrainedModel) -> bool:
         return False
     if not enabled():
         return False
-    total = 0
-    for layer in model.model.layers:
-        attn = layer.self_attn
-        biases = [p.bias is not None for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
-        if any(biases) != all(biases):
-            return False
-        total += sum(p.numel() * p.element_size() for p in layer.parameters())
+    total = sum(p.numel() * p.element_size() for layer in model.model.layers for p in layer.parameters())
     return total <= LAYER_BYTES
 
 
 def _layer_stacks(layers) -> dict[str, torch.Tensor | None] | None:
     """Each kind of layer weight as one [layers, ...] tensor (q/k/v and gate/up fused per layer); the
     transformers parameters become views of them, as with `_fuse`. None (nothing restacked) when a kind is
-    present in some layers and not others (a bias, a q/k norm): one stack per kind cannot hold that."""
+    present in some layers and not others (a bias, a q/k norm), or a layer biases some of q/k/v only: one stack
+    per kind cannot hold that."""
     from ..ops.layer_triton import _stacked
 
     def attn_norm(name):
@@ -135,6 +130,10 @@ def _layer_stacks(layers) -> dict[str, torch.Tensor | None] | None:
         "gate_up": lambda layer: [layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight],
         "down": lambda layer: [layer.mlp.down_proj.weight],
     }  # fmt: skip
+    for layer in layers:
+        attn = layer.self_attn
+        if len({p.bias is None for p in (attn.q_proj, attn.k_proj, attn.v_proj)}) > 1:
+            return None
     groups = {kind: [get(layer) for layer in layers] for kind, get in kinds.items()}
     for members in groups.values():
         missing = [g is None for g in members]

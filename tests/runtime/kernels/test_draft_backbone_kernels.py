@@ -7,27 +7,17 @@ dispatch itself, in bf16, against the eager ops."""
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 import torch
+from interpreted_triton import CUDA, fresh, triton  # noqa: F401 (before any kernel module)
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"
-triton = pytest.importorskip("triton")
-if not CUDA and hasattr(triton, "knobs"):
-    triton.knobs.runtime.interpret = True
+from lilicorr_ckpt import fixtures
+from lilicorr_ckpt.smoke.load import load_drafter
+from lilicorr_runtime.model import dflash
+from lilicorr_runtime.ops import step as step_ops
+from lilicorr_runtime.ops import step_triton
 
-from lilicorr_ckpt import fixtures  # noqa: E402
-from lilicorr_ckpt.smoke.load import load_drafter  # noqa: E402
-from lilicorr_runtime.model import dflash  # noqa: E402
-from lilicorr_runtime.ops import step as step_ops  # noqa: E402
-from lilicorr_runtime.ops import step_triton  # noqa: E402
-
-if not CUDA:
-    step_triton = importlib.reload(step_triton)
+step_triton = fresh(step_triton)
 
 CAPACITY = 40
 

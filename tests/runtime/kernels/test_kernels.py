@@ -3,27 +3,14 @@ in CI) and natively on CUDA (full shapes, marked gpu)."""
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 import torch
+from interpreted_triton import CUDA, DEVICE, fresh, triton  # noqa: F401 (before any kernel module)
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    # without a GPU the kernels run in Triton's interpreter; it is chosen when a kernel is decorated
-    os.environ["TRITON_INTERPRET"] = "1"
-triton = pytest.importorskip("triton")
-if not CUDA and hasattr(triton, "knobs"):
-    triton.knobs.runtime.interpret = True  # triton was imported before the variable was set
+from lilicorr_runtime import ops
+from lilicorr_runtime.ops import draft_triton
 
-from lilicorr_runtime import ops  # noqa: E402
-from lilicorr_runtime.ops import draft_triton as triton_ops  # noqa: E402
-
-if not CUDA:
-    triton_ops = importlib.reload(triton_ops)  # re-decorate in case it was imported in compiled mode
-
-DEVICE = "cuda" if CUDA else "cpu"
+triton_ops = fresh(draft_triton)
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not CUDA, reason="needs CUDA")
 

@@ -5,34 +5,19 @@ program, or programs run one after another) and natively on CUDA (marked gpu: bi
 
 from __future__ import annotations
 
-import importlib
-import os
 import warnings
 
 import pytest
 import torch
+from interpreted_triton import CUDA, DEVICE, fresh, triton  # before any kernel module
+from runtime_helpers import ARCHS
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"
-triton = pytest.importorskip("triton")
-if not CUDA and hasattr(triton, "knobs"):
-    triton.knobs.runtime.interpret = True
+from lilicorr_runtime import ops
+from lilicorr_runtime.ops import layer_triton, step_triton
+from lilicorr_runtime.target import fast
 
-from runtime_helpers import ARCHS  # noqa: E402
-
-from lilicorr_runtime import ops  # noqa: E402
-from lilicorr_runtime.ops import step_triton as step_ops  # noqa: E402
-from lilicorr_runtime.target import fast  # noqa: E402
-
-if not CUDA:
-    step_ops = importlib.reload(step_ops)
-from lilicorr_runtime.ops import layer_triton  # noqa: E402
-
-if not CUDA:
-    layer_triton = importlib.reload(layer_triton)
-
-DEVICE = "cuda" if CUDA else "cpu"
+step_ops = fresh(step_triton)
+layer_triton = fresh(layer_triton)
 TILES = {  # small tiles, one GEMM split in two and one in three along K: every unit path runs
     "qkv": {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2},
     "o": {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 2},
@@ -213,6 +198,9 @@ def test_layers_that_differ_in_a_kind_of_weight_are_not_restacked():
     before = [p.data_ptr() for p in model.parameters()]
     assert fast._layer_stacks(model.model.layers) is None
     assert [p.data_ptr() for p in model.parameters()] == before  # nothing moved
+    partial = _model("qwen2", layers=2)
+    partial.model.layers[0].self_attn.k_proj.bias = None  # q and v biased, k not
+    assert fast._layer_stacks(partial.model.layers) is None
 
 
 def test_usable_only_for_few_rows_and_the_fitting_tiles():

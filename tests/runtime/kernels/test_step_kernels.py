@@ -4,26 +4,14 @@ invariance: a row's result does not depend on how many rows the call has. Under 
 
 from __future__ import annotations
 
-import importlib
-import os
-
 import pytest
 import torch
+from interpreted_triton import CUDA, DEVICE, fresh, triton  # noqa: F401 (before any kernel module)
 
-CUDA = torch.cuda.is_available()
-if not CUDA:
-    os.environ["TRITON_INTERPRET"] = "1"
-triton = pytest.importorskip("triton")
-if not CUDA and hasattr(triton, "knobs"):
-    triton.knobs.runtime.interpret = True
+from lilicorr_runtime import ops
+from lilicorr_runtime.ops import step_triton
 
-from lilicorr_runtime import ops  # noqa: E402
-from lilicorr_runtime.ops import step_triton as step_ops  # noqa: E402
-
-if not CUDA:
-    step_ops = importlib.reload(step_ops)
-
-DEVICE = "cuda" if CUDA else "cpu"
+step_ops = fresh(step_triton)
 
 
 def assert_same_row(one: torch.Tensor, many: torch.Tensor) -> None:
