@@ -25,9 +25,11 @@ does, after its arms).
 Used on CUDA for steps of at most LAYER_ROWS rows (FUSED_ROWS per sequence), for Llama / Qwen2 / Qwen3 targets
 whose layer weights fit LAYER_BYTES (they are restacked per kind, one tensor for all layers) and whose tuned tiles
 share one warp count and take no stream-K cut; the first step (a prefill, standalone) tunes or reads those tiles.
-LILICORR_LAYER_KERNEL=off turns it off. On an H200 (docs/performance.md) it made the SmolLM2 step 0.83 ms against
-0.93 ms of the five kernels, by the same cost per unit: what is left is each unit's own chain of dependent loads
-(~5 us), not launches or waits (phases that did not wait at all took 0.79 ms).
+Off unless LILICORR_LAYER_KERNEL=on. On an H200 (docs/performance.md) it first made the SmolLM2 step 0.83 ms
+against 0.93 ms of the five kernels (what is left is each unit's own chain of dependent loads, ~5 us, not launches
+or waits: phases that did not wait at all took 0.79 ms). Once the step GEMMs took their norms' sums of squares
+from a dot (step_triton.py), the five kernels got faster and this kernel slower: 707 against 831 us of kernel
+time per SmolLM2 step, hence off by default.
 """
 
 from __future__ import annotations
@@ -59,11 +61,11 @@ def prefetch_enabled() -> bool:
 
 
 def enabled() -> bool:
-    """LILICORR_LAYER_KERNEL: on (the default) or off."""
-    setting = os.environ.get("LILICORR_LAYER_KERNEL", "on").strip().lower()
+    """LILICORR_LAYER_KERNEL: on, or off (the default)."""
+    setting = os.environ.get("LILICORR_LAYER_KERNEL", "off").strip().lower()
     if setting not in ("on", "off", "1", "0", ""):
         raise ValueError(f"LILICORR_LAYER_KERNEL={setting!r}: expected on or off")
-    return setting in ("on", "1", "")
+    return setting in ("on", "1")
 
 
 @triton.jit
@@ -360,9 +362,12 @@ class LayerKernel:
         self.num_layers, self.nqkv, self.hidden = w_qkv.shape
         self.inter = w_gu.shape[1] // 2
         self.device = w_qkv.device
-        # units done per (layer, phase), zeroed before every launch, then the timed-out flag, which stays set
-        self.done = torch.zeros(self.num_layers * 5 + 1, dtype=torch.int32, device=self.device)
-        self.counters = torch.zeros(0, dtype=torch.int32, device=self.device)
+        # units done per (layer, phase), zeroed before every launch, then the timed-out flag, which stays set.
+        # Counters are made outside inference mode (here and in `launch`), so that a launch zeroes them in place
+        # whether or not it runs under inference mode
+        with torch.inference_mode(False):
+            self.done = torch.zeros(self.num_layers * 5 + 1, dtype=torch.int32, device=self.device)
+            self.counters = torch.zeros(0, dtype=torch.int32, device=self.device)
         self.tiles: dict[str, dict[str, int]] | None = None
         self.disabled: str | None = None
         self.checked = False
@@ -478,7 +483,8 @@ class LayerKernel:
         # split-K arrival counters of its own, zeroed at every launch: a timed-out launch, whose phases may then
         # run out of order, can leave them anything, and must not leave the standalone GEMMs' counters so
         if self.counters.numel() < tiles_n:
-            self.counters = torch.zeros(tiles_n, dtype=torch.int32, device=device)
+            with torch.inference_mode(False):
+                self.counters = torch.zeros(tiles_n, dtype=torch.int32, device=device)
         counters = self.counters
         if programs is None:
             programs = min(units, st.sm_count(device))

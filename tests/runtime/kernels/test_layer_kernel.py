@@ -127,6 +127,22 @@ def test_layer_kernel_computes_the_five_kernel_step(arch, b, n):
     assert counted[0].tolist()[2] == triton.cdiv(b * n, 16) * triton.cdiv(64, 16) * 2  # o split in two
 
 
+def test_a_kernel_made_under_inference_mode_launches_outside_it():
+    """Its counters are zeroed in place at every launch: made while a forward ran under inference mode (as
+    FastTarget's do), they must still be writable by a launch outside it (a bench driving the kernel directly)."""
+    with torch.inference_mode():
+        decoder, kernel = _decoder(_model("llama", layers=2))
+        cache = decoder.new_cache(1, 32)
+    kernel.checked = True
+    x, pad = torch.randn(1, 1, 64, device=DEVICE), torch.zeros(1, dtype=torch.long, device=DEVICE)
+    with torch.inference_mode():
+        assert _layer_step(decoder, kernel, cache, x, 3, pad, (), programs=1)[0]
+    assert not kernel.done.is_inference() and not kernel.counters.is_inference()
+    cache = decoder.new_cache(1, 32)  # not an inference tensor: written in place by the launch
+    ok, got, _ = _layer_step(decoder, kernel, cache, x, 3, pad, (), programs=1)
+    assert ok and bool(torch.isfinite(got).all())
+
+
 def test_columns_route_tapped_layers_through_their_feature_slots():
     decoder, kernel = _decoder(_model("llama", layers=4))
     # layer 1 -> slot 0, layer 3 (the last) -> slot 1, filled after the final norm: the stream buffer (-1) for it
@@ -235,8 +251,12 @@ def test_restacked_weights_keep_the_transformers_model_and_memory():
         torch.testing.assert_close(model(ids).logits, before, rtol=0, atol=0)
 
 
-def test_layer_kernel_is_on_by_default_and_can_be_turned_off(monkeypatch):
+def test_layer_kernel_is_off_by_default_and_can_be_turned_on(monkeypatch):
     monkeypatch.delenv("LILICORR_LAYER_KERNEL", raising=False)
+    assert not layer_triton.enabled()
+    monkeypatch.setenv("LILICORR_LAYER_KERNEL", "")
+    assert not layer_triton.enabled()
+    monkeypatch.setenv("LILICORR_LAYER_KERNEL", "on")
     assert layer_triton.enabled()
     monkeypatch.setenv("LILICORR_LAYER_KERNEL", "off")
     assert not layer_triton.enabled()

@@ -572,3 +572,27 @@ def test_a_weight_without_columns_of_k_takes_the_reference_and_the_kernel_refuse
     stream = {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2, "STREAM": 2}
     with pytest.raises(ValueError, match="K >= 1"):  # a forced stream-K tile would divide by zero
         step_ops.step_linear_triton(x, weight, bias=bias, residual=residual, config=stream)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2},
+        {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 3},
+        {**STREAM_TILE, "STREAM": 2},
+    ],
+    ids=["plain", "split", "stream"],
+)
+def test_each_rows_norm_comes_from_its_own_row(monkeypatch, config):
+    """The sums of squares are the diagonal of a small x·xᵀ dot per K tile: rows of one tile whose scales differ
+    by 10^4 each get their own rstd (a row reading another's would be off by that factor), in every tiling."""
+    monkeypatch.setattr(step_ops, "sm_count", lambda device: 3)
+    k, n = 200, 40
+    scales = torch.tensor([1e-2, 1e2, 1.0, 3e1, 5e-2], device=DEVICE)[:, None]
+    x = _randn(5, k, seed=41) * scales
+    weight = _randn(n, k, seed=42, scale=0.1)
+    norm = _randn(k, seed=43) + 1.0
+    got = step_ops.step_linear_triton(x, weight, norm_weight=norm, eps=1e-6, config=config)
+    want = ops.step_linear_reference(x, weight, norm_weight=norm, eps=1e-6)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert float(got.abs().amax(1).min()) > 0.05  # every row normalized to unit scale, none to ~0
