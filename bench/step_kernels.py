@@ -165,7 +165,7 @@ def main() -> None:
         mlp, _, rest = rest.partition(":")
         stream, _, layer = rest.partition(":")
         os.environ["LILICORR_PDL"] = pdl
-        os.environ["LILICORR_LAYER_KERNEL"] = layer or "on"
+        os.environ["LILICORR_LAYER_KERNEL"] = layer or "off"
         os.environ["LILICORR_MLP"] = mlp or "epilogue"
         os.environ["LILICORR_STREAM_K"] = stream or "on"
         step_ops.TUNED.clear()  # each setting tunes (or reads the stored tiles of) its own candidate set
