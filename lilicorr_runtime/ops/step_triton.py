@@ -132,6 +132,20 @@ def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCA
 
 
 @triton.jit
+def _k_tile(x_rows, w_rows, g_ptr, kk, k_hi, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED, GATED_X,
+            UPCAST, PRECISION, w_dtype, CACHE: tl.constexpr):  # fmt: skip
+    """One K tile (columns kk, those below k_hi) of a step GEMM's loop (`_linear_unit`, `_step_linear_stream`):
+    its x and weight tiles loaded, then added to the sums (`_dot_tile`)."""
+    k_ok = kk < k_hi
+    x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_dtype, CACHE)
+    w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+    wu = w
+    if GATED:  # the up rows follow the N gate rows in the fused weight
+        wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+    return _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION, w_dtype)
+
+
+@triton.jit
 def _row_squares(squares, BLOCK_M: tl.constexpr):
     """Each row's sum of squares: the diagonal of the [BLOCK_M, BLOCK_M] x·xᵀ sums `_dot_tile` accumulates."""
     rows = tl.arange(0, BLOCK_M)
@@ -335,30 +349,16 @@ def _linear_unit(
     )
     if KT == 0:  # a loop over the slice's K tiles
         for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
-            kk = k0 + rk
-            k_ok = kk < k_hi
-            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
-            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            wu = w
-            if GATED:
-                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            acc, acc_up, squares = _dot_tile(
-                x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION,
-                w_ptr.dtype.element_ty,
+            acc, acc_up, squares = _k_tile(
+                x_rows, w_rows, g_ptr, k0 + rk, k_hi, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED,
+                GATED_X, UPCAST, PRECISION, w_ptr.dtype.element_ty, CACHE,
             )  # fmt: skip
     else:  # the same tiles unrolled (KT of them at most), so that their loads can all be in flight at once
         for t in tl.static_range(1, KT):
             k0 = k_lo + t * BLOCK_K
-            kk = k0 + rk
-            k_ok = kk < k_hi
-            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
-            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            wu = w
-            if GATED:
-                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            acc2, up2, squares2 = _dot_tile(
-                x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION,
-                w_ptr.dtype.element_ty,
+            acc2, up2, squares2 = _k_tile(
+                x_rows, w_rows, g_ptr, k0 + rk, k_hi, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED,
+                GATED_X, UPCAST, PRECISION, w_ptr.dtype.element_ty, CACHE,
             )  # fmt: skip
             live = (
                 k0 < k_hi
@@ -531,29 +531,10 @@ def _step_linear_stream(
         acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
         squares = tl.zeros((BLOCK_M, BLOCK_M), tl.float32)
         for kb in range(lo - t_lo, hi - t_lo):
-            kk = kb * BLOCK_K + rk
-            k_ok = kk < K
-            x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, "")
-            w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            wu = w
-            if GATED:
-                wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            acc, acc_up, squares = _dot_tile(
-                x,
-                w,
-                wu,
-                g_ptr,
-                kk,
-                k_ok,
-                acc,
-                acc_up,
-                squares,
-                NORM,
-                GATED,
-                UPCAST,
-                PRECISION,
-                w_ptr.dtype.element_ty,
-            )
+            acc, acc_up, squares = _k_tile(
+                x_rows, w_rows, g_ptr, kb * BLOCK_K + rk, K, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM,
+                GATED, GATED_X, UPCAST, PRECISION, w_ptr.dtype.element_ty, "",
+            )  # fmt: skip
         squares = _row_squares(squares, BLOCK_M)
         out_mask = m_ok[:, None] & n_ok[None, :]
         if (lo == t_lo) & (hi == t_lo + KB):  # the whole tile is this program's
