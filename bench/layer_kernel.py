@@ -13,9 +13,9 @@ compiles its own variant. All rows come from one process: compare the ratios.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import pathlib
+import sys
 import time
 
 import torch
@@ -30,13 +30,8 @@ SETTINGS = (  # (phases wait, prefetch, unroll)
 )
 
 
-def _bench_target():
-    spec = importlib.util.spec_from_file_location(
-        "bench_target", pathlib.Path(__file__).with_name("target.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import target as bench_target  # noqa: E402 (bench/target.py: random-weight targets, step timing)
 
 
 def replay_us(fn, repeats: int) -> float:
@@ -71,7 +66,7 @@ def main() -> None:
     os.environ.setdefault("LILICORR_LAYER_KERNEL", "on")
     from lilicorr_runtime.ops import layer_triton
 
-    target = _bench_target().random_target("smollm2", "cuda")
+    target = bench_target.random_target("smollm2", "cuda")
     core, kernel = target.core, target.core.layer_kernel
     if kernel is None:
         raise SystemExit("this target does not run the layer kernel (LILICORR_LAYER_KERNEL=off?)")

@@ -25,21 +25,15 @@ from __future__ import annotations
 
 import argparse
 import collections
-import importlib.util
 import os
 import pathlib
+import sys
 import time
 
 import torch
 
-
-def _bench_target():
-    spec = importlib.util.spec_from_file_location(
-        "bench_target", pathlib.Path(__file__).with_name("target.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+import target as bench_target  # noqa: E402 (bench/target.py: random-weight targets, step timing)
 
 
 def gemm_table(bandwidth: float, sweep: bool = False) -> list[tuple]:
@@ -136,7 +130,7 @@ def main() -> None:
         raise SystemExit("bench/step_kernels.py times CUDA kernels: run it on a GPU machine")
     if not args.target and not args.random:
         parser.error("give TARGET or --random SHAPE")
-    bench = _bench_target()
+    bench = bench_target
     from lilicorr_runtime.ops import step_triton as step_ops
     from lilicorr_runtime.target.fast import FastTarget, tokens_per_second
     from lilicorr_runtime.target.load import load_target
