@@ -85,7 +85,7 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
 
 def _wants_layer_kernel(model: PreTrainedModel) -> bool:
     """Whether this target's layers are restacked for the layer kernel (ops/layer_triton.py): CUDA with Triton,
-    LILICORR_LAYER_KERNEL not off, no MLP prologue, layer weights within LAYER_BYTES (`_layer_stacks` may still
+    LILICORR_LAYER_KERNEL=on, no MLP prologue, layer weights within LAYER_BYTES (`_layer_stacks` may still
     find them unfit)."""
     device = model.model.norm.weight.device
     if device.type != "cuda" or mlp_in_prologue():
