@@ -322,7 +322,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     if problem is not None:  # a step computed wrong: nothing measured can be trusted
         raise SmokeRefused(
             "the target's layer kernel computed a wrong step",
-            [problem, "run again with LILICORR_LAYER_KERNEL=off (the five-kernel step)"],
+            [problem, "run again without LILICORR_LAYER_KERNEL=on (the five-kernel step, the default)"],
         )
     if opts.gpu:
         warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
