@@ -47,6 +47,7 @@ class TargetModel:
             "transformers"  # which forward runs: "fast" (target.fast.FastTarget) or transformers' eager one
         )
         self.path_note = "transformers eager forward"
+        self.load_note = "transformers"  # how the weights were read (load_target sets it)
 
     @property
     def device(self) -> torch.device:

@@ -1,4 +1,5 @@
-"""Loading a target: an HF causal LM from a local directory, an offline HF cache repo id or a .gguf file, refused
+"""Loading a target: an HF causal LM from a local directory, an offline HF cache repo id or a .gguf file (read
+directly where target/gguf_direct.py maps it, else through transformers), refused
 when it lacks weights its config describes, and run on the fast path (target/fast.py) when its architecture has
 one, else on transformers' eager forward (target/adapter.py)."""
 
@@ -132,6 +133,63 @@ def _unloaded_weights(info: dict[str, Any]) -> list[str]:
     return problems
 
 
+def _load_gguf_directly(
+    path: Path, dtype: torch.dtype, want_tokenizer: bool
+) -> tuple[PreTrainedModel, list[str], Any] | str:
+    """(model, unloaded-weight problems, tokenizer) of a GGUF read by target/gguf_direct.py, or why not (a str)
+    when that route does not map the file (transformers loads it then) or LILICORR_GGUF_LOADER=transformers asks
+    for transformers' own route. A malformed file raises gguf_direct.GGUFError (a ValueError) naming the problem."""
+    if os.environ.get("LILICORR_GGUF_LOADER", "direct").strip().lower() == "transformers":
+        return "LILICORR_GGUF_LOADER=transformers"
+    from transformers import AutoConfig, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
+    from . import gguf_direct
+
+    try:
+        config_kwargs, state, tok = gguf_direct.read_target(path, dtype, with_tokenizer=want_tokenizer)
+    except gguf_direct.Unsupported as why:
+        return str(why)
+    config = AutoConfig.for_model(**config_kwargs)
+    config._name_or_path = str(path.parent)  # as transformers names a GGUF's model: by its directory
+    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    if model_class is None:
+        return f"no causal LM class for {type(config).__name__}"
+    with torch.device("meta"):
+        model = model_class(config)
+    expected = dict(model.state_dict())
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    problems: list[str] = []
+    missing = sorted(n for n in expected if n not in state and not (tied and n == "lm_head.weight"))
+    if missing:
+        problems.append(f"missing {shorten(missing, 8, quote='')}")
+    for name in sorted(set(state) & set(expected)):
+        if tuple(state[name].shape) != tuple(expected[name].shape):
+            problems.append(
+                f"{name} has shape {list(state[name].shape)} in the checkpoint, the config needs "
+                f"{list(expected[name].shape)}"
+            )
+    if problems:
+        return model, problems, tok
+    model.load_state_dict({n: t for n, t in state.items() if n in expected}, strict=False, assign=True)
+    if tied:
+        model.tie_weights()
+    # modules whose buffers are made at construction (the rotary embedding's inverse frequencies) are built again,
+    # for real, on the CPU
+    for parent in list(model.modules()):
+        for child_name, child in list(parent.named_children()):
+            if any(b.is_meta for b in child.buffers(recurse=False)):
+                if not hasattr(child, "rope_type"):
+                    return f"{type(child).__name__} has a buffer made at construction"
+                setattr(parent, child_name, type(child)(config=config))
+    if any(t.is_meta for t in model.parameters()) or any(t.is_meta for t in model.buffers()):
+        return "a weight the file does not hold and the model does not build"
+    model.config.dtype = dtype
+    model.generation_config = GenerationConfig.from_model_config(model.config)
+    model.eval()
+    return model, problems, tok
+
+
 def load_target(
     spec: str | Path,
     *,
@@ -147,6 +205,11 @@ def load_target(
     at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
     otherwise `tokenizer` is None and the caller works in token ids.
 
+    A .gguf file of a Llama, Qwen2 or Qwen3 with a GPT-2-style byte-level tokenizer is read directly
+    (target/gguf_direct.py: the same config, weights and tokenizer as transformers' GGUF loader builds, in about
+    a tenth of its time); another GGUF goes through transformers' loader, parsed once. `load_note` on the result
+    says which, and why. A file that is not a well-formed GGUF raises ValueError naming what is wrong with it.
+
     fast: None (default) runs the fast path (`target.fast.FastTarget`: static KV cache, CUDA graphs on a GPU)
     whenever the architecture has one and transformers' eager forward otherwise (`path_note` says which and
     why); True requires the fast path (ValueError naming why not); False always runs transformers."""
@@ -159,14 +222,24 @@ def load_target(
     else:
         source = str(resolved.path)
         has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
-    # a GGUF is parsed once for the model and the tokenizer (not three times): see _one_gguf_parse
-    with _one_gguf_parse(resolved.path) if resolved.kind == "gguf" else contextlib.nullcontext():
-        # a size mismatch is reported (and refused below, naming every tensor) rather than raised by transformers
-        with _quiet_load_report():
-            model, info = AutoModelForCausalLM.from_pretrained(
-                source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
-            )
-        problems = _unloaded_weights(info)
+    direct = _load_gguf_directly(resolved.path, dtype, tokenizer) if resolved.kind == "gguf" else None
+    if isinstance(direct, str):
+        load_note, direct = f"transformers' GGUF loader ({direct})", None
+    else:
+        load_note = "read directly from the GGUF" if direct is not None else "transformers"
+    # a GGUF the direct route does not map is parsed once for the model and the tokenizer: see _one_gguf_parse
+    parse_once = resolved.kind == "gguf" and direct is None
+    with _one_gguf_parse(resolved.path) if parse_once else contextlib.nullcontext():
+        if direct is not None:
+            model, problems, direct_tokenizer = direct
+        else:
+            # a size mismatch is reported (and refused below, naming every tensor) rather than raised by
+            # transformers
+            with _quiet_load_report():
+                model, info = AutoModelForCausalLM.from_pretrained(
+                    source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
+                )
+            problems = _unloaded_weights(info)
         if problems:
             drafter = getattr(model.config, "dflash_config", None) is not None
             hint = (
@@ -183,17 +256,20 @@ def load_target(
         eos = _eos_ids(model)
         tok = None
         if tokenizer and has_tokenizer:
-            tok = AutoTokenizer.from_pretrained(source, **kwargs)
+            tok = direct_tokenizer if direct is not None else AutoTokenizer.from_pretrained(source, **kwargs)
             if eos and tok.eos_token_id not in eos:
                 # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
                 tok.eos_token = tok.convert_ids_to_tokens(eos[0])
     if fast is not False:
         problem = fast_path_problem(model)
         if problem is None:
-            return FastTarget(model, tok, eos)
-        if fast:
+            target: TargetModel = FastTarget(model, tok, eos)
+        elif fast:
             raise ValueError(f"target {str(spec)!r} has no fast path: {problem}")
+        else:
+            target = TargetModel(model, tok, eos)
+            target.path_note = f"transformers eager forward ({problem})"
+    else:
         target = TargetModel(model, tok, eos)
-        target.path_note = f"transformers eager forward ({problem})"
-        return target
-    return TargetModel(model, tok, eos)
+    target.load_note = load_note
+    return target

@@ -81,10 +81,28 @@ def _byte_alphabet() -> list[str]:
     return module.byte_alphabet()
 
 
-def write_tiny_gguf(path, *, layers: int = 2, hidden: int = 64, seed: int = 0, drop: str | None = None):
-    """A small random Llama as a GGUF file, the way llama.cpp writes one: its config, a byte-level BPE tokenizer
-    (256 bytes, a few merges, ChatML's specials, a chat template) and its weights (Q8_0 embedding, the rest F32).
-    `drop` leaves that tensor out (a file whose weights do not match its config)."""
+def write_tiny_gguf(
+    path,
+    *,
+    layers: int = 2,
+    hidden: int = 64,
+    seed: int = 0,
+    drop: str | None = None,
+    arch: str = "llama",
+    heads: int = 4,
+    tied: bool = False,
+    pre: str = "smollm",
+    add_bos: bool = False,
+    extra: dict | None = None,
+    tensor_types: dict | None = None,
+    ffn_in_config: int | None = None,
+):
+    """A small random Llama (or `arch` "qwen2", with q/k/v biases, or "qwen3", with q/k norms) as a GGUF file, the
+    way llama.cpp writes one: its config, a byte-level BPE tokenizer (256 bytes, a few merges, ChatML's specials,
+    a chat template) and its weights (Q8_0 embedding, the rest F32, or the ggml type `tensor_types` names for a tensor).
+    `drop` leaves that tensor out (a file whose weights do not match its config); `tied` writes no output.weight;
+    `extra` adds metadata (key -> str, int, float or bool); `ffn_in_config` states another FFN width than the
+    tensors have."""
     import gguf
     import numpy as np
 
@@ -92,14 +110,14 @@ def write_tiny_gguf(path, *, layers: int = 2, hidden: int = 64, seed: int = 0, d
     merges = ["h e", "l l", "he ll", "o Ġ", "Ġ w"]
     tokens = [*alphabet, *(m.replace(" ", "") for m in merges), "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     types = [1] * (len(tokens) - 3) + [3, 3, 3]  # normal, then control
-    vocab, heads, kv_heads, ffn = len(tokens), 4, 2, 2 * hidden
+    vocab, kv_heads, ffn = len(tokens), max(1, heads // 2), 2 * hidden
     head_dim = hidden // heads
-    writer = gguf.GGUFWriter(str(path), "llama")
+    writer = gguf.GGUFWriter(str(path), arch)
     writer.add_name("tiny-llama")
     writer.add_block_count(layers)
     writer.add_context_length(256)
     writer.add_embedding_length(hidden)
-    writer.add_feed_forward_length(ffn)
+    writer.add_feed_forward_length(ffn_in_config or ffn)
     writer.add_head_count(heads)
     writer.add_head_count_kv(kv_heads)
     writer.add_rope_freq_base(10000.0)
@@ -107,14 +125,23 @@ def write_tiny_gguf(path, *, layers: int = 2, hidden: int = 64, seed: int = 0, d
     writer.add_vocab_size(vocab)
     writer.add_rope_dimension_count(head_dim)
     writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("smollm")
+    writer.add_tokenizer_pre(pre)
     writer.add_token_list(tokens)
     writer.add_token_types(types)
     writer.add_token_merges(merges)
     writer.add_bos_token_id(vocab - 2)
     writer.add_eos_token_id(vocab - 1)
     writer.add_pad_token_id(vocab - 3)
-    writer.add_add_bos_token(False)
+    writer.add_add_bos_token(add_bos)
+    for key, value in (extra or {}).items():
+        if isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, int):
+            writer.add_uint32(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_string(key, value)
     writer.add_chat_template(
         "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>\n' }}"
         "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
@@ -137,16 +164,32 @@ def write_tiny_gguf(path, *, layers: int = 2, hidden: int = 64, seed: int = 0, d
             f"blk.{i}.ffn_up.weight": weight(ffn, hidden),
             f"blk.{i}.ffn_down.weight": weight(hidden, ffn),
         }
+        if arch == "qwen2":
+            tensors |= {
+                f"blk.{i}.attn_q.bias": weight(hidden),
+                f"blk.{i}.attn_k.bias": weight(kv_heads * head_dim),
+                f"blk.{i}.attn_v.bias": weight(kv_heads * head_dim),
+            }
+        if arch == "qwen3":
+            tensors |= {
+                f"blk.{i}.attn_q_norm.weight": 1 + weight(head_dim) / 10,
+                f"blk.{i}.attn_k_norm.weight": 1 + weight(head_dim) / 10,
+            }
     tensors["output_norm.weight"] = 1 + weight(hidden) / 10
-    tensors["output.weight"] = weight(vocab, hidden)
+    if not tied:
+        tensors["output.weight"] = weight(vocab, hidden)
+    kinds = {"token_embd.weight": gguf.GGMLQuantizationType.Q8_0} | (tensor_types or {})
     for name, value in tensors.items():
         if name == drop:
             continue
-        if name == "token_embd.weight":
-            packed = gguf.quants.quantize(value, gguf.GGMLQuantizationType.Q8_0)
-            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=gguf.GGMLQuantizationType.Q8_0)
-        else:
+        kind = kinds.get(name)
+        if kind is None or kind == gguf.GGMLQuantizationType.F32:
             writer.add_tensor(name, value)
+        elif kind == gguf.GGMLQuantizationType.F16:
+            writer.add_tensor(name, value.astype(np.float16))
+        else:
+            packed = gguf.quants.quantize(value, kind)
+            writer.add_tensor(name, packed, raw_shape=packed.shape, raw_dtype=kind)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

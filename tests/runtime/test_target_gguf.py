@@ -1,6 +1,8 @@
-"""A GGUF target is parsed once: load_target hands transformers one gguf reader of the file for the config, the
-weights and the tokenizer, and loads exactly what a plain transformers load of it does (a small random Llama
-written the way llama.cpp writes one; the real SmolLM2 GGUF is tests/runtime/test_real_target.py's)."""
+"""A GGUF target loads exactly what a plain transformers load of it does, by either route: read directly
+(target/gguf_direct.py, no gguf reader at all) or, with LILICORR_GGUF_LOADER=transformers and for files the direct
+route does not map, through transformers on one gguf reader of the file for the config, the weights and the
+tokenizer (a small random Llama written the way llama.cpp writes one; the real SmolLM2 GGUF is
+tests/runtime/test_real_target.py's, the other architectures and formats tests/runtime/test_gguf_direct.py's)."""
 
 from __future__ import annotations
 
@@ -40,23 +42,42 @@ def plain_transformers_load(path):
     return model, AutoTokenizer.from_pretrained(str(path.parent), **kwargs)
 
 
-def test_a_gguf_target_is_parsed_once_and_is_what_transformers_loads(tmp_path, parses):
+@pytest.fixture(params=["direct", "transformers"])
+def route(request, monkeypatch):
+    """The GGUF loader under test: read directly (the default) or through transformers."""
+    if request.param == "transformers":
+        monkeypatch.setenv("LILICORR_GGUF_LOADER", "transformers")
+    else:
+        monkeypatch.delenv("LILICORR_GGUF_LOADER", raising=False)
+    return request.param
+
+
+def test_a_gguf_target_is_what_transformers_loads_parsed_once_or_not_at_all(tmp_path, parses, route):
     path = write_tiny_gguf(tmp_path / "tiny.Q8_0.gguf")
     entry_points = gguf.GGUFReader, gguf.get_tensor_name_map
     target = load_target(path)
-    assert parses == {
-        str(path): 1
-    }  # config, weights and tokenizer: one parse (transformers alone makes three)
+    if route == "direct":
+        assert parses == {} and target.load_note == "read directly from the GGUF"
+    else:  # config, weights and tokenizer: one parse (transformers alone makes three)
+        assert parses == {str(path): 1}
+        assert target.load_note == "transformers' GGUF loader (LILICORR_GGUF_LOADER=transformers)"
     assert (gguf.GGUFReader, gguf.get_tensor_name_map) == entry_points  # restored
 
     model, tokenizer = plain_transformers_load(path)
-    assert parses[str(path)] == 4
+    assert parses[str(path)] == (3 if route == "direct" else 4)
     assert target.path == "fast" and (target.num_layers, target.vocab_size, target.hidden_size) == (
         2,
         264,
         64,
     )
-    assert target.model.config.to_dict() == model.config.to_dict()
+    reference_config = model.config.to_dict()
+    if route == "direct":  # transformers marks its GGUF models; the direct route's model is a plain one
+        assert reference_config.pop("quantization_config")["quant_method"] == "gguf"
+    assert target.model.config.to_dict() == reference_config
+    loaded, reference = dict(target.model.named_buffers()), dict(model.named_buffers())
+    assert loaded.keys() == reference.keys()
+    for name, tensor in reference.items():  # the rotary inverse frequencies, made at construction
+        assert torch.equal(loaded[name], tensor) and loaded[name].dtype == tensor.dtype, name
     loaded, reference = target.model.state_dict(), model.state_dict()
     assert loaded.keys() == reference.keys()
     for name, tensor in reference.items():
@@ -80,18 +101,54 @@ def test_a_gguf_target_is_parsed_once_and_is_what_transformers_loads(tmp_path, p
     )
 
 
-def test_a_gguf_missing_a_tensor_is_refused_naming_it(tmp_path, parses):
+def test_a_gguf_missing_a_tensor_is_refused_naming_it(tmp_path, parses, route):
     path = write_tiny_gguf(tmp_path / "holed.gguf", drop="blk.1.ffn_up.weight")
     with pytest.raises(
         ValueError,
         match=r"does not hold the weights its config describes: missing model\.layers\.1\.mlp\.up_proj\.weight",
     ):
         load_target(path)
-    assert parses == {str(path): 1}
+    assert parses == ({} if route == "direct" else {str(path): 1})
+
+
+def test_a_gguf_with_a_misshapen_tensor_is_refused_naming_both_shapes(tmp_path):
+    path = write_tiny_gguf(tmp_path / "wide.gguf", ffn_in_config=96)
+    with pytest.raises(
+        ValueError,
+        match=r"model\.layers\.0\.mlp\.down_proj\.weight has shape \[64, 128\] in the checkpoint, the config "
+        r"needs \[64, 96\]",
+    ):
+        load_target(path)
+
+
+@pytest.mark.parametrize(
+    "cut, problem",
+    [
+        (4, "shorter than a GGUF header"),
+        (
+            24,
+            r"the header claims 21 tensors and 22 metadata entries, more than its 24 bytes can hold \(the file is "
+            r"truncated or corrupt\)",
+        ),
+        (4096, "not a complete GGUF file: "),
+        (200_000, "not a complete GGUF file: tensor '.*' ends past the file's end"),
+    ],
+)
+def test_a_truncated_gguf_is_refused_by_the_direct_route_naming_the_file(tmp_path, cut, problem):
+    whole = write_tiny_gguf(tmp_path / "whole.gguf").read_bytes()
+    path = tmp_path / "cut" / "cut.gguf"
+    path.parent.mkdir()
+    path.write_bytes(whole[:cut])
+    with pytest.raises(ValueError, match=problem) as refused:
+        load_target(path)
+    assert str(path) in str(refused.value)
 
 
 @pytest.mark.parametrize("cut", [4, 24, 4096, 200_000])
-def test_a_truncated_gguf_fails_as_a_plain_transformers_load_does(tmp_path, cut):
+def test_a_truncated_gguf_fails_through_transformers_as_a_plain_transformers_load_does(
+    tmp_path, cut, monkeypatch
+):
+    monkeypatch.setenv("LILICORR_GGUF_LOADER", "transformers")
     whole = write_tiny_gguf(tmp_path / "whole.gguf").read_bytes()
     path = tmp_path / "cut" / "cut.gguf"
     path.parent.mkdir()
