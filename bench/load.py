@@ -1,6 +1,7 @@
-"""Target load time: `load_target` (one GGUF parse for the model and its tokenizer) against transformers alone
-(`AutoModelForCausalLM.from_pretrained` then `AutoTokenizer.from_pretrained`, what load_target called before), each
-in a fresh interpreter, imports excluded, with the number of gguf readers each built.
+"""Target load time of a GGUF, each in a fresh interpreter, imports excluded, with the number of gguf readers each
+built: `load_target` (read directly: target/gguf_direct.py), `load_target` on transformers' route
+(LILICORR_GGUF_LOADER=transformers: one GGUF parse for the model and its tokenizer) and transformers alone
+(`AutoModelForCausalLM.from_pretrained` then `AutoTokenizer.from_pretrained`).
 
     python bench/load.py .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf [--repeats 3]
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -33,7 +35,7 @@ class Counting(original):
 gguf.GGUFReader = Counting
 mode, spec = sys.argv[1], sys.argv[2]
 wall, cpu = time.perf_counter(), time.process_time()
-if mode == "load_target":
+if mode.startswith("load_target"):
     load_target(spec, dtype=torch.float32)
 else:
     path = resolve_target_spec(spec).path
@@ -45,8 +47,12 @@ print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time()
 
 
 def measure(mode: str, target: str) -> dict[str, float]:
+    env = dict(os.environ)
+    env.pop("LILICORR_GGUF_LOADER", None)
+    if mode == "load_target, transformers' route":
+        env["LILICORR_GGUF_LOADER"] = "transformers"
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, mode, target], capture_output=True, text=True, check=True
+        [sys.executable, "-c", CHILD, mode, target], capture_output=True, text=True, check=True, env=env
     )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -60,7 +66,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"| load ({args.repeats} runs, median) | wall s | CPU s | gguf readers built |")
     print("|---|---|---|---|")
-    for mode in ("transformers", "load_target"):
+    for mode in ("transformers", "load_target, transformers' route", "load_target"):
         runs = [measure(mode, args.target) for _ in range(args.repeats)]
         wall = statistics.median(r["wall"] for r in runs)
         cpu = statistics.median(r["cpu"] for r in runs)

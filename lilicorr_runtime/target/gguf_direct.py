@@ -27,6 +27,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
+from tokenizers.models import BPE
+from transformers import PreTrainedTokenizerFast
 
 MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -429,10 +432,6 @@ def _byte_alphabet() -> dict[int, str]:
 
 def tokenizer(file: GGUFFile) -> Any:
     """The GGUF's byte-level BPE tokenizer as a transformers fast tokenizer, or Unsupported."""
-    from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
-    from tokenizers.models import BPE
-    from transformers import PreTrainedTokenizerFast
-
     meta = file.metadata
     if meta.get("tokenizer.ggml.model") != "gpt2":
         raise Unsupported(

@@ -14,12 +14,14 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from lilicorr_ckpt.checkpoint import resolve_target_spec
 from lilicorr_ckpt.checkpoint.text import shorten
 
 from ..arguments import resolve_device, resolve_dtype
+from . import gguf_direct
 from .adapter import TargetModel
 from .fast import FastTarget, fast_path_problem
 
@@ -141,11 +143,6 @@ def _load_gguf_directly(
     for transformers' own route. A malformed file raises gguf_direct.GGUFError (a ValueError) naming the problem."""
     if os.environ.get("LILICORR_GGUF_LOADER", "direct").strip().lower() == "transformers":
         return "LILICORR_GGUF_LOADER=transformers"
-    from transformers import AutoConfig, GenerationConfig
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
-
-    from . import gguf_direct
-
     try:
         config_kwargs, state, tok = gguf_direct.read_target(path, dtype, with_tokenizer=want_tokenizer)
     except gguf_direct.Unsupported as why:

@@ -195,3 +195,29 @@ def write_tiny_gguf(
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def assert_same_tokenizer(ours, theirs, texts, *, every_token: bool = False):
+    """Two fast tokenizers tokenize alike: the same BPE model (vocabulary and merges) and added tokens in their
+    serialisations, the same special tokens and chat template, the same pre-tokenized pieces, ids and decoded
+    text for every text (and, with `every_token`, the same text for every id decoded alone). The normalizer,
+    post-processor and decoder are compared through that behaviour only: transformers versions write equivalent
+    ones differently (5.17 a no-op normalizer and post-processor and a four-step decoder, 5.25 none and
+    ByteLevel)."""
+    import json
+
+    a, b = json.loads(ours.backend_tokenizer.to_str()), json.loads(theirs.backend_tokenizer.to_str())
+    assert a["model"] == b["model"]
+    assert a["added_tokens"] == b["added_tokens"]
+    for attribute in ("bos_token", "eos_token", "unk_token", "pad_token", "chat_template", "all_special_ids"):
+        assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
+    split_a, split_b = ours.backend_tokenizer.pre_tokenizer, theirs.backend_tokenizer.pre_tokenizer
+    for text in texts:
+        assert split_a.pre_tokenize_str(text) == split_b.pre_tokenize_str(text), text
+        ids = theirs.encode(text)
+        assert ours.encode(text) == ids, text
+        for skip in (False, True):
+            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip)
+    if every_token:
+        singles = [[i] for i in range(len(theirs))]
+        assert ours.batch_decode(singles) == theirs.batch_decode(singles)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from runtime_helpers import assert_same_tokenizer
 
 from lilicorr_ckpt.smoke.probes import load_probes
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
@@ -45,9 +46,8 @@ def test_smollm2_read_directly_is_what_transformers_loads(monkeypatch):
     assert direct.model.lm_head.weight is direct.model.model.embed_tokens.weight  # tied, as the file says
 
     ours_tok, theirs_tok = direct.tokenizer, reference.tokenizer
-    assert ours_tok.backend_tokenizer.to_str() == theirs_tok.backend_tokenizer.to_str()
-    assert ours_tok.special_tokens_map == theirs_tok.special_tokens_map
-    assert ours_tok.chat_template == theirs_tok.chat_template
+    texts = ["<|im_start|>user\nhi<|im_end|>", "  leading spaces\n\n\ttabs ünïcödé 漢字 🙂", "<|endoftext|>x"]
+    assert_same_tokenizer(ours_tok, theirs_tok, texts, every_token=True)  # all 49,152 ids decoded alone
     probes = load_probes("code,chat,math")
     assert len(probes) == 252
     assert tokenize_probes(ours_tok, probes, direct.eos_token_ids) == tokenize_probes(

@@ -21,6 +21,10 @@ def test_a_directory_holding_one_gguf_loads_it_in_the_runtime(tmp_path, monkeypa
         raise Loaded
 
     monkeypatch.setattr(runtime_target.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    # read directly, the one GGUF is the file it reads (and refuses: four bytes are no GGUF)
+    with pytest.raises(ValueError, match=r"model\.Q4\.gguf: not a GGUF file: 4 bytes"):
+        runtime_target.load_target(tmp_path)
+    monkeypatch.setenv("LILICORR_GGUF_LOADER", "transformers")  # through transformers, the file it is given
     with pytest.raises(Loaded):
         runtime_target.load_target(tmp_path)
     assert seen["source"] == str(tmp_path.resolve()) and seen["gguf_file"] == "model.Q4.gguf"
