@@ -49,7 +49,7 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
         + (f", {d.quant_algo}" if d.quant_algo else "")
         + f" (loaded under runtime {d.runtime})",
         f"  target   {t.architecture} {t.id}: hidden {t.hidden_size}, {t.num_layers} layers, vocab {t.vocab_size}; "
-        f"{t.forward}",
+        f"{t.forward}" + (f"; {t.loaded}" if t.loaded.startswith("transformers' GGUF loader") else ""),
     ]
     probe_counts = ", ".join(f"{k} {v}" for k, v in m.probe_counts.items())
     sampling = "greedy" if m.temperature == 0 else f"T={m.temperature:g}, seeds {','.join(map(str, m.seeds))}"

@@ -82,6 +82,9 @@ class TargetRecord(msgspec.Struct, frozen=True, kw_only=True):
     forward: str = (
         "transformers eager forward"  # the runtime's target path: "fast path (...)" or transformers'
     )
+    # how the weights and tokenizer were read: "read directly from the GGUF", "transformers' GGUF loader (why)",
+    # or "transformers" (a directory or a repo id)
+    loaded: str = "transformers"
 
 
 class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):

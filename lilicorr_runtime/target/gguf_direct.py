@@ -10,8 +10,9 @@ the metadata is read once with `struct`, the common block formats (Q4_0, Q4_1, Q
 which the tests check), and other formats go to `gguf.quants.dequantize`.
 
 The direct route covers what the fast target path runs: Llama, Qwen2 and Qwen3 with a byte-level BPE vocabulary
-(`tokenizer.ggml.model` "gpt2") whose pre-tokenizer is GPT-2's own. Anything else it does not know how to map
-exactly (rope scaling, a `rope_freqs` tensor, another pre-tokenizer, a tokenizer that adds BOS or EOS, an unknown
+(`tokenizer.ggml.model` "gpt2") whose pre-tokenizer is GPT-2's own or Qwen2's (`tokenizer.ggml.pre` "qwen2", which
+splits every digit apart). Anything else it does not know how to map exactly (rope scaling, a `rope_freqs`
+tensor, another pre-tokenizer, a tokenizer that adds BOS or EOS, an unknown
 metadata key of the architecture or tensor name) raises `Unsupported` with the reason, and the caller loads the
 file through transformers instead. A file that is not a well-formed GGUF raises `GGUFError` (a ValueError)
 naming the file and what is wrong with it."""
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from tokenizers import AddedToken, Tokenizer, decoders, pre_tokenizers
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
 from tokenizers.models import BPE
 from transformers import PreTrainedTokenizerFast
 
@@ -102,7 +103,13 @@ _LAYER_TENSORS = {
     "ffn_down.weight": "mlp.down_proj.weight",
 }
 # llama.cpp's names for a pre-tokenizer that is GPT-2's own byte-level split
-_GPT2_PRE_TOKENIZERS = ("gpt2", "gpt-2", "default", "smollm")
+_GPT2_PRE_TOKENIZERS = ("gpt2", "gpt-2", "default", "smollm")  # byte-level with GPT-2's own splitting
+# pre-tokenizers that split text by a regular expression of their own before the byte-level mapping (the one their
+# merges were learned on): Qwen2's splits every digit apart, where GPT-2's keeps runs of digits together
+_SPLIT_PRE_TOKENIZERS = {
+    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
+    r"|\s+(?!\S)|\s+",
+}
 _CONTROL, _USER_DEFINED = 3, 4
 
 
@@ -438,7 +445,7 @@ def tokenizer(file: GGUFFile) -> Any:
             f"tokenizer model {meta.get('tokenizer.ggml.model')!r} (the direct route builds gpt2)"
         )
     pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in _GPT2_PRE_TOKENIZERS:
+    if pre not in _GPT2_PRE_TOKENIZERS and pre not in _SPLIT_PRE_TOKENIZERS:
         raise Unsupported(f"pre-tokenizer {pre!r}")
     for flag in (
         "tokenizer.ggml.add_bos_token",
@@ -475,7 +482,15 @@ def tokenizer(file: GGUFFile) -> Any:
             fuse_unk=False,
         )
     )
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pre in _SPLIT_PRE_TOKENIZERS:
+        backend.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_SPLIT_PRE_TOKENIZERS[pre]), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     # control tokens (<|im_start|>) are special and matched whole; user-defined ones are matched whole, not
     # special; a "control" token outside the byte alphabet is a mislabel llama.cpp writes, left alone

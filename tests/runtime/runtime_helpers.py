@@ -197,27 +197,73 @@ def write_tiny_gguf(
     return path
 
 
-def assert_same_tokenizer(ours, theirs, texts, *, every_token: bool = False):
-    """Two fast tokenizers tokenize alike: the same BPE model (vocabulary and merges) and added tokens in their
-    serialisations, the same special tokens and chat template, the same pre-tokenized pieces, ids and decoded
-    text for every text (and, with `every_token`, the same text for every id decoded alone). The normalizer,
-    post-processor and decoder are compared through that behaviour only: transformers versions write equivalent
-    ones differently (5.17 a no-op normalizer and post-processor and a four-step decoder, 5.25 none and
-    ByteLevel)."""
+# transformers' GGUF tokenizer converter changed between releases. 5.17 chose the pre-tokenizer by architecture
+# rather than by the file's tokenizer.ggml.pre, gave the byte-level BPE a byte fallback and the file's unknown token
+# (so a byte missing from the vocabulary became that token, where llama.cpp drops it), used a SentencePiece-style
+# decoder for Llama files (it strips a leading space) and dropped Qwen files' BOS and Llama files' padding token.
+# 5.25 builds what the metadata says, as the direct route does. From that release on, options, special tokens and
+# decoded text are compared with transformers'; before it, with the file itself.
+TOKENIZER_AS_FILE_SAYS = (5, 25)
+
+
+def _transformers_version() -> tuple[int, int]:
+    major, minor = (transformers.__version__.split(".") + ["0"])[:2]
+    return int(major), int("".join(ch for ch in minor if ch.isdigit()) or 0)
+
+
+def assert_same_tokenizer(ours, theirs, texts, *, gguf_path, every_token: bool = False):
+    """Our tokenizer (read directly from the GGUF at `gguf_path`) tokenizes as transformers' does: the same BPE
+    vocabulary and merges, added tokens, EOS and chat template, the same pre-tokenized pieces and ids for every
+    text. Where transformers builds what the file says (TOKENIZER_AS_FILE_SAYS), also the same BPE options,
+    special tokens and decoded text (with `every_token`, of every id decoded alone). On older releases those are
+    checked against the file instead: BOS / unknown / padding tokens are the ones its metadata names, the BPE has
+    no byte fallback or unknown token, and each text decodes back to itself (every id alone, to its bytes). The
+    normalizer, post-processor and decoder objects are compared through that behaviour only: releases write
+    equivalent ones differently."""
     import json
 
+    from lilicorr_runtime.target import gguf_direct
+
     a, b = json.loads(ours.backend_tokenizer.to_str()), json.loads(theirs.backend_tokenizer.to_str())
-    assert a["model"] == b["model"]
+    for key in ("type", "vocab", "merges", "dropout", "ignore_merges"):
+        assert a["model"].get(key) == b["model"].get(key), key
     assert a["added_tokens"] == b["added_tokens"]
-    for attribute in ("bos_token", "eos_token", "unk_token", "pad_token", "chat_template", "all_special_ids"):
+    for attribute in ("eos_token", "chat_template"):
         assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
     split_a, split_b = ours.backend_tokenizer.pre_tokenizer, theirs.backend_tokenizer.pre_tokenizer
     for text in texts:
         assert split_a.pre_tokenize_str(text) == split_b.pre_tokenize_str(text), text
-        ids = theirs.encode(text)
-        assert ours.encode(text) == ids, text
-        for skip in (False, True):
-            assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(ids, skip_special_tokens=skip)
+        assert ours.encode(text) == theirs.encode(text), text
+    if _transformers_version() >= TOKENIZER_AS_FILE_SAYS:
+        assert a["model"] == b["model"]
+        for attribute in ("bos_token", "unk_token", "pad_token", "all_special_ids"):
+            assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
+        for text in texts:
+            ids = theirs.encode(text)
+            for skip in (False, True):
+                assert ours.decode(ids, skip_special_tokens=skip) == theirs.decode(
+                    ids, skip_special_tokens=skip
+                )
+        if every_token:
+            singles = [[i] for i in range(len(theirs))]
+            assert ours.batch_decode(singles) == theirs.batch_decode(singles)
+        return
+    with gguf_direct.GGUFFile(gguf_path) as file:
+        meta = file.metadata
+    tokens = meta["tokenizer.ggml.tokens"]
+    for attribute, key in (
+        ("bos_token", "bos_token_id"),
+        ("unk_token", "unknown_token_id"),
+        ("pad_token", "padding_token_id"),
+    ):
+        index = meta.get(f"tokenizer.ggml.{key}")
+        assert getattr(ours, attribute) == (tokens[index] if isinstance(index, int) else None), attribute
+    # a byte missing from the vocabulary is dropped (llama.cpp's BPE tokenizer), never a fallback or unknown token
+    assert a["model"]["byte_fallback"] is False and a["model"]["unk_token"] is None
+    for text in texts:
+        assert ours.decode(ours.encode(text)) == text, text
     if every_token:
-        singles = [[i] for i in range(len(theirs))]
-        assert ours.batch_decode(singles) == theirs.batch_decode(singles)
+        alphabet = {char: byte for byte, char in gguf_direct._byte_alphabet().items()}
+        for token, index in a["model"]["vocab"].items():
+            expected = bytes(alphabet[ch] for ch in token).decode("utf-8", errors="replace")
+            assert ours.decode([index]) == expected, token

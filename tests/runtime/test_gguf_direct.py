@@ -34,7 +34,7 @@ def both_routes(path, monkeypatch):
     return direct, reference
 
 
-def assert_same_model(direct, reference):
+def assert_same_model(direct, reference, path):
     config = reference.model.config.to_dict()
     config.pop("quantization_config", None)  # transformers' GGUF marker; the direct model is a plain one
     assert direct.model.config.to_dict() == config
@@ -49,7 +49,11 @@ def assert_same_model(direct, reference):
     assert (direct.model.lm_head.weight is direct.model.model.embed_tokens.weight) == tied
     text = "<|im_start|>user\nhello  world\t ünï 漢字<|im_end|>"
     assert_same_tokenizer(
-        direct.tokenizer, reference.tokenizer, [text, " leading", "a\n\nb"], every_token=True
+        direct.tokenizer,
+        reference.tokenizer,
+        [text, " leading", "a\n\nb", "x 12345 y's"],
+        gguf_path=path,
+        every_token=True,
     )
     assert direct.eos_token_ids == reference.eos_token_ids
 
@@ -71,16 +75,17 @@ def test_each_format_dequantizes_to_ggufs_own_values(tmp_path, kind):
     "arch, options",
     [
         ("llama", {"tensor_types": {"blk.0.attn_q.weight": Q.Q4_1, "blk.1.attn_k.weight": Q.Q4_0}}),
-        ("qwen2", {"tied": True}),  # q/k/v biases, the embedding as the output
-        ("qwen3", {"hidden": 256, "heads": 2, "extra": {"qwen3.attention.key_length": 128}}),  # q/k norms
+        # q/k/v biases, the embedding as the output; Qwen2's pre-tokenizer (every digit apart)
+        ("qwen2", {"tied": True, "pre": "qwen2"}),
+        # q/k norms
+        ("qwen3", {"hidden": 256, "heads": 2, "pre": "qwen2", "extra": {"qwen3.attention.key_length": 128}}),
     ],
 )
 def test_llama_qwen2_and_qwen3_load_as_transformers_loads_them(tmp_path, monkeypatch, arch, options):
-    direct, reference = both_routes(
-        write_tiny_gguf(tmp_path / f"{arch}.gguf", arch=arch, **options), monkeypatch
-    )
+    path = write_tiny_gguf(tmp_path / f"{arch}.gguf", arch=arch, **options)
+    direct, reference = both_routes(path, monkeypatch)
     assert direct.load_note == "read directly from the GGUF"
-    assert_same_model(direct, reference)
+    assert_same_model(direct, reference, path)
 
 
 def test_bf16_loads_cast_after_dequantizing_as_transformers_does(tmp_path, monkeypatch):
@@ -97,7 +102,7 @@ def test_bf16_loads_cast_after_dequantizing_as_transformers_does(tmp_path, monke
     "options, reason",
     [
         ({"extra": {"llama.rope.scaling.type": "linear"}}, "metadata key 'llama.rope.scaling.type'"),
-        ({"pre": "qwen2"}, "pre-tokenizer 'qwen2'"),
+        ({"pre": "llama-bpe"}, "pre-tokenizer 'llama-bpe'"),
         ({"add_bos": True}, "tokenizer.ggml.add_bos_token is set"),
         (
             {"extra": {"llama.rope.dimension_count": 8}},

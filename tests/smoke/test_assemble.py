@@ -54,7 +54,7 @@ def runs() -> list:
     ]
 
 
-def report(divergences=(), temperature: float = 0.0, **options):
+def report(divergences=(), temperature: float = 0.0, loaded: str = "transformers", **options):
     opts = SmokeOptions(path="d", target="t", temperature=temperature, **options)
     conditions = MeasurementConditions(
         probes="code,chat",
@@ -92,6 +92,7 @@ def report(divergences=(), temperature: float = 0.0, **options):
             hidden_size=64,
             num_layers=4,
             vocab_size=16,
+            loaded=loaded,
         ),
         chat=ChatTemplate(
             present=False,
@@ -134,6 +135,20 @@ def test_assemble_counts_the_arms_and_the_head_gain():
     gate = {g.name: g for g in r.gates}["head-loaded"]
     assert gate.status == "fail" and gate.inconclusive and "2 prompts are too few" in gate.summary
     assert not r.passed and all(g.status != "fail" for g in r.gates if g.name != "head-loaded")
+
+
+def test_the_target_line_says_why_a_gguf_took_transformers_route():
+    from lilicorr_ckpt.report.smoke import render_text
+
+    def target_line(loaded: str) -> str:
+        r = report(loaded=loaded)
+        assert r.target_model.loaded == loaded
+        return next(line for line in render_text(r).splitlines() if line.startswith("  target "))
+
+    slow = target_line("transformers' GGUF loader (pre-tokenizer 'llama-bpe')")
+    assert slow.endswith("; transformers' GGUF loader (pre-tokenizer 'llama-bpe')")
+    for quiet in ("read directly from the GGUF", "transformers"):  # the usual routes add nothing
+        assert target_line(quiet).endswith("transformers eager forward")
 
 
 def test_a_divergence_marks_its_request_lossy_and_fails_the_run():
