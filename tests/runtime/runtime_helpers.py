@@ -197,6 +197,21 @@ def write_tiny_gguf(
     return path
 
 
+def assert_same_weights(direct, reference):
+    """Two loads of one GGUF hold the same model: the config (less transformers' GGUF marker), and every parameter
+    and buffer bit for bit, in the same dtype."""
+    config = reference.model.config.to_dict()
+    config.pop("quantization_config", None)  # transformers' GGUF marker; the direct model is a plain one
+    assert direct.model.config.to_dict() == config
+    for ours, theirs in (
+        (direct.model.state_dict(), reference.model.state_dict()),
+        (dict(direct.model.named_buffers()), dict(reference.model.named_buffers())),
+    ):
+        assert ours.keys() == theirs.keys()
+        for name, tensor in theirs.items():
+            assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
+
+
 # transformers' GGUF tokenizer converter changed between releases. 5.17 chose the pre-tokenizer by architecture
 # rather than by the file's tokenizer.ggml.pre, gave the byte-level BPE a byte fallback and the file's unknown token
 # (so a byte missing from the vocabulary became that token, where llama.cpp drops it), used a SentencePiece-style

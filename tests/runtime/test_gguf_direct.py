@@ -16,7 +16,7 @@ gguf = pytest.importorskip("gguf", reason="GGUF targets need the gguf package (t
 import numpy as np  # noqa: E402
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from runtime_helpers import assert_same_tokenizer, write_tiny_gguf  # noqa: E402
+from runtime_helpers import assert_same_tokenizer, assert_same_weights, write_tiny_gguf  # noqa: E402
 
 from lilicorr_runtime import load_target  # noqa: E402
 from lilicorr_runtime.target import gguf_direct  # noqa: E402
@@ -35,16 +35,7 @@ def both_routes(path, monkeypatch):
 
 
 def assert_same_model(direct, reference, path):
-    config = reference.model.config.to_dict()
-    config.pop("quantization_config", None)  # transformers' GGUF marker; the direct model is a plain one
-    assert direct.model.config.to_dict() == config
-    for ours, theirs in (
-        (direct.model.state_dict(), reference.model.state_dict()),
-        (dict(direct.model.named_buffers()), dict(reference.model.named_buffers())),
-    ):
-        assert ours.keys() == theirs.keys()
-        for name, tensor in theirs.items():
-            assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
+    assert_same_weights(direct, reference)
     tied = direct.model.config.tie_word_embeddings
     assert (direct.model.lm_head.weight is direct.model.model.embed_tokens.weight) == tied
     text = "<|im_start|>user\nhello  world\t ünï 漢字<|im_end|>"

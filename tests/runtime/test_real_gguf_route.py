@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from runtime_helpers import assert_same_tokenizer
+from runtime_helpers import assert_same_tokenizer, assert_same_weights
 
 from lilicorr_ckpt.smoke.probes import load_probes
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
@@ -33,16 +33,8 @@ def test_smollm2_read_directly_is_what_transformers_loads(monkeypatch):
     assert direct.load_note == "read directly from the GGUF"
     assert reference.load_note.startswith("transformers' GGUF loader")
 
-    config = reference.model.config.to_dict()
-    assert config.pop("quantization_config")["quant_method"] == "gguf"
-    assert direct.model.config.to_dict() == config
-    for ours, theirs in (
-        (direct.model.state_dict(), reference.model.state_dict()),
-        (dict(direct.model.named_buffers()), dict(reference.model.named_buffers())),
-    ):
-        assert ours.keys() == theirs.keys()
-        for name, tensor in theirs.items():
-            assert ours[name].dtype == tensor.dtype and torch.equal(ours[name], tensor), name
+    assert reference.model.config.to_dict()["quantization_config"]["quant_method"] == "gguf"
+    assert_same_weights(direct, reference)
     assert direct.model.lm_head.weight is direct.model.model.embed_tokens.weight  # tied, as the file says
 
     ours_tok, theirs_tok = direct.tokenizer, reference.tokenizer
