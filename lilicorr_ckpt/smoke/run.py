@@ -428,7 +428,7 @@ def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]
         num_layers=int(config.num_hidden_layers),
         vocab_size=int(target.vocab_size),
         forward=target.path_note,
-        loaded=str(getattr(target, "load_note", "transformers")),
+        loaded=target.load_note,
     )
 
 

@@ -12,9 +12,8 @@ which the tests check), and other formats go to `gguf.quants.dequantize`.
 The direct route covers what the fast target path runs: Llama, Qwen2 and Qwen3 with a byte-level BPE vocabulary
 (`tokenizer.ggml.model` "gpt2") whose pre-tokenizer is GPT-2's own or Qwen2's (`tokenizer.ggml.pre` "qwen2", which
 splits every digit apart). Anything else it does not know how to map exactly (rope scaling, a `rope_freqs`
-tensor, another pre-tokenizer, a tokenizer that adds BOS or EOS, an unknown
-metadata key of the architecture or tensor name) raises `Unsupported` with the reason, and the caller loads the
-file through transformers instead. A file that is not a well-formed GGUF raises `GGUFError` (a ValueError)
+tensor, another pre-tokenizer, a tokenizer that adds BOS or EOS, an unknown metadata key of the architecture or
+tensor name) raises `Unsupported` with the reason, and the caller loads the file through transformers instead. A file that is not a well-formed GGUF raises `GGUFError` (a ValueError)
 naming the file and what is wrong with it."""
 
 from __future__ import annotations
@@ -103,7 +102,7 @@ _LAYER_TENSORS = {
     "ffn_down.weight": "mlp.down_proj.weight",
 }
 # llama.cpp's names for a pre-tokenizer that is GPT-2's own byte-level split
-_GPT2_PRE_TOKENIZERS = ("gpt2", "gpt-2", "default", "smollm")  # byte-level with GPT-2's own splitting
+_GPT2_PRE_TOKENIZERS = ("gpt2", "gpt-2", "default", "smollm")
 # pre-tokenizers that split text by a regular expression of their own before the byte-level mapping (the one their
 # merges were learned on): Qwen2's splits every digit apart, where GPT-2's keeps runs of digits together
 _SPLIT_PRE_TOKENIZERS = {

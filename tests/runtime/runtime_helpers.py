@@ -4,6 +4,7 @@ drafter configs that match them, and a chi-square test."""
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 from typing import Any
 
@@ -235,8 +236,6 @@ def assert_same_tokenizer(ours, theirs, texts, *, gguf_path, every_token: bool =
     no byte fallback or unknown token, and each text decodes back to itself (every id alone, to its bytes). The
     normalizer, post-processor and decoder objects are compared through that behaviour only: releases write
     equivalent ones differently."""
-    import json
-
     from lilicorr_runtime.target import gguf_direct
 
     a, b = json.loads(ours.backend_tokenizer.to_str()), json.loads(theirs.backend_tokenizer.to_str())

@@ -39,9 +39,8 @@ def test_smollm2_read_directly_is_what_transformers_loads(monkeypatch):
 
     ours_tok, theirs_tok = direct.tokenizer, reference.tokenizer
     texts = ["<|im_start|>user\nhi<|im_end|>", "  leading spaces\n\n\ttabs ünïcödé 漢字 🙂", "<|endoftext|>x"]
-    assert_same_tokenizer(
-        ours_tok, theirs_tok, texts, gguf_path=GGUF, every_token=True
-    )  # all 49,152 ids decoded alone
+    # every_token: all 49,152 ids decoded alone
+    assert_same_tokenizer(ours_tok, theirs_tok, texts, gguf_path=GGUF, every_token=True)
     probes = load_probes("code,chat,math")
     assert len(probes) == 252
     assert tokenize_probes(ours_tok, probes, direct.eos_token_ids) == tokenize_probes(

@@ -65,9 +65,8 @@ def test_a_gguf_target_is_what_transformers_loads_parsed_once_or_not_at_all(tmp_
 
     before = parses[str(path)]
     model, tokenizer = plain_transformers_load(path)
-    assert (
-        parses[str(path)] - before >= 2
-    )  # transformers alone: one reader for the config, one for the weights, ...
+    # transformers alone: a reader for the config, the weights and the tokenizer (5.25), and one more on 5.17
+    assert parses[str(path)] - before in (3, 4)
     assert target.path == "fast" and (target.num_layers, target.vocab_size, target.hidden_size) == (
         2,
         264,
