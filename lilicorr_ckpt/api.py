@@ -27,7 +27,10 @@ def validate(
     """Judge a drafter checkpoint as SGLang, vLLM and TensorRT-LLM load it; the Report `validate -f json` prints.
 
     path: a checkpoint directory, or a Hugging Face repo id `org/name[@REV]` (headers only).
-    runtime: "sglang", "vllm", "trtllm" or "all" (a verdict per runtime in `report.runtimes`).
+    runtime: "all" (the newest release of each engine), an engine ("vllm": its newest release), one release
+        ("vllm==VERSION"), a range ("vllm>=VERSION": a verdict per release), "every", or several comma-separated;
+        a verdict per release judged in `report.runtimes`. An engine or release not supported is a UsageError
+        that lists the supported releases.
     target: the target model (directory, cached repo id or .gguf file) for the compatibility checks.
     strict: warnings count as failures (`report.exit_code` 1).  deep: also read tensor data (local only).
     ignore / select: rule ids or prefixes, comma-separated, as the command line's --ignore / --select;

@@ -19,7 +19,7 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     from lilicorr_ckpt.exits import EXIT_INTERRUPTED, run_command
     from lilicorr_ckpt.outfile import check_output_path, write_output
     from lilicorr_ckpt.report import formats
-    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+    from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 except KeyboardInterrupt:
     sys.stderr.write("interrupted\n")
     raise SystemExit(130) from None  # EXIT_INTERRUPTED (exits.py), not imported yet
@@ -60,10 +60,10 @@ def cli() -> None:
 @click.option(
     "--runtime",
     "-r",
-    type=click.Choice(RUNTIME_CHOICES),
+    type=RUNTIME,
     default="all",
     show_default=True,
-    help="Judge against one serving stack's loader, or all of them (a verdict per runtime).",
+    help=runtime_help("The engine releases to judge against, a verdict each:"),
 )
 @click.option(
     "--format",

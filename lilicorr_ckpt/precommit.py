@@ -209,7 +209,7 @@ def hook(
     from lilicorr_ckpt.checks.waivers import check_rule_options, explicit_config, parse_config
     from lilicorr_ckpt.errors import UsageError
     from lilicorr_ckpt.report.escape import printable
-    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+    from lilicorr_ckpt.runtimes import select_profiles
 
     try:
         check_rule_options(ignore, select)
@@ -217,10 +217,10 @@ def hook(
             parse_config(*explicit_config(config_file))
     except UsageError as exc:
         raise click.UsageError(str(exc)) from None
-    if runtime not in RUNTIME_CHOICES:
-        raise click.BadParameter(
-            f"{runtime!r} is not one of {', '.join(RUNTIME_CHOICES)}", param_hint="--runtime"
-        )
+    try:
+        select_profiles(runtime)
+    except UsageError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1], param_hint="--runtime") from None
     if as_dirs:
         if not paths:
             raise click.UsageError(

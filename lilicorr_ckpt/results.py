@@ -64,7 +64,8 @@ class Summary(msgspec.Struct, frozen=True):
 
 
 class RuntimeVerdict(msgspec.Struct, frozen=True):
-    runtime: str
+    runtime: str  # the key findings name it by: the engine ("vllm"), or the release ("vllm==0.33.0") when the
+    # report judges several releases of that engine
     display: str  # the engine and the version judged, e.g. "SGLang 0.5.23"
     accepted: bool
     errors: int
@@ -72,6 +73,14 @@ class RuntimeVerdict(msgspec.Struct, frozen=True):
     version: str = ""  # the release modelled, or the unreleased revision (empty in reports older than 0.1.1)
     released: bool = True  # False: the verdict models code no release has yet
     source: str = ""  # where the modelled loader code comes from
+    engine: str = (
+        ""  # the engine's id ("sglang", "vllm", "trtllm"; empty in reports written before it was kept)
+    )
+
+    @property
+    def engine_id(self) -> str:
+        """The engine judged, also for reports written before `engine` was recorded."""
+        return self.engine or self.runtime.partition("==")[0]
 
 
 class Report(msgspec.Struct, frozen=True, kw_only=True):

@@ -918,7 +918,7 @@ def _runtime_state(
     forced = p.builds_float(module, family)
     required = matches_any(module, p.float_required)
     exclusion = excluded_by(
-        p.name, p.exclusion_name(module, family), qc.read_by(p).exclude, ctx.geometry.num_target_layers
+        p, p.exclusion_name(module, family), qc.read_by(p).exclude, ctx.geometry.num_target_layers
     )
     if exclusion.conflict:
         notes.note("LC313", module, [p.name], exclusion.conflict)

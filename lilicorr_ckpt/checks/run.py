@@ -43,6 +43,7 @@ def verdicts(findings: list[Finding], profiles: list[RuntimeProfile]) -> list[Ru
                 version=p.version,
                 released=p.released,
                 source=p.source,
+                engine=p.engine_id,
             )
         )
     return out
@@ -149,6 +150,7 @@ def validate_spec(
     waivers (--ignore, --select, and --config FILE or else the lilicorr.toml / pyproject.toml found from a local
     checkpoint up to its git work tree's root) applied."""
     check_rule_options(ignore, select)
+    select_profiles(runtime)  # an unknown engine or release is a usage error before any work
     if config is not None:
         parse_config(*explicit_config(config))  # a bad waiver file is a usage error before any work
     hub = hub_spec(path, revision, deep=deep)  # None: a local directory

@@ -14,7 +14,7 @@ Sources, all applied by `waive_report`, a pure function of a Report:
 
       [[tool.lilicorr-ckpt.waivers]]           # in lilicorr.toml: [[waivers]]
       rules = ["LC314"]                         # or rule = "LC314"; prefixes allowed ("LC31")
-      runtimes = ["vllm"]                       # optional: only for these runtimes
+      runtimes = ["vllm"]                       # optional: only for these engines, or releases ("vllm==V")
       paths = ["drafters/*"]                    # optional: checkpoint directories (globs, relative to the file)
       reason = "NVFP4 head loading checked by hand on vLLM 0.11 (issue #42)"   # required
 
@@ -42,7 +42,7 @@ from lilicorr_ckpt.checks import RULES  # the package, imported before this modu
 from lilicorr_ckpt.checks.findings import RETIRED
 from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.results import SEVERITY_ORDER, Finding, Report, Waiver
-from lilicorr_ckpt.runtimes import PROFILES
+from lilicorr_ckpt.runtimes import RELEASES, runtime_matches, supported_releases
 
 CONFIG_FILES = ("lilicorr.toml", "pyproject.toml")
 TOOL_TABLE = "lilicorr-ckpt"
@@ -301,10 +301,10 @@ def parse_config(path: Path, table: dict[str, Any]) -> list[WaiverRule]:
                 f"{label} ({', '.join(ids)}): a `reason` is required (why this finding is acceptable)"
             )
         runtimes = _strings(entry.get("runtimes", []))
-        if runtimes is None or any(r not in PROFILES for r in runtimes):
+        if runtimes is None or not all(_known_runtime(r) for r in runtimes):
             raise UsageError(
-                f"{label}: `runtimes` must list runtimes among {', '.join(PROFILES)}, got "
-                f"{_shown(entry.get('runtimes'))}"
+                f"{label}: `runtimes` must list engines among {', '.join(RELEASES)} or releases of them "
+                f'("vllm==VERSION"; supported: {supported_releases()}), got {_shown(entry.get("runtimes"))}'
             )
         paths = _strings(entry.get("paths", []))
         if paths is None:
@@ -323,6 +323,12 @@ def parse_config(path: Path, table: dict[str, Any]) -> list[WaiverRule]:
             )
         )
     return out
+
+
+def _known_runtime(entry: str) -> bool:
+    """An engine (`vllm`: each of its releases) or one supported release of it (`vllm==VERSION`)."""
+    engine, sep, version = entry.partition("==")
+    return engine in RELEASES and (not sep or any(p.version == version for p in RELEASES[engine]))
 
 
 def config_waivers(checkpoint: Path | None, config: str | None = None) -> list[WaiverRule]:
@@ -361,7 +367,11 @@ def apply_waivers(
         for w in waivers:
             if not remaining or not w.matches_rule(f.rule) or not w.matches_path(checkpoint):
                 continue
-            hit = remaining if not w.runtimes else [r for r in remaining if r in w.runtimes]
+            hit = (
+                remaining
+                if not w.runtimes
+                else [r for r in remaining if any(runtime_matches(r, e) for e in w.runtimes)]
+            )
             if not hit:
                 continue
             everything = len(hit) == len(mine) and not f.runtimes

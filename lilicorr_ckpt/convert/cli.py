@@ -10,7 +10,7 @@ import click
 
 from lilicorr_ckpt.convert.options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
-from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
 
@@ -63,10 +63,12 @@ def register(group: click.Group) -> None:
     @click.option(
         "--runtime",
         "-r",
-        type=click.Choice(RUNTIME_CHOICES),
+        type=RUNTIME,
         default="all",
         show_default=True,
-        help="The serving stack(s) whose loader the output must satisfy (decides what must stay float).",
+        help=runtime_help(
+            "The engine releases whose loaders the output must satisfy (decides what must stay float):"
+        ),
     )
     @click.option(
         "--naming",

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from lilicorr_ckpt.errors import UsageError
-from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+from lilicorr_ckpt.runtimes import select_profiles
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5GB")
 NAMING_CHOICES = ("named", "sequential")
@@ -52,8 +52,11 @@ class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
     quiet: bool = False
 
     def __post_init__(self) -> None:
-        if self.runtime not in RUNTIME_CHOICES:
-            raise UsageError(f"--runtime must be one of {', '.join(RUNTIME_CHOICES)}, got {self.runtime!r}")
+        if not isinstance(self.runtime, str):
+            raise UsageError(
+                f"runtime must be a runtime selection such as 'all' or 'vllm', got {self.runtime!r}"
+            )
+        select_profiles(self.runtime)  # UsageError naming the supported releases
         if self.naming not in NAMING_CHOICES:
             raise UsageError(f"--naming must be named or sequential, got {self.naming!r}")
         if self.max_shard_size < 1:

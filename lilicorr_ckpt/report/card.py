@@ -34,7 +34,7 @@ EPILOG = (
 def register(cli: Any) -> None:
     import click
 
-    from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+    from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 
     @cli.command(epilog=EPILOG)
     @click.argument("path")
@@ -89,10 +89,10 @@ def register(cli: Any) -> None:
     @click.option(
         "--runtime",
         "-r",
-        type=click.Choice(RUNTIME_CHOICES),
+        type=RUNTIME,
         default="all",
         show_default=True,
-        help="The runtimes to judge (their verdicts, tags and serving commands).",
+        help=runtime_help("The runtimes to judge (their verdicts, tags and serving commands):"),
     )
     @click.option(
         "--output",

@@ -198,8 +198,9 @@ def render_markdown(report: Report) -> str:
 
 
 def github_outputs(report: Report) -> dict[str, str]:
-    """exit-code, result (pass|fail|error), errors, warnings, verdict-<runtime> (accepts|refuses), verdicts (a
-    JSON object runtime -> verdict), and commit for a Hub repo."""
+    """exit-code, result (pass|fail|error), errors, warnings, verdict-<runtime> (accepts|refuses; a release
+    `vllm==0.33.0` is written `verdict-vllm-0_33_0`, as step output names allow), verdicts (a JSON object
+    runtime -> verdict, runtimes as validate names them), and commit for a Hub repo."""
     verdicts = {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes}
     result = "error" if report.error is not None else "pass" if report.exit_code == 0 else "fail"
     out = {
@@ -208,7 +209,7 @@ def github_outputs(report: Report) -> dict[str, str]:
         "errors": str(report.summary.errors),
         "warnings": str(report.summary.warnings),
     }
-    out.update({f"verdict-{runtime}": verdict for runtime, verdict in verdicts.items()})
+    out.update({f"verdict-{output_name(runtime)}": verdict for runtime, verdict in verdicts.items()})
     out["verdicts"] = json.dumps(verdicts, separators=(",", ":"))
     if report.hub is not None:
         out["commit"] = report.hub.commit
@@ -247,7 +248,14 @@ def load_report(path: str) -> Report:
     return report
 
 
-_RUNTIME_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+# an engine (`vllm`), or one release of it (`vllm==0.33.0`, `trtllm==main@8d62b3e`)
+_RUNTIME_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}(==[A-Za-z0-9][A-Za-z0-9.@_+-]{0,63})?")
+
+
+def output_name(runtime: str) -> str:
+    """A runtime key as a step output name (letters, digits, `-` and `_`): `vllm==0.33.0` -> `vllm-0_33_0`."""
+    engine, _, version = runtime.partition("==")
+    return engine + ("-" + re.sub(r"[^A-Za-z0-9_]", "_", version) if version else "")
 
 
 def register(cli: Any) -> None:

@@ -38,7 +38,6 @@ from lilicorr_ckpt.errors import InputError, Refused, UsageError
 from lilicorr_ckpt.families import HEAD_TAGS
 from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.results import Report
-from lilicorr_ckpt.runtimes import PROFILES
 from lilicorr_ckpt.smoke.probes import BUNDLED, is_probe_file
 from lilicorr_ckpt.smoke.profile import ArmStats, PositionCount, SmokeReport
 
@@ -544,19 +543,19 @@ def _serving(report: Report, repo: str, base: str | None) -> list[str]:
     accepted = [v for v in report.runtimes if v.accepted]
     out: list[str] = []
     for v in accepted:
-        if v.runtime in SERVING_RUNTIMES:
+        if v.engine_id in SERVING_RUNTIMES:
             out += [
                 f"{md(v.display)}:",
                 "",
                 "```bash",
-                *serving_command(v.runtime, target, repo, n),
+                *serving_command(v.engine_id, target, repo, n),
                 "```",
                 "",
             ]
-        elif v.runtime == "trtllm":
+        elif v.engine_id == "trtllm":
             unreleased = (
                 ""
-                if PROFILES[v.runtime].released
+                if v.released
                 else (
                     " This loader is in no TensorRT-LLM release yet: it needs a build of the revision named."
                 )
@@ -863,7 +862,9 @@ def build_card(
     kind = _head_kind(report.geometry)
     if kind:
         wanted.append(kind)
-    wanted += [RUNTIME_TAGS[v.runtime] for v in report.runtimes if v.accepted and v.runtime in RUNTIME_TAGS]
+    wanted += [
+        RUNTIME_TAGS[v.engine_id] for v in report.runtimes if v.accepted and v.engine_id in RUNTIME_TAGS
+    ]
     quant = quant_tag(opts.quant_algo)
     if quant:
         wanted.append(quant)

@@ -1,6 +1,8 @@
 """The record every engine module fills in: what one release of a serving stack accepts, as data.
 
-Rules consult these records; nothing else in the code branches on a runtime's name. Patterns are fnmatch
+An engine module lists every release it supports as a chain: the first release's record in full, then each later
+release as a Bump, the fields whose value changed and what changed in the code (release_chain). Rules consult the
+records; nothing else in the code branches on a runtime's name or version. Patterns are fnmatch
 patterns over canonical module names (checkpoint names without `model.`). The loader audit in
 docs/validate.md says which statement of the released code each field comes from.
 """
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from typing import Any
 
 import msgspec
 
@@ -21,11 +24,17 @@ CONV_KERNEL_PROJECTIONS = ("layers.*.attention_conv.kernel_projection", "layers.
 
 
 class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
-    name: str  # the --runtime choice
+    # the key findings and verdicts name it by: the engine id ("vllm") when one release of the engine is judged,
+    # the release ("vllm==0.33.0") when several are (runtimes/__init__.py select_profiles)
+    name: str
+    engine_id: str  # the engine's --runtime name: "sglang" | "vllm" | "trtllm"
     engine: str  # the stack's own name, e.g. "SGLang"
     version: str  # the release modelled ("0.5.23"), or the unreleased revision ("main@8d62b3e")
     released: bool  # False: the profile models code no release has yet
     source: str  # where the modelled code comes from: the wheel, or the repository and commits
+    # what this release changed from the one before it that decides a verdict, one line each (file:function, what);
+    # empty for the first release modelled
+    changes: tuple[str, ...] = ()
     # lilicorr_candidate_topk: power of two and <= this, or None for "any K >= 1"
     topk_power_of_two_max: int | None
     hidden_size_zero_ok: bool  # lilicorr_hidden_size 0 means "use the draft width"
@@ -166,15 +175,27 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     sample_from_anchor_refused: bool = False  # refuses dflash_config.sample_from_anchor true
     # use_aux_hidden_state false builds no fc and drops fc.weight (the draft runs without the target's features)
     use_aux_hidden_state_read: bool = False
+    # routes of sibling heads that this release decides differently from the family's ROUTES for its engine:
+    # (family, architecture or "*", verdict, why), checked first
+    routes: tuple[tuple[str, str, str, str], ...] = ()
 
     @property
     def display(self) -> str:
         """The engine and the version its verdicts are about, as every report names it."""
         return f"{self.engine} {self.version}" + ("" if self.released else " (unreleased)")
 
+    @property
+    def release_id(self) -> str:
+        """`vllm==0.33.0`: the release, as --runtime names it."""
+        return f"{self.engine_id}=={self.version}"
+
     def sibling_route(self, family: str, architecture: str | None) -> tuple[str, str]:
-        """(verdict, why) for a sibling head declared under `architecture`: the family's ROUTES for this runtime."""
-        for arch, verdict, why in FAMILIES[family].ROUTES.get(self.name, ()):
+        """(verdict, why) for a sibling head declared under `architecture`: this release's own routes first, then
+        the family's ROUTES for the engine."""
+        for fam, arch, verdict, why in self.routes:
+            if fam == family and arch in ("*", architecture):
+                return verdict, why
+        for arch, verdict, why in FAMILIES[family].ROUTES.get(self.engine_id, ()):
             if arch in ("*", architecture):
                 return verdict, why
         return "refuses", f"{self.display} does not load a {family} head declared as {architecture}"
@@ -237,3 +258,50 @@ def fused_name(module: str) -> tuple[str, tuple[str, ...]] | None:
     if m:
         return m.group(1) + "gate_up_proj", (m.group(1) + "gate_proj", m.group(1) + "up_proj")
     return None
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """`0.5.23` -> (0, 5, 23): releases ordered as numbers, not as text (0.5.9 < 0.5.23)."""
+    return tuple(int(part) for part in version.split("."))
+
+
+class Bump(msgspec.Struct, frozen=True, kw_only=True):
+    """One release as the differences from the release before it: the fields whose value changed, and what
+    changed in the release's code, one line each (file:function, what it now does)."""
+
+    version: str
+    fields: dict[str, Any]
+    notes: tuple[str, ...]
+
+
+def release_chain(first: RuntimeProfile, bumps: tuple[Bump, ...], source: str) -> tuple[RuntimeProfile, ...]:
+    """Every release of one engine, oldest first: `first` in full, then each Bump applied to the one before it.
+
+    `source` is a format string of `version` (where that release's code comes from). A Bump naming a field that
+    does not exist, or setting one to the value it already had, is a mistake in the data: it raises at import,
+    so a bump stays exactly the release's differences."""
+    out = [msgspec.structs.replace(first, source=source.format(version=first.version), changes=())]
+    known = {f.name for f in msgspec.structs.fields(RuntimeProfile)}
+    for bump in bumps:
+        prev = out[-1]
+        if version_key(bump.version) <= version_key(prev.version):
+            raise ValueError(f"{first.engine} {bump.version} does not follow {prev.version}")
+        for key, value in bump.fields.items():
+            if key not in known or key in ("name", "engine_id", "engine", "version", "source", "changes"):
+                raise ValueError(f"{first.engine} {bump.version}: {key!r} is not a release field")
+            if getattr(prev, key) == value:
+                raise ValueError(
+                    f"{first.engine} {bump.version}: {key} is already {value!r} in {prev.version}"
+                )
+        if not bump.notes:
+            raise ValueError(f"{first.engine} {bump.version}: say what changed (or that nothing did)")
+        out.append(
+            msgspec.structs.replace(
+                prev,
+                **bump.fields,
+                version=bump.version,
+                source=source.format(version=bump.version),
+                changes=bump.notes,
+            )
+        )
+    return tuple(out)

@@ -15,18 +15,19 @@ from lilicorr_ckpt.runtimes.base import (
     CONV_KERNEL_PROJECTIONS,
     FEATURE_MLP,
     HEAD_RAW_LINEARS,
+    Bump,
     Exclusion,
     RuntimeProfile,
+    release_chain,
 )
 
-VERSION = "0.5.23"
-
-PROFILE = RuntimeProfile(
+FIRST = RuntimeProfile(
     name="sglang",
+    engine_id="sglang",
     engine="SGLang",
-    version=VERSION,
+    version="0.5.23",
     released=True,
-    source=f"the released wheel sglang=={VERSION} (PyPI)",
+    source="",
     topk_power_of_two_max=16,
     hidden_size_zero_ok=True,
     vector_eps_below_half=False,
@@ -132,6 +133,11 @@ PROFILE = RuntimeProfile(
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "
     "checkpoints)",
 )
+
+# each later release: what it changed from the one before (docs/validate.md has the audit of each)
+BUMPS: tuple[Bump, ...] = ()
+
+RELEASES = release_chain(FIRST, BUMPS, "the released wheel sglang=={version} (PyPI)")
 
 
 _FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}

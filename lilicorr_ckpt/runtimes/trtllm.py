@@ -11,16 +11,16 @@ import fnmatch
 
 from lilicorr_ckpt.runtimes.base import QKV, Exclusion, RuntimeProfile, fused_name
 
-VERSION = "main@8d62b3e"
 SOURCE = (
     "unreleased source of NVIDIA/TensorRT-LLM: _torch/models/modeling_lilicorr.py at commit 8d62b3e5, "
     "modeling_dflash.py at 7c7504c0 (no release on PyPI has LiLiCorr; the newest, 1.2.1, predates it)"
 )
 
-PROFILE = RuntimeProfile(
+FIRST = RuntimeProfile(
     name="trtllm",
+    engine_id="trtllm",
     engine="TensorRT-LLM",
-    version=VERSION,
+    version="main@8d62b3e",
     released=False,
     source=SOURCE,
     topk_power_of_two_max=None,
@@ -59,6 +59,9 @@ PROFILE = RuntimeProfile(
     legacy_duplicate="refuses",  # _normalize_lilicorr_weights: "Duplicate LiLiCorr parameter"
     undeclared_lm_head="ignored",  # load_weights_from_target_model uses the target's head unless has_own_lm_head
 )
+
+# unreleased: one revision, no release chain
+RELEASES = (FIRST,)
 
 
 def _hit(name: str, patterns: tuple[str, ...]) -> str | None:

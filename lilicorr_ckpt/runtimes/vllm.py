@@ -21,16 +21,22 @@ from __future__ import annotations
 import fnmatch
 import re
 
-from lilicorr_ckpt.runtimes.base import HEAD_RAW_LINEARS, Exclusion, RuntimeProfile, fused_name
+from lilicorr_ckpt.runtimes.base import (
+    HEAD_RAW_LINEARS,
+    Bump,
+    Exclusion,
+    RuntimeProfile,
+    fused_name,
+    release_chain,
+)
 
-VERSION = "0.33.0"
-
-PROFILE = RuntimeProfile(
+FIRST = RuntimeProfile(
     name="vllm",
+    engine_id="vllm",
     engine="vLLM",
-    version=VERSION,
+    version="0.33.0",
     released=True,
-    source=f"the released wheel vllm=={VERSION} (PyPI)",
+    source="",
     topk_power_of_two_max=16,  # lilicorr.py LiLiCorrHead.__init__: "must be a power of two <= 16"
     hidden_size_zero_ok=True,  # LiLiCorrHead: `config["lilicorr_hidden_size"] or model_hidden_size`
     vector_eps_below_half=False,
@@ -94,6 +100,11 @@ PROFILE = RuntimeProfile(
     sample_from_anchor_refused=True,  # spec_decode/dflash/speculator.py DFlashSpeculator.__init__
     use_aux_hidden_state_read=True,  # qwen3_dflash.py: no fc without use_aux_hidden_state; load_weights drops "fc."
 )
+
+# each later release: what it changed from the one before (docs/validate.md has the audit of each)
+BUMPS: tuple[Bump, ...] = ()
+
+RELEASES = release_chain(FIRST, BUMPS, "the released wheel vllm=={version} (PyPI)")
 
 
 _LAYER = re.compile(r"^layers\.(\d+)\.(.*)$")

@@ -11,7 +11,7 @@ from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
 from lilicorr_ckpt.outfile import check_output_path, write_output
 from lilicorr_ckpt.report import formats
-from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 
 HELP = """Measure a drafter's acceptance against its target on bundled probe prompts, and gate on it.
 
@@ -214,10 +214,10 @@ def register(group: click.Group) -> None:
 @click.option(
     "--runtime",
     "-r",
-    type=click.Choice(RUNTIME_CHOICES),
+    type=RUNTIME,
     default="all",
     show_default=True,
-    help="The validate profile the drafter must pass to load.",
+    help=runtime_help("The engine releases whose validate verdict the drafter must pass to load:"),
 )
 @click.option(
     "--batch",

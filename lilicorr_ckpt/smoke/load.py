@@ -8,17 +8,19 @@ import torch
 
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint
 from lilicorr_ckpt.checks.run import require_valid
-from lilicorr_ckpt.errors import CheckpointInvalid
+from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.report.validate import finding_lines
-from lilicorr_ckpt.runtimes import RUNTIME_CHOICES
+from lilicorr_ckpt.runtimes import select_profiles
 from lilicorr_runtime.arguments import resolve_device, resolve_dtype
 from lilicorr_runtime.model.dflash import Drafter
 from lilicorr_runtime.model.load import CheckpointRefused, build_drafter
 
 
 def _check_runtime(runtime: object) -> None:
-    if not isinstance(runtime, str) or runtime not in RUNTIME_CHOICES:
-        raise ValueError(f"runtime must be one of {', '.join(RUNTIME_CHOICES)}; got {runtime!r}")
+    """A runtime selection as validate takes it; UsageError (naming the supported releases) otherwise."""
+    if not isinstance(runtime, str):
+        raise UsageError(f"runtime must be a runtime selection such as 'all' or 'vllm'; got {runtime!r}")
+    select_profiles(runtime)
 
 
 def build_valid_drafter(

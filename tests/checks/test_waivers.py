@@ -104,7 +104,7 @@ def test_config_is_found_upward_and_lilicorr_toml_wins(tmp_path):
         ('rule = "LC404"\nreason = "  "', "a `reason` is required"),
         ('reason = "r"', 'needs `rule = "LC314"`'),
         ('rule = "LC9999"\nreason = "r"', "'LC9999' is not a rule id"),
-        ('rule = "LC404"\nreason = "r"\nruntimes = ["tensorrt"]', "`runtimes` must list runtimes among"),
+        ('rule = "LC404"\nreason = "r"\nruntimes = ["tensorrt"]', "`runtimes` must list engines among"),
         ('rule = "LC404"\nreason = "r"\nexpires = 2026-01-01', "unknown key(s) expires"),
     ],
 )
@@ -268,7 +268,7 @@ def test_a_work_tree_or_waiver_file_of_another_user_is_not_trusted(tmp_path):
         (
             "lilicorr.toml",
             '[[waivers]]\nrule = "LC404"\nreason = "r"\nruntimes = [["vllm"]]\n',
-            "waiver 1: `runtimes` must list runtimes among",
+            "waiver 1: `runtimes` must list engines among",
         ),
         (
             "lilicorr.toml",
