@@ -50,10 +50,11 @@ RUNTIME_CHOICES = (
     *PROFILES,
     "all",
 )  # the plain choices; a release or a range is written ENGINE==V, ENGINE>=V
-# the releases every exclusion must be safe under (a pattern that means the same to each)
-# (an engine module's match_exclusion takes no release: every release of one engine matches alike, so its newest
-# stands for all)
-MATCHERS: tuple[RuntimeProfile, ...] = tuple(PROFILES.values())
+# the releases every exclusion must be safe under (a pattern that means the same to each): one per way of matching
+# (releases of one engine that map the draft's patterns alike match alike)
+MATCHERS: tuple[RuntimeProfile, ...] = tuple(
+    {(p.engine_id, p.draft_exclusion_mapping): p for p in EVERY_RELEASE}.values()
+)
 
 __all__ = [
     "ENGINES",
@@ -219,5 +220,5 @@ def excluded_by(
     quantization."""
     profile = runtime if isinstance(runtime, RuntimeProfile) else release_of(runtime)
     matcher = ENGINES[profile.engine_id].match_exclusion
-    result: Exclusion = matcher(module, patterns, num_target_layers)
+    result: Exclusion = matcher(module, patterns, num_target_layers, profile)
     return result

@@ -175,6 +175,48 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     sample_from_anchor_refused: bool = False  # refuses dflash_config.sample_from_anchor true
     # use_aux_hidden_state false builds no fc and drops fc.weight (the draft runs without the target's features)
     use_aux_hidden_state_read: bool = False
+    # what a missing head, convolution, owned lm_head or head quantization-scale tensor does: "refused" (a coverage
+    # check at load) or "initialised" (no check: the parameter serves at its initial value, a silent mis-load)
+    head_coverage: str = "refused"
+    # how the draft's exclusion patterns are turned into the names they match (vLLM): "mapped" (rewritten like
+    # the draft's module names: X* split, renames, root layers.N renumbered, model. prefixed) or "aliased" (kept
+    # as written, plus a renumbered copy of each unrooted layers.N); "" for engines that match names directly
+    draft_exclusion_mapping: str = ""
+    # the draft's max_position_embeddings follows the target's context (raised, or the context capped to it);
+    # False: positions past the draft's own limit read past its rotary table while serving
+    draft_positions_follow_target: bool = True
+    # DFlash2: a config key whose presence reroutes DFlash2DraftModel to a model that runs the listed layer
+    # indices without RoPE (None: the key is not read, every layer has RoPE)
+    dflash2_nope_layers_key: str | None = None
+    # DSpark: a vocabulary that differs from the target's must ship embed_tokens / lm_head / d2t, refused
+    # otherwise (False: served at their initial values, the mapping as the identity)
+    dspark_vocab_tensors_required: bool = True
+    # DSpark with enable_confidence_head and no confidence_head tensors: "dropped" (the head is turned off) or
+    # "initialised" (served at its initial value)
+    dspark_confidence_head_missing: str = "dropped"
+    # NVFP4 weight_scale_encoding values it decodes (CSF-compressed block scales); any other value is refused
+    # where this is not empty, ignored where it is
+    nvfp4_scale_encodings: tuple[str, ...] = ()
+    # the LiLiCorr head's MLP parameter names: "named" (feature_norm, up_proj / down_proj) or "sequential" (the
+    # nn.Sequential indices feature_mlp.0/1/3 and layers.N.mlp.0/2: the named form is then the refused one)
+    head_mlp_naming: str = "named"
+    # use_gemma_norm true builds Gemma's RMSNorm, x * (1 + w), everywhere (False: plain x * w, a silent mis-load of
+    # a Gemma-norm draft; None: not established)
+    gemma_norm_read: bool | None = None
+    # rope_scaling / rope_parameters rope_dim (a rotary narrower than the head) is honoured (False: the rotary
+    # spans the whole head; None: not established)
+    rope_dim_read: bool | None = None
+    # DSpark: the parser accepts markov_head_type given only inside dflash_config (False: refused as absent)
+    markov_head_type_nested_read: bool = True
+    # DSpark requires markov_head_type somewhere when markov_rank > 0 (refused as absent otherwise)
+    markov_head_type_required: bool = False
+    # DSpark: which mask_token_id wins when the top level and dflash_config disagree ("dflash_config" |
+    # "top-level")
+    dspark_mask_token_first: str = "dflash_config"
+    # a drafter in the speculators format (speculators_config, a nested transformer_layer_config):
+    # "translated" (read as its own drafter config), "refused" (no reader: the config has no model_type) or
+    # "unconfirmed"
+    speculators_format: str = "refused"
     # routes of sibling heads that this release decides differently from the family's ROUTES for its engine:
     # (family, architecture or "*", verdict, why), checked first
     routes: tuple[tuple[str, str, str, str], ...] = ()

@@ -25,7 +25,7 @@ FIRST = RuntimeProfile(
     name="sglang",
     engine_id="sglang",
     engine="SGLang",
-    version="0.5.23",
+    version="0.5.21",
     released=True,
     source="",
     topk_power_of_two_max=16,
@@ -34,31 +34,24 @@ FIRST = RuntimeProfile(
     block_size_default=16,
     conv_keys_both_or_neither=True,
     conv_kernel_within_block=False,
-    # lilicorr.py LiLiCorrDraftModel.load_weights has no renaming: check_head_weight_coverage refuses the
-    # Sequential names as missing named-MLP parameters
+    # lilicorr.py LiLiCorrLayer / LiLiCorrHead build the MLPs as nn.Sequential (feature_mlp.0/1/3,
+    # layers.N.mlp.0/2), and load_weights renames nothing: check_head_weight_coverage refuses the named form
+    head_mlp_naming="sequential",
     legacy_mlp_names="refused",
     owned_lm_head="dropped",  # dflash.py DFlashDraftModel has no lm_head parameter; load_weights drops it
-    # lilicorr.py: factor_input_proj / out_head / in_head are nn.Linear (read raw by materialize_inference_buffers),
-    # feature_mlp is a LiLiCorrMLP built with quant_config None; dflash.py DFlashGroupedConv.kernel_projection is
-    # an nn.Linear. Everything else of a LiLiCorr draft (q/k/v, o, gate_up, down, fc, the head's
-    # ReplicatedLinears) is built through the quant config (LiLiCorrDraftModel.supports_quantization).
-    float_forced=HEAD_RAW_LINEARS + FEATURE_MLP + CONV_KERNEL_PROJECTIONS,
+    # lilicorr.py builds every head linear as an nn.Linear, and dflash.py DFlashDraftModel (no
+    # supports_quantization) builds fc as an nn.Linear and its decoder layers with empty prefixes, for every family
+    float_forced=("lilicorr.*", *CONV_KERNEL_PROJECTIONS),
     float_required=(),
     quant_unconfirmed=("lm_head",),
-    # dflash.py DFlashDraftModel.supports_quantization is False (LiLiCorrDraftModel sets it): the other draft classes
-    # build fc as an nn.Linear and their decoder layers with empty prefixes
-    quantizable_families=("lilicorr",),
+    quantizable_families=(),
     unquantizable_float=("fc",),
     nested_quant_method_algos=None,
     output_multiplier_nested_positive=True,  # parse_dflash_draft_config reads dflash_config only
     # modelopt_quant.py ModelOptFp4Config.from_config, flat form: exclusions from `ignore`, else
     # `modules_to_not_convert`, else `exclude_modules`; ModelOptFp8Config.from_config reads `ignore` only. The group
     # size comes from the top level, else the first config group's weights, else 16 for NVFP4.
-    flat_exclusions_key="ignore",
-    flat_exclusions_by_algo=tuple(
-        (algo, ("ignore", "modules_to_not_convert", "exclude_modules"))
-        for algo in ("NVFP4", "NVFP4_AWQ", "W4A16_NVFP4")
-    ),
+    flat_exclusions_key="ignore",  # ModelOptFp4Config.from_config, flat form: `config.get("ignore", [])`
     # configs/model_config.py ModelConfig._parse_quant_hf_config hoists a nested block's quant_algo into config.json's
     # quantization_config, so from_config takes the flat path and finds no exclusion key at the top level
     flattens_inline_nested=True,
@@ -77,9 +70,26 @@ FIRST = RuntimeProfile(
     # dflash.py _get_dflash_attention_type: the text config's is_causal decides full layers (DECODER when true),
     # for every config whose layer_types is known (Qwen3Config always fills it)
     causal_top_level="honours",
-    # dflash.py DFlashMLP.__init__: silu or swigluoai (reading config.swiglu_alpha / swiglu_limit)
-    extra_hidden_acts=("swigluoai",),
-    num_target_layers_positive=True,
+    # dflash.py DFlashMLP.__init__: "Only silu is supported for now"
+    extra_hidden_acts=(),
+    # dflash.py builds RMSNorm (x * w) whatever use_gemma_norm says, and the rotary over the whole head whatever
+    # rope_scaling's rope_dim says
+    gemma_norm_read=False,
+    rope_dim_read=False,
+    # speculative/dspark_components/dspark_config.py _get_dspark_config reads dspark_config only: a markov_head_type
+    # inside dflash_config is not seen ("DSpark requires markov_head_type when markov_rank > 0"), and the top-level
+    # mask_token_id wins over dflash_config's
+    markov_head_type_nested_read=False,
+    markov_head_type_required=True,
+    dspark_mask_token_first="top-level",
+    # transformers' AutoConfig (through HfModelConfigParser.parse) refuses a config without model_type
+    speculators_format="refused",
+    # models/dflash.py EntryClass lists DFlashDraftModel, DFlashLagunaForCausalLM, MuseGlimmerAssistantModel and
+    # DFlash2DraftModel only: the DFlash2 aliases fall back to TransformersForCausalLM, which has no draft head
+    routes=(
+        ("dflash2", "DFlash2BeamDraftModel", "refuses", "models/dflash.py EntryClass does not register it"),
+        ("dflash2", "MiniMaxDFlash2DraftModel", "refuses", "models/dflash.py EntryClass does not register it"),
+    ),    num_target_layers_positive=True,
     use_swa="ignored",  # read only for the Nemotron-3.5 layout
     swa_window_zero="ignored",
     integral_float_mask_token="refuses",  # parse_dflash_draft_config: "mask_token_id must be an integer"
@@ -111,7 +121,8 @@ FIRST = RuntimeProfile(
         "LagunaForCausalLM",
         "Lfm2ForCausalLM",
         "Lfm2MoeForCausalLM",
-        "MiniMaxM3SparseForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "MiMoV2ForCausalLM",
         "NemotronHForCausalLM",
         "NemotronHPuzzleForCausalLM",
     ),
@@ -135,7 +146,62 @@ FIRST = RuntimeProfile(
 )
 
 # each later release: what it changed from the one before (docs/validate.md has the audit of each)
-BUMPS: tuple[Bump, ...] = ()
+BUMPS: tuple[Bump, ...] = (
+    Bump(
+        version="0.5.22",
+        fields={
+            "head_mlp_naming": "named",
+            "float_forced": HEAD_RAW_LINEARS + FEATURE_MLP + CONV_KERNEL_PROJECTIONS,
+            "quantizable_families": ("lilicorr",),
+        },
+        notes=(
+            "models/lilicorr.py: the head's MLPs are LiLiCorrMLP (up_proj / down_proj) and feature_norm, the "
+            "Sequential names refused by check_head_weight_coverage",
+            "models/lilicorr.py LiLiCorrDraftModel.supports_quantization: a LiLiCorr draft builds fc, its decoder "
+            "layers (under their layer paths) and the head's ReplicatedLinears through the quant config; "
+            "factor_input_proj, out_head, in_head, feature_mlp and the conv kernel projections stay nn.Linear",
+        ),
+    ),
+    Bump(
+        version="0.5.23",
+        fields={
+            "extra_hidden_acts": ("swigluoai",),
+            "flat_exclusions_by_algo": tuple(
+                (algo, ("ignore", "modules_to_not_convert", "exclude_modules"))
+                for algo in ("NVFP4", "NVFP4_AWQ", "W4A16_NVFP4")
+            ),
+            "gemma_norm_read": True,
+            "rope_dim_read": True,
+            "markov_head_type_nested_read": True,
+            "dspark_mask_token_first": "dflash_config",
+            "routes": (),
+            "final_layer_capture_architectures": (
+                "Gemma3ForCausalLM",
+                "Gemma4ForCausalLM",
+                "GptOssForCausalLM",
+                "LagunaForCausalLM",
+                "Lfm2ForCausalLM",
+                "Lfm2MoeForCausalLM",
+                "MiMoV2FlashForCausalLM",
+                "MiMoV2ForCausalLM",
+                "MiniMaxM3SparseForConditionalGeneration",
+                "NemotronHForCausalLM",
+                "NemotronHPuzzleForCausalLM",
+            ),
+        },
+        notes=(
+            "models/dflash.py DFlashMLP.__init__: swigluoai built (swiglu_alpha / swiglu_limit read)",
+            "layers/quantization/modelopt_quant.py ModelOptFp4Config.from_config: flat exclusions from ignore, "
+            "else modules_to_not_convert, else exclude_modules",
+            "models/dflash.py DFlashAttention / DFlashDraftModel: use_gemma_norm builds GemmaRMSNorm; "
+            "rope_scaling.rope_dim sets the rotary width",
+            "speculative/dspark_components/dspark_config.py _get_dspark_config: dflash_config merged under "
+            "dspark_config (a nested markov_head_type is read; dflash_config's mask_token_id wins)",
+            "models/dflash.py EntryClass: DFlash2BeamDraftModel and MiniMaxDFlash2DraftModel registered",
+            "models/minimax_m3_vl.py MiniMaxM3SparseForConditionalGeneration: captures after its last layer",
+        ),
+    ),
+)
 
 RELEASES = release_chain(FIRST, BUMPS, "the released wheel sglang=={version} (PyPI)")
 
@@ -181,7 +247,12 @@ def _regex_hit(prefix: str, patterns: tuple[str, ...]) -> str | None:
     return None
 
 
-def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
+def match_exclusion(
+    module: str,
+    patterns: tuple[str, ...],
+    num_target_layers: int | None,
+    profile: RuntimeProfile | None = None,
+) -> Exclusion:
     """Whether SGLang treats `module` as excluded from quantization (ModelOptQuantConfig._get_quant_method: the
     layer is unquantized when quantization/utils.py is_layer_skipped or is_layer_excluded says so). `module` is
     the canonical name, or the bare `q_proj` / `o_proj` / ... of a family built with empty layer prefixes."""

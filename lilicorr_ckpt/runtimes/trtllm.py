@@ -58,6 +58,7 @@ FIRST = RuntimeProfile(
     block_size_top_level_in_older=True,  # modeling_dflash.py 009d8fa4 reads the top-level block_size only
     legacy_duplicate="refuses",  # _normalize_lilicorr_weights: "Duplicate LiLiCorr parameter"
     undeclared_lm_head="ignored",  # load_weights_from_target_model uses the target's head unless has_own_lm_head
+    speculators_format="unconfirmed",  # its drafter config reader was not read for this layout
 )
 
 # unreleased: one revision, no release chain
@@ -68,7 +69,12 @@ def _hit(name: str, patterns: tuple[str, ...]) -> str | None:
     return next((p for p in patterns for c in (name, "model." + name) if fnmatch.fnmatchcase(c, p)), None)
 
 
-def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
+def match_exclusion(
+    module: str,
+    patterns: tuple[str, ...],
+    num_target_layers: int | None,
+    profile: RuntimeProfile | None = None,
+) -> Exclusion:
     """Whether TensorRT-LLM treats `module` (a canonical name) as excluded from quantization."""
     fused = fused_name(module)
     names = [module] + (

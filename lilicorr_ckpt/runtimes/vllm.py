@@ -34,7 +34,7 @@ FIRST = RuntimeProfile(
     name="vllm",
     engine_id="vllm",
     engine="vLLM",
-    version="0.33.0",
+    version="0.31.0",
     released=True,
     source="",
     topk_power_of_two_max=16,  # lilicorr.py LiLiCorrHead.__init__: "must be a power of two <= 16"
@@ -50,11 +50,19 @@ FIRST = RuntimeProfile(
     float_required=(),
     quant_unconfirmed=(),
     renumbers_draft_layers=True,
-    # model_arch_config_convertor.py _normalize_quantization_config (MIXED_PRECISION too: modelopt_mixed)
-    nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MIXED_PRECISION"),
+    # model_arch_config_convertor.py _normalize_quantization_config ("Unknown ModelOpt quant algo" for the rest)
+    nested_quant_method_algos=("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4"),
+    # qwen3_dflash.py DFlashQwen3Model.__init__ -> _add_global_draft_layer_exclusions: patterns kept as written,
+    # plus a renumbered copy of each unrooted layers.N
+    draft_exclusion_mapping="aliased",
+    # config/speculative.py raises the draft's max_position_embeddings for eagle / eagle3 drafts only
+    draft_positions_follow_target=False,
+    # modelopt.py KNvfp4Static.process: `weight_scale_2.max()` over a fused linear's shards (a warning when they
+    # differ); the other shards' block scales are not rescaled
+    fused_global_scale="max",
     mask_token_fallback='has no fallback (spec_decode/utils.py get_parallel_drafting_token_id: "must specify")',
     target_layer_ids_fallback="falls back to the target's default taps (2, L/2, L-3) (eagle3_utils.py)",
-    flat_exclusions_key=None,  # modelopt.py from_config: `config.get("ignore", config.get("exclude_modules", []))`
+    flat_exclusions_key="ignore",  # modelopt.py ModelOptQuantConfigBase.from_config: `config.get("ignore", [])`
     flat_group_size_default=16,  # ModelOptNvFp4Config._from_config: `if group_size is None: group_size = 16`
     reads_hf_quant_config=True,  # transformers_utils/config.py get_config: hf_quant_config.json without one inline
     nested_form_keys_required=True,  # _from_config: "NVFP4 quantization requires the following fields"
@@ -99,10 +107,84 @@ FIRST = RuntimeProfile(
     tensor_aliases=("midlayer", "encoder"),  # qwen3_dflash.py DFlashQwen3Model.hf_to_vllm_mapper
     sample_from_anchor_refused=True,  # spec_decode/dflash/speculator.py DFlashSpeculator.__init__
     use_aux_hidden_state_read=True,  # qwen3_dflash.py: no fc without use_aux_hidden_state; load_weights drops "fc."
+    # qwen3_dflash.py builds vLLM's RMSNorm (x * w) and get_rope over the whole head: neither use_gemma_norm nor
+    # rope_dim is read
+    gemma_norm_read=False,
+    rope_dim_read=False,
+    # transformers_utils/config.py maybe_override_with_speculators -> configs/speculators/algos.py update_dflash /
+    # update_dflash2 / update_dspark translate dflash, dflash2 and dspark speculators configs
+    speculators_format="translated",
 )
 
 # each later release: what it changed from the one before (docs/validate.md has the audit of each)
-BUMPS: tuple[Bump, ...] = ()
+BUMPS: tuple[Bump, ...] = (
+    Bump(
+        version="0.32.0",
+        fields={},
+        notes=(
+            "no change that decides a drafter's verdict: qwen3_dflash.py (ROCm attention), modelopt.py (MoE "
+            "activations, codecs) and transformers_utils/config.py (other model families) concern other models",
+        ),
+    ),
+    Bump(
+        version="0.33.0",
+        fields={
+            "flat_exclusions_key": None,
+            "nested_quant_method_algos": ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MIXED_PRECISION"),
+            "draft_exclusion_mapping": "mapped",
+            "draft_positions_follow_target": True,
+            "routes": (
+                (
+                    "dflash2",
+                    "DFlash2BeamDraftModel",
+                    "unconfirmed",
+                    "registry.py maps DFlash2BeamDraftModel to vllm.models.beam, a beam-search variant whose "
+                    "loading was not audited",
+                ),
+            ),
+        },
+        notes=(
+            "layers/quantization/modelopt.py ModelOptQuantConfigBase.from_config: a flat config's exclusions "
+            "fall back to exclude_modules when it has no ignore",
+            "transformers_utils/model_arch_config_convertor.py _normalize_quantization_config: a nested "
+            "MIXED_PRECISION config gets quant_method modelopt_mixed (was refused as an unknown algo)",
+            "models/qwen3_dflash.py DFlashQwen3Model.__init__: models/utils.py map_draft_quant_config rewrites "
+            "the draft's exclusions like its module names (X* split, midlayer/encoder renames, root layers.N "
+            "renumbered, model. prefixed), replacing _add_global_draft_layer_exclusions",
+            "config/speculative.py: every drafter's max_position_embeddings follows the target's context "
+            "(config/vllm.py _limit_max_model_len_to_draft otherwise)",
+            "models/registry.py: DFlash2BeamDraftModel registered (vllm.models.beam)",
+        ),
+    ),
+    Bump(
+        version="0.34.0",
+        fields={
+            "head_coverage": "initialised",
+            "dflash2_nope_layers_key": "no_rope_layers",
+            "dspark_vocab_tensors_required": False,
+            "dspark_confidence_head_missing": "initialised",
+            "nvfp4_scale_encodings": ("csf", "csf_32x2_v1"),
+        },
+        notes=(
+            "models/lilicorr.py LiLiCorrForCausalLM.load_weights: the coverage check is gone; a missing head, "
+            "convolution, owned lm_head or head scale tensor serves at its initial value (0.33 refused it: "
+            '"LiLiCorr checkpoint coverage mismatch")',
+            "config/speculative.py SpeculativeConfig.hf_config_override: DFlash2DraftModel with no_rope_layers "
+            "becomes DFlash2RicursiveDraftModel (models/ricursive_dflash2.py), whose listed layers run without "
+            "RoPE",
+            "models/qwen3_dspark.py Qwen3DSparkForCausalLM.load_weights: the refusals of a vocabulary without "
+            "embed_tokens / lm_head / d2t are gone (served at initial values, d2t as the identity), and a "
+            "missing confidence head is no longer dropped",
+            "layers/quantization/modelopt.py ModelOptNvFp4Config: weight_scale_encoding csf / csf_32x2_v1 "
+            'decoded; any other value refused ("unsupported weight_scale_encoding")',
+            "v1/worker/gpu/spec_decode/speculator_config.py: the method and the speculator come from the model "
+            "class's declared speculator config (the same speculator for every head this tool models); an "
+            "explicit method that disagrees is refused",
+            "the V1 model runner is gone: its mixed sliding/full refusal with it (every verdict here was the V2 "
+            "runner's already)",
+        ),
+    ),
+)
 
 RELEASES = release_chain(FIRST, BUMPS, "the released wheel vllm=={version} (PyPI)")
 
@@ -173,12 +255,48 @@ def _hit(prefix: str, patterns: list[str]) -> str | None:
     return next((p for p in patterns if fnmatch.fnmatch(prefix, p)), None)
 
 
-def match_exclusion(module: str, patterns: tuple[str, ...], num_target_layers: int | None) -> Exclusion:
-    """Whether vLLM treats `module` (a canonical name) as excluded from quantization."""
+_UNROOTED_LAYER = re.compile(r"(?<![A-Za-z0-9_.])layers\.(\d+)")
+
+
+def aliased_patterns(patterns: tuple[str, ...], num_target_layers: int | None) -> list[str]:
+    """The exclusions as the releases before map_draft_quant_config hold them (qwen3_dflash.py
+    `_add_global_draft_layer_exclusions`): as written, plus a copy of each with its unrooted `layers.N` renumbered
+    to the draft layer's runtime index (N below num_target_layers, as draft_patterns decides)."""
+    out = list(patterns)
+    if not num_target_layers:
+        return out
+    for p in tuple(out):
+        moved = _UNROOTED_LAYER.sub(
+            lambda m: (
+                m.group(0)
+                if int(m.group(1)) >= num_target_layers
+                else f"layers.{num_target_layers + int(m.group(1))}"
+            ),
+            p,
+        )
+        if moved != p and moved not in out:
+            out.append(moved)
+    return out
+
+
+def match_exclusion(
+    module: str,
+    patterns: tuple[str, ...],
+    num_target_layers: int | None,
+    profile: RuntimeProfile | None = None,
+) -> Exclusion:
+    """Whether vLLM (the release `profile`, its newest when None) treats `module` (a canonical name) as excluded
+    from quantization."""
     fused = fused_name(module)
     name = fused[0] if fused else module
     prefix = _module_name(name, num_target_layers)
+    mapping = (profile or RELEASES[-1]).draft_exclusion_mapping
     # the lm_head takes a fresh quant config (qwen3_dflash.py get_draft_quant_config), its patterns unmapped
-    expanded = list(patterns) if prefix == "lm_head" else draft_patterns(patterns, num_target_layers)
+    if prefix == "lm_head":
+        expanded = list(patterns)
+    elif mapping == "aliased":
+        expanded = aliased_patterns(patterns, num_target_layers)
+    else:
+        expanded = draft_patterns(patterns, num_target_layers)
     hit = _hit(prefix, expanded)
     return Exclusion(hit is not None, prefix, hit)

@@ -4,8 +4,9 @@ Each pinned wheel is downloaded once into `.cache/engines/` (gitignored, never c
 Python sources are unpacked beside it. No engine code lives in this repository: the suite reads the wheel at
 test time. Under `CI=true` a failed download fails the run instead of skipping it.
 
-To bump an engine: change its pin here, run `python -m pytest tests/conformance -q`, and read the verdicts
-that changed (docs/validate.md, "Bumping an engine").
+The releases are the project's own data: every release `lilicorr_ckpt/runtimes/` models (RELEASES), so a bump is
+one entry there (docs/validate.md, "Bumping an engine"). z-lab's `dflash` is pinned here: it is a producer, not an
+engine validate judges.
 """
 
 from __future__ import annotations
@@ -24,8 +25,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "engines"
 
-# engine -> the release this project's runtime profiles model
-PINS = {"sglang": "0.5.23", "vllm": "0.33.0", "dflash": "0.1.0"}
+from lilicorr_ckpt.runtimes import RELEASES
+
+# the packages the suite executes that are not engines validate judges
+PRODUCERS = {"dflash": "0.1.0"}
+
+
+def versions(name: str) -> tuple[str, ...]:
+    """Every release of `name` the suite executes, oldest first (an engine's: the ones validate models)."""
+    if name in PRODUCERS:
+        return (PRODUCERS[name],)
+    return tuple(p.version for p in RELEASES[name] if p.released)
+
+
+def newest(name: str) -> str:
+    return versions(name)[-1]
 
 
 def _fail_or_skip(message: str):
@@ -51,9 +65,9 @@ def _one_at_a_time(lock: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def wheel(name: str) -> Path:
-    """The pinned wheel of `name`, downloaded on first use."""
-    version = PINS[name]
+def wheel(name: str, version: str | None = None) -> Path:
+    """The wheel of `name` at `version` (its newest supported release when None), downloaded on first use."""
+    version = version or newest(name)
     folder = CACHE / "wheels"
     stem = name.replace("-", "_")
     found = sorted(folder.glob(f"{stem}-{version}-*.whl"))
@@ -97,14 +111,15 @@ def _download(name: str, version: str, folder: Path, stem: str) -> Path:
     return sorted(folder.glob(f"{stem}-{version}-*.whl"))[0]
 
 
-def sources(name: str) -> Path:
-    """A directory holding the pinned wheel's Python sources (the wheel's top-level packages inside it)."""
-    version = PINS[name]
+def sources(name: str, version: str | None = None) -> Path:
+    """A directory holding the wheel's Python sources (the wheel's top-level packages inside it), for `version`
+    (the newest supported release when None)."""
+    version = version or newest(name)
     root = CACHE / f"{name}-{version}"
     marker = root / ".complete"
     if marker.exists():
         return root
-    whl = wheel(name)
+    whl = wheel(name, version)
     with _one_at_a_time(CACHE / f".{name}-{version}.lock"):
         if marker.exists():  # another worker unpacked it while this one waited
             return root
