@@ -88,8 +88,14 @@ FIRST = RuntimeProfile(
     # DFlash2DraftModel only: the DFlash2 aliases fall back to TransformersForCausalLM, which has no draft head
     routes=(
         ("dflash2", "DFlash2BeamDraftModel", "refuses", "models/dflash.py EntryClass does not register it"),
-        ("dflash2", "MiniMaxDFlash2DraftModel", "refuses", "models/dflash.py EntryClass does not register it"),
-    ),    num_target_layers_positive=True,
+        (
+            "dflash2",
+            "MiniMaxDFlash2DraftModel",
+            "refuses",
+            "models/dflash.py EntryClass does not register it",
+        ),
+    ),
+    num_target_layers_positive=True,
     use_swa="ignored",  # read only for the Nemotron-3.5 layout
     swa_window_zero="ignored",
     integral_float_mask_token="refuses",  # parse_dflash_draft_config: "mask_token_id must be an integer"

@@ -130,7 +130,13 @@ BUMPS: tuple[Bump, ...] = (
         version="0.33.0",
         fields={
             "flat_exclusions_key": None,
-            "nested_quant_method_algos": ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO", "NVFP4", "MIXED_PRECISION"),
+            "nested_quant_method_algos": (
+                "FP8",
+                "FP8_PER_CHANNEL_PER_TOKEN",
+                "FP8_PB_WO",
+                "NVFP4",
+                "MIXED_PRECISION",
+            ),
             "draft_exclusion_mapping": "mapped",
             "draft_positions_follow_target": True,
             "routes": (

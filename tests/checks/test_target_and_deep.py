@@ -234,7 +234,9 @@ def test_fused_shards_with_different_global_scales_are_refused_by_sglang_and_vll
     assert hits(run(path), "LC327") == []  # headers only: the scale's value is tensor data
     report = run(path, deep=True)
     f = one(report, "LC327", "error")
-    assert f.runtimes == ["sglang", "vllm"] and "layers.0.mlp.gate_up_proj" in f.message and "0.25" in f.message
+    assert (
+        f.runtimes == ["sglang", "vllm"] and "layers.0.mlp.gate_up_proj" in f.message and "0.25" in f.message
+    )
     assert refused_by(report) == ["sglang"]
 
 

@@ -22,10 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from lilicorr_ckpt.runtimes import RELEASES
+
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "engines"
 
-from lilicorr_ckpt.runtimes import RELEASES
 
 # the packages the suite executes that are not engines validate judges
 PRODUCERS = {"dflash": "0.1.0"}
