@@ -64,9 +64,9 @@ class Summary(msgspec.Struct, frozen=True):
 
 
 class RuntimeVerdict(msgspec.Struct, frozen=True):
-    runtime: str  # the key findings name it by: the engine ("vllm"), or the release ("vllm==0.33.0") when the
+    runtime: str  # the key findings name it by: the engine ("vllm"), or the release ("vllm==1.2.3") when the
     # report judges several releases of that engine
-    display: str  # the engine and the version judged, e.g. "SGLang 0.5.23"
+    display: str  # the engine and the version judged, e.g. "SGLang 1.2.3"
     accepted: bool
     errors: int
     warnings: int

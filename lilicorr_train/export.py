@@ -43,7 +43,7 @@ class DrafterShape(Struct, frozen=True, kw_only=True):
 
 def spread_taps(num_target_layers: int, count: int = 5) -> tuple[int, ...]:
     """`count` tap layers spread evenly from layer 1 to the one below the last. The last layer is never tapped:
-    SGLang 0.5.23 captures layer i's hidden state as layer i+1's input, so it has no feature for the last layer and
+    SGLang captures layer i's hidden state as layer i+1's input, so it has no feature for the last layer and
     refuses such a drafter."""
     high = max(num_target_layers - 2, 0)
     low = min(1, high)

@@ -259,7 +259,7 @@ rule(
     "Run `lilicorr-ckpt convert` to write the named-MLP layout.",
     doc="Fires when head tensors use the legacy Sequential names (`lilicorr.feature_mlp.0` / `.1` / `.3`, "
     "`lilicorr.layers.i.mlp.0` / `.2`), for the runtimes that do not rename them: SGLang and vLLM.",
-    why="SGLang 0.5.23's LiLiCorrDraftModel.load_weights renames nothing, so check_head_weight_coverage finds "
+    why="SGLang's LiLiCorrDraftModel.load_weights renames nothing, so check_head_weight_coverage finds "
     "the named-MLP parameters missing; vLLM's named-MLP revision has no parameter for the Sequential "
     "names. Both refuse the checkpoint. TensorRT-LLM renames them (LC216).",
     example="    lilicorr.feature_mlp.0.weight\n    lilicorr.feature_mlp.1.weight\n    "
@@ -306,7 +306,7 @@ rule(
     doc="Fires for tensors no module of the declared drafter reads that the runtime drops on purpose, as no "
     "part of the drafted function: for vLLM a `t2d` table (training-only) and recomputed rotary caches "
     "(`rotary_emb.inv_freq`, `cos_cached`, `sin_cached`). The runtimes that do not drop them report LC204.",
-    why="vLLM 0.33.0's DFlash loader skips any name containing `t2d` (qwen3_dflash.py `load_weights`) and its "
+    why="vLLM's DFlash loader skips any name containing `t2d` (qwen3_dflash.py `load_weights`) and its "
     "AutoWeightsLoader drops the rotary caches it recomputes, so the checkpoint loads and serves the "
     "trained function there.",
     example="    t2d                       BOOL [151936]\n    rotary_emb.inv_freq        F32 [64]",
@@ -321,7 +321,7 @@ rule(
     doc="Fires when tensor names use an alias of a backbone module: `midlayer.*` for the draft's layer 0, "
     "`encoder.fc.*` for fc, `encoder.output_norm_enc.*` for hidden_norm, for the runtimes that rename that "
     "alias on load: vLLM (both families).",
-    why="vLLM 0.33.0's DFlash model renames them before loading (qwen3_dflash.py "
+    why="vLLM's DFlash model renames them before loading (qwen3_dflash.py "
     "`DFlashQwen3Model.hf_to_vllm_mapper`), so the checkpoint loads there. A runtime without the rename "
     "has no parameter for the alias (LC227).",
     example="    midlayer.self_attn.q_proj.weight   (read as layers.0.self_attn.q_proj.weight)\n    "

@@ -106,17 +106,17 @@ RETIRED: dict[str, str] = {
     "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",
     "LC128": "causal-ignored (warning): split by what each runtime does with causal: LC117 refused, LC133 run "
     "bidirectionally (a silent mis-load, error), LC134 honoured (info)",
-    "LC146": "rope-theta-absent (warning, the runtimes assume different defaults): vLLM 0.33.0 takes the config "
+    "LC146": "rope-theta-absent (warning, the runtimes assume different defaults): vLLM takes the config "
     "class's default like SGLang and TensorRT-LLM (transformers' Qwen3Config fills rope_parameters before "
     "set_default_rope_theta's 1e6 could apply), so no selected runtimes differ: LC147 (info)",
-    "LC154": "markov-head-type-unconfirmed (warning): vLLM 0.33.0 builds the vanilla Markov head only and has no "
+    "LC154": "markov-head-type-unconfirmed (warning): vLLM builds the vanilla Markov head only and has no "
     "parameter for the gated or rnn tensors (qwen3_dspark.py): LC153 (error)",
     "LC210": "legacy-names (warning, 'unconfirmed'): the newest vLLM revision refuses them: LC217 (error); LC216 "
     "where the runtime renames them",
     "LC403": "own-head-unconfirmed (warning): SGLang drops an owned lm_head and uses the target's: LC404 (error)",
-    "LC130": "taps-vs-draft-layers (error): SGLang 0.5.23's DFlashDraftModel.__init__ takes num_target_layers as "
+    "LC130": "taps-vs-draft-layers (error): SGLang's DFlashDraftModel.__init__ takes num_target_layers as "
     "max(target_layer_ids) + 1 when it is absent, so the ids are never checked against the draft's layers",
-    "LC324": "flat-group-size-missing (error): SGLang 0.5.23's ModelOptFp4Config.from_config defaults NVFP4's group "
+    "LC324": "flat-group-size-missing (error): SGLang's ModelOptFp4Config.from_config defaults NVFP4's group "
     "size to 16 when the flat form gives none: LC321 where the weights used another, LC325 where the "
     "group size is not 16",
 }

@@ -47,7 +47,7 @@ rule(
     doc="Fires when lm_head tensors are present but `has_own_lm_head` is not true (drafters other than DSpark), "
     "for the runtimes that make any lm_head tensor the draft's own head: vLLM. TensorRT-LLM, which "
     "ignores it, reports LC402; SGLang, which drops it, LC407.",
-    why="vLLM 0.33.0 marks the draft as owning its head as soon as it loads an lm_head tensor (models/utils.py "
+    why="vLLM marks the draft as owning its head as soon as it loads an lm_head tensor (models/utils.py "
     "`process_eagle_weight`) and keeps it unless it equals the target's (spec_decode/dflash/utils.py "
     "`load_dflash_model`): the checkpoint loads and scores candidates with the head it ships. That is the "
     "trained function if the head was trained (or is the target's copy); the missing flag makes the other "

@@ -128,7 +128,7 @@ rule(
     "slices the raw q/k/v weight into its fused context-KV buffer.",
     why="A packed NVFP4 weight (uint8, two values per byte) or an FP8 weight meets a float parameter of "
     "another shape or dtype. For q/k/v: TensorRT-LLM crashes with an untyped error when it slices the raw "
-    "weight; SGLang 0.5.23 and vLLM 0.33.0 serve them quantized (SGLang builds them through the quant "
+    "weight; SGLang and vLLM serve them quantized (SGLang builds them through the quant "
     "config, vLLM's qwen3_dflash.py `_build_context_kv_buffers` runs a quantized qkv_proj through its "
     "quant method). For factor_input_proj / out_head / "
     "in_head: SGLang and vLLM refuse (plain linears); TensorRT-LLM loads them quantized. For feature_mlp: "
@@ -249,9 +249,9 @@ rule(
     "Exclude all of q/k/v (gate/up) or none.",
     doc="For SGLang, fires when the exclusions name some but not all shards of a fused module on its module "
     "path (q_proj / k_proj / v_proj of `qkv_proj`, gate_proj / up_proj of `gate_up_proj`).",
-    why="A fused layer has one quantization state for all its shards: SGLang 0.5.23 checks each shard against "
+    why="A fused layer has one quantization state for all its shards: SGLang checks each shard against "
     "the literal exclusion paths (quantization/utils.py `is_layer_skipped`) and refuses the model when they "
-    'disagree ("Detected some but not all shards of ... are quantized"). vLLM 0.33.0\'s draft has no '
+    'disagree ("Detected some but not all shards of ... are quantized"). vLLM\'s draft has no '
     "packed-module mapping and matches the fused name alone (LC307 where the module is then built "
     "quantized).",
     example='    "quantization_config": {"ignore": ["layers.0.self_attn.q_proj"], ...}\n\n'
@@ -340,13 +340,15 @@ rule(
     "Write the exclusions under `ignore` in config.json's quantization_config (keep `exclude_modules` in "
     "hf_quant_config.json).",
     doc="Fires when config.json's quantization_config is in the flat form and lists exclusions, but none under "
-    "the keys a runtime reads for its quant_algo: vLLM reads `ignore`, else `exclude_modules`; SGLang reads "
-    "`ignore`, else `modules_to_not_convert`, else `exclude_modules` for NVFP4 / W4A16_NVFP4, and `ignore` "
-    "only for FP8. A runtime takes the first of its keys that is present, even an empty list.",
+    "the keys a runtime release reads for its quant_algo (each release's keys are its profile's: the newer "
+    "vLLM releases read `ignore`, else `exclude_modules`, the older `ignore` only; the newer SGLang releases "
+    "read `ignore`, else `modules_to_not_convert`, else `exclude_modules` for NVFP4 / W4A16_NVFP4, the older "
+    "`ignore` only, and `ignore` only for FP8). A runtime takes the first of its keys that is present, even an "
+    "empty list. The message names the releases that miss them.",
     why="SGLang's ModelOptFp8Config.from_config reads `ignore` only (default: none); its "
-    "ModelOptFp4Config.from_config falls back to `modules_to_not_convert` and `exclude_modules`; vLLM "
-    "0.33.0 falls back to `exclude_modules` (modelopt.py `ModelOptQuantConfigBase.from_config`). A runtime "
-    "that sees no exclusion builds every float module quantized; the load then fails on the modules "
+    "ModelOptFp4Config.from_config and vLLM's ModelOptQuantConfigBase.from_config fall back to the other keys "
+    "only from the releases that added the fallback (`lilicorr-ckpt validate --runtime every` judges each). A "
+    "runtime that sees no exclusion builds every float module quantized; the load then fails on the modules "
     "stored in float (LC307).",
     example='    "quantization_config": {"quant_method": "modelopt", "quant_algo": "FP8",\n'
     '                            "exclude_modules": ["lm_head", "*q_proj", "*k_proj", '
@@ -380,7 +382,7 @@ rule(
     "Re-quantize with group_size 16 (ModelOpt's NVFP4 default).",
     doc="Fires when the quantization config a runtime reads declares NVFP4 or W4A16_NVFP4 with a group size "
     "other than 16, for the runtimes whose NVFP4 path requires 16: SGLang.",
-    why="SGLang 0.5.23 serves W4A16_NVFP4 on every GPU, and NVFP4 on SM80-SM90, through its Marlin kernels; "
+    why="SGLang serves W4A16_NVFP4 on every GPU, and NVFP4 on SM80-SM90, through its Marlin kernels; "
     "ModelOptNvFp4A16LinearMethod / ModelOptFp4LinearMethod.process_weights_after_loading refuse any other "
     'group size ("NVFP4 Marlin requires group_size=16") after the weights have loaded.',
     example='    "quantization_config": {"quant_method": "modelopt_fp4", "quant_algo": "W4A16_NVFP4", '

@@ -199,7 +199,7 @@ def render_markdown(report: Report) -> str:
 
 def github_outputs(report: Report) -> dict[str, str]:
     """exit-code, result (pass|fail|error), errors, warnings, verdict-<runtime> (accepts|refuses; a release
-    `vllm==0.33.0` is written `verdict-vllm-0_33_0`, as step output names allow), verdicts (a JSON object
+    `vllm==1.2.3` is written `verdict-vllm-1_2_3`, as step output names allow), verdicts (a JSON object
     runtime -> verdict, runtimes as validate names them), and commit for a Hub repo."""
     verdicts = {v.runtime: "accepts" if v.accepted else "refuses" for v in report.runtimes}
     result = "error" if report.error is not None else "pass" if report.exit_code == 0 else "fail"
@@ -248,12 +248,12 @@ def load_report(path: str) -> Report:
     return report
 
 
-# an engine (`vllm`), or one release of it (`vllm==0.33.0`, `trtllm==main@8d62b3e`)
+# an engine (`vllm`), or one release of it (`vllm==1.2.3`, `trtllm==main@abc1234`)
 _RUNTIME_ID = re.compile(r"[a-z][a-z0-9_-]{0,63}(==[A-Za-z0-9][A-Za-z0-9.@_+-]{0,63})?")
 
 
 def output_name(runtime: str) -> str:
-    """A runtime key as a step output name (letters, digits, `-` and `_`): `vllm==0.33.0` -> `vllm-0_33_0`."""
+    """A runtime key as a step output name (letters, digits, `-` and `_`): `vllm==1.2.3` -> `vllm-1_2_3`."""
     engine, _, version = runtime.partition("==")
     return engine + ("-" + re.sub(r"[^A-Za-z0-9_]", "_", version) if version else "")
 

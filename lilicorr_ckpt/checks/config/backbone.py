@@ -55,7 +55,7 @@ rule(
     "when `dflash_config.swa_window_size` >= 1, which it reads instead), or, for SGLang and vLLM and a "
     "qwen2 / qwen3 model_type, set without `use_sliding_window: true`; and when `dflash_config.use_swa` is "
     "true with neither swa_window_size nor sliding_window.",
-    why="SGLang 0.5.23 and vLLM 0.33.0 read config.json through transformers' config classes, which refuse a "
+    why="SGLang and vLLM read config.json through transformers' config classes, which refuse a "
     "layer_types list of another length than num_hidden_layers (validate_layer_type) and, for Qwen2 / "
     "Qwen3, keep sliding_window only when use_sliding_window is true. SGLang refuses an unknown entry "
     '("Unsupported DFLASH draft layer type") while vLLM builds it as full attention, another function; '
@@ -279,7 +279,7 @@ rule(
     doc="Fires when config.json has no rope_theta (neither at the top level nor in rope_parameters): the "
     "finding names the value each selected runtime assumes.",
     why="The drafter loads, with the runtime's default base: the transformers default of its config class "
-    "(10000 for Qwen3) in SGLang, vLLM and TensorRT-LLM. vLLM 0.33.0's own 1e6 "
+    "(10000 for Qwen3) in SGLang, vLLM and TensorRT-LLM. vLLM's own 1e6 "
     "(`set_default_rope_theta` in qwen3_dflash.py) applies only to a config class that leaves "
     "rope_parameters without a base, which transformers' Qwen3Config never does. That is right only if "
     "the drafter was trained with that base; writing the key makes the checkpoint say what it was "
@@ -323,7 +323,7 @@ rule(
     "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
     "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
     doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
-    why="vLLM 0.33.0's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
+    why="vLLM's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
     'the config at start-up: "sample_from_anchor=True is not supported for DFlash" '
     "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
     "top level, which is read elsewhere.",
@@ -339,7 +339,7 @@ rule(
     "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
     doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
     "runtimes that read it: vLLM.",
-    why="vLLM 0.33.0 builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
+    why="vLLM builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
     "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
     "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
     example='    "dflash_config": {"use_aux_hidden_state": false}',

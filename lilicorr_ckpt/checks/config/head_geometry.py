@@ -147,7 +147,7 @@ rule(
     "Write the trained lilicorr_logit_scale (a positive number).",
     doc="Fires when dflash_config.lilicorr_logit_scale is <= 0, for the runtimes that do not check it: vLLM. "
     "The runtimes that refuse it report LC103.",
-    why="vLLM 0.33.0 stores the scale as it is (lilicorr.py `LiLiCorrHead`) and multiplies every candidate "
+    why="vLLM stores the scale as it is (lilicorr.py `LiLiCorrHead`) and multiplies every candidate "
     "score by it, so the checkpoint loads and drafts with the function its config declares: a scale of 0 "
     "scores every candidate path alike, a negative one prefers the worst. That is rarely what was trained; "
     "SGLang and TensorRT-LLM refuse it.",

@@ -84,7 +84,7 @@ rule(
     "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
     "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
     "mask_token_id, which SGLang checks to be an integer.",
-    why="A float where Python needs an int fails at build: SGLang 0.5.23 and vLLM 0.33.0 read config.json "
+    why="A float where Python needs an int fails at build: SGLang and vLLM read config.json "
     "through transformers' config class, which refuses a float in its integer fields (\"expected int, got "
     "float\"); vLLM computes `candidate_topk & (candidate_topk - 1)` and the block's slot count with the "
     "raw values (a TypeError); TensorRT-LLM's LiLiCorr head uses the raw values for tensor sizes and "

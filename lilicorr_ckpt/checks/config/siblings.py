@@ -28,7 +28,7 @@ rule(
     "refused, or, worse, loads as something else: SGLang routes a DSpark head declared as "
     "DFlashDraftModel as plain DFlash and drops Model-Optimizer's flat Markov names, serving the Markov "
     "head at its initialisation; SGLang loads Domino only as DFlashDraftModel with projector_type "
-    '"domino"; vLLM 0.33.0 has no Domino model at all (its DFlash model has no parameter for the '
+    '"domino"; vLLM has no Domino model at all (its DFlash model has no parameter for the '
     "prefix GRU).",
     example='    "architectures": ["DFlashDraftModel"],\n    "dflash_config": {"projector_type": '
     '"dspark", ...}\n\n'
@@ -86,7 +86,7 @@ rule(
     "is larger than vocab_size.",
     why='SGLang\'s DFlash config parser refuses the config ("selector needs rank and top_k together"), and '
     'DFlash2DraftModel.__init__ refuses one without them ("requires dflash_config.selector_rank"). '
-    "vLLM 0.33.0 reads both with a plain index and checks no range (qwen3_dflash2.py "
+    "vLLM reads both with a plain index and checks no range (qwen3_dflash2.py "
     "`DFlash2Qwen3Model.__init__`, spec_decode/dflash2/speculator.py `DFlash2Speculator.__init__`): a "
     "missing key is a KeyError, a negative size fails to build, and a top_k above the vocabulary fails "
     "the top-k at the first draft step. The selector's tensors are sized by these values, so they cannot "

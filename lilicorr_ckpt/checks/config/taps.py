@@ -67,8 +67,8 @@ rule(
     doc="Fires when `target_layer_ids` (with no negative or repeated ids) is not ascending, for the runtimes "
     "that capture the target's hidden states in layer order whatever the list order: SGLang and vLLM. "
     "The others read the list in its order (LC114, a warning).",
-    why="SGLang 0.5.23's target models capture a layer's hidden state while their forward pass walks the "
-    "layers in order (models/qwen3.py Qwen3Model.forward: `if i in self.layers_to_capture`); vLLM 0.33.0 "
+    why="SGLang's target models capture a layer's hidden state while their forward pass walks the "
+    "layers in order (models/qwen3.py Qwen3Model.forward: `if i in self.layers_to_capture`); vLLM "
     "turns the ids into capture points with `sorted(set(...))` (interfaces.py "
     "`EagleModelMixin._set_aux_hidden_state_layers`). Either way the captures are concatenated in layer "
     "order, while fc.weight's column blocks were trained in list order: with [17, 1, 33] the block trained "
@@ -104,7 +104,7 @@ rule(
     doc="Fires when config.json has a non-empty top-level `eagle_aux_hidden_state_layer_ids` that is not "
     "dflash_config.target_layer_ids with 1 added to each id, for the runtimes that read it before the "
     "DFlash taps: vLLM.",
-    why="vLLM 0.33.0 takes the target layers fc reads from `eagle_aux_hidden_state_layer_ids` when it is set "
+    why="vLLM takes the target layers fc reads from `eagle_aux_hidden_state_layer_ids` when it is set "
     "(eagle3_utils.py `get_eagle3_aux_layers_from_config`), in its capture convention (id + 1), and only "
     "otherwise from dflash_config.target_layer_ids. A stale EAGLE-3 key left in the config then replaces "
     "the trained taps: the drafter loads and reads other layers' states.",

@@ -1,4 +1,4 @@
-"""What SGLang 0.5.23 and vLLM 0.33.0 serve, as smoke --engine reads it: the endpoints, the request bodies and the
+"""What SGLang and vLLM serve, as smoke --engine reads it: the endpoints, the request bodies and the
 reply fields, named as the released code names them (tests/smoke/test_engine_wheel.py checks each name against
 the wheels, so a rename in a new release fails a test rather than a user's run).
 
