@@ -9,7 +9,7 @@ from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.target import TargetInfo
 from lilicorr_ckpt.checks.findings import RULES, bound_findings
 from lilicorr_ckpt.results import Finding
-from lilicorr_ckpt.runtimes import RuntimeProfile
+from lilicorr_ckpt.runtimes import RELEASES, RuntimeProfile
 
 
 class Context:
@@ -85,16 +85,50 @@ def check(fn: Callable[[Context], None]) -> Callable[[Context], None]:
 
 
 def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
-    """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read"."""
-    shown = (
-        ", ".join(p.display for p in profiles[:-1])
-        + (" and " if len(profiles) > 1 else "")
-        + (profiles[-1].display if profiles else "")
-    )
+    """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read". Several
+    consecutive releases of one engine read as a run: `vLLM 1.1.0 to 1.3.0`."""
+    shown = _runs(profiles)
+    text = ", ".join(shown[:-1]) + (" and " if len(shown) > 1 else "") + (shown[-1] if shown else "")
     if "|" in verb:
         one, several = verb.split("|")
         verb = several if len(profiles) > 1 else one
-    return f"{shown} {verb}".rstrip()
+    return f"{text} {verb}".rstrip()
+
+
+def _runs(profiles: list[RuntimeProfile]) -> list[str]:
+    """Display names, with each run of two or more consecutive releases of an engine joined: `SGLang 1.1.0 to
+    1.3.0`."""
+    out: list[str] = []
+    i = 0
+    while i < len(profiles):
+        p = profiles[i]
+        chain = RELEASES.get(p.engine_id, ())
+        at = next((k for k, q in enumerate(chain) if q.version == p.version), None)
+        j = i
+        while (
+            at is not None
+            and p.released
+            and j + 1 < len(profiles)
+            and profiles[j + 1].engine_id == p.engine_id
+            and at + (j + 1 - i) < len(chain)
+            and chain[at + (j + 1 - i)].version == profiles[j + 1].version
+        ):
+            j += 1
+        out.append(p.display if j == i else f"{p.display} to {profiles[j].version}")
+        i = j + 1
+    return out
+
+
+def coverage_effect(ctx: Context, what: str = "them") -> str:
+    """`: SGLang 1.2.0 and vLLM 1.1.0 refuse the load; vLLM 1.2.0 serves them at their initial values (a silent
+    mis-load)`: what each selected release does with a missing head, convolution, owned lm_head or head scale tensor
+    (RuntimeProfile.head_coverage)."""
+    refusing = [p for p in ctx.profiles if p.head_coverage == "refused"]
+    serving = [p for p in ctx.profiles if p.head_coverage == "initialised"]
+    parts = [f"{names(refusing, 'refuses|refuse')} the load"] if refusing else []
+    if serving:
+        parts.append(f"{names(serving, 'serves|serve')} {what} at their initial values (a silent mis-load)")
+    return ": " + "; ".join(parts) if parts else ""
 
 
 def is_pow2(k: int) -> bool:

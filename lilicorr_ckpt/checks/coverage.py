@@ -8,7 +8,7 @@ from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES, ExpectedTensor, component_of_name
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.checkpoint.text import shorten
-from lilicorr_ckpt.checks.context import Context, check
+from lilicorr_ckpt.checks.context import Context, check, coverage_effect
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.families import SIBLINGS, dspark, sibling_owner
@@ -28,9 +28,10 @@ rule(
     "any of them is absent, naming them. Skipped when the head's geometry is incomplete (LC215) and for "
     "DFlashDraftModel with a LiLiCorr projector marker but no `lilicorr.*` tensor at all (LC011 reports "
     "that).",
-    why="A head parameter without its tensor would serve at its random initialisation, so every loader checks "
-    'head coverage and refuses: SGLang\'s head weight coverage check, vLLM ("coverage mismatch"), '
-    'TensorRT-LLM ("head weight mismatch").',
+    why="A head parameter without its tensor serves at its initialisation. Most releases check head coverage "
+    'and refuse: SGLang\'s head weight coverage check, TensorRT-LLM ("head weight mismatch"), vLLM up to the '
+    'release that dropped its check ("coverage mismatch"); later vLLM releases load the checkpoint and serve '
+    "the head wrong. The message names what each judged release does.",
     example='    "dflash_config": {"lilicorr_num_layers": 2, ...}\n\n'
     "with `lilicorr.layers.0.*` present and `lilicorr.layers.1.attn.in_proj_weight`, "
     "`lilicorr.layers.1.mlp.up_proj.weight`, ... missing.",
@@ -121,8 +122,9 @@ rule(
     doc="Fires when conv_kernel_size and conv_group_size are both set (and hidden_size divides by the group "
     "size) but the checkpoint holds none of the convolution tensors they imply (4 per draft layer: "
     "base_kernel and kernel_projection.weight of attention_conv and mlp_conv).",
-    why="The convolution would serve at its random initialisation, so every loader refuses: SGLang says the "
-    'convolution "would serve at its random initialization", vLLM and TensorRT-LLM refuse too.',
+    why='The convolution would serve at its initialisation. SGLang refuses (the convolution "would serve at its '
+    'random initialization"), and so do TensorRT-LLM and the vLLM releases with a coverage check; a vLLM '
+    "release without one serves it wrong. The message names what each judged release does.",
     example='    "dflash_config": {"conv_kernel_size": 4, "conv_group_size": 64}\n\n'
     "and no `*_conv.*` tensor in the files.",
 )
@@ -487,7 +489,8 @@ def _missing_head(ctx: Context, names: list[str]) -> None:
     what = f"{family} head" if family else "lilicorr.*"
     ctx.emit(
         "LC201",
-        f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}",
+        f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}"
+        + ("" if family else coverage_effect(ctx)),
         subjects=names,
         expected=f"{len(m.names('head'))} {what} tensors",
         actual=f"{len(m.names('head')) - len(names)} present",
@@ -518,14 +521,17 @@ def _missing_backbone(
 def _missing_lm_head(ctx: Context, missing: list[str]) -> None:
     """LC401: has_own_lm_head without the tensor."""
     loaders = [p for p in ctx.profiles if p.owned_lm_head == "supported"]
+    refusing = [p for p in loaders if p.head_coverage == "refused"]
+    serving = [p for p in loaders if p.head_coverage != "refused"]
+    effects = ([names_of(refusing, "refuses|refuse") + " the load"] if refusing else []) + (
+        [names_of(serving, "serves|serve") + " the head at its initial values (a silent mis-load)"]
+        if serving
+        else []
+    )
     ctx.emit_for(
         "LC401",
         loaders,
-        "has_own_lm_head is true but lm_head.weight is absent: "
-        + names_of(loaders, "refuses|refuse")
-        + " the load"
-        if loaders
-        else "",
+        "has_own_lm_head is true but lm_head.weight is absent: " + "; ".join(effects) if loaders else "",
         pointer="lm_head.weight",
         subjects=missing,
     )
@@ -542,8 +548,8 @@ def _missing_conv(ctx: Context, gone: list[str]) -> None:
         ctx.emit(
             "LC206",
             f"conv_kernel_size {g.conv_kernel_size} / conv_group_size {g.conv_group_size} build "
-            f"{len(conv_expected)} convolution tensors but the checkpoint has none: kernel_projection "
-            "would stay at random initialisation",
+            f"{len(conv_expected)} convolution tensors but the checkpoint has none, so kernel_projection "
+            "would stay at its initialisation" + coverage_effect(ctx),
             file="config.json",
             pointer="$.dflash_config.conv_kernel_size",
             subjects=gone,
@@ -552,7 +558,7 @@ def _missing_conv(ctx: Context, gone: list[str]) -> None:
         ctx.emit(
             "LC207",
             f"convolution coverage is partial: missing {shorten(gone)} (check conv_kernel_size, "
-            "conv_group_size and num_hidden_layers)",
+            "conv_group_size and num_hidden_layers)" + coverage_effect(ctx),
             subjects=gone,
         )
 

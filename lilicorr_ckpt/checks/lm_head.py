@@ -16,8 +16,9 @@ rule(
     "Export lm_head.weight [vocab, hidden], or drop has_own_lm_head to borrow the target's head.",
     doc="Fires when `has_own_lm_head` is true (with hidden_size and vocab_size known) but `lm_head.weight` is "
     "absent, for the runtimes that load an owned head: vLLM and TensorRT-LLM.",
-    why="vLLM expects the owned head's tensor and refuses without it; TensorRT-LLM \"requires checkpoint "
-    "lm_head weights\". SGLang does not read the flag and loads the checkpoint with the target's head.",
+    why='TensorRT-LLM "requires checkpoint lm_head weights"; vLLM refuses without the tensor where it '
+    "checks head coverage, and serves the head at its initial values where it does not. SGLang does not read "
+    "the flag and loads the checkpoint with the target's head.",
     example='    "has_own_lm_head": true\n\nand no `lm_head.weight` in the files.',
 )
 rule(

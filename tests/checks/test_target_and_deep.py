@@ -237,7 +237,7 @@ def test_fused_shards_with_different_global_scales_are_refused_by_sglang_and_vll
     assert (
         f.runtimes == ["sglang", "vllm"] and "layers.0.mlp.gate_up_proj" in f.message and "0.25" in f.message
     )
-    assert refused_by(report) == ["sglang"]
+    assert refused_by(report) == ["sglang", "vllm"]
 
 
 def test_fixture_shards_share_one_global_scale_as_modelopt_exports_them(make_ckpt):
