@@ -86,7 +86,7 @@ def check(fn: Callable[[Context], None]) -> Callable[[Context], None]:
 
 def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
     """`SGLang and vLLM` (the profiles' display names) followed by `verb` in agreement: "reads|read". Several
-    consecutive releases of one engine read as a run: `vLLM 1.1.0 to 1.3.0`."""
+    consecutive releases of one engine (three or more) read as a run: `vLLM 1.1.0 to 1.3.0`."""
     shown = _runs(profiles)
     text = ", ".join(shown[:-1]) + (" and " if len(shown) > 1 else "") + (shown[-1] if shown else "")
     if "|" in verb:
@@ -96,7 +96,7 @@ def names(profiles: list[RuntimeProfile], verb: str = "") -> str:
 
 
 def _runs(profiles: list[RuntimeProfile]) -> list[str]:
-    """Display names, with each run of two or more consecutive releases of an engine joined: `SGLang 1.1.0 to
+    """Display names, with each run of three or more consecutive releases of an engine joined: `SGLang 1.1.0 to
     1.3.0`."""
     out: list[str] = []
     i = 0
@@ -114,7 +114,10 @@ def _runs(profiles: list[RuntimeProfile]) -> list[str]:
             and chain[at + (j + 1 - i)].version == profiles[j + 1].version
         ):
             j += 1
-        out.append(p.display if j == i else f"{p.display} to {profiles[j].version}")
+        if j - i < 2:  # two releases read better named than as a run
+            out += [q.display for q in profiles[i : j + 1]]
+        else:
+            out.append(f"{p.display} to {profiles[j].version}")
         i = j + 1
     return out
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
-from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES, ExpectedTensor, component_of_name
+from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES, ExpectedTensor, component_of_name, legacy_name
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check, coverage_effect
@@ -268,6 +268,24 @@ rule(
     "lilicorr.feature_mlp.3.weight",
 )
 rule(
+    "LC228",
+    "named-names-refused",
+    "error",
+    COV,
+    "Named-MLP head names, for a runtime release that builds the head's MLPs under the Sequential names.",
+    "Write the legacy layout for that release (`lilicorr-ckpt convert SRC DST --naming sequential`), or serve "
+    "a release that reads the named form.",
+    doc="Fires when head tensors use the named-MLP names (`lilicorr.feature_norm`, `lilicorr.feature_mlp.up_proj` "
+    "/ `down_proj`, `lilicorr.layers.i.mlp.up_proj` / `down_proj`), for the runtime releases whose head builds "
+    "those MLPs as nn.Sequential (their parameters are `feature_mlp.0` / `.1` / `.3` and `layers.i.mlp.0` / "
+    "`.2`) and rename nothing on load: the first SGLang release with LiLiCorr.",
+    why="Such a release has no parameter for the named tensors, and its head weight coverage check finds the "
+    "Sequential parameters missing: it refuses the checkpoint at load. The later releases read only the named "
+    "form (LC217), so one checkpoint cannot serve both; `--runtime` picks the release to judge for.",
+    example="    lilicorr.feature_norm.weight\n    lilicorr.feature_mlp.up_proj.weight\n    "
+    "lilicorr.layers.0.mlp.down_proj.weight",
+)
+rule(
     "LC218",
     "embed-tokens-copy",
     "warning",
@@ -433,8 +451,27 @@ def _name_notes(ctx: Context) -> None:
             ),
             subjects=names,
         )
+    sequential = [p for p in ctx.profiles if p.head_mlp_naming == "sequential"]
+    legacy_spelled = set(view.legacy)
+    named = sorted(
+        name
+        for canonical, name in view.actual.items()
+        if legacy_name(canonical) != canonical and name not in legacy_spelled
+    )
+    if named and sequential:
+        ctx.emit_for(
+            "LC228",
+            sequential,
+            f"{len(named)} head tensors use the named-MLP names ({shorten(named, 3)}): "
+            f"{names_of(sequential, 'builds|build')} the head's MLPs as nn.Sequential "
+            "(feature_mlp.0/1/3, layers.N.mlp.0/2) and renames nothing, so its head coverage check refuses the "
+            "load",
+            subjects=named,
+        )
     if view.legacy:
-        refusing = [p for p in ctx.profiles if p.legacy_mlp_names == "refused"]
+        refusing = [
+            p for p in ctx.profiles if p.legacy_mlp_names == "refused" and p.head_mlp_naming == "named"
+        ]
         renaming = [p for p in ctx.profiles if p.legacy_mlp_names == "renamed"]
         head = f"{len(view.legacy)} head tensors use the legacy Sequential names ({shorten(view.legacy, 3)})"
         ctx.emit_for(

@@ -177,6 +177,9 @@ def bad_scales(t: fixtures.Tensors) -> None:
 
 
 EXTRA: dict[str, Build] = {
+    "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
+    "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
+    "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),
     "LC002": then(lambda tmp: write(tmp), duplicate_key),
     "LC013": then(
         lambda tmp: write(tmp, fixtures.draft_config(head=False)),

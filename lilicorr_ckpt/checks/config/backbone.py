@@ -346,6 +346,39 @@ rule(
 )
 
 
+rule(
+    "LC160",
+    "gemma-norm-not-read",
+    "error",
+    CFG,
+    "use_gemma_norm is true, but the runtime release builds plain RMSNorm: every norm serves x * w instead of the "
+    "trained x * (1 + w).",
+    "Serve a release that reads use_gemma_norm, or (if the drafter was trained with plain RMSNorm) drop the key.",
+    doc="Fires when config.json sets `use_gemma_norm: true`, for the runtime releases that never read the key "
+    "and build every norm of the draft (q/k norms, the layer norms, `norm`, `hidden_norm`) as a plain "
+    "RMSNorm, and for those where reading it was not established (judged as not reading it).",
+    why="Gemma's RMSNorm multiplies by (1 + w); a plain RMSNorm by w. With the trained weights (near 0 for a "
+    "Gemma norm) every normalised activation is scaled wrong: the draft loads and drafts garbage. SGLang reads "
+    "the key from the release that added Gemma drafters; vLLM's DFlash models do not read it.",
+    example='    "use_gemma_norm": true',
+)
+rule(
+    "LC161",
+    "rope-dim-not-read",
+    "error",
+    CFG,
+    "rope_dim narrows the rotary embedding, but the runtime release rotates the whole head.",
+    "Serve a release that reads rope_dim, or retrain with the rotary over the whole head.",
+    doc="Fires when `rope_scaling` or `rope_parameters` carries `rope_dim` smaller than head_dim, for the runtime "
+    "releases that build the draft's rotary embedding over the whole head dimension whatever it says, and for "
+    "those where reading it was not established (judged as not reading it).",
+    why="The trained drafter rotates only the first rope_dim dimensions of each head; a full-width rotary "
+    "rotates the rest too, so every query and key is served in another frame: the draft loads and its "
+    "attention is wrong.",
+    example='    "head_dim": 128, "rope_scaling": {"rope_type": "default", "rope_dim": 64}',
+)
+
+
 # ---------------------------------------------------------------- checks
 
 
@@ -360,6 +393,8 @@ def backbone_config(ctx: Context) -> None:
     _use_swa(ctx)
     _window_semantics(ctx)
     _rope_theta(ctx)
+    _gemma_norm(ctx)
+    _rope_dim(ctx)
     _unknown_layer_types(ctx)
     _draft_vocabulary(ctx)
     _fp16(ctx)
@@ -792,6 +827,46 @@ def _rope_theta(ctx: Context) -> None:
         expected="the trained rope_theta",
         actual="absent",
     )
+
+
+def _gemma_norm(ctx: Context) -> None:
+    """LC160: use_gemma_norm true, for the releases that build plain RMSNorm (RuntimeProfile.gemma_norm_read;
+    a release where that was not established is judged as not reading it)."""
+    if ctx.parsed.raw.get("use_gemma_norm") is not True:
+        return
+    plain = [p for p in ctx.profiles if p.gemma_norm_read is not True]
+    ctx.emit_for(
+        "LC160",
+        plain,
+        f"use_gemma_norm is true: {names(plain, 'does not read|do not read')} it, so every norm serves as a "
+        "plain RMSNorm (x * w, not x * (1 + w))",
+        file="config.json",
+        pointer="$.use_gemma_norm",
+        expected="a release that builds Gemma's RMSNorm",
+        actual="plain RMSNorm",
+    )
+
+
+def _rope_dim(ctx: Context) -> None:
+    """LC161: rope_scaling / rope_parameters rope_dim < head_dim, for the releases that rotate the whole head."""
+    raw = ctx.parsed.raw
+    head_dim = ctx.geometry.head_dim
+    for key in ("rope_scaling", "rope_parameters"):
+        block = raw.get(key)
+        dim = block.get("rope_dim") if isinstance(block, dict) else None
+        if isinstance(dim, int) and not isinstance(dim, bool) and head_dim and 0 < dim < head_dim:
+            full = [p for p in ctx.profiles if p.rope_dim_read is not True]
+            ctx.emit_for(
+                "LC161",
+                full,
+                f"{key}.rope_dim is {dim} (head_dim {head_dim}): {names(full, 'rotates|rotate')} all {head_dim} "
+                "dimensions of each head, so queries and keys are served in another frame",
+                file="config.json",
+                pointer=f"$.{key}.rope_dim",
+                expected=f"a release that reads rope_dim ({dim} of {head_dim} dimensions rotated)",
+                actual=f"{head_dim} dimensions rotated",
+            )
+            return
 
 
 # activations beyond silu that read their own constants from config.json (dflash.py DFlashMLP: swigluoai)
