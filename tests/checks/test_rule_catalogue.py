@@ -180,6 +180,25 @@ EXTRA: dict[str, Build] = {
     "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
     "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
     "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),
+    "LC162": then(
+        lambda tmp: write(tmp, fixtures.sibling_config("dspark-deepspec")),
+        cfg(lambda c: c.pop("markov_head_type")),
+    ),
+    "LC163": lambda tmp: (
+        then(
+            lambda t: write(t, fixtures.sibling_config("dspark-deepspec")),
+            cfg(lambda c: c.__setitem__("mask_token_id", 7)),
+        )(tmp)[0],
+        {"runtime": "sglang==0.5.21"},
+    ),
+    "LC164": lambda tmp: (
+        write(tmp, {**fixtures.sibling_config("dflash2"), "no_rope_layers": [1]}),
+        {"runtime": "vllm"},
+    ),
+    "LC165": lambda tmp: (
+        write(tmp, {**fixtures.sibling_config("dflash2"), "no_rope_layers": [1]}),
+        {"runtime": "sglang"},
+    ),
     "LC002": then(lambda tmp: write(tmp), duplicate_key),
     "LC013": then(
         lambda tmp: write(tmp, fixtures.draft_config(head=False)),

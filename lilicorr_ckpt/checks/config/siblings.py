@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
@@ -142,6 +143,72 @@ rule(
     example='    "markov_head_type": "lstm"',
 )
 rule(
+    "LC162",
+    "markov-head-type-missing",
+    "error",
+    CFG,
+    "DSpark's markov_head_type is absent where the runtime release's parser looks for it.",
+    "Write the trained markov_head_type (vanilla, gated or rnn) at the top level of config.json.",
+    doc="For a DSpark head with markov_rank > 0, fires for the runtime releases whose DSpark parser requires "
+    "markov_head_type when it is absent at the top level and (for the releases that do not read "
+    "dflash_config for it) inside dflash_config; and for a type given only in dflash_config other than "
+    "vanilla, where the release accepts the nested key but builds the top-level type (vanilla when absent).",
+    why='SGLang\'s DSpark parser refuses the config ("DSpark requires markov_head_type when markov_rank > 0"). '
+    "A release that reads the nested key in its parser still builds the Markov head from the top-level type, "
+    "so a nested gated or rnn head's tensors have no parameter and the load is refused.",
+    example='    "markov_rank": 256, "dflash_config": {"markov_head_type": "gated"}',
+)
+rule(
+    "LC163",
+    "dspark-mask-token-conflict",
+    "error",
+    CFG,
+    "DSpark's top-level mask_token_id and dflash_config.mask_token_id differ, and the runtime release uses the "
+    "top-level one.",
+    "Write one mask_token_id (the trained one) in both places, or only in dflash_config.",
+    doc="For a DSpark head, fires when config.json's top-level `mask_token_id` and `dflash_config.mask_token_id` "
+    "are both set and differ, for the runtime releases whose DSpark parser takes the top-level value (validate "
+    "and the other releases take dflash_config's).",
+    why="Every mask slot of the draft block embeds the mask token. A release that picks the other id embeds "
+    "another row of the table in every slot: the drafter loads and drafts with an input it was never trained "
+    "on.",
+    example='    "mask_token_id": 7, "dflash_config": {"mask_token_id": 151669}',
+)
+rule(
+    "LC164",
+    "nope-layers-rerouted",
+    "error",
+    CFG,
+    "A DFlash2 drafter with no_rope_layers, which the runtime release reroutes to a model that runs those layers "
+    "without RoPE.",
+    "Remove no_rope_layers unless the drafter was trained with those layers NoPE (then judge only for the "
+    "releases that honour it); never write per-layer 0/1 flags there.",
+    doc="Fires for a DFlash2DraftModel whose config.json has a non-empty `no_rope_layers`, for the runtime "
+    "releases that reroute such a drafter to a NoPE variant (vLLM from the release that added "
+    "`hf_config_override`'s rewrite to DFlash2RicursiveDraftModel): the listed layer indices attend without "
+    "rotary embedding, for the query block and the context. The message says when the list looks like "
+    "per-layer 0/1 flags (transformers' SmolLM3 / Llama4 convention), which the reroute reads as the indices "
+    "0 and 1, and when an entry is not a layer index (a crash at the first draft step).",
+    why="The same checkpoint serves two functions: the releases that do not read the key apply RoPE on every "
+    "layer (LC165), the rerouting ones leave it out on the listed layers. A drafter trained with RoPE on "
+    "those layers is served wrong by the rerouting release, silently.",
+    example='    "architectures": ["DFlash2DraftModel"], "no_rope_layers": [1, 1, 1, 0]',
+)
+rule(
+    "LC165",
+    "nope-layers-ignored",
+    "warning",
+    CFG,
+    "A DFlash2 drafter with no_rope_layers, which the runtime release never reads: every layer gets RoPE.",
+    "If the drafter was trained with those layers NoPE, serve it only where no_rope_layers is honoured; "
+    "otherwise remove the key.",
+    doc="Fires for a DFlash2DraftModel whose config.json has a non-empty `no_rope_layers`, for the runtime "
+    "releases that do not read it (they apply RoPE on every layer).",
+    why="Right for a drafter trained with RoPE everywhere, wrong for one trained with the listed layers NoPE; "
+    "the checkpoint cannot say which, and other releases read the key (LC164).",
+    example='    "architectures": ["DFlash2DraftModel"], "no_rope_layers": [3]',
+)
+rule(
     "LC155",
     "domino-shift-label",
     "error",
@@ -257,6 +324,7 @@ def sibling_config(ctx: Context) -> None:
     if family == dflash2.NAME:
         _selector(ctx)
         _dflash2_conv(ctx)
+        _nope_layers(ctx)
     if family == dspark.NAME:
         _markov(ctx)
     if family == domino.NAME:
@@ -340,6 +408,54 @@ def _dflash2_conv(ctx: Context) -> None:
         )
 
 
+def _nope_layers(ctx: Context) -> None:
+    """LC164 / LC165: DFlash2DraftModel with no_rope_layers, rerouted to a NoPE variant by some releases
+    (RuntimeProfile.dflash2_nope_layers_key) and ignored by the others."""
+    if ctx.config.architecture != "DFlash2DraftModel":
+        return
+    for key in sorted(
+        {p.dflash2_nope_layers_key for p in ctx.profiles if p.dflash2_nope_layers_key} | {"no_rope_layers"}
+    ):
+        value = ctx.parsed.raw.get(key)
+        if not value:
+            continue
+        layers = ctx.geometry.num_layers
+        entries = value if isinstance(value, list) else [value]
+        indices = [v for v in entries if isinstance(v, int) and not isinstance(v, bool)]
+        bad = [v for v in entries if v not in indices or (layers is not None and not 0 <= v < layers)]
+        flags = bool(entries) and set(entries) <= {0, 1} and len(entries) == layers and layers > 2
+        shown = json.dumps(value)[:120]
+        rerouting = [p for p in ctx.profiles if p.dflash2_nope_layers_key == key]
+        ignoring = [p for p in ctx.profiles if p.dflash2_nope_layers_key != key]
+        note = (
+            "; the list looks like per-layer 0/1 flags, which the reroute reads as the layer indices 0 and 1"
+            if flags
+            else (
+                f"; {shorten([json.dumps(v) for v in bad])} is not a layer index below {layers}, a crash at the "
+                "first draft step"
+                if bad
+                else ""
+            )
+        )
+        ctx.emit_for(
+            "LC164",
+            rerouting,
+            f"{key} is {shown}: {names(rerouting, 'serves|serve')} this DFlash2DraftModel as "
+            "DFlash2RicursiveDraftModel, whose listed layers attend without RoPE" + note,
+            file="config.json",
+            pointer=f"$.{key}",
+            actual=shown,
+        )
+        ctx.emit_for(
+            "LC165",
+            ignoring,
+            f"{key} is {shown}: {names(ignoring, 'does not read|do not read')} it, so every layer gets RoPE",
+            file="config.json",
+            pointer=f"$.{key}",
+            actual=shown,
+        )
+
+
 def _markov(ctx: Context) -> None:
     """LC152 / LC153: DSpark's markov_rank where the runtime reads it, and a head type it builds."""
     g, cfg = ctx.geometry, ctx.config
@@ -365,6 +481,21 @@ def _markov(ctx: Context) -> None:
             expected="> 0",
             actual=top if top is not None else "absent",
         )
+    _markov_type_parsed(ctx)
+    top_mask, nested_mask = cfg.mask_token_id, d.mask_token_id
+    if isinstance(top_mask, int) and isinstance(nested_mask, int) and top_mask != nested_mask:
+        first = [p for p in ctx.profiles if p.dspark_mask_token_first == "top-level"]
+        ctx.emit_for(
+            "LC163",
+            first,
+            f"mask_token_id is {top_mask} at the top level and {nested_mask} in dflash_config: "
+            f"{names(first, 'embeds|embed')} token {top_mask} in every mask slot, where validate and the "
+            f"other releases take {nested_mask}",
+            file="config.json",
+            pointer="$.mask_token_id",
+            expected=nested_mask,
+            actual=top_mask,
+        )
     kind = g.markov_head_type
     if kind is not None:
         refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
@@ -376,6 +507,47 @@ def _markov(ctx: Context) -> None:
             file="config.json",
             pointer="$.markov_head_type",
             actual=kind,
+        )
+
+
+def _markov_type_parsed(ctx: Context) -> None:
+    """LC162: markov_head_type where each release's DSpark parser looks for it (RuntimeProfile
+    markov_head_type_required / markov_head_type_nested_read)."""
+    cfg = ctx.config
+    top, nested = cfg.markov_head_type, cfg.dflash.markov_head_type
+    if top is not None or not isinstance(cfg.markov_rank, int) or cfg.markov_rank <= 0:
+        return
+    requiring = [p for p in ctx.profiles if p.markov_head_type_required]
+    unseen = [p for p in requiring if nested is None or not p.markov_head_type_nested_read]
+    if unseen:
+        where = (
+            f" (dflash_config.markov_head_type is {nested!r}, which {names(unseen, 'does not read|do not read')})"
+            if nested is not None
+            else ""
+        )
+        ctx.emit_for(
+            "LC162",
+            unseen,
+            f"markov_head_type is absent at the top level{where}: {names(unseen, 'refuses|refuse')} the config "
+            '("DSpark requires markov_head_type when markov_rank > 0")',
+            file="config.json",
+            pointer="$.markov_head_type",
+            expected="vanilla, gated or rnn at the top level",
+            actual="absent",
+        )
+    built_vanilla = [p for p in requiring if p not in unseen]
+    if nested is not None and str(nested).lower() != "vanilla" and built_vanilla:
+        ctx.emit_for(
+            "LC162",
+            built_vanilla,
+            f"markov_head_type {nested!r} is given only in dflash_config: "
+            f"{names(built_vanilla, 'reads|read')} it there but builds "
+            "the top-level type (vanilla when absent), which has no parameter for the "
+            f"{nested} head's tensors",
+            file="config.json",
+            pointer="$.dflash_config.markov_head_type",
+            expected="the type at the top level",
+            actual=f"dflash_config only: {nested}",
         )
 
 
