@@ -28,6 +28,7 @@ class TargetInfo(msgspec.Struct, frozen=True, kw_only=True):
     embedding_width: int | None
     special_ids: dict[str, int]  # bos/eos/pad ids
     rope_theta: float | None
+    max_positions: int | None = None  # max_position_embeddings (a GGUF's context_length): the serving context
     # geometry keys the target's config lacks or gives with the wrong type: key -> what was found
     unreadable: dict[str, str] = msgspec.field(default_factory=dict)
 
@@ -210,6 +211,7 @@ def read_target(spec: str) -> TargetInfo:
         embedding_width=width,
         special_ids=special,
         rope_theta=float(theta) if isinstance(theta, (int, float)) and not isinstance(theta, bool) else None,
+        max_positions=_int(text.get("max_position_embeddings")),
     )
 
 
@@ -319,4 +321,5 @@ def read_gguf_target(path: Path) -> TargetInfo:
         embedding_width=hidden,
         special_ids=special,
         rope_theta=float(theta) if isinstance(theta, (int, float)) else None,
+        max_positions=_int(meta.get(prefix + "context_length")),
     )

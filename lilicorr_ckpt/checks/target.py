@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from lilicorr_ckpt.checks.context import Context, check
+from lilicorr_ckpt.checkpoint.target import TargetInfo
+from lilicorr_ckpt.checks.context import Context, check, names
 from lilicorr_ckpt.checks.findings import rule
 
 # ---------------------------------------------------------------- catalogue
@@ -114,6 +115,24 @@ rule(
     "would go unreported. Often --target points at something other than the target's own directory or "
     "file.",
     example='    target config.json  "hidden_size": "4096"\n\n(a string): the hidden-size check is skipped.',
+)
+rule(
+    "LC508",
+    "draft-context-shorter",
+    "error",
+    TGT,
+    "The draft's max_position_embeddings is below the target's context, and the runtime release neither raises "
+    "it nor caps the context to it.",
+    "Write the target's max_position_embeddings in the drafter's config.json (the rotary table is recomputed, "
+    "not trained), or serve a release whose draft positions follow the target.",
+    doc="With --target, fires when the draft's max_position_embeddings (its config class's default, 32768 for "
+    "Qwen3, when absent) is smaller than the target's (a GGUF's context_length), for the runtime releases "
+    "that keep the draft's own value while drafting up to the target's context.",
+    why="Those releases build the draft's rotary cache for its own max_position_embeddings, but the speculator "
+    "drafts at the target's positions: past the draft's limit every rotary lookup reads outside its table, "
+    "garbage rotations or an illegal memory access. The later releases raise the draft's limit to the "
+    "target's context, or cap the context to the draft's.",
+    example='    draft config.json: "max_position_embeddings": 2048; target: 32768',
 )
 
 
@@ -237,6 +256,7 @@ def target_compat(ctx: Context) -> None:
                 pointer="$.dflash_config.mask_token_id",
                 actual=mask,
             )
+    _draft_context(ctx, t, where)
     theta = ctx.config.rope_theta
     if t.rope_theta is not None and theta is not None and not math.isclose(t.rope_theta, theta, rel_tol=1e-6):
         ctx.emit(
@@ -247,3 +267,29 @@ def target_compat(ctx: Context) -> None:
             expected=t.rope_theta,
             actual=theta,
         )
+
+
+# transformers' Qwen3Config default, which the engines' config classes fill in when the key is absent
+DEFAULT_DRAFT_POSITIONS = 32768
+
+
+def _draft_context(ctx: Context, t: TargetInfo, where: str) -> None:
+    """LC508: the draft's positions end before the target's, for releases that do not reconcile them."""
+    declared = ctx.config.max_position_embeddings
+    mine = (
+        declared if isinstance(declared, int) and not isinstance(declared, bool) else DEFAULT_DRAFT_POSITIONS
+    )
+    if t.max_positions is None or mine >= t.max_positions:
+        return
+    fixed = [p for p in ctx.profiles if not p.draft_positions_follow_target]
+    ctx.emit_for(
+        "LC508",
+        fixed,
+        f"the draft's max_position_embeddings is {mine}{'' if declared == mine else ' (absent: the default)'} "
+        f"but {where}'s context is {t.max_positions}: {names(fixed, 'drafts|draft')} past position {mine} with "
+        "a rotary table that ends there",
+        file="config.json",
+        pointer="$.max_position_embeddings",
+        expected=f">= {t.max_positions}",
+        actual=mine,
+    )

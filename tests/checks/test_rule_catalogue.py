@@ -180,6 +180,10 @@ EXTRA: dict[str, Build] = {
     "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
     "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
     "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),
+    "LC508": lambda tmp: (
+        write(tmp / "draft"),
+        {"target": str(target(tmp / "target", max_position_embeddings=8192)), "runtime": "vllm==0.32.0"},
+    ),
     "LC162": then(
         lambda tmp: write(tmp, fixtures.sibling_config("dspark-deepspec")),
         cfg(lambda c: c.pop("markov_head_type")),
