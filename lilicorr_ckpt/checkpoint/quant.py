@@ -33,6 +33,8 @@ class QuantConfig(msgspec.Struct, frozen=True, kw_only=True):
     # flat form only: each exclusion list present, in FLAT_EXCLUSION_KEYS order (a runtime reads the first of
     # the keys it knows that is present, empty or not)
     flat_lists: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    # weight_scale_encoding (NVFP4 block scales stored compressed, e.g. "csf"); None when absent
+    scale_encoding: str | None = None
 
     def flat_exclusions_for(self, profile: RuntimeProfile) -> tuple[str | None, tuple[str, ...]]:
         """(the key `profile`'s runtime takes the flat form's exclusions from, or None: none it reads; them)."""
@@ -96,6 +98,13 @@ def _strings(value: Any) -> tuple[str, ...] | None:
     return None
 
 
+def _encoding(value: Any) -> str | None:
+    """weight_scale_encoding as written (a non-string shown as JSON, so a rule can name it)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else msgspec.json.encode(value).decode()[:60]
+
+
 def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[str]]:
     """(config, problems). Problems are human-readable; a None config means it cannot be used."""
     if not isinstance(doc, dict):
@@ -125,6 +134,7 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
             if isinstance(q.get("quantized_layers"), dict)
             else None,
             missing_keys=missing,
+            scale_encoding=_encoding(q.get("weight_scale_encoding", doc.get("weight_scale_encoding"))),
         ), problems
     if "quant_algo" in doc or "ignore" in doc or "quant_method" in doc:
         exclude = _strings(doc.get("ignore") if "ignore" in doc else doc.get("exclude_modules") or [])
@@ -166,6 +176,7 @@ def parse_quant_config(doc: Any, source: str) -> tuple[QuantConfig | None, list[
             top_group_size=top,
             nested_group_size=inner,
             flat_lists=tuple(lists),
+            scale_encoding=_encoding(doc.get("weight_scale_encoding")),
         ), problems
     return None, [
         f"{source}: neither the nested ModelOpt form ({{producer, quantization}}) nor the flat form "

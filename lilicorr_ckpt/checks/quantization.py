@@ -488,6 +488,24 @@ def copy_read_by(ctx: Context, p: RuntimeProfile) -> QuantConfig | None:
     return inline or file
 
 
+rule(
+    "LC328",
+    "scale-encoding",
+    "error",
+    QNT,
+    "The quantization config names a weight_scale_encoding the runtime release does not decode.",
+    "Store the block scales plainly (remove weight_scale_encoding), or use an encoding the release decodes.",
+    doc="Fires when the quantization config a runtime release acts on (flat, or nested under `quantization`) "
+    "sets `weight_scale_encoding` to a value that release does not decode, for the releases that decode some "
+    "encodings (vLLM from the release that added CSF-compressed NVFP4 scales). The releases that decode none "
+    "never read the key: they take the scale tensors as plain, and compressed scale streams are then tensors "
+    "they have no parameter for (LC204).",
+    why='A decoding release refuses an unknown encoding at start-up ("unsupported weight_scale_encoding"). '
+    "validate does not model the compressed streams themselves: their tensors are judged as unknown names.",
+    example='    "quantization_config": {"quant_algo": "NVFP4", "weight_scale_encoding": "zstd"}',
+)
+
+
 @check
 def quantization(ctx: Context) -> None:
     for src, problems in ctx.quant_problems.items():
@@ -546,6 +564,7 @@ def quantization(ctx: Context) -> None:
         )
     if ctx.quant is not None:
         _quant_config_form(ctx, ctx.quant)
+    _scale_encoding(ctx)
     quantized = {mod: observed_scheme(ctx, mod) for mod in ctx.manifest.modules}
     quantized = {mod: s for mod, s in quantized.items() if s in ("nvfp4", "fp8")}
     if not disagree:
@@ -557,6 +576,34 @@ def quantization(ctx: Context) -> None:
         groups.setdefault(id(qc), (qc, []))[1].append(p)
     for qc, profiles in groups.values():
         _judge(ctx, qc, profiles, [p.name for p in profiles] if len(groups) > 1 else [], quantized)
+
+
+def _scale_encoding(ctx: Context) -> None:
+    """LC328: a weight_scale_encoding the release acting on that copy refuses. A release that reads no encoding
+    ignores the key (its scale tensors are judged as plain: compressed streams are unknown tensors, LC204)."""
+    by: dict[str, list[RuntimeProfile]] = {}
+    for p in ctx.profiles:
+        qc = copy_read_by(ctx, p)
+        if (
+            qc is not None
+            and qc.scale_encoding is not None
+            and p.nvfp4_scale_encodings
+            and qc.scale_encoding not in p.nvfp4_scale_encodings
+        ):
+            by.setdefault(f"{qc.source}\0{qc.scale_encoding}", []).append(p)
+    for key, profiles in by.items():
+        source, value = key.split("\0")
+        known = sorted({e for p in profiles for e in p.nvfp4_scale_encodings})
+        ctx.emit_for(
+            "LC328",
+            profiles,
+            f"weight_scale_encoding is {value!r} in {source}: {_names(profiles, 'decodes|decode')} only "
+            f"{', '.join(known)} and {'refuses' if len(profiles) == 1 else 'refuse'} it at start-up",
+            file=source,
+            pointer="$.weight_scale_encoding",
+            expected=" | ".join(known),
+            actual=value,
+        )
 
 
 def _judge(

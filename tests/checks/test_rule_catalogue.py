@@ -180,6 +180,12 @@ EXTRA: dict[str, Build] = {
     "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
     "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
     "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),
+    "LC328": lambda tmp: (
+        then(quant(), cfg(lambda c: c["quantization_config"].__setitem__("weight_scale_encoding", "zstd")))(
+            tmp
+        )[0],
+        {"runtime": "vllm"},
+    ),
     "LC508": lambda tmp: (
         write(tmp / "draft"),
         {"target": str(target(tmp / "target", max_position_embeddings=8192)), "runtime": "vllm==0.32.0"},
