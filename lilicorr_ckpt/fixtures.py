@@ -205,8 +205,12 @@ def checkpoint_tensors(
     quant: str | None = None,
     quantize: set[str] | None = None,
     naming: str = "named",
+    unify_fused: bool = True,
 ) -> Tensors:
-    """Every tensor the manifest expects, optionally with `quantize` modules in the `quant` format."""
+    """Every tensor the manifest expects, optionally with `quantize` modules in the `quant` format. With
+    `unify_fused` the NVFP4 shards of a linear the runtimes fuse (q/k/v, gate/up) share one weight_scale_2, as a
+    serving checkpoint must (what `convert` writes); without it each shard is quantized alone, as ModelOpt's
+    drafter exporter writes them (its fused-layer pass never reaches a draft)."""
     manifest = manifest_for(config)
     if manifest.incomplete:
         raise ValueError(f"config is incomplete for a fixture: {manifest.incomplete}")
@@ -214,16 +218,11 @@ def checkpoint_tensors(
     if quant and scheme is None:
         raise ValueError(f"unsupported quant algo {quant!r}")
     quantize = (servable_quantized(manifest) if quantize is None else quantize) if scheme else set()
-    # ModelOpt's export unifies the weight amax of linears a runtime fuses (q/k/v, gate/up: its
-    # preprocess_linear_fusion), so the shards share one NVFP4 weight_scale_2
-    shared: dict[str, float] = {}
-    if scheme is not None and scheme.nvfp4:
-        for shards in _fused_groups(quantize):
-            amax = max(
-                float(np.abs(_values(f"{m}.weight", manifest.tensors[f"{m}.weight"].shape, seed)).max())
-                for m in shards
-            )
-            shared.update(dict.fromkeys(shards, amax))
+    shared = (
+        fused_global_amax(manifest, quantize, seed)
+        if scheme is not None and scheme.nvfp4 and unify_fused
+        else {}
+    )
     out: Tensors = {}
     for name, expected in manifest.tensors.items():
         values = _values(name, expected.shape, seed)
@@ -235,6 +234,18 @@ def checkpoint_tensors(
     if naming == "sequential":
         out = {legacy_name(n): v for n, v in out.items()}
     return out
+
+
+def fused_global_amax(manifest: Manifest, quantize: set[str], seed: int = 0) -> dict[str, float]:
+    """module -> the weight amax its fused group (q/k/v, gate/up) shares: one NVFP4 weight_scale_2 per group."""
+    shared: dict[str, float] = {}
+    for shards in _fused_groups(quantize):
+        amax = max(
+            float(np.abs(_values(f"{m}.weight", manifest.tensors[f"{m}.weight"].shape, seed)).max())
+            for m in shards
+        )
+        shared.update(dict.fromkeys(shards, amax))
+    return shared
 
 
 def _fused_groups(quantized: set[str]) -> list[tuple[str, ...]]:
@@ -353,8 +364,9 @@ def write_checkpoint(
     mutate: Callable[[Tensors], None] | None = None,
 ) -> Path:
     """A complete checkpoint directory. `style="modelopt"` reproduces ModelOpt's export quirks:
-    nested quantization_config without quant_method, training-prefixed exclusions, and every
-    quantizable linear quantized (factor heads and q/k/v included)."""
+    nested quantization_config without quant_method, training-prefixed exclusions, every quantizable linear
+    quantized (factor heads and q/k/v included), and the NVFP4 shards of each fused linear quantized alone
+    (their weight_scale_2 differ)."""
     config = copy.deepcopy(config if config is not None else draft_config())
     if dtype in TORCH_DTYPE_NAMES:
         config["torch_dtype"] = TORCH_DTYPE_NAMES[dtype]
@@ -366,7 +378,13 @@ def write_checkpoint(
         qc, hf_quant = quant_metadata(manifest, quant, quantize, style)
         config["quantization_config"] = qc
     tensors = checkpoint_tensors(
-        config, dtype=dtype, seed=seed, quant=quant, quantize=quantize, naming=naming
+        config,
+        dtype=dtype,
+        seed=seed,
+        quant=quant,
+        quantize=quantize,
+        naming=naming,
+        unify_fused=style != "modelopt",
     )
     if key_prefix:
         tensors = {key_prefix + n: v for n, v in tensors.items()}

@@ -334,3 +334,27 @@ def expected_nbytes(dtype: str, shape: tuple[int, ...]) -> int | None:
 
 def describe_shape(shape: tuple[int, ...]) -> str:
     return json.dumps(list(shape))
+
+
+def read_f32_scalars(root: Path, infos: list[TensorInfo]) -> dict[str, float]:
+    """The values of scalar F32 tensors (4 bytes each, e.g. NVFP4 weight_scale_2), read by seeking: a few bytes
+    per tensor, whatever the checkpoint's size. A tensor whose bytes lie past its file's end is left out."""
+    out: dict[str, float] = {}
+    by_file: dict[str, list[TensorInfo]] = {}
+    for info in infos:
+        if info.dtype == "F32" and info.end - info.start == 4:
+            by_file.setdefault(info.file, []).append(info)
+    for rel, members in sorted(by_file.items()):
+        try:
+            with open_regular_file(root / rel, what=rel) as handle:
+                size = os.fstat(handle.fileno()).st_size
+                for info in sorted(members, key=lambda i: i.start):
+                    if info.end > size:
+                        continue
+                    handle.seek(info.start)
+                    data = handle.read(4)
+                    if len(data) == 4:
+                        out[info.name] = struct.unpack("<f", data)[0]
+        except (OSError, InputError):
+            continue
+    return out

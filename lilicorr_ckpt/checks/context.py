@@ -16,7 +16,13 @@ class Context:
     """One checkpoint being judged: what was read, the runtimes it is judged for, and the findings so far."""
 
     def __init__(
-        self, checkpoint: Checkpoint, *, profiles: list[RuntimeProfile], target: TargetInfo | None, deep: bool
+        self,
+        checkpoint: Checkpoint,
+        *,
+        profiles: list[RuntimeProfile],
+        target: TargetInfo | None,
+        deep: bool,
+        headers_only: bool = False,
     ):
         self.checkpoint = checkpoint
         self.source = checkpoint.source
@@ -32,6 +38,7 @@ class Context:
         self.profiles = profiles
         self.target = target
         self.deep = deep
+        self.headers_only = headers_only  # a Hub repo read headers-only: no tensor byte may be read
         self.findings: list[Finding] = []
 
     @property

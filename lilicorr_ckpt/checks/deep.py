@@ -9,9 +9,7 @@ import numpy as np
 
 from lilicorr_ckpt.checkpoint.numerics import DECODABLE, ScaleDefects, decode, e4m3_is_nan, scale_defects
 from lilicorr_ckpt.checks.context import Context, check
-from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
-from lilicorr_ckpt.runtimes import fused_name
 
 # ---------------------------------------------------------------- catalogue
 DEEP = "deep"
@@ -74,26 +72,6 @@ rule(
 )
 
 
-rule(
-    "LC327",
-    "fused-global-scales-differ",
-    "error",
-    DEEP,
-    "Linears the runtime fuses (q/k/v, gate/up) carry different NVFP4 weight_scale_2: it serves every shard with the "
-    "largest, which rescales the others' weights.",
-    "Re-export with ModelOpt's fused-layer preprocessing (one weight amax per fused group), or requantize the "
-    "shards to a shared weight_scale_2.",
-    doc="With `--deep`, reads each NVFP4 module's weight_scale_2 and fires when the q/k/v of a layer (or its "
-    "gate/up) differ, for the runtimes that fuse them into one linear with one global scale: SGLang.",
-    why="SGLang builds q/k/v as one QKVParallelLinear and gate/up as one MergedColumnParallelLinear; "
-    "ModelOptFp4LinearMethod / ModelOptNvFp4A16LinearMethod.process_weights_after_loading take "
-    "`weight_scale_2.max()` for the fused weight, so a shard quantized with a smaller global scale is "
-    "served multiplied by the ratio. ModelOpt's exporter unifies the amax of such linears for this reason "
-    "(preprocess_linear_fusion); a checkpoint whose shards differ loads cleanly and serves another function.",
-    example="    layers.0.mlp.gate_proj.weight_scale_2   F32 []   8.5e-05\n"
-    "    layers.0.mlp.up_proj.weight_scale_2     F32 []   9.4e-05",
-)
-
 SCALES = ("weight_scale", "weight_scale_2", "input_scale")  # quantization scales
 CHUNK = 16 << 20  # bytes per step; memory stays bounded whatever the tensor size
 # (dtype, bit mask, all-ones exponent): a value is NaN/Inf when (bits & mask) == mask
@@ -144,7 +122,6 @@ def _scale_defects(view: memoryview, dtype: str) -> ScaleDefects:
 def deep_checks(ctx: Context) -> None:
     if not ctx.deep:
         return
-    global_scales: dict[str, float] = {}  # NVFP4 module -> its scalar weight_scale_2
     by_file: dict[str, list[tuple[str, str]]] = {}
     for canonical, info in ctx.names.by_canonical.items():
         by_file.setdefault(info.file, []).append((canonical, info.name))
@@ -162,10 +139,6 @@ def deep_checks(ctx: Context) -> None:
                         if info.nbytes == 0:
                             continue
                         leaf = canonical.rsplit(".", 1)[-1]
-                        if leaf == "weight_scale_2" and info.dtype == "F32" and info.nbytes == 4:
-                            global_scales[canonical.rsplit(".", 1)[0]] = float(
-                                np.frombuffer(view[info.start : info.end], dtype="<f4")[0]
-                            )
                         if leaf in SCALES and info.dtype in DECODABLE:
                             defects = _scale_defects(view[info.start : info.end], info.dtype)
                             non_finite, all_zero, negative = (
@@ -225,31 +198,3 @@ def deep_checks(ctx: Context) -> None:
                             )
                 finally:
                     view.release()
-    _fused_global_scales(ctx, global_scales)
-
-
-def _fused_global_scales(ctx: Context, scales: dict[str, float]) -> None:
-    """LC327: the shards of a linear a runtime fuses, quantized with different NVFP4 global scales."""
-    fusing = [p for p in ctx.profiles if p.fused_global_scale == "max"]
-    groups: dict[str, list[str]] = {}
-    for module in scales:
-        fused = fused_name(module)
-        if (
-            fused is not None
-            and ctx.names.by_canonical.get(f"{module}.weight") is not None
-            and ctx.names.by_canonical[f"{module}.weight"].dtype == "U8"
-        ):
-            groups.setdefault(fused[0], []).append(module)
-    for name, shards in sorted(groups.items()):
-        values = {m: scales[m] for m in sorted(shards)}
-        if len(set(values.values())) > 1:
-            shown = ", ".join(f"{m.rsplit('.', 1)[-1]} {v:.6g}" for m, v in values.items())
-            ctx.emit_for(
-                "LC327",
-                fusing,
-                f"`{name}`'s shards have different weight_scale_2 ({shown}): "
-                f"{names_of(fusing, 'serves|serve')} the fused weight with the largest, so the other shards' "
-                "weights are scaled up by the ratio",
-                pointer=f"{sorted(shards)[0]}.weight_scale_2",
-                subjects=[f"{m}.weight_scale_2" for m in sorted(shards)],
-            )

@@ -13,11 +13,12 @@ from lilicorr_ckpt.checkpoint.manifest import (
 )
 from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
 from lilicorr_ckpt.checkpoint.quant import QuantConfig, pattern_problems
+from lilicorr_ckpt.checkpoint.tensors import read_f32_scalars
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as _names
 from lilicorr_ckpt.checks.findings import rule
-from lilicorr_ckpt.runtimes import MATCHERS, RuntimeProfile, excluded_by, matches_any
+from lilicorr_ckpt.runtimes import MATCHERS, RuntimeProfile, excluded_by, fused_name, matches_any
 
 # ---------------------------------------------------------------- catalogue
 QNT = "quantization"
@@ -506,6 +507,31 @@ rule(
 )
 
 
+rule(
+    "LC327",
+    "fused-global-scales-differ",
+    "error",
+    QNT,
+    "Linears the runtime fuses (q/k/v, gate/up) carry different NVFP4 weight_scale_2: it serves every shard with the "
+    "largest, which rescales the others' weights.",
+    "Re-export with ModelOpt's fused-layer preprocessing (one weight amax per fused group), or requantize the "
+    "shards to a shared weight_scale_2.",
+    doc="Reads the 4-byte weight_scale_2 of each NVFP4 q/k/v and gate/up shard (a few bytes per layer, never a "
+    "weight; not from a Hub repo read headers-only) and fires when the shards of one layer's fused linear "
+    "differ, for the runtimes that fuse them into one linear with one global scale: SGLang and vLLM (vLLM "
+    "logs a warning and loads).",
+    why="Both build q/k/v as one QKVParallelLinear and gate/up as one MergedColumnParallelLinear and serve it "
+    "with `weight_scale_2.max()` (SGLang's ModelOptFp4LinearMethod / ModelOptNvFp4A16LinearMethod, vLLM's "
+    "KNvfp4Static.process, which only warns), so a shard quantized with a smaller global scale is served "
+    "multiplied by the ratio. ModelOpt unifies the amax of such linears for a target model "
+    "(preprocess_linear_fusion), but its pass never reaches a DFlash draft: its drafter exports come out with "
+    "shards that differ, load cleanly and serve another function. `lilicorr-ckpt convert` re-quantizes each "
+    "group to one shared scale.",
+    example="    layers.0.mlp.gate_proj.weight_scale_2   F32 []   8.5e-05\n"
+    "    layers.0.mlp.up_proj.weight_scale_2     F32 []   9.4e-05",
+)
+
+
 @check
 def quantization(ctx: Context) -> None:
     for src, problems in ctx.quant_problems.items():
@@ -565,6 +591,7 @@ def quantization(ctx: Context) -> None:
     if ctx.quant is not None:
         _quant_config_form(ctx, ctx.quant)
     _scale_encoding(ctx)
+    _fused_global_scales(ctx)
     quantized = {mod: observed_scheme(ctx, mod) for mod in ctx.manifest.modules}
     quantized = {mod: s for mod, s in quantized.items() if s in ("nvfp4", "fp8")}
     if not disagree:
@@ -576,6 +603,39 @@ def quantization(ctx: Context) -> None:
         groups.setdefault(id(qc), (qc, []))[1].append(p)
     for qc, profiles in groups.values():
         _judge(ctx, qc, profiles, [p.name for p in profiles] if len(groups) > 1 else [], quantized)
+
+
+def _fused_global_scales(ctx: Context) -> None:
+    """LC327: the NVFP4 shards of a linear a runtime fuses, quantized with different global scales (their scalar
+    weight_scale_2 values read: 4 bytes a shard)."""
+    fusing = [p for p in ctx.profiles if p.fused_global_scale == "max"]
+    if not fusing or ctx.headers_only:
+        return
+    groups: dict[str, list[str]] = {}
+    scale_infos = []
+    for module in ctx.manifest.modules:
+        fused = fused_name(module)
+        weight = ctx.names.by_canonical.get(f"{module}.weight")
+        scale = ctx.names.by_canonical.get(f"{module}.weight_scale_2")
+        if fused is not None and weight is not None and weight.dtype == "U8" and scale is not None:
+            groups.setdefault(fused[0], []).append(module)
+            scale_infos.append(ctx.table.tensors[scale.name])
+    if not groups:
+        return
+    values = read_f32_scalars(ctx.source.root, scale_infos)
+    for name, shards in sorted(groups.items()):
+        found = {m: values.get(ctx.names.by_canonical[f"{m}.weight_scale_2"].name) for m in sorted(shards)}
+        if len(shards) > 1 and None not in found.values() and len(set(found.values())) > 1:
+            shown = ", ".join(f"{m.rsplit('.', 1)[-1]} {v:.6g}" for m, v in found.items())
+            ctx.emit_for(
+                "LC327",
+                fusing,
+                f"`{name}`'s shards have different weight_scale_2 ({shown}): "
+                f"{_names(fusing, 'serves|serve')} the fused weight with the largest, so the other shards' "
+                "weights are scaled up by the ratio",
+                pointer=f"{sorted(shards)[0]}.weight_scale_2",
+                subjects=[f"{m}.weight_scale_2" for m in sorted(shards)],
+            )
 
 
 def _scale_encoding(ctx: Context) -> None:

@@ -69,6 +69,7 @@ def validate(
     deep: bool = False,
     strict: bool = False,
     checkpoint: Checkpoint | None = None,
+    headers_only: bool = False,
 ) -> Report:
     try:
         ckpt = checkpoint or load_checkpoint(path)
@@ -76,7 +77,7 @@ def validate(
         raise NotADrafter(f"{exc} (did you swap PATH and --target?)") from None
     profiles = select_profiles(runtime)
     target_info: TargetInfo | None = read_target(target) if target else None
-    ctx = Context(ckpt, profiles=profiles, target=target_info, deep=deep)
+    ctx = Context(ckpt, profiles=profiles, target=target_info, deep=deep, headers_only=headers_only)
     findings = sorted(run_checks(ctx), key=lambda f: (SEVERITY_ORDER[f.severity], f.rule))
     summary = Summary(
         errors=sum(f.severity == "error" for f in findings),
@@ -128,7 +129,13 @@ def validate_hub(
         raise UsageError(f"--deep cannot read {spec.label} from the Hub (headers only)")
     with open_hub(spec, timeout) as (ckpt, origin):
         report = validate(
-            hub_label(spec, origin), runtime=runtime, target=target, strict=strict, deep=deep, checkpoint=ckpt
+            hub_label(spec, origin),
+            runtime=runtime,
+            target=target,
+            strict=strict,
+            deep=deep,
+            checkpoint=ckpt,
+            headers_only=origin.read_from == "hub",
         )
     return msgspec.structs.replace(report, hub=origin)
 

@@ -285,11 +285,14 @@ def nvfp4_group_32(path: Path) -> Path:
     flat, nested = fixtures.quant_metadata(manifest, "NVFP4", quantized, group_size=32)
     cfg["quantization_config"] = flat
     scheme = quant_scheme("NVFP4", 32)
+    shared = fixtures.fused_global_amax(manifest, quantized)  # one weight_scale_2 per fused linear
     tensors: Tensors = {}
     for name, expected in manifest.tensors.items():
         values = fixtures._values(name, expected.shape, 0)
         if expected.module in quantized and name == f"{expected.module}.weight":
-            tensors.update(fixtures._quantized(expected.module, values, scheme, 0))
+            tensors.update(
+                fixtures._quantized(expected.module, values, scheme, 0, shared.get(expected.module))
+            )
         else:
             tensors[name] = ("BF16", expected.shape, fixtures.encode(values, "BF16"))
     return fixtures.save(path, cfg, tensors, hf_quant_config=nested)
