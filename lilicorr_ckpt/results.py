@@ -40,6 +40,9 @@ class Finding(msgspec.Struct, frozen=True, kw_only=True):
     subjects: list[str] = []  # every key/tensor/module involved, up to MAX_SUBJECTS (checks/findings.py)
     waived: Waiver | None = None  # set by a waiver: shown as suppressed, not in the summary or the verdicts
     subjects_omitted: int = 0  # subjects left out of `subjects` (beyond MAX_SUBJECTS)
+    # runtimes for which this error is a silent mis-load (the checkpoint loads and serves another function) though
+    # the rule's errors are refusals elsewhere (checks/findings.py SILENT_RULES: the rules whose errors always are)
+    silent_for: list[str] = []
 
 
 # filled by the Hub reader (checkpoint/remote.py); here so that a saved report decodes without the reader

@@ -57,6 +57,7 @@ class Context:
         actual: Any = None,
         runtimes: Iterable[str] = (),
         subjects: Iterable[str] = (),
+        silent_for: Iterable[str] = (),
     ) -> None:
         r = RULES[rule_id]
         runtimes = sorted(p for p in runtimes if p in self.runtime_names)
@@ -73,6 +74,7 @@ class Context:
                 actual=None if actual is None else str(actual),
                 runtimes=runtimes,
                 subjects=list(subjects),
+                silent_for=sorted(p for p in silent_for if p in self.runtime_names),
             )
         )
 
@@ -127,6 +129,11 @@ def _runs(profiles: list[RuntimeProfile]) -> list[str]:
             out.append(f"{p.display} to {profiles[j].version}")
         i = j + 1
     return out
+
+
+def silently_initialised(ctx: Context) -> list[str]:
+    """The selected releases that serve a missing head / convolution / lm_head tensor at its initial value."""
+    return [p.name for p in ctx.profiles if p.head_coverage == "initialised"]
 
 
 def coverage_effect(ctx: Context, what: str = "them") -> str:

@@ -8,7 +8,7 @@ from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
 from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES, ExpectedTensor, component_of_name, legacy_name
 from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.checkpoint.text import shorten
-from lilicorr_ckpt.checks.context import Context, check, coverage_effect
+from lilicorr_ckpt.checks.context import Context, check, coverage_effect, silently_initialised
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.families import SIBLINGS, dspark, sibling_owner
@@ -528,6 +528,7 @@ def _missing_head(ctx: Context, names: list[str]) -> None:
         "LC201",
         f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}"
         + ("" if family else coverage_effect(ctx)),
+        silent_for=() if family else silently_initialised(ctx),
         subjects=names,
         expected=f"{len(m.names('head'))} {what} tensors",
         actual=f"{len(m.names('head')) - len(names)} present",
@@ -569,6 +570,7 @@ def _missing_lm_head(ctx: Context, missing: list[str]) -> None:
         "LC401",
         loaders,
         "has_own_lm_head is true but lm_head.weight is absent: " + "; ".join(effects) if loaders else "",
+        silent_for=[p.name for p in serving],
         pointer="lm_head.weight",
         subjects=missing,
     )
@@ -587,6 +589,7 @@ def _missing_conv(ctx: Context, gone: list[str]) -> None:
             f"conv_kernel_size {g.conv_kernel_size} / conv_group_size {g.conv_group_size} build "
             f"{len(conv_expected)} convolution tensors but the checkpoint has none, so kernel_projection "
             "would stay at its initialisation" + coverage_effect(ctx),
+            silent_for=silently_initialised(ctx),
             file="config.json",
             pointer="$.dflash_config.conv_kernel_size",
             subjects=gone,
@@ -597,6 +600,7 @@ def _missing_conv(ctx: Context, gone: list[str]) -> None:
             f"convolution coverage is partial: missing {shorten(gone)} (check conv_kernel_size, "
             "conv_group_size and num_hidden_layers)" + coverage_effect(ctx),
             subjects=gone,
+            silent_for=silently_initialised(ctx),
         )
 
 

@@ -101,6 +101,32 @@ RULES: dict[str, Rule] = {}
 
 # ids no longer in the catalogue, never reused: "name (severity): what replaced it" (`rules ID` and docs/rules.md
 # print the two parts)
+# error rules whose every error is a silent mis-load: the runtime loads the checkpoint and serves another function
+# than the trained one (the card's "loads silently wrong" column; a finding's silent_for adds runtimes for rules
+# whose errors are refusals elsewhere)
+SILENT_RULES = frozenset(
+    {
+        "LC133",  # causal draft run bidirectionally
+        "LC138",  # use_swa ignored: full attention
+        "LC145",  # taps captured in layer order: a permuted fc
+        "LC160",  # use_gemma_norm not read
+        "LC161",  # rope_dim not read
+        "LC163",  # DSpark mask token from the other place
+        "LC164",  # DFlash2 rerouted to NoPE layers
+        "LC173",  # eagle aux layer ids read first
+        "LC175",  # no fc without use_aux_hidden_state
+        "LC205",  # convolution tensors dropped
+        "LC327",  # fused shards served with the largest global scale
+        "LC402",  # owned lm_head ignored
+        "LC404",  # owned lm_head dropped
+        "LC508",  # draft positions past its rotary table
+        "LC609",  # a duplicated header key: one entry kept
+        "LC701",  # NaN / Inf weights
+        "LC703",  # an all-zero scale
+        "LC704",  # a negative scale
+    }
+)
+
 RETIRED: dict[str, str] = {
     "LC012": "family-backbone-only (info): the DFlash2, DSpark and Domino heads are checked now: LC014 / LC015 "
     "(routing per runtime), LC016, LC150-LC159, and the head coverage rules",

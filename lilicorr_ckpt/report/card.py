@@ -202,6 +202,10 @@ def register(cli: Any) -> None:
                 stages=stages,
                 training_data=training_data,
                 training_recipe=training_recipe,
+                # the compatibility matrix: every supported release, whatever --runtime selects for the verdicts
+                releases=waive_report(
+                    validate(path, runtime="every", target=target, checkpoint=ckpt), checkpoint_dir=root
+                ),
             )
             text, notes = modelcard.build_card(existing, report, opts, what=printable(str(readme)))
             warnings = []

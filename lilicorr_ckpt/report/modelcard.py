@@ -36,6 +36,7 @@ from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint.source import read_small
 from lilicorr_ckpt.errors import InputError, Refused, UsageError
 from lilicorr_ckpt.families import HEAD_TAGS
+from lilicorr_ckpt.report.compat import LOADS, REFUSES, SILENT, matrix, outcome
 from lilicorr_ckpt.report.escape import printable
 from lilicorr_ckpt.results import Report
 from lilicorr_ckpt.smoke.probes import BUNDLED, is_probe_file
@@ -588,6 +589,23 @@ def _serving(report: Report, repo: str, base: str | None) -> list[str]:
     return out[:-1] if out and out[-1] == "" else out
 
 
+def _compatibility(releases: Report) -> list[str]:
+    """The compatibility matrix: every supported release of each engine, by what it does with the drafter."""
+    lines = [
+        "### Compatibility by engine release",
+        "",
+        "Every release validate models, judged from its loader: it loads the drafter as trained, refuses it, or "
+        "loads it and serves another function (silently wrong; the rule ids say why).",
+        "",
+        "| engine | loads as trained | refuses | loads silently wrong |",
+        "|---|---|---|---|",
+    ]
+    for engine, cells in matrix(releases):
+        shown = [", ".join(md(x) for x in cells[k]) or "–" for k in (LOADS, REFUSES, SILENT)]
+        lines.append(f"| {md(engine)} | " + " | ".join(shown) + " |")
+    return lines
+
+
 def _benchmark(category: str, profile: SmokeReport) -> str:
     bundled = not is_probe_file(profile.measurement_conditions.probes) and category in BUNDLED
     return f"{BENCHMARKS[category]} ({category})" if bundled else md(category)
@@ -727,6 +745,7 @@ def card_section(
     stages: Sequence[TrainingStage] = (),
     training_data: str | None = None,
     training_recipe: str | None = None,
+    releases: Report | None = None,
 ) -> str:
     g = report.geometry
     kind = _head_kind(g)
@@ -758,9 +777,12 @@ def card_section(
         "|---|---|---:|---:|",
     ]
     for v in report.runtimes:
-        lines.append(
-            f"| {md(v.display)} | {'accepts' if v.accepted else 'refuses'} | {v.errors} | {v.warnings} |"
+        verdict = (
+            "accepts"
+            if v.accepted
+            else ("loads silently wrong" if outcome(report, v)[0] == SILENT else "refuses")
         )
+        lines.append(f"| {md(v.display)} | {verdict} | {v.errors} | {v.warnings} |")
     if report.summary.waived:
         lines += ["", f"{report.summary.waived} finding(s) waived:"]
         lines += [
@@ -768,6 +790,8 @@ def card_section(
             for f in report.findings
             if f.waived is not None
         ]
+    if releases is not None:
+        lines += [""] + _compatibility(releases)
     lines += ["", "### Serving", ""] + _serving(report, repo, base)
     if stages or training_data or training_recipe:
         lines += [""] + _training_section(stages, training_data, training_recipe)
@@ -804,6 +828,7 @@ class CardOptions(msgspec.Struct, frozen=True, kw_only=True):
     stages: list[TrainingStage] = []
     training_data: str | None = None
     training_recipe: str | None = None
+    releases: Report | None = None  # validate over every supported release: the compatibility matrix
 
 
 def build_card(
@@ -880,6 +905,7 @@ def build_card(
         stages=opts.stages,
         training_data=opts.training_data,
         training_recipe=opts.training_recipe,
+        releases=opts.releases,
     )
     span = _find_section(body, what)
     if span is not None:
