@@ -162,7 +162,14 @@ def validate_dir(
     is_flag=True,
     help="The arguments are checkpoint directories (hook id lilicorr-ckpt-validate-dir).",
 )
-@click.option("--runtime", "-r", default="all", show_default=True, help="sglang, vllm, trtllm or all.")
+@click.option(
+    "--runtime",
+    "-r",
+    default="all",
+    show_default=True,
+    help="The engine releases to judge: all, an engine (its newest release), ENGINE==VERSION, ENGINE>=VERSION, "
+    "every, or several comma-separated (as `lilicorr-ckpt validate --runtime`).",
+)
 @click.option(
     "--target", "-t", metavar="DIR|REPO_ID|FILE.gguf", help="The target model, for the compatibility checks."
 )

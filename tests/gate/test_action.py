@@ -114,6 +114,15 @@ def test_a_refused_checkpoint_fails_the_gate_with_annotations(tmp_path):
     assert run.step("gate").returncode == 1
 
 
+def test_a_range_of_releases_gives_a_verdict_each(tmp_path):
+    run = run_action({**PRE, "path": "examples/tiny-lilicorr", "runtime": "vllm>=0.33"}, tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    verdicts = json.loads(run.outputs["verdicts"])
+    assert verdicts == {"vllm==0.33.0": "accepts", "vllm==0.34.0": "accepts"}
+    assert run.step("validate").outputs["verdict-vllm-0_34_0"] == "accepts"
+    assert "vLLM 0.33.0" in run.summary and "vLLM 0.34.0" in run.summary
+
+
 def test_a_warning_only_checkpoint_passes_unless_strict(tmp_path):
     from lilicorr_ckpt import fixtures
 

@@ -115,6 +115,12 @@ def test_options_reach_validate(tmp_path):
     # the waiver file beside the checkpoint applies to the hook as to validate
     assert hook("owned/config.json", "--strict", cwd=tmp_path).returncode == 0
     assert hook("owned/config.json", "--runtime", "tensorrt", cwd=tmp_path).returncode == 4
+    # a release, and a range: a verdict per release; an unsupported release is a usage error naming the supported
+    # (LC404 is waived by the file above; SGLang 0.5.21 also refuses the named head names, LC228)
+    assert hook("owned/config.json", "--runtime", "sglang==0.5.21", cwd=tmp_path).returncode == 1
+    assert hook("owned/config.json", "--runtime", "vllm>=0.32", cwd=tmp_path).returncode == 0
+    bad = hook("owned/config.json", "--runtime", "vllm==0.1.0", cwd=tmp_path)
+    assert bad.returncode == 4 and "Supported: sglang" in bad.stderr
 
 
 def test_file_names_that_look_like_options_are_files(tree):
