@@ -340,6 +340,51 @@ def rules(rule_id: str | None, fmt: str) -> None:
         click.echo(f"{r.id}  {r.severity:<7}  {r.name:<28} {r.summary}")
 
 
+@cli.command(epilog="Exit codes: 0 printed, 4 unknown engine or release.")
+@click.argument("selection", required=False, default="every", metavar="[RUNTIME]")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["text", "markdown", "json"]),
+    default="text",
+    show_default=True,
+    help="text: a line per release and its changes; markdown: the table in docs/validate.md; json: every field "
+    "of each release's profile.",
+)
+def runtimes(selection: str, fmt: str) -> None:
+    """List the engine releases validate models (all of them, or a --runtime selection): where each one's loader
+    code comes from, and what each release changed from the one before that decides a verdict.
+
+    \b
+    Examples:
+      lilicorr-ckpt runtimes                     # every supported release
+      lilicorr-ckpt runtimes 'vllm>=0.33'        # a range, as --runtime takes it
+      lilicorr-ckpt runtimes vllm -f json | jq '.[0].head_coverage'
+    """
+    import json
+
+    import msgspec
+
+    from lilicorr_ckpt.runtimes import RELEASES, select_profiles
+
+    chosen = select_profiles(selection)
+    if fmt == "json":
+        click.echo(json.dumps([msgspec.to_builtins(p) for p in chosen], indent=2))
+        return
+    if fmt == "markdown":
+        click.echo(releases_markdown([p.release_id for p in chosen]), nl=False)
+        return
+    for p in chosen:
+        newest = RELEASES[p.engine_id][-1] is p or RELEASES[p.engine_id][-1].version == p.version
+        click.echo(f"{p.display}{'  (newest: --runtime ' + p.engine_id + ')' if newest else ''}")
+        click.echo(f"  source: {p.source}")
+        if not p.changes:
+            click.echo("  the first release modelled")
+        for change in p.changes:
+            click.echo(f"  - {change}")
+
+
 @cli.command(epilog="Exit codes: 0 printed, 4 unknown name.")
 @click.argument(
     "name", required=False, type=click.Choice(["validate-report", "inspect", "smoke-profile", "smoke-engine"])
@@ -365,6 +410,23 @@ def schema(name: str | None) -> None:
             click.echo(file_name.removesuffix(".schema.json"))
         return
     click.echo(render(schemas[f"{name}.schema.json"]), nl=False)
+
+
+def releases_markdown(only: list[str] | None = None) -> str:
+    """The table of supported engine releases (docs/validate.md): release, the --runtime that names it, and what
+    it changed from the release before it."""
+    from lilicorr_ckpt.runtimes import EVERY_RELEASE
+
+    lines = [
+        "| release | `--runtime` | changed from the release before (what decides a verdict) |",
+        "|---|---|---|",
+    ]
+    for p in EVERY_RELEASE:
+        if only is not None and p.release_id not in only:
+            continue
+        changes = "<br>".join(c.replace("|", "\\|") for c in p.changes) or "the first release modelled"
+        lines.append(f"| {p.display} | `{p.release_id}` | {changes} |")
+    return "\n".join(lines) + "\n"
 
 
 def rules_markdown() -> str:

@@ -1,4 +1,5 @@
-"""Regenerate what the docs derive from code: the README rule table, docs/rules.md (each rule's long form from its
+"""Regenerate what the docs derive from code: the README rule table, docs/validate.md's table of engine releases,
+docs/rules.md (each rule's long form from its
 catalogue row: what it does, why it matters, an example and the fix, then the retired ids; the page SARIF helpUri
 links point at) and schemas/*.json.
 
@@ -10,11 +11,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lilicorr_ckpt.cli import rules_markdown, rules_page
+from lilicorr_ckpt.cli import releases_markdown, rules_markdown, rules_page
 from lilicorr_ckpt.report import schemas
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 RULES_PAGE = README.parent / "docs" / "rules.md"
+VALIDATE_PAGE = README.parent / "docs" / "validate.md"
 
 
 def main() -> None:
@@ -26,6 +28,15 @@ def main() -> None:
         flags=re.S,
     )
     README.write_text(text)
+    page = VALIDATE_PAGE.read_text()
+    page = re.sub(
+        r"(<!-- releases:begin[^\n]*-->\n).*?(<!-- releases:end -->)",
+        lambda m: m.group(1) + releases_markdown() + m.group(2),
+        page,
+        flags=re.S,
+    )
+    VALIDATE_PAGE.write_text(page)
+    print(f"wrote {VALIDATE_PAGE}")
     RULES_PAGE.write_text(rules_page())
     print(f"wrote {RULES_PAGE}")
     for path in schemas.write():
