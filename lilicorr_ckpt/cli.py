@@ -360,7 +360,7 @@ def runtimes(selection: str, fmt: str) -> None:
     Examples:
       lilicorr-ckpt runtimes                     # every supported release
       lilicorr-ckpt runtimes 'vllm>=0.33'        # a range, as --runtime takes it
-      lilicorr-ckpt runtimes vllm -f json | jq '.[0].head_coverage'
+      lilicorr-ckpt runtimes 'vllm>=0' -f json | jq -r '.[].head_coverage'
     """
     import json
 

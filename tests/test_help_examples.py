@@ -417,6 +417,30 @@ def _report_sarif(ran: Ran) -> None:
     assert json.loads((ran.root / "validate.sarif").read_text())["runs"][0]["results"] == []
 
 
+def _runtimes_every(ran: Ran) -> None:
+    from lilicorr_ckpt.runtimes import EVERY_RELEASE
+
+    _ok(ran)
+    heads = [line for line in _lines(ran.out) if not line.startswith(" ")]
+    assert [h.split("  (")[0] for h in heads] == [p.display for p in EVERY_RELEASE]
+
+
+def _runtimes_range(ran: Ran) -> None:
+    _ok(ran)
+    heads = [line for line in _lines(ran.out) if not line.startswith(" ")]
+    assert heads[0] == "vLLM 0.33.0" and heads[-1].startswith("vLLM 0.34.0  (newest")
+    assert "coverage check is gone" in ran.out
+
+
+def _runtimes_jq(ran: Ran) -> None:
+    from lilicorr_ckpt.runtimes import RELEASES
+
+    _ok(ran)
+    # vLLM checked LiLiCorr's head coverage until the release that dropped the check
+    assert _lines(ran.out) == [p.head_coverage for p in RELEASES["vllm"]]
+    assert _lines(ran.out)[0] == "refused" and _lines(ran.out)[-1] == "initialised"
+
+
 def _rules_list(ran: Ran) -> None:
     from lilicorr_ckpt.checks import RULES
 
@@ -510,6 +534,10 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt validate ./drafter --target ./Qwen3-8B": Expect(_validate_pass),
     "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu": Expect(_gpu, needs_torch=True),
     "lilicorr-ckpt rules": Expect(_rules_list),
+    # runtimes --help
+    "lilicorr-ckpt runtimes": Expect(_runtimes_every),
+    "lilicorr-ckpt runtimes 'vllm>=0.33'": Expect(_runtimes_range),
+    "lilicorr-ckpt runtimes 'vllm>=0' -f json | jq -r '.[].head_coverage'": Expect(_runtimes_jq),
     # validate --help
     "lilicorr-ckpt validate ./drafter": Expect(_validate_pass),
     "lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang": Expect(_validate_one_runtime),
