@@ -9,7 +9,8 @@ from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, Routes
 
 NAME = "dflash2"
 TITLE = "DFlash2"
-ARCHITECTURES = ("DFlash2DraftModel",)
+# DFlash2BeamDraftModel and MiniMaxDFlash2DraftModel: registered aliases of DFlash2DraftModel (SGLang, vLLM: routes)
+ARCHITECTURES = ("DFlash2DraftModel", "DFlash2BeamDraftModel", "MiniMaxDFlash2DraftModel")
 PROJECTOR_TYPE: str | None = "dflash2"
 CONFIG_KEYS = ("selector_rank", "selector_top_k", "conv_kernel_size", "conv_group_size")
 HEAD_PREFIXES = ("candidate_selector.",)
