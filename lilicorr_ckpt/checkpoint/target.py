@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import stat
-import struct
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from lilicorr_ckpt.checkpoint.config import load_json_object
-from lilicorr_ckpt.checkpoint.readfile import open_regular_file, regular_size, too_large
+from lilicorr_ckpt.checkpoint.gguf_header import read_model
+from lilicorr_ckpt.checkpoint.readfile import regular_size, too_large
 from lilicorr_ckpt.checkpoint.source import read_small, resolve_path
 from lilicorr_ckpt.checkpoint.tensors import read_header
 from lilicorr_ckpt.errors import InputError
@@ -215,111 +215,30 @@ def read_target(spec: str) -> TargetInfo:
     )
 
 
-# ---------------------------------------------------------------- GGUF (metadata only)
-
-_GGUF_SCALARS = {
-    0: "<B",
-    1: "<b",
-    2: "<H",
-    3: "<h",
-    4: "<I",
-    5: "<i",
-    6: "<f",
-    7: "<?",
-    10: "<Q",
-    11: "<q",
-    12: "<d",
-}
-
-
-class _Reader:
-    def __init__(self, f: Any, size: int) -> None:
-        self.f = f
-        self.size = size
-
-    def take(self, fmt: str) -> Any:
-        size = struct.calcsize(fmt)
-        data = self.f.read(size)
-        if len(data) != size:
-            raise InputError("truncated GGUF header")
-        return struct.unpack(fmt, data)[0]
-
-    def string(self) -> str:
-        n = self.take("<Q")
-        if n > 1 << 24:
-            raise InputError("GGUF string length is absurd")
-        return self.f.read(n).decode("utf-8", errors="replace")
-
-    def value(self, kind: int, keep_arrays: bool) -> Any:
-        if kind in _GGUF_SCALARS:
-            return self.take(_GGUF_SCALARS[kind])
-        if kind == 8:
-            return self.string()
-        if kind == 9:
-            item, n = self.take("<I"), self.take("<Q")
-            if item in _GGUF_SCALARS and not keep_arrays:
-                skip = struct.calcsize(_GGUF_SCALARS[item]) * n
-                if self.f.tell() + skip > self.size:  # an overflowing count cannot be seeked past
-                    raise InputError(
-                        f"GGUF array of {n} items runs past the end of the file ({self.size} bytes)"
-                    )
-                self.f.seek(skip, 1)
-                return n
-            if n > self.size:  # every item takes at least one byte
-                raise InputError(f"GGUF array of {n} items is longer than the file ({self.size} bytes)")
-            values = [self.value(item, keep_arrays) for _ in range(n)]
-            return values if keep_arrays else n
-        raise InputError(f"unknown GGUF value type {kind}")
+# ---------------------------------------------------------------- GGUF (header only)
 
 
 def read_gguf_target(path: Path) -> TargetInfo:
-    """Model geometry and special token ids from a GGUF file's key/value header."""
-    meta: dict[str, Any] = {}
-    size = regular_size(path, what=path.name)
-    try:
-        with open_regular_file(path, what=path.name) as f:
-            r = _Reader(f, size)
-            if f.read(4) != b"GGUF":
-                raise InputError(f"{path.name} is not a GGUF file")
-            version = r.take("<I")
-            if version < 2:
-                raise InputError(f"{path.name}: GGUF version {version} is not supported")
-            r.take("<Q")  # tensor count
-            for _ in range(r.take("<Q")):
-                key = r.string()
-                kind = r.take("<I")
-                meta[key] = r.value(kind, keep_arrays=False)  # arrays: only their length
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror}") from None
-    arch = meta.get("general.architecture")
-    prefix = f"{arch}." if isinstance(arch, str) else ""
-    geo, unreadable = _geometry(
-        meta, {"hidden_size": prefix + "embedding_length", "num_layers": prefix + "block_count"}
-    )
-    vocab = _int(meta.get(prefix + "vocab_size")) or _int(meta.get("tokenizer.ggml.tokens"))
-    if vocab is None:
-        unreadable[prefix + "vocab_size"] = "missing (and no tokenizer.ggml.tokens)"
+    """Model geometry and special token ids from a GGUF file's header, which must describe the model it holds
+    (gguf_header.read_model: limits, typed metadata, every expected tensor present once in its shape, data inside
+    the file): a file smoke would refuse before loading it (no weights, a block count or shapes its tensors do not
+    have) is refused here too, with the same message (GGUFError, an InputError)."""
+    layout = read_model(path)
+    theta = layout.rope_theta
     special = {
-        name: meta[key]
-        for name, key in (
-            ("bos", "tokenizer.ggml.bos_token_id"),
-            ("eos", "tokenizer.ggml.eos_token_id"),
-            ("pad", "tokenizer.ggml.padding_token_id"),
-        )
-        if isinstance(meta.get(key), int)
+        name: layout.special_ids[key]
+        for name, key in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"))
+        if key in layout.special_ids
     }
-    hidden = geo["hidden_size"]
-    theta = meta.get(prefix + "rope.freq_base")
     return TargetInfo(
         label=str(path),
-        architecture=arch if isinstance(arch, str) else None,
-        hidden_size=hidden,
-        num_layers=geo["num_layers"],
-        vocab_size=vocab,
-        unreadable=unreadable,
-        embedding_rows=vocab,
-        embedding_width=hidden,
+        architecture=layout.architecture,
+        hidden_size=layout.hidden_size,
+        num_layers=layout.block_count,
+        vocab_size=layout.vocab_size if layout.vocab_size is not None else layout.vocab_rows,
+        embedding_rows=layout.vocab_rows,
+        embedding_width=layout.hidden_size,
         special_ids=special,
-        rope_theta=float(theta) if isinstance(theta, (int, float)) else None,
-        max_positions=_int(meta.get(prefix + "context_length")),
+        rope_theta=theta,
+        max_positions=layout.context_length,
     )

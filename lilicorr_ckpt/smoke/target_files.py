@@ -1,15 +1,19 @@
-"""A target directory's files checked before smoke loads anything from it (torch-free): safetensors weights, and
-a config that describes them."""
+"""A target's files checked before smoke loads anything from it (torch-free): a directory's safetensors weights and
+a config that describes them; a GGUF's header against the model it declares (checkpoint/gguf_header.py, the check
+validate --target runs too). And the direct GGUF tokenizer reader smoke --engine plugs in (direct_gguf_tokenizer)."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from lilicorr_ckpt.checkpoint.gguf_header import Unsupported, read_model
 from lilicorr_ckpt.checkpoint.source import PICKLE_SUFFIXES
-from lilicorr_ckpt.checkpoint.target import read_target
+from lilicorr_ckpt.checkpoint.target import read_target, resolve_target_spec
 from lilicorr_ckpt.checkpoint.tensors import read_header
-from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.smoke.profile import TargetRecord
+from lilicorr_ckpt.smoke.tokenize import TRANSFORMERS_HINT, TargetTokenizer
 
 _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 
@@ -17,8 +21,11 @@ _LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
 def check_target_files(resolved: Any, spec: str) -> None:
     """Before anything is allocated: a target directory must hold safetensors weights (pickles are never opened,
     not even by a library), and the sizes its config states must match what those weights hold, so a config
-    saying 10**6 layers or a vocabulary of 10**9 is refused instead of built."""
+    saying 10**6 layers or a vocabulary of 10**9 is refused instead of built. A GGUF's header must describe the
+    model it holds (read_model: within its limits, typed, every expected tensor present once in its shape, its
+    data inside the file and unshared; a file with no weights is refused), before any tensor is read."""
     if resolved.kind == "gguf":
+        read_model(resolved.path)
         return
     root = resolved.path
     weights = sorted(root.glob("*.safetensors"))
@@ -67,3 +74,35 @@ def check_target_files(resolved: Any, spec: str) -> None:
                 f"target {spec!r}: {name}_token_id {value} is outside its vocabulary ({vocab} tokens); "
                 "fix it in config.json / generation_config.json"
             )
+
+
+def direct_gguf_tokenizer(spec: str) -> TargetTokenizer | None:
+    """smoke --engine's tokenizer of a GGUF target read directly from its header (checkpoint/gguf_tokenizer.py:
+    no torch, no weights, no transformers converter), or None where that reader does not build this file's
+    tokenizer exactly (a SentencePiece vocabulary, another pre-tokenizer: transformers' converter then, after
+    this header check has bounded what it reads). A file that is malformed or does not describe its weights is an
+    InputError (GGUFError) naming it, as the reference run refuses it."""
+    resolved = resolve_target_spec(spec)
+    if resolved.kind != "gguf":
+        return None
+    try:
+        from lilicorr_ckpt.checkpoint.gguf_tokenizer import read_gguf_tokenizer
+    except ImportError as exc:
+        raise UsageError(f"{TRANSFORMERS_HINT} ({exc})") from None
+    try:
+        tokenizer, eos, layout = read_gguf_tokenizer(resolved.path)
+    except Unsupported:
+        read_model(resolved.path)  # the model is checked either way; transformers then builds the tokenizer
+        return None
+    record = TargetRecord(
+        id=resolved.path.name,
+        source="gguf",
+        architecture=layout.architecture,
+        hidden_size=layout.hidden_size,
+        num_layers=layout.block_count,
+        vocab_size=layout.vocab_rows,
+        forward="served by the engine",
+    )
+    return TargetTokenizer(
+        tokenizer=tokenizer, eos_token_ids=eos, record=record, vocab_size=layout.vocab_rows
+    )

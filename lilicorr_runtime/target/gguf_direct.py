@@ -5,53 +5,50 @@ conversion.
 transformers' own GGUF route costs seconds a load on a 135M model (bench/load.py): `gguf.GGUFReader` turns every
 metadata element into a numpy view (3.7 million of them for a 49,152-token vocabulary and its merges), transformers
 re-reads every field to Python for the config, the weights and the tokenizer, and dequantizes with numpy. Here
-the metadata is read once with `struct`, the common block formats (Q4_0, Q4_1, Q8_0) are dequantized with torch
-(the same float32 arithmetic as gguf's numpy code: the weights are bit for bit those of a transformers load,
-which the tests check), and other formats go to `gguf.quants.dequantize`.
+the header is read once with `struct` (lilicorr_ckpt.checkpoint.gguf_header, torch-free and shared with validate
+and smoke's pre-load check: every count and length within a limit, arrays read only when asked for) and checked
+against the model it declares before any tensor is read (check_model: typed metadata, every expected tensor
+present once in its shape, data inside the file and not shared); the common block formats (Q4_0, Q4_1, Q8_0) are
+then dequantized with torch (the same float32 arithmetic as gguf's numpy code: the weights are bit for bit those
+of a transformers load, which the tests check), and other formats go to `gguf.quants.dequantize`.
 
 The direct route covers what the fast target path runs: Llama, Qwen2 and Qwen3 with a byte-level BPE vocabulary
 (`tokenizer.ggml.model` "gpt2") whose pre-tokenizer is GPT-2's own or Qwen2's (`tokenizer.ggml.pre` "qwen2", which
-splits every digit apart). Anything else it does not know how to map exactly (rope scaling, a `rope_freqs`
-tensor, another pre-tokenizer, a tokenizer that adds BOS or EOS, an unknown metadata key of the architecture or
-tensor name) raises `Unsupported` with the reason, and the caller loads the file through transformers instead. A file that is not a well-formed GGUF raises `GGUFError` (a ValueError)
-naming the file and what is wrong with it."""
+splits every digit apart); the tokenizer is lilicorr_ckpt.checkpoint.gguf_tokenizer's (torch-free: smoke --engine
+builds it too), its chat template rendered within bounds. Anything else it does not know how to map exactly (rope
+scaling, a `rope_freqs` tensor, another pre-tokenizer, a tokenizer that adds BOS or EOS, an unknown metadata key of
+the architecture or tensor name, per-layer geometry, attention biases on a Llama) raises `Unsupported` with the
+reason, and the caller loads the file through transformers instead. A file that is not a well-formed GGUF, or not
+the model its header declares, raises `GGUFError` (an InputError and a ValueError) naming the file and what is
+wrong with it."""
 
 from __future__ import annotations
 
-import mmap
-import struct
+import re
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, pre_tokenizers
-from tokenizers.models import BPE
-from transformers import PreTrainedTokenizerFast
 
-MAGIC = b"GGUF"
-DEFAULT_ALIGNMENT = 32
-MAX_DIMS = 8
+from lilicorr_ckpt.checkpoint.gguf_header import (
+    ARRAY,
+    STRING,
+    GGUFError,
+    GGUFHeader,
+    GGUFVersionError,
+    ModelLayout,
+    TensorInfo,
+    Unsupported,
+    check_model,
+)
+from lilicorr_ckpt.checkpoint.gguf_tokenizer import build_tokenizer, byte_alphabet
 
-# metadata value types (GGUF v2/v3): struct format and size for the fixed-width ones
-_SCALARS: dict[int, tuple[str, int]] = {
-    0: ("<B", 1),  # uint8
-    1: ("<b", 1),  # int8
-    2: ("<H", 2),  # uint16
-    3: ("<h", 2),  # int16
-    4: ("<I", 4),  # uint32
-    5: ("<i", 4),  # int32
-    6: ("<f", 4),  # float32
-    7: ("<?", 1),  # bool
-    10: ("<Q", 8),  # uint64
-    11: ("<q", 8),  # int64
-    12: ("<d", 8),  # float64
-}
-_STRING, _ARRAY = 8, 9
+__all__ = ["GGUFError", "GGUFFile", "TensorInfo", "Unsupported", "config_dict", "read_target", "tokenizer"]
 
-# ggml tensor types read here: (elements per block, bytes per block)
+# ggml tensor types dequantized here in torch; the others gguf_header accepts go through gguf.quants
 F32, F16, Q4_0, Q4_1, Q8_0, BF16 = 0, 1, 2, 3, 8, 30
 _BLOCKS: dict[int, tuple[int, int]] = {
     F32: (1, 4),
@@ -79,6 +76,7 @@ _ARCH_KEYS = {
     "attention.key_length": None,  # checked below: the head width
     "attention.value_length": None,
 }
+_FLOAT_KEYS = ("attention.layer_norm_rms_epsilon", "rope.freq_base")
 # GGUF tensor names (per layer after "blk.N.") to the transformers names of these architectures
 _GLOBAL_TENSORS = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -101,164 +99,54 @@ _LAYER_TENSORS = {
     "ffn_up.weight": "mlp.up_proj.weight",
     "ffn_down.weight": "mlp.down_proj.weight",
 }
-# llama.cpp's names for a pre-tokenizer that is GPT-2's own byte-level split
-_GPT2_PRE_TOKENIZERS = ("gpt2", "gpt-2", "default", "smollm")
-# pre-tokenizers that split text by a regular expression of their own before the byte-level mapping (the one their
-# merges were learned on): Qwen2's splits every digit apart, where GPT-2's keeps runs of digits together
-_SPLIT_PRE_TOKENIZERS = {
-    "qwen2": r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
-    r"|\s+(?!\S)|\s+",
-}
-_CONTROL, _USER_DEFINED = 3, 4
+# a layer tensor's name as llama.cpp writes it: the block number in ASCII digits, without a leading zero
+_LAYER_NAME = re.compile(r"blk\.(0|[1-9][0-9]*)\.(.+)", re.ASCII)
+_byte_alphabet = byte_alphabet  # the tests' name for it
 
 
-class GGUFError(ValueError):
-    """The file is not a well-formed GGUF (truncated, a bad magic, a size or offset out of bounds)."""
+class _Metadata(Mapping[str, Any]):
+    """The header's metadata as Python values, each decoded when it is looked up (arrays as lists)."""
 
+    def __init__(self, header: GGUFHeader) -> None:
+        self._header = header
 
-class Unsupported(Exception):
-    """The file is a GGUF this route does not map exactly; transformers loads it instead."""
+    def __getitem__(self, key: str) -> Any:
+        found = self._header.fields[key]
+        if found.kind != ARRAY:
+            return found.value
+        if found.item_kind == STRING:
+            return self._header.strings(key)
+        if found.item_kind == ARRAY:
+            raise KeyError(f"{key} is an array of arrays")
+        assert found.item_kind is not None
+        return self._header.numbers(key, frozenset({found.item_kind}), "an array").tolist()
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._header.fields)
 
-@dataclass(frozen=True)
-class TensorInfo:
-    name: str
-    ggml_type: int
-    dims: tuple[int, ...]  # GGUF order: dims[0] is the contiguous one
-    offset: int  # absolute, in the file
-    nbytes: int
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """The row-major (torch) shape."""
-        return tuple(reversed(self.dims))
-
-
-class _Cursor:
-    def __init__(self, buffer: Any, path: Path) -> None:
-        self.buffer, self.size, self.at, self.path = buffer, len(buffer), 0, path
-
-    def need(self, count: int, what: str) -> None:
-        if count < 0 or self.at + count > self.size:
-            raise GGUFError(
-                f"{self.path}: not a complete GGUF file: {what} at byte {self.at} runs past its end "
-                f"({self.size} bytes; the file is truncated or corrupt)"
-            )
-
-    def scalar(self, kind: int, what: str) -> Any:
-        fmt, size = _SCALARS[kind]
-        self.need(size, what)
-        (value,) = struct.unpack_from(fmt, self.buffer, self.at)
-        self.at += size
-        return value
-
-    def string(self, what: str) -> str:
-        length = self.scalar(10, what)
-        self.need(length, what)
-        raw = bytes(self.buffer[self.at : self.at + length])
-        self.at += length
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise GGUFError(f"{self.path}: {what} is not UTF-8 text ({exc.reason})") from None
-
-    def value(self, kind: int, what: str) -> Any:
-        if kind in _SCALARS:
-            return self.scalar(kind, what)
-        if kind == _STRING:
-            return self.string(what)
-        if kind == _ARRAY:
-            item_kind, count = self.scalar(4, what), self.scalar(10, what)
-            if item_kind in _SCALARS:
-                fmt, size = _SCALARS[item_kind]
-                self.need(count * size, what)
-                values = list(struct.unpack_from(f"<{count}{fmt[1]}", self.buffer, self.at))
-                self.at += count * size
-                return values
-            if item_kind == _STRING:
-                self.need(count * 8, what)  # each string has at least its 8-byte length
-                return [self.string(what) for _ in range(count)]
-            if item_kind == _ARRAY:
-                self.need(count * 12, what)
-                return [self.value(_ARRAY, what) for _ in range(count)]
-        raise GGUFError(f"{self.path}: {what} has an unknown value type {kind}")
+    def __len__(self) -> int:
+        return len(self._header.fields)
 
 
 class GGUFFile:
-    """A GGUF file's metadata (Python values) and tensor table, its data mapped read-only."""
+    """A GGUF file's checked header (lilicorr_ckpt.checkpoint.gguf_header: limits, tensor names and data ranges)
+    and its tensors, dequantized on demand from the read-only mapping."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        with open(self.path, "rb") as handle:
-            size = self.path.stat().st_size
-            if size < 24:
-                raise GGUFError(f"{self.path}: not a GGUF file: {size} bytes, shorter than a GGUF header")
-            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
         try:
-            self._parse()
-        except BaseException:
-            self._map.close()
-            raise
+            self.header = GGUFHeader(path)
+        except GGUFVersionError as exc:
+            raise Unsupported(f"GGUF version {exc.version} (this reader knows versions 2 and 3)") from None
+        self.path = self.header.path
+        self.tensors: dict[str, TensorInfo] = self.header.tensors
+        self._map = self.header.buffer
 
-    def _parse(self) -> None:
-        cursor = _Cursor(self._map, self.path)
-        magic = bytes(self._map[:4])
-        if magic != MAGIC:
-            raise GGUFError(f"{self.path}: not a GGUF file: it starts with {magic!r}, not {MAGIC!r}")
-        cursor.at = 4
-        self.version = cursor.scalar(4, "the version")
-        if self.version not in (2, 3):
-            raise Unsupported(f"GGUF version {self.version} (this reader knows versions 2 and 3)")
-        n_tensors, n_kv = cursor.scalar(10, "the tensor count"), cursor.scalar(10, "the metadata count")
-        # every entry takes some bytes: a count beyond that is a corrupt header, not a loop of billions
-        if n_kv * 13 > cursor.size or n_tensors * 24 > cursor.size:
-            raise GGUFError(
-                f"{self.path}: the header claims {n_tensors} tensors and {n_kv} metadata entries, more than "
-                f"its {cursor.size} bytes can hold (the file is truncated or corrupt)"
-            )
-        self.metadata: dict[str, Any] = {}
-        for index in range(n_kv):
-            key = cursor.string(f"metadata key {index}")
-            self.metadata[key] = cursor.value(cursor.scalar(4, f"the type of {key!r}"), f"metadata {key!r}")
-        raw: list[tuple[str, int, tuple[int, ...], int]] = []
-        for index in range(n_tensors):
-            name = cursor.string(f"tensor name {index}")
-            n_dims = cursor.scalar(4, f"the rank of {name!r}")
-            if n_dims > MAX_DIMS:
-                raise GGUFError(f"{self.path}: tensor {name!r} has {n_dims} dimensions")
-            dims = tuple(cursor.scalar(10, f"the shape of {name!r}") for _ in range(n_dims))
-            kind, offset = (
-                cursor.scalar(4, f"the type of {name!r}"),
-                cursor.scalar(10, f"the offset of {name!r}"),
-            )
-            raw.append((name, kind, dims, offset))
-        alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
-        if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
-            raise GGUFError(f"{self.path}: general.alignment {alignment!r} is not a power of two")
-        start = -(-cursor.at // alignment) * alignment
-        self.tensors: dict[str, TensorInfo] = {}
-        for name, kind, dims, offset in raw:
-            elements = 1
-            for dim in dims:
-                elements *= dim
-            block = _BLOCKS.get(kind)
-            if block is None:
-                nbytes = -1  # read through gguf.quants, which knows its size
-            else:
-                if dims and dims[0] % block[0]:
-                    raise GGUFError(f"{self.path}: tensor {name!r} rows of {dims[0]} do not fill its blocks")
-                nbytes = elements // block[0] * block[1]
-                if start + offset + nbytes > cursor.size:
-                    raise GGUFError(
-                        f"{self.path}: not a complete GGUF file: tensor {name!r} ends past the file's end "
-                        f"({cursor.size} bytes; the file is truncated)"
-                    )
-            if name in self.tensors:
-                raise GGUFError(f"{self.path}: tensor {name!r} is listed twice")
-            self.tensors[name] = TensorInfo(name, kind, dims, start + offset, nbytes)
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return _Metadata(self.header)
 
     def close(self) -> None:
-        self._map.close()
+        self.header.close()
 
     def __enter__(self) -> GGUFFile:
         return self
@@ -300,27 +188,16 @@ class GGUFFile:
         return values.reshape(shape)
 
     def _through_gguf(self, info: TensorInfo) -> torch.Tensor:
+        """A block format dequantized by gguf itself (the header has checked its size and range)."""
         try:
-            from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants
+            from gguf import GGMLQuantizationType, quants
         except ImportError:  # pragma: no cover - gguf is a runtime dependency
             raise Unsupported(
-                f"tensor {info.name!r} is of ggml type {info.ggml_type} and gguf is missing"
+                f"tensor {info.name!r} is of ggml type {info.type_name} and gguf is missing"
             ) from None
-        try:
-            kind = GGMLQuantizationType(info.ggml_type)
-            per_block, block_bytes = GGML_QUANT_SIZES[kind]
-        except (ValueError, KeyError):
-            raise GGUFError(
-                f"{self.path}: tensor {info.name!r} has an unknown ggml type {info.ggml_type}"
-            ) from None
-        elements = 1
-        for dim in info.dims:
-            elements *= dim
-        nbytes = elements // per_block * block_bytes
-        if info.dims and info.dims[0] % per_block or info.offset + nbytes > len(self._map):
-            raise GGUFError(f"{self.path}: tensor {info.name!r} does not fit the file")
-        row_bytes = info.dims[0] // per_block * block_bytes if info.dims else block_bytes
-        data = np.frombuffer(self._map, dtype=np.uint8, count=nbytes, offset=info.offset)
+        kind = GGMLQuantizationType(info.ggml_type)
+        row_bytes = info.nbytes // (info.elements // info.dims[0])
+        data = np.frombuffer(self._map, dtype=np.uint8, count=info.nbytes, offset=info.offset)
         try:
             values = quants.dequantize(data.reshape(-1, row_bytes), kind)
         except NotImplementedError:
@@ -341,68 +218,65 @@ def _llama_rows(weight: torch.Tensor, heads: int) -> torch.Tensor:
     )
 
 
-def config_dict(file: GGUFFile) -> dict[str, Any]:
-    """The transformers config dict of a Llama / Qwen2 / Qwen3 GGUF, or Unsupported."""
-    meta = file.metadata
-    arch = meta.get("general.architecture")
+def config_dict(file: GGUFFile, layout: ModelLayout) -> dict[str, Any]:
+    """The transformers config dict of a Llama / Qwen2 / Qwen3 GGUF whose header check_model has checked, or
+    Unsupported. Every value is the typed one the header read (an integer key holding a string, say, has already
+    been refused)."""
+    header, arch = file.header, layout.architecture
     if arch not in ARCHITECTURES:
         raise Unsupported(f"architecture {arch!r} (the direct route maps {', '.join(ARCHITECTURES)})")
     config: dict[str, Any] = {"model_type": arch}
     prefix = f"{arch}."
-    for key, value in meta.items():
+    for key, found in header.fields.items():
         if not key.startswith(prefix):
             continue
         name = key[len(prefix) :]
         if name not in _ARCH_KEYS:
             raise Unsupported(f"metadata key {key!r}")
-        if _ARCH_KEYS[name] is not None:
-            config[_ARCH_KEYS[name]] = value
-    missing = [
-        k for k in ("block_count", "embedding_length", "attention.head_count") if prefix + k not in meta
-    ]
-    if missing:
-        raise Unsupported(f"no {', '.join(prefix + k for k in missing)}")
-    if "general.name" in meta:
-        config["_model_name_or_path"] = meta["general.name"]
-    heads = config["num_attention_heads"]
-    if not isinstance(heads, int) or heads <= 0:
-        raise Unsupported(f"{prefix}attention.head_count {heads!r}")
-    hidden = config.get("hidden_size")
-    if not isinstance(hidden, int) or hidden <= 0:
-        raise Unsupported(f"{prefix}embedding_length {hidden!r}")
-    head_dim = meta.get(prefix + "attention.key_length", hidden // heads)
+        if found.kind == ARRAY:  # per-layer values (check_model has found them equal): transformers' to map
+            raise Unsupported(f"per-layer {key}")
+        field = _ARCH_KEYS[name]
+        if field is not None:
+            config[field] = header.float(key) if name in _FLOAT_KEYS else header.uint(key)
+    if "general.name" in header.fields:
+        config["_model_name_or_path"] = header.string("general.name")
+    heads, hidden = config["num_attention_heads"], config["hidden_size"]
+    head_dim = header.uint(prefix + "attention.key_length")
+    head_dim = hidden // heads if head_dim is None else head_dim
     for key in ("rope.dimension_count", "attention.value_length"):
-        if meta.get(prefix + key, head_dim) != head_dim:  # a partial rotation, or values of another width
-            raise Unsupported(f"{prefix}{key} {meta[prefix + key]} differs from the head width {head_dim}")
+        value = header.uint(prefix + key)
+        if value is not None and value != head_dim:  # a partial rotation, or values of another width
+            raise Unsupported(f"{prefix}{key} {value} differs from the head width {head_dim}")
     if arch == "qwen2":
         if head_dim != hidden // heads:  # Qwen2's config has no head width of its own
             raise Unsupported(f"a Qwen2 head width {head_dim} other than hidden_size / heads")
     else:
         config["head_dim"] = head_dim
     if "vocab_size" not in config:
-        tokens = meta.get("tokenizer.ggml.tokens")
-        if not isinstance(tokens, list):
+        if layout.tokens is None:
             raise Unsupported("no vocabulary size")
-        config["vocab_size"] = len(tokens)
-    config["tie_word_embeddings"] = "output.weight" not in file.tensors
+        config["vocab_size"] = layout.tokens
+    config["tie_word_embeddings"] = layout.tied
     for gguf_key, field in (
         ("bos_token_id", "bos_token_id"),
         ("eos_token_id", "eos_token_id"),
         ("unknown_token_id", "unk_token_id"),
         ("padding_token_id", "pad_token_id"),
     ):
-        if f"tokenizer.ggml.{gguf_key}" in meta:
-            config[field] = meta[f"tokenizer.ggml.{gguf_key}"]
+        value = header.uint(f"tokenizer.ggml.{gguf_key}")
+        if value is not None:
+            config[field] = value
     return config
 
 
 def hf_name(name: str) -> str:
-    """The transformers parameter a GGUF tensor name loads, or Unsupported."""
+    """The transformers parameter a GGUF tensor name loads, or Unsupported. A block number is read only as
+    llama.cpp writes it (the header has refused any other spelling)."""
     if name in _GLOBAL_TENSORS:
         return _GLOBAL_TENSORS[name]
-    parts = name.split(".", 2)
-    if len(parts) == 3 and parts[0] == "blk" and parts[1].isdigit() and parts[2] in _LAYER_TENSORS:
-        return f"model.layers.{int(parts[1])}.{_LAYER_TENSORS[parts[2]]}"
+    match = _LAYER_NAME.fullmatch(name)
+    if match is not None and match.group(2) in _LAYER_TENSORS:
+        return f"model.layers.{match.group(1)}.{_LAYER_TENSORS[match.group(2)]}"
     raise Unsupported(f"tensor {name!r}")
 
 
@@ -422,107 +296,27 @@ def state_dict(file: GGUFFile, config: dict[str, Any], dtype: torch.dtype) -> di
     return state
 
 
-def _byte_alphabet() -> dict[int, str]:
-    """GPT-2's byte-to-character table: printable Latin-1 bytes stand for themselves, the other bytes take
-    code points from 256 up, in byte order."""
-    kept = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
-    table, extra = {}, 0
-    for byte in range(256):
-        if byte in kept:
-            table[byte] = chr(byte)
-        else:
-            table[byte] = chr(256 + extra)
-            extra += 1
-    return table
-
-
 def tokenizer(file: GGUFFile) -> Any:
-    """The GGUF's byte-level BPE tokenizer as a transformers fast tokenizer, or Unsupported."""
-    meta = file.metadata
-    if meta.get("tokenizer.ggml.model") != "gpt2":
-        raise Unsupported(
-            f"tokenizer model {meta.get('tokenizer.ggml.model')!r} (the direct route builds gpt2)"
-        )
-    pre = meta.get("tokenizer.ggml.pre", "default")
-    if pre not in _GPT2_PRE_TOKENIZERS and pre not in _SPLIT_PRE_TOKENIZERS:
-        raise Unsupported(f"pre-tokenizer {pre!r}")
-    for flag in (
-        "tokenizer.ggml.add_bos_token",
-        "tokenizer.ggml.add_eos_token",
-        "tokenizer.ggml.add_space_prefix",
-    ):
-        if meta.get(flag):
-            raise Unsupported(f"{flag} is set")
-    tokens, merges = meta.get("tokenizer.ggml.tokens"), meta.get("tokenizer.ggml.merges")
-    types = meta.get("tokenizer.ggml.token_type") or [0] * len(tokens or ())
-    if not isinstance(tokens, list) or not isinstance(merges, list) or not tokens:
-        raise Unsupported("no vocabulary and merges")
-    if not isinstance(types, list) or len(types) != len(tokens):
-        raise Unsupported("token types that do not match the vocabulary")
-    alphabet = _byte_alphabet()
-    spelled = set(alphabet.values())
-    vocab: dict[str, int] = {}
-    for index, token in enumerate(tokens):
-        if not set(token) <= spelled:  # a token written as text, not in the byte alphabet: spell its bytes
-            token = "".join(alphabet[byte] for byte in token.encode("utf-8"))
-        vocab.setdefault(token, index)
-    if len(vocab) != len(tokens):
-        raise Unsupported("a vocabulary that lists a token twice")
-    pairs = [tuple(merge.split(" ")) for merge in merges]
-    if any(len(pair) != 2 for pair in pairs):
-        raise Unsupported("a merge that is not two tokens")
-    backend = Tokenizer(
-        BPE(
-            vocab=vocab,
-            merges=pairs,
-            dropout=None,
-            continuing_subword_prefix="",
-            end_of_word_suffix="",
-            fuse_unk=False,
-        )
-    )
-    if pre in _SPLIT_PRE_TOKENIZERS:
-        backend.pre_tokenizer = pre_tokenizers.Sequence(
-            [
-                pre_tokenizers.Split(Regex(_SPLIT_PRE_TOKENIZERS[pre]), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-            ]
-        )
-    else:
-        backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    backend.decoder = decoders.ByteLevel()
-    # control tokens (<|im_start|>) are special and matched whole; user-defined ones are matched whole, not
-    # special; a "control" token outside the byte alphabet is a mislabel llama.cpp writes, left alone
-    control = [t for t, kind in zip(tokens, types, strict=True) if kind == _CONTROL and set(t) <= spelled]
-    user = [t for t, kind in zip(tokens, types, strict=True) if kind == _USER_DEFINED and t in vocab]
-    backend.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in control])
-    backend.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
-
-    def token_at(key: str) -> str | None:
-        index = meta.get(f"tokenizer.ggml.{key}")
-        return tokens[index] if isinstance(index, int) and 0 <= index < len(tokens) else None
-
-    specials = {
-        "bos_token": token_at("bos_token_id"),
-        "eos_token": token_at("eos_token_id"),
-        "unk_token": token_at("unknown_token_id"),
-        "pad_token": token_at("padding_token_id"),
-    }
-    kwargs: dict[str, Any] = {k: v for k, v in specials.items() if v is not None}
-    if isinstance(meta.get("tokenizer.chat_template"), str):
-        kwargs["chat_template"] = meta["tokenizer.chat_template"]
-    return PreTrainedTokenizerFast(tokenizer_object=backend, name_or_path=str(file.path.parent), **kwargs)
+    """The GGUF's byte-level BPE tokenizer as a transformers fast tokenizer (checkpoint/gguf_tokenizer.py, torch-free
+    and shared with smoke --engine), or Unsupported."""
+    return build_tokenizer(file.header)
 
 
 def read_target(
     path: str | Path, dtype: torch.dtype, *, with_tokenizer: bool = True
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
-    """(config dict, state dict in `dtype`, tokenizer or None) of a GGUF target; Unsupported or GGUFError.
-    Everything is checked as mappable before any weight is dequantized."""
+    """(config dict, state dict in `dtype`, tokenizer or None) of a GGUF target; GGUFError or Unsupported.
+    The header is checked against the model it declares (counts, shapes, types, data ranges: check_model) and
+    everything is checked as mappable before any weight is dequantized."""
     with GGUFFile(path) as file:
-        config = config_dict(file)
+        layout = check_model(file.header)
+        config = config_dict(file, layout)
         for name in file.tensors:
             hf_name(name)
+        if (
+            layout.unmapped
+        ):  # a tensor the architecture may hold but the transformers model here has no place for
+            raise Unsupported(f"tensor {layout.unmapped[0]!r}")
         tok = tokenizer(file) if with_tokenizer else None
         state = state_dict(file, config, dtype)
     return config, state, tok

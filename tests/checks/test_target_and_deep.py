@@ -1,5 +1,6 @@
+import importlib.util
 import json
-import struct
+import sys
 
 import numpy as np
 import pytest
@@ -8,8 +9,10 @@ from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.numerics import bf16_bits
 from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.checks.run import validate
+from lilicorr_ckpt.errors import InputError
 
 from ._support import hits, one, refused_by, run
+from helpers import REPO
 
 
 def make_target(
@@ -124,27 +127,31 @@ def test_a_target_with_no_vocabulary_at_all_skips_the_mask_range_check_visibly(d
     assert "vocabulary, mask token range" in f.message
 
 
-def test_gguf_target_metadata(tmp_path, drafter):
-    # a minimal GGUF v3 header: llama geometry + token ids, no tensors
-    def s(text):
-        b = text.encode()
-        return struct.pack("<Q", len(b)) + b
+def _gguf_bytes():
+    spec = importlib.util.spec_from_file_location(
+        "gguf_bytes", REPO / "tests" / "checkpoint" / "gguf_bytes.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["gguf_bytes"] = module  # its dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    return module
 
-    kv = [
-        ("general.architecture", 8, s("llama")),
-        ("llama.embedding_length", 4, struct.pack("<I", 64)),
-        ("llama.block_count", 4, struct.pack("<I", 4)),
-        ("tokenizer.ggml.eos_token_id", 4, struct.pack("<I", 2)),
-        ("tokenizer.ggml.tokens", 9, struct.pack("<IQ", 8, 512) + b"".join(s(f"t{i}") for i in range(512))),
-    ]
-    body = b"GGUF" + struct.pack("<IQQ", 3, 0, len(kv))
-    for key, kind, value in kv:
-        body += s(key) + struct.pack("<I", kind) + value
-    gguf = tmp_path / "m.gguf"
-    gguf.write_bytes(body)
+
+def test_gguf_target_metadata(tmp_path, drafter):
+    # a small Llama GGUF as llama.cpp writes one: geometry, tokenizer and weights (one with no weights is refused)
+    model = _gguf_bytes().tiny_model(layers=4, hidden=64, heads=4, kv_heads=2, ffn=64, vocab=512)
+    gguf = model.write(tmp_path / "m.gguf")
     info = read_target(str(gguf))
-    assert (info.hidden_size, info.num_layers, info.vocab_size, info.special_ids) == (64, 4, 512, {"eos": 2})
+    eos = 256 + 5 + 2  # the byte alphabet, five merges, then <|endoftext|> <|im_start|> <|im_end|>
+    assert (info.hidden_size, info.num_layers, info.vocab_size) == (64, 4, 512)
+    assert info.special_ids["eos"] == eos
     assert validate(str(drafter), target=str(gguf)).summary.errors == 0
+    weightless = _gguf_bytes().tiny_model(
+        layers=4, hidden=64, heads=4, kv_heads=2, ffn=64, vocab=512, weights=False
+    )
+    with pytest.raises(InputError, match="holds no weights"):
+        read_target(str(weightless.write(tmp_path / "vocab-only.gguf")))
 
 
 def test_deep_finds_nan_and_all_zero_weights(make_ckpt):

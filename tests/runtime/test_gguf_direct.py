@@ -149,14 +149,22 @@ def _string(text: str) -> bytes:
     [
         (b"GGML" + bytes(40), "not a GGUF file: it starts with b'GGML'"),
         (_header(2**40, 2**40) + bytes(64), "the header claims 1099511627776 tensors"),
-        (_header(0, 1) + struct.pack("<Q", 2**62) + bytes(16), "metadata key 0 at byte 32 runs past its end"),
+        (_header(0, 1) + struct.pack("<Q", 100) + bytes(16), "metadata key 0 at byte 32 runs past its end"),
+        (
+            _header(0, 1) + struct.pack("<Q", 2**62) + bytes(16),
+            "metadata key 0 is 4611686018427387904 bytes long, over the limit of 256",
+        ),
         (
             _header(0, 1) + _string("k") + struct.pack("<I", 99) + bytes(16),
             "'k' has an unknown value type 99",
         ),
         (
-            _header(0, 1) + _string("k") + struct.pack("<IIQ", 9, 8, 2**40) + bytes(16),
+            _header(0, 1) + _string("k") + struct.pack("<IIQ", 9, 8, 1000) + bytes(16),
             "metadata 'k' at byte 49 runs past its end",
+        ),
+        (
+            _header(0, 1) + _string("k") + struct.pack("<IIQ", 9, 8, 2**40) + bytes(16),
+            "metadata 'k' is an array of 1099511627776 items, over the limit of 1048576",
         ),
         (
             _header(0, 1) + _string("k") + struct.pack("<IQ", 8, 2) + b"\xff\xfe" + bytes(8),
@@ -176,7 +184,7 @@ def _string(text: str) -> bytes:
         ),
         (
             _header(1, 0) + _string("t") + struct.pack("<IQIQ", 1, 33, 8, 0) + bytes(64),
-            "tensor 't' rows of 33 do not fill its blocks",
+            "tensor 't' rows of 33 do not fill its Q8_0 blocks of 32",
         ),
         (
             _header(2, 0) + (_string("t") + struct.pack("<IQIQ", 1, 4, 0, 0)) * 2 + bytes(64),

@@ -104,17 +104,28 @@ def test_a_gguf_target_is_what_transformers_loads_parsed_once_or_not_at_all(tmp_
 
 
 def test_a_gguf_missing_a_tensor_is_refused_naming_it(tmp_path, parses, route):
+    """Read directly, by the header check before any tensor is read; through transformers, after its load."""
     path = write_tiny_gguf(tmp_path / "holed.gguf", drop="blk.1.ffn_up.weight")
-    with pytest.raises(
-        ValueError,
-        match=r"does not hold the weights its config describes: missing model\.layers\.1\.mlp\.up_proj\.weight",
-    ):
+    problem = (
+        r"holed\.gguf: lacks 1 of the tensors a llama of 2 blocks has: blk\.1\.ffn_up\.weight"
+        if route == "direct"
+        else r"does not hold the weights its config describes: missing model\.layers\.1\.mlp\.up_proj\.weight"
+    )
+    with pytest.raises(ValueError, match=problem):
         load_target(path)
     assert parses == ({} if route == "direct" else {str(path): 1})
 
 
-def test_a_gguf_with_a_misshapen_tensor_is_refused_naming_both_shapes(tmp_path):
+def test_a_gguf_with_a_misshapen_tensor_is_refused_naming_both_shapes(tmp_path, monkeypatch):
     path = write_tiny_gguf(tmp_path / "wide.gguf", ffn_in_config=96)
+    with pytest.raises(
+        ValueError,
+        match=r"tensor 'blk\.0\.ffn_gate\.weight' has shape \[128, 64\], but its metadata makes it \[96, 64\]",
+    ):
+        load_target(path)
+    monkeypatch.setenv(
+        "LILICORR_GGUF_LOADER", "transformers"
+    )  # transformers' own route: refused after its load
     with pytest.raises(
         ValueError,
         match=r"model\.layers\.0\.mlp\.down_proj\.weight has shape \[64, 128\] in the checkpoint, the config "
