@@ -1,5 +1,7 @@
-"""Loopback stand-ins for SGLang 0.5.23 and vLLM 0.33.0 servers, in the test process (a thread each, 127.0.0.1, an
-ephemeral port), answering with exactly the endpoints and fields the released code defines.
+"""Loopback stand-ins for SGLang and vLLM servers (the newest release of each that lilicorr_ckpt.runtimes lists), in
+the test process (a thread each, 127.0.0.1, an ephemeral port), answering with exactly the endpoints and fields the
+released code defines. The version each reports is RELEASES[engine][-1].version, so a release bump needs no edit
+here.
 
 Every name below is written here as the released source writes it, independently of lilicorr_ckpt's client;
 test_engine_wheel.py parses the wheels and checks each of these names (routes, request and reply fields, metric
@@ -8,21 +10,33 @@ the client reads a name the servers do not send.
 
 What they decode is a `FakeModel`: a continuation per prompt (the reference's greedy tokens, when the test gives
 them) and an acceptance schedule per verification step, which the test knows and checks the report against.
-"""
+
+Misbehaving modes (ServerState), for the hostile-server tests: `framing` "close" (HTTP/1.1, no Content-Length, the
+body ends when the connection closes) or "http10" (an HTTP/1.0 reply, likewise); `header_drip_s` (the status line
+and headers sent one byte per that many seconds); `busy` (the first requests answered 503 with each Retry-After
+value in turn); `rewrite` (SGLang's /generate and vLLM's /v1/completions reply dict, rewritten before it is sent);
+and VLLMState's `miscount` (the counters a request adds, rewritten before they are added)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-# --- SGLang 0.5.23 ---------------------------------------------------------------------------------------------
+from lilicorr_ckpt.runtimes import RELEASES
+
+SGLANG_VERSION = RELEASES["sglang"][-1].version
+VLLM_VERSION = RELEASES["vllm"][-1].version
+
+# --- SGLang (SGLANG_VERSION) -----------------------------------------------------------------------------------
 # srt/entrypoints/http_server.py routes
 SGLANG_ROUTES = {
     ("GET", "/health"),
@@ -104,7 +118,7 @@ SGLANG_FINISH_KEYS = {"type", "matched", "length"}
 # srt/utils/auth.py: paths open without the key
 SGLANG_OPEN_PREFIXES = ("/health", "/ready", "/metrics")
 
-# --- vLLM 0.33.0 -------------------------------------------------------------------------------------------------
+# --- vLLM (VLLM_VERSION) ---------------------------------------------------------------------------------------
 VLLM_ROUTES = {
     ("GET", "/health"),
     ("GET", "/v1/models"),
@@ -273,13 +287,36 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
         data = body.encode() if isinstance(body, str) else body
+        framing = self.state.framing
+        if framing == "http10":
+            self.protocol_version = "HTTP/1.0"  # the status line says so; the body ends with the connection
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
+        if framing == "length":
+            self.send_header("Content-Length", str(len(data)))
+        else:  # close-delimited: no length, no chunking
+            self.send_header("Connection", "close")
+            self.close_connection = True
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.end_headers()
-        self.wfile.write(data)
+        with contextlib.suppress(OSError):  # the client gave up (a test's deadline)
+            self.wfile.write(data)
+
+    def flush_headers(self) -> None:
+        drip = self.state.header_drip_s
+        buffered = b"".join(getattr(self, "_headers_buffer", []))
+        if not drip or not buffered:
+            super().flush_headers()
+            return
+        self._headers_buffer = []
+        try:
+            for i in range(len(buffered)):  # one byte at a time: each read gets one, no read waits long
+                self.wfile.write(buffered[i : i + 1])
+                self.wfile.flush()
+                time.sleep(drip)
+        except OSError:
+            self.close_connection = True  # the client gave up, as it should
 
     def body_json(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
@@ -305,6 +342,11 @@ class _Handler(BaseHTTPRequestHandler):
             hook = s.hooks.get((method, path))
         if hook is not None and hook(self):
             return  # the test's own answer (a 503, a hang, a huge body, ...)
+        with s.lock:
+            retry_after = s.busy.pop(0) if s.busy else None
+        if retry_after is not None:
+            self.send(503, {"error": "Service Unavailable"}, headers={"Retry-After": retry_after})
+            return
         self.handle_route(method, path)
 
     def handle_route(self, method: str, path: str) -> None:
@@ -316,7 +358,16 @@ class ServerState:
     and returns True, or returns False to let the server answer."""
 
     def __init__(
-        self, model: FakeModel, *, target: str, drafter: str | None, api_key: str | None = None
+        self,
+        model: FakeModel,
+        *,
+        target: str,
+        drafter: str | None,
+        api_key: str | None = None,
+        framing: str = "length",
+        header_drip_s: float = 0.0,
+        busy: Sequence[str] = (),
+        rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.model = model
         self.target = target
@@ -326,6 +377,12 @@ class ServerState:
         self.bodies: list[Any] = []
         self.hooks: dict[tuple[str, str], Callable[[Any], bool]] = {}
         self.lock = threading.Lock()
+        # misbehaving modes (the module's docstring)
+        assert framing in ("length", "close", "http10")
+        self.framing = framing
+        self.header_drip_s = header_drip_s
+        self.busy = list(busy)
+        self.rewrite = rewrite or (lambda reply: reply)
 
 
 class SGLangState(ServerState):
@@ -341,8 +398,9 @@ class SGLangState(ServerState):
         histogram: bool = True,
         context_length: int = 4096,
         legacy_info_only: bool = False,
+        **misbehaviour: Any,
     ) -> None:
-        super().__init__(model, target=target, drafter=drafter, api_key=api_key)
+        super().__init__(model, target=target, drafter=drafter, api_key=api_key, **misbehaviour)
         self.algorithm = algorithm
         self.draft_tokens = model.n + 1 if draft_tokens is None else draft_tokens
         self.histogram = histogram
@@ -380,7 +438,7 @@ class SGLangHandler(_Handler):
                     "api_key": s.api_key,  # the release reports every server argument, its key included
                     "launch_command": "python -m sglang.launch_server ...",
                     "internal_states": [{}],
-                    "version": "0.5.23",
+                    "version": SGLANG_VERSION,
                     "frontend": "python",
                 },
             )
@@ -446,7 +504,17 @@ class SGLangHandler(_Handler):
         }
         if body.get("return_prompt_token_ids"):
             reply["prompt_token_ids"] = prompt
-        self.send(200, reply)
+        self.send(200, s.rewrite(reply))
+
+
+@dataclass
+class Counts:
+    """What one request adds to vLLM's counters (VLLMState.miscount may rewrite it)."""
+
+    drafts: int
+    draft_tokens: int
+    accepted: int
+    per_pos: list[int]
 
 
 class VLLMState(ServerState):
@@ -464,8 +532,11 @@ class VLLMState(ServerState):
         engines: int = 1,
         metrics_lag_s: float = 0.0,
         log_stats: bool = True,
+        miscount: Callable[[Counts], Counts] | None = None,
+        **misbehaviour: Any,
     ) -> None:
-        super().__init__(model, target=target, drafter=drafter, api_key=api_key)
+        super().__init__(model, target=target, drafter=drafter, api_key=api_key, **misbehaviour)
+        self.miscount = miscount or (lambda counts: counts)
         self.speculative, self.dev_mode, self.method = speculative, dev_mode, method
         self.max_model_len, self.engines, self.metrics_lag_s, self.log_stats = (
             max_model_len,
@@ -488,13 +559,20 @@ class VLLMState(ServerState):
             self.requests += 1
             if tokens is not None:
                 self.latencies[engine].append(SECONDS_PER_TOKEN * tokens)
+            counts = self.miscount(
+                Counts(
+                    drafts=len(steps),
+                    draft_tokens=len(steps) * self.model.n,
+                    accepted=sum(steps),
+                    per_pos=[sum(a > j for a in steps) for j in range(self.model.n)],
+                )
+            )
             c = self.counters[engine]
-            c["vllm:spec_decode_num_drafts"] += len(steps)
-            c["vllm:spec_decode_num_draft_tokens"] += len(steps) * self.model.n
-            c["vllm:spec_decode_num_accepted_tokens"] += sum(steps)
-            for a in steps:
-                for j in range(a):
-                    self.per_pos[engine][j] += 1
+            c["vllm:spec_decode_num_drafts"] += counts.drafts
+            c["vllm:spec_decode_num_draft_tokens"] += counts.draft_tokens
+            c["vllm:spec_decode_num_accepted_tokens"] += counts.accepted
+            for j, a in enumerate(counts.per_pos):
+                self.per_pos[engine][j] += a
 
 
 class VLLMHandler(_Handler):
@@ -511,7 +589,7 @@ class VLLMHandler(_Handler):
         if path == "/health":
             self.send(200, b"", "text/plain")
         elif path == "/version":
-            self.send(200, {"version": "0.33.0"})
+            self.send(200, {"version": VLLM_VERSION})
         elif path == "/v1/models":
             self.send(
                 200,
@@ -634,19 +712,21 @@ class VLLMHandler(_Handler):
             choice["prompt_token_ids"] = prompt
         self.send(
             200,
-            {
-                "id": f"cmpl-{uuid.uuid4().hex}",
-                "object": "text_completion",
-                "created": int(time.time()),
-                "model": s.target,
-                "choices": [choice],
-                "usage": {
-                    "prompt_tokens": len(prompt),
-                    "total_tokens": len(prompt) + len(tokens),
-                    "completion_tokens": len(tokens),
-                    "prompt_tokens_details": None,
-                },
-            },
+            s.rewrite(
+                {
+                    "id": f"cmpl-{uuid.uuid4().hex}",
+                    "object": "text_completion",
+                    "created": int(time.time()),
+                    "model": s.target,
+                    "choices": [choice],
+                    "usage": {
+                        "prompt_tokens": len(prompt),
+                        "total_tokens": len(prompt) + len(tokens),
+                        "completion_tokens": len(tokens),
+                        "prompt_tokens_details": None,
+                    },
+                }
+            ),
         )
 
 

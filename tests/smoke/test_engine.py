@@ -287,9 +287,9 @@ def test_a_server_that_serves_another_or_no_drafter_is_refused(smoke, pair):
 def test_a_drafter_the_engines_release_refuses_is_refused_before_any_request_naming_the_engine_that_serves_it(
     smoke, pair
 ):
-    """The bundled SmolLM2 drafter taps the target's last layer, which SGLang 0.5.23 cannot feed (LC148): smoke
-    --engine sglang says so, with validate's finding, instead of measuring a server that fails on its first batch;
-    vLLM 0.33.0 serves it, and the refusal says so."""
+    """The bundled SmolLM2 drafter taps the target's last layer, which SGLang's newest release cannot feed (LC148):
+    smoke --engine sglang says so, with validate's finding, instead of measuring a server that fails on its first
+    batch; vLLM's newest release serves it, and the refusal says so."""
     drafter = str(REPO / "examples" / "smollm2-lilicorr")
     state = sglang_state(pair, drafter=drafter)
     with es.sglang(state) as server:
@@ -297,8 +297,9 @@ def test_a_drafter_the_engines_release_refuses_is_refused_before_any_request_nam
             drafter, "-t", str(pair.target), "--engine", f"sglang={server.url}", *RUN, "--format", "junit"
         )
     assert result.code == 1, result.stderr
-    assert "SGLang 0.5.23 refuses" in result.stderr and "LC148 target-layer-ids-last-layer" in result.stderr
-    assert "vLLM 0.33.0 serves it" in result.stderr and "--engine vllm=URL" in result.stderr
+    assert f"SGLang {es.SGLANG_VERSION} refuses" in result.stderr
+    assert "LC148 target-layer-ids-last-layer" in result.stderr
+    assert f"vLLM {es.VLLM_VERSION} serves it" in result.stderr and "--engine vllm=URL" in result.stderr
     assert "<failure" in result.stdout and "LC148" in result.stdout
     assert state.calls == []  # not even the server's health was asked
 
@@ -514,8 +515,8 @@ def test_hostile_replies_end_the_run_with_exit_2_and_bounded_memory(smoke, pair)
         (("GET", "/server_info"), huge_length, "1000000000000 bytes"),
         (("POST", "/generate"), slow, "did not answer within 0.5 s"),
         (("GET", "/server_info"), html, "is not JSON"),
-        (("POST", "/generate"), bad_histogram, "does not add up"),
-        (("POST", "/generate"), negative_latency, "e2e_latency -3.0 is not the seconds a request took"),
+        (("POST", "/generate"), bad_histogram, "is [0, 5], whose steps add up to 5, not spec_verify_ct 1"),
+        (("POST", "/generate"), negative_latency, "e2e_latency is -3.0, not the seconds a request took"),
     ]
     for route, hook, message in cases:
         state = sglang_state(pair)

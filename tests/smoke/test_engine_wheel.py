@@ -1,4 +1,5 @@
-"""The names smoke --engine and its loopback servers use, against the released SGLang 0.5.23 and vLLM 0.33.0 code.
+"""The names smoke --engine and its loopback servers use, against the released code of the newest SGLang and vLLM
+releases lilicorr_ckpt.runtimes lists (the versions the loopback servers report).
 
 The wheels come from tests/conformance/engines.py (downloaded once into .cache/engines; a failed download skips
 these tests, and fails them under CI=true). Each check parses the released source with `ast`, so a field, route,

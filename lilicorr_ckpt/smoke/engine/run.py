@@ -30,6 +30,7 @@ from lilicorr_ckpt.errors import CheckpointInvalid, SmokeRefused, UsageError
 from lilicorr_ckpt.report.modelcard import base_model_of, serving_command, sh
 from lilicorr_ckpt.report.validate import finding_lines
 from lilicorr_ckpt.smoke.engine import compare as cmp
+from lilicorr_ckpt.smoke.engine import consistency
 from lilicorr_ckpt.smoke.engine.profile import (
     Counted,
     EngineAcceptance,
@@ -47,6 +48,7 @@ from lilicorr_ckpt.smoke.engine.servers import (
     drafter_names,
     with_counters,
 )
+from lilicorr_ckpt.smoke.engine.target import tokenizer_for
 from lilicorr_ckpt.smoke.engine.transport import DEFAULT_TIMEOUT, Client, Endpoint, EngineError
 from lilicorr_ckpt.smoke.gates import measured_gate, position_gate, tau_floor_gate
 from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
@@ -58,7 +60,7 @@ from lilicorr_ckpt.smoke.profile import (
     SmokeReport,
     checkpoint_id,
 )
-from lilicorr_ckpt.smoke.tokenize import load_tokenizer, tokenize_probes
+from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 
 MAX_CONCURRENCY = 256
 SERVED_FAMILIES = (None, "dflash", "lilicorr")  # what SGLang's DFLASH and vLLM's method "dflash" serve
@@ -203,7 +205,7 @@ def run_engine(
     draft = _draft_record(opts.path, kind, ckpt)
 
     progress.note("loading the tokenizer")
-    target = load_tokenizer(opts.target)
+    target = tokenizer_for(opts.target)  # a GGUF's direct reader plugs in there (engine/target.py)
     if g.vocab_size is not None and g.vocab_size != target.vocab_size:
         raise SmokeRefused(
             f"drafter and target do not match: the drafter's vocab_size is {g.vocab_size}, the "
@@ -525,6 +527,15 @@ def _assemble(
             for r in requests
         ]
 
+    # the figures the report carries and the gates read, once more against what an engine can count (each
+    # request's were checked as it was read: this holds the arithmetic over them to the same bounds)
+    for scope, figures in (("all", overall), *per_category.items()):
+        consistency.acceptance(
+            f"{record.url}: the engine's figures over {'the run' if scope == 'all' else scope}",
+            figures,
+            n,
+            opts.max_new_tokens,
+        )
     gates = [
         measured_gate(overall.blocks, overall.requests, "engine"),
         cmp.tau_gate(comparison),
