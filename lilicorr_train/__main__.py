@@ -33,6 +33,8 @@ import click
 import torch
 from msgspec import structs
 
+from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.outfile import Inputs, check_output_path
 from lilicorr_runtime.target.fast import FastTarget
 from lilicorr_runtime.target.load import load_target
 
@@ -40,7 +42,7 @@ from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
 from .loop import LOG, TrainConfig, fit, load_run_drafter, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
-from .state import StateError, check_log, read_state, state_path
+from .state import CONFIG_LIMITS, SETTINGS, STATE, StateError, check_log, read_state, state_path
 
 PROG = "python -m lilicorr_train"
 EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 4, 130
@@ -83,6 +85,9 @@ class TrainGroup(click.Group):
         except click.UsageError as exc:
             exc.show()
             sys.exit(EXIT_USAGE)
+        except UsageError as exc:  # the output rule (lilicorr_ckpt.outfile): an output over an input
+            click.echo(f"{PROG}: usage error: {exc}", err=True)
+            sys.exit(EXIT_USAGE)
         except click.exceptions.Abort:
             click.echo("interrupted", err=True)
             sys.exit(EXIT_INTERRUPTED)
@@ -92,8 +97,15 @@ class TrainGroup(click.Group):
                 err=True,
             )
             sys.exit(exc.exit_code)
-        except (StateError, DataError) as exc:
+        except (StateError, DataError, InputError) as exc:
             click.echo(f"{PROG}: error: {exc}", err=True)
+            sys.exit(EXIT_INPUT)
+        except FloatingPointError as exc:  # objective.training_step: the loss is NaN or infinite
+            click.echo(
+                f"{PROG}: error: the run diverged ({str(exc)[:300]}); the state saved before it is kept: "
+                "start a new run with lower --lr-drafter / --lr-head",
+                err=True,
+            )
             sys.exit(EXIT_INPUT)
         except KeyboardInterrupt:
             click.echo("interrupted", err=True)
@@ -103,6 +115,13 @@ class TrainGroup(click.Group):
             click.echo(f"{PROG}: error: {exc.strerror or exc}{where}", err=True)
             sys.exit(EXIT_INPUT)
         except Exception as exc:
+            if _out_of_memory(exc):
+                click.echo(
+                    f"{PROG}: error: out of memory ({(str(exc).splitlines() or [''])[0][:200]}); lower "
+                    "--batch-size or --anchors for train, --batch-size for generate",
+                    err=True,
+                )
+                sys.exit(EXIT_INPUT)
             if os.environ.get("LILICORR_DEBUG"):
                 raise
             inputs = ", ".join(f"{k} {v}" for k, v in _reading.items()) or "the command line"
@@ -113,6 +132,14 @@ class TrainGroup(click.Group):
             )
             sys.exit(EXIT_INPUT)
         sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """MemoryError, torch's OutOfMemoryError (CUDA) or its CPU allocator's refusal (a RuntimeError)."""
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text or "out of memory" in text)
 
 
 def _target(spec: str, device: str) -> FastTarget:
@@ -126,6 +153,18 @@ def _target(spec: str, device: str) -> FastTarget:
             f"--target {spec}: training needs the fast target path ({target.path_note})"
         )
     return target
+
+
+def _check_run_outputs(
+    run_dir: Path, target_spec: str, data_paths: tuple[Path, ...], init_from: Path | None
+) -> None:
+    """The files train writes in RUN (its state and its log) must not be any of its inputs: the data, the
+    target's files or the --init-from drafter's (exit 4, before anything loads)."""
+    inputs = Inputs().add(target_spec, "the target").add(init_from, "the --init-from drafter")
+    for path in data_paths:
+        inputs.add(path, "the --data file")
+    for name in (STATE, LOG):
+        inputs.refuse(run_dir / name, "RUN's", fix="give the run a directory of its own")
 
 
 def _default_device() -> str:
@@ -241,6 +280,8 @@ def generate(
 ) -> None:
     _reading.update({"--target": target_spec})
     shares = _parse_mix(mix)
+    # before the target loads: an --out over one of the target's files (or a bad path) costs nothing
+    check_output_path(str(out), "--out", "data.npz", Inputs().add(target_spec, "the target"))
     target = _target(target_spec, device or _default_device())
     begin = time.perf_counter()
 
@@ -273,12 +314,23 @@ def generate(
         data = generate_dataset(target, prompts, max_new_tokens, batch_size=batch_size, progress=progress)
     except ValueError as exc:  # a target without a tokenizer
         raise click.ClickException(f"--target {target_spec}: {exc}") from None
+    check_output_path(str(out), "--out", "data.npz", Inputs().add(target_spec, "the target"))
     data.save(out)
     answer = int(data.lengths().sum() - data.prompt_lengths.sum())
     click.echo(
         f"wrote {out}: {len(data)} sequences, {int(data.offsets[-1])} tokens ({answer} answer tokens) "
         f"in {time.perf_counter() - begin:.0f} s"
     )
+
+
+def _int_range(name: str) -> click.IntRange:
+    _, low, high = SETTINGS[name]
+    return click.IntRange(int(low), int(high))
+
+
+def _float_range(name: str) -> click.FloatRange:
+    _, low, high = SETTINGS[name]
+    return click.FloatRange(low, high)
 
 
 TRAIN_HELP = """Train the run in RUN on DATA (or resume it) until --steps or --time-budget seconds.
@@ -317,7 +369,10 @@ Examples:
     help="Training data (.npz from `generate`); repeat to concatenate.",
 )
 @click.option(
-    "--steps", type=click.IntRange(1), default=None, help="Total steps (default 4000; on resume: the run's)."
+    "--steps",
+    type=_int_range("steps"),
+    default=None,
+    help="Total steps (default 4000; on resume: the run's).",
 )
 @click.option(
     "--time-budget",
@@ -327,13 +382,26 @@ Examples:
     help="Seconds of training in this piece; the state is saved and the next call resumes.",
 )
 @click.option(
-    "--batch-size", type=click.IntRange(1), default=16, show_default=True, help="Sequences per step."
+    "--batch-size", type=_int_range("batch_size"), default=16, show_default=True, help="Sequences per step."
 )
-@click.option("--anchors", type=click.IntRange(1), default=48, show_default=True, help="Blocks per sequence.")
-@click.option("--lr-drafter", type=float, default=6e-4, show_default=True)
-@click.option("--lr-head", type=float, default=3e-4, show_default=True)
-@click.option("--block-size", type=click.IntRange(2, 16), default=8, show_default=True)
-@click.option("--layers", type=click.IntRange(1), default=1, show_default=True, help="Draft layers.")
+@click.option(
+    "--anchors", type=_int_range("anchors"), default=48, show_default=True, help="Blocks per sequence."
+)
+@click.option("--lr-drafter", type=_float_range("lr_drafter"), default=6e-4, show_default=True)
+@click.option("--lr-head", type=_float_range("lr_head"), default=3e-4, show_default=True)
+@click.option(
+    "--block-size",
+    type=click.IntRange(*map(int, CONFIG_LIMITS["block_size"])),
+    default=8,
+    show_default=True,
+)
+@click.option(
+    "--layers",
+    type=click.IntRange(*map(int, CONFIG_LIMITS["num_hidden_layers"])),
+    default=1,
+    show_default=True,
+    help="Draft layers.",
+)
 @click.option(
     "--mask-token-id",
     type=click.IntRange(0),
@@ -381,6 +449,7 @@ def train(
     _reading.update({"RUN": str(run_dir), "--data": ", ".join(map(str, data_paths)), "--target": target_spec})
     if (run_dir.exists() or run_dir.is_symlink()) and not run_dir.is_dir():
         raise click.BadParameter(f"{run_dir} is not a directory", param_hint="RUN")
+    _check_run_outputs(run_dir, target_spec, data_paths, init_from)
     found = state_path(run_dir)
     resuming = found is not None
     if init_from is not None and resuming:

@@ -4,7 +4,6 @@ token ids (prompt + answer) with each prompt's length, in one .npz file."""
 from __future__ import annotations
 
 import os
-import stat
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -12,7 +11,9 @@ from pathlib import Path
 import numpy as np
 from msgspec import Struct
 
-from lilicorr_ckpt.checkpoint.source import file_kind
+from lilicorr_ckpt.checkpoint.readfile import file_kind, open_regular_file
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.outfile import atomic_writer
 from lilicorr_runtime.target.fast import FastTarget
 
 from .prompts import Prompt
@@ -28,9 +29,51 @@ def _refuse(path: Path, why: str) -> DataError:
     return DataError(f"{path} is not training data this tool can read: {why}")
 
 
+# A data file's members: every byte of them is held in memory once read, so what a member may claim is bounded
+# before it is read. A stored member holds its bytes in the file; a deflated one may expand, by up to
+# MAX_RATIO (real token data deflates about 2:1, its offsets and prompt lengths about 3:1; a deflate bomb of
+# zeros about 1000:1) once past RATIO_FLOOR bytes (a small member of repeated values may deflate far more).
+DATA_LIMIT = 64 << 30  # bytes of the three arrays together, uncompressed
+MAX_RATIO = 100
+RATIO_FLOOR = 16 << 20
+_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+
+
+def _check_member(path: Path, name: str, info: zipfile.ZipInfo, archive_size: int) -> None:
+    """A member's sizes, from the archive's directory, before a byte of it is decompressed."""
+    if info.compress_type not in _METHODS:
+        raise _refuse(
+            path,
+            f"its {name} array is compressed with zip method {info.compress_type} (np.savez stores, "
+            "np.savez_compressed deflates; nothing else is read)",
+        )
+    if info.header_offset + info.compress_size > archive_size:
+        raise _refuse(
+            path,
+            f"its {name} array claims {info.compress_size} bytes in the archive, more than the file holds",
+        )
+    if info.file_size > DATA_LIMIT:
+        raise _refuse(
+            path,
+            f"its {name} array is {info.file_size} bytes, more than the {DATA_LIMIT >> 30} GiB "
+            "limit for training data",
+        )
+    if (
+        info.compress_type == zipfile.ZIP_DEFLATED
+        and info.file_size > RATIO_FLOOR
+        and info.file_size > MAX_RATIO * max(info.compress_size, 1)
+    ):
+        raise _refuse(
+            path,
+            f"its {name} array inflates from {info.compress_size} to {info.file_size} bytes (more than "
+            f"{MAX_RATIO}:1): a deflate bomb, not token data; regenerate the data with `generate`",
+        )
+
+
 def _read_arrays(path: Path) -> dict[str, np.ndarray]:
-    """The three integer arrays of a data .npz, each checked from its header (1-D, an integer dtype, no more
-    bytes than the archive holds for it) before it is read: no pickle, no allocation a hostile header asks for."""
+    """The three integer arrays of a data .npz, each checked before it is read: the file (a regular file, opened
+    without blocking), each member's sizes and compression ratio (_check_member), and its header (1-D, an integer
+    dtype, exactly the bytes the archive holds for it): no pickle, no allocation a hostile header asks for."""
     try:
         st = os.stat(path)
     except OSError as exc:
@@ -40,38 +83,53 @@ def _read_arrays(path: Path) -> dict[str, np.ndarray]:
         raise _refuse(path, f"it is {kind}, not a regular file (never opened)")
     arrays = {}
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                raise _refuse(path, "it is not a regular file")
+        try:
+            f = open_regular_file(path, what=str(path))
+        except InputError as exc:
+            raise DataError(str(exc)) from None
+        with f:
+            archive_size = os.fstat(f.fileno()).st_size
             if not zipfile.is_zipfile(f):
                 raise _refuse(path, "it is not an .npz archive")
             with zipfile.ZipFile(f) as archive:
+                infos = {}
                 for name in ARRAYS:
                     try:
-                        info = archive.getinfo(f"{name}.npy")
+                        infos[name] = archive.getinfo(f"{name}.npy")
                     except KeyError:
                         raise _refuse(path, f"it has no {name} array") from None
+                    _check_member(path, name, infos[name], archive_size)
+                total = sum(info.file_size for info in infos.values())
+                if total > DATA_LIMIT:
+                    raise _refuse(
+                        path, f"its arrays are {total} bytes, more than the {DATA_LIMIT >> 30} GiB limit"
+                    )
+                for name in ARRAYS:
+                    info = infos[name]
                     with archive.open(info) as member:
                         version = np.lib.format.read_magic(member)
+                        if version not in ((1, 0), (2, 0), (3, 0)):
+                            raise _refuse(path, f"its {name} array is .npy version {version}")
                         read_header = (
                             np.lib.format.read_array_header_1_0
                             if version == (1, 0)
                             else np.lib.format.read_array_header_2_0
                         )
-                        shape, _, dtype = read_header(member)
+                        shape, fortran, dtype = read_header(member)
                         if dtype.hasobject or dtype.kind not in "iu" or len(shape) != 1:
                             raise _refuse(
                                 path, f"its {name} array is {dtype} {list(shape)}, not 1-D integers"
                             )
-                        if shape[0] * dtype.itemsize > info.file_size:
+                        nbytes = shape[0] * dtype.itemsize
+                        if member.tell() + nbytes != info.file_size:
                             raise _refuse(
                                 path,
-                                f"its {name} array claims {shape[0]} values, more than the archive holds",
+                                f"its {name} array claims {shape[0]} values ({nbytes} bytes), but the archive "
+                                f"holds {info.file_size - member.tell()} bytes for them",
                             )
-                    with archive.open(info) as member:
+                    with archive.open(info) as member:  # read_array reads the header again
                         arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
-    except (OSError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError, NotImplementedError) as exc:
         if isinstance(exc, DataError):
             raise
         raise _refuse(path, f"it is corrupt ({exc})") from None
@@ -116,10 +174,10 @@ class Dataset(Struct):
         return np.diff(self.offsets)
 
     def save(self, path: str | Path) -> None:
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp.npz")
-        np.savez(tmp, tokens=self.tokens, offsets=self.offsets, prompt_lengths=self.prompt_lengths)
-        tmp.replace(path)
+        """Write the data to `path` through the atomic writer (an unpredictable temporary beside it, never
+        through a symlink, fsynced and renamed into place)."""
+        with atomic_writer(path) as f:
+            np.savez(f, tokens=self.tokens, offsets=self.offsets, prompt_lengths=self.prompt_lengths)
 
     @classmethod
     def load(cls, path: str | Path) -> Dataset:

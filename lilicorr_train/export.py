@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -134,11 +135,15 @@ def _check_output(out_dir: Path) -> None:
         )
 
 
-def normal_mode(path: Path) -> None:
-    """0666 less the umask (safetensors writes its files 0600), as any other file the user makes."""
+def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)
+    return umask
+
+
+def normal_mode(path: Path) -> None:
+    """0666 less the umask (safetensors writes its files 0600), as any other file the user makes."""
+    os.chmod(path, 0o666 & ~_umask())
 
 
 def export_modelopt(
@@ -148,10 +153,11 @@ def export_modelopt(
     temporary directory renamed into place). An existing OUT must be empty or an earlier export."""
     out_dir = Path(out_dir)
     _check_output(out_dir)
-    tmp = out_dir.with_name(f".{out_dir.name}.export-{os.getpid()}")
-    if tmp.is_dir() and not tmp.is_symlink():  # this process id's own, from a run that was killed
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True, exist_ok=False)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    # unpredictable names, created by this process alone (mkdtemp: mode 0700, O_EXCL semantics): nothing planted
+    # beside OUT can be written through or removed
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name[:100]}.export-", dir=out_dir.parent))
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         tensors = {}
         for name, value in drafter.state_dict().items():
@@ -163,10 +169,8 @@ def export_modelopt(
         normal_mode(tmp / "model.safetensors")
         (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
         if out_dir.exists():
-            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
-            if old.is_dir() and not old.is_symlink():
-                shutil.rmtree(old)
-            out_dir.rename(old)
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name[:100]}.old-", dir=out_dir.parent))
+            out_dir.rename(old)  # onto the empty directory mkdtemp made
             tmp.rename(out_dir)
             shutil.rmtree(old)
         else:

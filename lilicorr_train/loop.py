@@ -23,7 +23,7 @@ from lilicorr_runtime.target.fast import FastTarget
 from .data import Dataset
 from .export import build_drafter
 from .objective import LossWeights, TrainBatch, sample_anchors, training_step
-from .state import StateError, TrainState, read_state, save_state, state_path
+from .state import StateError, TrainState, open_log, read_state, save_state, state_path
 
 STATE_NAMES = "state.safetensors, or an earlier version's state.pt"
 PLAN_FROM, PLAN_TO = 4, 14  # the steps timed to plan a run's length
@@ -285,7 +285,7 @@ def fit(
         if device.type == "cuda"
         else torch.autocast("cpu", enabled=False)
     )
-    with (run_dir / LOG).open("a") as log_file:
+    with open_log(run_dir / LOG) as log_file:
         while run.step < cfg.steps:
             if time.monotonic() - started > time_budget_s:
                 break

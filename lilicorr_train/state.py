@@ -17,27 +17,75 @@ data, memory-mapped, then checked the same way; the next save writes state.safet
 
 from __future__ import annotations
 
+import errno
 import json
+import math
 import os
 import stat
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TextIO
 
 import torch
 from msgspec import Struct
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
-from lilicorr_ckpt.checkpoint.source import file_kind
+from lilicorr_ckpt.checkpoint.readfile import file_kind, open_regular_file
+from lilicorr_ckpt.checkpoint.stwrite import Entry, header_bytes, layout
+from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.outfile import atomic_writer
 
-from .export import build_drafter, normal_mode
+from .export import build_drafter
 
 STATE = "state.safetensors"
 LEGACY_STATE = "state.pt"  # written by earlier versions (torch.save)
 FORMAT = "lilicorr-train-state"
 FORMAT_VERSION = "1"
 METADATA_LIMIT = 64 << 20  # bytes of JSON in the header: a config, settings and two parameter groups
+
+# The training settings a run may have (`train`'s options take the same bounds): (type, least, most). A resumed
+# state's are checked against them before anything is built, so a state cannot ask for a batch of 10^9
+# sequences or a log every 0 steps.
+SETTINGS: dict[str, tuple[type, float, float]] = {
+    "steps": (int, 1, 10**9),
+    "batch_size": (int, 1, 1024),
+    "anchors": (int, 1, 1024),
+    "max_length": (int, 2, 1 << 14),
+    "lr_drafter": (float, 0.0, 1.0),
+    "lr_head": (float, 0.0, 1.0),
+    "weight_decay_head": (float, 0.0, 1.0),
+    "warmup": (float, 0.0, 1.0),
+    "clip": (float, 1e-6, 1e6),
+    "seed": (int, 0, 2**63 - 1),
+    "log_every": (int, 1, 10**9),
+    "beta": (float, 1e-3, 1e4),
+    "gamma": (float, 0.0, 1e4),
+    "lam": (float, 0.0, 1e4),
+}
+# The drafter a run may train: a config's sizes, checked before a drafter is built from it (even on the meta
+# device, 200k layers is minutes of Python objects; a width of 2^40 overflows torch's storage size).
+CONFIG_LIMITS: dict[str, tuple[float, float]] = {
+    "num_hidden_layers": (1, 64),
+    "hidden_size": (1, 1 << 16),
+    "intermediate_size": (1, 1 << 18),
+    "num_attention_heads": (1, 1024),
+    "num_key_value_heads": (1, 1024),
+    "head_dim": (1, 4096),
+    "vocab_size": (1, 1 << 22),
+    "max_position_embeddings": (1, 1 << 24),
+    "block_size": (2, 16),
+    "num_target_layers": (1, 1024),
+}
+HEAD_LIMITS: dict[str, tuple[float, float]] = {
+    "mask_token_id": (0, (1 << 22) - 1),
+    "lilicorr_candidate_topk": (1, 1024),
+    "lilicorr_hidden_size": (1, 1 << 16),
+    "lilicorr_num_layers": (1, 64),
+    "lilicorr_num_heads": (1, 1024),
+    "lilicorr_factor_dim": (1, 1 << 16),
+    "lilicorr_mlp_ratio": (1e-3, 64),
+}
+MAX_TAPS = 64
 
 
 class StateError(ValueError):
@@ -63,9 +111,35 @@ def state_path(run_dir: Path) -> Path | None:
     return None
 
 
+_SAFETENSORS_DTYPES = {
+    torch.float32: "F32",
+    torch.float64: "F64",
+    torch.bfloat16: "BF16",
+    torch.float16: "F16",
+    torch.int64: "I64",
+    torch.int32: "I32",
+    torch.int16: "I16",
+    torch.int8: "I8",
+    torch.uint8: "U8",
+    torch.bool: "BOOL",
+}
+
+
+def _write_safetensors(f: BinaryIO, tensors: dict[str, torch.Tensor], metadata: dict[str, str]) -> None:
+    """A safetensors file streamed to `f`, tensor by tensor (laid out as the safetensors library lays them out,
+    never a copy of the whole state in memory)."""
+    entries = layout(Entry(name, _SAFETENSORS_DTYPES[t.dtype], tuple(t.shape)) for name, t in tensors.items())
+    f.write(header_bytes(entries, metadata))
+    for entry in entries:
+        tensor = tensors[entry.name]
+        if tensor.numel():
+            f.write(memoryview(tensor.reshape(-1).view(torch.uint8).numpy()))
+
+
 def save_state(run_dir: Path, state: TrainState) -> Path:
-    """Write RUN/state.safetensors atomically (a temporary file renamed over it); a state.pt of an earlier
-    version is removed once the new file is in place."""
+    """Write RUN/state.safetensors through the atomic writer (an unpredictable temporary in RUN, never through a
+    symlink, fsynced, renamed over it); a state.pt of an earlier version is removed once the new file is in
+    place."""
     run_dir.mkdir(parents=True, exist_ok=True)
     tensors: dict[str, torch.Tensor] = {f"model.{k}": v for k, v in state.model.items()}
     scalars: dict[str, dict[str, Any]] = {}
@@ -84,10 +158,8 @@ def save_state(run_dir: Path, state: TrainState) -> Path:
         "optimizer_scalars": scalars,
     }
     metadata = {"format": FORMAT, "version": FORMAT_VERSION, "state": json.dumps(doc)}
-    tmp = run_dir / f".{STATE}.{os.getpid()}.tmp"
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    normal_mode(tmp)
-    tmp.replace(run_dir / STATE)
+    with atomic_writer(run_dir / STATE) as f:
+        _write_safetensors(f, {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, metadata)
     legacy = run_dir / LEGACY_STATE
     if legacy.is_file() and not legacy.is_symlink():
         legacy.unlink()
@@ -95,18 +167,56 @@ def save_state(run_dir: Path, state: TrainState) -> Path:
 
 
 def check_log(path: Path) -> None:
-    """The run's log, appended to by training: a FIFO or device there would block or never end, so anything
-    but a regular file (or nothing yet) is refused by name."""
-    if not os.path.lexists(path):
-        return
+    """The run's log, appended to by training: a FIFO or device there would block or never end, and a symlink
+    would send the appends to wherever it points, so anything but a regular file (or nothing yet) is refused by
+    name, before the target loads (open_log refuses the same once more when it opens it)."""
     try:
-        kind = file_kind(os.stat(path).st_mode)
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
     except OSError as exc:
         raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise StateError(
+            f"{path} is a symlink; the run's log is appended only to a regular file in the run's directory: "
+            "remove the link (or move the file it points to there)"
+        )
+    kind = file_kind(st.st_mode)
     if kind is not None:
         raise StateError(
             f"{path} is {kind}, not a regular file; the run's log is appended to it: move it away"
         )
+
+
+def open_log(path: Path) -> TextIO:
+    """The run's log opened for appending: created if missing, never through a symlink (O_NOFOLLOW), without
+    blocking on a FIFO (O_NONBLOCK), and refused unless what was opened is a regular file."""
+    flags = (
+        os.O_WRONLY
+        | os.O_APPEND
+        | os.O_CREAT
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_NONBLOCK", 0)
+        | getattr(os, "O_NOCTTY", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            check_log(path)  # names the symlink
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise StateError(
+                f"{path} is a FIFO (named pipe), not a regular file; the run's log is appended to it: move it away"
+            ) from None
+        raise StateError(f"cannot append to {path}: {exc.strerror or exc}") from None
+    kind = file_kind(os.fstat(fd).st_mode)
+    if kind is not None:
+        os.close(fd)
+        raise StateError(
+            f"{path} is {kind}, not a regular file; the run's log is appended to it: move it away"
+        )
+    return os.fdopen(fd, "a", encoding="utf-8")
 
 
 def _refuse(path: Path, why: str) -> StateError:
@@ -123,16 +233,73 @@ def _require_regular(path: Path) -> None:
         raise _refuse(path, f"it is {kind}, not a regular file (never opened)")
 
 
-def _open_regular(path: Path) -> int:
-    """A descriptor of `path`, which must still be a regular file once opened (no FIFO swapped in meanwhile)."""
+def _open_regular(path: Path) -> BinaryIO:
+    """`path` opened through the guarded reader: without blocking, and still a regular file once open (no FIFO
+    swapped in meanwhile)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError as exc:
-        raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise _refuse(path, "it is not a regular file")
-    return fd
+        return open_regular_file(path, what=str(path))
+    except InputError as exc:
+        raise StateError(str(exc)) from None
+
+
+def _number(value: Any, kind: type) -> bool:
+    if isinstance(value, bool):
+        return False
+    if kind is int:
+        return isinstance(value, int)
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _bounded(value: Any, kind: type, low: float, high: float) -> bool:
+    return _number(value, kind) and low <= value <= high
+
+
+def _describe(kind: type, low: float, high: float) -> str:
+    what = "an integer" if kind is int else "a number"
+    return f"{what} from {low:g} to {high:g}"
+
+
+def check_settings(path: Path, train: dict[str, Any]) -> None:
+    """A state's training settings, each of the type and within the bounds `SETTINGS` gives (StateError naming
+    the setting and the bound)."""
+    for name, (kind, low, high) in SETTINGS.items():
+        if name in train and not _bounded(train[name], kind, low, high):
+            raise _refuse(
+                path,
+                f"its training setting {name} is {str(train[name])[:40]}; a run's {name} is "
+                f"{_describe(kind, low, high)}",
+            )
+
+
+def check_config_bounds(path: Path, config: dict[str, Any]) -> None:
+    """A state's drafter config, its sizes within `CONFIG_LIMITS` and `HEAD_LIMITS`, before a drafter is built from
+    it (StateError naming the key and the bound). Missing keys and other types are the config parser's to judge."""
+    head = config.get("dflash_config")
+    head = head if isinstance(head, dict) else {}
+    checks = [(name, config, bound) for name, bound in CONFIG_LIMITS.items()]
+    checks += [(name, head, bound) for name, bound in HEAD_LIMITS.items()]
+    for name, table, (low, high) in checks:
+        if name not in table or table[name] is None:
+            continue
+        kind = float if name == "lilicorr_mlp_ratio" else int
+        if not _bounded(table[name], kind, low, high):
+            where = f"dflash_config.{name}" if table is head else name
+            raise _refuse(
+                path,
+                f"its drafter config's {where} is {str(table[name])[:40]}; this tool trains drafters whose "
+                f"{where} is {_describe(kind, low, high)}",
+            )
+    taps = head.get("target_layer_ids")
+    if isinstance(taps, list) and not (
+        1 <= len(taps) <= MAX_TAPS
+        and all(_bounded(t, int, 0, CONFIG_LIMITS["num_target_layers"][1]) for t in taps)
+    ):
+        raise _refuse(
+            path,
+            f"its drafter config's dflash_config.target_layer_ids lists {len(taps)} layers; this tool trains "
+            f"drafters with 1 to {MAX_TAPS} taps, each a target layer from 0 to "
+            f"{CONFIG_LIMITS['num_target_layers'][1]:g}",
+        )
 
 
 def read_state(path: Path) -> TrainState:
@@ -145,8 +312,7 @@ def read_state(path: Path) -> TrainState:
 
 
 def _read_safetensors(path: Path) -> TrainState:
-    fd = _open_regular(path)
-    os.close(fd)
+    _open_regular(path).close()
     try:
         with safe_open(str(path), framework="pt", device="cpu") as f:
             metadata = f.metadata() or {}
@@ -208,6 +374,8 @@ def _document(
         raise _refuse(path, "it holds no drafter config")
     if not isinstance(train, dict):
         raise _refuse(path, "it holds no training settings")
+    check_settings(path, train)
+    check_config_bounds(path, config)
     if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
         raise _refuse(path, "it holds no optimizer parameter groups")
     if not (
@@ -231,8 +399,9 @@ class _Expected(Struct):
         try:
             with torch.device("meta"):  # the drafter the config describes, without its memory
                 drafter = build_drafter(config)
-        except (ValueError, TypeError, KeyError) as exc:
-            raise _refuse(path, f"its drafter config is not one this tool builds ({exc})") from None
+        except (ValueError, TypeError, KeyError, ArithmeticError, RuntimeError, AssertionError) as exc:
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise _refuse(path, f"its drafter config is not one this tool builds ({why})") from None
         params = {name: tuple(t.shape) for name, t in drafter.state_dict().items()}
         by_id = [name for name, _ in drafter.named_parameters()]
         indices = [
@@ -281,11 +450,23 @@ class _Expected(Struct):
 
 def _read_legacy(path: Path) -> TrainState:
     """An earlier version's state.pt: a torch zip archive of plain data, read with the restricted unpickler."""
-    fd = _open_regular(path)
     try:
-        with os.fdopen(fd, "rb") as f:
+        with _open_regular(path) as f:
             if not zipfile.is_zipfile(f):
                 raise _refuse(path, "it is not a torch zip archive (random bytes, or a legacy pickle)")
+            size = os.fstat(f.fileno()).st_size
+            try:
+                with zipfile.ZipFile(f) as archive:
+                    members = archive.infolist()
+            except (zipfile.BadZipFile, ValueError, EOFError) as exc:
+                raise _refuse(path, f"it is a corrupt zip archive ({exc})") from None
+            for info in members:  # torch.save stores every member: nothing in a state inflates
+                if info.compress_type != zipfile.ZIP_STORED or info.header_offset + info.file_size > size:
+                    raise _refuse(
+                        path,
+                        f"its member {info.filename[:80]!r} is compressed or claims more bytes than the file "
+                        "holds (torch.save stores every member as it is)",
+                    )
     except OSError as exc:
         raise StateError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:

@@ -137,7 +137,7 @@ def register(cli: Any) -> None:
         from lilicorr_ckpt.checks.run import validate
         from lilicorr_ckpt.checks.waivers import waive_report
         from lilicorr_ckpt.families import is_drafter
-        from lilicorr_ckpt.outfile import check_output_path, write_output
+        from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
         from lilicorr_ckpt.report import modelcard
 
         try:
@@ -152,8 +152,12 @@ def register(cli: Any) -> None:
             readme = root / "README.md"
             dest = readme if output is None else (None if output == "-" else Path(output).expanduser())
             mode = None
+            inputs = Inputs().add(root, "the checkpoint").add(target, "the target").own(readme)
+            inputs.add(profile, "the --profile file")
+            for log in training_logs:
+                inputs.add(log, "the --training-log file")
             if dest is not None:
-                check_output_path(str(dest), "--output", "README.md")
+                check_output_path(str(dest), "--output", "README.md", inputs)
                 if dest.exists():
                     mode = dest.stat().st_mode & 0o7777
                     if not mode & 0o200 or not os.access(dest, os.W_OK):
@@ -219,7 +223,7 @@ def register(cli: Any) -> None:
             if dest is None:
                 click.echo(text, nl=False)
             else:
-                write_output(text, str(dest), mode=mode)
+                write_output(text, str(dest), mode=mode, inputs=inputs)
                 if not quiet:
                     verb = "updated" if existing is not None and dest == readme else "wrote"
                     click.echo(f"{verb} {printable(str(dest))}", err=True)

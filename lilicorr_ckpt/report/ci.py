@@ -261,7 +261,7 @@ def output_name(runtime: str) -> str:
 def register(cli: Any) -> None:
     import click
 
-    from lilicorr_ckpt.outfile import check_output_path, write_output
+    from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
     from lilicorr_ckpt.report import formats
 
     @cli.command(epilog="Exit codes: 0 rendered, 2 unreadable report, 4 usage error.")
@@ -296,13 +296,16 @@ def register(cli: Any) -> None:
           lilicorr-ckpt report report.json -f sarif -o validate.sarif
         """
         chosen = formats.VALIDATE[fmt]
+        inputs = Inputs().add(report_file, "the report being rendered")
         if output:
-            check_output_path(output, "--output", "report.sarif")
-        text = chosen.render(load_report(report_file), formats.Style(verbose=verbose))
+            check_output_path(output, "--output", "report.sarif", inputs)
+        loaded = load_report(report_file)
+        inputs.add(loaded.path, "the checkpoint the report describes")  # SARIF's regions read its config.json
+        text = chosen.render(loaded, formats.Style(verbose=verbose))
         if quiet and chosen.quiet is not None:
             text = chosen.quiet(text)
         if output:
-            write_output(text, output)
+            write_output(text, output, inputs=inputs)
         else:
             click.echo(text, nl=False)
 

@@ -12,7 +12,10 @@ the GEMM (its shape, epilogue and dtypes), never on the row count, so it can be 
 LILICORR_TILE_CACHE=off uses neither: every process tunes every shape (what the benches that study tuning
 want). A stored tile is used only if it is one the tuner could have chosen (a candidate tile, the shape's
 default, a listed split count), so a damaged or planted file can cost speed but never run a tile the kernel was
-not written for; an unreadable file is ignored with one warning.
+not written for; an unreadable file is ignored with one warning. The files are read through the checkpoint
+reader's guarded reader (`read_table`): a FIFO, device, socket or directory is never opened for reading (it
+would hang or never end), a file past TABLE_LIMIT is not read, and JSON nested past what the parser takes is
+ignored like any other damaged table.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import warnings
 from collections.abc import Callable
@@ -28,11 +32,15 @@ from typing import Any
 
 import torch
 
+from lilicorr_ckpt.checkpoint.readfile import decode_utf8, read_regular_file
+
 FORMAT = 1  # bump when the kernel changes what a tile means
 BUNDLED = Path(__file__).with_name("tiles.json")
 ENV = "LILICORR_TILE_CACHE"
 TILE_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 DIVISIONS = ("SPLIT", "STREAM")  # split-K slices, stream-K programs per SM (step_triton)
+
+TABLE_LIMIT = 8 << 20  # bytes of a tile table (the bundled one is 2 kB; a machine's own, a few kB per GPU)
 
 _loaded: dict[str, dict[str, dict[str, int]]] | None = None  # device key -> shape key -> tile
 _warned: set[str] = set()
@@ -71,13 +79,52 @@ def cache_dir() -> Path:
     return Path(base) / "lilicorr"
 
 
+def read_table(path: Path, what: str, limit: int, warned: set[str] | None = None) -> Any | None:
+    """The JSON in a table file, or None when there is none (no file yet) or it cannot be used: then `warn`s
+    once, naming the file and why. Never blocks and never reads more than `limit` bytes: the file must be a regular
+    file (symlinks followed), opened without blocking, of at most `limit` bytes."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):  # nothing stored yet
+        return None
+    except (OSError, ValueError):
+        pass  # a symlink loop, a permission: the guarded reader says which
+    try:
+        data = read_regular_file(path, what="it", max_bytes=limit)
+        text = decode_utf8(data, what="it")
+    except Exception as exc:  # noqa: BLE001 - the reader's InputError (the runtime imports only the reader)
+        why = str(exc)  # "it is a FIFO (named pipe), not a regular file; ...": a cache never stops a run
+    else:
+        try:
+            return json.loads(text)
+        except RecursionError:  # nested past what the parser takes
+            why = "its JSON is nested deeper than a table ever is"
+        except ValueError as exc:  # not JSON
+            why = f"it is not JSON ({str(exc)[:200]})"
+    warn_once(
+        _warned if warned is None else warned, str(path), f"ignoring {what} {path}: {why}", stacklevel=4
+    )
+    return None
+
+
 def write_json(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` atomically (a temporary file beside it, then renamed over it)."""
+    """Write `data` as JSON to `path` atomically (an unpredictable temporary beside it, created O_EXCL |
+    O_NOFOLLOW by mkstemp, fsynced, then renamed over it). A FIFO, device or directory at `path` is left alone
+    (OSError): a cache file is never anything but a regular file."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path} is not a regular file; not replacing it")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -101,14 +148,8 @@ def shape_key(key: tuple) -> str:
 
 
 def _read(path: Path) -> dict[str, dict[str, dict[str, int]]]:
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError):  # nothing stored yet
-        return {}
-    except (OSError, ValueError) as exc:
-        _warn(
-            str(path), f"ignoring the tile cache {path} ({type(exc).__name__}: {exc}); shapes are tuned again"
-        )
+    data = read_table(path, "the tile cache", TABLE_LIMIT)
+    if data is None:
         return {}
     if (
         not isinstance(data, dict)

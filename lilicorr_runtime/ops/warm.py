@@ -28,7 +28,6 @@ import collections
 import copy
 import hashlib
 import importlib
-import json
 import os
 import threading
 import time
@@ -45,6 +44,7 @@ BUNDLED = Path(__file__).with_name("kernels.json")
 ENV = "LILICORR_KERNEL_CACHE"
 PACKAGE = "lilicorr_runtime."
 MAX_ENTRIES = 1024  # per device in a table: a run of the bundled models needs about a hundred
+TABLE_LIMIT = 64 << 20  # bytes of a kernel table (the bundled one is 120 kB); read by tiles.read_table
 
 _lock = threading.Lock()
 _recorded: dict[str, dict[str, dict[str, str]]] = {}  # device key -> spec -> entry
@@ -81,12 +81,8 @@ def _entry_ok(entry: Any) -> bool:
 
 def read(path: Path) -> dict[str, list[dict[str, str]]]:
     """device key -> entries of a table file; {} (with one warning) for a file that is not a table."""
-    try:
-        data = json.loads(path.read_text())
-    except (FileNotFoundError, NotADirectoryError):
-        return {}
-    except (OSError, ValueError) as exc:
-        _warn(str(path), f"ignoring the kernel table {path} ({type(exc).__name__}: {exc})")
+    data = tiles.read_table(path, "the kernel table", TABLE_LIMIT, _warned)
+    if data is None:
         return {}
     if (
         not isinstance(data, dict)

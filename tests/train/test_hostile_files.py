@@ -1,0 +1,365 @@
+"""The training recipe's files against a hostile file system (issue 40): its outputs never write over its inputs
+(exit 4), never go through a planted symlink or a predictable temporary, its log is appended only to a regular
+file of its own; its data, state and log are read under the guarded reader's checks, a deflate bomb is refused
+before it inflates, a resumed state's settings are bounded before anything is built from them, and no Python
+exception name reaches the user."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import shutil
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from lilicorr_train import state as state_module
+from lilicorr_train.__main__ import main as train_cli
+from lilicorr_train.data import DataError, Dataset
+from lilicorr_train.state import LEGACY_STATE, STATE, StateError, read_state, save_state
+
+from helpers import REPO, raised_within
+
+TARGET = REPO / "examples" / "tiny-target"
+MASK = "511"
+TRAIN = ["--target", TARGET, "--device", "cpu", "--batch-size", "2", "--anchors", "4", "--time-budget", "600"]
+
+
+def invoke(*args) -> tuple[int, str]:
+    result = CliRunner().invoke(train_cli, [str(a) for a in args], catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def _data(path: Path, compressed: bool = False, tokens: np.ndarray | None = None) -> Path:
+    rng = np.random.default_rng(0)
+    if tokens is None:
+        tokens = rng.integers(3, 500, 6 * 24).astype(np.uint16)
+    n = len(tokens) // 24
+    arrays = {
+        "tokens": tokens,
+        "offsets": np.asarray([i * len(tokens) // n for i in range(n + 1)], dtype=np.int64),
+        "prompt_lengths": np.full(n, 8, dtype=np.int32),
+    }
+    (np.savez_compressed if compressed else np.savez)(path, **arrays)
+    return path
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return _data(tmp_path_factory.mktemp("data") / "data.npz")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, data) -> Path:
+    run = tmp_path_factory.mktemp("trained") / "run"
+    code, out = invoke(
+        "train", run, "--data", data, *TRAIN, "--mask-token-id", MASK, "--init-layer", "3", "--steps", "1"
+    )
+    assert code == 0, out
+    return run
+
+
+def _copy(trained: Path, tmp_path: Path) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(trained, run)
+    return run
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+def _no_exception_names(out: str) -> None:
+    for name in (
+        "Traceback",
+        "Error:",
+        "internal error",
+        "MemoryError",
+        "ZeroDivision",
+        "Overflow",
+        "Storage size",
+    ):
+        assert name not in out, out
+
+
+# ---- outputs never write over inputs -------------------------------------------------------------------------
+
+
+def test_generate_refuses_an_out_over_the_targets_files_before_loading_it(tmp_path):
+    target = tmp_path / "T"
+    shutil.copytree(TARGET, target)
+    before = _digest(target)
+    for out in (target / "model.safetensors", target / ".." / "T" / "config.json"):
+        code, text = invoke(
+            "generate", "--target", target, "--out", out, "--prompts", "2", "--max-new-tokens", "2"
+        )
+        assert code == 4 and "an input of this command" in text and "of the target" in text, text
+    (tmp_path / "link.npz").symlink_to(target / "tokenizer.json")
+    code, text = invoke(
+        "generate",
+        "--target",
+        target,
+        "--out",
+        tmp_path / "link.npz",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "2",
+    )
+    assert code == 4 and "resolves to tokenizer.json of the target" in text, text
+    assert _digest(target) == before
+
+
+def test_train_refuses_a_run_whose_files_are_its_inputs(data, tmp_path):
+    target = tmp_path / "T"
+    shutil.copytree(TARGET, target)
+    before = _digest(target)
+    code, out = invoke(
+        "train", target, "--data", data, *TRAIN[2:], "--target", target, "--mask-token-id", MASK
+    )
+    assert code == 4 and "state.safetensors of the target" in out, out  # RUN = the target's own directory
+    assert _digest(target) == before
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(data, run / "log.jsonl")  # the data, where the run's log goes
+    saved = (run / "log.jsonl").read_bytes()
+    code, out = invoke("train", run, "--data", run / "log.jsonl", *TRAIN, "--mask-token-id", MASK)
+    assert code == 4 and "is the --data file" in out, out
+    assert (run / "log.jsonl").read_bytes() == saved
+
+
+def test_generated_data_is_saved_through_no_symlink_and_no_predictable_temporary(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    out = tmp_path / "data.npz"
+    for planted in ("data.npz.tmp.npz", "data.npz.tmp"):  # the old fixed temporary, and a guess
+        (tmp_path / planted).symlink_to(victim)
+    data = Dataset.load(_data(tmp_path / "src.npz"))
+    data.save(out)
+    assert victim.read_text() == "keep"
+    assert Dataset.load(out).tokens.tolist() == data.tokens.tolist()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "data.npz",
+        "data.npz.tmp",
+        "data.npz.tmp.npz",
+        "src.npz",
+        "victim",
+    ]
+
+
+def test_the_state_is_saved_through_no_symlink_and_no_predictable_temporary(trained, tmp_path):
+    run = _copy(trained, tmp_path)
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (run / f".{STATE}.{os.getpid()}.tmp").symlink_to(victim)  # the old temporary's name
+    state = read_state(run / STATE)
+    save_state(run, state)
+    assert victim.read_text() == "keep"
+    again = read_state(run / STATE)
+    assert again.step == state.step and all(torch.equal(again.model[k], v) for k, v in state.model.items())
+    assert {p.name for p in run.iterdir()} == {STATE, "log.jsonl", f".{STATE}.{os.getpid()}.tmp"}
+
+
+def test_export_is_not_stopped_or_redirected_by_planted_temporaries(trained, tmp_path):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in (f".export.export-{os.getpid()}", f".export.old-{os.getpid()}"):
+        (tmp_path / name).symlink_to(victim)
+    for _ in range(2):  # a new export, then one replacing it
+        code, out = invoke("export", trained, "--out", tmp_path / "export")
+        assert code == 0, out
+    assert sorted(p.name for p in (tmp_path / "export").iterdir()) == ["config.json", "model.safetensors"]
+    assert list(victim.iterdir()) == []
+
+
+# ---- the log ---------------------------------------------------------------------------------------------------
+
+
+def test_the_log_is_never_appended_through_a_symlink(trained, data, tmp_path):
+    run = _copy(trained, tmp_path)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (run / "log.jsonl").unlink()
+    (run / "log.jsonl").symlink_to(victim)
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 2 and f"{run / 'log.jsonl'} is a symlink" in out, out
+    assert victim.read_text() == "keep\n"
+    _no_exception_names(out)
+
+
+def test_open_log_uses_no_follow_and_refuses_what_is_not_a_regular_file(tmp_path):
+    open_log = state_module.open_log
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep\n")
+    (tmp_path / "link.jsonl").symlink_to(victim)
+    with pytest.raises(StateError, match="is a symlink"):
+        open_log(tmp_path / "link.jsonl")  # the check and the open are one step: O_NOFOLLOW
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    raised = raised_within(10, open_log, tmp_path / "fifo.jsonl")
+    assert isinstance(raised, StateError) and "FIFO" in str(raised), raised
+    (tmp_path / "dir.jsonl").mkdir()
+    with pytest.raises(StateError):
+        open_log(tmp_path / "dir.jsonl")
+    with open_log(tmp_path / "new.jsonl") as f:
+        f.write("{}\n")
+    with open_log(tmp_path / "new.jsonl") as f:
+        f.write("{}\n")
+    assert (tmp_path / "new.jsonl").read_text() == "{}\n{}\n" and victim.read_text() == "keep\n"
+
+
+# ---- data: npz members -----------------------------------------------------------------------------------------
+
+
+def test_a_deflate_bomb_is_refused_before_it_inflates(tmp_path):
+    path = _data(tmp_path / "bomb.npz", compressed=True, tokens=np.zeros(48 << 20, dtype=np.uint16))  # 96 MiB
+    info = zipfile.ZipFile(path).getinfo("tokens.npy")
+    assert info.file_size > 500 * info.compress_size  # a bomb: a few hundred kB that inflate to 96 MiB
+    raised = raised_within(30, Dataset.load, path)
+    assert isinstance(raised, DataError), raised
+    assert "deflate bomb" in str(raised) and "tokens" in str(raised), raised
+
+
+def test_compressed_data_of_real_tokens_still_loads(tmp_path):
+    path = _data(tmp_path / "small.npz", compressed=True)
+    assert len(Dataset.load(path)) == 6
+
+
+def test_a_member_with_another_compression_or_a_lying_size_is_refused(data, tmp_path):
+    bz = tmp_path / "bz.npz"
+    with zipfile.ZipFile(data) as src, zipfile.ZipFile(bz, "w", compression=zipfile.ZIP_BZIP2) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info))
+    with pytest.raises(DataError, match="zip method 12"):
+        Dataset.load(bz)
+    padded = tmp_path / "padded.npz"
+    with zipfile.ZipFile(data) as src, zipfile.ZipFile(padded, "w") as dst:
+        for info in src.infolist():
+            dst.writestr(
+                info.filename, src.read(info) + (b"\0" * 64 if info.filename == "offsets.npy" else b"")
+            )
+    with pytest.raises(DataError, match="offsets array claims 7 values"):
+        Dataset.load(padded)
+
+
+def test_a_legacy_state_with_a_compressed_member_is_refused(trained, tmp_path):
+    run = _copy(trained, tmp_path)
+    (run / STATE).unlink()
+    with zipfile.ZipFile(run / LEGACY_STATE, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", b"\0" * (1 << 20))
+    with pytest.raises(StateError, match="is compressed"):
+        read_state(run / LEGACY_STATE)
+
+
+# ---- a resumed state's settings --------------------------------------------------------------------------------
+
+
+def _state_with(trained: Path, tmp_path: Path, train: dict | None = None, config: dict | None = None) -> Path:
+    run = _copy(trained, tmp_path)
+    state = read_state(run / STATE)
+    state = copy.copy(state)
+    state.train = {**state.train, **(train or {})}
+    merged = copy.deepcopy(state.config)
+    for key, value in (config or {}).items():
+        if key == "dflash_config":
+            merged["dflash_config"].update(value)
+        else:
+            merged[key] = value
+    state.config = merged
+    save_state(run, state)
+    return run
+
+
+@pytest.mark.parametrize(
+    ("train", "config", "named"),
+    [
+        (
+            {"batch_size": 10**9},
+            None,
+            "batch_size is 1000000000; a run's batch_size is an integer from 1 to 1024",
+        ),
+        ({"anchors": 0}, None, "anchors is 0"),
+        ({"log_every": 0}, None, "log_every is 0"),  # ZeroDivisionError (a modulo by zero) in fit
+        ({"steps": -5}, None, "steps is -5"),
+        ({"lr_head": float("nan")}, None, "lr_head is nan"),
+        ({"seed": -1}, None, "seed is -1"),
+        ({"beta": 0.0}, None, "beta is 0.0"),  # a NaN loss: 0/0 in the slot decay
+        ({"max_length": 2**62}, None, "max_length is"),
+        (
+            None,
+            {"num_hidden_layers": 200_000, "layer_types": ["full_attention"] * 200_000},
+            "num_hidden_layers is 200000",
+        ),
+        (
+            None,
+            {"hidden_size": 2**40, "head_dim": 2**30},
+            "hidden_size is 1099511627776",
+        ),  # torch: Storage size
+        (None, {"intermediate_size": 2**62}, "intermediate_size is"),
+        (None, {"dflash_config": {"lilicorr_hidden_size": 2**50}}, "dflash_config.lilicorr_hidden_size is"),
+        (
+            None,
+            {"dflash_config": {"target_layer_ids": list(range(100_000))}},
+            "target_layer_ids lists 100000",
+        ),
+    ],
+)
+def test_a_resumed_states_settings_are_bounded_before_anything_is_built(
+    trained, tmp_path, train, config, named
+):
+    run = _state_with(trained, tmp_path, train, config)
+    raised = raised_within(30, read_state, run / STATE)
+    assert isinstance(raised, StateError), raised
+    assert named in str(raised) and str(run / STATE) in str(raised), raised
+
+
+def test_the_command_names_the_setting_and_its_bound(trained, data, tmp_path):
+    run = _state_with(trained, tmp_path, {"batch_size": 10**9})
+    code, out = invoke("train", run, "--data", data, *TRAIN)
+    assert code == 2 and "batch_size is 1000000000" in out and "from 1 to 1024" in out, out
+    _no_exception_names(out)
+    code, out = invoke("export", run, "--out", tmp_path / "export")
+    assert code == 2 and "batch_size" in out, out
+
+
+@pytest.mark.parametrize("option", ["--batch-size", "--anchors", "--layers"])
+def test_a_new_run_takes_the_same_bounds(data, tmp_path, option):
+    code, out = invoke(
+        "train", tmp_path / "run", "--data", data, *TRAIN, "--mask-token-id", MASK, option, "1000000000"
+    )
+    assert code == 4 and option in out, out
+
+
+@pytest.mark.parametrize(
+    ("raised", "said"),
+    [
+        (MemoryError(), "out of memory"),
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), "out of memory"),
+        (
+            RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 469762048 bytes"),
+            "out of memory",
+        ),
+        (FloatingPointError("non-finite training loss: {'dflash': nan}"), "the run diverged"),
+    ],
+)
+def test_running_out_of_memory_or_diverging_is_a_message_not_an_internal_error(
+    trained, data, tmp_path, monkeypatch, raised, said
+):
+    import lilicorr_train.__main__ as cli
+
+    def fit(*args, **kwargs):
+        raise raised
+
+    monkeypatch.setattr(cli, "fit", fit)
+    run = _copy(trained, tmp_path)
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 2 and said in out, out
+    _no_exception_names(out)
