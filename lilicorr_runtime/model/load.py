@@ -42,6 +42,12 @@ def build_drafter(
         )
     if manifest.incomplete:
         raise CheckpointRefused(f"{label}: geometry is incomplete: {manifest.incomplete}")
+    if ckpt.geometry.draft_vocab_size is not None:
+        # its drafter scores over the target's vocabulary: a reduced draft head and its d2t map are not built
+        raise CheckpointRefused(
+            f"{label}: a reduced draft vocabulary (draft_vocab_size {ckpt.geometry.draft_vocab_size} of "
+            f"{ckpt.geometry.vocab_size}), which the reference runtime does not implement"
+        )
     try:
         drafter = Drafter(ckpt.geometry, backbone_spec(ckpt.parsed.config, ckpt.geometry.num_layers or 0))
     except RopeUnsupported as e:
