@@ -8,9 +8,37 @@ from typing import Any
 
 import click
 
-from lilicorr_ckpt.convert.options import NAMING_CHOICES, ConvertOptions, parse_set, parse_size
+from lilicorr_ckpt.convert.options import (
+    DEFAULT_RUNTIME,
+    NAMING_CHOICES,
+    UNRELEASED,
+    ConvertOptions,
+    parse_set,
+    parse_size,
+)
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
-from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
+from lilicorr_ckpt.runtime_option import RUNTIME
+from lilicorr_ckpt.runtimes import RELEASES, supported_releases
+
+
+def runtime_help() -> str:
+    """convert's --runtime help: its default is the released engines, not `all`."""
+    chain = RELEASES["vllm"]
+    one, since = chain[0].version, chain[min(1, len(chain) - 1)].version
+    unreleased = ", ".join(p.display for p in UNRELEASED)
+    return (
+        "The engine releases whose loaders the output must satisfy (decides what must stay float, and what "
+        f"validate judges). Default `{DEFAULT_RUNTIME}`: the newest release of each released engine"
+        + (
+            f"; an unreleased loader ({unreleased}) changes the output only when named: `trtllm`, `all` (the "
+            "newest of each engine) or `every`"
+            if unreleased
+            else ""
+        )
+        + f". `vllm=={one}`: one release; `vllm>={since}`: every release in the range; comma-separated to "
+        f"combine. Supported: {supported_releases()}."
+    )
+
 
 HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
 
@@ -27,8 +55,16 @@ What it fixes:
   - quantization metadata: flat quantization_config with quant_method (modelopt_fp4 / modelopt) and
     ignore, nested hf_quant_config.json, exclusions recomputed from the tensors (index-free suffix
     wildcards, *qkv_proj / *gate_up_proj aliases; training prefixes and base-model names gone)
-  - repairs: modules the runtimes read as raw floats (q/k/v, lilicorr factor heads, feature_mlp) that
-    were quantized are dequantized to the model dtype; their scales are dropped
+  - repairs: modules the runtimes read as raw floats (lilicorr factor heads, feature_mlp; q/k/v for
+    TensorRT-LLM) that were quantized are dequantized to the model dtype; their scales are dropped
+  - fused NVFP4 linears (q/k/v, gate/up): shards stored with different weight_scale_2 get the group's
+    largest, and the others are re-quantized against it (SGLang and vLLM serve one per fused linear)
+  - sibling heads (DFlash2 selector, DSpark Markov / confidence heads) stored quantized are refused,
+    naming --dequantize; an NVFP4 export without input_scale is refused, naming --relabel-w4a16
+\b
+By default the output is made for the released engines (sglang,vllm). TensorRT-LLM's loader, which
+no release has yet, takes q/k/v only in float: name it (-r trtllm, -r all, -r every) to dequantize
+them for it too.
 Other files of SRC (model card, licence, tokenizer, chat template, generation_config.json, ...) are
 copied unchanged; weights in other formats (*.bin, *.pt, *.gguf, ...), safetensors files and indexes that
 are not part of the checkpoint, and subdirectories are left out. Everything changed, copied or left out is
@@ -36,7 +72,7 @@ listed in the summary and in DST/conversion.json.
 
 \b
 Examples:
-  lilicorr-ckpt convert ./export ./drafter                 # for SGLang, vLLM and TRT-LLM at once
+  lilicorr-ckpt convert ./export ./drafter                 # for SGLang and vLLM (newest releases)
   lilicorr-ckpt convert ./export ./drafter --dry-run       # show the plan; write nothing
   lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential  # legacy names TensorRT-LLM renames
   lilicorr-ckpt convert ./export ./drafter --no-repair     # refuse instead of dequantizing
@@ -64,19 +100,17 @@ def register(group: click.Group) -> None:
         "--runtime",
         "-r",
         type=RUNTIME,
-        default="all",
-        show_default=True,
-        help=runtime_help(
-            "The engine releases whose loaders the output must satisfy (decides what must stay float):"
-        ),
+        default=DEFAULT_RUNTIME,
+        help=runtime_help(),
     )
     @click.option(
         "--naming",
         type=click.Choice(NAMING_CHOICES),
-        default="named",
+        default="auto",
         show_default=True,
-        help="Head MLP names: named (feature_mlp.up_proj, SGLang/TRT/newest vLLM) or sequential "
-        "(feature_mlp.1, older vLLM).",
+        help="LiLiCorr head MLP names: named (feature_mlp.up_proj) or sequential (feature_mlp.1, the "
+        "nn.Sequential names the oldest SGLang release builds and TensorRT-LLM renames); auto: the one every "
+        "selected release loads (refused, naming the selections to convert for separately, when there is none).",
     )
     @click.option(
         "--max-shard-size",
@@ -95,7 +129,16 @@ def register(group: click.Group) -> None:
         "dequantize",
         multiple=True,
         metavar="PATTERN",
-        help="Also store these modules in float (fnmatch over module names, e.g. 'lm_head'). Repeatable.",
+        help="Also store these modules in float (fnmatch over module names, e.g. 'lm_head'; a sibling "
+        "head's linears by their source or served name: candidate_selector.hidden_projection, markov_w2, "
+        "confidence_proj). Repeatable.",
+    )
+    @click.option(
+        "--relabel-w4a16",
+        is_flag=True,
+        help="An NVFP4 (W4A4) export without activation scales (calibrated without running the drafter): "
+        "write quant_algo W4A16_NVFP4 (weight-only) in both quantization configs; the weights are unchanged. "
+        "Refused when a selected release does not load W4A16_NVFP4.",
     )
     @click.option(
         "--drop",
@@ -150,6 +193,7 @@ def register(group: click.Group) -> None:
         max_shard_size: str,
         no_repair: bool,
         dequantize: tuple[str, ...],
+        relabel_w4a16: bool,
         drop: tuple[str, ...],
         set_items: tuple[str, ...],
         force: bool,
@@ -172,6 +216,7 @@ def register(group: click.Group) -> None:
                 repair=not no_repair,
                 drop=drop,
                 dequantize=dequantize,
+                relabel_w4a16=relabel_w4a16,
                 set_keys=tuple(parse_set(s) for s in set_items),
                 force=force,
                 verify=verify,

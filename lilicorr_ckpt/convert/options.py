@@ -9,10 +9,16 @@ from typing import Any
 import msgspec
 
 from lilicorr_ckpt.errors import UsageError
-from lilicorr_ckpt.runtimes import select_profiles
+from lilicorr_ckpt.runtimes import PROFILES, select_profiles
+
+# the default selection: the newest release of every engine that has released one (SGLang and vLLM). An unreleased
+# revision's loader (TensorRT-LLM's, which takes q/k/v only in float) decides what convert changes only when it is
+# named (`trtllm`, `all`, `every`): by default the output is not degraded for code no release has
+DEFAULT_RUNTIME = ",".join(engine for engine, newest in PROFILES.items() if newest.released)
+UNRELEASED = tuple(newest for newest in PROFILES.values() if not newest.released)
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5GB")
-NAMING_CHOICES = ("named", "sequential")
+NAMING_CHOICES = ("auto", "named", "sequential")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]i?b?|b)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -38,12 +44,15 @@ _UNITS = {
 
 
 class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
-    runtime: str = "all"  # sglang | vllm | trtllm | all: whose loader the output must satisfy
-    naming: str = "named"  # named | sequential (legacy nn.Sequential head names)
+    # a runtime selection (sglang, vllm==VERSION, vllm>=VERSION, all, every, ...): whose loaders the output must satisfy
+    runtime: str = DEFAULT_RUNTIME
+    # auto (what every selected release loads) | named | sequential (legacy nn.Sequential head names)
+    naming: str = "auto"
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE
     repair: bool = True  # dequantize modules that must stay float (False: refuse instead)
     drop: tuple[str, ...] = ()  # fnmatch patterns over source or converted tensor names
     dequantize: tuple[str, ...] = ()  # extra modules to store in float (fnmatch over module names)
+    relabel_w4a16: bool = False  # NVFP4 (W4A4) without activation scales -> W4A16_NVFP4 (weights unchanged)
     set_keys: tuple[tuple[str, Any], ...] = ()  # (dotted config path, JSON value)
     force: bool = False  # replace an existing DST directory
     verify: bool = False  # compare source and output through lilicorr_runtime (needs torch)
@@ -58,7 +67,7 @@ class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
             )
         select_profiles(self.runtime)  # UsageError naming the supported releases
         if self.naming not in NAMING_CHOICES:
-            raise UsageError(f"--naming must be named or sequential, got {self.naming!r}")
+            raise UsageError(f"--naming must be auto, named or sequential, got {self.naming!r}")
         if self.max_shard_size < 1:
             raise UsageError("--max-shard-size must be positive")
 
@@ -71,6 +80,7 @@ class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
             "repair": self.repair,
             "drop": list(self.drop),
             "dequantize": list(self.dequantize),
+            "relabel_w4a16": self.relabel_w4a16,
             "set": {k: v for k, v in self.set_keys},
         }
 

@@ -102,6 +102,21 @@ def _refuse_on_findings(report: Report, options: ConvertOptions, stage: str) -> 
     raise ConversionRefused(f"the converted checkpoint {stage} validate{who}", reasons)
 
 
+def record_requantized(record: dict[str, Any], measured: dict[str, Any]) -> None:
+    """Each re-quantized shard's errors into conversion.json's fused_scales: the largest |new - old| of its
+    dequantized weights, and what SGLang and vLLM would have served had it been kept (its weights times the
+    ratio of the shared scale to its own: |w| * (ratio - 1))."""
+    for group in record.get("fused_scales", []):
+        for shard in group["requantized"]:
+            stats = measured.get(shard["module"])
+            if stats is None:
+                continue
+            shard["max_abs_weight"] = stats.max_abs_weight
+            shard["max_abs_error"] = stats.max_abs_error
+            ratio = shard["ratio"]
+            shard["max_abs_error_if_kept"] = stats.max_abs_weight * (ratio - 1) if ratio else None
+
+
 def validation_record(report: Report, runtime: str) -> dict[str, Any]:
     return {
         "runtime": runtime,
@@ -154,8 +169,13 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
     earlier = check_destination(plan.source.root, dst_path, options.force, generated)
     if earlier is not None:
         plan = _keep_destination_files(plan, earlier)
+    # headers only: the output's bytes do not exist yet (an earlier DST's would be read otherwise); what the
+    # bytes decide (LC327's shared scales) is checked again on the files written
     pre = validate(
-        str(dst_path), runtime=options.runtime, checkpoint=virtual_checkpoint(plan, dst_path.resolve())
+        str(dst_path),
+        runtime=options.runtime,
+        checkpoint=virtual_checkpoint(plan, dst_path.resolve()),
+        headers_only=True,
     )
     _refuse_on_findings(pre, options, "would not pass")
     record = plan.record
@@ -181,6 +201,7 @@ def convert(src: str, dst: str, options: ConvertOptions) -> ConvertResult:
                     err = facts["repair_rounding"].get(repair["module"] + ".weight")
                     if err is not None:
                         repair["max_rounding_error"] = err
+                record_requantized(record, facts["requantized"])
                 record["validation"] = validation_record(report, options.runtime)
                 if verify is not None:
                     progress.note("verifying through lilicorr_runtime")

@@ -17,6 +17,7 @@ from lilicorr_ckpt.checkpoint.load import assemble
 from lilicorr_ckpt.checkpoint.manifest import (
     DTYPE_BYTES,
     QUANT_SUFFIXES,
+    LinearModule,
     Manifest,
     build_manifest,
     quant_scheme,
@@ -29,7 +30,14 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.findings import RULES
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.convert import extras
-from lilicorr_ckpt.convert.naming import is_derived_buffer, matches, natural_key, output_name
+from lilicorr_ckpt.convert.fused import FusedGroup, describe_groups, plan_fused_scales, scalar_bytes
+from lilicorr_ckpt.convert.naming import (
+    is_derived_buffer,
+    matches,
+    natural_key,
+    output_name,
+    resolve_naming,
+)
 from lilicorr_ckpt.convert.normalize import (
     DSPARK_FLAT_TO_SERVED,
     ConfigEditor,
@@ -41,6 +49,7 @@ from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.qmeta import (
     FP8_ALGOS,
     NVFP4_ALGOS,
+    WEIGHT_KIND,
     SourceQuant,
     declared_excluded,
     infer_algo,
@@ -52,9 +61,11 @@ from lilicorr_ckpt.convert.qmeta import (
     read_exclusions,
     read_source_quant,
 )
+from lilicorr_ckpt.convert.reader import SourceReader
 from lilicorr_ckpt.convert.repair import expected_inputs, input_fits
 from lilicorr_ckpt.errors import ConversionRefused, InputError, UsageError
-from lilicorr_ckpt.runtimes import matches_any, select_profiles
+from lilicorr_ckpt.families import FAMILIES
+from lilicorr_ckpt.runtimes import fused_name, matches_any, select_profiles
 
 HASH_PLACEHOLDER = "0" * 64
 META_TOOL = "lilicorr_ckpt.tool"
@@ -68,11 +79,15 @@ class OutTensor(msgspec.Struct, frozen=True, kw_only=True):
     canonical: str
     dtype: str
     shape: tuple[int, ...]
-    op: str  # copy | dequantize
+    op: str  # copy | dequantize | requantize | constant
     source: TensorInfo | None = None  # copy: the bytes to copy
-    inputs: dict[str, TensorInfo] = {}  # dequantize: weight, weight_scale[, weight_scale_2]
+    # dequantize, requantize: weight, weight_scale[, weight_scale_2] of the source module
+    inputs: dict[str, TensorInfo] = {}
     kind: str = ""  # dequantize: nvfp4 | fp8
     group_size: int = 16
+    part: str = ""  # requantize: which tensor of the re-quantized shard this is (weight | weight_scale)
+    shared_scale_2: float = 0.0  # requantize: the fused group's weight_scale_2
+    data: bytes = b""  # constant: the bytes (a unified scale)
 
     @property
     def nbytes(self) -> int:
@@ -106,6 +121,7 @@ class Plan(msgspec.Struct, kw_only=True):
     record: dict[str, Any]
     quant_algo: str | None = None  # of the source's quantized weights (before repairs)
     group_size: int = 16
+    fused: list[FusedGroup] = []  # fused linears whose shards get one global scale (re-quantized)
     copies: list[str] = []  # other files of the source, copied unchanged (relative names)
 
     @property
@@ -115,6 +131,10 @@ class Plan(msgspec.Struct, kw_only=True):
     @property
     def transformed(self) -> list[OutTensor]:
         return [t for t in self.tensors.values() if t.op != "copy"]
+
+    @property
+    def dequantized(self) -> list[OutTensor]:
+        return [t for t in self.tensors.values() if t.op == "dequantize"]
 
 
 def shard_metadata(source_hashes: dict[str, str]) -> dict[str, str]:
@@ -251,6 +271,16 @@ class QuantPlan(msgspec.Struct, frozen=True, kw_only=True):
 class RepairPlan(msgspec.Struct, frozen=True, kw_only=True):
     repaired: dict[str, str]  # quantized module that must be dequantized -> why
     stray: dict[str, list[str]]  # float module -> the scales it ships, dropped
+    kinds: dict[str, str] = {}  # repaired module -> nvfp4 | fp8 (as stored)
+    siblings: dict[
+        str, LinearModule
+    ] = {}  # a sibling head's linears (manifest.tensors lists them as tensors)
+
+
+class ActivationPlan(msgspec.Struct, frozen=True, kw_only=True):
+    algo: str | None  # the output's quant_algo (W4A16_NVFP4 after --relabel-w4a16)
+    relabel: dict[str, Any] | None  # conversion.json's account of a relabelling
+    dropped: list[str]  # input_scale tensors --relabel-w4a16 drops (canonical names)
 
 
 class OutputTensors(msgspec.Struct, frozen=True, kw_only=True):
@@ -323,6 +353,15 @@ def name_tensors(read: SourceRead, options: ConvertOptions, src: str) -> Naming:
     return Naming(by_canonical=by_canonical, canonical=canonical, drops=drops)
 
 
+def _served_name(canonical: str) -> str:
+    """A flat DSpark name in the served layout; its quantization scales follow the weight (markov_w2.weight_scale ->
+    markov_head.markov_w2.weight_scale)."""
+    base, _, suffix = canonical.rpartition(".")
+    if suffix in QUANT_SUFFIXES and f"{base}.weight" in DSPARK_FLAT_TO_SERVED:
+        return DSPARK_FLAT_TO_SERVED[f"{base}.weight"].removesuffix("weight") + suffix
+    return DSPARK_FLAT_TO_SERVED.get(canonical, canonical)
+
+
 def _served_dspark(by_canonical: dict[str, list[str]], raw: dict[str, Any]) -> dict[str, list[str]]:
     """Model-Optimizer's flat DSpark names: no serving loader reads them; write the served (nested) layout."""
     if not any(c in DSPARK_FLAT_TO_SERVED for c in by_canonical):
@@ -337,7 +376,7 @@ def _served_dspark(by_canonical: dict[str, list[str]], raw: dict[str, Any]) -> d
         )
     merged: dict[str, list[str]] = {}
     for c, names in by_canonical.items():
-        merged.setdefault(DSPARK_FLAT_TO_SERVED.get(c, c), []).extend(names)
+        merged.setdefault(_served_name(c), []).extend(names)
     return merged
 
 
@@ -488,16 +527,51 @@ def _check_algo(algo: str | None, quantized: dict[str, str]) -> None:
         )
 
 
+def sibling_modules(manifest: Manifest) -> dict[str, LinearModule]:
+    """The linears of a sibling family's head (DFlash2's selector projection, DSpark's Markov and confidence heads),
+    which the manifest lists as plain float tensors: module -> its shape as a linear. validate reads each weight as
+    a float tensor (a quantized one is LC208/LC209), so convert stores them in float, dequantizing one only when
+    --dequantize names it."""
+    if not manifest.family_prefixes:
+        return {}
+    out: dict[str, LinearModule] = {}
+    for name, t in manifest.tensors.items():
+        if t.module is None and t.component == "head" and name.endswith(".weight") and len(t.shape) == 2:
+            module = name.removesuffix(".weight")
+            out[module] = LinearModule(
+                module, t.shape[0], t.shape[1], "head", f"{module}.bias" in manifest.tensors
+            )
+    return out
+
+
+def _source_module(naming: Naming, module: str) -> str:
+    """The module's name in the source (training prefixes stripped; Model-Optimizer's flat DSpark names kept)."""
+    names = naming.by_canonical.get(f"{module}.weight")
+    return strip_prefixes(names[0])[0].removesuffix(".weight") if names else module
+
+
 def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: ConvertOptions) -> RepairPlan:
-    """The quantized modules to dequantize (a runtime needs them in float, or --dequantize names them) and the
-    float modules whose stray scales to drop; refused under --no-repair when there are any."""
+    """The quantized modules to dequantize (a runtime needs them in float, --dequantize names them, or a shard of
+    their fused linear is float) and the float modules whose stray scales to drop; refused under --no-repair when
+    there are any. A sibling head's quantized linear is dequantized only when --dequantize names it (refused
+    otherwise, naming the flag)."""
     profiles = select_profiles(options.runtime)
     extra = options.dequantize
-    unmatched = [p for p in extra if not any(fnmatch.fnmatchcase(m, p) for m in manifest.modules)]
+    siblings = sibling_modules(manifest)
+    sibling_kinds = {
+        m: WEIGHT_KIND[naming.canonical[f"{m}.weight"].dtype]
+        for m in siblings
+        if f"{m}.weight" in naming.canonical and naming.canonical[f"{m}.weight"].dtype in WEIGHT_KIND
+    }
+    known = list(manifest.modules) + [n for m in siblings for n in {m, _source_module(naming, m)}]
+    unmatched = [p for p in extra if not any(fnmatch.fnmatchcase(m, p) for m in known)]
     if unmatched:
+        examples = "lilicorr.out_head or layers.*.self_attn.o_proj"
+        if siblings:
+            examples = f"{shorten(sorted({_source_module(naming, m) for m in siblings}), 3)} or {examples}"
         raise UsageError(
             f"--dequantize {', '.join(unmatched)} matches no module (patterns match module names "
-            "such as lilicorr.out_head or layers.*.self_attn.o_proj)"
+            f"such as {examples})"
         )
     repaired: dict[str, str] = {}  # module -> why
     for module, kind in sorted(quant.quantized.items(), key=lambda kv: natural_key(kv[0])):
@@ -517,14 +591,45 @@ def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: 
             why = "--dequantize"
         if why:
             repaired[module] = why
+    _whole_fused_linears(quant, repaired)
+    unasked: list[str] = []
+    for module in sorted(sibling_kinds, key=natural_key):
+        src = _source_module(naming, module)
+        if matches((*extra,), module, src) is not None:
+            repaired[module] = "--dequantize (the head's linears are read as float tensors)"
+        else:
+            unasked.append(module)
+    if unasked:
+        family = (
+            FAMILIES[manifest.geometry.family].TITLE if manifest.geometry.family in FAMILIES else "sibling"
+        )
+        reasons = [
+            f"{_source_module(naming, m)} is stored {sibling_kinds[m].upper()} "
+            f"({naming.canonical[f'{m}.weight'].dtype} {list(naming.canonical[f'{m}.weight'].shape)} with its "
+            f"scales); validate reads the {family} head's {m}.weight as a float "
+            f"{list(manifest.tensors[f'{m}.weight'].shape)} tensor"
+            for m in unasked
+        ]
+        flags = " ".join(f"--dequantize {_source_module(naming, m)}" for m in unasked)
+        raise ConversionRefused(
+            f"the {family} head has linears stored quantized, which no runtime validate models loads "
+            "quantized; convert dequantizes them to the model dtype when asked",
+            reasons + [f"fix: rerun with {flags}"],
+        )
     stray: dict[str, list[str]] = {}
     for module, state in quant.states.items():
         if state == "float":
             scales = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in naming.canonical]
             if scales:
                 stray[module] = scales
+    for module in siblings:
+        if module not in sibling_kinds:
+            scales = [f"{module}.{s}" for s in QUANT_SUFFIXES if f"{module}.{s}" in naming.canonical]
+            if scales:
+                stray[module] = scales
+    kinds = {**quant.quantized, **sibling_kinds}
     if not options.repair and (repaired or stray):
-        reasons = [f"{m} is stored {quant.quantized[m].upper()} but {why}" for m, why in repaired.items()]
+        reasons = [f"{m} is stored {kinds[m].upper()} but {why}" for m, why in repaired.items()]
         reasons += [
             f"{m} is float but ships {', '.join(s.rsplit('.', 1)[1] for s in scales)}"
             for m, scales in stray.items()
@@ -534,27 +639,167 @@ def plan_repairs(naming: Naming, manifest: Manifest, quant: QuantPlan, options: 
             "them and drop stray scales)",
             reasons,
         )
-    return RepairPlan(repaired=repaired, stray=stray)
+    return RepairPlan(
+        repaired=repaired,
+        stray=stray,
+        kinds={m: kinds[m] for m in repaired},
+        siblings={m: siblings[m] for m in siblings},
+    )
+
+
+def _whole_fused_linears(quant: QuantPlan, repaired: dict[str, str]) -> None:
+    """A fused linear (q/k/v, gate/up) is built all float or all quantized: when some of its shards are stored in
+    float or repaired, the quantized rest is repaired too (a runtime refuses shards that disagree)."""
+    changed = True
+    while changed:
+        changed = False
+        for module in sorted(quant.quantized, key=natural_key):
+            fused = fused_name(module)
+            if module in repaired or fused is None:
+                continue
+            floats = [s for s in fused[1] if quant.states.get(s) == "float" or s in repaired]
+            if floats:
+                repaired[module] = (
+                    f"fused with {floats[0].rsplit('.', 1)[-1]}, which is "
+                    f"{'stored in float' if quant.states.get(floats[0]) == 'float' else 'repaired'}: the runtimes "
+                    f"build {fused[0].rsplit('.', 1)[-1]} as one linear"
+                )
+                changed = True
+
+
+W4A16 = "W4A16_NVFP4"
+RELABEL_DROP = "scale of a module served weight-only (--relabel-w4a16: W4A16_NVFP4 reads no input_scale)"
+
+
+def _names(profiles: list[Any]) -> str:
+    shown = [p.display for p in profiles]
+    return ", ".join(shown[:-1]) + " and " + shown[-1] if len(shown) > 1 else "".join(shown)
+
+
+def plan_activations(
+    naming: Naming, quant: QuantPlan, repairs: RepairPlan, options: ConvertOptions
+) -> ActivationPlan:
+    """The output's quant_algo. An NVFP4 (W4A4) export whose modules lack input_scale (calibrated without running
+    the drafter) is refused, naming --relabel-w4a16 where every selected release loads W4A16_NVFP4; with it, the
+    algorithm becomes W4A16_NVFP4 (weights unchanged) and any input_scale of the quantized modules is dropped."""
+    profiles = select_profiles(options.runtime)
+    quant_out = sorted((m for m in quant.quantized if m not in repairs.repaired), key=natural_key)
+    no_w4a16 = [p for p in profiles if p.quant_algos is not None and W4A16 not in p.quant_algos]
+    if options.relabel_w4a16:
+        if quant.algo != "NVFP4":
+            raise UsageError(
+                "--relabel-w4a16 relabels an NVFP4 (W4A4) export as weight-only NVFP4; this one is "
+                + (f"{quant.algo}" if quant.algo else "not quantized")
+            )
+        if no_w4a16:
+            raise ConversionRefused(
+                f"--relabel-w4a16: {_names(no_w4a16)} {'does' if len(no_w4a16) == 1 else 'do'} not load "
+                f"{W4A16}",
+                [
+                    "re-export with a calibration that runs the drafter (its training forward), so every "
+                    "quantized module has an input_scale",
+                    f"or convert for the releases that load {W4A16}",
+                ],
+            )
+        if not quant_out:
+            return ActivationPlan(algo=quant.algo, relabel=None, dropped=[])
+        dropped = [f"{m}.input_scale" for m in quant_out if f"{m}.input_scale" in naming.canonical]
+        relabel = {
+            "from": "NVFP4",
+            "to": W4A16,
+            "reason": "--relabel-w4a16: served weight-only (activations stay in the model dtype); the weights "
+            "and their scales are unchanged",
+            "modules": len(quant_out),
+            "without_input_scale": len(quant_out) - len(dropped),
+            "input_scales_dropped": len(dropped),
+        }
+        return ActivationPlan(algo=W4A16, relabel=relabel, dropped=dropped)
+    if quant.algo == "NVFP4" and quant_out:
+        missing = [m for m in quant_out if f"{m}.input_scale" not in naming.canonical]
+        if missing:
+            if no_w4a16:
+                fix = (
+                    "fix: re-export with a calibration that runs the drafter (its training forward); "
+                    f"{_names(no_w4a16)} {'does' if len(no_w4a16) == 1 else 'do'} not load {W4A16}, so "
+                    "--relabel-w4a16 cannot serve them"
+                )
+            elif len(missing) == len(quant_out):
+                fix = (
+                    f"fix: --relabel-w4a16 serves it weight-only: quant_algo {W4A16} in config.json and "
+                    f"hf_quant_config.json, which {_names(profiles)} load; the weights are unchanged"
+                )
+            else:
+                fix = (
+                    "fix: re-export with a calibration that runs the drafter (its training forward), or "
+                    f"--relabel-w4a16 to serve it weight-only ({W4A16}, which {_names(profiles)} load; the "
+                    f"{len(quant_out) - len(missing)} input_scale it has are dropped)"
+                )
+            raise ConversionRefused(
+                f"quant_algo NVFP4 quantizes activations too (W4A4), but {len(missing)} of the "
+                f"{len(quant_out)} modules it keeps quantized have no input_scale (an export calibrated with "
+                "a forward that does not run the drafter, such as ModelOpt's eval-mode one, records none)",
+                [f"no input_scale: {shorten(missing, SHOWN, quote='')}", fix],
+            )
+    return ActivationPlan(algo=quant.algo, relabel=None, dropped=[])
+
+
+def plan_fused(
+    read: SourceRead,
+    naming: Naming,
+    quant: QuantPlan,
+    repairs: RepairPlan,
+    activations: ActivationPlan,
+    options: ConvertOptions,
+) -> list[FusedGroup]:
+    """The fused linears whose NVFP4 shards the output gives one global scale (convert/fused.py); a few bytes of
+    the source are read (each shard's scalar scales). Refused under --no-repair when there are any."""
+    quant_out = {m: k for m, k in quant.quantized.items() if m not in repairs.repaired}
+    reader = SourceReader(read.source.root)
+    try:
+        groups = plan_fused_scales(
+            quant_out, naming.canonical, reader.read, keep_input_scales=activations.algo == "NVFP4"
+        )
+    finally:
+        reader.close()
+    if groups and not options.repair:
+        reasons = describe_groups(groups) + [
+            f"{g.module}: the shards' input_scale differ; the runtimes quantize its input with the largest"
+            for g in groups
+            if not g.requantized and g.shared_input is not None
+        ]
+        raise ConversionRefused(
+            "the source needs repairs and --no-repair was given (run without it to give each fused "
+            "linear's shards one global scale, re-quantizing the others against the largest)",
+            reasons,
+        )
+    return groups
 
 
 def plan_tensors(
-    naming: Naming, config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan, options: ConvertOptions
+    naming: Naming,
+    config: ConfigPlan,
+    quant: QuantPlan,
+    repairs: RepairPlan,
+    options: ConvertOptions,
+    activations: ActivationPlan | None = None,
+    fused: list[FusedGroup] | None = None,
 ) -> OutputTensors:
     """Every output tensor: the repaired modules' dequantized weights first, then the copies (renamed as the
-    requested naming says); with the renames, drops and repairs conversion.json records."""
+    requested naming says; a fused linear's re-quantized shards and unified scales in their place); with the
+    renames, drops and repairs conversion.json records."""
     out: dict[str, OutTensor] = {}
     records: list[dict[str, Any]] = []
     dropped_by_repair: set[str] = set()
     refusals: list[str] = []
     for module, why in repairs.repaired.items():
-        tensor, dropped = _dequantized(module, naming, config, quant, options.naming, refusals)
+        tensor, dropped = _dequantized(module, naming, config, quant, repairs, options.naming, refusals)
         dropped_by_repair.update(dropped)
         out[tensor.name] = tensor
         records.append(
             {
                 "module": module,
                 "action": "dequantized",
-                "from": quant.algo if quant.algo else quant.quantized[module].upper(),
+                "from": quant.algo if quant.algo else repairs.kinds[module].upper(),
                 "to": config.dtype,
                 "reason": why,
                 "dropped": [naming.by_canonical[d][0] for d in dropped],
@@ -573,14 +818,22 @@ def plan_tensors(
         )
     if refusals:
         raise ConversionRefused("a module that must stay floating point cannot be dequantized", refusals)
+    relabelled = set(activations.dropped) if activations else set()
+    replaced = _unified(fused or [], naming, quant.group)
     renames: list[dict[str, str]] = []
     for c, info in sorted(naming.canonical.items(), key=lambda kv: natural_key(kv[0])):
-        if c in dropped_by_repair or (c.endswith(".weight") and c[:-7] in repairs.repaired):
+        if (
+            c in dropped_by_repair
+            or c in relabelled
+            or (c.endswith(".weight") and c[:-7] in repairs.repaired)
+        ):
             continue
         name = output_name(c, options.naming)
         src_name = naming.by_canonical[c][0]
-        out[name] = OutTensor(
-            name=name, canonical=c, dtype=info.dtype, shape=info.shape, op="copy", source=info
+        out[name] = (
+            msgspec.structs.replace(replaced[c], name=name)
+            if c in replaced
+            else OutTensor(name=name, canonical=c, dtype=info.dtype, shape=info.shape, op="copy", source=info)
         )
         if name != src_name:
             renames.append({"from": src_name, "to": name, "why": _rename_reason(src_name, c, name)})
@@ -588,11 +841,66 @@ def plan_tensors(
         {"tensor": naming.by_canonical[d][0], "reason": "scale of a module stored in float (repair)"}
         for d in sorted(dropped_by_repair)
     ]
+    drops += [{"tensor": naming.by_canonical[d][0], "reason": RELABEL_DROP} for d in sorted(relabelled)]
     return OutputTensors(tensors=out, renames=renames, drops=drops, repairs=records)
 
 
+def _unified(fused: list[FusedGroup], naming: Naming, group_size: int) -> dict[str, OutTensor]:
+    """canonical name -> the tensor written in place of the source's, for the fused linears given one global
+    scale: each re-quantized shard's weight and block scales (streamed), its weight_scale_2, and any input_scale
+    that is not the group's largest."""
+    out: dict[str, OutTensor] = {}
+    for group in fused:
+        for shard in group.requantized:
+            inputs = {
+                s: naming.canonical[f"{shard}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")
+            }
+            for part in ("weight", "weight_scale"):
+                info = inputs[part]
+                out[f"{shard}.{part}"] = OutTensor(
+                    name=info.name,
+                    canonical=f"{shard}.{part}",
+                    dtype=info.dtype,
+                    shape=info.shape,
+                    op="requantize",
+                    inputs=inputs,
+                    kind="nvfp4",
+                    group_size=group_size,
+                    part=part,
+                    shared_scale_2=group.shared,
+                )
+            scale_2 = inputs["weight_scale_2"]
+            out[f"{shard}.weight_scale_2"] = OutTensor(
+                name="",
+                canonical=f"{shard}.weight_scale_2",
+                dtype=scale_2.dtype,
+                shape=scale_2.shape,
+                op="constant",
+                data=scalar_bytes(group.shared, scale_2),
+            )
+        if group.shared_input is not None:
+            for shard, value in group.input_scale.items():
+                if value != group.shared_input:
+                    info = naming.canonical[f"{shard}.input_scale"]
+                    out[f"{shard}.input_scale"] = OutTensor(
+                        name="",
+                        canonical=f"{shard}.input_scale",
+                        dtype=info.dtype,
+                        shape=info.shape,
+                        op="constant",
+                        data=scalar_bytes(group.shared_input, info),
+                    )
+    return out
+
+
 def _dequantized(
-    module: str, naming: Naming, config: ConfigPlan, quant: QuantPlan, naming_style: str, refusals: list[str]
+    module: str,
+    naming: Naming,
+    config: ConfigPlan,
+    quant: QuantPlan,
+    repairs: RepairPlan,
+    naming_style: str,
+    refusals: list[str],
 ) -> tuple[OutTensor, list[str]]:
     """(the float weight a repair writes for `module`, the source tensors it replaces); an input that is missing or
     not laid out as the scheme says is added to `refusals`."""
@@ -606,9 +914,14 @@ def _dequantized(
             "can dequantize",
             [f"re-export with {module} excluded from quantization"],
         )
-    mod = config.manifest.modules[module]
+    manifest = config.manifest
+    if module not in manifest.modules:  # a sibling head's linear: laid out as a linear of its weight's shape
+        manifest = msgspec.structs.replace(
+            manifest, modules={**manifest.modules, module: repairs.siblings[module]}
+        )
+    mod = manifest.modules[module]
     inputs: dict[str, TensorInfo] = {}
-    for suffix, expected in expected_inputs(config.manifest, module, scheme).items():
+    for suffix, expected in expected_inputs(manifest, module, scheme).items():
         info = naming.canonical.get(f"{module}.{suffix}")
         if info is None:
             refusals.append(f"cannot repair {module}: {module}.{suffix} is missing")
@@ -628,20 +941,28 @@ def _dequantized(
         shape=(mod.out_features, mod.in_features),
         op="dequantize",
         inputs=inputs,
-        kind=quant.quantized[module],
+        kind=repairs.kinds[module],
         group_size=quant.group,
     )
     return tensor, dropped
 
 
 def plan_quant_metadata(
-    config: ConfigPlan, quant: QuantPlan, repairs: RepairPlan, options: ConvertOptions
+    config: ConfigPlan,
+    quant: QuantPlan,
+    repairs: RepairPlan,
+    options: ConvertOptions,
+    activations: ActivationPlan | None = None,
 ) -> QuantMetadata:
     """The output's quantization metadata: the flat quantization_config in config.json (set or removed) and
     hf_quant_config.json, with exclusions safe under every runtime; and the account of the source's exclusions."""
     manifest, squant, editor = config.manifest, quant.squant, config.editor
     quant_out = {m for m in quant.quantized if m not in repairs.repaired}
-    float_modules = {m for m, s in quant.states.items() if s == "float" or m in repairs.repaired}
+    float_modules = {
+        m
+        for m, s in quant.states.items()
+        if s == "float" or (m in repairs.repaired and m in manifest.modules)
+    }
     float_modules = {m for m in float_modules if manifest.modules[m].component not in manifest.incomplete}
     exclusions: dict[str, Any] = {}
     hf_quant: dict[str, Any] | None = None
@@ -667,9 +988,11 @@ def plan_quant_metadata(
             "disagreements": disagreements,
         }
     if quant_out:
-        algo = quant.algo
+        algo = activations.algo if activations else quant.algo
         assert algo is not None
-        patterns = output_exclusions(manifest, float_modules, quant_out, options.naming)
+        # every sibling head linear is written in float (a quantized one is refused or dequantized)
+        sibling_float = set(repairs.siblings) if "head" not in manifest.incomplete else set()
+        patterns = output_exclusions(manifest, float_modules, quant_out, options.naming, sibling_float)
         out_group = quant.group if algo in NVFP4_ALGOS else (squant.group_size if squant else None)
         flat, hf_quant = output_quant_docs(
             algo,
@@ -685,6 +1008,8 @@ def plan_quant_metadata(
         )
         if quant.synthesized_algo:
             why += f" (quant_algo {algo} inferred from the tensor layout)"
+        if activations is not None and activations.relabel is not None:
+            why += f"; quant_algo {activations.relabel['from']} -> {algo} (--relabel-w4a16)"
         editor.set("quantization_config", flat, why)
         exclusions["output"] = patterns
     else:
@@ -705,9 +1030,12 @@ def _record(
     index: dict[str, Any] | None,
     options: ConvertOptions,
     other_files: dict[str, Any],
+    activations: ActivationPlan,
+    fused: list[FusedGroup],
 ) -> dict[str, Any]:
-    """conversion.json as planned (the writer adds the hashes and the repairs' rounding)."""
-    squant, algo, doc = quant.squant, quant.algo, config.editor.doc
+    """conversion.json as planned (the writer adds the hashes, the repairs' rounding and the re-quantized shards'
+    errors)."""
+    squant, algo, doc = quant.squant, activations.algo, config.editor.doc
     return {
         "tool": "lilicorr-ckpt",
         "version": __version__,
@@ -730,6 +1058,8 @@ def _record(
         "renames": tensors.renames,
         "drops": tensors.drops,
         "repairs": tensors.repairs,
+        "fused_scales": [g.record() for g in fused],
+        "relabel": activations.relabel,
         "config": config.editor.changes,
         "exclusions": meta.exclusions,
         "other_files": other_files,
@@ -740,12 +1070,16 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     """The plan for converting `src`: the phases above in order, then the shards and the record."""
     read = read_source(src)
     naming = name_tensors(read, options, src)
+    resolved = resolve_naming(options.naming, select_profiles(options.runtime), naming.canonical)
+    options = msgspec.structs.replace(options, naming=resolved)  # the naming written, and recorded
     config = plan_config(read, naming, options)
     check_coverage(read, naming, config.manifest, src)
     quant = read_quantization(read, naming, config.manifest)
     repairs = plan_repairs(naming, config.manifest, quant, options)
-    tensors = plan_tensors(naming, config, quant, repairs, options)
-    meta = plan_quant_metadata(config, quant, repairs, options)
+    activations = plan_activations(naming, quant, repairs, options)
+    fused = plan_fused(read, naming, quant, repairs, activations, options)
+    tensors = plan_tensors(naming, config, quant, repairs, options, activations, fused)
+    meta = plan_quant_metadata(config, quant, repairs, options, activations)
     source, table = read.source, read.table
     assert source.config is not None  # open_source found it
     files = sorted(
@@ -763,7 +1097,18 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
     }
     copies, left_out = extras.classify(source.root, {f.split("/", 1)[0] for f in files}, written)
     record = _record(
-        read, files, config, quant, tensors, meta, shards, index, options, extras.record(copies, left_out)
+        read,
+        files,
+        config,
+        quant,
+        tensors,
+        meta,
+        shards,
+        index,
+        options,
+        extras.record(copies, left_out),
+        activations,
+        fused,
     )
     return Plan(
         source=source,
@@ -779,6 +1124,7 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         record=record,
         quant_algo=quant.algo if quant.quantized else None,
         group_size=quant.group,
+        fused=fused,
         copies=copies,
     )
 
@@ -786,9 +1132,10 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
 def _rename_reason(src: str, canonical: str, out: str) -> str:
     bare, prefixes = strip_prefixes(src)
     why = [f"strip {p}" for p in prefixes]
-    if bare != canonical:
+    dspark = bare != canonical and _served_name(bare) == canonical
+    if bare != canonical and not dspark:
         why.append("legacy Sequential head name -> named MLP")
-    if canonical in DSPARK_FLAT_TO_SERVED.values() and bare != canonical:
+    if dspark:
         why.append("Model-Optimizer's flat DSpark name -> the served markov_head / confidence_head layout")
     if out != canonical:
         why.append("named MLP -> legacy Sequential head name (--naming sequential)")

@@ -180,14 +180,84 @@ def _safe_everywhere(pattern: str, quantized: set[str], manifest: Manifest) -> b
 EMBED_EXCLUSION = "*embed_tokens*"
 
 
+def _cover(module: str, patterns: list[str], quantized: set[str], manifest: Manifest) -> list[str]:
+    """Patterns that exclude `module` under every release's matcher and no quantized module: the shortest safe
+    `*suffix`, else the name itself, else the name and its `model.` form."""
+    n_target = manifest.geometry.num_target_layers
+    segments = module.split(".")
+    candidates = [["*" + ".".join(segments[-k:])] for k in range(1, len(segments) + 1)]
+    candidates += [[module], [module, "model." + module]]
+    for candidate in candidates:
+        if all(_safe_everywhere(p, quantized, manifest) for p in candidate) and all(
+            excluded_by(matcher, module, tuple(patterns + candidate), n_target).excluded
+            for matcher in MATCHERS
+        ):
+            return candidate
+    raise ConversionRefused(
+        f"no exclusion pattern excludes {module} under every runtime without excluding a quantized module",
+        [f"dequantize the modules it shares a name with (--dequantize), or store {module} quantized"],
+    )
+
+
+def check_exclusions(
+    patterns: list[str], float_modules: set[str], quantized: set[str], manifest: Manifest
+) -> list[str]:
+    """What every release's matcher gets wrong about `patterns`: a float module it would build quantized, or a
+    quantized one it would build in float (each a load failure). Empty when they mean the same everywhere."""
+    n_target = manifest.geometry.num_target_layers
+    problems: list[str] = []
+    for matcher in MATCHERS:
+        for module in sorted(float_modules):
+            if not excluded_by(matcher, module, tuple(patterns), n_target).excluded:
+                problems.append(f"{matcher.display} would build {module} quantized (it is stored in float)")
+        for module in sorted(quantized):
+            hit = excluded_by(matcher, module, tuple(patterns), n_target)
+            if hit.excluded:
+                problems.append(
+                    f"{matcher.display} would build {module} in float ({hit.pattern!r} excludes it; it is stored "
+                    "quantized)"
+                )
+    return problems
+
+
 def output_exclusions(
-    manifest: Manifest, float_modules: set[str], quantized: set[str], naming: str
+    manifest: Manifest,
+    float_modules: set[str],
+    quantized: set[str],
+    naming: str,
+    extra_float: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> list[str]:
     """Index-free suffix wildcards for every float module (fused aliases included); with sequential naming,
-    patterns for the legacy head names too, so readers that build `feature_mlp.1` match them."""
+    patterns for the legacy head names too, so readers that build `feature_mlp.1` match them. `extra_float`: float
+    linears the manifest lists as plain tensors (a sibling head's: DSpark's markov_head.markov_w2, which vLLM
+    builds through the quant config). The result is checked against every release's matcher."""
     # the drafter has no embed_tokens (it reads the target's), but a runtime that builds one must not build it
     # quantized: ModelOpt's own drafter export excludes it by default, and so does this one
     patterns = sorted(set(summarize_exclusions(manifest, float_modules, quantized)) | {EMBED_EXCLUSION})
+    for module in sorted(extra_float):
+        patterns = sorted(set(patterns) | set(_cover(module, patterns, quantized, manifest)))
+    problems = check_exclusions(patterns, float_modules | set(extra_float), quantized, manifest)
+    if problems:
+        uncovered = sorted(
+            m
+            for m in float_modules | set(extra_float)
+            if not all(
+                excluded_by(p, m, tuple(patterns), manifest.geometry.num_target_layers).excluded
+                for p in MATCHERS
+            )
+        )
+        kinds = sorted(
+            {".".join("*" if part.isdigit() else part for part in m.split(".")) for m in uncovered}
+        )
+        fix = (
+            "fix: the runtimes match some modules by kind, not by layer (SGLang builds a draft's decoder layers "
+            "without their index; vLLM matches q/k/v and gate/up as one fused linear): store each kind in float "
+            "in every layer or in none, e.g. " + " ".join(f"--dequantize '{k}'" for k in kinds[:3])
+        )
+        raise ConversionRefused(
+            "the output's exclusions would not mean the same to every runtime release",
+            problems + ([fix] if kinds else []),
+        )
     if naming != "sequential":
         return patterns
     legacy = {m: legacy_name(m + ".weight")[: -len(".weight")] for m in sorted(float_modules)}

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from lilicorr_ckpt.checkpoint.text import shorten
+from lilicorr_ckpt.convert.options import DEFAULT_RUNTIME, UNRELEASED
 
 SHOWN_FILES = 6  # other files of SRC listed one per line in the summary before they are counted
 
@@ -43,6 +44,15 @@ def render_summary(result: Any) -> str:
     for (label, what), modules in groups.items():
         count = f" ({len(modules)} modules)" if len(modules) > 1 else ""
         lines.append(f"  repaired  {label}{count}: {what}")
+    lines += _render_fused(r.get("fused_scales") or [], result.written)
+    relabel = r.get("relabel")
+    if relabel:
+        dropped = relabel["input_scales_dropped"]
+        lines.append(
+            f"  relabel   quant_algo {relabel['from']} -> {relabel['to']} (--relabel-w4a16): {relabel['modules']} "
+            "modules served weight-only, weights unchanged"
+            + (f"; {dropped} input_scale dropped" if dropped else "")
+        )
     explicit = [d for d in r["drops"] if not d["reason"].startswith("scale of a module")]
     for d in explicit:
         lines.append(f"  dropped   {d['tensor']} ({d['reason']})")
@@ -62,6 +72,7 @@ def render_summary(result: Any) -> str:
     if "output" in ex:
         lines.append(f"  ignore    {ex['output']}")
     lines += _render_other_files(r.get("other_files") or {})
+    lines += _render_selection(r["options"]["runtime"])
     v = r.get("validation")
     if v:
         verdicts = ", ".join(f"{k}: {s}" for k, s in v["verdicts"].items())
@@ -78,6 +89,44 @@ def render_summary(result: Any) -> str:
     if result.written:
         lines.append(f"  record    {result.dst}/conversion.json")
     return "\n".join(lines) + "\n"
+
+
+def _render_fused(groups: list[dict[str, Any]], written: bool) -> list[str]:
+    """What giving each fused linear one NVFP4 global scale did: the shards re-quantized and their largest
+    error, next to the error of serving them as stored (what LC327 describes)."""
+    lines: list[str] = []
+    requant = [g for g in groups if g["requantized"]]
+    if requant:
+        kinds: dict[str, int] = {}
+        for g in requant:
+            label = re.sub(r"\.\d+\.", ".*.", g["module"])
+            kinds[label] = kinds.get(label, 0) + 1
+        shards = [s for g in requant for s in g["requantized"]]
+        where = ", ".join(f"{label} x{n}" for label, n in kinds.items())
+        line = (
+            f"  unified   weight_scale_2 of {len(requant)} fused linears ({where}): {len(shards)} shards "
+            f"{'re-quantized' if written else 'to re-quantize'} to their group's largest"
+        )
+        errors = [s["max_abs_error"] for s in shards if s["max_abs_error"] is not None]
+        kept = [s["max_abs_error_if_kept"] for s in shards if s["max_abs_error_if_kept"] is not None]
+        if errors and kept:
+            line += f", max |dw| {max(errors):.3g} (served as stored: {max(kept):.3g})"
+        lines.append(line)
+    inputs = [g for g in groups if g.get("input_scale")]
+    if inputs:
+        lines.append(
+            f"  unified   input_scale of {len(inputs)} fused linears to their group's largest (what SGLang and "
+            "vLLM apply to the fused input already)"
+        )
+    return lines
+
+
+def _render_selection(runtime: str) -> list[str]:
+    """With the default selection, the unreleased loaders it leaves out and how to include them."""
+    if runtime != DEFAULT_RUNTIME or not UNRELEASED:
+        return []
+    left = ", ".join(p.display for p in UNRELEASED)
+    return [f"  runtimes  the released engines ({runtime}); {left} only with --runtime all (or naming it)"]
 
 
 def _render_other_files(other: dict[str, Any]) -> list[str]:

@@ -12,6 +12,12 @@ config with quantization metadata that describes them; it is built without valid
 runtime accepts every module quantized: TensorRT-LLM also slices the raw q/k/v weight), and the runtime
 dequantizes with its own torch codec. Both drafters run in float32, so a correct conversion differs only by the rounding of the
 repaired modules to the model dtype; renames must reproduce the source bit for bit.
+
+A fused linear whose shards convert gave one NVFP4 global scale is re-quantized in the reference too, from the
+source's own bytes under the validator's names (numerics' codec: dequantize, then quantize with the shared
+weight_scale_2), so those shards must match bit for bit as well: a shard written under the wrong name, or
+re-quantized from the wrong source, fails. How close a re-quantized shard stays to the source is measured here
+(`requantized`: the largest |dw| per shard) and proven by the codec's tests.
 """
 
 from __future__ import annotations
@@ -23,13 +29,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from lilicorr_ckpt.checkpoint.load import load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import QUANT_SUFFIXES
 from lilicorr_ckpt.checkpoint.names import name_view
+from lilicorr_ckpt.checkpoint.numerics import decode, nvfp4_dequantize, nvfp4_quantize
 from lilicorr_ckpt.checkpoint.stwrite import Entry, StreamWriter
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo
 from lilicorr_ckpt.convert.destination import REF_TAG, TMP_TAG
+from lilicorr_ckpt.convert.fused import scalar_bytes
 from lilicorr_ckpt.convert.options import ConvertOptions
 from lilicorr_ckpt.convert.plan import Plan
 from lilicorr_ckpt.convert.qmeta import module_state, output_exclusions, output_quant_docs
@@ -91,8 +101,52 @@ def compare(
     return stats, problems
 
 
-def build_reference(plan: Plan, ref: Path) -> None:
-    """The source's tensors under the validator's names, with metadata that lets the runtime load them."""
+def _read(plan: Plan, info: TensorInfo) -> bytes:
+    fd = os.open(plan.source.root / info.file, os.O_RDONLY)
+    try:
+        return os.pread(fd, info.end - info.start, info.start)
+    finally:
+        os.close(fd)
+
+
+def requantized_reference(
+    plan: Plan, keep: dict[str, TensorInfo]
+) -> tuple[dict[str, bytes], dict[str, dict[str, float]]]:
+    """The bytes of every tensor convert re-quantized or unified, computed again from the source (canonical name
+    under the validator's mapping -> bytes), and each re-quantized shard's largest |dw| against the source."""
+    out: dict[str, bytes] = {}
+    stats: dict[str, dict[str, float]] = {}
+    for group in plan.fused:
+        for shard in group.requantized:
+            weight, scale, scale_2 = (
+                keep[f"{shard}.{s}"] for s in ("weight", "weight_scale", "weight_scale_2")
+            )
+            packed = np.frombuffer(_read(plan, weight), np.uint8).reshape(weight.shape)
+            codes = np.frombuffer(_read(plan, scale), np.uint8).reshape(scale.shape)
+            own = float(decode(_read(plan, scale_2), scale_2.dtype)[0])
+            old = nvfp4_dequantize(packed, codes, own, plan.group_size)
+            new_packed, new_codes, _ = nvfp4_quantize(old, plan.group_size, weight_scale_2=group.shared)
+            new = nvfp4_dequantize(new_packed, new_codes, group.shared, plan.group_size)
+            out[f"{shard}.weight"] = new_packed.tobytes()
+            out[f"{shard}.weight_scale"] = new_codes.tobytes()
+            out[f"{shard}.weight_scale_2"] = scalar_bytes(group.shared, scale_2)
+            stats[shard] = {
+                "max_abs_error": float(np.abs(new - old).max()),
+                "max_abs_weight": float(np.abs(old).max()),
+            }
+        if group.shared_input is not None:
+            for shard, value in group.input_scale.items():
+                if value != group.shared_input:
+                    out[f"{shard}.input_scale"] = scalar_bytes(
+                        group.shared_input, keep[f"{shard}.input_scale"]
+                    )
+    return out, stats
+
+
+def build_reference(plan: Plan, ref: Path, requantize: bool = True) -> dict[str, dict[str, float]]:
+    """The source's tensors under the validator's names, with metadata that lets the runtime load them (a fused
+    linear's shards re-quantized to its shared global scale, as convert does); returns each re-quantized shard's
+    largest |dw| against the source."""
     explicit = {d["tensor"] for d in plan.record["drops"] if not d["reason"].startswith("scale of a module")}
     view = name_view(plan.table)
     keep = {c: info for c, info in view.by_canonical.items() if view.actual[c] not in explicit}
@@ -103,6 +157,7 @@ def build_reference(plan: Plan, ref: Path) -> None:
                 keep.pop(f"{module}.{suffix}", None)
     quantized = {m for m, s in states.items() if s in ("nvfp4", "fp8")}
     floats = {m for m, s in states.items() if s == "float"}
+    replaced, stats = requantized_reference(plan, keep) if requantize else ({}, {})
     config = copy.deepcopy(plan.config)
     config.pop("quantization_config", None)
     ref.mkdir()
@@ -116,6 +171,9 @@ def build_reference(plan: Plan, ref: Path) -> None:
     fds: dict[str, int] = {}
     try:
         for entry in writer.entries:
+            if entry.name in replaced:
+                writer.write(entry.name, replaced[entry.name])
+                continue
             info = keep[entry.name]
             fd = fds.setdefault(info.file, os.open(plan.source.root / info.file, os.O_RDONLY))
             for offset in range(info.start, info.end, CHUNK):
@@ -127,14 +185,15 @@ def build_reference(plan: Plan, ref: Path) -> None:
     finally:
         for fd in fds.values():
             os.close(fd)
+    return stats
 
 
 def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict[str, Any]:
-    exact = not plan.transformed
+    exact = not plan.dequantized  # re-quantized shards are reproduced in the reference: exact
     stem, _, pid = output.name.rpartition(TMP_TAG)
     ref = output.with_name(stem + REF_TAG + pid)  # as long as the temporary's name: it fits where that fits
     try:
-        build_reference(plan, ref)
+        requantized = build_reference(plan, ref)
         try:
             source = build_drafter(load_checkpoint(str(ref)), dtype=torch.float32, device="cpu")
         except Exception as exc:  # the runtime's own refusal: a verification problem, not a crash
@@ -149,10 +208,25 @@ def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict
         converted = load_drafter(str(output), runtime=options.runtime, dtype=torch.float32, device="cpu")
         expected = reference_outputs(source, seed=0)
         actual = reference_outputs(converted, seed=0)
+        as_stored: dict[str, Any] = {}
+        if requantized:  # what the re-quantization changes, against the shards as stored (information only)
+            shutil.rmtree(ref, ignore_errors=True)
+            build_reference(plan, ref, requantize=False)
+            stored = reference_outputs(
+                build_drafter(load_checkpoint(str(ref)), dtype=torch.float32, device="cpu"), seed=0
+            )
+            as_stored = compare(stored, actual, exact=False)[0]
     finally:
         shutil.rmtree(ref, ignore_errors=True)
     stats, problems = compare(expected, actual, exact)
-    mode = "bit-identical (renames only)" if exact else "within bf16 rounding of the repaired modules"
+    mode = (
+        (
+            "bit-identical"
+            + (" (re-quantized shards reproduced from the source)" if requantized else " (renames only)")
+        )
+        if exact
+        else "within bf16 rounding of the repaired modules"
+    )
     summary = (
         f"{len(stats)} outputs {mode}, through lilicorr_runtime"
         if not problems
@@ -164,4 +238,8 @@ def verify_conversion(plan: Plan, output: Path, options: ConvertOptions) -> dict
         "outputs": stats,
         "problems": problems,
         "summary": summary,
+        "requantized": requantized,
+        # each output against the source with its fused shards as stored (per-shard scales, as the reference runtime
+        # computes them one by one): the effect of the re-quantization
+        "against_shards_as_stored": as_stored,
     }

@@ -21,7 +21,7 @@ from lilicorr_ckpt.checkpoint.stwrite import header_bytes
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.convert.plan import OutTensor, Plan, shard_metadata
 from lilicorr_ckpt.convert.reader import SourceReader, copy_file, hash_file, sha256_file, write_all
-from lilicorr_ckpt.convert.repair import BadScales, dequantize_blocks
+from lilicorr_ckpt.convert.repair import BadScales, Requantized, dequantize_blocks, requantize_blocks
 from lilicorr_ckpt.errors import ConversionRefused
 
 
@@ -57,11 +57,23 @@ def planned_files(plan: Plan) -> list[str]:
 
 
 def write_tensor(
-    t: OutTensor, reader: SourceReader, fd: int, progress: Progress, repair_errors: dict[str, float]
+    t: OutTensor,
+    reader: SourceReader,
+    fd: int,
+    progress: Progress,
+    repair_errors: dict[str, float],
+    requantized: dict[str, Requantized] | None = None,
 ) -> None:
     if t.op == "copy":
         assert t.source is not None
         reader.copy(t.source, fd, progress)
+        return
+    if t.op == "constant":
+        write_all(fd, t.data)
+        progress.advance(len(t.data))
+        return
+    if t.op == "requantize":
+        _write_requantized(t, reader, fd, progress, requantized if requantized is not None else {})
         return
     worst = 0.0
     assert len(t.shape) == 2
@@ -79,12 +91,39 @@ def write_tensor(
     repair_errors[t.canonical] = worst
 
 
+def _write_requantized(
+    t: OutTensor, reader: SourceReader, fd: int, progress: Progress, requantized: dict[str, Requantized]
+) -> None:
+    """One tensor (packed weight or block scales) of a shard re-quantized against its fused group's scale, a block
+    of rows at a time; the weight's pass records the shard's errors (module -> Requantized)."""
+    weight = t.inputs["weight"]
+    module = t.canonical.rsplit(".", 1)[0]
+    shape = (weight.shape[0], weight.shape[1] * 2)
+    stats = Requantized(max_abs_error=0.0, max_abs_weight=0.0)
+    try:
+        for block, block_stats in requantize_blocks(
+            t.inputs, shape, reader.read, t.group_size, t.shared_scale_2, t.part
+        ):
+            write_all(fd, block)
+            progress.advance(len(block))
+            stats.max_abs_error = max(stats.max_abs_error, block_stats.max_abs_error)
+            stats.max_abs_weight = max(stats.max_abs_weight, block_stats.max_abs_weight)
+    except BadScales as exc:
+        raise ConversionRefused(
+            f"cannot re-quantize {module} to its fused linear's global scale: its scales are corrupt",
+            [str(exc)],
+        ) from None
+    if t.part == "weight":
+        requantized[module] = stats
+
+
 def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
     """Write every file of the plan into `tmp` (other files of the source included). Returns facts for
     conversion.json (hashes, repair errors). A write error propagates as OSError (see output_error)."""
     root = plan.source.root
     reader = SourceReader(root)
     repair_errors: dict[str, float] = {}
+    requantized: dict[str, Requantized] = {}
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lilicorr-hash")
     stop = threading.Event()
     hashes: dict[str, Future[str]] = {f: pool.submit(hash_file, root / f, stop) for f in plan.source_files}
@@ -95,7 +134,7 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
             try:
                 os.lseek(fd, shard.header_length, os.SEEK_SET)
                 for entry in shard.entries:
-                    write_tensor(plan.tensors[entry.name], reader, fd, progress, repair_errors)
+                    write_tensor(plan.tensors[entry.name], reader, fd, progress, repair_errors, requantized)
             finally:
                 os.close(fd)
         progress.note("hashing the source")
@@ -139,4 +178,5 @@ def write_plan(plan: Plan, tmp: Path, progress: Progress) -> dict[str, Any]:
         "source_sha256": source_hashes,
         "written": output_hashes,
         "repair_rounding": {k: repair_errors[k] for k in sorted(repair_errors)},
+        "requantized": {k: requantized[k] for k in sorted(requantized)},
     }

@@ -259,7 +259,7 @@ def test_convert_repairs_the_modelopt_export_with_modelopts_own_dequantization(
 ):
     path, state, quant_config = modelopt_export
     dst = tmp_path / "out"
-    run = cli("convert", path, dst)
+    run = cli("convert", path, dst, "--runtime", "all")  # q/k/v are repaired for TensorRT-LLM
     assert run.code == 0, run
     assert validate(str(dst)).summary.errors == 0
     out = tensors_of(dst)
@@ -373,3 +373,50 @@ def test_modelopts_index_bearing_summary_misses_vllms_renumbered_draft_layers():
     assert not excluded_by("vllm", "layers.0.self_attn.q_proj", tuple(theirs), 4).excluded
     ours = tuple(summarize_exclusions(manifest, float_modules, quantized))
     assert excluded_by("vllm", "layers.0.self_attn.q_proj", ours, 4).excluded
+
+
+def test_requantized_shards_are_nvfp4qtensors_quantization_with_the_shared_global_scale(
+    cli, modelopt_export, tmp_path
+):
+    # ModelOpt packed each shard alone (its fusion pass never reaches a drafter): convert's re-quantization of a
+    # shard is exactly NVFP4QTensor.quantize(ModelOpt's own dequantization, weights_scaling_factor_2=shared)
+    path, state, _ = modelopt_export
+    dst = tmp_path / "out"
+    run = cli("convert", path, dst)
+    assert run.code == 0, run
+    out = tensors_of(dst)
+    groups = load_json(dst / "conversion.json")["fused_scales"]
+    assert {g["module"].rsplit(".", 1)[1] for g in groups} == {"qkv_proj", "gate_up_proj"}
+    checked = 0
+    for group in groups:
+        shared = torch.tensor(group["weight_scale_2"]["after"], dtype=torch.float32)
+        assert group["weight_scale_2"]["after"] == max(
+            state[f"{s}.weight_scale_2"].item() for s in group["shards"]
+        )
+        for shard in group["requantized"]:
+            m = shard["module"]
+            packed = state[f"{m}.weight"]
+            q = NVFP4QTensor(torch.Size((packed.shape[0], packed.shape[1] * 2)), torch.float32, packed)
+            stored = q.dequantize(
+                dtype=torch.float32,
+                scale=state[f"{m}.weight_scale"],
+                double_scale=state[f"{m}.weight_scale_2"],
+                block_sizes={-1: 16},
+                fast=False,
+            )
+            theirs, scale, _ = NVFP4QTensor.quantize(stored, 16, weights_scaling_factor_2=shared)
+            assert out[f"{m}.weight"][2] == theirs._quantized_data.numpy().tobytes(), m
+            assert out[f"{m}.weight_scale"][2] == scale.view(torch.uint8).numpy().tobytes(), m
+            assert out[f"{m}.weight_scale_2"][2] == shared.numpy().tobytes()
+            back = theirs.dequantize(
+                dtype=torch.float32, scale=scale, double_scale=shared, block_sizes={-1: 16}, fast=False
+            )
+            assert shard["max_abs_error"] == float((back - stored).abs().max())
+            checked += 1
+        for kept in group["kept"]:
+            for suffix in ("weight", "weight_scale", "weight_scale_2"):
+                assert (
+                    out[f"{kept}.{suffix}"][2]
+                    == state[f"{kept}.{suffix}"].reshape(-1).view(torch.uint8).numpy().tobytes()
+                )
+    assert checked >= 4

@@ -13,6 +13,7 @@ from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.numerics import bf16_bits, e4m3_decode, nvfp4_dequantize
 from lilicorr_ckpt.checkpoint.quant import pattern_problems
 from lilicorr_ckpt.checks.run import validate
+from lilicorr_ckpt.convert.options import DEFAULT_RUNTIME
 from lilicorr_ckpt.runtimes import excluded_by
 
 MUST_FLOAT = (
@@ -33,7 +34,7 @@ def _module(name: str) -> str:
 def test_modelopt_example_converts_and_every_runtime_accepts_it(cli, tmp_path):
     assert validate(str(EXAMPLE)).exit_code == 1  # the export as ModelOpt writes it is refused
     dst = tmp_path / "out"
-    run = cli("convert", EXAMPLE, dst)
+    run = cli("convert", EXAMPLE, dst, "--runtime", "all")
     assert run.code == 0, run
     report = validate(str(dst))
     assert report.summary.errors == 0 and report.summary.warnings == 0, report.findings
@@ -47,9 +48,40 @@ def test_modelopt_example_converts_and_every_runtime_accepts_it(cli, tmp_path):
     ]
 
 
+def test_the_default_keeps_qkv_quantized_for_the_released_engines(cli, tmp_path):
+    # q/k/v are dequantized only for the unreleased TensorRT-LLM: by default they stay NVFP4, one global scale per
+    # fused linear, and both released engines accept the output
+    dst = tmp_path / "out"
+    run = cli("convert", EXAMPLE, dst)
+    assert run.code == 0, run
+    out = tensors_of(dst)
+    assert out["layers.0.self_attn.q_proj.weight"][0] == "U8"
+    report = validate(str(dst), runtime=DEFAULT_RUNTIME)
+    assert report.summary.errors == 0 and [v.runtime for v in report.runtimes] == ["sglang", "vllm"]
+    for layer in (0, 1):
+        for shards in (("q", "k", "v"), ("gate", "up")):
+            where = "self_attn" if len(shards) == 3 else "mlp"
+            values = {out[f"layers.{layer}.{where}.{s}_proj.weight_scale_2"][2] for s in shards}
+            assert len(values) == 1, (layer, shards)
+    assert "q_proj" not in " ".join(line for line in run.out.splitlines() if line.startswith("  repaired"))
+    assert "TensorRT-LLM" in run.out and "--runtime all" in run.out  # the selection is said
+    record = load_json(dst / "conversion.json")
+    assert record["options"]["runtime"] == DEFAULT_RUNTIME == "sglang,vllm"
+    assert record["validation"]["verdicts"] == {"sglang": "accepts", "vllm": "accepts"}
+
+
+def _requantized_names(record: dict) -> set[str]:
+    return {
+        f"{shard['module']}.{suffix}"
+        for group in record["fused_scales"]
+        for shard in group["requantized"]
+        for suffix in ("weight", "weight_scale", "weight_scale_2")
+    }
+
+
 def test_repaired_modules_hold_the_dequantized_values_in_the_model_dtype(cli, tmp_path):
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst).code == 0
+    assert cli("convert", EXAMPLE, dst, "--runtime", "all").code == 0
     src, out = tensors_of(EXAMPLE), tensors_of(dst)
     repaired = [n for n in out if n.endswith(".weight") and any(m in n for m in MUST_FLOAT)]
     assert len(repaired) == 10
@@ -66,15 +98,17 @@ def test_repaired_modules_hold_the_dequantized_values_in_the_model_dtype(cli, tm
         assert shape == expected.shape
         assert raw == bf16_bits(expected).tobytes()
         assert not any(f"{module}.{s}" in out for s in ("weight_scale", "weight_scale_2", "input_scale"))
-    # everything else is copied byte for byte
+    # everything else is copied byte for byte, but the fused shards re-quantized to their group's scale
+    requantized = _requantized_names(load_json(dst / "conversion.json"))
+    assert requantized and all("mlp.gate_proj" in n or "mlp.up_proj" in n for n in requantized)
     for name, value in out.items():
-        if name not in repaired:
+        if name not in repaired and name not in requantized:
             assert src[name] == value, name
 
 
 def test_quant_metadata_is_rewritten_for_the_runtimes(cli, tmp_path):
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst).code == 0
+    assert cli("convert", EXAMPLE, dst, "--runtime", "all").code == 0
     config, nested = load_json(dst / "config.json"), load_json(dst / "hf_quant_config.json")
     flat = config["quantization_config"]
     assert (
@@ -104,7 +138,7 @@ def test_quant_metadata_is_rewritten_for_the_runtimes(cli, tmp_path):
 
 def test_conversion_record_lists_every_change(cli, tmp_path):
     dst = tmp_path / "out"
-    assert cli("convert", EXAMPLE, dst).code == 0
+    assert cli("convert", EXAMPLE, dst, "--runtime", "all").code == 0
     record = load_json(dst / "conversion.json")
     assert record["tool"] == "lilicorr-ckpt" and record["version"]
     assert set(record["source"]["files"]) == {"config.json", "hf_quant_config.json", "model.safetensors"}
@@ -199,7 +233,7 @@ def test_sharded_input_and_sharded_output(cli, export, tmp_path):
             sizes[name] = len(raw)
     assert index["metadata"]["total_size"] == sum(sizes.values())
     assert tensors_of(tmp_path / "many") == tensors_of(tmp_path / "one")
-    assert validate(str(tmp_path / "many")).summary.errors == 0
+    assert validate(str(tmp_path / "many"), runtime=DEFAULT_RUNTIME).summary.errors == 0
 
 
 def test_config_is_normalized_from_the_tensors(cli, export, tmp_path):
@@ -280,7 +314,7 @@ def test_dequantize_option_and_fused_gate_up_alias(cli, tmp_path):
     ignore = load_json(tmp_path / "out" / "config.json")["quantization_config"]["ignore"]
     assert "*gate_up_proj" in ignore
     assert tensors_of(tmp_path / "out")["layers.1.mlp.up_proj.weight"][0] == "BF16"
-    assert validate(str(tmp_path / "out")).summary.errors == 0
+    assert validate(str(tmp_path / "out"), runtime=DEFAULT_RUNTIME).summary.errors == 0
 
 
 def test_fp8_export_is_repaired_with_weight_times_scale(cli, export, tmp_path):
@@ -296,7 +330,7 @@ def test_fp8_export_is_repaired_with_weight_times_scale(cli, export, tmp_path):
     expected = bf16_bits(e4m3_decode(codes) * scale[0]).tobytes()
     assert after["lilicorr.out_head.weight"][2] == expected
     assert after["layers.0.mlp.down_proj.weight"][0] == "F8_E4M3"
-    assert validate(str(tmp_path / "out")).summary.errors == 0
+    assert validate(str(tmp_path / "out"), runtime=DEFAULT_RUNTIME).summary.errors == 0
 
 
 def test_a_float_module_with_stray_scales_loses_them(cli, export, tmp_path):
@@ -359,9 +393,12 @@ def test_dry_run_writes_nothing_and_prints_the_plan(cli, tmp_path):
     run = cli("convert", EXAMPLE, dst, "--dry-run")
     assert run.code == 0, run
     assert run.out.startswith("would convert") and "repaired" in run.out
+    assert "shards to re-quantize to their group's largest" in run.out
     assert not dst.exists() and list(tmp_path.iterdir()) == []
-    record = json.loads(cli("convert", EXAMPLE, dst, "--dry-run", "--format", "json").out)
+    record = json.loads(cli("convert", EXAMPLE, dst, "--dry-run", "--format", "json", "-r", "all").out)
     assert record["validation"]["errors"] == 0 and len(record["repairs"]) == 10
+    # the errors of the re-quantized shards are measured when they are written
+    assert all(s["max_abs_error"] is None for g in record["fused_scales"] for s in g["requantized"])
 
 
 def test_repaired_bf16_weights_round_to_nearest(cli, tmp_path):
@@ -469,7 +506,7 @@ def test_other_files_are_copied_unchanged_or_left_out_and_every_one_is_recorded(
         in run.out
     )
     assert "  left out  runs/: subdirectory" in run.out
-    assert validate(str(dst)).summary.errors == 0
+    assert validate(str(dst), runtime=DEFAULT_RUNTIME).summary.errors == 0
 
 
 def test_a_few_other_files_get_a_line_each_and_the_json_output_lists_them(cli, export, tmp_path):

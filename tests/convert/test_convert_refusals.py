@@ -466,9 +466,9 @@ def test_a_repair_whose_scales_are_corrupt_is_refused(cli, tmp_path, tensor, dat
 
     src = tmp_path / "src"
     shutil.copytree(EXAMPLE, src)
-    _patch_tensor(src, f"layers.0.self_attn.q_proj.{tensor}", data)  # q_proj is repaired for SGLang and vLLM
+    _patch_tensor(src, f"layers.0.self_attn.q_proj.{tensor}", data)  # q_proj is repaired for TensorRT-LLM
     dst = tmp_path / "out"
-    run = cli("convert", src, dst)
+    run = cli("convert", src, dst, "--runtime", "all")
     assert run.code == 1, run
     assert "cannot repair layers.0.self_attn.q_proj: its scales are corrupt" in run.err and needle in run.err
     _nothing_written(run, dst)

@@ -40,7 +40,7 @@ def test_a_rename_only_conversion_reproduces_the_source_bit_for_bit(cli, export,
 
 
 def test_repairs_stay_within_bf16_rounding_of_the_quantized_source(cli, tmp_path):
-    run = cli("convert", EXAMPLE, tmp_path / "out", "--verify")
+    run = cli("convert", EXAMPLE, tmp_path / "out", "--verify", "--runtime", "all")
     assert run.code == 0, run
     verify = load_json(tmp_path / "out" / "conversion.json")["verify"]
     assert verify["passed"] and verify["mode"] == "bf16-rounding"
