@@ -1,28 +1,40 @@
-"""SGLang 0.5.23 serving a draft checkpoint, as far as the released code decides whether it loads.
+"""One released SGLang serving a draft checkpoint, as far as the released code decides whether it loads.
 
-`Engine.serve(path)` walks the steps `python -m sglang.launch_server --speculative-algorithm DFLASH
---speculative-draft-model-path PATH` takes for the draft, each through the wheel's own functions:
+An `Engine` is one release's wheel imported through `wheel.py` (`releases.load_release` makes one and installs it;
+the module names are the wheel's own, so one release is installed at a time). `Engine.serve(path)` walks the
+steps `python -m sglang.launch_server --speculative-algorithm DFLASH --speculative-draft-model-path PATH` takes
+for the draft, each through that wheel's own functions:
 
 1. the draft's Hugging Face config (`utils/hf_transformers/config.py` `get_config`: `AutoConfig.from_pretrained`);
 2. `arg_groups/speculative_hook.py` `_handle_dflash`: the block size (`parse_dflash_draft_config`, default 16);
-3. `configs/model_config.py` `ModelConfig._verify_quantization` / `_parse_quant_hf_config`: the quantization
-   method, and `_get_and_verify_dtype` for `--dtype auto`;
+3. `configs/model_config.py` `ModelConfig._config_draft_model` (the draft-architecture rewrites),
+   `_verify_quantization` / `_parse_quant_hf_config`: the quantization method, and `_get_and_verify_dtype` for
+   `--dtype auto`;
 4. `model_executor/model_runner_components/spec_aux_hidden_state.py` `_resolve_dflash_aux_hidden_state`:
    the target layers to capture, and `models/qwen3.py` `Qwen3ForCausalLM.set_dflash_layers_to_capture` /
    `Qwen3Model.forward`: the order the target captures them in;
-5. `model_loader/loader.py` `_get_quantization_config` -> `model_loader/weight_utils.py` `get_quant_config`
+5. the routing: `model_loader/utils.py` `get_model_architecture` (the Transformers-backend fallback for an
+   architecture no model file registers: `resolve_transformers_arch`) -> `models/registry.py`
+   `_ModelRegistry.resolve_model_cls`, over the architectures the release registers (every `EntryClass` of its
+   `models/*.py`; the drafter files' are the real classes, the others stand for targets);
+6. `model_loader/loader.py` `_get_quantization_config` -> `model_loader/weight_utils.py` `get_quant_config`
    -> the quant config's `from_config`, then its supported activation dtypes;
-6. `_initialize_model`: the registered class for `architectures`, built with that quant config under the
-   model dtype (tensor-parallel linears, quant methods and parameters are the wheel's);
-7. `DefaultModelLoader.load_weights_and_postprocess`: `model.load_weights` over every tensor of the
+7. `_initialize_model`: the routed class built with that quant config under the model dtype (tensor-parallel
+   linears, quant methods and parameters are the wheel's);
+8. `DefaultModelLoader.load_weights_and_postprocess`: `model.load_weights` over every tensor of the
    checkpoint, then each module's `process_weights_after_loading` where it checks something on CPU;
-8. `speculative/dflash_worker_v2.py` `DFlashWorkerV2.__init__`: `set_block_size`, the mask-token resolution.
+9. `speculative/dflash_worker_v2.py` `DFlashWorkerV2.__init__`: `set_block_size`, the mask-token resolution.
 
-The outcome: L (loads the trained function), R (refuses with a message), C (crashes with an untyped error),
-SW (loads, but serves another function). SW is judged from the loaded model: a parameter no checkpoint tensor
-wrote (it serves its constructor's value), a tensor no parameter took (its trained function is lost), a
-quantized tensor read as plain floats, target features concatenated in another order than the trained one, or
-attention run with another causality than the checkpoint declares.
+The outcome (`Outcome`): L (loads the trained function), R (refuses with a message), C (crashes with an untyped
+error), SW (loads, but serves another function), U (the harness cannot decide it: a step needs what it does not
+have, the target's tokenizer). `Outcome.model` names the class the routing built, and for which architecture.
+
+SW is judged from the loaded model: a parameter no checkpoint tensor wrote (it serves its constructor's value),
+a tensor no parameter took (its trained function is lost), a quantized tensor read as plain floats, target
+features concatenated in another order than the trained one, attention run with another causality or window
+than the checkpoint declares; and, where loading cannot show it, from what the release built or parsed: a norm
+of another kind than `use_gemma_norm` declares (Gemma's x*(1+w) or RMSNorm's x*w), a rotary width other than
+`rope_scaling.rope_dim`, a DSpark draft fed another mask token than its `dflash_config.mask_token_id`.
 """
 
 from __future__ import annotations
@@ -50,9 +62,12 @@ TYPED = (ValueError, NotImplementedError, RuntimeError)
 
 
 class Outcome(NamedTuple):
-    verdict: str  # "L" | "R" | "C" | "SW"
-    detail: str  # the refusal's message, the crash, or what is served wrongly
-    step: str  # the step that decided it
+    verdict: str  # "L" | "R" | "C" | "SW" | "U"
+    detail: str  # the refusal's message, the crash, what is served wrongly, or what the harness lacks
+    step: str  # the step that decided it ("" when it loads)
+    # the class the routing built, for which declared architectures: "DFlash2DraftModel (models/dflash.py) for
+    # ['DFlash2BeamDraftModel']" ("" when no class was routed)
+    model: str = ""
 
     @property
     def loads(self) -> bool:
@@ -81,9 +96,15 @@ class ForeignQuantMethod:
 
 
 class Engine:
-    def __init__(self, root: Path):
+    """One release's loader, imported from its unpacked wheel at `root` (installs the wheel's importer: see
+    releases.py for loading and unloading releases one after another)."""
+
+    def __init__(self, root: Path, version: str = ""):
         self.root = root
-        install(root, infra.WHOLE, infra.PARTIAL, infra.stubs(root))
+        self.version = version
+        self.routed = ""  # the last serve's routed class (Outcome.model)
+        self.built: Any = None  # the last serve's model, once the release built one (for direct inspection)
+        self.finder = install(root, infra.WHOLE, infra.PARTIAL, infra.stubs(root))
         # the wheel logs hardware advice (no flashinfer, experimental FP8) that says nothing about the checkpoint
         logging.getLogger("sglang").setLevel(logging.ERROR)
         import importlib
@@ -112,6 +133,7 @@ class Engine:
         quantization.get_quantization_config = lambda name: _registered(methods, name)
         self.model_config = importlib.import_module("sglang.srt.configs.model_config")
         self.model_config.QUANTIZATION_METHODS = methods
+        self.loader_utils = importlib.import_module("sglang.srt.model_loader.utils")
         self.weight_utils = importlib.import_module("sglang.srt.model_loader.weight_utils")
         self.weight_utils.get_quantization_config = quantization.get_quantization_config
         self.weight_utils.ModelOptFp4Config = self.modelopt.ModelOptFp4Config
@@ -131,24 +153,30 @@ class Engine:
             name: TargetModelClass(name, file) for name, file in _entry_classes(srt / "models")
         }
         models.update(drafters)
-        registry_cls = importlib.import_module("sglang.srt.models.registry")._ModelRegistry
-        self.registry = registry_cls()
+        registry_module = importlib.import_module("sglang.srt.models.registry")
+        self.registry = registry_module._ModelRegistry()
         self.registry.models = models
         self.registry._load_default_models = lambda: None
+        # get_model_architecture imports the module's ModelRegistry (the real one imports every model file)
+        registry_module.ModelRegistry = self.registry
 
     # ------------------------------------------------------------------ the steps
 
     def serve(
         self, path: Path, *, target_layers: int | None = None, target_vocab: int | None = None
     ) -> Outcome:
-        """What SGLang 0.5.23 does with the draft at `path` for a Qwen3 target of `target_layers` layers and
-        `target_vocab` rows (default: the draft's num_target_layers and vocab_size)."""
+        """What this release does with the draft at `path` for a Qwen3 target of `target_layers` layers and
+        `target_vocab` rows (default: the draft's num_target_layers and vocab_size). Raises StubUsed where the
+        release reaches serving infrastructure the harness does not model (a harness gap, not a verdict)."""
+        self.routed = ""
+        self.built = None
         try:
-            return self._serve(Path(path), target_layers, target_vocab)
+            outcome = self._serve(Path(path), target_layers, target_vocab)
         except Decided as d:
-            return d.outcome
+            outcome = d.outcome
         except NotExecuted as exc:
-            return Outcome("?", str(exc), "not executed")
+            outcome = Outcome("U", str(exc), "not executed")
+        return outcome._replace(model=self.routed)
 
     def _serve(self, path: Path, target_layers: int | None, target_vocab: int | None) -> Outcome:
         from transformers import AutoConfig
@@ -159,6 +187,7 @@ class Engine:
         )
         block_size = draft.resolve_block_size(default=None) or 16  # _handle_dflash: failures warn, default 16
         mc = self._step("quantization", lambda: self._model_config(path, hf_config))
+        hf_config = mc.hf_config  # _config_draft_model may replace it
         raw = json.loads((path / "config.json").read_text())
         if target_layers is None:
             target_layers = _int_or(
@@ -170,13 +199,15 @@ class Engine:
             "target layers", lambda: self._capture(hf_config, target_layers)
         )
 
-        architectures = list(getattr(hf_config, "architectures", None) or [])
-        cls, arch = self._step("model class", lambda: self.registry.resolve_model_cls(architectures))
+        cls, arch = self._step("model class", lambda: self.loader_utils.get_model_architecture(mc))
+        declared = list(getattr(hf_config, "architectures", None) or [])
+        file = cls.file if isinstance(cls, TargetModelClass) else _file_of(cls)
+        self.routed = f"{getattr(cls, '__name__', arch)} ({file}) for {declared}"
         if isinstance(cls, TargetModelClass):
             raise Decided(
                 Outcome(
                     "C",
-                    f"architectures {architectures} resolve to {arch} ({cls.file}), a model with no "
+                    f"architectures {declared} resolve to {arch} ({cls.file}), a model with no "
                     "draft head: the DFLASH worker reads draft_model.candidate_selector "
                     "(AttributeError)",
                     "model class",
@@ -185,6 +216,7 @@ class Engine:
         quant_config = self._step("quant config", lambda: self._quant_config(mc, cls))
         with _default_dtype(mc.dtype):
             model = self._step("model", lambda: cls(config=hf_config, quant_config=quant_config))
+        self.built = model
         tensors = _read_tensors(path)
         for p in model.parameters():  # the values a constructor leaves are told apart from loaded ones
             _fill_sentinel(p.data)
@@ -194,7 +226,8 @@ class Engine:
         rescaled = self._fused_global_scales(model)
         self._step("postprocess", lambda: self._postprocess(model))
         self._step("worker", lambda: self._worker(model, hf_config, block_size, target_vocab))
-        return self._judge(model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled)
+        parsed = self._step("draft config", lambda: self._served_config(cls, hf_config))
+        return self._judge(model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled, parsed)
 
     def _step(self, step: str, fn):
         try:
@@ -218,7 +251,13 @@ class Engine:
             is_draft_model=True,
             is_draft_quantization_explicit=False,
             speculative_algorithm="DFLASH",
+            # the server's defaults for a text-only draft (--model-impl auto); what get_model_architecture reads
+            model_impl=self.model_config.ModelImpl.AUTO,
+            is_generation=True,
+            is_multimodal=False,
+            is_embedding_gemma=False,
         )
+        mc._config_draft_model()
         mc._verify_quantization()
         mc.dtype = self.model_config._get_and_verify_dtype(hf_config, "auto")
         return mc
@@ -300,6 +339,13 @@ class Engine:
             ):
                 method.process_weights_after_loading(module)
 
+    def _served_config(self, cls, hf_config) -> Any:
+        """The DSpark worker's view of the draft (dspark_worker_v2.py -> dspark_config.py resolve_runtime_config ->
+        parse_dspark_draft_config: the mask token it feeds the draft), for a class of models/dspark.py; else None."""
+        if getattr(cls, "__module__", "") != self.dspark.__name__:
+            return None
+        return self.dspark_config.parse_dspark_draft_config(draft_hf_config=hf_config)
+
     def _worker(self, model, hf_config, block_size: int, target_vocab: int) -> None:
         """dflash_worker_v2.py DFlashWorkerV2.__init__: the checks that read the draft."""
         parsed = self.dflash_utils.parse_dflash_draft_config(draft_hf_config=hf_config)
@@ -334,8 +380,9 @@ class Engine:
         captured: list[int],
         expected_layers: list[int],
         rescaled: list[str],
+        dspark: Any = None,
     ) -> Outcome:
-        wrong: list[str] = []
+        wrong: list[str] = direct_checks(model, raw, dspark)
         if rescaled:
             wrong.append(
                 f"fused NVFP4 shards with different weight_scale_2 are served with the largest: {rescaled[:2]}"
@@ -400,6 +447,73 @@ class Engine:
                 "first batch",
             )
         return Outcome("L", "", "")
+
+
+# the DFlash backbone's norms, which use_gemma_norm governs (models/dflash.py DFlashAttention q/k norms,
+# DFlashDecoderLayer's two layer norms, DFlashDraftModel's norm and hidden_norm)
+_BACKBONE_NORM = re.compile(
+    r"(^|.*\.)(q_norm|k_norm|input_layernorm|post_attention_layernorm|norm|hidden_norm)"
+)
+
+
+def direct_checks(model, raw: dict[str, Any], dspark: Any = None) -> list[str]:
+    """What the release built or parsed against what config.json declares, where loading the tensors cannot show
+    a difference (the norms' and rotary's parameters load alike whatever their kind): a list of what is served
+    wrongly (empty: nothing)."""
+    wrong: list[str] = []
+    gemma = bool(raw.get("use_gemma_norm", False))
+    want = infra.GemmaRMSNorm if gemma else infra.RMSNorm
+    other = [
+        f"{name} {type(m).__name__}"
+        for name, m in model.named_modules()
+        if isinstance(m, (infra.RMSNorm, infra.GemmaRMSNorm))
+        and _BACKBONE_NORM.fullmatch(name)
+        and not isinstance(m, want)
+    ]
+    if other:
+        wrong.append(
+            f"use_gemma_norm is {str(gemma).lower()} (the draft was trained with "
+            f"{'x*(1+w)' if gemma else 'x*w'}) but {len(other)} backbone norms are built as the other kind "
+            f"(e.g. {other[:3]})"
+        )
+    rope_dim = _declared_rope_dim(raw)
+    if rope_dim is not None:
+        widths = sorted({m.rotary_dim for m in model.modules() if isinstance(m, infra.Rotary)})
+        if widths and widths != [rope_dim]:
+            wrong.append(
+                f"rope_scaling.rope_dim is {rope_dim} (the trained rotary width) but the rotary embedding turns "
+                f"{widths} dimensions of each head"
+            )
+    if dspark is not None:
+        trained = _declared_mask_token(raw)
+        if trained is not None and dspark.mask_token_id != trained:
+            wrong.append(
+                f"the DSpark worker feeds mask token {dspark.mask_token_id} (parse_dspark_draft_config), the "
+                f"draft was trained with dflash_config.mask_token_id {trained}"
+            )
+    return wrong
+
+
+def _declared_rope_dim(raw: dict[str, Any]) -> int | None:
+    for key in ("rope_parameters", "rope_scaling"):
+        block = raw.get(key)
+        if isinstance(block, dict) and isinstance(block.get("rope_dim"), int):
+            return int(block["rope_dim"])
+    return None
+
+
+def _declared_mask_token(raw: dict[str, Any]) -> int | None:
+    """The mask token the draft was trained with: dflash_config's (what parse_dflash_draft_config and the
+    producers use), else the top-level one."""
+    nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    for value in (nested.get("mask_token_id"), raw.get("mask_token_id")):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _file_of(cls) -> str:
+    return "models/" + getattr(cls, "__module__", "?").rsplit(".", 1)[-1] + ".py"
 
 
 class TargetModelClass:
@@ -490,7 +604,13 @@ def _run_capture_loop(qwen3, layers_to_capture: list[int], num_layers: int) -> l
         norm=None,
     )
     start = torch.full((1, 1), -1.0)
-    residual = types.SimpleNamespace(start=lambda fb: None, final_norm=lambda h, fb, norm, skip_empty=True: h)
+    residual = types.SimpleNamespace(
+        start=lambda fb: None,
+        final_norm=lambda h, fb, norm, skip_empty=True: h,
+        # SGLang 0.5.21 (qwen3.py Qwen3Model.forward): complete_output, then norm
+        complete_output=lambda h, fb: h,
+        norm=lambda h, fb, norm: h,
+    )
     with _patched(qwen3, "residual_batch", residual):
         out = qwen3.Qwen3Model.forward(model, None, None, None, input_embeds=start)
     aux = out[1] if isinstance(out, tuple) else []

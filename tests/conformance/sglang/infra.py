@@ -107,12 +107,18 @@ class AttentionType:
 
 
 class Rotary(nn.Module):
-    """get_rope(): the rotary embedding keeps its cos/sin cache as a buffer, never a parameter."""
+    """get_rope(): the rotary embedding keeps its cos/sin cache as a buffer, never a parameter. `rotary_dim` is
+    the width it turns, as layers/rotary_embedding/factory.py get_rope computes it (`rotary_dim *
+    partial_rotary_factor` below 1)."""
 
-    def __init__(self, head_size, rotary_dim, max_position, base, **_: Any):
+    def __init__(self, head_size, rotary_dim, max_position, base, partial_rotary_factor=1.0, **kwargs: Any):
         super().__init__()
+        if partial_rotary_factor < 1.0:
+            rotary_dim = int(rotary_dim * partial_rotary_factor)
+        self.head_size = head_size
         self.rotary_dim = rotary_dim
         self.base = base
+        self.rope_scaling = kwargs.get("rope_scaling")
 
 
 def get_rope(head_size, rotary_dim, max_position, base, **kwargs):
@@ -231,6 +237,9 @@ def stubs(root: Path) -> dict[str, dict[str, Any]]:
         "sglang.srt.layers.moe.utils": {"should_skip_mlp_all_reduce": _false},
         "sglang.kernels.kernel_api_logging": {"wrap_method_with_debug_kernel_once": _no_op},
         "sglang.srt.layers.layernorm": {"RMSNorm": RMSNorm, "GemmaRMSNorm": GemmaRMSNorm},
+        # configs/model_config.py _config_draft_model tests isinstance(hf_text_config, Dots3Config): no config the
+        # harness reads is one (transformers' AutoConfig does not know SGLang's dots3_note model_type)
+        "sglang.srt.configs.dots3": {"Dots3Config": type("Dots3Config", (), {})},
         "sglang.srt.layers.radix_attention": {
             "RadixAttention": RadixAttention,
             "AttentionType": AttentionType,
@@ -312,9 +321,12 @@ PARTIAL = {
             "REQUANTIZATION_METHODS",
             "_get_and_verify_dtype",
             "_STR_DTYPE_TO_TORCH_DTYPE",
+            "ModelImpl",
+            "MIMO_V2_MODEL_ARCHS",
         ],
         methods={
             "ModelConfig": [
+                "_config_draft_model",
                 "_parse_quant_hf_config",
                 "_find_quant_modelslim_config",
                 "_parse_modelopt_quant_config",
@@ -336,7 +348,19 @@ PARTIAL = {
                 "_try_load_model_cls",
                 "_raise_for_unsupported",
                 "get_supported_archs",
+                "is_arch_supported",
             ]
         }
+    ),
+    # the routing of the declared architecture to a model class (the Transformers-backend fallback included)
+    "sglang.srt.model_loader.utils": Partial(
+        [
+            "get_model_architecture",
+            "resolve_transformers_arch",
+            "_get_transformers_backend_arch",
+            "_is_moe_model",
+            "_is_sequence_classification_model",
+            "_model_impl_from_architecture",
+        ]
     ),
 }

@@ -1,75 +1,127 @@
-"""validate's SGLang verdict against what the released SGLang 0.5.23 loader does, checkpoint by checkpoint.
+"""validate's SGLang verdict against what each released SGLang loader does, checkpoint by checkpoint, release by
+release.
 
-The corpus is the loader audit's (tests/checks/test_loader_audit.py, one checkpoint per audited condition,
-its SGLang rows at the end) and the sibling heads' (tests/checks/test_sibling_heads.py). For each checkpoint
-the wheel's own code builds and loads the draft on CPU (engine.py); validate must refuse exactly what that
-code refuses, crashes on, or loads into a function other than the trained one, and accept what it loads.
+The corpus is the loader audit's (tests/checks/test_loader_audit.py, one checkpoint per audited condition, its
+SGLang rows at the end), the sibling heads' (tests/checks/test_sibling_heads.py) and the release differences'
+(release_rows.py). Every supported release (engines.versions("sglang"), from lilicorr_ckpt.runtimes) runs over
+all of it, one after another; each checkpoint is built once and served by each release. For each checkpoint the
+release's own code routes, builds and loads the draft on CPU (engine.py); `validate --runtime sglang==VERSION`
+must refuse exactly what that release refuses, crashes on, or loads into a function other than the trained one,
+and accept what it loads. What each release does is recorded in executed.py (and checked here). The audit's rows
+are compared here, the others in test_verdicts_heads.py (two test workers share the corpus).
+
+PENDING lists the cases where validate and a release's loader disagree today: each is an expected failure
+(strict), so the fix to validate turns it into an XPASS failure that removes the entry.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-from typing import NamedTuple
-
 import pytest
-from checks import test_loader_audit as audit
-from checks import test_sibling_heads as sibling
 
-from lilicorr_ckpt import validate
+from ..engines import versions
+from .executed import DIFFERENCES, NEWEST, RECORDED, recorded
+from .support import CASES, Case, describe, mark_pending, serve, validate_verdict
 
-
-class Case(NamedTuple):
-    name: str
-    row: str  # the audit row (or sibling layout) it stands for
-    build: Callable[[Path], Path]
-
-
-CASES = [Case(f"audit-{r.name}", r.audit, lambda tmp, r=r: audit.build(tmp, r)) for r in audit.ROWS]
-CASES += [Case(f"sibling-{c.name}", c.layout, lambda tmp, c=c: sibling.build(tmp, c)) for c in sibling.CASES]
-
-# Checkpoints the harness cannot take through SGLang's whole start-up, and why; validate's verdict for them is
-# the documented one (docs/validate.md, the SGLang loader audit).
+# Checkpoints a release cannot take through SGLang's whole start-up without what the harness does not have (the
+# U outcome), and why; validate must refuse them (its verdict is the documented one: docs/validate.md).
 NOT_EXECUTED = {
     "audit-mask_token_absent": "without mask_token_id SGLang looks `<|MASK|>` up in the target's tokenizer and "
     "adds it when missing: which row of the target's embedding the draft then reads "
     "depends on that tokenizer, not on the checkpoint (validate refuses: LC115)",
 }
 
+# (case, release) -> what the release's loader does, and what validate says: the disagreements validate must fix
+_DSPARK_CONFIG_TYPE = (
+    "SGLang {v} loads it (L): speculative/dspark_components/dspark_config.py parse_dspark_draft_config reads "
+    'dspark_config.markov_head_type first ("vanilla"), so the parser passes, and models/dspark.py '
+    "build_markov_head builds the top-level type, default vanilla, which the tensors are; validate --runtime "
+    'sglang=={v} refuses it: LC162 error "markov_head_type is absent at the top level: SGLang {v} refuses the '
+    'config" (the rule reads the top level and dflash_config, not dspark_config)'
+)
+_DSPARK_CONFIG_MASK = (
+    "SGLang {v} serves another function (SW): parse_dspark_draft_config takes dspark_config.mask_token_id (7) "
+    "before dflash_config's (511), so the DSpark worker (resolve_runtime_config) feeds token 7 to a draft trained "
+    "with 511; validate --runtime sglang=={v} accepts it with no finding (LC163 compares only the top-level "
+    "mask_token_id with dflash_config's)"
+)
+PENDING: dict[tuple[str, str], str] = {
+    **{
+        ("release-dspark_markov_head_type_in_dspark_config", v): _DSPARK_CONFIG_TYPE.format(v=v)
+        for v in ("0.5.21", "0.5.22", "0.5.23")
+    },
+    **{
+        ("release-dspark_config_mask_token_differs_from_dflash_config", v): _DSPARK_CONFIG_MASK.format(v=v)
+        for v in ("0.5.21", "0.5.22", "0.5.23")
+    },
+}
 
-def validate_verdict(path: Path) -> tuple[bool, str]:
-    # --deep: one condition (LC327, fused shards' NVFP4 global scales) is in the tensor data, not the headers
-    report = validate(str(path), runtime="sglang", deep=True)
-    (verdict,) = report.runtimes
-    why = (
-        "; ".join(
-            f"{f.rule} {f.severity}: {f.message}"
-            for f in report.findings
-            if f.severity in ("error", "warning")
-        )
-        or "no errors or warnings"
-    )
-    return verdict.accepted, why
+# The rows whose outcome transformers decides, not SGLang: AutoConfig.from_pretrained (utils/hf_transformers/
+# config.py get_config) refuses the config, or Qwen3Config changes what SGLang then reads. Each release pins its
+# own transformers (0.5.21 5.12.1, 0.5.22 / 0.5.23 5.19.0); these were executed under each pin and under the
+# environment's, with the same outcomes (Qwen3Config and its validation are alike in 5.12.1 - 5.25.0).
+TRANSFORMERS_DECIDES = {
+    "audit-integral_float_num_layers_crashes_vllm": "Qwen3Config's strict int field num_hidden_layers refuses 2.0 "
+    "(StrictDataclassFieldValidationError: C at config)",
+    "audit-layer_types_short": "Qwen3Config validate_layer_type: one layer_types entry per layer (C at config)",
+    "audit-layer_types_long_extra_entries_ignored": "Qwen3Config validate_layer_type (C at config)",
+    "audit-sliding_layers_causal_in_sglang_vllm_symmetric_in_trt": "Qwen3Config sets sliding_window to None "
+    "without use_sliding_window, so dflash.py refuses the sliding layers (R at model)",
+    "audit-mixed_sliding_and_full_layers_runner_dependent": "Qwen3Config's sliding_window None (R at model)",
+    "audit-rope_theta_absent_defaulted_by_the_config_class": "Qwen3Config's default rope_theta (L)",
+    "release-speculators_format_dflash": "AutoConfig refuses a config without model_type (R at config)",
+    "release-speculators_format_dflash2": "AutoConfig: no model_type (R at config)",
+    "release-speculators_format_dspark": "AutoConfig: no model_type (R at config)",
+}
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_validate_agrees_with_the_released_loader(sglang, tmp_path, case: Case):
-    path = case.build(tmp_path)
-    outcome = sglang.serve(path)
-    accepted, why = validate_verdict(path)
-    if case.name in NOT_EXECUTED:
-        assert outcome.verdict == "?", f"{case.name} now runs through the harness: {outcome}"
+# the corpus is split between this module (the loader audit's rows) and test_verdicts_heads.py (the sibling heads'
+# and the release differences'), so that two test workers share it
+AUDIT_CASES = [c for c in CASES if c.name.startswith("audit-")]
+OTHER_CASES = [c for c in CASES if not c.name.startswith("audit-")]
+
+
+def agrees(release, built, outcomes, request, case: Case) -> None:
+    """validate --runtime sglang==VERSION accepts the case exactly when the release loads it (PENDING aside)."""
+    path, outcome = serve(release, built, outcomes, case.name, case.build)
+    accepted, why = validate_verdict(path, release.version)
+    if outcome.verdict == "U":
+        assert case.name in NOT_EXECUTED, f"{case.name} is not executed: {outcome.detail}"
         assert not accepted, why
         return
-    loads = outcome.verdict == "L"
-    assert accepted == loads, (
-        f"[{case.row}] SGLang 0.5.23: {outcome.verdict} at {outcome.step or 'the end'}: "
-        f"{outcome.detail or 'loads the trained function'}\nvalidate --runtime sglang: "
-        f"{'accepts' if accepted else 'refuses'}: {why}"
-    )
+    mark_pending(request, PENDING, case.name, release.version)
+    assert accepted == (outcome.verdict == "L"), describe(release.version, outcome, accepted, why, case.row)
+
+
+def as_recorded(release, built, outcomes, cases: list[Case]) -> None:
+    """executed.py's table: one failure listing every case whose outcome changed for this release."""
+    changed = []
+    for case in cases:
+        _, outcome = serve(release, built, outcomes, case.name, case.build)
+        now = outcome.verdict if outcome.verdict in ("L", "SW", "U") else f"{outcome.verdict} {outcome.step}"
+        if now != recorded(release.version, case.name):
+            changed.append(
+                f"{case.name}: recorded {recorded(release.version, case.name)!r}, now {now!r} "
+                f"({outcome.detail[:160]})"
+            )
+    assert not changed, f"SGLang {release.version}: " + "\n".join(changed)
+
+
+@pytest.mark.parametrize("case", AUDIT_CASES, ids=[c.name for c in AUDIT_CASES])
+def test_validate_agrees_with_the_release(release, built, outcomes, request, case: Case):
+    agrees(release, built, outcomes, request, case)
+
+
+def test_each_release_does_what_is_recorded(release, built, outcomes):
+    as_recorded(release, built, outcomes, AUDIT_CASES)
 
 
 def test_the_lists_name_real_cases():
     names = {c.name for c in CASES}
-    assert set(NOT_EXECUTED) <= names
     assert len(names) == len(CASES)
+    assert set(NOT_EXECUTED) <= names
+    assert {name for name, _ in PENDING if not name.startswith(("convert-", "direct-"))} <= names
+    assert set(TRANSFORMERS_DECIDES) <= names
+    assert set(RECORDED) == names, sorted(set(RECORDED) ^ names)
+    releases = versions("sglang")
+    assert releases[-1] == NEWEST and set(DIFFERENCES) == set(releases[:-1])
+    assert {version for _, version in PENDING} <= set(releases)

@@ -188,16 +188,26 @@ class WheelImporter(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         exec(compile(body, str(path), "exec"), namespace)
 
 
+def _is_sglang(name: str) -> bool:
+    return name == "sglang" or name.startswith("sglang.")
+
+
+def installed() -> WheelImporter | None:
+    """The importer on sys.meta_path, if any."""
+    return next((f for f in sys.meta_path if isinstance(f, WheelImporter)), None)
+
+
 def install(
     root: Path, whole: set[str], partial: dict[str, Partial], stubs: dict[str, dict[str, Any]]
 ) -> WheelImporter:
-    """Put the importer first on sys.meta_path (once; `sglang` must not be importable otherwise)."""
-    for finder in sys.meta_path:
-        if isinstance(finder, WheelImporter):
-            if finder.root != root:
-                raise RuntimeError(f"SGLang sources already installed from {finder.root}")
-            return finder
-    stray = [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]
+    """Put the importer first on sys.meta_path (once; `sglang` must not be importable otherwise). One wheel at
+    a time: another must be uninstalled first (they share the module names)."""
+    finder = installed()
+    if finder is not None:
+        if finder.root != root:
+            raise RuntimeError(f"SGLang sources already installed from {finder.root}; uninstall them first")
+        return finder
+    stray = [m for m in sys.modules if _is_sglang(m)]
     if stray:
         raise RuntimeError(
             f"an installed sglang package is already imported ({stray[0]}); the harness reads the "
@@ -206,6 +216,22 @@ def install(
     finder = WheelImporter(root, whole, partial, stubs)
     sys.meta_path.insert(0, finder)
     return finder
+
+
+def uninstall(finder: WheelImporter) -> dict[str, types.ModuleType]:
+    """Take the importer off sys.meta_path and its modules out of sys.modules; returns them, for `reinstall`.
+    Objects already built from them (classes, functions) keep working: they hold their own module namespaces."""
+    if finder in sys.meta_path:
+        sys.meta_path.remove(finder)
+    return {name: sys.modules.pop(name) for name in [m for m in sys.modules if _is_sglang(m)]}
+
+
+def reinstall(finder: WheelImporter, modules: dict[str, types.ModuleType]) -> None:
+    """Put back a wheel `uninstall` took out (its modules as they were: nothing is executed again)."""
+    if installed() is not None or any(_is_sglang(m) for m in sys.modules):
+        raise RuntimeError("another SGLang wheel is installed; uninstall it first")
+    sys.modules.update(modules)
+    sys.meta_path.insert(0, finder)
 
 
 def constant(path: Path, name: str) -> Any:

@@ -1,33 +1,54 @@
-"""Serve a drafter checkpoint with the released vLLM's own start-up and loading code, on CPU, and say what it
-does: refuse (R), crash with an untyped error (C), load (L), or load but serve another function (SW).
+"""Serve a drafter checkpoint with a released vLLM's own start-up and loading code, on CPU, and say what it
+does: refuse (R), crash with an untyped error (C), load (L), or load but serve another function (SW); U when the
+release routes it to code the harness does not execute.
+
+    serve(release, path, method=FAMILY) -> Outcome    release: vllm_release.load_release(version)
 
 The steps follow `vllm serve TARGET --speculative-config '{"method": ..., "model": DRAFT}'` for a draft
-checkpoint directory, each naming the released code it runs:
+checkpoint directory, each naming the released code it runs (vllm_release's docstring lists what is executed,
+extracted or stubbed in each release):
 
-1. config      transformers_utils/config.py `get_config` (the HF config, its quantization_config from
-               config.json or hf_quant_config.json, RoPE patching);
+1. config      transformers_utils/config.py `get_config` with the draft's hf_overrides (config/speculative.py
+               `compose_draft_hf_overrides` -> `hf_config_override`: the architecture rewrites, e.g. 0.34's
+               DFlash2DraftModel + no_rope_layers -> DFlash2RicursiveDraftModel);
 2. quant       model_arch_config_convertor.py `_normalize_quantization_config`, config/model.py
                `_verify_quantization` (the quant method the checkpoint declares);
-3. speculative config/speculative.py's method handling: method "dspark" for DSpark architectures, else
-               "dflash", whose draft config is wrapped in transformers_utils/configs/eagle.py `EAGLEConfig`
-               (the architecture rewrite), then models/registry.py `_SPECULATIVE_DECODING_MODELS`;
-4. speculator  v1/worker/gpu/spec_decode/__init__.py's choice of speculator and its constructor's checks;
+3. speculative config/speculative.py's method handling, as the release runs it: up to 0.33 the statements of
+               `SpeculativeConfig.__post_init__` (method inference and detection, the EAGLEConfig wrap, the
+               Qwen3 DSparkDraftModel rewrite), in 0.34 spec_decode/speculator_config.py
+               (`get_method_config_class`, `_resolve_checkpoint_config_class`, `adapt_draft_model_config`,
+               `get_speculator_config_class`, `apply_options`); then the model class the registry names for the
+               resulting architecture;
+4. speculator  spec_decode/__init__.py `init_speculator`, as released, and the speculator's constructor checks;
 5. build       the model class's constructor (its config checks, the quant config's discovery through
                models/utils.py `get_draft_quant_config` and its exclusion matching per layer);
 6. load        the model's `load_weights` over the checkpoint's tensors (AutoWeightsLoader, the weight
-               loaders), then each quant method's `process_weights_after_loading`;
+               loaders), then each quant method's `process_weights_after_loading`, then the model's own post-load
+               hooks (0.34 weight_utils.py `finalize_model_weights`; up to 0.33 model_loader/utils.py's
+               `model.process_weights_after_loading()`);
 7. taps        eagle3_utils.py `get_eagle3_aux_layers_from_config` and interfaces.py
                `EagleModelMixin._set_aux_hidden_state_layers`: which target layers feed fc, in which order;
-8. function    the loaded parameters compared with the checkpoint's tensors: a trained tensor the loader
-               dropped, or a parameter served at its initialisation, is a silent change of function.
+8. function    what is served against what the checkpoint holds: a model class other than the one the
+               checkpoint's architecture names in the release's registry (declared_class: the release reroutes it,
+               e.g. 0.34's Ricursive DFlash2; an alias of the declared class is the same model), a trained tensor
+               the loader dropped, a parameter served at its initialisation (Sharing: what the release shares
+               from the target instead, per drafter family), fused NVFP4 shards served with one global scale,
+               an out-of-vocabulary mask token, the vanilla Markov head for another head type, unknown layer types.
+
+The serving command's method (`method`): FAMILY (the default) names the checkpoint's family's, as vLLM's docs for
+these drafters say ("dspark" for a DSpark architecture, "dflash" for the rest); None names none (the release
+detects it: up to 0.33 from the path's name, 0.34 from the model class); any other string is passed as given.
 
 The harness stands in for the engine only where a real engine would use serving infrastructure: the target
-model (num_target_layers layers of the draft's width, the draft's vocabulary), one GPU rank, no CUDA kernels.
+model (num_target_layers layers of the draft's width, the draft's vocabulary), one GPU rank, no CUDA kernels,
+and registry.py's class inspection (vllm_release.ModelRegistry).
 """
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import inspect
 import json
 import traceback
 from collections.abc import Iterator
@@ -45,7 +66,7 @@ TYPED = (ValueError, RuntimeError, NotImplementedError, StrictDataclassError)
 
 
 class Outcome(NamedTuple):
-    verdict: str  # "L" | "R" | "C" | "SW"
+    verdict: str  # "L" | "R" | "C" | "SW" | "U" (routed to code the harness does not execute)
     stage: str
     detail: str
     facts: dict[str, Any]
@@ -69,6 +90,8 @@ def stage(name: str) -> Iterator[None]:
         raise
     except (S.InfrastructureCalled, SandboxError):
         raise
+    except Unexecuted as exc:
+        raise Stop("U", name, str(exc)) from exc
     except TYPED as exc:
         raise Stop("R", name, f"{type(exc).__name__}: {exc}") from exc
     except Exception as exc:  # KeyError, IndexError, TypeError, AssertionError, AttributeError, ...
@@ -147,11 +170,29 @@ def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.equal(a.view(torch.uint8), b.view(torch.uint8)))
 
 
+# `serve(..., method=FAMILY)`: the serving command names the method of the checkpoint's family, as vLLM's docs
+# for these drafters say (`"method": "dspark"` for a DSpark draft, `"dflash"` for the DFlash family)
+FAMILY = "family"
+
+
+def family_method(raw: dict[str, Any]) -> str:
+    """The method a serving command names for the checkpoint: what the user passes, not what vLLM decides."""
+    architectures = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
+    return "dspark" if any(isinstance(a, str) and "DSpark" in a for a in architectures) else "dflash"
+
+
+class Unexecuted(Exception):
+    """The release routes the checkpoint to code the harness does not execute (the Outcome is "U")."""
+
+
 def serve(
-    release: Any, path: Path, *, num_speculative_tokens: int | None = None, method: str | None = None
+    release: Any, path: Path, *, num_speculative_tokens: int | None = None, method: str | None = FAMILY
 ) -> Outcome:
-    """What the released vLLM does with the draft checkpoint at `path`."""
-    facts: dict[str, Any] = {}
+    """What the released vLLM does with the draft checkpoint at `path`.
+
+    `method` is the serving command's `--speculative-config` method: FAMILY (the default) names the checkpoint's
+    family's (family_method), None names none (the release detects it), any other string is passed as given."""
+    facts: dict[str, Any] = {"release": release.version}
     try:
         return _serve(release, path, facts, num_speculative_tokens, method)
     except Stop as stop:
@@ -163,10 +204,17 @@ def _serve(
 ) -> Outcome:
     raw = json.loads((path / "config.json").read_text())
     target = target_for(raw)
+    if method == FAMILY:
+        method = family_method(raw)
+    facts["requested_method"] = method
 
-    # 1. the HF config, as ModelConfig reads it
+    # 1. the HF config, as the draft's ModelConfig reads it: with the draft's hf_overrides (speculative.py
+    # compose_draft_hf_overrides -> hf_config_override, the architecture rewrites), applied by get_config
     with stage("config"):
-        hf = release.transformers_config.get_config(str(path), trust_remote_code=False)
+        overrides = release.SpeculativeConfig.compose_draft_hf_overrides({})
+        hf = release.transformers_config.get_config(
+            str(path), trust_remote_code=False, hf_overrides_fn=overrides
+        )
 
     # 2. the quant method the checkpoint declares
     with stage("quant"):
@@ -177,39 +225,12 @@ def _serve(
         release.model_config._verify_quantization(model_config)
     facts["quantization"] = model_config.quantization
 
-    # 3. the speculative method, the EAGLEConfig wrap and the architecture vLLM builds
-    architectures = list(hf.architectures or [])
-    if method is None:
-        method = (
-            "dspark"
-            if (
-                "Qwen3DSparkModel" in architectures
-                or ("DSparkDraftModel" in architectures and hf.model_type == "qwen3")
-            )
-            else "dflash"
-        )
-    with stage("speculative"):
-        if method == "dflash":
-            hf = release.eagle.EAGLEConfig(hf, method="dflash", model_type="eagle")
-        elif "DSparkDraftModel" in architectures and hf.model_type == "qwen3":
-            hf.architectures = ["Qwen3DSparkModel"]  # speculative.py rewrites a Qwen3 DSparkDraftModel
-        architectures = list(hf.architectures or [])
-        routed = next((a for a in architectures if a in release.registry), None)
-        if routed is None:
-            raise ValueError(f"Model architectures {architectures} are not supported for now")
-    module_name, class_name = release.registry[routed]
-    facts["architecture"] = routed
-    facts["model_class"] = f"{module_name}.{class_name}"
-    if module_name not in release.models:
-        raise Stop(
-            "U", "speculative", f"routed to {module_name}.{class_name}, which the harness does not execute"
-        )
-    model_cls = getattr(release.models[module_name], class_name)
-
+    # 3. the speculative method, the draft's architecture and the model class: the release's own method handling
     block = (raw.get("dflash_config") or {}).get("block_size", raw.get("block_size"))
     if num_speculative_tokens is None:
         num_speculative_tokens = max(1, int(block) - 1) if isinstance(block, (int, float)) and block else 7
-    draft_model_config = S.Holder(
+    draft_model_config = DraftModelConfig(
+        release,
         hf_config=hf,
         model=str(path),
         revision=None,
@@ -217,42 +238,57 @@ def _serve(
         quantization_config=None,
         hf_overrides={},
         dtype=torch.bfloat16,
-        architectures=architectures,
-        model_arch_config=arch,
+        max_model_len=getattr(hf, "max_position_embeddings", None),
         use_mla=False,
         get_hidden_size=lambda: hf.hidden_size,
         get_vocab_size=lambda: hf.vocab_size,
     )
-    speculative_config = S.Holder(
-        method=method,
-        num_speculative_tokens=num_speculative_tokens,
-        draft_model_config=draft_model_config,
-        parallel_drafting=True,
-        use_local_argmax_reduction=False,
-        enable_adaptive_verification=False,
+    target_model_config = S.Holder(
+        get_total_num_hidden_layers=lambda: target.num_layers,
+        get_vocab_size=lambda: target.vocab_size,
+        get_hidden_size=lambda: target.hidden_size,
+        dtype=torch.bfloat16,
+        max_model_len=TARGET_MAX_MODEL_LEN,
+        hf_config=S.Holder(model_type="qwen3", architectures=["Qwen3ForCausalLM"]),
+        quantization=None,
     )
-    vllm_config = S.VllmConfig(
+    speculative_config = speculative_config_for(
+        release, method, str(path), draft_model_config, target_model_config, num_speculative_tokens
+    )
+    with stage("speculative"):
+        # ModelConfig.__post_init__: the draft's architectures must be registered
+        draft_model_config.inspect()
+        route(release, speculative_config)
+    facts["method"] = speculative_config.method
+    routed = draft_model_config._architecture
+    module_name, class_name = release.registry.entry(routed)
+    facts["architecture"] = routed
+    facts["model_class"] = f"{module_name.rsplit('.', 1)[-1]}.{class_name}"
+    facts["declared_class"] = declared_class(release, raw)
+    model_cls = release.registry.model_class(module_name, class_name)
+    if model_cls is None:
+        raise Stop(
+            "U", "speculative", f"routed to {module_name}.{class_name}, which the harness does not execute"
+        )
+
+    vllm_config = release.VllmConfig(
         speculative_config=speculative_config,
-        model_config=S.Holder(
-            get_total_num_hidden_layers=lambda: target.num_layers,
-            get_vocab_size=lambda: target.vocab_size,
-            get_hidden_size=lambda: target.hidden_size,
-            dtype=torch.bfloat16,
-        ),
+        model_config=target_model_config,
         load_config=S.Holder(download_dir=None, device=None),
         cache_config=S.CacheConfig(cache_dtype="auto"),
         parallel_config=S.Holder(prefill_context_parallel_size=1, decode_context_parallel_size=1),
         scheduler_config=S.Holder(max_num_seqs=2, max_num_batched_tokens=64),
         compilation_config=S.Holder(cudagraph_mode=S.CUDAGraphMode.NONE),
         kernel_config=S.Holder(linear_backend="auto"),
-        use_v2_model_runner=True,  # the default for DFlash drafts on a CUDA platform (config/vllm.py)
+        use_v2_model_runner=True,  # the default for DFlash drafts on a CUDA platform (config/vllm.py, 0.31-0.33)
         quant_config=None,
     )
 
     with S.current_vllm_config(vllm_config), _default_dtype(torch.bfloat16):
-        # 4. the speculator the runner builds first (v1/worker/gpu/spec_decode/__init__.py)
+        # 4. the speculator the runner builds first (spec_decode/__init__.py init_speculator, as released)
         with stage("speculator"):
-            speculator = _speculator_class(release, method, architectures)(vllm_config, torch.device("cpu"))
+            speculator = build_speculator(release, vllm_config, speculative_config)
+        facts["speculator"] = type(speculator).__name__
         facts["mask_token_id"] = speculator.parallel_drafting_token_id
 
         # 5. the model
@@ -266,11 +302,26 @@ def _serve(
         log = CopyLog(tensors, params)
         with stage("load"), log.active():
             model.load_weights(iter(tensors.items()))
+        # a fused NVFP4 linear stores one weight_scale_2 per shard; its quant method serves them all with one
+        # global scale (modelopt.py KNvfp4Static.process: the largest, "the global weight scale differs" warning)
+        facts["shard_scales"] = {
+            name: sorted({float(v) for v in module.weight_scale_2.detach().float().flatten()})
+            for name, module in model.named_modules()
+            if isinstance(getattr(module, "weight_scale_2", None), torch.Tensor)
+            and module.weight_scale_2.numel() > 1
+            and "quant_method" in module.__dict__
+        }
+        # model_loader/utils.py process_weights_after_loading: every quant method's, then the model's own hooks
+        # (0.34 weight_utils.finalize_model_weights; up to 0.33 `model.process_weights_after_loading()`)
         with stage("post-load"):
             for module in model.modules():
                 method_obj = module.__dict__.get("quant_method")
                 if isinstance(method_obj, release.quantization.base_config.QuantizeMethodBase):
                     method_obj.process_weights_after_loading(module)
+            if release.finalize_model_weights is not None:
+                release.finalize_model_weights(model, torch.device("cpu"))
+            elif hasattr(model, "process_weights_after_loading"):
+                model.process_weights_after_loading()
 
     # 7. the target layers fc reads, and their order
     facts.update(_taps(release, model, raw, speculative_config, target))
@@ -282,8 +333,14 @@ def _serve(
     facts["causal"] = (
         [bool(c) for c in model.get_draft_attn_causal()] if hasattr(model, "get_draft_attn_causal") else None
     )
-    facts["sliding_window"] = [layer.self_attn.sliding_window for layer in model.model.layers]
-    facts["rope_theta"] = model.model.layers[0].self_attn.rotary_emb.rope_parameters.get("rope_theta")
+    attentions = [getattr(layer, "self_attn", None) for layer in model.model.layers]
+    facts["sliding_window"] = [getattr(a, "sliding_window", None) for a in attentions]
+    ropes = [getattr(a, "rotary_emb", None) for a in attentions]
+    facts["rope_theta"] = (
+        (getattr(ropes[0], "rope_parameters", None) or {}).get("rope_theta") if ropes else None
+    )
+    # ricursive_dflash2.py RicursiveDFlash2DecoderLayer: an identity rotation on its no_rope_layers
+    facts["nope_layers"] = [i for i, rope in enumerate(ropes) if type(rope).__name__ == "_NoRope"]
     facts["quantized"] = sorted(
         name
         for name, module in model.named_modules()
@@ -294,10 +351,11 @@ def _serve(
     dropped = sorted(n for n in tensors if n not in log.written and not _inert(n))
     written = set().union(*log.written.values()) if log.written else set()
     unused = _unused_after_loading(model)
+    sharing = Sharing(model, hf, target, speculative_config)
     unloaded = sorted(
         n
         for n, p in params.items()
-        if n not in written and _same(before[n], p.detach()) and _served(model, n) and n not in unused
+        if n not in written and _same(before[n], p.detach()) and sharing.served(n) and n not in unused
     )
     # an FP8 scale the checkpoint did not provide keeps vLLM's sentinel (float32 min): served as a real scale
     sentinel = torch.finfo(torch.float32).min
@@ -309,8 +367,27 @@ def _serve(
     unloaded = sorted(set(unloaded) | set(at_sentinel))
     facts["dropped"] = dropped
     facts["unloaded"] = unloaded
+    expected = facts["declared_class"]
+    if expected is not None and expected != facts["model_class"]:
+        return Outcome(
+            "SW",
+            "function",
+            f"served by {facts['model_class']}, not {expected} (the class the checkpoint's architecture "
+            f"{raw['architectures'][0]} names): another model",
+            facts,
+        )
     if dropped:
         return Outcome("SW", "function", f"trained tensors not loaded: {', '.join(dropped[:6])}", facts)
+    mixed = {name: scales for name, scales in facts["shard_scales"].items() if len(scales) > 1}
+    if mixed:
+        name, scales = next(iter(sorted(mixed.items())))
+        return Outcome(
+            "SW",
+            "function",
+            f"{name}'s shards carry different weight_scale_2 {scales}, served with one global scale (the "
+            "largest): the other shards' weights are scaled by the ratio",
+            facts,
+        )
     if unloaded:
         return Outcome(
             "SW", "function", f"parameters served at their initialisation: {', '.join(unloaded[:6])}", facts
@@ -345,6 +422,173 @@ def _serve(
     return Outcome("L", "function", "loaded", facts)
 
 
+# the target's served context (max_model_len): a Qwen3 target's
+TARGET_MAX_MODEL_LEN = 40960
+
+
+class DraftModelConfig(S.Holder):
+    """config/model.py ModelConfig for the draft, as the method handling reads it: `architectures` through the
+    release's model_arch_config_convertor (`get_architectures`), the registry's inspection (`_model_info`,
+    `_architecture`, `speculator_config_class`)."""
+
+    def __init__(self, release: Any, **values: Any):
+        super().__init__(**values)
+        self.registry = release.registry
+        self._release = release
+        self.model_arch_config = self.get_model_arch_config()
+        self._model_info = None
+        self._architecture = None
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> DraftModelConfig:
+        # config/vllm.py get_quantization_config deep-copies the model config: the release is shared, not copied
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            shared = key in ("_release", "registry")
+            new.__dict__[key] = value if shared else copy.deepcopy(value, memo)
+        return new
+
+    def get_model_arch_config(self) -> Any:
+        return S.Holder(
+            architectures=self._release.convertor.get_architectures(S.Holder(hf_config=self.hf_config)),
+            quantization_config=self._release.convertor._normalize_quantization_config(None, self.hf_config),
+        )
+
+    @property
+    def architectures(self) -> list[str]:
+        return self.model_arch_config.architectures
+
+    @property
+    def architecture(self) -> str:
+        return self._architecture
+
+    @property
+    def speculator_config_class(self) -> str | None:
+        declared = self._model_info.speculator_config_class
+        if declared is not None and declared.startswith("unexecuted:"):
+            raise Unexecuted(
+                f"vLLM {self._release.version} reads the speculator config {declared[11:]} declares, a module "
+                "the harness does not execute"
+            )
+        return declared
+
+    def inspect(self) -> None:
+        self._model_info, self._architecture = self.registry.inspect_model_cls(self.architectures, self)
+
+    def get_sliding_window(self) -> Any:
+        return getattr(self.hf_config, "sliding_window", None)
+
+
+def speculative_config_for(
+    release: Any,
+    method: str | None,
+    model: str,
+    draft: DraftModelConfig,
+    target: Any,
+    num_speculative_tokens: int,
+) -> Any:
+    """The SpeculativeConfig stand-in (the release's lifted methods on it) as the serving command builds it,
+    before its method handling runs: every field the handling reads, at the command's value or its default."""
+    spec = release.SpeculativeConfig(
+        method=method,
+        custom_method=None,
+        model=model,
+        draft_model_config=draft,
+        target_model_config=target,
+        target_parallel_config=S.Holder(tensor_parallel_size=1, decode_context_parallel_size=1),
+        num_speculative_tokens=num_speculative_tokens,
+        quantization=None,
+        parallel_drafting=True,
+        use_local_argmax_reduction=False,
+        enable_adaptive_verification=False,
+        draft_decode_context_parallel_size=1,
+        draft_tensor_parallel_size=None,
+        kv_cache_dtype=None,
+        max_model_len=None,
+        revision=None,
+    )
+    # the method-specific options the command does not set (0.33: xpress_topc, dspark_draft_topk; 0.34: each
+    # of _METHOD_SPECIFIC_OPTIONS)
+    for option in (
+        "xpress_topc",
+        "dspark_draft_topk",
+        "draft_lm_head_quantization",
+        *getattr(release.speculative, "_METHOD_SPECIFIC_OPTIONS", ()),
+    ):
+        if not hasattr(spec, option):
+            setattr(spec, option, None)
+    return spec
+
+
+def route(release: Any, spec: Any) -> None:
+    """config/speculative.py's method handling for the draft, as the release runs it (vllm_release's docstring)."""
+    _call_span(release.infer_method, self=spec)
+    if release.route_draft is not None:  # 0.31-0.33: __post_init__ after the draft ModelConfig
+        # __post_init__'s locals the statements read: a Transformers-backend MTP draft (0.33) it is not
+        _call_span(release.route_draft, self=spec, using_transformers_mtp=False)
+        return
+    # 0.34: SpeculativeConfig.__post_init__ -> get_method_config_class, configure (after its ModelConfig), the rest
+    config_cls = release.speculator_config.get_method_config_class(spec)
+    _call_span(
+        release.configure_draft,
+        spec=spec,
+        cls=config_cls,
+        target=spec.target_model_config,
+        SpeculativeConfig=release.SpeculativeConfig,
+    )
+    _call_span(release.after_configure, self=spec)
+
+
+def _call_span(function: Any, **values: Any) -> Any:
+    """Call a span (vllm_sandbox.Span) with the method's variables it reads. A variable the harness does not
+    provide stays None: fine for locals of branches a drafter never takes, which is what the spans are checked
+    for (test_vllm_conformance: every span's free variables are known)."""
+    accepted = inspect.signature(function).parameters
+    return function(**{k: v for k, v in values.items() if k in accepted})
+
+
+def build_speculator(release: Any, vllm_config: Any, spec: Any) -> Any:
+    """spec_decode/__init__.py init_speculator, as released, for the speculators the harness executes."""
+    if release.speculator_config is None and spec.method not in ("dflash", "dspark"):
+        raise Stop(
+            "U",
+            "speculator",
+            f"vLLM {release.version} serves the draft with method {spec.method!r}; the harness executes the "
+            "DFlash-family speculators only",
+        )
+    kwargs = (
+        {"req_states": None} if "req_states" in inspect.signature(release.init_speculator).parameters else {}
+    )
+    try:
+        return release.init_speculator(vllm_config, torch.device("cpu"), **kwargs)
+    except SandboxError as exc:
+        if exc.module and exc.module.startswith("vllm.v1.worker.gpu.spec_decode."):
+            raise Stop("U", "speculator", f"builds {exc.module}, which the harness does not execute") from exc
+        raise
+
+
+# a declared architecture served by another registered class that is the same model: SpecForge declares a Qwen3
+# DSpark draft under DeepSeek-V4's DSpark name, and every release builds Qwen3DSparkForCausalLM for it (0.31-0.33
+# speculative.py __post_init__, 0.34 hf_config_override)
+ALIASES = {("DSparkDraftModel", "qwen3"): "Qwen3DSparkModel"}
+
+
+def declared_class(release: Any, raw: dict[str, Any]) -> str | None:
+    """The model class the checkpoint's declared architecture names in the release's registry: its own entry,
+    else (a target architecture's name) the DFlash variant EAGLEConfig names it after (`DFlash{arch}`); an alias
+    (ALIASES) names its alias's class. None when the checkpoint declares no registered architecture."""
+    architectures = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
+    if not architectures or not isinstance(architectures[0], str):
+        return None
+    arch = ALIASES.get((architectures[0], raw.get("model_type")), architectures[0])
+    entry = None
+    if arch in release.registry.speculative:
+        entry = release.registry.entry(arch)
+    elif not arch.startswith("DFlash"):
+        entry = release.registry.entry(f"DFlash{arch}")
+    return f"{entry[0].rsplit('.', 1)[-1]}.{entry[1]}" if entry else None
+
+
 @contextlib.contextmanager
 def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
     """base_loader.py `set_default_torch_dtype(model_config.dtype)` around model construction."""
@@ -356,17 +600,6 @@ def _default_dtype(dtype: torch.dtype) -> Iterator[None]:
         torch.set_default_dtype(previous)
 
 
-def _speculator_class(release: Any, method: str, architectures: list[str]) -> Any:
-    """v1/worker/gpu/spec_decode/__init__.py `init_speculator`: by method, then by architecture."""
-    if method == "dspark":
-        return release.speculators["dspark"]
-    if "LiLiCorrDraftModel" in architectures:
-        return release.speculators["lilicorr"]
-    if {"DFlash2DraftModel", "DFlash2BeamDraftModel"} & set(architectures):
-        return release.speculators["dflash2"]
-    return release.speculators["dflash"]
-
-
 def _inert(name: str) -> bool:
     """Checkpoint tensors the released loader drops that take no part in the drafted function: qwen3_dflash.py
     `load_weights` skips `t2d` ("training-only"), and AutoWeightsLoader drops recomputed rotary caches
@@ -376,21 +609,44 @@ def _inert(name: str) -> bool:
     )
 
 
-# parameters a served draft does not read from its checkpoint: shared from the target, unused placeholders,
-# kv-cache scales without an FP8 cache
-def _served(model: Any, name: str) -> bool:
-    leaf = name.rsplit(".", 1)[-1]
-    if leaf in ("k_scale", "v_scale", "q_scale", "prob_scale"):
-        return False
-    if name == "model.mask_embedding" and not model.model.has_separate_mask_embedding:
-        return False
-    if name.startswith("model.embed_tokens.") and not getattr(model, "has_own_embed_tokens", False):
-        return False  # spec_decode/eagle/utils.py maybe_share_target_embed
-    if name.startswith("lm_head.") and not (
-        getattr(model, "has_own_lm_head", False) or getattr(model.config, "has_own_lm_head", False)
-    ):
-        return False  # dflash/utils.py load_dflash_model shares the target's lm_head
-    return name != "draft_id_to_target_id"
+class Sharing:
+    """Which of a served draft's parameters come from its checkpoint: not those shared from the target, unused
+    placeholders or kv-cache scales without an FP8 cache."""
+
+    def __init__(self, model: Any, hf: Any, target: TargetShape, spec: Any):
+        self.model = model
+        self.dspark = hasattr(model.model, "markov_head")
+        vocab = getattr(hf, "vocab_size", None) or target.vocab_size
+        output_vocab = getattr(hf, "draft_vocab_size", None) or vocab
+        if self.dspark:
+            # spec_decode/dspark/utils.py load_dspark_model: the target's input embedding only for a draft
+            # vocabulary within the target's, its lm_head only for an output vocabulary equal to the target's
+            self.embed_shared = vocab <= target.vocab_size
+            self.lm_head_shared = output_vocab == target.vocab_size
+        else:
+            self.embed_shared = self.lm_head_shared = True
+        self.adaptive = bool(getattr(spec, "enable_adaptive_verification", False))
+
+    def served(self, name: str) -> bool:
+        model = self.model
+        leaf = name.rsplit(".", 1)[-1]
+        if leaf in ("k_scale", "v_scale", "q_scale", "prob_scale"):
+            return False
+        if name == "model.mask_embedding" and not model.model.has_separate_mask_embedding:
+            return False
+        if name.startswith("model.embed_tokens.") and not getattr(model, "has_own_embed_tokens", False):
+            return not self.embed_shared  # spec_decode/eagle/utils.py maybe_share_target_embed
+        if name.startswith("lm_head.") and not (
+            getattr(model, "has_own_lm_head", False) or getattr(model.config, "has_own_lm_head", False)
+        ):
+            return not self.lm_head_shared  # dflash/utils.py load_dflash_model shares the target's lm_head
+        if name.startswith("model.confidence_head."):
+            # qwen3_dspark.py: the confidence head is read only under adaptive verification (compute_confidence)
+            return self.adaptive
+        if name == "draft_id_to_target_id":
+            # qwen3_dspark.py builds it only for a draft vocabulary smaller than the target's, which it maps
+            return self.dspark
+        return True
 
 
 def _unused_after_loading(model: Any) -> set[str]:

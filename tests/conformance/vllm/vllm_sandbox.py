@@ -7,7 +7,11 @@ one of:
 - REAL: executed from the wheel, unchanged;
 - EXTRACTED: a module holding only some top-level definitions of the released file (classes, functions,
   constants), executed from the wheel's source text with the imports those definitions use. This is how a
-  released function is reached when the rest of its file is serving infrastructure (kernels, MoE, workers);
+  released function is reached when the rest of its file is serving infrastructure (kernels, MoE, workers).
+  An Extract may also lift methods out of a class (put back on a stand-in class with `methods_of`), take a run
+  of statements out of a long method as a function (Span: e.g. the method handling inside
+  `SpeculativeConfig.__post_init__`), pull in the file's own definitions the kept ones use (`closure`), and
+  name definitions only some releases have (`optional`);
 - STUB: serving infrastructure written by this harness (vllm_stubs.py): tensor parallelism, platforms, CUDA
   kernels, attention backends, the config objects;
 - a package on the way to one of these, created empty (its `__init__` is not run unless listed in REAL).
@@ -19,6 +23,7 @@ into this repository: the sources are read from `.cache/engines` at test time.
 from __future__ import annotations
 
 import ast
+import builtins
 import importlib
 import importlib.abc
 import importlib.machinery
@@ -27,10 +32,15 @@ import sys
 import types
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 
 class SandboxError(ImportError):
-    pass
+    """A released module or name the sandbox does not provide (`module`, and `name` when one name is missing)."""
+
+    def __init__(self, message: str, module: str | None = None, name: str | None = None):
+        super().__init__(message)
+        self.module, self.missing = module, name
 
 
 class Extract:
@@ -47,6 +57,9 @@ class Extract:
         drop: dict[str, tuple[str, ...]] | None = None,
         methods: dict[str, tuple[str, ...]] | None = None,
         only: dict[str, tuple[str, ...]] | None = None,
+        optional: Iterable[str] = (),
+        spans: dict[str, Span] | None = None,
+        closure: bool = False,
     ):
         self.names = tuple(names)
         self.drop = drop or {}
@@ -54,6 +67,123 @@ class Extract:
         self.only = only or {}
         # class -> methods lifted out as module-level functions (a staticmethod of a class not extracted)
         self.methods = methods or {}
+        # names (definitions or methods) kept when the release has them: what only some releases define
+        self.optional = frozenset(optional)
+        # function name -> a run of statements of a released method, made a module-level function
+        self.spans = spans or {}
+        # also keep the module's top-level definitions the kept ones use (transitively), except the classes
+        # whose methods are lifted
+        self.closure = closure
+
+
+class Span:
+    """The statements of `cls.method` that follow the first statement `start` matches, up to (not including)
+    the first one `stop` matches, in the same block: made a function `name(*, free...)`, whose keyword-only
+    arguments are the method's variables the statements read without assigning them (`self`, `spec`, a local
+    set earlier in the method), None unless given. How a few deciding statements of a long released method run
+    without the rest of it. `start`/`stop` are the statement's source prefix (ast.unparse) or a predicate."""
+
+    def __init__(
+        self,
+        cls: str,
+        method: str,
+        start: str | tuple[str, ...] | Callable[[ast.stmt], bool] | None,
+        stop: str | tuple[str, ...] | Callable[[ast.stmt], bool],
+    ):
+        self.cls, self.method = cls, method
+        # start None: from the method's first statement
+        self.start = None if start is None else _matcher(start)
+        self.stop = _matcher(stop)
+
+    def find(self, tree: ast.Module) -> list[ast.stmt] | None:
+        for node in tree.body:
+            if isinstance(node, ast.ClassDef) and node.name == self.cls:
+                for item in node.body:
+                    if isinstance(item, ast.FunctionDef) and item.name == self.method:
+                        return self._in_block(item.body)
+        return None
+
+    def _in_block(self, block: list[ast.stmt]) -> list[ast.stmt] | None:
+        if self.start is None:
+            return self._until_stop(block)
+        for i, stmt in enumerate(block):
+            if self.start(stmt):
+                return self._until_stop(block[i + 1 :])
+            for field in ("body", "orelse", "finalbody"):
+                inner = getattr(stmt, field, None)
+                if isinstance(inner, list) and inner and isinstance(inner[0], ast.stmt):
+                    found = self._in_block(inner)
+                    if found is not None:
+                        return found
+            for handler in getattr(stmt, "handlers", None) or []:
+                found = self._in_block(handler.body)
+                if found is not None:
+                    return found
+        return None
+
+    def _until_stop(self, block: list[ast.stmt]) -> list[ast.stmt] | None:
+        out = []
+        for stmt in block:
+            if self.stop(stmt):
+                return out
+            # a docstring is no statement of the span
+            if not (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)):
+                out.append(stmt)
+        return None  # no stop in the same block: the release's method changed shape
+
+
+def _matcher(test: str | tuple[str, ...] | Callable[[ast.stmt], bool]) -> Callable[[ast.stmt], bool]:
+    if callable(test):
+        return test
+    prefixes = (test,) if isinstance(test, str) else test
+    return lambda stmt: ast.unparse(stmt).startswith(prefixes)
+
+
+def span_function(tree: ast.Module, name: str, span: Span) -> ast.FunctionDef | None:
+    """The span as a function definition (None when the release's method has no such span)."""
+    body = span.find(tree)
+    if body is None:
+        return None
+    free = sorted(
+        n for n in _used_names(body) - _assigned(body) - _module_names(tree) if not hasattr(builtins, n)
+    )
+    args = ast.arguments(
+        posonlyargs=[],
+        args=[],
+        kwonlyargs=[ast.arg(n) for n in free],
+        kw_defaults=[ast.Constant(None) for _ in free],
+        defaults=[],
+    )
+    function = ast.FunctionDef(name=name, args=args, body=body, decorator_list=[], returns=None)
+    if "type_params" in ast.FunctionDef._fields:
+        function.type_params = []
+    return function
+
+
+def _module_names(tree: ast.Module) -> set[str]:
+    """Names a module binds at its top level: definitions and imports (not those under TYPE_CHECKING)."""
+    return {n for node in tree.body for n in _bound_names(node)} | {
+        (a.asname or a.name).split(".")[0]
+        for node in tree.body
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for a in node.names
+    }
+
+
+def _assigned(nodes: Iterable[ast.AST]) -> set[str]:
+    out: set[str] = set()
+    for node in nodes:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                out.add(sub.id)
+            elif isinstance(sub, (ast.Import, ast.ImportFrom)):
+                out |= {(a.asname or a.name).split(".")[0] for a in sub.names}
+            elif (
+                isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.ExceptHandler))
+                and sub.name  # an `except E:` binds nothing
+            ):
+                out.add(sub.name)
+    return out
 
 
 def _bound_names(node: ast.stmt) -> set[str]:
@@ -103,18 +233,36 @@ def _used_names(nodes: Iterable[ast.AST]) -> set[str]:
 def extracted_source(path: Path, spec: Extract) -> tuple[str, list[str]]:
     """(code, missing): the kept definitions plus the imports they use, as one module's source."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    kept: list[ast.stmt] = []
+    lifted: list[ast.stmt] = []  # spans and methods, made module-level functions
+    kinds: dict[str, str] = {}  # a lifted method -> "method", "staticmethod", "classmethod" or "property"
+    selected: set[int] = set()  # top-level statements kept whole (their index)
     found: set[str] = set()
-    for node in tree.body:
+    for name, span in spec.spans.items():
+        function = span_function(tree, name, span)
+        if function is not None:
+            lifted.append(function)
+            found.add(name)
+    for index, node in enumerate(tree.body):
         if isinstance(node, ast.ClassDef) and node.name in spec.methods:
             for item in node.body:
                 if isinstance(item, ast.FunctionDef) and item.name in spec.methods[node.name]:
+                    kind = next(
+                        (
+                            d.id
+                            for d in item.decorator_list
+                            if isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod", "property")
+                        ),
+                        "method",
+                    )
                     item.decorator_list = [
                         d
                         for d in item.decorator_list
-                        if not (isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod"))
+                        if not (
+                            isinstance(d, ast.Name) and d.id in ("staticmethod", "classmethod", "property")
+                        )
                     ]
-                    kept.append(item)
+                    lifted.append(item)
+                    kinds[item.name] = kind
                     found.add(item.name)
         bound = _bound_names(node)
         if not bound & set(spec.names):
@@ -130,9 +278,23 @@ def extracted_source(path: Path, spec: Extract) -> tuple[str, list[str]]:
                 for s in node.body
                 if not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef)) or s.name in keep
             ] or [ast.Pass()]
-        kept.append(node)
+        selected.add(index)
         found |= bound
-    missing = sorted(set(spec.names) - found)
+    while spec.closure:  # the module's own definitions the kept ones use, transitively
+        used = _used_names([*lifted, *(tree.body[i] for i in selected)])
+        more = {
+            i
+            for i, node in enumerate(tree.body)
+            if i not in selected
+            and _bound_names(node) & used
+            and not (isinstance(node, ast.ClassDef) and node.name in spec.methods)
+        }
+        if not more:
+            break
+        selected |= more
+    kept = [tree.body[i] for i in sorted(selected)] + lifted
+    wanted = set(spec.names) | {m for ms in spec.methods.values() for m in ms} | set(spec.spans)
+    missing = sorted(wanted - found - spec.optional)
     used = _used_names(kept)
     imports: list[ast.stmt] = []
     for node in tree.body:
@@ -151,6 +313,8 @@ def extracted_source(path: Path, spec: Extract) -> tuple[str, list[str]]:
             ast.ImportFrom(module="__future__", names=[ast.alias("annotations")], level=0),
             *imports,
             *kept,
+            # how each lifted method was defined (the class it came from gets it back: methods_of)
+            ast.parse(f"__lifted__ = {kinds!r}").body[0],
         ],
         type_ignores=[],
     )
@@ -201,7 +365,8 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
             return spec
         raise SandboxError(
             f"the conformance harness neither loads nor stubs released module {fullname!r}: "
-            "add it to the sandbox's real, extracted or stub modules"
+            "add it to the sandbox's real, extracted or stub modules",
+            module=fullname,
         )
 
     def create_module(self, spec):
@@ -219,7 +384,9 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 path = self.root / name.replace(".", "/") / "__init__.py"
             code, missing = extracted_source(path, self.extracted[name])
             if missing:
-                raise SandboxError(f"{path}: the release has no top-level {', '.join(missing)}")
+                raise SandboxError(
+                    f"{path}: the release has no top-level {', '.join(missing)}", module=name, name=missing[0]
+                )
             module.__file__ = str(path)
             exec(compile(code, f"{path} (extracted)", "exec"), module.__dict__)
             return
@@ -247,3 +414,27 @@ class Sandbox(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def module(self, name: str) -> types.ModuleType:
         return importlib.import_module(name)
+
+    def function_from_span(self, module_name: str, name: str, span: Span) -> Callable[..., Any] | None:
+        """A span (Span) of a loaded module's source as a function over that module's globals, or None when the
+        release has no such span."""
+        module = self.module(module_name)
+        tree = ast.parse(Path(module.__file__).read_text(), filename=module.__file__)
+        function = span_function(tree, name, span)
+        if function is None:
+            return None
+        code = ast.Module(body=[function], type_ignores=[])
+        ast.fix_missing_locations(code)
+        local: dict[str, Any] = {}
+        exec(compile(code, f"{module.__file__} (span {name})", "exec"), module.__dict__, local)
+        return local[name]
+
+
+def methods_of(module: types.ModuleType) -> dict[str, Any]:
+    """The methods an Extract lifted out of a class, ready to put back on a stand-in class (a staticmethod as a
+    staticmethod, a property as a property)."""
+    wrap = {"staticmethod": staticmethod, "classmethod": classmethod, "property": property}
+    return {
+        name: wrap[kind](getattr(module, name)) if kind in wrap else getattr(module, name)
+        for name, kind in getattr(module, "__lifted__", {}).items()
+    }

@@ -207,9 +207,12 @@ class SpeculativeConfig(Holder):
 
 
 def config_package(module: types.ModuleType) -> None:
-    module.VllmConfig = VllmConfig
+    # a class of each release's own: the release's extracted methods are attached to it (vllm_release.Release)
+    module.VllmConfig = type("VllmConfig", (VllmConfig,), {"__module__": module.__name__})
     module.CacheConfig = CacheConfig
-    module.SpeculativeConfig = SpeculativeConfig
+    module.SpeculativeConfig = type(
+        "SpeculativeConfig", (SpeculativeConfig,), {"__module__": module.__name__}
+    )
     module.ModelConfig = Holder
     module.LoadConfig = Holder
     module.get_current_vllm_config = _get_current
@@ -243,7 +246,11 @@ def compilation_config(module: types.ModuleType) -> None:
     module.CUDAGraphMode = CUDAGraphMode
 
 
-class DraftModelSpeculator:
+class BaseSpeculator:
+    """speculator.py's abstract base (0.34 init_speculator checks a speculator class against it)."""
+
+
+class DraftModelSpeculator(BaseSpeculator):
     """speculator.py's base: the attributes its constructor takes from the engine config (buffers omitted)."""
 
     def __init__(self, vllm_config: Any, device: Any):
@@ -263,6 +270,7 @@ class DraftModelSpeculator:
 
 
 def draft_model_speculator(module: types.ModuleType) -> None:
+    module.BaseSpeculator = BaseSpeculator
     module.DraftModelSpeculator = DraftModelSpeculator
 
 
@@ -367,6 +375,7 @@ def torch_utils(module: types.ModuleType) -> None:
     module.direct_register_custom_op = direct_register_custom_op
     module.is_torch_equal_or_newer = is_torch_equal_or_newer
     module.common_broadcastable_dtype = _raiser("vllm.utils.torch_utils.common_broadcastable_dtype")
+    module.is_quantized_kv_cache = lambda dtype: False  # 0.31/0.32 kv_cache.py imports it from here
 
 
 def triton_utils(module: types.ModuleType) -> None:
@@ -404,7 +413,32 @@ def batch_invariant(module: types.ModuleType) -> None:
 
 def layers_utils(module: types.ModuleType) -> None:
     module.dispatch_unquantized_gemm = lambda backend="auto": _raiser("unquantized GEMM")
-    _raising_module(module, ("maybe_pad_weight_avoid_cache_aliasing",))
+    _raising_module(module, ("maybe_pad_weight_avoid_cache_aliasing", "cuda_unquantized_gemm"))
+    # 0.34 UnquantizedEmbeddingMethod.process_weights_after_loading: a skinny-GEMM repacking of the lm_head's
+    # weight on CUDA (the values are unchanged)
+    module.maybe_use_skinny_gemm = lambda *a, **k: None
+
+
+def scaled_mm(module: types.ModuleType) -> None:
+    # 0.34 modelopt.py: kernel classes it tests a chosen kernel against (isinstance); never chosen here
+    _placeholder_classes(module, ("CutlassFP8ScaledMMLinearKernel", "CutlassFp8BlockScaledMMKernel"))
+
+
+def model_loader_utils(module: types.ModuleType) -> None:
+    @contextlib.contextmanager
+    def device_loading_context(layer: nn.Module, target_device: Any):
+        # model_loader/utils.py: moves CPU-offloaded parameters to the device around a post-load hook; the
+        # harness loads on the CPU, where the released function moves nothing either
+        if target_device is not None and getattr(target_device, "type", "cpu") != "cpu":
+            raise InfrastructureCalled("device placement is not available in the conformance harness")
+        yield layer
+
+    module.device_loading_context = device_loading_context
+
+
+def reload_direct(module: types.ModuleType) -> None:
+    # 0.34 model_executor/utils.py replace_parameter: in-place weight reloads are off outside RL refits
+    module.direct_reload_enabled = lambda: False
 
 
 def activation(module: types.ModuleType) -> None:
@@ -586,3 +620,17 @@ def lora(module: types.ModuleType) -> None:
 
 def noop_module(module: types.ModuleType) -> None:
     return None
+
+
+def forward_context(module: types.ModuleType) -> None:
+    _raising_module(module, ("get_forward_context",))  # read by forward passes only
+
+
+def beam_package(module: types.ModuleType) -> None:
+    """vllm/models/beam/__init__.py: its drafter as the package exports it on a CUDA platform (nvidia/), without
+    the target model (BeamForCausalLM) and the kernels the package also imports."""
+    import importlib
+
+    module.DFlash2BeamForCausalLM = importlib.import_module(
+        f"{module.__name__}.nvidia.dflash2"
+    ).DFlash2BeamForCausalLM
