@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Issue 37's v3 drafter on a lent GPU machine, in calls of at most ten minutes (docs/training.md, "v3").
+#
+#   examples/train_smollm2/v3.sh STEP [STEP...]        (from the repository root, on the GPU machine)
+#
+# The machine starts bare and takes at most 64 MiB per call, so the 98 MB target travels as three pieces of its
+# xz (scripts/v3_pack.sh makes them under .cache/dev/): three calls carry one piece each and `part` copies it to
+# $V3; `target` joins them once all three are there. Everything else stays in $V3 (/tmp/v3) while the machine is
+# warm; what comes back goes to $OUT (at most 8 files of at most 16 MiB per call): `ship N` moves up to N files of
+# $V3/outbox there.
+#
+# STEP:
+#   setup      install the carried wheels (.cache/dev/whl: msgspec, gguf) into /tmp/site
+#   part       copy the carried .cache/dev/gguf.xz.part* to $V3/parts
+#   target     join the parts, check the GGUF's sha256
+#   gen        generate missing shards of the v3 plan for GEN_BUDGET seconds; bundle them into $V3/outbox
+#   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
+#   v2         the bundled drafter's held-out tau on val.npz (the reference)
+#   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n: one piece of $V3/runs/$RUN (its log to the outbox)
+#   pick       the run (RUNS="a b") whose last held-out tau (head) is highest: its state, split, to the outbox
+#   ship       move up to SHIP files (default 8), at most 60 MiB, from the outbox to $OUT (small ones in one tar)
+set -euo pipefail
+export V3=${V3:-/tmp/v3}
+OUT=${OUT:-$V3/out}
+GGUF=$V3/SmolLM2-135M-Instruct.Q4_1.gguf
+SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
+mkdir -p "$V3/parts" "$V3/outbox" "$V3/runs" "$OUT"
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+for step in "$@"; do
+  echo "== $step ($(date -u +%H:%M:%S))"
+  case $step in
+    setup)
+      [ -d /tmp/site/msgspec ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+        --upgrade --target /tmp/site .cache/dev/whl/*.whl
+      nvidia-smi --query-gpu=name,memory.total --format=csv,noheader ;;
+    part)
+      cp -v .cache/dev/gguf.xz.part* "$V3/parts/" ;;
+    target)
+      if [ ! -f "$GGUF" ]; then
+        cat "$V3"/parts/gguf.xz.part* | xz -d -T0 > "$GGUF.tmp"
+        echo "$SHA256  $GGUF.tmp" | sha256sum -c --quiet -
+        mv "$GGUF.tmp" "$GGUF"
+      fi
+      ls -l "$GGUF" ;;
+    gen)
+      python3 -m lilicorr_train.mixes generate --target "$GGUF" --dir "$V3/shards" --budget "${GEN_BUDGET:-500}" \
+        --batch-size "${GEN_BATCH:-1024}" --bundle "$V3/outbox" ;;
+    build)
+      python3 -m lilicorr_train.mixes build --dir "$V3/shards" --train "$V3/train.npz" --val "$V3/val.npz" \
+        | tee "$V3/outbox/build.json"
+      cp "$V3/val.npz" "$V3/outbox/" ;;
+    v2)
+      python3 -m lilicorr_train.pieces heldout examples/smollm2-lilicorr --target "$GGUF" --val "$V3/val.npz" \
+        | tee "$V3/outbox/heldout-v2.json" ;;
+    fit)
+      : "${RUN:?set RUN}"
+      python3 -m lilicorr_train.pieces fit "$V3/runs/$RUN" --target "$GGUF" --data "$V3/train.npz" \
+        --val "$V3/val.npz" --budget "${FIT_BUDGET:-540}" ${TAPS:+--taps $TAPS} --init-layer "${INIT_LAYER:-29}" \
+        ${STEPS:+--steps $STEPS} --batch-size "${BATCH:-32}" --anchors 48
+      cp "$V3/runs/$RUN/log.jsonl" "$V3/outbox/log-$RUN.jsonl" ;;
+    pick)
+      best=$(python3 - $RUNS <<'PY'
+import json, os, sys
+best = None
+for run in sys.argv[1:]:
+    lines = [json.loads(l) for l in open(os.path.join(os.environ["V3"], "runs", run, "log.jsonl")) if "heldout_step" in l]
+    score = (lines[-1]["val_tau_head"], lines[-1]["val_tau_control"])
+    print(run, score, file=sys.stderr)
+    if best is None or score > best[0]:
+        best = (score, run)
+print(best[1])
+PY
+)
+      echo "best: $best"
+      echo "$best" > "$V3/outbox/picked.txt"
+      split -b 15M -d "$V3/runs/$best/state.safetensors" "$V3/outbox/state-$best.safetensors.part"
+      sha256sum "$V3/runs/$best/state.safetensors" > "$V3/outbox/state-$best.sha256" ;;
+    ship)
+      python3 - "$V3/outbox" "$OUT" "${SHIP:-8}" <<'PY'
+import os, shutil, sys, tarfile, time
+src, dst, most = sys.argv[1], sys.argv[2], int(sys.argv[3])
+small = [n for n in sorted(os.listdir(src)) if os.path.getsize(os.path.join(src, n)) < 1 << 20]
+if len(small) > 1:  # the small files travel as one tar (a call brings back at most 8 files)
+    with tarfile.open(os.path.join(src, time.strftime("small-%H%M%S.tar")), "w") as tar:
+        for name in small:
+            tar.add(os.path.join(src, name), arcname=name)
+    for name in small:
+        os.remove(os.path.join(src, name))
+files = sorted(os.listdir(src), key=lambda n: (os.path.getsize(os.path.join(src, n)) > 1 << 20, n))
+room, count = 60 << 20, 0
+for name in files:
+    size = os.path.getsize(os.path.join(src, name))
+    if count < most and size <= room:
+        shutil.move(os.path.join(src, name), os.path.join(dst, name))
+        room, count = room - size, count + 1
+        print("shipped", name, size)
+print("left in outbox:", sorted(os.listdir(src)))
+PY
+      ;;
+    *) echo "unknown step $step" >&2; exit 4 ;;
+  esac
+done

@@ -1,0 +1,138 @@
+"""The v3 data pipeline on the CPU with the tiny target: resumable shards (skipped when done), the build into a
+training set and a held-out set that never share a prompt, the held-out tau logged per training piece, and the
+training curve drawn from the log."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lilicorr_runtime.target.load import load_target
+from lilicorr_train import mixes, prompts
+from lilicorr_train.data import Dataset
+from lilicorr_train.mixes import Plan, Shard, build, cut_stub, generate, prompt_hash, shard_counts
+
+from helpers import REPO
+
+TARGET = str(REPO / "examples" / "tiny-target")
+PLAN = Plan(
+    name="tiny",
+    shards=3,
+    prompts_per_shard=24,
+    pool_slice=10,
+    template_draws=60,
+    max_new_tokens=10,
+    request_tokens=12,
+    stub_tokens=16,
+)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(prompts, "STDLIB_FILES", 150)
+        target = load_target(TARGET, dtype="float32", device="cpu", fast=True)
+        out = tmp_path_factory.mktemp("mix") / "shards"
+        lines: list[str] = []
+        made = generate(target, out, plan=PLAN, budget_s=600, last=1, batch_size=8, log=lines.append)
+        assert made == [0, 1]
+        # a second call finds both done and makes only the one missing
+        again = generate(target, out, plan=PLAN, budget_s=600, batch_size=8, log=lines.append)
+        assert again == [2]
+    return out
+
+
+def test_shard_counts_fill_every_shard():
+    for index in (0, 5, 500):
+        counts = shard_counts(mixes.PLAN, index, 90_000)
+        assert sum(counts.values()) == mixes.PLAN.prompts_per_shard
+    assert shard_counts(mixes.PLAN, 0, 90_000)["pool"] == mixes.PLAN.pool_slice
+    assert shard_counts(mixes.PLAN, 500, 90_000)["pool"] == 0  # past the pool: all self-written
+
+
+def test_shards_are_compact_and_described(shards):
+    for index in range(3):
+        info = json.loads((shards / f"shard-{index:04d}.json").read_text())
+        shard = Shard.load(shards / f"shard-{index:04d}.npz")
+        assert info["sequences"] == len(shard) > 0 and info["fingerprint"] == PLAN.fingerprint()
+        assert shard.tokens.dtype == np.uint16
+        assert (shard.prompt_lengths < np.diff(shard.offsets)).all()
+        assert set(shard.category.tolist()) <= {0, 1, 2} and set(shard.source.tolist()) <= {0, 1, 2, 3}
+        assert info["probe_dropped"] == []
+
+
+def test_build_splits_by_prompt_and_drops_repeats(shards, tmp_path):
+    summary = build(shards, tmp_path / "train.npz", tmp_path / "val.npz", per_mille=300, val_per_category=4)
+    train, val = Dataset.load(tmp_path / "train.npz"), Shard.load(tmp_path / "val.npz")
+    assert summary["train_sequences"] == len(train) and summary["val_sequences"] == len(val) > 0
+    train_prompts = {prompt_hash(train.sequence(i)[: train.prompt_lengths[i]]) for i in range(len(train))}
+    val_prompts = {prompt_hash(val.prompt(i)) for i in range(len(val))}
+    assert not train_prompts & val_prompts
+    assert len(train_prompts) == len(train)  # no prompt twice
+    assert all(h % 1000 < 300 for h in val_prompts)
+    # deterministic
+    again = build(shards, tmp_path / "t2.npz", tmp_path / "v2.npz", per_mille=300, val_per_category=4)
+    assert again == summary
+    assert (Dataset.load(tmp_path / "t2.npz").tokens == train.tokens).all()
+
+
+def test_cut_stub_keeps_a_parsing_signature_and_its_docstring():
+    text = 'import math\n\n\ndef area(r: float) -> float:\n    """Area of a circle of radius r."""\n    return 1\n'
+    assert (
+        cut_stub(text)
+        == 'import math\n\n\ndef area(r: float) -> float:\n    """Area of a circle of radius r."""\n'
+    )
+    assert cut_stub("def count_down(self, n):\n        return n\n") == "def count_down(self, n):\n"
+    assert cut_stub("def 2000_x::add(x):\n    return x") is None
+    assert cut_stub("def f(x)\n    return x") is None
+    assert cut_stub('def f(x):\n    """never closed') is None
+    assert cut_stub("print(1)") is None
+
+
+def test_pieces_log_the_heldout_tau_and_the_curve_draws(shards, tmp_path):
+    build(shards, tmp_path / "train.npz", tmp_path / "val.npz", per_mille=300, val_per_category=4)
+    run = tmp_path / "run"
+    common = [
+        sys.executable,
+        "-m",
+        "lilicorr_train.pieces",
+        "fit",
+        str(run),
+        "--target",
+        TARGET,
+        "--data",
+        str(tmp_path / "train.npz"),
+        "--val",
+        str(tmp_path / "val.npz"),
+        "--batch-size",
+        "2",
+        "--anchors",
+        "4",
+        "--device",
+        "cpu",
+    ]
+    first = [*common, "--taps", "1,2", "--init-layer", "3", "--mask-token-id", "511", "--steps", "3"]
+    subprocess.run(first, check=True, cwd=REPO, capture_output=True)
+    subprocess.run([*common, "--steps", "5"], check=True, cwd=REPO, capture_output=True)
+    records = [json.loads(line) for line in (run / "log.jsonl").read_text().splitlines()]
+    held = [r for r in records if "heldout_step" in r]
+    assert [r["heldout_step"] for r in held] == [0, 3, 5]
+    for r in held:
+        assert r["val_anchors"] > 0 and r["val_tau_control"] >= 1 and r["val_tau_head"] >= 1
+        assert "step" not in r  # training-record readers (the card) skip it
+    state = json.loads((run / "config.json").read_text()) if (run / "config.json").exists() else None
+    assert state is None  # the run holds its state, not an export
+    svg = tmp_path / "curve.svg"
+    subprocess.run(
+        [sys.executable, "scripts/plot_training.py", f"tiny={run / 'log.jsonl'}", "--out", str(svg)],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+    )
+    text = svg.read_text()
+    assert text.startswith("<svg") and "polyline" in text and "tiny" in text
