@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends as cleanly as later on
     import click
@@ -17,7 +16,7 @@ try:  # Ctrl-C while the command line is still importing (its first ~50 ms) ends
     from lilicorr_ckpt import __version__
     from lilicorr_ckpt.errors import InputError, UsageError
     from lilicorr_ckpt.exits import EXIT_INTERRUPTED, run_command
-    from lilicorr_ckpt.outfile import check_output_path, write_output
+    from lilicorr_ckpt.outfile import Inputs, check_output_path, resolved, write_output
     from lilicorr_ckpt.report import formats
     from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 except KeyboardInterrupt:
@@ -181,16 +180,19 @@ def validate(
         ("--sarif", "sarif", sarif_file),
         ("--markdown", "markdown", markdown_file),
     )
-    files = [(f, p) for _, f, p in asked if p]
+    files = [(f, p, o) for o, f, p in asked if p]
     seen: dict[str, str] = {}
+    inputs = (
+        Inputs().add(path, "the checkpoint").add(target, "the target").add(config_file, "the --config file")
+    )
     for option, f, p in asked:
         if not p:
             continue
-        key = str(Path(p).expanduser().resolve())
+        check_output_path(p, option, formats.VALIDATE[f].example_file, inputs)
+        key = resolved(p)
         if key in seen:
             raise UsageError(f"{option} {p}: {seen[key]} writes that file too; give each report its own file")
         seen[key] = option
-        check_output_path(p, option, formats.VALIDATE[f].example_file)
     try:
         report = validate_spec(
             path,
@@ -207,14 +209,16 @@ def validate(
     except InputError as exc:
         # unreadable input: every report asked for still says why (the next CI step finds its file)
         failed = error_report(path, str(exc), target=target, strict=strict)
-        for f, p in files:
-            write_output(formats.render_validate(failed, f), p)
+        for f, p, o in files:
+            write_output(formats.render_validate(failed, f), p, inputs=inputs, option=o)
         if output is None and fmt != "text":
             click.echo(formats.render_validate(failed, fmt), nl=False)
         raise
     color = fmt == "text" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    for f, p in files:
-        write_output(formats.render_validate(report, f, formats.Style(verbose=verbose)), p)
+    for f, p, o in files:
+        write_output(
+            formats.render_validate(report, f, formats.Style(verbose=verbose)), p, inputs=inputs, option=o
+        )
     if output is None:
         text = formats.render_validate(report, fmt, formats.Style(color=color, verbose=verbose))
         if quiet and fmt == "text":  # validate's --quiet shortens the text report only
@@ -258,8 +262,9 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
 
     from lilicorr_ckpt.report.inspect import inspect_checkpoint, render_inspection
 
+    inputs = Inputs().add(path, "the checkpoint")
     if output:
-        check_output_path(output, "--output", "inspect.json" if fmt == "json" else "inspect.txt")
+        check_output_path(output, "--output", "inspect.json" if fmt == "json" else "inspect.txt", inputs)
     ins = inspect_checkpoint(path)
     if fmt == "json":
         text = json.dumps(msgspec.to_builtins(ins), indent=2) + "\n"
@@ -270,7 +275,7 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
                 line.strip() + "\n" for line in text.splitlines() if line.lstrip().startswith("runtimes")
             )
     if output:
-        write_output(text, output)
+        write_output(text, output, inputs=inputs)
     else:
         click.echo(text, nl=False)
 
@@ -359,7 +364,7 @@ def runtimes(selection: str, fmt: str) -> None:
     \b
     Examples:
       lilicorr-ckpt runtimes                     # every supported release
-      lilicorr-ckpt runtimes 'vllm>=0.33'        # a range, as --runtime takes it
+      lilicorr-ckpt runtimes sglang              # what --runtime sglang judges for: its newest release
       lilicorr-ckpt runtimes 'vllm>=0' -f json | jq -r '.[].head_coverage'
     """
     import json

@@ -247,6 +247,8 @@ LAZY = {
     "lilicorr_ckpt.cli:schema",
     "lilicorr_ckpt.cli:rules_markdown",
     "lilicorr_ckpt.cli:rules_page",
+    "lilicorr_ckpt.cli:runtimes",
+    "lilicorr_ckpt.cli:releases_markdown",
     "lilicorr_ckpt.convert.cli:register.convert_command",
     "lilicorr_ckpt.smoke.cli:smoke",
     "lilicorr_ckpt.report.card:register",

@@ -77,13 +77,11 @@ def _validate_sglang_refuses(ran: Ran) -> None:
     # the README says why: the drafter taps the target's last layer, which SGLang 0.5.23 never captures
     assert ran.code == 1, ran.out + ran.err
     assert "ERROR LC148" in ran.out and "(sglang)" in ran.out, ran.out
-    assert (
-        ran.out.strip()
-        .splitlines()[-1]
-        .endswith(
-            "SGLang 0.5.23: refuses, vLLM 0.33.0: accepts, TensorRT-LLM main@8d62b3e (unreleased): accepts"
-        )
-    ), ran.out
+    from lilicorr_ckpt.runtimes import PROFILES
+
+    sglang, vllm, trtllm = (PROFILES[e].display for e in ("sglang", "vllm", "trtllm"))
+    verdicts = f"{sglang}: refuses, {vllm}: accepts, {trtllm}: accepts"  # the newest release of each engine
+    assert ran.out.strip().splitlines()[-1].endswith(verdicts), ran.out
 
 
 def _smoke_gpu(ran: Ran) -> None:

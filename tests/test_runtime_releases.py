@@ -166,8 +166,13 @@ def _literal() -> re.Pattern[str]:
     versions = sorted({p.version for p in EVERY_RELEASE if p.released}, key=len, reverse=True)
     # a release, or its major.minor (0.33, 0.5.2x), as a whole token
     short = {".".join(v.split(".")[:2]) for v in versions if v.count(".") == 2 and not v.startswith("0.5.")}
-    alts = [re.escape(v) for v in versions] + [re.escape(s) for s in sorted(short)]
-    return re.compile(r"(?<![\w.])(" + "|".join(alts) + r")(?![\w]|\.\d)")
+    full = "|".join(re.escape(v) for v in versions)
+    # a short form only where it reads as an engine's (`vllm>=0.33`, `vLLM 0.33`), so a plain 0.32 weight is not one
+    brief = "|".join(re.escape(s) for s in sorted(short))
+    return re.compile(
+        r"(?<![\w.])(" + full + r")(?![\w]|\.\d)"
+        r"|(?i:vllm|sglang)\s*(?:[<>=!~]=?|\s)\s*(" + brief + r")(?![\w]|\.\d)"
+    )
 
 
 def test_no_engine_version_is_written_outside_the_runtimes_package():
@@ -187,3 +192,5 @@ def test_the_literal_check_would_catch_one():
     assert _literal().search('why="vLLM 0.33.0 refuses it"')
     assert _literal().search("SGLang 0.5.23's loader")
     assert not _literal().search("torch 2.13.0, pip 0.330")
+    assert _literal().search("lilicorr-ckpt runtimes 'vllm>=0.33'")
+    assert not _literal().search("self_chat: float = 0.32")

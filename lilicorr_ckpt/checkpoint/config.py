@@ -16,6 +16,7 @@ from typing import Any
 import msgspec
 import numpy as np
 
+from lilicorr_ckpt.checkpoint.speculators import KINDS, SpeculatorsOrigin, is_speculators, kind_of, translate
 from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.families import ARCHITECTURES, is_drafter, lilicorr
 
@@ -96,6 +97,11 @@ class DraftConfig(msgspec.Struct, kw_only=True, frozen=True):
     has_own_lm_head: bool | None = None
     draft_vocab_size: int | None = None
     draft_id_to_target_id: Any = None
+    target_hidden_size: int | None = None  # the target's width, when fc reads features of another width
+    # DSpark: the anchor is the first prediction (true) or the bonus token (false); vLLM's translation of a
+    # speculators DSpark writes both
+    sample_from_anchor: bool | None = None
+    dspark_bonus_anchor: bool | None = None
     # DSpark (DeepSpec writes them at the top level)
     markov_rank: int | None = None
     markov_head_type: str | None = None
@@ -160,6 +166,9 @@ class ParsedConfig(msgspec.Struct, frozen=True):
     duplicate_keys: dict[
         str, int
     ]  # key -> how many times it appears (2 or more), in the order first repeated
+    # set when config.json is in the speculators layout: `config` and `raw` are then the z-lab config it stands
+    # for, as vLLM translates it (checkpoint/speculators.py), and this records the layout as written
+    speculators: SpeculatorsOrigin | None = None
 
     def invalid(self, path: str) -> bool:
         return any(i.path == path or i.path.startswith(path + "[") for i in self.issues)
@@ -362,6 +371,10 @@ def _drop_out_of_range_ints(work: dict[str, Any], issues: list[ConfigIssue]) -> 
 
 def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
     raw, duplicates = load_json_object(data, what)
+    origin = None
+    if is_speculators(raw) and kind_of(raw) in KINDS:  # read as the z-lab config vLLM translates it to
+        translation = translate(raw)
+        raw, origin = translation.config, translation.origin
     # Loaders cast with int(), so an integral 2.0 is an integer; a string "2" is not accepted.
     work = _integral_floats_to_int(json.loads(json.dumps(raw, allow_nan=True)))
     issues: list[ConfigIssue] = []
@@ -388,5 +401,10 @@ def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
     if isinstance(nested, dict):
         unknown += [f"$.dflash_config.{k}" for k in nested if k not in DFlashConfig.__struct_fields__]
     return ParsedConfig(
-        config=config, raw=raw, issues=issues, unknown_keys=unknown, duplicate_keys=duplicates
+        config=config,
+        raw=raw,
+        issues=issues,
+        unknown_keys=unknown,
+        duplicate_keys=duplicates,
+        speculators=origin,
     )

@@ -72,6 +72,9 @@ class Geometry(msgspec.Struct, kw_only=True, frozen=True):
     )
     gru_hidden_dim: int | None = None  # Domino Gh
     emb_dim: int | None = None  # Domino E
+    # a reduced draft vocabulary (draft_vocab_size below vocab_size): the rows of an owned lm_head and of d2t (the
+    # draft-to-target id offsets); None when the draft drafts over the whole vocabulary
+    draft_vocab_size: int | None = None
 
     @property
     def slots(self) -> int | None:
@@ -200,6 +203,7 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
     eps = _finite(config.rms_norm_eps)
     family = head_family(config)
     markov_type = config.markov_head_type or d.markov_head_type
+    vocab, draft_vocab = _positive_int(config.vocab_size), _positive_int(config.draft_vocab_size)
     confidence = (
         config.enable_confidence_head if config.enable_confidence_head is not None else d.use_confidence_head
     )
@@ -211,7 +215,7 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         num_kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate_size=_positive_int(config.intermediate_size),
-        vocab_size=_positive_int(config.vocab_size),
+        vocab_size=vocab,
         rms_norm_eps=eps if eps is not None and eps > 0 else 1e-6,
         attention_bias=bool(config.attention_bias),
         block_size=block_size,
@@ -251,6 +255,7 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         emb_dim=_positive_int(d.emb_dim if d.emb_dim is not None else config.emb_dim)
         if family == "domino"
         else None,
+        draft_vocab_size=draft_vocab if vocab and draft_vocab and draft_vocab < vocab else None,
     )
 
 

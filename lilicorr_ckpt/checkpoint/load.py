@@ -17,6 +17,7 @@ from lilicorr_ckpt.checkpoint.manifest import Manifest, build_manifest
 from lilicorr_ckpt.checkpoint.names import NameView, name_view
 from lilicorr_ckpt.checkpoint.quant import QuantConfig, parse_quant_config
 from lilicorr_ckpt.checkpoint.source import Source, open_source, read_small
+from lilicorr_ckpt.checkpoint.speculators import KINDS, SpeculatorsOrigin, is_speculators, kind_of
 from lilicorr_ckpt.checkpoint.tensors import TensorTable, read_tensor_table
 from lilicorr_ckpt.errors import InputError
 
@@ -35,6 +36,11 @@ class Checkpoint(msgspec.Struct, frozen=True, kw_only=True):
     quant_docs: dict[str, Any]  # source file -> raw quantization config document
     quant_configs: dict[str, QuantConfig]  # the documents that parse
     quant_problems: dict[str, list[str]]  # source file -> why (part of) it cannot be interpreted
+
+    @property
+    def speculators(self) -> SpeculatorsOrigin | None:
+        """The speculators layout config.json was read from (None for the z-lab layout)."""
+        return self.parsed.speculators
 
     @property
     def quant(self) -> QuantConfig | None:
@@ -72,6 +78,13 @@ def load_checkpoint(path: str) -> Checkpoint:
     source = open_source(path)
     assert source.config is not None
     parsed = parse_config(read_small(source.config, "config.json"))
+    if is_speculators(parsed.raw) and kind_of(parsed.raw) not in KINDS:
+        kind = parsed.raw.get("speculators_model_type")
+        raise NotADrafter(
+            f"{source.label} is a speculators {kind if isinstance(kind, str) else '(no speculators_model_type)'} "
+            f"drafter, not one of the DFlash family this tool checks (speculators_model_type "
+            f"{', '.join(KINDS)})"
+        )
     arch = target_model_architecture(parsed.raw)
     if arch is not None:  # a Llama passed where the drafter goes: say so, not "set architectures: ..."
         raise NotADrafter(

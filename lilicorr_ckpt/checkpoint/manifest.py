@@ -15,6 +15,7 @@ from lilicorr_ckpt.checkpoint.geometry import BackboneDims, Geometry
 from lilicorr_ckpt.families import FAMILIES, SIBLING_HEAD_NAMES, SIBLING_HEAD_PREFIXES, SIBLINGS, lilicorr
 
 FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+INDEX_DTYPES = frozenset({"I64"})  # d2t: torch.long, as speculators saves it and vLLM's parameter is
 DTYPE_BYTES = {
     "BOOL": 1,
     "U8": 1,
@@ -37,7 +38,7 @@ DTYPE_BYTES = {
     "C64": 8,
 }
 
-COMPONENTS = ("backbone", "conv", "head", "lm_head")
+COMPONENTS = ("backbone", "conv", "head", "lm_head", "vocab")
 # `Manifest.incomplete` keys are components, plus "fc" when only fc cannot be built
 
 # Modules whose linear weights the stacks consume; "role" is the component they belong to.
@@ -64,7 +65,7 @@ class ExpectedTensor(msgspec.Struct, frozen=True):
     name: str
     shape: tuple[int, ...]
     dtypes: frozenset[str]
-    component: str  # backbone | conv | head | lm_head
+    component: str  # backbone | conv | head | lm_head | vocab (d2t, the draft-to-target id map)
     module: str | None = None  # the linear module this is the weight/bias of
     scalar: bool = False  # a 0-d scale; a [1] tensor is accepted too
 
@@ -231,6 +232,10 @@ class _Builder:
     def param(self, name: str, shape: tuple[int, ...], component: str) -> None:
         self.tensors[name] = ExpectedTensor(name, shape, FLOAT_DTYPES, component)
 
+    def index(self, name: str, shape: tuple[int, ...], component: str) -> None:
+        """An integer table (not a weight: never quantized, never a float)."""
+        self.tensors[name] = ExpectedTensor(name, shape, INDEX_DTYPES, component)
+
     def linear(self, name: str, out_features: int, in_features: int, component: str, bias: bool) -> None:
         self.modules[name] = LinearModule(name, out_features, in_features, component, bias)
         self.tensors[f"{name}.weight"] = ExpectedTensor(
@@ -315,7 +320,11 @@ def build_manifest(g: Geometry, tensors_present: int | None = None) -> Manifest:
         if M is None or g.vocab_size is None:
             incomplete["lm_head"] = "needs hidden_size and vocab_size"
         else:
-            b.linear("lm_head", g.vocab_size, M, "lm_head", False)
+            # a reduced draft vocabulary: the head's rows, and d2t mapping each to its target id (speculators
+            # saves both; vLLM's DFlash and DSpark loaders read d2t as draft_id_to_target_id)
+            b.linear("lm_head", g.draft_vocab_size or g.vocab_size, M, "lm_head", False)
+            if g.draft_vocab_size is not None:
+                b.index("d2t", (g.draft_vocab_size,), "vocab")
 
     return Manifest(
         geometry=g,

@@ -12,6 +12,10 @@ from lilicorr_ckpt.checks import target  # noqa: F401 (LC5xx)
 from lilicorr_ckpt.checks import files  # noqa: F401 (LC6xx)
 from lilicorr_ckpt.checks import deep  # noqa: F401 (LC7xx; its check runs only with --deep)
 
+# the speculators layout and the draft vocabulary (LC017-LC019, LC176-LC179); last, as its `scope` check narrows
+# the findings of the others to the releases that read that layout
+from lilicorr_ckpt.checks import speculators  # noqa: F401
+
 # isort: on
 from lilicorr_ckpt.checks.findings import RULES
 

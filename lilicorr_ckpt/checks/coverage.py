@@ -892,7 +892,7 @@ def _shapes_and_dtypes(ctx: Context) -> None:
                 actual=info.dtype,
                 subjects=[name],
             )
-        else:
+        elif info.dtype in FLOAT_DTYPES:  # an index table (d2t) is not a float tensor
             float_dtypes[info.dtype] = float_dtypes.get(info.dtype, 0) + 1
         if not tensor.shape_ok(info.shape) and not _embedding_4d(ctx, name, tensor, info):
             ctx.emit(

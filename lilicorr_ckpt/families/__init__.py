@@ -62,12 +62,15 @@ _MARKERS = tuple(FAMILIES)  # an architecture naming a family ("Qwen3DFlashDraft
 
 def is_drafter(raw: Mapping[str, Any]) -> bool:
     """Whether a config.json is a drafter's: it has a dflash_config (of any type: the checks judge it), top-level
-    lilicorr_* keys, or an
+    lilicorr_* keys, a speculators config of a family's kind (speculators_model_type dflash, dflash2, dspark), or an
     architecture of a family (listed, or naming one: DFlash, LiLiCorr, DSpark, Domino). Every "is this a drafter?"
     asks this: the loader (a target model passed as the drafter), the target reader (the drafter passed as the
     target), inspect, card and the pre-commit hook (a target kept beside the drafter)."""
     if "dflash_config" in raw or any(k.startswith("lilicorr_") for k in raw):
         return True
+    kind = raw.get("speculators_model_type")
+    if raw.get("speculators_config") is not None and isinstance(kind, str) and kind in FAMILIES:
+        return True  # the speculators layout of a DFlash-family drafter (checkpoint/speculators.py)
     archs = raw.get("architectures")
     names = [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
     return any(a in ARCHITECTURES or any(m in a.lower() for m in _MARKERS) for a in names)

@@ -113,7 +113,8 @@ def head_tensors(b: HeadBuilder, g: HeadGeometry) -> str | None:
     flat = g.dspark_layout == "modelopt"
     mk = "" if flat else "markov_head."
     b.param(f"{mk}markov_w1.weight", (V, r), "head")
-    b.param(f"{mk}markov_w2.weight", (V, r), "head")
+    # W2 projects to the draft's vocabulary (its reduced one, when it has one: speculators, vLLM)
+    b.param(f"{mk}markov_w2.weight", (g.draft_vocab_size or V, r), "head")
     if g.markov_head_type == "gated":
         b.param(f"{mk}gate_proj.weight", (r, M + r), "head")
         b.param(f"{mk}gate_proj.bias", (r,), "head")

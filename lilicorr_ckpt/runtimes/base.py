@@ -217,6 +217,14 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # "translated" (read as its own drafter config), "refused" (no reader: the config has no model_type) or
     # "unconfirmed"
     speculators_format: str = "refused"
+    # a speculators drafter served alone (the drafter as the model, its verifier as the target): the verifier's
+    # name_or_path must be a Hub repo id and no local path, refused otherwise (False: used as written)
+    speculators_verifier_repo_only: bool = False
+    # head families whose reduced draft vocabulary (an lm_head of draft_vocab_size rows and d2t) it serves,
+    # mapping each drafted id through d2t to its target id
+    draft_vocab_mapped: tuple[str, ...] = ()
+    # head families whose reduced draft vocabulary it loads but never maps: drafted ids are proposed as target ids
+    draft_vocab_unmapped: tuple[str, ...] = ()
     # routes of sibling heads that this release decides differently from the family's ROUTES for its engine:
     # (family, architecture or "*", verdict, why), checked first
     routes: tuple[tuple[str, str, str, str], ...] = ()

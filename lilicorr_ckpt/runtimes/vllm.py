@@ -114,6 +114,12 @@ FIRST = RuntimeProfile(
     # transformers_utils/config.py maybe_override_with_speculators -> configs/speculators/algos.py update_dflash /
     # update_dflash2 / update_dspark translate dflash, dflash2 and dspark speculators configs
     speculators_format="translated",
+    # qwen3_dflash.py DFlashQwen3ForCausalLM.compute_logits scatters the draft head's logits through
+    # draft_id_to_target_id (load_weights reads d2t into it); spec_decode/dspark/speculator.py maps sampled ids
+    # through map_draft_to_target. qwen3_dflash2.py compute_candidates takes the top-k rows of the draft lm_head
+    # as candidate ids and never maps them
+    draft_vocab_mapped=("dflash", "dspark"),
+    draft_vocab_unmapped=("dflash2",),
 )
 
 # each later release: what it changed from the one before (docs/validate.md has the audit of each)
@@ -139,6 +145,7 @@ BUMPS: tuple[Bump, ...] = (
             ),
             "draft_exclusion_mapping": "mapped",
             "draft_positions_follow_target": True,
+            "speculators_verifier_repo_only": True,
             "routes": (
                 (
                     "dflash2",
@@ -160,6 +167,9 @@ BUMPS: tuple[Bump, ...] = (
             "config/speculative.py: every drafter's max_position_embeddings follows the target's context "
             "(config/vllm.py _limit_max_model_len_to_draft otherwise)",
             "models/registry.py: DFlash2BeamDraftModel registered (vllm.models.beam)",
+            "transformers_utils/config.py maybe_override_with_speculators: a speculators verifier must name a "
+            'Hub repo ("Speculators verifier must name a remote model repository"; validate_repo_id, and no '
+            "local path of that name)",
         ),
     ),
     Bump(

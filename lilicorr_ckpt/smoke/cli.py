@@ -9,7 +9,7 @@ import click
 
 from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
-from lilicorr_ckpt.outfile import check_output_path, write_output
+from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
 from lilicorr_ckpt.report import formats
 from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 
@@ -314,9 +314,13 @@ def smoke(
         raise click.UsageError("--output and --out (its old spelling) name different files; give one")
     option = "--output" if out else "--out"  # errors name the spelling the user typed
     out = out or out_alias
+    inputs = Inputs().add(path, "the checkpoint").add(target, "the target")
+    inputs.add(baseline, "the --baseline profile")
+    if os.path.isfile(probes):  # else bundled categories
+        inputs.add(probes, "the --probes file")
     if out:
         check_output_path(
-            out, option, "profile.json"
+            out, option, "profile.json", inputs
         )  # before any model loads: a bad path must not cost a whole run
     options = SmokeOptions(
         path=path,
@@ -375,5 +379,5 @@ def smoke(
     color = fmt == "text" and sys.stdout.isatty() and "NO_COLOR" not in os.environ
     click.echo(formats.render_smoke(report, fmt, formats.Style(color=color)), nl=False)
     if out:
-        write_output(encode(report), out)
+        write_output(encode(report), out, inputs=inputs, option=option)
     sys.exit(0 if report.passed else 1)

@@ -41,6 +41,8 @@ def test_architectures_name_one_family_each():
         "LiLiCorrDraftModel": "lilicorr",
         "DFlashDraftModel": "dflash",
         "DFlash2DraftModel": "dflash2",
+        "DFlash2BeamDraftModel": "dflash2",
+        "MiniMaxDFlash2DraftModel": "dflash2",
         "DSparkDraftModel": "dspark",
         "Qwen3DSparkModel": "dspark",
         "DominoDraftModel": "domino",

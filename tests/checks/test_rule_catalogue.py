@@ -25,6 +25,7 @@ from . import test_loader_audit as audit
 from . import test_rules_config as config_cases
 from . import test_rules_coverage as coverage_cases
 from . import test_sibling_heads as sibling_cases
+from . import test_speculators_rules as speculators
 from ._support import edit_config, edit_json, run, set_exclusions
 
 SCALAR = np.float32(0.01).tobytes()
@@ -177,6 +178,23 @@ def bad_scales(t: fixtures.Tensors) -> None:
 
 
 EXTRA: dict[str, Build] = {
+    "LC017": lambda tmp: (speculators.SPEC / "dflash-bf16", {"runtime": "sglang"}),
+    "LC018": lambda tmp: (speculators.SPEC / "dflash-bf16", {"runtime": "trtllm"}),
+    "LC019": lambda tmp: (speculators.SPEC / "dflash-bf16", {"runtime": "vllm"}),
+    "LC176": lambda tmp: (speculators.fixture_with(tmp, "dflash-bf16", speculators.full_attention), {}),
+    "LC177": lambda tmp: (
+        speculators.fixture_with(tmp, "dspark-bf16", lambda c: c.pop("sample_from_anchor")),
+        {},
+    ),
+    "LC178": lambda tmp: (speculators.with_draft_vocab(tmp, "dflash2-bf16", d2t=True), {"runtime": "vllm"}),
+    "LC179": lambda tmp: (
+        speculators.fixture_with(
+            tmp,
+            "dflash-bf16",
+            lambda c: c["speculators_config"]["verifier"].update(name_or_path="/data/models/verifier"),
+        ),
+        {"runtime": "vllm"},
+    ),
     "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
     "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
     "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),

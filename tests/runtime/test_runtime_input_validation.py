@@ -11,6 +11,7 @@ import transformers
 from runtime_helpers import small_config, tiny_target
 from safetensors.torch import load_file, save_file
 
+from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_target, ops
 from lilicorr_runtime.arguments import resolve_dtype
@@ -217,7 +218,9 @@ def test_load_drafter_refuses_scales_numerics_policy_refuses(drafter_dir, scale_
 
 
 def test_load_drafter_refuses_an_unknown_runtime(drafter_dir):
-    with pytest.raises(ValueError, match=r"runtime must be one of sglang, vllm, trtllm, all; got 'tensorrt'"):
+    with pytest.raises(
+        UsageError, match=r"'tensorrt' is not an engine this tool models\. Supported: sglang "
+    ):
         load_drafter(drafter_dir(), runtime="tensorrt")
 
 

@@ -8,6 +8,7 @@ from lilicorr_ckpt.checks.config.common import CFG, is_number
 from lilicorr_ckpt.checks.config.schema import integral_floats
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.families import FAMILIES
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
@@ -69,10 +70,14 @@ rule(
     "draft-vocabulary",
     "error",
     CFG,
-    "A reduced or remapped draft vocabulary; LiLiCorr needs the full target vocabulary.",
+    "A reduced or remapped draft vocabulary the runtime's draft head does not serve; LiLiCorr needs the full "
+    "target vocabulary.",
     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 drafters use.",
+    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 and speculators drafters use. It fires "
+    "for the runtimes that read the keys and do not serve a reduced vocabulary for the drafter's head: vLLM "
+    "for LiLiCorr (its DFlash, DFlash2 and DSpark drafts load one: LC178 says where the ids then go), "
+    "TensorRT-LLM for every head.",
     why="LiLiCorr drafts and scores candidates over the target's full vocabulary. vLLM refuses a reduced one "
     '("LiLiCorr candidates require the full target vocabulary"); what TensorRT-LLM does with it was not '
     "established. SGLang never reads the keys (LC149).",
@@ -729,11 +734,21 @@ def _draft_vocabulary(ctx: Context) -> None:
         and cfg.draft_vocab_size != cfg.vocab_size
     ):
         ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
+        family = ctx.geometry.family
+        # the heads whose draft class loads a reduced vocabulary (LC178 judges what it does with the ids)
+        served = [
+            p for p in ctx.profiles if family in p.draft_vocab_mapped or family in p.draft_vocab_unmapped
+        ]
+        title = FAMILIES[family].TITLE if family in FAMILIES else "the drafter"
         ctx.emit_for(
             "LC120",
-            [p for p in ctx.profiles if p.reads_draft_vocab],
-            "the config declares a "
-            "reduced/remapped draft vocabulary; LiLiCorr drafts over the full target vocabulary",
+            [p for p in ctx.profiles if p.reads_draft_vocab and p not in served],
+            "the config declares a reduced/remapped draft vocabulary; "
+            + (
+                "LiLiCorr drafts over the full target vocabulary"
+                if family == "lilicorr"
+                else f"{title}'s draft head is not known to serve one there"
+            ),
             file="config.json",
             pointer="$.draft_vocab_size",
         )

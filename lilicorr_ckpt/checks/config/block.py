@@ -72,7 +72,7 @@ rule(
     "block_size is only at the top level of config.json.",
     "Write it in dflash_config too.",
     doc="Fires when the block size is only at the top level of config.json (no `dflash_config.block_size`) "
-    "and its value is valid.",
+    "and its value is valid. Not for a speculators-format config, which has no dflash_config (LC019).",
     why="Where both keys are present the audited loaders use dflash_config's (LC111); a top-level key alone "
     "relies on each reader falling back to it. Writing it in dflash_config as well keeps readers that "
     "look only in dflash_config (as SGLang does for output_multiplier) in agreement.",
@@ -137,7 +137,7 @@ def block_size(ctx: Context) -> None:
             expected=f">= {minimum}",
             actual=value,
         )
-    elif nested is None:
+    elif nested is None and ctx.parsed.speculators is None:  # the speculators layout has no dflash_config
         ctx.emit(
             "LC126",
             "block_size is only at the top level; write it in dflash_config too",

@@ -31,7 +31,7 @@ rule(
     "mask_token_id is only at the top level; MLX-style readers require it in dflash_config.",
     "Write dflash_config.mask_token_id too.",
     doc="Fires when mask_token_id is only at the top level of config.json (a valid id, but no "
-    "`dflash_config.mask_token_id`).",
+    "`dflash_config.mask_token_id`). Not for a speculators-format config, which has no dflash_config (LC019).",
     why="MLX-style readers take the mask token from dflash_config only and refuse the config without it. The "
     "runtimes judged here accept the top-level key, so this is informational.",
     example='    "mask_token_id": 151669,\n    "dflash_config": {"block_size": 16}',
@@ -75,7 +75,7 @@ def mask_token(ctx: Context) -> None:
             expected=f"< {cfg.vocab_size}",
             actual=mask,
         )
-    elif cfg.dflash.mask_token_id is None:
+    elif cfg.dflash.mask_token_id is None and ctx.parsed.speculators is None:  # no dflash_config to write to
         ctx.emit(
             "LC127",
             "mask_token_id is only at the top level; MLX-style readers require it in dflash_config",
