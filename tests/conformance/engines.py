@@ -22,6 +22,8 @@ engine validate judges.
     versions(name)           the releases the suite executes, oldest first
     sources(name, version)   the directory holding the release's top-level packages (fetched on first use)
     wheel(name, version)     the whole wheel file (downloaded on first use)
+    deciding(name)           the files of a release that decide loading: what the harness executes or extracts
+                             from, and what the fuzzer reads config keys from (one list: the bump tool diffs it)
 """
 
 from __future__ import annotations
@@ -426,3 +428,103 @@ def _member_ends(z: zipfile.ZipFile) -> dict[str, int]:
     infos = sorted(z.infolist(), key=lambda i: i.header_offset)
     starts = [i.header_offset for i in infos[1:]] + [z.start_dir]
     return {i.filename: end for i, end in zip(infos, starts, strict=True)}
+
+
+# ---------------------------------------------------------------- the files that decide loading
+
+
+class Deciding:
+    """The files of an engine's release that decide whether a drafter loads, as the conformance suite reads them:
+    `modules` the harness executes (None: the whole file) or extracts definitions from (the set of top-level names
+    and `Class.method`s it keeps), `globs` the fuzzer reads config keys from (fuzz/keys.py), and `stubbed` the
+    modules the harness replaces with stubs of its own (their released code is never run: a change there is a blind
+    spot, listed apart by the bump tool)."""
+
+    def __init__(
+        self,
+        modules: dict[str, frozenset[str] | None],
+        globs: tuple[str, ...],
+        functions: dict[str, frozenset[str]],
+        stubbed: tuple[str, ...],
+    ):
+        self.modules = modules
+        self.globs = globs
+        self.functions = functions
+        self.stubbed = stubbed
+
+    @staticmethod
+    def file_of(module: str, root: Path) -> str:
+        """The wheel-relative path of a dotted module (a package's `__init__.py`)."""
+        base = module.replace(".", "/")
+        return f"{base}/__init__.py" if (root / base / "__init__.py").exists() else f"{base}.py"
+
+    def files(self, *roots: Path) -> dict[str, frozenset[str] | None]:
+        """wheel-relative path -> what the suite reads of it (None: all of it), over the files present in any of
+        `roots` (two releases: a file only one has is listed too)."""
+        out: dict[str, frozenset[str] | None] = {}
+        for root in roots:
+            for module, names in self.modules.items():
+                rel = self.file_of(module, root)
+                if (root / rel).exists():
+                    out[rel] = _merge(out.get(rel, frozenset()), names)
+            for pattern in self.globs:
+                for path in root.glob(pattern):
+                    out[path.relative_to(root).as_posix()] = None
+            for rel, names in self.functions.items():
+                if (root / rel).exists():
+                    out[rel] = _merge(out.get(rel, frozenset()), names)
+        return dict(sorted(out.items()))
+
+    def stubbed_files(self, *roots: Path) -> list[str]:
+        found = {self.file_of(m, r) for r in roots for m in self.stubbed}
+        return sorted(f for f in found if any((r / f).exists() for r in roots))
+
+
+def _merge(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
+    return None if a is None or b is None else a | b
+
+
+def _harness_path(name: str) -> None:
+    here = Path(__file__).resolve().parent
+    for path in (here.parent, here / "vllm"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+
+
+def deciding(name: str, root: Path | None = None) -> Deciding:
+    """The files of engine `name` that decide loading, read from the harness's own tables (vllm_release.py REAL,
+    EXTRACTED, EXECUTED_MODULES, STUBS; sglang/infra.py WHOLE, PARTIAL, stubs()) and the fuzzer's (fuzz/keys.py
+    FILES, FUNCTIONS). `root` (a release's sources) is needed for SGLang's stub table only."""
+    _harness_path(name)
+    from conformance.fuzz import keys
+
+    globs = tuple(keys.FILES.get(name, ()))
+    functions = {rel: frozenset(names) for rel, names in keys.FUNCTIONS.get(name, {}).items()}
+    modules: dict[str, frozenset[str] | None] = {}
+    if name == "vllm":
+        import vllm_release
+
+        for module in (*vllm_release.REAL, *vllm_release.EXECUTED_MODULES):
+            modules[module] = None
+        for module, spec in vllm_release.EXTRACTED.items():
+            if spec.closure:  # the file's own definitions the kept ones use: any of them
+                modules[module] = None
+                continue
+            kept = set(spec.names) | set(spec.only)
+            kept |= {f"{c}.{m}" for c, ms in spec.methods.items() for m in ms}
+            kept |= {f"{s.cls}.{s.method}" for s in spec.spans.values()}
+            modules[module] = _merge(modules.get(module, frozenset()), frozenset(kept))
+        stubbed = tuple(m for m in vllm_release.STUBS if m not in modules)
+    elif name == "sglang":
+        from conformance.sglang import infra
+
+        for module in infra.WHOLE:
+            modules[module] = None
+        for module, part in infra.PARTIAL.items():
+            kept = set(part.names) | {f"{c}.{m}" for c, ms in part.methods.items() for m in ms}
+            modules[module] = _merge(modules.get(module, frozenset()), frozenset(kept))
+        table = infra.stubs(root) if root is not None else {}
+        stubbed = tuple(m for m in table if m not in modules)
+    else:
+        raise KeyError(f"no conformance harness for {name!r}")
+    return Deciding(dict(sorted(modules.items())), globs, functions, stubbed)
