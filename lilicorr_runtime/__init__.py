@@ -9,7 +9,21 @@ import sys as _sys
 try:
     import torch as _torch  # noqa: F401
 except ImportError as _exc:  # a clear message, not a ModuleNotFoundError from deep inside the first import
-    _HINT = f"lilicorr_runtime needs torch ({_exc}): pip install 'lilicorr-ckpt[runtime]', or torch itself"
+    import os as _os
+    import platform as _platform
+    import shutil as _shutil
+
+    # lilicorr-ckpt is not on PyPI: the extra installs from the checkout. Without an NVIDIA driver (Linux,
+    # Windows) the CPU torch wheel first, or pip fetches the CUDA build (GBs). lilicorr_ckpt.install says the
+    # same for the command line; the runtime may import nothing of lilicorr_ckpt but its reader.
+    _nvidia = _shutil.which("nvidia-smi") or _os.path.exists("/proc/driver/nvidia/version")
+    _cpu = _platform.system() in ("Linux", "Windows") and not _nvidia
+    _HINT = (
+        f"lilicorr_runtime needs torch ({_exc}): from the lilicorr-ckpt checkout, "
+        + ("pip install torch --index-url https://download.pytorch.org/whl/cpu && " if _cpu else "")
+        + "pip install '.[runtime]'"
+        + (" (no NVIDIA driver found: the CPU torch wheel)" if _cpu else "")
+    )
     _argv = list(getattr(_sys, "orig_argv", []))
     _main = _argv[_argv.index("-m") + 1] if "-m" in _argv[:-1] else ""
     if _main.startswith(

@@ -12,7 +12,6 @@ from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.smoke.gates import DEFAULT_MIN_HEAD_GAIN, DEFAULT_TOLERANCE
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
-INSTALL_HINT = "smoke needs the runtime extra: pip install 'lilicorr-ckpt[runtime]' (torch, transformers, gguf, accelerate)"
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -98,5 +97,7 @@ def runner() -> Callable[[SmokeOptions, Progress | None], SmokeReport]:
     try:
         from lilicorr_ckpt.smoke.run import run_smoke
     except ImportError as exc:
-        raise UsageError(f"{INSTALL_HINT} ({exc})") from None
+        from lilicorr_ckpt.install import runtime_hint
+
+        raise UsageError(f"{runtime_hint('smoke')}; the import failed: {exc}") from None
     return run_smoke

@@ -421,7 +421,7 @@ def test_without_torch_the_cli_says_what_to_install(tmp_path):
         assert result.returncode == 4, result.stderr
         assert (
             "lilicorr_runtime needs torch" in result.stderr
-            and "pip install 'lilicorr-ckpt[runtime]'" in result.stderr
+            and "pip install '.[runtime]'" in result.stderr
         )
         assert "Traceback" not in result.stderr
     imported = subprocess.run(
