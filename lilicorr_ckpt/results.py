@@ -56,7 +56,11 @@ class HubOrigin(msgspec.Struct, frozen=True, kw_only=True):
     endpoint: str | None = (
         None  # the Hub endpoint asked (HF_ENDPOINT, credentials redacted), None for the cache
     )
-    header_bytes: int = 0  # bytes of safetensors files read: their length prefixes and headers, nothing else
+    header_bytes: int = 0  # bytes of safetensors files read: their length prefixes and headers
+    # bytes of NVFP4 global scales (4-byte weight_scale_2 values) read besides, for LC327; scales_read false:
+    # the repo had more than a few hundred ranges of them, or the Hub would not serve them, so LC327 was skipped
+    scale_bytes: int = 0
+    scales_read: bool = True
 
 
 class Summary(msgspec.Struct, frozen=True):

@@ -5,7 +5,12 @@ commit, through huggingface_hub's HTTP session (so HF_ENDPOINT, HF_TOKEN and HF_
 
 - config.json, hf_quant_config.json and model.safetensors.index.json, whole (they are small);
 - every safetensors file's first 8 bytes, then exactly its header (two HTTP range reads); never a byte of
-  tensor data, even from a server that ignores Range (the response is closed once the header is in).
+  tensor data, even from a server that ignores Range (the response is closed once the header is in);
+- the one exception: the 4-byte global scales of NVFP4 weights (`*.weight_scale_2`, scalar F32), by range
+  reads of at most MAX_SCALE_RANGE_BYTES each (neighbouring scales coalesced, at most MAX_SCALE_RANGES in all):
+  whether a fused linear's shards share one scale (LC327) is a served-silently-wrong verdict that no header
+  shows. A repo with more scales than that, or a server that will not serve the ranges, is judged without
+  them (the report's `hub.scale_bytes` is then 0 and LC327 is not checked).
 
 Plug point: the files are laid out in a temporary *header-only stand-in directory*: the small files as
 they are, each safetensors file as its real header followed by a hole up to the file's real size (a sparse
@@ -75,6 +80,12 @@ _RAW_SLACK = 1 << 20  # compressed bytes may exceed the decompressed cap by this
 MAX_TOTAL_HEADER_BYTES = MAX_HEADER_BYTES
 MAX_SHARDS = 10_000
 MAX_FILE_SIZE = 1 << 50  # 1 PiB: a listed size past this is no real file
+# NVFP4 global scales read from the Hub: neighbours within MAX_SCALE_GAP bytes share one range read of at most
+# MAX_SCALE_RANGE_BYTES; past MAX_SCALE_RANGES reads the scales are not read at all
+MAX_SCALE_GAP = 4096
+MAX_SCALE_RANGE_BYTES = 64 << 10
+MAX_SCALE_RANGES = 256
+SCALE_SUFFIX = ".weight_scale_2"
 DEFAULT_TIMEOUT = 60.0  # seconds for the whole remote read
 REQUEST_TIMEOUT = 10.0  # seconds per request unless HF_HUB_DOWNLOAD_TIMEOUT says otherwise
 WORKERS = 8
@@ -413,6 +424,9 @@ class _Hub:
         self.commit = ""
         self.sizes: dict[str, int | None] = {}
         self.header_bytes = 0
+        # every range read so far was answered 206: a server that sends whole files is never asked for the
+        # scales, which lie past the header (skipping to them would stream tensor data)
+        self.ranges_honoured = True
 
     # messages
 
@@ -685,6 +699,8 @@ class _Hub:
     def prefix(self, name: str) -> tuple[bytes, int]:
         """The first 8 bytes of a safetensors file and the file's size."""
         reply = self.get(self.url(name), name, limit=8, start=0, length=8)
+        if reply.status != 206:
+            self.ranges_honoured = False
         size = reply.total if reply.total is not None else self.sizes.get(name)
         if size is None:  # neither the listing nor the answer said: ask with HEAD
             size = self.get(self.url(name), name, limit=0, method="HEAD").total
@@ -698,6 +714,48 @@ class _Hub:
 
     def header(self, name: str, length: int) -> bytes:
         return self.get(self.url(name), name, limit=length, start=8, length=length).body
+
+    def span(self, name: str, start: int, length: int) -> bytes:
+        return self.get(
+            self.url(name),
+            f"{name} bytes {start}-{start + length - 1}",
+            limit=length,
+            start=start,
+            length=length,
+        ).body
+
+
+def scale_spans(header: bytes, base: int, size: int) -> list[tuple[int, int]] | None:
+    """The byte spans (start, length) of a safetensors file that hold its NVFP4 global scales (scalar F32
+    `*.weight_scale_2` tensors), neighbours coalesced; `base` is where the data section starts (8 + header
+    length), `size` the file's size. None: the header is not JSON (the local pipeline names what is wrong)."""
+    try:
+        doc = json.loads(header)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    offsets: list[int] = []
+    for name, entry in doc.items():
+        if not (isinstance(name, str) and name.endswith(SCALE_SUFFIX) and isinstance(entry, dict)):
+            continue
+        span = entry.get("data_offsets")
+        if entry.get("dtype") != "F32" or not isinstance(span, list) or len(span) != 2:
+            continue
+        begin, end = span
+        if not (type(begin) is int and type(end) is int and end - begin == 4 and begin >= 0):
+            continue
+        if base + end <= size:
+            offsets.append(base + begin)
+    spans: list[tuple[int, int]] = []
+    for at in sorted(set(offsets)):
+        if spans:
+            first, length = spans[-1]
+            if at - (first + length) <= MAX_SCALE_GAP and at + 4 - first <= MAX_SCALE_RANGE_BYTES:
+                spans[-1] = (first, max(length, at + 4 - first))
+                continue
+        spans.append((at, 4))
+    return spans
 
 
 def _int_header(value: str | None) -> int | None:
@@ -795,9 +853,12 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
             if name not in wanted:
                 lay_out(name, prefixes[name][0], prefixes[name][1])
 
+        headers: dict[str, bytes] = {}
+
         def got_header(i: int, header: bytes) -> None:
             name = headered[i]
             hub.header_bytes += len(header)
+            headers[name] = header
             lay_out(name, prefixes[name][0] + header, prefixes[name][1])
 
         headered = sorted(wanted)
@@ -807,6 +868,7 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
             got_header,
             hub.timed_out,
         )
+        scale_bytes = _read_scales(hub, root, headers, {n: prefixes[n][1] for n in headers})
         for name in files:  # present, never fetched: LC601 sees them
             if "/" not in name and name.endswith(PICKLE_SUFFIXES):
                 lay_out(name, b"")
@@ -819,8 +881,48 @@ def hub_checkout(spec: HubSpec, timeout: float = DEFAULT_TIMEOUT) -> Iterator[tu
                 read_from="hub",
                 endpoint=hub.shown_endpoint,
                 header_bytes=hub.header_bytes,
+                scale_bytes=scale_bytes or 0,
+                scales_read=scale_bytes is not None,
             ),
         )
+
+
+def _read_scales(hub: _Hub, root: Path, headers: dict[str, bytes], sizes: dict[str, int]) -> int | None:
+    """Read every NVFP4 global scale into the stand-in files, at its real offset; the bytes read (0: the repo
+    has none), or None when they were not read (too many ranges, or the Hub would not serve them)."""
+    wanted: list[tuple[str, int, int]] = []
+    for name in sorted(headers):
+        spans = scale_spans(headers[name], 8 + len(headers[name]), sizes[name])
+        wanted += [(name, start, length) for start, length in spans or ()]
+    if not wanted:
+        return 0
+    if len(wanted) > MAX_SCALE_RANGES or not hub.ranges_honoured:
+        return None
+    got: dict[int, bytes] = {}
+    try:
+        _run_all(
+            hub.deadline,
+            [(f"{n} scales", functools.partial(hub.span, n, start, length)) for n, start, length in wanted],
+            got.__setitem__,
+            hub.timed_out,
+        )
+    except InputError:
+        if hub.deadline.remaining() <= 0:
+            raise
+        return None  # the Hub would not serve a range: judged without the scales, as the report says
+    total = 0
+    for i, (name, start, length) in enumerate(wanted):
+        data = got[i]
+        if len(data) != length:
+            return None
+        try:
+            with open(root / name, "r+b") as f:
+                f.seek(start)
+                f.write(data)
+        except OSError:
+            return None
+        total += length
+    return total
 
 
 def _cached_snapshot(spec: HubSpec) -> Path:

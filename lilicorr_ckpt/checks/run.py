@@ -135,7 +135,7 @@ def validate_hub(
             strict=strict,
             deep=deep,
             checkpoint=ckpt,
-            headers_only=origin.read_from == "hub",
+            headers_only=origin.read_from == "hub" and not origin.scales_read,
         )
     return msgspec.structs.replace(report, hub=origin)
 

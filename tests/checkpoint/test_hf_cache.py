@@ -82,6 +82,8 @@ def test_the_commands_a_newcomer_types_work_offline(cache):
         "read_from": "hf_cache",
         "endpoint": None,
         "header_bytes": 0,
+        "scale_bytes": 0,
+        "scales_read": True,
     }
     assert report["findings"] == validate(str(TINY)).findings == []
     ins = offline("inspect", "acme/drafter", "-f", "json", cache=cache)

@@ -15,6 +15,7 @@ from fakehub import FakeHub
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.checkpoint.pathhint import looks_like_path, no_such_directory
+from lilicorr_ckpt.checkpoint.remote import scale_spans
 
 from helpers import REPO
 
@@ -83,6 +84,8 @@ def test_a_hub_repo_is_validated_from_its_headers_and_records_the_commit(tmp_pat
         "read_from": "hub",
         "endpoint": hub.url,
         "header_bytes": header_len(TINY / "model.safetensors"),
+        "scale_bytes": 0,  # a bf16 drafter has no NVFP4 global scales to read
+        "scales_read": True,
     }
     assert comparable(report) == comparable(local_report(TINY, tmp_path))
     # the length prefix and the header, by two range reads: not one byte of tensor data
@@ -161,8 +164,18 @@ def test_a_sharded_quantized_repo_reads_index_quant_config_and_every_shard_heade
         result = cli("validate", "acme/sharded", "-f", "json", hub=hub, tmp=tmp_path)
     assert result.returncode == 0, result.stderr
     assert comparable(json.loads(result.stdout)) == comparable(local_report(ckpt, tmp_path))
+    # each shard's header, and its NVFP4 global scales (4 bytes each, neighbours in one range): nothing else
+    report = json.loads(result.stdout)
+    scales = 0
     for shard in shards:
-        assert hub.bytes_sent(shard.name) == header_len(shard) < shard.stat().st_size
+        raw = shard.read_bytes()
+        n = int.from_bytes(raw[:8], "little")
+        spans = scale_spans(raw[8 : 8 + n], 8 + n, len(raw))
+        assert spans, shard.name  # every shard of this drafter holds NVFP4 linears
+        scales += sum(length for _, length in spans)
+        assert hub.bytes_sent(shard.name) == header_len(shard) + sum(length for _, length in spans)
+        assert hub.bytes_sent(shard.name) < shard.stat().st_size
+    assert report["hub"]["scale_bytes"] == scales and report["hub"]["scales_read"] is True
     assert hub.bytes_sent("README.md") == 0
     for name in ("config.json", "hf_quant_config.json", "model.safetensors.index.json"):
         assert hub.bytes_sent(name) == (ckpt / name).stat().st_size
@@ -339,3 +352,47 @@ def test_no_such_directory_suggests_siblings(tmp_path, monkeypatch):
     assert no_such_directory("drafter-v3").endswith("did you mean 'drafter-v2'?")
     assert no_such_directory(str(tmp_path / "drafter_v2")).endswith(f"did you mean '{tmp_path}/drafter-v2'?")
     assert no_such_directory("zzz/qqq").endswith("its parent 'zzz/' does not exist either")
+
+
+def test_scale_spans_coalesce_neighbours_and_skip_what_is_no_global_scale():
+    def header(entries):
+        return json.dumps(entries).encode()
+
+    f32 = {"dtype": "F32", "shape": []}
+    entries = {
+        "a.weight_scale_2": {**f32, "data_offsets": [0, 4]},
+        "b.weight_scale_2": {**f32, "data_offsets": [100, 104]},  # 96 bytes on: one range with a
+        "c.weight_scale_2": {**f32, "data_offsets": [90_000, 90_004]},  # far: a range of its own
+        "d.weight_scale": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [8, 12]},  # a block scale
+        "e.input_scale": {**f32, "data_offsets": [16, 20]},  # not a weight's global scale
+        "f.weight_scale_2": {"dtype": "BF16", "shape": [], "data_offsets": [24, 26]},  # not F32
+        "g.weight_scale_2": {**f32, "data_offsets": [200_000, 200_004]},  # past the file's end
+        "__metadata__": {"format": "pt"},
+    }
+    assert scale_spans(header(entries), 1000, 100_000) == [(1000, 104), (91_000, 4)]
+    assert scale_spans(b"not json", 8, 100) is None
+    assert scale_spans(header({}), 8, 100) == []
+
+
+def test_an_nvfp4_repo_whose_fused_shards_disagree_is_judged_on_the_hub_as_at_home(tmp_path):
+    # ModelOpt's own exports keep one global scale per shard: LC327 needs the 4-byte values, read by range
+    ckpt = fixtures.write_checkpoint(tmp_path / "raw", quant="NVFP4", style="modelopt")
+    local = local_report(ckpt, tmp_path)
+    assert "LC327" in {f["rule"] for f in local["findings"]}
+    with FakeHub() as hub:
+        hub.add("acme/raw", ckpt)
+        remote = cli("validate", "acme/raw", "-f", "json", hub=hub, tmp=tmp_path)
+    assert remote.returncode == 1
+    assert comparable(json.loads(remote.stdout)) == comparable(local)
+
+
+def test_a_server_that_ignores_range_is_never_asked_for_the_scales(tmp_path):
+    ckpt = fixtures.write_checkpoint(tmp_path / "raw", quant="NVFP4", style="modelopt")
+    with FakeHub(ignore_range=True) as hub:
+        hub.add("acme/raw", ckpt)
+        remote = cli("validate", "acme/raw", "-f", "json", hub=hub, tmp=tmp_path)
+    report = json.loads(remote.stdout)
+    assert report["hub"]["scales_read"] is False and report["hub"]["scale_bytes"] == 0
+    assert "LC327" not in {f["rule"] for f in report["findings"]}  # not judged: no tensor data was streamed
+    reads = [h.range for h in hub.hits if h.path.endswith("model.safetensors") and h.method == "GET"]
+    assert len(reads) == 2  # the length prefix and the header, as ever: no third read for the scales
