@@ -270,8 +270,9 @@ def register(cli: Any) -> None:
         "--format",
         "-f",
         "fmt",
-        required=True,
         type=click.Choice(list(formats.VALIDATE)),
+        default="text",
+        show_default=True,
         help="The format to render (as validate --format): " + formats.describe(formats.VALIDATE),
     )
     @click.option("--output", "-o", metavar="FILE", help="Write to FILE instead of stdout.")

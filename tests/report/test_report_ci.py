@@ -115,6 +115,10 @@ def test_report_rerenders_a_saved_json_report(tmp_path):
         again = run_cli("report", str(saved), "-f", fmt)
         assert again.returncode == 0
         assert again.stdout == direct.stdout, fmt
+    # text is the default, as --help says (issue 40: -f was required while the help called text the default)
+    plain = run_cli("report", str(saved))
+    assert plain.returncode == 0 and plain.stdout == run_cli("validate", str(NVFP4)).stdout
+    assert "[default: text]" in run_cli("report", "--help").stdout
     sarif = tmp_path / "v.sarif"
     assert run_cli("report", str(saved), "-f", "sarif", "-o", str(sarif)).returncode == 0
     assert json.loads(sarif.read_text())["version"] == "2.1.0"
@@ -126,8 +130,8 @@ def test_report_refuses_what_is_not_a_report(tmp_path):
     assert bad.returncode == 2 and "is not a `lilicorr-ckpt validate -f json` report" in bad.stderr
     missing = run_cli("report", str(tmp_path / "nope.json"), "-f", "text")
     assert missing.returncode == 2 and "cannot read" in missing.stderr
-    usage = run_cli("report", str(tmp_path / "x.json"))
-    assert usage.returncode == 4
+    usage = run_cli("report", str(tmp_path / "x.json"), "-f", "html")
+    assert usage.returncode == 4 and "'html' is not one of" in usage.stderr
     for r in (bad, missing, usage):
         assert "Traceback" not in r.stderr
 
