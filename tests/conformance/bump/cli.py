@@ -107,7 +107,7 @@ def _said(row: Row, own: bool = False) -> str:
     return "accepts" if j.accepted else f"refuses ({', '.join(j.rules) or 'no error rule'})"
 
 
-def report_verdicts(c: Comparison, out: TextIO) -> None:
+def report_verdicts(c: Comparison, out: TextIO, show_all: bool = False) -> None:
     name = DISPLAY[c.engine]
     corpus = [r for r in c.rows if r.kind == "corpus"]
     fuzzed = [r for r in c.rows if r.kind == "fuzz"]
@@ -145,25 +145,45 @@ def report_verdicts(c: Comparison, out: TextIO) -> None:
     bad = c.disagreements()
     print(
         f"\n== validate --runtime {c.engine}=={c.profile} against {name} {c.candidate}'s executed loader: "
-        f"{len(bad)} disagreements (what the Bump must capture)",
+        f"{len(bad)} new disagreements (validate agrees with {c.against}'s loader, not with {c.candidate}'s: what "
+        "the Bump must capture)",
         file=out,
     )
     for r in bad:
         assert r.after
-        note = " [PENDING already for " + c.profile + "]" if (r.name, c.profile) in known else ""
         print(
             f"  [{r.kind}] {r.name}: {name} {c.candidate} {_outcome(r.after)} ({_short(r.after.detail, 120)}); "
-            f"validate {_said(r)}{note}",
+            f"validate {_said(r)}",
+            file=out,
+        )
+    carried = c.carried()
+    shown = carried if show_all else [r for r in carried if r.kind == "corpus"]
+    print(
+        f"{len(carried)} disagreements carried over (validate disagrees with {c.against}'s loader as well: "
+        f"PENDING, or validate stricter than both), {len(carried) - len(shown)} fuzz cases among them not listed "
+        "(--all lists them)",
+        file=out,
+    )
+    for r in shown:
+        assert r.after
+        note = " [PENDING]" if (r.name, c.profile) in known else ""
+        print(
+            f"  [{r.kind}] {r.name}: {_outcome(r.before)} / {_outcome(r.after)}; validate {_said(r)}{note}",
             file=out,
         )
     if c.own_profile is not None:
         left = c.disagreements(own=True)
         print(
-            f"\n== with {name} {c.own_profile}'s own profile (its Bump exists): {len(left)} disagreements left",
+            f"\n== with {name} {c.own_profile}'s own profile (its Bump exists): {len(left)} new disagreements left, "
+            f"{len(c.carried(own=True))} carried over",
             file=out,
         )
         for r in left:
-            note = " [PENDING]" if (r.name, c.own_profile) in known else " [NOT PENDING: a gap in the Bump]"
+            note = (
+                " [PENDING]"
+                if (r.name, c.own_profile) in known
+                else " [not captured by the Bump, not PENDING]"
+            )
             print(
                 f"  [{r.kind}] {r.name}: {_outcome(r.after)}; validate {_said(r, own=True)}{note}", file=out
             )
@@ -259,6 +279,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
     parser.add_argument(
         "--diff-file", type=Path, help="write the unified diffs there, print only the hunk list"
     )
+    parser.add_argument("--all", action="store_true", help="list every carried-over fuzz disagreement too")
     parser.add_argument("--no-run", action="store_true", help="only fetch and diff: no harness, no fuzzer")
     args = parser.parse_args(argv)
     engine, version = args.engine, args.version
@@ -306,7 +327,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None) -> int:
             seed=args.seed,
             progress=lambda line: print(line, file=sys.stderr, flush=True),
         )
-        report_verdicts(comparison, out)
+        report_verdicts(comparison, out, args.all)
         report_tables(comparison, out)
         steps(engine, version, own is not None, out)
         took = time.monotonic() - started

@@ -88,7 +88,7 @@ def load(engine: str, version: str, root: Path) -> Loader:
                 o = sglang.serve(path)
             except Exception as exc:  # noqa: BLE001 - StubUsed and the like: a harness gap
                 return Outcome("H", "harness", f"{type(exc).__name__}: {exc}")
-            return Outcome(o.verdict, o.step or "", o.detail or "")
+            return Outcome(o.verdict, o.step or "", o.detail or ("loaded" if o.verdict == "L" else ""))
 
         return Loader(version, root, serve_sglang, lambda: uninstall(sglang.finder))
     raise KeyError(f"no conformance harness for {engine!r}")
@@ -163,11 +163,19 @@ class Row:
     judged: Judged | None = None  # validate with the newest supported profile
     judged_own: Judged | None = None  # validate with the candidate's own profile, where it has one
 
-    def disagrees(self, own: bool = False) -> bool:
+    def disagrees(self, own: bool = False, before: bool = False) -> bool:
+        """validate (the newest supported profile, or the candidate's own) against the candidate's loader (or,
+        `before`, against the release it is compared with)."""
         j = self.judged_own if own else self.judged
-        if j is None or self.after is None or self.after.letter in ("U", "H"):
+        o = self.before if before else self.after
+        if j is None or o is None or o.letter in ("U", "H"):
             return False
-        return j.accepted != (self.after.letter == "L")
+        return j.accepted != (o.letter == "L")
+
+    @property
+    def carried(self) -> bool:
+        """validate already disagreed with the release compared with: a gap the candidate did not open."""
+        return self.disagrees(before=True)
 
 
 @dataclass
@@ -198,7 +206,12 @@ class Comparison:
         ]
 
     def disagreements(self, own: bool = False) -> list[Row]:
-        return [r for r in self.rows if r.disagrees(own)]
+        """The candidate's loader and validate disagree, where validate agreed with the release compared with."""
+        return [r for r in self.rows if r.disagrees(own) and not r.carried]
+
+    def carried(self, own: bool = False) -> list[Row]:
+        """validate disagrees with both releases' loaders (validate stricter, or a gap older than the candidate)."""
+        return [r for r in self.rows if r.disagrees(own) and r.carried]
 
     def harness_failures(self) -> list[Row]:
         return [r for r in self.rows if r.after and r.after.letter == "H"]
