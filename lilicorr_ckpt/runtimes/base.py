@@ -175,6 +175,18 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     sample_from_anchor_refused: bool = False  # refuses dflash_config.sample_from_anchor true
     # use_aux_hidden_state false builds no fc and drops fc.weight (the draft runs without the target's features)
     use_aux_hidden_state_read: bool = False
+    # how it reads the config.json keys whose JSON type decides a load (LC001 / LC004): (JSON path pattern, the head
+    # kinds it applies to: "*", "a,b" or "!a,b" for all but those, reader). Readers: "unread" (not read for that
+    # head kind), "truth" (`if value:`, any JSON value loads), "float()" / "int()" (cast: a numeric string loads,
+    # null, a list or an object does not), "number?" (an int, a float or null), "str+" (a non-empty string),
+    # "object" (a JSON object). First match wins; a key no entry matches must have the type the schema gives it
+    config_reads: tuple[tuple[str, str, str], ...] = ()
+    # parses config.json with transformers' strict config classes (transformers 5): each typed field refuses
+    # another JSON type, null included (LC005); model_type must name a registered type (LC006); a key that
+    # shadows the class's own attributes (text_config, get_text_config) breaks the parse (LC007)
+    config_class_strict: bool = False
+    # reads eagle_config as a dict (`.update`, `.get`): any other JSON value crashes the model's build (LC008)
+    eagle_config_object: bool = False
     # what a missing head, convolution, owned lm_head or head quantization-scale tensor does: "refused" (a coverage
     # check at load) or "initialised" (no check: the parameter serves at its initial value, a silent mis-load)
     head_coverage: str = "refused"

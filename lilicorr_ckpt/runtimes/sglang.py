@@ -145,6 +145,46 @@ FIRST = RuntimeProfile(
     markov_rank_top_level=True,  # build_markov_head: "DSpark requires markov_rank > 0"
     markov_head_types=("vanilla", "gated", "rnn"),
     domino_checks=True,  # parse_dflash_draft_config and the Domino model tests
+    # utils/hf_transformers/config.py get_config builds transformers' strict Qwen3Config (the wheel pins transformers 5)
+    config_class_strict=True,
+    config_reads=(
+        # speculative/dflash_utils.py parse_dflash_draft_config: mask_token must be a non-empty string (null: the
+        # default), attention_value_scale int|float|None, `float(final_logit_softcapping or 0.0)`
+        ("$.dflash_config.mask_token", "*", "str+"),
+        ("$.mask_token", "*", "str+"),
+        ("$.dflash_config.attention_value_scale", "*", "number?"),
+        ("$.dflash_config.final_logit_softcapping", "*", "float()|falsy"),
+        # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
+        # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)
+        ("$.dflash_config.gru_hidden_dim", "!domino", "unread"),
+        ("$.dflash_config.emb_dim", "!domino", "unread"),
+        ("$.dflash_config.pure_draft_prefix_len", "!domino", "unread"),
+        ("$.gru_hidden_dim", "!domino", "unread"),
+        ("$.emb_dim", "!domino", "unread"),
+        ("$.pure_draft_prefix_len", "!domino", "unread"),
+        ("$.dflash_config.markov_*", "!dspark", "unread"),
+        ("$.markov_*", "!dspark", "unread"),
+        ("$.enable_confidence_head", "!dspark", "unread"),
+        ("$.confidence_head_with_markov", "!dspark", "unread"),
+        ("$.dflash_config.lilicorr_*", "dflash2,dspark", "unread"),
+        ("$.dflash_config.projector_type", "lilicorr,dspark", "unread"),  # routed by architecture
+        # dflash_utils.py: `sample_from_anchor is False`; `is_causal` / dflash_config causal as flags
+        ("$.dflash_config.sample_from_anchor", "*", "truth"),
+        ("$.sample_from_anchor", "*", "truth"),
+        ("$.is_causal", "*", "truth"),
+        # read only without a dflash_config value, or not at all: dflash_config's block_size, mask_token_id and
+        # target_layer_ids win; swa_window_size only for a sliding layer; no top-level flag of these is read
+        ("$.block_size", "*", "unread"),
+        ("$.mask_token_id", "*", "unread"),
+        ("$.target_layer_ids", "*", "unread"),
+        ("$.dflash_config.swa_window_size", "*", "unread"),
+        ("$.eagle_aux_hidden_state_layer_ids", "*", "unread"),
+        ("$.output_multiplier", "*", "unread"),
+        ("$.final_logit_softcapping", "*", "unread"),
+        ("$.attention_sink_bias", "*", "unread"),
+        ("$.rope_theta", "*", "unread"),  # transformers folds it into rope_parameters unchecked
+        ("$.torch_dtype", "*", "unread"),  # a string is judged by LC005
+    ),
     domino_dims_required=True,
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",
     target_layer_ids_fallback="guesses them with build_target_layer_ids (wrong for 14 of 20 published "

@@ -107,6 +107,61 @@ FIRST = RuntimeProfile(
     tensor_aliases=("midlayer", "encoder"),  # qwen3_dflash.py DFlashQwen3Model.hf_to_vllm_mapper
     sample_from_anchor_refused=True,  # spec_decode/dflash/speculator.py DFlashSpeculator.__init__
     use_aux_hidden_state_read=True,  # qwen3_dflash.py: no fc without use_aux_hidden_state; load_weights drops "fc."
+    # transformers_utils/config.py get_config builds transformers' strict Qwen3Config (the wheel pins transformers 5)
+    config_class_strict=True,
+    # qwen3_dflash.py DFlashQwen3Model.__init__: `getattr(self.config, "eagle_config", {})`, then `.update`/`.get`
+    eagle_config_object=True,
+    config_reads=(
+        # another head kind's keys: each model class reads only its own (lilicorr.py the lilicorr_* and conv keys,
+        # qwen3_dflash2.py the selector and conv keys, qwen3_dspark.py the Markov and confidence keys)
+        ("$.dflash_config.lilicorr_*", "!lilicorr", "unread"),
+        ("$.dflash_config.conv_*", "!lilicorr,dflash2", "unread"),
+        ("$.dflash_config.selector_*", "!dflash2", "unread"),
+        ("$.dflash_config.markov_*", "!dspark", "unread"),
+        ("$.dflash_config.gru_hidden_dim", "*", "unread"),  # Domino is loaded as plain DFlash
+        ("$.dflash_config.emb_dim", "*", "unread"),
+        ("$.dflash_config.pure_draft_prefix_len", "*", "unread"),
+        ("$.dflash_config.shift_label", "*", "unread"),
+        ("$.dspark_bonus_anchor", "!dspark", "unread"),  # config/speculative.py: the DSpark rewrite only
+        ("$.markov_*", "!dspark", "unread"),
+        ("$.emb_dim", "*", "unread"),
+        ("$.gru_hidden_dim", "*", "unread"),
+        # lilicorr.py LiLiCorr.__init__: `if not draft_config.get("lilicorr_enabled", True)`
+        ("$.dflash_config.lilicorr_enabled", "*", "truth"),
+        ("$.dflash_config.lilicorr_mlp_ratio", "*", "float()"),  # int(hidden * ratio): a number or a bool
+        # qwen3_dflash.py _dflash_layer_causal: `bool(is_causal)`, then `if override is not None`; the dflash
+        # speculator's `if dflash_config.get("sample_from_anchor", False)`; _resolve_layer_attention's use_swa;
+        # DFlashQwen3Model's use_aux_hidden_state; qwen3_dspark.py's confidence-head flags
+        ("$.is_causal", "*", "truth"),
+        ("$.dflash_config.causal", "*", "truth"),
+        ("$.dflash_config.sample_from_anchor", "*", "truth"),
+        ("$.dflash_config.use_swa", "*", "truth"),
+        ("$.dflash_config.use_aux_hidden_state", "*", "truth"),
+        ("$.use_aux_hidden_state", "*", "truth"),
+        ("$.sample_from_anchor", "*", "truth"),
+        ("$.enable_confidence_head", "*", "truth"),
+        ("$.confidence_head_with_markov", "*", "truth"),
+        # read only without a dflash_config value, or not at all: dflash_config's block_size, mask_token_id and
+        # target_layer_ids win (lilicorr.py, eagle3_utils.py); swa_window_size only for a sliding layer; the
+        # projector is chosen by architecture; output_multiplier and final_logit_softcapping from dflash_config
+        # only (qwen3_dflash2.py); attention sinks from dflash_config / add_swa_attention_sink_bias
+        ("$.block_size", "*", "unread"),
+        ("$.dflash_config.block_size", "dspark", "unread"),  # qwen3_dspark: the top-level block_size
+        ("$.mask_token_id", "*", "unread"),
+        ("$.target_layer_ids", "*", "unread"),
+        ("$.num_target_layers", "*", "unread"),
+        ("$.dflash_config.swa_window_size", "*", "unread"),
+        ("$.dflash_config.projector_type", "*", "unread"),
+        ("$.output_multiplier", "*", "unread"),
+        ("$.final_logit_softcapping", "*", "unread"),
+        ("$.attention_sink_bias", "*", "unread"),
+        ("$.rope_theta", "*", "unread"),  # transformers folds it into rope_parameters unchecked
+        ("$.torch_dtype", "*", "unread"),  # a string is judged by LC005
+        # qwen3_dflash2.py DFlash2Qwen3ForCausalLM.__init__: float(output_multiplier), float(softcap or 0.0)
+        ("$.dflash_config.output_multiplier", "dflash2", "float()"),
+        ("$.dflash_config.final_logit_softcapping", "dflash2", "float()|falsy"),
+        ("$.dspark_draft_topk", "dspark", "number?"),  # config/speculative.py compares it with `<=`
+    ),
     # qwen3_dflash.py builds vLLM's RMSNorm (x * w) and get_rope over the whole head: neither use_gemma_norm nor
     # rope_dim is read
     gemma_norm_read=False,

@@ -83,6 +83,49 @@ CASES = [
         expected="an integer",
         also=frozenset({"LC204"}),
     ),
+    # ---- how each release reads a value's type (types.py; found by tests/conformance/fuzz)
+    Case(
+        "causal-string-read-as-truth",
+        "LC004",
+        "warning",
+        ["vllm"],
+        nested(causal="false"),
+        contains=("truth value", '"false" counts as true'),
+        also=frozenset({"LC001"}),
+    ),
+    Case(
+        "rms-norm-eps-integer",
+        "LC005",
+        "error",
+        ["sglang", "vllm"],
+        top(rms_norm_eps=0),
+        contains=("$.rms_norm_eps", "Qwen3Config", "float"),
+    ),
+    Case(
+        "attention-bias-null",
+        "LC005",
+        "error",
+        ["sglang", "vllm"],
+        top(attention_bias=None),
+        contains=("$.attention_bias", "bool"),
+    ),
+    Case(
+        "model-type-absent", "LC006", "error", ["sglang", "vllm"], top(model_type=DROP), contains=("absent",)
+    ),
+    Case("model-type-digits", "LC006", "error", ["sglang", "vllm"], top(model_type="2"), contains=('"2"',)),
+    Case(
+        "text-config-key", "LC007", "error", ["sglang", "vllm"], top(text_config=0), contains=("text_config",)
+    ),
+    Case("eagle-config-number", "LC008", "error", ["vllm"], top(eagle_config=0), contains=("eagle_config",)),
+    Case(
+        "vocab-size-huge",
+        "LC009",
+        "error",
+        [],
+        top(vocab_size=2**40),
+        contains=("$.vocab_size", "out of memory"),
+        also=frozenset({"LC204", "LC205", "LC208", "LC209", "LC115", "LC120"}),
+    ),
     Case(
         "topk-fraction",
         "LC001",

@@ -13,11 +13,13 @@ from lilicorr_ckpt.checks.config import (
     schema,
     siblings,
     taps,
+    types,
 )
 from lilicorr_ckpt.checks.context import check
 
 for _check in (
     schema.config_schema,
+    types.config_class,
     architecture.architecture,
     head_geometry.lilicorr_geometry,
     block.block_size,

@@ -5,10 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import msgspec
-
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.config.common import CFG
+from lilicorr_ckpt.checks.config.types import field_types
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 
@@ -129,17 +128,7 @@ LISTED_DUPLICATE_KEYS = 20  # LC002 findings of their own; the rest are one find
 
 
 def config_schema(ctx: Context) -> None:
-    origin = ctx.parsed.speculators  # a speculators config: the key's place in the file as written
-    for issue in ctx.parsed.issues:
-        path = origin.original_path(issue.path) if origin else issue.path
-        ctx.emit(
-            "LC001",
-            f"config.json {msgspec.structs.replace(issue, path=path).describe()}",
-            file="config.json",
-            pointer=path,
-            expected=issue.expected,
-            actual=issue.found,
-        )
+    field_types(ctx)  # LC001 / LC004, per release: how each reads the key (types.py)
     repeated = list(ctx.parsed.duplicate_keys.items())  # one entry per key, with its count
     for key, count in repeated[:LISTED_DUPLICATE_KEYS]:
         ctx.emit(
