@@ -289,8 +289,8 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
     type=click.Choice(["text", "markdown", "json"]),
     default="text",
     show_default=True,
-    help="text: one line per rule (with ID: its long form); markdown: the README "
-    "table (with ID: its docs/rules.md section); json: every field, including "
+    help="text: one line per rule (with ID: its long form); markdown: the table "
+    "in docs/rules.md (with ID: its section there); json: every field, including "
     "the fix and the long form.",
 )
 def rules(rule_id: str | None, fmt: str) -> None:
@@ -463,6 +463,7 @@ def rules_page() -> str:
         areas.setdefault(r.area, []).append(f"[{r.id}](#{r.id.lower()})")
     lines += [f"- **{area}**: {', '.join(ids)}" for area, ids in areas.items()]
     lines += ["- **retired**: " + ", ".join(f"[{i}](#{i.lower()})" for i in sorted(RETIRED)), ""]
+    lines += ["## Every rule at a glance", "", rules_markdown()]  # `rules -f markdown`; the README links here
     for r in ordered:
         lines.append(r.markdown())
     lines += ["## Retired ids", ""]

@@ -1,7 +1,6 @@
-"""Regenerate what the docs derive from code: the README rule table, docs/validate.md's table of engine releases,
-docs/rules.md (each rule's long form from its
-catalogue row: what it does, why it matters, an example and the fix, then the retired ids; the page SARIF helpUri
-links point at) and schemas/*.json.
+"""Regenerate what the docs derive from code: docs/validate.md's table of engine releases, docs/rules.md (the
+rule table, then each rule's long form from its catalogue row: what it does, why it matters, an example and the
+fix, then the retired ids; the page SARIF helpUri links point at) and schemas/*.json.
 
     python scripts/sync_docs.py
 """
@@ -11,23 +10,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from lilicorr_ckpt.cli import releases_markdown, rules_markdown, rules_page
+from lilicorr_ckpt.cli import releases_markdown, rules_page
 from lilicorr_ckpt.report import schemas
 
-README = Path(__file__).resolve().parents[1] / "README.md"
-RULES_PAGE = README.parent / "docs" / "rules.md"
-VALIDATE_PAGE = README.parent / "docs" / "validate.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+RULES_PAGE = DOCS / "rules.md"
+VALIDATE_PAGE = DOCS / "validate.md"
 
 
 def main() -> None:
-    text = README.read_text()
-    text = re.sub(
-        r"(<!-- rules:begin[^\n]*-->\n).*?(<!-- rules:end -->)",
-        lambda m: m.group(1) + rules_markdown() + m.group(2),
-        text,
-        flags=re.S,
-    )
-    README.write_text(text)
     page = VALIDATE_PAGE.read_text()
     page = re.sub(
         r"(<!-- releases:begin[^\n]*-->\n).*?(<!-- releases:end -->)",
@@ -41,7 +32,6 @@ def main() -> None:
     print(f"wrote {RULES_PAGE}")
     for path in schemas.write():
         print(f"wrote {path}")
-    print(f"wrote {README}")
 
 
 if __name__ == "__main__":
