@@ -461,6 +461,11 @@ class Release:
         self.vllm_config = m("vllm.config.vllm")
         self.model_config = m("vllm.config.model")
         self.transformers_config = m("vllm.transformers_utils.config")
+        # config.py's registry names the speculators config by attribute of the configs package, which the harness
+        # does not import whole (its __init__ imports every model's config): the class comes from its own module
+        configs = sys.modules.get("vllm.transformers_utils.configs")
+        if configs is not None:
+            configs.SpeculatorsConfig = m("vllm.transformers_utils.configs.speculators").SpeculatorsConfig
         # get_config parses through repo_utils.with_retry, which waits 2 s and parses again after a failure (a Hub
         # cache refresh can hide config.json for a moment). A local checkpoint's parse fails the same way twice, so
         # the wait only cost each refused config 2 s: the second parse still runs, without the wait
