@@ -7,6 +7,7 @@ import pytest
 from conformance.producer_fixtures import FIXTURES, IDS, SPECULATORS_TAPS, converted
 from test_vllm_conformance import VERSIONS, _release_param, judge
 
+
 @_release_param
 @pytest.mark.parametrize("fixture", FIXTURES, ids=IDS)
 def test_each_producer_fixture_gets_the_released_verdict(released_vllm, fixture):
