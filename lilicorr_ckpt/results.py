@@ -107,3 +107,6 @@ class Report(msgspec.Struct, frozen=True, kw_only=True):
     hub: HubOrigin | None = None  # set when PATH was a Hub repo id: the commit it was read at
     strict: bool = False  # judged with --strict: warnings count as failures (JUnit failures, SARIF errors)
     error: str | None = None  # the input could not be read (exit 2): no findings, no verdicts, this reason
+    # the layout of config.json: "z-lab" (dflash_config) or "speculators" (judged as vLLM translates it); None
+    # when the input could not be read
+    layout: str | None = None

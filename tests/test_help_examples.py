@@ -125,6 +125,8 @@ def sandbox(
     else:
         shutil.copytree(EXAMPLES / "tiny-modelopt-nvfp4", root / "export")
     (root / "examples").symlink_to(EXAMPLES)
+    (root / "tests").mkdir()
+    (root / "tests" / "data").symlink_to(REPO / "tests" / "data")  # the producer fixtures convert's help uses
     (root / "ci").mkdir()
     (root / "ci" / "lilicorr.toml").write_text(
         '[[waivers]]\nrules = ["LC314", "LC015"]\nreason = "unconfirmed loading checked by hand"\n'
@@ -316,13 +318,32 @@ def _convert_refused(ran: Ran) -> None:
     assert not (ran.root / "drafter").exists() and "Nothing was written to ./drafter" in ran.out + ran.err
 
 
-def _convert_dropped(ran: Ran) -> None:
-    _converted(ran)
-    assert "dropped   model.embed_tokens.weight (--drop model.embed_tokens.*)" in ran.out
-
-
 def _convert_set(ran: Ran) -> None:
-    assert _converted(ran)["dflash_config"]["lilicorr_logit_scale"] == 10
+    assert _converted(ran)["dflash_config"]["lilicorr_logit_scale"] == 12
+
+
+def _convert_sharded(ran: Ran) -> None:
+    _converted(ran)
+    index = json.loads((ran.root / "drafter" / "model.safetensors.index.json").read_text())
+    shards = sorted(p.name for p in (ran.root / "drafter").glob("*.safetensors"))
+    assert len(shards) >= 2 and sorted(set(index["weight_map"].values())) == shards
+
+
+def _convert_to_speculators(ran: Ran) -> None:
+    _ok(ran)
+    config = json.loads((ran.root / "dflash2-spec" / "config.json").read_text())
+    assert config["speculators_model_type"] == "dflash2" and "model_type" not in config
+    assert config["sliding_window_non_causal"] is True  # ModelOpt trained every layer bidirectionally
+    assert "layout    z-lab -> speculators" in ran.out and "validate  vllm: accepts" in ran.out
+
+
+def _convert_to_zlab(ran: Ran) -> None:
+    _ok(ran)
+    config = json.loads((ran.root / "dflash-zlab" / "config.json").read_text())
+    assert config["dflash_config"]["target_layer_ids"] == [1, 3, 4] and "speculators_config" not in config
+    assert (
+        "layout    speculators -> z-lab" in ran.out and "validate  sglang: accepts, vllm: accepts" in ran.out
+    )
 
 
 def _convert_verify(ran: Ran) -> None:
@@ -525,6 +546,7 @@ class Expect:
 
 
 NO_DST = ["rm -r drafter"]  # convert writes ./drafter
+NVFP4 = "examples/tiny-modelopt-nvfp4"  # the bundled ModelOpt NVFP4 export
 SAVED = ["lilicorr-ckpt validate ./drafter -f json -o report.json"]
 PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --output profile.json"]
 GPU_PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --gpu --output profile.json"]
@@ -550,24 +572,27 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml": Expect(_validate_pass),
     # inspect --help
     "lilicorr-ckpt inspect ./drafter -f json | jq .geometry.candidate_topk": Expect(_inspect_jq),
-    # convert --help: ./export is a ModelOpt export
-    "lilicorr-ckpt convert ./export ./drafter": Expect(_convert_plain, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter --dry-run": Expect(_convert_dry_run, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential": Expect(
+    # convert --help: run from the repository root (the sandbox links examples/ and tests/data/)
+    f"lilicorr-ckpt convert {NVFP4} ./drafter": Expect(_convert_plain, before=NO_DST),
+    f"lilicorr-ckpt convert {NVFP4} ./drafter --dry-run": Expect(_convert_dry_run, before=NO_DST),
+    f"lilicorr-ckpt convert {NVFP4} ./drafter -r trtllm --naming sequential": Expect(
         _convert_sequential, before=NO_DST
     ),
-    "lilicorr-ckpt convert ./export ./drafter --no-repair": Expect(_convert_refused, before=NO_DST),
-    "lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'": Expect(
-        _convert_dropped, before=NO_DST, embeddings=True
-    ),
-    "lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10": Expect(
+    f"lilicorr-ckpt convert {NVFP4} ./drafter --no-repair": Expect(_convert_refused, before=NO_DST),
+    f"lilicorr-ckpt convert {NVFP4} ./drafter --set dflash_config.lilicorr_logit_scale=12": Expect(
         _convert_set, before=NO_DST
     ),
-    "lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force": Expect(
-        _convert_plain, before=NO_DST
+    f"lilicorr-ckpt convert {NVFP4} ./drafter --max-shard-size 50KB --force": Expect(
+        _convert_sharded, before=NO_DST
     ),
-    "lilicorr-ckpt convert ./export ./drafter --verify": Expect(
+    f"lilicorr-ckpt convert {NVFP4} ./drafter --verify": Expect(
         _convert_verify, before=NO_DST, needs_torch=True
+    ),
+    "lilicorr-ckpt convert tests/data/producers/modelopt-0.48.0rc1/dflash2-bf16 ./dflash2-spec --to speculators": Expect(
+        _convert_to_speculators
+    ),
+    "lilicorr-ckpt convert tests/data/producers/speculators-0.9.0/dflash-bf16 ./dflash-zlab": Expect(
+        _convert_to_zlab
     ),
     # smoke --help (each capped: SMOKE_CAP)
     "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target": Expect(

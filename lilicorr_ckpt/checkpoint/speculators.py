@@ -49,9 +49,24 @@ DSPARK_KEYS = (
 DSPARK_ARCHITECTURES = ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")
 # speculators' class defaults (models/<kind>/config.py): what speculators itself reads when a key is absent
 SAMPLE_FROM_ANCHOR_DEFAULT = {"dflash": False, "dflash2": False, "dspark": True}
-SLIDING_WINDOW_NON_CAUSAL_DEFAULT = False  # DFlashSpeculatorConfig (dflash2's trainer writes true)
+SLIDING_WINDOW_NON_CAUSAL_DEFAULT = {
+    "dflash": False,
+    "dflash2": True,
+    "dspark": False,
+}  # DFlash2SpeculatorConfig: true
+# the speculators release whose layout `lilicorr-ckpt convert --to speculators` writes (speculators_version)
+FORMAT_VERSION = "0.9.0"
 
 _ABSENT = object()
+
+# how reports name a config.json's layout: "z-lab" (dflash_config; z-lab, SGLang and ModelOpt write it) or
+# "speculators" (what vllm-project/speculators writes)
+ZLAB_LAYOUT, SPECULATORS_LAYOUT = "z-lab", "speculators"
+
+
+def layout_name(origin: SpeculatorsOrigin | None) -> str:
+    """The layout of a config.json parse_config read: the speculators layout when it was translated."""
+    return SPECULATORS_LAYOUT if origin is not None else ZLAB_LAYOUT
 
 
 def is_speculators(raw: Mapping[str, Any]) -> bool:
@@ -122,7 +137,7 @@ class SpeculatorsOrigin(msgspec.Struct, frozen=True, kw_only=True):
         """speculators' mask for sliding layers (models/dflash/attention.py: full layers are always bidirectional)."""
         if self.written("sliding_window_non_causal"):
             return bool(self.sliding_window_non_causal)
-        return SLIDING_WINDOW_NON_CAUSAL_DEFAULT
+        return SLIDING_WINDOW_NON_CAUSAL_DEFAULT.get(self.kind, False)
 
     def trained_causal(self, layer: int) -> bool:
         sliding = layer < len(self.layer_types) and self.layer_types[layer] == "sliding_attention"

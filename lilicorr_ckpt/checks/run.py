@@ -19,6 +19,7 @@ from lilicorr_ckpt.checkpoint.remote import (
     offline_mode,
     open_hub,
 )
+from lilicorr_ckpt.checkpoint.speculators import layout_name
 from lilicorr_ckpt.checkpoint.target import TargetInfo, read_target
 from lilicorr_ckpt.checks.context import Context, run_checks
 from lilicorr_ckpt.checks.waivers import check_rule_options, explicit_config, parse_config, waive_report
@@ -94,6 +95,7 @@ def validate(
         geometry=geometry_summary(ckpt.geometry),
         exit_code=exit_code_for(summary, strict),
         strict=strict,
+        layout=layout_name(ckpt.parsed.speculators),
     )
 
 

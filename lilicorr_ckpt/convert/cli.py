@@ -10,7 +10,9 @@ import click
 
 from lilicorr_ckpt.convert.options import (
     DEFAULT_RUNTIME,
+    LAYOUT_CHOICES,
     NAMING_CHOICES,
+    SPECULATORS_RUNTIME,
     UNRELEASED,
     ConvertOptions,
     parse_set,
@@ -35,17 +37,20 @@ def runtime_help() -> str:
             if unreleased
             else ""
         )
+        + f"; with --to speculators, `{SPECULATORS_RUNTIME}` (the released engines that read that layout)"
         + f". `vllm=={one}`: one release; `vllm>={since}`: every release in the range; comma-separated to "
         f"combine. Supported: {supported_releases()}."
     )
 
 
-HELP = """Convert a ModelOpt DFlash-family drafter export into the layout SGLang, vLLM and TensorRT-LLM load.
+HELP = """Convert a DFlash-family drafter (a ModelOpt export, or a drafter in the z-lab or speculators
+layout) into the layout SGLang, vLLM and TensorRT-LLM load, or into the speculators layout vLLM reads.
 
-SRC is the export directory (config.json with dflash_config, model.safetensors or a sharded index,
-optionally hf_quant_config.json). DST must not exist (or, with --force, be empty or an earlier convert
-output, whose files that convert did not write are kept); it appears only once the output has been
-written completely and `validate` accepts it. SRC is only ever read.
+SRC is the drafter directory (config.json with dflash_config, or a speculators config.json;
+model.safetensors or a sharded index; optionally hf_quant_config.json). DST must not exist (or, with
+--force, be empty or an earlier convert output, whose files that convert did not write are kept); it
+appears only once the output has been written completely and `validate` accepts it. SRC is only ever
+read.
 
 \b
 What it fixes:
@@ -62,6 +67,13 @@ What it fixes:
   - sibling heads (DFlash2 selector, DSpark Markov / confidence heads) stored quantized are refused,
     naming --dequantize; an NVFP4 export without input_scale is refused, naming --relabel-w4a16
 \b
+Layouts (--to): zlab (the default) writes the z-lab config every engine reads; a speculators SRC
+(vllm-project/speculators) is read as vLLM translates it, with the attention mask speculators trained.
+--to speculators writes a DFlash, DFlash2 or DSpark drafter in the speculators layout, which only vLLM
+reads (so the default -r is vllm), with sliding_window_non_causal set to the mask the drafter was
+trained with; a LiLiCorr or Domino head, which that layout cannot express, is refused. The tensors are
+the same bytes in both layouts.
+\b
 By default the output is made for the released engines (sglang,vllm). TensorRT-LLM's loader, which
 no release has yet, takes q/k/v only in float: name it (-r trtllm, -r all, -r every) to dequantize
 them for it too.
@@ -71,15 +83,16 @@ are not part of the checkpoint, and subdirectories are left out. Everything chan
 listed in the summary and in DST/conversion.json.
 
 \b
-Examples:
-  lilicorr-ckpt convert ./export ./drafter                 # for SGLang and vLLM (newest releases)
-  lilicorr-ckpt convert ./export ./drafter --dry-run       # show the plan; write nothing
-  lilicorr-ckpt convert ./export ./drafter -r trtllm --naming sequential  # legacy names TensorRT-LLM renames
-  lilicorr-ckpt convert ./export ./drafter --no-repair     # refuse instead of dequantizing
-  lilicorr-ckpt convert ./export ./drafter --drop 'model.embed_tokens.*'
-  lilicorr-ckpt convert ./export ./drafter --set dflash_config.lilicorr_logit_scale=10
-  lilicorr-ckpt convert ./export ./drafter --max-shard-size 2GB --force
-  lilicorr-ckpt convert ./export ./drafter --verify        # compare outputs through lilicorr_runtime
+Examples (from the repository root):
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter             # for SGLang and vLLM (newest releases)
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter --dry-run   # show the plan; write nothing
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter -r trtllm --naming sequential  # legacy names
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter --no-repair  # refuse (exit 1) instead of dequantizing
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter --set dflash_config.lilicorr_logit_scale=12
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter --max-shard-size 50KB --force
+  lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter --verify    # compare outputs through lilicorr_runtime
+  lilicorr-ckpt convert tests/data/producers/modelopt-0.48.0rc1/dflash2-bf16 ./dflash2-spec --to speculators
+  lilicorr-ckpt convert tests/data/producers/speculators-0.9.0/dflash-bf16 ./dflash-zlab  # speculators -> z-lab
 """
 
 EPILOG = (
@@ -100,8 +113,23 @@ def register(group: click.Group) -> None:
         "--runtime",
         "-r",
         type=RUNTIME,
-        default=DEFAULT_RUNTIME,
+        default=None,
         help=runtime_help(),
+    )
+    @click.option(
+        "--to",
+        "to",
+        type=click.Choice(LAYOUT_CHOICES),
+        default="zlab",
+        show_default=True,
+        help="The layout of the output's config.json: zlab (dflash_config; every engine reads it) or speculators "
+        "(vllm-project/speculators; vLLM reads it). A LiLiCorr or Domino head cannot be written as speculators.",
+    )
+    @click.option(
+        "--verifier",
+        metavar="REPO_ID",
+        help="--to speculators: the target's Hub repo id, written as speculators_config.verifier.name_or_path "
+        "(what `vllm serve DRAFTER` starts as the target; null when not given).",
     )
     @click.option(
         "--naming",
@@ -188,7 +216,9 @@ def register(group: click.Group) -> None:
     def convert_command(
         src: str,
         dst: str,
-        runtime: str,
+        runtime: str | None,
+        to: str,
+        verifier: str | None,
         naming: str,
         max_shard_size: str,
         no_repair: bool,
@@ -210,7 +240,9 @@ def register(group: click.Group) -> None:
         head = {"src": src, "dst": dst, "written": False}
         try:
             options = ConvertOptions(
-                runtime=runtime,
+                runtime=runtime or "",
+                to=to,
+                verifier=verifier,
                 naming=naming,
                 max_shard_size=parse_size(max_shard_size),
                 repair=not no_repair,
@@ -273,8 +305,14 @@ def register(group: click.Group) -> None:
                 )
             raise
         if as_json:
-            _emit_json(
-                {"status": "converted" if result.written else "dry-run", **result.record, "kept": result.kept}
-            )  # entries of DST that --force kept (not part of conversion.json)
+            _emit_json(  # src and dst as given (conversion.json has no paths); kept: what --force kept in DST
+                {
+                    "status": "converted" if result.written else "dry-run",
+                    "src": src,
+                    "dst": dst,
+                    **result.record,
+                    "kept": result.kept,
+                }
+            )
         else:
             click.echo(render_summary(result), nl=False)

@@ -11,11 +11,26 @@ import msgspec
 from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.runtimes import PROFILES, select_profiles
 
+LAYOUT_CHOICES = ("zlab", "speculators")  # convert/layout.py
+
 # the default selection: the newest release of every engine that has released one (SGLang and vLLM). An unreleased
 # revision's loader (TensorRT-LLM's, which takes q/k/v only in float) decides what convert changes only when it is
 # named (`trtllm`, `all`, `every`): by default the output is not degraded for code no release has
 DEFAULT_RUNTIME = ",".join(engine for engine, newest in PROFILES.items() if newest.released)
 UNRELEASED = tuple(newest for newest in PROFILES.values() if not newest.released)
+# --to speculators: the newest release of every released engine that reads the speculators layout (vLLM translates
+# it; SGLang has no reader for it)
+SPECULATORS_RUNTIME = ",".join(
+    engine
+    for engine, newest in PROFILES.items()
+    if newest.released and newest.speculators_format == "translated"
+)
+
+
+def default_runtime(to: str) -> str:
+    """The runtime selection convert writes for when none is given: the released engines that read the layout."""
+    return SPECULATORS_RUNTIME if to == "speculators" else DEFAULT_RUNTIME
+
 
 DEFAULT_MAX_SHARD_SIZE = 5 * 10**9  # transformers' save_pretrained default ("5GB")
 NAMING_CHOICES = ("auto", "named", "sequential")
@@ -44,8 +59,11 @@ _UNITS = {
 
 
 class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
-    # a runtime selection (sglang, vllm==VERSION, vllm>=VERSION, all, every, ...): whose loaders the output must satisfy
-    runtime: str = DEFAULT_RUNTIME
+    # a runtime selection (sglang, vllm==VERSION, vllm>=VERSION, all, every, ...): whose loaders the output must
+    # satisfy; "" is the default for the layout written (default_runtime)
+    runtime: str = ""
+    to: str = "zlab"  # the layout of the output's config.json: zlab | speculators
+    verifier: str | None = None  # --to speculators: speculators_config.verifier.name_or_path
     # auto (what every selected release loads) | named | sequential (legacy nn.Sequential head names)
     naming: str = "auto"
     max_shard_size: int = DEFAULT_MAX_SHARD_SIZE
@@ -65,7 +83,21 @@ class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
             raise UsageError(
                 f"runtime must be a runtime selection such as 'all' or 'vllm', got {self.runtime!r}"
             )
-        select_profiles(self.runtime)  # UsageError naming the supported releases
+        if self.to not in LAYOUT_CHOICES:
+            raise UsageError(f"--to must be zlab or speculators, got {self.to!r}")
+        if self.runtime == "":
+            msgspec.structs.force_setattr(self, "runtime", default_runtime(self.to))
+        profiles = select_profiles(self.runtime)  # UsageError naming the supported releases
+        if self.to == "speculators":
+            unread = [p.display for p in profiles if p.speculators_format != "translated"]
+            if unread:
+                raise UsageError(
+                    f"--to speculators: {', '.join(unread)} {'does' if len(unread) == 1 else 'do'} not read the "
+                    f"speculators layout (LC017/LC018); write the z-lab layout for {'it' if len(unread) == 1 else 'them'} "
+                    f"(--to zlab), or select the releases that translate it (-r {SPECULATORS_RUNTIME})"
+                )
+        elif self.verifier is not None:
+            raise UsageError("--verifier names the target in a speculators config: it needs --to speculators")
         if self.naming not in NAMING_CHOICES:
             raise UsageError(f"--naming must be auto, named or sequential, got {self.naming!r}")
         if self.max_shard_size < 1:
@@ -75,6 +107,8 @@ class ConvertOptions(msgspec.Struct, kw_only=True, frozen=True):
         """The options as conversion.json records them (everything that changes the output)."""
         return {
             "runtime": self.runtime,
+            "to": self.to,
+            "verifier": self.verifier,
             "naming": self.naming,
             "max_shard_size": self.max_shard_size,
             "repair": self.repair,

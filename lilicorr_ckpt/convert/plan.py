@@ -31,6 +31,14 @@ from lilicorr_ckpt.checks.findings import RULES
 from lilicorr_ckpt.checks.run import validate
 from lilicorr_ckpt.convert import extras
 from lilicorr_ckpt.convert.fused import FusedGroup, describe_groups, plan_fused_scales, scalar_bytes
+from lilicorr_ckpt.convert.layout import (
+    DISPLAY,
+    SPECULATORS,
+    ZLAB,
+    layout_of,
+    speculators_from_zlab,
+    zlab_from_speculators,
+)
 from lilicorr_ckpt.convert.naming import (
     is_derived_buffer,
     matches,
@@ -71,6 +79,9 @@ HASH_PLACEHOLDER = "0" * 64
 META_TOOL = "lilicorr_ckpt.tool"
 META_SOURCE = "lilicorr_ckpt.source_sha256"
 META_RECORD = "lilicorr_ckpt.record"
+# the target-to-draft mask speculators saves beside d2t for a reduced draft vocabulary: training-only (vLLM's loaders
+# skip it, SGLang drops it), copied unchanged so that the layouts convert into each other byte for byte
+TARGET_TO_DRAFT = "t2d"
 SHOWN = 8  # names listed in a refusal before "and N more"
 
 
@@ -241,8 +252,9 @@ def _config_errors(source: Source, parsed: Any, runtime: str) -> list[str]:
 
 class SourceRead(msgspec.Struct, frozen=True, kw_only=True):
     source: Source
-    raw: dict[str, Any]  # config.json as found
+    raw: dict[str, Any]  # config.json as found; a speculators config as the z-lab config it stands for
     table: TensorTable
+    layout: str = ZLAB  # of config.json as found (convert/layout.py)
 
 
 class Naming(msgspec.Struct, frozen=True, kw_only=True):
@@ -301,6 +313,9 @@ def read_source(src: str) -> SourceRead:
     source = open_source(src)
     assert source.config is not None
     raw, _ = load_json_object(read_small(source.config, "config.json"), "config.json")
+    found = layout_of(raw)
+    if found == SPECULATORS:  # planned as the z-lab config it stands for; --to speculators writes it back
+        raw = zlab_from_speculators(raw)
     _check_layout(source, raw)
     table = read_tensor_table(source)
     if table.duplicate_keys:  # LC609: which entry a loader keeps is not defined, so there is nothing to copy
@@ -309,7 +324,7 @@ def read_source(src: str) -> SourceRead:
             [f"{rel}: {', '.join(names)}" for rel, names in table.duplicate_keys.items()],
         )
     _check_shards(table)
-    return SourceRead(source=source, raw=raw, table=table)
+    return SourceRead(source=source, raw=raw, table=table, layout=found)
 
 
 def name_tensors(read: SourceRead, options: ConvertOptions, src: str) -> Naming:
@@ -414,6 +429,7 @@ def check_coverage(read: SourceRead, naming: Naming, manifest: Manifest, src: st
         if c not in manifest.tensors
         and manifest.module_of(c) is None
         and not any(c.startswith(p) for p in manifest.family_prefixes)
+        and not (c == TARGET_TO_DRAFT and "d2t" in manifest.tensors)
     ]
     if not any(c in manifest.tensors for c in canonical):
         raise InputError(
@@ -1110,11 +1126,15 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         activations,
         fused,
     )
+    output_config = config.editor.doc
+    if options.to == SPECULATORS:
+        output_config = speculators_from_zlab(output_config, verifier=options.verifier)
+    record["layout"] = _layout_record(read, options, output_config)
     return Plan(
         source=source,
         table=table,
         source_files=files,
-        config=config.editor.doc,
+        config=output_config,
         hf_quant_config=meta.hf_quant,
         tensors=tensors.tensors,
         shards=shards,
@@ -1127,6 +1147,22 @@ def build_plan(src: str, options: ConvertOptions) -> Plan:
         fused=fused,
         copies=copies,
     )
+
+
+def _layout_record(read: SourceRead, options: ConvertOptions, output: dict[str, Any]) -> dict[str, Any]:
+    """conversion.json's `layout`: the source's and the output's, and what the speculators keys say."""
+    doc: dict[str, Any] = {"source": DISPLAY[read.layout], "output": DISPLAY[options.to]}
+    if options.to == SPECULATORS:
+        proposal = output["speculators_config"]["proposal_methods"][0]
+        doc["speculators"] = {
+            "speculators_model_type": output["speculators_model_type"],
+            "aux_hidden_state_layer_ids": output["aux_hidden_state_layer_ids"],
+            "speculative_tokens": proposal["speculative_tokens"],
+            "sample_from_anchor": output["sample_from_anchor"],
+            "sliding_window_non_causal": output["sliding_window_non_causal"],
+            "verifier": output["speculators_config"]["verifier"]["name_or_path"],
+        }
+    return doc
 
 
 def _rename_reason(src: str, canonical: str, out: str) -> str:

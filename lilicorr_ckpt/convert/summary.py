@@ -23,6 +23,7 @@ def render_summary(result: Any) -> str:
         f"  {arch}{quant}, {out['tensors']} tensors, {out['tensor_bytes'] / 1e6:.1f} MB in "
         f"{', '.join(out['files'])}"
     )
+    lines += _render_layout(r.get("layout"))
     if r["renames"]:
         reasons: dict[str, int] = {}
         for item in r["renames"]:
@@ -89,6 +90,24 @@ def render_summary(result: Any) -> str:
     if result.written:
         lines.append(f"  record    {result.dst}/conversion.json")
     return "\n".join(lines) + "\n"
+
+
+def _render_layout(layout: dict[str, Any] | None) -> list[str]:
+    """The layout line, when a speculators config is read or written."""
+    if not layout or layout["source"] == layout["output"] == "z-lab":
+        return []
+    lines = [f"  layout    {layout['source']} -> {layout['output']}"]
+    spec = layout.get("speculators")
+    if spec:
+        verifier = spec["verifier"]
+        lines.append(
+            f"  speculators  {spec['speculators_model_type']}: aux_hidden_state_layer_ids "
+            f"{spec['aux_hidden_state_layer_ids']}, {spec['speculative_tokens']} speculative tokens, "
+            f"sample_from_anchor {json.dumps(spec['sample_from_anchor'])}, sliding_window_non_causal "
+            f"{json.dumps(spec['sliding_window_non_causal'])} (the mask it was trained with), verifier "
+            + (json.dumps(verifier) if verifier is not None else "null (name the target with --verifier)")
+        )
+    return lines
 
 
 def _render_fused(groups: list[dict[str, Any]], written: bool) -> list[str]:

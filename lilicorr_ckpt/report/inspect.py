@@ -9,6 +9,7 @@ import msgspec
 from lilicorr_ckpt.checkpoint.load import Checkpoint, NotADrafter, load_checkpoint
 from lilicorr_ckpt.checkpoint.manifest import COMPONENTS, component_of_name
 from lilicorr_ckpt.checkpoint.names import observed_scheme
+from lilicorr_ckpt.checkpoint.speculators import SPECULATORS_LAYOUT, layout_name
 from lilicorr_ckpt.checks.run import geometry_summary, validate
 from lilicorr_ckpt.families import FAMILIES, is_drafter
 from lilicorr_ckpt.report.escape import printable
@@ -25,6 +26,7 @@ class ComponentStats(msgspec.Struct, frozen=True):
 class Inspection(msgspec.Struct, frozen=True, kw_only=True):
     path: str
     architecture: str | None
+    layout: str  # of config.json: "z-lab" (dflash_config) or "speculators" (read as vLLM translates it)
     geometry: dict[str, Any]
     components: list[ComponentStats]
     quantization: dict[str, Any] | None
@@ -82,6 +84,7 @@ def inspect_checkpoint(path: str) -> Inspection:
     return Inspection(
         path=path,
         architecture=ckpt.parsed.config.architecture,
+        layout=layout_name(ckpt.parsed.speculators),
         geometry=geometry_summary(ckpt.geometry),
         components=components,
         quantization=quant,
@@ -120,6 +123,14 @@ def render_inspection(ins: Inspection) -> str:
     g = ins.geometry
     d = {key: "?" if value is None else value for key, value in g.items()}  # what the text shows
     lines = [f"{ins.path}: {ins.architecture or 'unknown architecture'}"]
+    lines.append(
+        f"  layout     {ins.layout}"
+        + (
+            " (speculators_config; shown as vLLM translates it)"
+            if ins.layout == SPECULATORS_LAYOUT
+            else " (dflash_config)"
+        )
+    )
     lines.append(
         f"  backbone   hidden {d['hidden_size']}, {d['num_layers']} layers, heads {d['num_heads']}/"
         f"{d['num_kv_heads']} x {d['head_dim']}, mlp {d['intermediate_size']}, vocab {d['vocab_size']}"

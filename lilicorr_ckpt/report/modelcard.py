@@ -472,6 +472,7 @@ def _geometry_rows(report: Report, quant_algo: str | None) -> list[tuple[str, st
     g = report.geometry
     rows = [
         ("architecture", md(report.architecture or "?")),
+        ("config layout", md(report.layout or "?")),
         ("hidden size", _int(g.get("hidden_size"))),
         ("layers", _int(g.get("num_layers"))),
         ("block size", _int(g.get("block_size"))),
@@ -621,7 +622,7 @@ def _position(stats: ArmStats, i: int, kind: str) -> str:
     return _rate(rates[i], c.accepted, c.reached if kind == "conditional" else c.drafted)
 
 
-def _profile_section(profile: SmokeReport, unverified: list[str]) -> list[str]:
+def _profile_section(profile: SmokeReport, unverified: list[str], chart: str | None = None) -> list[str]:
     cond = profile.measurement_conditions
     out = ["### Acceptance (lilicorr-ckpt smoke)", ""]
     if unverified:
@@ -629,6 +630,11 @@ def _profile_section(profile: SmokeReport, unverified: list[str]) -> list[str]:
             "> **Unverified measurement** (published with `--allow-unverified`): "
             + "; ".join(md(u) for u in unverified)
             + ".",
+            "",
+        ]
+    if chart:  # report/chart.py's picture of this profile, written beside the card
+        out += [
+            f"![Acceptance by draft position, head and control, per benchmark, and the gates]({chart})",
             "",
         ]
     versions = ", ".join(md(f"{k} {v}") for k, v in cond.versions.items())
@@ -746,6 +752,7 @@ def card_section(
     training_data: str | None = None,
     training_recipe: str | None = None,
     releases: Report | None = None,
+    chart: str | None = None,
 ) -> str:
     g = report.geometry
     kind = _head_kind(g)
@@ -796,7 +803,7 @@ def card_section(
     if stages or training_data or training_recipe:
         lines += [""] + _training_section(stages, training_data, training_recipe)
     if profile is not None:
-        lines += [""] + _profile_section(profile, unverified)
+        lines += [""] + _profile_section(profile, unverified, chart)
     if kind == "lilicorr":
         lines += [
             "",
@@ -829,6 +836,7 @@ class CardOptions(msgspec.Struct, frozen=True, kw_only=True):
     training_data: str | None = None
     training_recipe: str | None = None
     releases: Report | None = None  # validate over every supported release: the compatibility matrix
+    chart: str | None = None  # the acceptance chart's file name beside the card (report/chart.py), linked
 
 
 def build_card(
@@ -906,6 +914,7 @@ def build_card(
         training_data=opts.training_data,
         training_recipe=opts.training_recipe,
         releases=opts.releases,
+        chart=opts.chart,
     )
     span = _find_section(body, what)
     if span is not None:

@@ -305,7 +305,9 @@ def test_sequential_names_are_refused_for_sglang_and_vllm(cli, tmp_path):
 def test_help_teaches_with_examples(cli):
     run = cli("convert", "--help")
     assert run.code == 0
-    assert "Examples:" in run.out and "lilicorr-ckpt convert ./export ./drafter --dry-run" in run.out
+    assert "Examples (from the repository root):" in run.out
+    assert "lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 ./drafter --dry-run" in run.out
+    assert "--to speculators" in run.out
     assert "--max-shard-size" in run.out and "Exit codes" in run.out
 
 
@@ -396,7 +398,17 @@ def test_a_conversion_in_json_format_carries_its_status(cli, tmp_path):
     assert run.code == 0, run
     doc = json.loads(run.out)
     assert doc.pop("status") == "converted" and doc.pop("kept") == []  # kept: what --force kept of DST
+    # the paths as given (conversion.json itself records none), then exactly the record
+    assert (doc.pop("src"), doc.pop("dst")) == (str(EXAMPLE), str(tmp_path / "out"))
     assert doc == load_json(tmp_path / "out" / "conversion.json")
+
+
+def test_a_dry_run_in_json_format_names_its_paths(cli, tmp_path):
+    run = cli("convert", EXAMPLE, tmp_path / "out", "-f", "json", "--dry-run")
+    assert run.code == 0, run
+    doc = json.loads(run.out)
+    assert doc["status"] == "dry-run" and doc["src"] == str(EXAMPLE) and doc["dst"] == str(tmp_path / "out")
+    assert doc["layout"] == {"source": "z-lab", "output": "z-lab"}
 
 
 # ---------------------------------------------------------------- --set: JSON values, objects only
