@@ -50,7 +50,14 @@ from lilicorr_ckpt.smoke.target_files import check_target_files
 from lilicorr_ckpt.smoke.threads import ThreadChooser
 from lilicorr_ckpt.smoke.ties import first_near_tie
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
-from lilicorr_runtime import CheckpointRefused, SpeculativeDecoder, acceptance_stats, load_target, ops
+from lilicorr_runtime import (
+    CheckpointRefused,
+    SpeculativeDecoder,
+    acceptance_stats,
+    load_target,
+    ops,
+    settings,
+)
 from lilicorr_runtime.ops import warm
 from lilicorr_runtime.target.fast import PREFILL_ROWS, FastTarget
 
@@ -137,6 +144,10 @@ def batch_thread_chooser(progress: Progress) -> ThreadChooser | None:
 
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
     check_options(opts)
+    try:  # the runtime's LILICORR_* variables, judged before anything loads
+        settings.check()
+    except settings.SettingError as exc:
+        raise UsageError(str(exc)) from None
     progress = progress or Progress(enabled=False, name="smoke")
     probes = load_probes(opts.probes, opts.limit)
     baseline = read_baseline(opts.baseline) if opts.baseline else None

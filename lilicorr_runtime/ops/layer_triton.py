@@ -34,7 +34,6 @@ time per SmolLM2 step, hence off by default.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Sequence
 
@@ -42,6 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import settings
 from . import step_triton as st
 
 LAYER_ROWS = 32  # a step of at most this many rows (all sequences) runs the layer kernel
@@ -57,15 +57,12 @@ def _capturing() -> bool:
 def prefetch_enabled() -> bool:
     """LILICORR_LAYER_PREFETCH (on by default): the layer kernel fetches the next layer's weights and cache rows
     into L2."""
-    return os.environ.get("LILICORR_LAYER_PREFETCH", "on").strip().lower() not in ("off", "0")
+    return settings.layer_prefetch()
 
 
 def enabled() -> bool:
     """LILICORR_LAYER_KERNEL: on, or off (the default)."""
-    setting = os.environ.get("LILICORR_LAYER_KERNEL", "off").strip().lower()
-    if setting not in ("on", "off", "1", "0", ""):
-        raise ValueError(f"LILICORR_LAYER_KERNEL={setting!r}: expected on or off")
-    return setting in ("on", "1")
+    return settings.layer_kernel()
 
 
 @triton.jit
@@ -472,7 +469,7 @@ class LayerKernel:
             tiles_n = max(tiles_n, m_tiles * n_tiles)
             units = max(units, m_tiles * n_tiles * split)
         # the K tiles of each GEMM's slice, unrolled (LILICORR_LAYER_UNROLL=off: the loop the standalone runs)
-        unroll = os.environ.get("LILICORR_LAYER_UNROLL", "off").strip().lower() in ("on", "1")
+        unroll = settings.layer_unroll()
         kts = {
             f"KT_{name}": triton.cdiv(splits[phase][0], self.tiles[phase]["BLOCK_K"]) if unroll else 0
             for phase, name in (("qkv", "QKV"), ("o", "O"), ("gate_up", "GU"), ("down", "DN"))

@@ -37,6 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .. import settings
 from . import tiles, warm
 
 BLOCK_M = 16  # rows per program in every step kernel, whatever the step's row count (batch invariance)
@@ -832,7 +833,7 @@ def stream_enabled() -> bool:
     """Whether the tuner tries stream-K tiles (LILICORR_STREAM_K=off: it does not, and the tiles stored before
     stream-K existed stay valid). `_tune` also leaves them out under programmatic dependent launch, which the
     stream-K kernel lacks."""
-    return os.environ.get("LILICORR_STREAM_K", "").strip().lower() not in ("off", "0", "no")
+    return settings.stream_k()
 
 
 def sm_count(device: torch.device) -> int:
@@ -1073,8 +1074,7 @@ def pdl_mode(device: torch.device) -> int:
     is done. Either way a program fetches its first weight tile before it waits for the kernel before it. PDL
     needs CUDA on Hopper or later and a Triton with grid dependency control; elsewhere it is 0. On an H200 (see
     docs/performance.md) both modes made the SmolLM2 and the Qwen3-8B-shaped steps slower, hence off."""
-    setting = os.environ.get("LILICORR_PDL", "0").strip().lower()
-    mode = {"0": 0, "": 0, "off": 0, "1": 1, "early": 1, "2": 2, "late": 2}.get(setting, 0)
+    mode = settings.pdl()
     if mode == 0 or device.type != "cuda" or _interpreted():
         return 0
     index = device.index if device.index is not None else torch.cuda.current_device()

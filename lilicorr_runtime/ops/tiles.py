@@ -34,9 +34,11 @@ import torch
 
 from lilicorr_ckpt.checkpoint.readfile import decode_utf8, read_regular_file
 
+from .. import settings
+
 FORMAT = 1  # bump when the kernel changes what a tile means
 BUNDLED = Path(__file__).with_name("tiles.json")
-ENV = "LILICORR_TILE_CACHE"
+ENV = settings.TILE_CACHE.name
 TILE_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 DIVISIONS = ("SPLIT", "STREAM")  # split-K slices, stream-K programs per SM (step_triton)
 
@@ -57,26 +59,9 @@ def _warn(key: str, message: str) -> None:
     warn_once(_warned, key, message, stacklevel=5)
 
 
-def env_path(env: str, name: str) -> Path | None:
-    """The file named by the environment variable `env`, or `name` in cache_dir() when it is unset; None when
-    it says `off`."""
-    setting = os.environ.get(env, "").strip()
-    if setting.lower() == "off":
-        return None
-    if setting:
-        return Path(setting).expanduser()
-    return cache_dir() / name
-
-
 def user_path() -> Path | None:
-    """The per-user file, or None when LILICORR_TILE_CACHE=off."""
-    return env_path(ENV, "step_tiles.json")
-
-
-def cache_dir() -> Path:
-    """Where the runtime keeps what it measured or compiled between processes: $XDG_CACHE_HOME/lilicorr."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lilicorr"
+    """The per-user file, or None when LILICORR_TILE_CACHE=off (settings.py)."""
+    return settings.tile_cache()
 
 
 def read_table(path: Path, what: str, limit: int, warned: set[str] | None = None) -> Any | None:

@@ -37,11 +37,12 @@ from typing import Any
 
 import torch
 
+from .. import settings
 from . import tiles
 
 FORMAT = 1
 BUNDLED = Path(__file__).with_name("kernels.json")
-ENV = "LILICORR_KERNEL_CACHE"
+ENV = settings.KERNEL_CACHE.name
 PACKAGE = "lilicorr_runtime."
 MAX_ENTRIES = 1024  # per device in a table: a run of the bundled models needs about a hundred
 TABLE_LIMIT = 64 << 20  # bytes of a kernel table (the bundled one is 120 kB); read by tiles.read_table
@@ -58,7 +59,7 @@ def _warn(key: str, message: str) -> None:
 
 def user_path() -> Path | None:
     """The per-user table, or None when LILICORR_KERNEL_CACHE=off."""
-    return tiles.env_path(ENV, "kernels.json")
+    return settings.kernel_cache()
 
 
 def device_key(device: torch.device) -> str:

@@ -15,7 +15,6 @@ scalar), which is what lets one captured graph serve every step.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from .. import ops
+from .. import ops, settings
 from .adapter import TargetModel, TargetStep
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
@@ -66,10 +65,7 @@ def mlp_in_prologue() -> bool:
     both halves and write the product; "prologue", gate_up is one plain GEMM of 2 x intermediate columns and down
     computes silu(gate) * up as it loads its input. On an H200 (2026-12-02, docs/performance.md) the prologue
     form made the Qwen3-8B-shaped step 6.3 -> 9.9 ms, so it stays opt-in."""
-    setting = os.environ.get("LILICORR_MLP", "epilogue").strip().lower()
-    if setting not in ("prologue", "epilogue"):
-        raise ValueError(f"LILICORR_MLP={setting!r}: expected prologue or epilogue")
-    return setting == "prologue"
+    return settings.mlp_prologue()
 
 
 def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:

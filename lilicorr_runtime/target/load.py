@@ -20,6 +20,7 @@ from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 from lilicorr_ckpt.checkpoint import resolve_target_spec
 from lilicorr_ckpt.checkpoint.text import shorten
 
+from .. import settings
 from ..arguments import resolve_device, resolve_dtype
 from . import gguf_direct
 from .adapter import TargetModel
@@ -141,8 +142,8 @@ def _load_gguf_directly(
     """(model, unloaded-weight problems, tokenizer) of a GGUF read by target/gguf_direct.py, or why not (a str)
     when that route does not map the file (transformers loads it then) or LILICORR_GGUF_LOADER=transformers asks
     for transformers' own route. A malformed file raises gguf_direct.GGUFError (a ValueError) naming the problem."""
-    if os.environ.get("LILICORR_GGUF_LOADER", "direct").strip().lower() == "transformers":
-        return "LILICORR_GGUF_LOADER=transformers"
+    if settings.gguf_loader() == "transformers":
+        return f"{settings.GGUF_LOADER.name}=transformers"
     try:
         config_kwargs, state, tok = gguf_direct.read_target(path, dtype, with_tokenizer=want_tokenizer)
     except gguf_direct.Unsupported as why:
