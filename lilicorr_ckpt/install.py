@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import shutil
+from urllib.parse import unquote, urlparse
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 EXTRA = "runtime"
@@ -39,11 +40,11 @@ def cpu_wheel_needed(system: str | None = None, cuda: bool | None = None) -> boo
 def installed_from() -> str | None:
     """Where pip installed this lilicorr-ckpt from (direct_url.json): a directory, a git URL at its commit, or
     None (not known: a wheel from an index, or not installed, run from the source tree)."""
-    try:
-        from importlib.metadata import PackageNotFoundError, distribution
+    from importlib.metadata import PackageNotFoundError, distribution  # ~100 ms: only when a hint is printed
 
+    try:
         text = distribution("lilicorr-ckpt").read_text("direct_url.json")
-    except (ImportError, PackageNotFoundError, OSError):
+    except (PackageNotFoundError, OSError):
         return None
     if not text:
         return None
@@ -55,8 +56,6 @@ def installed_from() -> str | None:
     if not isinstance(url, str):
         return None
     if url.startswith("file://"):
-        from urllib.parse import unquote, urlparse
-
         return unquote(urlparse(url).path) or None
     vcs = data.get("vcs_info")
     if isinstance(vcs, dict) and isinstance(vcs.get("vcs"), str):

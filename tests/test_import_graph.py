@@ -269,6 +269,9 @@ EXCEPTIONS = {
     # line does not load at start-up: the modules it imports then read their files through it when they run
     ("lilicorr_ckpt.report.ci:load_report", "lilicorr_ckpt.checkpoint.readfile"),
     ("lilicorr_ckpt.report.locate:_lines", "lilicorr_ckpt.checkpoint.readfile"),
+    # where pip installed lilicorr-ckpt from, read only to print the missing-extra hint: importlib.metadata took
+    # ~110 ms to import on the 2-core box, which every torch-free `smoke --engine` start would pay otherwise
+    ("lilicorr_ckpt.install:installed_from", "importlib.metadata"),
 }
 
 

@@ -137,8 +137,9 @@ def register(cli: Any) -> None:
         from lilicorr_ckpt.checks.run import validate
         from lilicorr_ckpt.checks.waivers import waive_report
         from lilicorr_ckpt.families import is_drafter
-        from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
+        from lilicorr_ckpt.outfile import Inputs, check_output_path, resolved, write_output
         from lilicorr_ckpt.report import modelcard
+        from lilicorr_ckpt.report.chart import CHART_FILE
 
         try:
             root = Path(path).expanduser()
@@ -156,6 +157,15 @@ def register(cli: Any) -> None:
             inputs.add(profile, "the --profile file")
             for log in training_logs:
                 inputs.add(log, "the --training-log file")
+            # with a profile, its chart goes beside the card (report/chart.py) and the card links it; a card on
+            # stdout has no directory to link from, so it goes without
+            chart = dest.parent / CHART_FILE if profile and dest is not None else None
+            if chart is not None:
+                check_output_path(str(chart), "--profile (its chart)", CHART_FILE, inputs)
+                if dest is not None and resolved(chart) == resolved(dest):
+                    raise UsageError(
+                        f"--output {output}: the chart of --profile is written there; name the card otherwise"
+                    )
             if dest is not None:
                 check_output_path(str(dest), "--output", "README.md", inputs)
                 if dest.exists():
@@ -210,6 +220,7 @@ def register(cli: Any) -> None:
                 releases=waive_report(
                     validate(path, runtime="every", target=target, checkpoint=ckpt), checkpoint_dir=root
                 ),
+                chart=CHART_FILE if chart is not None else None,
             )
             text, notes = modelcard.build_card(existing, report, opts, what=printable(str(readme)))
             warnings = []
@@ -223,6 +234,14 @@ def register(cli: Any) -> None:
             if dest is None:
                 click.echo(text, nl=False)
             else:
+                if chart is not None and prof is not None:
+                    from lilicorr_ckpt.report.chart import acceptance_svg
+
+                    write_output(
+                        acceptance_svg(prof), str(chart), inputs=inputs, option="--profile (its chart)"
+                    )
+                    if not quiet:
+                        click.echo(f"wrote {printable(str(chart))}", err=True)
                 write_output(text, str(dest), mode=mode, inputs=inputs)
                 if not quiet:
                     verb = "updated" if existing is not None and dest == readme else "wrote"

@@ -9,7 +9,7 @@ import click
 
 from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
-from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
+from lilicorr_ckpt.outfile import Inputs, check_output_path, resolved, write_output
 from lilicorr_ckpt.report import formats
 from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 
@@ -199,6 +199,13 @@ def register(group: click.Group) -> None:
     help="Also write the JSON profile to this file, whatever --format (its directory must exist).",
 )
 @click.option(
+    "--html",
+    "html_out",
+    metavar="REPORT.html",
+    help="Also write a page with the acceptance chart (by draft position, head and control, overall and per "
+    "category, plain SVG) and the gates.",
+)
+@click.option(
     "--out",
     "out_alias",
     metavar="PROFILE.json",
@@ -294,6 +301,7 @@ def smoke(
     tolerance: float,
     fmt: str,
     out: str | None,
+    html_out: str | None,
     out_alias: str | None,
     dtype: str | None,
     runtime: str,
@@ -322,6 +330,12 @@ def smoke(
         check_output_path(
             out, option, "profile.json", inputs
         )  # before any model loads: a bad path must not cost a whole run
+    if html_out:
+        check_output_path(html_out, "--html", "smoke.html", inputs)
+        if out and resolved(out) == resolved(html_out):
+            raise click.UsageError(
+                f"--html {html_out}: {option} writes that file too; give each its own file"
+            )
     options = SmokeOptions(
         path=path,
         target=target,
@@ -345,6 +359,11 @@ def smoke(
     check_options(options)  # usage errors before the runtime is imported
     if engine is not None:
         from lilicorr_ckpt.smoke.engine.cli import run_engine_command
+
+        if html_out:
+            raise click.UsageError(
+                "--html draws the reference runtime's profile; it does not apply with --engine"
+            )
 
         given = ctx.get_parameter_source("tolerance") is not click.core.ParameterSource.DEFAULT
         run_engine_command(
@@ -380,4 +399,8 @@ def smoke(
     click.echo(formats.render_smoke(report, fmt, formats.Style(color=color)), nl=False)
     if out:
         write_output(encode(report), out, inputs=inputs, option=option)
+    if html_out:
+        from lilicorr_ckpt.report.chart import smoke_html
+
+        write_output(smoke_html(report), html_out, inputs=inputs, option="--html")
     sys.exit(0 if report.passed else 1)

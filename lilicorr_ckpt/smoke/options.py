@@ -9,6 +9,7 @@ import msgspec
 
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.install import runtime_hint
 from lilicorr_ckpt.smoke.gates import DEFAULT_MIN_HEAD_GAIN, DEFAULT_TOLERANCE
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
@@ -97,7 +98,5 @@ def runner() -> Callable[[SmokeOptions, Progress | None], SmokeReport]:
     try:
         from lilicorr_ckpt.smoke.run import run_smoke
     except ImportError as exc:
-        from lilicorr_ckpt.install import runtime_hint
-
         raise UsageError(f"{runtime_hint('smoke')}; the import failed: {exc}") from None
     return run_smoke

@@ -3,6 +3,7 @@ the extra installs from where this copy came from, and without an NVIDIA driver 
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import subprocess
 import sys
@@ -44,8 +45,6 @@ def test_installed_from_reads_pips_record(monkeypatch):
             assert name == "direct_url.json"
             return self.text
 
-    import importlib.metadata as md
-
     for record, expected in (
         ({"url": "file:///work/my%20checkout", "dir_info": {"editable": True}}, "/work/my checkout"),
         (
@@ -54,9 +53,9 @@ def test_installed_from_reads_pips_record(monkeypatch):
         ),
         ({"url": "https://files.example.org/lilicorr_ckpt-0.1.0.whl", "archive_info": {}}, None),
     ):
-        monkeypatch.setattr(md, "distribution", lambda name, r=record: Dist(json.dumps(r)))
+        monkeypatch.setattr(importlib.metadata, "distribution", lambda name, r=record: Dist(json.dumps(r)))
         assert install.installed_from() == expected
-    monkeypatch.setattr(md, "distribution", lambda name: Dist(None))
+    monkeypatch.setattr(importlib.metadata, "distribution", lambda name: Dist(None))
     assert install.installed_from() is None
 
 
