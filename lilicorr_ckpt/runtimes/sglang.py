@@ -154,6 +154,7 @@ FIRST = RuntimeProfile(
         ("$.mask_token", "*", "str+"),
         ("$.dflash_config.attention_value_scale", "*", "number?"),
         ("$.dflash_config.final_logit_softcapping", "*", "float()|falsy"),
+        ("$.dflash_config.output_multiplier", "*", "float()"),  # parse_dflash_draft_config: float(...)
         # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
         # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)
         ("$.dflash_config.gru_hidden_dim", "!domino", "unread"),

@@ -160,7 +160,10 @@ FIRST = RuntimeProfile(
         # qwen3_dflash2.py DFlash2Qwen3ForCausalLM.__init__: float(output_multiplier), float(softcap or 0.0)
         ("$.dflash_config.output_multiplier", "dflash2", "float()"),
         ("$.dflash_config.final_logit_softcapping", "dflash2", "float()|falsy"),
-        ("$.dspark_draft_topk", "dspark", "number?"),  # config/speculative.py compares it with `<=`
+        # config/speculative.py: "dspark_draft_topk must be between 1 and the draft vocabulary size"
+        ("$.dspark_draft_topk", "dspark", "count?"),
+        # qwen3_dflash.py DFlashQwen3DecoderLayer: `make_attention_sink(...) if add_swa_attention_sink_bias`
+        ("$.dflash_config.attention_sink_bias", "*", "flag"),
     ),
     # qwen3_dflash.py builds vLLM's RMSNorm (x * w) and get_rope over the whole head: neither use_gemma_norm nor
     # rope_dim is read

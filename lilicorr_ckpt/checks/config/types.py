@@ -133,6 +133,10 @@ def reader_refuses(reader: str, value: Any) -> bool:
         if isinstance(value, str):
             return not _numeric_text(value, float if reader == "float()" else int)
         return True  # null, a list, an object
+    if reader == "flag":  # `if value:` where a true value builds something: only a bool says which
+        return bool(value) and not isinstance(value, bool)
+    if reader == "count?":
+        return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
     if reader == "number?":
         return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))
     if reader == "str+":
@@ -145,6 +149,8 @@ def reader_refuses(reader: str, value: Any) -> bool:
 _HOW = {
     "unread": "does not read it for this head kind|do not read it for this head kind",
     "truth": "reads it only as a truth value|read it only as a truth value",
+    "flag": "reads it as a flag (a true value builds the feature)|read it as a flag (a true value builds the feature)",
+    "count?": "requires null or an integer >= 1|require null or an integer >= 1",
     "float()": "reads it with float()|read it with float()",
     "float()|falsy": "reads it with float()|read it with float()",
     "int()": "reads it with int()|read it with int()",
@@ -295,7 +301,7 @@ QWEN3_FIELDS: dict[str, tuple[str, ...]] = {
     "rope_parameters": (_OBJECT, _NULL),
     "rope_scaling": (_OBJECT, _NULL),  # read as rope_parameters
     "transformers_version": (_STR, _NULL),
-    "mtp_layer_types": (_LIST,),  # the base class's legacy remap iterates it
+    "mtp_layer_types": (_LIST, _OBJECT, _STR),  # the base class's legacy remap iterates it
 }
 # integer sizes LC139 reports as whole-number floats (not repeated here)
 _LC139_TYPED = frozenset(

@@ -1,8 +1,83 @@
 """Every disagreement the fuzzer found, as the case that reproduces it: the conformance suite runs each against every
-supported release and asserts validate agrees with the executed loader (run.py prints new ones in this form)."""
+supported release and asserts validate agrees with the executed loader (run.py prints new ones in this form).
+
+PENDING: (case, release) -> why validate and that release still disagree (a known gap, not yet fixed); the suite
+skips those pairs in the corpus and the fixed-seed budget, and fails on any other disagreement."""
 
 from __future__ import annotations
 
+from lilicorr_ckpt.runtimes import RELEASES
+
 from .cases import Case
 
-CORPUS: tuple[Case, ...] = ()
+CORPUS: tuple[Case, ...] = (
+    # another head kind's key, wrongly typed: not read (vLLM: lilicorr.py reads lilicorr_* for LiLiCorr only)
+    Case("dflash2", "dflash", "lilicorr_factor_dim", "object"),
+    # read as a truth value (vLLM qwen3_dflash.py _dflash_layer_causal): LC004 for vLLM, LC001 for SGLang
+    Case("lilicorr", "dflash", "causal", "negative"),
+    Case("dflash2", "dflash", "sample_from_anchor", "empty_string"),
+    # vLLM qwen3_dflash.py: `make_attention_sink(...) if add_swa_attention_sink_bias`: "" builds none
+    Case("dflash", "dflash", "attention_sink_bias", "empty_string"),
+    # transformers' strict Qwen3Config (LC005)
+    Case("lilicorr-nvfp4", "top", "attention_bias", "null"),
+    Case("lilicorr", "top", "rms_norm_eps", "zero"),
+    Case("lilicorr", "top", "torch_dtype", "int_string"),
+    Case("lilicorr-conv", "top", "mtp_layer_types", "true"),
+    # AutoConfig's model_type (LC006)
+    Case("dspark", "top", "model_type", "absent"),
+    Case("dflash2", "top", "model_type", "int_string"),
+    # get_text_config returns a top-level text_config (LC007)
+    Case("dflash2", "top", "text_config", "nan"),
+    # vLLM qwen3_dflash.py DFlashQwen3Model.__init__: eagle_config.update (LC008)
+    Case("lilicorr", "top", "eagle_config", "zero"),
+    # allocation at boot (LC009)
+    Case("dflash", "dflash", "block_size", "huge"),
+    Case("dflash", "top", "vocab_size", "huge"),
+    # the harness: linear.py weight_loader leaves a missing shard's slice at init, narrows an oversize tensor
+    Case("dflash2", "tensor", "layers.0.self_attn.v_proj.weight", "drop"),
+    Case("lilicorr", "tensor", "layers.0.mlp.up_proj.weight", "rename"),
+    Case("lilicorr", "tensor", "layers.1.self_attn.k_proj.weight", "reshape"),
+    Case("lilicorr-nvfp4", "tensor", "layers.1.mlp.down_proj.weight_scale_2", "retype"),
+    # vLLM config/speculative.py: dspark_draft_topk between 1 and the vocabulary
+    Case("dspark", "top", "dspark_draft_topk", "negative"),
+    # SGLang dflash_utils.py parse_dflash_draft_config: mask_token a non-empty string, attention_value_scale a
+    # number, float(output_multiplier)
+    Case("lilicorr-conv", "top", "mask_token", "zero"),
+    Case("lilicorr-conv", "dflash", "attention_value_scale", "list"),
+    Case("dflash2", "dflash", "output_multiplier", "null"),
+)
+
+_SGLANG = [f"sglang=={p.version}" for p in RELEASES["sglang"]]
+_VLLM = [f"vllm=={p.version}" for p in RELEASES["vllm"]]
+_NO_ALLOC = (
+    "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
+    "boot (validate refuses, LC009)"
+)
+_LAX = (
+    "the SGLang harness does not yet track which values of a fused parameter were written or cast (the vLLM "
+    "harness does: narrowed, partial, recast)"
+)
+PENDING: dict[tuple[Case, str], str] = {
+    **{(Case("dflash", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
+    **{(Case("dflash", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
+    **{
+        (case, r): _LAX
+        for case in (
+            Case("lilicorr", "tensor", "layers.1.self_attn.k_proj.weight", "reshape"),
+            Case("lilicorr-conv", "tensor", "layers.0.mlp.up_proj.weight", "reshape"),
+            Case("dspark", "tensor", "confidence_head.proj.bias", "reshape"),
+        )
+        for r in _SGLANG
+    },
+    **{
+        (Case("lilicorr-nvfp4", "tensor", "layers.1.mlp.down_proj.weight_scale_2", "retype"), r): _LAX
+        for r in _SGLANG
+    },
+    **{
+        (Case("lilicorr", "dflash", "lilicorr_logit_scale", "null"), r): (
+            "lilicorr.py stores a null logit scale and fails only at the first draft step, which the harness does "
+            "not run (validate refuses, LC101)"
+        )
+        for r in _VLLM
+    },
+}

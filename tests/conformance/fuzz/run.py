@@ -55,9 +55,8 @@ class Verdict(NamedTuple):
 
     def row(self) -> str:
         said = "accepts" if self.accepted else f"refuses ({', '.join(self.rules)})"
-        return (
-            f"{self.case},  # {self.release}: the loader {self.loader} ({self.detail[:160]}); validate {said}"
-        )
+        detail = " ".join(self.detail.split())[:160]
+        return f"{self.case},  # {self.release}: the loader {self.loader} ({detail}); validate {said}"
 
 
 def judge(
@@ -126,32 +125,40 @@ def run_cases(
 # ---------------------------------------------------------------- the harnesses, one release at a time
 
 
-def vllm_loader(version: str) -> tuple[Any, Callable[[Path], tuple[str, str]], Callable[[], None], Path]:
-    """(release, serve, unload, sources) of vLLM `version`, loaded by the conformance harness."""
+def vllm_serve(release: Any) -> Callable[[Path], tuple[str, str]]:
+    """serve() over a vLLM release already loaded (vllm_release.load_release; the suite's `released_vllm`)."""
     import vllm_harness
-    import vllm_release
-
-    release = vllm_release.load_release(version)
 
     def serve(path: Path) -> tuple[str, str]:
         outcome = vllm_harness.serve(release, path)
         return outcome.verdict, f"{outcome.stage}: {outcome.detail}"
 
-    return release, serve, lambda: vllm_release.unload(release), release.root
+    return serve
+
+
+def sglang_serve(engine: Any) -> Callable[[Path], tuple[str, str]]:
+    """serve() over an SGLang release already loaded (releases.load_release; the suite's `release`)."""
+
+    def serve(path: Path) -> tuple[str, str]:
+        outcome = engine.serve(path)
+        return outcome.verdict, f"{outcome.step or 'loaded'}: {outcome.detail or outcome.model}"
+
+    return serve
+
+
+def vllm_loader(version: str) -> tuple[Any, Callable[[Path], tuple[str, str]], Callable[[], None], Path]:
+    """(release, serve, unload, sources) of vLLM `version`, loaded by the conformance harness."""
+    import vllm_release
+
+    release = vllm_release.load_release(version)
+    return release, vllm_serve(release), lambda: vllm_release.unload(release), release.root
 
 
 def sglang_loader(version: str) -> tuple[Any, Callable[[Path], tuple[str, str]], Callable[[], None], Path]:
     from conformance.sglang import releases
 
-    release = releases.load_release(version)
-
-    def serve(path: Path) -> tuple[str, str]:
-        outcome = releases.serve(release, path)
-        verdict = getattr(outcome, "verdict", None) or getattr(outcome, "letter", "?")
-        detail = getattr(outcome, "detail", "") or str(outcome)
-        return verdict, str(detail)
-
-    return release, serve, releases.unload, Path(release.root)
+    engine = releases.load_release(version)
+    return engine, sglang_serve(engine), releases.unload, Path(engine.root)
 
 
 LOADERS = {"vllm": vllm_loader, "sglang": sglang_loader}

@@ -125,3 +125,24 @@ def test_the_lists_name_real_cases():
     releases = versions("sglang")
     assert releases[-1] == NEWEST and set(DIFFERENCES) == set(releases[:-1])
     assert {version for _, version in PENDING} <= set(releases)
+
+
+# ---------------------------------------------------------------- the differential fuzzer (tests/conformance/fuzz)
+
+
+def test_fuzz_corpus_agrees_with_the_release(release, tmp_path):
+    from ..fuzz import run, suite
+
+    serve = run.sglang_serve(release)
+    assert suite.corpus_disagreements("sglang", release.version, serve, tmp_path) == []
+
+
+def test_fuzz_fixed_seed_budget_agrees_with_the_release(release, tmp_path):
+    from ..fuzz import run, suite
+
+    found = suite.fuzz_disagreements(
+        "sglang", release.version, run.sglang_serve(release), release.root, tmp_path
+    )
+    assert found == [], (
+        "new disagreements (add each to tests/conformance/fuzz/corpus.py once fixed):\n" + "\n".join(found)
+    )

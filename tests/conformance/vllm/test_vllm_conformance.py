@@ -326,3 +326,27 @@ def test_every_corpus_case_has_a_pinned_vllm_verdict():
     names = corpus | {r.row.name for r in release_rows.ROWS}
     assert {name for name, _ in PENDING} <= names
     assert {version for _, version in PENDING} <= set(VERSIONS)
+
+
+# ---------------------------------------------------------------- the differential fuzzer (tests/conformance/fuzz)
+
+
+@_release_param
+def test_fuzz_corpus_agrees_with_released_vllm(released_vllm, tmp_path):
+    from conformance.fuzz import run as fuzz_run
+    from conformance.fuzz import suite
+
+    serve = fuzz_run.vllm_serve(released_vllm)
+    assert suite.corpus_disagreements("vllm", released_vllm.version, serve, tmp_path) == []
+
+
+@_release_param
+def test_fuzz_fixed_seed_budget_agrees_with_released_vllm(released_vllm, tmp_path):
+    from conformance.fuzz import run as fuzz_run
+    from conformance.fuzz import suite
+
+    serve = fuzz_run.vllm_serve(released_vllm)
+    found = suite.fuzz_disagreements("vllm", released_vllm.version, serve, released_vllm.root, tmp_path)
+    assert found == [], (
+        "new disagreements (add each to tests/conformance/fuzz/corpus.py once fixed):\n" + "\n".join(found)
+    )

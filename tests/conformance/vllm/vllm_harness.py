@@ -50,6 +50,7 @@ import contextlib
 import copy
 import inspect
 import json
+import math
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,10 +110,20 @@ class TargetShape(NamedTuple):
 
 
 def target_for(config: dict[str, Any]) -> TargetShape:
-    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
-    layers = config.get("num_target_layers") or dflash.get("num_target_layers") or 4
-    hidden = config.get("target_hidden_size") or config.get("hidden_size") or 64
-    return TargetShape(int(layers), int(config.get("vocab_size") or 512), int(hidden))
+    """The target a drafter of this config is served with: its own geometry where the config states a usable
+    size, else a small Qwen3's (the target is the user's model, never read from the draft's config)."""
+    raw = config.get("dflash_config")
+    dflash: dict[str, Any] = raw if isinstance(raw, dict) else {}
+
+    def size(*values: Any, default: int) -> int:
+        for value in values:
+            if isinstance(value, int) and not isinstance(value, bool) and 0 < value < 2**31:
+                return value
+        return default
+
+    layers = size(config.get("num_target_layers"), dflash.get("num_target_layers"), default=4)
+    hidden = size(config.get("target_hidden_size"), config.get("hidden_size"), default=64)
+    return TargetShape(layers, size(config.get("vocab_size"), default=512), hidden)
 
 
 def checkpoint_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -139,6 +150,8 @@ class CopyLog:
         self.by_source = {t.untyped_storage().data_ptr(): n for n, t in tensors.items() if t.numel()}
         self.by_dest = {p.untyped_storage().data_ptr(): n for n, p in params.items() if p.numel()}
         self.written: dict[str, set[str]] = {}  # checkpoint name -> parameter names
+        self.read: dict[str, int] = {}  # checkpoint name -> how many of its values were copied
+        self.filled: dict[str, int] = {}  # parameter name -> how many of its values were written
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -151,6 +164,8 @@ class CopyLog:
                 if source is not None:
                     dest = log.by_dest.get(dst.untyped_storage().data_ptr(), "?")
                     log.written.setdefault(source, set()).add(dest)
+                    log.read[source] = log.read.get(source, 0) + src.numel()
+                    log.filled[dest] = log.filled.get(dest, 0) + dst.numel()
             return original(dst, src, non_blocking)
 
         torch.Tensor.copy_ = copy_
@@ -226,9 +241,11 @@ def _serve(
     facts["quantization"] = model_config.quantization
 
     # 3. the speculative method, the draft's architecture and the model class: the release's own method handling
-    block = (raw.get("dflash_config") or {}).get("block_size", raw.get("block_size"))
+    nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    block = nested.get("block_size", raw.get("block_size"))
     if num_speculative_tokens is None:
-        num_speculative_tokens = max(1, int(block) - 1) if isinstance(block, (int, float)) and block else 7
+        usable = isinstance(block, (int, float)) and math.isfinite(block) and block > 1
+        num_speculative_tokens = max(1, int(block) - 1) if usable else 7
     draft_model_config = DraftModelConfig(
         release,
         hf_config=hf,
@@ -367,6 +384,24 @@ def _serve(
     unloaded = sorted(set(unloaded) | set(at_sentinel))
     facts["dropped"] = dropped
     facts["unloaded"] = unloaded
+    # linear.py QKVParallelLinear / MergedColumnParallelLinear weight_loader: each shard is copied into its slice
+    # of the fused parameter (a missing shard leaves its slice at its initial value), and a checkpoint tensor
+    # larger than its slice is narrowed to it (the rest is never read)
+    narrowed = sorted(n for n, count in log.read.items() if 0 < count < tensors[n].numel())
+    partial = sorted(
+        n
+        for n, count in log.filled.items()
+        if n.endswith(("qkv_proj.weight", "gate_up_proj.weight")) and 0 < count < params[n].numel()
+    )
+    # an integer checkpoint tensor cast into a float parameter (or back): the loader copies the values, which
+    # were never the float values the module computes with
+    recast = sorted(
+        n
+        for n, dests in log.written.items()
+        for d in dests
+        if d in params and tensors[n].dtype.is_floating_point != params[d].dtype.is_floating_point
+    )
+    facts["narrowed"], facts["partial"], facts["recast"] = narrowed, partial, recast
     expected = facts["declared_class"]
     if expected is not None and expected != facts["model_class"]:
         return Outcome(
@@ -378,6 +413,24 @@ def _serve(
         )
     if dropped:
         return Outcome("SW", "function", f"trained tensors not loaded: {', '.join(dropped[:6])}", facts)
+    if narrowed:
+        return Outcome(
+            "SW",
+            "function",
+            f"checkpoint tensors narrowed to their parameter: {', '.join(narrowed[:6])}",
+            facts,
+        )
+    if partial:
+        return Outcome(
+            "SW",
+            "function",
+            f"fused parameters partly served at their initialisation (a shard missing): {', '.join(partial[:6])}",
+            facts,
+        )
+    if recast:
+        return Outcome(
+            "SW", "function", f"integer tensors cast into float parameters: {', '.join(recast[:6])}", facts
+        )
     mixed = {name: scales for name, scales in facts["shard_scales"].items() if len(scales) > 1}
     if mixed:
         name, scales = next(iter(sorted(mixed.items())))
@@ -683,7 +736,9 @@ def _taps(
     # the target captures the input of layer i for aux id i, 0 < i <= num_layers (qwen2.py `forward`)
     captured = [i for i in holder.aux_hidden_state_layers if 0 <= i <= target.num_layers]
     out["captured"] = captured
-    trained = [i + 1 for i in (raw.get("dflash_config") or {}).get("target_layer_ids") or []]
+    nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+    ids = nested.get("target_layer_ids")
+    trained = [i + 1 for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
     width = target.hidden_size * len(captured)
     try:
         model.combine_hidden_states(torch.zeros(1, width))
