@@ -17,7 +17,7 @@ from torch import nn
 from lilicorr_ckpt.checkpoint.config import DraftConfig
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 
-from .. import ops
+from .. import ops, rows
 from ..ops.dispatch import use_triton
 from ..ops.rope import apply_rope, rope_cos_sin, rope_inverse_frequencies
 from .head import LiLiCorrHead, head_from_geometry
@@ -27,7 +27,7 @@ DEFAULT_MAX_POSITIONS = 32768
 # a static draft step, or context append, of at most this many rows (batch x block) runs the backbone through the
 # step kernels on CUDA (ops.decoder_layer: five kernels a layer instead of ~40); past it the eager ops, whose
 # cuBLAS and SDPA tiles are faster for many rows
-KERNEL_ROWS = 64
+KERNEL_ROWS = rows.DRAFT_KERNEL
 
 
 class BackboneSpec(msgspec.Struct, frozen=True, kw_only=True):

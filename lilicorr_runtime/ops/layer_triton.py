@@ -41,10 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import settings
+from .. import rows, settings
 from . import step_triton as st
 
-LAYER_ROWS = 32  # a step of at most this many rows (all sequences) runs the layer kernel
+LAYER_ROWS = rows.STEP  # a step of at most this many rows (all sequences) runs the layer kernel
 LAYER_BYTES = 4 << 30  # restack (and run the layer kernel for) targets whose layer weights fit this
 _NO_WAIT = False  # a timing experiment only: phases that do not wait for each other compute garbage
 SPIN_LIMIT = 1 << 22  # polls of a phase's counter before a program gives up waiting (the error flag)

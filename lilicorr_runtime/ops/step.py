@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import torch
 
+from .. import rows
 from .dispatch import shape_error, use_triton
 from .draft import rms_norm_reference
 from .rope import apply_rope
 
 # the most query rows per sequence that step_attention_reference attends as one block per KV head on the CPU (a
-# verify block; a prefill's many rows run SDPA's GQA path, which is faster there)
-CPU_GROUPED_ROWS = 32
+# step: the AR step or a verify block; a prefill's many rows run SDPA's GQA path, which is faster there)
+CPU_GROUPED_ROWS = rows.STEP
 
 
 def step_linear_reference(

@@ -37,10 +37,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import settings
+from .. import rows, settings
 from . import tiles, warm
 
-BLOCK_M = 16  # rows per program in every step kernel, whatever the step's row count (batch invariance)
+BLOCK_M = rows.TILE  # rows per program in every step kernel, whatever the step's row count (batch invariance)
 ATTENTION_BLOCK_N = 64  # keys per attention iteration
 
 
@@ -1114,7 +1114,7 @@ def _pdl_launch(device: torch.device) -> dict[str, bool]:
 # the same instructions whatever the mode and the row count (batch invariance). cos and sin come from fp32
 # tables [positions, hd/2] (attention scaling folded in), built once from the model's frequencies.
 
-FUSED_ROWS = 32  # at most this many rows per sequence: rotation, K/V write and attention in one launch
+FUSED_ROWS = rows.STEP  # at most this many rows per sequence: rotation, K/V write and attention in one launch
 
 
 @triton.jit

@@ -22,18 +22,18 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from .. import ops, settings
+from .. import ops, rows, settings
 from .adapter import TargetModel, TargetStep
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 # a forward of at most this many rows per sequence is a step (the AR step, every verify block a drafter can ask
 # for): it runs the fused step kernels and, on CUDA, replays a captured graph
-STEP_ROWS = 32
-GRAPH_MAX_ROWS = STEP_ROWS
+STEP_ROWS = rows.STEP
+GRAPH_MAX_ROWS = rows.STEP
 # a request's prefill of at most this many rows runs the step kernels too (FastTarget.forward, the device loop's
 # admission), so that every row is computed as the one-token step computes it; longer ones, and other callers of
 # StaticDecoder.forward (batched data generation, training), take the torch references (cuBLAS, SDPA) past STEP_ROWS
-PREFILL_ROWS = 1024
+PREFILL_ROWS = rows.PREFILL
 
 
 def fast_path_problem(model: PreTrainedModel) -> str | None:

@@ -1,0 +1,29 @@
+"""The runtime's row limits, defined once here; the modules that use them import these (tests/runtime/test_rows.py
+fails on a row limit written as a number anywhere else in the runtime).
+
+TILE rows are what one step-kernel program computes, whatever the call's row count (`ops/step_triton.py`,
+BLOCK_M: batch invariance), so every limit is a whole number of tiles.
+
+STEP is the most rows per sequence a target step has: the one-token AR step and every verify block a drafter asks
+for. A forward of at most STEP rows per sequence
+
+- runs the fused step kernels (`target/fast.py`, STEP_ROWS), rotation, K/V write and attention in one launch
+  (`ops/step_triton.py`, FUSED_ROWS);
+- is replayed from a captured CUDA graph (`target/fast.py`, GRAPH_MAX_ROWS);
+- on the CPU, attends as one grouped block per KV head (`ops/step.py`, CPU_GROUPED_ROWS).
+
+PREFILL: a request's prefill of at most this many rows runs the step kernels too, so that each prompt row equals
+the one-token step's bit for bit (`target/fast.py` and the device loop's admission, PREFILL_ROWS); longer
+forwards run the ops' torch references.
+
+DRAFT_KERNEL: a drafter's static step or context append of at most this many rows (batch x block) runs its
+backbone on the step kernels on CUDA (`model/dflash.py`, KERNEL_ROWS); past it the eager ops, whose cuBLAS and
+SDPA tiles are faster for many rows. A crossover, not tied to STEP.
+"""
+
+from __future__ import annotations
+
+TILE = 16
+STEP = 2 * TILE  # 32
+PREFILL = 64 * TILE  # 1024
+DRAFT_KERNEL = 4 * TILE  # 64
