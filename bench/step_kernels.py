@@ -1,5 +1,5 @@
 """Where a target step's time goes: each step GEMM against the weight-read rate, the one-token step by setting
-(programmatic dependent launch; where the MLP's product runs), and one step's kernels against its span.
+(whether the tuner tries stream-K tiles), and one step's kernels against its span.
 
     python bench/step_kernels.py --random smollm2      # a random-weight SmolLM2-135M-shaped target (bf16)
     python bench/step_kernels.py --random qwen3-8b     # a random-weight Qwen3-8B-shaped target
@@ -12,10 +12,10 @@ Three tables, all from one process (compare the ratios, not numbers across runs)
    call replayed back to back from a CUDA graph over copies of the weights larger than L2 (as the
    tuner times it), and the share of the copy bandwidth its weights stream at, beside the best
    tile without split-K or stream-K.
-2. The target step by setting (LILICORR_PDL, programmatic dependent launch, LILICORR_MLP, where the MLP's
-   silu(gate) * up runs, LILICORR_STREAM_K, whether stream-K tiles are candidates, and LILICORR_LAYER_KERNEL,
-   whether a step of few rows runs every layer in one persistent launch; each with its own tuning and graphs):
-   target-only tok/s, the step at 1 and 8 rows.
+2. The target step by setting (LILICORR_STREAM_K, whether stream-K tiles are candidates; each with its own
+   tuning and graphs): target-only tok/s, the step at 1 and 8 rows. (The settings this bench once compared beside
+   it, programmatic dependent launch, the MLP's product in down's prologue and the layer kernel, were measured
+   slower and retired: docs/performance.md, docs/runtime.md.)
 3. One graph-replayed one-token step under torch.profiler: the sum of its kernels' times against the span from
    the first kernel's start to the last one's end (what is not kernel time is launch latency between kernels),
    and the kernels by name.
@@ -42,16 +42,10 @@ def gemm_table(bandwidth: float, sweep: bool = False) -> list[tuple]:
 
     rows = []
     for key, tuned in list(step_ops.TUNED.items()):
-        n, k, norm, bias, residual, gated, gated_input, w_dtype, o_dtype, pdl = key
-        if pdl != step_ops.pdl_mode(torch.device("cuda")):
-            continue
+        n, k, norm, bias, residual, gated, _, w_dtype, o_dtype, _ = key
         weight = torch.randn((2 * n if gated else n), k, device="cuda", dtype=w_dtype) * 0.02
-        x = torch.randn(1, 2 * k if gated_input else k, device="cuda", dtype=w_dtype)
-        kwargs: dict = {
-            "gated": gated,
-            "gated_input": gated_input,
-            "out": torch.empty(1, n, device="cuda", dtype=o_dtype),
-        }
+        x = torch.randn(1, k, device="cuda", dtype=w_dtype)
+        kwargs: dict = {"gated": gated, "out": torch.empty(1, n, device="cuda", dtype=o_dtype)}
         if norm:
             kwargs.update(norm_weight=torch.ones(k, device="cuda", dtype=w_dtype), eps=1e-6)
         if bias:
@@ -82,7 +76,6 @@ def gemm_table(bandwidth: float, sweep: bool = False) -> list[tuple]:
             + (" gated" if gated else "")
             + (" norm" if norm else "")
             + (" +res" if residual else "")
-            + (" silu-in" if gated_input else "")
         )
         rows.append(
             (name, tuned, tuned_us, bytes_read / (tuned_us * 1e-6) / bandwidth, best_plain[1], best_plain[0])
@@ -115,12 +108,11 @@ def main() -> None:
     )
     parser.add_argument("target", nargs="?")
     parser.add_argument("--random", metavar="SHAPE", help="a random-weight target: smollm2 or qwen3-8b")
-    parser.add_argument("--tokens", type=int, default=128, help="target-only tokens timed per PDL setting")
+    parser.add_argument("--tokens", type=int, default=128, help="target-only tokens timed per setting")
     parser.add_argument(
         "--modes",
-        default="0,late",
-        help="settings to compare, in order: LILICORR_PDL[:LILICORR_MLP[:LILICORR_STREAM_K[:LILICORR_LAYER_KERNEL]]], "
-        "e.g. 0:epilogue,late:prologue or 0:epilogue:on:off,0:epilogue:on:on",
+        default="on",
+        help="LILICORR_STREAM_K values to compare, in order, e.g. on,off",
     )
     parser.add_argument(
         "--sweep", action="store_true", help="also time every tile candidate of each GEMM shape"
@@ -155,13 +147,7 @@ def main() -> None:
     model = base.model
     del base
     for mode in args.modes.split(","):
-        pdl, _, rest = mode.partition(":")
-        mlp, _, rest = rest.partition(":")
-        stream, _, layer = rest.partition(":")
-        os.environ["LILICORR_PDL"] = pdl
-        os.environ["LILICORR_LAYER_KERNEL"] = layer or "off"
-        os.environ["LILICORR_MLP"] = mlp or "epilogue"
-        os.environ["LILICORR_STREAM_K"] = stream or "on"
+        os.environ["LILICORR_STREAM_K"] = mode
         step_ops.TUNED.clear()  # each setting tunes (or reads the stored tiles of) its own candidate set
         target = FastTarget(model)
         tps = tokens_per_second(target, prompt, args.tokens)
@@ -177,7 +163,7 @@ def main() -> None:
             tile = ",".join(f"{k}={v}" for k, v in tuned.items())
             print(f"{shape:<34} {tile:<52} {us:7.1f} {share * 100:5.1f}%   {plain_us:15.1f}")
     print(
-        f"\n{'PDL:MLP':<13} {'tok/s':>8} {'1 row ms':>9} {'8 rows ms':>10} {'kernels':>8} {'kernel us':>10} {'span us':>8} {'gaps':>6}"
+        f"\n{'stream-K':<13} {'tok/s':>8} {'1 row ms':>9} {'8 rows ms':>10} {'kernels':>8} {'kernel us':>10} {'span us':>8} {'gaps':>6}"
     )
     for mode, tps, steps, _g, busy, span, kernels, _n in results:
         gaps = 1 - busy / span if span else float("nan")

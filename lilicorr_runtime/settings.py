@@ -13,6 +13,7 @@ anything (smoke does, as a usage error). Case and surrounding spaces are ignored
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,50 +105,23 @@ GGUF_LOADER = Setting(
     "how a GGUF target is read: `direct` (target/gguf_direct.py; transformers' loader for a file it does not "
     "map), `transformers` (always transformers' GGUF loader)",
 )
-PDL = Setting(
-    "LILICORR_PDL",
-    "off",
-    {"off": "off", "early": "early", "late": "late", "0": "off", "1": "early", "2": "late"},
-    "programmatic dependent launch in the step kernels (Hopper or later): `early`, `late`; measured slower "
-    "(docs/performance.md)",
-)
-MLP = Setting(
-    "LILICORR_MLP",
-    "epilogue",
-    {"epilogue": "epilogue", "prologue": "prologue"},
-    "where the target's silu(gate) x up runs: gate_up's epilogue, or down's prologue (measured slower)",
-)
-LAYER_KERNEL = Setting(
-    "LILICORR_LAYER_KERNEL",
-    "off",
-    _switch(),
-    "the persistent layer kernel for a small target's step (ops/layer_triton.py; measured slower)",
-)
-LAYER_PREFETCH = Setting(
-    "LILICORR_LAYER_PREFETCH",
-    "on",
-    _switch(),
-    "the layer kernel prefetches the next layer's weights and cache rows into L2",
-)
-LAYER_UNROLL = Setting(
-    "LILICORR_LAYER_UNROLL",
-    "off",
-    _switch(),
-    "the layer kernel's units unroll their K loops (an experiment, measured slower)",
-)
-
 SETTINGS: tuple[Setting, ...] = (
     TILE_CACHE,
     KERNEL_CACHE,
     STREAM_K,
     GGUF_LOADER,
-    PDL,
-    MLP,
-    LAYER_KERNEL,
-    LAYER_PREFETCH,
-    LAYER_UNROLL,
 )
 
+
+# switches of paths the project's measurements found slower than the default, retired with their code
+# (docs/performance.md has the measurements): setting one changes nothing, and `check()` says so once
+RETIRED = {
+    "LILICORR_LAYER_KERNEL": "the persistent layer kernel (831 against 707 us of kernel time per SmolLM2 step)",
+    "LILICORR_LAYER_PREFETCH": "the layer kernel's L2 prefetch",
+    "LILICORR_LAYER_UNROLL": "the layer kernel's unrolled K loops",
+    "LILICORR_PDL": "programmatic dependent launch (5-7% more kernel time late, 16-32% slower early)",
+    "LILICORR_MLP": "silu(gate) x up in down's prologue (a Qwen3-8B-shaped step 6.3 -> 9.9 ms)",
+}
 
 TABLE_HEADER = ("| variable | values | unset | what it does |", "|---|---|---|---|")
 
@@ -159,9 +133,22 @@ def table() -> list[str]:
 
 
 def check() -> None:
-    """Read every setting: SettingError for the first that holds a value it does not take."""
+    """Read every setting: SettingError for the first that holds a value it does not take. A retired switch that
+    is set costs one RuntimeWarning naming it."""
     for setting in SETTINGS:
         setting.read()
+    for name, what in RETIRED.items():
+        if name in os.environ and name not in _warned:
+            _warned.add(name)
+            warnings.warn(
+                f"{name} is ignored: {what} was measured slower than the default and retired "
+                "(docs/performance.md)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+
+_warned: set[str] = set()
 
 
 def cache_dir() -> Path:
@@ -196,24 +183,3 @@ def stream_k() -> bool:
 def gguf_loader() -> str:
     """`direct` or `transformers`."""
     return GGUF_LOADER.read()
-
-
-def pdl() -> int:
-    """0 (off), 1 (early) or 2 (late)."""
-    return {"off": 0, "early": 1, "late": 2}[PDL.read()]
-
-
-def mlp_prologue() -> bool:
-    return MLP.read() == "prologue"
-
-
-def layer_kernel() -> bool:
-    return LAYER_KERNEL.read() == "on"
-
-
-def layer_prefetch() -> bool:
-    return LAYER_PREFETCH.read() == "on"
-
-
-def layer_unroll() -> bool:
-    return LAYER_UNROLL.read() == "on"

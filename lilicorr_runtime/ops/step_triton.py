@@ -68,7 +68,7 @@ CANDIDATES = (
 SPLITS = (2, 3, 4, 6, 8)
 # programs per SM a stream-K candidate runs (STREAM; the program count is the grid: no recompile per count)
 STREAMS = (1, 2, 3)
-TUNED: dict[tuple, dict[str, int]] = {}  # (N, K, epilogue flags, gated input, dtypes, PDL) -> the tile in use
+TUNED: dict[tuple, dict[str, int]] = {}  # linear_key(...) -> the tile in use
 
 
 def linear_config(n: int, k: int) -> dict[str, int]:
@@ -94,23 +94,13 @@ def linear_config(n: int, k: int) -> dict[str, int]:
 # row): each program writes its fp32 partial sums to a workspace and counts its arrival on the tile's counter; the
 # last to arrive adds the SPLIT partials in slice order 0, 1, ... (a fixed order, so the result is deterministic
 # and the same for every row count), applies the epilogue and resets the counter for the next call.
-#
-# Programmatic dependent launch (PDL, Hopper and later; off unless LILICORR_PDL asks, see pdl_mode): a program
-# lets the next kernel launch, fetches its first weight tile (weights never depend on an earlier kernel), and only
-# then waits for the kernel before it to finish before it reads x.
 
 
 @triton.jit
-def _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X: tl.constexpr, w_dtype, CACHE: tl.constexpr):
-    """A [BLOCK_M, BLOCK_K] tile of the layer's input; with GATED_X, silu(gate) · up of the gate columns kk and
-    the up columns K + kk (fp32, rounded to the weights' dtype). CACHE: the loads' cache modifier (".cg" in the
-    layer kernel, whose inputs other programs of the same launch wrote)."""
+def _load_x(x_rows, kk, m_ok, k_ok):
+    """A [BLOCK_M, BLOCK_K] tile of the layer's input."""
     mask = m_ok[:, None] & k_ok[None, :]
-    if GATED_X:
-        gate = tl.load(x_rows + kk[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
-        up = tl.load(x_rows + K + kk[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
-        return (gate / (1.0 + tl.exp(-gate)) * up).to(w_dtype)
-    return tl.load(x_rows + kk[None, :], mask=mask, other=0.0, cache_modifier=CACHE)
+    return tl.load(x_rows + kk[None, :], mask=mask, other=0.0)
 
 
 @triton.jit
@@ -133,12 +123,12 @@ def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCA
 
 
 @triton.jit
-def _k_tile(x_rows, w_rows, g_ptr, kk, k_hi, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED, GATED_X,
-            UPCAST, PRECISION, w_dtype, CACHE: tl.constexpr):  # fmt: skip
-    """One K tile (columns kk, those below k_hi) of a step GEMM's loop (`_linear_unit`, `_step_linear_stream`):
+def _k_tile(x_rows, w_rows, g_ptr, kk, k_hi, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED, UPCAST,
+            PRECISION, w_dtype):  # fmt: skip
+    """One K tile (columns kk, those below k_hi) of a step GEMM's loop (`_step_linear`, `_step_linear_stream`):
     its x and weight tiles loaded, then added to the sums (`_dot_tile`)."""
     k_ok = kk < k_hi
-    x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_dtype, CACHE)
+    x = _load_x(x_rows, kk, m_ok, k_ok)
     w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
     wu = w
     if GATED:  # the up rows follow the N gate rows in the fused weight
@@ -173,7 +163,6 @@ def _linear_epilogue(
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
-    CACHE: tl.constexpr,
 ):
     if NORM:
         rstd = 1.0 / tl.sqrt(squares / K + eps)
@@ -188,31 +177,10 @@ def _linear_epilogue(
             r_ptr + rm.to(tl.int64)[:, None] * s_rm + rn[None, :],
             mask=out_mask,
             other=0.0,
-            cache_modifier=CACHE,
         ).to(tl.float32)
     tl.store(
         y_ptr + rm.to(tl.int64)[:, None] * s_ym + rn[None, :], acc.to(y_ptr.dtype.element_ty), mask=out_mask
     )
-
-
-@triton.jit
-def _wait_for(ptr, target, done_base, n_done, LIMIT: tl.constexpr):
-    """Spin until the counter at ptr reaches target (acquire, GPU scope: what the counting programs wrote before
-    they counted is visible after). After LIMIT polls, it gives up: it raises every one of the n_done counters at
-    done_base to 2**30 (so no later wait of the launch spins) and sets the flag after them (done_base[n_done]),
-    which the host reads. A wrong result, never a hang."""
-    cur = tl.load(
-        ptr, volatile=True
-    )  # polled with plain loads, which do not queue at the counter as atomics do
-    spins = 0
-    while (cur < target) & (spins < LIMIT):
-        cur = tl.load(ptr, volatile=True)
-        spins += 1
-    cur = tl.atomic_add(ptr, 0, sem="acquire", scope="gpu")  # one acquiring read orders what follows
-    if cur < target:
-        for i in range(0, n_done):  # a maximum, not a sum: many programs giving up at once cannot overflow it
-            tl.atomic_max(done_base + i, 1 << 30, sem="relaxed", scope="gpu")
-        tl.atomic_xchg(done_base + n_done, 1, sem="release", scope="gpu")
 
 
 @triton.jit
@@ -239,74 +207,18 @@ def _step_linear(
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
-    GATED_X: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
     SPLIT,
-    PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
 ):
-    if PDL == 1:
-        tl.extra.cuda.gdc_launch_dependents()
-    _linear_unit(
-        x_ptr, w_ptr, bias_ptr, g_ptr, r_ptr, y_ptr, ws_ptr, cnt_ptr, M, N, K, K_SPLIT, M_PAD, eps,
-        s_xm, s_wn, s_rm, s_ym, tl.program_id(0), tl.program_id(1), tl.program_id(2), tl.num_programs(1),
-        NORM, BIAS, RESIDUAL, GATED, GATED_X, UPCAST, PRECISION, SPLIT, PDL, "", cnt_ptr, 0, cnt_ptr, 0, False, 1, 0,
-        BLOCK_M, BLOCK_N, BLOCK_K,
-    )  # fmt: skip
-
-
-@triton.jit
-def _linear_unit(
-    x_ptr,
-    w_ptr,
-    bias_ptr,
-    g_ptr,
-    r_ptr,
-    y_ptr,
-    ws_ptr,
-    cnt_ptr,
-    M,
-    N,
-    K,
-    K_SPLIT,
-    M_PAD,
-    eps,
-    s_xm,
-    s_wn,
-    s_rm,
-    s_ym,
-    pid_m,
-    pid_n,
-    pid_s,
-    n_tiles,
-    NORM: tl.constexpr,
-    BIAS: tl.constexpr,
-    RESIDUAL: tl.constexpr,
-    GATED: tl.constexpr,
-    GATED_X: tl.constexpr,
-    UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr,
-    SPLIT,
-    PDL: tl.constexpr,
-    CACHE: tl.constexpr,
-    wait_ptr,
-    wait_target,
-    done_base,
-    n_done,
-    WAIT: tl.constexpr,
-    LIMIT: tl.constexpr,
-    KT: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-):
-    """One program's work of `_step_linear`: rows tile pid_m, columns tile pid_n (of n_tiles), K slice pid_s.
-    `_step_linear` runs it once per program; the layer kernel (layer_triton.py) runs it for unit after unit, and
-    with WAIT, once the first weight tile is on its way, waits for the counter at wait_ptr to reach wait_target
-    (the units of the phase that writes x; see `_wait_for`) before it reads x."""
+    """One program: rows tile pid_m, columns tile pid_n (of n_tiles), K slice pid_s."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    n_tiles = tl.num_programs(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
@@ -319,19 +231,14 @@ def _linear_unit(
     acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     acc_up = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
     squares = tl.zeros((BLOCK_M, BLOCK_M), tl.float32)
-    # the first weight tile, fetched before the wait for the kernel before this one (weights are read-only)
+    # the first K tile ahead of the loop: its weight tile, then its x tile (the order the tiles were tuned on)
     kk = k_lo + rk
     k_ok = kk < k_hi
     w = tl.load(w_rows + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
     wu = w
     if GATED:
         wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-    if PDL != 0:
-        tl.extra.cuda.gdc_wait()
-    if WAIT:  # noqa: SIM102 (WAIT is a constexpr: the standalone kernels compile no wait at all)
-        if wait_target > 0:
-            _wait_for(wait_ptr, wait_target, done_base, n_done, LIMIT)
-    x = _load_x(x_rows, kk, K, m_ok, k_ok, GATED_X, w_ptr.dtype.element_ty, CACHE)
+    x = _load_x(x_rows, kk, m_ok, k_ok)
     acc, acc_up, squares = _dot_tile(
         x,
         w,
@@ -348,28 +255,12 @@ def _linear_unit(
         PRECISION,
         w_ptr.dtype.element_ty,
     )
-    if KT == 0:  # a loop over the slice's K tiles
-        for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
-            acc, acc_up, squares = _k_tile(
-                x_rows, w_rows, g_ptr, k0 + rk, k_hi, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED,
-                GATED_X, UPCAST, PRECISION, w_ptr.dtype.element_ty, CACHE,
-            )  # fmt: skip
-    else:  # the same tiles unrolled (KT of them at most), so that their loads can all be in flight at once
-        for t in tl.static_range(1, KT):
-            k0 = k_lo + t * BLOCK_K
-            acc2, up2, squares2 = _k_tile(
-                x_rows, w_rows, g_ptr, k0 + rk, k_hi, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED,
-                GATED_X, UPCAST, PRECISION, w_ptr.dtype.element_ty, CACHE,
-            )  # fmt: skip
-            live = (
-                k0 < k_hi
-            )  # a slice shorter than KT tiles: what the loop would not run leaves the sums as they are
-            acc = tl.where(live, acc2, acc)
-            acc_up = tl.where(live, up2, acc_up)
-            squares = tl.where(live, squares2, squares)
+    for k0 in range(k_lo + BLOCK_K, k_hi, BLOCK_K):
+        acc, acc_up, squares = _k_tile(
+            x_rows, w_rows, g_ptr, k0 + rk, k_hi, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED, UPCAST,
+            PRECISION, w_ptr.dtype.element_ty,
+        )  # fmt: skip
     squares = _row_squares(squares, BLOCK_M)
-    if PDL == 2:
-        tl.extra.cuda.gdc_launch_dependents()
     out_mask = m_ok[:, None] & n_ok[None, :]
     if SPLIT == 1:
         _linear_epilogue(
@@ -391,7 +282,6 @@ def _linear_unit(
             BIAS,
             RESIDUAL,
             GATED,
-            CACHE,
         )
     else:
         # workspace: [SPLIT, M_PAD, N] partial sums (then [SPLIT, M_PAD, N] of the up half when gated), then
@@ -449,7 +339,6 @@ def _linear_unit(
                 BIAS,
                 RESIDUAL,
                 GATED,
-                CACHE,
             )
 
 
@@ -498,7 +387,6 @@ def _step_linear_stream(
     BIAS: tl.constexpr,
     RESIDUAL: tl.constexpr,
     GATED: tl.constexpr,
-    GATED_X: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
     BLOCK_M: tl.constexpr,
@@ -533,8 +421,8 @@ def _step_linear_stream(
         squares = tl.zeros((BLOCK_M, BLOCK_M), tl.float32)
         for kb in range(lo - t_lo, hi - t_lo):
             acc, acc_up, squares = _k_tile(
-                x_rows, w_rows, g_ptr, kb * BLOCK_K + rk, K, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM,
-                GATED, GATED_X, UPCAST, PRECISION, w_ptr.dtype.element_ty, "",
+                x_rows, w_rows, g_ptr, kb * BLOCK_K + rk, K, N, s_wn, m_ok, n_ok, acc, acc_up, squares, NORM, GATED,
+                UPCAST, PRECISION, w_ptr.dtype.element_ty,
             )  # fmt: skip
         squares = _row_squares(squares, BLOCK_M)
         out_mask = m_ok[:, None] & n_ok[None, :]
@@ -558,7 +446,6 @@ def _step_linear_stream(
                 BIAS,
                 RESIDUAL,
                 GATED,
-                "",
             )
         else:
             slot = 2 * pid + (lo != u0).to(tl.int64)
@@ -607,7 +494,6 @@ def _step_linear_stream(
                     BIAS,
                     RESIDUAL,
                     GATED,
-                    "",
                 )
 
 
@@ -620,7 +506,6 @@ def step_linear_triton(
     bias: torch.Tensor | None = None,
     residual: torch.Tensor | None = None,
     gated: bool = False,
-    gated_input: bool = False,
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     config: dict[str, int] | None = None,
@@ -644,7 +529,6 @@ def step_linear_triton(
     if k == 0:  # nothing to stream, and a stream-K cut of no K tiles would divide by zero
         raise ValueError("step_linear_triton needs K >= 1 (ops.step_linear runs the reference for K = 0)")
     upcast = weight.dtype == torch.float32 or _interpreted()
-    pdl = pdl_mode(x.device)
 
     def launch(
         config: dict[str, int],
@@ -702,14 +586,11 @@ def step_linear_triton(
             BIAS=bias is not None,
             RESIDUAL=residual is not None,
             GATED=gated,
-            GATED_X=gated_input,
             UPCAST=upcast,
             PRECISION="ieee",
             SPLIT=split,
-            PDL=pdl,
             BLOCK_M=BLOCK_M,
             **config,
-            **_pdl_launch(x.device),
         )
 
     def _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning) -> None:
@@ -745,7 +626,6 @@ def step_linear_triton(
             BIAS=bias is not None,
             RESIDUAL=residual is not None,
             GATED=gated,
-            GATED_X=gated_input,
             UPCAST=upcast,
             PRECISION="ieee",
             BLOCK_M=BLOCK_M,
@@ -760,10 +640,8 @@ def step_linear_triton(
             bias=bias is not None,
             residual=residual is not None,
             gated=gated,
-            gated_input=gated_input,
             dtype=weight.dtype,
             out_dtype=out.dtype,
-            device=x.device,
         )
         config = TUNED.get(key)
         if config is None:
@@ -783,13 +661,13 @@ def linear_key(
     bias: bool,
     residual: bool,
     gated: bool,
-    gated_input: bool,
     dtype: torch.dtype,
     out_dtype: torch.dtype,
-    device: torch.device,
 ) -> tuple:
-    """The key a step GEMM's tile is tuned, stored and looked up under (TUNED, the tile table)."""
-    return (n, k, norm, bias, residual, gated, gated_input, dtype, out_dtype, pdl_mode(device))
+    """The key a step GEMM's tile is tuned, stored and looked up under (TUNED, the tile table). Its seventh and
+    tenth fields are constant: they held the MLP-prologue input and the programmatic-dependent-launch mode, both
+    retired (always False and 0 in the tiles stored before), and stay so that stored tile tables keep matching."""
+    return (n, k, norm, bias, residual, gated, False, dtype, out_dtype, 0)
 
 
 def tile_in_use(key: tuple, device: torch.device) -> dict[str, int] | None:
@@ -831,8 +709,7 @@ def _counters(device: torch.device, tiles: int) -> torch.Tensor:
 
 def stream_enabled() -> bool:
     """Whether the tuner tries stream-K tiles (LILICORR_STREAM_K=off: it does not, and the tiles stored before
-    stream-K existed stay valid). `_tune` also leaves them out under programmatic dependent launch, which the
-    stream-K kernel lacks."""
+    stream-K existed stay valid)."""
     return settings.stream_k()
 
 
@@ -969,7 +846,6 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
     scratch = torch.empty_like(out)
     rows = min(out.shape[0], TUNE_ROWS)
     sms = sm_count(weight.device)
-    pdl = key[-1]
     index = weight.device.index if weight.device.index is not None else torch.cuda.current_device()
     for fn in (_step_linear, _step_linear_stream):  # the copies and their binders, before the compile threads
         _tuning_copy(fn).device_caches[index]
@@ -992,11 +868,7 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
 
     best = choose_tile(
         default,
-        lambda leaders: (
-            divided_candidates(key[0], key[1], sms, leaders)
-            if pdl == 0
-            else split_candidates(key[0], key[1], sms, leaders)
-        ),
+        lambda leaders: divided_candidates(key[0], key[1], sms, leaders),
         lambda config: time_in_graph(launch_rows, config, scratch, weight),
         compile_all,
     )
@@ -1068,35 +940,6 @@ def choose_tile(default: dict[str, int], splits_of, timer, compile_all=None) -> 
     return ranked()[0] if times else default
 
 
-def pdl_mode(device: torch.device) -> int:
-    """How the step kernels use programmatic dependent launch on `device` (LILICORR_PDL): 0, off (the
-    default); 1 ("early"), each program lets the next kernel launch as it starts; 2 ("late"), once its main loop
-    is done. Either way a program fetches its first weight tile before it waits for the kernel before it. PDL
-    needs CUDA on Hopper or later and a Triton with grid dependency control; elsewhere it is 0. On an H200 (see
-    docs/performance.md) both modes made the SmolLM2 and the Qwen3-8B-shaped steps slower, hence off."""
-    mode = settings.pdl()
-    if mode == 0 or device.type != "cuda" or _interpreted():
-        return 0
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    supported = _PDL.get(index)
-    if supported is None:
-        extra = getattr(getattr(tl, "extra", None), "cuda", None)
-        supported = _PDL[index] = (
-            torch.cuda.get_device_capability(index)[0] >= 9
-            and hasattr(extra, "gdc_wait")
-            and hasattr(extra, "gdc_launch_dependents")
-        )
-    return mode if supported else 0
-
-
-_PDL: dict[int, bool] = {}
-
-
-def _pdl_launch(device: torch.device) -> dict[str, bool]:
-    """The launch option that turns programmatic dependent launch on, where it is (see pdl_mode)."""
-    return {"launch_pdl": True} if pdl_mode(device) else {}
-
-
 # ---------------------------------------------------------------- rotation, K/V write, attention
 #
 # One kernel, `_attention`, does a step's attention inputs and its attention, in the modes its flags select:
@@ -1135,7 +978,6 @@ def _rotate_rows(
     QK_NORM: tl.constexpr,
     IN_DTYPE: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    CACHE: tl.constexpr,
 ):
     """Rows m [R] of a head starting at column col [R] of src (a qkv row), (RMSNormed and) rotated at positions
     pos [R] -> [R, BLOCK_D] in src's dtype. NeoX halves: column d pairs with d ± hd/2."""
@@ -1145,8 +987,8 @@ def _rotate_rows(
     mask = ok[:, None] & d_ok[None, :]
     partner = tl.where(d < HALF, d + HALF, d - HALF)
     base = src_ptr + m.to(tl.int64)[:, None] * s_src + col[:, None]
-    x = tl.load(base + d[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
-    xp = tl.load(base + partner[None, :], mask=mask, other=0.0, cache_modifier=CACHE).to(tl.float32)
+    x = tl.load(base + d[None, :], mask=mask, other=0.0).to(tl.float32)
+    xp = tl.load(base + partner[None, :], mask=mask, other=0.0).to(tl.float32)
     if QK_NORM:  # Qwen3RMSNorm over the head: fp32 reduction, cast back, then x weight
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + eps)
         w = tl.load(w_ptr + d, mask=d_ok, other=0.0).to(tl.float32)
@@ -1207,73 +1049,12 @@ def _attention(
     IN_DTYPE: tl.constexpr,
     UPCAST: tl.constexpr,
     PRECISION: tl.constexpr,
-    PDL: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    if PDL == 1:
-        tl.extra.cuda.gdc_launch_dependents()
-    _attention_unit(
-        qkv_ptr, q_ptr, kc_ptr, vc_ptr, rows_ptr, pos_ptr, last_ptr, first_ptr, cos_ptr, sin_ptr, qn_ptr, kn_ptr,
-        o_ptr, n, H, G, KV, D, HALF, eps, sm_scale, s_qkv, s_q_m, s_q_h, s_c_b, s_c_h, s_c_r, s_o_m, s_tab, capacity,
-        tl.program_id(0), tl.program_id(1),
-        WRITE, WRITE_Q, ATTEND, ROTATE_Q, QK_NORM, IN_DTYPE, UPCAST, PRECISION, PDL, "",
-        BLOCK_M, BLOCK_N, BLOCK_D,
-    )  # fmt: skip
-
-
-@triton.jit
-def _attention_unit(
-    qkv_ptr,
-    q_ptr,
-    kc_ptr,
-    vc_ptr,
-    rows_ptr,
-    pos_ptr,
-    last_ptr,
-    first_ptr,
-    cos_ptr,
-    sin_ptr,
-    qn_ptr,
-    kn_ptr,
-    o_ptr,
-    n,
-    H,
-    G,
-    KV,
-    D,
-    HALF,
-    eps,
-    sm_scale,
-    s_qkv,
-    s_q_m,
-    s_q_h,
-    s_c_b,
-    s_c_h,
-    s_c_r,
-    s_o_m,
-    s_tab,
-    capacity,
-    pid0,
-    pid1,
-    WRITE: tl.constexpr,
-    WRITE_Q: tl.constexpr,
-    ATTEND: tl.constexpr,
-    ROTATE_Q: tl.constexpr,
-    QK_NORM: tl.constexpr,
-    IN_DTYPE: tl.constexpr,
-    UPCAST: tl.constexpr,
-    PRECISION: tl.constexpr,
-    PDL: tl.constexpr,
-    CACHE: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    """One program's work of `_attention` (program ids pid0, pid1); the layer kernel runs it unit after unit."""
-    if PDL != 0:  # everything this program reads may come from the kernel before it
-        tl.extra.cuda.gdc_wait()
+    pid0 = tl.program_id(0)
+    pid1 = tl.program_id(1)
     batch = (pid1 // KV).to(tl.int64)
     kvh = pid1 % KV
     d = tl.arange(0, BLOCK_D)
@@ -1306,13 +1087,11 @@ def _attention_unit(
                 QK_NORM,
                 IN_DTYPE,
                 BLOCK_D,
-                CACHE,
             )
             v = tl.load(
                 qkv_ptr + m.to(tl.int64)[:, None] * s_qkv + (H + KV + kvh) * D + d[None, :],
                 mask=ok[:, None] & d_ok[None, :],
                 other=0.0,
-                cache_modifier=CACHE,
             )
             into = base + row.to(tl.int64)[:, None] * s_c_r + d[None, :]
             keep = (ok & (row < capacity))[:, None] & d_ok[None, :]  # never past the cache
@@ -1338,7 +1117,6 @@ def _attention_unit(
                         QK_NORM,
                         IN_DTYPE,
                         BLOCK_D,
-                        CACHE,
                     )
                     tl.store(
                         q_ptr + m.to(tl.int64)[:, None] * s_q_m + head * s_q_h + d[None, :],
@@ -1373,14 +1151,12 @@ def _attention_unit(
                 QK_NORM,
                 IN_DTYPE,
                 BLOCK_D,
-                CACHE,
             )
         else:
             q = tl.load(
                 q_ptr + m[:, None] * s_q_m + head[:, None] * s_q_h + d[None, :],
                 mask=r_ok[:, None] & d_ok[None, :],
                 other=0.0,
-                cache_modifier=CACHE,
             )
         first = tl.load(first_ptr + batch)
         # a left-padding query row (last < first) and the rows past the group see the first row only: no row is
@@ -1416,8 +1192,6 @@ def _attention_unit(
             l_i = l_i * alpha + tl.sum(p, axis=1)
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PRECISION)
             m_i = m_new
-        if PDL == 2:
-            tl.extra.cuda.gdc_launch_dependents()
         out = acc / l_i[:, None]
         tl.store(
             o_ptr + m[:, None] * s_o_m + head[:, None] * D + d[None, :],
@@ -1485,14 +1259,12 @@ def _launch_attention(
         IN_DTYPE=rotate_in_dtype,
         UPCAST=keys.dtype == torch.float32 or _interpreted(),
         PRECISION="ieee",
-        PDL=pdl_mode(keys.device),
         BLOCK_M=BLOCK_M,
         BLOCK_N=ATTENTION_BLOCK_N,
         BLOCK_D=max(16, triton.next_power_of_2(hd)),
         num_warps=4,
         num_stages=2,
         **mode,
-        **_pdl_launch(keys.device),
     )
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from transformers import PreTrainedModel
 
-from .. import ops, rows, settings
+from .. import ops, rows
 from .adapter import TargetModel, TargetStep
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
@@ -60,14 +60,6 @@ def fast_path_problem(model: PreTrainedModel) -> str | None:
     return None
 
 
-def mlp_in_prologue() -> bool:
-    """Where the MLP's silu(gate) * up runs (LILICORR_MLP): "epilogue" (the default), gate_up's programs compute
-    both halves and write the product; "prologue", gate_up is one plain GEMM of 2 x intermediate columns and down
-    computes silu(gate) * up as it loads its input. On an H200 (2026-12-02, docs/performance.md) the prologue
-    form made the Qwen3-8B-shaped step 6.3 -> 9.9 ms, so it stays opt-in."""
-    return settings.mlp_prologue()
-
-
 def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
     """One tensor stacking the parameters along dim 0; each parameter then views its slice of it, so the
     fused GEMM weight costs no extra memory and the transformers model keeps working on the same storage."""
@@ -77,65 +69,6 @@ def _fuse(*parameters: torch.nn.Parameter) -> torch.Tensor:
         p.data = fused[offset : offset + p.shape[0]]
         offset += p.shape[0]
     return fused
-
-
-def _wants_layer_kernel(model: PreTrainedModel) -> bool:
-    """Whether this target's layers are restacked for the layer kernel (ops/layer_triton.py): CUDA with Triton,
-    LILICORR_LAYER_KERNEL=on, no MLP prologue, layer weights within LAYER_BYTES (`_layer_stacks` may still
-    find them unfit)."""
-    device = model.model.norm.weight.device
-    if device.type != "cuda" or mlp_in_prologue():
-        return False
-    try:
-        from ..ops.layer_triton import LAYER_BYTES, enabled
-    except ImportError:  # no Triton
-        return False
-    if not enabled():
-        return False
-    total = sum(p.numel() * p.element_size() for layer in model.model.layers for p in layer.parameters())
-    return total <= LAYER_BYTES
-
-
-def _layer_stacks(layers) -> dict[str, torch.Tensor | None] | None:
-    """Each kind of layer weight as one [layers, ...] tensor (q/k/v and gate/up fused per layer); the
-    transformers parameters become views of them, as with `_fuse`. None (nothing restacked) when a kind is
-    present in some layers and not others (a bias, a q/k norm), or a layer biases some of q/k/v only: one stack
-    per kind cannot hold that."""
-    from ..ops.layer_triton import _stacked
-
-    def attn_norm(name):
-        return lambda layer: (
-            None if getattr(layer.self_attn, name, None) is None else [getattr(layer.self_attn, name).weight]
-        )
-
-    def qkv_bias(layer):
-        attn = layer.self_attn
-        biases = [attn.q_proj.bias, attn.k_proj.bias, attn.v_proj.bias]
-        return None if any(b is None for b in biases) else biases
-
-    kinds = {
-        "input_norm": lambda layer: [layer.input_layernorm.weight],
-        "qkv": lambda layer: [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight,
-                              layer.self_attn.v_proj.weight],
-        "qkv_bias": qkv_bias,
-        "q_norm": attn_norm("q_norm"),
-        "k_norm": attn_norm("k_norm"),
-        "o": lambda layer: [layer.self_attn.o_proj.weight],
-        "o_bias": lambda layer: None if layer.self_attn.o_proj.bias is None else [layer.self_attn.o_proj.bias],
-        "post_norm": lambda layer: [layer.post_attention_layernorm.weight],
-        "gate_up": lambda layer: [layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight],
-        "down": lambda layer: [layer.mlp.down_proj.weight],
-    }  # fmt: skip
-    for layer in layers:
-        attn = layer.self_attn
-        if len({p.bias is None for p in (attn.q_proj, attn.k_proj, attn.v_proj)}) > 1:
-            return None
-    groups = {kind: [get(layer) for layer in layers] for kind, get in kinds.items()}
-    for members in groups.values():
-        missing = [g is None for g in members]
-        if any(missing) and not all(missing):
-            return None
-    return {kind: None if members[0] is None else _stacked(members) for kind, members in groups.items()}
 
 
 class StaticKVCache:
@@ -190,7 +123,6 @@ class StaticDecoder:
         self.num_kv_heads = getattr(config, "num_key_value_heads", None) or self.num_heads
         self.head_dim = getattr(config, "head_dim", None) or self.hidden_size // self.num_heads
         self.eps = float(config.rms_norm_eps)
-        self.mlp_prologue = mlp_in_prologue()
         inner = model.model
         rotary = inner.rotary_emb
         self.inv_freq = rotary.inv_freq.detach().float().clone()  # [hd/2]
@@ -198,13 +130,8 @@ class StaticDecoder:
         q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.splits = (q, kv, kv)
         self.layers: list[dict[str, torch.Tensor | None]] = []
-        self.layer_kernel = None
-        stacks = _layer_stacks(inner.layers) if _wants_layer_kernel(model) else None
-        for index, layer in enumerate(inner.layers):
+        for layer in inner.layers:
             attn, mlp = layer.self_attn, layer.mlp
-            if stacks is not None:  # views of the stacked tensors
-                self.layers.append({kind: None if t is None else t[index] for kind, t in stacks.items()})
-                continue
             biases = [p.bias for p in (attn.q_proj, attn.k_proj, attn.v_proj)]
             q_norm, k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3 only
             qkv = _fuse(attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight)
@@ -222,16 +149,6 @@ class StaticDecoder:
                     "gate_up": _fuse(mlp.gate_proj.weight, mlp.up_proj.weight),
                     "down": mlp.down_proj.weight.detach(),
                 }
-            )
-        if stacks is not None:
-            from ..ops.layer_triton import LayerKernel
-
-            self.layer_kernel = LayerKernel(
-                stacks,
-                num_heads=self.num_heads,
-                num_kv_heads=self.num_kv_heads,
-                head_dim=self.head_dim,
-                eps=self.eps,
             )
         self.norm = inner.norm.weight.detach()
         self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
@@ -284,24 +201,6 @@ class StaticDecoder:
         eps = self.eps
         last = self.num_layers - 1
         flat = x.reshape(b * n, m)
-        kernel = self.layer_kernel
-        if (
-            step
-            and kernel is not None
-            and cache.key_block is not None
-            and x.is_cuda
-            and kernel.usable(b * n, n, self.mlp_prologue)
-        ):
-            # every layer in one persistent launch (ops/layer_triton.py); x stays the caller's
-            stream = flat.clone()
-            if kernel.launch(
-                stream, features, kernel.columns(slots), cache.key_block, cache.value_block, rows.reshape(-1),
-                positions.reshape(-1), pad, self.cos, self.sin, n,
-            ):  # fmt: skip
-                out = ops.rms_norm(stream, self.norm, eps)
-                if last in slots:
-                    features[:, slots[last] * m : (slots[last] + 1) * m] = out
-                return out.view(b, n, m), None if features is None else features.view(b, n, -1)
         for index, (layer, keys, values) in enumerate(
             zip(self.layers, cache.keys, cache.values, strict=True)
         ):
@@ -323,7 +222,6 @@ class StaticDecoder:
                 num_kv_heads=self.num_kv_heads,
                 eps=eps,
                 kernels=step,
-                mlp_prologue=self.mlp_prologue,
                 out=tap,
             )
         out = ops.rms_norm(flat, self.norm, eps)
@@ -387,12 +285,6 @@ class FastTarget(TargetModel):
         self.static_cache: StaticKVCache | None = None
         self._zero_pad = torch.zeros(1, dtype=torch.long, device=self.device)
         self._graphs: dict[tuple, tuple[_Graph, dict[str, torch.Tensor]]] = {}
-
-    def layer_kernel_problem(self) -> str | None:
-        """Why a step of this target computed by the layer kernel (ops/layer_triton.py) is wrong, or None: after a
-        run, a caller that must trust every step asks (a sync)."""
-        kernel = self.core.layer_kernel
-        return None if kernel is None or not kernel.checked else kernel.problem()
 
     # the decoder's single-request interface -------------------------------------------------------------
 

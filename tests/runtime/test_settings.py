@@ -181,3 +181,18 @@ def test_smoke_refuses_a_bad_setting_as_a_usage_error_before_loading(monkeypatch
     missing = str(tmp_path / "nothing-here")  # never read: the setting is judged first
     with pytest.raises(UsageError, match="LILICORR_GGUF_LOADER='llama.cpp'.*direct, transformers"):
         run_smoke(SmokeOptions(path=missing, target=missing))
+
+
+def test_a_retired_switch_is_ignored_with_one_warning(monkeypatch):
+    import warnings
+
+    monkeypatch.setattr(settings, "_warned", set())
+    monkeypatch.setenv("LILICORR_LAYER_KERNEL", "on")
+    with pytest.warns(RuntimeWarning, match="LILICORR_LAYER_KERNEL is ignored.*measured slower"):
+        settings.check()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        settings.check()  # once per process
+    assert not set(settings.RETIRED) & {s.name for s in settings.SETTINGS}
+    doc = DOC.read_text()
+    assert all(f"`{name}" in doc for name in settings.RETIRED)

@@ -347,13 +347,12 @@ STREAM_TILE = {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
         (3, 1, "norm_bias"),  # tiles shared by two programs
         (5, 2, "gated"),  # ten programs over 21 units: tiles shared by up to three, some programs inside one
         (7, 3, "residual"),  # 21 programs, one unit each: every tile cut into seven
-        (4, 2, "gated_input"),
     ],
 )
 def test_stream_k_matches_the_reference_and_resets_its_counters(monkeypatch, sms, stream, kind):
     monkeypatch.setattr(step_ops, "sm_count", lambda device: sms)  # the cuts differ, the result must not
     rows, k, n = 19, 200, 40  # 3 column tiles x 7 K tiles = 21 units
-    x = _randn(rows, 2 * k if kind == "gated_input" else k, seed=31)
+    x = _randn(rows, k, seed=31)
     weight = _randn(2 * n if kind == "gated" else n, k, seed=32, scale=0.1)
     kwargs: dict = {}
     if kind in ("norm_bias", "gated"):
@@ -362,8 +361,6 @@ def test_stream_k_matches_the_reference_and_resets_its_counters(monkeypatch, sms
         kwargs["bias"] = _randn(n, seed=34)
     if kind == "gated":
         kwargs["gated"] = True
-    if kind == "gated_input":
-        kwargs.update(gated_input=True, residual=_randn(rows, n, seed=35))
     if kind == "residual":
         kwargs["residual"] = _randn(rows, n, seed=36)
     config = {**STREAM_TILE, "STREAM": stream}
@@ -426,41 +423,29 @@ def test_split_candidates_only_for_matrices_too_narrow_to_fill_the_device():
     assert all(256 // c["BLOCK_K"] >= 2 * c["SPLIT"] for c in shallow)
 
 
-def test_pdl_is_off_unless_asked_and_where_it_cannot_run(monkeypatch):
-    monkeypatch.delenv("LILICORR_PDL", raising=False)
-    assert step_ops.pdl_mode(torch.device("cpu")) == 0
-    monkeypatch.setenv("LILICORR_PDL", "late")
-    assert step_ops.pdl_mode(torch.device("cpu")) == 0  # no PDL off CUDA, whatever the setting
-    if CUDA:
-        assert step_ops.pdl_mode(torch.device("cuda")) == (
-            2 if torch.cuda.get_device_capability()[0] >= 9 else 0
-        )
-        monkeypatch.delenv("LILICORR_PDL")
-        assert step_ops.pdl_mode(torch.device("cuda")) == 0
+def test_the_tile_key_keeps_the_stored_tables_format():
+    """The retired MLP-prologue flag and PDL mode keep their fields in the key, constant, so the tiles stored before
+    (the bundled table, a machine's own) are still found."""
+    import json
 
+    from lilicorr_runtime.ops import tiles
 
-@pytest.mark.parametrize("split", [1, 3])
-@pytest.mark.parametrize("rows", [1, 17])
-def test_gated_input_prologue_matches_the_reference(rows, split):
-    k, n = 96, 40
-    x = _randn(rows, 2 * k, seed=21)  # gate columns, then up columns
-    weight = _randn(n, k, seed=22, scale=0.1)
-    residual = _randn(rows, n, seed=23)
-    config = {**SPLIT_TILE, "SPLIT": split}
-    got = step_ops.step_linear_triton(x, weight, residual=residual, gated_input=True, config=config)
-    want = ops.step_linear_reference(x, weight, residual=residual, gated_input=True)
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
-    gate, up = x.chunk(2, dim=-1)  # the reference itself: down(silu(gate) * up) + residual
-    plain = residual + (torch.nn.functional.silu(gate) * up) @ weight.T
-    torch.testing.assert_close(want, plain, rtol=1e-4, atol=1e-4)
-
-
-def test_gated_input_rejects_a_norm_and_a_mismatched_width():
-    x = _randn(2, 64, seed=24)
-    with pytest.raises(ValueError, match="gated_input"):
-        ops.step_linear(x, _randn(8, 64, seed=25), gated_input=True)  # needs [M, 2K]
-    with pytest.raises(ValueError, match="gated_input"):
-        ops.step_linear(x, _randn(8, 32, seed=25), gated_input=True, norm_weight=_randn(32, seed=26))
+    key = step_ops.linear_key(
+        1536,
+        576,
+        norm=True,
+        bias=False,
+        residual=False,
+        gated=True,
+        dtype=torch.bfloat16,
+        out_dtype=torch.bfloat16,
+    )
+    assert tiles.shape_key(key) == "1536|576|True|False|False|True|False|torch.bfloat16|torch.bfloat16|0"
+    bundled = json.loads(tiles.BUNDLED.read_text())["devices"]
+    assert all(tiles.shape_key(key) in shapes for shapes in bundled.values())
+    for shapes in bundled.values():
+        for shape in shapes:
+            assert shape.split("|")[6] == "False" and shape.split("|")[9] == "0", shape
 
 
 def test_choose_tile_retimes_the_finalists_so_a_ramping_clock_does_not_pick_the_last_timed():
