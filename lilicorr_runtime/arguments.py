@@ -4,8 +4,11 @@ and `load_target` accept, and integer arguments."""
 from __future__ import annotations
 
 import operator
+from typing import SupportsIndex, TypeVar, cast
 
 import torch
+
+T = TypeVar("T")
 
 # name (lower case, an optional "torch." prefix stripped) -> dtype
 DTYPE_NAMES: dict[str, torch.dtype] = {
@@ -46,9 +49,17 @@ def as_int(value: object) -> int | None:
     if isinstance(value, bool):
         return None
     try:
-        return operator.index(value)
+        return operator.index(cast(SupportsIndex, value))  # TypeError for what has no __index__
     except TypeError:
         return None
+
+
+def known(value: T | None, what: str) -> T:
+    """`value`, which the caller has already required to be present (a geometry size the loader refuses a checkpoint
+    without), typed as present; ValueError naming `what` if it is None after all."""
+    if value is None:
+        raise ValueError(f"{what} is not set")
+    return value
 
 
 def resolve_device(device: str | torch.device) -> torch.device:

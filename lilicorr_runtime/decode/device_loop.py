@@ -190,6 +190,13 @@ class DecodeLoop:
         self.report[0].copy_(self.state["active"])
         self.report[1].copy_(self.state["out_len"])
 
+    @property
+    def _draft_cache(self) -> DraftKVCache:
+        """The drafter's cache (allocated whenever there is a drafter)."""
+        cache = self.draft_cache
+        assert cache is not None
+        return cache
+
     def _draft(self) -> dict[str, torch.Tensor]:
         """The draft step for every slot: ids [b, n+1] = [anchor, d_1..d_n] (the anchor alone in "ar"), and for
         sampled verification the proposal q_cand / candidate_ids."""
@@ -198,7 +205,7 @@ class DecodeLoop:
         if drafter is None:
             return {"ids": anchor[:, None]}
         block = torch.cat([anchor[:, None], self.masks], dim=1)  # [b, n+1]
-        hidden = drafter.forward_static(self.draft_cache, st["length"], target.embed(block))
+        hidden = drafter.forward_static(self._draft_cache, st["length"], target.embed(block))
         out = propose(
             drafter, hidden, st["anchor_hidden"], target.embed, target.logits, score=self.walk != "control"
         )
@@ -283,8 +290,9 @@ class DecodeLoop:
         st["accepted"].scatter_(1, torch.where(active, st["blocks"], log_trash)[:, None], accepted[:, None])
         st["blocks"].add_(active.long())
         if self.drafter is not None:
+            assert features is not None  # the drafter's taps
             context = self.drafter.project_context(features)  # [b, n+1, M]
-            self.drafter.append_context_static(self.draft_cache, context, st["length"])
+            self.drafter.append_context_static(self._draft_cache, context, st["length"])
             kept = context.gather(1, accepted[:, None, None].expand(-1, 1, context.shape[2]))[:, 0]
             st["anchor_hidden"].copy_(torch.where(active[:, None], kept, st["anchor_hidden"]))
         st["anchor"].copy_(torch.where(active, bonus, st["anchor"]))
@@ -449,6 +457,7 @@ class DecodeLoop:
                 (self.target_cache.key_block, self.stage_cache.key_block),
                 (self.target_cache.value_block, self.stage_cache.value_block),
             ):
+                assert block is not None and staged is not None  # both caches allocated their blocks
                 block.index_copy_(1, slot, staged)
         running = (first != self.eos).all(dim=0, keepdim=True) & (limit > 1)
         st["anchor"].index_copy_(0, slot, first)
@@ -519,8 +528,9 @@ class DecodeLoop:
             self._upload(a["uniform"], torch.rand(1, generator=self.generator))
         features = self._admit_target(p)
         if drafter is not None:  # exactly the eager loop's context computation, on the prompt's rows
+            assert features is not None  # the drafter's taps
             context = drafter.project_context(features)  # [1, P, M]
-            dk, dv = _views(self.draft_cache.keys, self.draft_cache.values, slot)
+            dk, dv = _views(self._draft_cache.keys, self._draft_cache.values, slot)
             drafter.append_context_static(DraftKVCache.over(dk, dv), context, a["zero"])
             st["anchor_hidden"][slot] = context[0, -1]
         running = max_new_tokens > 1

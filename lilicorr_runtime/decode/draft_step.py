@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import torch
 
+from ..arguments import known
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk, topk_lse
 
@@ -81,7 +82,7 @@ class DraftStep:
         self.drafter, self.cache, self.embed, self.lm_head = drafter, cache, embed, lm_head
         self.num_tokens, self.walk, self.batch = num_tokens, walk, batch
         device, dtype = drafter.fc.weight.device, drafter.fc.weight.dtype
-        m = drafter.geometry.hidden_size
+        m = known(drafter.geometry.hidden_size, "hidden_size")
         # static inputs
         self.anchor = torch.zeros(batch, dtype=torch.long, device=device)  # [b]
         self.anchor_hidden = torch.zeros(batch, m, dtype=dtype, device=device)  # [b, M]

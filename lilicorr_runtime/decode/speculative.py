@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, cast
 
 import msgspec
 import torch
@@ -22,7 +22,7 @@ import torch
 from ..arguments import as_int
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk
-from ..target.adapter import TargetModel
+from ..target.adapter import TargetModel, TargetStep
 from ..target.fast import FastTarget
 from .device_loop import DecodeLoop
 from .draft_step import DraftStep, propose
@@ -150,7 +150,7 @@ class SpeculativeDecoder:
         if mode == "head" and drafter.lilicorr is None:
             raise ValueError("mode 'head' needs a LiLiCorr head; this drafter has none (use mode='control')")
         g = drafter.geometry
-        slots = g.block_size - 1
+        slots = drafter.block_size - 1
         n = slots if num_speculative_tokens is None else num_speculative_tokens
         if as_int(n) is None or not 1 <= n <= slots:
             raise ValueError(
@@ -160,9 +160,9 @@ class SpeculativeDecoder:
         problems = []
         if g.hidden_size != target.hidden_size:
             problems.append(f"draft hidden_size {g.hidden_size} != target hidden_size {target.hidden_size}")
-        if max(g.target_layer_ids) >= target.num_layers:
+        if max(drafter.target_layer_ids) >= target.num_layers:
             problems.append(
-                f"target_layer_ids {list(g.target_layer_ids)} reach past the target's "
+                f"target_layer_ids {list(drafter.target_layer_ids)} reach past the target's "
                 f"{target.num_layers} layers"
             )
         # the drafter's candidates are embedded with the target's table and scored with its lm_head (or an owned
@@ -175,7 +175,7 @@ class SpeculativeDecoder:
             problems.append(
                 f"the target's lm_head has {head_rows} rows but its embedding table {target.vocab_size}"
             )
-        if g.mask_token_id >= target.vocab_size:
+        if drafter.mask_token_id >= target.vocab_size:
             problems.append(
                 f"mask_token_id {g.mask_token_id} is outside the target vocabulary ({target.vocab_size})"
             )
@@ -225,7 +225,7 @@ class SpeculativeDecoder:
         block = 1 if self.drafter is None else self.drafter.block_size
         target.reserve(prompt.numel() + max_new_tokens + block + 1)
         target.reset()
-        layer_ids = None if self.mode == "ar" else self.drafter.target_layer_ids
+        layer_ids = None if self.mode == "ar" else self._drafter.target_layer_ids
         step = target.forward(prompt, layer_ids)
         tokens = [self._first_token(step.logits[-1])]
         blocks: list[BlockRecord] = []
@@ -244,9 +244,9 @@ class SpeculativeDecoder:
                 block_size=1,
             )
 
-        drafter = self.drafter
+        drafter = self._drafter
         cache = self._cache(prompt.numel() + max_new_tokens + drafter.block_size)
-        context = drafter.project_context(step.features[None])  # [1, P, M]
+        context = drafter.project_context(_features(step)[None])  # [1, P, M]
         drafter.append_context(cache, context)
         anchor_hidden = context[:, -1]  # [1, M]: the row that predicted the anchor
         proposals: list[Proposal] = []
@@ -352,13 +352,20 @@ class SpeculativeDecoder:
             for p, out in zip(prompts, loop.run(prompts, max_new_tokens, progress), strict=True)
         ]
 
+    @property
+    def _drafter(self) -> Drafter:
+        """The drafter of a drafting mode (__init__ refuses every mode but "ar" without one)."""
+        drafter = self.drafter
+        assert drafter is not None
+        return drafter
+
     def _cache(self, rows: int) -> DraftKVCache:
         capacity = max(256, 1 << (rows - 1).bit_length())
         if not self.use_graph:
-            return self.drafter.new_cache(batch=1, capacity=capacity)
+            return self._drafter.new_cache(batch=1, capacity=capacity)
         cache = self._static_cache
         if cache is None or cache.keys[0].shape[2] < capacity:  # graphs hold the buffers: recapture on growth
-            cache = self._static_cache = self.drafter.new_cache(batch=1, capacity=capacity)
+            cache = self._static_cache = self._drafter.new_cache(batch=1, capacity=capacity)
             self._steps = {}
         cache.length = 0  # stale rows beyond the length are masked out
         return cache
@@ -372,7 +379,7 @@ class SpeculativeDecoder:
         uniforms: torch.Tensor | None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, Proposal]:
         """The draft step: (draft tokens [1, n], proposal q over the candidates [1, n, K] or None, proposal)."""
-        target, drafter, n = self.target, self.drafter, self.num_tokens
+        target, drafter, n = self.target, self._drafter, self.num_tokens
         if self.use_graph:
             step = self._steps.get(walk)
             if step is None:
@@ -403,23 +410,24 @@ class SpeculativeDecoder:
         )
         if walk == "control":
             return control_walk(proposal.logits), None, proposal
+        start, pairs, candidate_ids = _scored(proposal)
         if walk == "sample":
             temperature = torch.full((1,), self.temperature, device=anchor_t.device)
             draft, q_cand = sample_walk(
-                proposal.start,
-                proposal.pairs,
-                proposal.candidate_ids,
-                uniforms,
+                start,
+                pairs,
+                candidate_ids,
+                cast(torch.Tensor, uniforms),  # drawn for every sampled walk
                 temperature,
                 torch.zeros(1, dtype=torch.bool, device=anchor_t.device),
             )
             return draft, q_cand, proposal
-        return greedy_walk(proposal.start, proposal.pairs, proposal.candidate_ids), None, proposal
+        return greedy_walk(start, pairs, candidate_ids), None, proposal
 
     def _block(
         self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
     ) -> tuple[list[int], int, BlockRecord, torch.Tensor, Proposal]:
-        target, drafter, n = self.target, self.drafter, self.num_tokens
+        target, drafter, n = self.target, self._drafter, self.num_tokens
         device = target.device
         anchor_t = torch.tensor([anchor], device=device)
         sampled = self.temperature > 0
@@ -438,13 +446,26 @@ class SpeculativeDecoder:
             if q_cand is None:  # a greedy proposal is a point mass on the drafted token
                 q.scatter_(2, draft[..., None], 1.0)
             else:
-                q.scatter_(2, proposal.candidate_ids, q_cand)
+                q.scatter_(2, _scored(proposal)[2], q_cand)
             probs = torch.softmax(logits / self.temperature, dim=-1)
             accepted, next_token = verify_sampled(probs, draft, q, self._uniforms(1, n), self._uniforms(1))
         a = int(accepted[0])
         target.crop(base + a + 1)
         record = BlockRecord(drafted=n, accepted=a, committed=a + 1)
-        return draft[0, :a].tolist(), int(next_token[0]), record, step.features[: a + 1], proposal
+        return draft[0, :a].tolist(), int(next_token[0]), record, _features(step)[: a + 1], proposal
+
+
+def _scored(proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A scored proposal's (start, pairs, candidate_ids): draft_block with score=True fills all three."""
+    start, pairs, ids = proposal.start, proposal.pairs, proposal.candidate_ids
+    assert start is not None and pairs is not None and ids is not None
+    return start, pairs, ids
+
+
+def _features(step: TargetStep) -> torch.Tensor:
+    """The tapped features of a target forward that was given layer ids."""
+    assert step.features is not None
+    return step.features
 
 
 def _temperature(value: float) -> float:
@@ -463,7 +484,7 @@ def _limits(max_new_tokens: int, eos_token_ids: Sequence[int] | int) -> tuple[in
     if as_int(max_new_tokens) is None or max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be an integer >= 1, got {max_new_tokens!r}")
     single = as_int(eos_token_ids)
-    return int(max_new_tokens), ({single} if single is not None else set(eos_token_ids))
+    return int(max_new_tokens), ({single} if single is not None else set(cast(Sequence[int], eos_token_ids)))
 
 
 def _rows(module: torch.nn.Module | None) -> int | None:

@@ -8,6 +8,7 @@ Parameter names are the checkpoint's (no `model.` prefix), so a canonical tensor
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import cast
 
 import msgspec
 import torch
@@ -18,6 +19,7 @@ from lilicorr_ckpt.checkpoint.config import DraftConfig
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 
 from .. import ops, rows
+from ..arguments import known
 from ..ops.dispatch import use_triton
 from ..ops.rope import apply_rope, rope_cos_sin, rope_inverse_frequencies
 from .head import LiLiCorrHead, head_from_geometry
@@ -109,8 +111,12 @@ class DraftKVCache:
 class Attention(nn.Module):
     def __init__(self, g: Geometry, window: int | None):
         super().__init__()
-        M, hd = g.hidden_size, g.head_dim
-        self.num_heads, self.num_kv_heads, self.head_dim = g.num_heads, g.num_kv_heads, hd
+        M, hd = known(g.hidden_size, "hidden_size"), known(g.head_dim, "head_dim")
+        self.num_heads, self.num_kv_heads = (
+            known(g.num_heads, "num_heads"),
+            known(g.num_kv_heads, "num_kv_heads"),
+        )
+        self.head_dim = hd
         self.window = window
         self.q_proj = nn.Linear(M, self.num_heads * hd, bias=g.attention_bias)
         self.k_proj = nn.Linear(M, self.num_kv_heads * hd, bias=g.attention_bias)
@@ -202,11 +208,11 @@ class GroupedDynamicConv(nn.Module):
 class DraftLayer(nn.Module):
     def __init__(self, g: Geometry, window: int | None):
         super().__init__()
-        M = g.hidden_size
+        M = known(g.hidden_size, "hidden_size")
         self.input_layernorm = RMSNorm(M, g.rms_norm_eps)
         self.self_attn = Attention(g, window)
         self.post_attention_layernorm = RMSNorm(M, g.rms_norm_eps)
-        self.mlp = MLP(M, g.intermediate_size)
+        self.mlp = MLP(M, known(g.intermediate_size, "intermediate_size"))
         conv = g.has_conv
         self.attention_conv = GroupedDynamicConv(M, g.conv_kernel_size, g.conv_group_size) if conv else None
         self.mlp_conv = GroupedDynamicConv(M, g.conv_kernel_size, g.conv_group_size) if conv else None
@@ -258,9 +264,11 @@ class Drafter(nn.Module):
         )
         self.norm = RMSNorm(M, g.rms_norm_eps)
         self.lilicorr: LiLiCorrHead | None = head_from_geometry(g) if g.lilicorr_enabled else None
-        self.lm_head: nn.Linear | None = nn.Linear(M, g.vocab_size, bias=False) if g.has_own_lm_head else None
+        self.lm_head: nn.Linear | None = (
+            nn.Linear(M, known(g.vocab_size, "vocab_size"), bias=False) if g.has_own_lm_head else None
+        )
         inv_freq, self.rope_scale = rope_inverse_frequencies(
-            g.head_dim, spec.rope_theta, spec.rope_scaling, spec.max_position_embeddings
+            known(g.head_dim, "head_dim"), spec.rope_theta, spec.rope_scaling, spec.max_position_embeddings
         )
         self._inv_freq_fp32 = inv_freq
         self.register_buffer("inv_freq", inv_freq.clone(), persistent=False)
@@ -274,20 +282,33 @@ class Drafter(nn.Module):
         return self
 
     @property
+    def draft_layers(self) -> list[DraftLayer]:
+        """`layers`, typed (an nn.ModuleList yields plain Modules to a type checker)."""
+        return cast("list[DraftLayer]", list(self.layers))
+
+    @property
     def block_size(self) -> int:
-        return self.geometry.block_size
+        return known(self.geometry.block_size, "block_size")
 
     @property
     def mask_token_id(self) -> int:
-        return self.geometry.mask_token_id
+        return known(self.geometry.mask_token_id, "mask_token_id")
 
     @property
     def target_layer_ids(self) -> tuple[int, ...]:
-        return self.geometry.target_layer_ids
+        return known(self.geometry.target_layer_ids, "target_layer_ids")
 
     def new_cache(self, batch: int = 1, capacity: int = 256) -> DraftKVCache:
         g, w = self.geometry, self.fc.weight
-        return DraftKVCache(g.num_layers, batch, g.num_kv_heads, g.head_dim, w.dtype, w.device, capacity)
+        return DraftKVCache(
+            known(g.num_layers, "num_layers"),
+            batch,
+            known(g.num_kv_heads, "num_kv_heads"),
+            known(g.head_dim, "head_dim"),
+            w.dtype,
+            w.device,
+            capacity,
+        )
 
     def project_context(self, target_features: torch.Tensor) -> torch.Tensor:
         """[b, n, T·M] target hidden states (concatenated in target_layer_ids order) -> context [b, n, M]."""
@@ -322,7 +343,7 @@ class Drafter(nn.Module):
     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """Context rows [b, n, M] at rotary positions [n] or [b, n] -> per draft layer, K, V [b, kv_heads, n, hd]."""
         cos, sin = self._rope(positions)
-        for layer in self.layers:
+        for layer in self.draft_layers:
             yield layer.self_attn.context_kv(context, cos, sin)
 
     def _backbone(
@@ -338,7 +359,7 @@ class Drafter(nn.Module):
         ([.., Q, C+Q] bool, True = visible, or None: all) -> final-normed hidden [b, Q, M]."""
         cos, sin = self._rope(positions)
         x = block_embeddings.to(self.fc.weight.dtype)
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.draft_layers):
             ctx_k, ctx_v = context_kv(i)
             x = layer(x, cos, sin, ctx_k, ctx_v, mask(layer.self_attn.window))
         return self.norm(x)
@@ -378,7 +399,7 @@ class Drafter(nn.Module):
             and use_triton(self.fc.weight, *tensors)
             and all(
                 layer.attention_conv is None and layer.mlp_conv is None and layer.self_attn.window is None
-                for layer in self.layers
+                for layer in self.draft_layers
             )
         )
 
@@ -386,11 +407,11 @@ class Drafter(nn.Module):
         """Per layer, the weights as ops.decoder_layer takes them: q/k/v and gate/up stacked into one matrix
         each (copies, so the parameters keep their own storage and still save as they load). Rebuilt when a
         parameter is replaced or changed in place."""
-        params = [p for layer in self.layers for p in layer.parameters()]
+        params = [p for layer in self.draft_layers for p in layer.parameters()]
         key = tuple((p.data_ptr(), p._version) for p in params)
         if self._step_weights is None or self._step_weights[0] != key:
             built = []
-            for layer in self.layers:
+            for layer in self.draft_layers:
                 attn, mlp = layer.self_attn, layer.mlp
                 projections = (attn.q_proj, attn.k_proj, attn.v_proj)
                 biased = all(p.bias is not None for p in projections)
@@ -455,8 +476,8 @@ class Drafter(nn.Module):
                 first=first,
                 cos=cos,
                 sin=sin,
-                num_heads=g.num_heads,
-                num_kv_heads=g.num_kv_heads,
+                num_heads=known(g.num_heads, "num_heads"),
+                num_kv_heads=known(g.num_kv_heads, "num_kv_heads"),
                 eps=g.rms_norm_eps,
                 rotate_in_dtype=True,
             )
@@ -471,7 +492,7 @@ class Drafter(nn.Module):
         g = self.geometry
         flat = context.to(self.fc.weight.dtype).reshape(b * q, -1)
         for weights, keys, values in zip(self.step_weights(), cache.keys, cache.values, strict=True):
-            kv = ops.step_linear(flat, weights["kv"], bias=weights["kv_bias"])
+            kv = ops.step_linear(flat, cast(torch.Tensor, weights["kv"]), bias=weights["kv_bias"])
             ops.rope_kv(  # no q heads
                 kv.view(b, q, -1),
                 keys,
@@ -481,7 +502,7 @@ class Drafter(nn.Module):
                 cos,
                 sin,
                 0,
-                g.num_kv_heads,
+                known(g.num_kv_heads, "num_kv_heads"),
                 None,
                 weights["k_norm"],
                 g.rms_norm_eps,
@@ -552,7 +573,8 @@ class Drafter(nn.Module):
         -> final-normed hidden [b, m, B, M]. Block j attends to the context rows before its anchor and to its own
         B rows, at rotary positions anchor.., exactly as `forward` drafts it after anchor context rows."""
         if any(
-            layer.attention_conv is not None or layer.self_attn.window is not None for layer in self.layers
+            layer.attention_conv is not None or layer.self_attn.window is not None
+            for layer in self.draft_layers
         ):
             raise ValueError("training supports full-attention drafters without convolution")
         b, m, block, width = block_embeddings.shape

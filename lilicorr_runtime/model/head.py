@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -12,6 +13,7 @@ from torch import nn
 
 from lilicorr_ckpt.checkpoint.geometry import Geometry
 
+from ..arguments import known
 from ..ops.draft import feature_hidden, lattice_attention, lattice_scores, residual_norm
 from .layers import RMSNorm
 
@@ -276,8 +278,9 @@ class LiLiCorrHead(nn.Module):
             )
         dtype = self.pass_hidden_proj.weight.dtype
         rows, h = b * slots * k, self.pass_hidden_proj.weight.shape[0]
-        token, passing, down = self.token_proj, self.pass_hidden_proj, self.feature_mlp.down_proj
-        linear_token = isinstance(token, nn.Linear)
+        # token_proj: a Linear, or None for the identity (a head as wide as the draft)
+        token = self.token_proj if isinstance(self.token_proj, nn.Linear) else None
+        passing, down = self.pass_hidden_proj, self.feature_mlp.down_proj
         # Two branches that only meet later run on side streams on CUDA (parallel branches of a captured
         # graph; in order on the CPU): the anchor path, and the per-slot and feature terms of the node inputs.
         anchor_branch, input_branch = _fork(candidate_embeddings.device, 2)
@@ -307,18 +310,18 @@ class LiLiCorrHead(nn.Module):
                 "inputs",
                 (slots,),
                 (self.slot_embedding, self.rank_embedding, passing.bias, down.bias)
-                + ((token.bias,) if linear_token else ()),
+                + ((token.bias,) if token is not None else ()),
                 lambda: (
                     self.slot_embedding[0, 0, :slots]
                     + self.rank_embedding[0, 0, 0]
                     + passing.bias
                     + down.bias
-                    + (token.bias if linear_token else 0)
+                    + (token.bias if token is not None else 0)
                 ),
             )  # [S, K, h]
             x = F.linear(pass_hidden.to(dtype), passing.weight)[:, :, None] + constant  # [b, S, K, h]
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
-        terms = F.linear(embeddings, token.weight) if linear_token else embeddings.clone()
+        terms = F.linear(embeddings, token.weight) if token is not None else embeddings.clone()
         _wait(features_ready, features)
         if torch.is_grad_enabled():  # training (under autocast the in-place GEMM would mix dtypes)
             terms = terms + F.linear(features.view(rows, h), down.weight)
@@ -336,7 +339,7 @@ class LiLiCorrHead(nn.Module):
             (self.relative_slot_bias, self.same_slot_bias),
             lambda: self.attention_bias(slots, k),
         )
-        layers = list(self.layers)
+        layers = cast("list[LatticeLayer]", list(self.layers))
         first_norm = layers[0].attn_norm if layers else self.output_norm
         if not layers:
             _join(anchor_branch, a, anchor_vector)
@@ -367,15 +370,15 @@ class LiLiCorrHead(nn.Module):
 def head_from_geometry(g: Geometry) -> LiLiCorrHead:
     assert g.head_complete() and g.head_vector_eps is not None and g.head_logit_scale is not None
     return LiLiCorrHead(
-        model_hidden_size=g.hidden_size,
-        block_size=g.block_size,
+        model_hidden_size=known(g.hidden_size, "hidden_size"),
+        block_size=known(g.block_size, "block_size"),
         rms_norm_eps=g.rms_norm_eps,
-        hidden_size=g.head_hidden_size,
-        num_layers=g.head_num_layers,
-        num_heads=g.head_num_heads,
-        mlp_ratio=g.head_mlp_ratio,
-        candidate_topk=g.candidate_topk,
-        factor_dim=g.head_factor_dim,
+        hidden_size=known(g.head_hidden_size, "head hidden_size"),
+        num_layers=known(g.head_num_layers, "head num_layers"),
+        num_heads=known(g.head_num_heads, "head num_heads"),
+        mlp_ratio=known(g.head_mlp_ratio, "head mlp_ratio"),
+        candidate_topk=known(g.candidate_topk, "candidate_topk"),
+        factor_dim=known(g.head_factor_dim, "head factor_dim"),
         vector_eps=g.head_vector_eps,
         logit_scale=g.head_logit_scale,
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from ..arguments import known
 from ..decode.speculative import draft_block
 from .dflash import Drafter
 
@@ -31,10 +32,11 @@ def reference_outputs(drafter: Drafter, seed: int = 0) -> dict[str, torch.Tensor
     Everything returned is fp32 on the CPU.
     """
     g = drafter.geometry
-    M, V, device = g.hidden_size, g.vocab_size, drafter.fc.weight.device
+    M, V = known(g.hidden_size, "hidden_size"), known(g.vocab_size, "vocab_size")
+    device = drafter.fc.weight.device
     dtype = drafter.fc.weight.dtype
     gen = torch.Generator().manual_seed(seed)
-    features = torch.randn(1, CONTEXT_ROWS, len(g.target_layer_ids) * M, generator=gen)
+    features = torch.randn(1, CONTEXT_ROWS, len(drafter.target_layer_ids) * M, generator=gen)
     head_u = torch.randn(V, LM_HEAD_RANK, generator=gen) / LM_HEAD_RANK**0.5
     head_v = torch.randn(M, LM_HEAD_RANK, generator=gen)
     anchor = torch.randint(0, V, (1,), generator=gen)
@@ -51,10 +53,14 @@ def reference_outputs(drafter: Drafter, seed: int = 0) -> dict[str, torch.Tensor
     context = drafter.project_context(features.to(device))
     drafter.append_context(cache, context)
     proposal = draft_block(
-        drafter, cache, anchor.to(device), context[:, -1], g.block_size - 1, embed, lm_head, score=True
+        drafter, cache, anchor.to(device), context[:, -1], drafter.block_size - 1, embed, lm_head, score=True
     )
     out = {"context": context[0], "draft_hidden": proposal.hidden[0], "draft_logits": proposal.logits[0]}
-    if proposal.start is not None:
+    if (
+        proposal.start is not None
+    ):  # scored: the candidates, their log-probs and the pairs come with the start
+        assert proposal.candidate_ids is not None and proposal.candidate_log_probs is not None
+        assert proposal.pairs is not None
         out.update(
             candidate_ids=proposal.candidate_ids[0],
             candidate_log_probs=proposal.candidate_log_probs[0],

@@ -6,6 +6,8 @@ The Triton kernels (step_triton.py, same signatures with `_triton`) compute each
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from .. import rows
@@ -434,7 +436,11 @@ def decoder_layer(
     b, n = rows.shape
     linear = step_linear if kernels else step_linear_reference
     attend = rope_attention if kernels else rope_attention_reference
-    qkv = linear(flat, layer["qkv"], norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
+
+    def weight(name: str) -> torch.Tensor:  # a matrix every layer has (the norms and biases may be None)
+        return cast(torch.Tensor, layer[name])
+
+    qkv = linear(flat, weight("qkv"), norm_weight=layer["input_norm"], eps=eps, bias=layer["qkv_bias"])
     attn = attend(
         qkv.view(b, n, -1),
         keys,
@@ -452,6 +458,6 @@ def decoder_layer(
         eps,
         rotate_in_dtype,
     )  # [b, n, heads * hd]; k, v written at `rows`
-    flat = linear(attn.view(b * n, -1), layer["o"], bias=layer["o_bias"], residual=flat)
-    h = linear(flat, layer["gate_up"], norm_weight=layer["post_norm"], eps=eps, gated=True)
-    return linear(h, layer["down"], residual=flat, out=out)
+    flat = linear(attn.view(b * n, -1), weight("o"), bias=layer["o_bias"], residual=flat)
+    h = linear(flat, weight("gate_up"), norm_weight=layer["post_norm"], eps=eps, gated=True)
+    return linear(h, weight("down"), residual=flat, out=out)

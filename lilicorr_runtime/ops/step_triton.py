@@ -856,7 +856,7 @@ def _tune(key: tuple, launch, out: torch.Tensor, weight: torch.Tensor) -> dict[s
     def compile_all(configs: list[dict[str, int]]) -> None:
         # split and program counts are runtime arguments: every SPLIT > 1 of a tile is one kernel, every STREAM
         # another
-        variants = {}
+        variants: dict[tuple, dict[str, int]] = {}
         for config in configs:
             tile = {k: v for k, v in config.items() if k not in ("SPLIT", "STREAM")}
             kind = ("STREAM" in config, config.get("SPLIT", 1) > 1)

@@ -121,9 +121,12 @@ def _hook(*, key: Any = None, repr: Any = None, fn: Any = None, compile: Any = N
         spec = compile["specialization_data"]
         if not name.startswith(PACKAGE) or not isinstance(spec, str):
             return
+        source = source_hash(jit)
+        if source is None:  # not a kernel with source text: nothing a later process could check it against
+            return
         device = device_key(torch.device("cuda", int(compile["device"])))
         with _lock:
-            _recorded.setdefault(device, {})[spec] = {"name": name, "source": source_hash(jit), "spec": spec}
+            _recorded.setdefault(device, {})[spec] = {"name": name, "source": source, "spec": spec}
     except Exception:  # a Triton whose hook passes other things: nothing is recorded
         return
 

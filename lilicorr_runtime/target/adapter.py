@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -34,7 +34,7 @@ class TargetModel:
         self.num_layers: int = config.num_hidden_layers
         self.embed_tokens: torch.nn.Module = model.get_input_embeddings()
         self.lm_head: torch.nn.Module = model.get_output_embeddings()
-        self.vocab_size: int = self.embed_tokens.weight.shape[0]
+        self.vocab_size: int = self._embedding_table.shape[0]
         self.tokenizer = tokenizer
         self.eos_token_ids: tuple[int, ...] = tuple(eos_token_ids)
         # transformers renamed the cache argument (past_key_values -> cache); take whichever this version has
@@ -50,12 +50,17 @@ class TargetModel:
         self.load_note = "transformers"  # how the weights were read (load_target sets it)
 
     @property
+    def _embedding_table(self) -> torch.Tensor:
+        """The input embedding's weight (a Module's attribute is `Tensor | Module` to a type checker)."""
+        return cast(torch.Tensor, self.embed_tokens.weight)
+
+    @property
     def device(self) -> torch.device:
-        return self.embed_tokens.weight.device
+        return self._embedding_table.device
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        return self._embedding_table.dtype
 
     def reserve(self, rows: int) -> None:
         """A hint that the next request needs `rows` cached tokens (a static cache allocates them once)."""

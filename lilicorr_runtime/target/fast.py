@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import PreTrainedModel
@@ -151,7 +151,7 @@ class StaticDecoder:
                 }
             )
         self.norm = inner.norm.weight.detach()
-        self.intermediate = self.layers[0]["down"].shape[1] if self.layers else 0
+        self.intermediate = cast(torch.Tensor, self.layers[0]["down"]).shape[1] if self.layers else 0
         self.device, self.dtype = self.norm.device, self.norm.dtype
         self.inv_freq = self.inv_freq.to(self.device)
         self.cos = self.sin = torch.empty(0, self.head_dim // 2, device=self.device)
@@ -206,6 +206,7 @@ class StaticDecoder:
         ):
             tap = None
             if index in slots and index != last:  # written straight into its slice of the features
+                assert features is not None  # there are taps
                 tap = features[:, slots[index] * m : (slots[index] + 1) * m]
             flat = ops.decoder_layer(
                 flat,
@@ -226,6 +227,7 @@ class StaticDecoder:
             )
         out = ops.rms_norm(flat, self.norm, eps)
         if last in slots:
+            assert features is not None  # there are taps
             features[:, slots[last] * m : (slots[last] + 1) * m] = out
         return out.view(b, n, m), None if features is None else features.view(b, n, -1)
 
@@ -302,6 +304,13 @@ class FastTarget(TargetModel):
             self.reserve(256)
         self.length = 0
 
+    @property
+    def _cache(self) -> StaticKVCache:
+        """The single-request cache, which reset() / reserve() allocate before any forward reads it."""
+        cache = self.static_cache
+        assert cache is not None
+        return cache
+
     def crop(self, length: int) -> None:
         # rows past `length` stay in the cache but are never visible: the next forward overwrites them
         self.length = min(self.length, length)
@@ -312,20 +321,20 @@ class FastTarget(TargetModel):
             self.reset()
         ids = ids.to(self.device).view(1, -1)
         n = ids.shape[1]
-        if self.length + n > self.static_cache.capacity:
+        if self.length + n > self._cache.capacity:
             self._grow(self.length + n)
         taps = tuple(layer_ids) if layer_ids is not None else ()
         # a prefill runs the step kernels too (up to PREFILL_ROWS): each row as the one-token step computes it
         logits, features = self._step(
-            self.static_cache, ids, self.length, self._zero_pad, taps, step_kernels=n <= PREFILL_ROWS or None
+            self._cache, ids, self.length, self._zero_pad, taps, step_kernels=n <= PREFILL_ROWS or None
         )
         self.length += n
         return TargetStep(logits[0], None if features is None else features[0])
 
     def _grow(self, rows: int) -> None:
-        old, length = self.static_cache, self.length
+        old, length = self._cache, self.length
         self.reserve(rows)
-        new = self.static_cache
+        new = self._cache
         for store_old, store_new in ((old.keys, new.keys), (old.values, new.values)):
             for a, b in zip(store_old, store_new, strict=True):
                 b[:, :, :length] = a[:, :, :length]

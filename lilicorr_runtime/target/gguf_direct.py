@@ -119,7 +119,9 @@ class _Metadata(Mapping[str, Any]):
         if found.item_kind == ARRAY:
             raise KeyError(f"{key} is an array of arrays")
         assert found.item_kind is not None
-        return self._header.numbers(key, frozenset({found.item_kind}), "an array").tolist()
+        values = self._header.numbers(key, frozenset({found.item_kind}), "an array")
+        assert values is not None  # the array was found above
+        return values.tolist()
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._header.fields)

@@ -83,7 +83,7 @@ def _one_gguf_parse(path: Path) -> Iterator[None]:
     name_maps: dict[tuple[Any, int], Any] = {}
 
     def is_target(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-        file = args[0] if args else kwargs.get("path")
+        file: Any = args[0] if args else kwargs.get("path")
         mode = args[1] if len(args) > 1 else kwargs.get("mode", "r")
         try:
             return mode == "r" and os.path.realpath(os.fspath(file)) == target
@@ -106,11 +106,12 @@ def _one_gguf_parse(path: Path) -> Iterator[None]:
         return name_maps[key]
 
     with _GGUF_LOAD:
-        gguf.GGUFReader, gguf.get_tensor_name_map = SharedReader, shared_name_map
+        # the module's own names, patched for the load (mypy does not type an assignment to a class name)
+        gguf.GGUFReader, gguf.get_tensor_name_map = SharedReader, shared_name_map  # type: ignore[misc]
         try:
             yield
         finally:
-            gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map
+            gguf.GGUFReader, gguf.get_tensor_name_map = original_reader, original_name_map  # type: ignore[misc]
             # the reader maps the whole file: let it go now, not when a garbage collection reaches SharedReader
             readers.clear()
             name_maps.clear()
@@ -150,7 +151,8 @@ def _load_gguf_directly(
         return str(why)
     config = AutoConfig.for_model(**config_kwargs)
     config._name_or_path = str(path.parent)  # as transformers names a GGUF's model: by its directory
-    model_class = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
+    # the lazy mapping's values are model classes (transformers types them as tuples of types)
+    model_class: Any = MODEL_FOR_CAUSAL_LM_MAPPING.get(type(config), None)
     if model_class is None:
         return f"no causal LM class for {type(config).__name__}"
     with torch.device("meta"):
@@ -227,6 +229,7 @@ def load_target(
         load_note = "read directly from the GGUF" if direct is not None else "transformers"
     # a GGUF the direct route does not map is parsed once for the model and the tokenizer: see _one_gguf_parse
     parse_once = resolved.kind == "gguf" and direct is None
+    model: Any  # a PreTrainedModel (transformers' stubs type neither the loading-info tuple nor `to` right)
     with _one_gguf_parse(resolved.path) if parse_once else contextlib.nullcontext():
         if direct is not None:
             model, problems, direct_tokenizer = direct
@@ -234,9 +237,10 @@ def load_target(
             # a size mismatch is reported (and refused below, naming every tensor) rather than raised by
             # transformers
             with _quiet_load_report():
-                model, info = AutoModelForCausalLM.from_pretrained(
+                loaded: Any = AutoModelForCausalLM.from_pretrained(
                     source, dtype=dtype, output_loading_info=True, ignore_mismatched_sizes=True, **kwargs
                 )
+                model, info = loaded  # (model, loading info) with output_loading_info
             problems = _unloaded_weights(info)
         if problems:
             drafter = getattr(model.config, "dflash_config", None) is not None
