@@ -1357,7 +1357,7 @@ def rope_attention_triton(
     flat = qkv.reshape(b * n, width)
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
-    common = dict(
+    common: dict[str, Any] = dict(
         qkv=flat, q=out, keys=keys, values=values, rows=rows.reshape(b * n).contiguous(),
         positions=positions.reshape(b * n).contiguous(), last=last.reshape(b * n).contiguous(),
         first=first.contiguous(), cos=cos, sin=sin, q_norm=q_norm, k_norm=k_norm, out=out, n=n,
@@ -1366,10 +1366,10 @@ def rope_attention_triton(
     query_tiles = triton.cdiv(num_heads // num_kv_heads * n, BLOCK_M)
     if n <= FUSED_ROWS:
         mode = {"WRITE": True, "WRITE_Q": False, "ATTEND": True, "ROTATE_Q": True}
-        _launch_attention(mode, (query_tiles, b * num_kv_heads), **common)  # type: ignore[arg-type]
+        _launch_attention(mode, (query_tiles, b * num_kv_heads), **common)
     else:
         mode = {"WRITE": True, "WRITE_Q": False, "ATTEND": False, "ROTATE_Q": False}
-        _launch_attention(mode, (triton.cdiv(n, BLOCK_M), b * num_kv_heads), **common)  # type: ignore[arg-type]
+        _launch_attention(mode, (triton.cdiv(n, BLOCK_M), b * num_kv_heads), **common)
         mode = {"WRITE": False, "WRITE_Q": False, "ATTEND": True, "ROTATE_Q": True}
-        _launch_attention(mode, (query_tiles, b * num_kv_heads), **common)  # type: ignore[arg-type]
+        _launch_attention(mode, (query_tiles, b * num_kv_heads), **common)
     return out.view(b, n, num_heads * hd)

@@ -90,6 +90,7 @@ def _one_gguf_parse(path: Path) -> Iterator[None]:
         except TypeError:  # not a path: the reader's own error
             return False
 
+    # a subclass of the reader class found at run time (a variable base, which mypy does not type)
     class SharedReader(original_reader):  # type: ignore[misc, valid-type]
         # __new__ returns an instance of the original class, so Python does not run __init__ on it again
         def __new__(cls, *args: Any, **kwargs: Any) -> Any:
