@@ -38,12 +38,14 @@ def cli() -> None:
     """Check, convert and smoke-test LiLiCorr / DFlash-family drafter checkpoints before you publish them.
 
     \b
-    Typical flow:
-      lilicorr-ckpt inspect  ./drafter                      # what is this checkpoint?
-      lilicorr-ckpt convert  ./modelopt-export ./drafter    # ModelOpt export -> the layout the runtimes load
-      lilicorr-ckpt validate ./drafter --target ./Qwen3-8B  # would SGLang/vLLM/TRT-LLM load it correctly?
-      lilicorr-ckpt smoke    ./drafter --target ./Qwen3-8B --gpu   # does the head work? acceptance + gates
-      lilicorr-ckpt rules                                   # every check, with its id
+    Typical flow, on the bundled examples (run from the repository root):
+      lilicorr-ckpt convert  examples/tiny-modelopt-nvfp4 my-drafter -r all  # ModelOpt export -> what all load
+      lilicorr-ckpt inspect  my-drafter                                # what is this checkpoint?
+      lilicorr-ckpt validate my-drafter --target examples/tiny-target  # would SGLang/vLLM/TRT-LLM load it right?
+      lilicorr-ckpt smoke    examples/tiny-lilicorr --target examples/tiny-target  # does the head work? (CPU)
+      lilicorr-ckpt rules                                              # every check, with its id
+
+    A line under `# template: ...` names files of yours (a Hub repo, a waiver file, a server): replace them.
     """
 
 
@@ -161,14 +163,16 @@ def validate(
     `lilicorr-ckpt rules` lists every check.
 
     \b
-    Examples:
-      lilicorr-ckpt validate ./drafter
-      lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang
-      lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict   # a CI gate
-      lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml  # text log + report files
-      lilicorr-ckpt validate acme/my-drafter@v1.0                          # a Hub repo, headers only
-      lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC015       # waived, still reported
-      lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml  # waivers, with reasons, from a file
+    Examples (from the repository root):
+      lilicorr-ckpt validate examples/tiny-lilicorr
+      lilicorr-ckpt validate examples/tiny-lilicorr --target examples/tiny-target --runtime sglang
+      lilicorr-ckpt validate examples/tiny-lilicorr -f junit -o validate.xml --strict   # a CI gate
+      lilicorr-ckpt validate examples/tiny-lilicorr --strict --sarif v.sarif --junit v.xml  # log + report files
+      lilicorr-ckpt validate examples/tiny-lilicorr --strict --ignore LC314,LC015       # waived, still reported
+      # template: acme/my-drafter@v1.0 is your Hub repo and its revision
+      lilicorr-ckpt validate acme/my-drafter@v1.0                       # a Hub repo, headers only
+      # template: ci/lilicorr.toml is your waiver file (docs/ci.md)
+      lilicorr-ckpt validate examples/tiny-lilicorr --strict --config ci/lilicorr.toml  # waivers, with reasons
     """
     from lilicorr_ckpt.checks.run import error_report, validate_spec
     from lilicorr_ckpt.report.validate import summary_line
@@ -252,9 +256,9 @@ def inspect(path: str, fmt: str, output: str | None, quiet: bool) -> None:
     The runtime verdicts are a one-line digest of `validate` (run it for the findings behind them).
 
     \b
-    Examples:
-      lilicorr-ckpt inspect ./drafter
-      lilicorr-ckpt inspect ./drafter -f json | jq .geometry.candidate_topk
+    Examples (from the repository root):
+      lilicorr-ckpt inspect examples/tiny-lilicorr
+      lilicorr-ckpt inspect examples/tiny-lilicorr -f json | jq .geometry.candidate_topk
     """
     import json
 

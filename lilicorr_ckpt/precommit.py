@@ -209,9 +209,9 @@ def hook(
             args: [./drafter, --target, ./target]
 
     \b
-    Examples (what pre-commit runs):
-      lilicorr-ckpt-pre-commit --strict -- drafter/config.json drafter/model.safetensors
-      lilicorr-ckpt-pre-commit --dir ./drafter --target ./target
+    Examples (what pre-commit runs; from the repository root):
+      lilicorr-ckpt-pre-commit --strict -- examples/tiny-lilicorr/config.json examples/tiny-lilicorr/model.safetensors
+      lilicorr-ckpt-pre-commit --dir examples/tiny-lilicorr --target examples/tiny-target
     """
     from lilicorr_ckpt.checks.waivers import check_rule_options, explicit_config, parse_config
     from lilicorr_ckpt.errors import UsageError

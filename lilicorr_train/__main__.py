@@ -222,6 +222,7 @@ opener, sampled at T=0.9). The bundled probe sets are never used: they stay held
 
 \b
 Examples:
+  # template: ./SmolLM2-135M-Instruct and T are your target (a directory, a cached repo id or a .gguf)
   python -m lilicorr_train generate --target ./SmolLM2-135M-Instruct --out data.npz
   python -m lilicorr_train generate --target T --out data.npz --mix templates=0.35,stdlib=0.3,self=0.35
 """
@@ -344,6 +345,7 @@ or shortens the run.
 
 \b
 Examples:
+  # template: T is your target, data.npz what generate wrote (training takes hours on a GPU)
   python -m lilicorr_train train run --target T --data data.npz --mask-token-id 16 --init-layer 29
   python -m lilicorr_train train run --target T --data data.npz --steps 7000     # resume, extend
 """
@@ -533,6 +535,7 @@ stacks load.
 
 \b
 Example:
+  # template: run is a training run directory (train's RUN)
   python -m lilicorr_train export run --out export && lilicorr-ckpt convert export drafter
 """
 

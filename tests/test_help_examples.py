@@ -1,7 +1,11 @@
-"""Every example in a `--help` runs, and its output is checked (issue 22).
+"""Every example in a `--help` runs as written from the repository root, and its output is checked (issues 22, 40).
 
-The examples are read from the help text itself, so an edited example is the one that runs. Each runs in a
-fresh directory laid out with the names the examples use (`./drafter` is the bundled drafter, `./Qwen3-8B` and
+An example that names files of the reader's own (a Hub repo, a waiver file, a server, a training target) sits
+under a `# template: ...` line in the help: it is not run as written (`examples_of`); one in EXPECTED (template=True)
+runs with the sandbox's stand-ins, any other must still parse. An unmarked example with no EXPECTED entry fails.
+The examples are read from the help text itself (lilicorr-ckpt's commands, the pre-commit hook, `python -m
+lilicorr_train`), so an edited example is the one that runs. Each runs in a fresh directory standing for the
+repository root (`examples/`, `tests/data/`, `.cache/smollm2/` linked), which also holds the stand-ins (`./drafter` is the bundled drafter, `./Qwen3-8B` and
 `./target` the bundled target, `./export` the bundled ModelOpt export, `Qwen/Qwen3-8B` and `acme/my-drafter` repos
 in a local Hugging Face cache read offline: the offline equivalent of the Hub). An example with no entry in
 EXPECTED fails the test: add what it must print. `smoke` examples run with SMOKE_CAP appended (one prompt per
@@ -56,10 +60,30 @@ def _help(command: click.Command, name: str) -> str:
         return command.get_help(ctx)
 
 
-def help_examples() -> list[tuple[str, str]]:
-    """(where, example) for every `lilicorr-ckpt ...` line of every command's help, hidden ones included, and
-    the pre-commit hook's."""
+PROGRAMS = ("lilicorr-ckpt ", "lilicorr-ckpt-pre-commit ", "python -m lilicorr_train ")
+TEMPLATE = "# template:"
+
+
+def examples_of(text: str) -> list[tuple[str, bool]]:
+    """(example, is a template) for every example line of one help text. A `# template: ...` line marks the
+    example lines right under it, up to the next line that is none (a blank line, prose, another comment): those
+    name files of the reader's own and are not run as written (issue 40). A `\\` continues a line."""
+    out = []
+    marked = False
+    for line in re.sub(r"\\\n\s*", "", text).splitlines():
+        stripped = line.strip()
+        if stripped.startswith(PROGRAMS) or stripped == "lilicorr-ckpt":
+            out.append((stripped, marked))
+        else:
+            marked = stripped.startswith(TEMPLATE)
+    return out
+
+
+def help_examples() -> list[tuple[str, str, bool]]:
+    """(where, example, is a template) for every example line of every command's help, hidden ones included, the
+    pre-commit hook's and the training recipe's (`python -m lilicorr_train`)."""
     from lilicorr_ckpt.precommit import hook
+    from lilicorr_train.__main__ import main as train
 
     helps = [("lilicorr-ckpt --help", _help(cli, "lilicorr-ckpt"))]
     for name, command in sorted(cli.commands.items()):
@@ -67,16 +91,10 @@ def help_examples() -> list[tuple[str, str]]:
         for sub, subcommand in sorted(getattr(command, "commands", {}).items()):
             helps.append((f"{name} {sub} --help", _help(subcommand, sub)))
     helps.append(("lilicorr-ckpt-pre-commit --help", _help(hook, "lilicorr-ckpt-pre-commit")))
-    out = []
-    for where, text in helps:
-        for line in re.sub(r"\\\n\s*", "", text).splitlines():  # a `\` continues the example on the next line
-            stripped = line.strip()
-            if (
-                stripped.startswith(("lilicorr-ckpt ", "lilicorr-ckpt-pre-commit "))
-                or stripped == "lilicorr-ckpt"
-            ):
-                out.append((where, stripped))
-    return out
+    helps.append(("python -m lilicorr_train --help", _help(train, "python -m lilicorr_train")))
+    for name, command in sorted(train.commands.items()):
+        helps.append((f"python -m lilicorr_train {name} --help", _help(command, name)))
+    return [(where, example, marked) for where, text in helps for example, marked in examples_of(text)]
 
 
 def command_of(example: str) -> str:
@@ -139,6 +157,8 @@ def sandbox(
     )
     if GGUF.is_file():
         (root / "SmolLM2.gguf").symlink_to(GGUF)
+        (root / ".cache").mkdir()
+        (root / ".cache" / "smollm2").symlink_to(GGUF.parent)  # as scripts/fetch_smollm2.sh leaves it
     (root / "run").mkdir()
     shutil.copy(EXAMPLES / "train_smollm2" / "log.jsonl", root / "run" / "log.jsonl")  # a training log
     cache = root / "hf-cache"
@@ -193,11 +213,16 @@ def run_example(example: str, root: Path, env: dict[str, str], *, fresh_process:
         if op in tokens:
             cut = tokens.index(op)
             tokens, redirect = tokens[:cut], (op, tokens[cut + 1])
+    if tokens[:3] == ["python", "-m", "lilicorr_train"]:
+        tokens = ["lilicorr_train", *tokens[3:]]
     program, *argv = tokens
     if program == "lilicorr-ckpt" and argv[:1] == ["smoke"]:
         argv += SMOKE_CAP
     if program == "lilicorr-ckpt-pre-commit":
         command = [sys.executable, "-m", "lilicorr_ckpt.precommit", *argv]
+        fresh_process = True
+    elif program == "lilicorr_train":
+        command = [sys.executable, "-m", "lilicorr_train", *argv]
         fresh_process = True
     else:
         assert program == "lilicorr-ckpt", example
@@ -399,20 +424,67 @@ def _engine_not_running(ran: Ran) -> None:
 
 def _card_repo_id(ran: Ran) -> None:
     _ok(ran)
-    card = (ran.root / "drafter" / "README.md").read_text()
-    assert "base_model: Qwen/Qwen3-8B" in card and "license: apache-2.0" in card
-    assert "me/Qwen3-8B-LiLiCorr" in card and "<!-- lilicorr-ckpt card:begin" in card
+    card = (ran.root / "card.md").read_text()
+    assert (
+        "license: apache-2.0" in card
+        and "me/tiny-lilicorr" in card
+        and "<!-- lilicorr-ckpt card:begin" in card
+    )
+    assert not (
+        EXAMPLES / "tiny-lilicorr" / "README.md"
+    ).exists()  # -o card.md: the bundled example is left alone
 
 
 def _card_with_profile(ran: Ran) -> None:
     if _cuda():
         _ok(ran)
-        card = (ran.root / "drafter" / "README.md").read_text()
-        assert "base_model: Qwen/Qwen3-8B" in card and "acceptance" in card.lower() and "65k prompts" in card
+        card = (ran.root / "card.md").read_text()
+        assert "acceptance" in card.lower() and "answers the target wrote" in card
+        assert "](acceptance.svg)" in card and (ran.root / "acceptance.svg").is_file()  # the chart, beside it
     else:  # a CPU profile is not published without --allow-unverified
         _ok(ran, 1)
         assert "is not a verified measurement" in ran.err and "--allow-unverified" in ran.err
-        assert not (ran.root / "drafter" / "README.md").exists()
+        assert not (ran.root / "card.md").exists() and not (ran.root / "acceptance.svg").exists()
+
+
+def _flow_converted(ran: Ran) -> None:
+    _ok(ran)
+    assert (ran.root / "my-drafter" / "conversion.json").is_file()
+    assert "validate  sglang: accepts, vllm: accepts, trtllm: accepts" in ran.out
+
+
+def _smoke_page(ran: Ran) -> None:
+    _smoke_consistent(ran)
+    profile = json.loads((ran.root / "profile.json").read_text())
+    page = (ran.root / "smoke.html").read_text()
+    svg = ET.fromstring(re.search(r"<svg .*?</svg>", page, re.S).group(0))
+    drawn = {
+        (r.get("data-arm"), int(r.get("data-position"))): float(r.get("data-value"))
+        for r in svg.iter("{http://www.w3.org/2000/svg}rect")
+        if r.get("class") == "bar" and r.get("data-scope") == "all"
+    }
+    for arm in ("head", "control"):
+        for i, rate in enumerate(profile["arms"][arm]["marginal_accept_rates"]):
+            assert drawn[(arm, i + 1)] == pytest.approx(rate, abs=1e-6)
+
+
+def _generated(ran: Ran) -> None:
+    _ok(ran)
+    assert (ran.root / "data.npz").is_file()
+
+
+def _trained(ran: Ran) -> None:
+    _ok(ran)
+    assert (ran.root / "run" / "log.jsonl").is_file()
+
+
+def _exported(ran: Ran) -> None:
+    _ok(ran)
+    assert json.loads((ran.root / "export" / "config.json").read_text())["architectures"]
+
+
+def _report_text(ran: Ran) -> None:
+    _validate_pass(ran)
 
 
 def _saved_report(ran: Ran) -> None:
@@ -423,14 +495,16 @@ def _saved_report(ran: Ran) -> None:
 def _report_github(ran: Ran) -> None:
     _ok(ran)
     assert _lines(ran.out) == [_lines(ran.out)[-1]] and _lines(ran.out)[-1].startswith(
-        "lilicorr-ckpt validate ./drafter: PASS"
+        "lilicorr-ckpt validate examples/tiny-lilicorr: PASS"
     )  # nothing to annotate: the summing-up line only
 
 
 def _report_markdown(ran: Ran) -> None:
     _ok(ran)
     summary = (ran.root / "summary.md").read_text()
-    assert summary.startswith("### ✅ lilicorr-ckpt validate `./drafter`: PASS") and ran.out == ""
+    assert (
+        summary.startswith("### ✅ lilicorr-ckpt validate `examples/tiny-lilicorr`: PASS") and ran.out == ""
+    )
 
 
 def _report_sarif(ran: Ran) -> None:
@@ -526,12 +600,13 @@ def _workflow_summary(ran: Ran) -> None:
 
 def _hook_files(ran: Ran) -> None:
     _ok(ran)
-    assert "lilicorr-ckpt validate drafter --strict" in ran.out and "PASS 0 errors" in ran.out
+    assert "lilicorr-ckpt validate examples/tiny-lilicorr --strict" in ran.out and "PASS 0 errors" in ran.out
 
 
 def _hook_dir(ran: Ran) -> None:
     _ok(ran)
-    assert "lilicorr-ckpt validate drafter --target ./target" in ran.out and "PASS 0 errors" in ran.out
+    assert "lilicorr-ckpt validate examples/tiny-lilicorr --target examples/tiny-target" in ran.out
+    assert "PASS 0 errors" in ran.out
 
 
 @dataclass
@@ -543,35 +618,58 @@ class Expect:
     needs_gguf: bool = False
     needs_torch: bool = False
     embeddings: bool = False  # ./export carries an embedding table (for --drop)
+    # a `# template:` example (it names files of the reader's): run in the sandbox, which has them (a Hub repo in
+    # the local cache, ci/lilicorr.toml, my_prompts.jsonl); every other example runs as written from the repo root
+    template: bool = False
 
 
 NO_DST = ["rm -r drafter"]  # convert writes ./drafter
 NVFP4 = "examples/tiny-modelopt-nvfp4"  # the bundled ModelOpt NVFP4 export
-SAVED = ["lilicorr-ckpt validate ./drafter -f json -o report.json"]
-PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --output profile.json"]
-GPU_PROFILE = ["lilicorr-ckpt smoke ./drafter -t ./target --gpu --output profile.json"]
+SAVED = ["lilicorr-ckpt validate examples/tiny-lilicorr -f json -o report.json"]
+PROFILE = ["lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --output profile.json"]
+GPU_PROFILE = [
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --gpu --output profile.json"
+]
+TRAIN_GENERATE = (
+    "python -m lilicorr_train generate --target examples/tiny-target --out data.npz --prompts 8 --max-new-tokens 12 "
+    "--device cpu"
+)
+TRAIN_RUN = (
+    "python -m lilicorr_train train run --target examples/tiny-target --data data.npz --mask-token-id 511 "
+    "--init-layer 3 --steps 2 --batch-size 2 --anchors 4 --device cpu"
+)
+FLOW = ["lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 my-drafter -r all"]
 
 EXPECTED: dict[str, Expect] = {
-    # lilicorr-ckpt --help: the typical flow
-    "lilicorr-ckpt inspect ./drafter": Expect(_inspect_text),
-    "lilicorr-ckpt convert ./modelopt-export ./drafter": Expect(_convert_plain, before=NO_DST),
-    "lilicorr-ckpt validate ./drafter --target ./Qwen3-8B": Expect(_validate_pass),
-    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu": Expect(_gpu, needs_torch=True),
+    # lilicorr-ckpt --help: the typical flow (its convert leaves my-drafter for the next two)
+    "lilicorr-ckpt convert examples/tiny-modelopt-nvfp4 my-drafter -r all": Expect(_flow_converted),
+    "lilicorr-ckpt inspect my-drafter": Expect(_inspect_text, before=FLOW),
+    "lilicorr-ckpt validate my-drafter --target examples/tiny-target": Expect(_validate_pass, before=FLOW),
+    "lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target": Expect(
+        _smoke_ran, needs_torch=True
+    ),
     "lilicorr-ckpt rules": Expect(_rules_list),
     # runtimes --help
     "lilicorr-ckpt runtimes": Expect(_runtimes_every),
     "lilicorr-ckpt runtimes sglang": Expect(_runtimes_engine),
     "lilicorr-ckpt runtimes 'vllm>=0' -f json | jq -r '.[].head_coverage'": Expect(_runtimes_jq),
     # validate --help
-    "lilicorr-ckpt validate ./drafter": Expect(_validate_pass),
-    "lilicorr-ckpt validate ./drafter --target ./Qwen3-8B --runtime sglang": Expect(_validate_one_runtime),
-    "lilicorr-ckpt validate ./drafter -f junit -o validate.xml --strict": Expect(_junit_file),
-    "lilicorr-ckpt validate ./drafter --strict --sarif v.sarif --junit v.xml": Expect(_report_files),
-    "lilicorr-ckpt validate acme/my-drafter@v1.0": Expect(_hub, fresh_process=True),
-    "lilicorr-ckpt validate ./drafter --strict --ignore LC314,LC015": Expect(_validate_pass),
-    "lilicorr-ckpt validate ./drafter --strict --config ci/lilicorr.toml": Expect(_validate_pass),
+    "lilicorr-ckpt validate examples/tiny-lilicorr": Expect(_validate_pass),
+    "lilicorr-ckpt validate examples/tiny-lilicorr --target examples/tiny-target --runtime sglang": Expect(
+        _validate_one_runtime
+    ),
+    "lilicorr-ckpt validate examples/tiny-lilicorr -f junit -o validate.xml --strict": Expect(_junit_file),
+    "lilicorr-ckpt validate examples/tiny-lilicorr --strict --sarif v.sarif --junit v.xml": Expect(
+        _report_files
+    ),
+    "lilicorr-ckpt validate acme/my-drafter@v1.0": Expect(_hub, fresh_process=True, template=True),
+    "lilicorr-ckpt validate examples/tiny-lilicorr --strict --ignore LC314,LC015": Expect(_validate_pass),
+    "lilicorr-ckpt validate examples/tiny-lilicorr --strict --config ci/lilicorr.toml": Expect(
+        _validate_pass, template=True
+    ),
     # inspect --help
-    "lilicorr-ckpt inspect ./drafter -f json | jq .geometry.candidate_topk": Expect(_inspect_jq),
+    "lilicorr-ckpt inspect examples/tiny-lilicorr": Expect(_inspect_text),
+    "lilicorr-ckpt inspect examples/tiny-lilicorr -f json | jq .geometry.candidate_topk": Expect(_inspect_jq),
     # convert --help: run from the repository root (the sandbox links examples/ and tests/data/)
     f"lilicorr-ckpt convert {NVFP4} ./drafter": Expect(_convert_plain, before=NO_DST),
     f"lilicorr-ckpt convert {NVFP4} ./drafter --dry-run": Expect(_convert_dry_run, before=NO_DST),
@@ -594,45 +692,48 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt convert tests/data/producers/speculators-0.9.0/dflash-bf16 ./dflash-zlab": Expect(
         _convert_to_zlab
     ),
-    # smoke --help (each capped: SMOKE_CAP)
+    # smoke --help (each capped: SMOKE_CAP; its first example is the typical flow's, above)
     "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target": Expect(
         _smoke_ran, needs_torch=True
     ),
-    "lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json": Expect(
-        _gpu, fresh_process=_cuda(), needs_torch=True
-    ),  # without CUDA it stops before reading the target
-    "lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64": Expect(
-        _smoke_gguf, drafter=EXAMPLES / "smollm2-lilicorr", needs_gguf=True, needs_torch=True
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --output profile.json --html smoke.html": Expect(
+        _smoke_page, needs_torch=True
     ),
-    "lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit": Expect(
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --baseline profile.json --format junit": Expect(
         _smoke_baseline, before=PROFILE, needs_torch=True
     ),
-    "lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
-        _smoke_sampled, needs_torch=True
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --gpu": Expect(
+        _gpu, needs_torch=True
     ),
-    "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json": Expect(
-        _engine_not_running, before=PROFILE, needs_torch=True
+    "lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -r vllm "
+    "--probes math --limit 4 --max-new-tokens 64": Expect(_smoke_gguf, needs_gguf=True, needs_torch=True),
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
+        _smoke_sampled, needs_torch=True, template=True
     ),
-    "lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine vllm=http://localhost:8000 --concurrency 8": Expect(
-        _engine_not_running
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --engine sglang=http://localhost:30000": Expect(
+        _engine_not_running, template=True
+    ),
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --engine vllm=http://localhost:8000 -c 8": Expect(
+        _engine_not_running, template=True
     ),
     # card --help (the profile of its last example comes from the GPU smoke before it; without a GPU the CPU
     # profile made instead must be refused as unverified)
-    "lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0": Expect(
-        _card_repo_id, fresh_process=True
+    "lilicorr-ckpt card examples/tiny-lilicorr --target examples/tiny-target --repo-id me/tiny-lilicorr --license apache-2.0 -o card.md": Expect(
+        _card_repo_id
     ),
-    "lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu --output profile.json": Expect(
+    "lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target --gpu --output profile.json": Expect(
         _gpu, needs_torch=True
     ),
-    "lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json "
-    '--training-log run/log.jsonl --training-data "answers Qwen3-8B wrote to 65k prompts"': Expect(
+    "lilicorr-ckpt card examples/tiny-lilicorr --target examples/tiny-target --profile profile.json --training-log examples/train_smollm2/log.jsonl "
+    '--training-data "answers the target wrote" -o card.md': Expect(
         _card_with_profile, before=GPU_PROFILE if _cuda() else PROFILE, needs_torch=True
     ),
     # report --help: its first example leaves report.json
-    "lilicorr-ckpt validate ./drafter -f json -o report.json": Expect(_saved_report),
+    "lilicorr-ckpt validate examples/tiny-lilicorr -f json -o report.json": Expect(_saved_report),
+    "lilicorr-ckpt report report.json": Expect(_report_text, before=SAVED),
     "lilicorr-ckpt report report.json -f github": Expect(_report_github, before=SAVED),
     'lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"': Expect(
-        _report_markdown, before=SAVED
+        _report_markdown, before=SAVED, template=True
     ),
     "lilicorr-ckpt report report.json -f sarif -o validate.sarif": Expect(_report_sarif, before=SAVED),
     # rules --help
@@ -642,17 +743,29 @@ EXPECTED: dict[str, Expect] = {
     # schema --help
     "lilicorr-ckpt schema validate-report > validate-report.schema.json": Expect(_schema_file),
     # the hidden workflow plumbing (action.yml)
-    'lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"': Expect(_workflow_output),
+    'lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"': Expect(
+        _workflow_output, template=True
+    ),
     'lilicorr-ckpt workflow annotate error "cannot read ./drafter" --title "lilicorr-ckpt validate (exit 2)"': Expect(
         _workflow_annotate
     ),
-    "lilicorr-ckpt workflow log stderr.txt": Expect(_workflow_log, before=["write stderr.txt ::error::x"]),
+    "lilicorr-ckpt workflow log stderr.txt": Expect(
+        _workflow_log, before=["write stderr.txt ::error::x"], template=True
+    ),
     'lilicorr-ckpt workflow summary --title "lilicorr-ckpt smoke" --path ./drafter --status PASS --log smoke.txt': Expect(
-        _workflow_summary, before=["write smoke.txt ok"]
+        _workflow_summary, before=["write smoke.txt ok"], template=True
+    ),
+    # python -m lilicorr_train --help: the tiny pair, two steps on the CPU (./run is the sandbox's log folder)
+    TRAIN_GENERATE: Expect(_generated, needs_torch=True),
+    TRAIN_RUN: Expect(_trained, before=["rm -r run", TRAIN_GENERATE], needs_torch=True),
+    "python -m lilicorr_train export run --out export": Expect(
+        _exported, before=["rm -r run", "rm -r export", TRAIN_GENERATE, TRAIN_RUN], needs_torch=True
     ),
     # the pre-commit hook's help
-    "lilicorr-ckpt-pre-commit --strict -- drafter/config.json drafter/model.safetensors": Expect(_hook_files),
-    "lilicorr-ckpt-pre-commit --dir ./drafter --target ./target": Expect(_hook_dir),
+    "lilicorr-ckpt-pre-commit --strict -- examples/tiny-lilicorr/config.json examples/tiny-lilicorr/model.safetensors": Expect(
+        _hook_files
+    ),
+    "lilicorr-ckpt-pre-commit --dir examples/tiny-lilicorr --target examples/tiny-target": Expect(_hook_dir),
 }
 
 
@@ -669,18 +782,75 @@ def _prepare(step: str, root: Path, env: dict[str, str]) -> None:
 
 
 ALL = help_examples()
+TEMPLATES = {command_of(example) for _, example, marked in ALL if marked}
 
 
 def test_every_help_example_has_an_expectation():
+    """An example runs as written from the repository root (an EXPECTED entry checks what it prints), or it is
+    marked `# template:` (issue 40). An unmarked example with no entry fails here."""
     missing = [
-        f"{where}: {command_of(example)}" for where, example in ALL if command_of(example) not in EXPECTED
+        f"{where}: {command_of(example)}"
+        for where, example, marked in ALL
+        if not marked and command_of(example) not in EXPECTED
     ]
-    assert missing == [], "help examples with no entry in EXPECTED: " + "; ".join(missing)
-    stale = set(EXPECTED) - {command_of(example) for _, example in ALL}
+    assert missing == [], "help examples neither in EXPECTED nor marked `# template:`: " + "; ".join(missing)
+    stale = set(EXPECTED) - {command_of(example) for _, example, _ in ALL}
     assert stale == set(), f"EXPECTED entries no help shows any more: {stale}"
+    wrong = {c for c, e in EXPECTED.items() if e.template != (c in TEMPLATES)}
+    assert wrong == set(), f"EXPECTED's template= disagrees with the help's `# template:` marks: {wrong}"
 
 
-@pytest.mark.parametrize("example", sorted({command_of(e) for _, e in ALL} & set(EXPECTED)))
+def test_the_template_mark_covers_the_examples_under_it_only():
+    text = """Examples:
+  lilicorr-ckpt validate examples/tiny-lilicorr
+  # template: acme/x is your repo
+  lilicorr-ckpt validate acme/x
+  lilicorr-ckpt validate acme/y \\
+      --strict
+
+  lilicorr-ckpt rules
+  # a plain comment
+  lilicorr-ckpt runtimes
+"""
+    assert examples_of(text) == [
+        ("lilicorr-ckpt validate examples/tiny-lilicorr", False),
+        ("lilicorr-ckpt validate acme/x", True),
+        ("lilicorr-ckpt validate acme/y --strict", True),
+        ("lilicorr-ckpt rules", False),
+        ("lilicorr-ckpt runtimes", False),
+    ]
+
+
+def _argv_parses(group: click.Group, prog: str, argv: list[str]) -> None:
+    """Click parses argv as the command line would (options exist, values are valid), running nothing; a path
+    the template names need not exist (it is the reader's)."""
+    ctx = click.Context(group, info_name=prog)
+    command = group.get_command(ctx, argv[0])
+    assert command is not None and not isinstance(command, click.Group), argv
+    try:
+        with command.make_context(argv[0], list(argv[1:]), parent=ctx):
+            pass
+    except click.BadParameter as exc:
+        assert "does not exist" in str(exc.message), exc.format_message()
+
+
+@pytest.mark.parametrize("example", sorted(TEMPLATES - set(EXPECTED)))
+def test_a_template_that_is_not_run_still_parses(example):
+    """A template names the reader's files, so it is not run; its options must still be ones the command takes."""
+    from lilicorr_train.__main__ import main as train
+
+    for part in example.split("&&"):
+        tokens = shlex.split(part, comments=True)
+        for op in ("|", ">>", ">"):
+            tokens = tokens[: tokens.index(op)] if op in tokens else tokens
+        if tokens[:3] == ["python", "-m", "lilicorr_train"]:
+            _argv_parses(train, "python -m lilicorr_train", tokens[3:])
+        else:
+            assert tokens[0] == "lilicorr-ckpt", example
+            _argv_parses(cli, "lilicorr-ckpt", tokens[1:])
+
+
+@pytest.mark.parametrize("example", sorted({command_of(e) for _, e, _ in ALL} & set(EXPECTED)))
 def test_help_example_runs_and_prints_what_it_says(example, tmp_path):
     expect = EXPECTED[example]
     if expect.needs_gguf and not GGUF.is_file():

@@ -127,11 +127,12 @@ def register(cli: Any) -> None:
         text: it cannot add HTML, Markdown or shell syntax to the card.
 
         \b
-        Examples:
-          lilicorr-ckpt card ./drafter --target Qwen/Qwen3-8B --repo-id me/Qwen3-8B-LiLiCorr --license apache-2.0
-          lilicorr-ckpt smoke ./drafter --target ./Qwen3-8B --gpu --output profile.json
-          lilicorr-ckpt card ./drafter --target ./Qwen3-8B --base-model Qwen/Qwen3-8B --profile profile.json \\
-              --training-log run/log.jsonl --training-data "answers Qwen3-8B wrote to 65k prompts"
+        Examples (from the repository root; -o card.md leaves the bundled example's directory as it is):
+          lilicorr-ckpt card examples/tiny-lilicorr --target examples/tiny-target --repo-id me/tiny-lilicorr \\
+              --license apache-2.0 -o card.md
+          lilicorr-ckpt smoke examples/tiny-lilicorr --target examples/tiny-target --gpu --output profile.json
+          lilicorr-ckpt card examples/tiny-lilicorr --target examples/tiny-target --profile profile.json \\
+              --training-log examples/train_smollm2/log.jsonl --training-data "answers the target wrote" -o card.md
         """
         from lilicorr_ckpt.checkpoint.load import NotADrafter, load_checkpoint
         from lilicorr_ckpt.checks.run import validate

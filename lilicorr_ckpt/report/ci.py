@@ -290,11 +290,13 @@ def register(cli: Any) -> None:
         annotations, the step summary, the SARIF file and the log text from it.
 
         \b
-        Examples:
-          lilicorr-ckpt validate ./drafter -f json -o report.json
+        Examples (from the repository root):
+          lilicorr-ckpt validate examples/tiny-lilicorr -f json -o report.json
+          lilicorr-ckpt report report.json                        # the text report again
           lilicorr-ckpt report report.json -f github              # ::error annotations
-          lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"
           lilicorr-ckpt report report.json -f sarif -o validate.sarif
+          # template: a GitHub Actions step, where $GITHUB_STEP_SUMMARY names the step summary
+          lilicorr-ckpt report report.json -f markdown >> "$GITHUB_STEP_SUMMARY"
         """
         chosen = formats.VALIDATE[fmt]
         inputs = Inputs().add(report_file, "the report being rendered")
@@ -326,8 +328,9 @@ def register_workflow(cli: Any) -> None:
 
         \b
         Examples:
-          lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"
           lilicorr-ckpt workflow annotate error "cannot read ./drafter" --title "lilicorr-ckpt validate (exit 2)"
+          # template: the action's steps: $GITHUB_OUTPUT is set, stderr.txt and smoke.txt are a step's output
+          lilicorr-ckpt workflow output exit-code 2 result error >> "$GITHUB_OUTPUT"
           lilicorr-ckpt workflow log stderr.txt        # shown in the log, no workflow command obeyed
           lilicorr-ckpt workflow summary --title "lilicorr-ckpt smoke" --path ./drafter --status PASS --log smoke.txt
         """

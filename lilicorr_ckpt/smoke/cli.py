@@ -33,14 +33,19 @@ Gates (exit 1 when one fails):
   kernel-parity  with --gpu: Triton and torch references give the same candidates and paths
 
 \b
-Examples:
+Examples (from the repository root):
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target   # the bundled tiny pair, CPU, seconds
-  lilicorr-ckpt smoke ./drafter -t Qwen/Qwen3-8B --gpu --output profile.json
-  lilicorr-ckpt smoke ./drafter -t ./SmolLM2.gguf -r vllm --probes math --limit 4 --max-new-tokens 64
-  lilicorr-ckpt smoke ./drafter -t ./target --baseline profile.json --tolerance 0.03 --format junit
-  lilicorr-ckpt smoke ./drafter -t ./target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2
-  lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine sglang=http://localhost:30000 --baseline profile.json
-  lilicorr-ckpt smoke ./drafter -t ./Qwen3-8B --engine vllm=http://localhost:8000 --concurrency 8
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --output profile.json --html smoke.html
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --baseline profile.json --format junit
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --gpu   # on a CUDA GPU
+  lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -r vllm \\
+      --probes math --limit 4 --max-new-tokens 64   # after scripts/fetch_smollm2.sh
+  # template: my_prompts.jsonl is your probe file (its format is below)
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --probes my_prompts.jsonl --temperature 0.7 \\
+      --seeds 0,1,2
+  # template: a server you started with the drafter (smoke prints the command that starts one)
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --engine sglang=http://localhost:30000
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --engine vllm=http://localhost:8000 -c 8
 
 With --engine the probes go, as token ids, to a server the user started with the drafter (smoke prints its
 launch command); acceptance is read as that engine counts it and compared with a reference profile

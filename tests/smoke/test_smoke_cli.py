@@ -530,7 +530,10 @@ def test_help_describes_every_option_and_shows_examples_and_exit_codes():
     assert result.returncode == 0
     text = " ".join(result.stdout.split())
     assert "--max-new-tokens N Stop each generation after N new tokens" in text
-    assert "Examples: lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target" in text
+    assert (
+        "Examples (from the repository root): lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target"
+        in text
+    )
     assert "Exit codes: 0 every gate passed; 1 a gate failed" in text and "4 usage error" in text
 
 

@@ -419,10 +419,7 @@ def test_without_torch_the_cli_says_what_to_install(tmp_path):
             timeout=60,
         )
         assert result.returncode == 4, result.stderr
-        assert (
-            "lilicorr_runtime needs torch" in result.stderr
-            and "pip install '.[runtime]'" in result.stderr
-        )
+        assert "lilicorr_runtime needs torch" in result.stderr and "pip install '.[runtime]'" in result.stderr
         assert "Traceback" not in result.stderr
     imported = subprocess.run(
         [sys.executable, "-c", "import lilicorr_runtime"], capture_output=True, text=True, env=env, timeout=60
