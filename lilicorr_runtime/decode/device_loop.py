@@ -30,9 +30,10 @@ from collections.abc import Callable, Sequence
 import msgspec
 import torch
 
+from ..graphs import capture, warm_up
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk
-from ..target.fast import PREFILL_ROWS, StaticKVCache, capture
+from ..target.fast import PREFILL_ROWS, StaticKVCache
 from .draft_step import propose, warn_once
 from .verify import categorical, verify_greedy, verify_sampled
 
@@ -305,12 +306,7 @@ class DecodeLoop:
         self._captured = True
         saved = {k: v.clone() for k, v in self.state.items()}
         try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # compiles the kernels and settles the allocator before capture
-                    self._body()
-            torch.cuda.current_stream().wait_stream(stream)
+            warm_up(self._body)
             for k, v in self.state.items():
                 v.copy_(saved[k])
             self.graph, _ = capture(self._body)
@@ -479,12 +475,7 @@ class DecodeLoop:
         entry = self._admit_graphs.get(rows)
         if entry is None:
             try:  # warm-ups admit this very request (an admission is idempotent), then the capture
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    for _ in range(2):
-                        self._admit_body(rows, p)
-                torch.cuda.current_stream().wait_stream(stream)
+                warm_up(lambda: self._admit_body(rows, p))
                 graph, (features, _) = capture(lambda: self._admit_body(rows, p))
                 entry = self._admit_graphs[rows] = (graph, features)
             except Exception as exc:  # speed only: admissions then run eagerly

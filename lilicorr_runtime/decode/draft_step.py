@@ -15,6 +15,7 @@ from collections.abc import Callable
 import torch
 
 from ..arguments import known
+from ..graphs import capture, warm_up
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk, topk_lse
 
@@ -115,16 +116,8 @@ class DraftStep:
     @torch.inference_mode()
     def _capture(self) -> None:
         try:
-            stream = torch.cuda.Stream()
-            stream.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(stream):
-                for _ in range(2):  # compiles the kernels and settles the allocator before capture
-                    self._body()
-            torch.cuda.current_stream().wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.outputs = self._body()
-            self.graph = graph
+            warm_up(self._body)
+            self.graph, self.outputs = capture(self._body)
         except Exception as exc:  # a capture failure must not stop decoding; it costs speed only
             self.graph = None
             warn_once(

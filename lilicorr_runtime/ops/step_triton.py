@@ -37,7 +37,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import rows, settings
+from .. import graphs, rows, settings
 from . import tiles, warm
 
 BLOCK_M = rows.TILE  # rows per program in every step kernel, whatever the step's row count (batch invariance)
@@ -793,17 +793,12 @@ def time_in_graph(launch, config: dict[str, int], scratch: torch.Tensor, weight:
     weights = [weight] + [weight.clone() for _ in range(copies - 1)]
     calls = max(copies, TUNE_CALLS)
     launch(config, scratch)  # compiles outside the capture
-    stream = torch.cuda.Stream(weight.device)
-    stream.wait_stream(torch.cuda.current_stream(weight.device))
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
-            for i in range(calls):
-                launch(config, scratch, weights[i % copies])
-        finally:
-            graph.capture_end()
-    torch.cuda.current_stream(weight.device).wait_stream(stream)
+
+    def calls_in_turn() -> None:
+        for i in range(calls):
+            launch(config, scratch, weights[i % copies])
+
+    graph, _ = graphs.capture(calls_in_turn, weight.device)
     graph.replay()  # warm
     begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     begin.record()

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import cast
 
 import torch
 from transformers import PreTrainedModel
 
 from .. import ops, rows
+from ..graphs import WARMUP_RUNS, capture, warm_up
 from .adapter import TargetModel, TargetStep
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
@@ -232,33 +233,13 @@ class StaticDecoder:
         return out.view(b, n, m), None if features is None else features.view(b, n, -1)
 
 
-def capture(fn: Callable[[], Any]) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """(a CUDA graph of fn, fn's outputs), captured on a side stream. Unlike `torch.cuda.graph`, it neither
-    synchronizes the device nor runs the garbage collector first (a full collection takes ~0.2 s in a process
-    holding a loaded GGUF target), so a graph first needed in the middle of decoding costs only its capture."""
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        graph.capture_begin()
-        try:
-            out = fn()
-        finally:
-            graph.capture_end()
-    torch.cuda.current_stream().wait_stream(stream)
-    return graph, out
-
-
 class _Graph:
     """One captured target step of fixed (batch, rows, taps): static inputs in, static outputs out."""
 
-    def __init__(self, run: Callable[[], tuple[torch.Tensor, torch.Tensor | None]], warmup: int = 2):
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(warmup):
-                run()
-        torch.cuda.current_stream().wait_stream(stream)
+    def __init__(
+        self, run: Callable[[], tuple[torch.Tensor, torch.Tensor | None]], warmup: int = WARMUP_RUNS
+    ):
+        warm_up(run, warmup)
         self.graph, self.outputs = capture(run)
 
     def replay(self) -> tuple[torch.Tensor, torch.Tensor | None]:
