@@ -190,9 +190,10 @@ class Engine:
         hf_config = mc.hf_config  # _config_draft_model may replace it
         raw = json.loads((path / "config.json").read_text())
         if target_layers is None:
-            target_layers = _int_or(
-                raw.get("num_target_layers", raw.get("dflash_config", {}).get("num_target_layers")), 4
-            )
+            nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
+            target_layers = _int_or(raw.get("num_target_layers", nested.get("num_target_layers")), 4)
+            if target_layers > MAX_TARGET_LAYERS:
+                target_layers = 4  # the target is the user's model: no real one has that many layers
         if target_vocab is None:
             target_vocab = _int_or(raw.get("vocab_size"), 0)
         expected_layers, captured = self._step(
@@ -637,6 +638,10 @@ def _dict_keys(path: Path, name: str) -> list[str]:
             ):
                 return [ast.literal_eval(k) for k in node.value.keys]
     raise RuntimeError(f"{path}: no dict literal {name}")
+
+
+# the largest target the harness builds from a draft's num_target_layers (a larger value describes no real target)
+MAX_TARGET_LAYERS = 1024
 
 
 def _int_or(value: Any, default: int) -> int:
