@@ -7,6 +7,7 @@ and `lilicorr-ckpt rules` follow it)."""
 from lilicorr_ckpt.checks import config  # noqa: F401 (LC0xx, LC1xx)
 from lilicorr_ckpt.checks import coverage  # noqa: F401 (LC2xx)
 from lilicorr_ckpt.checks import quantization  # noqa: F401 (LC3xx)
+from lilicorr_ckpt.checks import sibling_quant  # noqa: F401 (LC305, LC307 for the sibling heads' linears)
 from lilicorr_ckpt.checks import lm_head  # noqa: F401 (LC4xx)
 from lilicorr_ckpt.checks import target  # noqa: F401 (LC5xx)
 from lilicorr_ckpt.checks import files  # noqa: F401 (LC6xx)

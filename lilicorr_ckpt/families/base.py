@@ -7,13 +7,18 @@ satisfy rather than imports of them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import msgspec
 
 # runtime name -> (architecture or "*", verdict "loads" | "refuses" | "unconfirmed", why), first match wins
 Routes = Mapping[str, tuple[tuple[str, str, str], ...]]
+# runtime name -> the head's linears its loader builds through the draft's quantization config, each
+# (canonical module, the config layout that selects the class building it that way or None for every config, the
+# loader's statement): the others are plain float layers. The exclusions must name these as that loader does
+# (checks/sibling_quant.py)
+QuantLinears = Mapping[str, tuple[tuple[str, Callable[[Mapping[str, Any]], bool] | None, str], ...]]
 
 
 class LiLiCorrDims(msgspec.Struct, frozen=True):
@@ -86,6 +91,7 @@ class Family(Protocol):
     HEAD_NAMES: tuple[str, ...]  # exact names of its head's tensors that no prefix covers
     HUB_TAGS: tuple[str, ...]  # the tags `card` writes for a drafter with this head
     ROUTES: Routes  # per runtime, how its loader routes this head (sibling heads only)
+    QUANT_LINEARS: QuantLinears  # per runtime, the head's linears built through the quant config
     FIXTURES: Mapping[str, Mapping[str, Any]]  # published layouts: name -> fixtures.draft_config arguments
     DESCRIBED_KEYS: tuple[str, ...]  # the geometry keys `describe` prints (inspect flags them when unknown)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, Routes
+from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, QuantLinears, Routes
 
 NAME = "dflash"
 TITLE = "DFlash"
@@ -17,6 +17,7 @@ HEAD_PREFIXES: tuple[str, ...] = ()
 HEAD_NAMES: tuple[str, ...] = ()
 HUB_TAGS: tuple[str, ...] = ()  # every drafter's card carries "dflash" (modelcard.BASE_TAGS)
 ROUTES: Routes = {}
+QUANT_LINEARS: QuantLinears = {}
 FIXTURES: Mapping[str, Mapping[str, Any]] = {}
 DESCRIBED_KEYS: tuple[str, ...] = ()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, Routes
+from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, QuantLinears, Routes
 
 NAME = "dflash2"
 TITLE = "DFlash2"
@@ -45,6 +45,10 @@ ROUTES: Routes = {
         ),
     ),
 }
+# vLLM's qwen3_dflash2.py CandidateSelector builds hidden_projection with quant_config=None, SGLang's dflash.py as an
+# nn.Linear; the convolutions' kernel_projection (vLLM: a ReplicatedLinear with the quant config) belongs to the
+# decoder layers, a manifest module the quantization rules judge (LC306-LC309)
+QUANT_LINEARS: QuantLinears = {}
 FIXTURES: Mapping[str, Mapping[str, Any]] = {
     # DFlash2DraftModel, grouped convolutions plus the candidate selector (rank 8, top-k 4)
     "dflash2": {

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, Routes
+from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, QuantLinears, Routes
 
 NAME = "domino"
 TITLE = "Domino"
@@ -34,6 +34,8 @@ ROUTES: Routes = {
     ),
     "trtllm": (("*", "unconfirmed", "TensorRT-LLM's Domino support was not read"),),
 }
+# SGLang's dflash.py builds embed_proj as nn.Linear and prefix_gru as nn.GRU; vLLM has no Domino model
+QUANT_LINEARS: QuantLinears = {}
 FIXTURES: Mapping[str, Mapping[str, Any]] = {
     # DFlashDraftModel + projector_type "domino", prefix GRU and embed_proj (Gh 16, E 8)
     "domino": {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, Routes
+from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, QuantLinears, Routes
 
 NAME = "dspark"
 TITLE = "DSpark"
@@ -68,6 +68,57 @@ ROUTES: Routes = {
     ),
 }
 _MARKOV = {"markov_rank": 8, "markov_head_type": "vanilla"}
+
+
+def nemotron_35(raw: Mapping[str, Any]) -> bool:
+    """SGLang's Nemotron-3.5 draft layout (speculative/dflash_utils.py is_nemotron_35_draft_config, alike in every
+    release modelled): architectures naming DFlashDraftModel or Qwen3DSparkModel, has_embed_tokens true,
+    has_lm_head not, config.json's quantization_config quant_algo W4A16_NVFP4, eagle_aux_hidden_state_layer_ids
+    each target_layer_id + 1, and sample_from_anchor false (dflash_config's, else the top level's, default true)."""
+    archs = raw.get("architectures")
+    if not isinstance(archs, list) or not {"DFlashDraftModel", "Qwen3DSparkModel"} & {
+        a for a in archs if isinstance(a, str)
+    }:
+        return False
+    if not raw.get("has_embed_tokens") or raw.get("has_lm_head"):
+        return False
+    qc = raw.get("quantization_config")
+    if not isinstance(qc, dict) or qc.get("quant_algo") != "W4A16_NVFP4":
+        return False
+    nested = raw.get("dflash_config")
+    nested = nested if isinstance(nested, dict) else {}
+    taps = nested.get("target_layer_ids", raw.get("target_layer_ids"))
+    aux = raw.get("eagle_aux_hidden_state_layer_ids")
+    if not isinstance(taps, list) or not isinstance(aux, list) or not taps or len(taps) != len(aux):
+        return False
+    try:
+        if any(int(t) + 1 != int(a) for t, a in zip(taps, aux, strict=True)):
+            return False
+    except (TypeError, ValueError):
+        return False
+    return nested.get("sample_from_anchor", raw.get("sample_from_anchor", True)) is False
+
+
+QUANT_LINEARS: QuantLinears = {
+    "vllm": (
+        (
+            "markov_head.markov_w2",
+            None,
+            "models/qwen3_dspark.py DSparkMarkovHead.__init__: markov_w2 is a ParallelLMHead built with the "
+            "draft's quant_config (prefix model.markov_head.markov_w2)",
+        ),
+    ),
+    # VanillaMarkov / GatedMarkovHead / RNNHead and the confidence head build nn.Linear (float whatever the config)
+    "sglang": (
+        (
+            "markov_head.markov_w2",
+            nemotron_35,
+            "models/dspark.py Nemotron35VanillaMarkov.__init__ (build_nemotron_35_markov_head, chosen for the "
+            "Nemotron-3.5 layout): markov_w2 is a ReplicatedLinear built with the quant_config (prefix "
+            "markov_head.markov_w2); every other config builds VanillaMarkov's nn.Linear",
+        ),
+    ),
+}
 FIXTURES: Mapping[str, Mapping[str, Any]] = {
     # Qwen3DSparkModel with the Markov keys at the top level and markov_head.* / confidence_head.* tensors
     # (DeepSpec; what SGLang and vLLM serve)

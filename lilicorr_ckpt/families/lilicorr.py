@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, Routes
+from lilicorr_ckpt.families.base import HeadBuilder, HeadGeometry, QuantLinears, Routes
 
 NAME = "lilicorr"
 TITLE = "LiLiCorr"
@@ -28,6 +28,7 @@ HEAD_PREFIXES = ("lilicorr.",)
 HEAD_NAMES: tuple[str, ...] = ()
 HUB_TAGS = ("lilicorr",)
 ROUTES: Routes = {}  # routed by the runtime profiles' LiLiCorr fields (it is the head every profile models)
+QUANT_LINEARS: QuantLinears = {}  # its head's linears are manifest modules (LC306-LC309 judge them)
 FIXTURES: Mapping[str, Mapping[str, Any]] = {}  # fixtures.draft_config builds a LiLiCorr drafter by default
 DESCRIBED_KEYS = (
     "candidate_topk",
