@@ -18,12 +18,6 @@ PRODUCERS = Path(__file__).resolve().parents[1] / "data" / "producers"
 FIXTURES = sorted(p for p in PRODUCERS.glob("*/*") if p.is_dir() and (p / "config.json").is_file())
 IDS = [f"{p.parent.name.split('-')[0]}/{p.name}" for p in FIXTURES]
 
-# fixtures the harness cannot judge yet, with why (engine -> fixture id -> reason)
-SPECULATORS_TAPS = (
-    "speculators' fixtures tap their verifier's layer 4 (aux_hidden_state_layer_ids [2, 4, 5], shifted by one); "
-    "the harness's target has 4 layers, so the release refuses the taps whatever validate says without --target"
-)
-
 
 def converted(fixture: Path, dst: Path) -> Path | None:
     """convert's output for the newest released engines (its default), or None where convert refuses."""

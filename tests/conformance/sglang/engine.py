@@ -191,7 +191,16 @@ class Engine:
         raw = json.loads((path / "config.json").read_text())
         if target_layers is None:
             nested = raw.get("dflash_config") if isinstance(raw.get("dflash_config"), dict) else {}
-            target_layers = _int_or(raw.get("num_target_layers", nested.get("num_target_layers")), 4)
+            # unstated, the target is one deep enough for the draft's taps, the deepest not its last layer (which
+            # SGLang never captures: LC148 judges that with --target); validate cannot judge the target's
+            # depth without --target, so neither may the harness)
+            taps = nested.get("target_layer_ids", raw.get("target_layer_ids"))
+            deepest = (
+                max((t for t in taps if _int_or(t, -1) >= 0), default=-1) if isinstance(taps, list) else -1
+            )
+            target_layers = _int_or(
+                raw.get("num_target_layers", nested.get("num_target_layers")), max(4, deepest + 2)
+            )
             if target_layers > MAX_TARGET_LAYERS:
                 target_layers = 4  # the target is the user's model: no real one has that many layers
         if target_vocab is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..producer_fixtures import FIXTURES, IDS, SPECULATORS_TAPS, converted
+from ..producer_fixtures import FIXTURES, IDS, converted
 from .releases import versions
 from .support import describe, serve, validate_verdict
 
@@ -28,8 +28,6 @@ def test_each_producer_fixture_gets_the_released_verdict(release, built, outcome
 def test_each_convert_output_gets_the_released_verdict(release, built, outcomes, fixture):
     if release.version != versions()[-1]:
         pytest.skip("convert writes for the newest release by default: its output is judged there")
-    if fixture.parent.name.startswith("speculators"):
-        pytest.skip(SPECULATORS_TAPS)
 
     def build(folder):
         return converted(fixture, folder / "out") or folder

@@ -4,15 +4,13 @@ accepts exactly what the release loads, raw and after `convert`."""
 from __future__ import annotations
 
 import pytest
-from conformance.producer_fixtures import FIXTURES, IDS, SPECULATORS_TAPS, converted
+from conformance.producer_fixtures import FIXTURES, IDS, converted
 from test_vllm_conformance import VERSIONS, _release_param, judge
 
 
 @_release_param
 @pytest.mark.parametrize("fixture", FIXTURES, ids=IDS)
 def test_each_producer_fixture_gets_the_released_verdict(released_vllm, fixture):
-    if fixture.parent.name.startswith("speculators"):
-        pytest.skip(SPECULATORS_TAPS)  # the release translates them (executed) and refuses the taps
     judge(released_vllm, fixture, None, f"producer fixture {fixture.parent.name}/{fixture.name}")
 
 
@@ -21,8 +19,6 @@ def test_each_producer_fixture_gets_the_released_verdict(released_vllm, fixture)
 def test_each_convert_output_gets_the_released_verdict(built, released_vllm, fixture):
     if released_vllm.version != VERSIONS[-1]:
         pytest.skip("convert writes for the newest release by default: its output is judged there")
-    if fixture.parent.name.startswith("speculators"):
-        pytest.skip(SPECULATORS_TAPS)
     refused: list[str] = []
 
     def build(dst):

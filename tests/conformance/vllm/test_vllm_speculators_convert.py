@@ -8,7 +8,6 @@ transformer_layer_config, so the target is read from there (the target is the us
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 import vllm_harness
@@ -39,13 +38,6 @@ def newest():
 def test_the_released_vllm_serves_the_speculators_output_as_the_zlab_one(
     newest, tmp_path, monkeypatch, fixture
 ):
-    plain = vllm_harness.target_for
-
-    def target_for(config: dict[str, Any]) -> vllm_harness.TargetShape:
-        nested = config.get("transformer_layer_config")
-        return plain(nested if isinstance(nested, dict) else config)
-
-    monkeypatch.setattr(vllm_harness, "target_for", target_for)
     zlab = _convert(MODELOPT / fixture, tmp_path / "zlab", "-r", f"vllm=={NEWEST}")
     spec = _convert(MODELOPT / fixture, tmp_path / "spec", "--to", "speculators", "-r", f"vllm=={NEWEST}")
     served_zlab = vllm_harness.serve(newest, zlab)

@@ -112,6 +112,9 @@ class TargetShape(NamedTuple):
 def target_for(config: dict[str, Any]) -> TargetShape:
     """The target a drafter of this config is served with: its own geometry where the config states a usable
     size, else a small Qwen3's (the target is the user's model, never read from the draft's config)."""
+    nested = config.get("transformer_layer_config")
+    if isinstance(nested, dict) and "speculators_config" in config:
+        config = {**nested, **{k: v for k, v in config.items() if k != "transformer_layer_config"}}
     raw = config.get("dflash_config")
     dflash: dict[str, Any] = raw if isinstance(raw, dict) else {}
 
@@ -121,7 +124,17 @@ def target_for(config: dict[str, Any]) -> TargetShape:
                 return value
         return default
 
-    layers = size(config.get("num_target_layers"), dflash.get("num_target_layers"), default=4)
+    # unstated, the target is one deep enough for the draft's taps (validate cannot judge the target's depth
+    # without --target, so neither may the harness); speculators' aux ids count the embedding as layer 0
+    deepest = 3
+    for taps, shift in (
+        (dflash.get("target_layer_ids", config.get("target_layer_ids")), 1),
+        (config.get("aux_hidden_state_layer_ids"), 0),
+    ):
+        if isinstance(taps, list):
+            ok = [t for t in taps if isinstance(t, int) and not isinstance(t, bool) and 0 <= t < 1024]
+            deepest = max([deepest, *(t + shift - 1 for t in ok)])
+    layers = size(config.get("num_target_layers"), dflash.get("num_target_layers"), default=deepest + 1)
     hidden = size(config.get("target_hidden_size"), config.get("hidden_size"), default=64)
     return TargetShape(layers, size(config.get("vocab_size"), default=512), hidden)
 
@@ -633,7 +646,11 @@ def declared_class(release: Any, raw: dict[str, Any]) -> str | None:
     architectures = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
     if not architectures or not isinstance(architectures[0], str):
         return None
-    arch = ALIASES.get((architectures[0], raw.get("model_type")), architectures[0])
+    model_type = raw.get("model_type")
+    nested = raw.get("transformer_layer_config")
+    if model_type is None and "speculators_config" in raw and isinstance(nested, dict):
+        model_type = nested.get("model_type")  # a speculators config: the layer config names the backbone
+    arch = ALIASES.get((architectures[0], model_type), architectures[0])
     entry = None
     if arch in release.registry.speculative:
         entry = release.registry.entry(arch)
