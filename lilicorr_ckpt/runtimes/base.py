@@ -226,6 +226,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # DSpark: which mask_token_id wins when the top level and dflash_config disagree ("dflash_config" |
     # "top-level")
     dspark_mask_token_first: str = "dflash_config"
+    # DSpark: the parser reads a dspark_config object before everything else (markov_head_type, mask_token_id)
+    dspark_config_read: bool = False
     # a drafter in the speculators format (speculators_config, a nested transformer_layer_config):
     # "translated" (read as its own drafter config), "refused" (no reader: the config has no model_type) or
     # "unconfirmed"

@@ -82,6 +82,8 @@ FIRST = RuntimeProfile(
     markov_head_type_nested_read=False,
     markov_head_type_required=True,
     dspark_mask_token_first="top-level",
+    # speculative/dspark_components/dspark_config.py parse_dspark_draft_config: dspark_config's keys first
+    dspark_config_read=True,
     # transformers' AutoConfig (through HfModelConfigParser.parse) refuses a config without model_type
     speculators_format="refused",
     # models/dflash.py EntryClass lists DFlashDraftModel, DFlashLagunaForCausalLM, MuseGlimmerAssistantModel and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.config.common import CFG
@@ -482,20 +483,7 @@ def _markov(ctx: Context) -> None:
             actual=top if top is not None else "absent",
         )
     _markov_type_parsed(ctx)
-    top_mask, nested_mask = cfg.mask_token_id, d.mask_token_id
-    if isinstance(top_mask, int) and isinstance(nested_mask, int) and top_mask != nested_mask:
-        first = [p for p in ctx.profiles if p.dspark_mask_token_first == "top-level"]
-        ctx.emit_for(
-            "LC163",
-            first,
-            f"mask_token_id is {top_mask} at the top level and {nested_mask} in dflash_config: "
-            f"{names(first, 'embeds|embed')} token {top_mask} in every mask slot, where validate and the "
-            f"other releases take {nested_mask}",
-            file="config.json",
-            pointer="$.mask_token_id",
-            expected=nested_mask,
-            actual=top_mask,
-        )
+    _dspark_mask_token(ctx)
     kind = g.markov_head_type
     if kind is not None:
         refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
@@ -510,6 +498,52 @@ def _markov(ctx: Context) -> None:
         )
 
 
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _dspark_block(ctx: Context) -> dict[str, Any]:
+    """The config's dspark_config object (SGLang's DSpark parser reads it first, in every release), or {}."""
+    raw = ctx.parsed.raw.get("dspark_config")
+    return raw if isinstance(raw, dict) else {}
+
+
+def _dspark_mask_token(ctx: Context) -> None:
+    """LC163: the mask token each release's DSpark parser embeds (dspark_config's first, then dflash_config's or
+    the top level's: RuntimeProfile dspark_mask_token_first) against the one the draft was trained with
+    (dflash_config's, else the top level's)."""
+    top, nested = _int(ctx.config.mask_token_id), _int(ctx.config.dflash.mask_token_id)
+    spark = _int(_dspark_block(ctx).get("mask_token_id"))
+    trained = nested if nested is not None else top
+    if trained is None:
+        return
+    by_token: dict[int, list[RuntimeProfile]] = {}
+    for p in ctx.profiles:
+        first = spark if p.dspark_config_read else None
+        if p.dspark_mask_token_first == "dflash_config":
+            order = (first, nested, top)
+        elif p.dspark_mask_token_first == "top-level":
+            order = (first, top, nested)
+        else:
+            continue
+        served = next((t for t in order if t is not None), None)
+        if served is not None and served != trained:
+            by_token.setdefault(served, []).append(p)
+    for served, profiles in sorted(by_token.items()):
+        where = "dspark_config" if served == spark else "the top level"
+        ctx.emit_for(
+            "LC163",
+            profiles,
+            f"mask_token_id is {served} in {where} and {trained} in "
+            f"{'dflash_config' if nested is not None else 'the top level'}: {names(profiles, 'embeds|embed')} "
+            f"token {served} in every mask slot, where the draft was trained with {trained}",
+            file="config.json",
+            pointer="$.dspark_config.mask_token_id" if served == spark else "$.mask_token_id",
+            expected=trained,
+            actual=served,
+        )
+
+
 def _markov_type_parsed(ctx: Context) -> None:
     """LC162: markov_head_type where each release's DSpark parser looks for it (RuntimeProfile
     markov_head_type_required / markov_head_type_nested_read)."""
@@ -517,8 +551,17 @@ def _markov_type_parsed(ctx: Context) -> None:
     top, nested = cfg.markov_head_type, cfg.dflash.markov_head_type
     if top is not None or not isinstance(cfg.markov_rank, int) or cfg.markov_rank <= 0:
         return
+    # a parser that reads dspark_config reads it first (RuntimeProfile dspark_config_read)
+    spark = _dspark_block(ctx).get("markov_head_type")
     requiring = [p for p in ctx.profiles if p.markov_head_type_required]
-    unseen = [p for p in requiring if nested is None or not p.markov_head_type_nested_read]
+    unseen = [
+        p
+        for p in requiring
+        if not (spark is not None and p.dspark_config_read)
+        and (nested is None or not p.markov_head_type_nested_read)
+    ]
+    if spark is not None and any(p.dspark_config_read for p in requiring):
+        nested = spark
     if unseen:
         where = (
             f" (dflash_config.markov_head_type is {nested!r}, which {names(unseen, 'does not read|do not read')})"
@@ -540,14 +583,14 @@ def _markov_type_parsed(ctx: Context) -> None:
         ctx.emit_for(
             "LC162",
             built_vanilla,
-            f"markov_head_type {nested!r} is given only in dflash_config: "
+            f"markov_head_type {nested!r} is given only in {'dspark_config' if spark is not None else 'dflash_config'}: "
             f"{names(built_vanilla, 'reads|read')} it there but builds "
             "the top-level type (vanilla when absent), which has no parameter for the "
             f"{nested} head's tensors",
             file="config.json",
-            pointer="$.dflash_config.markov_head_type",
+            pointer=f"$.{'dspark_config' if spark is not None else 'dflash_config'}.markov_head_type",
             expected="the type at the top level",
-            actual=f"dflash_config only: {nested}",
+            actual=f"{'dspark_config' if spark is not None else 'dflash_config'} only: {nested}",
         )
 
 

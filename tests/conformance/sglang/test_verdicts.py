@@ -31,29 +31,8 @@ NOT_EXECUTED = {
 }
 
 # (case, release) -> what the release's loader does, and what validate says: the disagreements validate must fix
-_DSPARK_CONFIG_TYPE = (
-    "SGLang {v} loads it (L): speculative/dspark_components/dspark_config.py parse_dspark_draft_config reads "
-    'dspark_config.markov_head_type first ("vanilla"), so the parser passes, and models/dspark.py '
-    "build_markov_head builds the top-level type, default vanilla, which the tensors are; validate --runtime "
-    'sglang=={v} refuses it: LC162 error "markov_head_type is absent at the top level: SGLang {v} refuses the '
-    'config" (the rule reads the top level and dflash_config, not dspark_config)'
-)
-_DSPARK_CONFIG_MASK = (
-    "SGLang {v} serves another function (SW): parse_dspark_draft_config takes dspark_config.mask_token_id (7) "
-    "before dflash_config's (511), so the DSpark worker (resolve_runtime_config) feeds token 7 to a draft trained "
-    "with 511; validate --runtime sglang=={v} accepts it with no finding (LC163 compares only the top-level "
-    "mask_token_id with dflash_config's)"
-)
-PENDING: dict[tuple[str, str], str] = {
-    **{
-        ("release-dspark_markov_head_type_in_dspark_config", v): _DSPARK_CONFIG_TYPE.format(v=v)
-        for v in ("0.5.21", "0.5.22", "0.5.23")
-    },
-    **{
-        ("release-dspark_config_mask_token_differs_from_dflash_config", v): _DSPARK_CONFIG_MASK.format(v=v)
-        for v in ("0.5.21", "0.5.22", "0.5.23")
-    },
-}
+# (none open: the dspark_config rows, the last ones, are fixed in checks/config/siblings.py)
+PENDING: dict[tuple[str, str], str] = {}
 
 # The rows whose outcome transformers decides, not SGLang: AutoConfig.from_pretrained (utils/hf_transformers/
 # config.py get_config) refuses the config, or Qwen3Config changes what SGLang then reads. Each release pins its
