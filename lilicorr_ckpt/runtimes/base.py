@@ -205,8 +205,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # otherwise (False: served at their initial values, the mapping as the identity)
     dspark_vocab_tensors_required: bool = True
     # DSpark with enable_confidence_head and no confidence_head tensors: "dropped" (the head is turned off) or
-    # "initialised" (served at its initial value)
-    dspark_confidence_head_missing: str = "dropped"
+    # "initialised" (served at its initial value), either way read only under an opt-in the drafted tokens do not
+    # depend on; "unaudited": what the release does is not established, so a missing head stays an error
+    dspark_confidence_head_missing: str = "unaudited"
     # NVFP4 weight_scale_encoding values it decodes (CSF-compressed block scales); any other value is refused
     # where this is not empty, ignored where it is
     nvfp4_scale_encodings: tuple[str, ...] = ()

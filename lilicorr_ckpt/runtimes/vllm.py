@@ -57,6 +57,9 @@ FIRST = RuntimeProfile(
     draft_exclusion_mapping="aliased",
     # config/speculative.py raises the draft's max_position_embeddings for eagle / eagle3 drafts only
     draft_positions_follow_target=False,
+    # models/qwen3_dspark.py load_weights: a confidence head without tensors is turned off (confidence_head =
+    # None); it is read only under enable_adaptive_verification, off by default
+    dspark_confidence_head_missing="dropped",
     # modelopt.py KNvfp4Static.process: `weight_scale_2.max()` over a fused linear's shards (a warning when they
     # differ); the other shards' block scales are not rescaled
     fused_global_scale="max",

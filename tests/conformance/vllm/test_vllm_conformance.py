@@ -259,22 +259,9 @@ _BEAM_ASSERTS = (
     '"sliding_attention" (and is_causal false), which the DFlash2 layout\'s full-attention layers are not; '
     "validate accepts (LC015 warning: Beam's loading unaudited)"
 )
-_CONFIDENCE_HEAD = (
-    "L: {how}, and the confidence head is read only under enable_adaptive_verification (off by default), so "
-    "the drafted function is the checkpoint's; validate refuses (LC201 error: missing confidence_head.proj.*)"
-)
 PENDING: dict[tuple[str, str], str] = {
     ("dflash2_beam_architecture", "0.33.0"): _BEAM_ASSERTS,
     ("dflash2_beam_architecture", "0.34.0"): _BEAM_ASSERTS,
-    **{
-        ("dspark_confidence_head_missing", version): _CONFIDENCE_HEAD.format(
-            how="qwen3_dspark.py load_weights drops a confidence head without tensors (confidence_head = None)"
-        )
-        for version in ("0.31.0", "0.32.0", "0.33.0")
-    },
-    ("dspark_confidence_head_missing", "0.34.0"): _CONFIDENCE_HEAD.format(
-        how="qwen3_dspark.py keeps the head without tensors at its initial values"
-    ),
 }
 
 
