@@ -211,9 +211,10 @@ BUMPS: tuple[Bump, ...] = (
                 (
                     "dflash2",
                     "DFlash2BeamDraftModel",
-                    "unconfirmed",
-                    "registry.py maps DFlash2BeamDraftModel to vllm.models.beam, a beam-search variant whose "
-                    "loading was not audited",
+                    "sliding-only",
+                    "registry.py maps DFlash2BeamDraftModel to vllm.models.beam, a beam-search variant: "
+                    "models/beam/nvidia/dflash2.py DFlash2BeamAttention asserts that every layer is "
+                    "non-causal sliding-window attention (the rest of its loading was not audited)",
                 ),
             ),
         },

@@ -305,6 +305,22 @@ def sibling_route(ctx: Context, family: str, arch: str | None) -> None:
     by: dict[str, list[tuple[RuntimeProfile, str]]] = {"refuses": [], "unconfirmed": []}
     for p in ctx.profiles:
         verdict, why = p.sibling_route(family, arch)
+        if verdict == "sliding-only":
+            # a model that asserts every layer is non-causal sliding-window attention while it is built
+            types = ctx.config.layer_types or []
+            other = sorted({t for t in types if t != "sliding_attention"})
+            causal = ctx.parsed.raw.get("is_causal") is True
+            if not types or other or causal:
+                found = (
+                    "no layer_types"
+                    if not types
+                    else f"layer_types {', '.join(other)}"
+                    if other
+                    else "is_causal true"
+                )
+                verdict, why = "refuses", f"{why}; this config has {found}, so the build fails"
+            else:
+                verdict = "unconfirmed"
         if verdict in by:
             by[verdict].append((p, why))
     for verdict, rule_id in (("refuses", "LC014"), ("unconfirmed", "LC015")):

@@ -254,15 +254,7 @@ READ_NOT_EXECUTED = {
 
 # (case, release): validate and the release's executed loader disagree; what the loader does, what validate says.
 # Each is xfail(strict=True) (conftest.py): fixing validate makes it XPASS, and its entry must go.
-_BEAM_ASSERTS = (
-    "C at build: beam/nvidia/dflash2.py DFlash2BeamAttention asserts every layer_types entry is "
-    '"sliding_attention" (and is_causal false), which the DFlash2 layout\'s full-attention layers are not; '
-    "validate accepts (LC015 warning: Beam's loading unaudited)"
-)
-PENDING: dict[tuple[str, str], str] = {
-    ("dflash2_beam_architecture", "0.33.0"): _BEAM_ASSERTS,
-    ("dflash2_beam_architecture", "0.34.0"): _BEAM_ASSERTS,
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def verdict_of(report) -> bool:
