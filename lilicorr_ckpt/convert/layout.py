@@ -54,6 +54,9 @@ WHY_NOT = {
     "domino": "the Domino head (prefix GRU and embed_proj, dflash_config.projector_type domino): vLLM's translation "
     "rebuilds dflash_config without projector_type, gru_hidden_dim or emb_dim",
 }
+# the draft layers whose attention mask is compared (one list entry each): a config stating more (10**9) is refused
+# by the planning, which counts the tensors; the mask is never built that long
+MASK_LAYERS = 4096
 
 
 def layout_of(raw: dict[str, Any]) -> str:
@@ -143,7 +146,7 @@ def speculators_from_zlab(zlab: dict[str, Any], *, verifier: str | None = None) 
             ],
         )
     reasons = []
-    layers = g.num_layers
+    layers = None if g.num_layers is None else min(g.num_layers, MASK_LAYERS)
     if g.block_size is None or not g.block_size_declared:
         reasons.append("block_size is not stated (the proposal's speculative_tokens is derived from it)")
     if g.target_layer_ids is None:
@@ -250,7 +253,7 @@ def _check_same_drafter(zlab: dict[str, Any], spec: dict[str, Any]) -> None:
     assert s.speculators is not None
     gz, gs = resolve_geometry(z.config), resolve_geometry(s.config)
     reasons = _geometry_differences(gz, gs)
-    layers = gz.num_layers or 0
+    layers = min(gz.num_layers or 0, MASK_LAYERS)
     want = served_causal(z.config, layers)
     served, trained = served_causal(s.config, layers), trained_causal(s.speculators, layers)
     if served != want:
@@ -297,7 +300,7 @@ def zlab_from_speculators(raw: dict[str, Any]) -> dict[str, Any]:
         if "causal" in stash:
             merged["causal"] = stash["causal"]
         out["dflash_config"] = merged
-    layers = resolve_geometry(_parse(out).config).num_layers or 0
+    layers = min(resolve_geometry(_parse(out).config).num_layers or 0, MASK_LAYERS)
     want = trained_causal(origin, layers)
     if served_causal(_parse(out).config, layers) != want:
         _write_mask(out, want, layers)
