@@ -542,8 +542,11 @@ class _Hub:
         start: int = 0,
         length: int | None = None,
         method: str = "GET",
+        whole_file_ok: bool = True,
     ) -> _Reply:
-        """Bytes [start, start+length) of url, or all of it (a JSON document, up to `limit` decompressed)."""
+        """Bytes [start, start+length) of url, or all of it (a JSON document, up to `limit` decompressed). A range
+        answered with the whole file (200) is read up to the range's end, unless `whole_file_ok` is false: then it
+        is hung up on at once (a scale range lies past the header: reaching it would stream the tensor data)."""
         self.deadline.check()
         headers = dict(self.headers)
         if length is not None:
@@ -592,6 +595,11 @@ class _Hub:
                             f"{printable(content_range)[:80]!r} for {what} bytes {start}-"
                         )
                 elif length is not None:  # 200: the whole file from byte 0, of which we take what was asked
+                    if not whole_file_ok:
+                        raise self.fail(
+                            f"{self.spec.label}: the Hub at {self.shown_endpoint} answered {what} with the whole "
+                            f"file (status {status}) though a byte range was asked for"
+                        )
                     skip = start
                     total = (
                         _int_header(h.get("content-length"))
@@ -722,6 +730,7 @@ class _Hub:
             limit=length,
             start=start,
             length=length,
+            whole_file_ok=False,
         ).body
 
 
