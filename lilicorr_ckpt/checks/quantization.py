@@ -108,7 +108,9 @@ rule(
     "An NVFP4 module's in_features is not a multiple of the group size.",
     "Exclude the module from quantization.",
     doc="Fires for a module stored as NVFP4 whose in_features is not a multiple of the scheme's group size "
-    "(16 unless the config says otherwise).",
+    "(16 unless the config says otherwise), and for a sibling head's linear that a runtime builds NVFP4 through "
+    "the quant config, whatever it is stored as (DSpark's `markov_head.markov_w2`, whose in_features is the "
+    "Markov rank: vLLM always, SGLang in the Nemotron-3.5 layout; checks/sibling_quant.py).",
     why="NVFP4 stores one block scale per group_size input columns; a width that does not divide cannot be "
     "packed in whole blocks, so the weight_scale shape the runtimes expect does not exist and the load "
     "fails. The LiLiCorr head's feature_mlp.up_proj reads 5 features and can never be NVFP4.",
@@ -150,7 +152,11 @@ rule(
     "exclusion pattern matches the module as that runtime names it. The names differ per runtime: vLLM "
     "prefixes `model.`, renumbers draft layer i to `model.layers.{num_target_layers+i}` and fuses q/k/v "
     "into `qkv_proj`; SGLang fuses without renumbering; TensorRT-LLM matches `name` or `model.name`. The "
-    "message gives the name the pattern has to match.",
+    "message gives the name the pattern has to match. Also judged: the sibling heads' linears a runtime builds "
+    "through the quant config though the manifest lists them as plain tensors (the families' QUANT_LINEARS): "
+    "DSpark's `markov_head.markov_w2`, a ParallelLMHead in vLLM (`model.markov_head.markov_w2`: NVFP4 fails the "
+    "load, FP8 casts the float weight and serves it with initial scales), a ReplicatedLinear in SGLang's "
+    "Nemotron-3.5 layout (Nemotron35VanillaMarkov; every other config builds an nn.Linear).",
     why="The runtime builds a quantized layer and expects a packed weight and its scales; it finds a float "
     "weight and no scales, and the load fails. An exclusion that looks right (a base-model name, a "
     "pattern with a layer index) often matches nothing in one runtime's naming.",
