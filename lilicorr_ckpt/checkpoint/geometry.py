@@ -177,13 +177,23 @@ def head_family(config: DraftConfig) -> str | None:
     return families.head_family(config.family, config.dflash.projector_type)
 
 
+# model types whose transformers config class declares a head_dim default (Qwen3Config:
+# `head_dim: int = 128`); others derive it from hidden_size / num_attention_heads
+CONFIG_CLASS_HEAD_DIM = {"qwen3": 128}
+
+
 def resolve_geometry(config: DraftConfig) -> Geometry:
     d = config.dflash
     hidden = _positive_int(config.hidden_size)
     heads = _positive_int(config.num_attention_heads)
     head_dim = _positive_int(config.head_dim)
-    if head_dim is None and config.head_dim is None and hidden and heads and hidden % heads == 0:
-        head_dim = hidden // heads
+    if head_dim is None and config.head_dim is None:
+        if config.model_type in CONFIG_CLASS_HEAD_DIM:
+            # the loaders build the config with transformers' class, whose dataclass default fills an absent
+            # head_dim (Qwen3Config: 128), not hidden_size // num_attention_heads
+            head_dim = CONFIG_CLASS_HEAD_DIM[config.model_type]
+        elif hidden and heads and hidden % heads == 0:
+            head_dim = hidden // heads
     kv_heads = _positive_int(config.num_key_value_heads)
     if kv_heads is None and config.num_key_value_heads is None:
         kv_heads = heads

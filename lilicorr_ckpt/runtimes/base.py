@@ -175,11 +175,16 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     sample_from_anchor_refused: bool = False  # refuses dflash_config.sample_from_anchor true
     # use_aux_hidden_state false builds no fc and drops fc.weight (the draft runs without the target's features)
     use_aux_hidden_state_read: bool = False
+    # a true dflash_config.attention_sink_bias builds a learnt sink per draft layer, loaded from
+    # layers.N.self_attn.attention_sink_bias; attention_sinks_top_level: without that key, a truthy top-level
+    # add_swa_attention_sink_bias does too
+    attention_sinks_built: bool = False
+    attention_sinks_top_level: bool = False
     # how it reads the config.json keys whose JSON type decides a load (LC001 / LC004): (JSON path pattern, the head
     # kinds it applies to: "*", "a,b" or "!a,b" for all but those, reader). Readers: "unread" (not read for that
     # head kind), "truth" (`if value:`, any JSON value loads), "flag" (`if value:` builds something: a true value other than
     # `true` is refused), "count?" (null or an integer >= 1), "float()" / "int()" (cast: a numeric string loads,
-    # null, a list or an object does not), "number?" (an int, a float or null), "str+" (a non-empty string),
+    # null, a list or an object does not), "number?" (an int, a float or null), "str?" (a string or null), "str+" (a non-empty string),
     # "object" (a JSON object). First match wins; a key no entry matches must have the type the schema gives it
     config_reads: tuple[tuple[str, str, str], ...] = ()
     # parses config.json with transformers' strict config classes (transformers 5): each typed field refuses

@@ -149,6 +149,9 @@ FIRST = RuntimeProfile(
     domino_checks=True,  # parse_dflash_draft_config and the Domino model tests
     # utils/hf_transformers/config.py get_config builds transformers' strict Qwen3Config (the wheel pins transformers 5)
     config_class_strict=True,
+    # models/dflash.py DFlashAttention: a per-head sink parameter when parse_dflash_draft_config's
+    # attention_sink_bias is true (the top-level add_swa_attention_sink_bias is not read)
+    attention_sinks_built=True,
     config_reads=(
         # speculative/dflash_utils.py parse_dflash_draft_config: mask_token must be a non-empty string (null: the
         # default), attention_value_scale int|float|None, `float(final_logit_softcapping or 0.0)`
@@ -157,6 +160,8 @@ FIRST = RuntimeProfile(
         ("$.dflash_config.attention_value_scale", "*", "number?"),
         ("$.dflash_config.final_logit_softcapping", "*", "float()|falsy"),
         ("$.dflash_config.output_multiplier", "*", "float()"),  # parse_dflash_draft_config: float(...)
+        # parse_dflash_draft_config: _parse_optional_int(dflash_config block_size, else the top-level one)
+        ("$.dflash_config.block_size", "*", "int()"),
         # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
         # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)
         ("$.dflash_config.gru_hidden_dim", "!domino", "unread"),
@@ -186,7 +191,14 @@ FIRST = RuntimeProfile(
         ("$.final_logit_softcapping", "*", "unread"),
         ("$.attention_sink_bias", "*", "unread"),
         ("$.rope_theta", "*", "unread"),  # transformers folds it into rope_parameters unchecked
-        ("$.torch_dtype", "*", "unread"),  # a string is judged by LC005
+        ("$.dspark_bonus_anchor", "*", "unread"),  # no SGLang module reads it
+        ("$.dflash_config.use_swa", "*", "unread"),  # use_swa="ignored" (outside the Nemotron-3.5 layout)
+        ("$.dflash_config.use_aux_hidden_state", "*", "unread"),  # fc is built whatever it says
+        ("$.use_aux_hidden_state", "*", "unread"),
+        # configs/model_config.py _get_and_verify_dtype maps a string dtype and passes any other value to
+        # torch.set_default_dtype (a TypeError at the model build); a string is judged by LC005
+        ("$.torch_dtype", "*", "str?"),
+        ("$.dtype", "*", "str?"),
     ),
     domino_dims_required=True,
     mask_token_fallback="resolves the `<|MASK|>` token through the tokenizer",

@@ -109,6 +109,10 @@ FIRST = RuntimeProfile(
     reads_eagle_aux_layer_ids=True,  # eagle3_utils.py get_eagle3_aux_layers_from_config reads it first
     tensor_aliases=("midlayer", "encoder"),  # qwen3_dflash.py DFlashQwen3Model.hf_to_vllm_mapper
     sample_from_anchor_refused=True,  # spec_decode/dflash/speculator.py DFlashSpeculator.__init__
+    # qwen3_dflash.py DFlashQwen3DecoderLayer: make_attention_sink(num_heads) if dflash_config.get(
+    # "attention_sink_bias", the top-level add_swa_attention_sink_bias)
+    attention_sinks_built=True,
+    attention_sinks_top_level=True,
     use_aux_hidden_state_read=True,  # qwen3_dflash.py: no fc without use_aux_hidden_state; load_weights drops "fc."
     # transformers_utils/config.py get_config builds transformers' strict Qwen3Config (the wheel pins transformers 5)
     config_class_strict=True,
@@ -125,7 +129,8 @@ FIRST = RuntimeProfile(
         ("$.dflash_config.emb_dim", "*", "unread"),
         ("$.dflash_config.pure_draft_prefix_len", "*", "unread"),
         ("$.dflash_config.shift_label", "*", "unread"),
-        ("$.dspark_bonus_anchor", "!dspark", "unread"),  # config/speculative.py: the DSpark rewrite only
+        # config/speculative.py _validate_qwen3_omni_dspark: read only for a Qwen3-Omni target
+        ("$.dspark_bonus_anchor", "*", "unread"),
         ("$.markov_*", "!dspark", "unread"),
         ("$.emb_dim", "*", "unread"),
         ("$.gru_hidden_dim", "*", "unread"),
@@ -149,7 +154,9 @@ FIRST = RuntimeProfile(
         # projector is chosen by architecture; output_multiplier and final_logit_softcapping from dflash_config
         # only (qwen3_dflash2.py); attention sinks from dflash_config / add_swa_attention_sink_bias
         ("$.block_size", "*", "unread"),
-        ("$.dflash_config.block_size", "dspark", "unread"),  # qwen3_dspark: the top-level block_size
+        # only lilicorr.py LiLiCorr.__init__ reads dflash_config.block_size (uncast); qwen3_dspark the top-level
+        # one; DFlash and DFlash2 take the block from num_speculative_tokens
+        ("$.dflash_config.block_size", "!lilicorr", "unread"),
         ("$.mask_token_id", "*", "unread"),
         ("$.target_layer_ids", "*", "unread"),
         ("$.num_target_layers", "*", "unread"),

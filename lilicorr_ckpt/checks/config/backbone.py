@@ -1,4 +1,4 @@
-"""The DFlash backbone's config: causality, activation, sizes, attention windows, RoPE, vocabulary, dtype and the speculator keys (LC117-LC123, LC129-LC138, LC143, LC144, LC147, LC149, LC174, LC175)."""
+"""The DFlash backbone's config: causality, activation, sizes, attention windows, RoPE, vocabulary, dtype and the speculator keys (LC117-LC123, LC129-LC138, LC143, LC144, LC147, LC149, LC174, LC175, LC180)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 
 from lilicorr_ckpt.checks.config.common import CFG, is_number
 from lilicorr_ckpt.checks.config.schema import integral_floats
+from lilicorr_ckpt.checks.config.types import config_read
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.families import FAMILIES
@@ -342,12 +343,32 @@ rule(
     "use_aux_hidden_state is false: the runtime builds no fc and drops fc.weight, so the draft runs without the "
     "target's hidden states.",
     "Remove use_aux_hidden_state (DFlash-family drafters read the target's states).",
-    doc="Fires when `use_aux_hidden_state` is false in dflash_config, eagle_config or at the top level, for the "
-    "runtimes that read it: vLLM.",
+    doc="Fires when `use_aux_hidden_state` is false or another falsy value (null, 0, an empty string) in "
+    "dflash_config, eagle_config or at the top level (the first of these that has the key), for the runtimes "
+    "that read it: vLLM.",
     why="vLLM builds the fc projection only when use_aux_hidden_state is true (qwen3_dflash.py "
     "`DFlashQwen3Model.__init__`) and then maps every `fc.` tensor to nothing (`load_weights`): the "
     "trained fc.weight is dropped and the draft serves without the target's features it was trained on.",
     example='    "dflash_config": {"use_aux_hidden_state": false}',
+)
+rule(
+    "LC180",
+    "attention-sinks-missing",
+    "error",
+    CFG,
+    "The config turns attention sinks on, but the checkpoint has no sink tensor for every layer: the runtime "
+    "serves those sinks at their initial values.",
+    "Write the trained layers.N.self_attn.attention_sink_bias tensors, or turn the sinks off.",
+    doc="Fires for the runtimes that build a learnt attention sink per draft layer from the config, when "
+    "some `layers.N.self_attn.attention_sink_bias` tensor is missing: SGLang and vLLM when "
+    "`dflash_config.attention_sink_bias` is true; vLLM also, when dflash_config has no such key, when the "
+    "top-level `add_swa_attention_sink_bias` is any truthy JSON value (read uncast).",
+    why="vLLM's DFlash decoder layer builds `make_attention_sink(num_heads)` when the flag is true "
+    "(qwen3_dflash.py `DFlashQwen3DecoderLayer.__init__`), SGLang's attention a per-head parameter (models/"
+    "dflash.py), and each loads it like any parameter: without the "
+    "tensor the sink keeps its initial value and every attention score is shifted by an untrained logit, "
+    "with no error.",
+    example='    "add_swa_attention_sink_bias": true\n\n(and no layers.0.self_attn.attention_sink_bias tensor)',
 )
 
 
@@ -656,15 +677,28 @@ def _sliding_window(ctx: Context) -> None:
         )
 
 
+def _swa_on(ctx: Context) -> list[RuntimeProfile]:
+    """The profiles that read dflash_config.use_swa as on: `true`, or any truthy value for those that read it as a
+    truth value (vLLM qwen3_dflash.py _resolve_layer_attention: `is_sliding = use_swa`)."""
+    nested = ctx.parsed.raw.get("dflash_config")
+    value = nested.get("use_swa") if isinstance(nested, dict) else None
+    if value is None or isinstance(value, bool):
+        return list(ctx.profiles) if value else []
+    path = "$.dflash_config.use_swa"
+    return [p for p in ctx.profiles if value and config_read(p, ctx.geometry.family, path) == "truth"]
+
+
 def _use_swa(ctx: Context) -> None:
     """LC119 / LC135-LC138: dflash_config.use_swa and swa_window_size as each runtime reads them."""
     cfg = ctx.config
     swa = ctx.config.dflash.swa_window_size
-    if cfg.dflash.use_swa:
+    on = _swa_on(ctx)
+    if on:
         if swa is None and not cfg.sliding_window:
             ctx.emit(
                 "LC119",
                 "dflash_config.use_swa is true but neither swa_window_size nor sliding_window is set",
+                runtimes=() if len(on) == len(ctx.profiles) else [p.name for p in on],
                 file="config.json",
                 pointer="$.dflash_config.swa_window_size",
             )
@@ -673,7 +707,7 @@ def _use_swa(ctx: Context) -> None:
             and cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
             and ctx.parsed.raw.get("use_sliding_window") is not True
         ):
-            dropping = [p for p in ctx.profiles if p.sliding_window_needs_flag and p.use_swa == "applied"]
+            dropping = [p for p in on if p.sliding_window_needs_flag and p.use_swa == "applied"]
             ctx.emit_for(
                 "LC119",
                 dropping,
@@ -692,7 +726,7 @@ def _use_swa(ctx: Context) -> None:
                 ("literal", "LC136", "passes|pass", f"{swa} through as the layers' window"),
                 ("ignored", "LC137", "does not read|do not read", "use_swa / swa_window_size"),
             ):
-                mine = [p for p in ctx.profiles if p.swa_window_zero == mode]
+                mine = [p for p in on if p.swa_window_zero == mode]
                 ctx.emit_for(
                     rule_id,
                     mine,
@@ -703,7 +737,7 @@ def _use_swa(ctx: Context) -> None:
                     actual=swa,
                 )
         if cfg.layer_types is None:
-            ignoring = [p for p in ctx.profiles if p.use_swa == "ignored"]
+            ignoring = [p for p in on if p.use_swa == "ignored"]
             ctx.emit_for(
                 "LC138",
                 ignoring,
@@ -788,6 +822,7 @@ def _window_semantics(ctx: Context) -> None:
     swa = cfg.dflash.swa_window_size
     listed = bool(cfg.layer_types) and "sliding_attention" in (cfg.layer_types or [])
     serving = []
+    swa_on = _swa_on(ctx)
     dropped = (
         cfg.model_type in SLIDING_WINDOW_FLAG_MODEL_TYPES
         and ctx.parsed.raw.get("use_sliding_window") is not True
@@ -796,7 +831,7 @@ def _window_semantics(ctx: Context) -> None:
         window = None if p.sliding_window_needs_flag and dropped else cfg.sliding_window  # LC119 for those
         window = window or (swa if p.swa_window_size_read and swa is not None and swa >= 1 else None)
         by_use_swa = (
-            cfg.dflash.use_swa is True
+            p in swa_on
             and cfg.layer_types is None
             and p.use_swa == "applied"
             and bool(swa if swa is not None and swa >= 1 else cfg.sliding_window)
@@ -903,18 +938,23 @@ def speculator_keys(ctx: Context) -> None:
             expected="absent or false",
             actual=True,
         )
-    eagle = ctx.parsed.raw.get("eagle_config")
-    declared = [
-        ("$.dflash_config.use_aux_hidden_state", cfg.dflash.use_aux_hidden_state),
-        (
-            "$.eagle_config.use_aux_hidden_state",
-            eagle.get("use_aux_hidden_state") if isinstance(eagle, dict) else None,
-        ),
-        ("$.use_aux_hidden_state", cfg.use_aux_hidden_state),
+    raw = ctx.parsed.raw
+    blocks = [
+        ("$.dflash_config.use_aux_hidden_state", raw.get("dflash_config")),
+        ("$.eagle_config.use_aux_hidden_state", raw.get("eagle_config")),
+        ("$.use_aux_hidden_state", raw),
     ]
-    # qwen3_dflash.py: dflash_config over eagle_config, then the top level
-    path, value = next(((k, v) for k, v in declared if v is not None), ("", None))
-    if value is False:
+    # qwen3_dflash.py DFlashQwen3Model.__init__: eagle_config updated with dflash_config, `.get(key, the top-level
+    # attribute, default True)`, used as a truth value: a key present with any falsy value (null included) is off
+    path, value = next(
+        (
+            (k, b["use_aux_hidden_state"])
+            for k, b in blocks
+            if isinstance(b, dict) and "use_aux_hidden_state" in b
+        ),
+        ("", True),
+    )
+    if not value:
         readers = [p for p in ctx.profiles if p.use_aux_hidden_state_read]
         ctx.emit_for(
             "LC175",
@@ -924,5 +964,40 @@ def speculator_keys(ctx: Context) -> None:
             file="config.json",
             pointer=path,
             expected="true or absent",
-            actual=False,
+            actual=json.dumps(value),
+        )
+    _attention_sinks(ctx)
+
+
+def _attention_sinks(ctx: Context) -> None:
+    """LC180: attention sinks built from the config with no trained tensor to load."""
+    raw = ctx.parsed.raw
+    nested = raw.get("dflash_config")
+    # qwen3_dflash.py DFlashQwen3DecoderLayer: dflash_config.get("attention_sink_bias", the top-level
+    # add_swa_attention_sink_bias, default False); a non-bool in dflash_config is LC001's
+    if isinstance(nested, dict) and "attention_sink_bias" in nested:
+        path, value = "$.dflash_config.attention_sink_bias", nested["attention_sink_bias"] is True
+        builders = [p for p in ctx.profiles if p.attention_sinks_built]
+    else:
+        path, value = "$.add_swa_attention_sink_bias", bool(raw.get("add_swa_attention_sink_bias"))
+        builders = [p for p in ctx.profiles if p.attention_sinks_top_level]
+    layers = ctx.config.num_hidden_layers
+    if not value or not builders or not isinstance(layers, int):
+        return
+    names_ = set(ctx.names.by_canonical)
+    missing = [
+        f"layers.{i}.self_attn.attention_sink_bias"
+        for i in range(min(layers, 4096))
+        if f"layers.{i}.self_attn.attention_sink_bias" not in names_
+    ]
+    if missing:
+        ctx.emit_for(
+            "LC180",
+            builders,
+            f"{path[2:]} turns attention sinks on: {names(builders, 'builds|build')} a sink per draft layer and "
+            f"the checkpoint has none for {len(missing)} of {layers} layers ({missing[0]}), served at its initial "
+            "value",
+            file="config.json",
+            pointer=path,
+            subjects=missing[:20],
         )

@@ -82,9 +82,10 @@ rule(
     "DFlash2 selector keys the runtime refuses: selector_rank / selector_top_k set alone, missing or "
     "negative, or a top_k above vocab_size.",
     "Write the trained selector_rank and selector_top_k.",
-    doc="For a DFlash2 head, checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for "
-    "SGLang it fires when only one of them is set or either is negative, and when neither is (its "
-    "DFlash2DraftModel needs a selector); for vLLM when either is missing or negative, or selector_top_k "
+    doc="Checks `dflash_config.selector_rank` and `selector_top_k` per runtime: for SGLang, on every "
+    "DFlash-family head (its DFlash config parser reads them for each), it fires when only one of them is "
+    "non-zero or either is negative, and for a DFlash2 head when neither is set (its DFlash2DraftModel needs "
+    "a selector); for vLLM, on a DFlash2 head, when either is missing or negative, or selector_top_k "
     "is larger than vocab_size.",
     why='SGLang\'s DFlash config parser refuses the config ("selector needs rank and top_k together"), and '
     'DFlash2DraftModel.__init__ refuses one without them ("requires dflash_config.selector_rank"). '
@@ -338,8 +339,9 @@ def sibling_route(ctx: Context, family: str, arch: str | None) -> None:
 def sibling_config(ctx: Context) -> None:
     """The config keys of the sibling head the config declares (its family's own rules)."""
     family = ctx.geometry.family
+    paired = _selector_pair(ctx)
     if family == dflash2.NAME:
-        _selector(ctx)
+        _selector(ctx, paired)
         _dflash2_conv(ctx)
         _nope_layers(ctx)
     if family == dspark.NAME:
@@ -348,11 +350,34 @@ def sibling_config(ctx: Context) -> None:
         _domino(ctx)
 
 
-def _selector(ctx: Context) -> None:
-    """LC150: DFlash2's selector_rank / selector_top_k as each runtime reads them."""
+def _selector_pair(ctx: Context) -> bool:
+    """LC150 for the runtimes that check the selector keys as a pair (SGLang's parse_dflash_draft_config, run for
+    every DFlash-family head, not DFlash2's alone: each key int() cast, absent or null as 0, >= 0, and both zero or
+    both not). Whether they were refused."""
+    pair = [p for p in ctx.profiles if p.selector_check == "pair"]
+    keys = ("$.dflash_config.selector_rank", "$.dflash_config.selector_top_k")
+    if not pair or any(ctx.parsed.invalid(k) for k in keys):
+        return False  # LC001 reports a wrong type
+    d = ctx.config.dflash
+    rank, top_k = d.selector_rank or 0, d.selector_top_k or 0
+    if rank >= 0 and top_k >= 0 and bool(rank) == bool(top_k):
+        return False
+    ctx.emit_for(
+        "LC150",
+        pair,
+        f"selector_rank is {d.selector_rank} and selector_top_k is {d.selector_top_k}: "
+        f"{names(pair, 'needs|need')} both (>= 0) or neither, for every DFlash-family head",
+        file="config.json",
+        pointer="$.dflash_config.selector_rank",
+    )
+    return True
+
+
+def _selector(ctx: Context, paired: bool) -> None:
+    """LC150: DFlash2's selector_rank / selector_top_k as each runtime reads them (the pair check is
+    _selector_pair's)."""
     g, d = ctx.geometry, ctx.config.dflash
     rank, top_k = d.selector_rank, d.selector_top_k
-    pair = [p for p in ctx.profiles if p.selector_check == "pair"]
     ranged = [p for p in ctx.profiles if p.selector_check == "range"]
     indexed = [p for p in ctx.profiles if p.selector_check == "indexed"]
     problems = [f"selector_{k} is absent" for k, v in (("rank", rank), ("top_k", top_k)) if v is None]
@@ -371,16 +396,7 @@ def _selector(ctx: Context) -> None:
             file="config.json",
             pointer="$.dflash_config.selector_top_k",
         )
-    if (rank is None) != (top_k is None) or any(v is not None and v < 0 for v in (rank, top_k)):
-        ctx.emit_for(
-            "LC150",
-            pair,
-            f"selector_rank is {rank} and selector_top_k is {top_k}: "
-            f"{names(pair, 'needs|need')} both (>= 0) or neither",
-            file="config.json",
-            pointer="$.dflash_config.selector_rank",
-        )
-    elif not rank:
+    if not paired and not rank:
         required = [p for p in ctx.profiles if p.selector_required]
         ctx.emit_for(
             "LC150",

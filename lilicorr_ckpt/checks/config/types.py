@@ -139,6 +139,8 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
     if reader == "number?":
         return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))
+    if reader == "str?":
+        return not (value is None or isinstance(value, str))
     if reader == "str+":
         return not (value is None or (isinstance(value, str) and value != ""))
     if reader == "object":
@@ -155,6 +157,7 @@ _HOW = {
     "float()|falsy": "reads it with float()|read it with float()",
     "int()": "reads it with int()|read it with int()",
     "number?": "requires a number or null|require a number or null",
+    "str?": "requires a string or null|require a string or null",
     "str+": "requires a non-empty string|require a non-empty string",
     "object": "requires an object|require an object",
 }
@@ -407,6 +410,23 @@ def config_class(ctx: Context) -> None:
                     expected="a torch dtype name",
                     actual=value,
                 )
+    # PretrainedConfig.__init__ keeps dtype, else torch_dtype, as the config's dtype; dict_dtype_to_str (run
+    # whenever the config is turned into a dict) writes any value but a string, an int or an object as
+    # str(value).split(".")[1], an IndexError for a list of ints or NaN
+    key = "dtype" if raw.get("dtype") is not None else "torch_dtype"
+    dtype = raw.get(key)
+    if strict and dtype is not None and not isinstance(dtype, (str, int, dict)) and "." not in str(dtype):
+        ctx.emit_for(
+            "LC005",
+            strict,
+            f"config.json $.{key} is {_show(dtype)}: transformers' config class writes a dtype that is not a "
+            f"string as the text after its first dot, and {names(strict, 'fails|fail')} at start-up "
+            "(IndexError)",
+            file="config.json",
+            pointer=f"$.{key}",
+            expected="a torch dtype name",
+            actual=_json_kind(dtype),
+        )
     if strict:
         for key in (*TEXT_CONFIG_KEYS, *METHOD_KEYS):
             if key in raw:

@@ -45,6 +45,38 @@ CORPUS: tuple[Case, ...] = (
     Case("lilicorr-conv", "top", "mask_token", "zero"),
     Case("lilicorr-conv", "dflash", "attention_value_scale", "list"),
     Case("dflash2", "dflash", "output_multiplier", "null"),
+    # vLLM qwen3_dflash.py _resolve_layer_attention: `is_sliding = use_swa`, any truthy value (LC119 without a window)
+    Case("dflash", "dflash", "use_swa", "list"),
+    Case("dflash", "dflash", "use_swa", "int_string"),
+    # vLLM DFlashQwen3Model.__init__: a present falsy use_aux_hidden_state builds no fc (LC175)
+    Case("dflash", "dflash", "use_aux_hidden_state", "null"),
+    Case("dflash", "top", "use_aux_hidden_state", "empty_string"),
+    Case("dflash", "top", "use_aux_hidden_state", "zero"),
+    # vLLM DFlashQwen3DecoderLayer: a truthy top-level add_swa_attention_sink_bias builds sinks (LC180)
+    Case("dflash", "top", "add_swa_attention_sink_bias", "int_string"),
+    Case("lilicorr", "top", "add_swa_attention_sink_bias", "list"),
+    Case("dflash", "dflash", "attention_sink_bias", "true"),
+    Case("dflash", "top", "add_swa_attention_sink_bias", "zero"),
+    # dflash_config.block_size: SGLang int()-casts it (parse_dflash_draft_config), vLLM reads it for LiLiCorr only
+    Case("dflash", "dflash", "block_size", "int_string"),
+    Case("dflash2", "dflash", "block_size", "int_string"),
+    Case("lilicorr", "dflash", "block_size", "int_string"),
+    # dspark_bonus_anchor: read only by vLLM's Qwen3-Omni DSpark check, by no SGLang module
+    Case("dspark", "top", "dspark_bonus_anchor", "int_string"),
+    # head_dim absent: Qwen3Config's default (128), not hidden_size / num_attention_heads (LC208)
+    Case("dflash", "top", "head_dim", "absent"),
+    Case("dflash2", "top", "head_dim", "absent"),
+    # SGLang parse_dflash_draft_config checks the selector pair for every head kind (LC150)
+    Case("dflash", "dflash", "selector_rank", "negative"),
+    Case("dspark", "dflash", "selector_top_k", "negative"),
+    Case("dflash", "dflash", "selector_top_k", "huge"),
+    # a non-string torch_dtype: SGLang passes it to torch.set_default_dtype (LC001); transformers'
+    # dict_dtype_to_str fails on one with no dot in its text (LC005)
+    Case("lilicorr", "top", "torch_dtype", "zero"),
+    Case("lilicorr", "top", "torch_dtype", "list"),
+    # SGLang's loaders narrow an oversize tensor to its parameter (now seen by its harness; LC208)
+    Case("lilicorr-conv", "tensor", "layers.0.mlp.up_proj.weight", "reshape"),
+    Case("dflash", "tensor", "layers.1.self_attn.q_proj.weight", "reshape"),
 )
 
 _SGLANG = [f"sglang=={p.version}" for p in RELEASES["sglang"]]
@@ -53,24 +85,15 @@ _NO_ALLOC = (
     "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
     "boot (validate refuses, LC009)"
 )
-_LAX = (
-    "the SGLang harness does not yet track which values of a fused parameter were written or cast (the vLLM "
-    "harness does: narrowed, partial, recast)"
+_UNREAD_CONFIDENCE = (
+    "SGLang builds no DSpark confidence head unless ragged verification is on (off by default) and skips its "
+    "tensors, so a misshaped one loads; validate refuses it (LC208)"
 )
 PENDING: dict[tuple[Case, str], str] = {
     **{(Case("dflash", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
     **{(Case("dflash", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
     **{
-        (case, r): _LAX
-        for case in (
-            Case("lilicorr", "tensor", "layers.1.self_attn.k_proj.weight", "reshape"),
-            Case("lilicorr-conv", "tensor", "layers.0.mlp.up_proj.weight", "reshape"),
-            Case("dspark", "tensor", "confidence_head.proj.bias", "reshape"),
-        )
-        for r in _SGLANG
-    },
-    **{
-        (Case("lilicorr-nvfp4", "tensor", "layers.1.mlp.down_proj.weight_scale_2", "retype"), r): _LAX
+        (Case("dspark", "tensor", "confidence_head.proj.bias", "reshape"), r): _UNREAD_CONFIDENCE
         for r in _SGLANG
     },
     **{

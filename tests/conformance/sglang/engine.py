@@ -224,20 +224,29 @@ class Engine:
                 )
             )
         quant_config = self._step("quant config", lambda: self._quant_config(mc, cls))
-        with _default_dtype(mc.dtype):
-            model = self._step("model", lambda: cls(config=hf_config, quant_config=quant_config))
+
+        def build() -> Any:
+            # model_loader/loader.py: the build runs under set_default_torch_dtype(model_config.dtype), which
+            # refuses a dtype _get_and_verify_dtype passed through unmapped (a non-string torch_dtype)
+            with _default_dtype(mc.dtype):
+                return cls(config=hf_config, quant_config=quant_config)
+
+        model = self._step("model", build)
         self.built = model
         tensors = _read_tensors(path)
         for p in model.parameters():  # the values a constructor leaves are told apart from loaded ones
             _fill_sentinel(p.data)
         taken: dict[int, tuple[str, torch.dtype]] = {}
-        with self._recording(model, taken):
+        read: dict[str, int] = {}
+        with self._recording(model, taken), _counting_reads(tensors, read):
             self._step("load_weights", lambda: model.load_weights(iter(list(tensors.items()))))
         rescaled = self._fused_global_scales(model)
         self._step("postprocess", lambda: self._postprocess(model))
         self._step("worker", lambda: self._worker(model, hf_config, block_size, target_vocab))
         parsed = self._step("draft config", lambda: self._served_config(cls, hf_config))
-        return self._judge(model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled, parsed)
+        return self._judge(
+            model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled, parsed, read=read
+        )
 
     def _step(self, step: str, fn):
         try:
@@ -391,6 +400,8 @@ class Engine:
         expected_layers: list[int],
         rescaled: list[str],
         dspark: Any = None,
+        *,
+        read: dict[str, int],
     ) -> Outcome:
         wrong: list[str] = direct_checks(model, raw, dspark)
         if rescaled:
@@ -424,6 +435,20 @@ class Engine:
         ]
         if cast:
             wrong.append(f"FP8 tensors read as plain floats, their scales ignored: {cast[:3]}")
+        # layers/linear.py and the models' loaders narrow a checkpoint tensor larger than its parameter (or
+        # its shard of a fused one) to the slice they copy: the rest is never read
+        narrowed = sorted(n for n, count in read.items() if 0 < count < tensors[n].numel())
+        if narrowed:
+            wrong.append(f"checkpoint tensors narrowed to their parameter: {narrowed[:4]}")
+        # an integer tensor copied into a float parameter (or back): its values were never the module's
+        recast = sorted(
+            name
+            for name, t in tensors.items()
+            for _, pdtype in [taken.get(id(t), (None, None))]
+            if pdtype is not None and t.dtype.is_floating_point != pdtype.is_floating_point
+        )
+        if recast:
+            wrong.append(f"integer tensors cast into float parameters (or back): {recast[:4]}")
         if len(captured) == len(expected_layers) and captured != expected_layers:
             wrong.append(
                 f"the target captures layers {captured} for target_layer_ids {expected_layers}: fc reads "
@@ -685,6 +710,27 @@ def _read_tensors(path: Path) -> dict[str, torch.Tensor]:
             for name in f.keys():  # noqa: SIM118 - safe_open has no iterator
                 out[name] = f.get_tensor(name)
     return out
+
+
+@contextlib.contextmanager
+def _counting_reads(tensors: dict[str, torch.Tensor], read: dict[str, int]) -> Iterator[None]:
+    """How many values of each checkpoint tensor the loaders copy (Tensor.copy_ out of its storage, views
+    included): every released weight loader writes a parameter through copy_."""
+    by_storage = {t.untyped_storage().data_ptr(): n for n, t in tensors.items() if t.numel()}
+    original = torch.Tensor.copy_
+
+    def copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        if isinstance(src, torch.Tensor) and src.numel():
+            name = by_storage.get(src.untyped_storage().data_ptr())
+            if name is not None:
+                read[name] = read.get(name, 0) + src.numel()
+        return original(dst, src, non_blocking)
+
+    torch.Tensor.copy_ = copy_  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.Tensor.copy_ = original  # type: ignore[method-assign]
 
 
 _SENTINEL_BYTE = 0xA7
