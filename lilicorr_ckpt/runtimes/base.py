@@ -182,10 +182,11 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     attention_sinks_top_level: bool = False
     # how it reads the config.json keys whose JSON type decides a load (LC001 / LC004): (JSON path pattern, the head
     # kinds it applies to: "*", "a,b" or "!a,b" for all but those, reader). Readers: "unread" (not read for that
-    # head kind), "truth" (`if value:`, any JSON value loads), "flag" (`if value:` builds something: a true value other than
-    # `true` is refused), "count?" (null or an integer >= 1), "float()" / "int()" (cast: a numeric string loads,
-    # null, a list or an object does not), "number?" (an int, a float or null), "str?" (a string or null), "str+" (a non-empty string),
-    # "object" (a JSON object). First match wins; a key no entry matches must have the type the schema gives it
+    # head kind), "truth" (`if value:`, any JSON value loads), "flag" (`if value:` builds something: a true value
+    # other than `true` is refused), "count?" (null or an integer >= 1), "float()" / "int()" (cast: a numeric
+    # string loads, null, a list or an object does not), "int()?" (the same, null read as absent; "int()?-bool" a bool refused too), "number?" (an
+    # int, a float or null), "str?" (a string or null), "str+" (a non-empty string), "object" (a JSON object).
+    # First match wins; a key no entry matches must have the type the schema gives it
     config_reads: tuple[tuple[str, str, str], ...] = ()
     # parses config.json with transformers' strict config classes (transformers 5): each typed field refuses
     # another JSON type, null included (LC005); model_type must name a registered type (LC006); a key that

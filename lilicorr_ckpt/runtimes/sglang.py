@@ -161,7 +161,9 @@ FIRST = RuntimeProfile(
         ("$.dflash_config.final_logit_softcapping", "*", "float()|falsy"),
         ("$.dflash_config.output_multiplier", "*", "float()"),  # parse_dflash_draft_config: float(...)
         # parse_dflash_draft_config: _parse_optional_int(dflash_config block_size, else the top-level one)
-        ("$.dflash_config.block_size", "*", "int()"),
+        # (models/lilicorr.py sizes the head by it: int(true) == 1 builds a head no LiLiCorr tensor fits)
+        ("$.dflash_config.block_size", "lilicorr", "int()?-bool"),
+        ("$.dflash_config.block_size", "*", "int()?"),
         # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
         # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)
         ("$.dflash_config.gru_hidden_dim", "!domino", "unread"),

@@ -7,7 +7,7 @@ from typing import Any
 
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.config.common import CFG
-from lilicorr_ckpt.checks.config.types import field_types
+from lilicorr_ckpt.checks.config.types import config_read, field_types
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 
@@ -238,11 +238,24 @@ def integral_floats(ctx: Context) -> None:
         "unconfirmed": ("LC140", "is|are", "not confirmed to cast it"),
         "casts": ("LC141", "casts|cast", "it with int()"),
     }
-    for kind, keys in found.items():
-        if not keys:
-            continue
+    family = ctx.geometry.family
+    for kind, found_keys in found.items():
         for mode, (rule_id, verb, rest) in verbs.items():
-            mine = [p for p in ctx.profiles if _INTEGRAL_FLOAT[kind](p) == mode]
+            # a dflash_config key the release does not read for this head kind (RuntimeProfile.config_reads) is
+            # not its concern (a top-level "unread" key is still read where dflash_config has no value)
+            read = {
+                p.name: [
+                    k
+                    for k in found_keys
+                    if not (k.startswith("dflash_config.") and config_read(p, family, f"$.{k}") == "unread")
+                ]
+                for p in ctx.profiles
+                if _INTEGRAL_FLOAT[kind](p) == mode
+            }
+            mine = [p for p in ctx.profiles if read.get(p.name)]
+            keys = [k for k in found_keys if any(k in read[p.name] for p in mine)]
+            if not keys:
+                continue
             ctx.emit_for(
                 rule_id,
                 mine,

@@ -125,6 +125,10 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return False
     if reader == "float()|falsy":
         return bool(value) and reader_refuses("float()", value)
+    if reader == "int()?":  # `None if value is None else int(value)`
+        return value is not None and reader_refuses("int()", value)
+    if reader == "int()?-bool":  # the same, where int(true) == 1 is a size the model cannot be built with
+        return isinstance(value, bool) or reader_refuses("int()?", value)
     if reader in ("float()", "int()"):
         if isinstance(value, (bool, int)):
             return False
@@ -156,6 +160,9 @@ _HOW = {
     "float()": "reads it with float()|read it with float()",
     "float()|falsy": "reads it with float()|read it with float()",
     "int()": "reads it with int()|read it with int()",
+    "int()?": "reads it with int() (null: absent)|read it with int() (null: absent)",
+    "int()?-bool": "reads it with int() and needs more than int(true)|read it with int() and need more than "
+    "int(true)",
     "number?": "requires a number or null|require a number or null",
     "str?": "requires a string or null|require a string or null",
     "str+": "requires a non-empty string|require a non-empty string",
