@@ -160,6 +160,8 @@ FIRST = RuntimeProfile(
         ("$.dflash_config.attention_value_scale", "*", "number?"),
         ("$.dflash_config.final_logit_softcapping", "*", "float()|falsy"),
         ("$.dflash_config.output_multiplier", "*", "float()"),  # parse_dflash_draft_config: float(...)
+        # parse_dflash_draft_config: dflash_config.get("attention_sink_bias", False) must be a bool (null too)
+        ("$.dflash_config.attention_sink_bias", "*", "bool"),
         # parse_dflash_draft_config: _parse_optional_int(dflash_config block_size, else the top-level one)
         # (models/lilicorr.py sizes the head by it: int(true) == 1 builds a head no LiLiCorr tensor fits)
         ("$.dflash_config.block_size", "lilicorr", "int()?-bool"),

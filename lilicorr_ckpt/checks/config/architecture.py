@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
 from lilicorr_ckpt.checkpoint.geometry import head_declared, routed_by_projector
 from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.config.siblings import foreign_sibling_tensors, sibling_route
+from lilicorr_ckpt.checks.config.types import config_read
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.families import SIBLINGS
+from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
 rule(
@@ -136,18 +140,21 @@ def architecture(ctx: Context) -> None:
     if sibling:
         sibling_route(ctx, sibling, arch)
     foreign_sibling_tensors(ctx, arch, sibling)
-    if cfg.family == "lilicorr" and cfg.dflash.lilicorr_enabled is False:
+    disabling = _lilicorr_disabled(ctx) if cfg.family == "lilicorr" else []
+    if disabling:
+        value = ctx.parsed.raw["dflash_config"]["lilicorr_enabled"]
         ctx.emit(
             "LC108",
-            "dflash_config.lilicorr_enabled is false on LiLiCorrDraftModel: "
+            f"dflash_config.lilicorr_enabled is {json.dumps(value)} on LiLiCorrDraftModel: "
             + "; ".join(
                 f"{p.display}: {p.lilicorr_disabled or 'not established (validate keeps it refused)'}"
-                for p in ctx.profiles
+                for p in disabling
             ),
+            runtimes=() if len(disabling) == len(ctx.profiles) else [p.name for p in disabling],
             file="config.json",
             pointer="$.dflash_config.lilicorr_enabled",
             expected="true",
-            actual="false",
+            actual=json.dumps(value),
         )
     routers = [p for p in ctx.profiles if p.projector_type_routes]
     others = [p for p in ctx.profiles if not p.projector_type_routes]
@@ -220,3 +227,19 @@ def architecture(ctx: Context) -> None:
             expected="LiLiCorrDraftModel",
             actual=arch,
         )
+
+
+def _lilicorr_disabled(ctx: Context) -> list[RuntimeProfile]:
+    """The profiles that read dflash_config.lilicorr_enabled as off: `false` for all; any other falsy value (null,
+    0, "") for those that read it as a truth value (vLLM lilicorr.py: `if not draft_config.get("lilicorr_enabled",
+    True)`)."""
+    nested = ctx.parsed.raw.get("dflash_config")
+    if not isinstance(nested, dict) or "lilicorr_enabled" not in nested:
+        return []
+    value = nested["lilicorr_enabled"]
+    if value is False:
+        return list(ctx.profiles)
+    if isinstance(value, bool) or value:
+        return []
+    path = "$.dflash_config.lilicorr_enabled"
+    return [p for p in ctx.profiles if config_read(p, ctx.geometry.family, path) == "truth"]

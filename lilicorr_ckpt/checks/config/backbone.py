@@ -328,7 +328,8 @@ rule(
     CFG,
     "dflash_config.sample_from_anchor is true, which the runtime's DFlash speculator refuses.",
     "Remove dflash_config.sample_from_anchor (DFlash drafts use the anchor as the bonus token).",
-    doc="Fires when dflash_config.sample_from_anchor is true, for the runtimes that refuse it: vLLM.",
+    doc="Fires when dflash_config.sample_from_anchor is true (or, read as a truth value, any truthy JSON value), "
+    "for the runtimes that refuse it: vLLM.",
     why="vLLM's DFlash speculator (and the LiLiCorr, DFlash2 and DSpark speculators built on it) refuses "
     'the config at start-up: "sample_from_anchor=True is not supported for DFlash" '
     "(spec_decode/dflash/speculator.py `DFlashSpeculator.__init__`). A DSpark drafter declares it at the "
@@ -925,18 +926,26 @@ _ACT_KEYS = {"swigluoai": ("swiglu_alpha", "swiglu_limit")}
 
 def speculator_keys(ctx: Context) -> None:
     """Keys the runtimes' speculators and backbones read beyond the head geometry."""
-    cfg = ctx.config
-    if cfg.dflash.sample_from_anchor:
-        refusing = [p for p in ctx.profiles if p.sample_from_anchor_refused]
+    nested = ctx.parsed.raw.get("dflash_config")
+    anchor = nested.get("sample_from_anchor") if isinstance(nested, dict) else None
+    if anchor:
+        # spec_decode/dflash/speculator.py: `if dflash_config.get("sample_from_anchor", False)`, any truthy value
+        path = "$.dflash_config.sample_from_anchor"
+        refusing = [
+            p
+            for p in ctx.profiles
+            if p.sample_from_anchor_refused
+            and (anchor is True or config_read(p, ctx.geometry.family, path) == "truth")
+        ]
         ctx.emit_for(
             "LC174",
             refusing,
-            f"dflash_config.sample_from_anchor is true: {names(refusing, 'refuses|refuse')} "
+            f"dflash_config.sample_from_anchor is {json.dumps(anchor)}: {names(refusing, 'refuses|refuse')} "
             'it ("sample_from_anchor=True is not supported for DFlash")',
             file="config.json",
             pointer="$.dflash_config.sample_from_anchor",
             expected="absent or false",
-            actual=True,
+            actual=json.dumps(anchor),
         )
     raw = ctx.parsed.raw
     blocks = [

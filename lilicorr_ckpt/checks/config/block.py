@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lilicorr_ckpt.checks.config.common import CFG
+from lilicorr_ckpt.checks.config.types import config_read
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 
@@ -128,10 +129,17 @@ def block_size(ctx: Context) -> None:
     value = nested if nested is not None else top
     assert value is not None  # both absent returned above
     minimum = 2 if ctx.geometry.lilicorr_enabled else 1
-    if value < minimum:
+    # a dflash_config value the release does not read for this head kind (vLLM: DFlash, DFlash2, DSpark) is not its
+    # concern
+    path = "$.dflash_config.block_size"
+    readers = [
+        p for p in ctx.profiles if nested is None or config_read(p, ctx.geometry.family, path) != "unread"
+    ]
+    if value < minimum and readers:
         ctx.emit(
             "LC112",
             f"block_size is {value}",
+            runtimes=() if len(readers) == len(ctx.profiles) else [p.name for p in readers],
             file="config.json",
             pointer="$.dflash_config.block_size" if nested is not None else "$.block_size",
             expected=f">= {minimum}",

@@ -143,6 +143,8 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
     if reader == "number?":
         return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))
+    if reader == "bool":
+        return not isinstance(value, bool)
     if reader == "str?":
         return not (value is None or isinstance(value, str))
     if reader == "str+":
@@ -164,6 +166,7 @@ _HOW = {
     "int()?-bool": "reads it with int() and needs more than int(true)|read it with int() and need more than "
     "int(true)",
     "number?": "requires a number or null|require a number or null",
+    "bool": "requires true or false|require true or false",
     "str?": "requires a string or null|require a string or null",
     "str+": "requires a non-empty string|require a non-empty string",
     "object": "requires an object|require an object",

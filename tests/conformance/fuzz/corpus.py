@@ -77,6 +77,15 @@ CORPUS: tuple[Case, ...] = (
     # dict_dtype_to_str fails on one with no dot in its text (LC005)
     Case("lilicorr", "top", "torch_dtype", "zero"),
     Case("lilicorr", "top", "torch_dtype", "list"),
+    # vLLM reads sample_from_anchor (the DFlash speculator) and lilicorr_enabled (lilicorr.py) as truth values
+    Case("lilicorr", "dflash", "sample_from_anchor", "whole_float"),
+    Case("lilicorr-nvfp4", "dflash", "lilicorr_enabled", "zero"),
+    Case("lilicorr", "dflash", "lilicorr_enabled", "null"),
+    # vLLM does not read dflash_config.block_size for plain DFlash or DSpark (no LC112 there); SGLang does
+    Case("dflash", "dflash", "block_size", "negative"),
+    Case("dspark", "dflash", "block_size", "negative"),
+    # SGLang parse_dflash_draft_config: attention_sink_bias must be a bool, null included
+    Case("domino", "dflash", "attention_sink_bias", "null"),
     # SGLang's loaders narrow an oversize tensor to its parameter (now seen by its harness; LC208)
     Case("lilicorr-conv", "tensor", "layers.0.mlp.up_proj.weight", "reshape"),
     Case("dflash", "tensor", "layers.1.self_attn.q_proj.weight", "reshape"),
