@@ -184,9 +184,10 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # kinds it applies to: "*", "a,b" or "!a,b" for all but those, reader). Readers: "unread" (not read for that
     # head kind), "truth" (`if value:`, any JSON value loads), "flag" (`if value:` builds something: a true value
     # other than `true` is refused), "count?" (null or an integer >= 1), "float()" / "int()" (cast: a numeric
-    # string loads, null, a list or an object does not), "int()?" (the same, null read as absent; "int()?-bool" a bool refused too), "number?" (an
-    # int, a float or null), "bool" (true or false, null refused), "str?" (a string or null), "str+" (a non-empty string), "object" (a JSON object).
-    # First match wins; a key no entry matches must have the type the schema gives it
+    # string loads, null, a list or an object does not), "int()?" (the same, null read as absent), "int()-bool"
+    # (int() of anything but null or a bool), "int" (a JSON integer, used uncast), "number?" (an int, a float or
+    # null), "bool" (true or false, null refused), "str?" (a string or null), "str+" (a non-empty string),
+    # "object" (a JSON object). First match wins; a key no entry matches must have the type the schema gives it
     config_reads: tuple[tuple[str, str, str], ...] = ()
     # parses config.json with transformers' strict config classes (transformers 5): each typed field refuses
     # another JSON type, null included (LC005); model_type must name a registered type (LC006); a key that

@@ -163,8 +163,9 @@ FIRST = RuntimeProfile(
         # parse_dflash_draft_config: dflash_config.get("attention_sink_bias", False) must be a bool (null too)
         ("$.dflash_config.attention_sink_bias", "*", "bool"),
         # parse_dflash_draft_config: _parse_optional_int(dflash_config block_size, else the top-level one)
-        # (models/lilicorr.py sizes the head by it: int(true) == 1 builds a head no LiLiCorr tensor fits)
-        ("$.dflash_config.block_size", "lilicorr", "int()?-bool"),
+        # (models/lilicorr.py sizes the head by it: null (the default 16, not the top-level value) and
+        # int(true) == 1 build a head no trained LiLiCorr tensor fits)
+        ("$.dflash_config.block_size", "lilicorr", "int()-bool"),
         ("$.dflash_config.block_size", "*", "int()?"),
         # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
         # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)

@@ -157,6 +157,7 @@ FIRST = RuntimeProfile(
         # only lilicorr.py LiLiCorr.__init__ reads dflash_config.block_size (uncast); qwen3_dspark the top-level
         # one; DFlash and DFlash2 take the block from num_speculative_tokens
         ("$.dflash_config.block_size", "!lilicorr", "unread"),
+        ("$.dflash_config.block_size", "lilicorr", "int"),  # `block_size - 1` slots, compared with `<`
         ("$.mask_token_id", "*", "unread"),
         ("$.target_layer_ids", "*", "unread"),
         ("$.num_target_layers", "*", "unread"),

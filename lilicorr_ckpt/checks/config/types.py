@@ -127,8 +127,12 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return bool(value) and reader_refuses("float()", value)
     if reader == "int()?":  # `None if value is None else int(value)`
         return value is not None and reader_refuses("int()", value)
-    if reader == "int()?-bool":  # the same, where int(true) == 1 is a size the model cannot be built with
-        return isinstance(value, bool) or reader_refuses("int()?", value)
+    if reader == "int()-bool":  # int(value), where null and int(true) == 1 are sizes no model is built with
+        return value is None or isinstance(value, bool) or reader_refuses("int()", value)
+    if reader == "int":  # used uncast as a size: a JSON integer only (a whole-number float is LC139's)
+        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+            return False
+        return not (isinstance(value, int) and not isinstance(value, bool))
     if reader in ("float()", "int()"):
         if isinstance(value, (bool, int)):
             return False
@@ -163,8 +167,9 @@ _HOW = {
     "float()|falsy": "reads it with float()|read it with float()",
     "int()": "reads it with int()|read it with int()",
     "int()?": "reads it with int() (null: absent)|read it with int() (null: absent)",
-    "int()?-bool": "reads it with int() and needs more than int(true)|read it with int() and need more than "
-    "int(true)",
+    "int()-bool": "reads it with int() and needs a size (not null, not a bool)|read it with int() and need a "
+    "size (not null, not a bool)",
+    "int": "uses it uncast as a size (an integer only)|use it uncast as a size (an integer only)",
     "number?": "requires a number or null|require a number or null",
     "bool": "requires true or false|require true or false",
     "str?": "requires a string or null|require a string or null",

@@ -63,6 +63,9 @@ CORPUS: tuple[Case, ...] = (
     Case("lilicorr", "dflash", "block_size", "int_string"),
     Case("dspark", "dflash", "block_size", "null"),  # SGLang: null is absent
     Case("lilicorr", "dflash", "block_size", "true"),  # SGLang: int(true) == 1 sizes the LiLiCorr head
+    Case(
+        "lilicorr-conv", "dflash", "block_size", "null"
+    ),  # LiLiCorr: null is no size (not the top-level one)
     Case("dflash2", "dflash", "block_size", "whole_float"),  # vLLM: not read for DFlash2, so no LC139
     # dspark_bonus_anchor: read only by vLLM's Qwen3-Omni DSpark check, by no SGLang module
     Case("dspark", "top", "dspark_bonus_anchor", "int_string"),
