@@ -55,8 +55,11 @@ def _cuda() -> bool:
 # --- the examples, as the help prints them -------------------------------------------------------------------
 
 
-def _help(command: click.Command, name: str) -> str:
-    with click.Context(command, info_name=name) as ctx:
+def _help(command: click.Command, name: str, program: click.Command | None = None) -> str:
+    """The help text, in the settings of the program the command belongs to (its -h): a bare Context would make
+    the command cache a help option of --help alone (click caches it per command), and a later `CMD -h` fails."""
+    settings = (program or command).context_settings
+    with click.Context(command, info_name=name, **settings) as ctx:
         return command.get_help(ctx)
 
 
@@ -87,13 +90,13 @@ def help_examples() -> list[tuple[str, str, bool]]:
 
     helps = [("lilicorr-ckpt --help", _help(cli, "lilicorr-ckpt"))]
     for name, command in sorted(cli.commands.items()):
-        helps.append((f"{name} --help", _help(command, name)))
+        helps.append((f"{name} --help", _help(command, name, cli)))
         for sub, subcommand in sorted(getattr(command, "commands", {}).items()):
-            helps.append((f"{name} {sub} --help", _help(subcommand, sub)))
+            helps.append((f"{name} {sub} --help", _help(subcommand, sub, cli)))
     helps.append(("lilicorr-ckpt-pre-commit --help", _help(hook, "lilicorr-ckpt-pre-commit")))
     helps.append(("python -m lilicorr_train --help", _help(train, "python -m lilicorr_train")))
     for name, command in sorted(train.commands.items()):
-        helps.append((f"python -m lilicorr_train {name} --help", _help(command, name)))
+        helps.append((f"python -m lilicorr_train {name} --help", _help(command, name, train)))
     return [(where, example, marked) for where, text in helps for example, marked in examples_of(text)]
 
 
@@ -824,7 +827,9 @@ def test_the_template_mark_covers_the_examples_under_it_only():
 def _argv_parses(group: click.Group, prog: str, argv: list[str]) -> None:
     """Click parses argv as the command line would (options exist, values are valid), running nothing; a path
     the template names need not exist (it is the reader's)."""
-    ctx = click.Context(group, info_name=prog)
+    # the group's own settings (its -h), as the command line gets them: a bare Context would make each command
+    # cache a help option of --help alone (click caches it per command), and a later `CMD -h` would fail
+    ctx = click.Context(group, info_name=prog, **group.context_settings)
     command = group.get_command(ctx, argv[0])
     assert command is not None and not isinstance(command, click.Group), argv
     try:
