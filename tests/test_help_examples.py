@@ -41,6 +41,8 @@ from helpers import REPO
 EXAMPLES = REPO / "examples"
 GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOKE_CAP = ("--limit", "1", "--max-new-tokens", "6", "--no-warmup")
+# a --sweep example runs at batch sizes up to 8: three prompts per category (9), so that every size fits
+SWEEP_CAP = ("--limit", "3", "--max-new-tokens", "6", "--no-warmup")
 SHA = "0123456789abcdef0123456789abcdef01234567"
 
 
@@ -220,7 +222,7 @@ def run_example(example: str, root: Path, env: dict[str, str], *, fresh_process:
         tokens = ["lilicorr_train", *tokens[3:]]
     program, *argv = tokens
     if program == "lilicorr-ckpt" and argv[:1] == ["smoke"]:
-        argv += SMOKE_CAP
+        argv += SWEEP_CAP if "--sweep" in argv else SMOKE_CAP
     if program == "lilicorr-ckpt-pre-commit":
         command = [sys.executable, "-m", "lilicorr_ckpt.precommit", *argv]
         fresh_process = True
@@ -389,6 +391,15 @@ def _smoke_consistent(ran: Ran) -> dict[str, str]:
 
 def _smoke_ran(ran: Ran) -> None:
     assert _smoke_consistent(ran)["lossless"] == "PASS"
+
+
+def _smoke_sweep(ran: Ran) -> None:
+    assert _smoke_consistent(ran)["lossless"] == "PASS"
+    table = ran.out.split("speed by batch size")[1].split("\n\n")[0].splitlines()
+    assert [line.split()[0] for line in table[2:5]] == ["1", "4", "8"], ran.out  # a row per size, in order
+    assert all(line.endswith("9/9") for line in table[2:5]), (
+        ran.out
+    )  # the same tokens at every size (SWEEP_CAP)
 
 
 def _gpu(ran: Ran) -> None:
@@ -707,6 +718,9 @@ EXPECTED: dict[str, Expect] = {
     ),
     "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --gpu": Expect(
         _gpu, needs_torch=True
+    ),
+    "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --sweep 1,4,8": Expect(
+        _smoke_sweep, needs_torch=True
     ),
     "lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -r vllm "
     "--probes math --limit 4 --max-new-tokens 64": Expect(_smoke_gguf, needs_gguf=True, needs_torch=True),

@@ -703,8 +703,39 @@ def _profile_section(profile: SmokeReport, unverified: list[str], chart: str | N
                     + " | ".join(_position(stats, i, kind) for i in range(width))
                     + " |"
                 )
+    out += _sweep_table(profile)
     gates = ", ".join(f"{md(g.name)} {g.status.upper()}" for g in profile.gates)
     out += ["", f"Gates: {gates}; lossless means every speculative generation equalled the target's own."]
+    return out
+
+
+def _sweep_table(profile: SmokeReport) -> list[str]:
+    """`smoke --sweep`: the speed-up over the target alone at each batch size (none without a sweep)."""
+    if not profile.sweep:
+        return []
+    spec = [a for a in profile.sweep[0].tokens_per_second if a != "ar"]
+    names = {"head": "LiLiCorr head", "control": "DFlash control"}
+    cpu = profile.measurement_conditions.device.startswith("cpu")
+    out = [
+        "",
+        f"Speed by concurrency ({profile.sweep[0].requests} prompts, `batch` of them decoded side by side; "
+        "each arm's tokens over its elapsed time, prefill included"
+        + ("; on a CPU these measure Python and kernel launches, not the drafter" if cpu else "")
+        + "):",
+        "",
+        "| batch | target alone tok/s | "
+        + " | ".join(f"{names.get(a, md(a))} tok/s | speed-up" for a in spec)
+        + " |",
+        "|---:|---:|" + "---:|---:|" * len(spec),
+    ]
+    for point in profile.sweep:
+        cells = []
+        for a in spec:
+            ratio = point.speedup_vs_ar.get(a)
+            cells += [f"{point.tokens_per_second[a]:,.0f}", "–" if ratio is None else f"{ratio:.2f}×"]
+        out.append(
+            f"| {point.batch} | {point.tokens_per_second.get('ar', 0.0):,.0f} | " + " | ".join(cells) + " |"
+        )
     return out
 
 

@@ -34,6 +34,37 @@ def _speedup_line(device: str, concurrency: int) -> str:
     return GPU_SPEEDUP_LINE if concurrency <= 1 else GPU_BATCH_SPEEDUP_LINE
 
 
+def _sweep_lines(r: SmokeReport) -> list[str]:
+    """--sweep: tok/s and speed-up over the ar arm per batch size, one line each."""
+    arms = list(r.sweep[0].tokens_per_second)
+    spec = [a for a in arms if a != "ar"]
+    lines = [
+        f"speed by batch size (--sweep; {r.sweep[0].requests} prompts, each arm's tokens over its elapsed time)",
+        "batch"
+        + "".join(f"  {a + ' tok/s':>13}" for a in arms)
+        + "".join(f"  {a + ' speedup':>15}" for a in spec)
+        + "  same tokens",
+    ]
+    for point in r.sweep:
+        speedups = "".join(
+            f"  {'n/a' if point.speedup_vs_ar[a] is None else f'{point.speedup_vs_ar[a]:.2f}x':>15}"
+            for a in spec
+        )
+        same = "not compared" if point.same_tokens is None else f"{point.same_tokens}/{point.requests}"
+        lines.append(
+            f"{point.batch:>5}"
+            + "".join(f"  {point.tokens_per_second[a]:13.1f}" for a in arms)
+            + speedups
+            + f"  {same}"
+        )
+    if r.measurement_conditions.device.startswith("cpu"):
+        lines.append(f"  {CPU_SPEEDUP_LINE}")
+    lines.append(
+        "  same tokens: requests whose every arm emitted exactly the measured run's tokens at that batch size"
+    )
+    return lines
+
+
 def render_text(r: SmokeReport, *, color: bool = False) -> str:
     def paint(text: str, status: str) -> str:
         if not color:
@@ -99,6 +130,9 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
         f"  {TAU_REQ_LINE}",
         f"  {_speedup_line(m.device, m.concurrency)}",
     ]
+
+    if r.sweep:
+        lines += ["", *_sweep_lines(r)]
 
     spec_arms = [a for a in r.arms if a != "ar"]
     if r.num_speculative_tokens:

@@ -39,6 +39,7 @@ from lilicorr_ckpt.smoke.profile import (
     MeasurementConditions,
     RequestRecord,
     SmokeReport,
+    SweepPoint,
     TargetRecord,
     dense_histogram,
     dense_rates,
@@ -68,6 +69,7 @@ def assemble(
     baseline: Any,
     acceptance_stats: Callable[[Sequence[Any]], Any],
     elapsed: dict[str, float] | None = None,
+    sweep: Sequence[SweepPoint] = (),
 ) -> SmokeReport:
     """The report of a smoke run from its decoded runs (probe, seed, prompt ids, arm -> GenerationResult).
     `acceptance_stats` is the runtime's (lilicorr_runtime.acceptance_stats): the caller that decoded passes it.
@@ -232,6 +234,7 @@ def assemble(
         requests=requests,
         gates=gates,
         baseline=comparison,
+        sweep=list(sweep),
         passed=all(gate.status != "fail" for gate in gates),
     )
 

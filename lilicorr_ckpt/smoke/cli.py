@@ -38,6 +38,7 @@ Examples (from the repository root):
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --output profile.json --html smoke.html
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --baseline profile.json --format junit
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --gpu   # on a CUDA GPU
+  lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --sweep 1,4,8   # speed-up per batch size
   lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -r vllm \\
       --probes math --limit 4 --max-new-tokens 64   # after scripts/fetch_smollm2.sh
   # template: my_prompts.jsonl is your probe file (its format is below)
@@ -241,6 +242,16 @@ def register(group: click.Group) -> None:
     "probe's slot takes the next). tau stays per request; tok/s and the speed-up are then the whole "
     "arm's at batch N.  [default: as many as fit with --gpu, 1 on the CPU]",
 )
+@click.option(
+    "--sweep",
+    default="",
+    callback=_ints,
+    metavar="B1,B2,...",
+    help="After the measured run, time every arm again at each of these batch sizes (the same prompts, the "
+    "first seed) and report tok/s and the speed-up per batch size: what one request sees at 1, what a loaded "
+    "server sees at 32. Sizes above 1 need a target on the fast path (Llama, Qwen2, Qwen3), and at most as "
+    "many as the prompts run.",
+)
 @click.option("--no-warmup", is_flag=True, help="Skip the untimed warm-up generation of each arm.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress line on stderr.")
 @click.option(
@@ -311,6 +322,7 @@ def smoke(
     dtype: str | None,
     runtime: str,
     batch: int | None,
+    sweep: tuple[int, ...],
     no_warmup: bool,
     quiet: bool,
     engine: str | None,
@@ -360,6 +372,7 @@ def smoke(
         runtime=runtime,
         warmup=not no_warmup,
         batch=batch,
+        sweep=sweep,
     )
     check_options(options)  # usage errors before the runtime is imported
     if engine is not None:
@@ -368,6 +381,10 @@ def smoke(
         if html_out:
             raise click.UsageError(
                 "--html draws the reference runtime's profile; it does not apply with --engine"
+            )
+        if sweep:
+            raise click.UsageError(
+                "--sweep times the reference runtime; with --engine, run once per --concurrency instead"
             )
 
         given = ctx.get_parameter_source("tolerance") is not click.core.ParameterSource.DEFAULT

@@ -37,12 +37,14 @@ class SmokeOptions(msgspec.Struct, frozen=True, kw_only=True):
     batch: int | None = (
         None  # probes decoded side by side per arm; None: as many as fit on the GPU, 1 on the CPU
     )
+    sweep: tuple[int, ...] = ()  # batch sizes every arm is timed again at, after the measured run
 
 
 MAX_NEW_TOKENS = 1 << 16  # far beyond any probe; the target's positions bound it further once it is read
 MAX_TEMPERATURE = 100.0  # softmax(logits / T) is uniform to float precision long before this
 MAX_SEED = 2**63 - 1  # what torch.Generator.manual_seed takes on every platform
 MAX_BATCH = 4096  # slots of the device loop; memory bounds it further once the models are read
+MAX_SWEEP = 16  # batch sizes one --sweep times (each is a whole pass of every arm)
 
 
 def _finite(value: float | None) -> bool:
@@ -88,6 +90,13 @@ def check_options(opts: SmokeOptions) -> None:
         raise UsageError("--min-accept-rates takes probabilities in [0, 1]")
     if opts.batch is not None and not 1 <= opts.batch <= MAX_BATCH:
         raise UsageError(f"--batch must be in [1, {MAX_BATCH}], got {opts.batch}")
+    if len(opts.sweep) > MAX_SWEEP:
+        raise UsageError(f"--sweep takes at most {MAX_SWEEP} batch sizes, got {len(opts.sweep)}")
+    bad_sizes = [b for b in opts.sweep if not 1 <= b <= MAX_BATCH]
+    if bad_sizes:
+        raise UsageError(f"--sweep takes batch sizes in [1, {MAX_BATCH}], got {bad_sizes[0]}")
+    if len(set(opts.sweep)) != len(opts.sweep):
+        raise UsageError(f"--sweep names a batch size twice: {','.join(map(str, opts.sweep))}")
     if opts.num_speculative_tokens is not None and not 1 <= opts.num_speculative_tokens <= 1 << 16:
         raise UsageError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
 

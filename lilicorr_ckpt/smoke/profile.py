@@ -206,6 +206,19 @@ class BaselineComparison(msgspec.Struct, frozen=True, kw_only=True):
     items: list[BaselineItem]
 
 
+class SweepPoint(msgspec.Struct, frozen=True, kw_only=True):
+    """`smoke --sweep`: every arm timed again at one batch size, over the same prompts (the first seed)."""
+
+    batch: int  # requests decoded side by side in each arm
+    requests: int
+    wall_time_s: dict[str, float]  # arm -> its elapsed time over all the requests, warm-up excluded
+    tokens_per_second: dict[str, float]  # arm -> its emitted tokens over that time
+    speedup_vs_ar: dict[str, float | None]  # arm -> tokens/s over the "ar" arm's at this batch size
+    # requests whose every arm emitted exactly the tokens of the measured run (None: not compared, T > 0, where a
+    # batch draws its random numbers in another order)
+    same_tokens: int | None
+
+
 class SmokeReport(msgspec.Struct, frozen=True, kw_only=True):
     """`lilicorr-ckpt smoke --format json` prints exactly this (and --out writes it)."""
 
@@ -241,6 +254,7 @@ class SmokeReport(msgspec.Struct, frozen=True, kw_only=True):
     requests: list[RequestRecord]
     gates: list[Gate]
     baseline: BaselineComparison | None = None
+    sweep: list[SweepPoint] = []  # --sweep: speed per batch size, in the order given
     passed: bool
 
 

@@ -42,6 +42,7 @@ from lilicorr_ckpt.smoke.profile import (
     DraftCheckpoint,
     MeasurementConditions,
     SmokeReport,
+    SweepPoint,
     TargetRecord,
     TargetSource,
     checkpoint_id,
@@ -238,10 +239,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         warming.join()
     first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
     batch = _batch_size(opts, target, drafter, prompts, n)
+    _check_sweep(opts, target, len(prompts))
     # batched arms need the device loop, which runs on the fast target path (on the CPU too, without graphs)
     loop: Literal["device", "eager"] | None = "device" if batch > 1 else None
 
-    def decoder(arm: Arm, seed: int, keep: bool = False) -> Any:
+    def decoder(arm: Arm, seed: int, keep: bool = False, size: int | None = None) -> Any:
+        """The arm's decoder; `size` (--sweep): one for that batch size, else the measured run's."""
+        arm_loop = loop if size is None else ("device" if size > 1 else None)
         try:
             return SpeculativeDecoder(
                 target,
@@ -251,7 +255,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 temperature=opts.temperature,
                 seed=seed,
                 keep_proposals=keep,
-                loop=None if keep else loop,
+                loop=None if keep else arm_loop,
             )
         except ValueError as exc:
             raise SmokeRefused(
@@ -316,6 +320,14 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             divergences, near_ties = greedy_checks(
                 target, runs, dtype_name, eos, opts.max_new_tokens, progress, chooser
             )
+    sweep: list[SweepPoint] = []
+    if opts.sweep:
+        measured = {arm: [list(r[3][arm].tokens) for r in runs[: len(prompts)]] for arm in arms}
+        with batch_cpu_tuning(progress, max(opts.sweep) > 1 and not opts.gpu) as chooser:
+            for size in opts.sweep:
+                sweep.append(
+                    _sweep_point(size, arms, decoder, prompts, eos, opts, measured, progress, chooser)
+                )
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -366,6 +378,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         baseline=baseline,
         acceptance_stats=acceptance_stats,
         elapsed=elapsed,
+        sweep=sweep,
     )
 
 
@@ -456,6 +469,69 @@ def _tokenize(
     tokenizer: Any, probes: Sequence[Probe], eos: Sequence[int]
 ) -> tuple[list[list[int]], ChatTemplate]:
     return tokenize_probes(tokenizer, probes, eos)  # torch-free, shared with smoke --engine
+
+
+def _check_sweep(opts: SmokeOptions, target: Any, prompts: int) -> None:
+    """--sweep's sizes against what this run can decode side by side (exit 4 before any arm runs)."""
+    over = [b for b in opts.sweep if b > prompts]
+    if over:
+        raise UsageError(
+            f"--sweep {over[0]}: only {prompts} prompts run, so at most {prompts} decode side by side; raise "
+            "--limit (0 runs every bundled prompt) or drop that size"
+        )
+    if any(b > 1 for b in opts.sweep) and not isinstance(target, FastTarget):
+        raise InputError(
+            f"--sweep with batch sizes above 1 needs a target on the fast path (Llama, Qwen2, Qwen3); "
+            f"{opts.target!r} runs {target.path_note}"
+        )
+
+
+def _sweep_point(
+    size: int,
+    arms: Sequence[Arm],
+    decoder: Callable[..., Any],
+    prompts: Sequence[Sequence[int]],
+    eos: Sequence[int],
+    opts: SmokeOptions,
+    measured: dict[Arm, list[list[int]]],
+    progress: Progress,
+    chooser: ThreadChooser | None,
+) -> SweepPoint:
+    """Every arm timed over the prompts at batch `size` (the first seed; a warm-up on the longest prompt first, so
+    caches and CUDA graphs for this size are built outside the time), whole arms one after another."""
+    seed = opts.seeds[0]
+    walls: dict[str, float] = {}
+    tokens: dict[str, list[list[int]]] = {}
+    longest = max(prompts, key=len)
+    for arm in arms:
+        progress.note(f"--sweep: the {arm} arm at batch {size}, {len(prompts)} probes")
+        runner = decoder(arm, seed, size=size)
+        if opts.warmup:
+            runner.generate_many([longest] * size, 4, eos, batch=size)
+        runner.generator.manual_seed(seed)
+        if chooser is not None:
+            chooser.restart()
+        begin = time.perf_counter()
+        results = runner.generate_many(
+            prompts, opts.max_new_tokens, eos, batch=size, progress=_arm_progress(progress, arm, chooser)
+        )
+        if opts.gpu:
+            torch.cuda.synchronize()
+        walls[arm] = time.perf_counter() - begin
+        tokens[arm] = [list(r.tokens) for r in results]
+    rates = {arm: sum(map(len, tokens[arm])) / walls[arm] if walls[arm] > 0 else 0.0 for arm in arms}
+    ar = rates.get("ar") or 0.0
+    same = None
+    if opts.temperature == 0:
+        same = sum(all(tokens[arm][i] == list(measured[arm][i]) for arm in arms) for i in range(len(prompts)))
+    return SweepPoint(
+        batch=size,
+        requests=len(prompts),
+        wall_time_s={arm: round(walls[arm], 4) for arm in arms},
+        tokens_per_second={arm: round(rates[arm], 3) for arm in arms},
+        speedup_vs_ar={arm: round(rates[arm] / ar, 4) if ar > 0 else None for arm in arms},
+        same_tokens=same,
+    )
 
 
 def _batch_size(
