@@ -34,7 +34,8 @@ from ..graphs import capture, warm_up
 from ..model.dflash import Drafter, DraftKVCache
 from ..ops.draft import control_walk, greedy_walk, sample_walk
 from ..target.fast import PREFILL_ROWS, StaticKVCache
-from .draft_step import propose, warn_once
+from .block import propose
+from .draft_step import warn_once
 from .verify import categorical, verify_greedy, verify_sampled
 
 

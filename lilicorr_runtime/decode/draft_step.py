@@ -1,4 +1,5 @@
-"""The draft step (backbone, candidates, head, walk) with static shapes, replayed from a CUDA graph.
+"""The eager loop's draft step (`block.draft`: backbone, candidates, head, walk) with static shapes, replayed from
+a CUDA graph.
 
 The head is a long tail of small kernels, so its cost is host dispatch unless the whole step is one
 graph replay (the seed PR measured -8.4% end to end when the head was forced out of the draft graph).
@@ -17,7 +18,7 @@ import torch
 from ..arguments import known
 from ..graphs import capture, warm_up
 from ..model.dflash import Drafter, DraftKVCache
-from ..ops.draft import control_walk, greedy_walk, sample_walk, topk_lse
+from .block import WALKS, Walk, draft
 
 _warned: set[str] = set()
 
@@ -26,39 +27,6 @@ def warn_once(key: str, message: str) -> None:
     if key not in _warned:
         _warned.add(key)
         warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def propose(
-    drafter: Drafter,
-    hidden: torch.Tensor,
-    anchor_hidden: torch.Tensor,
-    embed: Callable[[torch.Tensor], torch.Tensor],
-    lm_head: Callable[[torch.Tensor], torch.Tensor],
-    score: bool,
-) -> dict[str, torch.Tensor]:
-    """What follows the backbone in every draft step, eager or captured: logits at block positions 1..n and,
-    with `score`, the top-K candidates of the full-vocabulary log-softmax and the head's lattice scores.
-
-    hidden [b, n+1, M] (final-normed draft hidden of [anchor, masks]), anchor_hidden [b, M] -> logits
-    [b, n, V] fp32 and, scored, candidate_ids [b, n, K], candidate_log_probs [b, n, K], start [b, K],
-    pairs [b, n-1, K, K]."""
-    b, n = hidden.shape[0], hidden.shape[1] - 1
-    pass_hidden = hidden[:, 1:]  # [b, n, M]
-    logits = drafter.logits(pass_hidden, lm_head)  # [b, n, V]
-    if not score or drafter.lilicorr is None:
-        return {"logits": logits}
-    k = drafter.lilicorr.candidate_topk
-    values, ids, lse = topk_lse(logits.flatten(0, 1), k)
-    log_probs = (values - lse[:, None]).view(b, n, k)  # [b, n, K]
-    ids = ids.view(b, n, k)
-    start, pairs = drafter.lilicorr(embed(ids), log_probs, pass_hidden, anchor_hidden)
-    return {
-        "logits": logits,
-        "candidate_ids": ids,
-        "candidate_log_probs": log_probs,
-        "start": start,
-        "pairs": pairs,
-    }
 
 
 class DraftStep:
@@ -72,11 +40,11 @@ class DraftStep:
         lm_head: Callable[[torch.Tensor], torch.Tensor],
         *,
         num_tokens: int,
-        walk: str,
+        walk: Walk,
         batch: int = 1,
         use_graph: bool = True,
     ):
-        if walk not in ("greedy", "sample", "control"):
+        if walk not in WALKS:
             raise ValueError(f"walk must be greedy, sample or control, not {walk!r}")
         if walk != "control" and drafter.lilicorr is None:
             raise ValueError(f"walk {walk!r} needs a LiLiCorr head")
@@ -98,20 +66,22 @@ class DraftStep:
             self._capture()
 
     def _body(self) -> dict[str, torch.Tensor]:
-        block = torch.cat([self.anchor[:, None], self.masks], dim=1)  # [b, n+1]
-        hidden = self.drafter.forward_static(self.cache, self.length, self.embed(block))  # [b, n+1, M]
-        out = propose(
-            self.drafter, hidden, self.anchor_hidden, self.embed, self.lm_head, score=self.walk != "control"
+        """`block.draft` over the static buffers (what the graph captures)."""
+        _, proposed = draft(
+            self.drafter,
+            self.embed,
+            self.lm_head,
+            self.cache,
+            self.length,
+            self.anchor,
+            self.anchor_hidden,
+            self.masks,
+            self.walk,
+            uniforms=self.uniforms,
+            temperatures=self.temperature,
+            greedy=self.greedy,
         )
-        if self.walk == "control":
-            out["tokens"] = control_walk(out["logits"])
-        elif self.walk == "greedy":
-            out["tokens"] = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
-        else:
-            out["tokens"], out["q"] = sample_walk(
-                out["start"], out["pairs"], out["candidate_ids"], self.uniforms, self.temperature, self.greedy
-            )
-        return out
+        return proposed
 
     @torch.inference_mode()
     def _capture(self) -> None:

@@ -21,12 +21,11 @@ import torch
 
 from ..arguments import as_int
 from ..model.dflash import Drafter, DraftKVCache
-from ..ops.draft import control_walk, greedy_walk, sample_walk
 from ..target.adapter import TargetModel, TargetStep
 from ..target.fast import FastTarget
+from .block import Walk, accept, draft, target_token, verify
 from .device_loop import DecodeLoop
-from .draft_step import DraftStep, propose
-from .verify import categorical, verify_greedy, verify_sampled
+from .draft_step import DraftStep
 
 Mode = Literal["head", "control", "ar"]
 Loop = Literal["device", "eager"]
@@ -69,25 +68,31 @@ def draft_block(
     lm_head: Callable[[torch.Tensor], torch.Tensor],
     score: bool,
 ) -> Proposal:
-    """Draft n tokens after the anchor and, with `score`, run candidates and the head (the eager draft step;
-    `graph.DraftStep` runs the same `propose` over a static cache).
+    """Draft n tokens after the anchor and, with `score`, run candidates and the head: `block.draft` over the
+    eager cache, without a walk (every loop's draft step runs the same `block.draft`).
 
     anchor_tokens [b], anchor_hidden [b, M] (the context row that predicted the anchor).
     """
-    b = anchor_tokens.shape[0]
-    block = torch.full(
-        (b, num_tokens + 1), drafter.mask_token_id, dtype=torch.long, device=anchor_tokens.device
+    masks = _masks(drafter, anchor_tokens.shape[0], num_tokens, anchor_tokens.device)
+    hidden, proposed = draft(
+        drafter, embed, lm_head, cache, None, anchor_tokens, anchor_hidden, masks, None, score=score
     )
-    block[:, 0] = anchor_tokens
-    hidden = drafter(cache, embed(block))  # [b, n+1, M]
-    out = propose(drafter, hidden, anchor_hidden, embed, lm_head, score)
+    return _proposal(hidden, proposed)
+
+
+def _masks(drafter: Drafter, b: int, n: int, device: torch.device) -> torch.Tensor:
+    """The block's mask tokens [b, n] (the eager draft's; a captured draft keeps them in a static buffer)."""
+    return torch.full((b, n), drafter.mask_token_id, dtype=torch.long, device=device)
+
+
+def _proposal(hidden: torch.Tensor, proposed: dict[str, torch.Tensor]) -> Proposal:
     return Proposal(
         hidden,
-        out["logits"],
-        out.get("candidate_ids"),
-        out.get("candidate_log_probs"),
-        out.get("start"),
-        out.get("pairs"),
+        proposed["logits"],
+        proposed.get("candidate_ids"),
+        proposed.get("candidate_log_probs"),
+        proposed.get("start"),
+        proposed.get("pairs"),
     )
 
 
@@ -201,10 +206,8 @@ class SpeculativeDecoder:
 
     def _first_token(self, logits: torch.Tensor) -> int:
         # logits [V] -> the target's token at the current position
-        if self.temperature == 0:
-            return int(logits.argmax())
-        probs = torch.softmax(logits / self.temperature, dim=-1)[None]  # [1, V]
-        return int(categorical(probs, self._uniforms(1))[0])
+        uniforms = self._uniforms(1) if self.temperature > 0 else None
+        return int(target_token(logits[None], self.temperature, uniforms)[0])
 
     @torch.inference_mode()
     def generate(
@@ -375,91 +378,75 @@ class SpeculativeDecoder:
         cache: DraftKVCache,
         anchor_t: torch.Tensor,
         anchor_hidden: torch.Tensor,
-        walk: str,
+        how: Walk,
         uniforms: torch.Tensor | None,
-    ) -> tuple[torch.Tensor, torch.Tensor | None, Proposal]:
-        """The draft step: (draft tokens [1, n], proposal q over the candidates [1, n, K] or None, proposal)."""
+    ) -> tuple[dict[str, torch.Tensor], Proposal]:
+        """The draft step (`block.draft`): the proposal walked (tokens [1, n], and q [1, n, K] when sampled), and
+        the same as a Proposal. On CUDA replayed from the step's graph (copied out of its static buffers)."""
         target, drafter, n = self.target, self._drafter, self.num_tokens
         if self.use_graph:
-            step = self._steps.get(walk)
+            step = self._steps.get(how)
             if step is None:
-                step = self._steps[walk] = DraftStep(
-                    drafter, cache, target.embed, target.logits, num_tokens=n, walk=walk
+                step = self._steps[how] = DraftStep(
+                    drafter, cache, target.embed, target.logits, num_tokens=n, walk=how
                 )
-            out = {
+            proposed = {
                 k: v.clone()
                 for k, v in step.run(
                     anchor_t,
                     anchor_hidden,
                     cache.length,
                     uniforms,
-                    self.temperature if walk == "sample" else None,
+                    self.temperature if how == "sample" else None,
                 ).items()
             }
-            proposal = Proposal(
-                torch.empty(0),
-                out["logits"],
-                out.get("candidate_ids"),
-                out.get("candidate_log_probs"),
-                out.get("start"),
-                out.get("pairs"),
-            )
-            return out["tokens"], out.get("q"), proposal
-        proposal = draft_block(
-            drafter, cache, anchor_t, anchor_hidden, n, target.embed, target.logits, score=walk != "control"
+            return proposed, _proposal(torch.empty(0), proposed)
+        device = anchor_t.device
+        sampled = how == "sample"
+        hidden, proposed = draft(
+            drafter,
+            target.embed,
+            target.logits,
+            cache,
+            None,
+            anchor_t,
+            anchor_hidden,
+            _masks(drafter, 1, n, device),
+            how,
+            uniforms=uniforms,
+            temperatures=torch.full((1,), self.temperature, device=device) if sampled else None,
+            greedy=torch.zeros(1, dtype=torch.bool, device=device) if sampled else None,
         )
-        if walk == "control":
-            return control_walk(proposal.logits), None, proposal
-        start, pairs, candidate_ids = _scored(proposal)
-        if walk == "sample":
-            temperature = torch.full((1,), self.temperature, device=anchor_t.device)
-            draft, q_cand = sample_walk(
-                start,
-                pairs,
-                candidate_ids,
-                cast(torch.Tensor, uniforms),  # drawn for every sampled walk
-                temperature,
-                torch.zeros(1, dtype=torch.bool, device=anchor_t.device),
-            )
-            return draft, q_cand, proposal
-        return greedy_walk(start, pairs, candidate_ids), None, proposal
+        return proposed, _proposal(hidden, proposed)
 
     def _block(
         self, cache: DraftKVCache, anchor: int, anchor_hidden: torch.Tensor
     ) -> tuple[list[int], int, BlockRecord, torch.Tensor, Proposal]:
+        """One block (decode/block.py's draft, verify and accept); the commit is the caller's (host lists)."""
         target, drafter, n = self.target, self._drafter, self.num_tokens
-        device = target.device
-        anchor_t = torch.tensor([anchor], device=device)
+        anchor_t = torch.tensor([anchor], device=target.device)
         sampled = self.temperature > 0
-        walk = "control" if self.mode == "control" else "sample" if sampled else "greedy"
-        uniforms = self._uniforms(1, n) if walk == "sample" else None
-        draft, q_cand, proposal = self._draft(cache, anchor_t, anchor_hidden, walk, uniforms)  # [1, n]
+        how: Walk = "control" if self.mode == "control" else "sample" if sampled else "greedy"
+        uniforms = self._uniforms(1, n) if how == "sample" else None
+        proposed, proposal = self._draft(cache, anchor_t, anchor_hidden, how, uniforms)
+        draft_tokens = proposed["tokens"]  # [1, n]
 
         base = target.length
-        step = target.forward(torch.cat([anchor_t, draft[0]]), drafter.target_layer_ids)  # n+1 rows
-        logits = step.logits[None]  # [1, n+1, V]
-        if not sampled:
-            accepted, next_token = verify_greedy(logits, draft)
-        else:
-            vocab = logits.shape[-1]
-            q = torch.zeros(1, n, vocab, device=device)
-            if q_cand is None:  # a greedy proposal is a point mass on the drafted token
-                q.scatter_(2, draft[..., None], 1.0)
-            else:
-                q.scatter_(2, _scored(proposal)[2], q_cand)
-            probs = torch.softmax(logits / self.temperature, dim=-1)
-            accepted, next_token = verify_sampled(probs, draft, q, self._uniforms(1, n), self._uniforms(1))
+        layer_ids = drafter.target_layer_ids
+
+        def forward(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            step = target.forward(ids[0], layer_ids)  # n+1 rows at the target's length
+            return step.logits[None], _features(step)  # [1, n+1, V]
+
+        _, logits, features = verify(forward, anchor_t, draft_tokens)
+        assert features is not None  # the drafter's taps
+        # the uniforms in the order the loops draw them: the walk's (above), then acceptance's and the residual's
+        draws = (self._uniforms(1, n), self._uniforms(1)) if sampled else (None, None)
+        accepted, next_token = accept(logits, draft_tokens, self.temperature, proposed, *draws)
         a = int(accepted[0])
         target.crop(base + a + 1)
         record = BlockRecord(drafted=n, accepted=a, committed=a + 1)
-        return draft[0, :a].tolist(), int(next_token[0]), record, _features(step)[: a + 1], proposal
-
-
-def _scored(proposal: Proposal) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """A scored proposal's (start, pairs, candidate_ids): draft_block with score=True fills all three."""
-    start, pairs, ids = proposal.start, proposal.pairs, proposal.candidate_ids
-    assert start is not None and pairs is not None and ids is not None
-    return start, pairs, ids
+        return draft_tokens[0, :a].tolist(), int(next_token[0]), record, features[: a + 1], proposal
 
 
 def _features(step: TargetStep) -> torch.Tensor:
