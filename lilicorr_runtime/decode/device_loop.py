@@ -32,11 +32,10 @@ import torch
 
 from ..graphs import capture, warm_up
 from ..model.dflash import Drafter, DraftKVCache
-from ..ops.draft import control_walk, greedy_walk, sample_walk
 from ..target.fast import PREFILL_ROWS, StaticKVCache
-from .block import propose
+from .block import Walk, accept, commit, draft, emitted, target_token, verify
 from .draft_step import warn_once
-from .verify import categorical, verify_greedy, verify_sampled
+from .verify import categorical
 
 
 class LoopOutput(msgspec.Struct, frozen=True):
@@ -105,7 +104,7 @@ class DecodeLoop:
         self.generator = generator
         device = target.device
         self.device = device
-        self.walk = (
+        self.walk: Walk | None = (
             None
             if mode == "ar"
             else "control"
@@ -200,107 +199,73 @@ class DecodeLoop:
         return cache
 
     def _draft(self) -> dict[str, torch.Tensor]:
-        """The draft step for every slot: ids [b, n+1] = [anchor, d_1..d_n] (the anchor alone in "ar"), and for
-        sampled verification the proposal q_cand / candidate_ids."""
+        """`block.draft` for every slot over its context: the draft tokens [b, n] and, for sampled verification,
+        the walk's q [b, n, K] and candidate_ids [b, n, K]; nothing in "ar"."""
         st, target, drafter = self.state, self.target, self.drafter
-        anchor = st["anchor"]
         if drafter is None:
-            return {"ids": anchor[:, None]}
-        block = torch.cat([anchor[:, None], self.masks], dim=1)  # [b, n+1]
-        hidden = drafter.forward_static(self._draft_cache, st["length"], target.embed(block))
-        out = propose(
-            drafter, hidden, st["anchor_hidden"], target.embed, target.logits, score=self.walk != "control"
+            return {}
+        _, proposed = draft(
+            drafter,
+            target.embed,
+            target.logits,
+            self._draft_cache,
+            st["length"],
+            st["anchor"],
+            st["anchor_hidden"],
+            self.masks,
+            self.walk,
+            uniforms=self.uniforms["walk"],
+            temperatures=self.temperatures,
+            greedy=self.no_greedy,
         )
-        drafted = {}
-        if self.walk == "control":
-            draft = control_walk(out["logits"])
-        elif self.walk == "greedy":
-            draft = greedy_walk(out["start"], out["pairs"], out["candidate_ids"])
-        else:
-            draft, drafted["q_cand"] = sample_walk(
-                out["start"],
-                out["pairs"],
-                out["candidate_ids"],
-                self.uniforms["walk"],
-                self.temperatures,
-                self.no_greedy,
-            )
-            drafted["candidate_ids"] = out["candidate_ids"]
-        drafted["ids"] = torch.cat([anchor[:, None], draft], dim=1)
-        return drafted
+        # only what acceptance reads outlives the draft (the logits and scores are freed for the verify forward)
+        kept = ("tokens", "q", "candidate_ids") if "q" in proposed else ("tokens",)
+        return {k: proposed[k] for k in kept}
 
     def _verify(self, drafted: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """One target step over every slot's [anchor, d_1..d_n] at its rows length..length+n."""
-        logits, features = self.target._eager(
-            self.target_cache, drafted["ids"], self.state["length"], self.pad, self.taps, False
-        )
-        return {**drafted, "logits": logits, **({} if features is None else {"features": features})}
+        """`block.verify`: one target step over every slot's [anchor, d_1..d_n] at its rows length..length+n."""
+        length = self.state["length"]
+
+        def forward(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+            return self.target._eager(self.target_cache, ids, length, self.pad, self.taps, False)
+
+        ids, logits, features = verify(forward, self.state["anchor"], drafted.get("tokens"))
+        return {
+            **drafted,
+            "ids": ids,
+            "logits": logits,
+            **({} if features is None else {"features": features}),
+        }
 
     def _accept(self, verified: dict[str, torch.Tensor]) -> None:
-        """Acceptance, then the commit (see `_commit`)."""
-        b, n = self.batch, self.n
+        """`block.accept` (in "ar", `block.target_token`), then `block.commit` of the active slots."""
         logits, ids = verified["logits"], verified["ids"]
-        sampled = self.temperature > 0
         if self.drafter is None:  # ar: the target's own token
-            if sampled:
-                probs = torch.softmax(logits[:, 0] / self.temperature, dim=-1)
-                bonus = categorical(probs, self.uniforms["residual"])
-            else:
-                bonus = logits[:, 0].argmax(dim=-1)
-            accepted = torch.zeros(b, dtype=torch.long, device=self.device)
-            emitted = bonus[:, None]
+            bonus = target_token(logits[:, 0], self.temperature, self.uniforms["residual"])
+            accepted = torch.zeros(self.batch, dtype=torch.long, device=self.device)
+            tokens = bonus[:, None]
         else:
-            draft = ids[:, 1:]
-            if not sampled:
-                accepted, bonus = verify_greedy(logits, draft)
-            else:
-                q = torch.zeros(b, n, logits.shape[-1], device=self.device)
-                if "q_cand" not in verified:  # a greedy proposal is a point mass on the drafted token
-                    q.scatter_(2, draft[..., None], 1.0)
-                else:
-                    q.scatter_(2, verified["candidate_ids"], verified["q_cand"])
-                probs = torch.softmax(logits / self.temperature, dim=-1)
-                accepted, bonus = verify_sampled(
-                    probs, draft, q, self.uniforms["accept"], self.uniforms["residual"]
-                )
-            # emitted[j] = d_{j+1} for j < a, the bonus at j = a (positions past a are not written)
-            j = torch.arange(n + 1, device=self.device)[None, :]
-            emitted = torch.where(
-                j < accepted[:, None], torch.cat([draft, draft[:, :1]], dim=1), bonus[:, None]
+            draft_tokens = ids[:, 1:]
+            accepted, bonus = accept(
+                logits,
+                draft_tokens,
+                self.temperature,
+                verified,
+                self.uniforms["accept"],
+                self.uniforms["residual"],
             )
+            tokens = emitted(draft_tokens, accepted, bonus)
         accepted = torch.where(self.state["active"], accepted, 0)
-        self._commit(emitted, accepted, bonus, verified.get("features"))
-
-    def _commit(
-        self,
-        emitted: torch.Tensor,
-        accepted: torch.Tensor,
-        bonus: torch.Tensor,
-        features: torch.Tensor | None,
-    ) -> None:
-        st = self.state
-        active = st["active"]
-        width = emitted.shape[1]
-        j = torch.arange(width, device=self.device)[None, :]
-        written = active[:, None] & (j <= accepted[:, None])  # [b, n+1]
-        trash = st["out"].shape[1] - 1
-        st["out"].scatter_(1, torch.where(written, st["out_len"][:, None] + j, trash), emitted)
-        hit_eos = ((emitted[:, :, None] == self.eos).any(dim=2) & written).any(dim=1)
-        out_len = st["out_len"] + torch.where(active, accepted + 1, 0)
-        done = hit_eos | (out_len >= st["limit"])
-        log_trash = st["accepted"].shape[1] - 1
-        st["accepted"].scatter_(1, torch.where(active, st["blocks"], log_trash)[:, None], accepted[:, None])
-        st["blocks"].add_(active.long())
-        if self.drafter is not None:
-            assert features is not None  # the drafter's taps
-            context = self.drafter.project_context(features)  # [b, n+1, M]
-            self.drafter.append_context_static(self._draft_cache, context, st["length"])
-            kept = context.gather(1, accepted[:, None, None].expand(-1, 1, context.shape[2]))[:, 0]
-            st["anchor_hidden"].copy_(torch.where(active[:, None], kept, st["anchor_hidden"]))
-        st["anchor"].copy_(torch.where(active, bonus, st["anchor"]))
-        st["length"].add_(torch.where(active, accepted + 1, 0))
-        st["out_len"].copy_(out_len)
-        st["active"].copy_(active & ~done)
+        commit(
+            self.state,
+            tokens,
+            accepted,
+            bonus,
+            self.eos,
+            self.drafter,
+            self.draft_cache,
+            verified.get("features"),
+        )
 
     def _capture(self) -> None:
         """Capture the block once; warm-up runs (which advance the state) are undone before it."""
