@@ -1,5 +1,6 @@
 """Target adapter: an HF transformers causal LM seen as the decoder needs it.
 
+(`model` may also be target/native.py's NativeCausalLM, which only the fast path subclass, target/fast.py, runs.)
 Exposes the logits and the hidden states after chosen layers (HF `hidden_states[i + 1]`), the input
 embedding table, the lm_head, and a KV cache that is cropped after partial acceptance. Loading one (and choosing
 the fast path when it has one) is target/load.py's.
@@ -9,10 +10,14 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import DynamicCache, PreTrainedModel
+
+if (
+    TYPE_CHECKING
+):  # transformers is imported where its cache is made: a target built without it never needs it
+    from transformers import DynamicCache, PreTrainedModel
 
 
 class TargetStep:
@@ -26,7 +31,9 @@ class TargetStep:
 
 
 class TargetModel:
-    def __init__(self, model: PreTrainedModel, tokenizer: Any = None, eos_token_ids: Sequence[int] = ()):
+    def __init__(
+        self, model: PreTrainedModel | Any, tokenizer: Any = None, eos_token_ids: Sequence[int] = ()
+    ):
         self.model = model.eval()
         config = model.config.get_text_config()
         self.config = config
@@ -66,6 +73,8 @@ class TargetModel:
         """A hint that the next request needs `rows` cached tokens (a static cache allocates them once)."""
 
     def reset(self) -> None:
+        from transformers import DynamicCache
+
         self.cache = DynamicCache(config=self.model.config)
         self.length = 0
 

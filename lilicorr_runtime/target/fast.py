@@ -1,10 +1,11 @@
 """A fast target for the Llama, Qwen2 and Qwen3 families: a preallocated KV cache, the tapped hidden states
 captured inside the same forward, and the one-token and verify steps replayed from CUDA graphs.
 
-transformers stays the loader (HF directory, cache id or GGUF) and the fallback for every other architecture:
-`fast_path_problem` names what keeps a model off this path. The weights are the loaded model's (q/k/v and
-gate/up are fused into one GEMM each, and the transformers parameters become views of the fused tensors, so
-the transformers model still runs, on the same memory).
+The model is target/native.py's NativeCausalLM (built without transformers) or a transformers model of the same
+layout (the fallback loader, and the route for every other architecture: `fast_path_problem` names what keeps a
+model off this path); either way the weights are read by their transformers names (q/k/v and gate/up are fused
+into one GEMM each, and the model's parameters become views of the fused tensors, so a transformers model still
+runs, on the same memory) and the rotary frequencies off `model.model.rotary_emb`.
 
 Cache layout: K and V per layer [b, kv_heads, capacity, head_dim]. Row r of the cache is the r-th token fed
 (after `pad[b]` left-padding rows in a batch), at rotary position r - pad[b]. A forward over n rows at cache
@@ -17,14 +18,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from transformers import PreTrainedModel
 
 from .. import ops, rows
 from ..graphs import WARMUP_RUNS, capture, warm_up
 from .adapter import TargetModel, TargetStep
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 # a forward of at most this many rows per sequence is a step (the AR step, every verify block a drafter can ask
@@ -37,7 +40,7 @@ GRAPH_MAX_ROWS = rows.STEP
 PREFILL_ROWS = rows.PREFILL
 
 
-def fast_path_problem(model: PreTrainedModel) -> str | None:
+def fast_path_problem(model: PreTrainedModel | Any) -> str | None:
     """None when `model` runs on the fast path, else why not (a phrase for the one-line report note)."""
     config = model.config.get_text_config()
     kind = getattr(config, "model_type", None)
@@ -113,7 +116,7 @@ class StaticKVCache:
 class StaticDecoder:
     """The decoder stack of a Llama / Qwen2 / Qwen3 model as plain tensors, forward over a StaticKVCache."""
 
-    def __init__(self, model: PreTrainedModel):
+    def __init__(self, model: PreTrainedModel | Any):
         problem = fast_path_problem(model)
         if problem is not None:
             raise ValueError(f"no fast path: {problem}")
@@ -252,7 +255,7 @@ class FastTarget(TargetModel):
 
     def __init__(
         self,
-        model: PreTrainedModel,
+        model: PreTrainedModel | Any,
         tokenizer=None,
         eos_token_ids: Sequence[int] = (),
         *,

@@ -26,13 +26,14 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from lilicorr_ckpt.checkpoint.gguf_bpe import byte_alphabet
 from lilicorr_ckpt.checkpoint.gguf_header import (
     ARRAY,
     STRING,
@@ -44,7 +45,6 @@ from lilicorr_ckpt.checkpoint.gguf_header import (
     Unsupported,
     check_model,
 )
-from lilicorr_ckpt.checkpoint.gguf_tokenizer import build_tokenizer, byte_alphabet
 
 __all__ = ["GGUFError", "GGUFFile", "TensorInfo", "Unsupported", "config_dict", "read_target", "tokenizer"]
 
@@ -300,16 +300,24 @@ def state_dict(file: GGUFFile, config: dict[str, Any], dtype: torch.dtype) -> di
 
 def tokenizer(file: GGUFFile) -> Any:
     """The GGUF's byte-level BPE tokenizer as a transformers fast tokenizer (checkpoint/gguf_tokenizer.py, torch-free
-    and shared with smoke --engine), or Unsupported."""
+    and shared with smoke --engine), or Unsupported. transformers is imported here, not with this module: the
+    transformers-free target (target/native.py) reads the file through this module with a tokenizer of its own."""
+    from lilicorr_ckpt.checkpoint.gguf_tokenizer import build_tokenizer
+
     return build_tokenizer(file.header)
 
 
 def read_target(
-    path: str | Path, dtype: torch.dtype, *, with_tokenizer: bool = True
+    path: str | Path,
+    dtype: torch.dtype,
+    *,
+    with_tokenizer: bool = True,
+    tokenizer_builder: Callable[[GGUFHeader], Any] | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor], Any]:
     """(config dict, state dict in `dtype`, tokenizer or None) of a GGUF target; GGUFError or Unsupported.
     The header is checked against the model it declares (counts, shapes, types, data ranges: check_model) and
-    everything is checked as mappable before any weight is dequantized."""
+    everything is checked as mappable before any weight is dequantized. `tokenizer_builder` builds the tokenizer
+    from the checked header (default: transformers' fast tokenizer, `tokenizer`)."""
     with GGUFFile(path) as file:
         layout = check_model(file.header)
         config = config_dict(file, layout)
@@ -319,6 +327,9 @@ def read_target(
             layout.unmapped
         ):  # a tensor the architecture may hold but the transformers model here has no place for
             raise Unsupported(f"tensor {layout.unmapped[0]!r}")
-        tok = tokenizer(file) if with_tokenizer else None
+        if not with_tokenizer:
+            tok = None
+        else:
+            tok = tokenizer(file) if tokenizer_builder is None else tokenizer_builder(file.header)
         state = state_dict(file, config, dtype)
     return config, state, tok

@@ -1,7 +1,11 @@
-"""Loading a target: an HF causal LM from a local directory, an offline HF cache repo id or a .gguf file (read
-directly where target/gguf_direct.py maps it, else through transformers), refused
+"""Loading a target: an HF causal LM from a local directory, an offline HF cache repo id or a .gguf file, refused
 when it lacks weights its config describes, and run on the fast path (target/fast.py) when its architecture has
-one, else on transformers' eager forward (target/adapter.py)."""
+one, else on transformers' eager forward (target/adapter.py).
+
+A Llama / Qwen2 / Qwen3 the fast path runs is built without transformers (target/native.py: config, safetensors or
+GGUF weights, stop ids, tokenizer); anything that route does not map exactly is loaded through transformers as
+before (a GGUF read directly where target/gguf_direct.py maps it, else by transformers' GGUF loader), and
+transformers is imported only then."""
 
 from __future__ import annotations
 
@@ -11,11 +15,9 @@ import os
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PreTrainedModel
-from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
 
 from lilicorr_ckpt.checkpoint import resolve_target_spec
 from lilicorr_ckpt.checkpoint.text import shorten
@@ -25,6 +27,10 @@ from ..arguments import resolve_device, resolve_dtype
 from . import gguf_direct
 from .adapter import TargetModel
 from .fast import FastTarget, fast_path_problem
+from .native import NotMapped, build_from_directory, build_from_gguf
+
+if TYPE_CHECKING:  # transformers is imported by the functions that build through it
+    from transformers import PreTrainedModel
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -146,6 +152,9 @@ def _load_gguf_directly(
     for transformers' own route. A malformed file raises gguf_direct.GGUFError (a ValueError) naming the problem."""
     if settings.gguf_loader() == "transformers":
         return f"{settings.GGUF_LOADER.name}=transformers"
+    from transformers import AutoConfig, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING
+
     try:
         config_kwargs, state, tok = gguf_direct.read_target(path, dtype, with_tokenizer=want_tokenizer)
     except gguf_direct.Unsupported as why:
@@ -191,6 +200,38 @@ def _load_gguf_directly(
     return model, problems, tok
 
 
+def _native_target(
+    resolved: Any, dtype: torch.dtype, device: torch.device, tokenizer: bool, has_tokenizer: bool
+) -> FastTarget | str:
+    """The target built without transformers (target/native.py), or why not (a str): the loader then builds it
+    through transformers. A GGUF whose header is malformed raises GGUFError here, as on every route."""
+    if resolved.kind == "gguf" and settings.gguf_loader() == "transformers":
+        return f"{settings.GGUF_LOADER.name}=transformers"
+    want = tokenizer and has_tokenizer
+    try:
+        if resolved.kind == "gguf":
+            built = build_from_gguf(resolved.path, dtype, want)
+        else:
+            built = build_from_directory(resolved.path, dtype, want)
+    except NotMapped as why:
+        return str(why)
+    note = "read directly from the GGUF" if resolved.kind == "gguf" else "read directly from the safetensors"
+    note += ", built without transformers"
+    tok = built.tokenizer
+    if want and tok is None:  # a directory tokenizer transformers builds by a class of its own
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
+        note += f"; tokenizer by transformers ({built.tokenizer_note})"
+    eos = built.eos_token_ids
+    if tok is not None and eos and tok.eos_token_id not in eos:
+        # GGUF conversion can mislabel eos (SmolLM2 reports <|im_start|>); the generation config is right
+        tok.eos_token = tok.convert_ids_to_tokens(eos[0])
+    target = FastTarget(built.model.to(device), tok, eos)
+    target.load_note = note
+    return target
+
+
 def load_target(
     spec: str | Path,
     *,
@@ -198,6 +239,7 @@ def load_target(
     device: str | torch.device = "cpu",
     tokenizer: bool = True,
     fast: bool | None = None,
+    native: bool | None = None,
 ) -> TargetModel:
     """An HF causal LM from a local directory, an offline HF cache repo id, or a .gguf file.
 
@@ -206,23 +248,61 @@ def load_target(
     at random) raises ValueError naming it. The tokenizer is loaded when the source has one (and `tokenizer`);
     otherwise `tokenizer` is None and the caller works in token ids.
 
+    native: None (default) builds a Llama, Qwen2 or Qwen3 that the fast path runs without transformers
+    (target/native.py: the same weights, rotary frequencies, stop ids and tokens as the transformers route, which
+    the tests check), whenever its source maps exactly, and through transformers otherwise; True requires that
+    route (ValueError naming why not); False always builds through transformers. `load_note` on the result says
+    which route read the weights, and why not the direct one.
+
     A .gguf file of a Llama, Qwen2 or Qwen3 with a GPT-2-style byte-level tokenizer is read directly
     (target/gguf_direct.py: the same config, weights and tokenizer as transformers' GGUF loader builds, in about
-    a tenth of its time); another GGUF goes through transformers' loader, parsed once. `load_note` on the result
-    says which, and why. A file that is not a well-formed GGUF raises ValueError naming what is wrong with it.
+    a tenth of its time); another GGUF goes through transformers' loader, parsed once. A file that is not a
+    well-formed GGUF raises ValueError naming what is wrong with it.
 
     fast: None (default) runs the fast path (`target.fast.FastTarget`: static KV cache, CUDA graphs on a GPU)
     whenever the architecture has one and transformers' eager forward otherwise (`path_note` says which and
-    why); True requires the fast path (ValueError naming why not); False always runs transformers."""
+    why); True requires the fast path (ValueError naming why not); False always runs transformers (and so builds
+    through it)."""
     dtype, device = resolve_dtype(dtype), resolve_device(device)
     resolved = resolve_target_spec(str(spec))  # TargetSpecError (a ValueError) for a non-GGUF file
+    if resolved.kind == "gguf":
+        has_tokenizer = True  # the GGUF carries its tokenizer
+    else:
+        has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
+    if fast is False and native:
+        raise ValueError("native=True builds a target for the fast path only; it cannot run with fast=False")
+    why_not = None
+    if fast is not False and native is not False:
+        built = _native_target(resolved, dtype, device, tokenizer, has_tokenizer)
+        if isinstance(built, FastTarget):
+            return built
+        if native:
+            raise ValueError(f"target {str(spec)!r} cannot be built without transformers: {built}")
+        why_not = built
+    target = _transformers_target(spec, resolved, dtype, device, tokenizer, has_tokenizer, fast)
+    if why_not is not None:
+        target.load_note += f" (not built without transformers: {why_not})"
+    return target
+
+
+def _transformers_target(
+    spec: str | Path,
+    resolved: Any,
+    dtype: torch.dtype,
+    device: torch.device,
+    tokenizer: bool,
+    has_tokenizer: bool,
+    fast: bool | None,
+) -> TargetModel:
+    """The target built through transformers: its model class, its loader (or gguf_direct's tensors) and its
+    tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
     kwargs: dict[str, Any] = {"local_files_only": True}
     if resolved.kind == "gguf":
         source, kwargs["gguf_file"] = str(resolved.path.parent), resolved.path.name
-        has_tokenizer = True  # the GGUF carries its tokenizer
     else:
         source = str(resolved.path)
-        has_tokenizer = any((resolved.path / name).is_file() for name in TOKENIZER_FILES)
     direct = _load_gguf_directly(resolved.path, dtype, tokenizer) if resolved.kind == "gguf" else None
     if isinstance(direct, str):
         load_note, direct = f"transformers' GGUF loader ({direct})", None

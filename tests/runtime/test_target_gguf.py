@@ -52,11 +52,18 @@ def route(request, monkeypatch):
     return request.param
 
 
-def test_a_gguf_target_is_what_transformers_loads_parsed_once_or_not_at_all(tmp_path, parses, route):
+@pytest.mark.parametrize("native", [True, False], ids=["native", "transformers-model"])
+def test_a_gguf_target_is_what_transformers_loads_parsed_once_or_not_at_all(tmp_path, parses, route, native):
+    """Read directly and built without transformers (target/native.py), read directly into transformers' model
+    class, or through transformers' GGUF loader: the same weights, frequencies, tokens and decode."""
+    if native and route == "transformers":
+        pytest.skip("LILICORR_GGUF_LOADER=transformers is transformers' route")
     path = write_tiny_gguf(tmp_path / "tiny.Q8_0.gguf")
     entry_points = gguf.GGUFReader, gguf.get_tensor_name_map
-    target = load_target(path)
-    if route == "direct":
+    target = load_target(path, native=native)
+    if native:
+        assert parses == {} and target.load_note == "read directly from the GGUF, built without transformers"
+    elif route == "direct":
         assert parses == {} and target.load_note == "read directly from the GGUF"
     else:  # config, weights and tokenizer: one parse (transformers alone makes three)
         assert parses == {str(path): 1}
@@ -75,8 +82,21 @@ def test_a_gguf_target_is_what_transformers_loads_parsed_once_or_not_at_all(tmp_
     reference_config = model.config.to_dict()
     if route == "direct":  # transformers marks its GGUF models; the direct route's model is a plain one
         assert reference_config.pop("quantization_config")["quant_method"] == "gguf"
-    assert target.model.config.to_dict() == reference_config
     loaded, reference = dict(target.model.named_buffers()), dict(model.named_buffers())
+    if native:  # its own config object, and only the inverse frequencies the fast path reads
+        config = target.model.config
+        for key in (
+            "hidden_size",
+            "num_hidden_layers",
+            "num_key_value_heads",
+            "rms_norm_eps",
+            "eos_token_id",
+        ):
+            assert getattr(config, key) == reference_config[key], key
+        assert loaded.keys() == {"model.rotary_emb.inv_freq"}
+        reference = {"model.rotary_emb.inv_freq": reference["model.rotary_emb.inv_freq"]}
+    else:
+        assert target.model.config.to_dict() == reference_config
     assert loaded.keys() == reference.keys()
     for name, tensor in reference.items():  # the rotary inverse frequencies, made at construction
         assert torch.equal(loaded[name], tensor) and loaded[name].dtype == tensor.dtype, name

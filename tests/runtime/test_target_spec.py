@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import transformers
 
 import lilicorr_runtime.target.load as runtime_target
 from lilicorr_ckpt.checkpoint import resolve_target_spec
@@ -20,7 +21,8 @@ def test_a_directory_holding_one_gguf_loads_it_in_the_runtime(tmp_path, monkeypa
         seen.update(source=source, **kwargs)
         raise Loaded
 
-    monkeypatch.setattr(runtime_target.AutoModelForCausalLM, "from_pretrained", from_pretrained)
+    # imported by load_target when it builds through transformers
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", from_pretrained)
     # read directly, the one GGUF is the file it reads (and refuses: four bytes are no GGUF)
     with pytest.raises(ValueError, match=r"model\.Q4\.gguf: not a GGUF file: 4 bytes"):
         runtime_target.load_target(tmp_path)
