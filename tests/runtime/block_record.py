@@ -20,8 +20,8 @@ from typing import Any
 import torch
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "smoke"))
+if str(HERE) not in sys.path:  # run as a script: runtime_helpers beside it
+    sys.path.insert(0, str(HERE))
 
 PROMPTS = [[1, 4, 9, 3, 7, 2, 11], [5, 5, 6], [2, 13, 8, 1, 0, 4, 4, 9, 12, 3, 6], [7]]
 
@@ -128,6 +128,7 @@ def adapter_pair(tmp: Path) -> tuple[Any, Any]:
 
 
 def smoke_pair(tmp: Path) -> tuple[Any, Any]:
+    sys.path.insert(0, str(HERE.parent / "smoke"))
     from smoke_helpers import drafter_config, good_head, write_target
 
     from lilicorr_ckpt import fixtures
@@ -233,7 +234,7 @@ def draft_step_cases(pair: tuple[Any, Any]) -> Iterator[tuple[str, Callable[[Rec
 def all_cases(tmp: Path, quick: bool = False) -> Iterator[tuple[str, Callable[[Recorder], dict[str, Any]]]]:
     fast = fast_pair(tmp)
     if quick:
-        yield from decode_cases(fast, "fast", ("eager", "device"), (3,), 12)
+        yield from decode_cases(fast, "fast", ("eager", "device"), (3,), 8)
         yield from draft_step_cases(fast)
         return
     yield from decode_cases(fast, "fast", ("eager", "device"), (1, 2, 3), 16)
@@ -257,19 +258,38 @@ def record(tmp: Path, quick: bool = False) -> dict[str, dict[str, Any]]:
         torch.set_num_threads(threads)
 
 
+def stack() -> str:
+    """What a tensor digest depends on beyond the code: torch's version and the CPU kernels it picked."""
+    return f"torch {torch.__version__}, cpu {torch.backends.cpu.get_cpu_capability()}"
+
+
 def summary(recorded: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {
-        name: {
+    """case -> tokens, records, the number of tensors and one digest over all of them in call order."""
+    cases = {}
+    for name, case in recorded.items():
+        h = hashlib.sha256()
+        for n, t in case["tensors"]:
+            h.update(f"{n}={digest(t)};".encode())
+        cases[name] = {
             "tokens": case.get("tokens"),
             "records": case.get("records"),
-            "tensors": [[n, digest(t)] for n, t in case["tensors"]],
+            "tensors": len(case["tensors"]),
+            "digest": h.hexdigest()[:32],
         }
-        for name, case in recorded.items()
-    }
+    return {"stack": stack(), "cases": cases}
+
+
+def dumps(summarized: dict[str, Any]) -> str:
+    """The summary as JSON, one line per case."""
+    import json
+
+    lines = [f" {json.dumps(name)}: {json.dumps(case)}" for name, case in summarized["cases"].items()]
+    head = json.dumps(summarized["stack"])
+    body = ",\n".join(lines)
+    return f'{{"stack": {head}, "cases": {{\n{body}\n}}}}\n'
 
 
 if __name__ == "__main__":
-    import json
     import tempfile
 
     quick = "--quick" in sys.argv
@@ -277,5 +297,5 @@ if __name__ == "__main__":
     with tempfile.TemporaryDirectory() as tmp:
         recorded = record(Path(tmp), quick)
     torch.save(recorded, dest)
-    dest.with_suffix(".json").write_text(json.dumps(summary(recorded), indent=0))
+    dest.with_suffix(".json").write_text(dumps(summary(recorded)))
     print(sum(len(c["tensors"]) for c in recorded.values()), "tensors in", len(recorded), "cases")
