@@ -54,6 +54,7 @@ from typing import Any, NamedTuple
 import torch
 from safetensors import safe_open
 
+from ..served import bounded_build, degenerate_numerics
 from . import infra
 from .wheel import StubUsed, install
 
@@ -228,7 +229,7 @@ class Engine:
         def build() -> Any:
             # model_loader/loader.py: the build runs under set_default_torch_dtype(model_config.dtype), which
             # refuses a dtype _get_and_verify_dtype passed through unmapped (a non-string torch_dtype)
-            with _default_dtype(mc.dtype):
+            with _default_dtype(mc.dtype), bounded_build():
                 return cls(config=hf_config, quant_config=quant_config)
 
         model = self._step("model", build)
@@ -404,6 +405,11 @@ class Engine:
         read: dict[str, int],
     ) -> Outcome:
         wrong: list[str] = direct_checks(model, raw, dspark)
+        degenerate = degenerate_numerics(model)
+        if degenerate is not None and degenerate[0] == "C":
+            return Outcome("C", degenerate[1], "first draft step")
+        if degenerate is not None:
+            wrong.append(degenerate[1])
         if rescaled:
             wrong.append(
                 f"fused NVFP4 shards with different weight_scale_2 are served with the largest: {rescaled[:2]}"

@@ -58,6 +58,7 @@ from typing import Any, NamedTuple
 
 import torch
 import vllm_stubs as S
+from conformance.served import bounded_build, degenerate_numerics
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import safe_open
 from vllm_sandbox import SandboxError
@@ -322,7 +323,7 @@ def _serve(
         facts["mask_token_id"] = speculator.parallel_drafting_token_id
 
         # 5. the model
-        with stage("build"):
+        with stage("build"), bounded_build():
             model = model_cls(vllm_config=vllm_config, prefix="")
 
         # 6. its weights
@@ -485,6 +486,11 @@ def _serve(
     unknown = sorted({t for t in declared if t not in ("full_attention", "sliding_attention")})
     if unknown:
         return Outcome("SW", "function", f"layer type(s) {unknown} served as full attention", facts)
+    # a norm's eps, the LiLiCorr head's logit scale: stored as the config says, used only when the draft runs
+    degenerate = degenerate_numerics(model)
+    if degenerate is not None:
+        verdict, detail = degenerate
+        return Outcome(verdict, "function" if verdict == "SW" else "first step", detail, facts)
     return Outcome("L", "function", "loaded", facts)
 
 

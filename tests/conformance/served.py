@@ -1,0 +1,105 @@
+"""What a built drafter computes that loading its tensors cannot show, for both conformance harnesses (the vLLM one,
+tests/conformance/vllm/vllm_harness.py, and SGLang's, tests/conformance/sglang/engine.py).
+
+A config value that changes no shape is stored on the module the release builds and used only when the draft
+runs: a normalisation epsilon, a logit scale. The released code loads such a drafter without a word; what it then
+serves is read off the constructed modules here:
+
+- `degenerate_numerics(model)`: the eps of every norm the release built (RMSNorm / LayerNorm `eps` or
+  `variance_epsilon`, the LiLiCorr head's `vector_eps` for `F.normalize`) and the LiLiCorr head's `logit_scale`.
+  An eps that is NaN, infinite or <= 0 divides by a norm with no floor (a zero vector becomes NaN; a NaN eps makes
+  every output NaN); a NaN or infinite logit scale makes every candidate score NaN, a bool multiplies them by 0
+  or 1: the draft loads and serves another function (SW). A logit scale that is no number fails the first draft step's multiplication (C).
+- `bounded_build()`: the release building more modules than any accelerator holds (a layer count of 2**40)
+  is stopped as the out-of-memory failure a server meets at boot, instead of running the harness out of memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+# the most modules a drafter's build may construct (a real drafter has hundreds): beyond it the build is stopped
+MAX_MODULES = 200_000
+
+_EPS_ATTRS = ("eps", "variance_epsilon", "vector_eps")
+
+
+class BootOutOfMemory(RuntimeError):
+    """The build constructs more modules than a server could hold: it fails at boot, out of memory."""
+
+
+@contextlib.contextmanager
+def bounded_build(limit: int = MAX_MODULES) -> Iterator[None]:
+    """Count the modules constructed inside; raise BootOutOfMemory (a RuntimeError, the harnesses' refusal) past
+    `limit`."""
+    original = torch.nn.Module.__init__
+    built = 0
+
+    def counted(self: torch.nn.Module, *args: Any, **kwargs: Any) -> None:
+        nonlocal built
+        built += 1
+        if built > limit:
+            raise BootOutOfMemory(
+                f"the build constructs more than {limit} modules (a size from the config no accelerator holds): "
+                "the server runs out of memory at boot"
+            )
+        original(self, *args, **kwargs)
+
+    torch.nn.Module.__init__ = counted  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        torch.nn.Module.__init__ = original  # type: ignore[method-assign]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def degenerate_numerics(model: torch.nn.Module) -> tuple[str, str] | None:
+    """(verdict, what) for the first degenerate config-derived number the built modules hold, or None.
+
+    C: a logit scale that is no number (the first draft step multiplies the scores by it: TypeError);
+    SW: an eps that is not a finite positive number, or a logit scale that is not finite."""
+    bad_eps: list[str] = []
+    for name, module in model.named_modules():
+        for attr in _EPS_ATTRS:
+            if attr not in module.__dict__:
+                continue
+            value = module.__dict__[attr]
+            if value is None and attr == "eps":
+                continue  # torch's norms: None is the dtype's own epsilon
+            if not _number(value) or not math.isfinite(value) or value <= 0:
+                bad_eps.append(f"{name or type(module).__name__}.{attr}={value!r}")
+        scale = module.__dict__.get("logit_scale", 0.0)
+        if isinstance(scale, torch.Tensor):
+            continue
+        if isinstance(scale, bool):
+            return (
+                "SW",
+                f"{name}.logit_scale is {scale!r}: the candidate scores are multiplied by {int(scale)}, a bool's "
+                "value, not a trained scale",
+            )
+        if not _number(scale):
+            return (
+                "C",
+                f"{name}.logit_scale is {scale!r}: the first draft step multiplies the candidate scores by it "
+                "(TypeError)",
+            )
+        if not math.isfinite(scale):
+            return (
+                "SW",
+                f"{name}.logit_scale is {scale!r}: every candidate score the head serves is NaN",
+            )
+    if bad_eps:
+        return (
+            "SW",
+            f"norms built with an eps that is not a finite positive number ({', '.join(bad_eps[:3])}): they "
+            "divide by a norm with no floor (a zero vector, or every vector under a NaN eps, becomes NaN)",
+        )
+    return None
