@@ -1,6 +1,7 @@
 """`smoke`: decode the probe prompts with the head, the head-free control and the target alone, in one process.
 
-Imports torch, transformers and lilicorr_runtime (the runtime extra) at import time: the command line and
+Imports torch and lilicorr_runtime (the runtime extra) at import time (transformers only when the target is built
+through it): the command line and
 `lilicorr_ckpt.smoke.smoke` import it through `smoke.options.runner` only when smoke runs.
 """
 
@@ -8,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import importlib.metadata
 import io
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -18,7 +21,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import transformers
 
 from lilicorr_ckpt import __version__
 from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target_spec
@@ -152,7 +154,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
     progress = progress or Progress(enabled=False, name="smoke")
     probes = load_probes(opts.probes, opts.limit)
     baseline = read_baseline(opts.baseline) if opts.baseline else None
-    transformers.utils.logging.disable_progress_bar()  # our own progress line stands for the loading steps
+    _quiet_transformers()  # our own progress line stands for the loading steps
     if opts.gpu and not torch.cuda.is_available():
         raise InputError(
             f"--gpu needs a CUDA device, and torch {torch.__version__} sees none "
@@ -430,6 +432,7 @@ def _load_target(spec: str, dtype: Any, device: str) -> tuple[Any, TargetRecord]
             io.StringIO()
         ):  # GGUF dequantization draws its own bar; ours says "loading"
             target = load_target(spec, dtype=dtype, device=device)
+        _quiet_transformers()  # imported by the load when the target is not built without it
     except InputError:
         raise
     except (
@@ -801,11 +804,27 @@ def _compare(
     return ParityCheck(block=block, op=op, passed=True)
 
 
+def _quiet_transformers() -> None:
+    """transformers' progress bars off, when it is imported: a Llama / Qwen2 / Qwen3 target is built without it
+    (lilicorr_runtime/target/native.py), and smoke then never imports it."""
+    module = sys.modules.get("transformers")
+    if module is not None:
+        module.utils.logging.disable_progress_bar()
+
+
+def _version(package: str) -> str:
+    """An installed package's version, read from its metadata (not by importing it)."""
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
 def _versions() -> dict[str, str]:
     out = {
         "lilicorr-ckpt": __version__,
         "torch": str(torch.__version__),
-        "transformers": transformers.__version__,
+        "transformers": _version("transformers"),
         "python": platform.python_version(),
     }
     try:

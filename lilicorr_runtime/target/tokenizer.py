@@ -11,7 +11,8 @@ encodes without special tokens, as checkpoint/gguf_tokenizer.py's GGUFTokenizer 
 
 It is built from a GGUF's header (checkpoint/gguf_bpe.py's backend, the one GGUFTokenizer wraps) or from a model
 directory's tokenizer.json when its tokenizer_config.json asks for nothing beyond the file (`directory_tokenizer`:
-the generic `PreTrainedTokenizerFast` / `TokenizersBackend` class, named special tokens, a chat template); a
+the generic `PreTrainedTokenizerFast` / `TokenizersBackend` class, named special tokens, a chat template in it or
+in chat_template.jinja); a
 directory whose tokenizer transformers builds by a class of its own (Qwen2Tokenizer, LlamaTokenizer, ...) gets a
 reason instead, and the loader takes transformers' tokenizer for it."""
 
@@ -267,12 +268,17 @@ def directory_tokenizer(root: Path) -> PlainTokenizer | str:
         return "clean_up_tokenization_spaces with split_special_tokens"
     if config.get("split_special_tokens"):
         return "split_special_tokens is set"
-    for name in ("chat_template.json", "chat_template.jinja", "additional_chat_templates"):
+    for name in ("chat_template.json", "additional_chat_templates"):
         if (root / name).exists():
             return f"a chat template in {name}"
     template = config.get("chat_template")
     if template is not None and not isinstance(template, str):
         return "named chat templates"
+    jinja = root / "chat_template.jinja"
+    if jinja.exists():  # the file transformers saves the template in
+        if template is not None:
+            return "a chat template in both tokenizer_config.json and chat_template.jinja"
+        template = read_small(jinja, f"{root.name}/chat_template.jinja").decode("utf-8")
     specials: dict[str, str] = {}
     for name in SPECIAL_NAMES:
         if config.get(name) is None:
@@ -292,8 +298,10 @@ def directory_tokenizer(root: Path) -> PlainTokenizer | str:
         return f"a vocabulary over {VOCAB_PATCH_LIMIT:,} tokens (transformers may patch its pre-tokenizer)"
     added = config.get("added_tokens_decoder") or {}
     listed = {int(i): str(t.content) for i, t in backend.get_added_tokens_decoder().items()}
-    for index, token in added.items() if isinstance(added, dict) else ():
-        if listed.get(int(index)) != _special_text(token):
+    if not isinstance(added, dict):
+        return "tokenizer_config.json added_tokens_decoder is not a mapping"
+    for index, token in added.items():
+        if not str(index).isdigit() or listed.get(int(index)) != _special_text(token):
             return "tokenizer_config.json adds a token tokenizer.json does not list"
     tokenizer = PlainTokenizer(backend, specials, template, str(root))
     if config.get("clean_up_tokenization_spaces") and type(backend.model).__name__ != "BPE":

@@ -37,12 +37,13 @@ def smollm2():
 
 @pytest.fixture(scope="module")
 def smollm2_transformers(smollm2):
-    """transformers' own model, the one the fast path runs on: its weights are views of the fast path's fused
-    GEMM weights, so its generate() (transformers' forward, not ours) is the reference without a second
-    20-second GGUF load. A weight-fusion bug would not show here: tests/runtime/test_fast_target.py compares
-    the fast path with an independent transformers copy for that."""
-    assert smollm2.model.__class__.__name__ == "LlamaForCausalLM"
-    return smollm2
+    """transformers' own model of the same file (the GGUF read directly into transformers' LlamaForCausalLM,
+    native=False), whose generate() (transformers' forward, not ours) is the reference for the target built without
+    transformers (`smollm2`, native.NativeCausalLM)."""
+    assert smollm2.model.__class__.__name__ == "NativeCausalLM"
+    reference = load_target(GGUF, dtype=torch.float32, native=False)
+    assert reference.model.__class__.__name__ == "LlamaForCausalLM"
+    return reference
 
 
 def test_random_drafter_reproduces_smollm2_greedy_output(smollm2, smollm2_transformers, tmp_path):

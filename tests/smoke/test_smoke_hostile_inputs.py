@@ -36,13 +36,22 @@ def _edit_tokenizer(path: Path) -> None:
     "name, spoil, needle",
     [
         ("tokenizer.json", _edit_tokenizer, "Exception: data did not match any variant"),
-        ("tokenizer_config.json", lambda p: p.write_text("[1]"), "AttributeError"),
+        # a Llama / Qwen target is read without transformers: the file and its fault are named, no exception
+        (
+            "tokenizer_config.json",
+            lambda p: p.write_text("[1]"),
+            "tokenizer_config.json must hold a JSON object",
+        ),
         (
             "tokenizer_config.json",
             lambda p: p.write_text('{"a": ' + "[" * 5000 + "]" * 5000 + "}"),
-            "RecursionError",
+            "tokenizer_config.json is nested 5001 levels deep; the limit is 64",
         ),
-        ("generation_config.json", lambda p: p.write_text("[]"), "TypeError"),
+        (
+            "generation_config.json",
+            lambda p: p.write_text("[]"),
+            "generation_config.json must hold a JSON object",
+        ),
     ],
 )
 def test_a_hostile_tokenizer_or_config_file_is_exit_2_naming_the_target(
@@ -52,9 +61,11 @@ def test_a_hostile_tokenizer_or_config_file_is_exit_2_naming_the_target(
     spoil(spoiled / name)
     result = smoke(drafter, "-t", spoiled, *QUICK)
     assert result.code == 2, result.stderr
-    assert f"lilicorr-ckpt: error: cannot load target {str(spoiled)!r}: {needle}" in result.stderr, (
-        result.stderr
-    )
+    if needle.startswith("Exception"):  # the Rust tokenizer's own words, after the target's name
+        assert f"lilicorr-ckpt: error: cannot load target {str(spoiled)!r}: {needle}" in result.stderr
+    else:  # the file, by its directory and name, and what is wrong with it
+        assert f"lilicorr-ckpt: error: spoiled/{needle}" in result.stderr, result.stderr
+        assert "Error" not in result.stderr  # no Python exception name
     assert "internal error" not in result.stderr
 
 

@@ -60,7 +60,7 @@ def test_smoke_on_smollm2_is_lossless_and_records_the_chat_setup(smoke, tmp_path
         576,
         30,
     )
-    assert target["loaded"] == "read directly from the GGUF"
+    assert target["loaded"] == "read directly from the GGUF, built without transformers"
     chat = report["chat_template"]
     assert chat["present"] and chat["applied_prompts"] == 2 and chat["raw_prompts"] == 1
     assert chat["thinking"] == "no-switch"  # SmolLM2's template has no enable_thinking
