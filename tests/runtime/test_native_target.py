@@ -92,7 +92,7 @@ def test_rotary_frequencies_are_transformers_bit_for_bit(arch, rope):
     assert ours.attention_scaling == rotary.attention_scaling
 
 
-def _save(tmp_path: Path, arch: str, seed: int = 0) -> Path:
+def _save(tmp_path: Path, arch: str, seed: int = 0, vocab: int = 96) -> Path:
     """A tiny random model of `arch` saved by transformers (safetensors, config, generation config)."""
     config_cls, model_cls = ARCHS[arch]
     config = config_cls(
@@ -102,7 +102,7 @@ def _save(tmp_path: Path, arch: str, seed: int = 0) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=16,
-        vocab_size=96,
+        vocab_size=vocab,
         max_position_embeddings=512,
         tie_word_embeddings=arch == "qwen2",
         initializer_range=0.3,
@@ -296,12 +296,13 @@ def test_directory_tokenizer_is_transformers_token_for_token(tmp_path):
     )
 
 
+@pytest.mark.slow  # a fresh process imports torch: 3-7 s on the 2-core box, most of it torch's import
 def test_a_native_load_leaves_transformers_unimported(tmp_path):
     """In a fresh process: a directory target (safetensors and a generic tokenizer.json) and a GGUF target, each
     loaded and run, with no transformers module imported."""
     from runtime_helpers import write_tiny_gguf
 
-    path = _save(tmp_path, "qwen3")
+    path = _save(tmp_path, "qwen3", vocab=320)  # the tokenizer's 263 tokens
     tokenizer = _tokenizer_dir(tmp_path)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         (path / name).write_bytes((tokenizer / name).read_bytes())
