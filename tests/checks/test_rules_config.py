@@ -100,6 +100,23 @@ CASES = [
         ["sglang", "vllm"],
         top(rms_norm_eps=0),
         contains=("$.rms_norm_eps", "Qwen3Config", "float"),
+        also=frozenset({"LC181"}),  # an eps of 0 is no floor either, for every runtime
+    ),
+    Case(
+        "rms-norm-eps-negative",
+        "LC181",
+        "error",
+        [],
+        top(rms_norm_eps=-1e-6),
+        contains=("rms_norm_eps is -1e-06", "no positive floor"),
+    ),
+    Case(
+        "rms-norm-eps-nan",
+        "LC181",
+        "error",
+        [],
+        top(rms_norm_eps=float("nan")),
+        contains=("rms_norm_eps is nan",),
     ),
     Case(
         "attention-bias-null",

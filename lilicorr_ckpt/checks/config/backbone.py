@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 from lilicorr_ckpt.checks.config.common import CFG, is_number
 from lilicorr_ckpt.checks.config.schema import integral_floats
@@ -405,6 +406,22 @@ rule(
     example='    "head_dim": 128, "rope_scaling": {"rope_type": "default", "rope_dim": 64}',
 )
 
+rule(
+    "LC181",
+    "norm-eps",
+    "error",
+    CFG,
+    "rms_norm_eps is not a finite number > 0: every RMSNorm of the draft then divides by a norm with no floor.",
+    "Write the rms_norm_eps the drafter was trained with (the target's, typically 1e-6 or 1e-5).",
+    doc="Fires when config.json's `rms_norm_eps` is a number that is NaN, infinite, zero or negative (one of the "
+    "wrong type is LC001's), for every runtime: each builds the draft's RMSNorms (and the q/k norms) with it.",
+    why="The loaders store the epsilon on each norm module and use it only when the draft runs, so the drafter "
+    "loads without a word. RMSNorm computes x / sqrt(mean(x^2) + eps): with eps <= 0 a row whose mean square is "
+    "at most |eps| becomes NaN or infinite, and a NaN eps makes every output NaN. The draft is served, and "
+    "proposes nothing the target accepts.",
+    example='    "rms_norm_eps": -1e-6',
+)
+
 
 # ---------------------------------------------------------------- checks
 
@@ -425,6 +442,7 @@ def backbone_config(ctx: Context) -> None:
     _unknown_layer_types(ctx)
     _draft_vocabulary(ctx)
     _fp16(ctx)
+    _norm_eps(ctx)
 
 
 def _causal(ctx: Context) -> None:
@@ -877,6 +895,22 @@ def _rope_theta(ctx: Context) -> None:
         pointer="$.rope_theta",
         expected="the trained rope_theta",
         actual="absent",
+    )
+
+
+def _norm_eps(ctx: Context) -> None:
+    """LC181: rms_norm_eps a number that is not finite and > 0 (every runtime builds its norms with it)."""
+    eps = ctx.parsed.raw.get("rms_norm_eps")
+    if not is_number(eps) or (math.isfinite(eps) and eps > 0):
+        return
+    ctx.emit(
+        "LC181",
+        f"rms_norm_eps is {eps}: every RMSNorm of the draft divides by sqrt(mean(x^2) + eps) with no positive floor "
+        "(NaN where the mean square is at most |eps|, everywhere for a NaN eps)",
+        file="config.json",
+        pointer="$.rms_norm_eps",
+        expected="a finite number > 0",
+        actual=eps,
     )
 
 

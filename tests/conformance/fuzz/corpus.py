@@ -18,6 +18,9 @@ CORPUS: tuple[Case, ...] = (
     Case("dflash2", "dflash", "sample_from_anchor", "empty_string"),
     # vLLM qwen3_dflash.py: `make_attention_sink(...) if add_swa_attention_sink_bias`: "" builds none
     Case("dflash", "dflash", "attention_sink_bias", "empty_string"),
+    # the norms' eps, stored and used only when the draft runs: loads, serves NaN (harness served.py; LC181)
+    Case("lilicorr-conv", "top", "rms_norm_eps", "negative"),
+    Case("dflash", "top", "rms_norm_eps", "nan"),
     # transformers' strict Qwen3Config (LC005)
     Case("lilicorr-nvfp4", "top", "attention_bias", "null"),
     Case("lilicorr", "top", "rms_norm_eps", "zero"),
