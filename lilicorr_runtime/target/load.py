@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from lilicorr_ckpt.checkpoint import resolve_target_spec
+from lilicorr_ckpt.checkpoint.target import InputError, TargetSpecError
 from lilicorr_ckpt.checkpoint.text import shorten
 
 from .. import settings
@@ -215,6 +216,12 @@ def _native_target(
             built = build_from_directory(resolved.path, dtype, want)
     except NotMapped as why:
         return str(why)
+    except InputError as exc:
+        if isinstance(exc, ValueError):  # GGUFError: as every route raises it
+            raise
+        # a config, generation config or tokenizer file that is not sound JSON (or not a regular file), named: a
+        # ValueError for the runtime's callers, as transformers' own errors for it were, an InputError for smoke
+        raise TargetSpecError(str(exc)) from None
     note = "read directly from the GGUF" if resolved.kind == "gguf" else "read directly from the safetensors"
     note += ", built without transformers"
     tok = built.tokenizer

@@ -219,6 +219,11 @@ def test_what_the_route_does_not_map_is_built_through_transformers(tmp_path):
         with pytest.raises(ValueError, match="cannot be built without transformers"):
             load_target(path, native=True)
     (path / "config.json").write_text(json.dumps(doc))
+    good = (path / "generation_config.json").read_text()
+    (path / "generation_config.json").write_text("[]")  # named, and a ValueError for the runtime's callers
+    with pytest.raises(ValueError, match=r"generation_config\.json must hold a JSON object, found array"):
+        load_target(path)
+    (path / "generation_config.json").write_text(good)
     (path / "model.safetensors").rename(path / "other.safetensors")
     with pytest.raises(ValueError, match="cannot be built without transformers: no model.safetensors"):
         load_target(path, native=True)
