@@ -588,7 +588,7 @@ class _Hub:
                 if status == 206:
                     content_range = h.get("content-range", "")
                     tail = content_range.rpartition("/")[2]
-                    total = int(tail) if tail.isdigit() else None
+                    total = _int_header(tail)
                     if not content_range.startswith(f"bytes {start}-"):
                         raise self.fail(
                             f"{self.spec.label}: the Hub at {self.shown_endpoint} answered range "
@@ -767,8 +767,15 @@ def scale_spans(header: bytes, base: int, size: int) -> list[tuple[int, int]] | 
     return spans
 
 
+# a size in a header (Content-Length, Content-Range's total, X-Linked-Size): ASCII digits only (str.isdigit also
+# takes `²` and `٣`, which int() refuses or reads), and few enough for int() (past MAX_FILE_SIZE anyway)
+_DECIMAL = re.compile(r"[0-9]{1,20}")
+
+
 def _int_header(value: str | None) -> int | None:
-    return int(value) if value is not None and value.strip().isdigit() else None
+    """A header's non-negative decimal number, or None when it is anything else."""
+    text = value.strip() if value is not None else ""
+    return int(text) if _DECIMAL.fullmatch(text) else None
 
 
 def _index_shards(index_bytes: bytes) -> set[str]:
