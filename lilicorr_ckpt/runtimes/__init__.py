@@ -79,6 +79,8 @@ __all__ = [
 ]
 
 _OPS = ("==", "!=", ">=", "<=", ">", "<")
+# a selection's length: a version of thousands of digits would be an int() past Python's 4,300-digit limit
+MAX_SELECTION_CHARS = 1000
 _CLAUSE = re.compile(r"^(==|!=|>=|<=|>|<)\s*([0-9]+(?:\.[0-9]+)*(?:\.\*)?)$")
 _ENGINE_CLAUSE = re.compile(r"^([A-Za-z][A-Za-z0-9_-]*)\s*(.*)$")
 
@@ -90,7 +92,8 @@ def supported_releases() -> str:
 
 def _usage(spec: str, why: str) -> UsageError:
     return UsageError(
-        f"--runtime {spec!r}: {why}. Supported: {supported_releases()} (ENGINE for its newest release, "
+        f"--runtime {spec[:200]!r}{' (cut)' if len(spec) > 200 else ''}: {why}. "
+        f"Supported: {supported_releases()} (ENGINE for its newest release, "
         "ENGINE==VERSION for one, ENGINE>=VERSION for a range, `all` for the newest of each, `every` for every "
         "release)"
     )
@@ -118,6 +121,8 @@ def _matches(profile: RuntimeProfile, op: str, version: str) -> bool:
 def _parse(spec: str) -> list[tuple[str, list[tuple[str, str]]]]:
     """`sglang,vllm>=0.32,<0.34` -> [("sglang", []), ("vllm", [(">=", "0.32"), ("<", "0.34")])]."""
     out: list[tuple[str, list[tuple[str, str]]]] = []
+    if len(spec) > MAX_SELECTION_CHARS:  # every release named one by one is a few hundred characters
+        raise _usage(spec, f"it is {len(spec)} characters long; the limit is {MAX_SELECTION_CHARS}")
     for raw in spec.split(","):
         part = raw.strip()
         if not part:
