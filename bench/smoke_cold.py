@@ -5,7 +5,7 @@ states, in this order, with the wall time of each (interpreter start, target loa
                       compiled as it is first launched, every step GEMM shape tuned (what a fresh machine paid
                       before tiles and kernel variants were stored)
     bundled tiles     a fresh Triton cache and empty user tables: the shapes in the package's tile table
-                      (ops/tiles.json) not tuned, the variants in its kernel table (ops/kernels.json) compiled
+                      (ops/tuning/tiles.json) not tuned, the variants in its kernel table (ops/tuning/kernels.json) compiled
                       ahead in parallel while the models load (a fresh machine now)
     warm              the caches the run before left: nothing compiled, nothing tuned
 

@@ -83,13 +83,13 @@ TILE_CACHE = Setting(
     "LILICORR_TILE_CACHE",
     "$XDG_CACHE_HOME/lilicorr/step_tiles.json",
     None,
-    "where the step GEMMs' tuned tiles are stored and read (ops/tiles.py); `off`: neither, every process tunes",
+    "where the step GEMMs' tuned tiles are stored and read (ops/tuning/tables.py); `off`: neither, every process tunes",
 )
 KERNEL_CACHE = Setting(
     "LILICORR_KERNEL_CACHE",
     "$XDG_CACHE_HOME/lilicorr/kernels.json",
     None,
-    "where the kernel variants a run compiled are noted, to compile ahead next time (ops/warm.py); `off`: "
+    "where the kernel variants a run compiled are noted, to compile ahead next time (ops/tuning/kernels.py); `off`: "
     "neither that file nor the bundled table",
 )
 STREAM_K = Setting(
