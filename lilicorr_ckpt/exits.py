@@ -11,11 +11,13 @@ name) names the command line it came from, so a CI log that runs several command
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shlex
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from typing import NoReturn, TextIO
 
 import click
 
@@ -31,6 +33,34 @@ def shown_command(prog_name: str, argv: list[str] | None) -> str:
     args = sys.argv[1:] if argv is None else argv
     text = shlex.join([prog_name, *args])
     return text if len(text) <= SHOWN_COMMAND_CHARS else text[:SHOWN_COMMAND_CHARS] + " ..."
+
+
+def shown_message(message: str) -> str:
+    """An error message as stderr shows it: each of its lines with every control, bidi control and non-character
+    written as an escape (report/escape.py printable), so text quoted from an input (a config value, a file name,
+    a server's reply) cannot colour the terminal, move the cursor or reorder the line around it."""
+    from lilicorr_ckpt.report.escape import printable
+
+    return "\n".join(printable(line) for line in message.split("\n"))
+
+
+def _plain_warning(prog_name: str) -> Callable[..., None]:
+    """warnings.showwarning for a console script: `PROG: warning: MESSAGE`, one line, escaped; never the source file,
+    line and the warning class's name, which are the program's internals, not the user's."""
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        text = " ".join(str(message).split("\n"))
+        with contextlib.suppress(OSError, ValueError):  # stderr closed: a warning is not worth a failure
+            click.echo(f"{prog_name}: warning: {shown_message(text)}", err=True)
+
+    return show
 
 
 def _stdout_closed() -> bool:
@@ -95,6 +125,10 @@ def run_command(
         sys.stdout
     )  # kept referenced: the wrapper _buffered_stdout replaces must not close the descriptor
     _buffered_stdout()
+    import warnings
+
+    shown_warning = warnings.showwarning
+    warnings.showwarning = _plain_warning(prog_name)
     try:
         code = _outcome(command, argv, prog_name, debug_env)
         try:
@@ -112,6 +146,7 @@ def run_command(
             code = EXIT_OK
     finally:
         sys.stdout = original
+        warnings.showwarning = shown_warning
     sys.exit(code)
 
 
@@ -121,7 +156,7 @@ def _outcome(
     """The command's exit code, every exception turned into its message on stderr and its code."""
 
     def fail(message: str, code: int) -> int:
-        click.echo(f"{prog_name}: {message}", err=True)
+        click.echo(f"{prog_name}: {shown_message(message)}", err=True)
         return code
 
     try:

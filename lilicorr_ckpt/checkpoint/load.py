@@ -20,6 +20,7 @@ from lilicorr_ckpt.checkpoint.source import Source, open_source, read_small
 from lilicorr_ckpt.checkpoint.speculators import KINDS, SpeculatorsOrigin, is_speculators, kind_of
 from lilicorr_ckpt.checkpoint.tensors import TensorTable, read_tensor_table
 from lilicorr_ckpt.errors import InputError
+from lilicorr_ckpt.report.escape import printable
 
 
 class NotADrafter(InputError):
@@ -81,7 +82,8 @@ def load_checkpoint(path: str) -> Checkpoint:
     if is_speculators(parsed.raw) and kind_of(parsed.raw) not in KINDS:
         kind = parsed.raw.get("speculators_model_type")
         raise NotADrafter(
-            f"{source.label} is a speculators {kind if isinstance(kind, str) else '(no speculators_model_type)'} "
+            f"{source.label} is a speculators "
+            f"{printable(kind)[:80] if isinstance(kind, str) else '(no speculators_model_type)'} "
             f"drafter, not one of the DFlash family this tool checks (speculators_model_type "
             f"{', '.join(KINDS)})"
         )
