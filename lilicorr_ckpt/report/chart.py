@@ -24,6 +24,11 @@ RIGHT = 16
 ARM_COLORS = {"head": "#2563eb", "control": "#9ca3af"}
 ARM_LABELS = {"head": "LiLiCorr head", "control": "DFlash control (head off)"}
 GATE_COLORS = {"pass": "#16a34a", "fail": "#dc2626", "skip": "#9ca3af", "inconclusive": "#d97706"}
+# what one picture draws: the panels of the first MAX_CATEGORIES categories and the first MAX_POSITIONS draft
+# positions (a bar is under 10 px wide there already); the rest is named in a note, not drawn, so a profile of
+# 18,000 categories or 100,000 positions is a picture of a few hundred kB, not of hundreds of MB
+MAX_CATEGORIES = 24
+MAX_POSITIONS = 64
 
 
 def escape(text: str, quote: bool = True) -> str:
@@ -103,13 +108,19 @@ def _panel(
 def acceptance_svg(profile: SmokeReport) -> str:
     """The chart of one profile: a legend, one panel for all prompts and one per category, then the gates."""
     shown = _arms(profile)
-    width = max((len(profile.arms[a].marginal_accept_rates) for a in shown), default=0)
+    positions = max((len(profile.arms[a].marginal_accept_rates) for a in shown), default=0)
+    width = min(positions, MAX_POSITIONS)
     scopes: list[tuple[str, str, dict[str, ArmStats]]] = [
         ("all", f"all prompts ({len(profile.requests)})", dict(profile.arms))
     ]
-    for name, entry in profile.per_category.items():
+    for name, entry in list(profile.per_category.items())[:MAX_CATEGORIES]:
         scopes.append((name, f"{name} ({entry.requests})", dict(entry.arms)))
-    gates_y = 62 + PANEL_HEIGHT * len(scopes)
+    left_out = []
+    if positions > width:
+        left_out.append(f"draft positions {width + 1}-{positions}")
+    if len(profile.per_category) > MAX_CATEGORIES:
+        left_out.append(f"{len(profile.per_category) - MAX_CATEGORIES} more categories")
+    gates_y = 62 + PANEL_HEIGHT * len(scopes) + (16 if left_out else 0)
     height = gates_y + 44
     cond = profile.measurement_conditions
     heading = (
@@ -133,6 +144,11 @@ def acceptance_svg(profile: SmokeReport) -> str:
         out.append(f'<text x="{kx + 16}" y="49" class="note">{escape(ARM_LABELS[arm])}</text>')
     for n, (scope, title, arms) in enumerate(scopes):
         out += _panel(58 + PANEL_HEIGHT * n, scope, title, arms, shown, width)
+    if left_out:
+        out.append(
+            f'<text x="{LEFT}" y="{58 + PANEL_HEIGHT * len(scopes) + 4}" class="note left-out">not drawn: '
+            f"{escape(', '.join(left_out))} (the profile holds them)</text>"
+        )
     out.append(f'<g class="gates"><text x="{LEFT}" y="{gates_y + 8}" class="title">gates</text>')
     x = LEFT + 44.0
     for gate in profile.gates:

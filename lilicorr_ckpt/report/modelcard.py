@@ -246,6 +246,13 @@ def _implausible(profile: SmokeReport) -> list[str]:
         ):
             if any(not (0.0 <= r <= 1.0) for r in rates):
                 out.append(f"{where}.{name} outside [0, 1]")
+            if len(rates) > profile.block_size:  # a block drafts block_size - 1 positions
+                out.append(f"{where}.{name}: {len(rates)} draft positions in blocks of {profile.block_size}")
+        if len(stats.position_counts) > profile.block_size:
+            out.append(
+                f"{where}.position_counts: {len(stats.position_counts)} draft positions in blocks of "
+                f"{profile.block_size}"
+            )
         if any(h < 0 for h in stats.acceptance_length_histogram.values()) or stats.blocks < 0:
             out.append(f"{where}: negative counts")
         if any(not (0 <= c.accepted <= c.reached <= c.drafted) for c in stats.position_counts):
