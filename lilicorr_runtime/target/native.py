@@ -29,9 +29,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import safe_open
 
 from lilicorr_ckpt.checkpoint.config import load_json_object
 from lilicorr_ckpt.checkpoint.source import read_small
+
+from . import gguf_direct
+from .tokenizer import directory_tokenizer, gguf_tokenizer
 
 FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 ROPE_TYPES = ("default", "linear", "llama3", "yarn")
@@ -503,10 +507,6 @@ def _eos(config: NativeConfig, generation: Mapping[str, Any] | None) -> tuple[in
 def build_from_directory(root: Path, dtype: torch.dtype, want_tokenizer: bool) -> Built:
     """A model directory's target (config.json, safetensors, generation_config.json, tokenizer.json), or
     NotMapped."""
-    from safetensors import safe_open
-
-    from .tokenizer import directory_tokenizer
-
     model = _prepare(_json(root / "config.json", f"{root.name}/config.json"))
     files = _safetensors_files(root)
     wanted = model.expected()
@@ -545,9 +545,6 @@ def build_from_directory(root: Path, dtype: torch.dtype, want_tokenizer: bool) -
 def build_from_gguf(path: Path, dtype: torch.dtype, want_tokenizer: bool) -> Built:
     """A GGUF's target (gguf_direct's config, weights and its header's tokenizer), or NotMapped (gguf_direct's
     Unsupported); a malformed file raises GGUFError as gguf_direct raises it."""
-    from . import gguf_direct
-    from .tokenizer import gguf_tokenizer
-
     try:
         config_doc, state, tokenizer = gguf_direct.read_target(
             path, dtype, with_tokenizer=want_tokenizer, tokenizer_builder=gguf_tokenizer

@@ -26,6 +26,7 @@ from tokenizers import AddedToken, Tokenizer
 
 from lilicorr_ckpt.checkpoint.chat_template import render_chat_template
 from lilicorr_ckpt.checkpoint.config import load_json_object
+from lilicorr_ckpt.checkpoint.gguf_bpe import build_backend
 from lilicorr_ckpt.checkpoint.source import read_small
 
 # transformers' named special tokens, in the order it adds the missing ones to the backend
@@ -234,8 +235,6 @@ class PlainTokenizer:
 def gguf_tokenizer(header: Any) -> PlainTokenizer:
     """The GGUF's tokenizer (checkpoint/gguf_bpe.py's backend and special tokens, the file's chat template);
     Unsupported / GGUFError as build_backend raises them."""
-    from lilicorr_ckpt.checkpoint.gguf_bpe import build_backend
-
     backend, specials, template = build_backend(header)
     return PlainTokenizer(backend, specials, template, str(header.path.parent))
 
