@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from lilicorr_ckpt.checkpoint.source import JSON_LIMIT
 from lilicorr_ckpt.checkpoint.stwrite import header_bytes
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.convert.plan import OutTensor, Plan, shard_metadata
@@ -26,8 +27,12 @@ from lilicorr_ckpt.errors import ConversionRefused
 
 
 def _dump_json(path: Path, doc: Any) -> str:
-    """Write `doc` as JSON; returns the sha256 of the bytes written."""
+    """Write `doc` as JSON, indented unless that takes it past JSON_LIMIT (then compact: a source config of 4 MB of
+    one-line lists came out as 14 MB indented, which validate then refused to read, naming only `config.json`);
+    returns the sha256 of the bytes written."""
     data = (json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=True) + "\n").encode()
+    if len(data) > JSON_LIMIT:
+        data = (json.dumps(doc, separators=(",", ":"), ensure_ascii=False, allow_nan=True) + "\n").encode()
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         write_all(fd, data)

@@ -9,6 +9,7 @@ no `model.` prefix and no renumbering; outside LiLiCorr, the draft builds its de
 
 from __future__ import annotations
 
+import functools
 import re
 
 from lilicorr_ckpt.runtimes.base import (
@@ -181,6 +182,24 @@ FIRST = RuntimeProfile(
         ("$.confidence_head_with_markov", "!dspark", "unread"),
         ("$.dflash_config.lilicorr_*", "dflash2,dspark", "unread"),
         ("$.dflash_config.projector_type", "lilicorr,dspark", "unread"),  # routed by architecture
+        # parse_dflash_draft_config: `projector_type == "domino"` (any other value is plain DFlash)
+        ("$.dflash_config.projector_type", "*", "equals"),
+        ("$.projector_type", "*", "equals"),
+        # lilicorr_utils.py _parse_lilicorr_config: `not bool(lilicorr_enabled)` turns the head off; each geometry
+        # key through required(key, int | float), a cast
+        ("$.dflash_config.lilicorr_enabled", "*", "truth"),
+        ("$.dflash_config.lilicorr_candidate_topk", "*", "int()"),
+        ("$.dflash_config.lilicorr_hidden_size", "*", "int()"),
+        ("$.dflash_config.lilicorr_num_layers", "*", "int()"),
+        ("$.dflash_config.lilicorr_num_heads", "*", "int()"),
+        ("$.dflash_config.lilicorr_factor_dim", "*", "int()"),
+        ("$.dflash_config.lilicorr_mlp_ratio", "*", "float()"),
+        # parse_dflash_draft_config: _parse_optional_int (null: absent) for num_target_layers and Domino's emb_dim
+        ("$.dflash_config.num_target_layers", "*", "int()?"),
+        ("$.dflash_config.emb_dim", "domino", "int()?"),
+        ("$.emb_dim", "domino", "int()?"),
+        # dflash.py reads only the text config's is_causal; dflash_config.causal is never read (causal="ignores")
+        ("$.dflash_config.causal", "*", "unread"),
         # dflash_utils.py: `sample_from_anchor is False`; `is_causal` / dflash_config causal as flags
         ("$.dflash_config.sample_from_anchor", "*", "truth"),
         ("$.sample_from_anchor", "*", "truth"),
@@ -295,6 +314,8 @@ def _on_path(pattern: str, name: str) -> bool:
     return name == pattern or name.startswith(pattern + ".") or f".{pattern}." in f".{name}."
 
 
+# re's own cache holds 512 patterns: past that, every pattern was compiled again for every module
+@functools.lru_cache(maxsize=4096)
 def _regex(pattern: str) -> re.Pattern[str]:
     return re.compile(".*".join(re.escape(part) for part in pattern.split("*")))
 
