@@ -37,11 +37,15 @@ DATA_LIMIT = 64 << 30  # bytes of the three arrays together, uncompressed
 MAX_RATIO = 100
 RATIO_FLOOR = 16 << 20
 _METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflated"}
+# a training-data shard of lilicorr_train.mixes: LZMA members besides
+SHARD_METHODS = {**_METHODS, zipfile.ZIP_LZMA: "LZMA"}
 
 
-def _check_member(path: Path, name: str, info: zipfile.ZipInfo, archive_size: int) -> None:
+def _check_member(
+    path: Path, name: str, info: zipfile.ZipInfo, archive_size: int, methods: dict[int, str] = _METHODS
+) -> None:
     """A member's sizes, from the archive's directory, before a byte of it is decompressed."""
-    if info.compress_type not in _METHODS:
+    if info.compress_type not in methods:
         raise _refuse(
             path,
             f"its {name} array is compressed with zip method {info.compress_type} (np.savez stores, "
@@ -59,7 +63,7 @@ def _check_member(path: Path, name: str, info: zipfile.ZipInfo, archive_size: in
             "limit for training data",
         )
     if (
-        info.compress_type == zipfile.ZIP_DEFLATED
+        info.compress_type != zipfile.ZIP_STORED
         and info.file_size > RATIO_FLOOR
         and info.file_size > MAX_RATIO * max(info.compress_size, 1)
     ):
@@ -70,7 +74,9 @@ def _check_member(path: Path, name: str, info: zipfile.ZipInfo, archive_size: in
         )
 
 
-def _read_arrays(path: Path) -> dict[str, np.ndarray]:
+def _read_arrays(
+    path: Path, names: tuple[str, ...] = ARRAYS, methods: dict[int, str] = _METHODS
+) -> dict[str, np.ndarray]:
     """The three integer arrays of a data .npz, each checked before it is read: the file (a regular file, opened
     without blocking), each member's sizes and compression ratio (_check_member), and its header (1-D, an integer
     dtype, exactly the bytes the archive holds for it): no pickle, no allocation a hostile header asks for."""
@@ -93,18 +99,18 @@ def _read_arrays(path: Path) -> dict[str, np.ndarray]:
                 raise _refuse(path, "it is not an .npz archive")
             with zipfile.ZipFile(f) as archive:
                 infos = {}
-                for name in ARRAYS:
+                for name in names:
                     try:
                         infos[name] = archive.getinfo(f"{name}.npy")
                     except KeyError:
                         raise _refuse(path, f"it has no {name} array") from None
-                    _check_member(path, name, infos[name], archive_size)
+                    _check_member(path, name, infos[name], archive_size, methods)
                 total = sum(info.file_size for info in infos.values())
                 if total > DATA_LIMIT:
                     raise _refuse(
                         path, f"its arrays are {total} bytes, more than the {DATA_LIMIT >> 30} GiB limit"
                     )
-                for name in ARRAYS:
+                for name in names:
                     info = infos[name]
                     with archive.open(info) as member:
                         version = np.lib.format.read_magic(member)

@@ -39,7 +39,6 @@ import argparse
 import ast
 import hashlib
 import json
-import os
 import random
 import sys
 import tarfile
@@ -54,12 +53,14 @@ from typing import Any
 import numpy as np
 from msgspec import Struct
 
-from lilicorr_runtime.target.load import load_target
+from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.outfile import Inputs, atomic_writer, check_output_path, resolved
 
 from . import prompts as _prompts
-from .data import encode_prompt, self_written_prompts
+from .data import SHARD_METHODS, DataError, _check, _read_arrays, encode_prompt, self_written_prompts
 from .dedup import ProbeIndex
 from .prompts import TOPICS, Prompt, training_prompts
+from .script import Parser, load_target_or_say, run_script, seconds
 
 CATEGORIES = ("code", "chat", "math")
 SOURCES = ("templates", "stdlib", "self", "selfcode")
@@ -386,12 +387,10 @@ def cpu_pool(plan: Plan, probes: ProbeIndex, cache: Path | None = None) -> tuple
     random.Random(plan.seed).shuffle(ordered)
     if cache is not None:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_name(cache.name + ".tmp")
-        tmp.write_text(
+        _write_text(
+            cache,
             json.dumps({"fingerprint": plan.fingerprint(), "rows": ordered, "probe_dropped": len(dropped)}),
-            "utf-8",
         )
-        tmp.replace(cache)
     return ordered, len(dropped)
 
 
@@ -426,19 +425,23 @@ def shard_done(directory: Path, index: int) -> bool:
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray], *, compress: bool = True) -> None:
-    """An .npz (LZMA members when `compress`), written to a temporary name and renamed into place."""
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_LZMA if compress else zipfile.ZIP_STORED) as zf:
+    """An .npz (LZMA members when `compress`), written through the atomic writer (an unpredictable temporary beside
+    it, never through a planted symlink; nothing left behind when the write fails)."""
+    with (
+        atomic_writer(path) as f,
+        zipfile.ZipFile(f, "w", compression=zipfile.ZIP_LZMA if compress else zipfile.ZIP_STORED) as zf,
+    ):
         for name, array in arrays.items():
             with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
                 np.lib.format.write_array(member, np.ascontiguousarray(array), allow_pickle=False)
-    os.replace(tmp, path)
 
 
-def read_npz(path: Path) -> dict[str, np.ndarray]:
-    """The arrays of a shard or a built set: 1-D, never pickles (the training reader checks them again)."""
-    with np.load(path, allow_pickle=False) as held:
-        return {name: held[name] for name in held.files}
+def _write_text(path: Path, text: str) -> None:
+    with atomic_writer(path) as f:
+        f.write(text.encode("utf-8"))
+
+
+SHARD_ARRAYS = ("tokens", "offsets", "prompt_lengths", "category", "source")
 
 
 class Shard(Struct):
@@ -462,7 +465,22 @@ class Shard(Struct):
 
     @classmethod
     def load(cls, path: Path) -> Shard:
-        a = read_npz(path)
+        """A shard or a built set, read as training data is (lilicorr_train.data): a regular file, each member's
+        sizes and compression ratio checked before it is read, 1-D integers, offsets that index the tokens, and a
+        category and a source per sequence that name one (DataError naming the file otherwise)."""
+        a = _read_arrays(path, SHARD_ARRAYS, SHARD_METHODS)
+        n = len(a["prompt_lengths"])
+        # `build` may hold out nothing: an empty set (no sequence, no token, offsets [0]) is one
+        empty = not n and not len(a["tokens"]) and a["offsets"].tolist() == [0]
+        if not empty:
+            _check(path, a["tokens"], a["offsets"], a["prompt_lengths"])
+        for name, names in (("category", CATEGORIES), ("source", SOURCES)):
+            values = a[name]
+            if len(values) != n or (n and not 0 <= int(values.min()) <= int(values.max()) < len(names)):
+                raise DataError(
+                    f"{path} is not a shard this tool wrote: its {name} array is not one of {', '.join(names)} "
+                    f"(by index) for each of its {n} sequences"
+                )
         return cls(
             a["tokens"],
             a["offsets"].astype(np.int64),
@@ -625,9 +643,9 @@ def generate_shard(
 def save_shard(directory: Path, index: int, shard: Shard, info: dict[str, Any]) -> None:
     write_npz(directory / f"{shard_name(index)}.npz", shard.arrays())
     info["bytes"] = (directory / f"{shard_name(index)}.npz").stat().st_size
-    tmp = directory / f"{shard_name(index)}.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1) + "\n", "utf-8")
-    tmp.replace(directory / f"{shard_name(index)}.json")  # last: the shard counts as done
+    _write_text(
+        directory / f"{shard_name(index)}.json", json.dumps(info, indent=1) + "\n"
+    )  # last: it counts as done
 
 
 def generate(
@@ -726,7 +744,17 @@ def build(
     sequences of each category kept (the rest of the held-out prompts are in neither set)."""
     indices = done_shards(directory) if shards is None else list(shards)
     if not indices:
-        raise ValueError(f"{directory} holds no finished shard")
+        raise DataError(f"{directory} holds no finished shard (shard-NNNN.npz beside its shard-NNNN.json)")
+    inputs = Inputs()
+    for index in indices:
+        for suffix in (".npz", ".json"):
+            inputs.add(directory / f"{shard_name(index)}{suffix}", "a shard of --dir")
+    for out, option in ((train_out, "--train"), (val_out, "--val")):
+        check_output_path(str(out), option, "train.npz", inputs)
+    if resolved(train_out) == resolved(val_out):
+        raise UsageError(
+            f"--train and --val are the same file ({train_out}): give each set a file of its own"
+        )
     seen: set[int] = set()
     train_parts: list[tuple[Shard, np.ndarray]] = []
     val_rows: list[tuple[Shard, int]] = []
@@ -869,17 +897,18 @@ def _bundle(directory: Path, indices: Sequence[int], out: Path, limit: int = 15 
     return bundles
 
 
+PROG = "python -m lilicorr_train.mixes"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
 
-    parser = argparse.ArgumentParser(
-        prog="python -m lilicorr_train.mixes", description=__doc__.split("\n\n")[0]
-    )
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("plan", help="print the plan and the first shards' source counts")
     g = sub.add_parser("generate", help="generate missing shards until the time budget")
     g.add_argument("--target", required=True)
     g.add_argument("--dir", type=Path, required=True)
-    g.add_argument("--budget", type=float, default=500.0, help="seconds (the target's load included)")
+    g.add_argument("--budget", type=seconds, default=500.0, help="seconds (the target's load included)")
     g.add_argument("--first", type=int, default=0)
     g.add_argument("--last", type=int, default=None)
     g.add_argument("--batch-size", type=int, default=1024)
@@ -893,6 +922,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.add_argument("--dir", type=Path, required=True)
     a.add_argument("--target", required=True, help="the target whose tokenizer decodes the shards")
     args = parser.parse_args(argv)
+    return run_script(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "plan":
         print(
             json.dumps(
@@ -908,13 +941,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(build(args.dir, args.train, args.val), indent=1))
         return 0
     if args.command == "audit":
-        tokenizer = load_target(args.target, dtype="float32", device="cpu").tokenizer
+        tokenizer = load_target_or_say(args.target, dtype="float32", device="cpu").tokenizer
         report = audit(args.dir, tokenizer)
         print(json.dumps(report, indent=1))
         return 1 if report["near_duplicates"] else 0
     begin = time.perf_counter()
     dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
-    target = load_target(args.target, dtype=dtype, device=args.device, fast=True)
+    target = load_target_or_say(args.target, dtype=dtype, device=args.device, fast=True)
     spent = time.perf_counter() - begin
     print(json.dumps({"target_load_s": round(spent, 1)}), flush=True)
     made = generate(

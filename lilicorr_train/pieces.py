@@ -26,15 +26,16 @@ import torch
 from msgspec import structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
+from lilicorr_ckpt.outfile import Inputs
 from lilicorr_runtime.model.load import build_drafter
-from lilicorr_runtime.target.load import load_target
 
 from .data import Dataset
 from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
 from .loop import LOG, TrainConfig, fit, open_run
 from .mixes import Shard
-from .state import open_log, read_state, state_path
+from .script import Parser, load_target_or_say, run_script, seconds
+from .state import STATE, open_log, read_state, state_path
 
 
 def _taps(text: str) -> tuple[int, ...]:
@@ -51,10 +52,17 @@ def log_heldout(run_dir: Path, step: int, record: dict[str, Any], note: str = ""
 
 def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     begin = time.perf_counter()
+    # RUN's state and log must be none of the inputs (exit 4, before anything loads)
+    inputs = Inputs().add(args.target, "the target").add(args.init_from, "the --init-from drafter")
+    inputs.add(args.val, "the --val file")
+    for path in args.data:
+        inputs.add(path, "the --data file")
+    for name in (STATE, LOG):
+        inputs.refuse(args.run / name, "RUN's", fix="give the run a directory of its own")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     data = Dataset.concat([Dataset.load(p) for p in args.data])
     held = HeldOut.of(Shard.load(args.val))
-    target = load_target(
+    target = load_target_or_say(
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
     found = state_path(args.run)
@@ -128,7 +136,7 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
 
 def heldout_drafter(args: argparse.Namespace) -> dict[str, Any]:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    target = load_target(
+    target = load_target_or_say(
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
     drafter = build_drafter(load_checkpoint(str(args.drafter)), dtype=torch.float32, device=device)
@@ -137,19 +145,22 @@ def heldout_drafter(args: argparse.Namespace) -> dict[str, Any]:
     return record
 
 
+PROG = "python -m lilicorr_train.pieces"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m lilicorr_train.pieces", description=__doc__.split("\n\n")[0]
-    )
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fit", help="train (or resume) RUN for one piece; log the held-out tau")
     f.add_argument("run", type=Path, metavar="RUN")
     f.add_argument("--target", required=True)
     f.add_argument("--data", type=Path, action="append", required=True)
     f.add_argument("--val", type=Path, required=True)
-    f.add_argument("--budget", type=float, default=540.0, help="seconds for the whole piece, loads included")
     f.add_argument(
-        "--reserve", type=float, default=15.0, help="seconds kept for the last save and held-out tau"
+        "--budget", type=seconds, default=540.0, help="seconds for the whole piece, loads included"
+    )
+    f.add_argument(
+        "--reserve", type=seconds, default=15.0, help="seconds kept for the last save and held-out tau"
     )
     f.add_argument("--steps", type=int, default=None, help="total steps (new run: 4000; resume: extend)")
     f.add_argument("--taps", default="", help="new run: target layers tapped, e.g. 1,8,15,22,28")
@@ -171,6 +182,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     h.add_argument("--val", type=Path, required=True)
     h.add_argument("--device", default=None)
     args = parser.parse_args(argv)
+    return run_script(PROG, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "fit":
         fit_piece(args)
     else:

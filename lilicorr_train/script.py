@@ -1,0 +1,84 @@
+"""How the recipe's argparse scripts (`python -m lilicorr_train.mixes`, `python -m lilicorr_train.pieces`) end, as
+`python -m lilicorr_train` does: a usage error is exit 4 with the usage line, an input that cannot be read exit 2
+naming it, an interrupt 130, and anything unexpected exit 2 with one line (LILICORR_DEBUG=1 shows the traceback);
+never a traceback by default."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.exits import shown_message
+
+from .data import DataError
+from .state import StateError
+
+EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 2, 4, 130
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error exit 4 (argparse's own is 2, which means unreadable input here)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: usage error: {shown_message(message)}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+def seconds(text: str) -> float:
+    """A time budget: a finite number of seconds >= 0 (NaN never ran out)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a finite number of seconds >= 0")
+    return value
+
+
+def load_target_or_say(spec: str, **kwargs: Any) -> Any:
+    """load_target, its failure an InputError naming --target and the loader's own first line."""
+    from lilicorr_runtime.target.load import load_target
+
+    try:
+        return load_target(spec, **kwargs)
+    except (InputError, UsageError):
+        raise
+    except Exception as exc:  # a missing or unreadable target: its loader's own message, not a traceback
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+        raise InputError(f"--target {spec}: {first}") from None
+
+
+def run_script(prog: str, body: Callable[[], int]) -> int:
+    """body's exit code, every failure turned into one message on stderr and its code."""
+
+    def fail(message: str, code: int) -> int:
+        print(f"{prog}: {shown_message(message)}", file=sys.stderr)
+        return code
+
+    try:
+        return body()
+    except UsageError as exc:
+        return fail(f"usage error: {exc}", EXIT_USAGE)
+    except (InputError, DataError, StateError) as exc:
+        return fail(f"error: {exc}", EXIT_INPUT)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except OSError as exc:
+        return fail(f"error: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", EXIT_INPUT)
+    except MemoryError:
+        return fail("error: out of memory; lower --batch-size", EXIT_INPUT)
+    except Exception as exc:
+        if os.environ.get("LILICORR_DEBUG"):
+            raise
+        return fail(
+            f"internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
+            "  This is a bug; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
+            EXIT_INPUT,
+        )
