@@ -165,6 +165,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     domino_dims_required: bool = False  # gru_hidden_dim and emb_dim >= 1
     # refuses lilicorr_logit_scale <= 0 (False: serves it as declared, LC170)
     logit_scale_checked: bool = True
+    # refuses lilicorr_vector_eps <= 0 (False: loads it and normalises the candidate vectors with F.normalize under
+    # that eps, a division with no floor: LC103 says "loads, then serves")
+    vector_eps_checked: bool = True
     # tensors it drops that take no part in the drafted function (fnmatch over canonical names): LC225, not LC204
     inert_tensors: tuple[str, ...] = ()
     # a top-level eagle_aux_hidden_state_layer_ids replaces target_layer_ids (+1) as the layers fc reads
@@ -182,7 +185,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     attention_sinks_top_level: bool = False
     # how it reads the config.json keys whose JSON type decides a load (LC001 / LC004): (JSON path pattern, the head
     # kinds it applies to: "*", "a,b" or "!a,b" for all but those, reader). Readers: "unread" (not read for that
-    # head kind), "truth" (`if value:`, any JSON value loads), "flag" (`if value:` builds something: a true value
+    # head kind), "truth" (`if value:`, any JSON value loads), "truth?" (the same, null read as
+    # absent), "equals" (`value == "name"`:
+    # any JSON value loads, none but the name selects anything), "flag" (`if value:` builds something: a true value
     # other than `true` is refused), "count?" (null or an integer >= 1), "float()" / "int()" (cast: a numeric
     # string loads, null, a list or an object does not), "int()?" (the same, null read as absent), "int()-bool"
     # (int() of anything but null or a bool), "int" (a JSON integer, used uncast), "number?" (an int, a float or

@@ -185,17 +185,11 @@ FIRST = RuntimeProfile(
         # parse_dflash_draft_config: `projector_type == "domino"` (any other value is plain DFlash)
         ("$.dflash_config.projector_type", "*", "equals"),
         ("$.projector_type", "*", "equals"),
-        # lilicorr_utils.py _parse_lilicorr_config: `not bool(lilicorr_enabled)` turns the head off; each geometry
-        # key through required(key, int | float), a cast
-        ("$.dflash_config.lilicorr_enabled", "*", "truth"),
-        ("$.dflash_config.lilicorr_candidate_topk", "*", "int()"),
-        ("$.dflash_config.lilicorr_hidden_size", "*", "int()"),
-        ("$.dflash_config.lilicorr_num_layers", "*", "int()"),
-        ("$.dflash_config.lilicorr_num_heads", "*", "int()"),
-        ("$.dflash_config.lilicorr_factor_dim", "*", "int()"),
-        ("$.dflash_config.lilicorr_mlp_ratio", "*", "float()"),
+        # lilicorr_utils.py _parse_lilicorr_config: `enabled is not None and not bool(enabled)` turns the head off
+        ("$.dflash_config.lilicorr_enabled", "*", "truth?"),
         # parse_dflash_draft_config: _parse_optional_int (null: absent) for num_target_layers and Domino's emb_dim
         ("$.dflash_config.num_target_layers", "*", "int()?"),
+        ("$.num_target_layers", "*", "int()?"),  # read where dflash_config has none
         ("$.dflash_config.emb_dim", "domino", "int()?"),
         ("$.emb_dim", "domino", "int()?"),
         # dflash.py reads only the text config's is_causal; dflash_config.causal is never read (causal="ignores")

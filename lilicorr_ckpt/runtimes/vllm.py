@@ -94,6 +94,7 @@ FIRST = RuntimeProfile(
         "vanilla",
     ),  # qwen3_dspark.py builds DSparkMarkovHead only; markov_head_type is not read
     logit_scale_checked=False,  # LiLiCorrHead stores lilicorr_logit_scale without a check
+    vector_eps_checked=False,  # LiLiCorrHead stores lilicorr_vector_eps without a check (F.normalize's eps)
     layer_types_length_exact=True,  # transformers' Qwen3Config: "num_hidden_layers must be equal to layer_types"
     sliding_window_needs_flag=True,  # Qwen3Config keeps sliding_window only with use_sliding_window
     # qwen3_dflash.py load_weights skips "t2d"; AutoWeightsLoader drops recomputed rotary caches

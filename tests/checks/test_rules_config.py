@@ -91,7 +91,8 @@ CASES = [
         ["vllm"],
         nested(causal="false"),
         contains=("truth value", '"false" counts as true'),
-        also=frozenset({"LC001"}),
+        # a true value: TensorRT-LLM refuses a causal draft, SGLang never reads it (bidirectional layers)
+        also=frozenset({"LC001", "LC117", "LC133"}),
     ),
     Case(
         "rms-norm-eps-integer",
@@ -262,14 +263,6 @@ CASES = [
         [],
         nested(lilicorr_mlp_ratio=-2.0),
         contains=("lilicorr_mlp_ratio is -2.0",),
-    ),
-    Case(
-        "vector-eps-zero",
-        "LC103",
-        "error",
-        [],
-        nested(lilicorr_vector_eps=0.0),
-        contains=("lilicorr_vector_eps is 0",),
     ),
     Case(
         "mlp-width-rounds-to-zero",
@@ -777,6 +770,17 @@ def test_config_rule(ckpt, case: Case):
 )
 def test_valid_configs_pass(ckpt, config):
     assert_clean(run(ckpt(fixtures.draft_config(**config))))
+
+
+def test_vector_eps_zero_is_refused_by_sglang_and_served_without_a_floor_by_vllm(ckpt):
+    path = ckpt(fixtures.draft_config())
+    edit_config(path, nested(lilicorr_vector_eps=0.0))
+    report = run(path)
+    by = {tuple(sorted(f.runtimes)): f.message for f in hits(report, "LC103", "error")}
+    assert set(by) == {("sglang", "trtllm"), ("vllm",)}, describe(report)
+    assert "lilicorr_vector_eps is 0" in by["sglang", "trtllm"] and "refuse it" in by["sglang", "trtllm"]
+    assert "loads it without a check, then serves" in by["vllm",] and "no floor" in by["vllm",]
+    assert refused_by(report) == sorted(ALL), describe(report)
 
 
 def test_owned_head_is_refused_for_sglang_only(ckpt):

@@ -242,4 +242,6 @@ def _lilicorr_disabled(ctx: Context) -> list[RuntimeProfile]:
     if isinstance(value, bool) or value:
         return []
     path = "$.dflash_config.lilicorr_enabled"
-    return [p for p in ctx.profiles if config_read(p, ctx.geometry.family, path) == "truth"]
+    # "truth?": null is absent (SGLang lilicorr_utils.py: `enabled is not None and not bool(enabled)`)
+    readers = ("truth",) if value is None else ("truth", "truth?")
+    return [p for p in ctx.profiles if config_read(p, ctx.geometry.family, path) in readers]

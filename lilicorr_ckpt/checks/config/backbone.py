@@ -448,10 +448,16 @@ def backbone_config(ctx: Context) -> None:
 def _causal(ctx: Context) -> None:
     """LC117 / LC133 / LC134: a causal draft, refused, run bidirectionally or honoured per runtime."""
     cfg = ctx.config
-    if cfg.dflash.causal is True or cfg.is_causal is True:
+    # a truthy value of another JSON type declares the same as true: the runtimes that read it do so as a truth
+    # value (LC004), and one that never reads it serves the same bidirectional layers whatever it holds
+    block = ctx.parsed.raw.get("dflash_config")
+    nested_causal = block.get("causal") if isinstance(block, dict) else None
+    if bool(nested_causal) or cfg.is_causal is True:
         nested = cfg.is_causal is not True
         key = "$.dflash_config.causal" if nested else "$.is_causal"
         what = "dflash_config.causal" if nested else "is_causal"
+        if nested and nested_causal is not True:
+            what += f" ({json.dumps(nested_causal)}, a true value)"
         # a true top-level is_causal is read by its own statement where a runtime has one (causal_top_level)
         by = {
             mode: [

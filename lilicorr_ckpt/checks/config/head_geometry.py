@@ -12,6 +12,7 @@ from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
 from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.context import Context, is_pow2, names
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
 rule(
@@ -65,7 +66,9 @@ rule(
     "it names more layers than the files hold tensors (that count is not expanded).",
     why="Counts and widths <= 0 give shapes no loader can build. For lilicorr_logit_scale the runtimes "
     'differ: SGLang and TensorRT-LLM refuse a value <= 0 ("must be positive"), so LC103 fires for them; '
-    "vLLM does not check it and scores candidates with the declared scale (LC170).",
+    "vLLM does not check it and scores candidates with the declared scale (LC170). lilicorr_vector_eps <= 0 "
+    "is refused by SGLang and loaded by vLLM, which then normalises the candidate vectors with no floor "
+    "(F.normalize divides by max(norm, eps): a zero vector becomes NaN); the message says which.",
     example='    "dflash_config": {"lilicorr_logit_scale": 0.0}\n\n'
     "or lilicorr_hidden_size 64 with lilicorr_mlp_ratio 0.01 (int(0.64) is 0).",
 )
@@ -223,9 +226,16 @@ def _lilicorr_key(ctx: Context, key: str, value: Any) -> None:
         )
         return
     if isinstance(value, float) and not math.isfinite(value):
+        nan_effect = _SERVED_NAN.get(key)
         ctx.emit(
             "LC102",
-            f"dflash_config.{key} is {value}",
+            f"dflash_config.{key} is {value}"
+            + (
+                f": it sizes nothing and passes a `<= 0` check, so {names(ctx.profiles, 'loads|load')} it, "
+                f"then {_agree(ctx.profiles, 'serve')} {nan_effect}"
+                if nan_effect and math.isnan(value)
+                else ""
+            ),
             file="config.json",
             pointer=path,
             expected="a finite number",
@@ -284,6 +294,31 @@ def _lilicorr_key(ctx: Context, key: str, value: Any) -> None:
             actual=value,
             subjects=[key],
         )
+    elif value <= 0 and key == "lilicorr_vector_eps":
+        checked = [p for p in ctx.profiles if p.vector_eps_checked]
+        served = [p for p in ctx.profiles if not p.vector_eps_checked]
+        ctx.emit_for(
+            "LC103",
+            checked,
+            f"dflash_config.{key} is {value}: {names(checked, 'refuses|refuse')} it",
+            file="config.json",
+            pointer=path,
+            expected="> 0",
+            actual=value,
+            subjects=[key],
+        )
+        ctx.emit_for(
+            "LC103",
+            served,
+            f"dflash_config.{key} is {value}: {names(served, 'loads|load')} it without a check, then "
+            f"{_agree(served, 'serve')} candidate vectors normalised with no floor "
+            "(F.normalize divides by max(norm, eps): a zero vector becomes NaN)",
+            file="config.json",
+            pointer=path,
+            expected="> 0",
+            actual=value,
+            subjects=[key],
+        )
     elif value <= 0:
         ctx.emit(
             "LC103",
@@ -294,6 +329,17 @@ def _lilicorr_key(ctx: Context, key: str, value: Any) -> None:
             actual=value,
             subjects=[key],
         )
+
+
+def _agree(profiles: list[RuntimeProfile], verb: str) -> str:
+    return verb if len(profiles) > 1 else verb + "s"
+
+
+# what a NaN in a key that sizes nothing serves once loaded
+_SERVED_NAN = {
+    "lilicorr_vector_eps": "NaN candidate vectors (F.normalize under a NaN eps)",
+    "lilicorr_logit_scale": "NaN candidate scores",
+}
 
 
 def _candidate_topk(ctx: Context, k: Any) -> None:

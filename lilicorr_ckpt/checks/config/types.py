@@ -121,7 +121,7 @@ def _numeric_text(value: str, cast: type) -> bool:
 
 def reader_refuses(reader: str, value: Any) -> bool:
     """Whether a release reading `value` with `reader` (RuntimeProfile.config_reads) fails on it."""
-    if reader in ("unread", "truth"):
+    if reader in ("unread", "truth", "truth?", "equals"):
         return False
     if reader == "float()|falsy":
         return bool(value) and reader_refuses("float()", value)
@@ -161,6 +161,9 @@ def reader_refuses(reader: str, value: Any) -> bool:
 _HOW = {
     "unread": "does not read it for this head kind|do not read it for this head kind",
     "truth": "reads it only as a truth value|read it only as a truth value",
+    "truth?": "reads it only as a truth value (null: absent)|read it only as a truth value (null: absent)",
+    "equals": "only compares it with a name (any other value is not that name)|only compare it with a name (any "
+    "other value is not that name)",
     "flag": "reads it as a flag (a true value builds the feature)|read it as a flag (a true value builds the feature)",
     "count?": "requires null or an integer >= 1|require null or an integer >= 1",
     "float()": "reads it with float()|read it with float()",

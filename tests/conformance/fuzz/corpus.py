@@ -95,10 +95,26 @@ CORPUS: tuple[Case, ...] = (
     # SGLang's loaders narrow an oversize tensor to its parameter (now seen by its harness; LC208)
     Case("lilicorr-conv", "tensor", "layers.0.mlp.up_proj.weight", "reshape"),
     Case("dflash", "tensor", "layers.1.self_attn.q_proj.weight", "reshape"),
+    # numbers that size nothing, read off the built modules (conformance/served.py): lilicorr_vector_eps <= 0
+    # (vLLM loads it: F.normalize with no floor, SW; SGLang refuses it) or NaN (both load it, SW); a NaN logit
+    # scale (SW); a null one fails vLLM's first draft step (C)
+    Case("lilicorr", "dflash", "lilicorr_vector_eps", "negative"),
+    Case("lilicorr", "dflash", "lilicorr_logit_scale", "null"),
+    Case("lilicorr", "dflash", "lilicorr_vector_eps", "nan"),
+    Case("lilicorr", "dflash", "lilicorr_logit_scale", "nan"),
+    # a build of 2**40 LiLiCorr layers: the boot's out-of-memory failure (LC103)
+    Case("lilicorr-conv", "dflash", "lilicorr_num_layers", "huge"),
+    # SGLang's looser reads: `projector_type == "domino"`, `bool(lilicorr_enabled)`, _parse_optional_int for
+    # num_target_layers / Domino's emb_dim; dflash_config.causal never read (a truthy value: LC133, as true)
+    Case("dflash2", "dflash", "projector_type", "list"),
+    Case("lilicorr-nvfp4", "dflash", "lilicorr_enabled", "list"),
+    Case("domino", "dflash", "emb_dim", "int_string"),
+    Case("domino", "top", "num_target_layers", "int_string"),
+    Case("dflash", "dflash", "causal", "zero"),
+    Case("dflash", "dflash", "causal", "int_string"),
 )
 
 _SGLANG = [f"sglang=={p.version}" for p in RELEASES["sglang"]]
-_VLLM = [f"vllm=={p.version}" for p in RELEASES["vllm"]]
 _NO_ALLOC = (
     "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
     "boot (validate refuses, LC009)"
@@ -113,12 +129,5 @@ PENDING: dict[tuple[Case, str], str] = {
     **{
         (Case("dspark", "tensor", "confidence_head.proj.bias", "reshape"), r): _UNREAD_CONFIDENCE
         for r in _SGLANG
-    },
-    **{
-        (Case("lilicorr", "dflash", "lilicorr_logit_scale", "null"), r): (
-            "lilicorr.py stores a null logit scale and fails only at the first draft step, which the harness does "
-            "not run (validate refuses, LC101)"
-        )
-        for r in _VLLM
     },
 }
