@@ -16,12 +16,14 @@ import io
 import os
 import shlex
 import sys
+import warnings
 from collections.abc import Callable
 from typing import NoReturn, TextIO
 
 import click
 
 from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
+from lilicorr_ckpt.report.escape import printable
 
 EXIT_OK, EXIT_FINDINGS, EXIT_INPUT, EXIT_USAGE = 0, 1, 2, 4
 EXIT_INTERRUPTED, EXIT_TERMINATED = 130, 143
@@ -39,8 +41,6 @@ def shown_message(message: str) -> str:
     """An error message as stderr shows it: each of its lines with every control, bidi control and non-character
     written as an escape (report/escape.py printable), so text quoted from an input (a config value, a file name,
     a server's reply) cannot colour the terminal, move the cursor or reorder the line around it."""
-    from lilicorr_ckpt.report.escape import printable
-
     return "\n".join(printable(line) for line in message.split("\n"))
 
 
@@ -125,8 +125,6 @@ def run_command(
         sys.stdout
     )  # kept referenced: the wrapper _buffered_stdout replaces must not close the descriptor
     _buffered_stdout()
-    import warnings
-
     shown_warning = warnings.showwarning
     warnings.showwarning = _plain_warning(prog_name)
     try:

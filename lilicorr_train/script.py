@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.exits import shown_message
+from lilicorr_runtime.target.load import load_target
 
 from .data import DataError
 from .state import StateError
@@ -43,8 +44,6 @@ def seconds(text: str) -> float:
 
 def load_target_or_say(spec: str, **kwargs: Any) -> Any:
     """load_target, its failure an InputError naming --target and the loader's own first line."""
-    from lilicorr_runtime.target.load import load_target
-
     try:
         return load_target(spec, **kwargs)
     except (InputError, UsageError):
