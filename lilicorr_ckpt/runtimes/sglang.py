@@ -187,9 +187,8 @@ FIRST = RuntimeProfile(
         ("$.projector_type", "*", "equals"),
         # lilicorr_utils.py _parse_lilicorr_config: `enabled is not None and not bool(enabled)` turns the head off
         ("$.dflash_config.lilicorr_enabled", "*", "truth?"),
-        # parse_dflash_draft_config: _parse_optional_int (null: absent) for num_target_layers and Domino's emb_dim
-        ("$.dflash_config.num_target_layers", "*", "int()?"),
-        ("$.num_target_layers", "*", "int()?"),  # read where dflash_config has none
+        # parse_dflash_draft_config: _parse_optional_int (null: absent) for Domino's emb_dim (num_target_layers is
+        # cast the same way, but the taps check reads it typed: it stays the schema's integer)
         ("$.dflash_config.emb_dim", "domino", "int()?"),
         ("$.emb_dim", "domino", "int()?"),
         # dflash.py reads only the text config's is_causal; dflash_config.causal is never read (causal="ignores")

@@ -105,11 +105,10 @@ CORPUS: tuple[Case, ...] = (
     # a build of 2**40 LiLiCorr layers: the boot's out-of-memory failure (LC103)
     Case("lilicorr-conv", "dflash", "lilicorr_num_layers", "huge"),
     # SGLang's looser reads: `projector_type == "domino"`, `bool(lilicorr_enabled)`, _parse_optional_int for
-    # num_target_layers / Domino's emb_dim; dflash_config.causal never read (a truthy value: LC133, as true)
+    # Domino's emb_dim; dflash_config.causal never read (a truthy value: LC133, as true)
     Case("dflash2", "dflash", "projector_type", "list"),
     Case("lilicorr-nvfp4", "dflash", "lilicorr_enabled", "list"),
     Case("domino", "dflash", "emb_dim", "int_string"),
-    Case("domino", "top", "num_target_layers", "int_string"),
     Case("dflash", "dflash", "causal", "zero"),
     Case("dflash", "dflash", "causal", "int_string"),
 )
