@@ -9,6 +9,8 @@ from __future__ import annotations
 from lilicorr_ckpt.runtimes import RELEASES
 
 from .cases import Case
+from .corpus_siblings import SIBLING_PENDING, SIBLING_ROWS
+from .corpus_values import VALUE_PENDING, VALUE_ROWS
 
 CORPUS: tuple[Case, ...] = (
     # another head kind's key, wrongly typed: not read (vLLM: lilicorr.py reads lilicorr_* for LiLiCorr only)
@@ -111,6 +113,10 @@ CORPUS: tuple[Case, ...] = (
     Case("domino", "dflash", "emb_dim", "int_string"),
     Case("dflash", "dflash", "causal", "zero"),
     Case("dflash", "dflash", "causal", "int_string"),
+    # config values each release reads (corpus_values.py) and the sibling heads' keys and tensors, quantized
+    # tensors included (corpus_siblings.py)
+    *VALUE_ROWS,
+    *SIBLING_ROWS,
 )
 
 _SGLANG = [f"sglang=={p.version}" for p in RELEASES["sglang"]]
@@ -129,4 +135,6 @@ PENDING: dict[tuple[Case, str], str] = {
         (Case("dspark", "tensor", "confidence_head.proj.bias", "reshape"), r): _UNREAD_CONFIDENCE
         for r in _SGLANG
     },
+    **VALUE_PENDING,
+    **SIBLING_PENDING,
 }
