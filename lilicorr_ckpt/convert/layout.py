@@ -189,6 +189,7 @@ def speculators_from_zlab(zlab: dict[str, Any], *, verifier: str | None = None) 
         )
     non_causal = sliding_masks != {True}  # every sliding layer bidirectional (or none is sliding)
     taps = list(g.target_layer_ids)
+    _refuse_last_layer_tap(taps, g.num_target_layers)
     tokens = g.block_size if anchor_first else g.block_size - 1
     nested = {k: copy.deepcopy(v) for k, v in zlab.items() if k not in NOT_NESTED}
     out: dict[str, Any] = {"architectures": [arch]}
@@ -240,6 +241,29 @@ def speculators_from_zlab(zlab: dict[str, Any], *, verifier: str | None = None) 
     out["transformer_layer_config"] = nested
     _check_same_drafter(zlab, out)
     return out
+
+
+def _refuse_last_layer_tap(taps: list[int], num_target_layers: int | None) -> None:
+    """A tap on the verifier's last layer has no place in the speculators layout: speculators captures that layer
+    for every drafter and splits it off as the training target (`verifier_last_hidden_states`, train/data.py), never
+    a feature, and its own z-lab converter drops such a tap without a word (convert/dflash/converter.py), leaving fc
+    a feature block short. Refused, naming the tap, rather than written or dropped. Known only where the config
+    states the verifier's layer count (num_target_layers, as ModelOpt writes it)."""
+    if num_target_layers is None or num_target_layers < 1 or num_target_layers - 1 not in taps:
+        return
+    last = num_target_layers - 1
+    raise ConversionRefused(
+        "the speculators layout cannot carry a tap on the verifier's last layer",
+        [
+            f"lost: target_layer_ids {json.dumps(taps)} taps layer {last}, the last of the verifier's "
+            f"{num_target_layers} (num_target_layers), which would be aux_hidden_state_layer_ids {last + 1}: "
+            "speculators' data pipeline splits the verifier's last layer off the captured states as its training "
+            "target (verifier_last_hidden_states), not a feature, and its own z-lab converter drops such a tap "
+            "silently, leaving fc a feature block short",
+            "fix: keep the z-lab layout (--to zlab), which vLLM reads as well, or retrain with taps below layer "
+            f"{last}",
+        ],
+    )
 
 
 def _layer_types(cfg: DraftConfig, layers: int) -> list[str]:

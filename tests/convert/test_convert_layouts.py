@@ -8,6 +8,7 @@ from the speculators output (as vLLM translates it) is the z-lab drafter: the sa
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -176,3 +177,40 @@ def test_inspect_card_and_report_name_the_layout(cli, tmp_path):
     assert run.code == 0 and "  layout     speculators (speculators_config" in run.out
     run = cli("validate", SPECULATORS / "dflash2-bf16", "-f", "json", "-r", "vllm")
     assert json.loads(run.out)["layout"] == "speculators"
+
+
+def _with_taps(src: Path, dest: Path, taps: list[int], *, num_target_layers: bool = True) -> Path:
+    shutil.copytree(src, dest, ignore=shutil.ignore_patterns("PROVENANCE.json"))
+    config = load_json(dest / "config.json")
+    config["dflash_config"]["target_layer_ids"] = taps
+    if not num_target_layers:
+        del config["num_target_layers"]
+    (dest / "config.json").write_text(json.dumps(config))
+    return dest
+
+
+def test_a_tap_on_the_verifiers_last_layer_is_refused_not_dropped(cli, tmp_path):
+    # ModelOpt's export states the verifier's 8 layers (num_target_layers); layer 7 is its last
+    src = _with_taps(MODELOPT / "dflash-bf16", tmp_path / "src", [1, 7])
+    dst = tmp_path / "out"
+    run = cli("convert", src, dst, "--to", "speculators")
+    assert run.code == 1 and not dst.exists(), run
+    assert "cannot carry a tap on the verifier's last layer" in run.err and "Traceback" not in run.err
+    assert "target_layer_ids [1, 7] taps layer 7, the last of the verifier's 8" in run.err
+    assert "aux_hidden_state_layer_ids 8" in run.err and "--to zlab" in run.err
+    run = cli("convert", src, dst, "--to", "speculators", "-f", "json")
+    assert run.code == 1 and json.loads(run.out)["status"] == "refused" and not dst.exists()
+    # the z-lab layout carries it (vLLM captures after the last layer); SGLang's refusal is validate's (LC148)
+    assert cli("convert", src, dst, "-r", "vllm", "-q").code == 0
+    assert load_json(dst / "config.json")["dflash_config"]["target_layer_ids"] == [1, 7]
+    # a tap below the last layer shifts by one, as every other
+    ok = _with_taps(MODELOPT / "dflash-bf16", tmp_path / "ok", [1, 6])
+    spec = _convert(cli, ok, tmp_path / "spec", "--to", "speculators")
+    assert load_json(spec / "config.json")["aux_hidden_state_layer_ids"] == [2, 7]
+
+
+def test_without_the_verifiers_layer_count_the_taps_shift_by_one(cli, tmp_path):
+    # no num_target_layers: which layer is the verifier's last is unknown here, so the tap is written shifted
+    src = _with_taps(MODELOPT / "dflash-bf16", tmp_path / "src", [1, 7], num_target_layers=False)
+    spec = _convert(cli, src, tmp_path / "spec", "--to", "speculators")
+    assert load_json(spec / "config.json")["aux_hidden_state_layer_ids"] == [2, 8]
