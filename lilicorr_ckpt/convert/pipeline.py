@@ -99,6 +99,14 @@ def _refuse_on_findings(report: Report, options: ConvertOptions, stage: str) -> 
         runtimes = f" [{', '.join(f.runtimes)}]" if f.runtimes else ""
         hint = _hint(f)
         reasons.append(f"{f.rule} {f.message}{runtimes}" + (f"; fix: {hint}" if hint else ""))
+    accepting = [v for v in report.runtimes if v.accepted and not (options.strict and v.warnings)]
+    if refused and accepting:  # e.g. a reduced draft vocabulary: SGLang serves none, vLLM does
+        names = " and ".join(v.display for v in accepting)
+        selection = ",".join(v.runtime for v in accepting)
+        reasons.append(
+            f"or convert for {'the release that accepts' if len(accepting) == 1 else 'the releases that accept'} "
+            f"it alone: {names} ({'-r ' + selection})"
+        )
     raise ConversionRefused(f"the converted checkpoint {stage} validate{who}", reasons)
 
 

@@ -214,3 +214,18 @@ def test_without_the_verifiers_layer_count_the_taps_shift_by_one(cli, tmp_path):
     src = _with_taps(MODELOPT / "dflash-bf16", tmp_path / "src", [1, 7], num_target_layers=False)
     spec = _convert(cli, src, tmp_path / "spec", "--to", "speculators")
     assert load_json(spec / "config.json")["aux_hidden_state_layer_ids"] == [2, 8]
+
+
+def test_a_reduced_draft_vocabulary_refusal_names_the_release_that_serves_it(cli, tmp_path):
+    # SGLang serves no reduced draft vocabulary (LC404); vLLM does: the refusal says to convert for it alone
+    src, dst = SPECULATORS / "dflash-bf16-draftvocab", tmp_path / "out"
+    run = cli("convert", src, dst)
+    assert run.code == 1 and not dst.exists(), run
+    assert (
+        "LC404" in run.err
+        and "or convert for the release that accepts it alone: vLLM 0.34.0 (-r vllm)" in run.err
+    )
+    assert cli("convert", src, dst, "-r", "vllm", "-q").code == 0
+    # where every selected release refuses, there is no such line
+    run = cli("convert", src, tmp_path / "out2", "-r", "sglang")
+    assert run.code == 1 and "accepts it alone" not in run.err
