@@ -198,6 +198,15 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # another JSON type, null included (LC005); model_type must name a registered type (LC006); a key that
     # shadows the class's own attributes (text_config, get_text_config) breaks the parse (LC007)
     config_class_strict: bool = False
+    # the top-level text-config keys (text_config, decoder, ...) it refuses when they hold null: transformers'
+    # get_text_config skips a null one (the config is its own text config), a release that reads the key by
+    # hasattr refuses it (LC007); a non-null value is refused by every strict release
+    text_config_null_refused: tuple[str, ...] = ()
+    # head_dim 0 is read as absent (`head_dim or hidden_size // num_heads`); False: it sizes the heads (LC118)
+    head_dim_zero_derived: bool = False
+    # the head families whose speculator config checks num_speculative_tokens against a top-level n_predict (more
+    # than n_predict must be a multiple of it: LC182)
+    n_predict_families: tuple[str, ...] = ()
     # reads eagle_config as a dict (`.update`, `.get`): any other JSON value crashes the model's build (LC008)
     eagle_config_object: bool = False
     # what a missing head, convolution, owned lm_head or head quantization-scale tensor does: "refused" (a coverage

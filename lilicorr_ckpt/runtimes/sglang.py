@@ -150,6 +150,9 @@ FIRST = RuntimeProfile(
     domino_checks=True,  # parse_dflash_draft_config and the Domino model tests
     # utils/hf_transformers/config.py get_config builds transformers' strict Qwen3Config (the wheel pins transformers 5)
     config_class_strict=True,
+    # configs/model_config.py ModelConfig.__init__ -> utils/hf_transformers/common.py get_hf_text_config: `elif
+    # hasattr(config, "text_config"): assert hasattr(config.text_config, "num_attention_heads")`, null included
+    text_config_null_refused=("text_config",),
     # models/dflash.py DFlashAttention: a per-head sink parameter when parse_dflash_draft_config's
     # attention_sink_bias is true (the top-level add_swa_attention_sink_bias is not read)
     attention_sinks_built=True,
@@ -185,6 +188,16 @@ FIRST = RuntimeProfile(
         # parse_dflash_draft_config: `projector_type == "domino"` (any other value is plain DFlash)
         ("$.dflash_config.projector_type", "*", "equals"),
         ("$.projector_type", "*", "equals"),
+        # lilicorr_utils.py _parse_lilicorr_config: `required(key, cast)` casts each lilicorr_* value with int() or
+        # float() (a numeric string loads, null does not); a bool is cast to 1, a size or ratio no trained head
+        # has (refused here, where the ranges below cannot see it); the ranges are the geometry rules'
+        *(
+            (f"$.dflash_config.lilicorr_{key}", "*", "int()-bool")
+            for key in ("candidate_topk", "hidden_size", "num_layers", "num_heads", "factor_dim")
+        ),
+        ("$.dflash_config.lilicorr_mlp_ratio", "*", "float()-bool"),
+        ("$.dflash_config.lilicorr_vector_eps", "*", "float()"),
+        ("$.dflash_config.lilicorr_logit_scale", "*", "float()"),
         # lilicorr_utils.py _parse_lilicorr_config: `enabled is not None and not bool(enabled)` turns the head off
         ("$.dflash_config.lilicorr_enabled", "*", "truth?"),
         # parse_dflash_draft_config: _parse_optional_int (null: absent) for Domino's emb_dim (num_target_layers is
@@ -204,6 +217,8 @@ FIRST = RuntimeProfile(
         ("$.target_layer_ids", "*", "unread"),
         ("$.dflash_config.swa_window_size", "*", "unread"),
         ("$.eagle_aux_hidden_state_layer_ids", "*", "unread"),
+        # models/dflash.py sizes fc from the draft's hidden_size and the tap count: no module reads it
+        ("$.target_hidden_size", "*", "unread"),
         ("$.output_multiplier", "*", "unread"),
         ("$.final_logit_softcapping", "*", "unread"),
         ("$.attention_sink_bias", "*", "unread"),

@@ -119,6 +119,11 @@ FIRST = RuntimeProfile(
     config_class_strict=True,
     # qwen3_dflash.py DFlashQwen3Model.__init__: `getattr(self.config, "eagle_config", {})`, then `.update`/`.get`
     eagle_config_object=True,
+    # qwen3_dflash.py DFlashQwen3Attention.__init__: `self.head_dim = head_dim or hidden_size // total_num_heads`
+    head_dim_zero_derived=True,
+    # config/speculative.py SpeculativeConfig.__post_init__: `n_predict = getattr(hf_config, "n_predict", None)`;
+    # unless DSpark, num_speculative_tokens above it "must be divisible by n_predict"
+    n_predict_families=("lilicorr", "dflash", "dflash2", "domino"),
     config_reads=(
         # another head kind's keys: each model class reads only its own (lilicorr.py the lilicorr_* and conv keys,
         # qwen3_dflash2.py the selector and conv keys, qwen3_dspark.py the Markov and confidence keys)
@@ -137,7 +142,9 @@ FIRST = RuntimeProfile(
         ("$.gru_hidden_dim", "*", "unread"),
         # lilicorr.py LiLiCorr.__init__: `if not draft_config.get("lilicorr_enabled", True)`
         ("$.dflash_config.lilicorr_enabled", "*", "truth"),
-        ("$.dflash_config.lilicorr_mlp_ratio", "*", "float()"),  # int(hidden * ratio): a number or a bool
+        # lilicorr.py LiLiCorrMLP: `int(hidden_size * mlp_ratio)`: true sizes the MLP at ratio 1 (the trained
+        # tensors narrowed), a numeric string is repeated hidden_size times
+        ("$.dflash_config.lilicorr_mlp_ratio", "*", "number"),
         # qwen3_dflash.py _dflash_layer_causal: `bool(is_causal)`, then `if override is not None`; the dflash
         # speculator's `if dflash_config.get("sample_from_anchor", False)`; _resolve_layer_attention's use_swa;
         # DFlashQwen3Model's use_aux_hidden_state; qwen3_dspark.py's confidence-head flags
@@ -172,6 +179,12 @@ FIRST = RuntimeProfile(
         # qwen3_dflash2.py DFlash2Qwen3ForCausalLM.__init__: float(output_multiplier), float(softcap or 0.0)
         ("$.dflash_config.output_multiplier", "dflash2", "float()"),
         ("$.dflash_config.final_logit_softcapping", "dflash2", "float()|falsy"),
+        # qwen3_dflash.py _get_dflash_fc_input_size: `getattr(config, "target_hidden_size", None) or hidden_size`
+        # times the feature count sizes fc (a falsy value is the draft's width, a truthy one is used uncast)
+        ("$.target_hidden_size", "*", "int|falsy"),
+        # qwen3_dflash.py DFlashQwen3DecoderLayer: `getattr(config, "is_neox_style", True)` into get_rope (a key of
+        # its cache), then _build_fused_kv_buffers asserts every layer's is_neox_style == the first's
+        ("$.is_neox_style", "*", "truth=="),
         # config/speculative.py: "dspark_draft_topk must be between 1 and the draft vocabulary size"
         ("$.dspark_draft_topk", "dspark", "count?"),
         # qwen3_dflash.py DFlashQwen3DecoderLayer: `make_attention_sink(...) if add_swa_attention_sink_bias`
@@ -267,6 +280,8 @@ BUMPS: tuple[Bump, ...] = (
             "v1/worker/gpu/spec_decode/speculator_config.py: the method and the speculator come from the model "
             "class's declared speculator config (the same speculator for every head this tool models); an "
             "explicit method that disagrees is refused",
+            "v1/worker/gpu/spec_decode/speculator_config.py SpeculatorConfig.resolve_num_speculative_tokens: the "
+            "n_predict check moved here from SpeculativeConfig.__post_init__ (every head but DSpark, as before)",
             "the V1 model runner is gone: its mixed sliding/full refusal with it (every verdict here was the V2 "
             "runner's already)",
         ),

@@ -605,6 +605,39 @@ def _sizes(ctx: Context) -> None:
             file="config.json",
             pointer="$.num_key_value_heads",
         )
+    # a head_dim below 1 sizes q/k/v with a negative or empty dimension (vLLM and SGLang: "Trying to create tensor
+    # with negative dimension"; SGLang's rotary of a zero-width head divides by zero), where 0 is not read as
+    # absent (RuntimeProfile.head_dim_zero_derived)
+    head_dim = cfg.head_dim
+    sized = [p for p in ctx.profiles if not (head_dim == 0 and p.head_dim_zero_derived)]
+    if head_dim is not None and head_dim < 1 and sized and not ctx.parsed.invalid("$.head_dim"):
+        ctx.emit_for(
+            "LC118",
+            sized,
+            f"head_dim is {head_dim}"
+            + (
+                "" if len(sized) == len(ctx.profiles) else f": {names(sized, 'sizes|size')} the heads with it"
+            ),
+            file="config.json",
+            pointer="$.head_dim",
+            expected=">= 1",
+            actual=head_dim,
+        )
+    # target_hidden_size sizes fc's input where a release reads it (vLLM qwen3_dflash.py
+    # _get_dflash_fc_input_size: `target_hidden_size or hidden_size`): a negative one is a negative dimension
+    readers = [p for p in ctx.profiles if config_read(p, g.family, "$.target_hidden_size") != "unread"]
+    width = cfg.target_hidden_size
+    if width is not None and width < 0 and readers and not ctx.parsed.invalid("$.target_hidden_size"):
+        ctx.emit_for(
+            "LC118",
+            readers,
+            f"target_hidden_size is {width}: {names(readers, 'sizes|size')} fc's input with it (a negative "
+            "dimension)",
+            file="config.json",
+            pointer="$.target_hidden_size",
+            expected=">= 1",
+            actual=width,
+        )
     if cfg.head_dim is None and g.hidden_size and g.num_heads and g.hidden_size % g.num_heads:
         ctx.emit(
             "LC118",

@@ -1,4 +1,4 @@
-"""The draft block size (LC110-LC112, LC125, LC126)."""
+"""The draft block size (LC110-LC112, LC125, LC126) and the n_predict a release checks against it (LC182)."""
 
 from __future__ import annotations
 
@@ -80,12 +80,33 @@ rule(
     example='    "block_size": 16,\n    "dflash_config": {"mask_token_id": 151669, '
     '"target_layer_ids": [1, 9, 17, 25, 33]}',
 )
+rule(
+    "LC182",
+    "n-predict",
+    "error",
+    CFG,
+    "A top-level n_predict that the runtime checks num_speculative_tokens against, and the drafter's block does "
+    "not pass the check.",
+    "Remove n_predict (a DFlash-family drafter drafts block_size - 1 tokens), or write a count that divides "
+    "block_size - 1.",
+    doc="Fires for each runtime release that reads a top-level `n_predict` as the count num_speculative_tokens "
+    "must divide when it is larger (vLLM: config/speculative.py `SpeculativeConfig.__post_init__` in 0.31-0.33, "
+    "v1/worker/gpu/spec_decode/speculator_config.py `resolve_num_speculative_tokens` in 0.34; for every head "
+    "but DSpark, whose own code reads block_size instead) when the drafter served with num_speculative_tokens "
+    "= block_size - 1 fails it: a count below that which does not divide it (0 and negatives included), or a "
+    "value that is no number.",
+    why='The server stops at start-up: "num_speculative_tokens:7 must be divisible by n_predict=2", a '
+    "ZeroDivisionError for 0, a TypeError for a string or a list. n_predict is the multi-token-prediction "
+    "layer count of MTP drafters; a DFlash-family config has no use for it.",
+    example='    "n_predict": 2,\n    "dflash_config": {"block_size": 8}',
+)
 
 
 # ---------------------------------------------------------------- checks
 
 
 def block_size(ctx: Context) -> None:
+    n_predict(ctx)
     cfg = ctx.config
     nested, top = cfg.dflash.block_size, cfg.block_size
     if nested is None and top is None:
@@ -151,4 +172,30 @@ def block_size(ctx: Context) -> None:
             "block_size is only at the top level; write it in dflash_config too",
             file="config.json",
             pointer="$.dflash_config.block_size",
+        )
+
+
+def n_predict(ctx: Context) -> None:
+    """LC182: the top-level n_predict against num_speculative_tokens = block_size - 1."""
+    raw = ctx.parsed.raw
+    value = raw.get("n_predict")
+    readers = [p for p in ctx.profiles if ctx.geometry.family in p.n_predict_families]
+    block = ctx.config.dflash.block_size or ctx.config.block_size
+    if value is None or not readers or block is None or block < 2:
+        return
+    tokens = block - 1
+    try:  # the release's own comparison: `tokens > n_predict and tokens % n_predict != 0` refuses
+        refused = bool(tokens > value and tokens % value != 0)
+    except (TypeError, ZeroDivisionError):
+        refused = True
+    if refused:
+        ctx.emit_for(
+            "LC182",
+            readers,
+            f"n_predict is {value!r}: {names(readers, 'requires|require')} num_speculative_tokens (block_size - 1 "
+            f"= {tokens}) to be at most n_predict or a multiple of it, and {names(readers, 'refuses|refuse')} "
+            "the draft",
+            file="config.json",
+            pointer="$.n_predict",
+            actual=value,
         )

@@ -201,7 +201,10 @@ _INT_BACKBONE_TOP = (
     "vocab_size",
     "block_size",
     "num_target_layers",
+    "target_hidden_size",
 )
+# top-level keys with no dflash_config counterpart: "unread" (RuntimeProfile.config_reads) means not read at all
+_TOP_ONLY = ("target_hidden_size",)
 
 
 _INT_BACKBONE_NESTED = ("block_size", "num_target_layers", "conv_kernel_size", "conv_group_size")
@@ -247,7 +250,10 @@ def integral_floats(ctx: Context) -> None:
                 p.name: [
                     k
                     for k in found_keys
-                    if not (k.startswith("dflash_config.") and config_read(p, family, f"$.{k}") == "unread")
+                    if not (
+                        (k.startswith("dflash_config.") or k in _TOP_ONLY)
+                        and config_read(p, family, f"$.{k}") == "unread"
+                    )
                 ]
                 for p in ctx.profiles
                 if _INTEGRAL_FLOAT[kind](p) == mode

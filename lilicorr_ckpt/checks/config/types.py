@@ -76,7 +76,9 @@ rule(
     "Remove the key: it is not a drafter setting.",
     doc="Fires for SGLang and vLLM on a top-level `text_config`, `decoder`, `generator` or `text_encoder` (the "
     "config class's get_text_config returns it as the model's text config, which then has no geometry) and on "
-    "a key named like one of the class's methods (`get_text_config`, `to_dict`), which replaces the method.",
+    "a key named like one of the class's methods (`get_text_config`, `to_dict`), which replaces the method. "
+    "A null text config is passed over by get_text_config (the config is its own text config): it fires only "
+    "for SGLang's `text_config`, which its get_hf_text_config reads by hasattr and asserts on.",
     why='The config\'s geometry is read from the wrong object ("does not have `num_attention_heads`", "DFLASH '
     'requires draft num_hidden_layers") or a method call fails ("object is not callable").',
     example='    "text_config": 0',
@@ -125,9 +127,16 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return False
     if reader == "float()|falsy":
         return bool(value) and reader_refuses("float()", value)
+    if reader == "int|falsy":  # `value or default`, a truthy value used uncast as a size
+        return bool(value) and reader_refuses("int", value)
     if reader == "int()?":  # `None if value is None else int(value)`
         return value is not None and reader_refuses("int()", value)
+    if reader == "float()-bool":  # float(value), where float(true) == 1.0 is a ratio no trained head has
+        return isinstance(value, bool) or reader_refuses("float()", value)
     if reader == "int()-bool":  # int(value), where null and int(true) == 1 are sizes no model is built with
+        # (and int(4.5) == 4 is no value the config states)
+        if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
+            return True
         return value is None or isinstance(value, bool) or reader_refuses("int()", value)
     if reader == "int":  # used uncast as a size: a JSON integer only (a whole-number float is LC139's)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -145,6 +154,10 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return bool(value) and not isinstance(value, bool)
     if reader == "count?":
         return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
+    if reader == "truth==":  # a truth value, also hashed and compared with itself (NaN never equals itself)
+        return isinstance(value, (list, dict)) or (isinstance(value, float) and math.isnan(value))
+    if reader == "number":  # used in arithmetic as it is: a bool is a number there, a string repeats
+        return not (isinstance(value, (int, float)) and not isinstance(value, bool))
     if reader == "number?":
         return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))
     if reader == "bool":
@@ -168,11 +181,19 @@ _HOW = {
     "count?": "requires null or an integer >= 1|require null or an integer >= 1",
     "float()": "reads it with float()|read it with float()",
     "float()|falsy": "reads it with float()|read it with float()",
+    "int|falsy": "uses a truthy value uncast as a size (an integer only)|use a truthy value uncast as a size (an "
+    "integer only)",
     "int()": "reads it with int()|read it with int()",
     "int()?": "reads it with int() (null: absent)|read it with int() (null: absent)",
     "int()-bool": "reads it with int() and needs a size (not null, not a bool)|read it with int() and need a "
     "size (not null, not a bool)",
+    "float()-bool": "reads it with float() and needs a number (not a bool)|read it with float() and need a "
+    "number (not a bool)",
     "int": "uses it uncast as a size (an integer only)|use it uncast as a size (an integer only)",
+    "truth==": "reads it as a truth value, hashed and compared between layers (a list, an object or NaN fails)|"
+    "read it as a truth value, hashed and compared between layers (a list, an object or NaN fails)",
+    "number": "uses it as a number (not a bool, a string or null)|use it as a number (not a bool, a string or "
+    "null)",
     "number?": "requires a number or null|require a number or null",
     "bool": "requires true or false|require true or false",
     "str?": "requires a string or null|require a string or null",
@@ -447,16 +468,26 @@ def config_class(ctx: Context) -> None:
         )
     if strict:
         for key in (*TEXT_CONFIG_KEYS, *METHOD_KEYS):
-            if key in raw:
-                what = (
-                    "get_text_config returns it as the text config, which has no geometry"
-                    if key in TEXT_CONFIG_KEYS
-                    else "it replaces the config class's method of that name"
-                )
+            if key not in raw:
+                continue
+            # transformers' get_text_config passes over a null text config (the config is its own); a release that
+            # reads the key by hasattr refuses it all the same (RuntimeProfile.text_config_null_refused)
+            who = (
+                [p for p in strict if key in p.text_config_null_refused]
+                if raw[key] is None and key in TEXT_CONFIG_KEYS
+                else strict
+            )
+            if who:
+                if key not in TEXT_CONFIG_KEYS:
+                    what = "it replaces the config class's method of that name"
+                elif raw[key] is None:
+                    what = "it is read as the text config, which null is not"
+                else:
+                    what = "get_text_config returns it as the text config, which has no geometry"
                 ctx.emit_for(
                     "LC007",
-                    strict,
-                    f"config.json has a top-level `{key}`: {what} ({names(strict, 'fails|fail')} at start-up)",
+                    who,
+                    f"config.json has a top-level `{key}`: {what} ({names(who, 'fails|fail')} at start-up)",
                     file="config.json",
                     pointer=f"$.{key}",
                 )

@@ -5,7 +5,40 @@ from __future__ import annotations
 
 from .cases import Case
 
-VALUE_ROWS: tuple[Case, ...] = ()
+VALUE_ROWS: tuple[Case, ...] = (
+    # a top-level text config: transformers' get_text_config passes over a null one (vLLM loads it), SGLang's
+    # get_hf_text_config asserts on `text_config` whatever it holds; any other value has no num_attention_heads
+    # (vLLM config/model.py ModelConfig.__post_init__ -> get_hf_text_config refuses it) (LC007)
+    Case("dflash", "top", "text_config", "null"),
+    Case("lilicorr-nvfp4", "top", "text_config", "null"),
+    Case("dflash", "top", "decoder", "null"),
+    Case("dspark", "top", "text_config", "huge"),
+    Case("dflash", "top", "decoder", "zero"),
+    # head_dim below 1: a negative q/k/v size; 0 is vLLM's `head_dim or hidden_size // num_heads`, SGLang's
+    # zero-width rotary (LC118)
+    Case("lilicorr-conv", "top", "head_dim", "negative"),
+    Case("dflash", "top", "head_dim", "zero"),
+    # target_hidden_size: vLLM _get_dflash_fc_input_size `target_hidden_size or hidden_size`, used uncast (a whole
+    # float or a negative one fails the fc build: LC139, LC118; a falsy one is the draft's width); SGLang never reads it
+    Case("dflash2", "top", "target_hidden_size", "whole_float"),
+    Case("dflash2", "top", "target_hidden_size", "negative"),
+    Case("dflash", "top", "target_hidden_size", "empty_string"),
+    Case("dflash", "top", "target_hidden_size", "true"),
+    # vLLM lilicorr.py LiLiCorrMLP: int(hidden_size * mlp_ratio): true is ratio 1, a string is repeated
+    Case("lilicorr-nvfp4", "dflash", "lilicorr_mlp_ratio", "true"),
+    Case("lilicorr", "dflash", "lilicorr_mlp_ratio", "int_string"),
+    # vLLM: is_neox_style keys get_rope's cache and is compared between layers (_build_fused_kv_buffers)
+    Case("lilicorr-nvfp4", "top", "is_neox_style", "nan"),
+    Case("dflash", "top", "is_neox_style", "list"),
+    Case("dflash", "top", "is_neox_style", "zero"),
+    # vLLM: num_speculative_tokens (block_size - 1) above a top-level n_predict must be a multiple of it, for every
+    # head but DSpark (LC182)
+    Case("lilicorr-conv", "top", "n_predict", "zero"),
+    Case("lilicorr-nvfp4", "top", "n_predict", "object"),
+    Case("dflash", "top", "n_predict", "whole_float"),
+    Case("dflash", "top", "n_predict", "true"),
+    Case("dspark", "top", "n_predict", "zero"),
+)
 
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
 VALUE_PENDING: dict[tuple[Case, str], str] = {}

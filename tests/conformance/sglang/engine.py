@@ -56,7 +56,7 @@ from safetensors import safe_open
 
 from ..served import bounded_build, degenerate_numerics
 from . import infra
-from .wheel import StubUsed, install
+from .wheel import StubUsed, extract, install
 
 # the exceptions a loader raises on purpose, with a message (anything else is a crash)
 TYPED = (ValueError, NotImplementedError, RuntimeError)
@@ -134,6 +134,20 @@ class Engine:
         quantization.get_quantization_config = lambda name: _registered(methods, name)
         self.model_config = importlib.import_module("sglang.srt.configs.model_config")
         self.model_config.QUANTIZATION_METHODS = methods
+        # ModelConfig.__init__ takes its hf_text_config from utils/hf_transformers/common.py get_hf_text_config (a
+        # top-level text_config, null included, must carry num_attention_heads): the wheel's own definitions
+        from transformers import PretrainedConfig
+
+        patches = extract(srt / "utils" / "hf_transformers_patches.py", ["normalize_rope_scaling_compat"], {})
+        self.get_hf_text_config = extract(
+            srt / "utils" / "hf_transformers" / "common.py",
+            ["_patch_text_config", "get_hf_text_config"],
+            {
+                "torch": torch,
+                "PretrainedConfig": PretrainedConfig,
+                "normalize_rope_scaling_compat": patches["normalize_rope_scaling_compat"],
+            },
+        )["get_hf_text_config"]
         self.loader_utils = importlib.import_module("sglang.srt.model_loader.utils")
         self.weight_utils = importlib.import_module("sglang.srt.model_loader.weight_utils")
         self.weight_utils.get_quantization_config = quantization.get_quantization_config
@@ -264,7 +278,7 @@ class Engine:
         mc = cls.__new__(cls)
         mc.__dict__.update(
             hf_config=hf_config,
-            hf_text_config=hf_config,
+            hf_text_config=self.get_hf_text_config(hf_config),
             model_path=str(path),
             revision=None,
             quantization=None,

@@ -244,6 +244,9 @@ def _serve(
         hf = release.transformers_config.get_config(
             str(path), trust_remote_code=False, hf_overrides_fn=overrides
         )
+        # config/model.py ModelConfig.__post_init__: `self.hf_text_config = get_hf_text_config(self.hf_config)`
+        # (a top-level text_config or decoder that is not null and has no num_attention_heads is refused)
+        release.transformers_config.get_hf_text_config(hf)
 
     # 2. the quant method the checkpoint declares
     with stage("quant"):

@@ -552,6 +552,9 @@ def rotary(module: types.ModuleType) -> None:
         rope_parameters: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Rotary:
+        # the released get_rope looks its arguments up in its cache (`key in _ROPE_DICT`, the key a tuple holding
+        # is_neox_style): an unhashable value fails there
+        hash((head_size, max_position, is_neox_style))
         return Rotary(head_size, max_position, is_neox_style, rope_parameters or {})
 
     module.get_rope = get_rope

@@ -1,0 +1,106 @@
+"""Config values as each release reads them (issue 36's fuzzer classes): what validate says per release, each case
+the differential fuzzer found against the executed released loaders (tests/conformance/fuzz/corpus_values.py runs
+them against the loaders themselves)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lilicorr_ckpt import fixtures
+
+from ._support import edit_config, hits, run
+
+
+def checkpoint(tmp_path: Path, config: dict[str, Any] | None = None, **top: Any) -> Path:
+    path = fixtures.write_checkpoint(tmp_path / "ckpt", config)
+    edit_config(path, lambda c: c.update(top))
+    return path
+
+
+def errors(path: Path, runtime: str) -> set[str]:
+    return {f.rule for f in run(path, runtime=runtime).findings if f.severity == "error"}
+
+
+def runtimes_of(path: Path, rule: str, runtime: str) -> list[str]:
+    return sorted({r for f in hits(run(path, runtime=runtime), rule, "error") for r in f.runtimes})
+
+
+def test_a_null_text_config_is_refused_by_sglang_only(tmp_path: Path) -> None:
+    # transformers' get_text_config passes over a null text config; SGLang's get_hf_text_config asserts on it
+    path = checkpoint(tmp_path, text_config=None)
+    assert runtimes_of(path, "LC007", "sglang,vllm") == ["sglang"]
+
+
+def test_a_null_decoder_is_refused_by_no_release(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, decoder=None)
+    assert "LC007" not in errors(path, "sglang,vllm")
+
+
+def test_a_text_config_value_is_refused_by_both(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, text_config=0)
+    assert runtimes_of(path, "LC007", "sglang,vllm") == ["sglang", "vllm"]
+
+
+@pytest.mark.parametrize("value, refused_by", [(-3, ["sglang", "trtllm", "vllm"]), (0, ["sglang", "trtllm"])])
+def test_head_dim_below_one(tmp_path: Path, value: int, refused_by: list[str]) -> None:
+    # vLLM's DFlash attention reads `head_dim or hidden_size // num_heads`: 0 is absent there
+    path = checkpoint(tmp_path, head_dim=value)
+    found = hits(run(path), "LC118", "error")
+    assert sorted({r for f in found for r in f.runtimes} or ["sglang", "trtllm", "vllm"]) == refused_by
+
+
+def test_target_hidden_size_is_read_by_vllm_only(tmp_path: Path) -> None:
+    negative = checkpoint(tmp_path / "a", target_hidden_size=-3)
+    assert "LC118" in errors(negative, "vllm") and "LC118" not in errors(negative, "sglang")
+    whole = checkpoint(tmp_path / "b", target_hidden_size=64.0)
+    assert "LC139" in errors(whole, "vllm") and "LC139" not in errors(whole, "sglang")
+    falsy = checkpoint(tmp_path / "c", target_hidden_size="")  # `target_hidden_size or hidden_size`
+    assert "LC001" not in errors(falsy, "vllm")
+    truthy = checkpoint(tmp_path / "d", target_hidden_size="64")
+    assert "LC001" in errors(truthy, "vllm") and "LC001" not in errors(truthy, "sglang")
+
+
+@pytest.mark.parametrize("value", [True, "2"])
+def test_lilicorr_mlp_ratio_must_be_a_number_for_vllm(tmp_path: Path, value: Any) -> None:
+    path = checkpoint(tmp_path)
+    edit_config(path, lambda c: c["dflash_config"].__setitem__("lilicorr_mlp_ratio", value))
+    assert "LC001" in errors(path, "vllm")
+    # SGLang: float() of it (a numeric string is its number; float(true) is a ratio of 1, no trained head's)
+    assert ("LC001" in errors(path, "sglang")) is (value is True)
+
+
+def test_sglang_casts_the_lilicorr_integers(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path)
+    edit_config(path, lambda c: c["dflash_config"].__setitem__("lilicorr_factor_dim", "16"))
+    assert "LC001" not in errors(path, "sglang")
+    assert "LC001" in errors(path, "vllm")
+
+
+@pytest.mark.parametrize("value, refused", [(float("nan"), True), ([1], True), (0, False), ("x", False)])
+def test_is_neox_style_is_hashed_and_compared_by_vllm(tmp_path: Path, value: Any, refused: bool) -> None:
+    path = checkpoint(tmp_path, is_neox_style=value)
+    assert ("LC001" in errors(path, "vllm")) is refused
+
+
+@pytest.mark.parametrize(
+    "config, value, refused",
+    [
+        (fixtures.draft_config(), 2, True),  # block 8: 7 tokens, not a multiple of 2
+        (fixtures.draft_config(), 7, False),  # at most n_predict
+        (fixtures.draft_config(), 0, True),  # a ZeroDivisionError
+        (fixtures.draft_config(), "3", True),  # a TypeError
+        (fixtures.draft_config(), True, False),  # a count of 1
+        (fixtures.draft_config(), 2**40, False),  # more than the tokens drafted
+        (fixtures.sibling_config("dspark-deepspec"), 0, False),  # DSpark's config class reads block_size
+    ],
+)
+def test_n_predict_against_the_block(
+    tmp_path: Path, config: dict[str, Any], value: Any, refused: bool
+) -> None:
+    path = checkpoint(tmp_path, config, n_predict=value)
+    assert ("LC182" in errors(path, "vllm==0.31.0")) is refused
+    assert ("LC182" in errors(path, "vllm==0.34.0")) is refused
+    assert "LC182" not in errors(path, "sglang")
