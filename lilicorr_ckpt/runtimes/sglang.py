@@ -171,6 +171,12 @@ FIRST = RuntimeProfile(
         # int(true) == 1 build a head no trained LiLiCorr tensor fits)
         ("$.dflash_config.block_size", "lilicorr", "int()-bool"),
         ("$.dflash_config.block_size", "*", "int()?"),
+        # parse_dflash_draft_config: _parse_optional_int (int(), null absent, >= 0) for the convolution and selector
+        # sizes of every head kind
+        *(
+            (f"$.dflash_config.{key}", "*", "int()?")
+            for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+        ),
         # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
         # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)
         ("$.dflash_config.gru_hidden_dim", "!domino", "unread"),
@@ -219,6 +225,11 @@ FIRST = RuntimeProfile(
         ("$.eagle_aux_hidden_state_layer_ids", "*", "unread"),
         # models/dflash.py sizes fc from the draft's hidden_size and the tap count: no module reads it
         ("$.target_hidden_size", "*", "unread"),
+        # transformers modeling_rope_utils.py RotaryEmbeddingConfigMixin: `rope_parameters = rope_scaling or
+        # rope_parameters` (a falsy rope_scaling is absent)
+        ("$.rope_scaling", "*", "schema|falsy"),
+        # models/dflash.py DFlashDraftModel has no lm_head parameter (owned_lm_head="dropped"): no module reads it
+        ("$.has_own_lm_head", "*", "unread"),
         ("$.output_multiplier", "*", "unread"),
         ("$.final_logit_softcapping", "*", "unread"),
         ("$.attention_sink_bias", "*", "unread"),

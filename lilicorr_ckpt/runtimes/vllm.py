@@ -182,6 +182,20 @@ FIRST = RuntimeProfile(
         # qwen3_dflash.py _get_dflash_fc_input_size: `getattr(config, "target_hidden_size", None) or hidden_size`
         # times the feature count sizes fc (a falsy value is the draft's width, a truthy one is used uncast)
         ("$.target_hidden_size", "*", "int|falsy"),
+        # transformers modeling_rope_utils.py RotaryEmbeddingConfigMixin: `rope_parameters = rope_scaling or
+        # rope_parameters` (a falsy rope_scaling is absent); eagle3_utils.py get_eagle3_aux_layers_from_config:
+        # `if not layer_ids:` falls back to dflash_config's taps
+        ("$.rope_scaling", "*", "schema|falsy"),
+        ("$.eagle_aux_hidden_state_layer_ids", "*", "schema|falsy"),
+        # lilicorr.py LiLiCorrForCausalLM: `bool(getattr(config, "has_own_lm_head", False))`, qwen3_dflash.py the
+        # lm_head's quant config `if getattr(config, "has_own_lm_head", False)`: a true value owns the head
+        ("$.has_own_lm_head", "*", "flag"),
+        # qwen3_dflash2.py DFlash2Qwen3DecoderLayer / DFlash2Qwen3Model: int(draft_config["conv_kernel_size"]),
+        # int(draft_config["conv_group_size"]), int(draft_config["selector_rank"]), int(...["selector_top_k"])
+        *((f"$.dflash_config.{key}", "dflash2", "int()") for key in ("conv_kernel_size", "conv_group_size")),
+        *((f"$.dflash_config.{key}", "dflash2", "int()") for key in ("selector_rank", "selector_top_k")),
+        # spec_decode/utils.py get_parallel_drafting_token_id: `int(dflash_config["mask_token_id"])`
+        ("$.dflash_config.mask_token_id", "*", "int()"),
         # qwen3_dflash.py DFlashQwen3DecoderLayer: `getattr(config, "is_neox_style", True)` into get_rope (a key of
         # its cache), then _build_fused_kv_buffers asserts every layer's is_neox_style == the first's
         ("$.is_neox_style", "*", "truth=="),

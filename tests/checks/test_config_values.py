@@ -104,3 +104,24 @@ def test_n_predict_against_the_block(
     assert ("LC182" in errors(path, "vllm==0.31.0")) is refused
     assert ("LC182" in errors(path, "vllm==0.34.0")) is refused
     assert "LC182" not in errors(path, "sglang")
+
+
+@pytest.mark.parametrize("value, refused", [("", False), (0, False), ("x", True), (True, True)])
+def test_a_falsy_rope_scaling_is_absent(tmp_path: Path, value: Any, refused: bool) -> None:
+    # transformers: `rope_parameters = rope_scaling or rope_parameters`
+    path = checkpoint(tmp_path, rope_scaling=value)
+    for runtime in ("sglang", "vllm"):
+        assert ("LC001" in errors(path, runtime)) is refused
+
+
+def test_vllm_reads_has_own_lm_head_as_a_flag_and_sglang_not_at_all(tmp_path: Path) -> None:
+    falsy = checkpoint(tmp_path / "a", has_own_lm_head=0)
+    assert "LC001" not in errors(falsy, "sglang,vllm")
+    truthy = checkpoint(tmp_path / "b", has_own_lm_head="1")
+    assert runtimes_of(truthy, "LC001", "sglang,vllm") == ["vllm"]
+
+
+def test_vllm_casts_the_nested_mask_token_id(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path)
+    edit_config(path, lambda c: c["dflash_config"].__setitem__("mask_token_id", "511"))
+    assert runtimes_of(path, "LC001", "sglang,vllm") == ["sglang"]

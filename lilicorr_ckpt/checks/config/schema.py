@@ -203,6 +203,7 @@ _INT_BACKBONE_TOP = (
     "num_target_layers",
     "target_hidden_size",
 )
+_CASTS = ("int()", "int()?", "int()-bool")
 # top-level keys with no dflash_config counterpart: "unread" (RuntimeProfile.config_reads) means not read at all
 _TOP_ONLY = ("target_hidden_size",)
 
@@ -254,6 +255,8 @@ def integral_floats(ctx: Context) -> None:
                         (k.startswith("dflash_config.") or k in _TOP_ONLY)
                         and config_read(p, family, f"$.{k}") == "unread"
                     )
+                    # a release that reads the key with int() casts the float (RuntimeProfile.config_reads)
+                    and config_read(p, family, f"$.{k}") not in _CASTS
                 ]
                 for p in ctx.profiles
                 if _INTEGRAL_FLOAT[kind](p) == mode

@@ -125,6 +125,10 @@ def reader_refuses(reader: str, value: Any) -> bool:
     """Whether a release reading `value` with `reader` (RuntimeProfile.config_reads) fails on it."""
     if reader in ("unread", "truth", "truth?", "equals"):
         return False
+    if (
+        reader == "schema|falsy"
+    ):  # a falsy value is absent; any other must have the schema's type (field_types)
+        return False
     if reader == "float()|falsy":
         return bool(value) and reader_refuses("float()", value)
     if reader == "int|falsy":  # `value or default`, a truthy value used uncast as a size
@@ -174,6 +178,7 @@ def reader_refuses(reader: str, value: Any) -> bool:
 _HOW = {
     "unread": "does not read it for this head kind|do not read it for this head kind",
     "truth": "reads it only as a truth value|read it only as a truth value",
+    "schema|falsy": "reads a falsy value as absent|read a falsy value as absent",
     "truth?": "reads it only as a truth value (null: absent)|read it only as a truth value (null: absent)",
     "equals": "only compares it with a name (any other value is not that name)|only compare it with a name (any "
     "other value is not that name)",
@@ -255,6 +260,8 @@ def field_types(ctx: Context) -> None:
         reasons: dict[str, list[RuntimeProfile]] = {}
         for p in ctx.profiles:
             reader = config_read(p, family, path)
+            if reader == "schema|falsy" and value:
+                reader = None  # a truthy value is read as the schema types it
             if reader is None:
                 if issue is not None:
                     refusing.append(p)

@@ -38,7 +38,46 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dflash", "top", "n_predict", "whole_float"),
     Case("dflash", "top", "n_predict", "true"),
     Case("dspark", "top", "n_predict", "zero"),
+    # read as absent when falsy: transformers' `rope_parameters = rope_scaling or ...` (both engines), vLLM's
+    # eagle3_utils.py `if not layer_ids:`; vLLM's has_own_lm_head a flag (SGLang never reads it)
+    Case("lilicorr", "top", "rope_scaling", "empty_string"),
+    Case("lilicorr-conv", "top", "rope_scaling", "zero"),
+    Case("lilicorr-conv", "top", "rope_scaling", "true"),
+    Case("lilicorr-nvfp4", "top", "eagle_aux_hidden_state_layer_ids", "empty_string"),
+    Case("dflash", "top", "eagle_aux_hidden_state_layer_ids", "int_string"),
+    Case("dflash", "top", "has_own_lm_head", "empty_string"),
+    Case("lilicorr-conv", "top", "has_own_lm_head", "zero"),
+    Case("lilicorr", "top", "has_own_lm_head", "int_string"),
+    # vLLM get_parallel_drafting_token_id: int(dflash_config["mask_token_id"]); SGLang requires an integer
+    Case("lilicorr", "dflash", "mask_token_id", "int_string"),
+    Case("dspark", "dflash", "mask_token_id", "true"),
+    # int() casts: vLLM qwen3_dflash2.py (DFlash2's convolution and selector sizes), SGLang _parse_optional_int
+    Case("dflash2", "dflash", "conv_kernel_size", "whole_float"),
+    Case("dflash2", "dflash", "conv_group_size", "whole_float"),
+    Case("dflash2", "dflash", "selector_top_k", "int_string"),
+    Case("dflash2", "dflash", "selector_top_k", "true"),
+    Case("lilicorr-conv", "dflash", "conv_group_size", "int_string"),
+    Case("dflash2", "dflash", "conv_kernel_size", "int_string"),
+)
+
+_SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
+_VLLM = ("vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0", "vllm==0.34.0")
+_CAST_UNSEEN = (
+    "the release casts the value with int() and loads it; validate no longer calls it a type error (LC004), but "
+    "its convolution and selector checks read the schema's integer, so the cast size reads as absent there "
+    "(LC116 / LC150 / LC205): the typed config does not hold a release's cast yet"
 )
 
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
-VALUE_PENDING: dict[tuple[Case, str], str] = {}
+VALUE_PENDING: dict[tuple[Case, str], str] = {
+    **{
+        (Case("dflash2", "dflash", "conv_kernel_size", "int_string"), r): _CAST_UNSEEN
+        for r in _SGLANG + _VLLM
+    },
+    **{
+        (Case("lilicorr-conv", "dflash", "conv_group_size", "int_string"), r): _CAST_UNSEEN
+        for r in _SGLANG[1:]
+    },
+    **{(Case("dflash2", "dflash", "selector_top_k", "int_string"), r): _CAST_UNSEEN for r in _VLLM},
+    **{(Case("dflash2", "dflash", "selector_top_k", "true"), r): _CAST_UNSEEN for r in _VLLM},
+}
