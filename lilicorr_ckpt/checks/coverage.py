@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 from lilicorr_ckpt.checkpoint.geometry import routed_by_projector
@@ -317,6 +318,27 @@ rule(
     "where the 5-D layout for block size 16 and head width 1024 is [1, 1, 15, 1, 1024].",
 )
 rule(
+    "LC229",
+    "opt-in-head-defect",
+    "warning",
+    COV,
+    "A defect in a head the runtime release does not build or read with its default settings (DSpark's confidence "
+    "head): it loads, and the option that turns the head on refuses it or serves the head wrong.",
+    "Export the head the config declares (or drop its tensors and its flags) before serving with that option.",
+    doc="For a DSpark head in the served layout, judges `confidence_head.*` against what each release builds "
+    "from the config as it reads it (RuntimeProfile dspark_confidence_head): SGLang builds no confidence head "
+    "unless ragged verification is on and skips its tensors; vLLM builds it when enable_confidence_head is truthy "
+    "and reads it only under adaptive verification. A tensor missing, surplus, misshaped or quantized for the "
+    "head built by default is an error (LC201 / LC202 / LC208 / LC209); one that matters only with the option on "
+    "is this warning, which names the option and what the release then does.",
+    why="With the release's defaults the drafted tokens do not depend on the confidence head, so the checkpoint "
+    "serves as trained. Turning the option on builds (or reads) the head: SGLang then refuses a missing, unknown "
+    "or misshaped confidence tensor, and vLLM serves a missing one at its initial value (or runs without it).",
+    example='    "enable_confidence_head": true, "confidence_head_with_markov": true, "markov_rank": 8\n\n'
+    "with `confidence_head.proj.weight` [1, 64] where hidden_size 64 + markov_rank 8 builds [1, 72]: SGLang "
+    "loads it (no head by default); with SGLANG_RAGGED_VERIFY_MODE=compact it refuses.",
+)
+rule(
     "LC225",
     "inert-tensor-dropped",
     "info",
@@ -407,6 +429,7 @@ def coverage(ctx: Context) -> None:
     if surplus.get("other"):
         _surplus_other(ctx, surplus["other"], fused, strict)
     _shapes_and_dtypes(ctx)
+    _confidence_head(ctx)
 
 
 def _unchecked(ctx: Context) -> None:
@@ -511,8 +534,13 @@ def _missing(ctx: Context) -> dict[str, list[str]]:
     modules legitimately replace .weight's dtype/shape and add scale tensors: the quantization checks judge them."""
     m, present = ctx.manifest, ctx.names.by_canonical
     missing: dict[str, list[str]] = {}
+    apart = _confidence_apart(ctx)
     for name, tensor in m.tensors.items():
-        if tensor.component not in m.incomplete and name not in present:
+        if (
+            tensor.component not in m.incomplete
+            and name not in present
+            and not (apart and name.startswith(_CONF))
+        ):
             missing.setdefault(tensor.component, []).append(name)
     return missing
 
@@ -524,24 +552,6 @@ def _missing_head(ctx: Context, names: list[str]) -> None:
         return  # the second: LC011 says the head is absent
     family = ctx.geometry.family if ctx.geometry.family in SIBLINGS else None
     what = f"{family} head" if family else "lilicorr.*"
-    confidence = [n for n in names if n.split(".")[0] in ("confidence_head", "confidence_proj")]
-    if family == "dspark" and confidence:
-        # a release that turns a tensorless confidence head off, or serves it at its initial value, reads it only
-        # under an opt-in (adaptive verification): the drafted tokens are the checkpoint's
-        tolerant = [p for p in ctx.profiles if p.dspark_confidence_head_missing in ("dropped", "initialised")]
-        strict = [p for p in ctx.profiles if p not in tolerant]
-        if tolerant:
-            ctx.emit_for(
-                "LC201",
-                strict,
-                f"missing {len(confidence)} dspark head tensors: {shorten(confidence)} (the confidence head)",
-                subjects=confidence,
-                expected=f"{len(m.names('head'))} {what} tensors",
-                actual=f"{len(m.names('head')) - len(names)} present",
-            )
-            names = [n for n in names if n not in confidence]
-            if not names:
-                return
     ctx.emit(
         "LC201",
         f"missing {len(names)} {family + ' ' if family else ''}head tensors: {shorten(names)}"
@@ -626,7 +636,10 @@ def _surplus(ctx: Context) -> dict[str, list[str]]:
     """Present tensors the manifest does not explain, by what judges them: "head", "conv", "lm_head", "other"."""
     m = ctx.manifest
     surplus: dict[str, list[str]] = {}
+    apart = _confidence_apart(ctx)
     for name in ctx.names.by_canonical:
+        if apart and name.startswith(_CONF):
+            continue  # _confidence_head judges it per release
         if name in m.tensors or m.module_of(name) is not None:
             continue  # expected, or a scale tensor of a known module (judged by the quantization checks)
         key = _surplus_key(ctx, name)
@@ -889,10 +902,15 @@ def _conv_hint(ctx: Context, names: list[str]) -> str:
 def _shapes_and_dtypes(ctx: Context) -> None:
     m, present = ctx.manifest, ctx.names.by_canonical
     float_dtypes: dict[str, int] = {}
+    apart = _confidence_apart(ctx)
     for name, tensor in m.tensors.items():
         info = present.get(name)
         if info is None:
             continue
+        if apart and name.startswith(_CONF):
+            if info.dtype in FLOAT_DTYPES:
+                float_dtypes[info.dtype] = float_dtypes.get(info.dtype, 0) + 1
+            continue  # _confidence_head judges its shape and dtype per release
         if tensor.module and name == f"{tensor.module}.weight" and info.dtype in ("U8", "F8_E4M3"):
             continue  # quantized weight: checked against its quantized form below
         if info.dtype not in tensor.dtypes:
@@ -990,3 +1008,130 @@ def _shape_message(ctx: Context, name: str, tensor: ExpectedTensor, info: Tensor
             f"B={g.block_size}, N={g.head_num_heads}, F={g.head_factor_dim}, R={g.head_mlp_width})"
         )
     return base
+
+
+# ---------------------------------------------------------------- DSpark's confidence head, per release
+
+_CONF = "confidence_head."
+
+
+def _confidence_apart(ctx: Context) -> bool:
+    """DSpark in the served layout: confidence_head.* is judged per release by _confidence_head, not by the
+    manifest's checks (each release builds the head from the config as it reads it, or not at all)."""
+    g = ctx.geometry
+    return g.family == "dspark" and g.dspark_layout == "served" and "head" not in ctx.manifest.incomplete
+
+
+def _confidence_width(ctx: Context, p: RuntimeProfile, opted_in: bool) -> int | None:
+    """The width of the confidence head `p` builds (its weight is [1, width]), None for no head: with its defaults,
+    or with RuntimeProfile.dspark_confidence_option on (`opted_in`)."""
+    g, raw = ctx.geometry, ctx.parsed.raw
+    hidden, rank = g.hidden_size or 0, g.markov_rank or 0
+    if p.dspark_confidence_head == "unbuilt":
+        # models/dspark.py build_confidence_head: none under the default SGLANG_RAGGED_VERIFY_MODE; otherwise built
+        # whatever enable_confidence_head says, `bool(getattr(config, "confidence_head_with_markov", rank > 0))`
+        if not opted_in:
+            return None
+        key = "confidence_head_with_markov"
+        with_markov = bool(raw[key]) if key in raw else rank > 0
+    elif p.dspark_confidence_head == "flagged":
+        # models/qwen3_dspark.py Qwen3DSparkModel.__init__: `if getattr(config, "enable_confidence_head", False)`,
+        # `if getattr(config, "confidence_head_with_markov", False)` (Python truth values: "0", NaN and [0] are true)
+        if not raw.get("enable_confidence_head"):
+            return None
+        with_markov = bool(raw.get("confidence_head_with_markov"))
+    else:  # not established: the manifest's head
+        if not g.confidence_head:
+            return None
+        with_markov = g.confidence_with_markov
+    return hidden + rank if with_markov else hidden
+
+
+def _confidence_defects(ctx: Context, width: int) -> dict[str, list[str]]:
+    """What a built head [1, width] (+ bias) finds wrong in the confidence_head.* tensors: {rule: [what]}."""
+    present = {n: i for n, i in ctx.names.by_canonical.items() if n.startswith(_CONF)}
+    expected = {f"{_CONF}proj.weight": (1, width), f"{_CONF}proj.bias": (1,)}
+    out: dict[str, list[str]] = {}
+    missing = [n for n in expected if n not in present]
+    if missing:
+        out["LC201"] = [f"missing {shorten(missing)}"]
+    surplus = sorted(n for n in present if n not in expected)
+    if surplus:
+        out["LC202"] = [f"{shorten(surplus)} has no parameter"]
+    for name, shape in expected.items():
+        info = present.get(name)
+        if info is None:
+            continue
+        if tuple(info.shape) != shape:
+            out.setdefault("LC208", []).append(f"`{name}` is {list(info.shape)} where {list(shape)} is built")
+        if info.dtype not in FLOAT_DTYPES:
+            out.setdefault("LC209", []).append(f"`{name}` is {info.dtype} where a float parameter is built")
+    return out
+
+
+def _confidence_head(ctx: Context) -> None:
+    """DSpark's confidence head per release (RuntimeProfile dspark_confidence_head): a defect in the head a release
+    builds with its defaults is an error (LC201 / LC202 / LC208 / LC209); one only its opt-in would meet is LC229,
+    naming the option."""
+    if not _confidence_apart(ctx):
+        return
+    present = sorted(n for n in ctx.names.by_canonical if n.startswith(_CONF))
+    errors: dict[tuple[str, str], list[RuntimeProfile]] = {}
+    warnings: dict[str, list[RuntimeProfile]] = {}
+    for p in ctx.profiles:
+        width = _confidence_width(ctx, p, opted_in=False)
+        if width is not None:
+            found = _confidence_defects(ctx, width)
+            missing = found.pop("LC201", None)
+            if missing and p.dspark_confidence_head_missing in ("dropped", "initialised"):
+                # read only under the opt-in: models/qwen3_dspark.py load_weights drops a head with no tensor
+                # (dropped) or keeps it at its initial values (initialised, or when only part of it is missing)
+                gone = not present and p.dspark_confidence_head_missing == "dropped"
+                effect = (
+                    "drops the head and verifies without it"
+                    if gone
+                    else "serves the missing parameters at their initial values"
+                )
+                warnings.setdefault(
+                    f"{missing[0]} of the confidence head it builds [1, {width}] (enable_confidence_head is "
+                    f"{_shown(ctx, 'enable_confidence_head')}): loaded, and read only with "
+                    f"{p.dspark_confidence_option}, where it {effect}",
+                    [],
+                ).append(p)
+            elif missing:
+                found["LC201"] = missing
+            for rule_id, what in found.items():
+                errors.setdefault(
+                    (rule_id, "; ".join(what) + f" (the confidence head [1, {width}])"), []
+                ).append(p)
+            continue
+        if not p.dspark_confidence_option:
+            continue
+        opted = _confidence_width(ctx, p, opted_in=True)
+        if opted is None:
+            if present:
+                warnings.setdefault(
+                    f"enable_confidence_head is {_shown(ctx, 'enable_confidence_head')}: builds no confidence "
+                    f"head and skips {shorten(present)}, so {p.dspark_confidence_option} verifies without the "
+                    "trained one",
+                    [],
+                ).append(p)
+            continue
+        found = _confidence_defects(ctx, opted)
+        if found:
+            summary = "; ".join(w for ws in found.values() for w in ws)
+            warnings.setdefault(
+                f"the confidence head is not built with the defaults (its tensors are skipped), so this loads; "
+                f"with {p.dspark_confidence_option} the release builds one [1, {opted}] and refuses the load: "
+                f"{summary}",
+                [],
+            ).append(p)
+    for (rule_id, message), profiles in errors.items():
+        ctx.emit_for(rule_id, profiles, message, subjects=present)
+    for message, profiles in warnings.items():
+        ctx.emit_for("LC229", profiles, f"{names_of(profiles)}: {message}", subjects=present)
+
+
+def _shown(ctx: Context, key: str) -> str:
+    raw = ctx.parsed.raw
+    return json.dumps(raw[key])[:40] if key in raw else "absent"

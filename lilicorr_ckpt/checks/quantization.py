@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
+
+import numpy as np
 
 from lilicorr_ckpt.checkpoint.manifest import (
     KV_SCALE_SUFFIXES,
@@ -12,12 +15,15 @@ from lilicorr_ckpt.checkpoint.manifest import (
     quant_scheme,
 )
 from lilicorr_ckpt.checkpoint.names import observed_scheme as observed_scheme_of
+from lilicorr_ckpt.checkpoint.numerics import decode, e4m3_decode, e4m3_encode
 from lilicorr_ckpt.checkpoint.quant import QuantConfig, pattern_problems
-from lilicorr_ckpt.checkpoint.tensors import read_f32_scalars
+from lilicorr_ckpt.checkpoint.readfile import open_regular_file
+from lilicorr_ckpt.checkpoint.tensors import TensorInfo, read_f32_scalars
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check
 from lilicorr_ckpt.checks.context import names as _names
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.errors import InputError
 from lilicorr_ckpt.runtimes import MATCHERS, RuntimeProfile, excluded_by, fused_name, matches_any
 
 # ---------------------------------------------------------------- catalogue
@@ -99,6 +105,25 @@ rule(
     example="    lilicorr.context_proj.weight         U8      [1024, 1024]\n    "
     "lilicorr.context_proj.weight_scale   F8_E4M3 [1024, 128]\n\n"
     "and no `lilicorr.context_proj.weight_scale_2`.",
+)
+rule(
+    "LC329",
+    "scale-dtype-cast",
+    "warning",
+    QNT,
+    "A quantization scale stored in another float dtype than its parameter's (a BF16 NVFP4 weight_scale), which "
+    "the runtime casts on load: every stored value survives the cast, so the module serves as stored.",
+    "Store the scale in its layout's dtype (F8_E4M3 block scales for NVFP4); `lilicorr-ckpt convert` does.",
+    doc="For a quantized module's weight_scale stored in a float dtype (F16, BF16, F32) where the layout has "
+    "F8_E4M3, with the right shape: reads the scale's values and, for the runtimes that copy a scale of another "
+    "dtype into the parameter with a cast (RuntimeProfile scale_dtype_cast), fires when every value is one E4M3 "
+    "holds. When the cast would change a value, or the values cannot be read (a Hub repository read "
+    "headers-only), it is LC304 instead.",
+    why="SGLang's weight loaders and vLLM's AutoWeightsLoader copy the tensor into the F8_E4M3 parameter "
+    '(vLLM logs "Attempted to load weight ... with dtype"): a value E4M3 holds is kept, so nothing changes; '
+    "a value it cannot hold is rounded, and the module then serves other weights than the checkpoint's.",
+    example="    fc.weight_scale   BF16 [1024, 128]   (values 0.5, 1.0, 0.375, ...)\n\n"
+    "where the NVFP4 layout has F8_E4M3 [1024, 128].",
 )
 rule(
     "LC305",
@@ -1079,6 +1104,12 @@ def _scale_tensors(ctx: Context, module: str, state: str, qc: QuantConfig, scope
                     runtimes=scope,
                 )
             continue
+        if (
+            info.dtype not in tensor.dtypes
+            and tensor.shape_ok(info.shape)
+            and _cast_judged(ctx, name, info, tensor.dtypes, scope)
+        ):
+            continue
         if info.dtype not in tensor.dtypes or not tensor.shape_ok(info.shape):
             ctx.emit(
                 "LC304",
@@ -1111,3 +1142,77 @@ def _scale_tensors(ctx: Context, module: str, state: str, qc: QuantConfig, scope
                 subjects=[name],
                 runtimes=scope,
             )
+
+
+_CAST_READ_LIMIT = 64 << 20  # the bytes of one mis-typed scale validate reads to judge its cast
+
+
+def _cast_judged(
+    ctx: Context, name: str, info: TensorInfo, dtypes: frozenset[str] | set[str], scope: list[str]
+) -> bool:
+    """A float scale where the layout has F8_E4M3 (same shape), for the runtimes that copy it into the parameter
+    with a cast (RuntimeProfile scale_dtype_cast: SGLang's layers/parameter.py, vLLM's models/utils.py
+    AutoWeightsLoader._load_module): LC329 when every value survives the cast, LC304 naming the rounding when some
+    does not. True when every selected runtime in `scope` was judged here; the others (and a scale whose values
+    cannot be read) are LC304's as before."""
+    selected = [p for p in ctx.profiles if not scope or p.name in scope]
+    casting = [p for p in selected if p.scale_dtype_cast]
+    if not casting or set(dtypes) != {"F8_E4M3"} or info.dtype not in ("F16", "BF16", "F32"):
+        return False
+    exact = _e4m3_exact(ctx, info)
+    if exact is None:
+        return False
+    changed, example = exact
+    if changed:
+        ctx.emit(
+            "LC304",
+            f"`{name}` is {info.dtype} where the layout has F8_E4M3: {_names(casting, 'casts|cast')} it into the "
+            f"F8_E4M3 parameter, which rounds {changed} of its values (e.g. {example}): the module serves other "
+            "weights than the checkpoint's (a silent mis-load)",
+            file=info.file,
+            pointer=name,
+            expected="F8_E4M3",
+            actual=info.dtype,
+            subjects=[name],
+            runtimes=[p.name for p in casting],
+            silent_for=[p.name for p in casting],
+        )
+    else:
+        ctx.emit(
+            "LC329",
+            f"`{name}` is {info.dtype} where the layout has F8_E4M3: {_names(casting, 'casts|cast')} it into the "
+            "F8_E4M3 parameter, and every value is one E4M3 holds, so the module serves as stored",
+            file=info.file,
+            pointer=name,
+            expected="F8_E4M3",
+            actual=info.dtype,
+            subjects=[name],
+            runtimes=[p.name for p in casting],
+        )
+    return len(casting) == len(selected)
+
+
+def _e4m3_exact(ctx: Context, info: TensorInfo) -> tuple[int, str] | None:
+    """(how many values an E4M3 cast changes, one shown) for a float tensor, or None when its bytes cannot be read
+    here (a Hub repository read headers-only, a tensor past _CAST_READ_LIMIT, a short file)."""
+    size = info.end - info.start
+    if ctx.headers_only or size > _CAST_READ_LIMIT:
+        return None
+    try:
+        with open_regular_file(ctx.source.root / info.file, what=info.file) as handle:
+            if info.end > os.fstat(handle.fileno()).st_size:
+                return None
+            handle.seek(info.start)
+            raw = handle.read(size)
+    except (OSError, InputError):
+        return None
+    if len(raw) != size:
+        return None
+    values = decode(raw, info.dtype)
+    back = e4m3_decode(e4m3_encode(values))
+    differs = ~((back == values) | (np.isnan(back) & np.isnan(values)))
+    count = int(differs.sum())
+    if not count:
+        return 0, ""
+    first = float(values[differs][0])
+    return count, f"{first:.6g} -> {float(back[differs][0]):.6g}"

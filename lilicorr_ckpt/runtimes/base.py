@@ -229,6 +229,20 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # "initialised" (served at its initial value), either way read only under an opt-in the drafted tokens do not
     # depend on; "unaudited": what the release does is not established, so a missing head stays an error
     dspark_confidence_head_missing: str = "unaudited"
+    # DSpark's confidence head (confidence_head.proj) under the release's default settings: "unbuilt" (no head: its
+    # tensors are skipped unread and enable_confidence_head / confidence_head_with_markov are not read; under
+    # dspark_confidence_option the head is built whatever enable_confidence_head says, [1, M (+ r when
+    # bool(confidence_head_with_markov), markov_rank > 0 when absent)], and every defect of it refuses the load),
+    # "flagged" (built and loaded when enable_confidence_head is truthy, [1, M (+ r when confidence_head_with_markov
+    # is truthy)], a falsy flag skips its tensors; its values are read only under dspark_confidence_option), or ""
+    # (not established: the manifest's head, every defect an error)
+    dspark_confidence_head: str = ""
+    # the opt-in that makes the release build (unbuilt) or read (flagged) the confidence head, as LC229 names it
+    dspark_confidence_option: str = ""
+    # a quantization scale stored in another float dtype than its parameter's (a BF16 NVFP4 weight_scale) is copied
+    # in with a cast (exact for the values the parameter's dtype holds, rounded otherwise: LC329 / LC304) instead of
+    # refused; False: not established (LC304)
+    scale_dtype_cast: bool = False
     # NVFP4 weight_scale_encoding values it decodes (CSF-compressed block scales); any other value is refused
     # where this is not empty, ignored where it is
     nvfp4_scale_encodings: tuple[str, ...] = ()

@@ -85,6 +85,17 @@ FIRST = RuntimeProfile(
     dspark_mask_token_first="top-level",
     # speculative/dspark_components/dspark_config.py parse_dspark_draft_config: dspark_config's keys first
     dspark_config_read=True,
+    # models/dspark.py build_confidence_head: None while speculative/ragged_verify.py read_ragged_verify_mode() is
+    # STATIC (environ.py SGLANG_RAGGED_VERIFY_MODE, default "static"), and DSparkDraftMixin.load_weights then skips
+    # every confidence_head.* tensor; otherwise a head is built whatever enable_confidence_head says (hasattr only:
+    # a warning when absent), [1, hidden_size (+ markov_rank when bool(confidence_head_with_markov), default
+    # markov_rank > 0)], and _load_confidence_weights refuses an unknown or missing tensor (default_weight_loader
+    # a misshaped one). Alike in 0.5.21-0.5.23
+    dspark_confidence_head="unbuilt",
+    # layers/parameter.py copy_with_check / BasevLLMParameter loaders: `param.data.copy_(loaded_weight)` checks the
+    # shape, not the dtype (a cast)
+    scale_dtype_cast=True,
+    dspark_confidence_option="SGLANG_RAGGED_VERIFY_MODE=cap-accept or compact",
     # transformers' AutoConfig (through HfModelConfigParser.parse) refuses a config without model_type
     speculators_format="refused",
     # models/dflash.py EntryClass lists DFlashDraftModel, DFlashLagunaForCausalLM, MuseGlimmerAssistantModel and
@@ -187,8 +198,11 @@ FIRST = RuntimeProfile(
         ("$.pure_draft_prefix_len", "!domino", "unread"),
         ("$.dflash_config.markov_*", "!dspark", "unread"),
         ("$.markov_*", "!dspark", "unread"),
-        ("$.enable_confidence_head", "!dspark", "unread"),
-        ("$.confidence_head_with_markov", "!dspark", "unread"),
+        # models/dspark.py build_confidence_head: neither is read under the default SGLANG_RAGGED_VERIFY_MODE (no
+        # confidence head); with ragged verification enable_confidence_head only through hasattr and
+        # confidence_head_with_markov through bool() (LC229 says what that builds)
+        ("$.enable_confidence_head", "*", "unread"),
+        ("$.confidence_head_with_markov", "*", "unread"),
         ("$.dflash_config.lilicorr_*", "dflash2,dspark", "unread"),
         ("$.dflash_config.projector_type", "lilicorr,dspark", "unread"),  # routed by architecture
         # parse_dflash_draft_config: `projector_type == "domino"` (any other value is plain DFlash)

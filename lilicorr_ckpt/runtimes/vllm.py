@@ -60,6 +60,17 @@ FIRST = RuntimeProfile(
     # models/qwen3_dspark.py load_weights: a confidence head without tensors is turned off (confidence_head =
     # None); it is read only under enable_adaptive_verification, off by default
     dspark_confidence_head_missing="dropped",
+    # models/qwen3_dspark.py Qwen3DSparkModel.__init__: a DSparkConfidenceHead (a float32 ReplicatedLinear with a
+    # bias) only `if getattr(config, "enable_confidence_head", False)`, hidden_size wide plus markov_rank `if
+    # getattr(config, "confidence_head_with_markov", False)`; Qwen3DSparkForCausalLM.load_weights maps its tensors
+    # to None when no head is built (skipped) and loads them through AutoWeightsLoader when one is (a misshaped or
+    # unknown name refused). v1/worker/gpu/spec_decode/dspark/speculator.py load_draft_model: use_confidence_head
+    # only with SpeculativeConfig.enable_adaptive_verification (default False)
+    dspark_confidence_head="flagged",
+    # models/utils.py AutoWeightsLoader._load_module: a tensor of another dtype than its parameter is logged
+    # ("Attempted to load weight ... with dtype ...") and copied in by the weight loader, a cast
+    scale_dtype_cast=True,
+    dspark_confidence_option="--speculative-config enable_adaptive_verification=true",
     # modelopt.py KNvfp4Static.process: `weight_scale_2.max()` over a fused linear's shards (a warning when they
     # differ); the other shards' block scales are not rescaled
     fused_global_scale="max",

@@ -177,6 +177,13 @@ def bad_scales(t: fixtures.Tensors) -> None:
     t["lilicorr.token_proj.weight_scale_2"] = ("F32", (), np.float32(-1e-3).tobytes())
 
 
+def _bf16_scale(
+    entry: tuple[str, tuple[int, ...], bytes], value: float
+) -> tuple[str, tuple[int, ...], bytes]:
+    shape = entry[1]
+    return ("BF16", shape, bf16_bits(np.full(shape, value, dtype=np.float32)).astype("<u2").tobytes())
+
+
 EXTRA: dict[str, Build] = {
     "LC017": lambda tmp: (speculators.SPEC / "dflash-bf16", {"runtime": "sglang"}),
     "LC018": lambda tmp: (speculators.SPEC / "dflash-bf16", {"runtime": "trtllm"}),
@@ -211,6 +218,10 @@ EXTRA: dict[str, Build] = {
             tmp
         )[0],
         {"runtime": "vllm"},
+    ),
+    # a BF16 NVFP4 weight_scale whose values E4M3 holds: cast exactly on load (tests/checks/test_scale_cast.py)
+    "LC329": plain(
+        quant(mutate=lambda t: t.__setitem__("fc.weight_scale", _bf16_scale(t["fc.weight_scale"], 0.5)))
     ),
     "LC508": lambda tmp: (
         write(tmp / "draft"),

@@ -120,6 +120,30 @@ CASES = [
         ("LC016",),
         edit=top(architectures=["LiLiCorrDraftModel"]),
     ),
+    # DSpark's confidence head (RuntimeProfile dspark_confidence_head): SGLang builds none by default (ragged
+    # verification off) and skips its tensors, vLLM builds it for a truthy enable_confidence_head and reads it only
+    # under adaptive verification: what only the opt-in meets is LC229 (a warning naming it)
+    Sib(
+        "dspark_confidence_head_narrower_unbuilt_by_sglang_refused_by_vllm",
+        "dspark-deepspec",
+        ("w", 1, 1),
+        ("LC229", "LC208"),
+        edit=top(confidence_head_with_markov=False),
+    ),
+    Sib(
+        "dspark_confidence_head_missing_loads_where_unread",
+        "dspark-deepspec",
+        ("w", "w", 1),
+        ("LC229", "LC201"),
+        mutate=lambda t: [t.pop(n) for n in list(t) if n.startswith("confidence_head.")],
+    ),
+    Sib(
+        "dspark_confidence_flag_zero_skips_the_head",
+        "dspark-deepspec",
+        ("w", "w", 1),
+        ("LC229", "LC004"),
+        edit=top(enable_confidence_head=0),
+    ),
     # missing / surplus / misshaped / quantized-must-be-float
     Sib("dflash2_selector_projection_missing", "dflash2", (1, 1, 1), ("LC201",), mutate=drop(SELECTOR)),
     Sib("dspark_markov_w1_missing", "dspark-deepspec", (1, 1, 1), ("LC201",), mutate=drop(MARKOV_W1)),

@@ -124,17 +124,9 @@ _NO_ALLOC = (
     "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
     "boot (validate refuses, LC009)"
 )
-_UNREAD_CONFIDENCE = (
-    "SGLang builds no DSpark confidence head unless ragged verification is on (off by default) and skips its "
-    "tensors, so a misshaped one loads; validate refuses it (LC208)"
-)
 PENDING: dict[tuple[Case, str], str] = {
     **{(Case("dflash", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
     **{(Case("dflash", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
-    **{
-        (Case("dspark", "tensor", "confidence_head.proj.bias", "reshape"), r): _UNREAD_CONFIDENCE
-        for r in _SGLANG
-    },
     **VALUE_PENDING,
     **SIBLING_PENDING,
 }

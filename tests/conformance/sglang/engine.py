@@ -455,6 +455,19 @@ class Engine:
         ]
         if cast:
             wrong.append(f"FP8 tensors read as plain floats, their scales ignored: {cast[:3]}")
+        # a wider float tensor copied into an FP8 parameter (a BF16 weight_scale): layers/parameter.py copies it
+        # with a cast, which rounds the values E4M3 cannot hold
+        lossy = sorted(
+            f"{name} ({t.dtype} into {pdtype})"
+            for name, t in tensors.items()
+            for _, pdtype in [taken.get(id(t), (None, None))]
+            if pdtype in _FP8
+            and t.dtype.is_floating_point
+            and t.dtype not in _FP8
+            and not torch.equal(torch.nan_to_num(t.to(pdtype).float()), torch.nan_to_num(t.float()))
+        )
+        if lossy:
+            wrong.append(f"tensors cast into an FP8 parameter lose their values: {lossy[:3]}")
         # layers/linear.py and the models' loaders narrow a checkpoint tensor larger than its parameter (or
         # its shard of a fused one) to the slice they copy: the rest is never read
         narrowed = sorted(n for n, count in read.items() if 0 < count < tensors[n].numel())

@@ -189,6 +189,26 @@ class CopyLog:
             torch.Tensor.copy_ = original
 
 
+def _lossy_casts(
+    tensors: dict[str, torch.Tensor], params: dict[str, torch.Tensor], log: CopyLog
+) -> list[str]:
+    """Checkpoint float tensors copied into a float8 parameter whose values the cast changes (a BF16 weight_scale
+    of values E4M3 cannot hold): the parameter then serves other values than the checkpoint's."""
+    out = []
+    for name, dests in log.written.items():
+        t = tensors[name]
+        if not t.dtype.is_floating_point or t.element_size() < 2:
+            continue
+        for dest in dests:
+            p = params.get(dest)
+            if p is None or p.dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+                continue
+            back = t.to(p.dtype).to(t.dtype)
+            if not torch.equal(torch.nan_to_num(back.float()), torch.nan_to_num(t.float())):
+                out.append(f"{name} ({t.dtype} into {p.dtype})")
+    return sorted(out)
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.shape != b.shape or a.dtype != b.dtype:
         return False
@@ -332,10 +352,30 @@ def _serve(
         # 6. its weights
         tensors = checkpoint_tensors(path)
         params = dict(model.named_parameters())
+        # modelopt.py QuantKeyScheme.register_params builds the NVFP4 scales with torch.empty: a fused linear's
+        # shard slot that no tensor writes keeps uninitialised memory, which KNvfp4Static / KNvfp4Dynamic.process
+        # fold in with max(). Poisoned here so an unwritten slot shows (the CPU's fresh memory is mostly zeros)
+        poisoned = {
+            n: p
+            for n, p in params.items()
+            if n.rsplit(".", 1)[-1] in ("input_scale", "weight_scale_2")
+            and p.dtype.is_floating_point
+            and p.numel() > 1
+        }
+        for p in poisoned.values():
+            p.data.fill_(float("nan"))
         before = {n: p.detach().clone() for n, p in params.items()}
         log = CopyLog(tensors, params)
         with stage("load"), log.active():
             model.load_weights(iter(tensors.items()))
+        # (a W4A16 module's input_scale is registered for old exports and discarded unread: _unused_after_loading)
+        discarded = _unused_after_loading(model)
+        facts["unwritten_shard_scales"] = sorted(
+            n for n, p in poisoned.items() if n not in discarded and bool(torch.isnan(p.detach()).any())
+        )
+        for p in poisoned.values():  # what the post-load processing then reads: the written slots' max
+            p.data.nan_to_num_(nan=0.0)
+        facts["lossy_casts"] = _lossy_casts(tensors, params, log)
         # a fused NVFP4 linear stores one weight_scale_2 per shard; its quant method serves them all with one
         # global scale (modelopt.py KNvfp4Static.process: the largest, "the global weight scale differs" warning)
         facts["shard_scales"] = {
@@ -382,10 +422,19 @@ def _serve(
     )
     facts["layer_types"] = list(getattr(hf, "layer_types", None) or [])
     declared = raw.get("layer_types") if isinstance(raw.get("layer_types"), list) else []
-    dropped = sorted(n for n in tensors if n not in log.written and not _inert(n))
+    sharing = Sharing(model, hf, target, speculative_config)
+    # a DSpark confidence_head.* tensor skipped by qwen3_dspark.py load_weights (no head built: enable_confidence_head
+    # falsy) takes no part in the drafted function: the head is read only under adaptive verification (off here),
+    # like the built head's parameters (Sharing.served)
+    dropped = sorted(
+        n
+        for n in tensors
+        if n not in log.written
+        and not _inert(n)
+        and not (n.startswith("confidence_head.") and not sharing.adaptive)
+    )
     written = set().union(*log.written.values()) if log.written else set()
     unused = _unused_after_loading(model)
-    sharing = Sharing(model, hf, target, speculative_config)
     unloaded = sorted(
         n
         for n, p in params.items()
@@ -430,6 +479,22 @@ def _serve(
         )
     if dropped:
         return Outcome("SW", "function", f"trained tensors not loaded: {', '.join(dropped[:6])}", facts)
+    if facts.get("unwritten_shard_scales"):
+        return Outcome(
+            "SW",
+            "function",
+            "fused shard scale slots no tensor writes keep torch.empty's memory, folded in by the quant method's "
+            f"max(): {', '.join(facts['unwritten_shard_scales'][:4])}",
+            facts,
+        )
+    if facts.get("lossy_casts"):
+        return Outcome(
+            "SW",
+            "function",
+            "tensors cast into a narrower parameter dtype lose their values (models/utils.py AutoWeightsLoader: "
+            f"a warning, then the copy): {', '.join(facts['lossy_casts'][:4])}",
+            facts,
+        )
     if narrowed:
         return Outcome(
             "SW",
