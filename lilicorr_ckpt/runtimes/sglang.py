@@ -182,12 +182,6 @@ FIRST = RuntimeProfile(
         # int(true) == 1 build a head no trained LiLiCorr tensor fits)
         ("$.dflash_config.block_size", "lilicorr", "int()-bool"),
         ("$.dflash_config.block_size", "*", "int()?"),
-        # parse_dflash_draft_config: _parse_optional_int (int(), null absent, >= 0) for the convolution and selector
-        # sizes of every head kind
-        *(
-            (f"$.dflash_config.{key}", "*", "int()?")
-            for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
-        ),
         # another head kind's keys: the Domino keys only under projector_type domino, the DSpark keys by
         # models/dspark.py only, the LiLiCorr keys by models/lilicorr.py (and DFlashDraftModel's routing)
         ("$.dflash_config.gru_hidden_dim", "!domino", "unread"),

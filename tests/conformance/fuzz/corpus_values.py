@@ -58,14 +58,19 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dflash2", "dflash", "selector_top_k", "true"),
     Case("lilicorr-conv", "dflash", "conv_group_size", "int_string"),
     Case("dflash2", "dflash", "conv_kernel_size", "int_string"),
+    # SGLang's pair checks run on the cast values (parse_dflash_draft_config): a cast size set alone is refused
+    Case("dflash", "dflash", "selector_rank", "true"),
+    Case("lilicorr", "dflash", "conv_kernel_size", "int_string"),
+    Case("domino", "dflash", "conv_group_size", "int_string"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
 _VLLM = ("vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0", "vllm==0.34.0")
 _CAST_UNSEEN = (
-    "the release casts the value with int() and loads it; validate no longer calls it a type error (LC004), but "
-    "its convolution and selector checks read the schema's integer, so the cast size reads as absent there "
-    "(LC116 / LC150 / LC205): the typed config does not hold a release's cast yet"
+    "the release casts the value with int() and loads it; validate's convolution and selector checks read the "
+    "schema's integer, so the cast size reads as absent there (LC001 for SGLang, whose pair checks "
+    "parse_dflash_draft_config runs on the cast values; LC116 / LC150 / LC205 for vLLM): the typed config does "
+    "not hold a release's cast yet"
 )
 
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
@@ -78,6 +83,6 @@ VALUE_PENDING: dict[tuple[Case, str], str] = {
         (Case("lilicorr-conv", "dflash", "conv_group_size", "int_string"), r): _CAST_UNSEEN
         for r in _SGLANG[1:]
     },
-    **{(Case("dflash2", "dflash", "selector_top_k", "int_string"), r): _CAST_UNSEEN for r in _VLLM},
-    **{(Case("dflash2", "dflash", "selector_top_k", "true"), r): _CAST_UNSEEN for r in _VLLM},
+    **{(Case("dflash2", "dflash", "selector_top_k", "int_string"), r): _CAST_UNSEEN for r in _SGLANG + _VLLM},
+    **{(Case("dflash2", "dflash", "selector_top_k", "true"), r): _CAST_UNSEEN for r in _SGLANG + _VLLM},
 }
