@@ -255,11 +255,15 @@ def integral_floats(ctx: Context) -> None:
                         (k.startswith("dflash_config.") or k in _TOP_ONLY)
                         and config_read(p, family, f"$.{k}") == "unread"
                     )
-                    # a release that reads the key with int() casts the float (RuntimeProfile.config_reads)
-                    and config_read(p, family, f"$.{k}") not in _CASTS
+                    # a release that reads the key with int() casts the float (RuntimeProfile.config_reads),
+                    # whatever its profile says of the kind
+                    and (
+                        mode == "casts"
+                        if config_read(p, family, f"$.{k}") in _CASTS
+                        else _INTEGRAL_FLOAT[kind](p) == mode
+                    )
                 ]
                 for p in ctx.profiles
-                if _INTEGRAL_FLOAT[kind](p) == mode
             }
             mine = [p for p in ctx.profiles if read.get(p.name)]
             keys = [k for k in found_keys if any(k in read[p.name] for p in mine)]

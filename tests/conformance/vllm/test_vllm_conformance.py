@@ -200,6 +200,11 @@ RELEASED_SIBLINGS = {
     "domino_emb_dim_conflict": "R",
     "domino_missing_gru_dim": "R",
     "domino_block_size_one": "R",
+    # the confidence head vLLM builds for a truthy enable_confidence_head (too narrow: a crash at load) and
+    # skips when the flag is falsy or its tensors are absent (loaded; read only under adaptive verification)
+    "dspark_confidence_head_narrower_unbuilt_by_sglang_refused_by_vllm": "C",
+    "dspark_confidence_head_missing_loads_where_unread": "L",
+    "dspark_confidence_flag_zero_skips_the_head": "L",
     # SGLang's sibling cases, as vLLM 0.33.0 serves them
     "dflash2_without_selector_keys_refused_by_sglang": "C",
     "dflash2_declared_as_dflash_drops_the_selector_in_sglang": "R",
