@@ -545,8 +545,8 @@ rule(
     QNT,
     "Linears the runtime fuses (q/k/v, gate/up) carry different NVFP4 weight_scale_2: it serves every shard with the "
     "largest, which rescales the others' weights.",
-    "Re-export with ModelOpt's fused-layer preprocessing (one weight amax per fused group), or requantize the "
-    "shards to a shared weight_scale_2.",
+    "Run `lilicorr-ckpt convert`, which re-quantizes each fused group's shards to one shared weight_scale_2 "
+    "(ModelOpt 0.48's LiLiCorr export quantizes every shard on its own amax).",
     doc="Reads the 4-byte weight_scale_2 of each NVFP4 q/k/v and gate/up shard (a few bytes per layer, never a "
     "weight; not from a Hub repo read headers-only) and fires when the shards of one layer's fused linear "
     "differ, for the runtimes that fuse them into one linear with one global scale: SGLang and vLLM (vLLM "
