@@ -27,6 +27,7 @@ from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target
 from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
+from lilicorr_ckpt.outfile import Inputs
 from lilicorr_ckpt.smoke.assemble import assemble
 from lilicorr_ckpt.smoke.fit import fit_refusal, loaded_info, require_fit
 from lilicorr_ckpt.smoke.gates import (
@@ -145,12 +146,29 @@ def batch_thread_chooser(progress: Progress) -> ThreadChooser | None:
     return ThreadChooser(counts, torch.set_num_threads, on_switch=switched)
 
 
+def refuse_caches_over_inputs(opts: SmokeOptions) -> None:
+    """UsageError (exit 4) when LILICORR_TILE_CACHE or LILICORR_KERNEL_CACHE, which a GPU run writes, names one
+    of the run's inputs (the checkpoint's files, the target's, the baseline, the probe file)."""
+    inputs = Inputs().add(opts.path, "the checkpoint").add(opts.target, "the target")
+    inputs.add(opts.baseline, "the --baseline profile")
+    if opts.probes and os.path.isfile(opts.probes):  # else bundled categories
+        inputs.add(opts.probes, "the --probes file")
+    for setting, path in (
+        (settings.TILE_CACHE, settings.tile_cache()),
+        (settings.KERNEL_CACHE, settings.kernel_cache()),
+    ):
+        if path is not None:
+            inputs.refuse(path, setting.name, fix=f"point {setting.name} at another file, or set it to off")
+
+
 def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
     check_options(opts)
     try:  # the runtime's LILICORR_* variables, judged before anything loads
         settings.check()
     except settings.SettingError as exc:
         raise UsageError(str(exc)) from None
+    if opts.gpu:
+        refuse_caches_over_inputs(opts)
     progress = progress or Progress(enabled=False, name="smoke")
     probes = load_probes(opts.probes, opts.limit)
     baseline = read_baseline(opts.baseline) if opts.baseline else None

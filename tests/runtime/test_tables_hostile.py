@@ -111,3 +111,66 @@ def test_a_good_table_still_reads(isolated, monkeypatch):
     tiles.remember(DEVICE, "shape", TILE)
     tiles.reset()
     assert tiles.lookup(DEVICE, "shape", lambda tile: True) == TILE
+
+
+# A cache setting pointed at a model's own files (LILICORR_TILE_CACHE=ckpt/model.safetensors by mistake): the
+# table writer used to read it as "not a table", warn, and replace the weights with a tile table
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"\x08\x00\x00\x00\x00\x00\x00\x00{}      " + bytes(range(256)) * 4,
+        b'{"architectures": ["LiLiCorrDraftModel"]}',
+    ],
+    ids=["weights", "config-json"],
+)
+def test_a_cache_setting_naming_a_model_file_never_replaces_it(isolated, monkeypatch, content):
+    path = isolated / "ckpt" / "model.safetensors"
+    path.parent.mkdir()
+    path.write_bytes(content)
+    monkeypatch.setenv(tiles.ENV, str(path))
+    _, said = _quietly(tiles.remember, DEVICE, "shape", TILE)
+    assert any("could not write the tile cache" in s and "other than a lilicorr table" in s for s in said), (
+        said
+    )
+    assert path.read_bytes() == content
+    monkeypatch.setenv(warm.ENV, str(path))
+    monkeypatch.setattr(warm, "recorded", lambda: {DEVICE: [{"spec": "k"}]})
+    _, said = _quietly(warm.save)
+    assert any("could not write the kernel table" in s for s in said), said
+    assert path.read_bytes() == content
+    assert not [p for p in path.parent.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
+def test_an_older_table_of_ours_is_still_replaced(isolated, monkeypatch):
+    path = isolated / "cache" / "step_tiles.json"
+    path.parent.mkdir()
+    path.write_text('{"format": 0, "devices": {}}')
+    monkeypatch.setenv(tiles.ENV, str(path))
+    tiles.remember(DEVICE, "shape", TILE)
+    tiles.reset()
+    assert tiles.lookup(DEVICE, "shape", lambda tile: True) == TILE
+
+
+@pytest.mark.parametrize("env", ["LILICORR_TILE_CACHE", "LILICORR_KERNEL_CACHE"])
+def test_smoke_gpu_refuses_a_cache_setting_that_names_an_input(tmp_path, monkeypatch, env):
+    from lilicorr_ckpt.errors import UsageError
+    from lilicorr_ckpt.smoke.options import SmokeOptions
+    from lilicorr_ckpt.smoke.run import refuse_caches_over_inputs
+
+    ckpt, target = tmp_path / "ckpt", tmp_path / "target"
+    for d in (ckpt, target):
+        d.mkdir()
+        (d / "config.json").write_text("{}")
+        (d / "model.safetensors").write_bytes(b"weights")
+    opts = SmokeOptions(path=str(ckpt), target=str(target), gpu=True)
+    monkeypatch.setenv(env, str(tmp_path / "elsewhere.json"))
+    refuse_caches_over_inputs(opts)  # another file: fine
+    monkeypatch.setenv(env, str(target / "sub" / ".." / "model.safetensors"))
+    with pytest.raises(UsageError) as caught:
+        refuse_caches_over_inputs(opts)
+    message = str(caught.value)
+    assert env in message and "model.safetensors of the target" in message and "set it to off" in message
+    os.link(ckpt / "config.json", tmp_path / "linked.json")
+    monkeypatch.setenv(env, str(tmp_path / "linked.json"))
+    with pytest.raises(UsageError, match="hard link to config.json of the checkpoint"):
+        refuse_caches_over_inputs(opts)

@@ -92,10 +92,29 @@ def read_table(path: Path, what: str, limit: int, warned: set[str] | None = None
     return None
 
 
+REPLACE_LIMIT = 64 << 20  # bytes of an existing file write_json reads to see that it is a table of ours
+
+
+def _a_table(path: Path, size: int) -> bool:
+    """Whether the regular file at `path` (of `size` bytes) is empty or one of our tables (a JSON object with
+    "format" and "devices"): what write_json may replace."""
+    if size == 0:
+        return True
+    if size > REPLACE_LIMIT:
+        return False
+    try:
+        data = json.loads(read_regular_file(path, what="it", max_bytes=REPLACE_LIMIT))
+    except Exception:  # noqa: BLE001 - not readable, not UTF-8, not JSON, nested too deep: not a table
+        return False
+    return isinstance(data, dict) and "format" in data and isinstance(data.get("devices"), (dict, list))
+
+
 def write_json(path: Path, data: Any) -> None:
     """Write `data` as JSON to `path` atomically (an unpredictable temporary beside it, created O_EXCL |
     O_NOFOLLOW by mkstemp, fsynced, then renamed over it). A FIFO, device or directory at `path` is left alone
-    (OSError): a cache file is never anything but a regular file."""
+    (OSError): a cache file is never anything but a regular file. So is a regular file that is not one of our
+    tables (a LILICORR_TILE_CACHE pointed at a model's weights or config by mistake): a cache never destroys
+    what it did not write."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         st = os.stat(path)
@@ -104,6 +123,8 @@ def write_json(path: Path, data: Any) -> None:
     else:
         if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path} is not a regular file; not replacing it")
+        if not _a_table(path, st.st_size):
+            raise OSError(f"{path} holds something other than a lilicorr table; not replacing it")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
