@@ -56,7 +56,7 @@ class Setting:
         value = self.choices.get(setting.lower())
         if value is None:
             raise SettingError(
-                f"{self.name}={setting!r} is not a value it takes; expected one of {self._expected()} "
+                f"{self.name}={_shown(setting)} is not a value it takes; expected one of {self._expected()} "
                 f"(unset: {self.default})"
             )
         return value
@@ -64,6 +64,13 @@ class Setting:
     def _expected(self) -> str:
         assert self.choices is not None
         return ", ".join(dict.fromkeys(self.choices))
+
+
+def _shown(value: str, limit: int = 80) -> str:
+    """`value` quoted for a message, cut to `limit` characters (a value pasted by mistake can be megabytes)."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value):,} characters)"
 
 
 def _switch() -> dict[str, str]:

@@ -337,7 +337,8 @@ def load_json_object(data: bytes, what: str) -> tuple[dict[str, Any], dict[str, 
 
 
 def _integral_floats_to_int(doc: Any) -> Any:
-    if isinstance(doc, float) and math.isfinite(doc) and doc.is_integer():
+    # a whole float past int64 stays a float: 1e308 is not an integer a loader's int64 holds
+    if isinstance(doc, float) and math.isfinite(doc) and doc.is_integer() and abs(doc) < INT_LIMIT:
         return int(doc)
     if isinstance(doc, list):
         return [_integral_floats_to_int(v) for v in doc]

@@ -1079,6 +1079,12 @@ def _record(
         "config": config.editor.changes,
         "exclusions": meta.exclusions,
         "other_files": other_files,
+        # tensors the source index placed in a shard that does not hold them (validate's LC603): read from where
+        # they are, and the written index (or single file) places each right
+        "index_fixed": {
+            name: {"listed": listed, "found": real}
+            for name, (listed, real) in sorted(read.table.shards.misplaced.items())
+        },
     }
 
 

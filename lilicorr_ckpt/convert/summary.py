@@ -72,6 +72,14 @@ def render_summary(result: Any) -> str:
         )
     if "output" in ex:
         lines.append(f"  ignore    {ex['output']}")
+    fixed = r.get("index_fixed") or {}
+    if fixed:
+        first = next(iter(fixed))
+        lines.append(
+            f"  index     the source index placed {len(fixed)} tensor(s) in a shard that does not hold them (e.g. "
+            f"{first}: listed in {fixed[first]['listed']}, found in {fixed[first]['found']}); read from where they "
+            "are, each placed right in the output"
+        )
     lines += _render_other_files(r.get("other_files") or {})
     lines += _render_selection(r["options"]["runtime"])
     v = r.get("validation")

@@ -82,3 +82,14 @@ def test_duplicate_keys_are_reported():
 def test_unreadable_configs_raise_input_errors(data, needle):
     with pytest.raises(InputError, match=needle):
         parse_config(data)
+
+
+def test_a_whole_float_past_int64_is_a_number_not_an_integer():
+    """1e308 is a whole number only as a float: it is named as the number written, never as a 309-digit integer."""
+    cfg = draft_config()
+    cfg["dflash_config"]["lilicorr_candidate_topk"] = 1e308
+    cfg["dflash_config"]["lilicorr_mlp_ratio"] = 1e300  # a float field keeps the float
+    p = parse(cfg)
+    (issue,) = [i for i in p.issues if i.path == "$.dflash_config.lilicorr_candidate_topk"]
+    assert "found 1e+308 (number)" in issue.describe(), issue.describe()
+    assert p.config.dflash.lilicorr_mlp_ratio == 1e300

@@ -236,6 +236,24 @@ def test_sharded_input_and_sharded_output(cli, export, tmp_path):
     assert validate(str(tmp_path / "many"), runtime=DEFAULT_RUNTIME).summary.errors == 0
 
 
+def test_a_misplaced_index_entry_is_fixed_and_said(cli, export, tmp_path):
+    """An index that places a tensor in the wrong shard (validate's LC603) is rebuilt from where the tensors are,
+    and convert says so instead of fixing it silently."""
+    src = export(shards=3, quant="NVFP4")
+    index = load_json(src / "model.safetensors.index.json")
+    name = sorted(index["weight_map"])[0]
+    real = index["weight_map"][name]
+    wrong = next(f for f in sorted(set(index["weight_map"].values())) if f != real)
+    index["weight_map"][name] = wrong
+    (src / "model.safetensors.index.json").write_text(json.dumps(index))
+    run = cli("convert", src, tmp_path / "out")
+    assert run.code == 0, run
+    assert "placed 1 tensor(s) in a shard that does not hold them" in run.out and wrong in run.out, run.out
+    record = load_json(tmp_path / "out" / "conversion.json")
+    assert list(record["index_fixed"].values()) == [{"listed": wrong, "found": real}]
+    assert validate(str(tmp_path / "out"), runtime=DEFAULT_RUNTIME).summary.errors == 0
+
+
 def test_config_is_normalized_from_the_tensors(cli, export, tmp_path):
     cfg = fixtures.draft_config(conv=(4, 16), architecture="Qwen3ForCausalLM")
     d = cfg["dflash_config"]

@@ -196,3 +196,12 @@ def test_a_retired_switch_is_ignored_with_one_warning(monkeypatch):
     assert not set(settings.RETIRED) & {s.name for s in settings.SETTINGS}
     doc = DOC.read_text()
     assert all(f"`{name}" in doc for name in settings.RETIRED)
+
+
+def test_a_refused_value_is_shown_cut_short(monkeypatch):
+    """A value pasted by mistake (100 kB) is quoted in part, with its length, not repeated whole."""
+    monkeypatch.setenv("LILICORR_STREAM_K", "x" * 100_000)
+    with pytest.raises(settings.SettingError) as refused:
+        settings.STREAM_K.read()
+    message = str(refused.value)
+    assert len(message) < 400 and "(100,000 characters)" in message and "expected one of" in message
