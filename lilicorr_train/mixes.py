@@ -44,6 +44,7 @@ import sys
 import tarfile
 import threading
 import time
+import warnings
 import zipfile
 from collections import Counter
 from collections.abc import Sequence
@@ -330,7 +331,11 @@ def cut_stub(text: str) -> str | None:
                 header += rest[: len(rest) - len(stripped) + close + 3] + "\n"
             break
     try:
-        ast.parse(header + "    pass\n")
+        with (
+            warnings.catch_warnings()
+        ):  # the target's code may warn ("invalid decimal literal"): kept, quietly
+            warnings.simplefilter("ignore", SyntaxWarning)
+            ast.parse(header + "    pass\n")
     except (SyntaxError, ValueError):
         return None
     return header
