@@ -89,3 +89,18 @@ def test_a_bad_sweep_is_a_usage_error(smoke, drafter, target, sweep, extra, mess
     ran = smoke(drafter, "-t", target, *SMALL, "--sweep", sweep, *extra)
     assert ran.code == 4 and message in ran.stderr, ran.stderr
     assert "Traceback" not in ran.stderr
+
+
+def test_the_sweep_counts_its_own_generations(smoke, drafter, target):
+    """Each size's arms are counted against their own total (the lossless check's count ran on to 2520/252)."""
+    import re
+
+    quiet_free = tuple(a for a in SMALL if a != "--quiet")
+    ran = smoke(drafter, "-t", target, *quiet_free, "--sweep", "1,3", "--format", "json")
+    assert ran.code == 0, ran.stderr
+    counts = [
+        (int(a), int(b), unit) for a, b, unit in re.findall(r"(\d+)/(\d+) ([a-z ]+?\d*) \(", ran.stderr)
+    ]
+    assert counts, ran.stderr
+    assert all(done <= total for done, total, _ in counts), ran.stderr
+    assert {unit for _, _, unit in counts} >= {"generations at batch 1", "generations at batch 3"}, ran.stderr
