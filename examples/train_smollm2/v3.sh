@@ -13,6 +13,7 @@
 #   setup      install the carried wheels (.cache/dev/whl: msgspec, gguf) into /tmp/site
 #   part       copy the carried .cache/dev/gguf.xz.part* to $V3/parts
 #   target     join the parts, check the GGUF's sha256
+#   shards     copy carried shards (.cache/v3/shards/shard-*, from earlier sessions' `ship`) into $V3/shards
 #   gen        generate missing shards of the v3 plan for GEN_BUDGET seconds; bundle them into $V3/outbox
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
@@ -42,6 +43,11 @@ for step in "$@"; do
         mv "$GGUF.tmp" "$GGUF"
       fi
       ls -l "$GGUF" ;;
+    shards)
+      mkdir -p "$V3/shards"
+      cp -n .cache/v3/shards/shard-*.npz "$V3/shards/"  # each .json after its .npz: a .json marks a shard done
+      cp -n .cache/v3/shards/shard-*.json "$V3/shards/"
+      ls "$V3/shards" | wc -l ;;
     gen)
       python3 -m lilicorr_train.mixes generate --target "$GGUF" --dir "$V3/shards" --budget "${GEN_BUDGET:-500}" \
         --batch-size "${GEN_BATCH:-1024}" --bundle "$V3/outbox" ;;
