@@ -125,7 +125,7 @@ rule(
     "runtimes that read it from the top level and require it > 0: SGLang and vLLM. When only "
     "`dflash_config.markov_rank` is present (Model-Optimizer and SpecForge write it there) the message "
     "says so. For SGLang it judges the rank its DSpark parser reads first, through int() (null: 0): "
-    "`dspark_markov_rank`, then `dspark_config.markov_rank` (from 0.5.23 `dflash_config.markov_rank` too), "
+    "`dspark_markov_rank`, then `dspark_config.markov_rank` (in the releases that merge dflash_config under it, `dflash_config.markov_rank` too), "
     "then the top-level one, which its Markov head builder reads again.",
     why="SGLang's Markov head builder refuses the config (\"DSpark requires markov_rank > 0\"); vLLM's "
     "qwen3_dspark reads config.markov_rank at the top level. A rank only in dflash_config is invisible to "
@@ -144,7 +144,7 @@ rule(
     "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla only "
     "(qwen3_dspark.py `DSparkMarkovHead`: it does not read markov_head_type, and has no parameter for the "
     "gated or rnn tensors; an empty type is not vanilla). For SGLang it judges each value its DSpark parser "
-    "reads through str().lower(): `dspark_markov_head_type`, dspark_config's (from 0.5.23 dflash_config's "
+    "reads through str().lower(): `dspark_markov_head_type`, dspark_config's (and dflash_config's where merged under it "
     "too), the top-level one, and the top-level one its Markov head builder reads (a JSON true reads as "
     '"true", no type).',
     why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
@@ -178,7 +178,7 @@ rule(
     "places.",
     doc="For a DSpark head, fires when the mask token a release's DSpark parser reads first differs from the one "
     "the draft was trained with (dflash_config's `mask_token_id`, else the top-level one): SGLang reads "
-    "`dspark_noise_token_id`, then dspark_config's, then (up to 0.5.22) the top-level `mask_token_id` before "
+    "`dspark_noise_token_id`, then dspark_config's, then (in the releases that do not merge dflash_config) the top-level `mask_token_id` before "
     'dflash_config\'s, each through int() (a JSON true is token 1, "7" is 7). Also when that value is null '
     "(no mask token: the DSpark worker refuses it) or negative (refused).",
     why="Every mask slot of the draft block embeds the mask token. A release that picks the other id embeds "
