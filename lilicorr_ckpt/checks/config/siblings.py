@@ -631,6 +631,7 @@ def _shown(value: Any) -> str:
 
 
 def _dspark_parse(ctx: Context, p: RuntimeProfile) -> list[_Finding]:
+    """One release's findings (_dspark_parsed), "{who}" standing for its name."""
     raw = ctx.parsed.raw
     merged: dict[str, tuple[Any, str]] = {}
     for block in (("dflash_config",) if p.markov_head_type_nested_read else ()) + ("dspark_config",):
@@ -638,10 +639,11 @@ def _dspark_parse(ctx: Context, p: RuntimeProfile) -> list[_Finding]:
         if isinstance(values, dict):
             merged.update({k: (v, f"$.{block}.{k}") for k, v in values.items()})
 
-    def pick(key: str, default: Any, prefixed: str = "") -> tuple[Any, str]:
-        prefixed = prefixed or f"dspark_{key}"
-        if raw.get(prefixed) is not None:
-            return raw[prefixed], f"$.{prefixed}"
+    def pick(key: str, default: Any, alias: str = "") -> tuple[Any, str]:
+        """The value the parser reads for `key` (the prefixed key `alias`, dspark_KEY by default, first) and where."""
+        alias = alias or f"dspark_{key}"
+        if raw.get(alias) is not None:
+            return raw[alias], f"$.{alias}"
         if key in merged:
             return merged[key]
         return raw.get(key, default), f"$.{key}"
