@@ -124,3 +124,5 @@ def test_domino_keys_as_sglang_casts_them(tmp_path: Path) -> None:
     alone = _dspark(tmp_path / "d", "domino", gru_hidden_dim="")
     edit_config(alone, lambda c: c["dflash_config"].pop("gru_hidden_dim"))
     assert "LC001" in _findings(alone, "sglang==0.5.23")
+    one = _dspark(tmp_path / "e", "domino", dflash_config={"block_size": True})
+    assert "block_size is `true` (int(): 1)" in _findings(one, "sglang==0.5.23")["LC159"]

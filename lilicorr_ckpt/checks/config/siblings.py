@@ -915,12 +915,15 @@ def _domino(ctx: Context) -> None:
             expected=nested_emb,
             actual=top_emb,
         )
-    block = d.block_size if d.block_size is not None else cfg.block_size
-    if block is not None and block <= 1:
+    # _parse_optional_int(dflash_config's block_size, else the top-level one): int(true) == 1 is refused too
+    block_ok, block = _domino_int(ctx, "block_size")
+    if block_ok and block is not None and block <= 1:
+        shown = _domino_raw(ctx, "block_size")
         ctx.emit_for(
             "LC159",
             checkers,
-            f"block_size is {block}: {names(checkers, 'refuses|refuse')} a Domino draft with block_size <= 1",
+            f"block_size is {shown}" + (f" (int(): {block})" if shown != str(block) else "") + f": "
+            f"{names(checkers, 'refuses|refuse')} a Domino draft with block_size <= 1",
             file="config.json",
             pointer="$.block_size",
             expected="> 1",

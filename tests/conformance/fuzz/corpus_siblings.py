@@ -68,6 +68,9 @@ SIBLING_ROWS: tuple[Case, ...] = (
     Case("domino", "dflash", "gru_hidden_dim", "int_string"),
     Case("domino", "dflash", "pure_draft_prefix_len", "int_string"),
     Case("domino", "dflash", "pure_draft_prefix_len", "true"),  # int(true) == 1
+    Case(
+        "domino", "dflash", "block_size", "true"
+    ),  # int(true) == 1: "Domino requires block_size > 1" (LC159)
     # an NVFP4 weight_scale stored in a float dtype: both engines cast it into the F8_E4M3 parameter (RuntimeProfile
     # scale_dtype_cast), exact for values E4M3 holds (LC329), rounded otherwise (LC304; the harnesses now compare
     # the cast). A fused shard's missing input_scale: vLLM's modelopt.py register_params leaves its slot torch.empty
