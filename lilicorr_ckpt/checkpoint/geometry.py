@@ -212,7 +212,8 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
     group = d.conv_group_size if isinstance(d.conv_group_size, int) and d.conv_group_size > 0 else 0
     eps = _finite(config.rms_norm_eps)
     family = head_family(config)
-    markov_type = config.markov_head_type or d.markov_head_type
+    # an empty type is no type any release builds (vLLM, which never reads it, serves vanilla), not vanilla
+    markov_type = config.markov_head_type if config.markov_head_type is not None else d.markov_head_type
     vocab, draft_vocab = _positive_int(config.vocab_size), _positive_int(config.draft_vocab_size)
     confidence = (
         config.enable_confidence_head if config.enable_confidence_head is not None else d.use_confidence_head
@@ -253,7 +254,9 @@ def resolve_geometry(config: DraftConfig) -> Geometry:
         markov_rank=_positive_int(config.markov_rank if config.markov_rank is not None else d.markov_rank)
         if family == "dspark"
         else None,
-        markov_head_type=(markov_type or "vanilla").lower() if family == "dspark" else None,
+        markov_head_type=(markov_type if markov_type is not None else "vanilla").lower()
+        if family == "dspark"
+        else None,
         confidence_head=bool(confidence) and family == "dspark",
         confidence_with_markov=bool(config.confidence_head_with_markov) and family == "dspark",
         dspark_layout=("served" if config.family == "dspark" else "modelopt") if family == "dspark" else None,

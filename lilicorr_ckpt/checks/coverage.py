@@ -12,6 +12,7 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.context import Context, check, coverage_effect, silently_initialised
 from lilicorr_ckpt.checks.context import names as names_of
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.checks.sibling_quant import quantized_sibling_linears
 from lilicorr_ckpt.families import SIBLINGS, dspark, sibling_owner
 from lilicorr_ckpt.runtimes import RuntimeProfile, matches_any
 
@@ -632,14 +633,23 @@ def _missing_conv(ctx: Context, gone: list[str]) -> None:
         )
 
 
+def _quantized_siblings(ctx: Context) -> tuple[str, ...]:
+    """The sibling-head linears a loader may build through the quant config (families QUANT_LINEARS) whose weight
+    is stored quantized: sibling_quant.py judges each per release, in the layout that release builds."""
+    return quantized_sibling_linears(ctx)
+
+
 def _surplus(ctx: Context) -> dict[str, list[str]]:
     """Present tensors the manifest does not explain, by what judges them: "head", "conv", "lm_head", "other"."""
     m = ctx.manifest
     surplus: dict[str, list[str]] = {}
     apart = _confidence_apart(ctx)
+    quantized = tuple(f"{m}." for m in _quantized_siblings(ctx))
     for name in ctx.names.by_canonical:
         if apart and name.startswith(_CONF):
             continue  # _confidence_head judges it per release
+        if quantized and name.startswith(quantized):
+            continue  # sibling_quant.py judges it per release
         if name in m.tensors or m.module_of(name) is not None:
             continue  # expected, or a scale tensor of a known module (judged by the quantization checks)
         key = _surplus_key(ctx, name)
@@ -903,10 +913,11 @@ def _shapes_and_dtypes(ctx: Context) -> None:
     m, present = ctx.manifest, ctx.names.by_canonical
     float_dtypes: dict[str, int] = {}
     apart = _confidence_apart(ctx)
+    quantized = tuple(f"{m}." for m in _quantized_siblings(ctx))
     for name, tensor in m.tensors.items():
         info = present.get(name)
-        if info is None:
-            continue
+        if info is None or (quantized and name.startswith(quantized)):
+            continue  # (a quantized sibling linear: sibling_quant.py judges it per release)
         if apart and name.startswith(_CONF):
             if info.dtype in FLOAT_DTYPES:
                 float_dtypes[info.dtype] = float_dtypes.get(info.dtype, 0) + 1

@@ -192,8 +192,14 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # string loads, null, a list or an object does not), "int()?" (the same, null read as absent), "int()-bool"
     # (int() of anything but null or a bool), "int" (a JSON integer, used uncast), "number?" (an int, a float or
     # null), "bool" (true or false, null refused), "str?" (a string or null), "str+" (a non-empty string),
-    # "object" (a JSON object). First match wins; a key no entry matches must have the type the schema gives it
+    # "object" (a JSON object), "str()" (any value, read through str(): the value checks say which text builds).
+    # "else:READER": a top-level key read with READER only when
+    # dflash_config has no value of that name (unread otherwise). First match wins; a key no entry matches must
+    # have the type the schema gives it
     config_reads: tuple[tuple[str, str, str], ...] = ()
+    # the same as config_reads, matched before it, for the keys of a DSpark head that its DSpark parser reads
+    # (SGLang's parse_dspark_draft_config: the dspark_* keys, markov_*, mask_token_id)
+    dspark_reads: tuple[tuple[str, str, str], ...] = ()
     # parses config.json with transformers' strict config classes (transformers 5): each typed field refuses
     # another JSON type, null included (LC005); model_type must name a registered type (LC006); a key that
     # shadows the class's own attributes (text_config, get_text_config) breaks the parse (LC007)
@@ -255,14 +261,18 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # rope_scaling / rope_parameters rope_dim (a rotary narrower than the head) is honoured (False: the rotary
     # spans the whole head; None: not established)
     rope_dim_read: bool | None = None
-    # DSpark: the parser accepts markov_head_type given only inside dflash_config (False: refused as absent)
+    # DSpark: the parser accepts markov_head_type given only inside dflash_config (False: refused as absent); for a
+    # parser that reads dspark_config (dspark_config_read), dflash_config is merged under dspark_config, so its
+    # markov_rank, markov_head_type and mask_token_id are read before the top-level ones
     markov_head_type_nested_read: bool = True
     # DSpark requires markov_head_type somewhere when markov_rank > 0 (refused as absent otherwise)
     markov_head_type_required: bool = False
     # DSpark: which mask_token_id wins when the top level and dflash_config disagree ("dflash_config" |
     # "top-level")
     dspark_mask_token_first: str = "dflash_config"
-    # DSpark: the parser reads a dspark_config object before everything else (markov_head_type, mask_token_id)
+    # DSpark: the parser reads a dspark_config object before everything else (markov_rank, markov_head_type,
+    # mask_token_id), and the prefixed top-level dspark_block_size / dspark_markov_rank / dspark_markov_head_type /
+    # dspark_noise_token_id / dspark_target_layer_ids before that (SGLang's parse_dspark_draft_config)
     dspark_config_read: bool = False
     # a drafter in the speculators format (speculators_config, a nested transformer_layer_config):
     # "translated" (read as its own drafter config), "refused" (no reader: the config has no model_type) or

@@ -22,6 +22,19 @@ from lilicorr_ckpt.runtimes.base import (
     release_chain,
 )
 
+# speculative/dspark_components/dspark_config.py parse_dspark_draft_config (the keys every release reads alike): the
+# prefixed dspark_block_size / dspark_markov_rank / dspark_noise_token_id through int() (null: absent), the prefixed
+# and top-level markov_head_type through str().lower() (only vanilla, gated or rnn builds); models/dspark.py
+# build_markov_head reads the top-level markov_rank through int() again (`getattr(config, "markov_rank", 0)`)
+_DSPARK_READS: tuple[tuple[str, str, str], ...] = (
+    ("$.dspark_block_size", "dspark", "int()?"),
+    ("$.dspark_markov_rank", "dspark", "int()?"),
+    ("$.dspark_noise_token_id", "dspark", "int()?"),
+    ("$.dspark_markov_head_type", "dspark", "str()"),
+    ("$.markov_head_type", "dspark", "str()"),
+    ("$.markov_rank", "dspark", "int()-bool"),  # int(true) == 1: a rank no trained head has; null: int(None)
+)
+
 FIRST = RuntimeProfile(
     name="sglang",
     engine_id="sglang",
@@ -85,6 +98,13 @@ FIRST = RuntimeProfile(
     dspark_mask_token_first="top-level",
     # speculative/dspark_components/dspark_config.py parse_dspark_draft_config: dspark_config's keys first
     dspark_config_read=True,
+    dspark_reads=_DSPARK_READS
+    + (
+        # the top-level mask_token_id is read (int()) unless dspark_config or dspark_noise_token_id gives one;
+        # dflash_config's Markov keys are not read
+        ("$.mask_token_id", "dspark", "int()?"),
+        ("$.dflash_config.markov_*", "dspark", "unread"),
+    ),
     # models/dspark.py build_confidence_head: None while speculative/ragged_verify.py read_ragged_verify_mode() is
     # STATIC (environ.py SGLANG_RAGGED_VERIFY_MODE, default "static"), and DSparkDraftMixin.load_weights then skips
     # every confidence_head.* tensor; otherwise a head is built whatever enable_confidence_head says (hasattr only:
@@ -218,6 +238,13 @@ FIRST = RuntimeProfile(
         # cast the same way, but the taps check reads it typed: it stays the schema's integer)
         ("$.dflash_config.emb_dim", "domino", "int()?"),
         ("$.emb_dim", "domino", "int()?"),
+        # the same _parse_optional_int for gru_hidden_dim and pure_draft_prefix_len, dflash_config's value else the
+        # top-level one (`dflash_cfg.get(key, top-level)`: a top-level value is not read beside a nested one);
+        # int(true) == 1 is a GRU width no trained head has (the geometry rules see the cast width)
+        ("$.dflash_config.gru_hidden_dim", "domino", "int()-bool"),
+        ("$.gru_hidden_dim", "domino", "else:int()-bool"),
+        ("$.dflash_config.pure_draft_prefix_len", "domino", "int()?"),
+        ("$.pure_draft_prefix_len", "domino", "else:int()?"),
         # dflash.py reads only the text config's is_causal; dflash_config.causal is never read (causal="ignores")
         ("$.dflash_config.causal", "*", "unread"),
         # dflash_utils.py: `sample_from_anchor is False`; `is_causal` / dflash_config causal as flags
@@ -286,6 +313,14 @@ BUMPS: tuple[Bump, ...] = (
             "rope_dim_read": True,
             "markov_head_type_nested_read": True,
             "dspark_mask_token_first": "dflash_config",
+            "dspark_reads": _DSPARK_READS
+            + (
+                # dflash_config merged under dspark_config: its Markov keys are read first (markov_rank int(),
+                # markov_head_type str()), its mask_token_id before the top-level one
+                ("$.mask_token_id", "dspark", "else:int()?"),
+                ("$.dflash_config.markov_rank", "dspark", "int()?"),
+                ("$.dflash_config.markov_head_type", "dspark", "str()"),
+            ),
             "routes": (),
             "final_layer_capture_architectures": (
                 "Gemma3ForCausalLM",

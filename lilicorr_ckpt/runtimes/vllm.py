@@ -141,7 +141,9 @@ FIRST = RuntimeProfile(
         ("$.dflash_config.lilicorr_*", "!lilicorr", "unread"),
         ("$.dflash_config.conv_*", "!lilicorr,dflash2", "unread"),
         ("$.dflash_config.selector_*", "!dflash2", "unread"),
-        ("$.dflash_config.markov_*", "!dspark", "unread"),
+        # (qwen3_dspark.py reads markov_rank at the top level only, markov_head_type nowhere: dflash_config's
+        # Markov keys are unread for every head kind)
+        ("$.dflash_config.markov_*", "*", "unread"),
         ("$.dflash_config.gru_hidden_dim", "*", "unread"),  # Domino is loaded as plain DFlash
         ("$.dflash_config.emb_dim", "*", "unread"),
         ("$.dflash_config.pure_draft_prefix_len", "*", "unread"),
@@ -211,6 +213,8 @@ FIRST = RuntimeProfile(
         # its cache), then _build_fused_kv_buffers asserts every layer's is_neox_style == the first's
         ("$.is_neox_style", "*", "truth=="),
         # config/speculative.py: "dspark_draft_topk must be between 1 and the draft vocabulary size"
+        # (`not 1 <= topk <= vocab`: true and 2.0 pass it, then fail the first draft step's topk(), which takes an
+        # int: spec_decode/dspark/speculator.py _sample_sequential_topk)
         ("$.dspark_draft_topk", "dspark", "count?"),
         # qwen3_dflash.py DFlashQwen3DecoderLayer: `make_attention_sink(...) if add_swa_attention_sink_bias`
         ("$.dflash_config.attention_sink_bias", "*", "flag"),

@@ -46,3 +46,21 @@ def test_the_nemotron_selector_reads_what_sglang_reads():
         other = {**cfg, "dflash_config": dict(cfg["dflash_config"])}
         change(other)
         assert not dspark.nemotron_35(other)
+
+
+def test_a_quantized_markov_w2_is_judged_in_the_layout_the_release_builds(tmp_path):
+    from lilicorr_ckpt import fixtures
+
+    from ._sibling_quant import MARKOV_W2, _quantized_markov_w2
+
+    def mutate(tensors):
+        _quantized_markov_w2("NVFP4")(tensors)
+        tensors.pop(f"{MARKOV_W2}.weight_scale")
+
+    cfg = fixtures.sibling_config("dspark-specforge", markov_rank=16)
+    path = fixtures.write_checkpoint(tmp_path / "x", cfg, quant="NVFP4", mutate=mutate)
+    accepted, errors = verdict(path, "vllm==0.34.0")
+    assert not accepted and "its weight_scale is absent" in errors["LC208"][0], errors
+    assert "ParallelLMHead" in errors["LC208"][0]
+    _, errors = verdict(path, "sglang==0.5.23")
+    assert "builds it as a float linear" in errors["LC209"][0], errors

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 from lilicorr_ckpt.checkpoint.text import shorten
 from lilicorr_ckpt.checks.config.common import CFG
+from lilicorr_ckpt.checks.config.types import config_read
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.families import dflash2, domino, dspark, sibling_owner
@@ -122,7 +124,9 @@ rule(
     doc="For a DSpark head, fires when the top-level `markov_rank` of config.json is absent or <= 0, for the "
     "runtimes that read it from the top level and require it > 0: SGLang and vLLM. When only "
     "`dflash_config.markov_rank` is present (Model-Optimizer and SpecForge write it there) the message "
-    "says so.",
+    "says so. For SGLang it judges the rank its DSpark parser reads first, through int() (null: 0): "
+    "`dspark_markov_rank`, then `dspark_config.markov_rank` (in the releases that merge dflash_config under it, `dflash_config.markov_rank` too), "
+    "then the top-level one, which its Markov head builder reads again.",
     why="SGLang's Markov head builder refuses the config (\"DSpark requires markov_rank > 0\"); vLLM's "
     "qwen3_dspark reads config.markov_rank at the top level. A rank only in dflash_config is invisible to "
     "both.",
@@ -139,7 +143,10 @@ rule(
     doc='For a DSpark head, fires when `markov_head_type` (top level, else dflash_config; "vanilla" when '
     "absent) is not one the runtime builds: SGLang builds vanilla, gated and rnn; vLLM builds vanilla only "
     "(qwen3_dspark.py `DSparkMarkovHead`: it does not read markov_head_type, and has no parameter for the "
-    "gated or rnn tensors).",
+    "gated or rnn tensors; an empty type is not vanilla). For SGLang it judges each value its DSpark parser "
+    "reads through str().lower(): `dspark_markov_head_type`, dspark_config's (and dflash_config's where merged under it "
+    "too), the top-level one, and the top-level one its Markov head builder reads (a JSON true reads as "
+    '"true", no type).',
     why="The Markov head's tensors and its computation depend on the type; a runtime that does not build it "
     "refuses the config, so the drafter cannot be served there.",
     example='    "markov_head_type": "lstm"',
@@ -165,12 +172,15 @@ rule(
     "dspark-mask-token-conflict",
     "error",
     CFG,
-    "DSpark's top-level mask_token_id and dflash_config.mask_token_id differ, and the runtime release uses the "
-    "top-level one.",
-    "Write one mask_token_id (the trained one) in both places, or only in dflash_config.",
-    doc="For a DSpark head, fires when config.json's top-level `mask_token_id` and `dflash_config.mask_token_id` "
-    "are both set and differ, for the runtime releases whose DSpark parser takes the top-level value (validate "
-    "and the other releases take dflash_config's).",
+    "The mask token a release's DSpark parser reads first (dspark_noise_token_id, dspark_config, or the top-level "
+    "mask_token_id before dflash_config's) is not the one the draft was trained with, or is null or negative.",
+    "Write one mask_token_id (the trained one, an integer) in dflash_config, and the same or none in the other "
+    "places.",
+    doc="For a DSpark head, fires when the mask token a release's DSpark parser reads first differs from the one "
+    "the draft was trained with (dflash_config's `mask_token_id`, else the top-level one): SGLang reads "
+    "`dspark_noise_token_id`, then dspark_config's, then (in the releases that do not merge dflash_config) the top-level `mask_token_id` before "
+    'dflash_config\'s, each through int() (a JSON true is token 1, "7" is 7). Also when that value is null '
+    "(no mask token: the DSpark worker refuses it) or negative (refused).",
     why="Every mask slot of the draft block embeds the mask token. A release that picks the other id embeds "
     "another row of the table in every slot: the drafter loads and drafts with an input it was never trained "
     "on.",
@@ -490,10 +500,12 @@ def _nope_layers(ctx: Context) -> None:
 
 
 def _markov(ctx: Context) -> None:
-    """LC152 / LC153: DSpark's markov_rank where the runtime reads it, and a head type it builds."""
+    """LC152 / LC153: DSpark's markov_rank where the runtime reads it, and a head type it builds; for the releases
+    with SGLang's DSpark parser, _dspark_parsed (LC152, LC153, LC162, LC163 as that parser reads the config)."""
     g, cfg = ctx.geometry, ctx.config
     d = cfg.dflash
-    readers = [p for p in ctx.profiles if p.markov_rank_top_level]
+    parsing = [p for p in ctx.profiles if p.dspark_config_read]
+    readers = [p for p in ctx.profiles if p.markov_rank_top_level and p not in parsing]
     top = cfg.markov_rank
     if top is None or top <= 0:
         where = (
@@ -514,11 +526,15 @@ def _markov(ctx: Context) -> None:
             expected="> 0",
             actual=top if top is not None else "absent",
         )
-    _markov_type_parsed(ctx)
-    _dspark_mask_token(ctx)
+    _dspark_parsed(ctx, parsing)
+    _draft_topk(ctx)
     kind = g.markov_head_type
     if kind is not None:
-        refuse = [p for p in ctx.profiles if p.markov_head_types and kind not in p.markov_head_types]
+        refuse = [
+            p
+            for p in ctx.profiles
+            if p.markov_head_types and kind not in p.markov_head_types and p not in parsing
+        ]
         ctx.emit_for(
             "LC153",
             refuse,
@@ -530,105 +546,314 @@ def _markov(ctx: Context) -> None:
         )
 
 
+def _draft_topk(ctx: Context) -> None:
+    """LC001: dspark_draft_topk above the draft vocabulary, for the releases that check it against the vocabulary
+    (vLLM config/speculative.py: "dspark_draft_topk must be between 1 and the draft vocabulary size", the draft
+    vocabulary being draft_vocab_size or vocab_size); a value of another type is the reader's (LC001)."""
+    raw = ctx.parsed.raw
+    topk = _int(raw.get("dspark_draft_topk"))
+    vocab = _int(raw.get("draft_vocab_size")) or _int(raw.get("vocab_size"))
+    if topk is None or vocab is None or topk <= vocab:
+        return
+    checking = [p for p in ctx.profiles if config_read(p, dspark.NAME, "$.dspark_draft_topk") == "count?"]
+    ctx.emit_for(
+        "LC001",
+        checking,
+        f"config.json $.dspark_draft_topk is {topk}: {names(checking, 'requires|require')} it between 1 and the "
+        f"draft vocabulary size ({vocab})",
+        file="config.json",
+        pointer="$.dspark_draft_topk",
+        expected=f"1..{vocab}",
+        actual=topk,
+    )
+
+
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _dspark_block(ctx: Context) -> dict[str, Any]:
-    """The config's dspark_config object (SGLang's DSpark parser reads it first, in every release), or {}."""
-    raw = ctx.parsed.raw.get("dspark_config")
-    return raw if isinstance(raw, dict) else {}
+def _cast_int(value: Any) -> tuple[bool, int | None]:
+    """Python's int() of a JSON value: (whether it succeeds, the result); null stays None."""
+    if value is None:
+        return True, None
+    if isinstance(value, (bool, int)):
+        return True, int(value)
+    if isinstance(value, float):
+        return (True, int(value)) if math.isfinite(value) else (False, None)
+    if isinstance(value, str):
+        try:
+            return True, int(value)
+        except ValueError:
+            return False, None
+    return False, None
 
 
-def _dspark_mask_token(ctx: Context) -> None:
-    """LC163: the mask token each release's DSpark parser embeds (dspark_config's first, then dflash_config's or
-    the top level's: RuntimeProfile dspark_mask_token_first) against the one the draft was trained with
-    (dflash_config's, else the top level's)."""
-    top, nested = _int(ctx.config.mask_token_id), _int(ctx.config.dflash.mask_token_id)
-    spark = _int(_dspark_block(ctx).get("mask_token_id"))
-    trained = nested if nested is not None else top
-    if trained is None:
-        return
-    by_token: dict[int, list[RuntimeProfile]] = {}
-    for p in ctx.profiles:
-        first = spark if p.dspark_config_read else None
-        if p.dspark_mask_token_first == "dflash_config":
-            order = (first, nested, top)
-        elif p.dspark_mask_token_first == "top-level":
-            order = (first, top, nested)
-        else:
-            continue
-        served = next((t for t in order if t is not None), None)
-        if served is not None and served != trained:
-            by_token.setdefault(served, []).append(p)
-    for served, profiles in sorted(by_token.items()):
-        where = "dspark_config" if served == spark else "the top level"
+class _Finding(NamedTuple):
+    rule: str
+    message: str  # "{who}" stands for the releases' names with the verb after it
+    verb: str
+    pointer: str
+    expected: Any = None
+    actual: Any = None
+
+
+def _dspark_parsed(ctx: Context, parsing: list[RuntimeProfile]) -> None:
+    """LC152 / LC153 / LC162 / LC163 as each release with SGLang's DSpark parser reads the config
+    (speculative/dspark_components/dspark_config.py parse_dspark_draft_config, then models/dspark.py
+    build_markov_head): the prefixed dspark_* keys first, then dspark_config (with dflash_config merged under it
+    where RuntimeProfile markov_head_type_nested_read), then the top level. Releases that read alike share one
+    finding."""
+    found: dict[tuple[str, str, str, str], tuple[_Finding, list[RuntimeProfile]]] = {}
+    for p in parsing:
+        for f in _dspark_parse(ctx, p):
+            found.setdefault((f.rule, f.message, f.verb, f.pointer), (f, []))[1].append(p)
+    for f, profiles in found.values():
         ctx.emit_for(
-            "LC163",
+            f.rule,
             profiles,
-            f"mask_token_id is {served} in {where} and {trained} in "
-            f"{'dflash_config' if nested is not None else 'the top level'}: {names(profiles, 'embeds|embed')} "
-            f"token {served} in every mask slot, where the draft was trained with {trained}",
+            f.message.replace("{who}", names(profiles, f.verb)),
             file="config.json",
-            pointer="$.dspark_config.mask_token_id" if served == spark else "$.mask_token_id",
-            expected=trained,
-            actual=served,
+            pointer=f.pointer,
+            expected=f.expected,
+            actual=f.actual,
         )
 
 
-def _markov_type_parsed(ctx: Context) -> None:
-    """LC162: markov_head_type where each release's DSpark parser looks for it (RuntimeProfile
-    markov_head_type_required / markov_head_type_nested_read)."""
-    cfg = ctx.config
-    top, nested = cfg.markov_head_type, cfg.dflash.markov_head_type
-    if top is not None or not isinstance(cfg.markov_rank, int) or cfg.markov_rank <= 0:
-        return
-    # a parser that reads dspark_config reads it first (RuntimeProfile dspark_config_read)
-    spark = _dspark_block(ctx).get("markov_head_type")
-    requiring = [p for p in ctx.profiles if p.markov_head_type_required]
-    unseen = [
-        p
-        for p in requiring
-        if not (spark is not None and p.dspark_config_read)
-        and (nested is None or not p.markov_head_type_nested_read)
-    ]
-    if spark is not None and any(p.dspark_config_read for p in requiring):
-        nested = spark
-    if unseen:
+def _where(path: str) -> str:
+    """`dspark_config.markov_rank`, or `the top level` for a key of the DSpark parser's own name there."""
+    return "the top level" if path.count(".") == 1 and not path.startswith("$.dspark_") else path[2:]
+
+
+def _shown(value: Any) -> str:
+    return (
+        shorten([json.dumps(value)]) if not isinstance(value, float) or math.isfinite(value) else str(value)
+    )
+
+
+def _dspark_parse(ctx: Context, p: RuntimeProfile) -> list[_Finding]:
+    """One release's findings (_dspark_parsed), "{who}" standing for its name."""
+    raw = ctx.parsed.raw
+    merged: dict[str, tuple[Any, str]] = {}
+    for block in (("dflash_config",) if p.markov_head_type_nested_read else ()) + ("dspark_config",):
+        values = raw.get(block)
+        if isinstance(values, dict):
+            merged.update({k: (v, f"$.{block}.{k}") for k, v in values.items()})
+
+    def pick(key: str, default: Any, alias: str = "") -> tuple[Any, str]:
+        """The value the parser reads for `key` (the prefixed key `alias`, dspark_KEY by default, first) and where."""
+        alias = alias or f"dspark_{key}"
+        if raw.get(alias) is not None:
+            return raw[alias], f"$.{alias}"
+        if key in merged:
+            return merged[key]
+        return raw.get(key, default), f"$.{key}"
+
+    prefixed = any(
+        raw.get(f"dspark_{k}") is not None
+        for k in ("block_size", "markov_rank", "noise_token_id", "target_layer_ids")
+    )
+    out: list[_Finding] = []
+    # markov_rank: int() (null: 0), >= 0, then > 0 (Qwen3DSparkModel: "DSpark draft requires markov_rank > 0");
+    # build_markov_head then casts the top-level one again and sizes the head by it
+    value, path = pick("markov_rank", 0)
+    ok, rank = _cast_int(value)
+    if not ok:
+        if path.startswith("$.dspark_config."):  # the others are typed by RuntimeProfile.dspark_reads (LC001)
+            out.append(
+                _Finding(
+                    "LC152", f"{path[2:]} is {_shown(value)}: {{who}} it with int()", "fails on|fail on", path
+                )
+            )
+        rank = None
+    elif (rank or 0) <= 0:
+        out.append(
+            _Finding(
+                "LC152",
+                f"markov_rank is {_shown(value)} ({_where(path)}, where {{who}} it first): the DSpark parser refuses "
+                + (
+                    'it ("DSpark markov_rank must be >= 0")'
+                    if (rank or 0) < 0
+                    else 'it ("requires markov_rank > 0")'
+                ),
+                "reads|read",
+                path,
+                expected="> 0",
+                actual=value,
+            )
+        )
+    elif path != "$.markov_rank":
+        top = raw.get("markov_rank", 0)
+        top_ok, top_rank = _cast_int(top)
+        if top is None or (top_ok and (top_rank or 0) <= 0):
+            out.append(
+                _Finding(
+                    "LC152",
+                    f"markov_rank is {_shown(top) if 'markov_rank' in raw else 'absent'} at the top level: {{who}} "
+                    f"the Markov head from it (build_markov_head, int()), not from {path[2:]}",
+                    "builds|build",
+                    "$.markov_rank",
+                    expected="> 0",
+                    actual=top if "markov_rank" in raw else "absent",
+                )
+            )
+    # markov_head_type: required when markov_rank > 0 unless a prefixed key is given; str().lower() one of the
+    # types built; build_markov_head builds the top-level type (vanilla when absent)
+    kind, kind_path = pick("markov_head_type", None)
+    types = " / ".join(p.markov_head_types)
+    if kind is None and (rank or 0) > 0 and not prefixed:
+        nested = ctx.config.dflash.markov_head_type
         where = (
-            f" (dflash_config.markov_head_type is {nested!r}, which {names(unseen, 'does not read|do not read')})"
+            f" ({kind_path[2:]} is null)"
+            if kind_path != "$.markov_head_type" or "markov_head_type" in raw
+            else f" (dflash_config.markov_head_type is {nested!r}, not read there)"
             if nested is not None
             else ""
         )
-        ctx.emit_for(
-            "LC162",
-            unseen,
-            f"markov_head_type is absent at the top level{where}: {names(unseen, 'refuses|refuse')} the config "
-            '("DSpark requires markov_head_type when markov_rank > 0")',
-            file="config.json",
-            pointer="$.markov_head_type",
-            expected="vanilla, gated or rnn at the top level",
-            actual="absent",
+        out.append(
+            _Finding(
+                "LC162",
+                f"markov_head_type is absent at the top level{where}: {{who}} the config "
+                '("DSpark requires markov_head_type when markov_rank > 0")',
+                "refuses|refuse",
+                "$.markov_head_type",
+                expected="vanilla, gated or rnn at the top level",
+                actual="absent",
+            )
         )
-    built_vanilla = [p for p in requiring if p not in unseen]
-    if nested is not None and str(nested).lower() != "vanilla" and built_vanilla:
-        ctx.emit_for(
-            "LC162",
-            built_vanilla,
-            f"markov_head_type {nested!r} is given only in {'dspark_config' if spark is not None else 'dflash_config'}: "
-            f"{names(built_vanilla, 'reads|read')} it there but builds "
-            "the top-level type (vanilla when absent), which has no parameter for the "
-            f"{nested} head's tensors",
-            file="config.json",
-            pointer=f"$.{'dspark_config' if spark is not None else 'dflash_config'}.markov_head_type",
-            expected="the type at the top level",
-            actual=f"{'dspark_config' if spark is not None else 'dflash_config'} only: {nested}",
+    elif kind is not None and str(kind).lower() not in p.markov_head_types:
+        out.append(
+            _Finding(
+                "LC153",
+                f"markov_head_type is {_shown(kind)} ({_where(kind_path)}): {{who}} it through str().lower(), "
+                f"{str(kind).lower()!r}, and builds only {types}",
+                "reads|read",
+                kind_path,
+                expected=types,
+                actual=kind,
+            )
         )
+    built = str(raw.get("markov_head_type", "vanilla")).lower()
+    trained = ctx.geometry.markov_head_type
+    if built not in p.markov_head_types and kind_path != "$.markov_head_type":
+        out.append(
+            _Finding(
+                "LC153",
+                f"markov_head_type is {_shown(raw.get('markov_head_type'))} at the top level: {{who}} the Markov "
+                f"head from it (build_markov_head, str().lower(): {built!r}), and builds only {types}",
+                "builds|build",
+                "$.markov_head_type",
+                expected=types,
+                actual=raw.get("markov_head_type"),
+            )
+        )
+    elif (
+        built in p.markov_head_types
+        and trained is not None
+        and built != trained
+        and "markov_head_type" not in raw
+        and kind is not None
+    ):
+        out.append(
+            _Finding(
+                "LC162",
+                f"markov_head_type {trained!r} is given only in {kind_path[2:].split('.')[0]}: {{who}} it there "
+                "but builds the top-level type (vanilla when absent), which has no parameter for the "
+                f"{trained} head's tensors",
+                "reads|read",
+                kind_path,
+                expected="the type at the top level",
+                actual=f"{kind_path[2:].split('.')[0]} only: {trained}",
+            )
+        )
+    out += _dspark_mask(ctx, pick)
+    layers = raw.get("dspark_target_layer_ids")
+    if layers is not None and (
+        not isinstance(layers, list)
+        or not layers
+        or not all(_cast_int(v)[0] and v is not None for v in layers)
+    ):
+        out.append(
+            _Finding(
+                "LC001",
+                f"config.json $.dspark_target_layer_ids is {_shown(layers)}: {{who}} a non-empty list of ints",
+                "requires|require",
+                "$.dspark_target_layer_ids",
+                expected="a non-empty list of layer indices",
+                actual=layers,
+            )
+        )
+    return out
+
+
+def _dspark_mask(ctx: Context, pick: Any) -> list[_Finding]:
+    """LC163: the mask token the DSpark parser embeds (dspark_noise_token_id, dspark_config's, dflash_config's where
+    merged, the top level's, else parse_dflash_draft_config's), through int(), against the one the draft was trained
+    with (dflash_config's, else the top level's)."""
+    raw = ctx.parsed.raw
+    nested_block = raw.get("dflash_config")
+    nested = _int(nested_block.get("mask_token_id")) if isinstance(nested_block, dict) else None
+    top = _int(raw.get("mask_token_id"))
+    trained = nested if nested is not None else top
+    base = (
+        nested_block.get("mask_token_id", raw.get("mask_token_id")) if isinstance(nested_block, dict) else top
+    )
+    value, path = pick("mask_token_id", base, "dspark_noise_token_id")
+    if path == "$.mask_token_id" and "mask_token_id" not in raw and isinstance(nested_block, dict):
+        path = "$.dflash_config.mask_token_id"
+    ok, served = _cast_int(value)
+    if trained is None:
+        return []
+    if not ok:
+        if not path.startswith("$.dspark_config."):
+            return []  # typed by RuntimeProfile.dspark_reads (LC001)
+        return [
+            _Finding(
+                "LC163", f"{path[2:]} is {_shown(value)}: {{who}} it with int()", "fails on|fail on", path
+            )
+        ]
+    if served is None:
+        return [
+            _Finding(
+                "LC163",
+                f"mask_token_id is null in {path[2:]}, where {{who}} it first: no mask token (the DSpark worker "
+                'refuses it: "DSpark requires mask_token_id"), where the draft was trained with '
+                f"{trained}",
+                "reads|read",
+                path,
+                expected=trained,
+                actual=None,
+            )
+        ]
+    if served < 0:
+        return [
+            _Finding(
+                "LC163",
+                f'the mask token is {served} ({path[2:]}): {{who}} it ("DSpark mask_token_id must be non-negative")',
+                "refuses|refuse",
+                path,
+                expected=trained,
+                actual=value,
+            )
+        ]
+    if served == trained:
+        return []
+    return [
+        _Finding(
+            "LC163",
+            f"the mask token is {_shown(value)} in {path[2:]} and {trained} in "
+            f"{'dflash_config' if nested is not None else 'the top level'}: {{who}} token {served} in every mask "
+            f"slot, where the draft was trained with {trained}",
+            "embeds|embed",
+            path,
+            expected=trained,
+            actual=value,
+        )
+    ]
 
 
 def _domino(ctx: Context) -> None:
     """LC155-LC159: the Domino keys SGLang checks."""
-    g, cfg = ctx.geometry, ctx.config
+    cfg = ctx.config
     d = cfg.dflash
     checkers = [p for p in ctx.profiles if p.domino_checks]
     if d.shift_label is not None and not isinstance(d.shift_label, bool) or d.shift_label is None:
@@ -647,20 +872,29 @@ def _domino(ctx: Context) -> None:
             expected="true | false",
             actual=shown,
         )
-    if d.pure_draft_prefix_len != 1:
+    # parse_dflash_draft_config reads each through _parse_optional_int (int(), null absent), dflash_config's value
+    # else the top-level one; emb_dim from both, which must agree (a value int() fails on is LC001's)
+    prefix_ok, prefix = _domino_int(ctx, "pure_draft_prefix_len")
+    if prefix_ok and prefix != 1:
+        shown = _domino_raw(ctx, "pure_draft_prefix_len")
         ctx.emit_for(
             "LC156",
             checkers,
-            f"dflash_config.pure_draft_prefix_len is {d.pure_draft_prefix_len}: "
-            f"{names(checkers, 'serves|serve')} only 1",
+            f"dflash_config.pure_draft_prefix_len is {shown}"
+            + (f" (int(): {prefix})" if prefix is not None and shown != str(prefix) else "")
+            + f": {names(checkers, 'serves|serve')} only 1",
             file="config.json",
             pointer="$.dflash_config.pure_draft_prefix_len",
             expected=1,
-            actual=d.pure_draft_prefix_len,
+            actual=shown,
         )
     dims = [p for p in ctx.profiles if p.domino_dims_required]
-    for key, value in (("gru_hidden_dim", g.gru_hidden_dim), ("emb_dim", g.emb_dim)):
-        if value is None:
+    nested_ok, nested_emb = _domino_int(ctx, "emb_dim", top=False)
+    top_ok, top_emb = _domino_int(ctx, "emb_dim", nested=False)
+    gru_ok, gru = _domino_int(ctx, "gru_hidden_dim")
+    emb = nested_emb if nested_emb is not None else top_emb
+    for key, ok, value in (("gru_hidden_dim", gru_ok, gru), ("emb_dim", nested_ok and top_ok, emb)):
+        if ok and (value is None or value < 1):
             ctx.emit_for(
                 "LC157",
                 dims,
@@ -669,25 +903,51 @@ def _domino(ctx: Context) -> None:
                 pointer=f"$.dflash_config.{key}",
                 expected=">= 1",
             )
-    if d.emb_dim is not None and cfg.emb_dim is not None and d.emb_dim != cfg.emb_dim:
+    if nested_emb is not None and top_emb is not None and nested_emb != top_emb:
         ctx.emit_for(
             "LC158",
             checkers,
-            f"dflash_config.emb_dim {d.emb_dim} and the top-level emb_dim "
-            f'{cfg.emb_dim} differ: {names(checkers, "refuses|refuse")} it ("emb_dim differs")',
+            f"dflash_config.emb_dim {_domino_raw(ctx, 'emb_dim', top=False)} and the top-level emb_dim "
+            f"{_domino_raw(ctx, 'emb_dim', nested=False)} differ (int(): {nested_emb} and {top_emb}): "
+            f'{names(checkers, "refuses|refuse")} it ("emb_dim differs")',
             file="config.json",
             pointer="$.emb_dim",
-            expected=d.emb_dim,
-            actual=cfg.emb_dim,
+            expected=nested_emb,
+            actual=top_emb,
         )
-    block = d.block_size if d.block_size is not None else cfg.block_size
-    if block is not None and block <= 1:
+    # _parse_optional_int(dflash_config's block_size, else the top-level one): int(true) == 1 is refused too
+    block_ok, block = _domino_int(ctx, "block_size")
+    if block_ok and block is not None and block <= 1:
+        shown = _domino_raw(ctx, "block_size")
         ctx.emit_for(
             "LC159",
             checkers,
-            f"block_size is {block}: {names(checkers, 'refuses|refuse')} a Domino draft with block_size <= 1",
+            f"block_size is {shown}" + (f" (int(): {block})" if shown != str(block) else "") + f": "
+            f"{names(checkers, 'refuses|refuse')} a Domino draft with block_size <= 1",
             file="config.json",
             pointer="$.block_size",
             expected="> 1",
             actual=block,
         )
+
+
+def _domino_value(ctx: Context, key: str, *, nested: bool = True, top: bool = True) -> tuple[bool, Any]:
+    """(whether given, the value) of a Domino key as parse_dflash_draft_config reads it: dflash_config's when it
+    has the key, else the top level's."""
+    raw = ctx.parsed.raw
+    block = raw.get("dflash_config")
+    if nested and isinstance(block, dict) and key in block:
+        return True, block[key]
+    if top and key in raw:
+        return True, raw[key]
+    return False, None
+
+
+def _domino_raw(ctx: Context, key: str, *, nested: bool = True, top: bool = True) -> str:
+    given, value = _domino_value(ctx, key, nested=nested, top=top)
+    return _shown(value) if given else "absent"
+
+
+def _domino_int(ctx: Context, key: str, *, nested: bool = True, top: bool = True) -> tuple[bool, int | None]:
+    """_parse_optional_int of the key: (whether int() succeeds, the integer or None for null / absent)."""
+    return _cast_int(_domino_value(ctx, key, nested=nested, top=top)[1])

@@ -123,7 +123,7 @@ def _numeric_text(value: str, cast: type) -> bool:
 
 def reader_refuses(reader: str, value: Any) -> bool:
     """Whether a release reading `value` with `reader` (RuntimeProfile.config_reads) fails on it."""
-    if reader in ("unread", "truth", "truth?", "equals"):
+    if reader in ("unread", "truth", "truth?", "equals", "str()"):
         return False
     if (
         reader == "schema|falsy"
@@ -184,6 +184,8 @@ _HOW = {
     "other value is not that name)",
     "flag": "reads it as a flag (a true value builds the feature)|read it as a flag (a true value builds the feature)",
     "count?": "requires null or an integer >= 1|require null or an integer >= 1",
+    "str()": "reads it through str() (any value is text; only the names it builds load)|read it through str() "
+    "(any value is text; only the names it builds load)",
     "float()": "reads it with float()|read it with float()",
     "float()|falsy": "reads it with float()|read it with float()",
     "int|falsy": "uses a truthy value uncast as a size (an integer only)|use a truthy value uncast as a size (an "
@@ -218,10 +220,21 @@ def _family_matches(spec: str, family: str | None) -> bool:
 def config_read(profile: RuntimeProfile, family: str | None, path: str) -> str | None:
     """How `profile` reads the config value at `path` ("$.dflash_config.causal") for a head of `family`: a reader of
     RuntimeProfile.config_reads, or None (the schema's type holds)."""
-    for pattern, families, reader in profile.config_reads:
+    for pattern, families, reader in (*profile.dspark_reads, *profile.config_reads):
         if fnmatch.fnmatchcase(path, pattern) and _family_matches(families, family):
             return reader
     return None
+
+
+def resolve_read(reader: str | None, path: str, raw: dict[str, Any]) -> str | None:
+    """An "else:READER" entry resolved against the config: READER for a top-level key dflash_config has no value
+    of that name for, "unread" where it has one (the nested value wins)."""
+    if reader is None or not reader.startswith("else:"):
+        return reader
+    nested = raw.get("dflash_config")
+    key = path.removeprefix("$.")
+    shadowed = path.count(".") == 1 and isinstance(nested, dict) and key in nested
+    return "unread" if shadowed else reader.removeprefix("else:")
 
 
 _INDEX = re.compile(r"\[\d+\]$")
@@ -259,7 +272,7 @@ def field_types(ctx: Context) -> None:
         tolerating: dict[str, list[RuntimeProfile]] = {}
         reasons: dict[str, list[RuntimeProfile]] = {}
         for p in ctx.profiles:
-            reader = config_read(p, family, path)
+            reader = resolve_read(config_read(p, family, path), path, raw)
             if reader == "schema|falsy" and value:
                 reader = None  # a truthy value is read as the schema types it
             if reader is None:

@@ -26,6 +26,51 @@ SIBLING_ROWS: tuple[Case, ...] = (
     Case("dspark", "top", "enable_confidence_head", "list"),
     Case("dspark", "top", "enable_confidence_head", "empty_string"),
     Case("dspark", "top", "enable_confidence_head", "negative"),
+    # SGLang speculative/dspark_components/dspark_config.py parse_dspark_draft_config (then models/dspark.py
+    # build_markov_head), as each release reads the config (RuntimeProfile dspark_reads; siblings.py
+    # _dspark_parsed): the prefixed dspark_* keys first (int(), markov_head_type through str().lower()), then
+    # dspark_config (0.5.23: dflash_config merged under it), then the top level
+    Case("dspark", "top", "dspark_noise_token_id", "true"),  # int(true): mask token 1 in every slot (LC163)
+    Case("dspark", "top", "dspark_noise_token_id", "object"),  # int() of a dict (LC001)
+    Case("dspark", "top", "dspark_noise_token_id", "negative"),  # "must be non-negative" (LC163)
+    Case("dspark", "top", "mask_token_id", "null"),  # 0.5.21/0.5.22: no mask token (LC163); 0.5.23 unread
+    Case("dspark", "top", "mask_token_id", "int_string"),  # 0.5.21/0.5.22 embed token 2 (LC163)
+    Case("dspark", "top", "dspark_markov_head_type", "true"),  # 'true' is no type (LC153)
+    Case("dspark", "top", "dspark_markov_head_type", "int_string"),
+    Case("dspark", "top", "dspark_markov_rank", "object"),  # int() of a dict (LC001)
+    Case("dspark", "top", "dspark_markov_rank", "zero"),  # "requires markov_rank > 0" (LC152)
+    Case("dspark", "top", "dspark_block_size", "nan"),  # int(nan) (LC001)
+    Case("dspark", "top", "dspark_block_size", "object"),
+    Case("dspark", "top", "dspark_target_layer_ids", "int_string"),  # "a non-empty list of ints" (LC001)
+    Case("dspark", "top", "markov_rank", "int_string"),  # int("8") loads (LC004 only)
+    Case("dspark", "top", "markov_rank", "true"),  # int(true) == 1 builds a rank-1 head (LC001)
+    Case(
+        "dspark", "dflash", "markov_rank", "zero"
+    ),  # 0.5.23 reads it first (LC152); 0.5.21/0.5.22, vLLM: unread
+    Case("dspark", "dflash", "markov_rank", "int_string"),  # 0.5.23: int() loads
+    Case("dspark", "dflash", "markov_rank", "nan"),
+    Case("dspark", "dflash", "markov_head_type", "true"),  # 0.5.23: str() gives 'true' (LC153); others unread
+    Case("dspark", "dflash", "markov_head_type", "null"),  # 0.5.23: null is no type (LC162)
+    # an empty markov_head_type: SGLang refuses '' (str().lower()); vLLM never reads it and serves vanilla, not what
+    # the config declares (LC153)
+    Case("dspark", "top", "markov_head_type", "empty_string"),
+    # vLLM config/speculative.py checks `1 <= dspark_draft_topk <= draft vocabulary`; true and 2.0 pass it and
+    # fail the first draft step's topk() (spec_decode/dspark/speculator.py _sample_sequential_topk: the vLLM
+    # harness now runs that read): LC001
+    Case("dspark", "top", "dspark_draft_topk", "true"),
+    Case("dspark", "top", "dspark_draft_topk", "whole_float"),
+    Case("dspark", "top", "dspark_draft_topk", "huge"),
+    # SGLang speculative/dflash_utils.py parse_dflash_draft_config: Domino's gru_hidden_dim and
+    # pure_draft_prefix_len through _parse_optional_int, dflash_config's value else the top-level one; emb_dim from
+    # both through int(), compared (LC156-LC158 judge the cast values)
+    Case("domino", "top", "emb_dim", "true"),  # int(true) == 1 != 8: "emb_dim differs" (LC158)
+    Case("domino", "top", "gru_hidden_dim", "empty_string"),  # not read beside dflash_config's
+    Case("domino", "dflash", "gru_hidden_dim", "int_string"),
+    Case("domino", "dflash", "pure_draft_prefix_len", "int_string"),
+    Case("domino", "dflash", "pure_draft_prefix_len", "true"),  # int(true) == 1
+    Case(
+        "domino", "dflash", "block_size", "true"
+    ),  # int(true) == 1: "Domino requires block_size > 1" (LC159)
     # an NVFP4 weight_scale stored in a float dtype: both engines cast it into the F8_E4M3 parameter (RuntimeProfile
     # scale_dtype_cast), exact for values E4M3 holds (LC329), rounded otherwise (LC304; the harnesses now compare
     # the cast). A fused shard's missing input_scale: vLLM's modelopt.py register_params leaves its slot torch.empty
@@ -37,4 +82,18 @@ SIBLING_ROWS: tuple[Case, ...] = (
 )
 
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
-SIBLING_PENDING: dict[tuple[Case, str], str] = {}
+_LC139 = (
+    "a whole-number float where the release needs an integer is LC139's (being reworked on the generic-keys "
+    "branch): {}"
+)
+SIBLING_PENDING: dict[tuple[Case, str], str] = {
+    **{
+        (Case("dspark", "top", "markov_rank", "whole_float"), f"vllm=={v}"): _LC139.format(
+            "qwen3_dspark.py sizes the Markov head by config.markov_rank uncast (a TypeError at build)"
+        )
+        for v in ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
+    },
+    (Case("dspark", "top", "mask_token_id", "whole_float"), "sglang==0.5.23"): _LC139.format(
+        "0.5.23 reads dflash_config's mask_token_id first, so the top-level 2.0 is not read"
+    ),
+}

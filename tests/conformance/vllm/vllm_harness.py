@@ -559,6 +559,17 @@ def _serve(
     if degenerate is not None:
         verdict, detail = degenerate
         return Outcome(verdict, "function" if verdict == "SW" else "first step", detail, facts)
+    # spec_decode/dspark/speculator.py _sample_sequential_topk: `base_logits.topk(self._draft_topk, dim=-1)` at
+    # every draft step, the config's dspark_draft_topk as read (torch's topk takes an int: a bool or a float fails)
+    topk = speculator.__dict__.get("_draft_topk")
+    if topk is not None and (isinstance(topk, bool) or not isinstance(topk, int)):
+        return Outcome(
+            "C",
+            "first step",
+            f"dspark_draft_topk is {topk!r}: the first draft step's topk() takes an int, not a "
+            f"{type(topk).__name__}",
+            facts,
+        )
     return Outcome("L", "function", "loaded", facts)
 
 
