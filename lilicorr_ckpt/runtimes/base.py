@@ -147,6 +147,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # sets sliding_window to None)
     sliding_window_needs_flag: bool = False
     reads_draft_vocab: bool = True  # False: draft_vocab_size / draft_id_to_target_id are never read
+    # config.json's draft_id_to_target_id is read (False: only draft_vocab_size against the target's vocabulary
+    # decides a reduced vocabulary; the mapping itself comes from the d2t tensor)
+    reads_draft_id_map_key: bool = True
     # its target models capture the tapped layers in layer order, whatever the order of target_layer_ids
     captures_in_layer_order: bool = False
     # the target architectures that capture their last layer's output (None: every target does; a tuple: the

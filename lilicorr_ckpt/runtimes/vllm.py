@@ -180,6 +180,11 @@ FIRST = RuntimeProfile(
         ("$.mask_token_id", "*", "unread"),
         ("$.target_layer_ids", "*", "unread"),
         ("$.num_target_layers", "*", "unread"),
+        (
+            "$.dflash_config.num_target_layers",
+            "*",
+            "unread",
+        ),  # no DFlash-family module reads it at either level
         ("$.dflash_config.swa_window_size", "*", "unread"),
         ("$.dflash_config.projector_type", "*", "unread"),
         ("$.output_multiplier", "*", "unread"),
@@ -228,6 +233,9 @@ FIRST = RuntimeProfile(
     # as candidate ids and never maps them
     draft_vocab_mapped=("dflash", "dspark"),
     draft_vocab_unmapped=("dflash2",),
+    # qwen3_dflash.py DFlashQwen3ForCausalLM.__init__ builds draft_id_to_target_id only when draft_vocab_size
+    # differs from the target's vocabulary (lilicorr.py refuses that one); no module reads the config key
+    reads_draft_id_map_key=False,
 )
 
 # each later release: what it changed from the one before (docs/validate.md has the audit of each)

@@ -125,3 +125,42 @@ def test_vllm_casts_the_nested_mask_token_id(tmp_path: Path) -> None:
     path = checkpoint(tmp_path)
     edit_config(path, lambda c: c["dflash_config"].__setitem__("mask_token_id", "511"))
     assert runtimes_of(path, "LC001", "sglang,vllm") == ["sglang"]
+
+
+def test_a_draft_id_map_key_alone_is_not_read_by_vllm(tmp_path: Path) -> None:
+    # vLLM builds draft_id_to_target_id from draft_vocab_size against the target's vocabulary, never from the key
+    path = checkpoint(tmp_path / "a", draft_id_to_target_id=[0, 1])
+    assert "LC120" not in errors(path, "vllm")
+    warned = hits(run(path, runtime="vllm"), "LC149", "warning")
+    assert (
+        warned
+        and "`draft_id_to_target_id`" in warned[0].message
+        and warned[0].pointer == "$.draft_id_to_target_id"
+    )
+    reduced = checkpoint(tmp_path / "b", draft_vocab_size=32)
+    assert "LC120" in errors(reduced, "vllm")
+
+
+def test_a_huge_size_is_refused_only_where_read(tmp_path: Path) -> None:
+    config = fixtures.draft_config()
+    config["dflash_config"].update(intermediate_size=2**40, vocab_size=2**40)
+    nested = checkpoint(tmp_path / "a", config, block_size=2**40)  # dflash_config's block_size overrides it
+    assert "LC009" not in errors(nested, "sglang,vllm")
+    top = checkpoint(tmp_path / "b", vocab_size=2**40)
+    assert runtimes_of(top, "LC009", "sglang,vllm") == ["sglang", "vllm"]
+
+
+def test_conv_keys_on_a_head_without_convolutions_are_refused_by_sglang_only(tmp_path: Path) -> None:
+    # vLLM reads conv_* for LiLiCorr and DFlash2 only; SGLang's parse_dflash_draft_config for every head
+    config = fixtures.draft_config(head=False)
+    config["dflash_config"].update(conv_group_size=-3)
+    path = checkpoint(tmp_path, config)
+    assert runtimes_of(path, "LC116", "sglang,vllm") == ["sglang"]
+
+
+def test_a_whole_float_in_a_key_dflash_config_overrides_is_not_read(tmp_path: Path) -> None:
+    # SGLang reads `dflash_config.get("mask_token_id", top-level)`; vLLM reads num_target_layers nowhere
+    mask = checkpoint(tmp_path / "a", mask_token_id=2.0)
+    assert "LC139" not in errors(mask, "sglang,vllm")
+    taps = checkpoint(tmp_path / "b", num_target_layers=4.0)
+    assert "LC139" not in errors(taps, "vllm")

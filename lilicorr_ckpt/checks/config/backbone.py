@@ -76,7 +76,8 @@ rule(
     "target vocabulary.",
     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 and speculators drafters use. It fires "
+    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 and speculators drafters use (for vLLM, "
+    "which never reads the `draft_id_to_target_id` key, only the draft_vocab_size). It fires "
     "for the runtimes that read the keys and do not serve a reduced vocabulary for the drafter's head: vLLM "
     "for LiLiCorr (its DFlash, DFlash2 and DSpark drafts load one: LC178 says where the ids then go), "
     "TensorRT-LLM for every head.",
@@ -302,7 +303,8 @@ rule(
     "head.",
     "Drop draft_vocab_size / draft_id_to_target_id if the drafter was trained over the full vocabulary.",
     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-    "vocab_size, for the runtimes that read neither: SGLang (LC120 for the others).",
+    "vocab_size, for the runtimes that read neither: SGLang; and when it has only `draft_id_to_target_id`, "
+    "for the runtimes that read only draft_vocab_size: vLLM (LC120 for the others).",
     why="SGLang's DFlash-family drafts take their candidates from the target's lm_head over the full "
     "vocabulary and never read the draft vocabulary keys. That is the trained function only if the "
     "drafter was trained over the full vocabulary, which the keys say it was not.",
@@ -820,39 +822,52 @@ def _unknown_layer_types(ctx: Context) -> None:
 def _draft_vocabulary(ctx: Context) -> None:
     """LC120 / LC149: a reduced or remapped draft vocabulary."""
     cfg = ctx.config
-    if cfg.draft_id_to_target_id is not None or (
+    reduced = (
         cfg.draft_vocab_size is not None
         and cfg.vocab_size is not None
         and cfg.draft_vocab_size != cfg.vocab_size
-    ):
-        ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
-        family = ctx.geometry.family
-        # the heads whose draft class loads a reduced vocabulary (LC178 judges what it does with the ids)
-        served = [
-            p for p in ctx.profiles if family in p.draft_vocab_mapped or family in p.draft_vocab_unmapped
-        ]
-        title = FAMILIES[family].TITLE if family in FAMILIES else "the drafter"
-        ctx.emit_for(
-            "LC120",
-            [p for p in ctx.profiles if p.reads_draft_vocab and p not in served],
-            "the config declares a reduced/remapped draft vocabulary; "
-            + (
-                "LiLiCorr drafts over the full target vocabulary"
-                if family == "lilicorr"
-                else f"{title}'s draft head is not known to serve one there"
-            ),
-            file="config.json",
-            pointer="$.draft_vocab_size",
-        )
-        ctx.emit_for(
-            "LC149",
-            ignoring,
-            f"the config declares a reduced/remapped draft vocabulary, which "
-            f"{names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
-            "the function trained only if the drafter was trained over the full vocabulary",
-            file="config.json",
-            pointer="$.draft_vocab_size",
-        )
+    )
+    mapped = cfg.draft_id_to_target_id is not None
+    if not (reduced or mapped):
+        return
+    # a release that reads only draft_vocab_size sees no reduced vocabulary in the mapping key alone
+    declaring = [p for p in ctx.profiles if reduced or p.reads_draft_id_map_key]
+    family = ctx.geometry.family
+    # the heads whose draft class loads a reduced vocabulary (LC178 judges what it does with the ids)
+    served = [p for p in ctx.profiles if family in p.draft_vocab_mapped or family in p.draft_vocab_unmapped]
+    title = FAMILIES[family].TITLE if family in FAMILIES else "the drafter"
+    ctx.emit_for(
+        "LC120",
+        [p for p in declaring if p.reads_draft_vocab and p not in served],
+        "the config declares a reduced/remapped draft vocabulary; "
+        + (
+            "LiLiCorr drafts over the full target vocabulary"
+            if family == "lilicorr"
+            else f"{title}'s draft head is not known to serve one there"
+        ),
+        file="config.json",
+        pointer="$.draft_vocab_size",
+    )
+    trained = ": candidates come from the target's full head, the function trained only if the drafter was trained over the full vocabulary"
+    blind = [p for p in ctx.profiles if not p.reads_draft_vocab]
+    ctx.emit_for(
+        "LC149",
+        blind,
+        f"the config declares a reduced/remapped draft vocabulary, which {names(blind, 'never reads|never read')}"
+        + trained,
+        file="config.json",
+        pointer="$.draft_vocab_size",
+    )
+    key_only = [p for p in ctx.profiles if p.reads_draft_vocab and p not in declaring]
+    ctx.emit_for(
+        "LC149",
+        key_only,
+        f"the config maps draft ids to target ids in `draft_id_to_target_id`, a key "
+        f"{names(key_only, 'never reads|never read')} (only a draft_vocab_size other than the target's "
+        "vocabulary selects a reduced one)" + trained,
+        file="config.json",
+        pointer="$.draft_id_to_target_id",
+    )
 
 
 def _fp16(ctx: Context) -> None:

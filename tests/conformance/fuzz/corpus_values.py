@@ -62,6 +62,41 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dflash", "dflash", "selector_rank", "true"),
     Case("lilicorr", "dflash", "conv_kernel_size", "int_string"),
     Case("domino", "dflash", "conv_group_size", "int_string"),
+    # config.json's draft_id_to_target_id: no vLLM module reads the key (qwen3_dflash.py
+    # DFlashQwen3ForCausalLM.__init__ builds the map only from draft_vocab_size against the target's vocabulary,
+    # lilicorr.py LiLiCorrForCausalLM.__init__ refuses that one): LC149, not LC120
+    Case("lilicorr-nvfp4", "top", "draft_id_to_target_id", "negative"),
+    Case("lilicorr-nvfp4", "top", "draft_id_to_target_id", "list"),
+    Case("lilicorr-conv", "top", "draft_id_to_target_id", "whole_float"),
+    Case("lilicorr-conv", "top", "draft_id_to_target_id", "nan"),
+    # sizes no release reads (LC009 only where read): dflash_config's sizes but block_size (SGLang dflash_utils.py
+    # parse_dflash_draft_config, vLLM lilicorr.py LiLiCorr.__init__ read no other), a top-level block_size
+    # dflash_config's overrides (`dflash_cfg.get("block_size", top-level)` in both)
+    Case("lilicorr-nvfp4", "dflash", "vocab_size", "huge"),
+    Case("lilicorr-nvfp4", "top", "block_size", "huge"),
+    Case("dspark", "dflash", "target_hidden_size", "huge"),
+    Case("dspark", "dflash", "draft_vocab_size", "huge"),
+    Case("dflash", "dflash", "draft_vocab_size", "huge"),
+    Case("lilicorr-conv", "dflash", "intermediate_size", "huge"),
+    Case("dflash", "dflash", "intermediate_size", "huge"),
+    # read and allocated (vLLM: LiLiCorr's lm_head, DFlash's block buffers in the speculator); SGLang's harness
+    # builds without buffers (corpus.PENDING)
+    Case("lilicorr-nvfp4", "top", "vocab_size", "huge"),
+    Case("domino", "dflash", "block_size", "huge"),
+    # convolution keys on a head without convolutions: vLLM reads them only for LiLiCorr (lilicorr.py
+    # LiLiCorr.__init__) and DFlash2 (qwen3_dflash2.py DFlash2Qwen3DecoderLayer); SGLang's
+    # parse_dflash_draft_config checks them for every head (LC116 for SGLang only)
+    Case("dspark", "dflash", "conv_kernel_size", "negative"),
+    Case("dspark", "dflash", "conv_group_size", "whole_float"),
+    Case("dflash", "dflash", "conv_kernel_size", "whole_float"),
+    Case("dflash", "dflash", "conv_group_size", "negative"),
+    # whole-number floats in keys a release never reads: a top-level mask_token_id or num_target_layers
+    # dflash_config's value overrides (SGLang dflash_utils.py parse_dflash_draft_config:
+    # `dflash_cfg.get(key, top-level)`); num_target_layers, which no vLLM DFlash-family module reads (LC139)
+    Case("lilicorr-nvfp4", "top", "num_target_layers", "whole_float"),
+    Case("lilicorr", "top", "mask_token_id", "whole_float"),
+    Case("lilicorr-conv", "top", "mask_token_id", "whole_float"),
+    Case("dspark", "top", "mask_token_id", "whole_float"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
@@ -73,8 +108,15 @@ _CAST_UNSEEN = (
     "not hold a release's cast yet"
 )
 
+_NO_ALLOC = (
+    "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
+    "boot (validate refuses, LC009)"
+)
+
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
 VALUE_PENDING: dict[tuple[Case, str], str] = {
+    **{(Case("lilicorr-nvfp4", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG[1:]},
+    **{(Case("domino", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
     **{
         (Case("dflash2", "dflash", "conv_kernel_size", "int_string"), r): _CAST_UNSEEN
         for r in _SGLANG + _VLLM
