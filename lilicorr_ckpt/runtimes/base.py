@@ -147,6 +147,10 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # sets sliding_window to None)
     sliding_window_needs_flag: bool = False
     reads_draft_vocab: bool = True  # False: draft_vocab_size / draft_id_to_target_id are never read
+    # intermediate_size absent: its config class's default (Qwen3Config: 22016) sizes the MLP. "refused": the
+    # trained tensors of another width do not load; "padded": its linear weight loaders zero-pad a narrower
+    # trained tensor to the built width, which computes the trained function
+    intermediate_size_absent: str = "refused"
     # config.json's draft_id_to_target_id is read (False: only draft_vocab_size against the target's vocabulary
     # decides a reduced vocabulary; the mapping itself comes from the d2t tensor)
     reads_draft_id_map_key: bool = True

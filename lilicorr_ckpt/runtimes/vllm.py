@@ -194,6 +194,8 @@ FIRST = RuntimeProfile(
         ("$.torch_dtype", "*", "unread"),  # a string is judged by LC005
         # qwen3_dflash2.py DFlash2Qwen3ForCausalLM.__init__: float(output_multiplier), float(softcap or 0.0)
         ("$.dflash_config.output_multiplier", "dflash2", "float()"),
+        # qwen3_dflash2.py DFlash2Qwen3Model.__init__: float(draft_config.get("input_embedding_scale", 1.0))
+        ("$.dflash_config.input_embedding_scale", "dflash2", "float()"),
         ("$.dflash_config.final_logit_softcapping", "dflash2", "float()|falsy"),
         # qwen3_dflash.py _get_dflash_fc_input_size: `getattr(config, "target_hidden_size", None) or hidden_size`
         # times the feature count sizes fc (a falsy value is the draft's width, a truthy one is used uncast)

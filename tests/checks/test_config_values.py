@@ -164,3 +164,44 @@ def test_a_whole_float_in_a_key_dflash_config_overrides_is_not_read(tmp_path: Pa
     assert "LC139" not in errors(mask, "sglang,vllm")
     taps = checkpoint(tmp_path / "b", num_target_layers=4.0)
     assert "LC139" not in errors(taps, "vllm")
+
+
+def test_a_size_cast_with_int_is_judged_at_the_cast_value_per_release(tmp_path: Path) -> None:
+    # vLLM qwen3_dflash2.py and SGLang parse_dflash_draft_config read DFlash2's conv_kernel_size with int():
+    # the convolution is built, so neither LC116 nor LC205 fires; the type is a warning there (LC004)
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["conv_kernel_size"] = str(config["dflash_config"]["conv_kernel_size"])
+    path = fixtures.write_checkpoint(tmp_path / "a", config)
+    report = run(path, runtime="sglang,vllm")
+    assert not {"LC001", "LC116", "LC205"} & {f.rule for f in report.findings if f.severity == "error"}
+    assert sorted(r for f in hits(report, "LC004", "warning") for r in f.runtimes) == ["sglang", "vllm"]
+    # vLLM's LiLiCorr compares conv_kernel_size uncast (a TypeError); SGLang casts: absent for one, 2 for the other
+    lone = fixtures.draft_config()
+    lone["dflash_config"]["conv_kernel_size"] = "2"
+    solo = fixtures.write_checkpoint(tmp_path / "b", lone)
+    pair = hits(run(solo, runtime="sglang,vllm"), "LC116", "error")
+    assert [f.runtimes for f in pair] == [["sglang"]] and "conv_kernel_size is 2" in pair[0].message
+    assert "LC001" in errors(solo, "vllm") and "LC001" not in errors(solo, "sglang")
+
+
+def test_vllm_reads_input_embedding_scale_and_draft_vocab_size(tmp_path: Path) -> None:
+    # qwen3_dflash2.py float()s input_embedding_scale; qwen3_dflash.py sizes the id map by draft_vocab_size
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["input_embedding_scale"] = ""
+    path = fixtures.write_checkpoint(tmp_path / "a", config)
+    assert runtimes_of(path, "LC001", "sglang,vllm") == ["vllm"]
+    negative = fixtures.write_checkpoint(
+        tmp_path / "b", {**fixtures.sibling_config("dflash2"), "draft_vocab_size": -3}
+    )
+    found = hits(run(negative, runtime="sglang,vllm"), "LC118", "error")
+    assert [f.runtimes for f in found] == [["vllm"]] and "draft_vocab_size is -3" in found[0].message
+
+
+def test_an_absent_intermediate_size_is_padded_by_sglang(tmp_path: Path) -> None:
+    # SGLang builds Qwen3Config's 22016 and zero-pads the trained MLP tensors; vLLM's narrow fails
+    path = checkpoint(tmp_path, fixtures.draft_config(head=False))
+    edit_config(path, lambda c: c.pop("intermediate_size"))
+    report = run(path, runtime="sglang,vllm")
+    assert [f.runtimes for f in hits(report, "LC118", "error")] == [["vllm"]]
+    warned = hits(report, "LC183", "warning")
+    assert [f.runtimes for f in warned] == [["sglang"]] and "22016" in warned[0].message

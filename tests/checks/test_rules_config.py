@@ -730,6 +730,15 @@ CASES = [
         contains=("never reads", "full head"),
         also=frozenset({"LC120"}),
     ),
+    Case(
+        "intermediate-size-padded-by-sglang",
+        "LC183",
+        "warning",
+        ["sglang"],
+        top(intermediate_size=DROP),
+        contains=("22016", "zero-pads"),
+        also=frozenset({"LC118", "LC215"}),
+    ),
     Case("fp16", "LC121", "warning", [], None, write={"dtype": "F16"}, contains=("float16",)),
     Case("vocab-size-absent", "LC122", "error", [], top(vocab_size=DROP), contains=("vocab_size",)),
 ]

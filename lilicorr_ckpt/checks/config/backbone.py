@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
+from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES
 from lilicorr_ckpt.checks.config.common import CFG, is_number
 from lilicorr_ckpt.checks.config.schema import integral_floats
 from lilicorr_ckpt.checks.config.types import config_read
@@ -37,12 +39,32 @@ rule(
     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.",
     doc="Fires when hidden_size, num_hidden_layers, num_attention_heads or intermediate_size is absent or < "
     "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
-    "and hidden_size is not divisible by num_attention_heads; and when num_hidden_layers names more "
-    "layers than the files hold tensors (that count is not expanded).",
+    "and hidden_size is not divisible by num_attention_heads; when num_hidden_layers names more "
+    "layers than the files hold tensors (that count is not expanded); and when draft_vocab_size is negative, "
+    "for the runtimes whose draft head is sized by it (vLLM's DFlash, DFlash2 and DSpark).",
     why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
     "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
     "attention needs the key/value heads to divide the query heads.",
     example='    "num_attention_heads": 16, "num_key_value_heads": 6',
+)
+rule(
+    "LC183",
+    "intermediate-size-default",
+    "warning",
+    CFG,
+    "intermediate_size is absent: the runtime builds its config class's default MLP width and zero-pads the "
+    "trained MLP tensors into it.",
+    "Write the trained intermediate_size.",
+    doc="Fires when config.json has no `intermediate_size`, the model_type's config class has a default for it "
+    "(Qwen3Config: 22016), and the draft layers' MLP tensors (float or NVFP4-packed) are of one width no "
+    "larger than that default, for the runtimes whose linear weight loaders zero-pad a narrower tensor: "
+    "SGLang (LC118 for the others, and for every runtime when the tensors are wider or of several widths).",
+    why="SGLang reads the config through transformers' Qwen3Config, whose default fills the absent key, and its "
+    "MergedColumnParallelLinear / RowParallelLinear weight loaders pad a loaded weight narrower than the "
+    "parameter with zeros (pad_or_narrow_weight): the padded gate and up rows give silu(0) * 0 = 0 and the "
+    "padded down_proj columns add nothing, so the trained function is served, at the default's memory and "
+    "compute. vLLM narrows the loaded weight to the parameter and refuses the narrower tensor.",
+    example='    config.json without "intermediate_size", MLP tensors of width 3072 (SGLang builds 22016).',
 )
 rule(
     "LC119",
@@ -573,6 +595,50 @@ def _hidden_act(ctx: Context) -> None:
             )
 
 
+# the config class's intermediate_size where config.json has none (transformers' Qwen3Config)
+CONFIG_CLASS_INTERMEDIATE = {"qwen3": 22016}
+_MLP_WEIGHT = re.compile(r"^layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def _trained_mlp_width(ctx: Context) -> int | None:
+    """The one width of the draft layers' MLP tensors, or None (none, or not one width): gate/up rows, down_proj
+    columns (two 4-bit values a byte when packed)."""
+    widths = set()
+    for name, info in ctx.names.by_canonical.items():
+        m = _MLP_WEIGHT.match(name)
+        if not m:
+            continue
+        if len(info.shape) != 2 or (info.dtype not in FLOAT_DTYPES and info.dtype != "U8"):
+            return None
+        if m.group(1) != "down_proj":
+            widths.add(info.shape[0])
+        else:
+            widths.add(info.shape[1] * (2 if info.dtype == "U8" else 1))
+    return widths.pop() if len(widths) == 1 else None
+
+
+def _intermediate_absent(ctx: Context) -> list[RuntimeProfile]:
+    """LC183 for the releases that build the config class's default MLP width and zero-pad the trained tensors
+    into it; the releases left refuse the absent size (LC118)."""
+    default = CONFIG_CLASS_INTERMEDIATE.get(ctx.config.model_type or "")
+    width = _trained_mlp_width(ctx)
+    padded = [p for p in ctx.profiles if p.intermediate_size_absent == "padded"]
+    if default is None or width is None or width > default or not padded:
+        return ctx.profiles
+    ctx.emit_for(
+        "LC183",
+        padded,
+        f"intermediate_size is absent: {names(padded, 'builds|build')} the config class's default "
+        f"{default} and zero-pads the trained MLP tensors (width {width}) into it: the trained function, with "
+        f"{default // max(width, 1)}x the MLP's memory and compute",
+        file="config.json",
+        pointer="$.intermediate_size",
+        expected=width,
+        actual="absent",
+    )
+    return [p for p in ctx.profiles if p not in padded]
+
+
 def _sizes(ctx: Context) -> None:
     """LC118 / LC122: the backbone sizes missing, invalid or not dividing; vocab_size absent."""
     cfg = ctx.config
@@ -585,7 +651,17 @@ def _sizes(ctx: Context) -> None:
     ):
         if ctx.parsed.invalid(f"$.{key}"):
             continue
-        if value is None or value < 1:
+        if value is None and key == "intermediate_size":
+            ctx.emit_for(
+                "LC118",
+                _intermediate_absent(ctx),
+                f"{key} is absent",
+                file="config.json",
+                pointer=f"$.{key}",
+                expected=">= 1",
+                actual="absent",
+            )
+        elif value is None or value < 1:
             ctx.emit(
                 "LC118",
                 f"{key} is {'absent' if value is None else value}",
@@ -836,6 +912,18 @@ def _draft_vocabulary(ctx: Context) -> None:
     # the heads whose draft class loads a reduced vocabulary (LC178 judges what it does with the ids)
     served = [p for p in ctx.profiles if family in p.draft_vocab_mapped or family in p.draft_vocab_unmapped]
     title = FAMILIES[family].TITLE if family in FAMILIES else "the drafter"
+    if cfg.draft_vocab_size is not None and cfg.draft_vocab_size < 0:
+        # vLLM qwen3_dflash.py DFlashQwen3ForCausalLM.__init__: torch.zeros(draft_vocab_size) for the id map
+        ctx.emit_for(
+            "LC118",
+            served,
+            f"draft_vocab_size is {cfg.draft_vocab_size}: {names(served, 'builds|build')} the draft head and "
+            "its draft-to-target id map from it, a negative tensor size the model's build refuses",
+            file="config.json",
+            pointer="$.draft_vocab_size",
+            expected=">= 0",
+            actual=cfg.draft_vocab_size,
+        )
     ctx.emit_for(
         "LC120",
         [p for p in declaring if p.reads_draft_vocab and p not in served],
