@@ -401,9 +401,9 @@ def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
     )
 
 
-def recast(parsed: ParsedConfig, casts: dict[str, int]) -> ParsedConfig:
-    """`parsed` as a release that casts some values with int() reads it: each JSON path of `casts`
-    ("$.dflash_config.conv_kernel_size") holds the cast integer in the typed config, and is no longer invalid
+def recast(parsed: ParsedConfig, casts: dict[str, int | float]) -> ParsedConfig:
+    """`parsed` as a release that casts some values with int() or float() reads it: each JSON path of `casts`
+    ("$.dflash_config.conv_kernel_size") holds the cast number in the typed config, and is no longer invalid
     there (`issues` keeps the value as written, for the type rules)."""
     work = _integral_floats_to_int(json.loads(json.dumps(parsed.raw, allow_nan=True)))
     for path, value in casts.items():

@@ -1,6 +1,7 @@
-"""The config as each release reads it, where a release casts a value of the wrong JSON type with int(): a numeric
-string or a bool in an integer key is that release's integer (RuntimeProfile.config_reads `int()` readers), so the
-geometry rules judge the cast size for it, and the schema's absent value for the releases that do not cast.
+"""The config as each release reads it, where a release casts a value of the wrong JSON type with int() or float():
+a numeric string or a bool in an integer or number key is that release's number (RuntimeProfile.config_reads
+`int()` / `float()` readers), so the geometry and value rules judge the cast value for it, and the schema's absent
+value for the releases that do not cast.
 
 run_checks groups the releases by the values they cast and runs the checks once per group (one run, as before,
 when no release casts anything), merging the findings: one finding per distinct message, naming the releases
@@ -20,31 +21,34 @@ from lilicorr_ckpt.checkpoint.manifest import build_manifest
 from lilicorr_ckpt.results import Finding
 from lilicorr_ckpt.runtimes import RuntimeProfile
 
-_CASTS = ("int()", "int()?", "int()-bool")
+_CASTS = {"int()": int, "int()?": int, "int()-bool": int, "float()": float, "float()-bool": float}
+_TYPED = {int: "integer", float: "a number"}
 
 
-def release_casts(ckpt: Checkpoint, profile: RuntimeProfile) -> dict[str, int]:
-    """JSON path -> the integer `profile` casts a value of the wrong type to (an integer key only)."""
+def release_casts(ckpt: Checkpoint, profile: RuntimeProfile) -> dict[str, int | float]:
+    """JSON path -> the number `profile` casts a value of the wrong type to (an integer key with int(), a number
+    key with float())."""
     from lilicorr_ckpt.checks.config.types import _present, config_read, reader_refuses
 
     parsed = ckpt.parsed
     values = _present(parsed.raw)
     family = ckpt.geometry.family
-    out: dict[str, int] = {}
+    out: dict[str, int | float] = {}
     for issue in parsed.issues:
         path = issue.path
         value: Any = values.get(path)
-        if path not in values or "integer" not in issue.expected or value is None:
+        if path not in values or value is None:
             continue
         if isinstance(value, int) and not isinstance(value, bool):
             continue  # an integer out of range, not a cast
         if isinstance(value, float) and not math.isfinite(value):
             continue
         reader = config_read(profile, family, path)
-        if reader not in _CASTS or reader_refuses(reader, value):
+        cast = _CASTS.get(reader or "")
+        if cast is None or _TYPED[cast] not in issue.expected or reader_refuses(reader or "", value):
             continue
         try:
-            out[path] = int(value)
+            out[path] = cast(value)
         except (TypeError, ValueError, OverflowError):
             continue
     return out
@@ -54,7 +58,7 @@ def cast_views(
     ckpt: Checkpoint, profiles: list[RuntimeProfile]
 ) -> list[tuple[list[RuntimeProfile], Checkpoint]]:
     """The releases grouped by the values they cast, each group with the checkpoint as it reads it."""
-    groups: dict[tuple[tuple[str, int], ...], list[RuntimeProfile]] = {}
+    groups: dict[tuple[tuple[str, int | float], ...], list[RuntimeProfile]] = {}
     for p in profiles:
         groups.setdefault(tuple(sorted(release_casts(ckpt, p).items())), []).append(p)
     if list(groups) == [()]:

@@ -205,3 +205,22 @@ def test_an_absent_intermediate_size_is_padded_by_sglang(tmp_path: Path) -> None
     assert [f.runtimes for f in hits(report, "LC118", "error")] == [["vllm"]]
     warned = hits(report, "LC183", "warning")
     assert [f.runtimes for f in warned] == [["sglang"]] and "22016" in warned[0].message
+
+
+def test_a_nan_output_multiplier_is_refused_on_dflash2_only(tmp_path: Path) -> None:
+    # SGLang's `<= 0` check lets NaN through; only DFlash2 multiplies its logits by it (both engines)
+    plain = fixtures.draft_config(head=False)
+    plain["dflash_config"]["output_multiplier"] = float("nan")
+    assert not {"LC123", "LC184"} & errors(checkpoint(tmp_path / "a", plain), "sglang,vllm")
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["output_multiplier"] = float("nan")
+    path = fixtures.write_checkpoint(tmp_path / "b", config)
+    assert runtimes_of(path, "LC184", "sglang,vllm") == ["sglang", "vllm"]
+
+
+def test_a_float_cast_value_is_judged_per_release(tmp_path: Path) -> None:
+    # SGLang float()s lilicorr_vector_eps ("0" is 0.0, refused); vLLM keeps the string (LC001)
+    config = fixtures.draft_config()
+    config["dflash_config"]["lilicorr_vector_eps"] = "0"
+    path = checkpoint(tmp_path, config)
+    assert "LC103" in errors(path, "sglang") and "LC001" in errors(path, "vllm")

@@ -67,6 +67,23 @@ rule(
     example='    config.json without "intermediate_size", MLP tensors of width 3072 (SGLang builds 22016).',
 )
 rule(
+    "LC184",
+    "dflash2-multiplier-not-finite",
+    "error",
+    CFG,
+    "A multiplier DFlash2 applies when it drafts (dflash_config.output_multiplier, input_embedding_scale) is NaN "
+    "or infinite: the draft loads and serves NaN.",
+    "Write the finite value the drafter was trained with, or remove the key (default 1).",
+    doc="Fires on a DFlash2 head when dflash_config.output_multiplier or dflash_config.input_embedding_scale is "
+    "NaN or infinite, for the runtimes that read the key with float(): SGLang (output_multiplier) and vLLM "
+    "(both).",
+    why="SGLang's parser refuses `output_multiplier <= 0`, which NaN passes; DFlash2DraftModel then multiplies "
+    "every candidate logit by it. vLLM's qwen3_dflash2.py passes output_multiplier to the candidates' "
+    "LogitsProcessor as its scale and multiplies the input embeddings by input_embedding_scale. Every score "
+    "the draft serves is NaN. No other head reads either key.",
+    example='    "dflash_config": {"output_multiplier": NaN}',
+)
+rule(
     "LC119",
     "attention-windows",
     "error",
@@ -143,7 +160,7 @@ rule(
     "dflash_config.output_multiplier is not > 0, which the runtime's DFlash config parser requires.",
     "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
     doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
-    "and require it positive: SGLang.",
+    "and require it positive: SGLang (a NaN passes that check: LC184).",
     why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM does not apply the '
     "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
     example='    "dflash_config": {"output_multiplier": 0}',
@@ -528,13 +545,42 @@ def _causal(ctx: Context) -> None:
             )
 
 
+def _dflash2_multipliers(ctx: Context) -> None:
+    """LC184: a NaN or infinite multiplier DFlash2 applies when it drafts. SGLang's `output_multiplier <= 0` check
+    lets NaN through and DFlash2DraftModel._transform_unary_logits multiplies the logits by it; vLLM's
+    qwen3_dflash2.py float()s output_multiplier into the candidates' LogitsProcessor scale and
+    input_embedding_scale into the embedding's. No other head applies either."""
+    family = ctx.geometry.family
+    declared = ctx.parsed.raw.get("dflash_config")
+    if family != "dflash2" or not isinstance(declared, dict):
+        return
+    for key in ("output_multiplier", "input_embedding_scale"):
+        value = declared.get(key)
+        if not is_number(value) or math.isfinite(value):
+            continue
+        path = f"$.dflash_config.{key}"
+        appliers = [p for p in ctx.profiles if config_read(p, family, path) == "float()"]
+        ctx.emit_for(
+            "LC184",
+            appliers,
+            f"dflash_config.{key} is {value}: {names(appliers, 'loads|load')} it and "
+            f"multiplies every DFlash2 {'logit' if key == 'output_multiplier' else 'input embedding'} by it, "
+            "so the draft serves NaN",
+            file="config.json",
+            pointer=path,
+            expected="a finite number",
+            actual=value,
+        )
+
+
 def _output_multiplier(ctx: Context) -> None:
     """LC123 / LC129: dflash_config.output_multiplier not > 0, or a top-level one nobody reads."""
     cfg = ctx.config
     declared = ctx.parsed.raw.get("dflash_config")
     nested_mult = declared.get("output_multiplier") if isinstance(declared, dict) else None
     readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
-    if is_number(nested_mult) and not (nested_mult > 0):
+    _dflash2_multipliers(ctx)
+    if is_number(nested_mult) and math.isfinite(nested_mult) and not (nested_mult > 0):
         ctx.emit_for(
             "LC123",
             readers,

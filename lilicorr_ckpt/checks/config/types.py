@@ -352,7 +352,8 @@ QWEN3_FIELDS: dict[str, tuple[str, ...]] = {
     "rope_parameters": (_OBJECT, _NULL),
     "rope_scaling": (_OBJECT, _NULL),  # read as rope_parameters
     "transformers_version": (_STR, _NULL),
-    "mtp_layer_types": (_LIST, _OBJECT, _STR),  # the base class's legacy remap iterates it
+    # the base class's legacy remap iterates it (remap_legacy_layer_types: `if ... is not None`)
+    "mtp_layer_types": (_LIST, _OBJECT, _STR, _NULL),
 }
 # integer sizes LC139 reports as whole-number floats (not repeated here)
 _LC139_TYPED = frozenset(

@@ -114,6 +114,17 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dflash2", "top", "intermediate_size", "absent"),
     Case("domino", "top", "intermediate_size", "absent"),
     Case("lilicorr-nvfp4", "top", "intermediate_size", "absent"),
+    # SGLang parse_dflash_draft_config: `output_multiplier <= 0` lets NaN through, and only DFlash2DraftModel
+    # (_transform_unary_logits) applies it; vLLM qwen3_dflash2.py: the LogitsProcessor scale and
+    # input_embedding_scale (LC184 on DFlash2; any other head loads and serves the trained function)
+    Case("lilicorr-conv", "dflash", "output_multiplier", "nan"),
+    Case("dflash", "dflash", "output_multiplier", "nan"),
+    Case("dflash2", "dflash", "output_multiplier", "nan"),
+    Case("dflash2", "dflash", "input_embedding_scale", "nan"),
+    # transformers configuration_utils.py remap_legacy_layer_types: `if mtp_layer_types is not None` (null loads)
+    Case("dspark", "top", "mtp_layer_types", "null"),
+    # SGLang lilicorr_utils.py _parse_lilicorr_config: float("0") is 0.0, then "must be positive" (LC103, cast)
+    Case("lilicorr-conv", "dflash", "lilicorr_vector_eps", "int_string"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
