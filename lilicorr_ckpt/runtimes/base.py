@@ -121,6 +121,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # hf_quant_config.json only when config.json has none) or "hf_quant_config.json" (the file is authoritative,
     # the inline copy is read only when the file sets no global quant_algo, and a differing inline copy only warns)
     quant_config_read: str = "config.json"
+    # config.json's quantization_config an object with no quant_method (and not ModelOpt's nested form):
+    # "refused" (an unknown, empty quantization method) | "unquantized" (read as no quantization)
+    quant_config_without_method: str = "refused"
     # lilicorr.slot_embedding / rank_embedding stored 4-D ([1, S, 1, h] / [1, 1, K, h], without the leading
     # singleton): False = refused (the 5-D parameter's loader checks the shape), True = loaded (its own layout)
     embeddings_4d: bool = False

@@ -224,3 +224,10 @@ def test_a_float_cast_value_is_judged_per_release(tmp_path: Path) -> None:
     config["dflash_config"]["lilicorr_vector_eps"] = "0"
     path = checkpoint(tmp_path, config)
     assert "LC103" in errors(path, "sglang") and "LC001" in errors(path, "vllm")
+
+
+def test_a_quantization_config_without_method_is_unquantized_for_vllm(tmp_path: Path) -> None:
+    # vLLM reads quant_method "" as no quantization; SGLang refuses the empty method
+    path = checkpoint(tmp_path, fixtures.draft_config(head=False), quantization_config={"value": 2})
+    found = hits(run(path, runtime="sglang,vllm"), "LC316", "error")
+    assert [f.runtimes for f in found] == [["sglang"]] and "no quant_method" in found[0].message

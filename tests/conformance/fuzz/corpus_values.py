@@ -125,6 +125,14 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dspark", "top", "mtp_layer_types", "null"),
     # SGLang lilicorr_utils.py _parse_lilicorr_config: float("0") is 0.0, then "must be positive" (LC103, cast)
     Case("lilicorr-conv", "dflash", "lilicorr_vector_eps", "int_string"),
+    # a quantization_config object with no quant_method: vLLM model_arch_config_convertor.py
+    # _normalize_quantization_config `quant_cfg.get("quant_method", "")`, config/model.py _verify_quantization
+    # (an empty method is no quantization: loads unquantized); SGLang "Unknown quantization method" (LC316)
+    Case("dflash", "top", "quantization_config", "object"),
+    Case("lilicorr-nvfp4", "top", "quantization_config", "object"),
+    # vLLM: the draft vocabulary is checked against the target's (PENDING below)
+    Case("dflash", "top", "vocab_size", "zero"),
+    Case("dflash", "top", "vocab_size", "absent"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
@@ -134,8 +142,19 @@ _NO_ALLOC = (
     "boot (validate refuses, LC009)"
 )
 
+_VOCAB_TARGET = (
+    "vLLM builds the draft head and a draft_id_to_target_id of draft_vocab_size rows (the draft's vocab_size: 0, "
+    "or Qwen3Config's 151936 when absent) because it differs from the target's vocabulary (the harness's 512), "
+    "and loads; the "
+    "harness does not run a draft step, where qwen3_dflash.py compute_logits scatters the shared target head's "
+    "logits through that map and fails on the shape. validate refuses (LC115 / LC122): the loader's L is the "
+    "harness's gap"
+)
+
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
 VALUE_PENDING: dict[tuple[Case, str], str] = {
+    **{(Case("dflash", "top", "vocab_size", "zero"), r): _VOCAB_TARGET for r in _VLLM},
+    **{(Case("dflash", "top", "vocab_size", "absent"), r): _VOCAB_TARGET for r in _VLLM},
     **{(Case("lilicorr-nvfp4", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG[1:]},
     **{(Case("domino", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
 }
