@@ -124,6 +124,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # config.json's quantization_config an object with no quant_method (and not ModelOpt's nested form):
     # "refused" (an unknown, empty quantization method) | "unquantized" (read as no quantization)
     quant_config_without_method: str = "refused"
+    # the draft head's LogitsProcessor is built with the top-level logit_scale (multiplies the draft logits)
+    logit_scale_read: bool = False
     # lilicorr.slot_embedding / rank_embedding stored 4-D ([1, S, 1, h] / [1, 1, K, h], without the leading
     # singleton): False = refused (the 5-D parameter's loader checks the shape), True = loaded (its own layout)
     embeddings_4d: bool = False

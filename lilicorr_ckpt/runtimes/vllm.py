@@ -238,6 +238,9 @@ FIRST = RuntimeProfile(
     # transformers_utils/model_arch_config_convertor.py _normalize_quantization_config: `quant_cfg.get("quant_method",
     # "")`; config/model.py _verify_quantization: `quant_method if quant_method != "" else None` (no quantization)
     quant_config_without_method="unquantized",
+    # qwen3_dflash.py DFlashQwen3ForCausalLM.__init__ / qwen3_dspark.py: LogitsProcessor(draft_vocab_size,
+    # scale=getattr(config, "logit_scale", 1.0))
+    logit_scale_read=True,
     # qwen3_dflash.py DFlashQwen3ForCausalLM.__init__ builds draft_id_to_target_id only when draft_vocab_size
     # differs from the target's vocabulary (lilicorr.py refuses that one); no module reads the config key
     reads_draft_id_map_key=False,

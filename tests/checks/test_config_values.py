@@ -231,3 +231,14 @@ def test_a_quantization_config_without_method_is_unquantized_for_vllm(tmp_path: 
     path = checkpoint(tmp_path, fixtures.draft_config(head=False), quantization_config={"value": 2})
     found = hits(run(path, runtime="sglang,vllm"), "LC316", "error")
     assert [f.runtimes for f in found] == [["sglang"]] and "no quant_method" in found[0].message
+
+
+def test_vllm_scales_the_draft_logits_by_logit_scale(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, logit_scale=float("nan"))
+    assert runtimes_of(path, "LC184", "sglang,vllm") == ["vllm"]
+
+
+def test_a_rank_zero_selector_beside_its_tensors_is_refused_by_vllm(tmp_path: Path) -> None:
+    path = fixtures.write_checkpoint(tmp_path, fixtures.sibling_config("dflash2"))
+    edit_config(path, lambda c: c["dflash_config"].update(selector_rank=0))
+    assert "LC150" in errors(path, "vllm")

@@ -68,19 +68,21 @@ rule(
 )
 rule(
     "LC184",
-    "dflash2-multiplier-not-finite",
+    "draft-multiplier-not-finite",
     "error",
     CFG,
-    "A multiplier DFlash2 applies when it drafts (dflash_config.output_multiplier, input_embedding_scale) is NaN "
-    "or infinite: the draft loads and serves NaN.",
+    "A multiplier the draft applies when it drafts (DFlash2's dflash_config.output_multiplier and "
+    "input_embedding_scale, the top-level logit_scale) is NaN or infinite: the draft loads and serves NaN.",
     "Write the finite value the drafter was trained with, or remove the key (default 1).",
     doc="Fires on a DFlash2 head when dflash_config.output_multiplier or dflash_config.input_embedding_scale is "
     "NaN or infinite, for the runtimes that read the key with float(): SGLang (output_multiplier) and vLLM "
-    "(both).",
+    "(both); and on any head when the top-level logit_scale is, for the runtimes that build the draft head's "
+    "logits processor with it: vLLM (qwen3_dflash.py, qwen3_dspark.py).",
     why="SGLang's parser refuses `output_multiplier <= 0`, which NaN passes; DFlash2DraftModel then multiplies "
     "every candidate logit by it. vLLM's qwen3_dflash2.py passes output_multiplier to the candidates' "
     "LogitsProcessor as its scale and multiplies the input embeddings by input_embedding_scale. Every score "
-    "the draft serves is NaN. No other head reads either key.",
+    "the draft serves is NaN. No other head reads either key. vLLM's DFlash-family model classes build their "
+    'logits processor with `scale=getattr(config, "logit_scale", 1.0)`.',
     example='    "dflash_config": {"output_multiplier": NaN}',
 )
 rule(
@@ -551,6 +553,19 @@ def _dflash2_multipliers(ctx: Context) -> None:
     qwen3_dflash2.py float()s output_multiplier into the candidates' LogitsProcessor scale and
     input_embedding_scale into the embedding's. No other head applies either."""
     family = ctx.geometry.family
+    scale = ctx.parsed.raw.get("logit_scale")
+    if is_number(scale) and not math.isfinite(scale):
+        readers = [p for p in ctx.profiles if p.logit_scale_read]
+        ctx.emit_for(
+            "LC184",
+            readers,
+            f"logit_scale is {scale}: {names(readers, 'builds|build')} the draft head's logits processor with "
+            "it as its scale, so every draft logit is NaN",
+            file="config.json",
+            pointer="$.logit_scale",
+            expected="a finite number",
+            actual=scale,
+        )
     declared = ctx.parsed.raw.get("dflash_config")
     if family != "dflash2" or not isinstance(declared, dict):
         return

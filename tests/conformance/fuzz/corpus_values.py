@@ -125,6 +125,11 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dspark", "top", "mtp_layer_types", "null"),
     # SGLang lilicorr_utils.py _parse_lilicorr_config: float("0") is 0.0, then "must be positive" (LC103, cast)
     Case("lilicorr-conv", "dflash", "lilicorr_vector_eps", "int_string"),
+    # vLLM qwen3_dflash.py / qwen3_dspark.py: LogitsProcessor(scale=getattr(config, "logit_scale", 1.0)) (LC184)
+    Case("dspark", "top", "logit_scale", "nan"),
+    Case("lilicorr", "top", "logit_scale", "nan"),
+    # vLLM qwen3_dflash2.py: a rank-0 CandidateSelector cannot take the trained selector (linear.py weight_loader)
+    Case("dflash2", "dflash", "selector_rank", "zero"),
     # a quantization_config object with no quant_method: vLLM model_arch_config_convertor.py
     # _normalize_quantization_config `quant_cfg.get("quant_method", "")`, config/model.py _verify_quantization
     # (an empty method is no quantization: loads unquantized); SGLang "Unknown quantization method" (LC316)
