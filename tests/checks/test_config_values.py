@@ -242,3 +242,12 @@ def test_a_rank_zero_selector_beside_its_tensors_is_refused_by_vllm(tmp_path: Pa
     path = fixtures.write_checkpoint(tmp_path, fixtures.sibling_config("dflash2"))
     edit_config(path, lambda c: c["dflash_config"].update(selector_rank=0))
     assert "LC150" in errors(path, "vllm")
+
+
+def test_an_explicit_is_causal_wins_over_dflash_config_causal(tmp_path: Path) -> None:
+    # SGLang and vLLM read is_causal first: a false one runs bidirectionally whatever dflash_config.causal says
+    config = fixtures.draft_config(head=False)
+    config["dflash_config"]["causal"] = True
+    path = checkpoint(tmp_path, config, is_causal=False)
+    report = run(path, runtime="sglang,vllm")
+    assert not hits(report, "LC133", "error") and not hits(report, "LC134", "info")

@@ -218,8 +218,9 @@ rule(
     "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
     "config says: it loads cleanly and serves a different function than the one trained.",
     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
-    doc="Fires when `dflash_config.causal` is true (and the top-level `is_causal` is not), for the runtimes "
-    "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang.",
+    doc="Fires when `dflash_config.causal` is true and the top-level `is_causal` is absent, for the runtimes "
+    "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang (an explicit "
+    "`is_causal: false` is read first, and states the bidirectional layers SGLang runs).",
     why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
     "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
     "one trained: a silent mis-load, hence an error. SGLang does read the top-level is_causal (writing "
@@ -508,6 +509,12 @@ def _causal(ctx: Context) -> None:
             ]
             for mode in ("refuses", "ignores", "honours")
         }
+        if nested and cfg.is_causal is False:
+            # an explicit is_causal is read before dflash_config.causal (SGLang models/dflash.py
+            # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal): those runtimes run the
+            # bidirectional layers is_causal states
+            first = [p for p in ctx.profiles if "honours" in (p.causal_top_level, p.causal)]
+            by = {mode: [p for p in who if p not in first] for mode, who in by.items()}
         if by["refuses"]:
             ctx.emit_for(
                 "LC117",

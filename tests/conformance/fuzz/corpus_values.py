@@ -130,6 +130,10 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("lilicorr", "top", "logit_scale", "nan"),
     # vLLM qwen3_dflash2.py: a rank-0 CandidateSelector cannot take the trained selector (linear.py weight_loader)
     Case("dflash2", "dflash", "selector_rank", "zero"),
+    # an explicit is_causal (DFlash2's false) is read before dflash_config.causal: SGLang models/dflash.py
+    # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal (no LC133 / LC134 for them)
+    Case("dflash2", "dflash", "causal", "whole_float"),
+    Case("dflash2", "dflash", "causal", "true"),
     # a quantization_config object with no quant_method: vLLM model_arch_config_convertor.py
     # _normalize_quantization_config `quant_cfg.get("quant_method", "")`, config/model.py _verify_quantization
     # (an empty method is no quantization: loads unquantized); SGLang "Unknown quantization method" (LC316)
