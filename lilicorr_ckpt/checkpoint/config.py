@@ -169,9 +169,14 @@ class ParsedConfig(msgspec.Struct, frozen=True):
     # set when config.json is in the speculators layout: `config` and `raw` are then the z-lab config it stands
     # for, as vLLM translates it (checkpoint/speculators.py), and this records the layout as written
     speculators: SpeculatorsOrigin | None = None
+    # JSON paths whose value as written is kept in `issues` but read cast with int() in `config` (recast: the
+    # config as one release reads it); they are not invalid
+    cast: tuple[str, ...] = ()
 
     def invalid(self, path: str) -> bool:
-        return any(i.path == path or i.path.startswith(path + "[") for i in self.issues)
+        return any(
+            (i.path == path or i.path.startswith(path + "[")) and i.path not in self.cast for i in self.issues
+        )
 
 
 def _show(value: Any) -> str:
@@ -381,6 +386,37 @@ def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
         raw, origin = translation.config, translation.origin
     # Loaders cast with int(), so an integral 2.0 is an integer; a string "2" is not accepted.
     work = _integral_floats_to_int(json.loads(json.dumps(raw, allow_nan=True)))
+    config, issues = _typed(work, what)
+    unknown = [f"$.{k}" for k in raw if k not in DraftConfig.__struct_fields__]
+    nested = raw.get("dflash_config")
+    if isinstance(nested, dict):
+        unknown += [f"$.dflash_config.{k}" for k in nested if k not in DFlashConfig.__struct_fields__]
+    return ParsedConfig(
+        config=config,
+        raw=raw,
+        issues=issues,
+        unknown_keys=unknown,
+        duplicate_keys=duplicates,
+        speculators=origin,
+    )
+
+
+def recast(parsed: ParsedConfig, casts: dict[str, int | float]) -> ParsedConfig:
+    """`parsed` as a release that casts some values with int() or float() reads it: each JSON path of `casts`
+    ("$.dflash_config.conv_kernel_size") holds the cast number in the typed config, and is no longer invalid
+    there (`issues` keeps the value as written, for the type rules)."""
+    work = _integral_floats_to_int(json.loads(json.dumps(parsed.raw, allow_nan=True)))
+    for path, value in casts.items():
+        tokens = _path_tokens(path)
+        parent = _lookup(work, tokens[:-1]) if len(tokens) > 1 else work
+        if isinstance(parent, dict):
+            parent[tokens[-1]] = value
+    config, _ = _typed(work, "config.json")
+    return msgspec.structs.replace(parsed, config=config, cast=tuple(sorted(casts)))
+
+
+def _typed(work: dict[str, Any], what: str) -> tuple[DraftConfig, list[ConfigIssue]]:
+    """The typed config of a JSON document, each value of the wrong type dropped and recorded."""
     issues: list[ConfigIssue] = []
     _drop_out_of_range_ints(work, issues)
     for _ in range(256):
@@ -400,15 +436,4 @@ def parse_config(data: bytes, what: str = "config.json") -> ParsedConfig:
             issues.append(ConfigIssue(path=match.group(1), found=found, expected=_expected_from(message)))
     else:  # pragma: no cover - 256 distinct bad keys
         raise InputError(f"{what}: too many invalid fields")
-    unknown = [f"$.{k}" for k in raw if k not in DraftConfig.__struct_fields__]
-    nested = raw.get("dflash_config")
-    if isinstance(nested, dict):
-        unknown += [f"$.dflash_config.{k}" for k in nested if k not in DFlashConfig.__struct_fields__]
-    return ParsedConfig(
-        config=config,
-        raw=raw,
-        issues=issues,
-        unknown_keys=unknown,
-        duplicate_keys=duplicates,
-        speculators=origin,
-    )
+    return config, issues

@@ -153,7 +153,22 @@ def is_pow2(k: int) -> bool:
 
 
 def run_checks(ctx: Context) -> list[Finding]:
-    """Every registered check, in registration order (lilicorr_ckpt.checks imports the families)."""
-    for fn in CHECKS:
-        fn(ctx)
-    return bound_findings(ctx.findings)  # a rule firing per tensor of a hostile checkpoint is summarised
+    """Every registered check, in registration order (lilicorr_ckpt.checks imports the families): once, or once
+    per group of releases that cast config values alike (checks/casts.py)."""
+    from lilicorr_ckpt.checks.casts import cast_views, merge
+
+    views = cast_views(ctx.checkpoint, ctx.profiles)
+    if len(views) == 1 and views[0][1] is ctx.checkpoint:
+        for fn in CHECKS:
+            fn(ctx)
+        return bound_findings(ctx.findings)  # a rule firing per tensor of a hostile checkpoint is summarised
+    runs = []
+    for profiles, checkpoint in views:
+        sub = Context(
+            checkpoint, profiles=profiles, target=ctx.target, deep=ctx.deep, headers_only=ctx.headers_only
+        )
+        for fn in CHECKS:
+            fn(sub)
+        runs.append(([p.name for p in profiles], sub.findings))
+    ctx.findings = merge(runs, ctx.runtime_names)
+    return bound_findings(ctx.findings)

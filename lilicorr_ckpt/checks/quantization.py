@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import numpy as np
 
@@ -563,11 +564,42 @@ rule(
 )
 
 
+def _without_method(doc: Any) -> bool:
+    """A quantization config object a reader of `quant_cfg.get("quant_method", "")` finds no method in: no
+    quant_method (or an empty one) and not ModelOpt's nested form (a producer or a `quantization` object)."""
+    return (
+        isinstance(doc, dict)
+        and doc.get("quant_method", "") == ""
+        and "producer" not in doc
+        and not isinstance(doc.get("quantization"), dict)
+    )
+
+
 @check
 def quantization(ctx: Context) -> None:
     for src, problems in ctx.quant_problems.items():
+        # an object with no quant_method in config.json: read as no quantization by some releases
+        # (RuntimeProfile.quant_config_without_method), its quant method "" refused by the others
+        # (with an hf_quant_config.json beside it, those releases still read config.json's: the file's
+        # quantization is then not the one they build)
+        docs = ctx.checkpoint.quant_docs
+        methodless = (
+            src == "config.json" and "hf_quant_config.json" not in docs and _without_method(docs.get(src))
+        )
+        refusing = [
+            p for p in ctx.profiles if not methodless or p.quant_config_without_method != "unquantized"
+        ]
         for problem in problems:
-            ctx.emit("LC316", problem, file=src)
+            if len(refusing) == len(ctx.profiles):
+                ctx.emit("LC316", problem, file=src)
+            else:
+                ctx.emit_for(
+                    "LC316",
+                    refusing,
+                    f"{problem}: it names no quant_method, which {_names(refusing, 'refuses|refuse')} as an unknown "
+                    "(empty) quantization method; the other runtimes read it as no quantization",
+                    file=src,
+                )
     docs = ctx.quant_configs
     disagree = False
     if "config.json" in docs and "hf_quant_config.json" in docs:

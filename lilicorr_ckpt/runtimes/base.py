@@ -121,6 +121,11 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # hf_quant_config.json only when config.json has none) or "hf_quant_config.json" (the file is authoritative,
     # the inline copy is read only when the file sets no global quant_algo, and a differing inline copy only warns)
     quant_config_read: str = "config.json"
+    # config.json's quantization_config an object with no quant_method (and not ModelOpt's nested form):
+    # "refused" (an unknown, empty quantization method) | "unquantized" (read as no quantization)
+    quant_config_without_method: str = "refused"
+    # the draft head's LogitsProcessor is built with the top-level logit_scale (multiplies the draft logits)
+    logit_scale_read: bool = False
     # lilicorr.slot_embedding / rank_embedding stored 4-D ([1, S, 1, h] / [1, 1, K, h], without the leading
     # singleton): False = refused (the 5-D parameter's loader checks the shape), True = loaded (its own layout)
     embeddings_4d: bool = False
@@ -147,6 +152,13 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # sets sliding_window to None)
     sliding_window_needs_flag: bool = False
     reads_draft_vocab: bool = True  # False: draft_vocab_size / draft_id_to_target_id are never read
+    # intermediate_size absent: its config class's default (Qwen3Config: 22016) sizes the MLP. "refused": the
+    # trained tensors of another width do not load; "padded": its linear weight loaders zero-pad a narrower
+    # trained tensor to the built width, which computes the trained function
+    intermediate_size_absent: str = "refused"
+    # config.json's draft_id_to_target_id is read (False: only draft_vocab_size against the target's vocabulary
+    # decides a reduced vocabulary; the mapping itself comes from the d2t tensor)
+    reads_draft_id_map_key: bool = True
     # its target models capture the tapped layers in layer order, whatever the order of target_layer_ids
     captures_in_layer_order: bool = False
     # the target architectures that capture their last layer's output (None: every target does; a tuple: the

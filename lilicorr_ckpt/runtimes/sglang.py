@@ -150,6 +150,9 @@ FIRST = RuntimeProfile(
         "*rotary_emb.sin_cached",
     ),
     reads_draft_vocab=False,  # no draft-vocabulary key is read by dflash.py, lilicorr.py or the worker
+    # layers/linear.py MergedColumnParallelLinear / RowParallelLinear.weight_loader: a loaded weight narrower than
+    # the parameter is zero-padded (pad_or_narrow_weight; on CPU narrow_padded_param_and_loaded_weight)
+    intermediate_size_absent="padded",
     # models/qwen3.py Qwen3Model.forward (and every target's layer loop): `if i in self.layers_to_capture`
     captures_in_layer_order=True,
     # set_dflash_layers_to_capture stores id + 1; only these targets (EntryClass names) also capture after their
@@ -234,8 +237,10 @@ FIRST = RuntimeProfile(
         ("$.dflash_config.lilicorr_logit_scale", "*", "float()"),
         # lilicorr_utils.py _parse_lilicorr_config: `enabled is not None and not bool(enabled)` turns the head off
         ("$.dflash_config.lilicorr_enabled", "*", "truth?"),
-        # parse_dflash_draft_config: _parse_optional_int (null: absent) for Domino's emb_dim (num_target_layers is
-        # cast the same way, but the taps check reads it typed: it stays the schema's integer)
+        # parse_dflash_draft_config: _parse_optional_int (null: absent) for Domino's emb_dim, num_target_layers
+        # (dflash_config's, else the top-level one), and the convolution and selector sizes of every head kind
+        # (`dflash_cfg.get(key, 0)`), whose pair checks run on the cast values; the geometry rules judge the cast
+        # value for these releases (checks/casts.py)
         ("$.dflash_config.emb_dim", "domino", "int()?"),
         ("$.emb_dim", "domino", "int()?"),
         # the same _parse_optional_int for gru_hidden_dim and pure_draft_prefix_len, dflash_config's value else the
@@ -245,6 +250,12 @@ FIRST = RuntimeProfile(
         ("$.gru_hidden_dim", "domino", "else:int()-bool"),
         ("$.dflash_config.pure_draft_prefix_len", "domino", "int()?"),
         ("$.pure_draft_prefix_len", "domino", "else:int()?"),
+        ("$.dflash_config.num_target_layers", "*", "int()?"),
+        ("$.num_target_layers", "*", "int()?"),
+        *(
+            (f"$.dflash_config.{key}", "*", "int()?")
+            for key in ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+        ),
         # dflash.py reads only the text config's is_causal; dflash_config.causal is never read (causal="ignores")
         ("$.dflash_config.causal", "*", "unread"),
         # dflash_utils.py: `sample_from_anchor is False`; `is_causal` / dflash_config causal as flags

@@ -182,6 +182,11 @@ FIRST = RuntimeProfile(
         ("$.mask_token_id", "*", "unread"),
         ("$.target_layer_ids", "*", "unread"),
         ("$.num_target_layers", "*", "unread"),
+        (
+            "$.dflash_config.num_target_layers",
+            "*",
+            "unread",
+        ),  # no DFlash-family module reads it at either level
         ("$.dflash_config.swa_window_size", "*", "unread"),
         ("$.dflash_config.projector_type", "*", "unread"),
         ("$.output_multiplier", "*", "unread"),
@@ -191,6 +196,8 @@ FIRST = RuntimeProfile(
         ("$.torch_dtype", "*", "unread"),  # a string is judged by LC005
         # qwen3_dflash2.py DFlash2Qwen3ForCausalLM.__init__: float(output_multiplier), float(softcap or 0.0)
         ("$.dflash_config.output_multiplier", "dflash2", "float()"),
+        # qwen3_dflash2.py DFlash2Qwen3Model.__init__: float(draft_config.get("input_embedding_scale", 1.0))
+        ("$.dflash_config.input_embedding_scale", "dflash2", "float()"),
         ("$.dflash_config.final_logit_softcapping", "dflash2", "float()|falsy"),
         # qwen3_dflash.py _get_dflash_fc_input_size: `getattr(config, "target_hidden_size", None) or hidden_size`
         # times the feature count sizes fc (a falsy value is the draft's width, a truthy one is used uncast)
@@ -232,6 +239,15 @@ FIRST = RuntimeProfile(
     # as candidate ids and never maps them
     draft_vocab_mapped=("dflash", "dspark"),
     draft_vocab_unmapped=("dflash2",),
+    # transformers_utils/model_arch_config_convertor.py _normalize_quantization_config: `quant_cfg.get("quant_method",
+    # "")`; config/model.py _verify_quantization: `quant_method if quant_method != "" else None` (no quantization)
+    quant_config_without_method="unquantized",
+    # qwen3_dflash.py DFlashQwen3ForCausalLM.__init__ / qwen3_dspark.py: LogitsProcessor(draft_vocab_size,
+    # scale=getattr(config, "logit_scale", 1.0))
+    logit_scale_read=True,
+    # qwen3_dflash.py DFlashQwen3ForCausalLM.__init__ builds draft_id_to_target_id only when draft_vocab_size
+    # differs from the target's vocabulary (lilicorr.py refuses that one); no module reads the config key
+    reads_draft_id_map_key=False,
 )
 
 # each later release: what it changed from the one before (docs/validate.md has the audit of each)

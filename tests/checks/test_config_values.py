@@ -125,3 +125,129 @@ def test_vllm_casts_the_nested_mask_token_id(tmp_path: Path) -> None:
     path = checkpoint(tmp_path)
     edit_config(path, lambda c: c["dflash_config"].__setitem__("mask_token_id", "511"))
     assert runtimes_of(path, "LC001", "sglang,vllm") == ["sglang"]
+
+
+def test_a_draft_id_map_key_alone_is_not_read_by_vllm(tmp_path: Path) -> None:
+    # vLLM builds draft_id_to_target_id from draft_vocab_size against the target's vocabulary, never from the key
+    path = checkpoint(tmp_path / "a", draft_id_to_target_id=[0, 1])
+    assert "LC120" not in errors(path, "vllm")
+    warned = hits(run(path, runtime="vllm"), "LC149", "warning")
+    assert (
+        warned
+        and "`draft_id_to_target_id`" in warned[0].message
+        and warned[0].pointer == "$.draft_id_to_target_id"
+    )
+    reduced = checkpoint(tmp_path / "b", draft_vocab_size=32)
+    assert "LC120" in errors(reduced, "vllm")
+
+
+def test_a_huge_size_is_refused_only_where_read(tmp_path: Path) -> None:
+    config = fixtures.draft_config()
+    config["dflash_config"].update(intermediate_size=2**40, vocab_size=2**40)
+    nested = checkpoint(tmp_path / "a", config, block_size=2**40)  # dflash_config's block_size overrides it
+    assert "LC009" not in errors(nested, "sglang,vllm")
+    top = checkpoint(tmp_path / "b", vocab_size=2**40)
+    assert runtimes_of(top, "LC009", "sglang,vllm") == ["sglang", "vllm"]
+
+
+def test_conv_keys_on_a_head_without_convolutions_are_refused_by_sglang_only(tmp_path: Path) -> None:
+    # vLLM reads conv_* for LiLiCorr and DFlash2 only; SGLang's parse_dflash_draft_config for every head
+    config = fixtures.draft_config(head=False)
+    config["dflash_config"].update(conv_group_size=-3)
+    path = checkpoint(tmp_path, config)
+    assert runtimes_of(path, "LC116", "sglang,vllm") == ["sglang"]
+
+
+def test_a_whole_float_in_a_key_dflash_config_overrides_is_not_read(tmp_path: Path) -> None:
+    # SGLang reads `dflash_config.get("mask_token_id", top-level)`; vLLM reads num_target_layers nowhere
+    mask = checkpoint(tmp_path / "a", mask_token_id=2.0)
+    assert "LC139" not in errors(mask, "sglang,vllm")
+    taps = checkpoint(tmp_path / "b", num_target_layers=4.0)
+    assert "LC139" not in errors(taps, "vllm")
+
+
+def test_a_size_cast_with_int_is_judged_at_the_cast_value_per_release(tmp_path: Path) -> None:
+    # vLLM qwen3_dflash2.py and SGLang parse_dflash_draft_config read DFlash2's conv_kernel_size with int():
+    # the convolution is built, so neither LC116 nor LC205 fires; the type is a warning there (LC004)
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["conv_kernel_size"] = str(config["dflash_config"]["conv_kernel_size"])
+    path = fixtures.write_checkpoint(tmp_path / "a", config)
+    report = run(path, runtime="sglang,vllm")
+    assert not {"LC001", "LC116", "LC205"} & {f.rule for f in report.findings if f.severity == "error"}
+    assert sorted(r for f in hits(report, "LC004", "warning") for r in f.runtimes) == ["sglang", "vllm"]
+    # vLLM's LiLiCorr compares conv_kernel_size uncast (a TypeError); SGLang casts: absent for one, 2 for the other
+    lone = fixtures.draft_config()
+    lone["dflash_config"]["conv_kernel_size"] = "2"
+    solo = fixtures.write_checkpoint(tmp_path / "b", lone)
+    pair = hits(run(solo, runtime="sglang,vllm"), "LC116", "error")
+    assert [f.runtimes for f in pair] == [["sglang"]] and "conv_kernel_size is 2" in pair[0].message
+    assert "LC001" in errors(solo, "vllm") and "LC001" not in errors(solo, "sglang")
+
+
+def test_vllm_reads_input_embedding_scale_and_draft_vocab_size(tmp_path: Path) -> None:
+    # qwen3_dflash2.py float()s input_embedding_scale; qwen3_dflash.py sizes the id map by draft_vocab_size
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["input_embedding_scale"] = ""
+    path = fixtures.write_checkpoint(tmp_path / "a", config)
+    assert runtimes_of(path, "LC001", "sglang,vllm") == ["vllm"]
+    negative = fixtures.write_checkpoint(
+        tmp_path / "b", {**fixtures.sibling_config("dflash2"), "draft_vocab_size": -3}
+    )
+    found = hits(run(negative, runtime="sglang,vllm"), "LC118", "error")
+    assert [f.runtimes for f in found] == [["vllm"]] and "draft_vocab_size is -3" in found[0].message
+
+
+def test_an_absent_intermediate_size_is_padded_by_sglang(tmp_path: Path) -> None:
+    # SGLang builds Qwen3Config's 22016 and zero-pads the trained MLP tensors; vLLM's narrow fails
+    path = checkpoint(tmp_path, fixtures.draft_config(head=False))
+    edit_config(path, lambda c: c.pop("intermediate_size"))
+    report = run(path, runtime="sglang,vllm")
+    assert [f.runtimes for f in hits(report, "LC118", "error")] == [["vllm"]]
+    warned = hits(report, "LC183", "warning")
+    assert [f.runtimes for f in warned] == [["sglang"]] and "22016" in warned[0].message
+
+
+def test_a_nan_output_multiplier_is_refused_on_dflash2_only(tmp_path: Path) -> None:
+    # SGLang's `<= 0` check lets NaN through; only DFlash2 multiplies its logits by it (both engines)
+    plain = fixtures.draft_config(head=False)
+    plain["dflash_config"]["output_multiplier"] = float("nan")
+    assert not {"LC123", "LC184"} & errors(checkpoint(tmp_path / "a", plain), "sglang,vllm")
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["output_multiplier"] = float("nan")
+    path = fixtures.write_checkpoint(tmp_path / "b", config)
+    assert runtimes_of(path, "LC184", "sglang,vllm") == ["sglang", "vllm"]
+
+
+def test_a_float_cast_value_is_judged_per_release(tmp_path: Path) -> None:
+    # SGLang float()s lilicorr_vector_eps ("0" is 0.0, refused); vLLM keeps the string (LC001)
+    config = fixtures.draft_config()
+    config["dflash_config"]["lilicorr_vector_eps"] = "0"
+    path = checkpoint(tmp_path, config)
+    assert "LC103" in errors(path, "sglang") and "LC001" in errors(path, "vllm")
+
+
+def test_a_quantization_config_without_method_is_unquantized_for_vllm(tmp_path: Path) -> None:
+    # vLLM reads quant_method "" as no quantization; SGLang refuses the empty method
+    path = checkpoint(tmp_path, fixtures.draft_config(head=False), quantization_config={"value": 2})
+    found = hits(run(path, runtime="sglang,vllm"), "LC316", "error")
+    assert [f.runtimes for f in found] == [["sglang"]] and "no quant_method" in found[0].message
+
+
+def test_vllm_scales_the_draft_logits_by_logit_scale(tmp_path: Path) -> None:
+    path = checkpoint(tmp_path, logit_scale=float("nan"))
+    assert runtimes_of(path, "LC184", "sglang,vllm") == ["vllm"]
+
+
+def test_a_rank_zero_selector_beside_its_tensors_is_refused_by_vllm(tmp_path: Path) -> None:
+    path = fixtures.write_checkpoint(tmp_path, fixtures.sibling_config("dflash2"))
+    edit_config(path, lambda c: c["dflash_config"].update(selector_rank=0))
+    assert "LC150" in errors(path, "vllm")
+
+
+def test_an_explicit_is_causal_wins_over_dflash_config_causal(tmp_path: Path) -> None:
+    # SGLang and vLLM read is_causal first: a false one runs bidirectionally whatever dflash_config.causal says
+    config = fixtures.draft_config(head=False)
+    config["dflash_config"]["causal"] = True
+    path = checkpoint(tmp_path, config, is_causal=False)
+    report = run(path, runtime="sglang,vllm")
+    assert not hits(report, "LC133", "error") and not hits(report, "LC134", "info")

@@ -210,6 +210,19 @@ EXTRA: dict[str, Build] = {
         then(lambda t: write(t), cfg(lambda c: c.__setitem__("n_predict", 2)))(tmp)[0],
         {"runtime": "vllm"},
     ),
+    "LC184": lambda tmp: (
+        write(
+            tmp,
+            {
+                **fixtures.sibling_config("dflash2"),
+                "dflash_config": {
+                    **fixtures.sibling_config("dflash2")["dflash_config"],
+                    "input_embedding_scale": float("nan"),
+                },
+            },
+        ),
+        {"runtime": "vllm"},
+    ),
     "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
     "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
     "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),

@@ -10,6 +10,8 @@ serves is read off the constructed modules here:
   An eps that is NaN, infinite or <= 0 divides by a norm with no floor (a zero vector becomes NaN; a NaN eps makes
   every output NaN); a NaN or infinite logit scale makes every candidate score NaN, a bool multiplies them by 0
   or 1: the draft loads and serves another function (SW). A logit scale that is no number fails the first draft step's multiplication (C).
+- the multipliers DFlash2 applies when it drafts (vLLM's LogitsProcessor scale and input_embedding_scale,
+  SGLang's draft_config.output_multiplier): a NaN or infinite one makes every logit NaN (SW).
 - `bounded_build()`: the release building more modules than any accelerator holds (a layer count of 2**40)
   is stopped as the out-of-memory failure a server meets at boot, instead of running the harness out of memory.
 """
@@ -62,6 +64,25 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+_MULTIPLIED = "every draft logit (or input embedding) it multiplies is NaN"
+
+
+def _logit_multiplier(module: torch.nn.Module) -> tuple[str, Any] | None:
+    """(attribute, value) of a config multiplier the module applies when the draft runs: vLLM's LogitsProcessor
+    `scale` (DFlash2's output_multiplier) and DFlash2Qwen3Model's `input_embedding_scale`; SGLang's
+    DFlash2DraftModel `draft_config.output_multiplier` (applied by its _transform_unary_logits, the only class
+    that does)."""
+    attrs = module.__dict__
+    if type(module).__name__ == "LogitsProcessor" and "scale" in attrs:
+        return "scale", attrs["scale"]
+    if "input_embedding_scale" in attrs:
+        return "input_embedding_scale", attrs["input_embedding_scale"]
+    draft = attrs.get("draft_config")
+    if hasattr(type(module), "_transform_unary_logits") and hasattr(draft, "output_multiplier"):
+        return "draft_config.output_multiplier", draft.output_multiplier
+    return None
+
+
 def degenerate_numerics(model: torch.nn.Module) -> tuple[str, str] | None:
     """(verdict, what) for the first degenerate config-derived number the built modules hold, or None.
 
@@ -69,6 +90,9 @@ def degenerate_numerics(model: torch.nn.Module) -> tuple[str, str] | None:
     SW: an eps that is not a finite positive number, or a logit scale that is not finite."""
     bad_eps: list[str] = []
     for name, module in model.named_modules():
+        scaled = _logit_multiplier(module)
+        if scaled is not None and _number(scaled[1]) and not math.isfinite(scaled[1]):
+            return ("SW", f"{name or type(module).__name__}.{scaled[0]} is {scaled[1]!r}: {_MULTIPLIED}")
         for attr in _EPS_ATTRS:
             if attr not in module.__dict__:
                 continue

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
+from lilicorr_ckpt.checkpoint.manifest import FLOAT_DTYPES
 from lilicorr_ckpt.checks.config.common import CFG, is_number
 from lilicorr_ckpt.checks.config.schema import integral_floats
 from lilicorr_ckpt.checks.config.types import config_read
@@ -37,12 +39,51 @@ rule(
     "Write the draft's hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, intermediate_size.",
     doc="Fires when hidden_size, num_hidden_layers, num_attention_heads or intermediate_size is absent or < "
     "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
-    "and hidden_size is not divisible by num_attention_heads; and when num_hidden_layers names more "
-    "layers than the files hold tensors (that count is not expanded).",
+    "and hidden_size is not divisible by num_attention_heads; when num_hidden_layers names more "
+    "layers than the files hold tensors (that count is not expanded); and when draft_vocab_size is negative, "
+    "for the runtimes whose draft head is sized by it (vLLM's DFlash, DFlash2 and DSpark).",
     why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
     "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
     "attention needs the key/value heads to divide the query heads.",
     example='    "num_attention_heads": 16, "num_key_value_heads": 6',
+)
+rule(
+    "LC183",
+    "intermediate-size-default",
+    "warning",
+    CFG,
+    "intermediate_size is absent: the runtime builds its config class's default MLP width and zero-pads the "
+    "trained MLP tensors into it.",
+    "Write the trained intermediate_size.",
+    doc="Fires when config.json has no `intermediate_size`, the model_type's config class has a default for it "
+    "(Qwen3Config: 22016), and the draft layers' MLP tensors (float or NVFP4-packed) are of one width no "
+    "larger than that default, for the runtimes whose linear weight loaders zero-pad a narrower tensor: "
+    "SGLang (LC118 for the others, and for every runtime when the tensors are wider or of several widths).",
+    why="SGLang reads the config through transformers' Qwen3Config, whose default fills the absent key, and its "
+    "MergedColumnParallelLinear / RowParallelLinear weight loaders pad a loaded weight narrower than the "
+    "parameter with zeros (pad_or_narrow_weight): the padded gate and up rows give silu(0) * 0 = 0 and the "
+    "padded down_proj columns add nothing, so the trained function is served, at the default's memory and "
+    "compute. vLLM narrows the loaded weight to the parameter and refuses the narrower tensor.",
+    example='    config.json without "intermediate_size", MLP tensors of width 3072 (SGLang builds 22016).',
+)
+rule(
+    "LC184",
+    "draft-multiplier-not-finite",
+    "error",
+    CFG,
+    "A multiplier the draft applies when it drafts (DFlash2's dflash_config.output_multiplier and "
+    "input_embedding_scale, the top-level logit_scale) is NaN or infinite: the draft loads and serves NaN.",
+    "Write the finite value the drafter was trained with, or remove the key (default 1).",
+    doc="Fires on a DFlash2 head when dflash_config.output_multiplier or dflash_config.input_embedding_scale is "
+    "NaN or infinite, for the runtimes that read the key with float(): SGLang (output_multiplier) and vLLM "
+    "(both); and on any head when the top-level logit_scale is, for the runtimes that build the draft head's "
+    "logits processor with it: vLLM (qwen3_dflash.py, qwen3_dspark.py).",
+    why="SGLang's parser refuses `output_multiplier <= 0`, which NaN passes; DFlash2DraftModel then multiplies "
+    "every candidate logit by it. vLLM's qwen3_dflash2.py passes output_multiplier to the candidates' "
+    "LogitsProcessor as its scale and multiplies the input embeddings by input_embedding_scale. Every score "
+    "the draft serves is NaN. No other head reads either key. vLLM's DFlash-family model classes build their "
+    'logits processor with `scale=getattr(config, "logit_scale", 1.0)`.',
+    example='    "dflash_config": {"output_multiplier": NaN}',
 )
 rule(
     "LC119",
@@ -76,7 +117,8 @@ rule(
     "target vocabulary.",
     "Drop draft_vocab_size / draft_id_to_target_id and train with the target vocabulary.",
     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 and speculators drafters use. It fires "
+    "vocab_size: a reduced or remapped draft vocabulary, as EAGLE-3 and speculators drafters use (for vLLM, "
+    "which never reads the `draft_id_to_target_id` key, only the draft_vocab_size). It fires "
     "for the runtimes that read the keys and do not serve a reduced vocabulary for the drafter's head: vLLM "
     "for LiLiCorr (its DFlash, DFlash2 and DSpark drafts load one: LC178 says where the ids then go), "
     "TensorRT-LLM for every head.",
@@ -120,7 +162,7 @@ rule(
     "dflash_config.output_multiplier is not > 0, which the runtime's DFlash config parser requires.",
     "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
     doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
-    "and require it positive: SGLang.",
+    "and require it positive: SGLang (a NaN passes that check: LC184).",
     why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM does not apply the '
     "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
     example='    "dflash_config": {"output_multiplier": 0}',
@@ -176,8 +218,9 @@ rule(
     "The draft is declared causal but the runtime runs its full-attention layers bidirectionally whatever the "
     "config says: it loads cleanly and serves a different function than the one trained.",
     "Serve a causal drafter with a runtime that honours causal, or retrain non-causally.",
-    doc="Fires when `dflash_config.causal` is true (and the top-level `is_causal` is not), for the runtimes "
-    "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang.",
+    doc="Fires when `dflash_config.causal` is true and the top-level `is_causal` is absent, for the runtimes "
+    "that run the draft's full-attention layers bidirectionally whatever that key says: SGLang (an explicit "
+    "`is_causal: false` is read first, and states the bidirectional layers SGLang runs).",
     why="SGLang never reads dflash_config.causal and builds the full-attention layers as encoder-only "
     "(bidirectional). A drafter trained causally loads cleanly and scores a different function than the "
     "one trained: a silent mis-load, hence an error. SGLang does read the top-level is_causal (writing "
@@ -302,7 +345,8 @@ rule(
     "head.",
     "Drop draft_vocab_size / draft_id_to_target_id if the drafter was trained over the full vocabulary.",
     doc="Fires when config.json has `draft_id_to_target_id`, or a `draft_vocab_size` different from "
-    "vocab_size, for the runtimes that read neither: SGLang (LC120 for the others).",
+    "vocab_size, for the runtimes that read neither: SGLang; and when it has only `draft_id_to_target_id`, "
+    "for the runtimes that read only draft_vocab_size: vLLM (LC120 for the others).",
     why="SGLang's DFlash-family drafts take their candidates from the target's lm_head over the full "
     "vocabulary and never read the draft vocabulary keys. That is the trained function only if the "
     "drafter was trained over the full vocabulary, which the keys say it was not.",
@@ -465,6 +509,12 @@ def _causal(ctx: Context) -> None:
             ]
             for mode in ("refuses", "ignores", "honours")
         }
+        if nested and cfg.is_causal is False:
+            # an explicit is_causal is read before dflash_config.causal (SGLang models/dflash.py
+            # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal): those runtimes run the
+            # bidirectional layers is_causal states
+            first = [p for p in ctx.profiles if "honours" in (p.causal_top_level, p.causal)]
+            by = {mode: [p for p in who if p not in first] for mode, who in by.items()}
         if by["refuses"]:
             ctx.emit_for(
                 "LC117",
@@ -504,13 +554,55 @@ def _causal(ctx: Context) -> None:
             )
 
 
+def _dflash2_multipliers(ctx: Context) -> None:
+    """LC184: a NaN or infinite multiplier DFlash2 applies when it drafts. SGLang's `output_multiplier <= 0` check
+    lets NaN through and DFlash2DraftModel._transform_unary_logits multiplies the logits by it; vLLM's
+    qwen3_dflash2.py float()s output_multiplier into the candidates' LogitsProcessor scale and
+    input_embedding_scale into the embedding's. No other head applies either."""
+    family = ctx.geometry.family
+    scale = ctx.parsed.raw.get("logit_scale")
+    if is_number(scale) and not math.isfinite(scale):
+        readers = [p for p in ctx.profiles if p.logit_scale_read]
+        ctx.emit_for(
+            "LC184",
+            readers,
+            f"logit_scale is {scale}: {names(readers, 'builds|build')} the draft head's logits processor with "
+            "it as its scale, so every draft logit is NaN",
+            file="config.json",
+            pointer="$.logit_scale",
+            expected="a finite number",
+            actual=scale,
+        )
+    declared = ctx.parsed.raw.get("dflash_config")
+    if family != "dflash2" or not isinstance(declared, dict):
+        return
+    for key in ("output_multiplier", "input_embedding_scale"):
+        value = declared.get(key)
+        if not is_number(value) or math.isfinite(value):
+            continue
+        path = f"$.dflash_config.{key}"
+        appliers = [p for p in ctx.profiles if config_read(p, family, path) == "float()"]
+        ctx.emit_for(
+            "LC184",
+            appliers,
+            f"dflash_config.{key} is {value}: {names(appliers, 'loads|load')} it and "
+            f"multiplies every DFlash2 {'logit' if key == 'output_multiplier' else 'input embedding'} by it, "
+            "so the draft serves NaN",
+            file="config.json",
+            pointer=path,
+            expected="a finite number",
+            actual=value,
+        )
+
+
 def _output_multiplier(ctx: Context) -> None:
     """LC123 / LC129: dflash_config.output_multiplier not > 0, or a top-level one nobody reads."""
     cfg = ctx.config
     declared = ctx.parsed.raw.get("dflash_config")
     nested_mult = declared.get("output_multiplier") if isinstance(declared, dict) else None
     readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
-    if is_number(nested_mult) and not (nested_mult > 0):
+    _dflash2_multipliers(ctx)
+    if is_number(nested_mult) and math.isfinite(nested_mult) and not (nested_mult > 0):
         ctx.emit_for(
             "LC123",
             readers,
@@ -571,6 +663,50 @@ def _hidden_act(ctx: Context) -> None:
             )
 
 
+# the config class's intermediate_size where config.json has none (transformers' Qwen3Config)
+CONFIG_CLASS_INTERMEDIATE = {"qwen3": 22016}
+_MLP_WEIGHT = re.compile(r"^layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+def _trained_mlp_width(ctx: Context) -> int | None:
+    """The one width of the draft layers' MLP tensors, or None (none, or not one width): gate/up rows, down_proj
+    columns (two 4-bit values a byte when packed)."""
+    widths = set()
+    for name, info in ctx.names.by_canonical.items():
+        m = _MLP_WEIGHT.match(name)
+        if not m:
+            continue
+        if len(info.shape) != 2 or (info.dtype not in FLOAT_DTYPES and info.dtype != "U8"):
+            return None
+        if m.group(1) != "down_proj":
+            widths.add(info.shape[0])
+        else:
+            widths.add(info.shape[1] * (2 if info.dtype == "U8" else 1))
+    return widths.pop() if len(widths) == 1 else None
+
+
+def _intermediate_absent(ctx: Context) -> list[RuntimeProfile]:
+    """LC183 for the releases that build the config class's default MLP width and zero-pad the trained tensors
+    into it; the releases left refuse the absent size (LC118)."""
+    default = CONFIG_CLASS_INTERMEDIATE.get(ctx.config.model_type or "")
+    width = _trained_mlp_width(ctx)
+    padded = [p for p in ctx.profiles if p.intermediate_size_absent == "padded"]
+    if default is None or width is None or width > default or not padded:
+        return ctx.profiles
+    ctx.emit_for(
+        "LC183",
+        padded,
+        f"intermediate_size is absent: {names(padded, 'builds|build')} the config class's default "
+        f"{default} and zero-pads the trained MLP tensors (width {width}) into it: the trained function, with "
+        f"{default // max(width, 1)}x the MLP's memory and compute",
+        file="config.json",
+        pointer="$.intermediate_size",
+        expected=width,
+        actual="absent",
+    )
+    return [p for p in ctx.profiles if p not in padded]
+
+
 def _sizes(ctx: Context) -> None:
     """LC118 / LC122: the backbone sizes missing, invalid or not dividing; vocab_size absent."""
     cfg = ctx.config
@@ -583,7 +719,17 @@ def _sizes(ctx: Context) -> None:
     ):
         if ctx.parsed.invalid(f"$.{key}"):
             continue
-        if value is None or value < 1:
+        if value is None and key == "intermediate_size":
+            ctx.emit_for(
+                "LC118",
+                _intermediate_absent(ctx),
+                f"{key} is absent",
+                file="config.json",
+                pointer=f"$.{key}",
+                expected=">= 1",
+                actual="absent",
+            )
+        elif value is None or value < 1:
             ctx.emit(
                 "LC118",
                 f"{key} is {'absent' if value is None else value}",
@@ -820,39 +966,64 @@ def _unknown_layer_types(ctx: Context) -> None:
 def _draft_vocabulary(ctx: Context) -> None:
     """LC120 / LC149: a reduced or remapped draft vocabulary."""
     cfg = ctx.config
-    if cfg.draft_id_to_target_id is not None or (
+    reduced = (
         cfg.draft_vocab_size is not None
         and cfg.vocab_size is not None
         and cfg.draft_vocab_size != cfg.vocab_size
-    ):
-        ignoring = [p for p in ctx.profiles if not p.reads_draft_vocab]
-        family = ctx.geometry.family
-        # the heads whose draft class loads a reduced vocabulary (LC178 judges what it does with the ids)
-        served = [
-            p for p in ctx.profiles if family in p.draft_vocab_mapped or family in p.draft_vocab_unmapped
-        ]
-        title = FAMILIES[family].TITLE if family in FAMILIES else "the drafter"
+    )
+    mapped = cfg.draft_id_to_target_id is not None
+    if not (reduced or mapped):
+        return
+    # a release that reads only draft_vocab_size sees no reduced vocabulary in the mapping key alone
+    declaring = [p for p in ctx.profiles if reduced or p.reads_draft_id_map_key]
+    family = ctx.geometry.family
+    # the heads whose draft class loads a reduced vocabulary (LC178 judges what it does with the ids)
+    served = [p for p in ctx.profiles if family in p.draft_vocab_mapped or family in p.draft_vocab_unmapped]
+    title = FAMILIES[family].TITLE if family in FAMILIES else "the drafter"
+    if cfg.draft_vocab_size is not None and cfg.draft_vocab_size < 0:
+        # vLLM qwen3_dflash.py DFlashQwen3ForCausalLM.__init__: torch.zeros(draft_vocab_size) for the id map
         ctx.emit_for(
-            "LC120",
-            [p for p in ctx.profiles if p.reads_draft_vocab and p not in served],
-            "the config declares a reduced/remapped draft vocabulary; "
-            + (
-                "LiLiCorr drafts over the full target vocabulary"
-                if family == "lilicorr"
-                else f"{title}'s draft head is not known to serve one there"
-            ),
+            "LC118",
+            served,
+            f"draft_vocab_size is {cfg.draft_vocab_size}: {names(served, 'builds|build')} the draft head and "
+            "its draft-to-target id map from it, a negative tensor size the model's build refuses",
             file="config.json",
             pointer="$.draft_vocab_size",
+            expected=">= 0",
+            actual=cfg.draft_vocab_size,
         )
-        ctx.emit_for(
-            "LC149",
-            ignoring,
-            f"the config declares a reduced/remapped draft vocabulary, which "
-            f"{names(ignoring, 'never reads|never read')}: candidates come from the target's full head, "
-            "the function trained only if the drafter was trained over the full vocabulary",
-            file="config.json",
-            pointer="$.draft_vocab_size",
-        )
+    ctx.emit_for(
+        "LC120",
+        [p for p in declaring if p.reads_draft_vocab and p not in served],
+        "the config declares a reduced/remapped draft vocabulary; "
+        + (
+            "LiLiCorr drafts over the full target vocabulary"
+            if family == "lilicorr"
+            else f"{title}'s draft head is not known to serve one there"
+        ),
+        file="config.json",
+        pointer="$.draft_vocab_size",
+    )
+    trained = ": candidates come from the target's full head, the function trained only if the drafter was trained over the full vocabulary"
+    blind = [p for p in ctx.profiles if not p.reads_draft_vocab]
+    ctx.emit_for(
+        "LC149",
+        blind,
+        f"the config declares a reduced/remapped draft vocabulary, which {names(blind, 'never reads|never read')}"
+        + trained,
+        file="config.json",
+        pointer="$.draft_vocab_size",
+    )
+    key_only = [p for p in ctx.profiles if p.reads_draft_vocab and p not in declaring]
+    ctx.emit_for(
+        "LC149",
+        key_only,
+        f"the config maps draft ids to target ids in `draft_id_to_target_id`, a key "
+        f"{names(key_only, 'never reads|never read')} (only a draft_vocab_size other than the target's "
+        "vocabulary selects a reduced one)" + trained,
+        file="config.json",
+        pointer="$.draft_id_to_target_id",
+    )
 
 
 def _fp16(ctx: Context) -> None:

@@ -10,6 +10,7 @@ from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.config.types import config_read, field_types
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
+from lilicorr_ckpt.runtimes import RuntimeProfile
 
 # ---------------------------------------------------------------- catalogue
 rule(
@@ -84,7 +85,9 @@ rule(
     "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones the "
     "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
     "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
-    "mask_token_id, which SGLang checks to be an integer.",
+    "mask_token_id, which SGLang checks to be an integer. A top-level block_size, mask_token_id or "
+    "num_target_layers beside a dflash_config value is read by no runtime (the dflash_config one wins), nor is a "
+    "key a runtime reads nowhere (vLLM: num_target_layers).",
     why="A float where Python needs an int fails at build: SGLang and vLLM read config.json "
     "through transformers' config class, which refuses a float in its integer fields (\"expected int, got "
     "float\"); vLLM computes `candidate_topk & (candidate_topk - 1)` and the block's slot count with the "
@@ -209,6 +212,21 @@ _TOP_ONLY = ("target_hidden_size",)
 
 
 _INT_BACKBONE_NESTED = ("block_size", "num_target_layers", "conv_kernel_size", "conv_group_size")
+# read as `dflash_config.get(key, top-level value)` by every release that reads them (SGLang dflash_utils.py
+# parse_dflash_draft_config, vLLM lilicorr.py LiLiCorr.__init__): a dflash_config value leaves the top-level one
+# unread
+_NESTED_FIRST = ("block_size", "mask_token_id", "num_target_layers")
+
+
+def _top_unread(profile: RuntimeProfile, family: str | None, key: str, nested: dict[str, Any]) -> bool:
+    """Whether `profile` never reads the top-level `key`: dflash_config's value overrides it, or the release
+    reads it nowhere (config_reads: unread at the top level and, but for a top-level-only key, in dflash_config
+    too)."""
+    if key in _NESTED_FIRST and nested.get(key) is not None:
+        return True
+    if config_read(profile, family, f"$.{key}") != "unread":
+        return False
+    return key in _TOP_ONLY or config_read(profile, family, f"$.dflash_config.{key}") == "unread"
 
 
 def integral_floats(ctx: Context) -> None:
@@ -252,8 +270,9 @@ def integral_floats(ctx: Context) -> None:
                     k
                     for k in found_keys
                     if not (
-                        (k.startswith("dflash_config.") or k in _TOP_ONLY)
-                        and config_read(p, family, f"$.{k}") == "unread"
+                        config_read(p, family, f"$.{k}") == "unread"
+                        if k.startswith("dflash_config.")
+                        else _top_unread(p, family, k, nested)
                     )
                     # a release that reads the key with int() casts the float (RuntimeProfile.config_reads),
                     # whatever its profile says of the kind

@@ -396,6 +396,9 @@ def _selector(ctx: Context, paired: bool) -> None:
     ]
     if top_k is not None and g.vocab_size is not None and top_k > g.vocab_size:
         problems.append(f"selector_top_k {top_k} exceeds vocab_size {g.vocab_size}")
+    if rank == 0 and any(n.startswith("candidate_selector.") for n in ctx.names.by_canonical):
+        # a rank-0 selector's parameters cannot take the trained ones (vLLM linear.py weight_loader asserts)
+        problems.append("selector_rank is 0 beside the checkpoint's selector tensors")
     if problems:
         ctx.emit_for(
             "LC150",

@@ -102,9 +102,11 @@ rule(
     CFG,
     "A geometry size of 2**31 or more: the buffers built from it need more memory than any accelerator holds.",
     "Write the real size.",
-    doc="Fires for every runtime when vocab_size, draft_vocab_size, hidden_size, target_hidden_size, "
-    "intermediate_size or a block_size is 2**31 or more. The loaders allocate the "
-    "embedding, fc and the block's buffers from these sizes before reading any weight.",
+    doc="Fires when vocab_size, draft_vocab_size, hidden_size, target_hidden_size, intermediate_size or a "
+    "block_size is 2**31 or more, for each runtime that reads that key: the top-level sizes, and "
+    "dflash_config.block_size (a top-level block_size only when dflash_config has none). No runtime reads "
+    "another size inside dflash_config, nor a key its profile lists as unread for the head kind. The loaders "
+    "allocate the embedding, fc and the block's buffers from these sizes before reading any weight.",
     why="The server fails at start-up with an out-of-memory error (\"can't allocate memory: you tried to "
     'allocate 140737488355328 bytes").',
     example='    "vocab_size": 1099511627776',
@@ -363,7 +365,8 @@ QWEN3_FIELDS: dict[str, tuple[str, ...]] = {
     "rope_parameters": (_OBJECT, _NULL),
     "rope_scaling": (_OBJECT, _NULL),  # read as rope_parameters
     "transformers_version": (_STR, _NULL),
-    "mtp_layer_types": (_LIST, _OBJECT, _STR),  # the base class's legacy remap iterates it
+    # the base class's legacy remap iterates it (remap_legacy_layer_types: `if ... is not None`)
+    "mtp_layer_types": (_LIST, _OBJECT, _STR, _NULL),
 }
 # integer sizes LC139 reports as whole-number floats (not repeated here)
 _LC139_TYPED = frozenset(
@@ -536,17 +539,36 @@ _SIZES = (
 )
 
 
+def _size_read(profile: RuntimeProfile, family: str | None, path: str, raw: dict[str, Any]) -> bool:
+    """Whether `profile` reads the size at `path` (and so allocates from it): the top-level keys transformers'
+    config class holds, but one the release does not read for this head kind (config_reads); the block size,
+    dflash_config's, else the top-level one (SGLang parse_dflash_draft_config and vLLM lilicorr.py read
+    `dflash_config.get("block_size", top-level)`; a release that reads neither runs the block the checkpoint
+    states as its num_speculative_tokens + 1); no release reads another dflash_config size."""
+    nested = raw.get("dflash_config")
+    if path == "$.dflash_config.block_size":
+        return True
+    if path.startswith("$.dflash_config."):
+        return False
+    if path == "$.block_size":
+        return not (isinstance(nested, dict) and nested.get("block_size") is not None)
+    return config_read(profile, family, path) != "unread"
+
+
 def _sizes(ctx: Context) -> None:
-    for path, value in _present(ctx.parsed.raw).items():
+    raw = ctx.parsed.raw
+    for path, value in _present(raw).items():
         key = path.rsplit(".", 1)[1]
         if key not in _SIZES or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
         if not (math.isfinite(value) and value >= SIZE_LIMIT):
             continue
-        ctx.emit(
+        reading = [p for p in ctx.profiles if _size_read(p, ctx.geometry.family, path, raw)]
+        ctx.emit_for(
             "LC009",
+            reading,
             f"config.json {path} is {value:g}: buffers of this size need more memory than any accelerator holds "
-            f"({names(ctx.profiles, 'fails|fail')} at start-up, out of memory)",
+            f"({names(reading, 'fails|fail')} at start-up, out of memory)",
             file="config.json",
             pointer=path,
         )

@@ -62,27 +62,108 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dflash", "dflash", "selector_rank", "true"),
     Case("lilicorr", "dflash", "conv_kernel_size", "int_string"),
     Case("domino", "dflash", "conv_group_size", "int_string"),
+    # config.json's draft_id_to_target_id: no vLLM module reads the key (qwen3_dflash.py
+    # DFlashQwen3ForCausalLM.__init__ builds the map only from draft_vocab_size against the target's vocabulary,
+    # lilicorr.py LiLiCorrForCausalLM.__init__ refuses that one): LC149, not LC120
+    Case("lilicorr-nvfp4", "top", "draft_id_to_target_id", "negative"),
+    Case("lilicorr-nvfp4", "top", "draft_id_to_target_id", "list"),
+    Case("lilicorr-conv", "top", "draft_id_to_target_id", "whole_float"),
+    Case("lilicorr-conv", "top", "draft_id_to_target_id", "nan"),
+    # sizes no release reads (LC009 only where read): dflash_config's sizes but block_size (SGLang dflash_utils.py
+    # parse_dflash_draft_config, vLLM lilicorr.py LiLiCorr.__init__ read no other), a top-level block_size
+    # dflash_config's overrides (`dflash_cfg.get("block_size", top-level)` in both)
+    Case("lilicorr-nvfp4", "dflash", "vocab_size", "huge"),
+    Case("lilicorr-nvfp4", "top", "block_size", "huge"),
+    Case("dspark", "dflash", "target_hidden_size", "huge"),
+    Case("dspark", "dflash", "draft_vocab_size", "huge"),
+    Case("dflash", "dflash", "draft_vocab_size", "huge"),
+    Case("lilicorr-conv", "dflash", "intermediate_size", "huge"),
+    Case("dflash", "dflash", "intermediate_size", "huge"),
+    # read and allocated (vLLM: LiLiCorr's lm_head, DFlash's block buffers in the speculator); SGLang's harness
+    # builds without buffers (corpus.PENDING)
+    Case("lilicorr-nvfp4", "top", "vocab_size", "huge"),
+    Case("domino", "dflash", "block_size", "huge"),
+    # convolution keys on a head without convolutions: vLLM reads them only for LiLiCorr (lilicorr.py
+    # LiLiCorr.__init__) and DFlash2 (qwen3_dflash2.py DFlash2Qwen3DecoderLayer); SGLang's
+    # parse_dflash_draft_config checks them for every head (LC116 for SGLang only)
+    Case("dspark", "dflash", "conv_kernel_size", "negative"),
+    Case("dspark", "dflash", "conv_group_size", "whole_float"),
+    Case("dflash", "dflash", "conv_kernel_size", "whole_float"),
+    Case("dflash", "dflash", "conv_group_size", "negative"),
+    # whole-number floats in keys a release never reads: a top-level mask_token_id or num_target_layers
+    # dflash_config's value overrides (SGLang dflash_utils.py parse_dflash_draft_config:
+    # `dflash_cfg.get(key, top-level)`); num_target_layers, which no vLLM DFlash-family module reads (LC139)
+    Case("lilicorr-nvfp4", "top", "num_target_layers", "whole_float"),
+    Case("lilicorr", "top", "mask_token_id", "whole_float"),
+    Case("lilicorr-conv", "top", "mask_token_id", "whole_float"),
+    Case("dspark", "top", "mask_token_id", "whole_float"),
+    # a size cast with int() is judged at the cast value for the releases that cast it (checks/casts.py): SGLang
+    # dflash_utils.py parse_dflash_draft_config _parse_optional_int (num_target_layers, dflash_config's else the
+    # top-level one; the convolution and selector sizes), vLLM qwen3_dflash2.py (DFlash2's sizes)
+    Case("dflash2", "top", "num_target_layers", "int_string"),
+    Case("dspark", "top", "num_target_layers", "int_string"),
+    Case("domino", "top", "num_target_layers", "int_string"),
+    # vLLM qwen3_dflash2.py DFlash2Qwen3Model.__init__: float(dflash_config input_embedding_scale) (SGLang never
+    # reads it); qwen3_dflash.py DFlashQwen3ForCausalLM.__init__: torch.zeros(draft_vocab_size) (LC001, LC118)
+    Case("dflash2", "dflash", "input_embedding_scale", "object"),
+    Case("dflash2", "dflash", "input_embedding_scale", "empty_string"),
+    Case("dflash2", "dflash", "input_embedding_scale", "null"),
+    Case("dflash2", "top", "draft_vocab_size", "negative"),
+    # intermediate_size absent: Qwen3Config's default 22016; SGLang layers/linear.py weight loaders zero-pad the
+    # narrower trained MLP tensors (pad_or_narrow_weight: the trained function, LC183), vLLM's narrow fails (LC118)
+    Case("dflash2", "top", "intermediate_size", "absent"),
+    Case("domino", "top", "intermediate_size", "absent"),
+    Case("lilicorr-nvfp4", "top", "intermediate_size", "absent"),
+    # SGLang parse_dflash_draft_config: `output_multiplier <= 0` lets NaN through, and only DFlash2DraftModel
+    # (_transform_unary_logits) applies it; vLLM qwen3_dflash2.py: the LogitsProcessor scale and
+    # input_embedding_scale (LC184 on DFlash2; any other head loads and serves the trained function)
+    Case("lilicorr-conv", "dflash", "output_multiplier", "nan"),
+    Case("dflash", "dflash", "output_multiplier", "nan"),
+    Case("dflash2", "dflash", "output_multiplier", "nan"),
+    Case("dflash2", "dflash", "input_embedding_scale", "nan"),
+    # transformers configuration_utils.py remap_legacy_layer_types: `if mtp_layer_types is not None` (null loads)
+    Case("dspark", "top", "mtp_layer_types", "null"),
+    # SGLang lilicorr_utils.py _parse_lilicorr_config: float("0") is 0.0, then "must be positive" (LC103, cast)
+    Case("lilicorr-conv", "dflash", "lilicorr_vector_eps", "int_string"),
+    # vLLM qwen3_dflash.py / qwen3_dspark.py: LogitsProcessor(scale=getattr(config, "logit_scale", 1.0)) (LC184)
+    Case("dspark", "top", "logit_scale", "nan"),
+    Case("lilicorr", "top", "logit_scale", "nan"),
+    # vLLM qwen3_dflash2.py: a rank-0 CandidateSelector cannot take the trained selector (linear.py weight_loader)
+    Case("dflash2", "dflash", "selector_rank", "zero"),
+    # an explicit is_causal (DFlash2's false) is read before dflash_config.causal: SGLang models/dflash.py
+    # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal (no LC133 / LC134 for them)
+    Case("dflash2", "dflash", "causal", "whole_float"),
+    Case("dflash2", "dflash", "causal", "true"),
+    # a quantization_config object with no quant_method: vLLM model_arch_config_convertor.py
+    # _normalize_quantization_config `quant_cfg.get("quant_method", "")`, config/model.py _verify_quantization
+    # (an empty method is no quantization: loads unquantized); SGLang "Unknown quantization method" (LC316)
+    Case("dflash", "top", "quantization_config", "object"),
+    Case("lilicorr-nvfp4", "top", "quantization_config", "object"),
+    # vLLM: the draft vocabulary is checked against the target's (PENDING below)
+    Case("dflash", "top", "vocab_size", "zero"),
+    Case("dflash", "top", "vocab_size", "absent"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
 _VLLM = ("vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0", "vllm==0.34.0")
-_CAST_UNSEEN = (
-    "the release casts the value with int() and loads it; validate's convolution and selector checks read the "
-    "schema's integer, so the cast size reads as absent there (LC001 for SGLang, whose pair checks "
-    "parse_dflash_draft_config runs on the cast values; LC116 / LC150 / LC205 for vLLM): the typed config does "
-    "not hold a release's cast yet"
+_NO_ALLOC = (
+    "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
+    "boot (validate refuses, LC009)"
+)
+
+_VOCAB_TARGET = (
+    "vLLM builds the draft head and a draft_id_to_target_id of draft_vocab_size rows (the draft's vocab_size: 0, "
+    "or Qwen3Config's 151936 when absent) because it differs from the target's vocabulary (the harness's 512), "
+    "and loads; the "
+    "harness does not run a draft step, where qwen3_dflash.py compute_logits scatters the shared target head's "
+    "logits through that map and fails on the shape. validate refuses (LC115 / LC122): the loader's L is the "
+    "harness's gap"
 )
 
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
 VALUE_PENDING: dict[tuple[Case, str], str] = {
-    **{
-        (Case("dflash2", "dflash", "conv_kernel_size", "int_string"), r): _CAST_UNSEEN
-        for r in _SGLANG + _VLLM
-    },
-    **{
-        (Case("lilicorr-conv", "dflash", "conv_group_size", "int_string"), r): _CAST_UNSEEN
-        for r in _SGLANG[1:]
-    },
-    **{(Case("dflash2", "dflash", "selector_top_k", "int_string"), r): _CAST_UNSEEN for r in _SGLANG + _VLLM},
-    **{(Case("dflash2", "dflash", "selector_top_k", "true"), r): _CAST_UNSEEN for r in _SGLANG + _VLLM},
+    **{(Case("dflash", "top", "vocab_size", "zero"), r): _VOCAB_TARGET for r in _VLLM},
+    **{(Case("dflash", "top", "vocab_size", "absent"), r): _VOCAB_TARGET for r in _VLLM},
+    **{(Case("lilicorr-nvfp4", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG[1:]},
+    **{(Case("domino", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
 }
