@@ -524,7 +524,8 @@ def _sweep_point(
     walls: dict[str, float] = {}
     tokens: dict[str, list[list[int]]] = {}
     longest = max(prompts, key=len)
-    progress.start(len(prompts) * len(arms), unit=f"generations at batch {size}")  # its own count, not the last
+    # its own count, not the one the last phase started
+    progress.start(len(prompts) * len(arms), unit=f"generations at batch {size}")
     for arm in arms:
         progress.note(f"--sweep: the {arm} arm at batch {size}, {len(prompts)} probes")
         runner = decoder(arm, seed, size=size)
