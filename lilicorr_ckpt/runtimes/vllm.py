@@ -214,6 +214,13 @@ FIRST = RuntimeProfile(
         # int(draft_config["conv_group_size"]), int(draft_config["selector_rank"]), int(...["selector_top_k"])
         *((f"$.dflash_config.{key}", "dflash2", "int()") for key in ("conv_kernel_size", "conv_group_size")),
         *((f"$.dflash_config.{key}", "dflash2", "int()") for key in ("selector_rank", "selector_top_k")),
+        # lilicorr.py LiLiCorr.__init__: `draft_config.get("conv_kernel_size", 0)` (and conv_group_size) compared
+        # `< 0` before anything casts it: null, a string or a list fail at build (TypeError), a bool passes and
+        # becomes a 1-wide convolution no trained head has
+        *(
+            (f"$.dflash_config.{key}", "lilicorr", "number")
+            for key in ("conv_kernel_size", "conv_group_size")
+        ),
         # spec_decode/utils.py get_parallel_drafting_token_id: `int(dflash_config["mask_token_id"])`
         ("$.dflash_config.mask_token_id", "*", "int()"),
         # qwen3_dflash.py DFlashQwen3DecoderLayer: `getattr(config, "is_neox_style", True)` into get_rope (a key of

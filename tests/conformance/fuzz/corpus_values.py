@@ -142,6 +142,11 @@ VALUE_ROWS: tuple[Case, ...] = (
     # vLLM: the draft vocabulary is checked against the target's (PENDING below)
     Case("dflash", "top", "vocab_size", "zero"),
     Case("dflash", "top", "vocab_size", "absent"),
+    # vLLM lilicorr.py LiLiCorr.__init__ compares dflash_config's conv_kernel_size / conv_group_size `< 0` as
+    # they are (`.get(key, 0)`): a null one is a TypeError at build (the schema's null is absent elsewhere)
+    Case("lilicorr", "dflash", "conv_kernel_size", "null"),
+    Case("lilicorr-nvfp4", "dflash", "conv_kernel_size", "null"),
+    Case("lilicorr", "dflash", "conv_group_size", "null"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
