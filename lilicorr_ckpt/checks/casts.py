@@ -20,6 +20,7 @@ from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.manifest import build_manifest
 from lilicorr_ckpt.results import Finding
 from lilicorr_ckpt.runtimes import RuntimeProfile
+from lilicorr_ckpt.runtimes.reads import config_read, present, reader_refuses
 
 _CASTS = {"int()": int, "int()?": int, "int()-bool": int, "float()": float, "float()-bool": float}
 _TYPED = {int: "integer", float: "a number"}
@@ -28,10 +29,8 @@ _TYPED = {int: "integer", float: "a number"}
 def release_casts(ckpt: Checkpoint, profile: RuntimeProfile) -> dict[str, int | float]:
     """JSON path -> the number `profile` casts a value of the wrong type to (an integer key with int(), a number
     key with float())."""
-    from lilicorr_ckpt.checks.config.types import _present, config_read, reader_refuses
-
     parsed = ckpt.parsed
-    values = _present(parsed.raw)
+    values = present(parsed.raw)
     family = ckpt.geometry.family
     out: dict[str, int | float] = {}
     for issue in parsed.issues:

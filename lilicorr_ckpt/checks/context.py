@@ -7,6 +7,7 @@ from typing import Any
 
 from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.target import TargetInfo
+from lilicorr_ckpt.checks.casts import cast_views, merge
 from lilicorr_ckpt.checks.findings import RULES, bound_findings
 from lilicorr_ckpt.results import Finding
 from lilicorr_ckpt.runtimes import RELEASES, RuntimeProfile
@@ -155,8 +156,6 @@ def is_pow2(k: int) -> bool:
 def run_checks(ctx: Context) -> list[Finding]:
     """Every registered check, in registration order (lilicorr_ckpt.checks imports the families): once, or once
     per group of releases that cast config values alike (checks/casts.py)."""
-    from lilicorr_ckpt.checks.casts import cast_views, merge
-
     views = cast_views(ctx.checkpoint, ctx.profiles)
     if len(views) == 1 and views[0][1] is ctx.checkpoint:
         for fn in CHECKS:

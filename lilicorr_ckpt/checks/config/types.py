@@ -6,7 +6,6 @@ The differential fuzzer (tests/conformance/fuzz) found each of these against the
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 from typing import Any
@@ -16,6 +15,7 @@ from lilicorr_ckpt.checks.config.common import CFG
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
+from lilicorr_ckpt.runtimes.reads import _key_path, config_read, present, reader_refuses, resolve_read
 
 rule(
     "LC004",
@@ -115,68 +115,6 @@ rule(
 # ---------------------------------------------------------------- readers
 
 
-def _numeric_text(value: str, cast: type) -> bool:
-    try:
-        cast(value)
-    except (ValueError, OverflowError):
-        return False
-    return True
-
-
-def reader_refuses(reader: str, value: Any) -> bool:
-    """Whether a release reading `value` with `reader` (RuntimeProfile.config_reads) fails on it."""
-    if reader in ("unread", "truth", "truth?", "equals", "str()"):
-        return False
-    if (
-        reader == "schema|falsy"
-    ):  # a falsy value is absent; any other must have the schema's type (field_types)
-        return False
-    if reader == "float()|falsy":
-        return bool(value) and reader_refuses("float()", value)
-    if reader == "int|falsy":  # `value or default`, a truthy value used uncast as a size
-        return bool(value) and reader_refuses("int", value)
-    if reader == "int()?":  # `None if value is None else int(value)`
-        return value is not None and reader_refuses("int()", value)
-    if reader == "float()-bool":  # float(value), where float(true) == 1.0 is a ratio no trained head has
-        return isinstance(value, bool) or reader_refuses("float()", value)
-    if reader == "int()-bool":  # int(value), where null and int(true) == 1 are sizes no model is built with
-        # (and int(4.5) == 4 is no value the config states)
-        if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
-            return True
-        return value is None or isinstance(value, bool) or reader_refuses("int()", value)
-    if reader == "int":  # used uncast as a size: a JSON integer only (a whole-number float is LC139's)
-        if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-            return False
-        return not (isinstance(value, int) and not isinstance(value, bool))
-    if reader in ("float()", "int()"):
-        if isinstance(value, (bool, int)):
-            return False
-        if isinstance(value, float):
-            return reader == "int()" and not math.isfinite(value)
-        if isinstance(value, str):
-            return not _numeric_text(value, float if reader == "float()" else int)
-        return True  # null, a list, an object
-    if reader == "flag":  # `if value:` where a true value builds something: only a bool says which
-        return bool(value) and not isinstance(value, bool)
-    if reader == "count?":
-        return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
-    if reader == "truth==":  # a truth value, also hashed and compared with itself (NaN never equals itself)
-        return isinstance(value, (list, dict)) or (isinstance(value, float) and math.isnan(value))
-    if reader == "number":  # used in arithmetic as it is: a bool is a number there, a string repeats
-        return not (isinstance(value, (int, float)) and not isinstance(value, bool))
-    if reader == "number?":
-        return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))
-    if reader == "bool":
-        return not isinstance(value, bool)
-    if reader == "str?":
-        return not (value is None or isinstance(value, str))
-    if reader == "str+":
-        return not (value is None or (isinstance(value, str) and value != ""))
-    if reader == "object":
-        return not isinstance(value, dict)
-    raise ValueError(f"unknown config reader {reader!r}")
-
-
 _HOW = {
     "unread": "does not read it for this head kind|do not read it for this head kind",
     "truth": "reads it only as a truth value|read it only as a truth value",
@@ -211,52 +149,6 @@ _HOW = {
 }
 
 
-def _family_matches(spec: str, family: str | None) -> bool:
-    if spec == "*":
-        return True
-    negate = spec.startswith("!")
-    listed = family in spec.lstrip("!").split(",")
-    return listed != negate
-
-
-def config_read(profile: RuntimeProfile, family: str | None, path: str) -> str | None:
-    """How `profile` reads the config value at `path` ("$.dflash_config.causal") for a head of `family`: a reader of
-    RuntimeProfile.config_reads, or None (the schema's type holds)."""
-    for pattern, families, reader in (*profile.dspark_reads, *profile.config_reads):
-        if fnmatch.fnmatchcase(path, pattern) and _family_matches(families, family):
-            return reader
-    return None
-
-
-def resolve_read(reader: str | None, path: str, raw: dict[str, Any]) -> str | None:
-    """An "else:READER" entry resolved against the config: READER for a top-level key dflash_config has no value
-    of that name for, "unread" where it has one (the nested value wins)."""
-    if reader is None or not reader.startswith("else:"):
-        return reader
-    nested = raw.get("dflash_config")
-    key = path.removeprefix("$.")
-    shadowed = path.count(".") == 1 and isinstance(nested, dict) and key in nested
-    return "unread" if shadowed else reader.removeprefix("else:")
-
-
-_INDEX = re.compile(r"\[\d+\]$")
-
-
-def _key_path(path: str) -> str:
-    while _INDEX.search(path):
-        path = _INDEX.sub("", path)
-    return path
-
-
-def _present(raw: dict[str, Any]) -> dict[str, Any]:
-    """Every top-level and dflash_config value, by JSON path."""
-    out = {f"$.{k}": v for k, v in raw.items()}
-    nested = raw.get("dflash_config")
-    if isinstance(nested, dict):
-        out.update({f"$.dflash_config.{k}": v for k, v in nested.items()})
-    return out
-
-
 def field_types(ctx: Context) -> None:
     """LC001 for each release that refuses a value's JSON type (the schema's type, or the release's own reader);
     LC004 for each that reads the key only as a truth value or not at all."""
@@ -266,7 +158,7 @@ def field_types(ctx: Context) -> None:
     issues: dict[str, ConfigIssue] = {}
     for each in ctx.parsed.issues:
         issues.setdefault(_key_path(each.path), each)
-    values = _present(raw)
+    values = present(raw)
     for path in sorted(set(values) | set(issues)):
         issue = issues.get(path)
         value = values.get(path, issue.found if issue else None)
@@ -557,7 +449,7 @@ def _size_read(profile: RuntimeProfile, family: str | None, path: str, raw: dict
 
 def _sizes(ctx: Context) -> None:
     raw = ctx.parsed.raw
-    for path, value in _present(raw).items():
+    for path, value in present(raw).items():
         key = path.rsplit(".", 1)[1]
         if key not in _SIZES or isinstance(value, bool) or not isinstance(value, (int, float)):
             continue
