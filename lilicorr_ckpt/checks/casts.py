@@ -20,9 +20,8 @@ from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.manifest import build_manifest
 from lilicorr_ckpt.results import Finding
 from lilicorr_ckpt.runtimes import RuntimeProfile
-from lilicorr_ckpt.runtimes.reads import config_read, present, reader_refuses
+from lilicorr_ckpt.runtimes.reads import CASTS, config_read, present, reader_refuses
 
-_CASTS = {"int()": int, "int()?": int, "int()-bool": int, "float()": float, "float()-bool": float}
 _TYPED = {int: "integer", float: "a number"}
 
 
@@ -43,7 +42,7 @@ def release_casts(ckpt: Checkpoint, profile: RuntimeProfile) -> dict[str, int | 
         if isinstance(value, float) and not math.isfinite(value):
             continue
         reader = config_read(profile, family, path)
-        cast = _CASTS.get(reader or "")
+        cast = CASTS.get(reader or "")
         if cast is None or _TYPED[cast] not in issue.expected or reader_refuses(reader or "", value):
             continue
         try:

@@ -11,6 +11,16 @@ from typing import Any
 
 from lilicorr_ckpt.runtimes.base import RuntimeProfile
 
+# the readers that convert a value of the wrong JSON type: the number type each gives (checks/casts.py judges the
+# cast value; LC141 names an integer cast)
+CASTS: dict[str, type] = {
+    "int()": int,
+    "int()?": int,
+    "int()-bool": int,
+    "float()": float,
+    "float()-bool": float,
+}
+
 
 def _numeric_text(value: str, cast: type) -> bool:
     try:

@@ -9,7 +9,7 @@ import click
 
 from lilicorr_ckpt.console import LOG_INTERVAL, Progress
 from lilicorr_ckpt.errors import SmokeRefused
-from lilicorr_ckpt.outfile import Inputs, check_output_path, resolved, write_output
+from lilicorr_ckpt.outfile import check_output_path, resolved, write_output
 from lilicorr_ckpt.report import formats
 from lilicorr_ckpt.runtime_option import RUNTIME, runtime_help
 
@@ -332,17 +332,14 @@ def smoke(
     served_drafter: str | None,
     reference: bool,
 ) -> None:
-    from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner
+    from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner, smoke_inputs
     from lilicorr_ckpt.smoke.profile import encode
 
     if out and out_alias and out != out_alias:
         raise click.UsageError("--output and --out (its old spelling) name different files; give one")
     option = "--output" if out else "--out"  # errors name the spelling the user typed
     out = out or out_alias
-    inputs = Inputs().add(path, "the checkpoint").add(target, "the target")
-    inputs.add(baseline, "the --baseline profile")
-    if os.path.isfile(probes):  # else bundled categories
-        inputs.add(probes, "the --probes file")
+    inputs = smoke_inputs(path, target, baseline, probes)
     if out:
         check_output_path(
             out, option, "profile.json", inputs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 
 import msgspec
@@ -10,6 +11,7 @@ import msgspec
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.install import runtime_hint
+from lilicorr_ckpt.outfile import Inputs
 from lilicorr_ckpt.smoke.gates import DEFAULT_MIN_HEAD_GAIN, DEFAULT_TOLERANCE
 from lilicorr_ckpt.smoke.profile import SmokeReport
 
@@ -109,3 +111,13 @@ def runner() -> Callable[[SmokeOptions, Progress | None], SmokeReport]:
     except ImportError as exc:
         raise UsageError(f"{runtime_hint('smoke')}; the import failed: {exc}") from None
     return run_smoke
+
+
+def smoke_inputs(path: str, target: str, baseline: str | None, probes: str | None) -> Inputs:
+    """What a smoke run reads, so that none of its outputs (-o, --html, the GPU's tile and kernel tables) writes
+    over it: the checkpoint, the target, the baseline profile and a probe file (not the bundled categories)."""
+    inputs = Inputs().add(path, "the checkpoint").add(target, "the target")
+    inputs.add(baseline, "the --baseline profile")
+    if probes and os.path.isfile(probes):
+        inputs.add(probes, "the --probes file")
+    return inputs

@@ -27,7 +27,6 @@ from lilicorr_ckpt.checkpoint import Checkpoint, load_checkpoint, resolve_target
 from lilicorr_ckpt.checkpoint.target import read_target
 from lilicorr_ckpt.console import Progress
 from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
-from lilicorr_ckpt.outfile import Inputs
 from lilicorr_ckpt.smoke.assemble import assemble
 from lilicorr_ckpt.smoke.fit import fit_refusal, loaded_info, require_fit
 from lilicorr_ckpt.smoke.gates import (
@@ -36,7 +35,7 @@ from lilicorr_ckpt.smoke.gates import (
     read_baseline,
 )
 from lilicorr_ckpt.smoke.load import build_valid_drafter
-from lilicorr_ckpt.smoke.options import SmokeOptions, check_options
+from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, smoke_inputs
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
 from lilicorr_ckpt.smoke.profile import (
     ARMS,
@@ -149,10 +148,7 @@ def batch_thread_chooser(progress: Progress) -> ThreadChooser | None:
 def refuse_caches_over_inputs(opts: SmokeOptions) -> None:
     """UsageError (exit 4) when LILICORR_TILE_CACHE or LILICORR_KERNEL_CACHE, which a GPU run writes, names one
     of the run's inputs (the checkpoint's files, the target's, the baseline, the probe file)."""
-    inputs = Inputs().add(opts.path, "the checkpoint").add(opts.target, "the target")
-    inputs.add(opts.baseline, "the --baseline profile")
-    if opts.probes and os.path.isfile(opts.probes):  # else bundled categories
-        inputs.add(opts.probes, "the --probes file")
+    inputs = smoke_inputs(opts.path, opts.target, opts.baseline, opts.probes)
     for setting, path in (
         (settings.TILE_CACHE, settings.tile_cache()),
         (settings.KERNEL_CACHE, settings.kernel_cache()),

@@ -11,6 +11,7 @@ from lilicorr_ckpt.checks.config.types import config_read, field_types
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
+from lilicorr_ckpt.runtimes.reads import CASTS
 
 # ---------------------------------------------------------------- catalogue
 rule(
@@ -206,7 +207,7 @@ _INT_BACKBONE_TOP = (
     "num_target_layers",
     "target_hidden_size",
 )
-_CASTS = ("int()", "int()?", "int()-bool")
+_CASTS = tuple(reader for reader, kind in CASTS.items() if kind is int)  # the int() readers
 # top-level keys with no dflash_config counterpart: "unread" (RuntimeProfile.config_reads) means not read at all
 _TOP_ONLY = ("target_hidden_size",)
 
