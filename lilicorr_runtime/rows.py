@@ -16,6 +16,10 @@ PREFILL: a request's prefill of at most this many rows runs the step kernels too
 the one-token step's bit for bit (`target/fast.py` and the device loop's admission, PREFILL_ROWS); longer
 forwards run the ops' torch references.
 
+WIDE: a step GEMM of at least this many rows runs the wide-row kernel (`ops/step_triton.py`, WIDE_ROWS): a
+program computes several TILE-row groups from one read of its weight tile, every row exactly as the TILE-row
+kernel computes it, so which kernel a call takes never changes a result.
+
 DRAFT_KERNEL: a drafter's static step or context append of at most this many rows (batch x block) runs its
 backbone on the step kernels on CUDA (`model/dflash.py`, KERNEL_ROWS); past it the eager ops, whose cuBLAS and
 SDPA tiles are faster for many rows. A crossover, not tied to STEP.
@@ -27,3 +31,4 @@ TILE = 16
 STEP = 2 * TILE  # 32
 PREFILL = 64 * TILE  # 1024
 DRAFT_KERNEL = 4 * TILE  # 64
+WIDE = 4 * TILE  # 64

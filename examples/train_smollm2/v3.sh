@@ -17,7 +17,11 @@
 #   gen        generate missing shards of the v3 plan for GEN_BUDGET seconds; bundle them into $V3/outbox
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
-#   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n: one piece of $V3/runs/$RUN (its log to the outbox)
+#   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter]: one piece of $V3/runs/$RUN (its
+#              log to the outbox); a new run starts from INIT_FROM's weights when set, else from layer INIT_LAYER
+#   export     RUN=name: the run's drafter, converted, in $V3/drafter-$RUN; `validate --strict` for every runtime
+#              and its weights (config.json, model.safetensors) to the outbox
+#   smoke      RUN=name: all 252 probes, head and control side by side (smoke --gpu), its report to the outbox
 #   pick       the run (RUNS="a b") whose last held-out tau (head) is highest: its state, split, to the outbox
 #   ship       move up to SHIP files (default 8), at most 60 MiB, from the outbox to $OUT (small ones in one tar)
 set -euo pipefail
@@ -62,8 +66,21 @@ for step in "$@"; do
       : "${RUN:?set RUN}"
       python3 -m lilicorr_train.pieces fit "$V3/runs/$RUN" --target "$GGUF" --data "$V3/train.npz" \
         --val "$V3/val.npz" --budget "${FIT_BUDGET:-540}" ${TAPS:+--taps $TAPS} --init-layer "${INIT_LAYER:-29}" \
-        ${STEPS:+--steps $STEPS} --batch-size "${BATCH:-32}" --anchors 48
+        ${STEPS:+--steps $STEPS} ${INIT_FROM:+--init-from $INIT_FROM} \
+        ${LR_DRAFTER:+--lr-drafter $LR_DRAFTER} ${LR_HEAD:+--lr-head $LR_HEAD} --batch-size "${BATCH:-32}" --anchors 48
       cp "$V3/runs/$RUN/log.jsonl" "$V3/outbox/log-$RUN.jsonl" ;;
+    export)
+      : "${RUN:?set RUN}"
+      python3 -m lilicorr_train export "$V3/runs/$RUN" --out "$V3/export-$RUN"
+      python3 -m lilicorr_ckpt convert "$V3/export-$RUN" "$V3/drafter-$RUN" --force
+      cp "$V3/drafter-$RUN/config.json" "$V3/outbox/config-$RUN.json"
+      cp "$V3/drafter-$RUN/model.safetensors" "$V3/outbox/model-$RUN.safetensors"
+      python3 -m lilicorr_ckpt validate "$V3/drafter-$RUN" --target "$GGUF" --strict --runtime all \
+        | tee "$V3/outbox/validate-$RUN.txt" || echo "validate: exit $?" ;;
+    smoke)
+      : "${RUN:?set RUN}"
+      python3 -m lilicorr_ckpt smoke "$V3/drafter-$RUN" --target "$GGUF" --gpu --limit 0 \
+        --out "$V3/outbox/smoke-$RUN.json" | tee "$V3/outbox/smoke-$RUN.txt" || echo "smoke: exit $?" ;;
     pick)
       best=$(python3 - $RUNS <<'PY'
 import json, os, sys

@@ -486,6 +486,169 @@ def _step_linear_stream(
                 )
 
 
+# ---------------------------------------------------------------- step_linear, wide rows
+#
+# The same GEMM for calls of many rows (WIDE_ROWS and up: the verify of many sequences, a prefill). One program
+# computes GROUPS x BLOCK_M rows of one column tile and reads each weight tile once for all of them, where the
+# kernels above read it once per BLOCK_M rows. Every row is computed exactly as they compute it with the weight's
+# tuned tile (batch invariance across the two): the same BLOCK_K; K cut into the same pieces (one, the SPLIT
+# slices, or the stream-K programs' ranges over the column tile), each piece summed from zero K tile after K tile
+# and the pieces added in K order; each row's sum of squares from the same BLOCK_M x BLOCK_M x·xᵀ dots, one per
+# group of BLOCK_M rows (a batched dot). Only the column tile is free (a column's sum does not depend on its
+# neighbours), except under stream-K, whose cuts differ per column tile: there it is the tuned one.
+
+
+@triton.jit
+def _wide_dot(x, w, acc, UPCAST, PRECISION, BATCHED: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """acc + x·wᵀ for [GROUPS * BLOCK_M] rows: one dot, or (BATCHED) one BLOCK_M-row dot per group."""
+    if UPCAST:
+        x = x.to(tl.float32)
+        w = w.to(tl.float32)
+    if BATCHED:
+        x3 = tl.reshape(x, (GROUPS, BLOCK_M, BLOCK_K))
+        w3 = tl.broadcast_to(tl.trans(w)[None, :, :], (GROUPS, BLOCK_K, BLOCK_N))
+        acc3 = tl.reshape(acc, (GROUPS, BLOCK_M, BLOCK_N))
+        acc3 += tl.dot(x3, w3, input_precision=PRECISION)
+        return tl.reshape(acc3, (GROUPS * BLOCK_M, BLOCK_N))
+    acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
+def _wide_piece(x_rows, w_rows, g_ptr, k_lo, k_hi, N, s_wn, m_ok, n_ok, NORM, GATED, UPCAST, PRECISION, w_dtype,
+                BATCHED: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr):  # fmt: skip
+    """The sums over K columns k_lo..k_hi, from zero: [GROUPS * BLOCK_M, BLOCK_N] (and the up half's when gated)
+    and each row's sum of squares."""
+    acc = tl.zeros((GROUPS * BLOCK_M, BLOCK_N), tl.float32)
+    acc_up = tl.zeros((GROUPS * BLOCK_M, BLOCK_N), tl.float32)
+    squares = tl.zeros((GROUPS, BLOCK_M, BLOCK_M), tl.float32)
+    rk = tl.arange(0, BLOCK_K)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        kk = k0 + rk
+        k_ok = kk < k_hi
+        x = _load_x(x_rows, kk, m_ok, k_ok)
+        w_mask = n_ok[:, None] & k_ok[None, :]
+        w = tl.load(w_rows + kk[None, :], mask=w_mask, other=0.0)
+        wu = w
+        if GATED:  # the up rows follow the N gate rows in the fused weight
+            wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=w_mask, other=0.0)
+        if NORM:  # per group of BLOCK_M rows, as `_dot_tile` sums them
+            x3 = tl.reshape(x, (GROUPS, BLOCK_M, BLOCK_K))
+            squares = tl.dot(x3, tl.permute(x3, (0, 2, 1)), squares, input_precision=PRECISION)
+            xf = x.to(tl.float32)
+            g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+            x = (xf * g[None, :]).to(w_dtype)
+        acc = _wide_dot(x, w, acc, UPCAST, PRECISION, BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K)
+        if GATED:
+            acc_up = _wide_dot(x, wu, acc_up, UPCAST, PRECISION, BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K)
+    eye = tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, BLOCK_M)[None, :]
+    diagonal = tl.sum(tl.where(eye[None, :, :], squares, 0.0), axis=2)
+    return acc, acc_up, tl.reshape(diagonal, (GROUPS * BLOCK_M,))
+
+
+@triton.jit
+def _step_linear_wide(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    g_ptr,
+    r_ptr,
+    y_ptr,
+    M,
+    N,
+    K,
+    K_SPLIT,
+    PIECES,
+    KB,
+    PROGRAMS,
+    eps,
+    s_xm,
+    s_wn,
+    s_rm,
+    s_ym,
+    NORM: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    CUT: tl.constexpr,
+    BATCHED: tl.constexpr,
+    GROUPS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One program: GROUPS * BLOCK_M rows, columns tile pid_n. CUT 0: K in one piece; 1: PIECES slices of K_SPLIT
+    columns (split-K); 2: the ranges of PROGRAMS stream-K programs over KB K tiles per column tile."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    rm = pid_m * (GROUPS * BLOCK_M) + tl.arange(0, GROUPS * BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = rm < M
+    n_ok = rn < N
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * s_xm
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
+    w_dtype = w_ptr.dtype.element_ty
+    if CUT == 0:
+        acc, acc_up, squares = _wide_piece(
+            x_rows, w_rows, g_ptr, 0, K, N, s_wn, m_ok, n_ok, NORM, GATED, UPCAST, PRECISION, w_dtype, BATCHED,
+            GROUPS, BLOCK_M, BLOCK_N, BLOCK_K,
+        )  # fmt: skip
+    else:
+        # the pieces added in K order to zero, as the kernels above add their partial sums (a piece that is a
+        # whole stream-K tile is taken as it comes there: adding it to zero changes no bit, since a sum started
+        # from +0 is never -0)
+        t_lo = pid_n.to(tl.int64) * KB
+        total = t_lo * 0 + ((N + BLOCK_N - 1) // BLOCK_N) * KB
+        first = t_lo * 0
+        last = t_lo * 0 + PIECES - 1
+        if CUT == 2:
+            first = _stream_owner(t_lo, PROGRAMS, total)
+            last = _stream_owner(t_lo + KB - 1, PROGRAMS, total)
+        acc = tl.zeros((GROUPS * BLOCK_M, BLOCK_N), tl.float32)
+        acc_up = tl.zeros((GROUPS * BLOCK_M, BLOCK_N), tl.float32)
+        squares = tl.zeros((GROUPS * BLOCK_M,), tl.float32)
+        for q in range(first, last + 1):
+            if CUT == 1:
+                k_lo = (q * K_SPLIT).to(tl.int32)
+                k_hi = tl.minimum(K, k_lo + K_SPLIT)
+            else:
+                k_lo = ((tl.maximum(q * total // PROGRAMS, t_lo) - t_lo) * BLOCK_K).to(tl.int32)
+                k_end = (tl.minimum((q + 1) * total // PROGRAMS, t_lo + KB) - t_lo) * BLOCK_K
+                k_hi = tl.minimum(K, k_end.to(tl.int32))
+            part, part_up, part_squares = _wide_piece(
+                x_rows, w_rows, g_ptr, k_lo, k_hi, N, s_wn, m_ok, n_ok, NORM, GATED, UPCAST, PRECISION, w_dtype,
+                BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K,
+            )  # fmt: skip
+            acc += part
+            acc_up += part_up
+            squares += part_squares
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    _linear_epilogue(
+        acc,
+        acc_up,
+        squares,
+        bias_ptr,
+        r_ptr,
+        y_ptr,
+        rm,
+        rn,
+        n_ok,
+        out_mask,
+        K,
+        eps,
+        s_rm,
+        s_ym,
+        NORM,
+        BIAS,
+        RESIDUAL,
+        GATED,
+    )
+
+
 def step_linear_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -498,10 +661,13 @@ def step_linear_triton(
     out: torch.Tensor | None = None,
     out_dtype: torch.dtype | None = None,
     config: dict[str, int] | None = None,
+    wide: dict[str, int] | bool | None = None,
 ) -> torch.Tensor:
     """x [M, K] (rows may be strided) -> y [M, N] (see step.step_linear_reference). `out`, when given, is written
     (a row-strided view is fine: a column slice of a wider buffer). `config` forces a tile shape (tests, benches);
-    by default the weight shape's tuned one serves."""
+    by default the weight shape's tuned one serves. A call of WIDE_ROWS rows or more runs the wide-row kernel,
+    which computes every row as the tile's own kernel does: `wide` False keeps it off, a dict forces its tile
+    (GROUPS, BLOCK_N, num_warps, num_stages; tests, benches)."""
     m = x.shape[0]
     k = weight.shape[1]
     n = weight.shape[0] // 2 if gated else weight.shape[0]
@@ -536,6 +702,10 @@ def step_linear_triton(
         res = residual if residual is None or rows == m else residual[:rows]
         y = y if rows == m else y[:rows]
         m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
+        if rows >= WIDE_ROWS and wide is not False and not tuning:
+            tile = wide if isinstance(wide, dict) else wide_config(config, split, stream, gated, k, w.dtype)
+            _launch_wide(config, split, stream, tile, xs, w, res, y, rows, n_tiles, compile_only)
+            return
         if stream:
             _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning)
             return
@@ -621,6 +791,52 @@ def step_linear_triton(
             **config,
         )
 
+    def _launch_wide(config, split, stream, tile, xs, w, res, y, rows, n_tiles, compile_only) -> None:
+        block_k = config["BLOCK_K"]
+        kb = triton.cdiv(k, block_k)
+        block_n = config["BLOCK_N"] if stream else tile["BLOCK_N"]
+        rows_per_program = tile["GROUPS"] * BLOCK_M
+        grid = (triton.cdiv(rows, rows_per_program), triton.cdiv(n, block_n))
+        kernel = (
+            functools.partial(_step_linear_wide.warmup, grid=grid)
+            if compile_only
+            else _step_linear_wide[grid]
+        )
+        kernel(
+            xs,
+            w,
+            bias if bias is not None else w,
+            norm_weight if norm_weight is not None else w,
+            res if res is not None else y,
+            y,
+            rows,
+            n,
+            k,
+            triton.cdiv(kb, split) * block_k,
+            split,
+            kb,
+            stream_programs(stream, n_tiles * kb, x.device) if stream else 1,
+            eps,
+            xs.stride(0),
+            w.stride(0),
+            res.stride(0) if res is not None else 0,
+            y.stride(0),
+            NORM=norm_weight is not None,
+            BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            GATED=gated,
+            UPCAST=upcast,
+            PRECISION="ieee",
+            CUT=2 if stream else (1 if split > 1 else 0),
+            BATCHED=tile.get("BATCHED", 0),
+            GROUPS=tile["GROUPS"],
+            BLOCK_M=BLOCK_M,
+            BLOCK_N=block_n,
+            BLOCK_K=block_k,
+            num_warps=tile["num_warps"],
+            num_stages=tile["num_stages"],
+        )
+
     if config is None:
         key = linear_key(
             n,
@@ -640,6 +856,31 @@ def step_linear_triton(
                 config = linear_config(n, k)
     launch(config, out)
     return out
+
+
+WIDE_ROWS = rows.WIDE  # a call of at least this many rows runs `_step_linear_wide`
+WIDE_STAGE_BYTES = 96 << 10  # shared memory one pipeline stage of a wide tile may take (x and weight tiles)
+
+
+def wide_config(
+    config: dict[str, int], split: int, stream: int, gated: bool, k: int, dtype: torch.dtype
+) -> dict[str, int]:
+    """The wide-row kernel's tile for a weight whose step tile is `config`: 64 rows a program (GROUPS 4), the
+    widest column tile whose x and weight tiles fit one stage in WIDE_STAGE_BYTES (the step tile's own under
+    stream-K), and as many stages as fit three such."""
+    size = 4 if dtype == torch.float32 else 2
+    block_k = config["BLOCK_K"]
+    groups = 4
+    halves = 2 if gated else 1
+    block_n = config["BLOCK_N"]
+    if not stream:
+        for candidate in (128, 64, 32, 16):
+            block_n = candidate
+            if (groups * BLOCK_M + halves * candidate) * block_k * size <= WIDE_STAGE_BYTES:
+                break
+    stage = (groups * BLOCK_M + halves * block_n) * block_k * size
+    stages = max(1, min(4, (3 * WIDE_STAGE_BYTES) // max(stage, 1) - 1))
+    return {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": 4, "num_stages": stages}
 
 
 _COUNTERS: dict[tuple[str, int | None], list[torch.Tensor]] = {}

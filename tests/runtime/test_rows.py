@@ -24,12 +24,13 @@ def test_each_module_takes_its_limit_from_the_one_definition():
     )
     assert fast.PREFILL_ROWS == rows.PREFILL
     assert dflash.KERNEL_ROWS == rows.DRAFT_KERNEL
+    assert step_triton.WIDE_ROWS == rows.WIDE
 
 
 def test_the_limits_are_whole_tiles_and_unchanged():
     # what the kernels were measured and tested at: a change here changes what is computed where
-    assert (rows.TILE, rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL) == (16, 32, 1024, 64)
-    for limit in (rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL):
+    assert (rows.TILE, rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL, rows.WIDE) == (16, 32, 1024, 64, 64)
+    for limit in (rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL, rows.WIDE):
         assert limit % rows.TILE == 0
     assert rows.TILE <= rows.STEP <= rows.PREFILL
     # the device loop's captured prefills: whole tiles up to PREFILL, a prompt's own length past it

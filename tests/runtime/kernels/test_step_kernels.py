@@ -581,3 +581,114 @@ def test_each_rows_norm_comes_from_its_own_row(monkeypatch, config):
     want = ops.step_linear_reference(x, weight, norm_weight=norm, eps=1e-6)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert float(got.abs().amax(1).min()) > 0.05  # every row normalized to unit scale, none to ~0
+
+
+WIDE_CASES = [
+    ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}, "norm_bias"),
+    ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 3}, "gated"),
+    ({**STREAM_TILE, "STREAM": 2}, "residual"),
+    ({**STREAM_TILE, "STREAM": 1}, "gated"),
+]
+
+
+@pytest.mark.parametrize(("config", "kind"), WIDE_CASES, ids=["plain", "split", "stream", "stream_gated"])
+def test_wide_rows_equal_the_tile_kernels_rows_bit_for_bit(monkeypatch, config, kind):
+    """The wide-row kernel (a call of WIDE_ROWS rows or more) computes every row exactly as the 16-row kernel of
+    the same tile does: the same K pieces added in the same order, the squares from the same per-16-row dots, in
+    every cut (one piece, split-K slices, stream-K ranges, some of them cutting a column tile). One group of 16
+    rows a program, so that the interpreter's numpy dots have the 16-row kernel's shapes and the rows are equal bit
+    for bit on the CPU too (test_wide_groups_... checks several groups)."""
+    monkeypatch.setattr(step_ops, "sm_count", lambda device: 5)
+    rows, k, n = 70, 200, 40  # rows: four wide programs and a part; 7 K tiles
+    x = _randn(rows, k, seed=51)
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=52, scale=0.1)
+    kwargs: dict = {}
+    if kind in ("norm_bias", "gated"):
+        kwargs.update(norm_weight=_randn(k, seed=53) + 1.0, eps=1e-6)
+    if kind == "norm_bias":
+        kwargs["bias"] = _randn(n, seed=54)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = _randn(rows, n, seed=55)
+    tile = {"GROUPS": 1, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}  # columns: stream-K keeps its own 16
+    narrow = step_ops.step_linear_triton(x, weight, config=config, wide=False, **kwargs)
+    wide = step_ops.step_linear_triton(x, weight, config=config, wide=tile, **kwargs)
+    assert torch.equal(wide, narrow)
+    torch.testing.assert_close(wide, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batched", [0, 1], ids=["one_dot", "dot_per_group"])
+def test_wide_groups_each_take_their_own_rows_squares(monkeypatch, batched):
+    """Several groups of 16 rows a program: each row's norm from its own sum of squares (rows scaled 10^4 apart,
+    so a row reading another group's would be far off), and the rows those of the 16-row kernel (bit for bit on
+    CUDA; on the CPU the interpreter's numpy dots of more rows round differently)."""
+    monkeypatch.setattr(step_ops, "sm_count", lambda device: 3)
+    k, n = 200, 40
+    scales = torch.tensor([1e-2, 1e2, 1.0, 3e1, 5e-2] * 14, device=DEVICE)[:, None]
+    x = _randn(70, k, seed=58) * scales
+    weight = _randn(2 * n, k, seed=59, scale=0.1)
+    kwargs = {"norm_weight": _randn(k, seed=60) + 1.0, "eps": 1e-6, "gated": True}
+    config = {**STREAM_TILE, "STREAM": 2}
+    tile = {"GROUPS": 4, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2, "BATCHED": batched}
+    narrow = step_ops.step_linear_triton(x, weight, config=config, wide=False, **kwargs)
+    wide = step_ops.step_linear_triton(x, weight, config=config, wide=tile, **kwargs)
+    for i in range(70):
+        assert_same_row(narrow[i], wide[i])
+    torch.testing.assert_close(wide, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_call_takes_the_wide_kernel_from_wide_rows_on(monkeypatch):
+    launched: list[int] = []
+    real = step_ops._step_linear_wide
+
+    class Spy:
+        def __getitem__(self, grid):
+            launched.append(grid[0])
+            return real[grid]
+
+    monkeypatch.setattr(step_ops, "_step_linear_wide", Spy())
+    weight = _randn(24, 40, seed=56, scale=0.1)
+    x = _randn(step_ops.WIDE_ROWS, 40, seed=57)
+    step_ops.step_linear_triton(x[:-1], weight)
+    assert launched == []
+    got = step_ops.step_linear_triton(x, weight)
+    assert launched == [1]  # 64 rows: one program of GROUPS 4 x 16 rows
+    for i in (0, 31, 62):
+        assert_same_row(got[i], step_ops.step_linear_triton(x[:-1], weight)[i])
+
+
+@pytest.mark.parametrize("block_k", [64, 128, 256, 512])
+@pytest.mark.parametrize("gated", [False, True])
+def test_the_wide_tile_fits_its_shared_memory_stage(block_k, gated):
+    config = {"BLOCK_N": 32, "BLOCK_K": block_k, "num_warps": 4, "num_stages": 3}
+    tile = step_ops.wide_config(config, 1, 0, gated, 4096, torch.bfloat16)
+    stage = (tile["GROUPS"] * 16 + (2 if gated else 1) * tile["BLOCK_N"]) * block_k * 2
+    assert stage <= step_ops.WIDE_STAGE_BYTES and tile["num_stages"] >= 1
+    assert tile["GROUPS"] * 16 >= 64 and tile["BLOCK_N"] >= 16
+    streamed = step_ops.wide_config(config, 1, 2, gated, 4096, torch.bfloat16)
+    assert streamed["BLOCK_N"] == 32  # stream-K's cuts are per column tile: its own width
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="CUDA")
+@pytest.mark.parametrize("kind", ["norm", "gated", "residual", "lm_head"])
+def test_wide_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(kind):
+    """bf16 weights of a real width, the tuned tile: a 2,048-row call's rows equal a one-row call's."""
+    k, n = 1024, 1536
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=61, scale=0.05, dtype=torch.bfloat16)
+    x = _randn(2048, k, seed=62, dtype=torch.bfloat16)
+    kwargs: dict = {}
+    if kind in ("norm", "gated"):
+        kwargs.update(norm_weight=_randn(k, seed=63, dtype=torch.bfloat16) + 1.0, eps=1e-6)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = _randn(2048, n, seed=64, dtype=torch.bfloat16)
+    if kind == "lm_head":
+        kwargs["out_dtype"] = torch.float32
+    many = step_ops.step_linear_triton(x, weight, **kwargs)
+    for i in (0, 77, 2047):
+        one_kwargs = {**kwargs, "residual": kwargs["residual"][i : i + 1]} if kind == "residual" else kwargs
+        one = step_ops.step_linear_triton(x[i : i + 1], weight, **one_kwargs)
+        assert torch.equal(one[0], many[i])

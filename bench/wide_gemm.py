@@ -1,0 +1,141 @@
+"""The step GEMMs at many rows: the 16-row tile kernel, the wide-row kernel and cuBLAS on the same shapes.
+
+    python bench/wide_gemm.py [--model qwen3-8b|smollm2] [--rows 16,64,256,1024,2048] [--explore]
+
+For each of the model's layer GEMMs (qkv with the input norm folded in, o_proj with the residual, gate_up with the
+post-attention norm and silu(gate) * up, down with the residual; the lm_head to fp32) and each row count it
+prints the median time (CUDA events over back-to-back launches) of
+
+    tile      `step_linear_triton(..., wide=False)`: 16 rows a program (what every call ran before the wide kernel)
+    wide      the call as it runs now (the wide-row kernel from WIDE_ROWS rows on, with its default tile)
+    cuBLAS    torch's bf16 GEMM of the same x and weight (the plain product only: no norm, residual or gating)
+
+with wide / cuBLAS as a share (the issue's goal: at least 50 % of cuBLAS's speed from 64 to 2,048 rows) and
+whether the wide kernel's rows equal the tile kernel's bit for bit (they must: batch invariance). `--explore
+ROWS` also times a grid of wide tiles per shape at ROWS rows and prints the fastest that keeps the rows equal,
+for choosing `wide_config`'s defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import statistics
+
+import torch
+
+from lilicorr_runtime.ops import step_triton
+
+SHAPES = {  # (name, N, K, kind): the layer GEMMs of one decoder layer and the lm_head
+    "qwen3-8b": [
+        ("qkv", (32 + 2 * 8) * 128, 4096, "norm"),
+        ("o_proj", 4096, 32 * 128, "residual"),
+        ("gate_up", 12288, 4096, "gated"),
+        ("down", 4096, 12288, "residual"),
+        ("lm_head", 151936, 4096, "lm_head"),
+    ],
+    "smollm2": [
+        ("qkv", (9 + 2 * 3) * 64, 576, "norm"),
+        ("o_proj", 576, 576, "residual"),
+        ("gate_up", 1536, 576, "gated"),
+        ("down", 576, 1536, "residual"),
+        ("lm_head", 49152, 576, "lm_head"),
+    ],
+}
+
+
+def timed(fn, repeats: int = 20) -> float:
+    """Median milliseconds of `fn` over `repeats` launches after two warm-up calls."""
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def operands(n: int, k: int, kind: str, rows: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    gen = torch.Generator(device="cuda").manual_seed(n + k)
+    weight = (torch.randn(2 * n if kind == "gated" else n, k, device="cuda", generator=gen) * 0.02).bfloat16()
+    x = torch.randn(rows, k, device="cuda", generator=gen).bfloat16()
+    kwargs: dict = {}
+    if kind in ("norm", "gated"):
+        kwargs.update(norm_weight=torch.ones(k, device="cuda", dtype=torch.bfloat16), eps=1e-6)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = torch.randn(rows, n, device="cuda", generator=gen).bfloat16()
+    if kind == "lm_head":
+        kwargs["out_dtype"] = torch.float32
+    return x, weight, kwargs
+
+
+def explore(x, weight, kwargs) -> tuple[float, dict]:
+    """The fastest wide tile of a grid (those that compile and fit), and its time."""
+    best: tuple[float, dict] = (float("inf"), {})
+    for groups, block_n, warps, batched in itertools.product((4, 8), (64, 128, 256), (4, 8), (0, 1)):
+        tile = {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": warps, "num_stages": 3, "BATCHED": batched}
+        try:
+            ms = timed(lambda t=tile: step_triton.step_linear_triton(x, weight, wide=t, **kwargs), repeats=5)
+            same = torch.equal(
+                step_triton.step_linear_triton(x, weight, wide=tile, **kwargs),
+                step_triton.step_linear_triton(x, weight, wide=False, **kwargs),
+            )
+        except Exception:  # noqa: BLE001 - a tile that does not fit (shared memory, registers) is skipped
+            continue
+        print(f"|  tile {tile} | | | {ms:.3f} | | | | {'yes' if same else 'NO'} |", flush=True)
+        if not same:
+            continue
+        best = min(best, (ms, tile), key=lambda b: b[0])
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(SHAPES), default="qwen3-8b")
+    parser.add_argument("--rows", default="16,64,256,1024,2048")
+    parser.add_argument("--only", default="", help="GEMM names to time (default: all), e.g. qkv,gate_up")
+    parser.add_argument(
+        "--explore",
+        metavar="ROWS",
+        help="also time a grid of wide tiles (one dot or one per group) at ROWS rows",
+    )
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/wide_gemm.py needs a CUDA device")
+    print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · {args.model}")
+    print("| GEMM | rows | tile ms | wide ms | cuBLAS ms | wide / cuBLAS speed | tile / cuBLAS | equal |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    for name, n, k, kind in SHAPES[args.model]:
+        if args.only and name not in args.only.split(","):
+            continue
+        for rows in (int(r) for r in args.rows.split(",")):
+            x, weight, kwargs = operands(n, k, kind, rows)
+            tile = timed(lambda: step_triton.step_linear_triton(x, weight, wide=False, **kwargs))
+            wide = timed(lambda: step_triton.step_linear_triton(x, weight, **kwargs))
+            plain = weight[:n] if kind != "gated" else weight
+            cublas = timed(lambda: torch.nn.functional.linear(x, plain))
+            same = torch.equal(
+                step_triton.step_linear_triton(x, weight, wide=False, **kwargs),
+                step_triton.step_linear_triton(x, weight, **kwargs),
+            )
+            print(
+                f"| {name} {n}x{k} | {rows} | {tile:.3f} | {wide:.3f} | {cublas:.3f} | {cublas / wide:.0%} "
+                f"| {cublas / tile:.0%} | {'yes' if same else 'NO'} |",
+                flush=True,
+            )
+            if args.explore and rows == int(args.explore):
+                ms, best = explore(x, weight, kwargs)
+                print(
+                    f"|  best wide tile {best} | {rows} | | {ms:.3f} | | {cublas / ms:.0%} | | |", flush=True
+                )
+
+
+if __name__ == "__main__":
+    main()
