@@ -151,6 +151,9 @@ FIRST = RuntimeProfile(
         # config/speculative.py _validate_qwen3_omni_dspark: read only for a Qwen3-Omni target
         ("$.dspark_bonus_anchor", "*", "unread"),
         ("$.markov_*", "!dspark", "unread"),
+        # qwen3_dspark.py Qwen3DSparkModel.__init__: DSparkMarkovHead(..., config.markov_rank) and the confidence
+        # head's `input_dim += config.markov_rank`, uncast: nn.Embedding(vocab, 8.0) is a TypeError at build
+        ("$.markov_rank", "dspark", "int"),
         ("$.emb_dim", "*", "unread"),
         ("$.gru_hidden_dim", "*", "unread"),
         # lilicorr.py LiLiCorr.__init__: `if not draft_config.get("lilicorr_enabled", True)`

@@ -41,7 +41,8 @@ rule(
     "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
     "and hidden_size is not divisible by num_attention_heads; when num_hidden_layers names more "
     "layers than the files hold tensors (that count is not expanded); and when draft_vocab_size is negative, "
-    "for the runtimes whose draft head is sized by it (vLLM's DFlash, DFlash2 and DSpark).",
+    "for the runtimes whose draft head is sized by it (vLLM's DFlash, DFlash2 and DSpark), or 0 for the same "
+    "runtimes (no drafted token comes from the trained head: DFlash's draft logits are all -inf).",
     why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
     "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
     "attention needs the key/value heads to divide the query heads.",
@@ -991,6 +992,21 @@ def _draft_vocabulary(ctx: Context) -> None:
             pointer="$.draft_vocab_size",
             expected=">= 0",
             actual=cfg.draft_vocab_size,
+        )
+    elif cfg.draft_vocab_size == 0:
+        # qwen3_dflash.py DFlashQwen3ForCausalLM.compute_logits: a zero-row draft_id_to_target_id scatters no
+        # lm_head logit into the draft's vocabulary (`logits_new[:, targets] = logits`), all -inf, whose argmax
+        # is token 0 at every draft step; qwen3_dspark.py sizes its head and id map by it alike
+        ctx.emit_for(
+            "LC118",
+            served,
+            f"draft_vocab_size is 0: {names(served, 'builds|build')} the draft head and its draft-to-target id "
+            "map with no rows, so no drafted token comes from the trained head (DFlash: every draft logit is "
+            "-inf and each drafted token is token 0)",
+            file="config.json",
+            pointer="$.draft_vocab_size",
+            expected=">= 1",
+            actual=0,
         )
     ctx.emit_for(
         "LC120",

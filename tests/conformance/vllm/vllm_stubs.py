@@ -571,6 +571,8 @@ class LogitsProcessor(nn.Module):
     ) -> None:
         super().__init__()
         self.vocab_size = vocab_size
+        # logits_processor.py LogitsProcessor.__init__: the columns _get_logits keeps (`logits[..., :org_vocab_size]`)
+        self.org_vocab_size = org_vocab_size or vocab_size
         self.scale = scale
         self.soft_cap = soft_cap
 
