@@ -205,6 +205,11 @@ def test_an_absent_intermediate_size_is_padded_by_sglang(tmp_path: Path) -> None
     assert [f.runtimes for f in hits(report, "LC118", "error")] == [["vllm"]]
     warned = hits(report, "LC183", "warning")
     assert [f.runtimes for f in warned] == [["sglang"]] and "22016" in warned[0].message
+    # a llama drafter: LlamaConfig's default is 11008, which SGLang builds and pads into alike
+    llama = checkpoint(tmp_path / "llama", {**fixtures.draft_config(head=False), "model_type": "llama"})
+    edit_config(llama, lambda c: c.pop("intermediate_size"))
+    warned = hits(run(llama, runtime="sglang,vllm"), "LC183", "warning")
+    assert [f.runtimes for f in warned] == [["sglang"]] and "llama config class's default 11008" in warned[0].message
 
 
 def test_a_nan_output_multiplier_is_refused_on_dflash2_only(tmp_path: Path) -> None:

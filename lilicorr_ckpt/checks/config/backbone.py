@@ -57,10 +57,12 @@ rule(
     "trained MLP tensors into it.",
     "Write the trained intermediate_size.",
     doc="Fires when config.json has no `intermediate_size`, the model_type's config class has a default for it "
-    "(Qwen3Config: 22016), and the draft layers' MLP tensors (float or NVFP4-packed) are of one width no "
+    "(transformers' classes: Qwen3Config and Qwen2Config 22016, LlamaConfig 11008, MistralConfig 14336, and the "
+    "other common decoder types), and the draft layers' MLP tensors (float or NVFP4-packed) are of one width no "
     "larger than that default, for the runtimes whose linear weight loaders zero-pad a narrower tensor: "
     "SGLang (LC118 for the others, and for every runtime when the tensors are wider or of several widths).",
-    why="SGLang reads the config through transformers' Qwen3Config, whose default fills the absent key, and its "
+    why="SGLang reads the config through transformers' config class of its model_type (Qwen3Config for a qwen3 "
+    "drafter), whose default fills the absent key, and its "
     "MergedColumnParallelLinear / RowParallelLinear weight loaders pad a loaded weight narrower than the "
     "parameter with zeros (pad_or_narrow_weight): the padded gate and up rows give silu(0) * 0 = 0 and the "
     "padded down_proj columns add nothing, so the trained function is served, at the default's memory and "
@@ -664,8 +666,30 @@ def _hidden_act(ctx: Context) -> None:
             )
 
 
-# the config class's intermediate_size where config.json has none (transformers' Qwen3Config)
-CONFIG_CLASS_INTERMEDIATE = {"qwen3": 22016}
+# the config class's intermediate_size where config.json has none, by model_type: the defaults of transformers'
+# config classes (5.x, which both engines' AutoConfig builds; no SGLang 0.5.21-0.5.23 or vLLM release registers a
+# class of its own for these types). Every DFlash-family draft class sizes its dense MLP by config.intermediate_size
+# whatever the model_type (SGLang models/dflash.py DFlashMLP). tests/conformance/test_config_defaults.py compares
+# the table with the installed classes
+CONFIG_CLASS_INTERMEDIATE = {
+    "deepseek_v3": 18432,
+    "gemma": 24576,
+    "gemma2": 9216,
+    "gemma3_text": 9216,
+    "glm4": 13696,
+    "gpt_oss": 2880,
+    "granite": 11008,
+    "llama": 11008,
+    "mistral": 14336,
+    "mixtral": 14336,
+    "nemotron": 24576,
+    "olmo2": 11008,
+    "phi3": 8192,
+    "qwen2": 22016,
+    "qwen2_moe": 5632,
+    "qwen3": 22016,
+    "qwen3_moe": 6144,
+}
 _MLP_WEIGHT = re.compile(r"^layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
@@ -697,8 +721,8 @@ def _intermediate_absent(ctx: Context) -> list[RuntimeProfile]:
     ctx.emit_for(
         "LC183",
         padded,
-        f"intermediate_size is absent: {names(padded, 'builds|build')} the config class's default "
-        f"{default} and zero-pads the trained MLP tensors (width {width}) into it: the trained function, with "
+        f"intermediate_size is absent: {names(padded, 'builds|build')} the {ctx.config.model_type} config "
+        f"class's default {default} and zero-pads the trained MLP tensors (width {width}) into it: the trained function, with "
         f"{default // max(width, 1)}x the MLP's memory and compute",
         file="config.json",
         pointer="$.intermediate_size",
