@@ -209,7 +209,9 @@ def test_an_absent_intermediate_size_is_padded_by_sglang(tmp_path: Path) -> None
     llama = checkpoint(tmp_path / "llama", {**fixtures.draft_config(head=False), "model_type": "llama"})
     edit_config(llama, lambda c: c.pop("intermediate_size"))
     warned = hits(run(llama, runtime="sglang,vllm"), "LC183", "warning")
-    assert [f.runtimes for f in warned] == [["sglang"]] and "llama config class's default 11008" in warned[0].message
+    assert [f.runtimes for f in warned] == [["sglang"]] and "llama config class's default 11008" in warned[
+        0
+    ].message
 
 
 def test_a_nan_output_multiplier_is_refused_on_dflash2_only(tmp_path: Path) -> None:
@@ -256,3 +258,24 @@ def test_an_explicit_is_causal_wins_over_dflash_config_causal(tmp_path: Path) ->
     path = checkpoint(tmp_path, config, is_causal=False)
     report = run(path, runtime="sglang,vllm")
     assert not hits(report, "LC133", "error") and not hits(report, "LC134", "info")
+
+
+def test_a_top_level_size_read_only_without_dflash_configs_is_cast(tmp_path: Path) -> None:
+    # SGLang parse_dflash_draft_config: Domino's gru_hidden_dim is dflash_config's, else the top-level one, through
+    # int(): a top-level "32" alone builds a 32-wide GRU the 16-wide trained tensors do not fit
+    path = fixtures.write_checkpoint(tmp_path / "a", fixtures.sibling_config("domino"))
+
+    def move(config: dict[str, Any], value: Any) -> None:
+        config["dflash_config"].pop("gru_hidden_dim")
+        config["gru_hidden_dim"] = value
+
+    edit_config(path, lambda c: move(c, "32"))
+    assert "LC208" in errors(path, "sglang==0.5.23")
+    edit_config(path, lambda c: c.update(gru_hidden_dim="16"))
+    assert not errors(path, "sglang==0.5.23")
+    # beside dflash_config's value the top-level one is not read: nothing is cast
+    edit_config(
+        path,
+        lambda c: c.update(gru_hidden_dim="32", dflash_config={**c["dflash_config"], "gru_hidden_dim": 16}),
+    )
+    assert not errors(path, "sglang==0.5.23")
