@@ -135,6 +135,10 @@ FIRST = RuntimeProfile(
     # config/speculative.py SpeculativeConfig.__post_init__: `n_predict = getattr(hf_config, "n_predict", None)`;
     # unless DSpark, num_speculative_tokens above it "must be divisible by n_predict"
     n_predict_families=("lilicorr", "dflash", "dflash2", "domino"),
+    # qwen3_dflash2.py DFlash2Qwen3ForCausalLM: LogitsProcessor(scale=float(output_multiplier)) for the
+    # candidates; logits_processor.py get_top_k_tokens (compute_candidates, every draft step) raises ValueError for a
+    # scale <= 0 ("not supported for non-positive logit scaling factors"); no other head applies it
+    output_multiplier_step_positive=("dflash2",),
     config_reads=(
         # another head kind's keys: each model class reads only its own (lilicorr.py the lilicorr_* and conv keys,
         # qwen3_dflash2.py the selector and conv keys, qwen3_dspark.py the Markov and confidence keys)

@@ -279,3 +279,31 @@ def test_a_top_level_size_read_only_without_dflash_configs_is_cast(tmp_path: Pat
         lambda c: c.update(gru_hidden_dim="32", dflash_config={**c["dflash_config"], "gru_hidden_dim": 16}),
     )
     assert not errors(path, "sglang==0.5.23")
+
+
+def test_is_causal_and_dflash_config_causal_disagreeing_is_a_warning(tmp_path: Path) -> None:
+    # both engines read an explicit is_causal first (vLLM _dflash_layer_causal, SGLang _get_dflash_attention_type)
+    config = fixtures.sibling_config("dflash2")  # is_causal false
+    config["dflash_config"]["causal"] = True
+    report = run(fixtures.write_checkpoint(tmp_path / "a", config), runtime="sglang,vllm")
+    warned = hits(report, "LC185", "warning")
+    assert sorted(r for f in warned for r in f.runtimes) == ["sglang", "vllm"]
+    assert "is_causal is false but dflash_config.causal is true" in warned[0].message
+    assert "layers bidirectionally" in warned[0].message and not report.summary.errors
+    config = {**fixtures.sibling_config("dflash2"), "is_causal": True}
+    warned = hits(run(fixtures.write_checkpoint(tmp_path / "b", config), runtime="vllm"), "LC185", "warning")
+    assert [f.message.split(": ")[0] for f in warned] == [
+        "is_causal is true but dflash_config.causal is false"
+    ]
+    assert "layers causally" in warned[0].message
+
+
+def test_a_non_positive_dflash2_output_multiplier_fails_vllm_first_step(tmp_path: Path) -> None:
+    # vLLM's get_top_k_tokens refuses a scale <= 0 for DFlash2's candidates; a DFlash head never applies it
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["output_multiplier"] = -1.0
+    found = hits(run(fixtures.write_checkpoint(tmp_path / "a", config), runtime="vllm"), "LC123", "error")
+    assert found and "first draft step fails" in found[0].message
+    plain = fixtures.draft_config(head=False)
+    plain["dflash_config"]["output_multiplier"] = -1.0
+    assert "LC123" not in errors(checkpoint(tmp_path / "b", plain), "vllm")

@@ -162,12 +162,16 @@ rule(
     "output-multiplier",
     "error",
     CFG,
-    "dflash_config.output_multiplier is not > 0, which the runtime's DFlash config parser requires.",
+    "dflash_config.output_multiplier is not > 0: the runtime's DFlash config parser refuses it, or its first "
+    "draft step fails on it.",
     "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
     doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
-    "and require it positive: SGLang (a NaN passes that check: LC184).",
-    why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM does not apply the '
-    "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
+    "and require it positive: SGLang for every head (a NaN passes that check: LC184), and vLLM for a DFlash2 "
+    "head, whose first draft step fails on it.",
+    why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM applies the multiplier '
+    "only to DFlash2's candidate logits (qwen3_dflash2.py), through a top-k selection that raises for a "
+    "non-positive scale (logits_processor.py get_top_k_tokens) at the first draft step; it does not apply it "
+    "on the other heads, and TensorRT-LLM does not read it, so they load the same file.",
     example='    "dflash_config": {"output_multiplier": 0}',
 )
 rule(
@@ -244,6 +248,26 @@ rule(
     "verdicts show where a causal drafter is served as declared; SGLang ignores dflash_config.causal "
     "(LC133) and TensorRT-LLM refuses the flag (LC117).",
     example='    "is_causal": true',
+)
+rule(
+    "LC185",
+    "causal-contradiction",
+    "warning",
+    CFG,
+    "The top-level is_causal and dflash_config.causal disagree: the runtime reads is_causal and never looks at "
+    "dflash_config.causal.",
+    "Write the attention the draft was trained with in both keys (or drop dflash_config.causal).",
+    doc="Fires when the top-level `is_causal` is a bool and `dflash_config.causal` is present with the other truth "
+    "value, for the runtimes that read an explicit is_causal first: vLLM (qwen3_dflash.py "
+    "`_dflash_layer_causal`: `bool(is_causal)` unless it is None, then dflash_config.causal) and SGLang "
+    "(models/dflash.py `_get_dflash_attention_type` reads only the text config's is_causal), in every "
+    "supported release. The message says which attention they run: the one is_causal states.",
+    why="The config states two attentions. Both engines serve the one is_causal names (bidirectional for "
+    "`false`, causal for `true`) and load cleanly, so the draft is served as trained only if is_causal is the "
+    "trained one; a reader of dflash_config.causal (the drafter's training code, another tool) sees the "
+    "other. A warning, not an error: exports such as DFlash2's write an explicit is_causal that is the "
+    "trained value.",
+    example='    "is_causal": false,\n    "dflash_config": {"causal": true}',
 )
 rule(
     "LC135",
@@ -493,12 +517,29 @@ def backbone_config(ctx: Context) -> None:
 
 
 def _causal(ctx: Context) -> None:
-    """LC117 / LC133 / LC134: a causal draft, refused, run bidirectionally or honoured per runtime."""
+    """LC117 / LC133 / LC134 / LC185: a causal draft, refused, run bidirectionally or honoured per runtime."""
     cfg = ctx.config
     # a truthy value of another JSON type declares the same as true: the runtimes that read it do so as a truth
     # value (LC004), and one that never reads it serves the same bidirectional layers whatever it holds
     block = ctx.parsed.raw.get("dflash_config")
     nested_causal = block.get("causal") if isinstance(block, dict) else None
+    if isinstance(cfg.is_causal, bool) and nested_causal is not None and bool(nested_causal) != cfg.is_causal:
+        # vLLM qwen3_dflash.py _dflash_layer_causal (`if is_causal is not None: return bool(is_causal)`) and SGLang
+        # models/dflash.py _get_dflash_attention_type (the text config's is_causal only): is_causal decides
+        first = [p for p in ctx.profiles if "honours" in (p.causal_top_level, p.causal)]
+        runs = "causally" if cfg.is_causal else "bidirectionally"
+        ctx.emit_for(
+            "LC185",
+            first,
+            f"is_causal is {json.dumps(cfg.is_causal)} but dflash_config.causal is {json.dumps(nested_causal)}: "
+            f"{names(first, 'reads|read')} is_causal first and {'run' if len(first) > 1 else 'runs'} the "
+            f"full-attention layers {runs}, never looking at dflash_config.causal; the draft is served as "
+            f"trained only if it was trained {runs}",
+            file="config.json",
+            pointer="$.dflash_config.causal",
+            expected=json.dumps(cfg.is_causal),
+            actual=json.dumps(nested_causal),
+        )
     if bool(nested_causal) or cfg.is_causal is True:
         nested = cfg.is_causal is not True
         key = "$.dflash_config.causal" if nested else "$.is_causal"
@@ -611,6 +652,22 @@ def _output_multiplier(ctx: Context) -> None:
             readers,
             f"dflash_config.output_multiplier is {nested_mult}: "
             f"{names(readers, 'requires|require')} it > 0 (default 1)",
+            file="config.json",
+            pointer="$.dflash_config.output_multiplier",
+            expected="> 0",
+            actual=nested_mult,
+        )
+        stepping = [
+            p
+            for p in ctx.profiles
+            if ctx.geometry.family in p.output_multiplier_step_positive and p not in readers
+        ]
+        ctx.emit_for(
+            "LC123",
+            stepping,
+            f"dflash_config.output_multiplier is {nested_mult}: {names(stepping, 'scales|scale')} the DFlash2 "
+            "candidates' logits by it and the first draft step fails on a scale <= 0 (the top-k candidate "
+            "selection refuses a non-positive scale)",
             file="config.json",
             pointer="$.dflash_config.output_multiplier",
             expected="> 0",

@@ -134,6 +134,15 @@ VALUE_ROWS: tuple[Case, ...] = (
     # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal (no LC133 / LC134 for them)
     Case("dflash2", "dflash", "causal", "whole_float"),
     Case("dflash2", "dflash", "causal", "true"),
+    # the other contradiction, is_causal true beside dflash_config.causal false: both run causal layers (LC185 says
+    # so, a warning; LC134)
+    Case("dflash2", "top", "is_causal", "true"),
+    # vLLM qwen3_dflash2.py: output_multiplier is the candidates' logits scale, which logits_processor.py
+    # get_top_k_tokens refuses <= 0 at the first draft step (the harness runs compute_candidates): LC123 on DFlash2
+    # for vLLM too; a plain DFlash head never applies it (SGLang's parser refuses it for every head)
+    Case("dflash2", "dflash", "output_multiplier", "negative"),
+    Case("dflash2", "dflash", "output_multiplier", "zero"),
+    Case("dflash", "dflash", "output_multiplier", "negative"),
     # a quantization_config object with no quant_method: vLLM model_arch_config_convertor.py
     # _normalize_quantization_config `quant_cfg.get("quant_method", "")`, config/model.py _verify_quantization
     # (an empty method is no quantization: loads unquantized); SGLang "Unknown quantization method" (LC316)

@@ -597,6 +597,15 @@ def _first_step_logits(model: Any, sharing: Sharing, target: TargetShape) -> tup
     the speculator's greedy_argmax (v1/worker/gpu/sample/greedy_argmax.py: `logits.argmax(dim=-1)` off CUDA) picks
     a token from each row. The lm_head is the target's unless the draft owns one (dflash/utils.py
     load_dflash_model)."""
+    # qwen3_dflash2.py compute_candidates, the DFlash2 speculator's every draft step: the candidates' logits
+    # processor's get_top_k_tokens
+    if hasattr(model, "compute_candidates"):
+        try:
+            model.compute_candidates(torch.zeros(1, model.config.hidden_size))
+        except S.InfrastructureCalled:
+            pass  # the GEMM: every check before it passed
+        except (RuntimeError, ValueError, TypeError) as exc:
+            return "C", f"compute_candidates (the candidates' top-k at the first draft step): {exc}"
     d2t = getattr(model, "draft_id_to_target_id", None)
     processor = getattr(model, "logits_processor", None)
     if sharing.dspark or not isinstance(d2t, torch.Tensor) or not isinstance(processor, S.LogitsProcessor):
