@@ -257,14 +257,15 @@ rule(
     "The top-level is_causal and dflash_config.causal disagree: the runtime reads is_causal and never looks at "
     "dflash_config.causal.",
     "Write the attention the draft was trained with in both keys (or drop dflash_config.causal).",
-    doc="Fires when the top-level `is_causal` is a bool and `dflash_config.causal` is present with the other truth "
-    "value, for the runtimes that read an explicit is_causal first: vLLM (qwen3_dflash.py "
+    doc="Fires when the top-level `is_causal` is false and `dflash_config.causal` is true (or another truthy "
+    "value), for the runtimes that read an explicit is_causal first: vLLM (qwen3_dflash.py "
     "`_dflash_layer_causal`: `bool(is_causal)` unless it is None, then dflash_config.causal) and SGLang "
     "(models/dflash.py `_get_dflash_attention_type` reads only the text config's is_causal), in every "
-    "supported release. The message says which attention they run: the one is_causal states.",
-    why="The config states two attentions. Both engines serve the one is_causal names (bidirectional for "
-    "`false`, causal for `true`) and load cleanly, so the draft is served as trained only if is_causal is the "
-    "trained one; a reader of dflash_config.causal (the drafter's training code, another tool) sees the "
+    "supported release: they run the full-attention layers bidirectionally. (The other contradiction, is_causal "
+    "true beside a false dflash_config.causal, is reported as the true is_causal those runtimes read: LC134, "
+    "LC117.)",
+    why="The config states two attentions. Both engines serve the one is_causal names (bidirectional) and load "
+    "cleanly, so the draft is served as trained only if it was trained bidirectionally; a reader of dflash_config.causal (the drafter's training code, another tool) sees the "
     "other. A warning, not an error: exports such as DFlash2's write an explicit is_causal that is the "
     "trained value.",
     example='    "is_causal": false,\n    "dflash_config": {"causal": true}',
@@ -523,11 +524,12 @@ def _causal(ctx: Context) -> None:
     # value (LC004), and one that never reads it serves the same bidirectional layers whatever it holds
     block = ctx.parsed.raw.get("dflash_config")
     nested_causal = block.get("causal") if isinstance(block, dict) else None
-    if isinstance(cfg.is_causal, bool) and nested_causal is not None and bool(nested_causal) != cfg.is_causal:
+    # (is_causal true beside a false dflash_config.causal is LC134 / LC117's: is_causal true is reported as read)
+    if cfg.is_causal is False and bool(nested_causal):
         # vLLM qwen3_dflash.py _dflash_layer_causal (`if is_causal is not None: return bool(is_causal)`) and SGLang
         # models/dflash.py _get_dflash_attention_type (the text config's is_causal only): is_causal decides
         first = [p for p in ctx.profiles if "honours" in (p.causal_top_level, p.causal)]
-        runs = "causally" if cfg.is_causal else "bidirectionally"
+        runs = "bidirectionally"
         ctx.emit_for(
             "LC185",
             first,

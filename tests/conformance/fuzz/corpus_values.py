@@ -134,8 +134,8 @@ VALUE_ROWS: tuple[Case, ...] = (
     # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal (no LC133 / LC134 for them)
     Case("dflash2", "dflash", "causal", "whole_float"),
     Case("dflash2", "dflash", "causal", "true"),
-    # the other contradiction, is_causal true beside dflash_config.causal false: both run causal layers (LC185 says
-    # so, a warning; LC134)
+    # (LC185, a warning, says so); the other contradiction, is_causal true beside dflash_config.causal false: both
+    # run causal layers as is_causal states (LC134)
     Case("dflash2", "top", "is_causal", "true"),
     # vLLM qwen3_dflash2.py: output_multiplier is the candidates' logits scale, which logits_processor.py
     # get_top_k_tokens refuses <= 0 at the first draft step (the harness runs compute_candidates): LC123 on DFlash2
