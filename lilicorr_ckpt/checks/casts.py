@@ -20,7 +20,7 @@ from lilicorr_ckpt.checkpoint.load import Checkpoint
 from lilicorr_ckpt.checkpoint.manifest import build_manifest
 from lilicorr_ckpt.results import Finding
 from lilicorr_ckpt.runtimes import RuntimeProfile
-from lilicorr_ckpt.runtimes.reads import CASTS, config_read, present, reader_refuses
+from lilicorr_ckpt.runtimes.reads import CASTS, config_read, present, reader_refuses, resolve_read
 
 _TYPED = {int: "integer", float: "a number"}
 
@@ -41,7 +41,8 @@ def release_casts(ckpt: Checkpoint, profile: RuntimeProfile) -> dict[str, int | 
             continue  # an integer out of range, not a cast
         if isinstance(value, float) and not math.isfinite(value):
             continue
-        reader = config_read(profile, family, path)
+        # an "else:READER" entry (a top-level key read only where dflash_config has none) is READER or unread
+        reader = resolve_read(config_read(profile, family, path), path, parsed.raw)
         cast = CASTS.get(reader or "")
         if cast is None or _TYPED[cast] not in issue.expected or reader_refuses(reader or "", value):
             continue

@@ -93,6 +93,9 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     causal_top_level: str | None = None
     # reads output_multiplier from dflash_config only and requires it > 0 (None: does not read it)
     output_multiplier_nested_positive: bool = False
+    # the head kinds whose first draft step refuses a dflash_config.output_multiplier <= 0 (the candidates' logits
+    # scale: vLLM's get_top_k_tokens)
+    output_multiplier_step_positive: tuple[str, ...] = ()
     embedding_rows_equal_vocab: bool = False  # the target's input embedding must have exactly V rows
     accepts_fused_qkv: bool = True  # accepts (and splits) a float fused self_attn.qkv_proj.weight
     # DFlashDraftModel (and the backbones in projector_routed_architectures) with dflash_config.projector_type

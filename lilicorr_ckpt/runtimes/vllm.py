@@ -135,6 +135,10 @@ FIRST = RuntimeProfile(
     # config/speculative.py SpeculativeConfig.__post_init__: `n_predict = getattr(hf_config, "n_predict", None)`;
     # unless DSpark, num_speculative_tokens above it "must be divisible by n_predict"
     n_predict_families=("lilicorr", "dflash", "dflash2", "domino"),
+    # qwen3_dflash2.py DFlash2Qwen3ForCausalLM: LogitsProcessor(scale=float(output_multiplier)) for the
+    # candidates; logits_processor.py get_top_k_tokens (compute_candidates, every draft step) raises ValueError for a
+    # scale <= 0 ("not supported for non-positive logit scaling factors"); no other head applies it
+    output_multiplier_step_positive=("dflash2",),
     config_reads=(
         # another head kind's keys: each model class reads only its own (lilicorr.py the lilicorr_* and conv keys,
         # qwen3_dflash2.py the selector and conv keys, qwen3_dspark.py the Markov and confidence keys)
@@ -151,6 +155,9 @@ FIRST = RuntimeProfile(
         # config/speculative.py _validate_qwen3_omni_dspark: read only for a Qwen3-Omni target
         ("$.dspark_bonus_anchor", "*", "unread"),
         ("$.markov_*", "!dspark", "unread"),
+        # qwen3_dspark.py Qwen3DSparkModel.__init__: DSparkMarkovHead(..., config.markov_rank) and the confidence
+        # head's `input_dim += config.markov_rank`, uncast: nn.Embedding(vocab, 8.0) is a TypeError at build
+        ("$.markov_rank", "dspark", "int"),
         ("$.emb_dim", "*", "unread"),
         ("$.gru_hidden_dim", "*", "unread"),
         # lilicorr.py LiLiCorr.__init__: `if not draft_config.get("lilicorr_enabled", True)`

@@ -205,6 +205,13 @@ def test_an_absent_intermediate_size_is_padded_by_sglang(tmp_path: Path) -> None
     assert [f.runtimes for f in hits(report, "LC118", "error")] == [["vllm"]]
     warned = hits(report, "LC183", "warning")
     assert [f.runtimes for f in warned] == [["sglang"]] and "22016" in warned[0].message
+    # a llama drafter: LlamaConfig's default is 11008, which SGLang builds and pads into alike
+    llama = checkpoint(tmp_path / "llama", {**fixtures.draft_config(head=False), "model_type": "llama"})
+    edit_config(llama, lambda c: c.pop("intermediate_size"))
+    warned = hits(run(llama, runtime="sglang,vllm"), "LC183", "warning")
+    assert [f.runtimes for f in warned] == [["sglang"]] and "llama config class's default 11008" in warned[
+        0
+    ].message
 
 
 def test_a_nan_output_multiplier_is_refused_on_dflash2_only(tmp_path: Path) -> None:
@@ -251,3 +258,50 @@ def test_an_explicit_is_causal_wins_over_dflash_config_causal(tmp_path: Path) ->
     path = checkpoint(tmp_path, config, is_causal=False)
     report = run(path, runtime="sglang,vllm")
     assert not hits(report, "LC133", "error") and not hits(report, "LC134", "info")
+
+
+def test_a_top_level_size_read_only_without_dflash_configs_is_cast(tmp_path: Path) -> None:
+    # SGLang parse_dflash_draft_config: Domino's gru_hidden_dim is dflash_config's, else the top-level one, through
+    # int(): a top-level "32" alone builds a 32-wide GRU the 16-wide trained tensors do not fit
+    path = fixtures.write_checkpoint(tmp_path / "a", fixtures.sibling_config("domino"))
+
+    def move(config: dict[str, Any], value: Any) -> None:
+        config["dflash_config"].pop("gru_hidden_dim")
+        config["gru_hidden_dim"] = value
+
+    edit_config(path, lambda c: move(c, "32"))
+    assert "LC208" in errors(path, "sglang==0.5.23")
+    edit_config(path, lambda c: c.update(gru_hidden_dim="16"))
+    assert not errors(path, "sglang==0.5.23")
+    # beside dflash_config's value the top-level one is not read: nothing is cast
+    edit_config(
+        path,
+        lambda c: c.update(gru_hidden_dim="32", dflash_config={**c["dflash_config"], "gru_hidden_dim": 16}),
+    )
+    assert not errors(path, "sglang==0.5.23")
+
+
+def test_is_causal_and_dflash_config_causal_disagreeing_is_a_warning(tmp_path: Path) -> None:
+    # both engines read an explicit is_causal first (vLLM _dflash_layer_causal, SGLang _get_dflash_attention_type)
+    config = fixtures.sibling_config("dflash2")  # is_causal false
+    config["dflash_config"]["causal"] = True
+    report = run(fixtures.write_checkpoint(tmp_path / "a", config), runtime="sglang,vllm")
+    warned = hits(report, "LC185", "warning")
+    assert sorted(r for f in warned for r in f.runtimes) == ["sglang", "vllm"]
+    assert "is_causal is false but dflash_config.causal is true" in warned[0].message
+    assert "layers bidirectionally" in warned[0].message and not report.summary.errors
+    # a true is_causal beside a false dflash_config.causal is reported as the is_causal read (LC134)
+    config = {**fixtures.sibling_config("dflash2"), "is_causal": True}
+    report = run(fixtures.write_checkpoint(tmp_path / "b", config), runtime="vllm")
+    assert not hits(report, "LC185", "warning") and hits(report, "LC134", "info")
+
+
+def test_a_non_positive_dflash2_output_multiplier_fails_vllm_first_step(tmp_path: Path) -> None:
+    # vLLM's get_top_k_tokens refuses a scale <= 0 for DFlash2's candidates; a DFlash head never applies it
+    config = fixtures.sibling_config("dflash2")
+    config["dflash_config"]["output_multiplier"] = -1.0
+    found = hits(run(fixtures.write_checkpoint(tmp_path / "a", config), runtime="vllm"), "LC123", "error")
+    assert found and "first draft step fails" in found[0].message
+    plain = fixtures.draft_config(head=False)
+    plain["dflash_config"]["output_multiplier"] = -1.0
+    assert "LC123" not in errors(checkpoint(tmp_path / "b", plain), "vllm")

@@ -223,6 +223,16 @@ EXTRA: dict[str, Build] = {
         ),
         {"runtime": "vllm"},
     ),
+    "LC185": lambda tmp: (
+        write(
+            tmp,
+            {
+                **fixtures.sibling_config("dflash2"),
+                "dflash_config": {**fixtures.sibling_config("dflash2")["dflash_config"], "causal": True},
+            },
+        ),
+        {"runtime": "vllm"},
+    ),
     "LC160": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("use_gemma_norm", True))),
     "LC161": then(lambda tmp: write(tmp), cfg(lambda c: c.__setitem__("rope_scaling", {"rope_dim": 8}))),
     "LC228": lambda tmp: (write(tmp), {"runtime": "sglang==0.5.21"}),

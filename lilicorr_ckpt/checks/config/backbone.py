@@ -41,7 +41,8 @@ rule(
     "1; when num_key_value_heads is < 1 or does not divide num_attention_heads; when head_dim is absent "
     "and hidden_size is not divisible by num_attention_heads; when num_hidden_layers names more "
     "layers than the files hold tensors (that count is not expanded); and when draft_vocab_size is negative, "
-    "for the runtimes whose draft head is sized by it (vLLM's DFlash, DFlash2 and DSpark).",
+    "for the runtimes whose draft head is sized by it (vLLM's DFlash, DFlash2 and DSpark), or 0 for the same "
+    "runtimes (no drafted token comes from the trained head: DFlash's draft logits are all -inf).",
     why="These keys size every backbone tensor. Without them no loader can build the draft's layers, and the "
     "checker cannot list the tensors either (backbone coverage is then skipped: LC215). Grouped-query "
     "attention needs the key/value heads to divide the query heads.",
@@ -56,10 +57,12 @@ rule(
     "trained MLP tensors into it.",
     "Write the trained intermediate_size.",
     doc="Fires when config.json has no `intermediate_size`, the model_type's config class has a default for it "
-    "(Qwen3Config: 22016), and the draft layers' MLP tensors (float or NVFP4-packed) are of one width no "
+    "(transformers' classes: Qwen3Config and Qwen2Config 22016, LlamaConfig 11008, MistralConfig 14336, and the "
+    "other common decoder types), and the draft layers' MLP tensors (float or NVFP4-packed) are of one width no "
     "larger than that default, for the runtimes whose linear weight loaders zero-pad a narrower tensor: "
     "SGLang (LC118 for the others, and for every runtime when the tensors are wider or of several widths).",
-    why="SGLang reads the config through transformers' Qwen3Config, whose default fills the absent key, and its "
+    why="SGLang reads the config through transformers' config class of its model_type (Qwen3Config for a qwen3 "
+    "drafter), whose default fills the absent key, and its "
     "MergedColumnParallelLinear / RowParallelLinear weight loaders pad a loaded weight narrower than the "
     "parameter with zeros (pad_or_narrow_weight): the padded gate and up rows give silu(0) * 0 = 0 and the "
     "padded down_proj columns add nothing, so the trained function is served, at the default's memory and "
@@ -159,12 +162,16 @@ rule(
     "output-multiplier",
     "error",
     CFG,
-    "dflash_config.output_multiplier is not > 0, which the runtime's DFlash config parser requires.",
+    "dflash_config.output_multiplier is not > 0: the runtime's DFlash config parser refuses it, or its first "
+    "draft step fails on it.",
     "Remove output_multiplier (default 1) or write the positive value the drafter was trained with.",
     doc="Fires when `dflash_config.output_multiplier` is a number <= 0, for the runtimes that read it there "
-    "and require it positive: SGLang (a NaN passes that check: LC184).",
-    why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM does not apply the '
-    "multiplier on the LiLiCorr path and TensorRT-LLM does not read it, so they load the same file.",
+    "and require it positive: SGLang for every head (a NaN passes that check: LC184), and vLLM for a DFlash2 "
+    "head, whose first draft step fails on it.",
+    why='SGLang\'s DFlash config parser refuses the config ("must be positive"). vLLM applies the multiplier '
+    "only to DFlash2's candidate logits (qwen3_dflash2.py), through a top-k selection that raises for a "
+    "non-positive scale (logits_processor.py get_top_k_tokens) at the first draft step; it does not apply it "
+    "on the other heads, and TensorRT-LLM does not read it, so they load the same file.",
     example='    "dflash_config": {"output_multiplier": 0}',
 )
 rule(
@@ -241,6 +248,27 @@ rule(
     "verdicts show where a causal drafter is served as declared; SGLang ignores dflash_config.causal "
     "(LC133) and TensorRT-LLM refuses the flag (LC117).",
     example='    "is_causal": true',
+)
+rule(
+    "LC185",
+    "causal-contradiction",
+    "warning",
+    CFG,
+    "The top-level is_causal and dflash_config.causal disagree: the runtime reads is_causal and never looks at "
+    "dflash_config.causal.",
+    "Write the attention the draft was trained with in both keys (or drop dflash_config.causal).",
+    doc="Fires when the top-level `is_causal` is false and `dflash_config.causal` is true (or another truthy "
+    "value), for the runtimes that read an explicit is_causal first: vLLM (qwen3_dflash.py "
+    "`_dflash_layer_causal`: `bool(is_causal)` unless it is None, then dflash_config.causal) and SGLang "
+    "(models/dflash.py `_get_dflash_attention_type` reads only the text config's is_causal), in every "
+    "supported release: they run the full-attention layers bidirectionally. (The other contradiction, is_causal "
+    "true beside a false dflash_config.causal, is reported as the true is_causal those runtimes read: LC134, "
+    "LC117.)",
+    why="The config states two attentions. Both engines serve the one is_causal names (bidirectional) and load "
+    "cleanly, so the draft is served as trained only if it was trained bidirectionally; a reader of dflash_config.causal (the drafter's training code, another tool) sees the "
+    "other. A warning, not an error: exports such as DFlash2's write an explicit is_causal that is the "
+    "trained value.",
+    example='    "is_causal": false,\n    "dflash_config": {"causal": true}',
 )
 rule(
     "LC135",
@@ -490,12 +518,30 @@ def backbone_config(ctx: Context) -> None:
 
 
 def _causal(ctx: Context) -> None:
-    """LC117 / LC133 / LC134: a causal draft, refused, run bidirectionally or honoured per runtime."""
+    """LC117 / LC133 / LC134 / LC185: a causal draft, refused, run bidirectionally or honoured per runtime."""
     cfg = ctx.config
     # a truthy value of another JSON type declares the same as true: the runtimes that read it do so as a truth
     # value (LC004), and one that never reads it serves the same bidirectional layers whatever it holds
     block = ctx.parsed.raw.get("dflash_config")
     nested_causal = block.get("causal") if isinstance(block, dict) else None
+    # (is_causal true beside a false dflash_config.causal is LC134 / LC117's: is_causal true is reported as read)
+    if cfg.is_causal is False and bool(nested_causal):
+        # vLLM qwen3_dflash.py _dflash_layer_causal (`if is_causal is not None: return bool(is_causal)`) and SGLang
+        # models/dflash.py _get_dflash_attention_type (the text config's is_causal only): is_causal decides
+        first = [p for p in ctx.profiles if "honours" in (p.causal_top_level, p.causal)]
+        runs = "bidirectionally"
+        ctx.emit_for(
+            "LC185",
+            first,
+            f"is_causal is {json.dumps(cfg.is_causal)} but dflash_config.causal is {json.dumps(nested_causal)}: "
+            f"{names(first, 'reads|read')} is_causal first and {'run' if len(first) > 1 else 'runs'} the "
+            f"full-attention layers {runs}, never looking at dflash_config.causal; the draft is served as "
+            f"trained only if it was trained {runs}",
+            file="config.json",
+            pointer="$.dflash_config.causal",
+            expected=json.dumps(cfg.is_causal),
+            actual=json.dumps(nested_causal),
+        )
     if bool(nested_causal) or cfg.is_causal is True:
         nested = cfg.is_causal is not True
         key = "$.dflash_config.causal" if nested else "$.is_causal"
@@ -613,6 +659,22 @@ def _output_multiplier(ctx: Context) -> None:
             expected="> 0",
             actual=nested_mult,
         )
+        stepping = [
+            p
+            for p in ctx.profiles
+            if ctx.geometry.family in p.output_multiplier_step_positive and p not in readers
+        ]
+        ctx.emit_for(
+            "LC123",
+            stepping,
+            f"dflash_config.output_multiplier is {nested_mult}: {names(stepping, 'scales|scale')} the DFlash2 "
+            "candidates' logits by it and the first draft step fails on a scale <= 0 (the top-k candidate "
+            "selection refuses a non-positive scale)",
+            file="config.json",
+            pointer="$.dflash_config.output_multiplier",
+            expected="> 0",
+            actual=nested_mult,
+        )
     if cfg.output_multiplier is not None:
         ctx.emit_for(
             "LC129",
@@ -663,8 +725,30 @@ def _hidden_act(ctx: Context) -> None:
             )
 
 
-# the config class's intermediate_size where config.json has none (transformers' Qwen3Config)
-CONFIG_CLASS_INTERMEDIATE = {"qwen3": 22016}
+# the config class's intermediate_size where config.json has none, by model_type: the defaults of transformers'
+# config classes (5.x, which both engines' AutoConfig builds; no SGLang 0.5.21-0.5.23 or vLLM release registers a
+# class of its own for these types). Every DFlash-family draft class sizes its dense MLP by config.intermediate_size
+# whatever the model_type (SGLang models/dflash.py DFlashMLP). tests/conformance/test_config_defaults.py compares
+# the table with the installed classes
+CONFIG_CLASS_INTERMEDIATE = {
+    "deepseek_v3": 18432,
+    "gemma": 24576,
+    "gemma2": 9216,
+    "gemma3_text": 9216,
+    "glm4": 13696,
+    "gpt_oss": 2880,
+    "granite": 11008,
+    "llama": 11008,
+    "mistral": 14336,
+    "mixtral": 14336,
+    "nemotron": 24576,
+    "olmo2": 11008,
+    "phi3": 8192,
+    "qwen2": 22016,
+    "qwen2_moe": 5632,
+    "qwen3": 22016,
+    "qwen3_moe": 6144,
+}
 _MLP_WEIGHT = re.compile(r"^layers\.\d+\.mlp\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
@@ -696,8 +780,8 @@ def _intermediate_absent(ctx: Context) -> list[RuntimeProfile]:
     ctx.emit_for(
         "LC183",
         padded,
-        f"intermediate_size is absent: {names(padded, 'builds|build')} the config class's default "
-        f"{default} and zero-pads the trained MLP tensors (width {width}) into it: the trained function, with "
+        f"intermediate_size is absent: {names(padded, 'builds|build')} the {ctx.config.model_type} config "
+        f"class's default {default} and zero-pads the trained MLP tensors (width {width}) into it: the trained function, with "
         f"{default // max(width, 1)}x the MLP's memory and compute",
         file="config.json",
         pointer="$.intermediate_size",
@@ -991,6 +1075,21 @@ def _draft_vocabulary(ctx: Context) -> None:
             pointer="$.draft_vocab_size",
             expected=">= 0",
             actual=cfg.draft_vocab_size,
+        )
+    elif cfg.draft_vocab_size == 0:
+        # qwen3_dflash.py DFlashQwen3ForCausalLM.compute_logits: a zero-row draft_id_to_target_id scatters no
+        # lm_head logit into the draft's vocabulary (`logits_new[:, targets] = logits`), all -inf, whose argmax
+        # is token 0 at every draft step; qwen3_dspark.py sizes its head and id map by it alike
+        ctx.emit_for(
+            "LC118",
+            served,
+            f"draft_vocab_size is 0: {names(served, 'builds|build')} the draft head and its draft-to-target id "
+            "map with no rows, so no drafted token comes from the trained head (DFlash: every draft logit is "
+            "-inf and each drafted token is token 0)",
+            file="config.json",
+            pointer="$.draft_vocab_size",
+            expected=">= 1",
+            actual=0,
         )
     ctx.emit_for(
         "LC120",

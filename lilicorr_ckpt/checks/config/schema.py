@@ -11,7 +11,7 @@ from lilicorr_ckpt.checks.config.types import config_read, field_types
 from lilicorr_ckpt.checks.context import Context, names
 from lilicorr_ckpt.checks.findings import rule
 from lilicorr_ckpt.runtimes import RuntimeProfile
-from lilicorr_ckpt.runtimes.reads import CASTS
+from lilicorr_ckpt.runtimes.reads import CASTS, present
 
 # ---------------------------------------------------------------- catalogue
 rule(
@@ -86,7 +86,8 @@ rule(
     "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones the "
     "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
     "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
-    "mask_token_id, which SGLang checks to be an integer. A top-level block_size, mask_token_id or "
+    "mask_token_id, which SGLang checks to be an integer; any other key a runtime uses uncast as a size "
+    "(vLLM: a DSpark head's top-level markov_rank, the Markov head's width). A top-level block_size, mask_token_id or "
     "num_target_layers beside a dflash_config value is read by no runtime (the dflash_config one wins), nor is a "
     "key a runtime reads nowhere (vLLM: num_target_layers).",
     why="A float where Python needs an int fails at build: SGLang and vLLM read config.json "
@@ -296,4 +297,21 @@ def integral_floats(ctx: Context) -> None:
                 file="config.json",
                 pointer=f"$.{keys[0]}",
                 subjects=keys,
+            )
+    # any other key a release uses uncast as a size (RuntimeProfile.config_reads "int": vLLM's DSpark markov_rank)
+    grouped = {k for keys in found.values() for k in keys}
+    for path, value in present(raw).items():
+        key = path.removeprefix("$.")
+        if key in grouped or not floaty(value):
+            continue
+        uncast = [p for p in ctx.profiles if config_read(p, family, path) == "int"]
+        if uncast:
+            ctx.emit_for(
+                "LC139",
+                uncast,
+                f"{key} written as a whole-number float: {names(uncast, 'uses|use')} it uncast as a size "
+                "(a TypeError at build)",
+                file="config.json",
+                pointer=path,
+                subjects=[key],
             )

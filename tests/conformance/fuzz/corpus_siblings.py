@@ -44,6 +44,9 @@ SIBLING_ROWS: tuple[Case, ...] = (
     Case("dspark", "top", "dspark_target_layer_ids", "int_string"),  # "a non-empty list of ints" (LC001)
     Case("dspark", "top", "markov_rank", "int_string"),  # int("8") loads (LC004 only)
     Case("dspark", "top", "markov_rank", "true"),  # int(true) == 1 builds a rank-1 head (LC001)
+    # vLLM qwen3_dspark.py Qwen3DSparkModel.__init__ sizes the Markov head by config.markov_rank uncast:
+    # nn.Embedding(vocab, 8.0) is a TypeError at build (LC139 for vLLM; SGLang's build_markov_head int()s it)
+    Case("dspark", "top", "markov_rank", "whole_float"),
     Case(
         "dspark", "dflash", "markov_rank", "zero"
     ),  # 0.5.23 reads it first (LC152); 0.5.21/0.5.22, vLLM: unread
@@ -82,18 +85,4 @@ SIBLING_ROWS: tuple[Case, ...] = (
 )
 
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
-_LC139 = (
-    "a whole-number float where the release needs an integer is LC139's (being reworked on the generic-keys "
-    "branch): {}"
-)
-SIBLING_PENDING: dict[tuple[Case, str], str] = {
-    **{
-        (Case("dspark", "top", "markov_rank", "whole_float"), f"vllm=={v}"): _LC139.format(
-            "qwen3_dspark.py sizes the Markov head by config.markov_rank uncast (a TypeError at build)"
-        )
-        for v in ("0.31.0", "0.32.0", "0.33.0", "0.34.0")
-    },
-    (Case("dspark", "top", "mask_token_id", "whole_float"), "sglang==0.5.23"): _LC139.format(
-        "0.5.23 reads dflash_config's mask_token_id first, so the top-level 2.0 is not read"
-    ),
-}
+SIBLING_PENDING: dict[tuple[Case, str], str] = {}

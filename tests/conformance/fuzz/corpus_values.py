@@ -134,14 +134,30 @@ VALUE_ROWS: tuple[Case, ...] = (
     # _get_dflash_attention_type, vLLM qwen3_dflash.py _dflash_layer_causal (no LC133 / LC134 for them)
     Case("dflash2", "dflash", "causal", "whole_float"),
     Case("dflash2", "dflash", "causal", "true"),
+    # (LC185, a warning, says so); the other contradiction, is_causal true beside dflash_config.causal false: both
+    # run causal layers as is_causal states (LC134)
+    Case("dflash2", "top", "is_causal", "true"),
+    # vLLM qwen3_dflash2.py: output_multiplier is the candidates' logits scale, which logits_processor.py
+    # get_top_k_tokens refuses <= 0 at the first draft step (the harness runs compute_candidates): LC123 on DFlash2
+    # for vLLM too; a plain DFlash head never applies it (SGLang's parser refuses it for every head)
+    Case("dflash2", "dflash", "output_multiplier", "negative"),
+    Case("dflash2", "dflash", "output_multiplier", "zero"),
+    Case("dflash", "dflash", "output_multiplier", "negative"),
     # a quantization_config object with no quant_method: vLLM model_arch_config_convertor.py
     # _normalize_quantization_config `quant_cfg.get("quant_method", "")`, config/model.py _verify_quantization
     # (an empty method is no quantization: loads unquantized); SGLang "Unknown quantization method" (LC316)
     Case("dflash", "top", "quantization_config", "object"),
     Case("lilicorr-nvfp4", "top", "quantization_config", "object"),
-    # vLLM: the draft vocabulary is checked against the target's (PENDING below)
+    # vLLM qwen3_dflash.py DFlashQwen3ForCausalLM: a draft vocabulary (draft_vocab_size, else vocab_size: 0, or
+    # Qwen3Config's 151936 when absent) other than the target's builds draft_id_to_target_id, through which
+    # compute_logits scatters the (shared target) lm_head's logits at the first draft step: a shape mismatch, or
+    # with 0 rows no finite logit, so every drafted token is token 0 (the vLLM harness runs that step: LC115,
+    # LC122, LC118); DSpark sizes its head and id map by it alike
     Case("dflash", "top", "vocab_size", "zero"),
     Case("dflash", "top", "vocab_size", "absent"),
+    Case("dflash", "top", "draft_vocab_size", "zero"),
+    Case("dflash2", "top", "draft_vocab_size", "zero"),
+    Case("dspark", "top", "draft_vocab_size", "zero"),
     # vLLM lilicorr.py LiLiCorr.__init__ compares dflash_config's conv_kernel_size / conv_group_size `< 0` as
     # they are (`.get(key, 0)`): a null one is a TypeError at build (the schema's null is absent elsewhere)
     Case("lilicorr", "dflash", "conv_kernel_size", "null"),
@@ -150,25 +166,13 @@ VALUE_ROWS: tuple[Case, ...] = (
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
-_VLLM = ("vllm==0.31.0", "vllm==0.32.0", "vllm==0.33.0", "vllm==0.34.0")
 _NO_ALLOC = (
     "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
     "boot (validate refuses, LC009)"
 )
 
-_VOCAB_TARGET = (
-    "vLLM builds the draft head and a draft_id_to_target_id of draft_vocab_size rows (the draft's vocab_size: 0, "
-    "or Qwen3Config's 151936 when absent) because it differs from the target's vocabulary (the harness's 512), "
-    "and loads; the "
-    "harness does not run a draft step, where qwen3_dflash.py compute_logits scatters the shared target head's "
-    "logits through that map and fails on the shape. validate refuses (LC115 / LC122): the loader's L is the "
-    "harness's gap"
-)
-
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
 VALUE_PENDING: dict[tuple[Case, str], str] = {
-    **{(Case("dflash", "top", "vocab_size", "zero"), r): _VOCAB_TARGET for r in _VLLM},
-    **{(Case("dflash", "top", "vocab_size", "absent"), r): _VOCAB_TARGET for r in _VLLM},
     **{(Case("lilicorr-nvfp4", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG[1:]},
     **{(Case("domino", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
 }

@@ -559,6 +559,10 @@ def _serve(
     if degenerate is not None:
         verdict, detail = degenerate
         return Outcome(verdict, "function" if verdict == "SW" else "first step", detail, facts)
+    failed = _first_step_logits(model, sharing, target)
+    if failed is not None:
+        verdict, detail = failed
+        return Outcome(verdict, "first step" if verdict == "C" else "function", detail, facts)
     # spec_decode/dspark/speculator.py _sample_sequential_topk: `base_logits.topk(self._draft_topk, dim=-1)` at
     # every draft step, the config's dspark_draft_topk as read (torch's topk takes an int: a bool or a float fails)
     topk = speculator.__dict__.get("_draft_topk")
@@ -571,6 +575,60 @@ def _serve(
             facts,
         )
     return Outcome("L", "function", "loaded", facts)
+
+
+class _HeadLogits(torch.nn.Module):
+    """What logits_processor.py LogitsProcessor._get_logits returns on one rank: the lm_head's `rows` logits per
+    hidden state, cut to the processor's org_vocab_size (the GEMM itself is a kernel the harness does not run)."""
+
+    def __init__(self, rows: int, keep: int):
+        super().__init__()
+        self.rows, self.keep = rows, keep
+
+    def forward(self, lm_head: Any, hidden_states: torch.Tensor) -> torch.Tensor:
+        return hidden_states.new_zeros(hidden_states.shape[0], self.rows)[..., : self.keep]
+
+
+def _first_step_logits(model: Any, sharing: Sharing, target: TargetShape) -> tuple[str, str] | None:
+    """(verdict, why) where the first draft step's logits fail (C) or hold no finite value (SW: the argmax is
+    token 0 whatever the draft computed), or None: the released compute_logits (qwen3_dflash.py
+    DFlashQwen3ForCausalLM, which LiLiCorr, DFlash2 and Domino inherit) scatters the lm_head's logits into the
+    draft's vocabulary through draft_id_to_target_id (built when draft_vocab_size differs from the target's), and
+    the speculator's greedy_argmax (v1/worker/gpu/sample/greedy_argmax.py: `logits.argmax(dim=-1)` off CUDA) picks
+    a token from each row. The lm_head is the target's unless the draft owns one (dflash/utils.py
+    load_dflash_model)."""
+    # qwen3_dflash2.py compute_candidates, the DFlash2 speculator's every draft step: the candidates' logits
+    # processor's get_top_k_tokens
+    if hasattr(model, "compute_candidates"):
+        try:
+            model.compute_candidates(torch.zeros(1, model.config.hidden_size))
+        except S.InfrastructureCalled:
+            pass  # the GEMM: every check before it passed
+        except (RuntimeError, ValueError, TypeError) as exc:
+            return "C", f"compute_candidates (the candidates' top-k at the first draft step): {exc}"
+    d2t = getattr(model, "draft_id_to_target_id", None)
+    processor = getattr(model, "logits_processor", None)
+    if sharing.dspark or not isinstance(d2t, torch.Tensor) or not isinstance(processor, S.LogitsProcessor):
+        return None
+    owned = getattr(model, "has_own_lm_head", False) or getattr(model.config, "has_own_lm_head", False)
+    rows = model.lm_head.weight.shape[0] if owned and hasattr(model, "lm_head") else target.vocab_size
+    model.logits_processor = _HeadLogits(rows, processor.org_vocab_size)
+    try:
+        logits = model.compute_logits(torch.zeros(1, model.config.hidden_size))
+        logits.argmax(dim=-1)
+    except (RuntimeError, IndexError, ValueError) as exc:
+        return "C", (
+            f"compute_logits over the {'draft' if owned else 'target'}'s {rows}-row lm_head and a "
+            f"draft_id_to_target_id of {d2t.numel()} rows (draft_vocab_size), then the greedy argmax: {exc}"
+        )
+    finally:
+        model.logits_processor = processor
+    if not bool(torch.isfinite(logits).any()):
+        return "SW", (
+            f"draft_id_to_target_id has {d2t.numel()} rows (draft_vocab_size): compute_logits scatters no "
+            f"lm_head logit into the {logits.shape[-1]} draft logits, all -inf, so every draft token is token 0"
+        )
+    return None
 
 
 # the target's served context (max_model_len): a Qwen3 target's

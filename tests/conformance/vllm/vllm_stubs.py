@@ -571,10 +571,19 @@ class LogitsProcessor(nn.Module):
     ) -> None:
         super().__init__()
         self.vocab_size = vocab_size
+        # logits_processor.py LogitsProcessor.__init__: the columns _get_logits keeps (`logits[..., :org_vocab_size]`)
+        self.org_vocab_size = org_vocab_size or vocab_size
         self.scale = scale
         self.soft_cap = soft_cap
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
+        raise InfrastructureCalled("logits kernels are not available in the conformance harness")
+
+    def get_top_k_tokens(self, lm_head: Any, hidden_states: Any, k: int, *args: Any, **kwargs: Any) -> Any:
+        # logits_processor.py get_top_k_tokens (every release): its first statement refuses a scale <= 0 (the
+        # local top-k reduction cannot take a non-positive scale), before the GEMM
+        if self.scale <= 0.0 and self.scale != 1.0:
+            raise ValueError("the local top-k reduction does not support a non-positive logit scale")
         raise InfrastructureCalled("logits kernels are not available in the conformance harness")
 
 
