@@ -323,7 +323,8 @@ class LiLiCorrHead(nn.Module):
         embeddings = candidate_embeddings.to(dtype).reshape(rows, -1)
         terms = F.linear(embeddings, token.weight) if token is not None else embeddings.clone()
         _wait(features_ready, features)
-        if torch.is_grad_enabled():  # training (under autocast the in-place GEMM would mix dtypes)
+        # training, or autocast (the held-out tau's no-grad pass): there the in-place GEMM would mix dtypes
+        if torch.is_grad_enabled() or terms.dtype != down.weight.dtype:
             terms = terms + F.linear(features.view(rows, h), down.weight)
         else:
             terms.addmm_(

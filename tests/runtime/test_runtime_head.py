@@ -148,6 +148,21 @@ def test_head_matches_float64_reference(K, S, h):
     assert_matches_reference(head, cfg, (E, lp, pas, anc, valid), start, pairs)
 
 
+def test_a_no_grad_pass_under_autocast_scores_as_the_float_head():
+    """The held-out tau (lilicorr_train.heldout) scores an fp32 head under bf16 autocast without gradients: the
+    head's in-place GEMM, whose operands autocast leaves in two dtypes, must not run there (it raised a dtype error
+    on the first GPU training piece)."""
+    head = make_head(K=4, h=32, M=48)
+    E, lp, pas, anc = inputs(2, 5, 4, 48)
+    valid = torch.tensor([True, True])
+    with torch.no_grad():
+        want_start, want_pairs = head(E, lp, pas, anc, valid)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            start, pairs = head(E, lp, pas, anc, valid)
+    torch.testing.assert_close(start.float(), want_start, rtol=0.05, atol=0.05)
+    torch.testing.assert_close(pairs.float(), want_pairs, rtol=0.05, atol=0.05)
+
+
 def test_invalid_anchor_scores_with_the_normalized_anchor_out_bias():
     head = make_head()
     E, lp, pas, anc = inputs(1, 5, 4, 48)
