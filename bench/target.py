@@ -188,7 +188,15 @@ def main() -> None:
         help="then run bench/decode.py's blocks on the same loaded target with this drafter (one load for both)",
     )
     parser.add_argument("--decode-batches", default="1,32")
+    parser.add_argument(
+        "--gemm-rows",
+        metavar="ROWS",
+        help="with --random: then the step GEMMs at these row counts, tile and wide kernels against cuBLAS "
+        "(bench/wide_gemm.py's table), e.g. 64,256,1024,2048",
+    )
     args = parser.parse_args()
+    if args.gemm_rows and not args.random:
+        parser.error("--gemm-rows needs --random SHAPE (the GEMM shapes of bench/wide_gemm.py)")
     if not args.target and not args.random:
         parser.error("give TARGET or --random SHAPE")
     dtype = "bfloat16" if args.device == "cuda" else "float32"
@@ -245,6 +253,16 @@ def main() -> None:
             f"step_linear N={key[0]} K={key[1]} norm={key[2]} bias={key[3]} residual={key[4]} gated={key[5]}: "
             f"{config}"
         )
+    if args.gemm_rows:
+        import importlib.util
+        import pathlib
+
+        spec = importlib.util.spec_from_file_location(
+            "bench_wide_gemm", pathlib.Path(__file__).with_name("wide_gemm.py")
+        )
+        wide_gemm = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(wide_gemm)
+        wide_gemm.print_table(args.random, [int(r) for r in args.gemm_rows.split(",")])
     if args.decode_drafter:
         import importlib.util
         import pathlib

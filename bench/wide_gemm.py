@@ -109,13 +109,18 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/wide_gemm.py needs a CUDA device")
-    print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · {args.model}")
+    print_table(args.model, [int(r) for r in args.rows.split(",")], args.only, args.explore)
+
+
+def print_table(model: str, row_counts: list[int], only: str = "", explore_rows: str | None = None) -> None:
+    """The table above for `model`'s GEMMs (SHAPES) at each row count (bench/target.py --gemm-rows prints it too)."""
+    print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · {model}")
     print("| GEMM | rows | tile ms | wide ms | cuBLAS ms | wide / cuBLAS speed | tile / cuBLAS | equal |")
     print("|---|---:|---:|---:|---:|---:|---:|---|")
-    for name, n, k, kind in SHAPES[args.model]:
-        if args.only and name not in args.only.split(","):
+    for name, n, k, kind in SHAPES[model]:
+        if only and name not in only.split(","):
             continue
-        for rows in (int(r) for r in args.rows.split(",")):
+        for rows in row_counts:
             x, weight, kwargs = operands(n, k, kind, rows)
             tile = timed(lambda: step_triton.step_linear_triton(x, weight, wide=False, **kwargs))
             wide = timed(lambda: step_triton.step_linear_triton(x, weight, **kwargs))
@@ -130,7 +135,7 @@ def main() -> None:
                 f"| {cublas / tile:.0%} | {'yes' if same else 'NO'} |",
                 flush=True,
             )
-            if args.explore and rows == int(args.explore):
+            if explore_rows and rows == int(explore_rows):
                 ms, best = explore(x, weight, kwargs)
                 print(
                     f"|  best wide tile {best} | {rows} | | {ms:.3f} | | {cublas / ms:.0%} | | |", flush=True

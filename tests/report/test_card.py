@@ -608,16 +608,19 @@ GGUF = REPO / ".cache" / "smollm2" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.mark.real_target
 @pytest.mark.skipif(not GGUF.is_file(), reason="run scripts/fetch_smollm2.sh to fetch the GGUF")
-def test_the_bundled_card_is_what_its_own_card_command_writes(card, monkeypatch):
-    readme = REPO / "examples" / "smollm2-lilicorr" / "README.md"
-    committed = readme.read_text()
+def test_the_bundled_card_is_what_its_own_card_command_writes(card, monkeypatch, tmp_path):
+    bundled = REPO / "examples" / "smollm2-lilicorr"
+    committed = (bundled / "README.md").read_text()
     command = next(b for b in bash_blocks(committed) if b.startswith("lilicorr-ckpt card "))
     args = shlex.split(command.replace("\\\n", " "))  # parsed as bash would, never run by a shell
     assert args[:2] == ["lilicorr-ckpt", "card"] and "-o" not in args
     monkeypatch.chdir(REPO)
-    code, out, err = card(*args[2:], "-o", "-")
+    shutil.copyfile(bundled / "README.md", tmp_path / "README.md")  # the card updates the README it writes
+    code, out, err = card(*args[2:], "-o", str(tmp_path / "README.md"))
     assert code == 0, err
-    assert out == committed, "examples/smollm2-lilicorr/README.md is stale: run the card command it shows"
+    stale = "examples/smollm2-lilicorr is stale: run the card command its README shows"
+    assert (tmp_path / "README.md").read_text() == committed, stale
+    assert (tmp_path / "acceptance.svg").read_bytes() == (bundled / "acceptance.svg").read_bytes(), stale
 
 
 @pytest.fixture(scope="module")

@@ -81,9 +81,8 @@ def test_the_bundled_trained_drafter_lifts_acceptance_on_smollm2(smollm2):
     GSM8K-style maths prompts, which no training prompt came from), the trained head accepts more than the
     head-free DFlash control, and the control more than nothing."""
     target = smollm2
-    # it taps layer 29, SmolLM2's last: SGLang 0.5.23's Llama target never captures it (LC148), so the drafter is
-    # judged for vLLM here
-    drafter = load_drafter(TRAINED, runtime="vllm")
+    # judged for SGLang's newest release, which the drafter's taps (none on the last layer) let it serve
+    drafter = load_drafter(TRAINED, runtime="sglang")
     probes = load_probes("math", limit=2)
     tau = {}
     for mode in ("head", "control"):

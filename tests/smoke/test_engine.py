@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -285,12 +286,17 @@ def test_a_server_that_serves_another_or_no_drafter_is_refused(smoke, pair):
 
 
 def test_a_drafter_the_engines_release_refuses_is_refused_before_any_request_naming_the_engine_that_serves_it(
-    smoke, pair
+    smoke, pair, tmp_path
 ):
-    """The bundled SmolLM2 drafter taps the target's last layer, which SGLang's newest release cannot feed (LC148):
-    smoke --engine sglang says so, with validate's finding, instead of measuring a server that fails on its first
-    batch; vLLM's newest release serves it, and the refusal says so."""
-    drafter = str(REPO / "examples" / "smollm2-lilicorr")
+    """The bundled SmolLM2 drafter's second version tapped the target's last layer, which SGLang's newest release
+    cannot feed (LC148): smoke --engine sglang says so, with validate's finding, instead of measuring a server that
+    fails on its first batch; vLLM's newest release serves it, and the refusal says so."""
+    bundled = REPO / "examples" / "smollm2-lilicorr"
+    config = json.loads((bundled / "config.json").read_text())
+    config["dflash_config"]["target_layer_ids"] = [1, 8, 15, 22, 29]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    shutil.copyfile(bundled / "model.safetensors", tmp_path / "model.safetensors")
+    drafter = str(tmp_path)
     state = sglang_state(pair, drafter=drafter)
     with es.sglang(state) as server:
         result = smoke(
