@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from .. import rows
 from .tuning import tuner
@@ -668,6 +669,10 @@ def step_linear_triton(
     by default the weight shape's tuned one serves. A call of WIDE_ROWS rows or more runs the wide-row kernel,
     which computes every row as the tile's own kernel does: `wide` False keeps it off, a dict forces its tile
     (GROUPS, BLOCK_N, num_warps, num_stages; tests, benches)."""
+    if not (wide is None or wide is False or isinstance(wide, dict)):
+        raise TypeError(f"wide must be None, False or a tile dict, not {wide!r}")
+    if isinstance(wide, dict) and not {"GROUPS", "BLOCK_N", "num_warps", "num_stages"} <= wide.keys():
+        raise ValueError(f"a wide tile needs GROUPS, BLOCK_N, num_warps and num_stages: {wide!r}")
     m = x.shape[0]
     k = weight.shape[1]
     n = weight.shape[0] // 2 if gated else weight.shape[0]
@@ -703,9 +708,22 @@ def step_linear_triton(
         y = y if rows == m else y[:rows]
         m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
         if rows >= WIDE_ROWS and wide is not False and not tuning:
-            tile = wide if isinstance(wide, dict) else wide_config(config, split, stream, gated, k, w.dtype)
-            _launch_wide(config, split, stream, tile, xs, w, res, y, rows, n_tiles, compile_only)
-            return
+            if isinstance(wide, dict):
+                tile = wide
+            else:
+                tile = wide_config(config, split, stream, gated, k, w.dtype, norm=norm_weight is not None)
+                tile["BATCHED"] = wide_form(x.device)
+            flags = (gated, norm_weight is not None, bias is not None, residual is not None, split, stream)
+            memo = (n, k, flags, w.dtype, y.dtype, tuple(sorted(config.items())), tuple(sorted(tile.items())))
+            if memo not in _WIDE_UNFIT:
+                try:
+                    _launch_wide(config, split, stream, tile, xs, w, res, y, rows, n_tiles, compile_only)
+                    return
+                except OutOfResources:
+                    # the tile does not fit this GPU: the 16-row kernel computes the same rows
+                    if isinstance(wide, dict):
+                        raise
+                    _WIDE_UNFIT.add(memo)
         if stream:
             _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning)
             return
@@ -860,27 +878,67 @@ def step_linear_triton(
 
 WIDE_ROWS = rows.WIDE  # a call of at least this many rows runs `_step_linear_wide`
 WIDE_STAGE_BYTES = 96 << 10  # shared memory one pipeline stage of a wide tile may take (x and weight tiles)
+_WIDE_UNFIT: set[tuple] = (
+    set()
+)  # calls whose wide tile did not fit the GPU (OutOfResources): the 16-row kernel
+_WIDE_FORM: dict[tuple[str, int | None], int] = {}  # device -> BATCHED (wide_form)
 
 
 def wide_config(
-    config: dict[str, int], split: int, stream: int, gated: bool, k: int, dtype: torch.dtype
+    config: dict[str, int],
+    split: int,
+    stream: int,
+    gated: bool,
+    k: int,
+    dtype: torch.dtype,
+    norm: bool = False,
 ) -> dict[str, int]:
     """The wide-row kernel's tile for a weight whose step tile is `config`: 64 rows a program (GROUPS 4), the
-    widest column tile whose x and weight tiles fit one stage in WIDE_STAGE_BYTES (the step tile's own under
-    stream-K), and as many stages as fit three such."""
+    widest column tile whose x tiles (twice with the norm: the scaled copy) and weight tiles fit one stage in
+    WIDE_STAGE_BYTES (the step tile's own under stream-K), and as many stages as fit three such. A tile that still
+    does not fit a GPU falls back to the 16-row kernel (`_WIDE_UNFIT`)."""
     size = 4 if dtype == torch.float32 else 2
     block_k = config["BLOCK_K"]
     groups = 4
     halves = 2 if gated else 1
+    x_rows = groups * BLOCK_M * (2 if norm else 1)
     block_n = config["BLOCK_N"]
     if not stream:
         for candidate in (128, 64, 32, 16):
             block_n = candidate
-            if (groups * BLOCK_M + halves * candidate) * block_k * size <= WIDE_STAGE_BYTES:
+            if (x_rows + halves * candidate) * block_k * size <= WIDE_STAGE_BYTES:
                 break
-    stage = (groups * BLOCK_M + halves * block_n) * block_k * size
+    stage = (x_rows + halves * block_n) * block_k * size
     stages = max(1, min(4, (3 * WIDE_STAGE_BYTES) // max(stage, 1) - 1))
     return {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": 4, "num_stages": stages}
+
+
+def wide_form(device: torch.device) -> int:
+    """How the wide kernel multiplies on this device: 0, one dot over all its rows (on Hopper a wgmma), when that
+    rounds every row as the 16-row kernel's mma does; else 1, one 16-row dot per group, the 16-row kernel's own
+    instruction. Checked once per device, on a call outside any graph capture, by comparing both kernels' rows
+    bit for bit on a small GEMM with the norm and the gate (1 until then, and off CUDA: the interpreter's numpy
+    dots of more rows round differently)."""
+    if device.type != "cuda" or _interpreted():
+        return 1
+    key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+    form = _WIDE_FORM.get(key)
+    if form is not None:
+        return form
+    if torch.cuda.is_current_stream_capturing():
+        return 1
+    gen = torch.Generator(device=device).manual_seed(0)
+    x = torch.randn(WIDE_ROWS + 5, 4 * 64 + 24, device=device, generator=gen).to(torch.bfloat16)
+    w = (torch.randn(2 * 80, x.shape[1], device=device, generator=gen) * 0.05).to(torch.bfloat16)
+    g = torch.rand(x.shape[1], device=device, generator=gen).to(torch.bfloat16) + 0.5
+    tile = {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}
+    kwargs: dict[str, Any] = {"norm_weight": g, "eps": 1e-6, "gated": True, "config": tile}
+    one_dot = {"GROUPS": 4, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "BATCHED": 0}
+    same = torch.equal(
+        step_linear_triton(x, w, wide=False, **kwargs), step_linear_triton(x, w, wide=one_dot, **kwargs)
+    )
+    _WIDE_FORM[key] = form = 0 if same else 1
+    return form
 
 
 _COUNTERS: dict[tuple[str, int | None], list[torch.Tensor]] = {}

@@ -586,12 +586,16 @@ def test_each_rows_norm_comes_from_its_own_row(monkeypatch, config):
 WIDE_CASES = [
     ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}, "norm_bias"),
     ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 3}, "gated"),
+    # 7 K tiles in 6 slices of 2: slices 4 and 5 start past K (empty, added as zeros by both kernels)
+    ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 6}, "residual_out"),
     ({**STREAM_TILE, "STREAM": 2}, "residual"),
     ({**STREAM_TILE, "STREAM": 1}, "gated"),
 ]
 
 
-@pytest.mark.parametrize(("config", "kind"), WIDE_CASES, ids=["plain", "split", "stream", "stream_gated"])
+@pytest.mark.parametrize(
+    ("config", "kind"), WIDE_CASES, ids=["plain", "split", "split_empty_slices", "stream", "stream_gated"]
+)
 def test_wide_rows_equal_the_tile_kernels_rows_bit_for_bit(monkeypatch, config, kind):
     """The wide-row kernel (a call of WIDE_ROWS rows or more) computes every row exactly as the 16-row kernel of
     the same tile does: the same K pieces added in the same order, the squares from the same per-16-row dots, in
@@ -609,11 +613,17 @@ def test_wide_rows_equal_the_tile_kernels_rows_bit_for_bit(monkeypatch, config, 
         kwargs["bias"] = _randn(n, seed=54)
     if kind == "gated":
         kwargs["gated"] = True
-    if kind == "residual":
+    if kind.startswith("residual"):
         kwargs["residual"] = _randn(rows, n, seed=55)
     tile = {"GROUPS": 1, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}  # columns: stream-K keeps its own 16
     narrow = step_ops.step_linear_triton(x, weight, config=config, wide=False, **kwargs)
-    wide = step_ops.step_linear_triton(x, weight, config=config, wide=tile, **kwargs)
+    if kind == "residual_out":  # rows written into a column slice of a wider buffer
+        wide_out = torch.full((rows, 3 * n), float("nan"), device=DEVICE)
+        step_ops.step_linear_triton(x, weight, config=config, wide=tile, out=wide_out[:, n : 2 * n], **kwargs)
+        assert torch.isnan(wide_out[:, :n]).all() and torch.isnan(wide_out[:, 2 * n :]).all()
+        wide = wide_out[:, n : 2 * n]
+    else:
+        wide = step_ops.step_linear_triton(x, weight, config=config, wide=tile, **kwargs)
     assert torch.equal(wide, narrow)
     torch.testing.assert_close(wide, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
 
@@ -656,6 +666,44 @@ def test_a_call_takes_the_wide_kernel_from_wide_rows_on(monkeypatch):
     assert launched == [1]  # 64 rows: one program of GROUPS 4 x 16 rows
     for i in (0, 31, 62):
         assert_same_row(got[i], step_ops.step_linear_triton(x[:-1], weight)[i])
+
+
+def test_a_wide_tile_the_gpu_cannot_fit_falls_back_to_the_tile_kernel(monkeypatch):
+    """A default wide tile whose compile runs out of shared memory or registers leaves the call to the 16-row
+    kernel (the same rows), once: later calls of that GEMM do not try it again. A forced tile raises."""
+    from triton.runtime.errors import OutOfResources
+
+    tried: list[int] = []
+
+    class Unfit:
+        def __getitem__(self, grid):
+            tried.append(grid[0])
+            raise OutOfResources(300_000, 232_448, "shared memory")
+
+    monkeypatch.setattr(step_ops, "_step_linear_wide", Unfit())
+    monkeypatch.setattr(step_ops, "_WIDE_UNFIT", set())
+    weight = _randn(24, 40, seed=65, scale=0.1)
+    x = _randn(step_ops.WIDE_ROWS, 40, seed=66)
+    want = step_ops.step_linear_triton(x, weight, wide=False)
+    assert torch.equal(step_ops.step_linear_triton(x, weight), want)
+    assert torch.equal(step_ops.step_linear_triton(x, weight), want)
+    assert tried == [1]  # tried once, then remembered
+    with pytest.raises(OutOfResources):
+        step_ops.step_linear_triton(
+            x, weight, wide={"GROUPS": 4, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
+        )
+
+
+def test_a_malformed_wide_argument_is_refused():
+    x, weight = _randn(64, 40, seed=67), _randn(24, 40, seed=68)
+    with pytest.raises(TypeError, match="wide must be"):
+        step_ops.step_linear_triton(x, weight, wide=0)
+    with pytest.raises(ValueError, match="GROUPS"):
+        step_ops.step_linear_triton(x, weight, wide={})
+
+
+def test_off_cuda_the_wide_kernel_dots_per_group():
+    assert step_ops.wide_form(torch.device("cpu")) == 1
 
 
 @pytest.mark.parametrize("block_k", [64, 128, 256, 512])
