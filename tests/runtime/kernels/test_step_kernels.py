@@ -617,14 +617,20 @@ def test_wide_rows_equal_the_tile_kernels_rows_bit_for_bit(monkeypatch, config, 
         kwargs["residual"] = _randn(rows, n, seed=55)
     tile = {"GROUPS": 1, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}  # columns: stream-K keeps its own 16
     narrow = step_ops.step_linear_triton(x, weight, config=config, wide=False, **kwargs)
-    if kind == "residual_out":  # rows written into a column slice of a wider buffer
-        wide_out = torch.full((rows, 3 * n), float("nan"), device=DEVICE)
-        step_ops.step_linear_triton(x, weight, config=config, wide=tile, out=wide_out[:, n : 2 * n], **kwargs)
-        assert torch.isnan(wide_out[:, :n]).all() and torch.isnan(wide_out[:, 2 * n :]).all()
-        wide = wide_out[:, n : 2 * n]
-    else:
-        wide = step_ops.step_linear_triton(x, weight, config=config, wide=tile, **kwargs)
-    assert torch.equal(wide, narrow)
+    tiles = [tile]
+    if CUDA:  # several groups a program, per-group dots and the form this GPU checked (wide_form)
+        form = step_ops.wide_form(x.device)
+        tiles += [{**tile, "GROUPS": 4, "BATCHED": 1}, {**tile, "GROUPS": 4, "BATCHED": form}]
+    for tile in tiles:
+        if kind == "residual_out":  # rows written into a column slice of a wider buffer
+            wide_out = torch.full((rows, 3 * n), float("nan"), device=DEVICE)
+            out = wide_out[:, n : 2 * n]
+            step_ops.step_linear_triton(x, weight, config=config, wide=tile, out=out, **kwargs)
+            assert torch.isnan(wide_out[:, :n]).all() and torch.isnan(wide_out[:, 2 * n :]).all()
+            wide = wide_out[:, n : 2 * n]
+        else:
+            wide = step_ops.step_linear_triton(x, weight, config=config, wide=tile, **kwargs)
+        assert torch.equal(wide, narrow), tile
     torch.testing.assert_close(wide, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
 
 
