@@ -206,7 +206,8 @@ class RuntimeProfile(msgspec.Struct, frozen=True, kw_only=True):
     # other than `true` is refused), "count?" (null or an integer >= 1), "float()" / "int()" (cast: a numeric
     # string loads, null, a list or an object does not), "int()?" (the same, null read as absent), "int()-bool"
     # (int() of anything but null or a bool), "int" (a JSON integer, used uncast), "number?" (an int, a float or
-    # null), "bool" (true or false, null refused), "str?" (a string or null), "str+" (a non-empty string),
+    # null), "number>int()" (a number compared as it is, then cast with int() where it builds something), "bool"
+    # (true or false, null refused), "str?" (a string or null), "str+" (a non-empty string),
     # "object" (a JSON object), "str()" (any value, read through str(): the value checks say which text builds).
     # "else:READER": a top-level key read with READER only when
     # dflash_config has no value of that name (unread otherwise). First match wins; a key no entry matches must

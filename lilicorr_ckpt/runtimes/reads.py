@@ -69,7 +69,9 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
     if reader == "truth==":  # a truth value, also hashed and compared with itself (NaN never equals itself)
         return isinstance(value, (list, dict)) or (isinstance(value, float) and math.isnan(value))
-    if reader == "number":  # used in arithmetic as it is: a bool is a number there, a string repeats
+    # used in arithmetic as it is: a bool is a number there, a string repeats ("number>int()": compared as it is,
+    # then cast with int() where it builds something)
+    if reader in ("number", "number>int()"):
         return not (isinstance(value, (int, float)) and not isinstance(value, bool))
     if reader == "number?":
         return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))

@@ -222,10 +222,12 @@ FIRST = RuntimeProfile(
         *((f"$.dflash_config.{key}", "dflash2", "int()") for key in ("conv_kernel_size", "conv_group_size")),
         *((f"$.dflash_config.{key}", "dflash2", "int()") for key in ("selector_rank", "selector_top_k")),
         # lilicorr.py LiLiCorr.__init__: `draft_config.get("conv_kernel_size", 0)` (and conv_group_size) compared
-        # `< 0` before anything casts it: null, a string or a list fail at build (TypeError), a bool passes and
-        # becomes a 1-wide convolution no trained head has
+        # `< 0`, then as truth values (`bool(taps) != bool(groups)`), before anything casts them: null, a string or
+        # a list fail at build (TypeError), a bool passes and becomes a 1-wide convolution no trained head has, a
+        # NaN is neither negative nor 0 (it enables a convolution: LC116); where both enable one,
+        # qwen3_dflash2.py DFlash2Qwen3DecoderLayer builds it from int() of each (2.0 is 2, NaN fails)
         *(
-            (f"$.dflash_config.{key}", "lilicorr", "number")
+            (f"$.dflash_config.{key}", "lilicorr", "number>int()")
             for key in ("conv_kernel_size", "conv_group_size")
         ),
         # spec_decode/utils.py get_parallel_drafting_token_id: `int(dflash_config["mask_token_id"])`

@@ -184,6 +184,22 @@ def test_a_size_cast_with_int_is_judged_at_the_cast_value_per_release(tmp_path: 
     assert "LC001" in errors(solo, "vllm") and "LC001" not in errors(solo, "sglang")
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 2.5, 0.0])
+def test_vllm_lilicorr_tests_a_convolution_size_as_it_is(tmp_path: Path, value: float) -> None:
+    # lilicorr.py LiLiCorr.__init__: `< 0`, then `bool(taps) != bool(groups)` on the values as written: NaN, an
+    # infinity or 2.5 beside an absent group size is refused, 0.0 is no convolution (the corpus runs NaN and 16.0
+    # against the loaders; the JSON ops there write no infinity, fraction or 0.0)
+    config = fixtures.draft_config()
+    config["dflash_config"]["conv_kernel_size"] = value
+    path = fixtures.write_checkpoint(tmp_path / "a", config)
+    pair = hits(run(path, runtime="vllm"), "LC116", "error")
+    if value == 0.0:
+        assert not pair and "LC139" not in errors(path, "vllm")
+    else:
+        assert [f.runtimes for f in pair] == [["vllm"]] and "both or neither" in pair[0].message
+        assert "conv_kernel_size" in (pair[0].fix or "")
+
+
 def test_vllm_reads_input_embedding_scale_and_draft_vocab_size(tmp_path: Path) -> None:
     # qwen3_dflash2.py float()s input_embedding_scale; qwen3_dflash.py sizes the id map by draft_vocab_size
     config = fixtures.sibling_config("dflash2")

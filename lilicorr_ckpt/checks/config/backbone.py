@@ -726,7 +726,7 @@ def _hidden_act(ctx: Context) -> None:
 
 
 # the config class's intermediate_size where config.json has none, by model_type: the defaults of transformers'
-# config classes (5.x, which both engines' AutoConfig builds; no SGLang 0.5.21-0.5.23 or vLLM release registers a
+# config classes (5.x, which both engines' AutoConfig builds; no supported SGLang or vLLM release registers a
 # class of its own for these types). Every DFlash-family draft class sizes its dense MLP by config.intermediate_size
 # whatever the model_type (SGLang models/dflash.py DFlashMLP). tests/conformance/test_config_defaults.py compares
 # the table with the installed classes

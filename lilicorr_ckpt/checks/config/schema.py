@@ -83,7 +83,8 @@ rule(
     "lilicorr_num_heads, lilicorr_factor_dim) used uncast by vLLM and TensorRT-LLM; the backbone integers "
     "(top-level hidden_size, num_hidden_layers, num_attention_heads, num_key_value_heads, head_dim, "
     "intermediate_size, vocab_size, block_size, num_target_layers; dflash_config's block_size, "
-    "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM, and the ones the "
+    "num_target_layers, conv_kernel_size, conv_group_size) used uncast by vLLM (but the conv keys, which it "
+    "int()s where it builds the convolution), and the ones the "
     "transformers config class declares int (hidden_size, num_hidden_layers, num_attention_heads, "
     "num_key_value_heads, head_dim, intermediate_size, vocab_size) refused by SGLang and vLLM; "
     "mask_token_id, which SGLang checks to be an integer; any other key a runtime uses uncast as a size "
@@ -120,7 +121,7 @@ rule(
     "Write the value as a JSON integer for the runtimes that do not cast.",
     doc="The same keys as LC139; fires for each runtime that casts them with int(): SGLang for the LiLiCorr "
     "integers and the ones its DFlash parser reads (block_size, num_target_layers, the conv keys), vLLM "
-    "and TensorRT-LLM for mask_token_id.",
+    "for the conv keys (LiLiCorr and DFlash2), vLLM and TensorRT-LLM for mask_token_id.",
     why="Nothing breaks on these runtimes. It is reported because the same file fails on the runtimes that do "
     "not cast (LC139), so the value should still be written as an integer.",
     example='    "dflash_config": {"lilicorr_num_layers": 2.0}',
@@ -208,7 +209,9 @@ _INT_BACKBONE_TOP = (
     "num_target_layers",
     "target_hidden_size",
 )
-_CASTS = tuple(reader for reader, kind in CASTS.items() if kind is int)  # the int() readers
+# the int() readers, and vLLM LiLiCorr's conv keys: compared with 0 as they are, then int() where a convolution is
+# built (lilicorr.py LiLiCorr.__init__, qwen3_dflash2.py DFlash2Qwen3DecoderLayer): 2.0 builds the 2-tap one
+_CASTS = (*(reader for reader, kind in CASTS.items() if kind is int), "number>int()")
 # top-level keys with no dflash_config counterpart: "unread" (RuntimeProfile.config_reads) means not read at all
 _TOP_ONLY = ("target_hidden_size",)
 

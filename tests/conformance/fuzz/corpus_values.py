@@ -163,6 +163,14 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("lilicorr", "dflash", "conv_kernel_size", "null"),
     Case("lilicorr-nvfp4", "dflash", "conv_kernel_size", "null"),
     Case("lilicorr", "dflash", "conv_group_size", "null"),
+    # ... then as truth values (`bool(taps) != bool(groups)`): NaN is neither negative nor 0, so beside the other
+    # key's 0 it is refused at build in every vLLM release ("must enable both taps and group size", LC116); where
+    # both enable a convolution, qwen3_dflash2.py DFlash2Qwen3DecoderLayer int()s them: 16.0 is 16 (LC141, not
+    # LC139); SGLang's _parse_optional_int refuses NaN (LC001) and casts 16.0
+    Case("lilicorr", "dflash", "conv_kernel_size", "nan"),
+    Case("lilicorr-nvfp4", "dflash", "conv_group_size", "nan"),
+    Case("lilicorr-conv", "dflash", "conv_kernel_size", "whole_float"),
+    Case("lilicorr-conv", "dflash", "conv_group_size", "whole_float"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
