@@ -878,9 +878,8 @@ def step_linear_triton(
 
 WIDE_ROWS = rows.WIDE  # a call of at least this many rows runs `_step_linear_wide`
 WIDE_STAGE_BYTES = 96 << 10  # shared memory one pipeline stage of a wide tile may take (x and weight tiles)
-_WIDE_UNFIT: set[tuple] = (
-    set()
-)  # calls whose wide tile did not fit the GPU (OutOfResources): the 16-row kernel
+# calls whose default wide tile did not fit the GPU (OutOfResources): they run the 16-row kernel
+_WIDE_UNFIT: set[tuple] = set()
 _WIDE_FORM: dict[tuple[str, int | None], int] = {}  # device -> BATCHED (wide_form)
 
 

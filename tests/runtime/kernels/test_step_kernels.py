@@ -669,7 +669,7 @@ def test_a_call_takes_the_wide_kernel_from_wide_rows_on(monkeypatch):
     step_ops.step_linear_triton(x[:-1], weight)
     assert launched == []
     got = step_ops.step_linear_triton(x, weight)
-    assert launched == [1]  # 64 rows: one program of GROUPS 4 x 16 rows
+    assert launched == [step_ops.WIDE_ROWS // 64]  # programs of GROUPS 4 x 16 rows
     for i in (0, 31, 62):
         assert_same_row(got[i], step_ops.step_linear_triton(x[:-1], weight)[i])
 
@@ -693,7 +693,7 @@ def test_a_wide_tile_the_gpu_cannot_fit_falls_back_to_the_tile_kernel(monkeypatc
     want = step_ops.step_linear_triton(x, weight, wide=False)
     assert torch.equal(step_ops.step_linear_triton(x, weight), want)
     assert torch.equal(step_ops.step_linear_triton(x, weight), want)
-    assert tried == [1]  # tried once, then remembered
+    assert tried == [step_ops.WIDE_ROWS // 64]  # tried once (its grid), then remembered
     with pytest.raises(OutOfResources):
         step_ops.step_linear_triton(
             x, weight, wide={"GROUPS": 4, "BLOCK_N": 16, "num_warps": 4, "num_stages": 2}
