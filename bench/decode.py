@@ -202,9 +202,9 @@ def bench(
             decoder.device_loop(
                 batch, need, max_new, set(eos)
             )  # sized for every request: never rebuilt below
-            # warm-up on every request the measured run decodes: each prompt length's captured prefill (and any
-            # compile) happens here, not in the measured wall time (warming up on the first `batch` requests
-            # alone left batch 1 measuring seven prefill captures: the model read 15 % high there)
+            # warm-up on every request the measured run decodes, so that each prompt's prefill bucket is captured
+            # (and compiled) here, not in the measured wall time (warmed up on the first `batch` requests alone,
+            # batch 1 measured 15 % below the model on an H100, batch 32 5 %)
             run_loop(decoder, reqs, max_new, batch, eos)
             measured = run_loop(decoder, reqs, max_new, batch, eos)
             loop = measured["loop"]
