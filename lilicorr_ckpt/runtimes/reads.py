@@ -19,6 +19,9 @@ CASTS: dict[str, type] = {
     "int()-bool": int,
     "float()": float,
     "float()-bool": float,
+    # compared with 0 as it is, then cast with int() where it builds something: a bool is 0 or 1 there, 2.5 is 2
+    # (vLLM lilicorr.py LiLiCorr.__init__, then qwen3_dflash2.py DFlash2Qwen3DecoderLayer)
+    "number>int()": int,
 }
 
 
@@ -47,9 +50,7 @@ def reader_refuses(reader: str, value: Any) -> bool:
     if reader == "float()-bool":  # float(value), where float(true) == 1.0 is a ratio no trained head has
         return isinstance(value, bool) or reader_refuses("float()", value)
     if reader == "int()-bool":  # int(value), where null and int(true) == 1 are sizes no model is built with
-        # (and int(4.5) == 4 is no value the config states)
-        if isinstance(value, float) and math.isfinite(value) and not value.is_integer():
-            return True
+        # (4.5 is int()'s 4: the cast value is judged against the tensors, checks/casts.py)
         return value is None or isinstance(value, bool) or reader_refuses("int()", value)
     if reader == "int":  # used uncast as a size: a JSON integer only (a whole-number float is LC139's)
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():
@@ -69,9 +70,12 @@ def reader_refuses(reader: str, value: Any) -> bool:
         return not (value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 1))
     if reader == "truth==":  # a truth value, also hashed and compared with itself (NaN never equals itself)
         return isinstance(value, (list, dict)) or (isinstance(value, float) and math.isnan(value))
-    # used in arithmetic as it is: a bool is a number there, a string repeats ("number>int()": compared as it is,
-    # then cast with int() where it builds something)
-    if reader in ("number", "number>int()"):
+    # compared with 0 as it is (`< 0`, a truth value), then cast with int() where it builds something: a bool is
+    # a number there (false is 0, no convolution), a string or null fails the comparison
+    if reader == "number>int()":
+        return not isinstance(value, (int, float))
+    # used in arithmetic as it is: a bool is a number there, a string repeats
+    if reader == "number":
         return not (isinstance(value, (int, float)) and not isinstance(value, bool))
     if reader == "number?":
         return not (value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)))

@@ -200,6 +200,45 @@ def test_vllm_lilicorr_tests_a_convolution_size_as_it_is(tmp_path: Path, value: 
         assert "conv_kernel_size" in (pair[0].fix or "")
 
 
+@pytest.mark.parametrize(
+    "key, value, refused",
+    [
+        ("conv_kernel_size", 2.5, False),  # int() is the trained 2: the trained convolution loads
+        ("conv_kernel_size", 1.5, True),  # int() is 1: the trained 2-tap tensors do not fit
+        ("conv_kernel_size", 0.5, True),  # int() is 0: a convolution of no taps
+        ("conv_group_size", 16.5, False),
+        ("conv_group_size", 12.5, True),  # 12 does not divide hidden_size 64
+    ],
+)
+def test_a_fraction_beside_a_set_partner_is_its_int(
+    tmp_path: Path, key: str, value: float, refused: bool
+) -> None:
+    # vLLM lilicorr.py LiLiCorr.__init__ passes both tests, qwen3_dflash2.py DFlash2Qwen3DecoderLayer int()s each;
+    # SGLang dflash_utils.py _parse_optional_int int()s them alike
+    path = fixtures.write_checkpoint(tmp_path / "a", fixtures.draft_config(conv=(2, 16)))
+    edit_config(path, lambda c: c["dflash_config"].update({key: value}))
+    for runtime in ("vllm", "sglang"):
+        found = errors(path, runtime)
+        assert bool(found) == refused, (runtime, found)
+        assert "LC001" not in found
+    if not refused:
+        assert sorted(r for f in hits(run(path, runtime="vllm"), "LC004", "warning") for r in f.runtimes) == [
+            "vllm"
+        ]
+
+
+def test_false_is_no_convolution_for_vllm_lilicorr(tmp_path: Path) -> None:
+    # lilicorr.py LiLiCorr.__init__: `false < 0` is False, `bool(false)` is no convolution, as 0
+    config = fixtures.draft_config()
+    config["dflash_config"]["conv_kernel_size"] = False
+    path = fixtures.write_checkpoint(tmp_path / "a", config)
+    assert not errors(path, "sglang,vllm")
+    true = fixtures.draft_config()
+    true["dflash_config"]["conv_kernel_size"] = True  # 1 beside no group size: both or neither
+    lone = fixtures.write_checkpoint(tmp_path / "b", true)
+    assert "LC116" in errors(lone, "vllm") and "LC116" in errors(lone, "sglang")
+
+
 def test_vllm_reads_input_embedding_scale_and_draft_vocab_size(tmp_path: Path) -> None:
     # qwen3_dflash2.py float()s input_embedding_scale; qwen3_dflash.py sizes the id map by draft_vocab_size
     config = fixtures.sibling_config("dflash2")

@@ -148,9 +148,10 @@ CASES = [
         "topk-fraction",
         "LC001",
         "error",
-        [],
+        ["trtllm", "vllm"],  # SGLang's _parse_lilicorr_config int()s it: the trained 4 (LC004)
         nested(lilicorr_candidate_topk=4.5),
         contains=("$.dflash_config.lilicorr_candidate_topk", "4.5"),
+        also=frozenset({"LC004"}),
     ),
     Case(
         "misspelt-nested-key",

@@ -646,6 +646,10 @@ def _output_multiplier(ctx: Context) -> None:
     cfg = ctx.config
     declared = ctx.parsed.raw.get("dflash_config")
     nested_mult = declared.get("output_multiplier") if isinstance(declared, dict) else None
+    if isinstance(nested_mult, bool):
+        # every release that reads it float()s it (SGLang parse_dflash_draft_config, vLLM qwen3_dflash2.py): false
+        # is 0.0, which SGLang's `<= 0` check refuses and vLLM's first DFlash2 draft step fails on
+        nested_mult = float(nested_mult)
     readers = [p for p in ctx.profiles if p.output_multiplier_nested_positive]
     _dflash2_multipliers(ctx)
     if is_number(nested_mult) and math.isfinite(nested_mult) and not (nested_mult > 0):

@@ -26,8 +26,9 @@ rule(
     "(TensorRT-LLM); and when hidden_size is not divisible by conv_group_size. It fires only for the runtimes that "
     "read the keys for the head kind: vLLM reads them for LiLiCorr and DFlash2 only, SGLang for every head. vLLM's "
     "LiLiCorr tests the values as they are (`< 0`, then as truth values) before int() builds the convolution: a "
-    "NaN, an infinity or a fraction is set there (beside the other key's 0: both or neither), and int() of a NaN or "
-    "an infinity fails.",
+    "NaN, an infinity or a fraction is set there (beside the other key's 0: both or neither), false is 0, and where "
+    "both are set int() of a NaN or an infinity fails and a fraction is truncated (2.5 builds the 2-tap "
+    "convolution, which the tensor checks judge; 0.5 builds none: LC116).",
     why='Each runtime refuses these at load: SGLang "needs conv_kernel_size and conv_group_size together" '
     'and its grouped convolution says the group size "must divide hidden_size"; vLLM "must enable '
     'both" (a NaN included: it is neither negative nor 0); TensorRT-LLM wants a group > 0 when taps > 0 and a '
@@ -40,9 +41,10 @@ rule(
 
 
 def _read_values(ctx: Context, profile: RuntimeProfile) -> tuple[Any, Any]:
-    """(conv_kernel_size, conv_group_size) as `profile` reads them: the typed config's, or, for a release that uses
-    the key as a number as it is (RuntimeProfile.config_reads `number>int()`: vLLM's lilicorr.py LiLiCorr.__init__
-    `draft_config.get(key, 0)`), the JSON number the schema refused as an integer (NaN, an infinity, 2.5)."""
+    """(conv_kernel_size, conv_group_size) as `profile` compares them: the typed config's (for a release that casts
+    them, the cast value: checks/casts.py), or, for a release that tests the key as it is before it casts it
+    (RuntimeProfile.config_reads `number>int()`: vLLM's lilicorr.py LiLiCorr.__init__ `draft_config.get(key, 0)`),
+    the JSON number that is no whole number (NaN, an infinity, 2.5: its int() may be 0, its truth value is not)."""
     values = present(ctx.parsed.raw)
     out: list[Any] = []
     for key in ("conv_kernel_size", "conv_group_size"):
@@ -50,7 +52,7 @@ def _read_values(ctx: Context, profile: RuntimeProfile) -> tuple[Any, Any]:
         path = f"$.dflash_config.{key}"
         raw = values.get(path)
         loose = isinstance(raw, float) and not (math.isfinite(raw) and raw.is_integer())
-        if typed is None and loose and config_read(profile, ctx.geometry.family, path) == "number>int()":
+        if loose and config_read(profile, ctx.geometry.family, path) == "number>int()":
             out.append(raw)
         else:
             out.append(typed)
@@ -132,26 +134,32 @@ def _judge(ctx: Context, readers: list[RuntimeProfile], taps: Any, group: Any) -
             actual=f"{shown[0]}/{shown[1]}",
         )
     elif _set(taps) and loose:
-        # both set, one of them no whole number: vLLM builds the convolution with int() (qwen3_dflash2.py
-        # DFlash2Qwen3DecoderLayer), which refuses NaN and an infinity and truncates 2.5
-        key, v = loose[0]
-        ctx.emit_for(
-            "LC116",
-            readers,
-            f"dflash_config.{key} is {_shown(v)}, not a convolution size: "
-            + names(readers, "builds|build")
-            + " the convolution from int() of it, "
-            + ("which fails" if not math.isfinite(v) else f"{int(v)}, a size the config does not state"),
-            fix=f"Write dflash_config.{key} as trained, a whole number.",
-            file="config.json",
-            pointer=f"$.dflash_config.{key}",
-            expected="a whole number > 0",
-            actual=_shown(v),
-        )
-        return
-    t, gsz = taps or 0, group or 0
+        # both set, one of them no whole number: vLLM builds the convolution with int() of each (qwen3_dflash2.py
+        # DFlash2Qwen3DecoderLayer), which fails on NaN and an infinity and truncates 2.5 to 2: a size the
+        # tensor checks judge on the cast config (checks/casts.py; the trained 2 loads, LC004 names the read), and
+        # 0.5 to 0, a convolution of no taps or a group size that divides nothing
+        bad = [(key, v) for key, v in loose if not math.isfinite(v) or int(v) < 1]
+        if bad:
+            key, v = bad[0]
+            ctx.emit_for(
+                "LC116",
+                readers,
+                f"dflash_config.{key} is {_shown(v)}, not a convolution size: "
+                + names(readers, "builds|build")
+                + " the convolution from int() of it, "
+                + ("which fails" if not math.isfinite(v) else f"{int(v)}, no convolution size"),
+                fix=f"Write dflash_config.{key} as trained, a whole number.",
+                file="config.json",
+                pointer=f"$.dflash_config.{key}",
+                expected="a whole number > 0",
+                actual=_shown(v),
+            )
+            return
+        taps, group = (int(v) if isinstance(v, float) else v for v in (taps, group))
+        loose = []
     if loose:
         return
+    t, gsz = taps or 0, group or 0
     if t > 0:
         b = ctx.geometry.block_size
         if b is not None and t > b:

@@ -211,7 +211,7 @@ _INT_BACKBONE_TOP = (
 )
 # the int() readers, and vLLM LiLiCorr's conv keys: compared with 0 as they are, then int() where a convolution is
 # built (lilicorr.py LiLiCorr.__init__, qwen3_dflash2.py DFlash2Qwen3DecoderLayer): 2.0 builds the 2-tap one
-_CASTS = (*(reader for reader, kind in CASTS.items() if kind is int), "number>int()")
+_CASTS = tuple(reader for reader, kind in CASTS.items() if kind is int)
 # top-level keys with no dflash_config counterpart: "unread" (RuntimeProfile.config_reads) means not read at all
 _TOP_ONLY = ("target_hidden_size",)
 

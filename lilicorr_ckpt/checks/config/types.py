@@ -141,8 +141,9 @@ _HOW = {
     "read it as a truth value, hashed and compared between layers (a list, an object or NaN fails)",
     "number": "uses it as a number (not a bool, a string or null)|use it as a number (not a bool, a string or "
     "null)",
-    "number>int()": "compares it with 0 as it is, then builds from int() of it (a number, not a bool, a string or "
-    "null)|compare it with 0 as it is, then build from int() of it (a number, not a bool, a string or null)",
+    "number>int()": "compares it with 0 as it is, then builds from int() of it (a number or a bool: false is 0, "
+    "2.5 is 2; not a string or null)|compare it with 0 as it is, then build from int() of it (a number or a bool: "
+    "false is 0, 2.5 is 2; not a string or null)",
     "number?": "requires a number or null|require a number or null",
     "bool": "requires true or false|require true or false",
     "str?": "requires a string or null|require a string or null",

@@ -6,8 +6,9 @@ corpus row as written (`Case("lilicorr", "dflash", "block_size", "int_string")`)
 - `where`: `top` or `dflash` (a config.json key at the top level or inside dflash_config) or `tensor`;
 - `key`: the config key, or the tensor it changes;
 - `op`: for a key, what it becomes (OPS_KEY: absent, null, the wrong type, an int written as a string, a whole
-  float, 0, negative, huge, an empty string, NaN, true); for a tensor (OPS_TENSOR): dropped, an extra one beside
-  it, renamed, reshaped, re-typed, or quantized instead of float and back.
+  float, 0, negative, huge, an empty string, NaN, true, false, the valid value and a half); for a tensor
+  (OPS_TENSOR): dropped, an extra one beside it, renamed, reshaped, re-typed, or quantized instead of float and
+  back.
 
 Every case is deterministic: it is built from the fixtures' seeded tensors, never from a random stream.
 """
@@ -40,6 +41,8 @@ OPS_KEY = (
     "empty_string",
     "nan",
     "true",
+    "false",
+    "fraction",
 )
 OPS_TENSOR = ("drop", "extra", "rename", "reshape", "retype", "quantize", "dequantize")
 
@@ -107,6 +110,9 @@ def _key_op(block: dict[str, Any], key: str, op: str) -> None:
         "empty_string": "",
         "nan": float("nan"),
         "true": True,
+        "false": False,
+        # no whole number: the valid value and a half (2.5 for a size of 2), which int() truncates back to it
+        "fraction": number + 0.5,
     }[op]
     block[key] = value
 

@@ -171,6 +171,21 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("lilicorr-nvfp4", "dflash", "conv_group_size", "nan"),
     Case("lilicorr-conv", "dflash", "conv_kernel_size", "whole_float"),
     Case("lilicorr-conv", "dflash", "conv_group_size", "whole_float"),
+    # ... where both are set, a fraction passes both tests and int() truncates it (2.5 is 2, 16.5 is 16): the
+    # trained convolution, which loads (the tensor checks judge the truncated size); false is 0 there (no
+    # convolution: a head without one loads, one beside a set partner is refused). SGLang's _parse_optional_int
+    # int()s both alike
+    Case("lilicorr-conv", "dflash", "conv_kernel_size", "fraction"),
+    Case("lilicorr-conv", "dflash", "conv_group_size", "fraction"),
+    Case("lilicorr", "dflash", "conv_kernel_size", "false"),
+    Case("lilicorr-nvfp4", "dflash", "conv_group_size", "false"),
+    Case("lilicorr-conv", "dflash", "conv_kernel_size", "false"),
+    # the fuzzer's fraction and false: SGLang int()s a LiLiCorr size, block_size and DSpark's top-level
+    # markov_rank (_parse_lilicorr_config, build_markov_head): 8.5 is the trained 8 and loads (LC004); it
+    # float()s output_multiplier (parse_dflash_draft_config), so false is 0.0, "must be positive" (LC123)
+    Case("dspark", "top", "markov_rank", "fraction"),
+    Case("lilicorr-nvfp4", "dflash", "block_size", "fraction"),
+    Case("lilicorr-conv", "dflash", "output_multiplier", "false"),
 )
 
 _SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
@@ -183,4 +198,7 @@ _NO_ALLOC = (
 VALUE_PENDING: dict[tuple[Case, str], str] = {
     **{(Case("lilicorr-nvfp4", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG[1:]},
     **{(Case("domino", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
+    # the same class on the DSpark and DFlash2 heads (drawn by the 2026-12-06 later run; no corpus row)
+    **{(Case("dspark", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
+    **{(Case("dflash2", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
 }
