@@ -94,21 +94,30 @@ def _load_x(x_rows, kk, m_ok, k_ok):
 
 
 @triton.jit
+def _norm_scaled(x, g_ptr, kk, k_ok, w_dtype):
+    """The RMSNorm prologue on a K tile of x: x ⊙ g, back in the weight's dtype (rstd scales the sums later)."""
+    g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
+    return (x.to(tl.float32) * g[None, :]).to(w_dtype)
+
+
+@triton.jit
+def _acc_dot(x, w, acc, UPCAST, PRECISION):
+    """acc + x·wᵀ (in fp32 operands when UPCAST: fp32 weights, or the interpreter)."""
+    if UPCAST:
+        x = x.to(tl.float32)
+        w = w.to(tl.float32)
+    acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
+    return acc
+
+
+@triton.jit
 def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION, w_dtype):
     if NORM:  # squares: [BLOCK_M, BLOCK_M]; its diagonal holds each row's sum of squares (`_row_squares`)
         squares = tl.dot(x, tl.trans(x), squares, input_precision=PRECISION)
-        xf = x.to(tl.float32)
-        g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
-        x = (xf * g[None, :]).to(w_dtype)
-    if UPCAST:
-        acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), input_precision=PRECISION)
-    else:
-        acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
+        x = _norm_scaled(x, g_ptr, kk, k_ok, w_dtype)
+    acc = _acc_dot(x, w, acc, UPCAST, PRECISION)
     if GATED:  # the up rows follow the N gate rows in the fused weight
-        if UPCAST:
-            acc_up += tl.dot(x.to(tl.float32), tl.trans(wu.to(tl.float32)), input_precision=PRECISION)
-        else:
-            acc_up += tl.dot(x, tl.trans(wu), input_precision=PRECISION)
+        acc_up = _acc_dot(x, wu, acc_up, UPCAST, PRECISION)
     return acc, acc_up, squares
 
 
@@ -503,17 +512,16 @@ def _step_linear_stream(
 def _wide_dot(x, w, acc, UPCAST, PRECISION, BATCHED: tl.constexpr, GROUPS: tl.constexpr, BLOCK_M: tl.constexpr,
               BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
     """acc + x·wᵀ for [GROUPS * BLOCK_M] rows: one dot, or (BATCHED) one BLOCK_M-row dot per group."""
-    if UPCAST:
-        x = x.to(tl.float32)
-        w = w.to(tl.float32)
     if BATCHED:
+        if UPCAST:
+            x = x.to(tl.float32)
+            w = w.to(tl.float32)
         x3 = tl.reshape(x, (GROUPS, BLOCK_M, BLOCK_K))
         w3 = tl.broadcast_to(tl.trans(w)[None, :, :], (GROUPS, BLOCK_K, BLOCK_N))
         acc3 = tl.reshape(acc, (GROUPS, BLOCK_M, BLOCK_N))
         acc3 += tl.dot(x3, w3, input_precision=PRECISION)
         return tl.reshape(acc3, (GROUPS * BLOCK_M, BLOCK_N))
-    acc += tl.dot(x, tl.trans(w), input_precision=PRECISION)
-    return acc
+    return _acc_dot(x, w, acc, UPCAST, PRECISION)
 
 
 @triton.jit
@@ -538,9 +546,7 @@ def _wide_piece(x_rows, w_rows, g_ptr, k_lo, k_hi, N, s_wn, m_ok, n_ok, NORM, GA
         if NORM:  # per group of BLOCK_M rows, as `_dot_tile` sums them
             x3 = tl.reshape(x, (GROUPS, BLOCK_M, BLOCK_K))
             squares = tl.dot(x3, tl.permute(x3, (0, 2, 1)), squares, input_precision=PRECISION)
-            xf = x.to(tl.float32)
-            g = tl.load(g_ptr + kk, mask=k_ok, other=0.0).to(tl.float32)
-            x = (xf * g[None, :]).to(w_dtype)
+            x = _norm_scaled(x, g_ptr, kk, k_ok, w_dtype)
         acc = _wide_dot(x, w, acc, UPCAST, PRECISION, BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K)
         if GATED:
             acc_up = _wide_dot(x, wu, acc_up, UPCAST, PRECISION, BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K)
