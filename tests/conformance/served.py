@@ -14,6 +14,9 @@ serves is read off the constructed modules here:
   SGLang's draft_config.output_multiplier): a NaN or infinite one makes every logit NaN (SW).
 - `bounded_build()`: the release building more modules than any accelerator holds (a layer count of 2**40)
   is stopped as the out-of-memory failure a server meets at boot, instead of running the harness out of memory.
+- `bounded_buffer(tensor, what)`: a buffer the release allocates at boot from a config size (the worker's block
+  positions, the draft graph's logits), built by the released code on the meta device, fails the same way when it
+  is larger than any accelerator holds.
 """
 
 from __future__ import annotations
@@ -58,6 +61,22 @@ def bounded_build(limit: int = MAX_MODULES) -> Iterator[None]:
         yield
     finally:
         torch.nn.Module.__init__ = original  # type: ignore[method-assign]
+
+
+# the most bytes one boot-time buffer may take: more than any single accelerator holds (an H200 has 141 GB)
+MAX_BUFFER_BYTES = 1 << 40
+
+
+def bounded_buffer(tensor: torch.Tensor, what: str, limit: int = MAX_BUFFER_BYTES) -> torch.Tensor:
+    """`tensor` (the released code's own allocation, made on the meta device) when it fits `limit` bytes; else
+    BootOutOfMemory naming `what` and its shape."""
+    size = tensor.numel() * tensor.element_size()
+    if size > limit:
+        raise BootOutOfMemory(
+            f"{what} is a {tuple(tensor.shape)} {str(tensor.dtype).removeprefix('torch.')} buffer "
+            f"({size / (1 << 40):.0f} TiB, more than any accelerator holds): the server runs out of memory at boot"
+        )
+    return tensor
 
 
 def _number(value: Any) -> bool:

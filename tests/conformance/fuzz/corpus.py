@@ -6,8 +6,6 @@ skips those pairs in the corpus and the fixed-seed budget, and fails on any othe
 
 from __future__ import annotations
 
-from lilicorr_ckpt.runtimes import RELEASES
-
 from .cases import Case
 from .corpus_siblings import SIBLING_PENDING, SIBLING_ROWS
 from .corpus_values import VALUE_PENDING, VALUE_ROWS
@@ -119,14 +117,7 @@ CORPUS: tuple[Case, ...] = (
     *SIBLING_ROWS,
 )
 
-_SGLANG = [f"sglang=={p.version}" for p in RELEASES["sglang"]]
-_NO_ALLOC = (
-    "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
-    "boot (validate refuses, LC009)"
-)
 PENDING: dict[tuple[Case, str], str] = {
-    **{(Case("dflash", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
-    **{(Case("dflash", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
     **VALUE_PENDING,
     **SIBLING_PENDING,
 }

@@ -79,10 +79,12 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("dflash", "dflash", "draft_vocab_size", "huge"),
     Case("lilicorr-conv", "dflash", "intermediate_size", "huge"),
     Case("dflash", "dflash", "intermediate_size", "huge"),
-    # read and allocated (vLLM: LiLiCorr's lm_head, DFlash's block buffers in the speculator); SGLang's harness
-    # builds without buffers (corpus.PENDING)
+    # read and allocated at boot (vLLM: LiLiCorr's lm_head, DFlash's block buffers in the speculator; SGLang: the
+    # worker's block positions, the draft decode graph's logits buffer): out of memory, refused (LC009)
     Case("lilicorr-nvfp4", "top", "vocab_size", "huge"),
     Case("domino", "dflash", "block_size", "huge"),
+    Case("dspark", "dflash", "block_size", "huge"),
+    Case("dflash2", "dflash", "block_size", "huge"),
     # convolution keys on a head without convolutions: vLLM reads them only for LiLiCorr (lilicorr.py
     # LiLiCorr.__init__) and DFlash2 (qwen3_dflash2.py DFlash2Qwen3DecoderLayer); SGLang's
     # parse_dflash_draft_config checks them for every head (LC116 for SGLang only)
@@ -188,17 +190,5 @@ VALUE_ROWS: tuple[Case, ...] = (
     Case("lilicorr-conv", "dflash", "output_multiplier", "false"),
 )
 
-_SGLANG = ("sglang==0.5.21", "sglang==0.5.22", "sglang==0.5.23")
-_NO_ALLOC = (
-    "the SGLang harness builds the model without allocating its buffers; a real server runs out of memory at "
-    "boot (validate refuses, LC009)"
-)
-
 # (case, release) -> why validate and that release still disagree (corpus.PENDING)
-VALUE_PENDING: dict[tuple[Case, str], str] = {
-    **{(Case("lilicorr-nvfp4", "top", "vocab_size", "huge"), r): _NO_ALLOC for r in _SGLANG[1:]},
-    **{(Case("domino", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
-    # the same class on the DSpark and DFlash2 heads (drawn by the 2026-12-06 later run; no corpus row)
-    **{(Case("dspark", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
-    **{(Case("dflash2", "dflash", "block_size", "huge"), r): _NO_ALLOC for r in _SGLANG},
-}
+VALUE_PENDING: dict[tuple[Case, str], str] = {}

@@ -23,7 +23,11 @@ for the draft, each through that wheel's own functions:
    linears, quant methods and parameters are the wheel's);
 8. `DefaultModelLoader.load_weights_and_postprocess`: `model.load_weights` over every tensor of the
    checkpoint, then each module's `process_weights_after_loading` where it checks something on CPU;
-9. `speculative/dflash_worker_v2.py` `DFlashWorkerV2.__init__`: `set_block_size`, the mask-token resolution.
+9. `speculative/dflash_worker_v2.py` `DFlashWorkerV2.__init__`: `set_block_size`, the mask-token resolution,
+   the block's position offsets (`speculative/draft_worker_common.py` `build_block_pos_offsets`);
+10. `DFlashWorkerV2.init_cuda_graphs`: the draft decode graph's logits buffer
+   (`model_executor/graph_shared_output.py` `GraphSharedOutput.get_logits_buffer`). These two buffers are built
+   on the meta device; one larger than any accelerator holds is the out-of-memory failure of a boot (R).
 
 The outcome (`Outcome`): L (loads the trained function), R (refuses with a message), C (crashes with an untyped
 error), SW (loads, but serves another function), U (the harness cannot decide it: a step needs what it does not
@@ -54,7 +58,7 @@ from typing import Any, NamedTuple
 import torch
 from safetensors import safe_open
 
-from ..served import bounded_build, degenerate_numerics
+from ..served import bounded_buffer, bounded_build, degenerate_numerics
 from . import infra
 from .wheel import StubUsed, extract, install
 
@@ -158,6 +162,8 @@ class Engine:
         self.lilicorr = importlib.import_module("sglang.srt.models.lilicorr")
         self.qwen3 = importlib.import_module("sglang.srt.models.qwen3")
         self.worker = importlib.import_module("sglang.srt.speculative.dflash_worker_v2")
+        self.draft_common = importlib.import_module("sglang.srt.speculative.draft_worker_common")
+        self.graph_output = importlib.import_module("sglang.srt.model_executor.graph_shared_output")
         self.dspark = importlib.import_module("sglang.srt.models.dspark")
         self.dspark_config = importlib.import_module("sglang.srt.speculative.dspark_components.dspark_config")
         # every architecture the wheel registers (models/*.py EntryClass); the drafter classes are the real ones
@@ -258,6 +264,7 @@ class Engine:
         rescaled = self._fused_global_scales(model)
         self._step("postprocess", lambda: self._postprocess(model))
         self._step("worker", lambda: self._worker(model, hf_config, block_size, target_vocab))
+        self._step("draft graphs", lambda: self._draft_graphs(mc, block_size))
         parsed = self._step("draft config", lambda: self._served_config(cls, hf_config))
         return self._judge(
             model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled, parsed, read=read
@@ -400,6 +407,22 @@ class Engine:
             )
         self.worker.DFlashWorkerV2._resolve_mask_token_id(
             worker, mask_token=parsed.mask_token, mask_token_id=parsed.mask_token_id
+        )
+        # then the block's position offsets, on the worker's device
+        bounded_buffer(
+            self.draft_common.build_block_pos_offsets(length=block_size, device=torch.device("meta")),
+            "DFlashWorkerV2._block_pos_offsets (draft_worker_common.build_block_pos_offsets)",
+        )
+
+    def _draft_graphs(self, mc, block_size: int) -> None:
+        """dflash_worker_v2.py init_cuda_graphs (captured by default on CUDA): the draft runner's decode graph takes
+        its logits buffer from model_executor/graph_shared_output.py GraphSharedOutput.get_logits_buffer, one float32
+        row of the draft config's vocab_size (ModelConfig.vocab_size) per token; one request's block is a lower
+        bound on its rows."""
+        shared = self.graph_output.GraphSharedOutput(device=torch.device("meta"), max_rows=block_size)
+        bounded_buffer(
+            shared.get_logits_buffer(mc.hf_text_config.vocab_size, rows=block_size),
+            "the draft decode graph's logits buffer (GraphSharedOutput.get_logits_buffer)",
         )
 
     # ------------------------------------------------------------------ what is served

@@ -340,6 +340,10 @@ PARTIAL = {
     "sglang.srt.speculative.dflash_worker_v2": Partial(
         methods={"DFlashWorkerV2": ["_resolve_mask_token_id"]}
     ),
+    # the worker's block-position buffer (DFlashWorkerV2.__init__) and the draft's decode-graph logits buffer
+    # (decode_cuda_graph_runner.py): what a block size or vocabulary no accelerator holds fails at boot
+    "sglang.srt.speculative.draft_worker_common": Partial(["build_block_pos_offsets"]),
+    "sglang.srt.model_executor.graph_shared_output": Partial(["GraphSharedOutput"]),
     "sglang.srt.models.registry": Partial(
         methods={
             "_ModelRegistry": [
