@@ -377,7 +377,7 @@ def random_drafter(target):
     from lilicorr_ckpt import fixtures
     from lilicorr_ckpt.checkpoint.config import parse_config
     from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
-    from lilicorr_runtime.model.dflash import Drafter, backbone_spec
+    from lilicorr_runtime.model.drafter import Drafter, backbone_spec
 
     config = parse_config(json.dumps(fixtures.qwen3_8b_drafter_config(5)).encode()).config
     g = resolve_geometry(config)

@@ -188,7 +188,7 @@ def qwen3_8b_draft_step(walk: str):
     from lilicorr_ckpt.checkpoint.config import parse_config
     from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
     from lilicorr_runtime.decode.draft_step import DraftStep
-    from lilicorr_runtime.model.dflash import Drafter, backbone_spec
+    from lilicorr_runtime.model.drafter import Drafter, backbone_spec
 
     config = parse_config(json.dumps(fixtures.qwen3_8b_drafter_config(5)).encode()).config
     g = resolve_geometry(config)

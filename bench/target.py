@@ -19,8 +19,7 @@ import time
 
 import torch
 
-from lilicorr_runtime.target.adapter import TargetModel
-from lilicorr_runtime.target.fast import FastTarget, tokens_per_second
+from lilicorr_runtime.target.fast import FastTarget, TargetModel, tokens_per_second
 from lilicorr_runtime.target.load import load_target
 
 PROMPT = [

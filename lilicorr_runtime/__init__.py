@@ -35,10 +35,9 @@ except ImportError as _exc:  # a clear message, not a ModuleNotFoundError from d
 
 from .decode.speculative import BlockRecord, GenerationResult, Proposal, SpeculativeDecoder, draft_block
 from .decode.stats import AcceptanceStats, acceptance_stats
-from .model.dflash import Drafter, DraftKVCache
-from .model.head import LiLiCorrHead
+from .model.drafter import Drafter, DraftKVCache, LiLiCorrHead
 from .model.load import CheckpointRefused, build_drafter
-from .target.adapter import TargetModel
+from .target.fast import TargetModel
 from .target.load import load_target
 
 __all__ = [

@@ -3,10 +3,12 @@ and `load_target` accept, and integer arguments."""
 
 from __future__ import annotations
 
-import operator
-from typing import SupportsIndex, TypeVar, cast
+from typing import TypeVar
 
 import torch
+
+# the ops check their integer arguments with it too (ops/core.py, the lowest layer, defines it)
+from .ops.core import as_int as as_int
 
 T = TypeVar("T")
 
@@ -42,16 +44,6 @@ def resolve_dtype(dtype: torch.dtype | str) -> torch.dtype:
         if key in DTYPE_NAMES:
             return DTYPE_NAMES[key]
     raise ValueError(f"dtype must be a torch.dtype or a name: {SPELLINGS}; got {dtype!r}")
-
-
-def as_int(value: object) -> int | None:
-    """An integer argument (a Python or numpy int, not a bool) as int, else None."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(cast(SupportsIndex, value))  # TypeError for what has no __index__
-    except TypeError:
-        return None
 
 
 def known(value: T | None, what: str) -> T:

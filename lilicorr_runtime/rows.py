@@ -10,7 +10,7 @@ for. A forward of at most STEP rows per sequence
 - runs the fused step kernels (`target/fast.py`, STEP_ROWS), rotation, K/V write and attention in one launch
   (`ops/step_triton.py`, FUSED_ROWS);
 - is replayed from a captured CUDA graph (`target/fast.py`, GRAPH_MAX_ROWS);
-- on the CPU, attends as one grouped block per KV head (`ops/step.py`, CPU_GROUPED_ROWS).
+- on the CPU, attends as one grouped block per KV head (`ops/core.py`, CPU_GROUPED_ROWS).
 
 PREFILL: a request's prefill of at most this many rows runs the step kernels too, so that each prompt row equals
 the one-token step's bit for bit (`target/fast.py` and the device loop's admission, PREFILL_ROWS); longer
@@ -23,7 +23,7 @@ Qwen3-8B layer's four GEMMs took 0.710 ms wide against 0.582 ms on the TILE-row 
 gate_up 0.350 against 0.178), and 0.745 against 1.457 ms at 256 rows.
 
 DRAFT_KERNEL: a drafter's static step or context append of at most this many rows (batch x block) runs its
-backbone on the step kernels on CUDA (`model/dflash.py`, KERNEL_ROWS); past it the eager ops, whose cuBLAS and
+backbone on the step kernels on CUDA (`model/drafter.py`, KERNEL_ROWS); past it the eager ops, whose cuBLAS and
 SDPA tiles are faster for many rows. A crossover, not tied to STEP.
 """
 

@@ -21,7 +21,7 @@ from lilicorr_ckpt.checkpoint.config import parse_config
 from lilicorr_ckpt.checkpoint.geometry import resolve_geometry
 from lilicorr_ckpt.checkpoint.manifest import legacy_name
 from lilicorr_ckpt.checkpoint.text import shorten
-from lilicorr_runtime.model.dflash import Drafter, backbone_spec
+from lilicorr_runtime.model.drafter import Drafter, backbone_spec
 
 
 class DrafterShape(Struct, frozen=True, kw_only=True):

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from msgspec import Struct
 
-from lilicorr_runtime.model.dflash import Drafter
+from lilicorr_runtime.model.drafter import Drafter
 from lilicorr_runtime.target.fast import FastTarget
 
 from .loop import target_pass

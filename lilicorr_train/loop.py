@@ -16,7 +16,7 @@ import torch
 from msgspec import Struct, structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
-from lilicorr_runtime.model.dflash import Drafter
+from lilicorr_runtime.model.drafter import Drafter
 from lilicorr_runtime.model.load import build_drafter as build_runtime_drafter
 from lilicorr_runtime.target.fast import FastTarget
 

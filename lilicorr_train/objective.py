@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from msgspec import Struct
 
-from lilicorr_runtime.model.dflash import Drafter
+from lilicorr_runtime.model.drafter import Drafter
 
 
 class LossWeights(Struct, frozen=True):

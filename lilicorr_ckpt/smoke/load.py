@@ -12,7 +12,7 @@ from lilicorr_ckpt.errors import CheckpointInvalid, UsageError
 from lilicorr_ckpt.report.validate import finding_lines
 from lilicorr_ckpt.runtimes import select_profiles
 from lilicorr_runtime.arguments import resolve_device, resolve_dtype
-from lilicorr_runtime.model.dflash import Drafter
+from lilicorr_runtime.model.drafter import Drafter
 from lilicorr_runtime.model.load import CheckpointRefused, build_drafter
 
 

@@ -31,11 +31,10 @@ import msgspec
 import torch
 
 from ..graphs import capture, warm_up
-from ..model.dflash import Drafter, DraftKVCache
+from ..model.drafter import Drafter, DraftKVCache
 from ..target.fast import PREFILL_ROWS, StaticKVCache
-from .block import Walk, accept, commit, draft, emitted, target_token, verify
+from .block import Walk, accept, categorical, commit, draft, emitted, target_token, verify
 from .draft_step import warn_once
-from .verify import categorical
 
 
 class LoopOutput(msgspec.Struct, frozen=True):

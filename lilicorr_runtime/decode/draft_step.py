@@ -17,7 +17,7 @@ import torch
 
 from ..arguments import known
 from ..graphs import capture, warm_up
-from ..model.dflash import Drafter, DraftKVCache
+from ..model.drafter import Drafter, DraftKVCache
 from .block import WALKS, Walk, draft
 
 _warned: set[str] = set()

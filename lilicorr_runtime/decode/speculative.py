@@ -20,9 +20,8 @@ import msgspec
 import torch
 
 from ..arguments import as_int
-from ..model.dflash import Drafter, DraftKVCache
-from ..target.adapter import TargetModel, TargetStep
-from ..target.fast import FastTarget
+from ..model.drafter import Drafter, DraftKVCache
+from ..target.fast import FastTarget, TargetModel, TargetStep
 from .block import Walk, accept, draft, target_token, verify
 from .device_loop import DecodeLoop
 from .draft_step import DraftStep

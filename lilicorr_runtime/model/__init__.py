@@ -1,2 +1,2 @@
-"""The drafter: the DFlash backbone (dflash.py), the LiLiCorr head (head.py), their RMSNorm (layers.py), the
+"""The drafter: the DFlash backbone, the LiLiCorr head and their RMSNorm (drafter.py), the
 dequantizing codecs and the builder from a checkpoint (codecs.py, load.py), and the probe helpers (probe.py)."""

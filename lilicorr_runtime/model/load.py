@@ -14,9 +14,9 @@ from lilicorr_ckpt.checkpoint.numerics import scale_defects
 from lilicorr_ckpt.checkpoint.text import shorten
 
 from ..arguments import resolve_device, resolve_dtype
-from ..ops.rope import RopeUnsupported
+from ..ops.core import RopeUnsupported
 from .codecs import fp8_dequantize, nvfp4_dequantize
-from .dflash import Drafter, backbone_spec
+from .drafter import Drafter, backbone_spec
 
 SCALES = ("weight_scale", "weight_scale_2")  # the scales dequantization reads (input_scale is unused)
 

@@ -7,7 +7,7 @@ import torch
 
 from ..arguments import known
 from ..decode.speculative import draft_block
-from .dflash import Drafter
+from .drafter import Drafter
 
 CONTEXT_ROWS = 12
 LM_HEAD_RANK = 32  # the synthetic lm_head is low-rank so that a 150k x 4096 table is never materialized

@@ -1,6 +1,6 @@
 """Loading a target: an HF causal LM from a local directory, an offline HF cache repo id or a .gguf file, refused
 when it lacks weights its config describes, and run on the fast path (target/fast.py) when its architecture has
-one, else on transformers' eager forward (target/adapter.py).
+one, else on transformers' eager forward (target/fast.py `TargetModel`).
 
 A Llama / Qwen2 / Qwen3 the fast path runs is built without transformers (target/native.py: config, safetensors or
 GGUF weights, stop ids, tokenizer); anything that route does not map exactly is loaded through transformers as
@@ -26,8 +26,7 @@ from lilicorr_ckpt.checkpoint.text import shorten
 from .. import settings
 from ..arguments import resolve_device, resolve_dtype
 from . import gguf_direct
-from .adapter import TargetModel
-from .fast import FastTarget, fast_path_problem
+from .fast import FastTarget, TargetModel, fast_path_problem
 from .native import NotMapped, build_from_directory, build_from_gguf
 
 if TYPE_CHECKING:  # transformers is imported by the functions that build through it

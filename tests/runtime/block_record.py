@@ -47,8 +47,8 @@ class Recorder:
 
 @contextmanager
 def hooked(drafter: Any, rec: Recorder) -> Iterator[None]:
-    """Record the drafter's logits, head and context rows, and the walks and top-K of ops.draft."""
-    from lilicorr_runtime.ops import draft as ops_draft
+    """Record the drafter's logits, head and context rows, and the walks and top-K of ops/core.py."""
+    from lilicorr_runtime.ops import core as ops_core
 
     undo: list[Callable[[], None]] = []
 
@@ -68,7 +68,7 @@ def hooked(drafter: Any, rec: Recorder) -> Iterator[None]:
             undo.append(lambda: setattr(owner, name, fn))
 
     for name in ("topk_lse_reference", "greedy_walk_reference", "sample_walk_reference"):
-        wrap(ops_draft, name, name.removesuffix("_reference"), instance=False)
+        wrap(ops_core, name, name.removesuffix("_reference"), instance=False)
     if drafter is not None:
         wrap(drafter, "logits", "draft_logits", instance=True)
         wrap(drafter, "project_context", "context", instance=True)

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from lilicorr_runtime import rows
 from lilicorr_runtime.decode.device_loop import prefill_bucket
-from lilicorr_runtime.model import dflash
-from lilicorr_runtime.ops import step, step_triton
+from lilicorr_runtime.model import drafter as drafter_module
+from lilicorr_runtime.ops import core, step_triton
 from lilicorr_runtime.target import fast
 
 RUNTIME = Path(rows.__file__).parent
@@ -20,10 +20,10 @@ NOT_LIMITS = {("model/probe.py", "CONTEXT_ROWS")}
 def test_each_module_takes_its_limit_from_the_one_definition():
     assert step_triton.BLOCK_M == step_triton.TUNE_ROWS == rows.TILE
     assert (
-        fast.STEP_ROWS == fast.GRAPH_MAX_ROWS == step_triton.FUSED_ROWS == step.CPU_GROUPED_ROWS == rows.STEP
+        fast.STEP_ROWS == fast.GRAPH_MAX_ROWS == step_triton.FUSED_ROWS == core.CPU_GROUPED_ROWS == rows.STEP
     )
     assert fast.PREFILL_ROWS == rows.PREFILL
-    assert dflash.KERNEL_ROWS == rows.DRAFT_KERNEL
+    assert drafter_module.KERNEL_ROWS == rows.DRAFT_KERNEL
     assert step_triton.WIDE_ROWS == rows.WIDE
 
 

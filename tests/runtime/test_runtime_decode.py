@@ -8,7 +8,7 @@ import torch
 from runtime_helpers import chi_square_p_value, small_config, tiny_target
 
 from lilicorr_runtime import BlockRecord, GenerationResult, SpeculativeDecoder, acceptance_stats, draft_block
-from lilicorr_runtime.decode.verify import verify_sampled
+from lilicorr_runtime.decode.block import verify_sampled
 from lilicorr_runtime.ops import sample_walk
 
 PROMPTS = [[5, 7, 3, 2, 9, 8, 12, 7, 13, 3, 11, 6], [4, 1, 2]]

@@ -10,7 +10,7 @@ import torch
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
-from lilicorr_runtime.ops.rope import rope_inverse_frequencies
+from lilicorr_runtime.ops.core import rope_inverse_frequencies
 
 
 def rope(x, positions, theta):

@@ -258,9 +258,9 @@ def test_head_through_the_triton_kernels_matches_float64_reference(monkeypatch, 
     pytest.importorskip("triton")
     if os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("needs Triton's interpreter")
-    from lilicorr_runtime.ops import draft
+    from lilicorr_runtime.ops import core
 
-    monkeypatch.setattr(draft, "use_triton", lambda *tensors: True)  # the draft ops' dispatchers read it
+    monkeypatch.setattr(core, "use_triton", lambda *tensors: True)  # the draft ops' dispatchers read it
     cfg = dict(B=6, K=4, N=4, eps=1e-6, ve=1e-6, scale=7.5)
     head = make_head(K=4, h=h, M=48, L=L)
     E, lp, pas, anc = inputs(2, 4, 4, 48)

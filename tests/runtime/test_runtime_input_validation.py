@@ -15,7 +15,7 @@ from lilicorr_ckpt.errors import UsageError
 from lilicorr_ckpt.smoke.load import load_drafter
 from lilicorr_runtime import LiLiCorrHead, SpeculativeDecoder, load_target, ops
 from lilicorr_runtime.arguments import resolve_dtype
-from lilicorr_runtime.decode import verify
+from lilicorr_runtime.decode import block as verify_ops
 
 PROMPT = [3, 1, 4, 1, 5]
 
@@ -427,13 +427,13 @@ def test_shape_checks_read_no_tensor_data():
             r"feature_hidden expects .*up_weight \[H, 5\]",
         ),
         (lambda: ops.control_walk(torch.randn(7, 100)), r"control_walk expects logits \[b, S, V\]"),
-        (lambda: verify.categorical(torch.rand(2, 10), torch.rand(3)), r"categorical expects probs \[b, V\]"),
+        (lambda: verify_ops.categorical(torch.rand(2, 10), torch.rand(3)), r"categorical expects probs \[b, V\]"),
         (
-            lambda: verify.verify_greedy(torch.randn(1, 5, 10), torch.zeros(1, 5, dtype=torch.long)),
+            lambda: verify_ops.verify_greedy(torch.randn(1, 5, 10), torch.zeros(1, 5, dtype=torch.long)),
             r"verify_greedy expects target_logits \[b, n\+1, V\], draft_tokens \[b, n\]",
         ),
         (
-            lambda: verify.verify_sampled(
+            lambda: verify_ops.verify_sampled(
                 torch.rand(1, 4, 10),
                 torch.zeros(1, 3, dtype=torch.long),
                 torch.rand(1, 3, 9),
@@ -462,9 +462,9 @@ def test_the_decoder_ops_run_unchanged_at_their_documented_shapes():
     start, pairs, ids = lattice(b=2, S=1)
     assert ops.greedy_walk(start, pairs, ids).shape == (2, 1)
     logits = torch.randn(2, 4, 10)
-    accepted, _ = verify.verify_greedy(logits, torch.zeros(2, 3, dtype=torch.long))
+    accepted, _ = verify_ops.verify_greedy(logits, torch.zeros(2, 3, dtype=torch.long))
     q = torch.softmax(torch.randn(2, 3, 10), -1)
-    verify.verify_sampled(
+    verify_ops.verify_sampled(
         torch.softmax(logits, -1), torch.zeros(2, 3, dtype=torch.long), q, torch.rand(2, 3), torch.rand(2)
     )
     assert accepted.shape == (2,)

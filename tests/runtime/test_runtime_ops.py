@@ -8,7 +8,7 @@ import pytest
 import torch
 from runtime_helpers import chi_square_p_value
 
-from lilicorr_runtime.decode.verify import categorical, verify_greedy, verify_sampled
+from lilicorr_runtime.decode.block import categorical, verify_greedy, verify_sampled
 from lilicorr_runtime.ops import control_walk, greedy_walk, sample_walk, topk_lse
 
 

@@ -13,8 +13,8 @@ from interpreted_triton import CUDA, fresh, triton  # noqa: F401 (before any ker
 
 from lilicorr_ckpt import fixtures
 from lilicorr_ckpt.smoke.load import load_drafter
-from lilicorr_runtime.model import dflash
-from lilicorr_runtime.ops import step as step_ops
+from lilicorr_runtime.model import drafter as drafter_module
+from lilicorr_runtime.ops import core as ops_core
 from lilicorr_runtime.ops import step_triton
 
 step_triton = fresh(step_triton)
@@ -46,7 +46,7 @@ def _filled_cache(drafter, batch: int, lengths: torch.Tensor, seed: int):
 
 
 def _clone(cache):
-    return dflash.DraftKVCache.over([k.clone() for k in cache.keys], [v.clone() for v in cache.values])
+    return drafter_module.DraftKVCache.over([k.clone() for k in cache.keys], [v.clone() for v in cache.values])
 
 
 def _check_static_forward(drafter, tol: float) -> None:
@@ -106,7 +106,7 @@ def test_static_kernel_forward_is_the_eager_backbone_over_the_references(tmp_pat
 
 @pytest.mark.skipif(CUDA, reason="the interpreter; CUDA runs the kernels natively below")
 def test_static_kernel_forward_through_the_interpreted_kernels(tmp_path, monkeypatch):
-    monkeypatch.setattr(step_ops, "use_triton", lambda *tensors: True)  # the dispatchers take the kernels
+    monkeypatch.setattr(ops_core, "use_triton", lambda *tensors: True)  # the dispatchers take the kernels
     launched = []
     for name in ("step_linear_triton", "rope_kv_triton", "rope_attention_triton"):
         kernel = getattr(step_triton, name)
@@ -141,10 +141,10 @@ def test_step_weights_follow_the_parameters(tmp_path):
 
 
 def test_kernel_path_is_refused_for_windows_convolution_and_many_rows(tmp_path, monkeypatch):
-    monkeypatch.setattr(dflash, "use_triton", lambda *tensors: True)  # as on CUDA without autograd
+    monkeypatch.setattr(drafter_module, "use_triton", lambda *tensors: True)  # as on CUDA without autograd
     plain = _drafter(tmp_path / "p")
-    assert plain.kernel_path(9) and plain.kernel_path(dflash.KERNEL_ROWS)
-    assert not plain.kernel_path(dflash.KERNEL_ROWS + 1)
+    assert plain.kernel_path(9) and plain.kernel_path(drafter_module.KERNEL_ROWS)
+    assert not plain.kernel_path(drafter_module.KERNEL_ROWS + 1)
     windowed = _drafter(
         tmp_path / "w",
         layer_types=["sliding_attention", "full_attention"],
@@ -156,7 +156,7 @@ def test_kernel_path_is_refused_for_windows_convolution_and_many_rows(tmp_path, 
     convolved = _drafter(tmp_path / "c", conv=(3, 8))
     assert convolved.layers[0].attention_conv is not None
     assert not convolved.kernel_path(9)
-    monkeypatch.setattr(dflash, "use_triton", lambda *tensors: False)  # the CPU, or autograd
+    monkeypatch.setattr(drafter_module, "use_triton", lambda *tensors: False)  # the CPU, or autograd
     assert not plain.kernel_path(9)
 
 
@@ -176,7 +176,7 @@ def test_static_kernel_forward_on_cuda_matches_the_eager_ops(tmp_path, monkeypat
     block = torch.randn(2, g.block_size, g.hidden_size, device="cuda", dtype=torch.bfloat16)
     with torch.inference_mode():
         fast = drafter.forward_static(_clone(cache), lengths, block)
-        monkeypatch.setattr(dflash, "KERNEL_ROWS", 0)
+        monkeypatch.setattr(drafter_module, "KERNEL_ROWS", 0)
         eager = drafter.forward_static(_clone(cache), lengths, block)
     torch.testing.assert_close(fast, eager, rtol=3e-2, atol=3e-2)
     assert not torch.equal(fast, eager)  # two different computations (GEMM order), agreeing to bf16 round-off

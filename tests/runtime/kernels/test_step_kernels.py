@@ -111,7 +111,7 @@ def test_rope_kv_in_dtype_is_the_drafters_rotation_bit_for_bit(qk_norm, dtype):
     """rotate_in_dtype: angles in the dtype, every product and sum rounded, as the drafter's eager backbone
     rotates (ops.apply_rope on half-precision q/k with rope_cos_sin's rounded angles): the kernel, the reference
     and that eager rotation agree bit for bit, and differ from the fp32-once rotation."""
-    from lilicorr_runtime.ops.rope import rope_cos_sin
+    from lilicorr_runtime.ops.core import rope_cos_sin
 
     b, n, heads, kv_heads, hd, capacity = 2, 3, 4, 2, 16, 24
     qkv = _randn(b, n, (heads + 2 * kv_heads) * hd, seed=20, scale=3.0, dtype=dtype)
