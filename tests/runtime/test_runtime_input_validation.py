@@ -427,7 +427,10 @@ def test_shape_checks_read_no_tensor_data():
             r"feature_hidden expects .*up_weight \[H, 5\]",
         ),
         (lambda: ops.control_walk(torch.randn(7, 100)), r"control_walk expects logits \[b, S, V\]"),
-        (lambda: verify_ops.categorical(torch.rand(2, 10), torch.rand(3)), r"categorical expects probs \[b, V\]"),
+        (
+            lambda: verify_ops.categorical(torch.rand(2, 10), torch.rand(3)),
+            r"categorical expects probs \[b, V\]",
+        ),
         (
             lambda: verify_ops.verify_greedy(torch.randn(1, 5, 10), torch.zeros(1, 5, dtype=torch.long)),
             r"verify_greedy expects target_logits \[b, n\+1, V\], draft_tokens \[b, n\]",

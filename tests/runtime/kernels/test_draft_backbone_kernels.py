@@ -46,7 +46,9 @@ def _filled_cache(drafter, batch: int, lengths: torch.Tensor, seed: int):
 
 
 def _clone(cache):
-    return drafter_module.DraftKVCache.over([k.clone() for k in cache.keys], [v.clone() for v in cache.values])
+    return drafter_module.DraftKVCache.over(
+        [k.clone() for k in cache.keys], [v.clone() for v in cache.values]
+    )
 
 
 def _check_static_forward(drafter, tol: float) -> None:
