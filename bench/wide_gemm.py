@@ -12,8 +12,8 @@ prints the median time (CUDA events over back-to-back launches) of
 
 with wide / cuBLAS as a share (the issue's goal: at least 50 % of cuBLAS's speed from 64 to 2,048 rows) and
 whether the wide kernel's rows equal the tile kernel's bit for bit (they must: batch invariance). `--explore
-ROWS` also times a grid of wide tiles per shape at ROWS rows and prints the fastest that keeps the rows equal,
-for choosing `wide_config`'s defaults.
+ROWS` also times a grid of wide tiles per shape at ROWS rows (GRID: the step tile's BLOCK_K, and tiles with a
+BLOCK_K of their own) and prints the fastest that keeps the rows equal, for choosing `wide_config`'s defaults.
 """
 
 from __future__ import annotations
@@ -76,11 +76,37 @@ def operands(n: int, k: int, kind: str, rows: int) -> tuple[torch.Tensor, torch.
     return x, weight, kwargs
 
 
+# the grid `--explore` times: the default tiles' neighbours (the step tile's BLOCK_K, one dot or one per group),
+# then tiles of a Hopper GEMM's usual shapes with their own BLOCK_K (64 or 128 columns a step, 3-4 stages)
+GRID: list[dict] = [
+    {"GROUPS": g, "BLOCK_N": n, "num_warps": w, "num_stages": 3, "BATCHED": b}
+    for g, n, w, b in itertools.product((4, 8), (64, 128), (4, 8), (0, 1))
+] + [
+    {"GROUPS": g, "BLOCK_N": n, "BLOCK_K": k, "num_warps": w, "num_stages": st, "BATCHED": 0}
+    for g, n, k, w, st in (
+        (8, 128, 64, 8, 4),
+        (8, 256, 64, 8, 3),
+        (8, 128, 128, 8, 3),
+        (8, 64, 64, 4, 4),
+        (8, 128, 64, 4, 4),
+        (4, 128, 64, 4, 4),
+        (4, 256, 64, 8, 3),
+        (4, 128, 128, 4, 3),
+        (4, 64, 64, 4, 4),
+        (4, 128, 64, 8, 4),
+        (4, 128, 64, 4, 5),
+        (8, 128, 64, 8, 3),
+    )
+]
+
+
+OWN_K_ONLY = False  # --own-k: time only GRID's tiles with a BLOCK_K of their own
+
+
 def explore(x, weight, kwargs) -> tuple[float, dict]:
-    """The fastest wide tile of a grid (those that compile and fit), and its time."""
+    """The fastest wide tile of GRID (those that compile and fit, and keep every row equal), and its time."""
     best: tuple[float, dict] = (float("inf"), {})
-    for groups, block_n, warps, batched in itertools.product((4, 8), (64, 128, 256), (4, 8), (0, 1)):
-        tile = {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": warps, "num_stages": 3, "BATCHED": batched}
+    for tile in GRID if not OWN_K_ONLY else [t for t in GRID if "BLOCK_K" in t]:
         try:
             ms = timed(lambda t=tile: step_triton.step_linear_triton(x, weight, wide=t, **kwargs), repeats=5)
             same = torch.equal(
@@ -106,7 +132,10 @@ def main() -> None:
         metavar="ROWS",
         help="also time a grid of wide tiles (one dot or one per group) at ROWS rows",
     )
+    parser.add_argument("--own-k", action="store_true", help="explore only tiles with a BLOCK_K of their own")
     args = parser.parse_args()
+    global OWN_K_ONLY
+    OWN_K_ONLY = args.own_k
     if not torch.cuda.is_available():
         raise SystemExit("bench/wide_gemm.py needs a CUDA device")
     print_table(args.model, [int(r) for r in args.rows.split(",")], args.only, args.explore)

@@ -587,9 +587,12 @@ def _step_linear_wide(
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    UNIT_K: tl.constexpr,
 ):
     """One program: GROUPS * BLOCK_M rows, columns tile pid_n. CUT 0: K in one piece; 1: PIECES slices of K_SPLIT
-    columns (split-K); 2: the ranges of PROGRAMS stream-K programs over KB K tiles per column tile."""
+    columns (split-K); 2: the ranges of PROGRAMS stream-K programs over KB K tiles of UNIT_K columns (the step
+    tile's BLOCK_K) per column tile. The loop over a piece steps BLOCK_K columns at a time, which need not be the
+    step tile's: the dots add each 16 columns' products to the running sums in K order, whatever the tile."""
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     rm = pid_m * (GROUPS * BLOCK_M) + tl.arange(0, GROUPS * BLOCK_M)
@@ -623,8 +626,8 @@ def _step_linear_wide(
                 k_lo = (q * K_SPLIT).to(tl.int32)
                 k_hi = tl.minimum(K, k_lo + K_SPLIT)
             else:
-                k_lo = ((tl.maximum(q * total // PROGRAMS, t_lo) - t_lo) * BLOCK_K).to(tl.int32)
-                k_end = (tl.minimum((q + 1) * total // PROGRAMS, t_lo + KB) - t_lo) * BLOCK_K
+                k_lo = ((tl.maximum(q * total // PROGRAMS, t_lo) - t_lo) * UNIT_K).to(tl.int32)
+                k_end = (tl.minimum((q + 1) * total // PROGRAMS, t_lo + KB) - t_lo) * UNIT_K
                 k_hi = tl.minimum(K, k_end.to(tl.int32))
             part, part_up, part_squares = _wide_piece(
                 x_rows, w_rows, g_ptr, k_lo, k_hi, N, s_wn, m_ok, n_ok, NORM, GATED, UPCAST, PRECISION, w_dtype,
@@ -674,7 +677,7 @@ def step_linear_triton(
     (a row-strided view is fine: a column slice of a wider buffer). `config` forces a tile shape (tests, benches);
     by default the weight shape's tuned one serves. A call of WIDE_ROWS rows or more runs the wide-row kernel,
     which computes every row as the tile's own kernel does: `wide` False keeps it off, a dict forces its tile
-    (GROUPS, BLOCK_N, num_warps, num_stages; tests, benches)."""
+    (GROUPS, BLOCK_N, num_warps, num_stages, and optionally BLOCK_K; tests, benches)."""
     if not (wide is None or wide is False or isinstance(wide, dict)):
         raise TypeError(f"wide must be None, False or a tile dict, not {wide!r}")
     if isinstance(wide, dict) and not {"GROUPS", "BLOCK_N", "num_warps", "num_stages"} <= wide.keys():
@@ -717,8 +720,20 @@ def step_linear_triton(
             if isinstance(wide, dict):
                 tile = wide
             else:
-                tile = wide_config(config, split, stream, gated, k, w.dtype, norm=norm_weight is not None)
-                tile["BATCHED"] = wide_form(x.device)
+                form = wide_form(x.device)
+                own_k = form == 0 and wide_free_k(x.device)
+                tile = wide_config(
+                    config,
+                    split,
+                    stream,
+                    gated,
+                    k,
+                    w.dtype,
+                    norm=norm_weight is not None,
+                    free_k=own_k,
+                    rows=rows,
+                )
+                tile["BATCHED"] = form
             flags = (gated, norm_weight is not None, bias is not None, residual is not None, split, stream)
             memo = (n, k, flags, w.dtype, y.dtype, tuple(sorted(config.items())), tuple(sorted(tile.items())))
             if memo not in _WIDE_UNFIT:
@@ -856,7 +871,8 @@ def step_linear_triton(
             GROUPS=tile["GROUPS"],
             BLOCK_M=BLOCK_M,
             BLOCK_N=block_n,
-            BLOCK_K=block_k,
+            BLOCK_K=tile.get("BLOCK_K", block_k),
+            UNIT_K=block_k,
             num_warps=tile["num_warps"],
             num_stages=tile["num_stages"],
         )
@@ -887,6 +903,11 @@ WIDE_STAGE_BYTES = 96 << 10  # shared memory one pipeline stage of a wide tile m
 # calls whose default wide tile did not fit the GPU (OutOfResources): they run the 16-row kernel
 _WIDE_UNFIT: set[tuple] = set()
 _WIDE_FORM: dict[tuple[str, int | None], int] = {}  # device -> BATCHED (wide_form)
+_WIDE_FREE_K: dict[
+    tuple[str, int | None], bool
+] = {}  # device -> the wide tile steps its own BLOCK_K (wide_free_k)
+WIDE_BLOCK_K = 64  # the wide tile's own K step where it may take one (wide_free_k): 32 for fp32 weights
+WIDE_LARGE_ROWS = 1024  # from this many rows, with its own K step, the wide tile is 128 rows by 256 columns
 
 
 def wide_config(
@@ -897,25 +918,36 @@ def wide_config(
     k: int,
     dtype: torch.dtype,
     norm: bool = False,
+    free_k: bool = False,
+    rows: int = 0,
 ) -> dict[str, int]:
     """The wide-row kernel's tile for a weight whose step tile is `config`: 64 rows a program (GROUPS 4), the
     widest column tile whose x tiles (twice with the norm: the scaled copy) and weight tiles fit one stage in
-    WIDE_STAGE_BYTES (the step tile's own under stream-K), and as many stages as fit three such. A tile that still
-    does not fit a GPU falls back to the 16-row kernel (`_WIDE_UNFIT`)."""
+    WIDE_STAGE_BYTES (the step tile's own under stream-K), and as many stages as fit three such. Its K step is the
+    step tile's BLOCK_K, or with `free_k` (the device's dots add 16 columns at a time whatever the tile:
+    `wide_free_k`) WIDE_BLOCK_K, which bench/wide_gemm.py --explore found fastest at 256 rows on an H100 (the
+    step tiles' BLOCK_K, tuned for a few rows, run 1.1-1.6x slower there); from WIDE_LARGE_ROWS `rows` on, it is
+    128 rows a program (GROUPS 8) with 8 warps and 256 columns where they fit (128 gated), at most 3 stages: the
+    fastest there (1.2-1.5x the 64-row tile at 2,048 rows). A tile that still does not fit a GPU falls back to the
+    16-row kernel (`_WIDE_UNFIT`)."""
     size = 4 if dtype == torch.float32 else 2
     block_k = config["BLOCK_K"]
-    groups = 4
+    tile: dict[str, int] = {}
+    if free_k:
+        block_k = tile["BLOCK_K"] = WIDE_BLOCK_K if size == 2 else WIDE_BLOCK_K // 2
+    large = free_k and rows >= WIDE_LARGE_ROWS
+    groups, warps, most_stages = (8, 8, 3) if large else (4, 4, 4)
     halves = 2 if gated else 1
     x_rows = groups * BLOCK_M * (2 if norm else 1)
     block_n = config["BLOCK_N"]
     if not stream:
-        for candidate in (128, 64, 32, 16):
+        for candidate in (256, 128, 64, 32, 16) if large and not gated else (128, 64, 32, 16):
             block_n = candidate
             if (x_rows + halves * candidate) * block_k * size <= WIDE_STAGE_BYTES:
                 break
     stage = (x_rows + halves * block_n) * block_k * size
-    stages = max(1, min(4, (3 * WIDE_STAGE_BYTES) // max(stage, 1) - 1))
-    return {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": 4, "num_stages": stages}
+    stages = max(1, min(most_stages, (3 * WIDE_STAGE_BYTES) // max(stage, 1) - 1))
+    return {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, **tile}
 
 
 def wide_form(device: torch.device) -> int:
@@ -932,18 +964,49 @@ def wide_form(device: torch.device) -> int:
         return form
     if torch.cuda.is_current_stream_capturing():
         return 1
+    x, w, kwargs = _form_check(device)
+    same = torch.equal(
+        step_linear_triton(x, w, wide=False, **kwargs), step_linear_triton(x, w, wide=_ONE_DOT, **kwargs)
+    )
+    _WIDE_FORM[key] = form = 0 if same else 1
+    return form
+
+
+_ONE_DOT = {"GROUPS": 4, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "BATCHED": 0}
+
+
+def _form_check(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:
+    """The small normed, gated GEMM the form checks compare (K = 280: four 64-column tiles and a partial one)."""
     gen = torch.Generator(device=device).manual_seed(0)
     x = torch.randn(WIDE_ROWS + 5, 4 * 64 + 24, device=device, generator=gen).to(torch.bfloat16)
     w = (torch.randn(2 * 80, x.shape[1], device=device, generator=gen) * 0.05).to(torch.bfloat16)
     g = torch.rand(x.shape[1], device=device, generator=gen).to(torch.bfloat16) + 0.5
     tile = {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}
-    kwargs: dict[str, Any] = {"norm_weight": g, "eps": 1e-6, "gated": True, "config": tile}
-    one_dot = {"GROUPS": 4, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "BATCHED": 0}
-    same = torch.equal(
-        step_linear_triton(x, w, wide=False, **kwargs), step_linear_triton(x, w, wide=one_dot, **kwargs)
+    return x, w, {"norm_weight": g, "eps": 1e-6, "gated": True, "config": tile}
+
+
+def wide_free_k(device: torch.device) -> bool:
+    """Whether the wide kernel may step K by a tile of its own (WIDE_BLOCK_K) on this device: true where its dots
+    (one over all its rows, `wide_form` 0) add each 16 columns' products to the running sums in K order whatever
+    the tile, as MMA chains do, so a row comes out as the 16-row kernel's under any BLOCK_K. Checked once per device,
+    outside any graph capture, on `wide_form`'s GEMM with K steps of 32 and 128 against the step tile's 64 (false
+    until then, and wherever the form is not one dot)."""
+    if wide_form(device) != 0:
+        return False
+    key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+    free = _WIDE_FREE_K.get(key)
+    if free is not None:
+        return free
+    if torch.cuda.is_current_stream_capturing():
+        return False
+    x, w, kwargs = _form_check(device)
+    step = step_linear_triton(x, w, wide=False, **kwargs)
+    free = all(
+        torch.equal(step, step_linear_triton(x, w, wide={**_ONE_DOT, "BLOCK_K": k}, **kwargs))
+        for k in (32, 128)
     )
-    _WIDE_FORM[key] = form = 0 if same else 1
-    return form
+    _WIDE_FREE_K[key] = free
+    return free
 
 
 _COUNTERS: dict[tuple[str, int | None], list[torch.Tensor]] = {}

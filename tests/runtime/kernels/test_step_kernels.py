@@ -724,6 +724,39 @@ def test_the_wide_tile_fits_its_shared_memory_stage(block_k, gated):
     assert streamed["BLOCK_N"] == 32  # stream-K's cuts are per column tile: its own width
 
 
+@pytest.mark.parametrize("block_k", [64, 256])
+@pytest.mark.parametrize("gated", [False, True])
+def test_a_wide_tile_free_to_step_its_own_k_takes_the_wide_step(block_k, gated):
+    config = {"BLOCK_N": 32, "BLOCK_K": block_k, "num_warps": 4, "num_stages": 3}
+    tile = step_ops.wide_config(config, 1, 0, gated, 4096, torch.bfloat16, norm=True, free_k=True)
+    assert tile["BLOCK_K"] == step_ops.WIDE_BLOCK_K
+    stage = (tile["GROUPS"] * 16 * 2 + (2 if gated else 1) * tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
+    assert stage <= step_ops.WIDE_STAGE_BYTES and 1 <= tile["num_stages"] <= 4
+    assert step_ops.wide_config(config, 1, 0, gated, 4096, torch.float32, free_k=True)["BLOCK_K"] == 32
+    assert "BLOCK_K" not in step_ops.wide_config(config, 1, 0, gated, 4096, torch.bfloat16)  # the step tile's
+
+
+def test_off_cuda_the_wide_kernel_steps_the_step_tiles_k():
+    assert step_ops.wide_free_k(torch.device("cpu")) is False
+
+
+def test_a_wide_tile_with_its_own_k_step_keeps_every_row_under_split_k():
+    # split-K pieces of 64 columns (the step tile's) walked by the wide loop in steps of 32: the piece boundaries
+    # stay the step tile's, and each piece is summed from zero (one group a program: bit for bit in the interpreter,
+    # whose numpy dot of 32 columns then sums like the step kernel's only where the columns agree, so a K step equal
+    # to the step tile's is the interpreter's exact case and a smaller one is held to fp32 round-off)
+    x, weight = _randn(step_ops.WIDE_ROWS + 12, 200, seed=91), _randn(48, 200, seed=92)
+    config = {"BLOCK_N": 16, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
+    step = step_ops.step_linear_triton(x, weight, config=config, wide=False)
+    for k in (64, 32):
+        tile = {"GROUPS": 1, "BLOCK_N": 16, "BLOCK_K": k, "num_warps": 4, "num_stages": 2, "BATCHED": 1}
+        got = step_ops.step_linear_triton(x, weight, config=config, wide=tile)
+        if k == 64:
+            assert torch.equal(got, step)
+        else:
+            torch.testing.assert_close(got, step, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="CUDA")
 @pytest.mark.parametrize("kind", ["norm", "gated", "residual", "lm_head"])
