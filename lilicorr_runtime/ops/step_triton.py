@@ -721,7 +721,8 @@ def step_linear_triton(
                 tile = wide
             else:
                 form = wide_form(x.device)
-                own_k = form == 0 and wide_free_k(x.device)
+                # the check multiplies bf16: fp32 weights (their FMA dots) keep the step tile's K step
+                own_k = form == 0 and w.dtype != torch.float32 and wide_free_k(x.device)
                 tile = wide_config(
                     config,
                     split,
@@ -906,7 +907,7 @@ _WIDE_FORM: dict[tuple[str, int | None], int] = {}  # device -> BATCHED (wide_fo
 _WIDE_FREE_K: dict[
     tuple[str, int | None], bool
 ] = {}  # device -> the wide tile steps its own BLOCK_K (wide_free_k)
-WIDE_BLOCK_K = 64  # the wide tile's own K step where it may take one (wide_free_k): 32 for fp32 weights
+WIDE_BLOCK_K = 64  # the wide tile's own K step where it may take one (wide_free_k; 16-bit weights only)
 WIDE_LARGE_ROWS = 1024  # from this many rows, with its own K step, the wide tile is 128 rows by 256 columns
 
 
@@ -934,7 +935,7 @@ def wide_config(
     block_k = config["BLOCK_K"]
     tile: dict[str, int] = {}
     if free_k:
-        block_k = tile["BLOCK_K"] = WIDE_BLOCK_K if size == 2 else WIDE_BLOCK_K // 2
+        block_k = tile["BLOCK_K"] = WIDE_BLOCK_K
     large = free_k and rows >= WIDE_LARGE_ROWS
     groups, warps, most_stages = (8, 8, 3) if large else (4, 4, 4)
     halves = 2 if gated else 1

@@ -732,7 +732,6 @@ def test_a_wide_tile_free_to_step_its_own_k_takes_the_wide_step(block_k, gated):
     assert tile["BLOCK_K"] == step_ops.WIDE_BLOCK_K
     stage = (tile["GROUPS"] * 16 * 2 + (2 if gated else 1) * tile["BLOCK_N"]) * tile["BLOCK_K"] * 2
     assert stage <= step_ops.WIDE_STAGE_BYTES and 1 <= tile["num_stages"] <= 4
-    assert step_ops.wide_config(config, 1, 0, gated, 4096, torch.float32, free_k=True)["BLOCK_K"] == 32
     assert "BLOCK_K" not in step_ops.wide_config(config, 1, 0, gated, 4096, torch.bfloat16)  # the step tile's
 
 
