@@ -22,6 +22,11 @@ kernel computes it, so which kernel a call takes never changes a result. A cross
 Qwen3-8B layer's four GEMMs took 0.710 ms wide against 0.582 ms on the TILE-row kernel at 64 rows (the gated
 gate_up 0.350 against 0.178), and 0.745 against 1.457 ms at 256 rows.
 
+WIDE_LARGE: from this many rows, where the wide kernel steps K by a tile of its own, its program computes 128 rows
+by up to 256 columns (8 warps) instead of 64 by 128 (`ops/step_triton.py`, WIDE_LARGE_ROWS): on an H100
+(2026-12-06) 1.2-1.5x faster at 2,048 rows, no faster at 1,024 for qkv and slower at 256. Only a speed choice: the
+tile never changes a row.
+
 DRAFT_KERNEL: a drafter's static step or context append of at most this many rows (batch x block) runs its
 backbone on the step kernels on CUDA (`model/drafter.py`, KERNEL_ROWS); past it the eager ops, whose cuBLAS and
 SDPA tiles are faster for many rows. A crossover, not tied to STEP.
@@ -34,3 +39,4 @@ STEP = 2 * TILE  # 32
 PREFILL = 64 * TILE  # 1024
 DRAFT_KERNEL = 4 * TILE  # 64
 WIDE = 8 * TILE  # 128
+WIDE_LARGE = 64 * TILE  # 1024

@@ -908,7 +908,7 @@ _WIDE_FREE_K: dict[
     tuple[str, int | None], bool
 ] = {}  # device -> the wide tile steps its own BLOCK_K (wide_free_k)
 WIDE_BLOCK_K = 64  # the wide tile's own K step where it may take one (wide_free_k; 16-bit weights only)
-WIDE_LARGE_ROWS = 1024  # from this many rows, with its own K step, the wide tile is 128 rows by 256 columns
+WIDE_LARGE_ROWS = rows.WIDE_LARGE  # from here, with its own K step, the wide tile is 128 rows by 256 columns
 
 
 def wide_config(

@@ -25,12 +25,20 @@ def test_each_module_takes_its_limit_from_the_one_definition():
     assert fast.PREFILL_ROWS == rows.PREFILL
     assert drafter_module.KERNEL_ROWS == rows.DRAFT_KERNEL
     assert step_triton.WIDE_ROWS == rows.WIDE
+    assert step_triton.WIDE_LARGE_ROWS == rows.WIDE_LARGE
 
 
 def test_the_limits_are_whole_tiles_and_unchanged():
     # what the kernels were measured and tested at: a change here changes what is computed where
-    assert (rows.TILE, rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL, rows.WIDE) == (16, 32, 1024, 64, 128)
-    for limit in (rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL, rows.WIDE):
+    assert (rows.TILE, rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL, rows.WIDE, rows.WIDE_LARGE) == (
+        16,
+        32,
+        1024,
+        64,
+        128,
+        1024,
+    )
+    for limit in (rows.STEP, rows.PREFILL, rows.DRAFT_KERNEL, rows.WIDE, rows.WIDE_LARGE):
         assert limit % rows.TILE == 0
     assert rows.TILE <= rows.STEP <= rows.PREFILL
     # the device loop's captured prefills: whole tiles up to PREFILL, a prompt's own length past it
