@@ -1,4 +1,4 @@
-"""Triton kernels for the LiLiCorr draft step; each mirrors a torch reference in ops/draft.py.
+"""Triton kernels for the LiLiCorr draft step; each mirrors a torch reference in ops/core.py.
 
 Shared conventions (the references implement exactly the same):
   - scores and logits are read in their dtype and compared in fp32;

@@ -1,4 +1,4 @@
-"""Triton kernels for the target's decode and verify steps; each mirrors a torch reference in ops/step.py.
+"""Triton kernels for the target's decode and verify steps; each mirrors a torch reference in ops/core.py.
 
 A Llama / Qwen2 / Qwen3 layer (and a DFlash drafter's backbone layer) runs as five kernels on a step:
 
@@ -673,7 +673,7 @@ def step_linear_triton(
     config: dict[str, int] | None = None,
     wide: dict[str, int] | bool | None = None,
 ) -> torch.Tensor:
-    """x [M, K] (rows may be strided) -> y [M, N] (see step.step_linear_reference). `out`, when given, is written
+    """x [M, K] (rows may be strided) -> y [M, N] (see core.step_linear_reference). `out`, when given, is written
     (a row-strided view is fine: a column slice of a wider buffer). `config` forces a tile shape (tests, benches);
     by default the weight shape's tuned one serves. A call of WIDE_ROWS rows or more runs the wide-row kernel,
     which computes every row as the tile's own kernel does: `wide` False keeps it off, a dict forces its tile
