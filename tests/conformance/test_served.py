@@ -47,3 +47,19 @@ def test_a_build_past_the_module_limit_is_a_boot_failure_and_the_constructor_is_
     assert torch.nn.Module.__init__ is original
     with bounded_build(limit=5):
         torch.nn.Sequential(torch.nn.Identity())  # within the limit: built
+
+
+def test_a_boot_buffer_no_accelerator_holds_is_the_boots_out_of_memory():
+    from conformance.served import MAX_BUFFER_BYTES, bounded_buffer
+
+    fits = torch.empty((16, 1 << 20), dtype=torch.float32, device="meta")
+    assert bounded_buffer(fits, "a logits buffer") is fits
+    at_bound = torch.empty((MAX_BUFFER_BYTES // 8,), dtype=torch.int64, device="meta")
+    assert bounded_buffer(at_bound, "block positions") is at_bound  # exactly the bound still fits
+    with pytest.raises(BootOutOfMemory) as caught:  # a RuntimeError: the harnesses' refusal (R)
+        bounded_buffer(torch.arange(1 << 40, device="meta"), "the block positions")
+    assert isinstance(caught.value, RuntimeError)
+    assert "the block positions" in str(caught.value) and "(1099511627776,) int64" in str(caught.value)
+    assert "8 TiB" in str(caught.value)
+    with pytest.raises(BootOutOfMemory, match="float32 buffer"):
+        bounded_buffer(torch.empty((16, 1 << 40), dtype=torch.float32, device="meta"), "a logits buffer")

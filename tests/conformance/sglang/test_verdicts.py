@@ -125,3 +125,24 @@ def test_fuzz_fixed_seed_budget_agrees_with_the_release(release, tmp_path):
     assert found == [], (
         "new disagreements (add each to tests/conformance/fuzz/corpus.py once fixed):\n" + "\n".join(found)
     )
+
+
+@pytest.mark.parametrize(
+    ("case", "step", "buffer"),
+    [
+        # DFlashWorkerV2.__init__: the block's position offsets, int64, block_size of them (8 TiB at 2**40)
+        (("dflash", "dflash", "block_size", "huge"), "worker", "build_block_pos_offsets"),
+        # init_cuda_graphs: the draft decode graph's float32 logits rows of the draft's vocab_size
+        (("dflash", "top", "vocab_size", "huge"), "draft graphs", "GraphSharedOutput.get_logits_buffer"),
+    ],
+)
+def test_a_size_no_accelerator_holds_is_refused_where_the_release_allocates_it(
+    release, tmp_path, case, step, buffer
+):
+    from ..fuzz.cases import Case
+
+    outcome = release.serve(Case(*case).build(tmp_path / "case"))
+    assert (outcome.verdict, outcome.step) == ("R", step), outcome
+    assert "BootOutOfMemory" in outcome.detail and buffer in outcome.detail, outcome.detail
+    # the sizes themselves pass every earlier step: the release builds and loads the draft first
+    assert release.built is not None
