@@ -21,7 +21,7 @@ for step in "$@"; do
     hf)
       python - "$TARGET" "$WORK/target" <<'PY'
 import sys, torch
-from lilicorr_runtime.target.adapter import load_target
+from lilicorr_runtime import load_target
 t = load_target(sys.argv[1], dtype=torch.bfloat16, fast=False)
 m = t.model
 m.hf_quantizer = None

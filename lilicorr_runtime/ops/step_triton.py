@@ -501,7 +501,7 @@ def _step_linear_stream(
 # The same GEMM for calls of many rows (WIDE_ROWS and up: the verify of many sequences, a prefill). One program
 # computes GROUPS x BLOCK_M rows of one column tile and reads each weight tile once for all of them, where the
 # kernels above read it once per BLOCK_M rows. Every row is computed exactly as they compute it with the weight's
-# tuned tile (batch invariance across the two): the same BLOCK_K; K cut into the same pieces (one, the SPLIT
+# tuned tile (batch invariance across the two): K cut into the same pieces (one, the SPLIT
 # slices, or the stream-K programs' ranges over the column tile), each piece summed from zero K tile after K tile
 # and the pieces added in K order; each row's sum of squares from the same BLOCK_M x BLOCK_M x·xᵀ dots, one per
 # group of BLOCK_M rows (a batched dot). Only the column tile is free (a column's sum does not depend on its
@@ -721,8 +721,8 @@ def step_linear_triton(
                 tile = wide
             else:
                 form = wide_form(x.device)
-                # the check multiplies bf16: fp32 weights (their FMA dots) keep the step tile's K step
-                own_k = form == 0 and w.dtype != torch.float32 and wide_free_k(x.device)
+                # the check multiplies bf16: other weights (fp32's FMA dots, fp16) keep the step tile's K step
+                own_k = form == 0 and w.dtype == torch.bfloat16 and wide_free_k(x.device)
                 tile = wide_config(
                     config,
                     split,
@@ -990,8 +990,8 @@ def wide_free_k(device: torch.device) -> bool:
     """Whether the wide kernel may step K by a tile of its own (WIDE_BLOCK_K) on this device: true where its dots
     (one over all its rows, `wide_form` 0) add each 16 columns' products to the running sums in K order whatever
     the tile, as MMA chains do, so a row comes out as the 16-row kernel's under any BLOCK_K. Checked once per device,
-    outside any graph capture, on `wide_form`'s GEMM with K steps of 32 and 128 against the step tile's 64 (false
-    until then, and wherever the form is not one dot)."""
+    outside any graph capture, on `wide_form`'s GEMM with K steps of 32 and 128 against the step tile's 64,
+    and the 128-row, 8-warp tile (false until then, and wherever the form is not one dot). For bf16 weights."""
     if wide_form(device) != 0:
         return False
     key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
@@ -1002,10 +1002,13 @@ def wide_free_k(device: torch.device) -> bool:
         return False
     x, w, kwargs = _form_check(device)
     step = step_linear_triton(x, w, wide=False, **kwargs)
-    free = all(
-        torch.equal(step, step_linear_triton(x, w, wide={**_ONE_DOT, "BLOCK_K": k}, **kwargs))
-        for k in (32, 128)
-    )
+    # both wide tiles the runtime takes with their own K step: 64 rows (4 warps), and 128 (8 warps) from WIDE_LARGE
+    wides = [{**_ONE_DOT, "BLOCK_K": k} for k in (32, 128)]
+    wides.append({**_ONE_DOT, "GROUPS": 8, "num_warps": 8, "BLOCK_K": 128})
+    try:
+        free = all(torch.equal(step, step_linear_triton(x, w, wide=t, **kwargs)) for t in wides)
+    except Exception:  # noqa: BLE001 - a tile this device cannot build keeps the step tile's K step everywhere
+        free = False
     _WIDE_FREE_K[key] = free
     return free
 

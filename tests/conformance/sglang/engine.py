@@ -264,7 +264,7 @@ class Engine:
         rescaled = self._fused_global_scales(model)
         self._step("postprocess", lambda: self._postprocess(model))
         self._step("worker", lambda: self._worker(model, hf_config, block_size, target_vocab))
-        self._step("draft graphs", lambda: self._draft_graphs(mc, block_size))
+        self._step("draft graphs", lambda: self._draft_graphs(mc, block_size, target_vocab))
         parsed = self._step("draft config", lambda: self._served_config(cls, hf_config))
         return self._judge(
             model, hf_config, raw, tensors, taken, captured, expected_layers, rescaled, parsed, read=read
@@ -414,14 +414,17 @@ class Engine:
             "DFlashWorkerV2._block_pos_offsets (draft_worker_common.build_block_pos_offsets)",
         )
 
-    def _draft_graphs(self, mc, block_size: int) -> None:
+    def _draft_graphs(self, mc, block_size: int, target_vocab: int) -> None:
         """dflash_worker_v2.py init_cuda_graphs (captured by default on CUDA): the draft runner's decode graph takes
         its logits buffer from model_executor/graph_shared_output.py GraphSharedOutput.get_logits_buffer, one float32
-        row of the draft config's vocab_size (ModelConfig.vocab_size) per token; one request's block is a lower
-        bound on its rows."""
+        row of the draft runner's ModelConfig.vocab_size per token (the draft config's; draft_worker_common.py
+        gives a draft without one the target's); one request's block is a lower bound on its rows."""
+        vocab = mc.hf_text_config.vocab_size
+        if vocab is None:
+            vocab = target_vocab
         shared = self.graph_output.GraphSharedOutput(device=torch.device("meta"), max_rows=block_size)
         bounded_buffer(
-            shared.get_logits_buffer(mc.hf_text_config.vocab_size, rows=block_size),
+            shared.get_logits_buffer(vocab, rows=block_size),
             "the draft decode graph's logits buffer (GraphSharedOutput.get_logits_buffer)",
         )
 
