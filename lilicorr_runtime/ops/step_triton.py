@@ -1004,7 +1004,7 @@ def wide_free_k(device: torch.device) -> bool:
     step = step_linear_triton(x, w, wide=False, **kwargs)
     # both wide tiles the runtime takes with their own K step: 64 rows (4 warps), and 128 (8 warps) from WIDE_LARGE
     wides = [{**_ONE_DOT, "BLOCK_K": k} for k in (32, 128)]
-    wides.append({**_ONE_DOT, "GROUPS": 8, "num_warps": 8, "BLOCK_K": 128})
+    wides.append({**_ONE_DOT, "GROUPS": 8, "num_warps": 8, "BLOCK_K": WIDE_BLOCK_K})
     try:
         free = all(torch.equal(step, step_linear_triton(x, w, wide=t, **kwargs)) for t in wides)
     except Exception:  # noqa: BLE001 - a tile this device cannot build keeps the step tile's K step everywhere
