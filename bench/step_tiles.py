@@ -25,40 +25,39 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("bench/step_tiles.py needs a CUDA device")
     device = torch.device("cuda")
-    form = step_triton.wide_form(device)
-    free_k = step_triton.wide_free_k(device)
-    print(f"# {torch.cuda.get_device_name()} · wide_form {form} · wide_free_k {free_k}")
+    print(
+        f"# {torch.cuda.get_device_name()} · wide_form {step_triton.wide_form(device)} · "
+        f"wide_free_k {step_triton.wide_free_k(device)}"
+    )
     print("| GEMM | step tile | " + " | ".join(f"wide tile at {r} rows" for r in args.rows.split(",")) + " |")
     for name, n, k, kind in SHAPES[args.model]:
         x, weight, kwargs = operands(n, k, kind, 16)
         out = step_triton.step_linear_triton(x, weight, **kwargs)
         torch.cuda.synchronize()
+        norm = "norm_weight" in kwargs
         key = step_triton.linear_key(
             n,
             k,
-            norm="norm_weight" in kwargs,
+            norm=norm,
             bias=False,
             residual="residual" in kwargs,
             gated=kind == "gated",
             dtype=weight.dtype,
             out_dtype=out.dtype,
         )
-        tile = step_triton.tile_in_use(key, device) or {}
+        tile = dict(step_triton.tile_in_use(key, device) or {})
+        split, stream = tile.pop("SPLIT", 1), tile.pop("STREAM", 0)
         wide = [
-            step_triton.wide_config(
-                dict(tile),
-                tile.get("SPLIT", 1),
-                tile.get("STREAM", 0),
-                kind == "gated",
-                k,
-                weight.dtype,
-                norm="norm_weight" in kwargs,
-                free_k=form == 0 and free_k,
-                rows=int(r),
+            step_triton.default_wide_tile(
+                tile, split, stream, kind == "gated", k, weight.dtype, norm=norm, rows=int(r), device=device
             )
             for r in args.rows.split(",")
         ]
-        print(f"| {name} {n}x{k} | {tile} | " + " | ".join(str(w) for w in wide) + " |", flush=True)
+        print(
+            f"| {name} {n}x{k} | {step_triton.tile_in_use(key, device)} | "
+            + " | ".join(map(str, wide))
+            + " |"
+        )
 
 
 if __name__ == "__main__":

@@ -100,13 +100,11 @@ GRID: list[dict] = [
 ]
 
 
-OWN_K_ONLY = False  # --own-k: time only GRID's tiles with a BLOCK_K of their own
-
-
-def explore(x, weight, kwargs) -> tuple[float, dict]:
-    """The fastest wide tile of GRID (those that compile and fit, and keep every row equal), and its time."""
+def explore(x, weight, kwargs, own_k: bool = False) -> tuple[float, dict]:
+    """The fastest wide tile of GRID (only those with a BLOCK_K of their own when `own_k`; those that compile and
+    fit, and keep every row equal), and its time."""
     best: tuple[float, dict] = (float("inf"), {})
-    for tile in GRID if not OWN_K_ONLY else [t for t in GRID if "BLOCK_K" in t]:
+    for tile in [t for t in GRID if "BLOCK_K" in t or not own_k]:
         try:
             ms = timed(lambda t=tile: step_triton.step_linear_triton(x, weight, wide=t, **kwargs), repeats=5)
             same = torch.equal(
@@ -134,14 +132,14 @@ def main() -> None:
     )
     parser.add_argument("--own-k", action="store_true", help="explore only tiles with a BLOCK_K of their own")
     args = parser.parse_args()
-    global OWN_K_ONLY
-    OWN_K_ONLY = args.own_k
     if not torch.cuda.is_available():
         raise SystemExit("bench/wide_gemm.py needs a CUDA device")
-    print_table(args.model, [int(r) for r in args.rows.split(",")], args.only, args.explore)
+    print_table(args.model, [int(r) for r in args.rows.split(",")], args.only, args.explore, args.own_k)
 
 
-def print_table(model: str, row_counts: list[int], only: str = "", explore_rows: str | None = None) -> None:
+def print_table(
+    model: str, row_counts: list[int], only: str = "", explore_rows: str | None = None, own_k: bool = False
+) -> None:
     """The table above for `model`'s GEMMs (SHAPES) at each row count (bench/target.py --gemm-rows prints it too)."""
     print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · {model}")
     print("| GEMM | rows | tile ms | wide ms | cuBLAS ms | wide / cuBLAS speed | tile / cuBLAS | equal |")
@@ -165,7 +163,7 @@ def print_table(model: str, row_counts: list[int], only: str = "", explore_rows:
                 flush=True,
             )
             if explore_rows and rows == int(explore_rows):
-                ms, best = explore(x, weight, kwargs)
+                ms, best = explore(x, weight, kwargs, own_k)
                 print(
                     f"|  best wide tile {best} | {rows} | | {ms:.3f} | | {cublas / ms:.0%} | | |", flush=True
                 )

@@ -720,10 +720,7 @@ def step_linear_triton(
             if isinstance(wide, dict):
                 tile = wide
             else:
-                form = wide_form(x.device)
-                # the check multiplies bf16: other weights (fp32's FMA dots, fp16) keep the step tile's K step
-                own_k = form == 0 and w.dtype == torch.bfloat16 and wide_free_k(x.device)
-                tile = wide_config(
+                tile = default_wide_tile(
                     config,
                     split,
                     stream,
@@ -731,10 +728,9 @@ def step_linear_triton(
                     k,
                     w.dtype,
                     norm=norm_weight is not None,
-                    free_k=own_k,
                     rows=rows,
+                    device=x.device,
                 )
-                tile["BATCHED"] = form
             flags = (gated, norm_weight is not None, bias is not None, residual is not None, split, stream)
             memo = (n, k, flags, w.dtype, y.dtype, tuple(sorted(config.items())), tuple(sorted(tile.items())))
             if memo not in _WIDE_UNFIT:
@@ -907,7 +903,7 @@ _WIDE_FORM: dict[tuple[str, int | None], int] = {}  # device -> BATCHED (wide_fo
 _WIDE_FREE_K: dict[
     tuple[str, int | None], bool
 ] = {}  # device -> the wide tile steps its own BLOCK_K (wide_free_k)
-WIDE_BLOCK_K = 64  # the wide tile's own K step where it may take one (wide_free_k; 16-bit weights only)
+WIDE_BLOCK_K = 64  # the wide tile's own K step where it may take one (wide_free_k; bf16 weights only)
 WIDE_LARGE_ROWS = rows.WIDE_LARGE  # from here, with its own K step, the wide tile is 128 rows by 256 columns
 
 
@@ -951,6 +947,32 @@ def wide_config(
     return {"GROUPS": groups, "BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, **tile}
 
 
+def default_wide_tile(
+    config: dict[str, int],
+    split: int,
+    stream: int,
+    gated: bool,
+    k: int,
+    dtype: torch.dtype,
+    *,
+    norm: bool,
+    rows: int,
+    device: torch.device,
+) -> dict[str, int]:
+    """The wide tile a call of `rows` rows takes by default: `wide_config` with the device's form (BATCHED) and, where
+    the device allows it (`wide_free_k`), its own K step; the check multiplies bf16, so other weights (fp32's FMA
+    dots, fp16) keep the step tile's K step."""
+    form = wide_form(device)
+    own_k = form == 0 and dtype == torch.bfloat16 and wide_free_k(device)
+    tile = wide_config(config, split, stream, gated, k, dtype, norm=norm, free_k=own_k, rows=rows)
+    tile["BATCHED"] = form
+    return tile
+
+
+def _device_key(device: torch.device) -> tuple[str, int | None]:
+    return (device.type, device.index if device.index is not None else torch.cuda.current_device())
+
+
 def wide_form(device: torch.device) -> int:
     """How the wide kernel multiplies on this device: 0, one dot over all its rows (on Hopper a wgmma), when that
     rounds every row as the 16-row kernel's mma does; else 1, one 16-row dot per group, the 16-row kernel's own
@@ -959,7 +981,7 @@ def wide_form(device: torch.device) -> int:
     dots of more rows round differently)."""
     if device.type != "cuda" or _interpreted():
         return 1
-    key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+    key = _device_key(device)
     form = _WIDE_FORM.get(key)
     if form is not None:
         return form
@@ -994,7 +1016,7 @@ def wide_free_k(device: torch.device) -> bool:
     and the 128-row, 8-warp tile (false until then, and wherever the form is not one dot). For bf16 weights."""
     if wide_form(device) != 0:
         return False
-    key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+    key = _device_key(device)
     free = _WIDE_FREE_K.get(key)
     if free is not None:
         return free

@@ -736,7 +736,14 @@ def test_a_wide_tile_free_to_step_its_own_k_takes_the_wide_step(block_k, gated):
 
 
 def test_off_cuda_the_wide_kernel_steps_the_step_tiles_k():
-    assert step_ops.wide_free_k(torch.device("cpu")) is False
+    cpu = torch.device("cpu")
+    assert step_ops.wide_free_k(cpu) is False
+    config = {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
+    tile = step_ops.default_wide_tile(
+        config, 1, 0, False, 4096, torch.bfloat16, norm=True, rows=2048, device=cpu
+    )
+    assert "BLOCK_K" not in tile and tile["BATCHED"] == 1  # per-group dots at the step tile's K step
+    assert tile["GROUPS"] == 4  # the 128-row tile comes only with the own K step
 
 
 def test_a_wide_tile_with_its_own_k_step_keeps_every_row_under_split_k():
