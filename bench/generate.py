@@ -1,0 +1,151 @@
+"""Data-generation speed: `FastTarget.generate_batch` (what `lilicorr_train.mixes generate` runs) by batch size,
+with where one batched decode step's GPU time goes.
+
+    python bench/generate.py [TARGET] [--random smollm2] [--batches 256,1024,2048] [--prompts 2048] [--new 64]
+
+For each batch size: prompts of 24-120 random tokens are answered `--new` tokens each (a random target never
+writes eos, so every row runs to the end); the table gives wall seconds, decode steps, ms per step and generated
+tokens per second. Then one eager decode step at the largest batch is profiled (the kernels its graph replays),
+grouped by kernel name, beside the cuBLAS time of the same step's GEMMs (torch.matmul, bf16): the compute the
+step cannot go under with these weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import random
+import time
+
+import target as bench_target  # beside this file (run as a script)
+import torch
+
+from lilicorr_runtime.target.fast import FastTarget
+from lilicorr_runtime.target.load import load_target
+
+
+def gemm_shapes(fast: FastTarget) -> list[tuple[str, int, int]]:
+    """(name, N, K) of one decode step's GEMMs, per layer and the lm_head once."""
+    config = fast.model.config
+    m = config.hidden_size
+    heads, kv = config.num_attention_heads, config.num_key_value_heads
+    head_dim = getattr(config, "head_dim", None) or m // heads
+    inter = config.intermediate_size
+    return [
+        ("qkv", (heads + 2 * kv) * head_dim, m),
+        ("o_proj", m, heads * head_dim),
+        ("gate_up", 2 * inter, m),
+        ("down", m, inter),
+    ]
+
+
+def cublas_ms(fast: FastTarget, rows: int) -> float:
+    """ms of one step's GEMMs through torch.matmul (all layers and the lm_head), back to back."""
+    device = fast.device
+    mats = []
+    for _, n, k in gemm_shapes(fast):
+        mats.append(
+            (
+                torch.randn(rows, k, device=device, dtype=torch.bfloat16),
+                torch.randn(n, k, device=device, dtype=torch.bfloat16),
+            )
+        )
+    head = fast.model.lm_head.weight
+    x_head = torch.randn(rows, head.shape[1], device=device, dtype=torch.bfloat16)
+    layers = fast.num_layers
+
+    def run() -> None:
+        for _ in range(layers):
+            for x, w in mats:
+                torch.matmul(x, w.t())
+        torch.matmul(x_head, head.t())
+
+    for _ in range(3):
+        run()
+    torch.cuda.synchronize()
+    begin = time.perf_counter()
+    for _ in range(10):
+        run()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - begin) / 10 * 1e3
+
+
+def profile_step(fast: FastTarget, rows: int, width: int = 64) -> list[tuple[str, int, float]]:
+    """(kernel, calls, us) of one eager decode step of `rows` sequences at cache row `width`."""
+    eager = FastTarget(fast.model, cuda_graphs=False)
+    cache = eager.core.new_cache(rows, 256)
+    ids = torch.randint(0, eager.vocab_size, (rows, width), device=fast.device)
+    pad = torch.zeros(rows, dtype=torch.long, device=fast.device)
+    eager._eager(cache, ids, torch.tensor(0, device=fast.device), pad, (), True)
+    token = torch.randint(0, eager.vocab_size, (rows, 1), device=fast.device)
+    eager._eager(cache, token, torch.tensor(width, device=fast.device), pad, (), False)  # compiles
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        eager._eager(cache, token, torch.tensor(width + 1, device=fast.device), pad, (), False)
+        torch.cuda.synchronize()
+    calls: collections.Counter[str] = collections.Counter()
+    total: collections.Counter[str] = collections.Counter()
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            name = event.name.split("(")[0][:60]
+            calls[name] += 1
+            total[name] += (
+                event.device_time_total if hasattr(event, "device_time_total") else event.cuda_time_total
+            )
+    return [(name, calls[name], us) for name, us in total.most_common()]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("target", nargs="?", help="a target (GGUF, directory or Hub id); or --random")
+    parser.add_argument("--random", metavar="SHAPE", help="a random-weight target: smollm2 or qwen3-8b")
+    parser.add_argument("--batches", default="256,1024,2048")
+    parser.add_argument("--prompts", type=int, default=2048)
+    parser.add_argument("--new", type=int, default=64, help="tokens generated per prompt")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("bench/generate.py needs a CUDA device")
+    if bool(args.target) == bool(args.random):
+        parser.error("give TARGET or --random SHAPE")
+    if args.random:
+        fast = bench_target.random_target(args.random, "cuda")
+    else:
+        fast = load_target(args.target, dtype="bfloat16", device="cuda", fast=True)
+    rng = random.Random(0)
+    prompts = [
+        [rng.randrange(100, fast.vocab_size) for _ in range(rng.randint(24, 120))]
+        for _ in range(args.prompts)
+    ]
+    batches = [int(b) for b in args.batches.split(",")]
+    print(
+        f"# {torch.cuda.get_device_name()} · {args.target or 'random ' + args.random} · {args.prompts} prompts · "
+        f"{args.new} new tokens each"
+    )
+    print("| batch | wall s | steps | ms per step | generated tok/s | cuBLAS GEMMs of a step, ms |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    for batch in batches:
+        fast.generate_batch(prompts[:batch], 4, batch_size=batch, eos_token_ids=())  # graphs, compiles
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        out = fast.generate_batch(prompts, args.new, batch_size=batch, eos_token_ids=())
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - begin
+        steps = -(-len(prompts) // batch) * args.new
+        tokens = sum(len(o) for o in out)
+        print(
+            f"| {batch} | {wall:.2f} | {steps} | {wall / steps * 1e3:.2f} | {tokens / wall:,.0f} | "
+            f"{cublas_ms(fast, batch):.2f} |"
+        )
+    rows = max(batches)
+    print(f"\none eager decode step at {rows} rows, GPU time by kernel:\n")
+    print("| kernel | calls | us | share |")
+    print("|---|---:|---:|---:|")
+    kernels = profile_step(fast, rows)
+    whole = sum(us for _, _, us in kernels)
+    for name, count, us in kernels[:14]:
+        print(f"| {name} | {count} | {us:,.0f} | {us / whole:.0%} |")
+    print(f"| all | {sum(c for _, c, _ in kernels)} | {whole:,.0f} | |")
+
+
+if __name__ == "__main__":
+    main()
