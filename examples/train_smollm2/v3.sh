@@ -11,7 +11,8 @@
 #
 # STEP:
 #   setup      install the carried wheels (.cache/dev/whl: msgspec, gguf) into /tmp/site
-#   part       copy the carried .cache/dev/gguf.xz.part* to $V3/parts
+#   part       copy the carried pieces to $V3/parts: .cache/dev/gguf.xz.part* (xz) or .cache/dev/g/p0* (raw, from
+#              `split -n 3 -d GGUF .cache/dev/g/p`, no compression: 32.8 MB each)
 #   target     join the parts, check the GGUF's sha256
 #   shards     copy carried shards (.cache/v3/shards/shard-*, from earlier sessions' `ship`) into $V3/shards
 #   gen        generate missing shards of the v3 plan for GEN_BUDGET seconds; bundle them into $V3/outbox
@@ -39,10 +40,15 @@ for step in "$@"; do
         --upgrade --target /tmp/site .cache/dev/whl/*.whl
       nvidia-smi --query-gpu=name,memory.total --format=csv,noheader ;;
     part)
-      cp -v .cache/dev/gguf.xz.part* "$V3/parts/" ;;
+      shopt -s nullglob
+      for piece in .cache/dev/gguf.xz.part* .cache/dev/g/p0*; do cp -v "$piece" "$V3/parts/"; done ;;
     target)
       if [ ! -f "$GGUF" ]; then
-        cat "$V3"/parts/gguf.xz.part* | xz -d -T0 > "$GGUF.tmp"
+        if [ -e "$V3/parts/gguf.xz.part00" ]; then
+          cat "$V3"/parts/gguf.xz.part* | xz -d -T0 > "$GGUF.tmp"
+        else  # raw pieces: split -n 3 -d GGUF .cache/dev/g/p
+          cat "$V3"/parts/p0* > "$GGUF.tmp"
+        fi
         echo "$SHA256  $GGUF.tmp" | sha256sum -c --quiet -
         mv "$GGUF.tmp" "$GGUF"
       fi
