@@ -15,7 +15,8 @@
 #              `split -n 3 -d GGUF .cache/dev/g/p`, no compression: 32.8 MB each)
 #   target     join the parts, check the GGUF's sha256
 #   shards     copy carried shards (.cache/v3/shards/shard-*, from earlier sessions' `ship`) into $V3/shards
-#   gen        generate missing shards of the v3 plan for GEN_BUDGET seconds; bundle them into $V3/outbox
+#   gen        generate missing shards of the v3 plan (GEN_FIRST..GEN_LAST, default all) for GEN_BUDGET seconds;
+#              bundle them into $V3/outbox
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
 #   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter]: one piece of $V3/runs/$RUN (its
@@ -60,7 +61,8 @@ for step in "$@"; do
       ls "$V3/shards" | wc -l ;;
     gen)
       python3 -m lilicorr_train.mixes generate --target "$GGUF" --dir "$V3/shards" --budget "${GEN_BUDGET:-500}" \
-        --batch-size "${GEN_BATCH:-1024}" --bundle "$V3/outbox" ;;
+        --batch-size "${GEN_BATCH:-1024}" ${GEN_FIRST:+--first $GEN_FIRST} ${GEN_LAST:+--last $GEN_LAST} \
+        --bundle "$V3/outbox" ;;
     build)
       python3 -m lilicorr_train.mixes build --dir "$V3/shards" --train "$V3/train.npz" --val "$V3/val.npz" \
         | tee "$V3/outbox/build.json"
