@@ -88,6 +88,33 @@ def test_stored_reads_the_bundled_table_then_the_users(table, monkeypatch):
     assert warm.stored(DEVICE) == []
 
 
+def test_a_gpu_of_the_same_capability_and_triton_takes_the_others_variants_after_its_own(table):
+    h100 = "NVIDIA H100 80GB HBM3 sm90 triton 3.6.0"
+    warm.BUNDLED.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "devices": {
+                    DEVICE: [_entry("h200-only"), _entry("shared")],
+                    h100: [_entry("shared"), _entry("h100-only")],
+                    "NVIDIA A100-SXM4-80GB sm80 triton 3.6.0": [_entry("ampere")],
+                    "NVIDIA H200 sm90 triton 3.5.1": [_entry("older triton")],
+                    "a key of no known form": [_entry("odd")],
+                },
+            }
+        )
+    )
+    assert [e["spec"] for e in warm.stored(h100)] == ["shared", "h100-only", "h200-only"]
+    assert [e["spec"] for e in warm.stored("NVIDIA GH200 480GB sm90 triton 3.6.0")] == [
+        "h200-only",
+        "shared",
+        "h100-only",
+    ]
+    assert [e["spec"] for e in warm.stored("NVIDIA A100-SXM4-40GB sm80 triton 3.6.0")] == ["ampere"]
+    assert warm.stored("NVIDIA H100 sm90 triton 3.9.0") == []
+    assert [e["spec"] for e in warm.stored("a key of no known form")] == ["odd"]
+
+
 @pytest.mark.parametrize(
     "entry",
     [

@@ -11,7 +11,8 @@ Triton can serialize and compile again from that record alone (`JITFunction.prel
   `$XDG_CACHE_HOME/lilicorr/kernels.json` (default `~/.cache/...`) or the path in LILICORR_KERNEL_CACHE;
 - a table shipped with the package (kernels.json beside this module) holds the variants of the bundled example
   models on the GPUs named in it;
-- `start(device)` compiles the stored variants of this GPU and Triton in a pool of threads (Triton's compiler
+- `start(device)` compiles the stored variants of this GPU and Triton, then those of other GPUs of its compute
+  capability (the same code comes out of a variant on an H100 and an H200), in a pool of threads (Triton's compiler
   leaves the interpreter lock while it works), in the background, so that it overlaps loading the target. Call
   `join()` on the handle before the first launch.
 
@@ -29,6 +30,7 @@ import copy
 import hashlib
 import importlib
 import os
+import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -99,15 +101,31 @@ def read(path: Path) -> dict[str, list[dict[str, str]]]:
     return out
 
 
+def _stack(device: str) -> str | None:
+    """The compile target of a device key ("sm90 triton 3.6.0"): what a variant's code depends on. Two GPUs of
+    one compute capability (an H100 and an H200) build the same code from a variant under the same Triton."""
+    match = re.search(r" (sm\d+ triton \S+)$", device)
+    return match.group(1) if match else None
+
+
 def stored(device: str) -> list[dict[str, str]]:
-    """The entries for a device key: the bundled table's, then the user's, each spec once."""
+    """The entries for a device key: the bundled table's, then the user's, each spec once; then those recorded on
+    other GPUs of the same compute capability and Triton (a launch there may ask for the same variant, and one it
+    does not ask for only costs a background compile)."""
     if user_path() is None:
         return []
+    tables_read = [read(path) for path in (BUNDLED, user_path()) if path is not None]
     seen: dict[str, dict[str, str]] = {}
-    for path in (BUNDLED, user_path()):
-        assert path is not None
-        for entry in read(path).get(device, []):
+    for data in tables_read:
+        for entry in data.get(device, []):
             seen.setdefault(entry["spec"], entry)
+    stack = _stack(device)
+    if stack is not None:
+        for data in tables_read:
+            for other, entries in data.items():
+                if other != device and _stack(other) == stack:
+                    for entry in entries:
+                        seen.setdefault(entry["spec"], entry)
     return list(seen.values())
 
 
