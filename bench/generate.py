@@ -3,9 +3,11 @@ with where one batched decode step's GPU time goes.
 
     python bench/generate.py [TARGET] [--random smollm2] [--batches 256,1024,2048] [--prompts 2048] [--new 64]
 
-For each batch size: prompts of 24-120 random tokens are answered `--new` tokens each (a random target never
-writes eos, so every row runs to the end); the table gives wall seconds, decode steps, ms per step and generated
-tokens per second. Then one eager decode step at the largest batch is profiled (the kernels its graph replays),
+For each batch size: prompts are answered up to `--new` tokens each; the table gives wall seconds, decode steps
+(batches x new tokens: what a batch that keeps every row to the end runs), ms per step and generated tokens per
+second. A random target answers prompts of 24-120 random tokens and never writes eos, so every row runs to the
+end. A real target answers the training recipe's prompts (`lilicorr_train.prompts`) and stops at eos; it is also
+run with its finished rows kept in the batch (fast.COMPACT_BELOW = 0), and the two runs' tokens are compared. Then one eager decode step at the largest batch is profiled (the kernels its graph replays),
 grouped by kernel name, beside the cuBLAS time of the same step's GEMMs (torch.matmul, bf16): the compute the
 step cannot go under with these weights.
 """
@@ -20,6 +22,7 @@ import time
 import target as bench_target  # beside this file (run as a script)
 import torch
 
+from lilicorr_runtime.target import fast as fast_module
 from lilicorr_runtime.target.fast import FastTarget
 from lilicorr_runtime.target.load import load_target
 
@@ -112,30 +115,48 @@ def main() -> None:
     else:
         fast = load_target(args.target, dtype="bfloat16", device="cuda", fast=True)
     rng = random.Random(0)
-    prompts = [
-        [rng.randrange(100, fast.vocab_size) for _ in range(rng.randint(24, 120))]
-        for _ in range(args.prompts)
-    ]
+    eos: tuple[int, ...] = ()
+    if args.random:
+        prompts = [
+            [rng.randrange(100, fast.vocab_size) for _ in range(rng.randint(24, 120))]
+            for _ in range(args.prompts)
+        ]
+    else:
+        from lilicorr_train.data import encode_prompt
+        from lilicorr_train.prompts import training_prompts
+
+        prompts = [encode_prompt(fast.tokenizer, p) for p in training_prompts(args.prompts, seed=7)]
+        eos = tuple(fast.eos_token_ids)
     batches = [int(b) for b in args.batches.split(",")]
     print(
         f"# {torch.cuda.get_device_name()} · {args.target or 'random ' + args.random} · {args.prompts} prompts · "
-        f"{args.new} new tokens each"
+        f"up to {args.new} new tokens each"
     )
-    print("| batch | wall s | steps | ms per step | generated tok/s | cuBLAS GEMMs of a step, ms |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| batch | finished rows | wall s | steps | ms per step | generated tok/s | cuBLAS GEMMs of a step, ms |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|")
+    kept = fast_module.COMPACT_BELOW
     for batch in batches:
-        fast.generate_batch(prompts[:batch], 4, batch_size=batch, eos_token_ids=())  # graphs, compiles
-        torch.cuda.synchronize()
-        begin = time.perf_counter()
-        out = fast.generate_batch(prompts, args.new, batch_size=batch, eos_token_ids=())
-        torch.cuda.synchronize()
-        wall = time.perf_counter() - begin
-        steps = -(-len(prompts) // batch) * args.new
-        tokens = sum(len(o) for o in out)
-        print(
-            f"| {batch} | {wall:.2f} | {steps} | {wall / steps * 1e3:.2f} | {tokens / wall:,.0f} | "
-            f"{cublas_ms(fast, batch):.2f} |"
-        )
+        fast.generate_batch(prompts[:batch], 4, batch_size=batch, eos_token_ids=eos)  # graphs, compiles
+        outputs = {}
+        for label, below in (("dropped", kept), ("kept", 0.0)) if eos else (("-", kept),):
+            fast_module.COMPACT_BELOW = below
+            torch.cuda.synchronize()
+            begin = time.perf_counter()
+            outputs[label] = fast.generate_batch(prompts, args.new, batch_size=batch, eos_token_ids=eos)
+            torch.cuda.synchronize()
+            wall = time.perf_counter() - begin
+            steps = -(-len(prompts) // batch) * args.new
+            tokens = sum(len(o) for o in outputs[label])
+            print(
+                f"| {batch} | {label} | {wall:.2f} | {steps} | {wall / steps * 1e3:.2f} | {tokens / wall:,.0f} | "
+                f"{cublas_ms(fast, batch):.2f} |"
+            )
+        fast_module.COMPACT_BELOW = kept
+        if len(outputs) == 2:
+            same = sum(a == b for a, b in zip(outputs["dropped"], outputs["kept"], strict=True))
+            print(f"|  | same tokens: {same} of {len(prompts)} | | | | | |")
     rows = max(batches)
     print(f"\none eager decode step at {rows} rows, GPU time by kernel:\n")
     print("| kernel | calls | us | share |")
