@@ -722,7 +722,7 @@ EXPECTED: dict[str, Expect] = {
     "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --sweep 1,4,8": Expect(
         _smoke_sweep, needs_torch=True
     ),
-    "lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -r vllm "
+    "lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf "
     "--probes math --limit 4 --max-new-tokens 64": Expect(_smoke_gguf, needs_gguf=True, needs_torch=True),
     "lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --probes my_prompts.jsonl --temperature 0.7 --seeds 0,1,2": Expect(
         _smoke_sampled, needs_torch=True, template=True

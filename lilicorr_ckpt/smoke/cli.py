@@ -39,7 +39,7 @@ Examples (from the repository root):
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --baseline profile.json --format junit
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --gpu   # on a CUDA GPU
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --sweep 1,4,8   # speed-up per batch size
-  lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf -r vllm \\
+  lilicorr-ckpt smoke examples/smollm2-lilicorr -t .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
       --probes math --limit 4 --max-new-tokens 64   # after scripts/fetch_smollm2.sh
   # template: my_prompts.jsonl is your probe file (its format is below)
   lilicorr-ckpt smoke examples/tiny-lilicorr -t examples/tiny-target --probes my_prompts.jsonl --temperature 0.7 \\
