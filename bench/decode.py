@@ -24,8 +24,10 @@ acceptance (for the random target, whose drafter accepts nothing, the model is e
 on the real target, or --tau): what the same drafter would give against this target. The measured speed-up
 (tokens/s of the loop against its ar arm) is printed beside it where the drafter is real. That model is the
 steady state, blocks alone; `speedup_model_run` is the whole measured run's: every request's admission once,
-then the blocks, (R a_ar + S c_ar) / (R a_head + S / tau * c_head) for R requests and S ar steps, which is what
-the measured speed-up (whole runs, admissions included) should be compared with when requests are short.
+then the blocks the loop ran, (R a_ar + S_ar c_ar) / (R a_head + S_head c_head) for R requests (S: the loop's
+steps, each serving every slot, so a batch pays for its slowest request; with a model tau other than the
+measured one, S_head scales by their ratio). It is what the measured speed-up (whole runs, admissions and
+tails included) should match when requests are short or few.
 """
 
 from __future__ import annotations
@@ -238,10 +240,13 @@ def bench(
         c_ar = ar["step_s"]
         c_head = head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0)
         model = tau * c_ar / c_head
-        # the whole run: each request's admission once, then the blocks (ar: one token a step; head: tau a block)
-        requests, ar_steps = len(reqs), ar["steps"]
-        model_run = (requests * ar["admit_s"] + ar_steps * c_ar) / (
-            requests * head["admit_s"] + ar_steps / tau * c_head
+        # the whole run: each request's admission once, then the blocks the loop ran (every slot's, until its
+        # last request ended: a batch runs as long as its slowest request); at a model tau other than the
+        # measured one (a random target) the head arm's blocks scale by measured / model tau
+        requests = len(reqs)
+        head_blocks = head["steps"] * head["tau"] / tau
+        model_run = (requests * ar["admit_s"] + ar["steps"] * c_ar) / (
+            requests * head["admit_s"] + head_blocks * c_head
         )
         measured = head["tok_s"] / ar["tok_s"]
         rows.append(
