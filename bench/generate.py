@@ -73,6 +73,7 @@ def cublas_ms(fast: FastTarget, rows: int) -> float:
     return (time.perf_counter() - begin) / 10 * 1e3
 
 
+@torch.inference_mode()
 def profile_step(fast: FastTarget, rows: int, width: int = 64) -> list[tuple[str, int, float]]:
     """(kernel, calls, us) of one eager decode step of `rows` sequences at cache row `width`."""
     eager = FastTarget(fast.model, cuda_graphs=False)
