@@ -16,18 +16,10 @@ For each target and batch size it measures, per block (one graph replay each, CU
     host cpu  the loop's own host time per block (step() minus its wait for the GPU): Python, launch, copy
     ar        one target-only block (one token per request) on the same loop
 
-    admit     one request's admission (its prefill and first token; the drafter's context in the head arm),
-              host and GPU, synchronized, median over the slots
-
 and the speed-up model  tau * c_ar / (c_draft + c_verify + c_book + c_host)  with tau the head arm's measured
 acceptance (for the random target, whose drafter accepts nothing, the model is evaluated with the tau measured
 on the real target, or --tau): what the same drafter would give against this target. The measured speed-up
-(tokens/s of the loop against its ar arm) is printed beside it where the drafter is real. That model is the
-steady state, blocks alone; `speedup_model_run` is the whole measured run's: every request's admission once,
-then the blocks the loop ran, (R a_ar + S_ar c_ar) / (R a_head + S_head c_head) for R requests (S: the loop's
-steps, each serving every slot, so a batch pays for its slowest request; with a model tau other than the
-measured one, S_head scales by their ratio). It is what the measured speed-up (whole runs, admissions and
-tails included) should match when requests are short or few.
+(tokens/s of the loop against its ar arm) is printed beside it where the drafter is real.
 """
 
 from __future__ import annotations
@@ -216,16 +208,9 @@ def bench(
             run_loop(decoder, reqs, max_new, batch, eos)
             measured = run_loop(decoder, reqs, max_new, batch, eos)
             loop = measured["loop"]
-            # a realistic state for the pieces: every slot admitted with a request; each admission timed alone
-            # (host and GPU, synchronized): the prefill a whole run pays once per request
-            admissions = []
+            # a realistic state for the pieces: every slot admitted with a request
             for slot in range(batch):
-                sync()
-                begin = time.perf_counter()
                 loop.admit(slot, torch.tensor(reqs[slot % len(reqs)]), max_new)
-                sync()
-                admissions.append(time.perf_counter() - begin)
-            measured["admit_s"] = sorted(admissions)[len(admissions) // 2]
             if PROFILE and CUDA:
                 print(f"{label}, batch {batch}, {arm} arm: kernels per piece", flush=True)
             arms[arm] = (measured, pieces(loop, profile=PROFILE and CUDA))
@@ -238,15 +223,8 @@ def bench(
         ar_host = ar["step_s"] - ar_pieces["block"]
         tau = tau_override if tau_override is not None else head["tau"]
         c_ar = ar["step_s"]
-        c_head = head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0)
-        model = tau * c_ar / c_head
-        # the whole run: each request's admission once, then the blocks the loop ran (every slot's, until its
-        # last request ended: a batch runs as long as its slowest request); at a model tau other than the
-        # measured one (a random target) the head arm's blocks scale by measured / model tau
-        requests = len(reqs)
-        head_blocks = head["steps"] * head["tau"] / tau
-        model_run = (requests * ar["admit_s"] + ar["steps"] * c_ar) / (
-            requests * head["admit_s"] + head_blocks * c_head
+        model = (
+            tau * c_ar / (head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0))
         )
         measured = head["tok_s"] / ar["tok_s"]
         rows.append(
@@ -269,9 +247,6 @@ def bench(
                 "head_tok_s": head["tok_s"],
                 "speedup_measured": measured,
                 "speedup_model": model,
-                "admit_ms": head["admit_s"] * 1e3,
-                "ar_admit_ms": ar["admit_s"] * 1e3,
-                "speedup_model_run": model_run,
             }
         )
         print(json.dumps(rows[-1]), flush=True)
@@ -362,9 +337,6 @@ def print_table(rows: list) -> None:
         "speedup_measured",
         "tau_model",
         "speedup_model",
-        "admit_ms",
-        "ar_admit_ms",
-        "speedup_model_run",
     ]
     print("\n" + " ".join(f"{h:>14}" for h in header))
     for row in rows:

@@ -4,12 +4,11 @@ with where one batched decode step's GPU time goes.
     python bench/generate.py [TARGET] [--random smollm2] [--batches 256,1024,2048] [--prompts 2048] [--new 64]
 
 For each batch size: prompts are answered up to `--new` tokens each; the table gives wall seconds, decode steps
-(batches x new tokens: what a batch that keeps every row to the end runs), ms per step and generated tokens per
-second. A random target answers prompts of 24-120 random tokens and never writes eos, so every row runs to the
-end. A real target answers the training recipe's prompts (`lilicorr_train.prompts`) and stops at eos; it is also
-run with its finished rows kept in the batch (fast.COMPACT_BELOW = 0), and the two runs' tokens are compared. Then one eager decode step at the largest batch is profiled (the kernels its graph replays),
-grouped by kernel name, beside the cuBLAS time of the same step's GEMMs (torch.matmul, bf16): the compute the
-step cannot go under with these weights.
+(batches x new tokens: a batch runs until its last row ends), ms per step and generated tokens per second. A
+random target answers prompts of 24-120 random tokens and never writes eos, so every row runs to the end; a real
+target answers the training recipe's prompts (`lilicorr_train.prompts`) and stops at eos. Then one eager decode
+step at the largest batch is profiled (the kernels its graph replays), grouped by kernel name: the GPU time of a
+step, against the wall time per step in the table.
 """
 
 from __future__ import annotations
@@ -22,55 +21,8 @@ import time
 import target as bench_target  # beside this file (run as a script)
 import torch
 
-from lilicorr_runtime.target import fast as fast_module
 from lilicorr_runtime.target.fast import FastTarget
 from lilicorr_runtime.target.load import load_target
-
-
-def gemm_shapes(fast: FastTarget) -> list[tuple[str, int, int]]:
-    """(name, N, K) of one decode step's GEMMs, per layer and the lm_head once."""
-    config = fast.model.config
-    m = config.hidden_size
-    heads, kv = config.num_attention_heads, config.num_key_value_heads
-    head_dim = getattr(config, "head_dim", None) or m // heads
-    inter = config.intermediate_size
-    return [
-        ("qkv", (heads + 2 * kv) * head_dim, m),
-        ("o_proj", m, heads * head_dim),
-        ("gate_up", 2 * inter, m),
-        ("down", m, inter),
-    ]
-
-
-def cublas_ms(fast: FastTarget, rows: int) -> float:
-    """ms of one step's GEMMs through torch.matmul (all layers and the lm_head), back to back."""
-    device = fast.device
-    mats = []
-    for _, n, k in gemm_shapes(fast):
-        mats.append(
-            (
-                torch.randn(rows, k, device=device, dtype=torch.bfloat16),
-                torch.randn(n, k, device=device, dtype=torch.bfloat16),
-            )
-        )
-    head = fast.model.lm_head.weight
-    x_head = torch.randn(rows, head.shape[1], device=device, dtype=torch.bfloat16)
-    layers = fast.num_layers
-
-    def run() -> None:
-        for _ in range(layers):
-            for x, w in mats:
-                torch.matmul(x, w.t())
-        torch.matmul(x_head, head.t())
-
-    for _ in range(3):
-        run()
-    torch.cuda.synchronize()
-    begin = time.perf_counter()
-    for _ in range(10):
-        run()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - begin) / 10 * 1e3
 
 
 @torch.inference_mode()
@@ -133,31 +85,18 @@ def main() -> None:
         f"# {torch.cuda.get_device_name()} · {args.target or 'random ' + args.random} · {args.prompts} prompts · "
         f"up to {args.new} new tokens each"
     )
-    print(
-        "| batch | finished rows | wall s | steps | ms per step | generated tok/s | cuBLAS GEMMs of a step, ms |"
-    )
-    print("|---:|---|---:|---:|---:|---:|---:|")
-    kept = fast_module.COMPACT_BELOW
+    print("| batch | wall s | steps | ms per step | generated tok/s |")
+    print("|---:|---:|---:|---:|---:|")
     for batch in batches:
         fast.generate_batch(prompts[:batch], 4, batch_size=batch, eos_token_ids=eos)  # graphs, compiles
-        outputs = {}
-        for label, below in (("dropped", kept), ("kept", 0.0)) if eos else (("-", kept),):
-            fast_module.COMPACT_BELOW = below
-            torch.cuda.synchronize()
-            begin = time.perf_counter()
-            outputs[label] = fast.generate_batch(prompts, args.new, batch_size=batch, eos_token_ids=eos)
-            torch.cuda.synchronize()
-            wall = time.perf_counter() - begin
-            steps = -(-len(prompts) // batch) * args.new
-            tokens = sum(len(o) for o in outputs[label])
-            print(
-                f"| {batch} | {label} | {wall:.2f} | {steps} | {wall / steps * 1e3:.2f} | {tokens / wall:,.0f} | "
-                f"{cublas_ms(fast, batch):.2f} |"
-            )
-        fast_module.COMPACT_BELOW = kept
-        if len(outputs) == 2:
-            same = sum(a == b for a, b in zip(outputs["dropped"], outputs["kept"], strict=True))
-            print(f"|  | same tokens: {same} of {len(prompts)} | | | | | |")
+        torch.cuda.synchronize()
+        begin = time.perf_counter()
+        outputs = fast.generate_batch(prompts, args.new, batch_size=batch, eos_token_ids=eos)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - begin
+        steps = -(-len(prompts) // batch) * args.new
+        tokens = sum(len(o) for o in outputs)
+        print(f"| {batch} | {wall:.2f} | {steps} | {wall / steps * 1e3:.2f} | {tokens / wall:,.0f} |")
     rows = max(batches)
     print(f"\none eager decode step at {rows} rows, GPU time by kernel:\n")
     print("| kernel | calls | us | share |")

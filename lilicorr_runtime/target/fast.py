@@ -148,11 +148,6 @@ FAMILIES = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3"}
 # for): it runs the fused step kernels and, on CUDA, replays a captured graph
 STEP_ROWS = rows.STEP
 GRAPH_MAX_ROWS = rows.STEP
-# Batched greedy generation drops its finished rows every COMPACT_EVERY steps once at most COMPACT_BELOW of the
-# rows still decode: the step kernels compute a row the same in any batch, so no token changes. Sampling keeps
-# every row (its draws are taken over the whole batch, so a smaller batch would draw other tokens).
-COMPACT_EVERY = 16
-COMPACT_BELOW = 0.75
 # a request's prefill of at most this many rows runs the step kernels too (FastTarget.forward, the device loop's
 # admission), so that every row is computed as the one-token step computes it; longer ones, and other callers of
 # StaticDecoder.forward (batched data generation, training), take the torch references (cuBLAS, SDPA) past STEP_ROWS
@@ -577,41 +572,21 @@ class FastTarget(TargetModel):
         out[:, 0] = token
         eos_t = torch.tensor(eos or (-1,), device=self.device)
         finished = torch.isin(token, eos_t)
-        where = torch.arange(b, device=self.device)  # the prompt (row of `out`) each row of the cache decodes
         graphs: dict = {}  # captured over this batch's cache
         for step in range(1, max_new_tokens):
             logits, _ = self._step(cache, token[:, None], width + step - 1, pad, (), graphs)
             token = pick(logits[:, -1])
-            out[where, step] = token
+            out[:, step] = token
             finished |= torch.isin(token, eos_t)
-            if step % COMPACT_EVERY == 0:
-                live = (~finished).nonzero()[:, 0]
-                alive = int(live.numel())
-                if alive == 0:
-                    out = out[:, : step + 1]
-                    break
-                if temperature == 0 and alive <= COMPACT_BELOW * len(where):
-                    cache = _compact(cache, live)
-                    token, pad, finished, where = token[live], pad[live], finished[live], where[live]
-                    graphs = {}  # the next step captures over the smaller cache
+            if step % 16 == 0 and bool(finished.all()):
+                out = out[:, : step + 1]
+                break
         rows = out.tolist()
         results = []
         for row in rows:
             cut = next((i + 1 for i, t in enumerate(row) if t in eos), len(row))
             results.append(row[:cut])
         return results
-
-
-def _compact(cache: StaticKVCache, live: torch.Tensor) -> StaticKVCache:
-    """The cache of the rows `live` (ascending), moved to the front of the same memory: a view, no allocation."""
-    n = int(live.numel())
-    keys, values = [], []
-    for store, into in ((cache.keys, keys), (cache.values, values)):
-        for layer in store:
-            # gathered first, so no row is read after it is overwritten
-            layer[:n] = layer.index_select(0, live)
-            into.append(layer[:n])
-    return StaticKVCache.over(keys, values)
 
 
 def tokens_per_second(target: TargetModel, prompt: Sequence[int], new_tokens: int) -> float:

@@ -103,35 +103,6 @@ def test_batched_greedy_matches_one_at_a_time():
         assert short == full[:stop]
 
 
-def test_finished_rows_are_dropped_from_the_batch_and_no_token_changes(monkeypatch):
-    from lilicorr_runtime.target import fast as fast_module
-
-    ref, fast = _pair("llama", vocab=64)
-    prompts = [[1, 2, 3], [7, 8, 9, 10, 11, 12], [5], [40, 41], [6, 6, 6], [30, 2, 9, 1]]
-    full = [_greedy(ref, p, 24) for p in prompts]
-    # an eos that ends some rows early and not others: the batch shrinks while the rest decode on
-    counts = {t: sum(t in row[:12] for row in full) for row in full for t in row[:12]}
-    eos = min(counts, key=lambda t: (abs(counts[t] - len(prompts) // 2), t))
-    expected = [row[: row.index(eos) + 1] if eos in row else row for row in full]
-    assert 0 < sum(eos in row for row in full) < len(prompts)
-    compacted = []
-    original = fast_module._compact
-
-    def spy(cache, live):
-        compacted.append(live.tolist())
-        return original(cache, live)
-
-    monkeypatch.setattr(fast_module, "_compact", spy)
-    monkeypatch.setattr(fast_module, "COMPACT_EVERY", 2)
-    monkeypatch.setattr(fast_module, "COMPACT_BELOW", 0.99)
-    assert fast.generate_batch(prompts, 24, eos_token_ids=[eos], batch_size=6) == expected
-    assert compacted, "no row finished early enough to be dropped"
-    assert all(len(live) < 6 for live in compacted)
-    compacted.clear()  # sampling keeps every row: its draws are taken over the whole batch
-    fast.generate_batch(prompts, 24, eos_token_ids=[eos], batch_size=6, temperature=0.8, seed=3)
-    assert compacted == []
-
-
 def test_batched_sampling_draws_from_the_targets_distribution():
     ref, fast = _pair("llama", vocab=64)
     prompt = [3, 14, 15, 9]
