@@ -112,9 +112,10 @@ def stored(device: str) -> list[dict[str, str]]:
     """The entries for a device key: the bundled table's, then the user's, each spec once; then those recorded on
     other GPUs of the same compute capability and Triton (a launch there may ask for the same variant, and one it
     does not ask for only costs a background compile)."""
-    if user_path() is None:
+    user = user_path()
+    if user is None:
         return []
-    tables_read = [read(path) for path in (BUNDLED, user_path()) if path is not None]
+    tables_read = [read(BUNDLED), read(user)]
     seen: dict[str, dict[str, str]] = {}
     for data in tables_read:
         for entry in data.get(device, []):
