@@ -32,6 +32,7 @@ import time
 import torch
 
 from lilicorr_runtime import SpeculativeDecoder
+from lilicorr_runtime import rows as rows_module
 from lilicorr_runtime.decode.device_loop import DecodeLoop
 
 CHAT = [
@@ -273,6 +274,13 @@ def main() -> None:
     parser.add_argument(
         "--profile", action="store_true", help="also print each piece's kernels (count, time, span, names)"
     )
+    parser.add_argument(
+        "--grouping",
+        default="",
+        help="with --random: run the batches once per setting of the step GEMMs' row grouping, side by side: "
+        "G (at most G 16-row tiles a grouped program; 1: every call of fewer than WIDE_ROWS rows on the 16-row "
+        "kernel) or G/W (and the wide kernel from W rows instead of WIDE_ROWS), e.g. 1,4,4/1024",
+    )
     args = parser.parse_args()
     global PROFILE
     PROFILE = args.profile
@@ -315,7 +323,16 @@ def main() -> None:
             for i in range(args.prompts)
         ]
         tau = args.tau if args.tau is not None else (rows[0]["tau"] if rows else None)
-        bench(f"random {args.random}", target, drafter, prompts, batches, args.max_new_tokens, [], tau, rows)
+        for setting in args.grouping.split(",") if args.grouping else [""]:
+            label = f"random {args.random}"
+            if setting:
+                from lilicorr_runtime.ops import step_triton
+
+                groups, _, wide = setting.partition("/")
+                step_triton.MAX_GROUPS = int(groups)
+                step_triton.WIDE_ROWS = int(wide) if wide else rows_module.WIDE
+                label += f" groups<={groups} wide>={step_triton.WIDE_ROWS}"
+            bench(label, target, drafter, prompts, batches, args.max_new_tokens, [], tau, rows)
     print_table(rows)
 
 

@@ -7,11 +7,14 @@ post-attention norm and silu(gate) * up, down with the residual; the lm_head to 
 prints the median time (CUDA events over back-to-back launches) of
 
     tile      `step_linear_triton(..., wide=False)`: 16 rows a program (what every call ran before the wide kernel)
-    wide      the call as it runs now (the wide-row kernel from WIDE_ROWS rows on, with its default tile)
+    grouped   the grouped kernel: the step tile's cut with several 16-row tiles a program (`default_groups` below
+              WIDE_ROWS rows; MAX_GROUPS, or fewer where registers run short, from there on, where it does not run
+              by default: for choosing the crossover)
+    now       the call as it runs now (below WIDE_ROWS rows the grouped kernel, from there the wide-row kernel)
     cuBLAS    torch's bf16 GEMM of the same x and weight (the plain product only: no norm, residual or gating)
 
 with wide / cuBLAS as a share (the issue's goal: at least 50 % of cuBLAS's speed from 64 to 2,048 rows) and
-whether the wide kernel's rows equal the tile kernel's bit for bit (they must: batch invariance). `--explore
+whether the grouped and current kernels' rows equal the tile kernel's bit for bit (they must: batch invariance). `--explore
 ROWS` also times a grid of wide tiles per shape at ROWS rows (GRID: the step tile's BLOCK_K, and tiles with a
 BLOCK_K of their own) and prints the fastest that keeps the rows equal, for choosing `wide_config`'s defaults.
 """
@@ -123,7 +126,7 @@ def explore(x, weight, kwargs, own_k: bool = False) -> tuple[float, dict]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(SHAPES), default="qwen3-8b")
-    parser.add_argument("--rows", default="16,64,256,1024,2048")
+    parser.add_argument("--rows", default="16,32,64,128,256,1024,2048")
     parser.add_argument("--only", default="", help="GEMM names to time (default: all), e.g. qkv,gate_up")
     parser.add_argument(
         "--explore",
@@ -142,8 +145,11 @@ def print_table(
 ) -> None:
     """The table above for `model`'s GEMMs (SHAPES) at each row count (bench/target.py --gemm-rows prints it too)."""
     print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · {model}")
-    print("| GEMM | rows | tile ms | wide ms | cuBLAS ms | wide / cuBLAS speed | tile / cuBLAS | equal |")
-    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    print(
+        "| GEMM | rows | tile ms | grouped ms (tiles) | now ms | cuBLAS ms | now / cuBLAS speed | tile / cuBLAS "
+        "| grouped / cuBLAS | equal |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for name, n, k, kind in SHAPES[model]:
         if only and name not in only.split(","):
             continue
@@ -153,13 +159,21 @@ def print_table(
             wide = timed(lambda: step_triton.step_linear_triton(x, weight, **kwargs))
             plain = weight[:n] if kind != "gated" else weight
             cublas = timed(lambda: torch.nn.functional.linear(x, plain))
-            same = torch.equal(
-                step_triton.step_linear_triton(x, weight, wide=False, **kwargs),
-                step_triton.step_linear_triton(x, weight, **kwargs),
-            )
+            want = step_triton.step_linear_triton(x, weight, wide=False, **kwargs)
+            same = torch.equal(want, step_triton.step_linear_triton(x, weight, **kwargs))
+            tiles = grouped_tiles(n, k, kind, rows, x.device)
+            grouped_cell, grouped_share = "-", "-"
+            if tiles > 1:
+                grouped = timed(
+                    lambda: step_triton.step_linear_triton(x, weight, groups=tiles, wide=False, **kwargs)
+                )
+                same = same and torch.equal(
+                    want, step_triton.step_linear_triton(x, weight, groups=tiles, wide=False, **kwargs)
+                )
+                grouped_cell, grouped_share = f"{grouped:.3f} ({tiles})", f"{cublas / grouped:.0%}"
             print(
-                f"| {name} {n}x{k} | {rows} | {tile:.3f} | {wide:.3f} | {cublas:.3f} | {cublas / wide:.0%} "
-                f"| {cublas / tile:.0%} | {'yes' if same else 'NO'} |",
+                f"| {name} {n}x{k} | {rows} | {tile:.3f} | {grouped_cell} | {wide:.3f} | {cublas:.3f} "
+                f"| {cublas / wide:.0%} | {cublas / tile:.0%} | {grouped_share} | {'yes' if same else 'NO'} |",
                 flush=True,
             )
             if explore_rows and rows == int(explore_rows):
@@ -167,6 +181,25 @@ def print_table(
                 print(
                     f"|  best wide tile {best} | {rows} | | {ms:.3f} | | {cublas / ms:.0%} | | |", flush=True
                 )
+
+
+def grouped_tiles(n: int, k: int, kind: str, rows: int, device: torch.device) -> int:
+    """The 16-row tiles a grouped program takes for this GEMM at `rows` rows (1: none, as under a stream-K tile),
+    from the step tile in use (the call above tuned or loaded it)."""
+    key = step_triton.linear_key(
+        n,
+        k,
+        norm=kind in ("norm", "gated"),
+        bias=False,
+        residual=kind == "residual",
+        gated=kind == "gated",
+        dtype=torch.bfloat16,
+        out_dtype=torch.float32 if kind == "lm_head" else torch.bfloat16,
+    )
+    config = step_triton.tile_in_use(key, device)
+    if config is None or config.get("STREAM") or rows <= step_triton.BLOCK_M:
+        return 1
+    return step_triton.default_groups(min(rows, step_triton.WIDE_ROWS - 1), config, kind == "gated", device)
 
 
 if __name__ == "__main__":

@@ -659,6 +659,108 @@ def _step_linear_wide(
     )
 
 
+# ---------------------------------------------------------------- step_linear, a few tiles of rows
+#
+# The same GEMM for calls of a few 16-row tiles (more than BLOCK_M rows, fewer than WIDE_ROWS: the one-token step
+# of 2 to 7 sequences, a short verify of a few): GROUPS x BLOCK_M rows a program, so each weight tile is read once
+# for all of them, with the step tile's own cut (its BLOCK_N, BLOCK_K and SPLIT slices run as parallel programs,
+# the last to arrive adding the partial sums in slice order, as `_step_linear` does). Every row is computed as the
+# 16-row kernel computes it: the same K slices, each summed from zero K tile after K tile, the squares from per-16-row
+# dots, and the dot form (one dot over the program's rows, or one per group: BATCHED) this GPU was checked to
+# round as the 16-row kernel does (`group_form`).
+
+
+@triton.jit
+def _step_linear_rows(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    g_ptr,
+    r_ptr,
+    y_ptr,
+    ws_ptr,
+    cnt_ptr,
+    M,
+    N,
+    K,
+    K_SPLIT,
+    M_PAD,
+    eps,
+    s_xm,
+    s_wn,
+    s_rm,
+    s_ym,
+    NORM: tl.constexpr,
+    BIAS: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    GATED: tl.constexpr,
+    UPCAST: tl.constexpr,
+    PRECISION: tl.constexpr,
+    SPLIT,
+    BATCHED: tl.constexpr,
+    GROUPS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """One program: GROUPS * BLOCK_M rows (row tile pid_m), columns tile pid_n (of n_tiles), K slice pid_s."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_s = tl.program_id(2)
+    n_tiles = tl.num_programs(1)
+    rm = pid_m * (GROUPS * BLOCK_M) + tl.arange(0, GROUPS * BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = rm < M
+    n_ok = rn < N
+    x_rows = x_ptr + rm.to(tl.int64)[:, None] * s_xm
+    w_rows = w_ptr + rn.to(tl.int64)[:, None] * s_wn
+    k_lo = pid_s * K_SPLIT
+    k_hi = tl.minimum(K, k_lo + K_SPLIT)
+    acc, acc_up, squares = _wide_piece(
+        x_rows, w_rows, g_ptr, k_lo, k_hi, N, s_wn, m_ok, n_ok, NORM, GATED, UPCAST, PRECISION,
+        w_ptr.dtype.element_ty, BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K,
+    )  # fmt: skip
+    out_mask = m_ok[:, None] & n_ok[None, :]
+    if SPLIT > 1:
+        # `_step_linear`'s workspace and arrival count, over this program's rows (M_PAD: the row tiles' rows)
+        m_pad = M_PAD.to(tl.int64)
+        width = m_pad * 0 + (2 * N if GATED else N)
+        slab_size = m_pad * width
+        part = ws_ptr + pid_s.to(tl.int64) * slab_size + rm.to(tl.int64)[:, None] * width + rn[None, :]
+        tl.store(part, acc, mask=out_mask)
+        if GATED:
+            tl.store(part + N, acc_up, mask=out_mask)
+        sq_row = m_pad * n_tiles
+        sq_base = ws_ptr + slab_size * SPLIT + pid_n.to(tl.int64) * M_PAD
+        if NORM:
+            tl.store(sq_base + pid_s.to(tl.int64) * sq_row + rm, squares, mask=m_ok)
+        tl.debug_barrier()  # every thread's partial is written before the arrival is counted
+        tile = pid_m * n_tiles + pid_n
+        arrived = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+        if arrived == SPLIT - 1:  # the last of the tile's slices: add the partials in slice order
+            acc = tl.zeros((GROUPS * BLOCK_M, BLOCK_N), tl.float32)
+            acc_up = tl.zeros((GROUPS * BLOCK_M, BLOCK_N), tl.float32)
+            squares = tl.zeros((GROUPS * BLOCK_M,), tl.float32)
+            first = ws_ptr + rm.to(tl.int64)[:, None] * width + rn[None, :]
+            for s in range(SPLIT):
+                slab = first + s * slab_size
+                acc += tl.load(slab, mask=out_mask, other=0.0, cache_modifier=".cg")
+                if GATED:
+                    acc_up += tl.load(slab + N, mask=out_mask, other=0.0, cache_modifier=".cg")
+                if NORM:
+                    squares += tl.load(sq_base + s * sq_row + rm, mask=m_ok, other=0.0, cache_modifier=".cg")
+            tl.atomic_xchg(cnt_ptr + tile, 0, sem="relaxed", scope="gpu")  # ready for the next call
+            _linear_epilogue(
+                acc, acc_up, squares, bias_ptr, r_ptr, y_ptr, rm, rn, n_ok, out_mask, K, eps, s_rm, s_ym, NORM,
+                BIAS, RESIDUAL, GATED,
+            )  # fmt: skip
+    else:
+        _linear_epilogue(
+            acc, acc_up, squares, bias_ptr, r_ptr, y_ptr, rm, rn, n_ok, out_mask, K, eps, s_rm, s_ym, NORM, BIAS,
+            RESIDUAL, GATED,
+        )  # fmt: skip
+
+
 def step_linear_triton(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -672,14 +774,20 @@ def step_linear_triton(
     out_dtype: torch.dtype | None = None,
     config: dict[str, int] | None = None,
     wide: dict[str, int] | bool | None = None,
+    groups: int | None = None,
 ) -> torch.Tensor:
     """x [M, K] (rows may be strided) -> y [M, N] (see core.step_linear_reference). `out`, when given, is written
     (a row-strided view is fine: a column slice of a wider buffer). `config` forces a tile shape (tests, benches);
     by default the weight shape's tuned one serves. A call of WIDE_ROWS rows or more runs the wide-row kernel,
-    which computes every row as the tile's own kernel does: `wide` False keeps it off, a dict forces its tile
-    (GROUPS, BLOCK_N, num_warps, num_stages, and optionally BLOCK_K; tests, benches)."""
+    and a call of a few 16-row tiles the grouped one (`_step_linear_rows`, `default_groups` tiles a program), both
+    computing every row as the tile's own kernel does: `wide` False keeps both off (the 16-row kernel), a dict
+    forces the wide tile (GROUPS, BLOCK_N, num_warps, num_stages, and optionally BLOCK_K; tests, benches);
+    `groups` forces the grouped kernel's 16-row tiles a program, 1 for none (below WIDE_ROWS rows, or with `wide`
+    False; a power of two; not with a stream-K tile)."""
     if not (wide is None or wide is False or isinstance(wide, dict)):
         raise TypeError(f"wide must be None, False or a tile dict, not {wide!r}")
+    if groups is not None and (not isinstance(groups, int) or groups < 1 or groups & (groups - 1)):
+        raise ValueError(f"groups must be a power of two >= 1, not {groups!r}")
     if isinstance(wide, dict) and not {"GROUPS", "BLOCK_N", "num_warps", "num_stages"} <= wide.keys():
         raise ValueError(f"a wide tile needs GROUPS, BLOCK_N, num_warps and num_stages: {wide!r}")
     m = x.shape[0]
@@ -742,6 +850,28 @@ def step_linear_triton(
                     if isinstance(wide, dict):
                         raise
                     _WIDE_UNFIT.add(memo)
+        if tuning:
+            tiles = 1
+        elif groups is not None:
+            tiles = groups
+        elif wide is None and BLOCK_M < rows < WIDE_ROWS and not stream:
+            tiles = default_groups(rows, config, gated, x.device)
+        else:
+            tiles = 1
+        if tiles > 1:
+            if stream:
+                raise ValueError("a grouped call takes the step tile's split-K cut, not a stream-K tile")
+            grouped = (gated, norm_weight is not None, bias is not None, residual is not None, split)
+            key_rows = (n, k, grouped, w.dtype, y.dtype, tuple(sorted(config.items())), tiles)
+            if groups is not None or key_rows not in _GROUPS_UNFIT:
+                try:
+                    _launch_rows(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only)
+                    return
+                except OutOfResources:
+                    # more rows a program than this GPU fits with the step tile: the 16-row kernel, same rows
+                    if groups is not None:
+                        raise
+                    _GROUPS_UNFIT.add(key_rows)
         if stream:
             _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning)
             return
@@ -823,6 +953,58 @@ def step_linear_triton(
             GATED=gated,
             UPCAST=upcast,
             PRECISION="ieee",
+            BLOCK_M=BLOCK_M,
+            **config,
+        )
+
+    def _launch_rows(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only) -> None:
+        form = group_form(x.device)
+        block_k = config["BLOCK_K"]
+        k_split = triton.cdiv(triton.cdiv(k, block_k), split) * block_k
+        m_tiles = triton.cdiv(rows, tiles * BLOCK_M)
+        m_pad = m_tiles * tiles * BLOCK_M
+        if split > 1:
+            width = 2 * n if gated else n
+            workspace = torch.empty(
+                split * m_pad * width + split * n_tiles * m_pad, device=x.device, dtype=torch.float32
+            )
+            counters = _counters(x.device, m_tiles * n_tiles)
+        else:
+            workspace = counters = y
+        grid = (m_tiles, n_tiles, split)
+        kernel = (
+            functools.partial(_step_linear_rows.warmup, grid=grid)
+            if compile_only
+            else _step_linear_rows[grid]
+        )
+        kernel(
+            xs,
+            w,
+            bias if bias is not None else w,
+            norm_weight if norm_weight is not None else w,
+            res if res is not None else y,
+            y,
+            workspace,
+            counters,
+            rows,
+            n,
+            k,
+            k_split,
+            m_pad,
+            eps,
+            xs.stride(0),
+            w.stride(0),
+            res.stride(0) if res is not None else 0,
+            y.stride(0),
+            NORM=norm_weight is not None,
+            BIAS=bias is not None,
+            RESIDUAL=residual is not None,
+            GATED=gated,
+            UPCAST=upcast,
+            PRECISION="ieee",
+            SPLIT=split,
+            BATCHED=1 if form is None else form,
+            GROUPS=tiles,
             BLOCK_M=BLOCK_M,
             **config,
         )
@@ -996,6 +1178,63 @@ def wide_form(device: torch.device) -> int:
 
 
 _ONE_DOT = {"GROUPS": 4, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "BATCHED": 0}
+
+MAX_GROUPS = 4  # 16-row tiles a grouped program computes at most (`default_groups`)
+GROUP_ACC_REGISTERS = 64  # fp32 sums a grouped program's thread may hold (acc, and acc_up when gated)
+_GROUP_FORM: dict[
+    tuple[str, int | None], int | None
+] = {}  # device -> BATCHED for the grouped kernel, or None
+_GROUPS_UNFIT: set[tuple] = (
+    set()
+)  # grouped calls that did not fit the GPU (OutOfResources): the 16-row kernel
+
+
+def default_groups(rows: int, config: dict[str, int], gated: bool, device: torch.device) -> int:
+    """The 16-row tiles a program of the grouped kernel computes for a call of `rows` rows (more than one tile,
+    fewer than WIDE_ROWS) with the step tile `config`: enough for all the rows (a power of two, at most
+    MAX_GROUPS), fewer where the sums would pass GROUP_ACC_REGISTERS a thread; 1 (the 16-row kernel) where this
+    GPU's check found no grouped form that keeps the rows (`group_form`)."""
+    if group_form(device) is None:
+        return 1
+    tiles = 1
+    while tiles < MAX_GROUPS and tiles * BLOCK_M < rows:
+        tiles *= 2
+    threads = 32 * config["num_warps"]
+    halves = 2 if gated else 1
+    while tiles > 1 and tiles * BLOCK_M * config["BLOCK_N"] * halves > GROUP_ACC_REGISTERS * threads:
+        tiles //= 2
+    return tiles
+
+
+def group_form(device: torch.device) -> int | None:
+    """How the grouped kernel multiplies on this device: 0, one dot over the program's rows, or 1, one 16-row dot
+    per group, whichever (0 first) rounds every row as the 16-row kernel does, checked once per device outside any
+    graph capture on `wide_form`'s normed, gated GEMM at 2 and 4 tiles a program; None where neither does (calls
+    then run the 16-row kernel), and until checked. Off CUDA 1 (the interpreter: rows agree to fp32 round-off)."""
+    if device.type != "cuda" or _interpreted():
+        return 1
+    key = _device_key(device)
+    if key in _GROUP_FORM:
+        return _GROUP_FORM[key]
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    x, w, kwargs = _form_check(device)
+    x = x[: WIDE_ROWS - 1]
+    want = step_linear_triton(x, w, wide=False, **kwargs)
+    form = None
+    for batched in (0, 1):
+        _GROUP_FORM[key] = batched  # the form the forced calls below take
+        try:
+            same = all(
+                torch.equal(want, step_linear_triton(x, w, wide=False, groups=g, **kwargs)) for g in (2, 4)
+            )
+        except Exception:  # noqa: BLE001 - a form this device cannot build is not taken
+            same = False
+        if same:
+            form = batched
+            break
+    _GROUP_FORM[key] = form
+    return form
 
 
 def _form_check(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, dict[str, Any]]:

@@ -785,3 +785,169 @@ def test_wide_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(kind):
         one_kwargs = {**kwargs, "residual": kwargs["residual"][i : i + 1]} if kind == "residual" else kwargs
         one = step_ops.step_linear_triton(x[i : i + 1], weight, **one_kwargs)
         assert torch.equal(one[0], many[i])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="CUDA")
+@pytest.mark.parametrize("rows", [17, 32, 48, 64, 127])
+@pytest.mark.parametrize("kind", ["norm", "gated", "residual"])
+def test_grouped_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(rows, kind):
+    """A call of a few 16-row tiles (the one-token step of a few sequences) runs the grouped kernel with the tuned
+    tile and this GPU's checked form; its rows equal a one-row call's."""
+    assert step_ops.group_form(torch.device("cuda")) is not None
+    k, n = 1024, 1536
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=71, scale=0.05, dtype=torch.bfloat16)
+    x = _randn(rows, k, seed=72, dtype=torch.bfloat16)
+    kwargs: dict = {}
+    if kind in ("norm", "gated"):
+        kwargs.update(norm_weight=_randn(k, seed=73, dtype=torch.bfloat16) + 1.0, eps=1e-6)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = _randn(rows, n, seed=74, dtype=torch.bfloat16)
+    many = step_ops.step_linear_triton(x, weight, **kwargs)
+    assert torch.equal(many, step_ops.step_linear_triton(x, weight, wide=False, **kwargs))
+    for i in (0, rows // 2, rows - 1):
+        one_kwargs = {**kwargs, "residual": kwargs["residual"][i : i + 1]} if kind == "residual" else kwargs
+        assert torch.equal(step_ops.step_linear_triton(x[i : i + 1], weight, **one_kwargs)[0], many[i])
+
+
+GROUPED_CASES = [
+    ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}, "norm_bias"),
+    ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 3}, "gated"),
+    # 7 K tiles in 6 slices of 2: slices 4 and 5 start past K (empty, added as zeros by both kernels)
+    ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 6}, "residual_out"),
+    ({"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2, "SPLIT": 2}, "norm_residual"),
+]
+
+
+@pytest.mark.parametrize(
+    ("config", "kind"), GROUPED_CASES, ids=["plain", "split", "split_empty", "split_norm"]
+)
+def test_grouped_rows_equal_the_tile_kernels_rows_bit_for_bit(config, kind):
+    """The grouped kernel (2 or 4 tiles of 16 rows a program, split-K slices as parallel programs reduced in slice
+    order) computes every row as the 16-row kernel does, bit for bit (per-group dots: the interpreter's numpy
+    dots then have the 16-row kernel's shapes), twice in a row (the split counters reset), into a column slice."""
+    rows, k, n = 53, 200, 40  # rows: a partial last tile; 7 K tiles at BLOCK_K 32
+    x = _randn(rows, k, seed=75)
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=76, scale=0.1)
+    kwargs: dict = {}
+    if kind in ("norm_bias", "gated", "norm_residual"):
+        kwargs.update(norm_weight=_randn(k, seed=77) + 1.0, eps=1e-6)
+    if kind == "norm_bias":
+        kwargs["bias"] = _randn(n, seed=78)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind in ("residual_out", "norm_residual"):
+        kwargs["residual"] = _randn(rows, n, seed=79)
+    tile = step_ops.step_linear_triton(x, weight, config=config, wide=False, **kwargs)
+    for groups in (2, 4, 4):
+        if kind == "residual_out":
+            wide_out = torch.full((rows, 3 * n), float("nan"), device=DEVICE)
+            step_ops.step_linear_triton(
+                x, weight, config=config, groups=groups, out=wide_out[:, n : 2 * n], **kwargs
+            )
+            assert torch.isnan(wide_out[:, :n]).all() and torch.isnan(wide_out[:, 2 * n :]).all()
+            got = wide_out[:, n : 2 * n]
+        else:
+            got = step_ops.step_linear_triton(x, weight, config=config, groups=groups, **kwargs)
+        assert torch.equal(got, tile), groups
+    torch.testing.assert_close(tile, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
+
+
+def test_grouped_rows_each_take_their_own_rows_squares():
+    """Rows of one program scaled 10^4 apart each get their own rstd: a row reading another group's (or another
+    row's) sum of squares would be off by that factor."""
+    k, n = 200, 40
+    scales = torch.tensor([1e-2, 1e2, 1.0, 3e1, 5e-2] * 12, device=DEVICE)[:, None]
+    x = _randn(60, k, seed=80) * scales
+    weight = _randn(2 * n, k, seed=81, scale=0.1)
+    kwargs = {"norm_weight": _randn(k, seed=82) + 1.0, "eps": 1e-6, "gated": True}
+    config = {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
+    got = step_ops.step_linear_triton(x, weight, config=config, groups=4, **kwargs)
+    torch.testing.assert_close(got, ops.step_linear_reference(x, weight, **kwargs), rtol=1e-4, atol=1e-4)
+    assert torch.equal(got, step_ops.step_linear_triton(x, weight, config=config, wide=False, **kwargs))
+
+
+def _spy_grouped(monkeypatch) -> list[tuple[int, int, int]]:
+    launched: list[tuple[int, int, int]] = []
+    real = step_ops._step_linear_rows
+
+    class Spy:
+        def __getitem__(self, grid):
+            launched.append(grid)
+            return real[grid]
+
+    monkeypatch.setattr(step_ops, "_step_linear_rows", Spy())
+    return launched
+
+
+def test_a_call_of_a_few_tiles_takes_the_grouped_kernel(monkeypatch):
+    """One tile: the 16-row kernel. 17 to WIDE_ROWS - 1 rows: the grouped kernel, as many tiles a program as the rows
+    need (a power of two, at most MAX_GROUPS); `wide=False` and `groups=1` keep the 16-row kernel."""
+    launched = _spy_grouped(monkeypatch)
+    config = {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 2}
+    weight = _randn(40, 64, seed=83, scale=0.1)
+    x = _randn(step_ops.WIDE_ROWS - 1, 64, seed=84)
+    one = step_ops.step_linear_triton(x[:16], weight, config=config)
+    assert launched == []
+    for rows, grid in ((17, (1, 3, 2)), (32, (1, 3, 2)), (33, (1, 3, 2)), (64, (1, 3, 2)), (65, (2, 3, 2))):
+        got = step_ops.step_linear_triton(x[:rows], weight, config=config)
+        assert launched[-1] == grid, rows
+        assert torch.equal(got[:16], one)
+    assert step_ops.default_groups(17, config, False, x.device) == 2
+    assert step_ops.default_groups(33, config, False, x.device) == 4
+    count = len(launched)
+    step_ops.step_linear_triton(x[:40], weight, config=config, wide=False)
+    step_ops.step_linear_triton(x[:40], weight, config=config, groups=1)
+    assert len(launched) == count
+
+
+def test_the_grouped_tiles_keep_their_sums_within_a_threads_registers():
+    cpu = torch.device("cpu")
+    narrow = {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 2}
+    assert step_ops.default_groups(100, narrow, True, cpu) == 4  # 64 x 32 x 2 sums over 128 threads: 32 each
+    wide = {**narrow, "BLOCK_N": 128}
+    assert step_ops.default_groups(100, wide, False, cpu) == 4  # 64 a thread
+    assert step_ops.default_groups(100, wide, True, cpu) == 2  # halved: 2 x 64 would be 128 a thread
+    assert step_ops.default_groups(100, {**wide, "num_warps": 8}, True, cpu) == 4
+    assert step_ops.default_groups(100, {**wide, "BLOCK_N": 512}, True, cpu) == 1
+
+
+def test_no_grouped_kernel_where_the_gpu_has_no_form_that_keeps_the_rows(monkeypatch):
+    monkeypatch.setattr(step_ops, "group_form", lambda device: None)
+    launched = _spy_grouped(monkeypatch)
+    weight, x = _randn(24, 40, seed=85, scale=0.1), _randn(40, 40, seed=86)
+    assert step_ops.default_groups(40, step_ops.linear_config(24, 40), False, x.device) == 1
+    step_ops.step_linear_triton(x, weight)
+    assert launched == []
+
+
+def test_a_grouped_tile_the_gpu_cannot_fit_falls_back_to_the_tile_kernel(monkeypatch):
+    from triton.runtime.errors import OutOfResources
+
+    tried: list[tuple] = []
+
+    class Unfit:
+        def __getitem__(self, grid):
+            tried.append(grid)
+            raise OutOfResources(300_000, 232_448, "shared memory")
+
+    monkeypatch.setattr(step_ops, "_step_linear_rows", Unfit())
+    monkeypatch.setattr(step_ops, "_GROUPS_UNFIT", set())
+    weight, x = _randn(24, 40, seed=87, scale=0.1), _randn(40, 40, seed=88)
+    want = step_ops.step_linear_triton(x, weight, wide=False)
+    assert torch.equal(step_ops.step_linear_triton(x, weight), want)
+    assert torch.equal(step_ops.step_linear_triton(x, weight), want)
+    assert len(tried) == 1  # tried once, then remembered
+    with pytest.raises(OutOfResources):
+        step_ops.step_linear_triton(x, weight, groups=4)
+
+
+def test_a_malformed_groups_argument_is_refused():
+    x, weight = _randn(40, 40, seed=89), _randn(24, 40, seed=90)
+    for bad in (0, 3, -2, 2.0):
+        with pytest.raises(ValueError, match="power of two"):
+            step_ops.step_linear_triton(x, weight, groups=bad)
+    with pytest.raises(ValueError, match="stream-K"):
+        step_ops.step_linear_triton(x, weight, config={**STREAM_TILE, "STREAM": 2}, groups=2)
