@@ -22,6 +22,11 @@ kernel computes it, so which kernel a call takes never changes a result. A cross
 Qwen3-8B layer's four GEMMs took 0.710 ms wide against 0.582 ms on the TILE-row kernel at 64 rows (the gated
 gate_up 0.350 against 0.178), and 0.745 against 1.457 ms at 256 rows.
 
+Between one TILE and WIDE, a step GEMM runs the grouped kernel (`ops/step_triton.py`, `_step_linear_rows`): the
+step tile's own cut with 2 or 4 TILE-row groups a program (`default_groups`, at most MAX_GROUPS), so that the
+one-token step of a few sequences reads each weight tile once, where one program per TILE rows read it once per
+tile; again every row exactly as the TILE-row kernel computes it (`group_form` checks the GPU's dots).
+
 WIDE_LARGE: from this many rows, where the wide kernel steps K by a tile of its own, its program computes 128 rows
 by up to 256 columns (8 warps) instead of 64 by 128 (`ops/step_triton.py`, WIDE_LARGE_ROWS): on an H100
 (2026-12-06) 1.2-1.5x faster at 2,048 rows, no faster at 1,024 for qkv and slower at 256. Only a speed choice: the

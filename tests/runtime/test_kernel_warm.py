@@ -88,7 +88,7 @@ def test_stored_reads_the_bundled_table_then_the_users(table, monkeypatch):
     assert warm.stored(DEVICE) == []
 
 
-def test_a_gpu_of_the_same_capability_and_triton_takes_the_others_variants_after_its_own(table):
+def test_a_gpu_without_variants_of_its_own_takes_those_of_its_capability_and_triton(table):
     h100 = "NVIDIA H100 80GB HBM3 sm90 triton 3.6.0"
     warm.BUNDLED.write_text(
         json.dumps(
@@ -104,7 +104,7 @@ def test_a_gpu_of_the_same_capability_and_triton_takes_the_others_variants_after
             }
         )
     )
-    assert [e["spec"] for e in warm.stored(h100)] == ["shared", "h100-only", "h200-only"]
+    assert [e["spec"] for e in warm.stored(h100)] == ["shared", "h100-only"]  # its own only
     assert [e["spec"] for e in warm.stored("NVIDIA GH200 480GB sm90 triton 3.6.0")] == [
         "h200-only",
         "shared",

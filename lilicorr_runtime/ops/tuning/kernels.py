@@ -11,8 +11,8 @@ Triton can serialize and compile again from that record alone (`JITFunction.prel
   `$XDG_CACHE_HOME/lilicorr/kernels.json` (default `~/.cache/...`) or the path in LILICORR_KERNEL_CACHE;
 - a table shipped with the package (kernels.json beside this module) holds the variants of the bundled example
   models on the GPUs named in it;
-- `start(device)` compiles the stored variants of this GPU and Triton, then those of other GPUs of its compute
-  capability (the same code comes out of a variant on an H100 and an H200), in a pool of threads (Triton's compiler
+- `start(device)` compiles the stored variants of this GPU and Triton, or where there are none, those of other
+  GPUs of its compute capability (the same code comes out of a variant on an H100 and an H200), in a pool of threads (Triton's compiler
   leaves the interpreter lock while it works), in the background, so that it overlaps loading the target. Call
   `join()` on the handle before the first launch.
 
@@ -109,9 +109,11 @@ def _stack(device: str) -> str | None:
 
 
 def stored(device: str) -> list[dict[str, str]]:
-    """The entries for a device key: the bundled table's, then the user's, each spec once; then those recorded on
-    other GPUs of the same compute capability and Triton (a launch there may ask for the same variant, and one it
-    does not ask for only costs a background compile)."""
+    """The entries for a device key: the bundled table's, then the user's, each spec once; where neither holds
+    any for this GPU, those recorded on other GPUs of the same compute capability and Triton (a launch there may
+    ask for the same variant). A GPU with entries of its own takes only those: smoke waits for every stored
+    variant before its first launch, and another GPU's (other tiles, so mostly variants no launch here asks
+    for) cost an H100 with its own table 71 compiles where its 60 serve."""
     user = user_path()
     if user is None:
         return []
@@ -121,7 +123,7 @@ def stored(device: str) -> list[dict[str, str]]:
         for entry in data.get(device, []):
             seen.setdefault(entry["spec"], entry)
     stack = _stack(device)
-    if stack is not None:
+    if stack is not None and not seen:
         for data in tables_read:
             for other, entries in data.items():
                 if other != device and _stack(other) == stack:
