@@ -865,7 +865,7 @@ def step_linear_triton(
             key_rows = (n, k, grouped, w.dtype, y.dtype, tuple(sorted(config.items())), tiles)
             if groups is not None or key_rows not in _GROUPS_UNFIT:
                 try:
-                    _launch_rows(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only)
+                    _launch_split(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only, tuning)
                     return
                 except OutOfResources:
                     # more rows a program than this GPU fits with the step tile: the 16-row kernel, same rows
@@ -875,8 +875,15 @@ def step_linear_triton(
         if stream:
             _launch_stream(config, stream, xs, w, res, y, rows, m_tiles, n_tiles, compile_only, tuning)
             return
-        k_split = triton.cdiv(triton.cdiv(k, config["BLOCK_K"]), split) * config["BLOCK_K"]
-        m_pad = m_tiles * BLOCK_M
+        _launch_split(config, split, 1, xs, w, res, y, rows, n_tiles, compile_only, tuning)
+
+    def _launch_split(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only, tuning) -> None:
+        """The step tile's cut (one K piece or `split` slices) with `tiles` 16-row tiles a program: the 16-row
+        kernel `_step_linear` for one (its copy when tuning), the grouped `_step_linear_rows` for more."""
+        block_k = config["BLOCK_K"]
+        k_split = triton.cdiv(triton.cdiv(k, block_k), split) * block_k
+        m_tiles = triton.cdiv(rows, tiles * BLOCK_M)
+        m_pad = m_tiles * tiles * BLOCK_M
         if split > 1:
             width = 2 * n if gated else n
             workspace = torch.empty(
@@ -886,7 +893,13 @@ def step_linear_triton(
         else:
             workspace = counters = y
         grid = (m_tiles, n_tiles, split)
-        fn = _tuning_copy(_step_linear) if tuning else _step_linear
+        if tiles > 1:
+            form = group_form(x.device)
+            fn = _step_linear_rows
+            grouping = {"BATCHED": 1 if form is None else form, "GROUPS": tiles}
+        else:
+            fn = _tuning_copy(_step_linear) if tuning else _step_linear
+            grouping = {}
         kernel = functools.partial(fn.warmup, grid=grid) if compile_only else fn[grid]
         kernel(
             xs,
@@ -915,6 +928,7 @@ def step_linear_triton(
             PRECISION="ieee",
             SPLIT=split,
             BLOCK_M=BLOCK_M,
+            **grouping,
             **config,
         )
 
@@ -953,58 +967,6 @@ def step_linear_triton(
             GATED=gated,
             UPCAST=upcast,
             PRECISION="ieee",
-            BLOCK_M=BLOCK_M,
-            **config,
-        )
-
-    def _launch_rows(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only) -> None:
-        form = group_form(x.device)
-        block_k = config["BLOCK_K"]
-        k_split = triton.cdiv(triton.cdiv(k, block_k), split) * block_k
-        m_tiles = triton.cdiv(rows, tiles * BLOCK_M)
-        m_pad = m_tiles * tiles * BLOCK_M
-        if split > 1:
-            width = 2 * n if gated else n
-            workspace = torch.empty(
-                split * m_pad * width + split * n_tiles * m_pad, device=x.device, dtype=torch.float32
-            )
-            counters = _counters(x.device, m_tiles * n_tiles)
-        else:
-            workspace = counters = y
-        grid = (m_tiles, n_tiles, split)
-        kernel = (
-            functools.partial(_step_linear_rows.warmup, grid=grid)
-            if compile_only
-            else _step_linear_rows[grid]
-        )
-        kernel(
-            xs,
-            w,
-            bias if bias is not None else w,
-            norm_weight if norm_weight is not None else w,
-            res if res is not None else y,
-            y,
-            workspace,
-            counters,
-            rows,
-            n,
-            k,
-            k_split,
-            m_pad,
-            eps,
-            xs.stride(0),
-            w.stride(0),
-            res.stride(0) if res is not None else 0,
-            y.stride(0),
-            NORM=norm_weight is not None,
-            BIAS=bias is not None,
-            RESIDUAL=residual is not None,
-            GATED=gated,
-            UPCAST=upcast,
-            PRECISION="ieee",
-            SPLIT=split,
-            BATCHED=1 if form is None else form,
-            GROUPS=tiles,
             BLOCK_M=BLOCK_M,
             **config,
         )
