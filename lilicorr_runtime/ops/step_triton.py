@@ -667,7 +667,9 @@ def _step_linear_wide(
 # the last to arrive adding the partial sums in slice order, as `_step_linear` does). Every row is computed as the
 # 16-row kernel computes it: the same K slices, each summed from zero K tile after K tile, the squares from per-16-row
 # dots, and the dot form (one dot over the program's rows, or one per group: BATCHED) this GPU was checked to
-# round as the 16-row kernel does (`group_form`).
+# round as the 16-row kernel does (`group_form`). Its split-K tail repeats `_step_linear`'s: folding both into one
+# helper edits `_step_linear`'s own text, which stales its bundled kernel variants until they are recorded again on
+# each GPU the table names (scripts/bundle_kernels.py).
 
 
 @triton.jit
