@@ -113,7 +113,8 @@ def _acc_dot(x, w, acc, UPCAST, PRECISION):
 @triton.jit
 def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION, w_dtype):
     if NORM:  # squares: [BLOCK_M, BLOCK_M]; its diagonal holds each row's sum of squares (`_row_squares`)
-        squares = tl.dot(x, tl.trans(x), squares, input_precision=PRECISION)
+        xs = x.to(tl.float32) if UPCAST else x  # as `_acc_dot`: the interpreter's bf16 dot multiplies raw bits
+        squares = tl.dot(xs, tl.trans(xs), squares, input_precision=PRECISION)
         x = _norm_scaled(x, g_ptr, kk, k_ok, w_dtype)
     acc = _acc_dot(x, w, acc, UPCAST, PRECISION)
     if GATED:  # the up rows follow the N gate rows in the fused weight
@@ -544,7 +545,7 @@ def _wide_piece(x_rows, w_rows, g_ptr, k_lo, k_hi, N, s_wn, m_ok, n_ok, NORM, GA
         if GATED:  # the up rows follow the N gate rows in the fused weight
             wu = tl.load(w_rows + N * s_wn + kk[None, :], mask=w_mask, other=0.0)
         if NORM:  # per group of BLOCK_M rows, as `_dot_tile` sums them
-            x3 = tl.reshape(x, (GROUPS, BLOCK_M, BLOCK_K))
+            x3 = tl.reshape(x.to(tl.float32) if UPCAST else x, (GROUPS, BLOCK_M, BLOCK_K))
             squares = tl.dot(x3, tl.permute(x3, (0, 2, 1)), squares, input_precision=PRECISION)
             x = _norm_scaled(x, g_ptr, kk, k_ok, w_dtype)
         acc = _wide_dot(x, w, acc, UPCAST, PRECISION, BATCHED, GROUPS, BLOCK_M, BLOCK_N, BLOCK_K)
