@@ -4,7 +4,9 @@
 
 For each of the model's layer GEMMs (qkv with the input norm folded in, o_proj with the residual, gate_up with the
 post-attention norm and silu(gate) * up, down with the residual; the lm_head to fp32) and each row count it
-prints the median time (CUDA events over back-to-back launches) of
+prints the median time per call (`in_graph`: calls replayed back to back from one CUDA graph, as a decode step
+replays its GEMMs, over copies of the weight that L2 cannot hold; single launches timed alone jittered by up to
+30 % on an H100) of
 
     tile      `step_linear_triton(..., wide=False)`: 16 rows a program (what every call ran before the wide kernel)
     grouped   the grouped kernel: the step tile's cut with several 16-row tiles a program (`default_groups` below
@@ -47,19 +49,38 @@ SHAPES = {  # (name, N, K, kind): the layer GEMMs of one decoder layer and the l
 }
 
 
-def timed(fn, repeats: int = 20) -> float:
-    """Median milliseconds of `fn` over `repeats` launches after two warm-up calls."""
-    fn()
-    fn()
+GRAPH_BYTES = (
+    256 << 20
+)  # weight copies an in-graph timing cycles over, so that no call finds its weight in L2
+GRAPH_CALLS = 16  # calls per timing graph at least
+
+
+def in_graph(call, weight: torch.Tensor) -> float:
+    """Median milliseconds per call of `call(w)` replayed back to back from one CUDA graph (as a decode step
+    replays its GEMMs: no launch gaps), cycling over copies of the weight (GRAPH_BYTES in all); five replays."""
+    from lilicorr_runtime import graphs
+
+    size = weight.numel() * weight.element_size()
+    copies = max(1, min(64, -(-GRAPH_BYTES // size)))
+    weights = [weight] + [weight.clone() for _ in range(copies - 1)]
+    calls = max(copies, GRAPH_CALLS)
+    call(weight)  # compiles (or tunes) outside the capture
     torch.cuda.synchronize()
+
+    def calls_in_turn() -> None:
+        for i in range(calls):
+            call(weights[i % copies])
+
+    graph, _ = graphs.capture(calls_in_turn, weight.device)
+    graph.replay()
     times = []
-    for _ in range(repeats):
+    for _ in range(5):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        graph.replay()
         end.record()
         end.synchronize()
-        times.append(start.elapsed_time(end))
+        times.append(start.elapsed_time(end) / calls)
     return statistics.median(times)
 
 
@@ -109,7 +130,7 @@ def explore(x, weight, kwargs, own_k: bool = False) -> tuple[float, dict]:
     best: tuple[float, dict] = (float("inf"), {})
     for tile in [t for t in GRID if "BLOCK_K" in t or not own_k]:
         try:
-            ms = timed(lambda t=tile: step_triton.step_linear_triton(x, weight, wide=t, **kwargs), repeats=5)
+            ms = in_graph(lambda w, t=tile: step_triton.step_linear_triton(x, w, wide=t, **kwargs), weight)
             same = torch.equal(
                 step_triton.step_linear_triton(x, weight, wide=tile, **kwargs),
                 step_triton.step_linear_triton(x, weight, wide=False, **kwargs),
@@ -155,17 +176,17 @@ def print_table(
             continue
         for rows in row_counts:
             x, weight, kwargs = operands(n, k, kind, rows)
-            tile = timed(lambda: step_triton.step_linear_triton(x, weight, wide=False, **kwargs))
-            wide = timed(lambda: step_triton.step_linear_triton(x, weight, **kwargs))
+            tile = in_graph(lambda w: step_triton.step_linear_triton(x, w, wide=False, **kwargs), weight)
+            wide = in_graph(lambda w: step_triton.step_linear_triton(x, w, **kwargs), weight)
             plain = weight[:n] if kind != "gated" else weight
-            cublas = timed(lambda: torch.nn.functional.linear(x, plain))
+            cublas = in_graph(lambda w: torch.nn.functional.linear(x, w), plain)
             want = step_triton.step_linear_triton(x, weight, wide=False, **kwargs)
             same = torch.equal(want, step_triton.step_linear_triton(x, weight, **kwargs))
             tiles = grouped_tiles(n, k, kind, rows, x.device)
             grouped_cell, grouped_share = "-", "-"
             if tiles > 1:
-                grouped = timed(
-                    lambda: step_triton.step_linear_triton(x, weight, groups=tiles, wide=False, **kwargs)
+                grouped = in_graph(
+                    lambda w: step_triton.step_linear_triton(x, w, groups=tiles, wide=False, **kwargs), weight
                 )
                 same = same and torch.equal(
                     want, step_triton.step_linear_triton(x, weight, groups=tiles, wide=False, **kwargs)
