@@ -14,7 +14,8 @@
 #   part       copy the carried pieces to $V3/parts: .cache/dev/gguf.xz.part* (xz) or .cache/dev/g/p0* (raw, from
 #              `split -n 3 -d GGUF .cache/dev/g/p`, no compression: 32.8 MB each)
 #   target     join the parts, check the GGUF's sha256
-#   shards     copy carried shards (.cache/v3/shards/shard-*, from earlier sessions' `ship`) into $V3/shards
+#   shards     copy carried shards into $V3/shards: .cache/v3/shards/shard-* and the tars .cache/v3/shards-*.tar
+#              (`ship`'s bundles, kept as they came: a call carries what fits beside the tree and a target piece)
 #   gen        generate missing shards of the v3 plan (GEN_FIRST..GEN_LAST, default all) for GEN_BUDGET seconds;
 #              bundle them into $V3/outbox
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
@@ -56,8 +57,13 @@ for step in "$@"; do
       ls -l "$GGUF" ;;
     shards)
       mkdir -p "$V3/shards"
-      cp -n .cache/v3/shards/shard-*.npz "$V3/shards/"  # each .json after its .npz: a .json marks a shard done
-      cp -n .cache/v3/shards/shard-*.json "$V3/shards/"
+      if compgen -G ".cache/v3/shards/shard-*.npz" > /dev/null; then
+        cp -n .cache/v3/shards/shard-*.npz "$V3/shards/"  # each .json after its .npz: a .json marks a shard done
+        cp -n .cache/v3/shards/shard-*.json "$V3/shards/"
+      fi
+      for t in .cache/v3/shards-*.tar; do  # `ship` tars (each .npz before its .json), carried a few per call
+        [ -f "$t" ] && tar -xkf "$t" -C "$V3/shards" 2>/dev/null || true
+      done
       ls "$V3/shards" | wc -l ;;
     gen)
       python3 -m lilicorr_train.mixes generate --target "$GGUF" --dir "$V3/shards" --budget "${GEN_BUDGET:-500}" \
