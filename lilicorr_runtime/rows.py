@@ -26,9 +26,9 @@ Between one TILE and WIDE, a step GEMM runs the grouped kernel (`ops/step_triton
 step tile's own cut with 2 or 4 TILE-row groups a program (`default_groups`, at most MAX_GROUPS), so that the
 one-token step of a few sequences reads each weight tile once, where one program per TILE rows read it once per
 tile; again every row exactly as the TILE-row kernel computes it (`group_form` checks the GPU's dots). On an H100
-(2026-12-07) it made a Qwen3-8B step of 32 rows 4.5 % faster; at 128 rows it timed about as the wide kernel
-(within single-launch noise), and in place of the wide kernel at 256 rows it made a verify 2.2x slower, so WIDE
-stays where it is.
+(2026-12-07) it made a Qwen3-8B step of 32 rows 4.4 % faster; in place of the wide kernel at 256 rows it made a
+verify 2.2x slower, so WIDE stays where it is (at 128 rows the two are not measured apart: the single-launch
+figures there were within their noise).
 
 WIDE_LARGE: from this many rows, where the wide kernel steps K by a tile of its own, its program computes 128 rows
 by up to 256 columns (8 warps) instead of 64 by 128 (`ops/step_triton.py`, WIDE_LARGE_ROWS): on an H100

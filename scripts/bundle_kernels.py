@@ -98,7 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         if not table:
             print(f"{path}: not a kernel table, or an empty one", file=sys.stderr)
             return 2
-        recorded.update(table)
+        for (
+            device,
+            entries,
+        ) in table.items():  # two recordings of one GPU: both sets (merge keeps each spec once)
+            recorded.setdefault(device, []).extend(entries)
     bundled = kernels.read(args.table)
     merged, dropped = merge(bundled, recorded, current_sources())
     for line in dropped:

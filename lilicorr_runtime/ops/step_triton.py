@@ -113,7 +113,9 @@ def _acc_dot(x, w, acc, UPCAST, PRECISION):
 @triton.jit
 def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION, w_dtype):
     if NORM:  # squares: [BLOCK_M, BLOCK_M]; its diagonal holds each row's sum of squares (`_row_squares`)
-        xs = x.to(tl.float32) if UPCAST else x  # as `_acc_dot`: the interpreter's bf16 dot multiplies raw bits
+        xs = (
+            x.to(tl.float32) if UPCAST else x
+        )  # as `_acc_dot`: the interpreter's bf16 dot multiplies raw bits
         squares = tl.dot(xs, tl.trans(xs), squares, input_precision=PRECISION)
         x = _norm_scaled(x, g_ptr, kk, k_ok, w_dtype)
     acc = _acc_dot(x, w, acc, UPCAST, PRECISION)
@@ -663,7 +665,7 @@ def _step_linear_wide(
 # ---------------------------------------------------------------- step_linear, a few tiles of rows
 #
 # The same GEMM for calls of a few 16-row tiles (more than BLOCK_M rows, fewer than WIDE_ROWS: the one-token step
-# of 2 to 7 sequences, a short verify of a few): GROUPS x BLOCK_M rows a program, so each weight tile is read once
+# of 17 to 127 sequences, the verify of 2 to 15): GROUPS x BLOCK_M rows a program, so each weight tile is read once
 # for all of them, with the step tile's own cut (its BLOCK_N, BLOCK_K and SPLIT slices run as parallel programs,
 # the last to arrive adding the partial sums in slice order, as `_step_linear` does). Every row is computed as the
 # 16-row kernel computes it: the same K slices, each summed from zero K tile after K tile, the squares from per-16-row
@@ -843,7 +845,16 @@ def step_linear_triton(
                     device=x.device,
                 )
             flags = (gated, norm_weight is not None, bias is not None, residual is not None, split, stream)
-            memo = (n, k, flags, w.dtype, y.dtype, tuple(sorted(config.items())), tuple(sorted(tile.items())))
+            memo = (
+                (x.device.type, x.device.index),
+                n,
+                k,
+                flags,
+                w.dtype,
+                y.dtype,
+                tuple(sorted(config.items())),
+                tuple(sorted(tile.items())),
+            )
             if memo not in _WIDE_UNFIT:
                 try:
                     _launch_wide(config, split, stream, tile, xs, w, res, y, rows, n_tiles, compile_only)
@@ -858,14 +869,23 @@ def step_linear_triton(
         elif groups is not None:
             tiles = groups
         elif wide is None and BLOCK_M < rows < WIDE_ROWS and not stream:
-            tiles = default_groups(rows, config, gated, x.device)
+            tiles = default_groups(rows, config, gated, x.device, w.dtype)
         else:
             tiles = 1
         if tiles > 1:
             if stream:
                 raise ValueError("a grouped call takes the step tile's split-K cut, not a stream-K tile")
             grouped = (gated, norm_weight is not None, bias is not None, residual is not None, split)
-            key_rows = (n, k, grouped, w.dtype, y.dtype, tuple(sorted(config.items())), tiles)
+            key_rows = (
+                (x.device.type, x.device.index),
+                n,
+                k,
+                grouped,
+                w.dtype,
+                y.dtype,
+                tuple(sorted(config.items())),
+                tiles,
+            )
             if groups is not None or key_rows not in _GROUPS_UNFIT:
                 try:
                     _launch_split(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only, tuning)
@@ -897,7 +917,7 @@ def step_linear_triton(
             workspace = counters = y
         grid = (m_tiles, n_tiles, split)
         if tiles > 1:
-            form = group_form(x.device)
+            form = group_form(x.device, config["num_warps"])
             fn = _step_linear_rows
             grouping = {"BATCHED": 1 if form is None else form, "GROUPS": tiles}
         else:
@@ -1146,20 +1166,27 @@ _ONE_DOT = {"GROUPS": 4, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2, "BATCHE
 
 MAX_GROUPS = 4  # 16-row tiles a grouped program computes at most (`default_groups`)
 GROUP_ACC_REGISTERS = 64  # fp32 sums a grouped program's thread may hold (acc, and acc_up when gated)
-_GROUP_FORM: dict[
-    tuple[str, int | None], int | None
-] = {}  # device -> BATCHED for the grouped kernel, or None
-_GROUPS_UNFIT: set[tuple] = (
-    set()
-)  # grouped calls that did not fit the GPU (OutOfResources): the 16-row kernel
+# (device, num_warps) -> BATCHED for the grouped kernel, or None (group_form)
+_GROUP_FORM: dict[tuple[tuple[str, int | None], int], int | None] = {}
+# grouped calls that did not fit their GPU (OutOfResources): the 16-row kernel computes them
+_GROUPS_UNFIT: set[tuple] = set()
 
 
-def default_groups(rows: int, config: dict[str, int], gated: bool, device: torch.device) -> int:
+def default_groups(
+    rows: int,
+    config: dict[str, int],
+    gated: bool,
+    device: torch.device,
+    dtype: torch.dtype = torch.bfloat16,
+) -> int:
     """The 16-row tiles a program of the grouped kernel computes for a call of `rows` rows (more than one tile,
-    fewer than WIDE_ROWS) with the step tile `config`: enough for all the rows (a power of two, at most
-    MAX_GROUPS), fewer where the sums would pass GROUP_ACC_REGISTERS a thread; 1 (the 16-row kernel) where this
-    GPU's check found no grouped form that keeps the rows (`group_form`)."""
-    if group_form(device) is None:
+    fewer than WIDE_ROWS) with the step tile `config` and weights of `dtype`: enough for all the rows (a power of
+    two, at most MAX_GROUPS), fewer where the sums would pass GROUP_ACC_REGISTERS a thread; 1 (the 16-row
+    kernel) where this GPU's check found no grouped form that keeps the rows at the tile's warp count
+    (`group_form`), and on CUDA for weights other than bf16, the dtype the check multiplies."""
+    if device.type == "cuda" and not _interpreted() and dtype != torch.bfloat16:
+        return 1
+    if group_form(device, config["num_warps"]) is None:
         return 1
     tiles = 1
     while tiles < MAX_GROUPS and tiles * BLOCK_M < rows:
@@ -1171,21 +1198,34 @@ def default_groups(rows: int, config: dict[str, int], gated: bool, device: torch
     return tiles
 
 
-def group_form(device: torch.device) -> int | None:
-    """How the grouped kernel multiplies on this device: 0, one dot over the program's rows, or 1, one 16-row dot
-    per group, whichever (0 first) rounds every row as the 16-row kernel does, checked once per device outside any
-    graph capture on `wide_form`'s normed, gated GEMM at 2 and 4 tiles a program; None where neither does (calls
-    then run the 16-row kernel), and until checked. Off CUDA 1 (the interpreter: rows agree to fp32 round-off)."""
+def group_form(device: torch.device, warps: int = 4) -> int | None:
+    """How the grouped kernel multiplies on this device with `warps` warps a program: 0, one dot over the
+    program's rows, or 1, one 16-row dot per group, whichever (0 first) rounds every row as the 16-row kernel
+    does; checked once per device and warp count, outside any graph capture, on `wide_form`'s normed, gated bf16
+    GEMM with split-K in three slices, at 2 and 4 tiles a program (a tile of 16 columns at 4 warps, 64 at more);
+    None where neither form does (calls then run the 16-row kernel), and until checked. Off CUDA 1 (the
+    interpreter: per-group numpy dots of the 16-row kernel's own shapes)."""
     if device.type != "cuda" or _interpreted():
         return 1
-    key = _device_key(device)
+    key = (_device_key(device), warps)
     if key in _GROUP_FORM:
         return _GROUP_FORM[key]
     if torch.cuda.is_current_stream_capturing():
         return None
     x, w, kwargs = _form_check(device)
     x = x[: WIDE_ROWS - 1]
-    want = step_linear_triton(x, w, wide=False, **kwargs)
+    kwargs["config"] = {
+        "BLOCK_N": 16 if warps <= 4 else 64,
+        "BLOCK_K": 64,
+        "num_warps": warps,
+        "num_stages": 2,
+        "SPLIT": 3,
+    }
+    try:
+        want = step_linear_triton(x, w, wide=False, **kwargs)
+    except Exception:  # noqa: BLE001 - a tile this device cannot build: no grouping at this warp count
+        _GROUP_FORM[key] = None
+        return None
     form = None
     for batched in (0, 1):
         _GROUP_FORM[key] = batched  # the form the forced calls below take

@@ -812,6 +812,30 @@ def test_grouped_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(rows, kind):
         assert torch.equal(step_ops.step_linear_triton(x[i : i + 1], weight, **one_kwargs)[0], many[i])
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="CUDA")
+@pytest.mark.parametrize("warps", [4, 8])
+@pytest.mark.parametrize("split", [3, 6])
+def test_grouped_split_k_on_the_gpu_equals_the_tile_kernel_call_after_call(monkeypatch, split, warps):
+    """Split-K slices as parallel programs, reduced by the last to arrive (a race the interpreter, which runs
+    programs one after another, cannot show): forced 2 and 4 tiles a program under a forced split tile, many calls
+    in a row, each bit for bit the 16-row kernel's; the grouped kernel really ran (a spy on its launches)."""
+    launched = _spy_grouped(monkeypatch)
+    k, n = 1024, 384
+    weight = _randn(2 * n, k, seed=95, scale=0.05, dtype=torch.bfloat16)
+    x = _randn(100, k, seed=96, dtype=torch.bfloat16)
+    kwargs = {"norm_weight": _randn(k, seed=97, dtype=torch.bfloat16) + 1.0, "eps": 1e-6, "gated": True}
+    config = {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": warps, "num_stages": 2, "SPLIT": split}
+    assert step_ops.group_form(x.device, warps) is not None
+    for rows in (17, 64, 100):
+        want = step_ops.step_linear_triton(x[:rows], weight, config=config, wide=False, **kwargs)
+        for groups in (2, 4):
+            for _ in range(20):
+                got = step_ops.step_linear_triton(x[:rows], weight, config=config, groups=groups, **kwargs)
+                assert torch.equal(got, want), (rows, groups)
+    assert len(launched) == 3 * 2 * 20
+
+
 GROUPED_CASES = [
     ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}, "norm_bias"),
     ({"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2, "SPLIT": 3}, "gated"),
@@ -914,8 +938,21 @@ def test_the_grouped_tiles_keep_their_sums_within_a_threads_registers():
     assert step_ops.default_groups(100, {**wide, "BLOCK_N": 512}, True, cpu) == 1
 
 
+def test_on_cuda_only_bf16_weights_are_grouped(monkeypatch):
+    """The GPU's form check multiplies bf16: other weights keep the 16-row kernel there (the interpreter groups
+    any dtype: its per-group dots are the 16-row kernel's own numpy shapes)."""
+    monkeypatch.setattr(step_ops, "group_form", lambda device, warps=4: 0)
+    config = {"BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 2}
+    cuda = torch.device("cuda", 0)
+    monkeypatch.setattr(step_ops, "_interpreted", lambda: False)
+    assert step_ops.default_groups(40, config, False, cuda, torch.bfloat16) == 4
+    assert step_ops.default_groups(40, config, False, cuda, torch.float16) == 1
+    assert step_ops.default_groups(40, config, False, cuda, torch.float32) == 1
+    assert step_ops.default_groups(40, config, False, torch.device("cpu"), torch.float32) == 4
+
+
 def test_no_grouped_kernel_where_the_gpu_has_no_form_that_keeps_the_rows(monkeypatch):
-    monkeypatch.setattr(step_ops, "group_form", lambda device: None)
+    monkeypatch.setattr(step_ops, "group_form", lambda device, warps=4: None)
     launched = _spy_grouped(monkeypatch)
     weight, x = _randn(24, 40, seed=85, scale=0.1), _randn(40, 40, seed=86)
     assert step_ops.default_groups(40, step_ops.linear_config(24, 40), False, x.device) == 1
