@@ -44,6 +44,16 @@ def current_sources() -> Callable[[str], str | None]:
     return source
 
 
+def combine(recordings: list[dict[str, Entries]]) -> dict[str, Entries]:
+    """Several recorded tables as one: a GPU recorded twice keeps both sets of entries, in order (`merge` keeps
+    each spec once)."""
+    out: dict[str, Entries] = {}
+    for table in recordings:
+        for device, entries in table.items():
+            out.setdefault(device, []).extend(entries)
+    return out
+
+
 def merge(
     bundled: dict[str, Entries], recorded: dict[str, Entries], source: Callable[[str], str | None]
 ) -> tuple[dict[str, Entries], list[str]]:
@@ -92,17 +102,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             "run without TRITON_INTERPRET=1: the interpreter replaces the kernels whose sources are hashed"
         )
-    recorded: dict[str, Entries] = {}
+    tables_read = []
     for path in args.recorded:
         table = kernels.read(path)
         if not table:
             print(f"{path}: not a kernel table, or an empty one", file=sys.stderr)
             return 2
-        for (
-            device,
-            entries,
-        ) in table.items():  # two recordings of one GPU: both sets (merge keeps each spec once)
-            recorded.setdefault(device, []).extend(entries)
+        tables_read.append(table)
+    recorded = combine(tables_read)
     bundled = kernels.read(args.table)
     merged, dropped = merge(bundled, recorded, current_sources())
     for line in dropped:

@@ -37,6 +37,16 @@ def test_a_recorded_section_replaces_the_gpus_own_whole_and_stale_entries_go():
     assert bundled[H200][1]["spec"] == "edited"  # the input is not changed
 
 
+def test_two_recordings_of_one_gpu_both_count():
+    first = {H100: [_entry("a"), _entry("b")]}
+    second = {H100: [_entry("b"), _entry("c")], H200: [_entry("d")]}
+    merged, dropped = bundle.merge(
+        {H100: [_entry("old")]}, bundle.combine([first, second]), lambda name: "now"
+    )
+    assert [e["spec"] for e in merged[H100]] == ["a", "b", "c"]
+    assert [e["spec"] for e in merged[H200]] == ["d"] and dropped == []
+
+
 def test_a_section_left_empty_is_removed_and_unknown_kernels_are_stale():
     bundled = {H200: [_entry("gone", name="lilicorr_runtime.ops.step_triton._no_such_kernel")]}
     merged, dropped = bundle.merge(bundled, {}, lambda name: None if "_no_such" in name else "now")
