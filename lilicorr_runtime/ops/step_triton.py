@@ -113,9 +113,8 @@ def _acc_dot(x, w, acc, UPCAST, PRECISION):
 @triton.jit
 def _dot_tile(x, w, wu, g_ptr, kk, k_ok, acc, acc_up, squares, NORM, GATED, UPCAST, PRECISION, w_dtype):
     if NORM:  # squares: [BLOCK_M, BLOCK_M]; its diagonal holds each row's sum of squares (`_row_squares`)
-        xs = (
-            x.to(tl.float32) if UPCAST else x
-        )  # as `_acc_dot`: the interpreter's bf16 dot multiplies raw bits
+        # upcast as `_acc_dot` does: the interpreter's bf16 dot multiplies the raw bits
+        xs = x.to(tl.float32) if UPCAST else x
         squares = tl.dot(xs, tl.trans(xs), squares, input_precision=PRECISION)
         x = _norm_scaled(x, g_ptr, kk, k_ok, w_dtype)
     acc = _acc_dot(x, w, acc, UPCAST, PRECISION)
@@ -829,6 +828,9 @@ def step_linear_triton(
         res = residual if residual is None or rows == m else residual[:rows]
         y = y if rows == m else y[:rows]
         m_tiles, n_tiles = triton.cdiv(rows, BLOCK_M), triton.cdiv(n, config["BLOCK_N"])
+        # what a call's fit depends on, for the unfit sets (`_WIDE_UNFIT`, `_GROUPS_UNFIT`)
+        flags = (gated, norm_weight is not None, bias is not None, residual is not None, split)
+        call = ((x.device.type, x.device.index), n, k, flags, w.dtype, y.dtype, tuple(sorted(config.items())))
         if rows >= WIDE_ROWS and wide is not False and not tuning:
             if isinstance(wide, dict):
                 tile = wide
@@ -844,17 +846,7 @@ def step_linear_triton(
                     rows=rows,
                     device=x.device,
                 )
-            flags = (gated, norm_weight is not None, bias is not None, residual is not None, split, stream)
-            memo = (
-                (x.device.type, x.device.index),
-                n,
-                k,
-                flags,
-                w.dtype,
-                y.dtype,
-                tuple(sorted(config.items())),
-                tuple(sorted(tile.items())),
-            )
+            memo = (*call, stream, tuple(sorted(tile.items())))
             if memo not in _WIDE_UNFIT:
                 try:
                     _launch_wide(config, split, stream, tile, xs, w, res, y, rows, n_tiles, compile_only)
@@ -875,17 +867,7 @@ def step_linear_triton(
         if tiles > 1:
             if stream:
                 raise ValueError("a grouped call takes the step tile's split-K cut, not a stream-K tile")
-            grouped = (gated, norm_weight is not None, bias is not None, residual is not None, split)
-            key_rows = (
-                (x.device.type, x.device.index),
-                n,
-                k,
-                grouped,
-                w.dtype,
-                y.dtype,
-                tuple(sorted(config.items())),
-                tiles,
-            )
+            key_rows = (*call, tiles)
             if groups is not None or key_rows not in _GROUPS_UNFIT:
                 try:
                     _launch_split(config, split, tiles, xs, w, res, y, rows, n_tiles, compile_only, tuning)

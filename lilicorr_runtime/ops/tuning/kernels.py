@@ -12,9 +12,9 @@ Triton can serialize and compile again from that record alone (`JITFunction.prel
 - a table shipped with the package (kernels.json beside this module) holds the variants of the bundled example
   models on the GPUs named in it;
 - `start(device)` compiles the stored variants of this GPU and Triton, or where there are none, those of other
-  GPUs of its compute capability (the same code comes out of a variant on an H100 and an H200), in a pool of threads (Triton's compiler
-  leaves the interpreter lock while it works), in the background, so that it overlaps loading the target. Call
-  `join()` on the handle before the first launch.
+  GPUs of its compute capability (the same code comes out of a variant on an H100 and an H200), in a pool of
+  threads (Triton's compiler leaves the interpreter lock while it works), in the background, so that it overlaps
+  loading the target. Call `join()` on the handle before the first launch.
 
 LILICORR_KERNEL_CACHE=off reads and writes neither table. What a variant compiles into goes only to Triton's disk
 cache, keyed by the variant's own specialization: the preload runs on a copy of the kernel with kernel tables of

@@ -763,23 +763,29 @@ def test_a_wide_tile_with_its_own_k_step_keeps_every_row_under_split_k():
             torch.testing.assert_close(got, step, rtol=1e-5, atol=1e-5)
 
 
+def _gpu_case(kind: str, rows: int, seed: int) -> tuple[torch.Tensor, torch.Tensor, dict]:
+    """bf16 operands of a real width (K 1,024, N 1,536) for a GEMM of `kind`: x [rows, K], the weight, kwargs."""
+    k, n = 1024, 1536
+    weight = _randn(2 * n if kind == "gated" else n, k, seed=seed, scale=0.05, dtype=torch.bfloat16)
+    x = _randn(rows, k, seed=seed + 1, dtype=torch.bfloat16)
+    kwargs: dict = {}
+    if kind in ("norm", "gated"):
+        kwargs.update(norm_weight=_randn(k, seed=seed + 2, dtype=torch.bfloat16) + 1.0, eps=1e-6)
+    if kind == "gated":
+        kwargs["gated"] = True
+    if kind == "residual":
+        kwargs["residual"] = _randn(rows, n, seed=seed + 3, dtype=torch.bfloat16)
+    if kind == "lm_head":
+        kwargs["out_dtype"] = torch.float32
+    return x, weight, kwargs
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="CUDA")
 @pytest.mark.parametrize("kind", ["norm", "gated", "residual", "lm_head"])
 def test_wide_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(kind):
     """bf16 weights of a real width, the tuned tile: a 2,048-row call's rows equal a one-row call's."""
-    k, n = 1024, 1536
-    weight = _randn(2 * n if kind == "gated" else n, k, seed=61, scale=0.05, dtype=torch.bfloat16)
-    x = _randn(2048, k, seed=62, dtype=torch.bfloat16)
-    kwargs: dict = {}
-    if kind in ("norm", "gated"):
-        kwargs.update(norm_weight=_randn(k, seed=63, dtype=torch.bfloat16) + 1.0, eps=1e-6)
-    if kind == "gated":
-        kwargs["gated"] = True
-    if kind == "residual":
-        kwargs["residual"] = _randn(2048, n, seed=64, dtype=torch.bfloat16)
-    if kind == "lm_head":
-        kwargs["out_dtype"] = torch.float32
+    x, weight, kwargs = _gpu_case(kind, 2048, seed=61)
     many = step_ops.step_linear_triton(x, weight, **kwargs)
     for i in (0, 77, 2047):
         one_kwargs = {**kwargs, "residual": kwargs["residual"][i : i + 1]} if kind == "residual" else kwargs
@@ -792,19 +798,10 @@ def test_wide_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(kind):
 @pytest.mark.parametrize("rows", [17, 32, 48, 64, 127])
 @pytest.mark.parametrize("kind", ["norm", "gated", "residual"])
 def test_grouped_rows_on_the_gpu_equal_the_one_row_step_bit_for_bit(rows, kind):
-    """A call of a few 16-row tiles (the one-token step of a few sequences) runs the grouped kernel with the tuned
-    tile and this GPU's checked form; its rows equal a one-row call's."""
+    """A call of a few 16-row tiles (the one-token step of 17 to 127 sequences) runs the grouped kernel with the
+    tuned tile and this GPU's checked form; its rows equal a one-row call's."""
     assert step_ops.group_form(torch.device("cuda")) is not None
-    k, n = 1024, 1536
-    weight = _randn(2 * n if kind == "gated" else n, k, seed=71, scale=0.05, dtype=torch.bfloat16)
-    x = _randn(rows, k, seed=72, dtype=torch.bfloat16)
-    kwargs: dict = {}
-    if kind in ("norm", "gated"):
-        kwargs.update(norm_weight=_randn(k, seed=73, dtype=torch.bfloat16) + 1.0, eps=1e-6)
-    if kind == "gated":
-        kwargs["gated"] = True
-    if kind == "residual":
-        kwargs["residual"] = _randn(rows, n, seed=74, dtype=torch.bfloat16)
+    x, weight, kwargs = _gpu_case(kind, rows, seed=71)
     many = step_ops.step_linear_triton(x, weight, **kwargs)
     assert torch.equal(many, step_ops.step_linear_triton(x, weight, wide=False, **kwargs))
     for i in (0, rows // 2, rows - 1):
