@@ -77,6 +77,91 @@ def draft_blocks(
     return drafter.forward_blocks(context, block_embeddings, anchors), context
 
 
+class Drafted(Struct):
+    """One batch's blocks drafted teacher-forced: what the losses and the acceptance measures read."""
+
+    truth: torch.Tensor  # [b, m, S] x_{a+s}
+    slot_valid: torch.Tensor  # [b, m, S] inside the sequence, of a valid anchor
+    pass_hidden: torch.Tensor  # [b, m, S, M] final-normed hidden of the mask slots
+    context: torch.Tensor  # [b, L, M] projected context rows
+    logits: torch.Tensor  # [b, m, S, V] fp32
+    lse: torch.Tensor  # [b, m, S]
+
+
+def draft_teacher_forced(
+    drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, features: torch.Tensor,
+    batch: TrainBatch,
+) -> Drafted:  # fmt: skip
+    """Every anchor's block [x_a, mask x S] drafted from the target's taps of the positions before it."""
+    tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
+    b, m = anchors.shape
+    block = drafter.block_size
+    offsets = torch.arange(block, device=tokens.device)
+    positions = anchors[:, :, None] + offsets  # [b, m, B]
+    in_sequence = positions < batch.lengths[:, None, None]
+    gathered = tokens.gather(1, positions.clamp(max=tokens.shape[1] - 1).view(b, -1)).view(b, m, block)
+    block_ids = torch.full_like(gathered, drafter.mask_token_id)
+    block_ids[:, :, 0] = gathered[:, :, 0]
+    block_embeddings = F.embedding(block_ids, embed_weight)  # [b, m, B, M] frozen
+    hidden, context = draft_blocks(drafter, features, block_embeddings, anchors)
+    pass_hidden = hidden[:, :, 1:]  # [b, m, S, M]
+    logits = F.linear(pass_hidden, lm_head_weight).float()  # [b, m, S, V]
+    return Drafted(
+        truth=gathered[:, :, 1:],
+        slot_valid=in_sequence[:, :, 1:] & anchor_valid[:, :, None],
+        pass_hidden=pass_hidden,
+        context=context,
+        logits=logits,
+        lse=torch.logsumexp(logits, dim=-1),
+    )
+
+
+def head_lattice(
+    drafter: Drafter, embed_weight: torch.Tensor, drafted: Drafted, anchors: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The head over each block's top-K candidates: (ids [b, m, S, K], start [b*m, K], pairs [b*m, S-1, K, K]);
+    the anchor row is the context row of the position before it."""
+    head = drafter.lilicorr
+    assert head is not None
+    b, m, slots, _ = drafted.logits.shape
+    k = head.candidate_topk
+    ids = drafted.logits.detach().topk(k, dim=-1).indices  # [b, m, S, K], rank 0 = best
+    candidate_log_probs = (
+        drafted.logits.gather(-1, ids) - drafted.lse[..., None]
+    )  # gradients reach the backbone
+    context = drafted.context
+    anchor_rows = context.gather(1, (anchors - 1).clamp(min=0)[..., None].expand(-1, -1, context.shape[2]))
+    rows = b * m
+    start, pairs = head(
+        F.embedding(ids, embed_weight).reshape(rows, slots, k, -1),
+        candidate_log_probs.reshape(rows, slots, k),
+        drafted.pass_hidden.reshape(rows, slots, -1),
+        anchor_rows.reshape(rows, -1),
+    )
+    return ids, start, pairs
+
+
+@torch.no_grad()
+def accepted_lengths(
+    drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, features: torch.Tensor,
+    batch: TrainBatch,
+) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
+    """Each anchor's accepted draft length, teacher-forced, as greedy decoding would accept that block: the
+    control's argmax walk [b, m] and the head's greedy walk [b, m] (None without a head); 0 where not valid."""
+    drafted = draft_teacher_forced(drafter, embed_weight, lm_head_weight, features, batch)
+    hits = (drafted.logits.argmax(-1) == drafted.truth) & drafted.slot_valid
+    control = hits.long().cumprod(-1).sum(-1)
+    if drafter.lilicorr is None:
+        return control, None
+    b, m, slots = drafted.truth.shape
+    ids, start, pairs = head_lattice(drafter, embed_weight, drafted, batch.anchors)
+    head = _walk_accept(
+        start, pairs, ids.reshape(b * m, slots, -1), drafted.truth.reshape(-1, slots),
+        drafted.slot_valid.reshape(-1, slots),
+    )  # fmt: skip
+    return control, head.long().view(b, m)
+
+
 def training_step(
     drafter: Drafter,
     embed_weight: torch.Tensor,
@@ -89,24 +174,13 @@ def training_step(
     """The loss of one batch and its metrics. features [b, L, T·M]: the target's taps; target_hidden
     [b, L, M]: its final-normed hidden (position p predicts p+1), or None to leave out L_dist;
     embed_weight [V, M] / lm_head_weight [V, M]: the target's (frozen)."""
-    tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
+    anchors, anchor_valid = batch.anchors, batch.anchor_valid
     b, m = anchors.shape
-    block = drafter.block_size
-    slots = block - 1
-    device = tokens.device
-    offsets = torch.arange(block, device=device)
-    positions = anchors[:, :, None] + offsets  # [b, m, B]
-    in_sequence = positions < batch.lengths[:, None, None]
-    gathered = tokens.gather(1, positions.clamp(max=tokens.shape[1] - 1).view(b, -1)).view(b, m, block)
-    truth = gathered[:, :, 1:]  # [b, m, S]: x_{a+s}
-    slot_valid = in_sequence[:, :, 1:] & anchor_valid[:, :, None]  # [b, m, S]
-    block_ids = torch.full_like(gathered, drafter.mask_token_id)
-    block_ids[:, :, 0] = gathered[:, :, 0]
-    block_embeddings = F.embedding(block_ids, embed_weight)  # [b, m, B, M] frozen
-    hidden, context = draft_blocks(drafter, features, block_embeddings, anchors)
-    pass_hidden = hidden[:, :, 1:]  # [b, m, S, M]
-    logits = F.linear(pass_hidden, lm_head_weight).float()  # [b, m, S, V]
-    lse = torch.logsumexp(logits, dim=-1)  # [b, m, S]
+    slots = drafter.block_size - 1
+    device = batch.tokens.device
+    offsets = torch.arange(drafter.block_size, device=device)
+    drafted = draft_teacher_forced(drafter, embed_weight, lm_head_weight, features, batch)
+    truth, slot_valid, logits, lse = drafted.truth, drafted.slot_valid, drafted.logits, drafted.lse
     truth_logit = logits.gather(-1, truth[..., None])[..., 0]
     ce = lse - truth_logit  # [b, m, S]
     decay = torch.exp(-torch.arange(slots, device=device, dtype=torch.float32) / weights.beta)  # slot 1 -> 1
@@ -122,16 +196,8 @@ def training_step(
         return StepOutput(dflash_loss, metrics)
 
     k = head.candidate_topk
-    ids = logits.detach().topk(k, dim=-1).indices  # [b, m, S, K], rank 0 = best
-    candidate_log_probs = logits.gather(-1, ids) - lse[..., None]  # gradients reach the backbone here
-    anchor_rows = context.gather(1, (anchors - 1).clamp(min=0)[..., None].expand(-1, -1, context.shape[2]))
+    ids, start, pairs = head_lattice(drafter, embed_weight, drafted, anchors)
     rows = b * m
-    start, pairs = head(
-        F.embedding(ids, embed_weight).reshape(rows, slots, k, -1),
-        candidate_log_probs.reshape(rows, slots, k),
-        pass_hidden.reshape(rows, slots, -1),
-        anchor_rows.reshape(rows, -1),
-    )
     truth_flat, valid_flat = truth.reshape(rows, slots), slot_valid.reshape(rows, slots)
     matches = ids.reshape(rows, slots, k) == truth_flat[..., None]  # [rows, S, K]
     covered = matches.any(-1) & valid_flat

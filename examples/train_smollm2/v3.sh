@@ -25,7 +25,7 @@
 #   export     RUN=name: the run's drafter, converted, in $V3/drafter-$RUN; `validate --strict` for every runtime
 #              and its weights (config.json, model.safetensors) to the outbox
 #   smoke      RUN=name: all 252 probes, head and control side by side (smoke --gpu), its report to the outbox
-#   pick       the run (RUNS="a b") whose last held-out tau (head) is highest: its state, split, to the outbox
+#   pick       the run (RUNS="a b") whose last held-out tau (head; the decode walk's where logged) is highest: its state, split, to the outbox
 #   ship       move up to SHIP files (default 8), at most 60 MiB, from the outbox to $OUT (small ones in one tar)
 set -euo pipefail
 export V3=${V3:-/tmp/v3}
@@ -101,7 +101,8 @@ import json, os, sys
 best = None
 for run in sys.argv[1:]:
     lines = [json.loads(l) for l in open(os.path.join(os.environ["V3"], "runs", run, "log.jsonl")) if "heldout_step" in l]
-    score = (lines[-1]["val_tau_head"], lines[-1]["val_tau_control"])
+    last = lines[-1]  # the decode walk's tau where the log has it (it predicts smoke's), else the uniform one
+    score = (last.get("val_walk_tau_head", last["val_tau_head"]), last.get("val_walk_tau_control", last["val_tau_control"]))
     print(run, score, file=sys.stderr)
     if best is None or score > best[0]:
         best = (score, run)

@@ -124,6 +124,7 @@ def test_pieces_log_the_heldout_tau_and_the_curve_draws(shards, tmp_path):
     assert [r["heldout_step"] for r in held] == [0, 3, 5]
     for r in held:
         assert r["val_anchors"] > 0 and r["val_tau_control"] >= 1 and r["val_tau_head"] >= 1
+        assert r["val_walk_sequences"] > 0 and r["val_walk_tau_control"] >= 1 and r["val_walk_tau_head"] >= 1
         assert "step" not in r  # training-record readers (the card) skip it
     state = json.loads((run / "config.json").read_text()) if (run / "config.json").exists() else None
     assert state is None  # the run holds its state, not an export

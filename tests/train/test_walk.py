@@ -1,0 +1,103 @@
+"""The held-out decode walk (lilicorr_train.heldout): acceptance measured teacher-forced at every answer position
+and walked block by block is the acceptance greedy decoding measures, block for block."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from lilicorr_runtime.decode.speculative import SpeculativeDecoder
+from lilicorr_runtime.target.load import load_target
+from lilicorr_train.export import DrafterShape, build_drafter, drafter_config
+from lilicorr_train.heldout import decode_walk, walk_rows, walk_tau
+from lilicorr_train.loop import init_from_target, target_pass
+from lilicorr_train.mixes import Shard
+from lilicorr_train.objective import LossWeights, TrainBatch, training_step
+
+from helpers import REPO
+
+TARGET = str(REPO / "examples" / "tiny-target")
+NEW_TOKENS = 40
+
+
+def test_decode_walk_anchors_each_block_after_the_last_ones_tokens():
+    # answer position 0 comes from the prefill; the block at 0 accepts 2 (3 tokens: 1..3), the one at 3 accepts 1
+    assert decode_walk([2, 0, 0, 1, 5, 0], 6) == [3, 2]
+    assert decode_walk([0] * 5, 5) == [1, 1, 1, 1]
+    assert decode_walk([6, 0, 0], 3) == [7]  # the last block counts whole, as the decoder records it
+    assert decode_walk([], 1) == []
+
+
+def _shard(seqs: list[list[int]], prompt_lengths: list[int], categories: list[int]) -> Shard:
+    return Shard(
+        tokens=np.concatenate(seqs).astype(np.uint16),
+        offsets=np.concatenate([[0], np.cumsum([len(s) for s in seqs])]).astype(np.int64),
+        prompt_lengths=np.array(prompt_lengths, dtype=np.int32),
+        category=np.array(categories, dtype=np.uint8),
+        source=np.zeros(len(seqs), dtype=np.uint8),
+    )
+
+
+def test_walk_rows_takes_the_first_answered_sequences_of_each_category():
+    seqs = [[5, 6, 7, 8]] * 6
+    # row 1 has a one-token answer (nothing to draft after the prefill's token): skipped
+    shard = _shard(seqs, [1, 3, 2, 1, 1, 2], [0, 0, 0, 0, 2, 2])
+    assert walk_rows(shard, per_category=2).tolist() == [0, 2, 4, 5]
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """The tiny target's greedy answers to six prompts, and a drafter without convolution trained on them for a
+    few dozen steps: far from perfect, so blocks accept anything from none to all of their drafts."""
+    torch.manual_seed(0)
+    target = load_target(TARGET, dtype="float32", device="cpu", fast=True)
+    shape = DrafterShape(target_layer_ids=(1, 2), mask_token_id=511, head_hidden_size=32, head_num_heads=2)
+    drafter = build_drafter(drafter_config(target.config, shape))
+    init_from_target(drafter, target, 3)
+    slots = drafter.block_size - 1
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(3, 500, (n,), generator=g).tolist() for n in (5, 9, 14, 20, 7, 11)]
+    answers = target.generate_batch(prompts, NEW_TOKENS + slots, eos_token_ids=(), batch_size=8)
+    seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
+    tokens = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        tokens[r, : len(s)] = torch.tensor(s)
+    lengths = torch.tensor([len(s) for s in seqs])
+    anchors = torch.stack([torch.arange(len(p), len(p) + NEW_TOKENS) for p in prompts])
+    batch = TrainBatch(tokens, lengths, anchors, anchors <= lengths[:, None] - 2)
+    hidden, features = target_pass(target, tokens, drafter.target_layer_ids)
+    optimizer = torch.optim.Adam(drafter.parameters(), lr=3e-3)
+    embed, head = target.embed_tokens.weight.detach(), target.lm_head.weight.detach()
+    for _ in range(36):
+        loss = training_step(drafter, embed, head, features, hidden, batch, LossWeights()).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        drafter.lilicorr.invalidate_derived()
+    drafter.eval()
+    shard = _shard(seqs, [len(p) for p in prompts], [0, 1, 2, 0, 1, 2])
+    return target, drafter, prompts, answers, shard
+
+
+def test_the_walk_is_what_greedy_decoding_measures(trained):
+    target, drafter, prompts, answers, shard = trained
+    walked = walk_tau(drafter, target, shard, per_category=10, new_tokens=NEW_TOKENS, batch=4)
+    assert walked["val_walk_sequences"] == len(prompts)
+    for arm in ("control", "head"):
+        decoder = SpeculativeDecoder(target, drafter, mode=arm)
+        committed = []
+        for prompt, answer in zip(prompts, answers, strict=True):
+            result = decoder.generate(prompt, NEW_TOKENS, eos_token_ids=())
+            assert result.tokens == answer[:NEW_TOKENS]  # lossless: the walk's truth is what decoding writes
+            committed += [b.committed for b in result.blocks]
+        accepted = [c - 1 for c in committed]
+        # a drafter that accepts some blocks whole and others not at all: the comparison is not trivial
+        assert 0 in accepted and drafter.block_size - 1 in accepted
+        assert walked[f"val_walk_blocks_{arm}"] == len(committed)
+        assert walked[f"val_walk_tau_{arm}"] == pytest.approx(sum(committed) / len(committed), abs=1e-4)
+    # the head reorders candidates: its walk differs from the control's
+    assert walked["val_walk_blocks_head"] != walked["val_walk_blocks_control"]
+    conditional = walked["val_walk_cond_head"]
+    assert len(conditional) == drafter.block_size - 1
+    assert all(c is None or 0.0 <= c <= 1.0 for c in conditional)
