@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +48,27 @@ class TrainConfig(Struct, frozen=True, kw_only=True):
     lam: float = 1.0
 
 
+LAYER_NAME = re.compile(r"layers\.(\d+)\.(.+)")
+OUTPUT_PROJECTIONS = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # a layer's two residual branches
+
+
 def init_from_checkpoint(drafter: Drafter, path: Path) -> None:
-    """Copy a drafter checkpoint's weights into `drafter`; every tensor must match by name and shape."""
+    """Copy a drafter checkpoint's weights into `drafter`; every tensor must match by name and shape, except
+    that `drafter` may have more draft layers than the checkpoint (a deeper drafter grown from a trained one):
+    each extra layer starts as a copy of the checkpoint's last layer with its two output projections (o_proj,
+    down_proj) zeroed, so the deeper drafter computes exactly what the checkpoint computes until training opens
+    the new layers' residual branches."""
     trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
-    ours, theirs = drafter.state_dict(), trained.state_dict()
+    ours, theirs = drafter.state_dict(), dict(trained.state_dict())
+    have = len(trained.layers)
+    if len(drafter.layers) > have > 0:
+        for name in ours:
+            match = LAYER_NAME.fullmatch(name)
+            if match is None or int(match.group(1)) < have:
+                continue
+            source = theirs.get(f"layers.{have - 1}.{match.group(2)}")
+            if source is not None:
+                theirs[name] = torch.zeros_like(source) if match.group(2) in OUTPUT_PROJECTIONS else source
     mismatched = sorted(
         k
         for k in ours.keys() | theirs.keys()

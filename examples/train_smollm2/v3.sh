@@ -20,8 +20,10 @@
 #              bundle them into $V3/outbox
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
-#   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter]: one piece of $V3/runs/$RUN (its
-#              log to the outbox); a new run starts from INIT_FROM's weights when set, else from layer INIT_LAYER
+#   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter] [LAYERS=n]: one piece of
+#              $V3/runs/$RUN (its log to the outbox); a new run starts from INIT_FROM's weights when set (LAYERS
+#              more than its own: the extra layers grown from its last, their residual branches closed), else
+#              from layer INIT_LAYER
 #   export     RUN=name: the run's drafter, converted, in $V3/drafter-$RUN; `validate --strict` for every runtime
 #              and its weights (config.json, model.safetensors) to the outbox
 #   smoke      RUN=name: all 252 probes, head and control side by side (smoke --gpu), its report to the outbox
@@ -80,7 +82,7 @@ for step in "$@"; do
       : "${RUN:?set RUN}"
       python3 -m lilicorr_train.pieces fit "$V3/runs/$RUN" --target "$GGUF" --data "$V3/train.npz" \
         --val "$V3/val.npz" --budget "${FIT_BUDGET:-540}" ${TAPS:+--taps $TAPS} --init-layer "${INIT_LAYER:-29}" \
-        ${STEPS:+--steps $STEPS} ${INIT_FROM:+--init-from $INIT_FROM} \
+        ${STEPS:+--steps $STEPS} ${INIT_FROM:+--init-from $INIT_FROM} ${LAYERS:+--layers $LAYERS} \
         ${LR_DRAFTER:+--lr-drafter $LR_DRAFTER} ${LR_HEAD:+--lr-head $LR_HEAD} --batch-size "${BATCH:-32}" --anchors 48
       cp "$V3/runs/$RUN/log.jsonl" "$V3/outbox/log-$RUN.jsonl" ;;
     export)

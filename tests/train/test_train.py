@@ -22,6 +22,7 @@ from lilicorr_train import prompts
 from lilicorr_train.__main__ import _split
 from lilicorr_train.__main__ import main as train_cli
 from lilicorr_train.data import Dataset, self_written_prompts
+from lilicorr_train.export import build_drafter as fresh_drafter
 from lilicorr_train.prompts import stdlib_code_prompts, training_prompts
 from lilicorr_train.state import read_state
 
@@ -150,6 +151,53 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
     assert started.keys() == trained.keys()
     for name, value in trained.items():
         torch.testing.assert_close(started[name].float(), value.float(), rtol=0, atol=0, msg=name)
+
+    # a deeper run grows from it: the new layer is the last one with its residual branches closed, so the
+    # deeper drafter drafts exactly what the trained one drafts
+    deeper = tmp_path / "deeper"
+    _run(
+        [
+            "train",
+            str(deeper),
+            *common,
+            "--mask-token-id",
+            "511",
+            "--steps",
+            "1",
+            "--layers",
+            "2",
+            "--init-from",
+            str(tmp_path / "drafter"),
+            "--lr-drafter",
+            "0",
+            "--lr-head",
+            "0",
+        ]
+    )
+    grown = read_state(deeper / "state.safetensors").model
+    assert grown.keys() - trained.keys() == {
+        k.replace("layers.0.", "layers.1.") for k in trained if k.startswith("layers.0.")
+    }
+    for name, value in trained.items():
+        torch.testing.assert_close(grown[name].float(), value.float(), rtol=0, atol=0, msg=name)
+        if name.startswith("layers.0."):
+            new = grown[name.replace("layers.0.", "layers.1.")].float()
+            closed = name.endswith(("o_proj.weight", "down_proj.weight"))
+            torch.testing.assert_close(
+                new, torch.zeros_like(new) if closed else value.float(), rtol=0, atol=0
+            )
+    one = build_drafter(load_checkpoint(str(tmp_path / "drafter")), dtype=torch.float32)
+    two_config = json.loads((tmp_path / "drafter" / "config.json").read_text())
+    two_config["num_hidden_layers"] = 2
+    two = fresh_drafter(two_config)
+    two.load_state_dict({k: v.float() for k, v in grown.items()})
+    context = torch.randn(1, 12, one.geometry.hidden_size)
+    blocks = torch.randn(1, 2, one.block_size, one.geometry.hidden_size)
+    anchors = torch.tensor([[4, 9]])
+    with torch.no_grad():
+        torch.testing.assert_close(
+            two.forward_blocks(context, blocks, anchors), one.forward_blocks(context, blocks, anchors)
+        )
 
 
 def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
