@@ -116,13 +116,21 @@ class Panel:
         ]
 
 
+WALK = (
+    "val_walk_tau_head",
+    "val_walk_tau_control",
+)  # held-out: the decode walk's tau (lilicorr_train.heldout)
+
+
 def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:
     series = [(label, *read_log(path)) for label, path in logs]
     steps = [r["step"] for _, t, _ in series for r in t] + [
         r["heldout_step"] for _, _, h in series for r in h
     ]
     taus = [1 + r[k] for _, t, _ in series for r in t for k in ("control_accept", "head_accept") if k in r]
-    taus += [r[k] for _, _, h in series for r in h for k in ("val_tau_control", "val_tau_head")]
+    taus += [
+        r[k] for _, _, h in series for r in h for k in ("val_tau_control", "val_tau_head") + WALK if k in r
+    ]
     losses = [r["dflash"] for _, t, _ in series for r in t if "dflash" in r]
     losses += [r["val_dflash"] for _, _, h in series for r in h if "val_dflash" in r]
     left = Panel(0, "tau (1 + accepted per block)", "tau", steps, taus)
@@ -138,6 +146,9 @@ def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:
             pts = [(r["heldout_step"], r[key]) for r in held]
             body.append(left.line(pts, colour, dash=dash, width=2.0))
             body += left.dots(pts, colour, hollow=hollow)
+        for key, dash in zip(WALK, ("1,3", "1,3,6,3"), strict=True):  # the decode walk, where the log has it
+            pts = [(r["heldout_step"], r[key]) for r in held if key in r]
+            body.append(left.line(pts, colour, dash=dash, width=2.0))
         body.append(right.line([(r["step"], r["dflash"]) for r in train if "dflash" in r], colour, width=0.8))
         pts = [(r["heldout_step"], r["val_dflash"]) for r in held if "val_dflash" in r]
         body.append(right.line(pts, colour, width=2.0))
@@ -146,7 +157,8 @@ def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:
     y = H + 14
     items = [
         f'<text x="{PAD_L}" y="{y}" font-size="11">thin: training batches; thick with dots: held-out set; '
-        "solid / filled: LiLiCorr head; dashed / hollow: head-free control</text>"
+        "solid / filled: LiLiCorr head; dashed / hollow: head-free control; dotted: held-out decode walk "
+        "(head; control dot-dash), the tau smoke measures</text>"
     ]
     for n, (label, colour) in enumerate(legend):
         x = PAD_L + n * 220

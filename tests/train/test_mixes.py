@@ -137,6 +137,7 @@ def test_pieces_log_the_heldout_tau_and_the_curve_draws(shards, tmp_path):
     )
     text = svg.read_text()
     assert text.startswith("<svg") and "polyline" in text and "tiny" in text
+    assert 'stroke-dasharray="1,3"' in text  # the held-out decode walk's line
 
 
 def test_cut_stub_keeps_code_that_only_warns_and_says_nothing(recwarn):
