@@ -6,7 +6,8 @@ position's acceptance for the head and the control on the same anchors.
     python bench/walk_probes.py examples/smollm2-lilicorr --target .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 
 The target writes each probe's greedy answer (the lossless arms of smoke write exactly these tokens) of up to
---max-new-tokens tokens and a block more, so that the last block's drafts have true tokens to meet. For every
+--max-new-tokens tokens, and a block more past its end (past eos too), so that the last block's drafts have the
+target's tokens to meet, as they do in decoding. For every
 answer position the drafter drafts a block from the target's taps of the positions before it (the training
 objective's forward, `lilicorr_train.objective.accepted_lengths`), and the accepted length is counted for the
 control (argmax per slot) and the head (its greedy walk). Then:
@@ -15,8 +16,9 @@ control (argmax per slot) and the head (its greedy walk). Then:
                   (`lilicorr_train.heldout.decode_walk`): smoke's τ and block count
     uniform τ     1 + the mean accepted length over every answer position
     per position  for each drafted position s, over the anchors where both arms accepted the s - 1 before it:
-                  the share each arm accepts at s (paired: the same anchors, no selection), and beside it each
-                  arm's conditional rate over its own anchors (what smoke's "cond" column reads, over blocks)
+                  the share each arm accepts at s (paired: the same anchors for both arms, so neither arm's
+                  rate is taken over spans only it reached), and beside it each arm's conditional rate over its
+                  own anchors (what smoke's "cond" column reads, there over decoded blocks)
 
 The paired column answers whether the head accepts less than the control at a late position or only reaches
 it on harder spans: a conditional rate over each arm's own blocks compares different anchors.
@@ -60,7 +62,9 @@ def measure(args: argparse.Namespace) -> dict:
     probes = load_probes(args.probes, args.limit)
     eos = list(target.eos_token_ids)
     prompts, _ = tokenize_probes(target.tokenizer, probes, eos)
-    answers = target.generate_batch(prompts, args.max_new_tokens + slots, eos_token_ids=eos, batch_size=64)
+    # past eos too: decoding checks the eos block's drafts against the target's tokens after it, so the truth
+    # runs on; the answer itself ends at its first eos (inclusive), where decoding stops
+    answers = target.generate_batch(prompts, args.max_new_tokens + slots, eos_token_ids=(), batch_size=64)
     print(f"{len(prompts)} answers in {time.perf_counter() - begin:.0f} s", file=sys.stderr, flush=True)
     embed, head_w = target.embed_tokens.weight.detach(), target.lm_head.weight.detach()
     autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
@@ -69,7 +73,8 @@ def measure(args: argparse.Namespace) -> dict:
     categories: list[str] = []
     with torch.no_grad():
         for n, (probe, prompt, answer) in enumerate(zip(probes, prompts, answers, strict=True)):
-            count = min(len(answer), args.max_new_tokens)
+            ends = [i for i, token in enumerate(answer) if token in eos]
+            count = min(ends[0] + 1 if ends else len(answer), args.max_new_tokens)
             if count < 2:  # nothing drafted after the prefill's token
                 continue
             seq = torch.tensor([prompt + answer], device=device)

@@ -421,7 +421,8 @@ Examples:
     type=click.Path(file_okay=False, exists=True, path_type=Path),
     default=None,
     help="New run: start from this drafter checkpoint's weights (a converted LiLiCorr drafter of the "
-    "same shape), e.g. to fine-tune it on new data.",
+    "same shape, or of fewer draft layers than --layers: the extra layers grow from its last, their output "
+    "projections zeroed, so the run starts drafting exactly as it does), e.g. to fine-tune it on new data.",
 )
 @click.option(
     "--plan-seconds",

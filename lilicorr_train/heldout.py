@@ -175,7 +175,9 @@ def walk_tau(
     """The τ greedy decoding reaches on held-out answers, teacher-forced: the accepted length at every answer
     position (`accepted_lengths`) of the first `new_tokens` answer tokens of `walk_rows` (the drafts checked
     against the answer's next tokens, up to a block past them), walked block by block (`decode_walk`) for the
-    control and for the head. {"val_walk_tau_control", "val_walk_tau_head",
+    control and for the head. An answer that ends at eos has no tokens past it, so the drafts of the block that
+    commits the eos count as rejected past it where decoding may accept the target's tokens after eos: a
+    slight undercount, at most one block per answer (bench/walk_probes.py generates past eos and has none). {"val_walk_tau_control", "val_walk_tau_head",
     "val_walk_blocks_control", "val_walk_blocks_head", "val_walk_cond_control", "val_walk_cond_head": conditional
     acceptance per drafted position over the blocks walked (blocks with room for every draft), "val_walk_sequences"}.
     """
@@ -235,6 +237,8 @@ def walk_tau(
     if was_training:
         drafter.train()
     record: dict[str, Any] = {"val_walk_sequences": len(rows)}
+    if not len(rows):  # nothing to walk: no tau rather than a made-up one
+        return record
     for arm in arms:
         blocks = committed[arm]
         record[f"val_walk_tau_{arm}"] = round(sum(blocks) / max(len(blocks), 1), 4)

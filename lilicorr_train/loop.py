@@ -49,7 +49,7 @@ class TrainConfig(Struct, frozen=True, kw_only=True):
 
 
 LAYER_NAME = re.compile(r"layers\.(\d+)\.(.+)")
-OUTPUT_PROJECTIONS = ("self_attn.o_proj.weight", "mlp.down_proj.weight")  # a layer's two residual branches
+OUTPUT_PROJECTIONS = ("self_attn.o_proj.", "mlp.down_proj.")  # a layer's two residual branches' outputs
 
 
 def init_from_checkpoint(drafter: Drafter, path: Path) -> None:
@@ -68,7 +68,9 @@ def init_from_checkpoint(drafter: Drafter, path: Path) -> None:
                 continue
             source = theirs.get(f"layers.{have - 1}.{match.group(2)}")
             if source is not None:
-                theirs[name] = torch.zeros_like(source) if match.group(2) in OUTPUT_PROJECTIONS else source
+                theirs[name] = (
+                    torch.zeros_like(source) if match.group(2).startswith(OUTPUT_PROJECTIONS) else source
+                )
     mismatched = sorted(
         k
         for k in ours.keys() | theirs.keys()
@@ -180,7 +182,8 @@ def open_run(
 ) -> Run:
     """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
     `train` (drafter_config required then), from the target's layer `init_layer` or from the weights of the
-    drafter checkpoint `init_from` (which must have the shape drafter_config gives). `state`: the run's state,
+    drafter checkpoint `init_from` (which must have the shape drafter_config gives, or fewer draft layers:
+    init_from_checkpoint grows the rest). `state`: the run's state,
     already read with read_state (it is read here otherwise)."""
     device = target.device
     found = state_path(run_dir)

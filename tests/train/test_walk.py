@@ -96,8 +96,29 @@ def test_the_walk_is_what_greedy_decoding_measures(trained):
         assert 0 in accepted and drafter.block_size - 1 in accepted
         assert walked[f"val_walk_blocks_{arm}"] == len(committed)
         assert walked[f"val_walk_tau_{arm}"] == pytest.approx(sum(committed) / len(committed), abs=1e-4)
+        # every block has true tokens for all its drafts here (the answers run a block past NEW_TOKENS), so the
+        # walk's conditional rates are the decoder's, per position
+        reached = [sum(a >= s for a in accepted) for s in range(drafter.block_size)]
+        expected = [
+            round(reached[s] / reached[s - 1], 4) if reached[s - 1] else None for s in range(1, len(reached))
+        ]
+        assert walked[f"val_walk_cond_{arm}"] == expected
     # the head reorders candidates: its walk differs from the control's
     assert walked["val_walk_blocks_head"] != walked["val_walk_blocks_control"]
     conditional = walked["val_walk_cond_head"]
     assert len(conditional) == drafter.block_size - 1
     assert all(c is None or 0.0 <= c <= 1.0 for c in conditional)
+
+
+def test_the_walk_does_not_depend_on_its_batch(trained):
+    """Answers of different lengths side by side (padded rows, anchors past a short answer's end) walk as each
+    does alone."""
+    target, drafter, prompts, answers, _ = trained
+    cut = [3, NEW_TOKENS + 7, 12, 1, 25, 9]  # answer tokens kept; the 1-token answer has nothing to walk
+    seqs = [p + a[:n] for p, a, n in zip(prompts, answers, cut, strict=True)]
+    shard = _shard(seqs, [len(p) for p in prompts], [0, 1, 2, 0, 1, 2])
+    together = walk_tau(drafter, target, shard, per_category=10, new_tokens=NEW_TOKENS, batch=4)
+    alone = walk_tau(drafter, target, shard, per_category=10, new_tokens=NEW_TOKENS, batch=1)
+    assert together == alone and together["val_walk_sequences"] == 5
+    nothing = _shard([prompts[0] + answers[0][:1]], [len(prompts[0])], [0])
+    assert walk_tau(drafter, target, nothing) == {"val_walk_sequences": 0}  # no tau rather than a made-up one
