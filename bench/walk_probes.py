@@ -9,7 +9,7 @@ The target writes each probe's greedy answer (the lossless arms of smoke write e
 --max-new-tokens tokens, and a block more past its end (past eos too), so that the last block's drafts have the
 target's tokens to meet, as they do in decoding. For every
 answer position the drafter drafts a block from the target's taps of the positions before it (the training
-objective's forward, `lilicorr_train.objective.accepted_lengths`), and the accepted length is counted for the
+objective's forward, `lilicorr_train.heldout.answer_acceptance`), and the accepted length is counted for the
 control (argmax per slot) and the head (its greedy walk). Then:
 
     walk τ        the blocks greedy decoding commits, each anchored after the last one's tokens
@@ -43,9 +43,7 @@ from lilicorr_ckpt.smoke.probes import load_probes
 from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime.model.load import build_drafter
 from lilicorr_runtime.target.load import load_target
-from lilicorr_train.heldout import decode_walk
-from lilicorr_train.loop import target_pass
-from lilicorr_train.objective import TrainBatch, accepted_lengths
+from lilicorr_train.heldout import WALK_BATCH, answer_acceptance, decode_walk
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -66,30 +64,29 @@ def measure(args: argparse.Namespace) -> dict:
     # runs on; the answer itself ends at its first eos (inclusive), where decoding stops
     answers = target.generate_batch(prompts, args.max_new_tokens + slots, eos_token_ids=(), batch_size=64)
     print(f"{len(prompts)} answers in {time.perf_counter() - begin:.0f} s", file=sys.stderr, flush=True)
-    embed, head_w = target.embed_tokens.weight.detach(), target.lm_head.weight.detach()
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=device == "cuda")
     accepted: dict[str, list[np.ndarray]] = {"control": [], "head": []}
     walked: list[int] = []
     categories: list[str] = []
-    with torch.no_grad():
-        for n, (probe, prompt, answer) in enumerate(zip(probes, prompts, answers, strict=True)):
-            ends = [i for i, token in enumerate(answer) if token in eos]
-            count = min(ends[0] + 1 if ends else len(answer), args.max_new_tokens)
-            if count < 2:  # nothing drafted after the prefill's token
-                continue
-            seq = torch.tensor([prompt + answer], device=device)
-            anchors = torch.arange(len(prompt), len(prompt) + count - 1, device=device)[None]
-            batch = TrainBatch(seq, torch.tensor([seq.shape[1]], device=device), anchors, anchors >= 0)
-            _, features = target_pass(target, seq, drafter.target_layer_ids)
-            with autocast:
-                control, head = accepted_lengths(drafter, embed, head_w, features, batch)
-            assert head is not None
-            accepted["control"].append(control[0].cpu().numpy())
-            accepted["head"].append(head[0].cpu().numpy())
+    kept = []  # (probe, prompt, answer, answer tokens decoding writes): those with a draft after the prefill's
+    for probe, prompt, answer in zip(probes, prompts, answers, strict=True):
+        ends = [i for i, token in enumerate(answer) if token in eos]
+        count = min(ends[0] + 1 if ends else len(answer), args.max_new_tokens)
+        if count >= 2:
+            kept.append((probe, prompt, answer, count))
+    for first in range(0, len(kept), WALK_BATCH):
+        chunk = kept[first : first + WALK_BATCH]
+        control, head = answer_acceptance(
+            drafter, target, [np.array(p + a) for _, p, a, _ in chunk], [len(p) for _, p, _, _ in chunk],
+            [c for *_, c in chunk],
+        )  # fmt: skip
+        assert head is not None
+        for r, (probe, _, _, count) in enumerate(chunk):
+            accepted["control"].append(control[r, : count - 1])
+            accepted["head"].append(head[r, : count - 1])
             walked.append(count)
             categories.append(probe.category)
-            if n % 25 == 0:
-                print(f"{n}/{len(prompts)} {time.perf_counter() - begin:.0f} s", file=sys.stderr, flush=True)
+        if first % 24 == 0:
+            print(f"{first}/{len(kept)} {time.perf_counter() - begin:.0f} s", file=sys.stderr, flush=True)
     result: dict = {"answers": len(walked), "seconds": round(time.perf_counter() - begin, 1)}
     for arm in ("control", "head"):
         blocks = [b for a, w in zip(accepted[arm], walked, strict=True) for b in decode_walk(a, w)]

@@ -22,7 +22,8 @@ training records, `lilicorr-ckpt card` among them, skip it).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -59,6 +60,27 @@ class HeldOut(Struct, frozen=True):
         return cls(data, a, v)
 
 
+def _autocast(device: torch.device) -> Any:
+    """bf16 autocast on CUDA, as training runs; nothing on the CPU."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return torch.autocast("cpu", enabled=False)
+
+
+@contextmanager
+def _measuring(drafter: Drafter) -> Iterator[None]:
+    """The drafter in eval mode with its head's derived tensors fresh, back in its own mode after."""
+    was_training = drafter.training
+    drafter.eval()
+    if drafter.lilicorr is not None:
+        drafter.lilicorr.invalidate_derived()
+    try:
+        yield
+    finally:
+        if was_training:
+            drafter.train()
+
+
 @torch.no_grad()
 def heldout_tau(
     drafter: Drafter, target: FastTarget, held: HeldOut, *, batch: int = BATCH, walk: bool = True
@@ -66,18 +88,18 @@ def heldout_tau(
     """{"val_tau_control", "val_tau_head", "val_dflash", "val_anchors", "val_by_category": {...}} at the fixed
     uniform anchors, and with `walk` the decode walk's keys (`walk_tau`)."""
 
+    with _measuring(drafter):
+        record = _uniform_tau(drafter, target, held, batch)
+        if walk:
+            record.update(walk_tau(drafter, target, held.data))
+    return record
+
+
+def _uniform_tau(drafter: Drafter, target: FastTarget, held: HeldOut, batch: int) -> dict[str, Any]:
+    """The uniform measure: the training objective's metrics at the held-out set's fixed anchors."""
     device = target.device
-    was_training = drafter.training
-    drafter.eval()
-    if drafter.lilicorr is not None:
-        drafter.lilicorr.invalidate_derived()
     embed_w = target.embed_tokens.weight.detach()
     head_w = target.lm_head.weight.detach()
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else torch.autocast("cpu", enabled=False)
-    )
     data = held.data
     sums: dict[int, dict[str, float]] = {}
     for first in range(0, len(data), batch):
@@ -102,7 +124,7 @@ def heldout_tau(
             if not bool(tb.anchor_valid.any()):
                 continue
             hidden, features = target_pass(target, tb.tokens, drafter.target_layer_ids)
-            with autocast:
+            with _autocast(device):
                 out = training_step(drafter, embed_w, head_w, features, hidden, tb, LossWeights())
             n = int(tb.anchor_valid.sum())
             acc = sums.setdefault(int(category), {"n": 0.0, "control": 0.0, "head": 0.0, "dflash": 0.0})
@@ -110,14 +132,12 @@ def heldout_tau(
             acc["control"] += out.metrics["control_accept"] * n
             acc["head"] += out.metrics.get("head_accept", out.metrics["control_accept"]) * n
             acc["dflash"] += out.metrics["dflash"] * n
-    if was_training:
-        drafter.train()
     total = sum(a["n"] for a in sums.values()) or 1.0
 
     def tau(key: str, acc: dict[str, float]) -> float:
         return round(1 + acc[key] / max(acc["n"], 1.0), 4)
 
-    record = {
+    return {
         "val_tau_control": round(1 + sum(a["control"] for a in sums.values()) / total, 4),
         "val_tau_head": round(1 + sum(a["head"] for a in sums.values()) / total, 4),
         "val_dflash": round(sum(a["dflash"] for a in sums.values()) / total, 4),
@@ -131,9 +151,6 @@ def heldout_tau(
             for c, a in sorted(sums.items())
         },
     }
-    if walk:
-        record.update(walk_tau(drafter, target, data))
-    return record
 
 
 def decode_walk(accepted: Sequence[int], new_tokens: int) -> list[int]:
@@ -163,6 +180,37 @@ def walk_rows(data: Shard, per_category: int = WALK_PER_CATEGORY) -> np.ndarray:
 
 
 @torch.no_grad()
+def answer_acceptance(
+    drafter: Drafter,
+    target: FastTarget,
+    seqs: Sequence[np.ndarray],
+    prompts: Sequence[int],
+    walked: Sequence[int],
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """Each sequence's accepted draft length at its answer positions 0 .. walked - 2 (a block anchored at each),
+    teacher-forced against the sequence's own next tokens: (control [n, max(walked) - 1], head or None), 0 past
+    a sequence's own anchors. seqs: prompt + answer token ids (the answer may run past what is walked, so that
+    the last blocks' drafts meet true tokens); prompts: the prompt lengths."""
+    device = target.device
+    most = max(walked) - 1
+    tokens = torch.zeros(len(seqs), max(len(s) for s in seqs), dtype=torch.long)
+    anchors = torch.ones(len(seqs), most, dtype=torch.long)
+    valid = torch.zeros(len(seqs), most, dtype=torch.bool)
+    for r, (seq, prompt, count) in enumerate(zip(seqs, prompts, walked, strict=True)):
+        tokens[r, : len(seq)] = torch.from_numpy(np.asarray(seq, dtype=np.int64))
+        anchors[r, : count - 1] = torch.arange(prompt, prompt + count - 1)
+        valid[r, : count - 1] = True
+    lengths = torch.tensor([len(s) for s in seqs])
+    batch = TrainBatch(tokens.to(device), lengths.to(device), anchors.to(device), valid.to(device))
+    _, features = target_pass(target, batch.tokens, drafter.target_layer_ids)
+    with _autocast(device):
+        control, head = accepted_lengths(
+            drafter, target.embed_tokens.weight.detach(), target.lm_head.weight.detach(), features, batch
+        )
+    return control.cpu().numpy(), None if head is None else head.cpu().numpy()
+
+
+@torch.no_grad()
 def walk_tau(
     drafter: Drafter,
     target: FastTarget,
@@ -173,69 +221,41 @@ def walk_tau(
     batch: int = WALK_BATCH,
 ) -> dict[str, Any]:
     """The τ greedy decoding reaches on held-out answers, teacher-forced: the accepted length at every answer
-    position (`accepted_lengths`) of the first `new_tokens` answer tokens of `walk_rows` (the drafts checked
+    position (`answer_acceptance`) of the first `new_tokens` answer tokens of `walk_rows` (the drafts checked
     against the answer's next tokens, up to a block past them), walked block by block (`decode_walk`) for the
-    control and for the head. An answer that ends at eos has no tokens past it, so the drafts of the block that
-    commits the eos count as rejected past it where decoding may accept the target's tokens after eos: a
-    slight undercount, at most one block per answer (bench/walk_probes.py generates past eos and has none). {"val_walk_tau_control", "val_walk_tau_head",
-    "val_walk_blocks_control", "val_walk_blocks_head", "val_walk_cond_control", "val_walk_cond_head": conditional
-    acceptance per drafted position over the blocks walked (blocks with room for every draft), "val_walk_sequences"}.
-    """
-    device = target.device
-    was_training = drafter.training
-    drafter.eval()
-    if drafter.lilicorr is not None:
-        drafter.lilicorr.invalidate_derived()
-    embed_w = target.embed_tokens.weight.detach()
-    head_w = target.lm_head.weight.detach()
-    autocast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else torch.autocast("cpu", enabled=False)
-    )
+    control and for the head.
+
+    {"val_walk_tau_control", "val_walk_tau_head", "val_walk_blocks_control", "val_walk_blocks_head",
+    "val_walk_cond_control", "val_walk_cond_head": conditional acceptance per drafted position over the blocks
+    walked (blocks with a true token for every draft), "val_walk_sequences"}.
+
+    An answer that ends at eos has no tokens past it, so the drafts of the block that commits the eos count as
+    rejected past it where decoding may accept the target's tokens after eos: a slight undercount, at most one
+    block per answer (bench/walk_probes.py generates past eos and has none)."""
     slots = drafter.block_size - 1
     arms = ("control", "head") if drafter.lilicorr is not None else ("control",)
     committed: dict[str, list[int]] = {arm: [] for arm in arms}
     reached = {arm: np.zeros(slots + 1, dtype=np.int64) for arm in arms}  # blocks accepting >= s drafts
     rows = walk_rows(data, per_category)
-    for first in range(0, len(rows), batch):
-        chunk = rows[first : first + batch]
-        seqs, prompts, walked = [], [], []
-        for i in chunk:
-            prompt = int(data.prompt_lengths[i])
-            seq = data.tokens[data.offsets[i] : data.offsets[i + 1]][: prompt + new_tokens + slots]
-            seqs.append(seq.astype(np.int64))
-            prompts.append(prompt)
-            walked.append(min(len(seq) - prompt, new_tokens))  # answer tokens decoding writes
-        width = max(len(s) for s in seqs)
-        most = max(walked) - 1  # anchors: answer positions 0 .. walked - 2
-        tokens = torch.zeros(len(seqs), width, dtype=torch.long)
-        anchors = torch.ones(len(seqs), most, dtype=torch.long)
-        valid = torch.zeros(len(seqs), most, dtype=torch.bool)
-        for r, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
-            tokens[r, : len(s)] = torch.from_numpy(s)
-            count = walked[r] - 1
-            anchors[r, :count] = torch.arange(p, p + count)
-            valid[r, :count] = True
-        lengths = torch.tensor([len(s) for s in seqs])
-        tb = TrainBatch(tokens.to(device), lengths.to(device), anchors.to(device), valid.to(device))
-        _, features = target_pass(target, tb.tokens, drafter.target_layer_ids)
-        with autocast:
-            control, head = accepted_lengths(drafter, embed_w, head_w, features, tb)
-        by_arm = {"control": control.cpu().numpy(), "head": head.cpu().numpy() if head is not None else None}
-        for arm in arms:
-            accepted = by_arm[arm]
-            assert accepted is not None
-            for r, (s, p) in enumerate(zip(seqs, prompts, strict=True)):
-                blocks = decode_walk(accepted[r], walked[r])
-                committed[arm].extend(blocks)
-                j = 0
-                for step in blocks:
-                    if p + j + slots < len(s):  # every draft has a true token: its length is not cut short
-                        reached[arm][: int(accepted[r][j]) + 1] += 1
-                    j += step
-    if was_training:
-        drafter.train()
+    with _measuring(drafter):
+        for first in range(0, len(rows), batch):
+            seqs, prompts, walked = [], [], []
+            for i in rows[first : first + batch]:
+                prompt = int(data.prompt_lengths[i])
+                seqs.append(data.tokens[data.offsets[i] : data.offsets[i + 1]][: prompt + new_tokens + slots])
+                prompts.append(prompt)
+                walked.append(min(len(seqs[-1]) - prompt, new_tokens))  # answer tokens decoding writes
+            control, head = answer_acceptance(drafter, target, seqs, prompts, walked)
+            for arm, accepted in (("control", control), ("head", head)):
+                if accepted is None:
+                    continue
+                for r, (seq, prompt) in enumerate(zip(seqs, prompts, strict=True)):
+                    j = 0
+                    for step in decode_walk(accepted[r], walked[r]):
+                        committed[arm].append(step)
+                        if prompt + j + slots < len(seq):  # a true token for every draft: not cut short
+                            reached[arm][: int(accepted[r][j]) + 1] += 1
+                        j += step
     record: dict[str, Any] = {"val_walk_sequences": len(rows)}
     if not len(rows):  # nothing to walk: no tau rather than a made-up one
         return record

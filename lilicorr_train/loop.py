@@ -183,8 +183,8 @@ def open_run(
     """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
     `train` (drafter_config required then), from the target's layer `init_layer` or from the weights of the
     drafter checkpoint `init_from` (which must have the shape drafter_config gives, or fewer draft layers:
-    init_from_checkpoint grows the rest). `state`: the run's state,
-    already read with read_state (it is read here otherwise)."""
+    init_from_checkpoint grows the rest). `state`: the run's state, already read with read_state (it is read
+    here otherwise)."""
     device = target.device
     found = state_path(run_dir)
     if found is not None:

@@ -116,10 +116,8 @@ class Panel:
         ]
 
 
-WALK = (
-    "val_walk_tau_head",
-    "val_walk_tau_control",
-)  # held-out: the decode walk's tau (lilicorr_train.heldout)
+# held-out: the decode walk's tau (lilicorr_train.heldout)
+WALK = ("val_walk_tau_head", "val_walk_tau_control")
 
 
 def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:

@@ -127,54 +127,23 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
     assert _lilicorr("convert", tmp_path / "export", tmp_path / "drafter", "--quiet") == 0
     assert _lilicorr("validate", tmp_path / "drafter", "--target", TARGET) == 0
 
+    def frozen_run(name: str, *extra: str) -> dict[str, torch.Tensor]:
+        """The weights a new one-step run from the converted drafter starts with (learning rates 0)."""
+        args = ["--mask-token-id", "511", "--steps", "1", "--init-from", str(tmp_path / "drafter"), *extra]
+        _run(["train", str(tmp_path / name), *common, *args, "--lr-drafter", "0", "--lr-head", "0"])
+        return read_state(tmp_path / name / "state.safetensors").model
+
     # a new run from the converted drafter starts from exactly its weights
-    again = tmp_path / "again"
-    _run(
-        [
-            "train",
-            str(again),
-            *common,
-            "--mask-token-id",
-            "511",
-            "--steps",
-            "1",
-            "--init-from",
-            str(tmp_path / "drafter"),
-            "--lr-drafter",
-            "0",
-            "--lr-head",
-            "0",
-        ]
-    )
-    started = read_state(again / "state.safetensors").model
-    trained = build_drafter(load_checkpoint(str(tmp_path / "drafter"))).state_dict()
+    started = frozen_run("again")
+    one = build_drafter(load_checkpoint(str(tmp_path / "drafter")), dtype=torch.float32)
+    trained = one.state_dict()
     assert started.keys() == trained.keys()
     for name, value in trained.items():
         torch.testing.assert_close(started[name].float(), value.float(), rtol=0, atol=0, msg=name)
 
     # a deeper run grows from it: the new layer is the last one with its residual branches closed, so the
     # deeper drafter drafts exactly what the trained one drafts
-    deeper = tmp_path / "deeper"
-    _run(
-        [
-            "train",
-            str(deeper),
-            *common,
-            "--mask-token-id",
-            "511",
-            "--steps",
-            "1",
-            "--layers",
-            "2",
-            "--init-from",
-            str(tmp_path / "drafter"),
-            "--lr-drafter",
-            "0",
-            "--lr-head",
-            "0",
-        ]
-    )
-    grown = read_state(deeper / "state.safetensors").model
+    grown = frozen_run("deeper", "--layers", "2")
     assert grown.keys() - trained.keys() == {
         k.replace("layers.0.", "layers.1.") for k in trained if k.startswith("layers.0.")
     }
@@ -186,7 +155,6 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
             torch.testing.assert_close(
                 new, torch.zeros_like(new) if closed else value.float(), rtol=0, atol=0
             )
-    one = build_drafter(load_checkpoint(str(tmp_path / "drafter")), dtype=torch.float32)
     two_config = json.loads((tmp_path / "drafter" / "config.json").read_text())
     two_config["num_hidden_layers"] = 2
     two = fresh_drafter(two_config)
