@@ -3,16 +3,17 @@
 #
 #   examples/train_smollm2/v3.sh STEP [STEP...]        (from the repository root, on the GPU machine)
 #
-# The machine starts bare and takes at most 64 MiB per call, so the 98 MB target travels as three pieces of its
-# xz (scripts/v3_pack.sh makes them under .cache/dev/): three calls carry one piece each and `part` copies it to
-# $V3; `target` joins them once all three are there. Everything else stays in $V3 (/tmp/v3) while the machine is
-# warm; what comes back goes to $OUT (at most 8 files of at most 16 MiB per call): `ship N` moves up to N files of
-# $V3/outbox there.
+# The machine starts bare and takes at most 64 MiB per call, so the 98 MB target travels in pieces that
+# scripts/v3_pack.sh makes under .cache/dev/g/: two raw halves, each carried by one call with the bundled drafter's
+# weights moved out of the tree (scripts/light_tree.sh hide; restore after), or three with them in it. `part`
+# copies a carried piece to $V3/parts and `target` joins them once all are there. Everything else stays in $V3
+# (/tmp/v3) while the machine is warm; what comes back goes to $OUT (at most 8 files of at most 16 MiB per call):
+# `ship N` moves up to N files of $V3/outbox there.
 #
 # STEP:
 #   setup      install the carried wheels (.cache/dev/whl: msgspec, gguf) into /tmp/site
-#   part       copy the carried pieces to $V3/parts: .cache/dev/gguf.xz.part* (xz) or .cache/dev/g/p0* (raw, from
-#              `split -n 3 -d GGUF .cache/dev/g/p`, no compression: 32.8 MB each)
+#   part       copy the carried pieces to $V3/parts: .cache/dev/g/p0* (raw, from `split -n 2 -d GGUF .cache/dev/g/p`:
+#              49.2 MB each; or -n 3) or .cache/dev/gguf.xz.part* (an older pack's xz pieces)
 #   target     join the parts, check the GGUF's sha256
 #   shards     copy carried shards into $V3/shards: .cache/v3/shards/shard-* and the tars .cache/v3/shards-*.tar
 #              (`ship`'s bundles, kept as they came: a call carries what fits beside the tree and a target piece)
