@@ -4,6 +4,7 @@ optimizer step, each timed apart (synchronized on CUDA) over the same steps the 
 
     python bench/train_step.py --target T [--data train.npz] [--layers 1] [--batch-size 32] [--anchors 48]
     python bench/train_step.py --target .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf --steps 12 --profile
+    python bench/train_step.py --random smollm2 --profile      # a random SmolLM2-shaped target (bench/target.py)
     python bench/train_step.py --target examples/tiny-target --device cpu --batch-size 2 --anchors 4 --length 48
 
 Without --data the sequences are random tokens of --length (a quarter of each the prompt): the timing of a step
@@ -17,6 +18,7 @@ Prints a table: each phase's median milliseconds a step and its share, then sequ
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import statistics
 import sys
 import tempfile
@@ -62,9 +64,25 @@ def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    target = load_target(
-        args.target, dtype="bfloat16" if device.type == "cuda" else "float32", device=str(device), fast=True
-    )
+    if args.random:
+        if device.type != "cuda":
+            raise SystemExit("--random builds a bf16 target for CUDA's autocast: on the CPU give --target")
+        here = str(Path(__file__).resolve().parent)  # its kernels.py would shadow the `kernels` package that
+        sys.path[:] = [
+            p for p in sys.path if p != here
+        ]  # transformers looks for (bench/target.py builds a model)
+        spec = importlib.util.spec_from_file_location("bench_target", Path(__file__).with_name("target.py"))
+        assert spec is not None and spec.loader is not None
+        bench_target = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench_target)
+        target = bench_target.random_target(args.random, str(device))
+    else:
+        target = load_target(
+            args.target,
+            dtype="bfloat16" if device.type == "cuda" else "float32",
+            device=str(device),
+            fast=True,
+        )
     layers = target.config.num_hidden_layers
     taps = tuple(int(t) for t in args.taps.split(",")) if args.taps else (
         (3, 9, 15, 21, 27) if layers == 30 else spread_taps(layers)
@@ -168,7 +186,11 @@ def print_report(r: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--target", required=True, help="the target (GGUF file, checkpoint folder or repo id)")
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--target", help="the target (GGUF file, checkpoint folder or repo id)")
+    which.add_argument(
+        "--random", choices=("smollm2", "qwen3-8b"), help="a random-weight target of this shape"
+    )
     p.add_argument(
         "--data", default=None, help="a training set (mixes build's train.npz); default random tokens"
     )
