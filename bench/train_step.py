@@ -139,6 +139,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         step(i)
     token_counts.clear()
     block_counts.clear()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     for i in range(args.warmup, args.warmup + args.steps):
         for phase, ms in step(i).items():
             times[phase].append(ms)
@@ -166,6 +168,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "tokens_per_s": statistics.mean(token_counts) / step_s,
         "blocks_per_s": statistics.mean(block_counts) / step_s,
         "profile": profile,
+        "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
     }
 
 
@@ -180,6 +183,8 @@ def print_report(r: dict[str, Any]) -> None:
         f"{r['sequences_per_s']:.1f} sequences/s, {r['tokens_per_s']:,.0f} tokens/s, "
         f"{r['blocks_per_s']:,.0f} blocks/s"
     )
+    if r["peak_gib"] is not None:
+        print(f"peak GPU memory {r['peak_gib']:.1f} GiB")
     if r["profile"]:
         print(r["profile"])
 
