@@ -23,7 +23,7 @@ case ${1:-status} in
     if [ ! -f "$FILE" ]; then
       if [ -f "$HIDDEN" ]; then mv "$HIDDEN" "$FILE"; else git checkout -- "$FILE"; fi
     fi
-    git diff --quiet -- "$FILE" && echo "restored: $FILE" ;;
+    if git diff --quiet -- "$FILE"; then echo "restored: $FILE"; else echo "restored: $FILE (changed since HEAD)"; fi ;;
   status)
     if [ -f "$FILE" ]; then echo "in the tree: $FILE"; else echo "hidden: $HIDDEN"; fi ;;
   *) echo "usage: $0 hide|restore|status" >&2; exit 2 ;;
