@@ -32,11 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # lilicorr_train: the repository's
 
+from lilicorr_ckpt.errors import UsageError
 from lilicorr_runtime.target.load import load_target
 from lilicorr_train.data import Dataset
 from lilicorr_train.export import DrafterShape, drafter_config, spread_taps
 from lilicorr_train.loop import TrainConfig, _batch, open_run, target_pass
 from lilicorr_train.objective import LossWeights, training_step
+from lilicorr_train.pieces import parse_taps
+from lilicorr_train.script import run_script
 
 PHASES = ("batch", "target", "forward", "backward", "optimizer")
 
@@ -84,9 +87,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             fast=True,
         )
     layers = target.config.num_hidden_layers
-    taps = tuple(int(t) for t in args.taps.split(",")) if args.taps else (
-        (3, 9, 15, 21, 27) if layers == 30 else spread_taps(layers)
-    )  # fmt: skip
+    taps = args.taps or ((3, 9, 15, 21, 27) if layers == 30 else spread_taps(layers))
+    if max(taps) >= layers or args.mask_token_id >= target.config.vocab_size:
+        raise UsageError(
+            f"--taps {list(taps)} and --mask-token-id {args.mask_token_id} must lie inside the target "
+            f"({layers} layers, {target.config.vocab_size} ids)"
+        )
     shape = DrafterShape(num_layers=args.layers, target_layer_ids=taps, mask_token_id=args.mask_token_id)
     settings = TrainConfig(batch_size=args.batch_size, anchors=args.anchors, steps=args.steps + 1)
     data = (
@@ -201,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--length", type=int, default=320, help="random sequences' length in tokens (default 320)")
     p.add_argument("--layers", type=int, default=1, help="the drafter's layers (default 1)")
-    p.add_argument("--taps", default="", help="target layers tapped (default 3,9,15,21,27 on 30 layers)")
+    p.add_argument(
+        "--taps", type=parse_taps, default=(), help="target layers tapped (default 3,9,15,21,27 on 30 layers)"
+    )
     p.add_argument("--init-layer", type=int, default=None, help="the target layer the drafter starts from")
     p.add_argument("--mask-token-id", type=int, default=0)
     p.add_argument("--batch-size", type=int, default=32, help="sequences a step (v3.sh fit's: 32)")
@@ -214,8 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.steps < 1 or args.warmup < 0 or args.batch_size < 1 or args.anchors < 1 or args.length < 8:
         p.error("--steps, --batch-size and --anchors must be at least 1, --warmup 0, --length 8")
-    print_report(measure(args))
-    return 0
+    return run_script("bench/train_step.py", lambda: print_report(measure(args)) or 0)
 
 
 if __name__ == "__main__":

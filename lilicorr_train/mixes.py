@@ -727,6 +727,19 @@ def prompt_hash(tokens: np.ndarray) -> int:
     )
 
 
+def shard_dir(directory: Path) -> list[int]:
+    """The done shards of an existing shard directory (DataError naming it otherwise: missing, not a
+    directory, or holding none), for the commands that read shards."""
+    if not directory.exists():
+        raise DataError(f"{directory} does not exist")
+    if not directory.is_dir():
+        raise DataError(f"{directory} is not a directory (give the --dir that `generate` wrote shards into)")
+    indices = done_shards(directory)
+    if not indices:
+        raise DataError(f"{directory} holds no finished shard (shard-NNNN.npz beside its shard-NNNN.json)")
+    return indices
+
+
 def done_shards(directory: Path) -> list[int]:
     return sorted(
         int(p.stem.split("-")[1])
@@ -747,9 +760,7 @@ def build(
     """Concatenate the done shards (in order) into a training set and a held-out set: a sequence whose prompt an
     earlier one had is dropped; `per_mille` of the prompts (by hash) are held out, at most `val_per_category`
     sequences of each category kept (the rest of the held-out prompts are in neither set)."""
-    indices = done_shards(directory) if shards is None else list(shards)
-    if not indices:
-        raise DataError(f"{directory} holds no finished shard (shard-NNNN.npz beside its shard-NNNN.json)")
+    indices = shard_dir(directory) if shards is None else list(shards)
     inputs = Inputs()
     for index in indices:
         for suffix in (".npz", ".json"):
@@ -847,7 +858,7 @@ def audit(directory: Path, tokenizer: Any, *, shards: Sequence[int] | None = Non
     probes = ProbeIndex()
     found: list[dict[str, Any]] = []
     counted = Counter()
-    for index in done_shards(directory) if shards is None else shards:
+    for index in shard_dir(directory) if shards is None else shards:
         shard = Shard.load(directory / f"{shard_name(index)}.npz")
         seqs = [
             shard.tokens[int(shard.offsets[i]) : int(shard.offsets[i + 1])].tolist()
@@ -905,20 +916,42 @@ def _bundle(directory: Path, indices: Sequence[int], out: Path, limit: int = 15 
 PROG = "python -m lilicorr_train.mixes"
 
 
+def _whole(text: str, low: int, high: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not low <= value <= high:
+        raise argparse.ArgumentTypeError(f"{value}: {what} is from {low:,} to {high:,}")
+    return value
+
+
+def _shard_index(text: str) -> int:
+    return _whole(text, 0, PLAN.shards - 1, f"a shard of the plan's {PLAN.shards}")
+
+
+def _batch_size(text: str) -> int:
+    return _whole(text, 1, 1 << 16, "the batch size")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
 
     parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("plan", help="print the plan and the first shards' source counts")
+    sub.add_parser("plan", help="print the plan's settings and its fingerprint")
     g = sub.add_parser("generate", help="generate missing shards until the time budget")
     g.add_argument("--target", required=True)
     g.add_argument("--dir", type=Path, required=True)
     g.add_argument("--budget", type=seconds, default=500.0, help="seconds (the target's load included)")
-    g.add_argument("--first", type=int, default=0)
-    g.add_argument("--last", type=int, default=None)
-    g.add_argument("--batch-size", type=int, default=1024)
+    g.add_argument(
+        "--first", type=_shard_index, default=0, help="the first shard of the plan to make (default 0)"
+    )
+    g.add_argument(
+        "--last", type=_shard_index, default=None, help="the last shard to make (default the plan's last)"
+    )
+    g.add_argument("--batch-size", type=_batch_size, default=1024, help="prompts a batch (default 1024)")
     g.add_argument("--bundle", type=Path, default=None, help="tar the shards made into this directory")
-    g.add_argument("--device", default="cuda")
+    g.add_argument("--device", default="cuda", help="where the target generates (default cuda; cpu is slow)")
     b = sub.add_parser("build", help="training and held-out sets from the done shards")
     b.add_argument("--dir", type=Path, required=True)
     b.add_argument("--train", type=Path, required=True)
@@ -943,13 +976,24 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     if args.command == "build":
-        print(json.dumps(build(args.dir, args.train, args.val), indent=1))
+        report = build(args.dir, args.train, args.val)
+        print(json.dumps(report, indent=1))
+        if not report.get("val_sequences"):
+            print(
+                f"{PROG}: warning: the held-out set {args.val} holds no sequence (too few shards)",
+                file=sys.stderr,
+            )
         return 0
     if args.command == "audit":
+        shard_dir(args.dir)  # before the target loads
         tokenizer = load_target_or_say(args.target, dtype="float32", device="cpu").tokenizer
         report = audit(args.dir, tokenizer)
         print(json.dumps(report, indent=1))
         return 1 if report["near_duplicates"] else 0
+    if args.last is not None and args.last < args.first:
+        raise UsageError(f"--last {args.last} is before --first {args.first}: no shard to make")
+    if args.dir.exists() and not args.dir.is_dir():
+        raise UsageError(f"--dir {args.dir} is a file: give a directory for the shards")
     begin = time.perf_counter()
     dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
     target = load_target_or_say(args.target, dtype=dtype, device=args.device, fast=True)

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,20 +26,95 @@ import torch
 from msgspec import structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
+from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.outfile import Inputs
 from lilicorr_runtime.model.load import build_drafter
 
-from .data import Dataset
+from .data import DataError, Dataset
 from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
 from .loop import LOG, TrainConfig, fit, open_run
 from .mixes import Shard
 from .script import Parser, load_target_or_say, run_script, seconds
-from .state import STATE, open_log, read_state, state_path
+from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log, read_state, state_path
 
 
-def _taps(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+def parse_taps(text: str) -> tuple[int, ...]:
+    """--taps: target layers, comma-separated whole numbers >= 0, each once (checked against the target's layers
+    once it is loaded)."""
+    try:
+        taps = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give target layers as whole numbers, e.g. 3,9,15,21,27"
+        ) from None
+    if not taps and text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} names no layer")
+    if any(t < 0 for t in taps):
+        raise argparse.ArgumentTypeError(f"{text!r}: a layer is a whole number from 0")
+    if len(set(taps)) != len(taps):
+        raise argparse.ArgumentTypeError(f"{text!r} names a layer twice")
+    if len(taps) > MAX_TAPS:
+        raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_TAPS} taps")
+    return taps
+
+
+def _bounded(name: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from low to high (the bounds `train` and a run's state take)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {name} is from {low:,} to {high:,}")
+        return value
+
+    return parse
+
+
+def _setting(name: str) -> Callable[[str], int]:
+    _, low, high = SETTINGS[name]
+    return _bounded(name.replace("_", " "), int(low), int(high))
+
+
+def _power_of_two(text: str) -> int:
+    value = _bounded("K", 1, int(HEAD_LIMITS["lilicorr_candidate_topk"][1]))(text)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"{value}: K (the head's top-k) is a power of two")
+    return value
+
+
+def check_new_run(args: argparse.Namespace, target: Any) -> None:
+    """A new run's options against the loaded target, before anything is built: every tap and --init-layer a
+    layer of it, --mask-token-id inside its vocabulary (UsageError naming the option otherwise). A tap of the
+    last layer is allowed (vLLM and TensorRT-LLM capture it) with a warning: SGLang cannot serve it (LC148)."""
+    layers, vocab = target.num_layers, target.vocab_size
+    past = [t for t in args.taps or () if t >= layers]
+    if past:
+        raise UsageError(f"--taps {past} past the target's layers (0 to {layers - 1})")
+    if layers - 1 in (args.taps or ()):
+        print(
+            f"{PROG}: warning: --taps {layers - 1} is the target's last layer, which SGLang cannot capture: "
+            f"`lilicorr-ckpt validate --strict` refuses the drafter for SGLang (LC148)",
+            file=sys.stderr,
+        )
+    if args.init_layer is not None and args.init_layer >= layers:
+        raise UsageError(f"--init-layer {args.init_layer} past the target's layers (0 to {layers - 1})")
+    if args.mask_token_id >= vocab:
+        raise UsageError(f"--mask-token-id {args.mask_token_id} past the target's vocabulary ({vocab} ids)")
+
+
+def held_out_set(path: Path) -> HeldOut:
+    """--val: a held-out set `mixes build` wrote, with at least one sequence."""
+    try:
+        shard = Shard.load(path)
+    except DataError as exc:
+        raise DataError(f"{exc} (--val takes the held-out set `mixes build` writes)") from None
+    if len(shard) == 0:
+        raise InputError(f"--val {path} holds no sequence: `mixes build` held none out (too few shards?)")
+    return HeldOut.of(shard)
 
 
 def log_heldout(run_dir: Path, step: int, record: dict[str, Any], note: str = "") -> None:
@@ -61,18 +136,19 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         inputs.refuse(args.run / name, "RUN's", fix="give the run a directory of its own")
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     data = Dataset.concat([Dataset.load(p) for p in args.data])
-    held = HeldOut.of(Shard.load(args.val))
+    held = held_out_set(args.val)
     target = load_target_or_say(
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
     found = state_path(args.run)
     config = None
     if found is None:
+        check_new_run(args, target)
         if bool((data.tokens == args.mask_token_id).any()):
             raise SystemExit(f"--mask-token-id {args.mask_token_id} occurs in the training data")
         shape = DrafterShape(
             num_layers=args.layers,
-            target_layer_ids=_taps(args.taps) if args.taps else (),
+            target_layer_ids=args.taps,
             mask_token_id=args.mask_token_id,
             candidate_topk=args.k,
             head_hidden_size=args.head_width,
@@ -83,16 +159,21 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=args.batch_size, anchors=args.anchors, lr_drafter=args.lr_drafter, lr_head=args.lr_head
     )
     state = read_state(found) if found is not None else None
-    run = open_run(
-        args.run,
-        config,
-        settings,
-        target,
-        args.init_layer if found is None else None,
-        args.steps,
-        init_from=args.init_from if found is None else None,
-        state=state,
-    )
+    try:
+        run = open_run(
+            args.run,
+            config,
+            settings,
+            target,
+            args.init_layer if found is None else None,
+            args.steps,
+            init_from=args.init_from if found is None else None,
+            state=state,
+        )
+    except ValueError as exc:  # --init-from a drafter of another shape (StateError is one, already worded)
+        if isinstance(exc, StateError) or args.init_from is None:
+            raise
+        raise InputError(f"--init-from {args.init_from}: {exc}") from None
     args.run.mkdir(parents=True, exist_ok=True)
     print(
         json.dumps(
@@ -139,8 +220,17 @@ def heldout_drafter(args: argparse.Namespace) -> dict[str, Any]:
     target = load_target_or_say(
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
+    held = held_out_set(args.val)
     drafter = build_drafter(load_checkpoint(str(args.drafter)), dtype=torch.float32, device=device)
-    record = {"drafter": str(args.drafter), **heldout_tau(drafter, target, HeldOut.of(Shard.load(args.val)))}
+    if any(
+        layer.attention_conv is not None or layer.self_attn.window is not None
+        for layer in drafter.draft_layers
+    ):
+        raise UsageError(
+            f"{args.drafter}: the held-out τ runs the training forward, which supports full-attention drafters "
+            "without convolution; measure this one with `lilicorr-ckpt smoke`"
+        )
+    record = {"drafter": str(args.drafter), **heldout_tau(drafter, target, held)}
     print(json.dumps(record), flush=True)
     return record
 
@@ -155,31 +245,49 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("run", type=Path, metavar="RUN")
     f.add_argument("--target", required=True)
     f.add_argument("--data", type=Path, action="append", required=True)
-    f.add_argument("--val", type=Path, required=True)
+    f.add_argument("--val", type=Path, required=True, help="the held-out set `mixes build` wrote (its --val)")
     f.add_argument(
         "--budget", type=seconds, default=540.0, help="seconds for the whole piece, loads included"
     )
     f.add_argument(
         "--reserve", type=seconds, default=15.0, help="seconds kept for the last save and held-out tau"
     )
-    f.add_argument("--steps", type=int, default=None, help="total steps (new run: 4000; resume: extend)")
-    f.add_argument("--taps", default="", help="new run: target layers tapped, e.g. 1,8,15,22,28")
-    f.add_argument("--init-layer", type=int, default=None)
-    f.add_argument("--init-from", type=Path, default=None)
-    f.add_argument("--mask-token-id", type=int, default=16)
-    f.add_argument("--layers", type=int, default=1)
-    f.add_argument("--k", type=int, default=8)
-    f.add_argument("--head-width", type=int, default=256)
-    f.add_argument("--head-layers", type=int, default=2)
-    f.add_argument("--batch-size", type=int, default=32)
-    f.add_argument("--anchors", type=int, default=48)
+    f.add_argument(
+        "--steps", type=_setting("steps"), default=None, help="total steps (new run: 4000; resume: extend)"
+    )
+    f.add_argument(
+        "--taps",
+        type=parse_taps,
+        default=(),
+        help="new run: target layers tapped, e.g. 3,9,15,21,27 (each below the target's layer count, once; "
+        "the last layer draws a warning: SGLang cannot capture it)",
+    )
+    f.add_argument("--init-layer", type=_bounded("--init-layer", 0, 1 << 20), default=None,
+                   help="new run: the draft layers start from this target layer")  # fmt: skip
+    f.add_argument("--init-from", type=Path, default=None, help="new run: start from this drafter's weights")
+    f.add_argument("--mask-token-id", type=_bounded("--mask-token-id", 0, int(HEAD_LIMITS["mask_token_id"][1])),
+                   default=16, help="new run: the block's mask token, absent from the data (default 16)")  # fmt: skip
+    f.add_argument(
+        "--layers", type=_bounded("--layers", 1, 64), default=1, help="new run: draft layers (default 1)"
+    )
+    f.add_argument(
+        "--k", type=_power_of_two, default=8, help="new run: the head's top-k, a power of two (default 8)"
+    )
+    f.add_argument("--head-width", type=_bounded("--head-width", 1, 1 << 16), default=256,
+                   help="new run: the head's width (default 256)")  # fmt: skip
+    f.add_argument("--head-layers", type=_bounded("--head-layers", 1, 64), default=2,
+                   help="new run: the head's layers (default 2)")  # fmt: skip
+    f.add_argument(
+        "--batch-size", type=_setting("batch_size"), default=32, help="sequences a step (default 32)"
+    )
+    f.add_argument("--anchors", type=_setting("anchors"), default=48, help="blocks a sequence (default 48)")
     f.add_argument("--lr-drafter", type=float, default=6e-4)
     f.add_argument("--lr-head", type=float, default=3e-4)
     f.add_argument("--device", default=None)
     h = sub.add_parser("heldout", help="the held-out tau of a converted drafter")
     h.add_argument("drafter", type=Path)
     h.add_argument("--target", required=True)
-    h.add_argument("--val", type=Path, required=True)
+    h.add_argument("--val", type=Path, required=True, help="the held-out set `mixes build` wrote (its --val)")
     h.add_argument("--device", default=None)
     args = parser.parse_args(argv)
     return run_script(PROG, lambda: _run(args))

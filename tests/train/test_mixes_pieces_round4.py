@@ -134,7 +134,7 @@ def test_usage_errors_are_exit_4_and_a_missing_directory_exit_2(tmp_path, capsys
         err = capsys.readouterr().err
         assert exc.value.code == 4 and "usage error" in err and "Traceback" not in err, (argv, err)
     code, err = _build(capsys, tmp_path / "nope", tmp_path / "t.npz", tmp_path / "v.npz")
-    assert code == 2 and "holds no finished shard" in err
+    assert code == 2 and "nope does not exist" in err
 
 
 def test_a_pieces_run_never_writes_its_state_or_log_over_an_input(shards, tmp_path, capsys):

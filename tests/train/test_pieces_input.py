@@ -1,0 +1,126 @@
+"""Bad options to the training pieces (`lilicorr_train.pieces`, `lilicorr_train.mixes`, bench/train_step.py) are
+refused with the option named and the right exit code, before anything is trained or written: an impossible tap
+once trained a drafter on features no layer wrote, and a negative batch size marked the whole data plan done."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lilicorr_train import mixes, pieces
+from lilicorr_train.data import Dataset
+from lilicorr_train.mixes import Shard, write_npz
+
+from helpers import REPO
+
+TARGET = str(REPO / "examples" / "tiny-target")  # 4 layers, 512 ids
+
+
+@pytest.fixture
+def sets(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A training set, a held-out set of 6 sequences and an empty held-out set, of tiny-target ids (no 511)."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(3, 500, 6 * 40).astype(np.uint16)
+    offsets = np.arange(7, dtype=np.int64) * 40
+    prompts = np.full(6, 10, dtype=np.int32)
+    Dataset(tokens, offsets, prompts).save(tmp_path / "train.npz")
+    six = Shard(tokens, offsets, prompts, np.arange(6, dtype=np.uint8) % 3, np.zeros(6, dtype=np.uint8))
+    write_npz(tmp_path / "val.npz", six.arrays())
+    none = Shard(tokens[:0], offsets[:1], prompts[:0], six.category[:0], six.source[:0])
+    write_npz(tmp_path / "empty.npz", none.arrays())
+    return tmp_path / "train.npz", tmp_path / "val.npz", tmp_path / "empty.npz"
+
+
+def _code(main, argv: list[str]) -> int:
+    """A CLI main's exit code, whether it returns it or exits (argparse's usage errors exit)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
+
+
+def _fit(tmp_path: Path, sets, *extra: str, val: Path | None = None) -> int:
+    train, held, _ = sets
+    argv = ["fit", str(tmp_path / "run"), "--target", TARGET, "--data", str(train), "--val", str(val or held)]
+    return _code(pieces.main, [*argv, "--device", "cpu", "--mask-token-id", "511", "--steps", "1", *extra])
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        (["--taps", "1,1"], "names a layer twice"),
+        (["--taps", "-1"], "a layer is a whole number from 0"),
+        (["--taps", "a,b"], "give target layers as whole numbers"),
+        (["--steps", "0"], "steps is from 1"),
+        (["--batch-size", "0"], "batch size is from 1"),
+        (["--anchors", "-3"], "anchors is from 1"),
+        (["--k", "3"], "is a power of two"),
+        (["--taps", "9"], "--taps [9] past the target's layers (0 to 3)"),
+        (["--mask-token-id", "9999"], "past the target's vocabulary (512 ids)"),
+        (["--init-layer", "9"], "--init-layer 9 past the target's layers"),
+    ],
+)
+def test_fit_refuses_an_impossible_option_before_it_trains(tmp_path, sets, capsys, option, said):
+    assert _fit(tmp_path, sets, *option) == 4
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # nothing written: no state, no log
+
+
+def test_a_tap_on_the_last_layer_trains_with_a_warning_about_sglang(tmp_path, sets, capsys):
+    assert _fit(tmp_path, sets, "--taps", "1,3", "--batch-size", "2", "--anchors", "2", "--budget", "60") == 0
+    assert "last layer, which SGLang cannot capture" in capsys.readouterr().err
+    assert (tmp_path / "run" / "state.safetensors").is_file()
+
+
+def test_fit_and_heldout_refuse_an_empty_or_wrong_held_out_set(tmp_path, sets, capsys):
+    train, _, empty = sets
+    assert _fit(tmp_path, sets, val=empty) == 2
+    assert "holds no sequence" in capsys.readouterr().err
+    assert _fit(tmp_path, sets, val=train) == 2  # training data, no categories
+    assert "--val takes the held-out set `mixes build` writes" in capsys.readouterr().err
+    drafter = str(REPO / "examples" / "tiny-lilicorr")  # convolution layers: not the training forward's
+    assert (
+        pieces.main(["heldout", drafter, "--target", TARGET, "--val", str(sets[1]), "--device", "cpu"]) == 4
+    )
+    assert "full-attention drafters without convolution" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "option, said",
+    [
+        (["--batch-size", "-5"], "the batch size is from 1"),
+        (["--batch-size", "0"], "the batch size is from 1"),
+        (["--first", "5", "--last", "2"], "--last 2 is before --first 5"),
+        (["--first", "72"], "a shard of the plan's 72"),
+    ],
+)
+def test_generate_refuses_a_batch_or_range_that_makes_nothing(tmp_path, capsys, option, said):
+    argv = ["generate", "--target", TARGET, "--dir", str(tmp_path / "shards"), "--device", "cpu", *option]
+    assert _code(mixes.main, argv) == 4
+    assert said in capsys.readouterr().err
+    assert not (tmp_path / "shards").exists()
+
+
+def test_audit_and_build_name_a_missing_or_wrong_shard_directory_before_loading(tmp_path, sets, capsys):
+    # a target that does not exist: the directory is judged first
+    assert mixes.main(["audit", "--dir", str(tmp_path / "nope"), "--target", "/no/target"]) == 2
+    assert "nope does not exist" in capsys.readouterr().err
+    assert mixes.main(["audit", "--dir", str(sets[0]), "--target", "/no/target"]) == 2
+    assert "is not a directory" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    out = ["--train", str(tmp_path / "t.npz"), "--val", str(tmp_path / "v.npz")]
+    assert mixes.main(["build", "--dir", str(tmp_path / "empty"), *out]) == 2
+    assert "holds no finished shard" in capsys.readouterr().err
+    assert mixes.main(["generate", "--target", TARGET, "--dir", str(sets[0]), "--device", "cpu"]) == 4
+    assert "is a file" in capsys.readouterr().err
+
+
+def test_the_bench_refuses_a_tap_past_the_target(capsys):
+    spec = importlib.util.spec_from_file_location("train_step_bench", REPO / "bench" / "train_step.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--target", TARGET, "--device", "cpu", "--taps", "9"]) == 4
+    assert "must lie inside the target (4 layers, 512 ids)" in capsys.readouterr().err
