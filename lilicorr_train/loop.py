@@ -223,6 +223,19 @@ def _resume(path: Path, state: TrainState, train: TrainConfig, target: FastTarge
         raise refuse(f"its training settings are invalid ({exc})") from None
     if steps is not None:
         train = structs.replace(train, steps=steps)
+    trained_for = {
+        "hidden size": (state.config.get("hidden_size"), target.hidden_size),
+        "vocabulary": (state.config.get("vocab_size"), target.vocab_size),
+        "layers": (state.config.get("num_target_layers", target.num_layers), target.num_layers),
+    }
+    differ = [
+        f"{what} {run} (this --target: {given})" for what, (run, given) in trained_for.items() if run != given
+    ]
+    if differ:
+        raise StateError(
+            f"{path.parent} was trained for another target: its target's {', '.join(differ)}; resume it with "
+            "the target it started with"
+        )
     drafter = build_drafter(state.config)
     try:
         drafter.load_state_dict(state.model)

@@ -2,7 +2,7 @@
 times the scale of the data behind the bundled drafter, generated on a GPU in resumable shards.
 
 \b
-  python -m lilicorr_train.mixes plan                          # the shards and what each asks
+  python -m lilicorr_train.mixes plan                          # the plan's settings and fingerprint
   python -m lilicorr_train.mixes generate --target T --dir D --budget 500
   python -m lilicorr_train.mixes build --dir D --train train.npz --val val.npz
   python -m lilicorr_train.mixes audit --dir D --target T      # probes in whole sequences? (CPU)
@@ -936,7 +936,11 @@ def _batch_size(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
 
-    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = Parser(
+        prog=PROG,
+        description="\n\n".join(__doc__.replace("\b\n", "").split("\n\n")[:2]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("plan", help="print the plan's settings and its fingerprint")
     g = sub.add_parser("generate", help="generate missing shards until the time budget")

@@ -125,6 +125,23 @@ def log_heldout(run_dir: Path, step: int, record: dict[str, Any], note: str = ""
         f.write(json.dumps(line) + "\n")
 
 
+# a new run's options and their defaults; a resumed run keeps its own (a warning names those given)
+NEW_RUN: dict[str, Any] = {
+    "taps": (),
+    "init_layer": None,
+    "init_from": None,
+    "mask_token_id": 16,
+    "layers": 1,
+    "k": 8,
+    "head_width": 256,
+    "head_layers": 2,
+    "batch_size": 32,
+    "anchors": 48,
+    "lr_drafter": 6e-4,
+    "lr_head": 3e-4,
+}
+
+
 def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     begin = time.perf_counter()
     # RUN's state and log must be none of the inputs (exit 4, before anything loads)
@@ -141,6 +158,16 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
     found = state_path(args.run)
+    given = [name for name in NEW_RUN if getattr(args, name) is not None]
+    if found is not None and given:
+        print(
+            f"{PROG}: warning: {args.run} resumes with its own drafter and settings; ignored: "
+            + ", ".join("--" + name.replace("_", "-") for name in given),
+            file=sys.stderr,
+        )
+    for name, default in NEW_RUN.items():  # a new run's defaults (None in the parser: to tell what was given)
+        if getattr(args, name) is None:
+            setattr(args, name, default)
     config = None
     if found is None:
         check_new_run(args, target)
@@ -239,7 +266,11 @@ PROG = "python -m lilicorr_train.pieces"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser = Parser(
+        prog=PROG,
+        description="\n\n".join(__doc__.replace("\b\n", "").split("\n\n")[:3]),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     f = sub.add_parser("fit", help="train (or resume) RUN for one piece; log the held-out tau")
     f.add_argument("run", type=Path, metavar="RUN")
@@ -258,31 +289,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument(
         "--taps",
         type=parse_taps,
-        default=(),
         help="new run: target layers tapped, e.g. 3,9,15,21,27 (each below the target's layer count, once; "
-        "the last layer draws a warning: SGLang cannot capture it)",
+        "the last layer draws a warning: SGLang cannot capture it); default spread over the target",
     )
-    f.add_argument("--init-layer", type=_bounded("--init-layer", 0, 1 << 20), default=None,
+    f.add_argument("--init-layer", type=_bounded("--init-layer", 0, 1 << 20),
                    help="new run: the draft layers start from this target layer")  # fmt: skip
-    f.add_argument("--init-from", type=Path, default=None, help="new run: start from this drafter's weights")
+    f.add_argument("--init-from", type=Path, help="new run: start from this drafter's weights")
     f.add_argument("--mask-token-id", type=_bounded("--mask-token-id", 0, int(HEAD_LIMITS["mask_token_id"][1])),
-                   default=16, help="new run: the block's mask token, absent from the data (default 16)")  # fmt: skip
-    f.add_argument(
-        "--layers", type=_bounded("--layers", 1, 64), default=1, help="new run: draft layers (default 1)"
-    )
-    f.add_argument(
-        "--k", type=_power_of_two, default=8, help="new run: the head's top-k, a power of two (default 8)"
-    )
-    f.add_argument("--head-width", type=_bounded("--head-width", 1, 1 << 16), default=256,
+                   help="new run: the block's mask token, absent from the data (default 16)")  # fmt: skip
+    f.add_argument("--layers", type=_bounded("--layers", 1, 64), help="new run: draft layers (default 1)")
+    f.add_argument("--k", type=_power_of_two, help="new run: the head's top-k, a power of two (default 8)")
+    f.add_argument("--head-width", type=_bounded("--head-width", 1, 1 << 16),
                    help="new run: the head's width (default 256)")  # fmt: skip
-    f.add_argument("--head-layers", type=_bounded("--head-layers", 1, 64), default=2,
+    f.add_argument("--head-layers", type=_bounded("--head-layers", 1, 64),
                    help="new run: the head's layers (default 2)")  # fmt: skip
-    f.add_argument(
-        "--batch-size", type=_setting("batch_size"), default=32, help="sequences a step (default 32)"
-    )
-    f.add_argument("--anchors", type=_setting("anchors"), default=48, help="blocks a sequence (default 48)")
-    f.add_argument("--lr-drafter", type=float, default=6e-4)
-    f.add_argument("--lr-head", type=float, default=3e-4)
+    f.add_argument("--batch-size", type=_setting("batch_size"), help="new run: sequences a step (default 32)")
+    f.add_argument("--anchors", type=_setting("anchors"), help="new run: blocks a sequence (default 48)")
+    f.add_argument("--lr-drafter", type=float, help="new run: the drafter's learning rate (default 6e-4)")
+    f.add_argument("--lr-head", type=float, help="new run: the head's learning rate (default 3e-4)")
     f.add_argument("--device", default=None)
     h = sub.add_parser("heldout", help="the held-out tau of a converted drafter")
     h.add_argument("drafter", type=Path)

@@ -5,6 +5,7 @@ once trained a drafter on features no layer wrote, and a negative batch size mar
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,6 +74,11 @@ def test_a_tap_on_the_last_layer_trains_with_a_warning_about_sglang(tmp_path, se
     assert _fit(tmp_path, sets, "--taps", "1,3", "--batch-size", "2", "--anchors", "2", "--budget", "60") == 0
     assert "last layer, which SGLang cannot capture" in capsys.readouterr().err
     assert (tmp_path / "run" / "state.safetensors").is_file()
+    # resumed: a new run's options are named as ignored, and the run keeps its own
+    assert _fit(tmp_path, sets, "--taps", "0,1", "--k", "4", "--budget", "60") == 0
+    out, err = capsys.readouterr()
+    assert "resumes with its own drafter and settings; ignored: --taps, --mask-token-id, --k" in err
+    assert '"taps": [1, 3]' in out
 
 
 def test_fit_and_heldout_refuse_an_empty_or_wrong_held_out_set(tmp_path, sets, capsys):
@@ -124,3 +130,17 @@ def test_the_bench_refuses_a_tap_past_the_target(capsys):
     spec.loader.exec_module(bench)
     assert bench.main(["--target", TARGET, "--device", "cpu", "--taps", "9"]) == 4
     assert "must lie inside the target (4 layers, 512 ids)" in capsys.readouterr().err
+
+
+def test_a_run_resumed_with_another_target_is_refused_naming_both(tmp_path, sets, capsys):
+    sys.path.insert(0, str(REPO / "tests" / "smoke"))
+    from smoke_helpers import write_target  # a random Llama of 16 ids and hidden 64
+
+    assert _fit(tmp_path, sets, "--taps", "1,2", "--batch-size", "2", "--anchors", "2", "--budget", "60") == 0
+    other = write_target(tmp_path / "other", layers=3)
+    train, held, _ = sets
+    argv = ["fit", str(tmp_path / "run"), "--target", str(other), "--data", str(train), "--val", str(held)]
+    assert _code(pieces.main, [*argv, "--device", "cpu", "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "was trained for another target" in err and "This is a bug" not in err
+    assert "vocabulary 512 (this --target: 16)" in err and "layers 4 (this --target: 3)" in err
