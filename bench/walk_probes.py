@@ -44,6 +44,7 @@ from lilicorr_ckpt.smoke.tokenize import tokenize_probes
 from lilicorr_runtime.model.load import build_drafter
 from lilicorr_runtime.target.load import load_target
 from lilicorr_train.heldout import WALK_BATCH, answer_acceptance, decode_walk
+from lilicorr_train.script import run_script
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -149,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None)
     parser.add_argument("--threads", type=int, default=2, help="torch threads on the CPU")
     args = parser.parse_args(argv)
-    print_table(measure(args))
-    return 0
+    return run_script("bench/walk_probes.py", lambda: print_table(measure(args)) or 0)
 
 
 if __name__ == "__main__":

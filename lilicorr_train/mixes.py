@@ -955,7 +955,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     g.add_argument("--batch-size", type=_batch_size, default=1024, help="prompts a batch (default 1024)")
     g.add_argument("--bundle", type=Path, default=None, help="tar the shards made into this directory")
-    g.add_argument("--device", default="cuda", help="where the target generates (default cuda; cpu is slow)")
+    g.add_argument(
+        "--device", default=None, help="where the target generates (default cuda where there is one)"
+    )
     b = sub.add_parser("build", help="training and held-out sets from the done shards")
     b.add_argument("--dir", type=Path, required=True)
     b.add_argument("--train", type=Path, required=True)
@@ -999,8 +1001,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.dir.exists() and not args.dir.is_dir():
         raise UsageError(f"--dir {args.dir} is a file: give a directory for the shards")
     begin = time.perf_counter()
-    dtype = "bfloat16" if args.device.startswith("cuda") else "float32"
-    target = load_target_or_say(args.target, dtype=dtype, device=args.device, fast=True)
+    import torch  # here: plan, build and audit need none
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    target = load_target_or_say(args.target, dtype=dtype, device=device, fast=True)
     spent = time.perf_counter() - begin
     print(json.dumps({"target_load_s": round(spent, 1)}), flush=True)
     made = generate(
