@@ -21,6 +21,7 @@ A tiny run on the CPU, in seconds (the bundled 4-layer target; docs/training.md 
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -42,6 +43,7 @@ from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
 from .loop import LOG, TrainConfig, fit, load_run_drafter, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
+from .script import device_name
 from .state import CONFIG_LIMITS, SETTINGS, STATE, StateError, check_log, read_state, state_path
 
 PROG = "python -m lilicorr_train"
@@ -167,6 +169,16 @@ def _check_run_outputs(
         inputs.refuse(run_dir / name, "RUN's", fix="give the run a directory of its own")
 
 
+def _device(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--device, checked as the scripts check it (a usage error, exit 4)."""
+    if value is None:
+        return None
+    try:
+        return device_name(value)
+    except argparse.ArgumentTypeError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -190,13 +202,17 @@ def _parse_mix(text: str) -> dict[str, float]:
         name, _, value = part.partition("=")
         name = name.strip()
         if name not in SOURCES:
-            raise click.BadParameter(f"unknown source {name!r} (choose from {', '.join(SOURCES)})")
+            raise click.BadParameter(
+                f"unknown source {name!r} (choose from {', '.join(SOURCES)})", param_hint="--mix"
+            )
         try:
             shares[name] = float(value) if value else 1.0
         except ValueError:
-            raise click.BadParameter(f"{part!r}: a share must be a number, as in templates=0.5") from None
+            raise click.BadParameter(
+                f"{part!r}: a share must be a number, as in templates=0.5", param_hint="--mix"
+            ) from None
         if not 0 <= shares[name] < float("inf"):
-            raise click.BadParameter(f"{part!r}: a share must be >= 0")
+            raise click.BadParameter(f"{part!r}: a share must be >= 0", param_hint="--mix")
     if sum(shares.values()) <= 0:
         raise click.BadParameter("the shares add up to 0")
     return shares
@@ -267,7 +283,7 @@ Examples:
     show_default=True,
     help="Prompt sources and their shares, e.g. templates=0.4,stdlib=0.3,self=0.3.",
 )
-@click.option("--device", default=None, help="cuda or cpu (default: cuda when available).")
+@click.option("--device", default=None, callback=_device, help="cuda or cpu (default: cuda when available).")
 def generate(
     target_spec: str,
     out: Path,
@@ -430,7 +446,7 @@ Examples:
     default=None,
     help="New run: time ten steps and set --steps to what fits in this many seconds of training.",
 )
-@click.option("--device", default=None, help="cuda or cpu (default: cuda when available).")
+@click.option("--device", default=None, callback=_device, help="cuda or cpu (default: cuda when available).")
 def train(
     run_dir: Path,
     target_spec: str,

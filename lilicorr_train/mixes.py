@@ -61,7 +61,7 @@ from . import prompts as _prompts
 from .data import SHARD_METHODS, DataError, _check, _read_arrays, encode_prompt, self_written_prompts
 from .dedup import ProbeIndex
 from .prompts import TOPICS, Prompt, training_prompts
-from .script import Parser, load_target_or_say, run_script, seconds
+from .script import Parser, device_name, load_target_or_say, run_script, seconds
 
 CATEGORIES = ("code", "chat", "math")
 SOURCES = ("templates", "stdlib", "self", "selfcode")
@@ -956,7 +956,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     g.add_argument("--batch-size", type=_batch_size, default=1024, help="prompts a batch (default 1024)")
     g.add_argument("--bundle", type=Path, default=None, help="tar the shards made into this directory")
     g.add_argument(
-        "--device", default=None, help="where the target generates (default cuda where there is one)"
+        "--device", type=device_name, help="where the target generates (default cuda where there is one)"
     )
     b = sub.add_parser("build", help="training and held-out sets from the done shards")
     b.add_argument("--dir", type=Path, required=True)

@@ -35,7 +35,7 @@ from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
 from .loop import LOG, TrainConfig, fit, open_run
 from .mixes import Shard
-from .script import Parser, load_target_or_say, run_script, seconds
+from .script import Parser, device_name, load_target_or_say, run_script, seconds
 from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log, read_state, state_path
 
 
@@ -307,12 +307,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--anchors", type=_setting("anchors"), help="new run: blocks a sequence (default 48)")
     f.add_argument("--lr-drafter", type=float, help="new run: the drafter's learning rate (default 6e-4)")
     f.add_argument("--lr-head", type=float, help="new run: the head's learning rate (default 3e-4)")
-    f.add_argument("--device", default=None)
+    f.add_argument("--device", type=device_name, help="cuda or cpu (default cuda where there is one)")
     h = sub.add_parser("heldout", help="the held-out tau of a converted drafter")
     h.add_argument("drafter", type=Path)
     h.add_argument("--target", required=True)
     h.add_argument("--val", type=Path, required=True, help="the held-out set `mixes build` wrote (its --val)")
-    h.add_argument("--device", default=None)
+    h.add_argument("--device", type=device_name, help="cuda or cpu (default cuda where there is one)")
     args = parser.parse_args(argv)
     return run_script(PROG, lambda: _run(args))
 

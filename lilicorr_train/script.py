@@ -42,6 +42,21 @@ def seconds(text: str) -> float:
     return value
 
 
+def device_name(text: str) -> str:
+    """--device: cpu, cuda or cuda:N, CUDA only where there is one (argparse.ArgumentTypeError otherwise)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except (RuntimeError, ValueError):
+        raise argparse.ArgumentTypeError(f"{text!r}: give cpu, cuda or cuda:N") from None
+    if device.type not in ("cpu", "cuda"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"{text!r}: this machine has no CUDA device; give cpu")
+    return text
+
+
 def load_target_or_say(spec: str, **kwargs: Any) -> Any:
     """load_target, its failure an InputError naming --target and the loader's own first line."""
     try:

@@ -144,3 +144,15 @@ def test_a_run_resumed_with_another_target_is_refused_naming_both(tmp_path, sets
     err = capsys.readouterr().err
     assert "was trained for another target" in err and "This is a bug" not in err
     assert "vocabulary 512 (this --target: 16)" in err and "layers 4 (this --target: 3)" in err
+
+
+def test_a_device_that_is_not_here_is_a_usage_error_naming_it(capsys):
+    from lilicorr_train.__main__ import main as train_main
+
+    assert _code(mixes.main, ["generate", "--target", TARGET, "--dir", "d", "--device", "tpu"]) == 4
+    assert "'tpu': give cpu, cuda or cuda:N" in capsys.readouterr().err
+    assert _code(train_main, ["generate", "--target", TARGET, "--out", "x.npz", "--device", "gpu"]) == 4
+    assert "'gpu': give cpu, cuda or cuda:N" in capsys.readouterr().err
+    mix = ["generate", "--target", TARGET, "--out", "x.npz", "--device", "cpu", "--mix", "foo=1"]
+    assert _code(train_main, mix) == 4
+    assert "--mix" in capsys.readouterr().err
