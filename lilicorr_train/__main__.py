@@ -523,6 +523,12 @@ def train(
         raise
     except ValueError as exc:  # a drafter of another shape, a config the tooling refuses
         raise click.ClickException(str(exc)) from None
+    if steps is not None and run.step >= steps:
+        click.echo(
+            f"warning: --steps {steps} is not past the run's step {run.step}: nothing to train "
+            "(give a larger --steps to extend it)",
+            err=True,
+        )
     click.echo(
         f"fit: step {run.step}/{run.train.steps}, {len(data)} sequences, settings "
         f"{json.dumps(structs.asdict(run.train))}",

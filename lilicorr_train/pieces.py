@@ -201,6 +201,12 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(exc, StateError) or args.init_from is None:
             raise
         raise InputError(f"--init-from {args.init_from}: {exc}") from None
+    if args.steps is not None and run.step >= args.steps:
+        print(
+            f"{PROG}: warning: --steps {args.steps} is not past the run's step {run.step}: nothing to train "
+            "(give a larger --steps to extend it)",
+            file=sys.stderr,
+        )
     args.run.mkdir(parents=True, exist_ok=True)
     print(
         json.dumps(

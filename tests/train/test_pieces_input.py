@@ -78,6 +78,7 @@ def test_a_tap_on_the_last_layer_trains_with_a_warning_about_sglang(tmp_path, se
     assert _fit(tmp_path, sets, "--taps", "0,1", "--k", "4", "--budget", "60") == 0
     out, err = capsys.readouterr()
     assert "resumes with its own drafter and settings; ignored: --taps, --mask-token-id, --k" in err
+    assert "--steps 1 is not past the run's step 1: nothing to train" in err
     assert '"taps": [1, 3]' in out
 
 
