@@ -61,7 +61,7 @@ from . import prompts as _prompts
 from .data import SHARD_METHODS, DataError, _check, _read_arrays, encode_prompt, self_written_prompts
 from .dedup import ProbeIndex
 from .prompts import TOPICS, Prompt, training_prompts
-from .script import Parser, device_name, load_target_or_say, run_script, seconds
+from .script import Parser, device_name, load_target_or_say, run_script, seconds, whole_number
 
 CATEGORIES = ("code", "chat", "math")
 SOURCES = ("templates", "stdlib", "self", "selfcode")
@@ -916,22 +916,8 @@ def _bundle(directory: Path, indices: Sequence[int], out: Path, limit: int = 15 
 PROG = "python -m lilicorr_train.mixes"
 
 
-def _whole(text: str, low: int, high: int, what: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not low <= value <= high:
-        raise argparse.ArgumentTypeError(f"{value}: {what} is from {low:,} to {high:,}")
-    return value
-
-
-def _shard_index(text: str) -> int:
-    return _whole(text, 0, PLAN.shards - 1, f"a shard of the plan's {PLAN.shards}")
-
-
-def _batch_size(text: str) -> int:
-    return _whole(text, 1, 1 << 16, "the batch size")
+_shard_index = whole_number(f"a shard of the plan's {PLAN.shards}", 0, PLAN.shards - 1)
+_batch_size = whole_number("the batch size", 1, 1 << 16)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -35,7 +35,7 @@ from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
 from .loop import LOG, TrainConfig, fit, open_run
 from .mixes import Shard
-from .script import Parser, device_name, load_target_or_say, run_script, seconds
+from .script import Parser, device_name, load_target_or_say, run_script, seconds, whole_number
 from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log, read_state, state_path
 
 
@@ -59,28 +59,13 @@ def parse_taps(text: str) -> tuple[int, ...]:
     return taps
 
 
-def _bounded(name: str, low: int, high: int) -> Callable[[str], int]:
-    """An argparse type: a whole number from low to high (the bounds `train` and a run's state take)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is out of range: {name} is from {low:,} to {high:,}")
-        return value
-
-    return parse
-
-
 def _setting(name: str) -> Callable[[str], int]:
     _, low, high = SETTINGS[name]
-    return _bounded(name.replace("_", " "), int(low), int(high))
+    return whole_number(name.replace("_", " "), int(low), int(high))
 
 
 def _power_of_two(text: str) -> int:
-    value = _bounded("K", 1, int(HEAD_LIMITS["lilicorr_candidate_topk"][1]))(text)
+    value = whole_number("K", 1, int(HEAD_LIMITS["lilicorr_candidate_topk"][1]))(text)
     if value & (value - 1):
         raise argparse.ArgumentTypeError(f"{value}: K (the head's top-k) is a power of two")
     return value
@@ -91,10 +76,10 @@ def check_new_run(args: argparse.Namespace, target: Any) -> None:
     layer of it, --mask-token-id inside its vocabulary (UsageError naming the option otherwise). A tap of the
     last layer is allowed (vLLM and TensorRT-LLM capture it) with a warning: SGLang cannot serve it (LC148)."""
     layers, vocab = target.num_layers, target.vocab_size
-    past = [t for t in args.taps or () if t >= layers]
+    past = [t for t in args.taps if t >= layers]
     if past:
         raise UsageError(f"--taps {past} past the target's layers (0 to {layers - 1})")
-    if layers - 1 in (args.taps or ()):
+    if layers - 1 in args.taps:
         print(
             f"{PROG}: warning: --taps {layers - 1} is the target's last layer, which SGLang cannot capture: "
             f"`lilicorr-ckpt validate --strict` refuses the drafter for SGLang (LC148)",
@@ -255,10 +240,7 @@ def heldout_drafter(args: argparse.Namespace) -> dict[str, Any]:
     )
     held = held_out_set(args.val)
     drafter = build_drafter(load_checkpoint(str(args.drafter)), dtype=torch.float32, device=device)
-    if any(
-        layer.attention_conv is not None or layer.self_attn.window is not None
-        for layer in drafter.draft_layers
-    ):
+    if not drafter.trains_on_blocks:
         raise UsageError(
             f"{args.drafter}: the held-out τ runs the training forward, which supports full-attention drafters "
             "without convolution; measure this one with `lilicorr-ckpt smoke`"
@@ -298,16 +280,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="new run: target layers tapped, e.g. 3,9,15,21,27 (each below the target's layer count, once; "
         "the last layer draws a warning: SGLang cannot capture it); default spread over the target",
     )
-    f.add_argument("--init-layer", type=_bounded("--init-layer", 0, 1 << 20),
+    f.add_argument("--init-layer", type=whole_number("--init-layer", 0, 1 << 20),
                    help="new run: the draft layers start from this target layer")  # fmt: skip
     f.add_argument("--init-from", type=Path, help="new run: start from this drafter's weights")
-    f.add_argument("--mask-token-id", type=_bounded("--mask-token-id", 0, int(HEAD_LIMITS["mask_token_id"][1])),
+    f.add_argument("--mask-token-id", type=whole_number("--mask-token-id", 0, int(HEAD_LIMITS["mask_token_id"][1])),
                    help="new run: the block's mask token, absent from the data (default 16)")  # fmt: skip
-    f.add_argument("--layers", type=_bounded("--layers", 1, 64), help="new run: draft layers (default 1)")
+    f.add_argument("--layers", type=whole_number("--layers", 1, 64), help="new run: draft layers (default 1)")
     f.add_argument("--k", type=_power_of_two, help="new run: the head's top-k, a power of two (default 8)")
-    f.add_argument("--head-width", type=_bounded("--head-width", 1, 1 << 16),
+    f.add_argument("--head-width", type=whole_number("--head-width", 1, 1 << 16),
                    help="new run: the head's width (default 256)")  # fmt: skip
-    f.add_argument("--head-layers", type=_bounded("--head-layers", 1, 64),
+    f.add_argument("--head-layers", type=whole_number("--head-layers", 1, 64),
                    help="new run: the head's layers (default 2)")  # fmt: skip
     f.add_argument("--batch-size", type=_setting("batch_size"), help="new run: sequences a step (default 32)")
     f.add_argument("--anchors", type=_setting("anchors"), help="new run: blocks a sequence (default 48)")

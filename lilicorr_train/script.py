@@ -42,6 +42,21 @@ def seconds(text: str) -> float:
     return value
 
 
+def whole_number(name: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number from low to high; `name` says what it is in the refusal."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range: {name} is from {low:,} to {high:,}")
+        return value
+
+    return parse
+
+
 def device_name(text: str) -> str:
     """--device: cpu, cuda or cuda:N, CUDA only where there is one (argparse.ArgumentTypeError otherwise)."""
     import torch

@@ -957,6 +957,14 @@ class Drafter(nn.Module):
             cache.keys[i][batch_index, :, positions] = k.transpose(1, 2)
             cache.values[i][batch_index, :, positions] = v.transpose(1, 2)
 
+    @property
+    def trains_on_blocks(self) -> bool:
+        """Whether `forward_blocks` (training's many-blocks pass) supports this drafter: full attention, no
+        convolution."""
+        return all(
+            layer.attention_conv is None and layer.self_attn.window is None for layer in self.draft_layers
+        )
+
     def forward_blocks(
         self, context: torch.Tensor, block_embeddings: torch.Tensor, anchors: torch.Tensor
     ) -> torch.Tensor:
@@ -964,10 +972,7 @@ class Drafter(nn.Module):
         target features of every position), block_embeddings [b, m, B, M] of [x_a, mask x (B-1)], anchors [b, m]
         -> final-normed hidden [b, m, B, M]. Block j attends to the context rows before its anchor and to its own
         B rows, at rotary positions anchor.., exactly as `forward` drafts it after anchor context rows."""
-        if any(
-            layer.attention_conv is not None or layer.self_attn.window is not None
-            for layer in self.draft_layers
-        ):
+        if not self.trains_on_blocks:
             raise ValueError("training supports full-attention drafters without convolution")
         b, m, block, width = block_embeddings.shape
         length = context.shape[1]
