@@ -78,21 +78,30 @@ def draft_blocks(
 
 
 class Drafted(Struct):
-    """One batch's blocks drafted teacher-forced: what the losses and the acceptance measures read."""
+    """One batch's blocks drafted teacher-forced: what the losses and the acceptance measures read. The
+    vocabulary-wide logits themselves are not kept: only what is read of them."""
 
     truth: torch.Tensor  # [b, m, S] x_{a+s}
     slot_valid: torch.Tensor  # [b, m, S] inside the sequence, of a valid anchor
     pass_hidden: torch.Tensor  # [b, m, S, M] final-normed hidden of the mask slots
     context: torch.Tensor  # [b, L, M] projected context rows
-    logits: torch.Tensor  # [b, m, S, V] fp32
-    lse: torch.Tensor  # [b, m, S]
+    argmax: torch.Tensor  # [b, m, S] the drafter's most likely token (the control's draft)
+    truth_log_prob: torch.Tensor  # [b, m, S] fp32 log-probability of x_{a+s}
+    ids: torch.Tensor | None  # [b, m, S, K] the top-K candidates, rank 0 = best (None without a head)
+    candidate_log_probs: torch.Tensor | None  # [b, m, S, K] fp32 their log-probabilities
 
 
 def draft_teacher_forced(
     drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, features: torch.Tensor,
-    batch: TrainBatch,
+    batch: TrainBatch, exact: bool = False,
 ) -> Drafted:  # fmt: skip
-    """Every anchor's block [x_a, mask x S] drafted from the target's taps of the positions before it."""
+    """Every anchor's block [x_a, mask x S] drafted from the target's taps of the positions before it.
+
+    The log-probabilities: with `exact`, as decoding computes them (the logits in fp32 minus their logsumexp:
+    what the held-out walk compares with the decoder); otherwise one fused log-softmax of the lm_head product in
+    its own dtype (bf16 under autocast) into fp32, read once at the true token and the K candidates, so the
+    backward scatters into the vocabulary once: the training step's vocabulary-wide work, where most of its
+    time went, in a few passes instead of a cast, a logsumexp of six passes and their backward."""
     tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
     b, m = anchors.shape
     block = drafter.block_size
@@ -105,14 +114,26 @@ def draft_teacher_forced(
     block_embeddings = F.embedding(block_ids, embed_weight)  # [b, m, B, M] frozen
     hidden, context = draft_blocks(drafter, features, block_embeddings, anchors)
     pass_hidden = hidden[:, :, 1:]  # [b, m, S, M]
-    logits = F.linear(pass_hidden, lm_head_weight).float()  # [b, m, S, V]
+    truth = gathered[:, :, 1:]
+    logits = F.linear(pass_hidden, lm_head_weight)  # [b, m, S, V]
+    if exact:
+        logits = logits.float()
+    head = drafter.lilicorr
+    ids = logits.detach().topk(head.candidate_topk, dim=-1).indices if head is not None else None
+    index = truth[..., None] if ids is None else torch.cat([truth[..., None], ids], dim=-1)
+    if exact:
+        picked = logits.gather(-1, index) - torch.logsumexp(logits, dim=-1, keepdim=True)
+    else:
+        picked = torch.log_softmax(logits, dim=-1, dtype=torch.float32).gather(-1, index)
     return Drafted(
-        truth=gathered[:, :, 1:],
+        truth=truth,
         slot_valid=in_sequence[:, :, 1:] & anchor_valid[:, :, None],
         pass_hidden=pass_hidden,
         context=context,
-        logits=logits,
-        lse=torch.logsumexp(logits, dim=-1),
+        argmax=logits.detach().argmax(-1),
+        truth_log_prob=picked[..., 0],
+        ids=ids,
+        candidate_log_probs=None if ids is None else picked[..., 1:],
     )
 
 
@@ -120,21 +141,18 @@ def head_lattice(
     drafter: Drafter, embed_weight: torch.Tensor, drafted: Drafted, anchors: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The head over each block's top-K candidates: (ids [b, m, S, K], start [b*m, K], pairs [b*m, S-1, K, K]);
-    the anchor row is the context row of the position before it."""
+    the anchor row is the context row of the position before it. Gradients reach the backbone through the
+    candidates' log-probabilities."""
     head = drafter.lilicorr
-    assert head is not None
-    b, m, slots, _ = drafted.logits.shape
-    k = head.candidate_topk
-    ids = drafted.logits.detach().topk(k, dim=-1).indices  # [b, m, S, K], rank 0 = best
-    candidate_log_probs = (
-        drafted.logits.gather(-1, ids) - drafted.lse[..., None]
-    )  # gradients reach the backbone
+    assert head is not None and drafted.ids is not None and drafted.candidate_log_probs is not None
+    ids = drafted.ids
+    b, m, slots, k = ids.shape
     context = drafted.context
     anchor_rows = context.gather(1, (anchors - 1).clamp(min=0)[..., None].expand(-1, -1, context.shape[2]))
     rows = b * m
     start, pairs = head(
         F.embedding(ids, embed_weight).reshape(rows, slots, k, -1),
-        candidate_log_probs.reshape(rows, slots, k),
+        drafted.candidate_log_probs.reshape(rows, slots, k),
         drafted.pass_hidden.reshape(rows, slots, -1),
         anchor_rows.reshape(rows, -1),
     )
@@ -148,8 +166,8 @@ def accepted_lengths(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:  # fmt: skip
     """Each anchor's accepted draft length, teacher-forced, as greedy decoding would accept that block: the
     control's argmax walk [b, m] and the head's greedy walk [b, m] (None without a head); 0 where not valid."""
-    drafted = draft_teacher_forced(drafter, embed_weight, lm_head_weight, features, batch)
-    hits = (drafted.logits.argmax(-1) == drafted.truth) & drafted.slot_valid
+    drafted = draft_teacher_forced(drafter, embed_weight, lm_head_weight, features, batch, exact=True)
+    hits = (drafted.argmax == drafted.truth) & drafted.slot_valid
     control = hits.long().cumprod(-1).sum(-1)
     if drafter.lilicorr is None:
         return control, None
@@ -180,15 +198,14 @@ def training_step(
     device = batch.tokens.device
     offsets = torch.arange(drafter.block_size, device=device)
     drafted = draft_teacher_forced(drafter, embed_weight, lm_head_weight, features, batch)
-    truth, slot_valid, logits, lse = drafted.truth, drafted.slot_valid, drafted.logits, drafted.lse
-    truth_logit = logits.gather(-1, truth[..., None])[..., 0]
-    ce = lse - truth_logit  # [b, m, S]
+    truth, slot_valid = drafted.truth, drafted.slot_valid
+    ce = -drafted.truth_log_prob  # [b, m, S]
     decay = torch.exp(-torch.arange(slots, device=device, dtype=torch.float32) / weights.beta)  # slot 1 -> 1
     slot_weight = decay * slot_valid
     dflash_loss = (ce * slot_weight).sum() / slot_weight.sum().clamp(min=1)
 
     metrics = {"dflash": float(dflash_loss.detach())}
-    argmax_hit = (logits.detach().argmax(-1) == truth) & slot_valid
+    argmax_hit = (drafted.argmax == truth) & slot_valid
     metrics["control_accept"] = float(argmax_hit.long().cumprod(-1).sum(-1).float()[anchor_valid].mean())
     metrics["slot1_top1"] = float(argmax_hit[:, :, 0][anchor_valid].float().mean())
     head = drafter.lilicorr
@@ -220,8 +237,8 @@ def training_step(
             q_hidden = target_hidden.gather(
                 1, q_positions.reshape(b, -1, 1).expand(-1, -1, target_hidden.shape[2])
             )
-            target_logits = F.linear(q_hidden, lm_head_weight).float().view(b, m, slots, -1)
-            log_q = target_logits.gather(-1, ids) - torch.logsumexp(target_logits, -1, keepdim=True)
+            target_logits = F.linear(q_hidden, lm_head_weight).view(b, m, slots, -1)
+            log_q = torch.log_softmax(target_logits, dim=-1, dtype=torch.float32).gather(-1, ids)
             log_q = log_q.reshape(rows, slots, k)
         log_q_true = log_q.gather(-1, true_index[..., None])
         cost = torch.relu(log_q_true - log_q)  # [rows, S, K]

@@ -13,7 +13,7 @@ from lilicorr_train.export import DrafterShape, build_drafter, drafter_config
 from lilicorr_train.heldout import decode_walk, walk_rows, walk_tau
 from lilicorr_train.loop import init_from_target, target_pass
 from lilicorr_train.mixes import Shard
-from lilicorr_train.objective import LossWeights, TrainBatch, training_step
+from lilicorr_train.objective import LossWeights, TrainBatch, draft_teacher_forced, training_step
 
 from helpers import REPO
 
@@ -122,3 +122,40 @@ def test_the_walk_does_not_depend_on_its_batch(trained):
     assert together == alone and together["val_walk_sequences"] == 5
     nothing = _shard([prompts[0] + answers[0][:1]], [len(prompts[0])], [0])
     assert walk_tau(drafter, target, nothing) == {"val_walk_sequences": 0}  # no tau rather than a made-up one
+
+
+def test_the_training_steps_log_probabilities_are_the_exact_ones(trained):
+    """draft_teacher_forced: the training step's fused log-softmax, read once at the truth and the K candidates,
+    gives the exact path's values (the logits minus their logsumexp, what the walk and decoding read) to fp32
+    round-off, the same candidates and argmax, and the same gradients through the candidates' log-probabilities
+    and the truth's."""
+    target, drafter, prompts, answers, _ = trained
+    seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
+    tokens = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        tokens[r, : len(s)] = torch.tensor(s)
+    lengths = torch.tensor([len(s) for s in seqs])
+    anchors = torch.stack([torch.arange(len(p), len(p) + 12) for p in prompts])
+    batch = TrainBatch(tokens, lengths, anchors, anchors <= lengths[:, None] - 2)
+    _, features = target_pass(target, tokens, drafter.target_layer_ids)
+    embed, head = target.embed_tokens.weight.detach(), target.lm_head.weight.detach()
+    grads = {}
+    for exact in (True, False):
+        drafter.zero_grad()
+        drafted = draft_teacher_forced(drafter, embed, head, features, batch, exact=exact)
+        weights = torch.linspace(0.5, 1.5, drafted.candidate_log_probs.shape[-1])
+        loss = (drafted.candidate_log_probs * weights).sum() - 2 * drafted.truth_log_prob.sum()
+        loss.backward()
+        grads[exact] = (drafted, [p.grad.clone() for p in drafter.parameters() if p.grad is not None])
+    (exact, exact_grads), (fast, fast_grads) = grads[True], grads[False]
+    assert torch.equal(exact.ids, fast.ids) and torch.equal(exact.argmax, fast.argmax)
+    assert exact.candidate_log_probs.dtype == fast.candidate_log_probs.dtype == torch.float32
+    torch.testing.assert_close(fast.candidate_log_probs, exact.candidate_log_probs, rtol=0, atol=2e-5)
+    torch.testing.assert_close(fast.truth_log_prob, exact.truth_log_prob, rtol=0, atol=2e-5)
+    # a drafter that is not sure of everything: the values mean something
+    assert exact.truth_log_prob.min() < -1.0
+    assert len(exact_grads) == len(fast_grads) > 0
+    for e, f in zip(exact_grads, fast_grads, strict=True):
+        # fp32 round-off, summed over the batch: each tensor as a whole within 1e-4, no element off by more
+        assert float((f - e).norm()) <= 1e-4 * float(e.norm()) + 1e-7
+        torch.testing.assert_close(f, e, rtol=1e-3, atol=1e-4)
