@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Pack what a GPU call of examples/train_smollm2/v3.sh carries, under .cache/dev/ (gitignored, never committed):
 # the SmolLM2 target as two raw halves (.cache/dev/g/p00, p01: 49.2 MB each; the Q4_1 GGUF barely compresses) and
-# the wheels the GPU image lacks (msgspec, gguf).
+# the wheels the GPU image lacks (msgspec, gguf; jsonschema and its needs, which the smoke and report tests import).
 #
 # A call carries at most 64 MiB, the working tree included. The tree is 24 MB, 14 MB of it the bundled drafter's
 # weights, which a data call does not need: `scripts/light_tree.sh hide` moves them out of the tree (to
@@ -21,5 +21,6 @@ fi
 cat .cache/dev/g/p0* | sha256sum
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-  -d .cache/dev/whl msgspec==0.23.0 gguf==0.19.0
+  -d .cache/dev/whl msgspec==0.23.0 gguf==0.19.0 \
+  jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 rpds-py==2026.9.1
 ls -l .cache/dev/g .cache/dev/whl
