@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from msgspec import Struct
 
 from lilicorr_runtime.model.drafter import Drafter
+from lilicorr_runtime.ops import topk_lse
 
 
 class LossWeights(Struct, frozen=True):
@@ -97,11 +98,13 @@ def draft_teacher_forced(
 ) -> Drafted:  # fmt: skip
     """Every anchor's block [x_a, mask x S] drafted from the target's taps of the positions before it.
 
-    The log-probabilities: with `exact`, as decoding computes them (the logits in fp32 minus their logsumexp:
-    what the held-out walk compares with the decoder); otherwise one fused log-softmax of the lm_head product in
-    its own dtype (bf16 under autocast) into fp32, read once at the true token and the K candidates, so the
-    backward scatters into the vocabulary once: the training step's vocabulary-wide work, where most of its
-    time went, in a few passes instead of a cast, a logsumexp of six passes and their backward."""
+    The candidates (and the control's argmax, the first of them) come from the runtime's `topk_lse`, as decoding
+    draws them: one pass over the logits (a Triton kernel on CUDA), ties in column order. Their log-probabilities:
+    with `exact`, as decoding computes them (the logits minus topk_lse's log-partition: what the held-out walk
+    compares with the decoder); otherwise, for the gradient, one fused log-softmax of the lm_head product in its
+    own dtype (bf16 under autocast) into fp32, read once at the true token and the K candidates, so the backward
+    scatters into the vocabulary once: the step's vocabulary-wide work in a few passes instead of an fp32 copy, a
+    sort-based top-K, a logsumexp of six passes and their backward."""
     tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
     b, m = anchors.shape
     block = drafter.block_size
@@ -115,14 +118,15 @@ def draft_teacher_forced(
     hidden, context = draft_blocks(drafter, features, block_embeddings, anchors)
     pass_hidden = hidden[:, :, 1:]  # [b, m, S, M]
     truth = gathered[:, :, 1:]
-    logits = F.linear(pass_hidden, lm_head_weight)  # [b, m, S, V]
-    if exact:
-        logits = logits.float()
+    logits = F.linear(pass_hidden, lm_head_weight)  # [b, m, S, V] in the product's dtype
     head = drafter.lilicorr
-    ids = logits.detach().topk(head.candidate_topk, dim=-1).indices if head is not None else None
+    k = head.candidate_topk if head is not None else 1
+    _, top, lse = topk_lse(logits.detach().reshape(-1, logits.shape[-1]), k)
+    top = top.view(*truth.shape, k)
+    ids = top if head is not None else None
     index = truth[..., None] if ids is None else torch.cat([truth[..., None], ids], dim=-1)
     if exact:
-        picked = logits.gather(-1, index) - torch.logsumexp(logits, dim=-1, keepdim=True)
+        picked = logits.gather(-1, index).float() - lse.view(truth.shape)[..., None]
     else:
         picked = torch.log_softmax(logits, dim=-1, dtype=torch.float32).gather(-1, index)
     return Drafted(
@@ -130,7 +134,7 @@ def draft_teacher_forced(
         slot_valid=in_sequence[:, :, 1:] & anchor_valid[:, :, None],
         pass_hidden=pass_hidden,
         context=context,
-        argmax=logits.detach().argmax(-1),
+        argmax=top[..., 0],
         truth_log_prob=picked[..., 0],
         ids=ids,
         candidate_log_probs=None if ids is None else picked[..., 1:],
