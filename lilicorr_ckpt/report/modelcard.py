@@ -717,16 +717,30 @@ def _profile_section(profile: SmokeReport, unverified: list[str], chart: str | N
 
 
 def _sweep_table(profile: SmokeReport) -> list[str]:
-    """`smoke --sweep`: the speed-up over the target alone at each batch size (none without a sweep)."""
-    if not profile.sweep:
-        return []
-    spec = [a for a in profile.sweep[0].tokens_per_second if a != "ar"]
+    """The speed-up over the target alone: at each batch size of `smoke --sweep`, or, without a sweep, at the
+    measured run's own batch (where its target-only arm ran); nothing where neither was timed."""
     names = {"head": "LiLiCorr head", "control": "DFlash control"}
+    if profile.sweep:
+        requests = profile.sweep[0].requests
+        spec = [a for a in profile.sweep[0].tokens_per_second if a != "ar"]
+        rows = [
+            (point.batch, point.tokens_per_second, point.speedup_vs_ar) for point in profile.sweep
+        ]  # fmt: skip
+        title = f"Speed by concurrency ({requests} prompts, `batch` of them decoded side by side; "
+    else:
+        ar = profile.arms.get("ar")
+        spec = [a for a in profile.arms if a != "ar"]
+        if ar is None or not ar.tokens_per_second or not spec:
+            return []
+        rates = {a: profile.arms[a].tokens_per_second for a in [*spec, "ar"]}
+        ratios = {a: profile.arms[a].speedup_vs_ar for a in spec}
+        rows = [(profile.measurement_conditions.concurrency, rates, ratios)]
+        title = f"Speed in the measured run ({ar.requests} prompts, `batch` of them decoded side by side; "
     cpu = profile.measurement_conditions.device.startswith("cpu")
     out = [
         "",
-        f"Speed by concurrency ({profile.sweep[0].requests} prompts, `batch` of them decoded side by side; "
-        "each arm's tokens over its elapsed time, prefill included"
+        title
+        + "each arm's tokens over its elapsed time, prefill included"
         + ("; on a CPU these measure Python and kernel launches, not the drafter" if cpu else "")
         + "):",
         "",
@@ -735,14 +749,12 @@ def _sweep_table(profile: SmokeReport) -> list[str]:
         + " |",
         "|---:|---:|" + "---:|---:|" * len(spec),
     ]
-    for point in profile.sweep:
+    for batch, rates, ratios in rows:
         cells = []
         for a in spec:
-            ratio = point.speedup_vs_ar.get(a)
-            cells += [f"{point.tokens_per_second[a]:,.0f}", "–" if ratio is None else f"{ratio:.2f}×"]
-        out.append(
-            f"| {point.batch} | {point.tokens_per_second.get('ar', 0.0):,.0f} | " + " | ".join(cells) + " |"
-        )
+            ratio = ratios.get(a)
+            cells += [f"{rates[a]:,.0f}", "–" if ratio is None else f"{ratio:.2f}×"]
+        out.append(f"| {batch} | {rates.get('ar', 0.0):,.0f} | " + " | ".join(cells) + " |")
     return out
 
 

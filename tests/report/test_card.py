@@ -296,10 +296,11 @@ def test_the_profile_adds_acceptance_per_benchmark_with_counts_hardware_and_vers
     assert "| **all** | 6 | 1.017 (119/117) | 1.000 (119/119) | +1.7% | 0.017 (2/117) |" in out
     assert "| head | conditional | 0.017 (2/117) | 0.000 (0/2) | – (0/0) |" in out
     assert "| head | marginal | 0.017 (2/117) | 0.000 (0/117) | 0.000 (0/117) |" in out
-    table = out[out.index("| benchmark |") : out.index("Gates:")]
+    table = out[out.index("| benchmark |") : out.index("Speed in the measured run")]
     numbers = re.findall(r"(?<![\d(/.+-])\d+\.\d+(?![\d/%])", table)  # tau and rates (gains are percentages)
     assert len(numbers) > 20 and all(re.fullmatch(r"\d\.\d{3}", n) for n in numbers), numbers  # never "0.6"
     assert re.findall(r"[+-]\d+\.\d+%", table) == ["+3.4%", "+0.0%", "+2.4%", "+1.7%"]
+    assert "| 1 | 91 | 23 | 0.25× | 31 | 0.34× |" in out  # the run's speed at its batch: the profile has no sweep
     assert "Gates: measured PASS, lossless PASS, head-loaded PASS, kernel-parity PASS" in out
 
 

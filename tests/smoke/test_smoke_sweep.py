@@ -47,12 +47,21 @@ def _struct(report: dict) -> dict:
     return msgspec.structs.asdict(msgspec.json.decode(json.dumps(report).encode(), type=SmokeReport))
 
 
-def test_without_a_sweep_the_profile_has_none_and_the_text_no_table(smoke, drafter, target):
-    ran = smoke(drafter, "-t", target, *SMALL, "--limit", "1", "--format", "json")
+def test_without_a_sweep_the_profile_has_none_and_the_card_the_measured_runs_speed(smoke, drafter, target):
+    ran = smoke(drafter, "-t", target, *SMALL, "--limit", "1", "--batch", "2", "--format", "json")
     assert ran.code == 0, ran.stderr
     assert ran.report["sweep"] == []
     report = SmokeReport(**_struct(ran.report))
-    assert "speed by batch size" not in render_text(report) and _sweep_table(report) == []
+    assert "speed by batch size" not in render_text(report)
+    table = _sweep_table(report)
+    assert table[1].startswith("Speed in the measured run (3 prompts, `batch` of them")
+    (row,) = [line for line in table if line.startswith("| 2 ")]  # the run's own batch, its only row
+    arms = report.arms
+    assert row.split(" | ")[1] == f"{arms['ar'].tokens_per_second:,.0f}"
+    assert f"{arms['head'].speedup_vs_ar:.2f}×" in row and f"{arms['control'].speedup_vs_ar:.2f}×" in row
+    # a run without its target-only arm timed nothing to compare with: no table
+    no_ar = msgspec.structs.replace(report, arms={a: s for a, s in arms.items() if a != "ar"})
+    assert _sweep_table(no_ar) == []
 
 
 def test_sampling_times_the_sizes_without_comparing_tokens(smoke, drafter, target):
