@@ -26,6 +26,7 @@ from msgspec import Struct
 
 from lilicorr_runtime.model.drafter import Drafter
 from lilicorr_runtime.ops import topk_lse
+from lilicorr_runtime.ops.core import use_triton
 
 
 class LossWeights(Struct, frozen=True):
@@ -99,12 +100,18 @@ def draft_teacher_forced(
     """Every anchor's block [x_a, mask x S] drafted from the target's taps of the positions before it.
 
     The candidates (and the control's argmax, the first of them) come from the runtime's `topk_lse`, as decoding
-    draws them: one pass over the logits (a Triton kernel on CUDA), ties in column order. Their log-probabilities:
-    with `exact`, as decoding computes them (the logits minus topk_lse's log-partition: what the held-out walk
-    compares with the decoder); otherwise, for the gradient, one fused log-softmax of the lm_head product in its
-    own dtype (bf16 under autocast) into fp32, read once at the true token and the K candidates, so the backward
-    scatters into the vocabulary once: the step's vocabulary-wide work in a few passes instead of an fp32 copy, a
-    sort-based top-K, a logsumexp of six passes and their backward."""
+    draws them (ties in column order): on CUDA one Triton pass over the logits, where the sort-based `torch.topk`
+    took 6 ms a call at the fit's shape. Where that kernel does not apply (off CUDA, K over 16) the training step
+    takes `torch.topk` instead: the reference's tie handling costs a pass per tied row, and bf16 logits tie often.
+    Their log-probabilities: with `exact` (no gradient: the log-partition comes from the kernel), as decoding
+    computes them, the logits minus topk_lse's log-partition, which the held-out walk compares with the decoder;
+    otherwise, for the gradient, one log-softmax of the lm_head product into fp32, read once at the true token and
+    the K candidates, so the backward scatters into the vocabulary once: fused forward and backward kernels where
+    torch ran a logsumexp of six passes and its backward, and one scatter where there were two."""
+    if exact and torch.is_grad_enabled():
+        raise ValueError(
+            "draft_teacher_forced(exact=True) measures; it has no gradient through the log-partition"
+        )
     tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
     b, m = anchors.shape
     block = drafter.block_size
@@ -121,11 +128,16 @@ def draft_teacher_forced(
     logits = F.linear(pass_hidden, lm_head_weight)  # [b, m, S, V] in the product's dtype
     head = drafter.lilicorr
     k = head.candidate_topk if head is not None else 1
-    _, top, lse = topk_lse(logits.detach().reshape(-1, logits.shape[-1]), k)
+    flat = logits.detach().reshape(-1, logits.shape[-1])
+    lse: torch.Tensor | None = None
+    if exact or (k <= 16 and use_triton(flat)):
+        _, top, lse = topk_lse(flat, k)
+    else:
+        top = flat.topk(k, dim=-1).indices
     top = top.view(*truth.shape, k)
     ids = top if head is not None else None
     index = truth[..., None] if ids is None else torch.cat([truth[..., None], ids], dim=-1)
-    if exact:
+    if lse is not None and exact:
         picked = logits.gather(-1, index).float() - lse.view(truth.shape)[..., None]
     else:
         picked = torch.log_softmax(logits, dim=-1, dtype=torch.float32).gather(-1, index)

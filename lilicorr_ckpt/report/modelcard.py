@@ -735,7 +735,7 @@ def _sweep_table(profile: SmokeReport) -> list[str]:
         rates = {a: profile.arms[a].tokens_per_second for a in [*spec, "ar"]}
         ratios = {a: profile.arms[a].speedup_vs_ar for a in spec}
         rows = [(profile.measurement_conditions.concurrency, rates, ratios)]
-        title = f"Speed in the measured run ({ar.requests} prompts, `batch` of them decoded side by side; "
+        title = f"Speed in the measured run ({ar.requests} requests, `batch` of them decoded side by side; "
     cpu = profile.measurement_conditions.device.startswith("cpu")
     out = [
         "",

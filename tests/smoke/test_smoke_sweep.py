@@ -54,7 +54,9 @@ def test_without_a_sweep_the_profile_has_none_and_the_card_the_measured_runs_spe
     report = SmokeReport(**_struct(ran.report))
     assert "speed by batch size" not in render_text(report)
     table = _sweep_table(report)
-    assert table[1].startswith("Speed in the measured run (3 prompts, `batch` of them")
+    assert table[1].startswith(
+        f"Speed in the measured run ({report.arms['ar'].requests} requests, `batch` of them"
+    )
     (row,) = [line for line in table if line.startswith("| 2 ")]  # the run's own batch, its only row
     arms = report.arms
     assert row.split(" | ")[1] == f"{arms['ar'].tokens_per_second:,.0f}"

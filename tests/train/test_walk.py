@@ -142,6 +142,8 @@ def test_the_training_steps_log_probabilities_are_the_exact_ones(trained):
     with torch.no_grad():
         exact = draft_teacher_forced(drafter, embed, head, features, batch, exact=True)
     fast = draft_teacher_forced(drafter, embed, head, features, batch)
+    with pytest.raises(ValueError, match="no gradient through the log-partition"):
+        draft_teacher_forced(drafter, embed, head, features, batch, exact=True)  # a measure, never a loss
     assert torch.equal(exact.ids, fast.ids) and torch.equal(exact.argmax, fast.argmax)
     logits = torch.nn.functional.linear(fast.pass_hidden, head)
     assert torch.equal(exact.argmax, logits.argmax(-1))  # ties aside, the first candidate is the argmax
