@@ -167,3 +167,51 @@ def test_the_training_steps_log_probabilities_are_the_exact_ones(trained):
     }
     assert float(grads["textbook"].norm()) > 0
     torch.testing.assert_close(grads["fused"], grads["textbook"], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_the_gpu_the_candidates_are_the_kernels_and_the_gradient_the_textbooks():
+    """The fit's own setting: CUDA, bf16 autocast, so the candidates come from topk_lse's Triton kernel and the
+    log-probabilities from a log-softmax of bf16 logits: the candidates are the top values (ties in any order),
+    the values are the textbook ones and so is the gradient at the slot hidden states."""
+    torch.manual_seed(1)
+    target = load_target(TARGET, dtype="float32", device="cuda", fast=True)
+    shape = DrafterShape(target_layer_ids=(1, 2), mask_token_id=511, head_hidden_size=32, head_num_heads=2)
+    drafter = build_drafter(drafter_config(target.config, shape)).cuda()
+    init_from_target(drafter, target, 3)
+    tokens = torch.randint(3, 500, (4, 40), device="cuda")
+    lengths = torch.full((4,), 40, device="cuda")
+    anchors = torch.arange(8, 32, device="cuda").repeat(4, 1)
+    batch = TrainBatch(tokens, lengths, anchors, torch.ones_like(anchors, dtype=torch.bool))
+    _, features = target_pass(target, tokens, drafter.target_layer_ids)
+    embed, head = target.embed_tokens.weight.detach(), target.lm_head.weight.detach()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        fast = draft_teacher_forced(drafter, embed, head, features, batch)
+        logits = torch.nn.functional.linear(fast.pass_hidden, head)
+    assert logits.dtype == torch.bfloat16 and fast.candidate_log_probs.dtype == torch.float32
+    k = fast.ids.shape[-1]
+    top = logits.float().topk(k, dim=-1).values
+    assert torch.equal(
+        logits.float().gather(-1, fast.ids), top
+    )  # the top values, whichever tied id was taken
+    assert torch.equal(logits.float().gather(-1, fast.argmax[..., None])[..., 0], top[..., 0])
+    textbook = logits.float() - torch.logsumexp(logits.float(), dim=-1, keepdim=True)
+    torch.testing.assert_close(fast.candidate_log_probs, textbook.gather(-1, fast.ids), rtol=0, atol=1e-4)
+    torch.testing.assert_close(
+        fast.truth_log_prob, textbook.gather(-1, fast.truth[..., None])[..., 0], rtol=0, atol=1e-4
+    )
+    with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16):
+        exact = draft_teacher_forced(drafter, embed, head, features, batch, exact=True)
+    assert torch.equal(exact.ids, fast.ids)
+    torch.testing.assert_close(exact.candidate_log_probs, fast.candidate_log_probs, rtol=0, atol=1e-4)
+    losses = {
+        "fused": fast.candidate_log_probs.sum() - 2 * fast.truth_log_prob.sum(),
+        "textbook": textbook.gather(-1, fast.ids).sum()
+        - 2 * textbook.gather(-1, fast.truth[..., None]).sum(),
+    }
+    grads = {
+        n: torch.autograd.grad(v, fast.pass_hidden, retain_graph=True)[0].float() for n, v in losses.items()
+    }
+    assert float(grads["textbook"].norm()) > 0
+    torch.testing.assert_close(grads["fused"], grads["textbook"], rtol=2e-2, atol=1e-3)
