@@ -93,25 +93,60 @@ class Drafted(Struct):
     candidate_log_probs: torch.Tensor | None  # [b, m, S, K] fp32 their log-probabilities
 
 
+class _LogProbsAt(torch.autograd.Function):
+    """log p(index) = logits[index] - lse, with lse the logits' log-partition computed beside them (no graph
+    of its own): the forward reads the few columns asked for; the backward is the softmax's, scatter(g) -
+    softmax(logits) * sum(g), from the logits in their own dtype (bf16 under autocast) and lse, so that neither
+    an fp32 copy of the logits nor a log-softmax output of their size is kept for it."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, index: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        ctx.save_for_backward(logits, index, lse)
+        return logits.gather(-1, index).to(lse.dtype) - lse[..., None]
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
+        logits, index, lse = ctx.saved_tensors
+        grad = grad.to(lse.dtype)
+        out = torch.sub(
+            logits, lse[..., None]
+        )  # in lse's dtype (fp32): bf16 logits are cast as they are read
+        out.exp_().mul_(-grad.sum(-1, keepdim=True))
+        out.scatter_add_(-1, index, grad)  # an index named twice (the truth among the candidates) adds twice
+        return out.to(logits.dtype), None, None
+
+
+def log_probs_at(logits: torch.Tensor, index: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """logits [..., V] (any float dtype, with or without a graph), index [..., n] int64, lse [...] their
+    log-partition -> [..., n] log-probabilities in fp32 (float64 for float64 logits), differentiable with respect
+    to the logits."""
+    dtype = torch.promote_types(logits.dtype, torch.float32)  # fp32, or float64 for float64 logits
+    return _LogProbsAt.apply(logits, index, lse.detach().to(dtype))
+
+
+def vocabulary_top(logits: torch.Tensor, k: int, exact: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [n, V] (detached) -> (ids [n, k] int64, best first; lse [n] fp32): the runtime's `topk_lse`,
+    decoding's own (ties in column order; on CUDA one Triton pass over the logits) where it runs as a kernel or
+    on the CPU, or always with `exact`; elsewhere (CUDA without the kernel, k above 16) `torch.topk` and a
+    logsumexp: the reference's tie handling costs a pass per tied row, and bf16 logits tie often."""
+    if exact or (k <= 16 and (use_triton(logits) or not logits.is_cuda)):
+        _, ids, lse = topk_lse(logits, k)
+        return ids, lse
+    return logits.topk(k, dim=-1).indices, torch.logsumexp(logits.float(), dim=-1)
+
+
 def draft_teacher_forced(
     drafter: Drafter, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor, features: torch.Tensor,
     batch: TrainBatch, exact: bool = False,
 ) -> Drafted:  # fmt: skip
     """Every anchor's block [x_a, mask x S] drafted from the target's taps of the positions before it.
 
-    The candidates (and the control's argmax, the first of them) come from the runtime's `topk_lse`, as decoding
-    draws them (ties in column order): on CUDA one Triton pass over the logits, where the sort-based `torch.topk`
-    took 6 ms a call at the fit's shape. Where that kernel does not apply (off CUDA, K over 16) the training step
-    takes `torch.topk` instead: the reference's tie handling costs a pass per tied row, and bf16 logits tie often.
-    Their log-probabilities: with `exact` (no gradient: the log-partition comes from the kernel), as decoding
-    computes them, the logits minus topk_lse's log-partition, which the held-out walk compares with the decoder;
-    otherwise, for the gradient, one log-softmax of the lm_head product into fp32, read once at the true token and
-    the K candidates, so the backward scatters into the vocabulary once: fused forward and backward kernels where
-    torch ran a logsumexp of six passes and its backward, and one scatter where there were two."""
-    if exact and torch.is_grad_enabled():
-        raise ValueError(
-            "draft_teacher_forced(exact=True) measures; it has no gradient through the log-partition"
-        )
+    The candidates (and the control's argmax, the first of them) and the log-partition come from one pass over
+    the logits (`vocabulary_top`: decoding's `topk_lse`, always with `exact`); the log-probabilities of the true
+    token and the candidates are read from the logits and that log-partition as decoding computes them, with the
+    softmax's gradient (`log_probs_at`). The vocabulary-wide work of a training step is then that pass, the
+    lm_head product and one backward pass, where torch ran a sort-based top-K, an fp32 copy of the logits, a
+    logsumexp of six passes and their backward."""
     tokens, anchors, anchor_valid = batch.tokens, batch.anchors, batch.anchor_valid
     b, m = anchors.shape
     block = drafter.block_size
@@ -128,19 +163,11 @@ def draft_teacher_forced(
     logits = F.linear(pass_hidden, lm_head_weight)  # [b, m, S, V] in the product's dtype
     head = drafter.lilicorr
     k = head.candidate_topk if head is not None else 1
-    flat = logits.detach().reshape(-1, logits.shape[-1])
-    lse: torch.Tensor | None = None
-    if exact or (k <= 16 and use_triton(flat)):
-        _, top, lse = topk_lse(flat, k)
-    else:
-        top = flat.topk(k, dim=-1).indices
+    top, lse = vocabulary_top(logits.detach().reshape(-1, logits.shape[-1]), k, exact)
     top = top.view(*truth.shape, k)
     ids = top if head is not None else None
     index = truth[..., None] if ids is None else torch.cat([truth[..., None], ids], dim=-1)
-    if lse is not None and exact:
-        picked = logits.gather(-1, index).float() - lse.view(truth.shape)[..., None]
-    else:
-        picked = torch.log_softmax(logits, dim=-1, dtype=torch.float32).gather(-1, index)
+    picked = log_probs_at(logits, index, lse.view(truth.shape))
     return Drafted(
         truth=truth,
         slot_valid=in_sequence[:, :, 1:] & anchor_valid[:, :, None],
@@ -253,8 +280,9 @@ def training_step(
             q_hidden = target_hidden.gather(
                 1, q_positions.reshape(b, -1, 1).expand(-1, -1, target_hidden.shape[2])
             )
-            target_logits = F.linear(q_hidden, lm_head_weight).view(b, m, slots, -1)
-            log_q = torch.log_softmax(target_logits, dim=-1, dtype=torch.float32).gather(-1, ids)
+            target_logits = F.linear(q_hidden, lm_head_weight)  # [b, m*S, V]
+            _, q_lse = vocabulary_top(target_logits.reshape(-1, target_logits.shape[-1]), 1)
+            log_q = log_probs_at(target_logits.view(b, m, slots, -1), ids, q_lse.view(b, m, slots))
             log_q = log_q.reshape(rows, slots, k)
         log_q_true = log_q.gather(-1, true_index[..., None])
         cost = torch.relu(log_q_true - log_q)  # [rows, S, K]
