@@ -36,7 +36,7 @@ from lilicorr_ckpt.errors import UsageError
 from lilicorr_runtime.target.load import load_target
 from lilicorr_train.data import Dataset
 from lilicorr_train.export import DrafterShape, drafter_config, spread_taps
-from lilicorr_train.loop import TrainConfig, _batch, open_run, target_pass
+from lilicorr_train.loop import TrainConfig, _batch, batch_rows, open_run, target_pass
 from lilicorr_train.objective import LossWeights, training_step
 from lilicorr_train.pieces import parse_taps
 from lilicorr_train.script import run_script
@@ -114,13 +114,13 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         else torch.autocast("cpu", enabled=False)
     )
     drafter.train()
+    lengths = np.minimum(data.lengths(), cfg.max_length)
     times: dict[str, list[float]] = {p: [] for p in PHASES}
     token_counts: list[int] = []
     block_counts: list[int] = []
 
     def step(i: int) -> dict[str, float]:
-        rng = np.random.default_rng([cfg.seed, i])
-        rows = rng.integers(0, len(data), cfg.batch_size)
+        rows = batch_rows(lengths, i, cfg.batch_size, cfg.seed)  # the fit's own batches
         batch, t_batch = timed(device, lambda: _batch(data, rows, cfg, run.generator, device))
         (hidden, features), t_target = timed(device, lambda: target_pass(target, batch.tokens, taps))
 

@@ -133,6 +133,24 @@ def _schedule(step: int, cfg: TrainConfig) -> float:
     return 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
+POOL = 16  # batches drawn together and cut by length (batch_rows)
+
+
+def batch_rows(lengths: np.ndarray, step: int, batch_size: int, seed: int) -> np.ndarray:
+    """The sequences of training step `step`, drawn uniformly with replacement as before, but the batches of
+    POOL steps together: one pool of POOL x batch_size draws, sorted by length, cut into POOL batches of
+    similar length and handed out in an order drawn with them. Each sequence is drawn as often as before; a
+    batch is padded to its longest sequence, so a batch of similar lengths pads little (the target's pass and
+    the drafter's context run over the padding: on the v3 data, random batches were 1.53 times as wide as their
+    mean sequence, pooled ones 1.06). Seeded per pool, so a resumed run draws the same batches."""
+    pool, within = divmod(step, POOL)
+    rng = np.random.default_rng([seed, pool])
+    rows = rng.integers(0, len(lengths), POOL * batch_size)
+    rows = rows[np.argsort(lengths[rows], kind="stable")]
+    start = int(rng.permutation(POOL)[within]) * batch_size
+    return rows[start : start + batch_size]
+
+
 def _batch(
     dataset: Dataset, rows: np.ndarray, cfg: TrainConfig, generator: torch.Generator, device: torch.device
 ) -> TrainBatch:
@@ -309,6 +327,7 @@ def fit(
     embed_w = target.embed_tokens.weight.detach()
     head_w = target.lm_head.weight.detach()
     taps = drafter.target_layer_ids
+    lengths = np.minimum(dataset.lengths(), cfg.max_length)
     started = last_save = time.monotonic()
     drafter.train()
     totals: dict[str, float] = {}
@@ -326,10 +345,8 @@ def fit(
             scale = _schedule(run.step, cfg)
             for group in run.optimizer.param_groups:
                 group["lr"] = group["base_lr"] * scale
-            rng = np.random.default_rng(
-                [cfg.seed, run.step]
-            )  # per step, so a resumed run draws the same batches
-            batch = _batch(dataset, rng.integers(0, len(dataset), cfg.batch_size), cfg, run.generator, device)
+            rows = batch_rows(lengths, run.step, cfg.batch_size, cfg.seed)
+            batch = _batch(dataset, rows, cfg, run.generator, device)
             hidden, features = target_pass(target, batch.tokens, taps)
             with autocast:
                 out = training_step(drafter, embed_w, head_w, features, hidden, batch, weights)
