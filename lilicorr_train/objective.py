@@ -96,8 +96,8 @@ class Drafted(Struct):
 class _LogProbsAt(torch.autograd.Function):
     """log p(index) = logits[index] - lse, with lse the logits' log-partition computed beside them (no graph
     of its own): the forward reads the few columns asked for; the backward is the softmax's, scatter(g) -
-    softmax(logits) * sum(g), from the logits in their own dtype (bf16 under autocast) and lse, so that neither
-    an fp32 copy of the logits nor a log-softmax output of their size is kept for it."""
+    softmax(logits) * sum(g), from the logits kept in their own dtype (bf16 under autocast), so that no fp32
+    tensor of their size lives between the forward and the backward."""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, index: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
@@ -108,10 +108,9 @@ class _LogProbsAt(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
         logits, index, lse = ctx.saved_tensors
         grad = grad.to(lse.dtype)
-        out = torch.sub(
-            logits, lse[..., None]
-        )  # in lse's dtype (fp32): bf16 logits are cast as they are read
-        out.exp_().mul_(-grad.sum(-1, keepdim=True))
+        # the softmax in lse's dtype (fp32), one fused pass over the bf16 logits; the scatter before the cast, so
+        # that 1 - p of a confident truth is not lost to bf16 rounding
+        out = torch.softmax(logits, dim=-1, dtype=lse.dtype).mul_(-grad.sum(-1, keepdim=True))
         out.scatter_add_(-1, index, grad)  # an index named twice (the truth among the candidates) adds twice
         return out.to(logits.dtype), None, None
 
