@@ -300,7 +300,8 @@ def test_the_profile_adds_acceptance_per_benchmark_with_counts_hardware_and_vers
     numbers = re.findall(r"(?<![\d(/.+-])\d+\.\d+(?![\d/%])", table)  # tau and rates (gains are percentages)
     assert len(numbers) > 20 and all(re.fullmatch(r"\d\.\d{3}", n) for n in numbers), numbers  # never "0.6"
     assert re.findall(r"[+-]\d+\.\d+%", table) == ["+3.4%", "+0.0%", "+2.4%", "+1.7%"]
-    assert "| 1 | 91 | 23 | 0.25× | 31 | 0.34× |" in out  # the run's speed at its batch: the profile has no sweep
+    # the run's speed at its batch: the profile has no sweep
+    assert "| 1 | 91 | 23 | 0.25× | 31 | 0.34× |" in out
     assert "Gates: measured PASS, lossless PASS, head-loaded PASS, kernel-parity PASS" in out
 
 
