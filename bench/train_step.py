@@ -36,7 +36,7 @@ from lilicorr_ckpt.errors import UsageError
 from lilicorr_runtime.target.load import load_target
 from lilicorr_train.data import Dataset
 from lilicorr_train.export import DrafterShape, drafter_config, spread_taps
-from lilicorr_train.loop import TrainConfig, _batch, batch_rows, open_run, target_pass
+from lilicorr_train.loop import POOL, TrainConfig, _batch, batch_rows, open_run, target_pass
 from lilicorr_train.objective import LossWeights, training_step
 from lilicorr_train.pieces import parse_taps
 from lilicorr_train.script import run_script
@@ -52,6 +52,19 @@ def random_data(vocab: int, mask_token_id: int, count: int, length: int, seed: i
     offsets = np.arange(count + 1, dtype=np.int64) * length
     prompts = np.full(count, max(1, length // 4), dtype=np.int32)
     return Dataset(tokens.astype(np.uint16), offsets, prompts)
+
+
+def padding(lengths: np.ndarray, batch_size: int, seed: int, pools: int = 64) -> tuple[float, float]:
+    """How wide a fit batch is against its mean sequence (a batch is padded to its longest), over `pools`
+    pools of the fit's batches: (the fit's batches cut by length, `loop.batch_rows`; batches drawn at random)."""
+    steps = range(pools * POOL)
+    cut = [lengths[batch_rows(lengths, i, batch_size, seed)] for i in steps]
+    rng = np.random.default_rng(seed)
+    drawn = [lengths[rng.integers(0, len(lengths), batch_size)] for _ in steps]
+    return tuple(  # type: ignore[return-value]
+        float(np.mean([b.max() for b in batches]) / np.mean([b.mean() for b in batches]))
+        for batches in (cut, drawn)
+    )
 
 
 def timed(device: torch.device, fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -175,6 +188,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "blocks_per_s": statistics.mean(block_counts) / step_s,
         "profile": profile,
         "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+        "padding": padding(lengths, cfg.batch_size, cfg.seed),
     }
 
 
@@ -189,6 +203,8 @@ def print_report(r: dict[str, Any]) -> None:
         f"{r['sequences_per_s']:.1f} sequences/s, {r['tokens_per_s']:,.0f} tokens/s, "
         f"{r['blocks_per_s']:,.0f} blocks/s"
     )
+    cut, drawn = r["padding"]
+    print(f"a batch is {cut:.2f} times as wide as its mean sequence (batches drawn at random: {drawn:.2f})")
     if r["peak_gib"] is not None:
         print(f"peak GPU memory {r['peak_gib']:.1f} GiB")
     if r["profile"]:

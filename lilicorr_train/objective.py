@@ -101,16 +101,17 @@ class _LogProbsAt(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, index: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        ctx.save_for_backward(logits, index, lse)
+        ctx.save_for_backward(logits, index)
+        ctx.dtype = lse.dtype
         return logits.gather(-1, index).to(lse.dtype) - lse[..., None]
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # type: ignore[override]
-        logits, index, lse = ctx.saved_tensors
-        grad = grad.to(lse.dtype)
+        logits, index = ctx.saved_tensors
+        grad = grad.to(ctx.dtype)
         # the softmax in lse's dtype (fp32), one fused pass over the bf16 logits; the scatter before the cast, so
         # that 1 - p of a confident truth is not lost to bf16 rounding
-        out = torch.softmax(logits, dim=-1, dtype=lse.dtype).mul_(-grad.sum(-1, keepdim=True))
+        out = torch.softmax(logits, dim=-1, dtype=ctx.dtype).mul_(-grad.sum(-1, keepdim=True))
         out.scatter_add_(-1, index, grad)  # an index named twice (the truth among the candidates) adds twice
         return out.to(logits.dtype), None, None
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import re
 
+import numpy as np
+
 from helpers import REPO
 
 
@@ -31,3 +33,11 @@ def test_the_table_times_every_phase_of_a_fit_step(capsys):
     assert all(float(v) > 0 for v in rows.values())
     assert abs(sum(float(rows[p]) for p in rows if p != "step") - float(rows["step"])) < 0.05
     assert "2 sequences x 3 anchors" in out and "tokens/s" in out
+
+
+def test_padding_compares_the_fits_batches_with_random_ones():
+    bench = _bench()
+    assert bench.padding(np.full(50, 40), 8, seed=0) == (1.0, 1.0)  # equal lengths: nothing to pad
+    lengths = np.random.default_rng(1).integers(20, 600, 300)
+    cut, drawn = bench.padding(lengths, 8, seed=0)
+    assert 1.0 < cut < 1.15 < 1.4 < drawn, (cut, drawn)

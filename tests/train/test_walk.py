@@ -132,9 +132,9 @@ def test_the_walk_does_not_depend_on_its_batch(trained):
 
 def test_the_training_steps_log_probabilities_are_the_exact_ones(trained):
     """draft_teacher_forced: the candidates and the control's argmax are decoding's (topk_lse); the training
-    step's fused log-softmax, read once at the truth and the K candidates, gives the exact path's values (the
-    logits minus topk_lse's log-partition, what the walk and decoding read) to fp32 round-off, and the gradient
-    of the textbook form (the logits minus their logsumexp) with respect to the drafter's slot hidden states."""
+    step's log-probabilities, read at the truth and the K candidates, are the exact path's (what the walk and
+    decoding read) and the textbook form's (the logits minus their logsumexp) to fp32 round-off, and so is their
+    gradient with respect to the drafter's slot hidden states."""
     target, drafter, prompts, answers, _ = trained
     seqs = [p + a for p, a in zip(prompts, answers, strict=True)]
     tokens = torch.zeros(len(seqs), max(map(len, seqs)), dtype=torch.long)
@@ -157,9 +157,13 @@ def test_the_training_steps_log_probabilities_are_the_exact_ones(trained):
     torch.testing.assert_close(fast.truth_log_prob, exact.truth_log_prob, rtol=0, atol=2e-5)
     # a drafter that is not sure of everything: the values mean something
     assert exact.truth_log_prob.min() < -1.0
-    # the gradient: the same loss through the fused form and through the textbook one, on the same hidden states
-    weights = torch.linspace(0.5, 1.5, fast.candidate_log_probs.shape[-1])
     textbook = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    torch.testing.assert_close(fast.candidate_log_probs, textbook.gather(-1, fast.ids), rtol=0, atol=2e-5)
+    torch.testing.assert_close(
+        fast.truth_log_prob, textbook.gather(-1, fast.truth[..., None])[..., 0], rtol=0, atol=2e-5
+    )
+    # the gradient: the same loss through log_probs_at and through the textbook form, on the same hidden states
+    weights = torch.linspace(0.5, 1.5, fast.candidate_log_probs.shape[-1])
     losses = {
         "fused": (fast.candidate_log_probs * weights).sum() - 2 * fast.truth_log_prob.sum(),
         "textbook": (textbook.gather(-1, fast.ids) * weights).sum()
@@ -176,9 +180,9 @@ def test_the_training_steps_log_probabilities_are_the_exact_ones(trained):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_on_the_gpu_the_candidates_are_the_kernels_and_the_gradient_the_textbooks():
-    """The fit's own setting: CUDA, bf16 autocast, so the candidates come from topk_lse's Triton kernel and the
-    log-probabilities from a log-softmax of bf16 logits: the candidates are the top values (ties in any order),
-    the values are the textbook ones and so is the gradient at the slot hidden states."""
+    """The fit's own setting: CUDA, bf16 autocast, so the candidates and the log-partition come from topk_lse's
+    Triton kernel and the gradient from log_probs_at's softmax of bf16 logits: the candidates are the top values
+    (ties in any order), the values are the textbook ones and so is the gradient at the slot hidden states."""
     torch.manual_seed(1)
     target = load_target(TARGET, dtype="float32", device="cuda", fast=True)
     shape = DrafterShape(target_layer_ids=(1, 2), mask_token_id=511, head_hidden_size=32, head_num_heads=2)
