@@ -10,16 +10,37 @@ For each target and batch size it measures, per block (one graph replay each, CU
     verify    the target step over [anchor, d_1..d_n] with the feature taps
     book      acceptance, commit, project_context and the draft-cache append
     block     the whole block as the loop replays it (one graph)
-    host      wall time per block in the loop minus the block's GPU time: what the host adds to the GPU's time
-              (the loop launches the next block before it waits for the current one, so this is what of the
-              launch, the one sync and Python the GPU could not overlap)
+    host      the loop's wall time per block (its steps, and the wait for the block a step launched ahead that a
+              finished request's copy-out waits for) minus the block's GPU time: what the host adds to the GPU's
+              time (the loop launches the next block before it waits for the current one, so this is what of the
+              launch, the one sync and Python the GPU could not overlap). Admissions are not in it (see prefill)
     host cpu  the loop's own host time per block (step() minus its wait for the GPU): Python, launch, copy
-    ar        one target-only block (one token per request) on the same loop
+    prefill   per request, the wall time of its admission: the target's prefill and, in the head arm, the
+              drafter's context of the prompt, host and GPU (each group of admissions is timed from its first
+              admit to a sync just before the next block is launched, so its GPU work lands here and not in the
+              next step's wait; the GPU is idle when a group starts, since a finished request's copy-out syncs)
+    other     per block, what the wall time holds beyond the steps and the admissions: the copy-out of finished
+              requests, generate_many's own Python (the model leaves it out; it should be small)
+    ar        one target-only block (one token per request) on the same loop; ar_ms_per_step is its block plus
+              host, without the prefills
 
-and the speed-up model  tau * c_ar / (c_draft + c_verify + c_book + c_host)  with tau the head arm's measured
-acceptance (for the random target, whose drafter accepts nothing, the model is evaluated with the tau measured
-on the real target, or --tau): what the same drafter would give against this target. The measured speed-up
-(tokens/s of the loop against its ar arm) is printed beside it where the drafter is real.
+and the speed-up model
+
+    tau * (c_ar + p_ar) / (c_draft + c_verify + c_book + c_host + p_head * tau / tau_measured)
+
+with c_ar the ar arm's ms per step and p_ar, p_head each arm's prefill per block (prefill per request x requests
+/ the arm's blocks; a head arm at another tau runs tau_measured / tau as many blocks for the same prefills). tau
+is the head arm's measured acceptance (for the random target, whose drafter accepts nothing, the model is
+evaluated with the tau measured on the real target, or --tau): what the same drafter would give against this
+target. The measured speed-up (tokens/s of the loop against its ar arm, whole wall times: the prefills
+included) is printed beside it.
+
+Until 2026-12-07 host and ar_ms_per_step held whatever prefill GPU work a step happened to wait for, and the model
+had no prefill term: a group of admissions is queued on the GPU without a sync, so the AR arm's prefills were
+waited for in the next step (at batch 32 all 32 prefills in the first of 31 steps, ~10 ms a step on an 8B
+target), while the head arm's mostly fell outside its steps, inside its wall time (its admissions, which also
+launch the drafter's context of the prompt eagerly, evidently wait for the GPU). The model counted the AR arm's
+prefills and not the head arm's: 20 % high at batch 32 on an H100.
 """
 
 from __future__ import annotations
@@ -157,15 +178,84 @@ def sync() -> None:
         torch.cuda.synchronize()
 
 
+class _Accounting:
+    """Times a DecodeLoop's wall apart while `generate_many` runs it: its steps, its admissions (the prefills) and
+    the rest. The loop's own methods are wrapped on the instance (the runtime is not changed); the only device
+    syncs added are where the GPU is idle anyway or the loop is about to wait for it:
+
+    - an admission group (the admits between two steps) starts after a sync: the copy-out of the request that
+      freed the slot has synced already (or nothing has run yet), so it waits for nothing;
+    - it ends with a sync just before the next step launches its block, so the prefills' GPU work is timed in
+      the group and not in the step that would otherwise wait for it (the GPU idles for that one launch);
+    - a finished request's copy-out (`take`, which syncs at once) waits first for the block the last step
+      launched ahead, and that wait is a step's (it is a block of the loop).
+    """
+
+    def __init__(self, loop: DecodeLoop):
+        self.loop = loop
+        self.step_s = 0.0  # in step(), and the copy-outs' waits for a block launched ahead
+        self.prefill_s = 0.0  # admission groups, from the first admit to the sync before the next step
+        self.admitted = 0
+        self._group: float | None = None  # when the open admission group began
+
+    def _close(self) -> None:
+        if self._group is not None:
+            sync()
+            self.prefill_s += time.perf_counter() - self._group
+            self._group = None
+
+    def __enter__(self) -> _Accounting:
+        loop = self.loop
+        admit, step, take = loop.admit, loop.step, loop.take
+
+        def timed_admit(slot, prompt, max_new_tokens):
+            if self._group is None:
+                sync()
+                self._group = time.perf_counter()
+            self.admitted += 1
+            return admit(slot, prompt, max_new_tokens)
+
+        def timed_step():
+            self._close()
+            begin = time.perf_counter()
+            try:
+                return step()
+            finally:
+                self.step_s += time.perf_counter() - begin
+
+        def timed_take(slot):
+            self._close()  # a request that ended at its admission: the prefill is the group's
+            begin = time.perf_counter()
+            sync()
+            self.step_s += time.perf_counter() - begin
+            return take(slot)
+
+        loop.admit, loop.step, loop.take = timed_admit, timed_step, timed_take  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._close()
+        for name in ("admit", "step", "take"):
+            del self.loop.__dict__[name]
+
+
 def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int, batch: int, eos) -> dict:
+    """One timed `generate_many` over `prompts` on the decoder's loop for `batch` slots. Its wall time is
+    steps * step_s + prefill_s + other_s exactly (see _Accounting): step_s per block the loop ran, prefill_s
+    over every admission, other_s what is left (copy-outs, Python around the loop)."""
     rows = max(len(p) for p in prompts) + max_new + decoder.num_tokens + 2
-    loop = decoder.device_loop(batch, rows, max_new, set(eos))
-    steps, step_seconds, host_seconds = loop.steps, loop.step_seconds, loop.host_seconds
+    loop = decoder.device_loop(
+        min(batch, len(prompts)), rows, max_new, set(eos)
+    )  # the loop generate_many runs
+    steps, host_seconds = loop.steps, loop.host_seconds
     sync()
-    begin = time.perf_counter()
-    results = decoder.generate_many(prompts, max_new, eos, batch=batch)
-    sync()
-    wall = time.perf_counter() - begin
+    with _Accounting(loop) as accounting:
+        begin = time.perf_counter()
+        results = decoder.generate_many(prompts, max_new, eos, batch=batch)
+        accounting._close()
+        sync()
+        wall = time.perf_counter() - begin
+    assert accounting.admitted == len(prompts), "generate_many ran another loop than the one timed"
     blocks = max(sum(len(r.blocks) for r in results), 1)
     tokens = sum(len(r.tokens) for r in results)
     committed = sum(b.committed for r in results for b in r.blocks)
@@ -174,10 +264,13 @@ def run_loop(decoder: SpeculativeDecoder, prompts: list[list[int]], max_new: int
         "wall": wall,
         "tokens": tokens,
         "blocks": blocks,
+        "requests": accounting.admitted,
         "tau": committed / blocks,
         "steps": steps,
-        "step_s": (loop.step_seconds - step_seconds) / steps,
+        "step_s": accounting.step_s / steps,
         "host_cpu_s": (loop.host_seconds - host_seconds) / steps,
+        "prefill_s": accounting.prefill_s,
+        "other_s": wall - accounting.step_s - accounting.prefill_s,
         "tok_s": tokens / wall,
         "loop": loop,
     }
@@ -224,14 +317,21 @@ def bench(
         ar_host = ar["step_s"] - ar_pieces["block"]
         tau = tau_override if tau_override is not None else head["tau"]
         c_ar = ar["step_s"]
-        model = (
-            tau * c_ar / (head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0))
+        prefill, ar_prefill = head["prefill_s"] / head["steps"], ar["prefill_s"] / ar["steps"]  # per block
+        model = speedup_model(
+            tau,
+            head["tau"],
+            head_pieces["draft"] + head_pieces["verify"] + head_pieces["book"] + max(host, 0.0),
+            prefill,
+            c_ar,
+            ar_prefill,
         )
         measured = head["tok_s"] / ar["tok_s"]
         rows.append(
             {
                 "target": label,
                 "batch": batch,
+                "requests": head["requests"],
                 "tau": round(head["tau"], 3),
                 "tau_model": round(tau, 3),
                 "draft_ms": head_pieces["draft"] * 1e3,
@@ -240,10 +340,20 @@ def bench(
                 "block_ms": head_pieces["block"] * 1e3,
                 "host_ms": host * 1e3,
                 "host_cpu_ms": head["host_cpu_s"] * 1e3,
+                "prefill_ms": head["prefill_s"] / max(head["requests"], 1) * 1e3,  # per request
+                "prefill_ms_per_step": prefill * 1e3,
+                "other_ms": head["other_s"] / head["steps"] * 1e3,
                 "syncs_per_block": 1,
+                "steps": head["steps"],
+                "wall_s": head["wall"],
                 "ar_block_ms": ar_pieces["block"] * 1e3,
                 "ar_ms_per_step": c_ar * 1e3,
                 "ar_host_ms": ar_host * 1e3,
+                "ar_prefill_ms": ar["prefill_s"] / max(ar["requests"], 1) * 1e3,
+                "ar_prefill_ms_per_step": ar_prefill * 1e3,
+                "ar_other_ms": ar["other_s"] / ar["steps"] * 1e3,
+                "ar_steps": ar["steps"],
+                "ar_wall_s": ar["wall"],
                 "ar_tok_s": ar["tok_s"],
                 "head_tok_s": head["tok_s"],
                 "speedup_measured": measured,
@@ -253,7 +363,18 @@ def bench(
         print(json.dumps(rows[-1]), flush=True)
 
 
-def main() -> None:
+def speedup_model(
+    tau: float, tau_measured: float, c_head: float, p_head: float, c_ar: float, p_ar: float
+) -> float:
+    """tau * (c_ar + p_ar) / (c_head + p_head * tau / tau_measured): the time an ar arm spends per token of a slot
+    (a block and its share of the prefills) against the head arm's, which runs one block per tau tokens (the
+    prefills, one per request, do not shrink with tau: at tau the head arm runs tau_measured / tau as many blocks
+    as measured, each carrying tau / tau_measured of the prefill it carried). c_*: seconds per block, host
+    included; p_*: prefill seconds per block of that arm as measured."""
+    return tau * (c_ar + p_ar) / (c_head + p_head * tau / max(tau_measured, 1e-9))
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -281,12 +402,14 @@ def main() -> None:
         "G (at most G 16-row tiles a grouped program; 1: every call of fewer than WIDE_ROWS rows on the 16-row "
         "kernel) or G/W (and the wide kernel from W rows instead of WIDE_ROWS), e.g. 1,4,4/1024",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     global PROFILE
     PROFILE = args.profile
     batches = [int(b) for b in args.batches.split(",")]
     rows: list = []
     device, dtype = ("cuda", torch.bfloat16) if CUDA else ("cpu", torch.float32)
+    if not CUDA:  # a dry run decodes tiny models token by token: more intra-op threads only contend
+        torch.set_num_threads(1)
     print(
         f"{time.strftime('%Y-%m-%d')}  {torch.cuda.get_device_name() if CUDA else 'cpu (a dry run)'}  "
         f"torch {torch.__version__}",
@@ -334,6 +457,7 @@ def main() -> None:
                 label += f" groups<={groups} wide>={step_triton.WIDE_ROWS}"
             bench(label, target, drafter, prompts, batches, args.max_new_tokens, [], tau, rows)
     print_table(rows)
+    return rows
 
 
 def print_table(rows: list) -> None:
@@ -348,7 +472,10 @@ def print_table(rows: list) -> None:
         "block_ms",
         "host_ms",
         "host_cpu_ms",
+        "prefill_ms",
+        "other_ms",
         "ar_ms_per_step",
+        "ar_prefill_ms",
         "head_tok_s",
         "ar_tok_s",
         "speedup_measured",
