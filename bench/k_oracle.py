@@ -1,0 +1,187 @@
+"""How much a LiLiCorr head could gain at each candidate count K: the oracle's acceptance, on held-out data.
+
+    python bench/k_oracle.py DRAFTER --target T --val val.npz [--ks 1,2,4,8,16,32] [--limit N] [--device cpu]
+    python bench/k_oracle.py examples/smollm2-lilicorr --target .cache/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf \\
+        --val .cache/v3/d/val.npz
+
+The head walks a lattice of each slot's top-K drafter candidates, so a block can accept at most the prefix of
+slots whose true token is among their K candidates: the oracle prefix (a head that always picks the true
+candidate). For every K of --ks this prints that ceiling (oracle τ = 1 + the mean oracle prefix) beside what the
+drafter itself reaches: the head-free control (the argmax walk, K = 1's oracle) and the trained head (its greedy
+walk at the K it was trained with). The blocks are the held-out set's fixed uniform anchors (`lilicorr_train`'s
+held-out measure, the training objective's teacher-forced drafting: the same numbers as the training log's
+`val_tau_*`), which read about a fifth above what `lilicorr-ckpt smoke` measures (docs/training.md): compare the
+rows with each other, not with smoke.
+
+What the table decides: a K above the trained one raises the ceiling by the gap between the rows; the head
+already reaches only part of its own K's ceiling, so a larger K is worth training only where the head closes
+most of that part. The per-slot coverage (the true token among the K candidates at slot s, given the block's
+anchor only) shows where the candidates, rather than the ranking, limit the walk.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # lilicorr_train: the repository's
+
+from lilicorr_ckpt.checkpoint import load_checkpoint  # noqa: E402
+from lilicorr_ckpt.errors import UsageError  # noqa: E402
+from lilicorr_runtime.model.load import build_drafter  # noqa: E402
+from lilicorr_train.heldout import MAX_LENGTH, _autocast, _measuring  # noqa: E402
+from lilicorr_train.loop import target_pass  # noqa: E402
+from lilicorr_train.objective import TrainBatch, accepted_lengths, draft_teacher_forced  # noqa: E402
+from lilicorr_train.pieces import held_out_set  # noqa: E402
+from lilicorr_train.script import load_target_or_say, run_script  # noqa: E402
+
+
+def parse_ks(text: str) -> tuple[int, ...]:
+    try:
+        ks = tuple(sorted({int(k) for k in text.split(",") if k.strip()}))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--ks takes whole numbers separated by commas, not {text!r}"
+        ) from None
+    if not ks or ks[0] < 1:
+        raise argparse.ArgumentTypeError(f"--ks takes candidate counts of at least 1, not {text!r}")
+    return ks
+
+
+@torch.no_grad()
+def measure(args: argparse.Namespace) -> dict:
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    target = load_target_or_say(
+        args.target, dtype="bfloat16" if device.type == "cuda" else "float32", device=str(device), fast=True
+    )
+    held = held_out_set(args.val)
+    drafter = build_drafter(load_checkpoint(str(args.drafter)), dtype=torch.float32, device=str(device))
+    if not drafter.trains_on_blocks:
+        raise UsageError(f"{args.drafter}: the teacher-forced forward needs a full-attention drafter")
+    trained_k = drafter.lilicorr.candidate_topk if drafter.lilicorr is not None else None
+    ks, top = args.ks, max(args.ks)
+    if top > target.config.vocab_size:
+        raise UsageError(f"--ks {top} is past the target's vocabulary ({target.config.vocab_size})")
+    embed_w, head_w = target.embed_tokens.weight.detach(), target.lm_head.weight.detach()
+    data = held.data
+    count = len(data) if args.limit is None else min(args.limit, len(data))
+    slots = drafter.block_size - 1
+    prefix_sum = {k: 0.0 for k in ks}
+    covered_sum = {k: torch.zeros(slots, dtype=torch.float64) for k in ks}
+    control_sum = head_sum = anchors_total = 0.0
+    begin = time.perf_counter()
+    with _measuring(drafter):
+        for first in range(0, count, args.batch):
+            rows = np.arange(first, min(first + args.batch, count))
+            seqs = [
+                data.tokens[data.offsets[i] : data.offsets[i + 1]][:MAX_LENGTH].astype(np.int64) for i in rows
+            ]
+            tokens = torch.zeros(len(seqs), max(len(s) for s in seqs), dtype=torch.long)
+            for r, s in enumerate(seqs):
+                tokens[r, : len(s)] = torch.from_numpy(s)
+            batch = TrainBatch(
+                tokens.to(device),
+                torch.tensor([len(s) for s in seqs], device=device),
+                held.anchors[rows].to(device),
+                held.valid[rows].to(device),
+            )
+            if not bool(batch.anchor_valid.any()):
+                continue
+            _, features = target_pass(target, batch.tokens, drafter.target_layer_ids)
+            with _autocast(device):
+                drafted = draft_teacher_forced(drafter, embed_w, head_w, features, batch, exact=True)
+                logits = F.linear(drafted.pass_hidden, head_w).float()  # [b, m, S, V]
+                control, head = accepted_lengths(drafter, embed_w, head_w, features, batch)
+            ids = logits.topk(top, dim=-1).indices  # [b, m, S, top], best first
+            hit = ids == drafted.truth[..., None]
+            valid = batch.anchor_valid
+            for k in ks:
+                covered = hit[..., :k].any(-1) & drafted.slot_valid  # [b, m, S]
+                prefix_sum[k] += float(covered.long().cumprod(-1).sum(-1)[valid].sum())
+                covered_sum[k] += covered[valid].double().sum(0).cpu()
+            control_sum += float(control[valid].sum())
+            if head is not None:
+                head_sum += float(head[valid].sum())
+            anchors_total += float(valid.sum())
+            if args.progress:
+                print(f"k_oracle: {rows[-1] + 1}/{count} sequences", file=sys.stderr, flush=True)
+    n = max(anchors_total, 1.0)
+    return {
+        "drafter": str(args.drafter),
+        "device": str(device),
+        "sequences": count,
+        "anchors": int(anchors_total),
+        "trained_k": trained_k,
+        "tau_control": round(1 + control_sum / n, 4),
+        "tau_head": round(1 + head_sum / n, 4) if trained_k is not None else None,
+        "oracle_tau": {k: round(1 + prefix_sum[k] / n, 4) for k in ks},
+        "coverage": {k: [round(float(c) / n, 4) for c in covered_sum[k]] for k in ks},
+        "s": round(time.perf_counter() - begin, 1),
+    }
+
+
+def table(result: dict) -> str:
+    k_trained = result["trained_k"]
+    lines = [
+        f"{result['drafter']}: {result['sequences']} held-out sequences, {result['anchors']} blocks "
+        f"(uniform anchors), {result['device']}, {result['s']} s",
+        f"control (argmax walk): tau {result['tau_control']:.3f}"
+        + (f"; head (K = {k_trained}): tau {result['tau_head']:.3f}" if k_trained is not None else ""),
+        "",
+        "| K | oracle tau | coverage by slot (true token among the K candidates) |",
+        "|---:|---:|---|",
+    ]
+    for k, tau in result["oracle_tau"].items():
+        mark = " (trained)" if k == k_trained else ""
+        cover = " ".join(f"{c:.3f}" for c in result["coverage"][k])
+        lines.append(f"| {k}{mark} | {tau:.3f} | {cover} |")
+    if k_trained is not None and k_trained in result["oracle_tau"]:
+        ceiling = result["oracle_tau"][k_trained] - result["tau_control"]
+        reached = result["tau_head"] - result["tau_control"]
+        share = reached / ceiling if ceiling > 0 else float("nan")
+        lines.append(
+            f"\nthe head reaches {share:.0%} of its K = {k_trained} ceiling over the control "
+            f"(+{reached:.3f} of +{ceiling:.3f} tokens a block)"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python bench/k_oracle.py",
+        description=__doc__.split("\n\n")[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("drafter", type=Path, help="the drafter checkpoint (a folder with config.json)")
+    p.add_argument("--target", required=True, help="the target (GGUF file, checkpoint folder or repo id)")
+    p.add_argument("--val", type=Path, required=True, help="the held-out set (`mixes build`'s val.npz)")
+    p.add_argument(
+        "--ks", type=parse_ks, default=(1, 2, 4, 8, 16, 32), help="candidate counts (1,2,4,8,16,32)"
+    )
+    p.add_argument("--limit", type=int, default=None, help="only the first N held-out sequences")
+    p.add_argument("--batch", type=int, default=8, help="sequences a forward (default 8)")
+    p.add_argument("--device", default=None, help="cuda or cpu (default cuda where there is one)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of the table")
+    p.add_argument("--progress", action="store_true", help="a line on stderr after each batch")
+    args = p.parse_args(argv)
+    if args.limit is not None and args.limit < 1 or args.batch < 1:
+        p.error("--limit and --batch must be at least 1")
+
+    def run() -> int:
+        result = measure(args)
+        print(json.dumps(result) if args.json else table(result))
+        return 0
+
+    return run_script("python bench/k_oracle.py", run)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
