@@ -872,8 +872,9 @@ def step_attention_reference(
     On the CPU only the rows up to the last visible one of the batch are read (the rest are masked anyway, and a
     static cache is mostly empty), and a verify block's queries (1 < n <= CPU_GROUPED_ROWS) attend as one
     [groups·n]-row block per KV head (SDPA's CPU kernel pays per (row, head) block: 30% less time at 32 x 8 rows);
-    elsewhere the whole capacity, so the shapes stay static (no host sync, as a CUDA graph needs). They agree to
-    the dtype's round-off, not bit for bit: SDPA's reductions follow the number of rows it is given."""
+    elsewhere the whole capacity, so the shapes stay static (no host sync, as a CUDA graph needs), and with GQA the
+    KV heads expanded to the query heads (`_attend_heads_expanded`). They agree to the dtype's round-off, not bit
+    for bit: SDPA's reductions follow the number of rows it is given."""
     b, n, heads, hd = q.shape
     kv_heads = keys.shape[1]
     last = torch.maximum(last, first[:, None])
@@ -892,10 +893,28 @@ def step_attention_reference(
         mask = visible[:, None, None].expand(b, 1, groups, n, rows).reshape(b, 1, groups * n, rows)
         out = torch.nn.functional.scaled_dot_product_attention(grouped, keys, values, attn_mask=mask)
         return out.view(b, kv_heads, groups, n, hd).permute(0, 3, 1, 2, 4).reshape(b, n, heads * hd)
-    out = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), keys, values, attn_mask=visible[:, None], enable_gqa=heads != kv_heads
-    )
+    if cpu or heads == kv_heads:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), keys, values, attn_mask=visible[:, None], enable_gqa=heads != kv_heads
+        )
+    else:
+        out = _attend_heads_expanded(q.transpose(1, 2), keys, values, visible[:, None])
     return out.transpose(1, 2).reshape(b, n, heads * hd)
+
+
+def _attend_heads_expanded(
+    q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mask: torch.Tensor
+) -> torch.Tensor:
+    """SDPA of q [b, H, n, hd] over keys/values [b, KV, rows, hd] (KV divides H; query head h reads KV head
+    h // (H / KV)) under a boolean mask, with each KV head copied out to its query heads first. On CUDA SDPA's
+    fused kernels do not take a mask together with `enable_gqa`: that call runs the math backend, which
+    materialises the scores in fp32 ([b, H, n, rows] a layer: most of the fit's target pass over 32 x 320
+    tokens); with the heads expanded, the memory-efficient kernel takes the mask."""
+    b, kv_heads, rows, hd = keys.shape
+    groups = q.shape[1] // kv_heads
+    keys = keys[:, :, None].expand(b, kv_heads, groups, rows, hd).reshape(b, kv_heads * groups, rows, hd)
+    values = values[:, :, None].expand(b, kv_heads, groups, rows, hd).reshape(b, kv_heads * groups, rows, hd)
+    return torch.nn.functional.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
 
 
 def step_attention(

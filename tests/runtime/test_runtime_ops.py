@@ -192,3 +192,54 @@ def test_greedy_walk_exhaustive_small_lattice(k):
         start = values[:k].view(1, k)
         pairs = values[k:].view(1, slots - 1, k, k)
         assert torch.equal(greedy_walk(start, pairs, ids), brute_greedy(start, pairs, ids))
+
+
+def _gqa_inputs(device: str, dtype: torch.dtype):
+    g = torch.Generator().manual_seed(5)
+    b, heads, kv_heads, n, rows, hd = 2, 6, 2, 5, 24, 16
+    q, keys, values = (
+        torch.randn(*s, generator=g).to(device, dtype)
+        for s in [(b, n, heads, hd), (b, kv_heads, rows, hd), (b, kv_heads, rows, hd)]
+    )
+    last = torch.tensor([[9, 10, 11, 12, 13], [2, 3, 4, 20, 23]], device=device)
+    first = torch.tensor([0, 3], device=device)
+    return q, keys, values, last, first
+
+
+def test_the_expanded_gqa_attention_reads_each_query_heads_own_kv_head():
+    """_attend_heads_expanded (CUDA's prefill attention with GQA) against SDPA's own GQA, in float64 on the CPU:
+    query head h reads KV head h // groups, not h % KV (a repeat in the wrong order fails here)."""
+    from lilicorr_runtime.ops.core import _attend_heads_expanded
+
+    q, keys, values, last, first = _gqa_inputs("cpu", torch.float64)
+    rows = torch.arange(keys.shape[2])
+    mask = ((rows >= first[:, None, None]) & (rows <= last[:, :, None]))[:, None]
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
+    )
+    got = _attend_heads_expanded(q.transpose(1, 2), keys, values, mask)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    swapped = _attend_heads_expanded(q.transpose(1, 2), keys.flip(1), values.flip(1), mask)
+    assert not torch.allclose(swapped, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_the_gqa_prefill_attention_runs_the_memory_efficient_kernel():
+    """The CUDA reference attention with GQA and a mask takes the memory-efficient kernel (the math backend, which
+    SDPA picks for a mask with enable_gqa, is switched off here: the call would fail), and agrees with the math
+    backend's enable_gqa result to bf16 round-off."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from lilicorr_runtime.ops import step_attention_reference
+
+    q, keys, values, last, first = _gqa_inputs("cuda", torch.bfloat16)
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+        got = step_attention_reference(q, keys, values, last, first)
+    rows = torch.arange(keys.shape[2], device="cuda")
+    mask = ((rows >= first[:, None, None]) & (rows <= last[:, :, None]))[:, None]
+    with sdpa_kernel([SDPBackend.MATH]):
+        want = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
+        )
+    torch.testing.assert_close(got, want.transpose(1, 2).reshape(got.shape), rtol=2e-2, atol=2e-2)
