@@ -22,8 +22,8 @@
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
 #   gputests   every GPU test (`pytest -m gpu tests`, GPU_TESTS_BUDGET seconds, default 300), its log to the outbox
-#   benches    the fit step on the target (bench/train_step.py) and the random Qwen3-8B decode at batch 1 and 32
-#              (bench/decode.py --profile), their tables to the outbox
+#   benches    the fit step on the target (bench/train_step.py --profile: its phases and top kernels) and the
+#              random Qwen3-8B decode at batch 1 and 32 (bench/decode.py --profile), their tables to the outbox
 #   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter] [LAYERS=n]: one piece of
 #              $V3/runs/$RUN (its log to the outbox); a new run starts from INIT_FROM's weights when set (LAYERS
 #              more than its own: the extra layers grown from its last, their residual branches closed), else
@@ -83,8 +83,8 @@ for step in "$@"; do
       timeout "${GPU_TESTS_BUDGET:-300}" python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 \
         | tail -40 | tee "$V3/outbox/gpu-tests.txt" || echo "gputests: exit $?" ;;
     benches)
-      PYTHONPATH=$PYTHONPATH:$PWD timeout 150 python3 bench/train_step.py --target "$GGUF" 2>&1 \
-        | tail -14 | tee "$V3/outbox/train-step.txt" || echo "train_step: exit $?"
+      PYTHONPATH=$PYTHONPATH:$PWD timeout 150 python3 bench/train_step.py --target "$GGUF" --profile 2>&1 \
+        | tail -45 | tee "$V3/outbox/train-step.txt" || echo "train_step: exit $?"
       PYTHONPATH=$PYTHONPATH:$PWD timeout 240 python3 bench/decode.py --random qwen3-8b --batches 1,32 \
         --max-new-tokens 32 --profile 2>&1 | tail -80 | tee "$V3/outbox/decode-8b.txt" || echo "decode: exit $?" ;;
     v2)
