@@ -19,7 +19,9 @@ What the table decides: a K above the trained one raises the ceiling by the gap 
 already reaches only part of its own K's ceiling, so a larger K is worth training only where the head closes
 most of that part. The per-slot coverage (the true token among the K candidates at slot s, given the block's
 anchor only; of the blocks whose slot s lies inside the sequence) shows where the candidates, rather than the
-ranking, limit the walk.
+ranking, limit the walk; the ranking table shows the other side: on the blocks whose true tokens are among the
+candidates up to slot s, how often the head (given the true previous candidate) ranks the true one first, beside
+how often the drafter's own first candidate is the true one (what a head that always kept the argmax would get).
 """
 
 from __future__ import annotations
@@ -41,7 +43,12 @@ from lilicorr_ckpt.errors import InputError, UsageError  # noqa: E402
 from lilicorr_runtime.model.load import CheckpointRefused, build_drafter  # noqa: E402
 from lilicorr_train.heldout import MAX_LENGTH, _autocast, _measuring  # noqa: E402
 from lilicorr_train.loop import target_pass  # noqa: E402
-from lilicorr_train.objective import TrainBatch, accepted_lengths, draft_teacher_forced  # noqa: E402
+from lilicorr_train.objective import (  # noqa: E402
+    TrainBatch,
+    accepted_lengths,
+    draft_teacher_forced,
+    head_lattice,
+)
 from lilicorr_train.pieces import held_out_set  # noqa: E402
 from lilicorr_train.script import Parser, device_name, load_target_or_say, run_script, whole_number  # noqa: E402
 
@@ -104,6 +111,32 @@ def load_pair(args: argparse.Namespace, device: torch.device) -> tuple:
     return target, drafter
 
 
+def ranking(
+    ids: torch.Tensor, start: torch.Tensor, pairs: torch.Tensor, truth: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The head's ranking at each slot, teacher-forced: ids [b, m, S, K] (the candidates, best first), start
+    [b·m, K], pairs [b·m, S-1, K, K] (`head_lattice`), truth [b, m, S], valid [b, m, S] -> per slot [S], over the
+    blocks whose true tokens are among the candidates at every slot up to s (the oracle prefix, where the walk
+    can still accept slot s): their count, how many the head ranks the true candidate first at (slot 1 by its
+    start scores, slot s by its pair scores from the true candidate of slot s-1, ties to the lower index as the
+    walk breaks them), and how many the drafter's own first candidate (the control's argmax) is the true one at."""
+    b, m, slots, k = ids.shape
+    matches = (ids == truth[..., None]).reshape(b * m, slots, k)
+    covered = matches.any(-1) & valid.reshape(b * m, slots)
+    inside = covered.long().cumprod(-1).bool()  # [rows, S]
+    true_index = matches.float().argmax(-1)  # [rows, S] (0 where not covered: masked by inside)
+    previous = true_index[:, :-1]
+    conditioned = pairs.gather(2, previous[:, :, None, None].expand(-1, -1, 1, k))[:, :, 0]  # [rows, S-1, K]
+    scores = torch.cat([start[:, None], conditioned], dim=1)  # [rows, S, K]
+    head_right = (scores.argmax(-1) == true_index) & inside
+    argmax_right = (true_index == 0) & inside
+    return (
+        inside.double().sum(0).cpu(),
+        head_right.double().sum(0).cpu(),
+        argmax_right.double().sum(0).cpu(),
+    )
+
+
 @torch.no_grad()
 def measure(args: argparse.Namespace) -> dict:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -133,6 +166,11 @@ def measure(args: argparse.Namespace) -> dict:
     covered_sum = {k: torch.zeros(slots, dtype=torch.float64) for k in ks}
     slots_total = torch.zeros(slots, dtype=torch.float64)  # blocks whose slot s lies inside the sequence
     control_sum = head_sum = anchors_total = 0.0
+    # the ranking at each slot, on the blocks whose true tokens are among the candidates up to it: how often the
+    # head, given the true previous candidate, ranks the true one first, and how often the drafter's argmax is it
+    ranked = torch.zeros(slots, dtype=torch.float64)
+    head_first = torch.zeros(slots, dtype=torch.float64)
+    argmax_first = torch.zeros(slots, dtype=torch.float64)
     begin = time.perf_counter()
     with _measuring(drafter):
         for first in range(0, count, args.batch):
@@ -158,6 +196,8 @@ def measure(args: argparse.Namespace) -> dict:
                 drafted = draft_teacher_forced(drafter, embed_w, head_w, features, batch, exact=True)
                 rank = true_ranks(F.linear(drafted.pass_hidden, head_w), drafted.truth)  # [b, m, S]
                 control, head = accepted_lengths(drafter, embed_w, head_w, features, batch)
+                if trained_k is not None:
+                    lattice = head_lattice(drafter, embed_w, drafted, batch.anchors)
             valid = batch.anchor_valid
             slot_valid = drafted.slot_valid  # [b, m, S]: inside the sequence, of a valid anchor
             for k in ks:
@@ -165,6 +205,13 @@ def measure(args: argparse.Namespace) -> dict:
                 prefix_sum[k] += float(covered.long().cumprod(-1).sum(-1)[valid].sum())
                 covered_sum[k] += covered[valid].double().sum(0).cpu()
             slots_total += slot_valid[valid].double().sum(0).cpu()
+            if trained_k is not None:
+                inside, first_head, first_argmax = ranking(
+                    *lattice, drafted.truth, slot_valid & valid[..., None]
+                )
+                ranked += inside
+                head_first += first_head
+                argmax_first += first_argmax
             control_sum += float(control[valid].sum())
             if head is not None:
                 head_sum += float(head[valid].sum())
@@ -183,6 +230,13 @@ def measure(args: argparse.Namespace) -> dict:
         "tau_head": round(1 + head_sum / n, 4) if trained_k is not None else None,
         "oracle_tau": {k: round(1 + prefix_sum[k] / n, 4) for k in ks},
         "coverage": {k: [round(float(c), 4) for c in covered_sum[k] / per_slot] for k in ks},
+        "ranking": None
+        if trained_k is None
+        else {
+            "blocks": [int(c) for c in ranked],
+            "head_first": [round(float(c), 4) for c in head_first / ranked.clamp(min=1)],
+            "argmax_first": [round(float(c), 4) for c in argmax_first / ranked.clamp(min=1)],
+        },
         "s": round(time.perf_counter() - begin, 1),
     }
 
@@ -210,6 +264,19 @@ def table(result: dict) -> str:
             f"\nthe head reaches {share} of its K = {k_trained} ceiling over the control "
             f"({reached:+.3f} of {ceiling:+.3f} tokens a block)"
         )
+    rank = result.get("ranking")
+    if rank is not None:
+        lines += [
+            "",
+            f"ranking at K = {k_trained}, on the blocks whose true tokens are among the candidates up to the slot "
+            "(the head given the true previous candidate):",
+            "| slot | blocks | head ranks the true candidate first | the drafter's argmax is it |",
+            "|---:|---:|---:|---:|",
+        ]
+        for s, (n, h, a) in enumerate(
+            zip(rank["blocks"], rank["head_first"], rank["argmax_first"], strict=True)
+        ):
+            lines.append(f"| {s + 1} | {n} | {h:.3f} | {a:.3f} |")
     return "\n".join(lines)
 
 

@@ -99,6 +99,12 @@ def test_the_oracle_rises_with_k_from_the_control_and_bounds_the_head(inputs, ca
     )
     # a head walks the trained K's candidates: it can accept no more than the oracle does there
     assert 1.0 <= result["tau_head"] <= oracle[trained_k] + 1e-9
+    rank = result["ranking"]
+    blocks = rank["blocks"]
+    assert blocks[0] > 0 and all(x >= y for x, y in zip(blocks, blocks[1:], strict=False))  # a prefix shrinks
+    # the prefix's blocks at slot 1 are those whose truth is among the trained K there
+    assert blocks[0] <= round(coverage[trained_k][0] * result["anchors"]) + 1
+    assert all(0.0 <= r <= 1.0 for r in rank["head_first"] + rank["argmax_first"])
     # the batch does not change what is measured (each sequence keeps its fixed anchors)
     code, out, _ = _run([*argv, "--ks", ",".join(map(str, ks)), "--batch", "8"], capsys)
     again = json.loads(out)
@@ -188,3 +194,25 @@ def test_bad_inputs_are_one_line_errors(inputs, capsys, change, code, words):
     err = capsys.readouterr().err
     assert got == code, err
     assert words in _one_error_line(err)
+
+
+def test_the_ranking_conditions_each_slot_on_the_true_previous_candidate():
+    """Slot 1: the truth is candidate 1, the head's start scores prefer 0 (wrong), the argmax is 0 (wrong). Slot 2:
+    the truth is candidate 0; from the true previous candidate (1) the head's pair row prefers 0 (right), from its
+    own wrong pick (0) it would prefer 1. Slot 3: the truth is no candidate, so the block leaves the prefix."""
+    ids = torch.tensor([[[[5, 6], [7, 8], [9, 10]]]])
+    truth = torch.tensor([[[6, 7, 11]]])
+    start = torch.tensor([[1.0, 0.0]])
+    pairs = torch.tensor([[[[0.0, 5.0], [2.0, 0.0]], [[0.0, 0.0], [0.0, 0.0]]]])
+    valid = torch.ones(1, 1, 3, dtype=torch.bool)
+    inside, head, argmax = _bench().ranking(ids, start, pairs, truth, valid)
+    assert inside.tolist() == [1, 1, 0]
+    assert head.tolist() == [0, 1, 0]
+    assert argmax.tolist() == [0, 1, 0]
+    # a slot outside the sequence ends the prefix as a missed candidate does
+    inside, _, _ = _bench().ranking(ids, start, pairs, torch.tensor([[[6, 7, 9]]]), valid.clone().fill_(True))
+    assert inside.tolist() == [1, 1, 1]
+    inside, _, _ = _bench().ranking(
+        ids, start, pairs, torch.tensor([[[6, 7, 9]]]), torch.tensor([[[1, 0, 1]]]).bool()
+    )
+    assert inside.tolist() == [1, 0, 0]
