@@ -50,16 +50,22 @@ class TrainConfig(Struct, frozen=True, kw_only=True):
 
 LAYER_NAME = re.compile(r"layers\.(\d+)\.(.+)")
 OUTPUT_PROJECTIONS = ("self_attn.o_proj.", "mlp.down_proj.")  # a layer's two residual branches' outputs
+HEAD_PREFIX = "lilicorr."  # the LiLiCorr head's tensors in a drafter's state dict
 
 
-def init_from_checkpoint(drafter: Drafter, path: Path) -> None:
+def init_from_checkpoint(drafter: Drafter, path: Path, fresh_head: bool = False) -> None:
     """Copy a drafter checkpoint's weights into `drafter`; every tensor must match by name and shape, except
     that `drafter` may have more draft layers than the checkpoint (a deeper drafter grown from a trained one):
     each extra layer starts as a copy of the checkpoint's last layer with its two output projections (o_proj,
     down_proj) zeroed, so the deeper drafter computes exactly what the checkpoint computes until training opens
-    the new layers' residual branches."""
+    the new layers' residual branches. With `fresh_head` only the backbone is copied: `drafter`'s LiLiCorr head
+    keeps its own initialization, whatever its shape (K, width, layers) and whether or not the checkpoint has a
+    head (to compare head shapes on one trained backbone)."""
     trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
     ours, theirs = drafter.state_dict(), dict(trained.state_dict())
+    if fresh_head:
+        theirs = {k: v for k, v in theirs.items() if not k.startswith(HEAD_PREFIX)}
+        theirs.update({k: v for k, v in ours.items() if k.startswith(HEAD_PREFIX)})
     have = len(trained.layers)
     if len(drafter.layers) > have > 0:
         for name in ours:
@@ -196,13 +202,14 @@ def open_run(
     steps: int | None = None,
     *,
     init_from: Path | None = None,
+    fresh_head: bool = False,
     state: TrainState | None = None,
 ) -> Run:
     """Resume the run in `run_dir` (its own settings, `steps` extending or shortening it), or start one with
     `train` (drafter_config required then), from the target's layer `init_layer` or from the weights of the
     drafter checkpoint `init_from` (which must have the shape drafter_config gives, or fewer draft layers:
-    init_from_checkpoint grows the rest). `state`: the run's state, already read with read_state (it is read
-    here otherwise)."""
+    init_from_checkpoint grows the rest; with `fresh_head` its backbone alone, the head starting afresh).
+    `state`: the run's state, already read with read_state (it is read here otherwise)."""
     device = target.device
     found = state_path(run_dir)
     if found is not None:
@@ -214,7 +221,7 @@ def open_run(
     torch.manual_seed(train.seed)
     drafter = build_drafter(drafter_config)
     if init_from is not None:
-        init_from_checkpoint(drafter, init_from)
+        init_from_checkpoint(drafter, init_from, fresh_head)
     elif init_layer is not None:
         init_from_target(drafter, target, init_layer)
     drafter.to(device)

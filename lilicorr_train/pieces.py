@@ -76,6 +76,8 @@ def check_new_run(args: argparse.Namespace, target: Any) -> None:
     layer of it, --mask-token-id inside its vocabulary (UsageError naming the option otherwise). A tap of the
     last layer is allowed (vLLM and TensorRT-LLM capture it) with a warning: SGLang cannot serve it (LC148)."""
     layers, vocab = target.num_layers, target.vocab_size
+    if args.fresh_head and args.init_from is None:
+        raise UsageError("--fresh-head starts a head on --init-from's backbone: give --init-from")
     past = [t for t in args.taps if t >= layers]
     if past:
         raise UsageError(f"--taps {past} past the target's layers (0 to {layers - 1})")
@@ -115,6 +117,7 @@ NEW_RUN: dict[str, Any] = {
     "taps": (),
     "init_layer": None,
     "init_from": None,
+    "fresh_head": False,
     "mask_token_id": 16,
     "layers": 1,
     "k": 8,
@@ -180,6 +183,7 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
             args.init_layer if found is None else None,
             args.steps,
             init_from=args.init_from if found is None else None,
+            fresh_head=bool(args.fresh_head) and found is None,
             state=state,
         )
     except ValueError as exc:  # --init-from a drafter of another shape (StateError is one, already worded)
@@ -283,6 +287,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument("--init-layer", type=whole_number("--init-layer", 0, 1 << 20),
                    help="new run: the draft layers start from this target layer")  # fmt: skip
     f.add_argument("--init-from", type=Path, help="new run: start from this drafter's weights")
+    f.add_argument("--fresh-head", action="store_const", const=True, default=None,
+                   help="new run, with --init-from: only its backbone; the head starts afresh, of the shape --k, "
+                   "--head-width and --head-layers give (to compare head shapes on one trained backbone)")  # fmt: skip
     f.add_argument("--mask-token-id", type=whole_number("--mask-token-id", 0, int(HEAD_LIMITS["mask_token_id"][1])),
                    help="new run: the block's mask token, absent from the data (default 16)")  # fmt: skip
     f.add_argument("--layers", type=whole_number("--layers", 1, 64), help="new run: draft layers (default 1)")

@@ -26,8 +26,10 @@
 #              random Qwen3-8B decode at batch 1 and 32 (bench/decode.py --profile), their tables to the outbox
 #   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter] [LAYERS=n]: one piece of
 #              $V3/runs/$RUN (its log to the outbox); a new run starts from INIT_FROM's weights when set (LAYERS
-#              more than its own: the extra layers grown from its last, their residual branches closed), else
-#              from layer INIT_LAYER
+#              more than its own: the extra layers grown from its last, their residual branches closed; with
+#              FRESH_HEAD=1 its backbone only, the head new, of HEAD_WIDTH / HEAD_LAYERS), else from layer INIT_LAYER
+#   koracle    RUN=name: bench/k_oracle.py on the exported drafter and val.npz (the K ceiling, the per-slot
+#              ranking), its table to the outbox
 #   export     RUN=name: the run's drafter, converted, in $V3/drafter-$RUN; `validate --strict` for every runtime
 #              and its weights (config.json, model.safetensors) to the outbox
 #   smoke      RUN=name: all 252 probes, head and control side by side (smoke --gpu), its report to the outbox
@@ -95,6 +97,7 @@ for step in "$@"; do
       python3 -m lilicorr_train.pieces fit "$V3/runs/$RUN" --target "$GGUF" --data "$V3/train.npz" \
         --val "$V3/val.npz" --budget "${FIT_BUDGET:-540}" ${TAPS:+--taps $TAPS} --init-layer "${INIT_LAYER:-29}" \
         ${STEPS:+--steps $STEPS} ${INIT_FROM:+--init-from $INIT_FROM} ${LAYERS:+--layers $LAYERS} \
+        ${FRESH_HEAD:+--fresh-head} ${HEAD_WIDTH:+--head-width $HEAD_WIDTH} ${HEAD_LAYERS:+--head-layers $HEAD_LAYERS} \
         ${LR_DRAFTER:+--lr-drafter $LR_DRAFTER} ${LR_HEAD:+--lr-head $LR_HEAD} --batch-size "${BATCH:-32}" --anchors 48
       cp "$V3/runs/$RUN/log.jsonl" "$V3/outbox/log-$RUN.jsonl" ;;
     export)
@@ -105,6 +108,10 @@ for step in "$@"; do
       cp "$V3/drafter-$RUN/model.safetensors" "$V3/outbox/model-$RUN.safetensors"
       python3 -m lilicorr_ckpt validate "$V3/drafter-$RUN" --target "$GGUF" --strict --runtime all \
         | tee "$V3/outbox/validate-$RUN.txt" || echo "validate: exit $?" ;;
+    koracle)
+      : "${RUN:?set RUN}"
+      PYTHONPATH=$PYTHONPATH:$PWD python3 bench/k_oracle.py "$V3/drafter-$RUN" --target "$GGUF" --val "$V3/val.npz" \
+        | tee "$V3/outbox/koracle-$RUN.txt" || echo "koracle: exit $?" ;;
     smoke)
       : "${RUN:?set RUN}"
       python3 -m lilicorr_ckpt smoke "$V3/drafter-$RUN" --target "$GGUF" --gpu --limit 0 \

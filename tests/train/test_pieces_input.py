@@ -157,3 +157,55 @@ def test_a_device_that_is_not_here_is_a_usage_error_naming_it(capsys):
     mix = ["generate", "--target", TARGET, "--out", "x.npz", "--device", "cpu", "--mix", "foo=1"]
     assert _code(train_main, mix) == 4
     assert "--mix" in capsys.readouterr().err
+
+
+def test_a_fresh_head_starts_on_a_trained_backbone_of_another_head_shape(tmp_path, sets, capsys):
+    """--fresh-head: the backbone is --init-from's tensor for tensor, the head the new shape's own start; without
+    it a head of another width is refused; and it needs --init-from."""
+    import torch
+
+    from lilicorr_runtime.target.load import load_target
+    from lilicorr_train.export import DrafterShape, build_drafter, drafter_config, export_modelopt
+    from lilicorr_train.loop import HEAD_PREFIX, init_from_checkpoint
+
+    target = load_target(TARGET, dtype="float32", device="cpu", fast=True)
+    narrow = drafter_config(
+        target.config,
+        DrafterShape(target_layer_ids=(1, 2), mask_token_id=511, head_hidden_size=32, head_num_heads=2),
+    )
+    torch.manual_seed(3)
+    trained = build_drafter(narrow)
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(0.01 * torch.randn_like(p))  # weights no fresh build has
+    export_modelopt(trained, narrow, tmp_path / "trained", dtype=torch.float32)
+    wide_config = drafter_config(
+        target.config,
+        DrafterShape(target_layer_ids=(1, 2), mask_token_id=511, head_hidden_size=64, head_num_heads=2),
+    )
+    wide = build_drafter(wide_config)
+    start = {k: v.clone() for k, v in wide.state_dict().items()}
+    with pytest.raises(ValueError, match="not a drafter of this shape"):
+        init_from_checkpoint(wide, tmp_path / "trained")
+    init_from_checkpoint(wide, tmp_path / "trained", fresh_head=True)
+    got, theirs = wide.state_dict(), trained.state_dict()
+    heads = [k for k in got if k.startswith(HEAD_PREFIX)]
+    assert heads and got.keys() - set(heads) == theirs.keys() - {
+        k for k in theirs if k.startswith(HEAD_PREFIX)
+    }
+    for name, value in got.items():
+        want = start[name] if name.startswith(HEAD_PREFIX) else theirs[name]
+        torch.testing.assert_close(value, want, rtol=0, atol=0, msg=name)
+
+    # through the CLI: a new run of the wider head on that backbone; and --fresh-head alone is a usage error
+    assert _fit(tmp_path, sets, "--fresh-head") == 4
+    assert "give --init-from" in capsys.readouterr().err
+    common = ["--taps", "1,2", "--batch-size", "2", "--anchors", "2", "--budget", "60", "--head-width", "64"]
+    assert _fit(tmp_path, sets, *common, "--init-from", str(tmp_path / "trained")) == 2
+    assert "not a drafter of this shape" in capsys.readouterr().err
+    assert _fit(tmp_path, sets, *common, "--init-from", str(tmp_path / "trained"), "--fresh-head") == 0
+    from lilicorr_train.state import read_state
+
+    model = read_state(tmp_path / "run" / "state.safetensors").model
+    width = [v.shape for k, v in model.items() if k.startswith(HEAD_PREFIX) and v.dim() == 2]
+    assert any(64 in s for s in width)
