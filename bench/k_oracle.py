@@ -48,6 +48,7 @@ from lilicorr_train.objective import (  # noqa: E402
     accepted_lengths,
     draft_teacher_forced,
     head_lattice,
+    truth_conditioned,
 )
 from lilicorr_train.pieces import held_out_set  # noqa: E402
 from lilicorr_train.script import Parser, device_name, load_target_or_say, run_script, whole_number  # noqa: E402
@@ -120,14 +121,7 @@ def ranking(
     can still accept slot s): their count, how many the head ranks the true candidate first at (slot 1 by its
     start scores, slot s by its pair scores from the true candidate of slot s-1, ties to the lower index as the
     walk breaks them), and how many the drafter's own first candidate (the control's argmax) is the true one at."""
-    b, m, slots, k = ids.shape
-    matches = (ids == truth[..., None]).reshape(b * m, slots, k)
-    covered = matches.any(-1) & valid.reshape(b * m, slots)
-    inside = covered.long().cumprod(-1).bool()  # [rows, S]
-    true_index = matches.float().argmax(-1)  # [rows, S] (0 where not covered: masked by inside)
-    previous = true_index[:, :-1]
-    conditioned = pairs.gather(2, previous[:, :, None, None].expand(-1, -1, 1, k))[:, :, 0]  # [rows, S-1, K]
-    scores = torch.cat([start[:, None], conditioned], dim=1)  # [rows, S, K]
+    true_index, inside, scores = truth_conditioned(ids, start, pairs, truth, valid)
     head_right = (scores.argmax(-1) == true_index) & inside
     argmax_right = (true_index == 0) & inside
     return (

@@ -223,6 +223,24 @@ def accepted_lengths(
     return control, head.long().view(b, m)
 
 
+def truth_conditioned(
+    ids: torch.Tensor, start: torch.Tensor, pairs: torch.Tensor, truth: torch.Tensor, valid: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The head's lattice read teacher-forced: ids [b, m, S, K] (the candidates, best first), start [b·m, K], pairs
+    [b·m, S-1, K, K] (`head_lattice`), truth and valid [b, m, S] -> (true_index [b·m, S]: the true candidate's
+    rank, 0 where it is no candidate; prefix [b·m, S]: the oracle prefix, the true token among the candidates at
+    every valid slot up to s; scores [b·m, S, K]: each slot's row conditioned on the true previous candidate,
+    start for slot 1, the pair row from the true candidate of slot s-1 after it)."""
+    b, m, slots, k = ids.shape
+    matches = (ids == truth[..., None]).reshape(b * m, slots, k)
+    covered = matches.any(-1) & valid.reshape(b * m, slots)
+    true_index = matches.float().argmax(-1)  # 0 where uncovered: masked by the prefix
+    prefix = covered.long().cumprod(-1).bool()
+    previous = true_index[:, :-1]
+    conditioned = pairs.gather(2, previous[:, :, None, None].expand(-1, -1, 1, k))[:, :, 0]
+    return true_index, prefix, torch.cat([start[:, None], conditioned], dim=1)
+
+
 def training_step(
     drafter: Drafter,
     embed_weight: torch.Tensor,
@@ -259,14 +277,7 @@ def training_step(
     ids, start, pairs = head_lattice(drafter, embed_weight, drafted, anchors)
     rows = b * m
     truth_flat, valid_flat = truth.reshape(rows, slots), slot_valid.reshape(rows, slots)
-    matches = ids.reshape(rows, slots, k) == truth_flat[..., None]  # [rows, S, K]
-    covered = matches.any(-1) & valid_flat
-    true_index = matches.float().argmax(-1)  # the true candidate's rank (0 where uncovered: masked)
-    prefix = covered.long().cumprod(-1).bool()  # the oracle prefix
-    # each slot's row conditioned on the true previous candidate: [rows, S, K]
-    previous = true_index[:, :-1]
-    conditioned = pairs.gather(2, previous[:, :, None, None].expand(-1, -1, 1, k))[:, :, 0]
-    scores = torch.cat([start[:, None], conditioned], dim=1)
+    true_index, prefix, scores = truth_conditioned(ids, start, pairs, truth, slot_valid)
     log_p = torch.log_softmax(scores, dim=-1)
     supervised = prefix.float()
     count = supervised.sum().clamp(min=1)
@@ -290,7 +301,7 @@ def training_step(
         loss_terms = loss_terms + weights.lam * distractor
         metrics["distractor"] = float(distractor.detach())
     with torch.no_grad():
-        metrics["coverage1"] = float(covered[:, 0][anchor_valid.reshape(-1)].float().mean())
+        metrics["coverage1"] = float(prefix[:, 0][anchor_valid.reshape(-1)].float().mean())  # slot 1: covered
         metrics["oracle_prefix"] = float(prefix.sum(-1).float()[anchor_valid.reshape(-1)].mean())
         metrics["head_accept"] = float(
             _walk_accept(start, pairs, ids.reshape(rows, slots, k), truth_flat, valid_flat)[
