@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # lilicorr_train: 
 from lilicorr_ckpt.checkpoint import load_checkpoint  # noqa: E402
 from lilicorr_ckpt.errors import InputError, UsageError  # noqa: E402
 from lilicorr_runtime.model.load import CheckpointRefused, build_drafter  # noqa: E402
-from lilicorr_train.heldout import MAX_LENGTH, _autocast, _measuring  # noqa: E402
+from lilicorr_train.heldout import MAX_LENGTH, _autocast, _measuring, padded_rows  # noqa: E402
 from lilicorr_train.loop import target_pass  # noqa: E402
 from lilicorr_train.objective import (  # noqa: E402
     TrainBatch,
@@ -169,15 +169,10 @@ def measure(args: argparse.Namespace) -> dict:
     with _measuring(drafter):
         for first in range(0, count, args.batch):
             rows = np.arange(first, min(first + args.batch, count))
-            seqs = [
-                data.tokens[data.offsets[i] : data.offsets[i + 1]][:MAX_LENGTH].astype(np.int64) for i in rows
-            ]
-            tokens = torch.zeros(len(seqs), max(len(s) for s in seqs), dtype=torch.long)
-            for r, s in enumerate(seqs):
-                tokens[r, : len(s)] = torch.from_numpy(s)
+            tokens, lengths = padded_rows(data, rows)
             batch = TrainBatch(
                 tokens.to(device),
-                torch.tensor([len(s) for s in seqs], device=device),
+                lengths.to(device),
                 held.anchors[rows].to(device),
                 held.valid[rows].to(device),
             )

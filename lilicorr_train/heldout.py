@@ -95,6 +95,16 @@ def heldout_tau(
     return record
 
 
+def padded_rows(data: Shard, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sequences `rows` of a held-out set, cut to MAX_LENGTH as training cuts them: (tokens [n, longest]
+    int64, right-padded with 0; lengths [n])."""
+    seqs = [data.tokens[data.offsets[i] : data.offsets[i + 1]][:MAX_LENGTH].astype(np.int64) for i in rows]
+    tokens = torch.zeros(len(seqs), max(len(s) for s in seqs), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        tokens[r, : len(s)] = torch.from_numpy(s)
+    return tokens, torch.tensor([len(s) for s in seqs])
+
+
 def _uniform_tau(drafter: Drafter, target: FastTarget, held: HeldOut, batch: int) -> dict[str, Any]:
     """The uniform measure: the training objective's metrics at the held-out set's fixed anchors."""
     device = target.device
@@ -104,14 +114,7 @@ def _uniform_tau(drafter: Drafter, target: FastTarget, held: HeldOut, batch: int
     sums: dict[int, dict[str, float]] = {}
     for first in range(0, len(data), batch):
         rows = np.arange(first, min(first + batch, len(data)))
-        seqs = [
-            data.tokens[data.offsets[i] : data.offsets[i + 1]][:MAX_LENGTH].astype(np.int64) for i in rows
-        ]
-        width = max(len(s) for s in seqs)
-        tokens = torch.zeros(len(seqs), width, dtype=torch.long)
-        for r, s in enumerate(seqs):
-            tokens[r, : len(s)] = torch.from_numpy(s)
-        lengths = torch.tensor([len(s) for s in seqs])
+        tokens, lengths = padded_rows(data, rows)
         for category in np.unique(data.category[rows]):
             pick = np.nonzero(data.category[rows] == category)[0]
             sub = torch.from_numpy(pick)
