@@ -41,7 +41,7 @@ from lilicorr_runtime.target.load import load_target
 
 from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
-from .loop import LOG, TrainConfig, fit, load_run_drafter, open_run
+from .loop import LOG, TrainConfig, checkpoint_taps, fit, load_run_drafter, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
 from .script import device_name
 from .state import CONFIG_LIMITS, SETTINGS, STATE, StateError, check_log, read_state, state_path
@@ -506,9 +506,16 @@ def train(
                 f"the target has {target.num_layers} layers (0 to {target.num_layers - 1})",
                 param_hint="--init-layer",
             )
-        config = drafter_config(
-            target.config, DrafterShape(block_size=block_size, num_layers=layers, mask_token_id=mask_token_id)
+        taps: tuple[int, ...] = ()  # spread over the target; a run from a trained drafter reads its layers
+        if init_from is not None:
+            try:
+                taps = checkpoint_taps(init_from)
+            except (InputError, ValueError, OSError) as exc:
+                raise click.ClickException(f"--init-from {init_from}: {exc}") from None
+        shape = DrafterShape(
+            block_size=block_size, num_layers=layers, mask_token_id=mask_token_id, target_layer_ids=taps
         )
+        config = drafter_config(target.config, shape)
         if init_layer is None and init_from is None:
             click.echo(
                 f"warning: the drafter starts from random weights (neither --init-layer nor --init-from); "

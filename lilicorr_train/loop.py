@@ -62,6 +62,12 @@ def init_from_checkpoint(drafter: Drafter, path: Path, fresh_head: bool = False)
     keeps its own initialization, whatever its shape (K, width, layers) and whether or not the checkpoint has a
     head (to compare head shapes on one trained backbone)."""
     trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
+    if tuple(trained.target_layer_ids) != tuple(drafter.target_layer_ids):  # fc reads the taps in their order
+        raise ValueError(
+            f"{path} was trained on target layers {list(trained.target_layer_ids)}, this run taps "
+            f"{list(drafter.target_layer_ids)}: its fc projection would read other layers than it learned "
+            f"(leave --taps out to take its layers)"
+        )
     ours, theirs = drafter.state_dict(), dict(trained.state_dict())
     if fresh_head:
         theirs = {k: v for k, v in theirs.items() if not k.startswith(HEAD_PREFIX)}
@@ -88,6 +94,15 @@ def init_from_checkpoint(drafter: Drafter, path: Path, fresh_head: bool = False)
             f"(first: {', '.join(mismatched[:4])})"
         )
     drafter.load_state_dict(theirs)
+
+
+def checkpoint_taps(path: Path) -> tuple[int, ...]:
+    """The target layers the drafter checkpoint at `path` reads (its config's target_layer_ids): a run started
+    from it taps the same ones unless told otherwise."""
+    taps = load_checkpoint(str(path)).geometry.target_layer_ids
+    if not taps:
+        raise ValueError(f"{path}: its config names no target_layer_ids")
+    return tuple(taps)
 
 
 def init_from_target(drafter: Drafter, target: FastTarget, layer: int) -> None:

@@ -33,7 +33,7 @@ from lilicorr_runtime.model.load import build_drafter
 from .data import DataError, Dataset
 from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
-from .loop import LOG, TrainConfig, fit, open_run
+from .loop import LOG, TrainConfig, checkpoint_taps, fit, open_run
 from .mixes import Shard
 from .script import Parser, device_name, load_target_or_say, run_script, seconds, whole_number
 from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log, read_state, state_path
@@ -157,6 +157,11 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         if getattr(args, name) is None:
             setattr(args, name, default)
     config = None
+    if found is None and args.init_from is not None and "taps" not in given:
+        try:  # a run from a trained drafter reads the layers its fc projection learned
+            args.taps = checkpoint_taps(args.init_from)
+        except (InputError, ValueError, OSError) as exc:
+            raise InputError(f"--init-from {args.init_from}: {exc}") from None
     if found is None:
         check_new_run(args, target)
         if bool((data.tokens == args.mask_token_id).any()):
@@ -282,7 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--taps",
         type=parse_taps,
         help="new run: target layers tapped, e.g. 3,9,15,21,27 (each below the target's layer count, once; "
-        "the last layer draws a warning: SGLang cannot capture it); default spread over the target",
+        "the last layer draws a warning: SGLang cannot capture it); default --init-from's own layers, else "
+        "spread over the target",
     )
     f.add_argument("--init-layer", type=whole_number("--init-layer", 0, 1 << 20),
                    help="new run: the draft layers start from this target layer")  # fmt: skip

@@ -5,6 +5,7 @@ once trained a drafter on features no layer wrote, and a negative batch size mar
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -209,3 +210,53 @@ def test_a_fresh_head_starts_on_a_trained_backbone_of_another_head_shape(tmp_pat
     model = read_state(tmp_path / "run" / "state.safetensors").model
     width = [v.shape for k, v in model.items() if k.startswith(HEAD_PREFIX) and v.dim() == 2]
     assert any(64 in s for s in width)
+
+
+def test_a_run_from_a_trained_drafter_taps_its_layers_unless_told_and_refuses_others(tmp_path, sets, capsys):
+    """--init-from without --taps: the new run reads the layers the drafter's fc projection learned (not the
+    spread default); --taps naming other layers is refused with both lists, before any step."""
+    import torch
+
+    from lilicorr_runtime.target.load import load_target
+    from lilicorr_train.export import (
+        DrafterShape,
+        build_drafter,
+        drafter_config,
+        export_modelopt,
+        spread_taps,
+    )
+    from lilicorr_train.state import read_state
+
+    target = load_target(TARGET, dtype="float32", device="cpu", fast=True)
+    assert spread_taps(target.num_layers) != (0, 2)  # else the default would pass unnoticed
+    config = drafter_config(target.config, DrafterShape(target_layer_ids=(0, 2), mask_token_id=511))
+    torch.manual_seed(5)
+    export_modelopt(build_drafter(config), config, tmp_path / "trained", dtype=torch.float32)
+    head = ["--batch-size", "2", "--anchors", "2", "--budget", "60"]
+
+    assert _fit(tmp_path, sets, *head, "--init-from", str(tmp_path / "trained")) == 0
+    start = json.loads((tmp_path / "run" / "log.jsonl").read_text().splitlines()[0])
+    assert start.get("taps", [0, 2]) == [0, 2]
+    state = read_state(tmp_path / "run" / "state.safetensors")
+    assert tuple(state.config["dflash_config"]["target_layer_ids"]) == (0, 2)
+    capsys.readouterr()
+
+    other = tmp_path / "other"
+    argv = [
+        "fit",
+        str(other),
+        "--target",
+        TARGET,
+        "--data",
+        str(sets[0]),
+        "--val",
+        str(sets[1]),
+        "--device",
+        "cpu",
+    ]
+    code = _code(
+        pieces.main, [*argv, "--steps", "1", *head, "--taps", "1,3", "--init-from", str(tmp_path / "trained")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2 and "trained on target layers [0, 2], this run taps [1, 3]" in err
+    assert not (other / "state.safetensors").exists()
