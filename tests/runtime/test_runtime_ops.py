@@ -225,16 +225,19 @@ def test_the_expanded_gqa_attention_reads_each_query_heads_own_kv_head():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_on_cuda_the_gqa_prefill_attention_runs_the_memory_efficient_kernel():
-    """The CUDA reference attention with GQA and a mask takes the memory-efficient kernel (the math backend, which
+def test_on_cuda_the_gqa_prefill_attention_runs_a_fused_kernel():
+    """The CUDA reference attention with GQA and a mask takes one of SDPA's fused kernels (the math backend, which
     SDPA picks for a mask with enable_gqa, is switched off here: the call would fail), and agrees with the math
-    backend's enable_gqa result to bf16 round-off."""
+    backend's enable_gqa result to bf16 round-off. Which fused kernel is torch's choice: the fit's profile on an
+    H100 (torch 2.11) shows cuDNN's; the first run of this test, which allowed only the memory-efficient one,
+    failed there."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from lilicorr_runtime.ops import step_attention_reference
 
     q, keys, values, last, first = _gqa_inputs("cuda", torch.bfloat16)
-    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION]):
+    fused = [SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION]
+    with sdpa_kernel(fused):
         got = step_attention_reference(q, keys, values, last, first)
     rows = torch.arange(keys.shape[2], device="cuda")
     mask = ((rows >= first[:, None, None]) & (rows <= last[:, :, None]))[:, None]

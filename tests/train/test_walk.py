@@ -226,7 +226,13 @@ def test_on_the_gpu_the_candidates_are_the_kernels_and_the_gradient_the_textbook
         n: torch.autograd.grad(v, fast.pass_hidden, retain_graph=True)[0].float() for n, v in losses.items()
     }
     assert float(grads["textbook"].norm()) > 0
-    torch.testing.assert_close(grads["fused"], grads["textbook"], rtol=2e-2, atol=1e-3)
+    # both gradients reach pass_hidden in bf16, so single elements differ by a bf16 step of the gradient's scale
+    # (the first GPU run: 39 of 43,008 elements up to 3.9e-3 apart under atol 1e-3); a wrong gradient is off
+    # by its own size, which the norm of the difference shows
+    gap = (grads["fused"] - grads["textbook"]).norm() / grads["textbook"].norm()
+    assert float(gap) < 1e-2
+    step = float(grads["textbook"].abs().max()) * 2**-6
+    torch.testing.assert_close(grads["fused"], grads["textbook"], rtol=2e-2, atol=max(step, 1e-3))
 
 
 def test_log_probs_at_has_the_softmaxs_gradient_an_index_named_twice_included():
