@@ -27,7 +27,8 @@
 #   fit        RUN=name TAPS=1,8,15,22,28 FIT_BUDGET=s STEPS=n [INIT_FROM=drafter] [LAYERS=n]: one piece of
 #              $V3/runs/$RUN (its log to the outbox); a new run starts from INIT_FROM's weights when set (LAYERS
 #              more than its own: the extra layers grown from its last, their residual branches closed; with
-#              FRESH_HEAD=1 its backbone only, the head new, of HEAD_WIDTH / HEAD_LAYERS), else from layer INIT_LAYER
+#              FRESH_HEAD=1 its backbone only, the head new, of HEAD_WIDTH / HEAD_LAYERS; its taps unless TAPS names
+#              them), else from layer INIT_LAYER
 #   koracle    RUN=name: bench/k_oracle.py on the exported drafter and val.npz (the K ceiling, the per-slot
 #              ranking), its table to the outbox
 #   export     RUN=name: the run's drafter, converted, in $V3/drafter-$RUN; `validate --strict` for every runtime
