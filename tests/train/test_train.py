@@ -190,6 +190,33 @@ def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
     assert both.exit_code == 4  # a usage error, as lilicorr-ckpt's
 
 
+def test_a_run_from_a_drafter_taps_the_layers_it_was_trained_on(data, tmp_path):
+    """`train --init-from D` builds the new run's drafter on D's target_layer_ids, not the spread default: D's fc
+    projection reads its taps in order, so other layers would feed it features it never saw."""
+    from lilicorr_train.export import DrafterShape, drafter_config, export_modelopt, spread_taps
+
+    target = load_target(TARGET, dtype="float32", device="cpu", fast=True)
+    assert spread_taps(target.num_layers) != (0, 2)
+    config = drafter_config(target.config, DrafterShape(target_layer_ids=(0, 2), mask_token_id=511))
+    export_modelopt(fresh_drafter(config), config, tmp_path / "trained", dtype=torch.float32)
+    common = [
+        "--target",
+        TARGET,
+        "--data",
+        str(data),
+        "--device",
+        "cpu",
+        "--batch-size",
+        "2",
+        "--anchors",
+        "2",
+    ]
+    args = ["--mask-token-id", "511", "--steps", "1", "--init-from", str(tmp_path / "trained")]
+    _run(["train", str(tmp_path / "run"), *common, *args])
+    state = read_state(tmp_path / "run" / "state.safetensors")
+    assert state.config["dflash_config"]["target_layer_ids"] == [0, 2]
+
+
 def test_prompt_counts_add_up_and_an_empty_mix_is_a_clean_error(tmp_path):
     assert sum(_split(1, {"templates": 1, "stdlib": 1, "self": 1}).values()) == 1
     assert _split(2, {"templates": 1, "stdlib": 1, "self": 1}) in (
