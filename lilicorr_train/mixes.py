@@ -4,7 +4,7 @@ times the scale of the data behind the bundled drafter, generated on a GPU in re
 \b
   python -m lilicorr_train.mixes plan                          # the plan's settings and fingerprint
   python -m lilicorr_train.mixes generate --target T --dir D --budget 500
-  python -m lilicorr_train.mixes build --dir D --train train.npz --val val.npz
+  python -m lilicorr_train.mixes build --dir D --train train.npz --val val.npz [--keep-val OLD_VAL]
   python -m lilicorr_train.mixes audit --dir D --target T      # probes in whole sequences? (CPU)
 
 The plan is a numbered list of shards, each 16,384 prompts asked, so that one takes well under a minute on one
@@ -30,7 +30,8 @@ Prompt sources, per shard (the shares are of the prompts asked):
 Every prompt goes through `dedup.ProbeIndex`: no bundled probe and no near-duplicate of one is answered.
 Duplicates within a shard are answered once; `build` drops a sequence whose prompt an earlier shard answered,
 and holds out 1 % of the prompts (by a hash of their tokens, so a prompt is always on the same side) as the
-validation set, capped at VAL_PER_CATEGORY sequences per category.
+validation set, capped at VAL_PER_CATEGORY sequences per category (the first met in shard order; `--keep-val`
+writes an earlier build's held-out set again instead, so that held-out τ compares across builds).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ from typing import Any
 import numpy as np
 from msgspec import Struct
 
-from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.errors import InputError, UsageError
 from lilicorr_ckpt.outfile import Inputs, atomic_writer, check_output_path, resolved
 
 from . import prompts as _prompts
@@ -756,21 +757,40 @@ def build(
     shards: Sequence[int] | None = None,
     per_mille: int = VAL_PER_MILLE,
     val_per_category: int = VAL_PER_CATEGORY,
+    keep_val: Path | None = None,
 ) -> dict[str, Any]:
     """Concatenate the done shards (in order) into a training set and a held-out set: a sequence whose prompt an
     earlier one had is dropped; `per_mille` of the prompts (by hash) are held out, at most `val_per_category`
-    sequences of each category kept (the rest of the held-out prompts are in neither set)."""
+    sequences of each category kept (the rest of the held-out prompts are in neither set).
+
+    `keep_val`: an earlier build's held-out set, written again as this one's (so the held-out τ of runs on
+    different builds compare): its prompts never enter the training set, whether or not the hash holds them out,
+    and the hash's other held-out prompts are in neither set. Without it, shards added before the earlier ones
+    (or a different order) would pick another held-out set."""
     indices = shard_dir(directory) if shards is None else list(shards)
     inputs = Inputs()
     for index in indices:
         for suffix in (".npz", ".json"):
             inputs.add(directory / f"{shard_name(index)}{suffix}", "a shard of --dir")
+    inputs.add(keep_val, "the --keep-val set")
     for out, option in ((train_out, "--train"), (val_out, "--val")):
         check_output_path(str(out), option, "train.npz", inputs)
     if resolved(train_out) == resolved(val_out):
         raise UsageError(
             f"--train and --val are the same file ({train_out}): give each set a file of its own"
         )
+    kept: Shard | None = None
+    kept_prompts: set[int] = set()
+    if keep_val is not None:
+        try:
+            kept = Shard.load(keep_val)
+        except DataError as exc:
+            raise DataError(
+                f"--keep-val: {exc} (it takes the held-out set an earlier `build` wrote)"
+            ) from None
+        if len(kept) == 0:
+            raise InputError(f"--keep-val {keep_val} holds no sequence: there is no held-out set to keep")
+        kept_prompts = {prompt_hash(kept.prompt(i)) for i in range(len(kept))}
     seen: set[int] = set()
     train_parts: list[tuple[Shard, np.ndarray]] = []
     val_rows: list[tuple[Shard, int]] = []
@@ -785,9 +805,12 @@ def build(
                 stats["cross_shard_duplicates"] += 1
                 continue
             seen.add(h)
+            if h in kept_prompts:
+                stats["kept_val_found"] += 1
+                continue
             if h % 1000 < per_mille:
                 category = int(shard.category[i])
-                if val_count[category] < val_per_category:
+                if kept is None and val_count[category] < val_per_category:
                     val_count[category] += 1
                     val_rows.append((shard, i))
                 else:
@@ -796,7 +819,10 @@ def build(
             keep[i] = True
         train_parts.append((shard, keep))
     train = _select(train_parts)
-    val = _gather(val_rows)
+    val = _gather(val_rows) if kept is None else kept
+    if kept is not None:
+        val_count = Counter(kept.category.tolist())
+        stats["kept_val_found"] += 0  # reported even when none of its prompts is in these shards
     write_npz(train_out, train.arrays(), compress=False)
     write_npz(val_out, val.arrays(), compress=False)
     return {
@@ -810,6 +836,7 @@ def build(
         "train_by_source": {SOURCES[k]: int(v) for k, v in sorted(Counter(train.source.tolist()).items())},
         "val_sequences": len(val),
         "val_by_category": {CATEGORIES[k]: int(v) for k, v in sorted(val_count.items())},
+        **({} if keep_val is None else {"val_kept_from": str(keep_val)}),
         **dict(stats),
     }
 
@@ -948,6 +975,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     b.add_argument("--dir", type=Path, required=True)
     b.add_argument("--train", type=Path, required=True)
     b.add_argument("--val", type=Path, required=True)
+    b.add_argument(
+        "--keep-val",
+        type=Path,
+        default=None,
+        help="an earlier build's held-out set, kept as this one's (held-out τ then compares across builds); "
+        "its prompts never enter --train",
+    )
     a = sub.add_parser("audit", help="probe near-duplicates in the stored prompts and whole sequences")
     a.add_argument("--dir", type=Path, required=True)
     a.add_argument("--target", required=True, help="the target whose tokenizer decodes the shards")
@@ -968,7 +1002,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     if args.command == "build":
-        report = build(args.dir, args.train, args.val)
+        report = build(args.dir, args.train, args.val, keep_val=args.keep_val)
         print(json.dumps(report, indent=1))
         if not report.get("val_sequences"):
             print(

@@ -19,7 +19,8 @@
 #              (`ship`'s bundles, kept as they came: a call carries what fits beside the tree and a target piece)
 #   gen        generate missing shards of the v3 plan (GEN_FIRST..GEN_LAST, default all) for GEN_BUDGET seconds;
 #              bundle them into $V3/outbox
-#   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox)
+#   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox);
+#              KEEP_VAL=file (carried): an earlier build's held-out set, kept as this one's
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
 #   gputests   every GPU test (`pytest -m gpu tests`, GPU_TESTS_BUDGET seconds, default 300), its log to the outbox
 #   benches    the fit step on the target (bench/train_step.py --profile: its phases and top kernels) and the
@@ -80,7 +81,7 @@ for step in "$@"; do
         --bundle "$V3/outbox" ;;
     build)
       python3 -m lilicorr_train.mixes build --dir "$V3/shards" --train "$V3/train.npz" --val "$V3/val.npz" \
-        | tee "$V3/outbox/build.json"
+        ${KEEP_VAL:+--keep-val $KEEP_VAL} | tee "$V3/outbox/build.json"
       cp "$V3/val.npz" "$V3/outbox/" ;;
     gputests)
       timeout "${GPU_TESTS_BUDGET:-300}" python3 -m pytest -q -m gpu tests -p no:cacheprovider 2>&1 \

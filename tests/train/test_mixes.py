@@ -146,3 +146,50 @@ def test_cut_stub_keeps_code_that_only_warns_and_says_nothing(recwarn):
     text = "def pick(x=1if True else 2):\n    return x\n"
     assert cut_stub(text) == "def pick(x=1if True else 2):\n"
     assert not [w for w in recwarn if issubclass(w.category, SyntaxWarning)]
+
+
+def test_build_keeps_an_earlier_held_out_set_whatever_the_shards_order(shards, tmp_path, capsys):
+    """--keep-val: a build over other shards (here the last one first, which alone would pick another held-out
+    set) writes the earlier held-out set again, and none of its prompts reaches the training set, even one the
+    hash would not hold out; an input it would overwrite, or an empty set, is refused."""
+    build(shards, tmp_path / "t0.npz", tmp_path / "v0.npz", shards=[0, 1], per_mille=300, val_per_category=4)
+    first = Shard.load(tmp_path / "v0.npz")
+    kept = {prompt_hash(first.prompt(i)) for i in range(len(first))}
+    moved = build(
+        shards, tmp_path / "t1.npz", tmp_path / "v1.npz", shards=[2, 1, 0], per_mille=300, val_per_category=4
+    )
+    other = Shard.load(tmp_path / "v1.npz")
+    assert {prompt_hash(other.prompt(i)) for i in range(len(other))} != kept  # the order alone moves it
+
+    report = build(
+        shards, tmp_path / "t2.npz", tmp_path / "v2.npz", shards=[2, 1, 0], per_mille=300,
+        val_per_category=4, keep_val=tmp_path / "v0.npz",
+    )  # fmt: skip
+    again = Shard.load(tmp_path / "v2.npz")
+    assert np.array_equal(again.tokens, first.tokens) and np.array_equal(again.offsets, first.offsets)
+    assert report["val_sequences"] == len(first) and report["kept_val_found"] == len(first)
+    train = Dataset.load(tmp_path / "t2.npz")
+    train_prompts = {prompt_hash(train.sequence(i)[: train.prompt_lengths[i]]) for i in range(len(train))}
+    assert not train_prompts & kept
+    # the kept prompts are among the hash's held-out ones here, so the training set is the one without --keep-val
+    assert report["train_sequences"] == moved["train_sequences"]
+
+    # a kept prompt the hash would not hold out (a held-out rule of another build) still stays out of training
+    report = build(
+        shards, tmp_path / "t3.npz", tmp_path / "v3.npz", shards=[0, 1, 2], per_mille=0,
+        keep_val=tmp_path / "v0.npz",
+    )  # fmt: skip
+    train = Dataset.load(tmp_path / "t3.npz")
+    assert not {prompt_hash(train.sequence(i)[: train.prompt_lengths[i]]) for i in range(len(train))} & kept
+    assert report["val_sequences"] == len(first)
+
+    # refusals, through the command line: the kept set as an output, and an empty one
+    argv = ["build", "--dir", str(shards), "--train", str(tmp_path / "t4.npz")]
+    before = (tmp_path / "v0.npz").read_bytes()
+    assert mixes.main([*argv, "--val", str(tmp_path / "v0.npz"), "--keep-val", str(tmp_path / "v0.npz")]) == 4
+    assert "--keep-val" in capsys.readouterr().err
+    assert (tmp_path / "v0.npz").read_bytes() == before and not (tmp_path / "t4.npz").exists()
+    empty = build(shards, tmp_path / "t5.npz", tmp_path / "v5.npz", per_mille=0)
+    assert empty["val_sequences"] == 0
+    code = mixes.main([*argv, "--val", str(tmp_path / "v6.npz"), "--keep-val", str(tmp_path / "v5.npz")])
+    assert code == 2 and "holds no sequence" in capsys.readouterr().err
