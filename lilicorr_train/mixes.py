@@ -685,23 +685,35 @@ def generate(
     made: list[int] = []
     writer: threading.Thread | None = None
     per_shard = guess_s
+    start = batch_size  # each shard's first try
+    short_before = False  # the last shard ran out of memory at `start`
     for index in range(first, last + 1):
         if shard_done(directory, index):
             continue
         if time.perf_counter() - begin + per_shard * 1.1 > budget_s:
             break
         started = time.perf_counter()
-        try:
-            shard, info = generate_shard(target, plan, index, pool, probes, batch_size)
-        except RuntimeError as exc:  # out of memory: once more with half the batch
-            if "out of memory" not in str(exc).lower() or batch_size <= 64:
-                raise
-            import torch
+        size = start
+        while True:
+            try:
+                shard, info = generate_shard(target, plan, index, pool, probes, size)
+                break
+            except RuntimeError as exc:  # out of memory: again with half the batch
+                if "out of memory" not in str(exc).lower() or size <= 64:
+                    raise
+                import torch
 
-            torch.cuda.empty_cache()
-            batch_size //= 2
-            log(json.dumps({"out_of_memory": True, "batch_size": batch_size}))
-            shard, info = generate_shard(target, plan, index, pool, probes, batch_size)
+                torch.cuda.empty_cache()
+                size //= 2
+                log(json.dumps({"out_of_memory": True, "shard": index, "batch_size": size}))
+        # one shard short of memory goes back to the full batch for the next (a long batch, fragmentation: the
+        # half batch costs a sixth more time); two in a row keep the batch that worked from then on
+        short = size < start
+        if short and short_before:
+            start = size
+            log(json.dumps({"batch_size_from_now": size}))
+            short = False
+        short_before = short
         per_shard = time.perf_counter() - started
         if writer is not None:
             writer.join()

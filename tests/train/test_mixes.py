@@ -193,3 +193,55 @@ def test_build_keeps_an_earlier_held_out_set_whatever_the_shards_order(shards, t
     assert empty["val_sequences"] == 0
     code = mixes.main([*argv, "--val", str(tmp_path / "v6.npz"), "--keep-val", str(tmp_path / "v5.npz")])
     assert code == 2 and "holds no sequence" in capsys.readouterr().err
+
+
+def test_a_shard_short_of_memory_halves_its_batch_and_the_next_tries_the_full_one_again(
+    tmp_path, monkeypatch
+):
+    """generate: an out-of-memory halves the batch until the shard fits; the next shard starts at the asked size
+    again (one long batch), and only two shards short in a row keep the smaller batch; other errors, and memory
+    short at 64 prompts, are raised."""
+    limits = {1: 512, 3: 256, 4: 256}  # the largest batch each shard fits (others: any)
+    tried: dict[int, list[int]] = {}
+
+    def fake_shard(target, plan, index, pool, probes, size):
+        tried.setdefault(index, []).append(size)
+        if size > limits.get(index, size):
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return None, {"probe_dropped": []}
+
+    monkeypatch.setattr(mixes, "cpu_pool", lambda plan, probes, cache=None: ([], 0))
+    monkeypatch.setattr(mixes, "ProbeIndex", lambda: None)
+    monkeypatch.setattr(mixes, "generate_shard", fake_shard)
+    monkeypatch.setattr(mixes, "save_shard", lambda directory, index, shard, info: None)
+    lines: list[str] = []
+    six = Plan(
+        name="oom", shards=6, prompts_per_shard=4, pool_slice=1, template_draws=1, max_new_tokens=1,
+        request_tokens=1, stub_tokens=1,
+    )  # fmt: skip
+    made = generate(None, tmp_path, plan=six, budget_s=600, batch_size=1024, log=lines.append)
+    assert made == [0, 1, 2, 3, 4, 5]
+    assert tried == {
+        0: [1024],
+        1: [1024, 512],
+        2: [1024],  # one short shard: the next tries the full batch
+        3: [1024, 512, 256],
+        4: [1024, 512, 256],  # two in a row: the smaller batch from now on
+        5: [256],
+    }
+    assert sum('"out_of_memory": true' in line for line in lines) == 5
+    assert any('"batch_size_from_now": 256' in line for line in lines)
+
+    limits.clear()
+    limits[0] = 32
+    tried.clear()
+    with pytest.raises(RuntimeError, match="out of memory"):
+        generate(None, tmp_path, plan=PLAN, budget_s=600, batch_size=128, log=lines.append)
+    assert tried == {0: [128, 64]}
+
+    def broken(*args):
+        raise RuntimeError("device-side assert triggered")
+
+    monkeypatch.setattr(mixes, "generate_shard", broken)
+    with pytest.raises(RuntimeError, match="device-side assert"):
+        generate(None, tmp_path, plan=PLAN, budget_s=600, batch_size=1024, log=lines.append)
