@@ -509,7 +509,7 @@ def train(
         taps: tuple[int, ...] = ()  # spread over the target; a run from a trained drafter reads its layers
         if init_from is not None:
             try:
-                taps = checkpoint_taps(init_from)
+                taps = checkpoint_taps(init_from, target.num_layers)
             except (InputError, ValueError, OSError) as exc:
                 raise click.ClickException(f"--init-from {init_from}: {exc}") from None
         shape = DrafterShape(

@@ -96,12 +96,19 @@ def init_from_checkpoint(drafter: Drafter, path: Path, fresh_head: bool = False)
     drafter.load_state_dict(theirs)
 
 
-def checkpoint_taps(path: Path) -> tuple[int, ...]:
+def checkpoint_taps(path: Path, target_layers: int) -> tuple[int, ...]:
     """The target layers the drafter checkpoint at `path` reads (its config's target_layer_ids): a run started
-    from it taps the same ones unless told otherwise."""
+    from it taps the same ones unless told otherwise. ValueError when it names none, or a layer past the
+    target's `target_layers` (a drafter of a deeper target: that tap's features would be written by no layer)."""
     taps = load_checkpoint(str(path)).geometry.target_layer_ids
     if not taps:
-        raise ValueError(f"{path}: its config names no target_layer_ids")
+        raise ValueError("its config names no target_layer_ids")
+    past = [t for t in taps if not 0 <= t < target_layers]
+    if past:
+        raise ValueError(
+            f"it was trained on target layers {list(taps)}, and {past} are not layers of this target "
+            f"(0 to {target_layers - 1}): a drafter of another target?"
+        )
     return tuple(taps)
 
 

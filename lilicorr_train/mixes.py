@@ -698,14 +698,19 @@ def generate(
             try:
                 shard, info = generate_shard(target, plan, index, pool, probes, size)
                 break
-            except RuntimeError as exc:  # out of memory: again with half the batch
-                if "out of memory" not in str(exc).lower() or size <= 64:
+            except RuntimeError as exc:  # torch.OutOfMemoryError is one: again with half the batch
+                if "out of memory" not in str(exc).lower():
                     raise
-                import torch
+                if size <= 64:
+                    raise InputError(
+                        f"shard {index}: out of GPU memory at a batch of {size} prompts: free the GPU (another "
+                        "process on it?) or give a smaller --batch-size"
+                    ) from None
+            import torch  # out of the except: its traceback no longer holds the failed batch's tensors
 
-                torch.cuda.empty_cache()
-                size //= 2
-                log(json.dumps({"out_of_memory": True, "shard": index, "batch_size": size}))
+            torch.cuda.empty_cache()
+            size //= 2
+            log(json.dumps({"out_of_memory": True, "shard": index, "batch_size": size}))
         # one shard short of memory goes back to the full batch for the next (a long batch, fragmentation: the
         # half batch costs a sixth more time); two in a row keep the batch that worked from then on
         short = size < start
@@ -802,6 +807,12 @@ def build(
             ) from None
         if len(kept) == 0:
             raise InputError(f"--keep-val {keep_val} holds no sequence: there is no held-out set to keep")
+        most = val_per_category * len(CATEGORIES)
+        if len(kept) > most:
+            raise InputError(
+                f"--keep-val {keep_val} holds {len(kept)} sequences, more than a held-out set's {most} "
+                f"({val_per_category} a category): a shard or a training set, not an earlier build's --val?"
+            )
         kept_prompts = {prompt_hash(kept.prompt(i)) for i in range(len(kept))}
     seen: set[int] = set()
     train_parts: list[tuple[Shard, np.ndarray]] = []
@@ -830,6 +841,11 @@ def build(
                 continue
             keep[i] = True
         train_parts.append((shard, keep))
+    if kept is not None and stats["kept_val_found"] == 0:
+        raise InputError(
+            f"none of the {len(kept)} prompts of --keep-val {keep_val} is in these shards: it was built from "
+            "other shards (another --dir, or another target's answers), so its held-out τ would not compare"
+        )
     train = _select(train_parts)
     val = _gather(val_rows) if kept is None else kept
     if kept is not None:
@@ -1016,6 +1032,13 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "build":
         report = build(args.dir, args.train, args.val, keep_val=args.keep_val)
         print(json.dumps(report, indent=1))
+        found, kept = report.get("kept_val_found", 0), report["val_sequences"]
+        if args.keep_val is not None and found < kept:
+            print(
+                f"{PROG}: warning: {kept - found} of the {kept} held-out prompts of --keep-val are in none of "
+                "these shards (fewer shards than its build had?); they are kept, and stay out of --train",
+                file=sys.stderr,
+            )
         if not report.get("val_sequences"):
             print(
                 f"{PROG}: warning: the held-out set {args.val} holds no sequence (too few shards)",

@@ -159,7 +159,7 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     config = None
     if found is None and args.init_from is not None and "taps" not in given:
         try:  # a run from a trained drafter reads the layers its fc projection learned
-            args.taps = checkpoint_taps(args.init_from)
+            args.taps = checkpoint_taps(args.init_from, target.num_layers)
         except (InputError, ValueError, OSError) as exc:
             raise InputError(f"--init-from {args.init_from}: {exc}") from None
     if found is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lilicorr_ckpt.errors import InputError
 from lilicorr_runtime.target.load import load_target
 from lilicorr_train import mixes, prompts
 from lilicorr_train.data import Dataset
@@ -189,6 +190,14 @@ def test_build_keeps_an_earlier_held_out_set_whatever_the_shards_order(shards, t
     assert mixes.main([*argv, "--val", str(tmp_path / "v0.npz"), "--keep-val", str(tmp_path / "v0.npz")]) == 4
     assert "--keep-val" in capsys.readouterr().err
     assert (tmp_path / "v0.npz").read_bytes() == before and not (tmp_path / "t4.npz").exists()
+    with pytest.raises(InputError, match="more than a held-out set's 3 .1 a category.: a shard"):
+        build(
+            shards,
+            tmp_path / "t7.npz",
+            tmp_path / "v7.npz",
+            val_per_category=1,
+            keep_val=shards / "shard-0001.npz",
+        )
     empty = build(shards, tmp_path / "t5.npz", tmp_path / "v5.npz", per_mille=0)
     assert empty["val_sequences"] == 0
     code = mixes.main([*argv, "--val", str(tmp_path / "v6.npz"), "--keep-val", str(tmp_path / "v5.npz")])
@@ -235,7 +244,7 @@ def test_a_shard_short_of_memory_halves_its_batch_and_the_next_tries_the_full_on
     limits.clear()
     limits[0] = 32
     tried.clear()
-    with pytest.raises(RuntimeError, match="out of memory"):
+    with pytest.raises(InputError, match="shard 0: out of GPU memory at a batch of 64 prompts"):
         generate(None, tmp_path, plan=PLAN, budget_s=600, batch_size=128, log=lines.append)
     assert tried == {0: [128, 64]}
 
