@@ -16,7 +16,7 @@ from lilicorr_ckpt.errors import InputError
 from lilicorr_runtime.target.load import load_target
 from lilicorr_train import mixes, prompts
 from lilicorr_train.data import Dataset
-from lilicorr_train.mixes import Plan, Shard, build, cut_stub, generate, prompt_hash, shard_counts
+from lilicorr_train.mixes import Plan, Shard, build, cut_stub, generate, prompt_hash, shard_counts, write_npz
 
 from helpers import REPO
 
@@ -254,3 +254,41 @@ def test_a_shard_short_of_memory_halves_its_batch_and_the_next_tries_the_full_on
     monkeypatch.setattr(mixes, "generate_shard", broken)
     with pytest.raises(RuntimeError, match="device-side assert"):
         generate(None, tmp_path, plan=PLAN, budget_s=600, batch_size=1024, log=lines.append)
+
+
+def test_keep_val_with_none_of_its_prompts_in_the_shards_is_refused(tmp_path, capsys):
+    """A --keep-val set of another --dir or target (none of its prompts in these shards) is refused, nothing
+    written."""
+    rng = np.random.default_rng(1)
+    shards = tmp_path / "shards"
+    shards.mkdir()
+    n, length = 40, 20
+    for index in range(2):
+        shard = Shard(
+            rng.integers(3, 500, n * length).astype(np.uint16),
+            np.arange(n + 1, dtype=np.int64) * length,
+            np.full(n, 8, np.int32),
+            (np.arange(n) % 3).astype(np.uint8),
+            np.zeros(n, np.uint8),
+        )
+        write_npz(shards / f"shard-{index:04d}.npz", shard.arrays())
+        (shards / f"shard-{index:04d}.json").write_text("{}\n")
+    # a held-out set of another target's vocabulary: none of its prompts is in these shards
+    k = 5
+    other = Shard(
+        rng.integers(40_000, 60_000, k * length).astype(np.uint16),
+        np.arange(k + 1, dtype=np.int64) * length,
+        np.full(k, 8, np.int32),
+        np.zeros(k, np.uint8),
+        np.zeros(k, np.uint8),
+    )
+    write_npz(tmp_path / "other-val.npz", other.arrays())
+    code = mixes.main(
+        [
+            "build", "--dir", str(shards), "--train", str(tmp_path / "t.npz"), "--val", str(tmp_path / "v.npz"),
+            "--keep-val", str(tmp_path / "other-val.npz"),
+        ]
+    )  # fmt: skip
+    err = capsys.readouterr().err
+    assert code == 2 and "none of the 5 prompts of --keep-val" in err, err
+    assert not (tmp_path / "t.npz").exists() and not (tmp_path / "v.npz").exists()

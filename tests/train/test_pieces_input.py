@@ -259,3 +259,56 @@ def test_a_run_from_a_trained_drafter_taps_its_layers_unless_told_and_refuses_ot
     err = capsys.readouterr().err
     assert code == 2 and "trained on target layers [0, 2], this run taps [1, 3]" in err
     assert not (other / "state.safetensors").exists()
+
+
+@pytest.fixture
+def deeper_drafter(tmp_path: Path) -> Path:
+    """A drafter whose taps (0, 9) name a layer past tiny-target's four: trained for a deeper target."""
+    import torch
+
+    from lilicorr_runtime.target.load import load_target
+    from lilicorr_train.export import DrafterShape, build_drafter, drafter_config, export_modelopt
+
+    target = load_target(TARGET, dtype="float32", device="cpu", fast=True)
+    assert target.num_layers <= 9
+    config = drafter_config(target.config, DrafterShape(target_layer_ids=(0, 9), mask_token_id=511))
+    torch.manual_seed(0)
+    export_modelopt(build_drafter(config), config, tmp_path / "deeper", dtype=torch.float32)
+    return tmp_path / "deeper"
+
+
+def test_train_init_from_refuses_a_drafter_tapping_past_the_targets_layers(tmp_path, deeper_drafter, sets):
+    """`train --init-from D` takes D's taps, so a D of a deeper target is refused, naming the layers, before a run
+    trains on features no layer wrote."""
+    from click.testing import CliRunner
+
+    from lilicorr_train.__main__ import main as train_cli
+
+    result = CliRunner().invoke(
+        train_cli,
+        [
+            "train", str(tmp_path / "run"), "--target", TARGET, "--data", str(sets[0]), "--device", "cpu",
+            "--batch-size", "2", "--anchors", "2", "--mask-token-id", "511", "--steps", "1",
+            "--init-from", str(deeper_drafter),
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "[9] are not layers of this target (0 to 3)" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "run" / "state.safetensors").exists()
+
+
+def test_fit_init_from_names_init_from_not_taps_for_a_drafter_of_a_deeper_target(
+    tmp_path, deeper_drafter, sets, capsys
+):
+    """`fit --init-from D` with no --taps refuses such a D naming --init-from, not --taps, which was not given."""
+    argv = [
+        "fit", str(tmp_path / "run"), "--target", TARGET, "--data", str(sets[0]), "--val", str(sets[1]),
+        "--device", "cpu", "--mask-token-id", "511", "--steps", "1", "--init-from", str(deeper_drafter),
+    ]  # fmt: skip
+    try:
+        code = pieces.main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "--init-from" in err and "[9] are not layers of this target" in err and "--taps" not in err, err

@@ -101,9 +101,9 @@ def test_generated_data_holds_prompts_and_the_targets_answers(data):
     assert ds.tokens.dtype == np.uint16 and int(ds.tokens.max()) < 512
 
 
-def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
-    run = tmp_path / "run"
-    common = [
+def _cpu_run(data: Path, anchors: int) -> list[str]:
+    """A train command's target, data and CPU settings for the tiny pair (batches of 2)."""
+    return [
         "--target",
         TARGET,
         "--data",
@@ -113,8 +113,13 @@ def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
         "--batch-size",
         "2",
         "--anchors",
-        "4",
+        str(anchors),
     ]
+
+
+def test_a_run_pauses_resumes_exports_and_converts(data, tmp_path):
+    run = tmp_path / "run"
+    common = _cpu_run(data, anchors=4)
     _run(["train", str(run), *common, "--mask-token-id", "511", "--steps", "4", "--time-budget", "1"])
     first = read_state(run / "state.safetensors")
     assert 1 <= first.step <= 4
@@ -199,20 +204,8 @@ def test_a_run_from_a_drafter_taps_the_layers_it_was_trained_on(data, tmp_path):
     assert spread_taps(target.num_layers) != (0, 2)
     config = drafter_config(target.config, DrafterShape(target_layer_ids=(0, 2), mask_token_id=511))
     export_modelopt(fresh_drafter(config), config, tmp_path / "trained", dtype=torch.float32)
-    common = [
-        "--target",
-        TARGET,
-        "--data",
-        str(data),
-        "--device",
-        "cpu",
-        "--batch-size",
-        "2",
-        "--anchors",
-        "2",
-    ]
     args = ["--mask-token-id", "511", "--steps", "1", "--init-from", str(tmp_path / "trained")]
-    _run(["train", str(tmp_path / "run"), *common, *args])
+    _run(["train", str(tmp_path / "run"), *_cpu_run(data, anchors=2), *args])
     state = read_state(tmp_path / "run" / "state.safetensors")
     assert state.config["dflash_config"]["target_layer_ids"] == [0, 2]
 
