@@ -850,7 +850,6 @@ def build(
     val = _gather(val_rows) if kept is None else kept
     if kept is not None:
         val_count = Counter(kept.category.tolist())
-        stats["kept_val_found"] += 0  # reported even when none of its prompts is in these shards
     write_npz(train_out, train.arrays(), compress=False)
     write_npz(val_out, val.arrays(), compress=False)
     return {
