@@ -35,6 +35,7 @@
 #   export     RUN=name: the run's drafter, converted, in $V3/drafter-$RUN; `validate --strict` for every runtime
 #              and its weights (config.json, model.safetensors) to the outbox
 #   smoke      RUN=name: all 252 probes, head and control side by side (smoke --gpu), its report to the outbox
+#   smoke1     RUN=name: the same at batch 1 (the speed-up over target-only the card shows), its report to the outbox
 #   pick       the run (RUNS="a b") whose last held-out tau (head; the decode walk's where logged) is highest: its state, split, to the outbox
 #   ship       move up to SHIP files (default 8), at most 60 MiB, from the outbox to $OUT (small ones in one tar)
 set -euo pipefail
@@ -118,6 +119,10 @@ for step in "$@"; do
       : "${RUN:?set RUN}"
       python3 -m lilicorr_ckpt smoke "$V3/drafter-$RUN" --target "$GGUF" --gpu --limit 0 \
         --out "$V3/outbox/smoke-$RUN.json" | tee "$V3/outbox/smoke-$RUN.txt" || echo "smoke: exit $?" ;;
+    smoke1)
+      : "${RUN:?set RUN}"
+      python3 -m lilicorr_ckpt smoke "$V3/drafter-$RUN" --target "$GGUF" --gpu --limit 0 --batch 1 \
+        --out "$V3/outbox/smoke-$RUN-b1.json" | tee "$V3/outbox/smoke-$RUN-b1.txt" || echo "smoke1: exit $?" ;;
     pick)
       best=$(python3 - $RUNS <<'PY'
 import json, os, sys
