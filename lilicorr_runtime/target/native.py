@@ -340,6 +340,22 @@ class _Weight(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.empty(size))
 
 
+class _Linear(torch.nn.Linear):
+    """A Linear whose weights the checkpoint fills: no initialization. Built on the meta device, torch's own
+    initialization runs through its Python references, whose first call imports torch._dynamo (about a second of a
+    cold start, sympy included), for values that are thrown away."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class _Embedding(torch.nn.Embedding):
+    """An Embedding whose table the checkpoint fills: no initialization (as _Linear)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
 class _Attention(torch.nn.Module):
     def __init__(self, config: NativeConfig) -> None:
         super().__init__()
@@ -347,10 +363,10 @@ class _Attention(torch.nn.Module):
         q, kv = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
         qkv_bias = config.model_type == "qwen2" or bool(getattr(config, "attention_bias", False))
         o_bias = config.model_type != "qwen2" and bool(getattr(config, "attention_bias", False))
-        self.q_proj = torch.nn.Linear(hidden, q, bias=qkv_bias)
-        self.k_proj = torch.nn.Linear(hidden, kv, bias=qkv_bias)
-        self.v_proj = torch.nn.Linear(hidden, kv, bias=qkv_bias)
-        self.o_proj = torch.nn.Linear(q, hidden, bias=o_bias)
+        self.q_proj = _Linear(hidden, q, bias=qkv_bias)
+        self.k_proj = _Linear(hidden, kv, bias=qkv_bias)
+        self.v_proj = _Linear(hidden, kv, bias=qkv_bias)
+        self.o_proj = _Linear(q, hidden, bias=o_bias)
         if config.model_type == "qwen3":
             self.q_norm = _Weight(head_dim)
             self.k_norm = _Weight(head_dim)
@@ -360,9 +376,9 @@ class _MLP(torch.nn.Module):
     def __init__(self, config: NativeConfig) -> None:
         super().__init__()
         hidden, inner = config.hidden_size, config.intermediate_size
-        self.gate_proj = torch.nn.Linear(hidden, inner, bias=False)
-        self.up_proj = torch.nn.Linear(hidden, inner, bias=False)
-        self.down_proj = torch.nn.Linear(inner, hidden, bias=False)
+        self.gate_proj = _Linear(hidden, inner, bias=False)
+        self.up_proj = _Linear(hidden, inner, bias=False)
+        self.down_proj = _Linear(inner, hidden, bias=False)
 
 
 class _Layer(torch.nn.Module):
@@ -387,7 +403,7 @@ class RotaryFrequencies(torch.nn.Module):
 class _Decoder(torch.nn.Module):
     def __init__(self, config: NativeConfig) -> None:
         super().__init__()
-        self.embed_tokens = torch.nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens = _Embedding(config.vocab_size, config.hidden_size)
         self.layers = torch.nn.ModuleList(_Layer(config) for _ in range(config.num_hidden_layers))
         self.norm = _Weight(config.hidden_size)
 
@@ -401,7 +417,7 @@ class NativeCausalLM(torch.nn.Module):
         self.config = config
         with torch.device("meta"):
             self.model = _Decoder(config)
-            self.lm_head = torch.nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head = _Linear(config.hidden_size, config.vocab_size, bias=False)
         self.model.rotary_emb = RotaryFrequencies(config)  # on the CPU, for real
 
     def get_input_embeddings(self) -> torch.nn.Module:

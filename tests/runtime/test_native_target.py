@@ -302,9 +302,10 @@ def test_directory_tokenizer_is_transformers_token_for_token(tmp_path):
 
 
 @pytest.mark.slow  # a fresh process imports torch: 3-7 s on the 2-core box, most of it torch's import
-def test_a_native_load_leaves_transformers_unimported(tmp_path):
+def test_a_native_load_leaves_transformers_and_torch_dynamo_unimported(tmp_path):
     """In a fresh process: a directory target (safetensors and a generic tokenizer.json) and a GGUF target, each
-    loaded and run, with no transformers module imported."""
+    loaded and run, with no transformers module imported, and no torch._dynamo (which torch's initialization of
+    meta-device modules imported, a second or more of a cold start, for values the checkpoint replaces)."""
     from runtime_helpers import write_tiny_gguf
 
     path = _save(tmp_path, "qwen3", vocab=320)  # the tokenizer's 263 tokens
@@ -322,7 +323,7 @@ for spec in ({str(path)!r}, {str(gguf_path)!r}):
     target.reset()
     # the test tokenizer's vocabulary is wider than the tiny model's table: ids folded into it
     target.forward(torch.tensor([i % target.vocab_size for i in ids["input_ids"]]), [0])
-print(sorted(m for m in sys.modules if m.split(".")[0] == "transformers"))
+print(sorted(m for m in sys.modules if m.split(".")[0] == "transformers" or m.startswith("torch._dynamo")))
 """
     env = {k: v for k, v in __import__("os").environ.items() if k != "LILICORR_GGUF_LOADER"}
     result = subprocess.run(
