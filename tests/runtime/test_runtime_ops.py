@@ -230,7 +230,9 @@ def test_on_cuda_the_gqa_prefill_attention_runs_a_fused_kernel():
     SDPA picks for a mask with enable_gqa, is switched off here: the call would fail), and agrees with the math
     backend's enable_gqa result to bf16 round-off. Which fused kernel is torch's choice: the fit's profile on an
     H100 (torch 2.11) shows cuDNN's; the first run of this test, which allowed only the memory-efficient one,
-    failed there."""
+    failed there. The reference clamps a left-padding query (last < first: batch 1's first query here) to row
+    first[b] as the function documents; the second run compared it with an empty softmax row, which SDPA's math
+    backend writes as zeros, and failed on exactly that row's 96 values."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     from lilicorr_runtime.ops import step_attention_reference
@@ -240,7 +242,9 @@ def test_on_cuda_the_gqa_prefill_attention_runs_a_fused_kernel():
     with sdpa_kernel(fused):
         got = step_attention_reference(q, keys, values, last, first)
     rows = torch.arange(keys.shape[2], device="cuda")
-    mask = ((rows >= first[:, None, None]) & (rows <= last[:, :, None]))[:, None]
+    clamped = torch.maximum(last, first[:, None])
+    assert bool((clamped > last).any()), "the inputs must hold a left-padding query"
+    mask = ((rows >= first[:, None, None]) & (rows <= clamped[:, :, None]))[:, None]
     with sdpa_kernel([SDPBackend.MATH]):
         want = torch.nn.functional.scaled_dot_product_attention(
             q.transpose(1, 2), keys, values, attn_mask=mask, enable_gqa=True
