@@ -34,7 +34,7 @@ import click
 import torch
 from msgspec import structs
 
-from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
 from lilicorr_ckpt.outfile import Inputs, check_output_path
 from lilicorr_runtime.target.fast import FastTarget
 from lilicorr_runtime.target.load import load_target
@@ -47,10 +47,11 @@ from .script import device_name
 from .state import CONFIG_LIMITS, SETTINGS, STATE, StateError, check_log, read_state, state_path
 
 PROG = "python -m lilicorr_train"
-EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 4, 130
+EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 4, 130, 143
 EPILOG = (
     "Exit codes: 0 done, 1 refused (the inputs do not fit together), 2 unreadable input (target, data, run "
-    "state) or internal error, 4 usage error, 130 interrupted."
+    "state) or internal error, 4 usage error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); an interrupted or "
+    "terminated command leaves no temporary file."
 )
 _reading: dict[str, str] = {}  # what the running command reads, for the catch-all's message
 
@@ -79,9 +80,10 @@ class TrainGroup(click.Group):
     ) -> Any:
         _reading.clear()
         try:
-            rv = super().main(
-                args, PROG, complete_var, standalone_mode=False, **extra
-            )  # as `python -m` shows it
+            with sigterm_unwinds():  # SIGTERM unwinds like Ctrl-C: the temporaries' cleanups run
+                rv = super().main(
+                    args, PROG, complete_var, standalone_mode=False, **extra
+                )  # as `python -m` shows it
         except click.exceptions.Exit as exc:
             sys.exit(exc.exit_code)
         except click.UsageError as exc:
@@ -90,9 +92,10 @@ class TrainGroup(click.Group):
         except UsageError as exc:  # the output rule (lilicorr_ckpt.outfile): an output over an input
             click.echo(f"{PROG}: usage error: {exc}", err=True)
             sys.exit(EXIT_USAGE)
-        except click.exceptions.Abort:
-            click.echo("interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        except click.exceptions.Abort as exc:  # click turns Ctrl-C (and SIGTERM's Terminated) into Abort
+            terminated = isinstance(exc.__cause__, Terminated)
+            click.echo("terminated" if terminated else "interrupted", err=True)
+            sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
         except click.ClickException as exc:
             click.echo(
                 f"{PROG}: {'error' if exc.exit_code == EXIT_INPUT else 'refused'}: {exc.format_message()}",
@@ -109,9 +112,10 @@ class TrainGroup(click.Group):
                 err=True,
             )
             sys.exit(EXIT_INPUT)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+        except KeyboardInterrupt as exc:
+            terminated = isinstance(exc, Terminated)
+            click.echo("terminated" if terminated else "interrupted", err=True)
+            sys.exit(EXIT_TERMINATED if terminated else EXIT_INTERRUPTED)
         except OSError as exc:  # the environment: a full disk, a permission, a vanished file
             where = f": {exc.filename}" if exc.filename else ""
             click.echo(f"{PROG}: error: {exc.strerror or exc}{where}", err=True)

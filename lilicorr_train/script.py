@@ -1,6 +1,7 @@
 """How the recipe's argparse scripts (`python -m lilicorr_train.mixes`, `python -m lilicorr_train.pieces`) end, as
 `python -m lilicorr_train` does: a usage error is exit 4 with the usage line, an input that cannot be read exit 2
-naming it, an interrupt 130, and anything unexpected exit 2 with one line (LILICORR_DEBUG=1 shows the traceback);
+naming it, an interrupt 130 (Ctrl-C) or 143 (SIGTERM, which unwinds like Ctrl-C so that no temporary file is
+left), and anything unexpected exit 2 with one line (LILICORR_DEBUG=1 shows the traceback);
 never a traceback by default."""
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
 
-from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
 from lilicorr_ckpt.exits import shown_message
 from lilicorr_runtime.target.load import load_target
 
 from .data import DataError
 from .state import StateError
 
-EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED = 2, 4, 130
+EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 4, 130, 143
 
 
 class Parser(argparse.ArgumentParser):
@@ -91,14 +92,16 @@ def run_script(prog: str, body: Callable[[], int]) -> int:
         return code
 
     try:
-        return body()
+        with sigterm_unwinds():
+            return body()
     except UsageError as exc:
         return fail(f"usage error: {exc}", EXIT_USAGE)
     except (InputError, DataError, StateError) as exc:
         return fail(f"error: {exc}", EXIT_INPUT)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:  # Terminated (SIGTERM) is one
+        terminated = isinstance(exc, Terminated)
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return EXIT_TERMINATED if terminated else EXIT_INTERRUPTED
     except OSError as exc:
         return fail(f"error: {exc.strerror or exc}{f': {exc.filename}' if exc.filename else ''}", EXIT_INPUT)
     except MemoryError:
