@@ -189,6 +189,11 @@ def validate(
     inputs = (
         Inputs().add(path, "the checkpoint").add(target, "the target").add(config_file, "the --config file")
     )
+    if config_file is None:  # the waiver file found beside the checkpoint is read too
+        from lilicorr_ckpt.checks.waivers import waiver_candidates
+
+        for candidate in waiver_candidates(path):
+            inputs.add(candidate, "a waiver file validate reads")
     for option, f, p in asked:
         if not p:
             continue

@@ -191,8 +191,27 @@ def check_output_path(out: str, option: str, example: str, inputs: Inputs | None
         raise UsageError(f"{option} {out}: cannot use this path ({exc}); give another file name") from None
 
 
+SYSTEM_DIRS = ("/dev", "/proc", "/sys")  # their entries are devices, links to them or the kernel's files
+
+
+def _system_path(path: Path) -> bool:
+    """A path under /dev, /proc or /sys, as written or with its directory's symlinks resolved."""
+    for spelled in (os.path.abspath(path.parent), _resolved(path.parent) or ""):
+        if any(spelled == d or spelled.startswith(d + os.sep) for d in SYSTEM_DIRS):
+            return True
+    return False
+
+
 def _check_output_path(out: str, option: str, example: str, inputs: Inputs | None) -> Path:
     path = Path(out).expanduser()
+    if _system_path(path):
+        # /dev/stdout resolves to whatever stdout is (a regular file when redirected): the atomic writer's rename
+        # would then replace the system's link itself, and nothing would reach stdout
+        hint = ", or leave the option out to print to stdout" if option in ("-o", "--output") else ""
+        raise UsageError(
+            f"{option} {out} is a system path (/dev, /proc, /sys): outputs are written as a new file renamed "
+            f"into place, which would replace it; give a regular file name{hint}"
+        )
     if path.is_dir():
         raise UsageError(f"{option} {out} is a directory; give a file name, e.g. {Path(out) / example}")
     parent = path.parent

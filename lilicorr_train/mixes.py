@@ -792,6 +792,12 @@ def build(
     inputs.add(keep_val, "the --keep-val set")
     for out, option in ((train_out, "--train"), (val_out, "--val")):
         check_output_path(str(out), option, "train.npz", inputs)
+        if out.name.startswith("shard-") and resolved(out.parent) == resolved(directory):
+            # not a shard yet, but the next build and `generate` would read it as one (a .json marks one done)
+            raise UsageError(
+                f"{option} {out} is named as a shard of --dir {directory}: later builds and `generate` would "
+                "take it for one; write the sets under another name or outside --dir"
+            )
     if resolved(train_out) == resolved(val_out):
         raise UsageError(
             f"--train and --val are the same file ({train_out}): give each set a file of its own"

@@ -216,6 +216,25 @@ def search_root(checkpoint: Path) -> Path:
     return checkpoint
 
 
+def waiver_candidates(checkpoint: str | Path | None) -> list[Path]:
+    """Every file find_config may read for a local checkpoint directory (each lilicorr.toml and pyproject.toml from
+    it up to search_root), none for a Hub repo: inputs of the command, so that no output of it (`-o`) writes over
+    the waivers it applies."""
+    if checkpoint is None:
+        return []
+    directory = Path(checkpoint).expanduser()
+    if not directory.is_dir():
+        return []
+    directory = directory.resolve()
+    root = search_root(directory)
+    out: list[Path] = []
+    while True:
+        out += [directory / name for name in CONFIG_FILES if (directory / name).is_file()]
+        if directory == root or directory.parent == directory:
+            return out
+        directory = directory.parent
+
+
 def find_config(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:
     """The closest lilicorr.toml or pyproject.toml with a [tool.lilicorr-ckpt] table, from checkpoint up to
     search_root(checkpoint). A candidate owned by an untrusted user is a usage error, not a silent waiver."""

@@ -136,7 +136,7 @@ def register(cli: Any) -> None:
         """
         from lilicorr_ckpt.checkpoint.load import NotADrafter, load_checkpoint
         from lilicorr_ckpt.checks.run import validate
-        from lilicorr_ckpt.checks.waivers import waive_report
+        from lilicorr_ckpt.checks.waivers import waive_report, waiver_candidates
         from lilicorr_ckpt.families import is_drafter
         from lilicorr_ckpt.outfile import Inputs, check_output_path, resolved, write_output
         from lilicorr_ckpt.report import modelcard
@@ -158,6 +158,8 @@ def register(cli: Any) -> None:
             inputs.add(profile, "the --profile file")
             for log in training_logs:
                 inputs.add(log, "the --training-log file")
+            for candidate in waiver_candidates(root):  # the waivers the card's verdicts apply
+                inputs.add(candidate, "a waiver file card reads")
             # with a profile, its chart goes beside the card (report/chart.py) and the card links it; a card on
             # stdout has no directory to link from, so it goes without
             chart = dest.parent / CHART_FILE if profile and dest is not None else None

@@ -108,6 +108,52 @@ def test_every_spelling_of_an_input_is_refused(work, capsys, spelling):
     assert _digest(work / "D") == before
 
 
+@pytest.mark.parametrize(
+    ("where", "command"),
+    [
+        (
+            "lilicorr.toml",
+            ["validate", "D", "-f", "json"],
+        ),  # at the git work tree's root, above the checkpoint
+        ("pyproject.toml", ["validate", "D", "--sarif"]),
+        ("D/lilicorr.toml", ["validate", "D", "--junit"]),  # beside the checkpoint
+        ("lilicorr.toml", ["card", "D", "-t", "T"]),
+    ],
+)
+def test_the_waiver_file_found_for_the_checkpoint_is_an_input(work, capsys, where, command):
+    """No --config: validate (and card, whose verdicts apply waivers) finds the waiver file from the checkpoint
+    up to the git work tree's root. Before, only --config FILE was an input, and `-o` over the found file
+    replaced the waivers with the report."""
+    (work / ".git").mkdir()
+    waivers = '[[waivers]]\nrules = ["LC3"]\nreason = "checked by hand"\n'
+    if where == "pyproject.toml":
+        waivers = "[tool.lilicorr-ckpt]\n" + waivers.replace("[[waivers]]", "[[tool.lilicorr-ckpt.waivers]]")
+    (work / where).write_text(waivers)
+    before = _digest(work)
+    flag = command[-1] if command[-1].startswith("--") else "-o"
+    args = command[:-1] if flag != "-o" else command
+    code, err = _cli(capsys, [*args, flag, where])
+    assert code == 4, err
+    assert "a waiver file" in err and "an input of this command" in err, err
+    assert _digest(work) == before
+    # the same command with another output still applies the file and writes
+    code, err = _cli(capsys, [*args, flag, "elsewhere.out"])
+    assert code == 0 and (work / "elsewhere.out").stat().st_size > 0, err
+
+
+@pytest.mark.parametrize("spelling", ["/dev/stdout", "/dev/null", "/proc/self/fd/1", "devices/stdout"])
+def test_a_system_path_is_refused_as_an_output(tmp_path, spelling, monkeypatch):
+    """`-o /dev/stdout` with stdout redirected to a file resolved to that file and passed; the atomic writer then
+    made its temporary in /dev and renamed it over the system's /dev/stdout link (as root). Checked through
+    check_output_path alone, so that a regression here never writes into /dev."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "devices").symlink_to("/dev")  # a directory symlinked to /dev is the same place
+    with pytest.raises(UsageError, match="is a system path") as refused:
+        outfile.check_output_path(spelling, "--output", "report.txt")
+    assert "leave the option out to print to stdout" in str(refused.value)
+    assert os.path.islink("/dev/stdout") or not os.path.exists("/dev/stdout")
+
+
 def test_outputs_beside_the_inputs_are_still_written(work, capsys):
     # a report in the checkpoint's directory that is not one of its files, and a card updated in place
     assert _cli(capsys, ["validate", "D", "--json", "D/validate.json", "-q"])[0] == 0

@@ -292,3 +292,20 @@ def test_keep_val_with_none_of_its_prompts_in_the_shards_is_refused(tmp_path, ca
     err = capsys.readouterr().err
     assert code == 2 and "none of the 5 prompts of --keep-val" in err, err
     assert not (tmp_path / "t.npz").exists() and not (tmp_path / "v.npz").exists()
+
+
+def test_build_refuses_sets_named_as_shards_of_its_own_dir(shards, tmp_path, capsys):
+    """`--train D/shard-0009.npz --val D/shard-0009.json` wrote a training set and a held-out set that the next
+    build (and `generate`) took for a done shard 9; such names in --dir are refused, nothing written, and the same
+    names elsewhere, or other names in --dir, are still written."""
+    before = sorted(p.name for p in shards.iterdir())
+    for train, val in (("shard-0009.npz", "shard-0009.json"), ("t.npz", "shard-0009.json")):
+        argv = ["build", "--dir", str(shards), "--train", str(shards / train), "--val", str(shards / val)]
+        assert mixes.main(argv) == 4
+        err = capsys.readouterr().err
+        assert "named as a shard of --dir" in err and "Traceback" not in err, err
+        assert sorted(p.name for p in shards.iterdir()) == before
+    argv = ["build", "--dir", str(shards), "--train", str(tmp_path / "shard-0009.npz")]
+    assert mixes.main([*argv, "--val", str(shards / "val.npz")]) == 0, capsys.readouterr().err
+    assert (tmp_path / "shard-0009.npz").is_file() and (shards / "val.npz").is_file()
+    (shards / "val.npz").unlink()  # the module's shards stay as they were for the other tests
