@@ -118,7 +118,13 @@ class OutputExists(ValueError):
 
 
 def _check_output(out_dir: Path) -> None:
-    """An existing OUT is replaced only when it is empty or holds nothing but an earlier export's two files."""
+    """An existing OUT is replaced only when it is empty or holds nothing but an earlier export's two files; a
+    missing OUT is made, so none of its parents may be a file."""
+    for parent in out_dir.absolute().parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise OutputExists(f"{out_dir}: {parent} is a file, not a directory; choose another --out")
+            break
     if not (out_dir.exists() or out_dir.is_symlink()):
         return
     if out_dir.is_symlink() or not out_dir.is_dir():

@@ -363,3 +363,19 @@ def test_running_out_of_memory_or_diverging_is_a_message_not_an_internal_error(
     code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
     assert code == 2 and said in out, out
     _no_exception_names(out)
+
+
+def test_an_export_under_a_file_is_refused_by_name(tmp_path):
+    """--out data.npz/x, where data.npz is a file: refused naming the file (exit 4 on the command line), where
+    before the directory's creation failed with "File exists: data.npz" (exit 2)."""
+    import json
+
+    from lilicorr_train.export import OutputExists, build_drafter, export_modelopt
+
+    config = json.loads((REPO / "examples" / "tiny-lilicorr" / "config.json").read_text())
+    (tmp_path / "data.npz").write_bytes(b"a data set")
+    for out in (tmp_path / "data.npz" / "x", tmp_path / "data.npz" / "x" / "y"):
+        with pytest.raises(OutputExists, match="data.npz is a file, not a directory"):
+            export_modelopt(build_drafter(config), config, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz"]
+    assert (tmp_path / "data.npz").read_bytes() == b"a data set"
