@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import sys
@@ -54,6 +55,18 @@ EPILOG = (
     "terminated command leaves no temporary file."
 )
 _reading: dict[str, str] = {}  # what the running command reads, for the catch-all's message
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, refusing NaN too (it passes every comparison, so FloatRange takes it) and infinities."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
 
 
 class InputFailure(click.ClickException):
@@ -276,7 +289,7 @@ Examples:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option(
     "--code-share",
-    type=click.FloatRange(0, 1),
+    type=FiniteFloatRange(0, 1),
     default=0.35,
     show_default=True,
     help="Of the template prompts, the share that is code.",
@@ -351,7 +364,7 @@ def _int_range(name: str) -> click.IntRange:
 
 def _float_range(name: str) -> click.FloatRange:
     _, low, high = SETTINGS[name]
-    return click.FloatRange(low, high)
+    return FiniteFloatRange(low, high)
 
 
 TRAIN_HELP = """Train the run in RUN on DATA (or resume it) until --steps or --time-budget seconds.
@@ -398,7 +411,7 @@ Examples:
 )
 @click.option(
     "--time-budget",
-    type=click.FloatRange(1),
+    type=FiniteFloatRange(1),
     default=540.0,
     show_default=True,
     help="Seconds of training in this piece; the state is saved and the next call resumes.",
@@ -446,7 +459,7 @@ Examples:
 )
 @click.option(
     "--plan-seconds",
-    type=click.FloatRange(1),
+    type=FiniteFloatRange(1),
     default=None,
     help="New run: time ten steps and set --steps to what fits in this many seconds of training.",
 )

@@ -35,7 +35,15 @@ from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
 from .loop import LOG, TrainConfig, checkpoint_taps, fit, open_run
 from .mixes import Shard
-from .script import Parser, device_name, load_target_or_say, run_script, seconds, whole_number
+from .script import (
+    Parser,
+    device_name,
+    load_target_or_say,
+    real_number,
+    run_script,
+    seconds,
+    whole_number,
+)
 from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log, read_state, state_path
 
 
@@ -57,6 +65,11 @@ def parse_taps(text: str) -> tuple[int, ...]:
     if len(taps) > MAX_TAPS:
         raise argparse.ArgumentTypeError(f"{text!r}: at most {MAX_TAPS} taps")
     return taps
+
+
+def _rate(name: str) -> Callable[[str], float]:
+    _, low, high = SETTINGS[name]
+    return real_number(name.replace("_", " "), float(low), float(high))
 
 
 def _setting(name: str) -> Callable[[str], int]:
@@ -306,8 +319,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="new run: the head's layers (default 2)")  # fmt: skip
     f.add_argument("--batch-size", type=_setting("batch_size"), help="new run: sequences a step (default 32)")
     f.add_argument("--anchors", type=_setting("anchors"), help="new run: blocks a sequence (default 48)")
-    f.add_argument("--lr-drafter", type=float, help="new run: the drafter's learning rate (default 6e-4)")
-    f.add_argument("--lr-head", type=float, help="new run: the head's learning rate (default 3e-4)")
+    f.add_argument(
+        "--lr-drafter", type=_rate("lr_drafter"), help="new run: the drafter's learning rate (default 6e-4)"
+    )
+    f.add_argument(
+        "--lr-head", type=_rate("lr_head"), help="new run: the head's learning rate (default 3e-4)"
+    )
     f.add_argument("--device", type=device_name, help="cuda or cpu (default cuda where there is one)")
     h = sub.add_parser("heldout", help="the held-out tau of a converted drafter")
     h.add_argument("drafter", type=Path)

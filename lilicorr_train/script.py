@@ -58,6 +58,23 @@ def whole_number(name: str, low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def real_number(name: str, low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number from low to high (NaN passes every comparison, so it is named here)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is out of range: {name} is a number from {low:g} to {high:g}"
+            )
+        return value
+
+    return parse
+
+
 def device_name(text: str) -> str:
     """--device: cpu, cuda or cuda:N, CUDA only where there is one (argparse.ArgumentTypeError otherwise)."""
     import torch
