@@ -104,6 +104,25 @@ def check_new_run(args: argparse.Namespace, target: Any) -> None:
         raise UsageError(f"--init-layer {args.init_layer} past the target's layers (0 to {layers - 1})")
     if args.mask_token_id >= vocab:
         raise UsageError(f"--mask-token-id {args.mask_token_id} past the target's vocabulary ({vocab} ids)")
+    if args.k > vocab:
+        raise UsageError(f"--k {args.k} is more candidates than the target's vocabulary ({vocab} ids)")
+    heads = DrafterShape().head_num_heads
+    if args.head_width % heads:
+        raise UsageError(
+            f"--head-width {args.head_width}: the head's {heads} attention heads need a multiple of {heads}"
+        )
+
+
+def check_vocabulary(held: HeldOut, path: Path, vocab: int) -> None:
+    """A held-out set written by another target (a token id past this one's vocabulary) is refused (exit 1)."""
+    tokens = held.data.tokens
+    if tokens.size and int(tokens.max()) >= vocab:
+        print(
+            f"{PROG}: refused: --val {path} holds token id {int(tokens.max())}, past the target's vocabulary of "
+            f"{vocab}: a held-out set another target wrote",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
 
 
 def held_out_set(path: Path) -> HeldOut:
@@ -208,6 +227,9 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(exc, StateError) or args.init_from is None:
             raise
         raise InputError(f"--init-from {args.init_from}: {exc}") from None
+    check_vocabulary(
+        held, args.val, target.vocab_size
+    )  # after open_run: a resumed run's own target check first
     if args.steps is not None and run.step >= args.steps:
         print(
             f"{PROG}: warning: --steps {args.steps} is not past the run's step {run.step}: nothing to train "
@@ -261,6 +283,7 @@ def heldout_drafter(args: argparse.Namespace) -> dict[str, Any]:
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
     held = held_out_set(args.val)
+    check_vocabulary(held, args.val, target.vocab_size)
     drafter = build_drafter(load_checkpoint(str(args.drafter)), dtype=torch.float32, device=device)
     if not drafter.trains_on_blocks:
         raise UsageError(

@@ -63,6 +63,8 @@ def _fit(tmp_path: Path, sets, *extra: str, val: Path | None = None) -> int:
         (["--taps", "9"], "--taps [9] past the target's layers (0 to 3)"),
         (["--mask-token-id", "9999"], "past the target's vocabulary (512 ids)"),
         (["--init-layer", "9"], "--init-layer 9 past the target's layers"),
+        (["--k", "1024"], "--k 1024 is more candidates than the target's vocabulary (512 ids)"),
+        (["--head-width", "3"], "--head-width 3: the head's 4 attention heads need a multiple of 4"),
     ],
 )
 def test_fit_refuses_an_impossible_option_before_it_trains(tmp_path, sets, capsys, option, said):
@@ -312,3 +314,17 @@ def test_fit_init_from_names_init_from_not_taps_for_a_drafter_of_a_deeper_target
     err = capsys.readouterr().err
     assert code == 2
     assert "--init-from" in err and "[9] are not layers of this target" in err and "--taps" not in err, err
+
+
+def test_fit_and_heldout_refuse_a_held_out_set_of_another_vocabulary(tmp_path, sets, capsys):
+    """A --val set with a token id past the target's vocabulary (written by another target) is refused with
+    exit 1 naming the id; before, the embedding lookup failed as an internal error."""
+    train, held, _ = sets
+    shard = Shard.load(held)
+    tokens = shard.tokens.copy()
+    tokens[5] = 600  # tiny-target has 512 ids
+    other = Shard(tokens, shard.offsets, shard.prompt_lengths, shard.category, shard.source)
+    write_npz(tmp_path / "other.npz", other.arrays())
+    assert _fit(tmp_path, sets, val=tmp_path / "other.npz") == 1
+    assert "holds token id 600, past the target's vocabulary of 512" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
