@@ -42,7 +42,7 @@ from lilicorr_runtime.target.load import load_target
 
 from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
-from .loop import LOG, TrainConfig, checkpoint_taps, fit, load_run_drafter, open_run
+from .loop import LOG, TrainConfig, checkpoint_taps, fit, load_run_drafter, mask_token_in, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
 from .script import device_name
 from .state import CONFIG_LIMITS, SETTINGS, STATE, StateError, check_log, read_state, state_path
@@ -514,9 +514,9 @@ def train(
                 f"{mask_token_id} is past the target's vocabulary ({target.vocab_size} ids)",
                 param_hint="--mask-token-id",
             )
-        if bool((data.tokens == mask_token_id).any()):
-            raise click.BadParameter(
-                f"{mask_token_id} occurs in the training data", param_hint="--mask-token-id"
+        if bool((data.tokens == mask_token_id).any()):  # a refusal (exit 1), as the epilog says
+            raise click.ClickException(
+                f"--mask-token-id {mask_token_id} occurs in the training data: give an id the data never holds"
             )
         if init_layer is not None and init_layer >= target.num_layers:
             raise click.BadParameter(
@@ -547,6 +547,12 @@ def train(
         raise
     except ValueError as exc:  # a drafter of another shape, a config the tooling refuses
         raise click.ClickException(str(exc)) from None
+    mask = mask_token_in(run, data.tokens)
+    if mask is not None:
+        raise click.ClickException(
+            f"--data holds token {mask}, the run's mask token: a resumed run keeps its mask, so train it on data "
+            "without that id (or start a new run with another --mask-token-id)"
+        )
     if steps is not None and run.step >= steps:
         click.echo(
             f"warning: --steps {steps} is not past the run's step {run.step}: nothing to train "

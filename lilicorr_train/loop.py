@@ -215,6 +215,15 @@ class Run(Struct):
     generator: torch.Generator
 
 
+def mask_token_in(run: Run, tokens: Any) -> int | None:
+    """The run's mask token when the data holds it (a resumed run with new data: the block's mask would then be
+    a token the drafter also reads as text), else None."""
+    mask = (run.config.get("dflash_config") or {}).get("mask_token_id")
+    if isinstance(mask, int) and bool((tokens == mask).any()):
+        return mask
+    return None
+
+
 def open_run(
     run_dir: Path,
     drafter_config: dict[str, Any] | None,

@@ -33,7 +33,7 @@ from lilicorr_runtime.model.load import build_drafter
 from .data import DataError, Dataset
 from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
-from .loop import LOG, TrainConfig, checkpoint_taps, fit, open_run
+from .loop import LOG, TrainConfig, checkpoint_taps, fit, mask_token_in, open_run
 from .mixes import Shard
 from .script import (
     Parser,
@@ -227,9 +227,16 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         if isinstance(exc, StateError) or args.init_from is None:
             raise
         raise InputError(f"--init-from {args.init_from}: {exc}") from None
-    check_vocabulary(
-        held, args.val, target.vocab_size
-    )  # after open_run: a resumed run's own target check first
+    # after open_run, so that a resumed run's own target check comes first
+    check_vocabulary(held, args.val, target.vocab_size)
+    mask = mask_token_in(run, data.tokens)
+    if mask is not None:
+        print(
+            f"{PROG}: refused: --data holds token {mask}, the run's mask token: a resumed run keeps its mask, so "
+            "train it on data without that id",
+            file=sys.stderr,
+        )
+        raise SystemExit(1)
     if args.steps is not None and run.step >= args.steps:
         print(
             f"{PROG}: warning: --steps {args.steps} is not past the run's step {run.step}: nothing to train "

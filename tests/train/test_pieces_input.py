@@ -328,3 +328,33 @@ def test_fit_and_heldout_refuse_a_held_out_set_of_another_vocabulary(tmp_path, s
     assert _fit(tmp_path, sets, val=tmp_path / "other.npz") == 1
     assert "holds token id 600, past the target's vocabulary of 512" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+def test_a_run_resumed_on_data_holding_its_mask_token_is_refused(tmp_path, sets, capsys):
+    """A new run refuses a mask token the data holds; a resumed run keeps its mask, and new data holding it was
+    trained on silently (by `pieces fit` and by `python -m lilicorr_train train`). Both now refuse it, exit 1."""
+    from click.testing import CliRunner
+
+    from lilicorr_train.__main__ import main as train_cli
+
+    train, _, _ = sets
+    assert _fit(tmp_path, sets, "--init-layer", "3", "--batch-size", "2", "--anchors", "2") == 0
+    capsys.readouterr()
+    data = Dataset.load(train)
+    tokens = data.tokens.copy()
+    tokens[50] = 511  # the run's mask token
+    Dataset(tokens, data.offsets, data.prompt_lengths).save(tmp_path / "masked.npz")
+    state = (tmp_path / "run" / "state.safetensors").read_bytes()
+    argv = ["fit", str(tmp_path / "run"), "--target", TARGET, "--data", str(tmp_path / "masked.npz")]
+    code = _code(pieces.main, [*argv, "--val", str(sets[1]), "--device", "cpu", "--steps", "3"])
+    assert code == 1 and "holds token 511, the run's mask token" in capsys.readouterr().err
+    assert (tmp_path / "run" / "state.safetensors").read_bytes() == state  # not trained
+
+    runner = CliRunner()
+    common = ["--target", TARGET, "--device", "cpu", "--data", str(tmp_path / "masked.npz")]
+    result = runner.invoke(train_cli, ["train", str(tmp_path / "run"), *common, "--steps", "3"])
+    assert result.exit_code == 1 and "the run's mask token" in result.output, result.output
+    assert (tmp_path / "run" / "state.safetensors").read_bytes() == state
+    new = ["train", str(tmp_path / "new"), *common, "--mask-token-id", "511", "--init-layer", "3"]
+    result = runner.invoke(train_cli, new)
+    assert result.exit_code == 1 and "--mask-token-id 511 occurs in the training data" in result.output
