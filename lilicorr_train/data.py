@@ -161,6 +161,13 @@ def _check(path: Path, tokens: np.ndarray, offsets: np.ndarray, prompt_lengths: 
         )
     if bool((prompt_lengths < 0).any()) or bool((prompt_lengths > np.diff(offsets)).any()):
         raise _refuse(path, "a prompt length is negative or longer than its sequence")
+    empty = np.flatnonzero(np.diff(offsets) == 0)
+    if len(empty):
+        raise _refuse(path, f"sequence {int(empty[0])} is empty ({len(empty)} empty in all)")
+    if not bool((prompt_lengths < np.diff(offsets)).any()):
+        raise _refuse(
+            path, "no sequence has an answer token (every one is all prompt): nothing to train or measure"
+        )
     if len(tokens) and int(tokens.min()) < 0:
         raise _refuse(path, f"it has a negative token id ({int(tokens.min())})")
 

@@ -379,3 +379,19 @@ def test_an_export_under_a_file_is_refused_by_name(tmp_path):
             export_modelopt(build_drafter(config), config, out)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npz"]
     assert (tmp_path / "data.npz").read_bytes() == b"a data set"
+
+
+@pytest.mark.parametrize(
+    ("offsets", "prompts", "said"),
+    [
+        ([0, 0, 0, 12], [0, 0, 4], "sequence 0 is empty (2 empty in all)"),  # crashed the fit's reshape
+        ([0, 4, 12], [4, 8], "no sequence has an answer token"),  # trained with loss 0 and NaN metrics logged
+    ],
+)
+def test_data_with_empty_sequences_or_no_answer_is_refused_when_read(tmp_path, offsets, prompts, said):
+    tokens = np.arange(3, 3 + offsets[-1], dtype=np.uint16)
+    Dataset(tokens, np.array(offsets, dtype=np.int64), np.array(prompts, dtype=np.int32)).save(
+        tmp_path / "d.npz"
+    )
+    with pytest.raises(DataError, match=said.replace("(", r"\(").replace(")", r"\)")):
+        Dataset.load(tmp_path / "d.npz")

@@ -170,7 +170,7 @@ def _exit_code(argv: list[str]) -> int:
         ({"--batch": "0"}, 4, "--batch"),
         ({"--device": "foo"}, 4, "give cpu, cuda"),
         ({"--val": "<tmp>/missing.npz"}, 2, "missing.npz"),
-        ({"--val": "<tmp>/no_answers.npz"}, 2, "no answer position"),
+        ({"--val": "<tmp>/no_answers.npz"}, 2, "no sequence has an answer token"),
         ({"drafter": "<tmp>/missing"}, 2, "does not exist"),
         ({"drafter": "<tmp>/taps_past_the_target"}, 4, "reach past the target's 4 layers"),
         ({"drafter": str(REPO / "examples" / "tiny-lilicorr")}, 4, "full-attention drafter"),
