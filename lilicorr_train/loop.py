@@ -18,6 +18,7 @@ from msgspec import Struct, structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
 from lilicorr_runtime.model.drafter import Drafter
+from lilicorr_runtime.model.load import CheckpointRefused
 from lilicorr_runtime.model.load import build_drafter as build_runtime_drafter
 from lilicorr_runtime.target.fast import FastTarget
 
@@ -61,7 +62,13 @@ def init_from_checkpoint(drafter: Drafter, path: Path, fresh_head: bool = False)
     the new layers' residual branches. With `fresh_head` only the backbone is copied: `drafter`'s LiLiCorr head
     keeps its own initialization, whatever its shape (K, width, layers) and whether or not the checkpoint has a
     head (to compare head shapes on one trained backbone)."""
-    trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
+    try:
+        trained = build_runtime_drafter(load_checkpoint(str(path)), dtype=torch.float32, device="cpu")
+    except (CheckpointRefused, KeyError, RuntimeError) as exc:  # its config and its weights disagree
+        first = (str(exc).strip("'\"").splitlines() or [type(exc).__name__])[0][:300]
+        if isinstance(exc, KeyError):
+            first = f"its weights lack {first}"
+        raise ValueError(f"{path} is not a drafter this run can start from ({first})") from None
     if tuple(trained.target_layer_ids) != tuple(drafter.target_layer_ids):  # fc reads the taps in their order
         raise ValueError(
             f"{path} was trained on target layers {list(trained.target_layer_ids)}, this run taps "

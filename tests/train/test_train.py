@@ -195,6 +195,37 @@ def test_init_from_refuses_a_drafter_of_another_shape(data, tmp_path):
     assert both.exit_code == 4  # a usage error, as lilicorr-ckpt's
 
 
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        ("no weights", "its weights lack"),  # KeyError in the loader: an internal error before
+        (
+            "a wider head in its config",
+            "is not a drafter this run can start from",
+        ),  # state_dict size mismatch
+        ("no draft layer in its config", "geometry is incomplete"),  # CheckpointRefused, an internal error
+    ],
+)
+def test_init_from_refuses_a_drafter_whose_config_and_weights_disagree(data, tmp_path, edit, said):
+    import shutil
+
+    drafter = tmp_path / "drafter"
+    shutil.copytree(REPO / "examples" / "tiny-lilicorr", drafter)
+    config = json.loads((drafter / "config.json").read_text())
+    if edit == "no weights":
+        (drafter / "model.safetensors").unlink()
+    elif edit == "a wider head in its config":
+        config["dflash_config"]["lilicorr_hidden_size"] = 2 * config["dflash_config"]["lilicorr_hidden_size"]
+    else:
+        config["num_hidden_layers"] = 0
+    (drafter / "config.json").write_text(json.dumps(config))
+    args = ["train", str(tmp_path / "r"), "--target", TARGET, "--data", str(data), "--device", "cpu"]
+    result = CliRunner().invoke(train_cli, [*args, "--mask-token-id", "511", "--init-from", str(drafter)])
+    assert result.exit_code == 1, result.output
+    assert said in result.output and "internal error" not in result.output, result.output
+    assert not (tmp_path / "r" / "state.safetensors").exists()
+
+
 def test_a_run_from_a_drafter_taps_the_layers_it_was_trained_on(data, tmp_path):
     """`train --init-from D` builds the new run's drafter on D's target_layer_ids, not the spread default: D's fc
     projection reads its taps in order, so other layers would feed it features it never saw."""
