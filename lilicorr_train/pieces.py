@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 from msgspec import structs
@@ -113,16 +113,20 @@ def check_new_run(args: argparse.Namespace, target: Any) -> None:
         )
 
 
+def refuse(message: str) -> NoReturn:
+    """Exit 1, refused: the inputs do not fit together."""
+    print(f"{PROG}: refused: {message}", file=sys.stderr)
+    raise SystemExit(1)
+
+
 def check_vocabulary(held: HeldOut, path: Path, vocab: int) -> None:
     """A held-out set written by another target (a token id past this one's vocabulary) is refused (exit 1)."""
     tokens = held.data.tokens
     if tokens.size and int(tokens.max()) >= vocab:
-        print(
-            f"{PROG}: refused: --val {path} holds token id {int(tokens.max())}, past the target's vocabulary of "
-            f"{vocab}: a held-out set another target wrote",
-            file=sys.stderr,
+        refuse(
+            f"--val {path} holds token id {int(tokens.max())}, past the target's vocabulary of {vocab}: a "
+            "held-out set another target wrote"
         )
-        raise SystemExit(1)
 
 
 def held_out_set(path: Path) -> HeldOut:
@@ -231,12 +235,10 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     check_vocabulary(held, args.val, target.vocab_size)
     mask = mask_token_in(run, data.tokens)
     if mask is not None:
-        print(
-            f"{PROG}: refused: --data holds token {mask}, the run's mask token: a resumed run keeps its mask, so "
-            "train it on data without that id",
-            file=sys.stderr,
+        refuse(
+            f"--data holds token {mask}, the run's mask token: a resumed run keeps its mask, so train it on data "
+            "without that id"
         )
-        raise SystemExit(1)
     if args.steps is not None and run.step >= args.steps:
         print(
             f"{PROG}: warning: --steps {args.steps} is not past the run's step {run.step}: nothing to train "

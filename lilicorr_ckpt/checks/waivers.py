@@ -238,24 +238,17 @@ def waiver_candidates(checkpoint: str | Path | None) -> list[Path]:
 def find_config(checkpoint: Path) -> tuple[Path, dict[str, Any]] | None:
     """The closest lilicorr.toml or pyproject.toml with a [tool.lilicorr-ckpt] table, from checkpoint up to
     search_root(checkpoint). A candidate owned by an untrusted user is a usage error, not a silent waiver."""
-    directory = checkpoint.expanduser().resolve()
-    root = search_root(directory)
-    owners = _trusted_owners(directory)
-    while True:
-        for name in CONFIG_FILES:
-            candidate = directory / name
-            if candidate.is_file():
-                if not _owned_by(candidate, owners):
-                    raise UsageError(
-                        f"waiver file {candidate} belongs to another user: not applied to "
-                        f"{checkpoint}; pass it with --config if you trust it, or remove it"
-                    )
-                found = read_config(candidate)
-                if found is not None:
-                    return found
-        if directory == root or directory.parent == directory:
-            return None
-        directory = directory.parent
+    owners = _trusted_owners(checkpoint.expanduser().resolve())
+    for candidate in waiver_candidates(checkpoint):  # closest first
+        if not _owned_by(candidate, owners):
+            raise UsageError(
+                f"waiver file {candidate} belongs to another user: not applied to "
+                f"{checkpoint}; pass it with --config if you trust it, or remove it"
+            )
+        found = read_config(candidate)
+        if found is not None:
+            return found
+    return None
 
 
 def _strings(value: object) -> list[str] | None:
