@@ -49,15 +49,20 @@ from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log,
 
 def parse_taps(text: str) -> tuple[int, ...]:
     """--taps: target layers, comma-separated whole numbers >= 0, each once (checked against the target's layers
-    once it is loaded)."""
+    once it is loaded); an empty item (`1,,2`, a trailing comma, blanks) is refused, not skipped."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        raise argparse.ArgumentTypeError(f"{text!r} names no layer: give target layers, e.g. 3,9,15,21,27")
+    if not all(items):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} has an empty item: give target layers separated by single commas, e.g. 3,9,15,21,27"
+        )
     try:
-        taps = tuple(int(x) for x in text.split(",") if x.strip())
+        taps = tuple(int(x) for x in items)
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r}: give target layers as whole numbers, e.g. 3,9,15,21,27"
         ) from None
-    if not taps and text.strip():
-        raise argparse.ArgumentTypeError(f"{text!r} names no layer")
     if any(t < 0 for t in taps):
         raise argparse.ArgumentTypeError(f"{text!r}: a layer is a whole number from 0")
     if len(set(taps)) != len(taps):
@@ -331,7 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     f.add_argument(
         "--taps",
         type=parse_taps,
-        help="new run: target layers tapped, e.g. 3,9,15,21,27 (each below the target's layer count, once; "
+        help="new run: target layers tapped, whole numbers separated by commas, e.g. 3,9,15,21,27 (no empty "
+        "item; each below the target's layer count, once; "
         "the last layer draws a warning: SGLang cannot capture it); default --init-from's own layers, else "
         "spread over the target",
     )
