@@ -257,7 +257,8 @@ def atomic_writer(out: str | Path, mode: int | None = None) -> Iterator[BinaryIO
 
     The temporary is tempfile.mkstemp's in out's directory (an unpredictable name created O_EXCL | O_NOFOLLOW,
     so never through a planted symlink); it is fsynced, renamed over `out` (a symlink at `out` is replaced, not
-    followed) and the directory fsynced."""
+    followed) and the directory fsynced. A rename that fails (a directory at `out`) raises an OSError naming
+    `out`, not the temporary."""
     path = Path(out).expanduser()
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:100]}.", suffix=".tmp", dir=directory)
@@ -268,7 +269,10 @@ def atomic_writer(out: str | Path, mode: int | None = None) -> Iterator[BinaryIO
             f.flush()
             os.fchmod(f.fileno(), 0o666 & ~_umask() if mode is None else mode)
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:  # named by `out`, not by the temporary (removed below)
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
         pending = None
         _fsync_directory(directory)
     finally:

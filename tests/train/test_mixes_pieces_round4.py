@@ -13,8 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from lilicorr_ckpt.outfile import atomic_writer
 from lilicorr_train import mixes, pieces
 from lilicorr_train.mixes import Shard, shard_name, write_npz
+
+from helpers import REPO
 
 
 def _shard(n: int = 20, seed: int = 0, **override: np.ndarray) -> dict[str, np.ndarray]:
@@ -148,3 +151,21 @@ def test_a_pieces_run_never_writes_its_state_or_log_over_an_input(shards, tmp_pa
     )
     err = capsys.readouterr().err
     assert code == 4 and "RUN's" in err and "log.jsonl" in err and _digest(val) == before
+
+
+def test_a_directory_where_generate_writes_a_file_is_named_not_its_temporary(tmp_path, capsys, monkeypatch):
+    """A directory named as the plan's pool file in --dir: the error names that path, where it named the atomic
+    writer's random temporary beside it (`.pool-v3.json.x1y2.tmp`), which the user never made and cannot find."""
+    monkeypatch.setattr(mixes, "training_prompts", lambda *args, **kwargs: [])  # a tiny pool, in no time
+    monkeypatch.setattr(mixes, "stdlib_pool", lambda: [])
+    directory = tmp_path / "shards"
+    pool = directory / f"pool-{mixes.PLAN.name}.json"
+    pool.mkdir(parents=True)
+    target = str(REPO / "examples" / "tiny-target")
+    code = mixes.main(["generate", "--target", target, "--dir", str(directory), "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"{pool}\n" in err and ".tmp" not in err and "Traceback" not in err, err
+    assert sorted(p.name for p in directory.iterdir()) == [pool.name]  # no temporary left
+    with pytest.raises(IsADirectoryError) as raised, atomic_writer(pool) as f:
+        f.write(b"{}")
+    assert raised.value.filename == str(pool)
