@@ -1019,7 +1019,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     a.add_argument("--dir", type=Path, required=True)
     a.add_argument("--target", required=True, help="the target whose tokenizer decodes the shards")
     args = parser.parse_args(argv)
-    return run_script(PROG, lambda: _run(args))
+    inputs = {
+        name: getattr(args, attr, None)
+        for name, attr in (("--dir", "dir"), ("--target", "target"), ("--keep-val", "keep_val"))
+    }
+    return run_script(PROG, lambda: _run(args), command=args.command, inputs=inputs)
 
 
 def _run(args: argparse.Namespace) -> int:

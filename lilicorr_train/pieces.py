@@ -365,12 +365,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     f.add_argument("--device", type=device_name, help="cuda or cpu (default cuda where there is one)")
     h = sub.add_parser("heldout", help="the held-out tau of a converted drafter")
-    h.add_argument("drafter", type=Path)
+    h.add_argument("drafter", type=Path, metavar="DRAFTER")
     h.add_argument("--target", required=True)
     h.add_argument("--val", type=Path, required=True, help="the held-out set `mixes build` wrote (its --val)")
     h.add_argument("--device", type=device_name, help="cuda or cpu (default cuda where there is one)")
     args = parser.parse_args(argv)
-    return run_script(PROG, lambda: _run(args))
+    if args.command == "fit":
+        inputs = {"RUN": args.run, "--target": args.target, "--data": args.data, "--val": args.val}
+        inputs["--init-from"] = args.init_from
+    else:
+        inputs = {"DRAFTER": args.drafter, "--target": args.target, "--val": args.val}
+    return run_script(PROG, lambda: _run(args), command=args.command, inputs=inputs)
 
 
 def _run(args: argparse.Namespace) -> int:

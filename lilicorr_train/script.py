@@ -1,7 +1,8 @@
 """How the recipe's argparse scripts (`python -m lilicorr_train.mixes`, `python -m lilicorr_train.pieces`) end, as
 `python -m lilicorr_train` does: a usage error is exit 4 with the usage line, an input that cannot be read exit 2
 naming it, an interrupt 130 (Ctrl-C) or 143 (SIGTERM, which unwinds like Ctrl-C so that no temporary file is
-left), and anything unexpected exit 2 with one line (LILICORR_DEBUG=1 shows the traceback);
+left), and anything unexpected exit 2 with one line naming the command and its inputs (LILICORR_DEBUG=1 shows
+the traceback);
 never a traceback by default."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import argparse
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, NoReturn
 
 from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
@@ -101,8 +102,26 @@ def load_target_or_say(spec: str, **kwargs: Any) -> Any:
         raise InputError(f"--target {spec}: {first}") from None
 
 
-def run_script(prog: str, body: Callable[[], int]) -> int:
-    """body's exit code, every failure turned into one message on stderr and its code."""
+def reading(inputs: Mapping[str, Any]) -> str:
+    """The inputs a command reads, for its internal-error line: `RUN run, --data a.npz, b.npz` (those not given
+    left out, at most READING_CHARS characters)."""
+    parts = []
+    for name, value in inputs.items():
+        values = value if isinstance(value, list | tuple) else [value]
+        if any(v is not None for v in values):
+            parts.append(f"{name} {', '.join(str(v) for v in values if v is not None)}")
+    text = ", ".join(parts)
+    return text if len(text) <= READING_CHARS else text[: READING_CHARS - 3] + "..."
+
+
+READING_CHARS = 400
+
+
+def run_script(
+    prog: str, body: Callable[[], int], *, command: str = "", inputs: Mapping[str, Any] | None = None
+) -> int:
+    """body's exit code, every failure turned into one message on stderr and its code. `command` and `inputs`
+    (option or argument name -> path, or a list of paths) are named in the line of an unexpected failure."""
 
     def fail(message: str, code: int) -> int:
         print(f"{prog}: {shown_message(message)}", file=sys.stderr)
@@ -126,8 +145,11 @@ def run_script(prog: str, body: Callable[[], int]) -> int:
     except Exception as exc:
         if os.environ.get("LILICORR_DEBUG"):
             raise
+        where = f" in {command}" if command else ""
+        read = reading(inputs or {})
+        where += f", reading {read}" if read else ""
         return fail(
-            f"internal error: {type(exc).__name__}: {str(exc)[:300]}\n"
+            f"internal error{where}: {type(exc).__name__}: {str(exc)[:300]}\n"
             "  This is a bug; rerun with LILICORR_DEBUG=1 for a traceback and report it.",
             EXIT_INPUT,
         )

@@ -169,3 +169,14 @@ def test_a_directory_where_generate_writes_a_file_is_named_not_its_temporary(tmp
     with pytest.raises(IsADirectoryError) as raised, atomic_writer(pool) as f:
         f.write(b"{}")
     assert raised.value.filename == str(pool)
+
+
+def test_an_internal_error_of_mixes_names_the_command_and_its_inputs(shards, tmp_path, capsys, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(mixes, "build", broken)
+    monkeypatch.delenv("LILICORR_DEBUG", raising=False)
+    code = mixes.main(["build", "--dir", str(shards), "--train", str(tmp_path / "t.npz"), "--val", "v.npz"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"internal error in build, reading --dir {shards}: ValueError: boom" in err, err

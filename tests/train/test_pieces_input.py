@@ -364,3 +364,26 @@ def test_a_run_resumed_on_data_holding_its_mask_token_is_refused(tmp_path, sets,
     new = ["train", str(tmp_path / "new"), *common, "--mask-token-id", "511", "--init-layer", "3"]
     result = runner.invoke(train_cli, new)
     assert result.exit_code == 1 and "--mask-token-id 511 occurs in the training data" in result.output
+
+
+def test_an_internal_error_of_pieces_names_the_command_and_its_inputs(tmp_path, sets, capsys, monkeypatch):
+    """The catch-all line of `pieces` says which command failed on which files (it said only the exception),
+    as `python -m lilicorr_train` does; still no traceback, still exit 2."""
+    train, held, _ = sets
+
+    def broken(path):
+        raise ValueError("boom")
+
+    monkeypatch.setattr(pieces, "held_out_set", broken)
+    monkeypatch.delenv("LILICORR_DEBUG", raising=False)
+    assert _fit(tmp_path, sets) == 2
+    err = capsys.readouterr().err
+    named = f"internal error in fit, reading RUN {tmp_path / 'run'}, --target {TARGET}, --data {train}, --val {held}"
+    assert named in err and "ValueError: boom" in err and "Traceback" not in err, err
+    drafter = tmp_path / "drafter"
+    argv = ["heldout", str(drafter), "--target", TARGET, "--val", str(held), "--device", "cpu"]
+    assert _code(pieces.main, argv) == 2
+    err = capsys.readouterr().err
+    assert f"internal error in heldout, reading DRAFTER {drafter}, --target {TARGET}, --val {held}" in err, (
+        err
+    )
