@@ -45,13 +45,23 @@ from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
 from .loop import LOG, TrainConfig, checkpoint_taps, fit, load_run_drafter, mask_token_in, open_run
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
 from .script import device_name
-from .state import CONFIG_LIMITS, SETTINGS, STATE, StateError, check_log, read_state, state_path
+from .state import (
+    CONFIG_LIMITS,
+    SETTINGS,
+    STATE,
+    StateError,
+    StateMisfit,
+    check_log,
+    read_state,
+    state_path,
+)
 
 PROG = "python -m lilicorr_train"
 EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 4, 130, 143
 EPILOG = (
-    "Exit codes: 0 done, 1 refused (the inputs do not fit together), 2 unreadable input (target, data, run "
-    "state) or internal error, 4 usage error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); an interrupted or "
+    "Exit codes: 0 done, 1 refused (the inputs do not fit together, or a run state a field of which does not "
+    "fit: its optimizer's settings, its mask token), 2 unreadable input (target, data, run state) or "
+    "internal error, 4 usage error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); an interrupted or "
     "terminated command leaves no temporary file."
 )
 _reading: dict[str, str] = {}  # what the running command reads, for the catch-all's message
@@ -115,6 +125,9 @@ class TrainGroup(click.Group):
                 err=True,
             )
             sys.exit(exc.exit_code)
+        except StateMisfit as exc:  # a run state that reads, but a field of which does not fit
+            click.echo(f"{PROG}: refused: {exc}", err=True)
+            sys.exit(EXIT_REFUSED)
         except (StateError, DataError, InputError) as exc:
             click.echo(f"{PROG}: error: {exc}", err=True)
             sys.exit(EXIT_INPUT)

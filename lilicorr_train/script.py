@@ -1,9 +1,8 @@
 """How the recipe's argparse scripts (`python -m lilicorr_train.mixes`, `python -m lilicorr_train.pieces`) end, as
 `python -m lilicorr_train` does: a usage error is exit 4 with the usage line, an input that cannot be read exit 2
-naming it, an interrupt 130 (Ctrl-C) or 143 (SIGTERM, which unwinds like Ctrl-C so that no temporary file is
-left), and anything unexpected exit 2 with one line naming the command and its inputs (LILICORR_DEBUG=1 shows
-the traceback);
-never a traceback by default."""
+naming it, a run state a field of which does not fit exit 1 (refused), an interrupt 130 (Ctrl-C) or 143 (SIGTERM,
+which unwinds like Ctrl-C so that no temporary file is left), and anything unexpected exit 2 with one line naming
+the command and its inputs (LILICORR_DEBUG=1 shows the traceback); never a traceback by default."""
 
 from __future__ import annotations
 
@@ -19,9 +18,9 @@ from lilicorr_ckpt.exits import shown_message
 from lilicorr_runtime.target.load import load_target
 
 from .data import DataError
-from .state import StateError
+from .state import StateError, StateMisfit
 
-EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 2, 4, 130, 143
+EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 4, 130, 143
 
 
 class Parser(argparse.ArgumentParser):
@@ -132,6 +131,8 @@ def run_script(
             return body()
     except UsageError as exc:
         return fail(f"usage error: {exc}", EXIT_USAGE)
+    except StateMisfit as exc:  # a run state that reads, but a field of which does not fit
+        return fail(f"refused: {exc}", EXIT_REFUSED)
     except (InputError, DataError, StateError) as exc:
         return fail(f"error: {exc}", EXIT_INPUT)
     except KeyboardInterrupt as exc:  # Terminated (SIGTERM) is one

@@ -92,6 +92,22 @@ class StateError(ValueError):
     """A state file that is not one this tool wrote (or can resume): the message names the file and why."""
 
 
+class StateMisfit(StateError):
+    """A state that reads, but a field of which does not fit (its optimizer's parameter groups, its mask token, its
+    taps against the target: a hand-edited file, or a run of another target): refused, exit 1, the message naming
+    the file and the field."""
+
+
+# AdamW's hyperparameters in a state's parameter groups (those the optimizer reads on every step): (least, most)
+GROUP_NUMBERS: dict[str, tuple[float, float]] = {
+    "lr": SETTINGS["lr_drafter"][1:],
+    "base_lr": SETTINGS["lr_drafter"][1:],
+    "weight_decay": SETTINGS["weight_decay_head"][1:],
+}
+GROUP_OFF = ("amsgrad", "maximize", "capturable", "differentiable")  # this tool's AdamW runs with them off
+GROUP_FLAGS = ("foreach", "fused", "decoupled_weight_decay")  # true, false or null
+
+
 class TrainState(Struct, kw_only=True):
     model: dict[str, torch.Tensor]
     optimizer: dict[str, Any]  # torch.optim.Optimizer.state_dict() form
@@ -223,6 +239,12 @@ def _refuse(path: Path, why: str) -> StateError:
     return StateError(f"{path} is not a training state this tool can resume: {why}")
 
 
+def misfit(path: Path, why: str) -> StateMisfit:
+    return StateMisfit(
+        f"{path}: {why}; restore the state file training saved, or start a new run in another RUN"
+    )
+
+
 def _require_regular(path: Path) -> None:
     try:
         st = os.stat(path)
@@ -271,6 +293,41 @@ def check_settings(path: Path, train: dict[str, Any]) -> None:
             )
 
 
+def check_param_groups(path: Path, groups: list[dict[str, Any]]) -> None:
+    """AdamW's hyperparameters in each of a state's parameter groups, as this tool writes them (StateMisfit naming
+    the group and the key otherwise): a hand-edited value (one beta, a base_lr of null) failed inside the
+    optimizer."""
+    for index, group in enumerate(groups):
+        wrong = _group_fault(group)
+        if wrong is not None:
+            key, want = wrong
+            has = f"has {key} {str(group[key])[:40]}" if key in group else f"has no {key}"
+            raise misfit(path, f"its optimizer's parameter group {index} {has}; {want}")
+
+
+def _group_fault(group: dict[str, Any]) -> tuple[str, str] | None:
+    """(the key, what it should be) of a parameter group's first wrong hyperparameter, or None."""
+    for key, (low, high) in GROUP_NUMBERS.items():
+        if not _bounded(group.get(key), float, low, high):
+            return key, f"a group's {key} is {_describe(float, low, high)}"
+    if not (_number(group.get("eps"), float) and 0 < group["eps"] <= 1):
+        return "eps", "AdamW's eps is a number above 0, at most 1"
+    betas = group.get("betas")
+    if not (
+        isinstance(betas, list | tuple)
+        and len(betas) == 2
+        and all(_bounded(b, float, 0.0, 1.0) and b < 1 for b in betas)
+    ):
+        return "betas", "AdamW takes two betas, each a number from 0 to below 1"
+    for key in GROUP_OFF:
+        if key in group and group[key] is not False:
+            return key, f"this tool's AdamW runs with {key} false"
+    for key in GROUP_FLAGS:
+        if key in group and not (group[key] is None or isinstance(group[key], bool)):
+            return key, f"AdamW's {key} is true, false or null"
+    return None
+
+
 def check_config_bounds(path: Path, config: dict[str, Any]) -> None:
     """A state's drafter config, its sizes within `CONFIG_LIMITS` and `HEAD_LIMITS`, before a drafter is built from
     it (StateError naming the key and the bound). Missing keys and other types are the config parser's to judge."""
@@ -299,6 +356,20 @@ def check_config_bounds(path: Path, config: dict[str, Any]) -> None:
             f"its drafter config's dflash_config.target_layer_ids lists {len(taps)} layers; this tool trains "
             f"drafters with 1 to {MAX_TAPS} taps, each a target layer from 0 to "
             f"{CONFIG_LIMITS['num_target_layers'][1]:g}",
+        )
+
+
+def check_mask_token(path: Path, config: dict[str, Any]) -> None:
+    """The drafter config's mask token inside its vocabulary (StateMisfit otherwise: the embedding lookup of the
+    block's mask failed as an internal error)."""
+    head = config.get("dflash_config")
+    mask = head.get("mask_token_id") if isinstance(head, dict) else None
+    vocab = config.get("vocab_size")
+    if _number(mask, int) and _number(vocab, int) and mask >= vocab:
+        raise misfit(
+            path,
+            f"its drafter config's dflash_config.mask_token_id is {mask}, past its vocabulary of {vocab} ids "
+            f"(vocab_size): the block's mask must be a token id from 0 to {vocab - 1}",
         )
 
 
@@ -378,6 +449,8 @@ def _document(
     check_config_bounds(path, config)
     if not (isinstance(groups, list) and groups and all(isinstance(g, dict) for g in groups)):
         raise _refuse(path, "it holds no optimizer parameter groups")
+    check_param_groups(path, groups)
+    check_mask_token(path, config)
     if not (
         isinstance(scalars, dict)
         and all(isinstance(k, str) and k.isdigit() and isinstance(v, dict) for k, v in scalars.items())

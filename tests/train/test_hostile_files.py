@@ -18,9 +18,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from lilicorr_train import pieces
 from lilicorr_train import state as state_module
 from lilicorr_train.__main__ import main as train_cli
 from lilicorr_train.data import DataError, Dataset
+from lilicorr_train.mixes import Shard, write_npz
 from lilicorr_train.state import LEGACY_STATE, STATE, StateError, read_state, save_state
 
 from helpers import REPO, raised_within
@@ -395,3 +397,85 @@ def test_data_with_empty_sequences_or_no_answer_is_refused_when_read(tmp_path, o
     )
     with pytest.raises(DataError, match=said.replace("(", r"\(").replace(")", r"\)")):
         Dataset.load(tmp_path / "d.npz")
+
+
+# ---- a resumed state's optimizer groups and mask token ------------------------------------------------------------
+
+
+def _state_with_group(trained: Path, tmp_path: Path, key: str, value: object) -> Path:
+    """The trained run with its optimizer's first parameter group's `key` set to `value` (deleted for DELETE)."""
+    run = _copy(trained, tmp_path)
+    state = copy.copy(read_state(run / STATE))
+    groups = copy.deepcopy(state.optimizer["param_groups"])
+    if value is DELETE:
+        del groups[0][key]
+    else:
+        groups[0][key] = value
+    state.optimizer = {**state.optimizer, "param_groups": groups}
+    save_state(run, state)
+    return run
+
+
+DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "named"),
+    [
+        ("betas", [0.9], "parameter group 0 has betas [0.9]"),  # "not enough values to unpack"
+        ("betas", [0.9, 1.5], "parameter group 0 has betas [0.9, 1.5]"),  # a complex power
+        ("base_lr", None, "parameter group 0 has base_lr None"),  # None * float
+        ("base_lr", DELETE, "parameter group 0 has no base_lr"),  # KeyError: 'base_lr'
+        ("weight_decay", DELETE, "parameter group 0 has no weight_decay"),
+        ("eps", None, "parameter group 0 has eps None"),
+        ("amsgrad", True, "parameter group 0 has amsgrad True"),  # KeyError: 'max_exp_avg_sq'
+        ("capturable", True, "parameter group 0 has capturable True"),  # an assertion on the CPU
+    ],
+)
+def test_a_state_with_edited_optimizer_groups_is_refused_naming_the_file_and_field(
+    trained, data, tmp_path, key, value, named
+):
+    """A hand-edited parameter group ended in an internal error (exit 2, the exception's own words) when the run
+    resumed: refused now, exit 1, naming the state file and the field."""
+    run = _state_with_group(trained, tmp_path, key, value)
+    before = (run / STATE).read_bytes()
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 1 and "refused" in out and str(run / STATE) in out and named in out, out
+    _no_exception_names(out)
+    assert (run / STATE).read_bytes() == before  # not trained
+
+
+def _val_set(data: Path, out: Path) -> Path:
+    """The data as a held-out set (`pieces fit --val`): every sequence of category 0, source 0."""
+    ds = Dataset.load(data)
+    none = np.zeros(len(ds), np.uint8)
+    write_npz(out, Shard(ds.tokens, ds.offsets, ds.prompt_lengths, none, none).arrays())
+    return out
+
+
+def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, data, tmp_path, capsys):
+    """A stored mask token of 9999 for a vocabulary of 512 failed in the embedding lookup (an IndexError, an
+    internal error): `train`, `pieces fit` and `export` refuse it, exit 1, naming the file and the key."""
+    run = _state_with(trained, tmp_path, config={"dflash_config": {"mask_token_id": 9999}})
+    said = "dflash_config.mask_token_id is 9999, past its vocabulary of 512 ids"
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 1 and str(run / STATE) in out and said in out, out
+    _no_exception_names(out)
+    code, out = invoke("export", run, "--out", tmp_path / "export")
+    assert code == 1 and said in out, out
+    val = _val_set(data, tmp_path / "val.npz")
+    argv = [
+        "fit",
+        str(run),
+        "--target",
+        str(TARGET),
+        "--data",
+        str(data),
+        "--val",
+        str(val),
+        "--device",
+        "cpu",
+    ]
+    assert pieces.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "pieces: refused:" in err and str(run / STATE) in err and said in err, err
