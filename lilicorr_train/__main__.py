@@ -60,7 +60,7 @@ PROG = "python -m lilicorr_train"
 EXIT_REFUSED, EXIT_INPUT, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 1, 2, 4, 130, 143
 EPILOG = (
     "Exit codes: 0 done, 1 refused (the inputs do not fit together, or a run state a field of which does not "
-    "fit: its optimizer's settings, its mask token), 2 unreadable input (target, data, run state) or "
+    "fit: its optimizer's settings, its mask token, its taps), 2 unreadable input (target, data, run state) or "
     "internal error, 4 usage error, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM); an interrupted or "
     "terminated command leaves no temporary file."
 )

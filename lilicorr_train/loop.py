@@ -25,7 +25,7 @@ from lilicorr_runtime.target.fast import FastTarget
 from .data import Dataset
 from .export import build_drafter
 from .objective import LossWeights, TrainBatch, sample_anchors, training_step
-from .state import StateError, TrainState, open_log, read_state, save_state, state_path
+from .state import StateError, TrainState, check_taps, open_log, read_state, save_state, state_path
 
 STATE_NAMES = "state.safetensors, or an earlier version's state.pt"
 PLAN_FROM, PLAN_TO = 4, 14  # the steps timed to plan a run's length
@@ -299,6 +299,7 @@ def _resume(path: Path, state: TrainState, train: TrainConfig, target: FastTarge
             f"{path.parent} was trained for another target: its target's {', '.join(differ)}; resume it with "
             "the target it started with"
         )
+    check_taps(path, state.config, target.num_layers)  # a config without num_target_layers: the target's
     drafter = build_drafter(state.config)
     try:
         drafter.load_state_dict(state.model)

@@ -373,6 +373,24 @@ def check_mask_token(path: Path, config: dict[str, Any]) -> None:
         )
 
 
+def check_taps(path: Path, config: dict[str, Any], target_layers: Any = None) -> None:
+    """The drafter config's taps inside its target's layers: `target_layers` (the loaded target's, on a resume) or
+    the config's own num_target_layers (StateMisfit otherwise: the target's pass gives such a tap no layer's
+    features, and `lilicorr-ckpt convert` refuses the export, LC113). Without either, nothing to check."""
+    head = config.get("dflash_config")
+    taps = head.get("target_layer_ids") if isinstance(head, dict) else None
+    layers = config.get("num_target_layers") if target_layers is None else target_layers
+    if not (isinstance(taps, list) and _number(layers, int)):
+        return
+    past = [t for t in taps if _number(t, int) and t >= layers]
+    if past:
+        raise misfit(
+            path,
+            f"its drafter taps target layers {taps}, and {past} are not layers of its target ({layers} layers, "
+            f"0 to {layers - 1}): `lilicorr-ckpt convert` would refuse its export (LC113)",
+        )
+
+
 def read_state(path: Path) -> TrainState:
     """The state in `path` (state.safetensors, or an earlier version's state.pt), its structure checked; the
     tensors' shapes are checked against the drafter by `check_shapes` before any is used."""
@@ -451,6 +469,7 @@ def _document(
         raise _refuse(path, "it holds no optimizer parameter groups")
     check_param_groups(path, groups)
     check_mask_token(path, config)
+    check_taps(path, config)
     if not (
         isinstance(scalars, dict)
         and all(isinstance(k, str) and k.isdigit() and isinstance(v, dict) for k, v in scalars.items())

@@ -479,3 +479,42 @@ def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, dat
     assert pieces.main(argv) == 1
     err = capsys.readouterr().err
     assert "pieces: refused:" in err and str(run / STATE) in err and said in err, err
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["num_target_layers 4", "no num_target_layers"])
+def test_a_state_tapping_past_the_targets_layers_is_refused_on_resume_and_export(
+    trained, data, tmp_path, capsys, declared
+):
+    """Taps past the target's layers resumed and exported (the target's pass fills such a tap's features from no
+    layer), and only `lilicorr-ckpt convert` refused the export (LC113). `train` and `pieces fit` refuse it once the
+    target is known, `export` when the state's config says how many layers its target has; exit 1."""
+    run = _copy(trained, tmp_path)
+    state = copy.copy(read_state(run / STATE))
+    state.config = copy.deepcopy(state.config)
+    state.config["dflash_config"]["target_layer_ids"] = [1, 7]
+    if not declared:
+        del state.config["num_target_layers"]
+    save_state(run, state)
+    said = "its drafter taps target layers [1, 7], and [7] are not layers of its target (4 layers, 0 to 3)"
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 1 and str(run / STATE) in out and said in out, out
+    _no_exception_names(out)
+    val = _val_set(data, tmp_path / "val.npz")
+    argv = [
+        "fit",
+        str(run),
+        "--target",
+        str(TARGET),
+        "--data",
+        str(data),
+        "--val",
+        str(val),
+        "--device",
+        "cpu",
+    ]
+    assert pieces.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "pieces: refused:" in err and said in err, err
+    if declared:
+        code, out = invoke("export", run, "--out", tmp_path / "export")
+        assert code == 1 and said in out and not (tmp_path / "export").exists(), out
