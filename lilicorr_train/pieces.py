@@ -26,8 +26,10 @@ import torch
 from msgspec import structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
-from lilicorr_ckpt.errors import InputError, UsageError
+from lilicorr_ckpt.checkpoint.target import read_target
+from lilicorr_ckpt.errors import InputError, SmokeRefused, UsageError
 from lilicorr_ckpt.outfile import Inputs
+from lilicorr_ckpt.smoke.fit import loaded_info, require_fit
 from lilicorr_runtime.model.load import build_drafter
 
 from .data import DataError, Dataset
@@ -298,7 +300,13 @@ def heldout_drafter(args: argparse.Namespace) -> dict[str, Any]:
     )
     held = held_out_set(args.val)
     check_vocabulary(held, args.val, target.vocab_size)
-    drafter = build_drafter(load_checkpoint(str(args.drafter)), dtype=torch.float32, device=device)
+    checkpoint = load_checkpoint(str(args.drafter))
+    try:  # validate's --target rules (LC5xx) on the pair, as smoke runs them: before the drafter is built
+        info = loaded_info(read_target(args.target), target)
+        require_fit(checkpoint, info, path=str(args.drafter), spec=args.target, runtime="all", loaded=True)
+    except SmokeRefused as exc:
+        refuse(f"DRAFTER {args.drafter} was not made for --target {args.target}: {exc}")
+    drafter = build_drafter(checkpoint, dtype=torch.float32, device=device)
     if not drafter.trains_on_blocks:
         raise UsageError(
             f"{args.drafter}: the held-out τ runs the training forward, which supports full-attention drafters "
@@ -364,7 +372,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--lr-head", type=_rate("lr_head"), help="new run: the head's learning rate (default 3e-4)"
     )
     f.add_argument("--device", type=device_name, help="cuda or cpu (default cuda where there is one)")
-    h = sub.add_parser("heldout", help="the held-out tau of a converted drafter")
+    h = sub.add_parser(
+        "heldout",
+        help="the held-out tau of a converted drafter (one made for another target is refused, exit 1, with "
+        "validate's --target findings)",
+    )
     h.add_argument("drafter", type=Path, metavar="DRAFTER")
     h.add_argument("--target", required=True)
     h.add_argument("--val", type=Path, required=True, help="the held-out set `mixes build` wrote (its --val)")

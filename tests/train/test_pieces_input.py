@@ -387,3 +387,18 @@ def test_an_internal_error_of_pieces_names_the_command_and_its_inputs(tmp_path, 
     assert f"internal error in heldout, reading DRAFTER {drafter}, --target {TARGET}, --val {held}" in err, (
         err
     )
+
+
+def test_heldout_refuses_a_drafter_made_for_another_target_naming_both(sets, capsys):
+    """The bundled SmolLM2 drafter against the tiny target: the held-out τ's forward failed on the feature width
+    (a ValueError from project_context, an internal error, exit 2); refused now, exit 1, before its weights load,
+    with validate's findings for the pair (widths, taps, vocabulary)."""
+    drafter = str(REPO / "examples" / "smollm2-lilicorr")
+    argv = ["heldout", drafter, "--target", TARGET, "--val", str(sets[1]), "--device", "cpu"]
+    assert _code(pieces.main, argv) == 1
+    err = capsys.readouterr().err
+    assert "pieces: refused:" in err and "internal error" not in err, err
+    assert f"DRAFTER {drafter} was not made for --target {TARGET}" in err, err
+    assert (
+        "draft hidden_size 576 != target" in err and "target_layer_ids [8, 14, 21, 28] are not layers" in err
+    )
