@@ -33,6 +33,7 @@ from typing import Any
 
 import click
 import torch
+from click.core import ParameterSource
 from msgspec import structs
 
 from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
@@ -42,7 +43,16 @@ from lilicorr_runtime.target.load import load_target
 
 from .data import DataError, Dataset, generate_dataset, self_written_prompts
 from .export import DrafterShape, OutputExists, drafter_config, export_modelopt
-from .loop import LOG, TrainConfig, checkpoint_taps, fit, load_run_drafter, mask_token_in, open_run
+from .loop import (
+    LOG,
+    TrainConfig,
+    checkpoint_taps,
+    fit,
+    load_run_drafter,
+    mask_token_in,
+    open_run,
+    resume_options,
+)
 from .prompts import request_openers, stdlib_code_prompts, training_prompts
 from .script import device_name
 from .state import (
@@ -389,6 +399,11 @@ RUN/state.safetensors (weights, AdamW moments, step, random state: tensors and J
 and every two minutes; the same command resumes it with the run's own settings, and --steps on a resume extends
 or shortens the run.
 
+On a resume the run keeps its drafter and settings: a new run's option given with the run's own value (--layers,
+--block-size, --mask-token-id, --batch-size, --anchors, --lr-drafter, --lr-head) is ignored with a warning, with
+another value it is a usage error (exit 4) naming both values; --init-layer, --init-from and --plan-seconds, which
+only start a run, are ignored with a warning.
+
 \b
 Examples:
   # template: T is your target, data.npz what generate wrote (training takes hours on a GPU)
@@ -501,8 +516,6 @@ def train(
     _check_run_outputs(run_dir, target_spec, data_paths, init_from)
     found = state_path(run_dir)
     resuming = found is not None
-    if init_from is not None and resuming:
-        raise click.UsageError(f"--init-from starts a new run, but {run_dir} holds one to resume")
     if init_from is not None and init_layer is not None:
         raise click.UsageError("--init-from and --init-layer both say where a new run starts: give one")
     if not resuming and mask_token_id is None:
@@ -510,6 +523,29 @@ def train(
     state = (
         read_state(found) if found is not None else None
     )  # a state that is not ours: refused before the target
+    if state is not None:  # a new run's options on a resume: the run's own values ignored, others refused
+        ctx = click.get_current_context()
+        options = {
+            "mask_token_id": mask_token_id,
+            "layers": layers,
+            "block_size": block_size,
+            "batch_size": batch_size,
+            "anchors": anchors,
+            "lr_drafter": lr_drafter,
+            "lr_head": lr_head,
+            "init_layer": init_layer,
+            "init_from": init_from,
+            "plan_seconds": plan_seconds,
+        }
+        given = {
+            "--" + name.replace("_", "-"): value
+            for name, value in options.items()
+            if ctx.get_parameter_source(name)
+            not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+        }
+        warning = resume_options(run_dir, state, given)
+        if warning is not None:
+            click.echo(f"warning: {warning}", err=True)
     check_log(run_dir / LOG)
     data = Dataset.concat([Dataset.load(p) for p in data_paths])
     target = _target(target_spec, device or _default_device())
@@ -577,7 +613,7 @@ def train(
         f"{json.dumps(structs.asdict(run.train))}",
         err=True,
     )
-    planning = plan_seconds if run.step == 0 else None
+    planning = None if resuming else plan_seconds
     run_dir.mkdir(parents=True, exist_ok=True)
     done = fit(
         run,

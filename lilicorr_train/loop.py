@@ -17,6 +17,7 @@ import torch
 from msgspec import Struct, structs
 
 from lilicorr_ckpt.checkpoint import load_checkpoint
+from lilicorr_ckpt.errors import UsageError
 from lilicorr_runtime.model.drafter import Drafter
 from lilicorr_runtime.model.load import CheckpointRefused
 from lilicorr_runtime.model.load import build_drafter as build_runtime_drafter
@@ -320,6 +321,66 @@ def _resume(path: Path, state: TrainState, train: TrainConfig, target: FastTarge
     except (RuntimeError, TypeError) as exc:
         raise refuse(f"its random state is not a generator's ({str(exc).splitlines()[0]})") from None
     return Run(drafter, state.config, train, state.step, optimizer, generator)
+
+
+def kept_options(state: TrainState) -> dict[str, Any]:
+    """What a resumed run keeps of its start, by the option that sets it on a new run (`train`'s and `pieces
+    fit`'s names): its drafter's shape and its training settings."""
+    head = state.config.get("dflash_config")
+    head = head if isinstance(head, dict) else {}
+    return {
+        "--taps": head.get("target_layer_ids"),
+        "--mask-token-id": head.get("mask_token_id"),
+        "--layers": state.config.get("num_hidden_layers"),
+        "--block-size": state.config.get("block_size"),
+        "--k": head.get("lilicorr_candidate_topk"),
+        "--head-width": head.get("lilicorr_hidden_size"),
+        "--head-layers": head.get("lilicorr_num_layers"),
+        "--batch-size": state.train.get("batch_size"),
+        "--anchors": state.train.get("anchors"),
+        "--lr-drafter": state.train.get("lr_drafter"),
+        "--lr-head": state.train.get("lr_head"),
+    }
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return "" if value is True else str(value)  # a flag (--fresh-head) is its name alone
+
+
+def _same(given: Any, kept: Any) -> bool:
+    if isinstance(given, list | tuple) and isinstance(kept, list | tuple):
+        return tuple(given) == tuple(kept)
+    return type(given) is not bool and given == kept
+
+
+def resume_options(run_dir: Path, state: TrainState, given: dict[str, Any]) -> str | None:
+    """The new-run options given on the command line (option -> value) when `run_dir` holds a run to resume, by
+    one rule: the run keeps its drafter and settings (only --steps changes it). An option whose value the run
+    keeps (`kept_options`) must give that value: the same command then resumes the run, and the option is named
+    as ignored in the returned warning; another value asks for another run, a UsageError (exit 4) naming each
+    such option, its value and the run's. An option that only says how a new run starts (--init-layer,
+    --init-from, --fresh-head, --plan-seconds) has nothing to differ from: named as ignored. None: none given."""
+    kept = kept_options(state)
+    differ, ignored = [], []
+    for option, value in given.items():
+        shown = f"{option} {_shown(value)}".rstrip()
+        if option not in kept:
+            ignored.append(f"{shown} (a new run's start only)")
+        elif _same(value, kept[option]):
+            ignored.append(f"{shown} (the run's own)")
+        else:
+            differ.append(f"{shown} (the run's: {_shown(kept[option])})")
+    if differ:
+        raise UsageError(
+            f"{run_dir} holds a run, which resumes with its own drafter and settings, and {', '.join(differ)} "
+            "would change them: leave them out (or give the run's values) to resume it, or give another RUN to "
+            "start a new run with them"
+        )
+    if not ignored:
+        return None
+    return f"{run_dir} resumes at step {state.step} with its own drafter and settings; ignored: {', '.join(ignored)}"
 
 
 def save_run(run: Run, run_dir: Path) -> Path:

@@ -9,7 +9,10 @@
 `fit` starts the run in RUN (a new one: the drafter's taps, K, head width and depth from the options) or resumes
 it, exactly as `python -m lilicorr_train train` does (the same state file, loop and objective), and logs the
 held-out tau (`lilicorr_train.heldout`) before the first step and after the piece. The training curve is then
-`python scripts/plot_training.py RUN/log.jsonl --out curve.svg`.
+`python scripts/plot_training.py RUN/log.jsonl --out curve.svg`. On a resume the run keeps its drafter and
+settings: a "new run:" option given with the run's own value is ignored with a warning, with another value it
+is a usage error (exit 4) naming both values; --init-layer, --init-from and --fresh-head are ignored with a
+warning.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from lilicorr_runtime.model.load import build_drafter
 from .data import DataError, Dataset
 from .export import DrafterShape, drafter_config
 from .heldout import HeldOut, heldout_tau
-from .loop import LOG, TrainConfig, checkpoint_taps, fit, mask_token_in, open_run
+from .loop import LOG, TrainConfig, checkpoint_taps, fit, mask_token_in, open_run, resume_options
 from .mixes import Shard
 from .script import (
     Parser,
@@ -155,7 +158,7 @@ def log_heldout(run_dir: Path, step: int, record: dict[str, Any], note: str = ""
         f.write(json.dumps(line) + "\n")
 
 
-# a new run's options and their defaults; a resumed run keeps its own (a warning names those given)
+# a new run's options and their defaults; a resumed run keeps its own (loop.resume_options judges those given)
 NEW_RUN: dict[str, Any] = {
     "taps": (),
     "init_layer": None,
@@ -182,20 +185,22 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         inputs.add(path, "the --data file")
     for name in (STATE, LOG):
         inputs.refuse(args.run / name, "RUN's", fix="give the run a directory of its own")
+    found = state_path(args.run)
+    state = (
+        read_state(found) if found is not None else None
+    )  # a state that is not ours: refused before the loads
+    given = {name: getattr(args, name) for name in NEW_RUN if getattr(args, name) is not None}
+    if state is not None:  # a new run's options on a resume: the run's own values ignored, others refused
+        options = {"--" + name.replace("_", "-"): value for name, value in given.items()}
+        warning = resume_options(args.run, state, options)
+        if warning is not None:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     data = Dataset.concat([Dataset.load(p) for p in args.data])
     held = held_out_set(args.val)
     target = load_target_or_say(
         args.target, dtype="bfloat16" if device.startswith("cuda") else "float32", device=device, fast=True
     )
-    found = state_path(args.run)
-    given = [name for name in NEW_RUN if getattr(args, name) is not None]
-    if found is not None and given:
-        print(
-            f"{PROG}: warning: {args.run} resumes with its own drafter and settings; ignored: "
-            + ", ".join("--" + name.replace("_", "-") for name in given),
-            file=sys.stderr,
-        )
     for name, default in NEW_RUN.items():  # a new run's defaults (None in the parser: to tell what was given)
         if getattr(args, name) is None:
             setattr(args, name, default)
@@ -221,7 +226,6 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     settings = TrainConfig(
         batch_size=args.batch_size, anchors=args.anchors, lr_drafter=args.lr_drafter, lr_head=args.lr_head
     )
-    state = read_state(found) if found is not None else None
     try:
         run = open_run(
             args.run,

@@ -518,3 +518,35 @@ def test_a_state_tapping_past_the_targets_layers_is_refused_on_resume_and_export
     if declared:
         code, out = invoke("export", run, "--out", tmp_path / "export")
         assert code == 1 and said in out and not (tmp_path / "export").exists(), out
+
+
+# ---- a new run's options on a resume -------------------------------------------------------------------------
+
+
+def test_train_resumed_with_other_new_run_options_is_a_usage_error_and_with_its_own_a_warning(
+    trained, data, tmp_path
+):
+    """`train` on a run to resume ignored every new-run option silently (--layers 2 resumed the one-layer drafter);
+    one rule now, as `pieces fit` has it: another value than the run's is a usage error (exit 4) naming the option
+    and both values; the run's own value, or an option only a new run's start reads, is named in a warning."""
+    run = _copy(trained, tmp_path)
+    before = (run / STATE).read_bytes()
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--layers", "2", "--lr-head", "0.001")
+    assert code == 4 and "--layers 2 (the run's: 1), --lr-head 0.001 (the run's: 0.0003)" in out, out
+    assert (run / STATE).read_bytes() == before
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--batch-size", "3")  # the last one given counts
+    assert code == 4 and "--batch-size 3 (the run's: 2)" in out, out
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--mask-token-id", MASK, "--init-layer", "3")
+    assert code == 0, out
+    assert (
+        "resumes at step 1 with its own drafter and settings; ignored: --mask-token-id 511 (the run's own), "
+        "--batch-size 2 (the run's own), --anchors 4 (the run's own), --init-layer 3 (a new run's start only)"
+    ) in out, out
+    (tmp_path / "drafter").mkdir()
+    code, out = invoke(
+        "train", run, "--data", data, *TRAIN, "--init-from", tmp_path / "drafter", "--steps", "2"
+    )
+    assert code == 0 and f"--init-from {tmp_path / 'drafter'} (a new run's start only)" in out, (
+        out
+    )  # was exit 4
+    assert read_state(run / STATE).step == 2

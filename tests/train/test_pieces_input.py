@@ -83,10 +83,23 @@ def test_a_tap_on_the_last_layer_trains_with_a_warning_about_sglang(tmp_path, se
     assert _fit(tmp_path, sets, "--taps", "1,3", "--batch-size", "2", "--anchors", "2", "--budget", "60") == 0
     assert "last layer, which SGLang cannot capture" in capsys.readouterr().err
     assert (tmp_path / "run" / "state.safetensors").is_file()
-    # resumed: a new run's options are named as ignored, and the run keeps its own
-    assert _fit(tmp_path, sets, "--taps", "0,1", "--k", "4", "--budget", "60") == 0
+    state = (tmp_path / "run" / "state.safetensors").read_bytes()
+    # resumed with other values of what the run keeps (its taps, its K): a usage error naming each option and
+    # both values, before anything loads (the run went on with its own, silently but for one line naming them)
+    assert _fit(tmp_path, sets, "--taps", "0,1", "--k", "4", "--init-layer", "2", "--budget", "60") == 4
+    err = capsys.readouterr().err
+    assert "--taps 0,1 (the run's: 1,3), --k 4 (the run's: 8) would change them" in err, err
+    assert "leave them out (or give the run's values) to resume it" in err and "--init-layer" not in err
+    assert (tmp_path / "run" / "state.safetensors").read_bytes() == state
+    # resumed by the command that started it: each new-run option named as ignored, with the value kept
+    assert (
+        _fit(tmp_path, sets, "--taps", "1,3", "--init-layer", "2", "--batch-size", "2", "--budget", "60") == 0
+    )
     out, err = capsys.readouterr()
-    assert "resumes with its own drafter and settings; ignored: --taps, --mask-token-id, --k" in err
+    assert (
+        "resumes at step 1 with its own drafter and settings; ignored: --taps 1,3 (the run's own), --init-layer 2 "
+        "(a new run's start only), --mask-token-id 511 (the run's own), --batch-size 2 (the run's own)"
+    ) in err, err
     assert "--steps 1 is not past the run's step 1: nothing to train" in err
     assert '"taps": [1, 3]' in out
 
