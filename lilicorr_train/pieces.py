@@ -186,9 +186,8 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     for name in (STATE, LOG):
         inputs.refuse(args.run / name, "RUN's", fix="give the run a directory of its own")
     found = state_path(args.run)
-    state = (
-        read_state(found) if found is not None else None
-    )  # a state that is not ours: refused before the loads
+    # a state that is not ours is refused, and a resume's options judged, before the data and the target load
+    state = read_state(found) if found is not None else None
     given = {name: getattr(args, name) for name in NEW_RUN if getattr(args, name) is not None}
     if state is not None:  # a new run's options on a resume: the run's own values ignored, others refused
         options = {"--" + name.replace("_", "-"): value for name, value in given.items()}

@@ -101,6 +101,9 @@ def load_target_or_say(spec: str, **kwargs: Any) -> Any:
         raise InputError(f"--target {spec}: {first}") from None
 
 
+READING_CHARS = 400  # of the inputs an internal-error line names
+
+
 def reading(inputs: Mapping[str, Any]) -> str:
     """The inputs a command reads, for its internal-error line: `RUN run, --data a.npz, b.npz` (those not given
     left out, at most READING_CHARS characters)."""
@@ -111,9 +114,6 @@ def reading(inputs: Mapping[str, Any]) -> str:
             parts.append(f"{name} {', '.join(str(v) for v in values if v is not None)}")
     text = ", ".join(parts)
     return text if len(text) <= READING_CHARS else text[: READING_CHARS - 3] + "..."
-
-
-READING_CHARS = 400
 
 
 def run_script(
