@@ -453,18 +453,10 @@ def _val_set(data: Path, out: Path) -> Path:
     return out
 
 
-def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, data, tmp_path, capsys):
-    """A stored mask token of 9999 for a vocabulary of 512 failed in the embedding lookup (an IndexError, an
-    internal error): `train`, `pieces fit` and `export` refuse it, exit 1, naming the file and the key."""
-    run = _state_with(trained, tmp_path, config={"dflash_config": {"mask_token_id": 9999}})
-    said = "dflash_config.mask_token_id is 9999, past its vocabulary of 512 ids"
-    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
-    assert code == 1 and str(run / STATE) in out and said in out, out
-    _no_exception_names(out)
-    code, out = invoke("export", run, "--out", tmp_path / "export")
-    assert code == 1 and said in out, out
+def _fit_argv(run, data, tmp_path) -> list[str]:
+    """`pieces fit` resuming `run` on the CPU, with a held-out set cut from `data`."""
     val = _val_set(data, tmp_path / "val.npz")
-    argv = [
+    return [
         "fit",
         str(run),
         "--target",
@@ -476,7 +468,19 @@ def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, dat
         "--device",
         "cpu",
     ]
-    assert pieces.main(argv) == 1
+
+
+def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, data, tmp_path, capsys):
+    """A stored mask token of 9999 for a vocabulary of 512 failed in the embedding lookup (an IndexError, an
+    internal error): `train`, `pieces fit` and `export` refuse it, exit 1, naming the file and the key."""
+    run = _state_with(trained, tmp_path, config={"dflash_config": {"mask_token_id": 9999}})
+    said = "dflash_config.mask_token_id is 9999, past its vocabulary of 512 ids"
+    code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
+    assert code == 1 and str(run / STATE) in out and said in out, out
+    _no_exception_names(out)
+    code, out = invoke("export", run, "--out", tmp_path / "export")
+    assert code == 1 and said in out, out
+    assert pieces.main(_fit_argv(run, data, tmp_path)) == 1
     err = capsys.readouterr().err
     assert "pieces: refused:" in err and str(run / STATE) in err and said in err, err
 
@@ -499,20 +503,7 @@ def test_a_state_tapping_past_the_targets_layers_is_refused_on_resume_and_export
     code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
     assert code == 1 and str(run / STATE) in out and said in out, out
     _no_exception_names(out)
-    val = _val_set(data, tmp_path / "val.npz")
-    argv = [
-        "fit",
-        str(run),
-        "--target",
-        str(TARGET),
-        "--data",
-        str(data),
-        "--val",
-        str(val),
-        "--device",
-        "cpu",
-    ]
-    assert pieces.main(argv) == 1
+    assert pieces.main(_fit_argv(run, data, tmp_path)) == 1
     err = capsys.readouterr().err
     assert "pieces: refused:" in err and said in err, err
     if declared:
