@@ -19,6 +19,10 @@ with wide / cuBLAS as a share (the issue's goal: at least 50 % of cuBLAS's speed
 whether the grouped and current kernels' rows equal the tile kernel's bit for bit (they must: batch invariance). `--explore
 ROWS` also times a grid of wide tiles per shape at ROWS rows (GRID: the step tile's BLOCK_K, and tiles with a
 BLOCK_K of their own) and prints the fastest that keeps the rows equal, for choosing `wide_config`'s defaults.
+`--parallel-split ROWS` times, for each GEMM whose step tile splits K, the grouped kernel at ROWS rows with wide
+tiles (SPLIT_GRID): the step tile's K slices as parallel programs reduced in slice order, where the wide kernel
+sums them one after another in a program; a row stays the 16-row kernel's (the same slices), so it is a choice of
+speed only, for the wide kernel's GEMMs that split K (qkv and o_proj on the 8B shape).
 """
 
 from __future__ import annotations
@@ -144,6 +148,45 @@ def explore(x, weight, kwargs, own_k: bool = False) -> tuple[float, dict]:
     return best
 
 
+# the wide-like tiles `--parallel-split` times on the grouped kernel (the step tile's SPLIT kept)
+SPLIT_GRID: list[dict] = [
+    {"groups": g, "BLOCK_N": n, "BLOCK_K": 64, "num_warps": w, "num_stages": st}
+    for g, n, w, st in (
+        (4, 128, 4, 4),
+        (4, 64, 4, 4),
+        (4, 128, 8, 4),
+        (8, 128, 8, 3),
+        (8, 64, 4, 4),
+        (2, 128, 4, 4),
+    )
+]
+
+
+def explore_split(x, weight, kwargs, config: dict) -> tuple[float, dict]:
+    """The fastest SPLIT_GRID tile of the grouped kernel with the step tile `config`'s K slices (those that compile,
+    fit, and keep every row equal to the 16-row kernel's), and its time."""
+    best: tuple[float, dict] = (float("inf"), {})
+    want = step_triton.step_linear_triton(x, weight, wide=False, **kwargs)
+    for tile in SPLIT_GRID:
+        forced = {k: v for k, v in tile.items() if k != "groups"} | {"SPLIT": config.get("SPLIT", 1)}
+
+        def call(w, forced=forced, groups=tile["groups"]):
+            return step_triton.step_linear_triton(x, w, config=forced, groups=groups, wide=False, **kwargs)
+
+        try:
+            ms = in_graph(call, weight)
+            same = torch.equal(want, call(weight))
+        except Exception:  # noqa: BLE001 - a tile that does not fit (shared memory, registers) is skipped
+            continue
+        print(
+            f"|  split {forced} x{tile['groups']} | | | {ms:.3f} | | | | {'yes' if same else 'NO'} |",
+            flush=True,
+        )
+        if same:
+            best = min(best, (ms, tile | forced), key=lambda b: b[0])
+    return best
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=sorted(SHAPES), default="qwen3-8b")
@@ -155,14 +198,31 @@ def main() -> None:
         help="also time a grid of wide tiles (one dot or one per group) at ROWS rows",
     )
     parser.add_argument("--own-k", action="store_true", help="explore only tiles with a BLOCK_K of their own")
+    parser.add_argument(
+        "--parallel-split",
+        metavar="ROWS",
+        help="also time the grouped kernel with wide tiles at ROWS rows for GEMMs whose step tile splits K",
+    )
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("bench/wide_gemm.py needs a CUDA device")
-    print_table(args.model, [int(r) for r in args.rows.split(",")], args.only, args.explore, args.own_k)
+    print_table(
+        args.model,
+        [int(r) for r in args.rows.split(",")],
+        args.only,
+        args.explore,
+        args.own_k,
+        args.parallel_split,
+    )
 
 
 def print_table(
-    model: str, row_counts: list[int], only: str = "", explore_rows: str | None = None, own_k: bool = False
+    model: str,
+    row_counts: list[int],
+    only: str = "",
+    explore_rows: str | None = None,
+    own_k: bool = False,
+    split_rows: str | None = None,
 ) -> None:
     """The table above for `model`'s GEMMs (SHAPES) at each row count (bench/target.py --gemm-rows prints it too)."""
     print(f"# {torch.cuda.get_device_name()} · torch {torch.__version__} · {model}")
@@ -208,12 +268,18 @@ def print_table(
                 print(
                     f"|  best wide tile {best} | {rows} | | {ms:.3f} | | {cublas / ms:.0%} | | |", flush=True
                 )
+            config = step_triton.tile_in_use(step_key(n, k, kind), x.device)
+            if split_rows and rows == int(split_rows) and config and config.get("SPLIT", 1) > 1:
+                ms, best = explore_split(x, weight, kwargs, config)
+                print(
+                    f"|  best parallel split {best} | {rows} | | {ms:.3f} | | {cublas / ms:.0%} | | |",
+                    flush=True,
+                )
 
 
-def grouped_tiles(n: int, k: int, kind: str, rows: int, device: torch.device) -> int:
-    """The 16-row tiles a grouped program takes for this GEMM at `rows` rows (1: none, as under a stream-K tile),
-    from the step tile in use (the call above tuned or loaded it)."""
-    key = step_triton.linear_key(
+def step_key(n: int, k: int, kind: str) -> tuple:
+    """The step tile's key of one of SHAPES' GEMMs (bf16 weights)."""
+    return step_triton.linear_key(
         n,
         k,
         norm=kind in ("norm", "gated"),
@@ -223,7 +289,12 @@ def grouped_tiles(n: int, k: int, kind: str, rows: int, device: torch.device) ->
         dtype=torch.bfloat16,
         out_dtype=torch.float32 if kind == "lm_head" else torch.bfloat16,
     )
-    config = step_triton.tile_in_use(key, device)
+
+
+def grouped_tiles(n: int, k: int, kind: str, rows: int, device: torch.device) -> int:
+    """The 16-row tiles a grouped program takes for this GEMM at `rows` rows (1: none, as under a stream-K tile),
+    from the step tile in use (the call above tuned or loaded it)."""
+    config = step_triton.tile_in_use(step_key(n, k, kind), device)
     if config is None or config.get("STREAM") or rows <= step_triton.BLOCK_M:
         return 1
     return step_triton.default_groups(min(rows, step_triton.WIDE_ROWS - 1), config, kind == "gated", device)
