@@ -93,8 +93,20 @@ def test_config_is_found_upward_and_lilicorr_toml_wins(tmp_path):
     (ckpt / "lilicorr.toml").write_text('[[waivers]]\nrules = ["LC314"]\nreason = "close"\n')
     path, table = find_config(ckpt)
     assert path == ckpt / "lilicorr.toml" and parse_config(path, table)[0].rules == ("LC314",)
-    outside = tmp_path.parent / "pyproject.toml"
-    assert not outside.exists() or find_config(tmp_path)[0] != outside  # stops at the .git directory
+
+
+def test_the_config_search_stops_at_the_repository_root(tmp_path):
+    """A waiver table above the checkout's .git directory is not the checkpoint's: the search stops at the root."""
+    (tmp_path / "pyproject.toml").write_text(
+        '[project]\nname = "x"\n\n[[tool.lilicorr-ckpt.waivers]]\nrule = "LC404"\nreason = "outside"\n'
+    )
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    ckpt = repo / "models" / "drafter"
+    ckpt.mkdir(parents=True)
+    assert find_config(ckpt) is None
+    (repo / "lilicorr.toml").write_text('[[waivers]]\nrules = ["LC314"]\nreason = "inside"\n')
+    assert find_config(ckpt)[0] == repo / "lilicorr.toml"
 
 
 @pytest.mark.parametrize(
