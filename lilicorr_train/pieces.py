@@ -49,7 +49,17 @@ from .script import (
     seconds,
     whole_number,
 )
-from .state import HEAD_LIMITS, MAX_TAPS, SETTINGS, STATE, StateError, open_log, read_state, state_path
+from .state import (
+    HEAD_LIMITS,
+    MAX_TAPS,
+    SETTINGS,
+    STATE,
+    StateError,
+    check_log,
+    open_log,
+    read_state,
+    state_path,
+)
 
 
 def parse_taps(text: str) -> tuple[int, ...]:
@@ -178,6 +188,10 @@ NEW_RUN: dict[str, Any] = {
 
 def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
     begin = time.perf_counter()
+    if (
+        args.run.exists() or args.run.is_symlink()
+    ) and not args.run.is_dir():  # a file, a dangling link, a loop
+        raise UsageError(f"RUN {args.run} is not a directory: give the run's directory (a new one is made)")
     # RUN's state and log must be none of the inputs (exit 4, before anything loads)
     inputs = Inputs().add(args.target, "the target").add(args.init_from, "the --init-from drafter")
     inputs.add(args.val, "the --val file")
@@ -185,6 +199,7 @@ def fit_piece(args: argparse.Namespace) -> dict[str, Any]:
         inputs.add(path, "the --data file")
     for name in (STATE, LOG):
         inputs.refuse(args.run / name, "RUN's", fix="give the run a directory of its own")
+    check_log(args.run / LOG)  # a directory or a FIFO there: named before anything loads
     found = state_path(args.run)
     # a state that is not ours is refused, and a resume's options judged, before the data and the target load
     state = read_state(found) if found is not None else None

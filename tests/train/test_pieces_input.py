@@ -415,3 +415,32 @@ def test_heldout_refuses_a_drafter_made_for_another_target_naming_both(sets, cap
     assert (
         "draft hidden_size 576 != target" in err and "target_layer_ids [8, 14, 21, 28] are not layers" in err
     )
+
+
+@pytest.mark.parametrize("kind", ["file", "symlink loop", "log is a directory"])
+def test_fit_refuses_a_run_that_is_no_directory_or_whose_log_is_none_before_loading(
+    tmp_path, sets, capsys, monkeypatch, kind
+):
+    """RUN a file or a symlink loop: `pieces fit` loaded the data and the target, then failed on mkdir with
+    "error: File exists" (exit 2; train refuses it at once, exit 4); a directory at RUN/log.jsonl was found only
+    when the log was first appended to. Both are named now before anything loads, as train names them."""
+    run = tmp_path / "run"
+    if kind == "file":
+        run.write_text("precious")
+    elif kind == "symlink loop":
+        (tmp_path / "other").symlink_to(run)
+        run.symlink_to(tmp_path / "other")
+    else:
+        (run / "log.jsonl").mkdir(parents=True)
+
+    def no_target(*args, **kwargs):
+        raise AssertionError("the target loaded")
+
+    monkeypatch.setattr(pieces, "load_target_or_say", no_target)
+    code = _fit(tmp_path, sets)
+    err = capsys.readouterr().err
+    if kind == "log is a directory":
+        assert code == 2 and f"{run / 'log.jsonl'} is a directory, not a regular file" in err, err
+    else:
+        assert code == 4 and f"usage error: RUN {run} is not a directory" in err, err
+        assert kind != "file" or run.read_text() == "precious"
