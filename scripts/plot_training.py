@@ -7,39 +7,80 @@ and `python -m lilicorr_train.pieces fit` write.
 Left: tau on the training batches (1 + accepted tokens per block, the metrics averaged between log lines,
 thin) and on the held-out set (the `heldout_step` lines, dots), head (solid) and control (dashed), per log.
 Right: L_dflash on the training batches and on the held-out set. The x axis is the step.
+
+Exit codes as the recipe's other commands (lilicorr_train.script): 0 written, 1 refused (a log that holds no
+training or held-out record), 2 a log that cannot be read (missing, not a regular file, not UTF-8), 4 usage error
+(an --out that is a directory, not .svg, in a missing directory, or one of the logs); 130/143 interrupted. The SVG
+is written atomically. Lines that are not JSON records are skipped with a warning, and values that are not
+finite numbers (NaN, Infinity, text) are not drawn.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 from xml.sax.saxutils import escape
+
+from lilicorr_ckpt.checkpoint.readfile import read_regular_text
+from lilicorr_ckpt.errors import UsageError
+from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
+from lilicorr_train.script import Parser, run_script
+
+PROG = "python scripts/plot_training.py"
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 W, H = 460, 320  # one panel
 PAD_L, PAD_R, PAD_T, PAD_B = 56, 16, 30, 44
 
 
+LOG_LIMIT = 1 << 30  # bytes of a log: a line of ~300 bytes every 25 steps, far below for any run
+
+
+def _finite(record: dict[str, Any]) -> dict[str, Any]:
+    """The record without the values that are not finite numbers (NaN, Infinity, text, null): never drawn."""
+    return {
+        k: v
+        for k, v in record.items()
+        if k in ("step", "heldout_step")
+        or (isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v))
+    }
+
+
+def _step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def read_log(path: Path) -> tuple[list[dict], list[dict]]:
-    """(training records, held-out records) of a log: lines with `step` and lines with `heldout_step`."""
+    """(training records, held-out records) of a log: lines with `step` and lines with `heldout_step` (InputError
+    when it cannot be read). Lines that are not JSON objects are skipped with a warning naming the first."""
+    what = f"log {path}"
+    text = read_regular_text(path, what=what, max_bytes=LOG_LIMIT)
     train, held = [], []
-    for line in path.read_text("utf-8").splitlines():
+    bad: list[int] = []
+    for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except ValueError:
-            continue
+            record = None
         if not isinstance(record, dict):
+            bad.append(number)
             continue
-        if isinstance(record.get("step"), int) and "control_accept" in record:
+        record = _finite(record)
+        if _step(record.get("step")) and "control_accept" in record:
             train.append(record)
-        elif isinstance(record.get("heldout_step"), int) and "val_tau_control" in record:
+        elif _step(record.get("heldout_step")) and "val_tau_control" in record:
             held.append(record)
+    if bad:
+        print(
+            f"{PROG}: warning: {what}: {len(bad)} lines are not JSON records (skipped; the first: line {bad[0]})",
+            file=sys.stderr,
+        )
     return train, held
 
 
@@ -120,8 +161,8 @@ class Panel:
 WALK = ("val_walk_tau_head", "val_walk_tau_control")
 
 
-def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:
-    series = [(label, *read_log(path)) for label, path in logs]
+def draw(series: Sequence[tuple[str, list[dict], list[dict]]], title: str = "") -> str:
+    """The SVG of (label, training records, held-out records) per log (read_log's)."""
     steps = [r["step"] for _, t, _ in series for r in t] + [
         r["heldout_step"] for _, _, h in series for r in h
     ]
@@ -141,7 +182,7 @@ def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:
             pts = [(r["step"], 1 + r[key]) for r in train if key in r]
             body.append(left.line(pts, colour, dash=dash, width=0.8))
         for key, hollow, dash in (("val_tau_head", False, ""), ("val_tau_control", True, "5,3")):
-            pts = [(r["heldout_step"], r[key]) for r in held]
+            pts = [(r["heldout_step"], r[key]) for r in held if key in r]
             body.append(left.line(pts, colour, dash=dash, width=2.0))
             body += left.dots(pts, colour, hollow=hollow)
         for key, dash in zip(WALK, ("1,3", "1,3,6,3"), strict=True):  # the decode walk, where the log has it
@@ -175,23 +216,41 @@ def draw(logs: Sequence[tuple[str, Path]], title: str = "") -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = Parser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=__doc__.split("\n\n")[-1])
     parser.add_argument("logs", nargs="+", help="log.jsonl, or LABEL=log.jsonl")
-    parser.add_argument("--out", type=Path, required=True, help="the .svg to write")
+    parser.add_argument("--out", type=Path, required=True, help="the .svg to write (never one of the logs)")
     parser.add_argument("--title", default="")
     args = parser.parse_args(argv)
     logs = []
     for spec in args.logs:
         label, sep, path = spec.partition("=")
-        logs.append((label, Path(path)) if sep else (Path(spec).parent.name or spec, Path(spec)))
-    missing = [str(p) for _, p in logs if not p.is_file()]
-    if missing:
-        print(f"plot_training: no such log: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    svg = draw(logs, args.title)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(svg, "utf-8")
-    print(f"wrote {args.out}")
+        if sep and not Path(spec).is_file():  # a log whose own name holds "=" is a log, not LABEL=LOG
+            logs.append((label, Path(path)))
+        else:
+            logs.append((Path(spec).parent.name or spec, Path(spec)))
+    return run_script(PROG, lambda: _plot(logs, args.out, args.title), inputs={"LOG": [p for _, p in logs]})
+
+
+def _plot(logs: Sequence[tuple[str, Path]], out: Path, title: str) -> int:
+    inputs = Inputs()
+    for _, path in logs:
+        inputs.add(path, "a log")
+    check_output_path(str(out), "--out", "curve.svg", inputs)  # before the logs are read
+    if out.suffix.lower() != ".svg":
+        raise UsageError(f"--out {out} is written as SVG: give a file name ending in .svg")
+    series = []
+    for label, path in logs:
+        train, held = read_log(path)
+        series.append((label, train, held))
+        if not train and not held:
+            print(
+                f"{PROG}: refused: log {path} holds no training or held-out record (the lines `train` and "
+                "`pieces fit` write): nothing to draw; give the run's log.jsonl",
+                file=sys.stderr,
+            )
+            return 1
+    write_output(draw(series, title), str(out), inputs=inputs, option="--out")
+    print(f"wrote {out}")
     return 0
 
 
