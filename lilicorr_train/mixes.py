@@ -953,23 +953,22 @@ def audit(directory: Path, tokenizer: Any, *, shards: Sequence[int] | None = Non
 def _bundle(directory: Path, indices: Sequence[int], out: Path, limit: int = 15 << 20) -> list[Path]:
     """Tar the shards' files into bundles of at most `limit` bytes each (shards are already compressed)."""
 
-    bundles: list[Path] = []
-    current: tarfile.TarFile | None = None
+    groups: list[tuple[int, list[Path]]] = []  # each bundle's first shard and files
     size = 0
     for index in indices:
         files = [directory / f"{shard_name(index)}.npz", directory / f"{shard_name(index)}.json"]
         need = sum(f.stat().st_size for f in files) + 4096
-        if current is None or size + need > limit:
-            if current is not None:
-                current.close()
-            bundles.append(out / f"shards-{index:04d}.tar")
-            current = tarfile.open(bundles[-1], "w")  # noqa: SIM115 (closed when full or at the end)
+        if not groups or size + need > limit:
+            groups.append((index, []))
             size = 0
-        for f in files:
-            current.add(f, arcname=f.name)
+        groups[-1][1].extend(files)
         size += need
-    if current is not None:
-        current.close()
+    bundles = []
+    for first, files in groups:  # each through the atomic writer: an interrupted bundle leaves no half tar
+        bundles.append(out / f"shards-{first:04d}.tar")
+        with atomic_writer(bundles[-1]) as f, tarfile.open(fileobj=f, mode="w") as tar:
+            for path in files:
+                tar.add(path, arcname=path.name)
     return bundles
 
 
@@ -1064,6 +1063,12 @@ def _run(args: argparse.Namespace) -> int:
         raise UsageError(f"--last {args.last} is before --first {args.first}: no shard to make")
     if args.dir.exists() and not args.dir.is_dir():
         raise UsageError(f"--dir {args.dir} is a file: give a directory for the shards")
+    if (
+        args.bundle is not None
+        and (args.bundle.exists() or args.bundle.is_symlink())
+        and not args.bundle.is_dir()
+    ):
+        raise UsageError(f"--bundle {args.bundle} is not a directory: give a directory for the bundles")
     begin = time.perf_counter()
     import torch  # here: plan, build and audit need none
 

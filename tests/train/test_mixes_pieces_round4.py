@@ -180,3 +180,45 @@ def test_an_internal_error_of_mixes_names_the_command_and_its_inputs(shards, tmp
     code = mixes.main(["build", "--dir", str(shards), "--train", str(tmp_path / "t.npz"), "--val", "v.npz"])
     err = capsys.readouterr().err
     assert code == 2 and f"internal error in build, reading --dir {shards}: ValueError: boom" in err, err
+
+
+def test_generate_refuses_a_bundle_that_is_no_directory_before_the_target_loads(
+    tmp_path, capsys, monkeypatch
+):
+    """`generate --bundle FILE` ran the whole budget, then failed on mkdir with `error: File exists` (exit 2)."""
+
+    def no_target(*args, **kwargs):
+        raise AssertionError("the target loaded")
+
+    monkeypatch.setattr(mixes, "load_target_or_say", no_target)
+    bundle = tmp_path / "bundle"
+    bundle.write_text("precious")
+    argv = ["generate", "--target", "t", "--dir", str(tmp_path / "shards"), "--bundle", str(bundle)]
+    code = mixes.main(argv)
+    err = capsys.readouterr().err
+    assert code == 4 and f"usage error: --bundle {bundle} is not a directory" in err, err
+    assert bundle.read_text() == "precious"
+
+
+def test_a_bundle_interrupted_while_written_leaves_no_half_tar(shards, tmp_path, monkeypatch):
+    """The bundles were tarred in place: an interrupt (or a full disk) left half a tar under the bundle's name,
+    which the next machine took for a whole one."""
+    out = tmp_path / "bundle"
+    out.mkdir()
+    (out / "shards-0000.tar").write_bytes(b"an earlier bundle")
+    real = mixes.tarfile.TarFile.add
+
+    def interrupted(self, name, *args, **kwargs):
+        if str(name).endswith(".json"):
+            raise KeyboardInterrupt
+        return real(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(mixes.tarfile.TarFile, "add", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        mixes._bundle(shards, [0, 1], out)
+    assert sorted(p.name for p in out.iterdir()) == ["shards-0000.tar"]
+    assert (out / "shards-0000.tar").read_bytes() == b"an earlier bundle"
+    monkeypatch.setattr(mixes.tarfile.TarFile, "add", real)
+    assert mixes._bundle(shards, [0, 1], out) == [out / "shards-0000.tar"]
+    with mixes.tarfile.open(out / "shards-0000.tar") as tar:
+        assert sorted(tar.getnames()) == [f"{shard_name(i)}.{s}" for i in (0, 1) for s in ("json", "npz")]
