@@ -25,10 +25,14 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
-from lilicorr_ckpt.checkpoint.readfile import read_regular_text
-from lilicorr_ckpt.errors import UsageError
-from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output
-from lilicorr_train.script import Parser, run_script
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1])
+)  # lilicorr_train: the repository's, not installed
+
+from lilicorr_ckpt.checkpoint.readfile import read_regular_text  # noqa: E402
+from lilicorr_ckpt.errors import UsageError  # noqa: E402
+from lilicorr_ckpt.outfile import Inputs, check_output_path, write_output  # noqa: E402
+from lilicorr_train.script import Parser, run_script  # noqa: E402
 
 PROG = "python scripts/plot_training.py"
 
