@@ -312,6 +312,11 @@ def _state_with(trained: Path, tmp_path: Path, train: dict | None = None, config
             {"dflash_config": {"target_layer_ids": list(range(100_000))}},
             "target_layer_ids lists 100000",
         ),
+        (  # each tap a layer of the target, but one tap more than a drafter may have
+            None,
+            {"dflash_config": {"target_layer_ids": [i % 4 for i in range(state_module.MAX_TAPS + 1)]}},
+            f"target_layer_ids lists {state_module.MAX_TAPS + 1} layers",
+        ),
     ],
 )
 def test_a_resumed_states_settings_are_bounded_before_anything_is_built(
@@ -321,6 +326,28 @@ def test_a_resumed_states_settings_are_bounded_before_anything_is_built(
     raised = raised_within(30, read_state, run / STATE)
     assert isinstance(raised, StateError), raised
     assert named in str(raised) and str(run / STATE) in str(raised), raised
+
+
+def test_a_state_with_a_negative_step_or_a_misshapen_optimizer_moment_is_refused(trained, tmp_path):
+    """A stored step below 0, and an AdamW moment (`optimizer.N.exp_avg`) of another shape than its parameter:
+    refused when read, naming the file and what is wrong."""
+    run = _copy(trained, tmp_path)
+    state = copy.copy(read_state(run / STATE))
+    state.step = -1
+    save_state(run, state)
+    with pytest.raises(StateError, match="its step is -1, not a count of steps"):
+        read_state(run / STATE)
+
+    state = copy.copy(read_state(trained / STATE))
+    moments = {index: dict(values) for index, values in state.optimizer["state"].items()}
+    first = moments[0]["exp_avg"]
+    moments[0]["exp_avg"] = torch.zeros(first.numel() + 1)
+    state.optimizer = {**state.optimizer, "state": moments}
+    save_state(run, state)
+    raised = raised_within(30, read_state, run / STATE)
+    assert isinstance(raised, StateError), raised
+    said = f"its drafter does not have in that shape (first: optimizer.0.exp_avg [{first.numel() + 1}])"
+    assert said in str(raised) and str(run / STATE) in str(raised), raised
 
 
 def test_the_command_names_the_setting_and_its_bound(trained, data, tmp_path):
