@@ -259,6 +259,15 @@ def test_a_legacy_state_with_a_compressed_member_is_refused(trained, tmp_path):
         z.writestr("archive/data.pkl", b"\0" * (1 << 20))
     with pytest.raises(StateError, match="is compressed"):
         read_state(run / LEGACY_STATE)
+    # a small deflated member whose declared size fits inside the file: refused for its compression alone
+    with zipfile.ZipFile(run / LEGACY_STATE, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", b"\0" * 64)
+    (info,) = zipfile.ZipFile(run / LEGACY_STATE).infolist()
+    assert info.header_offset + info.file_size <= (run / LEGACY_STATE).stat().st_size
+    with pytest.raises(StateError) as raised:
+        read_state(run / LEGACY_STATE)
+    said = str(raised.value)
+    assert "its member 'archive/data.pkl' is compressed" in said and "torch.load" not in said, said
 
 
 # ---- a resumed state's settings --------------------------------------------------------------------------------
