@@ -460,6 +460,11 @@ DELETE = object()
     [
         ("betas", [0.9], "parameter group 0 has betas [0.9]"),  # "not enough values to unpack"
         ("betas", [0.9, 1.5], "parameter group 0 has betas [0.9, 1.5]"),  # a complex power
+        (
+            "betas",
+            [0.9, 1.0],
+            "parameter group 0 has betas [0.9, 1.0]",
+        ),  # the bias correction 1 - beta2**t is 0
         ("base_lr", None, "parameter group 0 has base_lr None"),  # None * float
         ("base_lr", DELETE, "parameter group 0 has no base_lr"),  # KeyError: 'base_lr'
         ("weight_decay", DELETE, "parameter group 0 has no weight_decay"),
@@ -506,11 +511,14 @@ def _fit_argv(run, data, tmp_path) -> list[str]:
     ]
 
 
-def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, data, tmp_path, capsys):
+@pytest.mark.parametrize("mask", [9999, 512])  # 512: the first id past the vocabulary
+def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, data, tmp_path, capsys, mask):
     """A stored mask token of 9999 for a vocabulary of 512 failed in the embedding lookup (an IndexError, an
-    internal error): `train`, `pieces fit` and `export` refuse it, exit 1, naming the file and the key."""
-    run = _state_with(trained, tmp_path, config={"dflash_config": {"mask_token_id": 9999}})
-    said = "dflash_config.mask_token_id is 9999, past its vocabulary of 512 ids"
+    internal error): `train`, `pieces fit` and `export` refuse it, exit 1, naming the file and the key. The
+    vocabulary's last id (511, the trained run's) is a mask token."""
+    assert read_state(trained / STATE).config["dflash_config"]["mask_token_id"] == 511
+    run = _state_with(trained, tmp_path, config={"dflash_config": {"mask_token_id": mask}})
+    said = f"dflash_config.mask_token_id is {mask}, past its vocabulary of 512 ids"
     code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
     assert code == 1 and str(run / STATE) in out and said in out, out
     _no_exception_names(out)
@@ -521,9 +529,10 @@ def test_a_state_whose_mask_token_is_past_the_vocabulary_is_refused(trained, dat
     assert "pieces: refused:" in err and str(run / STATE) in err and said in err, err
 
 
+@pytest.mark.parametrize("past", [7, 4], ids=["tap 7", "tap 4"])  # 4: the first layer past the target's
 @pytest.mark.parametrize("declared", [True, False], ids=["num_target_layers 4", "no num_target_layers"])
 def test_a_state_tapping_past_the_targets_layers_is_refused_on_resume_and_export(
-    trained, data, tmp_path, capsys, declared
+    trained, data, tmp_path, capsys, declared, past
 ):
     """Taps past the target's layers resumed and exported (the target's pass fills such a tap's features from no
     layer), and only `lilicorr-ckpt convert` refused the export (LC113). `train` and `pieces fit` refuse it once the
@@ -531,11 +540,11 @@ def test_a_state_tapping_past_the_targets_layers_is_refused_on_resume_and_export
     run = _copy(trained, tmp_path)
     state = copy.copy(read_state(run / STATE))
     state.config = copy.deepcopy(state.config)
-    state.config["dflash_config"]["target_layer_ids"] = [1, 7]
+    state.config["dflash_config"]["target_layer_ids"] = [1, past]
     if not declared:
         del state.config["num_target_layers"]
     save_state(run, state)
-    said = "its drafter taps target layers [1, 7], and [7] are not layers of its target (4 layers, 0 to 3)"
+    said = f"its drafter taps target layers [1, {past}], and [{past}] are not layers of its target (4 layers, 0 to 3)"
     code, out = invoke("train", run, "--data", data, *TRAIN, "--steps", "2")
     assert code == 1 and str(run / STATE) in out and said in out, out
     _no_exception_names(out)
