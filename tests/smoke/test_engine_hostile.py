@@ -143,6 +143,9 @@ def test_retry_after_is_held_to_a_sane_wait(pair):
     for value in ("nan", "NaN", "inf", "-inf", "-1", "1e400", "", "²", "Thu, 99 Foo 2025 00:00:00 GMT"):
         assert retry_delay(value) is None, value
     assert retry_delay("0") == 0.0 and retry_delay("1.5") == 1.5 and retry_delay(None) is None
+    # retry_delay itself holds a huge wait to the cap (not only the client that sleeps it)
+    for value in ("9" * 40, "31", f" {RETRY_AFTER_CAP + 0.5} ", later):
+        assert retry_delay(value) == RETRY_AFTER_CAP, value
 
 
 def test_retry_after_nan_on_a_live_run_is_retried_not_an_internal_error(smoke, pair):
