@@ -167,6 +167,29 @@ def test_a_run_resumed_with_another_target_is_refused_naming_both(tmp_path, sets
     err = capsys.readouterr().err
     assert "was trained for another target" in err and "This is a bug" not in err
     assert "vocabulary 512 (this --target: 16)" in err and "layers 4 (this --target: 3)" in err
+    # a target that differs from the run's in its hidden size alone (its vocabulary and layers the same)
+    narrow = _narrow_target(tmp_path / "narrow")
+    argv = ["fit", str(tmp_path / "run"), "--target", str(narrow), "--data", str(train), "--val", str(held)]
+    assert _code(pieces.main, [*argv, "--device", "cpu", "--steps", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "was trained for another target: its target's hidden size 64 (this --target: 32);" in err, err
+    assert "vocabulary" not in err and "layers 4" not in err and "This is a bug" not in err, err
+
+
+def _narrow_target(path: Path) -> Path:
+    """tiny-target's tokenizer and shape (512 ids, 4 layers) with a hidden size of 32 (its 64 halved), random
+    weights."""
+    import shutil
+
+    import torch
+    import transformers
+
+    shutil.copytree(TARGET, path)
+    config = transformers.LlamaConfig.from_pretrained(path)
+    config.hidden_size, config.head_dim, config.intermediate_size = 32, 8, 64
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(path)
+    return path
 
 
 def test_a_device_that_is_not_here_is_a_usage_error_naming_it(capsys):
