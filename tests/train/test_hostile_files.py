@@ -586,3 +586,52 @@ def test_train_resumed_with_other_new_run_options_is_a_usage_error_and_with_its_
         out
     )  # was exit 4
     assert read_state(run / STATE).step == 2
+
+
+# each option a resumed run keeps (loop.kept_options), the trained run's value and another; `train` takes the
+# drafter's block size, `pieces fit` the taps and the head's shape, both the rest
+FIT, TRAIN_CMD = "pieces fit", "train"
+KEPT = [
+    ("--taps", "0,1", "1,2", [FIT]),
+    ("--mask-token-id", "510", "511", [TRAIN_CMD, FIT]),
+    ("--layers", "2", "1", [TRAIN_CMD, FIT]),
+    ("--block-size", "4", "8", [TRAIN_CMD]),
+    ("--k", "4", "8", [FIT]),
+    ("--head-width", "128", "256", [FIT]),
+    ("--head-layers", "3", "2", [FIT]),
+    ("--batch-size", "3", "2", [TRAIN_CMD, FIT]),
+    ("--anchors", "5", "4", [TRAIN_CMD, FIT]),
+    ("--lr-drafter", "0.001", "0.0006", [TRAIN_CMD, FIT]),
+    ("--lr-head", "0.001", "0.0003", [TRAIN_CMD, FIT]),
+]
+
+
+def test_the_kept_options_table_names_every_option_a_resumed_run_keeps(trained):
+    from lilicorr_train.loop import kept_options
+
+    assert sorted(kept_options(read_state(trained / STATE))) == sorted(option for option, *_ in KEPT)
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "other", "own"),
+    [(command, option, other, own) for option, other, own, commands in KEPT for command in commands],
+)
+def test_each_kept_option_resumed_with_another_value_is_refused_and_with_its_own_a_warning(
+    trained, data, tmp_path, capsys, command, option, other, own
+):
+    """A resume with another value of an option the run keeps is a usage error (exit 4) naming the option, the
+    value given and the run's, the state untouched; with the run's own value it resumes, a warning naming it."""
+    run = _copy(trained, tmp_path)
+    before = (run / STATE).read_bytes()
+
+    def resume(value: str) -> tuple[int, str]:
+        if command == TRAIN_CMD:
+            return invoke("train", run, "--data", data, *TRAIN, option, value, "--steps", "1")
+        code = pieces.main([*_fit_argv(run, data, tmp_path), option, value, "--steps", "1"])
+        return code, capsys.readouterr().err
+
+    code, out = resume(other)
+    assert code == 4 and f"{option} {other} (the run's: {own}) would change them" in out, out
+    assert (run / STATE).read_bytes() == before
+    code, out = resume(own)
+    assert code == 0 and "ignored: " in out and f"{option} {own} (the run's own)" in out, out
