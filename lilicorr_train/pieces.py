@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -61,10 +62,13 @@ from .state import (
     state_path,
 )
 
+TAP = re.compile(r"-?[0-9]+")  # ASCII digits only: int() also reads 1_0 as 10 and other scripts' digits
+
 
 def parse_taps(text: str) -> tuple[int, ...]:
-    """--taps: target layers, comma-separated whole numbers >= 0, each once (checked against the target's layers
-    once it is loaded); an empty item (`1,,2`, a trailing comma, blanks) is refused, not skipped."""
+    """--taps: target layers, comma-separated whole numbers >= 0 in ASCII digits (blanks around each allowed),
+    each once (checked against the target's layers once it is loaded); an empty item (`1,,2`, a trailing comma,
+    blanks) is refused, not skipped, and so is an item int() alone would read (`1_0`, `+1`, `١`)."""
     items = [x.strip() for x in text.split(",")]
     if not any(items):
         raise argparse.ArgumentTypeError(f"{text!r} names no layer: give target layers, e.g. 3,9,15,21,27")
@@ -72,12 +76,13 @@ def parse_taps(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(
             f"{text!r} has an empty item: give target layers separated by single commas, e.g. 3,9,15,21,27"
         )
-    try:
-        taps = tuple(int(x) for x in items)
-    except ValueError:
+    wrong = [x for x in items if not TAP.fullmatch(x)]
+    if wrong:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: give target layers as whole numbers, e.g. 3,9,15,21,27"
-        ) from None
+            f"{text!r}: {wrong[0]!r} is not a whole number; give target layers as whole numbers in the digits "
+            "0-9, e.g. 3,9,15,21,27"
+        )
+    taps = tuple(int(x) for x in items)
     if any(t < 0 for t in taps):
         raise argparse.ArgumentTypeError(f"{text!r}: a layer is a whole number from 0")
     if len(set(taps)) != len(taps):

@@ -56,6 +56,9 @@ def _fit(tmp_path: Path, sets, *extra: str, val: Path | None = None) -> int:
         (["--taps", "1,1"], "names a layer twice"),
         (["--taps", "-1"], "a layer is a whole number from 0"),
         (["--taps", "a,b"], "give target layers as whole numbers"),
+        (["--taps", "1_0,2"], "'1_0,2': '1_0' is not a whole number"),  # int() reads 1_0 as 10
+        (["--taps", "\u0661,\u0662"], "'\u0661,\u0662': '\u0661' is not a whole number"),  # Arabic-Indic 1, 2
+        (["--taps", "+1"], "'+1': '+1' is not a whole number"),
         (["--taps", "1,,2"], "'1,,2' has an empty item"),
         (["--taps", "1,2,"], "'1,2,' has an empty item"),
         (["--taps", ",1"], "',1' has an empty item"),
@@ -77,6 +80,10 @@ def test_fit_refuses_an_impossible_option_before_it_trains(tmp_path, sets, capsy
     assert _fit(tmp_path, sets, *option) == 4
     assert said in capsys.readouterr().err
     assert not (tmp_path / "run").exists()  # nothing written: no state, no log
+
+
+def test_taps_are_ascii_digits_with_blanks_around_them_allowed():
+    assert pieces.parse_taps(" 1 , 2,3 ") == (1, 2, 3) and pieces.parse_taps("0") == (0,)
 
 
 def test_a_tap_on_the_last_layer_trains_with_a_warning_about_sglang(tmp_path, sets, capsys):
