@@ -191,6 +191,44 @@ def check_output_path(out: str, option: str, example: str, inputs: Inputs | None
         raise UsageError(f"{option} {out}: cannot use this path ({exc}); give another file name") from None
 
 
+NAME_MAX = 255  # bytes in one path component on Linux and macOS file systems, where pathconf cannot say
+
+
+def _name_max(path: Path) -> int:
+    """The longest name the file system holding `path`'s nearest existing directory takes."""
+    for directory in (path.absolute(), *path.absolute().parents):
+        try:
+            if directory.is_dir():
+                return int(os.pathconf(directory, "PC_NAME_MAX"))
+        except (OSError, ValueError):
+            break
+    return NAME_MAX
+
+
+def check_output_name(out: str, option: str, what: str = "file name") -> Path:
+    """Refuse (UsageError, exit 4) a path the file system cannot name, before any work: a component longer than
+    it takes (an output under a missing directory found out only once the directory was made), a NUL byte, or a
+    lookup that fails for another reason than a missing entry (a symlink loop on the way, a permission). For an
+    output that is a directory of the command's own (check_output_path refuses a directory)."""
+    path = Path(out).expanduser()
+    longest = _name_max(path)
+    for part in path.parts:
+        if len(os.fsencode(part)) > longest:
+            raise UsageError(
+                f"{option} {out}: a name of {len(os.fsencode(part))} bytes is longer than the file system "
+                f"takes ({longest}); give a shorter {what}"
+            )
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a new output, or one under a file: the command names that
+    except OSError as exc:
+        raise UsageError(f"{option} {out}: {exc.strerror or exc}; give another {what}") from None
+    except ValueError as exc:  # a NUL byte
+        raise UsageError(f"{option} {out}: cannot use this path ({exc}); give another {what}") from None
+    return path
+
+
 SYSTEM_DIRS = ("/dev", "/proc", "/sys")  # their entries are devices, links to them or the kernel's files
 
 

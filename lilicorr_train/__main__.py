@@ -37,7 +37,7 @@ from click.core import ParameterSource
 from msgspec import structs
 
 from lilicorr_ckpt.errors import InputError, Terminated, UsageError, sigterm_unwinds
-from lilicorr_ckpt.outfile import Inputs, check_output_path
+from lilicorr_ckpt.outfile import Inputs, check_output_name, check_output_path
 from lilicorr_runtime.target.fast import FastTarget
 from lilicorr_runtime.target.load import load_target
 
@@ -654,6 +654,7 @@ Example:
 )
 def export(run_dir: Path, out: Path) -> None:
     _reading.update({"RUN": str(run_dir)})
+    check_output_name(str(out), "--out", "directory name")  # a name too long: a usage error, before loading
     drafter, config, step = load_run_drafter(run_dir)
     try:
         export_modelopt(drafter, config, out)

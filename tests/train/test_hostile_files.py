@@ -419,6 +419,25 @@ def test_an_export_under_a_file_is_refused_by_name(tmp_path):
     assert (tmp_path / "data.npz").read_bytes() == b"a data set"
 
 
+@pytest.mark.parametrize("where", ["here", "under a missing directory", "under a symlink loop"])
+def test_an_export_whose_name_the_file_system_cannot_take_is_a_usage_error(trained, tmp_path, where):
+    """--out with a name too long for the file system (300 bytes) failed once the drafter was loaded, with
+    "File name too long" (exit 2), after making the missing directories above it: refused now before anything
+    loads, as every other command's output is (exit 4), naming the option and the path."""
+    long = "x" * 300
+    if where == "here":
+        out, said = tmp_path / long, "a name of 300 bytes is longer than the file system takes"
+    elif where == "under a missing directory":
+        out, said = tmp_path / "missing" / long, "a name of 300 bytes is longer than the file system takes"
+    else:
+        (tmp_path / "loop").symlink_to(tmp_path / "loop")
+        out, said = tmp_path / "loop" / "export", "Too many levels of symbolic links"
+    code, text = invoke("export", trained, "--out", out)
+    assert code == 4 and f"usage error: --out {out}: {said}" in text, text
+    _no_exception_names(text)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ([] if where != "under a symlink loop" else ["loop"])
+
+
 @pytest.mark.parametrize(
     ("offsets", "prompts", "said"),
     [
