@@ -185,10 +185,17 @@ def check_output_path(out: str, option: str, example: str, inputs: Inputs | None
     write over one of `inputs`."""
     try:
         return _check_output_path(out, option, example, inputs)
-    except OSError as exc:  # a name too long for the file system, a permission on the way
-        raise UsageError(f"{option} {out}: {exc.strerror or exc}; give another file name") from None
-    except (RuntimeError, ValueError) as exc:  # pathlib's symlink loop; a NUL byte
-        raise UsageError(f"{option} {out}: cannot use this path ({exc}); give another file name") from None
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise _unusable(out, option, exc, "file name") from None
+
+
+def _unusable(out: str, option: str, exc: Exception, what: str) -> UsageError:
+    """The usage error for an output path the system would not take: an OSError (a name too long for the file
+    system, a permission or a symlink loop on the way) by its strerror; pathlib's symlink loop (RuntimeError) or a
+    NUL byte (ValueError) by its message."""
+    if isinstance(exc, OSError):
+        return UsageError(f"{option} {out}: {exc.strerror or exc}; give another {what}")
+    return UsageError(f"{option} {out}: cannot use this path ({exc}); give another {what}")
 
 
 NAME_MAX = 255  # bytes in one path component on Linux and macOS file systems, where pathconf cannot say
@@ -222,10 +229,8 @@ def check_output_name(out: str, option: str, what: str = "file name") -> Path:
         os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         pass  # a new output, or one under a file: the command names that
-    except OSError as exc:
-        raise UsageError(f"{option} {out}: {exc.strerror or exc}; give another {what}") from None
-    except ValueError as exc:  # a NUL byte
-        raise UsageError(f"{option} {out}: cannot use this path ({exc}); give another {what}") from None
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte
+        raise _unusable(out, option, exc, what) from None
     return path
 
 
