@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from lilicorr_ckpt.report.escape import printable, xml_attr, xml_text
-from lilicorr_ckpt.smoke.profile import SmokeReport
+from lilicorr_ckpt.smoke.profile import MeasurementConditions, SmokeReport
 
 _LABEL = {"pass": "PASS", "fail": "FAIL", "skip": "SKIP"}
 _COLOR = {"pass": "green", "fail": "red", "skip": "yellow"}
@@ -62,6 +62,23 @@ def _sweep_lines(r: SmokeReport) -> list[str]:
     lines.append(
         "  same tokens: requests whose every arm emitted exactly the measured run's tokens at that batch size"
     )
+    return lines
+
+
+def _time_lines(m: MeasurementConditions) -> list[str]:
+    """Where the run's wall time went, by phase, and on a GPU what its Triton kernels cost before they ran."""
+    if not m.phase_seconds:
+        return []
+    total = sum(m.phase_seconds.values())
+    spent = ", ".join(f"{name.replace('_', ' ')} {seconds:.1f}" for name, seconds in m.phase_seconds.items())
+    lines = [f"time (s): {spent}; {total:.1f} in all"]
+    k = m.kernel_variants
+    if k is not None:
+        lines.append(
+            f"kernels: {k.ahead_compiled} of {k.ahead} stored variants compiled ahead ({k.ahead_seconds:.1f} s, "
+            f"beside the loading); {k.launched} launched, {k.at_launch} of them compiled or read from Triton's "
+            f"cache at their first launch ({k.at_launch_seconds:.1f} s)"
+        )
     return lines
 
 
@@ -157,6 +174,8 @@ def render_text(r: SmokeReport, *, color: bool = False) -> str:
         f"{mc.reported_mean_accept_length:.3f} ({'ok' if mc.passed else 'INCONSISTENT'}); marginals "
         f"{'non-increasing' if mono.passed else 'INCREASE at ' + str([v.position for v in mono.violations])}"
     )
+
+    lines += _time_lines(m)
 
     # everything above may quote the drafter, the target, the tokenizer or the probes file: shown, never obeyed
     lines = [printable(line) for line in lines] + ["", "gates"]

@@ -333,6 +333,7 @@ def smoke(
     reference: bool,
 ) -> None:
     from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, runner, smoke_inputs
+    from lilicorr_ckpt.smoke.phases import process_age
     from lilicorr_ckpt.smoke.profile import encode
 
     if out and out_alias and out != out_alias:
@@ -401,9 +402,12 @@ def smoke(
     elif reference or concurrency != 1 or served_drafter:
         raise click.UsageError("--reference, --concurrency and --served-drafter apply with --engine only")
     run_smoke = runner()
+    started = (
+        process_age()
+    )  # the interpreter and the imports (torch, triton, the runtime), the report's first phase
     progress = Progress.for_terminal(quiet, name="smoke", log_interval=LOG_INTERVAL, unit="generations")
     try:
-        report = run_smoke(options, progress)
+        report = run_smoke(options, progress, started=started)
     except SmokeRefused as exc:
         progress.finish()
         click.echo(f"lilicorr-ckpt smoke: {exc}", err=True)

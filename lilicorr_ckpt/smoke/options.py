@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable
+from typing import Protocol
 
 import msgspec
 
@@ -103,7 +103,15 @@ def check_options(opts: SmokeOptions) -> None:
         raise UsageError(f"--num-speculative-tokens must be >= 1, got {opts.num_speculative_tokens}")
 
 
-def runner() -> Callable[[SmokeOptions, Progress | None], SmokeReport]:
+class Runner(Protocol):
+    """smoke.run.run_smoke's signature."""
+
+    def __call__(
+        self, opts: SmokeOptions, progress: Progress | None = None, *, started: float | None = None
+    ) -> SmokeReport: ...
+
+
+def runner() -> Runner:
     """smoke.run.run_smoke, or a usage error naming the runtime extra: smoke.run imports torch, transformers and
     lilicorr_runtime, which nothing else on the command line does."""
     try:

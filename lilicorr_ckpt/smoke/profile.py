@@ -100,6 +100,18 @@ class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):
     eos_tokens: list[str]
 
 
+class KernelVariants(msgspec.Struct, frozen=True, kw_only=True):
+    """A GPU run's Triton kernel variants: those compiled ahead from the tables of earlier runs, and those its
+    launches had to compile (or read from Triton's disk cache) when first launched."""
+
+    ahead: int  # stored variants of this GPU (or its compute capability) compiled in the background
+    ahead_compiled: int  # of those, the ones that compiled
+    ahead_seconds: float  # the background compile's wall time, from its start while the models loaded
+    launched: int  # distinct variants this run's launches used
+    at_launch: int  # compiles (or disk-cache reads) the launches waited for: variants not compiled ahead
+    at_launch_seconds: float  # the time the launches waited for them
+
+
 class MeasurementConditions(msgspec.Struct, frozen=True, kw_only=True):
     probes: str  # the --probes value
     probe_counts: dict[str, int]  # category -> prompts run
@@ -116,6 +128,10 @@ class MeasurementConditions(msgspec.Struct, frozen=True, kw_only=True):
     engine: str = "lilicorr_runtime"
     versions: dict[str, str] = {}
     measured_at: str = ""  # UTC, ISO 8601
+    # wall time by phase, in order, in seconds: "start" is the process before smoke ran (interpreter and
+    # imports; on the command line only), then loading, compiling ahead, warming up, decoding, the checks
+    phase_seconds: dict[str, float] = {}
+    kernel_variants: KernelVariants | None = None  # GPU runs
 
 
 class MeanConsistency(msgspec.Struct, frozen=True, kw_only=True):

@@ -36,12 +36,14 @@ from lilicorr_ckpt.smoke.gates import (
 )
 from lilicorr_ckpt.smoke.load import build_valid_drafter
 from lilicorr_ckpt.smoke.options import SmokeOptions, check_options, smoke_inputs
+from lilicorr_ckpt.smoke.phases import Phases
 from lilicorr_ckpt.smoke.probes import Probe, counts, digest, load_probes
 from lilicorr_ckpt.smoke.profile import (
     ARMS,
     Arm,
     ChatTemplate,
     DraftCheckpoint,
+    KernelVariants,
     MeasurementConditions,
     SmokeReport,
     SweepPoint,
@@ -157,7 +159,12 @@ def refuse_caches_over_inputs(opts: SmokeOptions) -> None:
             inputs.refuse(path, setting.name, fix=f"point {setting.name} at another file, or set it to off")
 
 
-def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeReport:
+def run_smoke(
+    opts: SmokeOptions, progress: Progress | None = None, *, started: float | None = None
+) -> SmokeReport:
+    """Decode the probes with every arm and judge the gates. `started`: the seconds the process spent before this
+    call (the command line's interpreter and imports), reported as the first phase."""
+    phases = Phases(started)
     check_options(opts)
     try:  # the runtime's LILICORR_* variables, judged before anything loads
         settings.check()
@@ -196,6 +203,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         raise SmokeRefused(str(exc) if misfit is None else f"{exc}\n{misfit}") from None
     draft_info = _draft_info(opts.path, opts.runtime, ckpt, drafter)
     require_fit(ckpt, header, path=opts.path, spec=opts.target, runtime=opts.runtime)
+    phases.mark("drafter")
     progress.note("loading the target")
     target, target_info = _load_target(opts.target, dtype, device)
     require_fit(
@@ -250,10 +258,13 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 f"table ({target.vocab_size} rows): the tokenizer does not belong to this model"
             )
 
+    phases.mark("target")
     if warming is not None:
         progress.note(f"compiling {len(warming.jobs)} kernel variants ahead, {warming.workers} at a time")
         warming.join()
+        phases.mark("kernels_ahead")
     first_logits_finite(target, prompts[0], drafter.target_layer_ids, opts.target)
+    phases.mark("first_forward")
     batch = _batch_size(opts, target, drafter, prompts, n)
     _check_sweep(opts, target, len(prompts))
     # batched arms need the device loop, which runs on the fast target path (on the CPU too, without graphs)
@@ -291,6 +302,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             rows = len(longest) + opts.max_new_tokens + decoders[arm].num_tokens + 2
             decoders[arm].device_loop(batch, rows, opts.max_new_tokens, set(eos))  # sized for every probe
             decoders[arm].generate_many([longest] * batch, 4, eos, batch=batch)  # captures the block's graph
+        phases.mark("warm_up")
 
     progress.start(len(prompts) * len(opts.seeds) * len(arms))
     runs: list[Run] = []
@@ -309,6 +321,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                         by_arm[arm] = decoders[arm].generate(ids, opts.max_new_tokens, eos_token_ids=eos)
                         progress.step(f"{arm} {probe.id}")
                     runs.append((probe, seed, ids, by_arm))
+                phases.mark("decode")
                 continue
             elapsed = elapsed or dict.fromkeys(arms, 0.0)
             results = {}
@@ -327,6 +340,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 if opts.gpu:
                     torch.cuda.synchronize()
                 elapsed[arm] += time.perf_counter() - begin
+                phases.mark(f"decode_{arm}")
             for i, (probe, ids) in enumerate(zip(probes, prompts, strict=True)):
                 batched: dict[str, Any] = {arm: results[arm][i] for arm in arms}
                 runs.append((probe, seed, ids, batched))
@@ -336,6 +350,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             divergences, near_ties = greedy_checks(
                 target, runs, dtype_name, eos, opts.max_new_tokens, progress, chooser
             )
+            phases.mark("lossless")
     sweep: list[SweepPoint] = []
     if opts.sweep:
         measured = {arm: [list(r[3][arm].tokens) for r in runs[: len(prompts)]] for arm in arms}
@@ -344,6 +359,7 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
                 sweep.append(
                     _sweep_point(size, arms, decoder, prompts, eos, opts, measured, progress, chooser)
                 )
+        phases.mark("sweep")
     parity: list[ParityCheck] | None = None
     parity_reason = ""
     if opts.gpu:
@@ -356,7 +372,9 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
             parity = kernel_parity(
                 decoder("head", 0, keep=True), prompts[0], n, opts.temperature, eos, PARITY_BLOCKS
             )
+        phases.mark("parity")
     progress.finish()
+    variants = _kernel_variants(warming, device) if opts.gpu else None
     if opts.gpu:
         warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
 
@@ -375,6 +393,8 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         concurrency=batch,
         versions=_versions(),
         measured_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        phase_seconds=phases.report(),
+        kernel_variants=variants,
     )
     return assemble(
         opts=opts,
@@ -395,6 +415,23 @@ def run_smoke(opts: SmokeOptions, progress: Progress | None = None) -> SmokeRepo
         acceptance_stats=acceptance_stats,
         elapsed=elapsed,
         sweep=sweep,
+    )
+
+
+def _kernel_variants(warming: Any, device: str) -> KernelVariants | None:
+    """What this GPU run compiled ahead and what its launches waited for (None where Triton records neither)."""
+    key = warm.device_key(torch.device(device))
+    launched = {e["spec"] for e in warm.recorded().get(key, [])}
+    count, seconds = warm.launch_compiles()
+    if warming is None and not launched and not count:
+        return None
+    return KernelVariants(
+        ahead=len(warming.jobs) if warming is not None else 0,
+        ahead_compiled=warming.compiled if warming is not None else 0,
+        ahead_seconds=round(warming.seconds, 3) if warming is not None else 0.0,
+        launched=len(launched),
+        at_launch=count,
+        at_launch_seconds=round(seconds, 3),
     )
 
 

@@ -308,3 +308,48 @@ def test_every_bundled_variant_names_the_kernel_source_it_was_compiled_from():
     assert done.returncode == 0, done.stderr
     stale = json.loads(done.stdout)
     assert not stale, f"bundled kernel variants of edited kernels: {stale}"
+
+
+def _launch(
+    monkeypatch, *, shadow: bool = False, module: str = "lilicorr_runtime.ops.step_triton", seconds=0.25
+):
+    """One launch's compile as Triton reports it: the cache hook before, the post-compile hook after."""
+    monkeypatch.setattr(warm, "device_key", lambda d: "gpu0")
+    jit = types.SimpleNamespace(src="def k(): pass", _lilicorr_shadow=shadow)
+    fn = types.SimpleNamespace(module=module, name="_step_linear", jit_function=jit)
+    clock = iter([100.0, 100.0 + seconds])
+    monkeypatch.setattr(warm, "_clock", lambda: next(clock))
+    warm._pre_hook(key="k", fn=fn)
+    warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": '{"a": 1}', "device": 0})
+
+
+def test_launch_compiles_count_the_launches_waits_not_the_warm_ups_or_others(table, monkeypatch):
+    monkeypatch.setattr(warm, "_launch_compiles", [0, 0.0])
+    _launch(monkeypatch, seconds=0.25)
+    _launch(monkeypatch, seconds=1.5)
+    assert warm.launch_compiles() == (2, pytest.approx(1.75))
+    _launch(monkeypatch, shadow=True, seconds=9.0)  # a compile ahead: the launch did not wait for it
+    _launch(monkeypatch, module="someone_else.kernels", seconds=9.0)  # not this package's kernel
+    assert warm.launch_compiles() == (2, pytest.approx(1.75))
+    # a post-compile call without its cache hook (a Triton without one): recorded, not timed
+    _record(monkeypatch, '{"b": 2}')
+    assert warm.launch_compiles() == (2, pytest.approx(1.75))
+    assert {e["spec"] for e in warm.recorded()["gpu0"]} == {'{"a": 1}', '{"b": 2}'}
+
+
+def test_record_chains_the_cache_hook_and_keeps_its_answer(monkeypatch):
+    import triton
+
+    runtime = types.SimpleNamespace(jit_post_compile_hook=None, jit_cache_hook=lambda **kw: "skip")
+    monkeypatch.setattr(triton, "knobs", types.SimpleNamespace(runtime=runtime), raising=False)
+    monkeypatch.setattr(warm, "_hooked", False)
+    monkeypatch.setattr(warm, "_launch_compiles", [0, 0.0])
+    assert warm.record()
+    fn = types.SimpleNamespace(
+        module="lilicorr_runtime.ops.step_triton", name="_step_linear", jit_function=types.SimpleNamespace()
+    )
+    # the hook set before ours decides whether Triton compiles: its answer comes back unchanged
+    assert runtime.jit_cache_hook(key="k", fn=fn) == "skip"
+    assert warm._started.at is not None
+    runtime.jit_post_compile_hook(key="k", fn=fn, compile={})
+    assert warm.launch_compiles()[0] == 1 and warm._started.at is None

@@ -62,6 +62,11 @@ def test_profile_follows_its_schema_and_describes_every_arm(smoke, drafter, targ
     assert chat["thinking"] == "disabled" and chat["template_kwargs"] == {"enable_thinking": False}
     assert chat["eos_token_ids"] == []
     assert report["measurement_conditions"]["probe_counts"] == {"code": 1, "chat": 1, "math": 1}
+    # where the time went, in order; the CPU compiles no kernels
+    phases = report["measurement_conditions"]["phase_seconds"]
+    assert list(phases) == ["start", "drafter", "target", "first_forward", "decode", "lossless"]
+    assert all(seconds >= 0 for seconds in phases.values()) and phases["decode"] > 0
+    assert report["measurement_conditions"]["kernel_variants"] is None
     assert {g["name"]: g["status"] for g in report["gates"]} == {
         "measured": "pass",
         "lossless": "pass",

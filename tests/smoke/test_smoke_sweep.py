@@ -38,6 +38,11 @@ def test_each_size_is_timed_for_every_arm_and_decodes_the_measured_tokens(smoke,
         assert point["same_tokens"] == 6
     # the measured run itself is untouched by the sweep: batch 1 on the CPU
     assert report["measurement_conditions"]["concurrency"] == 1
+    # the sweep's time is a phase of its own, after the measured run's (no warm-up asked: none timed)
+    phases = report["measurement_conditions"]["phase_seconds"]
+    assert list(phases) == ["start", "drafter", "target", "first_forward", "decode", "lossless", "sweep"]
+    sweep_wall = sum(sum(p["wall_time_s"].values()) for p in points)
+    assert sweep_wall <= phases["sweep"] + 0.01  # the timed arms are inside it
     text = render_text(SmokeReport(**_struct(report)))
     table = text.split("speed by batch size")[1].split("\n\n")[0].splitlines()
     assert [line.split()[0] for line in table[2:5]] == ["1", "3", "6"] and table[2].endswith("6/6")
@@ -51,6 +56,12 @@ def test_without_a_sweep_the_profile_has_none_and_the_card_the_measured_runs_spe
     ran = smoke(drafter, "-t", target, *SMALL, "--limit", "1", "--batch", "2", "--format", "json")
     assert ran.code == 0, ran.stderr
     assert ran.report["sweep"] == []
+    # batched: each arm decodes whole, one after another, and its phase holds its measured wall time
+    phases = ran.report["measurement_conditions"]["phase_seconds"]
+    assert list(phases)[-4:] == ["decode_head", "decode_control", "decode_ar", "lossless"]
+    for arm in ("head", "control", "ar"):
+        wall = ran.report["arms"][arm]["wall_time_s"]
+        assert wall <= phases[f"decode_{arm}"] + 0.01 and phases[f"decode_{arm}"] < wall + 1.0
     report = SmokeReport(**_struct(ran.report))
     assert "speed by batch size" not in render_text(report)
     table = _sweep_table(report)

@@ -53,6 +53,12 @@ _lock = threading.Lock()
 _recorded: dict[str, dict[str, dict[str, str]]] = {}  # device key -> spec -> entry
 _hooked = False
 _warned: set[str] = set()
+_clock = time.perf_counter
+_started = threading.local()  # the launch compile under way on this thread: its start (perf_counter)
+_launch_compiles = [
+    0,
+    0.0,
+]  # compiles (or Triton disk-cache reads) that launches of this package's kernels waited for
 
 
 def _warn(key: str, message: str) -> None:
@@ -132,12 +138,33 @@ def stored(device: str) -> list[dict[str, str]]:
     return list(seen.values())
 
 
+def _ours(fn: Any) -> bool:
+    """Whether a hook's `fn` is a launch of one of this package's kernels (not a warm-up's shadow copy)."""
+    try:
+        return not getattr(fn.jit_function, "_lilicorr_shadow", False) and f"{fn.module}.".startswith(PACKAGE)
+    except Exception:
+        return False
+
+
+def _pre_hook(*, fn: Any = None, **_: Any) -> None:
+    """Triton's cache hook, called before a launch compiles (or reads from Triton's disk cache) a variant."""
+    if _ours(fn):
+        _started.at = _clock()
+
+
 def _hook(*, key: Any = None, repr: Any = None, fn: Any = None, compile: Any = None, **_: Any) -> None:  # noqa: A002
-    """Triton's post-compile hook: note a variant of one of this package's kernels."""
+    """Triton's post-compile hook: note a variant of one of this package's kernels, and the time its launch
+    waited for it."""
+    begin = getattr(_started, "at", None)
+    _started.at = None
     try:
         jit = fn.jit_function
         if getattr(jit, "_lilicorr_shadow", False):  # a warm-up's compile: only what launches use is noted
             return
+        if begin is not None and _ours(fn):
+            with _lock:
+                _launch_compiles[0] += 1
+                _launch_compiles[1] += _clock() - begin
         name = f"{fn.module}.{fn.name}"
         spec = compile["specialization_data"]
         if not name.startswith(PACKAGE) or not isinstance(spec, str):
@@ -171,8 +198,25 @@ def record() -> bool:
         return previous(**kwargs) if previous is not None else None
 
     runtime.jit_post_compile_hook = hook
+    if hasattr(runtime, "jit_cache_hook"):  # before a compile: its start, for launch_compiles()
+        before = runtime.jit_cache_hook
+
+        def pre(**kwargs: Any) -> Any:
+            _pre_hook(**kwargs)
+            return (
+                before(**kwargs) if before is not None else None
+            )  # a true answer skips the compile: theirs only
+
+        runtime.jit_cache_hook = pre
     _hooked = True
     return True
+
+
+def launch_compiles() -> tuple[int, float]:
+    """How many variants of this package's kernels the launches of this process compiled, or read from Triton's
+    disk cache, since record() (not what a warm-up compiled ahead), and the seconds they waited for them."""
+    with _lock:
+        return int(_launch_compiles[0]), _launch_compiles[1]
 
 
 def recorded() -> dict[str, list[dict[str, str]]]:

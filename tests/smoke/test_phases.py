@@ -1,0 +1,89 @@
+"""Where a smoke run's time goes (smoke/phases.py, and the phases the report carries)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from lilicorr_ckpt.smoke.phases import Phases, process_age
+
+
+def test_phases_time_each_stretch_from_the_last_mark_and_add_up_a_name_marked_twice():
+    ticks = iter([10.0, 10.5, 12.0, 12.25, 20.0, 21.0])
+    phases = Phases(start=3.25, clock=lambda: next(ticks))
+    assert phases.mark("load") == 0.5
+    assert phases.mark("decode") == 1.5
+    assert phases.mark("load") == 0.25  # a second stretch of the same phase
+    phases.skip()  # 12.25 .. 20.0 belongs to no phase
+    phases.mark("checks")
+    assert phases.report() == {"start": 3.25, "load": 0.75, "decode": 1.5, "checks": 1.0}
+    assert list(phases.report()) == ["start", "load", "decode", "checks"]  # in the order first marked
+
+
+def test_a_clock_that_steps_back_never_makes_a_negative_phase():
+    ticks = iter([5.0, 4.0])
+    phases = Phases(clock=lambda: next(ticks))
+    assert phases.mark("x") == 0.0 and phases.report() == {"x": 0.0}
+
+
+def test_report_rounds_to_the_millisecond():
+    ticks = iter([0.0, 0.12345678])
+    phases = Phases(clock=lambda: next(ticks))
+    phases.mark("x")
+    assert phases.report() == {"x": 0.123}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_process_age_counts_from_the_process_start():
+    code = "import time; time.sleep(0.6); from lilicorr_ckpt.smoke.phases import process_age; print(process_age())"
+    age = float(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    )
+    assert 0.55 <= age < 30
+    here = process_age()
+    assert here is not None and here > 0
+
+
+def test_process_age_is_none_where_proc_cannot_be_read(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise OSError("no /proc here")
+
+    monkeypatch.setattr("builtins.open", refuse)
+    assert process_age() is None
+
+
+def test_the_text_report_shows_the_phases_and_what_the_kernels_cost():
+    from lilicorr_ckpt.report.smoke import _time_lines
+    from lilicorr_ckpt.smoke.profile import KernelVariants, MeasurementConditions
+
+    base = dict(
+        probes="code,chat,math",
+        probe_counts={"code": 1},
+        probe_digest="d",
+        limit=1,
+        max_new_tokens=8,
+        temperature=0.0,
+        seeds=[0],
+        warmup=True,
+        device="NVIDIA H100 80GB HBM3",
+        dtype="bfloat16",
+        kernel_backend="triton",
+    )
+    assert _time_lines(MeasurementConditions(**base)) == []  # a profile from before phases were recorded
+    variants = KernelVariants(
+        ahead=60, ahead_compiled=58, ahead_seconds=12.34, launched=71, at_launch=13, at_launch_seconds=4.5
+    )
+    m = MeasurementConditions(
+        **base,
+        phase_seconds={"start": 9.81, "target": 3.1, "kernels_ahead": 8.0, "warm_up": 6.2},
+        kernel_variants=variants,
+    )
+    time_line, kernel_line = _time_lines(m)
+    assert time_line == "time (s): start 9.8, target 3.1, kernels ahead 8.0, warm up 6.2; 27.1 in all"
+    assert "58 of 60 stored variants compiled ahead (12.3 s" in kernel_line
+    assert (
+        "71 launched, 13 of them compiled or read from Triton's cache at their first launch (4.5 s)"
+        in kernel_line
+    )
