@@ -18,18 +18,24 @@ caches are neither read nor changed.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+Row = tuple[
+    str, float, int, dict[str, Any]
+]  # label, wall seconds, exit code, the profile's measurement_conditions
 
 
-def run(label: str, args: list[str], env: dict[str, str], tail: int) -> tuple[str, float, int]:
+def run(label: str, args: list[str], env: dict[str, str], tail: int, profile: Path) -> Row:
     begin = time.perf_counter()
     done = subprocess.run(
-        [sys.executable, "-m", "lilicorr_ckpt", "smoke", *args],
+        [sys.executable, "-m", "lilicorr_ckpt", "smoke", *args, "--out", str(profile)],
         env={**os.environ, **env},
         capture_output=True,
         text=True,
@@ -40,7 +46,30 @@ def run(label: str, args: list[str], env: dict[str, str], tail: int) -> tuple[st
         print("\n".join(done.stdout.splitlines()[-tail:]), flush=True)
     if done.returncode not in (0, 1):
         print(done.stderr[-2000:], file=sys.stderr, flush=True)
-    return label, wall, done.returncode
+    try:
+        conditions = json.loads(profile.read_text())["measurement_conditions"]
+    except (OSError, ValueError, KeyError):  # no profile: the run failed before writing one
+        conditions = {}
+    return label, wall, done.returncode, conditions
+
+
+def table(rows: list[Row]) -> list[str]:
+    """The wall time of each run and its phases (the profile's phase_seconds), one column per phase."""
+    phases = list(dict.fromkeys(name for *_, c in rows for name in c.get("phase_seconds", {})))
+    lines = [f"{'cache state':<18} {'wall s':>8} {'rc':>3}" + "".join(f" {p[:14]:>14}" for p in phases)]
+    for label, wall, rc, conditions in rows:
+        seconds = conditions.get("phase_seconds", {})
+        cells = "".join(f" {seconds[p]:14.1f}" if p in seconds else f" {'-':>14}" for p in phases)
+        lines.append(f"{label:<18} {wall:8.1f} {rc:3d}{cells}")
+    for label, _, _, conditions in rows:
+        k = conditions.get("kernel_variants")
+        if k:
+            lines.append(
+                f"{label}: {k['ahead_compiled']} of {k['ahead']} stored variants compiled ahead in "
+                f"{k['ahead_seconds']:.1f} s; {k['launched']} launched, {k['at_launch']} compiled or read at first "
+                f"launch ({k['at_launch_seconds']:.1f} s waited)"
+            )
+    return lines
 
 
 def main() -> None:
@@ -60,6 +89,10 @@ def main() -> None:
     smoke = args.smoke[1:] if args.smoke[:1] == ["--"] else args.smoke
     if not smoke:
         parser.error("give the smoke command's arguments after --")
+    if any(a in ("-o", "--out") or a.startswith("--out=") for a in smoke):
+        parser.error(
+            "leave out --out: each run writes its profile into the bench's directory, for the phases"
+        )
     rows = []
     with tempfile.TemporaryDirectory(prefix="lilicorr-cold-") as tmp:
         base = Path(args.dir or tmp)
@@ -77,6 +110,7 @@ def main() -> None:
                         "LILICORR_KERNEL_CACHE": "off",
                     },
                     args.tail,
+                    base / "untuned.json",
                 )
             )
         fresh = {
@@ -84,12 +118,10 @@ def main() -> None:
             "LILICORR_TILE_CACHE": str(base / "tiles.json"),
             "LILICORR_KERNEL_CACHE": str(base / "kernels.json"),
         }
-        rows.append(run("bundled tiles", smoke, fresh, args.tail))
-        rows.append(run("warm", smoke, fresh, args.tail))
+        rows.append(run("bundled tiles", smoke, fresh, args.tail, base / "bundled.json"))
+        rows.append(run("warm", smoke, fresh, args.tail, base / "warm.json"))
     print(f"\n{time.strftime('%Y-%m-%d')}  smoke {' '.join(smoke)}")
-    print(f"{'cache state':<18} {'wall s':>8} {'rc':>3}")
-    for label, wall, rc in rows:
-        print(f"{label:<18} {wall:8.1f} {rc:3d}")
+    print("\n".join(table(rows)))
 
 
 if __name__ == "__main__":
