@@ -222,7 +222,7 @@ def test_a_minutes_long_readme_smoke_parses_and_passes_smokes_option_checks(comm
     seen: list[SmokeOptions] = []
 
     def runner():
-        def run(options: SmokeOptions, progress: object) -> None:
+        def run(options: SmokeOptions, progress: object, started: float | None = None) -> None:
             seen.append(options)  # smoke's option checks passed to get here
             raise SmokeRefused("not run here")
 

@@ -118,7 +118,7 @@ def fake_smoke(monkeypatch):
     from lilicorr_ckpt.smoke import options as smoke_options
 
     profile = profile_of(synthetic())
-    monkeypatch.setattr(smoke_options, "runner", lambda: lambda options, progress: profile)
+    monkeypatch.setattr(smoke_options, "runner", lambda: lambda options, progress, started=None: profile)
     return profile
 
 
