@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -10,6 +11,14 @@ from pathlib import Path
 from lilicorr_ckpt import fixtures
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def load_script(relative: str, name: str):
+    """A script of the checkout (bench/, scripts/) imported as a module called `name`, without running its main."""
+    spec = importlib.util.spec_from_file_location(name, REPO / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_cli(

@@ -3,7 +3,6 @@ on the CPU: a loop whose admissions queue work on a simulated asynchronous devic
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import pytest
@@ -11,14 +10,11 @@ import torch
 
 from lilicorr_runtime.decode.device_loop import DecodeLoop
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("decode_bench", REPO / "bench" / "decode.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/decode.py", "decode_bench")
 
 
 class _Device:

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("smoke_cold_bench", REPO / "bench" / "smoke_cold.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/smoke_cold.py", "smoke_cold_bench")
 
 
 def test_the_table_has_a_column_per_phase_and_a_dash_where_a_run_has_none():

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 
@@ -16,17 +15,14 @@ from lilicorr_train.export import DrafterShape, build_drafter, drafter_config, e
 from lilicorr_train.loop import init_from_target
 from lilicorr_train.mixes import Shard, write_npz
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 TARGET = str(REPO / "examples" / "tiny-target")
 PROG = "python bench/k_oracle.py:"
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("k_oracle_bench", REPO / "bench" / "k_oracle.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/k_oracle.py", "k_oracle_bench")
 
 
 def _shard(seqs: list[list[int]], prompt_lengths: list[int]) -> Shard:

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 
 import numpy as np
 
-from helpers import REPO
+from helpers import REPO, load_script
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("train_step_bench", REPO / "bench" / "train_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("bench/train_step.py", "train_step_bench")
 
 
 def test_random_data_never_holds_the_mask_token_and_marks_a_quarter_prompt():
