@@ -22,6 +22,9 @@
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox);
 #              KEEP_VAL=file (carried): an earlier build's held-out set, kept as this one's
 #   v2         the bundled drafter's held-out tau on val.npz (the reference)
+#   cold       bench/smoke_cold.py on the bundled drafter: a cold smoke (fresh Triton cache, empty user tables) and a
+#              warm one, all 252 probes, each run's phases beside its wall time, to the outbox
+#   wide       bench/wide_gemm.py --rows 256,2048 --parallel-split 256 on the random Qwen3-8B shape, to the outbox
 #   gputests   every GPU test (`pytest -m gpu tests`, GPU_TESTS_BUDGET seconds, default 300), its log to the outbox
 #   benches    the fit step on the target (bench/train_step.py --profile: its phases and top kernels) and the
 #              random Qwen3-8B decode at batch 1 and 32 (bench/decode.py --profile), their tables to the outbox
@@ -92,6 +95,12 @@ for step in "$@"; do
         | tail -45 | tee "$V3/outbox/train-step.txt" || echo "train_step: exit $?"
       PYTHONPATH=$PYTHONPATH:$PWD timeout 240 python3 bench/decode.py --random qwen3-8b --batches 1,32 \
         --max-new-tokens 32 --profile 2>&1 | tail -80 | tee "$V3/outbox/decode-8b.txt" || echo "decode: exit $?" ;;
+    cold)
+      PYTHONPATH=$PYTHONPATH:$PWD timeout 300 python3 bench/smoke_cold.py --skip-untuned -- examples/smollm2-lilicorr \
+        -t "$GGUF" --gpu --limit 0 2>&1 | tail -20 | tee "$V3/outbox/smoke-cold.txt" || echo "cold: exit $?" ;;
+    wide)
+      PYTHONPATH=$PYTHONPATH:$PWD timeout 300 python3 bench/wide_gemm.py --rows 256,2048 --parallel-split 256 2>&1 \
+        | tail -60 | tee "$V3/outbox/wide-gemm.txt" || echo "wide: exit $?" ;;
     v2)
       python3 -m lilicorr_train.pieces heldout examples/smollm2-lilicorr --target "$GGUF" --val "$V3/val.npz" \
         | tee "$V3/outbox/heldout-v2.json" ;;
