@@ -89,9 +89,11 @@ def main() -> None:
     smoke = args.smoke[1:] if args.smoke[:1] == ["--"] else args.smoke
     if not smoke:
         parser.error("give the smoke command's arguments after --")
-    if any(a in ("-o", "--out") or a.startswith("--out=") for a in smoke):
+    # smoke's --output, -o (also -oFILE) and --out (its old spelling), each also as --name=FILE
+    if any(a.startswith("-o") or a.split("=", 1)[0] in ("--output", "--out") for a in smoke):
         parser.error(
-            "leave out --out: each run writes its profile into the bench's directory, for the phases"
+            "leave out --output (-o, --out): each run writes its profile into the bench's directory, for the "
+            "phases"
         )
     rows = []
     with tempfile.TemporaryDirectory(prefix="lilicorr-cold-") as tmp:
