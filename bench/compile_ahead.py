@@ -113,6 +113,11 @@ def main() -> None:
         parser.error(f"--threads takes whole numbers, comma-separated, got {args.threads!r}")
     if not counts or min(counts) < 1:
         parser.error("--threads takes counts of at least 1")
+    if not variants(args.pick, args.device):
+        from lilicorr_runtime.ops import warm
+
+        gpus = list(json.loads(warm.BUNDLED.read_text())["devices"])
+        parser.error(f"--device {args.device!r} matches none of the bundled table's GPUs: {gpus}")
     rows = []
     for threads in counts:
         with tempfile.TemporaryDirectory(prefix="lilicorr-compile-") as cache:
@@ -131,8 +136,7 @@ def main() -> None:
                     str(threads),
                     "--pick",
                     args.pick,
-                    "--device",
-                    args.device,
+                    f"--device={args.device}",  # one that starts with "-" is still its value
                     "--arch",
                     str(args.arch),
                 ],
