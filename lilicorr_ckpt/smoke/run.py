@@ -165,6 +165,7 @@ def run_smoke(
     """Decode the probes with every arm and judge the gates. `started`: the seconds the process spent before this
     call (the command line's interpreter and imports), reported as the first phase."""
     phases = Phases(started)
+    compiled_before = warm.launch_compiles()  # the process's so far: earlier runs' are not this one's
     check_options(opts)
     try:  # the runtime's LILICORR_* variables, judged before anything loads
         settings.check()
@@ -374,7 +375,7 @@ def run_smoke(
             )
         phases.mark("parity")
     progress.finish()
-    variants = _kernel_variants(warming, device) if opts.gpu else None
+    variants = _kernel_variants(warming, device, compiled_before) if opts.gpu else None
     if opts.gpu:
         warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
 
@@ -418,11 +419,15 @@ def run_smoke(
     )
 
 
-def _kernel_variants(warming: Any, device: str) -> KernelVariants | None:
-    """What this GPU run compiled ahead and what its launches waited for (None where Triton records neither)."""
+def _kernel_variants(
+    warming: Any, device: str, before: tuple[int, float] = (0, 0.0)
+) -> KernelVariants | None:
+    """What this GPU run compiled ahead and what its launches waited for (None where Triton records neither).
+    `before`: warm.launch_compiles() when the run began, the process's earlier runs' waits."""
     key = warm.device_key(torch.device(device))
     launched = {e["spec"] for e in warm.recorded().get(key, [])}
     count, seconds = warm.launch_compiles()
+    count, seconds = count - before[0], max(0.0, seconds - before[1])
     if warming is None and not launched and not count:
         return None
     return KernelVariants(

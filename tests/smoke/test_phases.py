@@ -87,3 +87,18 @@ def test_the_text_report_shows_the_phases_and_what_the_kernels_cost():
         "71 launched, 13 of them compiled or read from Triton's cache at their first launch (4.5 s)"
         in kernel_line
     )
+
+
+def test_a_second_run_in_one_process_reports_only_its_own_launch_compiles(monkeypatch):
+    # the runtime's counter is the process's: a run_smoke after another (the Python API, a test session) waited
+    # for none of the compiles the first one counted
+    from lilicorr_ckpt.smoke import run
+    from lilicorr_runtime.ops import warm
+
+    monkeypatch.setattr(warm, "device_key", lambda device: "gpu0")
+    monkeypatch.setattr(warm, "recorded", lambda: {"gpu0": [{"spec": "a"}, {"spec": "b"}]})
+    monkeypatch.setattr(warm, "launch_compiles", lambda: (5, 7.5))
+    variants = run._kernel_variants(None, "cuda", (5, 7.5))
+    assert variants is not None and (variants.at_launch, variants.at_launch_seconds) == (0, 0.0)
+    variants = run._kernel_variants(None, "cuda", (3, 2.0))
+    assert variants is not None and (variants.at_launch, variants.at_launch_seconds) == (2, 5.5)
