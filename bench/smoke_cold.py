@@ -66,8 +66,8 @@ def table(rows: list[Row]) -> list[str]:
         if k:
             lines.append(
                 f"{label}: {k['ahead_compiled']} of {k['ahead']} stored variants compiled ahead in "
-                f"{k['ahead_seconds']:.1f} s; {k['launched']} launched, {k['at_launch']} compiled or read at first "
-                f"launch ({k['at_launch_seconds']:.1f} s waited)"
+                f"{k['ahead_seconds']:.1f} s; the launches waited {k.get('read_seconds', 0.0):.1f} s to read them and "
+                f"{k['at_launch_seconds']:.1f} s for {k['at_launch']} not compiled ahead ({k['launched']} in all)"
             )
     return lines
 

@@ -25,6 +25,7 @@ def test_the_table_has_a_column_per_phase_and_a_dash_where_a_run_has_none():
             "launched": 62,
             "at_launch": 2,
             "at_launch_seconds": 1.25,
+            "read_seconds": 0.5,
         },
     }
     warm = {"phase_seconds": {"start": 9.0, "target": 2.0, "decode": 5.0}}
@@ -44,8 +45,8 @@ def test_the_table_has_a_column_per_phase_and_a_dash_where_a_run_has_none():
     assert lines[2].split() == ["warm", "24.2", "0", "9.0", "2.0", "-", "5.0"]
     assert lines[3].split() == ["failed", "1.0", "2", "-", "-", "-", "-"]
     assert lines[4] == (
-        "bundled tiles: 60 of 60 stored variants compiled ahead in 21.0 s; 62 launched, 2 compiled or read at "
-        "first launch (1.2 s waited)"
+        "bundled tiles: 60 of 60 stored variants compiled ahead in 21.0 s; the launches waited 0.5 s to read them "
+        "and 1.2 s for 2 not compiled ahead (62 in all)"
     )
     assert len(lines) == 5
 

@@ -76,8 +76,8 @@ def _time_lines(m: MeasurementConditions) -> list[str]:
     if k is not None:
         lines.append(
             f"kernels: {k.ahead_compiled} of {k.ahead} stored variants compiled ahead ({k.ahead_seconds:.1f} s, "
-            f"beside the loading); {k.launched} launched, {k.at_launch} of them compiled or read from Triton's "
-            f"cache at their first launch ({k.at_launch_seconds:.1f} s)"
+            f"beside the loading); the launches waited {k.read_seconds:.1f} s to read them and "
+            f"{k.at_launch_seconds:.1f} s for {k.at_launch} more not compiled ahead ({k.launched} variants in all)"
         )
     return lines
 

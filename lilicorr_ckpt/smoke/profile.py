@@ -101,15 +101,21 @@ class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class KernelVariants(msgspec.Struct, frozen=True, kw_only=True):
-    """A GPU run's Triton kernel variants: those compiled ahead from the tables of earlier runs, and those its
-    launches had to compile (or read from Triton's disk cache) when first launched."""
+    """A GPU run's Triton kernel variants: those compiled ahead from the tables of earlier runs, and what its
+    launches waited for at each variant's first launch in this process."""
 
     ahead: int  # stored variants of this GPU (or its compute capability) compiled in the background
     ahead_compiled: int  # of those, the ones that compiled
     ahead_seconds: float  # the background compile's wall time, from its start while the models loaded
-    launched: int  # distinct variants this run's launches used
-    at_launch: int  # compiles (or disk-cache reads) the launches waited for: variants not compiled ahead
-    at_launch_seconds: float  # the time the launches waited for them
+    launched: int  # distinct variants this run's launches waited for (each once per process)
+    at_launch: (
+        int  # of those, the ones not compiled ahead: compiled at their first launch (or read from a disk
+    )
+    # cache an earlier process filled)
+    at_launch_seconds: float  # the launches' wait for those
+    read_seconds: float = (
+        0.0  # the launches' wait for the ones compiled ahead (read from Triton's disk cache)
+    )
 
 
 class MeasurementConditions(msgspec.Struct, frozen=True, kw_only=True):

@@ -165,7 +165,7 @@ def run_smoke(
     """Decode the probes with every arm and judge the gates. `started`: the seconds the process spent before this
     call (the command line's interpreter and imports), reported as the first phase."""
     phases = Phases(started)
-    compiled_before = warm.launch_compiles()  # the process's so far: earlier runs' are not this one's
+    waits_before = warm.launch_waits()  # the process's so far: an earlier run's are not this one's
     check_options(opts)
     try:  # the runtime's LILICORR_* variables, judged before anything loads
         settings.check()
@@ -293,6 +293,7 @@ def run_smoke(
     # one decoder per arm, re-seeded for each seed: a warm-up on the longest prompt sizes the caches (and captures
     # the CUDA graphs) once, outside the timed runs
     decoders = {arm: decoder(arm, opts.seeds[0]) for arm in arms}
+    phases.mark("decoders")
     if opts.warmup:
         progress.note("warming up")
         longest = max(prompts, key=len)
@@ -375,7 +376,7 @@ def run_smoke(
             )
         phases.mark("parity")
     progress.finish()
-    variants = _kernel_variants(warming, device, compiled_before) if opts.gpu else None
+    variants = _kernel_variants(warming, device, waits_before) if opts.gpu else None
     if opts.gpu:
         warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
 
@@ -420,23 +421,25 @@ def run_smoke(
 
 
 def _kernel_variants(
-    warming: Any, device: str, before: tuple[int, float] = (0, 0.0)
+    warming: Any, device: str, before: dict[str, dict[str, float]] | None = None
 ) -> KernelVariants | None:
-    """What this GPU run compiled ahead and what its launches waited for (None where Triton records neither).
-    `before`: warm.launch_compiles() when the run began, the process's earlier runs' waits."""
+    """What this GPU run compiled ahead and what its launches waited for (None where Triton reported neither).
+    `before`: warm.launch_waits() when the run began (an earlier run in this process waited for those)."""
     key = warm.device_key(torch.device(device))
-    launched = {e["spec"] for e in warm.recorded().get(key, [])}
-    count, seconds = warm.launch_compiles()
-    count, seconds = count - before[0], max(0.0, seconds - before[1])
-    if warming is None and not launched and not count:
+    earlier = (before or {}).get(key, {})
+    waits = {spec: s for spec, s in warm.launch_waits().get(key, {}).items() if spec not in earlier}
+    ahead = {spec for _, spec in warming.jobs} if warming is not None else set()
+    if warming is None and not waits:
         return None
+    late = {spec: s for spec, s in waits.items() if spec not in ahead}
     return KernelVariants(
         ahead=len(warming.jobs) if warming is not None else 0,
         ahead_compiled=warming.compiled if warming is not None else 0,
         ahead_seconds=round(warming.seconds, 3) if warming is not None else 0.0,
-        launched=len(launched),
-        at_launch=count,
-        at_launch_seconds=round(seconds, 3),
+        launched=len(waits),
+        at_launch=len(late),
+        at_launch_seconds=round(sum(late.values()), 3),
+        read_seconds=round(sum(s for spec, s in waits.items() if spec in ahead), 3),
     )
 
 

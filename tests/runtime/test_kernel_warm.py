@@ -311,7 +311,12 @@ def test_every_bundled_variant_names_the_kernel_source_it_was_compiled_from():
 
 
 def _launch(
-    monkeypatch, *, shadow: bool = False, module: str = "lilicorr_runtime.ops.step_triton", seconds=0.25
+    monkeypatch,
+    *,
+    spec: str = '{"a": 1}',
+    shadow: bool = False,
+    module: str = "lilicorr_runtime.ops.step_triton",
+    seconds=0.25,
 ):
     """One launch's compile as Triton reports it: the cache hook before, the post-compile hook after."""
     monkeypatch.setattr(warm, "device_key", lambda d: "gpu0")
@@ -320,36 +325,74 @@ def _launch(
     clock = iter([100.0, 100.0 + seconds])
     monkeypatch.setattr(warm, "_clock", lambda: next(clock))
     warm._pre_hook(key="k", fn=fn)
-    warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": '{"a": 1}', "device": 0})
+    warm._hook(key="k", repr="r", fn=fn, compile={"specialization_data": spec, "device": 0})
 
 
-def test_launch_compiles_count_the_launches_waits_not_the_warm_ups_or_others(table, monkeypatch):
-    monkeypatch.setattr(warm, "_launch_compiles", [0, 0.0])
+def test_launch_waits_are_the_launches_per_variant_not_the_warm_ups_or_others(table, monkeypatch):
+    monkeypatch.setattr(warm, "_waits", {})
     _launch(monkeypatch, seconds=0.25)
-    _launch(monkeypatch, seconds=1.5)
-    assert warm.launch_compiles() == (2, pytest.approx(1.75))
-    _launch(monkeypatch, shadow=True, seconds=9.0)  # a compile ahead: the launch did not wait for it
-    _launch(monkeypatch, module="someone_else.kernels", seconds=9.0)  # not this package's kernel
-    assert warm.launch_compiles() == (2, pytest.approx(1.75))
+    _launch(monkeypatch, spec='{"b": 2}', seconds=1.5)
+    assert warm.launch_waits() == {"gpu0": {'{"a": 1}': 0.25, '{"b": 2}': 1.5}}
+    _launch(monkeypatch, spec='{"c": 3}', shadow=True, seconds=9.0)  # a compile ahead: no launch waited
+    _launch(monkeypatch, spec='{"d": 4}', module="someone_else.kernels", seconds=9.0)  # not this package's
+    assert warm.launch_waits() == {"gpu0": {'{"a": 1}': 0.25, '{"b": 2}': 1.5}}
     # a post-compile call without its cache hook (a Triton without one): recorded, not timed
-    _record(monkeypatch, '{"b": 2}')
-    assert warm.launch_compiles() == (2, pytest.approx(1.75))
-    assert {e["spec"] for e in warm.recorded()["gpu0"]} == {'{"a": 1}', '{"b": 2}'}
+    _record(monkeypatch, '{"e": 5}')
+    assert set(warm.launch_waits()["gpu0"]) == {'{"a": 1}', '{"b": 2}'}
+    assert {e["spec"] for e in warm.recorded()["gpu0"]} == {'{"a": 1}', '{"b": 2}', '{"e": 5}'}
+    # what launch_waits hands out is a copy: the caller cannot change the runtime's record
+    warm.launch_waits()["gpu0"].clear()
+    assert len(warm.launch_waits()["gpu0"]) == 2
 
 
 def test_record_chains_the_cache_hook_and_keeps_its_answer(monkeypatch):
     import triton
 
-    runtime = types.SimpleNamespace(jit_post_compile_hook=None, jit_cache_hook=lambda **kw: "skip")
+    calls = []
+    runtime = types.SimpleNamespace(
+        jit_post_compile_hook=lambda **kw: calls.append("post"), jit_cache_hook=lambda **kw: "skip"
+    )
     monkeypatch.setattr(triton, "knobs", types.SimpleNamespace(runtime=runtime), raising=False)
     monkeypatch.setattr(warm, "_hooked", False)
-    monkeypatch.setattr(warm, "_launch_compiles", [0, 0.0])
+    monkeypatch.setattr(warm, "_waits", {})
+    monkeypatch.setattr(warm, "_recorded", {})
+    monkeypatch.setattr(warm, "device_key", lambda d: "gpu0")
     assert warm.record()
     fn = types.SimpleNamespace(
-        module="lilicorr_runtime.ops.step_triton", name="_step_linear", jit_function=types.SimpleNamespace()
+        module="lilicorr_runtime.ops.step_triton",
+        name="_step_linear",
+        jit_function=types.SimpleNamespace(src="def k(): pass"),
     )
     # the hook set before ours decides whether Triton compiles: its answer comes back unchanged
     assert runtime.jit_cache_hook(key="k", fn=fn) == "skip"
     assert warm._started.at is not None
-    runtime.jit_post_compile_hook(key="k", fn=fn, compile={})
-    assert warm.launch_compiles()[0] == 1 and warm._started.at is None
+    # and the post-compile hook set before ours still runs after ours
+    runtime.jit_post_compile_hook(key="k", fn=fn, compile={"specialization_data": "{}", "device": 0})
+    assert calls == ["post"] and list(warm.launch_waits()["gpu0"]) == ["{}"] and warm._started.at is None
+
+
+def test_a_record_is_portable_without_the_recording_machines_library_path(table, monkeypatch):
+    """Triton writes its libdevice's path into a variant's options; compiling from a record whose path does not
+    exist fails (Triton hashes the file), so the path is dropped and each machine's Triton fills in its own."""
+    here = json.dumps(
+        {"name": NAME, "options": {"num_warps": 4, "extern_libs": [["libdevice", "/opt/x.bc"]]}}
+    )
+    moved = json.dumps(
+        {"name": NAME, "options": {"num_warps": 4, "extern_libs": [["libdevice", "/home/y.bc"]]}}
+    )
+    plain = json.dumps({"name": NAME, "options": {"num_warps": 4}})
+    assert warm.portable(here) == warm.portable(moved) == plain
+    assert warm.portable("not json") == "not json" and warm.portable("[1, 2]") == "[1, 2]"
+    assert warm.portable(plain) == plain
+    # launches record the portable form, and tables recorded before are read in it: one entry for both machines
+    _record(monkeypatch, here)
+    assert [e["spec"] for e in warm.recorded()["gpu0"]] == [plain]
+    table.parent.mkdir(parents=True)
+    table.write_text(json.dumps({"format": warm.FORMAT, "devices": {"gpu0": [_entry(moved, source=SRC1)]}}))
+    assert warm.stored("gpu0") == [_entry(plain, source=SRC1)]
+
+
+def test_the_bundled_records_name_no_machines_library_path():
+    for entries in json.loads(warm.BUNDLED.read_text())["devices"].values():
+        for entry in entries:
+            assert "extern_libs" not in json.loads(entry["spec"])["options"], entry["name"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -73,7 +74,13 @@ def test_the_text_report_shows_the_phases_and_what_the_kernels_cost():
     )
     assert _time_lines(MeasurementConditions(**base)) == []  # a profile from before phases were recorded
     variants = KernelVariants(
-        ahead=60, ahead_compiled=58, ahead_seconds=12.34, launched=71, at_launch=13, at_launch_seconds=4.5
+        ahead=60,
+        ahead_compiled=58,
+        ahead_seconds=12.34,
+        launched=71,
+        at_launch=13,
+        at_launch_seconds=4.5,
+        read_seconds=0.81,
     )
     m = MeasurementConditions(
         **base,
@@ -82,23 +89,26 @@ def test_the_text_report_shows_the_phases_and_what_the_kernels_cost():
     )
     time_line, kernel_line = _time_lines(m)
     assert time_line == "time (s): start 9.8, target 3.1, kernels ahead 8.0, warm up 6.2; 27.1 in all"
-    assert "58 of 60 stored variants compiled ahead (12.3 s" in kernel_line
-    assert (
-        "71 launched, 13 of them compiled or read from Triton's cache at their first launch (4.5 s)"
-        in kernel_line
+    assert kernel_line == (
+        "kernels: 58 of 60 stored variants compiled ahead (12.3 s, beside the loading); the launches waited 0.8 s "
+        "to read them and 4.5 s for 13 more not compiled ahead (71 variants in all)"
     )
 
 
-def test_a_second_run_in_one_process_reports_only_its_own_launch_compiles(monkeypatch):
-    # the runtime's counter is the process's: a run_smoke after another (the Python API, a test session) waited
-    # for none of the compiles the first one counted
+def test_kernel_variants_split_the_launches_waits_by_whether_the_variant_was_compiled_ahead(monkeypatch):
     from lilicorr_ckpt.smoke import run
     from lilicorr_runtime.ops import warm
 
     monkeypatch.setattr(warm, "device_key", lambda device: "gpu0")
-    monkeypatch.setattr(warm, "recorded", lambda: {"gpu0": [{"spec": "a"}, {"spec": "b"}]})
-    monkeypatch.setattr(warm, "launch_compiles", lambda: (5, 7.5))
-    variants = run._kernel_variants(None, "cuda", (5, 7.5))
-    assert variants is not None and (variants.at_launch, variants.at_launch_seconds) == (0, 0.0)
-    variants = run._kernel_variants(None, "cuda", (3, 2.0))
-    assert variants is not None and (variants.at_launch, variants.at_launch_seconds) == (2, 5.5)
+    waits = {"gpu0": {"a": 0.5, "b": 0.25, "c": 3.0, "d": 1.0}, "gpu1": {"x": 9.0}}
+    monkeypatch.setattr(warm, "launch_waits", lambda: waits)
+    warming = types.SimpleNamespace(jobs=[(None, "a"), (None, "b"), (None, "z")], compiled=2, seconds=4.25)
+    v = run._kernel_variants(warming, "cuda")
+    assert (v.ahead, v.ahead_compiled, v.ahead_seconds) == (3, 2, 4.25)
+    # a and b were compiled ahead: the launches only read them; c and d were compiled at their first launch
+    assert (v.launched, v.at_launch, v.at_launch_seconds, v.read_seconds) == (4, 2, 4.0, 0.75)
+    # a second run in one process: what the first one waited for is not this one's
+    v = run._kernel_variants(warming, "cuda", {"gpu0": {"a": 0.5, "c": 3.0}})
+    assert (v.launched, v.at_launch, v.at_launch_seconds, v.read_seconds) == (2, 1, 1.0, 0.25)
+    # no ahead compile and nothing waited for: nothing to say
+    assert run._kernel_variants(None, "cuda", waits) is None

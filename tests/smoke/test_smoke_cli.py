@@ -64,7 +64,7 @@ def test_profile_follows_its_schema_and_describes_every_arm(smoke, drafter, targ
     assert report["measurement_conditions"]["probe_counts"] == {"code": 1, "chat": 1, "math": 1}
     # where the time went, in order; the CPU compiles no kernels
     phases = report["measurement_conditions"]["phase_seconds"]
-    assert list(phases) == ["start", "drafter", "target", "first_forward", "decode", "lossless"]
+    assert list(phases) == ["start", "drafter", "target", "first_forward", "decoders", "decode", "lossless"]
     assert all(seconds >= 0 for seconds in phases.values()) and phases["decode"] > 0
     assert report["measurement_conditions"]["kernel_variants"] is None
     assert {g["name"]: g["status"] for g in report["gates"]} == {

@@ -40,7 +40,16 @@ def test_each_size_is_timed_for_every_arm_and_decodes_the_measured_tokens(smoke,
     assert report["measurement_conditions"]["concurrency"] == 1
     # the sweep's time is a phase of its own, after the measured run's (no warm-up asked: none timed)
     phases = report["measurement_conditions"]["phase_seconds"]
-    assert list(phases) == ["start", "drafter", "target", "first_forward", "decode", "lossless", "sweep"]
+    assert list(phases) == [
+        "start",
+        "drafter",
+        "target",
+        "first_forward",
+        "decoders",
+        "decode",
+        "lossless",
+        "sweep",
+    ]
     sweep_wall = sum(sum(p["wall_time_s"].values()) for p in points)
     assert sweep_wall <= phases["sweep"] + 0.01  # the timed arms are inside it
     text = render_text(SmokeReport(**_struct(report)))

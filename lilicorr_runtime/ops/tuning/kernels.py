@@ -29,6 +29,7 @@ import collections
 import copy
 import hashlib
 import importlib
+import json
 import os
 import re
 import threading
@@ -55,10 +56,9 @@ _hooked = False
 _warned: set[str] = set()
 _clock = time.perf_counter
 _started = threading.local()  # the launch compile under way on this thread: its start (perf_counter)
-_launch_compiles = [
-    0,
-    0.0,
-]  # compiles (or Triton disk-cache reads) that launches of this package's kernels waited for
+# device key -> spec -> the seconds a launch of this package's kernels waited for the variant (compiled, or read from
+# Triton's disk cache, where the ahead compile or an earlier process put it)
+_waits: dict[str, dict[str, float]] = {}
 
 
 def _warn(key: str, message: str) -> None:
@@ -88,8 +88,25 @@ def _entry_ok(entry: Any) -> bool:
     )
 
 
+def portable(spec: str) -> str:
+    """A variant's record without what names the recording machine's files: Triton writes the path of its libdevice
+    into the options (`extern_libs`), and compiling from a record whose path does not exist here fails (Triton hashes
+    the file), while a launch here names this machine's own. Without it, Triton fills in its own library, as for a
+    launch. A record that is not a JSON object is left as it is."""
+    try:
+        data = json.loads(spec)
+    except ValueError:
+        return spec
+    options = data.get("options") if isinstance(data, dict) else None
+    if not isinstance(options, dict) or "extern_libs" not in options:
+        return spec
+    del options["extern_libs"]
+    return json.dumps(data)
+
+
 def read(path: Path) -> dict[str, list[dict[str, str]]]:
-    """device key -> entries of a table file; {} (with one warning) for a file that is not a table."""
+    """device key -> entries of a table file (their specs `portable`); {} (with one warning) for a file that is not
+    a table."""
     data = tables.read_table(path, "the kernel table", TABLE_LIMIT, _warned)
     if data is None:
         return {}
@@ -103,7 +120,7 @@ def read(path: Path) -> dict[str, list[dict[str, str]]]:
     out: dict[str, list[dict[str, str]]] = {}
     for device, entries in data["devices"].items():
         if isinstance(device, str) and isinstance(entries, list):
-            out[device] = [e for e in entries if _entry_ok(e)][-MAX_ENTRIES:]
+            out[device] = [{**e, "spec": portable(e["spec"])} for e in entries if _entry_ok(e)][-MAX_ENTRIES:]
     return out
 
 
@@ -156,23 +173,25 @@ def _hook(*, key: Any = None, repr: Any = None, fn: Any = None, compile: Any = N
     """Triton's post-compile hook: note a variant of one of this package's kernels, and the time its launch
     waited for it."""
     begin = getattr(_started, "at", None)
+    waited = None if begin is None else _clock() - begin
     _started.at = None
     try:
         jit = fn.jit_function
         if getattr(jit, "_lilicorr_shadow", False):  # a warm-up's compile: only what launches use is noted
             return
-        if begin is not None and _ours(fn):
-            with _lock:
-                _launch_compiles[0] += 1
-                _launch_compiles[1] += _clock() - begin
         name = f"{fn.module}.{fn.name}"
         spec = compile["specialization_data"]
         if not name.startswith(PACKAGE) or not isinstance(spec, str):
             return
+        spec = portable(spec)
+        device = device_key(torch.device("cuda", int(compile["device"])))
+        if waited is not None:
+            with _lock:
+                waits = _waits.setdefault(device, {})
+                waits[spec] = waits.get(spec, 0.0) + waited
         source = source_hash(jit)
         if source is None:  # not a kernel with source text: nothing a later process could check it against
             return
-        device = device_key(torch.device("cuda", int(compile["device"])))
         with _lock:
             _recorded.setdefault(device, {})[spec] = {"name": name, "source": source, "spec": spec}
     except Exception:  # a Triton whose hook passes other things: nothing is recorded
@@ -198,7 +217,7 @@ def record() -> bool:
         return previous(**kwargs) if previous is not None else None
 
     runtime.jit_post_compile_hook = hook
-    if hasattr(runtime, "jit_cache_hook"):  # before a compile: its start, for launch_compiles()
+    if hasattr(runtime, "jit_cache_hook"):  # before a compile: its start, for launch_waits()
         before = runtime.jit_cache_hook
 
         def pre(**kwargs: Any) -> Any:
@@ -212,11 +231,12 @@ def record() -> bool:
     return True
 
 
-def launch_compiles() -> tuple[int, float]:
-    """How many variants of this package's kernels the launches of this process compiled, or read from Triton's
-    disk cache, since record() (not what a warm-up compiled ahead), and the seconds they waited for them."""
+def launch_waits() -> dict[str, dict[str, float]]:
+    """device key -> (portable) spec -> the seconds this process's launches waited for that variant since
+    record(): its compile, or its read from Triton's disk cache (where a variant compiled ahead is found, since the
+    ahead compile fills the disk cache, not the launching kernel's own tables). Not what a warm-up compiled."""
     with _lock:
-        return int(_launch_compiles[0]), _launch_compiles[1]
+        return {device: dict(waits) for device, waits in _waits.items()}
 
 
 def recorded() -> dict[str, list[dict[str, str]]]:
