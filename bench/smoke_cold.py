@@ -67,7 +67,8 @@ def table(rows: list[Row]) -> list[str]:
             lines.append(
                 f"{label}: {k['ahead_compiled']} of {k['ahead']} stored variants compiled ahead in "
                 f"{k['ahead_seconds']:.1f} s; the launches waited {k.get('read_seconds', 0.0):.1f} s to read them and "
-                f"{k['at_launch_seconds']:.1f} s for {k['at_launch']} not compiled ahead ({k['launched']} in all)"
+                f"{k['at_launch_seconds']:.1f} s for {k['at_launch']} not compiled ahead ({k['launched']} in all); "
+                f"{k.get('tuned', 0)} GEMM shape(s) tuned in {k.get('tuning_seconds', 0.0):.1f} s"
             )
     return lines
 

@@ -46,7 +46,7 @@ def test_the_table_has_a_column_per_phase_and_a_dash_where_a_run_has_none():
     assert lines[3].split() == ["failed", "1.0", "2", "-", "-", "-", "-"]
     assert lines[4] == (
         "bundled tiles: 60 of 60 stored variants compiled ahead in 21.0 s; the launches waited 0.5 s to read them "
-        "and 1.2 s for 2 not compiled ahead (62 in all)"
+        "and 1.2 s for 2 not compiled ahead (62 in all); 0 GEMM shape(s) tuned in 0.0 s"
     )
     assert len(lines) == 5
 

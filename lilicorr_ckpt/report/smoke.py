@@ -78,6 +78,7 @@ def _time_lines(m: MeasurementConditions) -> list[str]:
             f"kernels: {k.ahead_compiled} of {k.ahead} stored variants compiled ahead ({k.ahead_seconds:.1f} s, "
             f"beside the loading); the launches waited {k.read_seconds:.1f} s to read them and "
             f"{k.at_launch_seconds:.1f} s for {k.at_launch} more not compiled ahead ({k.launched} variants in all)"
+            + (f"; {k.tuned} GEMM shape(s) tuned ({k.tuning_seconds:.1f} s)" if k.tuned else "")
         )
     return lines
 

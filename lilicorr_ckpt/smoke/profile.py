@@ -101,21 +101,23 @@ class ChatTemplate(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class KernelVariants(msgspec.Struct, frozen=True, kw_only=True):
-    """A GPU run's Triton kernel variants: those compiled ahead from the tables of earlier runs, and what its
-    launches waited for at each variant's first launch in this process."""
+    """A GPU run's Triton kernel variants: those compiled ahead from the tables of earlier runs, what its launches
+    waited for at each variant's first launch in this process, and the GEMM shapes it tuned."""
 
     ahead: int  # stored variants of this GPU (or its compute capability) compiled in the background
     ahead_compiled: int  # of those, the ones that compiled
     ahead_seconds: float  # the background compile's wall time, from its start while the models loaded
     launched: int  # distinct variants this run's launches waited for (each once per process)
-    at_launch: (
-        int  # of those, the ones not compiled ahead: compiled at their first launch (or read from a disk
-    )
-    # cache an earlier process filled)
-    at_launch_seconds: float  # the launches' wait for those
-    read_seconds: float = (
-        0.0  # the launches' wait for the ones compiled ahead (read from Triton's disk cache)
-    )
+    # of those, the ones not compiled ahead: compiled at their first launch (or read from a disk cache an
+    # earlier process filled), and the launches' wait for them
+    at_launch: int
+    at_launch_seconds: float
+    # the launches' wait for the ones compiled ahead (read from Triton's disk cache)
+    read_seconds: float = 0.0
+    # step GEMM shapes tuned in this run (no stored tile for them on this GPU and Triton), and the time tuning
+    # took: the candidate tiles' compiles and their timing
+    tuned: int = 0
+    tuning_seconds: float = 0.0
 
 
 class MeasurementConditions(msgspec.Struct, frozen=True, kw_only=True):

@@ -64,6 +64,7 @@ from lilicorr_runtime import (
     settings,
 )
 from lilicorr_runtime.ops import warm
+from lilicorr_runtime.ops.tuning.tuner import tuning_done
 from lilicorr_runtime.target.fast import PREFILL_ROWS, FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
@@ -166,6 +167,7 @@ def run_smoke(
     call (the command line's interpreter and imports), reported as the first phase."""
     phases = Phases(started)
     waits_before = warm.launch_waits()  # the process's so far: an earlier run's are not this one's
+    tuned_before = tuning_done()
     check_options(opts)
     try:  # the runtime's LILICORR_* variables, judged before anything loads
         settings.check()
@@ -376,7 +378,7 @@ def run_smoke(
             )
         phases.mark("parity")
     progress.finish()
-    variants = _kernel_variants(warming, device, waits_before) if opts.gpu else None
+    variants = _kernel_variants(warming, device, waits_before, tuned_before) if opts.gpu else None
     if opts.gpu:
         warm.save()  # the variants this run compiled, for the next fresh cache on this GPU
 
@@ -421,15 +423,21 @@ def run_smoke(
 
 
 def _kernel_variants(
-    warming: Any, device: str, before: dict[str, dict[str, float]] | None = None
+    warming: Any,
+    device: str,
+    before: dict[str, dict[str, float]] | None = None,
+    tuned_before: tuple[int, float] = (0, 0.0),
 ) -> KernelVariants | None:
-    """What this GPU run compiled ahead and what its launches waited for (None where Triton reported neither).
-    `before`: warm.launch_waits() when the run began (an earlier run in this process waited for those)."""
+    """What this GPU run compiled ahead, what its launches waited for and what it tuned (None where it did none
+    of these). `before` and `tuned_before`: warm.launch_waits() and tuner.tuning_done() when the run began (an
+    earlier run in this process did those)."""
     key = warm.device_key(torch.device(device))
     earlier = (before or {}).get(key, {})
     waits = {spec: s for spec, s in warm.launch_waits().get(key, {}).items() if spec not in earlier}
     ahead = {spec for _, spec in warming.jobs} if warming is not None else set()
-    if warming is None and not waits:
+    tuned, tuning = tuning_done()
+    tuned, tuning = tuned - tuned_before[0], max(0.0, tuning - tuned_before[1])
+    if warming is None and not waits and not tuned:
         return None
     late = {spec: s for spec, s in waits.items() if spec not in ahead}
     return KernelVariants(
@@ -440,6 +448,8 @@ def _kernel_variants(
         at_launch=len(late),
         at_launch_seconds=round(sum(late.values()), 3),
         read_seconds=round(sum(s for spec, s in waits.items() if spec in ahead), 3),
+        tuned=tuned,
+        tuning_seconds=round(tuning, 3),
     )
 
 

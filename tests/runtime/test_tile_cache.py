@@ -212,3 +212,35 @@ def test_a_prefill_first_call_is_tuned_at_one_row_tile(cache, monkeypatch):
     assert timed_rows and set(timed_rows) == {step_triton.TUNE_ROWS}
     want = (x.float() @ w.float().T + residual.float()).to(torch.bfloat16)
     torch.testing.assert_close(got, want, rtol=2e-2, atol=5e-2)  # the call itself computed every row
+
+
+def test_tuning_done_counts_each_tuned_shape_and_its_time(cache, monkeypatch):
+    """smoke's profile reports the GEMM shapes a run tuned and how long that took (tuner.tuning_done): a shape with
+    no stored tile is tuned once, and the tuning's wall time (compiles and timing) is counted."""
+    from lilicorr_runtime.ops.tuning import tuner
+
+    monkeypatch.setattr(tuner, "_TUNING", [0, 0.0])
+    monkeypatch.setattr(tuner, "tile_key", lambda device: DEVICE)
+    clock = iter([10.0, 12.5, 20.0, 21.0])
+    monkeypatch.setattr(tuner, "_clock", lambda: next(clock))
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    timed = []
+
+    def timer(launch_rows, config, scratch, weight):
+        timed.append(config)
+        return float(config["BLOCK_K"])  # the smallest BLOCK_K wins
+
+    weight, out = torch.zeros(8, 4), torch.zeros(2, 8)
+    key = (960, 576, True, False, False, False, False, torch.bfloat16, torch.bfloat16, 0)
+    best = tuner.tune(key, lambda *a, **k: None, out, weight, (), 132, timer=timer, tuned={})
+    assert best["BLOCK_K"] == min(c["BLOCK_K"] for c in timed) and len(timed) > len(tuner.CANDIDATES)
+    assert tuner.tuning_done() == (1, 2.5)
+    tuner.tune(key, lambda *a, **k: None, out, weight, (), 132, timer=timer, tuned={})
+    assert tuner.tuning_done() == (2, 3.5)
+    # inside a graph capture the default serves, untimed and uncounted
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    assert tuner.tune(key, lambda *a, **k: None, out, weight, (), 132, timer=timer, tuned={}) == (
+        tuner.linear_config(960, 576)
+    )
+    assert tuner.tuning_done() == (2, 3.5)

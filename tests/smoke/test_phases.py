@@ -6,6 +6,7 @@ import subprocess
 import sys
 import types
 
+import msgspec
 import pytest
 
 from lilicorr_ckpt.smoke.phases import Phases, process_age
@@ -81,6 +82,8 @@ def test_the_text_report_shows_the_phases_and_what_the_kernels_cost():
         at_launch=13,
         at_launch_seconds=4.5,
         read_seconds=0.81,
+        tuned=3,
+        tuning_seconds=9.96,
     )
     m = MeasurementConditions(
         **base,
@@ -91,8 +94,12 @@ def test_the_text_report_shows_the_phases_and_what_the_kernels_cost():
     assert time_line == "time (s): start 9.8, target 3.1, kernels ahead 8.0, warm up 6.2; 27.1 in all"
     assert kernel_line == (
         "kernels: 58 of 60 stored variants compiled ahead (12.3 s, beside the loading); the launches waited 0.8 s "
-        "to read them and 4.5 s for 13 more not compiled ahead (71 variants in all)"
+        "to read them and 4.5 s for 13 more not compiled ahead (71 variants in all); 3 GEMM shape(s) tuned "
+        "(10.0 s)"
     )
+    # a run that tuned nothing says nothing of tuning
+    quiet = msgspec.structs.replace(m, kernel_variants=msgspec.structs.replace(variants, tuned=0))
+    assert "tuned" not in _time_lines(quiet)[1]
 
 
 def test_kernel_variants_split_the_launches_waits_by_whether_the_variant_was_compiled_ahead(monkeypatch):
@@ -102,6 +109,7 @@ def test_kernel_variants_split_the_launches_waits_by_whether_the_variant_was_com
     monkeypatch.setattr(warm, "device_key", lambda device: "gpu0")
     waits = {"gpu0": {"a": 0.5, "b": 0.25, "c": 3.0, "d": 1.0}, "gpu1": {"x": 9.0}}
     monkeypatch.setattr(warm, "launch_waits", lambda: waits)
+    monkeypatch.setattr(run, "tuning_done", lambda: (0, 0.0))
     warming = types.SimpleNamespace(jobs=[(None, "a"), (None, "b"), (None, "z")], compiled=2, seconds=4.25)
     v = run._kernel_variants(warming, "cuda")
     assert (v.ahead, v.ahead_compiled, v.ahead_seconds) == (3, 2, 4.25)
@@ -112,3 +120,8 @@ def test_kernel_variants_split_the_launches_waits_by_whether_the_variant_was_com
     assert (v.launched, v.at_launch, v.at_launch_seconds, v.read_seconds) == (2, 1, 1.0, 0.25)
     # no ahead compile and nothing waited for: nothing to say
     assert run._kernel_variants(None, "cuda", waits) is None
+    # the shapes tuned in this run: the process's count less the one when the run began
+    monkeypatch.setattr(run, "tuning_done", lambda: (3, 7.0))
+    v = run._kernel_variants(None, "cuda", waits, (1, 2.0))
+    assert v is not None and (v.tuned, v.tuning_seconds, v.launched, v.ahead) == (2, 5.0, 0, 0)
+    assert run._kernel_variants(None, "cuda", waits, (3, 7.0)) is None

@@ -13,6 +13,7 @@ hands `tune` its launch, its kernels and its SM count; the candidates compile an
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -48,6 +49,14 @@ SPLITS = (2, 3, 4, 6, 8)
 # programs per SM a stream-K candidate runs (STREAM; the program count is the grid: no recompile per count)
 STREAMS = (1, 2, 3)
 TUNED: dict[tuple, dict[str, int]] = {}  # linear_key(...) -> the tile in use (step_triton.TUNED is this dict)
+_clock = time.perf_counter
+_TUNING = [0, 0.0]  # shapes this process tuned (`tune` that timed candidates) and the seconds it took
+
+
+def tuning_done() -> tuple[int, float]:
+    """How many GEMM shapes this process tuned (no stored tile served them) and the seconds tuning took: the
+    candidates' compiles and their timing, on the thread that first called each shape."""
+    return int(_TUNING[0]), float(_TUNING[1])
 
 
 def linear_config(n: int, k: int) -> dict[str, int]:
@@ -226,6 +235,7 @@ def tune(
     default = linear_config(key[0], key[1])
     if torch.cuda.is_current_stream_capturing():
         return default
+    begin = _clock()
     timer = time_in_graph if timer is None else timer
     scratch = torch.empty_like(out)
     rows = min(out.shape[0], TUNE_ROWS)
@@ -257,6 +267,8 @@ def tune(
     )
     tuned[key] = best
     tables.remember(tile_key(weight.device), tables.shape_key(key), best)
+    _TUNING[0] += 1
+    _TUNING[1] += _clock() - begin
     return best
 
 
