@@ -64,6 +64,7 @@ from lilicorr_runtime import (
     settings,
 )
 from lilicorr_runtime.ops import warm
+from lilicorr_runtime.ops.tuning import tuner
 from lilicorr_runtime.ops.tuning.tuner import tuning_done
 from lilicorr_runtime.target.fast import PREFILL_ROWS, FastTarget
 
@@ -176,6 +177,22 @@ def run_smoke(
     if opts.gpu:
         refuse_caches_over_inputs(opts)
     progress = progress or Progress(enabled=False, name="smoke")
+    if opts.gpu:
+        tuner.announce = progress.note  # a first run on this GPU tunes its GEMMs: said, not a silent warm-up
+    try:
+        return _run(opts, progress, phases, (waits_before, tuned_before))
+    finally:
+        tuner.announce = None
+
+
+def _run(
+    opts: SmokeOptions,
+    progress: Progress,
+    phases: Phases,
+    before: tuple[dict[str, dict[str, float]], tuple[int, float]],
+) -> SmokeReport:
+    """run_smoke's body; `before`: the process's launch waits and tuning when the run began."""
+    waits_before, tuned_before = before
     probes = load_probes(opts.probes, opts.limit)
     baseline = read_baseline(opts.baseline) if opts.baseline else None
     _quiet_transformers()  # our own progress line stands for the loading steps

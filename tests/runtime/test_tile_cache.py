@@ -220,6 +220,9 @@ def test_tuning_done_counts_each_tuned_shape_and_its_time(cache, monkeypatch):
     from lilicorr_runtime.ops.tuning import tuner
 
     monkeypatch.setattr(tuner, "_TUNING", [0, 0.0])
+    said = []
+    monkeypatch.setattr(tuner, "announce", said.append)
+    monkeypatch.setattr(tuner, "_announced", False)
     monkeypatch.setattr(tuner, "tile_key", lambda device: DEVICE)
     clock = iter([10.0, 12.5, 20.0, 21.0])
     monkeypatch.setattr(tuner, "_clock", lambda: next(clock))
@@ -238,9 +241,36 @@ def test_tuning_done_counts_each_tuned_shape_and_its_time(cache, monkeypatch):
     assert tuner.tuning_done() == (1, 2.5)
     tuner.tune(key, lambda *a, **k: None, out, weight, (), 132, timer=timer, tuned={})
     assert tuner.tuning_done() == (2, 3.5)
+    # the first tuning of the process is said once (smoke shows it as a progress note), not once a shape
+    assert len(said) == 1 and said[0].startswith("tuning the step GEMMs' tiles")
     # inside a graph capture the default serves, untimed and uncounted
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     assert tuner.tune(key, lambda *a, **k: None, out, weight, (), 132, timer=timer, tuned={}) == (
         tuner.linear_config(960, 576)
     )
     assert tuner.tuning_done() == (2, 3.5)
+
+
+def test_an_announcement_that_fails_never_fails_the_tuning(cache, monkeypatch):
+    from lilicorr_runtime.ops.tuning import tuner
+
+    def broken(text):
+        raise OSError("the terminal is gone")
+
+    monkeypatch.setattr(tuner, "announce", broken)
+    monkeypatch.setattr(tuner, "_announced", False)
+    monkeypatch.setattr(tuner, "tile_key", lambda device: DEVICE)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    key = (960, 576, True, False, False, False, False, torch.bfloat16, torch.bfloat16, 0)
+    best = tuner.tune(
+        key,
+        lambda *a, **k: None,
+        torch.zeros(2, 8),
+        torch.zeros(8, 4),
+        (),
+        132,
+        timer=lambda *a: 1.0,
+        tuned={},
+    )
+    assert set(best) >= {"BLOCK_N", "BLOCK_K", "num_warps", "num_stages"}

@@ -53,6 +53,12 @@ _clock = time.perf_counter
 _TUNING = [0, 0.0]  # shapes this process tuned (`tune` that timed candidates) and the seconds it took
 
 
+# called once, with a line for people, before the first shape this process tunes (smoke shows it as a progress
+# note: a first run on a GPU and Triton version tunes each step GEMM shape, which reads as a long warm-up)
+announce: Callable[[str], None] | None = None
+_announced = False
+
+
 def tuning_done() -> tuple[int, float]:
     """How many GEMM shapes this process tuned (no stored tile served them) and the seconds tuning took: the
     candidates' compiles and their timing, on the thread that first called each shape."""
@@ -235,6 +241,14 @@ def tune(
     default = linear_config(key[0], key[1])
     if torch.cuda.is_current_stream_capturing():
         return default
+    global _announced
+    if not _announced and announce is not None:
+        _announced = True
+        with contextlib.suppress(Exception):  # a line for people: never the tuning's failure
+            announce(
+                "tuning the step GEMMs' tiles for this GPU and Triton version (its first run here; the tiles are "
+                "kept for the next)"
+            )
     begin = _clock()
     timer = time_in_graph if timer is None else timer
     scratch = torch.empty_like(out)
