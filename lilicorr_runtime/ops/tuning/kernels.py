@@ -48,7 +48,7 @@ BUNDLED = Path(__file__).with_name("kernels.json")
 ENV = settings.KERNEL_CACHE.name
 PACKAGE = "lilicorr_runtime."
 MAX_ENTRIES = 1024  # per device in a table: a run of the bundled models needs about a hundred
-TABLE_LIMIT = 64 << 20  # bytes of a kernel table (the bundled one is 120 kB); read by tables.read_table
+TABLE_LIMIT = 64 << 20  # bytes of a kernel table (the bundled one is about 280 kB); read by tables.read_table
 
 _lock = threading.Lock()
 _recorded: dict[str, dict[str, dict[str, str]]] = {}  # device key -> spec -> entry

@@ -42,7 +42,7 @@ ENV = settings.TILE_CACHE.name
 TILE_KEYS = ("BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
 DIVISIONS = ("SPLIT", "STREAM")  # split-K slices, stream-K programs per SM (step_triton)
 
-TABLE_LIMIT = 8 << 20  # bytes of a tile table (the bundled one is 2 kB; a machine's own, a few kB per GPU)
+TABLE_LIMIT = 8 << 20  # bytes of a tile table (the bundled one is 3 kB; a machine's own, a few kB per GPU)
 
 _loaded: dict[str, dict[str, dict[str, int]]] | None = None  # device key -> shape key -> tile
 _warned: set[str] = set()
