@@ -222,9 +222,8 @@ def record() -> bool:
 
         def pre(**kwargs: Any) -> Any:
             _pre_hook(**kwargs)
-            return (
-                before(**kwargs) if before is not None else None
-            )  # a true answer skips the compile: theirs only
+            # a true answer skips the compile: only the hook set before ours gives one
+            return before(**kwargs) if before is not None else None
 
         runtime.jit_cache_hook = pre
     _hooked = True
