@@ -247,6 +247,32 @@ def test_recorded_variants_compile_ahead_into_a_fresh_cache(table, tmp_path, mon
     assert hits and all(hits)  # found on disk, not compiled again
     assert torch.equal(got, want)
 
+    # a table recorded on another machine names its Triton's libdevice at a path that does not exist here (every
+    # record before `portable` did): read from the user's table, it still compiles ahead and serves the launch
+    def moved(entry):
+        spec = json.loads(entry["spec"])
+        spec["options"]["extern_libs"] = [["libdevice", "/elsewhere/triton/libdevice.10.bc"]]
+        return {**entry, "spec": json.dumps(spec)}
+
+    table.parent.mkdir(parents=True, exist_ok=True)
+    key = warm.device_key(torch.device("cuda"))
+    table.write_text(json.dumps({"format": warm.FORMAT, "devices": {key: [moved(e) for e in entries]}}))
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-c"))
+    for caches in step_triton._step_linear.device_caches.values():
+        caches[0].clear()
+    job = warm.start("cuda")
+    assert job is not None
+    job.join()
+    assert (job.compiled, job.failed) == (len(entries), 0)
+    hits.clear()
+    triton.knobs.compilation.listener = lambda **kw: hits.append(kw["cache_hit"])
+    try:
+        got = step_triton.step_linear_triton(x, w, config=config)
+    finally:
+        triton.knobs.compilation.listener = None
+    assert hits and all(hits)
+    assert torch.equal(got, want)
+
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
