@@ -98,6 +98,9 @@ def _smoke_gpu(ran: Ran) -> None:
     assert {"lossless", "head-loaded", "kernel-parity"} <= set(gates), ran.out
     assert set(gates.values()) == {"PASS"}, ran.out
     assert "over 252 prompts" in ran.out and ran.code == 0, ran.out + ran.err
+    # where the time went, and on a GPU what the kernels cost before they ran (compiled ahead, read, tuned)
+    assert re.search(r"^time \(s\): start [\d.]+, drafter .* in all$", ran.out, re.M), ran.out
+    assert re.search(r"^kernels: \d+ of \d+ stored variants compiled ahead", ran.out, re.M), ran.out
 
 
 def _pip_installs_this_checkout(command: str) -> None:
