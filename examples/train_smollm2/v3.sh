@@ -17,6 +17,9 @@
 #   target     join the parts, check the GGUF's sha256
 #   shards     copy carried shards into $V3/shards: .cache/v3/shards/shard-* and the tars .cache/v3/shards-*.tar
 #              (`ship`'s bundles, kept as they came: a call carries what fits beside the tree and a target piece)
+#              and .cache/v3/carry/*.tar (scripts/v3_carry.py: the same shards packed to ride with the target's
+#              halves and the fit, so that they need no call of their own)
+#   keepval    copy the carried .cache/v3/f/val.npz to $V3/keep-val.npz, for a later call's KEEP_VAL
 #   gen        generate missing shards of the v3 plan (GEN_FIRST..GEN_LAST, default all) for GEN_BUDGET seconds;
 #              bundle them into $V3/outbox
 #   build      $V3/train.npz and $V3/val.npz from every shard there (build.json and val.npz to the outbox);
@@ -75,7 +78,8 @@ for step in "$@"; do
         cp -n .cache/v3/shards/shard-*.npz "$V3/shards/"  # each .json after its .npz: a .json marks a shard done
         cp -n .cache/v3/shards/shard-*.json "$V3/shards/"
       fi
-      for t in .cache/v3/shards-*.tar; do  # `ship` tars (each .npz before its .json), carried a few per call
+      # `ship` tars (each .npz before its .json), carried a few per call, or scripts/v3_carry.py's repack of them
+      for t in .cache/v3/shards-*.tar .cache/v3/carry/*.tar; do
         [ -f "$t" ] && tar -xkf "$t" -C "$V3/shards" 2>/dev/null || true
       done
       ls "$V3/shards" | wc -l ;;
@@ -83,6 +87,8 @@ for step in "$@"; do
       python3 -m lilicorr_train.mixes generate --target "$GGUF" --dir "$V3/shards" --budget "${GEN_BUDGET:-500}" \
         --batch-size "${GEN_BATCH:-1024}" ${GEN_FIRST:+--first $GEN_FIRST} ${GEN_LAST:+--last $GEN_LAST} \
         --bundle "$V3/outbox" ;;
+    keepval)
+      cp .cache/v3/f/val.npz "$V3/keep-val.npz" && ls -l "$V3/keep-val.npz" ;;
     build)
       python3 -m lilicorr_train.mixes build --dir "$V3/shards" --train "$V3/train.npz" --val "$V3/val.npz" \
         ${KEEP_VAL:+--keep-val $KEEP_VAL} | tee "$V3/outbox/build.json"
