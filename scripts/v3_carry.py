@@ -61,6 +61,25 @@ def shards(sources: list[Path]) -> list[tuple[str, bytes, bytes]]:
     return [(stem, parts["npz"], parts["json"]) for stem, parts in sorted(found.items()) if len(parts) == 2]
 
 
+def tar_size(members: list[tuple[str, bytes, bytes]]) -> int:
+    """The bytes of a plain tar of these shards: a 512-byte header and the data padded to 512 per file, then the
+    end blocks, padded to tarfile's 10 kB record."""
+    body = sum(512 + -(-len(data) // 512) * 512 for _, npz, meta in members for data in (npz, meta))
+    return -(-(body + 1024) // 10240) * 10240
+
+
+def pack(items: list[tuple[str, bytes, bytes]], rooms: list[int]) -> list[list[tuple[str, bytes, bytes]]]:
+    """The shards in order, each into the first call whose tar still fits its room with it; ValueError where a
+    shard fits none."""
+    packed: list[list[tuple[str, bytes, bytes]]] = [[] for _ in rooms]
+    for shard in items:
+        call = next((i for i, room in enumerate(rooms) if tar_size([*packed[i], shard]) <= room), None)
+        if call is None:
+            raise ValueError(f"{shard[0]} does not fit any call (rooms {rooms})")
+        packed[call].append(shard)
+    return packed
+
+
 def write_tar(path: Path, members: list[tuple[str, bytes, bytes]]) -> None:
     tmp = path.with_suffix(".tmp")
     with tarfile.open(tmp, "w") as tar:
@@ -99,18 +118,10 @@ def main() -> None:
         LIMIT - (tree - model) - size(p01) - size(val) - margin,  # call 2: hidden tree, p01, the held-out set
         LIMIT - tree - margin,  # call 3: the whole tree, for the fit
     ]
-    packed: list[list[tuple[str, bytes, bytes]]] = [[], [], []]
-    used = [0, 0, 0]
-    tar_overhead = (
-        3 * 512
-    )  # a member's header (and its padding, at most one block) and the tar's end, roughly
-    for shard in shards(sources):
-        need = len(shard[1]) + len(shard[2]) + 2 * tar_overhead
-        call = next((i for i in range(3) if used[i] + need + 2 * 512 <= rooms[i]), None)
-        if call is None:
-            sys.exit(f"scripts/v3_carry.py: {shard[0]} does not fit any call (rooms {rooms}, used {used})")
-        packed[call].append(shard)
-        used[call] += need
+    try:
+        packed = pack(shards(sources), rooms)
+    except ValueError as exc:
+        sys.exit(f"scripts/v3_carry.py: {exc}")
     out = cache / "v3" / "carry"
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.tar"):
