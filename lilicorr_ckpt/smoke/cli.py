@@ -55,7 +55,11 @@ launch command); acceptance is read as that engine counts it and compared with a
 On the CPU smoke runs torch with one intra-op thread (small models decode token by token: more threads only
 contend, and on a shared 2-core machine the bundled pair took 210 s with torch's default and 24 s with one);
 set OMP_NUM_THREADS to choose another count. Progress goes to stderr: a self-overwriting line on a terminal, and a
-line every 10 s when stderr is a file or a CI log; --quiet silences it.
+line every 10 s when stderr is a file or a CI log; --quiet silences it. The report's `time (s):` line says where
+the run's time went, phase by phase; with --gpu its `kernels:` line says what the Triton kernels cost before they
+ran. A first --gpu run on a GPU and Triton version compiles them and tunes the step GEMMs (it says so as it
+starts); later runs there reuse both, from Triton's cache and from the tables in $XDG_CACHE_HOME/lilicorr
+(~/.cache/lilicorr; or LILICORR_TILE_CACHE and LILICORR_KERNEL_CACHE).
 
 A probe file has one JSON object per line: {"id": "...", "category": "...", "prompt": "...", "chat": true}
 (chat: true wraps the prompt in the target's chat template with thinking disabled; false feeds it raw).
