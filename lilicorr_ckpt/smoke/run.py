@@ -65,7 +65,6 @@ from lilicorr_runtime import (
 )
 from lilicorr_runtime.ops import warm
 from lilicorr_runtime.ops.tuning import tuner
-from lilicorr_runtime.ops.tuning.tuner import tuning_done
 from lilicorr_runtime.target.fast import PREFILL_ROWS, FastTarget
 
 # Two kernels may round a near-tie either way. A divergence whose target logit gap is below this fraction
@@ -168,7 +167,7 @@ def run_smoke(
     call (the command line's interpreter and imports), reported as the first phase."""
     phases = Phases(started)
     waits_before = warm.launch_waits()  # the process's so far: an earlier run's are not this one's
-    tuned_before = tuning_done()
+    tuned_before = tuner.tuning_done()
     check_options(opts)
     try:  # the runtime's LILICORR_* variables, judged before anything loads
         settings.check()
@@ -452,7 +451,7 @@ def _kernel_variants(
     earlier = (before or {}).get(key, {})
     waits = {spec: s for spec, s in warm.launch_waits().get(key, {}).items() if spec not in earlier}
     ahead = {spec for _, spec in warming.jobs} if warming is not None else set()
-    tuned, tuning = tuning_done()
+    tuned, tuning = tuner.tuning_done()
     tuned, tuning = tuned - tuned_before[0], max(0.0, tuning - tuned_before[1])
     if warming is None and not waits and not tuned:
         return None

@@ -109,7 +109,7 @@ def test_kernel_variants_split_the_launches_waits_by_whether_the_variant_was_com
     monkeypatch.setattr(warm, "device_key", lambda device: "gpu0")
     waits = {"gpu0": {"a": 0.5, "b": 0.25, "c": 3.0, "d": 1.0}, "gpu1": {"x": 9.0}}
     monkeypatch.setattr(warm, "launch_waits", lambda: waits)
-    monkeypatch.setattr(run, "tuning_done", lambda: (0, 0.0))
+    monkeypatch.setattr(run.tuner, "tuning_done", lambda: (0, 0.0))
     warming = types.SimpleNamespace(jobs=[(None, "a"), (None, "b"), (None, "z")], compiled=2, seconds=4.25)
     v = run._kernel_variants(warming, "cuda")
     assert (v.ahead, v.ahead_compiled, v.ahead_seconds) == (3, 2, 4.25)
@@ -121,7 +121,7 @@ def test_kernel_variants_split_the_launches_waits_by_whether_the_variant_was_com
     # no ahead compile and nothing waited for: nothing to say
     assert run._kernel_variants(None, "cuda", waits) is None
     # the shapes tuned in this run: the process's count less the one when the run began
-    monkeypatch.setattr(run, "tuning_done", lambda: (3, 7.0))
+    monkeypatch.setattr(run.tuner, "tuning_done", lambda: (3, 7.0))
     v = run._kernel_variants(None, "cuda", waits, (1, 2.0))
     assert v is not None and (v.tuned, v.tuning_seconds, v.launched, v.ahead) == (2, 5.0, 0, 0)
     assert run._kernel_variants(None, "cuda", waits, (3, 7.0)) is None

@@ -175,13 +175,13 @@ def _hook(*, key: Any = None, repr: Any = None, fn: Any = None, compile: Any = N
     begin = getattr(_started, "at", None)
     waited = None if begin is None else _clock() - begin
     _started.at = None
+    if not _ours(fn):  # a warm-up's compile (only what launches use is noted), or another package's kernel
+        return
     try:
         jit = fn.jit_function
-        if getattr(jit, "_lilicorr_shadow", False):  # a warm-up's compile: only what launches use is noted
-            return
         name = f"{fn.module}.{fn.name}"
         spec = compile["specialization_data"]
-        if not name.startswith(PACKAGE) or not isinstance(spec, str):
+        if not isinstance(spec, str):
             return
         spec = portable(spec)
         device = device_key(torch.device("cuda", int(compile["device"])))
